@@ -1,0 +1,75 @@
+"""Server configuration, read once from the environment at start-up."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+class ConfigError(ValueError):
+    """Raised when an environment variable has a value the server cannot use."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """What the server needs to know about its surroundings.
+
+    ``api_key`` is kept out of ``repr`` so it never reaches a log line.
+    """
+
+    home: Path
+    model: str = DEFAULT_MODEL
+    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = None
+    token: str | None = field(default=None, repr=False)
+    budget_limit: float = 5.0
+    request_timeout: float = 600.0
+    identity: str = "amacs-instance-1"
+    repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
+
+    @property
+    def skills_dir(self) -> Path:
+        """The built-in skills shipped with the server."""
+        return self.repo_root / "skills"
+
+    @property
+    def has_credentials(self) -> bool:
+        """True when the model endpoint can be called."""
+        return bool(self.api_key)
+
+    def missing_key_message(self) -> str:
+        """One line that says how to give the server a key or another endpoint."""
+        return (
+            "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
+            "api.anthropic.com to auth-source), or point ANTHROPIC_BASE_URL at a local "
+            "server; then M-x amacs-restart."
+        )
+
+
+def _float_env(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as err:
+        raise ConfigError(f"{name}={raw!r} is not a number") from err
+
+
+def load_config(env: dict[str, str] | None = None) -> Config:
+    """Build a :class:`Config` from ENV (default: the process environment)."""
+    env = dict(os.environ if env is None else env)
+    home = Path(env.get("AMACS_HOME") or Path.home() / ".agent").expanduser()
+    return Config(
+        home=home,
+        model=env.get("AMACS_MODEL") or DEFAULT_MODEL,
+        api_key=env.get("ANTHROPIC_API_KEY") or None,
+        base_url=env.get("ANTHROPIC_BASE_URL") or None,
+        token=env.get("AMACS_TOKEN") or None,
+        budget_limit=_float_env(env, "AMACS_BUDGET_LIMIT", 5.0),
+        request_timeout=_float_env(env, "AMACS_REQUEST_TIMEOUT", 600.0),
+        identity=env.get("AMACS_IDENTITY") or "amacs-instance-1",
+    )

@@ -1,0 +1,1 @@
+"""Context: the model's view of the agent's state, assembled each tick."""

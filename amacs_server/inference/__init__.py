@@ -1,0 +1,1 @@
+"""Inference: calling the model and reading what it says."""

@@ -1,0 +1,113 @@
+"""Inference through the async ``anthropic`` client, streamed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+
+from ..state.consciousness import ApiSettings
+from .pricing import Usage
+
+TextSink = Callable[[str], None]
+
+
+class InferenceError(RuntimeError):
+    """The model could not be called; the message says what to fix."""
+
+
+@dataclass
+class ModelResult:
+    """What one model call returned."""
+
+    text: str
+    usage: Usage
+    latency_ms: float
+    stop_reason: str | None
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+def build_request(
+    model: str, system: str, messages: list[dict[str, Any]], settings: ApiSettings
+) -> dict[str, Any]:
+    """The Messages API request: the core skill as a cached system block, then MESSAGES."""
+    request: dict[str, Any] = {
+        "model": model,
+        "max_tokens": settings.max_tokens,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
+    }
+    if settings.thinking:
+        budget = max(1024, min(settings.max_tokens // 2, 16_000))
+        request["max_tokens"] = max(settings.max_tokens, budget + 1024)
+        request["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    else:
+        request["temperature"] = settings.temperature
+        if settings.top_p < 1.0:
+            request["top_p"] = settings.top_p
+    return request
+
+
+def _explain(err: anthropic.APIError) -> str:
+    if isinstance(err, anthropic.AuthenticationError):
+        return "the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key'"
+    if isinstance(err, anthropic.PermissionDeniedError):
+        return "the API key may not use this model (403): check AMACS_MODEL"
+    if isinstance(err, anthropic.NotFoundError):
+        return "model or endpoint not found (404): check AMACS_MODEL and ANTHROPIC_BASE_URL"
+    if isinstance(err, anthropic.BadRequestError):
+        return f"the API rejected the request (400): {err.message}"
+    if isinstance(err, anthropic.APITimeoutError):
+        return "the model did not answer in time: try again, or raise AMACS_REQUEST_TIMEOUT"
+    if isinstance(err, anthropic.APIConnectionError):
+        return "cannot reach the model endpoint: check the network or ANTHROPIC_BASE_URL"
+    if isinstance(err, anthropic.APIStatusError):
+        return f"the API failed ({err.status_code}) after retries: try again shortly"
+    return f"the model call failed: {err}"
+
+
+class AnthropicBackend:
+    """One async client, made on first use."""
+
+    def __init__(self, api_key: str | None, base_url: str | None, timeout: float) -> None:
+        self._api_key = api_key
+        self._base_url = base_url
+        self._timeout = timeout
+        self._client: anthropic.AsyncAnthropic | None = None
+
+    def _get_client(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key, base_url=self._base_url, timeout=self._timeout
+            )
+        return self._client
+
+    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None) -> ModelResult:
+        """Run REQUEST streamed; feed text deltas to ON_TEXT; return the whole answer."""
+        started = time.perf_counter()
+        try:
+            async with self._get_client().messages.stream(**request) as stream:
+                async for delta in stream.text_stream:
+                    if on_text is not None:
+                        on_text(delta)
+                message = await stream.get_final_message()
+        except anthropic.APIError as err:
+            raise InferenceError(_explain(err)) from err
+        text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")
+        u = message.usage
+        usage = Usage(
+            input_tokens=u.input_tokens or 0,
+            output_tokens=u.output_tokens or 0,
+            cache_read_tokens=getattr(u, "cache_read_input_tokens", None) or 0,
+            cache_write_tokens=getattr(u, "cache_creation_input_tokens", None) or 0,
+        )
+        return ModelResult(
+            text=text,
+            usage=usage,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            stop_reason=message.stop_reason,
+            request=request,
+        )

@@ -1,0 +1,140 @@
+"""Parse the model's JSON response (RFC v4 §2.3-2.4, EPIC-002 IMP-017)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+RETRY_PROMPT = "Your response was not valid JSON. Please retry."
+MAX_PARSE_RETRIES = 2
+FALLBACK_MOOD = "uncertain"
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
+
+
+class ResponseFormatError(ValueError):
+    """The model's text is not a valid response; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Scratchpad:
+    """A note the agent appends under a heading (RFC §4.2)."""
+
+    heading: str
+    content: str
+    thread: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentResponse:
+    """One validated response.  ``fallback`` marks the record made after failed retries."""
+
+    mood: str
+    confidence: float
+    monologue: str
+    reply: str | None = None
+    eval: str | None = None
+    scratchpad: Scratchpad | None = None
+    fallback: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The response as JSON-ready data, for transcripts."""
+        data: dict[str, Any] = {
+            "mood": self.mood,
+            "confidence": self.confidence,
+            "monologue": self.monologue,
+            "reply": self.reply,
+            "eval": self.eval,
+            "fallback": self.fallback,
+        }
+        if self.scratchpad:
+            data["scratchpad"] = {
+                "heading": self.scratchpad.heading,
+                "thread": self.scratchpad.thread,
+                "content": self.scratchpad.content,
+            }
+        return data
+
+
+def extract_json_text(text: str) -> str:
+    """Return the JSON object text in TEXT: the whole text, a fenced block, or the outer braces."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return stripped
+    fence = _FENCE.search(text)
+    if fence:
+        return fence.group(1).strip()
+    start, end = text.find("{"), text.rfind("}")
+    if start != -1 and end > start:
+        return text[start : end + 1]
+    raise ResponseFormatError("no JSON object found in the response")
+
+
+def parse_response(text: str) -> AgentResponse:
+    """Validate TEXT as an agent response or raise :class:`ResponseFormatError`."""
+    try:
+        data = json.loads(extract_json_text(text))
+    except json.JSONDecodeError as err:
+        raise ResponseFormatError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
+    if not isinstance(data, dict):
+        raise ResponseFormatError("the response must be a JSON object")
+    missing = [k for k in ("mood", "confidence", "monologue") if k not in data]
+    if missing:
+        raise ResponseFormatError(f"missing mandatory field(s): {', '.join(missing)}")
+    mood = data["mood"]
+    if not isinstance(mood, str) or not mood:
+        raise ResponseFormatError("mood must be a non-empty string")
+    confidence = data["confidence"]
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise ResponseFormatError("confidence must be a number")
+    monologue = data["monologue"]
+    if not isinstance(monologue, str):
+        raise ResponseFormatError("monologue must be a string")
+    return AgentResponse(
+        mood=mood,  # kept exactly, emoji included (IMP-017)
+        confidence=min(1.0, max(0.0, float(confidence))),
+        monologue=" ".join(monologue.split()),
+        reply=_optional_text(data, "reply"),
+        eval=_optional_text(data, "eval"),
+        scratchpad=_scratchpad(data.get("scratchpad")),
+    )
+
+
+def _optional_text(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ResponseFormatError(f"{key} must be a string or null")
+    return value if value.strip() else None
+
+
+def _scratchpad(value: Any) -> Scratchpad | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ResponseFormatError("scratchpad must be an object or null")
+    heading, content = value.get("heading"), value.get("content")
+    thread = value.get("thread")
+    if not isinstance(heading, str) or not heading.strip():
+        raise ResponseFormatError("scratchpad.heading must be a non-empty string")
+    if not isinstance(content, str):
+        raise ResponseFormatError("scratchpad.content must be a string")
+    if thread is not None and not isinstance(thread, str):
+        raise ResponseFormatError("scratchpad.thread must be a string or null")
+    return Scratchpad(heading=heading.strip(), content=content, thread=thread)
+
+
+def fallback_response(raw: str) -> AgentResponse:
+    """The record kept when the model never produced valid JSON (IMP-017)."""
+    first_line = " ".join(raw.split())[:200] or "(empty response)"
+    return AgentResponse(
+        mood=FALLBACK_MOOD,
+        confidence=0.0,
+        monologue=f"[unparsed response] {first_line}",
+        reply=None,
+        eval=None,
+        fallback=True,
+    )

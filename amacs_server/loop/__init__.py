@@ -1,0 +1,1 @@
+"""The agent loop: event -> observe -> infer -> parse -> act -> record -> persist -> commit."""

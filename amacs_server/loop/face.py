@@ -1,0 +1,23 @@
+"""What the loop needs from Emacs: a face to show things and hands to evaluate elisp."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..state.consciousness import EvalResult
+
+
+class Face(Protocol):
+    """Emacs as the loop sees it.  Every method returns at once except :meth:`evaluate`."""
+
+    def reply(self, text: str) -> None:
+        """Show the agent's reply in the shell."""
+
+    def annotate(self, text: str, kind: str = "info") -> None:
+        """Show a one-line note (``info``, ``warning``, ``error``) in the shell."""
+
+    def turn_done(self, tick: int) -> None:
+        """The agent now waits for the person: show the prompt again."""
+
+    async def evaluate(self, form: str) -> EvalResult:
+        """Have Emacs read and evaluate FORM; errors come back as data."""

@@ -1,0 +1,245 @@
+"""The primary agent's loop: one human turn is one or more ticks.
+
+``event -> observe -> infer -> parse -> act -> record -> persist -> commit -> next``
+(DESIGN.md, One tick).  Each step is one call into its own module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..context.assemble import ContextInput, assemble
+from ..inference.anthropic_backend import InferenceError, ModelResult, build_request
+from ..inference.parse import (
+    MAX_PARSE_RETRIES,
+    RETRY_PROMPT,
+    AgentResponse,
+    ResponseFormatError,
+    fallback_response,
+    parse_response,
+)
+from ..inference.pricing import cost
+from ..persistence.files import PersistenceError
+from ..persistence.git_repo import CommitError, commit_message
+from ..state.consciousness import EvalResult
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+
+@dataclass
+class TickOutcome:
+    """What a tick did, for the turn to decide what comes next."""
+
+    tick: int
+    response: AgentResponse | None
+    eval_result: EvalResult | None = None
+
+
+class TurnAborted(Exception):
+    """The turn cannot go on; the message has been shown in the shell."""
+
+
+async def run_turn(rt: Runtime, text: str) -> None:
+    """One human turn: ticks until a response without ``eval``, or the step limit."""
+    pending: str | None = text
+    steps = 0
+    try:
+        while True:
+            outcome = await run_tick(rt, pending)
+            pending = None
+            steps += 1
+            if outcome.response is None or outcome.response.eval is None:
+                break
+            if steps >= rt.settings.max_steps:
+                rt.face.annotate(
+                    f"Step limit reached ({rt.settings.max_steps} ticks this turn); "
+                    "the agent waits for you. Type to let it continue.",
+                    "warning",
+                )
+                break
+    except TurnAborted:
+        pass
+    finally:
+        rt.face.turn_done(rt.consciousness.current_tick)
+
+
+async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
+    """One tick.  HUMAN is the person's input, or None for a continuation tick."""
+    tick = begin(rt, human)
+    user_message = observe(rt, human)
+    response = await infer_and_parse(rt, tick, user_message)
+    if response is None:
+        return TickOutcome(tick, None)
+    eval_result = await act(rt, tick, response)
+    record(rt, tick, response, eval_result)
+    persist(rt, tick, response, human_written=human is not None)
+    commit(rt, tick, response)
+    return TickOutcome(tick, response, eval_result)
+
+
+def begin(rt: Runtime, human: str | None) -> int:
+    """Event: stamp the new tick; write the human's input to disk before anything else."""
+    c = rt.consciousness
+    tick = c.current_tick + 1
+    c.begin_tick(tick)
+    if human is not None:
+        try:
+            rt.chat_log.write_human(tick, c.current_time, human)
+        except PersistenceError as err:
+            c.current_tick = tick - 1
+            rt.face.annotate(f"Not sent: {err.strerror}. Your input is in the shell history (M-p).", "error")
+            raise TurnAborted from err
+    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict()}, tick=tick)
+    return tick
+
+
+def observe(rt: Runtime, human: str | None) -> str:
+    """Observe: assemble the context from the agent's state.
+
+    The human's input is shown as the pending message, then joins the history.
+    """
+    text = assemble(
+        ContextInput(
+            consciousness=rt.consciousness,
+            chat=rt.chat_entries,
+            monologue=rt.monologue.last(rt.consciousness.monologue_context_depth),
+            pending=human,
+        )
+    )
+    if human is not None:
+        rt.pending_human(rt.consciousness.current_tick, human)
+    return text
+
+
+async def infer_and_parse(rt: Runtime, tick: int, user_message: str) -> AgentResponse | None:
+    """Infer and parse, retrying invalid JSON at most twice, then the fallback record."""
+    if rt.consciousness.budget.cost_so_far >= rt.consciousness.budget.budget_limit:
+        rt.face.annotate(
+            f"Budget spent (${rt.consciousness.budget.cost_so_far:.4f} of "
+            f"${rt.consciousness.budget.budget_limit:.2f}): raise AMACS_BUDGET_LIMIT to go on.",
+            "error",
+        )
+        finish_unanswered(rt, tick, "budget limit reached")
+        raise TurnAborted
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user_message}]
+    for attempt in range(MAX_PARSE_RETRIES + 1):
+        result = await infer(rt, tick, messages)
+        if result is None:
+            return None
+        try:
+            response = parse_response(result.text)
+            rt.transcript.write("parsed", {"attempt": attempt, "response": response.to_dict()}, tick=tick)
+            return response
+        except ResponseFormatError as err:
+            rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
+            if attempt < MAX_PARSE_RETRIES:
+                rt.face.annotate(
+                    f"The model's response was not valid JSON ({err}); "
+                    f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).",
+                    "warning",
+                )
+                messages += [
+                    {"role": "assistant", "content": result.text or "(empty)"},
+                    {"role": "user", "content": RETRY_PROMPT},
+                ]
+            else:
+                fallback = fallback_response(result.text)
+                rt.face.annotate(
+                    f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
+                    f"retries; kept as an unparsed thought: {result.text[:300]!r}",
+                    "error",
+                )
+                rt.transcript.write("parsed", {"attempt": attempt, "response": fallback.to_dict()}, tick=tick)
+                return fallback
+    raise AssertionError("unreachable")
+
+
+async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]]) -> ModelResult | None:
+    """Infer: one model call, recorded in the transcript with tokens, cost and latency."""
+    if not rt.config.has_credentials:
+        rt.face.annotate(rt.config.missing_key_message(), "error")
+        finish_unanswered(rt, tick, "no API key")
+        raise TurnAborted
+    request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
+    rt.transcript.write("model_request", {"request": request}, tick=tick)
+    try:
+        result = await rt.backend.complete(request)
+    except InferenceError as err:
+        rt.transcript.write("model_error", {"error": str(err)}, tick=tick)
+        rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
+        finish_unanswered(rt, tick, str(err))
+        raise TurnAborted from err
+    dollars = cost(rt.model, result.usage)
+    rt.consciousness.budget.cost_so_far += dollars
+    rt.transcript.write(
+        "model_response",
+        {
+            "raw": result.text,
+            "stop_reason": result.stop_reason,
+            "usage": result.usage.__dict__,
+            "cost": dollars,
+            "latency_ms": result.latency_ms,
+        },
+        tick=tick,
+    )
+    return result
+
+
+async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
+    """Act: take mood and confidence, show the reply, evaluate the elisp."""
+    rt.consciousness.mood = response.mood
+    rt.consciousness.confidence = response.confidence
+    if response.reply:
+        rt.face.reply(response.reply)
+    if response.eval is None:
+        result = EvalResult.skipped_result()
+    else:
+        rt.transcript.write("eval", {"form": response.eval}, tick=tick)
+        result = await rt.face.evaluate(response.eval)
+        rt.transcript.write("eval_result", result.to_dict(), tick=tick)
+    rt.consciousness.last_eval_result = result
+    return result
+
+
+def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
+    """Record: the monologue line and the tick's transcript event."""
+    rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
+    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict()}, tick=tick)
+
+
+def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool) -> None:
+    """Persist: the agent's part of the chat and consciousness.el, durably."""
+    reply = response.reply or ""
+    try:
+        rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+        rt.save_consciousness()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
+    rt.remember_chat(tick, reply, human_written=human_written)
+
+
+def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
+    """A tick that ended without a response: the input stays (it reads as interrupted)."""
+    try:
+        rt.save_consciousness()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save state: {err.strerror}", "error")
+    _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
+
+
+def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
+    """Commit: one git commit for the tick."""
+    c = rt.consciousness
+    _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue))
+
+
+def _commit(rt: Runtime, message: str) -> None:
+    try:
+        _sha, note = rt.repo.commit(rt.tracked_files(), message)
+    except CommitError as err:
+        rt.face.annotate(str(err), "warning")
+        return
+    if note:
+        rt.face.annotate(note, "info")

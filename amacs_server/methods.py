@@ -1,0 +1,96 @@
+"""The methods Emacs may call, published over EPC once the token is checked."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sexpdata import Symbol
+
+from .runtime import Runtime
+from .state.consciousness import EvalResult
+from .transport.emacs_face import EmacsFace
+from .transport.server import AmacsEPCServer
+
+T = TypeVar("T")
+LOOP_CALL_TIMEOUT = 5.0
+
+
+def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
+    """Run FN on the runtime's loop thread (where state lives) and return its value."""
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except Exception as err:  # passed to the EPC thread, which reports it
+            future.set_exception(err)
+
+    rt.call_in_loop(run)
+    return future.result(LOOP_CALL_TIMEOUT)
+
+
+def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
+    """Register every method Emacs may call."""
+
+    def hello(settings: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(settings.get("max_steps"), int) and settings["max_steps"] > 0:
+            rt.settings.max_steps = settings["max_steps"]
+        if isinstance(settings.get("eval_timeout"), int | float) and settings["eval_timeout"] > 0:
+            rt.settings.eval_timeout = float(settings["eval_timeout"])
+            face.eval_timeout = rt.settings.eval_timeout
+        return rt.status()
+
+    def submit(text: Any) -> bool:
+        """Queue the person's input for the agent; returns at once."""
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("submit takes a non-empty string")
+        rt.submit(text)
+        return True
+
+    def eval_result(eid: Any, result: Any) -> bool:
+        """Emacs reports the outcome of eval EID as a plist."""
+        if not isinstance(eid, int) or not isinstance(result, dict):
+            raise ValueError("eval_result takes an id and a plist")
+        face.deliver(
+            eid,
+            EvalResult(
+                success=bool(result.get("success")),
+                result=result.get("result"),
+                error=result.get("error"),
+                skipped=False,
+            ),
+        )
+        return True
+
+    def status() -> dict[str, Any]:
+        """Runtime status for the shell."""
+        return _on_loop(rt, rt.status)
+
+    def consciousness() -> str:
+        """The consciousness alist, as text Emacs can `read'."""
+        return _on_loop(rt, rt.consciousness.to_elisp)
+
+    def set_consciousness(name: Any, value: Any) -> Any:
+        """Change a RAM field; harness fields are refused with a message."""
+        if not isinstance(name, str):
+            raise ValueError("the field name must be a symbol or string")
+        new = _on_loop(rt, lambda: rt.agent_set(name, value))
+        return Symbol("t") if new is True else new
+
+    def ping(value: Any) -> Any:
+        """Echo VALUE (transport checks and benchmarks)."""
+        return value
+
+    server.on_hello = hello
+    server.on_emacs_gone = lambda: face.fail_all("Emacs disconnected during the eval")
+    for name, fn in {
+        "submit": submit,
+        "eval_result": eval_result,
+        "status": status,
+        "consciousness": consciousness,
+        "set_consciousness": set_consciousness,
+        "ping": ping,
+    }.items():
+        server.register(name, fn)

@@ -1,0 +1,1 @@
+"""Persistence: org files, consciousness.el, transcripts and the per-tick git commit."""

@@ -1,0 +1,67 @@
+"""Transcripts: typed events as JSON lines, one file per session (DESIGN.md, Transcripts).
+
+Every line has the same top-level columns so DuckDB's ``read_json_auto`` or
+pandas load thousands of files without a custom parser; event-specific data is
+under ``data``.  The API key is scrubbed from every line before it is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    """Who an event belongs to."""
+
+    agent_id: str = "primary"
+    parent_id: str | None = None
+    agent_type: str = "primary"
+    template: str = "core"
+
+
+class Transcript:
+    """Appends events for one session."""
+
+    def __init__(self, folder: Path, run_id: str, secrets: tuple[str, ...] = ()) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"{run_id}.jsonl"
+        self.run_id = run_id
+        self._secrets = tuple(s for s in secrets if s)
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def write(
+        self, event: str, data: dict[str, Any], *, tick: int | None = None,
+        agent: AgentIdentity = AgentIdentity(),
+    ) -> None:
+        """Append one EVENT with its DATA."""
+        with self._lock:
+            self._seq += 1
+            record = {
+                "run_id": self.run_id,
+                "session_id": self.run_id,
+                "agent_id": agent.agent_id,
+                "parent_id": agent.parent_id,
+                "agent_type": agent.agent_type,
+                "template": agent.template,
+                "seq": self._seq,
+                "ts": time.time(),
+                "tick": tick,
+                "event": event,
+                "data": data,
+            }
+            line = json.dumps(record, ensure_ascii=False, default=str)
+            for secret in self._secrets:
+                line = line.replace(secret, "[REDACTED]")
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                os.write(fd, (line + "\n").encode("utf-8"))
+            finally:
+                os.close(fd)

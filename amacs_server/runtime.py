@@ -1,0 +1,166 @@
+"""The one runtime object: owns the agent's state and the event loop that runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .config import Config
+from .inference.anthropic_backend import AnthropicBackend
+from .loop.face import Face
+from .loop.primary import run_turn
+from .persistence.chat_log import ChatEntry, ChatLog
+from .persistence.files import atomic_write
+from .persistence.git_repo import HomeRepo
+from .persistence.monologue import MonologueLog
+from .persistence.transcript import Transcript
+from .state.consciousness import Consciousness, ConsciousnessError
+
+log = logging.getLogger("amacs")
+
+
+@dataclass
+class Settings:
+    """Values Emacs sends at hello (its defcustoms)."""
+
+    max_steps: int = 8
+    eval_timeout: float = 30.0
+
+
+class Runtime:
+    """Everything the agent is, plus the asyncio loop (in its own thread) that runs it."""
+
+    def __init__(self, config: Config, face: Face) -> None:
+        self.config = config
+        self.face = face
+        self.settings = Settings()
+        self.model = config.model
+        home = config.home
+        for sub in (home, home / "transcripts", home / "logs"):
+            sub.mkdir(parents=True, exist_ok=True)
+        self.repo = HomeRepo(home)
+        self.chat_log = ChatLog(home / "agent-chat.org")
+        self.monologue = MonologueLog(home / "monologue.org")
+        self.consciousness = self._load_consciousness()
+        self.chat_entries: list[ChatEntry] = self.chat_log.read()
+        if self.chat_entries:
+            self.consciousness.current_tick = max(
+                self.consciousness.current_tick, self.chat_entries[-1].tick
+            )
+        self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
+        self.backend = AnthropicBackend(config.api_key, config.base_url, config.request_timeout)
+        self._core_skill_path = config.skills_dir / "core" / "SKILL.md"
+        self.loop = asyncio.new_event_loop()
+        self._inbox: asyncio.Queue[str] | None = None
+        self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
+        self._ready = threading.Event()
+
+    # -- state -------------------------------------------------------------------
+
+    def _load_consciousness(self) -> Consciousness:
+        path = self.config.home / "consciousness.el"
+        c = Consciousness()
+        if path.exists():
+            try:
+                c = Consciousness.from_elisp(path.read_text(encoding="utf-8"))
+            except ValueError as err:
+                log.warning("consciousness.el unreadable (%s); starting fresh", err)
+        c.identity = self.config.identity
+        c.budget.budget_limit = self.config.budget_limit
+        return c
+
+    def save_consciousness(self) -> None:
+        """Write ``consciousness.el`` atomically."""
+        atomic_write(self.config.home / "consciousness.el", self.consciousness.to_elisp())
+
+    def tracked_files(self) -> list[Path]:
+        """The files each tick commits."""
+        home = self.config.home
+        return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org")]
+
+    def remember_chat(self, tick: int, reply: str, *, human_written: bool) -> None:
+        """Keep the in-memory chat in step with ``agent-chat.org``."""
+        if human_written and self.chat_entries and self.chat_entries[-1].tick == tick:
+            self.chat_entries[-1].agent = reply
+        else:
+            self.chat_entries.append(ChatEntry(tick, self.consciousness.current_time, None, reply))
+
+    def pending_human(self, tick: int, text: str) -> None:
+        """Record the human part of TICK in memory (it is already on disk)."""
+        self.chat_entries.append(ChatEntry(tick, self.consciousness.current_time, text, None))
+
+    def system_prompt(self) -> str:
+        """The core skill, read each tick so an edit takes effect at once."""
+        text = self._core_skill_path.read_text(encoding="utf-8")
+        if text.startswith("---"):
+            end = text.find("\n---", 3)
+            if end != -1:
+                text = text[end + 4 :]
+        return text.strip()
+
+    def agent_set(self, name: str, value: object) -> object:
+        """Change a consciousness field for the agent (RAM only); persisted at once."""
+        new = self.consciousness.agent_set(name, value)
+        self.save_consciousness()
+        return new
+
+    def status(self) -> dict[str, object]:
+        """A summary for Emacs at hello and on request."""
+        c = self.consciousness
+        return {
+            "run_id": self.run_id,
+            "tick": c.current_tick,
+            "mood": c.mood,
+            "model": self.model,
+            "key_ok": self.config.has_credentials,
+            "notice": None if self.config.has_credentials else self.config.missing_key_message(),
+            "home": str(self.config.home),
+            "interrupted": bool(self.chat_entries and self.chat_entries[-1].interrupted),
+        }
+
+    # -- the loop thread -----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the event loop thread and wait until it takes input."""
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self._inbox = asyncio.Queue()
+        self.loop.create_task(self._worker())
+        self._ready.set()
+        self.loop.run_forever()
+
+    async def _worker(self) -> None:
+        assert self._inbox is not None
+        while True:
+            text = await self._inbox.get()
+            try:
+                await run_turn(self, text)
+            except Exception as err:  # the loop must outlive any one turn
+                log.exception("turn failed")
+                self.face.annotate(f"Internal error in this turn: {err!r}. The server goes on.", "error")
+                self.face.turn_done(self.consciousness.current_tick)
+
+    def submit(self, text: str) -> None:
+        """Queue the person's input; returns at once (called from EPC threads)."""
+        assert self._inbox is not None
+        self.loop.call_soon_threadsafe(self._inbox.put_nowait, text)
+
+    def call_in_loop(self, fn: object, *args: object) -> None:
+        """Run FN(*ARGS) on the loop thread."""
+        self.loop.call_soon_threadsafe(fn, *args)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """Stop the loop thread."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+__all__ = ["Runtime", "Settings", "ConsciousnessError"]

@@ -1,0 +1,1 @@
+"""The agent's state: consciousness and its rules."""

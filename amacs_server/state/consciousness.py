@@ -1,0 +1,221 @@
+"""Consciousness: the agent's working state (RFC v4 §3.1), with ROM fields enforced (§3.2)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sexpdata import Symbol
+
+from ..transport.lisp import alist_dumps, alist_loads
+
+# Fields the harness owns; the agent may read them but never change them (RFC §3.2).
+HARNESS_FIELDS = frozenset(
+    {"identity", "current_tick", "current_time", "budget", "last_eval_result"}
+)
+DEPTH_FIELDS = (
+    "chat_context_depth",
+    "monologue_context_depth",
+    "global_scratchpad_depth",
+    "thread_scratchpad_depth",
+)
+
+
+class ConsciousnessError(ValueError):
+    """A change to consciousness the rules refuse; its message is shown to the agent."""
+
+
+@dataclass
+class EvalResult:
+    """The outcome of one eval (RFC §7): errors are data."""
+
+    success: bool
+    result: str | None = None
+    error: str | None = None
+    skipped: bool = False
+
+    @classmethod
+    def skipped_result(cls) -> EvalResult:
+        """The result recorded when a response had no eval."""
+        return cls(success=True, skipped=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict with kebab-able keys, in the RFC's field order."""
+        return {
+            "success": self.success,
+            "result": self.result,
+            "error": self.error,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass
+class Budget:
+    """Harness-managed cost accounting (RFC §3.1 budget)."""
+
+    cost_so_far: float = 0.0
+    budget_limit: float = 5.0
+
+    @property
+    def pressure(self) -> str:
+        """``low`` below half the limit, ``medium`` below 80 %, else ``high``."""
+        if self.budget_limit <= 0:
+            return "high"
+        used = self.cost_so_far / self.budget_limit
+        return "low" if used < 0.5 else "medium" if used < 0.8 else "high"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Budget as the RFC shows it, pressure included."""
+        return {
+            "cost_so_far": round(self.cost_so_far, 6),
+            "budget_limit": self.budget_limit,
+            "pressure": Symbol(self.pressure),
+        }
+
+
+@dataclass
+class ApiSettings:
+    """Agent-controlled inference settings (RFC §3.1 api-settings)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    thinking: bool = False
+    max_tokens: int = 8192
+
+    def validate(self) -> None:
+        """Refuse values the API would reject, with a message for the agent."""
+        if not 0.0 <= self.temperature <= 1.0:
+            raise ConsciousnessError(f"temperature must be within 0..1, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConsciousnessError(f"top-p must be within (0, 1], got {self.top_p}")
+        if not 1 <= self.max_tokens <= 128_000:
+            raise ConsciousnessError(f"max-tokens must be within 1..128000, got {self.max_tokens}")
+
+
+@dataclass
+class Consciousness:
+    """Every field of RFC v4 §3.1."""
+
+    identity: str = "amacs-instance-1"
+    current_tick: int = 0
+    current_time: str = ""
+    mood: str = "curious"
+    confidence: float = 0.5
+    active_thread: str | None = None
+    pending_threads: list[Any] = field(default_factory=list)
+    last_eval_result: EvalResult | None = None
+    budget: Budget = field(default_factory=Budget)
+    chat_context_depth: int = 5
+    monologue_context_depth: int = 20
+    global_scratchpad_depth: int = 5
+    thread_scratchpad_depth: int = 10
+    api_settings: ApiSettings = field(default_factory=ApiSettings)
+
+    def begin_tick(self, tick: int, now: datetime | None = None) -> None:
+        """Harness step: stamp the tick number and the time."""
+        self.current_tick = tick
+        moment = now or datetime.now(UTC)
+        self.current_time = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The alist shape of RFC §3.1, in its order."""
+        return {
+            "identity": self.identity,
+            "current_tick": self.current_tick,
+            "current_time": self.current_time,
+            "mood": self.mood,
+            "confidence": self.confidence,
+            "active_thread": self.active_thread,
+            "pending_threads": self.pending_threads or None,
+            "last_eval_result": self.last_eval_result.to_dict() if self.last_eval_result else None,
+            "budget": self.budget.to_dict(),
+            "chat_context_depth": self.chat_context_depth,
+            "monologue_context_depth": self.monologue_context_depth,
+            "global_scratchpad_depth": self.global_scratchpad_depth,
+            "thread_scratchpad_depth": self.thread_scratchpad_depth,
+            "api_settings": asdict(self.api_settings),
+        }
+
+    def to_elisp(self) -> str:
+        """Text for ``consciousness.el``: one alist Emacs can ``read``."""
+        return alist_dumps(self.to_dict()) + "\n"
+
+    @classmethod
+    def from_elisp(cls, text: str) -> Consciousness:
+        """Read ``consciousness.el`` back; unknown fields are ignored."""
+        data = alist_loads(text)
+        c = cls()
+        for name in ("identity", "mood", "active_thread"):
+            if isinstance(data.get(name), str):
+                setattr(c, name, data[name])
+        for name in ("current_tick", *DEPTH_FIELDS):
+            if isinstance(data.get(name), int):
+                setattr(c, name, data[name])
+        if isinstance(data.get("confidence"), int | float):
+            c.confidence = float(data["confidence"])
+        budget = data.get("budget") or {}
+        if isinstance(budget, dict) and isinstance(budget.get("cost_so_far"), int | float):
+            c.budget.cost_so_far = float(budget["cost_so_far"])
+        api = data.get("api_settings") or {}
+        if isinstance(api, dict):
+            for key in ("temperature", "top_p", "max_tokens"):
+                if isinstance(api.get(key), int | float):
+                    setattr(c.api_settings, key, type(getattr(c.api_settings, key))(api[key]))
+            c.api_settings.thinking = bool(api.get("thinking"))
+        ler = data.get("last_eval_result")
+        if isinstance(ler, dict):
+            c.last_eval_result = EvalResult(
+                success=bool(ler.get("success")),
+                result=ler.get("result"),
+                error=ler.get("error"),
+                skipped=bool(ler.get("skipped")),
+            )
+        return c
+
+    def agent_set(self, name: str, value: Any) -> Any:
+        """Change field NAME on the agent's behalf, enforcing the rules of §3.2.
+
+        Returns the new value.  Raises :class:`ConsciousnessError` with a message
+        for the agent when the field is harness-owned, unknown, or VALUE is bad.
+        """
+        key = name.strip().lstrip(":").replace("-", "_")
+        if key in HARNESS_FIELDS:
+            raise ConsciousnessError(
+                f"`{key.replace('_', '-')}' is owned by the harness (ROM) and cannot be changed"
+            )
+        if key == "mood":
+            if not isinstance(value, str) or not value:
+                raise ConsciousnessError("mood must be a non-empty string")
+            self.mood = value
+        elif key == "confidence":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConsciousnessError(f"confidence must be a number within 0..1, got {value!r}")
+            self.confidence = float(value)
+        elif key in DEPTH_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+                raise ConsciousnessError(f"{name} must be an integer within 0..1000, got {value!r}")
+            setattr(self, key, value)
+        elif key == "active_thread":
+            raise ConsciousnessError("threads change through agent-switch-thread, not directly")
+        elif key.startswith("api_settings_") or key == "api_settings":
+            return self._set_api_setting(key.removeprefix("api_settings").lstrip("_"), value)
+        else:
+            raise ConsciousnessError(f"unknown consciousness field `{name}'")
+        return getattr(self, key)
+
+    def _set_api_setting(self, key: str, value: Any) -> Any:
+        if not hasattr(self.api_settings, key) or key == "":
+            raise ConsciousnessError(
+                "api-settings fields are temperature, top-p, thinking, max-tokens"
+            )
+        candidate = ApiSettings(**asdict(self.api_settings))
+        if key == "thinking":
+            candidate.thinking = bool(value)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConsciousnessError(f"api-settings {key} must be a number, got {value!r}")
+        else:
+            setattr(candidate, key, int(value) if key == "max_tokens" else float(value))
+        candidate.validate()
+        self.api_settings = candidate
+        return getattr(candidate, key)

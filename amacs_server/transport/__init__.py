@@ -1,0 +1,1 @@
+"""Transport between the server and the Emacs that started it (EPC)."""

@@ -1,0 +1,104 @@
+"""Emacs as the loop's :class:`~amacs_server.loop.face.Face`, over EPC."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+from ..state.consciousness import EvalResult
+
+if TYPE_CHECKING:
+    from .server import AmacsEPCServer
+
+log = logging.getLogger("amacs.face")
+
+# How long past `amacs-eval-timeout' the server waits before it interrupts Emacs,
+# and then how long it waits for Emacs to report the interrupted eval.
+EVAL_GRACE_SECONDS = 1.0
+EVAL_INTERRUPT_WAIT_SECONDS = 5.0
+
+
+class EmacsFace:
+    """Shows the loop's output in Emacs and has Emacs evaluate the agent's elisp."""
+
+    def __init__(self, server: AmacsEPCServer) -> None:
+        self.server = server
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.eval_timeout = 30.0
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[EvalResult]] = {}
+
+    def _send(self, **event: Any) -> None:
+        if not self.server.notify(event):
+            log.info("no Emacs to show %s", event.get("type"))
+
+    def reply(self, text: str) -> None:
+        """Show the agent's reply."""
+        self._send(type="reply", text=text)
+
+    def annotate(self, text: str, kind: str = "info") -> None:
+        """Show a one-line note."""
+        self._send(type="annotation", text=text, kind=kind)
+
+    def turn_done(self, tick: int) -> None:
+        """Give the prompt back."""
+        self._send(type="turn-done", tick=tick)
+
+    async def evaluate(self, form: str) -> EvalResult:
+        """Send FORM to Emacs and await its result, interrupting Emacs past the limit."""
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        eid = next(self._ids)
+        future: asyncio.Future[EvalResult] = loop.create_future()
+        self._pending[eid] = future
+        try:
+            if not self.server.notify({"type": "eval", "id": eid, "form": form}):
+                return EvalResult(False, error="Emacs is not connected; the eval was not run")
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), self.eval_timeout + EVAL_GRACE_SECONDS)
+            except TimeoutError:
+                self._interrupt_emacs()
+            try:
+                result = await asyncio.wait_for(future, EVAL_INTERRUPT_WAIT_SECONDS)
+            except TimeoutError:
+                return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
+            return EvalResult(
+                False,
+                error=f"the eval ran past the time limit of {self.eval_timeout:g} s "
+                f"(amacs-eval-timeout) and was stopped: {result.error or result.result}",
+            )
+        finally:
+            self._pending.pop(eid, None)
+
+    def _interrupt_emacs(self) -> None:
+        """SIGUSR1 makes the Emacs eval wrapper quit (see `amacs--eval-form')."""
+        pid = self.server.emacs_pid
+        if pid:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError as err:
+                log.warning("could not interrupt Emacs %s: %s", pid, err)
+
+    def deliver(self, eid: int, result: EvalResult) -> None:
+        """Called from an EPC thread with Emacs's result for eval EID."""
+        loop = self.loop
+        if loop is None:
+            return
+        loop.call_soon_threadsafe(self._resolve, eid, result)
+
+    def _resolve(self, eid: int, result: EvalResult) -> None:
+        future = self._pending.get(eid)
+        if future is not None and not future.done():
+            future.set_result(result)
+
+    def fail_all(self, message: str) -> None:
+        """Emacs went away: every waiting eval gets MESSAGE as its error."""
+        loop = self.loop
+        if loop is None:
+            return
+        for eid in list(self._pending):
+            loop.call_soon_threadsafe(self._resolve, eid, EvalResult(False, error=message))

@@ -1,0 +1,103 @@
+;;; amacs-eval.el --- Evaluate the agent's elisp, errors as data -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
+;; Keywords: tools, ai
+;; URL: https://example.invalid/amacs
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; The agent's hands (RFC v4 §7, EPIC-002 IMP-018).  The server sends a
+;; form as a string; it is read and evaluated inside `condition-case',
+;; and the printed value or the error message goes back as data.
+;;
+;; A time limit cannot be enforced from inside Emacs: a loop such as
+;; (while t) never lets a timer run.  So the server watches the clock,
+;; and past `amacs-eval-timeout' it sends this Emacs SIGUSR1.  While an
+;; eval runs, `debug-on-event' is bound to `sigusr1', which makes Emacs
+;; set `quit-flag'; the loop quits, `condition-case' catches the quit,
+;; and the eval comes back as an error.  `debugger' is bound to a
+;; function that does nothing, so the debugger never opens.  Outside an
+;; eval, SIGUSR1 is an ordinary (ignored) event.
+
+;;; Code:
+
+(require 'amacs-transport)
+
+(defcustom amacs-eval-result-max-chars 20000
+  "Longest printed eval result sent back to the agent; longer ones are cut."
+  :type 'integer
+  :group 'amacs)
+
+(defun amacs--eval-ignore-debugger (&rest _)
+  "Do nothing: stands in for `debugger' during the agent's eval."
+  (setq debug-on-next-call nil)
+  nil)
+
+(defun amacs--read-forms (text)
+  "Read every form in TEXT; return one form (several are wrapped in `progn').
+Signals `amacs-unreadable' when TEXT is not readable elisp."
+  (let ((pos 0) forms)
+    (condition-case err
+        (while (string-match-p "[^[:space:]]"
+                               (replace-regexp-in-string ";[^\n]*" "" (substring text pos)))
+          (let ((read (read-from-string text pos)))
+            (push (car read) forms)
+            (setq pos (cdr read))))
+      (error (signal 'amacs-unreadable (list (error-message-string err)))))
+    (cond ((null forms) (signal 'amacs-unreadable '("empty eval")))
+          ((cdr forms) (cons 'progn (nreverse forms)))
+          (t (car forms)))))
+
+(define-error 'amacs-unreadable "Unreadable elisp")
+
+(defun amacs--print-result (value)
+  "Return VALUE printed for the agent, without text properties, size-capped."
+  (let* ((print-length nil) (print-level nil)
+         (text (prin1-to-string (if (stringp value) (substring-no-properties value) value))))
+    (if (> (length text) amacs-eval-result-max-chars)
+        (format "%s... [cut: %d of %d chars shown]"
+                (substring text 0 amacs-eval-result-max-chars)
+                amacs-eval-result-max-chars (length text))
+      text)))
+
+(defun amacs--eval-form (text)
+  "Read and evaluate TEXT; return a plist (:success :result :error).
+Never signals: reader errors, signals and quits (the server's time
+limit or \\[keyboard-quit]) all come back as :error."
+  (let ((debugger #'amacs--eval-ignore-debugger)
+        (debug-on-quit nil)
+        (debug-on-error nil)
+        (debug-on-event 'sigusr1)
+        outcome)
+    (condition-case err
+        (let ((form (amacs--read-forms text)))
+          (setq outcome
+                (list :success t
+                      :result (amacs--print-result
+                               (let ((inhibit-quit nil))
+                                 (save-current-buffer (eval form t)))))))
+      (amacs-unreadable
+       (setq outcome (list :success nil :error (format "Unreadable elisp: %s" (cadr err)))))
+      (quit
+       (setq outcome (list :success nil :error "quit: the eval was stopped")))
+      (error
+       (setq outcome (list :success nil :error (error-message-string err)))))
+    (setq debug-on-next-call nil)
+    outcome))
+
+(defun amacs--handle-eval-event (event)
+  "Evaluate the form in EVENT and send the result to the server."
+  (let ((result (amacs--eval-form (plist-get event :form))))
+    (when (amacs-live-p)
+      (amacs-call 'eval_result (list (plist-get event :id) result)))))
+
+(amacs-on-event "eval" #'amacs--handle-eval-event)
+
+(provide 'amacs-eval)
+;;; amacs-eval.el ends here

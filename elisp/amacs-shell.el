@@ -1,0 +1,165 @@
+;;; amacs-shell.el --- The *amacs-shell* comint buffer -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
+;; Keywords: tools, ai
+;; URL: https://example.invalid/amacs
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; The person's window onto the agent (RFC v4 §2.1, §9.1): a comint
+;; buffer with a dummy process, as in ielm.  RET hands the input to the
+;; server and returns at once; the agent's reply appears when it comes.
+;; Only the reply is shown; mood, confidence and eval stay internal.
+
+;;; Code:
+
+(require 'comint)
+(require 'amacs-transport)
+(require 'amacs-eval)
+
+(defcustom amacs-shell-prompt "amacs> "
+  "Prompt of the AMACS shell."
+  :type 'string
+  :group 'amacs)
+
+(defcustom amacs-shell-buffer-name "*amacs-shell*"
+  "Name of the AMACS shell buffer."
+  :type 'string
+  :group 'amacs)
+
+(defface amacs-shell-annotation '((t :inherit font-lock-comment-face))
+  "Face of informational notes in the AMACS shell."
+  :group 'amacs)
+
+(defface amacs-shell-warning '((t :inherit warning))
+  "Face of warnings in the AMACS shell."
+  :group 'amacs)
+
+(defface amacs-shell-error '((t :inherit error))
+  "Face of errors in the AMACS shell."
+  :group 'amacs)
+
+(defvar amacs-shell-busy nil
+  "Non-nil while the agent works on a turn.")
+
+(defun amacs-shell--buffer ()
+  "Return the live shell buffer, or nil."
+  (get-buffer amacs-shell-buffer-name))
+
+(defun amacs-shell--process ()
+  "Return the dummy process of the shell buffer, or nil."
+  (let ((buf (amacs-shell--buffer)))
+    (and buf (get-buffer-process buf))))
+
+(defun amacs-shell--insert (text &optional face)
+  "Insert TEXT (in FACE) into the shell before the input area."
+  (let ((proc (amacs-shell--process)))
+    (when proc
+      (with-current-buffer (process-buffer proc)
+        (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
+          (comint-output-filter proc (if face (propertize text 'font-lock-face face) text)))))))
+
+(defun amacs-shell--prompt ()
+  "Show the prompt again."
+  (let ((proc (amacs-shell--process)))
+    (when proc
+      (with-current-buffer (process-buffer proc)
+        (comint-output-filter proc amacs-shell-prompt)))))
+
+(defun amacs-shell--note (text)
+  "Show TEXT as a note in the shell, or in the echo area without a shell."
+  (if (amacs-shell--process)
+      (amacs-shell--insert (concat ";; " text) 'amacs-shell-annotation)
+    (message "%s" text)))
+
+(defun amacs-shell--on-reply (event)
+  "Show the reply in EVENT."
+  (amacs-shell--insert (concat (plist-get event :text) "\n")))
+
+(defun amacs-shell--on-annotation (event)
+  "Show the one-line note in EVENT in its kind's face."
+  (amacs-shell--insert
+   (concat ";; " (plist-get event :text))
+   (pcase (plist-get event :kind)
+     ("warning" 'amacs-shell-warning)
+     ("error" 'amacs-shell-error)
+     (_ 'amacs-shell-annotation))))
+
+(defun amacs-shell--on-turn-done (_event)
+  "The agent waits for the person: give the prompt back."
+  (setq amacs-shell-busy nil)
+  (amacs-shell--prompt))
+
+(amacs-on-event "reply" #'amacs-shell--on-reply)
+(amacs-on-event "annotation" #'amacs-shell--on-annotation)
+(amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
+
+(defun amacs-shell--greet ()
+  "Say what the server reported at hello: a missing key, an interrupted turn."
+  (let ((notice (plist-get amacs--status :notice)))
+    (when notice (amacs-shell--insert (concat ";; " notice) 'amacs-shell-warning)))
+  (when (plist-get amacs--status :interrupted)
+    (amacs-shell--insert
+     ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
+     'amacs-shell-warning)))
+
+(defun amacs-shell--input-sender (_proc input)
+  "Send INPUT to the agent; return at once."
+  (let ((text (string-trim (substring-no-properties input))))
+    (if (string-empty-p text)
+        (amacs-shell--prompt)
+      (setq amacs-shell-busy t)
+      (amacs-when-ready
+       (lambda ()
+         (amacs-call 'submit (list text) nil
+                     (lambda (err)
+                       (setq amacs-shell-busy nil)
+                       (amacs-shell--insert (concat ";; Not sent: " err) 'amacs-shell-error)
+                       (amacs-shell--prompt))))))))
+
+(defvar amacs-shell-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "RET") #'comint-send-input)
+    map)
+  "Keymap of `amacs-shell-mode'.")
+
+(define-derived-mode amacs-shell-mode comint-mode "AMACS"
+  "Major mode of the AMACS shell: type to the agent, RET sends.
+
+\\{amacs-shell-mode-map}"
+  (setq comint-prompt-regexp (concat "^" (regexp-quote amacs-shell-prompt)))
+  (setq-local paragraph-separate "\\'")
+  (setq-local paragraph-start comint-prompt-regexp)
+  (setq-local comint-input-sender #'amacs-shell--input-sender)
+  (setq-local comint-process-echoes nil)
+  (setq-local comint-prompt-read-only t)
+  (setq-local comint-use-prompt-regexp nil)
+  (unless (comint-check-proc (current-buffer))
+    (let ((proc (condition-case nil
+                    (start-process "amacs-shell" (current-buffer) "hexl")
+                  (file-error (start-process "amacs-shell" (current-buffer) "cat")))))
+      (set-process-query-on-exit-flag proc nil)
+      (goto-char (point-max))
+      (set-marker (process-mark proc) (point))
+      (comint-output-filter proc amacs-shell-prompt))))
+
+;;;###autoload
+(defun amacs-shell ()
+  "Open `*amacs-shell*' and start the AMACS server if needed."
+  (interactive)
+  (let ((buf (get-buffer-create amacs-shell-buffer-name)))
+    (with-current-buffer buf
+      (unless (derived-mode-p 'amacs-shell-mode) (amacs-shell-mode)))
+    (setq amacs-transport-message-function #'amacs-shell--note)
+    (pop-to-buffer-same-window buf)
+    (amacs-when-ready #'amacs-shell--greet)
+    buf))
+
+(provide 'amacs-shell)
+;;; amacs-shell.el ends here

@@ -1,0 +1,352 @@
+;;; amacs-transport.el --- EPC link between Emacs and the AMACS server -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
+;; Keywords: tools, ai
+;; URL: https://example.invalid/amacs
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; Starts the AMACS server (or connects to a headless one), proves to it
+;; that this Emacs is the one it serves (a token passed in the
+;; environment), and carries messages both ways.
+;;
+;; Everything on an interactive path is asynchronous.  Where elisp needs
+;; a value now (a harness function called inside the agent's eval),
+;; `amacs--call-sync' waits on the connection itself and flushes
+;; deferred's queue, instead of the stock `epc:call-sync' and its
+;; 150 ms polling (DESIGN.md, EPC defect 2).  Strings sent to the server
+;; lose their text properties first (defect 7).
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'epc)
+(require 'json)
+(require 'auth-source)
+
+(defgroup amacs nil
+  "AMACS: an Emacs-native LLM agent."
+  :group 'tools
+  :prefix "amacs-")
+
+(defconst amacs--root
+  (file-name-directory
+   (directory-file-name
+    (file-name-directory (or load-file-name buffer-file-name default-directory))))
+  "The AMACS source tree: the folder above elisp/.")
+
+(defun amacs--default-server-command ()
+  "Return the default command to start the server.
+The repository's .venv Python when present, else `amacs-server' on PATH."
+  (let ((python (expand-file-name ".venv/bin/python" amacs--root)))
+    (if (file-executable-p python)
+        (list python "-m" "amacs_server")
+      (list "amacs-server"))))
+
+(defcustom amacs-server-command (amacs--default-server-command)
+  "Command that starts the AMACS server: the program, then its arguments."
+  :type '(repeat string)
+  :group 'amacs)
+
+(defcustom amacs-home nil
+  "The AMACS home folder, or nil for $AMACS_HOME or ~/.agent.
+Passed to the server as AMACS_HOME."
+  :type '(choice (const :tag "Default" nil) directory)
+  :group 'amacs)
+
+(defcustom amacs-api-key nil
+  "Anthropic API key for the server, or nil.
+When nil, ANTHROPIC_API_KEY from the environment is used, else a
+password for host api.anthropic.com from `auth-source'.  The key
+goes only into the server's environment."
+  :type '(choice (const :tag "From the environment or auth-source" nil)
+                 (string :tag "Key")
+                 (function :tag "Function returning the key"))
+  :group 'amacs)
+
+(defcustom amacs-eval-timeout 30
+  "Seconds the agent's eval may run before it is stopped."
+  :type 'number
+  :group 'amacs)
+
+(defcustom amacs-max-steps 8
+  "Ticks one human turn may run while the agent keeps evaluating."
+  :type 'integer
+  :group 'amacs)
+
+(defcustom amacs-sync-call-timeout 10
+  "Seconds a synchronous call to the server may take before it fails."
+  :type 'number
+  :group 'amacs)
+
+(defvar amacs--manager nil
+  "The `epc:manager' of the live connection, or nil.")
+
+(defvar amacs--server-process nil
+  "The server process this Emacs started, or nil.")
+
+(defvar amacs--token nil
+  "The secret this Emacs gave the server it started.")
+
+(defvar amacs--ready nil
+  "Non-nil once the server has accepted this Emacs's hello.")
+
+(defvar amacs--status nil
+  "The plist the server returned at hello.")
+
+(defvar amacs--on-ready nil
+  "Functions called with no argument once the server is ready.")
+
+(defvar amacs--event-handlers nil
+  "Alist of (TYPE . FUNCTION) for events the server sends.
+FUNCTION receives the event plist.")
+
+(defvar amacs--event-queue nil
+  "Events received from the server and not yet handled, oldest first.")
+
+(defvar amacs--event-timer nil
+  "Timer that drains `amacs--event-queue', or nil.")
+
+(defvar amacs-transport-message-function #'message
+  "Function used to tell the person about connection problems.
+The shell replaces it so that messages appear in `*amacs-shell*'.")
+
+(defun amacs--say (format-string &rest args)
+  "Report FORMAT-STRING with ARGS through `amacs-transport-message-function'."
+  (funcall amacs-transport-message-function (apply #'format format-string args)))
+
+(defun amacs--clean (value)
+  "Return VALUE with text properties removed from every string in it."
+  (cond ((stringp value) (substring-no-properties value))
+        ((consp value) (cons (amacs--clean (car value)) (amacs--clean (cdr value))))
+        (t value)))
+
+(defun amacs--make-token ()
+  "Return a fresh 256-bit secret as hex, from /dev/urandom when readable."
+  (if (file-readable-p "/dev/urandom")
+      (with-temp-buffer
+        (set-buffer-multibyte nil)
+        (insert-file-contents-literally "/dev/urandom" nil 0 32)
+        (mapconcat (lambda (byte) (format "%02x" byte)) (buffer-string) ""))
+    (secure-hash 'sha256 (format "%s%s%s%s" (random t) (emacs-pid)
+                                 (float-time) (recent-keys)))))
+
+(defun amacs--api-key ()
+  "Return the API key to give the server, or nil."
+  (cond ((functionp amacs-api-key) (funcall amacs-api-key))
+        ((stringp amacs-api-key) amacs-api-key)
+        ((getenv "ANTHROPIC_API_KEY") nil)
+        (t (let ((secret (auth-source-pick-first-password :host "api.anthropic.com")))
+             (and (stringp secret) (not (string-empty-p secret)) secret)))))
+
+(defun amacs--server-environment (token)
+  "Return `process-environment' for a server that must present TOKEN."
+  (let ((key (amacs--api-key))
+        (env (cons (concat "AMACS_TOKEN=" token) process-environment)))
+    (when key (push (concat "ANTHROPIC_API_KEY=" key) env))
+    (when amacs-home (push (concat "AMACS_HOME=" (expand-file-name amacs-home)) env))
+    env))
+
+(defun amacs-live-p ()
+  "Return non-nil when the server is connected and has accepted this Emacs."
+  (and amacs--ready amacs--manager (epc:live-p amacs--manager)))
+
+(defun amacs--settings ()
+  "Return the plist of settings sent to the server at hello."
+  (list :eval-timeout amacs-eval-timeout :max-steps amacs-max-steps))
+
+(defun amacs-start-server ()
+  "Start the server without waiting; it connects when its port is printed.
+Does nothing if a server is already starting or connected."
+  (unless (or (amacs-live-p) (process-live-p amacs--server-process))
+    (setq amacs--token (amacs--make-token) amacs--ready nil)
+    (let ((process-environment (amacs--server-environment amacs--token))
+          (stderr (get-buffer-create " *amacs-server-stderr*")))
+      (condition-case err
+          (setq amacs--server-process
+                (make-process :name "amacs-server"
+                              :buffer (generate-new-buffer " *amacs-server*")
+                              :command amacs-server-command
+                              :connection-type 'pipe
+                              :noquery t
+                              :stderr stderr
+                              :filter #'amacs--server-filter
+                              :sentinel #'amacs--server-sentinel))
+        (file-error
+         (amacs--say "Cannot start the AMACS server %S: %s. Run ./amacs once to set it up, or customize `amacs-server-command'."
+                     amacs-server-command (error-message-string err)))))))
+
+(defun amacs--server-filter (proc output)
+  "Read the port from the first line of PROC's OUTPUT, then connect."
+  (let ((buf (process-buffer proc)))
+    (when (buffer-live-p buf)
+      (with-current-buffer buf
+        (goto-char (point-max))
+        (insert output)
+        (goto-char (point-min))
+        (when (and (not (process-get proc 'amacs-port))
+                   (re-search-forward "\n" nil t))
+          (let ((line (string-trim (buffer-substring (point-min) (1- (point))))))
+            (if (string-match-p "\\`[0-9]+\\'" line)
+                (progn
+                  (process-put proc 'amacs-port (string-to-number line))
+                  (amacs--connect-port proc (string-to-number line) amacs--token))
+              (amacs--say "The AMACS server did not start: %s" line))))))))
+
+(defun amacs--server-sentinel (proc event)
+  "Report that server PROC ended with EVENT."
+  (unless (process-live-p proc)
+    (when (eq proc amacs--server-process)
+      (setq amacs--ready nil amacs--manager nil amacs--server-process nil)
+      (amacs--say "AMACS server stopped (%s). Your input is saved; type to restart it, or M-x amacs-restart. Log: %s"
+                  (string-trim event)
+                  (expand-file-name "logs/server.log"
+                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent"))))
+    (when (buffer-live-p (process-buffer proc))
+      (kill-buffer (process-buffer proc)))))
+
+(defun amacs--connect-port (server-proc port token)
+  "Connect to PORT on 127.0.0.1 and say hello with TOKEN.
+SERVER-PROC is the server process this Emacs started, or nil."
+  (condition-case err
+      (let* ((conn (epc:connect "127.0.0.1" port))
+             (mngr (make-epc:manager :server-process server-proc
+                                     :commands amacs-server-command
+                                     :title "amacs" :port port :connection conn)))
+        (epc:init-epc-layer mngr)
+        (epc:define-method mngr 'amacs-event #'amacs--receive-event)
+        (set-process-sentinel (epc:connection-process conn)
+                              (lambda (p e) (amacs--connection-sentinel mngr p e)))
+        (setq amacs--manager mngr)
+        (deferred:$
+          (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
+          (deferred:nextc it #'amacs--hello-accepted)
+          (deferred:error it
+            (lambda (e) (amacs--say "The AMACS server refused this Emacs: %S" e)))))
+    (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
+                       port (error-message-string err)))))
+
+(defun amacs--connection-sentinel (mngr proc event)
+  "Forget MNGR when its connection PROC closes with EVENT."
+  (epc:disconnect (epc:manager-connection mngr))
+  (when (and (eq mngr amacs--manager) (not (process-live-p proc)))
+    (setq amacs--ready nil amacs--manager nil)
+    (unless amacs--server-process
+      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event)))))
+
+(defun amacs--hello-accepted (status)
+  "Store the server's STATUS plist and run the functions waiting for it."
+  (setq amacs--ready t amacs--status status)
+  (let ((waiting amacs--on-ready))
+    (setq amacs--on-ready nil)
+    (dolist (fn (reverse waiting)) (funcall fn))))
+
+(defun amacs-when-ready (fn)
+  "Call FN once the server is connected, starting it if needed."
+  (if (amacs-live-p)
+      (funcall fn)
+    (push fn amacs--on-ready)
+    (amacs-start-server)))
+
+(defun amacs-stop-server ()
+  "Stop the server this Emacs started and forget the connection."
+  (let ((proc amacs--server-process))
+    (setq amacs--server-process nil amacs--ready nil)
+    (when amacs--manager
+      (ignore-errors (epc:disconnect (epc:manager-connection amacs--manager)))
+      (setq amacs--manager nil))
+    (when (process-live-p proc)
+      (delete-process proc))))
+
+(defun amacs-connect (&optional port token)
+  "Connect to a headless server on PORT with TOKEN.
+Without arguments, read both from server.json in the AMACS home."
+  (interactive)
+  (unless (and port token)
+    (let* ((home (or amacs-home (getenv "AMACS_HOME") "~/.agent"))
+           (info (json-read-file (expand-file-name "server.json" home))))
+      (setq port (or port (alist-get 'port info))
+            token (or token (alist-get 'token info) (getenv "AMACS_TOKEN")))))
+  (unless (and port token)
+    (user-error "No port or token: start the server with --headless and AMACS_TOKEN set"))
+  (setq amacs--token token amacs--ready nil)
+  (amacs--connect-port nil port token))
+
+;;;; Calls to the server
+
+(defun amacs-call (method args &optional callback errback)
+  "Call server METHOD with ARGS without waiting.
+CALLBACK gets the result; ERRBACK gets an error message string."
+  (unless (amacs-live-p) (error "The AMACS server is not connected"))
+  (deferred:$
+    (epc:call-deferred amacs--manager method (amacs--clean args))
+    (deferred:nextc it (lambda (value) (when callback (funcall callback value))))
+    (deferred:error it
+      (lambda (err)
+        (let ((text (amacs--remote-error-message err)))
+          (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))
+
+(defun amacs--remote-error-message (err)
+  "Return the server's message in ERR, an error object from epc."
+  (let ((text (if (stringp err) err (format "%S" err))))
+    (if (string-match "\\`\"\\(.*\\)\"\\'" text) (match-string 1 text) text)))
+
+(defun amacs--call-sync (method args)
+  "Call server METHOD with ARGS and return its value, waiting on the socket.
+Signals an error carrying the server's message if the method fails, or
+if no answer comes within `amacs-sync-call-timeout' seconds."
+  (unless (amacs-live-p) (error "The AMACS server is not connected"))
+  (let* ((mngr amacs--manager)
+         (proc (epc:connection-process (epc:manager-connection mngr)))
+         (uid (epc:uid))
+         (state 'waiting) value
+         (d (make-deferred :callback (lambda (x) (setq state 'done value x))
+                           :errorback (lambda (e) (setq state 'failed value e))))
+         (deadline (+ (float-time) amacs-sync-call-timeout)))
+    (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
+    (epc:manager-send mngr 'call uid method (amacs--clean args))
+    (while (and (eq state 'waiting) (< (float-time) deadline) (process-live-p proc))
+      (accept-process-output proc 0.05 nil t)
+      (deferred:flush-queue!))
+    (pcase state
+      ('done value)
+      ('failed (error "%s" (amacs--remote-error-message value)))
+      (_ (epc:manager-remove-session mngr uid)
+         (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout)))))
+
+;;;; Events from the server
+
+(defun amacs--receive-event (event)
+  "Queue EVENT, a plist from the server, and return at once.
+Events are handled in order from a timer, outside the process filter."
+  (setq amacs--event-queue (nconc amacs--event-queue (list event)))
+  (unless amacs--event-timer
+    (setq amacs--event-timer (run-at-time 0 nil #'amacs--drain-events)))
+  nil)
+
+(defun amacs--drain-events ()
+  "Handle every queued event, oldest first."
+  (setq amacs--event-timer nil)
+  (while amacs--event-queue
+    (let* ((event (pop amacs--event-queue))
+           (handler (alist-get (plist-get event :type) amacs--event-handlers
+                               nil nil #'equal)))
+      (if handler
+          (condition-case err
+              (funcall handler event)
+            (error (message "AMACS: handling %s failed: %s"
+                            (plist-get event :type) (error-message-string err))))
+        (message "AMACS: unknown event %S" (plist-get event :type))))))
+
+(defun amacs-on-event (type function)
+  "Handle server events of TYPE (a string) with FUNCTION of one plist."
+  (setf (alist-get type amacs--event-handlers nil nil #'equal) function))
+
+(provide 'amacs-transport)
+;;; amacs-transport.el ends here

@@ -1,0 +1,40 @@
+;;; amacs.el --- An Emacs-native LLM agent and research platform -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
+;; Keywords: tools, ai
+;; URL: https://example.invalid/amacs
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; M-x amacs-shell opens `*amacs-shell*'.  A Python server owns the
+;; agent's mind; Emacs shows its replies and evaluates the elisp it
+;; returns.  See README.md for set-up.
+
+;;; Code:
+
+(require 'amacs-transport)
+(require 'amacs-eval)
+(require 'amacs-agent)
+(require 'amacs-shell)
+
+(defun amacs-restart ()
+  "Restart the AMACS server; the shell stays."
+  (interactive)
+  (amacs-stop-server)
+  (amacs-when-ready #'amacs-shell--greet))
+
+(defun amacs-open-chat-log ()
+  "Open agent-chat.org, the full chat history."
+  (interactive)
+  (find-file (expand-file-name "agent-chat.org"
+                               (or (plist-get amacs--status :home)
+                                   amacs-home (getenv "AMACS_HOME") "~/.agent"))))
+
+(provide 'amacs)
+;;; amacs.el ends here
