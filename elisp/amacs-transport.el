@@ -128,14 +128,14 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
         (t value)))
 
 (defun amacs--make-token ()
-  "Return a fresh 256-bit secret as hex, from /dev/urandom when readable."
-  (if (file-readable-p "/dev/urandom")
-      (with-temp-buffer
-        (set-buffer-multibyte nil)
-        (insert-file-contents-literally "/dev/urandom" nil 0 32)
-        (mapconcat (lambda (byte) (format "%02x" byte)) (buffer-string) ""))
-    (secure-hash 'sha256 (format "%s%s%s%s" (random t) (emacs-pid)
-                                 (float-time) (recent-keys)))))
+  "Return a fresh 256-bit secret as hex, read from /dev/urandom."
+  (with-temp-buffer
+    (unless (and (file-readable-p "/dev/urandom")
+                 (eq 0 (call-process "od" nil t nil "-An" "-v" "-tx1" "-N32" "/dev/urandom")))
+      (error "Cannot read /dev/urandom to make the server's token"))
+    (let ((hex (replace-regexp-in-string "[^0-9a-f]" "" (buffer-string))))
+      (unless (= (length hex) 64) (error "Short read from /dev/urandom"))
+      hex)))
 
 (defun amacs--api-key ()
   "Return the API key to give the server, or nil."

@@ -33,7 +33,12 @@ class ModelResult:
 def build_request(
     model: str, system: str, messages: list[dict[str, Any]], settings: ApiSettings
 ) -> dict[str, Any]:
-    """The Messages API request: the core skill as a cached system block, then MESSAGES."""
+    """The Messages API request: the core skill as a cached system block, then MESSAGES.
+
+    The current SDK has no sampling parameters; temperature and top-p go in
+    ``extra_body`` only when the agent moved them from the default, so the
+    API itself says (400) if a model refuses them.
+    """
     request: dict[str, Any] = {
         "model": model,
         "max_tokens": settings.max_tokens,
@@ -45,9 +50,13 @@ def build_request(
         request["max_tokens"] = max(settings.max_tokens, budget + 1024)
         request["thinking"] = {"type": "enabled", "budget_tokens": budget}
     else:
-        request["temperature"] = settings.temperature
-        if settings.top_p < 1.0:
-            request["top_p"] = settings.top_p
+        sampling: dict[str, float] = {}
+        if settings.temperature != 1.0:
+            sampling["temperature"] = settings.temperature
+        if settings.top_p != 1.0:
+            sampling["top_p"] = settings.top_p
+        if sampling:
+            request["extra_body"] = sampling
     return request
 
 

@@ -1,0 +1,283 @@
+"""A fake Anthropic Messages API: real HTTP on 127.0.0.1, JSON and SSE streaming.
+
+Tests script the replies and read back every request.  The real ``anthropic``
+SDK talks to it through ``ANTHROPIC_BASE_URL``; nothing in the SDK is patched.
+
+    fake = FakeAnthropic().start()
+    fake.script(Reply(json.dumps({...})), Reply(status=529))
+    ... ANTHROPIC_BASE_URL=fake.url ...
+    fake.requests[0]["body"]["messages"]
+
+Run alone (for benchmarks or by hand): ``python -m tests.fake_anthropic``
+prints its URL and answers every request with a valid agent response.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DEFAULT_TEXT = json.dumps(
+    {"reply": "ok", "mood": "calm", "confidence": 0.5, "monologue": "answered", "eval": None}
+)
+
+
+@dataclass
+class Reply:
+    """One scripted answer.
+
+    ``text`` is the assistant's text; ``status`` other than 200 sends an API
+    error of that status; ``delay`` waits before the headers; ``chunks`` splits
+    the streamed text into that many deltas with ``chunk_delay`` between them;
+    ``hold`` blocks the answer until the event is set (a hung model).
+    """
+
+    text: str = DEFAULT_TEXT
+    status: int = 200
+    delay: float = 0.0
+    chunks: int = 1
+    chunk_delay: float = 0.0
+    usage: dict[str, int] = field(
+        default_factory=lambda: {
+            "input_tokens": 100,
+            "output_tokens": 20,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+    )
+    hold: threading.Event | None = None
+
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # DESIGN.md, Measuring: no 40 ms delayed-ACK stalls
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            self._send_json(400, _error_body(400, "body is not JSON"))
+            return
+        fake = self.server.fake
+        record = {
+            "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body,
+            "time": time.time(),
+        }
+        if self.path.rstrip("/") != "/v1/messages":
+            self._send_json(404, _error_body(404, f"no route {self.path}"))
+            return
+        if not (self.headers.get("x-api-key") or self.headers.get("authorization")):
+            fake.record(record)
+            self._send_json(401, _error_body(401, "missing x-api-key or authorization header"))
+            return
+        reply = fake.next_reply(body)
+        fake.record(record)
+        if reply.hold is not None:
+            reply.hold.wait(300)
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            self._send_json(reply.status, _error_body(reply.status, "scripted failure"))
+        elif body.get("stream"):
+            self._send_stream(body, reply)
+        else:
+            self._send_json(200, _message(body, reply, reply.text))
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", "req_fake")
+        if status == 529 or status == 429:
+            self.send_header("retry-after", "0")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, name: str, payload: dict[str, Any]) -> None:
+        self._chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+
+    def _send_stream(self, body: dict[str, Any], reply: Reply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        start = _message(body, reply, "")
+        start["usage"] = dict(reply.usage, output_tokens=1)
+        self._event("message_start", {"type": "message_start", "message": start})
+        self._event(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        )
+        for piece in _split(reply.text, reply.chunks):
+            self._event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+            )
+            if reply.chunk_delay:
+                time.sleep(reply.chunk_delay)
+        self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": reply.usage.get("output_tokens", 0)},
+            },
+        )
+        self._event("message_stop", {"type": "message_stop"})
+        self._chunk(b"")
+
+
+def _split(text: str, parts: int) -> list[str]:
+    if parts <= 1 or len(text) <= 1:
+        return [text]
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _message(body: dict[str, Any], reply: Reply, text: str) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "fake"),
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": dict(reply.usage),
+    }
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeAnthropic
+
+
+class FakeAnthropic:
+    """The fake API server; scripted replies are served in order, then the default."""
+
+    def __init__(self, default: Callable[[dict[str, Any]], Reply] | None = None) -> None:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.fake = self
+        self._lock = threading.Lock()
+        self._script: deque[Reply] = deque()
+        self._default = default or (lambda _body: Reply())
+        self.requests: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """Base URL to give the SDK (``ANTHROPIC_BASE_URL``)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeAnthropic:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def script(self, *replies: Reply) -> None:
+        """Queue REPLIES to be served in order."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        """The next scripted reply, else the default for BODY."""
+        with self._lock:
+            if self._script:
+                return self._script.popleft()
+        return self._default(body)
+
+    def record(self, request: dict[str, Any]) -> None:
+        """Keep REQUEST for the test to inspect."""
+        with self._lock:
+            self.requests.append(request)
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> bool:
+        """Wait until COUNT requests have arrived."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.requests) >= count:
+                    return True
+            time.sleep(0.01)
+        return False
+
+    def api_key_of(self, index: int) -> str | None:
+        """The key request INDEX carried, from whichever header the SDK used."""
+        headers = self.requests[index]["headers"]
+        if "x-api-key" in headers:
+            return headers["x-api-key"]
+        auth = headers.get("authorization", "")
+        return auth.removeprefix("Bearer ") or None
+
+    def user_texts(self) -> list[str]:
+        """The first user message of each request (the assembled context)."""
+        out = []
+        for req in self.requests:
+            content = req["body"]["messages"][0]["content"]
+            out.append(content if isinstance(content, str) else content[0]["text"])
+        return out
+
+
+def agent_json(reply: str | None = None, *, eval: str | None = None, mood: str = "focused",  # noqa: A002
+               confidence: float = 0.8, monologue: str = "thinking") -> str:
+    """A valid agent response as JSON text."""
+    return json.dumps(
+        {"eval": eval, "reply": reply, "mood": mood, "confidence": confidence, "monologue": monologue},
+        ensure_ascii=False,
+    )
+
+
+def main() -> None:
+    """Serve until interrupted, printing the URL."""
+    fake = FakeAnthropic().start()
+    print(fake.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
