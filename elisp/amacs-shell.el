@@ -79,8 +79,8 @@
     (message "%s" text)))
 
 (defun amacs-shell--on-reply (event)
-  "Show the reply in EVENT."
-  (amacs-shell--insert (concat (plist-get event :text) "\n")))
+  "Show the reply in EVENT, set off by blank lines as in RFC v4 §9.1."
+  (amacs-shell--insert (concat "\n" (string-trim (plist-get event :text)) "\n\n")))
 
 (defun amacs-shell--on-annotation (event)
   "Show the one-line note in EVENT in its kind's face."

@@ -171,9 +171,9 @@ def _alist_to_dict(data: Any) -> dict[str, Any]:
         raise LispFormatError(f"expected an alist, got {data!r}")
     out: dict[str, Any] = {}
     for pair in data:
-        if not (isinstance(pair, list) and len(pair) >= 2 and isinstance(pair[0], Symbol)):
+        if not (isinstance(pair, list) and len(pair) >= 2 and _is_key(pair[0])):
             raise LispFormatError(f"expected (key . value), got {pair!r}")
-        key = pair[0].value().replace("-", "_")
+        key = _key_name(pair[0]).replace("-", "_")
         if len(pair) == 3 and pair[1] == Symbol("."):
             out[key] = _alist_value(pair[2])
         else:  # (key . (a b)) prints as (key a b); a nested alist prints this way
@@ -184,9 +184,22 @@ def _alist_to_dict(data: Any) -> dict[str, Any]:
     return out
 
 
+def _is_key(value: Any) -> bool:
+    """Symbols are keys; the reader turns the symbols ``t`` and ``nil`` into True and []."""
+    return isinstance(value, Symbol) or value is True or value == []
+
+
+def _key_name(value: Any) -> str:
+    if value is True:
+        return "t"
+    if value == []:
+        return "nil"
+    return value.value()
+
+
 def _looks_like_alist(items: list[Any]) -> bool:
     return bool(items) and all(
-        isinstance(p, list) and len(p) >= 2 and isinstance(p[0], Symbol) for p in items
+        isinstance(p, list) and len(p) >= 2 and _is_key(p[0]) and p[0] != [] for p in items
     )
 
 

@@ -1,0 +1,148 @@
+;;; amacs-test.el --- ERT tests for AMACS's elisp -*- lexical-binding: t -*-
+
+;;; Commentary:
+
+;; Unit tests that need no server.  The end-to-end tests (batch Emacs
+;; against the real server) are driven from tests/e2e/ by pytest.
+
+;;; Code:
+
+(require 'ert)
+(require 'amacs)
+
+;;;; Eval (RFC v4 §7, EPIC-002 IMP-018)
+
+(ert-deftest amacs-test-eval-returns-printed-value ()
+  "RFC §7: a successful eval returns its printed value: (+ 2 2) gives \"4\"."
+  (should (equal (amacs--eval-form "(+ 2 2)") '(:success t :result "4"))))
+
+(ert-deftest amacs-test-eval-error-is-data ()
+  "RFC §7: an eval that signals comes back as an error message, not a crash."
+  (let ((result (amacs--eval-form "(car 1)")))
+    (should (eq (plist-get result :success) nil))
+    (should (equal (plist-get result :error) "Wrong type argument: listp, 1"))))
+
+(ert-deftest amacs-test-eval-unreadable ()
+  "IMP-018: unreadable elisp is reported as such."
+  (let ((result (amacs--eval-form "(+ 2")))
+    (should-not (plist-get result :success))
+    (should (string-prefix-p "Unreadable elisp" (plist-get result :error))))
+  (should (string-prefix-p "Unreadable elisp"
+                           (plist-get (amacs--eval-form "  ; only a comment") :error))))
+
+(ert-deftest amacs-test-eval-several-forms-run-in-order ()
+  "IMP-018: several top-level forms run as one `progn'; the last value returns."
+  (should (equal (plist-get (amacs--eval-form "(setq amacs-test--x 1) (setq amacs-test--x (+ amacs-test--x 41)) ; done")
+                            :result)
+                 "42")))
+
+(defvar amacs-test--x nil "Scratch variable for eval tests.")
+
+(ert-deftest amacs-test-eval-strips-text-properties ()
+  "DESIGN defect 7: results carry no text properties into the printed value."
+  (should (equal (plist-get (amacs--eval-form "(propertize \"hi\" 'face 'bold)") :result)
+                 "\"hi\"")))
+
+(ert-deftest amacs-test-eval-result-capped ()
+  "A huge result is cut to `amacs-eval-result-max-chars' with a note."
+  (let* ((amacs-eval-result-max-chars 50)
+         (result (plist-get (amacs--eval-form "(make-string 500 ?x)") :result)))
+    (should (string-match-p "\\[cut: 50 of 502 chars shown\\]\\'" result))))
+
+(defun amacs-test--signal-self-later (seconds)
+  "Have a child process send this Emacs SIGUSR1 after SECONDS."
+  (start-process "amacs-test-kill" nil "sh" "-c"
+                 (format "sleep %s; kill -USR1 %d" seconds (emacs-pid))))
+
+(ert-deftest amacs-test-eval-loop-stopped-by-sigusr1 ()
+  "IMP-018 time limit: a pure-elisp loop is stopped by the server's SIGUSR1."
+  (amacs-test--signal-self-later 0.3)
+  (let ((result (amacs--eval-form "(let ((i 0)) (while t (setq i (1+ i))))")))
+    (should-not (plist-get result :success))
+    (should (string-match-p "stopped" (plist-get result :error))))
+  ;; Emacs goes on, and the debugger is not armed afterwards.
+  (should-not debug-on-next-call)
+  (should (equal (plist-get (amacs--eval-form "(* 6 7)") :result) "42")))
+
+(ert-deftest amacs-test-eval-sleep-stopped-by-sigusr1 ()
+  "IMP-018 time limit: an eval waiting in `sleep-for' is stopped too."
+  (amacs-test--signal-self-later 0.3)
+  (let ((start (float-time))
+        (result (amacs--eval-form "(sleep-for 30)")))
+    (should-not (plist-get result :success))
+    (should (< (- (float-time) start) 10))))
+
+(ert-deftest amacs-test-stray-sigusr1-is-harmless ()
+  "A SIGUSR1 that arrives after the eval ended does nothing."
+  (amacs-test--signal-self-later 0.1)
+  (sleep-for 0.5)
+  (should (equal (plist-get (amacs--eval-form "(+ 1 1)") :result) "2")))
+
+;;;; Transport helpers
+
+(ert-deftest amacs-test-clean-strips-properties-deeply ()
+  "DESIGN defect 7: strings sent to the server lose their text properties."
+  (let ((cleaned (amacs--clean (list (propertize "a" 'face 'bold) :k (cons (propertize "b" 'x 1) 2)))))
+    (should (equal cleaned '("a" :k ("b" . 2))))
+    (should-not (text-properties-at 0 (car cleaned)))))
+
+(ert-deftest amacs-test-token-is-random-hex ()
+  "The token Emacs gives its server is 64 hex digits and fresh each time."
+  (let ((a (amacs--make-token)) (b (amacs--make-token)))
+    (should (string-match-p "\\`[0-9a-f]\\{64\\}\\'" a))
+    (should-not (equal a b))))
+
+(ert-deftest amacs-test-events-handled-in-order ()
+  "Server events are handled in arrival order, outside the process filter."
+  (let ((amacs--event-handlers nil) (amacs--event-queue nil) (amacs--event-timer nil)
+        (seen nil))
+    (amacs-on-event "t" (lambda (e) (push (plist-get e :n) seen)))
+    (dotimes (n 5) (amacs--receive-event (list :type "t" :n n)))
+    (should-not seen)                   ; nothing ran inside the "filter"
+    (amacs--drain-events)
+    (should (equal (nreverse seen) '(0 1 2 3 4)))))
+
+(ert-deftest amacs-test-remote-error-message-unquoted ()
+  "Server error messages reach the person without Lisp quoting."
+  (should (equal (amacs--remote-error-message "\"mood must be a string\"")
+                 "mood must be a string")))
+
+(ert-deftest amacs-test-hello-settings ()
+  "The server learns the eval time limit and step limit from the defcustoms."
+  (let ((amacs-eval-timeout 7) (amacs-max-steps 3))
+    (should (equal (amacs--settings) '(:eval-timeout 7 :max-steps 3)))))
+
+;;;; Shell (RFC §2.1, §9.1)
+
+(ert-deftest amacs-test-shell-mode-prompt-and-sender ()
+  "The shell is comint with a dummy process, prompt `amacs> ' and our sender."
+  (with-temp-buffer
+    (amacs-shell-mode)
+    (should (derived-mode-p 'comint-mode))
+    (should (process-live-p (get-buffer-process (current-buffer))))
+    (should (eq comint-input-sender #'amacs-shell--input-sender))
+    (should (string-suffix-p "amacs> " (buffer-string)))
+    (delete-process (get-buffer-process (current-buffer)))))
+
+(ert-deftest amacs-test-shell-shows-reply-and-annotation ()
+  "Replies and notes appear before the prompt; notes are marked with `;;'."
+  (let ((buf (get-buffer-create amacs-shell-buffer-name)))
+    (unwind-protect
+        (with-current-buffer buf
+          (amacs-shell-mode)
+          (setq-local comint-input-sender #'ignore)
+          (insert "what is 2+2?")
+          (comint-send-input)
+          (amacs-shell--on-reply '(:type "reply" :text "It is 4."))
+          (amacs-shell--on-annotation '(:type "annotation" :text "retrying" :kind "warning"))
+          (amacs-shell--on-turn-done '(:type "turn-done" :tick 2))
+          (should (equal (buffer-substring-no-properties (point-min) (point-max))
+                         "amacs> what is 2+2?\n\nIt is 4.\n\n;; retrying\namacs> "))
+          (goto-char (point-min))
+          (search-forward ";; retrying")
+          (should (eq (get-text-property (match-beginning 0) 'font-lock-face)
+                      'amacs-shell-warning)))
+      (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
+
+(provide 'amacs-test)
+;;; amacs-test.el ends here
