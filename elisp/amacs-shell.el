@@ -109,6 +109,15 @@
      ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
      'amacs-shell-warning)))
 
+(defun amacs-shell--on-disconnect ()
+  "The server went away mid-turn: give the prompt back."
+  (when amacs-shell-busy
+    (setq amacs-shell-busy nil)
+    (amacs-shell--prompt)))
+
+(add-hook 'amacs-ready-hook #'amacs-shell--greet)
+(add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
+
 (defun amacs-shell--input-sender (_proc input)
   "Send INPUT to the agent; return at once."
   (let ((text (string-trim (substring-no-properties input))))
@@ -158,7 +167,7 @@
       (unless (derived-mode-p 'amacs-shell-mode) (amacs-shell-mode)))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
-    (amacs-when-ready #'amacs-shell--greet)
+    (amacs-when-ready #'ignore)
     buf))
 
 (provide 'amacs-shell)

@@ -113,6 +113,12 @@ FUNCTION receives the event plist.")
 (defvar amacs--event-timer nil
   "Timer that drains `amacs--event-queue', or nil.")
 
+(defvar amacs-ready-hook nil
+  "Hook run each time a server accepts this Emacs (start, restart, reconnect).")
+
+(defvar amacs-disconnect-hook nil
+  "Hook run when the server stops or the connection to it is lost.")
+
 (defvar amacs-transport-message-function #'message
   "Function used to tell the person about connection problems.
 The shell replaces it so that messages appear in `*amacs-shell*'.")
@@ -238,11 +244,13 @@ SERVER-PROC is the server process this Emacs started, or nil."
   (when (and (eq mngr amacs--manager) (not (process-live-p proc)))
     (setq amacs--ready nil amacs--manager nil)
     (unless amacs--server-process
-      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event)))))
+      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event))
+      (run-hooks 'amacs-disconnect-hook))))
 
 (defun amacs--hello-accepted (status)
   "Store the server's STATUS plist and run the functions waiting for it."
   (setq amacs--ready t amacs--status status)
+  (run-hooks 'amacs-ready-hook)
   (let ((waiting amacs--on-ready))
     (setq amacs--on-ready nil)
     (dolist (fn (reverse waiting)) (funcall fn))))

@@ -27,7 +27,7 @@
   "Restart the AMACS server; the shell stays."
   (interactive)
   (amacs-stop-server)
-  (amacs-when-ready #'amacs-shell--greet))
+  (amacs-when-ready #'ignore))
 
 (defun amacs-open-chat-log ()
   "Open agent-chat.org, the full chat history."

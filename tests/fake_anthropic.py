@@ -74,6 +74,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
+        try:
+            self._post()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away mid-answer (a test killed it): nothing to do
+
+    def _post(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         try:

@@ -57,6 +57,24 @@ def run_emacs(home: Path, base_url: str, program: str, timeout: float = 120, **e
     return EmacsRun(proc.returncode, proc.stdout, proc.stderr, shell)
 
 
+def start_emacs(home: Path, base_url: str, program: str, **extra: str) -> subprocess.Popen[str]:
+    """Start PROGRAM in batch Emacs without waiting; finish with :func:`finish_emacs`."""
+    env = emacs_env(home, base_url, **extra)
+    Path(env["AMACS_E2E_OUT"]).unlink(missing_ok=True)
+    return subprocess.Popen(
+        ["emacs", "-Q", "--batch", "-l", str(DRIVER), "--eval", f"(progn {program})"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )
+
+
+def finish_emacs(proc: subprocess.Popen[str], home: Path, timeout: float = 120) -> EmacsRun:
+    """Wait for an Emacs from :func:`start_emacs` and collect what it left."""
+    stdout, stderr = proc.communicate(timeout=timeout)
+    out = home.parent / "shell.txt"
+    shell = out.read_text(encoding="utf-8") if out.exists() else ""
+    return EmacsRun(proc.returncode, stdout, stderr, shell)
+
+
 def elisp_string(text: str) -> str:
     """TEXT as an elisp string literal."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,209 @@
+"""The core loop end to end: batch Emacs, the real server, the real SDK, the fake API.
+
+Issue 2; RFC v4 §2, §3, §7, §8, §9.1; EPIC-002 IMP-017/018/019/021; IMP-038.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+
+from amacs_server.inference.parse import RETRY_PROMPT
+from tests.e2e.harness import TEST_KEY, elisp_string, finish_emacs, run_emacs, start_emacs
+from tests.fake_anthropic import Reply, agent_json
+
+pytestmark = pytest.mark.e2e
+
+
+def send(*texts):
+    return " ".join(f"(amacs-e2e-send {elisp_string(t)})" for t in texts)
+
+
+def session(*texts, setup=""):
+    return f"{setup} (amacs-e2e-open) {send(*texts)} (amacs-e2e-finish)"
+
+
+def git_log(home):
+    return subprocess.run(["git", "-C", str(home), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def eval_result_of(context):
+    block = context.split("<last-eval-result>\n")[1].split("\n</last-eval-result>")[0]
+    return json.loads(block)["lastEvalResult"]
+
+
+def test_two_plus_two_end_to_end(fake, home):
+    """EPIC-002 IMP-021: the agent evals (+ 2 2), sees "4" on the next tick, then replies."""
+    fake.script(
+        Reply(agent_json(None, eval="(+ 2 2)", mood="🤔", monologue="Computing 2+2 in elisp")),
+        Reply(agent_json("2 + 2 is 4.", mood="satisfied", monologue="Answered: 4")),
+    )
+    run = run_emacs(home, fake.url, session("what is 2+2?")).check()
+
+    assert len(fake.requests) == 2
+    first, second = fake.user_texts()
+    assert first.rstrip().endswith("Human: what is 2+2?\n</chat>\n\n<monologue>\n\n</monologue>")
+    assert eval_result_of(second) == {"success": True, "result": "4", "error": None, "skipped": False}
+    # The core skill is the cached system prompt (IMP-020).
+    system = fake.requests[0]["body"]["system"]
+    assert system[0]["cache_control"] == {"type": "ephemeral"}
+    assert "Response format" in system[0]["text"] and "eval" in system[0]["text"]
+    assert fake.requests[0]["body"]["stream"] is True
+
+    # The shell shows the reply and only the reply (RFC §9.1).
+    assert "amacs> what is 2+2?" in run.shell
+    assert "2 + 2 is 4." in run.shell
+    for internal in ("(+ 2 2)", "🤔", "satisfied", "Computing", "monologue", "{"):
+        assert internal not in run.shell
+    assert run.shell.rstrip().endswith("amacs>")
+
+    chat = (home / "agent-chat.org").read_text()
+    assert re.search(r"\* Tick 1\n:PROPERTIES:\n:TIMESTAMP: \S+Z\n:END:\n\n\*\* Human\nwhat is 2\+2\?\n", chat)
+    assert re.search(r"\* Tick 2\n:PROPERTIES:\n:TIMESTAMP: \S+Z\n:END:\n\n\*\* Agent\n2 \+ 2 is 4\.\n", chat)
+    assert git_log(home) == [
+        "[TICK 2][no-thread][satisfied] Answered: 4",
+        "[TICK 1][no-thread][🤔] Computing 2+2 in elisp",
+    ]
+    consciousness = (home / "consciousness.el").read_text()
+    assert "(current-tick . 2)" in consciousness and '(mood . "satisfied")' in consciousness
+    assert "(cost-so-far . 0.0012)" in consciousness  # 2 calls x (100 in x $3 + 20 out x $15)/1e6
+
+    # Transcript: typed events with the full request, raw response, eval and result.
+    events = [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    for kind in ("tick_start", "model_request", "model_response", "parsed", "eval", "eval_result", "tick_end"):
+        assert kind in kinds
+    response = next(e for e in events if e["event"] == "model_response")
+    assert response["data"]["usage"]["input_tokens"] == 100 and response["data"]["latency_ms"] > 0
+    assert next(e for e in events if e["event"] == "eval_result")["data"]["result"] == "4"
+
+    # The API key is in no file of the AMACS home, git objects and logs included.
+    assert fake.api_key_of(0) == TEST_KEY
+    for root, _dirs, files in os.walk(home):
+        for name in files:
+            assert TEST_KEY.encode() not in open(os.path.join(root, name), "rb").read(), name
+    patches = subprocess.run(["git", "-C", str(home), "log", "-p"], capture_output=True, text=True).stdout
+    assert TEST_KEY not in patches
+
+
+def test_invalid_json_twice_then_valid(fake, home):
+    """RFC §2.4: annotate, retry with the fixed prompt, at most twice."""
+    fake.script(Reply("I think the answer is 4"), Reply("{not json"), Reply(agent_json("Fine: 4.")))
+    run = run_emacs(home, fake.url, session("2+2?")).check()
+    assert len(fake.requests) == 3
+    for req in fake.requests[1:]:
+        assert req["body"]["messages"][-1] == {"role": "user", "content": RETRY_PROMPT}
+    assert fake.requests[2]["body"]["messages"][1]["content"] == "I think the answer is 4"
+    assert "retrying (1/2)" in run.shell and "retrying (2/2)" in run.shell
+    assert "Fine: 4." in run.shell
+    assert len(git_log(home)) == 1
+
+
+def test_invalid_json_three_times_gives_fallback(fake, home):
+    """IMP-017: after two retries, the fallback record; the loop goes on."""
+    fake.script(Reply("nope 1"), Reply("nope 2"), Reply("nope 3"), Reply(agent_json("Back to normal.")))
+    run = run_emacs(home, fake.url, session("hello", "again")).check()
+    assert len(fake.requests) == 4
+    assert "still not valid JSON after 2 retries" in run.shell and "nope 3" in run.shell
+    assert "Back to normal." in run.shell
+    log = git_log(home)
+    assert log[1].startswith("[TICK 1][no-thread][uncertain] [unparsed response] nope 3")
+    assert "Human: hello\nAgent: (no reply)\nHuman: again" in fake.user_texts()[3]
+
+
+def test_eval_errors_come_back_as_data(fake, home):
+    """RFC §7: a signal, a loop past the time limit and unreadable elisp are results, not crashes."""
+    fake.script(
+        Reply(agent_json(None, eval="(car 1)")), Reply(agent_json("saw error 1")),
+        Reply(agent_json(None, eval="(let ((i 0)) (while t (setq i (1+ i))))")), Reply(agent_json("saw error 2")),
+        Reply(agent_json(None, eval="(+ 2")), Reply(agent_json("saw error 3")),
+        Reply(agent_json(None, eval="(emacs-pid)")), Reply(agent_json("still alive")),
+    )
+    run = run_emacs(
+        home, fake.url, session("one", "two", "three", "four", setup="(setq amacs-eval-timeout 1)")
+    ).check()
+    ctx = fake.user_texts()
+    signal_result, loop_result, read_result, alive = (eval_result_of(ctx[i]) for i in (1, 3, 5, 7))
+    assert signal_result == {"success": False, "result": None, "error": "Wrong type argument: listp, 1", "skipped": False}
+    assert not loop_result["success"] and "time limit of 1 s" in loop_result["error"]
+    assert not read_result["success"] and read_result["error"].startswith("Unreadable elisp")
+    assert alive["success"] and int(alive["result"]) > 0
+    for text in ("saw error 1", "saw error 2", "saw error 3", "still alive"):
+        assert text in run.shell
+
+
+def test_step_limit_stops_a_runaway_turn(fake, home):
+    """Issue 2: after an eval the loop goes on, up to the step limit per human turn."""
+    fake.script(*[Reply(agent_json(None, eval=f"(+ {i} 1)")) for i in range(10)])
+    run = run_emacs(home, fake.url, session("loop", setup="(setq amacs-max-steps 3)")).check()
+    assert len(fake.requests) == 3
+    assert "Step limit reached (3 ticks this turn)" in run.shell
+
+
+def test_kill_server_mid_tick_keeps_input_and_restart_continues(fake, home):
+    """Issue 2: the human's input is on disk before the model call; a restart continues."""
+    import threading
+
+    hold = threading.Event()
+    fake.script(Reply(agent_json("never seen"), hold=hold), Reply(agent_json("Here I am again.")))
+    program = (
+        "(amacs-e2e-open) (amacs-e2e-send-no-wait \"remember the milk\") "
+        "(amacs-e2e-wait-disconnect) (amacs-e2e-send \"are you back?\") (amacs-e2e-finish)"
+    )
+    emacs = start_emacs(home, fake.url, program)
+    try:
+        assert fake.wait_for_requests(1, timeout=60)
+        assert "** Human\nremember the milk" in (home / "agent-chat.org").read_text()
+        pid = json.loads((home / "server.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        run = finish_emacs(emacs, home).check()
+    finally:
+        hold.set()
+        if emacs.poll() is None:
+            emacs.kill()
+    assert "AMACS server stopped" in run.shell
+    assert "Here I am again." in run.shell
+    assert "Your last message got no reply" in run.shell
+    assert "Human: remember the milk\nAgent: (no reply: the tick was interrupted)\nHuman: are you back?" in fake.user_texts()[-1]
+    ticks = [int(t) for t in re.findall(r"^\* Tick (\d+)$", (home / "agent-chat.org").read_text(), re.M)]
+    assert ticks == [1, 2]
+
+
+def test_restart_resumes_history_tick_and_mood(fake, home):
+    """RFC §8: after restarting Emacs and the server, chat, tick counter and mood come back."""
+    fake.script(Reply(agent_json("First answer.", mood="😤")))
+    run_emacs(home, fake.url, session("first question")).check()
+    fake.script(Reply(agent_json("Second answer.")))
+    run_emacs(home, fake.url, session("second question")).check()
+    ctx = fake.user_texts()[1]
+    assert "Human: first question\nAgent: First answer.\nHuman: second question" in ctx
+    assert "(current-tick . 2)" in ctx and '(mood . "😤")' in ctx
+    assert git_log(home)[0].startswith("[TICK 2]")
+
+
+def test_missing_key_says_how_to_fix_and_keeps_input(fake, home):
+    """Issue 2: without a key the shell opens and says in one line what to do; nothing is lost."""
+    run = run_emacs(home, fake.url, session("hello there"), ANTHROPIC_API_KEY="").check()
+    assert fake.requests == []
+    notices = [line for line in run.shell.splitlines() if "ANTHROPIC_API_KEY" in line]
+    assert notices and "ANTHROPIC_BASE_URL" in notices[0]
+    assert "** Human\nhello there" in (home / "agent-chat.org").read_text()
+    assert run.shell.rstrip().endswith("amacs>")
+
+
+def test_agent_may_not_change_harness_fields(fake, home):
+    """RFC §3.2, enforced: a ROM write from an eval is refused; a RAM write takes effect."""
+    fake.script(
+        Reply(agent_json(None, eval="(agent-set-consciousness 'current-tick 999)")),
+        Reply(agent_json(None, eval="(agent-set-consciousness 'chat-context-depth 1)")),
+        Reply(agent_json("done")),
+    )
+    run_emacs(home, fake.url, session("try")).check()
+    ctx = fake.user_texts()
+    refused = eval_result_of(ctx[1])
+    assert not refused["success"] and "owned by the harness" in refused["error"]
+    assert eval_result_of(ctx[2]) == {"success": True, "result": "1", "error": None, "skipped": False}
+    assert "(chat-context-depth . 1)" in ctx[2] and "(current-tick . 3)" in ctx[2]

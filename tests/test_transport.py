@@ -1,0 +1,112 @@
+"""The EPC server: 127.0.0.1 only, token required, errors always answered (DESIGN.md defects)."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from epc.handler import encode_message
+from sexpdata import Symbol, loads
+
+TOKEN = "a" * 64
+
+
+@pytest.fixture
+def server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
+    env.update(AMACS_HOME=str(tmp_path / "home"), AMACS_TOKEN=TOKEN)
+    proc = subprocess.Popen([sys.executable, "-m", "amacs_server"], env=env, stdout=subprocess.PIPE, text=True)
+    port_line = proc.stdout.readline()
+    assert port_line.strip().isdigit(), f"first line must be the port, got {port_line!r}"
+    yield proc, int(port_line)
+    proc.kill()
+    proc.wait()
+
+
+def connect(port):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return sock
+
+
+def send(sock, *msg):
+    sock.sendall(encode_message(*msg))
+
+
+def recv(sock):
+    head = b""
+    while len(head) < 6:
+        chunk = sock.recv(6 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    length = int(head, 16)
+    data = b""
+    while len(data) < length:
+        data += sock.recv(length - len(data))
+    return loads(data.decode())
+
+
+def hello(sock, token=TOKEN):
+    send(sock, "call", 1, Symbol("hello"), [token, os.getpid(), [Symbol(":eval-timeout"), 5]])
+    return recv(sock)
+
+
+def test_listens_on_loopback_only(server):
+    _proc, port = server
+    rows = open("/proc/net/tcp").read().splitlines()[1:]
+    listening = [r.split()[1] for r in rows if r.split()[3] == "0A" and int(r.split()[1].split(":")[1], 16) == port]
+    assert listening == [f"0100007F:{port:04X}"]
+
+
+def test_call_without_hello_is_refused_and_closed(server):
+    _proc, port = server
+    sock = connect(port)
+    send(sock, "call", 7, Symbol("ping"), ["x"])
+    reply = recv(sock)
+    assert reply[0] == Symbol("epc-error") and reply[2] == "unauthorized"
+    assert recv(sock) is None  # connection closed, ping never answered
+
+
+def test_wrong_token_refused(server):
+    _proc, port = server
+    sock = connect(port)
+    reply = hello(sock, token="b" * 64)
+    assert reply[0] == Symbol("epc-error")
+    assert recv(sock) is None
+
+
+def test_hello_then_methods_and_errors_as_replies(server):
+    proc, port = server
+    sock = connect(port)
+    reply = hello(sock)
+    assert reply[0] == Symbol("return")
+    status = reply[2]
+    keys = status[::2]
+    assert Symbol(":key-ok") in keys
+    notice = status[status.index(Symbol(":notice")) + 1]
+    assert "ANTHROPIC_API_KEY" in notice and "\n" not in notice  # one clear line
+    send(sock, "call", 2, Symbol("ping"), ["héllo"])
+    assert recv(sock) == [Symbol("return"), 2, "héllo"]
+    # Defect 3: an error inside a method is answered, with the plain message.
+    send(sock, "call", 3, Symbol("set_consciousness"), ["current-tick", 99])
+    err = recv(sock)
+    assert err[0] == Symbol("return-error") and err[1] == 3
+    assert "owned by the harness" in err[2] and "Error(" not in err[2]
+    send(sock, "call", 4, Symbol("set_consciousness"), ["mood", "🙂"])
+    assert recv(sock) == [Symbol("return"), 4, "🙂"]
+    # The server serves only this Emacs: when it goes, the server exits.
+    sock.close()
+    deadline = time.time() + 10
+    while proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() == 0
+
+
+def test_no_token_no_server(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
+    env["AMACS_HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "amacs_server"], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert out.stdout.startswith("AMACS server error: AMACS_TOKEN is not set")
