@@ -6,29 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 
-need_apt=()
-command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)
-[ -d /usr/share/emacs/site-lisp/elpa/epc-0.1.1 ] || ls -d /usr/share/emacs/site-lisp/elpa/epc-* >/dev/null 2>&1 || need_apt+=(elpa-epc)
-ls -d /usr/share/emacs/site-lisp/elpa/magit-section-* >/dev/null 2>&1 || need_apt+=(elpa-magit-section)
-command -v git >/dev/null 2>&1 || need_apt+=(git)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
-if ((${#need_apt[@]})); then
-  echo "== installing Debian packages: ${need_apt[*]}"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
-
-if [ ! -x .venv/bin/python ]; then
-  echo "== creating .venv"
-  python3 -m venv .venv
-fi
-if ! .venv/bin/python -c 'import amacs_server, pytest, hypothesis, ruff' >/dev/null 2>&1 \
-   || [ pyproject.toml -nt .venv/.amacs-installed ]; then
-  echo "== installing the package with its test extras"
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
-  touch .venv/.amacs-installed
-fi
+scripts/setup.sh --test
 
 EMACS_SETUP=(--eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))")
 

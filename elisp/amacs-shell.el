@@ -57,13 +57,31 @@
   (let ((buf (amacs-shell--buffer)))
     (and buf (get-buffer-process buf))))
 
+(defun amacs-shell--prompt-start (proc)
+  "Return where the idle prompt before PROC's mark starts, or nil."
+  (let* ((pmark (marker-position (process-mark proc)))
+         (start (- pmark (length amacs-shell-prompt))))
+    (and (not amacs-shell-busy)
+         (>= start (point-min))
+         (string= (buffer-substring-no-properties start pmark) amacs-shell-prompt)
+         start)))
+
 (defun amacs-shell--insert (text &optional face)
-  "Insert TEXT (in FACE) into the shell before the input area."
+  "Insert TEXT (in FACE) into the shell, above the prompt when it is idle.
+Whatever the person has typed after the prompt stays where it is."
   (let ((proc (amacs-shell--process)))
     (when proc
       (with-current-buffer (process-buffer proc)
-        (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
-          (comint-output-filter proc (if face (propertize text 'font-lock-face face) text)))))))
+        (let* ((text (if (string-suffix-p "\n" text) text (concat text "\n")))
+               (text (if face (propertize text 'font-lock-face face) text))
+               (prompt-start (amacs-shell--prompt-start proc)))
+          (if (not prompt-start)
+              (comint-output-filter proc text)
+            (let ((inhibit-read-only t))
+              (delete-region prompt-start (process-mark proc)))
+            (set-marker (process-mark proc) prompt-start)
+            (comint-output-filter proc text)
+            (comint-output-filter proc amacs-shell-prompt)))))))
 
 (defun amacs-shell--prompt ()
   "Show the prompt again."

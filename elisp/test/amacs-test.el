@@ -144,5 +144,20 @@
                       'amacs-shell-warning)))
       (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
 
+(ert-deftest amacs-test-shell-note-goes-above-idle-prompt ()
+  "A note while idle appears above the prompt and keeps half-typed input."
+  (let ((buf (get-buffer-create amacs-shell-buffer-name))
+        (amacs-shell-busy nil))
+    (unwind-protect
+        (with-current-buffer buf
+          (amacs-shell-mode)
+          (goto-char (point-max))
+          (insert "half typ")
+          (amacs-shell--note "No API key: set it")
+          (should (equal (buffer-substring-no-properties (point-min) (point-max))
+                         ";; No API key: set it\namacs> half typ"))
+          (should (equal (comint-get-old-input-default) "half typ")))
+      (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here

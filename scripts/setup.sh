@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Install what AMACS needs on Debian when it is missing: Emacs, epc,
+# magit-section, git, Python's venv; then .venv with the package (and,
+# with --test, its test extras).  Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+need_apt=()
+command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)
+ls -d /usr/share/emacs/site-lisp/elpa/epc-* >/dev/null 2>&1 || need_apt+=(elpa-epc)
+ls -d /usr/share/emacs/site-lisp/elpa/magit-section-* >/dev/null 2>&1 || need_apt+=(elpa-magit-section)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+  echo "== installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  python3 -m venv .venv
+fi
+stamp=".venv/.amacs-installed${extras:+-test}"
+check='import amacs_server, epc, anthropic, git, orgparse, sexpdata'
+[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff"
+if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
+  echo "== installing amacs-server${extras} into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
+  touch "$stamp"
+fi
