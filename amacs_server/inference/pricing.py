@@ -25,7 +25,9 @@ class Price:
     cache_read: float
 
 
-# Published list prices, per million tokens.  A model not listed costs as Sonnet.
+# List prices, per million tokens, for the models whose prices we know.  A model
+# not listed is priced by its family (opus, sonnet, haiku) from the newest
+# listed member, else as Sonnet.
 PRICES: dict[str, Price] = {
     "claude-opus-4": Price(15.0, 75.0, 18.75, 1.50),
     "claude-opus-4-1": Price(15.0, 75.0, 18.75, 1.50),
@@ -38,12 +40,22 @@ PRICES: dict[str, Price] = {
 DEFAULT_PRICE = PRICES["claude-sonnet-4-5"]
 
 
+FAMILY_PRICES: dict[str, Price] = {
+    "opus": PRICES["claude-opus-4-5"],
+    "sonnet": PRICES["claude-sonnet-4-5"],
+    "haiku": PRICES["claude-haiku-4-5"],
+}
+
+
 def price_for(model: str) -> Price:
-    """The price of MODEL: an exact entry, else the longest listed prefix, else Sonnet's."""
+    """The price of MODEL: exact entry, longest listed prefix, its family, else Sonnet's."""
     if model in PRICES:
         return PRICES[model]
     matches = [name for name in PRICES if model.startswith(name)]
-    return PRICES[max(matches, key=len)] if matches else DEFAULT_PRICE
+    if matches:
+        return PRICES[max(matches, key=len)]
+    family = next((f for f in FAMILY_PRICES if f in model), None)
+    return FAMILY_PRICES[family] if family else DEFAULT_PRICE
 
 
 def cost(model: str, usage: Usage) -> float:

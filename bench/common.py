@@ -1,0 +1,28 @@
+"""Shared helpers for benchmarks: statistics and result files."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+RESULTS = Path(__file__).with_name("results")
+
+
+def summary(samples_ms: list[float]) -> dict[str, float]:
+    """Median, p90, min, max and count of SAMPLES_MS."""
+    ordered = sorted(samples_ms)
+    return {
+        "n": len(ordered),
+        "median_ms": round(statistics.median(ordered), 4),
+        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 4),
+        "min_ms": round(ordered[0], 4),
+        "max_ms": round(ordered[-1], 4),
+    }
+
+
+def save(name: str, data: dict) -> None:
+    """Print DATA and write it to bench/results/NAME.json."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2))
+    print(f"{name}: {json.dumps(data, indent=2)}")
