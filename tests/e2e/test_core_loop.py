@@ -207,3 +207,47 @@ def test_agent_may_not_change_harness_fields(fake, home):
     assert not refused["success"] and "owned by the harness" in refused["error"]
     assert eval_result_of(ctx[2]) == {"success": True, "result": "1", "error": None, "skipped": False}
     assert "(chat-context-depth . 1)" in ctx[2] and "(current-tick . 3)" in ctx[2]
+
+
+def test_imp038_depth_scenario_through_the_real_stack(fake, home):
+    """IMP-038 'Depth limiting works': depth 3, 10 exchanges -> 3 pairs plus the pending message."""
+    home.mkdir(parents=True)
+    (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
+    fake.script(*[Reply(agent_json(f"response {i}")) for i in range(1, 12)])
+    run_emacs(home, fake.url, session(*[f"message {i}" for i in range(1, 12)])).check()
+    chat = fake.user_texts()[10].split("<chat>\n")[1].split("\n</chat>")[0]
+    assert chat.splitlines() == [
+        "Human: message 8", "Agent: response 8",
+        "Human: message 9", "Agent: response 9",
+        "Human: message 10", "Agent: response 10",
+        "Human: message 11",
+    ]
+
+
+def test_headless_server_serves_a_batch_emacs(fake, home, tmp_path):
+    """Issue 2: `python -m amacs_server --headless' serves an Emacs that connects with the token."""
+    import sys
+
+    from tests.e2e.harness import emacs_env
+
+    env = emacs_env(home, fake.url, AMACS_TOKEN="c" * 64)
+    server = subprocess.Popen([sys.executable, "-m", "amacs_server", "--headless"], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        fake.script(Reply(agent_json("Hello from headless.")), Reply(agent_json("Again.")))
+        program = (f"(amacs-connect {port} \"{'c' * 64}\") (amacs-e2e-wait #'amacs-live-p \"connect\") "
+                   "(amacs-shell) (amacs-e2e-send \"hi\") (amacs-e2e-dump) (kill-emacs 0)")
+        run = run_emacs(home, fake.url, program).check()
+        assert "Hello from headless." in run.shell
+        assert server.poll() is None  # a headless server outlives its Emacs
+        run = run_emacs(home, fake.url, "(amacs-connect) (amacs-e2e-wait #'amacs-live-p \"connect\") "
+                        "(amacs-shell) (amacs-e2e-send \"again\") (amacs-e2e-dump) (kill-emacs 0)",
+                        AMACS_TOKEN="c" * 64).check()
+        assert "Again." in run.shell
+        bad = run_emacs(home, fake.url, f"(amacs-connect {port} \"{'d' * 64}\") (sleep-for 1) "
+                        "(princ (if (amacs-live-p) \"LIVE\" \"REFUSED\")) (kill-emacs 0)")
+        assert "REFUSED" in bad.stdout
+    finally:
+        server.kill()
+        server.wait()
