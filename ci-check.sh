@@ -17,7 +17,7 @@ emacs -Q --batch "${EMACS_SETUP[@]}" -L "$tmp" \
   --eval "(setq byte-compile-error-on-warn t)" -f batch-byte-compile "$tmp"/*.el
 
 echo "== checkdoc"
-emacs -Q --batch -l elisp/build/checkdoc-batch.el elisp/*.el
+emacs -Q --batch -l scripts/checkdoc-batch.el elisp/*.el
 
 echo "== ERT"
 emacs -Q --batch "${EMACS_SETUP[@]}" -L elisp -L elisp/test \
