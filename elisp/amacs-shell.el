@@ -58,7 +58,7 @@
     (and buf (get-buffer-process buf))))
 
 (defun amacs-shell--prompt-start (proc)
-  "Return where the idle prompt before PROC's mark starts, or nil."
+  "Return the start of the idle prompt before PROC's mark, or nil."
   (let* ((pmark (marker-position (process-mark proc)))
          (start (- pmark (length amacs-shell-prompt))))
     (and (not amacs-shell-busy)
