@@ -112,6 +112,33 @@
   (let ((amacs-eval-timeout 7) (amacs-max-steps 3))
     (should (equal (amacs--settings) '(:eval-timeout 7 :max-steps 3)))))
 
+;;;; API key (issue 2: environment, defcustom, auth-source)
+
+(ert-deftest amacs-test-api-key-from-auth-source ()
+  "Without the variable or the defcustom, the key comes from auth-source."
+  (let* ((netrc (make-temp-file "amacs-authinfo"))
+         (auth-sources (list netrc))
+         (amacs-api-key nil)
+         (process-environment (cons "ANTHROPIC_API_KEY" process-environment)))
+    (unwind-protect
+        (progn
+          (with-temp-file netrc
+            (insert "machine api.anthropic.com login apikey password sk-from-netrc\n"))
+          (auth-source-forget-all-cached)
+          (should (equal (amacs--api-key) "sk-from-netrc"))
+          (should (member "ANTHROPIC_API_KEY=sk-from-netrc" (amacs--server-environment "tok")))
+          (let ((amacs-api-key "sk-custom"))
+            (should (equal (amacs--api-key) "sk-custom")))
+          (let ((process-environment (cons "ANTHROPIC_API_KEY=sk-env" process-environment)))
+            ;; The server inherits the variable; Emacs adds nothing.
+            (should-not (amacs--api-key))))
+      (delete-file netrc)
+      (auth-source-forget-all-cached))))
+
+(ert-deftest amacs-test-server-environment-carries-token ()
+  "The token reaches the server through its environment only."
+  (should (member "AMACS_TOKEN=secret" (amacs--server-environment "secret"))))
+
 ;;;; Shell (RFC §2.1, §9.1)
 
 (ert-deftest amacs-test-shell-mode-prompt-and-sender ()

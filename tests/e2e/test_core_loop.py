@@ -251,3 +251,13 @@ def test_headless_server_serves_a_batch_emacs(fake, home, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_refused_key_is_explained_and_input_kept(fake, home):
+    """A 401 is not retried; the shell says what to fix; the input stays in agent-chat.org."""
+    fake.script(Reply(status=401), Reply(agent_json("Works now.")))
+    run = run_emacs(home, fake.url, session("first try", "second try")).check()
+    assert len(fake.requests) == 2
+    assert "the API key was refused (401)" in run.shell and "Works now." in run.shell
+    assert "** Human\nfirst try" in (home / "agent-chat.org").read_text()
+    assert "Human: first try\nAgent: (no reply: the tick was interrupted)\nHuman: second try" in fake.user_texts()[1]
