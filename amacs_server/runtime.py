@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -154,9 +155,9 @@ class Runtime:
         assert self._inbox is not None
         self.loop.call_soon_threadsafe(self._inbox.put_nowait, text)
 
-    def call_in_loop(self, fn: object, *args: object) -> None:
-        """Run FN(*ARGS) on the loop thread."""
-        self.loop.call_soon_threadsafe(fn, *args)  # type: ignore[arg-type]
+    def call_in_loop(self, fn: Callable[[], None]) -> None:
+        """Run FN on the loop thread (called from other threads)."""
+        self.loop.call_soon_threadsafe(fn)
 
     def stop(self) -> None:
         """Stop the loop thread."""
