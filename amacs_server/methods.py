@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from sexpdata import Symbol
 
+from .memory import tools
 from .runtime import Runtime
 from .state.consciousness import EvalResult
 from .transport.emacs_face import EmacsFace
@@ -83,6 +84,16 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """Echo VALUE (transport checks and benchmarks)."""
         return value
 
+    def brain_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A memory tool, run on the loop thread where memory lives."""
+
+        def call(*args: Any) -> Any:
+            return _on_loop(rt, lambda: fn(rt, *args))
+
+        call.__name__ = fn.__name__
+        call.__doc__ = fn.__doc__
+        return call
+
     server.on_hello = hello
     server.on_emacs_gone = lambda: face.fail_all("Emacs disconnected during the eval")
     for name, fn in {
@@ -92,5 +103,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,
+        "memory_create": brain_tool(tools.memory_create),
+        "memory_mutate": brain_tool(tools.memory_mutate),
+        "memory_evict": brain_tool(tools.memory_evict),
+        "memory_load": brain_tool(tools.memory_load),
+        "memory_search": brain_tool(tools.memory_search),
     }.items():
         server.register(name, fn)

@@ -15,7 +15,9 @@ from .config import Config
 from .inference.anthropic_backend import AnthropicBackend
 from .loop.face import Face
 from .loop.primary import run_turn
-from .persistence.chat_log import ChatEntry, ChatLog
+from .memory.active import ActiveMemory
+from .memory.ltm import LongTermMemory
+from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
 from .persistence.git_repo import HomeRepo
 from .persistence.monologue import MonologueLog
@@ -48,11 +50,16 @@ class Runtime:
         self.chat_log = ChatLog(home / "agent-chat.org")
         self.monologue = MonologueLog(home / "monologue.org")
         self.consciousness = self._load_consciousness()
-        self.chat_entries: list[ChatEntry] = self.chat_log.read()
-        if self.chat_entries:
-            self.consciousness.current_tick = max(
-                self.consciousness.current_tick, self.chat_entries[-1].tick
-            )
+        chat = self.chat_log.read()
+        if chat:
+            self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
+        self.ltm = LongTermMemory(home / "memory.db")
+        self.memory = ActiveMemory(self.ltm, agent=config.identity)
+        self.memory.restore(
+            self.consciousness,
+            chat=[(e.tick, e.human, e.agent) for e in chat],
+            monologue=self.monologue.read(),
+        )
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
         self.backend = AnthropicBackend(config.api_key, config.base_url, config.request_timeout)
@@ -85,17 +92,6 @@ class Runtime:
         home = self.config.home
         return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org")]
 
-    def remember_chat(self, tick: int, reply: str, *, human_written: bool) -> None:
-        """Keep the in-memory chat in step with ``agent-chat.org``."""
-        if human_written and self.chat_entries and self.chat_entries[-1].tick == tick:
-            self.chat_entries[-1].agent = reply
-        else:
-            self.chat_entries.append(ChatEntry(tick, self.consciousness.current_time, None, reply))
-
-    def pending_human(self, tick: int, text: str) -> None:
-        """Record the human part of TICK in memory (it is already on disk)."""
-        self.chat_entries.append(ChatEntry(tick, self.consciousness.current_time, text, None))
-
     def system_prompt(self) -> str:
         """The core skill, read each tick so an edit takes effect at once."""
         text = self._core_skill_path.read_text(encoding="utf-8")
@@ -106,8 +102,9 @@ class Runtime:
         return text.strip()
 
     def agent_set(self, name: str, value: object) -> object:
-        """Change a consciousness field for the agent (RAM only); persisted at once."""
+        """Change a consciousness field for the agent (RAM only); versioned and persisted at once."""
         new = self.consciousness.agent_set(name, value)
+        self.memory.sync_state(self.consciousness)
         self.save_consciousness()
         return new
 
@@ -122,7 +119,7 @@ class Runtime:
             "key_ok": self.config.has_credentials,
             "notice": None if self.config.has_credentials else self.config.missing_key_message(),
             "home": str(self.config.home),
-            "interrupted": bool(self.chat_entries and self.chat_entries[-1].interrupted),
+            "interrupted": self.memory.last_chat_interrupted(),
         }
 
     # -- the loop thread -----------------------------------------------------------
@@ -160,8 +157,10 @@ class Runtime:
         self.loop.call_soon_threadsafe(fn)
 
     def stop(self) -> None:
-        """Stop the loop thread."""
+        """Stop the loop thread and close the database."""
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.ltm.close()
 
 
 __all__ = ["Runtime", "Settings", "ConsciousnessError"]

@@ -1,21 +1,40 @@
-"""Context assembly (RFC v4 §4, IMP-038 chat and monologue, IMP-019)."""
+"""Context assembly from active-memory items (RFC v4 §4, IMP-038, IMP-019, memid spec)."""
 
-import json
-import re
+import pytest
 
-from amacs_server.context.assemble import ContextInput, assemble, chat_lines
-from amacs_server.persistence.chat_log import ChatEntry
+from amacs_server.context.assemble import assemble
+from amacs_server.memory.active import ActiveMemory
+from amacs_server.memory.items import Kind
+from amacs_server.memory.ltm import LongTermMemory
 from amacs_server.state.consciousness import Consciousness, EvalResult
+from tests.context_items import chat_lines, eval_result, name_of, parse_context
 
 
-def exchanges(n):
-    return [ChatEntry(i, "t", f"message {i}", f"response {i}") for i in range(1, n + 1)]
+@pytest.fixture
+def memory(tmp_path):
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    yield ActiveMemory(ltm, agent="amacs-instance-1")
+    ltm.close()
 
 
-def test_imp038_depth_scenario():
+def exchanges(memory, c, n):
+    for tick in range(1, n + 1):
+        c.begin_tick(tick)
+        memory.sync_state(c)
+        memory.begin_chat(tick, f"message {tick}")
+        memory.finish_chat(tick, f"response {tick}")
+        memory.add_monologue(tick, f"thought {tick}")
+
+
+def test_imp038_depth_scenario(memory):
     """IMP-038: depth 3 and 10 exchanges -> the last 3 pairs, then the pending message."""
-    lines = chat_lines(exchanges(10), 3, "message 11")
-    assert lines == [
+    c = Consciousness(chat_context_depth=3)
+    exchanges(memory, c, 10)
+    c.begin_tick(11)
+    memory.sync_state(c)
+    memory.begin_chat(11, "message 11")
+    text = assemble(memory.snapshot(c))
+    assert chat_lines(text) == [
         "Human: message 8", "Agent: response 8",
         "Human: message 9", "Agent: response 9",
         "Human: message 10", "Agent: response 10",
@@ -23,31 +42,68 @@ def test_imp038_depth_scenario():
     ]
 
 
-def test_pending_always_included_even_at_depth_zero():
-    assert chat_lines(exchanges(4), 0, "now") == ["Human: now"]
+def test_pending_always_included_even_at_depth_zero(memory):
+    c = Consciousness(chat_context_depth=0)
+    exchanges(memory, c, 4)
+    memory.begin_chat(5, "now")
+    assert chat_lines(assemble(memory.snapshot(c))) == ["Human: now"]
 
 
-def test_interrupted_tick_is_shown_as_such():
-    entries = [*exchanges(1), ChatEntry(2, "t", "lost?", None)]
-    assert chat_lines(entries, 5, "again")[-3:] == [
-        "Human: lost?", "Agent: (no reply: the tick was interrupted)", "Human: again"
-    ]
-
-
-def test_sections_in_order_and_eval_result_camel_case():
-    c = Consciousness(current_tick=3, monologue_context_depth=2)
+def test_every_item_in_the_context_has_a_memid_and_tier(memory):
+    """memid spec, Key Requirement: no anonymous memory; the test walks the whole context."""
+    c = Consciousness(monologue_context_depth=2)
+    exchanges(memory, c, 3)
     c.last_eval_result = EvalResult(success=True, result="4")
-    text = assemble(ContextInput(c, exchanges(2), ["a", "b", "c"], pending="next"))
-    tags = re.findall(r"^<([a-z-]+)>$", text, re.M)
-    assert tags == ["agent-consciousness", "chat", "monologue", "last-eval-result"]
-    assert "<monologue>\nb\nc\n</monologue>" in text
-    payload = json.loads(text.split("<last-eval-result>\n")[1].split("\n</last-eval-result>")[0])
-    assert payload == {"lastEvalResult": {"success": True, "result": "4", "error": None, "skipped": False}}
-    assert "(current-tick . 3)" in text and "last-eval-result" not in text.split("</agent-consciousness>")[0]
+    memory.sync_state(c)
+    memory.create_note("groceries", "milk", Kind.NOTE, ())
+    memory.evict(memory.mem_id("chat.2"))
+    memory.begin_chat(4, "next")
+    text = assemble(memory.snapshot(c))
+    ctx = parse_context(text)  # raises on any line that is not an item with a valid MemId
+    assert list(ctx) == ["agent-consciousness", "memory", "chat", "monologue", "last-eval-result"]
+    walked = [item for items in ctx.values() for item in items]
+    assert len(walked) == text.count('"mem_id"')
+    for item in walked:
+        assert item["tier"] in ("ram", "rom") and isinstance(item["version"], int)
+        assert set(item) >= {"mem_id", "tier", "version", "kind", "mutable", "content"}
+        assert item["mutable"] == (item["tier"] == "ram")
+    assert [name_of(i) for i in ctx["monologue"]] == ["monologue.2", "monologue.3"]
+    assert chat_lines(text)[2] == "[evicted chat.2]"
 
 
-def test_eval_result_section_omitted_when_skipped():
-    """IMP-019: no section when there was no eval."""
+def test_rom_and_ram_fields(memory):
+    """Issue 3: ROM identity, tick, time, budget, eval result, clock; RAM mood, confidence, depths, api."""
     c = Consciousness()
+    c.last_eval_result = EvalResult(success=True, result="1")
+    memory.sync_state(c)
+    ctx = parse_context(assemble(memory.snapshot(c)))
+    tiers = {name_of(i): i["tier"] for i in ctx["agent-consciousness"] + ctx["last-eval-result"]}
+    assert {n for n, t in tiers.items() if t == "rom"} >= {
+        "identity", "current_tick", "current_time", "budget", "last_eval_result", "system_clock"}
+    assert {n for n, t in tiers.items() if t == "ram"} == {
+        "mood", "confidence", "chat_context_depth", "monologue_context_depth",
+        "global_scratchpad_depth", "thread_scratchpad_depth", "api_settings"}
+
+
+def test_eval_result_camel_case_and_omitted_when_skipped(memory):
+    """IMP-019: lastEvalResult in camelCase; no section when there was no eval."""
+    c = Consciousness()
+    c.last_eval_result = EvalResult(success=False, error="boom")
+    memory.sync_state(c)
+    text = assemble(memory.snapshot(c))
+    assert eval_result(text) == {"success": False, "result": None, "error": "boom", "skipped": False}
     c.last_eval_result = EvalResult.skipped_result()
-    assert "<last-eval-result>" not in assemble(ContextInput(c, [], [], pending="x"))
+    memory.sync_state(c)
+    assert "<last-eval-result>" not in assemble(memory.snapshot(c))
+
+
+def test_state_versions_only_when_values_change(memory):
+    c = Consciousness(mood="calm")
+    memory.sync_state(c)
+    v = memory.state["mood"].version
+    memory.sync_state(c)
+    assert memory.state["mood"].version == v
+    c.mood = "😤"
+    memory.sync_state(c)
+    assert memory.state["mood"].version == v + 1
+    assert memory.ltm.get(memory.mem_id("mood", v)).content == "calm"

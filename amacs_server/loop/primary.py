@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..context.assemble import ContextInput, assemble
+from ..context.assemble import assemble
 from ..inference.anthropic_backend import InferenceError, ModelResult, build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
@@ -68,7 +68,7 @@ async def run_turn(rt: Runtime, text: str) -> None:
 async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     """One tick.  HUMAN is the person's input, or None for a continuation tick."""
     tick = begin(rt, human)
-    user_message = observe(rt, human)
+    user_message = observe(rt)
     response = await infer_and_parse(rt, tick, user_message)
     if response is None:
         return TickOutcome(tick, None)
@@ -91,26 +91,17 @@ def begin(rt: Runtime, human: str | None) -> int:
             c.current_tick = tick - 1
             rt.face.annotate(f"Not sent: {err.strerror}. Your input is in the shell history (M-p).", "error")
             raise TurnAborted from err
+    with rt.ltm.transaction():
+        rt.memory.sync_state(c)
+        if human is not None:
+            rt.memory.begin_chat(tick, human)
     rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict()}, tick=tick)
     return tick
 
 
-def observe(rt: Runtime, human: str | None) -> str:
-    """Observe: assemble the context from the agent's state.
-
-    The human's input is shown as the pending message, then joins the history.
-    """
-    text = assemble(
-        ContextInput(
-            consciousness=rt.consciousness,
-            chat=rt.chat_entries,
-            monologue=rt.monologue.last(rt.consciousness.monologue_context_depth),
-            pending=human,
-        )
-    )
-    if human is not None:
-        rt.pending_human(rt.consciousness.current_tick, human)
-    return text
+def observe(rt: Runtime) -> str:
+    """Observe: assemble the context from the items of active memory."""
+    return assemble(rt.memory.snapshot(rt.consciousness))
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: str) -> AgentResponse | None:
@@ -204,24 +195,32 @@ async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
 
 
 def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
-    """Record: the monologue line and the tick's transcript event."""
-    rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
+    """Record: the monologue line (file and item) and the tick's transcript event."""
+    line = rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
+    rt.memory.add_monologue(tick, line)
     rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict()}, tick=tick)
 
 
 def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool) -> None:
-    """Persist: the agent's part of the chat and consciousness.el, durably."""
+    """Persist: the agent's part of the chat, consciousness.el, and the end-of-tick
+    checkpoint of memory.db (one transaction)."""
     reply = response.reply or ""
     try:
         rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
         rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
-    rt.remember_chat(tick, reply, human_written=human_written)
+    with rt.ltm.transaction():
+        rt.memory.finish_chat(tick, reply)
+        rt.memory.sync_state(rt.consciousness)
 
 
 def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
-    """A tick that ended without a response: the input stays (it reads as interrupted)."""
+    """A tick that ended without a response: the input stays, marked with REASON."""
+    with rt.ltm.transaction():
+        if rt.memory.pending_tick == tick:
+            rt.memory.finish_chat(tick, None, status=f"no reply: {reason}")
+        rt.memory.sync_state(rt.consciousness)
     try:
         rt.save_consciousness()
     except PersistenceError as err:

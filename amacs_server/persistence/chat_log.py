@@ -15,8 +15,6 @@ import orgparse
 
 from .files import append_durably
 
-INTERRUPTED_REPLY = "(no reply: the tick was interrupted)"
-
 
 @dataclass
 class ChatEntry:

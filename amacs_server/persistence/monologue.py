@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections import deque
 from pathlib import Path
 
 from .files import append_durably
@@ -12,27 +11,26 @@ _LINE = re.compile(r"^- \[TICK (\d+)\]\[([^\]]*)\] (.*)$")
 
 
 class MonologueLog:
-    """Appends monologue lines and keeps the recent ones in memory."""
+    """Appends monologue lines to ``monologue.org`` and reads them back."""
 
-    def __init__(self, path: Path, keep: int = 1000) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.recent: deque[str] = deque(maxlen=keep)
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                match = _LINE.match(line)
-                if match:
-                    self.recent.append(match.group(3))
 
-    def append(self, tick: int, timestamp: str, text: str) -> None:
-        """Record TEXT (one line) for TICK."""
+    def read(self) -> list[tuple[int, str]]:
+        """Every (tick, line) in the file, oldest first."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            match = _LINE.match(line)
+            if match:
+                out.append((int(match.group(1)), match.group(3)))
+        return out
+
+    def append(self, tick: int, timestamp: str, text: str) -> str:
+        """Record TEXT for TICK as one line; return the line."""
         line = " ".join(text.split())
         if not self.path.exists():
             append_durably(self.path, "#+TITLE: Monologue\n\n")
         append_durably(self.path, f"- [TICK {tick}][{timestamp}] {line}\n")
-        self.recent.append(line)
-
-    def last(self, count: int) -> list[str]:
-        """The last COUNT lines, oldest first."""
-        if count <= 0:
-            return []
-        return list(self.recent)[-count:]
+        return line

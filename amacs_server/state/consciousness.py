@@ -198,24 +198,31 @@ class Consciousness:
             setattr(self, key, value)
         elif key == "active_thread":
             raise ConsciousnessError("threads change through agent-switch-thread, not directly")
-        elif key.startswith("api_settings_") or key == "api_settings":
-            return self._set_api_setting(key.removeprefix("api_settings").lstrip("_"), value)
+        elif key == "api_settings" and isinstance(value, dict):
+            self._set_api_settings({k.replace("-", "_"): v for k, v in value.items()})
+            return asdict(self.api_settings)
+        elif key.startswith("api_settings_"):
+            sub = key.removeprefix("api_settings_")
+            self._set_api_settings({sub: value})
+            return getattr(self.api_settings, sub)
         else:
             raise ConsciousnessError(f"unknown consciousness field `{name}'")
         return getattr(self, key)
 
-    def _set_api_setting(self, key: str, value: Any) -> Any:
-        if not hasattr(self.api_settings, key) or key == "":
-            raise ConsciousnessError(
-                "api-settings fields are temperature, top-p, thinking, max-tokens"
-            )
+    def _set_api_settings(self, changes: dict[str, Any]) -> None:
+        """Apply CHANGES to api-settings all together, or none of them."""
         candidate = ApiSettings(**asdict(self.api_settings))
-        if key == "thinking":
-            candidate.thinking = bool(value)
-        elif isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConsciousnessError(f"api-settings {key} must be a number, got {value!r}")
-        else:
-            setattr(candidate, key, int(value) if key == "max_tokens" else float(value))
+        for key, value in changes.items():
+            if key not in asdict(candidate):
+                raise ConsciousnessError(
+                    f"api-settings has no {key.replace('_', '-')}; its fields are "
+                    "temperature, top-p, thinking, max-tokens"
+                )
+            if key == "thinking":
+                candidate.thinking = bool(value)
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConsciousnessError(f"api-settings {key.replace('_', '-')} must be a number, got {value!r}")
+            else:
+                setattr(candidate, key, int(value) if key == "max_tokens" else float(value))
         candidate.validate()
         self.api_settings = candidate
-        return getattr(candidate, key)

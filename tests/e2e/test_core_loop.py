@@ -12,6 +12,8 @@ import subprocess
 import pytest
 
 from amacs_server.inference.parse import RETRY_PROMPT
+from tests.context_items import chat_lines, parse_context, state
+from tests.context_items import eval_result as eval_result_of
 from tests.e2e.harness import TEST_KEY, elisp_string, finish_emacs, run_emacs, start_emacs
 from tests.fake_anthropic import Reply, agent_json
 
@@ -30,11 +32,6 @@ def git_log(home):
     return subprocess.run(["git", "-C", str(home), "log", "--format=%s"], capture_output=True, text=True, check=True).stdout.splitlines()
 
 
-def eval_result_of(context):
-    block = context.split("<last-eval-result>\n")[1].split("\n</last-eval-result>")[0]
-    return json.loads(block)["lastEvalResult"]
-
-
 def test_two_plus_two_end_to_end(fake, home):
     """EPIC-002 IMP-021: the agent evals (+ 2 2), sees "4" on the next tick, then replies."""
     fake.script(
@@ -45,7 +42,8 @@ def test_two_plus_two_end_to_end(fake, home):
 
     assert len(fake.requests) == 2
     first, second = fake.user_texts()
-    assert first.rstrip().endswith("Human: what is 2+2?\n</chat>\n\n<monologue>\n\n</monologue>")
+    assert chat_lines(first) == ["Human: what is 2+2?"]
+    assert parse_context(first)["monologue"] == [] and "last-eval-result" not in parse_context(first)
     assert eval_result_of(second) == {"success": True, "result": "4", "error": None, "skipped": False}
     # The core skill is the cached system prompt (IMP-020).
     system = fake.requests[0]["body"]["system"]
@@ -111,7 +109,7 @@ def test_invalid_json_three_times_gives_fallback(fake, home):
     assert "Back to normal." in run.shell
     log = git_log(home)
     assert log[1].startswith("[TICK 1][no-thread][uncertain] [unparsed response] nope 3")
-    assert "Human: hello\nAgent: (no reply)\nHuman: again" in fake.user_texts()[3]
+    assert chat_lines(fake.user_texts()[3]) == ["Human: hello", "Agent: ", "Human: again"]
 
 
 def test_eval_errors_come_back_as_data(fake, home):
@@ -167,7 +165,8 @@ def test_kill_server_mid_tick_keeps_input_and_restart_continues(fake, home):
     assert "AMACS server stopped" in run.shell
     assert "Here I am again." in run.shell
     assert "Your last message got no reply" in run.shell
-    assert "Human: remember the milk\nAgent: (no reply: the tick was interrupted)\nHuman: are you back?" in fake.user_texts()[-1]
+    assert chat_lines(fake.user_texts()[-1]) == [
+        "Human: remember the milk", "Agent: (no reply: the tick was interrupted)", "Human: are you back?"]
     ticks = [int(t) for t in re.findall(r"^\* Tick (\d+)$", (home / "agent-chat.org").read_text(), re.M)]
     assert ticks == [1, 2]
 
@@ -179,8 +178,8 @@ def test_restart_resumes_history_tick_and_mood(fake, home):
     fake.script(Reply(agent_json("Second answer.")))
     run_emacs(home, fake.url, session("second question")).check()
     ctx = fake.user_texts()[1]
-    assert "Human: first question\nAgent: First answer.\nHuman: second question" in ctx
-    assert "(current-tick . 2)" in ctx and '(mood . "😤")' in ctx
+    assert chat_lines(ctx) == ["Human: first question", "Agent: First answer.", "Human: second question"]
+    assert state(ctx, "current_tick") == 2 and state(ctx, "mood") == "😤"
     assert git_log(home)[0].startswith("[TICK 2]")
 
 
@@ -206,7 +205,7 @@ def test_agent_may_not_change_harness_fields(fake, home):
     refused = eval_result_of(ctx[1])
     assert not refused["success"] and "owned by the harness" in refused["error"]
     assert eval_result_of(ctx[2]) == {"success": True, "result": "1", "error": None, "skipped": False}
-    assert "(chat-context-depth . 1)" in ctx[2] and "(current-tick . 3)" in ctx[2]
+    assert state(ctx[2], "chat_context_depth") == 1 and state(ctx[2], "current_tick") == 3
 
 
 def test_imp038_depth_scenario_through_the_real_stack(fake, home):
@@ -215,8 +214,7 @@ def test_imp038_depth_scenario_through_the_real_stack(fake, home):
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
     fake.script(*[Reply(agent_json(f"response {i}")) for i in range(1, 12)])
     run_emacs(home, fake.url, session(*[f"message {i}" for i in range(1, 12)])).check()
-    chat = fake.user_texts()[10].split("<chat>\n")[1].split("\n</chat>")[0]
-    assert chat.splitlines() == [
+    assert chat_lines(fake.user_texts()[10]) == [
         "Human: message 8", "Agent: response 8",
         "Human: message 9", "Agent: response 9",
         "Human: message 10", "Agent: response 10",
@@ -260,4 +258,6 @@ def test_refused_key_is_explained_and_input_kept(fake, home):
     assert len(fake.requests) == 2
     assert "the API key was refused (401)" in run.shell and "Works now." in run.shell
     assert "** Human\nfirst try" in (home / "agent-chat.org").read_text()
-    assert "Human: first try\nAgent: (no reply: the tick was interrupted)\nHuman: second try" in fake.user_texts()[1]
+    assert chat_lines(fake.user_texts()[1]) == [
+        "Human: first try", "Agent: (no reply: the API key was refused (401): check ANTHROPIC_API_KEY or "
+        "`amacs-api-key')", "Human: second try"]

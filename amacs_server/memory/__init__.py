@@ -1,0 +1,1 @@
+"""Addressable memory: MemId, active memory (RAM/ROM), versioned long-term memory."""

@@ -1,0 +1,345 @@
+"""Active memory of one brain: ROM and RAM items, every one addressable by MemId.
+
+Consciousness fields are ``state`` items, mirrored from the typed
+:class:`~amacs_server.state.consciousness.Consciousness` (which validates every
+change) and versioned whenever their value changes.  Chat exchanges and
+monologue lines are items too; the context shows the last ``*-depth`` of them.
+Notes the agent creates, and items it loads, are pinned.  Evicting leaves a
+handle.  Every version of every item is written to long-term memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from ..state.consciousness import Consciousness
+from .items import Kind, MemoryItem, Tier
+from .ltm import LongTermMemory
+from .memid import MemId
+
+# Consciousness fields in RFC v4 §3.1 order, with their tier (issue 3).  The
+# thread fields change only through the thread tools, so the agent cannot
+# write them directly.
+STATE_TIERS: dict[str, Tier] = {
+    "identity": Tier.ROM,
+    "current_tick": Tier.ROM,
+    "current_time": Tier.ROM,
+    "mood": Tier.RAM,
+    "confidence": Tier.RAM,
+    "active_thread": Tier.ROM,
+    "pending_threads": Tier.ROM,
+    "budget": Tier.ROM,
+    "chat_context_depth": Tier.RAM,
+    "monologue_context_depth": Tier.RAM,
+    "global_scratchpad_depth": Tier.RAM,
+    "thread_scratchpad_depth": Tier.RAM,
+    "api_settings": Tier.RAM,
+}
+CLOCK = "system_clock"
+EVAL_RESULT = "last_eval_result"
+ROM_NAMES = frozenset({*(n for n, t in STATE_TIERS.items() if t is Tier.ROM), CLOCK, EVAL_RESULT})
+CHAT_PREFIX = "chat."
+MONOLOGUE_PREFIX = "monologue."
+RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX)
+PREVIEW_CHARS = 80
+INTERRUPTED = "no reply: the tick was interrupted"
+
+
+class MemoryRefused(ValueError):
+    """A brain-tool request the rules refuse; the message is shown to the agent."""
+
+
+def _plain(value: Any) -> Any:
+    """Consciousness values as JSON data (symbols such as budget pressure become strings)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def handle_for(item: MemoryItem) -> MemoryItem:
+    """What stays in active memory when ITEM is evicted."""
+    text = " ".join(item.text().split())
+    preview = text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+    return MemoryItem(item.mem_id, item.tier, Kind.HANDLE,
+                      {"evicted": True, "kind": item.kind.value, "preview": preview}, item.created_at_ms)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the context of one tick shows, every entry an item."""
+
+    consciousness: list[MemoryItem]
+    memory: list[MemoryItem]
+    chat: list[MemoryItem]
+    monologue: list[MemoryItem]
+    eval_result: MemoryItem | None
+
+    def all_items(self) -> list[MemoryItem]:
+        """Every item shown, in order."""
+        rest = [self.eval_result] if self.eval_result else []
+        return [*self.consciousness, *self.memory, *self.chat, *self.monologue, *rest]
+
+
+class ActiveMemory:
+    """The active memory of one brain, backed by long-term memory."""
+
+    def __init__(self, ltm: LongTermMemory, agent: str, brain: str = "primary") -> None:
+        self.ltm = ltm
+        self.agent = agent
+        self.brain = brain
+        self.state: dict[str, MemoryItem] = {}
+        self.chat: list[MemoryItem] = []  # latest version of each exchange, oldest first
+        self._chat_index: dict[int, int] = {}  # tick -> position in self.chat
+        self.monologue: list[MemoryItem] = []
+        self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
+        self.evicted: dict[str, MemoryItem] = {}  # base -> handle
+        self.pending_tick: int | None = None
+
+    # -- addresses ---------------------------------------------------------------
+
+    def mem_id(self, name: str, version: int | None = None) -> MemId:
+        """The address of NAME in this brain."""
+        return MemId(self.agent, self.brain, name, version)
+
+    @property
+    def prefix(self) -> str:
+        """``agent:brain``, the start of every base of this brain."""
+        return f"{self.agent}:{self.brain}"
+
+    def owns(self, mem_id: MemId) -> bool:
+        """True when MEM_ID belongs to this brain."""
+        return mem_id.agent == self.agent and mem_id.brain == self.brain
+
+    # -- writing versions ----------------------------------------------------------
+
+    def _new(self, name: str, tier: Tier, kind: Kind, content: Any, tags: tuple[str, ...] = ()) -> MemoryItem:
+        latest = self.ltm.latest_version(self.mem_id(name).base) or 0
+        item = MemoryItem(self.mem_id(name, latest + 1), tier, kind, content, tags=tags)
+        self.ltm.put(item)
+        return item
+
+    def _set_state(self, name: str, tier: Tier, kind: Kind, content: Any) -> None:
+        current = self.state.get(name)
+        if current is not None and current.content == content:
+            return
+        self.state[name] = self._new(name, tier, kind, content)
+
+    def sync_state(self, c: Consciousness, now: datetime | None = None) -> None:
+        """Version every consciousness field whose value changed (one transaction)."""
+        values = c.to_dict()
+        with self.ltm.transaction():
+            for name, tier in STATE_TIERS.items():
+                self._set_state(name, tier, Kind.STATE, _plain(values[name]))
+            moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._set_state(CLOCK, Tier.ROM, Kind.STATE, {"now_iso8601": moment})
+            result = values[EVAL_RESULT]
+            if result is not None:
+                self._set_state(EVAL_RESULT, Tier.ROM, Kind.TOOL_RESULT, _plain(result))
+
+    # -- chat and monologue ----------------------------------------------------------
+
+    def _put_chat(self, tick: int, content: dict[str, Any]) -> MemoryItem:
+        item = self._new(f"{CHAT_PREFIX}{tick}", Tier.RAM, Kind.MESSAGE, content)
+        if tick in self._chat_index:
+            self.chat[self._chat_index[tick]] = item
+        else:
+            self._chat_index[tick] = len(self.chat)
+            self.chat.append(item)
+        return item
+
+    def begin_chat(self, tick: int, human: str) -> MemoryItem:
+        """The person's input as an item: the pending message of TICK."""
+        self.pending_tick = tick
+        return self._put_chat(tick, {"human": human})
+
+    def finish_chat(self, tick: int, agent: str | None, status: str | None = None) -> None:
+        """Complete TICK's exchange with the agent's reply, or a STATUS when there is none."""
+        self.pending_tick = None
+        index = self._chat_index.get(tick)
+        content = dict(self.chat[index].content) if index is not None else {}
+        content["agent"] = agent
+        if status:
+            content["status"] = status
+        self._put_chat(tick, content)
+
+    def add_monologue(self, tick: int, line: str) -> None:
+        """One monologue line for TICK."""
+        self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.RAM, Kind.MONOLOGUE, line))
+
+    def last_chat_interrupted(self) -> bool:
+        """True when the newest exchange has a human part and no reply."""
+        if not self.chat:
+            return False
+        content = self.chat[-1].content
+        return content.get("human") is not None and content.get("agent") is None
+
+    # -- the brain tools' operations -------------------------------------------------
+
+    def find(self, mem_id: MemId) -> MemoryItem | None:
+        """The active item with MEM_ID's base (pinned, state, chat, monologue), or None."""
+        base = mem_id.base
+        if base in self.pinned:
+            return self.pinned[base]
+        if self.owns(mem_id) and mem_id.name in self.state:
+            return self.state[mem_id.name]
+        for items in (self.chat, self.monologue):
+            for item in reversed(items):
+                if item.mem_id.base == base:
+                    return item
+        return None
+
+    def create_note(self, name: str, content: Any, kind: Kind, tags: tuple[str, ...]) -> MemoryItem:
+        """A new RAM item, pinned in active memory."""
+        mem_id = self.mem_id(name)
+        if name in STATE_TIERS or name in (CLOCK, EVAL_RESULT) or name.startswith(RESERVED_PREFIXES):
+            raise MemoryRefused(f"the name {name!r} is reserved for the harness's own items")
+        if self.ltm.latest_version(mem_id.base) is not None:
+            raise MemoryRefused(f"{mem_id} exists already; change it with agent-memory-mutate")
+        item = self._new(name, Tier.RAM, kind, content, tags)
+        self.pinned[mem_id.base] = item
+        self.ltm.set_active(self.brain, mem_id.base, "pinned", item.version)
+        return item
+
+    def mutate(self, mem_id: MemId, content: Any) -> MemoryItem:
+        """Copy-on-write: the item's newest version + 1 with CONTENT (not for state items)."""
+        current = self._latest(mem_id)
+        if current.tier is Tier.ROM:
+            raise MemoryRefused(f"refused: {current.mem_id.at(None)} is ROM (harness-owned) and cannot be mutated")
+        item = self._new(mem_id.name, current.tier, current.kind, content, current.tags)
+        self._replace_active(item)
+        return item
+
+    def evict(self, mem_id: MemId) -> MemoryItem:
+        """Take the item out of active memory; a handle stays. Returns the handle."""
+        current = self.find(mem_id)
+        if current is None:
+            if mem_id.base in self.evicted:
+                raise MemoryRefused(f"{mem_id.at(None)} is already evicted")
+            raise MemoryRefused(f"{mem_id.at(None)} is not in active memory")
+        if current.tier is Tier.ROM:
+            raise MemoryRefused(f"refused: {current.mem_id.at(None)} is ROM (harness-owned) and cannot be evicted")
+        if current.kind is Kind.STATE:
+            raise MemoryRefused(
+                f"{current.mem_id.at(None)} is a consciousness field: it stays active; mutate it instead"
+            )
+        self.pinned.pop(mem_id.base, None)
+        handle = handle_for(current)
+        self.evicted[mem_id.base] = handle
+        self.ltm.set_active(self.brain, mem_id.base, "evicted", current.version)
+        return handle
+
+    def load(self, mem_id: MemId) -> MemoryItem:
+        """Bring the version MEM_ID names (or the latest) into active memory, pinned."""
+        if not self.owns(mem_id):
+            raise MemoryRefused(f"{mem_id} belongs to another brain")
+        item = self.ltm.get(mem_id)
+        if item.kind is Kind.STATE:
+            return item  # state is always active; loading an old version only reads it
+        self.evicted.pop(mem_id.base, None)
+        self.pinned[mem_id.base] = item
+        self.ltm.set_active(self.brain, mem_id.base, "pinned", item.version)
+        return item
+
+    def _latest(self, mem_id: MemId) -> MemoryItem:
+        if not self.owns(mem_id):
+            raise MemoryRefused(f"{mem_id} belongs to another brain")
+        if mem_id.name in ROM_NAMES:
+            raise MemoryRefused(f"refused: {mem_id.at(None)} is ROM (harness-owned) and cannot be mutated")
+        return self.ltm.get(mem_id.at(None))
+
+    def _replace_active(self, item: MemoryItem) -> None:
+        base = item.mem_id.base
+        if base in self.pinned or base in self.evicted:
+            if base in self.pinned:
+                self.pinned[base] = item
+            self.ltm.set_active(self.brain, base, "pinned" if base in self.pinned else "evicted", item.version)
+        for items in (self.chat, self.monologue):
+            for i in range(len(items) - 1, -1, -1):
+                if items[i].mem_id.base == base:
+                    items[i] = item
+                    return
+
+    # -- what the context shows ---------------------------------------------------------
+
+    def _shown(self, item: MemoryItem) -> MemoryItem:
+        return self.evicted.get(item.mem_id.base, item)
+
+    def snapshot(self, c: Consciousness) -> Snapshot:
+        """The items one tick's context shows (IMP-038 depths applied)."""
+        consciousness = [self.state[n] for n in (*STATE_TIERS, CLOCK) if n in self.state]
+        window: list[MemoryItem] = []
+        depth = c.chat_context_depth
+        pending: MemoryItem | None = None
+        for item in reversed(self.chat):  # walk back only as far as the depth needs
+            tick = int(item.mem_id.name[len(CHAT_PREFIX):])
+            if tick == self.pending_tick:
+                pending = item
+                continue
+            if len(window) >= depth:
+                break
+            window.append(self._shown(item))
+        window.reverse()
+        if pending is not None:
+            window.append(pending)
+        lines = self.monologue[-c.monologue_context_depth:] if c.monologue_context_depth > 0 else []
+        result = self.state.get(EVAL_RESULT)
+        if result is not None and result.content.get("skipped"):
+            result = None
+        chat_bases = {i.mem_id.base for i in window}
+        loose_handles = [h for b, h in self.evicted.items() if b not in chat_bases
+                         and not b.split(":")[2].startswith(RESERVED_PREFIXES)]
+        return Snapshot(
+            consciousness=consciousness,
+            memory=[*self.pinned.values(), *loose_handles],
+            chat=window,
+            monologue=[self._shown(i) for i in lines],
+            eval_result=result,
+        )
+
+    # -- start-up -----------------------------------------------------------------------
+
+    def restore(self, c: Consciousness, chat: Iterable[tuple[int, str | None, str | None]],
+                monologue: Iterable[tuple[int, str]]) -> None:
+        """Rebuild from LTM and the org files, which win where the two disagree.
+
+        A crash can leave the org files a step ahead of ``memory.db`` (they are
+        written first); this brings the database level with them.
+        """
+        with self.ltm.transaction():
+            for name in (*STATE_TIERS, CLOCK, EVAL_RESULT):
+                base = self.mem_id(name).base
+                if self.ltm.latest_version(base) is not None:
+                    self.state[name] = self.ltm.get(self.mem_id(name))
+            self.sync_state(c)
+            for tick, human, agent in chat:
+                base = self.mem_id(f"{CHAT_PREFIX}{tick}").base
+                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                content: dict[str, Any] = {"human": human} if human is not None else {}
+                content["agent"] = agent
+                if human is not None and agent is None:
+                    content["status"] = (stored.content.get("status") if stored else None) or INTERRUPTED
+                if stored is None or any(stored.content.get(k) != v for k, v in content.items()):
+                    self._put_chat(tick, content)
+                else:
+                    self._chat_index[tick] = len(self.chat)
+                    self.chat.append(stored)
+            for tick, line in monologue:
+                base = self.mem_id(f"{MONOLOGUE_PREFIX}{tick}").base
+                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                if stored is None:
+                    self.add_monologue(tick, line)
+                else:
+                    self.monologue.append(stored)
+            for base, status, version in self.ltm.active_set(self.brain):
+                item = self.ltm.get(MemId.from_base(base, version))
+                if status == "pinned":
+                    self.pinned[base] = item
+                else:
+                    self.evicted[base] = handle_for(item)
