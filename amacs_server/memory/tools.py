@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..state.consciousness import ConsciousnessError
 from .active import STATE_TIERS, MemoryRefused
-from .items import Kind
+from .items import Kind, Tier
 from .ltm import LtmError
 from .memid import NAME, MemId, MemIdError
 
@@ -71,7 +72,7 @@ def _refusals(fn: Any) -> Any:
     def wrapper(*args: Any) -> Any:
         try:
             return fn(*args)
-        except (MemoryRefused, LtmError) as err:
+        except (MemoryRefused, LtmError, ConsciousnessError) as err:
             raise ToolError(str(err)) from err
 
     wrapper.__name__ = fn.__name__
@@ -101,7 +102,7 @@ def memory_mutate(rt: Runtime, mem_id: Any, content: Any) -> dict[str, Any]:
     """Write CONTENT as the next version of MEM_ID (RAM only)."""
     target = _mem_id(mem_id)
     value = _content(content)
-    if rt.memory.owns(target) and target.name in STATE_TIERS:
+    if rt.memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
         before = rt.memory.state[target.name].version
         rt.agent_set(target.name, value)  # validates, then versions the state item
         item = rt.memory.state[target.name]

@@ -54,6 +54,11 @@
   "Wait until the server has gone."
   (amacs-e2e-wait (lambda () (not (amacs-live-p))) "the server to stop"))
 
+(defun amacs-e2e-crash-server ()
+  "Kill the server with SIGKILL, as a crash would, and wait until it is gone."
+  (signal-process (process-id amacs--server-process) 'SIGKILL)
+  (amacs-e2e-wait-disconnect))
+
 (defun amacs-e2e-dump ()
   "Write the shell's text to $AMACS_E2E_OUT."
   (let ((buf (get-buffer amacs-shell-buffer-name)))

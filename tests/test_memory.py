@@ -1,0 +1,120 @@
+"""Long-term memory and the brain tools, in process (memid spec Phases 2-3; unit tests 2-4)."""
+
+import pytest
+
+from amacs_server.config import load_config
+from amacs_server.memory import tools
+from amacs_server.memory.items import Kind, MemoryItem, Tier
+from amacs_server.memory.ltm import LongTermMemory, LtmError
+from amacs_server.memory.memid import MemId
+from amacs_server.runtime import Runtime
+from amacs_server.state.consciousness import EvalResult
+
+
+class SilentFace:
+    def reply(self, text): ...
+    def annotate(self, text, kind="info"): ...
+    def turn_done(self, tick): ...
+
+    async def evaluate(self, form):
+        return EvalResult(True, result="nil")
+
+
+@pytest.fixture
+def rt(tmp_path):
+    runtime = Runtime(load_config({"AMACS_HOME": str(tmp_path / "home"), "ANTHROPIC_API_KEY": "k"}), SilentFace())
+    yield runtime
+    runtime.ltm.close()
+
+
+def note(name, content, version=1, tags=()):
+    return MemoryItem(MemId("a", "primary", name, version), Tier.RAM, Kind.NOTE, content, tags=tags)
+
+
+def test_ltm_wal_versions_and_copy_on_write(tmp_path):
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    assert ltm.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    first = note("plan", "draft")
+    ltm.put(first)
+    ltm.put(first.next_version("final"))
+    assert ltm.versions("a:primary:plan") == [1, 2]
+    assert ltm.get(MemId.parse("<EOT>a:primary:plan<EOT>")).content == "final"
+    assert ltm.get(MemId.parse("<EOT>a:primary:plan:1<EOT>")).content == "draft"
+    with pytest.raises(LtmError, match="versions 1..2 do"):
+        ltm.get(MemId.parse("<EOT>a:primary:plan:7<EOT>"))
+    with pytest.raises(LtmError, match="already exists"):
+        ltm.put(first)
+
+
+def test_search_ranks_closer_match_first_with_snippets_and_tags(tmp_path):
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    for i in range(30):
+        ltm.put(note(f"filler{i}", f"ordinary words about topic {i}"))
+    ltm.put(note("weak", "a heron stood by the water among many reeds and stones and other birds"))
+    ltm.put(note("strong", "heron nest: the heron nest is in the tall pine", tags=("birds",)))
+    hits = ltm.search("heron nest")
+    assert [h.mem_id.name for h in hits[:2]] == ["strong", "weak"]
+    assert hits[0].score > hits[1].score and "[heron]" in hits[0].snippet
+    assert [h.mem_id.name for h in ltm.search("heron", tags=("birds",))] == ["strong"]
+    with pytest.raises(LtmError, match="vector search"):
+        ltm.search("heron", mode="vector")
+    with pytest.raises(LtmError, match="no words"):
+        ltm.search("!!!")
+    assert ltm.search('he said "nest" (AND) NOT -- OR') != []  # query syntax never leaks into FTS5
+
+
+def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
+    made = tools.memory_create(rt, "groceries", "milk", {"tags": ["shopping"]})
+    assert made == {"mem_id": "<EOT>amacs-instance-1:primary:groceries:1<EOT>", "version": 1,
+                    "tier": "ram", "kind": "note"}
+    changed = tools.memory_mutate(rt, made["mem_id"], "milk, eggs")
+    assert (changed["version"], changed["previous_version"]) == (2, 1)
+    evicted = tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:groceries<EOT>")
+    assert evicted["evicted"] and evicted["handle"]["preview"] == "milk, eggs"
+    assert "amacs-instance-1:primary:groceries" not in rt.memory.pinned
+    loaded = tools.memory_load(rt, "<EOT>amacs-instance-1:primary:groceries<EOT>", {"version": 1})
+    assert (loaded["version"], loaded["content"]) == (1, "milk")
+    assert rt.memory.pinned["amacs-instance-1:primary:groceries"].content == "milk"
+    hits = tools.memory_search(rt, "eggs", None)
+    assert hits[0]["mem_id"] == "<EOT>amacs-instance-1:primary:groceries:2<EOT>"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda rt: tools.memory_create(rt, "Bad Name", "x"), "must start with"),
+        (lambda rt: tools.memory_create(rt, "chat.5", "x"), "reserved"),
+        (lambda rt: tools.memory_create(rt, "mood", "x"), "reserved"),
+        (lambda rt: tools.memory_create(rt, "n", None), "content is required"),
+        (lambda rt: tools.memory_create(rt, "n", "x", {"colour": "red"}), "unknown option(s) :colour"),
+        (lambda rt: tools.memory_create(rt, "n", "x", {"kind": "message"}), ":kind must be one of"),
+        (lambda rt: tools.memory_mutate(rt, "groceries", "x"), "must start and end with <EOT>"),
+        (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:nothing<EOT>", "x"), "no memory item"),
+        (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:current_tick<EOT>", 9), "is ROM"),
+        (lambda rt: tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:budget<EOT>"), "is ROM"),
+        (lambda rt: tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:mood<EOT>"), "consciousness field"),
+        (lambda rt: tools.memory_load(rt, "<EOT>other:primary:x<EOT>"), "another brain"),
+        (lambda rt: tools.memory_load(rt, "<EOT>amacs-instance-1:primary:mood:1<EOT>", {"version": 2}),
+         "names version 1 but :version is 2"),
+        (lambda rt: tools.memory_search(rt, "", None), "non-empty"),
+        (lambda rt: tools.memory_search(rt, "x", {"limit": 1000}), "limit must be within"),
+    ],
+)
+def test_invalid_calls_fail_deterministically(rt, call, message):
+    for _ in range(2):  # the same call fails the same way every time
+        with pytest.raises(tools.ToolError) as err:
+            call(rt)
+        assert message in str(err.value)
+
+
+def test_mutating_a_state_item_goes_through_consciousness_rules(rt):
+    out = tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:chat_context_depth<EOT>", 2)
+    assert rt.consciousness.chat_context_depth == 2 and out["version"] == out["previous_version"] + 1
+    with pytest.raises(tools.ToolError, match="integer within"):
+        tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:chat_context_depth<EOT>", -4)
+    out = tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:api_settings<EOT>",
+                              {"temperature": 0.3, "max_tokens": 2000})
+    assert (rt.consciousness.api_settings.temperature, rt.consciousness.api_settings.max_tokens) == (0.3, 2000)
+    with pytest.raises(tools.ToolError, match="temperature must be within"):
+        tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:api_settings<EOT>", {"temperature": 9, "top_p": 0.5})
+    assert rt.consciousness.api_settings.top_p == 1.0  # all or nothing
