@@ -118,3 +118,19 @@ def test_mutating_a_state_item_goes_through_consciousness_rules(rt):
     with pytest.raises(tools.ToolError, match="temperature must be within"):
         tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:api_settings<EOT>", {"temperature": 9, "top_p": 0.5})
     assert rt.consciousness.api_settings.top_p == 1.0  # all or nothing
+
+
+def test_common_words_are_bounded_and_rare_words_decide(tmp_path):
+    """Search cost stays bounded: near-universal words are dropped beside rarer ones,
+    and a query of only such words ranks the most recent matches."""
+    ltm = LongTermMemory(tmp_path / "memory.db", common_df=5, common_pool=4)
+    for i in range(12):
+        ltm.put(note(f"n{i}", f"the cat {'sat' if i % 2 else 'ran'} number{i}"))
+    ltm.put(note("zebra", "the zebra"))
+    # "the" is in 13 items (> 5): with "zebra" present only "zebra" is matched.
+    hits = ltm.search("the zebra")
+    assert [h.mem_id.name for h in hits] == ["zebra"] and "[zebra]" in hits[0].snippet
+    # Only common words: the 4 most recent matches are ranked, nothing older;
+    # both words beat one, and equal scores go newest first.
+    assert [h.mem_id.name for h in ltm.search("the cat", limit=10)] == ["n11", "n10", "n9", "zebra"]
+    assert all(h.snippet for h in ltm.search("the cat"))

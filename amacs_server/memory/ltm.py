@@ -10,9 +10,11 @@ embedding index.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +46,22 @@ CREATE TABLE IF NOT EXISTS active (
   version INTEGER,
   PRIMARY KEY (brain, base)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS term_df (
+  term TEXT PRIMARY KEY,
+  df INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
-  text, content='items', content_rowid='id', tokenize='unicode61');
+  text, content='items', content_rowid='id', tokenize='unicode61 remove_diacritics 0');
 """
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)  # what FTS5's unicode61 calls a token
+# A word in more items than this is ranked at a cost that grows with its item
+# count (FTS5 walks its whole doclist for BM25); it also says little about
+# relevance.  Such words are left out when rarer words are in the query; a
+# query of only such words ranks the most recent COMMON_POOL matches.
+COMMON_DF = 5000
+COMMON_POOL = 500
+BM25_K1, BM25_B = 1.2, 0.75
 
 
 class LtmError(ValueError):
@@ -70,23 +83,32 @@ class SearchHit:
                 "snippet": self.snippet}
 
 
-def fts_query(query: str) -> str:
-    """Turn free text into an FTS5 query: each word quoted, any word may match (ranked)."""
-    words = _WORD.findall(query)
+def query_words(query: str) -> list[str]:
+    """The distinct words of QUERY, lowercased, in order."""
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
     if not words:
         raise LtmError(f"search query {query!r} has no words to look for")
+    return words
+
+
+def fts_query(words: list[str]) -> str:
+    """An FTS5 query in which any of WORDS may match (ranked); no query syntax leaks through."""
     return " OR ".join(f'"{w}"' for w in words)
 
 
 class LongTermMemory:
     """The SQLite store.  Used from one thread (the runtime's loop)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, common_df: int = COMMON_DF, common_pool: int = COMMON_POOL) -> None:
         self.path = path
+        self.common_df = common_df
+        self.common_pool = common_pool
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self._docs = self.db.execute("SELECT count(*) FROM items").fetchone()[0]
+        self._avg_len = 0.0
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -114,7 +136,12 @@ class LongTermMemory:
                 )
             except sqlite3.IntegrityError as err:
                 raise LtmError(f"{item.mem_id} already exists") from err
-            self.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, item.text()))
+            text = item.text()
+            self.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
+            self.db.executemany(
+                "INSERT INTO term_df (term, df) VALUES (?, 1) ON CONFLICT (term) DO UPDATE SET df = df + 1",
+                [(w,) for w in {w.lower() for w in _WORD.findall(text)}])
+            self._docs += 1
             for tag in item.tags:
                 self.db.execute("INSERT OR IGNORE INTO tags (base, tag) VALUES (?, ?)", (item.mem_id.base, tag))
 
@@ -168,27 +195,83 @@ class LongTermMemory:
             raise LtmError(f"unknown search mode {mode!r}; use keyword")
         if not 1 <= limit <= 100:
             raise LtmError(f"limit must be within 1..100, got {limit}")
-        sql = (
-            "SELECT i.base, i.version, i.kind, bm25(items_fts) AS score, "
-            "snippet(items_fts, 0, '[', ']', '…', 12) "
-            "FROM items_fts JOIN items i ON i.id = items_fts.rowid WHERE items_fts MATCH ?"
-        )
-        args: list[object] = [fts_query(query)]
-        if agent_brain:
-            sql += " AND i.base LIKE ?"
-            args.append(f"{agent_brain}:%")
-        for tag in tags:
-            sql += " AND i.base IN (SELECT base FROM tags WHERE tag = ?)"
-            args.append(tag)
-        sql += " ORDER BY score LIMIT ?"
-        args.append(limit * 4)
-        hits: dict[str, SearchHit] = {}
-        for base, version, kind, score, snip in self.db.execute(sql, args):
-            if base not in hits:
-                hits[base] = SearchHit(MemId.from_base(base, version), kind, -score, snip)
+        words = query_words(query)
+        marks = ",".join("?" * len(words))
+        df = dict(self.db.execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", words).fetchall())
+        present = [w for w in words if df.get(w)]
+        if not present:
+            return []
+        selective = [w for w in present if df[w] <= self.common_df]
+        keep = self._filter(tags, agent_brain)
+        if not selective:
+            match = fts_query(present)
+            return self._hits(self._rank_recent(present, df, match), match, limit, keep)
+        match = fts_query(selective)
+        hits: list[SearchHit] = []
+        page, offset = limit * 4, 0
+        while len(hits) < limit:  # rank, then filter; fetch further pages only if filters drop rows
+            ranked = self.db.execute(
+                "SELECT rowid, bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? "
+                "ORDER BY bm25(items_fts) LIMIT ? OFFSET ?", (match, page, offset)).fetchall()
+            hits = self._hits([(r, -score) for r, score in ranked], match, limit, keep, hits)
+            if len(ranked) < page:
+                break
+            offset += page
+            page *= 4
+        return hits
+
+    def _filter(self, tags: tuple[str, ...], agent_brain: str | None) -> Callable[[str], bool]:
+        """A test of an item's base: in AGENT_BRAIN, and carrying every one of TAGS."""
+        prefix = f"{agent_brain}:" if agent_brain else ""
+
+        def keep(base: str) -> bool:
+            if not base.startswith(prefix):
+                return False
+            return all(self.db.execute("SELECT 1 FROM tags WHERE base=? AND tag=?", (base, t)).fetchone()
+                       for t in tags)
+
+        return keep
+
+    def _rank_recent(self, words: list[str], df: dict[str, int], match: str) -> list[tuple[int, float]]:
+        """BM25 over the most recent matches only: the bounded case of all-common words."""
+        pool = self.db.execute(
+            "SELECT rowid FROM items_fts WHERE items_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
+            (match, self.common_pool)).fetchall()
+        ids = [r[0] for r in pool]
+        if not ids:
+            return []
+        texts = self.db.execute(f"SELECT id, text FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
+        docs = {i: [w.lower() for w in _WORD.findall(t)] for i, t in texts}
+        avg = sum(len(d) for d in docs.values()) / len(docs) or 1.0
+        n = max(self._docs, 1)
+        idf = {w: math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+        scored = []
+        for rowid, tokens in docs.items():
+            counts = Counter(tokens)
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * len(tokens) / avg)
+            score = sum(idf[w] * counts[w] * (BM25_K1 + 1) / (counts[w] + norm) for w in words if counts[w])
+            scored.append((rowid, score))
+        scored.sort(key=lambda pair: (-pair[1], -pair[0]))
+        return scored
+
+    def _hits(self, scored: list[tuple[int, float]], match: str, limit: int,
+              keep: Callable[[str], bool], already: list[SearchHit] | None = None) -> list[SearchHit]:
+        """One hit per kept item, best first; snippets computed for the hits only."""
+        hits = list(already or [])
+        seen = {h.mem_id.base for h in hits}
+        for rowid, score in scored:
             if len(hits) == limit:
                 break
-        return list(hits.values())
+            base, version, kind = self.db.execute(
+                "SELECT base, version, kind FROM items WHERE id=?", (rowid,)).fetchone()
+            if base in seen or not keep(base):
+                continue
+            seen.add(base)
+            snip = self.db.execute(
+                "SELECT snippet(items_fts, 0, '[', ']', '…', 12) FROM items_fts "
+                "WHERE items_fts MATCH ? AND rowid = ?", (match, rowid)).fetchone()
+            hits.append(SearchHit(MemId.from_base(base, version), kind, score, snip[0] if snip else ""))
+        return hits
 
     # -- the active set, so a restart restores what the brain had pinned or evicted --
 

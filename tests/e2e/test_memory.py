@@ -30,7 +30,7 @@ def memory_items(ctx):
 def test_create_mutate_evict_search_load_earlier_version(fake, home):
     """memid integration test 3: create -> mutate -> evict -> load a historical version, via elisp."""
     fake.script(*evals(
-        f'(agent-memory-create "groceries" "milk" :tags \'("shopping"))',
+        '(agent-memory-create "groceries" "milk" :tags \'("shopping"))',
         f'(agent-memory-mutate "<EOT>{ME}:groceries:1<EOT>" "milk, eggs")',
         f'(agent-memory-evict "<EOT>{ME}:groceries<EOT>")',
         '(agent-memory-search "eggs")',
