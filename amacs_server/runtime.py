@@ -21,6 +21,7 @@ from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
 from .persistence.git_repo import HomeRepo
 from .persistence.monologue import MonologueLog
+from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
 from .state.consciousness import Consciousness, ConsciousnessError
 
@@ -49,6 +50,7 @@ class Runtime:
         self.repo = HomeRepo(home)
         self.chat_log = ChatLog(home / "agent-chat.org")
         self.monologue = MonologueLog(home / "monologue.org")
+        self.scratchpad = ScratchpadLog(home / "scratchpad.org")
         self.consciousness = self._load_consciousness()
         chat = self.chat_log.read()
         if chat:
@@ -59,6 +61,7 @@ class Runtime:
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],
             monologue=self.monologue.read(),
+            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
@@ -90,7 +93,7 @@ class Runtime:
     def tracked_files(self) -> list[Path]:
         """The files each tick commits."""
         home = self.config.home
-        return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org")]
+        return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org", "scratchpad.org")]
 
     def system_prompt(self) -> str:
         """The core skill, read each tick so an edit takes effect at once."""

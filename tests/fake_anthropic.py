@@ -227,6 +227,10 @@ class FakeAnthropic:
         with self._lock:
             self._script.extend(replies)
 
+    def respond_with(self, default: Callable[[dict[str, Any]], Reply]) -> None:
+        """Answer requests past the script with DEFAULT(request body)."""
+        self._default = default
+
     def next_reply(self, body: dict[str, Any]) -> Reply:
         """The next scripted reply, else the default for BODY."""
         with self._lock:

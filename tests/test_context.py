@@ -107,3 +107,24 @@ def test_state_versions_only_when_values_change(memory):
     memory.sync_state(c)
     assert memory.state["mood"].version == v + 1
     assert memory.ltm.get(memory.mem_id("mood", v)).content == "calm"
+
+
+def test_scratchpad_global_and_thread_filtering_with_both_depths(memory):
+    """RFC §4.2 / IMP-038's deferred test: global notes always, thread notes while active, two depths."""
+    c = Consciousness(global_scratchpad_depth=2, thread_scratchpad_depth=1)
+    memory.add_scratchpad(1, "G1", None, "global one")
+    memory.add_scratchpad(2, "A1", "rust", "rust one")
+    memory.add_scratchpad(3, "G2", None, "global two")
+    memory.add_scratchpad(4, "A2", "rust", "rust two")
+    memory.add_scratchpad(5, "B1", "blog", "blog one")
+    memory.add_scratchpad(6, "G3", None, "global three")
+    shown = lambda: [i.content["heading"] for i in memory.scratchpad_window(c)]  # noqa: E731
+    assert shown() == ["G2", "G3"]  # no thread active: the last 2 global notes
+    c.active_thread = "rust"
+    assert shown() == ["G2", "A2", "G3"]  # plus the last 1 note of the active thread
+    c.thread_scratchpad_depth = 5
+    assert shown() == ["A1", "G2", "A2", "G3"]
+    c.active_thread = "blog"
+    assert shown() == ["G2", "B1", "G3"]
+    c.global_scratchpad_depth = 0
+    assert shown() == ["B1"]

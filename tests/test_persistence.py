@@ -123,3 +123,18 @@ def test_transcript_lines_share_columns_and_hide_secrets(tmp_path):
     assert [x["seq"] for x in lines] == [1, 2]
     assert set(lines[0]) == set(lines[1])
     assert "sk-SECRET" not in (tmp_path / "run-1.jsonl").read_text()
+
+
+def test_scratchpad_org_format_and_round_trip(tmp_path):
+    """RFC §4.2: a heading with :THREAD: (null for global) and :TICK:, then the content."""
+    from amacs_server.persistence.scratchpad import ScratchpadEntry, ScratchpadLog
+
+    log = ScratchpadLog(tmp_path / "scratchpad.org")
+    log.append(ScratchpadEntry(42, "Working Notes", None, "line\n* not a heading"))
+    log.append(ScratchpadEntry(45, "Parser Investigation", "rust-debugging", "Content here..."))
+    text = (tmp_path / "scratchpad.org").read_text()
+    assert text.startswith("* Working Notes\n:PROPERTIES:\n:THREAD: null\n:TICK: 42\n:END:\nline\n,* not a heading\n")
+    assert log.read() == [
+        ScratchpadEntry(42, "Working Notes", None, "line\n* not a heading"),
+        ScratchpadEntry(45, "Parser Investigation", "rust-debugging", "Content here..."),
+    ]

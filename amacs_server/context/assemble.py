@@ -34,6 +34,8 @@ def assemble(snap: Snapshot) -> str:
     parts = [section("agent-consciousness", snap.consciousness)]
     if snap.memory:
         parts.append(section("memory", snap.memory))
+    if snap.scratchpad:
+        parts.append(section("scratchpad", snap.scratchpad))
     parts.append(section("chat", snap.chat))
     parts.append(section("monologue", snap.monologue))
     if snap.eval_result is not None:

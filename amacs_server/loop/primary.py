@@ -22,6 +22,7 @@ from ..inference.parse import (
 from ..inference.pricing import cost
 from ..persistence.files import PersistenceError
 from ..persistence.git_repo import CommitError, commit_message
+from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import EvalResult
 
 if TYPE_CHECKING:
@@ -195,9 +196,17 @@ async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
 
 
 def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
-    """Record: the monologue line (file and item) and the tick's transcript event."""
+    """Record: the monologue line and the scratchpad entry (files and items), the transcript event."""
     line = rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
     rt.memory.add_monologue(tick, line)
+    pad = response.scratchpad
+    if pad is not None:
+        try:
+            rt.scratchpad.append(ScratchpadEntry(tick, pad.heading, pad.thread, pad.content))
+        except PersistenceError as err:
+            rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
+        else:
+            rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
     rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict()}, tick=tick)
 
 

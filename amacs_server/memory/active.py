@@ -43,7 +43,8 @@ EVAL_RESULT = "last_eval_result"
 ROM_NAMES = frozenset({*(n for n, t in STATE_TIERS.items() if t is Tier.ROM), CLOCK, EVAL_RESULT})
 CHAT_PREFIX = "chat."
 MONOLOGUE_PREFIX = "monologue."
-RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX)
+SCRATCHPAD_PREFIX = "scratchpad."
+RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX)
 PREVIEW_CHARS = 80
 INTERRUPTED = "no reply: the tick was interrupted"
 
@@ -77,6 +78,7 @@ class Snapshot:
 
     consciousness: list[MemoryItem]
     memory: list[MemoryItem]
+    scratchpad: list[MemoryItem]
     chat: list[MemoryItem]
     monologue: list[MemoryItem]
     eval_result: MemoryItem | None
@@ -84,7 +86,7 @@ class Snapshot:
     def all_items(self) -> list[MemoryItem]:
         """Every item shown, in order."""
         rest = [self.eval_result] if self.eval_result else []
-        return [*self.consciousness, *self.memory, *self.chat, *self.monologue, *rest]
+        return [*self.consciousness, *self.memory, *self.scratchpad, *self.chat, *self.monologue, *rest]
 
 
 class ActiveMemory:
@@ -98,6 +100,7 @@ class ActiveMemory:
         self.chat: list[MemoryItem] = []  # latest version of each exchange, oldest first
         self._chat_index: dict[int, int] = {}  # tick -> position in self.chat
         self.monologue: list[MemoryItem] = []
+        self.scratchpad: list[MemoryItem] = []
         self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.pending_tick: int | None = None
@@ -172,6 +175,26 @@ class ActiveMemory:
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""
         self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.RAM, Kind.MONOLOGUE, line))
+
+    def add_scratchpad(self, tick: int, heading: str, thread: str | None, content: str) -> None:
+        """A scratchpad heading written at TICK (RFC §4.2): global when THREAD is None."""
+        self.scratchpad.append(self._new(f"{SCRATCHPAD_PREFIX}{tick}", Tier.RAM, Kind.NOTE,
+                                         {"heading": heading, "thread": thread, "content": content}))
+
+    def scratchpad_window(self, c: Consciousness) -> list[MemoryItem]:
+        """The last global notes and the last notes of the active thread, oldest first."""
+        global_notes: list[MemoryItem] = []
+        thread_notes: list[MemoryItem] = []
+        for item in reversed(self.scratchpad):
+            thread = item.content.get("thread") if isinstance(item.content, dict) else None
+            if thread is None and len(global_notes) < c.global_scratchpad_depth:
+                global_notes.append(item)
+            elif thread is not None and thread == c.active_thread and len(thread_notes) < c.thread_scratchpad_depth:
+                thread_notes.append(item)
+            if len(global_notes) >= c.global_scratchpad_depth and len(thread_notes) >= c.thread_scratchpad_depth:
+                break
+        shown = sorted(global_notes + thread_notes, key=lambda i: int(i.mem_id.name[len(SCRATCHPAD_PREFIX):]))
+        return [self._shown(i) for i in shown]
 
     def last_chat_interrupted(self) -> bool:
         """True when the newest exchange has a human part and no reply."""
@@ -298,6 +321,7 @@ class ActiveMemory:
         return Snapshot(
             consciousness=consciousness,
             memory=[*self.pinned.values(), *loose_handles],
+            scratchpad=self.scratchpad_window(c),
             chat=window,
             monologue=[self._shown(i) for i in lines],
             eval_result=result,
@@ -306,7 +330,8 @@ class ActiveMemory:
     # -- start-up -----------------------------------------------------------------------
 
     def restore(self, c: Consciousness, chat: Iterable[tuple[int, str | None, str | None]],
-                monologue: Iterable[tuple[int, str]]) -> None:
+                monologue: Iterable[tuple[int, str]],
+                scratchpad: Iterable[tuple[int, str, str | None, str]] = ()) -> None:
         """Rebuild from LTM and the org files, which win where the two disagree.
 
         A crash can leave the org files a step ahead of ``memory.db`` (they are
@@ -337,6 +362,13 @@ class ActiveMemory:
                     self.add_monologue(tick, line)
                 else:
                     self.monologue.append(stored)
+            for tick, heading, thread, text in scratchpad:
+                base = self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}").base
+                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                if stored is None:
+                    self.add_scratchpad(tick, heading, thread, text)
+                else:
+                    self.scratchpad.append(stored)
             for base, status, version in self.ltm.active_set(self.brain):
                 item = self.ltm.get(MemId.from_base(base, version))
                 if status == "pinned":

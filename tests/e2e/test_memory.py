@@ -123,3 +123,41 @@ def test_depth_change_takes_effect_next_tick_and_persists(fake, home):
     after = fake.user_texts()[-1]
     assert state(after, "chat_context_depth") == 1
     assert chat_lines(after) == ["Agent: three", "Human: fourth"]
+
+
+def test_scratchpad_note_is_written_shown_and_committed(fake, home):
+    """RFC §4.2: the response's scratchpad goes to scratchpad.org and is an item in the next context."""
+    import json as _json
+    import subprocess
+
+    reply = _json.loads(agent_json("Noted."))
+    reply["scratchpad"] = {"heading": "Kettle research", "thread": None, "content": "Prefer steel."}
+    fake.script(Reply(_json.dumps(reply)), Reply(agent_json("ok")))
+    run_emacs(home, fake.url, session("note this", "next")).check()
+    org = (home / "scratchpad.org").read_text()
+    assert org == "* Kettle research\n:PROPERTIES:\n:THREAD: null\n:TICK: 1\n:END:\nPrefer steel.\n\n"
+    items = parse_context(fake.user_texts()[1])["scratchpad"]
+    assert [(name_of(i), i["content"]) for i in items] == [
+        ("scratchpad.1", {"heading": "Kettle research", "thread": None, "content": "Prefer steel."})]
+    shown = subprocess.run(["git", "-C", str(home), "show", "--stat", "HEAD~1"], capture_output=True, text=True)
+    assert "scratchpad.org" in shown.stdout
+
+
+def test_agent_evicts_by_the_mem_id_it_observed(fake, home):
+    """memid integration test 6: the brain evicts by a mem_id seen in its previous context."""
+    def answer(body):
+        ctx = body["messages"][0]["content"]
+        items = parse_context(ctx)
+        if chat_lines(ctx)[-1] == "Human: forget my secret":
+            secret = next(i for i in items["chat"] if i["content"].get("human") == "my secret is 42")
+            return Reply(agent_json(None, eval=f'(agent-memory-evict "{secret["mem_id"]}")'))
+        return Reply(agent_json("ok"))
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session("my secret is 42", "forget my secret")).check()
+    ctx = fake.user_texts()
+    after = parse_context(ctx[2])["chat"]
+    handle = next(i for i in after if i["kind"] == "handle")
+    assert handle["content"]["preview"].startswith("{\"human\": \"my secret is 42\"")
+    assert "my secret is 42" not in json.dumps([i for i in after if i["kind"] != "handle"])
+    assert eval_result(ctx[2])["success"]
