@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 
 from sexpdata import Symbol
 
+from . import work_tools
 from .memory import tools
 from .runtime import Runtime
-from .state.consciousness import EvalResult
 from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
@@ -50,19 +50,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         rt.submit(text)
         return True
 
-    def eval_result(eid: Any, result: Any) -> bool:
-        """Emacs reports the outcome of eval EID as a plist."""
-        if not isinstance(eid, int) or not isinstance(result, dict):
-            raise ValueError("eval_result takes an id and a plist")
-        face.deliver(
-            eid,
-            EvalResult(
-                success=bool(result.get("success")),
-                result=result.get("result"),
-                error=result.get("error"),
-                skipped=False,
-            ),
-        )
+    def emacs_reply(rid: Any, result: Any) -> bool:
+        """Emacs answers request RID (an eval, a buffer read) with a plist."""
+        if not isinstance(rid, int) or not isinstance(result, dict):
+            raise ValueError("emacs_reply takes an id and a plist")
+        face.deliver(rid, result)
         return True
 
     def status() -> dict[str, Any]:
@@ -98,7 +90,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     server.on_emacs_gone = lambda: face.fail_all("Emacs disconnected during the eval")
     for name, fn in {
         "submit": submit,
-        "eval_result": eval_result,
+        "emacs_reply": emacs_reply,
         "status": status,
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
@@ -108,5 +100,13 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "memory_evict": brain_tool(tools.memory_evict),
         "memory_load": brain_tool(tools.memory_load),
         "memory_search": brain_tool(tools.memory_search),
+        "thread_create": brain_tool(work_tools.thread_create),
+        "thread_switch": brain_tool(work_tools.thread_switch),
+        "thread_complete": brain_tool(work_tools.thread_complete),
+        "thread_add_buffer": brain_tool(work_tools.thread_add_buffer),
+        "thread_remove_buffer": brain_tool(work_tools.thread_remove_buffer),
+        "skills_list": brain_tool(work_tools.skills_list),
+        "skill_bind": brain_tool(work_tools.skill_bind),
+        "skill_unbind": brain_tool(work_tools.skill_unbind),
     }.items():
         server.register(name, fn)

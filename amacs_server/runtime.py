@@ -23,7 +23,9 @@ from .persistence.git_repo import HomeRepo
 from .persistence.monologue import MonologueLog
 from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
+from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError
+from .threads import Thread, ThreadBook
 
 log = logging.getLogger("amacs")
 
@@ -63,10 +65,16 @@ class Runtime:
             monologue=self.monologue.read(),
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
+        self.skills = SkillLibrary(config.skills_dir, home / "skills")
+        self.threads = ThreadBook()
+        for tid, item in self.memory.threads.items():
+            self.threads.open[tid] = Thread.from_content(item.content)
+        if self.consciousness.active_thread in self.threads.open:
+            self.threads.active = self.consciousness.active_thread
+        self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
         self.backend = AnthropicBackend(config.api_key, config.base_url, config.request_timeout)
-        self._core_skill_path = config.skills_dir / "core" / "SKILL.md"
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str] | None = None
         self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
@@ -96,13 +104,21 @@ class Runtime:
         return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org", "scratchpad.org")]
 
     def system_prompt(self) -> str:
-        """The core skill, read each tick so an edit takes effect at once."""
-        text = self._core_skill_path.read_text(encoding="utf-8")
-        if text.startswith("---"):
-            end = text.find("\n---", 3)
-            if end != -1:
-                text = text[end + 4 :]
-        return text.strip()
+        """The core skill (the person's own if they have one), read fresh when it changes."""
+        return self.skills.get("core").body
+
+    def sync_threads(self, *, save: bool = True) -> None:
+        """Mirror the thread book into consciousness (active-thread, pending-threads)."""
+        c = self.consciousness
+        c.active_thread = self.threads.active
+        c.pending_threads = [{"id": t.id, "concern": t.concern} for t in self.threads.pending()]
+        self.memory.sync_state(c)
+        if save:
+            self.save_consciousness()
+
+    def active_thread(self) -> Thread | None:
+        """The thread in focus, or None."""
+        return self.threads.open.get(self.threads.active) if self.threads.active else None
 
     def agent_set(self, name: str, value: object) -> object:
         """Change a consciousness field for the agent (RAM only); versioned and persisted at once."""

@@ -37,6 +37,9 @@ class NullFace:
     async def evaluate(self, form: str) -> EvalResult:
         return EvalResult(True, result="nil")
 
+    async def hydrate(self, buffers):
+        return [{"name": b, "error": "no Emacs here"} for b in buffers]
+
 
 def main() -> None:
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("A reply of ordinary length, a sentence or two.",

@@ -62,5 +62,45 @@ Loads the latest version, the one MEM-ID names, or VERSION."
 OPTIONS: :limit (default 10), :tags, :mode (\"keyword\")."
   (amacs--call-sync 'memory_search (list query options)))
 
+;;;; Threads (RFC v4 §5.1)
+
+(defun agent-create-thread (id &rest options)
+  "Open thread ID; OPTIONS are :concern (a string) and :buffers (a list).
+At most three threads may be open.  The new thread becomes active only
+when no thread is."
+  (amacs--call-sync 'thread_create (list id options)))
+
+(defun agent-switch-thread (id)
+  "Make thread ID the active one; its buffers and skills load next tick."
+  (amacs--call-sync 'thread_switch (list id)))
+
+(defun agent-complete-thread (id &rest options)
+  "Complete thread ID; OPTIONS are :evidence (data) and :learned (a string).
+The completed thread stays searchable in long-term memory."
+  (amacs--call-sync 'thread_complete (list id options)))
+
+(defun agent-thread-add-buffer (id buffer)
+  "Add BUFFER (a buffer name or a file path) to thread ID."
+  (amacs--call-sync 'thread_add_buffer (list id buffer)))
+
+(defun agent-thread-remove-buffer (id buffer)
+  "Remove BUFFER from thread ID."
+  (amacs--call-sync 'thread_remove_buffer (list id buffer)))
+
+;;;; Skills (RFC v4 §6)
+
+(defun agent-list-available-skills ()
+  "Return the skills that may be bound: name, description and kind each."
+  (amacs--call-sync 'skills_list nil))
+
+(defun agent-bind-skill-to-thread (skill &optional thread)
+  "Bind SKILL to THREAD (default: the active thread).
+Its text appears in the context while that thread is active."
+  (amacs--call-sync 'skill_bind (list skill thread)))
+
+(defun agent-unbind-skill-from-thread (skill &optional thread)
+  "Unbind SKILL from THREAD (default: the active thread)."
+  (amacs--call-sync 'skill_unbind (list skill thread)))
+
 (provide 'amacs-agent)
 ;;; amacs-agent.el ends here

@@ -95,7 +95,7 @@ limit or \\[keyboard-quit]) all come back as :error."
   "Evaluate the form in EVENT and send the result to the server."
   (let ((result (amacs--eval-form (plist-get event :form))))
     (when (amacs-live-p)
-      (amacs-call 'eval_result (list (plist-get event :id) result)))))
+      (amacs-call 'emacs_reply (list (plist-get event :id) result)))))
 
 (amacs-on-event "eval" #'amacs--handle-eval-event)
 

@@ -21,6 +21,7 @@
 (require 'amacs-transport)
 (require 'amacs-eval)
 (require 'amacs-agent)
+(require 'amacs-buffers)
 (require 'amacs-shell)
 
 (defun amacs-restart ()

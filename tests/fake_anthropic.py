@@ -266,7 +266,7 @@ class FakeAnthropic:
         out = []
         for req in self.requests:
             content = req["body"]["messages"][0]["content"]
-            out.append(content if isinstance(content, str) else content[0]["text"])
+            out.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
         return out
 
 

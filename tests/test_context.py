@@ -33,7 +33,7 @@ def test_imp038_depth_scenario(memory):
     c.begin_tick(11)
     memory.sync_state(c)
     memory.begin_chat(11, "message 11")
-    text = assemble(memory.snapshot(c))
+    text = assemble(memory.snapshot(c)).text
     assert chat_lines(text) == [
         "Human: message 8", "Agent: response 8",
         "Human: message 9", "Agent: response 9",
@@ -46,7 +46,7 @@ def test_pending_always_included_even_at_depth_zero(memory):
     c = Consciousness(chat_context_depth=0)
     exchanges(memory, c, 4)
     memory.begin_chat(5, "now")
-    assert chat_lines(assemble(memory.snapshot(c))) == ["Human: now"]
+    assert chat_lines(assemble(memory.snapshot(c)).text) == ["Human: now"]
 
 
 def test_every_item_in_the_context_has_a_memid_and_tier(memory):
@@ -58,9 +58,9 @@ def test_every_item_in_the_context_has_a_memid_and_tier(memory):
     memory.create_note("groceries", "milk", Kind.NOTE, ())
     memory.evict(memory.mem_id("chat.2"))
     memory.begin_chat(4, "next")
-    text = assemble(memory.snapshot(c))
+    text = assemble(memory.snapshot(c)).text
     ctx = parse_context(text)  # raises on any line that is not an item with a valid MemId
-    assert list(ctx) == ["agent-consciousness", "memory", "chat", "monologue", "last-eval-result"]
+    assert list(ctx) == ["memory", "monologue", "agent-consciousness", "chat", "last-eval-result"]
     walked = [item for items in ctx.values() for item in items]
     assert len(walked) == text.count('"mem_id"')
     for item in walked:
@@ -76,7 +76,7 @@ def test_rom_and_ram_fields(memory):
     c = Consciousness()
     c.last_eval_result = EvalResult(success=True, result="1")
     memory.sync_state(c)
-    ctx = parse_context(assemble(memory.snapshot(c)))
+    ctx = parse_context(assemble(memory.snapshot(c)).text)
     tiers = {name_of(i): i["tier"] for i in ctx["agent-consciousness"] + ctx["last-eval-result"]}
     assert {n for n, t in tiers.items() if t == "rom"} >= {
         "identity", "current_tick", "current_time", "budget", "last_eval_result", "system_clock"}
@@ -90,11 +90,11 @@ def test_eval_result_camel_case_and_omitted_when_skipped(memory):
     c = Consciousness()
     c.last_eval_result = EvalResult(success=False, error="boom")
     memory.sync_state(c)
-    text = assemble(memory.snapshot(c))
+    text = assemble(memory.snapshot(c)).text
     assert eval_result(text) == {"success": False, "result": None, "error": "boom", "skipped": False}
     c.last_eval_result = EvalResult.skipped_result()
     memory.sync_state(c)
-    assert "<last-eval-result>" not in assemble(memory.snapshot(c))
+    assert "<last-eval-result>" not in assemble(memory.snapshot(c)).text
 
 
 def test_state_versions_only_when_values_change(memory):

@@ -19,6 +19,9 @@ class SilentFace:
     async def evaluate(self, form):
         return EvalResult(True, result="nil")
 
+    async def hydrate(self, buffers):
+        return [{"name": b, "error": "no Emacs here"} for b in buffers]
+
 
 @pytest.fixture
 def rt(tmp_path):

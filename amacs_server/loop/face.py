@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..state.consciousness import EvalResult
 
@@ -21,3 +21,6 @@ class Face(Protocol):
 
     async def evaluate(self, form: str) -> EvalResult:
         """Have Emacs read and evaluate FORM; errors come back as data."""
+
+    async def hydrate(self, buffers: list[str]) -> list[dict[str, Any]]:
+        """Read BUFFERS (names or files) from Emacs: name, mode, content, or an error each."""

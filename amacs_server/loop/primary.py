@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..context.assemble import assemble
+from ..context.assemble import Context, assemble
 from ..inference.anthropic_backend import InferenceError, ModelResult, build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
@@ -23,6 +23,7 @@ from ..inference.pricing import cost
 from ..persistence.files import PersistenceError
 from ..persistence.git_repo import CommitError, commit_message
 from ..persistence.scratchpad import ScratchpadEntry
+from ..skills import SkillError
 from ..state.consciousness import EvalResult
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ async def run_turn(rt: Runtime, text: str) -> None:
 async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     """One tick.  HUMAN is the person's input, or None for a continuation tick."""
     tick = begin(rt, human)
-    user_message = observe(rt)
+    user_message = await observe(rt)
     response = await infer_and_parse(rt, tick, user_message)
     if response is None:
         return TickOutcome(tick, None)
@@ -100,12 +101,25 @@ def begin(rt: Runtime, human: str | None) -> int:
     return tick
 
 
-def observe(rt: Runtime) -> str:
-    """Observe: assemble the context from the items of active memory."""
+async def observe(rt: Runtime) -> Context:
+    """Observe: read the active thread's buffers and skills, then assemble the context from items."""
+    thread = rt.active_thread()
+    buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
+    skills = []
+    for name in thread.skills if thread else ():
+        try:
+            skill = rt.skills.get(name)
+            skills.append({"name": skill.name, "kind": skill.kind, "description": skill.description,
+                           "body": skill.body})
+        except SkillError as err:
+            skills.append({"name": name, "kind": "missing", "description": "", "body": f"[{err}]"})
+    with rt.ltm.transaction():
+        rt.memory.set_buffers(buffers)
+        rt.memory.set_skills(skills)
     return assemble(rt.memory.snapshot(rt.consciousness))
 
 
-async def infer_and_parse(rt: Runtime, tick: int, user_message: str) -> AgentResponse | None:
+async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> AgentResponse | None:
     """Infer and parse, retrying invalid JSON at most twice, then the fallback record."""
     if rt.consciousness.budget.cost_so_far >= rt.consciousness.budget.budget_limit:
         rt.face.annotate(
@@ -115,7 +129,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: str) -> AgentRes
         )
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
-    messages: list[dict[str, Any]] = [{"role": "user", "content": user_message}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user_message.content()}]
     for attempt in range(MAX_PARSE_RETRIES + 1):
         result = await infer(rt, tick, messages)
         if result is None:

@@ -10,8 +10,9 @@ handle.  Every version of every item is written to long-term memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,7 +45,11 @@ ROM_NAMES = frozenset({*(n for n, t in STATE_TIERS.items() if t is Tier.ROM), CL
 CHAT_PREFIX = "chat."
 MONOLOGUE_PREFIX = "monologue."
 SCRATCHPAD_PREFIX = "scratchpad."
-RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX)
+THREAD_PREFIX = "thread."
+SKILL_PREFIX = "skill."
+BUFFER_PREFIX = "buffer."
+RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX, THREAD_PREFIX, SKILL_PREFIX,
+                     BUFFER_PREFIX)
 PREVIEW_CHARS = 80
 INTERRUPTED = "no reply: the tick was interrupted"
 
@@ -72,6 +77,12 @@ def handle_for(item: MemoryItem) -> MemoryItem:
                       {"evicted": True, "kind": item.kind.value, "preview": preview}, item.created_at_ms)
 
 
+def slug(text: str) -> str:
+    """TEXT as a MemId name part: lowercase, other characters as '-'."""
+    out = re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.") or "x"
+    return out[:100]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the context of one tick shows, every entry an item."""
@@ -82,11 +93,15 @@ class Snapshot:
     chat: list[MemoryItem]
     monologue: list[MemoryItem]
     eval_result: MemoryItem | None
+    threads: list[MemoryItem] = field(default_factory=list)
+    skills: list[MemoryItem] = field(default_factory=list)
+    buffers: list[MemoryItem] = field(default_factory=list)
 
     def all_items(self) -> list[MemoryItem]:
         """Every item shown, in order."""
         rest = [self.eval_result] if self.eval_result else []
-        return [*self.consciousness, *self.memory, *self.scratchpad, *self.chat, *self.monologue, *rest]
+        return [*self.skills, *self.threads, *self.scratchpad, *self.memory, *self.buffers,
+                *self.monologue, *self.consciousness, *self.chat, *rest]
 
 
 class ActiveMemory:
@@ -101,6 +116,10 @@ class ActiveMemory:
         self._chat_index: dict[int, int] = {}  # tick -> position in self.chat
         self.monologue: list[MemoryItem] = []
         self.scratchpad: list[MemoryItem] = []
+        self.threads: dict[str, MemoryItem] = {}  # open threads by id
+        self.skills: list[MemoryItem] = []  # skills of the active thread, as last read
+        self.buffers: list[MemoryItem] = []  # buffers of the active thread, as last read
+        self._views: dict[str, MemoryItem] = {}  # latest skill and buffer items by name
         self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.pending_tick: int | None = None
@@ -195,6 +214,41 @@ class ActiveMemory:
                 break
         shown = sorted(global_notes + thread_notes, key=lambda i: int(i.mem_id.name[len(SCRATCHPAD_PREFIX):]))
         return [self._shown(i) for i in shown]
+
+    def put_thread(self, content: dict[str, Any]) -> MemoryItem:
+        """A new version of a thread; completed threads leave active memory."""
+        item = self._new(f"{THREAD_PREFIX}{content['id']}", Tier.ROM, Kind.THREAD, content)
+        if content.get("status") == "completed":
+            self.threads.pop(content["id"], None)
+        else:
+            self.threads[content["id"]] = item
+        return item
+
+    def _current(self, name: str, tier: Tier, kind: Kind, content: Any) -> MemoryItem:
+        """The latest item NAME if its content is CONTENT, else a new version holding it."""
+        latest = self._views.get(name)
+        if latest is None and self.ltm.latest_version(self.mem_id(name).base) is not None:
+            latest = self.ltm.get(self.mem_id(name))
+        if latest is None or latest.content != content:
+            latest = self._new(name, tier, kind, content)
+        self._views[name] = latest
+        return latest
+
+    def set_skills(self, skills: list[dict[str, Any]]) -> None:
+        """The skills bound to the active thread, versioned when their text changes."""
+        self.skills = [self._current(f"{SKILL_PREFIX}{s['name']}", Tier.ROM, Kind.SKILL, s) for s in skills]
+
+    def set_buffers(self, buffers: list[dict[str, Any]]) -> None:
+        """The active thread's buffers as Emacs reported them, versioned when they change."""
+        used: set[str] = set()
+        items = []
+        for entry in buffers:
+            name = f"{BUFFER_PREFIX}{slug(str(entry.get('name', '')))}"
+            while name in used:
+                name += "_"
+            used.add(name)
+            items.append(self._current(name, Tier.ROM, Kind.BUFFER, entry))
+        self.buffers = items
 
     def last_chat_interrupted(self) -> bool:
         """True when the newest exchange has a human part and no reply."""
@@ -325,6 +379,9 @@ class ActiveMemory:
             chat=window,
             monologue=[self._shown(i) for i in lines],
             eval_result=result,
+            threads=sorted(self.threads.values(), key=lambda i: i.content["id"] != c.active_thread),
+            skills=list(self.skills),
+            buffers=list(self.buffers),
         )
 
     # -- start-up -----------------------------------------------------------------------
@@ -369,6 +426,10 @@ class ActiveMemory:
                     self.add_scratchpad(tick, heading, thread, text)
                 else:
                     self.scratchpad.append(stored)
+            for base in sorted(self.ltm.bases_with_prefix(self.prefix, THREAD_PREFIX)):
+                item = self.ltm.get(MemId.from_base(base))
+                if item.content.get("status") != "completed":
+                    self.threads[item.content["id"]] = item
             for base, status, version in self.ltm.active_set(self.brain):
                 item = self.ltm.get(MemId.from_base(base, version))
                 if status == "pinned":

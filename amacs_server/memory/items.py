@@ -27,6 +27,9 @@ class Kind(StrEnum):
     TOOL_RESULT = "tool_result"  # an eval result
     NOTE = "note"  # something the agent wrote down
     HANDLE = "handle"  # what stays in active memory of an evicted item
+    THREAD = "thread"  # a thread of work (RFC §5)
+    SKILL = "skill"  # a skill bound to the active thread (RFC §6)
+    BUFFER = "buffer"  # an Emacs buffer of the active thread, as last read
 
 
 def now_ms() -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..state.consciousness import ConsciousnessError
+from ..toolkit import ToolError, options, refusals
 from .active import STATE_TIERS, MemoryRefused
 from .items import Kind, Tier
 from .ltm import LtmError
@@ -19,10 +20,7 @@ if TYPE_CHECKING:
 
 CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.NOTE}
 MAX_CONTENT_CHARS = 100_000
-
-
-class ToolError(ValueError):
-    """A brain-tool call that failed; the message is for the agent."""
+_refusals = refusals(MemoryRefused, LtmError, ConsciousnessError)
 
 
 def _mem_id(value: Any) -> MemId:
@@ -43,17 +41,6 @@ def _content(value: Any) -> Any:
     return value
 
 
-def _options(options: Any, allowed: set[str]) -> dict[str, Any]:
-    opts = options if isinstance(options, dict) else {}
-    if options not in (None, {}) and not isinstance(options, dict):
-        raise ToolError(f"options must be a plist, got {options!r}")
-    unknown = set(opts) - allowed
-    if unknown:
-        raise ToolError(f"unknown option(s) {', '.join(':' + u.replace('_', '-') for u in sorted(unknown))}; "
-                        f"allowed: {', '.join(':' + a.replace('_', '-') for a in sorted(allowed))}")
-    return opts
-
-
 def _tags(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -68,20 +55,8 @@ def _echo(item: Any, **extra: Any) -> dict[str, Any]:
             "kind": item.kind.value, **extra}
 
 
-def _refusals(fn: Any) -> Any:
-    def wrapper(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except (MemoryRefused, LtmError, ConsciousnessError) as err:
-            raise ToolError(str(err)) from err
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
-
 @_refusals
-def memory_create(rt: Runtime, name: Any, content: Any, options: Any = None) -> dict[str, Any]:
+def memory_create(rt: Runtime, name: Any, content: Any, opts_in: Any = None) -> dict[str, Any]:
     """Create a RAM item NAME holding CONTENT (options :kind, :tags); it is pinned."""
     if not isinstance(name, str):
         raise ToolError(f"name must be a string, got {name!r}")
@@ -89,7 +64,7 @@ def memory_create(rt: Runtime, name: Any, content: Any, options: Any = None) -> 
         NAME.check(name, name)
     except MemIdError as err:
         raise ToolError(str(err)) from err
-    opts = _options(options, {"kind", "tags"})
+    opts = options(opts_in, {"kind", "tags"})
     kind_name = opts.get("kind") or "note"
     if kind_name not in CREATABLE_KINDS:
         raise ToolError(f":kind must be one of {', '.join(sorted(CREATABLE_KINDS))}, got {kind_name!r}")
@@ -121,10 +96,10 @@ def memory_evict(rt: Runtime, mem_id: Any) -> dict[str, Any]:
 
 
 @_refusals
-def memory_load(rt: Runtime, mem_id: Any, options: Any = None) -> dict[str, Any]:
+def memory_load(rt: Runtime, mem_id: Any, opts_in: Any = None) -> dict[str, Any]:
     """Bring MEM_ID (latest, or its version, or :version) into active memory; return it."""
     target = _mem_id(mem_id)
-    opts = _options(options, {"version"})
+    opts = options(opts_in, {"version"})
     version = opts.get("version")
     if version is not None:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -137,11 +112,11 @@ def memory_load(rt: Runtime, mem_id: Any, options: Any = None) -> dict[str, Any]
 
 
 @_refusals
-def memory_search(rt: Runtime, query: Any, options: Any = None) -> list[dict[str, Any]]:
+def memory_search(rt: Runtime, query: Any, opts_in: Any = None) -> list[dict[str, Any]]:
     """Ranked keyword search over every version in long-term memory (options :limit :tags :mode)."""
     if not isinstance(query, str) or not query.strip():
         raise ToolError("query must be a non-empty string")
-    opts = _options(options, {"limit", "tags", "mode"})
+    opts = options(opts_in, {"limit", "tags", "mode"})
     limit = opts.get("limit", 10)
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ToolError(f":limit must be an integer, got {limit!r}")

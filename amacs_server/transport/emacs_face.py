@@ -20,6 +20,11 @@ log = logging.getLogger("amacs.face")
 # and then how long it waits for Emacs to report the interrupted eval.
 EVAL_GRACE_SECONDS = 1.0
 EVAL_INTERRUPT_WAIT_SECONDS = 5.0
+HYDRATE_TIMEOUT_SECONDS = 10.0
+
+
+class EmacsGone(RuntimeError):
+    """No Emacs is connected to answer."""
 
 
 class EmacsFace:
@@ -30,7 +35,7 @@ class EmacsFace:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.eval_timeout = 30.0
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[EvalResult]] = {}
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
 
     def _send(self, **event: Any) -> None:
         if not self.server.notify(event):
@@ -48,31 +53,59 @@ class EmacsFace:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)
 
-    async def evaluate(self, form: str) -> EvalResult:
-        """Send FORM to Emacs and await its result, interrupting Emacs past the limit."""
+    async def _request(self, kind: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+        """Send an event Emacs answers with ``emacs_reply``; None if no answer within TIMEOUT."""
         loop = asyncio.get_running_loop()
         self.loop = loop
-        eid = next(self._ids)
-        future: asyncio.Future[EvalResult] = loop.create_future()
-        self._pending[eid] = future
+        rid = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._pending[rid] = future
         try:
-            if not self.server.notify({"type": "eval", "id": eid, "form": form}):
-                return EvalResult(False, error="Emacs is not connected; the eval was not run")
+            if not self.server.notify({"type": kind, "id": rid, **payload}):
+                raise EmacsGone("Emacs is not connected")
             try:
-                return await asyncio.wait_for(asyncio.shield(future), self.eval_timeout + EVAL_GRACE_SECONDS)
+                return await asyncio.wait_for(asyncio.shield(future), timeout)
             except TimeoutError:
-                self._interrupt_emacs()
+                if kind != "eval":
+                    return None
+            self._interrupt_emacs()
             try:
-                result = await asyncio.wait_for(future, EVAL_INTERRUPT_WAIT_SECONDS)
+                return await asyncio.wait_for(future, EVAL_INTERRUPT_WAIT_SECONDS)
             except TimeoutError:
-                return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
+                return None
+        finally:
+            self._pending.pop(rid, None)
+
+    async def evaluate(self, form: str) -> EvalResult:
+        """Send FORM to Emacs and await its result, interrupting Emacs past the limit."""
+        limit = self.eval_timeout + EVAL_GRACE_SECONDS
+        started = asyncio.get_running_loop().time()
+        try:
+            reply = await self._request("eval", {"form": form}, limit)
+        except EmacsGone:
+            return EvalResult(False, error="Emacs is not connected; the eval was not run")
+        if reply is None:
+            return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
+        result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
+                            error=reply.get("error"))
+        if asyncio.get_running_loop().time() - started >= limit and not result.success:
             return EvalResult(
                 False,
                 error=f"the eval ran past the time limit of {self.eval_timeout:g} s "
-                f"(amacs-eval-timeout) and was stopped: {result.error or result.result}",
+                f"(amacs-eval-timeout) and was stopped: {result.error}",
             )
-        finally:
-            self._pending.pop(eid, None)
+        return result
+
+    async def hydrate(self, buffers: list[str]) -> list[dict[str, Any]]:
+        """Read BUFFERS from Emacs; a missing or failed answer is reported per buffer."""
+        try:
+            reply = await self._request("hydrate", {"buffers": buffers}, HYDRATE_TIMEOUT_SECONDS)
+        except EmacsGone:
+            return [{"name": b, "error": "Emacs is not connected"} for b in buffers]
+        if reply is None:
+            return [{"name": b, "error": "Emacs did not answer in time"} for b in buffers]
+        entries = reply.get("buffers") or []
+        return [e for e in entries if isinstance(e, dict)]
 
     def _interrupt_emacs(self) -> None:
         """SIGUSR1 makes the Emacs eval wrapper quit (see `amacs--eval-form')."""
@@ -83,14 +116,14 @@ class EmacsFace:
             except OSError as err:
                 log.warning("could not interrupt Emacs %s: %s", pid, err)
 
-    def deliver(self, eid: int, result: EvalResult) -> None:
-        """Called from an EPC thread with Emacs's result for eval EID."""
+    def deliver(self, eid: int, result: dict[str, Any]) -> None:
+        """Called from an EPC thread with Emacs's answer to request EID."""
         loop = self.loop
         if loop is None:
             return
         loop.call_soon_threadsafe(self._resolve, eid, result)
 
-    def _resolve(self, eid: int, result: EvalResult) -> None:
+    def _resolve(self, eid: int, result: dict[str, Any]) -> None:
         future = self._pending.get(eid)
         if future is not None and not future.done():
             future.set_result(result)
@@ -101,4 +134,4 @@ class EmacsFace:
         if loop is None:
             return
         for eid in list(self._pending):
-            loop.call_soon_threadsafe(self._resolve, eid, EvalResult(False, error=message))
+            loop.call_soon_threadsafe(self._resolve, eid, {"success": False, "error": message})

@@ -1,0 +1,92 @@
+"""Skills (RFC v4 §6, EPIC-002 IMP-023): folders with a SKILL.md and frontmatter.
+
+Built-in skills live in the repository's ``skills/``; the person's own, in the
+AMACS home's ``skills/``, override them by name.  Files are read fresh when
+they change, so an edit shows on the next tick without a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.S)
+SKILL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+KINDS = ("core", "skill", "task", "viewpoint", "compulsion")
+
+
+class SkillError(ValueError):
+    """A skill that does not exist or cannot be read; the message is for the agent."""
+
+
+@dataclass(frozen=True)
+class Skill:
+    """One skill: its frontmatter and its body."""
+
+    name: str
+    description: str
+    kind: str
+    body: str
+    path: Path
+    mtime_ns: int
+
+    def summary(self) -> dict[str, str]:
+        """Name, description and kind, for listings."""
+        return {"name": self.name, "description": self.description, "kind": self.kind}
+
+
+def parse_frontmatter(text: str) -> tuple[dict[str, str], str]:
+    """Split ``---`` frontmatter (simple ``key: value`` lines) from the body."""
+    match = _FRONT.match(text)
+    if not match:
+        return {}, text
+    fields = {}
+    for line in match.group(1).splitlines():
+        if ":" in line and not line.startswith((" ", "#")):
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields, text[match.end():]
+
+
+class SkillLibrary:
+    """Finds skills in the built-in folder and the person's folder (which wins)."""
+
+    def __init__(self, builtin: Path, personal: Path) -> None:
+        self.builtin = builtin
+        self.personal = personal
+        self._cache: dict[Path, Skill] = {}
+
+    def _folders(self) -> dict[str, Path]:
+        found: dict[str, Path] = {}
+        for root in (self.builtin, self.personal):  # later roots override earlier ones
+            if root.is_dir():
+                for folder in sorted(root.iterdir()):
+                    if (folder / "SKILL.md").is_file() and SKILL_NAME.fullmatch(folder.name):
+                        found[folder.name] = folder / "SKILL.md"
+        return found
+
+    def _read(self, name: str, path: Path) -> Skill:
+        mtime = path.stat().st_mtime_ns
+        cached = self._cache.get(path)
+        if cached is not None and cached.mtime_ns == mtime:
+            return cached
+        fields, body = parse_frontmatter(path.read_text(encoding="utf-8"))
+        kind = fields.get("kind", "skill")
+        skill = Skill(name=name, description=fields.get("description", ""),
+                      kind=kind if kind in KINDS else "skill", body=body.strip(), path=path, mtime_ns=mtime)
+        self._cache[path] = skill
+        return skill
+
+    def get(self, name: str) -> Skill:
+        """The skill NAME, read fresh if its file changed."""
+        if not isinstance(name, str) or not SKILL_NAME.fullmatch(name):
+            raise SkillError(f"{name!r} is not a skill name (lowercase letters, digits, - and _)")
+        path = self._folders().get(name)
+        if path is None:
+            raise SkillError(f"no skill named {name!r}; (agent-list-available-skills) lists them")
+        return self._read(name, path)
+
+    def available(self) -> list[Skill]:
+        """Every skill, sorted by name."""
+        return [self._read(name, path) for name, path in sorted(self._folders().items())]

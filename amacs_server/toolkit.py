@@ -1,0 +1,42 @@
+"""What every brain tool shares: one error type the agent sees, and the wrapper that makes it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolError(ValueError):
+    """A brain-tool call that failed; the message is for the agent."""
+
+
+def refusals(*kinds: type[Exception]) -> Callable[[F], F]:
+    """Turn the rule errors KINDS raised inside a tool into :class:`ToolError`."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        def tool(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except kinds as err:
+                raise ToolError(str(err)) from err
+
+        return tool  # type: ignore[return-value]
+
+    return wrap
+
+
+def options(value: Any, allowed: set[str]) -> dict[str, Any]:
+    """A tool's plist options as a dict; unknown keys are refused by name."""
+    if value in (None, {}):
+        return {}
+    if not isinstance(value, dict):
+        raise ToolError(f"options must be a plist, got {value!r}")
+    unknown = set(value) - allowed
+    if unknown:
+        raise ToolError(f"unknown option(s) {', '.join(':' + u.replace('_', '-') for u in sorted(unknown))}; "
+                        f"allowed: {', '.join(':' + a.replace('_', '-') for a in sorted(allowed))}")
+    return value

@@ -1,0 +1,82 @@
+"""Brain tools for threads (RFC v4 §5.1) and skills (§6, IMP-023), as the agent's elisp calls them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .skills import SkillError
+from .threads import Thread, ThreadError
+from .toolkit import ToolError, options, refusals
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+_refusals = refusals(ThreadError, SkillError)
+
+
+def _echo(rt: Runtime, thread: Thread) -> dict[str, Any]:
+    item = rt.memory.put_thread(thread.to_content())
+    rt.sync_threads()
+    return {"thread": thread.id, "mem_id": item.mem_id.format(), "version": item.version,
+            "active": rt.threads.active, "status": thread.status,
+            "buffers": list(thread.buffers), "skills": list(thread.skills)}
+
+
+@_refusals
+def thread_create(rt: Runtime, thread_id: Any, opts: Any = None) -> dict[str, Any]:
+    """Open a thread (ID first; :concern, :buffers); active if none was."""
+    o = options(opts, {"concern", "buffers"})
+    return _echo(rt, rt.threads.create(thread_id, o.get("concern"), o.get("buffers"), rt.consciousness.current_tick))
+
+
+@_refusals
+def thread_switch(rt: Runtime, thread_id: Any) -> dict[str, Any]:
+    """Focus THREAD_ID; its buffers and skills load on the next tick."""
+    return _echo(rt, rt.threads.switch(thread_id))
+
+
+@_refusals
+def thread_complete(rt: Runtime, thread_id: Any, opts: Any = None) -> dict[str, Any]:
+    """Close THREAD_ID with :evidence and :learned, kept and searchable in long-term memory."""
+    o = options(opts, {"evidence", "learned"})
+    return _echo(rt, rt.threads.complete(thread_id, o.get("evidence"), o.get("learned")))
+
+
+@_refusals
+def thread_add_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any]:
+    """Add BUFFER (a buffer name or a file) to THREAD_ID."""
+    return _echo(rt, rt.threads.add_buffer(thread_id, buffer))
+
+
+@_refusals
+def thread_remove_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any]:
+    """Remove BUFFER from THREAD_ID."""
+    return _echo(rt, rt.threads.remove_buffer(thread_id, buffer))
+
+
+@_refusals
+def skills_list(rt: Runtime) -> list[dict[str, str]]:
+    """Every skill the agent may bind: name, description, kind."""
+    return [s.summary() for s in rt.skills.available() if s.kind != "core"]
+
+
+def _thread_for(rt: Runtime, thread_id: Any) -> str:
+    tid = thread_id or rt.threads.active
+    if tid is None:
+        raise ToolError("no thread is active: name one, or create one with agent-create-thread")
+    return tid
+
+
+@_refusals
+def skill_bind(rt: Runtime, skill: Any, thread_id: Any = None) -> dict[str, Any]:
+    """Bind SKILL to THREAD_ID (default: the active thread)."""
+    found = rt.skills.get(skill)
+    if found.kind == "core":
+        raise ToolError("the core skill is always loaded as the system prompt")
+    return _echo(rt, rt.threads.bind(_thread_for(rt, thread_id), found.name))
+
+
+@_refusals
+def skill_unbind(rt: Runtime, skill: Any, thread_id: Any = None) -> dict[str, Any]:
+    """Unbind SKILL from THREAD_ID (default: the active thread)."""
+    return _echo(rt, rt.threads.unbind(_thread_for(rt, thread_id), skill))
