@@ -61,6 +61,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """Runtime status for the shell."""
         return _on_loop(rt, rt.status)
 
+    def hub_state() -> dict[str, Any]:
+        """What the hub shows."""
+        return _on_loop(rt, rt.hub_state)
+
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
         return _on_loop(rt, rt.consciousness.to_elisp)
@@ -92,6 +96,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "submit": submit,
         "emacs_reply": emacs_reply,
         "status": status,
+        "hub_state": hub_state,
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,

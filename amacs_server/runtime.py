@@ -24,7 +24,7 @@ from .persistence.monologue import MonologueLog
 from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
 from .skills import SkillLibrary
-from .state.consciousness import Consciousness, ConsciousnessError
+from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
 
 log = logging.getLogger("amacs")
@@ -45,6 +45,7 @@ class Runtime:
         self.config = config
         self.face = face
         self.settings = Settings()
+        self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
         self.model = config.model
         home = config.home
         for sub in (home, home / "transcripts", home / "logs"):
@@ -139,6 +140,33 @@ class Runtime:
             "notice": None if self.config.has_credentials else self.config.missing_key_message(),
             "home": str(self.config.home),
             "interrupted": self.memory.last_chat_interrupted(),
+        }
+
+    def hub_state(self, count: int = 10) -> dict[str, object]:
+        """Everything the hub shows, read from the server's state (RFC §9.2)."""
+        c = self.consciousness
+        threads = []
+        for thread in sorted(self.threads.open.values(), key=lambda t: t.id != self.threads.active):
+            threads.append({"id": thread.id, "concern": thread.concern,
+                            "status": "active" if thread.id == self.threads.active else "pending",
+                            "buffers": list(thread.buffers), "skills": list(thread.skills)})
+        return {
+            "identity": c.identity,
+            "tick": c.current_tick,
+            "mood": c.mood,
+            "confidence": c.confidence,
+            "model": self.model,
+            "budget": {"cost_so_far": round(c.budget.cost_so_far, 6), "budget_limit": c.budget.budget_limit,
+                       "pressure": c.budget.pressure},
+            "threads": threads,
+            "monologue": [{"tick": int(i.mem_id.name.split(".")[1]), "text": i.content}
+                          for i in self.memory.monologue[-count:]],
+            "scratchpad": [{"tick": int(i.mem_id.name.split(".")[1]), "heading": i.content["heading"],
+                            "thread": i.content["thread"]} for i in self.memory.scratchpad[-count:]],
+            "last_eval": {"tick": self.last_eval[0], **self.last_eval[1].to_dict()} if self.last_eval else None,
+            "commits": [{"sha": sha, "subject": subject} for sha, subject in self.repo.recent(count)],
+            "home": str(self.config.home),
+            "chat_log": str(self.chat_log.path),
         }
 
     # -- the loop thread -----------------------------------------------------------

@@ -23,6 +23,9 @@
 (require 'amacs-transport)
 (require 'amacs-eval)
 
+(declare-function amacs-hub "amacs-hub")
+(declare-function amacs-open-chat-log "amacs-hub")
+
 (defcustom amacs-shell-prompt "amacs> "
   "Prompt of the AMACS shell."
   :type 'string
@@ -153,11 +156,14 @@ Whatever the person has typed after the prompt stays where it is."
 (defvar amacs-shell-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'comint-send-input)
+    (define-key map (kbd "C-c C-h") #'amacs-hub)
+    (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
     map)
   "Keymap of `amacs-shell-mode'.")
 
 (define-derived-mode amacs-shell-mode comint-mode "AMACS"
   "Major mode of the AMACS shell: type to the agent, RET sends.
+\\[amacs-hub] opens the hub, \\[amacs-open-chat-log] the chat log.
 
 \\{amacs-shell-mode-map}"
   (setq comint-prompt-regexp (concat "^" (regexp-quote amacs-shell-prompt)))

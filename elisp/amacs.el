@@ -23,19 +23,13 @@
 (require 'amacs-agent)
 (require 'amacs-buffers)
 (require 'amacs-shell)
+(require 'amacs-hub)
 
 (defun amacs-restart ()
   "Restart the AMACS server; the shell stays."
   (interactive)
   (amacs-stop-server)
   (amacs-when-ready #'ignore))
-
-(defun amacs-open-chat-log ()
-  "Open agent-chat.org, the full chat history."
-  (interactive)
-  (find-file (expand-file-name "agent-chat.org"
-                               (or (plist-get amacs--status :home)
-                                   amacs-home (getenv "AMACS_HOME") "~/.agent"))))
 
 (provide 'amacs)
 ;;; amacs.el ends here

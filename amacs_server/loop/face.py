@@ -19,6 +19,9 @@ class Face(Protocol):
     def turn_done(self, tick: int) -> None:
         """The agent now waits for the person: show the prompt again."""
 
+    def ticked(self, tick: int) -> None:
+        """A tick was committed: views of the agent's state (the hub) may refresh."""
+
     async def evaluate(self, form: str) -> EvalResult:
         """Have Emacs read and evaluate FORM; errors come back as data."""
 

@@ -204,6 +204,7 @@ async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
     else:
         rt.transcript.write("eval", {"form": response.eval}, tick=tick)
         result = await rt.face.evaluate(response.eval)
+        rt.last_eval = (tick, result)
         rt.transcript.write("eval_result", result.to_dict(), tick=tick)
     rt.consciousness.last_eval_result = result
     return result
@@ -262,6 +263,7 @@ def _commit(rt: Runtime, message: str) -> None:
         _sha, note = rt.repo.commit(rt.tracked_files(), message)
     except CommitError as err:
         rt.face.annotate(str(err), "warning")
-        return
-    if note:
-        rt.face.annotate(note, "info")
+    else:
+        if note:
+            rt.face.annotate(note, "info")
+    rt.face.ticked(rt.consciousness.current_tick)

@@ -79,6 +79,10 @@ class HomeRepo:
 
     def log(self, count: int = 20) -> list[str]:
         """The subjects of the last COUNT commits, newest first."""
+        return [subject for _sha, subject in self.recent(count)]
+
+    def recent(self, count: int = 20) -> list[tuple[str, str]]:
+        """(sha, subject) of the last COUNT commits, newest first."""
         if not self.repo.head.is_valid():
             return []
-        return [c.summary for c in self.repo.iter_commits(max_count=count)]
+        return [(c.hexsha, str(c.summary)) for c in self.repo.iter_commits(max_count=count)]

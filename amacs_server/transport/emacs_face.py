@@ -53,6 +53,10 @@ class EmacsFace:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)
 
+    def ticked(self, tick: int) -> None:
+        """Tell Emacs a tick was committed."""
+        self._send(type="tick", tick=tick)
+
     async def _request(self, kind: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         """Send an event Emacs answers with ``emacs_reply``; None if no answer within TIMEOUT."""
         loop = asyncio.get_running_loop()

@@ -186,5 +186,37 @@
           (should (equal (comint-get-old-input-default) "half typ")))
       (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
 
+(ert-deftest amacs-test-chat-log-opens-folded-at-the-newest-tick ()
+  "Issue 4: agent-chat.org opens in org-mode, ticks folded, the newest open."
+  (let* ((home (make-temp-file "amacs-home" t))
+         (amacs-home home)
+         (amacs-hub--state nil)
+         (amacs--status nil))
+    (unwind-protect
+        (progn
+          (with-temp-file (expand-file-name "agent-chat.org" home)
+            (dotimes (i 3)
+              (insert (format "* Tick %d\n:PROPERTIES:\n:TIMESTAMP: 2026-01-01T00:00:0%dZ\n:END:\n\n** Human\nquestion %d\n\n** Agent\nanswer %d\n\n"
+                              (1+ i) i (1+ i) (1+ i)))))
+          (amacs-open-chat-log)
+          (should (derived-mode-p 'org-mode))
+          (goto-char (point-min))
+          (search-forward "question 1")
+          (should (org-invisible-p))          ; old bodies are folded
+          (goto-char (point-min))
+          (search-forward "** Human")
+          (beginning-of-line)
+          (should-not (org-invisible-p))      ; their headings show
+          (goto-char (point-min))
+          (search-forward "answer 3")
+          (should-not (org-invisible-p))      ; the newest tick is open
+          (kill-buffer))
+      (delete-directory home t))))
+
+(ert-deftest amacs-test-shell-links-to-hub-and-chat-log ()
+  "The shell links to the hub and the chat log."
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-h")) #'amacs-hub))
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-l")) #'amacs-open-chat-log)))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here

@@ -1,0 +1,227 @@
+;;; amacs-hub.el --- A dashboard of the agent's mind -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Version: 0.1.0
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1") (magit-section "3.3.0"))
+;; Keywords: tools, ai
+;; URL: https://example.invalid/amacs
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; M-x amacs-hub (RFC v4 §9.2, EPIC-006): consciousness, threads with
+;; their buffers and skills, recent monologue, scratchpad headings, the
+;; last eval result and recent commits, as magit sections that fold with
+;; TAB.  RET acts on the section at point: on a thread it switches the
+;; agent to it, on a buffer it visits it, on a commit it shows it, on
+;; the chat log it opens it.  The hub is drawn from the server's state,
+;; never computed in elisp, and redrawn after every tick.
+
+;;; Code:
+
+(require 'magit-section)
+(require 'org)
+(require 'amacs-transport)
+
+(defcustom amacs-hub-buffer-name "*amacs-hub*"
+  "Name of the hub buffer."
+  :type 'string
+  :group 'amacs)
+
+(defvar amacs-hub-mode-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map magit-section-mode-map)
+    (define-key map (kbd "RET") #'amacs-hub-visit)
+    (define-key map (kbd "g") #'amacs-hub-refresh)
+    (define-key map (kbd "c") #'amacs-open-chat-log)
+    map)
+  "Keymap of `amacs-hub-mode'.")
+
+(define-derived-mode amacs-hub-mode magit-section-mode "AMACS-Hub"
+  "The AMACS hub: the agent's state in folding sections.
+
+\\{amacs-hub-mode-map}"
+  (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh))))
+
+(defvar amacs-hub--state nil
+  "The last state the server sent for the hub.")
+
+(defvar amacs-hub-rendered-hook nil
+  "Hook run after the hub has been drawn.")
+
+(defun amacs-hub--line (format-string &rest args)
+  "Insert FORMAT-STRING with ARGS and a newline."
+  (insert (apply #'format format-string args) "\n"))
+
+(defun amacs-hub--insert-consciousness (state)
+  "Insert the consciousness section of STATE."
+  (let ((budget (plist-get state :budget)))
+    (magit-insert-section (amacs-consciousness)
+      (magit-insert-heading
+        (format "%s  tick %s  mood %s (%.2f)"
+                (plist-get state :identity) (plist-get state :tick)
+                (plist-get state :mood) (plist-get state :confidence)))
+      (amacs-hub--line "  budget: $%.4f of $%.2f (%s pressure)"
+                       (plist-get budget :cost-so-far) (plist-get budget :budget-limit)
+                       (plist-get budget :pressure))
+      (amacs-hub--line "  model:  %s" (plist-get state :model))
+      (insert "\n"))))
+
+(defun amacs-hub--insert-threads (state)
+  "Insert the threads of STATE, each with its buffers and skills."
+  (let ((threads (plist-get state :threads)))
+    (magit-insert-section (amacs-threads)
+      (magit-insert-heading (format "Threads (%d)" (length threads)))
+      (dolist (thread threads)
+        (magit-insert-section (amacs-thread (plist-get thread :id))
+          (magit-insert-heading
+            (format "  %s [%s] %s" (plist-get thread :id) (plist-get thread :status)
+                    (or (plist-get thread :concern) "")))
+          (dolist (buffer (plist-get thread :buffers))
+            (magit-insert-section (amacs-buffer buffer)
+              (amacs-hub--line "    buffer: %s" buffer)))
+          (dolist (skill (plist-get thread :skills))
+            (magit-insert-section (amacs-skill skill)
+              (amacs-hub--line "    skill:  %s" skill)))))
+      (insert "\n"))))
+
+(defun amacs-hub--insert-list (type title items describe)
+  "Insert section TYPE titled TITLE with a line per ITEMS from DESCRIBE."
+  (magit-insert-section ((eval type))
+    (magit-insert-heading title)
+    (if items
+        (dolist (item items) (amacs-hub--line "  %s" (funcall describe item)))
+      (amacs-hub--line "  (none)"))
+    (insert "\n")))
+
+(defun amacs-hub--insert-eval (state)
+  "Insert the last eval result of STATE."
+  (let ((result (plist-get state :last-eval)))
+    (magit-insert-section (amacs-eval)
+      (magit-insert-heading "Last eval result")
+      (amacs-hub--line "  %s"
+                       (cond ((null result) "(none)")
+                             ((plist-get result :success)
+                              (format "tick %s ok: %s" (plist-get result :tick) (plist-get result :result)))
+                             (t (format "tick %s error: %s" (plist-get result :tick) (plist-get result :error)))))
+      (insert "\n"))))
+
+(defun amacs-hub--insert-commits (state)
+  "Insert the recent commits of STATE."
+  (magit-insert-section (amacs-commits)
+    (magit-insert-heading "Recent commits")
+    (dolist (commit (plist-get state :commits))
+      (magit-insert-section (amacs-commit (plist-get commit :sha))
+        (amacs-hub--line "  %s %s" (substring (plist-get commit :sha) 0 7) (plist-get commit :subject))))
+    (insert "\n")))
+
+(defun amacs-hub--render (state)
+  "Draw STATE into the hub buffer, keeping point on the same section."
+  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (setq amacs-hub--state state)
+        (let ((inhibit-read-only t)
+              (line (line-number-at-pos)))
+          (erase-buffer)
+          (magit-insert-section (amacs-hub)
+            (amacs-hub--insert-consciousness state)
+            (amacs-hub--insert-threads state)
+            (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
+                                    (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
+            (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
+                                    (lambda (s) (format "[%s] %s%s" (plist-get s :tick) (plist-get s :heading)
+                                                        (if (plist-get s :thread)
+                                                            (format " (%s)" (plist-get s :thread)) ""))))
+            (amacs-hub--insert-eval state)
+            (amacs-hub--insert-commits state)
+            (magit-insert-section (amacs-chat-log (plist-get state :chat-log))
+              (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log)))))
+          (goto-char (point-min))
+          (forward-line (1- line))))
+      (run-hooks 'amacs-hub-rendered-hook))))
+
+(defun amacs-hub-refresh ()
+  "Redraw the hub from the server's state."
+  (interactive)
+  (amacs-when-ready
+   (lambda () (amacs-call 'hub_state nil #'amacs-hub--render))))
+
+(defun amacs-hub--on-tick (_event)
+  "Redraw the hub after a tick, if it is open."
+  (when (and (get-buffer amacs-hub-buffer-name) (amacs-live-p))
+    (amacs-hub-refresh)))
+
+(amacs-on-event "tick" #'amacs-hub--on-tick)
+
+(defun amacs-hub--show-commit (sha)
+  "Show commit SHA of the AMACS home in a buffer."
+  (let ((home (plist-get amacs-hub--state :home))
+        (buffer (get-buffer-create "*amacs-commit*")))
+    (with-current-buffer buffer
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (call-process "git" nil t nil "-C" home "show" "--stat" "--patch" sha))
+      (diff-mode)
+      (goto-char (point-min))
+      (view-mode 1))
+    (pop-to-buffer buffer)))
+
+(defun amacs-hub-visit ()
+  "Act on the section at point: switch thread, visit buffer, show commit, open log."
+  (interactive)
+  (let* ((section (magit-current-section))
+         (value (and section (oref section value))))
+    (pcase (and section (oref section type))
+      ('amacs-thread
+       (amacs-call 'thread_switch (list value)
+                   (lambda (_) (message "AMACS: switched to thread %s" value) (amacs-hub-refresh))))
+      ('amacs-buffer
+       (if (get-buffer value) (pop-to-buffer value) (find-file-other-window value)))
+      ('amacs-commit (amacs-hub--show-commit value))
+      ('amacs-chat-log (amacs-open-chat-log))
+      (_ (magit-section-toggle section)))))
+
+;;;###autoload
+(defun amacs-hub ()
+  "Open the AMACS hub."
+  (interactive)
+  (let ((buffer (get-buffer-create amacs-hub-buffer-name)))
+    (with-current-buffer buffer
+      (unless (derived-mode-p 'amacs-hub-mode)
+        (amacs-hub-mode)
+        ;; magit-section's hooks need a root section before the state arrives.
+        (let ((inhibit-read-only t))
+          (magit-insert-section (amacs-hub)
+            (magit-insert-heading "AMACS hub: waiting for the server...")))))
+    (pop-to-buffer buffer)
+    (amacs-hub-refresh)
+    buffer))
+
+;;;; The chat log in org-mode
+
+(defun amacs-chat-log-fold ()
+  "Fold the chat log: every tick's headings, the newest tick open."
+  (org-content 2)
+  (goto-char (point-max))
+  (when (re-search-backward "^\\* Tick " nil t)
+    (org-show-subtree)))
+
+;;;###autoload
+(defun amacs-open-chat-log ()
+  "Open agent-chat.org in `org-mode', folded to its ticks, at the newest."
+  (interactive)
+  (let ((file (or (plist-get amacs-hub--state :chat-log)
+                  (and (plist-get amacs--status :home)
+                       (expand-file-name "agent-chat.org" (plist-get amacs--status :home)))
+                  (expand-file-name "agent-chat.org"
+                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent")))))
+    (find-file file)
+    (unless (derived-mode-p 'org-mode) (org-mode))
+    (amacs-chat-log-fold)))
+
+(provide 'amacs-hub)
+;;; amacs-hub.el ends here
