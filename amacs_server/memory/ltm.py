@@ -13,7 +13,6 @@ import json
 import math
 import re
 import sqlite3
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)  # what FTS5's unicode61 calls a toke
 # count (FTS5 walks its whole doclist for BM25); it also says little about
 # relevance.  Such words are left out when rarer words are in the query; a
 # query of only such words ranks the most recent COMMON_POOL matches.
-COMMON_DF = 5000
+COMMON_DF = 2000
 COMMON_POOL = 500
 BM25_K1, BM25_B = 1.2, 0.75
 
@@ -241,15 +240,18 @@ class LongTermMemory:
         if not ids:
             return []
         texts = self.db.execute(f"SELECT id, text FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
-        docs = {i: [w.lower() for w in _WORD.findall(t)] for i, t in texts}
-        avg = sum(len(d) for d in docs.values()) / len(docs) or 1.0
+        docs = [(i, _WORD.findall(t.lower())) for i, t in texts]
+        avg = sum(len(tokens) for _, tokens in docs) / len(docs) or 1.0
         n = max(self._docs, 1)
-        idf = {w: math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in words}
+        idf = [math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in words]
         scored = []
-        for rowid, tokens in docs.items():
-            counts = Counter(tokens)
+        for rowid, tokens in docs:
             norm = BM25_K1 * (1 - BM25_B + BM25_B * len(tokens) / avg)
-            score = sum(idf[w] * counts[w] * (BM25_K1 + 1) / (counts[w] + norm) for w in words if counts[w])
+            score = 0.0
+            for weight, word in zip(idf, words, strict=True):
+                tf = tokens.count(word)
+                if tf:
+                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
             scored.append((rowid, score))
         scored.sort(key=lambda pair: (-pair[1], -pair[0]))
         return scored
