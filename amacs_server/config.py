@@ -28,6 +28,10 @@ class Config:
     budget_limit: float = 5.0
     request_timeout: float = 600.0
     identity: str = "amacs-instance-1"
+    agent_pool: int = 8
+    max_tasks: int = 50
+    max_depth: int = 3
+    wait_timeout: float = 60.0
     repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
 
     @property
@@ -72,4 +76,8 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         budget_limit=_float_env(env, "AMACS_BUDGET_LIMIT", 5.0),
         request_timeout=_float_env(env, "AMACS_REQUEST_TIMEOUT", 600.0),
         identity=env.get("AMACS_IDENTITY") or "amacs-instance-1",
+        agent_pool=int(_float_env(env, "AMACS_AGENT_POOL", 8)),
+        max_tasks=int(_float_env(env, "AMACS_MAX_TASKS", 50)),
+        max_depth=int(_float_env(env, "AMACS_MAX_DEPTH", 3)),
+        wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
     )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from .agents.talk import Event, EventType
+from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
 from .inference.anthropic_backend import AnthropicBackend
 from .loop.face import Face
@@ -77,7 +79,12 @@ class Runtime:
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
         self.backend = AnthropicBackend(config.api_key, config.base_url, config.request_timeout)
         self.loop = asyncio.new_event_loop()
-        self._inbox: asyncio.Queue[str] | None = None
+        self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
+        self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
+                                             max_depth=config.max_depth, wait_timeout=config.wait_timeout))
+        self._turn_running = False
+        self._wake_queued = False
+        self._user_reply: tuple[str, int] | None = None  # who asked the person, with which TalkId
         self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
         self._ready = threading.Event()
 
@@ -167,6 +174,7 @@ class Runtime:
             "commits": [{"sha": sha, "subject": subject} for sha, subject in self.repo.recent(count)],
             "home": str(self.config.home),
             "chat_log": str(self.chat_log.path),
+            "agents": self.world.live(),
         }
 
     # -- the loop thread -----------------------------------------------------------
@@ -187,17 +195,50 @@ class Runtime:
         assert self._inbox is not None
         while True:
             text = await self._inbox.get()
+            if text is None:
+                self._wake_queued = False
+                if not self.world.bus.pending(PRIMARY):
+                    continue
+            self._turn_running = True
             try:
                 await run_turn(self, text)
             except Exception as err:  # the loop must outlive any one turn
                 log.exception("turn failed")
                 self.face.annotate(f"Internal error in this turn: {err!r}. The server goes on.", "error")
                 self.face.turn_done(self.consciousness.current_tick)
+            finally:
+                self._turn_running = False
+            if self.world.bus.pending(PRIMARY):
+                self.wake()
+
+    def wake(self) -> None:
+        """Events wait for the primary: run a turn for them when it is idle (loop thread)."""
+        if self._turn_running or self._wake_queued or self._inbox is None:
+            return
+        self._wake_queued = True
+        self._inbox.put_nowait(None)
+
+    def expect_user_reply(self, agent_id: str, talk_id: int) -> None:
+        """The person's next input answers AGENT_ID's talk TALK_ID (loop thread)."""
+        self._user_reply = (agent_id, talk_id)
+        if agent_id != PRIMARY:
+            self.face.annotate(f"{agent_id} is asking you; your next input goes to it.", "info")
+
+    def _route_input(self, text: str) -> None:
+        assert self._inbox is not None
+        if self._user_reply is None:
+            self._inbox.put_nowait(text)
+            return
+        agent_id, talk_id = self._user_reply
+        self._user_reply = None
+        self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id))
+        self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
+                              agent=self.world.identity(agent_id))
 
     def submit(self, text: str) -> None:
-        """Queue the person's input; returns at once (called from EPC threads)."""
+        """The person's input: to whoever asked them, else a new turn; returns at once."""
         assert self._inbox is not None
-        self.loop.call_soon_threadsafe(self._inbox.put_nowait, text)
+        self.loop.call_soon_threadsafe(self._route_input, text)
 
     def call_in_loop(self, fn: Callable[[], None]) -> None:
         """Run FN on the loop thread (called from other threads)."""

@@ -35,7 +35,7 @@ class NullFace:
     def turn_done(self, tick: int) -> None: ...
     def ticked(self, tick: int) -> None: ...
 
-    async def evaluate(self, form: str) -> EvalResult:
+    async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
         return EvalResult(True, result="nil")
 
     async def hydrate(self, buffers):

@@ -17,7 +17,7 @@ class SilentFace:
     def turn_done(self, tick): ...
     def ticked(self, tick): ...
 
-    async def evaluate(self, form):
+    async def evaluate(self, form, agent="primary"):
         return EvalResult(True, result="nil")
 
     async def hydrate(self, buffers):

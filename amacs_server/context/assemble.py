@@ -87,6 +87,8 @@ def assemble(snap: Snapshot) -> Context:
     volatile.append(section("monologue", snap.monologue))
     volatile.append(section("agent-consciousness", snap.consciousness))
     volatile.append(section("chat", snap.chat))
+    if snap.events:
+        volatile.append(section("events", snap.events))
     if snap.eval_result is not None:
         volatile.append(eval_result_section(snap.eval_result))
     return Context("\n\n".join(stable), "\n\n".join(volatile))

@@ -38,6 +38,7 @@ class AgentResponse:
     eval: str | None = None
     scratchpad: Scratchpad | None = None
     fallback: bool = False
+    done: bool = False  # a subagent talking to the person: hand back to its caller
 
     def to_dict(self) -> dict[str, Any]:
         """The response as JSON-ready data, for transcripts."""
@@ -48,6 +49,7 @@ class AgentResponse:
             "reply": self.reply,
             "eval": self.eval,
             "fallback": self.fallback,
+            "done": self.done,
         }
         if self.scratchpad:
             data["scratchpad"] = {
@@ -99,7 +101,17 @@ def parse_response(text: str) -> AgentResponse:
         reply=_optional_text(data, "reply"),
         eval=_optional_text(data, "eval"),
         scratchpad=_scratchpad(data.get("scratchpad")),
+        done=_flag(data, "done"),
     )
+
+
+def _flag(data: dict[str, Any], key: str) -> bool:
+    value = data.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ResponseFormatError(f"{key} must be true or false")
+    return value
 
 
 def _optional_text(data: dict[str, Any], key: str) -> str | None:

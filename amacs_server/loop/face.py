@@ -22,8 +22,8 @@ class Face(Protocol):
     def ticked(self, tick: int) -> None:
         """A tick was committed: views of the agent's state (the hub) may refresh."""
 
-    async def evaluate(self, form: str) -> EvalResult:
-        """Have Emacs read and evaluate FORM; errors come back as data."""
+    async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
+        """Have Emacs read and evaluate FORM for AGENT; errors come back as data."""
 
     async def hydrate(self, buffers: list[str]) -> list[dict[str, Any]]:
         """Read BUFFERS (names or files) from Emacs: name, mode, content, or an error each."""

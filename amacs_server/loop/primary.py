@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
 from ..inference.anthropic_backend import InferenceError, ModelResult, build_request
 from ..inference.parse import (
@@ -43,8 +45,13 @@ class TurnAborted(Exception):
     """The turn cannot go on; the message has been shown in the shell."""
 
 
-async def run_turn(rt: Runtime, text: str) -> None:
-    """One human turn: ticks until a response without ``eval``, or the step limit."""
+async def run_turn(rt: Runtime, text: str | None) -> None:
+    """One turn, for the person's TEXT or (None) for events that woke the agent.
+
+    Ticks run until a response without ``eval`` or the step limit.  After an
+    eval that called agent-wait-for, the agent sleeps until the reply (or the
+    timeout) before its next tick.
+    """
     pending: str | None = text
     steps = 0
     try:
@@ -54,6 +61,9 @@ async def run_turn(rt: Runtime, text: str) -> None:
             steps += 1
             if outcome.response is None or outcome.response.eval is None:
                 break
+            wait = rt.world.end_eval(PRIMARY)
+            if wait is not None:
+                await rt.world.sleep_until(PRIMARY, wait)
             if steps >= rt.settings.max_steps:
                 rt.face.annotate(
                     f"Step limit reached ({rt.settings.max_steps} ticks this turn); "
@@ -70,6 +80,7 @@ async def run_turn(rt: Runtime, text: str) -> None:
 async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     """One tick.  HUMAN is the person's input, or None for a continuation tick."""
     tick = begin(rt, human)
+    await hooks_before_model_call(rt, human)
     user_message = await observe(rt)
     response = await infer_and_parse(rt, tick, user_message)
     if response is None:
@@ -113,10 +124,25 @@ async def observe(rt: Runtime) -> Context:
                            "body": skill.body})
         except SkillError as err:
             skills.append({"name": name, "kind": "missing", "description": "", "body": f"[{err}]"})
+    events = rt.world.bus.drain(PRIMARY)
     with rt.ltm.transaction():
         rt.memory.set_buffers(buffers)
         rt.memory.set_skills(skills)
+        rt.memory.set_events([e.to_dict() for e in events], events[0].seq if events else 0)
     return assemble(rt.memory.snapshot(rt.consciousness))
+
+
+async def hooks_before_model_call(rt: Runtime, human: str | None) -> None:
+    """Compulsions see the last result before the model is called (their notes become events)."""
+    if not rt.world.compulsions_of(PRIMARY):
+        return
+    if human is not None:
+        last = f"The person said: {human}"
+    else:
+        result = rt.consciousness.last_eval_result
+        last = json.dumps({"lastEvalResult": result.to_dict() if result else None,
+                           "events_waiting": rt.world.bus.pending(PRIMARY)})
+    await rt.world.before_model_call(PRIMARY, last)
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> AgentResponse | None:
@@ -203,7 +229,12 @@ async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
         result = EvalResult.skipped_result()
     else:
         rt.transcript.write("eval", {"form": response.eval}, tick=tick)
-        result = await rt.face.evaluate(response.eval)
+        blocked = await rt.world.before_action(PRIMARY, response.eval)
+        if blocked:
+            result = EvalResult(False, error=blocked)
+        else:
+            rt.world.begin_eval(PRIMARY)
+            result = await rt.face.evaluate(response.eval)
         rt.last_eval = (tick, result)
         rt.transcript.write("eval_result", result.to_dict(), tick=tick)
     rt.consciousness.last_eval_result = result

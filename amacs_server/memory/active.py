@@ -48,8 +48,9 @@ SCRATCHPAD_PREFIX = "scratchpad."
 THREAD_PREFIX = "thread."
 SKILL_PREFIX = "skill."
 BUFFER_PREFIX = "buffer."
+EVENT_PREFIX = "event."
 RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX, THREAD_PREFIX, SKILL_PREFIX,
-                     BUFFER_PREFIX)
+                     BUFFER_PREFIX, EVENT_PREFIX)
 PREVIEW_CHARS = 80
 INTERRUPTED = "no reply: the tick was interrupted"
 
@@ -96,12 +97,13 @@ class Snapshot:
     threads: list[MemoryItem] = field(default_factory=list)
     skills: list[MemoryItem] = field(default_factory=list)
     buffers: list[MemoryItem] = field(default_factory=list)
+    events: list[MemoryItem] = field(default_factory=list)
 
     def all_items(self) -> list[MemoryItem]:
         """Every item shown, in order."""
         rest = [self.eval_result] if self.eval_result else []
         return [*self.skills, *self.threads, *self.scratchpad, *self.memory, *self.buffers,
-                *self.monologue, *self.consciousness, *self.chat, *rest]
+                *self.monologue, *self.consciousness, *self.chat, *self.events, *rest]
 
 
 class ActiveMemory:
@@ -120,6 +122,7 @@ class ActiveMemory:
         self.skills: list[MemoryItem] = []  # skills of the active thread, as last read
         self.buffers: list[MemoryItem] = []  # buffers of the active thread, as last read
         self._views: dict[str, MemoryItem] = {}  # latest skill and buffer items by name
+        self.events: list[MemoryItem] = []  # events delivered since the last tick
         self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.pending_tick: int | None = None
@@ -249,6 +252,11 @@ class ActiveMemory:
             used.add(name)
             items.append(self._current(name, Tier.ROM, Kind.BUFFER, entry))
         self.buffers = items
+
+    def set_events(self, events: list[dict[str, Any]], first_seq: int) -> None:
+        """The events this tick shows (User, Agent, Time, Hook), each an item."""
+        self.events = [self._new(f"{EVENT_PREFIX}{first_seq + i}", Tier.ROM, Kind.TOOL_RESULT, e)
+                       for i, e in enumerate(events)]
 
     def last_chat_interrupted(self) -> bool:
         """True when the newest exchange has a human part and no reply."""
@@ -382,6 +390,7 @@ class ActiveMemory:
             threads=sorted(self.threads.values(), key=lambda i: i.content["id"] != c.active_thread),
             skills=list(self.skills),
             buffers=list(self.buffers),
+            events=list(self.events),
         )
 
     # -- start-up -----------------------------------------------------------------------

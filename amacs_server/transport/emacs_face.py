@@ -80,12 +80,12 @@ class EmacsFace:
         finally:
             self._pending.pop(rid, None)
 
-    async def evaluate(self, form: str) -> EvalResult:
-        """Send FORM to Emacs and await its result, interrupting Emacs past the limit."""
+    async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
+        """Send FORM to Emacs for AGENT and await its result, interrupting Emacs past the limit."""
         limit = self.eval_timeout + EVAL_GRACE_SECONDS
         started = asyncio.get_running_loop().time()
         try:
-            reply = await self._request("eval", {"form": form}, limit)
+            reply = await self._request("eval", {"form": form, "agent": agent}, limit)
         except EmacsGone:
             return EvalResult(False, error="Emacs is not connected; the eval was not run")
         if reply is None:

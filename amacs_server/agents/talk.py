@@ -1,0 +1,123 @@
+"""TalkIds, events and waits (memid-active-memory.md, Phases 3-4 and 6).
+
+A TalkId names one message an agent sent; replies carry it back.  TalkIds are
+monotonic per agent, wrap, and are never 0.  Events (User, Agent, Time, Hook)
+travel on one bus with a bounded queue per agent: a full queue refuses at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+TALK_ID_MAX = 2**31 - 1
+EVENT_QUEUE_SIZE = 100
+
+
+class Overloaded(RuntimeError):
+    """A bound was reached; the call fails at once instead of waiting."""
+
+
+class EventType(StrEnum):
+    """Where an event comes from."""
+
+    USER = "User"
+    AGENT = "Agent"
+    TIME = "Time"
+    HOOK = "Hook"
+
+
+class TalkIds:
+    """Per-agent TalkId source: 1, 2, ... TALK_ID_MAX, then 1 again; never 0."""
+
+    def __init__(self, start: int = 0, limit: int = TALK_ID_MAX) -> None:
+        self._last = start
+        self._limit = limit
+
+    def next(self) -> int:
+        """The next TalkId."""
+        self._last = self._last % self._limit + 1
+        return self._last
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to an agent."""
+
+    type: EventType
+    source: str  # who or what: an agent id, "user", "timer"
+    content: Any
+    talk_id: int | None = None
+    seq: int = field(default_factory=itertools.count(1).__next__)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"type": self.type.value, "source": self.source, "talk_id": self.talk_id, "content": self.content}
+
+
+class EventBus:
+    """Bounded per-agent queues of events, with waits that wake on a TalkId's reply."""
+
+    def __init__(self, size: int = EVENT_QUEUE_SIZE) -> None:
+        self.size = size
+        self._events: dict[str, deque[Event]] = {}
+        self._signals: dict[str, asyncio.Event] = {}
+
+    def _queue(self, agent_id: str) -> deque[Event]:
+        return self._events.setdefault(agent_id, deque())
+
+    def _signal(self, agent_id: str) -> asyncio.Event:
+        return self._signals.setdefault(agent_id, asyncio.Event())
+
+    def post(self, agent_id: str, event: Event) -> None:
+        """Deliver EVENT to AGENT_ID, or raise :class:`Overloaded` when its queue is full."""
+        queue = self._queue(agent_id)
+        if len(queue) >= self.size:
+            raise Overloaded(f"the event queue of {agent_id} is full ({self.size}); try again later")
+        queue.append(event)
+        self._signal(agent_id).set()
+
+    def pending(self, agent_id: str) -> int:
+        """How many events wait for AGENT_ID."""
+        return len(self._queue(agent_id))
+
+    def drain(self, agent_id: str) -> list[Event]:
+        """Every event waiting for AGENT_ID, oldest first (clear on consume)."""
+        queue = self._queue(agent_id)
+        out = list(queue)
+        queue.clear()
+        return out
+
+    async def wait_for(self, agent_id: str, talk_ids: frozenset[int], timeout: float) -> bool:
+        """Wait until a reply to one of TALK_IDS is queued for AGENT_ID; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        signal = self._signal(agent_id)
+        while True:
+            if any(e.talk_id in talk_ids for e in self._queue(agent_id) if e.type is not EventType.TIME):
+                return True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            signal.clear()
+            try:
+                await asyncio.wait_for(signal.wait(), remaining)
+            except TimeoutError:
+                return False
+
+    def forget(self, agent_id: str) -> None:
+        """Drop AGENT_ID's queue."""
+        self._events.pop(agent_id, None)
+        self._signals.pop(agent_id, None)
+
+
+@dataclass
+class Wait:
+    """An agent waiting for replies to some of its talks."""
+
+    talk_ids: frozenset[int]
+    timeout: float

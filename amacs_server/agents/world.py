@@ -1,0 +1,511 @@
+"""Agents sharing one World (agent-world-architecture.md).
+
+Beyond the primary loop, everything is an :class:`Agent` with a text template
+(a skill of kind ``task``, ``viewpoint`` or ``compulsion``).  A Task, a
+Viewpoint and a Compulsion differ only in how they are used: their default
+action is ``done`` (return the last reply), which is never written into their
+transcript.  They share the World: Emacs (their evals), files, the person.
+
+Long operations started from an eval return a handle at once; their results
+arrive as events that wake the caller.  Every bound (depth, tasks at once,
+queue sizes) fails at once with :class:`Overloaded`; model calls share a pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..inference.anthropic_backend import InferenceError, build_request
+from ..inference.parse import AgentResponse, ResponseFormatError, fallback_response, parse_response
+from ..inference.pricing import cost
+from ..persistence.transcript import AgentIdentity
+from ..skills import SkillError
+from ..state.consciousness import EvalResult
+from .talk import Event as AgentEvent
+from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+log = logging.getLogger("amacs.agents")
+
+PRIMARY = "primary"
+TYPES = ("task", "viewpoint", "compulsion")
+PROTOCOL_SKILL = "subagent-core"
+ALL_ACTIONS = frozenset({"eval", "task", "viewpoint", "consider", "compulsion", "talk", "request_input", "quit"})
+DEFAULT_ACTIONS = {
+    "task": frozenset({"eval", "task", "viewpoint", "consider", "talk"}),
+    "viewpoint": frozenset({"eval", "task", "talk"}),
+    "compulsion": frozenset({"eval", "task", "talk", "quit"}),
+}
+RETRY_PROMPT = "Your response was not valid JSON. Please retry."
+
+
+class AgentError(ValueError):
+    """An agent request the rules refuse; the message is for the calling agent."""
+
+
+@dataclass
+class Limits:
+    """The World's bounds (server configuration)."""
+
+    pool: int = 8  # model calls of subagents at once
+    max_tasks: int = 50  # tasks queued or running at once
+    max_depth: int = 3  # primary = 0
+    max_agents: int = 100  # live subagents of every kind
+    max_steps: int = 8  # model calls in one response of one subagent
+    wait_timeout: float = 60.0  # default for agent-wait-for
+
+
+@dataclass
+class Agent:
+    """One subagent: its template, its own transcript, its counters."""
+
+    id: str
+    type: str
+    template: str
+    parent: str
+    depth: int
+    name: str | None = None
+    allowed: frozenset[str] = frozenset()
+    request_input: bool = False
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    state: str = "idle"  # idle | running | done | failed | discarded | quit
+    steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    talk_ids: TalkIds = field(default_factory=TalkIds)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def identity(self) -> AgentIdentity:
+        """Who this agent is, for transcripts."""
+        return AgentIdentity(self.id, self.parent, self.type, self.template)
+
+    def tell(self, text: str) -> None:
+        """Add TEXT to this agent's transcript as the next user message."""
+        if self.messages and self.messages[-1]["role"] == "user":
+            self.messages[-1]["content"] += "\n\n" + text
+        else:
+            self.messages.append({"role": "user", "content": text})
+
+    def summary(self) -> dict[str, Any]:
+        """Type, template, state and cost, for the hub and `agent-list'."""
+        return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
+                "parent": self.parent, "state": self.state, "steps": self.steps,
+                "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
+
+
+class AgentWorld:
+    """Every subagent, the bounds they live under, and the events between them."""
+
+    def __init__(self, rt: Runtime, limits: Limits) -> None:
+        self.rt = rt
+        self.limits = limits
+        self.agents: dict[str, Agent] = {}
+        self.bus = EventBus()
+        self.pool = asyncio.Semaphore(limits.pool)
+        self._numbers = itertools.count(1)
+        self._talk_ids: dict[str, TalkIds] = {PRIMARY: TalkIds()}
+        self._eval_talks: dict[str, set[int]] = {}  # talks made in each agent's running eval
+        self._waits: dict[str, Wait] = {}
+        self._handles: dict[str, tuple[str, int]] = {}  # handle -> (caller, talk id)
+        self.tasks_live = 0
+        self.blocks = 0
+
+    # -- who is who --------------------------------------------------------------
+
+    def identity(self, agent_id: str) -> AgentIdentity:
+        """The transcript identity of AGENT_ID."""
+        agent = self.agents.get(agent_id)
+        return agent.identity if agent else AgentIdentity()
+
+    def depth(self, agent_id: str) -> int:
+        """How deep AGENT_ID is below the primary."""
+        return self.agents[agent_id].depth if agent_id in self.agents else 0
+
+    def _caller(self, agent_id: str, action: str) -> Agent | None:
+        if agent_id == PRIMARY:
+            return None
+        agent = self.agents.get(agent_id)
+        if agent is None or agent.state in ("discarded", "quit"):
+            raise AgentError(f"{agent_id} is not a live agent")
+        if action not in agent.allowed:
+            raise AgentError(f"{agent_id} ({agent.type} {agent.template}) may not use the {action} action; "
+                             f"allowed: {', '.join(sorted(agent.allowed))}")
+        return agent
+
+    def _template(self, template: Any, kind: str) -> str:
+        try:
+            skill = self.rt.skills.get(template)
+        except SkillError as err:
+            raise AgentError(str(err)) from err
+        if skill.kind != kind:
+            raise AgentError(f"skill {skill.name!r} is of kind {skill.kind}, not {kind}")
+        return skill.name
+
+    def _new_agent(self, caller: str, kind: str, template: Any, name: str | None = None,
+                   allowed: Any = None, request_input: bool = False) -> Agent:
+        self._caller(caller, kind)
+        tmpl = self._template(template, kind)
+        depth = self.depth(caller) + 1
+        if depth > self.limits.max_depth:
+            raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
+        live = sum(1 for a in self.agents.values() if a.state in ("idle", "running"))
+        if live >= self.limits.max_agents:
+            raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
+        actions = DEFAULT_ACTIONS[kind] if allowed is None else frozenset(allowed)
+        unknown = actions - ALL_ACTIONS
+        if unknown:
+            raise AgentError(f"unknown action(s) {sorted(unknown)}; actions are {sorted(ALL_ACTIONS)}")
+        if request_input:
+            actions |= {"request_input"}
+        if depth >= self.limits.max_depth:
+            actions -= {"task", "viewpoint", "compulsion"}
+        agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
+                      depth=depth, name=name, allowed=actions, request_input=request_input)
+        self.agents[agent.id] = agent
+        self._talk_ids[agent.id] = agent.talk_ids
+        self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "depth": depth, "name": name},
+                                 agent=agent.identity)
+        return agent
+
+    def _talk(self, caller: str, eval_id: int | None) -> int:
+        talk_id = self._talk_ids.setdefault(caller, TalkIds()).next()
+        if eval_id is not None and caller in self._eval_talks:
+            self._eval_talks[caller].add(talk_id)
+        return talk_id
+
+    def _deliver(self, to: str, event: AgentEvent) -> None:
+        try:
+            self.bus.post(to, event)
+        except Overloaded:
+            log.warning("dropped event for %s: queue full", to)
+            self.rt.transcript.write("event_dropped", event.to_dict(), agent=self.identity(to))
+            return
+        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
+        if to == PRIMARY:
+            self.rt.wake()
+
+    # -- the actions -------------------------------------------------------------------
+
+    def task(self, caller: str, eval_id: int | None, template: Any, prompt: Any,
+             opts: dict[str, Any]) -> dict[str, Any]:
+        """Start a Task; its final reply comes back to CALLER as an Agent event."""
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise AgentError("agent-task needs a non-empty PROMPT")
+        if self.tasks_live >= self.limits.max_tasks:
+            raise Overloaded(f"{self.tasks_live} tasks are queued or running (limit {self.limits.max_tasks}); "
+                             "wait for some to finish")
+        agent = self._new_agent(caller, "task", template, allowed=opts.get("allowed"),
+                                request_input=bool(opts.get("request_input")))
+        talk_id = self._talk(caller, eval_id)
+        self.tasks_live += 1
+        self._handles[agent.id] = (caller, talk_id)
+        asyncio.get_running_loop().create_task(self._run_task(agent, prompt, caller, talk_id))
+        return {"handle": agent.id, "talk_id": talk_id, "template": agent.template}
+
+    async def _run_task(self, agent: Agent, prompt: str, caller: str, talk_id: int) -> None:
+        try:
+            reply = await self.respond(agent, prompt)
+            agent.state = "done"
+            content = {"handle": agent.id, "template": agent.template, "reply": reply}
+        except Exception as err:  # a failed task is a result too
+            log.exception("task %s failed", agent.id)
+            agent.state = "failed"
+            content = {"handle": agent.id, "template": agent.template, "error": str(err)}
+        finally:
+            self.tasks_live -= 1
+        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
+        self._deliver(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id))
+
+    def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
+        """Start a named, persistent Viewpoint for CALLER."""
+        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum() or not name.islower():
+            raise AgentError(f"a viewpoint name is lowercase letters, digits, - and _; got {name!r}")
+        if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state != "discarded":
+            raise AgentError(f"a viewpoint named {name!r} exists already")
+        agent = self._new_agent(caller, "viewpoint", template, name=name)
+        return {"handle": agent.id, "name": name, "template": agent.template}
+
+    def viewpoints_of(self, caller: str) -> list[Agent]:
+        """CALLER's live viewpoints, in the order they were made."""
+        return [a for a in self.agents.values() if a.type == "viewpoint" and a.parent == caller
+                and a.state not in ("discarded",)]
+
+    def consider(self, caller: str, eval_id: int | None, prompt: Any) -> dict[str, Any]:
+        """Ask CALLER's viewpoints about PROMPT, in turn; the comments come back as one event."""
+        self._caller(caller, "consider")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise AgentError("agent-consider needs a non-empty PROMPT")
+        panel = self.viewpoints_of(caller)
+        if not panel:
+            raise AgentError("there are no viewpoints to consider with; make some with agent-viewpoint")
+        talk_id = self._talk(caller, eval_id)
+        asyncio.get_running_loop().create_task(self._run_consider(caller, panel, prompt, talk_id))
+        return {"talk_id": talk_id, "viewpoints": [a.name for a in panel]}
+
+    async def _run_consider(self, caller: str, panel: list[Agent], prompt: str, talk_id: int) -> None:
+        for agent in panel:
+            agent.tell(f"[{caller}] {prompt}")
+        comments: list[str] = []
+        for agent in panel:
+            if agent.state == "discarded":
+                continue
+            try:
+                comment = await self.respond(agent, None)
+            except Exception as err:  # one failing viewpoint does not stop the debate
+                comment = f"(no comment: {err})"
+            line = f"[{agent.name}] {comment}"
+            comments.append(line)
+            for other in panel:
+                if other is not agent and other.state != "discarded":
+                    other.tell(line)
+        self._deliver(caller, AgentEvent(EventType.AGENT, "consider", {"prompt": prompt, "comments": comments},
+                                         talk_id))
+
+    def discard(self, caller: str, name: Any) -> dict[str, Any]:
+        """End CALLER's viewpoint NAME; the others hear that it left."""
+        self._caller(caller, "viewpoint")
+        agent = self.agents.get(f"viewpoint-{name}")
+        if agent is None or agent.parent != caller or agent.state == "discarded":
+            raise AgentError(f"{caller} has no viewpoint named {name!r}")
+        agent.state = "discarded"
+        for other in self.viewpoints_of(caller):
+            other.tell(f"[system] {name} has left the chat")
+        self.rt.transcript.write("agent_end", {"state": "discarded", **agent.summary()}, agent=agent.identity)
+        return {"discarded": name}
+
+    def compulsion(self, caller: str, template: Any, prompt: Any) -> dict[str, Any]:
+        """Attach a Compulsion to CALLER: it sees each result and each action, and may block."""
+        agent = self._new_agent(caller, "compulsion", template)
+        if isinstance(prompt, str) and prompt.strip():
+            agent.tell(prompt)
+        return {"handle": agent.id, "template": agent.template}
+
+    def quit(self, caller: str) -> dict[str, Any]:
+        """Only a compulsion may quit; it is removed after this response."""
+        agent = self.agents.get(caller)
+        if agent is None or agent.type != "compulsion":
+            raise AgentError("only a compulsion can agent-quit")
+        agent.state = "quit"
+        self.rt.transcript.write("agent_end", {"state": "quit", **agent.summary()}, agent=agent.identity)
+        return {"quit": agent.id}
+
+    def compulsions_of(self, agent_id: str) -> list[Agent]:
+        """The live compulsions attached to AGENT_ID."""
+        return [a for a in self.agents.values() if a.type == "compulsion" and a.parent == agent_id
+                and a.state not in ("quit", "failed")]
+
+    # -- talk and wait -----------------------------------------------------------------
+
+    def talk_agent(self, caller: str, eval_id: int | None, target: Any, text: Any) -> dict[str, Any]:
+        """Send TEXT to agent TARGET (an id or a viewpoint name); its reply comes back as an event."""
+        self._caller(caller, "talk")
+        agent = self.agents.get(target) or self.agents.get(f"viewpoint-{target}")
+        if agent is None or agent.state in ("discarded", "quit", "failed"):
+            raise AgentError(f"no live agent {target!r}")
+        if not isinstance(text, str) or not text:
+            raise AgentError("talk needs a non-empty string")
+        talk_id = self._talk(caller, eval_id)
+        asyncio.get_running_loop().create_task(self._run_talk(caller, agent, text, talk_id))
+        return {"talk_id": talk_id, "to": agent.id}
+
+    async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int) -> None:
+        try:
+            reply: Any = {"reply": await self.respond(agent, f"[{caller}] {text}")}
+        except Exception as err:
+            reply = {"error": str(err)}
+        self._deliver(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
+
+    def talk_user(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
+        """Show TEXT to the person, labelled; their next input is the reply."""
+        self._caller(caller, "talk")
+        if not isinstance(text, str) or not text:
+            raise AgentError("talk needs a non-empty string")
+        talk_id = self._talk(caller, eval_id)
+        label = "" if caller == PRIMARY else f"[{caller}] "
+        self.rt.face.reply(f"{label}{text}")
+        self.rt.expect_user_reply(caller, talk_id)
+        return {"talk_id": talk_id, "to": "user"}
+
+    def talk_log(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
+        """Write TEXT into the transcript log; nothing answers."""
+        talk_id = self._talk(caller, eval_id)
+        self.rt.transcript.write("talk_log", {"talk_id": talk_id, "text": text}, agent=self.identity(caller))
+        self._deliver(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
+        return {"talk_id": talk_id, "to": "log"}
+
+    def wait_for(self, caller: str, eval_id: int | None, talk_ids: Any, timeout: Any) -> dict[str, Any]:
+        """After this eval, CALLER sleeps until a reply to TALK_IDS (or TIMEOUT seconds)."""
+        made = self._eval_talks.get(caller, set()) if eval_id is not None else set()
+        if not made:
+            raise AgentError("agent-wait-for needs an agent-talk-* (or agent-task/agent-consider) call "
+                             "earlier in the same eval")
+        ids = [talk_ids] if isinstance(talk_ids, int) else talk_ids
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i > 0 for i in ids):
+            raise AgentError(f"agent-wait-for takes a TalkId or a list of them, got {talk_ids!r}")
+        foreign = [i for i in ids if i not in made]
+        if foreign:
+            raise AgentError(f"TalkId(s) {foreign} were not made in this eval; this eval made {sorted(made)}")
+        seconds = self.limits.wait_timeout if timeout is None else timeout
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
+            raise AgentError(f":timeout must be seconds within (0, 3600], got {timeout!r}")
+        self._waits[caller] = Wait(frozenset(ids), float(seconds))
+        return {"waiting_for": ids, "timeout": seconds}
+
+    def begin_eval(self, agent_id: str) -> None:
+        """AGENT_ID starts an eval: talks from now on belong to it."""
+        self._eval_talks[agent_id] = set()
+        self._waits.pop(agent_id, None)
+
+    def end_eval(self, agent_id: str) -> Wait | None:
+        """The eval is over: forget its talks; return the wait it registered, if any."""
+        self._eval_talks.pop(agent_id, None)
+        return self._waits.pop(agent_id, None)
+
+    async def sleep_until(self, agent_id: str, wait: Wait) -> None:
+        """Sleep until the reply arrives or the wait times out (a Time event)."""
+        if not await self.bus.wait_for(agent_id, wait.talk_ids, wait.timeout):
+            self._deliver(agent_id, AgentEvent(EventType.TIME, "timer",
+                                               {"timed_out": sorted(wait.talk_ids), "after_s": wait.timeout}))
+
+    # -- the subagent loop -------------------------------------------------------------
+
+    def system_prompt(self, agent: Agent) -> str:
+        """The shared subagent protocol, then the agent's template (both skills: editable text)."""
+        parts = []
+        try:
+            parts.append(self.rt.skills.get(PROTOCOL_SKILL).body)
+        except SkillError:
+            pass
+        parts.append(f"You are {agent.id}, a {agent.type} (template {agent.template}). "
+                     f"Allowed actions: {', '.join(sorted(agent.allowed))}.")
+        parts.append(self.rt.skills.get(agent.template).body)
+        return "\n\n".join(parts)
+
+    async def respond(self, agent: Agent, text: str | None) -> str:
+        """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
+        async with agent.lock:
+            if agent.state in ("discarded", "quit"):
+                raise AgentError(f"{agent.id} is {agent.state}")
+            agent.state = "running"
+            if text is not None:
+                agent.tell(text)
+            try:
+                return await self._loop(agent)
+            finally:
+                if agent.state == "running":
+                    agent.state = "idle"
+
+    async def _loop(self, agent: Agent) -> str:
+        reply = ""
+        for _ in range(self.limits.max_steps):
+            response = await self._infer(agent)
+            reply = response.reply or reply
+            if response.eval is None or "eval" not in agent.allowed:
+                if agent.request_input and not response.done:
+                    agent.tell(await self._ask_person(agent, response.reply or ""))
+                    continue
+                return reply  # the default action `done'; not written to the transcript
+            result, wait = await self._eval(agent, response.eval)
+            agent.tell("<last-eval-result>\n" + json.dumps({"lastEvalResult": result.to_dict()}) +
+                       "\n</last-eval-result>")
+            if agent.state == "quit":
+                return reply
+            if wait is not None:
+                await self.sleep_until(agent.id, wait)
+            events = self.bus.drain(agent.id)
+            if events:
+                agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
+        return reply
+
+    async def _ask_person(self, agent: Agent, text: str) -> str:
+        talk_id = agent.talk_ids.next()
+        self.rt.face.reply(f"[{agent.id} {agent.template}] {text}")
+        self.rt.expect_user_reply(agent.id, talk_id)
+        await self.bus.wait_for(agent.id, frozenset({talk_id}), 24 * 3600)
+        events = self.bus.drain(agent.id)
+        return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
+
+    async def _infer(self, agent: Agent) -> AgentResponse:
+        for attempt in range(3):
+            text = await self.model_call(agent)
+            try:
+                return parse_response(text)
+            except ResponseFormatError as err:
+                self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)},
+                                         agent=agent.identity)
+                if attempt < 2:
+                    agent.tell(RETRY_PROMPT)
+        return fallback_response(text)
+
+    async def model_call(self, agent: Agent) -> str:
+        """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
+        request = build_request(self.rt.model, self.system_prompt(agent), agent.messages,
+                                self.rt.consciousness.api_settings)
+        self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
+        async with self.pool:
+            try:
+                result = await self.rt.backend.complete(request)
+            except InferenceError as err:
+                self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
+                raise
+        dollars = cost(self.rt.model, result.usage)
+        agent.steps += 1
+        agent.input_tokens += result.usage.input_tokens
+        agent.output_tokens += result.usage.output_tokens
+        agent.cost += dollars
+        self.rt.consciousness.budget.cost_so_far += dollars
+        agent.messages.append({"role": "assistant", "content": result.text or "(empty)"})
+        self.rt.transcript.write("model_response", {
+            "raw": result.text, "usage": result.usage.__dict__, "cost": dollars,
+            "latency_ms": result.latency_ms}, agent=agent.identity)
+        return result.text
+
+    async def _eval(self, agent: Agent, form: str) -> tuple[EvalResult, Wait | None]:
+        self.rt.transcript.write("eval", {"form": form}, agent=agent.identity)
+        self.begin_eval(agent.id)
+        result = await self.rt.face.evaluate(form, agent.id)
+        wait = self.end_eval(agent.id)
+        self.rt.transcript.write("eval_result", result.to_dict(), agent=agent.identity)
+        return result, wait
+
+    # -- hooks on the primary loop (compulsions) ----------------------------------------
+
+    async def before_model_call(self, agent_id: str, last: str) -> None:
+        """Each compulsion sees the last result; a non-empty reply is injected (a Hook event)."""
+        for comp in self.compulsions_of(agent_id):
+            try:
+                note = await self.respond(comp, f"[before model call] The last result was:\n{last}")
+            except Exception as err:  # a failing compulsion must not stop the agent
+                log.warning("compulsion %s failed: %s", comp.id, err)
+                continue
+            if note.strip() and comp.state != "quit":
+                self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
+
+    async def before_action(self, agent_id: str, form: str) -> str | None:
+        """Each compulsion sees the action; the first non-empty reply blocks it, with that reason."""
+        for comp in self.compulsions_of(agent_id):
+            try:
+                reason = await self.respond(comp, f"[before action] The agent wants to evaluate:\n{form}")
+            except Exception as err:
+                log.warning("compulsion %s failed: %s", comp.id, err)
+                continue
+            if reason.strip() and comp.state != "quit":
+                self.blocks += 1
+                self.rt.transcript.write("blocked", {"by": comp.id, "template": comp.template,
+                                                     "form": form, "reason": reason},
+                                         agent=self.identity(agent_id))
+                return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"
+        return None
+
+    def live(self) -> list[dict[str, Any]]:
+        """Summaries of the agents that are not finished."""
+        return [a.summary() for a in self.agents.values() if a.state in ("idle", "running")]
