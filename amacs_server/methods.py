@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from sexpdata import Symbol
 
 from . import work_tools
+from .agents import tools as agent_tools
 from .memory import tools
 from .runtime import Runtime
 from .transport.emacs_face import EmacsFace
@@ -113,5 +114,6 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "skills_list": brain_tool(work_tools.skills_list),
         "skill_bind": brain_tool(work_tools.skill_bind),
         "skill_unbind": brain_tool(work_tools.skill_unbind),
+        **{name: brain_tool(fn) for name, fn in agent_tools.TOOLS.items()},
     }.items():
         server.register(name, fn)

@@ -21,6 +21,7 @@
 ;;; Code:
 
 (require 'amacs-transport)
+(require 'amacs-eval)
 
 (defun agent-consciousness ()
   "Return the agent's consciousness alist (RFC v4 §3.1)."
@@ -101,6 +102,67 @@ Its text appears in the context while that thread is active."
 (defun agent-unbind-skill-from-thread (skill &optional thread)
   "Unbind SKILL from THREAD (default: the active thread)."
   (amacs--call-sync 'skill_unbind (list skill thread)))
+
+;;;; Agents and the World (agent-world-architecture.md)
+
+(defun amacs--agent-call (method &rest args)
+  "Call agent METHOD with ARGS for the agent whose eval is running."
+  (amacs--call-sync method (cons amacs-current-agent (cons amacs-current-eval args))))
+
+(defun agent-task (template prompt &rest options)
+  "Start a Task from skill TEMPLATE with PROMPT and return its handle at once.
+The handle is a plist with :handle and :talk-id; the task's final reply
+arrives later as an event.  OPTIONS: :allowed (a list of actions) and
+:request-input (talk to the person in the shell until done)."
+  (amacs--agent-call 'agent_task template prompt options))
+
+(defun agent-viewpoint (name template)
+  "Start a persistent Viewpoint called NAME from skill TEMPLATE."
+  (amacs--agent-call 'agent_viewpoint name template))
+
+(defun agent-consider (prompt)
+  "Ask each viewpoint in turn about PROMPT; each hears the others' comments.
+Returns at once; the list of comments arrives as an event."
+  (amacs--agent-call 'agent_consider prompt))
+
+(defun agent-discard (name)
+  "End the viewpoint NAME; the others hear that it left."
+  (amacs--agent-call 'agent_discard name))
+
+(defun agent-compulsion (template &optional prompt)
+  "Attach a Compulsion from skill TEMPLATE, with PROMPT, to this agent.
+It sees every result and every action, and may block actions."
+  (amacs--agent-call 'agent_compulsion template prompt))
+
+(defun agent-quit ()
+  "End this compulsion (only a compulsion may call it)."
+  (amacs--agent-call 'agent_quit))
+
+(defun agent-talk-user (text)
+  "Show TEXT to the person; return the TalkId their reply will carry."
+  (plist-get (amacs--agent-call 'talk_user text) :talk-id))
+
+(defun agent-talk-agent (agent text)
+  "Send TEXT to AGENT (an id or a viewpoint name); return the TalkId."
+  (plist-get (amacs--agent-call 'talk_agent agent text) :talk-id))
+
+(defun agent-talk-brain (brain text)
+  "Send TEXT to BRAIN, one of this agent's own subagents; return the TalkId."
+  (plist-get (amacs--agent-call 'talk_brain brain text) :talk-id))
+
+(defun agent-talk-log (text)
+  "Write TEXT to the transcript log; return the TalkId."
+  (plist-get (amacs--agent-call 'talk_log text) :talk-id))
+
+(defun agent-wait-for (talk-ids &rest options)
+  "After this eval, sleep until a reply to TALK-IDS (one or a list) arrives.
+TALK-IDS must come from agent-talk-* or agent-task calls in the same eval.
+OPTIONS: :timeout seconds (then a Time event wakes the agent)."
+  (amacs--agent-call 'wait_for talk-ids options))
+
+(defun agent-list-agents ()
+  "Return the live agents: id, type, template, state and cost each."
+  (amacs--agent-call 'agents_list))
 
 (provide 'amacs-agent)
 ;;; amacs-agent.el ends here

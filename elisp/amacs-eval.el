@@ -56,6 +56,12 @@ Signals `amacs-unreadable' when TEXT is not readable elisp."
 
 (define-error 'amacs-unreadable "Unreadable elisp")
 
+(defvar amacs-current-agent "primary"
+  "The agent whose eval is running: the caller of the agent functions.")
+
+(defvar amacs-current-eval nil
+  "The server's id of the eval that is running, or nil outside one.")
+
 (defun amacs--print-result (value)
   "Return VALUE printed for the agent, without text properties, size-capped."
   (let* ((print-length nil) (print-level nil)
@@ -92,8 +98,10 @@ limit or \\[keyboard-quit]) all come back as :error."
     outcome))
 
 (defun amacs--handle-eval-event (event)
-  "Evaluate the form in EVENT and send the result to the server."
-  (let ((result (amacs--eval-form (plist-get event :form))))
+  "Evaluate the form in EVENT for its agent and send the result to the server."
+  (let ((result (let ((amacs-current-agent (or (plist-get event :agent) "primary"))
+                      (amacs-current-eval (plist-get event :id)))
+                  (amacs--eval-form (plist-get event :form)))))
     (when (amacs-live-p)
       (amacs-call 'emacs_reply (list (plist-get event :id) result)))))
 

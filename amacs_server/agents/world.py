@@ -317,6 +317,13 @@ class AgentWorld:
         asyncio.get_running_loop().create_task(self._run_talk(caller, agent, text, talk_id))
         return {"talk_id": talk_id, "to": agent.id}
 
+    def talk_brain(self, caller: str, eval_id: int | None, brain: Any, text: Any) -> dict[str, Any]:
+        """Send TEXT to one of CALLER's own subagents, by its name or id."""
+        mine = [a for a in self.agents.values() if a.parent == caller and brain in (a.id, a.name)]
+        if not mine:
+            raise AgentError(f"{caller} has no subagent named {brain!r}")
+        return self.talk_agent(caller, eval_id, mine[0].id, text)
+
     async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int) -> None:
         try:
             reply: Any = {"reply": await self.respond(agent, f"[{caller}] {text}")}
