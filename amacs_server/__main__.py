@@ -32,7 +32,12 @@ def _fail(message: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the server until Emacs goes away (or forever, headless)."""
+    """Run the server until Emacs goes away (or forever, headless); or summarize transcripts."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["transcripts"]:
+        from .transcripts import main as transcripts_main
+
+        return transcripts_main(argv[1:])
     parser = argparse.ArgumentParser(prog="amacs-server", description=__doc__)
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")

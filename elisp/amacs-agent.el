@@ -155,7 +155,7 @@ It sees every result and every action, and may block actions."
   (plist-get (amacs--agent-call 'talk_log text) :talk-id))
 
 (defun agent-wait-for (talk-ids &rest options)
-  "After this eval, sleep until a reply to TALK-IDS (one or a list) arrives.
+  "After this eval, sleep until replies to all TALK-IDS (one or a list) arrive.
 TALK-IDS must come from agent-talk-* or agent-task calls in the same eval.
 OPTIONS: :timeout seconds (then a Time event wakes the agent)."
   (amacs--agent-call 'wait_for talk-ids options))

@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.amacs-installed${extras:+-test}"
 check='import amacs_server, epc, anthropic, git, orgparse, sexpdata'
-[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff"
+[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, duckdb"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"

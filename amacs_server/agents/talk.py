@@ -93,12 +93,13 @@ class EventBus:
         return out
 
     async def wait_for(self, agent_id: str, talk_ids: frozenset[int], timeout: float) -> bool:
-        """Wait until a reply to one of TALK_IDS is queued for AGENT_ID; False on timeout."""
+        """Wait until replies to all of TALK_IDS are queued for AGENT_ID; False on timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         signal = self._signal(agent_id)
         while True:
-            if any(e.talk_id in talk_ids for e in self._queue(agent_id) if e.type is not EventType.TIME):
+            arrived = {e.talk_id for e in self._queue(agent_id) if e.type is not EventType.TIME}
+            if talk_ids <= arrived:
                 return True
             remaining = deadline - loop.time()
             if remaining <= 0:

@@ -350,7 +350,7 @@ class AgentWorld:
         return {"talk_id": talk_id, "to": "log"}
 
     def wait_for(self, caller: str, eval_id: int | None, talk_ids: Any, timeout: Any) -> dict[str, Any]:
-        """After this eval, CALLER sleeps until a reply to TALK_IDS (or TIMEOUT seconds)."""
+        """After this eval, CALLER sleeps until replies to all TALK_IDS arrive (or TIMEOUT seconds)."""
         made = self._eval_talks.get(caller, set()) if eval_id is not None else set()
         if not made:
             raise AgentError("agent-wait-for needs an agent-talk-* (or agent-task/agent-consider) call "

@@ -50,6 +50,12 @@
     (insert text)
     (comint-send-input)))
 
+(defun amacs-e2e-wait-text (text)
+  "Wait until the shell shows TEXT."
+  (amacs-e2e-wait (lambda () (with-current-buffer amacs-shell-buffer-name
+                               (save-excursion (goto-char (point-min)) (search-forward text nil t))))
+                  (format "%S in the shell" text)))
+
 (defun amacs-e2e-wait-disconnect ()
   "Wait until the server has gone."
   (amacs-e2e-wait (lambda () (not (amacs-live-p))) "the server to stop"))

@@ -1,0 +1,88 @@
+"""Summarize a folder of transcripts with DuckDB: ``python -m amacs_server.transcripts DIR``.
+
+Every JSONL line has the same top-level columns (DESIGN.md, Transcripts), so
+DuckDB reads thousands of files directly; ``data`` is kept as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+COLUMNS = {
+    "run_id": "VARCHAR", "session_id": "VARCHAR", "agent_id": "VARCHAR", "parent_id": "VARCHAR",
+    "agent_type": "VARCHAR", "template": "VARCHAR", "seq": "BIGINT", "ts": "DOUBLE", "tick": "BIGINT",
+    "event": "VARCHAR", "data": "JSON",
+}
+
+
+def connect(folder: Path) -> Any:
+    """A DuckDB connection with every transcript of FOLDER as the view ``events``."""
+    import duckdb
+
+    files = sorted(folder.glob("*.jsonl"))
+    if not files:
+        raise SystemExit(f"no transcripts (*.jsonl) in {folder}")
+    con = duckdb.connect()
+    cols = ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items())
+    pattern = str(folder / "*.jsonl").replace("'", "''")
+    con.sql(f"CREATE VIEW events AS SELECT * FROM read_json('{pattern}', format='newline_delimited', "
+            f"columns={{{cols}}})")
+    return con
+
+
+def summarize(folder: Path) -> dict[str, Any]:
+    """Agents per run, tokens and cost per agent type, eval error rate, blocks by compulsions."""
+    con = connect(folder)
+
+    def rows(sql: str) -> list[tuple[Any, ...]]:
+        return con.sql(sql).fetchall()
+
+    agents = rows("SELECT run_id, count(DISTINCT agent_id) FROM events GROUP BY run_id ORDER BY run_id")
+    usage = rows("""
+        SELECT agent_type, count(*),
+               sum(CAST(data->'$.usage.input_tokens' AS BIGINT) + CAST(data->'$.usage.output_tokens' AS BIGINT)),
+               sum(CAST(data->'$.cost' AS DOUBLE))
+        FROM events WHERE event = 'model_response' GROUP BY agent_type ORDER BY agent_type""")
+    evals = rows("""
+        SELECT count(*), count(*) FILTER (WHERE CAST(data->'$.success' AS BOOLEAN) = false)
+        FROM events WHERE event = 'eval_result'""")[0]
+    blocks = rows("""
+        SELECT data->>'$.by', data->>'$.template', count(*) FROM events WHERE event = 'blocked'
+        GROUP BY 1, 2 ORDER BY 1""")
+    types = rows("""
+        SELECT agent_type, count(DISTINCT agent_id) FROM events GROUP BY agent_type ORDER BY agent_type""")
+    return {
+        "runs": len(agents),
+        "agents_per_run": {run: n for run, n in agents},
+        "agents_by_type": {t: n for t, n in types},
+        "model_calls_tokens_cost_by_type": {
+            t: {"calls": calls, "tokens": int(tokens or 0), "cost": round(float(c or 0), 6)}
+            for t, calls, tokens, c in usage},
+        "evals": evals[0],
+        "eval_errors": evals[1],
+        "eval_error_rate": round(evals[1] / evals[0], 4) if evals[0] else 0.0,
+        "blocks_by_compulsion": [{"by": by, "template": tmpl, "blocks": n} for by, tmpl, n in blocks],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the summary of a transcripts folder as JSON."""
+    parser = argparse.ArgumentParser(prog="amacs-server transcripts", description=__doc__)
+    parser.add_argument("folder", nargs="?", help="a transcripts folder (default: $AMACS_HOME/transcripts)")
+    args = parser.parse_args(argv)
+    if args.folder:
+        folder = Path(args.folder)
+    else:
+        from .config import load_config
+
+        folder = load_config().home / "transcripts"
+    print(json.dumps(summarize(folder), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Helpers for fake-model answers that depend on which agent is asking (tests only)."""
+
+import json
+import re
+
+from tests.fake_anthropic import Reply, agent_json
+
+
+def who(body):
+    """(agent id, type, template) of the agent that made request BODY."""
+    match = re.search(r"You are (\S+), a (\w+) \(template (\S+)\)", body["system"][0]["text"])
+    return match.groups() if match else ("primary", "primary", "core")
+
+
+def text_of(content):
+    return content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
+
+
+def transcript(body):
+    """Every message of the request as text, oldest first."""
+    return [text_of(m["content"]) for m in body["messages"]]
+
+
+def event_lines(text):
+    """The events in a context or subagent message, as dicts."""
+    block = re.search(r"<events>\n(.*?)\n</events>", text, re.S)
+    if not block:
+        return []
+    out = []
+    for line in block.group(1).splitlines():
+        item = json.loads(line)
+        out.append(item.get("content", item) if "mem_id" in item else item)
+    return out
+
+
+def say(reply, **kw):
+    return Reply(agent_json(reply, **kw))
+
+
+def run_elisp(form, **kw):
+    return Reply(agent_json(None, eval=form, **kw))
+
+
+def primary_texts(fake):
+    """The contexts of the primary's requests only, in order."""
+    return [text_of(r["body"]["messages"][0]["content"]) for r in fake.requests if who(r["body"])[0] == "primary"]

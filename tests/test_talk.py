@@ -1,0 +1,42 @@
+"""TalkIds, the event bus and waits (memid spec Phases 3-4, 6; unit test 5)."""
+
+import asyncio
+
+import pytest
+
+from amacs_server.agents.talk import Event, EventBus, EventType, Overloaded, TalkIds
+
+
+def test_talk_ids_are_monotonic_wrap_and_never_zero():
+    ids = TalkIds(limit=5)
+    assert [ids.next() for _ in range(12)] == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2]
+    big = TalkIds(start=2**31 - 2)
+    assert [big.next(), big.next(), big.next()] == [2**31 - 1, 1, 2]
+
+
+def test_full_queue_refuses_at_once():
+    async def run():
+        bus = EventBus(size=2)
+        bus.post("a", Event(EventType.USER, "user", "x"))
+        bus.post("a", Event(EventType.USER, "user", "y"))
+        with pytest.raises(Overloaded, match="event queue of a is full"):
+            bus.post("a", Event(EventType.USER, "user", "z"))
+        assert [e.content for e in bus.drain("a")] == ["x", "y"]
+        assert bus.drain("a") == []  # clear on consume
+        bus.post("a", Event(EventType.USER, "user", "again"))
+
+    asyncio.run(run())
+
+
+def test_wait_wakes_on_all_replies_and_times_out():
+    async def run():
+        bus = EventBus()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, bus.post, "a", Event(EventType.AGENT, "b", "one", talk_id=1))
+        loop.call_later(0.10, bus.post, "a", Event(EventType.AGENT, "c", "two", talk_id=2))
+        started = loop.time()
+        assert await bus.wait_for("a", frozenset({1, 2}), 5)
+        assert 0.09 < loop.time() - started < 1  # woke on the second reply, not before
+        assert not await bus.wait_for("a", frozenset({3}), 0.05)  # nobody answers talk 3
+
+    asyncio.run(run())
