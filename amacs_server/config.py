@@ -31,6 +31,8 @@ class Config:
     agent_pool: int = 8
     max_tasks: int = 50
     max_depth: int = 3
+    max_agents: int = 100
+    event_queue: int = 100
     wait_timeout: float = 60.0
     repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
 
@@ -79,5 +81,7 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         agent_pool=int(_float_env(env, "AMACS_AGENT_POOL", 8)),
         max_tasks=int(_float_env(env, "AMACS_MAX_TASKS", 50)),
         max_depth=int(_float_env(env, "AMACS_MAX_DEPTH", 3)),
+        max_agents=int(_float_env(env, "AMACS_MAX_AGENTS", 100)),
+        event_queue=int(_float_env(env, "AMACS_EVENT_QUEUE", 100)),
         wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
     )

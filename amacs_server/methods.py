@@ -66,6 +66,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """What the hub shows."""
         return _on_loop(rt, rt.hub_state)
 
+    def agent_transcript(agent_id: Any) -> str:
+        """One agent's transcript of this session, as text."""
+        if not isinstance(agent_id, str):
+            raise ValueError("agent_transcript takes an agent id")
+        return _on_loop(rt, lambda: rt.agent_transcript(agent_id))
+
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
         return _on_loop(rt, rt.consciousness.to_elisp)
@@ -98,6 +104,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "emacs_reply": emacs_reply,
         "status": status,
         "hub_state": hub_state,
+        "agent_transcript": agent_transcript,
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,

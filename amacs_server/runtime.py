@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import uuid
@@ -81,7 +82,9 @@ class Runtime:
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
-                                             max_depth=config.max_depth, wait_timeout=config.wait_timeout))
+                                             max_depth=config.max_depth, max_agents=config.max_agents,
+                                             event_queue=config.event_queue,
+                                             wait_timeout=config.wait_timeout))
         self._turn_running = False
         self._wake_queued = False
         self._user_reply: tuple[str, int] | None = None  # who asked the person, with which TalkId
@@ -174,8 +177,32 @@ class Runtime:
             "commits": [{"sha": sha, "subject": subject} for sha, subject in self.repo.recent(count)],
             "home": str(self.config.home),
             "chat_log": str(self.chat_log.path),
-            "agents": self.world.live(),
+            "agents": self.world.everyone(),
         }
+
+    def agent_transcript(self, agent_id: str) -> str:
+        """AGENT_ID's transcript of this session as readable text, for the hub."""
+        events = self.transcript.read(agent_id)
+        if not events:
+            raise ValueError(f"no transcript for {agent_id!r} in this session")
+        first = events[0]
+        lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
+                 f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]
+        for e in events:
+            data = e["data"]
+            if e["event"] == "model_request":
+                messages = data["request"]["messages"]
+                last = messages[-1]["content"] if messages else ""
+                text = last if isinstance(last, str) else "\n".join(b.get("text", "") for b in last)
+                body = f"(context: {len(messages)} message(s)) last:\n{text}"
+            elif e["event"] == "model_response":
+                body = f"{data['raw']}\n  [{data['usage']['input_tokens']} in, {data['usage']['output_tokens']} out, " \
+                       f"${data['cost']:.6f}, {data['latency_ms']:.0f} ms]"
+            else:
+                body = json.dumps(data, ensure_ascii=False)
+            lines.append(f"#{e['seq']} {e['event']}" + (f" (tick {e['tick']})" if e["tick"] else ""))
+            lines.extend("  " + line for line in body.splitlines())
+        return "\n".join(lines) + "\n"
 
     # -- the loop thread -----------------------------------------------------------
 

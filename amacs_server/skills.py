@@ -82,10 +82,11 @@ class SkillLibrary:
         """The skill NAME, read fresh if its file changed."""
         if not isinstance(name, str) or not SKILL_NAME.fullmatch(name):
             raise SkillError(f"{name!r} is not a skill name (lowercase letters, digits, - and _)")
-        path = self._folders().get(name)
-        if path is None:
-            raise SkillError(f"no skill named {name!r}; (agent-list-available-skills) lists them")
-        return self._read(name, path)
+        for root in (self.personal, self.builtin):  # the person's own wins
+            path = root / name / "SKILL.md"
+            if path.is_file():
+                return self._read(name, path)
+        raise SkillError(f"no skill named {name!r}; (agent-list-available-skills) lists them")
 
     def available(self) -> list[Skill]:
         """Every skill, sorted by name."""

@@ -88,6 +88,33 @@
               (amacs-hub--line "    skill:  %s" skill)))))
       (insert "\n"))))
 
+(defun amacs-hub--insert-agents (state)
+  "Insert the agents of STATE: the primary, then every subagent."
+  (let ((agents (plist-get state :agents)))
+    (magit-insert-section (amacs-agents)
+      (magit-insert-heading (format "Agents (%d)" (1+ (length agents))))
+      (magit-insert-section (amacs-agent "primary")
+        (amacs-hub--line "  primary  core  %s" (if (plist-get state :tick) "live" "")))
+      (dolist (agent agents)
+        (magit-insert-section (amacs-agent (plist-get agent :id))
+          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d steps  $%.4f"
+                           (plist-get agent :id) (plist-get agent :type) (plist-get agent :template)
+                           (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
+      (insert "\n"))))
+
+(defun amacs-hub--show-transcript (agent)
+  "Show the transcript of AGENT in a buffer of its own."
+  (amacs-call 'agent_transcript (list agent)
+              (lambda (text)
+                (let ((buffer (get-buffer-create (format "*amacs-transcript %s*" agent))))
+                  (with-current-buffer buffer
+                    (let ((inhibit-read-only t))
+                      (erase-buffer)
+                      (insert text))
+                    (goto-char (point-min))
+                    (view-mode 1))
+                  (pop-to-buffer buffer)))))
+
 (defun amacs-hub--insert-list (type title items describe)
   "Insert section TYPE titled TITLE with a line per ITEMS from DESCRIBE."
   (magit-insert-section ((eval type))
@@ -130,6 +157,7 @@
           (magit-insert-section (amacs-hub)
             (amacs-hub--insert-consciousness state)
             (amacs-hub--insert-threads state)
+            (amacs-hub--insert-agents state)
             (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
                                     (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
             (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
@@ -171,7 +199,7 @@
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()
-  "Act on the section at point: switch thread, visit buffer, show commit, open log."
+  "Act on the section at point: thread, buffer, agent, commit or chat log."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
@@ -182,6 +210,7 @@
       ('amacs-buffer
        (if (get-buffer value) (pop-to-buffer value) (find-file-other-window value)))
       ('amacs-commit (amacs-hub--show-commit value))
+      ('amacs-agent (amacs-hub--show-transcript value))
       ('amacs-chat-log (amacs-open-chat-log))
       (_ (magit-section-toggle section)))))
 

@@ -279,9 +279,14 @@ def agent_json(reply: str | None = None, *, eval: str | None = None, mood: str =
     )
 
 
-def main() -> None:
-    """Serve until interrupted, printing the URL."""
-    fake = FakeAnthropic().start()
+def main(argv: list[str] | None = None) -> None:
+    """Serve until interrupted, printing the URL; ``--delay S`` answers each request after S seconds."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A fake Anthropic Messages API on 127.0.0.1")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args(argv)
+    fake = FakeAnthropic(default=lambda _body: Reply(delay=args.delay)).start()
     print(fake.url, flush=True)
     try:
         threading.Event().wait()

@@ -40,3 +40,34 @@ def test_wait_wakes_on_all_replies_and_times_out():
         assert not await bus.wait_for("a", frozenset({3}), 0.05)  # nobody answers talk 3
 
     asyncio.run(run())
+
+
+def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
+    """Results are reserved at spawn: the 4th task of a queue of 3 is refused at once, and
+    all 3 results arrive even though nothing consumed them in between."""
+    from amacs_server.agents.world import PRIMARY
+    from amacs_server.config import load_config
+    from amacs_server.runtime import Runtime
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+    from tests.test_memory import SilentFace
+
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"), delay=0.05)).start()
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k",
+                              "ANTHROPIC_BASE_URL": fake.url, "AMACS_EVENT_QUEUE": "3"}), SilentFace())
+    rt.wake = lambda: None  # keep the primary asleep: nothing drains its queue
+
+    async def run():
+        for i in range(3):
+            rt.world.task(PRIMARY, None, "researcher", f"q{i}", {})
+        with pytest.raises(Overloaded, match="event queue of primary is full"):
+            rt.world.task(PRIMARY, None, "researcher", "q3", {})
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+        return rt.world.bus.drain(PRIMARY)
+
+    try:
+        events = asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    assert sorted(e.content["reply"] for e in events) == ["r", "r", "r"]

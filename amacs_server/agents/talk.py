@@ -73,10 +73,14 @@ class EventBus:
     def _signal(self, agent_id: str) -> asyncio.Event:
         return self._signals.setdefault(agent_id, asyncio.Event())
 
-    def post(self, agent_id: str, event: Event) -> None:
-        """Deliver EVENT to AGENT_ID, or raise :class:`Overloaded` when its queue is full."""
+    def post(self, agent_id: str, event: Event, *, reserved: bool = False) -> None:
+        """Deliver EVENT to AGENT_ID, or raise :class:`Overloaded` when its queue is full.
+
+        A RESERVED event had its place taken when the work that yields it began, so
+        it is always delivered: results are never lost.
+        """
         queue = self._queue(agent_id)
-        if len(queue) >= self.size:
+        if not reserved and len(queue) >= self.size:
             raise Overloaded(f"the event queue of {agent_id} is full ({self.size}); try again later")
         queue.append(event)
         self._signal(agent_id).set()

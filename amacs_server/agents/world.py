@@ -60,6 +60,7 @@ class Limits:
     max_agents: int = 100  # live subagents of every kind
     max_steps: int = 8  # model calls in one response of one subagent
     wait_timeout: float = 60.0  # default for agent-wait-for
+    event_queue: int = 100  # events (and results still to come) one agent may have waiting
 
 
 @dataclass
@@ -109,7 +110,8 @@ class AgentWorld:
         self.rt = rt
         self.limits = limits
         self.agents: dict[str, Agent] = {}
-        self.bus = EventBus()
+        self.bus = EventBus(limits.event_queue)
+        self._outstanding: dict[str, int] = {}  # results each caller is owed
         self.pool = asyncio.Semaphore(limits.pool)
         self._numbers = itertools.count(1)
         self._talk_ids: dict[str, TalkIds] = {PRIMARY: TalkIds()}
@@ -182,6 +184,22 @@ class AgentWorld:
             self._eval_talks[caller].add(talk_id)
         return talk_id
 
+    def _reserve(self, caller: str) -> None:
+        """Take a place in CALLER's queue for a result to come, or refuse at once."""
+        owed = self._outstanding.get(caller, 0)
+        if self.bus.pending(caller) + owed >= self.bus.size:
+            raise Overloaded(f"the event queue of {caller} is full ({self.bus.size} events waiting or owed); "
+                             "let results arrive first")
+        self._outstanding[caller] = owed + 1
+
+    def _deliver_result(self, to: str, event: AgentEvent) -> None:
+        """Deliver a result whose place was reserved: it is never dropped."""
+        self._outstanding[to] = max(0, self._outstanding.get(to, 0) - 1)
+        self.bus.post(to, event, reserved=True)
+        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
+        if to == PRIMARY:
+            self.rt.wake()
+
     def _deliver(self, to: str, event: AgentEvent) -> None:
         try:
             self.bus.post(to, event)
@@ -203,8 +221,13 @@ class AgentWorld:
         if self.tasks_live >= self.limits.max_tasks:
             raise Overloaded(f"{self.tasks_live} tasks are queued or running (limit {self.limits.max_tasks}); "
                              "wait for some to finish")
-        agent = self._new_agent(caller, "task", template, allowed=opts.get("allowed"),
-                                request_input=bool(opts.get("request_input")))
+        self._reserve(caller)
+        try:
+            agent = self._new_agent(caller, "task", template, allowed=opts.get("allowed"),
+                                    request_input=bool(opts.get("request_input")))
+        except Exception:
+            self._outstanding[caller] -= 1
+            raise
         talk_id = self._talk(caller, eval_id)
         self.tasks_live += 1
         self._handles[agent.id] = (caller, talk_id)
@@ -223,7 +246,7 @@ class AgentWorld:
         finally:
             self.tasks_live -= 1
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
-        self._deliver(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id))
+        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id))
 
     def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
         """Start a named, persistent Viewpoint for CALLER."""
@@ -247,6 +270,7 @@ class AgentWorld:
         panel = self.viewpoints_of(caller)
         if not panel:
             raise AgentError("there are no viewpoints to consider with; make some with agent-viewpoint")
+        self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
         asyncio.get_running_loop().create_task(self._run_consider(caller, panel, prompt, talk_id))
         return {"talk_id": talk_id, "viewpoints": [a.name for a in panel]}
@@ -267,8 +291,8 @@ class AgentWorld:
             for other in panel:
                 if other is not agent and other.state != "discarded":
                     other.tell(line)
-        self._deliver(caller, AgentEvent(EventType.AGENT, "consider", {"prompt": prompt, "comments": comments},
-                                         talk_id))
+        self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider",
+                                                {"prompt": prompt, "comments": comments}, talk_id))
 
     def discard(self, caller: str, name: Any) -> dict[str, Any]:
         """End CALLER's viewpoint NAME; the others hear that it left."""
@@ -313,6 +337,7 @@ class AgentWorld:
             raise AgentError(f"no live agent {target!r}")
         if not isinstance(text, str) or not text:
             raise AgentError("talk needs a non-empty string")
+        self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
         asyncio.get_running_loop().create_task(self._run_talk(caller, agent, text, talk_id))
         return {"talk_id": talk_id, "to": agent.id}
@@ -329,7 +354,7 @@ class AgentWorld:
             reply: Any = {"reply": await self.respond(agent, f"[{caller}] {text}")}
         except Exception as err:
             reply = {"error": str(err)}
-        self._deliver(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
+        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
 
     def talk_user(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
         """Show TEXT to the person, labelled; their next input is the reply."""
@@ -460,7 +485,8 @@ class AgentWorld:
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
         async with self.pool:
             try:
-                result = await self.rt.backend.complete(request)
+                # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
+                result = await self.rt.backend.complete(request, stream=False)
             except InferenceError as err:
                 self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
                 raise
@@ -516,3 +542,8 @@ class AgentWorld:
     def live(self) -> list[dict[str, Any]]:
         """Summaries of the agents that are not finished."""
         return [a.summary() for a in self.agents.values() if a.state in ("idle", "running")]
+
+    def everyone(self) -> list[dict[str, Any]]:
+        """Summaries of every agent of this session, live ones first."""
+        agents = sorted(self.agents.values(), key=lambda a: a.state not in ("idle", "running"))
+        return [a.summary() for a in agents]

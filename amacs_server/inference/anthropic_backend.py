@@ -94,15 +94,19 @@ class AnthropicBackend:
             )
         return self._client
 
-    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None) -> ModelResult:
-        """Run REQUEST streamed; feed text deltas to ON_TEXT; return the whole answer."""
+    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
+                       stream: bool = True) -> ModelResult:
+        """Run REQUEST; streamed (text deltas to ON_TEXT) unless STREAM is false."""
         started = time.perf_counter()
         try:
-            async with self._get_client().messages.stream(**request) as stream:
-                async for delta in stream.text_stream:
-                    if on_text is not None:
-                        on_text(delta)
-                message = await stream.get_final_message()
+            if stream:
+                async with self._get_client().messages.stream(**request) as events:
+                    async for delta in events.text_stream:
+                        if on_text is not None:
+                            on_text(delta)
+                    message = await events.get_final_message()
+            else:
+                message = await self._get_client().messages.create(**request)
         except anthropic.APIError as err:
             raise InferenceError(_explain(err)) from err
         text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")

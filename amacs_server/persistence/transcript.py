@@ -37,6 +37,14 @@ class Transcript:
         self._seq = 0
         self._lock = threading.Lock()
 
+    def read(self, agent_id: str) -> list[dict[str, Any]]:
+        """Every event of AGENT_ID in this session, in order."""
+        if not self.path.exists():
+            return []
+        with self._lock:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        return [r for r in map(json.loads, lines) if r["agent_id"] == agent_id]
+
     def write(
         self, event: str, data: dict[str, Any], *, tick: int | None = None,
         agent: AgentIdentity = AgentIdentity(),

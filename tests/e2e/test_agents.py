@@ -229,3 +229,96 @@ def test_transcript_summary_counts(fake, home):
     calls = sum(1 for e in events if e["event"] == "model_response" and e["agent_type"] == "task")
     assert summary["model_calls_tokens_cost_by_type"]["task"]["calls"] == calls
     assert summary["model_calls_tokens_cost_by_type"]["task"]["tokens"] == calls * 120
+
+
+def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
+    """The hub shows each agent's type, template, state and cost; RET opens its transcript."""
+
+    def answer(body):
+        me, kind, _template = who(body)
+        if kind == "task":
+            return say("the answer is 7")
+        ctx = transcript(body)[0]
+        if "<events>" in ctx:
+            return say("Task finished.")
+        if "<last-eval-result>" in ctx:
+            return say("Started.")
+        return run_elisp('(agent-task "researcher" "what is 3+4?")')
+
+    fake.respond_with(answer)
+    program = session(
+        send("go"), wait_text("Task finished."),
+        "(defvar e2e-renders 0)",
+        "(add-hook 'amacs-hub-rendered-hook (lambda () (setq e2e-renders (1+ e2e-renders))))",
+        "(amacs-hub) (amacs-e2e-wait (lambda () (> e2e-renders 0)) \"hub\")",
+        "(princ (format \"HUB<<%s>>\\n\" (with-current-buffer \"*amacs-hub*\" (buffer-string))))",
+        "(with-current-buffer \"*amacs-hub*\" (goto-char (point-min)) (search-forward \"  task-1\") (amacs-hub-visit))",
+        "(amacs-e2e-wait (lambda () (get-buffer \"*amacs-transcript task-1*\")) \"the transcript\")",
+        "(princ (format \"TRANSCRIPT<<%s>>\\n\" (with-current-buffer \"*amacs-transcript task-1*\" (buffer-string))))")
+    run = run_emacs(home, fake.url, program).check()
+    hub = run.stdout.split("HUB<<")[1].split(">>\n")[0]
+    assert "Agents (2)" in hub and "  primary  core" in hub
+    assert any(line.split()[:5] == ["task-1", "task", "researcher", "done", "1"] and line.endswith("$0.0006")
+               for line in hub.splitlines()), hub
+    text = run.stdout.split("TRANSCRIPT<<")[1].split(">>\n")[0]
+    assert text.startswith("Transcript of task-1 (task, template researcher, parent primary)")
+    assert "what is 3+4?" in text and "the answer is 7" in text and "$0.000600" in text
+    # Every model call, the task's included, is in the primary's budget.
+    costs = sum(e["data"]["cost"] for e in events_of(home) if e["event"] == "model_response")
+    budget = (home / "consciousness.el").read_text()
+    assert f"(cost-so-far . {round(costs, 6)})" in budget and round(costs, 6) == 0.0024
+
+
+def test_task_with_request_input_talks_to_the_person(fake, home):
+    """Interlocutor control: a task given request-input asks the person in the shell, labelled."""
+
+    def answer(body):
+        me, kind, _template = who(body)
+        msgs = transcript(body)
+        if kind == "task":
+            if len(msgs) == 1:
+                return say("What is your name?")
+            return Reply(json.dumps({"reply": f"The name is {msgs[-1].strip()}", "done": True,
+                                     "mood": "ok", "confidence": 1, "monologue": "asked"}))
+        ctx = msgs[0]
+        replies = [e["content"]["reply"] for e in event_lines(ctx) if e.get("type") == "Agent"]
+        if replies:
+            return say(f"The task found: {replies[0]}")
+        if "<last-eval-result>" in ctx:
+            return say("A task will ask you.")
+        return run_elisp('(agent-task "researcher" "ask the person for their name" :request-input t)')
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(send("find my name"), wait_text("What is your name?"),
+                                            send("Ada"), wait_text("The task found:"))).check()
+    assert "[task-1 researcher] What is your name?" in run.shell
+    assert "task-1 is asking you; your next input goes to it." in run.shell
+    assert "The task found: The name is Ada" in run.shell
+    assert not any("Ada" in t for t in primary_texts(fake)[:-1])  # the answer went to the task, not the primary
+
+
+def test_agents_waiting_on_each_other_do_not_deadlock(fake, home):
+    """Two viewpoints that wait on each other wake by timeout; the primary gets its answer."""
+
+    def answer(body):
+        me, _kind, _template = who(body)
+        msgs = transcript(body)
+        if me in ("viewpoint-a", "viewpoint-b"):
+            other = "b" if me == "viewpoint-a" else "a"
+            if "<last-eval-result>" in msgs[-1] or "<events>" in msgs[-1]:
+                return say(f"{me} finished")
+            return run_elisp(f'(agent-wait-for (agent-talk-agent "{other}" "after you") :timeout 1)')
+        ctx = msgs[0]
+        replies = [e for e in event_lines(ctx) if e.get("type") == "Agent"]
+        if replies:
+            return say(f"Got: {replies[0]['content']['reply']}")
+        if "<last-eval-result>" in ctx:
+            return say("Waiting for a.")
+        return run_elisp('(progn (agent-viewpoint "a" "debater") (agent-viewpoint "b" "debater") '
+                         '(agent-talk-agent "a" "go first"))')
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(send("start"), wait_text("Got: viewpoint-a finished"))).check()
+    assert "Got: viewpoint-a finished" in run.shell
+    timeouts = [e for e in events_of(home) if e["event"] == "event" and e["data"]["type"] == "Time"]
+    assert timeouts  # at least one wait ended by its timeout rather than hanging
