@@ -48,8 +48,19 @@
   "Face of errors in the AMACS shell."
   :group 'amacs)
 
+(defface amacs-shell-abandoned '((t :inherit shadow :strike-through t))
+  "Face of streamed text that did not become the reply (invalid JSON, a retry)."
+  :group 'amacs)
+
+(defface amacs-shell-status '((t :inherit font-lock-comment-face :slant italic))
+  "Face of one-line status notes, such as API retries."
+  :group 'amacs)
+
 (defvar amacs-shell-busy nil
   "Non-nil while the agent works on a turn.")
+
+(defvar amacs-shell--stream-start nil
+  "Marker where the reply being streamed starts, or nil.")
 
 (defun amacs-shell--buffer ()
   "Return the live shell buffer, or nil."
@@ -100,8 +111,43 @@ Whatever the person has typed after the prompt stays where it is."
     (message "%s" text)))
 
 (defun amacs-shell--on-reply (event)
-  "Show the reply in EVENT, set off by blank lines as in RFC v4 §9.1."
-  (amacs-shell--insert (concat "\n" (string-trim (plist-get event :text)) "\n\n")))
+  "Show the reply in EVENT, set off by blank lines as in RFC v4 §9.1.
+When the reply was streamed, check the streamed text and finish it."
+  (let ((text (string-trim (plist-get event :text)))
+        (proc (amacs-shell--process)))
+    (if (and (plist-get event :streamed) amacs-shell--stream-start proc)
+        (with-current-buffer (process-buffer proc)
+          (let ((shown (buffer-substring-no-properties amacs-shell--stream-start (process-mark proc))))
+            (unless (equal (string-trim shown) text) ; the stream missed something: show the reply
+              (let ((inhibit-read-only t))
+                (delete-region amacs-shell--stream-start (process-mark proc)))
+              (comint-output-filter proc text)))
+          (comint-output-filter proc "\n\n")
+          (setq amacs-shell--stream-start nil))
+      (amacs-shell--insert (concat "\n" text "\n\n")))))
+
+(defun amacs-shell--on-reply-delta (event)
+  "Show the next piece of the reply in EVENT as it streams."
+  (let ((proc (amacs-shell--process)))
+    (when proc
+      (with-current-buffer (process-buffer proc)
+        (unless amacs-shell--stream-start
+          (comint-output-filter proc "\n")
+          (setq amacs-shell--stream-start (copy-marker (process-mark proc))))
+        (comint-output-filter proc (plist-get event :text))))))
+
+(defun amacs-shell--on-reply-abandon (event)
+  "Mark the streamed text as not the reply, for the reason in EVENT."
+  (let ((proc (amacs-shell--process)))
+    (when (and proc amacs-shell--stream-start)
+      (with-current-buffer (process-buffer proc)
+        (let ((inhibit-read-only t))
+          (add-text-properties amacs-shell--stream-start (process-mark proc)
+                               '(font-lock-face amacs-shell-abandoned face amacs-shell-abandoned)))
+        (setq amacs-shell--stream-start nil)
+        (comint-output-filter proc "\n")
+        (amacs-shell--insert (format ";; (the text above was discarded: %s)" (plist-get event :reason))
+                             'amacs-shell-annotation)))))
 
 (defun amacs-shell--on-annotation (event)
   "Show the one-line note in EVENT in its kind's face."
@@ -110,6 +156,7 @@ Whatever the person has typed after the prompt stays where it is."
    (pcase (plist-get event :kind)
      ("warning" 'amacs-shell-warning)
      ("error" 'amacs-shell-error)
+     ("status" 'amacs-shell-status)
      (_ 'amacs-shell-annotation))))
 
 (defun amacs-shell--on-turn-done (_event)
@@ -118,6 +165,8 @@ Whatever the person has typed after the prompt stays where it is."
   (amacs-shell--prompt))
 
 (amacs-on-event "reply" #'amacs-shell--on-reply)
+(amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
+(amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 

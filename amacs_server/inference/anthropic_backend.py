@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,6 +15,24 @@ from ..state.consciousness import ApiSettings
 from .pricing import Usage
 
 TextSink = Callable[[str], None]
+StatusSink = Callable[[str], None]
+RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
+             anthropic.APIConnectionError)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for the failures worth retrying (429, 5xx and 529, time-outs, lost connections)."""
+
+    attempts: int = 5
+    base: float = 0.5
+    cap: float = 20.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before retry ATTEMPT (1-based): exponential with full jitter, or RETRY_AFTER."""
+        if retry_after is not None:
+            return min(self.cap, max(0.0, retry_after))
+        return random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
 
 
 class InferenceError(RuntimeError):
@@ -60,6 +80,24 @@ def build_request(
     return request
 
 
+def _retry_after(err: Exception) -> float | None:
+    response = getattr(err, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, anthropic.APIStatusError):
+        names = {429: "rate limited", 529: "overloaded"}
+        return f"{names.get(err.status_code, 'server error')} ({err.status_code})"
+    if isinstance(err, anthropic.APITimeoutError):
+        return "timed out"
+    return "connection failed"
+
+
 def _explain(err: anthropic.APIError) -> str:
     if isinstance(err, anthropic.AuthenticationError):
         return "the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key'"
@@ -81,34 +119,54 @@ def _explain(err: anthropic.APIError) -> str:
 class AnthropicBackend:
     """One async client, made on first use."""
 
-    def __init__(self, api_key: str | None, base_url: str | None, timeout: float) -> None:
+    def __init__(self, api_key: str | None, base_url: str | None, timeout: float,
+                 retry: RetryPolicy | None = None) -> None:
         self._api_key = api_key
         self._base_url = base_url
         self._timeout = timeout
+        self.retry = retry or RetryPolicy()
         self._client: anthropic.AsyncAnthropic | None = None
 
     def _get_client(self) -> anthropic.AsyncAnthropic:
         if self._client is None:
             self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key, base_url=self._base_url, timeout=self._timeout
+                api_key=self._api_key, base_url=self._base_url, timeout=self._timeout, max_retries=0
             )
         return self._client
 
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
-                       stream: bool = True) -> ModelResult:
-        """Run REQUEST; streamed (text deltas to ON_TEXT) unless STREAM is false."""
+                       stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
+        """Run REQUEST; streamed (text deltas to ON_TEXT) unless STREAM is false.
+
+        429, 5xx (529 included), time-outs and lost connections are retried with
+        backoff and jitter, each retry announced through ON_STATUS in one line;
+        401, 400 and the like fail at once with what to fix.
+        """
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return await self._once(request, on_text, stream)
+            except RETRYABLE as err:
+                if attempt == self.retry.attempts:
+                    raise InferenceError(_explain(err)) from err
+                wait = self.retry.delay(attempt, _retry_after(err))
+                if on_status is not None:
+                    on_status(f"Model API {_short(err)}; retrying in {wait:.1f} s "
+                              f"(attempt {attempt + 1} of {self.retry.attempts})")
+                await asyncio.sleep(wait)
+            except anthropic.APIError as err:
+                raise InferenceError(_explain(err)) from err
+        raise AssertionError("unreachable")
+
+    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()
-        try:
-            if stream:
-                async with self._get_client().messages.stream(**request) as events:
-                    async for delta in events.text_stream:
-                        if on_text is not None:
-                            on_text(delta)
-                    message = await events.get_final_message()
-            else:
-                message = await self._get_client().messages.create(**request)
-        except anthropic.APIError as err:
-            raise InferenceError(_explain(err)) from err
+        if stream:
+            async with self._get_client().messages.stream(**request) as events:
+                async for delta in events.text_stream:
+                    if on_text is not None:
+                        on_text(delta)
+                message = await events.get_final_message()
+        else:
+            message = await self._get_client().messages.create(**request)
         text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")
         u = message.usage
         usage = Usage(

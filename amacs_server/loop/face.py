@@ -10,8 +10,14 @@ from ..state.consciousness import EvalResult
 class Face(Protocol):
     """Emacs as the loop sees it.  Every method returns at once except :meth:`evaluate`."""
 
-    def reply(self, text: str) -> None:
-        """Show the agent's reply in the shell."""
+    def reply(self, text: str, streamed: bool = False) -> None:
+        """Show the agent's reply; STREAMED: its text was already sent as deltas."""
+
+    def reply_delta(self, text: str) -> None:
+        """Show more of the reply as it streams in."""
+
+    def reply_abandon(self, reason: str) -> None:
+        """The streamed text will not be the reply (invalid JSON, a retry): mark it."""
 
     def annotate(self, text: str, kind: str = "info") -> None:
         """Show a one-line note (``info``, ``warning``, ``error``) in the shell."""

@@ -22,6 +22,7 @@ from ..inference.parse import (
     parse_response,
 )
 from ..inference.pricing import cost
+from ..inference.stream import ReplyStreamer
 from ..persistence.files import PersistenceError
 from ..persistence.git_repo import CommitError, commit_message
 from ..persistence.scratchpad import ScratchpadEntry
@@ -82,10 +83,10 @@ async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     tick = begin(rt, human)
     await hooks_before_model_call(rt, human)
     user_message = await observe(rt)
-    response = await infer_and_parse(rt, tick, user_message)
+    response, streamed = await infer_and_parse(rt, tick, user_message)
     if response is None:
         return TickOutcome(tick, None)
-    eval_result = await act(rt, tick, response)
+    eval_result = await act(rt, tick, response, streamed=streamed)
     record(rt, tick, response, eval_result)
     persist(rt, tick, response, human_written=human is not None)
     commit(rt, tick, response)
@@ -145,8 +146,11 @@ async def hooks_before_model_call(rt: Runtime, human: str | None) -> None:
     await rt.world.before_model_call(PRIMARY, last)
 
 
-async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> AgentResponse | None:
-    """Infer and parse, retrying invalid JSON at most twice, then the fallback record."""
+async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
+    """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
+
+    Returns the response and whether its reply was already streamed to the shell.
+    """
     if rt.consciousness.budget.cost_so_far >= rt.consciousness.budget.budget_limit:
         rt.face.annotate(
             f"Budget spent (${rt.consciousness.budget.cost_so_far:.4f} of "
@@ -157,14 +161,15 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> Agen
         raise TurnAborted
     messages: list[dict[str, Any]] = [{"role": "user", "content": user_message.content()}]
     for attempt in range(MAX_PARSE_RETRIES + 1):
-        result = await infer(rt, tick, messages)
-        if result is None:
-            return None
+        streamer = ReplyStreamer()
+        result = await infer(rt, tick, messages, streamer)
         try:
             response = parse_response(result.text)
             rt.transcript.write("parsed", {"attempt": attempt, "response": response.to_dict()}, tick=tick)
-            return response
+            return response, bool(streamer.shown)
         except ResponseFormatError as err:
+            if streamer.shown:
+                rt.face.reply_abandon("not valid JSON")
             rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
             if attempt < MAX_PARSE_RETRIES:
                 rt.face.annotate(
@@ -184,20 +189,32 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> Agen
                     "error",
                 )
                 rt.transcript.write("parsed", {"attempt": attempt, "response": fallback.to_dict()}, tick=tick)
-                return fallback
+                return fallback, False
     raise AssertionError("unreachable")
 
 
-async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]]) -> ModelResult | None:
-    """Infer: one model call, recorded in the transcript with tokens, cost and latency."""
+async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer) -> ModelResult:
+    """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency."""
     if not rt.config.has_credentials:
         rt.face.annotate(rt.config.missing_key_message(), "error")
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request}, tick=tick)
+    def on_text(delta: str) -> None:
+        gained = streamer.feed(delta)
+        if gained:
+            rt.face.reply_delta(gained)
+
+    def on_status(line: str) -> None:
+        if streamer.shown:  # the stream restarts: what was shown will not be the reply
+            rt.face.reply_abandon("the call is retried")
+        streamer.raw = streamer.shown = ""
+        rt.transcript.write("model_retry", {"status": line}, tick=tick)
+        rt.face.annotate(line, "status")
+
     try:
-        result = await rt.backend.complete(request)
+        result = await rt.backend.complete(request, on_text, on_status=on_status)
     except InferenceError as err:
         rt.transcript.write("model_error", {"error": str(err)}, tick=tick)
         rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
@@ -219,12 +236,12 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]]) -> Model
     return result
 
 
-async def act(rt: Runtime, tick: int, response: AgentResponse) -> EvalResult:
-    """Act: take mood and confidence, show the reply, evaluate the elisp."""
+async def act(rt: Runtime, tick: int, response: AgentResponse, *, streamed: bool = False) -> EvalResult:
+    """Act: take mood and confidence, show (or finish) the reply, evaluate the elisp."""
     rt.consciousness.mood = response.mood
     rt.consciousness.confidence = response.confidence
     if response.reply:
-        rt.face.reply(response.reply)
+        rt.face.reply(response.reply, streamed=streamed)
     if response.eval is None:
         result = EvalResult.skipped_result()
     else:

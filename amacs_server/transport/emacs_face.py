@@ -41,9 +41,17 @@ class EmacsFace:
         if not self.server.notify(event):
             log.info("no Emacs to show %s", event.get("type"))
 
-    def reply(self, text: str) -> None:
-        """Show the agent's reply."""
-        self._send(type="reply", text=text)
+    def reply(self, text: str, streamed: bool = False) -> None:
+        """Show the agent's reply (or finish the streamed one)."""
+        self._send(type="reply", text=text, streamed=streamed)
+
+    def reply_delta(self, text: str) -> None:
+        """More of the reply, as it streams."""
+        self._send(type="reply-delta", text=text)
+
+    def reply_abandon(self, reason: str) -> None:
+        """Mark the streamed text as not the reply."""
+        self._send(type="reply-abandon", reason=reason)
 
     def annotate(self, text: str, kind: str = "info") -> None:
         """Show a one-line note."""

@@ -1,0 +1,80 @@
+"""The shell people prefer (issue 6): streaming, retries with status, interrupt, cost, backends."""
+
+import json
+import re
+
+import pytest
+
+from tests.e2e.harness import run_emacs
+from tests.fake_anthropic import Reply, agent_json
+
+pytestmark = pytest.mark.e2e
+
+REPLY = ("Streaming works: this reply arrives in many small pieces, and the shell shows each "
+         "piece as it comes, so you read while the model is still writing.")
+
+SAMPLER = r"""
+(setq amacs-max-steps 4)
+(amacs-e2e-open)
+(amacs-e2e-send-no-wait "stream please")
+(let ((samples nil) (deadline (+ (float-time) 30)))
+  (while (and amacs-shell-busy (< (float-time) deadline))
+    (push (with-current-buffer amacs-shell-buffer-name
+            (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+              (if (string-match "stream please\n" text) (substring text (match-end 0)) "")))
+          samples)
+    (accept-process-output nil 0.02))
+  (with-temp-file (getenv "AMACS_E2E_SAMPLES") (insert (json-encode (vconcat (nreverse samples))))))
+(amacs-e2e-finish)
+"""
+
+
+def test_reply_streams_as_a_growing_prefix_without_json(fake, home, tmp_path):
+    """The buffer holds a growing prefix of the reply before the response is complete."""
+    text = agent_json(REPLY, mood="🙂", monologue="streamed a long reply")
+    fake.script(Reply(text, chunks=60, chunk_delay=0.03))
+    samples_file = tmp_path / "samples.json"
+    run = run_emacs(home, fake.url, SAMPLER, AMACS_E2E_SAMPLES=str(samples_file)).check()
+    samples = [s.strip() for s in json.loads(samples_file.read_text())]
+    partial = [s for s in samples if s and s != REPLY]
+    assert len(set(partial)) >= 10, "the reply did not appear piece by piece"
+    for shown in samples:
+        assert REPLY.startswith(shown), shown  # always a prefix of the reply: never JSON
+        assert not re.search(r'[{}]|"reply"|"mood"|🙂', shown)
+    lengths = [len(s) for s in samples]
+    assert lengths == sorted(lengths)  # it only grows
+    assert run.shell.count(REPLY) == 1 and run.shell.rstrip().endswith("amacs>")
+
+
+def test_streamed_text_of_invalid_json_is_marked_then_the_retry_answers(fake, home):
+    """If the streamed JSON turns out invalid, the streamed text is marked and the retry follows."""
+    broken = json.dumps({"reply": "A first try that streams", "mood": "ok"})  # no confidence, no monologue
+    fake.script(Reply(broken, chunks=8), Reply(agent_json("The valid answer.")))
+    program = (
+        "(amacs-e2e-open) (amacs-e2e-send \"go\") "
+        "(with-current-buffer amacs-shell-buffer-name (goto-char (point-min)) "
+        "(search-forward \"A first try\") "
+        "(princ (format \"FACE<<%S>>\\n\" (get-text-property (match-beginning 0) 'font-lock-face)))) "
+        "(amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program).check()
+    assert "FACE<<amacs-shell-abandoned>>" in run.stdout
+    assert "(the text above was discarded: not valid JSON)" in run.shell
+    assert "retrying (1/2)" in run.shell and run.shell.count("The valid answer.") == 1
+
+
+def test_overloaded_twice_then_success_shows_status_lines(fake, home):
+    """529 twice, then success: one reply, with a one-line status per retry."""
+    fake.script(Reply(status=529), Reply(status=529), Reply(agent_json("Third time lucky.")))
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
+    assert len(fake.requests) == 3
+    statuses = [line for line in run.shell.splitlines() if "overloaded (529)" in line]
+    assert statuses == [";; Model API overloaded (529); retrying in 0.0 s (attempt 2 of 5)",
+                        ";; Model API overloaded (529); retrying in 0.0 s (attempt 3 of 5)"]
+    assert run.shell.count("Third time lucky.") == 1
+
+
+def test_unauthorized_is_not_retried(fake, home):
+    fake.script(Reply(status=401))
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
+    assert len(fake.requests) == 1
+    assert "the API key was refused (401): check ANTHROPIC_API_KEY" in run.shell

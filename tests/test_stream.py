@@ -1,0 +1,37 @@
+"""Streaming the reply out of partial JSON (issue 6)."""
+
+import json
+
+from amacs_server.inference.stream import ReplyStreamer
+
+FULL = json.dumps({"eval": None, "reply": "Hello, \"world\" \\ ünï 🤔\nline two", "mood": "ok",
+                   "confidence": 0.5, "monologue": "m"}, ensure_ascii=False)
+
+
+def shown_prefixes(text, step):
+    streamer, out = ReplyStreamer(), []
+    for i in range(0, len(text), step):
+        gained = streamer.feed(text[i:i + step])
+        if gained:
+            out.append(gained)
+    return streamer, out
+
+
+def test_any_chunking_yields_exactly_the_reply_and_no_json():
+    reply = json.loads(FULL)["reply"]
+    for step in (1, 2, 3, 7, 50, len(FULL)):
+        streamer, parts = shown_prefixes(FULL, step)
+        assert "".join(parts) == reply, step
+        for part in parts:
+            assert '"' not in part.replace('"world"', "") or '"world"' in reply  # only the reply's own quotes
+            assert "{" not in part and "mood" not in part
+
+
+def test_fenced_json_and_prose_before_it_stream_too():
+    streamer, parts = shown_prefixes("Sure!\n```json\n" + FULL + "\n```", 5)
+    assert "".join(parts) == json.loads(FULL)["reply"]
+
+
+def test_no_reply_key_or_not_json_shows_nothing():
+    assert shown_prefixes('{"mood": "ok", "eval": "(+ 1 2)", "reply": null}', 3)[1] == []
+    assert shown_prefixes("I am not JSON at all", 3)[1] == []
