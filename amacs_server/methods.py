@@ -58,6 +58,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         face.deliver(rid, result)
         return True
 
+    def interrupt() -> bool:
+        """Cancel the running turn; True if there was one."""
+        return _on_loop(rt, rt.interrupt)
+
     def status() -> dict[str, Any]:
         """Runtime status for the shell."""
         return _on_loop(rt, rt.status)
@@ -103,6 +107,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "submit": submit,
         "emacs_reply": emacs_reply,
         "status": status,
+        "interrupt": interrupt,
         "hub_state": hub_state,
         "agent_transcript": agent_transcript,
         "consciousness": consciousness,

@@ -86,6 +86,7 @@ class Runtime:
                                              event_queue=config.event_queue,
                                              wait_timeout=config.wait_timeout))
         self._turn_running = False
+        self._turn_task: asyncio.Task[None] | None = None
         self._wake_queued = False
         self._user_reply: tuple[str, int] | None = None  # who asked the person, with which TalkId
         self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
@@ -227,16 +228,28 @@ class Runtime:
                 if not self.world.bus.pending(PRIMARY):
                     continue
             self._turn_running = True
+            self._turn_task = self.loop.create_task(run_turn(self, text))
             try:
-                await run_turn(self, text)
+                await asyncio.wait({self._turn_task})
+                self._turn_task.result()
+            except asyncio.CancelledError:
+                log.info("turn interrupted")
             except Exception as err:  # the loop must outlive any one turn
                 log.exception("turn failed")
                 self.face.annotate(f"Internal error in this turn: {err!r}. The server goes on.", "error")
                 self.face.turn_done(self.consciousness.current_tick)
             finally:
                 self._turn_running = False
+                self._turn_task = None
             if self.world.bus.pending(PRIMARY):
                 self.wake()
+
+    def interrupt(self) -> bool:
+        """Cancel the running turn: its model call and its chain of evals (loop thread)."""
+        if self._turn_task is None or self._turn_task.done():
+            return False
+        self._turn_task.cancel()
+        return True
 
     def wake(self) -> None:
         """Events wait for the primary: run a turn for them when it is idle (loop thread)."""

@@ -202,9 +202,20 @@ When the reply was streamed, check the streamed text and finish it."
                        (amacs-shell--insert (concat ";; Not sent: " err) 'amacs-shell-error)
                        (amacs-shell--prompt))))))))
 
+(defun amacs-shell-interrupt ()
+  "Stop the agent's turn: its model call and the evaluations it chains.
+Your input stays in the chat log; the tick is recorded as interrupted."
+  (interactive)
+  (if (not (amacs-live-p))
+      (message "AMACS: no server to interrupt")
+    (amacs-call 'interrupt nil
+                (lambda (running)
+                  (unless running (message "AMACS: the agent is not working on anything"))))))
+
 (defvar amacs-shell-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'comint-send-input)
+    (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)
     (define-key map (kbd "C-c C-h") #'amacs-hub)
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
     map)

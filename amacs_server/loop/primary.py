@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,9 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
                 break
     except TurnAborted:
         pass
+    except asyncio.CancelledError:
+        rt.face.annotate("Interrupted. Your input is kept; the tick is recorded as interrupted.", "warning")
+        raise
     finally:
         rt.face.turn_done(rt.consciousness.current_tick)
 
@@ -81,12 +85,18 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
 async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     """One tick.  HUMAN is the person's input, or None for a continuation tick."""
     tick = begin(rt, human)
-    await hooks_before_model_call(rt, human)
-    user_message = await observe(rt)
-    response, streamed = await infer_and_parse(rt, tick, user_message)
-    if response is None:
-        return TickOutcome(tick, None)
-    eval_result = await act(rt, tick, response, streamed=streamed)
+    try:
+        await hooks_before_model_call(rt, human)
+        user_message = await observe(rt)
+        response, streamed = await infer_and_parse(rt, tick, user_message)
+        if response is None:
+            return TickOutcome(tick, None)
+        eval_result = await act(rt, tick, response, streamed=streamed)
+    except asyncio.CancelledError:
+        rt.face.reply_abandon("interrupted")
+        rt.transcript.write("interrupted", {}, tick=tick)
+        finish_unanswered(rt, tick, "interrupted by the person")
+        raise
     record(rt, tick, response, eval_result)
     persist(rt, tick, response, human_written=human is not None)
     commit(rt, tick, response)

@@ -78,3 +78,26 @@ def test_unauthorized_is_not_retried(fake, home):
     run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
     assert len(fake.requests) == 1
     assert "the API key was refused (401): check ANTHROPIC_API_KEY" in run.shell
+
+
+def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
+    """C-c C-c during a slow streamed reply: recorded as interrupted, prompt back, nothing lost."""
+    from tests.context_items import chat_lines
+
+    slow = agent_json("This reply is slow and will be cut off long before it ends, " * 3)
+    fake.script(Reply(slow, chunks=80, chunk_delay=0.1), Reply(agent_json("Next works.")))
+    program = (
+        "(amacs-e2e-open) (amacs-e2e-send-no-wait \"tell me slowly\") "
+        "(amacs-e2e-wait (lambda () amacs-shell--stream-start) \"streaming\") "
+        "(accept-process-output nil 0.3) "
+        "(with-current-buffer amacs-shell-buffer-name (call-interactively (key-binding (kbd \"C-c C-c\")))) "
+        "(amacs-e2e-wait (lambda () (not amacs-shell-busy)) \"the prompt\") "
+        "(amacs-e2e-send \"and now?\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program).check()
+    assert "Interrupted. Your input is kept; the tick is recorded as interrupted." in run.shell
+    assert "(the text above was discarded: interrupted)" in run.shell
+    assert "Next works." in run.shell
+    assert len(fake.requests) == 2
+    assert chat_lines(fake.user_texts()[1]) == [
+        "Human: tell me slowly", "Agent: (no reply: interrupted by the person)", "Human: and now?"]
+    assert "** Human\ntell me slowly" in (home / "agent-chat.org").read_text()
