@@ -25,7 +25,7 @@ class Config:
     api_key: str | None = field(default=None, repr=False)
     base_url: str | None = None
     token: str | None = field(default=None, repr=False)
-    budget_limit: float = 5.0
+    budget_limit: float | None = None  # None: keep the one in consciousness.el (default 5)
     request_timeout: float = 600.0
     identity: str = "amacs-instance-1"
     agent_pool: int = 8
@@ -75,7 +75,7 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         api_key=env.get("ANTHROPIC_API_KEY") or None,
         base_url=env.get("ANTHROPIC_BASE_URL") or None,
         token=env.get("AMACS_TOKEN") or None,
-        budget_limit=_float_env(env, "AMACS_BUDGET_LIMIT", 5.0),
+        budget_limit=_float_env(env, "AMACS_BUDGET_LIMIT", -1.0) if env.get("AMACS_BUDGET_LIMIT") else None,
         request_timeout=_float_env(env, "AMACS_REQUEST_TIMEOUT", 600.0),
         identity=env.get("AMACS_IDENTITY") or "amacs-instance-1",
         agent_pool=int(_float_env(env, "AMACS_AGENT_POOL", 8)),

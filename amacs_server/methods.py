@@ -10,6 +10,7 @@ from sexpdata import Symbol
 
 from . import work_tools
 from .agents import tools as agent_tools
+from .inference.pricing import Price
 from .memory import tools
 from .runtime import Runtime
 from .transport.emacs_face import EmacsFace
@@ -39,6 +40,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def hello(settings: dict[str, Any]) -> dict[str, Any]:
         if isinstance(settings.get("max_steps"), int) and settings["max_steps"] > 0:
             rt.settings.max_steps = settings["max_steps"]
+        prices = settings.get("prices")
+        if isinstance(prices, list):
+            rt.prices = {p["model"]: Price(float(p["input"]), float(p["output"]), float(p["cache_write"]),
+                                           float(p["cache_read"]))
+                         for p in prices if isinstance(p, dict) and isinstance(p.get("model"), str)}
         if isinstance(settings.get("eval_timeout"), int | float) and settings["eval_timeout"] > 0:
             rt.settings.eval_timeout = float(settings["eval_timeout"])
             face.eval_timeout = rt.settings.eval_timeout
@@ -57,6 +63,19 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             raise ValueError("emacs_reply takes an id and a plist")
         face.deliver(rid, result)
         return True
+
+    def set_budget(limit: Any) -> float:
+        """The person raises (or lowers) the budget limit, in dollars."""
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
+            raise ValueError("the budget limit is a number of dollars, 0 or more")
+
+        def apply() -> float:
+            rt.consciousness.budget.budget_limit = float(limit)
+            rt.memory.sync_state(rt.consciousness)
+            rt.save_consciousness()
+            return float(limit)
+
+        return _on_loop(rt, apply)
 
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
@@ -108,6 +127,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "emacs_reply": emacs_reply,
         "status": status,
         "interrupt": interrupt,
+        "set_budget": set_budget,
         "hub_state": hub_state,
         "agent_transcript": agent_transcript,
         "consciousness": consciousness,

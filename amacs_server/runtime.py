@@ -16,6 +16,7 @@ from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
 from .inference.anthropic_backend import AnthropicBackend
+from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
 from .memory.active import ActiveMemory
@@ -49,6 +50,9 @@ class Runtime:
         self.face = face
         self.settings = Settings()
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
+        self.prices: dict[str, Price] = {}  # the person's price table (`amacs-price-table')
+        self.tick_tally = Tally()
+        self.session_tally = Tally()
         self.model = config.model
         home = config.home
         for sub in (home, home / "transcripts", home / "logs"):
@@ -103,8 +107,17 @@ class Runtime:
             except ValueError as err:
                 log.warning("consciousness.el unreadable (%s); starting fresh", err)
         c.identity = self.config.identity
-        c.budget.budget_limit = self.config.budget_limit
+        if self.config.budget_limit is not None:
+            c.budget.budget_limit = self.config.budget_limit
         return c
+
+    def charge(self, usage: Usage) -> float:
+        """Count one model call's USAGE in this tick, the session and the budget; return dollars."""
+        dollars = cost(self.model, usage, self.prices)
+        self.tick_tally.add(usage, dollars)
+        self.session_tally.add(usage, dollars)
+        self.consciousness.budget.cost_so_far += dollars
+        return dollars
 
     def save_consciousness(self) -> None:
         """Write ``consciousness.el`` atomically."""
@@ -169,6 +182,7 @@ class Runtime:
             "model": self.model,
             "budget": {"cost_so_far": round(c.budget.cost_so_far, 6), "budget_limit": c.budget.budget_limit,
                        "pressure": c.budget.pressure},
+            "session": self.session_tally.to_dict(),
             "threads": threads,
             "monologue": [{"tick": int(i.mem_id.name.split(".")[1]), "text": i.content}
                           for i in self.memory.monologue[-count:]],
@@ -284,10 +298,18 @@ class Runtime:
         """Run FN on the loop thread (called from other threads)."""
         self.loop.call_soon_threadsafe(fn)
 
-    def stop(self) -> None:
-        """Stop the loop thread and close the database."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(5)
+    def stop(self, grace: float = 5.0) -> None:
+        """Let a running turn finish (up to GRACE seconds), then stop the loop and close the database."""
+
+        async def finish() -> None:
+            task = self._turn_task
+            if task is not None and not task.done():
+                await asyncio.wait({task}, timeout=grace)
+            self.loop.stop()
+
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))
+            self._thread.join(grace + 2)
         self.ltm.close()
 
 

@@ -169,6 +169,7 @@ When the reply was streamed, check the streamed text and finish it."
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
+(amacs-on-event "turn-start" (lambda (_event) (setq amacs-shell-busy t)))
 
 (defun amacs-shell--greet ()
   "Say what the server reported at hello: a missing key, an interrupted turn."
@@ -178,6 +179,47 @@ When the reply was streamed, check the streamed text and finish it."
     (amacs-shell--insert
      ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
      'amacs-shell-warning)))
+
+(defvar amacs-shell-usage nil
+  "The last tick's usage event: the tick's and the session's tokens and cost.")
+
+(defun amacs-shell--k (n)
+  "N tokens, short: 950, 12.3k, 1.2M."
+  (cond ((< n 1000) (format "%d" n))
+        ((< n 1000000) (format "%.1fk" (/ n 1000.0)))
+        (t (format "%.1fM" (/ n 1000000.0)))))
+
+(defun amacs-shell-cost-string ()
+  "The cost shown in the shell's mode line, from the last tick's usage."
+  (let* ((session (plist-get amacs-shell-usage :session))
+         (tick (plist-get amacs-shell-usage :this-tick)))
+    (if (not session)
+        ""
+      (format " [$%.4f session, $%.4f tick of $%.2f | in %s out %s cache r %s w %s]"
+              (plist-get session :cost) (plist-get tick :cost) (plist-get amacs-shell-usage :budget-limit)
+              (amacs-shell--k (plist-get session :input-tokens))
+              (amacs-shell--k (plist-get session :output-tokens))
+              (amacs-shell--k (plist-get session :cache-read-tokens))
+              (amacs-shell--k (plist-get session :cache-write-tokens))))))
+
+(defun amacs-shell--on-tick (event)
+  "Keep the tick's usage from EVENT and show it in the mode line."
+  (setq amacs-shell-usage event)
+  (let ((buffer (amacs-shell--buffer)))
+    (when buffer
+      (with-current-buffer buffer
+        (setq mode-line-process (amacs-shell-cost-string))
+        (force-mode-line-update)))))
+
+(amacs-on-event "tick" #'amacs-shell--on-tick)
+
+(defun amacs-set-budget (dollars)
+  "Set the agent's budget limit to DOLLARS, so that an agent stopped at it can go on."
+  (interactive (list (read-number "Budget limit in dollars: "
+                                  (* 2 (or (plist-get amacs-shell-usage :budget-limit) 5.0)))))
+  (amacs-when-ready
+   (lambda () (amacs-call 'set_budget (list dollars)
+                          (lambda (limit) (message "AMACS: budget limit is now $%.2f" limit))))))
 
 (defun amacs-shell--on-disconnect ()
   "The server went away mid-turn: give the prompt back."

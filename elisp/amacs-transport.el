@@ -80,6 +80,14 @@ goes only into the server's environment."
   :type 'integer
   :group 'amacs)
 
+(defcustom amacs-price-table nil
+  "Model prices in US dollars per million tokens, overriding the server's own.
+Each entry is (MODEL-PREFIX INPUT OUTPUT CACHE-WRITE CACHE-READ); the
+longest prefix of the model's name that matches wins."
+  :type '(repeat (list (string :tag "Model prefix") (number :tag "Input") (number :tag "Output")
+                       (number :tag "Cache write") (number :tag "Cache read")))
+  :group 'amacs)
+
 (defcustom amacs-sync-call-timeout 10
   "Seconds a synchronous call to the server may take before it fails."
   :type 'number
@@ -165,7 +173,11 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
 
 (defun amacs--settings ()
   "Return the plist of settings sent to the server at hello."
-  (list :eval-timeout amacs-eval-timeout :max-steps amacs-max-steps))
+  (list :eval-timeout amacs-eval-timeout :max-steps amacs-max-steps
+        :prices (mapcar (lambda (entry)
+                          (list :model (nth 0 entry) :input (nth 1 entry) :output (nth 2 entry)
+                                :cache-write (nth 3 entry) :cache-read (nth 4 entry)))
+                        amacs-price-table)))
 
 (defun amacs-start-server ()
   "Start the server without waiting; it connects when its port is printed.
@@ -262,13 +274,23 @@ SERVER-PROC is the server process this Emacs started, or nil."
     (push fn amacs--on-ready)
     (amacs-start-server)))
 
+(defcustom amacs-stop-grace 8
+  "Seconds a stopping server may take to finish the tick it is in."
+  :type 'number
+  :group 'amacs)
+
 (defun amacs-stop-server ()
-  "Stop the server this Emacs started and forget the connection."
-  (let ((proc amacs--server-process))
+  "Stop the server this Emacs started and forget the connection.
+The server sees the connection close, finishes the tick it is in, and
+exits; it is killed only if it takes longer than `amacs-stop-grace'."
+  (let ((proc amacs--server-process)
+        (deadline (+ (float-time) amacs-stop-grace)))
     (setq amacs--server-process nil amacs--ready nil)
     (when amacs--manager
       (ignore-errors (epc:disconnect (epc:manager-connection amacs--manager)))
       (setq amacs--manager nil))
+    (while (and (process-live-p proc) (< (float-time) deadline))
+      (accept-process-output proc 0.05))
     (when (process-live-p proc)
       (delete-process proc))))
 
@@ -339,22 +361,27 @@ Events are handled in order from a timer, outside the process filter."
   nil)
 
 (defun amacs--drain-events ()
-  "Handle every queued event, oldest first."
+  "Handle every queued event, oldest first, with every handler of its type."
   (setq amacs--event-timer nil)
   (while amacs--event-queue
     (let* ((event (pop amacs--event-queue))
-           (handler (alist-get (plist-get event :type) amacs--event-handlers
-                               nil nil #'equal)))
-      (if handler
-          (condition-case err
-              (funcall handler event)
-            (error (message "AMACS: handling %s failed: %s"
-                            (plist-get event :type) (error-message-string err))))
-        (message "AMACS: unknown event %S" (plist-get event :type))))))
+           (handlers (alist-get (plist-get event :type) amacs--event-handlers
+                                nil nil #'equal)))
+      (unless handlers
+        (message "AMACS: unknown event %S" (plist-get event :type)))
+      (dolist (handler handlers)
+        (condition-case err
+            (funcall handler event)
+          (error (message "AMACS: handling %s failed: %s"
+                          (plist-get event :type) (error-message-string err))))))))
 
 (defun amacs-on-event (type function)
-  "Handle server events of TYPE (a string) with FUNCTION of one plist."
-  (setf (alist-get type amacs--event-handlers nil nil #'equal) function))
+  "Handle server events of TYPE (a string) with FUNCTION of one plist.
+Several functions may handle one type; each is added once."
+  (let ((handlers (alist-get type amacs--event-handlers nil nil #'equal)))
+    (unless (memq function handlers)
+      (setf (alist-get type amacs--event-handlers nil nil #'equal)
+            (append handlers (list function))))))
 
 (provide 'amacs-transport)
 ;;; amacs-transport.el ends here

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..inference.anthropic_backend import InferenceError, build_request
 from ..inference.parse import AgentResponse, ResponseFormatError, fallback_response, parse_response
-from ..inference.pricing import cost
 from ..persistence.transcript import AgentIdentity
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
@@ -490,12 +489,11 @@ class AgentWorld:
             except InferenceError as err:
                 self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
                 raise
-        dollars = cost(self.rt.model, result.usage)
+        dollars = self.rt.charge(result.usage)  # rolled up to the primary's budget
         agent.steps += 1
         agent.input_tokens += result.usage.input_tokens
         agent.output_tokens += result.usage.output_tokens
         agent.cost += dollars
-        self.rt.consciousness.budget.cost_so_far += dollars
         agent.messages.append({"role": "assistant", "content": result.text or "(empty)"})
         self.rt.transcript.write("model_response", {
             "raw": result.text, "usage": result.usage.__dict__, "cost": dollars,

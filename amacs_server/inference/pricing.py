@@ -47,8 +47,13 @@ FAMILY_PRICES: dict[str, Price] = {
 }
 
 
-def price_for(model: str) -> Price:
-    """The price of MODEL: exact entry, longest listed prefix, its family, else Sonnet's."""
+def price_for(model: str, table: dict[str, Price] | None = None) -> Price:
+    """The price of MODEL: from TABLE (the person's, by longest prefix) if it has one, else an
+    exact entry, the longest listed prefix, its family, else Sonnet's."""
+    if table:
+        own = [name for name in table if model.startswith(name)]
+        if own:
+            return table[max(own, key=len)]
     if model in PRICES:
         return PRICES[model]
     matches = [name for name in PRICES if model.startswith(name)]
@@ -58,12 +63,37 @@ def price_for(model: str) -> Price:
     return FAMILY_PRICES[family] if family else DEFAULT_PRICE
 
 
-def cost(model: str, usage: Usage) -> float:
-    """Dollars for USAGE on MODEL."""
-    p = price_for(model)
+def cost(model: str, usage: Usage, table: dict[str, Price] | None = None) -> float:
+    """Dollars for USAGE on MODEL (prices from TABLE first, when given)."""
+    p = price_for(model, table)
     return (
         usage.input_tokens * p.input
         + usage.output_tokens * p.output
         + usage.cache_write_tokens * p.cache_write
         + usage.cache_read_tokens * p.cache_read
     ) / 1_000_000
+
+
+@dataclass
+class Tally:
+    """Usage and dollars added up (a tick's, or the session's)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float = 0.0
+
+    def add(self, usage: Usage, dollars: float) -> None:
+        """Count one call."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        self.cost += dollars
+
+    def to_dict(self) -> dict[str, float | int]:
+        """JSON/plist-ready, cost rounded to a millionth of a dollar."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "cost": round(self.cost, 6)}

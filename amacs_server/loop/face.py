@@ -22,11 +22,14 @@ class Face(Protocol):
     def annotate(self, text: str, kind: str = "info") -> None:
         """Show a one-line note (``info``, ``warning``, ``error``) in the shell."""
 
+    def turn_started(self) -> None:
+        """The agent started working (on input, or woken by events)."""
+
     def turn_done(self, tick: int) -> None:
         """The agent now waits for the person: show the prompt again."""
 
-    def ticked(self, tick: int) -> None:
-        """A tick was committed: views of the agent's state (the hub) may refresh."""
+    def ticked(self, tick: int, usage: dict[str, Any]) -> None:
+        """A tick was committed, with its USAGE and the session's: views may refresh."""
 
     async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
         """Have Emacs read and evaluate FORM for AGENT; errors come back as data."""

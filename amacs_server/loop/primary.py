@@ -22,7 +22,7 @@ from ..inference.parse import (
     fallback_response,
     parse_response,
 )
-from ..inference.pricing import cost
+from ..inference.pricing import Tally
 from ..inference.stream import ReplyStreamer
 from ..persistence.files import PersistenceError
 from ..persistence.git_repo import CommitError, commit_message
@@ -56,6 +56,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     """
     pending: str | None = text
     steps = 0
+    rt.face.turn_started()
     try:
         while True:
             outcome = await run_tick(rt, pending)
@@ -108,6 +109,7 @@ def begin(rt: Runtime, human: str | None) -> int:
     c = rt.consciousness
     tick = c.current_tick + 1
     c.begin_tick(tick)
+    rt.tick_tally = Tally()
     if human is not None:
         try:
             rt.chat_log.write_human(tick, c.current_time, human)
@@ -164,7 +166,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
     if rt.consciousness.budget.cost_so_far >= rt.consciousness.budget.budget_limit:
         rt.face.annotate(
             f"Budget spent (${rt.consciousness.budget.cost_so_far:.4f} of "
-            f"${rt.consciousness.budget.budget_limit:.2f}): raise AMACS_BUDGET_LIMIT to go on.",
+            f"${rt.consciousness.budget.budget_limit:.2f}): raise it with M-x amacs-set-budget to go on.",
             "error",
         )
         finish_unanswered(rt, tick, "budget limit reached")
@@ -230,8 +232,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
         finish_unanswered(rt, tick, str(err))
         raise TurnAborted from err
-    dollars = cost(rt.model, result.usage)
-    rt.consciousness.budget.cost_so_far += dollars
+    dollars = rt.charge(result.usage)
     rt.transcript.write(
         "model_response",
         {
@@ -324,4 +325,6 @@ def _commit(rt: Runtime, message: str) -> None:
     else:
         if note:
             rt.face.annotate(note, "info")
-    rt.face.ticked(rt.consciousness.current_tick)
+    rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
+                                                   "session": rt.session_tally.to_dict(),
+                                                   "budget_limit": rt.consciousness.budget.budget_limit})

@@ -157,6 +157,8 @@ class Consciousness:
         budget = data.get("budget") or {}
         if isinstance(budget, dict) and isinstance(budget.get("cost_so_far"), int | float):
             c.budget.cost_so_far = float(budget["cost_so_far"])
+        if isinstance(budget, dict) and isinstance(budget.get("budget_limit"), int | float):
+            c.budget.budget_limit = float(budget["budget_limit"])
         api = data.get("api_settings") or {}
         if isinstance(api, dict):
             for key in ("temperature", "top_p", "max_tokens"):

@@ -57,13 +57,17 @@ class EmacsFace:
         """Show a one-line note."""
         self._send(type="annotation", text=text, kind=kind)
 
+    def turn_started(self) -> None:
+        """The agent is working: the shell is busy."""
+        self._send(type="turn-start")
+
     def turn_done(self, tick: int) -> None:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)
 
-    def ticked(self, tick: int) -> None:
-        """Tell Emacs a tick was committed."""
-        self._send(type="tick", tick=tick)
+    def ticked(self, tick: int, usage: dict[str, Any]) -> None:
+        """Tell Emacs a tick was committed, with the tick's and the session's usage and cost."""
+        self._send(type="tick", tick=tick, **usage)
 
     async def _request(self, kind: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         """Send an event Emacs answers with ``emacs_reply``; None if no answer within TIMEOUT."""

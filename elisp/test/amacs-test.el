@@ -109,8 +109,11 @@
 
 (ert-deftest amacs-test-hello-settings ()
   "The server learns the eval time limit and step limit from the defcustoms."
-  (let ((amacs-eval-timeout 7) (amacs-max-steps 3))
-    (should (equal (amacs--settings) '(:eval-timeout 7 :max-steps 3)))))
+  (let ((amacs-eval-timeout 7) (amacs-max-steps 3)
+        (amacs-price-table '(("my-model" 1 2 3 4))))
+    (should (equal (amacs--settings)
+                   '(:eval-timeout 7 :max-steps 3
+                     :prices ((:model "my-model" :input 1 :output 2 :cache-write 3 :cache-read 4)))))))
 
 ;;;; API key (issue 2: environment, defcustom, auth-source)
 

@@ -55,9 +55,8 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
         return say({"A?": "A-answer", "B?": "B-answer"}[msgs[0]])
 
     fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("research A and B"),
-                                            wait_text("Research says: Combined: A-answer + B-answer"))).check()
-    assert "Started research." in run.shell
+    run_emacs(home, fake.url, session(send("research A and B"),
+                                      wait_text("Research says: Combined: A-answer + B-answer"))).check()
     starts = {e["agent_id"]: e for e in events_of(home) if e["event"] == "agent_start"}
     assert {a: (s["parent_id"], s["data"]["depth"]) for a, s in starts.items()} == {
         "task-1": ("primary", 1), "task-2": ("task-1", 2), "task-3": ("task-1", 2)}
@@ -263,10 +262,13 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
     text = run.stdout.split("TRANSCRIPT<<")[1].split(">>\n")[0]
     assert text.startswith("Transcript of task-1 (task, template researcher, parent primary)")
     assert "what is 3+4?" in text and "the answer is 7" in text and "$0.000600" in text
-    # Every model call, the task's included, is in the primary's budget.
-    costs = sum(e["data"]["cost"] for e in events_of(home) if e["event"] == "model_response")
-    budget = (home / "consciousness.el").read_text()
-    assert f"(cost-so-far . {round(costs, 6)})" in budget and round(costs, 6) == 0.0024
+    # Every model call, the task's included, is in the primary's budget.  (The task may finish
+    # during the primary's second tick or after it: three or four calls, both correct.)
+    calls = [e for e in events_of(home) if e["event"] == "model_response"]
+    assert any(e["agent_id"] == "task-1" for e in calls) and len(calls) in (3, 4)
+    costs = round(sum(e["data"]["cost"] for e in calls), 6)
+    assert costs == round(0.0006 * len(calls), 6)
+    assert f"(cost-so-far . {costs})" in (home / "consciousness.el").read_text()
 
 
 def test_task_with_request_input_talks_to_the_person(fake, home):

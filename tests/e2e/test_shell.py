@@ -101,3 +101,43 @@ def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
     assert chat_lines(fake.user_texts()[1]) == [
         "Human: tell me slowly", "Agent: (no reply: interrupted by the person)", "Human: and now?"]
     assert "** Human\ntell me slowly" in (home / "agent-chat.org").read_text()
+
+
+USAGE = {"input_tokens": 1000, "output_tokens": 200, "cache_read_input_tokens": 5000,
+         "cache_creation_input_tokens": 2000}
+# By hand, Sonnet prices per million tokens: 3 in, 15 out, 3.75 cache write, 0.30 cache read.
+TICK_COST = (1000 * 3 + 200 * 15 + 2000 * 3.75 + 5000 * 0.30) / 1e6  # = 0.015
+
+
+def test_cost_figures_match_a_hand_computation(fake, home):
+    """Tokens, cache reads/writes and dollars per tick and per session, in the mode line and hub."""
+    fake.script(Reply(agent_json(None, eval="(+ 1 1)"), usage=USAGE), Reply(agent_json("Two."), usage=USAGE))
+    program = ("(amacs-e2e-open) (amacs-e2e-send \"count\") "
+               "(princ (format \"MODE<<%s>>\\n\" (with-current-buffer amacs-shell-buffer-name mode-line-process))) "
+               "(amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5").check()
+    mode = run.stdout.split("MODE<<")[1].split(">>")[0]
+    assert mode == (f" [${2 * TICK_COST:.4f} session, ${TICK_COST:.4f} tick of $5.00 | "
+                    "in 2.0k out 400 cache r 10.0k w 4.0k]")
+    assert f"(cost-so-far . {2 * TICK_COST})" in (home / "consciousness.el").read_text()
+
+
+def test_price_table_defcustom_overrides_the_servers(fake, home):
+    fake.script(Reply(agent_json("Priced."), usage=USAGE))
+    program = ("(setq amacs-price-table '((\"claude-sonnet\" 10 10 10 10))) (amacs-e2e-open) "
+               "(amacs-e2e-send \"hi\") "
+               "(princ (format \"MODE<<%s>>\\n\" (with-current-buffer amacs-shell-buffer-name mode-line-process))) "
+               "(amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5").check()
+    assert "$0.0820 session" in run.stdout  # (1000 + 200 + 2000 + 5000) x $10 per million
+
+
+def test_budget_limit_stops_the_agent_until_raised(fake, home):
+    fake.script(Reply(agent_json("One."), usage=USAGE), Reply(agent_json("Two."), usage=USAGE),
+                Reply(agent_json("Three, after the raise."), usage=USAGE))
+    program = ("(amacs-e2e-open) (amacs-e2e-send \"a\") (amacs-e2e-send \"b\") (amacs-e2e-send \"c\") "
+               "(amacs-set-budget 1.0) (accept-process-output nil 0.3) (amacs-e2e-send \"d\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5", AMACS_BUDGET_LIMIT="0.02").check()
+    assert "Two." in run.shell and "Three, after the raise." in run.shell
+    assert "Budget spent ($0.0300 of $0.02): raise it with M-x amacs-set-budget to go on." in run.shell
+    assert len(fake.requests) == 3
