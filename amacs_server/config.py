@@ -22,6 +22,9 @@ class Config:
 
     home: Path
     model: str = DEFAULT_MODEL
+    backend: str = "anthropic"  # or "openai": any OpenAI-compatible chat endpoint
+    openai_base_url: str | None = None
+    openai_api_key: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     base_url: str | None = None
     token: str | None = field(default=None, repr=False)
@@ -43,15 +46,17 @@ class Config:
 
     @property
     def has_credentials(self) -> bool:
-        """True when the model endpoint can be called."""
+        """True when the model endpoint can be called (a local OpenAI-compatible one needs no key)."""
+        if self.backend == "openai":
+            return bool(self.openai_base_url or self.openai_api_key)
         return bool(self.api_key)
 
     def missing_key_message(self) -> str:
         """One line that says how to give the server a key or another endpoint."""
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
-            "api.anthropic.com to auth-source), or point ANTHROPIC_BASE_URL at a local "
-            "server; then M-x amacs-restart."
+            "api.anthropic.com to auth-source), or use a local server with AMACS_BACKEND=openai "
+            "and OPENAI_BASE_URL (or M-x amacs-set-model); then M-x amacs-restart."
         )
 
 
@@ -69,7 +74,13 @@ def load_config(env: dict[str, str] | None = None) -> Config:
     """Build a :class:`Config` from ENV (default: the process environment)."""
     env = dict(os.environ if env is None else env)
     home = Path(env.get("AMACS_HOME") or Path.home() / ".agent").expanduser()
+    backend = (env.get("AMACS_BACKEND") or "anthropic").lower()
+    if backend not in ("anthropic", "openai"):
+        raise ConfigError(f"AMACS_BACKEND={backend!r}: use anthropic or openai")
     return Config(
+        backend=backend,
+        openai_base_url=env.get("OPENAI_BASE_URL") or None,
+        openai_api_key=env.get("OPENAI_API_KEY") or None,
         home=home,
         model=env.get("AMACS_MODEL") or DEFAULT_MODEL,
         api_key=env.get("ANTHROPIC_API_KEY") or None,

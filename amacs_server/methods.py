@@ -77,6 +77,14 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
 
         return _on_loop(rt, apply)
 
+    def set_model(backend: Any, model: Any, base_url: Any = None) -> dict[str, Any]:
+        """Switch backend (anthropic or openai) and model, from the next model call on."""
+        if not isinstance(backend, str) or not isinstance(model, str):
+            raise ValueError("set_model takes a backend and a model name")
+        if base_url is not None and not isinstance(base_url, str):
+            raise ValueError("the base URL must be a string")
+        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url))
+
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
         return _on_loop(rt, rt.interrupt)
@@ -128,6 +136,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "status": status,
         "interrupt": interrupt,
         "set_budget": set_budget,
+        "set_model": set_model,
         "hub_state": hub_state,
         "agent_transcript": agent_transcript,
         "consciousness": consciousness,

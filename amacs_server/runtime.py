@@ -8,7 +8,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
 from .inference.anthropic_backend import AnthropicBackend
+from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
@@ -82,7 +83,8 @@ class Runtime:
         self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
-        self.backend = AnthropicBackend(config.api_key, config.base_url, config.request_timeout)
+        self.backend_name = config.backend
+        self.backend = self._make_backend(config.backend, config.openai_base_url)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
@@ -110,6 +112,25 @@ class Runtime:
         if self.config.budget_limit is not None:
             c.budget.budget_limit = self.config.budget_limit
         return c
+
+    def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
+        cfg = self.config
+        if name == "openai":
+            return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
+        return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
+
+    def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
+        """Switch backend and model from the next call on (loop thread)."""
+        if backend not in ("anthropic", "openai"):
+            raise ValueError(f"backend {backend!r}: use anthropic or openai")
+        if not model.strip():
+            raise ValueError("name a model")
+        self.backend = self._make_backend(backend, base_url or None)
+        self.backend_name, self.model = backend, model.strip()
+        self.config = replace(self.config, backend=backend,
+                              openai_base_url=base_url or self.config.openai_base_url)
+        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        return {"backend": backend, "model": self.model}
 
     def charge(self, usage: Usage) -> float:
         """Count one model call's USAGE in this tick, the session and the budget; return dollars."""
@@ -160,6 +181,7 @@ class Runtime:
             "tick": c.current_tick,
             "mood": c.mood,
             "model": self.model,
+            "backend": self.backend_name,
             "key_ok": self.config.has_credentials,
             "notice": None if self.config.has_credentials else self.config.missing_key_message(),
             "home": str(self.config.home),

@@ -214,12 +214,34 @@ When the reply was streamed, check the streamed text and finish it."
 (amacs-on-event "tick" #'amacs-shell--on-tick)
 
 (defun amacs-set-budget (dollars)
-  "Set the agent's budget limit to DOLLARS, so that an agent stopped at it can go on."
+  "Set the agent's budget limit to DOLLARS.
+An agent stopped at its limit goes on with your next input."
   (interactive (list (read-number "Budget limit in dollars: "
                                   (* 2 (or (plist-get amacs-shell-usage :budget-limit) 5.0)))))
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
                           (lambda (limit) (message "AMACS: budget limit is now $%.2f" limit))))))
+
+(defun amacs-set-model (backend model &optional base-url)
+  "Switch the agent to MODEL on BACKEND from its next model call.
+BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
+BASE-URL points at such a server, e.g. Ollama or llama.cpp."
+  (interactive
+   (let ((backend (completing-read "Backend: " '("anthropic" "openai") nil t nil nil
+                                   (or (plist-get amacs--status :backend) "anthropic"))))
+     (list backend
+           (read-string "Model: " (plist-get amacs--status :model))
+           (let ((url (read-string "Base URL (empty: the default): "
+                                   (and (equal backend "openai") "http://localhost:11434/v1"))))
+             (unless (string-empty-p url) url)))))
+  (amacs-when-ready
+   (lambda ()
+     (amacs-call 'set_model (list backend model base-url)
+                 (lambda (now)
+                   (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
+                   (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
+                   (amacs-shell--note (format "Now using %s on %s." (plist-get now :model)
+                                              (plist-get now :backend))))))))
 
 (defun amacs-shell--on-disconnect ()
   "The server went away mid-turn: give the prompt back."

@@ -94,7 +94,8 @@ class _Handler(BaseHTTPRequestHandler):
             "body": body,
             "time": time.time(),
         }
-        if self.path.rstrip("/") != "/v1/messages":
+        route = self.path.rstrip("/")
+        if route not in ("/v1/messages", "/v1/chat/completions"):
             self._send_json(404, _error_body(404, f"no route {self.path}"))
             return
         if not (self.headers.get("x-api-key") or self.headers.get("authorization")):
@@ -107,12 +108,43 @@ class _Handler(BaseHTTPRequestHandler):
             reply.hold.wait(300)
         if reply.delay:
             time.sleep(reply.delay)
-        if reply.status != 200:
+        if route == "/v1/chat/completions":
+            self._answer_chat(body, reply)
+        elif reply.status != 200:
             self._send_json(reply.status, _error_body(reply.status, "scripted failure"))
         elif body.get("stream"):
             self._send_stream(body, reply)
         else:
             self._send_json(200, _message(body, reply, reply.text))
+
+    def _answer_chat(self, body: dict[str, Any], reply: Reply) -> None:
+        """The OpenAI chat-completions protocol, JSON or streamed (with usage when asked)."""
+        if reply.status != 200:
+            self._send_json(reply.status, {"error": {"message": "scripted failure", "type": "server_error"}})
+            return
+        usage = {"prompt_tokens": reply.usage["input_tokens"], "completion_tokens": reply.usage["output_tokens"],
+                 "total_tokens": reply.usage["input_tokens"] + reply.usage["output_tokens"]}
+        base = {"id": "chatcmpl-fake", "created": 0, "model": body.get("model", "fake")}
+        if not body.get("stream"):
+            self._send_json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}]})
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        chunk = {**base, "object": "chat.completion.chunk"}
+        for piece in _split(reply.text, reply.chunks):
+            self._chunk(("data: " + json.dumps({**chunk, "choices": [
+                {"index": 0, "delta": {"content": piece}, "finish_reason": None}]}) + "\n\n").encode())
+            if reply.chunk_delay:
+                time.sleep(reply.chunk_delay)
+        self._chunk(("data: " + json.dumps({**chunk, "choices": [
+            {"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n").encode())
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._chunk(("data: " + json.dumps({**chunk, "choices": [], "usage": usage}) + "\n\n").encode())
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
 
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -265,7 +297,8 @@ class FakeAnthropic:
         """The first user message of each request (the assembled context)."""
         out = []
         for req in self.requests:
-            content = req["body"]["messages"][0]["content"]
+            messages = [m for m in req["body"]["messages"] if m["role"] != "system"]
+            content = messages[0]["content"]
             out.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
         return out
 

@@ -20,8 +20,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..inference.anthropic_backend import InferenceError, build_request
+from ..inference.anthropic_backend import build_request
 from ..inference.parse import AgentResponse, ResponseFormatError, fallback_response, parse_response
+from ..inference.retry import InferenceError
 from ..persistence.transcript import AgentIdentity
 from ..skills import SkillError
 from ..state.consciousness import EvalResult

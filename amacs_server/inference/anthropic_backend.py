@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,30 +11,11 @@ import anthropic
 
 from ..state.consciousness import ApiSettings
 from .pricing import Usage
+from .retry import RetryPolicy, StatusSink, with_retries
 
 TextSink = Callable[[str], None]
-StatusSink = Callable[[str], None]
 RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
              anthropic.APIConnectionError)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff for the failures worth retrying (429, 5xx and 529, time-outs, lost connections)."""
-
-    attempts: int = 5
-    base: float = 0.5
-    cap: float = 20.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds before retry ATTEMPT (1-based): exponential with full jitter, or RETRY_AFTER."""
-        if retry_after is not None:
-            return min(self.cap, max(0.0, retry_after))
-        return random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
-
-
-class InferenceError(RuntimeError):
-    """The model could not be called; the message says what to fix."""
 
 
 @dataclass
@@ -80,15 +59,6 @@ def build_request(
     return request
 
 
-def _retry_after(err: Exception) -> float | None:
-    response = getattr(err, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _short(err: Exception) -> str:
     if isinstance(err, anthropic.APIStatusError):
         names = {429: "rate limited", 529: "overloaded"}
@@ -98,7 +68,7 @@ def _short(err: Exception) -> str:
     return "connection failed"
 
 
-def _explain(err: anthropic.APIError) -> str:
+def _explain(err: Exception) -> str:
     if isinstance(err, anthropic.AuthenticationError):
         return "the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key'"
     if isinstance(err, anthropic.PermissionDeniedError):
@@ -142,20 +112,8 @@ class AnthropicBackend:
         backoff and jitter, each retry announced through ON_STATUS in one line;
         401, 400 and the like fail at once with what to fix.
         """
-        for attempt in range(1, self.retry.attempts + 1):
-            try:
-                return await self._once(request, on_text, stream)
-            except RETRYABLE as err:
-                if attempt == self.retry.attempts:
-                    raise InferenceError(_explain(err)) from err
-                wait = self.retry.delay(attempt, _retry_after(err))
-                if on_status is not None:
-                    on_status(f"Model API {_short(err)}; retrying in {wait:.1f} s "
-                              f"(attempt {attempt + 1} of {self.retry.attempts})")
-                await asyncio.sleep(wait)
-            except anthropic.APIError as err:
-                raise InferenceError(_explain(err)) from err
-        raise AssertionError("unreachable")
+        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, RETRYABLE,
+                                  (anthropic.APIError,), _short, _explain, on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
-from ..inference.anthropic_backend import InferenceError, ModelResult, build_request
+from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
     RETRY_PROMPT,
@@ -23,6 +23,7 @@ from ..inference.parse import (
     parse_response,
 )
 from ..inference.pricing import Tally
+from ..inference.retry import InferenceError
 from ..inference.stream import ReplyStreamer
 from ..persistence.files import PersistenceError
 from ..persistence.git_repo import CommitError, commit_message

@@ -141,3 +141,33 @@ def test_budget_limit_stops_the_agent_until_raised(fake, home):
     assert "Two." in run.shell and "Three, after the raise." in run.shell
     assert "Budget spent ($0.0300 of $0.02): raise it with M-x amacs-set-budget to go on." in run.shell
     assert len(fake.requests) == 3
+
+
+def test_openai_compatible_backend_streamed(fake, home):
+    """AMACS_BACKEND=openai: the same JSON protocol over /v1/chat/completions, streamed."""
+    from tests.context_items import eval_result
+
+    fake.script(Reply(agent_json(None, eval="(+ 2 2)"), chunks=6),
+                Reply(agent_json("Four, from a local model."), chunks=10))
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"2+2?\") (amacs-e2e-finish)",
+                    ANTHROPIC_API_KEY="", AMACS_BACKEND="openai", OPENAI_BASE_URL=fake.url + "/v1",
+                    AMACS_MODEL="llama-local").check()
+    assert [r["path"] for r in fake.requests] == ["/v1/chat/completions"] * 2
+    body = fake.requests[0]["body"]
+    assert body["stream"] is True and body["model"] == "llama-local"
+    assert body["messages"][0]["role"] == "system" and "Response format" in body["messages"][0]["content"]
+    assert eval_result(fake.user_texts()[1])["result"] == "4"
+    assert run.shell.count("Four, from a local model.") == 1
+    assert "(cost-so-far . " in (home / "consciousness.el").read_text()
+
+
+def test_switching_backend_and_model_mid_session(fake, home):
+    """M-x amacs-set-model: the next call goes to the other backend and model."""
+    fake.script(Reply(agent_json("From Claude.")), Reply(agent_json("From the local model.")))
+    program = ("(amacs-e2e-open) (amacs-e2e-send \"one\") "
+               f"(amacs-set-model \"openai\" \"qwen-local\" \"{fake.url}/v1\") (accept-process-output nil 0.3) "
+               "(amacs-e2e-send \"two\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program).check()
+    assert [(r["path"], r["body"]["model"]) for r in fake.requests] == [
+        ("/v1/messages", "claude-sonnet-5-5"), ("/v1/chat/completions", "qwen-local")]
+    assert "Now using qwen-local on openai." in run.shell and "From the local model." in run.shell

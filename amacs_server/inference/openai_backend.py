@@ -1,0 +1,118 @@
+"""Inference through any OpenAI-compatible chat endpoint (Ollama, llama.cpp, vLLM, LM Studio).
+
+The same JSON protocol as with Anthropic: the request built by
+:func:`~amacs_server.inference.anthropic_backend.build_request` is translated to
+``/v1/chat/completions`` (the core skill becomes the system message), streamed
+with usage, and retried like the Anthropic backend.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+
+from .anthropic_backend import ModelResult, TextSink
+from .pricing import Usage
+from .retry import RetryPolicy, StatusSink, with_retries
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+
+
+def to_chat(request: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic-shaped REQUEST as chat-completions arguments."""
+    messages = [{"role": "system", "content": _text(request["system"])}]
+    messages += [{"role": m["role"], "content": _text(m["content"])} for m in request["messages"]]
+    chat: dict[str, Any] = {"model": request["model"], "messages": messages, "max_tokens": request["max_tokens"]}
+    chat.update(request.get("extra_body") or {})  # temperature, top_p when the agent set them
+    return chat
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, openai.APIStatusError):
+        return f"{'rate limited' if err.status_code == 429 else 'server error'} ({err.status_code})"
+    if isinstance(err, openai.APITimeoutError):
+        return "timed out"
+    return "connection failed"
+
+
+def _explain(err: Exception) -> str:
+    if isinstance(err, openai.AuthenticationError):
+        return "the endpoint refused the key (401): check OPENAI_API_KEY"
+    if isinstance(err, openai.NotFoundError):
+        return "model or endpoint not found (404): check AMACS_MODEL and OPENAI_BASE_URL"
+    if isinstance(err, openai.BadRequestError):
+        return f"the endpoint rejected the request (400): {err.message}"
+    if isinstance(err, openai.APIConnectionError):
+        return "cannot reach the OpenAI-compatible endpoint: is it running? check OPENAI_BASE_URL"
+    if isinstance(err, openai.APIStatusError):
+        return f"the endpoint failed ({err.status_code}) after retries: try again shortly"
+    return f"the model call failed: {err}"
+
+
+class OpenAIBackend:
+    """One async OpenAI client, made on first use."""
+
+    def __init__(self, api_key: str | None, base_url: str | None, timeout: float,
+                 retry: RetryPolicy | None = None) -> None:
+        self._api_key = api_key or "not-needed"  # local servers take any key
+        self._base_url = base_url
+        self._timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._client: openai.AsyncOpenAI | None = None
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url,
+                                              timeout=self._timeout, max_retries=0)
+        return self._client
+
+    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
+                       stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
+        """Run REQUEST against the chat endpoint; streamed unless STREAM is false."""
+        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, RETRYABLE,
+                                  (openai.APIError,), _short, _explain, on_status)
+
+    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
+        started = time.perf_counter()
+        chat = to_chat(request)
+        client = self._get_client()
+        usage = Usage()
+        if stream:
+            parts: list[str] = []
+            finish = None
+            chunks = await client.chat.completions.create(**chat, stream=True,
+                                                          stream_options={"include_usage": True})
+            async for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = _usage(chunk.usage)
+                for choice in chunk.choices:
+                    delta = choice.delta.content or ""
+                    if delta:
+                        parts.append(delta)
+                        if on_text is not None:
+                            on_text(delta)
+                    finish = choice.finish_reason or finish
+            text = "".join(parts)
+        else:
+            reply = await client.chat.completions.create(**chat)
+            text = reply.choices[0].message.content or ""
+            finish = reply.choices[0].finish_reason
+            if reply.usage is not None:
+                usage = _usage(reply.usage)
+        return ModelResult(text=text, usage=usage, latency_ms=(time.perf_counter() - started) * 1000,
+                           stop_reason=finish, request=request)
+
+
+def _usage(u: Any) -> Usage:
+    details = getattr(u, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) or 0
+    return Usage(input_tokens=(u.prompt_tokens or 0) - cached, output_tokens=u.completion_tokens or 0,
+                 cache_read_tokens=cached)

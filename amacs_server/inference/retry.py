@@ -1,0 +1,62 @@
+"""Retrying model calls that failed for reasons worth retrying, with backoff and jitter."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+StatusSink = Callable[[str], None]
+
+
+class InferenceError(RuntimeError):
+    """The model could not be called; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff for the failures worth retrying (429, 5xx and 529, time-outs, lost connections)."""
+
+    attempts: int = 5
+    base: float = 0.5
+    cap: float = 20.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before retry ATTEMPT (1-based): exponential with full jitter, or RETRY_AFTER."""
+        if retry_after is not None:
+            return min(self.cap, max(0.0, retry_after))
+        return random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
+
+
+def retry_after(err: Exception) -> float | None:
+    """The server's Retry-After in seconds, if it sent one."""
+    response = getattr(err, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
+                       retryable: tuple[type[Exception], ...], fatal: tuple[type[Exception], ...],
+                       short: Callable[[Exception], str], explain: Callable[[Exception], str],
+                       on_status: StatusSink | None) -> T:
+    """Run CALL; retry RETRYABLE failures, announcing each in one line; FATAL ones fail at once."""
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return await call()
+        except retryable as err:
+            if attempt == policy.attempts:
+                raise InferenceError(explain(err)) from err
+            wait = policy.delay(attempt, retry_after(err))
+            if on_status is not None:
+                on_status(f"Model API {short(err)}; retrying in {wait:.1f} s "
+                          f"(attempt {attempt + 1} of {policy.attempts})")
+            await asyncio.sleep(wait)
+        except fatal as err:
+            raise InferenceError(explain(err)) from err
+    raise AssertionError("unreachable")
