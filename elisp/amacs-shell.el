@@ -36,6 +36,11 @@
   :type 'string
   :group 'amacs)
 
+(defcustom amacs-shell-history-size 1000
+  "Inputs kept in the shell's history, which persists across sessions."
+  :type 'integer
+  :group 'amacs)
+
 (defface amacs-shell-annotation '((t :inherit font-lock-comment-face))
   "Face of informational notes in the AMACS shell."
   :group 'amacs)
@@ -252,8 +257,14 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
 (add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
 
+(defun amacs-shell--save-history-everywhere ()
+  "Save the history of the shell buffer, if there is one."
+  (let ((buffer (amacs-shell--buffer)))
+    (when buffer (with-current-buffer buffer (amacs-shell--save-history)))))
+
 (defun amacs-shell--input-sender (_proc input)
-  "Send INPUT to the agent; return at once."
+  "Send INPUT to the agent; return at once.  The history is saved each time."
+  (amacs-shell--save-history)
   (let ((text (string-trim (substring-no-properties input))))
     (if (string-empty-p text)
         (amacs-shell--prompt)
@@ -276,9 +287,64 @@ Your input stays in the chat log; the tick is recorded as interrupted."
                 (lambda (running)
                   (unless running (message "AMACS: the agent is not working on anything"))))))
 
+(defun amacs-shell-newline ()
+  "Insert a newline in the input; RET sends it."
+  (interactive)
+  (insert "\n"))
+
+(defun amacs-shell--history-file ()
+  "Return the file of the shell's input history."
+  (expand-file-name "shell-history" (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+
+(defun amacs-shell--save-history ()
+  "Write the input history to its file."
+  (when (derived-mode-p 'amacs-shell-mode)
+    (make-directory (file-name-directory comint-input-ring-file-name) t)
+    (comint-write-input-ring)))
+
+(defvar amacs-compose-mode-map
+  (let ((map (make-sparse-keymap)))
+    (define-key map (kbd "C-c C-c") #'amacs-compose-send)
+    (define-key map (kbd "C-c C-k") #'amacs-compose-cancel)
+    map)
+  "Keymap of `amacs-compose-mode'.")
+
+(define-derived-mode amacs-compose-mode text-mode "AMACS-Compose"
+  "Write a long prompt for the agent; \[amacs-compose-send] sends it.
+
+\{amacs-compose-mode-map}")
+
+(defun amacs-compose ()
+  "Compose a long prompt in a buffer of its own."
+  (interactive)
+  (pop-to-buffer (get-buffer-create "*amacs-compose*"))
+  (unless (derived-mode-p 'amacs-compose-mode) (amacs-compose-mode))
+  (setq header-line-format
+        (substitute-command-keys "Prompt for the agent: \\<amacs-compose-mode-map>\\[amacs-compose-send] sends, \\[amacs-compose-cancel] cancels")))
+
+(defun amacs-compose-send ()
+  "Send the composed prompt through the shell, as if typed there."
+  (interactive)
+  (let ((text (string-trim (buffer-substring-no-properties (point-min) (point-max))))
+        (compose (current-buffer)))
+    (when (string-empty-p text) (user-error "Nothing to send"))
+    (with-current-buffer (or (amacs-shell--buffer) (user-error "Open the shell first: M-x amacs-shell"))
+      (goto-char (point-max))
+      (comint-kill-input)
+      (insert text)
+      (comint-send-input))
+    (quit-window t (get-buffer-window compose))))
+
+(defun amacs-compose-cancel ()
+  "Throw the composed prompt away."
+  (interactive)
+  (quit-window t))
+
 (defvar amacs-shell-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'comint-send-input)
+    (define-key map (kbd "S-<return>") #'amacs-shell-newline)
+    (define-key map (kbd "C-c C-e") #'amacs-compose)
     (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)
     (define-key map (kbd "C-c C-h") #'amacs-hub)
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
@@ -297,6 +363,12 @@ Your input stays in the chat log; the tick is recorded as interrupted."
   (setq-local comint-process-echoes nil)
   (setq-local comint-prompt-read-only t)
   (setq-local comint-use-prompt-regexp nil)
+  (setq-local comint-input-ring-file-name (amacs-shell--history-file))
+  (setq-local comint-input-ring-size amacs-shell-history-size)
+  (setq-local comint-input-ignoredups t)
+  (comint-read-input-ring t)
+  (add-hook 'kill-buffer-hook #'amacs-shell--save-history nil t)
+  (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (unless (comint-check-proc (current-buffer))
     (let ((proc (condition-case nil
                     (start-process "amacs-shell" (current-buffer) "hexl")

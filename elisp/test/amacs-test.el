@@ -221,5 +221,60 @@
   (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-h")) #'amacs-hub))
   (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-l")) #'amacs-open-chat-log)))
 
+(defmacro amacs-test--with-shell (home sent &rest body)
+  "Run BODY in a fresh shell whose AMACS home is HOME; SENT collects what is sent."
+  (declare (indent 2))
+  `(let ((amacs-home ,home)
+         (buf (get-buffer-create amacs-shell-buffer-name)))
+     (unwind-protect
+         (with-current-buffer buf
+           (amacs-shell-mode)
+           (setq-local comint-input-sender
+                       (lambda (_proc input) (amacs-shell--save-history) (push input ,sent)))
+           ,@body)
+       (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
+
+(ert-deftest amacs-test-shift-return-inserts-a-newline ()
+  "RFC v4 §12 q2: S-RET inserts a newline, RET sends."
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "S-<return>")) #'amacs-shell-newline))
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "RET")) #'comint-send-input))
+  (let ((home (make-temp-file "amacs-home" t)) (sent nil))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max))
+      (insert "line one")
+      (amacs-shell-newline)
+      (insert "line two")
+      (comint-send-input)
+      (should (equal sent '("line one\nline two"))))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-history-persists-across-sessions ()
+  "Issue 6: M-p recalls inputs from an earlier session."
+  (let ((home (make-temp-file "amacs-home" t)) (sent nil))
+    (amacs-test--with-shell home sent
+      (dolist (text '("first question" "second question"))
+        (goto-char (point-max)) (insert text) (comint-send-input)))
+    (should (file-exists-p (expand-file-name "shell-history" home)))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max))
+      (comint-previous-input 1)
+      (should (equal (buffer-substring-no-properties (comint-line-beginning-position) (point-max))
+                     "second question"))
+      (comint-previous-input 1)
+      (should (equal (buffer-substring-no-properties (comint-line-beginning-position) (point-max))
+                     "first question")))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-compose-sends-through-the-shell ()
+  "Issue 6: a long prompt composed in its own buffer is sent as typed input."
+  (let ((home (make-temp-file "amacs-home" t)) (sent nil))
+    (amacs-test--with-shell home sent
+      (amacs-compose)
+      (insert "A long prompt\nover two lines")
+      (amacs-compose-send)
+      (should (equal sent '("A long prompt\nover two lines")))
+      (should-not (get-buffer "*amacs-compose*")))
+    (delete-directory home t)))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here
