@@ -55,8 +55,9 @@ class Config:
         """One line that says how to give the server a key or another endpoint."""
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
-            "api.anthropic.com to auth-source), or use a local server with AMACS_BACKEND=openai "
-            "and OPENAI_BASE_URL (or M-x amacs-set-model); then M-x amacs-restart."
+            "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
+            "a local model with AMACS_BACKEND=openai and OPENAI_BASE_URL (or M-x amacs-set-model); "
+            "then M-x amacs-restart."
         )
 
 

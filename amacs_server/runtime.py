@@ -186,6 +186,8 @@ class Runtime:
             "notice": None if self.config.has_credentials else self.config.missing_key_message(),
             "home": str(self.config.home),
             "interrupted": self.memory.last_chat_interrupted(),
+            "recent": [{"tick": int(i.mem_id.name.split(".")[1]), "human": i.content.get("human"),
+                        "agent": i.content.get("agent")} for i in self.memory.chat[-10:]],
         }
 
     def hub_state(self, count: int = 10) -> dict[str, object]:

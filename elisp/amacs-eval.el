@@ -28,11 +28,28 @@
 ;;; Code:
 
 (require 'amacs-transport)
+(require 'seq)
 
 (defcustom amacs-eval-result-max-chars 20000
   "Longest printed eval result sent back to the agent; longer ones are cut."
   :type 'integer
   :group 'amacs)
+
+(defcustom amacs-display-agent-buffers nil
+  "Whether buffers the agent's eval visits are shown to you.
+nil: never; the agent works in the background and your windows stay
+as they are.  t: each buffer the eval visited or displayed is shown in
+another window (never the shell's)."
+  :type '(choice (const :tag "Never" nil) (const :tag "In another window" t))
+  :group 'amacs)
+
+(defun amacs--show-agent-buffers (buffers)
+  "Show BUFFERS in other windows when `amacs-display-agent-buffers' is non-nil."
+  (when amacs-display-agent-buffers
+    (dolist (buffer buffers)
+      (when (and (buffer-live-p buffer) (not (get-buffer-window buffer)))
+        (display-buffer buffer '((display-buffer-use-some-window display-buffer-pop-up-window)
+                                 (inhibit-same-window . t)))))))
 
 (defun amacs--eval-ignore-debugger (&rest _)
   "Do nothing: stands in for `debugger' during the agent's eval."
@@ -80,6 +97,8 @@ limit or \\[keyboard-quit]) all come back as :error."
         (debug-on-quit nil)
         (debug-on-error nil)
         (debug-on-event 'sigusr1)
+        (before (buffer-list))
+        (displayed nil)
         outcome)
     (condition-case err
         (let ((form (amacs--read-forms text)))
@@ -87,7 +106,9 @@ limit or \\[keyboard-quit]) all come back as :error."
                 (list :success t
                       :result (amacs--print-result
                                (let ((inhibit-quit nil))
-                                 (save-current-buffer (eval form t)))))))
+                                 (save-window-excursion ; the agent does not rearrange your windows
+                                   (prog1 (save-current-buffer (eval form t))
+                                     (setq displayed (mapcar #'window-buffer (window-list))))))))))
       (amacs-unreadable
        (setq outcome (list :success nil :error (format "Unreadable elisp: %s" (cadr err)))))
       (quit
@@ -95,6 +116,9 @@ limit or \\[keyboard-quit]) all come back as :error."
       (error
        (setq outcome (list :success nil :error (error-message-string err)))))
     (setq debug-on-next-call nil)
+    (amacs--show-agent-buffers
+     (seq-uniq (append (seq-difference displayed (mapcar #'window-buffer (window-list)))
+                       (seq-difference (buffer-list) before))))
     outcome))
 
 (defun amacs--handle-eval-event (event)

@@ -36,6 +36,15 @@
   :type 'string
   :group 'amacs)
 
+(defcustom amacs-shell-resume-exchanges 3
+  "Exchanges from the chat log shown when a new shell opens (0: none)."
+  :type 'integer
+  :group 'amacs)
+
+(defface amacs-shell-resumed '((t :inherit shadow))
+  "Face of the earlier exchanges a new shell shows."
+  :group 'amacs)
+
 (defcustom amacs-shell-history-size 1000
   "Inputs kept in the shell's history, which persists across sessions."
   :type 'integer
@@ -176,8 +185,39 @@ When the reply was streamed, check the streamed text and finish it."
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 (amacs-on-event "turn-start" (lambda (_event) (setq amacs-shell-busy t)))
 
+(defvar-local amacs-shell--resumed nil
+  "Non-nil once this shell has shown the earlier exchanges.")
+
+(defun amacs-shell--resume ()
+  "Show the last exchanges of agent-chat.org above the prompt of a new shell."
+  (let ((buffer (amacs-shell--buffer))
+        (recent (last (plist-get amacs--status :recent) (max 0 amacs-shell-resume-exchanges))))
+    (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
+      (with-current-buffer buffer
+        (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
+      (when recent
+       (with-current-buffer buffer
+        (amacs-shell--insert
+         (propertize
+          (concat (mapconcat
+                   (lambda (entry)
+                     (concat (if (plist-get entry :human)
+                                 (format "%s%s\n" amacs-shell-prompt (plist-get entry :human))
+                               "")
+                             (if (plist-get entry :agent)
+                                 (format "\n%s\n" (string-trim (plist-get entry :agent)))
+                               "")))
+                   recent "\n")
+                  "\n")
+          'font-lock-face 'amacs-shell-resumed))
+        (amacs-shell--insert
+         (substitute-command-keys
+          ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
+         'amacs-shell-annotation))))))
+
 (defun amacs-shell--greet ()
   "Say what the server reported at hello: a missing key, an interrupted turn."
+  (amacs-shell--resume)
   (let ((notice (plist-get amacs--status :notice)))
     (when notice (amacs-shell--insert (concat ";; " notice) 'amacs-shell-warning)))
   (when (plist-get amacs--status :interrupted)

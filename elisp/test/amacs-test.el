@@ -276,5 +276,28 @@
       (should-not (get-buffer "*amacs-compose*")))
     (delete-directory home t)))
 
+(ert-deftest amacs-test-agent-buffers-shown-only-when-asked ()
+  "RFC v4 §12 q3: a buffer the eval visits is shown only if `amacs-display-agent-buffers' says so."
+  (let ((file (make-temp-file "amacs-visit" nil ".txt" "hello")))
+    (unwind-protect
+        (progn
+          (delete-other-windows)
+          (let ((amacs-display-agent-buffers nil)
+                (before (mapcar #'window-buffer (window-list))))
+            (should (plist-get (amacs--eval-form
+                                (format "(progn (switch-to-buffer (find-file-noselect %S)) t)" file))
+                               :success))
+            (should (equal before (mapcar #'window-buffer (window-list))))
+            (should-not (get-buffer-window (get-file-buffer file))))
+          (kill-buffer (get-file-buffer file))
+          (let ((amacs-display-agent-buffers t)
+                (home (selected-window)))
+            (amacs--eval-form (format "(find-file-noselect %S)" file))
+            (should (get-buffer-window (get-file-buffer file)))
+            (should-not (eq (get-buffer-window (get-file-buffer file)) home))))
+      (when (get-file-buffer file) (kill-buffer (get-file-buffer file)))
+      (delete-other-windows)
+      (delete-file file))))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here

@@ -171,3 +171,14 @@ def test_switching_backend_and_model_mid_session(fake, home):
     assert [(r["path"], r["body"]["model"]) for r in fake.requests] == [
         ("/v1/messages", "claude-sonnet-5-5"), ("/v1/chat/completions", "qwen-local")]
     assert "Now using qwen-local on openai." in run.shell and "From the local model." in run.shell
+
+
+def test_a_new_shell_shows_the_recent_exchanges(fake, home):
+    """Session resume: after restarting Emacs, the shell shows the last exchanges above a fresh prompt."""
+    fake.script(Reply(agent_json("Answer one.")), Reply(agent_json("Answer two.")))
+    run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"question one\") "
+              "(amacs-e2e-send \"question two\") (amacs-e2e-finish)").check()
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (accept-process-output nil 0.3) (amacs-e2e-finish)").check()
+    assert run.shell == ("amacs> question one\n\nAnswer one.\n\namacs> question two\n\nAnswer two.\n\n"
+                         ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all).\namacs> ")
+    assert len(fake.requests) == 2  # resuming calls no model
