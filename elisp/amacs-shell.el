@@ -140,6 +140,23 @@ When the reply was streamed, check the streamed text and finish it."
           (setq amacs-shell--stream-start nil))
       (amacs-shell--insert (concat "\n" text "\n\n")))))
 
+(defun amacs-shell--append-output (proc text)
+  "Insert TEXT as output at PROC's mark, before anything typed after it.
+Cheaper than `comint-output-filter', which re-processes the whole
+current line: a streaming reply makes that line longer with each delta."
+  (with-current-buffer (process-buffer proc)
+    (let ((inhibit-read-only t)
+          (pmark (process-mark proc)))
+      (save-excursion
+        (goto-char pmark)
+        ;; Plain `insert': markers at this spot (where the stream started) stay put.
+        (insert (propertize text 'field 'output 'inhibit-line-move-field-capture t
+                            'front-sticky '(field inhibit-line-move-field-capture) 'rear-nonsticky t))
+        (set-marker pmark (point)))
+      (dolist (window (get-buffer-window-list (current-buffer) nil t))
+        (when (>= (window-point window) pmark)
+          (set-window-point window (point-max)))))))
+
 (defun amacs-shell--on-reply-delta (event)
   "Show the next piece of the reply in EVENT as it streams."
   (let ((proc (amacs-shell--process)))
@@ -148,7 +165,7 @@ When the reply was streamed, check the streamed text and finish it."
         (unless amacs-shell--stream-start
           (comint-output-filter proc "\n")
           (setq amacs-shell--stream-start (copy-marker (process-mark proc))))
-        (comint-output-filter proc (plist-get event :text))))))
+        (amacs-shell--append-output proc (plist-get event :text))))))
 
 (defun amacs-shell--on-reply-abandon (event)
   "Mark the streamed text as not the reply, for the reason in EVENT."

@@ -23,7 +23,11 @@
 (require 'amacs-agent)
 (require 'amacs-buffers)
 (require 'amacs-shell)
-(require 'amacs-hub)
+
+;; The hub loads magit-section and org; it is loaded when first opened, so
+;; a session that never opens it keeps a smaller heap (and shorter GCs).
+(autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
+(autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
 
 (defun amacs-restart ()
   "Restart the AMACS server; the shell stays."

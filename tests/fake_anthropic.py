@@ -177,11 +177,14 @@ class _Handler(BaseHTTPRequestHandler):
             "content_block_start",
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         )
+        sent = 0
         for piece in _split(reply.text, reply.chunks):
             self._event(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
             )
+            sent += len(piece)
+            self.server.fake.chunk_log.append((time.time(), sent))
             if reply.chunk_delay:
                 time.sleep(reply.chunk_delay)
         self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
@@ -236,6 +239,7 @@ class FakeAnthropic:
         self._script: deque[Reply] = deque()
         self._default = default or (lambda _body: Reply())
         self.requests: list[dict[str, Any]] = []
+        self.chunk_log: list[tuple[float, int]] = []  # (wall time, characters sent) per streamed delta
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

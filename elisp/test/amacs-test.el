@@ -9,6 +9,7 @@
 
 (require 'ert)
 (require 'amacs)
+(require 'amacs-hub)               ; autoloaded in use; loaded here for its tests
 
 ;;;; Eval (RFC v4 §7, EPIC-002 IMP-018)
 
