@@ -67,6 +67,11 @@
       (amacs-hub--line "  budget: $%.4f of $%.2f (%s pressure)"
                        (plist-get budget :cost-so-far) (plist-get budget :budget-limit)
                        (plist-get budget :pressure))
+      (let ((session (plist-get state :session)))
+        (amacs-hub--line "  session: %d in, %d out, cache %d read / %d written: $%.4f"
+                         (plist-get session :input-tokens) (plist-get session :output-tokens)
+                         (plist-get session :cache-read-tokens) (plist-get session :cache-write-tokens)
+                         (plist-get session :cost)))
       (amacs-hub--line "  model:  %s" (plist-get state :model))
       (insert "\n"))))
 

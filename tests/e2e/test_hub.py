@@ -57,6 +57,7 @@ def test_hub_renders_sections_and_acts_on_keys(fake, home):
     run = run_emacs(home, fake.url, PROGRAM).check()
     hub = grab(run.stdout, "HUB1")
     for expected in ("amacs-instance-1  tick 4  mood focused (0.80)", "budget: $0.0024 of $5.00 (low pressure)",
+                     "session: 400 in, 80 out, cache 0 read / 0 written: $0.0024",
                      "Threads (2)", "  a [active] First", "    buffer: *notes*", "    skill:  org-notes",
                      "  b [pending] Second", "Recent monologue", "[3] bound a skill", "Scratchpad", "[4] Plan",
                      "Last eval result", 'tick 3 ok: (:thread "a"', "Recent commits", "[TICK 4][a][focused]",
