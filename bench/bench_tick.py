@@ -55,10 +55,10 @@ def main() -> None:
     model_ms: list[float] = []
     original = rt.backend.complete
 
-    async def timed_complete(request, on_text=None, *, stream=True):
+    async def timed_complete(request, on_text=None, **options):
         t0 = time.perf_counter()
         try:
-            return await original(request, on_text, stream=stream)
+            return await original(request, on_text, **options)
         finally:
             model_ms.append((time.perf_counter() - t0) * 1000)
 
