@@ -400,6 +400,9 @@ Your input stays in the chat log; the tick is recorded as interrupted."
 (defvar amacs-shell-mode-map
   (let ((map (make-sparse-keymap)))
     (define-key map (kbd "RET") #'comint-send-input)
+    ;; As in ielm: C-j sends too.  Enter typed ahead while Emacs starts reaches
+    ;; it through the terminal's cooked mode as C-j, and must not be lost.
+    (define-key map (kbd "C-j") #'comint-send-input)
     (define-key map (kbd "S-<return>") #'amacs-shell-newline)
     (define-key map (kbd "C-c C-e") #'amacs-compose)
     (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)

@@ -239,6 +239,7 @@
   "RFC v4 §12 q2: S-RET inserts a newline, RET sends."
   (should (eq (lookup-key amacs-shell-mode-map (kbd "S-<return>")) #'amacs-shell-newline))
   (should (eq (lookup-key amacs-shell-mode-map (kbd "RET")) #'comint-send-input))
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "C-j")) #'comint-send-input)) ; type-ahead at start
   (let ((home (make-temp-file "amacs-home" t)) (sent nil))
     (amacs-test--with-shell home sent
       (goto-char (point-max))
