@@ -309,9 +309,15 @@ class Runtime:
             return
         agent_id, talk_id = self._user_reply
         self._user_reply = None
-        self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id))
+        asker = self.world.agents.get(agent_id)
+        if agent_id != PRIMARY and (asker is None or asker.state not in ("idle", "running")):
+            self._inbox.put_nowait(text)  # whoever asked is gone: the input is a new turn, not lost
+            return
+        self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
         self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
                               agent=self.world.identity(agent_id))
+        if agent_id == PRIMARY:
+            self.wake()  # a waiting turn wakes on it; an idle primary gets a turn for it
 
     def submit(self, text: str) -> None:
         """The person's input: to whoever asked them, else a new turn; returns at once."""

@@ -71,3 +71,28 @@ def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
         fake.stop()
         rt.ltm.close()
     assert sorted(e.content["reply"] for e in events) == ["r", "r", "r"]
+
+
+def test_an_answer_to_a_gone_agent_becomes_a_new_turn(tmp_path):
+    """Nothing the person types is lost: if the agent that asked is gone, the input is a turn."""
+    from amacs_server.config import load_config
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k"}), SilentFace())
+
+    async def run():
+        rt._inbox = asyncio.Queue()
+        rt.expect_user_reply("task-9", 1)  # no such agent (any more)
+        rt._route_input("my answer")
+        assert rt._inbox.get_nowait() == "my answer"
+        rt.expect_user_reply("primary", 4)
+        rt._route_input("for the primary")
+        events = rt.world.bus.drain("primary")
+        assert [(e.content, e.talk_id) for e in events] == [("for the primary", 4)]
+        assert rt._inbox.get_nowait() is None  # and the primary is woken for it
+
+    try:
+        asyncio.run(run())
+    finally:
+        rt.ltm.close()
