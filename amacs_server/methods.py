@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
 T = TypeVar("T")
+log = logging.getLogger("amacs.methods")
 LOOP_CALL_TIMEOUT = 5.0
 
 
@@ -34,6 +36,16 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
     return future.result(LOOP_CALL_TIMEOUT)
 
 
+def _price_entry(entry: Any) -> tuple[str, Price] | None:
+    """One `amacs-price-table' row, or None (logged) when it is malformed."""
+    try:
+        return entry["model"], Price(float(entry["input"]), float(entry["output"]),
+                                     float(entry["cache_write"]), float(entry["cache_read"]))
+    except (TypeError, KeyError, ValueError):
+        log.warning("ignoring a malformed amacs-price-table entry: %r", entry)
+        return None
+
+
 def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     """Register every method Emacs may call."""
 
@@ -42,9 +54,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             rt.settings.max_steps = settings["max_steps"]
         prices = settings.get("prices")
         if isinstance(prices, list):
-            rt.prices = {p["model"]: Price(float(p["input"]), float(p["output"]), float(p["cache_write"]),
-                                           float(p["cache_read"]))
-                         for p in prices if isinstance(p, dict) and isinstance(p.get("model"), str)}
+            rt.prices = dict(filter(None, map(_price_entry, prices)))
         if isinstance(settings.get("eval_timeout"), int | float) and settings["eval_timeout"] > 0:
             rt.settings.eval_timeout = float(settings["eval_timeout"])
             face.eval_timeout = rt.settings.eval_timeout

@@ -110,3 +110,13 @@ def test_no_token_no_server(tmp_path):
     out = subprocess.run([sys.executable, "-m", "amacs_server"], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert out.stdout.startswith("AMACS server error: AMACS_TOKEN is not set")
+
+
+def test_a_malformed_price_table_is_ignored_not_fatal(server):
+    _proc, port = server
+    sock = connect(port)
+    bad = [Symbol(":eval-timeout"), 5, Symbol(":prices"), [[Symbol(":model"), "x", Symbol(":input"), "cheap"]]]
+    send(sock, "call", 1, Symbol("hello"), [TOKEN, os.getpid(), bad])
+    assert recv(sock)[0] == Symbol("return")
+    send(sock, "call", 2, Symbol("ping"), ["still here"])
+    assert recv(sock) == [Symbol("return"), 2, "still here"]

@@ -83,6 +83,12 @@ class AmacsHandler(ThreadingEPCHandler):
                 pass
         except (RuntimeError, ValueError, OSError) as err:  # a closed or garbled stream
             log.info("connection ended: %r", err)
+        except Exception as err:  # noqa: BLE001 - the peer is told; the server goes on
+            log.exception("connection failed")
+            try:
+                self._send("epc-error", 0, f"server error: {err!r}")
+            except Exception:  # noqa: BLE001
+                pass
         finally:
             server.connection_closed(self)
 
