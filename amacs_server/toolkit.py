@@ -13,8 +13,8 @@ class ToolError(ValueError):
     """A brain-tool call that failed; the message is for the agent."""
 
 
-def refusals(*kinds: type[Exception]) -> Callable[[F], F]:
-    """Turn the rule errors KINDS raised inside a tool into :class:`ToolError`."""
+def refusals(*kinds: type[Exception], prefix: str = "") -> Callable[[F], F]:
+    """Turn the rule errors KINDS raised inside a tool into :class:`ToolError` (message after PREFIX)."""
 
     def wrap(fn: F) -> F:
         @functools.wraps(fn)
@@ -22,7 +22,7 @@ def refusals(*kinds: type[Exception]) -> Callable[[F], F]:
             try:
                 return fn(*args)
             except kinds as err:
-                raise ToolError(str(err)) from err
+                raise ToolError(f"{prefix}{err}") from err
 
         return tool  # type: ignore[return-value]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..toolkit import ToolError, options, refusals
+from ..toolkit import options, refusals
 from .talk import Overloaded
 from .world import AgentError
 
@@ -16,20 +16,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 _refusals = refusals(AgentError)
-
-
-def _overload(fn: Any) -> Any:
-    """An overload is reported as such, so the agent knows to back off."""
-
-    def tool(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Overloaded as err:
-            raise ToolError(f"overloaded: {err}") from err
-
-    tool.__name__ = fn.__name__
-    tool.__doc__ = fn.__doc__
-    return tool
+_overload = refusals(Overloaded, prefix="overloaded: ")  # said as such, so the agent backs off
 
 
 def _eval_id(value: Any) -> int | None:
