@@ -30,9 +30,11 @@
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
 
 (defun amacs-restart ()
-  "Restart the AMACS server; the shell stays."
+  "Restart the AMACS server; the shell stays.
+A tick in progress gets two seconds to finish; your input is on disk anyway."
   (interactive)
-  (amacs-stop-server)
+  (let ((amacs-stop-grace (min amacs-stop-grace 2)))
+    (amacs-stop-server))
   (amacs-when-ready #'ignore))
 
 (provide 'amacs)
