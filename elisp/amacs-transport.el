@@ -225,7 +225,12 @@ Does nothing if a server is already starting or connected."
       (amacs--say "AMACS server stopped (%s). Your input is saved; type to restart it, or M-x amacs-restart. Log: %s"
                   (string-trim event)
                   (expand-file-name "logs/server.log"
-                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent"))))
+                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+      (run-hooks 'amacs-disconnect-hook)
+      ;; Input typed after the connection dropped but before this sentinel ran
+      ;; is waiting for a server: start one, or it would wait for ever.
+      (when amacs--on-ready
+        (amacs-start-server)))
     (when (buffer-live-p (process-buffer proc))
       (kill-buffer (process-buffer proc)))))
 

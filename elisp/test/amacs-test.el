@@ -301,5 +301,26 @@
       (delete-other-windows)
       (delete-file file))))
 
+(ert-deftest amacs-test-input-waiting-when-the-server-dies-restarts-it ()
+  "Input queued between the connection dropping and the server's sentinel is not stranded."
+  (let* ((proc (start-process "amacs-test-dying" nil "true"))
+         (amacs--server-process proc)
+         (amacs--on-ready (list #'ignore))
+         (amacs-transport-message-function #'ignore)
+         (started 0))
+    (while (process-live-p proc) (accept-process-output proc 0.05))
+    (cl-letf (((symbol-function 'amacs-start-server) (lambda () (setq started (1+ started)))))
+      (amacs--server-sentinel proc "killed\n"))
+    (should (= started 1))
+    (should-not amacs--server-process)
+    ;; With nothing waiting, a dead server is not restarted by itself.
+    (let* ((proc2 (start-process "amacs-test-dying" nil "true"))
+           (amacs--server-process proc2)
+           (amacs--on-ready nil))
+      (while (process-live-p proc2) (accept-process-output proc2 0.05))
+      (cl-letf (((symbol-function 'amacs-start-server) (lambda () (setq started (1+ started)))))
+        (amacs--server-sentinel proc2 "killed\n"))
+      (should (= started 1)))))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here
