@@ -20,7 +20,7 @@ from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
-from .memory.active import ActiveMemory
+from .memory.active import ActiveMemory, tick_of
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
@@ -186,7 +186,7 @@ class Runtime:
             "notice": None if self.config.has_credentials else self.config.missing_key_message(),
             "home": str(self.config.home),
             "interrupted": self.memory.last_chat_interrupted(),
-            "recent": [{"tick": int(i.mem_id.name.split(".")[1]), "human": i.content.get("human"),
+            "recent": [{"tick": tick_of(i), "human": i.content.get("human"),
                         "agent": i.content.get("agent")} for i in self.memory.chat[-10:]],
         }
 
@@ -208,9 +208,9 @@ class Runtime:
                        "pressure": c.budget.pressure},
             "session": self.session_tally.to_dict(),
             "threads": threads,
-            "monologue": [{"tick": int(i.mem_id.name.split(".")[1]), "text": i.content}
+            "monologue": [{"tick": tick_of(i), "text": i.content}
                           for i in self.memory.monologue[-count:]],
-            "scratchpad": [{"tick": int(i.mem_id.name.split(".")[1]), "heading": i.content["heading"],
+            "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
                             "thread": i.content["thread"]} for i in self.memory.scratchpad[-count:]],
             "last_eval": {"tick": self.last_eval[0], **self.last_eval[1].to_dict()} if self.last_eval else None,
             "commits": [{"sha": sha, "subject": subject} for sha, subject in self.repo.recent(count)],

@@ -78,6 +78,11 @@ def handle_for(item: MemoryItem) -> MemoryItem:
                       {"evicted": True, "kind": item.kind.value, "preview": preview}, item.created_at_ms)
 
 
+def tick_of(item: MemoryItem) -> int:
+    """The tick in the name of a per-tick item (``chat.12``, ``monologue.12``, ``scratchpad.12``)."""
+    return int(item.mem_id.name.rsplit(".", 1)[1])
+
+
 def slug(text: str) -> str:
     """TEXT as a MemId name part: lowercase, other characters as '-'."""
     out = re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.") or "x"
@@ -215,7 +220,7 @@ class ActiveMemory:
                 thread_notes.append(item)
             if len(global_notes) >= c.global_scratchpad_depth and len(thread_notes) >= c.thread_scratchpad_depth:
                 break
-        shown = sorted(global_notes + thread_notes, key=lambda i: int(i.mem_id.name[len(SCRATCHPAD_PREFIX):]))
+        shown = sorted(global_notes + thread_notes, key=tick_of)
         return [self._shown(i) for i in shown]
 
     def put_thread(self, content: dict[str, Any]) -> MemoryItem:
@@ -229,9 +234,7 @@ class ActiveMemory:
 
     def _current(self, name: str, tier: Tier, kind: Kind, content: Any) -> MemoryItem:
         """The latest item NAME if its content is CONTENT, else a new version holding it."""
-        latest = self._views.get(name)
-        if latest is None and self.ltm.latest_version(self.mem_id(name).base) is not None:
-            latest = self.ltm.get(self.mem_id(name))
+        latest = self._views.get(name) or self.ltm.find(self.mem_id(name))
         if latest is None or latest.content != content:
             latest = self._new(name, tier, kind, content)
         self._views[name] = latest
@@ -363,8 +366,7 @@ class ActiveMemory:
         depth = c.chat_context_depth
         pending: MemoryItem | None = None
         for item in reversed(self.chat):  # walk back only as far as the depth needs
-            tick = int(item.mem_id.name[len(CHAT_PREFIX):])
-            if tick == self.pending_tick:
+            if tick_of(item) == self.pending_tick:
                 pending = item
                 continue
             if len(window) >= depth:
@@ -405,13 +407,12 @@ class ActiveMemory:
         """
         with self.ltm.transaction():
             for name in (*STATE_TIERS, CLOCK, EVAL_RESULT):
-                base = self.mem_id(name).base
-                if self.ltm.latest_version(base) is not None:
-                    self.state[name] = self.ltm.get(self.mem_id(name))
+                stored = self.ltm.find(self.mem_id(name))
+                if stored is not None:
+                    self.state[name] = stored
             self.sync_state(c)
             for tick, human, agent in chat:
-                base = self.mem_id(f"{CHAT_PREFIX}{tick}").base
-                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                stored = self.ltm.find(self.mem_id(f"{CHAT_PREFIX}{tick}"))
                 content: dict[str, Any] = {"human": human} if human is not None else {}
                 content["agent"] = agent
                 if human is not None and agent is None:
@@ -422,15 +423,13 @@ class ActiveMemory:
                     self._chat_index[tick] = len(self.chat)
                     self.chat.append(stored)
             for tick, line in monologue:
-                base = self.mem_id(f"{MONOLOGUE_PREFIX}{tick}").base
-                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                stored = self.ltm.find(self.mem_id(f"{MONOLOGUE_PREFIX}{tick}"))
                 if stored is None:
                     self.add_monologue(tick, line)
                 else:
                     self.monologue.append(stored)
             for tick, heading, thread, text in scratchpad:
-                base = self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}").base
-                stored = self.ltm.get(MemId.from_base(base)) if self.ltm.latest_version(base) else None
+                stored = self.ltm.find(self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}"))
                 if stored is None:
                     self.add_scratchpad(tick, heading, thread, text)
                 else:

@@ -152,6 +152,16 @@ class LongTermMemory:
 
     def get(self, mem_id: MemId) -> MemoryItem:
         """The version MEM_ID names, or the latest when it names none."""
+        item = self.find(mem_id)
+        if item is None:
+            latest = self.latest_version(mem_id.base)
+            if latest is None:
+                raise LtmError(f"no memory item {mem_id.at(None)}")
+            raise LtmError(f"{mem_id} does not exist; versions 1..{latest} do")
+        return item
+
+    def find(self, mem_id: MemId) -> MemoryItem | None:
+        """Like :meth:`get`, but None when there is no such item (one query)."""
         if mem_id.version is None:
             row = self.db.execute(
                 "SELECT base, version, tier, kind, created_at_ms, content FROM items WHERE base=? "
@@ -160,12 +170,7 @@ class LongTermMemory:
             row = self.db.execute(
                 "SELECT base, version, tier, kind, created_at_ms, content FROM items WHERE base=? AND version=?",
                 (mem_id.base, mem_id.version)).fetchone()
-        if row is None:
-            latest = self.latest_version(mem_id.base)
-            if latest is None:
-                raise LtmError(f"no memory item {mem_id.at(None)}")
-            raise LtmError(f"{mem_id} does not exist; versions 1..{latest} do")
-        return self._item(row)
+        return self._item(row) if row is not None else None
 
     def latest_version(self, base: str) -> int | None:
         """The newest version number of BASE, or None."""
