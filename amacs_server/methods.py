@@ -74,6 +74,13 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         face.deliver(rid, result)
         return True
 
+    def eval_hold(rid: Any, holding: Any) -> bool:
+        """Emacs asks the person about eval RID: its time limit waits (HOLDING), or restarts."""
+        if not isinstance(rid, int):
+            raise ValueError("eval_hold takes a request id and a flag")
+        face.hold(rid, bool(holding))
+        return True
+
     def set_budget(limit: Any) -> float:
         """The person raises (or lowers) the budget limit, in dollars."""
         if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
@@ -143,6 +150,8 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     for name, fn in {
         "submit": submit,
         "emacs_reply": emacs_reply,
+        "eval_hold": eval_hold,
+        "person_add_buffer": brain_tool(work_tools.person_add_buffer),
         "status": status,
         "interrupt": interrupt,
         "set_budget": set_budget,

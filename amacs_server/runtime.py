@@ -265,6 +265,8 @@ class Runtime:
                 self._wake_queued = False
                 if not self.world.bus.pending(PRIMARY):
                     continue
+            else:
+                self.face.input_taken()
             self._turn_running = True
             self._turn_task = self.loop.create_task(run_turn(self, text))
             try:
@@ -314,6 +316,7 @@ class Runtime:
             self._inbox.put_nowait(text)  # whoever asked is gone: the input is a new turn, not lost
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
+        self.face.input_taken()
         self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
                               agent=self.world.identity(agent_id))
         if agent_id == PRIMARY:

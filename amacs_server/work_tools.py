@@ -48,6 +48,25 @@ def thread_add_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any
     return _echo(rt, rt.threads.add_buffer(thread_id, buffer))
 
 
+PERSON_THREAD = "main"
+
+
+@_refusals
+def person_add_buffer(rt: Runtime, buffer: Any) -> dict[str, Any]:
+    """The person adds BUFFER (`M-x amacs-add-buffer') to the active thread; with none
+    active, to the thread ``main``, opened (or focused) for it."""
+    if rt.threads.active is None:
+        if PERSON_THREAD in rt.threads.open:
+            _echo(rt, rt.threads.switch(PERSON_THREAD))
+        else:
+            _echo(rt, rt.threads.create(PERSON_THREAD, "what the person is working on", None,
+                                        rt.consciousness.current_tick))
+    assert rt.threads.active is not None
+    answer = _echo(rt, rt.threads.add_buffer(rt.threads.active, buffer))
+    rt.transcript.write("person_add_buffer", {"thread": rt.threads.active, "buffer": buffer})
+    return answer
+
+
 @_refusals
 def thread_remove_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any]:
     """Remove BUFFER from THREAD_ID."""

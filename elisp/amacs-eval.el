@@ -121,11 +121,61 @@ limit or \\[keyboard-quit]) all come back as :error."
                        (seq-difference (buffer-list) before))))
     outcome))
 
+(defcustom amacs-eval-confirm nil
+  "Whether you approve each eval of the agent before it runs.
+nil: never ask.  t: ask y/n before every eval.  A function: called
+with the form (a string) and the agent's id; when it returns non-nil,
+you are asked.  A declined eval reaches the agent as an error result,
+\"the person declined this eval\"; while you decide, the eval's time
+limit does not run."
+  :type '(choice (const :tag "Never ask" nil)
+                 (const :tag "Ask before every eval" t)
+                 (function :tag "Ask when this returns non-nil"))
+  :group 'amacs)
+
+(defconst amacs-eval-declined "the person declined this eval"
+  "The error a declined eval reports to the agent.")
+
+(defvar amacs-eval-start-functions nil
+  "Functions called with the eval event before the agent's form runs.")
+
+(defvar amacs-eval-done-functions nil
+  "Functions called with the eval event and its result plist after it ran.")
+
+(defun amacs--eval-needs-confirm-p (form agent)
+  "Return non-nil when `amacs-eval-confirm' asks about FORM from AGENT."
+  (cond ((functionp amacs-eval-confirm) (funcall amacs-eval-confirm form agent))
+        (t amacs-eval-confirm)))
+
+(defun amacs--eval-approved-p (event)
+  "Ask the person whether the eval in EVENT may run; the time limit waits."
+  (let ((id (plist-get event :id))
+        (form (plist-get event :form)))
+    (when (amacs-live-p) (amacs-call 'eval_hold (list id t)))
+    (unwind-protect
+        (condition-case nil
+            (y-or-n-p (format "AMACS: %s wants to eval %s  Run it? "
+                              (or (plist-get event :agent) "primary")
+                              (truncate-string-to-width
+                               (replace-regexp-in-string "[ \t\n]+" " " form) 200 nil nil "…")))
+          (quit nil))
+      (when (amacs-live-p) (amacs-call 'eval_hold (list id nil))))))
+
 (defun amacs--handle-eval-event (event)
-  "Evaluate the form in EVENT for its agent and send the result to the server."
-  (let ((result (let ((amacs-current-agent (or (plist-get event :agent) "primary"))
-                      (amacs-current-eval (plist-get event :id)))
-                  (amacs--eval-form (plist-get event :form)))))
+  "Evaluate the form in EVENT for its agent and send the result to the server.
+Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
+  (let* ((agent (or (plist-get event :agent) "primary"))
+         (form (plist-get event :form))
+         (result nil))
+    (run-hook-with-args 'amacs-eval-start-functions event)
+    (setq result
+          (if (and (amacs--eval-needs-confirm-p form agent)
+                   (not (amacs--eval-approved-p event)))
+              (list :success nil :error amacs-eval-declined)
+            (let ((amacs-current-agent agent)
+                  (amacs-current-eval (plist-get event :id)))
+              (amacs--eval-form form))))
+    (run-hook-with-args 'amacs-eval-done-functions event result)
     (when (amacs-live-p)
       (amacs-call 'emacs_reply (list (plist-get event :id) result)))))
 

@@ -3,10 +3,7 @@
 ;; Copyright (C) 2026 AMACS developers
 
 ;; Author: AMACS developers
-;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
 ;; Keywords: tools, ai
-;; URL: https://example.invalid/amacs
 
 ;; This file is not part of GNU Emacs.
 
@@ -15,16 +12,37 @@
 ;; The person's window onto the agent (RFC v4 §2.1, §9.1): a comint
 ;; buffer with a dummy process, as in ielm.  RET hands the input to the
 ;; server and returns at once; the agent's reply appears when it comes.
-;; Only the reply is shown; mood, confidence and eval stay internal.
+;;
+;; The buffer is always laid out the same way:
+;;
+;;   output ...            replies, eval lines, notes; grows at `amacs-shell--out'
+;;   footer                one line per working subagent, then queued inputs
+;;   amacs> input          the prompt (read-only) and what the person types
+;;
+;; Everything the agent says goes in at `amacs-shell--out', before the
+;; footer, so what the person is typing is never touched: not while a
+;; reply streams, not when it ends.  Input sent while the agent works is
+;; shown in the footer as queued, and moves into the output when the
+;; agent takes it.  A window (or point) in the input area keeps its place
+;; relative to the end of the buffer, so it follows the output and ends
+;; at the prompt, as in comint; one that was moved up to read stays put.
+;;
+;; A streamed reply is a region of its own.  When the reply is complete it
+;; is replaced by its org rendering; when the turn fails, the server goes,
+;; or the person interrupts, what streamed is marked as discarded.  Nothing
+;; outside that region is ever deleted.
 
 ;;; Code:
 
 (require 'comint)
+(require 'seq)
 (require 'amacs-transport)
 (require 'amacs-eval)
+(require 'amacs-render)
 
 (declare-function amacs-hub "amacs-hub")
 (declare-function amacs-open-chat-log "amacs-hub")
+(declare-function amacs-cancel-waiting "amacs-transport")
 
 (defcustom amacs-shell-prompt "amacs> "
   "Prompt of the AMACS shell."
@@ -41,13 +59,18 @@
   :type 'integer
   :group 'amacs)
 
-(defface amacs-shell-resumed '((t :inherit shadow))
-  "Face of the earlier exchanges a new shell shows."
-  :group 'amacs)
-
 (defcustom amacs-shell-history-size 1000
   "Inputs kept in the shell's history, which persists across sessions."
   :type 'integer
+  :group 'amacs)
+
+(defcustom amacs-shell-eval-preview-chars 60
+  "Characters of an eval's form and result shown on its one-line summary."
+  :type 'integer
+  :group 'amacs)
+
+(defface amacs-shell-resumed '((t :inherit shadow))
+  "Face of the earlier exchanges a new shell shows."
   :group 'amacs)
 
 (defface amacs-shell-annotation '((t :inherit font-lock-comment-face))
@@ -70,199 +93,461 @@
   "Face of one-line status notes, such as API retries."
   :group 'amacs)
 
+(defface amacs-shell-queued '((t :inherit shadow :slant italic))
+  "Face of input sent while the agent works, until the agent takes it."
+  :group 'amacs)
+
+(defface amacs-shell-eval '((t :inherit font-lock-function-name-face))
+  "Face of the summary line of an eval the agent ran."
+  :group 'amacs)
+
+(defface amacs-shell-eval-error '((t :inherit error))
+  "Face of the summary line of an eval that failed or was declined."
+  :group 'amacs)
+
+(defface amacs-shell-agent '((t :inherit font-lock-type-face))
+  "Face of the footer lines of working subagents."
+  :group 'amacs)
+
 (defvar amacs-shell-busy nil
   "Non-nil while the agent works on a turn.")
+
+(defvar amacs-shell--out nil
+  "Marker where output goes: the end of the output, the start of the footer.")
+
+(defvar amacs-shell--prompt-start nil
+  "Marker at the start of the prompt (the process mark is at its end).")
 
 (defvar amacs-shell--stream-start nil
   "Marker where the reply being streamed starts, or nil.")
 
+(defvar amacs-shell--stream-end nil
+  "Marker where the reply being streamed ends, or nil.")
+
+(defvar amacs-shell--last-reply nil
+  "The text of the agent's last reply, for `amacs-shell-copy-reply'.")
+
+(defvar amacs-shell--eval-count 0
+  "Evals shown so far; names each one's invisibility symbol.")
+
+(defvar amacs-shell--agents nil
+  "The subagents at work, as the server last reported them.")
+
+;;;; The buffer: output, footer, prompt
+
 (defun amacs-shell--buffer ()
   "Return the live shell buffer, or nil."
-  (get-buffer amacs-shell-buffer-name))
+  (let ((buf (get-buffer amacs-shell-buffer-name)))
+    (and (buffer-live-p buf)
+         (with-current-buffer buf (derived-mode-p 'amacs-shell-mode))
+         buf)))
 
 (defun amacs-shell--process ()
   "Return the dummy process of the shell buffer, or nil."
   (let ((buf (amacs-shell--buffer)))
     (and buf (get-buffer-process buf))))
 
-(defun amacs-shell--prompt-start (proc)
-  "Return the start of the idle prompt before PROC's mark, or nil."
-  (let* ((pmark (marker-position (process-mark proc)))
-         (start (- pmark (length amacs-shell-prompt))))
-    (and (not amacs-shell-busy)
-         (>= start (point-min))
-         (string= (buffer-substring-no-properties start pmark) amacs-shell-prompt)
-         start)))
+(defmacro amacs-shell--editing (&rest body)
+  "Run BODY in the shell buffer, keeping the person's place.
+Point and every window whose point is at or after the output marker,
+in the footer, prompt or input, keep their distance from the end of
+the buffer, and such windows scroll so the prompt stays visible.
+Windows and point before the marker stay where they are.  Returns
+BODY's value, or nil without a shell."
+  (declare (indent 0) (debug t))
+  `(let ((buf (amacs-shell--buffer)))
+     (when buf
+       (with-current-buffer buf
+         (let* ((out (marker-position amacs-shell--out))
+                (follow (delq nil (mapcar (lambda (w)
+                                            (and (>= (window-point w) out)
+                                                 (cons w (- (point-max) (window-point w)))))
+                                          (get-buffer-window-list buf nil t))))
+                (tail (and (>= (point) out) (- (point-max) (point))))
+                (value (let ((inhibit-read-only t))
+                         (save-excursion ,@body))))
+           (when tail (goto-char (- (point-max) tail)))
+           (dolist (entry follow)
+             (let ((w (car entry)))
+               (set-window-point w (- (point-max) (cdr entry)))
+               (unless (pos-visible-in-window-p (point-max) w)
+                 (with-selected-window w (recenter -1)))))
+           value)))))
+
+(defun amacs-shell--output-props (text)
+  "TEXT marked as output, a field of its own that \\[beginning-of-line] skips."
+  (propertize text 'field 'output 'inhibit-line-move-field-capture t
+              'front-sticky '(field inhibit-line-move-field-capture) 'rear-nonsticky t))
+
+(defun amacs-shell--insert-output (text)
+  "Insert TEXT at the output marker (in the shell buffer, inside the edit).
+A reply streaming there stays before it."
+  (let ((stream amacs-shell--stream-end))
+    (when stream (set-marker-insertion-type stream nil))
+    (goto-char amacs-shell--out)
+    (insert (amacs-shell--output-props text))
+    (when stream (set-marker-insertion-type stream t))))
+
+(defun amacs-shell--fresh-line (&optional blank)
+  "Make the output end with a newline; with BLANK, with an empty line."
+  (let ((pos (marker-position amacs-shell--out)))
+    (unless (<= pos (point-min))
+      (unless (eq (char-before pos) ?\n) (amacs-shell--insert-output "\n"))
+      (when (and blank (> (1- amacs-shell--out) (point-min))
+                 (not (eq (char-before (1- amacs-shell--out)) ?\n)))
+        (amacs-shell--insert-output "\n")))))
+
+(defun amacs-shell--output (text &optional face blank)
+  "Show TEXT (in FACE) on lines of its own in the output.
+With BLANK, set it off by an empty line."
+  (amacs-shell--editing
+    (amacs-shell--fresh-line blank)
+    (amacs-shell--insert-output
+     (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
+       (if face (propertize text 'font-lock-face face) text)))))
 
 (defun amacs-shell--insert (text &optional face)
-  "Insert TEXT (in FACE) into the shell, above the prompt when it is idle.
-Whatever the person has typed after the prompt stays where it is."
-  (let ((proc (amacs-shell--process)))
-    (when proc
-      (with-current-buffer (process-buffer proc)
-        (let* ((text (if (string-suffix-p "\n" text) text (concat text "\n")))
-               (text (if face (propertize text 'font-lock-face face) text))
-               (prompt-start (amacs-shell--prompt-start proc)))
-          (if (not prompt-start)
-              (comint-output-filter proc text)
-            (let ((inhibit-read-only t))
-              (delete-region prompt-start (process-mark proc)))
-            (set-marker (process-mark proc) prompt-start)
-            (comint-output-filter proc text)
-            (comint-output-filter proc amacs-shell-prompt)))))))
-
-(defun amacs-shell--prompt ()
-  "Show the prompt again."
-  (let ((proc (amacs-shell--process)))
-    (when proc
-      (with-current-buffer (process-buffer proc)
-        (comint-output-filter proc amacs-shell-prompt)))))
+  "Show TEXT (in FACE) in the shell's output, above the footer and the prompt.
+Whatever the person has typed stays where it is."
+  (amacs-shell--output text face))
 
 (defun amacs-shell--note (text)
   "Show TEXT as a note in the shell, or in the echo area without a shell."
-  (if (amacs-shell--process)
-      (amacs-shell--insert (concat ";; " text) 'amacs-shell-annotation)
+  (if (amacs-shell--buffer)
+      (amacs-shell--output (concat ";; " text) 'amacs-shell-annotation)
     (message "%s" text)))
 
-(defun amacs-shell--on-reply (event)
-  "Show the reply in EVENT, set off by blank lines as in RFC v4 §9.1.
-When the reply was streamed, check the streamed text and finish it."
-  (let ((text (string-trim (plist-get event :text)))
-        (proc (amacs-shell--process)))
-    (if (and (plist-get event :streamed) amacs-shell--stream-start proc)
-        (with-current-buffer (process-buffer proc)
-          (let ((shown (buffer-substring-no-properties amacs-shell--stream-start (process-mark proc))))
-            (unless (equal (string-trim shown) text) ; the stream missed something: show the reply
-              (let ((inhibit-read-only t))
-                (delete-region amacs-shell--stream-start (process-mark proc)))
-              (comint-output-filter proc text)))
-          (comint-output-filter proc "\n\n")
-          (setq amacs-shell--stream-start nil))
-      (amacs-shell--insert (concat "\n" text "\n\n")))))
+(defun amacs-shell--insert-prompt ()
+  "Put a fresh prompt at the end of the buffer; the process mark after it."
+  (let ((start (point-max)))
+    (amacs-shell--insert-footer
+     start (propertize amacs-shell-prompt
+                       'font-lock-face 'comint-highlight-prompt
+                       'field 'output 'inhibit-line-move-field-capture t
+                       'read-only t 'front-sticky '(read-only field) 'rear-nonsticky t))
+    (set-marker amacs-shell--prompt-start start))
+  (set-marker (process-mark (get-buffer-process (current-buffer))) (point-max)))
 
-(defun amacs-shell--append-output (proc text)
-  "Insert TEXT as output at PROC's mark, before anything typed after it.
-Cheaper than `comint-output-filter', which re-processes the whole
-current line: a streaming reply makes that line longer with each delta."
-  (with-current-buffer (process-buffer proc)
-    (let ((inhibit-read-only t)
-          (pmark (process-mark proc)))
-      (save-excursion
-        (goto-char pmark)
-        ;; Plain `insert': markers at this spot (where the stream started) stay put.
-        (insert (propertize text 'field 'output 'inhibit-line-move-field-capture t
-                            'front-sticky '(field inhibit-line-move-field-capture) 'rear-nonsticky t))
-        (set-marker pmark (point)))
-      (dolist (window (get-buffer-window-list (current-buffer) nil t))
-        (when (>= (window-point window) pmark)
-          (set-window-point window (point-max)))))))
+(defun amacs-shell--insert-footer (pos text)
+  "Insert TEXT at POS in the footer; the output and stream stay before it."
+  (let ((out (marker-position amacs-shell--out))
+        (stream (and amacs-shell--stream-end (marker-position amacs-shell--stream-end))))
+    (goto-char pos)
+    (insert text)
+    (set-marker amacs-shell--out out)
+    (when stream (set-marker amacs-shell--stream-end stream))))
+
+;;;; Streaming replies
 
 (defun amacs-shell--on-reply-delta (event)
   "Show the next piece of the reply in EVENT as it streams."
-  (let ((proc (amacs-shell--process)))
-    (when proc
-      (with-current-buffer (process-buffer proc)
-        (unless amacs-shell--stream-start
-          (comint-output-filter proc "\n")
-          (setq amacs-shell--stream-start (copy-marker (process-mark proc))))
-        (amacs-shell--append-output proc (plist-get event :text))))))
+  (amacs-shell--stream (plist-get event :text)))
+
+(defun amacs-shell--stream (text)
+  "Append TEXT to the reply being streamed, opening its region if needed."
+  (amacs-shell--set-state 'streaming)
+  (amacs-shell--editing
+    (unless amacs-shell--stream-start
+      ;; The region ends before a newline of its own, so the footer and the
+      ;; prompt stay on lines of their own while the reply grows.
+      (amacs-shell--fresh-line t)
+      (let ((pos (marker-position amacs-shell--out)))
+        (amacs-shell--insert-output "\n")
+        (setq amacs-shell--stream-start (copy-marker pos nil)
+              amacs-shell--stream-end (copy-marker pos t))))
+    (goto-char amacs-shell--stream-end)
+    (insert (amacs-shell--output-props text))))
+
+(defun amacs-shell--stream-close ()
+  "Forget the streamed region (markers detached); return (START . END) or nil."
+  (when amacs-shell--stream-start
+    (prog1 (cons (marker-position amacs-shell--stream-start)
+                 (marker-position amacs-shell--stream-end))
+      (set-marker amacs-shell--stream-start nil)
+      (set-marker amacs-shell--stream-end nil)
+      (setq amacs-shell--stream-start nil amacs-shell--stream-end nil))))
+
+(defun amacs-shell--discard-stream (reason)
+  "Mark the streamed text, if any, as not the reply, for REASON."
+  (when (and amacs-shell--stream-start (amacs-shell--buffer))
+    (amacs-shell--editing
+      (let ((region (amacs-shell--stream-close)))
+        (add-text-properties (car region) (cdr region)
+                             '(font-lock-face amacs-shell-abandoned))))
+    (amacs-shell--output (format ";; (the text above was discarded: %s)" reason)
+                         'amacs-shell-annotation)))
 
 (defun amacs-shell--on-reply-abandon (event)
   "Mark the streamed text as not the reply, for the reason in EVENT."
-  (let ((proc (amacs-shell--process)))
-    (when (and proc amacs-shell--stream-start)
-      (with-current-buffer (process-buffer proc)
-        (let ((inhibit-read-only t))
-          (add-text-properties amacs-shell--stream-start (process-mark proc)
-                               '(font-lock-face amacs-shell-abandoned face amacs-shell-abandoned)))
-        (setq amacs-shell--stream-start nil)
-        (comint-output-filter proc "\n")
-        (amacs-shell--insert (format ";; (the text above was discarded: %s)" (plist-get event :reason))
-                             'amacs-shell-annotation)))))
+  (amacs-shell--discard-stream (plist-get event :reason)))
 
-(defun amacs-shell--on-annotation (event)
-  "Show the one-line note in EVENT in its kind's face."
-  (amacs-shell--insert
-   (concat ";; " (plist-get event :text))
-   (pcase (plist-get event :kind)
-     ("warning" 'amacs-shell-warning)
-     ("error" 'amacs-shell-error)
-     ("status" 'amacs-shell-status)
-     (_ 'amacs-shell-annotation))))
+(defun amacs-shell--on-reply (event)
+  "Show the reply in EVENT rendered as org, set off by blank lines.
+A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
+  (let* ((text (string-trim (or (plist-get event :text) "")))
+         (shown (amacs-render-org text)))
+    (setq amacs-shell--last-reply text)
+    (amacs-shell--editing
+      (let ((region (and (plist-get event :streamed) (amacs-shell--stream-close))))
+        (if region
+            (progn (delete-region (car region) (cdr region))
+                   (goto-char (car region))
+                   (insert (amacs-shell--output-props shown)))
+          (when amacs-shell--stream-start     ; a stream that this reply does not finish
+            (amacs-shell--discard-stream "not the reply"))
+          (amacs-shell--fresh-line t)
+          (amacs-shell--insert-output shown))
+        (amacs-shell--fresh-line t)))))
 
-(defun amacs-shell--on-turn-done (_event)
-  "The agent waits for the person: give the prompt back."
-  (setq amacs-shell-busy nil)
-  (amacs-shell--prompt))
+;;;; Eval lines (the agent's actions, where they happened)
 
-(amacs-on-event "reply" #'amacs-shell--on-reply)
-(amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
-(amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
-(amacs-on-event "annotation" #'amacs-shell--on-annotation)
-(amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
-(amacs-on-event "turn-start" (lambda (_event) (setq amacs-shell-busy t)))
+(defun amacs-shell--one-line (text limit)
+  "TEXT on one line, cut to LIMIT characters."
+  (truncate-string-to-width (string-trim (replace-regexp-in-string "[ \t\n]+" " " text))
+                            limit nil nil "…"))
 
-(defvar-local amacs-shell--resumed nil
-  "Non-nil once this shell has shown the earlier exchanges.")
+(defun amacs-shell--eval-start (event)
+  "Show the eval in EVENT as a summary line that `amacs-shell-toggle' expands."
+  (if (not (member (or (plist-get event :agent) "primary") '("primary")))
+      (amacs-shell--agent-doing (plist-get event :agent)
+                                (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
+    (amacs-shell--set-state 'eval)
+    (let* ((form (plist-get event :form))
+           (n (setq amacs-shell--eval-count (1+ amacs-shell--eval-count)))
+           (id (intern (format "amacs-eval-%d" n))))
+      (add-to-invisibility-spec id)
+      (amacs-shell--editing
+        (amacs-shell--fresh-line)
+        (let ((start (copy-marker amacs-shell--out nil)))
+          (amacs-shell--insert-output
+           (propertize (concat "▸ eval " (amacs-shell--one-line form amacs-shell-eval-preview-chars) " …\n")
+                       'font-lock-face 'amacs-shell-eval 'amacs-eval id 'amacs-eval-summary t
+                       'help-echo "TAB or RET: show the form and its result"))
+          (amacs-shell--insert-output
+           (propertize (concat (string-trim-right form) "\n") 'invisible id 'amacs-eval id
+                       'font-lock-face 'font-lock-constant-face 'line-prefix "    "))
+          (put id 'amacs-summary start))))))
 
-(defun amacs-shell--resume ()
-  "Show the last exchanges of agent-chat.org above the prompt of a new shell."
-  (let ((buffer (amacs-shell--buffer))
-        (recent (last (plist-get amacs--status :recent) (max 0 amacs-shell-resume-exchanges))))
-    (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
-      (with-current-buffer buffer
-        (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
-      (when recent
-       (with-current-buffer buffer
-        (amacs-shell--insert
-         (propertize
-          (concat (mapconcat
-                   (lambda (entry)
-                     (concat (if (plist-get entry :human)
-                                 (format "%s%s\n" amacs-shell-prompt (plist-get entry :human))
-                               "")
-                             (if (plist-get entry :agent)
-                                 (format "\n%s\n" (string-trim (plist-get entry :agent)))
-                               "")))
-                   recent "\n")
-                  "\n")
-          'font-lock-face 'amacs-shell-resumed))
-        (amacs-shell--insert
-         (substitute-command-keys
-          ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
-         'amacs-shell-annotation))))))
+(defun amacs-shell--eval-done (event result)
+  "Finish the summary line of the eval in EVENT with RESULT (value or error)."
+  (let ((agent (or (plist-get event :agent) "primary")))
+    (if (not (equal agent "primary"))
+        (amacs-shell--agent-doing agent nil)
+      (amacs-shell--set-state 'thinking)
+      (let* ((id (intern (format "amacs-eval-%d" amacs-shell--eval-count)))
+             (start (get id 'amacs-summary))
+             (ok (plist-get result :success))
+             (value (if ok (or (plist-get result :result) "nil")
+                      (concat "error: " (or (plist-get result :error) "?")))))
+        (when (and start (marker-buffer start))
+          (amacs-shell--editing
+            (goto-char start)
+            (when (search-forward " …\n" (line-end-position 2) t)
+              (replace-match
+               (propertize (concat " → " (amacs-shell--one-line value amacs-shell-eval-preview-chars) "\n")
+                           'font-lock-face (if ok 'amacs-shell-eval 'amacs-shell-eval-error)
+                           'amacs-eval id 'amacs-eval-summary t 'field 'output)
+               t t)
+              (let ((face (if ok 'amacs-shell-eval 'amacs-shell-eval-error)))
+                (put-text-property start (point) 'font-lock-face face))
+              ;; The details: form (already there), then the result.
+              (forward-line 1)
+              (while (and (not (eobp)) (eq (get-text-property (point) 'invisible) id))
+                (forward-line 1))
+              (insert (amacs-shell--output-props
+                       (propertize (concat (if ok "⇒ " "error: ") (string-trim-right
+                                                                   (if ok value (plist-get result :error)))
+                                           "\n")
+                                   'invisible id 'amacs-eval id 'line-prefix "    "
+                                   'font-lock-face (if ok 'default 'amacs-shell-error)))))
+            (set-marker start nil)
+            (put id 'amacs-summary nil)))))))
 
-(defun amacs-shell--greet ()
-  "Say what the server reported at hello: a missing key, an interrupted turn."
-  (amacs-shell--resume)
-  (let ((notice (plist-get amacs--status :notice)))
-    (when notice (amacs-shell--insert (concat ";; " notice) 'amacs-shell-warning)))
-  (when (plist-get amacs--status :interrupted)
-    (amacs-shell--insert
-     ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
-     'amacs-shell-warning)))
+(defun amacs-shell-toggle ()
+  "Show or hide the form and result of the eval at point."
+  (interactive)
+  (let ((id (get-text-property (point) 'amacs-eval)))
+    (unless id (user-error "No eval here"))
+    (if (memq id (if (listp buffer-invisibility-spec) buffer-invisibility-spec nil))
+        (remove-from-invisibility-spec id)
+      (add-to-invisibility-spec id))
+    (force-window-update (current-buffer))))
+
+(defun amacs-shell-tab ()
+  "Toggle the eval at point, else complete as comint does."
+  (interactive)
+  (if (get-text-property (point) 'amacs-eval)
+      (amacs-shell-toggle)
+    (completion-at-point)))
+
+(defun amacs-shell-return ()
+  "Toggle the eval at point; elsewhere, send the input."
+  (interactive)
+  (if (and (< (point) (marker-position amacs-shell--out))
+           (get-text-property (point) 'amacs-eval))
+      (amacs-shell-toggle)
+    (comint-send-input)))
+
+;;;; Footer: working subagents and queued input
+
+(defun amacs-shell--input-line (line)
+  "LINE, a prompt and an input, in the faces comint gives them."
+  (let ((n (if (string-prefix-p amacs-shell-prompt line) (length amacs-shell-prompt) 0)))
+    (concat (propertize (substring line 0 n) 'font-lock-face 'comint-highlight-prompt)
+            (propertize (substring line n) 'font-lock-face 'comint-highlight-input))))
+
+(defun amacs-shell--footer-lines (property)
+  "Return (START . END) of the footer's lines carrying PROPERTY, or nil."
+  (let ((pos (marker-position amacs-shell--out))
+        (end (marker-position amacs-shell--prompt-start))
+        start stop)
+    (while (< pos end)
+      (when (get-text-property pos property)
+        (unless start (setq start pos))
+        (setq stop (1+ pos)))
+      (setq pos (1+ pos)))
+    (and start (cons start stop))))
+
+(defun amacs-shell--draw-agents ()
+  "Redraw the footer's lines of working subagents."
+  (amacs-shell--editing
+    (let ((old (amacs-shell--footer-lines 'amacs-agent-line)))
+      (when old (delete-region (car old) (cdr old))))
+    (let ((lines (mapconcat
+                  (lambda (a)
+                    (format "⟳ %s (%s): %s\n" (plist-get a :id) (or (plist-get a :template) "?")
+                            (or (plist-get a :doing) (plist-get a :state) "working")))
+                  amacs-shell--agents "")))
+      (unless (string-empty-p lines)
+        (amacs-shell--insert-footer
+         amacs-shell--out
+         (propertize lines 'font-lock-face 'amacs-shell-agent 'amacs-agent-line t
+                     'read-only t 'front-sticky t 'rear-nonsticky t 'field 'output)))))
+  (amacs-shell--update-header))
+
+(defun amacs-shell--on-agents (event)
+  "The server reports the subagents at work in EVENT: one footer line each."
+  (setq amacs-shell--agents (append (plist-get event :agents) nil))
+  (amacs-shell--draw-agents))
+
+(defun amacs-shell--agent-doing (agent doing)
+  "Show that AGENT is DOING something (nil: back to its reported state)."
+  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) amacs-shell--agents)))
+    (when entry
+      (setq amacs-shell--agents
+            (mapcar (lambda (a) (if (eq a entry) (plist-put (copy-sequence a) :doing doing) a))
+                    amacs-shell--agents))
+      (amacs-shell--draw-agents))))
+
+(defun amacs-shell--queue (line)
+  "Show LINE (the prompt and an input sent while the agent works) as queued."
+  (amacs-shell--editing
+    (amacs-shell--insert-footer
+     amacs-shell--prompt-start
+     (propertize line 'font-lock-face 'amacs-shell-queued 'amacs-queued t
+                 'read-only t 'front-sticky t 'rear-nonsticky t 'field 'output
+                 'help-echo "Sent; the agent takes it when it is done"))))
+
+(defun amacs-shell--take-queued (&optional face note)
+  "Move the oldest queued input into the output, in FACE; then NOTE, if any.
+Return non-nil if there was one."
+  (amacs-shell--editing
+    (let ((region (amacs-shell--footer-lines 'amacs-queued)))
+      (when region
+        (let* ((end (save-excursion (goto-char (car region)) (min (line-beginning-position 2) (cdr region))))
+               (line (buffer-substring-no-properties (car region) end)))
+          (delete-region (car region) end)
+          (amacs-shell--fresh-line)
+          (amacs-shell--insert-output
+           (if face
+               (propertize line 'font-lock-face face)
+             (amacs-shell--input-line line)))
+          (when note (amacs-shell--insert-output (propertize (concat note "\n") 'font-lock-face face)))
+          t)))))
+
+(defun amacs-shell--on-input-taken (_event)
+  "The agent took the oldest input sent: it becomes part of the conversation."
+  (amacs-shell--take-queued))
+
+(defun amacs-shell--drop-queued (why)
+  "Every queued input was not taken, because of WHY: say so for each."
+  (while (amacs-shell--take-queued
+          'amacs-shell-error
+          (format ";; Not sent: %s. %s brings it back." why
+                  (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))
+
+;;;; State: header line and mode line
+
+(defvar amacs-shell--state 'starting
+  "What the agent is doing, a symbol.
+One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
+
+(defvar amacs-shell--state-since nil
+  "When the state began, as a float time.")
+
+(defvar amacs-shell--state-detail nil
+  "More about the state, e.g. the seconds before a retry.")
+
+(defvar amacs-shell--clock nil
+  "Timer that refreshes the header line's seconds while the agent works.")
+
+(defun amacs-shell--set-state (state &optional detail)
+  "Record that the agent is now in STATE (with DETAIL) and show it."
+  (unless (and (eq state amacs-shell--state) (equal detail amacs-shell--state-detail))
+    (setq amacs-shell--state state amacs-shell--state-detail detail
+          amacs-shell--state-since (float-time))
+    (amacs-shell--update-header))
+  (if (memq state '(waiting stopped))
+      (when amacs-shell--clock (cancel-timer amacs-shell--clock) (setq amacs-shell--clock nil))
+    (unless amacs-shell--clock
+      (setq amacs-shell--clock (run-at-time 1 1 #'amacs-shell--update-header)))))
+
+(defun amacs-shell-state-string ()
+  "What the agent is doing, in a few words, for the header line."
+  (let* ((secs (and amacs-shell--state-since (floor (- (float-time) amacs-shell--state-since))))
+         (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
+         (agents (length amacs-shell--agents))
+         (doing (pcase amacs-shell--state
+                  ('starting "starting the server…")
+                  ('waiting (substitute-command-keys "waiting for you"))
+                  ('thinking (concat "thinking…" elapsed))
+                  ('streaming (concat "writing…" elapsed))
+                  ('eval (concat "running an eval…" elapsed))
+                  ('retrying (format "retrying in %s s" (or amacs-shell--state-detail "?")))
+                  ('stopped "server stopped: type to restart it")
+                  (_ (format "%s" amacs-shell--state)))))
+    (if (> agents 0)
+        (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
+      doing)))
+
+(defun amacs-shell-header-line ()
+  "The shell's header line: the model, the backend and what the agent is doing."
+  (let ((model (plist-get amacs--status :model))
+        (backend (plist-get amacs--status :backend)))
+    (concat " " (if model (format "%s (%s)" model backend) "AMACS")
+            " — " (amacs-shell-state-string))))
+
+(defun amacs-shell--update-header ()
+  "Redraw the header line (and mode line) of the shell."
+  (let ((buf (amacs-shell--buffer)))
+    (when buf
+      (with-current-buffer buf (force-mode-line-update)))))
 
 (defvar amacs-shell-usage nil
   "The last tick's usage event: the tick's and the session's tokens and cost.")
 
-(defun amacs-shell--k (n)
-  "N tokens, short: 950, 12.3k, 1.2M."
-  (cond ((< n 1000) (format "%d" n))
-        ((< n 1000000) (format "%.1fk" (/ n 1000.0)))
-        (t (format "%.1fM" (/ n 1000000.0)))))
-
 (defun amacs-shell-cost-string ()
-  "The cost shown in the shell's mode line, from the last tick's usage."
-  (let* ((session (plist-get amacs-shell-usage :session))
-         (tick (plist-get amacs-shell-usage :this-tick)))
+  "This session's cost and the budget, short enough for 80 columns.
+The budget figure is what the agent enforces: everything spent in the
+AMACS home since the limit was set, against the limit.  Tokens are in
+the hub."
+  (let ((session (plist-get amacs-shell-usage :session)))
     (if (not session)
         ""
-      (format " [$%.4f session, $%.4f tick of $%.2f | in %s out %s cache r %s w %s]"
-              (plist-get session :cost) (plist-get tick :cost) (plist-get amacs-shell-usage :budget-limit)
-              (amacs-shell--k (plist-get session :input-tokens))
-              (amacs-shell--k (plist-get session :output-tokens))
-              (amacs-shell--k (plist-get session :cache-read-tokens))
-              (amacs-shell--k (plist-get session :cache-write-tokens))))))
+      (format " $%.2f session · budget $%.2f/$%.2f"
+              (plist-get session :cost)
+              (or (plist-get amacs-shell-usage :spent) 0)
+              (plist-get amacs-shell-usage :budget-limit)))))
 
 (defun amacs-shell--on-tick (event)
   "Keep the tick's usage from EVENT and show it in the mode line."
@@ -273,7 +558,103 @@ current line: a streaming reply makes that line longer with each delta."
         (setq mode-line-process (amacs-shell-cost-string))
         (force-mode-line-update)))))
 
+;;;; Events of a turn
+
+(defun amacs-shell--on-annotation (event)
+  "Show the one-line note in EVENT in its kind's face."
+  (let ((text (plist-get event :text))
+        (kind (plist-get event :kind)))
+    (when (and (equal kind "status") (string-match "retrying in \\([0-9.]+\\) s" text))
+      (amacs-shell--set-state 'retrying (match-string 1 text)))
+    (amacs-shell--output
+     (concat ";; " text)
+     (pcase kind
+       ("warning" 'amacs-shell-warning)
+       ("error" 'amacs-shell-error)
+       ("status" 'amacs-shell-status)
+       (_ 'amacs-shell-annotation)))))
+
+(defun amacs-shell--on-turn-start (_event)
+  "The agent started a turn."
+  (setq amacs-shell-busy t)
+  (amacs-shell--set-state 'thinking))
+
+(defun amacs-shell--on-turn-done (_event)
+  "The agent waits for the person: a stream left open is discarded."
+  (setq amacs-shell-busy nil)
+  (amacs-shell--discard-stream "the turn ended before the reply was complete")
+  (amacs-shell--editing (amacs-shell--fresh-line t))
+  (amacs-shell--set-state 'waiting))
+
+(amacs-on-event "reply" #'amacs-shell--on-reply)
+(amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
+(amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
+(amacs-on-event "annotation" #'amacs-shell--on-annotation)
+(amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
+(amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
+(amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
+(amacs-on-event "agents" #'amacs-shell--on-agents)
 (amacs-on-event "tick" #'amacs-shell--on-tick)
+(add-hook 'amacs-eval-start-functions #'amacs-shell--eval-start)
+(add-hook 'amacs-eval-done-functions #'amacs-shell--eval-done)
+
+;;;; Connection
+
+(defvar-local amacs-shell--resumed nil
+  "Non-nil once this shell has shown the earlier exchanges.")
+
+(defun amacs-shell--resume ()
+  "Show the last exchanges of agent-chat.org; greet a new person."
+  (let ((buffer (amacs-shell--buffer))
+        (recent (last (plist-get amacs--status :recent) (max 0 amacs-shell-resume-exchanges))))
+    (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
+      (with-current-buffer buffer
+        (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
+      (if (null (plist-get amacs--status :recent))
+          (amacs-shell--output
+           (substitute-command-keys
+            (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
+                    "\\[amacs-shell-interrupt] interrupts, \\[amacs-hub] opens the hub.\n"
+                    ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."))
+           'amacs-shell-annotation)
+        (dolist (entry recent)
+          (when (plist-get entry :human)
+            (amacs-shell--output (concat amacs-shell-prompt (plist-get entry :human))
+                                 'amacs-shell-resumed))
+          (when (plist-get entry :agent)
+            (amacs-shell--editing
+              (amacs-shell--fresh-line t)
+              (amacs-shell--insert-output
+               (concat (amacs-render-org (string-trim (plist-get entry :agent))) "\n"))
+              (amacs-shell--fresh-line t))))
+        (amacs-shell--output
+         (substitute-command-keys
+          ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
+         'amacs-shell-annotation)))))
+
+(defun amacs-shell--greet ()
+  "Say what the server reported at hello: a missing key, an interrupted turn."
+  (amacs-shell--resume)
+  (unless amacs-shell-busy (amacs-shell--set-state 'waiting))
+  (let ((notice (plist-get amacs--status :notice)))
+    (when notice (amacs-shell--output (concat ";; " notice) 'amacs-shell-warning)))
+  (when (plist-get amacs--status :interrupted)
+    (amacs-shell--output
+     ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
+     'amacs-shell-warning)))
+
+(defun amacs-shell--on-disconnect ()
+  "The server went away: close the stream, say what was not sent."
+  (amacs-shell--discard-stream "the server stopped")
+  (amacs-shell--drop-queued "the server stopped before the agent took it")
+  (setq amacs-shell-busy nil amacs-shell--agents nil)
+  (amacs-shell--draw-agents)
+  (amacs-shell--set-state 'stopped))
+
+(add-hook 'amacs-ready-hook #'amacs-shell--greet)
+(add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
+
+;;;; Commands
 
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
@@ -282,7 +663,10 @@ An agent stopped at its limit goes on with your next input."
                                   (* 2 (or (plist-get amacs-shell-usage :budget-limit) 5.0)))))
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
-                          (lambda (limit) (message "AMACS: budget limit is now $%.2f" limit))))))
+                          (lambda (limit)
+                            (setq amacs-shell-usage (plist-put amacs-shell-usage :budget-limit limit))
+                            (amacs-shell--on-tick amacs-shell-usage)
+                            (message "AMACS: budget limit is now $%.2f" limit))))))
 
 (defun amacs-set-model (backend model &optional base-url)
   "Switch the agent to MODEL on BACKEND from its next model call.
@@ -302,17 +686,9 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                  (lambda (now)
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
+                   (amacs-shell--update-header)
                    (amacs-shell--note (format "Now using %s on %s." (plist-get now :model)
                                               (plist-get now :backend))))))))
-
-(defun amacs-shell--on-disconnect ()
-  "The server went away mid-turn: give the prompt back."
-  (when amacs-shell-busy
-    (setq amacs-shell-busy nil)
-    (amacs-shell--prompt)))
-
-(add-hook 'amacs-ready-hook #'amacs-shell--greet)
-(add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
 
 (defun amacs-shell--save-history-everywhere ()
   "Save the history of the shell buffer, if there is one."
@@ -320,44 +696,87 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
     (when buffer (with-current-buffer buffer (amacs-shell--save-history)))))
 
 (defun amacs-shell--input-sender (_proc input)
-  "Send INPUT to the agent; return at once.  The history is saved each time."
+  "Send INPUT to the agent; return at once.  The history is saved each time.
+The line sent waits in the footer as queued until the agent takes it."
   (amacs-shell--save-history)
-  (let ((text (string-trim (substring-no-properties input))))
-    (if (string-empty-p text)
-        (amacs-shell--prompt)
+  (let* ((text (string-trim (substring-no-properties input)))
+         (line (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
+    (amacs-shell--editing
+      (delete-region amacs-shell--prompt-start (point-max))
+      (if (string-empty-p text)
+          nil
+        (amacs-shell--queue (if (string-suffix-p "\n" line) line (concat line "\n"))))
+      (amacs-shell--insert-prompt))
+    (goto-char (point-max))
+    (unless (string-empty-p text)
+      (unless amacs-shell-busy (amacs-shell--set-state 'thinking))
       (setq amacs-shell-busy t)
       (amacs-when-ready
        (lambda ()
          (amacs-call 'submit (list text) nil
                      (lambda (err)
-                       (setq amacs-shell-busy nil)
-                       (amacs-shell--insert (concat ";; Not sent: " err) 'amacs-shell-error)
-                       (amacs-shell--prompt))))))))
+                       (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err)))))))))
 
 (defun amacs-shell-interrupt ()
   "Stop the agent's turn: its model call and the evaluations it chains.
-Your input stays in the chat log; the tick is recorded as interrupted."
+Your input stays in the chat log; the tick is recorded as interrupted.
+While the server is still starting, the input waiting for it is not sent."
   (interactive)
-  (if (not (amacs-live-p))
-      (message "AMACS: no server to interrupt")
+  (cond
+   ((amacs-live-p)
     (amacs-call 'interrupt nil
                 (lambda (running)
-                  (unless running (message "AMACS: the agent is not working on anything"))))))
+                  (unless running (message "AMACS: the agent is not working on anything")))))
+   ((> (amacs-cancel-waiting) 0)
+    (amacs-shell--drop-queued "interrupted before the server was ready")
+    (setq amacs-shell-busy nil)
+    (amacs-shell--set-state 'waiting))
+   (t (message "AMACS: no server to interrupt"))))
 
 (defun amacs-shell-newline ()
   "Insert a newline in the input; RET sends it."
   (interactive)
   (insert "\n"))
 
+(defun amacs-shell-copy-reply ()
+  "Copy the agent's last reply (its plain org text) to the kill ring."
+  (interactive)
+  (unless amacs-shell--last-reply (user-error "No reply yet"))
+  (kill-new amacs-shell--last-reply)
+  (message "Copied the last reply (%d characters)" (length amacs-shell--last-reply)))
+
+(defun amacs-shell-copy-code ()
+  "Copy the code of the source block at point to the kill ring."
+  (interactive)
+  (let ((code (amacs-render-code-at-point)))
+    (unless code (user-error "Point is not in a source block"))
+    (kill-new code)
+    (message "Copied %d lines of code" (length (split-string code "\n" t)))))
+
 (defun amacs-shell--history-file ()
   "Return the file of the shell's input history."
   (expand-file-name "shell-history" (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+
+(defconst amacs-shell--history-separator "\0\n"
+  "Between entries of the history file: an input of several lines stays one.")
 
 (defun amacs-shell--save-history ()
   "Write the input history to its file."
   (when (derived-mode-p 'amacs-shell-mode)
     (make-directory (file-name-directory comint-input-ring-file-name) t)
-    (comint-write-input-ring)))
+    (let ((comint-input-ring-separator amacs-shell--history-separator))
+      (comint-write-input-ring))))
+
+(defun amacs-shell--read-history ()
+  "Read the input history.
+A file from before entries were NUL-separated is read by line."
+  (let* ((file comint-input-ring-file-name)
+         (new (and (file-readable-p file)
+                   (with-temp-buffer
+                     (insert-file-contents file)
+                     (search-forward "\0" nil t))))
+         (comint-input-ring-separator (if new amacs-shell--history-separator "\n")))
+    (comint-read-input-ring t)))
 
 (defvar amacs-compose-mode-map
   (let ((map (make-sparse-keymap)))
@@ -367,17 +786,28 @@ Your input stays in the chat log; the tick is recorded as interrupted."
   "Keymap of `amacs-compose-mode'.")
 
 (define-derived-mode amacs-compose-mode text-mode "AMACS-Compose"
-  "Write a long prompt for the agent; \[amacs-compose-send] sends it.
+  "Write a long prompt for the agent; \\[amacs-compose-send] sends it.
 
-\{amacs-compose-mode-map}")
+\\{amacs-compose-mode-map}")
 
-(defun amacs-compose ()
-  "Compose a long prompt in a buffer of its own."
+(defun amacs-compose (&optional initial)
+  "Compose a long prompt in a buffer of its own, starting with INITIAL."
   (interactive)
   (pop-to-buffer (get-buffer-create "*amacs-compose*"))
   (unless (derived-mode-p 'amacs-compose-mode) (amacs-compose-mode))
+  (when initial
+    (erase-buffer)
+    (insert initial))
   (setq header-line-format
         (substitute-command-keys "Prompt for the agent: \\<amacs-compose-mode-map>\\[amacs-compose-send] sends, \\[amacs-compose-cancel] cancels")))
+
+(defun amacs-shell--send-text (text)
+  "Send TEXT through the shell, as if typed at its prompt."
+  (with-current-buffer (or (amacs-shell--buffer) (user-error "Open the shell first: M-x amacs-shell"))
+    (goto-char (point-max))
+    (comint-kill-input)
+    (insert text)
+    (comint-send-input)))
 
 (defun amacs-compose-send ()
   "Send the composed prompt through the shell, as if typed there."
@@ -385,11 +815,7 @@ Your input stays in the chat log; the tick is recorded as interrupted."
   (let ((text (string-trim (buffer-substring-no-properties (point-min) (point-max))))
         (compose (current-buffer)))
     (when (string-empty-p text) (user-error "Nothing to send"))
-    (with-current-buffer (or (amacs-shell--buffer) (user-error "Open the shell first: M-x amacs-shell"))
-      (goto-char (point-max))
-      (comint-kill-input)
-      (insert text)
-      (comint-send-input))
+    (amacs-shell--send-text text)
     (quit-window t (get-buffer-window compose))))
 
 (defun amacs-compose-cancel ()
@@ -397,22 +823,76 @@ Your input stays in the chat log; the tick is recorded as interrupted."
   (interactive)
   (quit-window t))
 
+;;;; Context from your own Emacs
+
+(defun amacs--src-language (mode)
+  "The org source block language of major MODE, e.g. python for `python-mode'."
+  (let ((name (string-remove-suffix "-mode" (symbol-name mode))))
+    (cond ((string-suffix-p "-ts" name) (string-remove-suffix "-ts" name))
+          ((equal name "lisp-interaction") "emacs-lisp")
+          (t name))))
+
+(defun amacs-send-region (beg end message)
+  "Send the text between BEG and END to the agent, quoted, with MESSAGE.
+Code goes as an org source block in its buffer's language, prose as a
+quote; both name where they came from."
+  (interactive
+   (if (use-region-p)
+       (list (region-beginning) (region-end) (read-string "Message about the region: "))
+     (user-error "Select a region first")))
+  (let* ((text (string-trim-right (buffer-substring-no-properties beg end)))
+         (where (format "%s, lines %d-%d" (or (and buffer-file-name (abbreviate-file-name buffer-file-name))
+                                              (buffer-name))
+                        (line-number-at-pos beg) (line-number-at-pos end)))
+         (block (if (derived-mode-p 'prog-mode)
+                    (format "#+begin_src %s\n%s\n#+end_src" (amacs--src-language major-mode) text)
+                  (format "#+begin_quote\n%s\n#+end_quote" text))))
+    (deactivate-mark)
+    (amacs-shell--send-text (concat (string-trim message) (if (string-empty-p (string-trim message)) "" "\n\n")
+                                    "From " where ":\n" block))
+    (pop-to-buffer (amacs-shell--buffer))))
+
+(defun amacs-add-buffer (&optional buffer)
+  "Add BUFFER (default: the current one) to the agent's active thread.
+The agent sees its contents from its next tick (RFC v4 §5.2); a buffer
+visiting a file is added by its file name."
+  (interactive)
+  (let* ((buffer (or buffer (current-buffer)))
+         (name (with-current-buffer buffer
+                 (if buffer-file-name (abbreviate-file-name buffer-file-name) (buffer-name)))))
+    (when (eq buffer (amacs-shell--buffer)) (user-error "That is the shell itself"))
+    (amacs-when-ready
+     (lambda ()
+       (amacs-call 'person_add_buffer (list name)
+                   (lambda (answer)
+                     (amacs-shell--note (format "Added %s to thread %s: the agent sees it from its next tick."
+                                                name (plist-get answer :thread)))
+                     (message "AMACS: added %s to thread %s" name (plist-get answer :thread)))
+                   (lambda (err) (amacs-shell--note (concat "Could not add " name ": " err))))))))
+
+;;;; The mode
+
 (defvar amacs-shell-mode-map
   (let ((map (make-sparse-keymap)))
-    (define-key map (kbd "RET") #'comint-send-input)
+    (define-key map (kbd "RET") #'amacs-shell-return)
     ;; As in ielm: C-j sends too.  Enter typed ahead while Emacs starts reaches
     ;; it through the terminal's cooked mode as C-j, and must not be lost.
     (define-key map (kbd "C-j") #'comint-send-input)
     (define-key map (kbd "S-<return>") #'amacs-shell-newline)
+    (define-key map (kbd "TAB") #'amacs-shell-tab)
     (define-key map (kbd "C-c C-e") #'amacs-compose)
     (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)
     (define-key map (kbd "C-c C-h") #'amacs-hub)
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
+    (define-key map (kbd "C-c C-w") #'amacs-shell-copy-code)
+    (define-key map (kbd "C-c M-w") #'amacs-shell-copy-reply)
     map)
   "Keymap of `amacs-shell-mode'.")
 
 (define-derived-mode amacs-shell-mode comint-mode "AMACS"
   "Major mode of the AMACS shell: type to the agent, RET sends.
+Input sent while the agent works waits, shown as queued, until the
+agent takes it.  TAB or RET on an eval line shows its form and result.
 \\[amacs-hub] opens the hub, \\[amacs-open-chat-log] the chat log.
 
 \\{amacs-shell-mode-map}"
@@ -426,7 +906,10 @@ Your input stays in the chat log; the tick is recorded as interrupted."
   (setq-local comint-input-ring-file-name (amacs-shell--history-file))
   (setq-local comint-input-ring-size amacs-shell-history-size)
   (setq-local comint-input-ignoredups t)
-  (comint-read-input-ring t)
+  (setq-local header-line-format '(:eval (amacs-shell-header-line)))
+  (setq-local word-wrap t)
+  (amacs-render-prepare-buffer)
+  (amacs-shell--read-history)
   (add-hook 'kill-buffer-hook #'amacs-shell--save-history nil t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (unless (comint-check-proc (current-buffer))
@@ -434,9 +917,11 @@ Your input stays in the chat log; the tick is recorded as interrupted."
                     (start-process "amacs-shell" (current-buffer) "hexl")
                   (file-error (start-process "amacs-shell" (current-buffer) "cat")))))
       (set-process-query-on-exit-flag proc nil)
-      (goto-char (point-max))
-      (set-marker (process-mark proc) (point))
-      (comint-output-filter proc amacs-shell-prompt))))
+      (let ((inhibit-read-only t))
+        (goto-char (point-max))
+        (setq amacs-shell--out (copy-marker (point) t)
+              amacs-shell--prompt-start (copy-marker (point) t))
+        (amacs-shell--insert-prompt)))))
 
 ;;;###autoload
 (defun amacs-shell ()
@@ -447,6 +932,8 @@ Your input stays in the chat log; the tick is recorded as interrupted."
       (unless (derived-mode-p 'amacs-shell-mode) (amacs-shell-mode)))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
+    (unless (amacs-live-p) (amacs-shell--set-state 'starting))
+    (amacs-render-preload)
     (amacs-when-ready #'ignore)
     buf))
 

@@ -77,6 +77,7 @@ class Agent:
     request_input: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
     state: str = "idle"  # idle | running | done | failed | discarded | quit
+    doing: str = ""  # while running: waiting for the model pool, thinking, an eval
     steps: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -428,6 +429,7 @@ class AgentWorld:
             if agent.state in ("discarded", "quit"):
                 raise AgentError(f"{agent.id} is {agent.state}")
             agent.state = "running"
+            self._report_working()
             if text is not None:
                 agent.tell(text)
             try:
@@ -435,6 +437,15 @@ class AgentWorld:
             finally:
                 if agent.state == "running":
                     agent.state = "idle"
+                self._report_working(agent, "")
+
+    def _report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
+        """Tell the person's shell which subagents are at work now, and what each is doing."""
+        if agent is not None and doing is not None:
+            agent.doing = doing
+        self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
+                              "doing": a.doing or None, "steps": a.steps}
+                             for a in self.agents.values() if a.state == "running"])
 
     async def _loop(self, agent: Agent) -> str:
         reply = ""
@@ -483,7 +494,9 @@ class AgentWorld:
         request = build_request(self.rt.model, self.system_prompt(agent), agent.messages,
                                 self.rt.consciousness.api_settings)
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
+        self._report_working(agent, "waiting for the model pool")
         async with self.pool:
+            self._report_working(agent, f"thinking (step {agent.steps + 1})")
             try:
                 # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
                 result = await self.rt.backend.complete(request, stream=False)
@@ -491,6 +504,7 @@ class AgentWorld:
                 self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
                 raise
         dollars = self.rt.charge(result.usage)  # rolled up to the primary's budget
+        agent.doing = ""
         agent.steps += 1
         agent.input_tokens += result.usage.input_tokens
         agent.output_tokens += result.usage.output_tokens

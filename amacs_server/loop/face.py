@@ -28,6 +28,12 @@ class Face(Protocol):
     def turn_done(self, tick: int) -> None:
         """The agent now waits for the person: show the prompt again."""
 
+    def input_taken(self) -> None:
+        """The agent took the oldest input the person sent (it was queued until now)."""
+
+    def agents(self, working: list[dict[str, Any]]) -> None:
+        """The subagents at work now (id, type, template, state, doing), for one line each."""
+
     def ticked(self, tick: int, usage: dict[str, Any]) -> None:
         """A tick was committed, with its USAGE and the session's: views may refresh."""
 

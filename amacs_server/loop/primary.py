@@ -328,4 +328,5 @@ def _commit(rt: Runtime, message: str) -> None:
             rt.face.annotate(note, "info")
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),
+                                                   "spent": rt.consciousness.budget.cost_so_far,
                                                    "budget_limit": rt.consciousness.budget.budget_limit})

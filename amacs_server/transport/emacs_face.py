@@ -21,6 +21,7 @@ log = logging.getLogger("amacs.face")
 EVAL_GRACE_SECONDS = 1.0
 EVAL_INTERRUPT_WAIT_SECONDS = 5.0
 HYDRATE_TIMEOUT_SECONDS = 10.0
+HOLD_POLL_SECONDS = 0.5
 
 
 class EmacsGone(RuntimeError):
@@ -36,6 +37,9 @@ class EmacsFace:
         self.eval_timeout = 30.0
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # Per request: when its time is up (loop time), or None while the person
+        # decides whether the eval may run (`amacs-eval-confirm').
+        self._deadlines: dict[int, float | None] = {}
 
     def _send(self, **event: Any) -> None:
         if not self.server.notify(event):
@@ -65,6 +69,14 @@ class EmacsFace:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)
 
+    def input_taken(self) -> None:
+        """The agent took the person's oldest queued input."""
+        self._send(type="input-taken")
+
+    def agents(self, working: list[dict[str, Any]]) -> None:
+        """The subagents at work, one footer line each in the shell."""
+        self._send(type="agents", agents=working)
+
     def ticked(self, tick: int, usage: dict[str, Any]) -> None:
         """Tell Emacs a tick was committed, with the tick's and the session's usage and cost."""
         self._send(type="tick", tick=tick, **usage)
@@ -77,25 +89,42 @@ class EmacsFace:
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[rid] = future
         try:
+            self._deadlines[rid] = loop.time() + timeout
             if not self.server.notify({"type": kind, "id": rid, **payload}):
                 raise EmacsGone("Emacs is not connected")
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), timeout)
-            except TimeoutError:
-                if kind != "eval":
-                    return None
+            while True:
+                deadline = self._deadlines.get(rid)
+                wait = HOLD_POLL_SECONDS if deadline is None else deadline - loop.time()
+                if wait <= 0:
+                    break
+                try:
+                    return await asyncio.wait_for(asyncio.shield(future), wait)
+                except TimeoutError:
+                    continue
+            if kind != "eval":
+                return None
             self._interrupt_emacs()
             try:
-                return await asyncio.wait_for(future, EVAL_INTERRUPT_WAIT_SECONDS)
+                return {**await asyncio.wait_for(future, EVAL_INTERRUPT_WAIT_SECONDS), "timed_out": True}
             except TimeoutError:
                 return None
         finally:
             self._pending.pop(rid, None)
+            self._deadlines.pop(rid, None)
+
+    def hold(self, rid: int, holding: bool) -> None:
+        """From an EPC thread: the person is deciding on eval RID (no time limit), or has decided."""
+        loop = self.loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._hold, rid, holding)
+
+    def _hold(self, rid: int, holding: bool) -> None:
+        if rid in self._deadlines:
+            self._deadlines[rid] = None if holding else asyncio.get_running_loop().time() + self.eval_timeout
 
     async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
         """Send FORM to Emacs for AGENT and await its result, interrupting Emacs past the limit."""
         limit = self.eval_timeout + EVAL_GRACE_SECONDS
-        started = asyncio.get_running_loop().time()
         try:
             reply = await self._request("eval", {"form": form, "agent": agent}, limit)
         except EmacsGone:
@@ -104,7 +133,7 @@ class EmacsFace:
             return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
         result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
                             error=reply.get("error"))
-        if asyncio.get_running_loop().time() - started >= limit and not result.success:
+        if reply.get("timed_out") and not result.success:
             return EvalResult(
                 False,
                 error=f"the eval ran past the time limit of {self.eval_timeout:g} s "

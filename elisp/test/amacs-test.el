@@ -155,26 +155,6 @@
     (should (string-suffix-p "amacs> " (buffer-string)))
     (delete-process (get-buffer-process (current-buffer)))))
 
-(ert-deftest amacs-test-shell-shows-reply-and-annotation ()
-  "Replies and notes appear before the prompt; notes are marked with `;;'."
-  (let ((buf (get-buffer-create amacs-shell-buffer-name)))
-    (unwind-protect
-        (with-current-buffer buf
-          (amacs-shell-mode)
-          (setq-local comint-input-sender #'ignore)
-          (insert "what is 2+2?")
-          (comint-send-input)
-          (amacs-shell--on-reply '(:type "reply" :text "It is 4."))
-          (amacs-shell--on-annotation '(:type "annotation" :text "retrying" :kind "warning"))
-          (amacs-shell--on-turn-done '(:type "turn-done" :tick 2))
-          (should (equal (buffer-substring-no-properties (point-min) (point-max))
-                         "amacs> what is 2+2?\n\nIt is 4.\n\n;; retrying\namacs> "))
-          (goto-char (point-min))
-          (search-forward ";; retrying")
-          (should (eq (get-text-property (match-beginning 0) 'font-lock-face)
-                      'amacs-shell-warning)))
-      (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
-
 (ert-deftest amacs-test-shell-note-goes-above-idle-prompt ()
   "A note while idle appears above the prompt and keeps half-typed input."
   (let ((buf (get-buffer-create amacs-shell-buffer-name))
@@ -238,7 +218,7 @@
 (ert-deftest amacs-test-shift-return-inserts-a-newline ()
   "RFC v4 §12 q2: S-RET inserts a newline, RET sends."
   (should (eq (lookup-key amacs-shell-mode-map (kbd "S-<return>")) #'amacs-shell-newline))
-  (should (eq (lookup-key amacs-shell-mode-map (kbd "RET")) #'comint-send-input))
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "RET")) #'amacs-shell-return))
   (should (eq (lookup-key amacs-shell-mode-map (kbd "C-j")) #'comint-send-input)) ; type-ahead at start
   (let ((home (make-temp-file "amacs-home" t)) (sent nil))
     (amacs-test--with-shell home sent
@@ -321,6 +301,130 @@
       (cl-letf (((symbol-function 'amacs-start-server) (lambda () (setq started (1+ started)))))
         (amacs--server-sentinel proc2 "killed\n"))
       (should (= started 1)))))
+
+;;;; Issue 9: cancelling queued input, headless server.json, restart line
+
+(ert-deftest amacs-test-cancel-waiting-drops-queued-functions ()
+  "Issue 9: `amacs-cancel-waiting' drops what waits for the server and counts it."
+  (let* ((ran nil)
+         (amacs--on-ready (list (lambda () (push 'b ran)) (lambda () (push 'a ran))))
+         (amacs--status nil)
+         (amacs-ready-hook nil))
+    (should (= (amacs-cancel-waiting) 2))
+    (should-not amacs--on-ready)
+    (should (= (amacs-cancel-waiting) 0))
+    (amacs--hello-accepted '(:model "m"))
+    (should-not ran)))
+
+(defun amacs-test--write-server-json (home alist)
+  "Write ALIST as server.json in HOME."
+  (with-temp-file (expand-file-name "server.json" home)
+    (insert (json-encode alist))))
+
+(ert-deftest amacs-test-headless-server-json-live-or-stale ()
+  "Issue 9: server.json names a live headless server only if its pid lives and port listens."
+  (let* ((home (make-temp-file "amacs-home" t))
+         (amacs-home home)
+         (listener (make-network-process :name "amacs-test-listener" :server t
+                                         :host "127.0.0.1" :service t :noquery t))
+         (port (process-contact listener :service))
+         (dead (let ((p (start-process "amacs-test-dead" nil "true")))
+                 (while (process-live-p p) (accept-process-output p 0.05))
+                 (process-id p))))
+    (unwind-protect
+        (progn
+          (should-not (amacs--live-headless-server)) ; no file
+          (amacs-test--write-server-json
+           home `((port . ,port) (pid . ,(emacs-pid)) (headless . t) (token . "tok")))
+          (should (equal (amacs--live-headless-server) (list port (emacs-pid) "tok")))
+          ;; A dead pid: stale.
+          (amacs-test--write-server-json
+           home `((port . ,port) (pid . ,dead) (headless . t) (token . "tok")))
+          (should-not (amacs--live-headless-server))
+          ;; Not headless (a server some Emacs started), or no token: not ours to join.
+          (amacs-test--write-server-json
+           home `((port . ,port) (pid . ,(emacs-pid)) (headless . :json-false)))
+          (should-not (amacs--live-headless-server))
+          (let ((process-environment (cons "AMACS_TOKEN" process-environment)))
+            (amacs-test--write-server-json home `((port . ,port) (pid . ,(emacs-pid)) (headless . t)))
+            (should-not (amacs--live-headless-server)))
+          ;; A live pid whose port is closed: stale.
+          (delete-process listener)
+          (amacs-test--write-server-json
+           home `((port . ,port) (pid . ,(emacs-pid)) (headless . t) (token . "tok")))
+          (should-not (amacs--live-headless-server)))
+      (when (process-live-p listener) (delete-process listener))
+      (delete-directory home t))))
+
+(ert-deftest amacs-test-start-server-joins-a-live-headless-server ()
+  "Issue 9: with a live headless server in server.json, no second server is started."
+  (let ((amacs--manager nil) (amacs--ready nil) (amacs--server-process nil) (amacs--token nil)
+        (connected nil) (started nil))
+    (cl-letf (((symbol-function 'amacs--live-headless-server) (lambda () (list 4242 99 "tok")))
+              ((symbol-function 'amacs--connect-port)
+               (lambda (proc port token &optional success) (setq connected (list proc port token success))))
+              ((symbol-function 'amacs--start-server-process) (lambda () (setq started t))))
+      (amacs-start-server)
+      (should-not started)
+      (should (equal connected
+                     '(nil 4242 "tok" "Connected to the headless AMACS server on port 4242 (pid 99).")))
+      (should (equal amacs--token "tok")))
+    (setq connected nil)
+    (cl-letf (((symbol-function 'amacs--live-headless-server) #'ignore)
+              ((symbol-function 'amacs--connect-port) (lambda (&rest args) (setq connected args)))
+              ((symbol-function 'amacs--start-server-process) (lambda () (setq started t))))
+      (amacs-start-server)
+      (should started)
+      (should-not connected))))
+
+(ert-deftest amacs-test-connect-says-one-line ()
+  "Issue 9: `amacs-connect' reads server.json and says so once the server accepts."
+  (let* ((home (make-temp-file "amacs-home" t))
+         (amacs-home home)
+         (amacs--token nil) (amacs--ready nil)
+         (connected nil))
+    (unwind-protect
+        (progn
+          (amacs-test--write-server-json home '((port . 5151) (pid . 1) (headless . t) (token . "t0k")))
+          (cl-letf (((symbol-function 'amacs--connect-port)
+                     (lambda (_proc port token &optional success) (setq connected (list port token success)))))
+            (amacs-connect))
+          (should (equal connected '(5151 "t0k" "Connected to the AMACS server on port 5151.")))
+          (should (equal amacs--token "t0k")))
+      (delete-directory home t))))
+
+(ert-deftest amacs-test-restart-says-model-backend-and-notice ()
+  "Issue 9: `amacs-restart' confirms in one line, with the notice when there is one."
+  (let* ((said nil)
+         (amacs-transport-message-function (lambda (text) (push text said)))
+         (amacs--on-ready nil))
+    (cl-letf (((symbol-function 'amacs-stop-server) #'ignore)
+              ((symbol-function 'amacs-start-server) #'ignore)
+              ((symbol-function 'amacs-live-p) #'ignore))
+      (amacs-restart)
+      (should (= (length amacs--on-ready) 1))
+      (let ((amacs--status '(:model "claude-x" :backend "anthropic" :notice nil))
+            (amacs--server-process (start-process "amacs-test-live" nil "sleep" "5")))
+        (unwind-protect
+            (funcall (car amacs--on-ready))
+          (delete-process amacs--server-process)))
+      (should (equal said '("AMACS server restarted: claude-x on anthropic.")))
+      (setq said nil)
+      (let ((amacs--status '(:model "claude-x" :backend "anthropic" :notice "No API key: set it."))
+            (amacs--server-process (start-process "amacs-test-live" nil "sleep" "5")))
+        (unwind-protect
+            (funcall (car amacs--on-ready))
+          (delete-process amacs--server-process)))
+      (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it."))))))
+
+(ert-deftest amacs-test-entry-points-are-autoloaded ()
+  "Issue 9: the commands README names carry autoload cookies in the files that define them."
+  (dolist (entry '(("amacs.el" . "amacs-restart") ("amacs-transport.el" . "amacs-connect")
+                   ("amacs-shell.el" . "amacs-shell") ("amacs-hub.el" . "amacs-hub")))
+    (with-temp-buffer
+      (insert-file-contents (expand-file-name (car entry) (file-name-directory (locate-library "amacs"))))
+      (should (re-search-forward
+               (format "^;;;###autoload\n(defun %s " (regexp-quote (cdr entry))) nil t)))))
 
 (provide 'amacs-test)
 ;;; amacs-test.el ends here

@@ -1,0 +1,298 @@
+;;; amacs-shell-test.el --- ERT tests for the shell's buffer model -*- lexical-binding: t -*-
+
+;;; Commentary:
+
+;; Issue 9: the shell's output, footer and prompt; streamed regions that
+;; end cleanly on every failure; input queued while the agent works;
+;; point that follows output only from the input area; eval lines and
+;; `amacs-eval-confirm'; replies rendered by org.  No server: the calls
+;; it would receive are recorded.  The same behaviour is tested in a
+;; real terminal by tests/tmux/.
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'amacs)
+
+(defvar amacs-shell-test--calls nil
+  "Server calls the shell made during a test: (METHOD ARGS), newest first.")
+
+(defmacro amacs-shell-test--with-shell (&rest body)
+  "Run BODY in a fresh shell shown in the selected window, with no server.
+Calls to the server are recorded in `amacs-shell-test--calls'."
+  (declare (indent 0))
+  `(let ((buf (get-buffer-create amacs-shell-buffer-name))
+         (amacs-home (make-temp-file "amacs-shell-test" t))
+         (amacs-shell-busy nil)
+         (amacs-shell--stream-start nil)
+         (amacs-shell--stream-end nil)
+         (amacs-shell--agents nil)
+         (amacs-shell-test--calls nil))
+     (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (funcall fn)))
+               ((symbol-function 'amacs-live-p) (lambda () t))
+               ((symbol-function 'amacs-call)
+                (lambda (method args &rest _) (push (list method args) amacs-shell-test--calls))))
+       (unwind-protect
+           (progn
+             (set-window-buffer (selected-window) buf)
+             (with-current-buffer buf
+               (amacs-shell-mode)
+               (goto-char (point-max))
+               ,@body))
+         (let ((kill-buffer-query-functions nil)) (kill-buffer buf))))))
+
+(defun amacs-shell-test--text ()
+  "The shell's text without properties."
+  (with-current-buffer amacs-shell-buffer-name
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun amacs-shell-test--type-and-send (text)
+  "Type TEXT at the prompt and press RET."
+  (with-current-buffer amacs-shell-buffer-name
+    (goto-char (point-max))
+    (insert text)
+    (comint-send-input)))
+
+(defun amacs-shell-test--face-at (text)
+  "The `font-lock-face' at the start of the first TEXT in the shell."
+  (with-current-buffer amacs-shell-buffer-name
+    (save-excursion
+      (goto-char (point-min))
+      (search-forward text)
+      (get-text-property (match-beginning 0) 'font-lock-face))))
+
+;;;; The buffer model
+
+(ert-deftest amacs-shell-test-reply-and-note-go-above-the-prompt ()
+  "Issue 9: an exchange reads input, reply, note, then a fresh prompt."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "what is 2+2?")
+    (should (equal (cadr (car amacs-shell-test--calls)) '("what is 2+2?")))
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:type "reply" :text "It is 4."))
+    (amacs-shell--on-annotation '(:type "annotation" :text "retrying" :kind "warning"))
+    (amacs-shell--on-turn-done '(:type "turn-done" :tick 2))
+    (should (equal (amacs-shell-test--text)
+                   "amacs> what is 2+2?\n\nIt is 4.\n\n;; retrying\n\namacs> "))
+    (should (eq (amacs-shell-test--face-at ";; retrying") 'amacs-shell-warning))
+    (should (= (point) (point-max)))))
+
+(ert-deftest amacs-shell-test-input-sent-while-busy-is-queued-then-taken ()
+  "Issue 9: input sent mid-stream waits in the footer; the stream never splits."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "first")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply-delta '(:text "Two plus "))
+    (amacs-shell-test--type-and-send "second")
+    (amacs-shell--on-reply-delta '(:text "two is four."))
+    (should (string-match-p "Two plus two is four\\.\namacs> second\namacs> \\'"
+                            (amacs-shell-test--text)))
+    (should (eq (amacs-shell-test--face-at "amacs> second") 'amacs-shell-queued))
+    (amacs-shell--on-reply '(:text "Two plus two is four." :streamed t))
+    (amacs-shell--on-turn-done nil)
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)       ; the agent takes "second"
+    (amacs-shell--on-reply '(:text "You said second."))
+    (should (equal (amacs-shell-test--text)
+                   (concat "amacs> first\n\nTwo plus two is four.\n\namacs> second\n\n"
+                           "You said second.\n\namacs> ")))
+    (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'submit)) amacs-shell-test--calls))
+                   '(("second") ("first"))))))
+
+(ert-deftest amacs-shell-test-typed-input-is-never-touched-by-output ()
+  "Issue 9: text typed but not sent stays in the input area, point after it."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "go")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)
+    (insert "hello while busy")
+    (dolist (piece '("Streaming " "deliberately " "slowly."))
+      (amacs-shell--on-reply-delta (list :text piece)))
+    (amacs-shell--on-reply '(:text "Streaming deliberately slowly." :streamed t))
+    (amacs-shell--on-turn-done nil)
+    (should (string-suffix-p "Streaming deliberately slowly.\n\namacs> hello while busy"
+                             (amacs-shell-test--text)))
+    (should (= (point) (point-max)))
+    (should (equal (comint-get-old-input-default) "hello while busy"))))
+
+(ert-deftest amacs-shell-test-point-follows-only-from-the-input-area ()
+  "Issue 9: point at the prompt follows output; point moved up to read stays."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "one")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "First reply."))
+    (should (= (window-point (selected-window)) (point-max)))
+    (goto-char (point-min))
+    (search-forward "First")
+    (let ((reading (point)))
+      (amacs-shell--on-reply '(:text "Second reply."))
+      (should (= (point) reading))
+      (should (= (window-point (selected-window)) reading)))
+    (goto-char (point-max))
+    (amacs-shell--on-reply-delta '(:text "streamed"))
+    (should (= (point) (point-max)))
+    (should (= (window-point (selected-window)) (point-max)))))
+
+(ert-deftest amacs-shell-test-failed-stream-is-marked-and-the-next-deletes-nothing ()
+  "Issue 9: a turn that fails mid-stream ends the region; the next reply keeps it."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply-delta '(:text "partial answer"))
+    (amacs-shell--on-annotation '(:text "Model call failed: boom." :kind "error"))
+    (amacs-shell--on-turn-done nil)
+    (should-not amacs-shell--stream-start)
+    (should (eq (amacs-shell-test--face-at "partial answer") 'amacs-shell-abandoned))
+    (amacs-shell-test--type-and-send "q2")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply-delta '(:text "Full"))
+    (amacs-shell--on-reply '(:text "Full answer." :streamed t))
+    (let ((text (amacs-shell-test--text)))
+      (dolist (kept '("amacs> q1" "partial answer" ";; Model call failed: boom." "amacs> q2" "Full answer."))
+        (should (string-match-p (regexp-quote kept) text))))))
+
+(ert-deftest amacs-shell-test-disconnect-ends-the-stream-and-unsent-input ()
+  "Issue 9: the server goes mid-stream: text discarded, queued input said unsent."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply-delta '(:text "cut short"))
+    (amacs-shell-test--type-and-send "q2")
+    (amacs-shell--on-disconnect)
+    (should-not amacs-shell--stream-start)
+    (should-not amacs-shell-busy)
+    (should (eq (amacs-shell-test--face-at "cut short") 'amacs-shell-abandoned))
+    (should (string-match-p "amacs> q2\n;; Not sent: the server stopped before the agent took it"
+                            (amacs-shell-test--text)))
+    (amacs-shell--on-reply-delta '(:text "after restart"))
+    (amacs-shell--on-reply '(:text "after restart" :streamed t))
+    (should (string-match-p "cut short" (amacs-shell-test--text)))
+    (should (string-suffix-p "after restart\n\namacs> " (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-interrupt-before-the-server-is-ready ()
+  "Issue 9: C-c C-c while the server starts drops the waiting input and says so."
+  (amacs-shell-test--with-shell
+    (let ((waiting nil))
+      (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil))
+                ((symbol-function 'amacs-when-ready) (lambda (fn) (push fn waiting)))
+                ((symbol-function 'amacs-cancel-waiting)
+                 (lambda () (prog1 (length waiting) (setq waiting nil)))))
+        (amacs-shell-test--type-and-send "do not run")
+        (should (= (length waiting) 1))
+        (amacs-shell-interrupt)
+        (should (null waiting))
+        (should-not amacs-shell-busy)
+        (should (string-match-p "amacs> do not run\n;; Not sent: interrupted before the server was ready"
+                                (amacs-shell-test--text)))))))
+
+(ert-deftest amacs-shell-test-subagents-show-one-line-each ()
+  "Issue 9: working subagents show in the footer, one updating line each."
+  (amacs-shell-test--with-shell
+    (insert "draft")
+    (amacs-shell--on-agents '(:agents ((:id "task-1" :template "researcher" :doing "thinking (step 1)"))))
+    (should (string-match-p "⟳ task-1 (researcher): thinking (step 1)\namacs> draft\\'"
+                            (amacs-shell-test--text)))
+    (amacs-shell--on-reply '(:text "Meanwhile, a reply."))
+    (should (string-match-p "Meanwhile, a reply.\n\n⟳ task-1" (amacs-shell-test--text)))
+    (amacs-shell--on-agents '(:agents nil))
+    (should-not (string-match-p "task-1" (amacs-shell-test--text)))
+    (should (string-suffix-p "amacs> draft" (amacs-shell-test--text)))))
+
+;;;; Eval lines and confirmation
+
+(defun amacs-shell-test--eval (form &optional answer)
+  "Run FORM as the agent's eval; y-or-n-p answers ANSWER.  Return the reply sent."
+  (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) answer)))
+    (amacs--handle-eval-event (list :type "eval" :id 7 :form form :agent "primary")))
+  (cadr (cadr (seq-find (lambda (c) (eq (car c) 'emacs_reply)) amacs-shell-test--calls))))
+
+(ert-deftest amacs-shell-test-eval-line-expands-to-form-and-result ()
+  "Issue 9: each eval shows as a line; TAB shows its form and result."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm nil))
+      (should (equal (amacs-shell-test--eval "(+ 2 2)") '(:success t :result "4"))))
+    (should (string-match-p "▸ eval (\\+ 2 2) → 4\n" (amacs-shell-test--text)))
+    (goto-char (point-min))
+    (search-forward "▸ eval")
+    (let ((detail (save-excursion (search-forward "⇒ 4") (match-beginning 0))))
+      (should (invisible-p detail))
+      (amacs-shell-tab)
+      (should-not (invisible-p detail))
+      (amacs-shell-toggle)
+      (should (invisible-p detail)))))
+
+(ert-deftest amacs-shell-test-failed-eval-line-is-an-error ()
+  "Issue 9: an eval that signals shows its error in the error face."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm nil))
+      (amacs-shell-test--eval "(car 1)"))
+    (should (string-match-p "▸ eval (car 1) → error: Wrong type argument" (amacs-shell-test--text)))
+    (should (eq (amacs-shell-test--face-at "▸ eval (car 1)") 'amacs-shell-eval-error))))
+
+(ert-deftest amacs-shell-test-eval-confirm-accept-and-decline ()
+  "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm t))
+      (should (equal (amacs-shell-test--eval "(+ 1 2)" t) '(:success t :result "3")))
+      (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'eval_hold)) amacs-shell-test--calls))
+                     '((7 nil) (7 t))))
+      (setq amacs-shell-test--calls nil)
+      (should (equal (amacs-shell-test--eval "(kill-emacs)" nil)
+                     (list :success nil :error "the person declined this eval")))))
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm (lambda (form _agent) (string-match-p "delete" form)))
+          (asked nil))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) (setq asked t) nil)))
+        (amacs--handle-eval-event '(:type "eval" :id 8 :form "(+ 1 1)")))
+      (should-not asked)
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) (setq asked t) nil)))
+        (amacs--handle-eval-event '(:type "eval" :id 9 :form "(delete-file \"x\")")))
+      (should asked))))
+
+;;;; Rendering
+
+(ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
+  "Issue 9: replies are fontified by org, source blocks in their own mode."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-reply
+     '(:text "*Bold* and ~code~.\n#+begin_src emacs-lisp\n(defun demo (x) x)\n#+end_src"))
+    (let ((bold (amacs-shell-test--face-at "Bold*"))
+          (keyword (amacs-shell-test--face-at "defun")))
+      (should (memq 'bold (ensure-list bold)))
+      (should (memq 'font-lock-keyword-face (ensure-list keyword))))
+    (should (string-match-p "#\\+begin_src emacs-lisp" (amacs-shell-test--text)))
+    (goto-char (point-min))
+    (search-forward "(defun")
+    (amacs-shell-copy-code)
+    (should (equal (current-kill 0) "(defun demo (x) x)\n"))
+    (amacs-shell-copy-reply)
+    (should (string-prefix-p "*Bold* and ~code~." (current-kill 0)))
+    (should-not (text-properties-at 0 (current-kill 0)))))
+
+;;;; History, greeting, mode line
+
+(ert-deftest amacs-shell-test-multiline-input-is-one-history-entry ()
+  "Issue 9: an input of several lines comes back from M-p as one, after a restart."
+  (let ((file (expand-file-name "shell-history" (make-temp-file "amacs-history" t))))
+    (amacs-shell-test--with-shell
+      (setq-local comint-input-ring-file-name file)
+      (amacs-shell-test--type-and-send "line one\nline two")
+      (amacs-shell--save-history))
+    (amacs-shell-test--with-shell
+      (setq-local comint-input-ring-file-name file)
+      (amacs-shell--read-history)
+      (should (equal (ring-ref comint-input-ring 0) "line one\nline two")))))
+
+(ert-deftest amacs-shell-test-cost-fits-80-columns-and-shows-the-enforced-budget ()
+  "Issue 9: the mode line shows this session's cost and the budget the agent enforces."
+  (let ((amacs-shell-usage '(:session (:cost 0.16) :this-tick (:cost 0.008)
+                                      :spent 0.43 :budget-limit 5.0)))
+    (should (equal (amacs-shell-cost-string) " $0.16 session · budget $0.43/$5.00"))
+    (should (< (length (amacs-shell-cost-string)) 40))))
+
+(provide 'amacs-shell-test)
+;;; amacs-shell-test.el ends here
