@@ -65,9 +65,15 @@
   :group 'amacs)
 
 (defcustom amacs-shell-eval-preview-chars 60
-  "Characters of an eval's form and result shown on its one-line summary."
+  "Most characters of an eval's form shown on its one-line summary.
+The summary never gets wider than the shell's window."
   :type 'integer
   :group 'amacs)
+
+(defun amacs-shell--width ()
+  "Columns available in the shell's window (80 without one)."
+  (let ((window (get-buffer-window (current-buffer) t)))
+    (max 40 (1- (if window (window-body-width window) 80)))))
 
 (defface amacs-shell-resumed '((t :inherit shadow))
   "Face of the earlier exchanges a new shell shows."
@@ -320,12 +326,15 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
         (amacs-shell--fresh-line)
         (let ((start (copy-marker amacs-shell--out nil)))
           (amacs-shell--insert-output
-           (propertize (concat "▸ eval " (amacs-shell--one-line form amacs-shell-eval-preview-chars) " …\n")
+           (propertize (concat "▸ eval "
+                               (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
+                                                                (- (amacs-shell--width) 20)))
+                               " …\n")
                        'font-lock-face 'amacs-shell-eval 'amacs-eval id 'amacs-eval-summary t
                        'help-echo "TAB or RET: show the form and its result"))
           (amacs-shell--insert-output
            (propertize (concat (string-trim-right form) "\n") 'invisible id 'amacs-eval id
-                       'font-lock-face 'font-lock-constant-face 'line-prefix "    "))
+                       'font-lock-face 'font-lock-constant-face 'line-prefix "    " 'wrap-prefix "    "))
           (put id 'amacs-summary start))))))
 
 (defun amacs-shell--eval-done (event result)
@@ -344,7 +353,10 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
             (goto-char start)
             (when (search-forward " …\n" (line-end-position 2) t)
               (replace-match
-               (propertize (concat " → " (amacs-shell--one-line value amacs-shell-eval-preview-chars) "\n")
+               (propertize (concat " → " (amacs-shell--one-line
+                                          value (max 10 (- (amacs-shell--width) 3
+                                                           (- (match-beginning 0) start))))
+                                   "\n")
                            'font-lock-face (if ok 'amacs-shell-eval 'amacs-shell-eval-error)
                            'amacs-eval id 'amacs-eval-summary t 'field 'output)
                t t)
@@ -358,7 +370,7 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
                        (propertize (concat (if ok "⇒ " "error: ") (string-trim-right
                                                                    (if ok value (plist-get result :error)))
                                            "\n")
-                                   'invisible id 'amacs-eval id 'line-prefix "    "
+                                   'invisible id 'amacs-eval id 'line-prefix "    " 'wrap-prefix "    "
                                    'font-lock-face (if ok 'default 'amacs-shell-error)))))
             (set-marker start nil)
             (put id 'amacs-summary nil)))))))
@@ -544,19 +556,25 @@ the hub."
   (let ((session (plist-get amacs-shell-usage :session)))
     (if (not session)
         ""
-      (format " $%.2f session · budget $%.2f/$%.2f"
-              (plist-get session :cost)
-              (or (plist-get amacs-shell-usage :spent) 0)
-              (plist-get amacs-shell-usage :budget-limit)))))
+      (format " %s session · budget %s/%s"
+              (amacs-shell--dollars (plist-get session :cost))
+              (amacs-shell--dollars (or (plist-get amacs-shell-usage :spent) 0))
+              (amacs-shell--dollars (plist-get amacs-shell-usage :budget-limit))))))
+
+(defun amacs-shell--dollars (amount)
+  "AMOUNT in dollars: to a tenth of a cent below a dollar, to the cent above."
+  (format (if (< amount 0.9995) "$%.3f" "$%.2f") amount))
+
+(defconst amacs-shell-mode-line
+  '("%e" mode-line-front-space mode-line-buffer-identification
+    "  " (:eval (amacs-shell-cost-string)) "   (" mode-name ")" mode-line-end-spaces)
+  "The shell's mode line: its name, this session's cost and the budget.
+Short, so the money fits in 80 columns; tokens are in the hub.")
 
 (defun amacs-shell--on-tick (event)
   "Keep the tick's usage from EVENT and show it in the mode line."
   (setq amacs-shell-usage event)
-  (let ((buffer (amacs-shell--buffer)))
-    (when buffer
-      (with-current-buffer buffer
-        (setq mode-line-process (amacs-shell-cost-string))
-        (force-mode-line-update)))))
+  (amacs-shell--update-header))
 
 ;;;; Events of a turn
 
@@ -907,6 +925,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (setq-local comint-input-ring-size amacs-shell-history-size)
   (setq-local comint-input-ignoredups t)
   (setq-local header-line-format '(:eval (amacs-shell-header-line)))
+  (setq-local mode-line-format amacs-shell-mode-line)
   (setq-local word-wrap t)
   (amacs-render-prepare-buffer)
   (amacs-shell--read-history)

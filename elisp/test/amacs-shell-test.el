@@ -291,7 +291,7 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
   "Issue 9: the mode line shows this session's cost and the budget the agent enforces."
   (let ((amacs-shell-usage '(:session (:cost 0.16) :this-tick (:cost 0.008)
                                       :spent 0.43 :budget-limit 5.0)))
-    (should (equal (amacs-shell-cost-string) " $0.16 session · budget $0.43/$5.00"))
+    (should (equal (amacs-shell-cost-string) " $0.160 session · budget $0.430/$5.00"))
     (should (< (length (amacs-shell-cost-string)) 40))))
 
 (provide 'amacs-shell-test)

@@ -113,12 +113,16 @@ def test_cost_figures_match_a_hand_computation(fake, home):
     """Tokens, cache reads/writes and dollars per tick and per session, in the mode line and hub."""
     fake.script(Reply(agent_json(None, eval="(+ 1 1)"), usage=USAGE), Reply(agent_json("Two."), usage=USAGE))
     program = ("(amacs-e2e-open) (amacs-e2e-send \"count\") "
-               "(princ (format \"MODE<<%s>>\\n\" (with-current-buffer amacs-shell-buffer-name mode-line-process))) "
+               "(princ (format \"MODE<<%s>>\\n\" (amacs-shell-cost-string))) "
+               "(princ (format \"USAGE<<%S>>\\n\" (plist-get amacs-shell-usage :session))) "
                "(amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5").check()
     mode = run.stdout.split("MODE<<")[1].split(">>")[0]
-    assert mode == (f" [${2 * TICK_COST:.4f} session, ${TICK_COST:.4f} tick of $5.00 | "
-                    "in 2.0k out 400 cache r 10.0k w 4.0k]")
+    assert mode == f" ${2 * TICK_COST:.3f} session · budget ${2 * TICK_COST:.3f}/$5.00"
+    usage = run.stdout.split("USAGE<<")[1].split(">>")[0]
+    for field in (":input-tokens 2000", ":output-tokens 400", ":cache-read-tokens 10000",
+                  ":cache-write-tokens 4000", f":cost {2 * TICK_COST}"):
+        assert field in usage, usage
     assert f"(cost-so-far . {2 * TICK_COST})" in (home / "consciousness.el").read_text()
 
 
@@ -126,10 +130,10 @@ def test_price_table_defcustom_overrides_the_servers(fake, home):
     fake.script(Reply(agent_json("Priced."), usage=USAGE))
     program = ("(setq amacs-price-table '((\"claude-sonnet\" 10 10 10 10))) (amacs-e2e-open) "
                "(amacs-e2e-send \"hi\") "
-               "(princ (format \"MODE<<%s>>\\n\" (with-current-buffer amacs-shell-buffer-name mode-line-process))) "
+               "(princ (format \"MODE<<%s>>\\n\" (amacs-shell-cost-string))) "
                "(amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5").check()
-    assert "$0.0820 session" in run.stdout  # (1000 + 200 + 2000 + 5000) x $10 per million
+    assert "$0.082 session" in run.stdout  # (1000 + 200 + 2000 + 5000) x $10 per million
 
 
 def test_budget_limit_stops_the_agent_until_raised(fake, home):
