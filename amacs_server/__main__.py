@@ -3,6 +3,15 @@
 Emacs starts it with ``AMACS_TOKEN`` in the environment and reads the port
 from the first line of stdout.  Nothing else is ever printed before the port
 (EPC defect 5): stderr goes to ``logs/server.log`` in the AMACS home.
+
+``server.json`` in the AMACS home (mode 0600) names the server that serves the
+home: port, pid, whether it is headless and, for a headless server that made
+its own token, the token; ``M-x amacs-shell`` connects to a live headless
+server named there instead of starting another.  A headless server always
+writes it (and refuses to start if a live headless server already serves the
+home); a server Emacs started writes it only when no live server is named
+there.  Each server removes the file on exit (also on SIGTERM or SIGHUP) only
+if it still names that server.
 """
 
 from __future__ import annotations
@@ -12,10 +21,17 @@ import json
 import logging
 import os
 import secrets
+import signal
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from .config import ConfigError, load_config
+
+SERVER_INFO = "server.json"
 
 
 def _redirect_stderr(log_file: Path) -> None:
@@ -29,6 +45,69 @@ def _fail(message: str) -> int:
     """Emacs shows a non-numeric first line as the reason the server did not start."""
     print(f"AMACS server error: {message}", flush=True)
     return 1
+
+
+def read_server_info(home: Path) -> dict[str, Any] | None:
+    """The contents of ``server.json`` in HOME, or None when it is missing or unreadable."""
+    try:
+        info = json.loads((home / SERVER_INFO).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def server_alive(info: dict[str, Any], timeout: float = 0.5) -> bool:
+    """True when INFO's pid is a live process and its port on 127.0.0.1 accepts a connection."""
+    pid, port = info.get("pid"), info.get("port")
+    if not isinstance(pid, int) or not isinstance(port, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process: alive; the port decides
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def write_server_info(home: Path, info: dict[str, Any]) -> None:
+    """Write INFO to ``server.json`` in HOME, mode 0600, atomically (temp file + rename)."""
+    tmp = home / f".{SERVER_INFO}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an old temp file keeps its mode otherwise
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(info, fh)
+    os.replace(tmp, home / SERVER_INFO)
+
+
+def remove_server_info(home: Path, pid: int) -> None:
+    """Remove ``server.json`` in HOME if it still names PID (another server may own it now)."""
+    info = read_server_info(home)
+    if info is not None and info.get("pid") == pid:
+        (home / SERVER_INFO).unlink(missing_ok=True)
+
+
+def _stop_on_signals() -> Callable[[], None]:
+    """Make SIGTERM and SIGHUP end ``serve_forever`` as Ctrl-C does, so the clean-up runs.
+
+    Returns a function that restores the previous handlers.
+    """
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.info("stopping on signal %s", signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         if not args.headless:
             return _fail("AMACS_TOKEN is not set: start the server from Emacs (M-x amacs-shell)")
         token = secrets.token_hex(32)
+    home, pid = config.home, os.getpid()
+    current = read_server_info(home)
+    live = current is not None and current.get("pid") != pid and server_alive(current)
+    if live and args.headless and current.get("headless"):
+        return _fail(f"a headless AMACS server (pid {current.get('pid')}, port {current.get('port')}) "
+                     f"already serves {home}; connect to it with M-x amacs-connect")
+    # A headless server always names itself (people and Emacs look for it there); a
+    # server Emacs started leaves a live server's file alone.
+    write_info = args.headless or not live
 
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
@@ -74,22 +162,28 @@ def main(argv: list[str] | None = None) -> int:
     publish(server, rt, face)
     rt.start()
     port = server.server_address[1]
-    info = {"port": port, "pid": os.getpid()}
-    if args.headless and config.token is None:
-        info["token"] = token
-    info_path = config.home / "server.json"
-    fd = os.open(info_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(info, fh)
-    print(port, flush=True)
-    logging.info("serving on 127.0.0.1:%s (headless=%s, home=%s)", port, args.headless, config.home)
+    restore_signals = _stop_on_signals()
     try:
+        if write_info:
+            info: dict[str, Any] = {"port": port, "pid": pid, "headless": args.headless}
+            if args.headless and config.token is None:
+                info["token"] = token
+            write_server_info(home, info)
+        print(port, flush=True)
+        if args.headless:
+            print(f"AMACS headless server on 127.0.0.1:{port}, home {home.resolve()}; "
+                  "connect with M-x amacs-connect (M-x amacs-shell finds it too). Ctrl-C stops it.", flush=True)
+        logging.info("serving on 127.0.0.1:%s (headless=%s, home=%s, server.json %s)",
+                     port, args.headless, home, "written" if write_info else "left to the live server")
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:
+        if write_info:
+            remove_server_info(home, pid)
         rt.stop()
         server.server_close()
+        restore_signals()
     return 0
 
 

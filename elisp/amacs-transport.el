@@ -16,6 +16,13 @@
 ;; that this Emacs is the one it serves (a token passed in the
 ;; environment), and carries messages both ways.
 ;;
+;; A headless server (`python -m amacs_server --headless') names itself
+;; in server.json in the AMACS home: port, pid and the token it made.
+;; When no connection exists and that file names a live headless server,
+;; `amacs-start-server' connects to it instead of starting another; a
+;; file whose pid is dead, or whose port refuses connections, is stale
+;; and ignored.
+;;
 ;; Everything on an interactive path is asynchronous.  Where elisp needs
 ;; a value now (a harness function called inside the agent's eval),
 ;; `amacs--call-sync' waits on the connection itself and flushes
@@ -167,6 +174,53 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
     (when amacs-home (push (concat "AMACS_HOME=" (expand-file-name amacs-home)) env))
     env))
 
+(defun amacs--home-directory ()
+  "Return the AMACS home: `amacs-home', else $AMACS_HOME, else ~/.agent."
+  (expand-file-name (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+
+(defun amacs--read-server-info ()
+  "Return server.json in the AMACS home as an alist, or nil if there is none."
+  (let ((file (expand-file-name "server.json" (amacs--home-directory))))
+    (when (file-readable-p file)
+      (condition-case nil
+          (let ((info (json-read-file file)))
+            (and (consp info) info))
+        (error nil)))))
+
+(defun amacs--pid-alive-p (pid)
+  "Return non-nil when PID is a live process."
+  (and (natnump pid) (> pid 0)
+       (or (process-attributes pid)
+           (eq 0 (ignore-errors (signal-process pid 0))))))
+
+(defun amacs--port-open-p (port)
+  "Return non-nil when PORT on 127.0.0.1 accepts a connection."
+  (and (natnump port) (> port 0)
+       (condition-case nil
+           (let ((probe (make-network-process :name "amacs-probe" :host "127.0.0.1"
+                                              :service port :noquery t)))
+             (delete-process probe)
+             t)
+         (error nil))))
+
+(defun amacs--live-headless-server ()
+  "Return (PORT PID TOKEN) of the live headless server server.json names, or nil.
+Live: its pid is a running process and its port accepts a connection.
+The token is the one in the file, else $AMACS_TOKEN."
+  (let* ((info (amacs--read-server-info))
+         (port (alist-get 'port info))
+         (pid (alist-get 'pid info))
+         (token (or (alist-get 'token info) (getenv "AMACS_TOKEN"))))
+    (when (and info (not (memq (alist-get 'headless info) '(nil :json-false)))
+               (stringp token) (not (string-empty-p token))
+               (amacs--pid-alive-p pid) (amacs--port-open-p port))
+      (list port pid token))))
+
+(defun amacs--connecting-p ()
+  "Return non-nil while a connection is open and its hello not yet answered."
+  (and amacs--manager (not amacs--ready)
+       (process-live-p (epc:connection-process (epc:manager-connection amacs--manager)))))
+
 (defun amacs-live-p ()
   "Return non-nil when the server is connected and has accepted this Emacs."
   (and amacs--ready amacs--manager (epc:live-p amacs--manager)))
@@ -180,25 +234,38 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
                         amacs-price-table)))
 
 (defun amacs-start-server ()
-  "Start the server without waiting; it connects when its port is printed.
-Does nothing if a server is already starting or connected."
-  (unless (or (amacs-live-p) (process-live-p amacs--server-process))
-    (setq amacs--token (amacs--make-token) amacs--ready nil)
-    (let ((process-environment (amacs--server-environment amacs--token))
-          (stderr (get-buffer-create " *amacs-server-stderr*")))
-      (condition-case err
-          (setq amacs--server-process
-                (make-process :name "amacs-server"
-                              :buffer (generate-new-buffer " *amacs-server*")
-                              :command amacs-server-command
-                              :connection-type 'pipe
-                              :noquery t
-                              :stderr stderr
-                              :filter #'amacs--server-filter
-                              :sentinel #'amacs--server-sentinel))
-        (file-error
-         (amacs--say "Cannot start the AMACS server %S: %s. Run ./amacs once to set it up, or customize `amacs-server-command'."
-                     amacs-server-command (error-message-string err)))))))
+  "Connect to the live headless server, or start one; do not wait.
+When server.json in the AMACS home names a live headless server, connect
+to it.  Otherwise start the server, which connects when its port is
+printed.  Does nothing if a server is already starting or connected."
+  (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p))
+    (let ((headless (amacs--live-headless-server)))
+      (if headless
+          (pcase-let ((`(,port ,pid ,token) headless))
+            (setq amacs--token token amacs--ready nil)
+            (amacs--connect-port
+             nil port token
+             (format "Connected to the headless AMACS server on port %s (pid %s)." port pid)))
+        (amacs--start-server-process)))))
+
+(defun amacs--start-server-process ()
+  "Start the server with a fresh token; it connects when its port is printed."
+  (setq amacs--token (amacs--make-token) amacs--ready nil)
+  (let ((process-environment (amacs--server-environment amacs--token))
+        (stderr (get-buffer-create " *amacs-server-stderr*")))
+    (condition-case err
+        (setq amacs--server-process
+              (make-process :name "amacs-server"
+                            :buffer (generate-new-buffer " *amacs-server*")
+                            :command amacs-server-command
+                            :connection-type 'pipe
+                            :noquery t
+                            :stderr stderr
+                            :filter #'amacs--server-filter
+                            :sentinel #'amacs--server-sentinel))
+      (file-error
+       (amacs--say "Cannot start the AMACS server %S: %s. Run ./amacs once to set it up, or customize `amacs-server-command'."
+                   amacs-server-command (error-message-string err))))))
 
 (defun amacs--server-filter (proc output)
   "Read the port from the first line of PROC's OUTPUT, then connect."
@@ -234,9 +301,10 @@ Does nothing if a server is already starting or connected."
     (when (buffer-live-p (process-buffer proc))
       (kill-buffer (process-buffer proc)))))
 
-(defun amacs--connect-port (server-proc port token)
+(defun amacs--connect-port (server-proc port token &optional success)
   "Connect to PORT on 127.0.0.1 and say hello with TOKEN.
-SERVER-PROC is the server process this Emacs started, or nil."
+SERVER-PROC is the server process this Emacs started, or nil.
+SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (condition-case err
       (let* ((conn (epc:connect "127.0.0.1" port))
              (mngr (make-epc:manager :server-process server-proc
@@ -249,7 +317,10 @@ SERVER-PROC is the server process this Emacs started, or nil."
         (setq amacs--manager mngr)
         (deferred:$
           (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
-          (deferred:nextc it #'amacs--hello-accepted)
+          (deferred:nextc it
+            (lambda (status)
+              (when success (amacs--say "%s" success))
+              (amacs--hello-accepted status)))
           (deferred:error it
             (lambda (e) (amacs--say "The AMACS server refused this Emacs: %S" e)))))
     (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
@@ -271,6 +342,13 @@ SERVER-PROC is the server process this Emacs started, or nil."
   (let ((waiting amacs--on-ready))
     (setq amacs--on-ready nil)
     (dolist (fn (reverse waiting)) (funcall fn))))
+
+(defun amacs-cancel-waiting ()
+  "Drop every function waiting for the server; return how many there were.
+The server goes on starting; nothing runs when it is ready.  The shell's
+interrupt calls this, so input typed while the server starts is dropped."
+  (prog1 (length amacs--on-ready)
+    (setq amacs--on-ready nil)))
 
 (defun amacs-when-ready (fn)
   "Call FN once the server is connected, starting it if needed."
@@ -299,19 +377,22 @@ exits; it is killed only if it takes longer than `amacs-stop-grace'."
     (when (process-live-p proc)
       (delete-process proc))))
 
+;;;###autoload
 (defun amacs-connect (&optional port token)
   "Connect to a headless server on PORT with TOKEN.
-Without arguments, read both from server.json in the AMACS home."
+Without arguments, read both from server.json in the AMACS home
+\(the token also from $AMACS_TOKEN)."
   (interactive)
+  (require 'amacs)                      ; the eval, buffer and shell handlers
   (unless (and port token)
-    (let* ((home (or amacs-home (getenv "AMACS_HOME") "~/.agent"))
-           (info (json-read-file (expand-file-name "server.json" home))))
+    (let ((info (amacs--read-server-info)))
       (setq port (or port (alist-get 'port info))
             token (or token (alist-get 'token info) (getenv "AMACS_TOKEN")))))
   (unless (and port token)
-    (user-error "No port or token: start the server with --headless and AMACS_TOKEN set"))
+    (user-error "No port or token in %s: start `python -m amacs_server --headless'"
+                (expand-file-name "server.json" (amacs--home-directory))))
   (setq amacs--token token amacs--ready nil)
-  (amacs--connect-port nil port token))
+  (amacs--connect-port nil port token (format "Connected to the AMACS server on port %s." port)))
 
 ;;;; Calls to the server
 

@@ -4,7 +4,7 @@
 
 ;; Author: AMACS developers
 ;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1") (magit-section "3.0.0"))
 ;; Keywords: tools, ai
 ;; URL: https://example.invalid/amacs
 
@@ -15,6 +15,10 @@
 ;; M-x amacs-shell opens `*amacs-shell*'.  A Python server owns the
 ;; agent's mind; Emacs shows its replies and evaluates the elisp it
 ;; returns.  See README.md for set-up.
+;;
+;; Needs the packages epc (the transport) and magit-section (the hub):
+;; on Debian `apt install elpa-epc elpa-magit-section', else
+;; M-x package-install from MELPA / NonGNU ELPA.
 
 ;;; Code:
 
@@ -29,13 +33,28 @@
 (autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
 
+(defun amacs--restarted (own)
+  "Say in one line that the server is back, from `amacs--status'.
+OWN is non-nil when this Emacs started the server it is connected to."
+  (let ((model (or (plist-get amacs--status :model) "an unknown model"))
+        (backend (or (plist-get amacs--status :backend) "an unknown backend"))
+        (notice (plist-get amacs--status :notice)))
+    (amacs--say "%s"
+                (concat (if own
+                            (format "AMACS server restarted: %s on %s." model backend)
+                          (format "Reconnected to the headless AMACS server (restart it where it runs): %s on %s."
+                                  model backend))
+                        (if notice (concat " " notice) "")))))
+
+;;;###autoload
 (defun amacs-restart ()
   "Restart the AMACS server; the shell stays.
-A tick in progress gets two seconds to finish; your input is on disk anyway."
+A tick in progress gets two seconds to finish; your input is on disk anyway.
+Says in one line which model the new server uses, and what it still lacks."
   (interactive)
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
     (amacs-stop-server))
-  (amacs-when-ready #'ignore))
+  (amacs-when-ready (lambda () (amacs--restarted (process-live-p amacs--server-process)))))
 
 (provide 'amacs)
 ;;; amacs.el ends here

@@ -262,11 +262,19 @@ class ActiveMemory:
                        for i, e in enumerate(events)]
 
     def last_chat_interrupted(self) -> bool:
-        """True when the newest exchange has a human part and no reply."""
+        """True when the server stopped in the newest exchange: a human part, no reply, no outcome.
+
+        A turn that ended without a reply (no API key, the budget, a refused
+        call, the person's interrupt) records why in ``status``; a server
+        killed mid-turn records nothing, and :meth:`restore` marks that
+        exchange with :data:`INTERRUPTED`, so the answer is the same after a
+        restart.
+        """
         if not self.chat:
             return False
         content = self.chat[-1].content
-        return content.get("human") is not None and content.get("agent") is None
+        return (content.get("human") is not None and content.get("agent") is None
+                and content.get("status") in (None, INTERRUPTED))
 
     # -- the brain tools' operations -------------------------------------------------
 

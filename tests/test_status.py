@@ -1,0 +1,85 @@
+"""Issue 9: the status's ``interrupted`` means the server stopped mid-turn, not that a turn failed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from amacs_server.config import load_config
+from amacs_server.memory.active import INTERRUPTED, ActiveMemory
+from amacs_server.memory.ltm import LongTermMemory
+from amacs_server.runtime import Runtime
+from tests.test_memory import SilentFace
+
+
+def runtime(home: Path, key: str = "k") -> Runtime:
+    return Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": key}), SilentFace())
+
+
+@pytest.fixture
+def memory(tmp_path):
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    yield ActiveMemory(ltm, agent="a")
+    ltm.close()
+
+
+def test_no_exchange_and_answered_exchange_are_not_interrupted(memory):
+    assert not memory.last_chat_interrupted()
+    memory.begin_chat(1, "hi")
+    memory.finish_chat(1, "hello")
+    assert not memory.last_chat_interrupted()
+
+
+def test_a_turn_cut_off_mid_way_is_interrupted(memory):
+    memory.begin_chat(1, "hi")
+    assert memory.last_chat_interrupted()
+
+
+@pytest.mark.parametrize("reason", ["no API key", "budget limit reached", "interrupted by the person",
+                                    "the API key was refused (401)"])
+def test_a_turn_that_ended_without_a_reply_is_not_interrupted(memory, reason):
+    memory.begin_chat(1, "hi")
+    memory.finish_chat(1, None, status=f"no reply: {reason}")
+    assert not memory.last_chat_interrupted()
+
+
+def test_the_restored_mark_of_a_killed_turn_still_counts(memory):
+    memory.begin_chat(1, "hi")
+    memory.finish_chat(1, None, status=INTERRUPTED)
+    assert memory.last_chat_interrupted()
+
+
+def _write_human(rt: Runtime, tick: int, text: str) -> None:
+    rt.chat_log.write_human(tick, "2026-01-01T00:00:00Z", text)
+    rt.memory.begin_chat(tick, text)
+
+
+def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
+    """`M-x amacs-restart' after fixing a missing key: no 'got no reply before the server stopped'."""
+    home = tmp_path / "home"
+    rt = runtime(home, key="")
+    _write_human(rt, 1, "hello")
+    rt.memory.finish_chat(1, None, status="no reply: no API key")
+    assert rt.status()["interrupted"] is False
+    rt.ltm.close()
+    again = runtime(home)
+    try:
+        assert again.status()["interrupted"] is False
+        assert again.memory.chat[-1].content["status"] == "no reply: no API key"
+    finally:
+        again.ltm.close()
+
+
+def test_killed_turn_is_reported_as_interrupted_after_each_restart(tmp_path):
+    home = tmp_path / "home"
+    rt = runtime(home)
+    _write_human(rt, 1, "remember the milk")
+    rt.ltm.close()  # the server dies here: no reply, no status
+    for _ in range(2):
+        again = runtime(home)
+        try:
+            assert again.status()["interrupted"] is True
+            assert again.memory.chat[-1].content["status"] == INTERRUPTED
+        finally:
+            again.ltm.close()
