@@ -75,6 +75,12 @@ The summary never gets wider than the shell's window."
   (let ((window (get-buffer-window (current-buffer) t)))
     (max 40 (1- (if window (window-body-width window) 80)))))
 
+(defcustom amacs-shell-agent-lines 4
+  "Most working subagents shown one line each above the prompt.
+The rest are counted on one more line."
+  :type 'integer
+  :group 'amacs)
+
 (defface amacs-shell-resumed '((t :inherit shadow))
   "Face of the earlier exchanges a new shell shows."
   :group 'amacs)
@@ -425,11 +431,21 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
   (amacs-shell--editing
     (let ((old (amacs-shell--footer-lines 'amacs-agent-line)))
       (when old (delete-region (car old) (cdr old))))
-    (let ((lines (mapconcat
-                  (lambda (a)
-                    (format "⟳ %s (%s): %s\n" (plist-get a :id) (or (plist-get a :template) "?")
-                            (or (plist-get a :doing) (plist-get a :state) "working")))
-                  amacs-shell--agents "")))
+    (let* ((shown (seq-take amacs-shell--agents amacs-shell-agent-lines))
+           (more (- (length amacs-shell--agents) (length shown)))
+           (lines (concat
+                   (mapconcat
+                    (lambda (a)
+                      (amacs-shell--one-line
+                       (format "⟳ %s (%s): %s" (plist-get a :id) (or (plist-get a :template) "?")
+                               (or (plist-get a :doing) (plist-get a :state) "working"))
+                       (amacs-shell--width)))
+                    shown "\n")
+                   (if (> more 0)
+                       (format "\n⟳ and %d more (%s lists them)" more
+                               (substitute-command-keys "\\<amacs-shell-mode-map>\\[amacs-hub]"))
+                     "")
+                   (if shown "\n" ""))))
       (unless (string-empty-p lines)
         (amacs-shell--insert-footer
          amacs-shell--out
@@ -674,6 +690,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 ;;;; Commands
 
+;;;###autoload
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
@@ -686,6 +703,7 @@ An agent stopped at its limit goes on with your next input."
                             (amacs-shell--on-tick amacs-shell-usage)
                             (message "AMACS: budget limit is now $%.2f" limit))))))
 
+;;;###autoload
 (defun amacs-set-model (backend model &optional base-url)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
@@ -850,6 +868,7 @@ A file from before entries were NUL-separated is read by line."
           ((equal name "lisp-interaction") "emacs-lisp")
           (t name))))
 
+;;;###autoload
 (defun amacs-send-region (beg end message)
   "Send the text between BEG and END to the agent, quoted, with MESSAGE.
 Code goes as an org source block in its buffer's language, prose as a
@@ -870,6 +889,7 @@ quote; both name where they came from."
                                     "From " where ":\n" block))
     (pop-to-buffer (amacs-shell--buffer))))
 
+;;;###autoload
 (defun amacs-add-buffer (&optional buffer)
   "Add BUFFER (default: the current one) to the agent's active thread.
 The agent sees its contents from its next tick (RFC v4 §5.2); a buffer
@@ -946,6 +966,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
 (defun amacs-shell ()
   "Open `*amacs-shell*' and start the AMACS server if needed."
   (interactive)
+  (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
   (let ((buf (get-buffer-create amacs-shell-buffer-name)))
     (with-current-buffer buf
       (unless (derived-mode-p 'amacs-shell-mode) (amacs-shell-mode)))

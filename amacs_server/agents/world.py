@@ -44,6 +44,7 @@ DEFAULT_ACTIONS = {
     "compulsion": frozenset({"eval", "task", "talk", "quit"}),
 }
 RETRY_PROMPT = "Your response was not valid JSON. Please retry."
+REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 
 
 class AgentError(ValueError):
@@ -111,6 +112,7 @@ class AgentWorld:
         self.rt = rt
         self.limits = limits
         self.agents: dict[str, Agent] = {}
+        self._report_pending = False
         self.bus = EventBus(limits.event_queue)
         self._outstanding: dict[str, int] = {}  # results each caller is owed
         self.pool = asyncio.Semaphore(limits.pool)
@@ -440,9 +442,20 @@ class AgentWorld:
                 self._report_working(agent, "")
 
     def _report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
-        """Tell the person's shell which subagents are at work now, and what each is doing."""
+        """Tell the person's shell, soon, which subagents are at work and what each is doing.
+
+        Reports are coalesced: at most one per REPORT_INTERVAL, so fifty tasks starting at
+        once cost Emacs one redraw, not fifty lists of fifty.
+        """
         if agent is not None and doing is not None:
             agent.doing = doing
+        if self._report_pending:
+            return
+        self._report_pending = True
+        asyncio.get_running_loop().call_later(REPORT_INTERVAL, self._send_report)
+
+    def _send_report(self) -> None:
+        self._report_pending = False
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "doing": a.doing or None, "steps": a.steps}
                              for a in self.agents.values() if a.state == "running"])

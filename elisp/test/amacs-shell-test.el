@@ -198,6 +198,12 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
                             (amacs-shell-test--text)))
     (amacs-shell--on-reply '(:text "Meanwhile, a reply."))
     (should (string-match-p "Meanwhile, a reply.\n\n⟳ task-1" (amacs-shell-test--text)))
+    (amacs-shell--on-agents
+     (list :agents (mapcar (lambda (i) (list :id (format "task-%d" i) :template "researcher" :doing "thinking"))
+                           (number-sequence 1 6))))
+    (should (string-match-p "task-4 (researcher): thinking\n⟳ and 2 more (C-c C-h lists them)\namacs> draft\\'"
+                            (amacs-shell-test--text)))
+    (should-not (string-match-p "task-5" (amacs-shell-test--text)))
     (amacs-shell--on-agents '(:agents nil))
     (should-not (string-match-p "task-1" (amacs-shell-test--text)))
     (should (string-suffix-p "amacs> draft" (amacs-shell-test--text)))))
@@ -272,6 +278,44 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (amacs-shell-copy-reply)
     (should (string-prefix-p "*Bold* and ~code~." (current-kill 0)))
     (should-not (text-properties-at 0 (current-kill 0)))))
+
+;;;; Context from your own Emacs
+
+(ert-deftest amacs-shell-test-send-region-quotes-code-with-its-language ()
+  "Issue 9: the region goes as a source block in its mode's language, with the message."
+  (amacs-shell-test--with-shell
+    (with-temp-buffer
+      (emacs-lisp-mode)
+      (insert "(defun a () 1)\n(defun b () 2)\n")
+      (amacs-send-region (point-min) (point-max) "What do these do?"))
+    (let ((sent (car (cadr (seq-find (lambda (c) (eq (car c) 'submit)) amacs-shell-test--calls)))))
+      (should (string-match-p (concat "\\`What do these do\\?\n\nFrom .*, lines 1-3:\n"
+                                      "#\\+begin_src emacs-lisp\n(defun a () 1)\n(defun b () 2)\n#\\+end_src\\'")
+                              sent)))
+    (should (string-match-p "amacs> What do these do\\?" (amacs-shell-test--text))))
+  (amacs-shell-test--with-shell
+    (with-temp-buffer
+      (text-mode)
+      (insert "Some prose.")
+      (amacs-send-region (point-min) (point-max) ""))
+    (let ((sent (car (cadr (seq-find (lambda (c) (eq (car c) 'submit)) amacs-shell-test--calls)))))
+      (should (string-match-p "#\\+begin_quote\nSome prose.\n#\\+end_quote" sent)))))
+
+(ert-deftest amacs-shell-test-add-buffer-names-the-file-and-says-so ()
+  "Issue 9: `amacs-add-buffer' sends the file name of a file buffer and shows what was added."
+  (amacs-shell-test--with-shell
+    (let ((file (make-temp-file "amacs-add" nil ".py")))
+      (with-current-buffer (find-file-noselect file)
+        (cl-letf (((symbol-function 'amacs-call)
+                   (lambda (method args callback &rest _)
+                     (push (list method args) amacs-shell-test--calls)
+                     (funcall callback '(:thread "main")))))
+          (amacs-add-buffer))
+        (kill-buffer))
+      (should (equal (car amacs-shell-test--calls)
+                     (list 'person_add_buffer (list (abbreviate-file-name file)))))
+      (should (string-match-p (regexp-quote (format ";; Added %s to thread main" (abbreviate-file-name file)))
+                              (amacs-shell-test--text))))))
 
 ;;;; History, greeting, mode line
 

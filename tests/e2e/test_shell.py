@@ -186,3 +186,23 @@ def test_a_new_shell_shows_the_recent_exchanges(fake, home):
     assert run.shell == ("amacs> question one\n\nAnswer one.\n\namacs> question two\n\nAnswer two.\n\n"
                          ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all).\namacs> ")
     assert len(fake.requests) == 2  # resuming calls no model
+
+
+def test_add_buffer_puts_the_persons_file_in_the_agents_context(fake, home, tmp_path):
+    """Issue 9, RFC v4 §5.2: M-x amacs-add-buffer adds the file to the active thread (``main`` when
+    none is) and the agent reads it on its next tick; the shell says what was added."""
+    from tests.context_items import parse_context
+    from tests.e2e.harness import elisp_string
+
+    src = tmp_path / "notes.py"
+    src.write_text("def answer():\n    return 42\n")
+    fake.script(Reply(agent_json("Seen it.")))
+    program = (f"(amacs-e2e-open) (with-current-buffer (find-file-noselect {elisp_string(str(src))}) "
+               "(amacs-add-buffer)) "
+               "(amacs-e2e-wait-text \"to thread main\") (amacs-e2e-send \"what is in my file?\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program).check()
+    assert f";; Added {src} to thread main: the agent sees it from its next tick." in run.shell
+    ctx = parse_context(fake.user_texts()[0])
+    assert [t["content"]["id"] for t in ctx["threads"]] == ["main"]
+    (entry,) = ctx["buffers"]
+    assert "return 42" in entry["content"]
