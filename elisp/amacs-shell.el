@@ -319,7 +319,10 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
                             limit nil nil "…"))
 
 (defun amacs-shell--eval-start (event)
-  "Show the eval in EVENT as a summary line that `amacs-shell-toggle' expands."
+  "Show the eval in EVENT as a summary line that `amacs-shell-toggle' expands.
+The details (form, then result) are hidden from the end of the summary
+to just before the line's newline, as outline folding hides a body, so
+the next line shows as it would without them."
   (if (not (member (or (plist-get event :agent) "primary") '("primary")))
       (amacs-shell--agent-doing (plist-get event :agent)
                                 (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
@@ -335,13 +338,19 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
            (propertize (concat "▸ eval "
                                (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
                                                                 (- (amacs-shell--width) 20)))
-                               " …\n")
-                       'font-lock-face 'amacs-shell-eval 'amacs-eval id 'amacs-eval-summary t
+                               " …")
+                       'font-lock-face 'amacs-shell-eval 'amacs-eval id
                        'help-echo "TAB or RET: show the form and its result"))
-          (amacs-shell--insert-output
-           (propertize (concat (string-trim-right form) "\n") 'invisible id 'amacs-eval id
-                       'font-lock-face 'font-lock-constant-face 'line-prefix "    " 'wrap-prefix "    "))
-          (put id 'amacs-summary start))))))
+          (amacs-shell--insert-output (amacs-shell--eval-detail id (string-trim-right form)
+                                                                'font-lock-constant-face))
+          (put id 'amacs-summary start)
+          (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id)))))))
+
+(defun amacs-shell--eval-detail (id text face)
+  "TEXT as a hidden detail line of eval ID, in FACE."
+  (propertize (concat "\n" text) 'invisible id 'amacs-eval id 'font-lock-face face
+              'line-prefix "    " 'wrap-prefix "    "))
 
 (defun amacs-shell--eval-done (event result)
   "Finish the summary line of the eval in EVENT with RESULT (value or error)."
@@ -351,35 +360,29 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
       (amacs-shell--set-state 'thinking)
       (let* ((id (intern (format "amacs-eval-%d" amacs-shell--eval-count)))
              (start (get id 'amacs-summary))
+             (details-end (get id 'amacs-details-end))
              (ok (plist-get result :success))
+             (face (if ok 'amacs-shell-eval 'amacs-shell-eval-error))
              (value (if ok (or (plist-get result :result) "nil")
                       (concat "error: " (or (plist-get result :error) "?")))))
         (when (and start (marker-buffer start))
           (amacs-shell--editing
+            (goto-char details-end)
+            (insert (amacs-shell--eval-detail
+                     id (concat (if ok "⇒ " "error: ")
+                                (string-trim-right (if ok value (or (plist-get result :error) "?"))))
+                     (if ok 'default 'amacs-shell-error)))
             (goto-char start)
-            (when (search-forward " …\n" (line-end-position 2) t)
-              (replace-match
-               (propertize (concat " → " (amacs-shell--one-line
-                                          value (max 10 (- (amacs-shell--width) 3
-                                                           (- (match-beginning 0) start))))
-                                   "\n")
-                           'font-lock-face (if ok 'amacs-shell-eval 'amacs-shell-eval-error)
-                           'amacs-eval id 'amacs-eval-summary t 'field 'output)
-               t t)
-              (let ((face (if ok 'amacs-shell-eval 'amacs-shell-eval-error)))
-                (put-text-property start (point) 'font-lock-face face))
-              ;; The details: form (already there), then the result.
-              (forward-line 1)
-              (while (and (not (eobp)) (eq (get-text-property (point) 'invisible) id))
-                (forward-line 1))
-              (insert (amacs-shell--output-props
-                       (propertize (concat (if ok "⇒ " "error: ") (string-trim-right
-                                                                   (if ok value (plist-get result :error)))
-                                           "\n")
-                                   'invisible id 'amacs-eval id 'line-prefix "    " 'wrap-prefix "    "
-                                   'font-lock-face (if ok 'default 'amacs-shell-error)))))
-            (set-marker start nil)
-            (put id 'amacs-summary nil)))))))
+            (when (search-forward " …" (line-end-position) t)
+              (let ((used (- (match-beginning 0) start)))
+                (replace-match (concat " → " (amacs-shell--one-line
+                                              value (max 10 (- (amacs-shell--width) 3 used))))
+                               t t))
+              (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))))
+          (set-marker start nil)
+          (set-marker details-end nil)
+          (put id 'amacs-summary nil)
+          (put id 'amacs-details-end nil))))))
 
 (defun amacs-shell-toggle ()
   "Show or hide the form and result of the eval at point."

@@ -38,7 +38,7 @@ Here is **bold** text, `inline code` and a list:
 """
 
 SCRIPT: dict[str, tuple[str, dict[str, Any]]] = {
-    "help": ("I know: 2+2, long, slow, markdown, eval, error, todo, loop, help.", {}),
+    "help": ("I know: 2+2, long, slow, markdown, eval, error, todo, loop, task, help.", {}),
     "long": (LONG, {"chunks": 60, "chunk_delay": 0.01}),
     "slow": ("This reply is slow: " + " ".join(f"word{i}" for i in range(60)) + ".",
              {"chunks": 60, "chunk_delay": 0.1}),
@@ -70,7 +70,15 @@ def has_eval_result(body: dict[str, Any]) -> bool:
 
 def answer(body: dict[str, Any]) -> Reply:
     """The scripted answer to the request BODY."""
+    system = body.get("system") or ""
+    system_text = system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
+    if re.search(r"You are \S+, a task", system_text):  # a subagent: slow, so its line is seen
+        return Reply(agent_json("The researcher found three sources."), delay=3.0)
     human = last_human(body).strip().lower()
+    if human == "task" and not has_eval_result(body):
+        return Reply(agent_json("I'll ask two researchers.", eval=(
+            '(agent-wait-for (list (plist-get (agent-task "researcher" "Find sources on A") :talk-id) '
+            '(plist-get (agent-task "researcher" "Find sources on B") :talk-id)))')), chunks=6, chunk_delay=0.02)
     after_eval = has_eval_result(body)
     if human in ("eval", "2+2", "what is 2+2?", "error", "todo", "loop") and not after_eval:
         form = {"eval": "(+ 2 2)", "2+2": "(+ 2 2)", "what is 2+2?": "(+ 2 2)",
