@@ -6,9 +6,18 @@ import subprocess
 import sys
 import time
 
+import orgparse
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from amacs_server.persistence.chat_log import ChatLog, escape_org, unescape_org
+from amacs_server.persistence.chat_log import (
+    ChatLog,
+    escape_org,
+    nest_reply,
+    unescape_org,
+    unnest_reply,
+)
 from amacs_server.persistence.files import PersistenceError, atomic_write
 from amacs_server.persistence.git_repo import CommitError, HomeRepo, commit_message
 from amacs_server.persistence.monologue import MonologueLog
@@ -138,3 +147,92 @@ def test_scratchpad_org_format_and_round_trip(tmp_path):
         ScratchpadEntry(42, "Working Notes", None, "line\n* not a heading"),
         ScratchpadEntry(45, "Parser Investigation", "rust-debugging", "Content here..."),
     ]
+
+
+# Replies as org (issue 9, RFC v4 §8.3): the reply's headings nest under `** Agent'.
+
+ORG_REPLY = """\
+* Plan
+Some *bold* and ~code~.
+** Details
+- a list
+  - nested
+1. numbered
+#+begin_src python
+* a star line in code
+#+not a keyword
+,* already a comma
+def f(**kw): pass
+#+end_src
+*bold* at the start, not a heading
+,* a literal comma-star
+* Last
+| a | b |
+|---+---|"""
+
+
+def test_org_reply_round_trips_exactly(tmp_path):
+    log = ChatLog(tmp_path / "agent-chat.org")
+    log.write_human(1, "t1", "* human star\nhello")
+    log.write_agent(1, "t1", ORG_REPLY, with_heading=False)
+    log.write_agent(2, "t2", "\n  leading and trailing blank lines\n\n", with_heading=True)
+    log.write_human(3, "t3", "next")
+    assert [(e.tick, e.human, e.agent) for e in log.read()] == [
+        (1, "* human star\nhello", ORG_REPLY),
+        (2, None, "\n  leading and trailing blank lines\n\n"),
+        (3, "next", None),
+    ]
+
+
+def test_org_reply_headings_fold_under_agent(tmp_path):
+    """orgparse sees the reply's headings two levels down, inside `** Agent'."""
+    path = tmp_path / "agent-chat.org"
+    ChatLog(path).write_agent(1, "t1", ORG_REPLY, with_heading=True)
+    ChatLog(path).write_agent(2, "t2", "* Second", with_heading=True)
+    root = orgparse.load(str(path))
+    assert [n.heading for n in root.children] == ["Tick 1", "Tick 2"]
+    agent = root.children[0].children[0]
+    assert agent.heading == "Agent" and agent.level == 2
+    assert [(n.level, n.heading) for n in agent[1:]] == [(3, "Plan"), (4, "Details"), (3, "Last")]
+    assert [(n.level, n.heading) for n in root.children[1][1:]] == [(2, "Agent"), (3, "Second")]
+
+
+def test_star_line_in_src_block_is_comma_escaped(tmp_path):
+    """As org escapes src blocks: `,*' and `,#+' in the file, the code back on read."""
+    path = tmp_path / "agent-chat.org"
+    reply = "#+begin_src org\n* code heading\n  ** indented\n#+TITLE: x\n#+end_src\n* real"
+    ChatLog(path).write_agent(1, "t", reply, with_heading=True)
+    lines = path.read_text().split("\n")
+    assert ",* code heading" in lines and "  ,** indented" in lines and ",#+TITLE: x" in lines
+    assert "*** real" in lines and "* code heading" not in lines
+    assert ChatLog(path).read()[0].agent == reply
+
+
+def test_old_agent_escaping_still_reads(tmp_path):
+    """Files written before issue 9 escaped every `*' line of the reply with a comma."""
+    path = tmp_path / "agent-chat.org"
+    path.write_text(
+        "* Tick 1\n:PROPERTIES:\n:TIMESTAMP: t\n:END:\n\n** Agent\n"
+        ",* was a heading\n,,* comma star\n#+begin_src\n,* code\n#+end_src\n\n"
+    )
+    old_reply = "* was a heading\n,* comma star\n#+begin_src\n* code\n#+end_src"
+    assert ChatLog(path).read()[0].agent == old_reply
+
+
+_REPLY_PIECES = st.sampled_from(
+    ["*", "**", " ", "\t", ",", "a", "\n", "#+", "- ", "|", ":PROPERTIES:", ":END:", "CLOCK:"]
+    + ["#+begin_src", "#+BEGIN_EXAMPLE", "#+end_src", "#+end_example", "SCHEDULED: <2020-01-01>"]
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(reply=st.lists(_REPLY_PIECES, max_size=40).map("".join))
+def test_any_reply_round_trips(tmp_path, reply):
+    assert unnest_reply(nest_reply(reply)) == reply
+    path = tmp_path / "agent-chat.org"
+    path.unlink(missing_ok=True)
+    log = ChatLog(path)
+    log.write_human(1, "t", "hi")
+    log.write_agent(1, "t", reply, with_heading=False)
+    log.write_agent(2, "t", reply, with_heading=True)
+    assert [(e.human, e.agent) for e in log.read()] == [("hi", reply), (None, reply)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
@@ -30,6 +30,7 @@ from ..persistence.git_repo import CommitError, commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
+from ..text.org_markup import markdown_to_org
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -93,6 +94,8 @@ async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
         response, streamed = await infer_and_parse(rt, tick, user_message)
         if response is None:
             return TickOutcome(tick, None)
+        if response.reply:  # org, for the shell, agent-chat.org and memory (issue 9)
+            response = replace(response, reply=markdown_to_org(response.reply))
         eval_result = await act(rt, tick, response, streamed=streamed)
     except asyncio.CancelledError:
         rt.face.reply_abandon("interrupted")

@@ -2,12 +2,19 @@
 
 Each tick is a ``* Tick N`` heading with a ``:TIMESTAMP:`` property, then
 ``** Human`` (the person's input, written before the model is called) and
-``** Agent`` (the reply).  Lines of text that would start an org heading are
-escaped with a leading comma, as org does in source blocks.
+``** Agent`` (the reply).
+
+The human's text is plain: lines that would start an org heading are escaped
+with a leading comma, as org does in source blocks.  The reply is org (issue 9):
+its headings are demoted two levels (``* H`` becomes ``*** H``) so they nest and
+fold under ``** Agent``, and the lines of its src and example blocks are
+comma-escaped as org escapes them.  :func:`unnest_reply` undoes both.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +56,69 @@ def unescape_org(text: str) -> str:
     return "\n".join(out)
 
 
+# Blocks whose lines org reads verbatim, comma-escaped; and the line ending one.
+_VERBATIM_BLOCK = re.compile(r"^[ \t]*#\+begin_(src|example|export|comment)\b", re.IGNORECASE)
+# A line of a verbatim block that org escapes, and an escaped one: ``*``, ``#+``.
+_CODE_TO_ESCAPE = re.compile(r"^([ \t]*)(,*(?:\*|#\+))")
+_ESCAPED_CODE = re.compile(r"^([ \t]*,*),((?:\*|#\+))")
+# Outside blocks: a heading line, a demoted one, and a line that needs a comma
+# so it is not mistaken for an escaped heading from the old format.
+_HEADING = re.compile(r"^\*+(?:[ \t]|$)")
+_NESTED_HEADING = re.compile(r"^\*\*\*+(?:[ \t]|$)")
+_COMMA_STAR = re.compile(r"^,+\*")
+
+
+def _block_end(line: str) -> re.Pattern[str] | None:
+    """If LINE begins a verbatim block, the pattern of the line that ends it."""
+    begin = _VERBATIM_BLOCK.match(line)
+    if begin is None:
+        return None
+    return re.compile(rf"^[ \t]*#\+end_{begin[1]}[ \t]*$", re.IGNORECASE)
+
+
+def _map_reply_lines(text: str, *, code: Callable[[str], str], prose: Callable[[str], str]) -> str:
+    """TEXT with CODE applied to the lines inside verbatim blocks, PROSE to the others.
+
+    The lines that begin and end blocks are kept as they are."""
+    out: list[str] = []
+    end: re.Pattern[str] | None = None
+    for line in text.split("\n"):
+        if end is None:
+            end = _block_end(line)
+            out.append(line if end is not None else prose(line))
+        elif end.match(line):
+            end = None
+            out.append(line)
+        else:
+            out.append(code(line))
+    return "\n".join(out)
+
+
+def nest_reply(text: str) -> str:
+    """The reply (org) as the body of ``** Agent``: headings two levels down, block
+    lines escaped as org escapes them (``,*``, ``,#+``)."""
+
+    def prose(line: str) -> str:
+        if _HEADING.match(line):
+            return "**" + line
+        return "," + line if _COMMA_STAR.match(line) else line
+
+    return _map_reply_lines(text, code=lambda line: _CODE_TO_ESCAPE.sub(r"\1,\2", line), prose=prose)
+
+
+def unnest_reply(body: str) -> str:
+    """Undo :func:`nest_reply`.
+
+    Also reads the old format, in which every line starting with ``*`` had a comma."""
+
+    def prose(line: str) -> str:
+        if _NESTED_HEADING.match(line):
+            return line[2:]
+        return line[1:] if _COMMA_STAR.match(line) else line
+
+    return _map_reply_lines(body, code=lambda line: _ESCAPED_CODE.sub(r"\1\2", line), prose=prose)
+
+
 class ChatLog:
     """Appends ticks to ``agent-chat.org`` and reads the history back."""
 
@@ -70,7 +140,7 @@ class ChatLog:
             if with_heading
             else ""
         )
-        append_durably(self.path, f"{head}** Agent\n{escape_org(reply)}\n\n")
+        append_durably(self.path, f"{head}** Agent\n{nest_reply(reply)}\n\n")
 
     def read(self) -> list[ChatEntry]:
         """Every tick in the file, oldest first, parsed with orgparse."""
@@ -84,10 +154,19 @@ class ChatLog:
                 continue
             entry = ChatEntry(tick=int(title[1]), timestamp=str(node.properties.get("TIMESTAMP", "")))
             for child in node.children:
-                body = unescape_org(child.body.strip("\n"))
                 if child.heading == "Human":
-                    entry.human = body
+                    entry.human = unescape_org(child.body.strip("\n"))
                 elif child.heading == "Agent":
-                    entry.agent = body
+                    entry.agent = unnest_reply(_section_text(child))
             entries.append(entry)
         return entries
+
+
+def _section_text(node: orgparse.node.OrgNode) -> str:
+    """The raw text under NODE's heading, its sub-headings included, as written.
+
+    orgparse puts the reply's (demoted) headings in child nodes, and takes
+    planning lines and drawers out of bodies; the raw lines of the subtree keep
+    everything.  The blank line that ends each part is not part of the text."""
+    text = "\n".join(str(part) for part in node[:]).partition("\n")[2]
+    return text[:-1] if text.endswith("\n") else text

@@ -1,0 +1,1 @@
+"""Text formats the agent's words pass through (org markup for replies)."""
