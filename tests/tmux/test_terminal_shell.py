@@ -1,0 +1,127 @@
+"""The shell as a person sees it, in a real terminal (issue 9).
+
+``./amacs`` runs ``emacs -nw`` in tmux against the fake model API; keys are
+typed with ``tmux send-keys`` and the screen and cursor are read back
+(DESIGN.md, "The person's view": if point was at the prompt when output
+arrived, it ends at the new prompt; what the person types during a stream
+stays in the input area and is sent exactly as typed).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from tests.context_items import chat_lines
+from tests.e2e.test_shell import USAGE
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+from tests.tmux.terminal import PROMPT, Terminal
+
+pytestmark = pytest.mark.tmux
+
+SIZES = [pytest.param((120, 40), id="120x40"), pytest.param((80, 24), id="80x24")]
+
+
+def send(term: Terminal, text: str) -> None:
+    """Type TEXT at the prompt and press Enter."""
+    term.type(text)
+    term.press("Enter")
+
+
+def wait_turn_over(term: Terminal, timeout: float = 20) -> None:
+    """Wait until the agent's turn has ended (the screen may not show it: that is what is tested)."""
+    term.wait_for_elisp("(not amacs-shell-busy)", timeout=timeout, what="the end of the agent's turn")
+
+
+def prompt_below(text: str) -> Callable[[str], bool]:
+    """A screen predicate: a prompt row somewhere below the row showing TEXT."""
+    def check(screen: str) -> bool:
+        _before, found, after = screen.partition(text)
+        return bool(found) and any(row.startswith(PROMPT.rstrip()) for row in after.split("\n")[1:])
+    return check
+
+
+def last_human_input(fake: FakeAnthropic, request: int) -> str:
+    """The newest line of the chat in model request number REQUEST."""
+    return chat_lines(fake.user_texts()[request])[-1]
+
+
+def test_the_shell_opens_with_the_cursor_at_an_empty_prompt(terminal):
+    term = terminal()
+    term.wait_idle(timeout=5)
+    assert "*amacs-shell*" in term.mode_line()
+
+
+def test_second_input_arrives_exactly_as_typed_after_a_streamed_reply(terminal, fake):
+    first = "Two plus two is four. Arithmetic like this is something I can do in my head, no eval needed."
+    fake.script(Reply(agent_json(first), chunks=20, chunk_delay=0.02), Reply(agent_json("You're welcome.")))
+    term = terminal()
+    send(term, "what is 2+2?")
+    term.wait_for(first)
+    wait_turn_over(term)
+    term.wait_for(prompt_below(first), timeout=5, what="a prompt below the reply")
+    send(term, "thanks")
+    term.wait_for("You're welcome.")
+    assert fake.wait_for_requests(2)
+    assert last_human_input(fake, 1) == "Human: thanks"
+    assert "** Human\nthanks\n" in (term.amacs_home / "agent-chat.org").read_text()
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cursor_is_on_the_prompt_after_a_reply(terminal, fake, size):
+    """A reply longer than the window: the window follows it and the cursor ends at the new prompt."""
+    width, height = size
+    reply = "\n".join(f"Line {n} of a reply that is longer than the window." for n in range(1, 61))
+    fake.script(Reply(agent_json(reply), chunks=30, chunk_delay=0.02))
+    term = terminal(width, height)
+    send(term, "a long answer, please")
+    wait_turn_over(term)
+    term.wait_idle(timeout=5)
+    y, x = term.cursor()
+    assert y < height - 2, "the cursor is in the mode line or echo area"
+    assert term.line_at_cursor().startswith(PROMPT)
+    assert x == len(PROMPT)
+    assert "Line 60 of a reply" in term.screen()
+
+
+def test_input_typed_while_streaming_survives(terminal, fake):
+    reply = "This reply streams slowly, word by word, while the person already types the next question."
+    fake.script(Reply(agent_json(reply), chunks=40, chunk_delay=0.1), Reply(agent_json("Heard you.")))
+    term = terminal()
+    send(term, "talk slowly")
+    term.wait_for("This reply")
+    term.type("hello while busy")
+    wait_turn_over(term)
+    screen = term.wait_for(reply, timeout=5)
+    reply_rows = [row for row in screen.split("\n") if "This reply" in row]
+    assert reply_rows == [reply], f"the reply is cut or has the typed text inside it:\n{screen}"
+    assert f"{PROMPT}hello while busy" in screen, f"the typed input is not on screen:\n{screen}"
+    assert term.line_at_cursor() == f"{PROMPT}hello while busy"
+    assert term.cursor()[1] == len(f"{PROMPT}hello while busy")
+    term.press("Enter")
+    assert fake.wait_for_requests(2)
+    assert last_human_input(fake, 1) == "Human: hello while busy"
+
+
+DOLLARS = re.compile(r"\$\d+(?:\.\d+)?")
+
+
+def test_mode_line_fits_80_columns(terminal, fake):
+    """The cost in the mode line is shown whole in an 80-column terminal, not cut mid-figure."""
+    fake.script(Reply(agent_json("Priced."), usage=USAGE))
+    term = terminal(80, 24, AMACS_MODEL="claude-sonnet-4-5")
+    send(term, "hi")
+    term.wait_for("Priced.")
+    wait_turn_over(term)
+    term.wait_for(lambda _screen: "$" in term.mode_line(), timeout=5, what="a cost in the mode line")
+    shown = term.mode_line().rstrip()
+    assert len(shown) <= 80
+    formatted = term.elisp_string(
+        '(let ((window (get-buffer-window "*amacs-shell*")))'
+        "  (with-current-buffer (window-buffer window) (format-mode-line mode-line-format nil window)))")
+    figures = DOLLARS.findall(formatted)
+    assert figures, f"no cost in the mode line: {formatted!r}\nscreen: {shown!r}"
+    missing = [figure for figure in figures if not re.search(re.escape(figure) + r"(?![\d.])", shown)]
+    assert not missing, f"cut from the mode line: {missing}\nscreen: {shown!r}\nformat-mode-line: {formatted!r}"
