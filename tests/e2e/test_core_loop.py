@@ -51,10 +51,11 @@ def test_two_plus_two_end_to_end(fake, home):
     assert "Response format" in system[0]["text"] and "eval" in system[0]["text"]
     assert fake.requests[0]["body"]["stream"] is True
 
-    # The shell shows the reply and only the reply (RFC §9.1).
+    # The shell shows the reply and the eval where it happened, never the JSON (RFC §9.1, issue 9).
     assert "amacs> what is 2+2?" in run.shell
-    assert "2 + 2 is 4." in run.shell
-    for internal in ("(+ 2 2)", "🤔", "satisfied", "Computing", "monologue", "{"):
+    assert "▸ eval (+ 2 2) → 4\n" in run.shell
+    assert run.shell.index("▸ eval (+ 2 2)") < run.shell.index("2 + 2 is 4.")
+    for internal in ("🤔", "satisfied", "Computing", "monologue", "{"):
         assert internal not in run.shell
     assert run.shell.rstrip().endswith("amacs>")
 

@@ -20,7 +20,7 @@ SAMPLER = r"""
 (let ((samples nil) (deadline (+ (float-time) 30)))
   (while (and amacs-shell-busy (< (float-time) deadline))
     (push (with-current-buffer amacs-shell-buffer-name
-            (let ((text (buffer-substring-no-properties (point-min) (point-max))))
+            (let ((text (buffer-substring-no-properties (point-min) amacs-shell--out)))
               (if (string-match "stream please\n" text) (substring text (match-end 0)) "")))
           samples)
     (accept-process-output nil 0.02))
