@@ -345,7 +345,9 @@ the next line shows as it would without them."
                                                                 'font-lock-constant-face))
           (put id 'amacs-summary start)
           (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
-          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id)))))))
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))))
+      ;; Emacs is busy until the eval returns: show its line and state first.
+      (when (amacs-shell--buffer) (redisplay)))))
 
 (defun amacs-shell--eval-detail (id text face)
   "TEXT as a hidden detail line of eval ID, in FACE."
