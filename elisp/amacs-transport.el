@@ -289,11 +289,13 @@ printed.  Does nothing if a server is already starting or connected."
   (unless (process-live-p proc)
     (when (eq proc amacs--server-process)
       (setq amacs--ready nil amacs--manager nil amacs--server-process nil)
-      (amacs--say "AMACS server stopped (%s). Your input is saved; type to restart it, or M-x amacs-restart. Log: %s"
+      ;; The shell first closes what the server left open (a stream, queued
+      ;; input), so this line comes after what it explains.
+      (run-hooks 'amacs-disconnect-hook)
+      (amacs--say "AMACS server stopped (%s). Type to restart it, or M-x amacs-restart. Log: %s"
                   (string-trim event)
                   (expand-file-name "logs/server.log"
                                     (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
-      (run-hooks 'amacs-disconnect-hook)
       ;; Input typed after the connection dropped but before this sentinel ran
       ;; is waiting for a server: start one, or it would wait for ever.
       (when amacs--on-ready
@@ -332,8 +334,8 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (when (and (eq mngr amacs--manager) (not (process-live-p proc)))
     (setq amacs--ready nil amacs--manager nil)
     (unless amacs--server-process
-      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event))
-      (run-hooks 'amacs-disconnect-hook))))
+      (run-hooks 'amacs-disconnect-hook)
+      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event)))))
 
 (defun amacs--hello-accepted (status)
   "Store the server's STATUS plist and run the functions waiting for it."
