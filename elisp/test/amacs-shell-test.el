@@ -317,7 +317,37 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
       (should (string-match-p (regexp-quote (format ";; Added %s to thread main" (abbreviate-file-name file)))
                               (amacs-shell-test--text))))))
 
-;;;; History, greeting, mode line
+;;;; History, greeting, header line, mode line
+
+(ert-deftest amacs-shell-test-a-fresh-home-is-greeted-in-two-lines ()
+  "Issue 9: a home with no history greets with the keys and how to ask for help."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:recent nil :model "claude-x" :backend "anthropic")))
+      (amacs-shell--greet))
+    (let ((lines (split-string (amacs-shell-test--text) "\n")))
+      (should (= (length lines) 3))          ; two lines of greeting, then the prompt
+      (should (string-match-p "RET" (nth 0 lines)))
+      (should (string-match-p "C-c C-c interrupts" (nth 0 lines)))
+      (should (string-match-p "what can you do\\?" (nth 1 lines)))
+      (should (equal (nth 2 lines) "amacs> ")))))
+
+(ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
+  "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+      (amacs-shell--set-state 'waiting)
+      (should (equal (amacs-shell-header-line) " claude-x (anthropic) — waiting for you"))
+      (amacs-shell--on-turn-start nil)
+      (should (string-match-p "thinking…" (amacs-shell-header-line)))
+      (amacs-shell--on-reply-delta '(:text "Hi"))
+      (should (string-match-p "writing…" (amacs-shell-header-line)))
+      (amacs-shell--on-annotation
+       '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :kind "status"))
+      (should (string-match-p "retrying in 4.0 s" (amacs-shell-header-line)))
+      (amacs-shell--on-agents '(:agents ((:id "task-1") (:id "task-2"))))
+      (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
+      (amacs-shell--on-turn-done nil)
+      (should (string-match-p "waiting for you" (amacs-shell-header-line))))))
 
 (ert-deftest amacs-shell-test-multiline-input-is-one-history-entry ()
   "Issue 9: an input of several lines comes back from M-p as one, after a restart."
