@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.fake_anthropic import Reply, agent_json
-from tests.tmux.test_terminal_shell import send, wait_turn_over
 from tests.tmux.terminal import Terminal
+from tests.tmux.test_terminal_shell import send, wait_turn_over
 
 pytestmark = pytest.mark.tmux
 
