@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     home, pid = config.home, os.getpid()
     current = read_server_info(home)
     live = current is not None and current.get("pid") != pid and server_alive(current)
-    if live and args.headless and current.get("headless"):
+    if live and args.headless and current is not None and current.get("headless"):
         return _fail(f"a headless AMACS server (pid {current.get('pid')}, port {current.get('port')}) "
                      f"already serves {home}; connect to it with M-x amacs-connect")
     # A headless server always names itself (people and Emacs look for it there); a
