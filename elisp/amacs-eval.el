@@ -98,6 +98,7 @@ limit or \\[keyboard-quit]) all come back as :error."
         (debug-on-error nil)
         (debug-on-event 'sigusr1)
         (before (buffer-list))
+        (started (float-time))
         (displayed nil)
         outcome)
     (condition-case err
@@ -112,7 +113,12 @@ limit or \\[keyboard-quit]) all come back as :error."
       (amacs-unreadable
        (setq outcome (list :success nil :error (format "Unreadable elisp: %s" (cadr err)))))
       (quit
-       (setq outcome (list :success nil :error "quit: the eval was stopped")))
+       (setq outcome
+             (list :success nil
+                   :error (if (>= (- (float-time) started) amacs-eval-timeout)
+                              (format "quit: the eval was stopped at the time limit (amacs-eval-timeout, %s s)"
+                                      amacs-eval-timeout)
+                            "quit: the eval was stopped (C-g)"))))
       (error
        (setq outcome (list :success nil :error (error-message-string err)))))
     (setq debug-on-next-call nil)

@@ -32,6 +32,12 @@ nil shows them as plain text."
   :type 'boolean
   :group 'amacs)
 
+(defcustom amacs-render-hide-emphasis-markers t
+  "Whether the markers of org emphasis (*bold*, /italic/, ~code~) are hidden.
+The text keeps them: copying a reply copies its org markup."
+  :type 'boolean
+  :group 'amacs)
+
 (defconst amacs--render-buffer " *amacs-org-render*"
   "Work buffer where replies are fontified by `org-mode'.")
 
@@ -59,6 +65,7 @@ hides carry `invisible' (add `org-link' to the shell's invisibility spec)."
       (let ((inhibit-read-only t)
             (inhibit-modification-hooks nil))
         (erase-buffer)
+        (setq-local org-hide-emphasis-markers amacs-render-hide-emphasis-markers)
         (insert text)
         (condition-case err
             (font-lock-ensure)

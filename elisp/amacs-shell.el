@@ -72,7 +72,7 @@ The summary never gets wider than the shell's window."
 
 (defun amacs-shell--width ()
   "Columns available in the shell's window (80 without one)."
-  (let ((window (get-buffer-window (current-buffer) t)))
+  (let ((window (get-buffer-window (or (amacs-shell--buffer) (current-buffer)) t)))
     (max 40 (1- (if window (window-body-width window) 80)))))
 
 (defcustom amacs-shell-agent-lines 4
@@ -337,17 +337,28 @@ the next line shows as it would without them."
           (amacs-shell--insert-output
            (propertize (concat "▸ eval "
                                (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
-                                                                (- (amacs-shell--width) 20)))
-                               " …")
+                                                                (- (amacs-shell--width) 25))))
                        'font-lock-face 'amacs-shell-eval 'amacs-eval id
                        'help-echo "TAB or RET: show the form and its result"))
-          (amacs-shell--insert-output (amacs-shell--eval-detail id (string-trim-right form)
+          (put id 'amacs-pending (copy-marker amacs-shell--out nil))
+          (amacs-shell--insert-output (propertize (substitute-command-keys " … (\\[keyboard-quit] stops it)")
+                                                  'font-lock-face 'amacs-shell-eval 'amacs-eval id))
+          (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--pretty form)
                                                                 'font-lock-constant-face))
           (put id 'amacs-summary start)
           (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
           (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))))
       ;; Emacs is busy until the eval returns: show its line and state first.
       (when (amacs-shell--buffer) (redisplay)))))
+
+(defun amacs-shell--pretty (form)
+  "FORM (a string of elisp) pretty-printed, or as written if it does not read."
+  (condition-case nil
+      (let ((read (read-from-string form)))
+        (if (string-blank-p (substring form (cdr read)))
+            (string-trim-right (pp-to-string (car read)))
+          (string-trim-right form)))
+    (error (string-trim-right form))))
 
 (defun amacs-shell--eval-detail (id text face)
   "TEXT as a hidden detail line of eval ID, in FACE."
@@ -374,13 +385,14 @@ the next line shows as it would without them."
                      id (concat (if ok "⇒ " "error: ")
                                 (string-trim-right (if ok value (or (plist-get result :error) "?"))))
                      (if ok 'default 'amacs-shell-error)))
-            (goto-char start)
-            (when (search-forward " …" (line-end-position) t)
-              (let ((used (- (match-beginning 0) start)))
-                (replace-match (concat " → " (amacs-shell--one-line
-                                              value (max 10 (- (amacs-shell--width) 3 used))))
-                               t t))
-              (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))))
+            (let* ((pending (get id 'amacs-pending))
+                   (used (- pending start)))
+              (goto-char pending)
+              (delete-region pending (next-single-property-change pending 'invisible nil (point-max)))
+              (insert (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used)))))
+              (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))
+              (set-marker pending nil)
+              (put id 'amacs-pending nil)))
           (set-marker start nil)
           (set-marker details-end nil)
           (put id 'amacs-summary nil)
@@ -472,12 +484,16 @@ the next line shows as it would without them."
                     amacs-shell--agents))
       (amacs-shell--draw-agents))))
 
+(defvar amacs-shell--queued-count 0
+  "Inputs queued so far: each queued entry's own `amacs-queued' value.")
+
 (defun amacs-shell--queue (line)
   "Show LINE (the prompt and an input sent while the agent works) as queued."
   (amacs-shell--editing
     (amacs-shell--insert-footer
      amacs-shell--prompt-start
-     (propertize line 'font-lock-face 'amacs-shell-queued 'amacs-queued t
+     (propertize line 'font-lock-face 'amacs-shell-queued
+                 'amacs-queued (setq amacs-shell--queued-count (1+ amacs-shell--queued-count))
                  'read-only t 'front-sticky t 'rear-nonsticky t 'field 'output
                  'help-echo "Sent; the agent takes it when it is done"))))
 
@@ -487,7 +503,8 @@ Return non-nil if there was one."
   (amacs-shell--editing
     (let ((region (amacs-shell--footer-lines 'amacs-queued)))
       (when region
-        (let* ((end (save-excursion (goto-char (car region)) (min (line-beginning-position 2) (cdr region))))
+        ;; An entry is a run of one `amacs-queued' value: an input of several lines moves whole.
+        (let* ((end (next-single-property-change (car region) 'amacs-queued nil (cdr region)))
                (line (buffer-substring-no-properties (car region) end)))
           (delete-region (car region) end)
           (amacs-shell--fresh-line)
@@ -547,7 +564,7 @@ One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
                   ('streaming (concat "writing…" elapsed))
                   ('eval (concat "running an eval…" elapsed))
                   ('retrying (format "retrying in %s s" (or amacs-shell--state-detail "?")))
-                  ('stopped "server stopped: type to restart it")
+                  ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
     (if (> agents 0)
         (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
@@ -606,8 +623,12 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
     (when (and (equal kind "status") (string-match "retrying in \\([0-9.]+\\) s" text))
       (amacs-shell--set-state 'retrying (match-string 1 text)))
     (amacs-shell--output
-     (concat ";; " text)
+     (if (equal kind "agent")
+         (amacs-shell--one-line (concat (if (string-match-p ") failed: " text) "✗ " "✓ ") text)
+                                (* 2 (amacs-shell--width)))
+       (concat ";; " text))
      (pcase kind
+       ("agent" 'amacs-shell-agent)
        ("warning" 'amacs-shell-warning)
        ("error" 'amacs-shell-error)
        ("status" 'amacs-shell-status)
@@ -753,7 +774,7 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-shell--insert-prompt))
     (goto-char (point-max))
     (unless (string-empty-p text)
-      (unless amacs-shell-busy (amacs-shell--set-state 'thinking))
+      (unless amacs-shell-busy (amacs-shell--set-state (if (amacs-live-p) 'thinking 'starting)))
       (setq amacs-shell-busy t)
       (amacs-when-ready
        (lambda ()
@@ -888,7 +909,11 @@ quote; both name where they came from."
   (let* ((text (string-trim-right (buffer-substring-no-properties beg end)))
          (where (format "%s, lines %d-%d" (or (and buffer-file-name (abbreviate-file-name buffer-file-name))
                                               (buffer-name))
-                        (line-number-at-pos beg) (line-number-at-pos end)))
+                        (line-number-at-pos beg)
+                        ;; A region that ends at the start of a line does not include that line.
+                        (line-number-at-pos (if (and (> end beg) (save-excursion (goto-char end) (bolp)))
+                                                (1- end)
+                                              end))))
          (block (if (derived-mode-p 'prog-mode)
                     (format "#+begin_src %s\n%s\n#+end_src" (amacs--src-language major-mode) text)
                   (format "#+begin_quote\n%s\n#+end_quote" text))))

@@ -292,7 +292,7 @@ printed.  Does nothing if a server is already starting or connected."
       ;; The shell first closes what the server left open (a stream, queued
       ;; input), so this line comes after what it explains.
       (run-hooks 'amacs-disconnect-hook)
-      (amacs--say "AMACS server stopped (%s). Type to restart it, or M-x amacs-restart. Log: %s"
+      (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
                   (string-trim event)
                   (expand-file-name "logs/server.log"
                                     (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
@@ -335,7 +335,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
     (setq amacs--ready nil amacs--manager nil)
     (unless amacs--server-process
       (run-hooks 'amacs-disconnect-hook)
-      (amacs--say "Lost the AMACS server (%s). Type to reconnect." (string-trim event)))))
+      (amacs--say "Lost the AMACS server (%s). Send a message to reconnect." (string-trim event)))))
 
 (defun amacs--hello-accepted (status)
   "Store the server's STATUS plist and run the functions waiting for it."

@@ -249,6 +249,8 @@ class AgentWorld:
         finally:
             self.tasks_live -= 1
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
+        said = content.get("reply") or content.get("error") or "(no reply)"
+        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}", "agent")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id))
 
     def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
@@ -291,6 +293,7 @@ class AgentWorld:
                 comment = f"(no comment: {err})"
             line = f"[{agent.name}] {comment}"
             comments.append(line)
+            self.rt.face.annotate(f"{agent.id} ({agent.template}) said: {' '.join(line.split())}", "agent")
             for other in panel:
                 if other is not agent and other.state != "discarded":
                     other.tell(line)

@@ -79,7 +79,8 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     except TurnAborted:
         pass
     except asyncio.CancelledError:
-        rt.face.annotate("Interrupted. Your input is kept; the tick is recorded as interrupted.", "warning")
+        rt.face.annotate("Interrupted. Your input is kept in agent-chat.org; the tick is recorded as interrupted.",
+                         "warning")
         raise
     finally:
         rt.face.turn_done(rt.consciousness.current_tick)

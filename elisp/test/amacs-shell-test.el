@@ -102,6 +102,23 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'submit)) amacs-shell-test--calls))
                    '(("second") ("first"))))))
 
+(ert-deftest amacs-shell-test-multiline-input-moves-whole-and-in-order ()
+  "Issue 9: an input of several lines is one queued entry; replies follow their inputs."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "hi")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "You said: hi"))
+    (amacs-shell-test--type-and-send "first\nsecond")
+    (amacs-shell-test--type-and-send "third")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "You said: first\nsecond"))
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "You said: third"))
+    (should (equal (amacs-shell-test--text)
+                   (concat "amacs> hi\n\nYou said: hi\n\namacs> first\nsecond\n\nYou said: first\nsecond\n\n"
+                           "amacs> third\n\nYou said: third\n\namacs> ")))
+    (should-not (eq (amacs-shell-test--face-at "second\n\nYou") 'amacs-shell-queued))))
+
 (ert-deftest amacs-shell-test-typed-input-is-never-touched-by-output ()
   "Issue 9: text typed but not sent stays in the input area, point after it."
   (amacs-shell-test--with-shell
@@ -289,7 +306,7 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
       (insert "(defun a () 1)\n(defun b () 2)\n")
       (amacs-send-region (point-min) (point-max) "What do these do?"))
     (let ((sent (car (cadr (seq-find (lambda (c) (eq (car c) 'submit)) amacs-shell-test--calls)))))
-      (should (string-match-p (concat "\\`What do these do\\?\n\nFrom .*, lines 1-3:\n"
+      (should (string-match-p (concat "\\`What do these do\\?\n\nFrom .*, lines 1-2:\n"
                                       "#\\+begin_src emacs-lisp\n(defun a () 1)\n(defun b () 2)\n#\\+end_src\\'")
                               sent)))
     (should (string-match-p "amacs> What do these do\\?" (amacs-shell-test--text))))

@@ -94,7 +94,7 @@ def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
         "(amacs-e2e-wait (lambda () (not amacs-shell-busy)) \"the prompt\") "
         "(amacs-e2e-send \"and now?\") (amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program).check()
-    assert "Interrupted. Your input is kept; the tick is recorded as interrupted." in run.shell
+    assert "Interrupted. Your input is kept in agent-chat.org; the tick is recorded as interrupted." in run.shell
     assert "(the text above was discarded: interrupted)" in run.shell
     assert "Next works." in run.shell
     assert len(fake.requests) == 2

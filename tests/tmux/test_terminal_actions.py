@@ -85,12 +85,14 @@ def test_a_markdown_reply_shows_as_org_with_code_in_its_languages_faces(terminal
     screen = term.screen()
     assert "```" not in screen and "**this**" not in screen and "## " not in screen
     assert "#+begin_src emacs-lisp" in screen and "#+end_src" in screen
-    assert "** Squaring" in screen and "Use *this* function" in screen and "- it is pure" in screen
+    assert "** Squaring" in screen and "- it is pure" in screen
+    assert "Use this function" in screen  # org's emphasis markers hidden; the text keeps them
     # The code is in emacs-lisp-mode's faces, the heading in org's.
     assert "font-lock-keyword-face" in face_at(term, "*amacs-shell*", "defun demo-square")
     assert "font-lock-doc-face" in face_at(term, "*amacs-shell*", "Return X squared")
     assert "org-level-2" in face_at(term, "*amacs-shell*", "** Squaring")
     assert "bold" in face_at(term, "*amacs-shell*", "this* function")
+    assert "*this*" in (term.elisp_string('(with-current-buffer "*amacs-shell*" (buffer-string))'))
     assert "\x1b[" in term.screen_with_escapes().split("defun", 1)[0].rsplit("\n", 1)[-1]  # coloured on screen
 
     # The same reply in agent-chat.org: org, no Markdown, code fontified natively.
@@ -117,3 +119,25 @@ def test_the_header_line_shows_the_model_and_what_the_agent_does(terminal, fake)
     term.wait_for(lambda _s: "writing" in header(term), timeout=10, what="'writing' while the reply streams")
     term.wait_for(lambda _s: "waiting for you" in header(term), timeout=15, what="the header back to idle")
     assert "▸ eval (sleep-for 3) → nil" in term.screen()
+
+
+def test_an_input_of_several_lines_stays_whole_and_replies_follow_their_inputs(terminal, fake):
+    """Composed in C-c C-e: two lines are one input, and the next input and reply come after it."""
+    fake.script(Reply(agent_json("Got two lines.")), Reply(agent_json("Got the third.")))
+    term = terminal(80, 24)
+    term.press("C-c C-e")
+    term.wait_for(lambda _s: "*amacs-compose*" in term.screen(), timeout=5, what="the compose buffer")
+    term.type("first")
+    term.press("Enter")
+    term.type("second")
+    term.press("C-c C-c")
+    term.wait_for("Got two lines.")
+    wait_turn_over(term)
+    send(term, "third")
+    term.wait_for("Got the third.")
+    wait_turn_over(term)
+    rows = [r for r in term.screen().split("\n") if r.strip()]
+    start = rows.index("amacs> first")
+    assert rows[start:start + 5] == ["amacs> first", "second", "Got two lines.", "amacs> third", "Got the third."]
+    assert rows[start + 5] == "amacs>"
+    assert "queued" not in face_at(term, "*amacs-shell*", "amacs> third")
