@@ -34,7 +34,7 @@ PROGRAM = r"""
             (lambda (_event)
               (push (list (float-time)
                           (with-current-buffer amacs-shell-buffer-name
-                            (- (point-max) (marker-position amacs-shell--stream-start))))
+                            (- (marker-position amacs-shell--stream-end) (marker-position amacs-shell--stream-start))))
                     bench-deltas)))
 (amacs-e2e-open)
 (defvar bench-gc nil)

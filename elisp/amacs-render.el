@@ -89,8 +89,17 @@ hides carry `invisible' (add `org-link' to the shell's invisibility spec)."
   (add-to-invisibility-spec 'org-link))
 
 (defun amacs-render-preload ()
-  "Load org at an idle moment, so the first reply does not wait for it."
-  (run-with-idle-timer 0.5 nil (lambda () (ignore-errors (amacs--render-work-buffer)))))
+  "Load org, then fontify once, at two idle moments: the first reply does not wait.
+Loading org takes about 0.25 s and the first fontification of a source
+block about 0.5 s more; each runs only when Emacs has been idle a while."
+  (unless (get-buffer amacs--render-buffer)
+    (run-with-idle-timer
+     0.5 nil
+     (lambda ()
+       (ignore-errors (amacs--render-work-buffer))
+       (run-with-idle-timer
+        1.0 nil
+        (lambda () (ignore-errors (amacs-render-org "*a* ~b~\n#+begin_src emacs-lisp\n(ignore)\n#+end_src"))))))))
 
 ;;;; Copying
 

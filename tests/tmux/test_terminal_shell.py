@@ -52,6 +52,10 @@ def test_the_shell_opens_with_the_cursor_at_an_empty_prompt(terminal):
     term = terminal()
     term.wait_idle(timeout=5)
     assert "*amacs-shell*" in term.mode_line()
+    # While the person reads the greeting, org is loaded and warmed up at idle moments,
+    # so the first reply's rendering does not freeze Emacs for ~0.75 s.
+    term.wait_for_elisp('(get-buffer " *org-src-fontification:emacs-lisp-mode*")', timeout=10,
+                        what="org preloaded at idle")
 
 
 def test_second_input_arrives_exactly_as_typed_after_a_streamed_reply(terminal, fake):
