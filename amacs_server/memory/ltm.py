@@ -2,21 +2,31 @@
 
 ``memory.db`` in the AMACS home, WAL mode, not in git.  Every version of every
 item is a row (copy-on-write); FTS5 indexes each version's text for keyword
-search, ranked by BM25, with snippets.  Tags live in their own table.  The
-search API takes a ``mode``: ``keyword`` today; ``vector`` is its place for an
-embedding index.
+search, ranked by FTS5's own ``bm25()``, with snippets.  Tags live in their own
+table.  The search API takes a ``mode``: ``keyword`` today; ``vector`` is its
+place for an embedding index.
+
+Durability: ``synchronous=NORMAL`` with WAL.  A commit is then safe against the
+server crashing or being killed (the WAL is written before COMMIT returns; the
+OS has it), and the file is never corrupted; only a power loss or an OS crash
+can lose the last few commits, which are synced at the next checkpoint.  That
+is enough here because ``memory.db`` is a checkpoint, not the record: the
+person's input is fsynced to ``agent-chat.org`` before the model is called, the
+monologue and scratchpad are in their org files, and on start-up
+:meth:`ActiveMemory.restore` brings the database level with the org files,
+which win.  ``FULL`` would fsync the WAL on every commit, several per tick.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .items import Kind, MemoryItem, Tier
 from .memid import MemId
@@ -45,22 +55,22 @@ CREATE TABLE IF NOT EXISTS active (
   version INTEGER,
   PRIMARY KEY (brain, base)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS term_df (
-  term TEXT PRIMARY KEY,
-  df INTEGER NOT NULL
-) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
   text, content='items', content_rowid='id', tokenize='unicode61 remove_diacritics 0');
+DROP TABLE IF EXISTS term_df;
 """
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)  # what FTS5's unicode61 calls a token
 # A word in more items than this is ranked at a cost that grows with its item
-# count (FTS5 walks its whole doclist for BM25); it also says little about
-# relevance.  Such words are left out when rarer words are in the query; a
-# query of only such words ranks the most recent COMMON_POOL matches.
+# count (bm25() is computed for every matching row, ~2 us each, before the
+# ORDER BY ... LIMIT keeps the best); it also says little about relevance.
+# Such words are left out when rarer words are in the query; a query of only
+# such words is ranked by bm25() over its most recent COMMON_POOL matches (a
+# rowid range FTS5 seeks to), with IDF still over the whole index.  Document
+# frequencies are FTS5's own, counted only up to COMMON_DF + 1 per word, so
+# they are exact, bounded in cost, and right after any rollback.
 COMMON_DF = 2000
 COMMON_POOL = 500
-BM25_K1, BM25_B = 1.2, 0.75
 
 
 class LtmError(ValueError):
@@ -78,7 +88,7 @@ class SearchHit:
 
     def to_dict(self) -> dict[str, object]:
         """JSON/plist-ready."""
-        return {"mem_id": self.mem_id.format(), "kind": self.kind, "score": round(self.score, 4),
+        return {"mem_id": self.mem_id.format(), "kind": self.kind, "score": float(f"{self.score:.4g}"),
                 "snippet": self.snippet}
 
 
@@ -104,10 +114,8 @@ class LongTermMemory:
         self.common_pool = common_pool
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA synchronous=NORMAL")  # why: the module's docstring
         self.db.executescript(SCHEMA)
-        self._docs = self.db.execute("SELECT count(*) FROM items").fetchone()[0]
-        self._avg_len = 0.0
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -135,12 +143,7 @@ class LongTermMemory:
                 )
             except sqlite3.IntegrityError as err:
                 raise LtmError(f"{item.mem_id} already exists") from err
-            text = item.text()
-            self.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, text))
-            self.db.executemany(
-                "INSERT INTO term_df (term, df) VALUES (?, 1) ON CONFLICT (term) DO UPDATE SET df = df + 1",
-                [(w,) for w in {w.lower() for w in _WORD.findall(text)}])
-            self._docs += 1
+            self.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, item.text()))
             for tag in item.tags:
                 self.db.execute("INSERT OR IGNORE INTO tags (base, tag) VALUES (?, ?)", (item.mem_id.base, tag))
 
@@ -175,7 +178,7 @@ class LongTermMemory:
     def latest_version(self, base: str) -> int | None:
         """The newest version number of BASE, or None."""
         row = self.db.execute("SELECT max(version) FROM items WHERE base=?", (base,)).fetchone()
-        return row[0]
+        return None if row[0] is None else int(row[0])
 
     def versions(self, base: str) -> list[int]:
         """Every stored version of BASE, oldest first."""
@@ -200,29 +203,38 @@ class LongTermMemory:
         if not 1 <= limit <= 100:
             raise LtmError(f"limit must be within 1..100, got {limit}")
         words = query_words(query)
-        marks = ",".join("?" * len(words))
-        df = dict(self.db.execute(f"SELECT term, df FROM term_df WHERE term IN ({marks})", words).fetchall())
-        present = [w for w in words if df.get(w)]
+        df = {w: self._doc_count(w) for w in words}
+        present = [w for w in words if df[w]]
         if not present:
             return []
         selective = [w for w in present if df[w] <= self.common_df]
+        match = fts_query(selective or present)
+        since = 0
+        if not selective:  # only near-universal words: rank the most recent matches
+            row = self.db.execute(
+                "SELECT rowid FROM items_fts WHERE items_fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, self.common_pool - 1)).fetchone()
+            since = row[0] if row else 0
         keep = self._filter(tags, agent_brain)
-        if not selective:
-            match = fts_query(present)
-            return self._hits(self._rank_recent(present, df, match), match, limit, keep)
-        match = fts_query(selective)
         hits: list[SearchHit] = []
         page, offset = limit * 4, 0
         while len(hits) < limit:  # rank, then filter; fetch further pages only if filters drop rows
             ranked = self.db.execute(
-                "SELECT rowid, bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? "
-                "ORDER BY bm25(items_fts) LIMIT ? OFFSET ?", (match, page, offset)).fetchall()
+                "SELECT rowid, bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? AND rowid >= ? "
+                "ORDER BY bm25(items_fts), rowid DESC LIMIT ? OFFSET ?", (match, since, page, offset)).fetchall()
             hits = self._hits([(r, -score) for r, score in ranked], match, limit, keep, hits)
             if len(ranked) < page:
                 break
             offset += page
             page *= 4
         return hits
+
+    def _doc_count(self, word: str) -> int:
+        """How many versions hold WORD, counted by FTS5 up to ``common_df + 1`` (bounded cost)."""
+        row = self.db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM items_fts WHERE items_fts MATCH ? LIMIT ?)",
+            (fts_query([word]), self.common_df + 1)).fetchone()
+        return int(row[0])
 
     def _filter(self, tags: tuple[str, ...], agent_brain: str | None) -> Callable[[str], bool]:
         """A test of an item's base: in AGENT_BRAIN, and carrying every one of TAGS."""
@@ -235,31 +247,6 @@ class LongTermMemory:
                        for t in tags)
 
         return keep
-
-    def _rank_recent(self, words: list[str], df: dict[str, int], match: str) -> list[tuple[int, float]]:
-        """BM25 over the most recent matches only: the bounded case of all-common words."""
-        pool = self.db.execute(
-            "SELECT rowid FROM items_fts WHERE items_fts MATCH ? ORDER BY rowid DESC LIMIT ?",
-            (match, self.common_pool)).fetchall()
-        ids = [r[0] for r in pool]
-        if not ids:
-            return []
-        texts = self.db.execute(f"SELECT id, text FROM items WHERE id IN ({','.join('?' * len(ids))})", ids)
-        docs = [(i, _WORD.findall(t.lower())) for i, t in texts]
-        avg = sum(len(tokens) for _, tokens in docs) / len(docs) or 1.0
-        n = max(self._docs, 1)
-        idf = [math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) for w in words]
-        scored = []
-        for rowid, tokens in docs:
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * len(tokens) / avg)
-            score = 0.0
-            for weight, word in zip(idf, words, strict=True):
-                tf = tokens.count(word)
-                if tf:
-                    score += weight * tf * (BM25_K1 + 1) / (tf + norm)
-            scored.append((rowid, score))
-        scored.sort(key=lambda pair: (-pair[1], -pair[0]))
-        return scored
 
     def _hits(self, scored: list[tuple[int, float]], match: str, limit: int,
               keep: Callable[[str], bool], already: list[SearchHit] | None = None) -> list[SearchHit]:
@@ -299,13 +286,13 @@ class LongTermMemory:
 
     def count(self) -> int:
         """How many versions are stored."""
-        return self.db.execute("SELECT count(*) FROM items").fetchone()[0]
+        return int(self.db.execute("SELECT count(*) FROM items").fetchone()[0])
 
     def close(self) -> None:
         """Close the database."""
         self.db.close()
 
-    def _item(self, row: tuple) -> MemoryItem:
+    def _item(self, row: tuple[Any, ...]) -> MemoryItem:
         base, version, tier, kind, created, content = row
         return MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind), json.loads(content),
                           created, self.tags_of(base))
