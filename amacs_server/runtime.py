@@ -20,7 +20,7 @@ from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
-from .memory.active import ActiveMemory, tick_of
+from .memory.active import RAM_WINDOW, ActiveMemory, tick_of
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
@@ -63,7 +63,10 @@ class Runtime:
         self.monologue = MonologueLog(home / "monologue.org")
         self.scratchpad = ScratchpadLog(home / "scratchpad.org")
         self.consciousness = self._load_consciousness()
-        chat = self.chat_log.read()
+        # Only the windows the context shows are restored; older items are in LTM.
+        keep = max(RAM_WINDOW, 2 * self.consciousness.chat_context_depth + 2,
+                   2 * self.consciousness.monologue_context_depth)
+        chat = self.chat_log.read_tail(keep)
         if chat:
             self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
         self.ltm = LongTermMemory(home / "memory.db")
@@ -71,7 +74,7 @@ class Runtime:
         self.memory.restore(
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],
-            monologue=self.monologue.read(),
+            monologue=self.monologue.read()[-keep:],
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
         self.skills = SkillLibrary(config.skills_dir, home / "skills")

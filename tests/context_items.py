@@ -1,4 +1,11 @@
-"""Read an assembled context back into its items (for tests)."""
+"""Read an assembled context back into its items (for tests).
+
+The context is an append-only conversation (amacs_server/context/assemble.py):
+the base, then one user message per tick with what is new.  These helpers read
+the whole conversation as the model sees it at its newest tick: every section's
+items merged, the latest version of each item in the place it first appeared;
+the per-tick sections (events, the last eval result) only from the newest tick.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +13,14 @@ import json
 import re
 from typing import Any
 
+from amacs_server.context.assemble import MESSAGE_BREAK
 from amacs_server.memory.memid import MemId
 
 _SECTION = re.compile(r"^<([a-z-]+)>\n(.*?)^</\1>", re.S | re.M)
 
 
 TEXT_SECTIONS = {"skills": "body", "buffers": "content"}
+PER_TICK = ("events", "last-eval-result")
 _HEADER = re.compile(r"^=== .* \((.*?)\) === (\{.*\})$", re.M)
 
 
@@ -28,8 +37,33 @@ def _text_items(body: str, key: str) -> list[dict[str, Any]]:
     return items
 
 
-def parse_context(text: str) -> dict[str, list[dict[str, Any]]]:
-    """Every section's items, by tag; fails if any line is not an item with a valid MemId."""
+def text_of(content: str | list[dict[str, Any]]) -> str:
+    """A message's content as one text."""
+    return content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
+
+
+def request_text(body: dict[str, Any]) -> str:
+    """The context of one request: its user messages, oldest first, as Context.text joins them."""
+    return MESSAGE_BREAK.join(text_of(m["content"]) for m in body["messages"] if m["role"] == "user")
+
+
+def context_texts(fake: Any) -> list[str]:
+    """The context of each request the fake received (what ``fake.user_texts()`` should return)."""
+    return [request_text(r["body"]) for r in fake.requests]
+
+
+def _newest_index(segments: list[str]) -> int:
+    return next((i for i in range(len(segments) - 1, -1, -1) if "<agent-consciousness>" in segments[i]),
+                len(segments) - 1)
+
+
+def newest_message(text: str) -> str:
+    """The newest tick's user message of context TEXT."""
+    segments = text.split(MESSAGE_BREAK)
+    return segments[_newest_index(segments)]
+
+
+def _sections(text: str) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for tag, body in _SECTION.findall(text):
         if tag in TEXT_SECTIONS:
@@ -38,8 +72,23 @@ def parse_context(text: str) -> dict[str, list[dict[str, Any]]]:
             items = [json.loads(line) for line in body.splitlines() if line.strip()]
         for item in items:
             MemId.parse(item["mem_id"])
-        out[tag] = items
+        out.setdefault(tag, []).extend(items)
     return out
+
+
+def parse_context(text: str) -> dict[str, list[dict[str, Any]]]:
+    """Every section's items, by tag; fails if any line is not an item with a valid MemId."""
+    segments = text.split(MESSAGE_BREAK)
+    newest = _newest_index(segments)
+    merged: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, segment in enumerate(segments):
+        for tag, items in _sections(segment).items():
+            if tag in PER_TICK and i != newest:
+                continue
+            by_base = merged.setdefault(tag, {})
+            for item in items:
+                by_base[MemId.parse(item["mem_id"]).base] = item
+    return {tag: list(items.values()) for tag, items in merged.items()}
 
 
 def name_of(item: dict[str, Any]) -> str:
@@ -48,7 +97,7 @@ def name_of(item: dict[str, Any]) -> str:
 
 
 def state(text: str, name: str) -> Any:
-    """The content of consciousness field NAME in context TEXT."""
+    """The content of consciousness field NAME in context TEXT (its latest version)."""
     for item in parse_context(text)["agent-consciousness"]:
         if name_of(item) == name:
             return item["content"]
@@ -58,7 +107,7 @@ def state(text: str, name: str) -> Any:
 def chat_lines(text: str) -> list[str]:
     """The chat section as Human:/Agent: lines, the way RFC v4 §4 writes it."""
     lines = []
-    for item in parse_context(text)["chat"]:
+    for item in parse_context(text).get("chat", []):
         content = item["content"]
         if item["kind"] == "handle":
             lines.append(f"[evicted {name_of(item)}]")
@@ -71,5 +120,20 @@ def chat_lines(text: str) -> list[str]:
 
 
 def eval_result(text: str) -> dict[str, Any]:
-    """The lastEvalResult of context TEXT."""
+    """The lastEvalResult of context TEXT (its newest tick)."""
     return parse_context(text)["last-eval-result"][0]["content"]["lastEvalResult"]
+
+
+def _install() -> None:
+    """Until tests/fake_anthropic.py's ``user_texts`` reads the whole conversation, make it so.
+
+    (It returned messages[0] of each request: the context before issue 10.)"""
+    try:
+        from tests.fake_anthropic import FakeAnthropic
+    except ImportError:  # pragma: no cover
+        return
+    if FakeAnthropic.user_texts.__doc__ and "first user message" in FakeAnthropic.user_texts.__doc__:
+        FakeAnthropic.user_texts = context_texts  # type: ignore[method-assign,assignment]
+
+
+_install()

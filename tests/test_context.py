@@ -2,7 +2,7 @@
 
 import pytest
 
-from amacs_server.context.assemble import assemble
+from amacs_server.context.assemble import BLOCK_TICKS, Conversation, assemble
 from amacs_server.memory.active import ActiveMemory
 from amacs_server.memory.items import Kind
 from amacs_server.memory.ltm import LongTermMemory
@@ -60,7 +60,7 @@ def test_every_item_in_the_context_has_a_memid_and_tier(memory):
     memory.begin_chat(4, "next")
     text = assemble(memory.snapshot(c)).text
     ctx = parse_context(text)  # raises on any line that is not an item with a valid MemId
-    assert list(ctx) == ["memory", "monologue", "agent-consciousness", "chat", "last-eval-result"]
+    assert list(ctx) == ["memory", "monologue", "chat", "agent-consciousness", "last-eval-result"]
     walked = [item for items in ctx.values() for item in items]
     assert len(walked) == text.count('"mem_id"')
     for item in walked:
@@ -128,3 +128,100 @@ def test_scratchpad_global_and_thread_filtering_with_both_depths(memory):
     assert shown() == ["G2", "B1", "G3"]
     c.global_scratchpad_depth = 0
     assert shown() == ["B1"]
+
+
+# -- the append-only conversation (issue 10) ----------------------------------------------
+
+
+def _prefix(messages):
+    """The request's blocks up to its last cache breakpoint, without the markers."""
+    blocks = []
+    for m in messages:
+        content = m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]
+        for b in content:
+            blocks.append((m["role"], b["text"], "cache_control" in b))
+    last = max(i for i, b in enumerate(blocks) if b[2])
+    return [(r, t) for r, t, _ in blocks[: last + 1]]
+
+
+def _tick(memory, c, conv, tick, human=None, reply="ok"):
+    c.begin_tick(tick)
+    memory.sync_state(c)
+    if human is not None:
+        memory.begin_chat(tick, human)
+    ctx = assemble(memory.snapshot(c), conv, c.active_thread)
+    ctx.answered(reply)
+    memory.finish_chat(tick, reply)
+    memory.add_monologue(tick, f"thought {tick}")
+    return ctx
+
+
+def test_each_request_extends_the_previous_one_up_to_its_breakpoint(memory):
+    """The whole previous request (its prefix up to the last breakpoint) is the start of the next."""
+    c, conv = Consciousness(chat_context_depth=2, monologue_context_depth=3), Conversation()
+    memory.create_note("groceries", "milk", Kind.NOTE, ())
+    prev = None
+    for tick in range(1, BLOCK_TICKS + 1):
+        ctx = _tick(memory, c, conv, tick, human=f"message {tick}" if tick % 2 else None)
+        blocks = _prefix(ctx.messages)
+        if prev is not None:
+            assert blocks[: len(prev)] == prev
+        assert sum("cache_control" in b for m in ctx.messages if isinstance(m["content"], list)
+                   for b in m["content"]) <= 3  # + the system prompt: Anthropic's 4
+        prev = blocks
+    assert conv.restarts == 1
+    newest = ctx.newest
+    assert "<agent-consciousness>" in newest and "groceries" not in newest  # only what is new
+    assert ctx.messages[-2] == {"role": "assistant", "content": "ok"}
+    # the merged view: every exchange of the block, the newest pending last
+    lines = chat_lines(ctx.text)
+    assert lines[-1] == f"Human: message {BLOCK_TICKS - 1}" or lines[-1].startswith("Agent:")
+    # after a block of ticks the conversation restarts with the windows at their depths
+    ctx = _tick(memory, c, conv, BLOCK_TICKS + 1, human="again")
+    assert conv.restarts == 2 and len(ctx.messages) == 1
+    assert [name_of(i) for i in parse_context(ctx.text)["monologue"]] == [
+        f"monologue.{t}" for t in range(BLOCK_TICKS - 2, BLOCK_TICKS + 1)]
+    assert chat_lines(ctx.text)[-1] == "Human: again"
+
+
+def test_the_conversation_restarts_when_something_leaves_the_context(memory):
+    c, conv = Consciousness(), Conversation()
+    _tick(memory, c, conv, 1, human="my secret is 42")
+    _tick(memory, c, conv, 2, human="hi")
+    assert conv.restarts == 1
+    memory.evict(memory.mem_id("chat.1"))
+    ctx = _tick(memory, c, conv, 3, human="forget it")
+    assert conv.restarts == 2 and "my secret is 42" not in ctx.text.split("preview")[0]
+    assert chat_lines(ctx.text)[0] == "[evicted chat.1]"
+    c.active_thread = "rust"  # a thread switch
+    _tick(memory, c, conv, 4)
+    assert conv.restarts == 3
+    # a tick without a response leaves no half turn behind
+    c.begin_tick(5)
+    memory.sync_state(c)
+    assemble(memory.snapshot(c), conv, c.active_thread)
+    ctx = assemble(memory.snapshot(c), conv, c.active_thread)
+    assert conv.restarts == 4 and [m["role"] for m in ctx.messages] == ["user"]
+
+
+def test_ram_holds_only_the_windows(memory):
+    """Old exchanges and monologue lines leave RAM; they stay loadable from LTM."""
+    c = Consciousness(chat_context_depth=2, monologue_context_depth=3)
+    exchanges(memory, c, 400)
+    memory.snapshot(c)
+    assert len(memory.chat) <= 2 * 64 and len(memory.monologue) <= 2 * 64
+    assert memory.load(memory.mem_id("chat.1")).content == {"human": "message 1", "agent": "response 1"}
+
+
+def test_chat_tail_reads_only_the_end_and_matches_the_whole_read(tmp_path):
+    from amacs_server.persistence.chat_log import ChatLog
+    log = ChatLog(tmp_path / "agent-chat.org")
+    for tick in range(1, 41):
+        if tick % 3:
+            log.write_human(tick, "2025-01-01T00:00:00Z", f"* not a heading {tick}\nline é")
+        log.write_agent(tick, "2025-01-01T00:00:00Z", f"* Tick heading in a reply {tick}\n#+begin_src\n* x\n#+end_src",
+                        with_heading=tick % 3 == 0)
+    whole = log.read()
+    for n in (1, 2, 7, 40, 100):
+        assert log.read_tail(n, chunk=128) == whole[-n:]
+    assert ChatLog(tmp_path / "none.org").read_tail(5) == []

@@ -1,20 +1,50 @@
-"""Assemble the user message of a tick from active-memory items (RFC v4 §4, IMP-038, memid spec).
+"""Assemble the context of a tick from active-memory items (RFC v4 §4, IMP-038, memid spec).
 
 Every line inside a section is one item as JSON, with its ``mem_id``, tier,
 version, kind, mutability and content, so the agent can address anything it
 sees.  The last eval result keeps IMP-019's camelCase ``lastEvalResult``.
+
+The context is an append-only conversation (DESIGN.md, Context; issue 10), so
+the prefix up to the last cache breakpoint is byte-identical from tick to tick:
+
+- the *base* (first block of the first user message): skills, threads,
+  scratchpad, memory, then the monologue and chat windows as they were when
+  the conversation was (re)started;
+- then one user message per tick holding only what is new since the messages
+  before it (new or changed items, each with its mem_id; the person's pending
+  input; buffers that changed; events; the consciousness fields that changed,
+  always the tick and the time; the last eval result), each followed by the
+  model's raw response of that tick as an assistant message.
+
+Windows drop old items in blocks: the conversation restarts from a new base
+every :data:`BLOCK_TICKS` ticks (or :data:`MAX_CHARS` characters), when the
+active thread changes, when a thread, skill, buffer or memory item leaves the
+context, when an item is evicted, and after a tick that got no response.
+
+Cache breakpoints (Anthropic allows 4): the system prompt (the core skill,
+:func:`~amacs_server.inference.anthropic_backend.build_request`), the base,
+the previous tick's message and the newest message.
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..memory.active import Snapshot
-from ..memory.items import MemoryItem
+from ..memory.active import ActiveMemory, Snapshot
+from ..memory.items import Kind, MemoryItem
 from ..transport.lisp import camel_keys
+
+BLOCK_TICKS = 16  # ticks after which the conversation restarts from a new base
+MAX_CHARS = 240_000  # or once its user and assistant texts are this long
+CACHE = {"type": "ephemeral"}
+# Between the user messages in Context.text (for tests and transcripts).
+MESSAGE_BREAK = "\n\n<!-- next message -->\n\n"
+TEXT_SECTIONS = {"skills": "body", "buffers": "content"}
+STABLE_SECTIONS = ("skills", "threads", "scratchpad", "memory")
 
 
 def section(tag: str, items: Sequence[MemoryItem]) -> str:
@@ -31,64 +61,176 @@ def eval_result_section(item: MemoryItem) -> str:
         "\n</last-eval-result>"
 
 
-@dataclass(frozen=True)
-class Context:
-    """A tick's user message in two parts: what changes rarely, then what changes every tick.
-
-    DESIGN.md: a stable prefix is what the prompt cache reuses, so the stable
-    part carries a cache breakpoint of its own after the cached system prompt.
-    """
-
-    stable: str
-    volatile: str
-
-    @property
-    def text(self) -> str:
-        """The whole message as one text."""
-        return "\n\n".join(p for p in (self.stable, self.volatile) if p)
-
-    def content(self) -> str | list[dict[str, Any]]:
-        """The Messages API content: two text blocks, the first marked for caching."""
-        if not self.stable:
-            return self.volatile
-        return [
-            {"type": "text", "text": self.stable, "cache_control": {"type": "ephemeral"}},
-            {"type": "text", "text": self.volatile},
-        ]
+def text_block(item: MemoryItem, body_key: str) -> str:
+    """One long text (skill, buffer): a header line with its address, then the text itself,
+    unescaped, as RFC v4 §4 shows buffers (``=== name (mode) ===``)."""
+    meta = {k: v for k, v in item.content.items() if k != body_key}
+    header = json.dumps({**{k: v for k, v in item.to_contract().items() if k != "content"}, **meta},
+                        ensure_ascii=False, separators=(", ", ": "))
+    label = f"=== {meta.get('name', '')} ({meta.get('mode') or meta.get('kind', '')}) ==="
+    return f"{label} {header}\n{item.content.get(body_key) or ''}".rstrip()
 
 
 def text_section(tag: str, items: Sequence[MemoryItem], body_key: str) -> str:
-    """A section of long texts (skills, buffers): a header line per item with its address,
-    then the text itself, unescaped, as RFC v4 §4 shows buffers (``=== name (mode) ===``)."""
-    blocks = []
-    for item in items:
-        meta = {k: v for k, v in item.content.items() if k != body_key}
-        header = json.dumps({**{k: v for k, v in item.to_contract().items() if k != "content"}, **meta},
-                            ensure_ascii=False, separators=(", ", ": "))
-        label = f"=== {meta.get('name', '')} ({meta.get('mode') or meta.get('kind', '')}) ==="
-        blocks.append(f"{label} {header}\n{item.content.get(body_key) or ''}".rstrip())
-    return f"<{tag}>\n" + "\n\n".join(blocks) + f"\n</{tag}>"
+    """A section of long texts (skills, buffers)."""
+    return f"<{tag}>\n" + "\n\n".join(text_block(i, body_key) for i in items) + f"\n</{tag}>"
 
 
-def assemble(snap: Snapshot) -> Context:
-    """The user message for one tick, what changes least first."""
-    stable = []
-    if snap.skills:
-        stable.append(text_section("skills", snap.skills, "body"))
-    if snap.threads:
-        stable.append(section("threads", snap.threads))
-    if snap.scratchpad:
-        stable.append(section("scratchpad", snap.scratchpad))
-    if snap.memory:
-        stable.append(section("memory", snap.memory))
-    volatile = []
-    if snap.buffers:
-        volatile.append(text_section("buffers", snap.buffers, "content"))
-    volatile.append(section("monologue", snap.monologue))
-    volatile.append(section("agent-consciousness", snap.consciousness))
-    volatile.append(section("chat", snap.chat))
-    if snap.events:
-        volatile.append(section("events", snap.events))
-    if snap.eval_result is not None:
-        volatile.append(eval_result_section(snap.eval_result))
-    return Context("\n\n".join(stable), "\n\n".join(volatile))
+def render_section(tag: str, items: Sequence[MemoryItem]) -> str:
+    """TAG's section in its format."""
+    if tag in TEXT_SECTIONS:
+        return text_section(tag, items, TEXT_SECTIONS[tag])
+    return section(tag, items)
+
+
+def _pending(item: MemoryItem) -> bool:
+    """The person's input still without its reply (the chat item of this tick)."""
+    return item.kind is Kind.MESSAGE and isinstance(item.content, dict) and "agent" not in item.content
+
+
+@dataclass
+class Context:
+    """The messages of one tick's request (without the system prompt)."""
+
+    messages: list[dict[str, Any]]
+    conversation: Conversation | None = None
+
+    @property
+    def text(self) -> str:
+        """Every user message's text, oldest first, joined by :data:`MESSAGE_BREAK`."""
+        out = []
+        for m in self.messages:
+            if m["role"] == "user":
+                c = m["content"]
+                out.append(c if isinstance(c, str) else "\n\n".join(b["text"] for b in c))
+        return MESSAGE_BREAK.join(out)
+
+    @property
+    def newest(self) -> str:
+        """The newest user message: what is new at this tick."""
+        return self.text.rsplit(MESSAGE_BREAK, 1)[-1]
+
+    def answered(self, raw: str) -> None:
+        """The model answered this tick with RAW: it stays in the conversation."""
+        if self.conversation is not None:
+            self.conversation.answered(raw)
+
+
+@dataclass
+class Conversation:
+    """The append-only conversation of one brain (see the module's doc)."""
+
+    base: str | None = None
+    turns: list[str] = field(default_factory=list)  # user, assistant, user, assistant, ...
+    shown: set[str] = field(default_factory=set)  # every item rendering in the conversation
+    bases: dict[str, set[str]] = field(default_factory=dict)  # section -> bases shown
+    thread: str | None = None
+    depths: tuple[int, ...] = ()  # the window depths at the restart
+    chars: int = 0
+    pending: str | None = None  # the newest user message, until answered
+    restarts: int = 0
+
+    def build(self, snap: Snapshot, active_thread: str | None, depths: tuple[int, ...] = ()) -> Context:
+        """This tick's request messages; restarts from a new base when a rule says so
+        (a change of the window DEPTHS is one: the windows shrink or grow at once)."""
+        if self._must_restart(snap, active_thread) or depths != self.depths:
+            self._restart(snap, active_thread)
+            self.depths = depths
+        self.pending = self._tick_message(snap)
+        return Context(self._messages(self.pending), self)
+
+    def answered(self, raw: str) -> None:
+        """Keep the pending tick message and the model's RAW response as prior messages."""
+        if self.pending is None:
+            return
+        self.turns += [self.pending, raw or "(empty)"]
+        self.chars += len(self.pending) + len(raw)
+        self.pending = None
+
+    # -- the rules -----------------------------------------------------------------------
+
+    @staticmethod
+    def _sections(snap: Snapshot) -> dict[str, list[MemoryItem]]:
+        return {"skills": snap.skills, "threads": snap.threads, "scratchpad": snap.scratchpad,
+                "memory": snap.memory, "buffers": snap.buffers}
+
+    def _must_restart(self, snap: Snapshot, active_thread: str | None) -> bool:
+        if self.base is None or self.pending is not None or active_thread != self.thread:
+            return True
+        if len(self.turns) // 2 >= BLOCK_TICKS or self.chars >= MAX_CHARS:
+            return True
+        for tag, items in self._sections(snap).items():
+            if self.bases.get(tag, set()) - {i.mem_id.base for i in items}:
+                return True  # something left the context: say so with a new base
+        shown_items = [*snap.memory, *snap.chat, *snap.monologue, *snap.scratchpad]
+        return any(i.kind is Kind.HANDLE and i.render() not in self.shown for i in shown_items)
+
+    def _mark(self, tag: str, items: Sequence[MemoryItem]) -> None:
+        self.shown.update(i.render() for i in items)
+        self.bases.setdefault(tag, set()).update(i.mem_id.base for i in items)
+
+    def _restart(self, snap: Snapshot, active_thread: str | None) -> None:
+        self.turns, self.shown, self.bases, self.chars, self.pending = [], set(), {}, 0, None
+        self.thread = active_thread
+        self.restarts += 1
+        parts = []
+        for tag in STABLE_SECTIONS:
+            items = self._sections(snap)[tag]
+            if items:
+                parts.append(render_section(tag, items))
+                self._mark(tag, items)
+        chat = [i for i in snap.chat if not _pending(i)]
+        for tag, items in (("monologue", snap.monologue), ("chat", chat)):
+            parts.append(section(tag, items))
+            self._mark(tag, items)
+        self.base = "\n\n".join(parts)
+
+    def _tick_message(self, snap: Snapshot) -> str:
+        parts = []
+        for tag, items in (*self._sections(snap).items(), ("monologue", snap.monologue), ("chat", snap.chat)):
+            new = [i for i in items if i.render() not in self.shown]
+            if new:
+                parts.append(render_section(tag, new))
+                self._mark(tag, new)
+        if snap.events:
+            parts.append(section("events", snap.events))
+        state = [i for i in snap.consciousness if i.render() not in self.shown]
+        parts.append(section("agent-consciousness", state))
+        self._mark("agent-consciousness", state)
+        if snap.eval_result is not None:
+            parts.append(eval_result_section(snap.eval_result))
+        return "\n\n".join(parts)
+
+    def _messages(self, newest: str) -> list[dict[str, Any]]:
+        users = [*self.turns[0::2], newest]
+        replies = self.turns[1::2]
+        messages: list[dict[str, Any]] = []
+        for i, text in enumerate(users):
+            blocks: list[dict[str, Any]] = []
+            if i == 0 and self.base:
+                blocks.append({"type": "text", "text": self.base, "cache_control": CACHE})
+            block: dict[str, Any] = {"type": "text", "text": text}
+            if i >= len(users) - 2:  # the newest message and the one before: the conversation's breakpoints
+                block["cache_control"] = CACHE
+            blocks.append(block)
+            messages.append({"role": "user", "content": blocks})
+            if i < len(replies):
+                messages.append({"role": "assistant", "content": replies[i]})
+        return messages
+
+
+_conversations: weakref.WeakKeyDictionary[ActiveMemory, Conversation] = weakref.WeakKeyDictionary()
+
+
+def conversation_of(memory: ActiveMemory) -> Conversation:
+    """The conversation of MEMORY's brain (a new one after a restart of the server)."""
+    conv = _conversations.get(memory)
+    if conv is None:
+        conv = _conversations[memory] = Conversation()
+    return conv
+
+
+def assemble(snap: Snapshot, conversation: Conversation | None = None, active_thread: str | None = None,
+             depths: tuple[int, ...] = ()) -> Context:
+    """The messages of one tick: CONVERSATION's next, or (None) a fresh conversation's first."""
+    return (conversation or Conversation()).build(snap, active_thread, depths)

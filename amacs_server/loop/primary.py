@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
-from ..context.assemble import Context, assemble
+from ..context.assemble import Context, assemble, conversation_of
 from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
@@ -147,7 +147,10 @@ async def observe(rt: Runtime) -> Context:
         rt.memory.set_buffers(buffers)
         rt.memory.set_skills(skills)
         rt.memory.set_events([e.to_dict() for e in events], events[0].seq if events else 0)
-    return assemble(rt.memory.snapshot(rt.consciousness))
+    snap = rt.memory.snapshot(rt.consciousness)
+    c = rt.consciousness
+    depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
+    return assemble(snap, conversation_of(rt.memory), c.active_thread, depths)
 
 
 async def hooks_before_model_call(rt: Runtime, human: str | None) -> None:
@@ -176,13 +179,14 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
         )
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
-    messages: list[dict[str, Any]] = [{"role": "user", "content": user_message.content()}]
+    messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
     for attempt in range(MAX_PARSE_RETRIES + 1):
         streamer = ReplyStreamer()
         result = await infer(rt, tick, messages, streamer)
         try:
             response = parse_response(result.text)
             rt.transcript.write("parsed", {"attempt": attempt, "response": response.to_dict()}, tick=tick)
+            user_message.answered(result.text)
             return response, bool(streamer.shown)
         except ResponseFormatError as err:
             if streamer.shown:
@@ -206,6 +210,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
                     "error",
                 )
                 rt.transcript.write("parsed", {"attempt": attempt, "response": fallback.to_dict()}, tick=tick)
+                user_message.answered(result.text)
                 return fallback, False
     raise AssertionError("unreachable")
 

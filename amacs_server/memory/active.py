@@ -52,6 +52,9 @@ EVENT_PREFIX = "event."
 RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX, THREAD_PREFIX, SKILL_PREFIX,
                      BUFFER_PREFIX, EVENT_PREFIX)
 PREVIEW_CHARS = 80
+# RAM keeps at least this many of the newest exchanges and monologue lines (and
+# twice the depths the context shows); older ones are in LTM only (issue 10).
+RAM_WINDOW = 64
 INTERRUPTED = "no reply: the tick was interrupted"
 
 
@@ -131,6 +134,7 @@ class ActiveMemory:
         self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.pending_tick: int | None = None
+        self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
 
     # -- addresses ---------------------------------------------------------------
 
@@ -182,7 +186,16 @@ class ActiveMemory:
         else:
             self._chat_index[tick] = len(self.chat)
             self.chat.append(item)
+            self._trim()
         return item
+
+    def _trim(self) -> None:
+        """Drop the oldest exchanges and monologue lines from RAM, in blocks (they stay in LTM)."""
+        if len(self.chat) > 2 * self.keep:
+            del self.chat[: len(self.chat) - self.keep]
+            self._chat_index = {tick_of(item): i for i, item in enumerate(self.chat)}
+        if len(self.monologue) > 2 * self.keep:
+            del self.monologue[: len(self.monologue) - self.keep]
 
     def begin_chat(self, tick: int, human: str) -> MemoryItem:
         """The person's input as an item: the pending message of TICK."""
@@ -202,6 +215,7 @@ class ActiveMemory:
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""
         self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.RAM, Kind.MONOLOGUE, line))
+        self._trim()
 
     def add_scratchpad(self, tick: int, heading: str, thread: str | None, content: str) -> None:
         """A scratchpad heading written at TICK (RFC §4.2): global when THREAD is None."""
@@ -369,6 +383,8 @@ class ActiveMemory:
 
     def snapshot(self, c: Consciousness) -> Snapshot:
         """The items one tick's context shows (IMP-038 depths applied)."""
+        self.keep = max(RAM_WINDOW, 2 * c.chat_context_depth + 2, 2 * c.monologue_context_depth)
+        self._trim()
         consciousness = [self.state[n] for n in (*STATE_TIERS, CLOCK) if n in self.state]
         window: list[MemoryItem] = []
         depth = c.chat_context_depth

@@ -146,20 +146,49 @@ class ChatLog:
         """Every tick in the file, oldest first, parsed with orgparse."""
         if not self.path.exists():
             return []
-        root = orgparse.load(str(self.path))
-        entries: list[ChatEntry] = []
-        for node in root.children:
-            title = node.heading.split()
-            if len(title) != 2 or title[0] != "Tick" or not title[1].isdigit():
-                continue
-            entry = ChatEntry(tick=int(title[1]), timestamp=str(node.properties.get("TIMESTAMP", "")))
-            for child in node.children:
-                if child.heading == "Human":
-                    entry.human = unescape_org(child.body.strip("\n"))
-                elif child.heading == "Agent":
-                    entry.agent = unnest_reply(_section_text(child))
-            entries.append(entry)
-        return entries
+        return _entries(orgparse.load(str(self.path)))
+
+    def read_tail(self, count: int, chunk: int = 1 << 16) -> list[ChatEntry]:
+        """The last COUNT ticks, oldest first: the file is read from its end only as far
+        as they need (start-up reads the windows the context shows, issue 10).
+
+        A tick starts at a ``* Tick`` line; the human's text cannot start one
+        (:func:`escape_org`) and the reply's headings are demoted, so the ticks
+        are found by that line alone."""
+        if not self.path.exists() or count <= 0:
+            return []
+        with self.path.open("rb") as f:
+            end = f.seek(0, 2)
+            data = b""
+            start = end
+            while True:
+                start = max(0, start - chunk)
+                f.seek(start)
+                data = f.read(end - start)
+                heads = [m.start() + 1 for m in re.finditer(rb"\n\* Tick ", data)]
+                if start == 0 and data.startswith(b"* Tick "):
+                    heads.insert(0, 0)
+                if len(heads) > count or start == 0:
+                    break
+        cut = heads[-count] if len(heads) >= count else 0
+        return _entries(orgparse.loads(data[cut:].decode("utf-8")))
+
+
+def _entries(root: orgparse.node.OrgRootNode) -> list[ChatEntry]:
+    """The ``* Tick N`` entries under ROOT."""
+    entries: list[ChatEntry] = []
+    for node in root.children:
+        title = node.heading.split()
+        if len(title) != 2 or title[0] != "Tick" or not title[1].isdigit():
+            continue
+        entry = ChatEntry(tick=int(title[1]), timestamp=str(node.properties.get("TIMESTAMP", "")))
+        for child in node.children:
+            if child.heading == "Human":
+                entry.human = unescape_org(child.body.strip("\n"))
+            elif child.heading == "Agent":
+                entry.agent = unnest_reply(_section_text(child))
+        entries.append(entry)
+    return entries
 
 
 def _section_text(node: orgparse.node.OrgNode) -> str:
