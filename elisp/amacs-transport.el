@@ -29,6 +29,16 @@
 ;; deferred's queue, instead of the stock `epc:call-sync' and its
 ;; 150 ms polling (DESIGN.md, EPC defect 2).  Strings sent to the server
 ;; lose their text properties first (defect 7).
+;;
+;; Events from the server are one-way messages, (amacs-events 0 EVENTS),
+;; that Emacs never answers.  The connection's own process filter
+;; (`amacs--connection-filter') reads them and queues them for one
+;; timer, `amacs--drain-events', which runs them in order outside the
+;; filter (an eval calls the server synchronously on this connection);
+;; no `deferred' queue is involved.  Every other message (returns to
+;; Emacs's calls) goes to epc.el's dispatcher as before.  Emacs cannot
+;; set TCP_NODELAY on its socket (no such option in Emacs 28), so it
+;; never sends two messages where one does: no answers to events.
 
 ;;; Code:
 
@@ -314,6 +324,8 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                                      :title "amacs" :port port :connection conn)))
         (epc:init-epc-layer mngr)
         (epc:define-method mngr 'amacs-event #'amacs--receive-event)
+        (set-process-filter (epc:connection-process conn)
+                            (lambda (p m) (amacs--connection-filter conn p m)))
         (set-process-sentinel (epc:connection-process conn)
                               (lambda (p e) (amacs--connection-sentinel mngr p e)))
         (setq amacs--manager mngr)
@@ -440,21 +452,83 @@ if no answer comes within `amacs-sync-call-timeout' seconds."
 
 ;;;; Events from the server
 
+(defvar amacs--event-queue-tail nil
+  "The last cons of `amacs--event-queue', so that queueing is O(1).")
+
+(defun amacs--connection-filter (conn _proc string)
+  "Read every complete EPC message in STRING from connection CONN.
+Events, (amacs-events 0 EVENTS), are queued for `amacs--drain-events';
+any other message goes to epc.el's dispatcher, as its own filter does."
+  (let ((buf (epc:connection-buffer conn)) messages)
+    (when (buffer-live-p buf)
+      (with-current-buffer buf
+        (goto-char (point-max))
+        (insert string)
+        (let ((start (point-min)) (end (point-max)) length)
+          (while (and (>= (- end start) 6)
+                      (setq length (string-to-number
+                                    (buffer-substring-no-properties start (+ start 6)) 16))
+                      (> length 0)
+                      (>= (- end start 6) length))
+            (push (condition-case err
+                      (read (decode-coding-string
+                             (buffer-substring-no-properties (+ start 6) (+ start 6 length))
+                             'utf-8-unix))
+                    (error (message "AMACS: unreadable message from the server: %S" err) nil))
+                  messages)
+            (setq start (+ start 6 length)))
+          (delete-region (point-min) start))))
+    (dolist (message (nreverse messages))
+      (cond ((eq (car-safe message) 'amacs-events)
+             (amacs--queue-events (nth 2 message)))
+            ((consp message)
+             (condition-case err
+                 (apply #'cc:signal-send (epc:connection-channel conn) message)
+               (error (message "AMACS: handling %S failed: %S" (car message) err))))))))
+
+(defun amacs--queue-events (events)
+  "Append the list EVENTS to the queue; start the drain timer if none waits."
+  (when events
+    (let ((cells (copy-sequence events)))
+      (if amacs--event-queue
+          (setcdr amacs--event-queue-tail cells)
+        (setq amacs--event-queue cells))
+      (setq amacs--event-queue-tail (last cells))))
+  (unless amacs--event-timer
+    (setq amacs--event-timer (run-at-time 0 nil #'amacs--drain-events))))
+
 (defun amacs--receive-event (event)
   "Queue EVENT, a plist from the server, and return at once.
-Events are handled in order from a timer, outside the process filter."
-  (setq amacs--event-queue (nconc amacs--event-queue (list event)))
-  (unless amacs--event-timer
-    (setq amacs--event-timer (run-at-time 0 nil #'amacs--drain-events)))
+Events are handled in order from a timer, outside the process filter.
+This is the method of the old event path (an EPC call per event)."
+  (amacs--queue-events (list event))
   nil)
 
+(defun amacs--same-stream-p (a b)
+  "Return non-nil when events A and B are deltas of one stream.
+Both are \"reply-delta\" and every property but :text is the same."
+  (and (equal (plist-get a :type) "reply-delta")
+       (equal (plist-get b :type) "reply-delta")
+       (stringp (plist-get a :text)) (stringp (plist-get b :text))
+       (= (length a) (length b))
+       (cl-loop for (key value) on a by #'cddr
+                always (or (eq key :text) (equal value (plist-get b key))))))
+
 (defun amacs--drain-events ()
-  "Handle every queued event, oldest first, with every handler of its type."
+  "Handle every queued event, oldest first, with every handler of its type.
+Consecutive deltas of one stream are handled as one."
   (setq amacs--event-timer nil)
   (while amacs--event-queue
     (let* ((event (pop amacs--event-queue))
            (handlers (alist-get (plist-get event :type) amacs--event-handlers
                                 nil nil #'equal)))
+      (when (and amacs--event-queue (amacs--same-stream-p event (car amacs--event-queue)))
+        (let ((texts (list (plist-get event :text))))
+          (while (and amacs--event-queue (amacs--same-stream-p event (car amacs--event-queue)))
+            (push (plist-get (pop amacs--event-queue) :text) texts))
+          (setq event (plist-put (copy-sequence event) :text
+                                 (apply #'concat (nreverse texts))))))
+      (unless amacs--event-queue (setq amacs--event-queue-tail nil))
       (unless handlers
         (message "AMACS: unknown event %S" (plist-get event :type)))
       (dolist (handler handlers)

@@ -120,3 +120,73 @@ def test_a_malformed_price_table_is_ignored_not_fatal(server):
     assert recv(sock)[0] == Symbol("return")
     send(sock, "call", 2, Symbol("ping"), ["still here"])
     assert recv(sock) == [Symbol("return"), 2, "still here"]
+
+
+# The fast path (issue 10): NODELAY, one-way events, coalesced deltas, no thread per message.
+
+@pytest.fixture
+def inproc():
+    """An AmacsEPCServer in this process, with ping and a slow method, and an authenticated client."""
+    import threading
+
+    from amacs_server.transport.server import AmacsEPCServer
+
+    srv = AmacsEPCServer(TOKEN, headless=True)
+    srv.register("ping", lambda value: value)
+    srv.register("slow", lambda: time.sleep(0.3) or "slow done")
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    sock = connect(srv.server_address[1])
+    assert hello(sock)[0] == Symbol("return")
+    yield srv, sock
+    sock.close()
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_accepted_socket_has_nodelay(inproc):
+    srv, _sock = inproc
+    assert srv.emacs.connection.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_events_are_one_way_and_deltas_coalesced_in_order(inproc):
+    from amacs_server.transport.server import DELTA_WINDOW
+
+    srv, sock = inproc
+    t0 = time.monotonic()
+    assert srv.notify({"type": "reply-delta", "text": "a"})
+    first = recv(sock)
+    assert time.monotonic() - t0 < DELTA_WINDOW  # the first delta is not held
+    assert first == [Symbol("amacs-events"), 0, [[Symbol(":type"), "reply-delta", Symbol(":text"), "a"]]]
+    for text in "bcd":  # inside the window: held and merged
+        srv.notify({"type": "reply-delta", "text": text})
+    srv.notify({"type": "annotation", "text": "n", "kind": "info"})  # flushes the held deltas first
+    batch = recv(sock)
+    assert batch[0] == Symbol("amacs-events")
+    assert [e[1::2] for e in batch[2]] == [["reply-delta", "bcd"], ["annotation", "n", "info"]]
+
+
+def test_held_deltas_go_when_the_window_ends(inproc):
+    srv, sock = inproc
+    srv.notify({"type": "reply-delta", "text": "a"})
+    assert recv(sock)[2][0][3] == "a"
+    srv.notify({"type": "reply-delta", "text": "b"})
+    srv.notify({"type": "reply-delta", "text": "c"})
+    sock.settimeout(1)
+    message = recv(sock)
+    assert message[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "bc"]]
+
+
+def test_no_thread_per_message_and_slow_calls_do_not_block_replies(inproc):
+    import threading
+
+    _srv, sock = inproc
+    send(sock, "call", 5, Symbol("slow"), [])  # runs on the pool
+    send(sock, "call", 6, Symbol("ping"), ["fast"])
+    assert recv(sock) == [Symbol("return"), 6, "fast"]  # answered while slow runs
+    assert recv(sock) == [Symbol("return"), 5, "slow done"]
+    before = threading.active_count()
+    for uid in range(100, 300):
+        send(sock, "call", uid, Symbol("ping"), [uid])
+        assert recv(sock) == [Symbol("return"), uid, uid]
+    assert threading.active_count() <= before

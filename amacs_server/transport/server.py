@@ -1,26 +1,55 @@
 """The EPC server: 127.0.0.1 only, one authenticated Emacs, every EPC defect handled.
 
-Defects (DESIGN.md): 1 ``ThreadingEPCServer``; 3 remote errors become plain
-errors with a message, so Emacs always gets a reply; 4 sends are serialized by
-a lock; 6 nothing here waits on Emacs without a timeout; 7 values are converted
-in :mod:`.lisp` only.
+Defects (DESIGN.md): 1 calls from Emacs run on worker threads, so a method may
+call Emacs while the reader goes on; 3 remote errors become plain errors with a
+message, so Emacs always gets a reply; 4 sends are serialized by a lock; 6
+nothing here waits on Emacs without a timeout; 7 values are converted in
+:mod:`.lisp` only.
+
+Fast path (issue 10): every accepted socket has ``TCP_NODELAY`` (no Nagle or
+delayed-ACK stalls); events to Emacs are one-way ``(amacs-events 0 (EVENT...))``
+messages that Emacs never answers, sent in order by :class:`Outbox`, which
+coalesces streamed ``reply-delta`` events to at most one message per
+:data:`DELTA_WINDOW` without holding back the first; no thread is started and
+nothing is formatted or logged per message (python-epc's ``autolog`` and
+thread-per-message are bypassed): calls from Emacs run on a fixed pool, and
+the few methods that only hand a value over run on the reader thread itself.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
+import socket
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from epc.handler import ThreadingEPCHandler, unpack_message
+from epc.handler import (
+    BaseRemoteError,
+    EPCCallManager,
+    EPCClosed,
+    EPCHandler,
+    encode_message,
+    itermessage,
+    unpack_message,
+)
 from epc.server import ThreadingEPCServer
 from sexpdata import Symbol
 
 from .lisp import from_lisp, list_from_lisp, to_lisp
 
 log = logging.getLogger("amacs.transport")
+
+# Streamed deltas reach Emacs at most once per window (about one redisplay);
+# the first delta after a quiet window goes at once.
+DELTA_WINDOW = 0.016
+# Methods that only hand a value to the loop: run on the reader thread, no hop.
+INLINE_METHODS = frozenset({"emacs_reply", "eval_hold", "ping"})
+CALL_WORKERS = 8
 
 
 class RemoteError(Exception):
@@ -51,17 +80,158 @@ def remote_method(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-class AmacsHandler(ThreadingEPCHandler):
+class Outbox:
+    """Events to one Emacs, in order, as one-way ``amacs-events`` messages.
+
+    A ``reply-delta`` goes at once when none went in the last
+    :data:`DELTA_WINDOW`; otherwise it waits (merged with the deltas after it)
+    until the window ends.  Any other event first sends the waiting deltas, in
+    the same message, so the order of events never changes.
+    """
+
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None]) -> None:
+        self._send = send
+        self._cond = threading.Condition()
+        self._held: list[dict[str, Any]] = []
+        self._last_delta = float("-inf")
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, event: dict[str, Any]) -> None:
+        """Send EVENT now, or hold it for the end of the delta window."""
+        with self._cond:
+            if self._closed:
+                raise EPCClosed
+            if event.get("type") == "reply-delta":
+                held = self._held
+                if held:
+                    last = held[-1]
+                    if _mergeable(last, event):
+                        last["text"] += event["text"]
+                    else:
+                        held.append(dict(event))
+                    return
+                now = time.monotonic()
+                if now - self._last_delta >= DELTA_WINDOW:
+                    self._last_delta = now
+                    self._send([event])
+                    return
+                held.append(dict(event))
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._flusher, name="amacs-outbox", daemon=True)
+                    self._thread.start()
+                self._cond.notify()
+                return
+            batch, self._held = [*self._held, event], []
+            if len(batch) > 1:
+                self._last_delta = time.monotonic()
+            self._send(batch)
+
+    def close(self) -> None:
+        """Drop what is held and stop the flusher."""
+        with self._cond:
+            self._closed = True
+            self._held = []
+            self._cond.notify()
+
+    def _flusher(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if not self._held:
+                    self._cond.wait()
+                    continue
+                wait = self._last_delta + DELTA_WINDOW - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                batch, self._held = self._held, []
+                self._last_delta = time.monotonic()
+                try:
+                    self._send(batch)
+                except Exception as err:  # noqa: BLE001 - Emacs is gone; the reader notices
+                    log.info("could not send held deltas: %r", err)
+
+
+def _mergeable(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two deltas of one stream: every field but the text is the same."""
+    return (a.keys() == b.keys() and isinstance(a.get("text"), str) and isinstance(b.get("text"), str)
+            and all(a[k] == b[k] for k in a if k != "text"))
+
+
+class AmacsHandler(EPCHandler):
     """One connection.  Its first message must be ``hello`` with the token."""
 
+    disable_nagle_algorithm = True  # StreamRequestHandler.setup sets TCP_NODELAY
+
     def setup(self) -> None:
-        """Set up the send lock before anything can send."""
+        """Set up the send lock and NODELAY before anything can send; no autolog."""
         self._send_lock = threading.Lock()
-        super().setup()
+        self.outbox: Outbox | None = None
+        super(EPCHandler, self).setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.callmanager = EPCCallManager()
+        self.server.add_client(self)
+
+    def _recv(self) -> Iterator[bytes]:
+        return itermessage(self._rfile_read_safely)
 
     def _send(self, *args: Any) -> None:
+        data = encode_message(*args)
         with self._send_lock:  # defect 4
-            super()._send(*args)
+            try:
+                self.wfile.write(data)
+            except (AttributeError, ValueError) as err:
+                raise EPCClosed from err
+
+    def send_events(self, events: list[dict[str, Any]]) -> None:
+        """One one-way message carrying EVENTS; Emacs does not answer it."""
+        self._send("amacs-events", 0, [to_lisp(e) for e in events])
+
+    def _handle(self, sexp: bytes) -> None:
+        """Dispatch one message: replies on this thread, calls on the pool (or here if inline)."""
+        try:
+            name, uid, args = unpack_message(sexp)
+        except Exception as err:  # noqa: BLE001 - a garbled message; the peer is told
+            self._send("epc-error", [], repr(err))
+            return
+        if name == "call" and not (len(args) == 2 and isinstance(args[0], Symbol)
+                                   and args[0].value() in INLINE_METHODS):
+            self.server.pool.submit(self._handle_message, name, uid, args)  # type: ignore[attr-defined]
+        else:
+            self._handle_message(name, uid, args)
+
+    def _handle_message(self, name: str, uid: Any, args: list[Any]) -> None:
+        """python-epc's ``_handle`` after unpacking, without its logging."""
+        try:
+            pyname = name.replace("-", "_")
+            getattr(self, f"_validate_{pyname}")(uid, args)
+            reply = getattr(self, f"_handle_{pyname}")(uid, *args)
+            if reply is not None:
+                self._send(*reply)
+        except Exception as err:  # noqa: BLE001 - as python-epc: remote errors stay here
+            if self.handle_error(err):
+                return
+            try:
+                self._send("return-error", uid, repr(err))
+            except Exception:  # noqa: BLE001 - the peer is gone
+                pass
+
+    def _handle_call(self, uid: Any, meth: Symbol, args: Any) -> list[Any]:
+        name = meth.value()
+        try:
+            func = self.server.get_method(name)
+        except AttributeError:
+            return ["epc-error", uid, f"EPC-ERROR: No such method : {name}"]
+        return ["return", uid, func(*args)]
+
+    def handle_error(self, err: Exception) -> bool:
+        """Errors from Emacs's side (and a closed socket) are not sent back; others are."""
+        if isinstance(err, (BaseRemoteError, EPCClosed)):
+            log.info("EPC: %r", err)
+            return True
+        if not isinstance(err, RemoteError):
+            log.error("EPC method failed: %r", err, exc_info=sys.exc_info())
+        return False
 
     def handle(self) -> None:
         """Authenticate the first message, then serve; close on anything else."""
@@ -90,6 +260,8 @@ class AmacsHandler(ThreadingEPCHandler):
             except Exception:  # noqa: BLE001
                 pass
         finally:
+            if self.outbox is not None:
+                self.outbox.close()
             server.connection_closed(self)
 
 
@@ -107,6 +279,12 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.emacs_pid: int | None = None
         self.on_hello: Callable[[dict[str, Any]], dict[str, Any]] = lambda _s: {}
         self.on_emacs_gone: Callable[[], None] = lambda: None
+        self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
+
+    def server_close(self) -> None:
+        """Close the listening socket and let the call pool's idle threads go."""
+        super().server_close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def register(self, name: str, fn: Callable[..., Any]) -> None:
         """Publish FN to Emacs as NAME (with :func:`remote_method` applied)."""
@@ -126,6 +304,7 @@ class AmacsEPCServer(ThreadingEPCServer):
             raise Unauthorized("wrong token")
         pid = args[1] if len(args) > 1 and isinstance(args[1], int) else None
         settings = args[2] if len(args) > 2 and isinstance(args[2], dict) else {}
+        handler.outbox = Outbox(handler.send_events)
         self.emacs, self.emacs_pid = handler, pid
         return uid, to_lisp(self.on_hello(settings))
 
@@ -139,17 +318,13 @@ class AmacsEPCServer(ThreadingEPCServer):
             threading.Thread(target=self.shutdown, daemon=True).start()
 
     def notify(self, event: dict[str, Any]) -> bool:
-        """Send EVENT to Emacs's ``amacs-event`` method without waiting; False if no Emacs."""
+        """Send EVENT to Emacs as a one-way message, in order; False if no Emacs."""
         handler = self.emacs
-        if handler is None:
+        outbox = handler.outbox if handler is not None else None
+        if outbox is None:
             return False
         try:
-            handler.call(
-                "amacs-event",
-                [to_lisp(event)],
-                callback=lambda _r: None,
-                errback=lambda err: log.error("Emacs failed on event %s: %s", event.get("type"), err),
-            )
+            outbox.put(event)
         except Exception as err:  # noqa: BLE001 - a closed socket: Emacs is gone
             log.info("could not notify Emacs: %r", err)
             return False

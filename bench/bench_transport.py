@@ -1,0 +1,217 @@
+"""Transport rows of issue 10, in interactive Emacs, side by side with a direct client (the peer).
+
+One run, one fake model (tests/fake_anthropic.py: 400 words in 100 SSE
+chunks, no delay), n = N each, median / p90 in ms:
+
+1. turn overhead with a zero-latency model: RET -> prompt back (``turn-done``
+   handled), minus the fake's time on the request(s) of the turn;
+2. the fake's last byte -> the reply complete in the buffer;
+3. the fake sends its first text -> that text in the buffer;
+4. server -> Emacs eval -> result back, ``(* 6 7)``: the real transport and
+   ``EmacsFace.evaluate`` in this process, an interactive Emacs connected
+   to it with ``amacs-connect``.
+
+AMACS is ``./amacs`` in tmux (:mod:`bench.interactive`).  The peer, in the same
+Emacs, is what gptel does without gptel (not installable here): ``curl -N`` as
+an Emacs subprocess whose filter parses the SSE and inserts each text delta
+into a buffer; its turn ends when the process sentinel runs.  Times are taken
+inside Emacs with ``float-time``; the fake's with ``time.time()``.
+
+    .venv/bin/python bench/bench_transport.py        # N=30; BENCH_N=10 for a quick look
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tests.fake_anthropic as fa  # noqa: E402
+from bench.common import save, summary  # noqa: E402
+from bench.interactive import BareEmacs, Recorder, amacs_terminal, load  # noqa: E402
+
+N = int(os.environ.get("BENCH_N", "30"))
+WARMUP = 3
+WORDS = 400
+REPLY_TEXT = json.dumps({"reply": " ".join(f"word{i:03d}" for i in range(WORDS)), "mood": "calm",
+                         "confidence": 0.9, "monologue": "answered", "eval": None})
+
+
+class TimedFake(fa.FakeAnthropic):
+    """The fake, noting per streamed request: when it began, its first text, its last byte."""
+
+    def __init__(self) -> None:
+        super().__init__(default=lambda _body: fa.Reply(REPLY_TEXT, chunks=100))
+        self.timings: list[dict[str, float]] = []
+
+
+_original_send_stream = fa._Handler._send_stream
+
+
+def _timed_send_stream(self: Any, body: dict[str, Any], reply: fa.Reply) -> None:
+    fake = self.server.fake
+    start, before = time.time(), len(fake.chunk_log)
+    _original_send_stream(self, body, reply)
+    end = time.time()
+    if isinstance(fake, TimedFake):
+        fake.timings.append({"start": start, "first": fake.chunk_log[before][0], "end": end})
+
+
+fa._Handler._send_stream = _timed_send_stream  # type: ignore[method-assign]
+
+AMACS_PROBES = """(progn
+  (defvar bench-t0 nil) (defvar bench-first nil) (defvar bench-reply nil)
+  (advice-add 'amacs-shell-return :before (lambda (&rest _) (setq bench-t0 (float-time) bench-first nil)))
+  (advice-add 'amacs-shell--on-reply-delta :after
+    (lambda (_e)
+      (unless bench-first
+        (with-current-buffer amacs-shell-buffer-name
+          (when (> (- (marker-position amacs-shell--stream-end) (marker-position amacs-shell--stream-start)) 0)
+            (setq bench-first (float-time)))))))
+  (advice-add 'amacs-shell--on-reply :after (lambda (_e) (setq bench-reply (float-time))))
+  (advice-add 'amacs-shell--on-turn-done :after
+    (lambda (_e) (bench-record "amacs" :t0 bench-t0 :first bench-first :reply bench-reply :done (float-time))))
+  t)"""
+
+PEER = """(progn
+  (defun bench-peer-run (url)
+    "POST to URL's messages API with curl; insert each streamed text delta into *peer*."
+    (let* ((t0 (float-time)) (first nil) (pending "")
+           (buf (get-buffer-create "*peer*"))
+           (body (json-encode (list :model "claude-fake" :max_tokens 1024 :stream t
+                                    :messages (vector (list :role "user" :content "go")))))
+           (process-adaptive-read-buffering nil))
+      (with-current-buffer buf (erase-buffer))
+      (make-process
+       :name "bench-peer" :buffer nil :connection-type 'pipe :noquery t :coding 'utf-8-unix
+       :command (list "curl" "-sN" "--no-buffer" "-X" "POST" (concat url "/v1/messages")
+                      "-H" "x-api-key: sk-peer" "-H" "anthropic-version: 2023-06-01"
+                      "-H" "content-type: application/json" "--data-binary" body)
+       :filter (lambda (_p string)
+                 (setq pending (concat pending string))
+                 (let ((start 0) end text)
+                   (while (setq end (string-search "\\n" pending start))
+                     (when (and (> end (+ start 6)) (eq (aref pending start) ?d)
+                                (string-search "text_delta" pending start)
+                                (< (string-search "text_delta" pending start) end))
+                       (setq text (gethash "text" (gethash "delta" (json-parse-string
+                                                                    (substring pending (+ start 6) end)))))
+                       (with-current-buffer buf (goto-char (point-max)) (insert text))
+                       (unless first (setq first (float-time))))
+                     (setq start (1+ end)))
+                   (setq pending (substring pending start))))
+       :sentinel (lambda (p _e)
+                   (unless (process-live-p p)
+                     (let ((now (float-time)))
+                       (bench-record "peer" :t0 t0 :first first :reply now :done now)))))))
+  t)"""
+
+
+def rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -> dict[str, list[float]]:
+    """The three streaming rows, in ms, from Emacs's RECORDS and the fake's TIMINGS (one request per turn)."""
+    out: dict[str, list[float]] = {"turn_overhead": [], "last_byte_to_complete": [], "first_text_visible": []}
+    for record, timing in zip(records, timings, strict=True):
+        server = timing["end"] - timing["start"]
+        out["turn_overhead"].append(1000 * ((record["done"] - record["t0"]) - server))
+        out["last_byte_to_complete"].append(1000 * (record["reply"] - timing["end"]))
+        out["first_text_visible"].append(1000 * (record["first"] - timing["first"]))
+    return out
+
+
+def bench_stream(tmp: Path) -> dict[str, Any]:
+    """Rows 1-3 for AMACS and the peer, alternating turns in one Emacs."""
+    fake = TimedFake().start()
+    term = amacs_terminal(tmp / "term", fake.url)
+    try:
+        recorder = Recorder(tmp)
+        recorder.install(term)
+        term.elisp(AMACS_PROBES)
+        term.elisp(PEER)
+        amacs_t: list[dict[str, float]] = []
+        peer_t: list[dict[str, float]] = []
+        for i in range(WARMUP + N):
+            n_before = len(fake.timings)
+            term.type("go")
+            term.press("Enter")
+            recorder.wait("amacs", i + 1)
+            amacs_new = fake.timings[n_before:]
+            assert len(amacs_new) == 1, f"one model call per turn, got {len(amacs_new)}"
+            time.sleep(0.2)
+            n_before = len(fake.timings)
+            term.elisp(f'(bench-peer-run "{fake.url}")')
+            recorder.wait("peer", i + 1)
+            peer_new = fake.timings[n_before:]
+            if i >= WARMUP:
+                amacs_t += amacs_new
+                peer_t += peer_new
+            time.sleep(0.2)
+        amacs = rows(recorder.read("amacs")[WARMUP:], amacs_t)
+        peer = rows(recorder.read("peer")[WARMUP:], peer_t)
+        return {"amacs": {k: summary(v) for k, v in amacs.items()},
+                "peer (curl + process filter)": {k: summary(v) for k, v in peer.items()}}
+    finally:
+        term.close()
+        fake.stop()
+
+
+def bench_eval(tmp: Path) -> dict[str, Any]:
+    """Row 4: EmacsFace.evaluate("(* 6 7)") over the real transport to an interactive Emacs."""
+    from amacs_server.transport.emacs_face import EmacsFace
+    from amacs_server.transport.server import AmacsEPCServer
+
+    token = secrets.token_hex(32)
+    server = AmacsEPCServer(token, headless=True)
+    face = EmacsFace(server)
+    server.register("emacs_reply", lambda rid, result: face.deliver(rid, result) or True)
+    server.register("eval_hold", lambda rid, holding: face.hold(rid, bool(holding)) or True)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    emacs = BareEmacs(tmp / "eval", init="(require 'amacs)").start()
+    try:
+        emacs.elisp(f'(amacs-connect {server.server_address[1]} "{token}")')
+        emacs.wait_for_elisp("(amacs-live-p)", what="the connection")
+
+        async def run() -> list[float]:
+            samples = []
+            for i in range(WARMUP + 3 * N):
+                t0 = time.perf_counter()
+                result = await face.evaluate("(* 6 7)")
+                dt = 1000 * (time.perf_counter() - t0)
+                assert result.success and result.result == "42", result
+                if i >= WARMUP:
+                    samples.append(dt)
+                await asyncio.sleep(0.05)
+            return samples
+
+        return {"amacs": summary(asyncio.run(run()))}
+    finally:
+        emacs.close()
+        server.shutdown()
+        server.server_close()
+
+
+def main() -> None:
+    if not shutil.which("tmux"):
+        raise SystemExit("bench_transport needs tmux (scripts/setup.sh --test installs it)")
+    tmp = Path(tempfile.mkdtemp(prefix="amacs-bench-transport-"))
+    load_before = load()
+    result: dict[str, Any] = {"n": N, "load_before": load_before}
+    result["eval_roundtrip_6x7"] = bench_eval(tmp)
+    result.update(bench_stream(tmp))
+    result["load_after"] = load()
+    result["targets_ms"] = {"turn_overhead": "<= 10 median", "last_byte_to_complete": "<= 3",
+                            "first_text_visible": "<= 5 / 10", "eval_roundtrip_6x7": "<= 1"}
+    save("transport", result)
+
+
+if __name__ == "__main__":
+    main()

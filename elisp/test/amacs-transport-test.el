@@ -1,0 +1,90 @@
+;;; amacs-transport-test.el --- ERT tests of the EPC fast path -*- lexical-binding: t -*-
+
+;;; Commentary:
+
+;; The connection filter reads one-way event messages, in any split,
+;; queues them in order for one drain, and passes other messages to
+;; epc.el's dispatcher; the drain merges deltas of one stream.
+
+;;; Code:
+
+(require 'ert)
+(require 'epc)
+(require 'amacs-transport)
+
+(defun amacs-transport-test--frame (sexp)
+  "Return SEXP framed as an EPC message (length prefix, UTF-8)."
+  (let ((body (encode-coding-string (concat (prin1-to-string sexp) "\n") 'utf-8-unix)))
+    (concat (format "%06x" (length body)) body)))
+
+(defmacro amacs-transport-test--with-connection (var &rest body)
+  "Run BODY with VAR a fake connection and a fresh event queue."
+  (declare (indent 1))
+  `(let* ((buf (generate-new-buffer " *amacs-transport-test*"))
+          (,var (make-epc:connection :name "t" :buffer buf :channel (cc:signal-channel "t")))
+          (amacs--event-handlers nil) (amacs--event-queue nil)
+          (amacs--event-queue-tail nil) (amacs--event-timer nil))
+     (unwind-protect (progn ,@body)
+       (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
+       (kill-buffer buf))))
+
+(ert-deftest amacs-transport-test-events-in-any-split ()
+  "Events split across and packed into reads arrive whole, in order, after the filter."
+  (amacs-transport-test--with-connection conn
+    (let ((seen nil)
+          (data (concat (amacs-transport-test--frame '(amacs-events 0 ((:type "t" :n 1) (:type "t" :n 2))))
+                        (amacs-transport-test--frame '(amacs-events 0 ((:type "t" :n 3 :s "héllo ✓")))))))
+      (amacs-on-event "t" (lambda (e) (push (list (plist-get e :n) (plist-get e :s)) seen)))
+      (setq data (encode-coding-string (decode-coding-string data 'utf-8) 'utf-8))
+      (dolist (cut (list 3 10 (- (length data) 5)))
+        (setq seen nil)
+        (amacs--connection-filter conn nil (substring data 0 cut))
+        (amacs--connection-filter conn nil (substring data cut))
+        (should-not seen)               ; nothing ran inside the filter
+        (should (timerp amacs--event-timer))
+        (amacs--drain-events)
+        (should (equal (nreverse seen) '((1 nil) (2 nil) (3 "héllo ✓"))))
+        (should (= 0 (buffer-size (epc:connection-buffer conn))))))))
+
+(ert-deftest amacs-transport-test-other-messages-go-to-epc ()
+  "A return is dispatched to epc.el's channel, not queued as an event."
+  (amacs-transport-test--with-connection conn
+    (let (signalled)
+      (cl-letf (((symbol-function 'cc:signal-send)
+                 (lambda (_channel &rest message) (push message signalled))))
+        (amacs--connection-filter conn nil (amacs-transport-test--frame '(return 7 "ok"))))
+      (should (equal signalled '((return 7 "ok"))))
+      (should-not amacs--event-queue))))
+
+(ert-deftest amacs-transport-test-deltas-merged-in-order ()
+  "Consecutive deltas of one stream are handled as one; other events keep their place."
+  (amacs-transport-test--with-connection conn
+    (let ((seen nil))
+      (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
+      (amacs-on-event "annotation" (lambda (e) (push (list 'note (plist-get e :text)) seen)))
+      (amacs--connection-filter
+       conn nil
+       (amacs-transport-test--frame
+        '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
+                          (:type "annotation" :text "n") (:type "reply-delta" :text "c")
+                          (:type "reply-delta" :text "d" :agent "x")))))
+      (amacs--drain-events)
+      (should (equal (nreverse seen) '((delta "ab") (note "n") (delta "c") (delta "d"))))
+      (should-not amacs--event-queue-tail))))
+
+(ert-deftest amacs-transport-test-events-queued-while-draining ()
+  "An event that arrives while a handler runs is handled after it, in the same drain."
+  (amacs-transport-test--with-connection conn
+    (let ((seen nil))
+      (amacs-on-event "t" (lambda (e)
+                            (push (plist-get e :n) seen)
+                            (when (= (plist-get e :n) 1)
+                              (amacs--connection-filter
+                               conn nil (amacs-transport-test--frame '(amacs-events 0 ((:type "t" :n 3))))))))
+      (amacs--connection-filter conn nil (amacs-transport-test--frame
+                                          '(amacs-events 0 ((:type "t" :n 1) (:type "t" :n 2)))))
+      (amacs--drain-events)
+      (should (equal (nreverse seen) '(1 2 3))))))
+
+(provide 'amacs-transport-test)
+;;; amacs-transport-test.el ends here
