@@ -11,6 +11,15 @@ chunks, no delay), n = N each, median / p90 in ms:
    ``EmacsFace.evaluate`` in this process, an interactive Emacs connected
    to it with ``amacs-connect``.
 
+Rows 1-3 end to end include the whole server (the SDK's stream parsing, the
+harness's tick, the git commit).  The section ``transport`` isolates what the
+transport adds: the same shell, connected to the real transport and
+``EmacsFace`` in this process, whose ``submit`` plays a turn at once (turn
+start, the 100 deltas of the reply back to back, the reply, turn done), so
+row 1 is RET -> prompt back minus the scripted turn's time in the server,
+row 2 the server's last byte (the ``reply`` event written) -> reply complete
+in the buffer, row 3 the server sending the first delta -> visible.
+
 AMACS is ``./amacs`` in tmux (:mod:`bench.interactive`).  The peer, in the same
 Emacs, is what gptel does without gptel (not installable here): ``curl -N`` as
 an Emacs subprocess whose filter parses the SSE and inserts each text delta
@@ -165,20 +174,59 @@ def bench_stream(tmp: Path) -> dict[str, Any]:
 
 
 def bench_eval(tmp: Path) -> dict[str, Any]:
-    """Row 4: EmacsFace.evaluate("(* 6 7)") over the real transport to an interactive Emacs."""
+    """Row 4, and rows 1-3 of the transport alone: the real transport and EmacsFace in this process."""
     from amacs_server.transport.emacs_face import EmacsFace
     from amacs_server.transport.server import AmacsEPCServer
 
     token = secrets.token_hex(32)
     server = AmacsEPCServer(token, headless=True)
     face = EmacsFace(server)
+    reply = json.loads(REPLY_TEXT)["reply"]
+    size = -(-len(reply) // 100)
+    deltas = [reply[i:i + size] for i in range(0, len(reply), size)]
+    turns: list[dict[str, float]] = []
+
+    def submit(_text: Any) -> bool:
+        def play() -> None:
+            start = time.time()
+            face.input_taken()
+            face.turn_started()
+            first = time.time()
+            for delta in deltas:
+                face.reply_delta(delta)
+            face.reply(reply, streamed=True)
+            last = time.time()
+            face.turn_done(len(turns) + 1)
+            turns.append({"start": start, "first": first, "end": last, "done": time.time()})
+        threading.Thread(target=play, daemon=True).start()  # as the loop thread would
+        return True
+
     server.register("emacs_reply", lambda rid, result: face.deliver(rid, result) or True)
     server.register("eval_hold", lambda rid, holding: face.hold(rid, bool(holding)) or True)
+    server.register("submit", submit)
+    server.on_hello = lambda _settings: {"model": "scripted", "backend": "bench"}
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     emacs = BareEmacs(tmp / "eval", init="(require 'amacs)").start()
     try:
         emacs.elisp(f'(amacs-connect {server.server_address[1]} "{token}")')
         emacs.wait_for_elisp("(amacs-live-p)", what="the connection")
+        emacs.elisp("(progn (amacs-shell) (delete-other-windows) t)")
+        emacs.wait_idle()
+        recorder = Recorder(tmp / "eval")
+        recorder.install(emacs)
+        emacs.elisp(AMACS_PROBES)
+        for i in range(WARMUP + N):
+            emacs.type("go")
+            emacs.press("Enter")
+            recorder.wait("amacs", i + 1)
+            time.sleep(0.15)
+        transport: dict[str, list[float]] = {"turn_overhead": [], "last_byte_to_complete": [],
+                                             "first_text_visible": []}
+        for record, turn in list(zip(recorder.read("amacs"), turns, strict=True))[WARMUP:]:
+            server_ms = 1000 * (turn["done"] - turn["start"])
+            transport["turn_overhead"].append(1000 * (record["done"] - record["t0"]) - server_ms)
+            transport["last_byte_to_complete"].append(1000 * (record["reply"] - turn["end"]))
+            transport["first_text_visible"].append(1000 * (record["first"] - turn["first"]))
 
         async def run() -> list[float]:
             samples = []
@@ -192,7 +240,8 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
                 await asyncio.sleep(0.05)
             return samples
 
-        return {"amacs": summary(asyncio.run(run()))}
+        return {"eval": {"amacs": summary(asyncio.run(run()))},
+                "transport": {k: summary(v) for k, v in transport.items()}}
     finally:
         emacs.close()
         server.shutdown()
@@ -205,7 +254,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="amacs-bench-transport-"))
     load_before = load()
     result: dict[str, Any] = {"n": N, "load_before": load_before}
-    result["eval_roundtrip_6x7"] = bench_eval(tmp)
+    inproc = bench_eval(tmp)
+    result["eval_roundtrip_6x7"] = inproc["eval"]
+    result["amacs transport alone (in-process server, scripted turn)"] = inproc["transport"]
     result.update(bench_stream(tmp))
     result["load_after"] = load()
     result["targets_ms"] = {"turn_overhead": "<= 10 median", "last_byte_to_complete": "<= 3",
