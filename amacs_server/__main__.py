@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     # server Emacs started leaves a live server's file alone.
     write_info = args.headless or not live
 
+    from .inference import sdk
+
+    sdk.hold()  # the SDK import (1-2 s) starts once the port is out: Emacs connects meanwhile
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
     from .transport.emacs_face import EmacsFace
@@ -170,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 info["token"] = token
             write_server_info(home, info)
         print(port, flush=True)
+        sdk.release()
         if args.headless:
             print(f"AMACS headless server on 127.0.0.1:{port}, home {home.resolve()}; "
                   "connect with M-x amacs-connect (M-x amacs-shell finds it too). Ctrl-C stops it.", flush=True)

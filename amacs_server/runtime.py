@@ -15,6 +15,7 @@ from pathlib import Path
 from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
+from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
@@ -118,6 +119,7 @@ class Runtime:
 
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
+        sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
         if name == "openai":
             return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)

@@ -825,23 +825,62 @@ While the server is still starting, the input waiting for it is not sent."
 (defconst amacs-shell--history-separator "\0\n"
   "Between entries of the history file: an input of several lines stays one.")
 
+(defvar-local amacs-shell--history-newest nil
+  "The newest input already in the history file (an entry of the ring, by `eq').")
+
 (defun amacs-shell--save-history ()
-  "Write the input history to its file."
-  (when (derived-mode-p 'amacs-shell-mode)
-    (make-directory (file-name-directory comint-input-ring-file-name) t)
-    (let ((comint-input-ring-separator amacs-shell--history-separator))
-      (comint-write-input-ring))))
+  "Append the inputs entered since the last save to the history file.
+Each entry is followed by `amacs-shell--history-separator', as
+`comint-write-input-ring' writes them, so RET costs one short append
+however long the history; `amacs-shell--read-history' trims the file."
+  (when (and (derived-mode-p 'amacs-shell-mode) comint-input-ring-file-name
+             (ring-p comint-input-ring))
+    (let* ((ring comint-input-ring) (len (ring-length ring)) (i 0) new)
+      (while (and (< i len) (not (eq (ring-ref ring i) amacs-shell--history-newest)))
+        (push (ring-ref ring i) new)    ; ends oldest first
+        (setq i (1+ i)))
+      (when new
+        (make-directory (file-name-directory comint-input-ring-file-name) t)
+        (let ((coding-system-for-write 'utf-8-unix))
+          (if (and amacs-shell--history-newest (= i len))
+              (amacs-shell--rewrite-history) ; the saved entry left the ring: write it whole
+            (write-region (mapconcat (lambda (entry) (concat entry amacs-shell--history-separator))
+                                     new "")
+                          nil comint-input-ring-file-name 'append 'silent)))
+        (setq amacs-shell--history-newest (ring-ref ring 0))))))
+
+(defun amacs-shell--rewrite-history ()
+  "Write the whole input ring to the history file."
+  (let ((comint-input-ring-separator amacs-shell--history-separator)
+        (coding-system-for-write 'utf-8-unix))
+    (comint-write-input-ring)))
 
 (defun amacs-shell--read-history ()
-  "Read the input history.
-A file from before entries were NUL-separated is read by line."
+  "Read the input history: its newest `comint-input-ring-size' entries.
+A file from before entries were NUL-separated is read by line and
+rewritten NUL-separated; one that appends made twice as long as the
+ring is trimmed to it."
   (let* ((file comint-input-ring-file-name)
-         (new (and (file-readable-p file)
-                   (with-temp-buffer
-                     (insert-file-contents file)
-                     (search-forward "\0" nil t))))
-         (comint-input-ring-separator (if new amacs-shell--history-separator "\n")))
-    (comint-read-input-ring t)))
+         (entries (and file (file-readable-p file)
+                       (with-temp-buffer
+                         (insert-file-contents file)
+                         (cons (let ((n 0)) (while (search-forward "\0" nil t) (setq n (1+ n))) n)
+                               (buffer-size)))))
+         (comint-input-ring-separator (if (and entries (> (car entries) 0))
+                                          amacs-shell--history-separator
+                                        "\n")))
+    ;; comint counts entries against the default size (in its temp buffer), not ours.
+    (let ((default (default-value 'comint-input-ring-size)))
+      (unwind-protect
+          (progn (setq-default comint-input-ring-size comint-input-ring-size)
+                 (comint-read-input-ring t))
+        (setq-default comint-input-ring-size default)))
+    (setq amacs-shell--history-newest (and (ring-p comint-input-ring)
+                                           (> (ring-length comint-input-ring) 0)
+                                           (ring-ref comint-input-ring 0)))
+    (when (and entries (or (and (= (car entries) 0) (> (cdr entries) 0))
+                           (> (car entries) (* 2 comint-input-ring-size))))
+      (amacs-shell--rewrite-history))))
 
 (defvar amacs-compose-mode-map
   (let ((map (make-sparse-keymap)))

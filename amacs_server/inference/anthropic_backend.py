@@ -5,17 +5,24 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import anthropic
+from typing import TYPE_CHECKING, Any
 
 from ..state.consciousness import ApiSettings
+from . import sdk
 from .pricing import Usage
 from .retry import RetryPolicy, StatusSink, with_retries
 
+if TYPE_CHECKING:
+    import anthropic
+else:
+    anthropic = sdk.anthropic  # imported after the port is printed, in a thread (sdk.py)
+
 TextSink = Callable[[str], None]
-RETRYABLE = (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
-             anthropic.APIConnectionError)
+
+
+def _retryable() -> tuple[type[Exception], ...]:
+    return (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
+            anthropic.APIConnectionError)
 
 
 @dataclass
@@ -112,7 +119,8 @@ class AnthropicBackend:
         backoff and jitter, each retry announced through ON_STATUS in one line;
         401, 400 and the like fail at once with what to fix.
         """
-        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, RETRYABLE,
+        await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
+        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
                                   (anthropic.APIError,), _short, _explain, on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:

@@ -9,15 +9,21 @@ with usage, and retried like the Anthropic backend.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
-
+from . import sdk
 from .anthropic_backend import ModelResult, TextSink
 from .pricing import Usage
 from .retry import RetryPolicy, StatusSink, with_retries
 
-RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
+
+
+def _retryable() -> tuple[type[Exception], ...]:
+    return (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 
 
 def _text(content: Any) -> str:
@@ -77,7 +83,8 @@ class OpenAIBackend:
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
                        stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
         """Run REQUEST against the chat endpoint; streamed unless STREAM is false."""
-        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, RETRYABLE,
+        await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
+        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
                                   (openai.APIError,), _short, _explain, on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:

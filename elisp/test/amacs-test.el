@@ -426,5 +426,45 @@
       (should (re-search-forward
                (format "^;;;###autoload\n(defun %s " (regexp-quote (cdr entry))) nil t)))))
 
+(ert-deftest amacs-test-history-ret-appends-only-the-new-entry ()
+  "Issue 10: RET appends its input to the history file; the earlier entries are not rewritten."
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
+         (file (expand-file-name "shell-history" home))
+         (old (concat (mapconcat (lambda (i) (format "old %d\0\n" i)) (number-sequence 1 50) "")
+                      "two\nlines\0\n")))
+    (with-temp-file file (insert old))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max)) (insert "new one") (comint-send-input)
+      (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string))
+                     (concat old "new one\0\n")))
+      (amacs-shell--save-history)         ; nothing new: the file stays as it is
+      (goto-char (point-max)) (insert "new\ntwo") (comint-send-input)
+      (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string))
+                     (concat old "new one\0\nnew\ntwo\0\n"))))
+    (amacs-test--with-shell home sent
+      (should (equal (ring-ref comint-input-ring 0) "new\ntwo"))
+      (should (equal (ring-ref comint-input-ring 2) "two\nlines")))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-history-is-trimmed-and-converted-on-read ()
+  "Issue 10: a history file twice the ring's size is trimmed when read; a by-line one is converted."
+  (require 'amacs-shell)                ; `amacs-shell-history-size' is bound dynamically below
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
+         (file (expand-file-name "shell-history" home))
+         (amacs-shell-history-size 10))
+    (with-temp-file file
+      (insert (mapconcat (lambda (i) (format "entry %d\0\n" i)) (number-sequence 1 25) "")))
+    (amacs-test--with-shell home sent
+      (should (equal (ring-ref comint-input-ring 0) "entry 25"))
+      (should (= (ring-length comint-input-ring) 10)))
+    (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string))
+                   (mapconcat (lambda (i) (format "entry %d\0\n" i)) (number-sequence 16 25) "")))
+    (with-temp-file file (insert "first\nsecond\n"))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max)) (insert "third") (comint-send-input))
+    (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string))
+                   "first\0\nsecond\0\nthird\0\n"))
+    (delete-directory home t)))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here

@@ -1,0 +1,105 @@
+"""The model SDKs, imported off the start-up path.
+
+``anthropic`` takes ~1.3 s to import and ``openai`` ~0.5 s: more than the whole
+start-up budget.  The server prints its port first and imports the SDK of the
+backend in use in a thread (:func:`preload`); the other is imported only when
+``amacs-set-model`` switches to it.  A backend module names its SDK through a
+:class:`LazyModule`, whose first attribute access waits for the import (in the
+thread if one runs, else here); :meth:`LazyModule.ready` waits without blocking
+the event loop, so the first model call awaits it before it touches the SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import threading
+import time
+from types import ModuleType
+from typing import Any
+
+log = logging.getLogger("amacs")
+
+
+class LazyModule:
+    """A module imported on first use (or ahead of it, in a thread, by :meth:`preload`)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """True once the module is imported."""
+        return self._module is not None
+
+    def load(self) -> ModuleType:
+        """The module, imported now if no one did it yet (waits for a preload under way)."""
+        module = self._module
+        if module is not None:
+            return module
+        with self._lock:
+            if self._module is None:
+                started = time.perf_counter()
+                self._module = importlib.import_module(self._name)
+                log.info("imported %s in %.0f ms", self._name, (time.perf_counter() - started) * 1000)
+            return self._module
+
+    def preload(self) -> None:
+        """Import the module in a daemon thread, unless it is imported or being imported.
+
+        While start-up holds preloads (:func:`hold`), the import waits for :func:`release`.
+        """
+        if self._module is not None or self._thread is not None:
+            return
+        if _held:
+            _pending.add(self)
+            return
+        self._thread = threading.Thread(target=self._preload, name=f"import-{self._name}", daemon=True)
+        self._thread.start()
+
+    def _preload(self) -> None:
+        try:
+            self.load()
+        except Exception:  # noqa: BLE001 - the first use raises it again, where it is reported
+            log.exception("importing %s failed", self._name)
+
+    async def ready(self) -> ModuleType:
+        """The module, awaited in a worker thread if it is not imported yet (the loop goes on)."""
+        if self._module is not None:
+            return self._module
+        return await asyncio.to_thread(self.load)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.load(), attr)
+
+
+anthropic = LazyModule("anthropic")
+openai = LazyModule("openai")
+SDKS = {"anthropic": anthropic, "openai": openai}
+
+
+_held = False
+_pending: set[LazyModule] = set()
+
+
+def preload(backend: str) -> None:
+    """Start importing BACKEND's SDK ("anthropic" or "openai") in a thread."""
+    SDKS[backend].preload()
+
+
+def hold() -> None:
+    """Keep preloads waiting until :func:`release` (the server's start-up, until the port is out)."""
+    global _held
+    _held = True
+
+
+def release() -> None:
+    """Start the preloads asked for since :func:`hold`."""
+    global _held
+    _held = False
+    while _pending:
+        _pending.pop().preload()

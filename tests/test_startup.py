@@ -1,0 +1,66 @@
+"""Start-up (issue 10): the port line comes before the model SDKs are imported."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amacs_server.inference import sdk
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_server_modules_import_no_sdk() -> None:
+    """Everything on the path to the port line imports without anthropic or openai."""
+    code = ("import sys; import amacs_server.__main__, amacs_server.methods, amacs_server.runtime; "
+            "print(sorted(m for m in ('anthropic', 'openai') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_port_first_then_only_the_backend_in_use(tmp_path: Path) -> None:
+    """The port is the first line; the anthropic SDK is imported after it, in a thread; openai never."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))}
+    env.update(AMACS_HOME=str(tmp_path), AMACS_TOKEN="t" * 64, ANTHROPIC_API_KEY="sk-test")
+    proc = subprocess.Popen([sys.executable, "-m", "amacs_server"], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip().isdigit()
+        log = tmp_path / "logs" / "server.log"
+        deadline = time.monotonic() + 30
+        while "imported anthropic" not in log.read_text(encoding="utf-8"):
+            assert time.monotonic() < deadline, log.read_text(encoding="utf-8")
+            time.sleep(0.05)
+        text = log.read_text(encoding="utf-8")
+        assert text.index("serving on") < text.index("imported anthropic")
+        assert "imported openai" not in text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_lazy_module_waits_for_a_held_preload() -> None:
+    """A preload asked for while held starts at release; ready() waits for it off the loop."""
+    mod = sdk.LazyModule("json")
+    sdk.hold()
+    try:
+        mod.preload()
+        assert not mod.loaded and mod in sdk._pending
+    finally:
+        sdk.release()
+    assert asyncio.run(mod.ready()).dumps([1]) == "[1]"
+    assert mod.loaded and mod.loads("2") == 2
+
+
+def test_a_missing_sdk_fails_at_first_use_not_at_start() -> None:
+    mod = sdk.LazyModule("amacs_no_such_sdk")
+    mod.preload()  # logged, not raised
+    with pytest.raises(ModuleNotFoundError):
+        mod.load()
