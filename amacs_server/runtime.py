@@ -25,7 +25,7 @@ from .memory.active import RAM_WINDOW, ActiveMemory, tick_of
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
-from .persistence.git_repo import HomeRepo
+from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.monologue import MonologueLog
 from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
@@ -60,6 +60,7 @@ class Runtime:
         for sub in (home, home / "transcripts", home / "logs"):
             sub.mkdir(parents=True, exist_ok=True)
         self.repo = HomeRepo(home)
+        self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         self.chat_log = ChatLog(home / "agent-chat.org")
         self.monologue = MonologueLog(home / "monologue.org")
         self.scratchpad = ScratchpadLog(home / "scratchpad.org")
@@ -221,7 +222,7 @@ class Runtime:
             "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
                             "thread": i.content["thread"]} for i in self.memory.scratchpad[-count:]],
             "last_eval": {"tick": self.last_eval[0], **self.last_eval[1].to_dict()} if self.last_eval else None,
-            "commits": [{"sha": sha, "subject": subject} for sha, subject in self.repo.recent(count)],
+            "commits": [{"sha": sha, "subject": subject} for sha, subject in self.commits.recent(count)],
             "home": str(self.config.home),
             "chat_log": str(self.chat_log.path),
             "agents": self.world.everyone(),
@@ -335,6 +336,17 @@ class Runtime:
         assert self._inbox is not None
         self.loop.call_soon_threadsafe(self._route_input, text)
 
+    def _report_commit(self, text: str, kind: str) -> None:
+        """A note from the commit worker's thread, shown from the loop thread."""
+        if self.loop.is_running():
+            try:
+                self.loop.call_soon_threadsafe(self.face.annotate, text, kind)
+                return
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+        log.warning("%s: %s", kind, text)
+        self.face.annotate(text, kind)
+
     def call_in_loop(self, fn: Callable[[], None]) -> None:
         """Run FN on the loop thread (called from other threads)."""
         self.loop.call_soon_threadsafe(fn)
@@ -351,6 +363,8 @@ class Runtime:
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))
             self._thread.join(grace + 2)
+        if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
+            log.warning("git commits still pending after %.0f s; the files are on disk", grace)
         self.ltm.close()
 
 

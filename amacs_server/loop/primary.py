@@ -25,8 +25,8 @@ from ..inference.parse import (
 from ..inference.pricing import Tally
 from ..inference.retry import InferenceError
 from ..inference.stream import ReplyStreamer
-from ..persistence.files import PersistenceError
-from ..persistence.git_repo import CommitError, commit_message
+from ..persistence.files import PersistenceError, deferred_sync
+from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
@@ -280,13 +280,17 @@ async def act(rt: Runtime, tick: int, response: AgentResponse, *, streamed: bool
 
 
 def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
-    """Record: the monologue line and the scratchpad entry (files and items), the transcript event."""
-    line = rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
+    """Record: the monologue line and the scratchpad entry (files and items), the transcript event.
+
+    The files are synced by the commit worker before the tick's commit (not here)."""
+    with deferred_sync():
+        line = rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
     rt.memory.add_monologue(tick, line)
     pad = response.scratchpad
     if pad is not None:
         try:
-            rt.scratchpad.append(ScratchpadEntry(tick, pad.heading, pad.thread, pad.content))
+            with deferred_sync():
+                rt.scratchpad.append(ScratchpadEntry(tick, pad.heading, pad.thread, pad.content))
         except PersistenceError as err:
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
@@ -296,11 +300,16 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
 
 def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool) -> None:
     """Persist: the agent's part of the chat, consciousness.el, and the end-of-tick
-    checkpoint of memory.db (one transaction)."""
+    checkpoint of memory.db (one transaction).
+
+    Atomic and crash-safe, but not fsynced here: the commit worker syncs the
+    tick's files before its commit.  Only the person's input (``begin``) is a
+    synced write-ahead."""
     reply = response.reply or ""
     try:
-        rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
-        rt.save_consciousness()
+        with deferred_sync():
+            rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+            rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
     with rt.ltm.transaction():
@@ -315,26 +324,22 @@ def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
             rt.memory.finish_chat(tick, None, status=f"no reply: {reason}")
         rt.memory.sync_state(rt.consciousness)
     try:
-        rt.save_consciousness()
+        with deferred_sync():
+            rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
     _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
 
 
 def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
-    """Commit: one git commit for the tick."""
+    """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
     c = rt.consciousness
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue))
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    try:
-        _sha, note = rt.repo.commit(rt.tracked_files(), message)
-    except CommitError as err:
-        rt.face.annotate(str(err), "warning")
-    else:
-        if note:
-            rt.face.annotate(note, "info")
+    """Queue the tick's commit (in order; a failure is shown as a warning when it happens)."""
+    rt.commits.submit(rt.tracked_files(), message)
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),
                                                    "spent": rt.consciousness.budget.cost_so_far,

@@ -1,10 +1,55 @@
-"""Durable file writes: atomic replace for state, single-write append for logs."""
+"""Durable file writes: atomic replace for state, single-write append for logs.
+
+Every write is crash-safe (a killed process leaves the old or the new content,
+never half an entry).  Each write also fsyncs, unless it runs inside
+:func:`deferred_sync`: then the caller promises a later :func:`sync_paths`
+(the commit worker does it before the tick's commit, off the loop thread).
+"""
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
+
+_deferred: ContextVar[bool] = ContextVar("amacs_deferred_sync", default=False)
+
+
+@contextmanager
+def deferred_sync() -> Iterator[None]:
+    """Writes inside skip their fsync: whoever calls this syncs the files later (:func:`sync_paths`).
+
+    Only for writes that are not a write-ahead: the person's input is always
+    synced before the model is called."""
+    token = _deferred.set(True)
+    try:
+        yield
+    finally:
+        _deferred.reset(token)
+
+
+def sync_paths(paths: Iterable[Path]) -> None:
+    """fsync each existing file of PATHS and the folders they are in (renames included)."""
+    folders: set[Path] = set()
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folders.add(path.parent)
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class PersistenceError(OSError):
@@ -20,7 +65,7 @@ def _explain(err: OSError, path: Path) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace PATH with TEXT atomically: temp file, fsync, rename."""
+    """Replace PATH with TEXT atomically: temp file, fsync (unless deferred), rename."""
     tmp = path.with_name(f".{path.name}.tmp")
     data = text.encode("utf-8")
     try:
@@ -29,7 +74,8 @@ def atomic_write(path: Path, text: str) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if not _deferred.get():
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -39,7 +85,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def append_durably(path: Path, text: str) -> None:
-    """Append TEXT to PATH in one write and fsync it.
+    """Append TEXT to PATH in one write and fsync it (unless deferred).
 
     The cost does not depend on the file's size.  If the write fails part way (a
     full disk), the file is cut back to its old length so no half entry stays.
@@ -55,7 +101,8 @@ def append_durably(path: Path, text: str) -> None:
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(errno.ENOSPC, "short write")
-            os.fsync(fd)
+            if not _deferred.get():
+                os.fsync(fd)
         except OSError as err:
             os.ftruncate(fd, size)
             raise PersistenceError(err.errno or 0, _explain(err, path)) from err
