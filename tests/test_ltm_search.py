@@ -77,3 +77,12 @@ def test_durability_settings_and_the_old_counter_table_goes(tmp_path):
     assert ltm.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: see ltm.py's docstring
     tables = {r[0] for r in ltm.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "term_df" not in tables
+
+
+def test_snippets_show_the_window_with_the_most_query_words():
+    from amacs_server.memory.ltm import snippet
+
+    text = "Heron, " + " ".join(f"w{i}" for i in range(30)) + " then heron and NEST. " + "x " * 30
+    assert snippet(text, ["heron", "nest"]) == "…w27 w28 w29 then [heron] and [NEST]. x x x x x…"
+    assert snippet('{"human": "milk, eggs"}', ["eggs"]) == '{"human": "milk, [eggs]"}'
+    assert snippet("", ["eggs"]) == ""
