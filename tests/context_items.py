@@ -122,18 +122,3 @@ def chat_lines(text: str) -> list[str]:
 def eval_result(text: str) -> dict[str, Any]:
     """The lastEvalResult of context TEXT (its newest tick)."""
     return parse_context(text)["last-eval-result"][0]["content"]["lastEvalResult"]
-
-
-def _install() -> None:
-    """Until tests/fake_anthropic.py's ``user_texts`` reads the whole conversation, make it so.
-
-    (It returned messages[0] of each request: the context before issue 10.)"""
-    try:
-        from tests.fake_anthropic import FakeAnthropic
-    except ImportError:  # pragma: no cover
-        return
-    if FakeAnthropic.user_texts.__doc__ and "first user message" in FakeAnthropic.user_texts.__doc__:
-        FakeAnthropic.user_texts = context_texts  # type: ignore[method-assign,assignment]
-
-
-_install()

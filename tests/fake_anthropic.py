@@ -298,12 +298,19 @@ class FakeAnthropic:
         return auth.removeprefix("Bearer ") or None
 
     def user_texts(self) -> list[str]:
-        """The first user message of each request (the assembled context)."""
+        """The context of each request: its user messages, oldest first, joined as the server
+        joins a conversation (``MESSAGE_BREAK``).  The newest tick is at the end."""
+        from amacs_server.context.assemble import MESSAGE_BREAK
+
         out = []
         for req in self.requests:
-            messages = [m for m in req["body"]["messages"] if m["role"] != "system"]
-            content = messages[0]["content"]
-            out.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
+            texts = []
+            for message in req["body"]["messages"]:
+                if message["role"] != "user":
+                    continue
+                content = message["content"]
+                texts.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
+            out.append(MESSAGE_BREAK.join(texts))
         return out
 
 

@@ -43,4 +43,6 @@ def run_elisp(form, **kw):
 
 def primary_texts(fake):
     """The contexts of the primary's requests only, in order."""
-    return [text_of(r["body"]["messages"][0]["content"]) for r in fake.requests if who(r["body"])[0] == "primary"]
+    from tests.context_items import request_text
+
+    return [request_text(r["body"]) for r in fake.requests if who(r["body"])[0] == "primary"]

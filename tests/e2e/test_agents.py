@@ -8,7 +8,7 @@ import threading
 import pytest
 import sexpdata
 
-from tests.context_items import chat_lines, eval_result
+from tests.context_items import chat_lines, eval_result, newest_message, request_text
 from tests.e2e.agent_fakes import event_lines, primary_texts, run_elisp, say, transcript, who
 from tests.e2e.harness import elisp_string, run_emacs
 from tests.fake_anthropic import Reply
@@ -39,7 +39,7 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
         me, _kind, _template = who(body)
         msgs = transcript(body)
         if me == "primary":
-            ctx = msgs[0]
+            ctx = msgs[-1]  # the newest tick (the conversation is append-only, issue 10)
             replies = [e["content"]["reply"] for e in event_lines(ctx) if e.get("type") == "Agent"]
             if replies:
                 return say(f"Research says: {replies[0]}")
@@ -75,7 +75,7 @@ def test_debate_three_viewpoints_two_rounds(fake, home):
         me, _kind, _template = who(body)
         msgs = transcript(body)
         if me == "primary":
-            ctx = msgs[0]
+            ctx = msgs[-1]  # the newest tick
             considered = [e for e in event_lines(ctx) if e.get("source") == "consider"]
             if considered and "Friday" in considered[0]["content"]["prompt"]:
                 return run_elisp('(agent-consider "And on Monday?")')
@@ -120,13 +120,13 @@ def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
             return say("")
         if kind == "task":
             return say("ok")
-        ctx = msgs[0]
+        ctx, newest = request_text(body), msgs[-1]  # the whole conversation; its newest tick
         said = [line for line in chat_lines(ctx) if line.startswith("Human: ")]
         pending = said[-1] if said else ""
         spawned = ctx.count('"content": "spawn ')
         if pending == "Human: watch me":
             return run_elisp('(agent-compulsion "spawn-limiter")', monologue="attach") \
-                if "<last-eval-result>" not in ctx else say("Watched.")
+                if "<last-eval-result>" not in newest else say("Watched.")
         if pending == "Human: spawn" and spawned < 4:
             return run_elisp(f'(agent-task "researcher" "job {spawned + 1}")', monologue=f"spawn {spawned + 1}")
         if pending == "Human: stop watching":
@@ -160,7 +160,7 @@ def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home):
         msgs = transcript(body)
         if me == "viewpoint-oracle":
             return say("42")
-        ctx = msgs[0]
+        ctx = msgs[-1]  # the newest tick
         if "<events>" in ctx:
             reply = [e for e in event_lines(ctx) if e.get("source") == "viewpoint-oracle"][0]
             return say(f"The oracle said {reply['content']['reply']} (talk {reply['talk_id']})")
@@ -187,7 +187,7 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
         if kind == "task":
             return Reply(json.dumps({"reply": f"done {me}", "mood": "ok", "confidence": 1, "monologue": "m"}),
                          delay=0.2)
-        ctx = transcript(body)[0]
+        ctx = transcript(body)[-1]  # the newest tick
         if "<last-eval-result>" in ctx or "<events>" in ctx:
             with lock:
                 total["received"] += ctx.count('"type": "Agent"')
@@ -208,8 +208,8 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
     delivered = [e for e in events_of(home) if e["event"] == "event" and e["agent_id"] == "primary"
                  and e["data"]["type"] == "Agent"]
     assert sorted(d["data"]["content"]["handle"] for d in delivered) == sorted(f"task-{i}" for i in range(1, 51))
-    shown = sum(t.count('"type": "Agent"') for t in primary_texts(fake))
-    assert shown == 50  # every result reached the primary's context exactly once
+    shown = sum(newest_message(t).count('"type": "Agent"') for t in primary_texts(fake))
+    assert shown == 50  # every result reached the primary's context exactly once (in the tick it arrived)
 
 
 def test_transcript_summary_counts(fake, home):
@@ -237,7 +237,7 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
         me, kind, _template = who(body)
         if kind == "task":
             return say("the answer is 7")
-        ctx = transcript(body)[0]
+        ctx = transcript(body)[-1]  # the newest tick
         if "<events>" in ctx:
             return say("Task finished.")
         if "<last-eval-result>" in ctx:
@@ -282,7 +282,7 @@ def test_task_with_request_input_talks_to_the_person(fake, home):
                 return say("What is your name?")
             return Reply(json.dumps({"reply": f"The name is {msgs[-1].strip()}", "done": True,
                                      "mood": "ok", "confidence": 1, "monologue": "asked"}))
-        ctx = msgs[0]
+        ctx = msgs[-1]  # the newest tick
         replies = [e["content"]["reply"] for e in event_lines(ctx) if e.get("type") == "Agent"]
         if replies:
             return say(f"The task found: {replies[0]}")
@@ -310,7 +310,7 @@ def test_agents_waiting_on_each_other_do_not_deadlock(fake, home):
             if "<last-eval-result>" in msgs[-1] or "<events>" in msgs[-1]:
                 return say(f"{me} finished")
             return run_elisp(f'(agent-wait-for (agent-talk-agent "{other}" "after you") :timeout 1)')
-        ctx = msgs[0]
+        ctx = msgs[-1]  # the newest tick
         replies = [e for e in event_lines(ctx) if e.get("type") == "Agent"]
         if replies:
             return say(f"Got: {replies[0]['content']['reply']}")

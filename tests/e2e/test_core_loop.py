@@ -210,17 +210,34 @@ def test_agent_may_not_change_harness_fields(fake, home):
 
 
 def test_imp038_depth_scenario_through_the_real_stack(fake, home):
-    """IMP-038 'Depth limiting works': depth 3, 10 exchanges -> 3 pairs plus the pending message."""
+    """IMP-038 'Depth limiting works', with DESIGN.md's append-only windows (issue 10).
+
+    Depth 3 at the conversation's base; each later tick appends its exchange, and the window
+    drops old exchanges in a block when the conversation restarts (every BLOCK_TICKS ticks),
+    so the prefix stays cacheable.  After 10 exchanges the model sees at least the last 3
+    pairs plus the pending message, never more than 3 + BLOCK_TICKS pairs; after a restart
+    the base holds 3 pairs again.
+    """
+    from amacs_server.context.assemble import BLOCK_TICKS
+
     home.mkdir(parents=True)
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
-    fake.script(*[Reply(agent_json(f"response {i}")) for i in range(1, 12)])
-    run_emacs(home, fake.url, session(*[f"message {i}" for i in range(1, 12)])).check()
-    assert chat_lines(fake.user_texts()[10]) == [
+    turns = BLOCK_TICKS + 3
+    fake.script(*[Reply(agent_json(f"response {i}")) for i in range(1, turns + 1)])
+    run_emacs(home, fake.url, session(*[f"message {i}" for i in range(1, turns + 1)]), timeout=240).check()
+    lines = chat_lines(fake.user_texts()[10])
+    assert lines[-7:] == [
         "Human: message 8", "Agent: response 8",
         "Human: message 9", "Agent: response 9",
         "Human: message 10", "Agent: response 10",
         "Human: message 11",
     ]
+    assert (len(lines) - 1) // 2 <= 3 + BLOCK_TICKS
+    sizes = [(len(chat_lines(text)) - 1) // 2 for text in fake.user_texts()]
+    assert max(sizes) <= 3 + BLOCK_TICKS
+    restarts = [i for i in range(1, len(sizes)) if sizes[i] < sizes[i - 1]]
+    assert restarts, f"the window never dropped a block: {sizes}"
+    assert all(sizes[i] == 3 for i in restarts), sizes
 
 
 def test_headless_server_serves_a_batch_emacs(fake, home, tmp_path):

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from tests.context_items import chat_lines, eval_result, name_of, parse_context, state
+from tests.context_items import chat_lines, eval_result, name_of, parse_context, request_text, state
 from tests.e2e.harness import elisp_string, run_emacs
 from tests.fake_anthropic import Reply, agent_json
 
@@ -146,7 +146,7 @@ def test_scratchpad_note_is_written_shown_and_committed(fake, home):
 def test_agent_evicts_by_the_mem_id_it_observed(fake, home):
     """memid integration test 6: the brain evicts by a mem_id seen in its previous context."""
     def answer(body):
-        ctx = body["messages"][0]["content"]
+        ctx = request_text(body)
         items = parse_context(ctx)
         if chat_lines(ctx)[-1] == "Human: forget my secret":
             secret = next(i for i in items["chat"] if i["content"].get("human") == "my secret is 42")

@@ -91,10 +91,13 @@ def test_skill_shows_only_while_its_thread_is_active_and_edits_show_next_tick(fa
     assert skills(ctx[6]) == []  # thread b is active: a's skill is not shown
     assert skills(ctx[7]) == [("skill.rust-mode", "Rust tips v2")]
     assert skills(ctx[8]) == []
-    # The stable part of the context carries its own cache breakpoint.
-    content = fake.requests[3]["body"]["messages"][0]["content"]
-    assert content[0]["cache_control"] == {"type": "ephemeral"} and "<skills>" in content[0]["text"]
-    assert "<chat>" in content[1]["text"] and "cache_control" not in content[1]
+    # The stable base carries its own cache breakpoint, and so does the newest tick (issue 10).
+    users = [m for m in fake.requests[3]["body"]["messages"] if m["role"] == "user"]
+    base = users[0]["content"][0]
+    assert base["cache_control"] == {"type": "ephemeral"} and "<threads>" in base["text"]
+    assert "<agent-consciousness>" not in base["text"]  # the stable part only
+    assert users[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "<agent-consciousness>" in users[-1]["content"][-1]["text"]  # the volatile part comes last
 
 
 def test_buffers_of_the_active_thread_are_hydrated_and_problems_reported(fake, home, tmp_path):
