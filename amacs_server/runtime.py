@@ -15,6 +15,7 @@ from pathlib import Path
 from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
+from .context.assemble import Conversation
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.openai_backend import OpenAIBackend
@@ -73,6 +74,7 @@ class Runtime:
             self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
         self.ltm = LongTermMemory(home / "memory.db")
         self.memory = ActiveMemory(self.ltm, agent=config.identity)
+        self.conversation = Conversation()  # the primary's append-only context (a new one per server run)
         self.memory.restore(
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],

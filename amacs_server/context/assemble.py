@@ -29,12 +29,11 @@ the previous tick's message and the newest message.
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..memory.active import ActiveMemory, Snapshot
+from ..memory.active import Snapshot
 from ..memory.items import Kind, MemoryItem
 from ..transport.lisp import camel_keys
 
@@ -217,17 +216,6 @@ class Conversation:
             if i < len(replies):
                 messages.append({"role": "assistant", "content": replies[i]})
         return messages
-
-
-_conversations: weakref.WeakKeyDictionary[ActiveMemory, Conversation] = weakref.WeakKeyDictionary()
-
-
-def conversation_of(memory: ActiveMemory) -> Conversation:
-    """The conversation of MEMORY's brain (a new one after a restart of the server)."""
-    conv = _conversations.get(memory)
-    if conv is None:
-        conv = _conversations[memory] = Conversation()
-    return conv
 
 
 def assemble(snap: Snapshot, conversation: Conversation | None = None, active_thread: str | None = None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
-from ..context.assemble import Context, assemble, conversation_of
+from ..context.assemble import Context, assemble
 from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
@@ -150,7 +150,7 @@ async def observe(rt: Runtime) -> Context:
     snap = rt.memory.snapshot(rt.consciousness)
     c = rt.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
-    return assemble(snap, conversation_of(rt.memory), c.active_thread, depths)
+    return assemble(snap, rt.conversation, c.active_thread, depths)
 
 
 async def hooks_before_model_call(rt: Runtime, human: str | None) -> None:
