@@ -18,7 +18,9 @@ transport adds: the same shell, connected to the real transport and
 start, the 100 deltas of the reply back to back, the reply, turn done), so
 row 1 is RET -> prompt back minus the scripted turn's time in the server,
 row 2 the server's last byte (the ``reply`` event written) -> reply complete
-in the buffer, row 3 the server sending the first delta -> visible.
+in the buffer, row 3 the server sending the first delta -> visible; and the
+transport's own share of rows 2 and 3: until the shell's handler starts
+(``*_handler``), the rest being the shell's rendering.
 
 AMACS is ``./amacs`` in tmux (:mod:`bench.interactive`).  The peer, in the same
 Emacs, is what gptel does without gptel (not installable here): ``curl -N`` as
@@ -51,6 +53,7 @@ from bench.interactive import BareEmacs, Recorder, amacs_terminal, load  # noqa:
 
 N = int(os.environ.get("BENCH_N", "30"))
 WARMUP = 3
+MODEL_PAUSE = 0.03
 WORDS = 400
 REPLY_TEXT = json.dumps({"reply": " ".join(f"word{i:03d}" for i in range(WORDS)), "mood": "calm",
                          "confidence": 0.9, "monologue": "answered", "eval": None})
@@ -80,7 +83,12 @@ fa._Handler._send_stream = _timed_send_stream  # type: ignore[method-assign]
 
 AMACS_PROBES = """(progn
   (defvar bench-t0 nil) (defvar bench-first nil) (defvar bench-reply nil)
-  (advice-add 'amacs-shell-return :before (lambda (&rest _) (setq bench-t0 (float-time) bench-first nil)))
+  (defvar bench-first-start nil) (defvar bench-reply-start nil)
+  (advice-add 'amacs-shell-return :before
+    (lambda (&rest _) (setq bench-t0 (float-time) bench-first nil bench-first-start nil)))
+  (advice-add 'amacs-shell--on-reply-delta :before
+    (lambda (_e) (unless bench-first-start (setq bench-first-start (float-time)))))
+  (advice-add 'amacs-shell--on-reply :before (lambda (_e) (setq bench-reply-start (float-time))))
   (advice-add 'amacs-shell--on-reply-delta :after
     (lambda (_e)
       (unless bench-first
@@ -89,7 +97,8 @@ AMACS_PROBES = """(progn
             (setq bench-first (float-time)))))))
   (advice-add 'amacs-shell--on-reply :after (lambda (_e) (setq bench-reply (float-time))))
   (advice-add 'amacs-shell--on-turn-done :after
-    (lambda (_e) (bench-record "amacs" :t0 bench-t0 :first bench-first :reply bench-reply :done (float-time))))
+    (lambda (_e) (bench-record "amacs" :t0 bench-t0 :first bench-first :reply bench-reply :done (float-time)
+                                     :first_start bench-first-start :reply_start bench-reply-start)))
   t)"""
 
 PEER = """(progn
@@ -191,6 +200,7 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
             start = time.time()
             face.input_taken()
             face.turn_started()
+            time.sleep(MODEL_PAUSE)  # the model's time to first token: the shell shows "thinking"
             first = time.time()
             for delta in deltas:
                 face.reply_delta(delta)
@@ -210,25 +220,8 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
     try:
         emacs.elisp(f'(amacs-connect {server.server_address[1]} "{token}")')
         emacs.wait_for_elisp("(amacs-live-p)", what="the connection")
-        emacs.elisp("(progn (amacs-shell) (delete-other-windows) t)")
-        emacs.wait_idle()
-        recorder = Recorder(tmp / "eval")
-        recorder.install(emacs)
-        emacs.elisp(AMACS_PROBES)
-        for i in range(WARMUP + N):
-            emacs.type("go")
-            emacs.press("Enter")
-            recorder.wait("amacs", i + 1)
-            time.sleep(0.15)
-        transport: dict[str, list[float]] = {"turn_overhead": [], "last_byte_to_complete": [],
-                                             "first_text_visible": []}
-        for record, turn in list(zip(recorder.read("amacs"), turns, strict=True))[WARMUP:]:
-            server_ms = 1000 * (turn["done"] - turn["start"])
-            transport["turn_overhead"].append(1000 * (record["done"] - record["t0"]) - server_ms)
-            transport["last_byte_to_complete"].append(1000 * (record["reply"] - turn["end"]))
-            transport["first_text_visible"].append(1000 * (record["first"] - turn["first"]))
 
-        async def run() -> list[float]:
+        async def evals() -> list[float]:
             samples = []
             for i in range(WARMUP + 3 * N):
                 t0 = time.perf_counter()
@@ -240,7 +233,30 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
                 await asyncio.sleep(0.05)
             return samples
 
-        return {"eval": {"amacs": summary(asyncio.run(run()))},
+        bare_eval = asyncio.run(evals())
+        emacs.elisp("(progn (amacs-shell) (delete-other-windows) t)")
+        emacs.wait_idle()
+        recorder = Recorder(tmp / "eval")
+        recorder.install(emacs)
+        emacs.elisp(AMACS_PROBES)
+        for i in range(WARMUP + N):
+            emacs.type("go")
+            emacs.press("Enter")
+            recorder.wait("amacs", i + 1)
+            time.sleep(0.15)
+        transport: dict[str, list[float]] = {"turn_overhead": [], "last_byte_to_complete": [],
+                                             "first_text_visible": [], "last_byte_to_reply_handler": [],
+                                             "first_delta_to_its_handler": []}
+        for record, turn in list(zip(recorder.read("amacs"), turns, strict=True))[WARMUP:]:
+            server_ms = 1000 * (turn["done"] - turn["start"])
+            transport["turn_overhead"].append(1000 * (record["done"] - record["t0"]) - server_ms)
+            transport["last_byte_to_complete"].append(1000 * (record["reply"] - turn["end"]))
+            transport["first_text_visible"].append(1000 * (record["first"] - turn["first"]))
+            transport["last_byte_to_reply_handler"].append(1000 * (record["reply_start"] - turn["end"]))
+            transport["first_delta_to_its_handler"].append(1000 * (record["first_start"] - turn["first"]))
+
+        return {"eval": {"amacs (transport + amacs-eval, no shell buffer)": summary(bare_eval),
+                         "amacs with the shell open (its eval lines)": summary(asyncio.run(evals()))},
                 "transport": {k: summary(v) for k, v in transport.items()}}
     finally:
         emacs.close()

@@ -516,7 +516,8 @@ Both are \"reply-delta\" and every property but :text is the same."
 
 (defun amacs--drain-events ()
   "Handle every queued event, oldest first, with every handler of its type.
-Consecutive deltas of one stream are handled as one."
+Consecutive deltas of one stream are handled as one, and not at all when
+the streamed reply that replaces them is next."
   (setq amacs--event-timer nil)
   (while amacs--event-queue
     (let* ((event (pop amacs--event-queue))
@@ -528,6 +529,12 @@ Consecutive deltas of one stream are handled as one."
             (push (plist-get (pop amacs--event-queue) :text) texts))
           (setq event (plist-put (copy-sequence event) :text
                                  (apply #'concat (nreverse texts))))))
+      (when (and (equal (plist-get event :type) "reply-delta")
+                 (equal (plist-get (car amacs--event-queue) :type) "reply")
+                 (plist-get (car amacs--event-queue) :streamed))
+        ;; The streamed reply replaces the streamed text at once: skip inserting it.
+        (setq event (pop amacs--event-queue)
+              handlers (alist-get "reply" amacs--event-handlers nil nil #'equal)))
       (unless amacs--event-queue (setq amacs--event-queue-tail nil))
       (unless handlers
         (message "AMACS: unknown event %S" (plist-get event :type)))

@@ -177,6 +177,16 @@ def test_held_deltas_go_when_the_window_ends(inproc):
     assert message[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "bc"]]
 
 
+def test_a_streamed_reply_drops_held_deltas(inproc):
+    srv, sock = inproc
+    srv.notify({"type": "reply-delta", "text": "a"})
+    recv(sock)
+    srv.notify({"type": "reply-delta", "text": "b"})  # held: inside the window
+    srv.notify({"type": "reply", "text": "ab", "streamed": True})
+    message = recv(sock)
+    assert [e[1] for e in message[2]] == ["reply"]  # "b" would be replaced at once: not sent
+
+
 def test_no_thread_per_message_and_slow_calls_do_not_block_replies(inproc):
     import threading
 

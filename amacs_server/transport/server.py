@@ -86,7 +86,8 @@ class Outbox:
     A ``reply-delta`` goes at once when none went in the last
     :data:`DELTA_WINDOW`; otherwise it waits (merged with the deltas after it)
     until the window ends.  Any other event first sends the waiting deltas, in
-    the same message, so the order of events never changes.
+    the same message, so the order of events never changes; a streamed
+    ``reply`` drops them instead (it replaces the streamed text at once).
     """
 
     def __init__(self, send: Callable[[list[dict[str, Any]]], None]) -> None:
@@ -122,10 +123,12 @@ class Outbox:
                     self._thread.start()
                 self._cond.notify()
                 return
-            batch, self._held = [*self._held, event], []
-            if len(batch) > 1:
+            held, self._held = self._held, []
+            if event.get("type") == "reply" and event.get("streamed"):
+                held = []  # the reply replaces the streamed text: deltas not yet sent are moot
+            if held:
                 self._last_delta = time.monotonic()
-            self._send(batch)
+            self._send([*held, event])
 
     def close(self) -> None:
         """Drop what is held and stop the flusher."""

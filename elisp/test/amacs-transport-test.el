@@ -72,6 +72,21 @@
       (should (equal (nreverse seen) '((delta "ab") (note "n") (delta "c") (delta "d"))))
       (should-not amacs--event-queue-tail))))
 
+(ert-deftest amacs-transport-test-deltas-before-streamed-reply-skipped ()
+  "Deltas the streamed reply replaces at once are not inserted; a non-streamed reply keeps them."
+  (amacs-transport-test--with-connection conn
+    (let ((seen nil))
+      (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
+      (amacs-on-event "reply" (lambda (e) (push (list 'reply (plist-get e :text)) seen)))
+      (amacs--connection-filter
+       conn nil
+       (amacs-transport-test--frame
+        '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
+                          (:type "reply" :text "ab" :streamed t)
+                          (:type "reply-delta" :text "c") (:type "reply" :text "other" :streamed nil)))))
+      (amacs--drain-events)
+      (should (equal (nreverse seen) '((reply "ab") (delta "c") (reply "other")))))))
+
 (ert-deftest amacs-transport-test-events-queued-while-draining ()
   "An event that arrives while a handler runs is handled after it, in the same drain."
   (amacs-transport-test--with-connection conn
