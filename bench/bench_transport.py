@@ -142,7 +142,7 @@ def rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -> dict
         server = timing["end"] - timing["start"]
         out["turn_overhead"].append(1000 * ((record["done"] - record["t0"]) - server))
         out["last_byte_to_complete"].append(1000 * (record["reply"] - timing["end"]))
-        out["first_text_visible"].append(1000 * (record["first"] - timing["first"]))
+        out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
     return out
 
 
@@ -206,8 +206,9 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
                 face.reply_delta(delta)
             face.reply(reply, streamed=True)
             last = time.time()
+            done_sent = time.time()
             face.turn_done(len(turns) + 1)
-            turns.append({"start": start, "first": first, "end": last, "done": time.time()})
+            turns.append({"start": start, "first": first, "end": last, "done": time.time(), "done_sent": done_sent})
         threading.Thread(target=play, daemon=True).start()  # as the loop thread would
         return True
 
@@ -246,14 +247,19 @@ def bench_eval(tmp: Path) -> dict[str, Any]:
             time.sleep(0.15)
         transport: dict[str, list[float]] = {"turn_overhead": [], "last_byte_to_complete": [],
                                              "first_text_visible": [], "last_byte_to_reply_handler": [],
-                                             "first_delta_to_its_handler": []}
+                                             "first_delta_to_its_handler": [], "ret_to_submit_in_server": [],
+                                             "turn_done_sent_to_handled": []}
         for record, turn in list(zip(recorder.read("amacs"), turns, strict=True))[WARMUP:]:
             server_ms = 1000 * (turn["done"] - turn["start"])
             transport["turn_overhead"].append(1000 * (record["done"] - record["t0"]) - server_ms)
             transport["last_byte_to_complete"].append(1000 * (record["reply"] - turn["end"]))
-            transport["first_text_visible"].append(1000 * (record["first"] - turn["first"]))
+            # The first text shown: a delta, or the reply itself when it came in the same drain.
+            transport["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - turn["first"]))
+            transport["ret_to_submit_in_server"].append(1000 * (turn["start"] - record["t0"]))
+            transport["turn_done_sent_to_handled"].append(1000 * (record["done"] - turn["done_sent"]))
             transport["last_byte_to_reply_handler"].append(1000 * (record["reply_start"] - turn["end"]))
-            transport["first_delta_to_its_handler"].append(1000 * (record["first_start"] - turn["first"]))
+            transport["first_delta_to_its_handler"].append(
+                1000 * ((record["first_start"] or record["reply_start"]) - turn["first"]))
 
         return {"eval": {"amacs (transport + amacs-eval, no shell buffer)": summary(bare_eval),
                          "amacs with the shell open (its eval lines)": summary(asyncio.run(evals()))},
