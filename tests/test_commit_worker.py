@@ -3,10 +3,13 @@ durable writes deferred to it; the person's input still synced at once."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import threading
 import time
+
+import pytest
 
 from amacs_server.persistence import files
 from amacs_server.persistence.files import append_durably, atomic_write, deferred_sync, sync_paths
@@ -79,6 +82,7 @@ def test_loose_objects_are_packed(tmp_path):
         worker.submit([f], f"[TICK {i}][no-thread][ok] m")
         worker.flush(10)
     assert worker.stop(30)
+    worker.wait_packed(60)
     assert worker.pack_ms
     count = subprocess.run(["git", "-C", str(tmp_path), "count-objects", "-v"], capture_output=True, text=True).stdout
     fields = dict(line.split(": ") for line in count.splitlines())
@@ -104,3 +108,82 @@ def test_deferred_writes_skip_fsync_and_the_input_does_not(tmp_path, monkeypatch
     assert len(synced) == 2
     sync_paths([tmp_path / "chat.org", tmp_path / "consciousness.el", tmp_path / "missing"])
     assert len(synced) == 2 + 2 + 1  # two files and their folder
+
+
+def test_a_commit_made_by_hand_in_between_is_kept(tmp_path):
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    (tmp_path / "notes.txt").write_text("mine")
+    for args in (["add", "notes.txt"], ["commit", "-q", "-m", "by hand"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    f.write_text("b")
+    repo.commit([f], "[TICK 2][no-thread][ok] two")
+    assert repo.log() == ["[TICK 2][no-thread][ok] two", "by hand", "[TICK 1][no-thread][ok] one"]
+
+
+def test_worker_fsyncs_only_what_changed(tmp_path, monkeypatch):
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: (synced.append(fd), real(fd)))
+    worker = CommitWorker(HomeRepo(tmp_path))
+    chat, state = tmp_path / "agent-chat.org", tmp_path / "consciousness.el"
+    with deferred_sync():
+        append_durably(chat, "a\n")
+        atomic_write(state, "1")
+    worker.submit([chat, state], "[TICK 1][no-thread][ok] one")
+    worker.flush(10)
+    assert len(synced) == 3  # two new files and their folder
+    with deferred_sync():
+        append_durably(chat, "b\n")
+    worker.submit([chat, state], "[TICK 2][no-thread][ok] two")
+    worker.flush(10)
+    assert len(synced) == 4  # only the appended file: no rename, no folder
+    assert worker.stop(10)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the stopped loop's task
+def test_an_eval_turn_and_the_prompt_do_not_wait_for_git(tmp_path):
+    """Issue 10: both ticks of an eval turn run and the prompt returns while git is stuck;
+    the commits follow in order, and Runtime.stop flushes them."""
+    import asyncio
+
+    from amacs_server.config import load_config
+    from amacs_server.runtime import Runtime
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+    from tests.test_memory import SilentFace
+
+    class Face(SilentFace):
+        done: list[int] = []
+
+        def turn_done(self, tick):
+            self.done.append(tick)
+
+    fake = FakeAnthropic().start()
+    fake.script(Reply(agent_json(None, eval="(+ 2 2)", monologue="adding")),
+                Reply(agent_json("4", monologue="answered")))
+    home = tmp_path / "home"
+    rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k",
+                              "ANTHROPIC_BASE_URL": fake.url}), Face())
+    gate = threading.Event()
+    original = rt.repo.commit
+
+    def stuck_commit(paths, message):
+        gate.wait(30)
+        return original(paths, message)
+
+    rt.repo.commit = stuck_commit  # type: ignore[method-assign]
+    rt.start()
+    try:
+        from amacs_server.loop.primary import run_turn
+        asyncio.run_coroutine_threadsafe(run_turn(rt, "what is 2+2?"), rt.loop).result(30)
+        assert Face.done == [2] and len(fake.requests) == 2  # the prompt is back after two ticks
+        assert rt.commits.pending == 2 and rt.repo.log() == []
+    finally:
+        gate.set()
+        rt.stop()
+        fake.stop()
+    del rt
+    gc.collect()  # the stopped loop's pending task is finalized here, not inside a later compile()
+    assert subjects(home) == ["[TICK 2][no-thread][focused] answered", "[TICK 1][no-thread][focused] adding"]

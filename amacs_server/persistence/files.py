@@ -31,9 +31,9 @@ def deferred_sync() -> Iterator[None]:
         _deferred.reset(token)
 
 
-def sync_paths(paths: Iterable[Path]) -> None:
-    """fsync each existing file of PATHS and the folders they are in (renames included)."""
-    folders: set[Path] = set()
+def sync_paths(paths: Iterable[Path], *, folders: bool = True) -> None:
+    """fsync each existing file of PATHS and (FOLDERS) the folders they are in, for renames."""
+    dirs: set[Path] = set()
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -43,8 +43,9 @@ def sync_paths(paths: Iterable[Path]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        folders.add(path.parent)
-    for folder in folders:
+        if folders:
+            dirs.add(path.parent)
+    for folder in dirs:
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
