@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..state.consciousness import ApiSettings
@@ -126,25 +126,49 @@ class AnthropicBackend:
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()
         if stream:
-            async with self._get_client().messages.stream(**request) as events:
-                async for delta in events.text_stream:
-                    if on_text is not None:
-                        on_text(delta)
-                message = await events.get_final_message()
+            text, usage, stop_reason = await self._stream(request, on_text)
         else:
             message = await self._get_client().messages.create(**request)
-        text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")
-        u = message.usage
-        usage = Usage(
-            input_tokens=u.input_tokens or 0,
-            output_tokens=u.output_tokens or 0,
-            cache_read_tokens=getattr(u, "cache_read_input_tokens", None) or 0,
-            cache_write_tokens=getattr(u, "cache_creation_input_tokens", None) or 0,
-        )
+            text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")
+            usage, stop_reason = _usage(message.usage), message.stop_reason
         return ModelResult(
             text=text,
             usage=usage,
             latency_ms=(time.perf_counter() - started) * 1000,
-            stop_reason=message.stop_reason,
+            stop_reason=stop_reason,
             request=request,
         )
+
+    async def _stream(self, request: dict[str, Any], on_text: TextSink | None) -> tuple[str, Usage, str | None]:
+        """The SDK's raw event stream (``create(stream=True)``), text accumulated here.
+
+        The SDK's ``messages.stream`` helper rebuilds a snapshot of the whole message on
+        every event: about 55 ms for 100 deltas under load, against about 20 ms raw (issue 10).
+        """
+        parts: list[str] = []
+        usage = Usage()
+        stop_reason: str | None = None
+        events = await self._get_client().messages.create(**request, stream=True)
+        async for event in events:
+            if event.type == "content_block_delta":
+                if event.delta.type == "text_delta":
+                    parts.append(event.delta.text)
+                    if on_text is not None:
+                        on_text(event.delta.text)
+            elif event.type == "message_start":
+                usage = _usage(event.message.usage)
+            elif event.type == "message_delta":
+                stop_reason = event.delta.stop_reason
+                if event.usage.output_tokens is not None:
+                    usage = replace(usage, output_tokens=event.usage.output_tokens)
+        return "".join(parts), usage, stop_reason
+
+
+def _usage(u: Any) -> Usage:
+    """The SDK's usage object as our Usage (cache fields may be missing or None)."""
+    return Usage(
+        input_tokens=getattr(u, "input_tokens", None) or 0,
+        output_tokens=getattr(u, "output_tokens", None) or 0,
+        cache_read_tokens=getattr(u, "cache_read_input_tokens", None) or 0,
+        cache_write_tokens=getattr(u, "cache_creation_input_tokens", None) or 0,
+    )

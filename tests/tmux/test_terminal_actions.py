@@ -107,7 +107,7 @@ def test_a_markdown_reply_shows_as_org_with_code_in_its_languages_faces(terminal
 
 
 def test_the_header_line_shows_the_model_and_what_the_agent_does(terminal, fake):
-    fake.script(Reply(agent_json("Sleeping a little.", eval="(sleep-for 3)"), delay=2.0),
+    fake.script(Reply(agent_json("Sleeping a little.", eval="(sit-for 3)"), delay=2.0),
                 Reply(agent_json("Slept."), chunks=30, chunk_delay=0.1))
     term = terminal()
     term.wait_for(lambda _s: "waiting for you" in header(term), timeout=10, what="the idle header")
@@ -115,10 +115,10 @@ def test_the_header_line_shows_the_model_and_what_the_agent_does(terminal, fake)
     send(term, "take your time")
     term.wait_for(lambda _s: "thinking" in header(term), timeout=5, what="'thinking' in the header")
     term.wait_for(lambda _s: "running an eval" in header(term), timeout=10, what="'running an eval'")
-    assert "▸ eval (sleep-for 3) …" in term.screen()  # shown while it runs
+    assert "▸ eval (sit-for 3) …" in term.screen()  # shown while it runs (sit-for redisplays)
     term.wait_for(lambda _s: "writing" in header(term), timeout=10, what="'writing' while the reply streams")
     term.wait_for(lambda _s: "waiting for you" in header(term), timeout=15, what="the header back to idle")
-    assert "▸ eval (sleep-for 3) → nil" in term.screen()
+    assert "▸ eval (sit-for 3) → t" in term.screen()
 
 
 def test_an_input_of_several_lines_stays_whole_and_replies_follow_their_inputs(terminal, fake):
