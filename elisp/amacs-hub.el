@@ -18,7 +18,9 @@
 ;; TAB.  RET acts on the section at point: on a thread it switches the
 ;; agent to it, on a buffer it visits it, on a commit it shows it, on
 ;; the chat log it opens it.  The hub is drawn from the server's state,
-;; never computed in elisp, and redrawn after every tick.
+;; never computed in elisp, and redrawn after every tick while it is
+;; shown in a window; a hidden hub asks the server for nothing (its
+;; state includes `git log') and is redrawn when it is shown again.
 
 ;;; Code:
 
@@ -44,7 +46,11 @@
   "The AMACS hub: the agent's state in folding sections.
 
 \\{amacs-hub-mode-map}"
-  (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh))))
+  (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh)))
+  (add-hook 'window-buffer-change-functions #'amacs-hub--on-shown nil t))
+
+(defvar-local amacs-hub--stale nil
+  "Non-nil when ticks passed while the hub was hidden: redraw it when shown.")
 
 (defvar amacs-hub--state nil
   "The last state the server sent for the hub.")
@@ -180,13 +186,29 @@
 (defun amacs-hub-refresh ()
   "Redraw the hub from the server's state."
   (interactive)
+  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+    (when buffer (with-current-buffer buffer (setq amacs-hub--stale nil))))
   (amacs-when-ready
    (lambda () (amacs-call 'hub_state nil #'amacs-hub--render))))
 
+(defun amacs-hub--shown-p (buffer)
+  "Non-nil when BUFFER is shown in a window of a visible frame."
+  (get-buffer-window buffer 'visible))
+
 (defun amacs-hub--on-tick (_event)
-  "Redraw the hub after a tick, if it is open."
-  (when (and (get-buffer amacs-hub-buffer-name) (amacs-live-p))
-    (amacs-hub-refresh)))
+  "Redraw the hub after a tick if it is shown; else note that it is stale."
+  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+    (when (and buffer (amacs-live-p))
+      (if (amacs-hub--shown-p buffer)
+          (amacs-hub-refresh)
+        (with-current-buffer buffer (setq amacs-hub--stale t))))))
+
+(defun amacs-hub--on-shown (window)
+  "Redraw the stale hub now shown in WINDOW (`window-buffer-change-functions')."
+  (let ((buffer (window-buffer window)))
+    (when (and (buffer-local-value 'amacs-hub--stale buffer) (amacs-live-p))
+      (with-current-buffer buffer (setq amacs-hub--stale nil))
+      (amacs-hub-refresh))))
 
 (amacs-on-event "tick" #'amacs-hub--on-tick)
 

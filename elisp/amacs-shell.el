@@ -685,8 +685,11 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
           (when (plist-get entry :agent)
             (amacs-shell--editing
               (amacs-shell--fresh-line t)
+              ;; Plain: rendering with org here would load org (~0.75 s) before
+              ;; the person sees the shell; new replies are rendered.
               (amacs-shell--insert-output
-               (concat (amacs-render-org (string-trim (plist-get entry :agent))) "\n"))
+               (propertize (concat (string-trim (plist-get entry :agent)) "\n")
+                           'font-lock-face 'amacs-shell-resumed))
               (amacs-shell--fresh-line t))))
         (amacs-shell--output
          (substitute-command-keys

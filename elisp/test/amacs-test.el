@@ -466,5 +466,30 @@
                    "first\0\nsecond\0\nthird\0\n"))
     (delete-directory home t)))
 
+(ert-deftest amacs-test-hub-asks-the-server-only-when-shown ()
+  "Issue 10: a tick redraws the hub only if it is shown; a hidden one is redrawn when shown again."
+  (let ((asked 0) (buffer (get-buffer-create amacs-hub-buffer-name)))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-live-p) (lambda () t))
+                  ((symbol-function 'amacs-call)
+                   (lambda (method &rest _) (when (eq method 'hub_state) (setq asked (1+ asked))))))
+          (with-current-buffer buffer (amacs-hub-mode))
+          (save-window-excursion
+            (switch-to-buffer "*scratch*")
+            (delete-other-windows)
+            (amacs-hub--on-tick nil)          ; hidden: nothing asked
+            (amacs-hub--on-tick nil)
+            (should (= asked 0))
+            (should (buffer-local-value 'amacs-hub--stale buffer))
+            (switch-to-buffer buffer)
+            (amacs-hub--on-shown (selected-window)) ; what redisplay runs once it is shown
+            (should (= asked 1))
+            (should-not (buffer-local-value 'amacs-hub--stale buffer))
+            (amacs-hub--on-shown (selected-window)) ; not stale: nothing more
+            (should (= asked 1))
+            (amacs-hub--on-tick nil)          ; shown: redrawn each tick
+            (should (= asked 2))))
+      (kill-buffer buffer))))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here
