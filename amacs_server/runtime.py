@@ -224,7 +224,8 @@ class Runtime:
             "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
                             "thread": i.content["thread"]} for i in self.memory.scratchpad[-count:]],
             "last_eval": {"tick": self.last_eval[0], **self.last_eval[1].to_dict()} if self.last_eval else None,
-            "commits": [{"sha": sha, "subject": subject} for sha, subject in self.commits.recent(count)],
+            "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
+                        for sha, subject in self.commits.recent(count, wait=0 if self._turn_running else 2.0)],
             "home": str(self.config.home),
             "chat_log": str(self.chat_log.path),
             "agents": self.world.everyone(),

@@ -187,3 +187,21 @@ def test_an_eval_turn_and_the_prompt_do_not_wait_for_git(tmp_path):
     del rt
     gc.collect()  # the stopped loop's pending task is finalized here, not inside a later compile()
     assert subjects(home) == ["[TICK 2][no-thread][focused] answered", "[TICK 1][no-thread][focused] adding"]
+
+
+def test_recent_lists_pending_commits_without_waiting(tmp_path):
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    gate = threading.Event()
+    original = repo.commit
+    repo.commit = lambda paths, message: (gate.wait(10), original(paths, message))[1]  # type: ignore[method-assign]
+    worker = CommitWorker(repo)
+    worker.submit([f], "[TICK 2][no-thread][ok] two")
+    t0 = time.perf_counter()
+    assert [s for _sha, s in worker.recent(5, wait=0)] == ["[TICK 2][no-thread][ok] two", "[TICK 1][no-thread][ok] one"]
+    assert worker.recent(5, wait=0)[0][0] == "pending" and time.perf_counter() - t0 < 1
+    gate.set()
+    assert worker.recent(5)[0][0] != "pending"
+    assert worker.stop(10)

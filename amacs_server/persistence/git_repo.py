@@ -144,11 +144,11 @@ class HomeRepo:
         return [subject for _sha, subject in self.recent(count)]
 
     def recent(self, count: int = 20) -> list[tuple[str, str]]:
-        """(sha, subject) of the last COUNT commits, newest first."""
-        with self._lock:
-            if self._head() is None:
-                return []
-            out = self._git("log", f"--max-count={count}", "--format=%H %s")
+        """(sha, subject) of the last COUNT commits, newest first (does not wait for a commit
+        being made: git updates HEAD atomically)."""
+        if self._head() is None:
+            return []
+        out = self._git("log", f"--max-count={count}", "--format=%H %s")
         return [(line[:40], line[41:]) for line in out.splitlines()]
 
 
@@ -173,6 +173,7 @@ class CommitWorker:
         self._queue: queue.Queue[tuple[list[Path], str] | None] = queue.Queue()
         self._cond = threading.Condition()
         self._pending = 0
+        self._pending_subjects: list[str] = []  # oldest first
         self._since_pack = 0
         self._synced: dict[Path, tuple[int, int, int]] = {}  # (inode, size, mtime) at the last fsync
         self._thread: threading.Thread | None = None
@@ -184,6 +185,7 @@ class CommitWorker:
         """Commit FILES with MESSAGE after every commit submitted before (returns at once)."""
         with self._cond:
             self._pending += 1
+            self._pending_subjects.append(message)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
@@ -199,10 +201,14 @@ class CommitWorker:
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, timeout)
 
-    def recent(self, count: int = 20) -> list[tuple[str, str]]:
-        """(sha, subject) of the last COUNT commits, the submitted ones included (waits up to 2 s)."""
-        self.flush(2.0)
-        return self.repo.recent(count)
+    def recent(self, count: int = 20, wait: float = 2.0) -> list[tuple[str, str]]:
+        """(sha, subject) of the last COUNT commits, newest first, after waiting up to WAIT
+        seconds for the submitted ones; those still pending then have the sha ``pending``."""
+        if wait > 0:
+            self.flush(wait)
+        with self._cond:
+            pending = [("pending", subject) for subject in reversed(self._pending_subjects)]
+        return (pending + self.repo.recent(count))[:count]
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Make the pending commits, then end the thread; False if TIMEOUT passed first."""
@@ -242,6 +248,7 @@ class CommitWorker:
                 self._since_pack += 1
                 with self._cond:
                     self._pending -= 1
+                    self._pending_subjects.pop(0)
                     self._cond.notify_all()
             if self._since_pack >= PACK_EVERY and (self._packer is None or not self._packer.is_alive()):
                 self._since_pack = 0
