@@ -361,6 +361,12 @@ class Runtime:
             task = self._turn_task
             if task is not None and not task.done():
                 await asyncio.wait({task}, timeout=grace)
+            # The input worker and anything else still pending end here, not as
+            # destroyed-but-pending tasks when the interpreter exits.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for other in others:
+                other.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
             self.loop.stop()
 
         if self._thread.is_alive():

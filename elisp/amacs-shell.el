@@ -489,21 +489,36 @@ the next line shows as it would without them."
   "Inputs queued so far: each queued entry's own `amacs-queued' value.")
 
 (defun amacs-shell--queue (line)
-  "Show LINE (the prompt and an input sent while the agent works) as queued."
+  "Show LINE (the prompt and an input) as queued; return the entry's id."
   (amacs-shell--editing
     (amacs-shell--insert-footer
      amacs-shell--prompt-start
      (propertize line 'font-lock-face 'amacs-shell-queued
                  'amacs-queued (setq amacs-shell--queued-count (1+ amacs-shell--queued-count))
                  'read-only t 'front-sticky t 'rear-nonsticky t 'field 'output
-                 'help-echo "Sent; the agent takes it when it is done"))))
+                 'help-echo "Sent; the agent takes it when it is done")))
+  amacs-shell--queued-count)
 
-(defun amacs-shell--take-queued (&optional face note)
+(defun amacs-shell--mark-sent (id)
+  "Mark queued entry ID as handed to the server (not just waiting for one)."
+  (amacs-shell--editing
+    (let ((region (amacs-shell--footer-lines 'amacs-queued)) pos)
+      (when region
+        (setq pos (text-property-any (car region) (cdr region) 'amacs-queued id))
+        (when pos
+          (put-text-property pos (next-single-property-change pos 'amacs-queued nil (cdr region))
+                             'amacs-sent t))))))
+
+(defun amacs-shell--take-queued (&optional face note sent)
   "Move the oldest queued input into the output, in FACE; then NOTE, if any.
+SENT: only if it was handed to a server (t) or only if not (`waiting').
 Return non-nil if there was one."
   (amacs-shell--editing
     (let ((region (amacs-shell--footer-lines 'amacs-queued)))
-      (when region
+      (when (and region (pcase sent
+                          ('t (get-text-property (car region) 'amacs-sent))
+                          ('waiting (not (get-text-property (car region) 'amacs-sent)))
+                          (_ t)))
         ;; An entry is a run of one `amacs-queued' value: an input of several lines moves whole.
         (let* ((end (next-single-property-change (car region) 'amacs-queued nil (cdr region)))
                (line (buffer-substring-no-properties (car region) end)))
@@ -520,12 +535,15 @@ Return non-nil if there was one."
   "The agent took the oldest input sent: it becomes part of the conversation."
   (amacs-shell--take-queued))
 
-(defun amacs-shell--drop-queued (why)
-  "Every queued input was not taken, because of WHY: say so for each."
+(defun amacs-shell--drop-queued (why sent)
+  "Queued inputs will not be taken, because of WHY: say so for each.
+SENT: those handed to the server that went (t), or those still waiting
+for a server (`waiting'); inputs typed after a server went wait for the next."
   (while (amacs-shell--take-queued
           'amacs-shell-error
           (format ";; Not sent: %s. %s brings it back." why
-                  (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))
+                  (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]"))
+          sent)))
 
 ;;;; State: header line and mode line
 
@@ -713,10 +731,15 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 (defun amacs-shell--on-disconnect ()
   "The server went away: close the stream, say what was not sent."
   (amacs-shell--discard-stream "the server stopped")
-  (amacs-shell--drop-queued "the server stopped before the agent took it")
-  (setq amacs-shell-busy nil amacs-shell--agents nil)
+  (amacs-shell--drop-queued "the server stopped before the agent took it" t)
+  (setq amacs-shell--agents nil)
   (amacs-shell--draw-agents)
-  (amacs-shell--set-state 'stopped))
+  (let ((waiting (let ((buffer (amacs-shell--buffer)))
+                   (and buffer (with-current-buffer buffer
+                                 (amacs-shell--footer-lines 'amacs-queued))))))
+    ;; Input typed after the connection dropped waits for the next server: still busy.
+    (setq amacs-shell-busy (and waiting t))
+    (amacs-shell--set-state (if waiting 'starting 'stopped))))
 
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
 (add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
@@ -769,12 +792,12 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
 The line sent waits in the footer as queued until the agent takes it."
   (amacs-shell--save-history)
   (let* ((text (string-trim (substring-no-properties input)))
-         (line (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
+         (line (buffer-substring-no-properties amacs-shell--prompt-start (point-max)))
+         (id nil))
     (amacs-shell--editing
       (delete-region amacs-shell--prompt-start (point-max))
-      (if (string-empty-p text)
-          nil
-        (amacs-shell--queue (if (string-suffix-p "\n" line) line (concat line "\n"))))
+      (unless (string-empty-p text)
+        (setq id (amacs-shell--queue (if (string-suffix-p "\n" line) line (concat line "\n")))))
       (amacs-shell--insert-prompt))
     (goto-char (point-max))
     (unless (string-empty-p text)
@@ -782,6 +805,7 @@ The line sent waits in the footer as queued until the agent takes it."
       (setq amacs-shell-busy t)
       (amacs-when-ready
        (lambda ()
+         (amacs-shell--mark-sent id)
          (amacs-call 'submit (list text) nil
                      (lambda (err)
                        (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err)))))))))
@@ -797,7 +821,7 @@ While the server is still starting, the input waiting for it is not sent."
                 (lambda (running)
                   (unless running (message "AMACS: the agent is not working on anything")))))
    ((> (amacs-cancel-waiting) 0)
-    (amacs-shell--drop-queued "interrupted before the server was ready")
+    (amacs-shell--drop-queued "interrupted before the server was ready" 'waiting)
     (setq amacs-shell-busy nil)
     (amacs-shell--set-state 'waiting))
    (t (message "AMACS: no server to interrupt"))))

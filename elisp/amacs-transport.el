@@ -248,6 +248,8 @@ The token is the one in the file, else $AMACS_TOKEN."
 When server.json in the AMACS home names a live headless server, connect
 to it.  Otherwise start the server, which connects when its port is
 printed.  Does nothing if a server is already starting or connected."
+  (when (and amacs--server-process (not (process-live-p amacs--server-process)))
+    (amacs--server-gone amacs--server-process (format "%s" (process-status amacs--server-process))))
   (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p))
     (let ((headless (amacs--live-headless-server)))
       (if headless
@@ -294,18 +296,27 @@ printed.  Does nothing if a server is already starting or connected."
                   (amacs--connect-port proc (string-to-number line) amacs--token))
               (amacs--say "The AMACS server did not start: %s" line))))))))
 
+(defun amacs--server-gone (proc event)
+  "Forget server PROC, which ended with EVENT, and say so once.
+Called by its sentinel, or earlier by `amacs-start-server' when input
+typed after the connection dropped starts a new server first."
+  (unless (process-get proc 'amacs-reported)
+    (process-put proc 'amacs-reported t)
+    (when (eq proc amacs--server-process)
+      (setq amacs--ready nil amacs--manager nil amacs--server-process nil))
+    ;; The shell first closes what the server left open (a stream, input it
+    ;; was sent), so this line comes after what it explains.
+    (run-hooks 'amacs-disconnect-hook)
+    (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
+                (string-trim event)
+                (expand-file-name "logs/server.log"
+                                  (or amacs-home (getenv "AMACS_HOME") "~/.agent")))))
+
 (defun amacs--server-sentinel (proc event)
   "Report that server PROC ended with EVENT."
   (unless (process-live-p proc)
-    (when (eq proc amacs--server-process)
-      (setq amacs--ready nil amacs--manager nil amacs--server-process nil)
-      ;; The shell first closes what the server left open (a stream, queued
-      ;; input), so this line comes after what it explains.
-      (run-hooks 'amacs-disconnect-hook)
-      (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
-                  (string-trim event)
-                  (expand-file-name "logs/server.log"
-                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+    (when (or (eq proc amacs--server-process) (not (process-get proc 'amacs-reported)))
+      (amacs--server-gone proc event)
       ;; Input typed after the connection dropped but before this sentinel ran
       ;; is waiting for a server: start one, or it would wait for ever.
       (when amacs--on-ready

@@ -190,6 +190,22 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (should (string-match-p "cut short" (amacs-shell-test--text)))
     (should (string-suffix-p "after restart\n\namacs> " (amacs-shell-test--text)))))
 
+(ert-deftest amacs-shell-test-input-waiting-for-the-next-server-survives-a-disconnect ()
+  "Issue 9/10: input sent to the server that went is not sent; input typed after, for the next one, stays."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")                     ; handed to the server
+    (let ((waiting nil))
+      (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (push fn waiting))))
+        (amacs-shell-test--type-and-send "q2"))               ; the connection is gone: it waits
+      (amacs-shell--on-disconnect)
+      (should (string-match-p "amacs> q1\n;; Not sent: the server stopped" (amacs-shell-test--text)))
+      (should (eq (amacs-shell-test--face-at "amacs> q2") 'amacs-shell-queued))
+      (should amacs-shell-busy)                                ; q2 is still on its way
+      (mapc #'funcall waiting)                                 ; the next server is ready: q2 is sent
+      (should (equal (cadr (car amacs-shell-test--calls)) '("q2")))
+      (amacs-shell--on-input-taken nil)
+      (should-not (eq (amacs-shell-test--face-at "amacs> q2") 'amacs-shell-queued)))))
+
 (ert-deftest amacs-shell-test-interrupt-before-the-server-is-ready ()
   "Issue 9: C-c C-c while the server starts drops the waiting input and says so."
   (amacs-shell-test--with-shell
