@@ -34,6 +34,7 @@
 
 ;;; Code:
 
+(require 'cl-lib)
 (require 'comint)
 (require 'seq)
 (require 'amacs-transport)
@@ -182,9 +183,22 @@ BODY's value, or nil without a shell."
            (dolist (entry follow)
              (let ((w (car entry)))
                (set-window-point w (- (point-max) (cdr entry)))
-               (unless (pos-visible-in-window-p (point-max) w)
-                 (with-selected-window w (recenter -1)))))
+               (cl-pushnew w amacs-shell--follow)))
            value)))))
+
+(defvar amacs-shell--follow nil
+  "Windows whose point followed output since the last redisplay.")
+
+(defun amacs-shell--keep-prompt-visible (window)
+  "Before WINDOW is redisplayed: if it followed output, keep the prompt in view.
+Checked once per redisplay rather than per insertion: laying a window
+out (`pos-visible-in-window-p') costs milliseconds, a streamed delta less."
+  (when (memq window amacs-shell--follow)
+    (setq amacs-shell--follow (delq window amacs-shell--follow))
+    (when (and (window-live-p window)
+               (>= (window-point window) (marker-position amacs-shell--prompt-start))
+               (not (pos-visible-in-window-p (point-max) window)))
+      (with-selected-window window (recenter -1)))))
 
 (defun amacs-shell--output-props (text)
   "TEXT marked as output, a field of its own that \\[beginning-of-line] skips."
@@ -1045,6 +1059,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (setq-local comint-input-ring-size amacs-shell-history-size)
   (setq-local comint-input-ignoredups t)
   (setq-local header-line-format '(:eval (amacs-shell-header-line)))
+  (add-hook 'pre-redisplay-functions #'amacs-shell--keep-prompt-visible nil t)
   (setq-local mode-line-format amacs-shell-mode-line)
   (setq-local word-wrap t)
   (amacs-render-prepare-buffer)
