@@ -33,3 +33,21 @@ if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stam
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
   touch "$stamp"
 fi
+
+# Byte-compiled elisp for ./amacs, in a folder of its own: loading compiled
+# files saves ~0.1 s at each start, and an Emacs that loads elisp/ directly
+# never picks up a stale .elc.  Recompiled whenever a source file is newer.
+elc=".elc"  # beside elisp/: amacs--root is the folder above the loaded files
+if [ ! -d "$elc" ] || [ -n "$(find elisp -maxdepth 1 -name '*.el' -newer "$elc/.stamp" 2>/dev/null)" ] \
+   || [ ! -f "$elc/.stamp" ]; then
+  rm -rf "$elc"; mkdir -p "$elc"
+  cp elisp/*.el "$elc/"
+  if emacs -Q --batch --eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))" \
+       -L "$elc" -f batch-byte-compile "$elc"/*.el >"$elc/compile.log" 2>&1; then
+    rm -f "$elc"/*.el
+    touch "$elc/.stamp"
+  else
+    echo "== byte-compiling elisp failed (see $elc/compile.log); ./amacs loads the source" >&2
+    rm -rf "$elc"
+  fi
+fi
