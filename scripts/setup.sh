@@ -44,7 +44,8 @@ if [ ! -d "$elc" ] || [ -n "$(find elisp -maxdepth 1 -name '*.el' -newer "$elc/.
   cp elisp/*.el "$elc/"
   if emacs -Q --batch --eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))" \
        -L "$elc" -f batch-byte-compile "$elc"/*.el >"$elc/compile.log" 2>&1; then
-    rm -f "$elc"/*.el
+    # The sources stay beside the .elc files: native compilation looks for them
+    # (without, each load warns in a *Warnings* window); the newer .elc loads.
     touch "$elc/.stamp"
   else
     echo "== byte-compiling elisp failed (see $elc/compile.log); ./amacs loads the source" >&2
