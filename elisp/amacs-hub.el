@@ -273,8 +273,7 @@
   (let ((file (or (plist-get amacs-hub--state :chat-log)
                   (and (plist-get amacs--status :home)
                        (expand-file-name "agent-chat.org" (plist-get amacs--status :home)))
-                  (expand-file-name "agent-chat.org"
-                                    (or amacs-home (getenv "AMACS_HOME") "~/.agent")))))
+                  (expand-file-name "agent-chat.org" (amacs--home-directory)))))
     (find-file file)
     (unless (derived-mode-p 'org-mode) (org-mode))
     (amacs-chat-log-fold)))

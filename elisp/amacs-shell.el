@@ -862,7 +862,7 @@ While the server is still starting, the input waiting for it is not sent."
 
 (defun amacs-shell--history-file ()
   "Return the file of the shell's input history."
-  (expand-file-name "shell-history" (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+  (expand-file-name "shell-history" (amacs--home-directory)))
 
 (defconst amacs-shell--history-separator "\0\n"
   "Between entries of the history file: an input of several lines stays one.")

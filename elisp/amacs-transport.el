@@ -309,8 +309,7 @@ typed after the connection dropped starts a new server first."
     (run-hooks 'amacs-disconnect-hook)
     (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
                 (string-trim event)
-                (expand-file-name "logs/server.log"
-                                  (or amacs-home (getenv "AMACS_HOME") "~/.agent")))))
+                (expand-file-name "logs/server.log" (amacs--home-directory)))))
 
 (defun amacs--server-sentinel (proc event)
   "Report that server PROC ended with EVENT."
@@ -334,7 +333,6 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                                      :commands amacs-server-command
                                      :title "amacs" :port port :connection conn)))
         (epc:init-epc-layer mngr)
-        (epc:define-method mngr 'amacs-event #'amacs--receive-event)
         (set-process-filter (epc:connection-process conn)
                             (lambda (p m) (amacs--connection-filter conn p m)))
         (set-process-sentinel (epc:connection-process conn)
@@ -507,13 +505,6 @@ any other message goes to epc.el's dispatcher, as its own filter does."
       (setq amacs--event-queue-tail (last cells))))
   (unless amacs--event-timer
     (setq amacs--event-timer (run-at-time 0 nil #'amacs--drain-events))))
-
-(defun amacs--receive-event (event)
-  "Queue EVENT, a plist from the server, and return at once.
-Events are handled in order from a timer, outside the process filter.
-This is the method of the old event path (an EPC call per event)."
-  (amacs--queue-events (list event))
-  nil)
 
 (defun amacs--same-stream-p (a b)
   "Return non-nil when events A and B are deltas of one stream.

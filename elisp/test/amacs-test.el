@@ -98,7 +98,7 @@
   (let ((amacs--event-handlers nil) (amacs--event-queue nil) (amacs--event-timer nil)
         (seen nil))
     (amacs-on-event "t" (lambda (e) (push (plist-get e :n) seen)))
-    (dotimes (n 5) (amacs--receive-event (list :type "t" :n n)))
+    (dotimes (n 5) (amacs--queue-events (list (list :type "t" :n n))))
     (should-not seen)                   ; nothing ran inside the "filter"
     (amacs--drain-events)
     (should (equal (nreverse seen) '(0 1 2 3 4)))))
