@@ -22,7 +22,7 @@ from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
-from .memory.active import RAM_WINDOW, ActiveMemory, tick_of
+from .memory.active import ActiveMemory, ram_window, tick_of
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
@@ -67,8 +67,7 @@ class Runtime:
         self.scratchpad = ScratchpadLog(home / "scratchpad.org")
         self.consciousness = self._load_consciousness()
         # Only the windows the context shows are restored; older items are in LTM.
-        keep = max(RAM_WINDOW, 2 * self.consciousness.chat_context_depth + 2,
-                   2 * self.consciousness.monologue_context_depth)
+        keep = ram_window(self.consciousness)
         chat = self.chat_log.read_tail(keep)
         if chat:
             self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)

@@ -55,6 +55,11 @@ PREVIEW_CHARS = 80
 # RAM keeps at least this many of the newest exchanges and monologue lines (and
 # twice the depths the context shows); older ones are in LTM only (issue 10).
 RAM_WINDOW = 64
+
+
+def ram_window(c: Consciousness) -> int:
+    """How many of the newest exchanges and monologue lines RAM keeps for C's depths."""
+    return max(RAM_WINDOW, 2 * c.chat_context_depth + 2, 2 * c.monologue_context_depth)
 INTERRUPTED = "no reply: the tick was interrupted"
 
 
@@ -383,7 +388,7 @@ class ActiveMemory:
 
     def snapshot(self, c: Consciousness) -> Snapshot:
         """The items one tick's context shows (IMP-038 depths applied)."""
-        self.keep = max(RAM_WINDOW, 2 * c.chat_context_depth + 2, 2 * c.monologue_context_depth)
+        self.keep = ram_window(c)
         self._trim()
         consciousness = [self.state[n] for n in (*STATE_TIERS, CLOCK) if n in self.state]
         window: list[MemoryItem] = []

@@ -38,8 +38,10 @@ class EmacsFace:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         # Per request: when its time is up (loop time), or None while the person
-        # decides whether the eval may run (`amacs-eval-confirm').
+        # decides whether the eval may run (`amacs-eval-confirm'); and its limit,
+        # which starts again once they have decided.
         self._deadlines: dict[int, float | None] = {}
+        self._limits: dict[int, float] = {}
 
     def _send(self, **event: Any) -> None:
         if not self.server.notify(event):
@@ -90,6 +92,7 @@ class EmacsFace:
         self._pending[rid] = future
         try:
             self._deadlines[rid] = loop.time() + timeout
+            self._limits[rid] = timeout
             if not self.server.notify({"type": kind, "id": rid, **payload}):
                 raise EmacsGone("Emacs is not connected")
             while True:
@@ -111,6 +114,7 @@ class EmacsFace:
         finally:
             self._pending.pop(rid, None)
             self._deadlines.pop(rid, None)
+            self._limits.pop(rid, None)
 
     def hold(self, rid: int, holding: bool) -> None:
         """From an EPC thread: the person is deciding on eval RID (no time limit), or has decided."""
@@ -120,7 +124,7 @@ class EmacsFace:
 
     def _hold(self, rid: int, holding: bool) -> None:
         if rid in self._deadlines:
-            self._deadlines[rid] = None if holding else asyncio.get_running_loop().time() + self.eval_timeout
+            self._deadlines[rid] = None if holding else asyncio.get_running_loop().time() + self._limits[rid]
 
     async def evaluate(self, form: str, agent: str = "primary") -> EvalResult:
         """Send FORM to Emacs for AGENT and await its result, interrupting Emacs past the limit."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import socket
 import sys
 import threading
 import time
@@ -170,8 +169,7 @@ class AmacsHandler(EPCHandler):
         """Set up the send lock and NODELAY before anything can send; no autolog."""
         self._send_lock = threading.Lock()
         self.outbox: Outbox | None = None
-        super(EPCHandler, self).setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super(EPCHandler, self).setup()  # TCP_NODELAY, by disable_nagle_algorithm
         self.callmanager = EPCCallManager()
         self.server.add_client(self)
 
