@@ -85,7 +85,6 @@ hides carry `invisible' (add `org-link' to the shell's invisibility spec)."
 
 (defun amacs-render-prepare-buffer ()
   "Set up the current buffer to show rendered org: hidden link brackets."
-  (add-to-invisibility-spec '(org-link))
   (add-to-invisibility-spec 'org-link))
 
 (defun amacs-render-preload ()

@@ -155,11 +155,6 @@ The rest are counted on one more line."
          (with-current-buffer buf (derived-mode-p 'amacs-shell-mode))
          buf)))
 
-(defun amacs-shell--process ()
-  "Return the dummy process of the shell buffer, or nil."
-  (let ((buf (amacs-shell--buffer)))
-    (and buf (get-buffer-process buf))))
-
 (defmacro amacs-shell--editing (&rest body)
   "Run BODY in the shell buffer, keeping the person's place.
 Point and every window whose point is at or after the output marker,
@@ -231,11 +226,6 @@ With BLANK, set it off by an empty line."
     (amacs-shell--insert-output
      (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
        (if face (propertize text 'font-lock-face face) text)))))
-
-(defun amacs-shell--insert (text &optional face)
-  "Show TEXT (in FACE) in the shell's output, above the footer and the prompt.
-Whatever the person has typed stays where it is."
-  (amacs-shell--output text face))
 
 (defun amacs-shell--note (text)
   "Show TEXT as a note in the shell, or in the echo area without a shell."
