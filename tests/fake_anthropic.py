@@ -35,7 +35,10 @@ class Reply:
     ``text`` is the assistant's text; ``status`` other than 200 sends an API
     error of that status; ``delay`` waits before the headers; ``chunks`` splits
     the streamed text into that many deltas with ``chunk_delay`` between them;
-    ``hold`` blocks the answer until the event is set (a hung model).
+    ``hold`` blocks the answer until the event is set (a hung model);
+    ``stream_error`` (an API error type, e.g. ``overloaded_error``) breaks a
+    stream off after half its deltas with an SSE ``error`` event, as the API
+    does when it is overloaded mid-answer.
     """
 
     text: str = DEFAULT_TEXT
@@ -52,6 +55,7 @@ class Reply:
         }
     )
     hold: threading.Event | None = None
+    stream_error: str | None = None
 
 
 ERROR_TYPES = {
@@ -178,7 +182,13 @@ class _Handler(BaseHTTPRequestHandler):
             {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         )
         sent = 0
-        for piece in _split(reply.text, reply.chunks):
+        pieces = _split(reply.text, reply.chunks)
+        for n, piece in enumerate(pieces):
+            if reply.stream_error is not None and n == len(pieces) // 2:
+                self._event("error", {"type": "error", "error": {"type": reply.stream_error,
+                                                                  "message": "scripted mid-stream failure"}})
+                self._chunk(b"")
+                return
             self._event(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},

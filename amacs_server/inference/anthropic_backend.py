@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -20,9 +21,25 @@ else:
 TextSink = Callable[[str], None]
 
 
+class StreamError(Exception):
+    """The API's ``error`` event in the middle of a stream (the HTTP status was already 200)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class StreamOverloaded(StreamError):
+    """A mid-stream error worth retrying: overloaded, rate limited, or an API-side failure."""
+
+
+RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+
+
 def _retryable() -> tuple[type[Exception], ...]:
     return (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
-            anthropic.APIConnectionError)
+            anthropic.APIConnectionError, StreamOverloaded)
 
 
 @dataclass
@@ -67,6 +84,8 @@ def build_request(
 
 
 def _short(err: Exception) -> str:
+    if isinstance(err, StreamError):
+        return f"{err.kind.removesuffix('_error').replace('_', ' ')} (mid-stream)"
     if isinstance(err, anthropic.APIStatusError):
         names = {429: "rate limited", 529: "overloaded"}
         return f"{names.get(err.status_code, 'server error')} ({err.status_code})"
@@ -76,6 +95,8 @@ def _short(err: Exception) -> str:
 
 
 def _explain(err: Exception) -> str:
+    if isinstance(err, StreamError):
+        return f"the API broke off its answer ({err.kind}: {err.message})"
     if isinstance(err, anthropic.AuthenticationError):
         return "the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key'"
     if isinstance(err, anthropic.PermissionDeniedError):
@@ -121,7 +142,7 @@ class AnthropicBackend:
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
         return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (anthropic.APIError,), _short, _explain, on_status)
+                                  (anthropic.APIError, StreamError), _short, _explain, on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()
@@ -140,35 +161,56 @@ class AnthropicBackend:
         )
 
     async def _stream(self, request: dict[str, Any], on_text: TextSink | None) -> tuple[str, Usage, str | None]:
-        """The SDK's raw event stream (``create(stream=True)``), text accumulated here.
+        """The SDK's raw HTTP stream (``with_streaming_response``), its SSE read here.
 
-        The SDK's ``messages.stream`` helper rebuilds a snapshot of the whole message on
-        every event: about 55 ms for 100 deltas under load, against about 20 ms raw (issue 10).
+        The SDK makes the request (auth, headers, time-out, the status errors);
+        the events are read as JSON lines.  Its typed events cost ~60 us each
+        (pydantic), which for 100 deltas left the reply ~4 ms behind the last
+        byte (issue 10); its ``messages.stream`` helper, which rebuilds the
+        whole message on every event, ~10 times that.  An ``error`` event
+        raises :class:`StreamError` (retried when the API is overloaded).
         """
         parts: list[str] = []
         usage = Usage()
         stop_reason: str | None = None
-        events = await self._get_client().messages.create(**request, stream=True)
-        async for event in events:
-            if event.type == "content_block_delta":
-                if event.delta.type == "text_delta":
-                    parts.append(event.delta.text)
-                    if on_text is not None:
-                        on_text(event.delta.text)
-            elif event.type == "message_start":
-                usage = _usage(event.message.usage)
-            elif event.type == "message_delta":
-                stop_reason = event.delta.stop_reason
-                if event.usage.output_tokens is not None:
-                    usage = replace(usage, output_tokens=event.usage.output_tokens)
+        call = self._get_client().messages.with_streaming_response.create(**request, stream=True)
+        async with call as response:
+            async for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # "event:" names repeat the data's type; blank lines end events
+                event = json.loads(line[5:])
+                kind = event.get("type")
+                if kind == "content_block_delta":
+                    delta = event["delta"]
+                    if delta.get("type") == "text_delta":
+                        parts.append(delta["text"])
+                        if on_text is not None:
+                            on_text(delta["text"])
+                elif kind == "message_start":
+                    usage = _usage(event["message"].get("usage") or {})
+                elif kind == "message_delta":
+                    stop_reason = (event.get("delta") or {}).get("stop_reason")
+                    output = (event.get("usage") or {}).get("output_tokens")
+                    if output is not None:
+                        usage = replace(usage, output_tokens=output)
+                elif kind == "error":
+                    error = event.get("error") or {}
+                    err_kind, message = str(error.get("type", "api_error")), str(error.get("message", ""))
+                    raise (StreamOverloaded if err_kind in RETRYABLE_STREAM_ERRORS else StreamError)(
+                        err_kind, message)
         return "".join(parts), usage, stop_reason
 
 
 def _usage(u: Any) -> Usage:
-    """The SDK's usage object as our Usage (cache fields may be missing or None)."""
+    """The API's usage (the SDK's object, or the JSON of a streamed event) as our Usage.
+
+    Cache fields may be missing or None."""
+    def get(name: str) -> Any:
+        return u.get(name) if isinstance(u, dict) else getattr(u, name, None)
+
     return Usage(
-        input_tokens=getattr(u, "input_tokens", None) or 0,
-        output_tokens=getattr(u, "output_tokens", None) or 0,
-        cache_read_tokens=getattr(u, "cache_read_input_tokens", None) or 0,
-        cache_write_tokens=getattr(u, "cache_creation_input_tokens", None) or 0,
+        input_tokens=get("input_tokens") or 0,
+        output_tokens=get("output_tokens") or 0,
+        cache_read_tokens=get("cache_read_input_tokens") or 0,
+        cache_write_tokens=get("cache_creation_input_tokens") or 0,
     )

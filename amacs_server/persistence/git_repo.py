@@ -2,6 +2,10 @@
 
 Commits are made off the loop thread by one :class:`CommitWorker` per home, in
 tick order (DESIGN.md, One tick: the prompt returns without waiting for git).
+GitPython, which makes or opens the repository and sets its configuration,
+is imported when the first commit is made, on the worker: its ~30 ms import
+is not on the server's start-up path (issue 10).  Commits themselves are git
+plumbing commands.
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import git
 
 from .files import sync_paths
 
@@ -41,6 +43,10 @@ class CommitError(RuntimeError):
     """The commit failed; the tick's files are on disk and the next commit will carry them."""
 
 
+class GitFailed(RuntimeError):
+    """A git command exited with an error (its stderr is the message)."""
+
+
 def commit_message(tick: int, thread: str | None, mood: str, monologue: str) -> str:
     """``[TICK 42][thread-id][mood] monologue`` on one line."""
     line = " ".join(monologue.split())
@@ -52,32 +58,43 @@ class HomeRepo:
 
     def __init__(self, home: Path) -> None:
         self.home = home
-        if (home / ".git").exists():
-            self.repo = git.Repo(home)
-        else:
-            self.repo = git.Repo.init(home)
-        with self.repo.config_writer() as cfg:  # commits work on a machine with no git identity
-            if not cfg.has_option("user", "name"):
-                cfg.set_value("user", "name", "AMACS")
-                cfg.set_value("user", "email", "amacs@localhost")
-            if not cfg.has_option("gc", "auto"):  # the commit worker packs (PACK_EVERY)
-                cfg.set_value("gc", "auto", "0")
-            if not cfg.has_option("maintenance", "auto"):
-                cfg.set_value("maintenance", "auto", "false")
         ignore = home / ".gitignore"
         if not ignore.exists():
             ignore.write_text(GITIGNORE, encoding="utf-8")
         self._lock = threading.RLock()
+        self._prepared = False
         self._parent: str | None = None  # HEAD as this process last set it (None: read it)
         self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
             self._env.pop(name, None)
 
+    def prepare(self) -> None:
+        """Make (or open) the repository and set what commits need; once, before the first commit."""
+        with self._lock:
+            if self._prepared:
+                return
+            import git  # noqa: PLC0415 - GitPython, off the start-up path (module docstring)
+
+            try:
+                repo = git.Repo(self.home) if (self.home / ".git").exists() else git.Repo.init(self.home)
+                with repo.config_writer() as cfg:  # commits work on a machine with no git identity
+                    if not cfg.has_option("user", "name"):
+                        cfg.set_value("user", "name", "AMACS")
+                        cfg.set_value("user", "email", "amacs@localhost")
+                    if not cfg.has_option("gc", "auto"):  # the commit worker packs (PACK_EVERY)
+                        cfg.set_value("gc", "auto", "0")
+                    if not cfg.has_option("maintenance", "auto"):
+                        cfg.set_value("maintenance", "auto", "false")
+            except (git.GitError, OSError, ValueError) as err:
+                raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
+                                  "the tick is saved on disk") from err
+            self._prepared = True
+
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
         done = subprocess.run(command, cwd=self.home, env=self._env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise git.GitCommandError(["git", *args], done.returncode, done.stderr.strip())
+            raise GitFailed(f"git {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
         return done.stdout.strip()
 
     def clear_stale_lock(self) -> str | None:
@@ -86,7 +103,7 @@ class HomeRepo:
         The server is the only writer of this repository, so a lock older than
         a few seconds was left by a process that died mid-commit.
         """
-        lock = Path(self.repo.git_dir) / "index.lock"
+        lock = self.home / ".git" / "index.lock"
         if not lock.exists():
             return None
         age = time.time() - lock.stat().st_mtime
@@ -101,7 +118,7 @@ class HomeRepo:
     def _head(self) -> str | None:
         try:
             return self._git("rev-parse", "-q", "--verify", "HEAD^{commit}") or None
-        except git.GitCommandError:
+        except GitFailed:
             return None
 
     def commit(self, files: Iterable[Path], message: str) -> tuple[str, str | None]:
@@ -114,6 +131,7 @@ class HomeRepo:
         nothing changed (one commit per tick).
         """
         with self._lock:
+            self.prepare()
             note = self.clear_stale_lock()
             paths = [".gitignore", *(str(p.relative_to(self.home)) for p in files if p.exists())]
             try:
@@ -121,9 +139,9 @@ class HomeRepo:
                 tree = self._git("write-tree")
                 try:
                     sha = self._commit_tree(tree, message, self._parent or self._head())
-                except git.GitCommandError:  # HEAD moved under us (a person's own commit): once more
+                except GitFailed:  # HEAD moved under us (a person's own commit): once more
                     sha = self._commit_tree(tree, message, self._head())
-            except (git.GitError, OSError, ValueError) as err:
+            except (GitFailed, OSError, ValueError) as err:
                 self._parent = None
                 raise CommitError(f"git commit failed: {err}; the tick is saved on disk") from err
             self._parent = sha
@@ -276,6 +294,6 @@ class CommitWorker:
         t0 = time.perf_counter()
         try:
             self.repo.pack()
-        except (git.GitError, OSError) as err:
+        except (GitFailed, OSError) as err:
             log.warning("git repack failed: %s", err)
         self.pack_ms.append((time.perf_counter() - t0) * 1000)

@@ -73,6 +73,26 @@ def test_overloaded_twice_then_success_shows_status_lines(fake, home):
     assert run.shell.count("Third time lucky.") == 1
 
 
+def test_overloaded_mid_stream_is_retried_and_the_broken_text_discarded(fake, home):
+    """An SSE error event after half the reply: its text is marked discarded, the call retried once."""
+    first = agent_json("A first answer that the API breaks off halfway through its stream.")
+    fake.script(Reply(first, chunks=10, stream_error="overloaded_error"), Reply(agent_json("The whole answer.")))
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
+    assert len(fake.requests) == 2
+    assert ";; Model API overloaded (mid-stream); retrying in" in run.shell
+    assert "(the text above was discarded: the call is retried)" in run.shell
+    assert run.shell.count("The whole answer.") == 1
+
+
+def test_invalid_request_mid_stream_fails_at_once_with_what_to_do(fake, home):
+    fake.script(Reply(agent_json("Half of this arrives, then the API refuses."), chunks=10,
+                      stream_error="invalid_request_error"))
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
+    assert len(fake.requests) == 1
+    assert ("Model call failed: the API broke off its answer (invalid_request_error: scripted mid-stream "
+            "failure). Your input is saved; send again to retry.") in run.shell
+
+
 def test_unauthorized_is_not_retried(fake, home):
     fake.script(Reply(status=401))
     run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-send \"hi\") (amacs-e2e-finish)").check()
