@@ -187,6 +187,37 @@ def test_a_streamed_reply_drops_held_deltas(inproc):
     assert [e[1] for e in message[2]] == ["reply"]  # "b" would be replaced at once: not sent
 
 
+def test_events_of_one_loop_step_go_as_one_message(inproc):
+    """On the loop's thread, what one step puts (reply, tick, turn-done) is one message, sent after the step."""
+    import asyncio
+
+    srv, sock = inproc
+
+    async def one_step() -> bool:
+        srv.notify({"type": "reply-delta", "text": "a"})
+        srv.notify({"type": "reply-delta", "text": "b"})  # same step: merged, not held for the window
+        srv.notify({"type": "reply", "text": "ab", "streamed": True})  # drops the deltas it replaces
+        srv.notify({"type": "tick", "tick": 1})
+        srv.notify({"type": "turn-done", "tick": 1})
+        sock.settimeout(0.05)
+        try:
+            recv(sock)
+        except TimeoutError:
+            return True  # nothing sent before the step is over
+        return False
+
+    async def two_steps() -> None:
+        assert await one_step()
+        await asyncio.sleep(0)
+        srv.notify({"type": "reply-delta", "text": "c"})
+        srv.notify({"type": "reply-delta", "text": "d"})
+
+    asyncio.run(two_steps())
+    sock.settimeout(1)
+    assert [e[1] for e in recv(sock)[2]] == ["reply", "tick", "turn-done"]
+    assert recv(sock)[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "cd"]]
+
+
 def test_no_thread_per_message_and_slow_calls_do_not_block_replies(inproc):
     import threading
 

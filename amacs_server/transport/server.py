@@ -18,6 +18,7 @@ the few methods that only hand a value over run on the reader thread itself.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import sys
@@ -87,18 +88,26 @@ class Outbox:
     until the window ends.  Any other event first sends the waiting deltas, in
     the same message, so the order of events never changes; a streamed
     ``reply`` drops them instead (it replaces the streamed text at once).
+
+    "At once" on an asyncio loop's thread means when the loop's current step
+    is done: the events one step puts (a reply, the tick's usage and the end of
+    the turn; the deltas of one chunk of the model's stream) reach Emacs as one
+    message, which Emacs handles in one go and redisplays once (issue 10).
+    From any other thread a message goes before ``put`` returns.
     """
 
     def __init__(self, send: Callable[[list[dict[str, Any]]], None]) -> None:
         self._send = send
         self._cond = threading.Condition()
         self._held: list[dict[str, Any]] = []
+        self._batch: list[dict[str, Any]] = []
+        self._flush_scheduled = False
         self._last_delta = float("-inf")
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def put(self, event: dict[str, Any]) -> None:
-        """Send EVENT now, or hold it for the end of the delta window."""
+        """Send EVENT now (at the end of the loop's step), or hold it for the end of the delta window."""
         with self._cond:
             if self._closed:
                 raise EPCClosed
@@ -112,9 +121,9 @@ class Outbox:
                         held.append(dict(event))
                     return
                 now = time.monotonic()
-                if now - self._last_delta >= DELTA_WINDOW:
+                if now - self._last_delta >= DELTA_WINDOW or self._batch:
                     self._last_delta = now
-                    self._send([event])
+                    self._out([dict(event)])
                     return
                 held.append(dict(event))
                 if self._thread is None:
@@ -125,15 +134,50 @@ class Outbox:
             held, self._held = self._held, []
             if event.get("type") == "reply" and event.get("streamed"):
                 held = []  # the reply replaces the streamed text: deltas not yet sent are moot
+                self._batch = [e for e in self._batch if e.get("type") != "reply-delta"]
             if held:
                 self._last_delta = time.monotonic()
-            self._send([*held, event])
+            self._out([*held, event])
+
+    def _out(self, events: list[dict[str, Any]]) -> None:
+        """Send EVENTS, or add them to the loop step's message (the lock is held)."""
+        batch = self._batch
+        if batch and events[0].get("type") == "reply-delta" and _mergeable(batch[-1], events[0]):
+            batch[-1]["text"] += events[0]["text"]
+            events = events[1:]
+        batch.extend(events)
+        if self._flush_scheduled:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self._flush_locked()
+        else:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            try:
+                self._flush_locked()
+            except Exception as err:  # noqa: BLE001 - Emacs is gone; the reader notices
+                log.info("could not send events: %r", err)
+
+    def _flush_locked(self) -> None:
+        batch, self._batch, self._flush_scheduled = self._batch, [], False
+        if batch:
+            self._send(batch)
 
     def close(self) -> None:
         """Drop what is held and stop the flusher."""
         with self._cond:
             self._closed = True
             self._held = []
+            self._batch = []
             self._cond.notify()
 
     def _flusher(self) -> None:
@@ -146,10 +190,11 @@ class Outbox:
                 if wait > 0:
                     self._cond.wait(wait)
                     continue
-                batch, self._held = self._held, []
+                held, self._held = self._held, []
                 self._last_delta = time.monotonic()
                 try:
-                    self._send(batch)
+                    self._batch.extend(held)
+                    self._flush_locked()
                 except Exception as err:  # noqa: BLE001 - Emacs is gone; the reader notices
                     log.info("could not send held deltas: %r", err)
 
