@@ -52,3 +52,13 @@ if [ ! -d "$elc" ] || [ -n "$(find elisp -maxdepth 1 -name '*.el' -newer "$elc/.
     rm -rf "$elc"
   fi
 fi
+
+# The server's bytecode, written ahead: Python never writes it when
+# PYTHONDONTWRITEBYTECODE is set (as on this project's CI machines), and then
+# compiles every module of amacs_server again at each start (~65 ms of the
+# ~230 ms before the port line, issue 10).  Python recompiles a stale file
+# in memory, so this only has to run when a source changed.
+if [ -n "$(find amacs_server -name '*.py' -newer .venv/.amacs-bytecode 2>/dev/null)" ] \
+   || [ ! -f .venv/.amacs-bytecode ]; then
+  .venv/bin/python -m compileall -q amacs_server >/dev/null && touch .venv/.amacs-bytecode
+fi

@@ -59,6 +59,7 @@ def test_an_empty_tick_still_gets_its_commit(tmp_path):
 
 def test_commit_failure_is_reported_as_a_warning(tmp_path):
     repo = HomeRepo(tmp_path)
+    repo.prepare()  # the repository exists before the first commit: a lock can be left in it
     notes: list[tuple[str, str]] = []
     worker = CommitWorker(repo, lambda text, kind: notes.append((text, kind)))
     f = tmp_path / "agent-chat.org"
