@@ -6,7 +6,7 @@ benchmarks that time what a person feels run a real terminal Emacs:
 - :func:`amacs_terminal` is ``./amacs`` (the shell and its server) in tmux,
   from ``tests/tmux/terminal.py``;
 - :class:`BareEmacs` is ``emacs -nw -Q`` with AMACS's elisp on the load path
-  and nothing started, for benchmarks that bring their own server.
+  (compiled, from ``.elc/``, as ``./amacs`` loads it) and nothing started, for benchmarks that bring their own server.
 
 Both take elisp through an Emacs server inside them (``.elisp(form)``).  Times
 are taken inside Emacs (``float-time`` in advice and hooks) and written to a
@@ -44,8 +44,9 @@ class BareEmacs(Terminal):
         form = (f'(progn (setq server-socket-dir "{self._emacs_socket.parent}") '
                 f'(add-to-list (quote package-directory-list) "{ELPA}") (package-initialize) '
                 f"{self._init} (server-start))")
+        elc = ["-L", str(ROOT / ".elc")] if (ROOT / ".elc" / ".stamp").exists() else []  # as ./amacs
         self._tmux("-f", str(conf), "new-session", "-d", "-s", "amacs", "-x", str(self.width),
-                   "-y", str(self.height), "--", "emacs", "-nw", "-Q", "-L", str(ROOT / "elisp"),
+                   "-y", str(self.height), "--", "emacs", "-nw", "-Q", *elc, "-L", str(ROOT / "elisp"),
                    "--eval", form, cwd=ROOT)
         self._pane_pid = int(self._tmux("display", "-p", "-t", "amacs", "#{pane_pid}").strip())
         self.wait_for_elisp("t", timeout=timeout, what="the Emacs server")

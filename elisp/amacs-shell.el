@@ -159,7 +159,9 @@ The rest are counted on one more line."
   "Run BODY in the shell buffer, keeping the person's place.
 Point and every window whose point is at or after the output marker,
 in the footer, prompt or input, keep their distance from the end of
-the buffer, and such windows scroll so the prompt stays visible.
+the buffer; redisplay then scrolls such a window just enough to show
+its point (`scroll-conservatively' is 101 in the shell), so the prompt
+stays on the window's last line.
 Windows and point before the marker stay where they are.  Returns
 BODY's value, or nil without a shell."
   (declare (indent 0) (debug t))
@@ -176,24 +178,8 @@ BODY's value, or nil without a shell."
                          (save-excursion ,@body))))
            (when tail (goto-char (- (point-max) tail)))
            (dolist (entry follow)
-             (let ((w (car entry)))
-               (set-window-point w (- (point-max) (cdr entry)))
-               (cl-pushnew w amacs-shell--follow)))
+             (set-window-point (car entry) (- (point-max) (cdr entry))))
            value)))))
-
-(defvar amacs-shell--follow nil
-  "Windows whose point followed output since the last redisplay.")
-
-(defun amacs-shell--keep-prompt-visible (window)
-  "Before WINDOW is redisplayed: if it followed output, keep the prompt in view.
-Checked once per redisplay rather than per insertion: laying a window
-out (`pos-visible-in-window-p') costs milliseconds, a streamed delta less."
-  (when (memq window amacs-shell--follow)
-    (setq amacs-shell--follow (delq window amacs-shell--follow))
-    (when (and (window-live-p window)
-               (>= (window-point window) (marker-position amacs-shell--prompt-start))
-               (not (pos-visible-in-window-p (point-max) window)))
-      (with-selected-window window (recenter -1)))))
 
 (defun amacs-shell--output-props (text)
   "TEXT marked as output, a field of its own that \\[beginning-of-line] skips."
@@ -1049,7 +1035,11 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (setq-local comint-input-ring-size amacs-shell-history-size)
   (setq-local comint-input-ignoredups t)
   (setq-local header-line-format '(:eval (amacs-shell-header-line)))
-  (add-hook 'pre-redisplay-functions #'amacs-shell--keep-prompt-visible nil t)
+  ;; A window whose point follows the output scrolls as little as shows that point,
+  ;; in redisplay itself: a layout of our own per redisplay
+  ;; (`pos-visible-in-window-p', `recenter') cost 2-3 ms a frame (issue 10).
+  (setq-local scroll-conservatively 101)
+  (setq-local comint-output-filter-functions nil) ; RET: comint's scroll-to-bottom walks every window
   (setq-local mode-line-format amacs-shell-mode-line)
   (setq-local word-wrap t)
   (amacs-render-prepare-buffer)

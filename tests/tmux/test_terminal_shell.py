@@ -10,6 +10,7 @@ stays in the input area and is sent exactly as typed).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 
 import pytest
@@ -84,10 +85,31 @@ def test_cursor_is_on_the_prompt_after_a_reply(terminal, fake, size):
     wait_turn_over(term)
     term.wait_idle(timeout=5)
     y, x = term.cursor()
-    assert y < height - 2, "the cursor is in the mode line or echo area"
+    assert y == height - 3, "the prompt is not on the window's last line (above mode line and echo area)"
     assert term.line_at_cursor().startswith(PROMPT)
     assert x == len(PROMPT)
     assert "Line 60 of a reply" in term.screen()
+
+
+def test_a_person_reading_above_stays_there_while_a_reply_streams(terminal, fake):
+    """Point moved up into the output: the window does not follow the stream; back at the end, it does."""
+    first = "\n".join(f"Earlier line {n} of a long first reply." for n in range(1, 61))
+    slow = "\n".join(f"Streaming line {n} of the second reply." for n in range(1, 31))
+    fake.script(Reply(agent_json(first), chunks=10), Reply(agent_json(slow), chunks=30, chunk_delay=0.1))
+    term = terminal(100, 30)
+    send(term, "first")
+    wait_turn_over(term)
+    term.wait_for("Earlier line 60")
+    send(term, "second")
+    term.wait_for("Streaming line 1 ")
+    term.press("M-<")  # to the top of the buffer, to read
+    top = term.wait_for("Earlier line 1 ", timeout=5).split("\n")[2:8]  # below the menu and header lines
+    wait_turn_over(term)
+    time.sleep(0.3)  # the turn's last redisplay
+    assert term.screen().split("\n")[2:8] == top, "the window followed the stream away from what was read"
+    term.press("M->")
+    screen = term.wait_for("Streaming line 30 ", timeout=5)
+    assert term.line_at_cursor().startswith(PROMPT), screen
 
 
 def test_input_typed_while_streaming_survives(terminal, fake):
