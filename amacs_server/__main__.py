@@ -24,6 +24,7 @@ import secrets
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -32,6 +33,26 @@ from typing import Any
 from .config import ConfigError, load_config
 
 SERVER_INFO = "server.json"
+# The model SDK is imported once Emacs's hello is answered (in a thread), or this
+# many seconds after the port line if no hello came: a ~1 s import holding the
+# GIL made hello 30 ms slower (issue 10, start-up).
+SDK_IMPORT_LATEST = 1.0
+
+
+def release_sdk_once() -> Callable[[], None]:
+    """A function that starts the held SDK imports the first time it is called (from any thread)."""
+    from .inference import sdk
+
+    lock, done = threading.Lock(), threading.Event()
+
+    def release() -> None:
+        with lock:
+            if done.is_set():
+                return
+            done.set()
+            sdk.release()
+
+    return release
 
 
 def _redirect_stderr(log_file: Path) -> None:
@@ -148,13 +169,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from .inference import sdk
 
-    sdk.hold()  # the SDK import (1-2 s) starts once the port is out: Emacs connects meanwhile
+    sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
     from .transport.emacs_face import EmacsFace
     from .transport.server import AmacsEPCServer
 
     server = AmacsEPCServer(token, headless=args.headless)
+    server.after_hello = release_sdk_once()
     face = EmacsFace(server)
     try:
         rt = Runtime(config, face)
@@ -173,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
                 info["token"] = token
             write_server_info(home, info)
         print(port, flush=True)
-        sdk.release()
+        fallback = threading.Timer(0.0 if args.headless else SDK_IMPORT_LATEST, server.after_hello)
+        fallback.daemon = True
+        fallback.start()
         if args.headless:
             print(f"AMACS headless server on 127.0.0.1:{port}, home {home.resolve()}; "
                   "connect with M-x amacs-connect (M-x amacs-shell finds it too). Ctrl-C stops it.", flush=True)

@@ -46,6 +46,7 @@ SETUP = r"""
   (defvar bench-times nil)
   (defun bench-mark (what) (push (cons what (float-time)) bench-times))
   (defun bench-write-and-quit ()
+    (setq create-lockfiles nil)  ; a sample's Emacs killed mid-write must not lock the next one out
     (with-temp-file (getenv "BENCH_OUT")
       (insert (json-encode (vconcat (mapcar (lambda (m) (vector (car m) (cdr m))) (reverse bench-times))))))
     (kill-emacs 0))
@@ -94,7 +95,7 @@ def one_sample(home: Path, keys: list[str], tmp: Path) -> dict[str, float]:
     """Open a fresh Emacs in tmux, type KEYS, return the marks in ms after "command"."""
     sock = Path(tempfile.mkdtemp(prefix="amacs-bench-", dir="/tmp")) / "tmux"
     out, up = tmp / "marks.json", tmp / "up"
-    for f in (out, up):
+    for f in (out, up, tmp / ".#marks.json"):
         f.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX"))}
     env.update(AMACS_HOME=str(home), ANTHROPIC_API_KEY="sk-ant-bench", ANTHROPIC_BASE_URL="http://127.0.0.1:9",

@@ -56,6 +56,33 @@ def test_port_first_then_only_the_backend_in_use(tmp_path: Path) -> None:
         proc.wait(10)
 
 
+def test_the_sdk_import_waits_for_hello(tmp_path: Path) -> None:
+    """Emacs's hello is answered before the SDK import starts (it holds the GIL for ~1 s)."""
+    from tests.test_transport import connect, hello
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))}
+    token = "t" * 64
+    env.update(AMACS_HOME=str(tmp_path), AMACS_TOKEN=token, ANTHROPIC_API_KEY="sk-test")
+    proc = subprocess.Popen([sys.executable, "-m", "amacs_server"], stdout=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        log = tmp_path / "logs" / "server.log"
+        time.sleep(0.3)  # well before the fallback (SDK_IMPORT_LATEST, 1 s)
+        assert "importing anthropic" not in log.read_text(encoding="utf-8")
+        sock = connect(port)
+        hello(sock, token)
+        deadline = time.monotonic() + 30
+        while "imported anthropic" not in log.read_text(encoding="utf-8"):
+            assert time.monotonic() < deadline, log.read_text(encoding="utf-8")
+            time.sleep(0.05)
+        sock.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def test_lazy_module_waits_for_a_held_preload() -> None:
     """A preload asked for while held starts at release; ready() waits for it off the loop."""
     mod = sdk.LazyModule("json")

@@ -62,6 +62,7 @@ class LazyModule:
         self._thread.start()
 
     def _preload(self) -> None:
+        log.info("importing %s in a thread", self._name)
         try:
             self.load()
         except Exception:  # noqa: BLE001 - the first use raises it again, where it is reported

@@ -289,6 +289,7 @@ class AmacsHandler(EPCHandler):
                 return
             uid, reply = server.authenticate(self, first)
             self._send("return", uid, reply)
+            server.after_hello()
             for sexp in messages:
                 self._handle(sexp)
         except Unauthorized as err:
@@ -324,6 +325,8 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.emacs: AmacsHandler | None = None
         self.emacs_pid: int | None = None
         self.on_hello: Callable[[dict[str, Any]], dict[str, Any]] = lambda _s: {}
+        # Called once hello is answered (the server's start-up waits for it, see __main__).
+        self.after_hello: Callable[[], None] = lambda: None
         self.on_emacs_gone: Callable[[], None] = lambda: None
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
 
