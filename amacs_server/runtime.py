@@ -276,8 +276,6 @@ class Runtime:
                 self._wake_queued = False
                 if not self.world.bus.pending(PRIMARY):
                     continue
-            else:
-                self.face.input_taken()
             self._turn_running = True
             self._turn_task = self.loop.create_task(run_turn(self, text))
             try:

@@ -218,6 +218,21 @@ def test_events_of_one_loop_step_go_as_one_message(inproc):
     assert recv(sock)[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "cd"]]
 
 
+def test_a_turn_starts_with_one_message(server):
+    """input-taken and turn-start (and, here, the turn's whole end: no API key) reach Emacs together."""
+    _proc, port = server
+    sock = connect(port)
+    assert hello(sock)[0] == Symbol("return")
+    send(sock, "call", 2, Symbol("submit"), ["hi"])
+    messages = []
+    while not any(m[0] == Symbol("amacs-events") for m in messages):
+        messages.append(recv(sock))
+    events = next(m for m in messages if m[0] == Symbol("amacs-events"))[2]
+    types = [e[1] for e in events]
+    assert types[:2] == ["input-taken", "turn-start"], types
+    sock.close()
+
+
 def test_no_thread_per_message_and_slow_calls_do_not_block_replies(inproc):
     import threading
 

@@ -58,6 +58,8 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     """
     pending: str | None = text
     steps = 0
+    if text is not None:
+        rt.face.input_taken()  # in the step that starts the turn: one message to Emacs with turn-start
     rt.face.turn_started()
     try:
         while True:
