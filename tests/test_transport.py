@@ -194,10 +194,9 @@ def test_events_of_one_loop_step_go_as_one_message(inproc):
     srv, sock = inproc
 
     async def one_step() -> bool:
+        srv.notify({"type": "tick", "tick": 1})
         srv.notify({"type": "reply-delta", "text": "a"})
         srv.notify({"type": "reply-delta", "text": "b"})  # same step: merged, not held for the window
-        srv.notify({"type": "reply", "text": "ab", "streamed": True})  # drops the deltas it replaces
-        srv.notify({"type": "tick", "tick": 1})
         srv.notify({"type": "turn-done", "tick": 1})
         sock.settimeout(0.05)
         try:
@@ -214,8 +213,26 @@ def test_events_of_one_loop_step_go_as_one_message(inproc):
 
     asyncio.run(two_steps())
     sock.settimeout(1)
-    assert [e[1] for e in recv(sock)[2]] == ["reply", "tick", "turn-done"]
+    assert [e[1::2][:2] for e in recv(sock)[2]] == [["tick", 1], ["reply-delta", "ab"], ["turn-done", 1]]
     assert recv(sock)[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "cd"]]
+
+
+def test_a_reply_goes_at_once_with_what_came_before_it_in_the_step(inproc):
+    """The person waits for the reply, not for the tick's records that follow it in the same step."""
+    import asyncio
+
+    srv, sock = inproc
+
+    async def step() -> None:
+        srv.notify({"type": "reply-delta", "text": "a"})
+        srv.notify({"type": "reply", "text": "ab", "streamed": True})  # drops the delta it replaces
+        sock.settimeout(1)
+        assert [e[1] for e in recv(sock)[2]] == ["reply"]  # before the step ends
+        srv.notify({"type": "tick", "tick": 1})
+        srv.notify({"type": "turn-done", "tick": 1})
+
+    asyncio.run(step())
+    assert [e[1] for e in recv(sock)[2]] == ["tick", "turn-done"]
 
 
 def test_a_turn_starts_with_one_message(server):

@@ -90,9 +90,11 @@ class Outbox:
     ``reply`` drops them instead (it replaces the streamed text at once).
 
     "At once" on an asyncio loop's thread means when the loop's current step
-    is done: the events one step puts (a reply, the tick's usage and the end of
-    the turn; the deltas of one chunk of the model's stream) reach Emacs as one
-    message, which Emacs handles in one go and redisplays once (issue 10).
+    is done: the events one step puts (the input taken and the turn's start;
+    the tick's usage and the end of the turn; the deltas of one chunk of the
+    model's stream) reach Emacs as one message, which Emacs handles in one go
+    and redisplays once (issue 10).  A ``reply`` goes at once with what the
+    step put before it: the person waits for it, not for the tick's records.
     From any other thread a message goes before ``put`` returns.
     """
 
@@ -138,6 +140,8 @@ class Outbox:
             if held:
                 self._last_delta = time.monotonic()
             self._out([*held, event])
+            if event.get("type") == "reply":  # the person waits for it: not for the rest of the step
+                self._flush_locked()
 
     def _out(self, events: list[dict[str, Any]]) -> None:
         """Send EVENTS, or add them to the loop step's message (the lock is held)."""
