@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
+import secrets
 import signal
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,10 @@ EVAL_GRACE_SECONDS = 1.0
 EVAL_INTERRUPT_WAIT_SECONDS = 5.0
 HYDRATE_TIMEOUT_SECONDS = 10.0
 HOLD_POLL_SECONDS = 0.5
+# Request ids are drawn at random from 1 .. Emacs's `most-positive-fixnum' (2^61 - 1 on a 64-bit
+# build: 62-bit signed fixnums), so that an eval cannot name another eval by guessing its id, and
+# Emacs still compares ids with `eq'.
+MAX_REQUEST_ID = 2**61 - 1
 
 
 class EmacsGone(RuntimeError):
@@ -35,8 +39,9 @@ class EmacsFace:
         self.server = server
         self.loop: asyncio.AbstractEventLoop | None = None
         self.eval_timeout = 30.0
-        self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        # The agent each outstanding eval runs for: sent to Emacs and not yet answered (or given up).
+        self._eval_agents: dict[int, str] = {}
         # Per request: when its time is up (loop time), or None while the person
         # decides whether the eval may run (`amacs-eval-confirm'); and its limit,
         # which starts again once they have decided.
@@ -83,13 +88,22 @@ class EmacsFace:
         """Tell Emacs a tick was committed, with the tick's and the session's usage and cost."""
         self._send(type="tick", tick=tick, **usage)
 
+    def _new_id(self) -> int:
+        """A request id no outstanding request has, unguessable (see :data:`MAX_REQUEST_ID`)."""
+        while True:
+            rid = secrets.randbelow(MAX_REQUEST_ID) + 1
+            if rid not in self._pending:
+                return rid
+
     async def _request(self, kind: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         """Send an event Emacs answers with ``emacs_reply``; None if no answer within TIMEOUT."""
         loop = asyncio.get_running_loop()
         self.loop = loop
-        rid = next(self._ids)
+        rid = self._new_id()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[rid] = future
+        if kind == "eval":
+            self._eval_agents[rid] = payload["agent"]
         try:
             self._deadlines[rid] = loop.time() + timeout
             self._limits[rid] = timeout
@@ -113,8 +127,20 @@ class EmacsFace:
                 return None
         finally:
             self._pending.pop(rid, None)
+            self._eval_agents.pop(rid, None)
             self._deadlines.pop(rid, None)
             self._limits.pop(rid, None)
+
+    def agent_of_eval(self, eval_id: int) -> str | None:
+        """The agent whose eval EVAL_ID is outstanding (sent to Emacs, not yet answered), or None.
+
+        On the loop thread.  This record, not anything Emacs says, is who an agent
+        function called from that eval acts as (issue 11)."""
+        return self._eval_agents.get(eval_id)
+
+    def evals_outstanding(self) -> bool:
+        """Whether any eval is outstanding (on the loop thread)."""
+        return bool(self._eval_agents)
 
     def hold(self, rid: int, holding: bool) -> None:
         """From an EPC thread: the person is deciding on eval RID (no time limit), or has decided."""
