@@ -174,6 +174,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "skills_list": brain_tool(work_tools.skills_list),
         "skill_bind": brain_tool(work_tools.skill_bind),
         "skill_unbind": brain_tool(work_tools.skill_unbind),
-        **{name: brain_tool(fn) for name, fn in agent_tools.TOOLS.items()},
+        # Who calls an agent tool is the server's record of the eval it runs in (issue 11).
+        **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
     }.items():
         server.register(name, fn)

@@ -106,8 +106,11 @@ Its text appears in the context while that thread is active."
 ;;;; Agents and the World (agent-world-architecture.md)
 
 (defun amacs--agent-call (method &rest args)
-  "Call agent METHOD with ARGS for the agent whose eval is running."
-  (amacs--call-sync method (cons amacs-current-agent (cons amacs-current-eval args))))
+  "Call agent METHOD with ARGS from the eval that is running.
+Only the eval's id goes with them: the server knows which agent that
+eval runs for (issue 11), and the person's calls outside any eval
+act for the primary."
+  (amacs--call-sync method (cons amacs-current-eval args)))
 
 (defun agent-task (template prompt &rest options)
   "Start a Task from skill TEMPLATE with PROMPT and return its handle at once.

@@ -74,10 +74,14 @@ Signals `amacs-unreadable' when TEXT is not readable elisp."
 (define-error 'amacs-unreadable "Unreadable elisp")
 
 (defvar amacs-current-agent "primary"
-  "The agent whose eval is running: the caller of the agent functions.")
+  "The agent whose eval is running, for the eval to read.
+The server never takes it from Emacs: it knows which agent each eval
+runs for, so binding this changes nobody's identity.")
 
 (defvar amacs-current-eval nil
-  "The server's id of the eval that is running, or nil outside one.")
+  "The server's id of the eval that is running, or nil outside one.
+The agent functions send it; the server acts for the agent it sent
+that eval for, and refuses an id that names no running eval.")
 
 (defun amacs--print-result (value)
   "Return VALUE printed for the agent, without text properties, size-capped."

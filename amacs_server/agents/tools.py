@@ -1,16 +1,19 @@
 """Brain tools for agents, talk and wait, as the agent's elisp calls them.
 
-Every call names its caller and the eval it runs in (Emacs passes both), so
-the World knows who spawned what and which talks an eval made.
+Emacs sends only the id of the eval a call runs in; who the caller is comes
+from the server's own record of that eval (:func:`caller_of`), never from
+Emacs, so nothing an eval binds changes who it acts as (issue 11).  The World
+then knows who spawned what and which talks an eval made.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..toolkit import options, refusals
+from ..toolkit import ToolError, options, refusals
 from .talk import Overloaded
-from .world import AgentError
+from .world import PRIMARY, AgentError
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -19,92 +22,126 @@ _refusals = refusals(AgentError)
 _overload = refusals(Overloaded, prefix="overloaded: ")  # said as such, so the agent backs off
 
 
-def _eval_id(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+class Evals(Protocol):
+    """The server's record of the evals Emacs is running (the EmacsFace)."""
+
+    def agent_of_eval(self, eval_id: int) -> str | None: ...
+
+    def evals_outstanding(self) -> bool: ...
+
+
+def caller_of(evals: Evals, eval_id: Any) -> str:
+    """Who a call from Emacs made in eval EVAL_ID acts as: the agent that eval runs for.
+
+    No eval id is the person (outside any eval), who acts as the primary; but
+    while an eval is running, a call without one is refused, since it may come
+    from that eval.  An id that names no running eval is refused.
+    """
+    if eval_id is None:
+        if evals.evals_outstanding():
+            raise ToolError("agent functions called outside an eval are refused while an eval runs; "
+                            "call them from inside your eval, where `amacs-current-eval' names it")
+        return PRIMARY
+    agent = evals.agent_of_eval(eval_id) if isinstance(eval_id, int) and not isinstance(eval_id, bool) else None
+    if agent is None:
+        raise ToolError(f"eval {eval_id!r} is not running (finished, stopped, or never sent); "
+                        "agent functions act only inside the eval that calls them")
+    return agent
+
+
+def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., Any]:
+    """TOOL as Emacs calls it, with (RT EVAL-ID ARGS...): the caller is the one EVALS say."""
+
+    def from_emacs(rt: Runtime, eval_id: Any = None, *args: Any) -> Any:
+        return tool(rt, caller_of(evals, eval_id), eval_id, *args)
+
+    from_emacs.__name__ = tool.__name__
+    from_emacs.__doc__ = tool.__doc__
+    return from_emacs
 
 
 @_overload
 @_refusals
-def agent_task(rt: Runtime, caller: Any, eval_id: Any, template: Any, prompt: Any, opts: Any = None) -> Any:
+def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: Any, prompt: Any, opts: Any = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input)."""
     o = options(opts, {"allowed", "request_input"})
-    return rt.world.task(str(caller), _eval_id(eval_id), template, prompt, o)
+    return rt.world.task(caller, eval_id, template, prompt, o)
 
 
 @_overload
 @_refusals
-def agent_viewpoint(rt: Runtime, caller: Any, _eval: Any, name: Any, template: Any) -> Any:
+def agent_viewpoint(rt: Runtime, caller: str, _eval: int | None, name: Any, template: Any) -> Any:
     """Start the Viewpoint NAME from TEMPLATE."""
-    return rt.world.viewpoint(str(caller), name, template)
+    return rt.world.viewpoint(caller, name, template)
 
 
 @_overload
 @_refusals
-def agent_consider(rt: Runtime, caller: Any, eval_id: Any, prompt: Any) -> Any:
+def agent_consider(rt: Runtime, caller: str, eval_id: int | None, prompt: Any) -> Any:
     """Ask every viewpoint about PROMPT in turn; the comments come back as one event."""
-    return rt.world.consider(str(caller), _eval_id(eval_id), prompt)
+    return rt.world.consider(caller, eval_id, prompt)
 
 
 @_refusals
-def agent_discard(rt: Runtime, caller: Any, _eval: Any, name: Any) -> Any:
+def agent_discard(rt: Runtime, caller: str, _eval: int | None, name: Any) -> Any:
     """End the viewpoint NAME."""
-    return rt.world.discard(str(caller), name)
+    return rt.world.discard(caller, name)
 
 
 @_overload
 @_refusals
-def agent_compulsion(rt: Runtime, caller: Any, _eval: Any, template: Any, prompt: Any = None) -> Any:
+def agent_compulsion(rt: Runtime, caller: str, _eval: int | None, template: Any, prompt: Any = None) -> Any:
     """Attach a Compulsion from TEMPLATE (with PROMPT) to the caller."""
-    return rt.world.compulsion(str(caller), template, prompt)
+    return rt.world.compulsion(caller, template, prompt)
 
 
 @_refusals
-def agent_quit(rt: Runtime, caller: Any, _eval: Any) -> Any:
+def agent_quit(rt: Runtime, caller: str, _eval: int | None) -> Any:
     """A compulsion removes itself."""
-    return rt.world.quit(str(caller))
+    return rt.world.quit(caller)
 
 
 @_overload
 @_refusals
-def talk_user(rt: Runtime, caller: Any, eval_id: Any, text: Any) -> Any:
+def talk_user(rt: Runtime, caller: str, eval_id: int | None, text: Any) -> Any:
     """Say TEXT to the person; returns a TalkId."""
-    return rt.world.talk_user(str(caller), _eval_id(eval_id), text)
+    return rt.world.talk_user(caller, eval_id, text)
 
 
 @_overload
 @_refusals
-def talk_agent(rt: Runtime, caller: Any, eval_id: Any, target: Any, text: Any) -> Any:
+def talk_agent(rt: Runtime, caller: str, eval_id: int | None, target: Any, text: Any) -> Any:
     """Say TEXT to agent TARGET; returns a TalkId."""
-    return rt.world.talk_agent(str(caller), _eval_id(eval_id), target, text)
+    return rt.world.talk_agent(caller, eval_id, target, text)
 
 
 @_overload
 @_refusals
-def talk_brain(rt: Runtime, caller: Any, eval_id: Any, brain: Any, text: Any) -> Any:
+def talk_brain(rt: Runtime, caller: str, eval_id: int | None, brain: Any, text: Any) -> Any:
     """Say TEXT to one of the caller's own subagents; returns a TalkId."""
-    return rt.world.talk_brain(str(caller), _eval_id(eval_id), brain, text)
+    return rt.world.talk_brain(caller, eval_id, brain, text)
 
 
 @_overload
 @_refusals
-def talk_log(rt: Runtime, caller: Any, eval_id: Any, text: Any) -> Any:
+def talk_log(rt: Runtime, caller: str, eval_id: int | None, text: Any) -> Any:
     """Write TEXT to the transcript log; returns a TalkId."""
-    return rt.world.talk_log(str(caller), _eval_id(eval_id), text)
+    return rt.world.talk_log(caller, eval_id, text)
 
 
 @_refusals
-def wait_for(rt: Runtime, caller: Any, eval_id: Any, talk_ids: Any, opts: Any = None) -> Any:
+def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: Any, opts: Any = None) -> Any:
     """After this eval, sleep until a reply to TALK-IDS (:timeout seconds)."""
     o = options(opts, {"timeout"})
-    return rt.world.wait_for(str(caller), _eval_id(eval_id), talk_ids, o.get("timeout"))
+    return rt.world.wait_for(caller, eval_id, talk_ids, o.get("timeout"))
 
 
-def agents_list(rt: Runtime, _caller: Any = None, _eval: Any = None) -> Any:
+def agents_list(rt: Runtime, _caller: str = PRIMARY, _eval: int | None = None) -> Any:
     """Every live agent: id, type, template, state, cost."""
     return rt.world.live()
 
 
-TOOLS = {
+TOOLS: dict[str, Callable[..., Any]] = {
     "agent_task": agent_task, "agent_viewpoint": agent_viewpoint, "agent_consider": agent_consider,
     "agent_discard": agent_discard, "agent_compulsion": agent_compulsion, "agent_quit": agent_quit,
     "talk_user": talk_user, "talk_agent": talk_agent, "talk_brain": talk_brain, "talk_log": talk_log, "wait_for": wait_for,
