@@ -146,7 +146,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return call
 
     server.on_hello = hello
-    server.on_emacs_gone = lambda: face.fail_all("Emacs disconnected during the eval")
+    def emacs_gone() -> None:
+        rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls
+        face.fail_all("Emacs disconnected during the eval")
+
+    server.on_emacs_gone = emacs_gone
     for name, fn in {
         "submit": submit,
         "emacs_reply": emacs_reply,

@@ -99,6 +99,7 @@ class Runtime:
                                              wait_timeout=config.wait_timeout))
         self._turn_running = False
         self._turn_task: asyncio.Task[None] | None = None
+        self.halted: str | None = None  # why the running turn was stopped (None: it was not)
         self._wake_queued = False
         self._user_reply: tuple[str, int] | None = None  # who asked the person, with which TalkId
         self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
@@ -277,6 +278,7 @@ class Runtime:
                 if not self.world.bus.pending(PRIMARY):
                     continue
             self._turn_running = True
+            self.halted = None
             self._turn_task = self.loop.create_task(run_turn(self, text))
             try:
                 await asyncio.wait({self._turn_task})
@@ -293,12 +295,20 @@ class Runtime:
             if self.world.bus.pending(PRIMARY):
                 self.wake()
 
-    def interrupt(self) -> bool:
-        """Cancel the running turn: its model call and its chain of evals (loop thread)."""
+    def interrupt(self, reason: str = "interrupted by the person") -> bool:
+        """Cancel the running turn (its model call and its chain of evals) and every subagent
+        at work, each recorded as interrupted in its transcript (loop thread)."""
+        stopped = self.world.cancel_all(reason)
         if self._turn_task is None or self._turn_task.done():
-            return False
+            return bool(stopped)
+        self.halted = reason  # checked between ticks too: a cancel can be lost in a wait_for (3.11)
         self._turn_task.cancel()
         return True
+
+    def emacs_gone(self) -> None:
+        """The Emacs connection closed: stop at once, no further model calls (loop thread)."""
+        if self.interrupt("Emacs disconnected"):
+            log.info("Emacs disconnected: the running turn and subagents were stopped")
 
     def wake(self) -> None:
         """Events wait for the primary: run a turn for them when it is idle (loop thread)."""

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..inference.anthropic_backend import build_request
-from ..inference.parse import AgentResponse, ResponseFormatError, fallback_response, parse_response
+from ..inference.parse import (
+    MAX_PARSE_RETRIES,
+    RETRY_PROMPT,
+    AgentResponse,
+    ResponseFormatError,
+    fallback_response,
+    parse_response,
+)
 from ..inference.retry import InferenceError
 from ..persistence.transcript import AgentIdentity
 from ..skills import SkillError
@@ -43,12 +50,15 @@ DEFAULT_ACTIONS = {
     "viewpoint": frozenset({"eval", "task", "talk"}),
     "compulsion": frozenset({"eval", "task", "talk", "quit"}),
 }
-RETRY_PROMPT = "Your response was not valid JSON. Please retry."
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 
 
 class AgentError(ValueError):
     """An agent request the rules refuse; the message is for the calling agent."""
+
+
+class AgentStopped(RuntimeError):
+    """The agent may not go on: the budget is spent, or it was cancelled or interrupted."""
 
 
 @dataclass
@@ -77,7 +87,7 @@ class Agent:
     allowed: frozenset[str] = frozenset()
     request_input: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
-    state: str = "idle"  # idle | running | done | failed | discarded | quit
+    state: str = "idle"  # idle | running | done | failed | discarded | quit | interrupted | cancelled
     doing: str = ""  # while running: waiting for the model pool, thinking, an eval
     steps: int = 0
     input_tokens: int = 0
@@ -85,6 +95,12 @@ class Agent:
     cost: float = 0.0
     talk_ids: TalkIds = field(default_factory=TalkIds)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    status: str = ""  # how its last response ended: done | step-limit | quit
+    budget_told: bool = False  # the person heard that the budget stopped it
+    resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
+
+    def __post_init__(self) -> None:
+        self.resumed.set()
 
     @property
     def identity(self) -> AgentIdentity:
@@ -123,6 +139,19 @@ class AgentWorld:
         self._handles: dict[str, tuple[str, int]] = {}  # handle -> (caller, talk id)
         self.tasks_live = 0
         self.blocks = 0
+        self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
+
+    def _spawn(self, coro: Any, *agent_ids: str) -> asyncio.Task[Any]:
+        """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        for agent_id in agent_ids:
+            self._running.setdefault(agent_id, set()).add(task)
+        def forget(done: asyncio.Task[Any]) -> None:
+            for agent_id in agent_ids:
+                self._running.get(agent_id, set()).discard(done)
+
+        task.add_done_callback(forget)
+        return task
 
     # -- who is who --------------------------------------------------------------
 
@@ -195,12 +224,14 @@ class AgentWorld:
                              "let results arrive first")
         self._outstanding[caller] = owed + 1
 
-    def _deliver_result(self, to: str, event: AgentEvent) -> None:
-        """Deliver a result whose place was reserved: it is never dropped."""
+    def _deliver_result(self, to: str, event: AgentEvent, *, wake: bool = True) -> None:
+        """Deliver a result whose place was reserved: it is never dropped.
+
+        Without WAKE (an interrupted task's result) it waits for the primary's next turn."""
         self._outstanding[to] = max(0, self._outstanding.get(to, 0) - 1)
         self.bus.post(to, event, reserved=True)
         self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
-        if to == PRIMARY:
+        if to == PRIMARY and wake:
             self.rt.wake()
 
     def _deliver(self, to: str, event: AgentEvent) -> None:
@@ -213,6 +244,82 @@ class AgentWorld:
         self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
         if to == PRIMARY:
             self.rt.wake()
+
+    # -- rules every agent obeys --------------------------------------------------------
+
+    def budget_stop(self, who: str) -> str | None:
+        """The message that stops WHO (an agent's description) when the one ledger is spent, else None."""
+        budget = self.rt.consciousness.budget
+        if budget.cost_so_far < budget.budget_limit:
+            return None
+        return (f"Budget spent (${budget.cost_so_far:.4f} of ${budget.budget_limit:.2f}): {who} wanted another "
+                "model call and was stopped; raise the limit with M-x amacs-set-budget to go on.")
+
+    def subtree(self, agent_id: str) -> list[Agent]:
+        """AGENT_ID and every agent below it."""
+        out, todo = [], [agent_id]
+        while todo:
+            current = todo.pop()
+            agent = self.agents.get(current)
+            if agent is not None:
+                out.append(agent)
+            todo.extend(a.id for a in self.agents.values() if a.parent == current)
+        return out
+
+    def cancel(self, agent_id: str, reason: str, state: str = "cancelled") -> list[str]:
+        """Stop AGENT_ID and its subtree: model calls and eval chains end now; each transcript says why.
+
+        Returns the ids of the agents that were at work."""
+        stopped = []
+        for agent in self.subtree(agent_id):
+            tasks = [t for t in self._running.get(agent.id, set()) if not t.done()]
+            if agent.state in ("idle", "running") or tasks:
+                if agent.state == "running" or tasks:
+                    stopped.append(agent.id)
+                agent.state = state
+                agent.resumed.set()
+                self.rt.transcript.write(state, {"reason": reason}, agent=agent.identity)
+            for task in tasks:
+                task.cancel()
+        if stopped:
+            self._report_working()
+        return stopped
+
+    def cancel_all(self, reason: str) -> list[str]:
+        """Interrupt every subagent at work (C-c C-c, or Emacs gone); idle ones stay."""
+        stopped = []
+        for agent in list(self.agents.values()):
+            if agent.state == "running" or any(not t.done() for t in self._running.get(agent.id, set())):
+                tasks = [t for t in self._running.get(agent.id, set()) if not t.done()]
+                for task in tasks:
+                    task.cancel()
+                if agent.type == "task":
+                    agent.state = "interrupted"
+                self.rt.transcript.write("interrupted", {"reason": reason}, agent=agent.identity)
+                stopped.append(agent.id)
+        if stopped:
+            self._report_working()
+        return stopped
+
+    def pause(self, agent_id: str) -> dict[str, Any]:
+        """AGENT_ID makes no model call until resumed (the one under way finishes)."""
+        agent = self._known(agent_id)
+        agent.resumed.clear()
+        self.rt.transcript.write("paused", {}, agent=agent.identity)
+        return {"paused": agent.id}
+
+    def resume(self, agent_id: str) -> dict[str, Any]:
+        """AGENT_ID goes on."""
+        agent = self._known(agent_id)
+        agent.resumed.set()
+        self.rt.transcript.write("resumed", {}, agent=agent.identity)
+        return {"resumed": agent.id}
+
+    def _known(self, agent_id: Any) -> Agent:
+        agent = self.agents.get(agent_id) if isinstance(agent_id, str) else None
+        if agent is None:
+            raise AgentError(f"no agent {agent_id!r}")
+        return agent
 
     # -- the actions -------------------------------------------------------------------
 
@@ -234,24 +341,34 @@ class AgentWorld:
         talk_id = self._talk(caller, eval_id)
         self.tasks_live += 1
         self._handles[agent.id] = (caller, talk_id)
-        asyncio.get_running_loop().create_task(self._run_task(agent, prompt, caller, talk_id))
+        self._spawn(self._run_task(agent, prompt, caller, talk_id), agent.id)
         return {"handle": agent.id, "talk_id": talk_id, "template": agent.template}
 
     async def _run_task(self, agent: Agent, prompt: str, caller: str, talk_id: int) -> None:
+        wake = True
         try:
             reply = await self.respond(agent, prompt)
             agent.state = "done"
-            content = {"handle": agent.id, "template": agent.template, "reply": reply}
+            content = {"handle": agent.id, "template": agent.template, "status": agent.status, "reply": reply}
+        except asyncio.CancelledError:  # interrupted or cancelled: said in its transcript already
+            if agent.state not in ("interrupted", "cancelled"):
+                agent.state = "cancelled"
+            content = {"handle": agent.id, "template": agent.template, "status": agent.state,
+                       "error": f"the task was {agent.state}"}
+            wake = False  # the result waits for the caller's next turn; it does not start one
+        except AgentStopped as err:
+            agent.state = "stopped"
+            content = {"handle": agent.id, "template": agent.template, "status": "stopped", "error": str(err)}
         except Exception as err:  # a failed task is a result too
             log.exception("task %s failed", agent.id)
             agent.state = "failed"
-            content = {"handle": agent.id, "template": agent.template, "error": str(err)}
+            content = {"handle": agent.id, "template": agent.template, "status": "failed", "error": str(err)}
         finally:
             self.tasks_live -= 1
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         said = content.get("reply") or content.get("error") or "(no reply)"
         self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}", "agent")
-        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id))
+        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
         """Start a named, persistent Viewpoint for CALLER."""
@@ -277,7 +394,7 @@ class AgentWorld:
             raise AgentError("there are no viewpoints to consider with; make some with agent-viewpoint")
         self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
-        asyncio.get_running_loop().create_task(self._run_consider(caller, panel, prompt, talk_id))
+        self._spawn(self._run_consider(caller, panel, prompt, talk_id), *(a.id for a in panel))
         return {"talk_id": talk_id, "viewpoints": [a.name for a in panel]}
 
     async def _run_consider(self, caller: str, panel: list[Agent], prompt: str, talk_id: int) -> None:
@@ -285,10 +402,14 @@ class AgentWorld:
             agent.tell(f"[{caller}] {prompt}")
         comments: list[str] = []
         for agent in panel:
-            if agent.state == "discarded":
+            if agent.state in ("discarded", "cancelled"):
                 continue
             try:
                 comment = await self.respond(agent, None)
+            except asyncio.CancelledError:
+                self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider", {
+                    "prompt": prompt, "comments": comments, "status": "interrupted"}, talk_id), wake=False)
+                return
             except Exception as err:  # one failing viewpoint does not stop the debate
                 comment = f"(no comment: {err})"
             line = f"[{agent.name}] {comment}"
@@ -345,7 +466,7 @@ class AgentWorld:
             raise AgentError("talk needs a non-empty string")
         self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
-        asyncio.get_running_loop().create_task(self._run_talk(caller, agent, text, talk_id))
+        self._spawn(self._run_talk(caller, agent, text, talk_id), agent.id)
         return {"talk_id": talk_id, "to": agent.id}
 
     def talk_brain(self, caller: str, eval_id: int | None, brain: Any, text: Any) -> dict[str, Any]:
@@ -358,6 +479,10 @@ class AgentWorld:
     async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int) -> None:
         try:
             reply: Any = {"reply": await self.respond(agent, f"[{caller}] {text}")}
+        except asyncio.CancelledError:
+            self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, {"error": "interrupted"}, talk_id),
+                                 wake=False)
+            return
         except Exception as err:
             reply = {"error": str(err)}
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
@@ -431,7 +556,7 @@ class AgentWorld:
     async def respond(self, agent: Agent, text: str | None) -> str:
         """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
         async with agent.lock:
-            if agent.state in ("discarded", "quit"):
+            if agent.state in ("discarded", "quit", "cancelled"):
                 raise AgentError(f"{agent.id} is {agent.state}")
             agent.state = "running"
             self._report_working()
@@ -464,26 +589,61 @@ class AgentWorld:
                              for a in self.agents.values() if a.state == "running"])
 
     async def _loop(self, agent: Agent) -> str:
+        """Infer, consult compulsions, act, until the default action (done) or the step limit.
+
+        The rules are the primary's (loop/primary.py): one budget, compulsions before
+        each model call and before each action (the reply included), the allowed
+        actions (an action outside them is an error result, never dropped), and a
+        step limit that is said in the result's status."""
         reply = ""
+        last: str | None = None  # the previous action's result, for the compulsions
         for _ in range(self.limits.max_steps):
+            if last is not None:
+                await self.before_model_call(agent.id, last)
+                self._tell_events(agent)
             response = await self._infer(agent)
-            reply = response.reply or reply
-            if response.eval is None or "eval" not in agent.allowed:
+            if response.eval is None:
+                said = response.reply or ""
+                blocked = await self.before_action(agent.id, said, kind="reply") if said else None
+                if blocked:
+                    agent.tell(f"[blocked] Your reply was not delivered: {blocked}")
+                    last = blocked
+                    continue
+                reply = said or reply
                 if agent.request_input and not response.done:
                     agent.tell(await self._ask_person(agent, response.reply or ""))
+                    last = "the person answered"
                     continue
+                agent.status = "done"
                 return reply  # the default action `done'; not written to the transcript
-            result, wait = await self._eval(agent, response.eval)
-            agent.tell("<last-eval-result>\n" + json.dumps({"lastEvalResult": result.to_dict()}) +
-                       "\n</last-eval-result>")
+            reply = response.reply or reply
+            if "eval" not in agent.allowed:
+                result, wait = EvalResult(False, error=(
+                    f"eval is not among your allowed actions ({', '.join(sorted(agent.allowed))}); "
+                    "it was not run")), None
+                self.rt.transcript.write("refused", {"action": "eval", "form": response.eval}, agent=agent.identity)
+            else:
+                blocked = await self.before_action(agent.id, response.eval)
+                if blocked:
+                    result, wait = EvalResult(False, error=blocked), None
+                else:
+                    result, wait = await self._eval(agent, response.eval)
+            last = json.dumps({"lastEvalResult": result.to_dict()})
+            agent.tell("<last-eval-result>\n" + last + "\n</last-eval-result>")
             if agent.state == "quit":
+                agent.status = "quit"
                 return reply
             if wait is not None:
                 await self.sleep_until(agent.id, wait)
-            events = self.bus.drain(agent.id)
-            if events:
-                agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
+            self._tell_events(agent)
+        agent.status = "step-limit"
+        self.rt.transcript.write("step_limit", {"max_steps": self.limits.max_steps}, agent=agent.identity)
         return reply
+
+    def _tell_events(self, agent: Agent) -> None:
+        events = self.bus.drain(agent.id)
+        if events:
+            agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
 
     async def _ask_person(self, agent: Agent, text: str) -> str:
         talk_id = agent.talk_ids.next()
@@ -494,19 +654,30 @@ class AgentWorld:
         return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
 
     async def _infer(self, agent: Agent) -> AgentResponse:
-        for attempt in range(3):
+        """One response, parsed; invalid JSON is retried as the primary's is (MAX_PARSE_RETRIES)."""
+        for attempt in range(MAX_PARSE_RETRIES + 1):
             text = await self.model_call(agent)
             try:
                 return parse_response(text)
             except ResponseFormatError as err:
                 self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)},
                                          agent=agent.identity)
-                if attempt < 2:
+                if attempt < MAX_PARSE_RETRIES:
                     agent.tell(RETRY_PROMPT)
         return fallback_response(text)
 
     async def model_call(self, agent: Agent) -> str:
         """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
+        await agent.resumed.wait()  # paused: no model call until resumed
+        if agent.state in ("interrupted", "cancelled"):  # a cancel lost in a wait_for must not call the model
+            raise asyncio.CancelledError(agent.state)
+        stop = self.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
+        if stop is not None:
+            if not agent.budget_told:
+                agent.budget_told = True
+                self.rt.face.annotate(stop, "error")
+            self.rt.transcript.write("budget_stop", {"message": stop}, agent=agent.identity)
+            raise AgentStopped("the budget limit is reached")
         request = build_request(self.rt.model, self.system_prompt(agent), agent.messages,
                                 self.rt.consciousness.api_settings)
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
@@ -552,17 +723,21 @@ class AgentWorld:
             if note.strip() and comp.state != "quit":
                 self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
 
-    async def before_action(self, agent_id: str, form: str) -> str | None:
-        """Each compulsion sees the action; the first non-empty reply blocks it, with that reason."""
+    async def before_action(self, agent_id: str, form: str, kind: str = "eval") -> str | None:
+        """Each compulsion sees the action; the first non-empty reply blocks it, with that reason.
+
+        KIND is ``eval`` (FORM is elisp) or ``reply`` (FORM is what the agent says to its
+        interlocutor: a reply is an action too, so a compulsion can hold it back)."""
         for comp in self.compulsions_of(agent_id):
+            what = ("wants to evaluate" if kind == "eval" else "wants to reply to its interlocutor")
             try:
-                reason = await self.respond(comp, f"[before action] The agent wants to evaluate:\n{form}")
+                reason = await self.respond(comp, f"[before action] The agent {what}:\n{form}")
             except Exception as err:
                 log.warning("compulsion %s failed: %s", comp.id, err)
                 continue
             if reason.strip() and comp.state != "quit":
                 self.blocks += 1
-                self.rt.transcript.write("blocked", {"by": comp.id, "template": comp.template,
+                self.rt.transcript.write("blocked", {"by": comp.id, "template": comp.template, "action": kind,
                                                      "form": form, "reason": reason},
                                          agent=self.identity(agent_id))
                 return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"

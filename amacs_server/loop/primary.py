@@ -43,6 +43,7 @@ class TickOutcome:
     tick: int
     response: AgentResponse | None
     eval_result: EvalResult | None = None
+    reply_blocked: bool = False  # a compulsion held the reply back: the turn goes on
 
 
 class TurnAborted(Exception):
@@ -63,10 +64,12 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     rt.face.turn_started()
     try:
         while True:
+            if rt.halted:  # interrupted, or Emacs gone: no further tick
+                raise asyncio.CancelledError(rt.halted)
             outcome = await run_tick(rt, pending)
             pending = None
             steps += 1
-            if outcome.response is None or outcome.response.eval is None:
+            if outcome.response is None or (outcome.response.eval is None and not outcome.reply_blocked):
                 break
             wait = rt.world.end_eval(PRIMARY)
             if wait is not None:
@@ -100,6 +103,9 @@ async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
         if response.reply:  # org, for the shell, agent-chat.org and memory (issue 9)
             response = replace(response, reply=markdown_to_org(response.reply))
         eval_result = await act(rt, tick, response, streamed=streamed)
+        blocked = response.eval is None and not eval_result.skipped
+        if blocked:  # not said to the person: not in agent-chat.org either
+            response = replace(response, reply=None)
     except asyncio.CancelledError:
         rt.face.reply_abandon("interrupted")
         rt.transcript.write("interrupted", {}, tick=tick)
@@ -108,7 +114,7 @@ async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     record(rt, tick, response, eval_result)
     persist(rt, tick, response, human_written=human is not None)
     commit(rt, tick, response)
-    return TickOutcome(tick, response, eval_result)
+    return TickOutcome(tick, response, eval_result, reply_blocked=blocked)
 
 
 def begin(rt: Runtime, human: str | None) -> int:
@@ -173,12 +179,9 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
 
     Returns the response and whether its reply was already streamed to the shell.
     """
-    if rt.consciousness.budget.cost_so_far >= rt.consciousness.budget.budget_limit:
-        rt.face.annotate(
-            f"Budget spent (${rt.consciousness.budget.cost_so_far:.4f} of "
-            f"${rt.consciousness.budget.budget_limit:.2f}): raise it with M-x amacs-set-budget to go on.",
-            "error",
-        )
+    stop = rt.world.budget_stop("the primary agent")  # the one ledger every agent is held to
+    if stop is not None:
+        rt.face.annotate(stop, "error")
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
     messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
@@ -225,7 +228,11 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         raise TurnAborted
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request}, tick=tick)
+    watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
+
     def on_text(delta: str) -> None:
+        if watched:
+            return
         gained = streamer.feed(delta)
         if gained:
             rt.face.reply_delta(gained)
@@ -263,6 +270,14 @@ async def act(rt: Runtime, tick: int, response: AgentResponse, *, streamed: bool
     """Act: take mood and confidence, show (or finish) the reply, evaluate the elisp."""
     rt.consciousness.mood = response.mood
     rt.consciousness.confidence = response.confidence
+    if response.reply and not streamed and rt.world.compulsions_of(PRIMARY):
+        blocked = await rt.world.before_action(PRIMARY, response.reply, kind="reply")
+        if blocked:  # the person does not see it; the agent hears why, and its turn goes on
+            rt.transcript.write("reply_blocked", {"reply": response.reply, "reason": blocked}, tick=tick)
+            rt.face.annotate(f"A reply was held back: {blocked}", "agent")
+            result = EvalResult(False, error=f"your reply was not delivered: {blocked}")
+            rt.consciousness.last_eval_result = result
+            return result
     if response.reply:
         rt.face.reply(response.reply, streamed=streamed)
     if response.eval is None:

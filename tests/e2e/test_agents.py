@@ -62,9 +62,12 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
         "task-1": ("primary", 1), "task-2": ("task-1", 2), "task-3": ("task-1", 2)}
     ends = {e["agent_id"]: e["data"]["state"] for e in events_of(home) if e["event"] == "agent_end"}
     assert ends == {"task-1": "done", "task-2": "done", "task-3": "done"}
-    # The default action `done' is not written into a task's own transcript.
+    # The default action `done' is not written into a task's own transcript (its subtasks' results
+    # say how they ended, "status": "done", which is data, not an action).
     last_task1 = [r["body"] for r in fake.requests if who(r["body"])[0] == "task-1"][-1]
-    assert all("done" not in m for m in transcript(last_task1))
+    assert all("done" not in m.replace('"status": "done"', "") for m in transcript(last_task1))
+    results = [e for m in transcript(last_task1) for e in event_lines(m)]
+    assert [r["content"]["status"] for r in results] == ["done", "done"]
 
 
 def test_debate_three_viewpoints_two_rounds(fake, home):

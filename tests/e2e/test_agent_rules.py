@@ -1,0 +1,224 @@
+"""Every agent obeys the same rules (issue 11; agent-world-architecture.md, Compulsions and The World).
+
+Each test drives the real shell in batch Emacs against the fake model and
+asserts on the requests the fake received: who called the model, and what it saw.
+"""
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.e2e.agent_fakes import run_elisp, say, transcript, who
+from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
+
+pytestmark = pytest.mark.e2e
+
+
+def session(*steps, setup="(setq amacs-max-steps 20)"):
+    return f"{setup} (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
+
+
+def send(text):
+    return f"(amacs-e2e-send {elisp_string(text)})"
+
+
+def wait_text(text):
+    return f"(amacs-e2e-wait-text {elisp_string(text)})"
+
+
+def pause(seconds):
+    """Elisp that lets Emacs run (process output, timers) for SECONDS."""
+    return f"(let ((end (+ (float-time) {seconds}))) (while (< (float-time) end) (accept-process-output nil 0.05)))"
+
+
+def calls_by(fake, agent_id):
+    return [r["body"] for r in fake.requests if who(r["body"])[0] == agent_id]
+
+
+def transcript_events(home, agent_id=None):
+    rows = [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
+    return [r for r in rows if agent_id is None or r["agent_id"] == agent_id]
+
+
+def test_a_subagent_stops_at_the_budget(fake, home):
+    """The primary's first call spends the budget: the task it starts makes no model call, and the person is told."""
+
+    def answer(body):
+        if who(body)[0] == "primary":
+            return run_elisp('(agent-task "researcher" "dig into it")')
+        return say("found it")
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(send("research"), wait_text("wanted another model call")),
+                    AMACS_BUDGET_LIMIT="0.0000001").check()
+    assert calls_by(fake, "task-1") == []
+    assert "task-1 (task researcher) wanted another model call and was stopped" in run.shell
+    assert [e["data"]["state"] for e in transcript_events(home, "task-1") if e["event"] == "agent_end"] == ["stopped"]
+
+
+def test_interrupt_stops_a_running_task(fake, home):
+    """C-c C-c while a task waits on the model: no model call from it afterwards; its transcript says interrupted."""
+    hold = threading.Event()
+
+    def answer(body):
+        me = who(body)[0]
+        if me == "primary":
+            if "<last-eval-result>" in transcript(body)[-1]:
+                return say("Waiting for the task.")
+            return run_elisp('(agent-wait-for (plist-get (agent-task "researcher" "slow work") :talk-id) '
+                             ':timeout 60)')
+        return _held(hold)
+
+    fake.respond_with(answer)
+    marker = home.parent / "task-called"
+    program = session(
+        '(amacs-e2e-send-no-wait "start a slow task")',
+        f'(amacs-e2e-wait (lambda () (file-exists-p {elisp_string(str(marker))})) "the task\'s model call")',
+        "(with-current-buffer amacs-shell-buffer-name (call-interactively (key-binding (kbd \"C-c C-c\"))))",
+        '(amacs-e2e-wait (lambda () (not amacs-shell-busy)) "the prompt")',
+        pause(1.0))
+    proc = start_emacs(home, fake.url, program)
+    try:
+        deadline = time.monotonic() + 30
+        while not calls_by(fake, "task-1"):
+            assert time.monotonic() < deadline, "the task never called the model"
+            time.sleep(0.05)
+        marker.touch()  # the task's call is under way (held by the fake): now C-c C-c
+        run = finish_emacs(proc, home, timeout=60).check()
+    finally:
+        hold.set()
+    time.sleep(0.5)  # the held answer is released: nothing may follow it
+    assert len(calls_by(fake, "task-1")) == 1
+    assert "Interrupted." in run.shell
+    events = [e["event"] for e in transcript_events(home, "task-1")]
+    assert "interrupted" in events
+    assert [e["data"]["state"] for e in transcript_events(home, "task-1") if e["event"] == "agent_end"] == [
+        "interrupted"]
+
+
+def _held(hold):
+    from tests.fake_anthropic import Reply, agent_json
+
+    return Reply(agent_json("a late answer"), hold=hold)
+
+
+def test_a_compulsion_on_a_task_blocks_that_tasks_eval(fake, home):
+    """A task attaches a compulsion to itself; the compulsion blocks the task's eval, and the task hears why."""
+
+    def answer(body):
+        me, kind, _template = who(body)
+        msgs = transcript(body)
+        if me == "primary":
+            if "Agent" in msgs[-1] and "task-1" in msgs[-1]:
+                return say("The task is back.")
+            if "<last-eval-result>" in msgs[-1]:
+                return say("Started.")
+            return run_elisp('(agent-task "researcher" "work" :allowed (list "eval" "compulsion"))')
+        if kind == "compulsion":
+            if msgs[-1].startswith("[before action]") and "forbidden" in msgs[-1]:
+                return say("No messages from this task.")
+            return say("")
+        if len(msgs) == 1:
+            return run_elisp('(agent-compulsion "spawn-limiter" "watch this task")')
+        if "blocked by compulsion" in msgs[-1]:
+            return say("Blocked, so I stop.")
+        return run_elisp('(message "forbidden")')
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session(send("go"), wait_text("The task is back."))).check()
+    task_calls = calls_by(fake, "task-1")
+    assert "blocked by compulsion compulsion-" in transcript(task_calls[-1])[-1]
+    asked = [transcript(r["body"])[-1] for r in fake.requests if who(r["body"])[1] == "compulsion"]
+    assert any(m.startswith('[before action] The agent wants to evaluate:\n(message "forbidden")') for m in asked)
+    blocked = [e for e in transcript_events(home, "task-1") if e["event"] == "blocked"]
+    assert len(blocked) == 1 and blocked[0]["data"]["action"] == "eval"
+
+
+def test_a_compulsion_holds_the_primarys_reply_until_a_condition_holds(fake, home):
+    """A reply is an action: the compulsion blocks it until the agent says it considered viewpoints."""
+
+    def answer(body):
+        me, kind, _template = who(body)
+        msgs = transcript(body)
+        if kind == "compulsion":
+            last = msgs[-1]
+            if last.startswith("[before action]") and "wants to reply" in last and "considered" not in last:
+                return say("Consider the viewpoints before you answer.")
+            return say("")
+        ctx = msgs[-1]
+        if "your reply was not delivered" in ctx:
+            return say("Having considered the viewpoints: ship on Monday.")
+        if "<last-eval-result>" in ctx:
+            return say("Ship on Friday!")
+        return run_elisp('(agent-compulsion "spawn-limiter" "hold replies")')
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(send("when do we ship?"),
+                                            wait_text("Having considered the viewpoints"))).check()
+    assert "Ship on Friday!" not in run.shell
+    assert "A reply was held back: blocked by compulsion" in run.shell
+    chat = (home / "agent-chat.org").read_text()
+    assert "Ship on Friday!" not in chat and "Having considered the viewpoints: ship on Monday." in chat
+
+
+def test_a_task_out_of_steps_says_so_in_its_result(fake, home):
+    def answer(body):
+        me = who(body)[0]
+        msgs = transcript(body)
+        if me == "primary":
+            if "step-limit" in msgs[-1]:
+                return say("The task ran out of steps.")
+            if "<last-eval-result>" in msgs[-1]:
+                return say("Started.")
+            return run_elisp('(agent-task "researcher" "loop forever")')
+        return run_elisp("(+ 1 1)")
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session(send("go"), wait_text("The task ran out of steps."))).check()
+    assert len(calls_by(fake, "task-1")) == 8  # Limits.max_steps
+    result = [e for e in transcript_events(home, "primary") if e["event"] == "event"
+              and e["data"]["source"] == "task-1"]
+    assert result[0]["data"]["content"]["status"] == "step-limit"
+
+
+def test_a_disallowed_action_comes_back_as_an_error(fake, home):
+    """A task allowed only to talk tries an eval: it is not run, and the task hears why."""
+
+    def answer(body):
+        me = who(body)[0]
+        msgs = transcript(body)
+        if me == "primary":
+            if "Agent" in msgs[-1] and "task-1" in msgs[-1]:
+                return say("Task finished.")
+            if "<last-eval-result>" in msgs[-1]:
+                return say("Started.")
+            return run_elisp('(agent-task "researcher" "try an eval" :allowed (list "talk"))')
+        if "<last-eval-result>" in msgs[-1]:
+            return say("Understood, no eval.")
+        return run_elisp("(setq amacs-rules-test-ran t)")
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(
+        send("go"), wait_text("Task finished."),
+        '(princ (format "RAN<<%S>>\\n" (bound-and-true-p amacs-rules-test-ran)))')).check()
+    second = transcript(calls_by(fake, "task-1")[1])[-1]
+    assert "eval is not among your allowed actions (talk); it was not run" in second
+    assert "RAN<<nil>>" in run.stdout
+
+
+def test_emacs_gone_mid_turn_means_no_more_model_calls(fake, home):
+    """Emacs is killed while the primary's turn runs evals: the server makes no further model call."""
+    fake.respond_with(lambda body: run_elisp("(sleep-for 0.2)"))
+    proc = start_emacs(home, fake.url, session('(amacs-e2e-send-no-wait "keep going")',
+                                               pause(30)))
+    deadline = time.monotonic() + 30
+    while len(fake.requests) < 3:
+        assert time.monotonic() < deadline, "the turn did not start"
+        time.sleep(0.05)
+    proc.kill()
+    finish_emacs(proc, home, timeout=10)
+    at_kill = len(fake.requests)
+    time.sleep(2.0)
+    assert len(fake.requests) <= at_kill + 1  # at most the call already under way
