@@ -140,9 +140,10 @@ class Runtime:
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
         return {"backend": backend, "model": self.model}
 
-    def charge(self, usage: Usage) -> float:
-        """Count one model call's USAGE in this tick, the session and the budget; return dollars."""
-        dollars = cost(self.model, usage, self.prices)
+    def charge(self, usage: Usage, model: str | None = None) -> float:
+        """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
+        and the budget; return dollars."""
+        dollars = cost(model or self.model, usage, self.prices)
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
         self.consciousness.budget.cost_so_far += dollars

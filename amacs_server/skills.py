@@ -30,6 +30,8 @@ class Skill:
     body: str
     path: Path
     mtime_ns: int
+    allowed: tuple[str, ...] | None = None  # an agent template's `allowed:' actions (None: its type's defaults)
+    model: str | None = None  # an agent template's `model:' (None: the session's model)
 
     def summary(self) -> dict[str, str]:
         """Name, description and kind, for listings."""
@@ -73,8 +75,11 @@ class SkillLibrary:
             return cached
         fields, body = parse_frontmatter(path.read_text(encoding="utf-8"))
         kind = fields.get("kind", "skill")
+        allowed = fields.get("allowed")
         skill = Skill(name=name, description=fields.get("description", ""),
-                      kind=kind if kind in KINDS else "skill", body=body.strip(), path=path, mtime_ns=mtime)
+                      kind=kind if kind in KINDS else "skill", body=body.strip(), path=path, mtime_ns=mtime,
+                      allowed=tuple(a for a in re.split(r"[\s,\[\]]+", allowed) if a) if allowed is not None else None,
+                      model=fields.get("model") or None)
         self._cache[path] = skill
         return skill
 

@@ -96,3 +96,108 @@ def test_an_answer_to_a_gone_agent_becomes_a_new_turn(tmp_path):
         asyncio.run(run())
     finally:
         rt.ltm.close()
+
+
+# Issue 11: every delivery respects its bound and says so; ended agents free their queues;
+# templates choose their actions and model; any agent can talk to the primary; notify.
+
+def _runtime(tmp_path, fake=None, **env):
+    from amacs_server.config import load_config
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    cfg = {"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k", **env}
+    if fake is not None:
+        cfg["ANTHROPIC_BASE_URL"] = fake.url
+    rt = Runtime(load_config(cfg), SilentFace())
+    rt.wake = lambda: None
+    return rt
+
+
+def test_talk_log_on_a_full_queue_is_an_overload_error_to_the_sender(tmp_path):
+    from amacs_server.agents.world import PRIMARY
+
+    rt = _runtime(tmp_path, AMACS_EVENT_QUEUE="2")
+
+    async def run():
+        rt.world.talk_log(PRIMARY, None, "one")
+        rt.world.talk_log(PRIMARY, None, "two")
+        with pytest.raises(Overloaded, match="event queue of primary is full"):
+            rt.world.talk_log(PRIMARY, None, "three")
+        assert [e.content["logged"] for e in rt.world.bus.drain(PRIMARY)] == ["one", "two"]
+
+    try:
+        asyncio.run(run())
+    finally:
+        rt.ltm.close()
+
+
+def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):
+    from amacs_server.agents.world import PRIMARY
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"))).start()
+    rt = _runtime(tmp_path, fake)
+
+    async def run():
+        handle = rt.world.task(PRIMARY, None, "researcher", "q", {})["handle"]
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+        return handle
+
+    try:
+        handle = asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    world = rt.world
+    assert world.agents[handle].state == "done"  # its summary stays, for the hub
+    assert handle not in world.bus._events and handle not in world._talk_ids and handle not in world._outstanding
+
+
+def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):
+    from amacs_server.agents.world import PRIMARY
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    skill = tmp_path / "h" / "skills" / "narrow"
+    skill.mkdir(parents=True)
+    skill.joinpath("SKILL.md").write_text("---\nname: narrow\ndescription: talks only\nkind: task\n"
+                                          "allowed: talk\nmodel: claude-tiny-1\n---\nYou only talk.\n")
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("ok"))).start()
+    rt = _runtime(tmp_path, fake)
+
+    async def run():
+        handle = rt.world.task(PRIMARY, None, "narrow", "q", {})["handle"]
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+        return handle
+
+    try:
+        handle = asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    assert rt.world.agents[handle].allowed == frozenset({"talk"})
+    assert fake.requests[0]["body"]["model"] == "claude-tiny-1"
+
+
+def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_path):
+    from amacs_server.agents.world import PRIMARY
+
+    rt = _runtime(tmp_path)
+
+    async def run():
+        rt.world.viewpoint(PRIMARY, "optimist", "debater")
+        task = rt.world._new_agent(PRIMARY, "task", "researcher")
+        said = rt.world.talk_agent(task.id, None, PRIMARY, "I need a file name")
+        events = rt.world.bus.drain(PRIMARY)
+        assert [(e.source, e.content, e.talk_id) for e in events] == [
+            (task.id, {"message": "I need a file name", "from_talk_id": said["talk_id"]}, None)]
+        assert rt.world.notify(PRIMARY, "the deadline moved to Monday") == {"notified": ["optimist"]}
+        return rt.world.agents["viewpoint-optimist"].messages
+
+    try:
+        messages = asyncio.run(run())
+    finally:
+        rt.ltm.close()
+    assert messages == [{"role": "user", "content": "[primary] the deadline moved to Monday"}]

@@ -31,7 +31,7 @@ from ..inference.parse import (
 )
 from ..inference.retry import InferenceError
 from ..persistence.transcript import AgentIdentity
-from ..skills import SkillError
+from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
 from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
@@ -96,6 +96,7 @@ class Agent:
     talk_ids: TalkIds = field(default_factory=TalkIds)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     status: str = ""  # how its last response ended: done | step-limit | quit
+    model: str | None = None  # its template's `model:' (None: the session's model)
     budget_told: bool = False  # the person heard that the budget stopped it
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
 
@@ -175,25 +176,28 @@ class AgentWorld:
                              f"allowed: {', '.join(sorted(agent.allowed))}")
         return agent
 
-    def _template(self, template: Any, kind: str) -> str:
+    def _template(self, template: Any, kind: str) -> Skill:
         try:
             skill = self.rt.skills.get(template)
         except SkillError as err:
             raise AgentError(str(err)) from err
         if skill.kind != kind:
             raise AgentError(f"skill {skill.name!r} is of kind {skill.kind}, not {kind}")
-        return skill.name
+        return skill
 
     def _new_agent(self, caller: str, kind: str, template: Any, name: str | None = None,
                    allowed: Any = None, request_input: bool = False) -> Agent:
         self._caller(caller, kind)
-        tmpl = self._template(template, kind)
+        skill = self._template(template, kind)
+        tmpl = skill.name
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
         live = sum(1 for a in self.agents.values() if a.state in ("idle", "running"))
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
+        if allowed is None:  # the template's frontmatter `allowed:', else the type's defaults
+            allowed = skill.allowed
         actions = DEFAULT_ACTIONS[kind] if allowed is None else frozenset(allowed)
         unknown = actions - ALL_ACTIONS
         if unknown:
@@ -203,7 +207,7 @@ class AgentWorld:
         if depth >= self.limits.max_depth:
             actions -= {"task", "viewpoint", "compulsion"}
         agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
-                      depth=depth, name=name, allowed=actions, request_input=request_input)
+                      depth=depth, name=name, allowed=actions, request_input=request_input, model=skill.model)
         self.agents[agent.id] = agent
         self._talk_ids[agent.id] = agent.talk_ids
         self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "depth": depth, "name": name},
@@ -234,13 +238,9 @@ class AgentWorld:
         if to == PRIMARY and wake:
             self.rt.wake()
 
-    def _deliver(self, to: str, event: AgentEvent) -> None:
-        try:
-            self.bus.post(to, event)
-        except Overloaded:
-            log.warning("dropped event for %s: queue full", to)
-            self.rt.transcript.write("event_dropped", event.to_dict(), agent=self.identity(to))
-            return
+    def _deliver(self, to: str, event: AgentEvent, *, reserved: bool = False) -> None:
+        """Post EVENT to TO; a full queue raises :class:`Overloaded` for the sender (never a silent drop)."""
+        self.bus.post(to, event, reserved=reserved)
         self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
         if to == PRIMARY:
             self.rt.wake()
@@ -279,6 +279,8 @@ class AgentWorld:
                 agent.state = state
                 agent.resumed.set()
                 self.rt.transcript.write(state, {"reason": reason}, agent=agent.identity)
+                if not tasks:  # an idle agent ends now; one at work ends when its task does
+                    self._free(agent)
             for task in tasks:
                 task.cancel()
         if stopped:
@@ -366,6 +368,7 @@ class AgentWorld:
         finally:
             self.tasks_live -= 1
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
+        self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
         self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}", "agent")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
@@ -431,6 +434,7 @@ class AgentWorld:
         for other in self.viewpoints_of(caller):
             other.tell(f"[system] {name} has left the chat")
         self.rt.transcript.write("agent_end", {"state": "discarded", **agent.summary()}, agent=agent.identity)
+        self._free(agent)
         return {"discarded": name}
 
     def compulsion(self, caller: str, template: Any, prompt: Any) -> dict[str, Any]:
@@ -447,7 +451,14 @@ class AgentWorld:
             raise AgentError("only a compulsion can agent-quit")
         agent.state = "quit"
         self.rt.transcript.write("agent_end", {"state": "quit", **agent.summary()}, agent=agent.identity)
+        self._free(agent)
         return {"quit": agent.id}
+
+    def _free(self, agent: Agent) -> None:
+        """An agent that ended keeps its summary and transcript; its queue and bookkeeping go."""
+        self.bus.forget(agent.id)
+        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids):
+            table.pop(agent.id, None)
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
         """The live compulsions attached to AGENT_ID."""
@@ -457,17 +468,33 @@ class AgentWorld:
     # -- talk and wait -----------------------------------------------------------------
 
     def talk_agent(self, caller: str, eval_id: int | None, target: Any, text: Any) -> dict[str, Any]:
-        """Send TEXT to agent TARGET (an id or a viewpoint name); its reply comes back as an event."""
+        """Send TEXT to agent TARGET (an id or a viewpoint name); its reply comes back as an event.
+
+        The primary, or an agent at work, gets TEXT as an Agent event in its queue instead
+        (it answers, if it wants, by talking back); a full queue is an overload error."""
         self._caller(caller, "talk")
-        agent = self.agents.get(target) or self.agents.get(f"viewpoint-{target}")
-        if agent is None or agent.state in ("discarded", "quit", "failed"):
-            raise AgentError(f"no live agent {target!r}")
         if not isinstance(text, str) or not text:
             raise AgentError("talk needs a non-empty string")
+        if target == PRIMARY and caller != PRIMARY:
+            return self._message(caller, eval_id, PRIMARY, text)
+        agent = self.agents.get(target) or self.agents.get(f"viewpoint-{target}")
+        if agent is None or agent.state not in ("idle", "running"):
+            raise AgentError(f"no live agent {target!r}")
+        if agent.lock.locked():  # at work: it reads the message with its next step's events
+            return self._message(caller, eval_id, agent.id, text)
         self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
         self._spawn(self._run_talk(caller, agent, text, talk_id), agent.id)
         return {"talk_id": talk_id, "to": agent.id}
+
+    def _message(self, caller: str, eval_id: int | None, to: str, text: str) -> dict[str, Any]:
+        """TEXT from CALLER as an event in TO's queue; TO answers only by talking back.
+
+        The sender's TalkId travels in the content, not as the event's TalkId: the
+        receiver's waits match replies to its own talks only."""
+        talk_id = self._talk(caller, eval_id)
+        self._deliver(to, AgentEvent(EventType.AGENT, caller, {"message": text, "from_talk_id": talk_id}))
+        return {"talk_id": talk_id, "to": to, "reply": "none: the receiver answers by talking back"}
 
     def talk_brain(self, caller: str, eval_id: int | None, brain: Any, text: Any) -> dict[str, Any]:
         """Send TEXT to one of CALLER's own subagents, by its name or id."""
@@ -499,11 +526,26 @@ class AgentWorld:
         return {"talk_id": talk_id, "to": "user"}
 
     def talk_log(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
-        """Write TEXT into the transcript log; nothing answers."""
+        """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
+        if self.bus.pending(caller) + self._outstanding.get(caller, 0) >= self.bus.size:
+            raise Overloaded(f"the event queue of {caller} is full ({self.bus.size}); let events be read first")
         talk_id = self._talk(caller, eval_id)
         self.rt.transcript.write("talk_log", {"talk_id": talk_id, "text": text}, agent=self.identity(caller))
         self._deliver(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
+
+    def notify(self, caller: str, text: Any) -> dict[str, Any]:
+        """Share TEXT with CALLER's viewpoints without asking for a reply (``viewpoint.notify``)."""
+        self._caller(caller, "consider")
+        if not isinstance(text, str) or not text.strip():
+            raise AgentError("agent-notify needs a non-empty string")
+        panel = self.viewpoints_of(caller)
+        if not panel:
+            raise AgentError("there are no viewpoints to notify; make some with agent-viewpoint")
+        for agent in panel:
+            agent.tell(f"[{caller}] {text}")
+            self.rt.transcript.write("notified", {"from": caller, "text": text}, agent=agent.identity)
+        return {"notified": [a.name for a in panel]}
 
     def wait_for(self, caller: str, eval_id: int | None, talk_ids: Any, timeout: Any) -> dict[str, Any]:
         """After this eval, CALLER sleeps until replies to all TALK_IDS arrive (or TIMEOUT seconds)."""
@@ -536,8 +578,10 @@ class AgentWorld:
     async def sleep_until(self, agent_id: str, wait: Wait) -> None:
         """Sleep until the reply arrives or the wait times out (a Time event)."""
         if not await self.bus.wait_for(agent_id, wait.talk_ids, wait.timeout):
+            # The wait's own answer: always delivered (one event past the bound at most).
             self._deliver(agent_id, AgentEvent(EventType.TIME, "timer",
-                                               {"timed_out": sorted(wait.talk_ids), "after_s": wait.timeout}))
+                                               {"timed_out": sorted(wait.talk_ids), "after_s": wait.timeout}),
+                          reserved=True)
 
     # -- the subagent loop -------------------------------------------------------------
 
@@ -678,7 +722,7 @@ class AgentWorld:
                 self.rt.face.annotate(stop, "error")
             self.rt.transcript.write("budget_stop", {"message": stop}, agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
-        request = build_request(self.rt.model, self.system_prompt(agent), agent.messages,
+        request = build_request(agent.model or self.rt.model, self.system_prompt(agent), agent.messages,
                                 self.rt.consciousness.api_settings)
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
         self._report_working(agent, "waiting for the model pool")
@@ -690,7 +734,7 @@ class AgentWorld:
             except InferenceError as err:
                 self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
                 raise
-        dollars = self.rt.charge(result.usage)  # rolled up to the primary's budget
+        dollars = self.rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
         agent.steps += 1
         agent.input_tokens += result.usage.input_tokens
@@ -721,7 +765,12 @@ class AgentWorld:
                 log.warning("compulsion %s failed: %s", comp.id, err)
                 continue
             if note.strip() and comp.state != "quit":
-                self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
+                try:
+                    self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
+                except Overloaded as err:  # said to the sender, in its transcript: never dropped silently
+                    comp.tell(f"[overloaded] Your note to {agent_id} was not delivered: {err}")
+                    self.rt.transcript.write("event_refused", {"to": agent_id, "reason": str(err)},
+                                             agent=comp.identity)
 
     async def before_action(self, agent_id: str, form: str, kind: str = "eval") -> str | None:
         """Each compulsion sees the action; the first non-empty reply blocks it, with that reason.
