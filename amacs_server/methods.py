@@ -11,6 +11,7 @@ from sexpdata import Symbol
 
 from . import work_tools
 from .agents import tools as agent_tools
+from .agents.world import PRIMARY
 from .inference.pricing import Price
 from .memory import tools
 from .runtime import Runtime
@@ -131,6 +132,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         new = _on_loop(rt, lambda: rt.agent_set(name, value))
         return Symbol("t") if new is True else new
 
+    def person_agent_control(action: Any, agent_id: Any) -> dict[str, Any]:
+        """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree."""
+        return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id))
+
     def ping(value: Any) -> Any:
         """Echo VALUE (transport checks and benchmarks)."""
         return value
@@ -156,6 +161,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
         "person_add_buffer": brain_tool(work_tools.person_add_buffer),
+        "person_agent_control": person_agent_control,
         "status": status,
         "interrupt": interrupt,
         "set_budget": set_budget,

@@ -167,5 +167,23 @@ OPTIONS: :timeout seconds (then a Time event wakes the agent)."
   "Return the live agents: id, type, template, state and cost each."
   (amacs--agent-call 'agents_list))
 
+(defun agent-notify (text)
+  "Share TEXT with every viewpoint of this agent without asking for a reply."
+  (amacs--agent-call 'agent_notify text))
+
+(defun agent-pause (agent)
+  "Pause AGENT (an id): it makes no model call until `agent-resume'.
+The primary may pause any agent, an agent only its own subagents."
+  (amacs--agent-call 'agent_control "pause" agent))
+
+(defun agent-resume (agent)
+  "Let the paused AGENT (an id) go on."
+  (amacs--agent-call 'agent_control "resume" agent))
+
+(defun agent-cancel (agent)
+  "Cancel AGENT (an id) and every subagent below it, now.
+Its model call and its eval chain end; its transcript says it was cancelled."
+  (amacs--agent-call 'agent_control "cancel" agent))
+
 (provide 'amacs-agent)
 ;;; amacs-agent.el ends here

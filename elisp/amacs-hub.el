@@ -39,6 +39,8 @@
     (define-key map (kbd "RET") #'amacs-hub-visit)
     (define-key map (kbd "g") #'amacs-hub-refresh)
     (define-key map (kbd "c") #'amacs-open-chat-log)
+    (define-key map (kbd "k") #'amacs-hub-cancel-agent)
+    (define-key map (kbd "z") #'amacs-hub-pause-agent)
     map)
   "Keymap of `amacs-hub-mode'.")
 
@@ -240,6 +242,30 @@
       ('amacs-agent (amacs-hub--show-transcript value))
       ('amacs-chat-log (amacs-open-chat-log))
       (_ (magit-section-toggle section)))))
+
+(defun amacs-hub--agent-at-point ()
+  "Return the id of the subagent whose section is at point.
+Signal a `user-error' elsewhere."
+  (let ((section (magit-current-section)))
+    (unless (and section (eq (oref section type) 'amacs-agent)
+                 (not (equal (oref section value) "primary")))
+      (user-error "Not on a subagent's line (C-c C-c in the shell interrupts the primary)"))
+    (oref section value)))
+
+(defun amacs-hub-cancel-agent (agent)
+  "Cancel AGENT, the subagent at point, and every subagent below it."
+  (interactive (list (amacs-hub--agent-at-point)))
+  (when (y-or-n-p (format "Cancel %s and its subagents? " agent))
+    (amacs-call 'person_agent_control (list "cancel" agent)
+                (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh)))))
+
+(defun amacs-hub-pause-agent (agent)
+  "Pause AGENT, the subagent at point, or resume it if it is paused."
+  (interactive (list (amacs-hub--agent-at-point)))
+  (let* ((line (buffer-substring-no-properties (line-beginning-position) (line-end-position)))
+         (action (if (string-match-p " paused " line) "resume" "pause")))
+    (amacs-call 'person_agent_control (list action agent)
+                (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh)))))
 
 ;;;###autoload
 (defun amacs-hub ()

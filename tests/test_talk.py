@@ -201,3 +201,27 @@ def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_pa
     finally:
         rt.ltm.close()
     assert messages == [{"role": "user", "content": "[primary] the deadline moved to Monday"}]
+
+
+def test_an_agent_controls_only_its_own_subagents(tmp_path):
+    from amacs_server.agents.world import PRIMARY, AgentError
+
+    rt = _runtime(tmp_path)
+
+    async def run():
+        outer = rt.world._new_agent(PRIMARY, "task", "researcher")
+        inner = rt.world._new_agent(outer.id, "task", "researcher")
+        other = rt.world._new_agent(PRIMARY, "task", "researcher")
+        with pytest.raises(AgentError, match=f"{other.id} may control only its own subagents, not {inner.id}"):
+            rt.world.control(other.id, "pause", inner.id)
+        assert rt.world.control(outer.id, "pause", inner.id) == {"paused": inner.id}
+        assert rt.world.agents[inner.id].summary()["state"] == "paused"
+        assert rt.world.control(PRIMARY, "resume", inner.id) == {"resumed": inner.id}
+        rt.world.control(PRIMARY, "cancel", outer.id)
+        return outer, inner, other
+
+    try:
+        outer, inner, other = asyncio.run(run())
+    finally:
+        rt.ltm.close()
+    assert (outer.state, inner.state, other.state) == ("cancelled", "cancelled", "idle")

@@ -136,6 +136,19 @@ def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: Any, opts:
     return rt.world.wait_for(caller, eval_id, talk_ids, o.get("timeout"))
 
 
+@_refusals
+def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Any) -> Any:
+    """Share TEXT with every viewpoint of the caller, asking for no reply."""
+    return rt.world.notify(caller, text)
+
+
+@_refusals
+def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Any, agent_id: Any) -> Any:
+    """Pause, resume or cancel AGENT_ID (and, for cancel, its subagents): the primary any agent,
+    an agent only those below it."""
+    return rt.world.control(caller, action, agent_id)
+
+
 def agents_list(rt: Runtime, _caller: str = PRIMARY, _eval: int | None = None) -> Any:
     """Every live agent: id, type, template, state, cost."""
     return rt.world.live()
@@ -145,5 +158,5 @@ TOOLS: dict[str, Callable[..., Any]] = {
     "agent_task": agent_task, "agent_viewpoint": agent_viewpoint, "agent_consider": agent_consider,
     "agent_discard": agent_discard, "agent_compulsion": agent_compulsion, "agent_quit": agent_quit,
     "talk_user": talk_user, "talk_agent": talk_agent, "talk_brain": talk_brain, "talk_log": talk_log, "wait_for": wait_for,
-    "agents_list": agents_list,
+    "agents_list": agents_list, "agent_notify": agent_notify, "agent_control": agent_control,
 }

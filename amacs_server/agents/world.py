@@ -118,7 +118,8 @@ class Agent:
     def summary(self) -> dict[str, Any]:
         """Type, template, state and cost, for the hub and `agent-list'."""
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
-                "parent": self.parent, "state": self.state, "steps": self.steps,
+                "parent": self.parent, "state": "paused" if not self.resumed.is_set() else self.state,
+                "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
 
@@ -316,6 +317,27 @@ class AgentWorld:
         agent.resumed.set()
         self.rt.transcript.write("resumed", {}, agent=agent.identity)
         return {"resumed": agent.id}
+
+    def control(self, caller: str, action: Any, agent_id: Any) -> dict[str, Any]:
+        """CALLER pauses, resumes or cancels AGENT_ID: the primary (and the person) any agent,
+        an agent only those below it."""
+        agent = self._known(agent_id)
+        if caller != PRIMARY and caller not in self._ancestors(agent.id):
+            raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
+        if action == "pause":
+            return self.pause(agent.id)
+        if action == "resume":
+            return self.resume(agent.id)
+        if action == "cancel":
+            return {"cancelled": self.cancel(agent.id, f"cancelled by {caller}") or [agent.id]}
+        raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
+
+    def _ancestors(self, agent_id: str) -> list[str]:
+        out, agent = [], self.agents.get(agent_id)
+        while agent is not None and agent.parent != PRIMARY:
+            out.append(agent.parent)
+            agent = self.agents.get(agent.parent)
+        return out
 
     def _known(self, agent_id: Any) -> Agent:
         agent = self.agents.get(agent_id) if isinstance(agent_id, str) else None

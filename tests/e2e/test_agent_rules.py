@@ -222,3 +222,86 @@ def test_emacs_gone_mid_turn_means_no_more_model_calls(fake, home):
     at_kill = len(fake.requests)
     time.sleep(2.0)
     assert len(fake.requests) <= at_kill + 1  # at most the call already under way
+
+
+def test_the_hub_cancels_a_task_and_its_subtask(fake, home):
+    """k on a task's line in the hub: the task and the subtask it started make no model call afterwards."""
+    hold = threading.Event()
+
+    def answer(body):
+        me = who(body)[0]
+        msgs = transcript(body)
+        if me == "primary":
+            if "<last-eval-result>" in msgs[-1]:
+                return say("Started.")
+            return run_elisp('(agent-task "researcher" "outer")')
+        if me == "task-1":
+            if len(msgs) == 1:
+                return run_elisp('(agent-wait-for (plist-get (agent-task "researcher" "inner") :talk-id) :timeout 60)')
+            return say("outer done")
+        return _held(hold)  # task-2 hangs on the model
+
+    fake.respond_with(answer)
+    marker = home.parent / "inner-called"
+    program = session(
+        send("start"),
+        f'(amacs-e2e-wait (lambda () (file-exists-p {elisp_string(str(marker))})) "the inner task call")',
+        "(amacs-hub)",
+        '(amacs-e2e-wait (lambda () (with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
+        '(search-forward "task-1 " nil t)))) "task-1 in the hub")',
+        '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "task-1 ") '
+        "(cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) t))) "
+        "(call-interactively (key-binding (kbd \"k\")))))",
+        pause(1.0))
+    proc = start_emacs(home, fake.url, program)
+    try:
+        deadline = time.monotonic() + 30
+        while not calls_by(fake, "task-2"):
+            assert time.monotonic() < deadline, "the inner task never called the model"
+            time.sleep(0.05)
+        marker.touch()
+        finish_emacs(proc, home, timeout=60).check()
+    finally:
+        hold.set()
+    time.sleep(0.5)
+    assert len(calls_by(fake, "task-2")) == 1 and len(calls_by(fake, "task-1")) == 1
+    for agent in ("task-1", "task-2"):
+        assert "cancelled" in [e["event"] for e in transcript_events(home, agent)], agent
+
+
+def test_pause_and_resume_from_elisp(fake, home):
+    """A paused task makes no model call until resumed; then it goes on."""
+    from tests.fake_anthropic import Reply, agent_json
+
+    def answer(body):
+        if who(body)[0] == "primary":
+            return say("ok")
+        if len(transcript(body)) >= 7:
+            return say("finished")
+        return Reply(agent_json(None, eval="(+ 1 1)"), delay=0.2)
+
+    fake.respond_with(answer)
+    program = session(
+        send("hello"),
+        '(setq e2e-task (plist-get (agent-task "researcher" "count") :handle))',
+        pause(0.3),
+        "(agent-pause e2e-task)",
+        pause(0.5),  # the call under way when paused may finish
+        '(princ (format "PAUSED<<%s>>\\n" (length (agent-list-agents))))',
+        "(setq e2e-calls-paused (length (seq-filter (lambda (a) (equal (plist-get a :state) \"paused\")) "
+        "(agent-list-agents))))",
+        '(princ (format "NPAUSED<<%s>>\\n" e2e-calls-paused))',
+        pause(1.0),
+        "(agent-resume e2e-task)",
+        '(amacs-e2e-wait (lambda () (null (agent-list-agents))) "the task to finish")')
+    proc = start_emacs(home, fake.url, program)
+    deadline = time.monotonic() + 60
+    counts = []
+    while proc.poll() is None and time.monotonic() < deadline:
+        counts.append(len(calls_by(fake, "task-1")))
+        time.sleep(0.1)
+    run = finish_emacs(proc, home, timeout=30).check()
+    assert "NPAUSED<<1>>" in run.stdout
+    assert max(counts.count(n) for n in set(counts)) >= 10  # one count held for >= 1 s: paused
+    assert len(calls_by(fake, "task-1")) == 4  # and it went on after resume, to its end
+    assert {"paused", "resumed"} <= {e["event"] for e in transcript_events(home, "task-1")}
