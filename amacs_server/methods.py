@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from sexpdata import Symbol
 
-from . import work_tools
+from . import views, work_tools
 from .agents import tools as agent_tools
 from .agents.world import PRIMARY
 from .inference.pricing import Price
@@ -59,7 +59,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         if isinstance(settings.get("eval_timeout"), int | float) and settings["eval_timeout"] > 0:
             rt.settings.eval_timeout = float(settings["eval_timeout"])
             face.eval_timeout = rt.settings.eval_timeout
-        return rt.status()
+        return views.status(rt)
 
     def submit(text: Any) -> bool:
         """Queue the person's input for the agent; returns at once."""
@@ -109,17 +109,17 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
 
     def status() -> dict[str, Any]:
         """Runtime status for the shell."""
-        return _on_loop(rt, rt.status)
+        return _on_loop(rt, lambda: views.status(rt))
 
     def hub_state() -> dict[str, Any]:
         """What the hub shows."""
-        return _on_loop(rt, rt.hub_state)
+        return _on_loop(rt, lambda: views.hub_state(rt))
 
     def agent_transcript(agent_id: Any) -> str:
         """One agent's transcript of this session, as text."""
         if not isinstance(agent_id, str):
             raise ValueError("agent_transcript takes an agent id")
-        return _on_loop(rt, lambda: rt.agent_transcript(agent_id))
+        return _on_loop(rt, lambda: views.agent_transcript(rt, agent_id))
 
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import uuid
@@ -22,7 +21,7 @@ from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .loop.primary import run_turn
-from .memory.active import ActiveMemory, ram_window, tick_of
+from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
@@ -181,80 +180,6 @@ class Runtime:
         self.memory.sync_state(self.consciousness)
         self.save_consciousness()
         return new
-
-    def status(self) -> dict[str, object]:
-        """A summary for Emacs at hello and on request."""
-        c = self.consciousness
-        return {
-            "run_id": self.run_id,
-            "tick": c.current_tick,
-            "mood": c.mood,
-            "model": self.model,
-            "backend": self.backend_name,
-            "key_ok": self.config.has_credentials,
-            "session": self.session_tally.to_dict(),
-            "spent": c.budget.cost_so_far,
-            "budget_limit": c.budget.budget_limit,
-            "notice": None if self.config.has_credentials else self.config.missing_key_message(),
-            "home": str(self.config.home),
-            "interrupted": self.memory.last_chat_interrupted(),
-            "recent": [{"tick": tick_of(i), "human": i.content.get("human"),
-                        "agent": i.content.get("agent")} for i in self.memory.chat[-10:]],
-        }
-
-    def hub_state(self, count: int = 10) -> dict[str, object]:
-        """Everything the hub shows, read from the server's state (RFC §9.2)."""
-        c = self.consciousness
-        threads = []
-        for thread in sorted(self.threads.open.values(), key=lambda t: t.id != self.threads.active):
-            threads.append({"id": thread.id, "concern": thread.concern,
-                            "status": "active" if thread.id == self.threads.active else "pending",
-                            "buffers": list(thread.buffers), "skills": list(thread.skills)})
-        return {
-            "identity": c.identity,
-            "tick": c.current_tick,
-            "mood": c.mood,
-            "confidence": c.confidence,
-            "model": self.model,
-            "budget": {"cost_so_far": round(c.budget.cost_so_far, 6), "budget_limit": c.budget.budget_limit,
-                       "pressure": c.budget.pressure},
-            "session": self.session_tally.to_dict(),
-            "threads": threads,
-            "monologue": [{"tick": tick_of(i), "text": i.content}
-                          for i in self.memory.monologue[-count:]],
-            "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
-                            "thread": i.content["thread"]} for i in self.memory.scratchpad[-count:]],
-            "last_eval": {"tick": self.last_eval[0], **self.last_eval[1].to_dict()} if self.last_eval else None,
-            "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
-                        for sha, subject in self.commits.recent(count, wait=0 if self._turn_running else 2.0)],
-            "home": str(self.config.home),
-            "chat_log": str(self.chat_log.path),
-            "agents": self.world.everyone(),
-        }
-
-    def agent_transcript(self, agent_id: str) -> str:
-        """AGENT_ID's transcript of this session as readable text, for the hub."""
-        events = self.transcript.read(agent_id)
-        if not events:
-            raise ValueError(f"no transcript for {agent_id!r} in this session")
-        first = events[0]
-        lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
-                 f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]
-        for e in events:
-            data = e["data"]
-            if e["event"] == "model_request":
-                messages = data["request"]["messages"]
-                last = messages[-1]["content"] if messages else ""
-                text = last if isinstance(last, str) else "\n".join(b.get("text", "") for b in last)
-                body = f"(context: {len(messages)} message(s)) last:\n{text}"
-            elif e["event"] == "model_response":
-                body = f"{data['raw']}\n  [{data['usage']['input_tokens']} in, {data['usage']['output_tokens']} out, " \
-                       f"${data['cost']:.6f}, {data['latency_ms']:.0f} ms]"
-            else:
-                body = json.dumps(data, ensure_ascii=False)
-            lines.append(f"#{e['seq']} {e['event']}" + (f" (tick {e['tick']})" if e["tick"] else ""))
-            lines.extend("  " + line for line in body.splitlines())
-        return "\n".join(lines) + "\n"
 
     # -- the loop thread -----------------------------------------------------------
 

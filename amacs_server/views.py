@@ -1,0 +1,90 @@
+"""What Emacs is shown of the runtime: the status at hello, the hub, a transcript (RFC §9).
+
+Views read the runtime's state; they own none (issue 11: runtime.py owns state,
+the views for Emacs live here).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from .memory.active import tick_of
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+def status(rt: Runtime) -> dict[str, object]:
+    """A summary for Emacs at hello and on request."""
+    c = rt.consciousness
+    return {
+        "run_id": rt.run_id,
+        "tick": c.current_tick,
+        "mood": c.mood,
+        "model": rt.model,
+        "backend": rt.backend_name,
+        "key_ok": rt.config.has_credentials,
+        "session": rt.session_tally.to_dict(),
+        "spent": c.budget.cost_so_far,
+        "budget_limit": c.budget.budget_limit,
+        "notice": None if rt.config.has_credentials else rt.config.missing_key_message(),
+        "home": str(rt.config.home),
+        "interrupted": rt.memory.last_chat_interrupted(),
+        "recent": [{"tick": tick_of(i), "human": i.content.get("human"),
+                    "agent": i.content.get("agent")} for i in rt.memory.chat[-10:]],
+    }
+
+def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
+    """Everything the hub shows, read from the server's state (RFC §9.2)."""
+    c = rt.consciousness
+    threads = []
+    for thread in sorted(rt.threads.open.values(), key=lambda t: t.id != rt.threads.active):
+        threads.append({"id": thread.id, "concern": thread.concern,
+                        "status": "active" if thread.id == rt.threads.active else "pending",
+                        "buffers": list(thread.buffers), "skills": list(thread.skills)})
+    return {
+        "identity": c.identity,
+        "tick": c.current_tick,
+        "mood": c.mood,
+        "confidence": c.confidence,
+        "model": rt.model,
+        "budget": {"cost_so_far": round(c.budget.cost_so_far, 6), "budget_limit": c.budget.budget_limit,
+                   "pressure": c.budget.pressure},
+        "session": rt.session_tally.to_dict(),
+        "threads": threads,
+        "monologue": [{"tick": tick_of(i), "text": i.content}
+                      for i in rt.memory.monologue[-count:]],
+        "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
+                        "thread": i.content["thread"]} for i in rt.memory.scratchpad[-count:]],
+        "last_eval": {"tick": rt.last_eval[0], **rt.last_eval[1].to_dict()} if rt.last_eval else None,
+        "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
+                    for sha, subject in rt.commits.recent(count, wait=0 if rt._turn_running else 2.0)],
+        "home": str(rt.config.home),
+        "chat_log": str(rt.chat_log.path),
+        "agents": rt.world.everyone(),
+    }
+
+def agent_transcript(rt: Runtime, agent_id: str) -> str:
+    """AGENT_ID's transcript of this session as readable text, for the hub."""
+    events = rt.transcript.read(agent_id)
+    if not events:
+        raise ValueError(f"no transcript for {agent_id!r} in this session")
+    first = events[0]
+    lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
+             f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]
+    for e in events:
+        data = e["data"]
+        if e["event"] == "model_request":
+            messages = data["request"]["messages"]
+            last = messages[-1]["content"] if messages else ""
+            text = last if isinstance(last, str) else "\n".join(b.get("text", "") for b in last)
+            body = f"(context: {len(messages)} message(s)) last:\n{text}"
+        elif e["event"] == "model_response":
+            body = f"{data['raw']}\n  [{data['usage']['input_tokens']} in, {data['usage']['output_tokens']} out, " \
+                   f"${data['cost']:.6f}, {data['latency_ms']:.0f} ms]"
+        else:
+            body = json.dumps(data, ensure_ascii=False)
+        lines.append(f"#{e['seq']} {e['event']}" + (f" (tick {e['tick']})" if e["tick"] else ""))
+        lines.extend("  " + line for line in body.splitlines())
+    return "\n".join(lines) + "\n"
