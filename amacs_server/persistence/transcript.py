@@ -3,6 +3,10 @@
 Every line has the same top-level columns so DuckDB's ``read_json_auto`` or
 pandas load thousands of files without a custom parser; event-specific data is
 under ``data``.  The API key is scrubbed from every line before it is written.
+
+A transcript keeps one file descriptor open for appending (issue 11): each event
+is one ``write`` to it, not an open, a write and a close.  Nothing is buffered in
+the process, so a reader (the hub, a test) sees every event written so far.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import json
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,7 @@ class AgentIdentity:
 
 
 class Transcript:
-    """Appends events for one session."""
+    """Appends events for one session, through one open file (:meth:`close` it at the end)."""
 
     def __init__(self, folder: Path, run_id: str, secrets: tuple[str, ...] = ()) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -36,6 +41,9 @@ class Transcript:
         self._secrets = tuple(s for s in secrets if s)
         self._seq = 0
         self._lock = threading.Lock()
+        self._encoder = json.JSONEncoder(ensure_ascii=False, default=str)  # what json.dumps makes per call
+        self._fd: int | None = None
+        self._closer: weakref.finalize[[int], Transcript] | None = None  # closes the descriptor if close() is never called
 
     def read(self, agent_id: str) -> list[dict[str, Any]]:
         """Every event of AGENT_ID in this session, in order."""
@@ -65,11 +73,21 @@ class Transcript:
                 "event": event,
                 "data": data,
             }
-            line = json.dumps(record, ensure_ascii=False, default=str)
+            line = self._encoder.encode(record)
             for secret in self._secrets:
                 line = line.replace(secret, "[REDACTED]")
+            os.write(self._open(), (line + "\n").encode("utf-8"))
+
+    def _open(self) -> int:
+        """The file's descriptor, opened for appending at the first write (or the first after close)."""
+        if self._fd is None:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-            try:
-                os.write(fd, (line + "\n").encode("utf-8"))
-            finally:
-                os.close(fd)
+            self._fd, self._closer = fd, weakref.finalize(self, os.close, fd)
+        return self._fd
+
+    def close(self) -> None:
+        """Close the file (the runtime's stop); a later write opens it again."""
+        with self._lock:
+            if self._closer is not None:
+                self._closer()  # os.close, once
+            self._fd, self._closer = None, None
