@@ -36,6 +36,7 @@ class Config:
     max_depth: int = 3
     max_agents: int = 100
     event_queue: int = 100
+    inbox_limit: int = 50  # the person's inputs waiting for the primary at most
     wait_timeout: float = 60.0
     repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
 
@@ -95,5 +96,6 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         max_depth=int(_float_env(env, "AMACS_MAX_DEPTH", 3)),
         max_agents=int(_float_env(env, "AMACS_MAX_AGENTS", 100)),
         event_queue=int(_float_env(env, "AMACS_EVENT_QUEUE", 100)),
+        inbox_limit=int(_float_env(env, "AMACS_INBOX_LIMIT", 50)),
         wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
     )

@@ -268,8 +268,14 @@ class Runtime:
             self.wake()  # a waiting turn wakes on it; an idle primary gets a turn for it
 
     def submit(self, text: str) -> None:
-        """The person's input: to whoever asked them, else a new turn; returns at once."""
+        """The person's input: to whoever asked them, else a new turn; returns at once.
+
+        Refused (ValueError, said in the shell) when the inbox is at its bound."""
         assert self._inbox is not None
+        waiting = self._inbox.qsize()  # read from another thread: a bound, not an exact count
+        if waiting >= self.config.inbox_limit:
+            raise ValueError(f"{waiting} inputs already wait for the agent (the limit, AMACS_INBOX_LIMIT); "
+                             "send again once it has taken some")
         self.loop.call_soon_threadsafe(self._route_input, text)
 
     def _report_commit(self, text: str, kind: str) -> None:
@@ -307,6 +313,7 @@ class Runtime:
             self._thread.join(grace + 2)
         if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
+        self.transcript.close()
         self.ltm.close()
 
 

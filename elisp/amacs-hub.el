@@ -41,6 +41,7 @@
     (define-key map (kbd "c") #'amacs-open-chat-log)
     (define-key map (kbd "k") #'amacs-hub-cancel-agent)
     (define-key map (kbd "z") #'amacs-hub-pause-agent)
+    (define-key map (kbd "t") #'amacs-hub-talk-to-agent)
     map)
   "Keymap of `amacs-hub-mode'.")
 
@@ -258,6 +259,14 @@ Signal a `user-error' elsewhere."
   (when (y-or-n-p (format "Cancel %s and its subagents? " agent))
     (amacs-call 'person_agent_control (list "cancel" agent)
                 (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh)))))
+
+(defun amacs-hub-talk-to-agent (agent text)
+  "Say TEXT to AGENT, the subagent at point; its answer appears in the shell."
+  (interactive (let ((agent (amacs-hub--agent-at-point)))
+                 (list agent (read-string (format "Say to %s: " agent)))))
+  (amacs-call 'person_agent_talk (list agent text)
+              (lambda (r) (message "AMACS: %s %s" agent
+                                   (if (plist-get r :queued) "is at work; it will read it" "is answering")))))
 
 (defun amacs-hub-pause-agent (agent)
   "Pause AGENT, the subagent at point, or resume it if it is paused."

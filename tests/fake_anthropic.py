@@ -236,6 +236,7 @@ def _error_body(status: int, message: str) -> dict[str, Any]:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # a pool of 50 opens 50 connections at once
     fake: FakeAnthropic
 
 

@@ -225,3 +225,31 @@ def test_an_agent_controls_only_its_own_subagents(tmp_path):
     finally:
         rt.ltm.close()
     assert (outer.state, inner.state, other.state) == ("cancelled", "cancelled", "idle")
+
+
+def test_the_primarys_inbox_is_bounded_with_a_clear_refusal(tmp_path):
+    """While a turn runs, inputs wait; past AMACS_INBOX_LIMIT the next is refused with the reason."""
+    import threading
+    import time
+
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    hold = threading.Event()
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("ok"), hold=hold)).start()
+    rt = _runtime(tmp_path, fake, AMACS_INBOX_LIMIT="2")
+    rt.start()
+    try:
+        rt.submit("a")  # taken at once: its turn waits on the model
+        deadline = time.monotonic() + 10
+        while not fake.requests:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        rt.submit("b")
+        rt.submit("c")
+        time.sleep(0.1)
+        with pytest.raises(ValueError, match="2 inputs already wait for the agent"):
+            rt.submit("d")
+    finally:
+        hold.set()
+        rt.stop(grace=2)
+        fake.stop()

@@ -305,3 +305,28 @@ def test_pause_and_resume_from_elisp(fake, home):
     assert max(counts.count(n) for n in set(counts)) >= 10  # one count held for >= 1 s: paused
     assert len(calls_by(fake, "task-1")) == 4  # and it went on after resume, to its end
     assert {"paused", "resumed"} <= {e["event"] for e in transcript_events(home, "task-1")}
+
+
+def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home):
+    def answer(body):
+        me = who(body)[0]
+        msgs = transcript(body)
+        if me == "primary":
+            if "<last-eval-result>" in msgs[-1]:
+                return say("The skeptic is here.")
+            return run_elisp('(agent-viewpoint "skeptic" "debater")')
+        if msgs[-1] == "[person] is it safe?":
+            return say("Not until the tests pass.")
+        return say("?")
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(
+        send("bring a skeptic"),
+        "(amacs-hub)",
+        '(amacs-e2e-wait (lambda () (with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
+        '(search-forward "viewpoint-skeptic" nil t)))) "the viewpoint in the hub")',
+        '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "viewpoint-skeptic") '
+        "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"is it safe?\"))) "
+        "(call-interactively (key-binding (kbd \"t\")))))",
+        wait_text("[viewpoint-skeptic] Not until the tests pass."))).check()
+    assert "[viewpoint-skeptic] Not until the tests pass." in run.shell
