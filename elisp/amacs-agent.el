@@ -36,32 +36,36 @@ and time, budget, and the last eval result."
 
 ;;;; Memory (memid-active-memory.md, brain tools)
 
+;; Like the agent functions below, these send only the running eval's
+;; id: the server acts in the RAM of the agent that eval runs for
+;; (issue 11).  Long-term memory is shared by every agent.
+
 (defun agent-memory-create (name content &rest options)
   "Create memory item NAME holding CONTENT; return its MemId and version.
 CONTENT is a string or data.  OPTIONS: :kind (\"note\" or
 \"summary\") and :tags (a string or a list of strings).  The item
 is pinned in active memory until evicted."
-  (amacs--call-sync 'memory_create (list name content options)))
+  (amacs--agent-call 'memory_create name content options))
 
 (defun agent-memory-mutate (mem-id content)
   "Write CONTENT as the next version of the item MEM-ID; return the new version.
 Earlier versions stay in long-term memory.  ROM items are refused."
-  (amacs--call-sync 'memory_mutate (list mem-id content)))
+  (amacs--agent-call 'memory_mutate mem-id content))
 
 (defun agent-memory-evict (mem-id)
   "Move the item MEM-ID out of active memory; a handle with its MemId stays.
 ROM items and consciousness fields are refused."
-  (amacs--call-sync 'memory_evict (list mem-id)))
+  (amacs--agent-call 'memory_evict mem-id))
 
 (defun agent-memory-load (mem-id &optional version)
   "Bring the item MEM-ID back into active memory and return it with its content.
 Loads the latest version, the one MEM-ID names, or VERSION."
-  (amacs--call-sync 'memory_load (list mem-id (and version (list :version version)))))
+  (amacs--agent-call 'memory_load mem-id (and version (list :version version))))
 
 (defun agent-memory-search (query &rest options)
   "Search long-term memory for QUERY; return ranked hits with snippets.
 OPTIONS: :limit (default 10), :tags, :mode (\"keyword\")."
-  (amacs--call-sync 'memory_search (list query options)))
+  (amacs--agent-call 'memory_search query options))
 
 ;;;; Threads (RFC v4 §5.1)
 

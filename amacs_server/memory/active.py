@@ -6,6 +6,12 @@ change) and versioned whenever their value changes.  Chat exchanges and
 monologue lines are items too; the context shows the last ``*-depth`` of them.
 Notes the agent creates, and items it loads, are pinned.  Evicting leaves a
 handle.  Every version of every item is written to long-term memory.
+
+Every agent has a brain of its own (issue 11): the primary's is the runtime's
+(brain ``primary``, with the consciousness fields, chat and monologue); a
+subagent's (:meth:`ActiveMemory.for_subagent`) holds only what it creates
+and loads, under its own id.  Long-term memory is shared: any brain of the
+same identity may search and load any item; only its owner writes it.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 from ..state.consciousness import Consciousness
 from .items import Kind, MemoryItem, Tier
 from .ltm import LongTermMemory
-from .memid import MemId
+from .memid import BRAIN, MemId, MemIdError
 
 # Consciousness fields in RFC v4 §3.1 order, with their tier (issue 3).  The
 # thread fields change only through the thread tools, so the agent cannot
@@ -140,6 +146,23 @@ class ActiveMemory:
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.pending_tick: int | None = None
         self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
+
+    @classmethod
+    def for_subagent(cls, ltm: LongTermMemory, agent: str, agent_id: str) -> ActiveMemory:
+        """A new, empty RAM for the subagent AGENT_ID, whose items are ``AGENT:AGENT_ID:NAME``.
+
+        Ids repeat from one server run to the next (``task-1``): what an earlier agent
+        of the same id had pinned or evicted is forgotten here (its items stay in LTM,
+        searchable and loadable); see :meth:`create_note` for reusing its names."""
+        try:
+            BRAIN.check(agent_id, f"{agent}:{agent_id}")
+        except MemIdError as err:
+            raise MemoryRefused(f"the agent id {agent_id!r} cannot name a memory brain: {err}") from err
+        memory = cls(ltm, agent, agent_id)
+        with ltm.transaction():
+            for base, _status, _version in ltm.active_set(agent_id):
+                ltm.set_active(agent_id, base, None)
+        return memory
 
     # -- addresses ---------------------------------------------------------------
 
@@ -311,11 +334,16 @@ class ActiveMemory:
         return None
 
     def create_note(self, name: str, content: Any, kind: Kind, tags: tuple[str, ...]) -> MemoryItem:
-        """A new RAM item, pinned in active memory."""
+        """A new RAM item, pinned in active memory.
+
+        A name already in this brain's active memory (pinned or evicted) is refused.
+        One in LTM only was an earlier agent's of the same id (ids repeat across
+        server runs; the primary's notes never leave its active set): the new item
+        continues its versions, so every MemId still names one content."""
         mem_id = self.mem_id(name)
         if name in STATE_TIERS or name in (CLOCK, EVAL_RESULT) or name.startswith(RESERVED_PREFIXES):
             raise MemoryRefused(f"the name {name!r} is reserved for the harness's own items")
-        if self.ltm.latest_version(mem_id.base) is not None:
+        if mem_id.base in self.pinned or mem_id.base in self.evicted:
             raise MemoryRefused(f"{mem_id} exists already; change it with agent-memory-mutate")
         item = self._new(name, Tier.RAM, kind, content, tags)
         self.pinned[mem_id.base] = item
@@ -351,9 +379,12 @@ class ActiveMemory:
         return handle
 
     def load(self, mem_id: MemId) -> MemoryItem:
-        """Bring the version MEM_ID names (or the latest) into active memory, pinned."""
-        if not self.owns(mem_id):
-            raise MemoryRefused(f"{mem_id} belongs to another brain")
+        """Bring the version MEM_ID names (or the latest) into active memory, pinned.
+
+        Any brain of this agent (identity) may load any of its items: long-term
+        memory is shared.  The item keeps its address; only its own brain writes it."""
+        if mem_id.agent != self.agent:
+            raise MemoryRefused(f"{mem_id} belongs to another brain, outside {self.agent}'s long-term memory")
         item = self.ltm.get(mem_id)
         if item.kind is Kind.STATE:
             return item  # state is always active; loading an old version only reads it
@@ -386,6 +417,13 @@ class ActiveMemory:
     def _shown(self, item: MemoryItem) -> MemoryItem:
         return self.evicted.get(item.mem_id.base, item)
 
+    def memory_items(self, chat_bases: set[str] | frozenset[str] = frozenset()) -> list[MemoryItem]:
+        """The ``<memory>`` section: pinned items, then the handles of evicted items
+        other than the harness's own (chat, monologue, ...) and those in CHAT_BASES."""
+        loose_handles = [h for b, h in self.evicted.items() if b not in chat_bases
+                         and not b.split(":")[2].startswith(RESERVED_PREFIXES)]
+        return [*self.pinned.values(), *loose_handles]
+
     def snapshot(self, c: Consciousness) -> Snapshot:
         """The items one tick's context shows (IMP-038 depths applied)."""
         self.keep = ram_window(c)
@@ -408,12 +446,9 @@ class ActiveMemory:
         result = self.state.get(EVAL_RESULT)
         if result is not None and result.content.get("skipped"):
             result = None
-        chat_bases = {i.mem_id.base for i in window}
-        loose_handles = [h for b, h in self.evicted.items() if b not in chat_bases
-                         and not b.split(":")[2].startswith(RESERVED_PREFIXES)]
         return Snapshot(
             consciousness=consciousness,
-            memory=[*self.pinned.values(), *loose_handles],
+            memory=self.memory_items({i.mem_id.base for i in window}),
             scratchpad=self.scratchpad_window(c),
             chat=window,
             monologue=[self._shown(i) for i in lines],

@@ -3,6 +3,12 @@
 Format: ``<EOT>AGENT:BRAIN:NAME[:VERSION]<EOT>``, e.g.
 ``<EOT>amacs-instance-1:primary:mood:3<EOT>``.  VERSION is a positive integer or
 ``latest``; leaving it out also means the latest version.
+
+AGENT is the instance's identity; BRAIN is the id of the agent in the World
+whose RAM the item is in: ``primary`` for the primary, the subagent's own id
+otherwise (``<EOT>amacs-instance-1:task-3:notes:1<EOT>``; issue 11).  So the
+brain name ``<identity>:<agent-id>`` is exactly ``AGENT:BRAIN``, and no field
+holds a colon.  BRAIN is as long as AGENT may be (64), for viewpoint ids.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ class _Part:
 
 
 AGENT = _Part("agent", "[A-Za-z]", "[A-Za-z0-9_-]", 64)
-BRAIN = _Part("brain", "[a-z]", "[a-z0-9_-]", 32)
+BRAIN = _Part("brain", "[a-z]", "[a-z0-9_-]", 64)
 NAME = _Part("name", "[a-z0-9_]", "[a-z0-9_.-]", 128)
 
 

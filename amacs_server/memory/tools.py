@@ -2,15 +2,25 @@
 
 Each validates its arguments strictly, fails with a message the agent sees as
 its eval error, and echoes the resolved MemId and version.
+
+Each acts in the RAM of the agent whose eval calls it (issue 11): Emacs sends
+the eval's id and the server's record of that eval names the agent, as for the
+agent tools (:func:`~amacs_server.agents.tools.acting_as_its_eval`; the forms
+in :data:`TOOLS`).  The primary's RAM is the runtime's; a subagent's is its own
+(:func:`memory_of`).  Search and load reach every brain's items in the shared
+long-term memory.  ``memory_create`` and the others act as the person (the
+primary), as a call outside any eval does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..agents.world import PRIMARY
 from ..state.consciousness import ConsciousnessError
 from ..toolkit import ToolError, options, refusals
-from .active import STATE_TIERS, MemoryRefused
+from .active import STATE_TIERS, ActiveMemory, MemoryRefused
 from .items import Kind, Tier
 from .ltm import LtmError
 from .memid import NAME, MemId, MemIdError
@@ -21,6 +31,20 @@ if TYPE_CHECKING:
 CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.NOTE}
 MAX_CONTENT_CHARS = 100_000
 _refusals = refusals(MemoryRefused, LtmError, ConsciousnessError)
+Operation = Callable[..., Any]  # (RT MEMORY ARGS...): one brain tool acting in MEMORY
+
+
+def memory_of(rt: Runtime, agent_id: str) -> ActiveMemory:
+    """The RAM of AGENT_ID: the runtime's for the primary, the subagent's own otherwise
+    (made empty at its first memory call)."""
+    if agent_id == PRIMARY:
+        return rt.memory
+    agent = rt.world.agents.get(agent_id)
+    if agent is None:
+        raise MemoryRefused(f"{agent_id} is not an agent of this session")
+    if agent.memory is None:
+        agent.memory = ActiveMemory.for_subagent(rt.ltm, rt.memory.agent, agent.id)
+    return agent.memory
 
 
 def _mem_id(value: Any) -> MemId:
@@ -55,8 +79,7 @@ def _echo(item: Any, **extra: Any) -> dict[str, Any]:
             "kind": item.kind.value, **extra}
 
 
-@_refusals
-def memory_create(rt: Runtime, name: Any, content: Any, opts_in: Any = None) -> dict[str, Any]:
+def create(rt: Runtime, memory: ActiveMemory, name: Any, content: Any, opts_in: Any = None) -> dict[str, Any]:
     """Create a RAM item NAME holding CONTENT (options :kind, :tags); it is pinned."""
     if not isinstance(name, str):
         raise ToolError(f"name must be a string, got {name!r}")
@@ -68,36 +91,35 @@ def memory_create(rt: Runtime, name: Any, content: Any, opts_in: Any = None) -> 
     kind_name = opts.get("kind") or "note"
     if kind_name not in CREATABLE_KINDS:
         raise ToolError(f":kind must be one of {', '.join(sorted(CREATABLE_KINDS))}, got {kind_name!r}")
-    item = rt.memory.create_note(name, _content(content), CREATABLE_KINDS[kind_name], _tags(opts.get("tags")))
-    return _echo(item)
+    before = memory.ltm.latest_version(memory.mem_id(name).base)
+    item = memory.create_note(name, _content(content), CREATABLE_KINDS[kind_name], _tags(opts.get("tags")))
+    return _echo(item) if before is None else _echo(item, previous_version=before)
 
 
-@_refusals
-def memory_mutate(rt: Runtime, mem_id: Any, content: Any) -> dict[str, Any]:
+def mutate(rt: Runtime, memory: ActiveMemory, mem_id: Any, content: Any) -> dict[str, Any]:
     """Write CONTENT as the next version of MEM_ID (RAM only)."""
     target = _mem_id(mem_id)
     value = _content(content)
-    if rt.memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
-        before = rt.memory.state[target.name].version
+    if memory is rt.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
+        before = memory.state[target.name].version
         rt.agent_set(target.name, value)  # validates, then versions the state item
-        item = rt.memory.state[target.name]
+        item = memory.state[target.name]
         return _echo(item, previous_version=before)
-    before = rt.memory.ltm.latest_version(target.base)
-    item = rt.memory.mutate(target, value)
-    return _echo(item, previous_version=before)
+    previous = memory.ltm.latest_version(target.base)
+    item = memory.mutate(target, value)
+    return _echo(item, previous_version=previous)
 
 
-@_refusals
-def memory_evict(rt: Runtime, mem_id: Any) -> dict[str, Any]:
+def evict(rt: Runtime, memory: ActiveMemory, mem_id: Any) -> dict[str, Any]:
     """Move MEM_ID out of active memory; a handle stays (RAM only)."""
-    handle = rt.memory.evict(_mem_id(mem_id))
+    handle = memory.evict(_mem_id(mem_id))
     return {"mem_id": handle.mem_id.format(), "version": handle.version, "evicted": True,
             "handle": handle.content}
 
 
-@_refusals
-def memory_load(rt: Runtime, mem_id: Any, opts_in: Any = None) -> dict[str, Any]:
-    """Bring MEM_ID (latest, or its version, or :version) into active memory; return it."""
+def load(rt: Runtime, memory: ActiveMemory, mem_id: Any, opts_in: Any = None) -> dict[str, Any]:
+    """Bring MEM_ID (latest, or its version, or :version) into active memory; return it.
+    Any brain's item may be loaded: long-term memory is shared."""
     target = _mem_id(mem_id)
     opts = options(opts_in, {"version"})
     version = opts.get("version")
@@ -107,13 +129,13 @@ def memory_load(rt: Runtime, mem_id: Any, opts_in: Any = None) -> dict[str, Any]
         if target.version is not None and target.version != version:
             raise ToolError(f"{target} names version {target.version} but :version is {version}")
         target = target.at(version)
-    item = rt.memory.load(target)
+    item = memory.load(target)
     return _echo(item, content=item.content)
 
 
-@_refusals
-def memory_search(rt: Runtime, query: Any, opts_in: Any = None) -> list[dict[str, Any]]:
-    """Ranked keyword search over every version in long-term memory (options :limit :tags :mode)."""
+def search(rt: Runtime, memory: ActiveMemory, query: Any, opts_in: Any = None) -> list[dict[str, Any]]:
+    """Ranked keyword search over every version in long-term memory, of every brain of this
+    agent (options :limit :tags :mode)."""
     if not isinstance(query, str) or not query.strip():
         raise ToolError("query must be a non-empty string")
     opts = options(opts_in, {"limit", "tags", "mode"})
@@ -121,6 +143,39 @@ def memory_search(rt: Runtime, query: Any, opts_in: Any = None) -> list[dict[str
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ToolError(f":limit must be an integer, got {limit!r}")
     mode = opts.get("mode") or "keyword"
-    hits = rt.memory.ltm.search(query, limit=limit, tags=_tags(opts.get("tags")), mode=mode,
-                                agent_brain=rt.memory.prefix)
+    hits = memory.ltm.search(query, limit=limit, tags=_tags(opts.get("tags")), mode=mode,
+                             agent_brain=memory.agent)
     return [h.to_dict() for h in hits]
+
+
+def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
+    """OP as (RT ARGS...), in the primary's RAM: the person's call, outside any eval."""
+
+    @_refusals
+    def tool(rt: Runtime, *args: Any) -> Any:
+        return op(rt, rt.memory, *args)
+
+    tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
+    return tool
+
+
+def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
+    """OP as :func:`~amacs_server.agents.tools.acting_as_its_eval` calls it,
+    (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
+
+    @_refusals
+    def tool(rt: Runtime, caller: str, _eval: int | None, *args: Any) -> Any:
+        return op(rt, memory_of(rt, caller), *args)
+
+    tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
+    return tool
+
+
+OPERATIONS: dict[str, Operation] = {"memory_create": create, "memory_mutate": mutate, "memory_evict": evict,
+                                    "memory_load": load, "memory_search": search}
+TOOLS: dict[str, Callable[..., Any]] = {name: acting_in_callers_brain(op) for name, op in OPERATIONS.items()}
+memory_create = acting_as_the_primary(create)
+memory_mutate = acting_as_the_primary(mutate)
+memory_evict = acting_as_the_primary(evict)
+memory_load = acting_as_the_primary(load)
+memory_search = acting_as_the_primary(search)
