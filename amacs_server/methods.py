@@ -136,6 +136,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree."""
         return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id))
 
+    def person_agent_talk(agent_id: Any, text: Any) -> dict[str, Any]:
+        """The person (the hub) says TEXT to a subagent; its answer is shown in the shell."""
+        return _on_loop(rt, lambda: rt.world.person_talk(agent_id, text))
+
     def ping(value: Any) -> Any:
         """Echo VALUE (transport checks and benchmarks)."""
         return value
@@ -162,6 +166,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "eval_hold": eval_hold,
         "person_add_buffer": brain_tool(work_tools.person_add_buffer),
         "person_agent_control": person_agent_control,
+        "person_agent_talk": person_agent_talk,
         "status": status,
         "interrupt": interrupt,
         "set_budget": set_budget,
@@ -171,11 +176,6 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,
-        "memory_create": brain_tool(tools.memory_create),
-        "memory_mutate": brain_tool(tools.memory_mutate),
-        "memory_evict": brain_tool(tools.memory_evict),
-        "memory_load": brain_tool(tools.memory_load),
-        "memory_search": brain_tool(tools.memory_search),
         "thread_create": brain_tool(work_tools.thread_create),
         "thread_switch": brain_tool(work_tools.thread_switch),
         "thread_complete": brain_tool(work_tools.thread_complete),
@@ -184,7 +184,9 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "skills_list": brain_tool(work_tools.skills_list),
         "skill_bind": brain_tool(work_tools.skill_bind),
         "skill_unbind": brain_tool(work_tools.skill_unbind),
-        # Who calls an agent tool is the server's record of the eval it runs in (issue 11).
+        # Who calls an agent or memory tool is the server's record of the eval it runs in (issue 11);
+        # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
+        **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in tools.TOOLS.items()},
     }.items():
         server.register(name, fn)

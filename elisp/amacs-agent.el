@@ -176,7 +176,7 @@ OPTIONS: :timeout seconds (then a Time event wakes the agent)."
   (amacs--agent-call 'agent_notify text))
 
 (defun agent-pause (agent)
-  "Pause AGENT (an id): it makes no model call until `agent-resume'.
+  "Pause AGENT (an id) until `agent-resume': no model call meanwhile.
 The primary may pause any agent, an agent only its own subagents."
   (amacs--agent-call 'agent_control "pause" agent))
 

@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..context.assemble import section
 from ..inference.anthropic_backend import build_request
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
@@ -37,6 +38,7 @@ from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
 
 if TYPE_CHECKING:
+    from ..memory.active import ActiveMemory
     from ..runtime import Runtime
 
 log = logging.getLogger("amacs.agents")
@@ -99,6 +101,8 @@ class Agent:
     model: str | None = None  # its template's `model:' (None: the session's model)
     budget_told: bool = False  # the person heard that the budget stopped it
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
+    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (memory/tools.py)
+    memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
 
     def __post_init__(self) -> None:
         self.resumed.set()
@@ -331,6 +335,34 @@ class AgentWorld:
         if action == "cancel":
             return {"cancelled": self.cancel(agent.id, f"cancelled by {caller}") or [agent.id]}
         raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
+
+    def person_talk(self, agent_id: Any, text: Any) -> dict[str, Any]:
+        """The person says TEXT to AGENT_ID (a viewpoint, compulsion or task) from the hub.
+
+        Its answer is shown in the shell, labelled with its id; an agent at work gets
+        TEXT as a message event and answers, if it wants, with agent-talk-user."""
+        agent = self._known(agent_id)
+        if agent.state not in ("idle", "running"):
+            raise AgentError(f"{agent.id} is {agent.state}")
+        if not isinstance(text, str) or not text.strip():
+            raise AgentError("say something")
+        self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
+                                 agent=agent.identity)
+        if agent.lock.locked():
+            self._deliver(agent.id, AgentEvent(EventType.USER, "person", {"message": text}))
+            return {"to": agent.id, "queued": True}
+        self._spawn(self._run_person_talk(agent, text), agent.id)
+        return {"to": agent.id, "queued": False}
+
+    async def _run_person_talk(self, agent: Agent, text: str) -> None:
+        try:
+            answer = await self.respond(agent, f"[person] {text}")
+        except asyncio.CancelledError:
+            return
+        except Exception as err:  # noqa: BLE001 - said to the person
+            self.rt.face.annotate(f"{agent.id} could not answer: {err}", "error")
+            return
+        self.rt.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
 
     def _ancestors(self, agent_id: str) -> list[str]:
         out, agent = [], self.agents.get(agent_id)
@@ -616,6 +648,9 @@ class AgentWorld:
             pass
         parts.append(f"You are {agent.id}, a {agent.type} (template {agent.template}). "
                      f"Allowed actions: {', '.join(sorted(agent.allowed))}.")
+        parts.append(f"Your memory is your own: agent-memory-create names an item <EOT>{self.rt.memory.agent}:"
+                     f"{agent.id}:NAME:VERSION<EOT>, and <memory> shows your items when they change. Long-term "
+                     "memory is shared: agent-memory-search and agent-memory-load reach every agent's items.")
         parts.append(self.rt.skills.get(agent.template).body)
         return "\n\n".join(parts)
 
@@ -732,6 +767,17 @@ class AgentWorld:
                     agent.tell(RETRY_PROMPT)
         return fallback_response(text)
 
+    def _show_memory(self, agent: Agent) -> None:
+        """Append to AGENT's newest message what is new or changed in its own RAM since its last
+        request, as a ``<memory>`` section of items (as the primary's context shows them).  The
+        system prompt and the earlier messages stay byte-identical: the request's cached prefix holds."""
+        if agent.memory is None:
+            return
+        new = [i for i in agent.memory.memory_items() if agent.memory_shown.get(i.mem_id.base) != i.render()]
+        if new:
+            agent.memory_shown.update((i.mem_id.base, i.render()) for i in new)
+            agent.tell(section("memory", new))
+
     async def model_call(self, agent: Agent) -> str:
         """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
         await agent.resumed.wait()  # paused: no model call until resumed
@@ -744,6 +790,7 @@ class AgentWorld:
                 self.rt.face.annotate(stop, "error")
             self.rt.transcript.write("budget_stop", {"message": stop}, agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
+        self._show_memory(agent)
         request = build_request(agent.model or self.rt.model, self.system_prompt(agent), agent.messages,
                                 self.rt.consciousness.api_settings)
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
