@@ -114,6 +114,19 @@ def _runtime(tmp_path, fake=None, **env):
     return rt
 
 
+def _finished_task(rt, template):
+    """Run one task of TEMPLATE for the primary to its end; return its handle."""
+    from amacs_server.agents.world import PRIMARY
+
+    async def run():
+        handle = rt.world.task(PRIMARY, None, template, "q", {})["handle"]
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+        return handle
+
+    return asyncio.run(run())
+
+
 def test_talk_log_on_a_full_queue_is_an_overload_error_to_the_sender(tmp_path):
     from amacs_server.agents.world import PRIMARY
 
@@ -133,20 +146,12 @@ def test_talk_log_on_a_full_queue_is_an_overload_error_to_the_sender(tmp_path):
 
 
 def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):
-    from amacs_server.agents.world import PRIMARY
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"))).start()
     rt = _runtime(tmp_path, fake)
-
-    async def run():
-        handle = rt.world.task(PRIMARY, None, "researcher", "q", {})["handle"]
-        while rt.world.tasks_live:
-            await asyncio.sleep(0.01)
-        return handle
-
     try:
-        handle = asyncio.run(run())
+        handle = _finished_task(rt, "researcher")
     finally:
         fake.stop()
         rt.ltm.close()
@@ -156,7 +161,6 @@ def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):
 
 
 def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):
-    from amacs_server.agents.world import PRIMARY
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     skill = tmp_path / "h" / "skills" / "narrow"
@@ -165,15 +169,8 @@ def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):
                                           "allowed: talk\nmodel: claude-tiny-1\n---\nYou only talk.\n")
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("ok"))).start()
     rt = _runtime(tmp_path, fake)
-
-    async def run():
-        handle = rt.world.task(PRIMARY, None, "narrow", "q", {})["handle"]
-        while rt.world.tasks_live:
-            await asyncio.sleep(0.01)
-        return handle
-
     try:
-        handle = asyncio.run(run())
+        handle = _finished_task(rt, "narrow")
     finally:
         fake.stop()
         rt.ltm.close()

@@ -3,7 +3,31 @@
 import json
 import re
 
+from tests.e2e.harness import elisp_string
 from tests.fake_anthropic import Reply, agent_json
+
+
+def session(*steps, setup="(setq amacs-max-steps 20)"):
+    """An e2e program: open the shell, run STEPS (elisp forms), finish."""
+    return f"{setup} (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
+
+
+def send(text):
+    return f"(amacs-e2e-send {elisp_string(text)})"
+
+
+def wait_text(text):
+    return f"(amacs-e2e-wait-text {elisp_string(text)})"
+
+
+def pause(seconds):
+    """Elisp that lets Emacs run (process output, timers) for SECONDS."""
+    return f"(let ((end (+ (float-time) {seconds}))) (while (< (float-time) end) (accept-process-output nil 0.05)))"
+
+
+def calls_by(fake, agent_id):
+    """The request bodies AGENT_ID sent to the fake model."""
+    return [r["body"] for r in fake.requests if who(r["body"])[0] == agent_id]
 
 
 def who(body):

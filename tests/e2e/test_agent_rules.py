@@ -10,31 +10,30 @@ import time
 
 import pytest
 
-from tests.e2e.agent_fakes import run_elisp, say, transcript, who
+from tests.e2e.agent_fakes import (
+    calls_by,
+    pause,
+    run_elisp,
+    say,
+    send,
+    session,
+    transcript,
+    wait_text,
+    who,
+)
 from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
 
 pytestmark = pytest.mark.e2e
 
 
-def session(*steps, setup="(setq amacs-max-steps 20)"):
-    return f"{setup} (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
 
 
-def send(text):
-    return f"(amacs-e2e-send {elisp_string(text)})"
 
 
-def wait_text(text):
-    return f"(amacs-e2e-wait-text {elisp_string(text)})"
 
 
-def pause(seconds):
-    """Elisp that lets Emacs run (process output, timers) for SECONDS."""
-    return f"(let ((end (+ (float-time) {seconds}))) (while (< (float-time) end) (accept-process-output nil 0.05)))"
 
 
-def calls_by(fake, agent_id):
-    return [r["body"] for r in fake.requests if who(r["body"])[0] == agent_id]
 
 
 def transcript_events(home, agent_id=None):

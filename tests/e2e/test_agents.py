@@ -9,8 +9,18 @@ import pytest
 import sexpdata
 
 from tests.context_items import chat_lines, eval_result, newest_message, request_text
-from tests.e2e.agent_fakes import event_lines, primary_texts, run_elisp, say, transcript, who
-from tests.e2e.harness import elisp_string, run_emacs
+from tests.e2e.agent_fakes import (
+    event_lines,
+    primary_texts,
+    run_elisp,
+    say,
+    send,
+    session,
+    transcript,
+    wait_text,
+    who,
+)
+from tests.e2e.harness import run_emacs
 from tests.fake_anthropic import Reply
 
 pytestmark = pytest.mark.e2e
@@ -20,16 +30,10 @@ def events_of(home):
     return [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
 
 
-def session(*steps, setup="(setq amacs-max-steps 20)"):
-    return f"{setup} (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
 
 
-def send(text):
-    return f"(amacs-e2e-send {elisp_string(text)})"
 
 
-def wait_text(text):
-    return f"(amacs-e2e-wait-text {elisp_string(text)})"
 
 
 def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
