@@ -134,7 +134,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
 
     def person_agent_control(action: Any, agent_id: Any) -> dict[str, Any]:
         """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree."""
-        return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id))
+        return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id, by="the person (hub)"))
 
     def person_agent_talk(agent_id: Any, text: Any) -> dict[str, Any]:
         """The person (the hub) says TEXT to a subagent; its answer is shown in the shell."""

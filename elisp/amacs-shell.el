@@ -1014,6 +1014,10 @@ visiting a file is added by its file name."
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
     (define-key map (kbd "C-c C-w") #'amacs-shell-copy-code)
     (define-key map (kbd "C-c M-w") #'amacs-shell-copy-reply)
+    ;; comint's C-d at the end sends EOF, which ended the shell's placeholder
+    ;; process and with it the shell; C-c C-z would stop it.
+    (define-key map (kbd "C-d") #'delete-char)
+    (define-key map (kbd "C-c C-z") #'undefined)
     map)
   "Keymap of `amacs-shell-mode'.")
 

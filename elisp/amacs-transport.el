@@ -432,7 +432,10 @@ CALLBACK gets the result; ERRBACK gets an error message string."
           (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))
 
 (defun amacs--remote-error-message (err)
-  "Return the server's message in ERR, an error object from epc."
+  "Return the server's message in ERR, an error object from epc.
+ERR is a string, or an error form such as (error \"MESSAGE\")."
+  (when (and (consp err) (stringp (cadr err)))
+    (setq err (cadr err)))
   (let ((text (if (stringp err) err (format "%S" err))))
     (if (string-match "\\`\"\\(.*\\)\"\\'" text) (match-string 1 text) text)))
 

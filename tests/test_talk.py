@@ -250,3 +250,37 @@ def test_the_primarys_inbox_is_bounded_with_a_clear_refusal(tmp_path):
         hold.set()
         rt.stop(grace=2)
         fake.stop()
+
+
+def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(tmp_path):
+    """Found by trying it: the message was queued as an event and lost when the task ended."""
+    from amacs_server.agents.world import PRIMARY, AgentError
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    def answer(body):
+        last = body["messages"][-1]["content"]
+        text = last if isinstance(last, str) else last[-1]["text"]
+        return Reply(agent_json("Yes, nearly done." if "[person]" in text else "the result"), delay=0.2)
+
+    fake = FakeAnthropic(default=answer).start()
+    rt = _runtime(tmp_path, fake)
+    said = []
+    rt.face.reply = lambda text, streamed=False: said.append(text)
+
+    async def run():
+        handle = rt.world.task(PRIMARY, None, "researcher", "q", {})["handle"]
+        await asyncio.sleep(0.05)  # its model call is under way
+        assert rt.world.person_talk(handle, "are you done?") == {"to": handle, "queued": True}
+        while rt.world.tasks_live or len(fake.requests) < 2 or not said:
+            await asyncio.sleep(0.02)
+        with pytest.raises(AgentError, match=f"{handle} has ended \\(done\\)"):
+            rt.world.control(PRIMARY, "pause", handle)
+        return handle
+
+    try:
+        handle = asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    assert said == [f"[{handle}] Yes, nearly done."]
+    assert rt.world.agents[handle].state == "done"  # answering the person did not reopen it

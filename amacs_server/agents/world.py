@@ -122,7 +122,7 @@ class Agent:
     def summary(self) -> dict[str, Any]:
         """Type, template, state and cost, for the hub and `agent-list'."""
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
-                "parent": self.parent, "state": "paused" if not self.resumed.is_set() else self.state,
+                "parent": self.parent, "state": "paused" if not self.resumed.is_set() and self.state in ("idle", "running") else self.state,
                 "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
@@ -310,21 +310,21 @@ class AgentWorld:
 
     def pause(self, agent_id: str) -> dict[str, Any]:
         """AGENT_ID makes no model call until resumed (the one under way finishes)."""
-        agent = self._known(agent_id)
+        agent = self._live(agent_id)
         agent.resumed.clear()
         self.rt.transcript.write("paused", {}, agent=agent.identity)
         return {"paused": agent.id}
 
     def resume(self, agent_id: str) -> dict[str, Any]:
         """AGENT_ID goes on."""
-        agent = self._known(agent_id)
+        agent = self._live(agent_id)
         agent.resumed.set()
         self.rt.transcript.write("resumed", {}, agent=agent.identity)
         return {"resumed": agent.id}
 
-    def control(self, caller: str, action: Any, agent_id: Any) -> dict[str, Any]:
+    def control(self, caller: str, action: Any, agent_id: Any, *, by: str | None = None) -> dict[str, Any]:
         """CALLER pauses, resumes or cancels AGENT_ID: the primary (and the person) any agent,
-        an agent only those below it."""
+        an agent only those below it.  BY names who asked, for the transcript (default CALLER)."""
         agent = self._known(agent_id)
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
@@ -333,7 +333,8 @@ class AgentWorld:
         if action == "resume":
             return self.resume(agent.id)
         if action == "cancel":
-            return {"cancelled": self.cancel(agent.id, f"cancelled by {caller}") or [agent.id]}
+            self._live(agent.id)
+            return {"cancelled": self.cancel(agent.id, f"cancelled by {by or caller}") or [agent.id]}
         raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
 
     def person_talk(self, agent_id: Any, text: Any) -> dict[str, Any]:
@@ -348,19 +349,20 @@ class AgentWorld:
             raise AgentError("say something")
         self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
                                  agent=agent.identity)
-        if agent.lock.locked():
-            self._deliver(agent.id, AgentEvent(EventType.USER, "person", {"message": text}))
-            return {"to": agent.id, "queued": True}
+        busy = agent.lock.locked()  # it answers once its current response is done
         self._spawn(self._run_person_talk(agent, text), agent.id)
-        return {"to": agent.id, "queued": False}
+        return {"to": agent.id, "queued": busy}
 
     async def _run_person_talk(self, agent: Agent, text: str) -> None:
         try:
             answer = await self.respond(agent, f"[person] {text}")
         except asyncio.CancelledError:
+            self.rt.face.annotate(f"{agent.id} was stopped before it answered you: {text!r} is in its "
+                                  "transcript.", "warning")
             return
         except Exception as err:  # noqa: BLE001 - said to the person
-            self.rt.face.annotate(f"{agent.id} could not answer: {err}", "error")
+            self.rt.face.annotate(f"{agent.id} could not answer you ({err}); your message {text!r} "
+                                  "is in its transcript.", "error")
             return
         self.rt.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
 
@@ -370,6 +372,12 @@ class AgentWorld:
             out.append(agent.parent)
             agent = self.agents.get(agent.parent)
         return out
+
+    def _live(self, agent_id: Any) -> Agent:
+        agent = self._known(agent_id)
+        if agent.state not in ("idle", "running"):
+            raise AgentError(f"{agent.id} has ended ({agent.state})")
+        return agent
 
     def _known(self, agent_id: Any) -> Agent:
         agent = self.agents.get(agent_id) if isinstance(agent_id, str) else None
@@ -424,7 +432,8 @@ class AgentWorld:
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}", "agent")
+        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}",
+                              "agent" if agent.state == "done" else "warning")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
@@ -657,8 +666,9 @@ class AgentWorld:
     async def respond(self, agent: Agent, text: str | None) -> str:
         """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
         async with agent.lock:
-            if agent.state in ("discarded", "quit", "cancelled"):
+            if agent.state in ("discarded", "quit", "cancelled", "interrupted", "stopped"):
                 raise AgentError(f"{agent.id} is {agent.state}")
+            before = agent.state  # a finished task answering the person stays finished
             agent.state = "running"
             self._report_working()
             if text is not None:
@@ -667,7 +677,7 @@ class AgentWorld:
                 return await self._loop(agent)
             finally:
                 if agent.state == "running":
-                    agent.state = "idle"
+                    agent.state = before if before in ("done", "failed") else "idle"
                 self._report_working(agent, "")
 
     def _report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
@@ -866,6 +876,8 @@ class AgentWorld:
         return [a.summary() for a in self.agents.values() if a.state in ("idle", "running")]
 
     def everyone(self) -> list[dict[str, Any]]:
-        """Summaries of every agent of this session, live ones first."""
-        agents = sorted(self.agents.values(), key=lambda a: a.state not in ("idle", "running"))
-        return [a.summary() for a in agents]
+        """Summaries of every agent of this session, in the order they were made.
+
+        A stable order: the hub redraws under the person's point, and a key must act on
+        the agent the person chose (live ones first made rows move)."""
+        return [a.summary() for a in self.agents.values()]

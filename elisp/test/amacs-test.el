@@ -106,7 +106,10 @@
 (ert-deftest amacs-test-remote-error-message-unquoted ()
   "Server error messages reach the person without Lisp quoting."
   (should (equal (amacs--remote-error-message "\"mood must be a string\"")
-                 "mood must be a string")))
+                 "mood must be a string"))
+  ;; An error form, as epc hands some remote errors over (seen in the hub).
+  (should (equal (amacs--remote-error-message '(error "\"task-1 is done\""))
+                 "task-1 is done")))
 
 (ert-deftest amacs-test-hello-settings ()
   "The server learns the eval time limit and step limit from the defcustoms."

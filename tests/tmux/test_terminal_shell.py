@@ -151,3 +151,13 @@ def test_mode_line_fits_80_columns(terminal, fake):
     assert figures, f"no cost in the mode line: {formatted!r}\nscreen: {shown!r}"
     missing = [figure for figure in figures if not re.search(re.escape(figure) + r"(?![\d.])", shown)]
     assert not missing, f"cut from the mode line: {missing}\nscreen: {shown!r}\nformat-mode-line: {formatted!r}"
+
+
+def test_c_d_at_an_empty_prompt_does_not_end_the_shell(terminal, fake):
+    """comint's C-d sent EOF to the shell's placeholder process: every RET after it failed."""
+    fake.script(Reply(agent_json("Still here.")))
+    term = terminal()
+    term.press("C-d")
+    send(term, "are you there?")
+    term.wait_for("Still here.")
+    assert "has no process" not in term.screen() and "finished" not in term.screen()
