@@ -24,6 +24,14 @@
 ;; and the eval comes back as an error.  `debugger' is bound to a
 ;; function that does nothing, so the debugger never opens.  Outside an
 ;; eval, SIGUSR1 is an ordinary (ignored) event.
+;;
+;; While an eval runs, the files it reads and writes are noted for the
+;; server's World (agent-world-architecture.md, The World: tracking of
+;; known_content_files): a file name handler that takes only
+;; `insert-file-contents' and `write-region', and an advice on
+;; `find-file-noselect' (a buffer that already visits its file is a
+;; read too).  Both are there for the eval only and go away after it,
+;; however it ends; the result carries :files-read and :files-written.
 
 ;;; Code:
 
@@ -93,10 +101,98 @@ that eval for, and refuses an id that names no running eval.")
                 amacs-eval-result-max-chars (length text))
       text)))
 
+;;;; The files an eval reads and writes
+
+(defvar amacs--eval-files nil
+  "While an eval runs, (READ . WRITTEN): the files it read and wrote.
+Newest first, absolute, each once; nil outside an eval.  Each eval
+binds its own, so an eval run inside another one (from a process
+filter) notes its files for itself.")
+
+(defun amacs--eval-note (kind file)
+  "Note FILE, expanded, as KIND (`read' or `written') for the running eval."
+  (when (and amacs--eval-files (stringp file))
+    (let ((path (expand-file-name file)))
+      (if (eq kind 'read)
+          (unless (member path (car amacs--eval-files))
+            (push path (car amacs--eval-files)))
+        (unless (member path (cdr amacs--eval-files))
+          (push path (cdr amacs--eval-files)))))))
+
+(defun amacs--eval-file-handler (operation &rest args)
+  "Do file OPERATION on ARGS as usual; note its file for the running eval.
+In `file-name-handler-alist' only while an agent's eval runs.  Its
+`operations' property limits it to `insert-file-contents' (a read)
+and `write-region' (a write): other file operations never reach it.
+A library being loaded and an auto-save file are not the agent's
+reading and writing, and are not noted."
+  (prog1 (let ((inhibit-file-name-handlers
+                 (cons #'amacs--eval-file-handler
+                       (and (eq inhibit-file-name-operation operation)
+                            inhibit-file-name-handlers)))
+                (inhibit-file-name-operation operation))
+           (apply operation args))
+    (pcase operation
+      ('insert-file-contents
+       (unless load-in-progress (amacs--eval-note 'read (car args))))
+      ('write-region
+       (let ((file (nth 2 args)))
+         (unless (and buffer-auto-save-file-name (stringp file)
+                      (string= (expand-file-name file)
+                               (expand-file-name buffer-auto-save-file-name)))
+           (amacs--eval-note 'written file)))))))
+
+(put 'amacs--eval-file-handler 'operations '(insert-file-contents write-region))
+
+(defun amacs--eval-note-visit (value)
+  "Note as read the files of the buffers in VALUE.
+VALUE is what `find-file-noselect' returned.  A buffer that visits
+its file already is read without `insert-file-contents'; a new file,
+not on disk yet, is not read."
+  (dolist (buffer (if (listp value) value (list value)))
+    (let ((file (and (bufferp buffer) (buffer-file-name buffer))))
+      (when (and file amacs--eval-files
+                 (not (member (expand-file-name file) (car amacs--eval-files)))
+                 (file-exists-p file))
+        (amacs--eval-note 'read file))))
+  value)
+
+(defun amacs--eval-noting-files (thunk)
+  "Call THUNK and return its value, noting the files it read and wrote.
+They go into `amacs--eval-files'.  The file name handler and the
+advice are there for this call only: they go when THUNK returns,
+signals or quits.  The
+handler's regexp matches at the end of every file name, the latest
+place any handler can match, so it comes before jka-compr's or Tramp's
+and hands the operation on to them."
+  (let ((entry (cons "\\'" #'amacs--eval-file-handler))
+        (advised (not (advice-member-p #'amacs--eval-note-visit #'find-file-noselect))))
+    (push entry file-name-handler-alist)
+    (when advised
+      (advice-add #'find-file-noselect :filter-return #'amacs--eval-note-visit))
+    (unwind-protect
+        (funcall thunk)
+      (let ((inhibit-quit t))
+        ;; `delq', not a `let' binding: handlers the eval added (loading Tramp) stay.
+        (setq file-name-handler-alist (delq entry file-name-handler-alist))
+        (when advised
+          (advice-remove #'find-file-noselect #'amacs--eval-note-visit))))))
+
+(defun amacs--eval-with-files (outcome files)
+  "OUTCOME with :files-read and :files-written from FILES, (READ . WRITTEN).
+Each key is there only when it has files, oldest first."
+  (append outcome
+          (and (car files) (list :files-read (reverse (car files))))
+          (and (cdr files) (list :files-written (reverse (cdr files))))))
+
+;;;; Evaluating
+
 (defun amacs--eval-form (text)
   "Read and evaluate TEXT; return a plist (:success :result :error).
 Never signals: reader errors, signals and quits (the server's time
-limit or \\[keyboard-quit]) all come back as :error."
+limit or \\[keyboard-quit]) all come back as :error.  The files the
+eval read and wrote, if any, are in :files-read and :files-written
+\(absolute names, each once)."
   (let ((debugger #'amacs--eval-ignore-debugger)
         (debug-on-quit nil)
         (debug-on-error nil)
@@ -104,6 +200,7 @@ limit or \\[keyboard-quit]) all come back as :error."
         (before (buffer-list))
         (started (float-time))
         (displayed nil)
+        (amacs--eval-files (cons nil nil))
         outcome)
     (condition-case err
         (let ((form (amacs--read-forms text)))
@@ -112,7 +209,8 @@ limit or \\[keyboard-quit]) all come back as :error."
                       :result (amacs--print-result
                                (let ((inhibit-quit nil))
                                  (save-window-excursion ; the agent does not rearrange your windows
-                                   (prog1 (save-current-buffer (eval form t))
+                                   (prog1 (save-current-buffer
+                                            (amacs--eval-noting-files (lambda () (eval form t))))
                                      (setq displayed (mapcar #'window-buffer (window-list))))))))))
       (amacs-unreadable
        (setq outcome (list :success nil :error (format "Unreadable elisp: %s" (cadr err)))))
@@ -129,7 +227,7 @@ limit or \\[keyboard-quit]) all come back as :error."
     (amacs--show-agent-buffers
      (seq-uniq (append (seq-difference displayed (mapcar #'window-buffer (window-list)))
                        (seq-difference (buffer-list) before))))
-    outcome))
+    (amacs--eval-with-files outcome amacs--eval-files)))
 
 (defcustom amacs-eval-confirm nil
   "Whether you approve each eval of the agent before it runs.
