@@ -28,12 +28,18 @@ class ConsciousnessError(ValueError):
 
 @dataclass
 class EvalResult:
-    """The outcome of one eval (RFC §7): errors are data."""
+    """The outcome of one eval (RFC §7): errors are data.
+
+    ``files_read`` and ``files_written`` are the absolute names of the files the
+    eval read and wrote, as Emacs noted them (issue 11; agent-world-architecture.md,
+    The World: tracking of known_content_files)."""
 
     success: bool
     result: str | None = None
     error: str | None = None
     skipped: bool = False
+    files_read: tuple[str, ...] = ()
+    files_written: tuple[str, ...] = ()
 
     @classmethod
     def skipped_result(cls) -> EvalResult:
@@ -41,13 +47,21 @@ class EvalResult:
         return cls(success=True, skipped=True)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict with kebab-able keys, in the RFC's field order."""
-        return {
+        """Plain dict with kebab-able keys, in the RFC's field order.
+
+        The files come last, and only when there are some: an eval that touched no
+        file reads as it always did."""
+        out: dict[str, Any] = {
             "success": self.success,
             "result": self.result,
             "error": self.error,
             "skipped": self.skipped,
         }
+        if self.files_read:
+            out["files_read"] = list(self.files_read)
+        if self.files_written:
+            out["files_written"] = list(self.files_written)
+        return out
 
 
 @dataclass

@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 import signal
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..state.consciousness import EvalResult
@@ -26,6 +27,16 @@ HOLD_POLL_SECONDS = 0.5
 # build: 62-bit signed fixnums), so that an eval cannot name another eval by guessing its id, and
 # Emacs still compares ids with `eq'.
 MAX_REQUEST_ID = 2**61 - 1
+
+
+def file_names(value: Any) -> tuple[str, ...]:
+    """The absolute file names in an eval reply's :files-read or :files-written, each once.
+
+    Emacs sends a list of strings (nil, or no key, when there are none); anything
+    else in it is dropped here, at the boundary."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(dict.fromkeys(v for v in value if isinstance(v, str) and os.path.isabs(v)))
 
 
 class EmacsGone(RuntimeError):
@@ -162,10 +173,11 @@ class EmacsFace:
         if reply is None:
             return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
         result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
-                            error=reply.get("error"))
+                            error=reply.get("error"), files_read=file_names(reply.get("files_read")),
+                            files_written=file_names(reply.get("files_written")))
         if reply.get("timed_out") and not result.success:
-            return EvalResult(
-                False,
+            return replace(
+                result,
                 error=f"the eval ran past the time limit of {self.eval_timeout:g} s "
                 f"(amacs-eval-timeout) and was stopped: {result.error}",
             )
