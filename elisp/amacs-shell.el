@@ -479,11 +479,15 @@ the next line shows as it would without them."
   "Inputs queued so far: each queued entry's own `amacs-queued' value.")
 
 (defun amacs-shell--queue (line)
-  "Show LINE (the prompt and an input) as queued; return the entry's id."
+  "Show LINE (the prompt and an input) as queued; return the entry's id.
+Its last newline displays as \"  ⋯ queued\" first: the label is not text,
+so the input moves into the conversation unchanged."
   (amacs-shell--editing
     (amacs-shell--insert-footer
      amacs-shell--prompt-start
-     (propertize line 'font-lock-face 'amacs-shell-queued
+     (propertize (concat (substring line 0 -1)
+                         (propertize "\n" 'display (propertize "  ⋯ queued\n" 'face 'amacs-shell-queued)))
+                 'font-lock-face 'amacs-shell-queued
                  'amacs-queued (setq amacs-shell--queued-count (1+ amacs-shell--queued-count))
                  'read-only t 'front-sticky t 'rear-nonsticky t 'field 'output
                  'help-echo "Sent; the agent takes it when it is done")))

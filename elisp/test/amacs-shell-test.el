@@ -91,6 +91,10 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (should (string-match-p "Two plus two is four\\.\namacs> second\namacs> \\'"
                             (amacs-shell-test--text)))
     (should (eq (amacs-shell-test--face-at "amacs> second") 'amacs-shell-queued))
+    (with-current-buffer amacs-shell-buffer-name   ; labelled on screen, not in the text
+      (goto-char (point-min))
+      (search-forward "amacs> second")
+      (should (string-match-p "queued" (get-text-property (point) 'display))))
     (amacs-shell--on-reply '(:text "Two plus two is four." :streamed t))
     (amacs-shell--on-turn-done nil)
     (amacs-shell--on-turn-start nil)
