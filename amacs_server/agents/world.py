@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,10 +54,40 @@ DEFAULT_ACTIONS = {
     "compulsion": frozenset({"eval", "task", "talk", "quit"}),
 }
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
+FILES_SHOWN = 100  # files an agent read or wrote, newest, listed for its compulsions
 
 
 class AgentError(ValueError):
     """An agent request the rules refuse; the message is for the calling agent."""
+
+
+@dataclass(frozen=True)
+class FileSeen:
+    """A file as one agent's evals last left it: read, written, and its size and mtime then.
+
+    Per agent, so a subagent starts knowing no file; the stamp says whether the file
+    changed since (agent-world-architecture.md, The World: known_content_files, and
+    "A possible race condition, and a fix")."""
+
+    read: bool
+    written: bool
+    stamp: tuple[int, int] | None  # (mtime_ns, size) right after that eval; None: not on disk
+
+    def since(self, path: str) -> str:
+        """Whether PATH on disk is still as the agent left it, in words."""
+        now = file_stamp(path)
+        if now == self.stamp:
+            return "unchanged since" if now is not None else "not on disk"
+        return "deleted since" if now is None else "changed on disk since"
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(mtime_ns, size) of PATH, or None when it cannot be stat'ed (gone, or a remote name)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 class AgentStopped(RuntimeError):
@@ -146,6 +177,7 @@ class AgentWorld:
         self.tasks_live = 0
         self.blocks = 0
         self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
+        self.files_seen: dict[str, dict[str, FileSeen]] = {}  # per agent: the files its evals read or wrote
 
     def _spawn(self, coro: Any, *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
@@ -520,7 +552,7 @@ class AgentWorld:
     def _free(self, agent: Agent) -> None:
         """An agent that ended keeps its summary and transcript; its queue and bookkeeping go."""
         self.bus.forget(agent.id)
-        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids):
+        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids, self.files_seen):
             table.pop(agent.id, None)
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
@@ -829,9 +861,34 @@ class AgentWorld:
         self.rt.transcript.write("eval", {"form": form}, agent=agent.identity)
         self.begin_eval(agent.id)
         result = await self.rt.face.evaluate(form, agent.id)
+        self.note_files(agent.id, result)
         wait = self.end_eval(agent.id)
         self.rt.transcript.write("eval_result", result.to_dict(), agent=agent.identity)
         return result, wait
+
+    # -- the files each agent has read (The World: known_content_files) -------------------
+
+    def note_files(self, agent_id: str, result: EvalResult) -> None:
+        """Remember the files AGENT_ID's eval read and wrote, stamped as they are on disk now.
+
+        A file the agent wrote is known to it as one it read is; the newest go last."""
+        seen = self.files_seen.setdefault(agent_id, {})
+        for path in dict.fromkeys((*result.files_read, *result.files_written)):
+            before = seen.pop(path, None)
+            seen[path] = FileSeen(read=path in result.files_read or bool(before and before.read),
+                                  written=path in result.files_written or bool(before and before.written),
+                                  stamp=file_stamp(path))
+
+    def files_text(self, agent_id: str) -> str:
+        """AGENT_ID's files, for its compulsions: what it did to each, and whether it changed since."""
+        seen = list(self.files_seen.get(agent_id, {}).items())
+        head = "Files this agent has read or written in its evals, and whether each changed on disk since:"
+        if not seen:
+            return f"{head} none."
+        lines = [f"- {path} ({' and '.join(w for w, did in (('read', f.read), ('written', f.written)) if did)}; "
+                 f"{f.since(path)})" for path, f in seen[-FILES_SHOWN:]]
+        more = [f"(and {len(seen) - FILES_SHOWN} older ones)"] if len(seen) > FILES_SHOWN else []
+        return "\n".join([head, *lines, *more])
 
     # -- hooks on the primary loop (compulsions) ----------------------------------------
 
@@ -855,11 +912,14 @@ class AgentWorld:
         """Each compulsion sees the action; the first non-empty reply blocks it, with that reason.
 
         KIND is ``eval`` (FORM is elisp) or ``reply`` (FORM is what the agent says to its
-        interlocutor: a reply is an action too, so a compulsion can hold it back)."""
+        interlocutor: a reply is an action too, so a compulsion can hold it back).  Before
+        an eval, the compulsion also sees the files the agent has read or written, and
+        whether each changed on disk since (issue 11)."""
         for comp in self.compulsions_of(agent_id):
             what = ("wants to evaluate" if kind == "eval" else "wants to reply to its interlocutor")
+            files = f"\n\n{self.files_text(agent_id)}" if kind == "eval" else ""
             try:
-                reason = await self.respond(comp, f"[before action] The agent {what}:\n{form}")
+                reason = await self.respond(comp, f"[before action] The agent {what}:\n{form}{files}")
             except Exception as err:
                 log.warning("compulsion %s failed: %s", comp.id, err)
                 continue

@@ -290,6 +290,7 @@ async def act(rt: Runtime, tick: int, response: AgentResponse, *, streamed: bool
         else:
             rt.world.begin_eval(PRIMARY)
             result = await rt.face.evaluate(response.eval)
+            rt.world.note_files(PRIMARY, result)
         rt.last_eval = (tick, result)
         rt.transcript.write("eval_result", result.to_dict(), tick=tick)
     rt.consciousness.last_eval_result = result
