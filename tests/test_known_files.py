@@ -63,3 +63,29 @@ def test_a_stamp_is_size_and_mtime(tmp_path):
     path.write_text("ab")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert "changed on disk since" in w.files_text("primary")
+
+
+def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
+    """A file buffer of the active thread is in the primary's context: the World knows it was read."""
+    import asyncio
+
+    from amacs_server import work_tools
+    from amacs_server.config import load_config
+    from amacs_server.loop.primary import observe
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("n")
+
+    class Face(SilentFace):
+        async def hydrate(self, buffers):
+            return [{"name": "notes.txt", "file": str(notes), "content": "n"}]
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k"}), Face())
+    try:
+        work_tools.thread_create(rt, "work", {"buffers": ["notes.txt"]})
+        asyncio.run(observe(rt))
+        assert str(notes) in rt.world.files_seen["primary"]
+    finally:
+        rt.ltm.close()

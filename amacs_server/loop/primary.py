@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -142,6 +143,9 @@ async def observe(rt: Runtime) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
     thread = rt.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
+    visited = tuple(os.path.expanduser(b["file"]) for b in buffers if isinstance(b.get("file"), str))
+    if visited:  # the thread's file buffers are in the context: the agent has read them (The World)
+        rt.world.note_files(PRIMARY, EvalResult(True, files_read=visited))
     skills = []
     for name in thread.skills if thread else ():
         try:

@@ -163,7 +163,8 @@ def test_budget_limit_stops_the_agent_until_raised(fake, home):
                "(amacs-set-budget 1.0) (accept-process-output nil 0.3) (amacs-e2e-send \"d\") (amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5", AMACS_BUDGET_LIMIT="0.02").check()
     assert "Two." in run.shell and "Three, after the raise." in run.shell
-    assert "Budget spent ($0.0300 of $0.02): raise it with M-x amacs-set-budget to go on." in run.shell
+    assert ("Budget spent ($0.0300 of $0.02): the primary agent wanted another model call and was stopped; "
+            "raise the limit with M-x amacs-set-budget to go on.") in run.shell
     assert len(fake.requests) == 3
 
 
