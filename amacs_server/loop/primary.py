@@ -110,6 +110,9 @@ async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
     except asyncio.CancelledError:
         rt.face.reply_abandon("interrupted")
         rt.transcript.write("interrupted", {}, tick=tick)
+        # The next turn's context must not show this tick's eval (or an older one) as the last
+        # result, as if it answered the person's next input: it says the tick was interrupted.
+        rt.consciousness.last_eval_result = EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})")
         finish_unanswered(rt, tick, "interrupted by the person")
         raise
     record(rt, tick, response, eval_result)
