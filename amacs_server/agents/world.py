@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
 from ..inference.anthropic_backend import build_request
@@ -39,8 +39,13 @@ from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
 
 if TYPE_CHECKING:
+    from ..inference.anthropic_backend import ModelResult
+    from ..inference.pricing import Usage
+    from ..loop.face import Face
     from ..memory.active import ActiveMemory
-    from ..runtime import Runtime
+    from ..persistence.transcript import Transcript
+    from ..skills import SkillLibrary
+    from ..state.consciousness import Consciousness
 
 log = logging.getLogger("amacs.agents")
 
@@ -55,6 +60,36 @@ DEFAULT_ACTIONS = {
 }
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 FILES_SHOWN = 100  # files an agent read or wrote, newest, listed for its compulsions
+
+
+class ModelBackend(Protocol):
+    """A model backend as the World calls it (non-streamed: a subagent's reply is not shown as it comes)."""
+
+    async def complete(self, request: dict[str, Any], on_text: Any = None, *, stream: bool = True,
+                       on_status: Any = None) -> ModelResult: ...
+
+
+class WorldHost(Protocol):
+    """What the World uses of the runtime that owns it: these, not the whole Runtime (issue 11).
+
+    The World is the agents' environment; the runtime owns the state it shares
+    with them (the transcript, Emacs, the skills, the one budget ledger)."""
+
+    transcript: Transcript
+    face: Face
+    skills: SkillLibrary
+    model: str
+    consciousness: Consciousness  # its budget and API settings: one ledger, one set of sampling settings
+    memory: ActiveMemory  # the primary's RAM (its brain name names the subagents' brains)
+
+    @property
+    def backend(self) -> ModelBackend: ...
+
+    def charge(self, usage: Usage, model: str | None = None) -> float: ...
+
+    def wake(self) -> None: ...
+
+    def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
 
 
 class AgentError(ValueError):
@@ -161,7 +196,7 @@ class Agent:
 class AgentWorld:
     """Every subagent, the bounds they live under, and the events between them."""
 
-    def __init__(self, rt: Runtime, limits: Limits) -> None:
+    def __init__(self, rt: WorldHost, limits: Limits) -> None:
         self.rt = rt
         self.limits = limits
         self.agents: dict[str, Agent] = {}
