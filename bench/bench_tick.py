@@ -39,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amacs_server.config import load_config  # noqa: E402
-from amacs_server.loop import primary  # noqa: E402
+from amacs_server.loop import agent_loop, primary  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
 from amacs_server.state.consciousness import EvalResult  # noqa: E402
@@ -98,9 +98,11 @@ STEPS = ("begin", "observe", "infer_and_parse", "act", "record", "persist", "com
 
 
 def instrument(steps_ms: dict[str, float]) -> None:
-    """Time each step of ``run_tick`` (module globals it calls by name) into STEPS_MS."""
+    """Time each step of a tick (module globals called by name: the primary's steps, and
+    the one agent loop's ``act``) into STEPS_MS."""
     for name in STEPS:
-        fn = getattr(primary, name)
+        module = agent_loop if name == "act" else primary
+        fn = getattr(module, name)
 
         def make(fn=fn, name=name):
             if asyncio.iscoroutinefunction(fn):
@@ -120,7 +122,7 @@ def instrument(steps_ms: dict[str, float]) -> None:
                     steps_ms[name] = steps_ms.get(name, 0.0) + (time.perf_counter() - t0) * 1000
             return timed
 
-        setattr(primary, name, make())
+        setattr(module, name, make())
 
 
 def run(ticks: int, windows: list[int], ids_file: Path | None = None) -> dict[str, object]:

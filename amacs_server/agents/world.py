@@ -32,6 +32,7 @@ from ..inference.parse import (
     parse_response,
 )
 from ..inference.retry import InferenceError
+from ..loop.agent_loop import run_agent
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
@@ -767,56 +768,12 @@ class AgentWorld:
                              for a in self.agents.values() if a.state == "running"])
 
     async def _loop(self, agent: Agent) -> str:
-        """Infer, consult compulsions, act, until the default action (done) or the step limit.
-
-        The rules are the primary's (loop/primary.py): one budget, compulsions before
-        each model call and before each action (the reply included), the allowed
-        actions (an action outside them is an error result, never dropped), and a
-        step limit that is said in the result's status."""
-        reply = ""
-        last: str | None = None  # the previous action's result, for the compulsions
-        for _ in range(self.limits.max_steps):
-            if last is not None:
-                await self.before_model_call(agent.id, last)
-                self._tell_events(agent)
-            response = await self._infer(agent)
-            if response.eval is None:
-                said = response.reply or ""
-                blocked = await self.before_action(agent.id, said, kind="reply") if said else None
-                if blocked:
-                    agent.tell(f"[blocked] Your reply was not delivered: {blocked}")
-                    last = blocked
-                    continue
-                reply = said or reply
-                if agent.request_input and not response.done:
-                    agent.tell(await self._ask_person(agent, response.reply or ""))
-                    last = "the person answered"
-                    continue
-                agent.status = "done"
-                return reply  # the default action `done'; not written to the transcript
-            reply = response.reply or reply
-            if "eval" not in agent.allowed:
-                result, wait = EvalResult(False, error=(
-                    f"eval is not among your allowed actions ({', '.join(sorted(agent.allowed))}); "
-                    "it was not run")), None
-                self.rt.transcript.write("refused", {"action": "eval", "form": response.eval}, agent=agent.identity)
-            else:
-                blocked = await self.before_action(agent.id, response.eval)
-                if blocked:
-                    result, wait = EvalResult(False, error=blocked), None
-                else:
-                    result, wait = await self._eval(agent, response.eval)
-            last = json.dumps({"lastEvalResult": result.to_dict()})
-            agent.tell("<last-eval-result>\n" + last + "\n</last-eval-result>")
-            if agent.state == "quit":
-                agent.status = "quit"
-                return reply
-            if wait is not None:
-                await self.sleep_until(agent.id, wait)
-            self._tell_events(agent)
-        agent.status = "step-limit"
-        self.rt.transcript.write("step_limit", {"max_steps": self.limits.max_steps}, agent=agent.identity)
-        return reply
+        """AGENT's run of the one agent loop (loop/agent_loop.py), until its default action
+        (done) or its step limit; its last reply is what it says."""
+        body = SubagentBody(self, agent)
+        outcome = await run_agent(body, self)
+        agent.status = outcome.status
+        return body.reply
 
     def _tell_events(self, agent: Agent) -> None:
         events = self.bus.drain(agent.id)
@@ -893,13 +850,11 @@ class AgentWorld:
         return result.text
 
     async def _eval(self, agent: Agent, form: str) -> tuple[EvalResult, Wait | None]:
-        self.rt.transcript.write("eval", {"form": form}, agent=agent.identity)
+        """Emacs evaluates FORM for AGENT; the wait it registered (agent-wait-for), if any."""
         self.begin_eval(agent.id)
         result = await self.rt.face.evaluate(form, agent.id)
         self.note_files(agent.id, result)
-        wait = self.end_eval(agent.id)
-        self.rt.transcript.write("eval_result", result.to_dict(), agent=agent.identity)
-        return result, wait
+        return result, self.end_eval(agent.id)
 
     # -- the files each agent has read (The World: known_content_files) -------------------
 
@@ -976,3 +931,73 @@ class AgentWorld:
         A stable order: the hub redraws under the person's point, and a key must act on
         the agent the person chose (live ones first made rows move)."""
         return [a.summary() for a in self.agents.values()]
+
+
+class SubagentBody:
+    """A task, viewpoint or compulsion in the one agent loop: its messages are its transcript.
+
+    Its default action is ``done`` (its last reply is its answer), unless it may
+    request input and did not say it is done: then the person answers it."""
+
+    def __init__(self, world: AgentWorld, agent: Agent) -> None:
+        self.world, self.agent = world, agent
+        self.id = agent.id
+        self.allowed: frozenset[str] | None = agent.allowed
+        self.max_steps = world.limits.max_steps
+        self.reply = ""
+        self.last: str | None = None  # the previous action's result, for the compulsions
+        self.step = 0
+        self.wait: Wait | None = None
+
+    def halted(self) -> bool:
+        return self.agent.state in ("interrupted", "cancelled")
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+
+    def last_result(self, step: int) -> str | None:
+        return self.last
+
+    async def infer(self) -> AgentResponse:
+        if self.step > 0:
+            self.world._tell_events(self.agent)  # the compulsions' notes among them
+        return await self.world._infer(self.agent)
+
+    async def say(self, response: AgentResponse) -> None:
+        self.reply = response.reply or self.reply
+
+    async def evaluate(self, form: str) -> EvalResult:
+        result, self.wait = await self.world._eval(self.agent, form)
+        return result
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.world.rt.transcript.write(event, data, agent=self.agent.identity)
+
+    def record(self, response: AgentResponse, result: EvalResult) -> None:
+        if result.skipped:
+            return  # a reply said: nothing to tell the agent back
+        self.last = json.dumps({"lastEvalResult": result.to_dict()})
+        self.agent.tell("<last-eval-result>\n" + self.last + "\n</last-eval-result>")
+
+    async def after_eval(self) -> bool:
+        if self.agent.state == "quit":
+            return False
+        wait, self.wait = self.wait, None
+        if wait is not None:
+            await self.world.sleep_until(self.agent.id, wait)
+        self.world._tell_events(self.agent)
+        return True
+
+    async def default_action(self, response: AgentResponse) -> bool:
+        if self.agent.request_input and not response.done:
+            self.agent.tell(await self.world._ask_person(self.agent, response.reply or ""))
+            self.last = "the person answered"
+            return False
+        return True  # done: its last reply is its answer (not written to its transcript)
+
+    def interrupted(self) -> None:
+        pass  # AgentWorld.cancel and cancel_all wrote it to the transcript
+
+    def out_of_steps(self) -> None:
+        self.note("step_limit", {"max_steps": self.max_steps})
+

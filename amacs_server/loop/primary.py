@@ -1,7 +1,9 @@
-"""The primary agent's loop: one human turn is one or more ticks.
+"""The primary agent: one human turn is one or more ticks of the one agent loop.
 
 ``event -> observe -> infer -> parse -> act -> record -> persist -> commit -> next``
-(DESIGN.md, One tick).  Each step is one call into its own module.
+(DESIGN.md, One tick).  The loop and its rules are :mod:`.agent_loop`, shared
+with every subagent; :class:`PrimaryBody` is what the primary does at each
+point of it, each step one call into its own function here.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
@@ -32,19 +34,10 @@ from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
 from ..text.org_markup import markdown_to_org
+from .agent_loop import run_agent
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
-
-
-@dataclass
-class TickOutcome:
-    """What a tick did, for the turn to decide what comes next."""
-
-    tick: int
-    response: AgentResponse | None
-    eval_result: EvalResult | None = None
-    reply_blocked: bool = False  # a compulsion held the reply back: the turn goes on
 
 
 class TurnAborted(Exception):
@@ -54,34 +47,16 @@ class TurnAborted(Exception):
 async def run_turn(rt: Runtime, text: str | None) -> None:
     """One turn, for the person's TEXT or (None) for events that woke the agent.
 
-    Ticks run until a response without ``eval`` or the step limit.  After an
-    eval that called agent-wait-for, the agent sleeps until the reply (or the
-    timeout) before its next tick.
+    The primary runs the one agent loop (:mod:`.agent_loop`), a tick per step,
+    until a response without ``eval`` (its default action: request input) or
+    the step limit.  After an eval that called agent-wait-for, the agent sleeps
+    until the reply (or the timeout) before its next tick.
     """
-    pending: str | None = text
-    steps = 0
     if text is not None:
         rt.face.input_taken()  # in the step that starts the turn: one message to Emacs with turn-start
     rt.face.turn_started()
     try:
-        while True:
-            if rt.halted:  # interrupted, or Emacs gone: no further tick
-                raise asyncio.CancelledError(rt.halted)
-            outcome = await run_tick(rt, pending)
-            pending = None
-            steps += 1
-            if outcome.response is None or (outcome.response.eval is None and not outcome.reply_blocked):
-                break
-            wait = rt.world.end_eval(PRIMARY)
-            if wait is not None:
-                await rt.world.sleep_until(PRIMARY, wait)
-            if steps >= rt.settings.max_steps:
-                rt.face.annotate(
-                    f"Step limit reached ({rt.settings.max_steps} ticks this turn); "
-                    "the agent waits for you. Type to let it continue.",
-                    "warning",
-                )
-                break
+        await run_agent(PrimaryBody(rt, text), rt.world)
     except TurnAborted:
         pass
     except asyncio.CancelledError:
@@ -92,33 +67,99 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
         rt.face.turn_done(rt.consciousness.current_tick)
 
 
-async def run_tick(rt: Runtime, human: str | None) -> TickOutcome:
-    """One tick.  HUMAN is the person's input, or None for a continuation tick."""
-    tick = begin(rt, human)
-    try:
-        await hooks_before_model_call(rt, human)
-        user_message = await observe(rt)
-        response, streamed = await infer_and_parse(rt, tick, user_message)
+class PrimaryBody:
+    """The primary agent in the one loop: a step is a tick (DESIGN.md, One tick).
+
+    ``event -> observe -> infer -> parse -> act -> record -> persist -> commit``:
+    the person's input is written ahead, the context is assembled from memory,
+    the reply streams to the shell (unless a compulsion watches), and each tick
+    ends in the org files, memory.db and a git commit.  Each step is one call
+    into its own function below (benchmarks time them by name)."""
+
+    allowed: frozenset[str] | None = None  # every action
+
+    def __init__(self, rt: Runtime, human: str | None) -> None:
+        self.rt = rt
+        self.id = PRIMARY
+        self.max_steps = rt.settings.max_steps
+        self.human = human
+        self.tick = 0
+        self.step = 0
+        self.streamed = False
+
+    def halted(self) -> bool:
+        return bool(self.rt.halted)
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+        self.tick = begin(self.rt, self.human if step == 0 else None)
+
+    def last_result(self, step: int) -> str | None:
+        if step == 0 and self.human is not None:
+            return f"The person said: {self.human}"
+        result = self.rt.consciousness.last_eval_result
+        return json.dumps({"lastEvalResult": result.to_dict() if result else None,
+                           "events_waiting": self.rt.world.bus.pending(PRIMARY)})
+
+    async def infer(self) -> AgentResponse | None:
+        user_message = await observe(self.rt)
+        response, self.streamed = await infer_and_parse(self.rt, self.tick, user_message)
         if response is None:
-            return TickOutcome(tick, None)
+            return None
         if response.reply:  # org, for the shell, agent-chat.org and memory (issue 9)
             response = replace(response, reply=markdown_to_org(response.reply))
-        eval_result = await act(rt, tick, response, streamed=streamed)
-        blocked = response.eval is None and not eval_result.skipped
-        if blocked:  # not said to the person: not in agent-chat.org either
-            response = replace(response, reply=None)
-    except asyncio.CancelledError:
+        self.rt.consciousness.mood = response.mood
+        self.rt.consciousness.confidence = response.confidence
+        return response
+
+    async def say(self, response: AgentResponse) -> None:
+        self.rt.face.reply(response.reply or "", streamed=self.streamed)
+
+    async def evaluate(self, form: str) -> EvalResult:
+        world = self.rt.world
+        world.begin_eval(PRIMARY)
+        result = await self.rt.face.evaluate(form)
+        world.note_files(PRIMARY, result)
+        return result
+
+    def note(self, event: str, data: dict[str, object]) -> None:
+        self.rt.transcript.write(event, data, tick=self.tick)
+        if event == "reply_blocked":  # the person does not see it; the agent hears why, and its turn goes on
+            self.rt.face.annotate(f"A reply was held back: {data['reason']}", "agent")
+
+    def record(self, response: AgentResponse, result: EvalResult) -> None:
+        rt, tick = self.rt, self.tick
+        rt.consciousness.last_eval_result = result
+        if response.eval is not None:
+            rt.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
+        record(rt, tick, response, result)
+        persist(rt, tick, response, human_written=self.human is not None and self.step == 0)
+        commit(rt, tick, response)
+
+    async def after_eval(self) -> bool:
+        wait = self.rt.world.end_eval(PRIMARY)
+        if wait is not None:
+            await self.rt.world.sleep_until(PRIMARY, wait)
+        return True
+
+    async def default_action(self, response: AgentResponse) -> bool:
+        return True  # request input: the turn ends, the person has the prompt
+
+    def interrupted(self) -> None:
+        rt, tick = self.rt, self.tick
         rt.face.reply_abandon("interrupted")
         rt.transcript.write("interrupted", {}, tick=tick)
         # The next turn's context must not show this tick's eval (or an older one) as the last
         # result, as if it answered the person's next input: it says the tick was interrupted.
         rt.consciousness.last_eval_result = EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})")
         finish_unanswered(rt, tick, "interrupted by the person")
-        raise
-    record(rt, tick, response, eval_result)
-    persist(rt, tick, response, human_written=human is not None)
-    commit(rt, tick, response)
-    return TickOutcome(tick, response, eval_result, reply_blocked=blocked)
+
+    def out_of_steps(self) -> None:
+        self.rt.face.annotate(
+            f"Step limit reached ({self.max_steps} ticks this turn); the agent waits for you. "
+            "Type to let it continue.",
+            "warning",
+        )
 
 
 def begin(rt: Runtime, human: str | None) -> int:
@@ -166,19 +207,6 @@ async def observe(rt: Runtime) -> Context:
     c = rt.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     return assemble(snap, rt.conversation, c.active_thread, depths)
-
-
-async def hooks_before_model_call(rt: Runtime, human: str | None) -> None:
-    """Compulsions see the last result before the model is called (their notes become events)."""
-    if not rt.world.compulsions_of(PRIMARY):
-        return
-    if human is not None:
-        last = f"The person said: {human}"
-    else:
-        result = rt.consciousness.last_eval_result
-        last = json.dumps({"lastEvalResult": result.to_dict() if result else None,
-                           "events_waiting": rt.world.bus.pending(PRIMARY)})
-    await rt.world.before_model_call(PRIMARY, last)
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
@@ -270,37 +298,6 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         },
         tick=tick,
     )
-    return result
-
-
-async def act(rt: Runtime, tick: int, response: AgentResponse, *, streamed: bool = False) -> EvalResult:
-    """Act: take mood and confidence, show (or finish) the reply, evaluate the elisp."""
-    rt.consciousness.mood = response.mood
-    rt.consciousness.confidence = response.confidence
-    if response.reply and not streamed and rt.world.compulsions_of(PRIMARY):
-        blocked = await rt.world.before_action(PRIMARY, response.reply, kind="reply")
-        if blocked:  # the person does not see it; the agent hears why, and its turn goes on
-            rt.transcript.write("reply_blocked", {"reply": response.reply, "reason": blocked}, tick=tick)
-            rt.face.annotate(f"A reply was held back: {blocked}", "agent")
-            result = EvalResult(False, error=f"your reply was not delivered: {blocked}")
-            rt.consciousness.last_eval_result = result
-            return result
-    if response.reply:
-        rt.face.reply(response.reply, streamed=streamed)
-    if response.eval is None:
-        result = EvalResult.skipped_result()
-    else:
-        rt.transcript.write("eval", {"form": response.eval}, tick=tick)
-        blocked = await rt.world.before_action(PRIMARY, response.eval)
-        if blocked:
-            result = EvalResult(False, error=blocked)
-        else:
-            rt.world.begin_eval(PRIMARY)
-            result = await rt.face.evaluate(response.eval)
-            rt.world.note_files(PRIMARY, result)
-        rt.last_eval = (tick, result)
-        rt.transcript.write("eval_result", result.to_dict(), tick=tick)
-    rt.consciousness.last_eval_result = result
     return result
 
 
