@@ -17,18 +17,7 @@ from amacs_server.agents import tools
 from amacs_server.toolkit import ToolError
 from amacs_server.transport import emacs_face
 from amacs_server.transport.emacs_face import MAX_REQUEST_ID, EmacsFace
-
-
-class Emacs:
-    """Stands in for the EPC server: records what the face sends; has no pid to signal."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-        self.emacs_pid: int | None = None
-
-    def notify(self, event: dict[str, Any]) -> bool:
-        self.sent.append(event)
-        return True
+from tests.test_eval_hold import Emacs
 
 
 class World:
