@@ -125,9 +125,10 @@
                     (let ((inhibit-read-only t))
                       (erase-buffer)
                       (insert text))
-                    (goto-char (point-min))
+                    (goto-char (point-max))     ; the newest events: what it does now
                     (view-mode 1))
-                  (pop-to-buffer buffer)))))
+                  (amacs-hub--show-beside-shell buffer)
+                  (recenter -1)))))
 
 (defun amacs-hub--insert-list (type title items describe)
   "Insert section TYPE titled TITLE with a line per ITEMS from DESCRIBE."
@@ -309,9 +310,16 @@ Signal a `user-error' elsewhere."
                   (and (plist-get amacs--status :home)
                        (expand-file-name "agent-chat.org" (plist-get amacs--status :home)))
                   (expand-file-name "agent-chat.org" (amacs--home-directory)))))
-    (find-file file)
+    (amacs-hub--show-beside-shell (find-file-noselect file))
     (unless (derived-mode-p 'org-mode) (org-mode))
     (amacs-chat-log-fold)))
+
+(defun amacs-hub--show-beside-shell (buffer)
+  "Select BUFFER in a window that is not the shell's: the shell stays in view."
+  (if (and (boundp 'amacs-shell-buffer-name)
+           (equal (buffer-name (window-buffer)) amacs-shell-buffer-name))
+      (pop-to-buffer buffer t)
+    (pop-to-buffer-same-window buffer)))
 
 (provide 'amacs-hub)
 ;;; amacs-hub.el ends here

@@ -100,6 +100,7 @@ def test_a_markdown_reply_shows_as_org_with_code_in_its_languages_faces(terminal
     assert "```" not in chat and "#+begin_src emacs-lisp\n(defun demo-square (x)" in chat
     term.press("C-c C-l")
     term.wait_for(lambda s: "agent-chat.org" in term.mode_line(), timeout=10, what="the chat log opened")
+    assert term.elisp('(and (get-buffer-window "*amacs-shell*") t)') == "t"  # beside the shell, not over it
     term.elisp("(with-current-buffer \"agent-chat.org\" (org-show-all))")
     screen = term.wait_for("#+begin_src emacs-lisp", timeout=5)
     assert "```" not in screen
