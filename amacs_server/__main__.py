@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from .inference import sdk
 
     sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
+    from .loop.primary import run_turn
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
     from .transport.emacs_face import EmacsFace
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     server.after_hello = release_sdk_once()
     face = EmacsFace(server)
     try:
-        rt = Runtime(config, face)
+        rt = Runtime(config, face, turn=run_turn)
     except Exception as err:  # noqa: BLE001 - reported to Emacs in one line
         logging.exception("start-up failed")
         return _fail(f"cannot open the AMACS home {config.home}: {err}")

@@ -6,10 +6,11 @@ import asyncio
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
@@ -20,7 +21,6 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
-from .loop.primary import run_turn
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import LongTermMemory
 from .persistence.chat_log import ChatLog
@@ -44,10 +44,19 @@ class Settings:
     eval_timeout: float = 30.0
 
 
-class Runtime:
-    """Everything the agent is, plus the asyncio loop (in its own thread) that runs it."""
+TurnRunner = Callable[["Runtime", str | None], Coroutine[Any, Any, None]]
 
-    def __init__(self, config: Config, face: Face) -> None:
+
+class Runtime:
+    """Everything the agent is, plus the asyncio loop (in its own thread) that runs it.
+
+    The primary's turns are run by TURN (``loop.primary.run_turn``, given by
+    whoever assembles the server): the runtime owns the state and the inbox,
+    the loop owns how a turn goes, and neither imports the other's module the
+    other way round (issue 11: no runtime <-> loop circle)."""
+
+    def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None) -> None:
+        self.turn = turn
         self.config = config
         self.face = face
         self.settings = Settings()
@@ -205,7 +214,12 @@ class Runtime:
                     continue
             self._turn_running = True
             self.halted = None
-            self._turn_task = self.loop.create_task(run_turn(self, text))
+            if self.turn is None:  # a runtime made without a turn runner (tests that drive turns themselves)
+                log.error("input arrived but this runtime runs no turns: %r", text)
+                self.face.annotate("This server runs no turns (no turn runner): your input was not taken.",
+                                   "error")
+                continue
+            self._turn_task = self.loop.create_task(self.turn(self, text))
             try:
                 await asyncio.wait({self._turn_task})
                 self._turn_task.result()

@@ -109,7 +109,9 @@ def _runtime(tmp_path, fake=None, **env):
     cfg = {"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k", **env}
     if fake is not None:
         cfg["ANTHROPIC_BASE_URL"] = fake.url
-    rt = Runtime(load_config(cfg), SilentFace())
+    from amacs_server.loop.primary import run_turn
+
+    rt = Runtime(load_config(cfg), SilentFace(), turn=run_turn)
     rt.wake = lambda: None
     return rt
 
@@ -284,3 +286,15 @@ def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(t
         rt.ltm.close()
     assert said == [f"[{handle}] Yes, nearly done."]
     assert rt.world.agents[handle].state == "done"  # answering the person did not reopen it
+
+
+def test_the_runtime_imports_no_loop_module():
+    """Issue 11: the runtime owns state and the inbox; the loop's turn runner is handed to it."""
+    import ast
+    from pathlib import Path
+
+    import amacs_server.runtime as runtime
+
+    tree = ast.parse(Path(runtime.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert "loop.primary" not in imported and "loop.agent_loop" not in imported
