@@ -345,7 +345,7 @@ class AgentWorld:
         Returns the ids of the agents that were at work."""
         stopped = []
         for agent in self.subtree(agent_id):
-            tasks = [t for t in self._running.get(agent.id, set()) if not t.done()]
+            tasks = self._at_work(agent)
             if agent.state in ("idle", "running") or tasks:
                 if agent.state == "running" or tasks:
                     stopped.append(agent.id)
@@ -360,12 +360,16 @@ class AgentWorld:
             self._report_working()
         return stopped
 
+    def _at_work(self, agent: Agent) -> list[asyncio.Task[Any]]:
+        """The asyncio tasks still driving AGENT."""
+        return [t for t in self._running.get(agent.id, set()) if not t.done()]
+
     def cancel_all(self, reason: str) -> list[str]:
         """Interrupt every subagent at work (C-c C-c, or Emacs gone); idle ones stay."""
         stopped = []
         for agent in list(self.agents.values()):
-            if agent.state == "running" or any(not t.done() for t in self._running.get(agent.id, set())):
-                tasks = [t for t in self._running.get(agent.id, set()) if not t.done()]
+            tasks = self._at_work(agent)
+            if agent.state == "running" or tasks:
                 for task in tasks:
                     task.cancel()
                 if agent.type == "task":
@@ -518,14 +522,19 @@ class AgentWorld:
         return [a for a in self.agents.values() if a.type == "viewpoint" and a.parent == caller
                 and a.state not in ("discarded",)]
 
-    def consider(self, caller: str, eval_id: int | None, prompt: Any) -> dict[str, Any]:
-        """Ask CALLER's viewpoints about PROMPT, in turn; the comments come back as one event."""
+    def _panel(self, caller: str, text: Any, empty: str, use: str) -> list[Agent]:
+        """CALLER's viewpoints, for a consider or notify of TEXT (EMPTY: the refusal of no text)."""
         self._caller(caller, "consider")
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise AgentError("agent-consider needs a non-empty PROMPT")
+        if not isinstance(text, str) or not text.strip():
+            raise AgentError(empty)
         panel = self.viewpoints_of(caller)
         if not panel:
-            raise AgentError("there are no viewpoints to consider with; make some with agent-viewpoint")
+            raise AgentError(f"there are no viewpoints to {use}; make some with agent-viewpoint")
+        return panel
+
+    def consider(self, caller: str, eval_id: int | None, prompt: Any) -> dict[str, Any]:
+        """Ask CALLER's viewpoints about PROMPT, in turn; the comments come back as one event."""
+        panel = self._panel(caller, prompt, "agent-consider needs a non-empty PROMPT", "consider with")
         self._reserve(caller)
         talk_id = self._talk(caller, eval_id)
         self._spawn(self._run_consider(caller, panel, prompt, talk_id), *(a.id for a in panel))
@@ -658,21 +667,15 @@ class AgentWorld:
 
     def talk_log(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
         """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
-        if self.bus.pending(caller) + self._outstanding.get(caller, 0) >= self.bus.size:
-            raise Overloaded(f"the event queue of {caller} is full ({self.bus.size}); let events be read first")
+        self._reserve(caller)  # a full queue refuses at once, as for every result to come
         talk_id = self._talk(caller, eval_id)
         self.rt.transcript.write("talk_log", {"talk_id": talk_id, "text": text}, agent=self.identity(caller))
-        self._deliver(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
+        self._deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
     def notify(self, caller: str, text: Any) -> dict[str, Any]:
         """Share TEXT with CALLER's viewpoints without asking for a reply (``viewpoint.notify``)."""
-        self._caller(caller, "consider")
-        if not isinstance(text, str) or not text.strip():
-            raise AgentError("agent-notify needs a non-empty string")
-        panel = self.viewpoints_of(caller)
-        if not panel:
-            raise AgentError("there are no viewpoints to notify; make some with agent-viewpoint")
+        panel = self._panel(caller, text, "agent-notify needs a non-empty string", "notify")
         for agent in panel:
             agent.tell(f"[{caller}] {text}")
             self.rt.transcript.write("notified", {"from": caller, "text": text}, agent=agent.identity)

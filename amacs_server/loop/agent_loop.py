@@ -105,8 +105,8 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
             raise asyncio.CancelledError("halted")
         body.begin_step(step)
         try:
-            seen = body.last_result(step)
-            if seen is not None and world.compulsions_of(body.id):
+            seen = body.last_result(step) if world.compulsions_of(body.id) else None  # built only when watched
+            if seen is not None:
                 await world.before_model_call(body.id, seen)
             response = await body.infer()
             if response is None:
