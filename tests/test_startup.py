@@ -22,12 +22,13 @@ def test_server_modules_import_no_sdk_and_no_gitpython(tmp_path: Path) -> None:
     GitPython is imported by the first commit, on the commit worker."""
     code = ("import sys; from pathlib import Path; "
             "import amacs_server.__main__, amacs_server.methods, amacs_server.runtime; "
+            "from amacs_server.inference import sdk; sdk.hold(); "  # as __main__ does until hello
             "from amacs_server.config import load_config; "
             "from amacs_server.runtime import Runtime; "
             "from amacs_server.transport.emacs_face import EmacsFace; "
             "from amacs_server.transport.server import AmacsEPCServer; "
             f"rt = Runtime(load_config({{'AMACS_HOME': {str(tmp_path)!r}}}), EmacsFace(AmacsEPCServer('t', headless=True))); "
-            "print(sorted(m for m in ('anthropic', 'openai', 'git') if m in sys.modules)); "
+            "print(sorted(m for m in ('anthropic', 'openai', 'git') if m in sys.modules)); sdk.release(); "
             "rt.commits.submit([], 'first'); rt.commits.flush(30); "
             "print('git' in sys.modules, rt.repo.log())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
