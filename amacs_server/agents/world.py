@@ -18,21 +18,14 @@ import itertools
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
 from ..inference.anthropic_backend import build_request
-from ..inference.parse import (
-    MAX_PARSE_RETRIES,
-    RETRY_PROMPT,
-    AgentResponse,
-    ResponseFormatError,
-    fallback_response,
-    parse_response,
-)
+from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.retry import InferenceError
-from ..loop.agent_loop import run_agent
+from ..loop.agent_loop import parse_with_retries, run_agent
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
@@ -61,6 +54,7 @@ DEFAULT_ACTIONS = {
 }
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 FILES_SHOWN = 100  # files an agent read or wrote, newest, listed for its compulsions
+FALLBACK_CHARS = 2000  # of a subagent's answer that was never valid JSON, passed on to its asker
 
 
 class ModelBackend(Protocol):
@@ -792,17 +786,18 @@ class AgentWorld:
         return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
 
     async def _infer(self, agent: Agent) -> AgentResponse:
-        """One response, parsed; invalid JSON is retried as the primary's is (MAX_PARSE_RETRIES)."""
-        for attempt in range(MAX_PARSE_RETRIES + 1):
-            text = await self.model_call(agent)
-            try:
-                return parse_response(text)
-            except ResponseFormatError as err:
-                self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)},
-                                         agent=agent.identity)
-                if attempt < MAX_PARSE_RETRIES:
-                    agent.tell(RETRY_PROMPT)
-        return fallback_response(text)
+        """One response, parsed by the one policy every agent shares (loop/agent_loop.py)."""
+        def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
+            self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=agent.identity)
+            if retry_prompt is not None:  # model_call keeps the model's answer among its messages
+                agent.tell(retry_prompt)
+
+        parsed = await parse_with_retries(lambda: self.model_call(agent), rejected)
+        if parsed.fallback and agent.type != "compulsion":  # its asker hears what it said (a compulsion's
+            # unparsed text must not block the agent it watches)
+            return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
+                                                   f"{parsed.text[:FALLBACK_CHARS]}")
+        return parsed.response
 
     def _show_memory(self, agent: Agent) -> None:
         """Append to AGENT's newest message what is new or changed in its own RAM since its last

@@ -22,14 +22,19 @@ action (the primary: request input, so the turn ends; a subagent: done).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from ..inference.parse import (
+    MAX_PARSE_RETRIES,
+    RETRY_PROMPT,
+    AgentResponse,
+    ResponseFormatError,
+    fallback_response,
+    parse_response,
+)
 from ..state.consciousness import EvalResult
-
-if TYPE_CHECKING:
-    from ..inference.parse import AgentResponse
 
 
 class Watchers(Protocol):
@@ -125,6 +130,38 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
             return Outcome(response, "quit")
     body.out_of_steps()
     return Outcome(last, "step-limit")
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A model answer as the parse policy left it: the response, the model's raw text,
+    the attempt (0 = first call) and whether it is the fallback for text never valid."""
+
+    response: AgentResponse
+    text: str
+    attempt: int
+    fallback: bool
+
+
+Rejected = Callable[[int, str, ResponseFormatError, "str | None"], None]
+"""What an agent does when its model's answer (attempt, text, error) was not valid JSON: it
+notes the rejection and, given the retry prompt (a retry follows), adds it to its messages."""
+
+
+async def parse_with_retries(call: Callable[[], Awaitable[str]], rejected: Rejected) -> Parsed:
+    """The one parse policy (DESIGN.md, Parse): CALL the model, parse its answer as JSON;
+    invalid JSON is retried MAX_PARSE_RETRIES times, each time telling the model RETRY_PROMPT;
+    then its text is kept as the fallback response (an unparsed thought).
+
+    Every agent infers through this, so they share the prompt, the count and the fallback."""
+    text = ""
+    for attempt in range(MAX_PARSE_RETRIES + 1):
+        text = await call()
+        try:
+            return Parsed(parse_response(text), text, attempt, fallback=False)
+        except ResponseFormatError as err:
+            rejected(attempt, text, err, RETRY_PROMPT if attempt < MAX_PARSE_RETRIES else None)
+    return Parsed(fallback_response(text), text, MAX_PARSE_RETRIES, fallback=True)
 
 
 async def act(body: Body, world: Watchers, response: AgentResponse) -> tuple[EvalResult, bool]:

@@ -17,14 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
 from ..inference.anthropic_backend import ModelResult, build_request
-from ..inference.parse import (
-    MAX_PARSE_RETRIES,
-    RETRY_PROMPT,
-    AgentResponse,
-    ResponseFormatError,
-    fallback_response,
-    parse_response,
-)
+from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
 from ..inference.retry import InferenceError
 from ..inference.stream import ReplyStreamer
@@ -34,7 +27,7 @@ from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
 from ..text.org_markup import markdown_to_org
-from .agent_loop import run_agent
+from .agent_loop import parse_with_retries, run_agent
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -220,39 +213,30 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
     messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
-    for attempt in range(MAX_PARSE_RETRIES + 1):
+    streamer = ReplyStreamer()
+
+    async def call() -> str:
+        nonlocal streamer
         streamer = ReplyStreamer()
-        result = await infer(rt, tick, messages, streamer)
-        try:
-            response = parse_response(result.text)
-            rt.transcript.write("parsed", {"attempt": attempt, "response": response.to_dict()}, tick=tick)
-            user_message.answered(result.text)
-            return response, bool(streamer.shown)
-        except ResponseFormatError as err:
-            if streamer.shown:
-                rt.face.reply_abandon("not valid JSON")
-            rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
-            if attempt < MAX_PARSE_RETRIES:
-                rt.face.annotate(
-                    f"The model's response was not valid JSON ({err}); "
-                    f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).",
-                    "warning",
-                )
-                messages += [
-                    {"role": "assistant", "content": result.text or "(empty)"},
-                    {"role": "user", "content": RETRY_PROMPT},
-                ]
-            else:
-                fallback = fallback_response(result.text)
-                rt.face.annotate(
-                    f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
-                    f"retries; kept as an unparsed thought: {result.text[:300]!r}",
-                    "error",
-                )
-                rt.transcript.write("parsed", {"attempt": attempt, "response": fallback.to_dict()}, tick=tick)
-                user_message.answered(result.text)
-                return fallback, False
-    raise AssertionError("unreachable")
+        return (await infer(rt, tick, messages, streamer)).text
+
+    def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
+        if streamer.shown:
+            rt.face.reply_abandon("not valid JSON")
+        rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
+        if retry_prompt is not None:
+            rt.face.annotate(f"The model's response was not valid JSON ({err}); "
+                             f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
+            messages.extend(({"role": "assistant", "content": text or "(empty)"},
+                             {"role": "user", "content": retry_prompt}))
+
+    parsed = await parse_with_retries(call, rejected)
+    if parsed.fallback:
+        rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
+                         f"retries; kept as an unparsed thought: {parsed.text[:300]!r}", "error")
+    rt.transcript.write("parsed", {"attempt": parsed.attempt, "response": parsed.response.to_dict()}, tick=tick)
+    user_message.answered(parsed.text)
+    return parsed.response, bool(streamer.shown) and not parsed.fallback
 
 
 async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer) -> ModelResult:

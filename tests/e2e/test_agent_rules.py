@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from amacs_server.inference.parse import MAX_PARSE_RETRIES, RETRY_PROMPT
 from tests.e2e.agent_fakes import (
     calls_by,
     pause,
@@ -22,6 +23,7 @@ from tests.e2e.agent_fakes import (
     who,
 )
 from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
+from tests.fake_anthropic import Reply
 
 pytestmark = pytest.mark.e2e
 
@@ -180,6 +182,35 @@ def test_a_task_out_of_steps_says_so_in_its_result(fake, home):
     result = [e for e in transcript_events(home, "primary") if e["event"] == "event"
               and e["data"]["source"] == "task-1"]
     assert result[0]["data"]["content"]["status"] == "step-limit"
+
+
+def test_a_task_and_the_primary_share_one_parse_policy(fake, home):
+    """A task's answers that are never valid JSON get the primary's retry prompt, the same
+    number of times (MAX_PARSE_RETRIES), then its text is kept as its answer (the fallback)."""
+
+    def answer(body):
+        me = who(body)[0]
+        msgs = transcript(body)
+        if me == "primary":
+            if "task-1" in msgs[-1] and "Agent" in msgs[-1]:
+                return say("The task answered.")
+            if "<last-eval-result>" in msgs[-1]:
+                return say("Started.")
+            return run_elisp('(agent-task "researcher" "answer badly")')
+        return Reply(f"not json, try {len(calls_by(fake, 'task-1')) + 1}")
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session(send("go"), wait_text("The task answered."))).check()
+    calls = calls_by(fake, "task-1")
+    assert len(calls) == MAX_PARSE_RETRIES + 1
+    for call in calls[1:]:
+        assert call["messages"][-1] == {"role": "user", "content": RETRY_PROMPT}
+    errors = [e for e in transcript_events(home, "task-1") if e["event"] == "parse_error"]
+    assert [e["data"]["attempt"] for e in errors] == list(range(MAX_PARSE_RETRIES + 1))
+    result = [e for e in transcript_events(home, "primary") if e["event"] == "event"
+              and e["data"]["source"] == "task-1"]
+    reply = result[0]["data"]["content"]["reply"]
+    assert reply == f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) not json, try {MAX_PARSE_RETRIES + 1}"
 
 
 def test_a_disallowed_action_comes_back_as_an_error(fake, home):
