@@ -103,12 +103,10 @@
       (insert "\n"))))
 
 (defun amacs-hub--insert-agents (state)
-  "Insert the agents of STATE: the primary, then every subagent."
+  "Insert the agents of STATE: the primary, then every subagent, each on its line."
   (let ((agents (plist-get state :agents)))
     (magit-insert-section (amacs-agents)
-      (magit-insert-heading (format "Agents (%d)" (1+ (length agents))))
-      (magit-insert-section (amacs-agent "primary")
-        (amacs-hub--line "  primary  core  %s" (if (plist-get state :tick) "live" "")))
+      (magit-insert-heading (format "Agents (%d)" (length agents)))
       (dolist (agent agents)
         (magit-insert-section (amacs-agent (plist-get agent :id))
           (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d steps  $%.4f"

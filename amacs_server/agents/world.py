@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -171,7 +172,7 @@ class Agent:
     @property
     def identity(self) -> AgentIdentity:
         """Who this agent is, for transcripts."""
-        return AgentIdentity(self.id, self.parent, self.type, self.template)
+        return AgentIdentity(self.id, self.parent or None, self.type, self.template)
 
     def tell(self, text: str) -> None:
         """Add TEXT to this agent's transcript as the next user message."""
@@ -194,13 +195,17 @@ class AgentWorld:
     def __init__(self, rt: WorldHost, limits: Limits) -> None:
         self.rt = rt
         self.limits = limits
-        self.agents: dict[str, Agent] = {}
+        # The primary is an Agent as every other is (issue 11): its record holds its counters
+        # and talk ids; its loop is loop/primary.py's body, run by the runtime for each turn.
+        self.primary = Agent(id=PRIMARY, type="primary", template="core", parent="", depth=0,
+                             allowed=ALL_ACTIONS)
+        self.agents: dict[str, Agent] = {PRIMARY: self.primary}
         self._report_pending = False
         self.bus = EventBus(limits.event_queue)
         self._outstanding: dict[str, int] = {}  # results each caller is owed
         self.pool = asyncio.Semaphore(limits.pool)
         self._numbers = itertools.count(1)
-        self._talk_ids: dict[str, TalkIds] = {PRIMARY: TalkIds()}
+        self._talk_ids: dict[str, TalkIds] = {PRIMARY: self.primary.talk_ids}
         self._eval_talks: dict[str, set[int]] = {}  # talks made in each agent's running eval
         self._waits: dict[str, Wait] = {}
         self._handles: dict[str, tuple[str, int]] = {}  # handle -> (caller, talk id)
@@ -260,7 +265,7 @@ class AgentWorld:
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
-        live = sum(1 for a in self.agents.values() if a.state in ("idle", "running"))
+        live = sum(1 for a in self.subagents() if a.state in ("idle", "running"))
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
         if allowed is None:  # the template's frontmatter `allowed:', else the type's defaults
@@ -361,7 +366,7 @@ class AgentWorld:
     def cancel_all(self, reason: str) -> list[str]:
         """Interrupt every subagent at work (C-c C-c, or Emacs gone); idle ones stay."""
         stopped = []
-        for agent in list(self.agents.values()):
+        for agent in list(self.subagents()):  # the primary's turn is the runtime's to cancel
             tasks = self._at_work(agent)
             if agent.state == "running" or tasks:
                 for task in tasks:
@@ -391,7 +396,7 @@ class AgentWorld:
     def control(self, caller: str, action: Any, agent_id: Any, *, by: str | None = None) -> dict[str, Any]:
         """CALLER pauses, resumes or cancels AGENT_ID: the primary (and the person) any agent,
         an agent only those below it.  BY names who asked, for the transcript (default CALLER)."""
-        agent = self._known(agent_id)
+        agent = self._subagent(agent_id)
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
         if action == "pause":
@@ -408,7 +413,7 @@ class AgentWorld:
 
         Its answer is shown in the shell, labelled with its id; an agent at work gets
         TEXT as a message event and answers, if it wants, with agent-talk-user."""
-        agent = self._known(agent_id)
+        agent = self._subagent(agent_id)
         if agent.state not in ("idle", "running"):
             raise AgentError(f"{agent.id} is {agent.state}")
         if not isinstance(text, str) or not text.strip():
@@ -440,10 +445,28 @@ class AgentWorld:
         return out
 
     def _live(self, agent_id: Any) -> Agent:
-        agent = self._known(agent_id)
+        agent = self._subagent(agent_id)
         if agent.state not in ("idle", "running"):
             raise AgentError(f"{agent.id} has ended ({agent.state})")
         return agent
+
+    def _subagent(self, agent_id: Any) -> Agent:
+        """AGENT_ID, an agent below the primary: the primary is talked to in the shell and
+        stopped with C-c C-c there."""
+        if agent_id == PRIMARY:
+            raise AgentError("the primary is talked to in the shell, and C-c C-c there interrupts it")
+        return self._known(agent_id)
+
+    def subagents(self) -> Iterator[Agent]:
+        """Every agent but the primary, in the order they were made."""
+        return (a for a in self.agents.values() if a is not self.primary)
+
+    def counted(self, agent: Agent, usage: Usage, dollars: float) -> None:
+        """One model call of AGENT: its steps, tokens and cost (every agent's, the primary's too)."""
+        agent.steps += 1
+        agent.input_tokens += usage.input_tokens
+        agent.output_tokens += usage.output_tokens
+        agent.cost += dollars
 
     def _known(self, agent_id: Any) -> Agent:
         agent = self.agents.get(agent_id) if isinstance(agent_id, str) else None
@@ -762,7 +785,7 @@ class AgentWorld:
         self._report_pending = False
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "doing": a.doing or None, "steps": a.steps}
-                             for a in self.agents.values() if a.state == "running"])
+                             for a in self.subagents() if a.state == "running"])
 
     async def _loop(self, agent: Agent) -> str:
         """AGENT's run of the one agent loop (loop/agent_loop.py), until its default action
@@ -837,10 +860,7 @@ class AgentWorld:
                 raise
         dollars = self.rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
-        agent.steps += 1
-        agent.input_tokens += result.usage.input_tokens
-        agent.output_tokens += result.usage.output_tokens
-        agent.cost += dollars
+        self.counted(agent, result.usage, dollars)
         agent.messages.append({"role": "assistant", "content": result.text or "(empty)"})
         self.rt.transcript.write("model_response", {
             "raw": result.text, "usage": result.usage.__dict__, "cost": dollars,
@@ -920,11 +940,11 @@ class AgentWorld:
         return None
 
     def live(self) -> list[dict[str, Any]]:
-        """Summaries of the agents that are not finished."""
-        return [a.summary() for a in self.agents.values() if a.state in ("idle", "running")]
+        """Summaries of the subagents that are not finished."""
+        return [a.summary() for a in self.subagents() if a.state in ("idle", "running")]
 
     def everyone(self) -> list[dict[str, Any]]:
-        """Summaries of every agent of this session, in the order they were made.
+        """Summaries of every agent of this session, the primary first, in the order they were made.
 
         A stable order: the hub redraws under the person's point, and a key must act on
         the agent the person chose (live ones first made rows move)."""

@@ -48,6 +48,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     if text is not None:
         rt.face.input_taken()  # in the step that starts the turn: one message to Emacs with turn-start
     rt.face.turn_started()
+    rt.world.primary.state = "running"
     try:
         await run_agent(PrimaryBody(rt, text), rt.world)
     except TurnAborted:
@@ -57,6 +58,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
                          "warning")
         raise
     finally:
+        rt.world.primary.state = "idle"
         rt.face.turn_done(rt.consciousness.current_tick)
 
 
@@ -271,6 +273,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         finish_unanswered(rt, tick, str(err))
         raise TurnAborted from err
     dollars = rt.charge(result.usage)
+    rt.world.counted(rt.world.primary, result.usage, dollars)
     rt.transcript.write(
         "model_response",
         {

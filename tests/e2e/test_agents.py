@@ -263,7 +263,13 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
         "(princ (format \"TRANSCRIPT<<%s>>\\n\" (with-current-buffer \"*amacs-transcript task-1*\" (buffer-string))))")
     run = run_emacs(home, fake.url, program).check()
     hub = run.stdout.split("HUB<<")[1].split(">>\n")[0]
-    assert "Agents (2)" in hub and "  primary  core" in hub
+    assert "Agents (2)" in hub
+    # The primary is an agent as the task is (issue 11): its line has its state, its model
+    # calls and their cost, as its transcript has them.
+    primary_calls = [e for e in events_of(home) if e["event"] == "model_response" and e["agent_id"] == "primary"]
+    line = next(x for x in hub.splitlines() if x.split()[:1] == ["primary"])
+    assert line.split()[:5] == ["primary", "primary", "core", "idle", str(len(primary_calls))], line
+    assert line.endswith(f"${sum(e['data']['cost'] for e in primary_calls):.4f}"), line
     assert any(line.split()[:5] == ["task-1", "task", "researcher", "done", "1"] and line.endswith("$0.0006")
                for line in hub.splitlines()), hub
     text = run.stdout.split("TRANSCRIPT<<")[1].split(">>\n")[0]
