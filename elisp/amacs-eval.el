@@ -91,6 +91,9 @@ runs for, so binding this changes nobody's identity.")
 The agent functions send it; the server acts for the agent it sent
 that eval for, and refuses an id that names no running eval.")
 
+(defconst amacs-eval-stopped "quit: the eval was stopped (C-g)"
+  "The error of an eval the person stopped with \\[keyboard-quit].")
+
 (defun amacs--print-result (value)
   "Return VALUE printed for the agent, without text properties, size-capped."
   (let* ((print-length nil) (print-level nil)
@@ -220,7 +223,7 @@ eval read and wrote, if any, are in :files-read and :files-written
                    :error (if (>= (- (float-time) started) amacs-eval-timeout)
                               (format "quit: the eval was stopped at the time limit (amacs-eval-timeout, %s s)"
                                       amacs-eval-timeout)
-                            "quit: the eval was stopped (C-g)"))))
+                            amacs-eval-stopped))))
       (error
        (setq outcome (list :success nil :error (error-message-string err)))))
     (setq debug-on-next-call nil)

@@ -146,6 +146,10 @@ The rest are counted on one more line."
 (defvar amacs-shell--agents nil
   "The subagents at work, as the server last reported them.")
 
+(defvar amacs-shell--eval-agent nil
+  "The agent whose eval Emacs is running, or nil.
+While it runs Emacs does nothing else, so the header says so.")
+
 ;;;; The buffer: output, footer, prompt
 
 (defun amacs-shell--buffer ()
@@ -313,6 +317,7 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
 The details (form, then result) are hidden from the end of the summary
 to just before the line's newline, as outline folding hides a body, so
 the next line shows as it would without them."
+  (setq amacs-shell--eval-agent (or (plist-get event :agent) "primary"))
   (if (not (member (or (plist-get event :agent) "primary") '("primary")))
       (amacs-shell--agent-doing (plist-get event :agent)
                                 (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
@@ -337,10 +342,21 @@ the next line shows as it would without them."
                                                                 'font-lock-constant-face))
           (put id 'amacs-summary start)
           (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
-          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id)))))))
-;; No forced `redisplay' before the eval: in a terminal it costs 3-10 ms per eval
-;; (the line itself 0.2 ms), against issue 10's 1 ms round trip.  An eval that
-;; waits (`sit-for', reading input) shows its line and state while it runs.
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))))))
+  (amacs-shell--show-now))
+
+(defun amacs-shell--show-now ()
+  "Redisplay the shell now, before an eval blocks Emacs.
+A form that runs long (`sleep-for', a busy loop) lets nothing redraw
+until it ends, and the person saw the state from before the eval
+\(\"writing…\") with no word that \\[keyboard-quit] stops it.  The
+header line and the eval's line are drawn first; this costs a
+redisplay per eval (a few ms in a terminal), next to a model call per
+eval.  Nothing is drawn without a window showing the shell."
+  (let ((buf (amacs-shell--buffer)))
+    (when (and buf (get-buffer-window buf 'visible))
+      (amacs-shell--update-header)
+      (redisplay t))))
 
 (defun amacs-shell--pretty (form)
   "FORM (a string of elisp) pretty-printed, or as written if it does not read."
@@ -357,8 +373,11 @@ the next line shows as it would without them."
               'line-prefix "    " 'wrap-prefix "    "))
 
 (defun amacs-shell--eval-done (event result)
-  "Finish the summary line of the eval in EVENT with RESULT (value or error)."
-  (let ((agent (or (plist-get event :agent) "primary")))
+  "Finish the summary line of the eval in EVENT with RESULT (value or error).
+An eval the person stopped with \\[keyboard-quit] is said to have been stopped."
+  (let ((agent (or (plist-get event :agent) "primary"))
+        (stopped (equal (plist-get result :error) amacs-eval-stopped)))
+    (setq amacs-shell--eval-agent nil)
     (if (not (equal agent "primary"))
         (amacs-shell--agent-doing agent nil)
       (amacs-shell--set-state 'thinking)
@@ -387,7 +406,16 @@ the next line shows as it would without them."
           (set-marker start nil)
           (set-marker details-end nil)
           (put id 'amacs-summary nil)
-          (put id 'amacs-details-end nil))))))
+          (put id 'amacs-details-end nil))))
+    (when stopped
+      (amacs-shell--note
+       (format "You stopped %s (%s): %s gets that as its result and goes on; %s stops %s."
+               (if (equal agent "primary") "the eval" (concat agent "'s eval"))
+               (substitute-command-keys "\\[keyboard-quit]")
+               (if (equal agent "primary") "the agent" agent)
+               (substitute-command-keys "\\<amacs-shell-mode-map>\\[amacs-shell-interrupt]")
+               (if (equal agent "primary") "its turn" "every agent's work"))))
+    (amacs-shell--update-header)))
 
 (defun amacs-shell-toggle ()
   "Show or hide the form and result of the eval at point."
@@ -575,13 +603,19 @@ One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
                   ('waiting (substitute-command-keys "waiting for you"))
                   ('thinking (concat "thinking…" elapsed))
                   ('streaming (concat "writing…" elapsed))
-                  ('eval (concat "running an eval…" elapsed))
+                  ('eval (concat "running an eval…" elapsed " " (amacs-shell--stops-it)))
                   ('retrying (format "retrying in %s s" (or amacs-shell--state-detail "?")))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
+    (when (and amacs-shell--eval-agent (not (equal amacs-shell--eval-agent "primary")))
+      (setq doing (format "%s is running an eval… %s" amacs-shell--eval-agent (amacs-shell--stops-it))))
     (if (> agents 0)
         (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
       doing)))
+
+(defun amacs-shell--stops-it ()
+  "The words that say which key stops a running eval."
+  (substitute-command-keys "(\\[keyboard-quit] stops it)"))
 
 (defun amacs-shell-header-line ()
   "The shell's header line: the model, the backend and what the agent is doing."

@@ -405,5 +405,26 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (should (equal (amacs-shell-cost-string) " $0.160 session · budget $0.430/$5.00"))
     (should (< (length (amacs-shell-cost-string)) 40))))
 
+;;;; Found by a newcomer in tmux
+
+(ert-deftest amacs-shell-test-a-running-eval-says-c-g-stops-it ()
+  "The header says an eval runs and that C-g stops it; a stopped eval is said so."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+      (amacs-shell--on-reply-delta '(:text "Let me spin"))
+      (amacs-shell--eval-start '(:agent "primary" :form "(while t)"))
+      (should (string-match-p "running an eval… (C-g stops it)" (amacs-shell-header-line)))
+      (amacs-shell--eval-done '(:agent "primary") (list :success nil :error amacs-eval-stopped))
+      (should (string-match-p "▸ eval (while t) → error: quit: the eval was stopped (C-g)\n"
+                              (amacs-shell-test--text)))
+      (should (string-match-p "\n;; You stopped the eval (C-g): the agent gets that as its result"
+                              (amacs-shell-test--text)))
+      (should (string-match-p "thinking…" (amacs-shell-header-line)))
+      (amacs-shell--on-agents '(:agents ((:id "task-1"))))
+      (amacs-shell--eval-start '(:agent "task-1" :form "(sleep-for 9)"))
+      (should (string-match-p "task-1 is running an eval… (C-g stops it)" (amacs-shell-header-line)))
+      (amacs-shell--eval-done '(:agent "task-1") '(:success t :result "nil"))
+      (should (string-match-p "thinking…" (amacs-shell-header-line))))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here

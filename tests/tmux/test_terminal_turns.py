@@ -1,0 +1,45 @@
+"""What a newcomer in tmux saw during a turn that was wrong, in a real terminal.
+
+A long eval froze the shell under a stale "writing…" with no word that C-g
+stops it; while the primary slept on its subagents the header said
+"thinking…"; C-c C-p and C-c C-n stopped on the agent's eval lines instead of
+going from one of the person's inputs to the next.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fake_anthropic import Reply, agent_json
+from tests.tmux.terminal import PROMPT
+from tests.tmux.test_terminal_actions import header
+from tests.tmux.test_terminal_shell import send, wait_turn_over
+
+pytestmark = pytest.mark.tmux
+
+
+def test_a_long_eval_says_so_in_the_header_and_c_g_stops_it(terminal, fake):
+    """A busy loop blocks Emacs: the header and the eval line are drawn before it runs and say
+    that C-g stops it; C-g does, the agent gets the stop as its result, and the prompt takes
+    typing at once."""
+    fake.script(Reply(agent_json("Let me spin for a while.", eval="(while t)"), chunks=6, chunk_delay=0.02),
+                Reply(agent_json("Stopped, as you asked."), delay=1.5))
+    term = terminal()
+    send(term, "spin")
+    term.wait_for(lambda _s: "running an eval" in header(term), timeout=10,
+                  what="'running an eval' in the header while the loop blocks Emacs")
+    assert "C-g stops it" in header(term), header(term)
+    assert "writing" not in header(term)
+    assert "▸ eval (while t) … (C-g stops it)" in term.screen()
+    term.press("C-g")
+    term.wait_for("▸ eval (while t) → error: quit: the eval was stopped (C-g)", timeout=5)
+    term.wait_for("You stopped the eval (C-g): the agent gets that as its result and goes on; "
+                  "C-c C-c stops its turn.", timeout=5)
+    term.type("still here")  # while the agent thinks about the stop: the shell is usable at once
+    term.wait_for(lambda _s: term.line_at_cursor() == f"{PROMPT}still here", timeout=2,
+                  what="the typed text at the prompt right after C-g")
+    term.wait_for("Stopped, as you asked.")
+    wait_turn_over(term)
+    assert fake.wait_for_requests(2)
+    assert "quit: the eval was stopped (C-g)" in fake.user_texts()[1]  # nothing lost: the agent heard it
+    assert term.line_at_cursor() == f"{PROMPT}still here"
