@@ -228,7 +228,7 @@ With BLANK, set it off by an empty line."
   (let ((start (point-max)))
     (amacs-shell--insert-footer
      start (propertize amacs-shell-prompt
-                       'font-lock-face 'comint-highlight-prompt
+                       'font-lock-face 'comint-highlight-prompt 'amacs-prompt t
                        'field 'output 'inhibit-line-move-field-capture t
                        'read-only t 'front-sticky '(read-only field) 'rear-nonsticky t))
     (set-marker amacs-shell--prompt-start start))
@@ -391,15 +391,17 @@ An eval the person stopped with \\[keyboard-quit] is said to have been stopped."
         (when (and start (marker-buffer start))
           (amacs-shell--editing
             (goto-char details-end)
-            (insert (amacs-shell--eval-detail
-                     id (concat (if ok "⇒ " "error: ")
-                                (string-trim-right (if ok value (or (plist-get result :error) "?"))))
-                     (if ok 'default 'amacs-shell-error)))
+            (insert (amacs-shell--output-props
+                     (amacs-shell--eval-detail
+                      id (concat (if ok "⇒ " "error: ")
+                                 (string-trim-right (if ok value (or (plist-get result :error) "?"))))
+                      (if ok 'default 'amacs-shell-error))))
             (let* ((pending (get id 'amacs-pending))
                    (used (- pending start)))
               (goto-char pending)
               (delete-region pending (next-single-property-change pending 'invisible nil (point-max)))
-              (insert (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used)))))
+              (insert (amacs-shell--output-props
+                       (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used))))))
               (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))
               (set-marker pending nil)
               (put id 'amacs-pending nil)))
@@ -444,11 +446,49 @@ An eval the person stopped with \\[keyboard-quit] is said to have been stopped."
 
 ;;;; Footer: working subagents and queued input
 
-(defun amacs-shell--input-line (line)
-  "LINE, a prompt and an input, in the faces comint gives them."
+(defun amacs-shell--input-line (line &optional face)
+  "LINE, a prompt and an input, in the faces comint gives them, or in FACE.
+The prompt is marked `amacs-prompt', for \\[amacs-shell-previous-prompt]."
   (let ((n (if (string-prefix-p amacs-shell-prompt line) (length amacs-shell-prompt) 0)))
-    (concat (propertize (substring line 0 n) 'font-lock-face 'comint-highlight-prompt)
-            (propertize (substring line n) 'font-lock-face 'comint-highlight-input))))
+    (concat (propertize (substring line 0 n) 'font-lock-face (or face 'comint-highlight-prompt)
+                        'amacs-prompt t)
+            (propertize (substring line n) 'font-lock-face (or face 'comint-highlight-input)))))
+
+(defun amacs-shell--input-start (pos direction)
+  "Return the start of the person's input nearest POS in DIRECTION.
+DIRECTION is 1 (after POS) or -1 (before it).  An input begins where
+a prompt marked `amacs-prompt' ends: past inputs and the one at the
+live prompt.  Return nil when there is none that way."
+  (let ((p pos) found)
+    (while (and (not found) p)
+      (let ((next (if (> direction 0)
+                      (next-single-property-change p 'amacs-prompt nil (point-max))
+                    (previous-single-property-change p 'amacs-prompt nil (point-min)))))
+        (setq p (and (/= next p) next))
+        (when (and p (> p (point-min)) (get-text-property (1- p) 'amacs-prompt)
+                   (not (get-text-property p 'amacs-prompt))
+                   (if (> direction 0) (> p pos) (< p pos)))
+          (setq found p))))
+    found))
+
+(defun amacs-shell-next-prompt (n)
+  "Move to the start of the person's Nth next input (previous when N < 0).
+As comint's \\[comint-next-prompt], but only the person's inputs count:
+eval lines, replies and notes are passed over."
+  (interactive "p")
+  (let ((pos (point)) (direction (if (< n 0) -1 1)))
+    (dotimes (_ (abs n))
+      (setq pos (or (amacs-shell--input-start pos direction) pos)))
+    (if (= pos (point))
+        (message "No %s input" (if (< n 0) "earlier" "later"))
+      (goto-char pos))))
+
+(defun amacs-shell-previous-prompt (n)
+  "Move to the start of the person's Nth previous input.
+As comint's \\[comint-previous-prompt], but only the person's inputs
+count: eval lines, replies and notes are passed over."
+  (interactive "p")
+  (amacs-shell-next-prompt (- n)))
 
 (defun amacs-shell--footer-lines (property)
   "Return (START . END) of the footer's lines carrying PROPERTY, or nil."
@@ -546,10 +586,7 @@ Return non-nil if there was one."
                (line (buffer-substring-no-properties (car region) end)))
           (delete-region (car region) end)
           (amacs-shell--fresh-line)
-          (amacs-shell--insert-output
-           (if face
-               (propertize line 'font-lock-face face)
-             (amacs-shell--input-line line)))
+          (amacs-shell--insert-output (amacs-shell--input-line line face))
           (when note (amacs-shell--insert-output (propertize (concat note "\n") 'font-lock-face face)))
           t)))))
 
@@ -726,8 +763,9 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
            'amacs-shell-annotation)
         (dolist (entry recent)
           (when (plist-get entry :human)
-            (amacs-shell--output (concat amacs-shell-prompt (plist-get entry :human))
-                                 'amacs-shell-resumed))
+            (amacs-shell--output (amacs-shell--input-line
+                                  (concat amacs-shell-prompt (plist-get entry :human))
+                                  'amacs-shell-resumed)))
           (when (plist-get entry :agent)
             (amacs-shell--editing
               (amacs-shell--fresh-line t)
@@ -1052,6 +1090,9 @@ visiting a file is added by its file name."
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
     (define-key map (kbd "C-c C-w") #'amacs-shell-copy-code)
     (define-key map (kbd "C-c M-w") #'amacs-shell-copy-reply)
+    ;; comint's own stop wherever text is not an output field: on eval lines too.
+    (define-key map [remap comint-previous-prompt] #'amacs-shell-previous-prompt)
+    (define-key map [remap comint-next-prompt] #'amacs-shell-next-prompt)
     ;; comint's C-d at the end sends EOF, which ended the shell's placeholder
     ;; process and with it the shell; C-c C-z would stop it.
     (define-key map (kbd "C-d") #'delete-char)

@@ -426,5 +426,34 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
       (amacs-shell--eval-done '(:agent "task-1") '(:success t :result "nil"))
       (should (string-match-p "thinking…" (amacs-shell-header-line))))))
 
+(ert-deftest amacs-shell-test-previous-prompt-goes-from-input-to-input ()
+  "C-c C-p and C-c C-n stop on the person's inputs only, not on eval lines."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm nil))
+      (dolist (text '("first" "second"))
+        (amacs-shell-test--type-and-send text)
+        (amacs-shell--on-input-taken nil)
+        (amacs-shell-test--eval "(+ 1 1)")
+        (amacs-shell--on-reply '(:text "Two."))))
+    (goto-char (point-max))
+    (insert "draft")
+    (should (eq (key-binding (kbd "C-c C-p")) #'amacs-shell-previous-prompt))
+    (should (eq (key-binding (kbd "C-c C-n")) #'amacs-shell-next-prompt))
+    (let ((line (lambda () (let ((inhibit-field-text-motion t))
+                             (buffer-substring-no-properties (line-beginning-position) (line-end-position))))))
+      (amacs-shell-previous-prompt 1)   ; as in comint: first to the start of this input
+      (should (equal (funcall line) "amacs> draft"))
+      (should (looking-at "draft"))
+      (amacs-shell-previous-prompt 1)
+      (should (equal (funcall line) "amacs> second"))
+      (should (looking-back (regexp-quote amacs-shell-prompt) (- (point) (length amacs-shell-prompt))))
+      (amacs-shell-previous-prompt 1)
+      (should (equal (funcall line) "amacs> first"))
+      (amacs-shell-previous-prompt 1)   ; no earlier input: point stays
+      (should (equal (funcall line) "amacs> first"))
+      (amacs-shell-next-prompt 2)
+      (should (equal (funcall line) "amacs> draft"))
+      (should (= (point) (process-mark (get-buffer-process (current-buffer))))))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here

@@ -43,3 +43,28 @@ def test_a_long_eval_says_so_in_the_header_and_c_g_stops_it(terminal, fake):
     assert fake.wait_for_requests(2)
     assert "quit: the eval was stopped (C-g)" in fake.user_texts()[1]  # nothing lost: the agent heard it
     assert term.line_at_cursor() == f"{PROMPT}still here"
+
+
+def test_c_c_c_p_and_c_c_c_n_go_from_input_to_input_over_eval_lines(terminal, fake):
+    """Three turns, each with an eval: C-c C-p lands on the person's inputs only, newest first,
+    and C-c C-n comes back down to the live prompt."""
+    fake.script(*[reply for n, word in ((2, "Two"), (4, "Four"), (6, "Six"))
+                  for reply in (Reply(agent_json(f"Computing {word}.", eval=f"(+ {n // 2} {n // 2})")),
+                                Reply(agent_json(f"It is {word}.")))])
+    term = terminal()
+    for text, reply in (("first", "It is Two."), ("second", "It is Four."), ("third", "It is Six.")):
+        send(term, text)
+        term.wait_for(reply)
+        wait_turn_over(term)
+    term.wait_idle(timeout=5)
+    assert term.screen().count("▸ eval") == 3
+    for expected in ("third", "second", "first"):
+        term.press("C-c C-p")
+        term.wait_for(lambda _s, e=expected: term.line_at_cursor() == f"{PROMPT}{e}", timeout=3,
+                      what=f"the cursor on the input {expected!r}")
+        assert term.cursor()[1] == len(PROMPT)
+    for expected in ("second", "third", ""):
+        term.press("C-c C-n")
+        term.wait_for(lambda _s, e=expected: term.line_at_cursor() == f"{PROMPT}{e}", timeout=3,
+                      what=f"the cursor on the input {expected!r}")
+        assert term.cursor()[1] == len(PROMPT)
