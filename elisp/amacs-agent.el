@@ -113,8 +113,27 @@ Its text appears in the context while that thread is active."
   "Call agent METHOD with ARGS from the eval that is running.
 Only the eval's id goes with them: the server knows which agent that
 eval runs for (issue 11), and the person's calls outside any eval
-act for the primary."
-  (amacs--call-sync method (cons amacs-current-eval args)))
+act for the primary.  A talk the call started is noted in
+`amacs--eval-talks', with who answers it."
+  (let ((value (amacs--call-sync method (cons amacs-current-eval args))))
+    (amacs--note-talk value)
+    value))
+
+(defun amacs--note-talk (value)
+  "Note in `amacs--eval-talks' the talk VALUE names, if any, and who answers it.
+VALUE is what the server answered an agent call: a task's handle, a
+talk's :to, or the viewpoints asked."
+  (let ((talk-id (and (consp value) (plist-get value :talk-id))))
+    (when (integerp talk-id)
+      (let* ((to (plist-get value :to))
+             (viewpoints (plist-get value :viewpoints))
+             (who (cond ((stringp (plist-get value :handle)) (plist-get value :handle))
+                        ((equal to "user") "you")
+                        ((stringp to) to)
+                        ((and viewpoints (listp viewpoints))
+                         (mapconcat (lambda (v) (format "%s" v)) viewpoints ", "))
+                        (t (format "talk %d" talk-id)))))
+        (push (cons talk-id who) amacs--eval-talks)))))
 
 (defun agent-task (template prompt &rest options)
   "Start a Task from skill TEMPLATE with PROMPT and return its handle at once.
@@ -164,8 +183,13 @@ It sees every result and every action, and may block actions."
 (defun agent-wait-for (talk-ids &rest options)
   "After this eval, sleep until replies to all TALK-IDS (one or a list) arrive.
 TALK-IDS must come from agent-talk-* or agent-task calls in the same eval.
-OPTIONS: :timeout seconds (then a Time event wakes the agent)."
-  (amacs--agent-call 'wait_for talk-ids options))
+OPTIONS: :timeout seconds (then a Time event wakes the agent).
+The wait is noted in `amacs--eval-wait', so the shell can say whom
+the agent waits for."
+  (let ((value (amacs--agent-call 'wait_for talk-ids options)))
+    (setq amacs--eval-wait (list :talk-ids (append (plist-get value :waiting-for) nil)
+                                 :timeout (plist-get value :timeout)))
+    value))
 
 (defun agent-list-agents ()
   "Return the live agents: id, type, template, state and cost each."

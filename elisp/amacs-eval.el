@@ -91,6 +91,17 @@ runs for, so binding this changes nobody's identity.")
 The agent functions send it; the server acts for the agent it sent
 that eval for, and refuses an id that names no running eval.")
 
+(defvar amacs--eval-talks nil
+  "While an eval runs, the talks it started: an alist (TALK-ID . WHO).
+WHO names who answers: an agent's id, \"you\", the viewpoints.
+Each eval binds its own; `amacs--agent-call' notes them.")
+
+(defvar amacs--eval-wait nil
+  "While an eval runs, the wait it registered with `agent-wait-for', or nil.
+A plist (:talk-ids IDS :timeout SECONDS), as the server accepted it:
+after the eval the agent sleeps until replies to IDS arrive.  Each
+eval binds its own; `amacs-eval-done-functions' still see it.")
+
 (defconst amacs-eval-stopped "quit: the eval was stopped (C-g)"
   "The error of an eval the person stopped with \\[keyboard-quit].")
 
@@ -277,6 +288,8 @@ limit does not run."
 Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
   (let* ((agent (or (plist-get event :agent) "primary"))
          (form (plist-get event :form))
+         (amacs--eval-talks nil)        ; this eval's own, for the done functions too
+         (amacs--eval-wait nil)
          (result nil))
     (run-hook-with-args 'amacs-eval-start-functions event)
     (setq result

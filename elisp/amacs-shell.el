@@ -150,6 +150,9 @@ The rest are counted on one more line."
   "The agent whose eval Emacs is running, or nil.
 While it runs Emacs does nothing else, so the header says so.")
 
+(defvar amacs-shell--answered-early nil
+  "Who answered while the primary's eval ran, before it could sleep on them.")
+
 ;;;; The buffer: output, footer, prompt
 
 (defun amacs-shell--buffer ()
@@ -322,6 +325,7 @@ the next line shows as it would without them."
       (amacs-shell--agent-doing (plist-get event :agent)
                                 (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
     (amacs-shell--set-state 'eval)
+    (setq amacs-shell--answered-early nil)
     (let* ((form (plist-get event :form))
            (n (setq amacs-shell--eval-count (1+ amacs-shell--eval-count)))
            (id (intern (format "amacs-eval-%d" n))))
@@ -374,13 +378,17 @@ eval.  Nothing is drawn without a window showing the shell."
 
 (defun amacs-shell--eval-done (event result)
   "Finish the summary line of the eval in EVENT with RESULT (value or error).
-An eval the person stopped with \\[keyboard-quit] is said to have been stopped."
+The primary's eval that registered a wait (`amacs--eval-wait') leaves
+it sleeping: the header says for whom.  An eval the person stopped
+with \\[keyboard-quit] is said to have been stopped."
   (let ((agent (or (plist-get event :agent) "primary"))
         (stopped (equal (plist-get result :error) amacs-eval-stopped)))
     (setq amacs-shell--eval-agent nil)
     (if (not (equal agent "primary"))
         (amacs-shell--agent-doing agent nil)
-      (amacs-shell--set-state 'thinking)
+      (if amacs--eval-wait
+          (amacs-shell--sleep amacs--eval-wait amacs--eval-talks)
+        (amacs-shell--set-state 'thinking))
       (let* ((id (intern (format "amacs-eval-%d" amacs-shell--eval-count)))
              (start (get id 'amacs-summary))
              (details-end (get id 'amacs-details-end))
@@ -530,8 +538,14 @@ count: eval lines, replies and notes are passed over."
   (amacs-shell--update-header))
 
 (defun amacs-shell--on-agents (event)
-  "The server reports the subagents at work in EVENT: one footer line each."
-  (setq amacs-shell--agents (append (plist-get event :agents) nil))
+  "The server reports the subagents at work in EVENT: one footer line each.
+One that was at work and is no longer has answered what it was asked."
+  (let* ((before (mapcar (lambda (a) (plist-get a :id)) amacs-shell--agents))
+         (now (append (plist-get event :agents) nil))
+         (ids (mapcar (lambda (a) (plist-get a :id)) now)))
+    (setq amacs-shell--agents now)
+    (dolist (id before)
+      (unless (member id ids) (amacs-shell--answered id))))
   (amacs-shell--draw-agents))
 
 (defun amacs-shell--agent-doing (agent doing)
@@ -591,7 +605,9 @@ Return non-nil if there was one."
           t)))))
 
 (defun amacs-shell--on-input-taken (_event)
-  "The agent took the oldest input sent: it becomes part of the conversation."
+  "The agent took the oldest input sent: it becomes part of the conversation.
+A primary waiting for your reply has it."
+  (amacs-shell--answered "you")
   (amacs-shell--take-queued))
 
 (defun amacs-shell--drop-queued (why sent)
@@ -608,7 +624,11 @@ for a server (`waiting'); inputs typed after a server went wait for the next."
 
 (defvar amacs-shell--state 'starting
   "What the agent is doing, a symbol.
-One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
+One of starting, waiting, thinking, streaming, eval, sleeping (on a
+wait for replies; the detail names whose), retrying, stopped.")
+
+(defvar amacs-shell--wait-timer nil
+  "Timer that ends the shown wait at its timeout, or nil.")
 
 (defvar amacs-shell--state-since nil
   "When the state began, as a float time.")
@@ -622,9 +642,13 @@ One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
 (defun amacs-shell--set-state (state &optional detail)
   "Record that the agent is now in STATE (with DETAIL) and show it."
   (unless (and (eq state amacs-shell--state) (equal detail amacs-shell--state-detail))
-    (setq amacs-shell--state state amacs-shell--state-detail detail
-          amacs-shell--state-since (float-time))
+    (unless (eq state amacs-shell--state)
+      (setq amacs-shell--state-since (float-time)))
+    (setq amacs-shell--state state amacs-shell--state-detail detail)
     (amacs-shell--update-header))
+  (when (and amacs-shell--wait-timer (not (eq state 'sleeping)))
+    (cancel-timer amacs-shell--wait-timer)
+    (setq amacs-shell--wait-timer nil))
   (if (memq state '(waiting stopped))
       (when amacs-shell--clock (cancel-timer amacs-shell--clock) (setq amacs-shell--clock nil))
     (unless amacs-shell--clock
@@ -641,6 +665,8 @@ One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
                   ('thinking (concat "thinking…" elapsed))
                   ('streaming (concat "writing…" elapsed))
                   ('eval (concat "running an eval…" elapsed " " (amacs-shell--stops-it)))
+                  ('sleeping (concat "waiting for "
+                                     (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
                   ('retrying (format "retrying in %s s" (or amacs-shell--state-detail "?")))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
@@ -653,6 +679,42 @@ One of starting, waiting, thinking, streaming, eval, retrying, stopped.")
 (defun amacs-shell--stops-it ()
   "The words that say which key stops a running eval."
   (substitute-command-keys "(\\[keyboard-quit] stops it)"))
+
+(defun amacs-shell--names (names)
+  "NAMES (whom the agent waits for) in a few words: \"you\" is your reply."
+  (let* ((words (mapcar (lambda (n) (if (equal n "you") "your reply" n)) names))
+         (shown (seq-take words 3)))
+    (concat (mapconcat #'identity shown ", ")
+            (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
+
+(defun amacs-shell--sleep (wait talks)
+  "The primary sleeps on WAIT until its talks are answered; TALKS say by whom.
+WAIT is `amacs--eval-wait' and TALKS `amacs--eval-talks' of the eval
+that registered it.  The header names those it waits for until each
+answers (`amacs-shell--answered'), the wait times out, or the agent
+does something else."
+  (let ((names (seq-difference
+                (seq-uniq (mapcar (lambda (id) (or (cdr (assq id talks)) (format "talk %s" id)))
+                                  (plist-get wait :talk-ids)))
+                amacs-shell--answered-early))
+        (timeout (plist-get wait :timeout)))
+    (setq amacs-shell--answered-early nil)
+    (amacs-shell--set-state (if names 'sleeping 'thinking) names)
+    (when amacs-shell--wait-timer (cancel-timer amacs-shell--wait-timer))
+    (setq amacs-shell--wait-timer
+          (and names (numberp timeout)
+               (run-at-time timeout nil (lambda ()
+                                          (setq amacs-shell--wait-timer nil)
+                                          (when (eq amacs-shell--state 'sleeping)
+                                            (amacs-shell--set-state 'thinking))))))))
+
+(defun amacs-shell--answered (who)
+  "WHO (an agent's id, or \"you\") has answered: the primary waits for one less.
+Once everyone has answered, the primary wakes: it is thinking."
+  (cond ((eq amacs-shell--state 'eval) (push who amacs-shell--answered-early))
+        ((and (eq amacs-shell--state 'sleeping) (member who amacs-shell--state-detail))
+         (let ((left (remove who amacs-shell--state-detail)))
+           (amacs-shell--set-state (if left 'sleeping 'thinking) left)))))
 
 (defun amacs-shell-header-line ()
   "The shell's header line: the model, the backend and what the agent is doing."
@@ -706,6 +768,8 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
         (kind (plist-get event :kind)))
     (when (and (equal kind "status") (string-match "retrying in \\([0-9.]+\\) s" text))
       (amacs-shell--set-state 'retrying (match-string 1 text)))
+    (when (and (member kind '("agent" "warning")) (string-match "\\`\\([^ ]+\\) (" text))
+      (amacs-shell--answered (match-string 1 text))) ; a task's end: its result is delivered
     (amacs-shell--output
      (if (equal kind "agent")
          (amacs-shell--one-line (concat (if (string-match-p ") failed: " text) "✗ " "✓ ") text)

@@ -426,6 +426,52 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
       (amacs-shell--eval-done '(:agent "task-1") '(:success t :result "nil"))
       (should (string-match-p "thinking…" (amacs-shell-header-line))))))
 
+(ert-deftest amacs-shell-test-the-header-names-whom-the-primary-waits-for ()
+  "After an eval that registered a wait, the header names whom the primary sleeps on."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+      (amacs-shell--on-turn-start nil)
+      (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
+      (let ((amacs--eval-wait '(:talk-ids (1 2 3) :timeout 300))
+            (amacs--eval-talks '((3 . "you") (2 . "task-2") (1 . "task-1"))))
+        (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
+      (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
+      (should amacs-shell--wait-timer)
+      (amacs-shell--on-annotation '(:text "task-1 (researcher) done: found" :kind "agent"))
+      (should (string-match-p "waiting for task-2, your reply…" (amacs-shell-header-line)))
+      (amacs-shell--on-agents '(:agents ((:id "task-2"))))
+      (amacs-shell--on-agents '(:agents nil))  ; no longer at work: it answered
+      (should (string-match-p "waiting for your reply…" (amacs-shell-header-line)))
+      (amacs-shell--on-input-taken nil)
+      (should (string-match-p "thinking…" (amacs-shell-header-line)))
+      (should-not amacs-shell--wait-timer)
+      ;; A task that ended while the eval still ran is not waited for.
+      (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
+      (amacs-shell--on-annotation '(:text "task-3 (researcher) failed: no" :kind "warning"))
+      (let ((amacs--eval-wait '(:talk-ids (4 5) :timeout 0.05))
+            (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
+        (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
+      (should (string-match-p "waiting for task-4…" (amacs-shell-header-line)))
+      (sleep-for 0.2)                   ; the wait's timeout: the agent wakes
+      (should (string-match-p "thinking…" (amacs-shell-header-line))))))
+
+(ert-deftest amacs-shell-test-agent-calls-note-talks-and-the-wait ()
+  "Talks an eval starts are noted with who answers them, and its wait too."
+  (let ((amacs--eval-talks nil) (amacs--eval-wait nil))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method args)
+                 (pcase method
+                   ('agent_task (list :handle "task-7" :talk-id 1 :template "researcher"))
+                   ('talk_user '(:talk-id 2 :to "user"))
+                   ('agent_consider '(:talk-id 3 :viewpoints ("optimist" "skeptic")))
+                   ('wait_for (list :waiting-for (nth 1 args) :timeout 60))))))
+      (agent-task "researcher" "Find A")
+      (agent-talk-user "Which one?")
+      (agent-consider "Is it good?")
+      (agent-wait-for '(1 2 3)))
+    (should (equal amacs--eval-talks '((3 . "optimist, skeptic") (2 . "you") (1 . "task-7"))))
+    (should (equal amacs--eval-wait '(:talk-ids (1 2 3) :timeout 60)))))
+
 (ert-deftest amacs-shell-test-previous-prompt-goes-from-input-to-input ()
   "C-c C-p and C-c C-n stop on the person's inputs only, not on eval lines."
   (amacs-shell-test--with-shell

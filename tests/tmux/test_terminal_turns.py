@@ -8,8 +8,12 @@ going from one of the person's inputs to the next.
 
 from __future__ import annotations
 
+import itertools
+import threading
+
 import pytest
 
+from tests.e2e.agent_fakes import transcript, who
 from tests.fake_anthropic import Reply, agent_json
 from tests.tmux.terminal import PROMPT
 from tests.tmux.test_terminal_actions import header
@@ -43,6 +47,39 @@ def test_a_long_eval_says_so_in_the_header_and_c_g_stops_it(terminal, fake):
     assert fake.wait_for_requests(2)
     assert "quit: the eval was stopped (C-g)" in fake.user_texts()[1]  # nothing lost: the agent heard it
     assert term.line_at_cursor() == f"{PROMPT}still here"
+
+
+def test_the_header_names_the_subagents_the_primary_waits_for(terminal, fake):
+    """The primary evaluates an agent-wait-for on two tasks: the header says it waits for them,
+    not that it thinks, names only those still out, and goes back to idle when the turn ends."""
+    primary_calls = itertools.count()
+    lock = threading.Lock()
+
+    def answer(body):
+        me, _kind, _template = who(body)
+        if me != "primary":
+            short = transcript(body)[0] == "Find A"
+            return Reply(agent_json("A is found." if short else "B is found."), delay=2.0 if short else 6.0)
+        with lock:
+            call = next(primary_calls)
+        if call == 0:
+            return Reply(agent_json("I'll ask two researchers.", eval=(
+                '(agent-wait-for (list (plist-get (agent-task "researcher" "Find A") :talk-id) '
+                '(plist-get (agent-task "researcher" "Find B") :talk-id)))')))
+        return Reply(agent_json("Both answered."))
+
+    fake.respond_with(answer)
+    term = terminal()
+    send(term, "research A and B")
+    term.wait_for(lambda _s: "waiting for task-1, task-2…" in header(term), timeout=10,
+                  what="the header naming both tasks")
+    assert "thinking" not in header(term)
+    term.wait_for("✓ task-1 (researcher) done", timeout=10)
+    term.wait_for(lambda _s: "waiting for task-2…" in header(term) and "task-1" not in header(term),
+                  timeout=5, what="the header naming only the task still out")
+    term.wait_for("Both answered.", timeout=15)
+    wait_turn_over(term)
+    term.wait_for(lambda _s: "waiting for you" in header(term), timeout=5, what="the idle header")
 
 
 def test_c_c_c_p_and_c_c_c_n_go_from_input_to_input_over_eval_lines(terminal, fake):
