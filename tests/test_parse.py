@@ -50,3 +50,31 @@ def test_scratchpad_parsed():
 def test_fallback_record():
     r = fallback_response("garbage text\nmore")
     assert r.fallback and r.mood == "uncertain" and "garbage text more" in r.monologue and r.eval is None
+
+
+# -- any bytes the model sends are data (issue 12, item 5) ---------------------------------
+
+
+def test_lone_surrogates_and_nuls_become_replacement_characters_that_encode():
+    text = ('{"reply": "a\\ud800b\\u0000c", "mood": "ok\\udfff", "confidence": 0.5, "monologue": "m\\u0000",'
+            ' "eval": "(insert \\"\\udc00\\")", "scratchpad": {"heading": "h\\ud800", "content": "c\\u0000"}}')
+    r = parse_response(text)
+    assert (r.reply, r.mood, r.monologue, r.eval) == ("a\ufffdb\ufffdc", "ok\ufffd", "m\ufffd", '(insert "\ufffd")')
+    assert r.scratchpad is not None and (r.scratchpad.heading, r.scratchpad.content) == ("h\ufffd", "c\ufffd")
+    json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")  # storable everywhere
+
+
+def test_deep_nesting_is_a_format_error_not_a_crash():
+    text = '{"mood": "ok", "confidence": 0.5, "monologue": "m", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(ResponseFormatError, match="nested too deeply"):
+        parse_response(text)
+
+
+@pytest.mark.parametrize("value, expected", [("1e400", 1.0), ("-1e400", 0.0), ("NaN", 0.0)])
+def test_confidence_out_of_any_range_is_clamped(value, expected):
+    r = parse_response('{"mood": "ok", "confidence": ' + value + ', "monologue": "m"}')
+    assert r.confidence == expected
+
+
+def test_a_fallback_of_hostile_text_is_printable():
+    assert "\x00" not in fallback_response("junk \x00 \ud800").monologue

@@ -109,3 +109,12 @@ def test_a_transcript_nobody_closed_closes_its_file_when_dropped(tmp_path):
     del t
     gc.collect()
     assert descriptors_of(path) == []
+
+
+def test_a_lone_surrogate_is_written_as_a_json_escape(tmp_path):
+    """The model's raw text may hold one (from \\ud800 in its JSON): the line is written, exactly."""
+    t = Transcript(tmp_path, "run-1", secrets=("sk-SECRET",))
+    t.write("model_response", {"raw": "a\ud800b sk-SECRET"})
+    t.write("after", {})
+    lines = (tmp_path / "run-1.jsonl").read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0])["data"]["raw"] == "a\ud800b [REDACTED]" and json.loads(lines[1])["event"] == "after"

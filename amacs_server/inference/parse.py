@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ..text.clean import printable, storable
 
 RETRY_PROMPT = "Your response was not valid JSON. Please retry."
 MAX_PARSE_RETRIES = 2
@@ -80,6 +83,8 @@ def parse_response(text: str) -> AgentResponse:
         data = json.loads(extract_json_text(text))
     except json.JSONDecodeError as err:
         raise ResponseFormatError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
+    except RecursionError as err:  # hostile or broken: arrays nested thousands deep
+        raise ResponseFormatError("invalid JSON: nested too deeply") from err
     if not isinstance(data, dict):
         raise ResponseFormatError("the response must be a JSON object")
     missing = [k for k in ("mood", "confidence", "monologue") if k not in data]
@@ -88,6 +93,7 @@ def parse_response(text: str) -> AgentResponse:
     mood = data["mood"]
     if not isinstance(mood, str) or not mood:
         raise ResponseFormatError("mood must be a non-empty string")
+    mood = printable(mood)
     confidence = data["confidence"]
     if isinstance(confidence, bool) or not isinstance(confidence, int | float):
         raise ResponseFormatError("confidence must be a number")
@@ -97,9 +103,9 @@ def parse_response(text: str) -> AgentResponse:
     return AgentResponse(
         mood=mood,  # kept exactly, emoji included (IMP-017)
         confidence=min(1.0, max(0.0, float(confidence))),
-        monologue=" ".join(monologue.split()),
-        reply=_optional_text(data, "reply"),
-        eval=_optional_text(data, "eval"),
+        monologue=printable(" ".join(monologue.split())),
+        reply=_optional_text(data, "reply", printable),
+        eval=_optional_text(data, "eval", storable),  # a NUL is Emacs's to read (or refuse)
         scratchpad=_scratchpad(data.get("scratchpad")),
         done=_flag(data, "done"),
     )
@@ -114,13 +120,13 @@ def _flag(data: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _optional_text(data: dict[str, Any], key: str) -> str | None:
+def _optional_text(data: dict[str, Any], key: str, clean: Callable[[str], str]) -> str | None:
     value = data.get(key)
     if value is None:
         return None
     if not isinstance(value, str):
         raise ResponseFormatError(f"{key} must be a string or null")
-    return value if value.strip() else None
+    return clean(value) if value.strip() else None
 
 
 def _scratchpad(value: Any) -> Scratchpad | None:
@@ -136,12 +142,13 @@ def _scratchpad(value: Any) -> Scratchpad | None:
         raise ResponseFormatError("scratchpad.content must be a string")
     if thread is not None and not isinstance(thread, str):
         raise ResponseFormatError("scratchpad.thread must be a string or null")
-    return Scratchpad(heading=heading.strip(), content=content, thread=thread)
+    return Scratchpad(heading=printable(heading.strip()), content=printable(content),
+                      thread=None if thread is None else printable(thread))
 
 
 def fallback_response(raw: str) -> AgentResponse:
     """The record kept when the model never produced valid JSON (IMP-017)."""
-    first_line = " ".join(raw.split())[:200] or "(empty response)"
+    first_line = printable(" ".join(raw.split())[:200]) or "(empty response)"
     return AgentResponse(
         mood=FALLBACK_MOOD,
         confidence=0.0,

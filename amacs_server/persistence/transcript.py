@@ -76,7 +76,13 @@ class Transcript:
             line = self._encoder.encode(record)
             for secret in self._secrets:
                 line = line.replace(secret, "[REDACTED]")
-            os.write(self._open(), (line + "\n").encode("utf-8"))
+            try:
+                data_bytes = (line + "\n").encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: kept exactly, as a JSON escape (issue 12)
+                data_bytes = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode("ascii")
+                for secret in self._secrets:
+                    data_bytes = data_bytes.replace(secret.encode("utf-8"), b"[REDACTED]")
+            os.write(self._open(), data_bytes)
 
     def _open(self) -> int:
         """The file's descriptor, opened for appending at the first write (or the first after close)."""
