@@ -180,7 +180,7 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
         fake.kill()
         fake.wait()
         # The client's connections close before the loop stops (the fake is gone: no resets to report).
-        asyncio.run_coroutine_threadsafe(rt.backend._get_client().close(), rt.loop).result(10)
+        asyncio.run_coroutine_threadsafe(rt.backend.aclose(), rt.loop).result(10)
         rt.stop()
     done = sum(1 for a in rt.world.agents.values() if a.type == "task" and a.state == "done")
     events = [json.loads(line) for line in rt.transcript.path.read_text(encoding="utf-8").splitlines()]
@@ -257,6 +257,7 @@ COMPONENTS = (  # where a function's file is, first match wins
     ("agent world", "amacs_server/agents/"), ("our inference", "amacs_server/inference/"),
     ("amacs other", "amacs_server/"), ("anthropic SDK", "/anthropic/"), ("pydantic", "pydantic"),
     ("opentelemetry (SDK tracing)", "opentelemetry"), ("httpx", "/httpx"), ("httpcore", "/httpcore"),
+    ("aiohttp (the SDK's transport)", "/aiohttp/"), ("yarl, multidict", "/yarl/"), ("yarl, multidict", "/multidict/"),
     ("anyio", "/anyio/"), ("sniffio", "/sniffio/"), ("h11", "/h11/"), ("asyncio", "/asyncio/"),
     ("json", "/json/"), ("pathlib", "pathlib.py"), ("typing", "typing.py"), ("bench", "/bench/"),
 )

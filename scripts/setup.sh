@@ -26,7 +26,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=".venv/.amacs-installed${extras:+-test}"
-check='import amacs_server, epc, anthropic, openai, git, orgparse, sexpdata'
+check='import amacs_server, epc, anthropic, aiohttp, openai, git, orgparse, sexpdata'
 [ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, duckdb"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv"

@@ -80,6 +80,12 @@ class OpenAIBackend:
                                               timeout=self._timeout, max_retries=0)
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the client now (a later call makes a new one)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
                        stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
         """Run REQUEST against the chat endpoint; streamed unless STREAM is false."""
