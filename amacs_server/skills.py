@@ -7,7 +7,9 @@ they change, so an edit shows on the next tick without a restart.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +60,7 @@ class SkillLibrary:
         self.builtin = builtin
         self.personal = personal
         self._cache: dict[Path, Skill] = {}
+        self._where: dict[str, tuple[Path, Path]] = {}  # a skill name's two candidate files
 
     def _folders(self) -> dict[str, Path]:
         found: dict[str, Path] = {}
@@ -68,8 +71,9 @@ class SkillLibrary:
                         found[folder.name] = folder / "SKILL.md"
         return found
 
-    def _read(self, name: str, path: Path) -> Skill:
-        mtime = path.stat().st_mtime_ns
+    def _read(self, name: str, path: Path, mtime: int | None = None) -> Skill:
+        if mtime is None:
+            mtime = path.stat().st_mtime_ns
         cached = self._cache.get(path)
         if cached is not None and cached.mtime_ns == mtime:
             return cached
@@ -87,11 +91,23 @@ class SkillLibrary:
         """The skill NAME, read fresh if its file changed."""
         if not isinstance(name, str) or not SKILL_NAME.fullmatch(name):
             raise SkillError(f"{name!r} is not a skill name (lowercase letters, digits, - and _)")
-        for root in (self.personal, self.builtin):  # the person's own wins
-            path = root / name / "SKILL.md"
-            if path.is_file():
-                return self._read(name, path)
+        for path in self._paths(name):  # the person's own wins
+            try:  # one stat: is it a file, and has it changed (every task and model call asks)
+                found = os.stat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(found.st_mode):
+                return self._read(name, path, found.st_mtime_ns)
         raise SkillError(f"no skill named {name!r}; (agent-list-available-skills) lists them")
+
+    def _paths(self, name: str) -> tuple[Path, Path]:
+        """Where skill NAME's file would be: the person's folder, then the built-in one."""
+        paths = self._where.get(name)
+        if paths is None:
+            if len(self._where) >= 1024:  # names asked for that do not exist: never many, but not unbounded
+                self._where.clear()
+            paths = self._where[name] = (self.personal / name / "SKILL.md", self.builtin / name / "SKILL.md")
+        return paths
 
     def available(self) -> list[Skill]:
         """Every skill, sorted by name."""
