@@ -63,9 +63,29 @@ def _redirect_stderr(log_file: Path) -> None:
 
 
 def _fail(message: str) -> int:
-    """Emacs shows a non-numeric first line as the reason the server did not start."""
-    print(f"AMACS server error: {message}", flush=True)
+    """Emacs shows a non-numeric first line as the reason the server did not start.
+
+    One line: which file, what is wrong, what to do (issue 12); also logged when the log is open."""
+    line = " ".join(message.split())
+    if logging.getLogger().handlers:  # the log is open (not before: that would print to Emacs)
+        logging.error("start-up failed: %s", line)
+    try:
+        print(f"AMACS server error: {line}", flush=True)
+    except OSError:  # nobody reads stdout any more
+        pass
     return 1
+
+
+def _start_failure(err: BaseException, home: Path) -> str:
+    """ERR, raised while the server started on HOME, as the one line Emacs shows."""
+    from .persistence.recovery import StartupError, explain_os_error
+
+    if isinstance(err, StartupError):
+        return str(err)
+    if isinstance(err, OSError):
+        return explain_os_error(err, home)
+    return (f"start-up failed on the AMACS home {home}: {err!r}. "
+            f"The traceback is in {home / 'logs' / 'server.log'}")
 
 
 def read_server_info(home: Path) -> dict[str, Any] | None:
@@ -147,10 +167,18 @@ def main(argv: list[str] | None = None) -> int:
         env["AMACS_HOME"] = args.home
     try:
         config = load_config(env)
-        (config.home / "logs").mkdir(parents=True, exist_ok=True)
-    except (ConfigError, OSError) as err:
+    except ConfigError as err:
         return _fail(str(err))
-    _redirect_stderr(config.home / "logs" / "server.log")
+    from .persistence.recovery import StartupError, check_home, explain_os_error
+
+    try:
+        check_home(config.home)  # a read-only or full home is said here, not found by a tick
+        (config.home / "logs").mkdir(parents=True, exist_ok=True)
+        _redirect_stderr(config.home / "logs" / "server.log")
+    except StartupError as err:
+        return _fail(str(err))
+    except OSError as err:
+        return _fail(explain_os_error(err, config.home))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     token = config.token
     if token is None:
@@ -167,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     # server Emacs started leaves a live server's file alone.
     write_info = args.headless or not live
 
+    from .memory.ltm import DatabaseCheck
+
+    db_check = DatabaseCheck(config.home / "memory.db")  # reads every page while the imports below run
     from .inference import sdk
 
     sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
@@ -180,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     server.after_hello = release_sdk_once()
     face = EmacsFace(server)
     try:
-        rt = Runtime(config, face, turn=run_turn)
+        rt = Runtime(config, face, turn=run_turn, db_check=db_check)
     except Exception as err:  # noqa: BLE001 - reported to Emacs in one line
         logging.exception("start-up failed")
-        return _fail(f"cannot open the AMACS home {config.home}: {err}")
+        return _fail(_start_failure(err, config.home))
     face.eval_timeout = rt.settings.eval_timeout
     publish(server, rt, face)
     rt.start()
@@ -194,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             info: dict[str, Any] = {"port": port, "pid": pid, "headless": args.headless}
             if args.headless and config.token is None:
                 info["token"] = token
-            write_server_info(home, info)
+            try:
+                write_server_info(home, info)
+            except OSError as err:
+                return _fail(explain_os_error(err, home))
         print(port, flush=True)
         fallback = threading.Timer(0.0 if args.headless else SDK_IMPORT_LATEST, server.after_hello)
         fallback.daemon = True

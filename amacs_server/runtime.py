@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
@@ -22,11 +24,18 @@ from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
-from .memory.ltm import LongTermMemory
+from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.monologue import MonologueLog
+from .persistence.recovery import (
+    StartupError,
+    invalid_utf8_note,
+    load_consciousness,
+    move_aside,
+    stamp,
+)
 from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
 from .skills import SkillLibrary
@@ -55,7 +64,8 @@ class Runtime:
     the loop owns how a turn goes, and neither imports the other's module the
     other way round (issue 11: no runtime <-> loop circle)."""
 
-    def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None) -> None:
+    def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None,
+                 db_check: DatabaseCheck | None = None) -> None:
         self.turn = turn
         self.config = config
         self.face = face
@@ -65,9 +75,14 @@ class Runtime:
         self.tick_tally = Tally()
         self.session_tally = Tally()
         self.model = config.model
+        # What start-up recovered from (a damaged file, bytes that are not UTF-8): said at hello.
+        self.startup_notes: list[str] = []
         home = config.home
         for sub in (home, home / "transcripts", home / "logs"):
             sub.mkdir(parents=True, exist_ok=True)
+        # memory.db's integrity check reads every page: it runs in a thread, started by __main__
+        # before the server's imports, else here, while the org files are read.
+        db_check = db_check or DatabaseCheck(home / "memory.db")
         self.repo = HomeRepo(home)
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         self.chat_log = ChatLog(home / "agent-chat.org")
@@ -79,8 +94,10 @@ class Runtime:
         chat = self.chat_log.read_tail(keep)
         if chat:
             self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
-        self.ltm = LongTermMemory(home / "memory.db")
+        self.ltm, rebuild = self._open_ltm(db_check)
         self.memory = ActiveMemory(self.ltm, agent=config.identity)
+        if rebuild:
+            self._rebuild_memory(rebuild)
         self.conversation = Conversation()  # the primary's append-only context (a new one per server run)
         self.memory.restore(
             self.consciousness,
@@ -88,6 +105,10 @@ class Runtime:
             monologue=self.monologue.read()[-keep:],
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
+        for org in (self.chat_log, self.monologue, self.scratchpad):
+            if org.bad_utf8 is not None:
+                log.warning("%s: bytes that are not UTF-8 from offset %s, read as U+FFFD", org.path, org.bad_utf8)
+                self.startup_notes.append(invalid_utf8_note(org.path, org.bad_utf8))
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self.threads = ThreadBook()
         for tid, item in self.memory.threads.items():
@@ -116,17 +137,64 @@ class Runtime:
     # -- state -------------------------------------------------------------------
 
     def _load_consciousness(self) -> Consciousness:
-        path = self.config.home / "consciousness.el"
-        c = Consciousness()
-        if path.exists():
-            try:
-                c = Consciousness.from_elisp(path.read_text(encoding="utf-8"))
-            except ValueError as err:
-                log.warning("consciousness.el unreadable (%s); starting fresh", err)
+        """consciousness.el; a damaged one is moved aside and restored from git, never reset
+        (persistence.recovery), and the person is told at hello."""
+        c, note = load_consciousness(self.config.home, self.repo)
         c.identity = self.config.identity
         if self.config.budget_limit is not None:
             c.budget.budget_limit = self.config.budget_limit
+        if note is not None:
+            log.warning("%s", note)
+            self.startup_notes.append(note)
+            atomic_write(self.config.home / "consciousness.el", c.to_elisp())
         return c
+
+    def _open_ltm(self, check: DatabaseCheck) -> tuple[LongTermMemory, str | None]:
+        """memory.db, and None; or, when it is damaged (it does not open, or its integrity check
+        fails), a new one holding what could be read from the old one, which is moved aside
+        (``memory.db.corrupt-<time>``), and the note for :meth:`_rebuild_memory`."""
+        path = self.config.home / "memory.db"
+        try:
+            problem = check.result()
+            if problem is None:
+                return LongTermMemory(path), None
+        except sqlite3.DatabaseError as err:
+            if not damaged(err):
+                raise StartupError(f"cannot open {path}: {err}. If another program has it open, close that "
+                                   "program; otherwise move the file aside (the agent rebuilds it from its "
+                                   "org files), then send again (or M-x amacs-restart)") from err
+            problem = str(err)
+        log.warning("memory.db is damaged (%s): moving it aside and rebuilding it", problem)
+        try:
+            aside = move_aside(path, stamp())
+            wal = path.with_name(path.name + "-wal")
+            if wal.exists():
+                os.replace(wal, aside.with_name(aside.name + "-wal"))  # the old file's last commits
+            path.with_name(path.name + "-shm").unlink(missing_ok=True)
+        except OSError as err:
+            raise StartupError(f"memory.db in {self.config.home} is damaged ({problem}) and could not be "
+                               f"moved aside: {err}. Move it away yourself, then send again") from err
+        ltm = LongTermMemory(path)
+        kept = ltm.salvage_from(aside)
+        head = (f"memory.db was damaged ({' '.join(problem.split())[:160]}); it was moved to {aside.name} "
+                "and rebuilt from the org files (chat, monologue, scratchpad)")
+        if kept:
+            return ltm, (f"{head} and the {kept} item versions still readable in it; notes or threads that were "
+                         "only in its damaged parts are lost.")
+        return ltm, f"{head}; nothing in it could be read, so notes or threads that were only in it are lost."
+
+    def _rebuild_memory(self, note: str) -> None:
+        """Bring a rebuilt memory.db level with the whole of the org files (the active memory
+        restores only the windows the context shows)."""
+        everything = ActiveMemory(self.ltm, agent=self.config.identity)
+        everything.restore(
+            self.consciousness,
+            chat=[(e.tick, e.human, e.agent) for e in self.chat_log.read()],
+            monologue=self.monologue.read(),
+            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
+        )
+        log.warning("%s", note)
+        self.startup_notes.append(note)
 
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config

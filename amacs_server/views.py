@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 def status(rt: Runtime) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
     c = rt.consciousness
+    # One line each, what start-up recovered from first (issue 12); the shell prefixes ";; ".
+    notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
     return {
         "run_id": rt.run_id,
         "tick": c.current_tick,
@@ -28,7 +30,7 @@ def status(rt: Runtime) -> dict[str, object]:
         "session": rt.session_tally.to_dict(),
         "spent": c.budget.cost_so_far,
         "budget_limit": c.budget.budget_limit,
-        "notice": None if rt.config.has_credentials else rt.config.missing_key_message(),
+        "notice": "\n;; ".join(notes) or None,
         "home": str(rt.config.home),
         "interrupted": rt.memory.last_chat_interrupted(),
         "recent": [{"tick": tick_of(i), "human": i.content.get("human"),

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -77,6 +78,40 @@ SNIPPET_TOKENS = 12
 
 class LtmError(ValueError):
     """A long-term memory request that cannot be met; the message is for the agent."""
+
+
+# SQLite's result codes for a damaged file (anything else, e.g. a lock, is not damage).
+_DAMAGED = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+SALVAGE_CHUNK = 500
+
+
+def damaged(err: sqlite3.DatabaseError) -> bool:
+    """True when ERR says the database file is damaged (not locked, not unwritable)."""
+    code = getattr(err, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF in _DAMAGED) or (
+        code is None and ("malformed" in str(err) or "not a database" in str(err)))
+
+
+def check_database(path: Path) -> str | None:
+    """What is wrong with the SQLite database at PATH, or None when it is sound (or absent).
+
+    ``PRAGMA integrity_check`` reads every page: ~25 ms for a 40 MB ``memory.db``,
+    ~0.24 s for 400 MB (page cache warm); ``quick_check`` saves only ~10 % here, as
+    the only index is the UNIQUE (base, version) one.  Errors that are not damage
+    (a lock, an unreadable file) are raised."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10)
+    try:
+        rows = db.execute("PRAGMA integrity_check(5)").fetchall()
+    except sqlite3.DatabaseError as err:
+        if damaged(err):
+            return str(err)
+        raise
+    finally:
+        db.close()
+    problems = [str(r[0]) for r in rows if r and r[0] != "ok"]
+    return "; ".join(problems)[:300] if problems else None
 
 
 @dataclass(frozen=True)
@@ -147,6 +182,31 @@ def snippet(text: str, words: list[str], size: int = SNIPPET_TOKENS) -> str:
 def fts_query(words: list[str]) -> str:
     """An FTS5 query in which any of WORDS may match (ranked); no query syntax leaks through."""
     return " OR ".join(f'"{w}"' for w in words)
+
+
+class DatabaseCheck:
+    """:func:`check_database` of PATH in a thread of its own, from now on (it reads every page,
+    mostly outside the GIL: start-up goes on meanwhile); :meth:`result` waits for it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._problem: str | None = None
+        self._error: sqlite3.Error | None = None
+        self._thread = threading.Thread(target=self._run, name="amacs-db-check", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._problem = check_database(self.path)
+        except sqlite3.Error as err:
+            self._error = err
+
+    def result(self) -> str | None:
+        """What is wrong with the database, or None; its errors that are not damage are raised here."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._problem
 
 
 class LongTermMemory:
@@ -334,6 +394,60 @@ class LongTermMemory:
     def close(self) -> None:
         """Close the database."""
         self.db.close()
+
+    def salvage_from(self, old: Path) -> int:
+        """Copy into this (new) database every item version, tag and active-set entry that can
+        still be read from the damaged database OLD; return how many versions were copied.
+
+        Rows are read by id in chunks, a failing chunk one id at a time, so the
+        rows on sound pages are kept and those on damaged pages skipped."""
+        try:
+            src = sqlite3.connect(old, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            return 0
+        copied = 0
+        try:
+            try:
+                top = src.execute("SELECT max(id) FROM items").fetchone()[0] or 0
+            except sqlite3.Error:
+                return 0
+            cols = "SELECT base, version, tier, kind, created_at_ms, content FROM items"
+            with self.transaction():
+                for first in range(1, int(top) + 1, SALVAGE_CHUNK):
+                    try:
+                        rows = src.execute(f"{cols} WHERE id BETWEEN ? AND ? ORDER BY id",
+                                           (first, first + SALVAGE_CHUNK - 1)).fetchall()
+                    except sqlite3.Error:
+                        rows = []
+                        for rowid in range(first, min(first + SALVAGE_CHUNK, int(top) + 1)):
+                            try:
+                                rows.extend(src.execute(f"{cols} WHERE id = ?", (rowid,)).fetchall())
+                            except sqlite3.Error:
+                                continue
+                    for row in rows:
+                        try:
+                            self.put(self._item(row))
+                        except (LtmError, ValueError, TypeError, KeyError):
+                            continue
+                        copied += 1
+                for table, insert in (("tags", "INSERT OR IGNORE INTO tags (base, tag) VALUES (?, ?)"),
+                                      ("active", "INSERT OR IGNORE INTO active (brain, base, status, version) "
+                                                 "VALUES (?, ?, ?, ?)")):
+                    names = "base, tag" if table == "tags" else "brain, base, status, version"
+                    try:
+                        found = src.execute(f"SELECT {names} FROM {table}").fetchall()  # noqa: S608 - fixed names
+                    except sqlite3.Error:
+                        continue
+                    for row in found:
+                        try:
+                            if table == "active" and self.find(MemId.from_base(row[1], row[3])) is None:
+                                continue  # its item was on a damaged page
+                            self.db.execute(insert, row)
+                        except (sqlite3.Error, ValueError, TypeError):
+                            continue
+        finally:
+            src.close()
+        return copied
 
     def _item(self, row: tuple[Any, ...]) -> MemoryItem:
         base, version, tier, kind, created, content = row

@@ -21,6 +21,7 @@ from pathlib import Path
 import orgparse
 
 from .files import append_durably
+from .recovery import decode_utf8
 
 
 @dataclass
@@ -124,6 +125,14 @@ class ChatLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
+
+    def _decode(self, data: bytes, offset: int = 0) -> str:
+        """DATA (read from OFFSET) as text; bytes that are not UTF-8 read as U+FFFD and are noted."""
+        text, bad = decode_utf8(data)
+        if bad is not None and self.bad_utf8 is None:
+            self.bad_utf8 = offset + bad
+        return text
 
     def write_human(self, tick: int, timestamp: str, text: str) -> None:
         """Write-ahead: the heading and the human's input, before any model call."""
@@ -146,7 +155,7 @@ class ChatLog:
         """Every tick in the file, oldest first, parsed with orgparse."""
         if not self.path.exists():
             return []
-        return _entries(orgparse.load(str(self.path)))
+        return _entries(orgparse.loads(self._decode(self.path.read_bytes())))
 
     def read_tail(self, count: int, chunk: int = 1 << 16) -> list[ChatEntry]:
         """The last COUNT ticks, oldest first: the file is read from its end only as far
@@ -171,7 +180,7 @@ class ChatLog:
                 if len(heads) > count or start == 0:
                     break
         cut = heads[-count] if len(heads) >= count else 0
-        return _entries(orgparse.loads(data[cut:].decode("utf-8")))
+        return _entries(orgparse.loads(self._decode(data[cut:], start + cut)))
 
 
 def _entries(root: orgparse.node.OrgRootNode) -> list[ChatEntry]:

@@ -157,6 +157,20 @@ class HomeRepo:
         """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits."""
         self._git(*PACK_ARGS, nice=PACK_NICE)
 
+    def file_versions(self, name: str, count: int) -> list[str]:
+        """The shas of the last COUNT commits that changed NAME, newest first ([] without history)."""
+        if not (self.home / ".git").exists() or self._head() is None:
+            return []
+        return self._git("log", f"--max-count={count}", "--format=%H", "--", name).split()
+
+    def show(self, sha: str, name: str) -> str:
+        """NAME as commit SHA has it (GitFailed if it has none)."""
+        done = subprocess.run(["git", "show", f"{sha}:{name}"], cwd=self.home, env=self._env,
+                              capture_output=True, check=False)
+        if done.returncode != 0:
+            raise GitFailed(f"git show failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
+        return done.stdout.decode("utf-8")
+
     def log(self, count: int = 20) -> list[str]:
         """The subjects of the last COUNT commits, newest first."""
         return [subject for _sha, subject in self.recent(count)]

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from .files import append_durably
+from .recovery import decode_utf8
 
 _LINE = re.compile(r"^- \[TICK (\d+)\]\[([^\]]*)\] (.*)$")
 
@@ -15,13 +16,17 @@ class MonologueLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
 
     def read(self) -> list[tuple[int, str]]:
         """Every (tick, line) in the file, oldest first."""
         if not self.path.exists():
             return []
+        text, bad = decode_utf8(self.path.read_bytes())
+        if bad is not None and self.bad_utf8 is None:
+            self.bad_utf8 = bad
         out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in text.splitlines():
             match = _LINE.match(line)
             if match:
                 out.append((int(match.group(1)), match.group(3)))

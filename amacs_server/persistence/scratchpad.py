@@ -9,6 +9,7 @@ import orgparse
 
 from .chat_log import escape_org, unescape_org
 from .files import append_durably
+from .recovery import decode_utf8
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class ScratchpadLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
 
     def append(self, entry: ScratchpadEntry) -> None:
         """One heading with :THREAD: and :TICK: properties, then the content."""
@@ -40,8 +42,11 @@ class ScratchpadLog:
         """Every heading in the file, oldest first."""
         if not self.path.exists():
             return []
+        text, bad = decode_utf8(self.path.read_bytes())
+        if bad is not None and self.bad_utf8 is None:
+            self.bad_utf8 = bad
         out = []
-        for node in orgparse.load(str(self.path)).children:
+        for node in orgparse.loads(text).children:
             tick = str(node.properties.get("TICK", ""))
             if not tick.isdigit():
                 continue
