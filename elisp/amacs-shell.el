@@ -915,12 +915,33 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
 (defun amacs-shell--save-history-everywhere ()
   "Save the history of the shell buffer, if there is one."
   (let ((buffer (amacs-shell--buffer)))
-    (when buffer (with-current-buffer buffer (amacs-shell--save-history)))))
+    (when buffer (with-current-buffer buffer (amacs-shell--save-history-safely)))))
+
+(defvar-local amacs-shell--history-error nil
+  "Non-nil once saving the history failed and was said; nil after a save works.")
+
+(defun amacs-shell--save-history-safely ()
+  "Save the history; if its file cannot be written, say so once and go on.
+A read-only or full AMACS home must not stop an input from being sent
+\(issue 12): the inputs stay in this Emacs's ring."
+  (condition-case err
+      (progn (amacs-shell--save-history)
+             (setq amacs-shell--history-error nil))
+    (error
+     (unless amacs-shell--history-error
+       (setq amacs-shell--history-error t)
+       (amacs-shell--note
+        (format "Could not save the input history to %s (%s); your inputs stay in this Emacs: %s brings them back."
+                comint-input-ring-file-name
+                (if (and (eq (car err) 'file-error) (stringp (nth 2 err))) ; e.g. (file-error "Opening output file" "Read-only file system" FILE)
+                    (nth 2 err)
+                  (error-message-string err))
+                (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))))
 
 (defun amacs-shell--input-sender (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
 The line sent waits in the footer as queued until the agent takes it."
-  (amacs-shell--save-history)
+  (amacs-shell--save-history-safely)
   (let* ((text (string-trim (substring-no-properties input)))
          (line (buffer-substring-no-properties amacs-shell--prompt-start (point-max)))
          (id nil))
@@ -1191,7 +1212,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (setq-local word-wrap t)
   (amacs-render-prepare-buffer)
   (amacs-shell--read-history)
-  (add-hook 'kill-buffer-hook #'amacs-shell--save-history nil t)
+  (add-hook 'kill-buffer-hook #'amacs-shell--save-history-safely nil t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (unless (comint-check-proc (current-buffer))
     (let ((proc (condition-case nil

@@ -110,6 +110,33 @@ longest prefix of the model's name that matches wins."
   :type 'number
   :group 'amacs)
 
+(defcustom amacs-start-attempts 3
+  "How many times in a row to start a server that stops before it answers.
+Emacs waits 1 s, then 2 s, ... between them; after the last it stops
+trying, says why the server did not start, and keeps what waited for it
+\(the shell's input: `comint-previous-input' brings it back).  Sending
+again, or `amacs-restart', starts a new round."
+  :type 'integer
+  :group 'amacs)
+
+(defvar amacs--start-failures 0
+  "Servers in a row that stopped before they accepted this Emacs.")
+
+(defvar amacs--start-reason nil
+  "The reason last said for a server that did not start, or nil.
+A later server that fails for the same reason does not say it again.")
+
+(defvar amacs--retry-timer nil
+  "Timer that starts the server again after a failed start, or nil.")
+
+(defvar amacs--retry-base 1
+  "Seconds before the second start of a round; each further wait doubles.")
+
+(defvar amacs-start-failed-hook nil
+  "Hook run when Emacs stops trying to start the server.
+What waited for the server was dropped; the shell says its input was
+not sent.")
+
 (defvar amacs--manager nil
   "The `epc:manager' of the live connection, or nil.")
 
@@ -250,7 +277,8 @@ to it.  Otherwise start the server, which connects when its port is
 printed.  Does nothing if a server is already starting or connected."
   (when (and amacs--server-process (not (process-live-p amacs--server-process)))
     (amacs--server-gone amacs--server-process (format "%s" (process-status amacs--server-process))))
-  (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p))
+  (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p)
+              amacs--retry-timer)          ; a start after a failed one waits for it
     (let ((headless (amacs--live-headless-server)))
       (if headless
           (pcase-let ((`(,port ,pid ,token) headless))
@@ -265,6 +293,7 @@ printed.  Does nothing if a server is already starting or connected."
   (setq amacs--token (amacs--make-token) amacs--ready nil)
   (let ((process-environment (amacs--server-environment amacs--token))
         (stderr (get-buffer-create " *amacs-server-stderr*")))
+    (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
     (condition-case err
         (setq amacs--server-process
               (make-process :name "amacs-server"
@@ -294,7 +323,26 @@ printed.  Does nothing if a server is already starting or connected."
                 (progn
                   (process-put proc 'amacs-port (string-to-number line))
                   (amacs--connect-port proc (string-to-number line) amacs--token))
-              (amacs--say "The AMACS server did not start: %s" line))))))))
+              (process-put proc 'amacs-port -1) ; no port will come: read no further line
+              (process-put proc 'amacs-explained t)
+              (amacs--start-failed-because
+               proc (string-remove-prefix "AMACS server error: " line)))))))))
+
+(defun amacs--start-failed-because (proc reason)
+  "Note REASON why server PROC did not start; say it unless it was just said."
+  (process-put proc 'amacs-error reason)
+  (unless (equal reason amacs--start-reason)
+    (setq amacs--start-reason reason)
+    (amacs--say "The AMACS server did not start: %s" reason)))
+
+(defun amacs--stderr-tail ()
+  "The last line the server wrote to stderr before its log opened, or nil."
+  (let ((buffer (get-buffer " *amacs-server-stderr*")))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (car (last (seq-remove
+                    (lambda (line) (string-match-p "\\`Process .*\\(finished\\|exited\\|killed\\)" line))
+                    (split-string (buffer-string) "\n" t "[ \t]+"))))))))
 
 (defun amacs--server-gone (proc event)
   "Forget server PROC, which ended with EVENT, and say so once.
@@ -307,9 +355,56 @@ typed after the connection dropped starts a new server first."
     ;; The shell first closes what the server left open (a stream, input it
     ;; was sent), so this line comes after what it explains.
     (run-hooks 'amacs-disconnect-hook)
-    (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
-                (string-trim event)
-                (expand-file-name "logs/server.log" (amacs--home-directory)))))
+    (if (process-get proc 'amacs-accepted)
+        (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
+                    (string-trim event)
+                    (expand-file-name "logs/server.log" (amacs--home-directory)))
+      ;; It never accepted this Emacs: a failed start, said once (issue 12).
+      (setq amacs--start-failures (1+ amacs--start-failures))
+      (unless (process-get proc 'amacs-error)
+        (amacs--start-failed-because
+         proc (format "%s%s" (string-trim event)
+                      (let ((tail (amacs--stderr-tail))) (if tail (concat ": " tail) ""))))))))
+
+(defun amacs--start-again (proc)
+  "Start a server for what waits for one, after server PROC ended.
+After a server that ran: at once.  After one that did not start:
+again after a wait that doubles, up to `amacs-start-attempts' starts
+in a row; then stop trying, drop what waits, run
+`amacs-start-failed-hook'."
+  (cond
+   ((process-get proc 'amacs-accepted) (amacs-start-server))
+   ((< amacs--start-failures amacs-start-attempts)
+    (let ((delay (* amacs--retry-base (expt 2 (1- amacs--start-failures)))))
+      (when (= amacs--start-failures 1)
+        (amacs--say "Trying again in %s s (at most %d attempts)." delay amacs-start-attempts))
+      (amacs--cancel-retry)
+      (setq amacs--retry-timer
+            (run-at-time delay nil (lambda ()
+                                     (setq amacs--retry-timer nil)
+                                     (when amacs--on-ready (amacs-start-server)))))))
+   (t
+    (let ((attempts amacs--start-failures))
+      (amacs-cancel-waiting)
+      (setq amacs--start-failures 0 amacs--start-reason nil)
+      (run-hooks 'amacs-start-failed-hook)
+      (amacs--say "Stopped trying: the AMACS server did not start in %d attempts. %s"
+                  attempts (if (process-get proc 'amacs-explained)
+                               "Fix what it said, then send again or M-x amacs-restart."
+                             (format "Its log may say why: %s. Then send again or M-x amacs-restart."
+                                     (expand-file-name "logs/server.log" (amacs--home-directory)))))))))
+
+(defun amacs--cancel-retry ()
+  "Cancel a pending start after a failed one."
+  (when amacs--retry-timer
+    (cancel-timer amacs--retry-timer)
+    (setq amacs--retry-timer nil)))
+
+(defun amacs-reset-start-attempts ()
+  "Begin a new round of attempts to start the server.
+A round is up to `amacs-start-attempts' attempts."
+  (amacs--cancel-retry)
+  (setq amacs--start-failures 0 amacs--start-reason nil))
 
 (defun amacs--server-sentinel (proc event)
   "Report that server PROC ended with EVENT."
@@ -319,7 +414,7 @@ typed after the connection dropped starts a new server first."
       ;; Input typed after the connection dropped but before this sentinel ran
       ;; is waiting for a server: start one, or it would wait for ever.
       (when amacs--on-ready
-        (amacs-start-server)))
+        (amacs--start-again proc)))
     (when (buffer-live-p (process-buffer proc))
       (kill-buffer (process-buffer proc)))))
 
@@ -360,7 +455,8 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
 
 (defun amacs--hello-accepted (status)
   "Store the server's STATUS plist and run the functions waiting for it."
-  (setq amacs--ready t amacs--status status)
+  (setq amacs--ready t amacs--status status amacs--start-failures 0 amacs--start-reason nil)
+  (when amacs--server-process (process-put amacs--server-process 'amacs-accepted t))
   (run-hooks 'amacs-ready-hook)
   (let ((waiting amacs--on-ready))
     (setq amacs--on-ready nil)

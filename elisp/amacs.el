@@ -46,6 +46,16 @@ OWN is non-nil when this Emacs started the server it is connected to."
                                   model backend))
                         (if notice (concat " " notice) "")))))
 
+(defun amacs--start-failed-in-shell ()
+  "The server could not start: say in the shell that what waited was not sent.
+Each input that waited for the server moves into the conversation,
+marked not sent; \\[comint-previous-input] brings it back (issue 12)."
+  (amacs-shell--drop-queued "the AMACS server could not start" 'waiting)
+  (setq amacs-shell-busy nil)
+  (amacs-shell--set-state 'stopped))
+
+(add-hook 'amacs-start-failed-hook #'amacs--start-failed-in-shell)
+
 ;;;###autoload
 (defun amacs-restart ()
   "Restart the AMACS server; the shell stays.
@@ -54,6 +64,7 @@ Says in one line which model the new server uses, and what it still lacks."
   (interactive)
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
     (amacs-stop-server))
+  (amacs-reset-start-attempts)
   (amacs-when-ready (lambda () (amacs--restarted (process-live-p amacs--server-process)))))
 
 (provide 'amacs)

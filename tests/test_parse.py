@@ -78,3 +78,8 @@ def test_confidence_out_of_any_range_is_clamped(value, expected):
 
 def test_a_fallback_of_hostile_text_is_printable():
     assert "\x00" not in fallback_response("junk \x00 \ud800").monologue
+
+
+def test_an_integer_too_large_for_a_float_is_clamped():
+    assert parse_response('{"mood": "ok", "confidence": 1' + "0" * 400 + ', "monologue": "m"}').confidence == 1.0
+    assert parse_response('{"mood": "ok", "confidence": -1' + "0" * 400 + ', "monologue": "m"}').confidence == 0.0

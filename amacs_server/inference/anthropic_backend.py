@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..state.consciousness import ApiSettings
+from ..text.clean import storable
 from . import sdk
 from .pricing import Usage
 from .retry import RetryPolicy, StatusSink, with_retries
@@ -178,7 +179,8 @@ class AnthropicBackend:
             # Message (pydantic) cost ~0.15 ms of the loop per call (issue 11, the pool bound).
             raw = await self._get_client().messages.with_raw_response.create(**request)
             message = json.loads(await raw.read())
-            text = "".join(b.get("text", "") for b in message.get("content") or () if b.get("type") == "text")
+            text = storable("".join(b.get("text", "") for b in message.get("content") or ()
+                                    if b.get("type") == "text"))
             usage, stop_reason = _usage(message.get("usage") or {}), message.get("stop_reason")
         return ModelResult(
             text=text,
@@ -211,9 +213,10 @@ class AnthropicBackend:
                 if kind == "content_block_delta":
                     delta = event["delta"]
                     if delta.get("type") == "text_delta":
-                        parts.append(delta["text"])
+                        piece = storable(delta["text"])  # a lone surrogate (from a \ud800 escape) cannot
+                        parts.append(piece)              # be written or sent on: U+FFFD (issue 12)
                         if on_text is not None:
-                            on_text(delta["text"])
+                            on_text(piece)
                 elif kind == "message_start":
                     usage = _usage(event["message"].get("usage") or {})
                 elif kind == "message_delta":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..text.clean import storable
 from . import sdk
 from .anthropic_backend import ModelResult, TextSink
 from .pricing import Usage
@@ -107,7 +108,7 @@ class OpenAIBackend:
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices:
-                    delta = choice.delta.content or ""
+                    delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
                     if delta:
                         parts.append(delta)
                         if on_text is not None:
@@ -116,7 +117,7 @@ class OpenAIBackend:
             text = "".join(parts)
         else:
             reply = await client.chat.completions.create(**chat)
-            text = reply.choices[0].message.content or ""
+            text = storable(reply.choices[0].message.content or "")
             finish = reply.choices[0].finish_reason
             if reply.usage is not None:
                 usage = _usage(reply.usage)

@@ -102,13 +102,22 @@ def parse_response(text: str) -> AgentResponse:
         raise ResponseFormatError("monologue must be a string")
     return AgentResponse(
         mood=mood,  # kept exactly, emoji included (IMP-017)
-        confidence=min(1.0, max(0.0, float(confidence))),
+        confidence=_unit(confidence),
         monologue=printable(" ".join(monologue.split())),
         reply=_optional_text(data, "reply", printable),
         eval=_optional_text(data, "eval", storable),  # a NUL is Emacs's to read (or refuse)
         scratchpad=_scratchpad(data.get("scratchpad")),
         done=_flag(data, "done"),
     )
+
+
+def _unit(number: int | float) -> float:
+    """NUMBER clamped to [0, 1]; NaN is 0, an integer too large for a float is 1."""
+    try:
+        value = float(number)
+    except OverflowError:  # 10**400 as JSON: an int, not a float
+        return 1.0 if number > 0 else 0.0
+    return min(1.0, max(0.0, value)) if value == value else 0.0
 
 
 def _flag(data: dict[str, Any], key: str) -> bool:

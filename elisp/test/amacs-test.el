@@ -291,6 +291,7 @@
          (amacs--on-ready (list #'ignore))
          (amacs-transport-message-function #'ignore)
          (started 0))
+    (process-put proc 'amacs-accepted t)  ; a server that ran (a failed start waits: issue 12)
     (while (process-live-p proc) (accept-process-output proc 0.05))
     (cl-letf (((symbol-function 'amacs-start-server) (lambda () (setq started (1+ started)))))
       (amacs--server-sentinel proc "killed\n"))

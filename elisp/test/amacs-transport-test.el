@@ -102,4 +102,71 @@
       (should (equal (nreverse seen) '(1 2 3))))))
 
 (provide 'amacs-transport-test)
+;;;; Issue 12: a server that cannot start is explained once and not restarted for ever
+
+(ert-deftest amacs-transport-test-failed-starts-back-off-then-stop ()
+  "A server that always fails is started `amacs-start-attempts' times, its reason said once.
+Then what waited is dropped and `amacs-start-failed-hook' runs; a new
+round begins only when asked."
+  (let* ((count-file (make-temp-file "amacs-starts"))
+         (amacs-server-command
+          (list "sh" "-c" (format "echo x >> %s; echo 'AMACS server error: the home is broken'; exit 1"
+                                  (shell-quote-argument count-file))))
+         (amacs-start-attempts 3) (amacs--retry-base 0.05)
+         (amacs--start-failures 0) (amacs--start-reason nil) (amacs--retry-timer nil)
+         (amacs--server-process nil) (amacs--manager nil) (amacs--ready nil) (amacs--on-ready nil)
+         (amacs-home (make-temp-file "amacs-home" t))
+         (amacs-disconnect-hook nil) (gave-up 0) (said nil) (ran nil)
+         (amacs-start-failed-hook (list (lambda () (setq gave-up (1+ gave-up)))))
+         (amacs-transport-message-function (lambda (text) (push text said)))
+         (starts (lambda () (with-temp-buffer (insert-file-contents count-file)
+                                              (count-lines (point-min) (point-max))))))
+    (unwind-protect
+        (progn
+          (amacs-when-ready (lambda () (setq ran t)))
+          (let ((deadline (+ (float-time) 10)))
+            (while (and (= gave-up 0) (< (float-time) deadline))
+              (accept-process-output nil 0.02)))
+          (should (= gave-up 1))
+          (should (= (funcall starts) 3))
+          (should-not ran)
+          (should-not amacs--on-ready)
+          (setq said (nreverse said))
+          (should (equal (seq-filter (lambda (s) (string-match-p "did not start:" s)) said)
+                         '("The AMACS server did not start: the home is broken")))
+          (should (string-prefix-p "Stopped trying: the AMACS server did not start in 3 attempts" (car (last said))))
+          (accept-process-output nil 0.3)
+          (should (= (funcall starts) 3))  ; nothing starts it by itself
+          ;; Asking again is a new round, and says why again.
+          (setq said nil)
+          (amacs-when-ready #'ignore)
+          (let ((deadline (+ (float-time) 10)))
+            (while (and (= gave-up 1) (< (float-time) deadline))
+              (accept-process-output nil 0.02)))
+          (should (= (funcall starts) 6))
+          (should (member "The AMACS server did not start: the home is broken" said)))
+      (amacs--cancel-retry)
+      (delete-file count-file)
+      (delete-directory amacs-home t))))
+
+(ert-deftest amacs-transport-test-a-silent-crash-says-its-stderr ()
+  "A server that dies before its log opens is explained by the last line it wrote to stderr."
+  (let* ((amacs-server-command (list "sh" "-c" "echo 'PermissionError: no' >&2; exit 1"))
+         (amacs-start-attempts 1) (amacs--retry-base 0.05)
+         (amacs--start-failures 0) (amacs--start-reason nil) (amacs--retry-timer nil)
+         (amacs--server-process nil) (amacs--manager nil) (amacs--ready nil) (amacs--on-ready nil)
+         (amacs-home (make-temp-file "amacs-home" t))
+         (amacs-disconnect-hook nil) (amacs-start-failed-hook nil) (said nil)
+         (amacs-transport-message-function (lambda (text) (push text said))))
+    (unwind-protect
+        (progn
+          (amacs-when-ready #'ignore)
+          (let ((deadline (+ (float-time) 10)))
+            (while (and amacs--on-ready (< (float-time) deadline))
+              (accept-process-output nil 0.02)))
+          (should (seq-find (lambda (s) (string-match-p
+                                         "did not start: exited abnormally with code 1: PermissionError: no" s))
+                            said)))
+      (delete-directory amacs-home t))))
+
 ;;; amacs-transport-test.el ends here

@@ -52,8 +52,9 @@ def run_emacs(home: Path, base_url: str, program: str, timeout: float = 120, **e
     proc = subprocess.run(
         ["emacs", "-Q", "--batch", "-l", str(DRIVER), "--eval", f"(progn {program})"],
         env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+        stdin=subprocess.DEVNULL,  # an eval that reads input (read-string in batch) gets end of file
     )
-    shell = out.read_text(encoding="utf-8") if out.exists() else ""
+    shell = out.read_text(encoding="utf-8", errors="replace") if out.exists() else ""
     return EmacsRun(proc.returncode, proc.stdout, proc.stderr, shell)
 
 
@@ -63,7 +64,7 @@ def start_emacs(home: Path, base_url: str, program: str, **extra: str) -> subpro
     Path(env["AMACS_E2E_OUT"]).unlink(missing_ok=True)
     return subprocess.Popen(
         ["emacs", "-Q", "--batch", "-l", str(DRIVER), "--eval", f"(progn {program})"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
     )
 
 
@@ -71,7 +72,7 @@ def finish_emacs(proc: subprocess.Popen[str], home: Path, timeout: float = 120) 
     """Wait for an Emacs from :func:`start_emacs` and collect what it left."""
     stdout, stderr = proc.communicate(timeout=timeout)
     out = home.parent / "shell.txt"
-    shell = out.read_text(encoding="utf-8") if out.exists() else ""
+    shell = out.read_text(encoding="utf-8", errors="replace") if out.exists() else ""
     return EmacsRun(proc.returncode, stdout, stderr, shell)
 
 
