@@ -440,7 +440,8 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
               (when success (amacs--say "%s" success))
               (amacs--hello-accepted status)))
           (deferred:error it
-            (lambda (e) (amacs--say "The AMACS server refused this Emacs: %S" e)))))
+            (lambda (e) (amacs--say "The AMACS server refused this Emacs: %s"
+                                    (amacs--remote-error-message e))))))
     (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
                        port (error-message-string err)))))
 
@@ -529,9 +530,15 @@ CALLBACK gets the result; ERRBACK gets an error message string."
 
 (defun amacs--remote-error-message (err)
   "Return the server's message in ERR, an error object from epc.
-ERR is a string, or an error form such as (error \"MESSAGE\")."
+ERR is a string, or an error form such as (error \"MESSAGE\").  An
+epc-error (a refused hello) arrives printed in the string, as
+\"(epc-error \\\"MESSAGE\\\")\"."
   (when (and (consp err) (stringp (cadr err)))
     (setq err (cadr err)))
+  (when (and (stringp err) (string-prefix-p "(epc-error " err))
+    (let ((form (ignore-errors (car (read-from-string err)))))
+      (when (and (consp form) (stringp (nth 1 form)))
+        (setq err (nth 1 form)))))
   (let ((text (if (stringp err) err (format "%S" err))))
     (if (string-match "\\`\"\\(.*\\)\"\\'" text) (match-string 1 text) text)))
 

@@ -263,3 +263,128 @@ def test_no_thread_per_message_and_slow_calls_do_not_block_replies(inproc):
         send(sock, "call", uid, Symbol("ping"), [uid])
         assert recv(sock) == [Symbol("return"), uid, uid]
     assert threading.active_count() <= before
+
+
+# Local security (issue 12): one Emacs per server; a connection must say hello within HELLO_TIMEOUT.
+
+def _threads(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads line")
+
+
+def test_a_second_emacs_is_refused_and_the_first_goes_on(server):
+    """A second hello, token and all, is refused with a message that answers its call; the first
+    session is untouched, and the second leaving does not stop the server (it used to take over
+    the session, and its leaving shut the server down)."""
+    proc, port = server
+    first = connect(port)
+    assert hello(first)[0] == Symbol("return")
+    second = connect(port)
+    send(second, "call", 41, Symbol("hello"), [TOKEN, 4242, [Symbol(":eval-timeout"), 5]])
+    reply = recv(second)
+    assert reply[:2] == [Symbol("epc-error"), 41], reply  # answers the hello: Emacs shows the message
+    assert reply[2].startswith(f"another Emacs (pid {os.getpid()}) is connected to this AMACS server"), reply
+    assert recv(second) is None  # and closed
+    second.close()
+    time.sleep(0.3)
+    assert proc.poll() is None  # the second leaving did not stop the server
+    send(first, "call", 2, Symbol("ping"), ["still mine"])
+    assert recv(first) == [Symbol("return"), 2, "still mine"]
+    send(first, "call", 3, Symbol("status"), [])
+    assert recv(first)[:2] == [Symbol("return"), 3]
+
+
+def test_connections_that_never_say_hello_are_closed_within_the_bound(server, tmp_path):
+    """Silent connections, and one that trickles a hello a byte a second, are closed by the server
+    HELLO_TIMEOUT after they opened, and their threads go with them; the Emacs stays served."""
+    from amacs_server.transport.server import HELLO_TIMEOUT
+
+    proc, port = server
+    emacs = connect(port)
+    assert hello(emacs)[0] == Symbol("return")
+    log = tmp_path / "home" / "logs" / "server.log"
+    deadline = time.monotonic() + 30
+    while "imported anthropic" not in log.read_text():  # its import holds the GIL for a second or two
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    opened = time.monotonic()
+    idle = [connect(port) for _ in range(50)]
+    trickle = connect(port)
+    message = encode_message("call", 1, Symbol("hello"), [TOKEN, os.getpid(), []])
+    peak = 0
+    while peak < 51 and time.monotonic() - opened < HELLO_TIMEOUT - 1:
+        peak = max(peak, _threads(proc.pid))
+        time.sleep(0.02)
+    assert peak >= 51  # one thread each while they wait
+    closed_at = {}
+    for sock in [*idle, trickle]:
+        sock.setblocking(False)
+    sent = 0
+    while len(closed_at) < len(idle) + 1 and time.monotonic() - opened < HELLO_TIMEOUT + 5:
+        if sent < len(message) and time.monotonic() - opened >= sent:  # a byte a second
+            try:
+                trickle.send(message[sent:sent + 1])
+                sent += 1
+            except OSError:
+                pass
+        for sock in [*idle, trickle]:
+            if sock in closed_at:
+                continue
+            try:
+                if sock.recv(1) == b"":
+                    closed_at[sock] = time.monotonic() - opened
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed_at[sock] = time.monotonic() - opened
+        time.sleep(0.05)
+    assert len(closed_at) == len(idle) + 1, f"{len(idle) + 1 - len(closed_at)} connections still open"
+    assert 2 <= sent < len(message)  # the trickler was still sending when it was cut off
+    times = sorted(closed_at.values())
+    assert HELLO_TIMEOUT - 0.5 <= times[0] and times[-1] <= HELLO_TIMEOUT + 2, times
+    deadline = time.monotonic() + 5
+    while _threads(proc.pid) > peak - 51 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _threads(proc.pid) <= peak - 51  # their threads are gone (900 idle ones were 904 threads)
+    send(emacs, "call", 2, Symbol("ping"), ["served"])  # the authenticated one is never timed out
+    assert recv(emacs) == [Symbol("return"), 2, "served"]
+
+
+def test_a_headless_server_takes_the_next_emacs_once_the_first_hung_up():
+    """M-x amacs-restart against a headless server: the old connection closes and the new hello
+    follows at once, before the server's reader of the old one has noticed (here it is busy with
+    a call).  The new Emacs is accepted, and only after the old session ended (its turn stopped);
+    while the old one is still connected, the same hello is refused."""
+    import threading
+
+    from amacs_server.transport.server import AmacsEPCServer
+
+    srv = AmacsEPCServer(TOKEN, headless=True)
+    order = []
+    srv.on_emacs_gone = lambda: order.append("gone")
+    srv.on_hello = lambda _settings: order.append("hello") or {}
+    srv.register("ping", lambda value: time.sleep(0.5) or value)  # runs on the reader thread (inline)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        port = srv.server_address[1]
+        old = connect(port)
+        assert hello(old)[0] == Symbol("return")
+        send(old, "call", 2, Symbol("ping"), ["busy"])  # the old reader is busy for half a second
+        time.sleep(0.1)
+        refused = connect(port)
+        assert hello(refused)[0] == Symbol("epc-error")  # the old one is still there
+        old.close()
+        new = connect(port)
+        started = time.monotonic()
+        assert hello(new)[0] == Symbol("return")
+        assert time.monotonic() - started > 0.1  # it waited for the old session to end
+        assert order == ["hello", "gone", "hello"]
+        send(new, "call", 3, Symbol("ping"), ["new"])
+        assert recv(new) == [Symbol("return"), 3, "new"]
+        new.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -14,6 +14,13 @@ coalesces streamed ``reply-delta`` events to at most one message per
 nothing is formatted or logged per message (python-epc's ``autolog`` and
 thread-per-message are bypassed): calls from Emacs run on a fixed pool, and
 the few methods that only hand a value over run on the reader thread itself.
+
+Local security (issue 12): one authenticated Emacs per server.  A second
+``hello``, even with the token, is refused with a message and the first session
+goes on; only when the first Emacs has hung up (its socket is at end of file)
+may another take its place.  A connection must say ``hello`` within
+:data:`HELLO_TIMEOUT` seconds (all of it, however slowly it trickles in) or it
+is closed: idle connections do not keep a thread each for ever.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import socket
 import sys
 import threading
 import time
@@ -50,6 +58,13 @@ DELTA_WINDOW = 0.016
 # Methods that only hand a value to the loop: run on the reader thread, no hop.
 INLINE_METHODS = frozenset({"emacs_reply", "eval_hold", "ping"})
 CALL_WORKERS = 8
+# A connection that has not said hello (all of it) this many seconds after it opened is closed.
+HELLO_TIMEOUT = 5.0
+# The hello is a few hundred bytes (a price table makes it a few KB): a longer first message is refused.
+MAX_HELLO_BYTES = 1 << 20
+# A second hello while the first Emacs's socket is at end of file: how long to wait for its
+# reader to notice and let the session go (M-x amacs-restart against a headless server).
+HANDOVER_WAIT = 2.0
 
 
 class RemoteError(Exception):
@@ -60,7 +75,24 @@ class RemoteError(Exception):
 
 
 class Unauthorized(Exception):
-    """A connection that did not present the token."""
+    """A connection that is refused: no token, the wrong one, or another Emacs is connected.
+
+    ``uid`` is the hello's call id when it was readable, so the refusal answers that
+    call and Emacs shows the message."""
+
+    def __init__(self, message: str, uid: Any = 0) -> None:
+        super().__init__(message)
+        self.uid = uid
+
+
+def hung_up(handler: AmacsHandler) -> bool:
+    """Whether HANDLER's peer has closed its end (end of file waits on the socket), without reading."""
+    try:
+        return bool(handler.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"")
+    except BlockingIOError:
+        return False  # open, nothing to read
+    except OSError:
+        return True  # reset, or already closed here
 
 
 def remote_method(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -225,6 +257,42 @@ class AmacsHandler(EPCHandler):
     def _recv(self) -> Iterator[bytes]:
         return itermessage(self._rfile_read_safely)
 
+    def _read_hello(self) -> bytes | None:
+        """The first message, read within :data:`HELLO_TIMEOUT` of now; None if the peer closed first.
+
+        Each read waits at most for what is left of the time, so a peer that
+        sends a byte at a time cannot hold the connection open longer either.
+        Raises TimeoutError when the time is up."""
+        deadline = time.monotonic() + HELLO_TIMEOUT
+
+        def read(size: int) -> bytes:
+            out = bytearray()
+            while len(out) < size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(size - len(out))
+                if not chunk:
+                    break
+                out += chunk
+            return bytes(out)
+
+        head = read(6)
+        if not head:
+            return None
+        try:
+            length = int(head, 16)
+        except ValueError:
+            raise Unauthorized("unreadable first message") from None
+        if length > MAX_HELLO_BYTES:
+            raise Unauthorized(f"first message too long ({length} bytes)")
+        data = read(length)
+        if len(data) < length:
+            return None  # closed part way
+        self.connection.settimeout(None)  # an authenticated Emacs may stay quiet as long as it likes
+        return data
+
     def _send(self, *args: Any) -> None:
         data = encode_message(*args)
         with self._send_lock:  # defect 4
@@ -286,22 +354,23 @@ class AmacsHandler(EPCHandler):
     def handle(self) -> None:
         """Authenticate the first message, then serve; close on anything else."""
         server: AmacsEPCServer = self.server  # type: ignore[assignment]
-        messages = self._recv()
         try:
-            first = next(messages, None)
+            first = self._read_hello()
             if first is None:
                 return
             uid, reply = server.authenticate(self, first)
             self._send("return", uid, reply)
             server.after_hello()
-            for sexp in messages:
+            for sexp in self._recv():
                 self._handle(sexp)
         except Unauthorized as err:
             log.warning("refused a connection from %s: %s", self.client_address, err)
             try:
-                self._send("epc-error", 0, "unauthorized")
+                self._send("epc-error", err.uid, str(err))
             except Exception:  # noqa: BLE001 - the peer may be gone already
                 pass
+        except TimeoutError:
+            log.warning("closed a connection from %s: no hello within %g s", self.client_address, HELLO_TIMEOUT)
         except (RuntimeError, ValueError, OSError) as err:  # a closed or garbled stream
             log.info("connection ended: %r", err)
         except Exception as err:  # noqa: BLE001 - the peer is told; the server goes on
@@ -320,6 +389,9 @@ class AmacsEPCServer(ThreadingEPCServer):
     """Listens on 127.0.0.1 only; serves the Emacs holding ``token``."""
 
     daemon_threads = True
+    # socketserver's default backlog of 5 made a burst of connections wait a second each (SYN
+    # retransmits) behind the fifth; Emacs's own connection should not wait behind others.
+    request_queue_size = 64
 
     def __init__(self, token: str, *, headless: bool) -> None:
         super().__init__(("127.0.0.1", 0))
@@ -333,6 +405,8 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.after_hello: Callable[[], None] = lambda: None
         self.on_emacs_gone: Callable[[], None] = lambda: None
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
+        self._clients = threading.Condition()  # guards emacs and stopping
+        self.stopping = False  # the Emacs of a server it started has gone: it shuts down
 
     def server_close(self) -> None:
         """Close the listening socket and let the call pool's idle threads go."""
@@ -344,29 +418,50 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.register_function(remote_method(fn), name)
 
     def authenticate(self, handler: AmacsHandler, sexp: bytes) -> tuple[int, Any]:
-        """Check that SEXP is ``(call UID hello (TOKEN PID SETTINGS))``; adopt the peer."""
+        """Check that SEXP is ``(call UID hello (TOKEN PID SETTINGS))``; adopt the peer.
+
+        Refused (:class:`Unauthorized`) without the token, and while another Emacs
+        is connected: one Emacs per server.  One that has hung up but whose reader
+        has not noticed yet is waited for (up to :data:`HANDOVER_WAIT`), so its
+        session ends (its turn is stopped) before the new one begins."""
         try:
             name, uid, rest = unpack_message(sexp)
         except Exception as err:
             raise Unauthorized(f"unreadable first message: {err!r}") from err
         if name != "call" or len(rest) != 2 or rest[0] != Symbol("hello"):
-            raise Unauthorized("the first message was not hello")
+            raise Unauthorized("unauthorized", uid if isinstance(uid, int) else 0)
         args = list_from_lisp(rest[1])
         token = args[0] if args else None
         if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
-            raise Unauthorized("wrong token")
+            raise Unauthorized("unauthorized", uid)
         pid = args[1] if len(args) > 1 and isinstance(args[1], int) else None
         settings = args[2] if len(args) > 2 and isinstance(args[2], dict) else {}
-        handler.outbox = Outbox(handler.send_events)
-        self.emacs, self.emacs_pid = handler, pid
+        with self._clients:
+            current = self.emacs
+            if current is not None and current is not handler and hung_up(current):
+                self._clients.wait_for(lambda: self.emacs is not current, HANDOVER_WAIT)
+            if self.stopping:
+                raise Unauthorized("this AMACS server is stopping (its Emacs left); start another", uid)
+            if self.emacs is not None and self.emacs is not handler:
+                raise Unauthorized(
+                    f"another Emacs (pid {self.emacs_pid}) is connected to this AMACS server, and only one "
+                    "may be: use that Emacs, or exit it and connect again", uid)
+            handler.outbox = Outbox(handler.send_events)
+            self.emacs, self.emacs_pid = handler, pid
         return uid, to_lisp(self.on_hello(settings))
 
     def connection_closed(self, handler: AmacsHandler) -> None:
         """Forget HANDLER; without Emacs a non-headless server shuts down."""
-        if handler is not self.emacs:
-            return
-        self.emacs = None
-        self.on_emacs_gone()
+        with self._clients:
+            if handler is not self.emacs:
+                return
+            self.emacs = None
+            self.stopping = not self.headless
+            try:
+                self.on_emacs_gone()  # before a waiting hello takes over: the old turn stops first
+            except RuntimeError as err:  # the runtime has stopped already (the server is exiting)
+                log.info("Emacs left after the runtime stopped: %s", err)
+            self._clients.notify_all()
         if not self.headless:
             threading.Thread(target=self.shutdown, daemon=True).start()
 

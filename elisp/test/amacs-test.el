@@ -109,7 +109,11 @@
                  "mood must be a string"))
   ;; An error form, as epc hands some remote errors over (seen in the hub).
   (should (equal (amacs--remote-error-message '(error "\"task-1 is done\""))
-                 "task-1 is done")))
+                 "task-1 is done"))
+  ;; A refused hello: deferred hands the epc-error over printed (issue 12).
+  (should (equal (amacs--remote-error-message
+                  '(error "(epc-error \"another Emacs (pid 7) is connected\")"))
+                 "another Emacs (pid 7) is connected")))
 
 (ert-deftest amacs-test-hello-settings ()
   "The server learns the eval time limit and step limit from the defcustoms."
