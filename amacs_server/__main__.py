@@ -12,6 +12,10 @@ writes it (and refuses to start if a live headless server already serves the
 home); a server Emacs started writes it only when no live server is named
 there.  Each server removes the file on exit (also on SIGTERM or SIGHUP) only
 if it still names that server.
+
+The AMACS home is private (issue 12): the process umask makes every file the
+server writes 0600 and every folder 0700, and an existing home is made so at
+start (:func:`~amacs_server.persistence.files.secure_home`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from types import FrameType
 from typing import Any
 
 from .config import ConfigError, load_config
+from .persistence.files import UMASK, secure_home
 
 SERVER_INFO = "server.json"
 # The model SDK is imported once Emacs's hello is answered (in a thread), or this
@@ -162,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")
     args = parser.parse_args(argv)
+    # The home holds the person's conversations, memory and server.json: what this
+    # process creates there (and SQLite's -wal/-shm, git's objects, server.log) is
+    # 0600, folders 0700, whoever creates it.  The umask covers new files only: a
+    # home made before (0755, files 0644) is made private just below, once the
+    # log is open (secure_home).  Emacs writes shell-history itself, 0600 too.
+    os.umask(UMASK)
     env = dict(os.environ)
     if args.home:
         env["AMACS_HOME"] = args.home
@@ -180,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         return _fail(explain_os_error(err, config.home))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    changed = secure_home(config.home)
+    if changed:
+        logging.info("made the AMACS home %s private: %d files or folders were open to other users",
+                     config.home, changed)
     token = config.token
     if token is None:
         if not args.headless:

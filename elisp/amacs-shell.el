@@ -1019,20 +1019,21 @@ however long the history; `amacs-shell--read-history' trims the file."
         (push (ring-ref ring i) new)    ; ends oldest first
         (setq i (1+ i)))
       (when new
-        (make-directory (file-name-directory comint-input-ring-file-name) t)
-        (let ((coding-system-for-write 'utf-8-unix))
-          (if (and amacs-shell--history-newest (= i len))
-              (amacs-shell--rewrite-history) ; the saved entry left the ring: write it whole
-            (write-region (mapconcat (lambda (entry) (concat entry amacs-shell--history-separator))
-                                     new "")
-                          nil comint-input-ring-file-name 'append 'silent)))
+        (with-file-modes #o700          ; private, as the server keeps the home: 0700, files 0600
+          (make-directory (file-name-directory comint-input-ring-file-name) t)
+          (let ((coding-system-for-write 'utf-8-unix))
+            (if (and amacs-shell--history-newest (= i len))
+                (amacs-shell--rewrite-history) ; the saved entry left the ring: write it whole
+              (write-region (mapconcat (lambda (entry) (concat entry amacs-shell--history-separator))
+                                       new "")
+                            nil comint-input-ring-file-name 'append 'silent))))
         (setq amacs-shell--history-newest (ring-ref ring 0))))))
 
 (defun amacs-shell--rewrite-history ()
   "Write the whole input ring to the history file."
   (let ((comint-input-ring-separator amacs-shell--history-separator)
         (coding-system-for-write 'utf-8-unix))
-    (comint-write-input-ring)))
+    (with-file-modes #o700 (comint-write-input-ring))))
 
 (defun amacs-shell--read-history ()
   "Read the input history: its newest `comint-input-ring-size' entries.

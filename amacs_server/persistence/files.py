@@ -4,18 +4,26 @@ Every write is crash-safe (a killed process leaves the old or the new content,
 never half an entry).  Each write also fsyncs, unless it runs inside
 :func:`deferred_sync`: then the caller promises a later :func:`sync_paths`
 (the commit worker does it before the tick's commit, off the loop thread).
+
+Every file is made 0600: the home holds the person's conversations (issue 12,
+local security; :func:`secure_home` makes an existing home private).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
 _deferred: ContextVar[bool] = ContextVar("amacs_deferred_sync", default=False)
+log = logging.getLogger("amacs.files")
+# What the server's process creates: files 0600, folders 0700 (see secure_home).
+UMASK = 0o077
 
 
 @contextmanager
@@ -70,7 +78,7 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     data = text.encode("utf-8")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             view = memoryview(data)
             while view:
@@ -93,7 +101,7 @@ def append_durably(path: Path, text: str) -> None:
     """
     data = text.encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     except OSError as err:
         raise PersistenceError(err.errno or 0, _explain(err, path)) from err
     try:
@@ -109,3 +117,48 @@ def append_durably(path: Path, text: str) -> None:
             raise PersistenceError(err.errno or 0, _explain(err, path)) from err
     finally:
         os.close(fd)
+
+
+def secure_home(home: Path) -> int:
+    """Make HOME private: the folder 0700, nothing in it readable or writable by others.
+
+    The server runs with umask :data:`UMASK` (``__main__``), so what it, SQLite
+    (``memory.db`` and its ``-wal``/``-shm``) and git create from then on is
+    0600/0700 anyway; this fixes a home made before, when files were 0644 in a
+    0755 folder and other local users could read the person's conversations.
+    Group and other bits are taken off every file and folder under HOME; the
+    owner's bits stay (git's read-only objects stay read-only).  Inside ``.git``
+    only the folder itself is changed: once HOME is 0700 nobody else can reach
+    what is in it, and walking every object of a long history would slow the
+    start.  Symbolic links are neither followed nor changed.  A file that cannot
+    be changed (not ours, a read-only disk) is logged, never fatal.  Returns the
+    number of paths changed.
+    """
+    changed = 0
+
+    def private(path: Path, mode: int) -> None:
+        nonlocal changed
+        if stat.S_IMODE(mode) & 0o077:
+            try:
+                os.chmod(path, stat.S_IMODE(mode) & ~0o077)
+                changed += 1
+            except OSError as err:
+                log.warning("could not make %s private: %s", path, err.strerror or err)
+
+    try:
+        private(home, os.lstat(home).st_mode)
+    except OSError:
+        return 0
+    for folder, dirs, files in os.walk(home):
+        root = Path(folder)
+        for name in [*dirs, *files]:
+            path = root / name
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if not stat.S_ISLNK(mode):
+                private(path, mode)
+        if root == home:
+            dirs[:] = [d for d in dirs if d != ".git"]
+    return changed
