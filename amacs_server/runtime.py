@@ -270,7 +270,35 @@ class Runtime:
         self._inbox = asyncio.Queue()
         self.loop.create_task(self._worker())
         self._ready.set()
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        """Close the stopped loop here, on its own thread, last (issue 12: shutdown order).
+
+        :meth:`stop` has ended the turn, the tasks and the model client; what is
+        left (a task started by a cancelled one, async generators, the default
+        executor's threads) ends now, then the loop is closed.  Left to the
+        interpreter's exit, the loop was closed by the garbage collector before
+        the objects that still used it, which then failed with "Event loop is
+        closed" in server.log."""
+        loop = self.loop
+        if loop.is_running() or loop.is_closed():
+            return
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        except Exception:  # noqa: BLE001 - closing goes on; the log says what did not end
+            log.exception("while stopping the event loop")
+        finally:
+            loop.close()
 
     async def _worker(self) -> None:
         assert self._inbox is not None
@@ -372,7 +400,11 @@ class Runtime:
         self.face.annotate(text, kind)
 
     def call_in_loop(self, fn: Callable[[], None]) -> None:
-        """Run FN on the loop thread (called from other threads)."""
+        """Run FN on the loop thread (called from other threads).
+
+        Raises RuntimeError("the AMACS server is stopping") once the loop is closed."""
+        if self.loop.is_closed():
+            raise RuntimeError("the AMACS server is stopping")
         self.loop.call_soon_threadsafe(fn)
 
     def stop(self, grace: float = 5.0) -> None:
@@ -388,7 +420,13 @@ class Runtime:
             for other in others:
                 other.cancel()
             await asyncio.gather(*others, return_exceptions=True)
-            self.loop.stop()
+            close = getattr(self.backend, "aclose", None)  # the model client's connections, on this loop
+            if close is not None:
+                try:
+                    await close()
+                except Exception as err:  # noqa: BLE001 - the process is ending anyway
+                    log.info("closing the model client: %r", err)
+            self.loop.stop()  # then _run_loop closes the loop (_close_loop)
 
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))

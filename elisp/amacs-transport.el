@@ -485,13 +485,21 @@ interrupt calls this, so input typed while the server starts is dropped."
 (defun amacs-stop-server ()
   "Stop the server this Emacs started and forget the connection.
 The server sees the connection close, finishes the tick it is in, and
-exits; it is killed only if it takes longer than `amacs-stop-grace'."
+exits; it is killed only if it takes longer than `amacs-stop-grace'.
+What the shell shows of a turn in progress ends at once, by
+`amacs-disconnect-hook': its prompt comes back.  Stopped on purpose,
+the server is not reported as stopped when it exits."
   (let ((proc amacs--server-process)
+        (connected (or amacs--manager amacs--server-process))
         (deadline (+ (float-time) amacs-stop-grace)))
     (setq amacs--server-process nil amacs--ready nil)
     (when amacs--manager
       (ignore-errors (epc:disconnect (epc:manager-connection amacs--manager)))
       (setq amacs--manager nil))
+    (when (processp proc) (process-put proc 'amacs-reported t))
+    ;; Neither sentinel runs the hook now: the connection's sees no manager,
+    ;; the server's a reported process (a headless server's turn never ended).
+    (when connected (run-hooks 'amacs-disconnect-hook))
     (while (and (process-live-p proc) (< (float-time) deadline))
       (accept-process-output proc 0.05))
     (when (process-live-p proc)

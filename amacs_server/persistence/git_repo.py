@@ -24,7 +24,10 @@ from .files import sync_paths
 
 log = logging.getLogger("amacs.git")
 
-GITIGNORE = "memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\n"
+# shell-history is Emacs's input ring (M-p), not the agent's mind: it is not committed.
+GITIGNORE = "memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n"
+# Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
+GITIGNORE_ADDED = ("shell-history",)
 STALE_LOCK_SECONDS = 10.0
 # Loose objects are packed every PACK_EVERY commits, in a thread of its own so
 # commits never wait for it (git allows both at once: `repack -d' deletes only
@@ -53,6 +56,19 @@ def commit_message(tick: int, thread: str | None, mood: str, monologue: str) -> 
     return f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {line}"
 
 
+def _ignore_also(ignore: Path, names: Iterable[str]) -> None:
+    """Append to the .gitignore IGNORE each of NAMES it lacks (a line of its own); the rest stays."""
+    try:
+        text = ignore.read_text(encoding="utf-8", errors="replace")
+        lines = set(text.splitlines())
+        missing = [name for name in names if name not in lines]
+        if missing:
+            with ignore.open("a", encoding="utf-8") as fh:
+                fh.write(("" if text.endswith("\n") or not text else "\n") + "".join(f"{n}\n" for n in missing))
+    except OSError as err:  # a read-only home: git status shows the file, nothing worse
+        log.warning("could not add %s to %s: %s", ", ".join(names), ignore, err)
+
+
 class HomeRepo:
     """Git operations on the AMACS home (thread-safe: one lock around every git call)."""
 
@@ -61,6 +77,8 @@ class HomeRepo:
         ignore = home / ".gitignore"
         if not ignore.exists():
             ignore.write_text(GITIGNORE, encoding="utf-8")
+        else:
+            _ignore_also(ignore, GITIGNORE_ADDED)
         self._lock = threading.RLock()
         self._prepared = False
         self._parent: str | None = None  # HEAD as this process last set it (None: read it)

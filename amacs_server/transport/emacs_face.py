@@ -156,7 +156,7 @@ class EmacsFace:
     def hold(self, rid: int, holding: bool) -> None:
         """From an EPC thread: the person is deciding on eval RID (no time limit), or has decided."""
         loop = self.loop
-        if loop is not None:
+        if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._hold, rid, holding)
 
     def _hold(self, rid: int, holding: bool) -> None:
@@ -206,7 +206,7 @@ class EmacsFace:
     def deliver(self, eid: int, result: dict[str, Any]) -> None:
         """Called from an EPC thread with Emacs's answer to request EID."""
         loop = self.loop
-        if loop is None:
+        if loop is None or loop.is_closed():  # closed: the server is exiting, nobody waits
             return
         loop.call_soon_threadsafe(self._resolve, eid, result)
 
@@ -218,7 +218,7 @@ class EmacsFace:
     def fail_all(self, message: str) -> None:
         """Emacs went away: every waiting eval gets MESSAGE as its error."""
         loop = self.loop
-        if loop is None:
+        if loop is None or loop.is_closed():  # closed: the server is exiting, nobody waits
             return
         for eid in list(self._pending):
             loop.call_soon_threadsafe(self._resolve, eid, {"success": False, "error": message})

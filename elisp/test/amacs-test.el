@@ -115,6 +115,28 @@
                   '(error "(epc-error \"another Emacs (pid 7) is connected\")"))
                  "another Emacs (pid 7) is connected")))
 
+(ert-deftest amacs-test-stop-server-ends-the-turn-once ()
+  "Issue 12: stopping the server ends the shell's turn at once, once.
+The disconnect hook runs before the server has exited; its sentinel, run
+later, neither runs it again nor says the server stopped."
+  (let* ((proc (start-process "amacs-test-stop" nil "sleep" "0.3"))
+         (amacs--server-process proc)
+         (amacs--manager nil)
+         (amacs-stop-grace 5)
+         (amacs--on-ready nil)
+         (said nil)
+         (amacs-transport-message-function (lambda (text) (push text said)))
+         (hooked 0)
+         (amacs-disconnect-hook (list (lambda () (setq hooked (1+ hooked))
+                                        (should (process-live-p proc))))))
+    (set-process-sentinel proc #'amacs--server-sentinel)
+    (amacs-stop-server)
+    (while (process-live-p proc) (accept-process-output proc 0.05))
+    (accept-process-output nil 0.05)
+    (should (= hooked 1))
+    (should-not said)
+    (should-not amacs--server-process)))
+
 (ert-deftest amacs-test-hello-settings ()
   "The server learns the eval time limit and step limit from the defcustoms."
   (let ((amacs-eval-timeout 7) (amacs-max-steps 3)
