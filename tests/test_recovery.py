@@ -60,11 +60,39 @@ def committed_consciousness(home: Path, spends: list[float]) -> HomeRepo:
 def test_a_file_that_lost_its_budget_is_not_read_as_money_never_spent():
     whole = Consciousness()
     whole.budget.cost_so_far = 3.5
-    assert parse_consciousness(whole.to_elisp()).budget.cost_so_far == 3.5
-    with pytest.raises(ValueError, match="budget"):
-        parse_consciousness('((identity . "x") (current-tick . 4))')  # reads, but would reset the spending
+    c, has_spent = parse_consciousness(whole.to_elisp())
+    assert c.budget.cost_so_far == 3.5 and has_spent
+    c, has_spent = parse_consciousness('((identity . "x") (current-tick . 4))')  # reads: no money in it
+    assert c.current_tick == 4 and not has_spent
     with pytest.raises(ValueError):
         parse_consciousness("((identity . ")
+
+
+def test_a_hand_written_file_keeps_its_fields_and_the_money_spent_from_git(tmp_path):
+    """A person writes a few fields by hand (no budget): kept as written, not moved aside; the
+    money spent is git's, and the person is told."""
+    home = tmp_path / "home"
+    committed_consciousness(home, [0.25, 0.5])
+    (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
+    rt = runtime(home)
+    try:
+        assert rt.consciousness.chat_context_depth == 3 and rt.consciousness.budget.cost_so_far == 0.5
+        assert not list(home.glob("consciousness.el.corrupt-*"))
+        notice = views.status(rt)["notice"]
+        assert isinstance(notice, str) and "no record of the money spent" in notice and "$0.5000" in notice
+    finally:
+        rt.stop()
+
+
+def test_a_hand_written_file_in_a_fresh_home_is_read_without_a_word(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
+    rt = runtime(home)
+    try:
+        assert rt.consciousness.chat_context_depth == 3 and views.status(rt)["notice"] is None
+    finally:
+        rt.stop()
 
 
 def test_damaged_consciousness_is_moved_aside_and_restored_from_the_last_good_commit(tmp_path):
@@ -124,7 +152,7 @@ def test_runtime_rewrites_the_restored_file_and_says_so_at_hello(tmp_path):
     rt = runtime(home)
     try:
         assert rt.consciousness.budget.cost_so_far == 0.75
-        assert parse_consciousness((home / "consciousness.el").read_text()).budget.cost_so_far == 0.75
+        assert parse_consciousness((home / "consciousness.el").read_text())[0].budget.cost_so_far == 0.75
         notice = views.status(rt)["notice"]
         assert isinstance(notice, str) and notice.startswith("consciousness.el could not be read")
     finally:

@@ -120,16 +120,18 @@ def invalid_utf8_note(path: Path, offset: int) -> str:
 # -- consciousness.el -------------------------------------------------------------
 
 
-def parse_consciousness(text: str) -> Consciousness:
-    """TEXT as consciousness; ValueError when it does not read, or has lost its budget."""
+def parse_consciousness(text: str) -> tuple[Consciousness, bool]:
+    """TEXT as consciousness, and whether it holds the money spent; ValueError when it does not read.
+
+    A file that reads but has no budget is kept (a person may write a few fields by hand);
+    its money spent then comes from the other records (:func:`load_consciousness`)."""
     data = alist_loads(text)
     if not isinstance(data, dict):
         raise ValueError("not an alist")
     budget = data.get("budget")
     spent = budget.get("cost_so_far") if isinstance(budget, dict) else None
-    if isinstance(spent, bool) or not isinstance(spent, int | float) or not math.isfinite(spent):
-        raise ValueError("its budget (cost-so-far) is missing")  # reading on would reset the money spent
-    return Consciousness.from_elisp(text)
+    has_spent = not isinstance(spent, bool) and isinstance(spent, int | float) and math.isfinite(spent)
+    return Consciousness.from_elisp(text), has_spent
 
 
 def _cost_in(text: str) -> float | None:
@@ -185,7 +187,9 @@ def last_good_version(repo: HomeRepo, count: int = GIT_VERSIONS) -> GoodVersion 
         return None
     for i, sha in enumerate(shas):
         try:
-            return GoodVersion(sha, parse_consciousness(repo.show(sha, CONSCIOUSNESS)), i == 0)
+            c, has_spent = parse_consciousness(repo.show(sha, CONSCIOUSNESS))
+            if has_spent:
+                return GoodVersion(sha, c, i == 0)
         except (GitFailed, OSError, ValueError):
             continue
     return None
@@ -220,6 +224,21 @@ def recover_consciousness(home: Path, repo: HomeRepo, data: bytes, problem: str)
     return c, f"{head}. {money}"
 
 
+def _count_spent_elsewhere(home: Path, repo: HomeRepo, c: Consciousness) -> tuple[Consciousness, str | None]:
+    """C read from a consciousness.el without the money spent: take it from git or the transcripts
+    (the larger), so a file written by hand never resets the budget; the person is told."""
+    good = last_good_version(repo)
+    figures = {"git": good.consciousness.budget.cost_so_far if good is not None else None,
+               "the transcripts": spent_in_transcripts(home / "transcripts")}
+    known = {k: v for k, v in figures.items() if v is not None}
+    if not known:
+        return c, None  # a fresh home: nothing was spent
+    source = max(known, key=lambda k: known[k])
+    c.budget.cost_so_far = max(c.budget.cost_so_far, known[source])
+    return c, (f"{CONSCIOUSNESS} holds no record of the money spent; it stays counted: "
+               f"${c.budget.cost_so_far:.4f} (from {source}).")
+
+
 def load_consciousness(home: Path, repo: HomeRepo) -> tuple[Consciousness, str | None]:
     """consciousness.el from HOME, or restored (:func:`recover_consciousness`) with a note."""
     path = home / CONSCIOUSNESS
@@ -230,9 +249,11 @@ def load_consciousness(home: Path, repo: HomeRepo) -> tuple[Consciousness, str |
     except OSError as err:
         raise StartupError(explain_os_error(err, home, "read")) from err
     try:
-        return parse_consciousness(data.decode("utf-8")), None
+        c, has_spent = parse_consciousness(data.decode("utf-8"))
     except ValueError as err:  # UnicodeDecodeError too
         problem = " ".join(str(err).split())[:160] or type(err).__name__
+    else:
+        return (c, None) if has_spent else _count_spent_elsewhere(home, repo, c)
     try:
         return recover_consciousness(home, repo, data, problem)
     except OSError as err:
