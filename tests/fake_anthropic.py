@@ -15,6 +15,8 @@ prints its URL and answers every request with a valid agent response.
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -38,7 +40,10 @@ class Reply:
     ``hold`` blocks the answer until the event is set (a hung model);
     ``stream_error`` (an API error type, e.g. ``overloaded_error``) breaks a
     stream off after half its deltas with an SSE ``error`` event, as the API
-    does when it is overloaded mid-answer.
+    does when it is overloaded mid-answer.  ``cut`` breaks a stream off after half
+    its deltas: ``"end"`` ends the HTTP body there (no ``message_stop``),
+    ``"reset"`` resets the connection (TCP RST).  ``retry_after`` is the header
+    sent with a 429 or 529 (None: none).
     """
 
     text: str = DEFAULT_TEXT
@@ -56,6 +61,8 @@ class Reply:
     )
     hold: threading.Event | None = None
     stream_error: str | None = None
+    cut: str | None = None
+    retry_after: str | None = "0"
 
 
 ERROR_TYPES = {
@@ -63,6 +70,7 @@ ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
     529: "overloaded_error",
@@ -115,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/v1/chat/completions":
             self._answer_chat(body, reply)
         elif reply.status != 200:
-            self._send_json(reply.status, _error_body(reply.status, "scripted failure"))
+            self._send_json(reply.status, _error_body(reply.status, "scripted failure"), reply.retry_after)
         elif body.get("stream"):
             self._send_stream(body, reply)
         else:
@@ -150,14 +158,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+    def _send_json(self, status: int, payload: dict[str, Any], retry_after: str | None = "0") -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
         self.send_header("request-id", "req_fake")
-        if status == 529 or status == 429:
-            self.send_header("retry-after", "0")
+        if (status == 529 or status == 429) and retry_after is not None:
+            self.send_header("retry-after", retry_after)
         self.end_headers()
         self.wfile.write(data)
 
@@ -189,6 +197,9 @@ class _Handler(BaseHTTPRequestHandler):
                                                                   "message": "scripted mid-stream failure"}})
                 self._chunk(b"")
                 return
+            if reply.cut is not None and n == len(pieces) // 2 and n > 0:
+                self._break_off(reply.cut)
+                return
             self._event(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
@@ -208,6 +219,17 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._event("message_stop", {"type": "message_stop"})
         self._chunk(b"")
+
+
+    def _break_off(self, how: str) -> None:
+        """End the stream mid-answer: the body ends (``end``) or the connection resets (``reset``)."""
+        if how == "end":
+            self._chunk(b"")
+            return
+        self.wfile.flush()
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()  # with linger 0: a TCP RST, as a dropped connection
+        self.close_connection = True
 
 
 def _split(text: str, parts: int) -> list[str]:

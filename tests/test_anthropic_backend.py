@@ -132,3 +132,67 @@ def test_aclose_closes_now_and_a_later_call_opens_a_new_client(fake):
 
     asyncio.run(go())
     assert len(fake.requests) == 2
+
+
+# -- API faults (issue 12, item 2): every transient one retried, permanent ones explained ------
+
+
+@pytest.mark.parametrize("cut", ["end", "reset"])
+def test_a_stream_broken_off_mid_answer_is_retried_whole(fake, cut):
+    """The body ends without message_stop, or the connection resets: the shown text is
+    abandoned (on_status) and the call is retried; the answer is the second call's."""
+    fake.script(Reply(ANSWER, chunks=10, cut=cut), Reply(ANSWER, chunks=10))
+    shown: list[str] = []
+    said: list[str] = []
+
+    async def go() -> str:
+        result = await backend(fake).complete(REQUEST, shown.append, on_status=said.append)
+        await stop_like_the_runtime()
+        return result.text
+
+    assert asyncio.run(go()) == ANSWER
+    assert len(fake.requests) == 2
+    assert len(said) == 1 and "connection (mid-stream)" in said[0], said
+    assert "".join(shown).endswith(ANSWER) and len("".join(shown)) > len(ANSWER)  # half, then all
+
+
+def test_413_is_explained_and_not_retried(fake):
+    fake.script(Reply(status=413))
+
+    async def go() -> None:
+        try:
+            with pytest.raises(InferenceError, match="too large for the API \\(413\\).*shorten"):
+                await backend(fake).complete(REQUEST)
+        finally:
+            await stop_like_the_runtime()
+
+    asyncio.run(go())
+    assert len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("retry_after", ["0", None])
+def test_429_is_retried_with_or_without_retry_after(fake, retry_after):
+    fake.script(Reply(status=429, retry_after=retry_after), Reply(ANSWER, chunks=3))
+    said: list[str] = []
+
+    async def go() -> str:
+        result = await backend(fake).complete(REQUEST, on_status=said.append)
+        await stop_like_the_runtime()
+        return result.text
+
+    assert asyncio.run(go()) == ANSWER
+    assert len(fake.requests) == 2 and "rate limited (429)" in said[0]
+
+
+def test_slow_headers_time_out_and_are_retried(fake):
+    fake.script(Reply(ANSWER, delay=1.5), Reply(ANSWER))
+    said: list[str] = []
+
+    async def go() -> str:
+        slow = AnthropicBackend("sk-ant-test", fake.url, 0.5, RetryPolicy(attempts=3, base=0.01))
+        result = await slow.complete(REQUEST, on_status=said.append)
+        await stop_like_the_runtime()
+        return result.text
+
+    assert asyncio.run(go()) == ANSWER
+    assert len(fake.requests) == 2 and "timed out" in said[0], said

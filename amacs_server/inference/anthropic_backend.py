@@ -39,6 +39,19 @@ class StreamOverloaded(StreamError):
 RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
 
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """What the SDK's HTTP library raises when a connection breaks (loaded with the SDK)."""
+    import httpx2
+
+    return (httpx2.TransportError,)
+
+
+def _stream_cut(err: Exception | None) -> StreamOverloaded:
+    """The connection broke off, or the stream ended without ``message_stop``: retried whole."""
+    return StreamOverloaded("connection_error", f"the stream broke off ({err!r})" if err else
+                            "the stream ended before the answer did")
+
+
 def _retryable() -> tuple[type[Exception], ...]:
     return (anthropic.RateLimitError, anthropic.InternalServerError, anthropic.APITimeoutError,
             anthropic.APIConnectionError, StreamOverloaded)
@@ -96,6 +109,10 @@ def _short(err: Exception) -> str:
     return "connection failed"
 
 
+TOO_LARGE = ("the request is too large for the API (413): the context is too big; shorten the "
+             "thread's buffers or start a new thread, then send again")
+
+
 def _explain(err: Exception) -> str:
     if isinstance(err, StreamError):
         return f"the API broke off its answer ({err.kind}: {err.message})"
@@ -105,6 +122,8 @@ def _explain(err: Exception) -> str:
         return "the API key may not use this model (403): check AMACS_MODEL"
     if isinstance(err, anthropic.NotFoundError):
         return "model or endpoint not found (404): check AMACS_MODEL and ANTHROPIC_BASE_URL"
+    if isinstance(err, anthropic.APIStatusError) and err.status_code == 413:
+        return TOO_LARGE
     if isinstance(err, anthropic.BadRequestError):
         return f"the API rejected the request (400): {err.message}"
     if isinstance(err, anthropic.APITimeoutError):
@@ -203,12 +222,24 @@ class AnthropicBackend:
         parts: list[str] = []
         usage = Usage()
         stop_reason: str | None = None
+        stopped = False
+        broken: tuple[type[Exception], ...] = (OSError, anthropic.APIConnectionError, *_transport_errors())
         call = self._get_client().messages.with_streaming_response.create(**request, stream=True)
         async with call as response:
-            async for line in response.iter_lines():
+            lines = response.iter_lines()
+            while True:
+                try:
+                    line = await anext(lines)
+                except StopAsyncIteration:
+                    break
+                except broken as err:
+                    raise _stream_cut(err) from err  # reset or cut mid-answer: retried whole
                 if not line.startswith("data:"):
                     continue  # "event:" names repeat the data's type; blank lines end events
-                event = json.loads(line[5:])
+                try:
+                    event = json.loads(line[5:])
+                except json.JSONDecodeError as err:  # a line cut off where the connection broke
+                    raise _stream_cut(err) from err
                 kind = event.get("type")
                 if kind == "content_block_delta":
                     delta = event["delta"]
@@ -224,11 +255,15 @@ class AnthropicBackend:
                     output = (event.get("usage") or {}).get("output_tokens")
                     if output is not None:
                         usage = replace(usage, output_tokens=output)
+                elif kind == "message_stop":
+                    stopped = True
                 elif kind == "error":
                     error = event.get("error") or {}
                     err_kind, message = str(error.get("type", "api_error")), str(error.get("message", ""))
                     raise (StreamOverloaded if err_kind in RETRYABLE_STREAM_ERRORS else StreamError)(
                         err_kind, message)
+        if not stopped:
+            raise _stream_cut(None)
         return "".join(parts), usage, stop_reason
 
 
