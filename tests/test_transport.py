@@ -388,3 +388,12 @@ def test_a_headless_server_takes_the_next_emacs_once_the_first_hung_up():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_message_with_bytes_that_are_not_utf8_is_read_with_replacement_characters():
+    """Emacs writes a surrogate it holds as ED A0 80; a stray byte may come too: data, not a drop."""
+    from amacs_server.transport.server import unpack
+
+    name, uid, args = unpack(b'(return 7 "a\xed\xa0\x80b")')
+    assert (name, uid, args) == ("return", 7, ["a\ufffdb"])
+    assert unpack(b'(return 8 "x\xffy")')[2] == ["x\ufffdy"]

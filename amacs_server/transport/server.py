@@ -43,11 +43,11 @@ from epc.handler import (
     EPCHandler,
     encode_message,
     itermessage,
-    unpack_message,
 )
 from epc.server import ThreadingEPCServer
-from sexpdata import Symbol
+from sexpdata import Symbol, loads
 
+from ..text.clean import storable
 from .lisp import from_lisp, list_from_lisp, to_lisp
 
 log = logging.getLogger("amacs.transport")
@@ -72,6 +72,23 @@ class RemoteError(Exception):
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def unpack(message: bytes) -> tuple[str, Any, list[Any]]:
+    """MESSAGE from Emacs as (name, uid, args), as python-epc's ``unpack_message``, but any
+    bytes are data (issue 12): Emacs writes a surrogate it holds (``(string #xd800)``) as
+    ED A0 80, which strict UTF-8 refuses; the message, an eval's result among them, was
+    dropped and its caller waited out its time limit.  Such text arrives with U+FFFD."""
+    try:
+        text = message.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            text = message.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            text = message.decode("utf-8", "replace")
+        text = storable(text)
+    data = loads(text)
+    return data[0].value(), data[1], data[2:]
 
 
 class Unauthorized(Exception):
@@ -308,7 +325,7 @@ class AmacsHandler(EPCHandler):
     def _handle(self, sexp: bytes) -> None:
         """Dispatch one message: replies on this thread, calls on the pool (or here if inline)."""
         try:
-            name, uid, args = unpack_message(sexp)
+            name, uid, args = unpack(sexp)
         except Exception as err:  # noqa: BLE001 - a garbled message; the peer is told
             self._send("epc-error", [], repr(err))
             return
@@ -425,7 +442,7 @@ class AmacsEPCServer(ThreadingEPCServer):
         has not noticed yet is waited for (up to :data:`HANDOVER_WAIT`), so its
         session ends (its turn is stopped) before the new one begins."""
         try:
-            name, uid, rest = unpack_message(sexp)
+            name, uid, rest = unpack(sexp)
         except Exception as err:
             raise Unauthorized(f"unreadable first message: {err!r}") from err
         if name != "call" or len(rest) != 2 or rest[0] != Symbol("hello"):

@@ -62,7 +62,7 @@ def test_hostile_model_replies_lose_nothing_and_crash_nothing(fake, home):
     assert "Internal error" not in run.shell
 
 
-@pytest.mark.parametrize("form", ["(concat \"a\" (string 0) \"b\")",
+@pytest.mark.parametrize("form", ["(string #xd800)", "(concat \"a\" (string 0) \"b\")",
                                   "(let ((x (list 1 2))) (setcdr (cdr x) x) x)", "(make-string 2000000 ?x)"])
 def test_an_eval_result_that_is_hard_to_carry_comes_back_at_once(fake, home, form):
     """A surrogate, a NUL, a circular list or 2 MB: the result (or an error) comes back
