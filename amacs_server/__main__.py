@@ -219,14 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     from .loop.primary import run_turn
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
+    from .scrub import LogScrubber, Scrubber
     from .transport.emacs_face import EmacsFace
     from .transport.server import AmacsEPCServer
 
     server = AmacsEPCServer(token, headless=args.headless)
+    server.scrub = scrub = Scrubber({**config.secrets(), "AMACS_TOKEN": token})
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(LogScrubber(scrub))
     server.after_hello = release_sdk_once()
     face = EmacsFace(server)
     try:
-        rt = Runtime(config, face, turn=run_turn, db_check=db_check)
+        rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=scrub)
     except Exception as err:  # noqa: BLE001 - reported to Emacs in one line
         logging.exception("start-up failed")
         return _fail(_start_failure(err, config.home))

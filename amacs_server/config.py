@@ -40,6 +40,10 @@ class Config:
     wait_timeout: float = 60.0
     repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
 
+    def secrets(self) -> dict[str, str | None]:
+        """Every secret the server holds, by name (the scrubber's)."""
+        return {"ANTHROPIC_API_KEY": self.api_key, "OPENAI_API_KEY": self.openai_api_key, "AMACS_TOKEN": self.token}
+
     @property
     def skills_dir(self) -> Path:
         """The built-in skills shipped with the server."""

@@ -38,6 +38,7 @@ from .persistence.recovery import (
 )
 from .persistence.scratchpad import ScratchpadLog
 from .persistence.transcript import Transcript
+from .scrub import Scrubber
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
@@ -65,8 +66,9 @@ class Runtime:
     other way round (issue 11: no runtime <-> loop circle)."""
 
     def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None,
-                 db_check: DatabaseCheck | None = None) -> None:
+                 db_check: DatabaseCheck | None = None, scrub: Scrubber | None = None) -> None:
         self.turn = turn
+        self.scrub = scrub or Scrubber(config.secrets())  # the one scrubber (issue 12): __main__'s
         self.config = config
         self.face = face
         self.settings = Settings()
@@ -117,7 +119,7 @@ class Runtime:
             self.threads.active = self.consciousness.active_thread
         self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=(config.api_key or "",))
+        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
         self.backend_name = config.backend
         self.backend = self._make_backend(config.backend, config.openai_base_url)
         self.loop = asyncio.new_event_loop()

@@ -1016,7 +1016,10 @@ however long the history; `amacs-shell--read-history' trims the file."
              (ring-p comint-input-ring))
     (let* ((ring comint-input-ring) (len (ring-length ring)) (i 0) new)
       (while (and (< i len) (not (eq (ring-ref ring i) amacs-shell--history-newest)))
-        (push (ring-ref ring i) new)    ; ends oldest first
+        (let* ((entry (ring-ref ring i)) (clean (amacs--scrub entry)))
+          (unless (eq clean entry)     ; a pasted key stays out of the file (and of M-p)
+            (aset (cddr ring) (ring-index i (car ring) (ring-length ring) (ring-size ring)) clean))
+          (push clean new))             ; ends oldest first
         (setq i (1+ i)))
       (when new
         (with-file-modes #o700          ; private, as the server keeps the home: 0700, files 0600

@@ -203,10 +203,23 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
         (t (let ((secret (auth-source-pick-first-password :host "api.anthropic.com")))
              (and (stringp secret) (not (string-empty-p secret)) secret)))))
 
+(defvar amacs--secrets nil
+  "The secrets given to the server (its token, an API key), for `amacs--scrub'.")
+
+(defun amacs--scrub (text)
+  "TEXT with every secret Emacs gave the server, and the API keys in the
+environment, replaced by \"[redacted]\" (issue 12: no secret in any file)."
+  (dolist (secret (append amacs--secrets
+                          (list (getenv "ANTHROPIC_API_KEY") (getenv "OPENAI_API_KEY")))
+                  text)
+    (when (and (stringp secret) (>= (length secret) 8))
+      (setq text (string-replace secret "[redacted]" text)))))
+
 (defun amacs--server-environment (token)
   "Return `process-environment' for a server that must present TOKEN."
   (let ((key (amacs--api-key))
         (env (cons (concat "AMACS_TOKEN=" token) process-environment)))
+    (setq amacs--secrets (delq nil (list token key)))
     (when key (push (concat "ANTHROPIC_API_KEY=" key) env))
     (when amacs-home (push (concat "AMACS_HOME=" (expand-file-name amacs-home)) env))
     env))

@@ -47,6 +47,7 @@ from epc.handler import (
 from epc.server import ThreadingEPCServer
 from sexpdata import Symbol, loads
 
+from ..scrub import Scrubber
 from ..text.clean import storable
 from .lisp import from_lisp, list_from_lisp, to_lisp
 
@@ -325,7 +326,7 @@ class AmacsHandler(EPCHandler):
     def _handle(self, sexp: bytes) -> None:
         """Dispatch one message: replies on this thread, calls on the pool (or here if inline)."""
         try:
-            name, uid, args = unpack(sexp)
+            name, uid, args = unpack(self.server.scrub.data(sexp))
         except Exception as err:  # noqa: BLE001 - a garbled message; the peer is told
             self._send("epc-error", [], repr(err))
             return
@@ -415,6 +416,8 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.RequestHandlerClass = AmacsHandler
         self.token = token
         self.headless = headless
+        # Every message after hello passes it (issue 12): a secret an eval read never gets in.
+        self.scrub = Scrubber({"AMACS_TOKEN": token})
         self.emacs: AmacsHandler | None = None
         self.emacs_pid: int | None = None
         self.on_hello: Callable[[dict[str, Any]], dict[str, Any]] = lambda _s: {}

@@ -1,0 +1,75 @@
+"""One scrubber for every secret the server knows (issue 12, item 1: nothing leaked).
+
+The secrets are the API keys and the EPC token.  Emacs is where a secret can
+enter the server's data: an eval that reads ``(getenv "ANTHROPIC_API_KEY")``,
+a person who pastes a key.  So the transport scrubs every message from Emacs
+before it is read (after hello, which carries the token), and nothing
+downstream — org files, git, memory.db, transcripts, the model API, the
+shell — ever holds one.  The log and the transcripts scrub again, for what the
+server itself might write (an exception that quotes a header).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+MIN_SECRET = 8  # shorter values (a test's "k") would redact ordinary words
+
+
+class Scrubber:
+    """Replaces each secret's text with ``[redacted NAME]``."""
+
+    def __init__(self, secrets: Mapping[str, str | None]) -> None:
+        self._pairs = tuple((value, f"[redacted {name}]") for name, value in secrets.items()
+                            if value and len(value) >= MIN_SECRET)
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """The secrets themselves."""
+        return tuple(value for value, _ in self._pairs)
+
+    def text(self, text: str) -> str:
+        """TEXT with every secret replaced."""
+        for value, mark in self._pairs:
+            if value in text:
+                text = text.replace(value, mark)
+        return text
+
+    def data(self, data: bytes) -> bytes:
+        """DATA (UTF-8 bytes) with every secret replaced."""
+        for value, mark in self._pairs:
+            raw = value.encode("utf-8")
+            if raw in data:
+                data = data.replace(raw, mark.encode("utf-8"))
+        return data
+
+    def value(self, value: Any) -> Any:
+        """VALUE (strings, lists, tuples and dicts within) with every secret replaced."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, list | tuple):
+            return type(value)(self.value(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+
+class LogScrubber(logging.Filter):
+    """A log filter: each record's message, formatted, passes the scrubber."""
+
+    def __init__(self, scrub: Scrubber) -> None:
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = self.scrub.text(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.exc_info and not record.exc_text:  # the traceback's text, formatted once here
+            record.exc_text = self.scrub.text(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = self.scrub.text(record.exc_text)
+        return True

@@ -1,0 +1,32 @@
+"""The one scrubber (issue 12, item 1): every secret replaced, in text, bytes, data and logs."""
+
+import logging
+
+from amacs_server.scrub import LogScrubber, Scrubber
+
+KEY, TOKEN = "sk-ant-api03-abcdefghijklmnop", "0123456789abcdef0123456789abcdef"
+
+
+def scrubber() -> Scrubber:
+    return Scrubber({"ANTHROPIC_API_KEY": KEY, "AMACS_TOKEN": TOKEN, "OPENAI_API_KEY": None, "SHORT": "k"})
+
+
+def test_text_bytes_and_data_lose_every_secret():
+    s = scrubber()
+    assert s.text(f"a {KEY} b {TOKEN}") == "a [redacted ANTHROPIC_API_KEY] b [redacted AMACS_TOKEN]"
+    assert s.data(f'(return 1 "{KEY}")'.encode()) == b'(return 1 "[redacted ANTHROPIC_API_KEY]")'
+    assert s.value({"r": [KEY, (TOKEN, 3)], "n": 1}) == {"r": ["[redacted ANTHROPIC_API_KEY]",
+                                                               ("[redacted AMACS_TOKEN]", 3)], "n": 1}
+    assert s.text("k is a letter") == "k is a letter"  # too short to be a secret: never redacted
+
+
+def test_log_records_and_their_tracebacks_are_scrubbed(caplog):
+    log = logging.getLogger("amacs.test-scrub")
+    caplog.handler.addFilter(LogScrubber(scrubber()))
+    with caplog.at_level(logging.INFO, logger="amacs.test-scrub"):
+        log.info("calling with %s", KEY)
+        try:
+            raise ValueError(f"bad header x-api-key: {KEY}")
+        except ValueError:
+            log.exception("failed")
+    assert KEY not in caplog.text and "[redacted ANTHROPIC_API_KEY]" in caplog.text
