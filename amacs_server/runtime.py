@@ -31,6 +31,7 @@ from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.monologue import MonologueLog
 from .persistence.recovery import (
     StartupError,
+    explain_os_error,
     invalid_utf8_note,
     load_consciousness,
     move_aside,
@@ -227,6 +228,18 @@ class Runtime:
         self.consciousness.budget.cost_so_far += dollars
         return dollars
 
+    def _turn_failure(self, err: Exception) -> str:
+        """What the person is told when ERR ended a turn: a full disk or an unwritable home in
+        words and with what to do (issue 12: not a raw OperationalError per tick)."""
+        home = self.config.home
+        kept = "Your input is in the shell history (M-p)."
+        if isinstance(err, sqlite3.OperationalError) and "full" in str(err):
+            return (f"The disk holding the AMACS home {home} is full: memory.db could not be written. "
+                    f"Free some space there, then send again. {kept}")
+        if isinstance(err, OSError) and err.errno is not None:
+            return f"This turn stopped: {explain_os_error(err, home)}. {kept}"
+        return f"Internal error in this turn: {err!r}. The server goes on; server.log has the details."
+
     def save_consciousness(self) -> None:
         """Write ``consciousness.el`` atomically."""
         atomic_write(self.config.home / "consciousness.el", self.consciousness.to_elisp())
@@ -325,7 +338,7 @@ class Runtime:
                 log.info("turn interrupted")
             except Exception as err:  # the loop must outlive any one turn
                 log.exception("turn failed")
-                self.face.annotate(f"Internal error in this turn: {err!r}. The server goes on.", "error")
+                self.face.annotate(self._turn_failure(err), "error")
                 self.face.turn_done(self.consciousness.current_tick)
             finally:
                 self._turn_running = False
