@@ -105,7 +105,7 @@ class Runtime:
         self.memory.restore(
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],
-            monologue=self.monologue.read()[-keep:],
+            monologue=self.monologue.read_tail(keep),
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
         for org in (self.chat_log, self.monologue, self.scratchpad):
@@ -245,9 +245,10 @@ class Runtime:
         atomic_write(self.config.home / "consciousness.el", self.consciousness.to_elisp())
 
     def tracked_files(self) -> list[Path]:
-        """The files each tick commits."""
+        """The files each tick commits: the chat log and monologue with their earlier months
+        (unchanged, so not hashed again: a tick's commit costs the current month only)."""
         home = self.config.home
-        return [home / n for n in ("consciousness.el", "agent-chat.org", "monologue.org", "scratchpad.org")]
+        return [home / "consciousness.el", *self.chat_log.files(), *self.monologue.files(), home / "scratchpad.org"]
 
     def system_prompt(self) -> str:
         """The core skill (the person's own if they have one), read fresh when it changes."""

@@ -33,9 +33,22 @@ def status(rt: Runtime) -> dict[str, object]:
         "notice": "\n;; ".join(notes) or None,
         "home": str(rt.config.home),
         "interrupted": rt.memory.last_chat_interrupted(),
-        "recent": [{"tick": tick_of(i), "human": i.content.get("human"),
-                    "agent": i.content.get("agent")} for i in rt.memory.chat[-10:]],
+        "recent": [{"tick": tick_of(i), "human": _shortened(i.content.get("human")),
+                    "agent": _shortened(i.content.get("agent"))} for i in rt.memory.chat[-10:]],
     }
+
+
+# The shell shows the last exchanges as a reminder; one that is longer is cut (a pasted file
+# of 1 MB took Emacs ~0.2 s to read and insert at start-up, issue 12).  C-c C-l has them whole.
+RECENT_CHARS = 4000
+
+
+def _shortened(text: object) -> object:
+    if not isinstance(text, str) or len(text) <= RECENT_CHARS:
+        return text
+    cut = text.rfind("\n", 0, RECENT_CHARS)
+    cut = cut if cut > RECENT_CHARS // 2 else RECENT_CHARS
+    return f"{text[:cut]}\n[… {len(text) - cut:,} more characters: the chat log (C-c C-l) has it all]"
 
 def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
     """Everything the hub shows, read from the server's state (RFC §9.2)."""

@@ -9,6 +9,10 @@ with a leading comma, as org does in source blocks.  The reply is org (issue 9):
 its headings are demoted two levels (``* H`` becomes ``*** H``) so they nest and
 fold under ``** Agent``, and the lines of its src and example blocks are
 comma-escaped as org escapes them.  :func:`unnest_reply` undoes both.
+
+The file holds the current month; the earlier ticks are in ``chat/``, one file
+a month, written once (:mod:`.monthly`, issue 12): a tick's commit adds the
+current file to git, not the history, and start-up reads only the log's end.
 """
 
 from __future__ import annotations
@@ -18,10 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import orgparse
-
-from .files import append_durably
-from .recovery import decode_utf8
+from .monthly import ROTATE_BYTES, TAIL_BYTES, MonthlyLog
 
 
 @dataclass
@@ -120,26 +121,41 @@ def unnest_reply(body: str) -> str:
     return _map_reply_lines(body, code=lambda line: _ESCAPED_CODE.sub(r"\1\2", line), prose=prose)
 
 
+# A tick's first line, and the month of its :TIMESTAMP: when it follows (monthly.MonthlyLog).
+_TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:TIMESTAMP:[ \t]*(\d{4}-\d\d))?",
+                        re.MULTILINE)
+_TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
+_TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_PART = re.compile(r"^\*\* (Human|Agent)[ \t]*$", re.MULTILINE)
+
+
 class ChatLog:
-    """Appends ticks to ``agent-chat.org`` and reads the history back."""
+    """Appends ticks to ``agent-chat.org`` and reads the history back.
 
-    def __init__(self, path: Path) -> None:
+    The file holds the current month; earlier months are in ``chat/``, one
+    file each (:mod:`.monthly`: a tick's commit then hashes only the current
+    month, and start-up reads only the tail)."""
+
+    def __init__(self, path: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.path = path
-        self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
+        self.log = MonthlyLog(path, path.parent / "chat", _TICK_HEAD, title="AMACS chat", noun="ticks",
+                              rotate_bytes=rotate_bytes)
 
-    def _decode(self, data: bytes, offset: int = 0) -> str:
-        """DATA (read from OFFSET) as text; bytes that are not UTF-8 read as U+FFFD and are noted."""
-        text, bad = decode_utf8(data)
-        if bad is not None and self.bad_utf8 is None:
-            self.bad_utf8 = offset + bad
-        return text
+    @property
+    def bad_utf8(self) -> int | None:
+        """Offset of the first byte read that is not UTF-8 (read as U+FFFD), if any."""
+        return self.log.bad_utf8
+
+    def files(self) -> list[Path]:
+        """Every file of the chat log, oldest first (the months in ``chat/``, then this one)."""
+        return self.log.files()
 
     def write_human(self, tick: int, timestamp: str, text: str) -> None:
         """Write-ahead: the heading and the human's input, before any model call."""
-        append_durably(
-            self.path,
+        self.log.append(
             f"* Tick {tick}\n:PROPERTIES:\n:TIMESTAMP: {timestamp}\n:END:\n\n"
             f"** Human\n{escape_org(text)}\n\n",
+            new_entry=timestamp,
         )
 
     def write_agent(self, tick: int, timestamp: str, reply: str, *, with_heading: bool) -> None:
@@ -149,62 +165,42 @@ class ChatLog:
             if with_heading
             else ""
         )
-        append_durably(self.path, f"{head}** Agent\n{nest_reply(reply)}\n\n")
+        self.log.append(f"{head}** Agent\n{nest_reply(reply)}\n\n", new_entry=timestamp if with_heading else None)
 
     def read(self) -> list[ChatEntry]:
-        """Every tick in the file, oldest first, parsed with orgparse."""
-        if not self.path.exists():
-            return []
-        return _entries(orgparse.loads(self._decode(self.path.read_bytes())))
+        """Every tick of the log (``chat/`` and this file), oldest first."""
+        return [entry for _span, text in self.log.entries() if (entry := parse_tick(text)) is not None]
 
-    def read_tail(self, count: int, chunk: int = 1 << 16) -> list[ChatEntry]:
-        """The last COUNT ticks, oldest first: the file is read from its end only as far
-        as they need (start-up reads the windows the context shows, issue 10).
+    def read_tail(self, count: int, chunk: int = 1 << 16, budget: int = TAIL_BYTES) -> list[ChatEntry]:
+        """The last COUNT ticks, oldest first, of those that begin within BUDGET bytes of the
+        log's end (the newest always): the files are read from their end only as far as
+        they need (start-up reads the windows the context shows, issues 10 and 12).
 
         A tick starts at a ``* Tick`` line; the human's text cannot start one
         (:func:`escape_org`) and the reply's headings are demoted, so the ticks
         are found by that line alone."""
-        if not self.path.exists() or count <= 0:
-            return []
-        with self.path.open("rb") as f:
-            end = f.seek(0, 2)
-            data = b""
-            start = end
-            while True:
-                start = max(0, start - chunk)
-                f.seek(start)
-                data = f.read(end - start)
-                heads = [m.start() + 1 for m in re.finditer(rb"\n\* Tick ", data)]
-                if start == 0 and data.startswith(b"* Tick "):
-                    heads.insert(0, 0)
-                if len(heads) > count or start == 0:
-                    break
-        cut = heads[-count] if len(heads) >= count else 0
-        return _entries(orgparse.loads(self._decode(data[cut:], start + cut)))
+        return [entry for _span, text in self.log.tail(count, budget=budget, chunk=chunk)
+                if (entry := parse_tick(text)) is not None]
 
 
-def _entries(root: orgparse.node.OrgRootNode) -> list[ChatEntry]:
-    """The ``* Tick N`` entries under ROOT."""
-    entries: list[ChatEntry] = []
-    for node in root.children:
-        title = node.heading.split()
-        if len(title) != 2 or title[0] != "Tick" or not title[1].isdigit():
-            continue
-        entry = ChatEntry(tick=int(title[1]), timestamp=str(node.properties.get("TIMESTAMP", "")))
-        for child in node.children:
-            if child.heading == "Human":
-                entry.human = unescape_org(child.body.strip("\n"))
-            elif child.heading == "Agent":
-                entry.agent = unnest_reply(_section_text(child))
-        entries.append(entry)
-    return entries
+def parse_tick(text: str) -> ChatEntry | None:
+    """The tick whose org text (``* Tick N`` to the next tick) is TEXT; None if it is not one.
 
-
-def _section_text(node: orgparse.node.OrgNode) -> str:
-    """The raw text under NODE's heading, its sub-headings included, as written.
-
-    orgparse puts the reply's (demoted) headings in child nodes, and takes
-    planning lines and drawers out of bodies; the raw lines of the subtree keep
-    everything.  The blank line that ends each part is not part of the text."""
-    text = "\n".join(str(part) for part in node[:]).partition("\n")[2]
-    return text[:-1] if text.endswith("\n") else text
+    The structure is the one :class:`ChatLog` writes, so it is read line by line,
+    not with an org parser (orgparse took ~10 s for 50 MB, issue 12): the
+    human's part is its text up to the next part, blank lines around it
+    dropped; the agent's is the raw text up to the tick's end, its demoted
+    headings included, without the blank line that ends it."""
+    head = _TICK.match(text)
+    if head is None:
+        return None
+    stamp = _TIMESTAMP.search(head[2]) if head[2] is not None else None
+    entry = ChatEntry(tick=int(head[1]), timestamp=stamp[1] if stamp else "")
+    parts = list(_PART.finditer(text, head.end()))
+    for i, part in enumerate(parts):
+        body = text[part.end() + 1:parts[i + 1].start() if i + 1 < len(parts) else len(text)]
+        if part[1] == "Human":
+            entry.human = unescape_org(body.strip("\n"))
+        else:
+            entry.agent = unnest_reply(body[:-2] if body.endswith("\n\n") else body.removesuffix("\n"))
+    return entry
