@@ -10,12 +10,13 @@ RESULTS = Path(__file__).with_name("results")
 
 
 def summary(samples_ms: list[float]) -> dict[str, float]:
-    """Median, p90, min, max and count of SAMPLES_MS."""
+    """Count, median, p90, p99, min and max of SAMPLES_MS."""
     ordered = sorted(samples_ms)
     return {
         "n": len(ordered),
         "median_ms": round(statistics.median(ordered), 4),
         "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 4),
+        "p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))], 4),
         "min_ms": round(ordered[0], 4),
         "max_ms": round(ordered[-1], 4),
     }
