@@ -3,8 +3,8 @@ for a chat log of 1 MB, 10 MB and 50 MB.  Both must be flat.
 
 Each home is built in the RFC format as one ``agent-chat.org`` (and a
 ``monologue.org`` of one line a tick), with ticks spread over the 24 months up
-to now, as a home made before the log was split by month; no ``memory.db``,
-no ``.git``.  Ticks are ~600 bytes (a 20-word input, a 60-word reply) of words
+to now, as a home made before the log was split by month, with a
+``memory.db`` that holds every tick (``--no-memory``: none) and no ``.git``.  Ticks are ~600 bytes (a 20-word input, a 60-word reply) of words
 drawn from a made-up vocabulary (text that compresses as prose does); the case
 ``50MB-1MB-ticks`` has 50 ticks of ~1 MB (a person who pastes whole files),
 where the 64 ticks start-up keeps are the whole file.
@@ -47,7 +47,12 @@ sys.path.insert(0, str(ROOT))
 from amacs_server import views  # noqa: E402
 from amacs_server.config import load_config  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
+from amacs_server.memory.active import ActiveMemory  # noqa: E402
+from amacs_server.memory.ltm import LongTermMemory  # noqa: E402
+from amacs_server.persistence.chat_log import ChatLog  # noqa: E402
+from amacs_server.persistence.monologue import MonologueLog  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
+from amacs_server.state.consciousness import Consciousness  # noqa: E402
 from bench.bench_tick import NullFace  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json  # noqa: E402
@@ -69,9 +74,10 @@ def _text(rng: random.Random, size: int) -> str:
     return "\n".join(" ".join(words[j:j + 12]) for j in range(0, len(words), 12))
 
 
-def build_home(home: Path, megabytes: int, tick_bytes: int) -> int:
+def build_home(home: Path, megabytes: int, tick_bytes: int, *, memory: bool = True) -> int:
     """An old-layout home: one agent-chat.org of MEGABYTES, ticks of ~TICK_BYTES spread over
-    the 24 months up to now, and monologue.org.  Returns the number of ticks."""
+    the 24 months up to now, and monologue.org; with MEMORY, a memory.db holding them all.
+    Returns the number of ticks."""
     home.mkdir(parents=True, exist_ok=True)
     rng = random.Random(megabytes * 7 + tick_bytes)
     ticks = max(1, megabytes * 1_000_000 // tick_bytes)
@@ -87,6 +93,12 @@ def build_home(home: Path, megabytes: int, tick_bytes: int) -> int:
         mono.append(f"- [TICK {tick}][{stamp}] noted {' '.join(human[:60].split())}\n")
     (home / "agent-chat.org").write_text("".join(chat), encoding="utf-8")
     (home / "monologue.org").write_text("".join(mono), encoding="utf-8")
+    if memory:  # as a long-lived home's: every exchange and monologue line in memory.db
+        ltm = LongTermMemory(home / "memory.db")
+        ActiveMemory(ltm, agent=load_config({"AMACS_HOME": str(home)}).identity).restore(
+            Consciousness(), chat=[(e.tick, e.human, e.agent) for e in ChatLog(home / "agent-chat.org").read()],
+            monologue=MonologueLog(home / "monologue.org").read())
+        ltm.close()
     return ticks
 
 
@@ -175,9 +187,11 @@ def run_case(name: str, megabytes: int, tick_bytes: int, args: argparse.Namespac
     home = tmp / "agent"
     try:
         t0 = time.perf_counter()
-        ticks = build_home(home, megabytes, tick_bytes)
+        ticks = build_home(home, megabytes, tick_bytes, memory=not args.no_memory)
         out: dict[str, object] = {"ticks": ticks, "agent-chat.org_MB": round(
-            (home / "agent-chat.org").stat().st_size / 1e6, 1), "build_s": round(time.perf_counter() - t0, 1)}
+            (home / "agent-chat.org").stat().st_size / 1e6, 1), "memory.db_MB": round(
+            (home / "memory.db").stat().st_size / 1e6, 1) if (home / "memory.db").exists() else 0,
+            "build_s": round(time.perf_counter() - t0, 1)}
         first_ms = start_ms(home, url)
         rt, first_turn, first_growth = turns(home, url, 1)
         rt.stop()
@@ -216,6 +230,7 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=60, help="ticks whose commits are measured")
     parser.add_argument("--emacs", type=int, default=5, help="M-x amacs-shell samples per home (0: none)")
     parser.add_argument("--only", action="append", choices=list(CASES))
+    parser.add_argument("--no-memory", action="store_true", help="homes without memory.db (faster to build)")
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
     fake = FakeAnthropic(default=reply).start()

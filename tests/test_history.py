@@ -327,3 +327,23 @@ def test_tail_budget_bounds_what_start_up_reads_of_huge_ticks(tmp_path):
     assert [e.tick for e in log.read_tail(64, budget=1_200_000)] == [7, 8]
     assert [e.tick for e in log.read_tail(64, budget=10)] == [8]  # the newest whole, whatever its size
     assert monthly.TAIL_BYTES <= 4 << 20
+
+
+def test_threads_are_found_by_an_index_range_not_a_scan_of_every_item(tmp_path):
+    """Start-up looks up the open threads among every item of the history: a range of the
+    (base, version) index (LIKE scanned every version; ~0.1 s with 50 MB of chat)."""
+    from amacs_server.memory.items import Kind, MemoryItem, Tier
+    from amacs_server.memory.ltm import LongTermMemory
+    from amacs_server.memory.memid import MemId
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    try:
+        for agent, name in (("a_b", "thread.main"), ("axb", "thread.other"), ("a_b", "chat.1"),
+                            ("a_b", "thread-x"), ("a_b", "threadz")):
+            ltm.put(MemoryItem(MemId(agent, "primary", name, 1), Tier.RAM, Kind.NOTE, {"id": name}))
+        assert ltm.bases_with_prefix("a_b:primary", "thread.") == {"a_b:primary:thread.main"}
+        plan = " ".join(str(row) for row in ltm.db.execute(
+            "EXPLAIN QUERY PLAN SELECT DISTINCT base FROM items WHERE base >= ? AND base < ?", ("a", "b")))
+        assert "USING COVERING INDEX" in plan
+    finally:
+        ltm.close()
