@@ -94,6 +94,22 @@ def test_commit_message_format():
     assert commit_message(1, None, "🤔", "x") == "[TICK 1][no-thread][🤔] x"
 
 
+def test_commit_message_body_holds_the_eval_form_and_its_result_cut(tmp_path):
+    """Issue 13: after an eval, the body has its form and result (or error), cut at a readable
+    length and with no NUL (git's arguments cannot hold one); the subject stays one line."""
+    assert commit_message(3, None, "ok", "sum", eval_form="(+ 2\n   2)", eval_result="4") == (
+        "[TICK 3][no-thread][ok] sum\n\neval: (+ 2\n   2)\nresult: 4")
+    assert commit_message(3, None, "ok", "x", eval_form="(car 1)", eval_error="Wrong type argument").endswith(
+        "\n\neval: (car 1)\nerror: Wrong type argument")
+    long = commit_message(3, None, "ok", "x", eval_form="(f \0" + "y" * 3000 + ")", eval_result="z" * 1500)
+    assert "\0" not in long and "eval: (f \ufffd" + "y" * 1996 + "… [1,005 more characters]\n" in long
+    assert long.endswith("result: " + "z" * 1000 + "… [500 more characters]")
+    repo = HomeRepo(tmp_path)
+    (tmp_path / "a.org").write_text("a")
+    repo.commit([tmp_path / "a.org"], long)
+    assert repo.log() == ["[TICK 3][no-thread][ok] x"]
+
+
 def test_commit_per_tick_and_stale_lock(tmp_path):
     repo = HomeRepo(tmp_path)
     f = tmp_path / "agent-chat.org"

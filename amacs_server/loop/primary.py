@@ -342,8 +342,9 @@ def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
 
 def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
-    c = rt.consciousness
-    _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue))
+    c, done = rt.consciousness, rt.consciousness.last_eval_result
+    _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
+                               eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 
 def _commit(rt: Runtime, message: str) -> None:

@@ -42,6 +42,12 @@ PACK_ARGS = ("-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2", "--w
 PACK_NICE = 10
 
 
+# A commit message's eval form and result are cut at these lengths (git log stays readable;
+# the whole of both is in the transcript).
+EVAL_FORM_CHARS = 2000
+EVAL_RESULT_CHARS = 1000
+
+
 class CommitError(RuntimeError):
     """The commit failed; the tick's files are on disk and the next commit will carry them."""
 
@@ -50,10 +56,26 @@ class GitFailed(RuntimeError):
     """A git command exited with an error (its stderr is the message)."""
 
 
-def commit_message(tick: int, thread: str | None, mood: str, monologue: str) -> str:
-    """``[TICK 42][thread-id][mood] monologue`` on one line."""
-    line = " ".join(monologue.split())
-    return f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {line}"
+def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, eval_form: str | None = None,
+                   eval_result: str | None = None, eval_error: str | None = None) -> str:
+    """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
+    form and its result or error, each cut at a length a log reads well at (the transcript
+    has them whole).  EPIC-002: the history shows eval -> result -> reply, the reply in
+    agent-chat.org.  The message is the tick's own record: a commit made behind a backlog
+    carries the files as they are when it runs (:class:`CommitWorker`), later ticks' too."""
+    subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
+    if eval_form is None:
+        return subject
+    outcome = (f"error: {_cut(eval_error, EVAL_RESULT_CHARS)}" if eval_error is not None
+               else f"result: {_cut(eval_result or '(none)', EVAL_RESULT_CHARS)}")
+    body = f"eval: {_cut(eval_form, EVAL_FORM_CHARS)}\n{outcome}"
+    return f"{subject}\n\n" + body.replace("\0", "\ufffd")  # a NUL cannot be in git's arguments
+
+
+def _cut(text: str, limit: int) -> str:
+    """TEXT, or its first LIMIT characters and how many more there are."""
+    text = text.strip()
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit:,} more characters]"
 
 
 def _ignore_also(ignore: Path, names: Iterable[str]) -> None:
@@ -168,7 +190,8 @@ class HomeRepo:
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:
         """A commit of TREE on PARENT, and HEAD moved to it only if HEAD is still PARENT."""
         sha = self._git("commit-tree", tree, *(("-p", parent) if parent else ()), "-m", message)
-        self._git("update-ref", "-m", f"commit: {message}", "HEAD", sha, parent or "")
+        subject = message.partition("\n")[0]  # the reflog's line
+        self._git("update-ref", "-m", f"commit: {subject}", "HEAD", sha, parent or "")
         return sha
 
     def pack(self) -> None:
@@ -235,7 +258,7 @@ class CommitWorker:
         """Commit FILES with MESSAGE after every commit submitted before (returns at once)."""
         with self._cond:
             self._pending += 1
-            self._pending_subjects.append(message)
+            self._pending_subjects.append(message.partition("\n")[0])
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
