@@ -7,6 +7,32 @@ monologue lines are items too; the context shows the last ``*-depth`` of them.
 Notes the agent creates, and items it loads, are pinned.  Evicting leaves a
 handle.  Every version of every item is written to long-term memory.
 
+Every item shown is addressable by the MemId shown (issue 13), and says what
+the brain may do with it (:meth:`ActiveMemory.rules`, :meth:`ActiveMemory.present`),
+which the brain tools hold to:
+
+=================================  ======  =======  =========
+item (section)                     tier    mutable  evictable
+=================================  ======  =======  =========
+note the agent made (memory)       ram     yes      yes
+item it loaded (memory)            its     if ram   yes
+                                           and own
+scratchpad entry (scratchpad)      ram     yes      yes
+chat exchange, monologue line      rom     no       yes
+consciousness field                its     if ram   no
+last eval result, system clock     rom     no       no
+thread, skill, buffer, event       rom     no       no
+handle of an evicted item          its     as the   no (load
+                                           item     it back)
+=================================  ======  =======  =========
+
+An item appears once: where it lives (its *home*: the chat or monologue
+window, the scratchpad, ...), else in ``<memory>``.  Loading an item that is
+not shown pins it (in its home if its window shows it, else in ``<memory>``);
+loading one its home shows already (the consciousness, the last eval result,
+the threads, skills, buffers and events of the tick) only reads it.  Long
+texts in ``<memory>`` are shown a page at a time (:func:`~.items.page_of`).
+
 Every agent has a brain of its own (issue 11): the primary's is the runtime's
 (brain ``primary``, with the consciousness fields, chat and monologue); a
 subagent's (:meth:`ActiveMemory.for_subagent`) holds only what it creates
@@ -17,13 +43,13 @@ same identity may search and load any item; only its owner writes it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..state.consciousness import Consciousness
-from .items import Kind, MemoryItem, Tier
+from .items import DEFAULT_PAGE_CHARS, Access, Kind, MemoryItem, Tier, page_of
 from .ltm import LongTermMemory
 from .memid import BRAIN, MemId, MemIdError
 
@@ -57,6 +83,19 @@ BUFFER_PREFIX = "buffer."
 EVENT_PREFIX = "event."
 RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX, THREAD_PREFIX, SKILL_PREFIX,
                      BUFFER_PREFIX, EVENT_PREFIX)
+RECORD_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX)  # what was said and thought: kept as it happened
+LIVE_PREFIXES = (THREAD_PREFIX, SKILL_PREFIX, BUFFER_PREFIX, EVENT_PREFIX)  # views the harness keeps
+# What an item of a live section is, then what to do instead of mutating it and of evicting it.
+LIVE_RULES = {
+    THREAD_PREFIX: ("a thread", "the thread functions change it (agent-thread-add-buffer, ...)",
+                    "it shows in <threads> while it is open; agent-complete-thread closes it"),
+    SKILL_PREFIX: ("a skill bound to the active thread", "edit its SKILL.md file",
+                   "agent-unbind-skill-from-thread takes it out of <skills>"),
+    BUFFER_PREFIX: ("a buffer of the active thread as Emacs last read it", "edit the buffer itself",
+                    "agent-thread-remove-buffer takes it out of <buffers>"),
+    EVENT_PREFIX: ("an event", "it stays as it was delivered", "an event is shown only in the tick it arrives"),
+}
+SCRATCHPAD_FIELDS = frozenset({"heading", "thread", "content"})
 PREVIEW_CHARS = 80
 # RAM keeps at least this many of the newest exchanges and monologue lines (and
 # twice the depths the context shows); older ones are in LTM only (issue 10).
@@ -92,6 +131,30 @@ def handle_for(item: MemoryItem) -> MemoryItem:
                       {"evicted": True, "kind": item.kind.value, "preview": preview}, item.created_at_ms)
 
 
+def scratchpad_content(current: Any, change: Any) -> dict[str, Any]:
+    """A scratchpad entry's content after CHANGE: a string is its new text; data may set any
+    of heading, thread (nil: global) and content.  Raises :class:`MemoryRefused`."""
+    base = dict(current) if isinstance(current, dict) else {}
+    if isinstance(change, str):
+        change = {"content": change}
+    if not isinstance(change, dict):
+        raise MemoryRefused("a scratchpad entry takes a string (its new text) or a plist of "
+                            f":heading, :thread and :content, got {change!r}")
+    unknown = set(change) - SCRATCHPAD_FIELDS
+    if unknown:
+        raise MemoryRefused(f"a scratchpad entry has no field(s) {', '.join(sorted(unknown))}; "
+                            "it has heading, thread and content")
+    out = {**base, **change}
+    heading, thread, text = out.get("heading"), out.get("thread"), out.get("content")
+    if not isinstance(heading, str) or not heading.split():
+        raise MemoryRefused(f"a scratchpad heading is a non-empty string, got {heading!r}")
+    if thread is not None and (not isinstance(thread, str) or not thread.strip()):
+        raise MemoryRefused(f"a scratchpad thread is a thread id or nil (global), got {thread!r}")
+    if not isinstance(text, str):
+        raise MemoryRefused(f"a scratchpad entry's content is a string, got {text!r}")
+    return {"heading": " ".join(heading.split()), "thread": thread, "content": text.rstrip()}
+
+
 def tick_of(item: MemoryItem) -> int:
     """The tick in the name of a per-tick item (``chat.12``, ``monologue.12``, ``scratchpad.12``)."""
     return int(item.mem_id.name.rsplit(".", 1)[1])
@@ -101,6 +164,15 @@ def slug(text: str) -> str:
     """TEXT as a MemId name part: lowercase, other characters as '-'."""
     out = re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-.") or "x"
     return out[:100]
+
+
+def _same_entry(stored: Any, heading: str, thread: str | None, text: str) -> bool:
+    """True when a stored scratchpad entry says what its org heading says (org reads headings
+    and text back a little differently: TODO keywords, tags, surrounding blank lines)."""
+    if not isinstance(stored, dict):
+        return False
+    return (stored.get("thread") == thread and str(stored.get("content", "")).strip() == text.strip()
+            and (stored.get("heading") == heading or str(stored.get("heading", "")).endswith(heading)))
 
 
 @dataclass(frozen=True)
@@ -143,7 +215,9 @@ class ActiveMemory:
         self._views: dict[str, MemoryItem] = {}  # latest skill and buffer items by name
         self.events: list[MemoryItem] = []  # events delivered since the last tick
         self.pinned: dict[str, MemoryItem] = {}  # base -> item (notes, loaded items)
+        self.pages: dict[str, tuple[int, int]] = {}  # base -> (offset, limit) of a pinned item's page shown
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
+        self.homes: dict[str, str] = {}  # base -> the section the last snapshot showed it in
         self.pending_tick: int | None = None
         self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
 
@@ -208,7 +282,7 @@ class ActiveMemory:
     # -- chat and monologue ----------------------------------------------------------
 
     def _put_chat(self, tick: int, content: dict[str, Any]) -> MemoryItem:
-        item = self._new(f"{CHAT_PREFIX}{tick}", Tier.RAM, Kind.MESSAGE, content)
+        item = self._new(f"{CHAT_PREFIX}{tick}", Tier.ROM, Kind.MESSAGE, content)
         if tick in self._chat_index:
             self.chat[self._chat_index[tick]] = item
         else:
@@ -242,7 +316,7 @@ class ActiveMemory:
 
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""
-        self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.RAM, Kind.MONOLOGUE, line))
+        self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.ROM, Kind.MONOLOGUE, line))
         self._trim()
 
     def add_scratchpad(self, tick: int, heading: str, thread: str | None, content: str) -> None:
@@ -300,7 +374,7 @@ class ActiveMemory:
 
     def set_events(self, events: list[dict[str, Any]], first_seq: int) -> None:
         """The events this tick shows (User, Agent, Time, Hook), each an item."""
-        self.events = [self._new(f"{EVENT_PREFIX}{first_seq + i}", Tier.ROM, Kind.TOOL_RESULT, e)
+        self.events = [self._new(f"{EVENT_PREFIX}{first_seq + i}", Tier.ROM, Kind.EVENT, e)
                        for i, e in enumerate(events)]
 
     def last_chat_interrupted(self) -> bool:
@@ -318,19 +392,83 @@ class ActiveMemory:
         return (content.get("human") is not None and content.get("agent") is None
                 and content.get("status") in (None, INTERRUPTED))
 
+    # -- what a brain may do with an item ----------------------------------------------
+
+    def rules(self, mem_id: MemId) -> Access:
+        """What this brain may do with MEM_ID's item where it lives (its home; see the module's doc)."""
+        name = mem_id.name
+        if not self.owns(mem_id):
+            return Access(mutable=False, evictable=True)  # another brain's, loaded here: only its own writes it
+        if name in STATE_TIERS:
+            return Access(mutable=STATE_TIERS[name] is Tier.RAM, evictable=False)
+        if name in (CLOCK, EVAL_RESULT):
+            return Access(mutable=False, evictable=False)
+        if name.startswith(RECORD_PREFIXES):
+            return Access(mutable=False, evictable=True)
+        if name.startswith(LIVE_PREFIXES):
+            return Access(mutable=False, evictable=False)
+        return Access(mutable=True, evictable=True)  # notes and scratchpad entries
+
+    def present(self, item: MemoryItem, *, pinned: bool = False) -> MemoryItem:
+        """ITEM as this brain's context shows it: with what the brain may do with it (a pinned
+        item may always be evicted; a handle never: it is evicted already)."""
+        rule = self.rules(item.mem_id)
+        evictable = item.kind is not Kind.HANDLE and (rule.evictable or pinned)
+        tier = Tier.ROM if item.mem_id.name.startswith(RECORD_PREFIXES) else item.tier  # older homes: ram
+        return replace(item, tier=tier, access=Access(rule.mutable, evictable))
+
+    def _refusal(self, mem_id: MemId, verb: str) -> MemoryRefused:
+        """Why the item MEM_ID cannot be VERB ("mutated" or "evicted"), and what to do instead."""
+        shown, name = mem_id.at(None), mem_id.name
+        if verb == "evicted" and STATE_TIERS.get(name) is Tier.RAM:
+            return MemoryRefused(f"{shown} is a consciousness field: it stays active; mutate it instead")
+        if name in ROM_NAMES:
+            return MemoryRefused(f"refused: {shown} is ROM (harness-owned) and cannot be {verb}")
+        if name.startswith(RECORD_PREFIXES):
+            return MemoryRefused(f"refused: {shown} is the record of what was said or thought (chat and monologue "
+                                 "stay as they happened) and cannot be mutated; evict it to take it out of the "
+                                 "context")
+        for prefix, (what, mutate_instead, evict_instead) in LIVE_RULES.items():
+            if name.startswith(prefix):
+                instead = mutate_instead if verb == "mutated" else evict_instead
+                return MemoryRefused(f"refused: {shown} is {what} and cannot be {verb}: {instead}")
+        return MemoryRefused(f"refused: {shown} is ROM (harness-owned) and cannot be {verb}")
+
     # -- the brain tools' operations -------------------------------------------------
 
     def find(self, mem_id: MemId) -> MemoryItem | None:
-        """The active item with MEM_ID's base (pinned, state, chat, monologue), or None."""
-        base = mem_id.base
-        if base in self.pinned:
-            return self.pinned[base]
-        if self.owns(mem_id) and mem_id.name in self.state:
+        """The active item with MEM_ID's base (pinned, or in its home), or None."""
+        return self.pinned.get(mem_id.base) or self._in_home(mem_id)
+
+    def _in_home(self, mem_id: MemId) -> MemoryItem | None:
+        """MEM_ID's item in this brain's state, chat, monologue, scratchpad, threads, skills,
+        buffers or events (as RAM holds them), or None."""
+        if not self.owns(mem_id):
+            return None
+        if mem_id.name in self.state:
             return self.state[mem_id.name]
-        for items in (self.chat, self.monologue):
+        base = mem_id.base
+        for items in (self.chat, self.monologue, self.scratchpad, list(self.threads.values()), self.skills,
+                      self.buffers, self.events):
             for item in reversed(items):
                 if item.mem_id.base == base:
                     return item
+        return None
+
+    def _live_section(self, mem_id: MemId) -> str | None:
+        """The section MEM_ID's item is shown in whatever the agent does (the consciousness, the
+        last eval result, the threads, skills, buffers and events of this tick), or None."""
+        if not self.owns(mem_id):
+            return None
+        name, base = mem_id.name, mem_id.base
+        if name == EVAL_RESULT:
+            return "last-eval-result"
+        if name in STATE_TIERS or name == CLOCK:
+            return "agent-consciousness"
+        for tag, items in (("threads", list(self.threads.values())), ("skills", self.skills),
+                           ("buffers", self.buffers), ("events", self.events)):
+            if any(i.mem_id.base == base for i in items):
+                return tag
         return None
 
     def create_note(self, name: str, content: Any, kind: Kind, tags: tuple[str, ...]) -> MemoryItem:
@@ -347,66 +485,102 @@ class ActiveMemory:
             raise MemoryRefused(f"{mem_id} exists already; change it with agent-memory-mutate")
         item = self._new(name, Tier.RAM, kind, content, tags)
         self.pinned[mem_id.base] = item
+        self.pages.pop(mem_id.base, None)
         self.ltm.set_active(self.brain, mem_id.base, "pinned", item.version)
         return item
 
-    def mutate(self, mem_id: MemId, content: Any) -> MemoryItem:
-        """Copy-on-write: the item's newest version + 1 with CONTENT (not for state items)."""
-        current = self._latest(mem_id)
-        if current.tier is Tier.ROM:
-            raise MemoryRefused(f"refused: {current.mem_id.at(None)} is ROM (harness-owned) and cannot be mutated")
+    def mutate(self, mem_id: MemId, content: Any,
+               write_scratchpad: Callable[[int, dict[str, Any]], None] | None = None) -> MemoryItem:
+        """Copy-on-write: the item's newest version + 1 with CONTENT (not for state items).
+
+        A scratchpad entry takes a string (its new text) or data with any of heading,
+        thread and content; WRITE_SCRATCHPAD (tick, content) writes it to its org file
+        first, which wins over memory.db at start-up."""
+        if not self.owns(mem_id):
+            raise MemoryRefused(f"{mem_id} belongs to another brain")
+        if mem_id.name in ROM_NAMES:
+            raise self._refusal(mem_id, "mutated")
+        current = self.ltm.get(mem_id.at(None))
+        if current.tier is Tier.ROM or not self.rules(mem_id).mutable:
+            raise self._refusal(mem_id, "mutated")
+        if mem_id.name.startswith(SCRATCHPAD_PREFIX):
+            content = scratchpad_content(current.content, content)
+            if write_scratchpad is not None:
+                write_scratchpad(tick_of(current), content)
         item = self._new(mem_id.name, current.tier, current.kind, content, current.tags)
         self._replace_active(item)
         return item
 
     def evict(self, mem_id: MemId) -> MemoryItem:
-        """Take the item out of active memory; a handle stays. Returns the handle."""
-        current = self.find(mem_id)
+        """Take the item out of active memory; a handle stays. Returns the handle.
+
+        Pinned items (notes, loaded items) may always be evicted; an item in its home
+        when its rules say so (chat, monologue, scratchpad: not the consciousness, the
+        last eval result, threads, skills, buffers or events)."""
+        base = mem_id.base
+        current = self.pinned.get(base)
         if current is None:
-            if mem_id.base in self.evicted:
+            if base in self.evicted:
                 raise MemoryRefused(f"{mem_id.at(None)} is already evicted")
-            raise MemoryRefused(f"{mem_id.at(None)} is not in active memory")
-        if current.tier is Tier.ROM:
-            raise MemoryRefused(f"refused: {current.mem_id.at(None)} is ROM (harness-owned) and cannot be evicted")
-        if current.kind is Kind.STATE:
-            raise MemoryRefused(
-                f"{current.mem_id.at(None)} is a consciousness field: it stays active; mutate it instead"
-            )
-        self.pinned.pop(mem_id.base, None)
+            current = self._in_home(mem_id)
+            if not self.rules(mem_id).evictable and (current is not None or mem_id.name.startswith(LIVE_PREFIXES)):
+                raise self._refusal(mem_id, "evicted")
+            if current is None:
+                raise MemoryRefused(f"{mem_id.at(None)} is not in active memory")
+        self.pinned.pop(base, None)
+        self.pages.pop(base, None)
         handle = handle_for(current)
-        self.evicted[mem_id.base] = handle
-        self.ltm.set_active(self.brain, mem_id.base, "evicted", current.version)
+        self.evicted[base] = handle
+        self.ltm.set_active(self.brain, base, "evicted", current.version)
         return handle
 
-    def load(self, mem_id: MemId) -> MemoryItem:
-        """Bring the version MEM_ID names (or the latest) into active memory, pinned.
+    def load(self, mem_id: MemId, offset: int = 0, limit: int = DEFAULT_PAGE_CHARS) -> MemoryItem:
+        """Bring the version MEM_ID names (or the latest) into active memory, pinned; return it
+        (characters OFFSET..OFFSET+LIMIT of a long text, :func:`~.items.page_of`); :meth:`shown_in`
+        says where it shows from the next tick.
 
-        Any brain of this agent (identity) may load any of its items: long-term
+        An item of a live section (:meth:`_live_section`) is shown there already: loading it
+        only reads it.  Any brain of this agent (identity) may load any of its items: long-term
         memory is shared.  The item keeps its address; only its own brain writes it."""
         if mem_id.agent != self.agent:
             raise MemoryRefused(f"{mem_id} belongs to another brain, outside {self.agent}'s long-term memory")
         item = self.ltm.get(mem_id)
-        if item.kind is Kind.STATE:
-            return item  # state is always active; loading an old version only reads it
-        self.evicted.pop(mem_id.base, None)
-        self.pinned[mem_id.base] = item
-        self.ltm.set_active(self.brain, mem_id.base, "pinned", item.version)
-        return item
+        view = page_of(item, offset, limit)
+        if view.page is not None and offset >= view.page.total_chars:
+            raise MemoryRefused(f"offset {offset} is past the end of {item.mem_id}: its text has "
+                                f"{view.page.total_chars} characters")
+        if self._live_section(mem_id) is not None:
+            return self.present(view)
+        base = item.mem_id.base
+        self.evicted.pop(base, None)
+        self.pinned[base] = item
+        if (offset, limit) == (0, DEFAULT_PAGE_CHARS):
+            self.pages.pop(base, None)
+        else:
+            self.pages[base] = (offset, limit)
+        self.ltm.set_active(self.brain, base, "pinned", item.version)
+        return self.present(view, pinned=True)
 
-    def _latest(self, mem_id: MemId) -> MemoryItem:
-        if not self.owns(mem_id):
-            raise MemoryRefused(f"{mem_id} belongs to another brain")
-        if mem_id.name in ROM_NAMES:
-            raise MemoryRefused(f"refused: {mem_id.at(None)} is ROM (harness-owned) and cannot be mutated")
-        return self.ltm.get(mem_id.at(None))
+    def shown_in(self, mem_id: MemId) -> str | None:
+        """The section MEM_ID's item shows in: its live section, else where the last snapshot
+        showed it, else ``memory`` if it is pinned; None when it is not shown."""
+        live = self._live_section(mem_id)
+        if live is not None:
+            return live
+        base = mem_id.base
+        if base in self.homes and (base in self.pinned or self.homes[base] != "memory"):
+            return self.homes[base]
+        return "memory" if base in self.pinned else None
 
     def _replace_active(self, item: MemoryItem) -> None:
         base = item.mem_id.base
+        if base in self.pinned:
+            self.pinned[base] = item
+        if base in self.evicted:
+            self.evicted[base] = handle_for(item)
         if base in self.pinned or base in self.evicted:
-            if base in self.pinned:
-                self.pinned[base] = item
             self.ltm.set_active(self.brain, base, "pinned" if base in self.pinned else "evicted", item.version)
-        for items in (self.chat, self.monologue):
+        for items in (self.chat, self.monologue, self.scratchpad):
             for i in range(len(items) - 1, -1, -1):
                 if items[i].mem_id.base == base:
                     items[i] = item
@@ -414,21 +588,35 @@ class ActiveMemory:
 
     # -- what the context shows ---------------------------------------------------------
 
-    def _shown(self, item: MemoryItem) -> MemoryItem:
-        return self.evicted.get(item.mem_id.base, item)
+    def _view(self, item: MemoryItem) -> MemoryItem:
+        """A pinned ITEM as shown: the page of it last loaded (the first of a long text)."""
+        offset, limit = self.pages.get(item.mem_id.base, (0, DEFAULT_PAGE_CHARS))
+        return page_of(item, offset, limit)
 
-    def memory_items(self, chat_bases: set[str] | frozenset[str] = frozenset()) -> list[MemoryItem]:
-        """The ``<memory>`` section: pinned items, then the handles of evicted items
-        other than the harness's own (chat, monologue, ...) and those in CHAT_BASES."""
-        loose_handles = [h for b, h in self.evicted.items() if b not in chat_bases
-                         and not b.split(":")[2].startswith(RESERVED_PREFIXES)]
-        return [*self.pinned.values(), *loose_handles]
+    def _shown(self, item: MemoryItem) -> MemoryItem:
+        """ITEM in its window: its handle when evicted, the version loaded when pinned."""
+        base = item.mem_id.base
+        if base in self.evicted:
+            return self.present(self.evicted[base])
+        if base in self.pinned:
+            return self.present(self._view(self.pinned[base]), pinned=True)
+        return self.present(item)
+
+    def memory_items(self, shown_elsewhere: set[str] | frozenset[str] = frozenset()) -> list[MemoryItem]:
+        """The ``<memory>`` section: pinned items (a page of a long one), then the handles of
+        evicted items other than the harness's own (chat, monologue, ...); none whose base is in
+        SHOWN_ELSEWHERE (shown in their homes), so every item appears once."""
+        pinned = [self.present(self._view(i), pinned=True) for b, i in self.pinned.items()
+                  if b not in shown_elsewhere]
+        handles = [self.present(h) for b, h in self.evicted.items() if b not in shown_elsewhere
+                   and not b.split(":")[2].startswith(RESERVED_PREFIXES)]
+        return [*pinned, *handles]
 
     def snapshot(self, c: Consciousness) -> Snapshot:
-        """The items one tick's context shows (IMP-038 depths applied)."""
+        """The items one tick's context shows (IMP-038 depths applied), each once."""
         self.keep = ram_window(c)
         self._trim()
-        consciousness = [self.state[n] for n in (*STATE_TIERS, CLOCK) if n in self.state]
+        consciousness = [self.present(self.state[n]) for n in (*STATE_TIERS, CLOCK) if n in self.state]
         window: list[MemoryItem] = []
         depth = c.chat_context_depth
         pending: MemoryItem | None = None
@@ -441,23 +629,33 @@ class ActiveMemory:
             window.append(self._shown(item))
         window.reverse()
         if pending is not None:
-            window.append(pending)
+            window.append(self.present(pending))
         lines = self.monologue[-c.monologue_context_depth:] if c.monologue_context_depth > 0 else []
         result = self.state.get(EVAL_RESULT)
         if result is not None and result.content.get("skipped"):
             result = None
-        return Snapshot(
+        shown = Snapshot(
             consciousness=consciousness,
-            memory=self.memory_items({i.mem_id.base for i in window}),
+            memory=[],
             scratchpad=self.scratchpad_window(c),
             chat=window,
             monologue=[self._shown(i) for i in lines],
-            eval_result=result,
-            threads=sorted(self.threads.values(), key=lambda i: i.content["id"] != c.active_thread),
-            skills=list(self.skills),
-            buffers=list(self.buffers),
-            events=list(self.events),
+            eval_result=self.present(result) if result is not None else None,
+            threads=[self.present(i) for i in sorted(self.threads.values(),
+                                                     key=lambda i: i.content["id"] != c.active_thread)],
+            skills=[self.present(i) for i in self.skills],
+            buffers=[self.present(i) for i in self.buffers],
+            events=[self.present(i) for i in self.events],
         )
+        homes = {i.mem_id.base: tag for tag, items in (
+            ("agent-consciousness", shown.consciousness), ("chat", shown.chat), ("monologue", shown.monologue),
+            ("scratchpad", shown.scratchpad), ("threads", shown.threads), ("skills", shown.skills),
+            ("buffers", shown.buffers), ("events", shown.events),
+            ("last-eval-result", [shown.eval_result] if shown.eval_result else [])) for i in items}
+        memory = self.memory_items(set(homes))
+        homes.update((i.mem_id.base, "memory") for i in memory)
+        self.homes = homes
+        return replace(shown, memory=memory)
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -494,8 +692,8 @@ class ActiveMemory:
                     self.monologue.append(stored)
             for tick, heading, thread, text in scratchpad:
                 stored = self.ltm.find(self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}"))
-                if stored is None:
-                    self.add_scratchpad(tick, heading, thread, text)
+                if stored is None or not _same_entry(stored.content, heading, thread, text):
+                    self.add_scratchpad(tick, heading, thread, text)  # the org file wins
                 else:
                     self.scratchpad.append(stored)
             for base in sorted(self.ltm.bases_with_prefix(self.prefix, THREAD_PREFIX)):

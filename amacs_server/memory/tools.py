@@ -10,6 +10,16 @@ in :data:`TOOLS`).  The primary's RAM is the runtime's; a subagent's is its own
 (:func:`memory_of`).  Search and load reach every brain's items in the shared
 long-term memory.  ``memory_create`` and the others act as the person (the
 primary), as a call outside any eval does.
+
+Each call is an event in the caller's transcript (``memory_create``, ...,
+``memory_search``) listing the MemIds it read and wrote (``read``, ``wrote``,
+and both in ``mem_ids``), or the error and the MemId it named.
+
+``memory_load`` pages long texts: ``:offset`` and ``:limit`` (characters, by
+default 0 and :data:`~.items.DEFAULT_PAGE_CHARS`, at most
+:data:`~.items.MAX_PAGE_CHARS`) choose the part returned (and shown in
+``<memory>``); the answer has ``total_chars`` always and, for a part,
+``offset``, ``limit`` and ``next_offset`` (nil after the last part).
 """
 
 from __future__ import annotations
@@ -18,10 +28,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..agents.world import PRIMARY
+from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
 from ..toolkit import ToolError, options, refusals
 from .active import STATE_TIERS, ActiveMemory, MemoryRefused
-from .items import Kind, Tier
+from .items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
 from .ltm import LtmError
 from .memid import NAME, MemId, MemIdError
 
@@ -97,7 +108,9 @@ def create(rt: Runtime, memory: ActiveMemory, name: Any, content: Any, opts_in: 
 
 
 def mutate(rt: Runtime, memory: ActiveMemory, mem_id: Any, content: Any) -> dict[str, Any]:
-    """Write CONTENT as the next version of MEM_ID (RAM only)."""
+    """Write CONTENT as the next version of MEM_ID (items shown ``mutable``).  A scratchpad
+    entry takes a string (its text) or a plist of :heading, :thread and :content, and is
+    rewritten in scratchpad.org too."""
     target = _mem_id(mem_id)
     value = _content(content)
     if memory is rt.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
@@ -106,7 +119,11 @@ def mutate(rt: Runtime, memory: ActiveMemory, mem_id: Any, content: Any) -> dict
         item = memory.state[target.name]
         return _echo(item, previous_version=before)
     previous = memory.ltm.latest_version(target.base)
-    item = memory.mutate(target, value)
+
+    def write_scratchpad(tick: int, entry: dict[str, Any]) -> None:
+        rt.scratchpad.replace(ScratchpadEntry(tick, entry["heading"], entry["thread"], entry["content"]))
+
+    item = memory.mutate(target, value, write_scratchpad if memory is rt.memory else None)
     return _echo(item, previous_version=previous)
 
 
@@ -117,11 +134,37 @@ def evict(rt: Runtime, memory: ActiveMemory, mem_id: Any) -> dict[str, Any]:
             "handle": handle.content}
 
 
+def _count(opts: dict[str, Any], key: str, default: int, low: int, high: int | None = None) -> int:
+    value = opts.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        bound = f"within {low}..{high}" if high is not None else f">= {low}"
+        raise ToolError(f":{key} must be an integer {bound}, got {value!r}")
+    return value
+
+
+def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
+    """What load answers: the item's address and flags, where it shows, its length, the part."""
+    out = _echo(item, mutable=item.mutable, evictable=item.evictable, created_at_ms=item.created_at_ms,
+                section=section)
+    if item.page is not None:
+        out.update(total_chars=item.page.total_chars, offset=item.page.offset, limit=item.page.limit,
+                   next_offset=item.page.next_offset)
+        if item.page.field is not None:
+            out["field"] = item.page.field
+    else:
+        out["total_chars"] = len(long_text(item)[1])
+    out["content"] = item.content
+    return out
+
+
 def load(rt: Runtime, memory: ActiveMemory, mem_id: Any, opts_in: Any = None) -> dict[str, Any]:
-    """Bring MEM_ID (latest, or its version, or :version) into active memory; return it.
+    """Bring MEM_ID (latest, or its version, or :version) into active memory; return it
+    (options :version, and :offset and :limit, in characters, to page a long text).
     Any brain's item may be loaded: long-term memory is shared."""
     target = _mem_id(mem_id)
-    opts = options(opts_in, {"version"})
+    opts = options(opts_in, {"version", "offset", "limit"})
     version = opts.get("version")
     if version is not None:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
@@ -129,8 +172,10 @@ def load(rt: Runtime, memory: ActiveMemory, mem_id: Any, opts_in: Any = None) ->
         if target.version is not None and target.version != version:
             raise ToolError(f"{target} names version {target.version} but :version is {version}")
         target = target.at(version)
-    item = memory.load(target)
-    return _echo(item, content=item.content)
+    offset = _count(opts, "offset", 0, 0)
+    limit = _count(opts, "limit", DEFAULT_PAGE_CHARS, 1, MAX_PAGE_CHARS)
+    item = memory.load(target, offset, limit)
+    return _loaded(item, memory.shown_in(target) or "memory")
 
 
 def search(rt: Runtime, memory: ActiveMemory, query: Any, opts_in: Any = None) -> list[dict[str, Any]]:
@@ -148,12 +193,43 @@ def search(rt: Runtime, memory: ActiveMemory, query: Any, opts_in: Any = None) -
     return [h.to_dict() for h in hits]
 
 
+def _touched(op: str, result: Any) -> tuple[list[str], list[str]]:
+    """The MemIds (with versions) operation OP read and wrote, from its RESULT."""
+    if op == "search":
+        return [h["mem_id"] for h in result], []
+    if op == "create":
+        return [], [result["mem_id"]]
+    if op == "mutate":
+        previous = result.get("previous_version")
+        before = [MemId.parse(result["mem_id"]).at(previous).format()] if previous else []
+        return before, [result["mem_id"]]
+    return [result["mem_id"]], []  # load, evict: the version brought in or taken out
+
+
+def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...], run: Callable[[], Any]) -> Any:
+    """RUN the operation OP called with ARGS, and write it to CALLER's transcript with the MemIds
+    it read and wrote (or its error and the MemId it named)."""
+    name = op.__name__
+    agent = rt.world.identity(caller)
+    tick = rt.consciousness.current_tick if caller == PRIMARY else None
+    try:
+        result = run()
+    except ToolError as err:
+        named = [a for a in args[:1] if isinstance(a, str) and name != "search"]
+        rt.transcript.write(f"memory_{name}", {"error": str(err), "mem_ids": named}, tick=tick, agent=agent)
+        raise
+    read, wrote = _touched(name, result)
+    rt.transcript.write(f"memory_{name}", {"read": read, "wrote": wrote, "mem_ids": [*read, *wrote]},
+                        tick=tick, agent=agent)
+    return result
+
+
 def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
     """OP as (RT ARGS...), in the primary's RAM: the person's call, outside any eval."""
+    run = _refusals(op)
 
-    @_refusals
     def tool(rt: Runtime, *args: Any) -> Any:
-        return op(rt, rt.memory, *args)
+        return _record(rt, PRIMARY, op, args, lambda: run(rt, rt.memory, *args))
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool
@@ -162,10 +238,10 @@ def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
 def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
     """OP as :func:`~amacs_server.agents.tools.acting_as_its_eval` calls it,
     (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
+    run = _refusals(op)
 
-    @_refusals
     def tool(rt: Runtime, caller: str, _eval: int | None, *args: Any) -> Any:
-        return op(rt, memory_of(rt, caller), *args)
+        return _record(rt, caller, op, args, lambda: run(rt, _refusals(memory_of)(rt, caller), *args))
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import orgparse
 
 from .chat_log import escape_org, unescape_org
-from .files import append_durably
+from .files import append_durably, atomic_write
 from .recovery import decode_utf8
 
 
@@ -29,14 +30,31 @@ class ScratchpadLog:
         self.path = path
         self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
 
+    @staticmethod
+    def format(entry: ScratchpadEntry) -> str:
+        """ENTRY as its org text: a heading with :THREAD: and :TICK: properties, then the content."""
+        heading = " ".join(entry.heading.split())
+        return (f"* {heading}\n:PROPERTIES:\n:THREAD: {entry.thread or 'null'}\n:TICK: {entry.tick}\n:END:\n"
+                f"{escape_org(entry.content.rstrip())}\n\n")
+
     def append(self, entry: ScratchpadEntry) -> None:
         """One heading with :THREAD: and :TICK: properties, then the content."""
-        heading = " ".join(entry.heading.split())
-        append_durably(
-            self.path,
-            f"* {heading}\n:PROPERTIES:\n:THREAD: {entry.thread or 'null'}\n:TICK: {entry.tick}\n:END:\n"
-            f"{escape_org(entry.content.rstrip())}\n\n",
-        )
+        append_durably(self.path, self.format(entry))
+
+    def replace(self, entry: ScratchpadEntry) -> None:
+        """Rewrite the heading of ENTRY's tick with ENTRY (the agent mutated it; issue 13).
+        The rest of the file stays byte for byte; the file is replaced atomically.  A heading
+        no longer in the file (removed by hand) is appended again."""
+        text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
+        starts = [m.start() for m in re.finditer(r"^\* ", text, re.M)]
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(text)
+            block = text[start:end]
+            drawer = re.search(r"^:PROPERTIES:\n(.*?)^:END:", block, re.M | re.S)
+            if drawer and re.search(rf"^:TICK:\s+{entry.tick}\s*$", drawer.group(1), re.M):
+                atomic_write(self.path, text[:start] + self.format(entry) + text[end:])
+                return
+        self.append(entry)
 
     def read(self) -> list[ScratchpadEntry]:
         """Every heading in the file, oldest first."""
