@@ -49,18 +49,29 @@ is pinned in active memory until evicted."
 
 (defun agent-memory-mutate (mem-id content)
   "Write CONTENT as the next version of the item MEM-ID; return the new version.
-Earlier versions stay in long-term memory.  ROM items are refused."
+Only items shown with \"mutable\": true are changed; the change shows
+next tick.  A scratchpad entry takes a string (its new text) or a
+plist of :heading, :thread and :content, and scratchpad.org changes
+too.  Earlier versions stay in long-term memory."
   (amacs--agent-call 'memory_mutate mem-id content))
 
 (defun agent-memory-evict (mem-id)
   "Move the item MEM-ID out of active memory; a handle with its MemId stays.
-ROM items and consciousness fields are refused."
+Only items shown with \"evictable\": true are evicted;
+`agent-memory-load' brings one back."
   (amacs--agent-call 'memory_evict mem-id))
 
-(defun agent-memory-load (mem-id &optional version)
-  "Bring the item MEM-ID back into active memory and return it with its content.
-Loads the latest version, the one MEM-ID names, or VERSION."
-  (amacs--agent-call 'memory_load mem-id (and version (list :version version))))
+(defun agent-memory-load (mem-id &optional version &rest options)
+  "Bring the item MEM-ID into active memory and return it with its content.
+Loads the latest version, the one MEM-ID names, or VERSION.  OPTIONS
+are :version, and :offset and :limit (characters) to read a long text
+a part at a time: the answer has :total-chars and, for a part,
+:offset, :limit and :next-offset (nil after the last part).  VERSION
+may be left out: (agent-memory-load ID :offset 8000)."
+  (let ((opts (if (keywordp version)
+                  (cons version options)
+                (append (and version (list :version version)) options))))
+    (amacs--agent-call 'memory_load mem-id opts)))
 
 (defun agent-memory-search (query &rest options)
   "Search long-term memory for QUERY; return ranked hits with snippets.

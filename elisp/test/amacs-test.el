@@ -521,5 +521,23 @@ later, neither runs it again nor says the server stopped."
             (should (= asked 2))))
       (kill-buffer buffer))))
 
+;;;; Memory (issue 13: load pages long items)
+
+(ert-deftest amacs-test-memory-load-version-and-paging-options ()
+  "`agent-memory-load' sends VERSION and the paging options as one plist.
+VERSION may be given by position, as :version, or left out."
+  (let (sent)
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (_method args) (push (nthcdr 2 args) sent) nil)))
+      (let ((amacs-current-eval 7))
+        (agent-memory-load "<EOT>a:primary:x<EOT>")
+        (agent-memory-load "<EOT>a:primary:x<EOT>" 2)
+        (agent-memory-load "<EOT>a:primary:x<EOT>" :offset 8000 :limit 100)
+        (agent-memory-load "<EOT>a:primary:x<EOT>" 2 :offset 10)
+        (agent-memory-load "<EOT>a:primary:x<EOT>" nil :limit 5)))
+    (should (equal (nreverse sent)
+                   '((nil) ((:version 2)) ((:offset 8000 :limit 100))
+                     ((:version 2 :offset 10)) ((:limit 5)))))))
+
 (provide 'amacs-test)
 ;;; amacs-test.el ends here
