@@ -174,7 +174,8 @@ def begin(rt: Runtime, human: str | None) -> int:
         rt.memory.sync_state(c)
         if human is not None:
             rt.memory.begin_chat(tick, human)
-    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict()}, tick=tick)
+    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict(),
+                                       "wrote": rt.memory.take_written()}, tick=tick)
     return tick
 
 
@@ -248,7 +249,8 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
-    rt.transcript.write("model_request", {"request": request}, tick=tick)
+    rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
+                                          "wrote": rt.memory.take_written()}, tick=tick)
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
 
     def on_text(delta: str) -> None:
@@ -304,7 +306,8 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
             rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
-    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict()}, tick=tick)
+    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict(),
+                                     "wrote": rt.memory.take_written()}, tick=tick)
 
 
 def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool) -> None:

@@ -97,6 +97,7 @@ LIVE_RULES = {
 }
 SCRATCHPAD_FIELDS = frozenset({"heading", "thread", "content"})
 PREVIEW_CHARS = 80
+MAX_JOURNAL = 10_000  # MemIds written kept for the transcript when no one takes them
 # RAM keeps at least this many of the newest exchanges and monologue lines (and
 # twice the depths the context shows); older ones are in LTM only (issue 10).
 RAM_WINDOW = 64
@@ -218,6 +219,8 @@ class ActiveMemory:
         self.pages: dict[str, tuple[int, int]] = {}  # base -> (offset, limit) of a pinned item's page shown
         self.evicted: dict[str, MemoryItem] = {}  # base -> handle
         self.homes: dict[str, str] = {}  # base -> the section the last snapshot showed it in
+        self.shown_ids: list[str] = []  # the MemIds the last snapshot showed (what the model read)
+        self.written: list[str] = []  # MemIds written since the last take_written (for transcripts)
         self.pending_tick: int | None = None
         self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
 
@@ -259,7 +262,18 @@ class ActiveMemory:
         latest = self.ltm.latest_version(self.mem_id(name).base) or 0
         item = MemoryItem(self.mem_id(name, latest + 1), tier, kind, content, tags=tags)
         self.ltm.put(item)
+        if len(self.written) >= MAX_JOURNAL:
+            del self.written[: MAX_JOURNAL // 2]
+        self.written.append(item.mem_id.format())
         return item
+
+    def take_written(self, since: int = 0) -> list[str]:
+        """The MemIds written since the last take (or since mark SINCE, ``len(self.written)``
+        before an operation), oldest first; they leave the journal (for transcripts)."""
+        since = min(since, len(self.written))
+        out = self.written[since:]
+        del self.written[since:]
+        return out
 
     def _set_state(self, name: str, tier: Tier, kind: Kind, content: Any) -> None:
         current = self.state.get(name)
@@ -655,6 +669,7 @@ class ActiveMemory:
         memory = self.memory_items(set(homes))
         homes.update((i.mem_id.base, "memory") for i in memory)
         self.homes = homes
+        self.shown_ids = [i.mem_id.format() for i in (*shown.all_items(), *memory)]
         return replace(shown, memory=memory)
 
     # -- start-up -----------------------------------------------------------------------

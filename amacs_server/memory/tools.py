@@ -193,32 +193,34 @@ def search(rt: Runtime, memory: ActiveMemory, query: Any, opts_in: Any = None) -
     return [h.to_dict() for h in hits]
 
 
-def _touched(op: str, result: Any) -> tuple[list[str], list[str]]:
-    """The MemIds (with versions) operation OP read and wrote, from its RESULT."""
+def _read(op: str, result: Any) -> list[str]:
+    """The MemIds (with versions) operation OP read, from its RESULT."""
     if op == "search":
-        return [h["mem_id"] for h in result], []
-    if op == "create":
-        return [], [result["mem_id"]]
+        return [h["mem_id"] for h in result]
     if op == "mutate":
         previous = result.get("previous_version")
-        before = [MemId.parse(result["mem_id"]).at(previous).format()] if previous else []
-        return before, [result["mem_id"]]
-    return [result["mem_id"]], []  # load, evict: the version brought in or taken out
+        return [MemId.parse(result["mem_id"]).at(previous).format()] if previous else []
+    if op == "create":
+        return []
+    return [result["mem_id"]]  # load, evict: the version brought in or taken out
 
 
-def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...], run: Callable[[], Any]) -> Any:
-    """RUN the operation OP called with ARGS, and write it to CALLER's transcript with the MemIds
-    it read and wrote (or its error and the MemId it named)."""
+def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...]) -> Any:
+    """Run OP with ARGS in CALLER's RAM, and write it to CALLER's transcript with the MemIds it
+    read and wrote (or its error and the MemId it named)."""
     name = op.__name__
     agent = rt.world.identity(caller)
     tick = rt.consciousness.current_tick if caller == PRIMARY else None
+    memory: ActiveMemory | None = None
     try:
-        result = run()
+        memory = _refusals(memory_of)(rt, caller)
+        mark = len(memory.written)
+        result = _refusals(op)(rt, memory, *args)
     except ToolError as err:
         named = [a for a in args[:1] if isinstance(a, str) and name != "search"]
         rt.transcript.write(f"memory_{name}", {"error": str(err), "mem_ids": named}, tick=tick, agent=agent)
         raise
-    read, wrote = _touched(name, result)
+    read, wrote = _read(name, result), memory.take_written(mark)
     rt.transcript.write(f"memory_{name}", {"read": read, "wrote": wrote, "mem_ids": [*read, *wrote]},
                         tick=tick, agent=agent)
     return result
@@ -226,10 +228,9 @@ def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...], run:
 
 def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
     """OP as (RT ARGS...), in the primary's RAM: the person's call, outside any eval."""
-    run = _refusals(op)
 
     def tool(rt: Runtime, *args: Any) -> Any:
-        return _record(rt, PRIMARY, op, args, lambda: run(rt, rt.memory, *args))
+        return _record(rt, PRIMARY, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool
@@ -238,10 +239,9 @@ def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
 def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
     """OP as :func:`~amacs_server.agents.tools.acting_as_its_eval` calls it,
     (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
-    run = _refusals(op)
 
     def tool(rt: Runtime, caller: str, _eval: int | None, *args: Any) -> Any:
-        return _record(rt, caller, op, args, lambda: run(rt, _refusals(memory_of)(rt, caller), *args))
+        return _record(rt, caller, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool

@@ -189,6 +189,14 @@ def test_every_kind_of_item_is_addressable_by_the_mem_id_shown(fake, home, tmp_p
     mutated = next(e for e in memory_events if e["event"] == "memory_mutate" and "groceries" in str(e["data"]))
     assert mutated["data"]["read"] == [f"<EOT>{ME}:groceries:1<EOT>"]
     assert mutated["data"]["wrote"] == [f"<EOT>{ME}:groceries:2<EOT>"]
+    # ... and every model request what it showed (read), every tick what it wrote.
+    shown = [e["data"]["read"] for e in events if e["event"] == "model_request"]
+    assert len(shown) == len(ctx) and all(f"<EOT>{ME}:identity:1<EOT>" in r for r in shown)
+    assert any(m.startswith(f"<EOT>{ME}:scratchpad.") for r in shown for m in r)
+    ends = [e["data"]["wrote"] for e in events if e["event"] == "tick_end"]
+    assert ends and all(any(m.startswith(f"<EOT>{ME}:monologue.") for m in w) for w in ends)
+    starts = [e["data"]["wrote"] for e in events if e["event"] == "tick_start"]
+    assert any(m.startswith(f"<EOT>{ME}:current_tick:") for w in starts for m in w)
     refused = next(e for e in memory_events if e["event"] == "memory_evict" and "budget" in str(e["data"]))
     assert "cannot be evicted" in refused["data"]["error"] and refused["data"]["mem_ids"][0].startswith(
         f"<EOT>{ME}:budget:")
