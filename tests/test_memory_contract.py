@@ -7,7 +7,7 @@ import json
 import pytest
 
 from amacs_server.config import load_config
-from amacs_server.context.assemble import assemble
+from amacs_server.context.assemble import Conversation, assemble
 from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory
 from amacs_server.memory.items import (
@@ -281,3 +281,27 @@ def test_memory_calls_are_in_the_transcript_with_the_mem_ids_they_read_and_wrote
         ("memory_evict", {"error": f"refused: <EOT>{ME}:identity<EOT> is ROM (harness-owned) and cannot be evicted",
                           "mem_ids": [f"<EOT>{ME}:identity:1<EOT>"]}),
     ]
+
+
+def test_a_loaded_item_that_leaves_its_window_shows_once_in_the_conversation(memory):
+    """The append-only conversation keeps earlier messages: when a loaded exchange moves from the
+    chat window to <memory>, the conversation restarts so the model sees it once."""
+    c, conv = Consciousness(chat_context_depth=2), Conversation()
+
+    def tick(n):
+        c.begin_tick(n)
+        memory.sync_state(c)
+        memory.begin_chat(n, f"message {n}")
+        ctx = assemble(memory.snapshot(c), conv, c.active_thread)
+        ctx.answered("ok")
+        memory.finish_chat(n, f"response {n}")
+        return ctx
+
+    tick(1)
+    tick(2)
+    memory.load(memory.mem_id("chat.1"))  # pinned while its window shows it: shown there
+    for n in (3, 4, 5):
+        ctx = tick(n)
+        where = [tag for tag, items in parse_context(ctx.text).items()
+                 if any(name_of(i) == "chat.1" for i in items)]
+        assert where == (["chat"] if n == 3 else ["memory"]), (n, where)

@@ -19,7 +19,8 @@ the prefix up to the last cache breakpoint is byte-identical from tick to tick:
 Windows drop old items in blocks: the conversation restarts from a new base
 every :data:`BLOCK_TICKS` ticks (or :data:`MAX_CHARS` characters), when the
 active thread changes, when a thread, skill, buffer or memory item leaves the
-context, when an item is evicted, and after a tick that got no response.
+context, when an item is evicted, when a loaded item moves from its window to
+``<memory>`` (every item shows once), and after a tick that got no response.
 
 Cache breakpoints (Anthropic allows 4): the system prompt (the core skill,
 :func:`~amacs_server.inference.anthropic_backend.build_request`), the base,
@@ -162,7 +163,10 @@ class Conversation:
             if self.bases.get(tag, set()) - {i.mem_id.base for i in items}:
                 return True  # something left the context: say so with a new base
         shown_items = [*snap.memory, *snap.chat, *snap.monologue, *snap.scratchpad]
-        return any(i.kind is Kind.HANDLE and i.render() not in self.shown for i in shown_items)
+        if any(i.kind is Kind.HANDLE and i.render() not in self.shown for i in shown_items):
+            return True
+        windows = set().union(*(self.bases.get(tag, set()) for tag in ("chat", "monologue", "scratchpad")))
+        return any(i.mem_id.base in windows for i in snap.memory)  # a loaded item left its window: once
 
     def _mark(self, tag: str, items: Sequence[MemoryItem]) -> None:
         self.shown.update(i.render() for i in items)
