@@ -98,6 +98,8 @@ LIVE_RULES = {
 SCRATCHPAD_FIELDS = frozenset({"heading", "thread", "content"})
 PREVIEW_CHARS = 80
 MAX_JOURNAL = 10_000  # MemIds written kept for the transcript when no one takes them
+MAX_PRESENTED = 4_096  # items as shown kept between snapshots (a subagent's RAM takes none)
+PresentKey = tuple[MemId, Kind, bool, Any]  # an item as shown: address, kind, pinned, page
 # RAM keeps at least this many of the newest exchanges and monologue lines (and
 # twice the depths the context shows); older ones are in LTM only (issue 10).
 RAM_WINDOW = 64
@@ -221,6 +223,8 @@ class ActiveMemory:
         self.homes: dict[str, str] = {}  # base -> the section the last snapshot showed it in
         self.shown_ids: list[str] = []  # the MemIds the last snapshot showed (what the model read)
         self.written: list[str] = []  # MemIds written since the last take_written (for transcripts)
+        self._presented: dict[PresentKey, MemoryItem] = {}  # items as shown since the last snapshot
+        self._presented_before: dict[PresentKey, MemoryItem] = {}  # ... and as the snapshot before showed them
         self.pending_tick: int | None = None
         self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
 
@@ -426,10 +430,17 @@ class ActiveMemory:
     def present(self, item: MemoryItem, *, pinned: bool = False) -> MemoryItem:
         """ITEM as this brain's context shows it: with what the brain may do with it (a pinned
         item may always be evicted; a handle never: it is evicted already)."""
-        rule = self.rules(item.mem_id)
-        evictable = item.kind is not Kind.HANDLE and (rule.evictable or pinned)
-        tier = Tier.ROM if item.mem_id.name.startswith(RECORD_PREFIXES) else item.tier  # older homes: ram
-        return replace(item, tier=tier, access=Access(rule.mutable, evictable))
+        key = (item.mem_id, item.kind, pinned, item.page)  # a MemId with its version names one content
+        shown = self._presented.get(key) or self._presented_before.get(key)
+        if shown is None:
+            rule = self.rules(item.mem_id)
+            evictable = item.kind is not Kind.HANDLE and (rule.evictable or pinned)
+            tier = Tier.ROM if item.mem_id.name.startswith(RECORD_PREFIXES) else item.tier  # older homes: ram
+            shown = replace(item, tier=tier, access=Access(rule.mutable, evictable))
+        if len(self._presented) >= MAX_PRESENTED:
+            self._presented_before, self._presented = self._presented, {}
+        self._presented[key] = shown  # kept from one snapshot to the next: rendered once
+        return shown
 
     def _refusal(self, mem_id: MemId, verb: str) -> MemoryRefused:
         """Why the item MEM_ID cannot be VERB ("mutated" or "evicted"), and what to do instead."""
@@ -628,6 +639,7 @@ class ActiveMemory:
 
     def snapshot(self, c: Consciousness) -> Snapshot:
         """The items one tick's context shows (IMP-038 depths applied), each once."""
+        self._presented_before, self._presented = self._presented, {}
         self.keep = ram_window(c)
         self._trim()
         consciousness = [self.present(self.state[n]) for n in (*STATE_TIERS, CLOCK) if n in self.state]

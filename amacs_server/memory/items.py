@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from .memid import MemId
@@ -139,7 +140,12 @@ class MemoryItem:
         return data
 
     def render(self) -> str:
-        """One line of context: the contract as compact JSON."""
+        """One line of context: the contract as compact JSON (made once per item: an item,
+        its content included, never changes)."""
+        return self._rendered
+
+    @cached_property
+    def _rendered(self) -> str:
         return json.dumps(self.to_contract(), ensure_ascii=False, separators=(", ", ": "))
 
     def text(self) -> str:
