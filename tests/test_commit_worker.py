@@ -8,12 +8,37 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-from amacs_server.persistence import files
+from amacs_server.persistence import files, git_repo
 from amacs_server.persistence.files import append_durably, atomic_write, deferred_sync, sync_paths
 from amacs_server.persistence.git_repo import PACK_EVERY, CommitWorker, HomeRepo
+
+
+@contextmanager
+def live_git_holding_index_lock(home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real git (update-index reading paths from its stdin) holding HOME's index.lock, for
+    the length of the block; the lock waits are shortened to 0.3 s meanwhile."""
+    git = subprocess.Popen(["git", "update-index", "--add", "--stdin"], cwd=home, stdin=subprocess.PIPE)
+    assert git.stdin is not None
+    git.stdin.write(b".gitignore\n")
+    git.stdin.flush()
+    lock = home / ".git" / "index.lock"
+    deadline = time.monotonic() + 10
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert lock.exists()
+    wait, git_repo.LOCK_WAIT_SECONDS = git_repo.LOCK_WAIT_SECONDS, 0.3
+    try:
+        yield git
+    finally:
+        git_repo.LOCK_WAIT_SECONDS = wait
+        git.kill()
+        git.wait()
 
 
 def subjects(home):
@@ -64,14 +89,15 @@ def test_commit_failure_is_reported_as_a_warning(tmp_path):
     worker = CommitWorker(repo, lambda text, kind: notes.append((text, kind)))
     f = tmp_path / "agent-chat.org"
     f.write_text("a")
-    (tmp_path / ".git" / "index.lock").write_text("")  # fresh: maybe a live git
-    worker.submit([f], "[TICK 1][no-thread][ok] one")
-    assert worker.flush(10)
+    with live_git_holding_index_lock(tmp_path):  # the person's own git, say
+        worker.submit([f], "[TICK 1][no-thread][ok] one")
+        assert worker.flush(10)
     assert notes and notes[0][1] == "warning" and "git is busy" in notes[0][0]
-    (tmp_path / ".git" / "index.lock").unlink()
+    assert (tmp_path / ".git" / "index.lock").exists()  # that git was killed: its lock is stale now
     worker.submit([f], "[TICK 2][no-thread][ok] two")
     assert worker.stop(10)
     assert subjects(tmp_path) == ["[TICK 2][no-thread][ok] two"]
+    assert notes[1][1] == "info" and "removed a stale .git/index.lock" in notes[1][0]
 
 
 def test_loose_objects_are_packed(tmp_path):
@@ -206,3 +232,51 @@ def test_recent_lists_pending_commits_without_waiting(tmp_path):
     gate.set()
     assert worker.recent(5)[0][0] != "pending"
     assert worker.stop(10)
+
+
+def test_a_lock_no_live_git_holds_is_removed_at_once_and_said(tmp_path):
+    """Issue 12: a git killed mid-commit (with the server) leaves index.lock or a ref's .lock;
+    none of them, however fresh, may block the next tick's commit."""
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    git_dir = tmp_path / ".git"
+    branch = subprocess.run(["git", "-C", str(tmp_path), "symbolic-ref", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    left = [git_dir / "index.lock", git_dir / "HEAD.lock", git_dir / f"{branch}.lock"]
+    for lock in left:
+        lock.write_text("")
+    f.write_text("b")
+    t0 = time.monotonic()
+    _sha, note = repo.commit([f], "[TICK 2][no-thread][ok] two")
+    assert time.monotonic() - t0 < 2
+    assert note is not None and "that no running git held" in note
+    assert ".git/index.lock (0 s old)" in note and ".git/HEAD.lock" in note and f".git/{branch}.lock" in note
+    assert not [lock for lock in left if lock.exists()]
+    assert subjects(tmp_path) == ["[TICK 2][no-thread][ok] two", "[TICK 1][no-thread][ok] one"]
+
+
+def test_a_lock_a_live_git_releases_is_waited_for(tmp_path):
+    """A git at work in the home (one a killed server left running, the person's) is waited for:
+    once it ends, the commit goes on, and there was nothing stale to say."""
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    with live_git_holding_index_lock(tmp_path) as git:
+        git_repo.LOCK_WAIT_SECONDS = 10
+        threading.Timer(0.5, lambda: git.stdin.close() if git.stdin else None).start()  # git finishes
+        f.write_text("b")
+        _sha, note = repo.commit([f], "[TICK 2][no-thread][ok] two")
+    assert note is None
+    assert subjects(tmp_path)[0] == "[TICK 2][no-thread][ok] two"
+
+
+def test_git_processes_in_sees_a_git_working_in_the_home(tmp_path):
+    repo = HomeRepo(tmp_path)
+    repo.prepare()
+    assert git_repo.git_processes_in(tmp_path) == []
+    with live_git_holding_index_lock(tmp_path) as git:
+        assert git_repo.git_processes_in(tmp_path) == [git.pid]
+        assert git_repo.git_processes_in(tmp_path / "elsewhere") == []

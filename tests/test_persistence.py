@@ -123,11 +123,13 @@ def test_commit_per_tick_and_stale_lock(tmp_path):
     _sha, note = repo.commit([f], "[TICK 2][no-thread][ok] two")
     assert note and "stale" in note and not lock.exists()
     assert repo.log() == ["[TICK 2][no-thread][ok] two", "[TICK 1][no-thread][ok] one"]
-    # A fresh lock may belong to a live git: refuse clearly, touch nothing.
-    lock.write_text("")
-    with pytest.raises(CommitError, match="git is busy"):
-        repo.commit([f], "[TICK 3][no-thread][ok] three")
-    assert lock.exists()
+    # A lock a live git holds (however fresh or old) is waited for, then refused clearly, untouched.
+    from tests.test_commit_worker import live_git_holding_index_lock
+
+    with live_git_holding_index_lock(tmp_path) as git:
+        with pytest.raises(CommitError, match=rf"git is busy: .*index.lock exists and git \(pid {git.pid}\)"):
+            repo.commit([f], "[TICK 3][no-thread][ok] three")
+        assert lock.exists()
     ignored = (tmp_path / ".gitignore").read_text()
     assert "memory.db" in ignored and "transcripts/" in ignored
 

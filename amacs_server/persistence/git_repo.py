@@ -17,9 +17,10 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
+from .. import faults
 from .files import sync_paths
 
 log = logging.getLogger("amacs.git")
@@ -28,7 +29,11 @@ log = logging.getLogger("amacs.git")
 GITIGNORE = "memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n"
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
 GITIGNORE_ADDED = ("shell-history",)
+# Without /proc (so no way to see which processes use the repository), a lock this old is stale.
 STALE_LOCK_SECONDS = 10.0
+# How long a commit waits for a live git (the person's own, or one a killed server left running)
+# to release its lock.
+LOCK_WAIT_SECONDS = 5.0
 # Loose objects are packed every PACK_EVERY commits, in a thread of its own so
 # commits never wait for it (git allows both at once: `repack -d' deletes only
 # loose objects it packed).  git's own `gc --auto' is off: it waits for 6,700
@@ -104,6 +109,7 @@ class HomeRepo:
         self._lock = threading.RLock()
         self._prepared = False
         self._parent: str | None = None  # HEAD as this process last set it (None: read it)
+        self._running: set[int] = set()  # pids of the git commands this object runs now
         self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
             self._env.pop(name, None)
@@ -132,28 +138,67 @@ class HomeRepo:
 
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
-        done = subprocess.run(command, cwd=self.home, env=self._env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise GitFailed(f"git {args[0]} failed ({done.returncode}): {done.stderr.strip()}")
-        return done.stdout.strip()
+        with subprocess.Popen(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            self._running.add(proc.pid)  # this server's own: no lock of theirs is stale (clear_stale_lock)
+            try:
+                stdout, stderr = proc.communicate()
+            finally:
+                self._running.discard(proc.pid)
+        if proc.returncode != 0:
+            raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
+        return stdout.strip()
+
+    def _locks(self) -> list[Path]:
+        """The lock files a commit can leave: the index's, config's, HEAD's and the refs'."""
+        git_dir = self.home / ".git"
+        found = [git_dir / name for name in ("index.lock", "config.lock", "HEAD.lock", "packed-refs.lock")]
+        found = [lock for lock in found if lock.exists()]
+        refs = git_dir / "refs"
+        if refs.is_dir():
+            found += sorted(refs.rglob("*.lock"))
+        return found
 
     def clear_stale_lock(self) -> str | None:
-        """Remove a leftover ``index.lock``; return a note for the shell, or None.
+        """Remove the lock files no live process holds; return a note for the shell, or None.
 
-        The server is the only writer of this repository, so a lock older than
-        a few seconds was left by a process that died mid-commit.
+        A git killed mid-commit (with the server: Emacs kills its process group,
+        and a machine that stops kills everything) leaves ``index.lock`` or a
+        ref's ``.lock``, and every later commit fails on it (issue 12).  Git
+        writes no owner into its locks: a lock is held while a git process
+        works in this repository.  This server's own commits run under the
+        repository's lock and its repack takes none of these, so a lock is
+        stale when no other git process has the home as its working folder
+        (read from /proc; without /proc, when it is older than
+        STALE_LOCK_SECONDS).  A live one (the person's git, or one a killed
+        server left running) is waited for, up to LOCK_WAIT_SECONDS.
         """
-        lock = self.home / ".git" / "index.lock"
-        if not lock.exists():
+        locks = self._locks()
+        if not locks:
             return None
-        age = time.time() - lock.stat().st_mtime
-        if age < STALE_LOCK_SECONDS:
-            raise CommitError(
-                f"git is busy: {lock} is {age:.0f} s old; the tick is saved on disk and "
-                "the next tick's commit will include it"
-            )
-        lock.unlink(missing_ok=True)
-        return f"removed a stale {lock} ({age:.0f} s old) left by a crashed git"
+        deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        while locks:
+            users = git_processes_in(self.home, ignore=self._running)
+            if users is None:  # no /proc: the age decides
+                if min(_age(lock) for lock in locks) >= STALE_LOCK_SECONDS:
+                    break
+            elif not users:
+                break
+            if time.monotonic() >= deadline:
+                who = f"git (pid {', '.join(map(str, users))}) is working in it" if users else "it is recent"
+                raise CommitError(f"git is busy: {locks[0]} exists and {who}; the tick is saved on disk "
+                                  "and the next tick's commit will include it")
+            time.sleep(0.05)
+            locks = self._locks()
+        if not locks:
+            return None
+        removed = []
+        for lock in locks:
+            age = _age(lock)
+            lock.unlink(missing_ok=True)
+            removed.append(f"{lock.relative_to(self.home)} ({age:.0f} s old)")
+        log.warning("removed stale git locks: %s", ", ".join(removed))
+        return f"removed a stale {', '.join(removed)} that no running git held (a git killed mid-commit left it)"
 
     def _head(self) -> str | None:
         try:
@@ -171,12 +216,18 @@ class HomeRepo:
         nothing changed (one commit per tick).
         """
         with self._lock:
+            note = self.clear_stale_lock()  # before prepare: a config.lock stops it too
             self.prepare()
-            note = self.clear_stale_lock()
             paths = [".gitignore", *(str(p.relative_to(self.home)) for p in files if p.exists())]
             try:
+                if faults.armed("commit.index-lock"):
+                    faults.kill_holding_lock("commit.index-lock", ["git", "update-index", "--add", "--stdin"],
+                                             self.home, self.home / ".git" / "index.lock",
+                                             stdin=b".gitignore\n", env=self._env)
                 self._git("update-index", "--add", "--", *paths)
+                faults.point("commit.indexed")
                 tree = self._git("write-tree")
+                faults.point("commit.tree")
                 try:
                     sha = self._commit_tree(tree, message, self._parent or self._head())
                 except GitFailed:  # HEAD moved under us (a person's own commit): once more
@@ -190,8 +241,14 @@ class HomeRepo:
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:
         """A commit of TREE on PARENT, and HEAD moved to it only if HEAD is still PARENT."""
         sha = self._git("commit-tree", tree, *(("-p", parent) if parent else ()), "-m", message)
+        faults.point("commit.object")
+        if faults.armed("commit.ref-lock"):
+            faults.kill_holding_lock("commit.ref-lock", ["git", "update-ref", "--stdin"], self.home,
+                                     self.home / ".git" / "HEAD.lock", env=self._env,
+                                     stdin=f"start\nupdate HEAD {sha} {parent or ''}".rstrip().encode() + b"\nprepare\n")
         subject = message.partition("\n")[0]  # the reflog's line
         self._git("update-ref", "-m", f"commit: {subject}", "HEAD", sha, parent or "")
+        faults.point("commit.done")
         return sha
 
     def pack(self) -> None:
@@ -223,6 +280,40 @@ class HomeRepo:
             return []
         out = self._git("log", f"--max-count={count}", "--format=%H %s")
         return [(line[:40], line[41:]) for line in out.splitlines()]
+
+
+def _age(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def git_processes_in(folder: Path, ignore: Collection[int] = ()) -> list[int] | None:
+    """The pids of git processes working in FOLDER or below it, but those in IGNORE;
+    None where /proc cannot tell (not Linux)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "cwd").exists():
+        return None
+    try:
+        target = folder.resolve()
+    except OSError:
+        return None
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if not (entry / "comm").read_text().startswith("git"):
+                continue
+            cwd = (entry / "cwd").resolve(strict=True)
+        except OSError:  # gone, or another user's: not ours to wait for
+            continue
+        if int(entry.name) in ignore:
+            continue
+        if cwd == target or target in cwd.parents:
+            found.append(int(entry.name))
+    return found
 
 
 Report = Callable[[str, str], None]
@@ -307,6 +398,7 @@ class CommitWorker:
             t0 = time.perf_counter()
             try:
                 self._sync_changed(files)
+                faults.point("commit.synced")
                 _sha, note = self.repo.commit(files, message)
             except CommitError as err:
                 self.report(str(err), "warning")

@@ -1,0 +1,132 @@
+"""Fault injection for tests: the server killed with SIGKILL at a named point (issue 12).
+
+``AMACS_FAULT_POINT=NAME`` (or ``NAME@N``) makes :func:`point` kill this process
+with SIGKILL the first (the Nth) time the code reaches ``point(NAME)``: a crash,
+a kill -9 or the OOM killer at exactly that place of a tick.  The fault suite
+(``tests/e2e/test_faults.py``) names every point; :data:`POINTS` lists them.
+
+Unset (always, outside that suite) a point is one comparison: the variable is
+read once, at import.  A line goes to stderr (``logs/server.log``) before the
+kill, so a test that fails says where the server died.
+
+Two points stand for a git killed while it holds a lock (the whole process
+group dies, as when Emacs kills the server, or the machine stops): see
+:func:`kill_holding_lock`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+# Every point, in the order a tick reaches them (``@N``: the Nth time, e.g. the second tick).
+POINTS = (
+    "submit.received",          # the EPC thread has the input; nothing is written yet
+    "turn.start",               # the turn starts: before the write-ahead
+    "write-ahead.done",         # the input is in agent-chat.org (synced); Emacs not yet told
+    "write-ahead.confirmed",    # ... and Emacs was told (input-taken, saved) at the end of the step
+    "observe.done",             # the context is assembled
+    "infer.request",            # the model call is about to be made
+    "infer.first-text",         # the first text of the reply was shown
+    "infer.mid-stream",         # in the middle of the streamed reply
+    "infer.response",           # the whole response is in, not yet parsed
+    "say.written",              # the reply is in agent-chat.org, not yet shown as complete
+    "say.shown",                # the reply was shown complete
+    "eval.running",             # Emacs is evaluating the agent's eval (a kill 0.3 s after it was sent)
+    "eval.result",              # the eval's result is back
+    "record.done",              # monologue and scratchpad written
+    "persist.done",             # chat, consciousness.el and memory.db written
+    "commit.queued",            # the tick's commit is queued for the worker
+    "commit.synced",            # the worker synced the tick's files
+    "commit.index-lock",        # git update-index holds .git/index.lock (git killed too)
+    "commit.indexed",           # the index is written
+    "commit.tree",              # the tree object is written
+    "commit.object",            # the commit object is written, HEAD not yet moved
+    "commit.ref-lock",          # git update-ref holds the branch's .lock (git killed too)
+    "commit.done",              # HEAD moved
+    "turn.done",                # the turn is over; the prompt not yet given back
+)
+
+_SPEC = os.environ.get("AMACS_FAULT_POINT") or None
+_NAME, _, _NTH = (_SPEC or "").partition("@")
+ARMED: str | None = _NAME or None
+_TIMES = int(_NTH) if _NTH.isdigit() else 1
+_hits = 0
+_lock = threading.Lock()
+
+
+def point(name: str) -> None:
+    """Kill this process here if ``AMACS_FAULT_POINT`` names NAME (and this is its Nth time)."""
+    if name != ARMED:
+        return
+    if _due():
+        kill(name)
+
+
+def point_later(name: str, seconds: float) -> None:
+    """Kill this process SECONDS from now, from a thread, if NAME is the armed point (its Nth time):
+    a kill while the loop waits (on Emacs's eval, say)."""
+    if name != ARMED or not _due():
+        return
+    timer = threading.Timer(seconds, kill, (name,))
+    timer.daemon = True
+    timer.start()
+
+
+def point_soon(name: str) -> None:
+    """Kill this process once the loop's current step is over (the events it queued for Emacs
+    are sent then), if NAME is the armed point (its Nth time).  On the loop thread."""
+    if name != ARMED:
+        return
+    import asyncio  # noqa: PLC0415 - only when armed
+
+    asyncio.get_running_loop().call_soon(point, name)
+
+
+def armed(name: str) -> bool:
+    """True when NAME is the point to fire now (counted as reached): the caller sets up the
+    fault itself (:func:`kill_holding_lock`)."""
+    return name == ARMED and _due()
+
+
+def _due() -> bool:
+    global _hits
+    with _lock:
+        _hits += 1
+        return _hits == _TIMES
+
+
+def kill(name: str) -> None:
+    """Say where, then SIGKILL this process (no cleanup, no flush: a crash)."""
+    try:
+        os.write(2, f"AMACS_FAULT_POINT {name}: SIGKILL (pid {os.getpid()})\n".encode())
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_holding_lock(name: str, command: Sequence[str], cwd: Path, lock: Path,
+                      stdin: bytes = b"", env: dict[str, str] | None = None) -> None:
+    """Start git COMMAND in CWD, feed it STDIN (left open), wait until it holds LOCK, then kill
+    it and this process with SIGKILL: a crash mid-commit that leaves a stale LOCK.
+
+    A process killed alone leaves its git child to finish (and remove its lock);
+    Emacs kills the server's process group, and a machine that stops kills everything."""
+    child = subprocess.Popen(list(command), cwd=cwd, env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    assert child.stdin is not None
+    if stdin:
+        child.stdin.write(stdin)
+        child.stdin.flush()
+    deadline = time.monotonic() + 10
+    while not lock.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    child.kill()
+    child.wait()
+    kill(f"{name} ({' '.join(command[:2])} held {lock.name}: {lock.exists()})")
