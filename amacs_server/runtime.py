@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from . import faults
 from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
@@ -387,7 +388,7 @@ class Runtime:
             self._inbox.put_nowait(text)  # whoever asked is gone: the input is a new turn, not lost
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
-        self.face.input_taken()
+        self.face.input_taken(saved=False)  # an event for the asker, not in agent-chat.org
         self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
                               agent=self.world.identity(agent_id))
         if agent_id == PRIMARY:
@@ -398,6 +399,7 @@ class Runtime:
 
         Refused (ValueError, said in the shell) when the inbox is at its bound."""
         assert self._inbox is not None
+        faults.point("submit.received")
         waiting = self._inbox.qsize()  # read from another thread: a bound, not an exact count
         if waiting >= self.config.inbox_limit:
             raise ValueError(f"{waiting} inputs already wait for the agent (the limit, AMACS_INBOX_LIMIT); "

@@ -153,6 +153,20 @@ While it runs Emacs does nothing else, so the header says so.")
 (defvar amacs-shell--answered-early nil
   "Who answered while the primary's eval ran, before it could sleep on them.")
 
+(defvar amacs-shell--taken nil
+  "The inputs the agent took in this turn, newest first: (LINE . SAVED) each.
+SAVED is non-nil when the server confirmed the input is in
+agent-chat.org (its write-ahead, issue 12): only then does the shell
+say it is saved.")
+
+(defvar amacs-shell--replied nil
+  "Non-nil once a reply was shown in this turn.
+The server writes a reply to agent-chat.org before it shows it.")
+
+(defvar amacs-shell--stop-said nil
+  "Non-nil once the shell said what a server that stopped mid-turn kept.
+The next server's hello need not say it again.")
+
 ;;;; The buffer: output, footer, prompt
 
 (defun amacs-shell--buffer ()
@@ -295,7 +309,7 @@ With BLANK, set it off by an empty line."
 A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
   (let* ((text (string-trim (or (plist-get event :text) "")))
          (shown (amacs-render-org text)))
-    (setq amacs-shell--last-reply text)
+    (setq amacs-shell--last-reply text amacs-shell--replied t)
     (amacs-shell--editing
       (let ((region (and (plist-get event :streamed) (amacs-shell--stream-close))))
         (if region
@@ -588,7 +602,7 @@ so the input moves into the conversation unchanged."
 (defun amacs-shell--take-queued (&optional face note sent)
   "Move the oldest queued input into the output, in FACE; then NOTE, if any.
 SENT: only if it was handed to a server (t) or only if not (`waiting').
-Return non-nil if there was one."
+Return its line (the prompt and the input) if there was one."
   (amacs-shell--editing
     (let ((region (amacs-shell--footer-lines 'amacs-queued)))
       (when (and region (pcase sent
@@ -602,23 +616,49 @@ Return non-nil if there was one."
           (amacs-shell--fresh-line)
           (amacs-shell--insert-output (amacs-shell--input-line line face))
           (when note (amacs-shell--insert-output (propertize (concat note "\n") 'font-lock-face face)))
-          t)))))
+          line)))))
 
-(defun amacs-shell--on-input-taken (_event)
+(defun amacs-shell--on-input-taken (event)
   "The agent took the oldest input sent: it becomes part of the conversation.
-A primary waiting for your reply has it."
+A primary waiting for your reply has it.  EVENT says whether it is saved
+in agent-chat.org (`:saved')."
   (amacs-shell--answered "you")
-  (amacs-shell--take-queued))
+  (let ((line (amacs-shell--take-queued)))
+    (when line (push (cons line (plist-get event :saved)) amacs-shell--taken))))
+
+(defun amacs-shell--say-what-was-kept ()
+  "The server stopped mid-turn: say what of this turn is on disk, and only that.
+An input is said to be saved only if the server confirmed it was
+written to agent-chat.org; otherwise it is in the history (issue 12)."
+  (let ((saved (seq-filter #'cdr amacs-shell--taken))
+        (unsaved (seq-remove #'cdr amacs-shell--taken))
+        (history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))
+    (when saved
+      (setq amacs-shell--stop-said t)
+      (amacs-shell--output
+       (if amacs-shell--replied
+           ";; The server stopped before the agent's turn ended; your input and the reply shown are saved in agent-chat.org."
+         ";; The server stopped before the agent replied; your input is saved in agent-chat.org.  Send again to continue.")
+       'amacs-shell-warning))
+    (when unsaved
+      (amacs-shell--output
+       (format ";; The server stopped; your input%s went to the agent that asked, not to agent-chat.org: %s brings %s back."
+               (if (cdr unsaved) "s" "") history (if (cdr unsaved) "them" "it"))
+       'amacs-shell-warning))))
 
 (defun amacs-shell--drop-queued (why sent)
   "Queued inputs will not be taken, because of WHY: say so for each.
 SENT: those handed to the server that went (t), or those still waiting
-for a server (`waiting'); inputs typed after a server went wait for the next."
-  (while (amacs-shell--take-queued
-          'amacs-shell-error
-          (format ";; Not sent: %s. %s brings it back." why
-                  (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]"))
-          sent)))
+for a server (`waiting'); inputs typed after a server went wait for the next.
+WHY is a sentence of its own for those sent: the server may have written
+one before it went without saying so (issue 12: say only what is true)."
+  (let ((history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))
+    (while (amacs-shell--take-queued
+            'amacs-shell-error
+            (if (eq sent t)
+                (format ";; %s: %s brings it back." why history)
+              (format ";; Not sent: %s. %s brings it back." why history))
+            sent))))
 
 ;;;; State: header line and mode line
 
@@ -789,7 +829,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 (defun amacs-shell--on-turn-done (_event)
   "The agent waits for the person: a stream left open is discarded."
-  (setq amacs-shell-busy nil)
+  (setq amacs-shell-busy nil amacs-shell--taken nil amacs-shell--replied nil)
   (amacs-shell--discard-stream "the turn ended before the reply was complete")
   (amacs-shell--editing (amacs-shell--fresh-line t))
   (amacs-shell--set-state 'waiting))
@@ -853,15 +893,19 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
                               :budget-limit (plist-get amacs--status :budget-limit)))
   (let ((notice (plist-get amacs--status :notice)))
     (when notice (amacs-shell--output (concat ";; " notice) 'amacs-shell-warning)))
-  (when (plist-get amacs--status :interrupted)
-    (amacs-shell--output
-     ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
-     'amacs-shell-warning)))
+  (let ((said amacs-shell--stop-said))
+    (setq amacs-shell--stop-said nil)
+    (when (and (plist-get amacs--status :interrupted) (not said)) ; said when the server stopped
+      (amacs-shell--output
+       ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
+       'amacs-shell-warning))))
 
 (defun amacs-shell--on-disconnect ()
-  "The server went away: close the stream, say what was not sent."
+  "The server went away: close the stream, say what was kept and what was not sent."
   (amacs-shell--discard-stream "the server stopped")
-  (amacs-shell--drop-queued "the server stopped before the agent took it" t)
+  (amacs-shell--say-what-was-kept)
+  (setq amacs-shell--taken nil amacs-shell--replied nil)
+  (amacs-shell--drop-queued "The server stopped before it said it had saved this input" t)
   (setq amacs-shell--agents nil)
   (amacs-shell--draw-agents)
   (let ((waiting (let ((buffer (amacs-shell--buffer)))

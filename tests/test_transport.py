@@ -236,7 +236,8 @@ def test_a_reply_goes_at_once_with_what_came_before_it_in_the_step(inproc):
 
 
 def test_a_turn_starts_with_one_message(server):
-    """input-taken and turn-start (and, here, the turn's whole end: no API key) reach Emacs together."""
+    """turn-start and input-taken (and, here, the turn's whole end: no API key) reach Emacs together;
+    input-taken comes after the write-ahead, and says the input is saved (issue 12)."""
     _proc, port = server
     sock = connect(port)
     assert hello(sock)[0] == Symbol("return")
@@ -246,7 +247,8 @@ def test_a_turn_starts_with_one_message(server):
         messages.append(recv(sock))
     events = next(m for m in messages if m[0] == Symbol("amacs-events"))[2]
     types = [e[1] for e in events]
-    assert types[:2] == ["input-taken", "turn-start"], types
+    assert types[:2] == ["turn-start", "input-taken"], types
+    assert events[1][2:] == [Symbol(":saved"), True], events[1]
     sock.close()
 
 

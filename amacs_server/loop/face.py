@@ -28,8 +28,13 @@ class Face(Protocol):
     def turn_done(self, tick: int) -> None:
         """The agent now waits for the person: show the prompt again."""
 
-    def input_taken(self) -> None:
-        """The agent took the oldest input the person sent (it was queued until now)."""
+    def input_taken(self, saved: bool = True) -> None:
+        """The agent took the oldest input the person sent (it was queued until now).
+
+        SAVED: it is in agent-chat.org, synced (a turn's input: called only after
+        the write-ahead, so the shell may say it is saved, issue 12); False: it
+        is not (it went to an agent that asked the person, as an event, or it
+        could not be written)."""
 
     def agents(self, working: list[dict[str, Any]]) -> None:
         """The subagents at work now (id, type, template, state, doing), for one line each."""

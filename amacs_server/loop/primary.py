@@ -14,6 +14,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .. import faults
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
 from ..inference.anthropic_backend import ModelResult, build_request
@@ -45,20 +46,25 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     the step limit.  After an eval that called agent-wait-for, the agent sleeps
     until the reply (or the timeout) before its next tick.
     """
-    if text is not None:
-        rt.face.input_taken()  # in the step that starts the turn: one message to Emacs with turn-start
+    faults.point("turn.start")
     rt.face.turn_started()
     rt.world.primary.state = "running"
+    body = PrimaryBody(rt, text)
     try:
-        await run_agent(PrimaryBody(rt, text), rt.world)
+        await run_agent(body, rt.world)
     except TurnAborted:
         pass
     except asyncio.CancelledError:
-        rt.face.annotate("Interrupted. Your input is kept in agent-chat.org; the tick is recorded as interrupted.",
-                         "warning")
+        if body.human_saved or text is None:
+            kept = "Your input is kept in agent-chat.org; the" if body.human_saved else "The"
+            rt.face.annotate(f"Interrupted. {kept} tick is recorded as interrupted.", "warning")
+        else:  # before the write-ahead: said only where it is
+            rt.face.annotate("Interrupted before your input was saved; it is in the shell history (M-p).",
+                             "warning")
         raise
     finally:
         rt.world.primary.state = "idle"
+        faults.point("turn.done")
         rt.face.turn_done(rt.consciousness.current_tick)
 
 
@@ -81,13 +87,17 @@ class PrimaryBody:
         self.tick = 0
         self.step = 0
         self.streamed = False
+        self.human_saved = False  # the person's input is in agent-chat.org (the write-ahead)
+        self.reply_written = False  # this tick's reply is in agent-chat.org (written when said)
 
     def halted(self) -> bool:
         return bool(self.rt.halted)
 
     def begin_step(self, step: int) -> None:
         self.step = step
+        self.reply_written = False
         self.tick = begin(self.rt, self.human if step == 0 else None)
+        self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
     def last_result(self, step: int) -> str | None:
         if step == 0 and self.human is not None:
@@ -98,6 +108,7 @@ class PrimaryBody:
 
     async def infer(self) -> AgentResponse | None:
         user_message = await observe(self.rt)
+        faults.point("observe.done")
         response, self.streamed = await infer_and_parse(self.rt, self.tick, user_message)
         if response is None:
             return None
@@ -108,14 +119,26 @@ class PrimaryBody:
         return response
 
     async def say(self, response: AgentResponse) -> None:
+        # Written before it is shown: a reply the person saw is in agent-chat.org even if the
+        # tick dies afterwards, in its eval say (issue 12); persist does not write it again.
+        write_reply(self.rt, self.tick, response.reply or "", human_written=self.human_written())
+        self.reply_written = True
+        faults.point("say.written")
         self.rt.face.reply(response.reply or "", streamed=self.streamed)
+        faults.point("say.shown")
 
     async def evaluate(self, form: str) -> EvalResult:
         world = self.rt.world
         world.begin_eval(PRIMARY)
+        faults.point_later("eval.running", 0.3)
         result = await self.rt.face.evaluate(form)
+        faults.point("eval.result")
         world.note_files(PRIMARY, result)
         return result
+
+    def human_written(self) -> bool:
+        """This tick's ``* Tick`` heading is in agent-chat.org: the write-ahead wrote it."""
+        return self.human is not None and self.step == 0
 
     def note(self, event: str, data: dict[str, object]) -> None:
         self.rt.transcript.write(event, data, tick=self.tick)
@@ -128,8 +151,11 @@ class PrimaryBody:
         if response.eval is not None:
             rt.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
         record(rt, tick, response, result)
-        persist(rt, tick, response, human_written=self.human is not None and self.step == 0)
+        faults.point("record.done")
+        persist(rt, tick, response, human_written=self.human_written(), reply_written=self.reply_written)
+        faults.point("persist.done")
         commit(rt, tick, response)
+        faults.point("commit.queued")
 
     async def after_eval(self) -> bool:
         wait = self.rt.world.end_eval(PRIMARY)
@@ -168,8 +194,13 @@ def begin(rt: Runtime, human: str | None) -> int:
             rt.chat_log.write_human(tick, c.current_time, human)
         except PersistenceError as err:
             c.current_tick = tick - 1
+            rt.face.input_taken(saved=False)  # it leaves the queue, not saved:
             rt.face.annotate(f"Not sent: {err.strerror}. Your input is in the shell history (M-p).", "error")
             raise TurnAborted from err
+        faults.point("write-ahead.done")
+        # Only now is the input taken, and the shell may say it is saved (issue 12): it is on disk.
+        rt.face.input_taken()
+        faults.point_soon("write-ahead.confirmed")
     with rt.ltm.transaction():
         rt.memory.sync_state(c)
         if human is not None:
@@ -251,6 +282,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
                                           "wrote": rt.memory.take_written()}, tick=tick)
+    faults.point("infer.request")
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
 
     def on_text(delta: str) -> None:
@@ -258,6 +290,9 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
             return
         gained = streamer.feed(delta)
         if gained:
+            if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
+                faults.point("infer.first-text")
+                faults.point_later("infer.mid-stream", 0.2)
             rt.face.reply_delta(gained)
 
     def on_status(line: str) -> None:
@@ -274,6 +309,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
         finish_unanswered(rt, tick, str(err))
         raise TurnAborted from err
+    faults.point("infer.response")
     dollars = rt.charge(result.usage)
     rt.world.counted(rt.world.primary, result.usage, dollars)
     rt.transcript.write(
@@ -310,9 +346,26 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
                                      "wrote": rt.memory.take_written()}, tick=tick)
 
 
-def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool) -> None:
-    """Persist: the agent's part of the chat, consciousness.el, and the end-of-tick
-    checkpoint of memory.db (one transaction).
+def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> None:
+    """The agent's part of the chat (agent-chat.org and its memory item), written when it is
+    said: a reply the person saw outlives a tick that dies afterwards (issue 12).
+
+    Not fsynced here (a killed process loses nothing the kernel has): the commit
+    worker syncs the tick's files before its commit."""
+    try:
+        with deferred_sync():
+            rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save the reply of tick {tick}: {err.strerror}", "error")
+    with rt.ltm.transaction():
+        rt.memory.finish_chat(tick, reply)
+
+
+def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool,
+            reply_written: bool = False) -> None:
+    """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
+    it when it was said), consciousness.el, and the end-of-tick checkpoint of memory.db
+    (one transaction).
 
     Atomic and crash-safe, but not fsynced here: the commit worker syncs the
     tick's files before its commit.  Only the person's input (``begin``) is a
@@ -320,12 +373,14 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
     reply = response.reply or ""
     try:
         with deferred_sync():
-            rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+            if not reply_written:
+                rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
             rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
     with rt.ltm.transaction():
-        rt.memory.finish_chat(tick, reply)
+        if not reply_written:
+            rt.memory.finish_chat(tick, reply)
         rt.memory.sync_state(rt.consciousness)
 
 

@@ -87,9 +87,9 @@ class EmacsFace:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)
 
-    def input_taken(self) -> None:
-        """The agent took the person's oldest queued input."""
-        self._send(type="input-taken")
+    def input_taken(self, saved: bool = True) -> None:
+        """The agent took the person's oldest queued input; SAVED: it is in agent-chat.org."""
+        self._send(type="input-taken", saved=saved)
 
     def agents(self, working: list[dict[str, Any]]) -> None:
         """The subagents at work, one footer line each in the shell."""

@@ -28,6 +28,9 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
          (amacs-shell--stream-start nil)
          (amacs-shell--stream-end nil)
          (amacs-shell--agents nil)
+         (amacs-shell--taken nil)
+         (amacs-shell--replied nil)
+         (amacs-shell--stop-said nil)
          (amacs-shell-test--calls nil))
      (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (funcall fn)))
                ((symbol-function 'amacs-live-p) (lambda () t))
@@ -187,12 +190,60 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
     (should-not amacs-shell--stream-start)
     (should-not amacs-shell-busy)
     (should (eq (amacs-shell-test--face-at "cut short") 'amacs-shell-abandoned))
-    (should (string-match-p "amacs> q2\n;; Not sent: the server stopped before the agent took it"
+    (should (string-match-p "amacs> q2\n;; The server stopped before it said it had saved this input: "
                             (amacs-shell-test--text)))
     (amacs-shell--on-reply-delta '(:text "after restart"))
     (amacs-shell--on-reply '(:text "after restart" :streamed t))
     (should (string-match-p "cut short" (amacs-shell-test--text)))
     (should (string-suffix-p "after restart\n\namacs> " (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-saved-only-when-the-server-said-so ()
+  "Issue 12: a server that stops mid-turn: the shell says an input is saved only
+if the server confirmed its write-ahead (input-taken :saved), and the next
+server's hello does not say it again."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
+    (amacs-shell--on-disconnect)
+    (should (string-match-p
+             "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org"
+             (amacs-shell-test--text)))
+    (let ((amacs--status '(:interrupted t :recent ((:human "q1")))))
+      (amacs-shell--greet))
+    (should-not (string-match-p "got no reply" (amacs-shell-test--text)))
+    (let ((amacs--status '(:interrupted t :recent ((:human "q1")))))
+      (amacs-shell--greet))                       ; a later server: said again, once
+    (should (string-match-p "got no reply" (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-a-reply-shown-is-said-to-be-kept ()
+  "Issue 12: the server writes a reply before it shows it: a turn cut after it keeps both."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
+    (amacs-shell--on-reply '(:text "an answer"))
+    (amacs-shell--on-disconnect)
+    (should (string-match-p "your input and the reply shown are saved in agent-chat.org"
+                            (amacs-shell-test--text)))
+    (should-not (string-match-p "before the agent replied" (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-an-input-not-saved-is-in-the-history ()
+  "Issue 12: input given to an agent that asked is not in agent-chat.org: M-p, not \"saved\".
+After a turn that ended nothing is said about it."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "for the task")
+    (amacs-shell--on-input-taken '(:type "input-taken" :saved nil))
+    (amacs-shell--on-disconnect)
+    (should (string-match-p "your input went to the agent that asked, not to agent-chat.org: M-p brings it back"
+                            (amacs-shell-test--text)))
+    (should-not (string-match-p "saved in agent-chat" (amacs-shell-test--text))))
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "q1")
+    (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
+    (amacs-shell--on-turn-done nil)
+    (amacs-shell--on-disconnect)
+    (should-not (string-match-p "The server stopped" (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-input-waiting-for-the-next-server-survives-a-disconnect ()
   "Issue 9/10: input sent to the server that went is not sent; input typed after, for the next one, stays."
@@ -202,7 +253,7 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
       (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (push fn waiting))))
         (amacs-shell-test--type-and-send "q2"))               ; the connection is gone: it waits
       (amacs-shell--on-disconnect)
-      (should (string-match-p "amacs> q1\n;; Not sent: the server stopped" (amacs-shell-test--text)))
+      (should (string-match-p "amacs> q1\n;; The server stopped before it said it had saved" (amacs-shell-test--text)))
       (should (eq (amacs-shell-test--face-at "amacs> q2") 'amacs-shell-queued))
       (should amacs-shell-busy)                                ; q2 is still on its way
       (mapc #'funcall waiting)                                 ; the next server is ready: q2 is sent
