@@ -207,8 +207,9 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
   "The secrets given to the server (its token, an API key), for `amacs--scrub'.")
 
 (defun amacs--scrub (text)
-  "TEXT with every secret Emacs gave the server, and the API keys in the
-environment, replaced by \"[redacted]\" (issue 12: no secret in any file)."
+  "Return TEXT with every secret replaced by \"[redacted]\".
+The secrets are those Emacs gave the server and the API keys in the
+environment (issue 12: no secret in any file)."
   (dolist (secret (append amacs--secrets
                           (list (getenv "ANTHROPIC_API_KEY") (getenv "OPENAI_API_KEY")))
                   text)
