@@ -816,6 +816,12 @@ class AgentWorld:
                 agent.tell(retry_prompt)
 
         parsed = await parse_with_retries(lambda: self.model_call(agent), rejected)
+        # Paused while its model call was under way: the answer waits until it is resumed, so a
+        # paused agent acts on nothing and delivers nothing (a newcomer paused a task from the
+        # hub and saw it finish anyway).
+        await agent.resumed.wait()
+        if agent.state in ("interrupted", "cancelled"):
+            raise asyncio.CancelledError(agent.state)
         if parsed.fallback and agent.type != "compulsion":  # its asker hears what it said (a compulsion's
             # unparsed text must not block the agent it watches)
             return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "

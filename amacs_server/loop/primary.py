@@ -87,6 +87,7 @@ class PrimaryBody:
         self.tick = 0
         self.step = 0
         self.streamed = False
+        self.evaluating = False  # an eval of this tick is under way in Emacs
         self.human_saved = False  # the person's input is in agent-chat.org (the write-ahead)
         self.reply_written = False  # this tick's reply is in agent-chat.org (written when said)
 
@@ -131,7 +132,9 @@ class PrimaryBody:
         world = self.rt.world
         world.begin_eval(PRIMARY)
         faults.point_later("eval.running", 0.3)
+        self.evaluating = True
         result = await self.rt.face.evaluate(form)
+        self.evaluating = False
         faults.point("eval.result")
         world.note_files(PRIMARY, result)
         return result
@@ -171,8 +174,12 @@ class PrimaryBody:
         rt.face.reply_abandon("interrupted")
         rt.transcript.write("interrupted", {}, tick=tick)
         # The next turn's context must not show this tick's eval (or an older one) as the last
-        # result, as if it answered the person's next input: it says the tick was interrupted.
-        rt.consciousness.last_eval_result = EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})")
+        # result, as if it answered the person's next input: an eval cut short says it was
+        # interrupted; with none under way there is no last result (a newcomer saw the agent
+        # told of a failed eval that never ran).
+        rt.consciousness.last_eval_result = (
+            EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})") if self.evaluating
+            else EvalResult.skipped_result())
         finish_unanswered(rt, tick, "interrupted by the person")
 
     def out_of_steps(self) -> None:

@@ -23,7 +23,7 @@ from tests.e2e.agent_fakes import (
     who,
 )
 from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
-from tests.fake_anthropic import Reply
+from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
 
@@ -360,3 +360,29 @@ def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home):
         "(call-interactively (key-binding (kbd \"t\")))))",
         wait_text("[viewpoint-skeptic] Not until the tests pass."))).check()
     assert "[viewpoint-skeptic] Not until the tests pass." in run.shell
+
+
+def test_a_task_paused_during_its_model_call_delivers_nothing_until_resumed(fake, home):
+    """Paused while its one model call is under way (a newcomer pressed z in the hub): the call
+    finishes, but the task does not act on the answer or report done until it is resumed."""
+
+    def answer(body):
+        if who(body)[0] == "primary":
+            return say("ok")
+        return Reply(agent_json("finished"), delay=0.8)
+
+    fake.respond_with(answer)
+    program = session(
+        send("hello"),
+        '(setq e2e-task (plist-get (agent-task "researcher" "one step") :handle))',
+        pause(0.3),
+        "(agent-pause e2e-task)",
+        pause(2.0),  # the call ended ~1.5 s ago
+        '(princ (format "STATES<<%S>>\\n" (mapcar (lambda (a) (plist-get a :state)) (agent-list-agents))))',
+        "(agent-resume e2e-task)",
+        '(amacs-e2e-wait (lambda () (null (agent-list-agents))) "the task to finish")')
+    run = run_emacs(home, fake.url, program).check()
+    assert len(calls_by(fake, "task-1")) == 1
+    assert 'STATES<<("paused")>>' in run.stdout, run.stdout
+    events = [e["event"] for e in transcript_events(home, "task-1")]
+    assert events.index("resumed") < events.index("agent_end"), events
