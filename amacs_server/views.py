@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .memory.active import tick_of
+from .memory.items import MemoryItem
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -33,9 +34,20 @@ def status(rt: Runtime) -> dict[str, object]:
         "notice": "\n;; ".join(notes) or None,
         "home": str(rt.config.home),
         "interrupted": rt.memory.last_chat_interrupted(),
-        "recent": [{"tick": tick_of(i), "human": _shortened(i.content.get("human")),
-                    "agent": _shortened(i.content.get("agent"))} for i in rt.memory.chat[-10:]],
+        "recent": [_exchange(rt, i) for i in rt.memory.chat[-10:]],
     }
+
+
+def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
+    """One exchange the shell shows at start: what was said, and the tick's eval (form,
+    result or error, success) from agent-chat.org, drawn as the live shell drew it."""
+    tick = tick_of(item)
+    out: dict[str, object] = {"tick": tick, "human": _shortened(item.content.get("human")),
+                              "agent": _shortened(item.content.get("agent"))}
+    done = rt.chat_log.recent_evals.get(tick)
+    if done is not None:
+        out["eval"] = done.to_dict()
+    return out
 
 
 # The shell shows the last exchanges as a reminder; one that is longer is cut (a pasted file

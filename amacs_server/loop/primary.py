@@ -22,6 +22,7 @@ from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatEr
 from ..inference.pricing import Tally
 from ..inference.retry import InferenceError
 from ..inference.stream import ReplyStreamer
+from ..persistence.chat_log import ChatEval
 from ..persistence.files import PersistenceError, deferred_sync
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
@@ -90,13 +91,14 @@ class PrimaryBody:
         self.evaluating = False  # an eval of this tick is under way in Emacs
         self.human_saved = False  # the person's input is in agent-chat.org (the write-ahead)
         self.reply_written = False  # this tick's reply is in agent-chat.org (written when said)
+        self.evaluated = False  # this tick's eval was run, or refused or blocked (not a held reply's)
 
     def halted(self) -> bool:
         return bool(self.rt.halted)
 
     def begin_step(self, step: int) -> None:
         self.step = step
-        self.reply_written = False
+        self.reply_written = self.evaluated = False
         self.tick = begin(self.rt, self.human if step == 0 else None)
         self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
@@ -145,6 +147,8 @@ class PrimaryBody:
 
     def note(self, event: str, data: dict[str, object]) -> None:
         self.rt.transcript.write(event, data, tick=self.tick)
+        if event == "eval":  # its result goes to agent-chat.org with the tick (persist)
+            self.evaluated = True
         if event == "reply_blocked":  # the person does not see it; the agent hears why, and its turn goes on
             self.rt.face.annotate(f"A reply was held back: {data['reason']}", "agent")
 
@@ -155,7 +159,8 @@ class PrimaryBody:
             rt.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
         record(rt, tick, response, result)
         faults.point("record.done")
-        persist(rt, tick, response, human_written=self.human_written(), reply_written=self.reply_written)
+        persist(rt, tick, response, human_written=self.human_written(), reply_written=self.reply_written,
+                evaluated=result if self.evaluated else None)
         faults.point("persist.done")
         commit(rt, tick, response)
         faults.point("commit.queued")
@@ -369,10 +374,11 @@ def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> N
 
 
 def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool,
-            reply_written: bool = False) -> None:
+            reply_written: bool = False, evaluated: EvalResult | None = None) -> None:
     """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
-    it when it was said), consciousness.el, and the end-of-tick checkpoint of memory.db
-    (one transaction).
+    it when it was said), the tick's eval and its result EVALUATED (``** Eval``; the chat's
+    memory item keeps only what was said), consciousness.el, and the end-of-tick
+    checkpoint of memory.db (one transaction).
 
     Atomic and crash-safe, but not fsynced here: the commit worker syncs the
     tick's files before its commit.  Only the person's input (``begin``) is a
@@ -382,6 +388,9 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
         with deferred_sync():
             if not reply_written:
                 rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+            if evaluated is not None and response.eval is not None:
+                rt.chat_log.write_eval(tick, ChatEval.of(response.eval, evaluated.success, evaluated.result,
+                                                         evaluated.error))
             rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")

@@ -1,8 +1,12 @@
 """``agent-chat.org``: chat history in the structure of RFC v4 §8.3.
 
 Each tick is a ``* Tick N`` heading with a ``:TIMESTAMP:`` property, then
-``** Human`` (the person's input, written before the model is called) and
-``** Agent`` (the reply).
+``** Human`` (the person's input, written before the model is called),
+``** Agent`` (the reply) and, when the tick evaluated something, ``** Eval``
+(``** Eval (error)`` when it failed): the form as an ``emacs-lisp`` src
+block and its result or error as an example block under ``#+RESULTS:``, each
+cut at :data:`EVAL_CHARS` (the transcript has them whole).  The eval is its
+own part, not under ``** Agent``: the reply read back is only the reply.
 
 The human's text is plain: lines that would start an org heading are escaped
 with a leading comma, as org does in source blocks.  The reply is org (issue 9):
@@ -24,6 +28,39 @@ from pathlib import Path
 
 from .monthly import ROTATE_BYTES, TAIL_BYTES, MonthlyLog
 
+# The form and the result (or error) of a tick's eval are cut at this many characters in
+# agent-chat.org, saying so: the transcript has them whole.
+EVAL_CHARS = 2000
+
+
+@dataclass
+class ChatEval:
+    """A tick's eval as agent-chat.org keeps it: the form and its result or error (cut)."""
+
+    form: str
+    success: bool
+    result: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, form: str, success: bool, result: str | None, error: str | None) -> ChatEval:
+        """The eval of FORM, each text cut at :data:`EVAL_CHARS` (saying so)."""
+        return cls(_cut(form, ";; ") or form, success, _cut(result, ""), _cut(error, ""))
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain dict (the shell reads it as the live eval's event and result)."""
+        return {"form": self.form, "success": self.success, "result": self.result, "error": self.error}
+
+
+def _cut(text: str | None, comment: str) -> str | None:
+    """TEXT cut at :data:`EVAL_CHARS` (at a line's end when one is near), then a line,
+    after COMMENT, saying how much was cut."""
+    if text is None or len(text) <= EVAL_CHARS:
+        return text
+    cut = text.rfind("\n", 0, EVAL_CHARS)
+    cut = cut if cut > EVAL_CHARS // 2 else EVAL_CHARS
+    return f"{text[:cut]}\n{comment}[… {len(text) - cut:,} more characters cut: the transcript has them all]"
+
 
 @dataclass
 class ChatEntry:
@@ -33,6 +70,7 @@ class ChatEntry:
     timestamp: str
     human: str | None = None
     agent: str | None = None
+    eval: ChatEval | None = None
 
     @property
     def interrupted(self) -> bool:
@@ -126,7 +164,43 @@ _TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:
                         re.MULTILINE)
 _TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
 _TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-_PART = re.compile(r"^\*\* (Human|Agent)[ \t]*$", re.MULTILINE)
+_PART = re.compile(r"^\*\* (Human|Agent|Eval)( \(error\))?[ \t]*$", re.MULTILINE)
+# The eval part's form and its result (escaped as org escapes block lines).
+_EVAL_FORM = re.compile(r"^#\+begin_src emacs-lisp[ \t]*\n(.*?)\n#\+end_src[ \t]*$", re.MULTILINE | re.DOTALL)
+_EVAL_RESULT = re.compile(r"^#\+RESULTS:[ \t]*\n#\+begin_example[ \t]*\n(.*?)\n#\+end_example[ \t]*$",
+                          re.MULTILINE | re.DOTALL)
+# How many ticks' evals the log keeps at hand for the shell's last exchanges (views.status).
+RECENT_EVALS = 50
+
+
+def _escape_code(text: str) -> str:
+    """TEXT as the lines of a verbatim block (``*`` and ``#+`` lines escaped)."""
+    return "\n".join(_CODE_TO_ESCAPE.sub(r"\1,\2", line) for line in text.split("\n"))
+
+
+def _unescape_code(text: str) -> str:
+    """Undo :func:`_escape_code`."""
+    return "\n".join(_ESCAPED_CODE.sub(r"\1\2", line) for line in text.split("\n"))
+
+
+def eval_org(done: ChatEval) -> str:
+    """The ``** Eval`` part of a tick: the form, then its result or error."""
+    value = (done.result if done.success else done.error) or ""
+    return (f"** Eval{'' if done.success else ' (error)'}\n"
+            f"#+begin_src emacs-lisp\n{_escape_code(done.form)}\n#+end_src\n"
+            f"#+RESULTS:\n#+begin_example\n{_escape_code(value)}\n#+end_example\n\n")
+
+
+def parse_eval(body: str, failed: bool) -> ChatEval | None:
+    """The eval whose ``** Eval`` part (FAILED: ``** Eval (error)``) has BODY; None if it is not one."""
+    form = _EVAL_FORM.search(body)
+    if form is None:
+        return None
+    result = _EVAL_RESULT.search(body, form.end())
+    value = _unescape_code(result[1]) if result is not None else ""
+    if failed:
+        return ChatEval(_unescape_code(form[1]), False, error=value or None)
+    return ChatEval(_unescape_code(form[1]), True, result=value or None)
 
 
 class ChatLog:
@@ -140,6 +214,9 @@ class ChatLog:
         self.path = path
         self.log = MonthlyLog(path, path.parent / "chat", _TICK_HEAD, title="AMACS chat", noun="ticks",
                               rotate_bytes=rotate_bytes)
+        # The evals of the last ticks read at the tail or written since, by tick (for the
+        # shell's last exchanges: the chat items in memory hold only what was said).
+        self.recent_evals: dict[int, ChatEval] = {}
 
     @property
     def bad_utf8(self) -> int | None:
@@ -167,6 +244,17 @@ class ChatLog:
         )
         self.log.append(f"{head}** Agent\n{nest_reply(reply)}\n\n", new_entry=timestamp if with_heading else None)
 
+    def write_eval(self, tick: int, done: ChatEval) -> None:
+        """Append the eval of TICK (after its agent part, which wrote the heading if needed)."""
+        self.log.append(eval_org(done))
+        self._keep_eval(tick, done)
+
+    def _keep_eval(self, tick: int, done: ChatEval) -> None:
+        self.recent_evals[tick] = done
+        if len(self.recent_evals) > 2 * RECENT_EVALS:
+            for old in sorted(self.recent_evals)[:-RECENT_EVALS]:
+                del self.recent_evals[old]
+
     def read(self) -> list[ChatEntry]:
         """Every tick of the log (``chat/`` and this file), oldest first."""
         return [entry for _span, text in self.log.entries() if (entry := parse_tick(text)) is not None]
@@ -179,8 +267,12 @@ class ChatLog:
         A tick starts at a ``* Tick`` line; the human's text cannot start one
         (:func:`escape_org`) and the reply's headings are demoted, so the ticks
         are found by that line alone."""
-        return [entry for _span, text in self.log.tail(count, budget=budget, chunk=chunk)
-                if (entry := parse_tick(text)) is not None]
+        entries = [entry for _span, text in self.log.tail(count, budget=budget, chunk=chunk)
+                   if (entry := parse_tick(text)) is not None]
+        for entry in entries:
+            if entry.eval is not None:
+                self._keep_eval(entry.tick, entry.eval)
+        return entries
 
 
 def parse_tick(text: str) -> ChatEntry | None:
@@ -189,8 +281,9 @@ def parse_tick(text: str) -> ChatEntry | None:
     The structure is the one :class:`ChatLog` writes, so it is read line by line,
     not with an org parser (orgparse took ~10 s for 50 MB, issue 12): the
     human's part is its text up to the next part, blank lines around it
-    dropped; the agent's is the raw text up to the tick's end, its demoted
-    headings included, without the blank line that ends it."""
+    dropped; the agent's is the raw text up to the next part (``** Eval``) or
+    the tick's end, its demoted headings included, without the blank line
+    that ends it; the eval's is read into :attr:`ChatEntry.eval`."""
     head = _TICK.match(text)
     if head is None:
         return None
@@ -201,6 +294,8 @@ def parse_tick(text: str) -> ChatEntry | None:
         body = text[part.end() + 1:parts[i + 1].start() if i + 1 < len(parts) else len(text)]
         if part[1] == "Human":
             entry.human = unescape_org(body.strip("\n"))
+        elif part[1] == "Eval":
+            entry.eval = parse_eval(body, failed=part[2] is not None)
         else:
             entry.agent = unnest_reply(body[:-2] if body.endswith("\n\n") else body.removesuffix("\n"))
     return entry

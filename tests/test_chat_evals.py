@@ -1,0 +1,93 @@
+"""agent-chat.org records the agent's evals (a newcomer saw them only in the transcripts
+and the hub): a tick's ``** Eval`` part, read back apart from the reply, and the shell's
+last exchanges (``views.status`` "recent") carry them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orgparse
+
+from amacs_server import views
+from amacs_server.config import load_config
+from amacs_server.context.assemble import assemble
+from amacs_server.persistence.chat_log import EVAL_CHARS, ChatEval, ChatLog
+from amacs_server.runtime import Runtime
+from tests.test_memory import SilentFace
+
+T = "2026-01-01T00:00:00Z"
+
+
+def test_a_tick_with_an_eval_round_trips(tmp_path):
+    log = ChatLog(tmp_path / "agent-chat.org")
+    log.write_human(1, T, "eval")
+    log.write_agent(1, T, "Let me check in Emacs.", with_heading=False)
+    log.write_eval(1, ChatEval.of("(+ 2 2)", True, "4", None))
+    log.write_agent(2, T, "Done: that was the eval above.", with_heading=True)
+    text = (tmp_path / "agent-chat.org").read_text()
+    assert ("** Agent\nLet me check in Emacs.\n\n** Eval\n#+begin_src emacs-lisp\n(+ 2 2)\n#+end_src\n"
+            "#+RESULTS:\n#+begin_example\n4\n#+end_example\n\n* Tick 2\n") in text
+    first, second = ChatLog(tmp_path / "agent-chat.org").read()
+    assert (first.human, first.agent) == ("eval", "Let me check in Emacs.")
+    assert first.eval == ChatEval("(+ 2 2)", True, "4", None)
+    assert (second.human, second.agent, second.eval) == (None, "Done: that was the eval above.", None)
+
+
+def test_an_error_a_tick_without_reply_and_escaped_lines(tmp_path):
+    """An eval that failed reads ``** Eval (error)``; a tick that evaluated without a reply
+    still has it; lines org would read (``*``, ``#+end_src``) are comma-escaped."""
+    path = tmp_path / "agent-chat.org"
+    log = ChatLog(path)
+    form = '(progn\n#+end_src\n* not a heading\n(car 1))'
+    log.write_agent(1, T, "", with_heading=True)
+    log.write_eval(1, ChatEval.of(form, False, None, "Wrong type argument: listp, 1\n* star"))
+    assert "\n,#+end_src\n,* not a heading\n" in path.read_text()
+    entry = ChatLog(path).read_tail(5)[0]
+    assert (entry.human, entry.agent) == (None, "")
+    assert entry.eval == ChatEval(form, False, None, "Wrong type argument: listp, 1\n* star")
+    root = orgparse.load(str(path))
+    assert [(n.level, n.heading) for n in root.children[0][1:]] == [(2, "Agent"), (2, "Eval (error)")]
+
+
+def test_long_form_and_result_are_cut_saying_so(tmp_path):
+    done = ChatEval.of("(list " + "x " * 3000 + ")", True, "y" * 5000, None)
+    assert len(done.form) < EVAL_CHARS + 100 and "more characters cut" in done.form.splitlines()[-1]
+    assert done.form.splitlines()[-1].startswith(";; ")
+    assert done.result is not None and done.result.endswith("3,000 more characters cut: the transcript has them all]")
+    log = ChatLog(tmp_path / "agent-chat.org")
+    log.write_agent(1, T, "r", with_heading=True)
+    log.write_eval(1, done)
+    assert ChatLog(tmp_path / "agent-chat.org").read()[0].eval == done
+
+
+def test_the_eval_is_not_in_the_reply_memory_or_context_shows(tmp_path):
+    """After a restart the chat item is what was said; the shell's recent exchange has the eval."""
+    home = tmp_path / "home"
+    config = load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"})
+    rt = Runtime(config, SilentFace())
+    rt.chat_log.write_human(1, T, "eval")
+    rt.chat_log.write_agent(1, T, "Let me check in Emacs.", with_heading=False)
+    rt.chat_log.write_eval(1, ChatEval.of("(+ 2 2)", True, "4", None))
+    rt.ltm.close()
+    again = Runtime(config, SilentFace())
+    try:
+        assert again.memory.chat[-1].content == {"human": "eval", "agent": "Let me check in Emacs."}
+        text = assemble(again.memory.snapshot(again.consciousness)).text
+        assert "Let me check in Emacs." in text and "begin_src" not in text and "(+ 2 2)" not in text
+        (recent,) = views.status(again)["recent"]  # type: ignore[misc]
+        assert recent["eval"] == {"form": "(+ 2 2)", "success": True, "result": "4", "error": None}
+        assert recent["agent"] == "Let me check in Emacs."
+    finally:
+        again.ltm.close()
+
+
+def test_rotation_keeps_the_eval_part_with_its_tick(tmp_path):
+    path: Path = tmp_path / "agent-chat.org"
+    log = ChatLog(path, rotate_bytes=200)
+    log.write_human(1, "2026-01-31T23:59:00Z", "eval")
+    log.write_agent(1, "2026-01-31T23:59:00Z", "ok", with_heading=False)
+    log.write_eval(1, ChatEval.of("(+ 2 2)", True, "4", None))
+    log.write_human(2, "2026-02-01T00:00:00Z", "next")
+    entries = ChatLog(path, rotate_bytes=200).read()
+    assert [(e.tick, e.eval) for e in entries] == [(1, ChatEval("(+ 2 2)", True, "4", None)), (2, None)]
+    assert (tmp_path / "chat").is_dir()
