@@ -158,31 +158,76 @@
         (amacs-hub--line "  %s %s" (substring (plist-get commit :sha) 0 7) (plist-get commit :subject))))
     (insert "\n")))
 
+(defun amacs-hub--place (pos window)
+  "Where POS is in the hub: (WINDOW IDENT LINE COLUMN ROW).
+IDENT names the section at POS (`magit-section-ident'), LINE and COLUMN
+are POS's place in it, ROW is POS's screen line in WINDOW (nil: none)."
+  (save-excursion
+    (goto-char pos)
+    (let ((section (magit-current-section)))
+      (list window (magit-section-ident section)
+            (- (line-number-at-pos) (line-number-at-pos (oref section start)))
+            (current-column)
+            (and window (pos-visible-in-window-p pos window)
+                 (1- (count-screen-lines (window-start window) (min (1+ pos) (point-max)) nil window)))))))
+
+(defun amacs-hub--find (ident line column)
+  "Position of LINE and COLUMN into the section IDENT, as magit's refresh does.
+A section that is gone gives way to the nearest one still there: its
+parent, or the parent's parent."
+  (let ((section nil))
+    (while (and ident (not (setq section (magit-get-section ident))))
+      (setq ident (cdr ident) line 0 column 0))
+    (save-excursion
+      (goto-char (if section (oref section start) (point-min)))
+      (when section
+        (let ((start (point)))
+          (forward-line line)
+          (move-to-column column)
+          (unless (eq (magit-current-section) section) (goto-char start))))
+      (point))))
+
+(defun amacs-hub--restore (places)
+  "Put point and each window's point back where PLACES (`amacs-hub--place') say."
+  (pcase-dolist (`(,window ,ident ,line ,column ,row) places)
+    (let ((pos (amacs-hub--find ident line column)))
+      (if (not window)
+          (goto-char pos)
+        (set-window-point window pos)
+        (when row                       ; the line stays on its screen row
+          (set-window-start window (save-excursion (goto-char pos) (forward-line (- row)) (point)) t))))))
+
 (defun amacs-hub--render (state)
-  "Draw STATE into the hub buffer, keeping point on the same section."
+  "Draw STATE into the hub buffer, keeping point on the same section.
+Point, and the point of every window that shows the hub, stay on the
+same section (an agent's line, a thread, a heading), and the buffer is
+left unmodified."
   (let ((buffer (get-buffer amacs-hub-buffer-name)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (setq amacs-hub--state state)
-        (let ((inhibit-read-only t)
-              (line (line-number-at-pos)))
-          (erase-buffer)
-          (magit-insert-section (amacs-hub)
-            (amacs-hub--insert-consciousness state)
-            (amacs-hub--insert-threads state)
-            (amacs-hub--insert-agents state)
-            (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
-                                    (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
-            (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
-                                    (lambda (s) (format "[%s] %s%s" (plist-get s :tick) (plist-get s :heading)
-                                                        (if (plist-get s :thread)
-                                                            (format " (%s)" (plist-get s :thread)) ""))))
-            (amacs-hub--insert-eval state)
-            (amacs-hub--insert-commits state)
-            (magit-insert-section (amacs-chat-log (plist-get state :chat-log))
-              (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log)))))
-          (goto-char (point-min))
-          (forward-line (1- line))))
+        (let* ((inhibit-read-only t)
+               (places (cons (amacs-hub--place (point) nil)
+                             (mapcar (lambda (window) (amacs-hub--place (window-point window) window))
+                                     (get-buffer-window-list buffer nil t)))))
+          (with-silent-modifications
+            (erase-buffer)
+            (magit-insert-section (amacs-hub)
+              (amacs-hub--insert-consciousness state)
+              (amacs-hub--insert-threads state)
+              (amacs-hub--insert-agents state)
+              (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
+                                      (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
+              (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
+                                      (lambda (s) (format "[%s] %s%s" (plist-get s :tick) (plist-get s :heading)
+                                                          (if (plist-get s :thread)
+                                                              (format " (%s)" (plist-get s :thread)) ""))))
+              (amacs-hub--insert-eval state)
+              (amacs-hub--insert-commits state)
+              (magit-insert-section (amacs-chat-log (plist-get state :chat-log))
+                (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log))))))
+          (set-buffer-modified-p nil)
+          (amacs-hub--restore places)))
       (run-hooks 'amacs-hub-rendered-hook))))
 
 (defun amacs-hub-refresh ()
@@ -252,12 +297,28 @@ Signal a `user-error' elsewhere."
       (user-error "Not on a subagent's line (C-c C-c in the shell interrupts the primary)"))
     (oref section value)))
 
+(defun amacs-hub--ended (agent)
+  "Return the state of AGENT if it has ended in the hub's last state, else nil."
+  (let* ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents)))
+         (state (plist-get entry :state)))
+    (and (member state '("done" "cancelled" "stopped" "failed" "discarded" "quit" "interrupted")) state)))
+
 (defun amacs-hub-cancel-agent (agent)
-  "Cancel AGENT, the subagent at point, and every subagent below it."
+  "Cancel AGENT, the subagent at point, and every subagent below it.
+An agent that has already ended (perhaps while you were asked) is said
+to have ended, in the echo area at once."
   (interactive (list (amacs-hub--agent-at-point)))
-  (when (y-or-n-p (format "Cancel %s and its subagents? " agent))
-    (amacs-call 'person_agent_control (list "cancel" agent)
-                (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh)))))
+  (let ((ended (amacs-hub--ended agent)))
+    (cond
+     (ended (message "AMACS: %s has already ended (%s)" agent ended))
+     ((y-or-n-p (format "Cancel %s and its subagents? " agent))
+      (if (setq ended (amacs-hub--ended agent)) ; it ended while you were asked
+          (message "AMACS: %s has already ended (%s)" agent ended)
+        (amacs-call 'person_agent_control (list "cancel" agent)
+                    (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh))
+                    (lambda (err)
+                      (message "AMACS: %s" (replace-regexp-in-string " has ended" " has already ended" err))
+                      (amacs-hub-refresh))))))))
 
 (defun amacs-hub-talk-to-agent (agent text)
   "Say TEXT to AGENT, the subagent at point; its answer appears in the shell."
@@ -286,7 +347,8 @@ Signal a `user-error' elsewhere."
         ;; magit-section's hooks need a root section before the state arrives.
         (let ((inhibit-read-only t))
           (magit-insert-section (amacs-hub)
-            (magit-insert-heading "AMACS hub: waiting for the server...")))))
+            (magit-insert-heading "AMACS hub: waiting for the server..."))
+          (set-buffer-modified-p nil))))
     (pop-to-buffer buffer)
     (amacs-hub-refresh)
     buffer))

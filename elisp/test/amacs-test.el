@@ -521,6 +521,49 @@ later, neither runs it again nor says the server stopped."
             (should (= asked 2))))
       (kill-buffer buffer))))
 
+;; What a newcomer saw in tmux: a refresh put point at the top of the hub,
+;; the mode line said it was modified, and k on an ended task said nothing.
+(defun amacs-test--hub-state (task-state)
+  "A hub state whose task-2 is in TASK-STATE."
+  (list :identity "a" :tick 1 :mood "m" :confidence 0.5
+        :budget '(:cost-so-far 0.0 :budget-limit 5.0 :pressure "low")
+        :session '(:input-tokens 1 :output-tokens 1 :cache-read-tokens 0 :cache-write-tokens 0 :cost 0.0)
+        :model "m" :threads nil :chat-log "/tmp/agent-chat.org"
+        :agents (list '(:id "primary" :type "primary" :template "core" :state "idle" :steps 0 :cost 0.0)
+                      '(:id "task-1" :type "task" :template "r" :state "done" :steps 1 :cost 0.0)
+                      (list :id "task-2" :type "task" :template "r" :state task-state :steps 0 :cost 0.0))))
+
+(ert-deftest amacs-test-hub-refresh-keeps-point-and-leaves-it-unmodified ()
+  "A refresh keeps point, in the buffer and in a window not selected, on the
+same agent's line; the hub is not modified; k on an ended agent says so at once."
+  (let ((buffer (get-buffer-create amacs-hub-buffer-name)) (asked nil) (said nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-hub-refresh) #'ignore)
+                  ((symbol-function 'message) (lambda (&rest args) (setq said (apply #'format args))))
+                  ((symbol-function 'amacs-call) (lambda (&rest args) (push args asked)))
+                  ((symbol-function 'y-or-n-p) (lambda (_) t)))
+          (save-window-excursion
+            (delete-other-windows)
+            (amacs-hub)
+            (amacs-hub--render (amacs-test--hub-state "running"))
+            (should-not (buffer-modified-p buffer))
+            (goto-char (point-min))
+            (search-forward "task-2")
+            (let ((line (line-number-at-pos))
+                  (hub-window (selected-window)))
+              (select-window (split-window))   ; the person goes to another window (C-x o)
+              (switch-to-buffer "*scratch*")
+              (amacs-hub--render (amacs-test--hub-state "done"))
+              (should (= line (with-current-buffer buffer (line-number-at-pos (window-point hub-window)))))
+              (with-current-buffer buffer
+                (should (= line (line-number-at-pos)))
+                (should-not (buffer-modified-p))
+                (goto-char (window-point hub-window))
+                (amacs-hub-cancel-agent "task-2")
+                (should (equal said "AMACS: task-2 has already ended (done)"))
+                (should-not asked)))))
+      (kill-buffer buffer))))
+
 ;;;; Memory (issue 13: load pages long items)
 
 (ert-deftest amacs-test-memory-load-version-and-paging-options ()
