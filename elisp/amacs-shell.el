@@ -340,28 +340,33 @@ the next line shows as it would without them."
                                 (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
     (amacs-shell--set-state 'eval)
     (setq amacs-shell--answered-early nil)
-    (let* ((form (plist-get event :form))
-           (n (setq amacs-shell--eval-count (1+ amacs-shell--eval-count)))
-           (id (intern (format "amacs-eval-%d" n))))
-      (add-to-invisibility-spec id)
-      (amacs-shell--editing
-        (amacs-shell--fresh-line)
-        (let ((start (copy-marker amacs-shell--out nil)))
-          (amacs-shell--insert-output
-           (propertize (concat "▸ eval "
-                               (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
-                                                                (- (amacs-shell--width) 25))))
-                       'font-lock-face 'amacs-shell-eval 'amacs-eval id
-                       'help-echo "TAB or RET: show the form and its result"))
-          (put id 'amacs-pending (copy-marker amacs-shell--out nil))
-          (amacs-shell--insert-output (propertize (substitute-command-keys " … (\\[keyboard-quit] stops it)")
-                                                  'font-lock-face 'amacs-shell-eval 'amacs-eval id))
-          (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--pretty form)
-                                                                'font-lock-constant-face))
-          (put id 'amacs-summary start)
-          (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
-          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))))))
+    (amacs-shell--eval-line (plist-get event :form)))
   (amacs-shell--show-now))
+
+(defun amacs-shell--eval-line (form)
+  "Show an eval of FORM as a summary line whose result is pending; return its id.
+The id names the eval's invisibility symbol: `amacs-shell--eval-finish'
+gives the line its result."
+  (let ((id (intern (format "amacs-eval-%d" (setq amacs-shell--eval-count (1+ amacs-shell--eval-count))))))
+    (amacs-shell--editing
+      (add-to-invisibility-spec id)
+      (amacs-shell--fresh-line)
+      (let ((start (copy-marker amacs-shell--out nil)))
+        (amacs-shell--insert-output
+         (propertize (concat "▸ eval "
+                             (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
+                                                              (- (amacs-shell--width) 25))))
+                     'font-lock-face 'amacs-shell-eval 'amacs-eval id
+                     'help-echo "TAB or RET: show the form and its result"))
+        (put id 'amacs-pending (copy-marker amacs-shell--out nil))
+        (amacs-shell--insert-output (propertize (substitute-command-keys " … (\\[keyboard-quit] stops it)")
+                                                'font-lock-face 'amacs-shell-eval 'amacs-eval id))
+        (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--pretty form)
+                                                              'font-lock-constant-face))
+        (put id 'amacs-summary start)
+        (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
+        (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))))
+    id))
 
 (defun amacs-shell--show-now ()
   "Redisplay the shell now, before an eval blocks Emacs.
@@ -403,34 +408,7 @@ with \\[keyboard-quit] is said to have been stopped."
       (if amacs--eval-wait
           (amacs-shell--sleep amacs--eval-wait amacs--eval-talks)
         (amacs-shell--set-state 'thinking))
-      (let* ((id (intern (format "amacs-eval-%d" amacs-shell--eval-count)))
-             (start (get id 'amacs-summary))
-             (details-end (get id 'amacs-details-end))
-             (ok (plist-get result :success))
-             (face (if ok 'amacs-shell-eval 'amacs-shell-eval-error))
-             (value (if ok (or (plist-get result :result) "nil")
-                      (concat "error: " (or (plist-get result :error) "?")))))
-        (when (and start (marker-buffer start))
-          (amacs-shell--editing
-            (goto-char details-end)
-            (insert (amacs-shell--output-props
-                     (amacs-shell--eval-detail
-                      id (concat (if ok "⇒ " "error: ")
-                                 (string-trim-right (if ok value (or (plist-get result :error) "?"))))
-                      (if ok 'default 'amacs-shell-error))))
-            (let* ((pending (get id 'amacs-pending))
-                   (used (- pending start)))
-              (goto-char pending)
-              (delete-region pending (next-single-property-change pending 'invisible nil (point-max)))
-              (insert (amacs-shell--output-props
-                       (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used))))))
-              (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))
-              (set-marker pending nil)
-              (put id 'amacs-pending nil)))
-          (set-marker start nil)
-          (set-marker details-end nil)
-          (put id 'amacs-summary nil)
-          (put id 'amacs-details-end nil))))
+      (amacs-shell--eval-finish (intern (format "amacs-eval-%d" amacs-shell--eval-count)) result))
     (when stopped
       (amacs-shell--note
        (format "You stopped %s (%s): %s gets that as its result and goes on; %s stops %s."
@@ -440,6 +418,37 @@ with \\[keyboard-quit] is said to have been stopped."
                (substitute-command-keys "\\<amacs-shell-mode-map>\\[amacs-shell-interrupt]")
                (if (equal agent "primary") "its turn" "every agent's work"))))
     (amacs-shell--update-header)))
+
+(defun amacs-shell--eval-finish (id result)
+  "Finish the summary line of eval ID with RESULT.
+RESULT is a plist of :success, :result and :error, as an eval gives."
+  (let* ((start (get id 'amacs-summary))
+         (details-end (get id 'amacs-details-end))
+         (ok (plist-get result :success))
+         (face (if ok 'amacs-shell-eval 'amacs-shell-eval-error))
+         (value (if ok (or (plist-get result :result) "nil")
+                  (concat "error: " (or (plist-get result :error) "?")))))
+    (when (and start (marker-buffer start))
+      (amacs-shell--editing
+        (goto-char details-end)
+        (insert (amacs-shell--output-props
+                 (amacs-shell--eval-detail
+                  id (concat (if ok "⇒ " "error: ")
+                             (string-trim-right (if ok value (or (plist-get result :error) "?"))))
+                  (if ok 'default 'amacs-shell-error))))
+        (let* ((pending (get id 'amacs-pending))
+               (used (- pending start)))
+          (goto-char pending)
+          (delete-region pending (next-single-property-change pending 'invisible nil (point-max)))
+          (insert (amacs-shell--output-props
+                   (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used))))))
+          (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))
+          (set-marker pending nil)
+          (put id 'amacs-pending nil)))
+      (set-marker start nil)
+      (set-marker details-end nil)
+      (put id 'amacs-summary nil)
+      (put id 'amacs-details-end nil))))
 
 (defun amacs-shell-toggle ()
   "Show or hide the form and result of the eval at point."
@@ -870,7 +879,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
             (amacs-shell--output (amacs-shell--input-line
                                   (concat amacs-shell-prompt (plist-get entry :human))
                                   'amacs-shell-resumed)))
-          (when (plist-get entry :agent)
+          (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
             (amacs-shell--editing
               (amacs-shell--fresh-line t)
               ;; Plain: rendering with org here would load org (~0.75 s) before
@@ -878,7 +887,10 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
               (amacs-shell--insert-output
                (propertize (concat (string-trim (plist-get entry :agent)) "\n")
                            'font-lock-face 'amacs-shell-resumed))
-              (amacs-shell--fresh-line t))))
+              (amacs-shell--fresh-line t)))
+          (let ((done (plist-get entry :eval)))  ; said, then evaluated: as the live shell drew it
+            (when done
+              (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done))))
         (amacs-shell--output
          (substitute-command-keys
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
