@@ -234,10 +234,15 @@ With BLANK, set it off by an empty line."
      (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
        (if face (propertize text 'font-lock-face face) text)))))
 
+(defun amacs-shell--comment-lines (text)
+  "TEXT with `;; ' before each of its lines."
+  (mapconcat (lambda (line) (concat ";; " line)) (split-string text "\n") "\n"))
+
 (defun amacs-shell--note (text)
-  "Show TEXT as a note in the shell, or in the echo area without a shell."
+  "Show TEXT as a note in the shell, or in the echo area without a shell.
+Each of its lines is a `;;' line."
   (if (amacs-shell--buffer)
-      (amacs-shell--output (concat ";; " text) 'amacs-shell-annotation)
+      (amacs-shell--output (amacs-shell--comment-lines text) 'amacs-shell-annotation)
     (message "%s" text)))
 
 (defun amacs-shell--insert-prompt ()
@@ -636,24 +641,33 @@ in agent-chat.org (`:saved')."
     (when line (push (cons line (plist-get event :saved)) amacs-shell--taken))))
 
 (defun amacs-shell--say-what-was-kept ()
-  "The server stopped mid-turn: say what of this turn is on disk, and only that.
+  "The server stopped mid-turn: say so once, with what of this turn is on disk.
 An input is said to be saved only if the server confirmed it was
-written to agent-chat.org; otherwise it is in the history (issue 12)."
-  (let ((saved (seq-filter #'cdr amacs-shell--taken))
-        (unsaved (seq-remove #'cdr amacs-shell--taken))
-        (history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))
-    (when saved
-      (setq amacs-shell--stop-said t)
-      (amacs-shell--output
-       (if amacs-shell--replied
-           ";; The server stopped before the agent's turn ended; your input and the reply shown are saved in agent-chat.org."
-         ";; The server stopped before the agent replied; your input is saved in agent-chat.org.  Send again to continue.")
-       'amacs-shell-warning))
-    (when unsaved
-      (amacs-shell--output
-       (format ";; The server stopped; your input%s went to the agent that asked, not to agent-chat.org: %s brings %s back."
-               (if (cdr unsaved) "s" "") history (if (cdr unsaved) "them" "it"))
-       'amacs-shell-warning))))
+written to agent-chat.org; otherwise it is in the history (issue 12).
+The transport's notice (`amacs-stopped': what happened, how to go on,
+the log) and these facts are one notice, each line a `;;' line."
+  (let* ((saved (seq-filter #'cdr amacs-shell--taken))
+         (unsaved (seq-remove #'cdr amacs-shell--taken))
+         (history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]"))
+         (kept (delq nil
+                     (list (cond ((and saved amacs-shell--replied)
+                                  " before the agent's turn ended; your input and the reply shown are saved in agent-chat.org")
+                                 (saved " before the agent replied; your input is saved in agent-chat.org"))
+                           (and unsaved
+                                (format "%s your input%s went to the agent that asked, not to agent-chat.org: %s brings %s back"
+                                        (if saved "; and" ";") (if (cdr unsaved) "s" "")
+                                        history (if (cdr unsaved) "them" "it")))))))
+    (when saved (setq amacs-shell--stop-said t))
+    (when (and kept (amacs-shell--buffer))
+      ;; Without `amacs-stopped' the server was stopped on purpose (`amacs-restart').
+      (let ((stop (or amacs-stopped
+                      (cons "The server stopped"
+                            (and saved (not amacs-shell--replied) "Send again to continue.")))))
+        (setq amacs-stopped nil)          ; said here: the transport says no more
+        (amacs-shell--output
+         (amacs-shell--comment-lines
+          (concat (car stop) (apply #'concat kept) "." (and (cdr stop) (concat " " (cdr stop)))))
+         'amacs-shell-warning)))))
 
 (defun amacs-shell--drop-queued (why sent)
   "Queued inputs will not be taken, because of WHY: say so for each.

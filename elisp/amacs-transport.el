@@ -358,6 +358,25 @@ printed.  Does nothing if a server is already starting or connected."
                     (lambda (line) (string-match-p "\\`Process .*\\(finished\\|exited\\|killed\\)" line))
                     (split-string (buffer-string) "\n" t "[ \t]+"))))))))
 
+(defvar amacs-stopped nil
+  "While `amacs-disconnect-hook' runs: the notice that the server went, or nil.
+A cons (WHAT . THEN): WHAT says what happened (\"AMACS server
+stopped (killed)\"), THEN how to go on and, on a line of its own,
+where the log is.  A function of the hook that says it itself, with
+what of the turn is on disk between the two, sets it to nil: then
+nothing more is said.")
+
+(defun amacs-server-log ()
+  "Return the server's log file."
+  (expand-file-name "logs/server.log" (amacs--home-directory)))
+
+(defun amacs--say-stopped (what then)
+  "Run `amacs-disconnect-hook'; then say WHAT and THEN unless a hook function did."
+  (let ((amacs-stopped (cons what then)))
+    (run-hooks 'amacs-disconnect-hook)
+    (when amacs-stopped
+      (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped)))))
+
 (defun amacs--server-gone (proc event)
   "Forget server PROC, which ended with EVENT, and say so once.
 Called by its sentinel, or earlier by `amacs-start-server' when input
@@ -367,12 +386,12 @@ typed after the connection dropped starts a new server first."
     (when (eq proc amacs--server-process)
       (setq amacs--ready nil amacs--manager nil amacs--server-process nil))
     ;; The shell first closes what the server left open (a stream, input it
-    ;; was sent), so this line comes after what it explains.
-    (run-hooks 'amacs-disconnect-hook)
+    ;; was sent) and says, in this one notice, what of the turn is on disk.
     (if (process-get proc 'amacs-accepted)
-        (amacs--say "AMACS server stopped (%s). Send a message to restart it, or M-x amacs-restart. Log: %s"
-                    (string-trim event)
-                    (expand-file-name "logs/server.log" (amacs--home-directory)))
+        (amacs--say-stopped (format "AMACS server stopped (%s)" (string-trim event))
+                            (format "Send a message to restart it, or M-x amacs-restart.\nLog: %s"
+                                    (amacs-server-log)))
+      (run-hooks 'amacs-disconnect-hook)
       ;; It never accepted this Emacs: a failed start, said once (issue 12).
       (setq amacs--start-failures (1+ amacs--start-failures))
       (unless (process-get proc 'amacs-error)
@@ -465,8 +484,8 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (when (and (eq mngr amacs--manager) (not (process-live-p proc)))
     (setq amacs--ready nil amacs--manager nil)
     (unless amacs--server-process
-      (run-hooks 'amacs-disconnect-hook)
-      (amacs--say "Lost the AMACS server (%s). Send a message to reconnect." (string-trim event)))))
+      (amacs--say-stopped (format "Lost the AMACS server (%s)" (string-trim event))
+                          "Send a message to reconnect."))))
 
 (defun amacs--hello-accepted (status)
   "Store the server's STATUS plist and run the functions waiting for it."

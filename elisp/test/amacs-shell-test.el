@@ -207,7 +207,7 @@ server's hello does not say it again."
     (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
     (amacs-shell--on-disconnect)
     (should (string-match-p
-             "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org"
+             "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org\\. Send again"
              (amacs-shell-test--text)))
     (let ((amacs--status '(:interrupted t :recent ((:human "q1")))))
       (amacs-shell--greet))
@@ -243,7 +243,40 @@ After a turn that ended nothing is said about it."
     (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
     (amacs-shell--on-turn-done nil)
     (amacs-shell--on-disconnect)
-    (should-not (string-match-p "The server stopped" (amacs-shell-test--text)))))
+    (should-not (string-match-p "server stopped" (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-one-notice-when-the-server-stops ()
+  "A newcomer saw two notices that said nearly the same, and the log path on a
+line without `;;': the server stopped mid-turn is one notice, what happened,
+what is on disk and how to go on, then `;; Log: PATH'."
+  (amacs-shell-test--with-shell
+    (let ((said nil))
+      (let ((amacs-transport-message-function (lambda (text) (push text said) (amacs-shell--note text)))
+            (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
+        (amacs-shell-test--type-and-send "q1")
+        (amacs-shell--on-turn-start nil)
+        (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
+        (amacs--say-stopped "AMACS server stopped (killed)"
+                            "Send a message to restart it, or M-x amacs-restart.\nLog: /home/x/logs/server.log"))
+      (should-not said)                               ; the shell said it: the transport adds nothing
+      (let ((text (amacs-shell-test--text)))
+        (should (string-match-p
+                 (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; your input is saved "
+                         "in agent-chat\\.org\\. Send a message to restart it, or M-x amacs-restart\\.\n"
+                         ";; Log: /home/x/logs/server\\.log\n")
+                 text))
+        (should (= 1 (how-many "stopped" (point-min) (point-max))))))))
+
+(ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
+  "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
+  (amacs-shell-test--with-shell
+    (let ((amacs-transport-message-function #'amacs-shell--note)
+          (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
+      (amacs--say-stopped "AMACS server stopped (killed)"
+                          "Send a message to restart it, or M-x amacs-restart.\nLog: /home/x/logs/server.log"))
+    (should (string-match-p (concat ";; AMACS server stopped (killed)\\. Send a message to restart it, "
+                                    "or M-x amacs-restart\\.\n;; Log: /home/x/logs/server\\.log\n")
+                            (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-input-waiting-for-the-next-server-survives-a-disconnect ()
   "Issue 9/10: input sent to the server that went is not sent; input typed after, for the next one, stays."

@@ -166,7 +166,9 @@ def test_kill_server_mid_tick_keeps_input_and_restart_continues(fake, home):
     assert "AMACS server stopped" in run.shell
     assert "Here I am again." in run.shell
     # Said when the server stopped (it had confirmed the write-ahead), not again at the next hello.
-    assert ("The server stopped before the agent replied; your input is saved in agent-chat.org." in run.shell)
+    assert ("AMACS server stopped (killed) before the agent replied; your input is saved in agent-chat.org."
+            in run.shell)
+    assert run.shell.count("AMACS server stopped") == 1, run.shell  # one notice, not two
     assert "Your last message got no reply" not in run.shell
     assert chat_lines(fake.user_texts()[-1]) == [
         "Human: remember the milk", "Agent: (no reply: the tick was interrupted)", "Human: are you back?"]
