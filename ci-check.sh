@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every check of AMACS, on a fresh Debian machine or a used one:
 # installs what is missing, then byte-compile (warnings are errors),
-# checkdoc, ERT, ruff, pytest (unit and end-to-end).  Non-zero on any failure.
+# checkdoc, ERT, ruff, mypy --strict, pytest (unit and end-to-end).  Non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -26,6 +26,9 @@ emacs -Q --batch "${EMACS_SETUP[@]}" -L elisp -L elisp/test \
 
 echo "== ruff"
 .venv/bin/ruff check amacs_server tests bench
+
+echo "== mypy --strict (local stubs for epc and sexpdata in typings/)"
+.venv/bin/mypy --strict amacs_server
 
 echo "== pytest (unit and end-to-end)"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

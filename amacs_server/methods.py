@@ -160,7 +160,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         face.fail_all("Emacs disconnected during the eval")
 
     server.on_emacs_gone = emacs_gone
-    for name, fn in {
+    methods: dict[str, Callable[..., Any]] = {
         "submit": submit,
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
@@ -188,5 +188,6 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in tools.TOOLS.items()},
-    }.items():
+    }
+    for name, fn in methods.items():
         server.register(name, fn)

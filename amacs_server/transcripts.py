@@ -10,7 +10,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
 
 COLUMNS = {
     "run_id": "VARCHAR", "session_id": "VARCHAR", "agent_id": "VARCHAR", "parent_id": "VARCHAR",
@@ -19,7 +22,7 @@ COLUMNS = {
 }
 
 
-def connect(folder: Path) -> Any:
+def connect(folder: Path) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with every transcript of FOLDER as the view ``events``."""
     import duckdb
 

@@ -33,6 +33,11 @@ if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stam
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
   touch "$stamp"
 fi
+# ci-check.sh's type checker, for the tests only (not a dependency of the server).
+if [ -n "$extras" ] && ! .venv/bin/python -c 'import mypy' >/dev/null 2>&1; then
+  echo "== installing mypy into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check "mypy>=1.11"
+fi
 
 # Byte-compiled elisp for ./amacs, in a folder of its own: loading compiled
 # files saves ~0.1 s at each start, and an Emacs that loads elisp/ directly

@@ -189,12 +189,11 @@ def _is_key(value: Any) -> bool:
     return isinstance(value, Symbol) or value is True or value == []
 
 
-def _key_name(value: Any) -> str:
-    if value is True:
-        return "t"
-    if value == []:
-        return "nil"
-    return value.value()
+def _key_name(value: Symbol | bool | list[Any]) -> str:
+    """The name of a key :func:`_is_key` accepted."""
+    if isinstance(value, Symbol):
+        return value.value()
+    return "t" if value is True else "nil"
 
 
 def _looks_like_alist(items: list[Any]) -> bool:

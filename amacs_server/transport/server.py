@@ -263,6 +263,7 @@ class AmacsHandler(EPCHandler):
     """One connection.  Its first message must be ``hello`` with the token."""
 
     disable_nagle_algorithm = True  # StreamRequestHandler.setup sets TCP_NODELAY
+    server: AmacsEPCServer  # the only server that makes these
 
     def setup(self) -> None:
         """Set up the send lock and NODELAY before anything can send; no autolog."""
@@ -332,7 +333,7 @@ class AmacsHandler(EPCHandler):
             return
         if name == "call" and not (len(args) == 2 and isinstance(args[0], Symbol)
                                    and args[0].value() in INLINE_METHODS):
-            self.server.pool.submit(self._handle_message, name, uid, args)  # type: ignore[attr-defined]
+            self.server.pool.submit(self._handle_message, name, uid, args)
         else:
             self._handle_message(name, uid, args)
 
@@ -371,7 +372,7 @@ class AmacsHandler(EPCHandler):
 
     def handle(self) -> None:
         """Authenticate the first message, then serve; close on anything else."""
-        server: AmacsEPCServer = self.server  # type: ignore[assignment]
+        server = self.server
         try:
             first = self._read_hello()
             if first is None:
