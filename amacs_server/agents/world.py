@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -34,8 +34,9 @@ from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
 
 if TYPE_CHECKING:
-    from ..inference.anthropic_backend import ModelResult
+    from ..inference.anthropic_backend import ModelResult, TextSink
     from ..inference.pricing import Usage
+    from ..inference.retry import StatusSink
     from ..loop.face import Face
     from ..memory.active import ActiveMemory
     from ..persistence.transcript import Transcript
@@ -61,8 +62,8 @@ FALLBACK_CHARS = 2000  # of a subagent's answer that was never valid JSON, passe
 class ModelBackend(Protocol):
     """A model backend as the World calls it (non-streamed: a subagent's reply is not shown as it comes)."""
 
-    async def complete(self, request: dict[str, Any], on_text: Any = None, *, stream: bool = True,
-                       on_status: Any = None) -> ModelResult: ...
+    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *, stream: bool = True,
+                       on_status: StatusSink | None = None) -> ModelResult: ...
 
 
 class WorldHost(Protocol):
@@ -214,7 +215,7 @@ class AgentWorld:
         self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
         self.files_seen: dict[str, dict[str, FileSeen]] = {}  # per agent: the files its evals read or wrote
 
-    def _spawn(self, coro: Any, *agent_ids: str) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
         for agent_id in agent_ids:
@@ -662,7 +663,7 @@ class AgentWorld:
 
     async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int) -> None:
         try:
-            reply: Any = {"reply": await self.respond(agent, f"[{caller}] {text}")}
+            reply: dict[str, Any] = {"reply": await self.respond(agent, f"[{caller}] {text}")}
         except asyncio.CancelledError:
             self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, {"error": "interrupted"}, talk_id),
                                  wake=False)

@@ -353,7 +353,7 @@ class AmacsHandler(EPCHandler):
             except Exception:  # noqa: BLE001 - the peer is gone
                 pass
 
-    def _handle_call(self, uid: Any, meth: Symbol, args: Any) -> list[Any]:
+    def _handle_call(self, uid: Any, meth: Symbol, args: list[Any]) -> list[Any]:
         name = meth.value()
         try:
             func = self.server.get_method(name)
