@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
+
+
+def builtin_skills_dir() -> Path:
+    """The folder of the built-in skills: the core skill (the system prompt) and the templates.
+
+    Package data, ``amacs_server/builtin_skills``: in a checkout a link to
+    ``skills/``, in an installed wheel a copy of it.
+    """
+    return Path(str(resources.files("amacs_server") / "builtin_skills"))
 
 
 class ConfigError(ValueError):
@@ -38,7 +48,7 @@ class Config:
     event_queue: int = 100
     inbox_limit: int = 50  # the person's inputs waiting for the primary at most
     wait_timeout: float = 60.0
-    repo_root: Path = field(default_factory=lambda: Path(__file__).resolve().parent.parent)
+    builtin_skills: Path = field(default_factory=builtin_skills_dir)
 
     def secrets(self) -> dict[str, str | None]:
         """Every secret the server holds, by name (the scrubber's)."""
@@ -47,7 +57,7 @@ class Config:
     @property
     def skills_dir(self) -> Path:
         """The built-in skills shipped with the server."""
-        return self.repo_root / "skills"
+        return self.builtin_skills
 
     @property
     def has_credentials(self) -> bool:

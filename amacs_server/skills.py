@@ -1,6 +1,7 @@
 """Skills (RFC v4 §6, EPIC-002 IMP-023): folders with a SKILL.md and frontmatter.
 
-Built-in skills live in the repository's ``skills/``; the person's own, in the
+Built-in skills live in the repository's ``skills/`` (package data of an installed
+server, see :func:`amacs_server.config.builtin_skills_dir`); the person's own, in the
 AMACS home's ``skills/``, override them by name.  Files are read fresh when
 they change, so an edit shows on the next tick without a restart.
 """
