@@ -19,6 +19,9 @@ emacs -Q --batch "${EMACS_SETUP[@]}" -L "$tmp" \
 echo "== checkdoc"
 emacs -Q --batch -l scripts/checkdoc-batch.el elisp/*.el
 
+echo "== package-lint (elisp/ as one package, amacs.el its main file; exemptions in the script)"
+emacs -Q --batch -l scripts/package-lint-batch.el elisp/amacs.el $(ls elisp/*.el | grep -vx elisp/amacs.el)
+
 echo "== ERT"
 emacs -Q --batch "${EMACS_SETUP[@]}" -L elisp -L elisp/test \
   --eval "(setq load-prefer-newer t)" \

@@ -3,10 +3,7 @@
 ;; Copyright (C) 2026 AMACS developers
 
 ;; Author: AMACS developers
-;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (epc "0.1.1"))
 ;; Keywords: tools, ai
-;; URL: https://example.invalid/amacs
 
 ;; This file is not part of GNU Emacs.
 

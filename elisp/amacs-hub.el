@@ -3,10 +3,7 @@
 ;; Copyright (C) 2026 AMACS developers
 
 ;; Author: AMACS developers
-;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (epc "0.1.1") (magit-section "3.3.0"))
 ;; Keywords: tools, ai
-;; URL: https://example.invalid/amacs
 
 ;; This file is not part of GNU Emacs.
 
@@ -26,7 +23,7 @@
 
 (require 'magit-section)
 (require 'org)
-(require 'amacs-transport)
+(require 'amacs)                        ; reached by autoload: the whole client, not the link alone
 
 (defcustom amacs-hub-buffer-name "*amacs-hub*"
   "Name of the hub buffer."

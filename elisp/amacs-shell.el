@@ -946,7 +946,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 ;;;; Commands
 
-;;;###autoload
+;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
@@ -959,7 +959,7 @@ An agent stopped at its limit goes on with your next input."
                             (amacs-shell--on-tick amacs-shell-usage)
                             (message "AMACS: budget limit is now $%.2f" limit))))))
 
-;;;###autoload
+;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
@@ -1189,7 +1189,7 @@ ring is trimmed to it."
           ((equal name "lisp-interaction") "emacs-lisp")
           (t name))))
 
-;;;###autoload
+;;;###autoload (autoload 'amacs-send-region "amacs" "Send the region to the agent with a message." t)
 (defun amacs-send-region (beg end message)
   "Send the text between BEG and END to the agent, quoted, with MESSAGE.
 Code goes as an org source block in its buffer's language, prose as a
@@ -1214,7 +1214,7 @@ quote; both name where they came from."
                                     "From " where ":\n" block))
     (pop-to-buffer (amacs-shell--buffer))))
 
-;;;###autoload
+;;;###autoload (autoload 'amacs-add-buffer "amacs" "Add a buffer to the agent's active thread." t)
 (defun amacs-add-buffer (&optional buffer)
   "Add BUFFER (default: the current one) to the agent's active thread.
 The agent sees its contents from its next tick (RFC v4 §5.2); a buffer
@@ -1245,7 +1245,10 @@ visiting a file is added by its file name."
     (define-key map (kbd "TAB") #'amacs-shell-tab)
     (define-key map (kbd "C-c C-e") #'amacs-compose)
     (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)
-    (define-key map (kbd "C-c C-h") #'amacs-hub)
+    ;; The hub: C-c C-v, "view the agent's mind".  Not C-c C-h, which is the
+    ;; help for the C-c prefix; not C-c C-a (comint's beginning of input, and
+    ;; screen's prefix) nor C-c C-b (tmux's prefix).
+    (define-key map (kbd "C-c C-v") #'amacs-hub)
     (define-key map (kbd "C-c C-l") #'amacs-open-chat-log)
     (define-key map (kbd "C-c C-w") #'amacs-shell-copy-code)
     (define-key map (kbd "C-c M-w") #'amacs-shell-copy-reply)

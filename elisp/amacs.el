@@ -1,12 +1,11 @@
-;;; amacs.el --- An Emacs-native LLM agent and research platform -*- lexical-binding: t -*-
+;;; amacs.el --- An LLM agent that acts in Elisp, and a research platform -*- lexical-binding: t -*-
 
 ;; Copyright (C) 2026 AMACS developers
 
 ;; Author: AMACS developers
 ;; Version: 0.1.0
-;; Package-Requires: ((emacs "28.1") (epc "0.1.1") (magit-section "3.0.0"))
+;; Package-Requires: ((emacs "28.1") (epc "0.1.1") (magit-section "3.3.0"))
 ;; Keywords: tools, ai
-;; URL: https://example.invalid/amacs
 
 ;; This file is not part of GNU Emacs.
 
@@ -18,7 +17,13 @@
 ;;
 ;; Needs the packages epc (the transport) and magit-section (the hub):
 ;; on Debian `apt install elpa-epc elpa-magit-section', else
-;; M-x package-install from MELPA / NonGNU ELPA.
+;; M-x package-install from MELPA / NonGNU ELPA.  This file is the
+;; package's main file: only its headers count, and its Package-Requires
+;; lists every package outside Emacs that any file of elisp/ requires.
+;; Install the folder with package.el (`package-install-file' on a tar
+;; of it, `package-vc-install' on Emacs 29+), whose autoloads define
+;; the commands the README names, or put it on `load-path' and
+;; (require 'amacs).
 
 ;;; Code:
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what AMACS needs on Debian when it is missing: Emacs, epc,
 # magit-section, git, Python's venv; then .venv with the package (and,
-# with --test, its test extras and tmux).  Safe to run again: it skips what is there.
+# with --test, its test extras, tmux and package-lint).  Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
@@ -14,6 +14,9 @@ ls -d /usr/share/emacs/site-lisp/elpa/magit-section-* >/dev/null 2>&1 || need_ap
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ -n "$extras" ]; then command -v tmux >/dev/null 2>&1 || need_apt+=(tmux); fi  # tests/tmux
+if [ -n "$extras" ]; then  # ci-check.sh lints elisp/ as a package
+  ls -d /usr/share/emacs/site-lisp/elpa/package-lint-[0-9]* >/dev/null 2>&1 || need_apt+=(elpa-package-lint)
+fi
 if ((${#need_apt[@]})); then
   echo "== installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

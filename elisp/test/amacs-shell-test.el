@@ -322,7 +322,7 @@ what is on disk and how to go on, then `;; Log: PATH'."
     (amacs-shell--on-agents
      (list :agents (mapcar (lambda (i) (list :id (format "task-%d" i) :template "researcher" :doing "thinking"))
                            (number-sequence 1 6))))
-    (should (string-match-p "task-4 (researcher): thinking\n⟳ and 2 more (C-c C-h lists them)\namacs> draft\\'"
+    (should (string-match-p "task-4 (researcher): thinking\n⟳ and 2 more (C-c C-v lists them)\namacs> draft\\'"
                             (amacs-shell-test--text)))
     (should-not (string-match-p "task-5" (amacs-shell-test--text)))
     (amacs-shell--on-agents '(:agents nil))

@@ -228,7 +228,9 @@ later, neither runs it again nor says the server stopped."
 
 (ert-deftest amacs-test-shell-links-to-hub-and-chat-log ()
   "The shell links to the hub and the chat log."
-  (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-h")) #'amacs-hub))
+  (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-v")) #'amacs-hub))
+  ;; C-c C-h is the help for the C-c prefix (Key Binding Conventions): never ours.
+  (should-not (lookup-key amacs-shell-mode-map (kbd "C-c C-h")))
   (should (eq (lookup-key amacs-shell-mode-map (kbd "C-c C-l")) #'amacs-open-chat-log)))
 
 (defmacro amacs-test--with-shell (home sent &rest body)

@@ -1,4 +1,4 @@
-"""The hub (C-c C-h) as a newcomer saw it in tmux, in a real terminal.
+"""The hub (C-c C-v) as a newcomer saw it in tmux, in a real terminal.
 
 Point was put on task-2's line; after C-x o and a message in the shell the
 hub was redrawn and showed ``Top L1``; the same while ``k``'s prompt was open
@@ -71,7 +71,7 @@ def test_the_hub_keeps_point_on_the_agent_and_is_never_modified(terminal, fake):
         send(term, "research A and B")
         term.wait_for("Two researchers are at work.", timeout=15)
         wait_turn_over(term)
-        term.press("C-c C-h")
+        term.press("C-c C-v")
         term.wait_for(lambda s: "task-2" in s and "running" in s, timeout=10, what="task-2 at work in the hub")
         term.press("C-s")
         term.type("task-2")
