@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .errors import AmacsError
+
 DEFAULT_MODEL = "claude-sonnet-5-5"
 
 
@@ -19,7 +21,7 @@ def builtin_skills_dir() -> Path:
     return Path(str(resources.files("amacs_server") / "builtin_skills"))
 
 
-class ConfigError(ValueError):
+class ConfigError(AmacsError, ValueError):
     """Raised when an environment variable has a value the server cannot use."""
 
 

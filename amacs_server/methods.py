@@ -12,6 +12,7 @@ from sexpdata import Symbol
 from . import views, work_tools
 from .agents import tools as agent_tools
 from .agents.world import PRIMARY
+from .errors import Refused
 from .inference.pricing import Price
 from .memory import tools
 from .runtime import Runtime
@@ -64,28 +65,28 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def submit(text: Any) -> bool:
         """Queue the person's input for the agent; returns at once."""
         if not isinstance(text, str) or not text.strip():
-            raise ValueError("submit takes a non-empty string")
+            raise Refused("submit takes a non-empty string")
         rt.submit(text)
         return True
 
     def emacs_reply(rid: Any, result: Any) -> bool:
         """Emacs answers request RID (an eval, a buffer read) with a plist."""
         if not isinstance(rid, int) or not isinstance(result, dict):
-            raise ValueError("emacs_reply takes an id and a plist")
+            raise Refused("emacs_reply takes an id and a plist")
         face.deliver(rid, result)
         return True
 
     def eval_hold(rid: Any, holding: Any) -> bool:
         """Emacs asks the person about eval RID: its time limit waits (HOLDING), or restarts."""
         if not isinstance(rid, int):
-            raise ValueError("eval_hold takes a request id and a flag")
+            raise Refused("eval_hold takes a request id and a flag")
         face.hold(rid, bool(holding))
         return True
 
     def set_budget(limit: Any) -> float:
         """The person raises (or lowers) the budget limit, in dollars."""
         if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
-            raise ValueError("the budget limit is a number of dollars, 0 or more")
+            raise Refused("the budget limit is a number of dollars, 0 or more")
 
         def apply() -> float:
             rt.consciousness.budget.budget_limit = float(limit)
@@ -98,9 +99,9 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def set_model(backend: Any, model: Any, base_url: Any = None) -> dict[str, Any]:
         """Switch backend (anthropic or openai) and model, from the next model call on."""
         if not isinstance(backend, str) or not isinstance(model, str):
-            raise ValueError("set_model takes a backend and a model name")
+            raise Refused("set_model takes a backend and a model name")
         if base_url is not None and not isinstance(base_url, str):
-            raise ValueError("the base URL must be a string")
+            raise Refused("the base URL must be a string")
         return _on_loop(rt, lambda: rt.set_model(backend, model, base_url))
 
     def interrupt() -> bool:
@@ -118,7 +119,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def agent_transcript(agent_id: Any) -> str:
         """One agent's transcript of this session, as text."""
         if not isinstance(agent_id, str):
-            raise ValueError("agent_transcript takes an agent id")
+            raise Refused("agent_transcript takes an agent id")
         return _on_loop(rt, lambda: views.agent_transcript(rt, agent_id))
 
     def consciousness() -> str:
@@ -128,7 +129,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def set_consciousness(name: Any, value: Any) -> Any:
         """Change a RAM field; harness fields are refused with a message."""
         if not isinstance(name, str):
-            raise ValueError("the field name must be a symbol or string")
+            raise Refused("the field name must be a symbol or string")
         new = _on_loop(rt, lambda: rt.agent_set(name, value))
         return Symbol("t") if new is True else new
 

@@ -19,6 +19,7 @@ from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
 from .config import Config
 from .context.assemble import Conversation
+from .errors import Refused, Stopping
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.openai_backend import OpenAIBackend
@@ -210,9 +211,9 @@ class Runtime:
     def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
         """Switch backend and model from the next call on (loop thread)."""
         if backend not in ("anthropic", "openai"):
-            raise ValueError(f"backend {backend!r}: use anthropic or openai")
+            raise Refused(f"backend {backend!r}: use anthropic or openai")
         if not model.strip():
-            raise ValueError("name a model")
+            raise Refused("name a model")
         self.backend = self._make_backend(backend, base_url or None)
         self.backend_name, self.model = backend, model.strip()
         self.config = replace(self.config, backend=backend,
@@ -397,13 +398,13 @@ class Runtime:
     def submit(self, text: str) -> None:
         """The person's input: to whoever asked them, else a new turn; returns at once.
 
-        Refused (ValueError, said in the shell) when the inbox is at its bound."""
+        Refused (:class:`Refused`, said in the shell) when the inbox is at its bound."""
         assert self._inbox is not None
         faults.point("submit.received")
         waiting = self._inbox.qsize()  # read from another thread: a bound, not an exact count
         if waiting >= self.config.inbox_limit:
-            raise ValueError(f"{waiting} inputs already wait for the agent (the limit, AMACS_INBOX_LIMIT); "
-                             "send again once it has taken some")
+            raise Refused(f"{waiting} inputs already wait for the agent (the limit, AMACS_INBOX_LIMIT); "
+                          "send again once it has taken some")
         self.loop.call_soon_threadsafe(self._route_input, text)
 
     def _report_commit(self, text: str, kind: str) -> None:
@@ -420,9 +421,9 @@ class Runtime:
     def call_in_loop(self, fn: Callable[[], None]) -> None:
         """Run FN on the loop thread (called from other threads).
 
-        Raises RuntimeError("the AMACS server is stopping") once the loop is closed."""
+        Raises Stopping (a RuntimeError) once the loop is closed."""
         if self.loop.is_closed():
-            raise RuntimeError("the AMACS server is stopping")
+            raise Stopping("the AMACS server is stopping")
         self.loop.call_soon_threadsafe(fn)
 
     def stop(self, grace: float = 5.0) -> None:

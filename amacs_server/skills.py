@@ -14,12 +14,14 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import AmacsError
+
 _FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.S)
 SKILL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 KINDS = ("core", "skill", "task", "viewpoint", "compulsion")
 
 
-class SkillError(ValueError):
+class SkillError(AmacsError, ValueError):
     """A skill that does not exist or cannot be read; the message is for the agent."""
 
 

@@ -11,11 +11,13 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .errors import AmacsError
+
 MAX_OPEN = 3
 THREAD_ID = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
-class ThreadError(ValueError):
+class ThreadError(AmacsError, ValueError):
     """A thread request the rules refuse; the message is for the agent."""
 
 

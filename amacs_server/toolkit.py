@@ -6,10 +6,12 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .errors import AmacsError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class ToolError(ValueError):
+class ToolError(AmacsError, ValueError):
     """A brain-tool call that failed; the message is for the agent."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from .errors import Refused
 from .memory.active import tick_of
 from .memory.items import MemoryItem
 
@@ -96,7 +97,7 @@ def agent_transcript(rt: Runtime, agent_id: str) -> str:
     """AGENT_ID's transcript of this session as readable text, for the hub."""
     events = rt.transcript.read(agent_id)
     if not events:
-        raise ValueError(f"no transcript for {agent_id!r} in this session")
+        raise Refused(f"no transcript for {agent_id!r} in this session")
     first = events[0]
     lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
              f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]

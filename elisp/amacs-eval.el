@@ -233,7 +233,7 @@ eval read and wrote, if any, are in :files-read and :files-written
                                       amacs-eval-timeout)
                             amacs-eval-stopped))))
       (error
-       (setq outcome (list :success nil :error (error-message-string err)))))
+       (setq outcome (list :success nil :error (amacs-error-message err)))))
     (setq debug-on-next-call nil)
     (amacs--show-agent-buffers
      (seq-uniq (append (seq-difference displayed (mapcar #'window-buffer (window-list)))

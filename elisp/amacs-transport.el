@@ -566,24 +566,42 @@ CALLBACK gets the result; ERRBACK gets an error message string."
         (let ((text (amacs--remote-error-message err)))
           (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))
 
+(define-error 'amacs-remote-error "AMACS server error")
+
+(defun amacs-error-message (err)
+  "Return the message of the error ERR, a condition caught by `condition-case'.
+For `amacs-remote-error' it is the server's message alone, as the server
+wrote it; for any other error, what `error-message-string' says."
+  (if (and (eq (car-safe err) 'amacs-remote-error) (stringp (cadr err)))
+      (cadr err)
+    (error-message-string err)))
+
 (defun amacs--remote-error-message (err)
   "Return the server's message in ERR, an error object from epc.
-ERR is a string, or an error form such as (error \"MESSAGE\").  An
-epc-error (a refused hello) arrives printed in the string, as
-\"(epc-error \\\"MESSAGE\\\")\"."
-  (when (and (consp err) (stringp (cadr err)))
-    (setq err (cadr err)))
-  (when (and (stringp err) (string-prefix-p "(epc-error " err))
-    (let ((form (ignore-errors (car (read-from-string err)))))
-      (when (and (consp form) (stringp (nth 1 form)))
-        (setq err (nth 1 form)))))
-  (let ((text (if (stringp err) err (format "%S" err))))
-    (if (string-match "\\`\"\\(.*\\)\"\\'" text) (match-string 1 text) text)))
+ERR is the message printed as a string (\"\\\"MESSAGE\\\"\"), as epc hands a
+method's error over; an epc-error, (epc-error MESSAGE), as it hands a
+refused hello over; either inside an error form, (error ERR), as
+deferred passes them on; or an `amacs-remote-error' condition."
+  (pcase err
+    (`(amacs-remote-error ,(and (pred stringp) message) . ,_) message)
+    (`(,(or 'error 'epc-error) ,inner . ,_) (amacs--remote-error-message inner))
+    ((pred stringp)
+     (let ((form (and (string-match-p "\\`[\"(]" err)
+                      (condition-case nil
+                          (let ((read (read-from-string err)))
+                            (and (= (cdr read) (length err)) (car read)))
+                        (error nil)))))
+       (cond ((stringp form) form)
+             ((memq (car-safe form) '(error epc-error)) (amacs--remote-error-message form))
+             (t err))))
+    (_ (format "%S" err))))
 
 (defun amacs--call-sync (method args)
   "Call server METHOD with ARGS and return its value, waiting on the socket.
-Signals an error carrying the server's message if the method fails, or
-if no answer comes within `amacs-sync-call-timeout' seconds."
+If the method fails, signals `amacs-remote-error' with the server's
+message as its data; its parent is `error', so a handler of `error'
+catches it (`amacs-error-message' gives the message alone).  Signals an
+error if no answer comes within `amacs-sync-call-timeout' seconds."
   (unless (amacs-live-p) (error "The AMACS server is not connected"))
   (let* ((mngr amacs--manager)
          (proc (epc:connection-process (epc:manager-connection mngr)))
@@ -599,7 +617,7 @@ if no answer comes within `amacs-sync-call-timeout' seconds."
       (deferred:flush-queue!))
     (pcase state
       ('done value)
-      ('failed (error "%s" (amacs--remote-error-message value)))
+      ('failed (signal 'amacs-remote-error (list (amacs--remote-error-message value))))
       (_ (epc:manager-remove-session mngr uid)
          (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout)))))
 

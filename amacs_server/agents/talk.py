@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..errors import AmacsError
+
 TALK_ID_MAX = 2**31 - 1
 EVENT_QUEUE_SIZE = 100
 
 
-class Overloaded(RuntimeError):
+class Overloaded(AmacsError, RuntimeError):
     """A bound was reached; the call fails at once instead of waiting."""
 
 

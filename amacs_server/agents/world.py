@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
+from ..errors import AmacsError
 from ..inference.anthropic_backend import build_request
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.retry import InferenceError
@@ -89,7 +90,7 @@ class WorldHost(Protocol):
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
 
 
-class AgentError(ValueError):
+class AgentError(AmacsError, ValueError):
     """An agent request the rules refuse; the message is for the calling agent."""
 
 
@@ -122,7 +123,7 @@ def file_stamp(path: str) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
-class AgentStopped(RuntimeError):
+class AgentStopped(AmacsError, RuntimeError):
     """The agent may not go on: the budget is spent, or it was cancelled or interrupted."""
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..errors import AmacsError
 from ..state.consciousness import ApiSettings
 from ..text.clean import storable
 from . import sdk
@@ -23,7 +24,7 @@ else:
 TextSink = Callable[[str], None]
 
 
-class StreamError(Exception):
+class StreamError(AmacsError):
     """The API's ``error`` event in the middle of a stream (the HTTP status was already 200)."""
 
     def __init__(self, kind: str, message: str) -> None:

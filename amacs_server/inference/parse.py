@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import AmacsError
 from ..text.clean import printable, storable
 
 RETRY_PROMPT = "Your response was not valid JSON. Please retry."
@@ -17,7 +18,7 @@ FALLBACK_MOOD = "uncertain"
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
 
 
-class ResponseFormatError(ValueError):
+class ResponseFormatError(AmacsError, ValueError):
     """The model's text is not a valid response; the message says what is wrong."""
 
 

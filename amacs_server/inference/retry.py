@@ -8,11 +8,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ..errors import AmacsError
+
 T = TypeVar("T")
 StatusSink = Callable[[str], None]
 
 
-class InferenceError(RuntimeError):
+class InferenceError(AmacsError, RuntimeError):
     """The model could not be called; the message says what to fix."""
 
 

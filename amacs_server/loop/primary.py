@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
+from ..errors import AmacsError
 from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 
-class TurnAborted(Exception):
+class TurnAborted(AmacsError):
     """The turn cannot go on; the message has been shown in the shell."""
 
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ..errors import AmacsError
 from ..state.consciousness import Consciousness
 from .items import DEFAULT_PAGE_CHARS, Access, Kind, MemoryItem, Tier, page_of
 from .ltm import LongTermMemory
@@ -111,7 +112,7 @@ def ram_window(c: Consciousness) -> int:
 INTERRUPTED = "no reply: the tick was interrupted"
 
 
-class MemoryRefused(ValueError):
+class MemoryRefused(AmacsError, ValueError):
     """A brain-tool request the rules refuse; the message is shown to the agent."""
 
 

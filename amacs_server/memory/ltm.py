@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import AmacsError
 from ..persistence.files import atomic_write
 from .items import Kind, MemoryItem, Tier
 from .memid import MemId
@@ -80,7 +81,7 @@ COMMON_POOL = 500
 SNIPPET_TOKENS = 12
 
 
-class LtmError(ValueError):
+class LtmError(AmacsError, ValueError):
     """A long-term memory request that cannot be met; the message is for the agent."""
 
 

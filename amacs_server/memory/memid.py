@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import AmacsError
+
 DELIM = "<EOT>"
 LATEST = "latest"
 
@@ -50,7 +52,7 @@ BRAIN = _Part("brain", "[a-z]", "[a-z0-9_-]", 64)
 NAME = _Part("name", "[a-z0-9_]", "[a-z0-9_.-]", 128)
 
 
-class MemIdError(ValueError):
+class MemIdError(AmacsError, ValueError):
     """A string that is not a valid MemId; the message says exactly why."""
 
 

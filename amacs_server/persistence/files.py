@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from ..errors import AmacsError
+
 _deferred: ContextVar[bool] = ContextVar("amacs_deferred_sync", default=False)
 log = logging.getLogger("amacs.files")
 # What the server's process creates: files 0600, folders 0700 (see secure_home).
@@ -61,7 +63,7 @@ def sync_paths(paths: Iterable[Path], *, folders: bool = True) -> None:
             os.close(fd)
 
 
-class PersistenceError(OSError):
+class PersistenceError(AmacsError, OSError):
     """A write failed; the message says what to do.  Nothing already on disk was damaged."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 from .. import faults
+from ..errors import AmacsError
 from .files import sync_paths
 
 log = logging.getLogger("amacs.git")
@@ -53,11 +54,11 @@ EVAL_FORM_CHARS = 2000
 EVAL_RESULT_CHARS = 1000
 
 
-class CommitError(RuntimeError):
+class CommitError(AmacsError, RuntimeError):
     """The commit failed; the tick's files are on disk and the next commit will carry them."""
 
 
-class GitFailed(RuntimeError):
+class GitFailed(AmacsError, RuntimeError):
     """A git command exited with an error (its stderr is the message)."""
 
 

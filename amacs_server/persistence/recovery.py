@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..errors import AmacsError
 from ..state.consciousness import Consciousness
 from ..transport.lisp import alist_loads
 from .git_repo import GitFailed, HomeRepo
@@ -42,7 +43,7 @@ PROBE_BYTES = 64 * 1024
 _COST = re.compile(r"\(cost-so-far\s+\.\s+([-+0-9.eE]+)\)")
 
 
-class StartupError(RuntimeError):
+class StartupError(AmacsError, RuntimeError):
     """The server cannot start; the message (one line) says which file, what is wrong, what to do."""
 
 

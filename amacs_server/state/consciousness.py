@@ -8,6 +8,7 @@ from typing import Any
 
 from sexpdata import Symbol
 
+from ..errors import AmacsError
 from ..transport.lisp import alist_dumps, alist_loads
 
 # Fields the harness owns; the agent may read them but never change them (RFC §3.2).
@@ -22,7 +23,7 @@ DEPTH_FIELDS = (
 )
 
 
-class ConsciousnessError(ValueError):
+class ConsciousnessError(AmacsError, ValueError):
     """A change to consciousness the rules refuse; its message is shown to the agent."""
 
 

@@ -10,6 +10,7 @@ import signal
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ..errors import AmacsError
 from ..state.consciousness import EvalResult
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def file_names(value: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for v in value if isinstance(v, str) and os.path.isabs(v)))
 
 
-class EmacsGone(RuntimeError):
+class EmacsGone(AmacsError, RuntimeError):
     """No Emacs is connected to answer."""
 
 

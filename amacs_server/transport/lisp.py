@@ -12,10 +12,12 @@ from typing import Any
 
 from sexpdata import Symbol, dumps, loads
 
+from ..errors import AmacsError
+
 LispValue = Any
 
 
-class LispFormatError(ValueError):
+class LispFormatError(AmacsError, ValueError):
     """Raised when Lisp data does not have the shape the caller expects."""
 
 

@@ -47,6 +47,7 @@ from epc.handler import (
 from epc.server import ThreadingEPCServer
 from sexpdata import Symbol, loads
 
+from ..errors import AmacsError
 from ..scrub import Scrubber
 from ..text.clean import storable
 from .lisp import from_lisp, list_from_lisp, to_lisp
@@ -68,7 +69,7 @@ MAX_HELLO_BYTES = 1 << 20
 HANDOVER_WAIT = 2.0
 
 
-class RemoteError(Exception):
+class RemoteError(AmacsError):
     """An error sent to Emacs; ``repr`` is the bare message, which python-epc sends."""
 
     def __repr__(self) -> str:
@@ -92,7 +93,7 @@ def unpack(message: bytes) -> tuple[str, Any, list[Any]]:
     return data[0].value(), data[1], data[2:]
 
 
-class Unauthorized(Exception):
+class Unauthorized(AmacsError):
     """A connection that is refused: no token, the wrong one, or another Emacs is connected.
 
     ``uid`` is the hello's call id when it was readable, so the refusal answers that
@@ -113,21 +114,36 @@ def hung_up(handler: AmacsHandler) -> bool:
         return True  # reset, or already closed here
 
 
-def remote_method(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap FN for EPC: Lisp values in, Lisp values out, any error as :class:`RemoteError`."""
+def remote_method(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """Wrap FN (published as NAME) for EPC: Lisp values in, Lisp values out, any error as :class:`RemoteError`.
+
+    An expected failure (:class:`~amacs_server.errors.AmacsError`) is answered with its
+    message alone, as always.  Anything else is a bug (issue 14): it is logged with its
+    traceback (``logs/server.log``) and answered with one line that says where to look."""
+    method = name or fn.__name__
 
     def wrapper(*args: Any) -> Any:
         try:
             return to_lisp(fn(*[from_lisp(a) for a in args]))
         except RemoteError:
             raise
-        except Exception as err:  # defect 3: never let python-epc swallow an error
-            message = str(err) or type(err).__name__
-            raise RemoteError(message) from err
+        except AmacsError as err:  # defect 3: never let python-epc swallow an error
+            raise RemoteError(str(err) or type(err).__name__) from err
+        except Exception as err:
+            log.exception("internal error in %s", method)
+            raise RemoteError(internal_error(method, err)) from err
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def internal_error(method: str, err: BaseException) -> str:
+    """The one line Emacs gets for an unexpected ERR in METHOD (its traceback is in the log)."""
+    text = repr(err)
+    if len(text) > 200:
+        text = text[:199] + "…"
+    return f"internal error in {method}: {text} (see logs/server.log)"
 
 
 class Outbox:
@@ -436,7 +452,7 @@ class AmacsEPCServer(ThreadingEPCServer):
 
     def register(self, name: str, fn: Callable[..., Any]) -> None:
         """Publish FN to Emacs as NAME (with :func:`remote_method` applied)."""
-        self.register_function(remote_method(fn), name)
+        self.register_function(remote_method(fn, name), name)
 
     def authenticate(self, handler: AmacsHandler, sexp: bytes) -> tuple[int, Any]:
         """Check that SEXP is ``(call UID hello (TOKEN PID SETTINGS))``; adopt the peer.

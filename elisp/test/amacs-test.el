@@ -113,7 +113,14 @@
   ;; A refused hello: deferred hands the epc-error over printed (issue 12).
   (should (equal (amacs--remote-error-message
                   '(error "(epc-error \"another Emacs (pid 7) is connected\")"))
-                 "another Emacs (pid 7) is connected")))
+                 "another Emacs (pid 7) is connected"))
+  ;; Issue 14: the printed message is read back, not matched by a regex: quotes,
+  ;; backslashes and line breaks in it come through as the server wrote them.
+  (let ((text "mood must be a string, got \"3\" (C:\\x)\nsee logs/server.log"))
+    (should (equal (amacs--remote-error-message (format "%S" text)) text))
+    (should (equal (amacs--remote-error-message (list 'error (format "%S" text))) text)))
+  ;; A message that only looks printed stays as it is.
+  (should (equal (amacs--remote-error-message "(foo) is not a list") "(foo) is not a list")))
 
 (ert-deftest amacs-test-stop-server-ends-the-turn-once ()
   "Issue 12: stopping the server ends the shell's turn at once, once.

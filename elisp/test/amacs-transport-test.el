@@ -11,6 +11,8 @@
 (require 'ert)
 (require 'epc)
 (require 'amacs-transport)
+(require 'amacs-eval)
+(require 'cl-lib)
 
 (defun amacs-transport-test--frame (sexp)
   "Return SEXP framed as an EPC message (length prefix, UTF-8)."
@@ -168,5 +170,52 @@ round begins only when asked."
                                          "did not start: exited abnormally with code 1: PermissionError: no" s))
                             said)))
       (delete-directory amacs-home t))))
+
+;;;; Remote errors (issue 14): a condition, not a printed string
+
+(defun amacs-transport-test--call-failing (answer)
+  "Call a method with `amacs--call-sync'; the server answers with ANSWER.
+ANSWER is (return-error MESSAGE) or (epc-error MESSAGE), handed to
+epc.el's own handlers, as a reply from the server would be."
+  (let ((amacs--manager (make-epc:manager :connection (make-epc:connection :name "t"))))
+    (cl-letf (((symbol-function 'amacs-live-p) (lambda () t))
+              ((symbol-function 'epc:manager-send)
+               (lambda (mngr _call uid &rest _)
+                 (funcall (if (eq (car answer) 'epc-error)
+                              #'epc:handler-epc-error
+                            #'epc:handler-return-error)
+                          mngr uid (cadr answer)))))
+      (amacs--call-sync 'set_consciousness '("mood" 3)))))
+
+(ert-deftest amacs-transport-test-remote-error-is-signalled-with-the-message ()
+  "A method's error is signalled as `amacs-remote-error', data the server's message.
+It is an `error' too, so callers that catch `error' still do, and the
+agent's eval result is the message alone."
+  (let ((message "mood must be a string, not 3 (\"quoted\")\nsecond line"))
+    (let ((err (should-error (amacs-transport-test--call-failing (list 'return-error message))
+                             :type 'amacs-remote-error)))
+      (should (equal err (list 'amacs-remote-error message)))
+      (should (equal (amacs-error-message err) message))
+      (should (equal (error-message-string err) (format "AMACS server error: %S" message))))
+    (should (equal (condition-case err
+                       (amacs-transport-test--call-failing (list 'return-error message))
+                     (error (list (car err) (amacs-error-message err))))
+                   (list 'amacs-remote-error message)))
+    (should (equal (cadr (should-error (amacs-transport-test--call-failing
+                                        '(epc-error "EPC-ERROR: No such method : nope"))
+                                       :type 'amacs-remote-error))
+                   "EPC-ERROR: No such method : nope"))
+    (let ((internal "internal error in ping: TypeError('ping() missing 1 argument') (see logs/server.log)"))
+      (should (equal (amacs-error-message
+                      (should-error (amacs-transport-test--call-failing (list 'return-error internal))))
+                     internal)))))
+
+(ert-deftest amacs-transport-test-eval-result-of-a-remote-error-is-the-message ()
+  "An eval whose agent call the server refuses reports the server's message alone."
+  (cl-letf (((symbol-function 'amacs-transport-test--refused)
+             (lambda () (signal 'amacs-remote-error (list "mood must be a string")))))
+    (let ((result (amacs--eval-form "(amacs-transport-test--refused)")))
+      (should-not (plist-get result :success))
+      (should (equal (plist-get result :error) "mood must be a string")))))
 
 ;;; amacs-transport-test.el ends here

@@ -209,7 +209,8 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
     result = eval_result(primary_texts(fake)[1])
     handles = sexpdata.loads(result["result"])
     assert handles[:50] == [f"task-{i}" for i in range(1, 51)]
-    assert handles[50].startswith("overloaded: 50 tasks are queued or running (limit 50)")
+    # The refusal is the condition `amacs-remote-error' (issue 14), an `error': its message is the server's.
+    assert handles[50].startswith('AMACS server error: "overloaded: 50 tasks are queued or running (limit 50)')
     ends = [e for e in events_of(home) if e["event"] == "agent_end" and e["agent_type"] == "task"]
     assert len(ends) == 50 and all(e["data"]["state"] == "done" for e in ends)
     delivered = [e for e in events_of(home) if e["event"] == "event" and e["agent_id"] == "primary"

@@ -20,14 +20,14 @@ pytestmark = pytest.mark.e2e
 ESCAPES = """
 (list
  (condition-case err (let ((amacs-current-agent "primary")) (plist-get (agent-task "researcher" "escape 1") :handle))
-   (error (error-message-string err)))
+   (amacs-remote-error (cadr err)))
  (condition-case err (let ((amacs-current-eval nil)) (plist-get (agent-task "researcher" "escape 2") :handle))
-   (error (error-message-string err)))
+   (amacs-remote-error (cadr err)))
  (condition-case err (let ((amacs-current-eval 1)) (plist-get (agent-task "researcher" "escape 3") :handle))
-   (error (error-message-string err)))
+   (amacs-remote-error (cadr err)))
  (condition-case err (plist-get (amacs--call-sync 'agent_task (list "primary" amacs-current-eval "researcher"
                                                                    "escape 4" nil)) :handle)
-   (error (error-message-string err)))
+   (amacs-remote-error (cadr err)))
  (let ((amacs-current-agent "primary")) (agent-talk-log "whose log?")))
 """
 
@@ -75,13 +75,14 @@ def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home
     fake.respond_with(answer)
     outside = ('(princ (format "OUTSIDE<<%S>>\\n" (list (agent-talk-log "from the person") '
                '(condition-case err (let ((amacs-current-eval 12345)) (agent-talk-log "stale")) '
-               '(error (error-message-string err))))))')
+               '(amacs-remote-error (cadr err))))))')
     run = run_emacs(home, fake.url, session(f"(amacs-e2e-send {elisp_string('go')})",
                                             f"(amacs-e2e-wait-text {elisp_string('Task finished.')})",
                                             outside, f"(amacs-e2e-wait-text {elisp_string('Noted the log.')})")).check()
 
     task_calls = [r["body"] for r in fake.requests if who(r["body"])[0] == "task-1"]
     result = last_eval_result(transcript(task_calls[1])[-1])  # what the model heard back from the eval
+    # Each refusal arrives as the condition `amacs-remote-error', its data the server's message (issue 14).
     assert result["success"], result
     refused = sexpdata.loads(result["result"])
     assert refused[0] == ("task-1 (task researcher) may not use the task action; allowed: eval, talk")
