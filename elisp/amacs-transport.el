@@ -422,7 +422,7 @@ in a row; then stop trying, drop what waits, run
                   attempts (if (process-get proc 'amacs-explained)
                                "Fix what it said, then send again or M-x amacs-restart."
                              (format "Its log may say why: %s. Then send again or M-x amacs-restart."
-                                     (expand-file-name "logs/server.log" (amacs--home-directory)))))))))
+                                     (amacs-server-log))))))))
 
 (defun amacs--cancel-retry ()
   "Cancel a pending start after a failed one."
