@@ -24,6 +24,8 @@ class Scrubber:
     def __init__(self, secrets: Mapping[str, str | None]) -> None:
         self._pairs = tuple((value, f"[redacted {name}]") for name, value in secrets.items()
                             if value and len(value) >= MIN_SECRET)
+        # Encoded once: data() runs on every message from Emacs.
+        self._raw_pairs = tuple((value.encode("utf-8"), mark.encode("utf-8")) for value, mark in self._pairs)
 
     @property
     def values(self) -> tuple[str, ...]:
@@ -39,10 +41,9 @@ class Scrubber:
 
     def data(self, data: bytes) -> bytes:
         """DATA (UTF-8 bytes) with every secret replaced."""
-        for value, mark in self._pairs:
-            raw = value.encode("utf-8")
+        for raw, mark in self._raw_pairs:
             if raw in data:
-                data = data.replace(raw, mark.encode("utf-8"))
+                data = data.replace(raw, mark)
         return data
 
     def value(self, value: Any) -> Any:
