@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .errors import Refused
 from .memory.active import tick_of
 from .memory.items import MemoryItem
+from .persistence.chat_log import shorten
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -57,11 +58,9 @@ RECENT_CHARS = 4000
 
 
 def _shortened(text: object) -> object:
-    if not isinstance(text, str) or len(text) <= RECENT_CHARS:
+    if not isinstance(text, str):
         return text
-    cut = text.rfind("\n", 0, RECENT_CHARS)
-    cut = cut if cut > RECENT_CHARS // 2 else RECENT_CHARS
-    return f"{text[:cut]}\n[… {len(text) - cut:,} more characters: the chat log (C-c C-l) has it all]"
+    return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
 def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
     """Everything the hub shows, read from the server's state (RFC §9.2)."""

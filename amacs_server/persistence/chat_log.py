@@ -52,14 +52,22 @@ class ChatEval:
         return {"form": self.form, "success": self.success, "result": self.result, "error": self.error}
 
 
+def shorten(text: str, limit: int, note: str) -> str:
+    """TEXT cut at LIMIT characters (at a line's end when one is in the second half), then a
+    line, NOTE, saying how much was cut (its ``{more}``: how many characters, formatted ``,``)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind("\n", 0, limit)
+    cut = cut if cut > limit // 2 else limit
+    return f"{text[:cut]}\n" + note.format(more=f"{len(text) - cut:,}")
+
+
 def _cut(text: str | None, comment: str) -> str | None:
     """TEXT cut at :data:`EVAL_CHARS` (at a line's end when one is near), then a line,
     after COMMENT, saying how much was cut."""
-    if text is None or len(text) <= EVAL_CHARS:
-        return text
-    cut = text.rfind("\n", 0, EVAL_CHARS)
-    cut = cut if cut > EVAL_CHARS // 2 else EVAL_CHARS
-    return f"{text[:cut]}\n{comment}[… {len(text) - cut:,} more characters cut: the transcript has them all]"
+    if text is None:
+        return None
+    return shorten(text, EVAL_CHARS, comment + "[… {more} more characters cut: the transcript has them all]")
 
 
 @dataclass
