@@ -116,6 +116,16 @@ _NESTED_HEADING = re.compile(r"^\*\*\*+(?:[ \t]|$)")
 _COMMA_STAR = re.compile(r"^,+\*")
 
 
+def _escape_code(text: str) -> str:
+    """TEXT as the lines of a verbatim block (``*`` and ``#+`` lines escaped)."""
+    return "\n".join(_CODE_TO_ESCAPE.sub(r"\1,\2", line) for line in text.split("\n"))
+
+
+def _unescape_code(text: str) -> str:
+    """Undo :func:`_escape_code`."""
+    return "\n".join(_ESCAPED_CODE.sub(r"\1\2", line) for line in text.split("\n"))
+
+
 def _block_end(line: str) -> re.Pattern[str] | None:
     """If LINE begins a verbatim block, the pattern of the line that ends it."""
     begin = _VERBATIM_BLOCK.match(line)
@@ -151,7 +161,7 @@ def nest_reply(text: str) -> str:
             return "**" + line
         return "," + line if _COMMA_STAR.match(line) else line
 
-    return _map_reply_lines(text, code=lambda line: _CODE_TO_ESCAPE.sub(r"\1,\2", line), prose=prose)
+    return _map_reply_lines(text, code=_escape_code, prose=prose)
 
 
 def unnest_reply(body: str) -> str:
@@ -164,7 +174,7 @@ def unnest_reply(body: str) -> str:
             return line[2:]
         return line[1:] if _COMMA_STAR.match(line) else line
 
-    return _map_reply_lines(body, code=lambda line: _ESCAPED_CODE.sub(r"\1\2", line), prose=prose)
+    return _map_reply_lines(body, code=_unescape_code, prose=prose)
 
 
 # A tick's first line, and the month of its :TIMESTAMP: when it follows (monthly.MonthlyLog).
@@ -179,16 +189,6 @@ _EVAL_RESULT = re.compile(r"^#\+RESULTS:[ \t]*\n#\+begin_example[ \t]*\n(.*?)\n#
                           re.MULTILINE | re.DOTALL)
 # How many ticks' evals the log keeps at hand for the shell's last exchanges (views.status).
 RECENT_EVALS = 50
-
-
-def _escape_code(text: str) -> str:
-    """TEXT as the lines of a verbatim block (``*`` and ``#+`` lines escaped)."""
-    return "\n".join(_CODE_TO_ESCAPE.sub(r"\1,\2", line) for line in text.split("\n"))
-
-
-def _unescape_code(text: str) -> str:
-    """Undo :func:`_escape_code`."""
-    return "\n".join(_ESCAPED_CODE.sub(r"\1\2", line) for line in text.split("\n"))
 
 
 def eval_org(done: ChatEval) -> str:
