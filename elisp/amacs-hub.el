@@ -294,10 +294,14 @@ Signal a `user-error' elsewhere."
       (user-error "Not on a subagent's line (C-c C-c in the shell interrupts the primary)"))
     (oref section value)))
 
+(defun amacs-hub--agent-state (agent)
+  "Return the state of AGENT in the hub's last state, or nil."
+  (plist-get (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))
+             :state))
+
 (defun amacs-hub--ended (agent)
   "Return the state of AGENT if it has ended in the hub's last state, else nil."
-  (let* ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents)))
-         (state (plist-get entry :state)))
+  (let ((state (amacs-hub--agent-state agent)))
     (and (member state '("done" "cancelled" "stopped" "failed" "discarded" "quit" "interrupted")) state)))
 
 (defun amacs-hub-cancel-agent (agent)
@@ -328,8 +332,7 @@ to have ended, in the echo area at once."
 (defun amacs-hub-pause-agent (agent)
   "Pause AGENT, the subagent at point, or resume it if it is paused."
   (interactive (list (amacs-hub--agent-at-point)))
-  (let* ((line (buffer-substring-no-properties (line-beginning-position) (line-end-position)))
-         (action (if (string-match-p " paused " line) "resume" "pause")))
+  (let ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause")))
     (amacs-call 'person_agent_control (list action agent)
                 (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh)))))
 
