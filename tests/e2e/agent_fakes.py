@@ -30,6 +30,12 @@ def calls_by(fake, agent_id):
     return [r["body"] for r in fake.requests if who(r["body"])[0] == agent_id]
 
 
+def transcript_events(home, agent_id=None):
+    """The events of every transcript under HOME (of AGENT_ID only, if given), as dicts."""
+    rows = [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
+    return [r for r in rows if agent_id is None or r["agent_id"] == agent_id]
+
+
 def who(body):
     """(agent id, type, template) of the agent that made request BODY."""
     match = re.search(r"You are (\S+), a (\w+) \(template (\S+)\)", body["system"][0]["text"])

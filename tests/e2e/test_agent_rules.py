@@ -4,7 +4,6 @@ Each test drives the real shell in batch Emacs against the fake model and
 asserts on the requests the fake received: who called the model, and what it saw.
 """
 
-import json
 import threading
 import time
 
@@ -19,6 +18,7 @@ from tests.e2e.agent_fakes import (
     send,
     session,
     transcript,
+    transcript_events,
     wait_text,
     who,
 )
@@ -26,21 +26,6 @@ from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
 from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
-
-
-
-
-
-
-
-
-
-
-
-
-def transcript_events(home, agent_id=None):
-    rows = [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
-    return [r for r in rows if agent_id is None or r["agent_id"] == agent_id]
 
 
 def test_a_subagent_stops_at_the_budget(fake, home):

@@ -17,6 +17,7 @@ from tests.e2e.agent_fakes import (
     send,
     session,
     transcript,
+    transcript_events,
     wait_text,
     who,
 )
@@ -24,16 +25,6 @@ from tests.e2e.harness import run_emacs
 from tests.fake_anthropic import Reply
 
 pytestmark = pytest.mark.e2e
-
-
-def events_of(home):
-    return [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
-
-
-
-
-
-
 
 
 def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
@@ -61,10 +52,10 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
     fake.respond_with(answer)
     run_emacs(home, fake.url, session(send("research A and B"),
                                       wait_text("Research says: Combined: A-answer + B-answer"))).check()
-    starts = {e["agent_id"]: e for e in events_of(home) if e["event"] == "agent_start"}
+    starts = {e["agent_id"]: e for e in transcript_events(home) if e["event"] == "agent_start"}
     assert {a: (s["parent_id"], s["data"]["depth"]) for a, s in starts.items()} == {
         "task-1": ("primary", 1), "task-2": ("task-1", 2), "task-3": ("task-1", 2)}
-    ends = {e["agent_id"]: e["data"]["state"] for e in events_of(home) if e["event"] == "agent_end"}
+    ends = {e["agent_id"]: e["data"]["state"] for e in transcript_events(home) if e["event"] == "agent_end"}
     assert ends == {"task-1": "done", "task-2": "done", "task-3": "done"}
     # The default action `done' is not written into a task's own transcript (its subtasks' results
     # say how they ended, "status": "done", which is data, not an action).
@@ -143,18 +134,18 @@ def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
     fake.respond_with(answer)
     run_emacs(home, fake.url, session(send("watch me"), send("spawn"), send("stop watching"), send("after"),
                                       setup="(setq amacs-max-steps 8) (setq amacs-eval-timeout 10)")).check()
-    results = [e for e in events_of(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
+    results = [e for e in transcript_events(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
     errors = [r["data"]["error"] for r in results if not r["data"]["success"]]
     assert errors[0] == ("blocked by compulsion compulsion-1 (spawn-limiter): "
                          "Three subagents already run in this turn; use their results first.")
     blocked_ctx = [t for t in primary_texts(fake) if "blocked by compulsion" in t]
     assert blocked_ctx and eval_result(blocked_ctx[0])["error"].startswith("blocked by compulsion compulsion-1")
-    assert sum(1 for e in events_of(home) if e["event"] == "agent_start" and e["agent_type"] == "task") == 3
+    assert sum(1 for e in transcript_events(home) if e["event"] == "agent_start" and e["agent_type"] == "task") == 3
     # The primary may not quit a compulsion; the compulsion quits itself and is consulted no more.
     assert "only a compulsion can agent-quit" in errors[1]
-    quit_at = next(i for i, e in enumerate(events_of(home)) if e["event"] == "agent_end"
+    quit_at = next(i for i, e in enumerate(transcript_events(home)) if e["event"] == "agent_end"
                    and e["agent_id"] == "compulsion-1")
-    later = [e for e in events_of(home)[quit_at + 1:] if e["agent_id"] == "compulsion-1"
+    later = [e for e in transcript_events(home)[quit_at + 1:] if e["agent_id"] == "compulsion-1"
              and e["event"] == "model_request"]
     assert later == []
 
@@ -211,9 +202,9 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
     assert handles[:50] == [f"task-{i}" for i in range(1, 51)]
     # The refusal is the condition `amacs-remote-error' (issue 14), an `error': its message is the server's.
     assert handles[50].startswith('AMACS server error: "overloaded: 50 tasks are queued or running (limit 50)')
-    ends = [e for e in events_of(home) if e["event"] == "agent_end" and e["agent_type"] == "task"]
+    ends = [e for e in transcript_events(home) if e["event"] == "agent_end" and e["agent_type"] == "task"]
     assert len(ends) == 50 and all(e["data"]["state"] == "done" for e in ends)
-    delivered = [e for e in events_of(home) if e["event"] == "event" and e["agent_id"] == "primary"
+    delivered = [e for e in transcript_events(home) if e["event"] == "event" and e["agent_id"] == "primary"
                  and e["data"]["type"] == "Agent"]
     assert sorted(d["data"]["content"]["handle"] for d in delivered) == sorted(f"task-{i}" for i in range(1, 51))
     shown = sum(newest_message(t).count('"type": "Agent"') for t in primary_texts(fake))
@@ -226,7 +217,7 @@ def test_transcript_summary_counts(fake, home):
     out = subprocess.run([sys.executable, "-m", "amacs_server", "transcripts", str(home / "transcripts")],
                          capture_output=True, text=True, check=True)
     summary = json.loads(out.stdout)
-    events = events_of(home)
+    events = transcript_events(home)
     assert summary["runs"] == 1
     assert summary["agents_by_type"] == {"compulsion": 1, "primary": 1, "task": 3}
     assert summary["blocks_by_compulsion"] == [{"by": "compulsion-1", "template": "spawn-limiter", "blocks": 1}]
@@ -267,7 +258,7 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
     assert "Agents (2)" in hub
     # The primary is an agent as the task is (issue 11): its line has its state, its model
     # calls and their cost, as its transcript has them.
-    primary_calls = [e for e in events_of(home) if e["event"] == "model_response" and e["agent_id"] == "primary"]
+    primary_calls = [e for e in transcript_events(home) if e["event"] == "model_response" and e["agent_id"] == "primary"]
     line = next(x for x in hub.splitlines() if x.split()[:1] == ["primary"])
     assert line.split()[:5] == ["primary", "primary", "core", "idle", str(len(primary_calls))], line
     assert line.endswith(f"${sum(e['data']['cost'] for e in primary_calls):.4f}"), line
@@ -278,7 +269,7 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
     assert "what is 3+4?" in text and "the answer is 7" in text and "$0.000600" in text
     # Every model call, the task's included, is in the primary's budget.  (The task may finish
     # during the primary's second tick or after it: three or four calls, both correct.)
-    calls = [e for e in events_of(home) if e["event"] == "model_response"]
+    calls = [e for e in transcript_events(home) if e["event"] == "model_response"]
     assert any(e["agent_id"] == "task-1" for e in calls) and len(calls) in (3, 4)
     costs = round(sum(e["data"]["cost"] for e in calls), 6)
     assert costs == round(0.0006 * len(calls), 6)
@@ -336,5 +327,5 @@ def test_agents_waiting_on_each_other_do_not_deadlock(fake, home):
     fake.respond_with(answer)
     run = run_emacs(home, fake.url, session(send("start"), wait_text("Got: viewpoint-a finished"))).check()
     assert "Got: viewpoint-a finished" in run.shell
-    timeouts = [e for e in events_of(home) if e["event"] == "event" and e["data"]["type"] == "Time"]
+    timeouts = [e for e in transcript_events(home) if e["event"] == "event" and e["data"]["type"] == "Time"]
     assert timeouts  # at least one wait ended by its timeout rather than hanging

@@ -4,23 +4,27 @@ agent-world-architecture.md, Compulsions (have_read_files_watcher as a Compulsio
 (tracking of known_content_files, per agent, with stamps: "A possible race condition, and a fix").
 """
 
-import json
 import re
 
 import pytest
 
 from tests.context_items import chat_lines, eval_result, newest_message, request_text
-from tests.e2e.agent_fakes import primary_texts, run_elisp, say, send, session, transcript, who
+from tests.e2e.agent_fakes import (
+    primary_texts,
+    run_elisp,
+    say,
+    send,
+    session,
+    transcript,
+    transcript_events,
+    who,
+)
 from tests.e2e.harness import elisp_string, run_emacs
 
 pytestmark = pytest.mark.e2e
 
 EVAL_ASKED = "[before action] The agent wants to evaluate:\n"
 FILES_HEAD = "Files this agent has read or written in its evals, and whether each changed on disk since:"
-
-
-def events_of(home):
-    return [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
 
 
 def watcher(msgs):
@@ -84,10 +88,10 @@ def test_watcher_sees_the_files_read_and_blocks_unread_or_changed_writes(fake, h
     run_emacs(home, fake.url, session(send("watch files"), send("edit"))).check()
 
     # Emacs noted the files; the World kept them per agent.
-    evals = [e["data"] for e in events_of(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
+    evals = [e["data"] for e in transcript_events(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
     assert [e["files_read"] for e in evals if "files_read" in e] == [[str(notes)]]
     assert [e["files_written"] for e in evals if "files_written" in e] == [[str(notes)]]
-    task_writes = [e["data"] for e in events_of(home) if e["event"] == "eval_result" and e["agent_type"] == "task"]
+    task_writes = [e["data"] for e in transcript_events(home) if e["event"] == "eval_result" and e["agent_type"] == "task"]
     assert task_writes[0]["files_written"] == [str(notes)]
 
     # The compulsion (its template is the shipped one) was asked before each eval, with the files.

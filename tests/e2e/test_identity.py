@@ -11,7 +11,15 @@ import re
 import pytest
 import sexpdata
 
-from tests.e2e.agent_fakes import event_lines, run_elisp, say, transcript, who
+from tests.e2e.agent_fakes import (
+    event_lines,
+    run_elisp,
+    say,
+    session,
+    transcript,
+    transcript_events,
+    who,
+)
 from tests.e2e.harness import elisp_string, run_emacs
 
 pytestmark = pytest.mark.e2e
@@ -32,18 +40,10 @@ ESCAPES = """
 """
 
 
-def session(*steps):
-    return f"(setq amacs-max-steps 20) (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
-
-
 def last_eval_result(message):
     block = re.search(r"<last-eval-result>\n(.*?)\n</last-eval-result>", message, re.S)
     assert block, message
     return json.loads(block.group(1))["lastEvalResult"]
-
-
-def transcript_rows(home):
-    return [json.loads(x) for f in (home / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
 
 
 def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home):
@@ -91,7 +91,7 @@ def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home
     assert refused[3].startswith("eval 'primary' is not running")
     assert isinstance(refused[4], int)  # the talk-log went through, as task-1's (below)
 
-    rows = transcript_rows(home)
+    rows = transcript_events(home)
     assert [r["agent_id"] for r in rows if r["event"] == "agent_start"] == ["task-1"]  # no task escaped
     logs = {r["data"]["text"]: r["agent_id"] for r in rows if r["event"] == "talk_log"}
     assert logs == {"whose log?": "task-1", "from the person": "primary"}
