@@ -299,8 +299,6 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
 
     def on_text(delta: str) -> None:
-        if watched:
-            return
         gained = streamer.feed(delta)
         if gained:
             if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
@@ -316,7 +314,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(line, "status")
 
     try:
-        result = await rt.backend.complete(request, on_text, on_status=on_status)
+        result = await rt.backend.complete(request, None if watched else on_text, on_status=on_status)
     except InferenceError as err:
         rt.transcript.write("model_error", {"error": str(err)}, tick=tick)
         rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
