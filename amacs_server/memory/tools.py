@@ -148,11 +148,9 @@ def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
     """What load answers: the item's address and flags, where it shows, its length, the part."""
     out = _echo(item, mutable=item.mutable, evictable=item.evictable, created_at_ms=item.created_at_ms,
                 section=section)
-    if item.page is not None:
-        out.update(total_chars=item.page.total_chars, offset=item.page.offset, limit=item.page.limit,
-                   next_offset=item.page.next_offset)
-        if item.page.field is not None:
-            out["field"] = item.page.field
+    if item.page is not None:  # the part, as the contract shows it (total_chars first, as for a whole text)
+        out["total_chars"] = item.page.total_chars
+        out.update(item.page.to_dict())
     else:
         out["total_chars"] = len(long_text(item)[1])
     out["content"] = item.content
