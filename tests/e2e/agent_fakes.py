@@ -63,6 +63,13 @@ def event_lines(text):
     return out
 
 
+def last_eval_result(message):
+    """The lastEvalResult in the <last-eval-result> block of MESSAGE (a subagent's message)."""
+    block = re.search(r"<last-eval-result>\n(.*?)\n</last-eval-result>", message, re.S)
+    assert block, message
+    return json.loads(block.group(1))["lastEvalResult"]
+
+
 def say(reply, **kw):
     return Reply(agent_json(reply, **kw))
 

@@ -7,27 +7,26 @@ in a `<memory>' section, the primary's `<memory>' never holds it, and the
 primary finds it in the shared long-term memory with `agent-memory-search'.
 """
 
-import json
 import re
 
 import pytest
 
 from tests.context_items import eval_result, parse_context, request_text
-from tests.e2e.agent_fakes import event_lines, primary_texts, run_elisp, say, transcript, who
+from tests.e2e.agent_fakes import (
+    event_lines,
+    last_eval_result,
+    primary_texts,
+    run_elisp,
+    say,
+    session,
+    transcript,
+    who,
+)
 from tests.e2e.harness import elisp_string, run_emacs
 
 pytestmark = pytest.mark.e2e
 TASK_ITEM = "<EOT>amacs-instance-1:task-1:finding:1<EOT>"
 NOTE = "the grey heron nests in the tall pine"
-
-
-def session(*steps):
-    return f"(setq amacs-max-steps 20) (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
-
-
-def last_eval_result(message):
-    return json.loads(re.search(r"<last-eval-result>\n(.*?)\n</last-eval-result>", message, re.S).group(1))[
-        "lastEvalResult"]
 
 
 def memory_section(text):

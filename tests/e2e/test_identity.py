@@ -5,14 +5,13 @@ caller to every agent-function call the eval makes: nothing the eval binds
 (`amacs-current-agent', `amacs-current-eval') changes who it acts as.
 """
 
-import json
-import re
 
 import pytest
 import sexpdata
 
 from tests.e2e.agent_fakes import (
     event_lines,
+    last_eval_result,
     run_elisp,
     say,
     session,
@@ -38,12 +37,6 @@ ESCAPES = """
    (amacs-remote-error (cadr err)))
  (let ((amacs-current-agent "primary")) (agent-talk-log "whose log?")))
 """
-
-
-def last_eval_result(message):
-    block = re.search(r"<last-eval-result>\n(.*?)\n</last-eval-result>", message, re.S)
-    assert block, message
-    return json.loads(block.group(1))["lastEvalResult"]
 
 
 def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home):
