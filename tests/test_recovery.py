@@ -288,14 +288,19 @@ def test_check_home_refuses_a_home_it_cannot_write(tmp_path):
         check_home(tmp_path / "file" / "home")  # its parent is a file
 
 
+def _start_server(home):
+    """Run the server (python -m amacs_server) on HOME with no AMACS_/ANTHROPIC_ settings of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_"))}
+    env.update(AMACS_HOME=str(home), AMACS_TOKEN="t" * 64)
+    return subprocess.run([sys.executable, "-m", "amacs_server"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+
+
 def test_a_log_that_cannot_be_opened_is_one_clear_line_not_a_traceback(tmp_path):
     """Was an uncaught OSError in __main__._redirect_stderr: Emacs saw only 'exited abnormally'."""
     home = tmp_path / "home"
     (home / "logs" / "server.log").mkdir(parents=True)  # a folder where the log goes
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_"))}
-    env.update(AMACS_HOME=str(home), AMACS_TOKEN="t" * 64)
-    done = subprocess.run([sys.executable, "-m", "amacs_server"], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = _start_server(home)
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("AMACS server error: could not write ")
@@ -306,10 +311,7 @@ def test_a_start_up_failure_past_the_log_is_one_line_too(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "memory.db").mkdir()  # not a file at all: neither damage to repair nor a file to move aside
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_"))}
-    env.update(AMACS_HOME=str(home), AMACS_TOKEN="t" * 64)
-    done = subprocess.run([sys.executable, "-m", "amacs_server"], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    done = _start_server(home)
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"AMACS server error: cannot open {home / 'memory.db'}")
