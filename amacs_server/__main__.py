@@ -186,10 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         check_home(config.home)  # a read-only or full home is said here, not found by a tick
         (config.home / "logs").mkdir(parents=True, exist_ok=True)
         _redirect_stderr(config.home / "logs" / "server.log")
-    except StartupError as err:
-        return _fail(str(err))
-    except OSError as err:
-        return _fail(explain_os_error(err, config.home))
+    except (StartupError, OSError) as err:
+        return _fail(_start_failure(err, config.home))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     changed = secure_home(config.home)
     if changed:
