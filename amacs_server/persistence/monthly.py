@@ -234,14 +234,13 @@ class MonthlyLog:
         cached = self._month
         if cached is not None and cached[0] == st.st_ino and cached[1] <= st.st_size:
             return cached[2]
-        month = None
         with self.path.open("rb") as f:
             data = f.read(1 << 16)
         spans = self.spans(data)
-        if spans:
-            month = spans[0].month
-        if spans:  # a file of no entry yet (a title, a link) is read again at the next one
-            self._month = (st.st_ino, st.st_size, month)
+        if not spans:  # a file of no entry yet (a title, a link) is read again at the next one
+            return None
+        month = spans[0].month
+        self._month = (st.st_ino, st.st_size, month)
         return month
 
     def _maybe_rotate(self, timestamp: str) -> None:
