@@ -196,6 +196,16 @@ def last_good_version(repo: HomeRepo, count: int = GIT_VERSIONS) -> GoodVersion 
     return None
 
 
+def _largest_known(figures: dict[str, float | None]) -> tuple[str, float] | None:
+    """The largest of the money-spent FIGURES that are known, with where it is from (the
+    first such record on a tie); None when no record knows it."""
+    known = {k: v for k, v in figures.items() if v is not None}
+    if not known:
+        return None
+    source = max(known, key=lambda k: known[k])
+    return source, known[source]
+
+
 def recover_consciousness(home: Path, repo: HomeRepo, data: bytes, problem: str) -> tuple[Consciousness, str]:
     """consciousness.el in HOME holds DATA, which does not read (PROBLEM): move it aside and
     restore it from git; return the consciousness and the note for the person.
@@ -208,17 +218,16 @@ def recover_consciousness(home: Path, repo: HomeRepo, data: bytes, problem: str)
     figures = {"git": good.consciousness.budget.cost_so_far if good is not None else None,
                "the damaged file": _cost_in(data.decode("utf-8", errors="replace")),
                "the transcripts": spent_in_transcripts(home / "transcripts")}
-    known = {k: v for k, v in figures.items() if v is not None}
-    if known:
-        c.budget.cost_so_far = max(known.values())
+    largest = _largest_known(figures)
+    if largest is not None:
+        c.budget.cost_so_far = largest[1]
     head = f"{CONSCIOUSNESS} could not be read ({problem}); it was moved to {aside.name}"
     if good is not None:
         head += f" and restored from git (commit {good.sha[:10]}, tick {c.current_tick})"
     else:
         head += "; git holds no version that reads, so the agent starts from a fresh state"
-    if known:
-        source = max(known, key=lambda k: known[k])
-        money = f"The money spent so far stays counted: ${c.budget.cost_so_far:.4f} (from {source})."
+    if largest is not None:
+        money = f"The money spent so far stays counted: ${c.budget.cost_so_far:.4f} (from {largest[0]})."
     else:
         money = ("No record of the money spent was found (no git version, no transcripts), so the budget "
                  "counts from $0.00: check what was spent with your API provider.")
@@ -231,11 +240,11 @@ def _count_spent_elsewhere(home: Path, repo: HomeRepo, c: Consciousness) -> tupl
     good = last_good_version(repo)
     figures = {"git": good.consciousness.budget.cost_so_far if good is not None else None,
                "the transcripts": spent_in_transcripts(home / "transcripts")}
-    known = {k: v for k, v in figures.items() if v is not None}
-    if not known:
+    largest = _largest_known(figures)
+    if largest is None:
         return c, None  # a fresh home: nothing was spent
-    source = max(known, key=lambda k: known[k])
-    c.budget.cost_so_far = max(c.budget.cost_so_far, known[source])
+    source, spent = largest
+    c.budget.cost_so_far = max(c.budget.cost_so_far, spent)
     return c, (f"{CONSCIOUSNESS} holds no record of the money spent; it stays counted: "
                f"${c.budget.cost_so_far:.4f} (from {source}).")
 
