@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from amacs_server.faults import POINTS
+from tests.e2e.agent_fakes import transcript
 from tests.e2e.harness import EmacsRun, run_emacs
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
@@ -66,15 +67,10 @@ PROGRAM = f"""
 """
 
 
-def newest_message(body: dict) -> str:
-    content = body["messages"][-1]["content"]
-    return content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
-
-
 def respond(body: dict) -> Reply:
     """The person's first input: a streamed reply and a slow eval; its result: a streamed reply;
     the input after the restart: a short answer."""
-    newest = newest_message(body)
+    newest = transcript(body)[-1]  # the newest message
     if SECOND in newest:
         return Reply(agent_json(AFTER))
     if "<last-eval-result>" in newest and '"result": "42"' in newest:
