@@ -3,6 +3,7 @@
 import json
 import re
 
+from tests.context_items import request_text, text_of
 from tests.e2e.harness import elisp_string
 from tests.fake_anthropic import Reply, agent_json
 
@@ -42,10 +43,6 @@ def who(body):
     return match.groups() if match else ("primary", "primary", "core")
 
 
-def text_of(content):
-    return content if isinstance(content, str) else "\n\n".join(b["text"] for b in content)
-
-
 def transcript(body):
     """Every message of the request as text, oldest first."""
     return [text_of(m["content"]) for m in body["messages"]]
@@ -80,6 +77,4 @@ def run_elisp(form, **kw):
 
 def primary_texts(fake):
     """The contexts of the primary's requests only, in order."""
-    from tests.context_items import request_text
-
     return [request_text(r["body"]) for r in fake.requests if who(r["body"])[0] == "primary"]
