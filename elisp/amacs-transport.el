@@ -416,7 +416,7 @@ in a row; then stop trying, drop what waits, run
    (t
     (let ((attempts amacs--start-failures))
       (amacs-cancel-waiting)
-      (setq amacs--start-failures 0 amacs--start-reason nil)
+      (amacs-reset-start-attempts)
       (run-hooks 'amacs-start-failed-hook)
       (amacs--say "Stopped trying: the AMACS server did not start in %d attempts. %s"
                   attempts (if (process-get proc 'amacs-explained)
