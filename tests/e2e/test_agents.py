@@ -10,6 +10,7 @@ import sexpdata
 
 from tests.context_items import chat_lines, eval_result, newest_message, request_text
 from tests.e2e.agent_fakes import (
+    calls_by,
     event_lines,
     primary_texts,
     run_elisp,
@@ -59,7 +60,7 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
     assert ends == {"task-1": "done", "task-2": "done", "task-3": "done"}
     # The default action `done' is not written into a task's own transcript (its subtasks' results
     # say how they ended, "status": "done", which is data, not an action).
-    last_task1 = [r["body"] for r in fake.requests if who(r["body"])[0] == "task-1"][-1]
+    last_task1 = calls_by(fake, "task-1")[-1]
     assert all("done" not in m.replace('"status": "done"', "") for m in transcript(last_task1))
     results = [e for m in transcript(last_task1) for e in event_lines(m)]
     assert [r["content"]["status"] for r in results] == ["done", "done"]
@@ -91,7 +92,7 @@ def test_debate_three_viewpoints_two_rounds(fake, home):
     run = run_emacs(home, fake.url, session(send("debate shipping"), wait_text("Debate over:"))).check()
     assert ("Debate over: [optimist] optimist round 2 | [skeptic] skeptic round 2 | "
             "[pragmatist] pragmatist round 2") in run.shell
-    skeptic = [r["body"] for r in fake.requests if who(r["body"])[0] == "viewpoint-skeptic"]
+    skeptic = calls_by(fake, "viewpoint-skeptic")
     seen = "\n".join(transcript(skeptic[-1]))
     for line in ("[primary] Ship on Friday?", "[optimist] optimist round 1", "[pragmatist] pragmatist round 1",
                  "[primary] And on Monday?", "[optimist] optimist round 2"):

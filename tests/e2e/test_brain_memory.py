@@ -13,6 +13,7 @@ import pytest
 
 from tests.context_items import eval_result, parse_context, request_text
 from tests.e2e.agent_fakes import (
+    calls_by,
     event_lines,
     last_eval_result,
     primary_texts,
@@ -57,7 +58,7 @@ def test_a_tasks_memory_is_its_own_and_shared_through_ltm(fake, home):
     run_emacs(home, fake.url, session(f"(amacs-e2e-send {elisp_string('research herons')})",
                                       f"(amacs-e2e-wait-text {elisp_string('Search found:')})")).check()
 
-    task = [r["body"] for r in fake.requests if who(r["body"])[0] == "task-1"]
+    task = calls_by(fake, "task-1")
     assert len(task) == 2
     # The task's create acted in its own brain...
     created = last_eval_result(transcript(task[1])[-1])

@@ -10,6 +10,7 @@ import pytest
 import sexpdata
 
 from tests.e2e.agent_fakes import (
+    calls_by,
     event_lines,
     last_eval_result,
     run_elisp,
@@ -73,7 +74,7 @@ def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home
                                             f"(amacs-e2e-wait-text {elisp_string('Task finished.')})",
                                             outside, f"(amacs-e2e-wait-text {elisp_string('Noted the log.')})")).check()
 
-    task_calls = [r["body"] for r in fake.requests if who(r["body"])[0] == "task-1"]
+    task_calls = calls_by(fake, "task-1")
     result = last_eval_result(transcript(task_calls[1])[-1])  # what the model heard back from the eval
     # Each refusal arrives as the condition `amacs-remote-error', its data the server's message (issue 14).
     assert result["success"], result
