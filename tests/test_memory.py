@@ -29,9 +29,14 @@ class SilentFace:
         return [{"name": b, "error": "no Emacs here"} for b in buffers]
 
 
+def silent_runtime(home, key="k"):
+    """A Runtime on HOME (API key KEY) with no Emacs: its face is a SilentFace."""
+    return Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": key}), SilentFace())
+
+
 @pytest.fixture
 def rt(tmp_path):
-    runtime = Runtime(load_config({"AMACS_HOME": str(tmp_path / "home"), "ANTHROPIC_API_KEY": "k"}), SilentFace())
+    runtime = silent_runtime(tmp_path / "home")
     yield runtime
     runtime.ltm.close()
 

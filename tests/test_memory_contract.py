@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from amacs_server.config import load_config
 from amacs_server.context.assemble import Conversation, assemble
 from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory
@@ -21,10 +20,9 @@ from amacs_server.memory.items import (
 from amacs_server.memory.ltm import LongTermMemory
 from amacs_server.memory.memid import MemId
 from amacs_server.persistence.scratchpad import ScratchpadEntry, ScratchpadLog
-from amacs_server.runtime import Runtime
 from amacs_server.state.consciousness import Consciousness, EvalResult
 from tests.context_items import name_of, parse_context
-from tests.test_memory import SilentFace
+from tests.test_memory import silent_runtime
 
 ME = "amacs-instance-1:primary"
 
@@ -36,13 +34,9 @@ def memory(tmp_path):
     ltm.close()
 
 
-def make_rt(home):
-    return Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"}), SilentFace())
-
-
 @pytest.fixture
 def rt(tmp_path):
-    runtime = make_rt(tmp_path / "home")
+    runtime = silent_runtime(tmp_path / "home")
     yield runtime
     runtime.ltm.close()
 
@@ -231,7 +225,7 @@ def test_scratchpad_replace_rewrites_one_heading_and_keeps_the_rest(tmp_path):
 
 def test_a_mutated_scratchpad_entry_is_in_its_org_file_and_survives_a_restart(tmp_path):
     home = tmp_path / "home"
-    rt = make_rt(home)
+    rt = silent_runtime(home)
     rt.scratchpad.append(ScratchpadEntry(1, "Kettle", None, "Prefer steel."))
     rt.memory.add_scratchpad(1, "Kettle", None, "Prefer steel.")
     out = tools.memory_mutate(rt, f"<EOT>{ME}:scratchpad.1:1<EOT>", "Prefer steel, always.")
@@ -245,14 +239,14 @@ def test_a_mutated_scratchpad_entry_is_in_its_org_file_and_survives_a_restart(tm
     assert [(e.heading, e.thread, e.content) for e in rt.scratchpad.read()] == [
         ("Kettles", "home", "Prefer steel, always.")]
     rt.ltm.close()
-    again = make_rt(home)  # the org file and memory.db agree: no new version at start-up
+    again = silent_runtime(home)  # the org file and memory.db agree: no new version at start-up
     try:
         assert [(i.version, i.content) for i in again.memory.scratchpad] == [
             (3, {"heading": "Kettles", "thread": "home", "content": "Prefer steel, always."})]
     finally:
         again.ltm.close()
     (home / "scratchpad.org").write_text((home / "scratchpad.org").read_text().replace("always", "by hand"))
-    edited = make_rt(home)  # an edit by hand wins, as a new version
+    edited = silent_runtime(home)  # an edit by hand wins, as a new version
     try:
         assert [(i.version, i.content["content"]) for i in edited.memory.scratchpad] == [(4, "Prefer steel, by hand.")]
     finally:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from amacs_server import views
-from amacs_server.config import load_config
 from amacs_server.memory.active import RAM_WINDOW
 from amacs_server.memory.items import Kind, MemoryItem, Tier
 from amacs_server.memory.ltm import LongTermMemory, check_database
@@ -31,15 +30,10 @@ from amacs_server.persistence.recovery import (
     parse_consciousness,
     spent_in_transcripts,
 )
-from amacs_server.runtime import Runtime
 from amacs_server.state.consciousness import Consciousness
-from tests.test_memory import SilentFace
+from tests.test_memory import silent_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def runtime(home: Path) -> Runtime:
-    return Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"}), SilentFace())
 
 
 def committed_consciousness(home: Path, spends: list[float]) -> HomeRepo:
@@ -74,7 +68,7 @@ def test_a_hand_written_file_keeps_its_fields_and_the_money_spent_from_git(tmp_p
     home = tmp_path / "home"
     committed_consciousness(home, [0.25, 0.5])
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert rt.consciousness.chat_context_depth == 3 and rt.consciousness.budget.cost_so_far == 0.5
         assert not list(home.glob("consciousness.el.corrupt-*"))
@@ -88,7 +82,7 @@ def test_a_hand_written_file_in_a_fresh_home_is_read_without_a_word(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert rt.consciousness.chat_context_depth == 3 and views.status(rt)["notice"] is None
     finally:
@@ -149,7 +143,7 @@ def test_runtime_rewrites_the_restored_file_and_says_so_at_hello(tmp_path):
     home = tmp_path / "home"
     committed_consciousness(home, [0.75])
     (home / "consciousness.el").write_text("((identity")
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert rt.consciousness.budget.cost_so_far == 0.75
         assert parse_consciousness((home / "consciousness.el").read_text())[0].budget.cost_so_far == 0.75
@@ -217,7 +211,7 @@ def test_runtime_rebuilds_a_damaged_memory_db_from_the_whole_org_history(tmp_pat
     home = tmp_path / "home"
     org_home(home, 150)  # more ticks than RAM keeps (RAM_WINDOW): all of them go back into LTM
     (home / "memory.db").write_bytes(b"\x00" * 5000)
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert rt.consciousness.current_tick == 150
         bases = {b for (b,) in rt.ltm.db.execute("SELECT base FROM items")}
@@ -236,7 +230,7 @@ def test_a_sound_home_starts_with_no_notes(tmp_path):
     home = tmp_path / "home"
     org_home(home, 3)
     for _ in range(2):
-        rt = runtime(home)
+        rt = silent_runtime(home)
         try:
             assert rt.startup_notes == [] and views.status(rt)["notice"] is None
         finally:
@@ -256,7 +250,7 @@ def test_bytes_that_are_not_utf8_read_as_replacement_and_are_told_once(tmp_path)
     chat.write_bytes(chat.read_bytes().replace(b"answer 2", b"answer \xc3\x28"))
     mono = home / "monologue.org"
     mono.write_bytes(mono.read_bytes() + b"- [TICK 4][2026-01-01T00:00:00Z] \xff\n")
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert [e.agent for e in rt.chat_log.read()][1] == "answer \ufffd("
         notes = [n for n in rt.startup_notes if "not UTF-8" in n]
@@ -327,7 +321,7 @@ def test_memory_db_damage_check_runs_beside_reading_the_org_files(tmp_path):
     ltm.close()
     with sqlite3.connect(home / "memory.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    rt = runtime(home)
+    rt = silent_runtime(home)
     try:
         assert rt.startup_notes == [] and rt.ltm.count() >= 50
     finally:

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from amacs_server import views
-from amacs_server.config import load_config
 from amacs_server.memory.active import INTERRUPTED, ActiveMemory
 from amacs_server.memory.ltm import LongTermMemory
 from amacs_server.runtime import Runtime
-from tests.test_memory import SilentFace
-
-
-def runtime(home: Path, key: str = "k") -> Runtime:
-    return Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": key}), SilentFace())
+from tests.test_memory import silent_runtime
 
 
 @pytest.fixture
@@ -59,12 +52,12 @@ def _write_human(rt: Runtime, tick: int, text: str) -> None:
 def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
     """`M-x amacs-restart' after fixing a missing key: no 'got no reply before the server stopped'."""
     home = tmp_path / "home"
-    rt = runtime(home, key="")
+    rt = silent_runtime(home, key="")
     _write_human(rt, 1, "hello")
     rt.memory.finish_chat(1, None, status="no reply: no API key")
     assert views.status(rt)["interrupted"] is False
     rt.ltm.close()
-    again = runtime(home)
+    again = silent_runtime(home)
     try:
         assert views.status(again)["interrupted"] is False
         assert again.memory.chat[-1].content["status"] == "no reply: no API key"
@@ -74,11 +67,11 @@ def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
 
 def test_killed_turn_is_reported_as_interrupted_after_each_restart(tmp_path):
     home = tmp_path / "home"
-    rt = runtime(home)
+    rt = silent_runtime(home)
     _write_human(rt, 1, "remember the milk")
     rt.ltm.close()  # the server dies here: no reply, no status
     for _ in range(2):
-        again = runtime(home)
+        again = silent_runtime(home)
         try:
             assert views.status(again)["interrupted"] is True
             assert again.memory.chat[-1].content["status"] == INTERRUPTED
