@@ -15,13 +15,12 @@ import pytest
 
 from amacs_server.agents.tools import acting_as_its_eval
 from amacs_server.agents.world import Agent
-from amacs_server.config import load_config
 from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory, MemoryRefused
 from amacs_server.memory.memid import MemId, MemIdError
 from amacs_server.runtime import Runtime
 from amacs_server.toolkit import ToolError
-from tests.test_memory import SilentFace
+from tests.test_memory import silent_runtime
 
 ME = "amacs-instance-1"
 
@@ -40,7 +39,7 @@ class Evals:
 
 @pytest.fixture
 def rt(tmp_path: Any) -> Any:
-    runtime = Runtime(load_config({"AMACS_HOME": str(tmp_path / "home"), "ANTHROPIC_API_KEY": "k"}), SilentFace())
+    runtime = silent_runtime(tmp_path / "home")
     for n in (1, 2):
         add_task(runtime, f"task-{n}")
     yield runtime

@@ -75,11 +75,9 @@ def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
 
 def test_an_answer_to_a_gone_agent_becomes_a_new_turn(tmp_path):
     """Nothing the person types is lost: if the agent that asked is gone, the input is a turn."""
-    from amacs_server.config import load_config
-    from amacs_server.runtime import Runtime
-    from tests.test_memory import SilentFace
+    from tests.test_memory import silent_runtime
 
-    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k"}), SilentFace())
+    rt = silent_runtime(tmp_path / "h")
 
     async def run():
         rt._inbox = asyncio.Queue()
