@@ -14,6 +14,7 @@ import json
 import pytest
 
 from tests.context_items import eval_result, name_of, parse_context, request_text
+from tests.e2e.agent_fakes import transcript_events
 from tests.e2e.harness import elisp_string, run_emacs
 from tests.fake_anthropic import Reply, agent_json
 
@@ -183,8 +184,7 @@ def test_every_kind_of_item_is_addressable_by_the_mem_id_shown(fake, home, tmp_p
     org = (home / "scratchpad.org").read_text()
     assert "Prefer steel, always." in org and "Prefer steel.\n" not in org and org.count("* Kettle research") == 1
     # The transcript lists the MemIds each memory call read or wrote.
-    events = [json.loads(line) for path in (home / "transcripts").glob("*.jsonl")
-              for line in path.read_text().splitlines()]
+    events = transcript_events(home)
     memory_events = [e for e in events if e["event"].startswith("memory_")]
     mutated = next(e for e in memory_events if e["event"] == "memory_mutate" and "groceries" in str(e["data"]))
     assert mutated["data"]["read"] == [f"<EOT>{ME}:groceries:1<EOT>"]
