@@ -27,7 +27,7 @@ from amacs_server.persistence.monologue import MonologueLog
 from amacs_server.runtime import Runtime
 from amacs_server.state import consciousness
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
-from tests.test_memory import SilentFace
+from tests.test_memory import SilentFace, put_all
 
 
 def _write_ticks(log: ChatLog, ticks: range, month: str, text: str = "said") -> None:
@@ -358,7 +358,7 @@ def test_a_database_closed_cleanly_is_not_read_page_by_page_at_start(tmp_path, m
 
     path = tmp_path / "memory.db"
     db = LongTermMemory(path)
-    db.put_many(items(300))
+    put_all(db, items(300))
     assert not sealed(path)  # open
     db.close()
     assert sealed(path)

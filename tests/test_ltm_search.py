@@ -8,6 +8,7 @@ import pytest
 from amacs_server.memory.items import Kind, MemoryItem, Tier
 from amacs_server.memory.ltm import LongTermMemory, LtmError, fts_query
 from amacs_server.memory.memid import MemId
+from tests.test_memory import put_all
 
 
 def note(name, content, version=1, tags=()):
@@ -20,10 +21,10 @@ def names(hits):
 
 def test_rolled_back_versions_are_neither_found_nor_counted(tmp_path):
     ltm = LongTermMemory(tmp_path / "memory.db", common_df=2, common_pool=10)
-    ltm.put_many([note("n1", "zebra cat"), note("n2", "zebra dog"),
+    put_all(ltm, [note("n1", "zebra cat"), note("n2", "zebra dog"),
                   *(note(f"m{i}", "a cat") for i in range(3))])
     with pytest.raises(RuntimeError), ltm.transaction():
-        ltm.put_many(note(f"gone{i}", "zebra zebra") for i in range(3))
+        put_all(ltm, [note(f"gone{i}", "zebra zebra") for i in range(3)])
         raise RuntimeError("the tick failed")
     # "cat" is in 4 versions (> 2): left out beside "zebra", which is in 2, not 5:
     # a count kept beside the index would have drifted with the rollback.
@@ -40,17 +41,17 @@ def test_a_rolled_back_insert_leaves_no_trace_in_results_or_ranking(tmp_path):
     """FTS5's totals (items, tokens, each word's items) roll back with the rows: the scores
     are those of a database that never saw the rolled-back items, also after more writes."""
     def fill(ltm):
-        ltm.put_many(note(f"n{i}", f"otter river {'stone ' * (i % 4)}bank {i}") for i in range(30))
-        ltm.put_many([note("story", "the otter slept by the river"), note("kelp", "kelp forest otter")])
+        put_all(ltm, [note(f"n{i}", f"otter river {'stone ' * (i % 4)}bank {i}") for i in range(30)])
+        put_all(ltm, [note("story", "the otter slept by the river"), note("kelp", "kelp forest otter")])
 
     clean, dirty = LongTermMemory(tmp_path / "clean.db"), LongTermMemory(tmp_path / "dirty.db")
     fill(clean)
     fill(dirty)
     with pytest.raises(RuntimeError), dirty.transaction():  # many items, long ones: N and lengths would move
-        dirty.put_many(note(f"gone{i}", "kelp otter river " * 40 + "forest") for i in range(50))
+        put_all(dirty, [note(f"gone{i}", "kelp otter river " * 40 + "forest") for i in range(50)])
         raise RuntimeError("the tick failed")
     with pytest.raises(LtmError):  # a batch that fails half-way is rolled back whole
-        dirty.put_many([note("half", "kelp kelp otter"), note("n0", "a duplicate")])
+        put_all(dirty, [note("half", "kelp kelp otter"), note("n0", "a duplicate")])
     for ltm in (clean, dirty):
         ltm.put(note("later", "otter kelp river stone"))
     queries = ("otter", "kelp forest", "river stone bank", "the otter", "forest", "gone3", "half")
@@ -63,7 +64,7 @@ def test_a_rolled_back_insert_leaves_no_trace_in_results_or_ranking(tmp_path):
 
 def test_a_rarer_words_match_ranks_above_a_common_ones(tmp_path):
     ltm = LongTermMemory(tmp_path / "memory.db")
-    ltm.put_many(note(f"cat{i}", f"a cat sat on mat {i}") for i in range(40))
+    put_all(ltm, [note(f"cat{i}", f"a cat sat on mat {i}") for i in range(40)])
     ltm.put(note("rare", "a zebra sat on mat"))
     ltm.put(note("common", "a cat sat on mat"))
     hits = ltm.search("cat zebra", limit=50)
@@ -78,7 +79,7 @@ def test_a_rarer_words_match_ranks_above_a_common_ones(tmp_path):
 def test_an_exact_phrase_or_heading_ranks_above_its_words_scattered(tmp_path):
     """The query as typed is a phrase of the FTS5 query too: bm25() adds its weight."""
     ltm = LongTermMemory(tmp_path / "memory.db")
-    ltm.put_many(note(f"f{i}", f"plain filler words number {i} about the garden") for i in range(30))
+    put_all(ltm, [note(f"f{i}", f"plain filler words number {i} about the garden") for i in range(30)])
     ltm.put(note("heading", {"heading": "Kettle repair plan",
                              "content": "Order the thermostat, then test it twice before the weekend."}))
     ltm.put(note("scattered", "The plan for the garden: repair the fence, and the kettle is fine. "
@@ -91,7 +92,7 @@ def test_an_exact_phrase_or_heading_ranks_above_its_words_scattered(tmp_path):
                            (fts_query(["kettle", "repair", "plan"]),)).fetchone()[0]
     assert ltm.db.execute("SELECT base FROM items WHERE id=?", (plain,)).fetchone()[0].endswith("scattered")
     # A phrase of a common word and a rare one: the items holding it in that order first.
-    ltm.put_many([note("in-order", "we saw the garden gnome today"), note("apart", "gnome near the garden wall")])
+    put_all(ltm, [note("in-order", "we saw the garden gnome today"), note("apart", "gnome near the garden wall")])
     assert names(ltm.search("the garden gnome"))[0] == "in-order"
 
 
@@ -121,7 +122,7 @@ def test_one_hit_per_item_its_best_matching_version(tmp_path):
 
 def test_filters_page_past_ranked_rows_they_drop(tmp_path):
     ltm = LongTermMemory(tmp_path / "memory.db", common_df=5, common_pool=100)
-    ltm.put_many(note(f"n{i}", "the tern " * (1 + i % 3)) for i in range(60))
+    put_all(ltm, [note(f"n{i}", "the tern " * (1 + i % 3)) for i in range(60)])
     ltm.put(note("tagged", "the tern", tags=("birds",)))
     ltm.put(MemoryItem(MemId("b", "primary", "elsewhere", 1), Tier.RAM, Kind.NOTE, "the tern tern tern"))
     assert names(ltm.search("tern", limit=1, tags=("birds",))) == ["tagged"]
@@ -134,7 +135,7 @@ def test_durability_settings_and_the_old_counter_table_goes(tmp_path):
     it is dropped at open (it is the stale count, and a table nothing reads only costs space)."""
     path = tmp_path / "memory.db"
     made = LongTermMemory(path)
-    made.put_many([note("owl", "barn owl at dusk"), note("wren", "a wren")])
+    put_all(made, [note("owl", "barn owl at dusk"), note("wren", "a wren")])
     made.close()
     old = sqlite3.connect(path)
     old.execute("CREATE TABLE term_df (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")

@@ -45,13 +45,21 @@ def note(name, content, version=1, tags=()):
     return MemoryItem(MemId("a", "primary", name, version), Tier.RAM, Kind.NOTE, content, tags=tags)
 
 
+def put_all(ltm, items):
+    """Store ITEMS in LTM in one transaction: all of them, or none when one put fails."""
+    with ltm.transaction():
+        for item in items:
+            ltm.put(item)
+
+
 def test_ltm_wal_versions_and_copy_on_write(tmp_path):
     ltm = LongTermMemory(tmp_path / "memory.db")
     assert ltm.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     first = note("plan", "draft")
     ltm.put(first)
     ltm.put(first.next_version("final"))
-    assert ltm.versions("a:primary:plan") == [1, 2]
+    assert ltm.latest_version("a:primary:plan") == 2
+    assert [ltm.get(MemId("a", "primary", "plan", v)).content for v in (1, 2)] == ["draft", "final"]
     assert ltm.get(MemId.parse("<EOT>a:primary:plan<EOT>")).content == "final"
     assert ltm.get(MemId.parse("<EOT>a:primary:plan:1<EOT>")).content == "draft"
     with pytest.raises(LtmError, match="versions 1..2 do"):

@@ -31,7 +31,7 @@ from amacs_server.persistence.recovery import (
     spent_in_transcripts,
 )
 from amacs_server.state.consciousness import Consciousness
-from tests.test_memory import silent_runtime
+from tests.test_memory import put_all, silent_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,7 +172,7 @@ def test_integrity_check_finds_damage_anywhere_and_only_damage(tmp_path):
     path = tmp_path / "memory.db"
     assert check_database(path) is None and not path.exists()  # absent: nothing to check, nothing made
     ltm = LongTermMemory(path)
-    ltm.put_many(items(300))
+    put_all(ltm, items(300))
     ltm.close()
     assert check_database(path) is None
     damage_middle(path)
@@ -184,7 +184,7 @@ def test_integrity_check_finds_damage_anywhere_and_only_damage(tmp_path):
 def test_salvage_keeps_the_rows_on_sound_pages(tmp_path):
     old = tmp_path / "old.db"
     ltm = LongTermMemory(old)
-    ltm.put_many(items(300))
+    put_all(ltm, items(300))
     ltm.set_active("primary", "a:primary:note.1", "pinned", 1)
     ltm.close()
     damage_middle(old)
@@ -317,7 +317,7 @@ def test_memory_db_damage_check_runs_beside_reading_the_org_files(tmp_path):
     home = tmp_path / "home"
     org_home(home, 2)
     ltm = LongTermMemory(home / "memory.db")
-    ltm.put_many(items(50))
+    put_all(ltm, items(50))
     ltm.close()
     with sqlite3.connect(home / "memory.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

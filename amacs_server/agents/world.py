@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("amacs.agents")
 
 PRIMARY = "primary"
-TYPES = ("task", "viewpoint", "compulsion")
 PROTOCOL_SKILL = "subagent-core"
 ALL_ACTIONS = frozenset({"eval", "task", "viewpoint", "consider", "compulsion", "talk", "request_input", "quit"})
 DEFAULT_ACTIONS = {

@@ -25,7 +25,7 @@ import re
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,12 +294,6 @@ class LongTermMemory:
             for tag in item.tags:
                 self.db.execute("INSERT OR IGNORE INTO tags (base, tag) VALUES (?, ?)", (item.mem_id.base, tag))
 
-    def put_many(self, items: Iterable[MemoryItem]) -> None:
-        """Store many versions in one transaction."""
-        with self.transaction():
-            for item in items:
-                self.put(item)
-
     def get(self, mem_id: MemId) -> MemoryItem:
         """The version MEM_ID names, or the latest when it names none."""
         item = self.find(mem_id)
@@ -326,10 +320,6 @@ class LongTermMemory:
         """The newest version number of BASE, or None."""
         row = self.db.execute("SELECT max(version) FROM items WHERE base=?", (base,)).fetchone()
         return None if row[0] is None else int(row[0])
-
-    def versions(self, base: str) -> list[int]:
-        """Every stored version of BASE, oldest first."""
-        return [r[0] for r in self.db.execute("SELECT version FROM items WHERE base=? ORDER BY version", (base,))]
 
     def bases_with_prefix(self, agent_brain: str, prefix: str) -> set[str]:
         """Bases of AGENT_BRAIN (``agent:brain``) whose name starts with PREFIX.

@@ -44,15 +44,6 @@ def camel_keys(value: Any) -> Any:
     return value
 
 
-def symbol_name(value: Any) -> str:
-    """Return the name of a Symbol (without a leading colon), or VALUE if a string."""
-    if isinstance(value, Symbol):
-        return value.value().lstrip(":")
-    if isinstance(value, str):
-        return value.lstrip(":")
-    raise LispFormatError(f"expected a symbol or string, got {value!r}")
-
-
 def from_lisp(value: LispValue) -> Any:
     """Convert a value decoded from Emacs into plain Python.
 
