@@ -52,6 +52,8 @@ POINTS = (
     "commit.done",              # HEAD moved
     "turn.done",                # the turn is over; the prompt not yet given back
 )
+# Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
+BUGS = ("ping.bug",)
 
 _SPEC = os.environ.get("AMACS_FAULT_POINT") or None
 _NAME, _, _NTH = (_SPEC or "").partition("@")
@@ -67,6 +69,13 @@ def point(name: str) -> None:
         return
     if _due():
         kill(name)
+
+
+def bug(name: str) -> None:
+    """Raise a RuntimeError here if NAME is the armed point: an unexpected exception (a bug),
+    for the tests of what the person and ``logs/server.log`` see of one (issue 14)."""
+    if name == ARMED and _due():
+        raise RuntimeError(f"AMACS_FAULT_POINT {name}: an injected bug")
 
 
 def point_later(name: str, seconds: float) -> None:

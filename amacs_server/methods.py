@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 from sexpdata import Symbol
 
-from . import views, work_tools
+from . import faults, views, work_tools
 from .agents import tools as agent_tools
+from .agents.tools import Control
 from .agents.world import PRIMARY
-from .errors import Refused
+from .arguments import Flag, Options, Text, checked
 from .inference.pricing import Price
 from .memory import tools
 from .runtime import Runtime
@@ -20,7 +21,6 @@ from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
 T = TypeVar("T")
-log = logging.getLogger("amacs.methods")
 LOOP_CALL_TIMEOUT = 5.0
 
 
@@ -38,111 +38,117 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
     return future.result(LOOP_CALL_TIMEOUT)
 
 
-def _price_entry(entry: Any) -> tuple[str, Price] | None:
-    """One `amacs-price-table' row, or None (logged) when it is malformed."""
-    try:
-        return entry["model"], Price(float(entry["input"]), float(entry["output"]),
-                                     float(entry["cache_write"]), float(entry["cache_read"]))
-    except (TypeError, KeyError, ValueError):
-        log.warning("ignoring a malformed amacs-price-table entry: %r", entry)
-        return None
+class PriceRow(Options):
+    """One row of `amacs-price-table': a model's dollars per million tokens."""
+
+    model: str
+    input: NonNegativeFloat
+    output: NonNegativeFloat
+    cache_write: NonNegativeFloat
+    cache_read: NonNegativeFloat
+
+
+class Settings(Options):
+    """What Emacs says at hello: its `amacs-max-steps', `amacs-price-table' and `amacs-eval-timeout'."""
+
+    max_steps: PositiveInt | None = None
+    prices: list[PriceRow] | None = None
+    eval_timeout: PositiveFloat | None = None
 
 
 def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     """Register every method Emacs may call."""
 
-    def hello(settings: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(settings.get("max_steps"), int) and settings["max_steps"] > 0:
-            rt.settings.max_steps = settings["max_steps"]
-        prices = settings.get("prices")
-        if isinstance(prices, list):
-            rt.prices = dict(filter(None, map(_price_entry, prices)))
-        if isinstance(settings.get("eval_timeout"), int | float) and settings["eval_timeout"] > 0:
-            rt.settings.eval_timeout = float(settings["eval_timeout"])
-            face.eval_timeout = rt.settings.eval_timeout
+    @checked()
+    def hello(settings: Settings | None) -> dict[str, Any]:
+        if settings and settings.max_steps:
+            rt.settings.max_steps = settings.max_steps
+        if settings and settings.prices is not None:
+            rt.prices = {p.model: Price(p.input, p.output, p.cache_write, p.cache_read) for p in settings.prices}
+        if settings and settings.eval_timeout:
+            rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
         return views.status(rt)
 
-    def submit(text: Any) -> bool:
+    @checked()
+    def submit(text: Text) -> bool:
         """Queue the person's input for the agent; returns at once."""
-        if not isinstance(text, str) or not text.strip():
-            raise Refused("submit takes a non-empty string")
         rt.submit(text)
         return True
 
-    def emacs_reply(rid: Any, result: Any) -> bool:
+    @checked()
+    def emacs_reply(rid: int, result: dict[str, object]) -> bool:
         """Emacs answers request RID (an eval, a buffer read) with a plist."""
-        if not isinstance(rid, int) or not isinstance(result, dict):
-            raise Refused("emacs_reply takes an id and a plist")
         face.deliver(rid, result)
         return True
 
-    def eval_hold(rid: Any, holding: Any) -> bool:
+    @checked()
+    def eval_hold(rid: int, holding: Flag) -> bool:
         """Emacs asks the person about eval RID: its time limit waits (HOLDING), or restarts."""
-        if not isinstance(rid, int):
-            raise Refused("eval_hold takes a request id and a flag")
-        face.hold(rid, bool(holding))
+        face.hold(rid, holding)
         return True
 
-    def set_budget(limit: Any) -> float:
+    @checked()
+    def set_budget(limit: NonNegativeFloat) -> float:
         """The person raises (or lowers) the budget limit, in dollars."""
-        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0:
-            raise Refused("the budget limit is a number of dollars, 0 or more")
 
         def apply() -> float:
-            rt.consciousness.budget.budget_limit = float(limit)
+            rt.consciousness.budget.budget_limit = limit
             rt.memory.sync_state(rt.consciousness)
             rt.save_consciousness()
-            return float(limit)
+            return limit
 
         return _on_loop(rt, apply)
 
-    def set_model(backend: Any, model: Any, base_url: Any = None) -> dict[str, Any]:
+    @checked()
+    def set_model(backend: str, model: str, base_url: str | None = None) -> dict[str, Any]:
         """Switch backend (anthropic or openai) and model, from the next model call on."""
-        if not isinstance(backend, str) or not isinstance(model, str):
-            raise Refused("set_model takes a backend and a model name")
-        if base_url is not None and not isinstance(base_url, str):
-            raise Refused("the base URL must be a string")
         return _on_loop(rt, lambda: rt.set_model(backend, model, base_url))
 
+    @checked()
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
         return _on_loop(rt, rt.interrupt)
 
+    @checked()
     def status() -> dict[str, Any]:
         """Runtime status for the shell."""
         return _on_loop(rt, lambda: views.status(rt))
 
+    @checked()
     def hub_state() -> dict[str, Any]:
         """What the hub shows."""
         return _on_loop(rt, lambda: views.hub_state(rt))
 
-    def agent_transcript(agent_id: Any) -> str:
+    @checked()
+    def agent_transcript(agent_id: str) -> str:
         """One agent's transcript of this session, as text."""
-        if not isinstance(agent_id, str):
-            raise Refused("agent_transcript takes an agent id")
         return _on_loop(rt, lambda: views.agent_transcript(rt, agent_id))
 
+    @checked()
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
         return _on_loop(rt, rt.consciousness.to_elisp)
 
-    def set_consciousness(name: Any, value: Any) -> Any:
+    @checked()
+    def set_consciousness(name: str, value: object) -> object:
         """Change a RAM field; harness fields are refused with a message."""
-        if not isinstance(name, str):
-            raise Refused("the field name must be a symbol or string")
         new = _on_loop(rt, lambda: rt.agent_set(name, value))
         return Symbol("t") if new is True else new
 
-    def person_agent_control(action: Any, agent_id: Any) -> dict[str, Any]:
+    @checked()
+    def person_agent_control(action: Control, agent_id: str) -> dict[str, Any]:
         """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree."""
         return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id, by="the person (hub)"))
 
-    def person_agent_talk(agent_id: Any, text: Any) -> dict[str, Any]:
+    @checked()
+    def person_agent_talk(agent_id: str, text: Text) -> dict[str, Any]:
         """The person (the hub) says TEXT to a subagent; its answer is shown in the shell."""
         return _on_loop(rt, lambda: rt.world.person_talk(agent_id, text))
 
-    def ping(value: Any) -> Any:
+    @checked()
+    def ping(value: object) -> object:
         """Echo VALUE (transport checks and benchmarks)."""
+        faults.bug("ping.bug")
         return value
 
     def brain_tool(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -92,7 +92,7 @@ class SkillLibrary:
 
     def get(self, name: str) -> Skill:
         """The skill NAME, read fresh if its file changed."""
-        if not isinstance(name, str) or not SKILL_NAME.fullmatch(name):
+        if not SKILL_NAME.fullmatch(name):
             raise SkillError(f"{name!r} is not a skill name (lowercase letters, digits, - and _)")
         for path in self._paths(name):  # the person's own wins
             try:  # one stat: is it a file, and has it changed (every task and model call asks)

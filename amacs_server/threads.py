@@ -8,6 +8,7 @@ thread's evidence and lessons stay searchable.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -57,19 +58,19 @@ class ThreadBook:
     open: dict[str, Thread] = field(default_factory=dict)
     active: str | None = None
 
-    def _check_id(self, thread_id: Any) -> str:
-        if not isinstance(thread_id, str) or not THREAD_ID.fullmatch(thread_id):
+    def _check_id(self, thread_id: str) -> str:
+        if not THREAD_ID.fullmatch(thread_id):
             raise ThreadError(f"{thread_id!r} is not a thread id (lowercase letters, digits, . - _; at most 64)")
         return thread_id
 
-    def get(self, thread_id: Any) -> Thread:
+    def get(self, thread_id: str) -> Thread:
         """The open thread THREAD_ID."""
         tid = self._check_id(thread_id)
         if tid not in self.open:
             raise ThreadError(f"no open thread {tid!r}; open threads: {', '.join(self.open) or 'none'}")
         return self.open[tid]
 
-    def create(self, thread_id: Any, concern: Any, buffers: Any, tick: int) -> Thread:
+    def create(self, thread_id: str, concern: str | None, buffers: Sequence[str] | None, tick: int) -> Thread:
         """Open a thread; it becomes active only if none is."""
         tid = self._check_id(thread_id)
         if tid in self.open:
@@ -79,25 +80,21 @@ class ThreadBook:
                 f"at most {MAX_OPEN} threads may be open ({', '.join(self.open)}); "
                 "complete one with agent-complete-thread first"
             )
-        if concern is not None and not isinstance(concern, str):
-            raise ThreadError(f":concern must be a string, got {concern!r}")
-        thread = Thread(tid, concern or "", _names(buffers, ":buffers"), created_tick=tick)
+        thread = Thread(tid, concern or "", _names(buffers or ()), created_tick=tick)
         self.open[tid] = thread
         if self.active is None:
             self.active = tid
         return thread
 
-    def switch(self, thread_id: Any) -> Thread:
+    def switch(self, thread_id: str) -> Thread:
         """Make THREAD_ID the active thread; the previous one becomes pending."""
         thread = self.get(thread_id)
         self.active = thread.id
         return thread
 
-    def complete(self, thread_id: Any, evidence: Any, learned: Any) -> Thread:
-        """Close THREAD_ID with its EVIDENCE and what was LEARNED."""
+    def complete(self, thread_id: str, evidence: object, learned: str | None) -> Thread:
+        """Close THREAD_ID with its EVIDENCE (any data) and what was LEARNED."""
         thread = self.get(thread_id)
-        if learned is not None and not isinstance(learned, str):
-            raise ThreadError(f":learned must be a string, got {learned!r}")
         done = replace(thread, status="completed", evidence=evidence, learned=learned)
         del self.open[thread.id]
         if self.active == thread.id:
@@ -109,29 +106,29 @@ class ThreadBook:
         self.open[thread.id] = thread
         return thread
 
-    def add_buffer(self, thread_id: Any, buffer: Any) -> Thread:
+    def add_buffer(self, thread_id: str, buffer: str) -> Thread:
         """Add BUFFER (a buffer name or file path) to the thread."""
         thread = self.get(thread_id)
-        (name,) = _names([buffer], "buffer")
+        (name,) = _names([buffer])
         if name in thread.buffers:
             raise ThreadError(f"{name!r} is already a buffer of {thread.id!r}")
         return self.update(replace(thread, buffers=(*thread.buffers, name)))
 
-    def remove_buffer(self, thread_id: Any, buffer: Any) -> Thread:
+    def remove_buffer(self, thread_id: str, buffer: str) -> Thread:
         """Remove BUFFER from the thread."""
         thread = self.get(thread_id)
         if buffer not in thread.buffers:
             raise ThreadError(f"{buffer!r} is not a buffer of {thread.id!r}: {list(thread.buffers)}")
         return self.update(replace(thread, buffers=tuple(b for b in thread.buffers if b != buffer)))
 
-    def bind(self, thread_id: Any, skill: str) -> Thread:
+    def bind(self, thread_id: str, skill: str) -> Thread:
         """Bind SKILL (already checked to exist) to the thread."""
         thread = self.get(thread_id)
         if skill in thread.skills:
             raise ThreadError(f"skill {skill!r} is already bound to {thread.id!r}")
         return self.update(replace(thread, skills=(*thread.skills, skill)))
 
-    def unbind(self, thread_id: Any, skill: Any) -> Thread:
+    def unbind(self, thread_id: str, skill: str) -> Thread:
         """Unbind SKILL from the thread."""
         thread = self.get(thread_id)
         if skill not in thread.skills:
@@ -143,10 +140,6 @@ class ThreadBook:
         return [t for t in self.open.values() if t.id != self.active]
 
 
-def _names(value: Any, what: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not all(isinstance(b, str) and b.strip() for b in items):
-        raise ThreadError(f"{what} must be a list of buffer names or file paths, got {value!r}")
-    return tuple(dict.fromkeys(b.strip() for b in items))
+def _names(names: Sequence[str]) -> tuple[str, ...]:
+    """Buffer names or file paths, trimmed, each once (the boundary checked they are not blank)."""
+    return tuple(dict.fromkeys(b.strip() for b in names))

@@ -30,15 +30,3 @@ def refusals(*kinds: type[Exception], prefix: str = "") -> Callable[[F], F]:
 
     return wrap
 
-
-def options(value: Any, allowed: set[str]) -> dict[str, Any]:
-    """A tool's plist options as a dict; unknown keys are refused by name."""
-    if value in (None, {}):
-        return {}
-    if not isinstance(value, dict):
-        raise ToolError(f"options must be a plist, got {value!r}")
-    unknown = set(value) - allowed
-    if unknown:
-        raise ToolError(f"unknown option(s) {', '.join(':' + u.replace('_', '-') for u in sorted(unknown))}; "
-                        f"allowed: {', '.join(':' + a.replace('_', '-') for a in sorted(allowed))}")
-    return value

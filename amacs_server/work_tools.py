@@ -4,14 +4,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .arguments import Options, Strings, Text, checked
 from .skills import SkillError
 from .threads import Thread, ThreadError
-from .toolkit import ToolError, options, refusals
+from .toolkit import ToolError, refusals
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
 _refusals = refusals(ThreadError, SkillError)
+
+
+class ThreadOptions(Options):
+    """``agent-create-thread``'s options."""
+
+    concern: str | None = None
+    buffers: Strings | None = None
+
+
+class CompleteOptions(Options):
+    """``agent-complete-thread``'s options: what shows it is done (any data), and what was learned."""
+
+    evidence: object = None
+    learned: str | None = None
 
 
 def _echo(rt: Runtime, thread: Thread) -> dict[str, Any]:
@@ -22,28 +37,32 @@ def _echo(rt: Runtime, thread: Thread) -> dict[str, Any]:
             "buffers": list(thread.buffers), "skills": list(thread.skills)}
 
 
+@checked(1)
 @_refusals
-def thread_create(rt: Runtime, thread_id: Any, opts: Any = None) -> dict[str, Any]:
+def thread_create(rt: Runtime, thread_id: str, opts: ThreadOptions | None = None) -> dict[str, Any]:
     """Open a thread (ID first; :concern, :buffers); active if none was."""
-    o = options(opts, {"concern", "buffers"})
-    return _echo(rt, rt.threads.create(thread_id, o.get("concern"), o.get("buffers"), rt.consciousness.current_tick))
+    o = opts or ThreadOptions()
+    return _echo(rt, rt.threads.create(thread_id, o.concern, o.buffers, rt.consciousness.current_tick))
 
 
+@checked(1)
 @_refusals
-def thread_switch(rt: Runtime, thread_id: Any) -> dict[str, Any]:
+def thread_switch(rt: Runtime, thread_id: str) -> dict[str, Any]:
     """Focus THREAD_ID; its buffers and skills load on the next tick."""
     return _echo(rt, rt.threads.switch(thread_id))
 
 
+@checked(1)
 @_refusals
-def thread_complete(rt: Runtime, thread_id: Any, opts: Any = None) -> dict[str, Any]:
+def thread_complete(rt: Runtime, thread_id: str, opts: CompleteOptions | None = None) -> dict[str, Any]:
     """Close THREAD_ID with :evidence and :learned, kept and searchable in long-term memory."""
-    o = options(opts, {"evidence", "learned"})
-    return _echo(rt, rt.threads.complete(thread_id, o.get("evidence"), o.get("learned")))
+    o = opts or CompleteOptions()
+    return _echo(rt, rt.threads.complete(thread_id, o.evidence, o.learned))
 
 
+@checked(1)
 @_refusals
-def thread_add_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any]:
+def thread_add_buffer(rt: Runtime, thread_id: str, buffer: Text) -> dict[str, Any]:
     """Add BUFFER (a buffer name or a file) to THREAD_ID."""
     return _echo(rt, rt.threads.add_buffer(thread_id, buffer))
 
@@ -51,8 +70,9 @@ def thread_add_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any
 PERSON_THREAD = "main"
 
 
+@checked(1)
 @_refusals
-def person_add_buffer(rt: Runtime, buffer: Any) -> dict[str, Any]:
+def person_add_buffer(rt: Runtime, buffer: Text) -> dict[str, Any]:
     """The person adds BUFFER (`M-x amacs-add-buffer') to the active thread; with none
     active, to the thread ``main``, opened (or focused) for it."""
     if rt.threads.active is None:
@@ -67,27 +87,30 @@ def person_add_buffer(rt: Runtime, buffer: Any) -> dict[str, Any]:
     return answer
 
 
+@checked(1)
 @_refusals
-def thread_remove_buffer(rt: Runtime, thread_id: Any, buffer: Any) -> dict[str, Any]:
+def thread_remove_buffer(rt: Runtime, thread_id: str, buffer: str) -> dict[str, Any]:
     """Remove BUFFER from THREAD_ID."""
     return _echo(rt, rt.threads.remove_buffer(thread_id, buffer))
 
 
+@checked(1)
 @_refusals
 def skills_list(rt: Runtime) -> list[dict[str, str]]:
     """Every skill the agent may bind: name, description, kind."""
     return [s.summary() for s in rt.skills.available() if s.kind != "core"]
 
 
-def _thread_for(rt: Runtime, thread_id: Any) -> str:
+def _thread_for(rt: Runtime, thread_id: str | None) -> str:
     tid = thread_id or rt.threads.active
     if tid is None:
         raise ToolError("no thread is active: name one, or create one with agent-create-thread")
     return tid
 
 
+@checked(1)
 @_refusals
-def skill_bind(rt: Runtime, skill: Any, thread_id: Any = None) -> dict[str, Any]:
+def skill_bind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[str, Any]:
     """Bind SKILL to THREAD_ID (default: the active thread)."""
     found = rt.skills.get(skill)
     if found.kind == "core":
@@ -95,7 +118,8 @@ def skill_bind(rt: Runtime, skill: Any, thread_id: Any = None) -> dict[str, Any]
     return _echo(rt, rt.threads.bind(_thread_for(rt, thread_id), found.name))
 
 
+@checked(1)
 @_refusals
-def skill_unbind(rt: Runtime, skill: Any, thread_id: Any = None) -> dict[str, Any]:
+def skill_unbind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[str, Any]:
     """Unbind SKILL from THREAD_ID (default: the active thread)."""
     return _echo(rt, rt.threads.unbind(_thread_for(rt, thread_id), skill))

@@ -114,19 +114,21 @@ def test_an_expected_error_is_answered_with_its_message_alone_and_not_logged(fai
 
 
 def test_the_real_server_writes_the_traceback_to_server_log(tmp_path):
-    """The server run as Emacs runs it: a method called wrongly (a TypeError, a bug) is in server.log."""
+    """The server run as Emacs runs it: a bug in a method (a RuntimeError, injected) is in server.log."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
-    env.update(AMACS_HOME=str(home), AMACS_TOKEN=TOKEN)
+    env.update(AMACS_HOME=str(home), AMACS_TOKEN=TOKEN, AMACS_FAULT_POINT="ping.bug")
     proc = subprocess.Popen([sys.executable, "-m", "amacs_server"], env=env, stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
         sock = connect(port)
         assert hello(sock)[0] == Symbol("return")
-        send(sock, "call", 2, Symbol("ping"), [])  # ping takes one value
+        send(sock, "call", 2, Symbol("ping"), [])  # a call refused at the boundary: its message, no traceback
+        assert recv(sock) == [Symbol("return-error"), 2, "ping: VALUE is required"]
+        send(sock, "call", 3, Symbol("ping"), ["x"])  # the bug
         reply = recv(sock)
-        assert reply[:2] == [Symbol("return-error"), 2]
-        assert reply[2].startswith("internal error in ping: TypeError(") and "\n" not in reply[2]
+        assert reply[:2] == [Symbol("return-error"), 3]
+        assert reply[2].startswith("internal error in ping: RuntimeError(") and "\n" not in reply[2]
         assert reply[2].endswith("(see logs/server.log)")
         log = Path(home / "logs" / "server.log")
         deadline = time.time() + 5
@@ -134,7 +136,7 @@ def test_the_real_server_writes_the_traceback_to_server_log(tmp_path):
             time.sleep(0.05)
         text = log.read_text()
         assert "internal error in ping" in text and "Traceback (most recent call last)" in text
-        assert "TypeError" in text
+        assert "RuntimeError: AMACS_FAULT_POINT ping.bug" in text and "VALUE is required" not in text
         sock.close()
     finally:
         proc.kill()

@@ -3,6 +3,7 @@
 import pytest
 
 from amacs_server.config import load_config
+from amacs_server.errors import AmacsError
 from amacs_server.memory import tools
 from amacs_server.memory.items import Kind, MemoryItem, Tier
 from amacs_server.memory.ltm import LongTermMemory, LtmError
@@ -107,9 +108,12 @@ def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
         (lambda rt: tools.memory_create(rt, "Bad Name", "x"), "must start with"),
         (lambda rt: tools.memory_create(rt, "chat.5", "x"), "reserved"),
         (lambda rt: tools.memory_create(rt, "mood", "x"), "reserved"),
-        (lambda rt: tools.memory_create(rt, "n", None), "content is required"),
-        (lambda rt: tools.memory_create(rt, "n", "x", {"colour": "red"}), "unknown option(s) :colour"),
-        (lambda rt: tools.memory_create(rt, "n", "x", {"kind": "message"}), ":kind must be one of"),
+        (lambda rt: tools.memory_create(rt, "n", None), "memory-create: CONTENT is required"),
+        (lambda rt: tools.memory_create(rt, "n", "x", {"colour": "red"}), "OPTS has unknown option(s) :colour; allowed: :kind, :tags"),
+        (lambda rt: tools.memory_create(rt, "n", "x", {"kind": "message"}), ":kind must be 'note' or 'summary', got 'message'"),
+        (lambda rt: tools.memory_create(rt, 3, "x"), "memory-create: NAME must be a string, got 3"),
+        (lambda rt: tools.memory_load(rt, "<EOT>amacs-instance-1:primary:mood<EOT>", {"version": True}),
+         ":version must be an integer, got True"),
         (lambda rt: tools.memory_mutate(rt, "groceries", "x"), "must start and end with <EOT>"),
         (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:nothing<EOT>", "x"), "no memory item"),
         (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:current_tick<EOT>", 9), "is ROM"),
@@ -118,13 +122,13 @@ def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
         (lambda rt: tools.memory_load(rt, "<EOT>other:primary:x<EOT>"), "another brain"),
         (lambda rt: tools.memory_load(rt, "<EOT>amacs-instance-1:primary:mood:1<EOT>", {"version": 2}),
          "names version 1 but :version is 2"),
-        (lambda rt: tools.memory_search(rt, "", None), "non-empty"),
+        (lambda rt: tools.memory_search(rt, "", None), "memory-search: QUERY must not be empty"),
         (lambda rt: tools.memory_search(rt, "x", {"limit": 1000}), "limit must be within"),
     ],
 )
 def test_invalid_calls_fail_deterministically(rt, call, message):
     for _ in range(2):  # the same call fails the same way every time
-        with pytest.raises(tools.ToolError) as err:
+        with pytest.raises(AmacsError) as err:  # a rule of the tool, or its arguments refused at the boundary
             call(rt)
         assert message in str(err.value)
 

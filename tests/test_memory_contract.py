@@ -7,6 +7,7 @@ import json
 import pytest
 
 from amacs_server.context.assemble import Conversation, assemble
+from amacs_server.errors import AmacsError
 from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory
 from amacs_server.memory.items import (
@@ -97,7 +98,7 @@ def test_load_pages_a_long_note_and_memory_shows_the_part_loaded(rt):
     assert loaded["content"] == "milk" and loaded["total_chars"] == 4 and "offset" not in loaded
     for opts, message in (({"offset": 30_000}, "past the end"), ({"limit": MAX_PAGE_CHARS + 1}, ":limit must be"),
                           ({"offset": -1}, ":offset must be"), ({"page": 2}, r"unknown option\(s\) :page")):
-        with pytest.raises(tools.ToolError, match=message):
+        with pytest.raises(AmacsError, match=message):
             tools.memory_load(rt, f"<EOT>{ME}:log<EOT>", opts)
 
 

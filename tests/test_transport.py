@@ -112,11 +112,20 @@ def test_no_token_no_server(tmp_path):
     assert out.stdout.startswith("AMACS server error: AMACS_TOKEN is not set")
 
 
-def test_a_malformed_price_table_is_ignored_not_fatal(server):
+def test_a_malformed_price_table_is_refused_with_what_is_wrong_and_the_server_stays(server):
     _proc, port = server
     sock = connect(port)
     bad = [Symbol(":eval-timeout"), 5, Symbol(":prices"), [[Symbol(":model"), "x", Symbol(":input"), "cheap"]]]
     send(sock, "call", 1, Symbol("hello"), [TOKEN, os.getpid(), bad])
+    reply = recv(sock)
+    assert reply[:2] == [Symbol("epc-error"), 1]
+    assert reply[2].startswith("hello: :prices item 0 :input must be a number, got 'cheap'; :prices item 0 :output is required;")
+    assert reply[2].endswith("fix it, then M-x amacs-restart")
+    sock.close()
+    sock = connect(port)  # not adopted: the same Emacs, its table fixed, connects
+    good = [Symbol(":prices"), [[Symbol(":model"), "x", Symbol(":input"), 1, Symbol(":output"), 2,
+                                 Symbol(":cache-write"), 3, Symbol(":cache-read"), 0.5]]]
+    send(sock, "call", 1, Symbol("hello"), [TOKEN, os.getpid(), good])
     assert recv(sock)[0] == Symbol("return")
     send(sock, "call", 2, Symbol("ping"), ["still here"])
     assert recv(sock) == [Symbol("return"), 2, "still here"]

@@ -9,9 +9,12 @@ then knows who spawned what and which talks an eval made.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from ..toolkit import ToolError, options, refusals
+from pydantic import BeforeValidator, Field, PositiveInt
+
+from ..arguments import Flag, Options, Strings, Text, checked
+from ..toolkit import ToolError, refusals
 from .talk import Overloaded
 from .world import PRIMARY, AgentError
 
@@ -22,6 +25,30 @@ _refusals = refusals(AgentError)
 _overload = refusals(Overloaded, prefix="overloaded: ")  # said as such, so the agent backs off
 
 
+Control = Literal["pause", "resume", "cancel"]
+
+
+def _one_id(value: object) -> object:
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+TalkIds = Annotated[list[PositiveInt], BeforeValidator(_one_id), Field(min_length=1)]
+"""A TalkId, or a list of them."""
+
+
+class TaskOptions(Options):
+    """``agent-task``'s options: the actions it may take, and whether it may ask the person."""
+
+    allowed: Strings | None = None
+    request_input: Flag = False
+
+
+class WaitOptions(Options):
+    """``agent-wait-for``'s options: how long to sleep at most, in seconds."""
+
+    timeout: Annotated[float, Field(gt=0, le=3600)] | None = None
+
+
 class Evals(Protocol):
     """The server's record of the evals Emacs is running (the EmacsFace)."""
 
@@ -30,7 +57,7 @@ class Evals(Protocol):
     def evals_outstanding(self) -> bool: ...
 
 
-def caller_of(evals: Evals, eval_id: Any) -> str:
+def caller_of(evals: Evals, eval_id: object) -> str:
     """Who a call from Emacs made in eval EVAL_ID acts as: the agent that eval runs for.
 
     No eval id is the person (outside any eval), who acts as the primary; but
@@ -52,7 +79,7 @@ def caller_of(evals: Evals, eval_id: Any) -> str:
 def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., Any]:
     """TOOL as Emacs calls it, with (RT EVAL-ID ARGS...): the caller is the one EVALS say."""
 
-    def from_emacs(rt: Runtime, eval_id: Any = None, *args: Any) -> Any:
+    def from_emacs(rt: Runtime, eval_id: object = None, *args: Any) -> Any:
         return tool(rt, caller_of(evals, eval_id), eval_id, *args)
 
     from_emacs.__name__ = tool.__name__
@@ -60,95 +87,109 @@ def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., 
     return from_emacs
 
 
+@checked(3)
 @_overload
 @_refusals
-def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: Any, prompt: Any, opts: Any = None) -> Any:
+def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, prompt: Text,
+               opts: TaskOptions | None = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input)."""
-    o = options(opts, {"allowed", "request_input"})
-    return rt.world.task(caller, eval_id, template, prompt, o)
+    o = opts or TaskOptions()
+    return rt.world.task(caller, eval_id, template, prompt, {"allowed": o.allowed, "request_input": o.request_input})
 
 
+@checked(3)
 @_overload
 @_refusals
-def agent_viewpoint(rt: Runtime, caller: str, _eval: int | None, name: Any, template: Any) -> Any:
+def agent_viewpoint(rt: Runtime, caller: str, _eval: int | None, name: str, template: str) -> Any:
     """Start the Viewpoint NAME from TEMPLATE."""
     return rt.world.viewpoint(caller, name, template)
 
 
+@checked(3)
 @_overload
 @_refusals
-def agent_consider(rt: Runtime, caller: str, eval_id: int | None, prompt: Any) -> Any:
+def agent_consider(rt: Runtime, caller: str, eval_id: int | None, prompt: Text) -> Any:
     """Ask every viewpoint about PROMPT in turn; the comments come back as one event."""
     return rt.world.consider(caller, eval_id, prompt)
 
 
+@checked(3)
 @_refusals
-def agent_discard(rt: Runtime, caller: str, _eval: int | None, name: Any) -> Any:
+def agent_discard(rt: Runtime, caller: str, _eval: int | None, name: str) -> Any:
     """End the viewpoint NAME."""
     return rt.world.discard(caller, name)
 
 
+@checked(3)
 @_overload
 @_refusals
-def agent_compulsion(rt: Runtime, caller: str, _eval: int | None, template: Any, prompt: Any = None) -> Any:
+def agent_compulsion(rt: Runtime, caller: str, _eval: int | None, template: str, prompt: str | None = None) -> Any:
     """Attach a Compulsion from TEMPLATE (with PROMPT) to the caller."""
     return rt.world.compulsion(caller, template, prompt)
 
 
+@checked(3)
 @_refusals
 def agent_quit(rt: Runtime, caller: str, _eval: int | None) -> Any:
     """A compulsion removes itself."""
     return rt.world.quit(caller)
 
 
+@checked(3)
 @_overload
 @_refusals
-def talk_user(rt: Runtime, caller: str, eval_id: int | None, text: Any) -> Any:
+def talk_user(rt: Runtime, caller: str, eval_id: int | None, text: Text) -> Any:
     """Say TEXT to the person; returns a TalkId."""
     return rt.world.talk_user(caller, eval_id, text)
 
 
+@checked(3)
 @_overload
 @_refusals
-def talk_agent(rt: Runtime, caller: str, eval_id: int | None, target: Any, text: Any) -> Any:
+def talk_agent(rt: Runtime, caller: str, eval_id: int | None, target: str, text: Text) -> Any:
     """Say TEXT to agent TARGET; returns a TalkId."""
     return rt.world.talk_agent(caller, eval_id, target, text)
 
 
+@checked(3)
 @_overload
 @_refusals
-def talk_brain(rt: Runtime, caller: str, eval_id: int | None, brain: Any, text: Any) -> Any:
+def talk_brain(rt: Runtime, caller: str, eval_id: int | None, brain: str, text: Text) -> Any:
     """Say TEXT to one of the caller's own subagents; returns a TalkId."""
     return rt.world.talk_brain(caller, eval_id, brain, text)
 
 
+@checked(3)
 @_overload
 @_refusals
-def talk_log(rt: Runtime, caller: str, eval_id: int | None, text: Any) -> Any:
+def talk_log(rt: Runtime, caller: str, eval_id: int | None, text: str) -> Any:
     """Write TEXT to the transcript log; returns a TalkId."""
     return rt.world.talk_log(caller, eval_id, text)
 
 
+@checked(3)
 @_refusals
-def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: Any, opts: Any = None) -> Any:
+def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
     """After this eval, sleep until a reply to TALK-IDS (:timeout seconds)."""
-    o = options(opts, {"timeout"})
-    return rt.world.wait_for(caller, eval_id, talk_ids, o.get("timeout"))
+    return rt.world.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
 
 
+@checked(3)
 @_refusals
-def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Any) -> Any:
+def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Text) -> Any:
     """Share TEXT with every viewpoint of the caller, asking for no reply."""
     return rt.world.notify(caller, text)
 
 
+@checked(3)
 @_refusals
-def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Any, agent_id: Any) -> Any:
+def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Control, agent_id: str) -> Any:
     """Pause, resume or cancel AGENT_ID (and, for cancel, its subagents): the primary any agent,
     an agent only those below it."""
     return rt.world.control(caller, action, agent_id)
 
 
+@checked(3)
 def agents_list(rt: Runtime, _caller: str = PRIMARY, _eval: int | None = None) -> Any:
     """Every live agent: id, type, template, state, cost."""
     return rt.world.live()

@@ -25,12 +25,15 @@ default 0 and :data:`~.items.DEFAULT_PAGE_CHARS`, at most
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import AfterValidator, Field, PlainValidator
 
 from ..agents.world import PRIMARY
+from ..arguments import Options, Strings, Text, checked
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
-from ..toolkit import ToolError, options, refusals
+from ..toolkit import ToolError, refusals
 from .active import STATE_TIERS, ActiveMemory, MemoryRefused
 from .items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
 from .ltm import LtmError
@@ -58,31 +61,51 @@ def memory_of(rt: Runtime, agent_id: str) -> ActiveMemory:
     return agent.memory
 
 
-def _mem_id(value: Any) -> MemId:
+def _mem_id(value: object) -> MemId:
     if not isinstance(value, str):
-        raise ToolError(f"a MemId string is required, got {value!r}")
-    try:
-        return MemId.parse(value)
-    except MemIdError as err:
-        raise ToolError(str(err)) from err
+        raise ValueError(f"must be a MemId string (<EOT>brain:agent:name<EOT>), got {value!r}")
+    return MemId.parse(value)  # a MemIdError is a ValueError: its message is the refusal
 
 
-def _content(value: Any) -> Any:
+def _content(value: object) -> object:
     if value is None:
-        raise ToolError("content is required (a string or data)")
+        raise ValueError("is required (a string or data)")
     size = len(value) if isinstance(value, str) else len(repr(value))
     if size > MAX_CONTENT_CHARS:
-        raise ToolError(f"content is {size} characters; the limit is {MAX_CONTENT_CHARS}")
+        raise ValueError(f"is {size} characters; the limit is {MAX_CONTENT_CHARS}")
     return value
 
 
-def _tags(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    tags = [value] if isinstance(value, str) else value
-    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
-        raise ToolError(f":tags must be a string or a list of strings, got {value!r}")
-    return tuple(sorted(set(tags)))
+def _tags(tags: list[str] | None) -> tuple[str, ...]:
+    return tuple(sorted(set(tags or ())))
+
+
+MemIdArg = Annotated[MemId, PlainValidator(_mem_id)]
+Content = Annotated[object, AfterValidator(_content)]
+"""What an item holds: a string, or elisp data (at most :data:`MAX_CONTENT_CHARS` printed)."""
+
+
+class CreateOptions(Options):
+    """``agent-memory-create``'s options."""
+
+    kind: Literal["note", "summary"] = "note"
+    tags: Strings | None = None
+
+
+class LoadOptions(Options):
+    """``agent-memory-load``'s options: a version, and the part of a long text (in characters)."""
+
+    version: Annotated[int, Field(ge=1)] | None = None
+    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_CHARS)] = DEFAULT_PAGE_CHARS
+
+
+class SearchOptions(Options):
+    """``agent-memory-search``'s options."""
+
+    limit: int = 10
+    tags: Strings | None = None
+    mode: str = "keyword"
 
 
 def _echo(item: Any, **extra: Any) -> dict[str, Any]:
@@ -90,29 +113,26 @@ def _echo(item: Any, **extra: Any) -> dict[str, Any]:
             "kind": item.kind.value, **extra}
 
 
-def create(rt: Runtime, memory: ActiveMemory, name: Any, content: Any, opts_in: Any = None) -> dict[str, Any]:
+@checked(2, "memory-create")
+def create(rt: Runtime, memory: ActiveMemory, name: str, content: Content,
+           opts: CreateOptions | None = None) -> dict[str, Any]:
     """Create a RAM item NAME holding CONTENT (options :kind, :tags); it is pinned."""
-    if not isinstance(name, str):
-        raise ToolError(f"name must be a string, got {name!r}")
     try:
         NAME.check(name, name)
     except MemIdError as err:
         raise ToolError(str(err)) from err
-    opts = options(opts_in, {"kind", "tags"})
-    kind_name = opts.get("kind") or "note"
-    if kind_name not in CREATABLE_KINDS:
-        raise ToolError(f":kind must be one of {', '.join(sorted(CREATABLE_KINDS))}, got {kind_name!r}")
+    o = opts or CreateOptions()
     before = memory.ltm.latest_version(memory.mem_id(name).base)
-    item = memory.create_note(name, _content(content), CREATABLE_KINDS[kind_name], _tags(opts.get("tags")))
+    item = memory.create_note(name, content, CREATABLE_KINDS[o.kind], _tags(o.tags))
     return _echo(item) if before is None else _echo(item, previous_version=before)
 
 
-def mutate(rt: Runtime, memory: ActiveMemory, mem_id: Any, content: Any) -> dict[str, Any]:
+@checked(2, "memory-mutate")
+def mutate(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, content: Content) -> dict[str, Any]:
     """Write CONTENT as the next version of MEM_ID (items shown ``mutable``).  A scratchpad
     entry takes a string (its text) or a plist of :heading, :thread and :content, and is
     rewritten in scratchpad.org too."""
-    target = _mem_id(mem_id)
-    value = _content(content)
+    target, value = mem_id, content
     if memory is rt.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
         before = memory.state[target.name].version
         rt.agent_set(target.name, value)  # validates, then versions the state item
@@ -127,21 +147,12 @@ def mutate(rt: Runtime, memory: ActiveMemory, mem_id: Any, content: Any) -> dict
     return _echo(item, previous_version=previous)
 
 
-def evict(rt: Runtime, memory: ActiveMemory, mem_id: Any) -> dict[str, Any]:
+@checked(2, "memory-evict")
+def evict(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg) -> dict[str, Any]:
     """Move MEM_ID out of active memory; a handle stays (RAM only)."""
-    handle = memory.evict(_mem_id(mem_id))
+    handle = memory.evict(mem_id)
     return {"mem_id": handle.mem_id.format(), "version": handle.version, "evicted": True,
             "handle": handle.content}
-
-
-def _count(opts: dict[str, Any], key: str, default: int, low: int, high: int | None = None) -> int:
-    value = opts.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        bound = f"within {low}..{high}" if high is not None else f">= {low}"
-        raise ToolError(f":{key} must be an integer {bound}, got {value!r}")
-    return value
 
 
 def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
@@ -157,37 +168,27 @@ def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
     return out
 
 
-def load(rt: Runtime, memory: ActiveMemory, mem_id: Any, opts_in: Any = None) -> dict[str, Any]:
+@checked(2, "memory-load")
+def load(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions | None = None) -> dict[str, Any]:
     """Bring MEM_ID (latest, or its version, or :version) into active memory; return it
     (options :version, and :offset and :limit, in characters, to page a long text).
     Any brain's item may be loaded: long-term memory is shared."""
-    target = _mem_id(mem_id)
-    opts = options(opts_in, {"version", "offset", "limit"})
-    version = opts.get("version")
-    if version is not None:
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise ToolError(f":version must be a positive integer, got {version!r}")
-        if target.version is not None and target.version != version:
-            raise ToolError(f"{target} names version {target.version} but :version is {version}")
-        target = target.at(version)
-    offset = _count(opts, "offset", 0, 0)
-    limit = _count(opts, "limit", DEFAULT_PAGE_CHARS, 1, MAX_PAGE_CHARS)
-    item = memory.load(target, offset, limit)
+    o = opts or LoadOptions()
+    target = mem_id
+    if o.version is not None:
+        if target.version is not None and target.version != o.version:
+            raise ToolError(f"{target} names version {target.version} but :version is {o.version}")
+        target = target.at(o.version)
+    item = memory.load(target, o.offset, o.limit)
     return _loaded(item, memory.shown_in(target) or "memory")
 
 
-def search(rt: Runtime, memory: ActiveMemory, query: Any, opts_in: Any = None) -> list[dict[str, Any]]:
+@checked(2, "memory-search")
+def search(rt: Runtime, memory: ActiveMemory, query: Text, opts: SearchOptions | None = None) -> list[dict[str, Any]]:
     """Ranked keyword search over every version in long-term memory, of every brain of this
     agent (options :limit :tags :mode)."""
-    if not isinstance(query, str) or not query.strip():
-        raise ToolError("query must be a non-empty string")
-    opts = options(opts_in, {"limit", "tags", "mode"})
-    limit = opts.get("limit", 10)
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise ToolError(f":limit must be an integer, got {limit!r}")
-    mode = opts.get("mode") or "keyword"
-    hits = memory.ltm.search(query, limit=limit, tags=_tags(opts.get("tags")), mode=mode,
-                             agent_brain=memory.agent)
+    o = opts or SearchOptions()
+    hits = memory.ltm.search(query, limit=o.limit, tags=_tags(o.tags), mode=o.mode, agent_brain=memory.agent)
     return [h.to_dict() for h in hits]
 
 

@@ -94,7 +94,7 @@ def unpack(message: bytes) -> tuple[str, Any, list[Any]]:
 
 
 class Unauthorized(AmacsError):
-    """A connection that is refused: no token, the wrong one, or another Emacs is connected.
+    """A connection that is refused: no token, the wrong one, another Emacs is connected, or its settings are wrong.
 
     ``uid`` is the hello's call id when it was readable, so the refusal answers that
     call and Emacs shows the message."""
@@ -437,7 +437,7 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.scrub = Scrubber({"AMACS_TOKEN": token})
         self.emacs: AmacsHandler | None = None
         self.emacs_pid: int | None = None
-        self.on_hello: Callable[[dict[str, Any]], dict[str, Any]] = lambda _s: {}
+        self.on_hello: Callable[..., dict[str, Any]] = lambda _s: {}  # takes the settings as they came
         # Called once hello is answered (the server's start-up waits for it, see __main__).
         self.after_hello: Callable[[], None] = lambda: None
         self.on_emacs_gone: Callable[[], None] = lambda: None
@@ -472,7 +472,7 @@ class AmacsEPCServer(ThreadingEPCServer):
         if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
             raise Unauthorized("unauthorized", uid)
         pid = args[1] if len(args) > 1 and isinstance(args[1], int) else None
-        settings = args[2] if len(args) > 2 and isinstance(args[2], dict) else {}
+        settings = args[2] if len(args) > 2 else None
         with self._clients:
             current = self.emacs
             if current is not None and current is not handler and hung_up(current):
@@ -485,7 +485,12 @@ class AmacsEPCServer(ThreadingEPCServer):
                     "may be: use that Emacs, or exit it and connect again", uid)
             handler.outbox = Outbox(handler.send_events)
             self.emacs, self.emacs_pid = handler, pid
-        return uid, to_lisp(self.on_hello(settings))
+        try:
+            return uid, to_lisp(self.on_hello(settings))
+        except AmacsError as err:  # its settings are wrong (checked before any is applied): not adopted
+            with self._clients:
+                self.emacs, self.emacs_pid = None, None
+            raise Unauthorized(f"{err}; fix it, then M-x amacs-restart", uid) from err
 
     def connection_closed(self, handler: AmacsHandler) -> None:
         """Forget HANDLER; without Emacs a non-headless server shuts down."""

@@ -1,0 +1,178 @@
+"""Arguments from Emacs, validated once, at the boundary (issue 14).
+
+Every method Emacs may call declares its arguments' types in its signature,
+and :func:`checked` validates what arrives against them (already plain Python:
+see :func:`~amacs_server.transport.lisp.from_lisp`), strictly, with pydantic:
+no ``"3"`` for 3 and no ``t`` for 1.  A wrong call is refused with one line
+that names the method and the argument, as the agent sees it in its eval's
+error: ``agent-task: PROMPT must be a string, got 3``.  Inside, functions
+trust their types and check only their own rules.
+
+An options plist is an :class:`Options` model whose fields are the keywords it
+allows; an unknown keyword is refused by name, with the ones allowed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    ValidationError,
+    create_model,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from .errors import Refused
+
+F = TypeVar("F", bound=Callable[..., Any])
+STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class Options(BaseModel):
+    """An options plist (``(:timeout 5 :tags ("a"))``): the fields are the keywords allowed."""
+
+    model_config = STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keywords(cls, data: object) -> object:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(f"has unknown option(s) {_keywords(unknown)}; allowed: {_keywords(cls.model_fields)}")
+        return data
+
+
+def _keywords(names: Iterable[str]) -> str:
+    return ", ".join(":" + name.replace("_", "-") for name in names)
+
+
+def _non_nil(value: object) -> bool:
+    return value is not None and value is not False
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must not be empty")
+    return text
+
+
+Flag = Annotated[bool, BeforeValidator(_non_nil)]
+"""An elisp truth value: anything but nil is true."""
+
+Text = Annotated[str, AfterValidator(_not_blank)]
+"""A string with something in it besides white space."""
+
+
+def _one_or_many(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+Strings = Annotated[list[Text], BeforeValidator(_one_or_many)]
+"""A string, or a list of strings: read as the list."""
+
+
+def checked(context: int = 0, name: str | None = None) -> Callable[[F], F]:
+    """Validate a method's arguments from Emacs against its signature before it runs.
+
+    The first CONTEXT parameters (the runtime, the caller, ...) are the server's
+    own, passed through unchecked; the rest are what Emacs sent.  Refusals name
+    the method NAME (by default the function's name, in kebab case)."""
+
+    def wrap(fn: F) -> F:
+        spec = _Signature(fn, context, name)
+
+        @functools.wraps(fn)
+        def method(*args: Any) -> Any:
+            return fn(*args[:context], *spec.check(args[context:]))
+
+        return method  # type: ignore[return-value]
+
+    return wrap
+
+
+class _Signature:
+    """The arguments a method takes from Emacs, as one pydantic model made on first use."""
+
+    def __init__(self, fn: Callable[..., Any], context: int, name: str | None) -> None:
+        params = list(inspect.signature(fn).parameters.values())[context:]
+        kinds = {inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD}
+        if any(p.kind not in kinds for p in params):
+            raise TypeError(f"{fn.__qualname__}: only positional parameters can come from Emacs")
+        self.method = name or fn.__name__.replace("_", "-")
+        self.names = [p.name for p in params]
+        self._fields: dict[str, Any] = {
+            p.name: (p.annotation, ... if p.default is inspect.Parameter.empty else p.default) for p in params}
+        self._module = fn.__module__
+        self._qualname = fn.__qualname__
+
+    @functools.cached_property
+    def model(self) -> type[BaseModel]:
+        # Annotations are strings (PEP 563); pydantic resolves them in the method's module.
+        return create_model(f"{self._qualname}.arguments", __config__=STRICT, __module__=self._module,
+                            **self._fields)
+
+    def check(self, args: Sequence[Any]) -> list[Any]:
+        """ARGS as the method's declared types, or :class:`Refused` saying what is wrong."""
+        if len(args) > len(self.names):
+            names = " ".join(n.upper().replace("_", "-") for n in self.names) or "no arguments"
+            raise Refused(f"{self.method} takes {names}; got {len(args)} argument(s)")
+        try:
+            valid = self.model.model_validate(dict(zip(self.names, args, strict=False)))
+        except ValidationError as err:
+            raise Refused(f"{self.method}: {explain(err)}") from None
+        return [getattr(valid, name) for name in self.names]
+
+
+_TYPES = {"string_type": "a string", "int_type": "an integer", "float_type": "a number",
+          "bool_type": "t or nil", "list_type": "a list", "dict_type": "a plist", "model_type": "a plist",
+          "model_attributes_type": "a plist", "int_from_float": "an integer"}
+
+
+def explain(err: ValidationError) -> str:
+    """ERR as one line for the person or the agent: each wrong argument, what it must be, what came."""
+    said: dict[str, list[ErrorDetails]] = {}
+    for error in err.errors(include_url=False):
+        said.setdefault(_where(error), []).append(error)
+    return "; ".join(_sentence(where, errors) for where, errors in said.items())
+
+
+def _where(error: ErrorDetails) -> str:
+    """The argument an error is about: PROMPT, or :timeout in OPTS, or the item of a list."""
+    head, *rest = error["loc"]
+    parts = [str(head).upper().replace("_", "-")]
+    for step in rest:
+        if isinstance(step, int):
+            parts.append(f"item {step}")
+        elif step.isidentifier():  # a keyword of an options plist (not a union member's tag)
+            keyword = f":{step.replace('_', '-')}"
+            parts = [keyword] if len(parts) == 1 else [*parts, keyword]
+    return " ".join(parts)
+
+
+def _sentence(where: str, errors: list[ErrorDetails]) -> str:
+    first = errors[0]
+    if first["type"] == "missing":
+        return f"{where} is required"
+    if first["type"] == "value_error":  # our own rule: its message says it all
+        return f"{where} {first['msg'].removeprefix('Value error, ')}"
+    wanted = " or ".join(dict.fromkeys(_TYPES.get(e["type"]) or _rule(e) for e in errors))
+    return f"{where} must be {wanted}, got {_shown(first['input'])}"
+
+
+def _rule(error: ErrorDetails) -> str:
+    """What a constraint asks, from pydantic's message ("Input should be less than 5")."""
+    return error["msg"].removeprefix("Input should be ")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:79] + "…"
