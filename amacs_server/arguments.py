@@ -123,7 +123,7 @@ class _Signature:
     def check(self, args: Sequence[Any]) -> list[Any]:
         """ARGS as the method's declared types, or :class:`Refused` saying what is wrong."""
         if len(args) > len(self.names):
-            names = " ".join(n.upper().replace("_", "-") for n in self.names) or "no arguments"
+            names = " ".join(n.strip("_").upper().replace("_", "-") for n in self.names) or "no arguments"
             raise Refused(f"{self.method} takes {names}; got {len(args)} argument(s)")
         try:
             valid = self.model.model_validate(dict(zip(self.names, args, strict=False)))

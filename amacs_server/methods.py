@@ -183,6 +183,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,
+        "agents_list": brain_tool(agent_tools.agents_list),
         "thread_create": brain_tool(work_tools.thread_create),
         "thread_switch": brain_tool(work_tools.thread_switch),
         "thread_complete": brain_tool(work_tools.thread_complete),

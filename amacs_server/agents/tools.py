@@ -189,9 +189,10 @@ def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Control, 
     return rt.world.control(caller, action, agent_id)
 
 
-@checked(3)
-def agents_list(rt: Runtime, _caller: str = PRIMARY, _eval: int | None = None) -> Any:
-    """Every live agent: id, type, template, state, cost."""
+@checked(1)
+def agents_list(rt: Runtime, _eval: object = None) -> Any:
+    """Every live agent: id, type, template, state, cost.  Anyone may ask, in an eval or not:
+    the answer does not depend on who asks (so it is not refused while an eval runs)."""
     return rt.world.live()
 
 
@@ -199,5 +200,5 @@ TOOLS: dict[str, Callable[..., Any]] = {
     "agent_task": agent_task, "agent_viewpoint": agent_viewpoint, "agent_consider": agent_consider,
     "agent_discard": agent_discard, "agent_compulsion": agent_compulsion, "agent_quit": agent_quit,
     "talk_user": talk_user, "talk_agent": talk_agent, "talk_brain": talk_brain, "talk_log": talk_log, "wait_for": wait_for,
-    "agents_list": agents_list, "agent_notify": agent_notify, "agent_control": agent_control,
+    "agent_notify": agent_notify, "agent_control": agent_control,
 }
