@@ -31,6 +31,7 @@ from ..loop.agent_loop import parse_with_retries, run_agent
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
+from .kinds import AgentState, AgentType, Ending
 from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
 
@@ -50,9 +51,9 @@ PRIMARY = "primary"
 PROTOCOL_SKILL = "subagent-core"
 ALL_ACTIONS = frozenset({"eval", "task", "viewpoint", "consider", "compulsion", "talk", "request_input", "quit"})
 DEFAULT_ACTIONS = {
-    "task": frozenset({"eval", "task", "viewpoint", "consider", "talk"}),
-    "viewpoint": frozenset({"eval", "task", "talk"}),
-    "compulsion": frozenset({"eval", "task", "talk", "quit"}),
+    AgentType.TASK: frozenset({"eval", "task", "viewpoint", "consider", "talk"}),
+    AgentType.VIEWPOINT: frozenset({"eval", "task", "talk"}),
+    AgentType.COMPULSION: frozenset({"eval", "task", "talk", "quit"}),
 }
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 FILES_SHOWN = 100  # files an agent read or wrote, newest, listed for its compulsions
@@ -144,7 +145,7 @@ class Agent:
     """One subagent: its template, its own transcript, its counters."""
 
     id: str
-    type: str
+    type: AgentType
     template: str
     parent: str
     depth: int
@@ -152,7 +153,7 @@ class Agent:
     allowed: frozenset[str] = frozenset()
     request_input: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
-    state: str = "idle"  # idle | running | done | failed | discarded | quit | interrupted | cancelled
+    state: AgentState = AgentState.IDLE
     doing: str = ""  # while running: waiting for the model pool, thinking, an eval
     steps: int = 0
     input_tokens: int = 0
@@ -160,7 +161,7 @@ class Agent:
     cost: float = 0.0
     talk_ids: TalkIds = field(default_factory=TalkIds)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    status: str = ""  # how its last response ended: done | step-limit | quit
+    status: Ending | None = None  # how its last response ended
     model: str | None = None  # its template's `model:' (None: the session's model)
     budget_told: bool = False  # the person heard that the budget stopped it
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
@@ -168,6 +169,12 @@ class Agent:
     memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
 
     def __post_init__(self) -> None:
+        # A type or state given as its string (a test, a caller outside the World) becomes its member
+        # here, once; an unknown one is an error now, not a comparison that is never true.
+        try:
+            self.type, self.state = AgentType(self.type), AgentState(self.state)
+        except ValueError as err:
+            raise AgentError(f"agent {self.id}: {err}") from err
         self.resumed.set()
 
     @property
@@ -185,7 +192,8 @@ class Agent:
     def summary(self) -> dict[str, Any]:
         """Type, template, state and cost, for the hub and `agent-list'."""
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
-                "parent": self.parent, "state": "paused" if not self.resumed.is_set() and self.state in ("idle", "running") else self.state,
+                "parent": self.parent,
+                "state": AgentState.PAUSED if not self.resumed.is_set() and self.state.live else self.state,
                 "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
@@ -198,7 +206,7 @@ class AgentWorld:
         self.limits = limits
         # The primary is an Agent as every other is (issue 11): its record holds its counters
         # and talk ids; its loop is loop/primary.py's body, run by the runtime for each turn.
-        self.primary = Agent(id=PRIMARY, type="primary", template="core", parent="", depth=0,
+        self.primary = Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
                              allowed=ALL_ACTIONS)
         self.agents: dict[str, Agent] = {PRIMARY: self.primary}
         self._report_pending = False
@@ -242,14 +250,14 @@ class AgentWorld:
         if agent_id == PRIMARY:
             return None
         agent = self.agents.get(agent_id)
-        if agent is None or agent.state in ("discarded", "quit"):
+        if agent is None or agent.state in (AgentState.DISCARDED, AgentState.QUIT):
             raise AgentError(f"{agent_id} is not a live agent")
         if action not in agent.allowed:
             raise AgentError(f"{agent_id} ({agent.type} {agent.template}) may not use the {action} action; "
                              f"allowed: {', '.join(sorted(agent.allowed))}")
         return agent
 
-    def _template(self, template: Any, kind: str) -> Skill:
+    def _template(self, template: Any, kind: AgentType) -> Skill:
         try:
             skill = self.rt.skills.get(template)
         except SkillError as err:
@@ -258,7 +266,7 @@ class AgentWorld:
             raise AgentError(f"skill {skill.name!r} is of kind {skill.kind}, not {kind}")
         return skill
 
-    def _new_agent(self, caller: str, kind: str, template: Any, name: str | None = None,
+    def _new_agent(self, caller: str, kind: AgentType, template: Any, name: str | None = None,
                    allowed: Any = None, request_input: bool = False) -> Agent:
         self._caller(caller, kind)
         skill = self._template(template, kind)
@@ -266,7 +274,7 @@ class AgentWorld:
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
-        live = sum(1 for a in self.subagents() if a.state in ("idle", "running"))
+        live = sum(1 for a in self.subagents() if a.state.live)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
         if allowed is None:  # the template's frontmatter `allowed:', else the type's defaults
@@ -339,19 +347,19 @@ class AgentWorld:
             todo.extend(a.id for a in self.agents.values() if a.parent == current)
         return out
 
-    def cancel(self, agent_id: str, reason: str, state: str = "cancelled") -> list[str]:
+    def cancel(self, agent_id: str, reason: str) -> list[str]:
         """Stop AGENT_ID and its subtree: model calls and eval chains end now; each transcript says why.
 
         Returns the ids of the agents that were at work."""
         stopped = []
         for agent in self.subtree(agent_id):
             tasks = self._at_work(agent)
-            if agent.state in ("idle", "running") or tasks:
-                if agent.state == "running" or tasks:
+            if agent.state.live or tasks:
+                if agent.state is AgentState.RUNNING or tasks:
                     stopped.append(agent.id)
-                agent.state = state
+                agent.state = AgentState.CANCELLED
                 agent.resumed.set()
-                self.rt.transcript.write(state, {"reason": reason}, agent=agent.identity)
+                self.rt.transcript.write(AgentState.CANCELLED, {"reason": reason}, agent=agent.identity)
                 if not tasks:  # an idle agent ends now; one at work ends when its task does
                     self._free(agent)
             for task in tasks:
@@ -369,11 +377,11 @@ class AgentWorld:
         stopped = []
         for agent in list(self.subagents()):  # the primary's turn is the runtime's to cancel
             tasks = self._at_work(agent)
-            if agent.state == "running" or tasks:
+            if agent.state is AgentState.RUNNING or tasks:
                 for task in tasks:
                     task.cancel()
-                if agent.type == "task":
-                    agent.state = "interrupted"
+                if agent.type is AgentType.TASK:
+                    agent.state = AgentState.INTERRUPTED
                 self.rt.transcript.write("interrupted", {"reason": reason}, agent=agent.identity)
                 stopped.append(agent.id)
         if stopped:
@@ -415,7 +423,7 @@ class AgentWorld:
         Its answer is shown in the shell, labelled with its id; an agent at work gets
         TEXT as a message event and answers, if it wants, with agent-talk-user."""
         agent = self._subagent(agent_id)
-        if agent.state not in ("idle", "running"):
+        if not agent.state.live:
             raise AgentError(f"{agent.id} is {agent.state}")
         if not isinstance(text, str) or not text.strip():
             raise AgentError("say something")
@@ -447,7 +455,7 @@ class AgentWorld:
 
     def _live(self, agent_id: Any) -> Agent:
         agent = self._subagent(agent_id)
-        if agent.state not in ("idle", "running"):
+        if not agent.state.live:
             raise AgentError(f"{agent.id} has ended ({agent.state})")
         return agent
 
@@ -487,7 +495,7 @@ class AgentWorld:
                              "wait for some to finish")
         self._reserve(caller)
         try:
-            agent = self._new_agent(caller, "task", template, allowed=opts.get("allowed"),
+            agent = self._new_agent(caller, AgentType.TASK, template, allowed=opts.get("allowed"),
                                     request_input=bool(opts.get("request_input")))
         except Exception:
             self._outstanding[caller] -= 1
@@ -502,43 +510,43 @@ class AgentWorld:
         wake = True
         try:
             reply = await self.respond(agent, prompt)
-            agent.state = "done"
+            agent.state = AgentState.DONE
             content = {"handle": agent.id, "template": agent.template, "status": agent.status, "reply": reply}
         except asyncio.CancelledError:  # interrupted or cancelled: said in its transcript already
-            if agent.state not in ("interrupted", "cancelled"):
-                agent.state = "cancelled"
+            if agent.state not in (AgentState.INTERRUPTED, AgentState.CANCELLED):
+                agent.state = AgentState.CANCELLED
             content = {"handle": agent.id, "template": agent.template, "status": agent.state,
                        "error": f"the task was {agent.state}"}
             wake = False  # the result waits for the caller's next turn; it does not start one
         except AgentStopped as err:
-            agent.state = "stopped"
-            content = {"handle": agent.id, "template": agent.template, "status": "stopped", "error": str(err)}
+            agent.state = AgentState.STOPPED
+            content = {"handle": agent.id, "template": agent.template, "status": agent.state, "error": str(err)}
         except Exception as err:  # a failed task is a result too
             log.exception("task %s failed", agent.id)
-            agent.state = "failed"
-            content = {"handle": agent.id, "template": agent.template, "status": "failed", "error": str(err)}
+            agent.state = AgentState.FAILED
+            content = {"handle": agent.id, "template": agent.template, "status": agent.state, "error": str(err)}
         finally:
             self.tasks_live -= 1
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
         self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}",
-                              "agent" if agent.state == "done" else "warning")
+                              "agent" if agent.state is AgentState.DONE else "warning")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
         """Start a named, persistent Viewpoint for CALLER."""
         if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum() or not name.islower():
             raise AgentError(f"a viewpoint name is lowercase letters, digits, - and _; got {name!r}")
-        if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state != "discarded":
+        if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state is not AgentState.DISCARDED:
             raise AgentError(f"a viewpoint named {name!r} exists already")
-        agent = self._new_agent(caller, "viewpoint", template, name=name)
+        agent = self._new_agent(caller, AgentType.VIEWPOINT, template, name=name)
         return {"handle": agent.id, "name": name, "template": agent.template}
 
     def viewpoints_of(self, caller: str) -> list[Agent]:
         """CALLER's live viewpoints, in the order they were made."""
-        return [a for a in self.agents.values() if a.type == "viewpoint" and a.parent == caller
-                and a.state not in ("discarded",)]
+        return [a for a in self.agents.values() if a.type is AgentType.VIEWPOINT and a.parent == caller
+                and a.state is not AgentState.DISCARDED]
 
     def _panel(self, caller: str, text: Any, empty: str, use: str) -> list[Agent]:
         """CALLER's viewpoints, for a consider or notify of TEXT (EMPTY: the refusal of no text)."""
@@ -563,13 +571,13 @@ class AgentWorld:
             agent.tell(f"[{caller}] {prompt}")
         comments: list[str] = []
         for agent in panel:
-            if agent.state in ("discarded", "cancelled"):
+            if agent.state in (AgentState.DISCARDED, AgentState.CANCELLED):
                 continue
             try:
                 comment = await self.respond(agent, None)
             except asyncio.CancelledError:
                 self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider", {
-                    "prompt": prompt, "comments": comments, "status": "interrupted"}, talk_id), wake=False)
+                    "prompt": prompt, "comments": comments, "status": AgentState.INTERRUPTED}, talk_id), wake=False)
                 return
             except Exception as err:  # one failing viewpoint does not stop the debate
                 comment = f"(no comment: {err})"
@@ -577,7 +585,7 @@ class AgentWorld:
             comments.append(line)
             self.rt.face.annotate(f"{agent.id} ({agent.template}) said: {' '.join(line.split())}", "agent")
             for other in panel:
-                if other is not agent and other.state != "discarded":
+                if other is not agent and other.state is not AgentState.DISCARDED:
                     other.tell(line)
         self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider",
                                                 {"prompt": prompt, "comments": comments}, talk_id))
@@ -586,18 +594,18 @@ class AgentWorld:
         """End CALLER's viewpoint NAME; the others hear that it left."""
         self._caller(caller, "viewpoint")
         agent = self.agents.get(f"viewpoint-{name}")
-        if agent is None or agent.parent != caller or agent.state == "discarded":
+        if agent is None or agent.parent != caller or agent.state is AgentState.DISCARDED:
             raise AgentError(f"{caller} has no viewpoint named {name!r}")
-        agent.state = "discarded"
+        agent.state = AgentState.DISCARDED
         for other in self.viewpoints_of(caller):
             other.tell(f"[system] {name} has left the chat")
-        self.rt.transcript.write("agent_end", {"state": "discarded", **agent.summary()}, agent=agent.identity)
+        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         return {"discarded": name}
 
     def compulsion(self, caller: str, template: Any, prompt: Any) -> dict[str, Any]:
         """Attach a Compulsion to CALLER: it sees each result and each action, and may block."""
-        agent = self._new_agent(caller, "compulsion", template)
+        agent = self._new_agent(caller, AgentType.COMPULSION, template)
         if isinstance(prompt, str) and prompt.strip():
             agent.tell(prompt)
         return {"handle": agent.id, "template": agent.template}
@@ -605,10 +613,10 @@ class AgentWorld:
     def quit(self, caller: str) -> dict[str, Any]:
         """Only a compulsion may quit; it is removed after this response."""
         agent = self.agents.get(caller)
-        if agent is None or agent.type != "compulsion":
+        if agent is None or agent.type is not AgentType.COMPULSION:
             raise AgentError("only a compulsion can agent-quit")
-        agent.state = "quit"
-        self.rt.transcript.write("agent_end", {"state": "quit", **agent.summary()}, agent=agent.identity)
+        agent.state = AgentState.QUIT
+        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         return {"quit": agent.id}
 
@@ -620,8 +628,8 @@ class AgentWorld:
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
         """The live compulsions attached to AGENT_ID."""
-        return [a for a in self.agents.values() if a.type == "compulsion" and a.parent == agent_id
-                and a.state not in ("quit", "failed")]
+        return [a for a in self.agents.values() if a.type is AgentType.COMPULSION and a.parent == agent_id
+                and a.state not in (AgentState.QUIT, AgentState.FAILED)]
 
     # -- talk and wait -----------------------------------------------------------------
 
@@ -636,7 +644,7 @@ class AgentWorld:
         if target == PRIMARY and caller != PRIMARY:
             return self._message(caller, eval_id, PRIMARY, text)
         agent = self.agents.get(target) or self.agents.get(f"viewpoint-{target}")
-        if agent is None or agent.state not in ("idle", "running"):
+        if agent is None or not agent.state.live:
             raise AgentError(f"no live agent {target!r}")
         if agent.lock.locked():  # at work: it reads the message with its next step's events
             return self._message(caller, eval_id, agent.id, text)
@@ -755,18 +763,19 @@ class AgentWorld:
     async def respond(self, agent: Agent, text: str | None) -> str:
         """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
         async with agent.lock:
-            if agent.state in ("discarded", "quit", "cancelled", "interrupted", "stopped"):
+            if agent.state in (AgentState.DISCARDED, AgentState.QUIT, AgentState.CANCELLED,
+                               AgentState.INTERRUPTED, AgentState.STOPPED):
                 raise AgentError(f"{agent.id} is {agent.state}")
             before = agent.state  # a finished task answering the person stays finished
-            agent.state = "running"
+            agent.state = AgentState.RUNNING
             self._report_working()
             if text is not None:
                 agent.tell(text)
             try:
                 return await self._loop(agent)
             finally:
-                if agent.state == "running":
-                    agent.state = before if before in ("done", "failed") else "idle"
+                if agent.state is AgentState.RUNNING:
+                    agent.state = before if before in (AgentState.DONE, AgentState.FAILED) else AgentState.IDLE
                 self._report_working(agent, "")
 
     def _report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
@@ -786,7 +795,7 @@ class AgentWorld:
         self._report_pending = False
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "doing": a.doing or None, "steps": a.steps}
-                             for a in self.subagents() if a.state == "running"])
+                             for a in self.subagents() if a.state is AgentState.RUNNING])
 
     async def _loop(self, agent: Agent) -> str:
         """AGENT's run of the one agent loop (loop/agent_loop.py), until its default action
@@ -821,9 +830,9 @@ class AgentWorld:
         # paused agent acts on nothing and delivers nothing (a newcomer paused a task from the
         # hub and saw it finish anyway).
         await agent.resumed.wait()
-        if agent.state in ("interrupted", "cancelled"):
+        if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):
             raise asyncio.CancelledError(agent.state)
-        if parsed.fallback and agent.type != "compulsion":  # its asker hears what it said (a compulsion's
+        if parsed.fallback and agent.type is not AgentType.COMPULSION:  # its asker hears what it said (a compulsion's
             # unparsed text must not block the agent it watches)
             return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
                                                    f"{parsed.text[:FALLBACK_CHARS]}")
@@ -843,7 +852,7 @@ class AgentWorld:
     async def model_call(self, agent: Agent) -> str:
         """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
         await agent.resumed.wait()  # paused: no model call until resumed
-        if agent.state in ("interrupted", "cancelled"):  # a cancel lost in a wait_for must not call the model
+        if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):  # a cancel lost in a wait_for must not call the model
             raise asyncio.CancelledError(agent.state)
         stop = self.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
         if stop is not None:
@@ -915,7 +924,7 @@ class AgentWorld:
             except Exception as err:  # a failing compulsion must not stop the agent
                 log.warning("compulsion %s failed: %s", comp.id, err)
                 continue
-            if note.strip() and comp.state != "quit":
+            if note.strip() and comp.state is not AgentState.QUIT:
                 try:
                     self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
                 except Overloaded as err:  # said to the sender, in its transcript: never dropped silently
@@ -938,7 +947,7 @@ class AgentWorld:
             except Exception as err:
                 log.warning("compulsion %s failed: %s", comp.id, err)
                 continue
-            if reason.strip() and comp.state != "quit":
+            if reason.strip() and comp.state is not AgentState.QUIT:
                 self.blocks += 1
                 self.rt.transcript.write("blocked", {"by": comp.id, "template": comp.template, "action": kind,
                                                      "form": form, "reason": reason},
@@ -948,7 +957,7 @@ class AgentWorld:
 
     def live(self) -> list[dict[str, Any]]:
         """Summaries of the subagents that are not finished."""
-        return [a.summary() for a in self.subagents() if a.state in ("idle", "running")]
+        return [a.summary() for a in self.subagents() if a.state.live]
 
     def everyone(self) -> list[dict[str, Any]]:
         """Summaries of every agent of this session, the primary first, in the order they were made.
@@ -975,7 +984,7 @@ class SubagentBody:
         self.wait: Wait | None = None
 
     def halted(self) -> bool:
-        return self.agent.state in ("interrupted", "cancelled")
+        return self.agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED)
 
     def begin_step(self, step: int) -> None:
         self.step = step
@@ -1005,7 +1014,7 @@ class SubagentBody:
         self.agent.tell("<last-eval-result>\n" + self.last + "\n</last-eval-result>")
 
     async def after_eval(self) -> bool:
-        if self.agent.state == "quit":
+        if self.agent.state is AgentState.QUIT:
             return False
         wait, self.wait = self.wait, None
         if wait is not None:

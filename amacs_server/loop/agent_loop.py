@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ..agents.kinds import Ending
 from ..inference.parse import (
     MAX_PARSE_RETRIES,
     RETRY_PROMPT,
@@ -55,7 +56,7 @@ class Outcome:
     """How an agent's run ended: its last response, and ``done``, ``quit`` or ``step-limit``."""
 
     response: AgentResponse | None
-    status: str
+    status: Ending
 
 
 class Body(Protocol):
@@ -115,7 +116,7 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
                 await world.before_model_call(body.id, seen)
             response = await body.infer()
             if response is None:
-                return Outcome(None, "done")
+                return Outcome(None, Ending.DONE)
             last = response
             result, reply_held = await act(body, world, response)
         except asyncio.CancelledError:
@@ -124,12 +125,12 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
         body.record(replace(response, reply=None) if reply_held else response, result)
         if response.eval is None and not reply_held:
             if await body.default_action(response):
-                return Outcome(response, "done")
+                return Outcome(response, Ending.DONE)
             continue
         if response.eval is not None and not await body.after_eval():
-            return Outcome(response, "quit")
+            return Outcome(response, Ending.QUIT)
     body.out_of_steps()
-    return Outcome(last, "step-limit")
+    return Outcome(last, Ending.STEP_LIMIT)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import faults
+from ..agents.kinds import AgentState
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
@@ -50,7 +51,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
     """
     faults.point("turn.start")
     rt.face.turn_started()
-    rt.world.primary.state = "running"
+    rt.world.primary.state = AgentState.RUNNING
     body = PrimaryBody(rt, text)
     try:
         await run_agent(body, rt.world)
@@ -65,7 +66,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
                              "warning")
         raise
     finally:
-        rt.world.primary.state = "idle"
+        rt.world.primary.state = AgentState.IDLE
         faults.point("turn.done")
         rt.face.turn_done(rt.consciousness.current_tick)
 

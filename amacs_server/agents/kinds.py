@@ -1,0 +1,47 @@
+"""What an agent is, what state it is in, and how its last response ended.
+
+String enums (as :class:`~amacs_server.memory.items.Kind` and ``Tier``): each member
+is its value, so transcripts and what Emacs is sent carry the same strings as
+before, and a string compares equal to its member.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AgentType(StrEnum):
+    """The primary, or the template kind a subagent was made from (agent-world-architecture.md)."""
+
+    PRIMARY = "primary"
+    TASK = "task"
+    VIEWPOINT = "viewpoint"
+    COMPULSION = "compulsion"
+
+
+class AgentState(StrEnum):
+    """Where an agent is in its life; every state but IDLE and RUNNING is an end."""
+
+    IDLE = "idle"  # waiting to be asked
+    RUNNING = "running"  # answering
+    PAUSED = "paused"  # shown only: an idle or running agent whose model calls wait until it is resumed
+    DONE = "done"  # a task that answered
+    FAILED = "failed"  # a task that raised
+    STOPPED = "stopped"  # a task the budget stopped
+    DISCARDED = "discarded"  # a viewpoint its caller discarded
+    QUIT = "quit"  # a compulsion that quit
+    INTERRUPTED = "interrupted"  # a task at work when C-c C-c (or Emacs gone) interrupted the session
+    CANCELLED = "cancelled"  # cancelled by the person or an agent above it
+
+    @property
+    def live(self) -> bool:
+        """Whether the agent may still be asked (idle or running)."""
+        return self in (AgentState.IDLE, AgentState.RUNNING)
+
+
+class Ending(StrEnum):
+    """How an agent's last response ended (its ``status``)."""
+
+    DONE = "done"  # its default action: for a subagent, its last reply is its answer
+    QUIT = "quit"  # a compulsion quit during it
+    STEP_LIMIT = "step-limit"  # it ran out of steps
