@@ -105,8 +105,8 @@ class _Signature:
     def __init__(self, fn: Callable[..., Any], context: int, name: str | None) -> None:
         params = list(inspect.signature(fn).parameters.values())[context:]
         kinds = {inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD}
-        if any(p.kind not in kinds for p in params):
-            raise TypeError(f"{fn.__qualname__}: only positional parameters can come from Emacs")
+        if any(p.kind not in kinds or p.name.startswith("_") for p in params):  # pydantic: _name is private
+            raise TypeError(f"{fn.__qualname__}: only positional parameters, not _named, can come from Emacs")
         self.method = name or fn.__name__.replace("_", "-")
         self.names = [p.name for p in params]
         self._fields: dict[str, Any] = {
@@ -123,7 +123,7 @@ class _Signature:
     def check(self, args: Sequence[Any]) -> list[Any]:
         """ARGS as the method's declared types, or :class:`Refused` saying what is wrong."""
         if len(args) > len(self.names):
-            names = " ".join(n.strip("_").upper().replace("_", "-") for n in self.names) or "no arguments"
+            names = " ".join(n.upper().replace("_", "-") for n in self.names) or "no arguments"
             raise Refused(f"{self.method} takes {names}; got {len(args)} argument(s)")
         try:
             valid = self.model.model_validate(dict(zip(self.names, args, strict=False)))

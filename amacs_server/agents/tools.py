@@ -190,7 +190,7 @@ def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Control, 
 
 
 @checked(1)
-def agents_list(rt: Runtime, _eval: object = None) -> Any:
+def agents_list(rt: Runtime, eval_id: object = None) -> Any:
     """Every live agent: id, type, template, state, cost.  Anyone may ask, in an eval or not:
     the answer does not depend on who asks (so it is not refused while an eval runs)."""
     return rt.world.live()
