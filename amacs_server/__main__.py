@@ -157,12 +157,18 @@ def _stop_on_signals() -> Callable[[], None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the server until Emacs goes away (or forever, headless); or summarize transcripts."""
+    """Run the server until Emacs goes away (or forever, headless); or summarize transcripts;
+    or run an experiment, load its runs as a dataset, draw its report (``amacs_server.research``)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["transcripts"]:
         from .transcripts import main as transcripts_main
 
         return transcripts_main(argv[1:])
+    if argv[:1] in (["experiment"], ["dataset"], ["report"]):  # research at scale (issue 15)
+        import importlib
+
+        command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}", __package__).main
+        return command(argv[1:])
     parser = argparse.ArgumentParser(prog="amacs-server", description=__doc__)
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")

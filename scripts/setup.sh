@@ -14,6 +14,7 @@ ls -d /usr/share/emacs/site-lisp/elpa/magit-section-* >/dev/null 2>&1 || need_ap
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ -n "$extras" ]; then command -v tmux >/dev/null 2>&1 || need_apt+=(tmux); fi  # tests/tmux
+if [ -n "$extras" ]; then command -v chromium >/dev/null 2>&1 || need_apt+=(chromium); fi  # the report, rendered
 if [ -n "$extras" ]; then  # ci-check.sh lints elisp/ as a package
   ls -d /usr/share/emacs/site-lisp/elpa/package-lint-[0-9]* >/dev/null 2>&1 || need_apt+=(elpa-package-lint)
 fi
@@ -30,7 +31,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.amacs-installed${extras:+-test}"
 check='import amacs_server, epc, anthropic, aiohttp, openai, git, orgparse, sexpdata'
-[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, duckdb"
+[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, duckdb, pyarrow, plotly, rich, ray"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
