@@ -25,7 +25,7 @@ emacs -Q --batch -l scripts/package-lint-batch.el elisp/amacs.el $(ls elisp/*.el
 echo "== ERT"
 emacs -Q --batch "${EMACS_SETUP[@]}" -L elisp -L elisp/test \
   --eval "(setq load-prefer-newer t)" \
-  -l elisp/test/amacs-test.el -l elisp/test/amacs-shell-test.el -l elisp/test/amacs-transport-test.el -l elisp/test/amacs-eval-test.el -f ert-run-tests-batch-and-exit
+  -l elisp/test/amacs-test.el -l elisp/test/amacs-shell-test.el -l elisp/test/amacs-transport-test.el -l elisp/test/amacs-eval-test.el -l elisp/test/amacs-install-test.el -f ert-run-tests-batch-and-exit
 
 echo "== ruff"
 .venv/bin/ruff check amacs_server tests bench

@@ -40,6 +40,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'amacs-install)          ; first: M-x amacs-install-server works without epc
 (require 'epc)
 (require 'json)
 (require 'auth-source)
@@ -57,11 +58,17 @@
 
 (defun amacs--default-server-command ()
   "Return the default command to start the server.
-The repository's .venv Python when present, else `amacs-server' on PATH."
-  (let ((python (expand-file-name ".venv/bin/python" amacs--root)))
-    (if (file-executable-p python)
-        (list python "-m" "amacs_server")
-      (list "amacs-server"))))
+The first that exists of: the checkout's .venv Python with -m
+amacs_server (what ./amacs makes); bin/amacs-server in
+`amacs-server-venv' (what `amacs-install-server' makes);
+amacs-server on PATH (pipx, uv tool install).  When none exists,
+just amacs-server, which fails to start with a message that says
+how to install the server."
+  (let ((python (expand-file-name ".venv/bin/python" amacs--root))
+        (installed (amacs-install--server-program)))
+    (cond ((file-executable-p python) (list python "-m" "amacs_server"))
+          ((file-executable-p installed) (list installed))
+          (t (list (or (executable-find "amacs-server") "amacs-server"))))))
 
 (defcustom amacs-server-command (amacs--default-server-command)
   "Command that starts the AMACS server: the program, then its arguments."
@@ -316,7 +323,7 @@ printed.  Does nothing if a server is already starting or connected."
                             :filter #'amacs--server-filter
                             :sentinel #'amacs--server-sentinel))
       (file-error
-       (amacs--say "Cannot start the AMACS server %S: %s. Run ./amacs once to set it up, or customize `amacs-server-command'."
+       (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
                    amacs-server-command (error-message-string err))))))
 
 (defun amacs--server-filter (proc output)
