@@ -83,3 +83,18 @@ def test_a_fallback_of_hostile_text_is_printable():
 def test_an_integer_too_large_for_a_float_is_clamped():
     assert parse_response('{"mood": "ok", "confidence": 1' + "0" * 400 + ', "monologue": "m"}').confidence == 1.0
     assert parse_response('{"mood": "ok", "confidence": -1' + "0" * 400 + ', "monologue": "m"}').confidence == 0.0
+
+
+def test_every_wrong_field_is_named_in_one_line_from_the_declared_model():
+    """The response is checked by one declared model (issue 14); the message lists what is wrong."""
+    text = '{"mood": " ", "confidence": true, "reply": 3, "scratchpad": {"content": "c"}, "done": "yes"}'
+    with pytest.raises(ResponseFormatError) as err:
+        parse_response(text)
+    assert str(err.value) == ("mood must be a non-empty string; confidence must be a number; monologue is missing; "
+                              "reply must be a string or null; scratchpad.heading is missing; "
+                              "done must be true or false or null")
+
+
+def test_fields_the_skill_does_not_ask_for_are_ignored():
+    r = parse_response('{"mood": "ok", "confidence": 0.5, "monologue": "m", "plan": ["x"], "eval": null}')
+    assert (r.mood, r.eval, r.done) == ("ok", None, False)

@@ -6,7 +6,9 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from ..errors import AmacsError
 from ..text.clean import printable, storable
@@ -36,7 +38,7 @@ class AgentResponse:
     """One validated response.  ``fallback`` marks the record made after failed retries."""
 
     mood: str
-    confidence: float
+    confidence: Annotated[float, BeforeValidator(_big_int)]
     monologue: str
     reply: str | None = None
     eval: str | None = None
@@ -78,6 +80,38 @@ def extract_json_text(text: str) -> str:
     raise ResponseFormatError("no JSON object found in the response")
 
 
+def _big_int(value: object) -> object:
+    """An integer too large for a float (``10**400`` in JSON) as the bound it passes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return 1.0 if value > 0 else 0.0
+    return value
+
+
+class _Scratchpad(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    heading: Annotated[str, AfterValidator(_not_blank)]
+    content: str
+    thread: str | None = None
+
+
+class _Response(BaseModel):
+    """The response as the core skill asks for it (RFC v4 §2.3): the fields checked, others ignored."""
+
+    model_config = ConfigDict(strict=True)  # JSON numbers: an int is a float, but true is not 1
+
+    mood: Annotated[str, AfterValidator(_not_blank)]
+    confidence: Annotated[float, BeforeValidator(_big_int)]
+    monologue: str
+    reply: str | None = None
+    eval: str | None = None
+    scratchpad: _Scratchpad | None = None
+    done: bool | None = None
+
+
 def parse_response(text: str) -> AgentResponse:
     """Validate TEXT as an agent response or raise :class:`ResponseFormatError`."""
     try:
@@ -88,72 +122,54 @@ def parse_response(text: str) -> AgentResponse:
         raise ResponseFormatError("invalid JSON: nested too deeply") from err
     if not isinstance(data, dict):
         raise ResponseFormatError("the response must be a JSON object")
-    missing = [k for k in ("mood", "confidence", "monologue") if k not in data]
-    if missing:
-        raise ResponseFormatError(f"missing mandatory field(s): {', '.join(missing)}")
-    mood = data["mood"]
-    if not isinstance(mood, str) or not mood:
-        raise ResponseFormatError("mood must be a non-empty string")
-    mood = printable(mood)
-    confidence = data["confidence"]
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        raise ResponseFormatError("confidence must be a number")
-    monologue = data["monologue"]
-    if not isinstance(monologue, str):
-        raise ResponseFormatError("monologue must be a string")
+    try:
+        valid = _Response.model_validate(data)
+    except ValidationError as err:
+        raise ResponseFormatError(_explain(err)) from None
+    pad = valid.scratchpad
     return AgentResponse(
-        mood=mood,  # kept exactly, emoji included (IMP-017)
-        confidence=_unit(confidence),
-        monologue=printable(" ".join(monologue.split())),
-        reply=_optional_text(data, "reply", printable),
-        eval=_optional_text(data, "eval", storable),  # a NUL is Emacs's to read (or refuse)
-        scratchpad=_scratchpad(data.get("scratchpad")),
-        done=_flag(data, "done"),
+        mood=printable(valid.mood),  # kept exactly, emoji included (IMP-017)
+        confidence=_unit(valid.confidence),
+        monologue=printable(" ".join(valid.monologue.split())),
+        reply=_text(valid.reply, printable),
+        eval=_text(valid.eval, storable),  # a NUL is Emacs's to read (or refuse)
+        scratchpad=None if pad is None else Scratchpad(
+            heading=printable(pad.heading.strip()), content=printable(pad.content),
+            thread=None if pad.thread is None else printable(pad.thread)),
+        done=bool(valid.done),
     )
 
 
-def _unit(number: int | float) -> float:
-    """NUMBER clamped to [0, 1]; NaN is 0, an integer too large for a float is 1."""
-    try:
-        value = float(number)
-    except OverflowError:  # 10**400 as JSON: an int, not a float
-        return 1.0 if number > 0 else 0.0
-    return min(1.0, max(0.0, value)) if value == value else 0.0
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("must be a non-empty string")
+    return text
 
 
-def _flag(data: dict[str, Any], key: str) -> bool:
-    value = data.get(key, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise ResponseFormatError(f"{key} must be true or false")
-    return value
+_WANTED = {"string_type": "must be a string", "float_type": "must be a number", "bool_type": "must be true or false",
+           "model_type": "must be an object", "dict_type": "must be an object", "missing": "is missing"}
 
 
-def _optional_text(data: dict[str, Any], key: str, clean: Callable[[str], str]) -> str | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ResponseFormatError(f"{key} must be a string or null")
-    return clean(value) if value.strip() else None
+def _explain(err: ValidationError) -> str:
+    """What is wrong with the response, one field after another: ``confidence must be a number``."""
+    said = []
+    for error in err.errors(include_url=False):
+        field = ".".join(str(step) for step in error["loc"])
+        wanted = _WANTED.get(error["type"]) or error["msg"].removeprefix("Value error, ")
+        said.append(f"{field} {wanted}{' or null' if field in _NULLABLE else ''}")
+    return "; ".join(said)
 
 
-def _scratchpad(value: Any) -> Scratchpad | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ResponseFormatError("scratchpad must be an object or null")
-    heading, content = value.get("heading"), value.get("content")
-    thread = value.get("thread")
-    if not isinstance(heading, str) or not heading.strip():
-        raise ResponseFormatError("scratchpad.heading must be a non-empty string")
-    if not isinstance(content, str):
-        raise ResponseFormatError("scratchpad.content must be a string")
-    if thread is not None and not isinstance(thread, str):
-        raise ResponseFormatError("scratchpad.thread must be a string or null")
-    return Scratchpad(heading=printable(heading.strip()), content=printable(content),
-                      thread=None if thread is None else printable(thread))
+_NULLABLE = {name for name, spec in _Response.model_fields.items() if not spec.is_required()} | {"scratchpad.thread"}
+
+
+def _unit(number: float) -> float:
+    """NUMBER clamped to [0, 1]; NaN is 0."""
+    return min(1.0, max(0.0, number)) if number == number else 0.0
+
+
+def _text(value: str | None, clean: Callable[[str], str]) -> str | None:
+    return clean(value) if value is not None and value.strip() else None
 
 
 def fallback_response(raw: str) -> AgentResponse:
