@@ -173,6 +173,6 @@ def _rule(error: ErrorDetails) -> str:
     return error["msg"].removeprefix("Input should be ")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:79] + "…"

@@ -108,7 +108,7 @@ class SearchOptions(Options):
     mode: str = "keyword"
 
 
-def _echo(item: Any, **extra: Any) -> dict[str, Any]:
+def _echo(item: MemoryItem, **extra: object) -> dict[str, Any]:
     return {"mem_id": item.mem_id.format(), "version": item.version, "tier": item.tier.value,
             "kind": item.kind.value, **extra}
 

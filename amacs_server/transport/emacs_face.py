@@ -30,7 +30,7 @@ HOLD_POLL_SECONDS = 0.5
 MAX_REQUEST_ID = 2**61 - 1
 
 
-def file_names(value: Any) -> tuple[str, ...]:
+def file_names(value: object) -> tuple[str, ...]:
     """The absolute file names in an eval reply's :files-read or :files-written, each once.
 
     Emacs sends a list of strings (nil, or no key, when there are none); anything

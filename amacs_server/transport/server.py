@@ -99,7 +99,7 @@ class Unauthorized(AmacsError):
     ``uid`` is the hello's call id when it was readable, so the refusal answers that
     call and Emacs shows the message."""
 
-    def __init__(self, message: str, uid: Any = 0) -> None:
+    def __init__(self, message: str, uid: int = 0) -> None:
         super().__init__(message)
         self.uid = uid
 
