@@ -1,0 +1,262 @@
+"""One dataset of many runs: ``amacs-server dataset RUNS_DIR`` (issue 15).
+
+Every run of RUNS_DIR (``<run-id>/manifest.json`` and ``<run-id>/home/transcripts/*.jsonl``)
+is loaded with DuckDB's own JSON reader (one scan over a glob, explicit columns: no
+Python per line) into ``RUNS_DIR/dataset.duckdb``, and each table is written as Parquet
+to ``RUNS_DIR/parquet/<table>.parquet`` for pandas/polars users.
+
+Tables (every one but ``runs`` carries the run's parameters as columns: run_id (the
+run's folder name), experiment, prompt, variant, model, backend, model_name, rep, seed,
+status, arm):
+
+- ``runs``: one row per run, its manifest (turns, cost, turns_done, started_at, ended_at,
+  seconds, error), with the counts of its events, agents, model calls and evals.
+- ``events``: one row per transcript event: session_id, agent_id, parent_id, agent_type,
+  template, seq, ts, tick, event, data (JSON).
+- ``model_calls``: one row per model call (``model_response``, or ``model_error``: ok
+  false): input/output/cache_read/cache_write tokens, cost, latency_ms, stop_reason, error.
+- ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
+  result, seconds, and whether a compulsion blocked it.
+- ``blocks``: one row per compulsion block (``blocked``): by, by_template, action, form, reason.
+- ``agents``: one row per agent per session: its parent, type, template, name, depth,
+  state at the end (its last ``agent_end``, else ``live``), started_at/ended_at, steps,
+  model calls, tokens, cost, evals, eval errors: the agent tree, rebuilt from the
+  transcripts' agent_id/parent_id and the agent_start/agent_end events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..transcripts import COLUMNS
+
+if TYPE_CHECKING:
+    import duckdb
+
+DB_NAME = "dataset.duckdb"
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents")
+
+MANIFEST_COLUMNS = {
+    "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
+    "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
+    "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
+    "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR",
+}
+# The run's parameters, a column of every table (the contract's list, and the arm they make).
+PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")
+
+
+def _quote(path: Path | str) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _struct(columns: dict[str, str]) -> str:
+    return "{" + ", ".join(f"'{k}': '{v}'" for k, v in columns.items()) + "}"
+
+
+def _params(alias: str) -> str:
+    return ", ".join(f"{alias}.{p}" for p in PARAMS)
+
+
+def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
+    """Create every table in CON from the runs of RUNS_DIR."""
+    manifests = sorted(runs_dir.glob("*/manifest.json"))
+    if not manifests:
+        raise SystemExit(f"no runs (*/manifest.json) in {runs_dir}")
+    run_of = r"regexp_extract(filename, '([^/\\]+)[/\\][^/\\]+$', 1)"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE manifest AS
+        SELECT {run_of} AS folder, * EXCLUDE (filename)
+        FROM read_json({_quote(runs_dir / '*' / 'manifest.json')}, format='auto',
+                       columns={_struct(MANIFEST_COLUMNS)}, filename=true)""")
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE params AS
+        SELECT folder AS run_id, experiment, prompt, variant, model, backend, model_name, rep, seed, status,
+               concat_ws(' / ', prompt, variant, model) AS arm
+        FROM manifest""")
+    transcripts = list(runs_dir.glob("*/home/transcripts/*.jsonl"))
+    cols = {k: v for k, v in COLUMNS.items() if k != "run_id"}
+    if transcripts:
+        folder = r"regexp_extract(filename, '([^/\\]+)[/\\]home[/\\]transcripts[/\\][^/\\]+$', 1)"
+        source = (f"SELECT {folder} AS run_id, * EXCLUDE (filename) FROM read_json("
+                  f"{_quote(runs_dir / '*' / 'home' / 'transcripts' / '*.jsonl')}, format='newline_delimited', "
+                  f"columns={_struct(cols)}, filename=true, ignore_errors=true)")
+    else:  # no run wrote a transcript yet: empty tables with the columns
+        source = ("SELECT " + ", ".join(["NULL::VARCHAR AS run_id"] + [f"NULL::{t} AS {c}" for c, t in cols.items()])
+                  + " WHERE false")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE events AS
+        SELECT t.run_id, {', '.join('p.' + p for p in PARAMS)},
+               t.session_id, t.agent_id, t.parent_id, t.agent_type, t.template, t.seq, t.ts, t.tick, t.event, t.data
+        FROM ({source}) t LEFT JOIN params p USING (run_id)
+        WHERE t.event IS NOT NULL""")
+    ident = "run_id, {params}, session_id, agent_id, parent_id, agent_type, template, seq, ts, tick"
+    con.execute(f"""
+        CREATE OR REPLACE TABLE model_calls AS
+        SELECT {ident.format(params=', '.join(PARAMS))},
+               event = 'model_response' AS ok,
+               CAST(data->'$.usage.input_tokens' AS BIGINT) AS input_tokens,
+               CAST(data->'$.usage.output_tokens' AS BIGINT) AS output_tokens,
+               CAST(data->'$.usage.cache_read_tokens' AS BIGINT) AS cache_read_tokens,
+               CAST(data->'$.usage.cache_write_tokens' AS BIGINT) AS cache_write_tokens,
+               CAST(data->'$.cost' AS DOUBLE) AS cost,
+               CAST(data->'$.latency_ms' AS DOUBLE) AS latency_ms,
+               data->>'$.stop_reason' AS stop_reason,
+               data->>'$.error' AS error
+        FROM events WHERE event IN ('model_response', 'model_error')""")
+    e_ident = ", ".join(f"e.{c.strip()}" for c in ident.format(params=", ".join(PARAMS)).split(","))
+    # An eval's result is its agent's next eval_result (ASOF), unless another eval came first.
+    con.execute(f"""
+        CREATE OR REPLACE TABLE evals AS
+        WITH e AS (
+            SELECT *, lead(seq) OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq) AS next_eval
+            FROM events WHERE event = 'eval'),
+        r AS (SELECT run_id, session_id, agent_id, seq, ts, data FROM events WHERE event = 'eval_result'),
+        j AS (
+            SELECT {e_ident}, e.data->>'$.form' AS form,
+                   CASE WHEN e.next_eval IS NULL OR r.seq < e.next_eval THEN r.data END AS rdata,
+                   CASE WHEN e.next_eval IS NULL OR r.seq < e.next_eval THEN r.ts END AS rts
+            FROM e ASOF LEFT JOIN r
+              ON e.run_id = r.run_id AND e.session_id = r.session_id AND e.agent_id = r.agent_id AND r.seq > e.seq)
+        SELECT * EXCLUDE (rdata, rts),
+               CAST(rdata->'$.success' AS BOOLEAN) AS ok,
+               rdata->>'$.error' AS error,
+               rdata->>'$.result' AS result,
+               rts - ts AS seconds,
+               coalesce(starts_with(rdata->>'$.error', 'blocked by compulsion'), false) AS blocked
+        FROM j""")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE blocks AS
+        SELECT {ident.format(params=', '.join(PARAMS))},
+               data->>'$.by' AS by, data->>'$.template' AS by_template, data->>'$.action' AS action,
+               data->>'$.form' AS form, data->>'$.reason' AS reason
+        FROM events WHERE event = 'blocked'""")
+    key = "run_id, session_id, agent_id"
+    con.execute(f"""
+        CREATE OR REPLACE TABLE agents AS
+        WITH ids AS (
+            SELECT {key}, any_value(parent_id) AS parent_id, any_value(agent_type) AS agent_type,
+                   any_value(template) AS template, min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS events
+            FROM events GROUP BY ALL),
+        st AS (
+            SELECT {key}, min(ts) AS started_at, any_value(data->>'$.name') AS name,
+                   any_value(CAST(data->'$.depth' AS INTEGER)) AS depth
+            FROM events WHERE event = 'agent_start' GROUP BY ALL),
+        en AS (
+            SELECT {key}, max(ts) AS ended_at, arg_max(data->>'$.state', seq) AS state,
+                   arg_max(CAST(data->'$.steps' AS INTEGER), seq) AS steps
+            FROM events WHERE event = 'agent_end' GROUP BY ALL),
+        mc AS (
+            SELECT {key}, count(*) AS model_calls,
+                   sum(coalesce(input_tokens, 0) + coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0))::BIGINT
+                       AS input_tokens,
+                   sum(output_tokens)::BIGINT AS output_tokens, sum(cost) AS cost
+            FROM model_calls GROUP BY ALL),
+        ev AS (
+            SELECT {key}, count(*) AS evals, count(*) FILTER (WHERE NOT coalesce(ok, false)) AS eval_errors
+            FROM evals GROUP BY ALL)
+        SELECT ids.run_id, {_params('p')}, ids.session_id, ids.agent_id, ids.parent_id, ids.agent_type,
+               ids.template, st.name,
+               coalesce(st.depth, CASE WHEN ids.parent_id IS NULL THEN 0 END) AS depth,
+               coalesce(en.state, 'live') AS state,
+               coalesce(st.started_at, ids.first_ts) AS started_at,
+               coalesce(en.ended_at, ids.last_ts) AS ended_at,
+               en.steps, ids.events,
+               coalesce(mc.model_calls, 0) AS model_calls, coalesce(mc.input_tokens, 0) AS input_tokens,
+               coalesce(mc.output_tokens, 0) AS output_tokens, coalesce(mc.cost, 0) AS cost,
+               coalesce(ev.evals, 0) AS evals, coalesce(ev.eval_errors, 0) AS eval_errors
+        FROM ids LEFT JOIN st USING ({key}) LEFT JOIN en USING ({key}) LEFT JOIN mc USING ({key})
+                 LEFT JOIN ev USING ({key}) LEFT JOIN params p ON p.run_id = ids.run_id""")
+    con.execute("""
+        CREATE OR REPLACE TABLE runs AS
+        WITH n AS (SELECT run_id, count(*) AS events, count(DISTINCT session_id) AS sessions FROM events GROUP BY 1),
+        a AS (SELECT run_id, count(*) AS agents, sum(model_calls)::BIGINT AS model_calls, sum(cost) AS model_cost,
+                     sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
+                     sum(evals)::BIGINT AS evals, sum(eval_errors)::BIGINT AS eval_errors
+              FROM agents GROUP BY 1),
+        b AS (SELECT run_id, count(*) AS blocks FROM blocks GROUP BY 1)
+        SELECT m.folder AS run_id, p.arm, m.* EXCLUDE (folder, run_id),
+               coalesce(n.sessions, 0) AS sessions, coalesce(n.events, 0) AS events,
+               coalesce(a.agents, 0) AS agents, coalesce(a.model_calls, 0) AS model_calls,
+               coalesce(a.model_cost, 0) AS model_cost, coalesce(a.input_tokens, 0) AS input_tokens,
+               coalesce(a.output_tokens, 0) AS output_tokens, coalesce(a.evals, 0) AS evals,
+               coalesce(a.eval_errors, 0) AS eval_errors, coalesce(b.blocks, 0) AS blocks
+        FROM manifest m JOIN params p ON p.run_id = m.folder
+             LEFT JOIN n ON n.run_id = m.folder LEFT JOIN a ON a.run_id = m.folder LEFT JOIN b ON b.run_id = m.folder
+        ORDER BY m.folder""")
+
+
+def load(runs_dir: Path, *, parquet: bool = False) -> duckdb.DuckDBPyConnection:
+    """Build RUNS_DIR/dataset.duckdb afresh from the runs of RUNS_DIR; a connection to it.
+
+    With PARQUET, also write every table to RUNS_DIR/parquet/<table>.parquet."""
+    import duckdb
+
+    runs_dir = Path(runs_dir)
+    db = runs_dir / DB_NAME
+    partial = db.with_name(DB_NAME + ".partial")
+    for stale in (partial, partial.with_name(partial.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    con = duckdb.connect(str(partial))
+    try:
+        build(con, runs_dir)
+        if parquet:
+            out = runs_dir / "parquet"
+            out.mkdir(exist_ok=True)
+            for table in TABLES:
+                con.execute(f"COPY {table} TO {_quote(out / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
+    finally:
+        con.close()
+    partial.replace(db)  # a reader never sees a half-built dataset
+    db.with_name(DB_NAME + ".wal").unlink(missing_ok=True)
+    return duckdb.connect(str(db))
+
+
+def counts(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Rows per table."""
+    return {t: int(_one(con, f"SELECT count(*) FROM {t}")) for t in TABLES}
+
+
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
+    row = con.execute(sql).fetchone()
+    return row[0] if row else None
+
+
+def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float) -> str:
+    """One screen: runs by status, rows per table, where the files are."""
+    by_status = con.execute("SELECT status, count(*), sum(cost) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
+    arms = con.execute("SELECT arm, count(*), sum(cost) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
+    lines = [f"{sum(n for _s, n, _c in by_status)} runs loaded from {runs_dir} in {seconds:.2f} s"]
+    lines += [f"  {status or '(none)':<10} {n:>6} runs  ${c or 0:.4f}" for status, n, c in by_status]
+    lines.append(f"{len(arms)} arms (prompt / variant / model):")
+    lines += [f"  {arm:<48} {n:>5} runs  ${c or 0:.4f}" for arm, n, c in arms[:12]]
+    if len(arms) > 12:
+        lines.append(f"  ... and {len(arms) - 12} more")
+    lines.append("rows per table:")
+    lines += [f"  {t:<12} {n:>10,}" for t, n in counts(con).items()]
+    lines.append(f"DuckDB:  {runs_dir / DB_NAME}   (duckdb {runs_dir / DB_NAME}, or duckdb.connect in Python)")
+    parquet = runs_dir / "parquet"
+    if parquet.is_dir():
+        lines.append(f"Parquet: {parquet}/<table>.parquet   (pandas.read_parquet / polars.read_parquet)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Load RUNS_DIR into DuckDB and Parquet, and print a summary."""
+    parser = argparse.ArgumentParser(prog="amacs-server dataset", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs_dir", type=Path, help="an experiment's runs folder (RUNS_DIR/<run-id>/manifest.json)")
+    parser.add_argument("--no-parquet", action="store_true", help="only the DuckDB file")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    con = load(args.runs_dir, parquet=not args.no_parquet)
+    print(summary_text(con, args.runs_dir, time.perf_counter() - start))
+    con.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
