@@ -1,0 +1,60 @@
+"""The shipped debate example (experiments/debate) against the fake that plays it (tests/fake_debate.py)."""
+
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.agent_fakes import send, session, transcript_events, wait_text
+from tests.e2e.harness import ROOT, run_emacs
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_debate import FINAL_MARK, PREFIX, debate_reply
+
+pytestmark = pytest.mark.e2e
+
+SPEC = ROOT / "experiments" / "debate" / "debate.toml"
+
+
+def variant_templates(spec: dict, variant: str) -> dict[str, Path]:
+    """The panel-* skills of VARIANT: name -> SKILL.md folder."""
+    found = {}
+    for folder in next(v for v in spec["variants"] if v["name"] == variant)["skills"]:
+        for skill in sorted((SPEC.parent / folder).glob("*/SKILL.md")):
+            found[skill.parent.name] = skill.parent
+    return found
+
+
+def check_debate(home: Path, templates: list[str], question: str) -> None:
+    """HOME's transcripts show one viewpoint per template, each one's comment, and the final reply."""
+    events = transcript_events(home)
+    starts = {e["agent_id"]: e for e in events if e["event"] == "agent_start"}
+    assert {a: (s["agent_type"], s["template"], s["parent_id"]) for a, s in starts.items()} == {
+        f"viewpoint-{t.removeprefix(PREFIX)}": ("viewpoint", t, "primary") for t in templates}
+    consider = [e for e in events if e["agent_id"] == "primary" and "consider" in str(e["data"])
+                and "comments" in str(e["data"])]
+    assert consider, "no consider event reached the primary"
+    replies = [str(e["data"]) for e in events if e["agent_id"] == "primary" and FINAL_MARK in str(e["data"])]
+    assert replies, "the primary gave no final reply"
+    for t in templates:
+        name = t.removeprefix(PREFIX)
+        assert f"[{name}] {name.capitalize()} (" in replies[-1]
+    assert question in replies[-1]
+
+
+@pytest.mark.parametrize("variant", ["two-views", "three-views"])
+def test_one_debate_session(tmp_path, variant):
+    """One real session per variant: the primary lists its skills, starts the panel, considers, answers."""
+    spec = tomllib.loads(SPEC.read_text())
+    home = tmp_path / "agent"
+    templates = variant_templates(spec, variant)
+    for name, folder in templates.items():
+        shutil.copytree(folder, home / "skills" / name)
+    fake = FakeAnthropic(default=debate_reply).start()
+    try:
+        turn = spec["prompts"][0]["turns"][0]
+        run = run_emacs(home, fake.url, session(send(turn), wait_text(FINAL_MARK))).check()
+    finally:
+        fake.stop()
+    assert FINAL_MARK in run.shell
+    check_debate(home, sorted(templates), "Should cities ban cars from their centres?")

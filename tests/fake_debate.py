@@ -1,0 +1,193 @@
+"""A fake model that plays the debate example (experiments/debate/debate.toml).
+
+It answers each request from the request alone (no state), so one fake serves
+many runs at once.  Who asks is read from the system prompt (a subagent's says
+``You are viewpoint-NAME, a viewpoint (template T)``; the primary's does not):
+
+- the primary, on the person's message: lists its skills
+  (``(agent-list-available-skills)``);
+- the primary, on that list: starts one viewpoint per ``panel-*`` viewpoint
+  skill and asks them the question, waiting for their comments
+  (``(agent-wait-for (agent-consider Q) :timeout 120)``); on a later turn, with
+  the viewpoints already there, it only asks again;
+- a viewpoint: a short comment made from its template's ``Stance:`` line, its
+  name and the question, and how many comments it has heard (deterministic);
+- the primary, on the consider event: the final reply, quoting every comment.
+
+Usage is reported from the sizes of request and answer, so runs have a cost.
+
+    fake = FakeAnthropic().start(); fake.respond_with(debate_reply)
+
+Run alone (to try the example by hand): ``python -m tests.fake_debate`` prints
+its URL; give it to the run as ``ANTHROPIC_BASE_URL`` (any API key will do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from typing import Any
+
+from tests.context_items import MESSAGE_BREAK, parse_context, request_text, text_of
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+PREFIX = "panel-"  # the viewpoint skills the debate uses (experiments/debate/*/panel-*/SKILL.md)
+WAIT_SECONDS = 120
+FINAL_MARK = "After hearing the panel"  # the final reply starts with this
+
+_WHO = re.compile(r"You are (\S+), a (\w+) \(template (\S+)\)")
+_ARGUMENTS = (
+    "the evidence from places that tried it points my way",
+    "the people most affected are the ones this choice should serve first",
+    "the cost of getting it wrong falls on those with the least say",
+    "a trial with a clear measure would settle most of the disagreement",
+)
+
+
+def who(body: dict[str, Any]) -> tuple[str, str, str]:
+    """(agent id, type, template) of the agent that made request BODY."""
+    system = body.get("system") or ""
+    text = system if isinstance(system, str) else "\n".join(b.get("text", "") for b in system)
+    match = _WHO.search(text)
+    return match.groups() if match else ("primary", "primary", "core")  # type: ignore[return-value]
+
+
+def _system_text(body: dict[str, Any]) -> str:
+    system = body.get("system") or ""
+    return system if isinstance(system, str) else "\n".join(b.get("text", "") for b in system)
+
+
+def _usage(body: dict[str, Any], answer: str) -> dict[str, int]:
+    """Tokens as about four characters each: non-zero, growing with the context."""
+    size = len(_system_text(body)) + sum(len(text_of(m["content"])) for m in body.get("messages", []))
+    return {"input_tokens": max(1, size // 4), "output_tokens": max(1, len(answer) // 4),
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+def _reply(body: dict[str, Any], text: str) -> Reply:
+    return Reply(text, usage=_usage(body, text))
+
+
+def _elisp_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def question_of(message: str) -> str:
+    """The question in the person's MESSAGE: the text after ``The question:``, else all of it."""
+    _, found, after = message.rpartition("The question:")
+    return " ".join((after if found else message).split())
+
+
+def _items(body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The primary's context as items (the per-tick sections from its newest tick only)."""
+    return parse_context(request_text(body))
+
+
+def _pending(items: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The person's message of this turn: the last chat item with a human part (its agent part, ""
+    while the turn runs, is filled in by the first tick)."""
+    for item in reversed(items.get("chat", [])):
+        content = item.get("content") or {}
+        if isinstance(content, dict) and content.get("human") is not None:
+            return str(content["human"])
+    return None
+
+
+def _events(items: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [e.get("content", e) if "mem_id" in e else e for e in items.get("events", [])]
+
+
+def _last_result(items: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    found = items.get("last-eval-result") or []
+    return found[0]["content"].get("lastEvalResult") if found else None
+
+
+def _asked_before(body: dict[str, Any]) -> bool:
+    """Whether the primary started its panel earlier in this conversation."""
+    return any("(agent-viewpoint " in text_of(m["content"]) for m in body.get("messages", [])
+               if m["role"] == "assistant")
+
+
+def _consider(question: str) -> str:
+    return f"(agent-wait-for (agent-consider {_elisp_string(question)}) :timeout {WAIT_SECONDS})"
+
+
+def primary_reply(body: dict[str, Any]) -> Reply:
+    """The primary's next step in the debate."""
+    items = _items(body)
+    question = question_of(_pending(items) or "")
+    considered = [e for e in _events(items) if e.get("source") == "consider"]
+    if considered:
+        content = considered[-1].get("content") or {}
+        comments = content.get("comments") or []
+        heard = "; ".join(comments) if comments else "no comments"
+        text = (f"{FINAL_MARK} ({len(comments)} viewpoints) on \"{content.get('prompt', question)}\": {heard}. "
+                "My answer: it depends on the trial, so start small and measure.")
+        return _reply(body, agent_json(text, monologue="weighed the panel and answered", confidence=0.7))
+    result = _last_result(items)
+    if result is not None:
+        printed = str(result.get("result") or "")
+        if "waiting_for" in printed or ":waiting-for" in printed:  # the wait ended with no comments
+            return _reply(body, agent_json("The panel did not answer in time.", monologue="gave up waiting"))
+        if result.get("success") and PREFIX in printed:
+            templates = sorted(set(re.findall(r'"(' + re.escape(PREFIX) + r'[a-z0-9_-]+)"', printed)))
+            starts = " ".join(f"(agent-viewpoint {_elisp_string(t.removeprefix(PREFIX))} {_elisp_string(t)})"
+                              for t in templates)
+            return _reply(body, agent_json(None, eval=f"(progn {starts} {_consider(question)})",
+                                           monologue=f"convening {len(templates)} viewpoints"))
+        if not result.get("success"):
+            return _reply(body, agent_json(f"The debate failed: {result.get('error')}", monologue="failed"))
+        return _reply(body, agent_json(f"I found no {PREFIX}* viewpoint skills to debate with.",
+                                       monologue="no panel"))
+    if _asked_before(body):
+        return _reply(body, agent_json(None, eval=_consider(question), monologue="asking the panel again"))
+    return _reply(body, agent_json(None, eval="(agent-list-available-skills)", monologue="looking for my panel"))
+
+
+def viewpoint_reply(body: dict[str, Any], name: str, template: str) -> Reply:
+    """A viewpoint's short comment: its template's stance, the question, and what it has heard."""
+    system = _system_text(body)
+    stance = re.search(r"^Stance:\s*(.+)$", system, re.M)
+    said = [text_of(m["content"]) for m in body.get("messages", []) if m["role"] == "user"]
+    joined = MESSAGE_BREAK.join(said)
+    asked = re.findall(r"^\[primary\] (.+)$", joined, re.M)
+    others = [line for line in re.findall(r"^\[([a-z0-9_-]+)\] ", joined, re.M) if line != "primary"]
+    question = asked[-1] if asked else "the question"
+    digest = hashlib.sha256(f"{template}|{question}|{len(said)}".encode()).digest()
+    argument = _ARGUMENTS[digest[0] % len(_ARGUMENTS)]
+    short = name.removeprefix("viewpoint-")
+    reply = (f"{short.capitalize()} ({stance.group(1).strip() if stance else template}): on \"{question}\", "
+             f"{argument}.")
+    if others:
+        reply += f" I have heard {', '.join(sorted(set(others)))} and keep my view."
+    return _reply(body, agent_json(reply, monologue=f"{short} commented"))
+
+
+def debate_reply(body: dict[str, Any]) -> Reply:
+    """The answer to any request of a debate run (a responder for ``FakeAnthropic.respond_with``)."""
+    agent_id, kind, template = who(body)
+    if kind == "viewpoint":
+        return viewpoint_reply(body, agent_id, template)
+    if kind != "primary":  # a task or compulsion the debate did not ask for: stay quiet
+        return _reply(body, agent_json("", monologue="nothing to add"))
+    return primary_reply(body)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the debate until interrupted, printing the URL."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A fake Anthropic API that plays the debate example")
+    parser.parse_args(argv)
+    fake = FakeAnthropic(default=debate_reply).start()
+    print(fake.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
+
