@@ -31,16 +31,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.amacs-installed${extras:+-test}"
 check='import amacs_server, epc, anthropic, aiohttp, openai, git, orgparse, sexpdata'
-[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, duckdb, pyarrow, plotly, rich, ray"
+[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, mypy, duckdb, pyarrow, plotly, rich, ray"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
   touch "$stamp"
-fi
-# ci-check.sh's type checker, for the tests only (not a dependency of the server).
-if [ -n "$extras" ] && ! .venv/bin/python -c 'import mypy' >/dev/null 2>&1; then
-  echo "== installing mypy into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check "mypy>=1.11"
 fi
 
 # Byte-compiled elisp for ./amacs, in a folder of its own: loading compiled
