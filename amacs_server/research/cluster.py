@@ -1,0 +1,115 @@
+"""Where runs run: threads on this machine, or Ray tasks; the experiment loop uses either.
+
+Both keep at most the experiment's bound of runs going (the loop submits no
+more), and both turn a run that raised into a ``failed`` outcome, so the loop
+sees only outcomes.
+
+With Ray each run is ``ray.remote(run_one)``: the task writes the run's folder
+itself, so RUNS_DIR must be on a filesystem every worker shares (NFS, a
+cluster's shared disk); on a local Ray it is simply this machine's.  Each
+worker needs Emacs with the packages epc and magit-section, and the server
+package (``pip install amacs-server[research,cluster]``).  The driver's
+``ANTHROPIC_*`` and ``OPENAI_*`` variables go to the workers in Ray's
+runtime environment.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from .runs import Outcome, run_one
+from .spec import Run
+
+
+class Executor(Protocol):
+    """Runs handed over one by one; finished ones reported as they end."""
+
+    def submit(self, run: Run) -> None:
+        """Start RUN."""
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """The outcomes of runs that ended, waiting at most TIMEOUT seconds for one."""
+
+    def close(self) -> None:
+        """Stop: runs still going are abandoned (their manifests say running: resumed later)."""
+
+
+def _failed(run: Run, err: BaseException) -> Outcome:
+    now = time.time()
+    return Outcome(run_id=run.run_id, status="failed", cost=0.0, seconds=0.0, turns_done=0,
+                   started_at=now, ended_at=now, error=f"{type(err).__name__}: {err}")
+
+
+class LocalExecutor:
+    """Each run in a thread of this process (the session itself is Emacs and the server)."""
+
+    def __init__(self, runs_dir: Path, parallel: int) -> None:
+        self.runs_dir = runs_dir
+        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-run")
+        self.going: dict[Future[Outcome], Run] = {}
+
+    def submit(self, run: Run) -> None:
+        """Start RUN in a thread."""
+        self.going[self.pool.submit(run_one, run, self.runs_dir)] = run
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """Outcomes of the threads that ended."""
+        done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
+        out = []
+        for future in done:
+            run = self.going.pop(future)
+            err = future.exception()
+            out.append(_failed(run, err) if err else future.result())
+        return out
+
+    def close(self) -> None:
+        """Stop the pool without waiting for the runs still going."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor:
+    """Each run a Ray task, on a local Ray (ADDRESS None) or the cluster at ADDRESS."""
+
+    def __init__(self, runs_dir: Path, parallel: int, address: str | None) -> None:
+        import ray
+
+        self.ray = ray
+        env = {k: v for k, v in os.environ.items() if k.startswith(("ANTHROPIC_", "OPENAI_"))}
+        if address is None:
+            ray.init(address="local", include_dashboard=False, num_cpus=parallel,
+                     _node_ip_address="127.0.0.1", runtime_env={"env_vars": env},
+                     log_to_driver=False, configure_logging=False)
+        else:
+            ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False,
+                     configure_logging=False)
+        self.task = ray.remote(num_cpus=1, max_retries=0)(run_one)
+        self.runs_dir = runs_dir
+        self.going: dict[Any, Run] = {}
+
+    def submit(self, run: Run) -> None:
+        """Start RUN as a Ray task."""
+        self.going[self.task.remote(run, self.runs_dir)] = run
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """Outcomes of the tasks that ended."""
+        if not self.going:
+            return []
+        ready, _ = self.ray.wait(list(self.going), num_returns=1, timeout=timeout)
+        out = []
+        for ref in ready:
+            run = self.going.pop(ref)
+            try:
+                out.append(self.ray.get(ref))
+            except Exception as err:  # noqa: BLE001 - a task that died is a failed run
+                out.append(_failed(run, err))
+        return out
+
+    def close(self) -> None:
+        """Cancel what is left and leave Ray."""
+        for ref in self.going:
+            self.ray.cancel(ref, force=True)
+        self.ray.shutdown()

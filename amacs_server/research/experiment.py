@@ -1,0 +1,142 @@
+"""``amacs-server experiment SPEC``: run a spec's grid of headless sessions.
+
+    amacs-server experiment SPEC [--runs-dir D] [--parallel N] [--budget USD] [--ray [ADDRESS]]
+
+Runs go at most N at once (default the spec's ``parallel``), on this machine
+or, with ``--ray``, as Ray tasks on a local Ray (no ADDRESS) or the cluster at
+ADDRESS (see :mod:`.cluster`); both through the same loop: a progress bar
+(done / running / failed, cost so far, ETA), a total budget (``--budget`` or
+the spec's ``budget``: no new run starts once the cost of finished runs has
+reached it, and the command says so), and resume: a run whose manifest says
+``done`` is skipped (its cost still counts against the budget), a ``failed``
+or ``running`` one (an interrupted experiment) runs again from nothing.
+
+Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
+line is wrong; 3 the budget was spent before every run started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from .cluster import Executor, LocalExecutor, RayExecutor
+from .runs import Outcome, read_manifest
+from .spec import Experiment, Run, SpecError, load
+
+POLL = 0.5  # seconds between redraws while runs go
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="amacs-server experiment",
+                                     description="Run an experiment's grid of headless AMACS sessions.")
+    parser.add_argument("spec", type=Path, help="the experiment's TOML file")
+    parser.add_argument("--runs-dir", type=Path, help="where runs go (default: runs/<name> beside SPEC)")
+    parser.add_argument("--parallel", type=int, help="runs at once (default: the spec's parallel)")
+    parser.add_argument("--budget", type=float, help="dollars for the whole experiment (default: the spec's)")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run each session as a Ray task: on a local Ray, or the cluster at ADDRESS")
+    return parser
+
+
+def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float]:
+    """The runs still to do, and the cost of the ones done before."""
+    todo, spent = [], 0.0
+    for run in experiment.runs:
+        manifest = read_manifest(runs_dir / run.run_id)
+        if manifest and manifest.get("status") == "done":
+            spent += float(manifest.get("cost") or 0.0)
+        else:
+            todo.append(run)
+    return todo, spent
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("done {task.fields[done]} running {task.fields[running]} "
+                               "failed {task.fields[failed]} ${task.fields[cost]:.4f}"),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
+
+
+def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | None, spent: float,
+            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Run]]:
+    """Run TODO through EXECUTOR, PARALLEL at once, while SPENT (and what finishes) is under BUDGET.
+
+    Returns the outcomes and the runs never started (the budget was spent)."""
+    queue = list(todo)
+    outcomes: list[Outcome] = []
+    running = 0
+    with _progress(console) as progress:
+        bar = progress.add_task(name, total=total, completed=total - len(todo),
+                                done=total - len(todo), running=0, failed=0, cost=spent)
+        try:
+            while queue or running:
+                while queue and running < parallel and (budget is None or spent < budget):
+                    executor.submit(queue.pop(0))
+                    running += 1
+                if not running:
+                    break  # the budget is spent and nothing is going
+                progress.update(bar, running=running)
+                for outcome in executor.finished(POLL):
+                    running -= 1
+                    spent += outcome.cost
+                    outcomes.append(outcome)
+                    failed = sum(o.status == "failed" for o in outcomes)
+                    done = total - len(todo) + len(outcomes) - failed
+                    progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
+                    why = f"  {outcome.error}" if outcome.error else ""
+                    progress.console.print(f"{outcome.status:6} {outcome.run_id}  ${outcome.cost:.4f}  "
+                                           f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False)
+        finally:
+            executor.close()
+    return outcomes, queue
+
+
+def main(argv: list[str]) -> int:
+    """The ``experiment`` command; see the module's docstring for the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        experiment = load(args.spec)
+    except SpecError as err:
+        print(f"amacs-server experiment: {err}", file=sys.stderr)
+        return 2
+    table = experiment.spec.experiment
+    parallel = args.parallel or table.parallel
+    if parallel < 1:
+        print("amacs-server experiment: --parallel must be at least 1", file=sys.stderr)
+        return 2
+    budget = args.budget if args.budget is not None else table.budget
+    runs_dir = (args.runs_dir or args.spec.resolve().parent / "runs" / experiment.name).resolve()
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.spec, runs_dir / "experiment.toml")
+    todo, spent = _pending(experiment, runs_dir)
+    total = len(experiment.runs)
+    print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
+          f"{len(todo)} to run, {parallel} at once" + (f", on Ray {args.ray or '(local)'}" if args.ray is not None
+                                                       else ""), flush=True)
+    if not todo:
+        return 0
+    executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
+                          else LocalExecutor(runs_dir, parallel))
+    console = Console(stderr=True)
+    outcomes, left = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+    spent += sum(o.cost for o in outcomes)
+    failed = [o for o in outcomes if o.status == "failed"]
+    print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
+          f"{len(failed)} failed, ${spent:.4f} spent", flush=True)
+    if left:
+        print(f"Budget spent: ${spent:.4f} of ${budget:.4f}; {len(left)} runs not started "
+              "(re-run with a larger --budget to run them).", flush=True)
+    return 1 if failed else 3 if left else 0

@@ -1,0 +1,219 @@
+"""One run of an experiment: a headless session in its own folder, and its manifest.
+
+:func:`run_one` is the whole of a run, and is what a Ray task runs: it makes
+``RUNS_DIR/<run-id>/`` afresh, writes ``manifest.json`` as ``running``, copies
+the variant's skills into ``home/skills/``, and starts a batch Emacs that loads
+``amacs-batch.el`` (package data of the server) and drives ``*amacs-shell*`` as a
+person would: the shell starts the server (``sys.executable -m amacs_server``)
+with ``AMACS_HOME=<run>/home``, each turn is typed and waited for, then Emacs
+stops the server and exits.  The manifest then says ``done`` (every turn ended)
+or ``failed`` (with the reason), with the cost and the seconds.
+
+The cost of a run is read from its transcripts: the sum of ``data.cost`` of
+every ``model_response`` event in ``home/transcripts/*.jsonl`` (every agent's
+model calls, the primary's and the tasks'), the same numbers the dataset sums.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .spec import Run
+
+MANIFEST = "manifest.json"
+# Where Debian's elpa-epc and elpa-magit-section are; package.el also finds ~/.emacs.d/elpa.
+ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa",)
+EMACS = "emacs"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: ``status`` is ``done`` or ``failed`` (then ``error`` says why)."""
+
+    run_id: str
+    status: str
+    cost: float
+    seconds: float
+    turns_done: int
+    started_at: float
+    ended_at: float
+    error: str | None = None
+
+
+def elisp_dir() -> Path:
+    """The AMACS elisp: package data ``amacs_server/elisp`` (in a checkout a link to ``elisp/``)."""
+    return Path(str(resources.files("amacs_server") / "elisp"))
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The manifest of the run in FOLDER, or None when it has none (or an unreadable one)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_manifest(folder: Path, data: dict[str, Any]) -> None:
+    """Write FOLDER's manifest whole or not at all (a killed experiment leaves no half file)."""
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+
+
+def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None = None) -> dict[str, Any]:
+    """The manifest of RUN: its parameters, then its OUTCOME (none yet while it runs)."""
+    return {
+        "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
+        "model": run.model, "backend": run.backend, "model_name": run.model_name, "rep": run.rep,
+        "seed": run.seed, "turns": list(run.turns), "status": status,
+        "cost": outcome.cost if outcome else 0.0, "turns_done": outcome.turns_done if outcome else 0,
+        "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
+        "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
+    }
+
+
+def transcript_totals(home: Path) -> tuple[float, float]:
+    """The dollars and the seconds of every model call in HOME's transcripts."""
+    cost = seconds = 0.0
+    for path in sorted((home / "transcripts").glob("*.jsonl")):
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"model_response"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut off by a killed server
+                data = event.get("data") if event.get("event") == "model_response" else None
+                if isinstance(data, dict):
+                    cost += float(data.get("cost") or 0.0)
+                    seconds += float(data.get("latency_ms") or 0.0) / 1000
+    return cost, seconds
+
+
+def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of RUN's Emacs (and so of its server): BASE without AMACS_ settings, plus the run's."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("AMACS_")}
+    env.update(HOME=str(folder / "emacs-home"), AMACS_HOME=str(folder / "home"), AMACS_SEED=str(run.seed),
+               AMACS_BACKEND=run.backend)
+    if run.model_name:
+        env["AMACS_MODEL"] = run.model_name
+    if run.run_budget is not None:
+        env["AMACS_BUDGET_LIMIT"] = repr(run.run_budget)
+    if run.base_url:
+        env["OPENAI_BASE_URL" if run.backend == "openai" else "ANTHROPIC_BASE_URL"] = run.base_url
+    return env
+
+
+def emacs_command(batch_file: Path) -> list[str]:
+    """The batch Emacs that runs the session described by BATCH_FILE."""
+    dirs = " ".join(json.dumps(d) for d in ELPA_DIRS)
+    setup = f"(progn (require 'package) (dolist (d (list {dirs})) (add-to-list 'package-directory-list d)) (package-initialize))"
+    return [EMACS, "-Q", "--batch", "--eval", setup, "-L", str(elisp_dir()), "-l", "amacs-batch",
+            "--eval", f"(amacs-batch-run {json.dumps(str(batch_file))})"]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is PID (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == str(pid):
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _kill(proc: subprocess.Popen[bytes], home: Path) -> None:
+    """Kill PROC (the Emacs) and the process groups of its children (Emacs makes each its own: the server)."""
+    pids = set(_children(proc.pid))
+    try:
+        pids.add(int(json.loads((home / "server.json").read_text())["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    proc.kill()
+    proc.wait()
+    for pid in pids:
+        try:
+            group = os.getpgid(pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _copy_skills(run: Run, home: Path) -> None:
+    """Copy every ``<skill>/`` of the variant's folders into HOME/skills/ (a later folder wins)."""
+    target = home / "skills"
+    target.mkdir(parents=True, exist_ok=True)
+    for folder in run.skills:
+        for skill in sorted(folder.iterdir()):
+            if skill.is_dir():
+                shutil.copytree(skill, target / skill.name, dirs_exist_ok=True)
+
+
+def run_one(run: Run, runs_dir: Path) -> Outcome:
+    """Run RUN headless into ``RUNS_DIR/<run-id>/`` (made afresh) and return how it ended.
+
+    Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    folder = runs_dir / run.run_id
+    if folder.exists():
+        shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
+    home = folder / "home"
+    home.mkdir(parents=True)
+    (folder / "emacs-home").mkdir()
+    started = time.time()
+    write_manifest(folder, manifest(run, "running", started))
+    error: str | None = None
+    turns_done = 0
+    try:
+        _copy_skills(run, home)
+        batch = folder / "batch.json"
+        result = folder / "batch-result.json"
+        batch.write_text(json.dumps({
+            "turns": list(run.turns), "max_steps": run.max_steps,
+            "server_command": [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
+            "result": str(result), "shell": str(folder / "shell.txt")}), encoding="utf-8")
+        with (folder / "emacs.log").open("wb") as log:
+            proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                code = proc.wait(timeout=run.timeout)
+            except subprocess.TimeoutExpired:
+                _kill(proc, home)
+                code, error = -1, f"timed out after {run.timeout:g} s"
+            except BaseException:
+                _kill(proc, home)
+                raise
+        try:
+            said = json.loads(result.read_text(encoding="utf-8"))
+            turns_done = int(said.get("turns_done") or 0)
+            error = error or said.get("error")
+        except (OSError, ValueError):
+            pass
+        if error is None and (code != 0 or turns_done < len(run.turns)):
+            error = f"Emacs exited {code} after {turns_done} of {len(run.turns)} turns (see emacs.log)"
+    except OSError as err:
+        error = f"could not run: {err}"
+    ended = time.time()
+    cost, _ = transcript_totals(home)
+    outcome = Outcome(run_id=run.run_id, status="failed" if error else "done", cost=round(cost, 6),
+                      seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
+                      ended_at=ended, error=error)
+    write_manifest(folder, manifest(run, outcome.status, started, outcome))
+    return outcome

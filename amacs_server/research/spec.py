@@ -1,0 +1,188 @@
+"""An experiment's spec: the TOML file read and checked once, and its grid of runs.
+
+The spec (see README, Experiments) has an ``[experiment]`` table and three
+dimensions, ``[[prompts]]``, ``[[variants]]`` and ``[[models]]``; the grid is
+prompts x variants x models x repetitions, one :class:`Run` each, with the
+deterministic id ``<prompt>.<variant>.<model>.r<rep>`` (so re-running resumes).
+Every error is a :class:`SpecError` that names the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import AmacsError
+
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", description="letters a-z, digits and -")]
+
+
+class SpecError(AmacsError, ValueError):
+    """The spec cannot be used: the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ExperimentTable(_Strict):
+    """``[experiment]``: the name and the limits."""
+
+    name: Name
+    repetitions: int = Field(1, ge=1)
+    parallel: int = Field(1, ge=1)
+    budget: float | None = Field(None, ge=0)
+    run_budget: float | None = Field(None, gt=0)
+    timeout: float = Field(300.0, gt=0)
+    max_steps: int = Field(20, ge=1)
+
+
+class PromptEntry(_Strict):
+    """One ``[[prompts]]``: a prompt, or a script of several turns."""
+
+    name: Name
+    turns: list[str] = Field(min_length=1)
+
+    @field_validator("turns")
+    @classmethod
+    def _not_blank(cls, turns: list[str]) -> list[str]:
+        if any(not turn.strip() for turn in turns):
+            raise ValueError("a turn is empty")
+        return turns
+
+
+class VariantEntry(_Strict):
+    """One ``[[variants]]``: folders of skills copied into the run's ``home/skills/``."""
+
+    name: Name
+    skills: list[str] = Field(default_factory=list)
+
+
+class ModelEntry(_Strict):
+    """One ``[[models]]``: a backend and a model, and where to reach it."""
+
+    name: Name
+    backend: Literal["anthropic", "openai"] = "anthropic"
+    model: str | None = None
+    base_url: str | None = None
+
+
+class Spec(_Strict):
+    """The whole spec, as read (``${VAR}`` not yet expanded)."""
+
+    experiment: ExperimentTable
+    prompts: list[PromptEntry] = Field(min_length=1)
+    variants: list[VariantEntry] = Field(default_factory=lambda: [VariantEntry(name="base")])
+    models: list[ModelEntry] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One session of the grid, with everything needed to run it (picklable, for Ray)."""
+
+    run_id: str
+    experiment: str
+    prompt: str
+    variant: str
+    model: str
+    backend: str
+    model_name: str | None
+    base_url: str | None
+    rep: int
+    turns: tuple[str, ...]
+    skills: tuple[Path, ...]
+    max_steps: int
+    run_budget: float | None
+    timeout: float
+
+    @property
+    def seed(self) -> int:
+        """The run's seed: its repetition (AMACS_SEED)."""
+        return self.rep
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A checked spec: where it came from, and its grid."""
+
+    path: Path
+    spec: Spec
+    runs: list[Run]
+
+    @property
+    def name(self) -> str:
+        """The experiment's name."""
+        return self.spec.experiment.name
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _expand(text: str, key: str, env: dict[str, str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise SpecError(f"{key}: ${{{name}}} is not set in the environment")
+        return env[name]
+
+    return VARIABLE.sub(one, text)
+
+
+def _unique(names: list[str], key: str) -> None:
+    seen: set[str] = set()
+    for n, name in enumerate(names):
+        if name in seen:
+            raise SpecError(f"{key}[{n}].name: {name!r} is used twice")
+        seen.add(name)
+
+
+def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
+    """Read and check the spec at PATH, expand ``${VAR}`` from ENV, and lay out its grid."""
+    env = dict(os.environ if env is None else env)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read it: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not TOML: {err}") from err
+    try:
+        spec = Spec.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise SpecError(f"{path}: {_where(tuple(first['loc']))}: {first['msg']}"
+                        + (f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else "")) from err
+    for key, entries in (("prompts", spec.prompts), ("variants", spec.variants), ("models", spec.models)):
+        _unique([e.name for e in entries], key)
+    base = path.resolve().parent
+    skills: dict[str, tuple[Path, ...]] = {}
+    for n, variant in enumerate(spec.variants):
+        folders = []
+        for k, folder in enumerate(variant.skills):
+            where = base / folder
+            if not where.is_dir():
+                raise SpecError(f"{path}: variants[{n}].skills[{k}]: no folder {where}")
+            folders.append(where)
+        skills[variant.name] = tuple(folders)
+    urls = {m.name: _expand(m.base_url, f"{path}: models[{n}].base_url", env) if m.base_url else None
+            for n, m in enumerate(spec.models)}
+    table = spec.experiment
+    runs = [
+        Run(run_id=f"{p.name}.{v.name}.{m.name}.r{rep}", experiment=table.name, prompt=p.name, variant=v.name,
+            model=m.name, backend=m.backend, model_name=m.model, base_url=urls[m.name], rep=rep,
+            turns=tuple(p.turns), skills=skills[v.name], max_steps=table.max_steps,
+            run_budget=table.run_budget, timeout=table.timeout)
+        for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
+    ]
+    return Experiment(path=path, spec=spec, runs=runs)

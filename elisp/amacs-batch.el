@@ -1,0 +1,122 @@
+;;; amacs-batch.el --- One headless AMACS session, driven as a person would -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Keywords: tools, ai
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; `amacs-batch-run' runs one session of an experiment (issue 15,
+;; `amacs-server experiment') in a batch Emacs: it opens `*amacs-shell*'
+;; (which starts the server), types each turn of the run into the shell,
+;; waits for the turn to end, then stops the server and exits Emacs.
+;;
+;; The experiment starts a batch Emacs (-Q --batch) with this folder and
+;; the packages epc and magit-section on its load path, loads this file
+;; and evaluates (amacs-batch-run "RUN.json").
+;;
+;; RUN.json is an object with the keys:
+;;
+;;   turns           the person's inputs, in order (strings)
+;;   max_steps       steps per turn (`amacs-max-steps'), optional
+;;   server_command  the server's command line (`amacs-server-command'), optional
+;;   wait            seconds any one wait may take (default 600)
+;;   result          a file to write the outcome to, as JSON:
+;;                   {"turns_done": N, "error": null or a string}
+;;   shell           a file to write the shell's text to at the end, optional
+;;
+;; The AMACS home, the model endpoint, its key and the budget limit come
+;; from the environment (AMACS_HOME, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
+;; AMACS_BUDGET_LIMIT, ...), which the server inherits.  Emacs exits 0
+;; when every turn ended, 3 when a wait timed out or the server did not
+;; start.
+
+;;; Code:
+
+(require 'json)
+(require 'amacs)
+(require 'amacs-shell)
+(require 'comint)
+
+(defvar amacs-batch--wait 600
+  "Seconds any one wait of the current run may take.")
+
+(defvar amacs-batch--turns-done 0
+  "Turns of the current run that have ended.")
+
+(defun amacs-batch--read (file)
+  "Return the run in the JSON FILE as a hash table."
+  (with-temp-buffer
+    (insert-file-contents file)
+    (json-parse-buffer :object-type 'hash-table :array-type 'list
+                       :null-object nil :false-object nil)))
+
+(defun amacs-batch--wait-for (predicate)
+  "Wait until PREDICATE is non-nil; return nil if `amacs-batch--wait' passed."
+  (let ((deadline (+ (float-time) amacs-batch--wait)))
+    (while (and (not (funcall predicate)) (< (float-time) deadline))
+      (accept-process-output nil 0.02))
+    (funcall predicate)))
+
+(defun amacs-batch--send (text)
+  "Type TEXT into the shell and press RET; return non-nil once the turn ended."
+  (with-current-buffer amacs-shell-buffer-name
+    (goto-char (point-max))
+    (insert text)
+    (comint-send-input))
+  (prog1 (amacs-batch--wait-for (lambda () (not amacs-shell-busy)))
+    (accept-process-output nil 0.05)))
+
+(defun amacs-batch--write (run failure)
+  "Write the outcome of RUN (FAILURE, or nil) and the shell's text to its files."
+  (let ((result (gethash "result" run))
+        (shell (gethash "shell" run))
+        (buf (get-buffer amacs-shell-buffer-name)))
+    (when (and shell buf)
+      (with-current-buffer buf
+        (write-region (point-min) (point-max) shell nil 'silent)))
+    (when result
+      (with-temp-file result
+        (insert (json-encode (list (cons 'turns_done amacs-batch--turns-done)
+                                   (cons 'error failure))))))))
+
+(defun amacs-batch--session (run)
+  "Drive the session RUN; return nil when every turn ended, else why not."
+  (let ((turns (gethash "turns" run)))
+    (amacs-shell)
+    (if (not (amacs-batch--wait-for #'amacs-live-p))
+        (format "the server did not start within %s s" amacs-batch--wait)
+      (accept-process-output nil 0.05)
+      (catch 'stop
+        (dolist (turn turns)
+          (unless (amacs-batch--send turn)
+            (throw 'stop (format "turn %d did not end within %s s"
+                                 (1+ amacs-batch--turns-done) amacs-batch--wait)))
+          (setq amacs-batch--turns-done (1+ amacs-batch--turns-done)))
+        nil))))
+
+;;;###autoload
+(defun amacs-batch-run (file)
+  "Run the headless session described by the JSON run FILE, then exit Emacs.
+See the commentary of amacs-batch.el for the keys of FILE.  Exits 0
+when every turn ended, else 3."
+  (let* ((run (amacs-batch--read file))
+         (command (gethash "server_command" run))
+         (steps (gethash "max_steps" run))
+         failure)
+    (setq amacs-batch--wait (or (gethash "wait" run) 600)
+          amacs-batch--turns-done 0)
+    (when command (setq amacs-server-command command))
+    (when steps (setq amacs-max-steps steps))
+    (setq failure (condition-case err
+                    (amacs-batch--session run)
+                  (error (error-message-string err))))
+    (amacs-batch--write run failure)
+    (amacs-stop-server)
+    (kill-emacs (if failure 3 0))))
+
+(provide 'amacs-batch)
+;;; amacs-batch.el ends here
