@@ -1,0 +1,278 @@
+"""A report of many runs: ``amacs-server report RUNS_DIR`` (issue 15).
+
+Loads RUNS_DIR as the dataset does (:func:`amacs_server.research.dataset.load`) and
+writes RUNS_DIR/report.html: one self-contained page (plotly.js inlined once; no
+network) with
+- cost and tokens per run, by experiment arm (prompt / variant / model) and agent type;
+- their distributions across repetitions (a box per arm, every run a point);
+- the eval error rate (blocked by a compulsion, or failed) and compulsion blocks per arm;
+- the agent trees of chosen runs (``--runs ID,...``; by default a few: the most agents,
+  the dearest, the first), an icicle of parent -> child labelled with type and template;
+- a timeline of one run's agents (``--timeline ID``; by default the first chosen): each
+  agent from its start to its end, its model calls and evals as marks.
+``--open`` opens the page in a browser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+import time
+import webbrowser
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .dataset import load
+
+if TYPE_CHECKING:
+    import duckdb
+    import plotly.graph_objects as go
+
+TYPE_COLORS = {"primary": "#1f77b4", "task": "#ff7f0e", "viewpoint": "#2ca02c", "compulsion": "#d62728"}
+DEFAULT_RUNS = 3
+
+
+def _color(agent_type: str | None) -> str:
+    return TYPE_COLORS.get(agent_type or "", "#7f7f7f")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    return con.execute(sql, list(params)).fetchall()
+
+
+class Page:
+    """The report's sections, each a heading, a note and a figure or some HTML."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.figures = 0
+
+    def section(self, title: str, note: str = "") -> None:
+        self.parts.append(f"<h2>{html.escape(title)}</h2>" + (f"<p class='note'>{html.escape(note)}</p>" if note else ""))
+
+    def figure(self, fig: go.Figure, height: int = 450) -> None:
+        fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 60}, template="plotly_white")
+        # plotly.js goes in once, with the first figure; the others use it
+        self.parts.append(fig.to_html(full_html=False, include_plotlyjs=self.figures == 0,
+                                      config={"displaylogo": False}))
+        self.figures += 1
+
+    def html(self, text: str) -> None:
+        self.parts.append(text)
+
+    def render(self, title: str) -> str:
+        style = ("body{font-family:sans-serif;margin:24px;max-width:1300px}"
+                 "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+                 "th{background:#f3f3f3}td:first-child{text-align:left}.note{color:#555}")
+        return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
+                f"<meta name='amacs-figures' content='{self.figures}'>"
+                f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
+                f"<h1>{html.escape(title)}</h1>{''.join(self.parts)}</body></html>\n")
+
+
+def _table(head: list[str], rows: list[tuple[Any, ...]]) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return html.escape("" if v is None else str(v))
+
+    return ("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in rows)
+            + "</table>")
+
+
+def _by_type_bars(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    rows = _rows(con, f"""
+        WITH n AS (SELECT arm, count(*) AS runs FROM runs GROUP BY arm)
+        SELECT a.agent_type, a.arm, sum({value}) / any_value(n.runs)
+        FROM agents a JOIN n USING (arm) GROUP BY 1, 2 ORDER BY 1, 2""")
+    fig = go.Figure()
+    for kind in sorted({r[0] for r in rows if r[0] is not None}):
+        per = {arm: v for k, arm, v in rows if k == kind}
+        fig.add_trace(go.Bar(name=kind, x=arms, y=[per.get(a, 0) for a in arms], marker_color=_color(kind)))
+    fig.update_layout(barmode="stack", title=title, yaxis_title=unit, legend_title="agent type")
+    return fig
+
+
+def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    rows = _rows(con, f"SELECT arm, run_id, {value} FROM runs ORDER BY arm, rep, run_id")
+    fig = go.Figure()
+    for arm in arms:
+        mine = [(run, v) for a, run, v in rows if a == arm]
+        fig.add_trace(go.Box(name=arm, y=[v for _r, v in mine], text=[r for r, _v in mine], boxpoints="all",
+                             jitter=0.4, pointpos=0, hovertemplate="%{text}: %{y}<extra></extra>"))
+    fig.update_layout(title=title, yaxis_title=unit, showlegend=False)
+    return fig
+
+
+def _evals_and_blocks(con: duckdb.DuckDBPyConnection, arms: list[str]) -> tuple[go.Figure, go.Figure]:
+    import plotly.graph_objects as go
+
+    rates = {arm: (n, failed, blocked) for arm, n, failed, blocked in _rows(con, """
+        SELECT arm, count(*), count(*) FILTER (WHERE NOT coalesce(ok, false) AND NOT blocked),
+               count(*) FILTER (WHERE blocked)
+        FROM evals GROUP BY arm""")}
+    errors = go.Figure()
+    for name, idx, color in (("failed", 1, "#ff7f0e"), ("blocked by a compulsion", 2, "#d62728")):
+        errors.add_trace(go.Bar(name=name, x=arms, marker_color=color,
+                                y=[rates[a][idx] / rates[a][0] if rates.get(a, (0,))[0] else 0 for a in arms],
+                                text=[f"{rates[a][idx]} of {rates[a][0]}" if a in rates else "" for a in arms]))
+    errors.update_layout(barmode="stack", title="Eval error rate per arm", yaxis_title="share of evals",
+                         yaxis_tickformat=".0%")
+    blocks = go.Figure()
+    rows = _rows(con, """
+        WITH n AS (SELECT arm, count(*) AS runs FROM runs GROUP BY arm)
+        SELECT coalesce(b.by_template, '?'), b.arm, count(*) / any_value(n.runs), count(*)
+        FROM blocks b JOIN n USING (arm) GROUP BY 1, 2 ORDER BY 1, 2""")
+    for template in sorted({r[0] for r in rows}):
+        per = {arm: (mean, total) for t, arm, mean, total in rows if t == template}
+        blocks.add_trace(go.Bar(name=template, x=arms, y=[per.get(a, (0, 0))[0] for a in arms],
+                                text=[f"{per.get(a, (0, 0))[1]} in all" for a in arms]))
+    blocks.update_layout(barmode="stack", title="Compulsion blocks per run, per arm (by the compulsion's template)",
+                         yaxis_title="blocks per run", legend_title="compulsion")
+    return errors, blocks
+
+
+def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    rows = _rows(con, """
+        SELECT session_id, agent_id, parent_id, agent_type, template, state, cost, model_calls
+        FROM agents WHERE run_id = ? ORDER BY started_at""", run)
+    sessions = sorted({r[0] for r in rows})
+
+    def key(session: str, agent: str) -> str:
+        return agent if len(sessions) == 1 else f"{session}/{agent}"
+
+    known = {key(s, a) for s, a, *_ in rows}
+    ids, labels, parents, colors, hover = [], [], [], [], []
+    for session, agent, parent, kind, template, state, cost, calls in rows:
+        ids.append(key(session, agent))
+        parent_key = key(session, parent) if parent else ""
+        parents.append(parent_key if parent_key in known else "")
+        labels.append(f"{agent}<br>{kind} / {template}")
+        colors.append(_color(kind))
+        hover.append(f"state {state}, {calls} model calls, ${cost:.4f}")
+    fig = go.Figure(go.Icicle(ids=ids, labels=labels, parents=parents, marker={"colors": colors},
+                              text=hover, hovertemplate="%{label}<br>%{text}<extra></extra>",
+                              tiling={"orientation": "h"}, root={"color": "white"}))
+    fig.update_layout(title=f"Agent tree of {run} (colour: type)")
+    return fig
+
+
+def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    t0_row = _rows(con, "SELECT min(ts) FROM events WHERE run_id = ?", run)
+    t0 = float(t0_row[0][0] or 0.0) if t0_row else 0.0
+    rows = _rows(con, """
+        SELECT agent_id, agent_type, template, state, started_at, ended_at
+        FROM agents WHERE run_id = ? ORDER BY started_at DESC""", run)
+    fig = go.Figure()
+    for kind in sorted({r[1] for r in rows}):
+        mine = [r for r in rows if r[1] == kind]
+        fig.add_trace(go.Bar(
+            name=kind, orientation="h", y=[r[0] for r in mine], base=[r[4] - t0 for r in mine],
+            x=[max(r[5] - r[4], 0.01) for r in mine], marker_color=_color(kind), opacity=0.6,
+            text=[f"{r[2]}: {r[3]}" for r in mine], hovertemplate="%{y} (%{text})<br>%{base:.2f} s + %{x:.2f} s"
+                                                                 "<extra></extra>"))
+    calls = _rows(con, "SELECT agent_id, ts FROM model_calls WHERE run_id = ?", run)
+    fig.add_trace(go.Scatter(name="model call", mode="markers", y=[a for a, _t in calls],
+                             x=[t - t0 for _a, t in calls], marker={"symbol": "circle", "size": 6, "color": "black"}))
+    evals = _rows(con, "SELECT agent_id, ts, coalesce(ok, false), form FROM evals WHERE run_id = ?", run)
+    fig.add_trace(go.Scatter(name="eval (red: error)", mode="markers", y=[e[0] for e in evals],
+                             x=[e[1] - t0 for e in evals], text=[str(e[3])[:80] for e in evals],
+                             marker={"symbol": "diamond", "size": 8,
+                                     "color": ["#2ca02c" if e[2] else "#d62728" for e in evals]}))
+    fig.update_layout(barmode="overlay", title=f"Timeline of {run}'s agents", xaxis_title="seconds from the run's start",
+                      yaxis={"type": "category"})
+    return fig
+
+
+def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
+    """WANTED if given (each must exist); else the run with the most agents, the dearest, the first."""
+    have = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
+    if wanted:
+        missing = [r for r in wanted if r not in have]
+        if missing:
+            raise SystemExit(f"no such run(s): {', '.join(missing)}")
+        return wanted
+    picks = [r[0] for sql in ("SELECT run_id FROM runs ORDER BY agents DESC, run_id LIMIT 1",
+                              "SELECT run_id FROM runs ORDER BY coalesce(cost, model_cost) DESC, run_id LIMIT 1",
+                              "SELECT run_id FROM runs ORDER BY run_id LIMIT 1") for r in _rows(con, sql)]
+    return list(dict.fromkeys(picks))[:DEFAULT_RUNS]
+
+
+def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str], timeline: str | None) -> Page:
+    """The page for the dataset in CON."""
+    page = Page()
+    arms = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    status = _rows(con, "SELECT coalesce(status, '?'), count(*), sum(coalesce(cost, model_cost)) FROM runs GROUP BY 1 ORDER BY 1")
+    page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
+              + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
+              + f"; ${sum(c or 0 for *_x, c in status):.4f} in all.</p>")
+    page.html(_table(
+        ["arm (prompt / variant / model)", "runs", "done", "failed", "mean cost $", "mean tokens", "evals",
+         "eval errors", "blocks"],
+        _rows(con, """
+            SELECT arm, count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
+                   avg(coalesce(cost, model_cost)), avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
+                   sum(eval_errors)::BIGINT, sum(blocks)::BIGINT
+            FROM runs GROUP BY arm ORDER BY arm""")))
+    page.section("Cost and tokens per arm and agent type", "Mean per run of the arm, stacked by agent type.")
+    page.figure(_by_type_bars(con, arms, "a.cost", "Cost per run by agent type", "dollars per run"))
+    page.figure(_by_type_bars(con, arms, "a.input_tokens + a.output_tokens", "Tokens per run by agent type",
+                              "tokens per run (in + out)"))
+    page.section("Across repetitions", "One box per arm; each point is a run (hover: its id).")
+    page.figure(_boxes(con, arms, "coalesce(cost, model_cost)", "Cost of each run", "dollars"))
+    page.figure(_boxes(con, arms, "model_calls", "Model calls of each run", "model calls"))
+    page.figure(_boxes(con, arms, "seconds", "Duration of each run", "seconds"))
+    page.section("Evals and compulsions")
+    errors, blocks = _evals_and_blocks(con, arms)
+    page.figure(errors)
+    page.figure(blocks)
+    page.section("Agent trees", "Parent to child, left to right; hover for state, model calls and cost.")
+    for run in runs:
+        page.figure(_tree(con, run), height=420)
+    if timeline:
+        page.section("Timeline", "Each agent from its start to its end (or its last event); "
+                                 "black: model calls; diamonds: evals.")
+        page.figure(_timeline(con, timeline), height=max(300, 60 + 40 * len(_rows(
+            con, "SELECT 1 FROM agents WHERE run_id = ?", timeline))))
+    return page
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write RUNS_DIR/report.html (and open it with --open)."""
+    parser = argparse.ArgumentParser(prog="amacs-server report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs_dir", type=Path, help="an experiment's runs folder (RUNS_DIR/<run-id>/manifest.json)")
+    parser.add_argument("--runs", default="", help="run ids (comma-separated) whose agent trees are drawn")
+    parser.add_argument("--timeline", default=None, help="the run whose agents' timeline is drawn")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="default: RUNS_DIR/report.html")
+    parser.add_argument("--open", action="store_true", help="open the report in a browser")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    con = load(args.runs_dir)
+    runs = choose_runs(con, [r for r in args.runs.split(",") if r.strip()])
+    if args.timeline and args.timeline not in runs:
+        choose_runs(con, [args.timeline])  # exists, or exits
+    timeline = args.timeline or (runs[0] if runs else None)
+    name = con.execute("SELECT any_value(experiment) FROM runs").fetchone()
+    page = build_report(con, args.runs_dir, runs, timeline)
+    con.close()
+    out = args.output or args.runs_dir / "report.html"
+    out.write_text(page.render(f"AMACS experiment {name[0] if name and name[0] else args.runs_dir.name}"),
+                   encoding="utf-8")
+    print(f"{out} ({page.figures} charts, {out.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - start:.2f} s")
+    if args.open:
+        webbrowser.open(out.resolve().as_uri())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

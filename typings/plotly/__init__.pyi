@@ -1,0 +1,1 @@
+# Local stub for plotly (no stubs upstream): only what amacs_server.research.report uses.
