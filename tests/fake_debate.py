@@ -8,7 +8,7 @@ many runs at once.  Who asks is read from the system prompt (a subagent's says
   (``(agent-list-available-skills)``);
 - the primary, on that list: starts one viewpoint per ``panel-*`` viewpoint
   skill and asks them the question, waiting for their comments
-  (``(agent-wait-for (agent-consider Q) :timeout 120)``); on a later turn, with
+  (``(agent-wait-for (plist-get (agent-consider Q) :talk-id) :timeout 120)``); on a later turn, with
   the viewpoints already there, it only asks again;
 - a viewpoint: a short comment made from its template's ``Stance:`` line, its
   name and the question, and how many comments it has heard (deterministic);
@@ -110,7 +110,8 @@ def _asked_before(body: dict[str, Any]) -> bool:
 
 
 def _consider(question: str) -> str:
-    return f"(agent-wait-for (agent-consider {_elisp_string(question)}) :timeout {WAIT_SECONDS})"
+    return (f"(agent-wait-for (plist-get (agent-consider {_elisp_string(question)}) :talk-id) "
+            f":timeout {WAIT_SECONDS})")
 
 
 def primary_reply(body: dict[str, Any]) -> Reply:
@@ -121,8 +122,8 @@ def primary_reply(body: dict[str, Any]) -> Reply:
     if considered:
         content = considered[-1].get("content") or {}
         comments = content.get("comments") or []
-        heard = "; ".join(comments) if comments else "no comments"
-        text = (f"{FINAL_MARK} ({len(comments)} viewpoints) on \"{content.get('prompt', question)}\": {heard}. "
+        heard = " ".join(c.rstrip(".") + "." for c in comments) if comments else "No comments."
+        text = (f"{FINAL_MARK} ({len(comments)} viewpoints) on \"{content.get('prompt', question)}\": {heard} "
                 "My answer: it depends on the trial, so start small and measure.")
         return _reply(body, agent_json(text, monologue="weighed the panel and answered", confidence=0.7))
     result = _last_result(items)
@@ -154,10 +155,11 @@ def viewpoint_reply(body: dict[str, Any], name: str, template: str) -> Reply:
     asked = re.findall(r"^\[primary\] (.+)$", joined, re.M)
     others = [line for line in re.findall(r"^\[([a-z0-9_-]+)\] ", joined, re.M) if line != "primary"]
     question = asked[-1] if asked else "the question"
-    digest = hashlib.sha256(f"{template}|{question}|{len(said)}".encode()).digest()
+    digest = hashlib.sha256(f"{name}|{template}|{question}|{len(said)}".encode()).digest()
     argument = _ARGUMENTS[digest[0] % len(_ARGUMENTS)]
     short = name.removeprefix("viewpoint-")
-    reply = (f"{short.capitalize()} ({stance.group(1).strip() if stance else template}): on \"{question}\", "
+    position = stance.group(1).strip().rstrip(".") if stance else template
+    reply = (f"{short.capitalize()} ({position}): on \"{question}\", "
              f"{argument}.")
     if others:
         reply += f" I have heard {', '.join(sorted(set(others)))} and keep my view."

@@ -28,6 +28,8 @@ def variant_templates(spec: dict, variant: str) -> dict[str, Path]:
 def check_debate(home: Path, templates: list[str], question: str) -> None:
     """HOME's transcripts show one viewpoint per template, each one's comment, and the final reply."""
     events = transcript_events(home)
+    evals = [e["data"] for e in events if e["event"] == "eval_result" and e["agent_id"] == "primary"]
+    assert len(evals) == 2 and all(r["success"] for r in evals), evals  # list the skills; convene and consider
     starts = {e["agent_id"]: e for e in events if e["event"] == "agent_start"}
     assert {a: (s["agent_type"], s["template"], s["parent_id"]) for a, s in starts.items()} == {
         f"viewpoint-{t.removeprefix(PREFIX)}": ("viewpoint", t, "primary") for t in templates}
