@@ -1,13 +1,18 @@
 """The shipped debate example (experiments/debate) against the fake that plays it (tests/fake_debate.py)."""
 
+import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.agent_fakes import send, session, transcript_events, wait_text
-from tests.e2e.harness import ROOT, run_emacs
+from tests.e2e.harness import ROOT, TEST_KEY, run_emacs
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_debate import FINAL_MARK, PREFIX, debate_reply
 
@@ -16,11 +21,11 @@ pytestmark = pytest.mark.e2e
 SPEC = ROOT / "experiments" / "debate" / "debate.toml"
 
 
-def variant_templates(spec: dict, variant: str) -> dict[str, Path]:
-    """The panel-* skills of VARIANT: name -> SKILL.md folder."""
+def variant_templates(spec: dict, variant: str, path: Path = SPEC) -> dict[str, Path]:
+    """The panel-* skills of VARIANT in the spec at PATH: name -> SKILL.md folder."""
     found = {}
     for folder in next(v for v in spec["variants"] if v["name"] == variant)["skills"]:
-        for skill in sorted((SPEC.parent / folder).glob("*/SKILL.md")):
+        for skill in sorted((path.parent / folder).glob("*/SKILL.md")):
             found[skill.parent.name] = skill.parent
     return found
 
@@ -60,3 +65,34 @@ def test_one_debate_session(tmp_path, variant):
         fake.stop()
     assert FINAL_MARK in run.shell
     check_debate(home, sorted(templates), "Should cities ban cars from their centres?")
+
+
+def test_the_shipped_experiment_runs_against_the_fake(tmp_path):
+    """experiments/debate as shipped (repetitions cut to 2): every run is done, costs something, and its
+    transcripts show its variant's panel, their comments, and the primary's final reply."""
+    copy = tmp_path / "debate"
+    shutil.copytree(SPEC.parent, copy, ignore=shutil.ignore_patterns("runs"))
+    text = (copy / "debate.toml").read_text()
+    (copy / "debate.toml").write_text(re.sub(r"(?m)^repetitions = \d+$", "repetitions = 2", text))
+    spec = tomllib.loads((copy / "debate.toml").read_text())
+    runs_dir = tmp_path / "runs"
+    fake = FakeAnthropic(default=debate_reply).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
+        env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY=TEST_KEY)
+        done = subprocess.run([sys.executable, "-m", "amacs_server", "experiment", str(copy / "debate.toml"),
+                               "--runs-dir", str(runs_dir), "--parallel", "4"],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    question = "Should cities ban cars from their centres?"
+    manifests = [json.loads(p.read_text()) for p in sorted(runs_dir.glob("*/manifest.json"))]
+    assert sorted(m["run_id"] for m in manifests) == sorted(
+        f"cars.{v}.sonnet.r{rep}" for v in ("two-views", "three-views") for rep in (0, 1))
+    for m in manifests:
+        assert m["status"] == "done" and m["turns_done"] == 1 and m["cost"] > 0, m
+        templates = sorted(variant_templates(spec, m["variant"], copy / "debate.toml"))
+        assert len(templates) == {"two-views": 2, "three-views": 3}[m["variant"]]
+        check_debate(runs_dir / m["run_id"] / "home", templates, question)
