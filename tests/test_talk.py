@@ -58,9 +58,9 @@ def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
 
     async def run():
         for i in range(3):
-            rt.world.task(PRIMARY, None, "researcher", f"q{i}", {})
+            rt.world.task(PRIMARY, None, "researcher", f"q{i}")
         with pytest.raises(Overloaded, match="event queue of primary is full"):
-            rt.world.task(PRIMARY, None, "researcher", "q3", {})
+            rt.world.task(PRIMARY, None, "researcher", "q3")
         while rt.world.tasks_live:
             await asyncio.sleep(0.01)
         return rt.world.bus.drain(PRIMARY)
@@ -119,7 +119,7 @@ def _finished_task(rt, template):
     from amacs_server.agents.world import PRIMARY
 
     async def run():
-        handle = rt.world.task(PRIMARY, None, template, "q", {})["handle"]
+        handle = rt.world.task(PRIMARY, None, template, "q")["handle"]
         while rt.world.tasks_live:
             await asyncio.sleep(0.01)
         return handle
@@ -268,7 +268,7 @@ def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(t
     rt.face.reply = lambda text, streamed=False: said.append(text)
 
     async def run():
-        handle = rt.world.task(PRIMARY, None, "researcher", "q", {})["handle"]
+        handle = rt.world.task(PRIMARY, None, "researcher", "q")["handle"]
         await asyncio.sleep(0.05)  # its model call is under way
         assert rt.world.person_talk(handle, "are you done?") == {"to": handle, "queued": True}
         while rt.world.tasks_live or len(fake.requests) < 2 or not said:

@@ -94,7 +94,7 @@ def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, pro
                opts: TaskOptions | None = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input)."""
     o = opts or TaskOptions()
-    return rt.world.task(caller, eval_id, template, prompt, {"allowed": o.allowed, "request_input": o.request_input})
+    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input)
 
 
 @checked(3)

@@ -18,7 +18,7 @@ import itertools
 import json
 import logging
 import os
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -257,7 +257,7 @@ class AgentWorld:
                              f"allowed: {', '.join(sorted(agent.allowed))}")
         return agent
 
-    def _template(self, template: Any, kind: AgentType) -> Skill:
+    def _template(self, template: str, kind: AgentType) -> Skill:
         try:
             skill = self.rt.skills.get(template)
         except SkillError as err:
@@ -266,8 +266,8 @@ class AgentWorld:
             raise AgentError(f"skill {skill.name!r} is of kind {skill.kind}, not {kind}")
         return skill
 
-    def _new_agent(self, caller: str, kind: AgentType, template: Any, name: str | None = None,
-                   allowed: Any = None, request_input: bool = False) -> Agent:
+    def _new_agent(self, caller: str, kind: AgentType, template: str, name: str | None = None,
+                   allowed: Sequence[str] | None = None, request_input: bool = False) -> Agent:
         self._caller(caller, kind)
         skill = self._template(template, kind)
         tmpl = skill.name
@@ -277,9 +277,8 @@ class AgentWorld:
         live = sum(1 for a in self.subagents() if a.state.live)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
-        if allowed is None:  # the template's frontmatter `allowed:', else the type's defaults
-            allowed = skill.allowed
-        actions = DEFAULT_ACTIONS[kind] if allowed is None else frozenset(allowed)
+        allowed = skill.allowed if allowed is None else allowed  # given, or the template's `allowed:'
+        actions = DEFAULT_ACTIONS[kind] if allowed is None else frozenset(allowed)  # or the type's defaults
         unknown = actions - ALL_ACTIONS
         if unknown:
             raise AgentError(f"unknown action(s) {sorted(unknown)}; actions are {sorted(ALL_ACTIONS)}")
@@ -402,7 +401,7 @@ class AgentWorld:
         self.rt.transcript.write("resumed", {}, agent=agent.identity)
         return {"resumed": agent.id}
 
-    def control(self, caller: str, action: Any, agent_id: Any, *, by: str | None = None) -> dict[str, Any]:
+    def control(self, caller: str, action: str, agent_id: str, *, by: str | None = None) -> dict[str, Any]:
         """CALLER pauses, resumes or cancels AGENT_ID: the primary (and the person) any agent,
         an agent only those below it.  BY names who asked, for the transcript (default CALLER)."""
         agent = self._subagent(agent_id)
@@ -417,7 +416,7 @@ class AgentWorld:
             return {"cancelled": self.cancel(agent.id, f"cancelled by {by or caller}") or [agent.id]}
         raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
 
-    def person_talk(self, agent_id: Any, text: Any) -> dict[str, Any]:
+    def person_talk(self, agent_id: str, text: str) -> dict[str, Any]:
         """The person says TEXT to AGENT_ID (a viewpoint, compulsion or task) from the hub.
 
         Its answer is shown in the shell, labelled with its id; an agent at work gets
@@ -425,7 +424,7 @@ class AgentWorld:
         agent = self._subagent(agent_id)
         if not agent.state.live:
             raise AgentError(f"{agent.id} is {agent.state}")
-        if not isinstance(text, str) or not text.strip():
+        if not text.strip():
             raise AgentError("say something")
         self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
                                  agent=agent.identity)
@@ -453,13 +452,13 @@ class AgentWorld:
             agent = self.agents.get(agent.parent)
         return out
 
-    def _live(self, agent_id: Any) -> Agent:
+    def _live(self, agent_id: str) -> Agent:
         agent = self._subagent(agent_id)
         if not agent.state.live:
             raise AgentError(f"{agent.id} has ended ({agent.state})")
         return agent
 
-    def _subagent(self, agent_id: Any) -> Agent:
+    def _subagent(self, agent_id: str) -> Agent:
         """AGENT_ID, an agent below the primary: the primary is talked to in the shell and
         stopped with C-c C-c there."""
         if agent_id == PRIMARY:
@@ -477,26 +476,26 @@ class AgentWorld:
         agent.output_tokens += usage.output_tokens
         agent.cost += dollars
 
-    def _known(self, agent_id: Any) -> Agent:
-        agent = self.agents.get(agent_id) if isinstance(agent_id, str) else None
+    def _known(self, agent_id: str) -> Agent:
+        agent = self.agents.get(agent_id)
         if agent is None:
             raise AgentError(f"no agent {agent_id!r}")
         return agent
 
     # -- the actions -------------------------------------------------------------------
 
-    def task(self, caller: str, eval_id: int | None, template: Any, prompt: Any,
-             opts: dict[str, Any]) -> dict[str, Any]:
-        """Start a Task; its final reply comes back to CALLER as an Agent event."""
-        if not isinstance(prompt, str) or not prompt.strip():
+    def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
+             allowed: Sequence[str] | None = None, request_input: bool = False) -> dict[str, Any]:
+        """Start a Task (with ALLOWED actions, or its template's; REQUEST_INPUT: it may ask the
+        person); its final reply comes back to CALLER as an Agent event."""
+        if not prompt.strip():
             raise AgentError("agent-task needs a non-empty PROMPT")
         if self.tasks_live >= self.limits.max_tasks:
             raise Overloaded(f"{self.tasks_live} tasks are queued or running (limit {self.limits.max_tasks}); "
                              "wait for some to finish")
         self._reserve(caller)
         try:
-            agent = self._new_agent(caller, AgentType.TASK, template, allowed=opts.get("allowed"),
-                                    request_input=bool(opts.get("request_input")))
+            agent = self._new_agent(caller, AgentType.TASK, template, allowed=allowed, request_input=request_input)
         except Exception:
             self._outstanding[caller] -= 1
             raise
@@ -534,9 +533,9 @@ class AgentWorld:
                               "agent" if agent.state is AgentState.DONE else "warning")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
-    def viewpoint(self, caller: str, name: Any, template: Any) -> dict[str, Any]:
+    def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:
         """Start a named, persistent Viewpoint for CALLER."""
-        if not isinstance(name, str) or not name.replace("-", "").replace("_", "").isalnum() or not name.islower():
+        if not name.replace("-", "").replace("_", "").isalnum() or not name.islower():
             raise AgentError(f"a viewpoint name is lowercase letters, digits, - and _; got {name!r}")
         if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state is not AgentState.DISCARDED:
             raise AgentError(f"a viewpoint named {name!r} exists already")
@@ -548,17 +547,17 @@ class AgentWorld:
         return [a for a in self.agents.values() if a.type is AgentType.VIEWPOINT and a.parent == caller
                 and a.state is not AgentState.DISCARDED]
 
-    def _panel(self, caller: str, text: Any, empty: str, use: str) -> list[Agent]:
+    def _panel(self, caller: str, text: str, empty: str, use: str) -> list[Agent]:
         """CALLER's viewpoints, for a consider or notify of TEXT (EMPTY: the refusal of no text)."""
         self._caller(caller, "consider")
-        if not isinstance(text, str) or not text.strip():
+        if not text.strip():
             raise AgentError(empty)
         panel = self.viewpoints_of(caller)
         if not panel:
             raise AgentError(f"there are no viewpoints to {use}; make some with agent-viewpoint")
         return panel
 
-    def consider(self, caller: str, eval_id: int | None, prompt: Any) -> dict[str, Any]:
+    def consider(self, caller: str, eval_id: int | None, prompt: str) -> dict[str, Any]:
         """Ask CALLER's viewpoints about PROMPT, in turn; the comments come back as one event."""
         panel = self._panel(caller, prompt, "agent-consider needs a non-empty PROMPT", "consider with")
         self._reserve(caller)
@@ -590,7 +589,7 @@ class AgentWorld:
         self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider",
                                                 {"prompt": prompt, "comments": comments}, talk_id))
 
-    def discard(self, caller: str, name: Any) -> dict[str, Any]:
+    def discard(self, caller: str, name: str) -> dict[str, Any]:
         """End CALLER's viewpoint NAME; the others hear that it left."""
         self._caller(caller, "viewpoint")
         agent = self.agents.get(f"viewpoint-{name}")
@@ -603,10 +602,10 @@ class AgentWorld:
         self._free(agent)
         return {"discarded": name}
 
-    def compulsion(self, caller: str, template: Any, prompt: Any) -> dict[str, Any]:
+    def compulsion(self, caller: str, template: str, prompt: str | None) -> dict[str, Any]:
         """Attach a Compulsion to CALLER: it sees each result and each action, and may block."""
         agent = self._new_agent(caller, AgentType.COMPULSION, template)
-        if isinstance(prompt, str) and prompt.strip():
+        if prompt and prompt.strip():
             agent.tell(prompt)
         return {"handle": agent.id, "template": agent.template}
 
@@ -633,14 +632,12 @@ class AgentWorld:
 
     # -- talk and wait -----------------------------------------------------------------
 
-    def talk_agent(self, caller: str, eval_id: int | None, target: Any, text: Any) -> dict[str, Any]:
+    def talk_agent(self, caller: str, eval_id: int | None, target: str, text: str) -> dict[str, Any]:
         """Send TEXT to agent TARGET (an id or a viewpoint name); its reply comes back as an event.
 
         The primary, or an agent at work, gets TEXT as an Agent event in its queue instead
         (it answers, if it wants, by talking back); a full queue is an overload error."""
         self._caller(caller, "talk")
-        if not isinstance(text, str) or not text:
-            raise AgentError("talk needs a non-empty string")
         if target == PRIMARY and caller != PRIMARY:
             return self._message(caller, eval_id, PRIMARY, text)
         agent = self.agents.get(target) or self.agents.get(f"viewpoint-{target}")
@@ -662,7 +659,7 @@ class AgentWorld:
         self._deliver(to, AgentEvent(EventType.AGENT, caller, {"message": text, "from_talk_id": talk_id}))
         return {"talk_id": talk_id, "to": to, "reply": "none: the receiver answers by talking back"}
 
-    def talk_brain(self, caller: str, eval_id: int | None, brain: Any, text: Any) -> dict[str, Any]:
+    def talk_brain(self, caller: str, eval_id: int | None, brain: str, text: str) -> dict[str, Any]:
         """Send TEXT to one of CALLER's own subagents, by its name or id."""
         mine = [a for a in self.agents.values() if a.parent == caller and brain in (a.id, a.name)]
         if not mine:
@@ -680,18 +677,16 @@ class AgentWorld:
             reply = {"error": str(err)}
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
 
-    def talk_user(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
+    def talk_user(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Show TEXT to the person, labelled; their next input is the reply."""
         self._caller(caller, "talk")
-        if not isinstance(text, str) or not text:
-            raise AgentError("talk needs a non-empty string")
         talk_id = self._talk(caller, eval_id)
         label = "" if caller == PRIMARY else f"[{caller}] "
         self.rt.face.reply(f"{label}{text}")
         self.rt.expect_user_reply(caller, talk_id)
         return {"talk_id": talk_id, "to": "user"}
 
-    def talk_log(self, caller: str, eval_id: int | None, text: Any) -> dict[str, Any]:
+    def talk_log(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
         self._reserve(caller)  # a full queue refuses at once, as for every result to come
         talk_id = self._talk(caller, eval_id)
@@ -699,7 +694,7 @@ class AgentWorld:
         self._deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
-    def notify(self, caller: str, text: Any) -> dict[str, Any]:
+    def notify(self, caller: str, text: str) -> dict[str, Any]:
         """Share TEXT with CALLER's viewpoints without asking for a reply (``viewpoint.notify``)."""
         panel = self._panel(caller, text, "agent-notify needs a non-empty string", "notify")
         for agent in panel:
@@ -707,23 +702,18 @@ class AgentWorld:
             self.rt.transcript.write("notified", {"from": caller, "text": text}, agent=agent.identity)
         return {"notified": [a.name for a in panel]}
 
-    def wait_for(self, caller: str, eval_id: int | None, talk_ids: Any, timeout: Any) -> dict[str, Any]:
+    def wait_for(self, caller: str, eval_id: int | None, talk_ids: list[int], timeout: float | None) -> dict[str, Any]:
         """After this eval, CALLER sleeps until replies to all TALK_IDS arrive (or TIMEOUT seconds)."""
         made = self._eval_talks.get(caller, set()) if eval_id is not None else set()
         if not made:
             raise AgentError("agent-wait-for needs an agent-talk-* (or agent-task/agent-consider) call "
                              "earlier in the same eval")
-        ids = [talk_ids] if isinstance(talk_ids, int) else talk_ids
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and i > 0 for i in ids):
-            raise AgentError(f"agent-wait-for takes a TalkId or a list of them, got {talk_ids!r}")
-        foreign = [i for i in ids if i not in made]
+        foreign = [i for i in talk_ids if i not in made]
         if foreign:
             raise AgentError(f"TalkId(s) {foreign} were not made in this eval; this eval made {sorted(made)}")
         seconds = self.limits.wait_timeout if timeout is None else timeout
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
-            raise AgentError(f":timeout must be seconds within (0, 3600], got {timeout!r}")
-        self._waits[caller] = Wait(frozenset(ids), float(seconds))
-        return {"waiting_for": ids, "timeout": seconds}
+        self._waits[caller] = Wait(frozenset(talk_ids), seconds)
+        return {"waiting_for": talk_ids, "timeout": seconds}
 
     def begin_eval(self, agent_id: str) -> None:
         """AGENT_ID starts an eval: talks from now on belong to it."""
