@@ -1,0 +1,213 @@
+"""``amacs-server experiment`` end to end (issue 15): real batch Emacs sessions against the fake model.
+
+One spec of 12 runs (2 prompts x 2 variants x 1 model x 3 repetitions), one
+turn each, against a zero-latency fake that answers every request; the command
+runs as a person runs it, in its own process.  It completes in parallel; killed
+halfway and re-run it repeats no finished run and loses none; a total budget
+stops new runs and a larger one finishes the rest; the same on a local Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import ROOT, TEST_KEY
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+pytestmark = pytest.mark.e2e
+
+RUNS = 12
+TURNS = 1
+SKILL = "---\nname: panel-{name}\ndescription: a viewpoint for the test\n---\nSay what {name} would say.\n"
+
+
+@pytest.fixture
+def model():
+    server = FakeAnthropic(default=lambda body: Reply(agent_json("fine"))).start()
+    yield server
+    server.stop()
+
+
+def write_spec(folder: Path, name: str, parallel: int = 4) -> Path:
+    """A 12-run spec in FOLDER, with two variants' skill folders."""
+    for variant in ("one", "two"):
+        skill = folder / "skills" / variant / f"panel-{variant}"
+        skill.mkdir(parents=True)
+        (skill / "SKILL.md").write_text(SKILL.format(name=variant))
+    spec = folder / "experiment.toml"
+    spec.write_text(f"""
+[experiment]
+name = "{name}"
+repetitions = 3
+parallel = {parallel}
+run_budget = 0.5
+timeout = 90
+max_steps = 3
+
+[[prompts]]
+name = "first"
+turns = ["{name}: the first question"]
+
+[[prompts]]
+name = "second"
+turns = ["{name}: the second question"]
+
+[[variants]]
+name = "one"
+skills = ["skills/one"]
+
+[[variants]]
+name = "two"
+skills = ["skills/two"]
+
+[[models]]
+name = "fake"
+model = "claude-sonnet-4-5"
+base_url = "${{FAKE_URL}}"
+""")
+    return spec
+
+
+def command(spec: Path, runs: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "amacs_server", "experiment", str(spec), "--runs-dir", str(runs), *extra]
+
+
+def environment(fake: FakeAnthropic) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
+    env.update(FAKE_URL=fake.url, ANTHROPIC_API_KEY=TEST_KEY)
+    return env
+
+
+def experiment(fake: FakeAnthropic, spec: Path, runs: Path, *extra: str,
+               timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(spec, runs, *extra), env=environment(fake), cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def manifests(runs: Path) -> dict[str, dict]:
+    found = {}
+    for path in runs.glob("*/manifest.json"):
+        try:
+            found[path.parent.name] = json.loads(path.read_text())
+        except ValueError:
+            pass  # being replaced this instant
+    return found
+
+
+def assert_all_done(runs: Path) -> dict[str, dict]:
+    found = manifests(runs)
+    assert len(found) == RUNS, sorted(found)
+    for run_id, manifest in found.items():
+        assert manifest["status"] == "done", manifest
+        assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
+        home = runs / run_id / "home"
+        assert list((home / "transcripts").glob("*.jsonl")), run_id
+        assert (home / "agent-chat.org").is_file(), run_id
+        variant = manifest["variant"]
+        assert (home / "skills" / f"panel-{variant}" / "SKILL.md").is_file(), run_id
+    assert (runs / "experiment.toml").is_file()
+    return found
+
+
+def overlapped(found: dict[str, dict]) -> int:
+    """The most runs going at one moment."""
+    edges = sorted([(m["started_at"], 1) for m in found.values()] + [(m["ended_at"], -1) for m in found.values()])
+    most = going = 0
+    for _, step in edges:
+        going += step
+        most = max(most, going)
+    return most
+
+
+def servers_of(runs: Path) -> list[int]:
+    """Processes (servers, Emacs) still running with an AMACS home under RUNS."""
+    pids = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"AMACS_HOME={runs}".encode() in environ.read_bytes():
+                pids.append(int(environ.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+def test_experiment_runs_in_parallel(model, tmp_path):
+    """12 runs at parallel 4: every manifest done, every home with transcripts, runs overlapping."""
+    spec, runs = write_spec(tmp_path, "parallel"), tmp_path / "runs"
+    proc = experiment(model, spec, runs)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = assert_all_done(runs)
+    assert overlapped(found) >= 3, found
+    assert len(model.requests) == RUNS * TURNS
+    assert "12 of 12 done, 0 failed" in proc.stdout
+    # Re-running an experiment that is done runs nothing.
+    again = experiment(model, spec, runs)
+    assert again.returncode == 0 and "12 done before, 0 to run" in again.stdout, again.stdout
+    assert len(model.requests) == RUNS * TURNS
+
+
+def test_experiment_resumes_after_kill(model, tmp_path):
+    """SIGKILL the command halfway; re-run: no finished run repeated, none lost."""
+    spec, runs = write_spec(tmp_path, "resume"), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env=environment(model), cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and sum(m["status"] == "done" for m in manifests(runs).values()) < RUNS // 2:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {k: m for k, m in manifests(runs).items() if m["status"] == "done"}
+    assert RUNS // 2 <= len(before) < RUNS, before
+    deadline = time.time() + 20  # the servers of the killed sessions see Emacs go and exit
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not servers_of(runs)
+    requests_before = len(model.requests)
+    transcripts = {k: sorted(p.name for p in (runs / k / "home" / "transcripts").glob("*")) for k in before}
+
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(before)} done before, {RUNS - len(before)} to run" in done.stdout
+    after = assert_all_done(runs)
+    for run_id, manifest in before.items():
+        assert after[run_id]["started_at"] == manifest["started_at"], run_id
+        assert sorted(p.name for p in (runs / run_id / "home" / "transcripts").glob("*")) == transcripts[run_id]
+    # The fake saw requests only from the runs that had not finished.
+    assert len(model.requests) - requests_before == (RUNS - len(before)) * TURNS
+
+
+def test_experiment_respects_total_budget(model, tmp_path):
+    """A budget below all runs' cost: fewer start, the command says so; a larger one finishes the rest."""
+    spec, runs = write_spec(tmp_path, "budget", parallel=2), tmp_path / "runs"
+    stopped = experiment(model, spec, runs, "--budget", "0.0027")  # 0.0006 a run: 5 finish, at most 6 start
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    assert "Budget spent" in stopped.stdout and "not started" in stopped.stdout, stopped.stdout
+    first = manifests(runs)
+    assert 5 <= len(first) <= 6 and all(m["status"] == "done" for m in first.values()), first
+    assert sum(m["cost"] for m in first.values()) >= 0.0027
+
+    done = experiment(model, spec, runs, "--budget", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = assert_all_done(runs)
+    assert all(after[k]["started_at"] == m["started_at"] for k, m in first.items())
+    assert len(model.requests) == RUNS * TURNS
+
+
+def test_experiment_on_local_ray(model, tmp_path):
+    """The same experiment with --ray: each run a Ray task on a local Ray on 127.0.0.1."""
+    pytest.importorskip("ray")
+    spec, runs = write_spec(tmp_path, "ray"), tmp_path / "runs"
+    proc = experiment(model, spec, runs, "--ray")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "on Ray (local)" in proc.stdout
+    found = assert_all_done(runs)
+    assert overlapped(found) >= 3, found
+    assert len(model.requests) == RUNS * TURNS
