@@ -164,7 +164,7 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         raise SpecError(f"{path}: {_where(tuple(first['loc']))}: {first['msg']}"
                         + (f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else "")) from err
     for key, entries in (("prompts", spec.prompts), ("variants", spec.variants), ("models", spec.models)):
-        _unique([e.name for e in entries], key)
+        _unique([e.name for e in entries], f"{path}: {key}")
     base = path.resolve().parent
     skills: dict[str, tuple[Path, ...]] = {}
     for n, variant in enumerate(spec.variants):

@@ -211,3 +211,62 @@ def test_experiment_on_local_ray(model, tmp_path):
     found = assert_all_done(runs)
     assert overlapped(found) >= 3, found
     assert len(model.requests) == RUNS * TURNS
+
+
+def test_run_that_hangs_is_killed_and_failed(tmp_path):
+    """A run past its timeout: Emacs and its server killed, the manifest failed, 'timed out after N s'."""
+    import threading
+
+    from amacs_server.research.runs import run_one
+    from amacs_server.research.spec import load
+
+    hold = threading.Event()
+    fake = FakeAnthropic(default=lambda body: Reply(agent_json("late"), hold=hold)).start()
+    try:
+        spec = write_spec(tmp_path, "hang")
+        spec.write_text(spec.read_text().replace("timeout = 90", "timeout = 6").replace("repetitions = 3",
+                                                                                       "repetitions = 1"))
+        run = load(spec, {"FAKE_URL": fake.url})
+        runs = tmp_path / "runs"
+        env = {"ANTHROPIC_API_KEY": TEST_KEY}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            outcome = run_one(run.runs[0], runs)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        assert outcome.status == "failed" and outcome.error == "timed out after 6 s", outcome
+        manifest = json.loads((runs / outcome.run_id / "manifest.json").read_text())
+        assert manifest["status"] == "failed" and manifest["error"] == "timed out after 6 s"
+        assert 6 <= manifest["seconds"] < 15
+        assert fake.requests, "the model was called (and held)"
+        deadline = time.time() + 10
+        while servers_of(runs) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not servers_of(runs)
+    finally:
+        hold.set()
+        fake.stop()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (('name = "first"', 'name = "First one"'), "prompts[0].name: String should match pattern"),
+    (('name = "two"', 'name = "one"'), "variants[1].name: 'one' is used twice"),
+    (('skills = ["skills/two"]', 'skills = ["skills/three"]'), "variants[1].skills[0]: no folder"),
+    (("${FAKE_URL}", "${NOT_SET_ANYWHERE}"), "models[0].base_url: ${NOT_SET_ANYWHERE} is not set"),
+    (("max_steps = 3", "max_step = 3"), "experiment.max_step: Extra inputs are not permitted"),
+    (("repetitions = 3", "repetitions = 0"), "experiment.repetitions: Input should be greater than or equal to 1"),
+])
+def test_spec_errors_name_the_key(tmp_path, change, message):
+    """A wrong spec: exit 2, one line naming the file and the key; nothing run."""
+    spec = write_spec(tmp_path, "wrong")
+    spec.write_text(spec.read_text().replace(*change))
+    proc = subprocess.run(command(spec, tmp_path / "runs"), env={**os.environ, "FAKE_URL": "http://x"}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert str(spec) in proc.stderr and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "runs").exists()
