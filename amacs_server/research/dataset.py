@@ -17,7 +17,7 @@ status, arm):
   false): input/output/cache_read/cache_write tokens, cost, latency_ms, stop_reason, error.
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
-- ``blocks``: one row per compulsion block (``blocked``): by, by_template, action, form, reason.
+- ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
 - ``agents``: one row per agent per session: its parent, type, template, name, depth,
   state at the end (its last ``agent_end``, else ``live``), started_at/ended_at, steps,
   model calls, tokens, cost, evals, eval errors: the agent tree, rebuilt from the
@@ -132,7 +132,7 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
     con.execute(f"""
         CREATE OR REPLACE TABLE blocks AS
         SELECT {ident.format(params=', '.join(PARAMS))},
-               data->>'$.by' AS by, data->>'$.template' AS by_template, data->>'$.action' AS action,
+               data->>'$.by' AS blocked_by, data->>'$.template' AS by_template, data->>'$.action' AS action,
                data->>'$.form' AS form, data->>'$.reason' AS reason
         FROM events WHERE event = 'blocked'""")
     key = "run_id, session_id, agent_id"

@@ -1,0 +1,182 @@
+"""The dataset of many runs (issue 15): ``amacs-server dataset RUNS_DIR``.
+
+Generated runs (tests/research_fakes.py) are loaded and every table is compared with
+what the generator wrote; a real session's home (a batch Emacs, the real server and the
+fake model) is loaded too, so the loader is proven on real transcripts."""
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from amacs_server.research import dataset
+from amacs_server.research.dataset import PARAMS, TABLES, load
+from tests.research_fakes import FakeRun, write_runs
+
+RUNS = 40
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[Path, list[FakeRun]]:
+    runs_dir = tmp_path_factory.mktemp("runs")
+    return runs_dir, write_runs(runs_dir, RUNS)
+
+
+@pytest.fixture(scope="module")
+def con(generated):
+    runs_dir, _runs = generated
+    connection = load(runs_dir, parquet=True)
+    yield connection
+    connection.close()
+
+
+def by_run(con, sql: str) -> dict[str, int]:
+    return dict(con.execute(sql).fetchall())
+
+
+def test_row_counts_match_the_generated_runs(generated, con):
+    _dir, runs = generated
+    assert {r.manifest["status"] for r in runs} == {"done", "failed"}  # both kinds are in the sample
+    assert dataset.counts(con) == {
+        "runs": RUNS, "events": sum(r.events for r in runs), "model_calls": sum(r.model_calls for r in runs),
+        "evals": sum(r.evals for r in runs), "blocks": sum(r.blocks for r in runs),
+        "agents": sum(len(r.agents) for r in runs)}
+    per_run = {"events": "SELECT run_id, count(*) FROM events GROUP BY 1",
+               "model_calls": "SELECT run_id, count(*) FROM model_calls GROUP BY 1",
+               "evals": "SELECT run_id, count(*) FROM evals GROUP BY 1",
+               "eval_errors": "SELECT run_id, count(*) FILTER (WHERE NOT ok) FROM evals GROUP BY 1",
+               "blocks": "SELECT run_id, count(*) FROM blocks GROUP BY 1"}
+    for field, sql in per_run.items():
+        got = by_run(con, sql)
+        want = {r.run_id: getattr(r, field) for r in runs if getattr(r, field)}
+        assert {k: v for k, v in got.items() if v} == want, field
+    names = con.execute("SELECT run_id, event, count(*) FROM events GROUP BY ALL").fetchall()
+    assert {(run, event): n for run, event, n in names} == {
+        (r.run_id, e): n for r in runs for e, n in r.events_by_name.items()}
+    costs = by_run(con, "SELECT run_id, sum(cost) FROM model_calls GROUP BY 1")
+    assert all(costs[r.run_id] == pytest.approx(r.cost) for r in runs)
+    # the runs table's own counts agree with the other tables
+    assert con.execute("SELECT count(*) FROM runs r WHERE events != (SELECT count(*) FROM events e "
+                       "WHERE e.run_id = r.run_id) OR agents != (SELECT count(*) FROM agents a "
+                       "WHERE a.run_id = r.run_id)").fetchone() == (0,)
+
+
+def test_agent_trees_match_the_generated_runs(generated, con):
+    _dir, runs = generated
+    got = con.execute("SELECT run_id, agent_id, parent_id, agent_type, template, state FROM agents").fetchall()
+    assert sorted(got) == sorted((r.run_id, a.id, a.parent, a.type, a.template, a.state)
+                                 for r in runs for a in r.agents.values())
+    primaries = con.execute("SELECT count(*), count(*) FILTER (WHERE parent_id IS NULL AND depth = 0) "
+                            "FROM agents WHERE agent_type = 'primary'").fetchone()
+    assert primaries == (RUNS, RUNS)  # one root per run
+    # every parent is an agent of the same run
+    assert con.execute("SELECT count(*) FROM agents c LEFT JOIN agents p ON p.run_id = c.run_id "
+                       "AND p.session_id = c.session_id AND p.agent_id = c.parent_id "
+                       "WHERE c.parent_id IS NOT NULL AND p.agent_id IS NULL").fetchone() == (0,)
+    # an agent's model calls and cost are those of its own events
+    assert con.execute("SELECT count(*) FROM agents a WHERE model_calls != (SELECT count(*) FROM model_calls m "
+                       "WHERE m.run_id = a.run_id AND m.agent_id = a.agent_id)").fetchone() == (0,)
+
+
+def test_run_parameters_are_columns_of_every_table(generated, con):
+    _dir, runs = generated
+    for table in TABLES:
+        columns = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+        assert set(PARAMS) | {"run_id"} <= columns, table
+    manifests = {r.run_id: r.manifest for r in runs}
+    for table in ("runs", "events", "model_calls", "evals", "agents", "blocks"):
+        rows = con.execute(f"SELECT DISTINCT run_id, experiment, prompt, variant, model, backend, model_name, "
+                           f"rep, seed, status FROM {table}").fetchall()
+        assert rows, table
+        for run_id, *values in rows:
+            m = manifests[run_id]
+            assert values == [m[k] for k in ("experiment", "prompt", "variant", "model", "backend", "model_name",
+                                             "rep", "seed", "status")], (table, run_id)
+    runs_rows = con.execute("SELECT run_id, cost, turns_done, turns, error FROM runs").fetchall()
+    assert {r[0]: (r[1], r[2], r[3], r[4]) for r in runs_rows} == {
+        k: (m["cost"], m["turns_done"], m["turns"], m["error"]) for k, m in manifests.items()}
+
+
+def test_evals_are_paired_with_their_results(con):
+    unmatched = con.execute("SELECT count(*) FROM evals WHERE ok IS NULL").fetchone()
+    assert unmatched == (0,)
+    blocked = con.execute("SELECT count(*) FROM evals WHERE blocked").fetchone()
+    assert blocked == con.execute("SELECT count(*) FROM blocks").fetchone()
+    assert con.execute("SELECT count(*) FROM evals WHERE form LIKE '%my-undefined-function%' AND ok").fetchone() \
+        == (0,)
+
+
+def test_parquet_files_are_readable_by_duckdb_with_the_same_counts(generated, con):
+    runs_dir, _runs = generated
+    fresh = duckdb.connect()
+    for table, n in dataset.counts(con).items():
+        path = runs_dir / "parquet" / f"{table}.parquet"
+        assert fresh.execute(f"SELECT count(*) FROM '{path}'").fetchone() == (n,), table
+    assert fresh.execute(f"SELECT count(DISTINCT run_id) FROM '{runs_dir / 'parquet' / 'events.parquet'}'"
+                         ).fetchone() == (RUNS,)
+
+
+def test_command_prints_a_summary_and_a_truncated_line_is_skipped(tmp_path, capsys):
+    runs = write_runs(tmp_path, 3)
+    killed = next((tmp_path / runs[0].run_id / "home" / "transcripts").glob("*.jsonl"))
+    with killed.open("a") as f:
+        f.write('{"run_id": "x", "session_id": "x", "agent_id": "prim')  # a run killed mid-write
+    assert dataset.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs loaded" in out and "rows per table" in out and "dataset.duckdb" in out
+    con = duckdb.connect(str(tmp_path / "dataset.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM events").fetchone() == (sum(r.events for r in runs),)
+    assert (tmp_path / "parquet" / "agents.parquet").exists()
+
+
+@pytest.mark.e2e
+def test_a_real_session_loads_with_its_agents(tmp_path):
+    """Two real sessions (a batch Emacs, the real server, the fake model): a nested task tree,
+    and a compulsion that blocks an eval; each home wrapped as RUNS_DIR/<id>/home."""
+    from tests.e2e import test_agents as real
+    from tests.fake_anthropic import FakeAnthropic
+
+    runs_dir = tmp_path / "runs"
+    sessions = {"nested.r0": real.test_websearch_shaped_task_spawns_two_subtasks_and_combines,
+                "compulsion.r0": real.test_compulsion_blocks_the_fourth_task_and_only_it_can_quit}
+    for rep, (run_id, session) in enumerate(sessions.items()):
+        (runs_dir / run_id).mkdir(parents=True)  # the harness puts the session's HOME beside its AMACS home
+        fake = FakeAnthropic().start()
+        try:
+            session(fake, runs_dir / run_id / "home")
+        finally:
+            fake.stop()
+        (runs_dir / run_id / "manifest.json").write_text(json.dumps({
+            "run_id": run_id, "experiment": "real", "prompt": run_id.split(".")[0], "variant": "builtin",
+            "model": "fake", "backend": "anthropic", "model_name": "claude-sonnet-4-5", "rep": rep, "seed": rep,
+            "turns": [], "status": "done", "cost": None, "turns_done": 1, "error": None}))
+    con = load(runs_dir)
+    lines = [json.loads(line) for p in sorted(runs_dir.glob("*/home/transcripts/*.jsonl"))
+             for line in p.read_text().splitlines()]
+    assert dataset.counts(con)["events"] == len(lines)
+    assert dataset.counts(con)["model_calls"] == sum(e["event"] in ("model_response", "model_error") for e in lines)
+    assert dataset.counts(con)["evals"] == sum(e["event"] == "eval" for e in lines)
+    tree = {(run, agent): (parent, kind, template, state) for run, agent, parent, kind, template, state in
+            con.execute("SELECT run_id, agent_id, parent_id, agent_type, template, state FROM agents").fetchall()}
+    assert tree == {
+        ("nested.r0", "primary"): (None, "primary", "core", "live"),
+        ("nested.r0", "task-1"): ("primary", "task", "researcher", "done"),
+        ("nested.r0", "task-2"): ("task-1", "task", "researcher", "done"),
+        ("nested.r0", "task-3"): ("task-1", "task", "researcher", "done"),
+        ("compulsion.r0", "primary"): (None, "primary", "core", "live"),
+        ("compulsion.r0", "compulsion-1"): ("primary", "compulsion", "spawn-limiter", "quit"),
+        ("compulsion.r0", "task-2"): ("primary", "task", "researcher", "done"),
+        ("compulsion.r0", "task-3"): ("primary", "task", "researcher", "done"),
+        ("compulsion.r0", "task-4"): ("primary", "task", "researcher", "done"),
+    }
+    depths = dict(con.execute("SELECT agent_id, depth FROM agents WHERE run_id = 'nested.r0'").fetchall())
+    assert depths == {"primary": 0, "task-1": 1, "task-2": 2, "task-3": 2}
+    blocks = con.execute("SELECT run_id, blocked_by, by_template, action FROM blocks").fetchall()
+    assert blocks == [("compulsion.r0", "compulsion-1", "spawn-limiter", "eval")]
+    blocked = con.execute("SELECT agent_id, ok, form FROM evals WHERE blocked").fetchall()
+    assert blocked == [("primary", False, '(agent-task "researcher" "job 4")')]
+    spent = con.execute("SELECT count(*), sum(cost) > 0, bool_and(input_tokens > 0) FROM model_calls").fetchone()
+    assert spent == (sum(e["event"] == "model_response" for e in lines), True, True)
+    assert con.execute("SELECT prompt, model_cost > 0 FROM runs ORDER BY run_id").fetchall() == [
+        ("compulsion", True), ("nested", True)]
