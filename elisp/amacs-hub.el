@@ -24,6 +24,7 @@
 (require 'magit-section)
 (require 'org)
 (require 'amacs)                        ; reached by autoload: the whole client, not the link alone
+(require 'amacs-research)               ; the link to the last experiment report
 
 (defcustom amacs-hub-buffer-name "*amacs-hub*"
   "Name of the hub buffer."
@@ -222,7 +223,11 @@ left unmodified."
               (amacs-hub--insert-eval state)
               (amacs-hub--insert-commits state)
               (magit-insert-section (amacs-chat-log (plist-get state :chat-log))
-                (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log))))))
+                (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log))))
+              (let ((report (amacs-report-last-file)))
+                (when report
+                  (magit-insert-section (amacs-report report)
+                    (amacs-hub--line "Report: %s" (abbreviate-file-name report)))))))
           (set-buffer-modified-p nil)
           (amacs-hub--restore places)))
       (run-hooks 'amacs-hub-rendered-hook))))
@@ -270,7 +275,7 @@ left unmodified."
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()
-  "Act on the section at point: thread, buffer, agent, commit or chat log."
+  "Act on the section at point: thread, buffer, agent, commit, chat log or report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
@@ -283,6 +288,7 @@ left unmodified."
       ('amacs-commit (amacs-hub--show-commit value))
       ('amacs-agent (amacs-hub--show-transcript value))
       ('amacs-chat-log (amacs-open-chat-log))
+      ('amacs-report (browse-url-of-file value))
       (_ (magit-section-toggle section)))))
 
 (defun amacs-hub--agent-at-point ()

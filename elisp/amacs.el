@@ -37,6 +37,7 @@
 ;; a session that never opens it keeps a smaller heap (and shorter GCs).
 (autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
+(autoload 'amacs-report "amacs-research" "Write and open the report of an experiment's runs." t)
 
 (defun amacs--restarted (own)
   "Say in one line that the server is back, from `amacs--status'.

@@ -1,0 +1,129 @@
+;;; amacs-research.el --- Reports of AMACS experiments -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; An experiment (`amacs-server experiment SPEC', see README.md,
+;; Experiments) leaves its runs in a folder, RUNS_DIR.  M-x amacs-report
+;; asks for that folder, runs `amacs-server report RUNS_DIR' (the program
+;; of `amacs-server-command') without blocking Emacs, shows its output in
+;; `*amacs-report*', and opens RUNS_DIR/report.html in a browser with
+;; `browse-url-of-file'.  The hub links to the last report.
+
+;;; Code:
+
+(require 'browse-url)
+(require 'seq)
+(require 'amacs-transport)
+
+(defcustom amacs-runs-directory nil
+  "Folder of an experiment's runs that \\[amacs-report] offers first, or nil.
+nil offers the folder of the last report, else `default-directory'."
+  :type '(choice (const :tag "None" nil) directory)
+  :group 'amacs)
+
+(defvar amacs-report-last-directory nil
+  "The runs folder of the last \\[amacs-report], or nil.")
+
+(defconst amacs-report-buffer-name "*amacs-report*"
+  "Name of the buffer that shows the report command's output.")
+
+(defvar amacs-report-finished-hook nil
+  "Hook run when a report command ends, with its runs folder and exit status.")
+
+(defun amacs-report-command (runs-dir &optional server-command)
+  "Return the command that writes the report of RUNS-DIR, as a list.
+It is SERVER-COMMAND (default `amacs-server-command') followed by
+report and the absolute RUNS-DIR."
+  (append (or server-command amacs-server-command)
+          (list "report" (directory-file-name (expand-file-name runs-dir)))))
+
+(defun amacs-report-file (runs-dir)
+  "Return the report file of RUNS-DIR (it may not exist)."
+  (expand-file-name "report.html" runs-dir))
+
+(defun amacs-report-last-file ()
+  "Return the last report file that exists, or nil.
+The one in `amacs-report-last-directory', else in
+`amacs-runs-directory'."
+  (seq-some (lambda (dir)
+              (and dir (file-exists-p (amacs-report-file dir)) (amacs-report-file dir)))
+            (list amacs-report-last-directory amacs-runs-directory)))
+
+(defun amacs-report-open (runs-dir)
+  "Open the report of RUNS-DIR in a browser.
+Signal a `user-error' when RUNS-DIR has no report yet."
+  (interactive (list (amacs-report--read-directory)))
+  (let ((file (amacs-report-file runs-dir)))
+    (unless (file-exists-p file)
+      (user-error "No report in %s: M-x amacs-report writes one" (abbreviate-file-name runs-dir)))
+    (browse-url-of-file file)
+    file))
+
+(defun amacs-report--read-directory ()
+  "Ask for the folder of an experiment's run data, offering the last one."
+  (read-directory-name "Experiment runs folder: "
+                       (or amacs-report-last-directory amacs-runs-directory) nil t))
+
+(defun amacs-report--insert (buffer text)
+  "Append TEXT to BUFFER, which is read-only."
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (let ((inhibit-read-only t))
+        (save-excursion
+          (goto-char (point-max))
+          (insert text))))))
+
+(defun amacs-report--finished (proc runs-dir)
+  "Say how the report process PROC for RUNS-DIR ended; open the report if written."
+  (let ((status (process-exit-status proc))
+        (buffer (process-buffer proc)))
+    (if (and (zerop status) (file-exists-p (amacs-report-file runs-dir)))
+        (progn
+          (amacs-report--insert buffer (format "\nReport written: %s\n" (amacs-report-file runs-dir)))
+          (message "AMACS: report of %s written; opening it" (abbreviate-file-name runs-dir))
+          (amacs-report-open runs-dir))
+      (amacs-report--insert buffer (format "\nThe report command failed (exit %s): see above.\n" status))
+      (message "AMACS: the report of %s failed (exit %s); see %s"
+               (abbreviate-file-name runs-dir) status amacs-report-buffer-name))
+    (run-hook-with-args 'amacs-report-finished-hook runs-dir status)))
+
+;;;###autoload
+(defun amacs-report (runs-dir)
+  "Write the report of the experiment in RUNS-DIR, then open it.
+Start `amacs-server report RUNS-DIR' in the background, with its
+output in the buffer `*amacs-report*'; when it has written
+RUNS-DIR/report.html, open that with `browse-url-of-file'.
+Return the process."
+  (interactive (list (amacs-report--read-directory)))
+  (let ((dir (file-name-as-directory (expand-file-name runs-dir)))
+        (buffer (get-buffer-create amacs-report-buffer-name)))
+    (unless (file-directory-p dir)
+      (user-error "No folder %s" (abbreviate-file-name dir)))
+    (setq amacs-report-last-directory dir)
+    (let ((command (amacs-report-command dir)))
+      (with-current-buffer buffer
+        (special-mode)
+        (let ((inhibit-read-only t))
+          (erase-buffer)
+          (insert (format "$ %s\n\n" (mapconcat #'shell-quote-argument command " ")))))
+      (display-buffer buffer)
+      (condition-case err
+          (make-process :name "amacs-report" :buffer buffer :command command :noquery t
+                        :connection-type 'pipe
+                        :filter (lambda (proc text) (amacs-report--insert (process-buffer proc) text))
+                        :sentinel (lambda (proc _event)
+                                    (unless (process-live-p proc)
+                                      (amacs-report--finished proc dir))))
+        (file-error
+         (amacs-report--insert buffer (format "Cannot run %s: %s\n" (car command) (error-message-string err)))
+         (user-error "Cannot run %s: %s; customize `amacs-server-command'"
+                     (car command) (error-message-string err)))))))
+
+(provide 'amacs-research)
+;;; amacs-research.el ends here
