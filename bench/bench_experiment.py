@@ -1,0 +1,124 @@
+"""Experiment throughput (issue 15): runs per minute at parallelism 1, 2 and 4 against the
+zero-latency fake model, and the harness's overhead per run.
+
+Each level runs N one-turn runs (default 8) through the experiment's own loop
+(:func:`amacs_server.research.experiment.execute` with the local executor), each a
+real headless session: a batch Emacs that loads the AMACS elisp, starts the server,
+sends the turn and stops it.  The fake is ``python -m tests.fake_anthropic`` in its
+own process, answering at once, so a run's time is the harness's: Emacs start-up and
+elisp loading, the server's start-up (its imports, the home's git and memory),
+the turn, and the stop.  Reported per level: wall time, runs per minute, a run's
+seconds (median / p90), the overhead per run (run seconds - the model's seconds from
+the transcripts' ``latency_ms``), and the machine's load average before and after
+(a shared machine's other work shows in every number).
+
+    .venv/bin/python bench/bench_experiment.py            # parallel 1, 2, 4; 8 runs each
+    .venv/bin/python bench/bench_experiment.py --runs 12 --levels 1 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+
+from amacs_server.research.cluster import LocalExecutor  # noqa: E402
+from amacs_server.research.experiment import execute  # noqa: E402
+from amacs_server.research.runs import transcript_totals  # noqa: E402
+from amacs_server.research.spec import load  # noqa: E402
+from bench.common import save  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = """
+[experiment]
+name = "bench-p{parallel}"
+repetitions = {runs}
+parallel = {parallel}
+timeout = 120
+max_steps = 2
+
+[[prompts]]
+name = "hello"
+turns = ["hello"]
+
+[[models]]
+name = "fake"
+model = "claude-sonnet-4-5"
+base_url = "{url}"
+"""
+
+
+def start_fake() -> tuple[subprocess.Popen[str], str]:
+    """The zero-latency fake in its own process, and its URL."""
+    fake = subprocess.Popen([sys.executable, "-m", "tests.fake_anthropic"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert fake.stdout is not None
+    return fake, fake.stdout.readline().strip()
+
+
+def level(url: str, parallel: int, runs: int, tmp: Path) -> dict[str, float]:
+    """Run RUNS one-turn runs at PARALLEL; what it took."""
+    folder = tmp / f"p{parallel}"
+    folder.mkdir()
+    spec = folder / "experiment.toml"
+    spec.write_text(SPEC.format(parallel=parallel, runs=runs, url=url))
+    experiment = load(spec)
+    runs_dir = folder / "runs"
+    runs_dir.mkdir()
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    outcomes, left = execute(experiment.runs, LocalExecutor(runs_dir, parallel), parallel, None, 0.0,
+                             len(experiment.runs), experiment.name, Console(stderr=True, quiet=True))
+    wall = time.perf_counter() - start
+    failed = [o for o in outcomes if o.status != "done"]
+    assert not failed and not left, failed
+    seconds = [o.seconds for o in outcomes]
+    overhead = [o.seconds - transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes]
+    model = [transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes]
+    return {
+        "parallel": parallel, "runs": runs, "wall_s": round(wall, 2),
+        "runs_per_minute": round(60 * runs / wall, 1),
+        "run_s_median": round(statistics.median(seconds), 2),
+        "run_s_p90": round(sorted(seconds)[int(0.9 * (len(seconds) - 1))], 2),
+        "model_s_median": round(statistics.median(model), 3),
+        "overhead_s_median": round(statistics.median(overhead), 2),
+        "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=8, help="runs per level (default 8)")
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4], help="parallelism levels")
+    args = parser.parse_args()
+    os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-bench-0123456789abcdef")
+    fake, url = start_fake()
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="amacs-bench-exp-") as tmp:
+            for parallel in args.levels:
+                rows.append(level(url, parallel, args.runs, Path(tmp)))
+                print(f"parallel {parallel}: {rows[-1]['runs_per_minute']} runs/min", flush=True)
+    finally:
+        fake.terminate()
+        fake.wait()
+    print(f"\n{'parallel':>8} {'runs':>5} {'wall s':>7} {'runs/min':>9} {'run s med':>10} {'p90':>6} "
+          f"{'model s':>8} {'overhead s':>11} {'load':>11}")
+    for r in rows:
+        print(f"{r['parallel']:>8} {r['runs']:>5} {r['wall_s']:>7} {r['runs_per_minute']:>9} "
+              f"{r['run_s_median']:>10} {r['run_s_p90']:>6} {r['model_s_median']:>8} "
+              f"{r['overhead_s_median']:>11} {r['load_before']:>5}->{r['load_after']:<5}")
+    save("experiment", {"cpus": os.cpu_count(), "levels": rows})
+
+
+if __name__ == "__main__":
+    main()
