@@ -13,6 +13,11 @@
 (require 'ert)
 (require 'cl-lib)
 (require 'amacs-research)
+(require 'magit-section)
+(declare-function amacs-hub-mode "amacs-hub" ())
+(declare-function amacs-hub--render "amacs-hub" (state))
+(declare-function amacs-hub-visit "amacs-hub" ())
+(defvar amacs-hub-buffer-name)
 
 (defmacro amacs-research-test--in-temp (var &rest body)
   "Run BODY with VAR a fresh temporary folder, deleted afterwards."
@@ -82,6 +87,37 @@
       (with-current-buffer amacs-report-buffer-name
         (should (string-match-p "no runs here" (buffer-string)))
         (should (string-match-p "failed (exit 2)" (buffer-string)))))))
+
+(ert-deftest amacs-research-test-hub-links-to-the-last-report ()
+  "The hub shows a Report line when a report exists; RET on it opens the report."
+  (require 'amacs-hub)
+  (amacs-research-test--in-temp dir
+    (let ((amacs-hub-buffer-name "*amacs-hub-research-test*")
+          (state (list :identity "i" :tick 1 :mood "m" :confidence 0.5
+                       :budget (list :cost-so-far 0.0 :budget-limit 1.0 :pressure "low")
+                       :session (list :input-tokens 0 :output-tokens 0 :cache-read-tokens 0
+                                      :cache-write-tokens 0 :cost 0.0)
+                       :chat-log "/tmp/agent-chat.org"))
+          (opened nil))
+      (with-current-buffer (get-buffer-create amacs-hub-buffer-name)
+        (amacs-hub-mode)
+        (let ((inhibit-read-only t))
+          (magit-insert-section (amacs-hub) (magit-insert-heading "waiting"))))
+      (unwind-protect
+          (progn
+            (amacs-hub--render state)
+            (with-current-buffer amacs-hub-buffer-name
+              (should-not (string-match-p "Report: " (buffer-string))))
+            (setq amacs-report-last-directory dir)
+            (with-temp-file (amacs-report-file dir) (insert "<html></html>"))
+            (amacs-hub--render state)
+            (with-current-buffer amacs-hub-buffer-name
+              (goto-char (point-min))
+              (should (search-forward "Report: " nil t))
+              (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file))))
+                (amacs-hub-visit)))
+            (should (equal opened (amacs-report-file dir))))
+        (kill-buffer amacs-hub-buffer-name)))))
 
 (provide 'amacs-research-test)
 ;;; amacs-research-test.el ends here
