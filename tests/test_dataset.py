@@ -180,3 +180,11 @@ def test_a_real_session_loads_with_its_agents(tmp_path):
     assert spent == (sum(e["event"] == "model_response" for e in lines), True, True)
     assert con.execute("SELECT prompt, model_cost > 0 FROM runs ORDER BY run_id").fetchall() == [
         ("compulsion", True), ("nested", True)]
+
+
+def test_a_folder_without_runs_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="no runs"):
+        load(tmp_path / "missing")
+    with pytest.raises(SystemExit, match="no runs"):
+        load(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing half-written

@@ -197,6 +197,8 @@ def load(runs_dir: Path, *, parquet: bool = False) -> duckdb.DuckDBPyConnection:
     import duckdb
 
     runs_dir = Path(runs_dir)
+    if not any(runs_dir.glob("*/manifest.json")):
+        raise SystemExit(f"no runs (*/manifest.json) in {runs_dir}")
     db = runs_dir / DB_NAME
     partial = db.with_name(DB_NAME + ".partial")
     for stale in (partial, partial.with_name(partial.name + ".wal")):
@@ -209,8 +211,11 @@ def load(runs_dir: Path, *, parquet: bool = False) -> duckdb.DuckDBPyConnection:
             out.mkdir(exist_ok=True)
             for table in TABLES:
                 con.execute(f"COPY {table} TO {_quote(out / f'{table}.parquet')} (FORMAT parquet, COMPRESSION zstd)")
-    finally:
+    except BaseException:
         con.close()
+        partial.unlink(missing_ok=True)
+        raise
+    con.close()
     partial.replace(db)  # a reader never sees a half-built dataset
     db.with_name(DB_NAME + ".wal").unlink(missing_ok=True)
     return duckdb.connect(str(db))
