@@ -12,7 +12,8 @@ reached it, and the command says so), and resume: a run whose manifest says
 or ``running`` one (an interrupted experiment) runs again from nothing.
 
 Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
-line is wrong; 3 the budget was spent before every run started.
+line is wrong; 3 the budget was spent before every run started; 130
+interrupted (C-c: the runs going are failed, and run again on resume).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
         print(f"amacs-server experiment: {err}", file=sys.stderr)
         return 2
     table = experiment.spec.experiment
-    parallel = args.parallel or table.parallel
+    parallel = table.parallel if args.parallel is None else args.parallel
     if parallel < 1:
         print("amacs-server experiment: --parallel must be at least 1", file=sys.stderr)
         return 2
@@ -131,7 +132,11 @@ def main(argv: list[str]) -> int:
     executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                           else LocalExecutor(runs_dir, parallel))
     console = Console(stderr=True)
-    outcomes, left = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+    try:
+        outcomes, left = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+    except KeyboardInterrupt:
+        print(f"{experiment.name}: interrupted; run the same command again to resume.", flush=True)
+        return 130
     spent += sum(o.cost for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "

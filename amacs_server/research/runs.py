@@ -31,8 +31,9 @@ from typing import Any
 from .spec import Run
 
 MANIFEST = "manifest.json"
-# Where Debian's elpa-epc and elpa-magit-section are; package.el also finds ~/.emacs.d/elpa.
-ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa",)
+# Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
+# ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
+ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 
 
@@ -118,7 +119,7 @@ def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) 
 
 def emacs_command(batch_file: Path) -> list[str]:
     """The batch Emacs that runs the session described by BATCH_FILE."""
-    dirs = " ".join(json.dumps(d) for d in ELPA_DIRS)
+    dirs = " ".join(json.dumps(os.path.expanduser(d)) for d in ELPA_DIRS if os.path.isdir(os.path.expanduser(d)))
     setup = f"(progn (require 'package) (dolist (d (list {dirs})) (add-to-list 'package-directory-list d)) (package-initialize))"
     return [EMACS, "-Q", "--batch", "--eval", setup, "-L", str(elisp_dir()), "-l", "amacs-batch",
             "--eval", f"(amacs-batch-run {json.dumps(str(batch_file))})"]
