@@ -22,10 +22,11 @@ emacs -Q --batch -l scripts/checkdoc-batch.el elisp/*.el
 echo "== package-lint (elisp/ as one package, amacs.el its main file; exemptions in the script)"
 emacs -Q --batch -l scripts/package-lint-batch.el elisp/amacs.el $(ls elisp/*.el | grep -vx elisp/amacs.el)
 
-echo "== ERT"
+echo "== ERT (every elisp/test/*-test.el)"
+ert_files=(); for f in elisp/test/*-test.el; do ert_files+=(-l "$f"); done
 emacs -Q --batch "${EMACS_SETUP[@]}" -L elisp -L elisp/test \
   --eval "(setq load-prefer-newer t)" \
-  -l elisp/test/amacs-test.el -l elisp/test/amacs-shell-test.el -l elisp/test/amacs-transport-test.el -l elisp/test/amacs-eval-test.el -l elisp/test/amacs-install-test.el -f ert-run-tests-batch-and-exit
+  "${ert_files[@]}" -f ert-run-tests-batch-and-exit
 
 echo "== ruff"
 .venv/bin/ruff check amacs_server tests bench
