@@ -121,7 +121,8 @@ def main(argv: list[str]) -> int:
     budget = args.budget if args.budget is not None else table.budget
     runs_dir = (args.runs_dir or args.spec.resolve().parent / "runs" / experiment.name).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.spec, runs_dir / "experiment.toml")
+    if args.spec.resolve() != runs_dir / "experiment.toml":
+        shutil.copyfile(args.spec, runs_dir / "experiment.toml")
     todo, spent = _pending(experiment, runs_dir)
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "

@@ -172,7 +172,7 @@ def run_one(run: Run, runs_dir: Path) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` (made afresh) and return how it ended.
 
     Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
-    folder = runs_dir / run.run_id
+    folder = runs_dir.resolve() / run.run_id
     if folder.exists():
         shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
     home = folder / "home"
