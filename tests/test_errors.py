@@ -25,6 +25,7 @@ from amacs_server.memory.memid import MemIdError
 from amacs_server.persistence.files import PersistenceError
 from amacs_server.persistence.git_repo import CommitError, GitFailed
 from amacs_server.persistence.recovery import StartupError
+from amacs_server.research.spec import SpecError
 from amacs_server.skills import SkillError
 from amacs_server.state.consciousness import ConsciousnessError
 from amacs_server.threads import ThreadError
@@ -42,7 +43,7 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     MemIdError: ValueError, PersistenceError: OSError, CommitError: RuntimeError, GitFailed: RuntimeError,
     StartupError: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError, ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
-    Unauthorized: Exception, Refused: ValueError, Stopping: RuntimeError,
+    Unauthorized: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
 }
 
 

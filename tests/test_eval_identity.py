@@ -26,7 +26,8 @@ class World:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int | None]] = []
 
-    def task(self, caller: str, eval_id: int | None, template: Any, prompt: Any, opts: Any) -> dict[str, Any]:
+    def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
+             allowed: list[str] | None = None, request_input: bool = False) -> dict[str, Any]:
         self.calls.append((caller, eval_id))
         return {"handle": "task-9"}
 

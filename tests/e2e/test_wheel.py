@@ -30,7 +30,7 @@ from tests.fake_anthropic import Reply, agent_json
 pytestmark = pytest.mark.e2e
 
 # What the wheel is built from: the package (with its builtin_skills link) and its metadata.
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "amacs_server", "skills")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "amacs_server", "skills", "elisp")
 
 
 def build_wheel(tmp: Path) -> Path:
@@ -81,6 +81,9 @@ def test_installed_wheel_serves_a_tick(fake, tmp_path):
     assert "amacs_server/builtin_skills/subagent-core/SKILL.md" in names
     for template in ("researcher", "debater", "spawn-limiter"):  # task, viewpoint, compulsion
         assert f"amacs_server/builtin_skills/{template}/SKILL.md" in names
+    # the elisp, for an experiment's headless Emacs on a machine with only the wheel (issue 15)
+    assert {"amacs_server/elisp/amacs-batch.el", "amacs_server/elisp/amacs.el"} <= set(names)
+    assert not any(n.startswith("amacs_server/elisp/test/") for n in names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: GPL-3.0-or-later" in metadata
