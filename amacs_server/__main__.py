@@ -169,7 +169,15 @@ def main(argv: list[str] | None = None) -> int:
 
         command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}", __package__).main
         return command(argv[1:])
-    parser = argparse.ArgumentParser(prog="amacs-server", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="amacs-server", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The AMACS server. Emacs starts it (M-x amacs-shell); --headless runs one that\n"
+                    "any Emacs holding the token in the home's server.json may connect to.",
+        epilog="commands for research (each has its own --help):\n"
+               "  amacs-server experiment SPEC   run an experiment's grid of headless sessions\n"
+               "  amacs-server dataset RUNS_DIR  load its runs into DuckDB and Parquet\n"
+               "  amacs-server report RUNS_DIR   draw them as one HTML page\n"
+               "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR")
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")
     args = parser.parse_args(argv)

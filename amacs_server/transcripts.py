@@ -23,15 +23,15 @@ COLUMNS = {
 
 
 def connect(folder: Path) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every transcript of FOLDER as the view ``events``."""
+    """A DuckDB connection with every transcript in or below FOLDER as the view ``events``."""
     import duckdb
 
-    files = sorted(folder.glob("*.jsonl"))
+    files = sorted(folder.rglob("*.jsonl"))
     if not files:
-        raise SystemExit(f"no transcripts (*.jsonl) in {folder}")
+        raise SystemExit(f"no transcripts (*.jsonl) in or below {folder}")
     con = duckdb.connect()
     cols = ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items())
-    pattern = str(folder / "*.jsonl").replace("'", "''")
+    pattern = str(folder / "**" / "*.jsonl").replace("'", "''")  # the folder's own files too
     con.sql(f"CREATE VIEW events AS SELECT * FROM read_json('{pattern}', format='newline_delimited', "
             f"columns={{{cols}}})")
     return con
@@ -75,7 +75,8 @@ def summarize(folder: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Print the summary of a transcripts folder as JSON."""
     parser = argparse.ArgumentParser(prog="amacs-server transcripts", description=__doc__)
-    parser.add_argument("folder", nargs="?", help="a transcripts folder (default: $AMACS_HOME/transcripts)")
+    parser.add_argument("folder", nargs="?", help="a folder with transcripts in or below it "
+                                                  "(default: $AMACS_HOME/transcripts)")
     args = parser.parse_args(argv)
     if args.folder:
         folder = Path(args.folder)

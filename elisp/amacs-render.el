@@ -24,6 +24,7 @@
 
 (defvar org-src-fontify-natively)
 (defvar org-hide-emphasis-markers)
+(defvar org-mode-hook)
 (declare-function org-mode "org")
 
 (defcustom amacs-render-org t

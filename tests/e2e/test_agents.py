@@ -228,6 +228,9 @@ def test_transcript_summary_counts(fake, home):
     calls = sum(1 for e in events if e["event"] == "model_response" and e["agent_type"] == "task")
     assert summary["model_calls_tokens_cost_by_type"]["task"]["calls"] == calls
     assert summary["model_calls_tokens_cost_by_type"]["task"]["tokens"] == calls * 120
+    above = subprocess.run([sys.executable, "-m", "amacs_server", "transcripts", str(home.parent)],
+                           capture_output=True, text=True, check=True)  # a folder above: found below it
+    assert json.loads(above.stdout) == summary
 
 
 def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
