@@ -9,6 +9,7 @@ Every error is a :class:`SpecError` that names the file and the key.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
+from ..arguments import _TYPES, _rule, _shown
 from ..errors import AmacsError
 
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -30,7 +33,7 @@ class SpecError(AmacsError, ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ExperimentTable(_Strict):
@@ -123,6 +126,36 @@ class Experiment:
         return self.spec.experiment.name
 
 
+_TABLES: dict[str, type[BaseModel]] = {
+    "experiment": ExperimentTable, "prompts": PromptEntry, "variants": VariantEntry, "models": ModelEntry}
+
+
+def _unknown(loc: tuple[int | str, ...]) -> str:
+    """What to say of the unknown key at LOC: the key meant, or the keys allowed."""
+    model = _TABLES.get(str(loc[0]), Spec) if len(loc) > 1 else Spec
+    fields = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
+    return (f"unknown key; did you mean {close[0]}?" if close
+            else f"unknown key; the keys allowed are {', '.join(fields)}")
+
+
+def _plain(error: ErrorDetails) -> str:
+    """ERROR (one of pydantic's) as a person says it, worded as the server words arguments for Emacs."""
+    kind, loc = error["type"], tuple(error["loc"])
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return _unknown(loc)
+    if kind == "value_error":  # our own rule: its message says it all
+        return error["msg"].removeprefix("Value error, ")
+    if kind == "string_pattern_mismatch":
+        return f"must be letters a-z, digits and - only, got {_shown(error['input'])}"
+    if kind == "too_short":
+        least = (error.get("ctx") or {}).get("min_length", 1)
+        return f"must have at least {least} {'entry' if least == 1 else 'entries'}"
+    return f"must be {_TYPES.get(kind) or _rule(error)}, got {_shown(error['input'])}"
+
+
 def _where(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
@@ -138,6 +171,11 @@ def _expand(text: str, key: str, env: dict[str, str]) -> str:
         return env[name]
 
     return VARIABLE.sub(one, text)
+
+
+def skill_folders(folder: Path) -> list[Path]:
+    """The skills in a variant's FOLDER: its sub-folders (not hidden ones), each to hold a SKILL.md."""
+    return [p for p in sorted(folder.iterdir()) if p.is_dir() and not p.name.startswith(".")]
 
 
 def _unique(names: list[str], key: str) -> None:
@@ -160,9 +198,8 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
     try:
         spec = Spec.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        raise SpecError(f"{path}: {_where(tuple(first['loc']))}: {first['msg']}"
-                        + (f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else "")) from err
+        said = "; ".join(f"{_where(tuple(e['loc']))}: {_plain(e)}" for e in err.errors(include_url=False))
+        raise SpecError(f"{path}: {said}") from err
     for key, entries in (("prompts", spec.prompts), ("variants", spec.variants), ("models", spec.models)):
         _unique([e.name for e in entries], f"{path}: {key}")
     base = path.resolve().parent
@@ -173,6 +210,9 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
             where = base / folder
             if not where.is_dir():
                 raise SpecError(f"{path}: variants[{n}].skills[{k}]: no folder {where}")
+            for skill in skill_folders(where):
+                if "SKILL.md" not in {p.name for p in skill.iterdir()}:  # skill.md is not SKILL.md
+                    raise SpecError(f"{path}: variants[{n}].skills[{k}]: {skill} has no SKILL.md")
             folders.append(where)
         skills[variant.name] = tuple(folders)
     urls = {m.name: _expand(m.base_url, f"{path}: models[{n}].base_url", env) if m.base_url else None

@@ -254,19 +254,34 @@ def test_run_that_hangs_is_killed_and_failed(tmp_path):
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (('name = "first"', 'name = "First one"'), "prompts[0].name: String should match pattern"),
+    (('name = "first"', 'name = "First one"'),
+     "prompts[0].name: must be letters a-z, digits and - only, got 'First one'"),
     (('name = "two"', 'name = "one"'), "variants[1].name: 'one' is used twice"),
     (('skills = ["skills/two"]', 'skills = ["skills/three"]'), "variants[1].skills[0]: no folder"),
+    (('skills = ["skills/two"]', 'skills = ["skills/two", "skills/lower"]'),
+     "variants[1].skills[1]: {tmp}/skills/lower/panel-lower has no SKILL.md"),
     (("${FAKE_URL}", "${NOT_SET_ANYWHERE}"), "models[0].base_url: ${NOT_SET_ANYWHERE} is not set"),
-    (("max_steps = 3", "max_step = 3"), "experiment.max_step: Extra inputs are not permitted"),
-    (("repetitions = 3", "repetitions = 0"), "experiment.repetitions: Input should be greater than or equal to 1"),
+    (("repetitions = 3", "repetitons = 3"), "experiment.repetitons: unknown key; did you mean repetitions?"),
+    (("max_steps = 3", "max_step = 3"), "experiment.max_step: unknown key; did you mean max_steps?"),
+    (("max_steps = 3", "colour = 3"), "experiment.colour: unknown key; the keys allowed are name, repetitions,"),
+    (("repetitions = 3", "repetitions = 0"), "experiment.repetitions: must be greater than or equal to 1, got 0"),
+    (("timeout = 90", "timeout = 'x'"), "experiment.timeout: must be a number, got 'x'"),
+    (("repetitions = 3", "repetitions = 2.5"), "experiment.repetitions: must be an integer, got 2.5"),
+    (('model = "claude', 'backend = "gemini"\nmodel = "claude'),
+     "models[0].backend: must be 'anthropic' or 'openai', got 'gemini'"),
+    (('turns = ["wrong: the first question"]', 'turns = []'), "prompts[0].turns: must have at least 1 entry"),
 ])
 def test_spec_errors_name_the_key(tmp_path, change, message):
-    """A wrong spec: exit 2, one line naming the file and the key; nothing run."""
+    """A wrong spec: exit 2, one line naming the file and the key, in plain words; nothing run."""
     spec = write_spec(tmp_path, "wrong")
+    lower = tmp_path / "skills" / "lower" / "panel-lower"  # skill.md, not SKILL.md: not a skill
+    lower.mkdir(parents=True)
+    (lower / "skill.md").write_text(SKILL.format(name="lower"))
     spec.write_text(spec.read_text().replace(*change))
     proc = subprocess.run(command(spec, tmp_path / "runs"), env={**os.environ, "FAKE_URL": "http://x"}, cwd=ROOT,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stdout + proc.stderr
+    message = message.replace("{tmp}", str(tmp_path))
     assert str(spec) in proc.stderr and message in proc.stderr, proc.stderr
+    assert "Input should" not in proc.stderr and "Extra inputs" not in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
