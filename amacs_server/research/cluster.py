@@ -16,12 +16,13 @@ runtime environment.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from .runs import Outcome, run_one
+from .runs import INTERRUPTED, Outcome, read_manifest, run_one, write_manifest
 from .spec import Run
 
 
@@ -35,13 +36,21 @@ class Executor(Protocol):
         """The outcomes of runs that ended, waiting at most TIMEOUT seconds for one."""
 
     def close(self) -> None:
-        """Stop: runs still going are abandoned (their manifests say running: resumed later)."""
+        """Stop: runs still going end ``failed``, interrupted (resumed later)."""
 
 
 def _failed(run: Run, err: BaseException) -> Outcome:
     now = time.time()
     return Outcome(run_id=run.run_id, status="failed", cost=0.0, seconds=0.0, turns_done=0,
                    started_at=now, ended_at=now, error=f"{type(err).__name__}: {err}")
+
+
+def mark_interrupted(run: Run, runs_dir: Path) -> None:
+    """Say in RUN's manifest, if it still says running (its task was cancelled), that C-c stopped it."""
+    folder = runs_dir / run.run_id
+    data = read_manifest(folder)
+    if data and data.get("status") == "running":
+        write_manifest(folder, {**data, "status": "failed", "ended_at": time.time(), "error": INTERRUPTED})
 
 
 class LocalExecutor:
@@ -51,10 +60,11 @@ class LocalExecutor:
         self.runs_dir = runs_dir
         self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-run")
         self.going: dict[Future[Outcome], Run] = {}
+        self.stop = threading.Event()
 
     def submit(self, run: Run) -> None:
         """Start RUN in a thread."""
-        self.going[self.pool.submit(run_one, run, self.runs_dir)] = run
+        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop)] = run
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended."""
@@ -67,8 +77,9 @@ class LocalExecutor:
         return out
 
     def close(self) -> None:
-        """Stop the pool without waiting for the runs still going."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the runs still going (each ends ``failed``, interrupted) and wait for them to say so."""
+        self.stop.set()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class RayExecutor:
@@ -109,7 +120,9 @@ class RayExecutor:
         return out
 
     def close(self) -> None:
-        """Cancel what is left and leave Ray."""
+        """Cancel what is left, mark it interrupted, and leave Ray."""
         for ref in self.going:
             self.ray.cancel(ref, force=True)
         self.ray.shutdown()
+        for run in self.going.values():
+            mark_interrupted(run, self.runs_dir)

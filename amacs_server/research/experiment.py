@@ -13,7 +13,9 @@ or ``running`` one (an interrupted experiment) runs again from nothing.
 
 Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
 line is wrong; 3 the budget was spent before every run started; 130
-interrupted (C-c: the runs going are failed, and run again on resume).
+interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
+the error "interrupted (C-c); it runs again when you resume", and resume runs
+them again).
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
+    Task,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .runs import Outcome, read_manifest
@@ -64,11 +67,28 @@ def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float]:
     return todo, spent
 
 
+def dollars(cost: float) -> str:
+    """COST as dollars: cents, or tenths of a cent below one cent (a fake's runs cost that)."""
+    return f"${cost:.2f}" if cost == 0 or cost >= 0.01 else f"${cost:.4f}"
+
+
+def counts(done: int, running: int, failed: int, cost: float) -> str:
+    """The progress line's numbers: ``10 done · 0 running · 0 failed · $0.49``."""
+    return f"{done} done · {running} running · {failed} failed · {dollars(cost)}"
+
+
+class _Counts(TextColumn):
+    def __init__(self) -> None:
+        super().__init__("")
+
+    def render(self, task: Task) -> Text:
+        fields = task.fields
+        return Text(counts(fields["done"], fields["running"], fields["failed"], fields["cost"]))
+
+
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("done {task.fields[done]} running {task.fields[running]} "
-                               "failed {task.fields[failed]} ${task.fields[cost]:.4f}"),
-                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console)
+    return Progress(TextColumn("{task.description}"), BarColumn(), _Counts(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=console)
 
 
 def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | None, spent: float,
@@ -80,7 +100,7 @@ def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | 
     outcomes: list[Outcome] = []
     running = 0
     with _progress(console) as progress:
-        bar = progress.add_task(name, total=total, completed=total - len(todo),
+        bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
         try:
             while queue or running:

@@ -22,19 +22,21 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .spec import Run
+from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
 # Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
 # ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
+INTERRUPTED = "interrupted (C-c); it runs again when you resume"
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,33 @@ def _copy_skills(run: Run, home: Path) -> None:
     target = home / "skills"
     target.mkdir(parents=True, exist_ok=True)
     for folder in run.skills:
-        for skill in sorted(folder.iterdir()):
-            if skill.is_dir():
-                shutil.copytree(skill, target / skill.name, dirs_exist_ok=True)
+        for skill in skill_folders(folder):
+            shutil.copytree(skill, target / skill.name, dirs_exist_ok=True)
 
 
-def run_one(run: Run, runs_dir: Path) -> Outcome:
+def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None) -> int | None:
+    """PROC's exit status; None when TIMEOUT seconds pass or STOP is set first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+                return None
+
+
+def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
+    """Whether the run was stopped by C-c: STOP set, or set just after Emacs died of the same C-c."""
+    if stop is None:
+        return False
+    return stop.is_set() or (code not in (0, None) and stop.wait(0.5))
+
+
+def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` (made afresh) and return how it ended.
 
+    STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
+    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
     Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     folder = runs_dir.resolve() / run.run_id
     if folder.exists():
@@ -194,13 +215,16 @@ def run_one(run: Run, runs_dir: Path) -> Outcome:
             proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             try:
-                code = proc.wait(timeout=run.timeout)
-            except subprocess.TimeoutExpired:
-                _kill(proc, home)
-                code, error = -1, f"timed out after {run.timeout:g} s"
+                code = _wait(proc, run.timeout, stop)
             except BaseException:
                 _kill(proc, home)
                 raise
+            if code != 0:
+                _kill(proc, home)  # also the server of an Emacs that died of a C-c
+            if _interrupted(code, stop):
+                error = INTERRUPTED
+            elif code is None:
+                code, error = -1, f"timed out after {run.timeout:g} s"
         try:
             said = json.loads(result.read_text(encoding="utf-8"))
             turns_done = int(said.get("turns_done") or 0)

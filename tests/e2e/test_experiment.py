@@ -184,6 +184,86 @@ def test_experiment_resumes_after_kill(model, tmp_path):
     assert len(model.requests) - requests_before == (RUNS - len(before)) * TURNS
 
 
+@pytest.mark.parametrize("group", [True, False], ids=["terminal-c-c", "sigint-to-the-command"])
+def test_experiment_interrupted_says_so(model, tmp_path, group):
+    """C-c mid-run (SIGINT to the command's process group, as a terminal sends it, or to the command alone):
+    exit 130, the runs going say "interrupted (C-c); ...", not a crash; no server left; resume finishes them."""
+    spec, runs = write_spec(tmp_path, "interrupt"), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env=environment(model), cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        statuses = [m["status"] for m in manifests(runs).values()]
+        if statuses.count("done") >= 2 and statuses.count("running") >= 2:
+            break
+        time.sleep(0.05)
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted; run the same command again to resume" in out, out
+    found = manifests(runs)
+    stopped = {k: m for k, m in found.items() if m["status"] != "done"}
+    assert stopped and len(found) < RUNS, found
+    for manifest in stopped.values():
+        assert manifest["status"] == "failed", manifest
+        assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+    deadline = time.time() + 20
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not servers_of(runs)
+
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_all_done(runs)
+
+
+def test_progress_line_reads_plainly():
+    """The progress bar's numbers: number before word, separated: 10 done · 0 running · 0 failed · $0.49."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from amacs_server.research.experiment import counts, execute
+    from amacs_server.research.runs import Outcome
+
+    assert counts(10, 0, 0, 0.49) == "10 done · 0 running · 0 failed · $0.49"
+    assert counts(3, 4, 1, 0.0018) == "3 done · 4 running · 1 failed · $0.0018"
+
+    class Instant:
+        """An executor whose runs end at once, at 4.9 cents each."""
+
+        def __init__(self) -> None:
+            self.going: list[str] = []
+
+        def submit(self, run) -> None:
+            self.going.append(run.run_id)
+
+        def finished(self, timeout: float) -> list[Outcome]:
+            out = [Outcome(run_id=r, status="done", cost=0.049, seconds=1.0, turns_done=1, started_at=0.0,
+                           ended_at=1.0) for r in self.going]
+            self.going = []
+            return out
+
+        def close(self) -> None:
+            pass
+
+    class Run:
+        def __init__(self, n: int) -> None:
+            self.run_id = f"p.v.m.r{n}"
+
+    screen = StringIO()
+    console = Console(file=screen, width=160, force_terminal=True, color_system=None)
+    outcomes, left = execute([Run(n) for n in range(10)], Instant(), 4, None, 0.0, 10, "debate", console)
+    assert len(outcomes) == 10 and not left
+    last = screen.getvalue().replace("\r", "\n").splitlines()
+    final = [line for line in last if "debate (10 runs)" in line][-1]
+    assert "10 done · 0 running · 0 failed · $0.49" in final, final
+    assert "10/10" not in screen.getvalue()
+
+
 def test_experiment_respects_total_budget(model, tmp_path):
     """A budget below all runs' cost: fewer start, the command says so; a larger one finishes the rest."""
     spec, runs = write_spec(tmp_path, "budget", parallel=2), tmp_path / "runs"
