@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amacs_server.research.dataset import OPEN
+
 PROMPTS = ("question", "script")
 VARIANTS = ("two-views", "three-views")
 MODELS = (("fake", "anthropic", "claude-sonnet-4-5"), ("fake-small", "anthropic", "claude-haiku-4-5"))
@@ -56,7 +58,8 @@ class FakeAgent:
     parent: str | None
     type: str
     template: str
-    state: str  # at the end: agent_end's state, or "live" without one
+    state: str = OPEN  # at the end: agent_end's state, or "open at end" without one
+    steps: int = 0  # its answered model calls (agent_end's steps, as the server counts them)
 
 
 @dataclass
@@ -109,11 +112,11 @@ class _Writer:
         cost = round((tokens_in - cached) * 3e-6 + cached * 0.3e-6 + tokens_out * 15e-6, 8)
         usage = {"input_tokens": tokens_in - cached, "output_tokens": tokens_out,
                  "cache_read_tokens": cached, "cache_write_tokens": 0}
-        data: dict[str, Any] = {"raw": reply, "usage": usage, "cost": cost,
+        # every agent's model_response has the same fields (loop/primary.py, agents/world.py)
+        data: dict[str, Any] = {"raw": reply, "stop_reason": "end_turn", "usage": usage, "cost": cost,
                                 "latency_ms": round(self.rng.uniform(400, 3000), 3)}
-        if agent.type == "primary":
-            data = {"raw": reply, "stop_reason": "end_turn", **{k: data[k] for k in ("usage", "cost", "latency_ms")}}
         self.write(agent, "model_response", data, tick)
+        agent.steps += 1
         self.run.model_calls += 1
         self.run.cost += cost
 
@@ -143,10 +146,10 @@ def _start(w: _Writer, agent: FakeAgent, depth: int, name: str | None) -> None:
     w.write(agent, "agent_start", {"allowed": ["eval", "reply", "talk"], "depth": depth, "name": name})
 
 
-def _end(w: _Writer, agent: FakeAgent, state: str, steps: int) -> None:
+def _end(w: _Writer, agent: FakeAgent, state: str) -> None:
     agent.state = state
     w.write(agent, "agent_end", {"state": state, "id": agent.id, "type": agent.type, "template": agent.template,
-                                 "name": None, "parent": agent.parent, "steps": steps, "tokens": 1000,
+                                 "name": None, "parent": agent.parent, "steps": agent.steps, "tokens": 1000,
                                  "cost": 0.001})
 
 
@@ -165,13 +168,13 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
     run = FakeRun(run_id, {}, session)
     home = runs_dir / run_id / "home"
     w = _Writer(run, home / "transcripts" / f"{session}.jsonl", rng, started)
-    primary = FakeAgent("primary", None, "primary", "core", "live")
+    primary = FakeAgent("primary", None, "primary", "core")
     run.agents["primary"] = primary
     messages: list[dict[str, str]] = []
     tick = 0
     n_views = 2 if variant == "two-views" else 3
     views: list[FakeAgent] = []
-    comp = FakeAgent("compulsion-1", "primary", "compulsion", "spawn-limiter", "live")
+    comp = FakeAgent("compulsion-1", "primary", "compulsion", "spawn-limiter")
     task_n = 0
     turns_done = 0
     for turn_no, human in enumerate(turns):
@@ -207,7 +210,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
             elif turn_no == 0 and step == 0:
                 w.write(primary, "eval", {"form": form}, tick)
                 for n in VIEWS[:n_views]:
-                    v = FakeAgent(f"viewpoint-{n}", "primary", "viewpoint", "debater", "live")
+                    v = FakeAgent(f"viewpoint-{n}", "primary", "viewpoint", "debater")
                     views.append(v)
                     _start(w, v, 1, n)
                 _start(w, comp, 1, None)
@@ -231,7 +234,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
                                   None)
                 elif "agent-task" in form:
                     task_n += 1
-                    task = FakeAgent(f"task-{task_n}", "primary", "task", "researcher", "live")
+                    task = FakeAgent(f"task-{task_n}", "primary", "task", "researcher")
                     _start(w, task, 1, None)
                     w.eval(primary, form, tick, result=f'(:handle "{task.id}" :talk-id {task_n})')
                     w.model_call(task, SUB_SYSTEM, [{"role": "user", "content": form}],
@@ -240,7 +243,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
                            result='"GNU Emacs 29.1"')
                     w.model_call(task, SUB_SYSTEM, [{"role": "user", "content": form}],
                                  _reply(rng, None, "found it"), model_name)
-                    _end(w, task, "done" if rng.random() < 0.9 else "failed", 2)
+                    _end(w, task, "done" if rng.random() < 0.9 else "failed")
                     w.write(primary, "event", {"type": "Agent", "source": task.id, "talk_id": task_n,
                                                "content": {"handle": task.id, "status": task.state}})
                 else:
@@ -253,9 +256,9 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
         turns_done += 1
     if not failed:
         for v in views:
-            _end(w, v, "discarded", 1)
+            _end(w, v, "discarded")
         if rng.random() < 0.5:
-            _end(w, comp, "quit", 3)
+            _end(w, comp, "quit")
     w.save()
     ended = w.ts + 0.5
     run.manifest = {

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from amacs_server.research import dataset
-from amacs_server.research.dataset import PARAMS, TABLES, load
+from amacs_server.research.dataset import OPEN, PARAMS, TABLES, load
 from tests.research_fakes import FakeRun, write_runs
 
 RUNS = 40
@@ -64,9 +64,23 @@ def test_row_counts_match_the_generated_runs(generated, con):
 
 def test_agent_trees_match_the_generated_runs(generated, con):
     _dir, runs = generated
-    got = con.execute("SELECT run_id, agent_id, parent_id, agent_type, template, state FROM agents").fetchall()
-    assert sorted(got) == sorted((r.run_id, a.id, a.parent, a.type, a.template, a.state)
+    got = con.execute("SELECT run_id, agent_id, parent_id, agent_type, template, state, steps FROM agents").fetchall()
+    assert sorted(got) == sorted((r.run_id, a.id, a.parent, a.type, a.template, a.state, a.steps)
                                  for r in runs for a in r.agents.values())
+    # every state says what happened: an agent_end's, or open at end (the primary, a failed run's viewpoints)
+    states = {s for (s,) in con.execute("SELECT DISTINCT state FROM agents").fetchall()}
+    assert states == {"done", "failed", "discarded", "quit", OPEN}
+    assert con.execute("SELECT DISTINCT state FROM agents WHERE agent_type = 'primary'").fetchall() == [(OPEN,)]
+    # steps are never NULL: an agent without an agent_end has its answered model calls
+    assert con.execute("SELECT count(*) FROM agents WHERE steps IS NULL OR steps != (SELECT count(*) "
+                       "FROM model_calls m WHERE m.run_id = agents.run_id AND m.agent_id = agents.agent_id "
+                       "AND m.ok)").fetchone() == (0,)
+    # an agent open at end lived until its session's last event; the others until their agent_end
+    assert con.execute("""
+        SELECT count(*) FROM agents a WHERE ended_at != CASE WHEN state = 'open at end'
+            THEN (SELECT max(ts) FROM events e WHERE e.run_id = a.run_id AND e.session_id = a.session_id)
+            ELSE (SELECT max(ts) FROM events e WHERE e.run_id = a.run_id AND e.agent_id = a.agent_id
+                  AND e.event = 'agent_end') END""").fetchone() == (0,)
     primaries = con.execute("SELECT count(*), count(*) FILTER (WHERE parent_id IS NULL AND depth = 0) "
                             "FROM agents WHERE agent_type = 'primary'").fetchone()
     assert primaries == (RUNS, RUNS)  # one root per run
@@ -160,11 +174,11 @@ def test_a_real_session_loads_with_its_agents(tmp_path):
     tree = {(run, agent): (parent, kind, template, state) for run, agent, parent, kind, template, state in
             con.execute("SELECT run_id, agent_id, parent_id, agent_type, template, state FROM agents").fetchall()}
     assert tree == {
-        ("nested.r0", "primary"): (None, "primary", "core", "live"),
+        ("nested.r0", "primary"): (None, "primary", "core", OPEN),
         ("nested.r0", "task-1"): ("primary", "task", "researcher", "done"),
         ("nested.r0", "task-2"): ("task-1", "task", "researcher", "done"),
         ("nested.r0", "task-3"): ("task-1", "task", "researcher", "done"),
-        ("compulsion.r0", "primary"): (None, "primary", "core", "live"),
+        ("compulsion.r0", "primary"): (None, "primary", "core", OPEN),
         ("compulsion.r0", "compulsion-1"): ("primary", "compulsion", "spawn-limiter", "quit"),
         ("compulsion.r0", "task-2"): ("primary", "task", "researcher", "done"),
         ("compulsion.r0", "task-3"): ("primary", "task", "researcher", "done"),
@@ -178,6 +192,20 @@ def test_a_real_session_loads_with_its_agents(tmp_path):
     assert blocked == [("primary", False, '(agent-task "researcher" "job 4")')]
     spent = con.execute("SELECT count(*), sum(cost) > 0, bool_and(input_tokens > 0) FROM model_calls").fetchone()
     assert spent == (sum(e["event"] == "model_response" for e in lines), True, True)
+    # every agent's model_response has the same fields: a subagent's call has its stop_reason too
+    fields = {(e["agent_type"], tuple(sorted(e["data"]))) for e in lines if e["event"] == "model_response"}
+    assert {kind for kind, _f in fields} == {"primary", "task", "compulsion"}
+    assert len({f for _k, f in fields}) == 1, fields
+    assert con.execute("SELECT agent_type, count(*) FROM model_calls WHERE stop_reason IS NULL GROUP BY 1"
+                       ).fetchall() == []
+    # steps: the agent_end's, else (the primary, open at end) its answered model calls, as the server counts
+    steps = con.execute("SELECT agent_id, state, steps, model_calls FROM agents WHERE run_id = 'nested.r0' "
+                        "ORDER BY agent_id").fetchall()
+    assert all(n is not None and n == calls for _a, _s, n, calls in steps), steps
+    ended = con.execute("SELECT count(*), count(*) FILTER (WHERE a.steps = CAST(e.data->'$.steps' AS INTEGER)) "
+                        "FROM agents a JOIN events e ON e.run_id = a.run_id AND e.session_id = a.session_id "
+                        "AND e.agent_id = a.agent_id AND e.event = 'agent_end'").fetchone()
+    assert ended[0] >= 7 and ended[0] == ended[1]
     assert con.execute("SELECT prompt, model_cost > 0 FROM runs ORDER BY run_id").fetchall() == [
         ("compulsion", True), ("nested", True)]
 

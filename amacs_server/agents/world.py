@@ -869,8 +869,8 @@ class AgentWorld:
         self.counted(agent, result.usage, dollars)
         agent.messages.append({"role": "assistant", "content": result.text or "(empty)"})
         self.rt.transcript.write("model_response", {
-            "raw": result.text, "usage": result.usage.__dict__, "cost": dollars,
-            "latency_ms": result.latency_ms}, agent=agent.identity)
+            "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
+            "cost": dollars, "latency_ms": result.latency_ms}, agent=agent.identity)
         return result.text
 
     async def _eval(self, agent: Agent, form: str) -> tuple[EvalResult, Wait | None]:

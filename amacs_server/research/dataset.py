@@ -19,9 +19,13 @@ status, arm):
   result, seconds, and whether a compulsion blocked it.
 - ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
 - ``agents``: one row per agent per session: its parent, type, template, name, depth,
-  state at the end (its last ``agent_end``, else ``live``), started_at/ended_at, steps,
-  model calls, tokens, cost, evals, eval errors: the agent tree, rebuilt from the
-  transcripts' agent_id/parent_id and the agent_start/agent_end events.
+  state (its last ``agent_end``'s, e.g. done/failed/discarded/quit; ``open at end`` when
+  it has none: still alive when its session ended, as the primary always is),
+  started_at (its ``agent_start``, else its first event), ended_at (its ``agent_end``,
+  else its session's last event), steps (its ``agent_end``'s steps, else its answered
+  model calls: the server's count), model calls, tokens, cost, evals, eval errors: the
+  agent tree, rebuilt from the transcripts' agent_id/parent_id and the
+  agent_start/agent_end events.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     import duckdb
 
 DB_NAME = "dataset.duckdb"
+OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
 TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents")
 
 MANIFEST_COLUMNS = {
@@ -150,8 +155,9 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
             SELECT {key}, max(ts) AS ended_at, arg_max(data->>'$.state', seq) AS state,
                    arg_max(CAST(data->'$.steps' AS INTEGER), seq) AS steps
             FROM events WHERE event = 'agent_end' GROUP BY ALL),
+        se AS (SELECT run_id, session_id, max(ts) AS session_end FROM events GROUP BY ALL),
         mc AS (
-            SELECT {key}, count(*) AS model_calls,
+            SELECT {key}, count(*) AS model_calls, count(*) FILTER (WHERE ok) AS answered,
                    sum(coalesce(input_tokens, 0) + coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0))::BIGINT
                        AS input_tokens,
                    sum(output_tokens)::BIGINT AS output_tokens, sum(cost) AS cost
@@ -162,15 +168,16 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         SELECT ids.run_id, {_params('p')}, ids.session_id, ids.agent_id, ids.parent_id, ids.agent_type,
                ids.template, st.name,
                coalesce(st.depth, CASE WHEN ids.parent_id IS NULL THEN 0 END) AS depth,
-               coalesce(en.state, 'live') AS state,
+               coalesce(en.state, '{OPEN}') AS state,
                coalesce(st.started_at, ids.first_ts) AS started_at,
-               coalesce(en.ended_at, ids.last_ts) AS ended_at,
-               en.steps, ids.events,
+               coalesce(en.ended_at, se.session_end, ids.last_ts) AS ended_at,
+               coalesce(en.steps, mc.answered, 0) AS steps, ids.events,
                coalesce(mc.model_calls, 0) AS model_calls, coalesce(mc.input_tokens, 0) AS input_tokens,
                coalesce(mc.output_tokens, 0) AS output_tokens, coalesce(mc.cost, 0) AS cost,
                coalesce(ev.evals, 0) AS evals, coalesce(ev.eval_errors, 0) AS eval_errors
         FROM ids LEFT JOIN st USING ({key}) LEFT JOIN en USING ({key}) LEFT JOIN mc USING ({key})
-                 LEFT JOIN ev USING ({key}) LEFT JOIN params p ON p.run_id = ids.run_id""")
+                 LEFT JOIN ev USING ({key}) LEFT JOIN se USING (run_id, session_id)
+                 LEFT JOIN params p ON p.run_id = ids.run_id""")
     con.execute("""
         CREATE OR REPLACE TABLE runs AS
         WITH n AS (SELECT run_id, count(*) AS events, count(DISTINCT session_id) AS sessions FROM events GROUP BY 1),
