@@ -288,7 +288,7 @@ left unmodified."
       ('amacs-commit (amacs-hub--show-commit value))
       ('amacs-agent (amacs-hub--show-transcript value))
       ('amacs-chat-log (amacs-open-chat-log))
-      ('amacs-report (browse-url-of-file value))
+      ('amacs-report (amacs-report-browse value))
       (_ (magit-section-toggle section)))))
 
 (defun amacs-hub--agent-at-point ()

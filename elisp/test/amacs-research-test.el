@@ -59,7 +59,8 @@
       (with-temp-file script
         (insert "#!/bin/sh\necho \"args: $*\"\necho '<html></html>' > \"$3/report.html\"\n"))
       (set-file-modes script #o755)
-      (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file))))
+      (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file)))
+                ((symbol-function 'amacs-report-browser-available-p) #'always))
         (let ((proc (amacs-report runs)))
           (while (not ended) (accept-process-output proc 0.05))))
       (should (equal ended 0))
@@ -114,10 +115,107 @@
             (with-current-buffer amacs-hub-buffer-name
               (goto-char (point-min))
               (should (search-forward "Report: " nil t))
-              (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file))))
-                (amacs-hub-visit)))
-            (should (equal opened (amacs-report-file dir))))
+              (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file)))
+                        ((symbol-function 'amacs-report-browser-available-p) #'always))
+                (amacs-hub-visit))
+              (should (equal opened (amacs-report-file dir)))
+              ;; In a terminal Emacs with no browser, RET says where the report is.
+              (setq opened nil)
+              (goto-char (point-min))
+              (search-forward "Report: ")
+              (let ((kill-ring nil))
+                (cl-letf (((symbol-function 'browse-url-of-file) (lambda (file) (setq opened file)))
+                          ((symbol-function 'amacs-report-browser-available-p) #'ignore))
+                  (amacs-hub-visit))
+                (should-not opened)
+                (should (equal (car kill-ring) (amacs-report-file dir))))))
         (kill-buffer amacs-hub-buffer-name)))))
+
+;; Issue 15, item 10: a terminal Emacs with no browser.
+
+(defmacro amacs-research-test--no-display (&rest body)
+  "Run BODY as in a terminal Emacs with no display: DISPLAY and WAYLAND_DISPLAY unset."
+  (declare (indent 0))
+  `(let ((process-environment (append '("DISPLAY" "WAYLAND_DISPLAY") process-environment)))
+     (cl-letf (((symbol-function 'display-graphic-p) #'ignore))
+       ,@body)))
+
+(ert-deftest amacs-research-test-browser-available ()
+  "No display and the default browse function: no browser; one set by the person counts; eww does not."
+  (amacs-research-test--no-display
+    (let ((browse-url-browser-function 'browse-url-default-browser))
+      (should-not (getenv "DISPLAY"))
+      (should-not (amacs-report-browser-available-p)))
+    (let ((browse-url-browser-function 'eww-browse-url))
+      (should-not (amacs-report-browser-available-p)))
+    (let ((browse-url-browser-function 'browse-url-firefox))
+      (should (amacs-report-browser-available-p))))
+  (let ((process-environment (cons "DISPLAY=:0" process-environment))
+        (browse-url-browser-function 'browse-url-default-browser))
+    (cl-letf (((symbol-function 'executable-find) (lambda (name &rest _) (equal name "xdg-open"))))
+      (should (amacs-report-browser-available-p)))
+    (cl-letf (((symbol-function 'executable-find) #'ignore))
+      (should-not (amacs-report-browser-available-p)))))
+
+(ert-deftest amacs-research-test-no-browser-says-where ()
+  "A report written in a terminal Emacs: the echo area and *amacs-report* say where it is; path in the kill ring."
+  (amacs-research-test--in-temp dir
+    (let* ((script (expand-file-name "fake-server" dir))
+           (runs (expand-file-name "runs" dir))
+           (file (expand-file-name "report.html" runs))
+           (opened nil)
+           (ended nil)
+           (said nil)
+           (kill-ring nil)
+           (browse-url-browser-function 'browse-url-default-browser)
+           (amacs-report-finished-hook (list (lambda (_dir status) (setq ended status))))
+           (amacs-server-command (list script)))
+      (make-directory runs)
+      (with-temp-file script
+        (insert "#!/bin/sh\necho '<html></html>' > \"$2/report.html\"\n"))
+      (set-file-modes script #o755)
+      (amacs-research-test--no-display
+        (cl-letf (((symbol-function 'browse-url-of-file) (lambda (f) (setq opened f)))
+                  ((symbol-function 'eww-browse-url) (lambda (&rest _) (setq opened 'eww)))
+                  ((symbol-function 'message)
+                   (lambda (fmt &rest args) (push (apply #'format fmt args) said))))
+          (let ((proc (amacs-report runs)))
+            (while (not ended) (accept-process-output proc 0.05)))))
+      (should (equal ended 0))
+      (should-not opened)
+      (let ((expected (format "Report written: %s — open it in a browser (no browser here: set `browse-url-browser-function')"
+                              file)))
+        (should (member expected said))
+        (with-current-buffer amacs-report-buffer-name
+          (should (string-match-p (regexp-quote expected) (buffer-string)))))
+      (should (equal (car kill-ring) file)))))
+
+(ert-deftest amacs-research-test-prompt-starts-at-runs ()
+  "The folder prompt starts at the last runs folder, else `amacs-runs-directory', else the newest runs folder."
+  (amacs-research-test--in-temp dir
+    (let ((old (expand-file-name "debate/runs/old/" dir))
+          (new (expand-file-name "other/runs/new/" dir))
+          (default-directory "/"))
+      (should-not (amacs-report-newest-runs-directory dir))
+      (dolist (runs (list old new))
+        (make-directory runs t)
+        (with-temp-file (expand-file-name "experiment.toml" runs) (insert "[experiment]\n")))
+      (set-file-times (expand-file-name "experiment.toml" old) (time-subtract nil 3600))
+      (should (equal (amacs-report-newest-runs-directory dir) new))
+      (make-directory (expand-file-name "debate/runs/not-runs/" dir) t)  ; no experiment.toml: not a runs folder
+      (should (equal (amacs-report-newest-runs-directory dir) new))
+      (let ((amacs-report--experiments-directory dir)
+            (asked nil))
+        (cl-letf (((symbol-function 'read-directory-name)
+                   (lambda (_prompt start &rest _) (setq asked start) start)))
+          (should (equal (amacs-report--read-directory) new))
+          (let ((amacs-runs-directory old))
+            (should (equal (amacs-report--read-directory) old))
+            (let ((amacs-report-last-directory "/tmp/"))
+              (should (equal (amacs-report--read-directory) "/tmp/"))))
+          (let ((amacs-report--experiments-directory (expand-file-name "nothing/" dir)))
+            (should (equal (amacs-report--read-directory) "/"))))
+        (should asked)))))
 
 (provide 'amacs-research-test)
 ;;; amacs-research-test.el ends here
