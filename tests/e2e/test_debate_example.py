@@ -96,3 +96,22 @@ def test_the_shipped_experiment_runs_against_the_fake(tmp_path):
         templates = sorted(variant_templates(spec, m["variant"], copy / "debate.toml"))
         assert len(templates) == {"two-views": 2, "three-views": 3}[m["variant"]]
         check_debate(runs_dir / m["run_id"] / "home", templates, question)
+
+
+def test_readme_experiment_commands_run_as_written():
+    """The README's Experiments commands name what ./amacs installs: .venv/bin/amacs-server (not on PATH),
+    .venv/bin/python for the fake and for DuckDB (no duckdb command); the runs' folder and cost are said."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Experiments\n"):readme.index("### Dataset and report")]
+    commands = [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    assert commands, section
+    for line in commands:
+        words = [w for w in line.split() if "=" not in w.split("/")[0] and w != "\\"]
+        if words:
+            assert words[0].startswith(".venv/bin/"), line
+    assert ".venv/bin/python -m tests.fake_debate" in section
+    assert not re.search(r"(^|[`\s])duckdb [^`]*\.duckdb", section)
+    assert "count against the spec's budget" in section and "--runs-dir" in section
+    assert "experiments/debate/runs/debate/" in section
+    line = next(c for c in commands if "import duckdb" in c)
+    assert "read_json_auto('experiments/debate/runs/debate/*/manifest.json')" in line
