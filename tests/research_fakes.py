@@ -153,8 +153,10 @@ def _end(w: _Writer, agent: FakeAgent, state: str) -> None:
                                  "cost": 0.001})
 
 
-def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
-    """Write run number INDEX of the grid (its arm is INDEX modulo the grid's size, its rep the quotient)."""
+def write_run(runs_dir: Path, index: int, seed: int = 0, errors: bool = True) -> FakeRun:
+    """Write run number INDEX of the grid (its arm is INDEX modulo the grid's size, its rep the quotient).
+
+    Without ERRORS, no eval fails and the compulsion blocks nothing (as in the shipped debate)."""
     arms = [(p, v, m) for p in PROMPTS for v in VARIANTS for m in MODELS]
     prompt, variant, (model, backend, model_name) = arms[index % len(arms)]
     rep = index // len(arms)
@@ -167,7 +169,8 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
     session = f"20260920T{index % 240000:06d}-{index:08x}"
     run = FakeRun(run_id, {}, session)
     home = runs_dir / run_id / "home"
-    w = _Writer(run, home / "transcripts" / f"{session}.jsonl", rng, started)
+    # the session's first event comes after Emacs and the server started (as in a real run)
+    w = _Writer(run, home / "transcripts" / f"{session}.jsonl", rng, started + 1.5)
     primary = FakeAgent("primary", None, "primary", "core")
     run.agents["primary"] = primary
     messages: list[dict[str, str]] = []
@@ -198,7 +201,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
             elif rng.random() < 0.5:
                 form = f'(agent-task "researcher" "find data {task_n + 1}")'
             else:
-                form = rng.choice(['(buffer-string)', '(my-undefined-function)', '(+ 1 2)'])
+                form = rng.choice(['(buffer-string)', '(my-undefined-function)', '(+ 1 2)'][:3 if errors else 1])
             reply = None if form else "Here is what the panel says."
             raw = _reply(rng, form, reply)
             w.model_call(primary, SYSTEM, messages, raw, model_name, tick)
@@ -224,7 +227,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
                 # the compulsion sees every eval of the primary
                 w.model_call(comp, SUB_SYSTEM, [{"role": "user", "content": f"[before action] {form}"}],
                              _reply(rng, None, ""), model_name)
-                if "agent-task" in form and task_n >= 2:
+                if "agent-task" in form and task_n >= 2 and errors:
                     reason = "Two subagents already run in this turn; use their results first."
                     w.write(primary, "eval", {"form": form}, tick)
                     w.write(primary, "blocked", {"by": comp.id, "template": comp.template, "action": "eval",
@@ -239,7 +242,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
                     w.eval(primary, form, tick, result=f'(:handle "{task.id}" :talk-id {task_n})')
                     w.model_call(task, SUB_SYSTEM, [{"role": "user", "content": form}],
                                  _reply(rng, "(emacs-version)"), model_name)
-                    w.eval(task, "(emacs-version)", None, error="timeout" if rng.random() < 0.2 else None,
+                    w.eval(task, "(emacs-version)", None, error="timeout" if rng.random() < 0.2 and errors else None,
                            result='"GNU Emacs 29.1"')
                     w.model_call(task, SUB_SYSTEM, [{"role": "user", "content": form}],
                                  _reply(rng, None, "found it"), model_name)
@@ -271,10 +274,10 @@ def write_run(runs_dir: Path, index: int, seed: int = 0) -> FakeRun:
     return run
 
 
-def write_runs(runs_dir: Path, n: int, seed: int = 0) -> list[FakeRun]:
-    """Write N runs into RUNS_DIR (8 arms: prompt x variant x model; rep = index // 8)."""
+def write_runs(runs_dir: Path, n: int, seed: int = 0, errors: bool = True) -> list[FakeRun]:
+    """Write N runs into RUNS_DIR (8 arms: prompt x variant x model; rep = index // 8); ERRORS: see write_run."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    return [write_run(runs_dir, i, seed) for i in range(n)]
+    return [write_run(runs_dir, i, seed, errors) for i in range(n)]
 
 
 if __name__ == "__main__":

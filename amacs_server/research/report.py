@@ -49,7 +49,9 @@ class Page:
         self.figures = 0
 
     def section(self, title: str, note: str = "") -> None:
-        self.parts.append(f"<h2>{html.escape(title)}</h2>" + (f"<p class='note'>{html.escape(note)}</p>" if note else ""))
+        anchor = "-".join(title.lower().split())
+        self.parts.append(f"<h2 id='{html.escape(anchor)}'>{html.escape(title)}</h2>"
+                          + (f"<p class='note'>{html.escape(note)}</p>" if note else ""))
 
     def figure(self, fig: go.Figure, height: int = 450) -> None:
         fig.update_layout(height=height, margin={"l": 60, "r": 20, "t": 40, "b": 60}, template="plotly_white")
@@ -106,7 +108,7 @@ def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: s
         mine = [(run, v) for a, run, v in rows if a == arm]
         fig.add_trace(go.Box(name=arm, y=[v for _r, v in mine], text=[r for r, _v in mine], boxpoints="all",
                              jitter=0.4, pointpos=0, hovertemplate="%{text}: %{y}<extra></extra>"))
-    fig.update_layout(title=title, yaxis_title=unit, showlegend=False)
+    fig.update_layout(title=title, yaxis_title=unit, showlegend=False, yaxis_rangemode="tozero")
     return fig
 
 
@@ -123,7 +125,10 @@ def _evals_and_blocks(con: duckdb.DuckDBPyConnection, arms: list[str]) -> tuple[
                                 y=[rates[a][idx] / rates[a][0] if rates.get(a, (0,))[0] else 0 for a in arms],
                                 text=[f"{rates[a][idx]} of {rates[a][0]}" if a in rates else "" for a in arms]))
     errors.update_layout(barmode="stack", title="Eval error rate per arm", yaxis_title="share of evals",
-                         yaxis_tickformat=".0%")
+                         yaxis_tickformat=".0%", yaxis_rangemode="tozero", xaxis={"type": "category"})
+    if not any(failed + blocked for _n, failed, blocked in rates.values()):
+        _say(errors, "no eval errors in these runs" if rates else "no evals in these runs")
+        errors.update_layout(showlegend=False)
     blocks = go.Figure()
     rows = _rows(con, """
         WITH n AS (SELECT arm, count(*) AS runs FROM runs GROUP BY arm)
@@ -134,8 +139,19 @@ def _evals_and_blocks(con: duckdb.DuckDBPyConnection, arms: list[str]) -> tuple[
         blocks.add_trace(go.Bar(name=template, x=arms, y=[per.get(a, (0, 0))[0] for a in arms],
                                 text=[f"{per.get(a, (0, 0))[1]} in all" for a in arms]))
     blocks.update_layout(barmode="stack", title="Compulsion blocks per run, per arm (by the compulsion's template)",
-                         yaxis_title="blocks per run", legend_title="compulsion")
+                         yaxis_title="blocks per run", legend_title="compulsion", yaxis_rangemode="tozero",
+                         xaxis={"type": "category"})
+    if not rows:  # an empty grid says nothing: the arms, a zero axis and the words
+        blocks.add_trace(go.Bar(x=arms, y=[0] * len(arms), showlegend=False, hoverinfo="skip"))
+        _say(blocks, "no compulsion blocks in these runs")
     return errors, blocks
+
+
+def _say(fig: go.Figure, text: str) -> None:
+    """FIG has nothing to draw: a 0..1 axis, and TEXT across the middle of the plot."""
+    fig.update_layout(yaxis_range=[0, 1], annotations=[{
+        "text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
+        "font": {"size": 18, "color": "#555"}}])
 
 
 def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
@@ -159,6 +175,7 @@ def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
         colors.append(_color(kind))
         hover.append(f"state {state}, {calls} model calls, ${cost:.4f}")
     fig = go.Figure(go.Icicle(ids=ids, labels=labels, parents=parents, marker={"colors": colors},
+                              textfont={"color": "white", "size": 13},  # readable on every type's colour
                               text=hover, hovertemplate="%{label}<br>%{text}<extra></extra>",
                               tiling={"orientation": "h"}, root={"color": "white"}))
     fig.update_layout(title=f"Agent tree of {run} (colour: type)")
@@ -166,31 +183,76 @@ def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
 
 
 def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
+    """RUN's agents, one row each (labelled on the y axis), from start to end on the run's own clock.
+
+    The x axis spans the run (the manifest's started_at to ended_at, widened to its events): each
+    agent's bar at its real times, each model call a line from its request to its response (its
+    latency) ending in a dot, each eval a diamond just under its agent's row; hover for details."""
     import plotly.graph_objects as go
 
-    t0_row = _rows(con, "SELECT min(ts) FROM events WHERE run_id = ?", run)
-    t0 = float(t0_row[0][0] or 0.0) if t0_row else 0.0
+    span = _rows(con, """
+        SELECT r.started_at, r.ended_at, min(e.ts), max(e.ts), count(DISTINCT e.session_id)
+        FROM runs r LEFT JOIN events e USING (run_id) WHERE r.run_id = ? GROUP BY ALL""", run)
+    started, ended, first_ts, last_ts, sessions = span[0] if span else (None, None, None, None, 0)
+    starts = [t for t in (started, first_ts) if t is not None]
+    t0 = min(starts) if starts else 0.0
+    t1 = max(t for t in (ended, last_ts, t0) if t is not None)
     rows = _rows(con, """
-        SELECT agent_id, agent_type, template, state, started_at, ended_at
-        FROM agents WHERE run_id = ? ORDER BY started_at DESC""", run)
+        SELECT session_id, agent_id, agent_type, template, state, started_at, ended_at, steps, model_calls, cost
+        FROM agents WHERE run_id = ? ORDER BY started_at, agent_id""", run)
+
+    def key(session: str, agent: str) -> str:
+        return agent if sessions <= 1 else f"{session}/{agent}"
+
+    # one row per agent, the first started at the top
+    row_of = {key(r[0], r[1]): len(rows) - 1 - i for i, r in enumerate(rows)}
     fig = go.Figure()
-    for kind in sorted({r[1] for r in rows}):
-        mine = [r for r in rows if r[1] == kind]
+    for kind in sorted({r[2] or "?" for r in rows}):
+        mine = [r for r in rows if (r[2] or "?") == kind]
         fig.add_trace(go.Bar(
-            name=kind, orientation="h", y=[r[0] for r in mine], base=[r[4] - t0 for r in mine],
-            x=[max(r[5] - r[4], 0.01) for r in mine], marker_color=_color(kind), opacity=0.6,
-            text=[f"{r[2]}: {r[3]}" for r in mine], hovertemplate="%{y} (%{text})<br>%{base:.2f} s + %{x:.2f} s"
-                                                                 "<extra></extra>"))
-    calls = _rows(con, "SELECT agent_id, ts FROM model_calls WHERE run_id = ?", run)
-    fig.add_trace(go.Scatter(name="model call", mode="markers", y=[a for a, _t in calls],
-                             x=[t - t0 for _a, t in calls], marker={"symbol": "circle", "size": 6, "color": "black"}))
-    evals = _rows(con, "SELECT agent_id, ts, coalesce(ok, false), form FROM evals WHERE run_id = ?", run)
-    fig.add_trace(go.Scatter(name="eval (red: error)", mode="markers", y=[e[0] for e in evals],
-                             x=[e[1] - t0 for e in evals], text=[str(e[3])[:80] for e in evals],
-                             marker={"symbol": "diamond", "size": 8,
-                                     "color": ["#2ca02c" if e[2] else "#d62728" for e in evals]}))
-    fig.update_layout(barmode="overlay", title=f"Timeline of {run}'s agents", xaxis_title="seconds from the run's start",
-                      yaxis={"type": "category"})
+            name=kind, orientation="h", y=[row_of[key(r[0], r[1])] for r in mine],
+            base=[r[5] - t0 for r in mine], x=[max(r[6] - r[5], (t1 - t0) / 500) for r in mine],
+            width=0.5, marker_color=_color(kind), opacity=0.45, textposition="none",
+            text=[f"{r[1]} ({r[3]}): {r[4]}, {r[7]} steps, {r[8]} model calls, ${r[9]:.4f}" for r in mine],
+            hovertemplate="%{text}<br>%{base:.2f} s to %{customdata:.2f} s<extra></extra>",
+            customdata=[r[6] - t0 for r in mine]))
+    calls = _rows(con, """
+        SELECT session_id, agent_id, ts, latency_ms, ok, stop_reason, input_tokens, output_tokens, cost
+        FROM model_calls WHERE run_id = ? ORDER BY ts""", run)
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for session, agent, ts, latency, *_rest in calls:
+        y = row_of[key(session, agent)] + 0.12
+        xs += [ts - t0 - (latency or 0) / 1000, ts - t0, None]
+        ys += [y, y, None]
+    fig.add_trace(go.Scatter(name="model call (request to response)", mode="lines", x=xs, y=ys,
+                             line={"color": "black", "width": 2}, hoverinfo="skip", legendgroup="calls",
+                             showlegend=False))
+    fig.add_trace(go.Scatter(
+        name="model call (request to response)", mode="markers", legendgroup="calls",
+        x=[c[2] - t0 for c in calls], y=[row_of[key(c[0], c[1])] + 0.12 for c in calls],
+        marker={"symbol": "circle", "size": 6, "color": ["black" if c[4] else "#d62728" for c in calls]},
+        text=[f"{c[1]}: {'answered, ' + str(c[5]) if c[4] else 'failed'}, {c[6] or 0} in / {c[7] or 0} out, "
+              f"${c[8] or 0:.4f}, {(c[3] or 0) / 1000:.2f} s" for c in calls],
+        hovertemplate="%{text}<br>at %{x:.2f} s<extra></extra>"))
+    evals = _rows(con, "SELECT session_id, agent_id, ts, coalesce(ok, false), form, error FROM evals WHERE run_id = ?",
+                  run)
+    fig.add_trace(go.Scatter(
+        name="eval (red: error)", mode="markers", x=[e[2] - t0 for e in evals],
+        y=[row_of[key(e[0], e[1])] - 0.12 for e in evals],
+        text=[html.escape(str(e[4])[:80]) + ("" if e[3] else "<br>" + html.escape(str(e[5])[:80])) for e in evals],
+        hovertemplate="%{text}<br>at %{x:.2f} s<extra></extra>",
+        marker={"symbol": "diamond", "size": 7, "color": ["#2ca02c" if e[3] else "#d62728" for e in evals],
+                "line": {"width": 0.5, "color": "white"}}))
+    labels = [""] * len(rows)
+    for r in rows:
+        labels[row_of[key(r[0], r[1])]] = f"{key(r[0], r[1])} ({r[4]})"
+    fig.update_layout(
+        barmode="overlay", title=f"Timeline of {run}'s agents",
+        xaxis={"title": "seconds from the run's start", "range": [0, (t1 - t0) * 1.01 or 1], "zeroline": False},
+        yaxis={"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": labels, "automargin": True,
+               "range": [-0.6, len(rows) - 0.4]},
+        legend={"orientation": "h", "y": -0.25 if len(rows) > 3 else -0.4})
     return fig
 
 
@@ -240,8 +302,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     for run in runs:
         page.figure(_tree(con, run), height=420)
     if timeline:
-        page.section("Timeline", "Each agent from its start to its end (or its last event); "
-                                 "black: model calls; diamonds: evals.")
+        page.section("Timeline", "The run from its start to its end; each agent a row, from its start to its "
+                                 "end (open at end: to its session's last event); black: model calls, a line "
+                                 "from request to response; diamonds: evals. Hover for details, drag to zoom.")
         page.figure(_timeline(con, timeline), height=max(300, 60 + 40 * len(_rows(
             con, "SELECT 1 FROM agents WHERE run_id = ?", timeline))))
     return page

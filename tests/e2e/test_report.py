@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 
 from amacs_server.research import report
+from amacs_server.research.dataset import load
 from tests.research_fakes import write_runs
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")]
+
+def needs_chromium(test):
+    test = pytest.mark.e2e(test)
+    return pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")(test)
+
 
 WIDTH, HEIGHT = 1400, 3000
 MARKER = "amacs-js-error"
@@ -59,6 +63,7 @@ def png_info(path: Path) -> tuple[int, int, int]:
     return width, height, len(idat)
 
 
+@needs_chromium
 def test_report_renders_every_chart_in_headless_chromium(tmp_path, capsys):
     runs = write_runs(tmp_path / "runs", 24)
     chosen = [runs[0].run_id, runs[9].run_id]
@@ -91,9 +96,86 @@ def test_report_renders_every_chart_in_headless_chromium(tmp_path, capsys):
     assert pixels > 100_000
 
 
+@needs_chromium
 def test_a_script_error_shows_the_marker(tmp_path):
     """The check above can fail: a page whose script throws gets the marker."""
     page = tmp_path / "broken.html"
     page.write_text("<html><head></head><body><script>undefinedFunction();</script></body></html>")
     dom = chromium(watched_copy(page).as_uri(), "--dump-dom")
     assert re.search(f'id="{MARKER}">[^<]*undefinedFunction', dom)
+
+
+def arms_of(con) -> list[str]:
+    return [r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall()]
+
+
+def annotations(fig) -> list[str]:
+    return [a.text for a in fig.layout.annotations]
+
+
+def test_eval_errors_and_blocks_say_so_when_there_are_none(tmp_path):
+    """No eval errors and no blocks (the shipped debate): each chart says so over a 0..1 axis with
+    the arms labelled, not an empty grid or an axis from -100%."""
+    write_runs(tmp_path / "clean", 8, errors=False)
+    con = load(tmp_path / "clean")
+    assert con.execute("SELECT count(*) FILTER (WHERE NOT ok), count(*) FROM evals").fetchone()[0] == 0
+    arms = arms_of(con)
+    errors, blocks = report._evals_and_blocks(con, arms)
+    assert annotations(errors) == ["no eval errors in these runs"]
+    assert annotations(blocks) == ["no compulsion blocks in these runs"]
+    for fig in (errors, blocks):
+        assert tuple(fig.layout.yaxis.range) == (0, 1)
+        assert any(list(t.x) == arms for t in fig.data)  # the arm labels stay on the x axis
+    # with errors and blocks: bars, an axis from zero, no such words
+    write_runs(tmp_path / "errors", 16)
+    con = load(tmp_path / "errors")
+    errors, blocks = report._evals_and_blocks(con, arms_of(con))
+    assert annotations(errors) == annotations(blocks) == []
+    assert errors.layout.yaxis.rangemode == blocks.layout.yaxis.rangemode == "tozero"
+    assert sum(sum(t.y) for t in blocks.data) > 0
+
+
+def test_timeline_spans_the_run_with_every_call_and_agents_labelled_on_the_y_axis(tmp_path):
+    runs = write_runs(tmp_path, 8)
+    run = max(runs, key=lambda r: len(r.agents))
+    con = load(tmp_path)
+    fig = report._timeline(con, run.run_id)
+    # the x axis is the run's own clock: 0 is the manifest's started_at, the end its ended_at
+    lo, hi = fig.layout.xaxis.range
+    assert lo == 0 and hi >= run.manifest["seconds"]
+    bars = [t for t in fig.data if t.type == "bar"]
+    starts = dict(con.execute("SELECT agent_id, started_at - ? FROM agents WHERE run_id = ?",
+                              [run.manifest["started_at"], run.run_id]).fetchall())
+    ticks = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
+    assert len(ticks) == len(run.agents)  # one row per agent, labelled on the axis
+    for bar in bars:
+        assert bar.textposition == "none"  # no labels at the bar ends
+        for y, base in zip(bar.y, bar.base, strict=True):
+            agent = ticks[y].split(" (")[0]
+            assert base == pytest.approx(starts[agent]) and base >= 1.0  # at its real time
+    primary = next(label for label in ticks.values() if label.startswith("primary "))
+    assert primary == "primary (open at end)"
+    # every model call is its own mark, at its response's time
+    calls = next(t for t in fig.data if t.type == "scatter" and t.mode == "markers" and "model call" in t.name)
+    assert len(calls.x) == run.model_calls == len(set(calls.x))
+
+
+def test_boxes_start_at_zero_and_the_tree_text_is_readable(tmp_path):
+    write_runs(tmp_path, 8)
+    con = load(tmp_path)
+    arms = arms_of(con)
+    assert report._boxes(con, arms, "model_calls", "t", "u").layout.yaxis.rangemode == "tozero"
+    run = con.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 1").fetchone()[0]
+    tree = report._tree(con, run).data[0]
+    assert tree.textfont.color == "white"  # on the types' saturated colours, dark blue included
+
+
+@needs_chromium
+def test_empty_charts_show_their_words_and_arms_in_chromium(tmp_path):
+    write_runs(tmp_path / "runs", 8, errors=False)
+    assert report.main([str(tmp_path / "runs")]) == 0
+    dom = chromium((tmp_path / "runs" / "report.html").as_uri(), "--dump-dom")
+    assert "no eval errors in these runs" in dom and "no compulsion blocks in these runs" in dom
+    con = load(tmp_path / "runs")
+    for arm in arms_of(con):  # on the x axes of the box plots, the error rate and the blocks
+        assert dom.count(f'data-unformatted="{arm}"') >= 5, arm
