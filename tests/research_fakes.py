@@ -105,7 +105,8 @@ class _Writer:
         extra = {"read": [f"<EOT>amacs-instance-1:primary:chat.{i}:1<EOT>" for i in range(len(messages) // 2)],
                  "wrote": []} if agent.type == "primary" else {}
         self.write(agent, "model_request", {"request": request, **extra}, tick)
-        self.ts += self.rng.uniform(0.5, 3.0)  # the model's time
+        wait = self.rng.uniform(0.5, 3.0)  # the model's time: the call's latency, and a little more
+        self.ts += wait
         tokens_in = (len(system) + sum(len(m["content"]) for m in messages)) // 4
         tokens_out = len(reply) // 4 + self.rng.randint(5, 40)
         cached = tokens_in // 2 if len(messages) > 2 else 0
@@ -114,7 +115,7 @@ class _Writer:
                  "cache_read_tokens": cached, "cache_write_tokens": 0}
         # every agent's model_response has the same fields (loop/primary.py, agents/world.py)
         data: dict[str, Any] = {"raw": reply, "stop_reason": "end_turn", "usage": usage, "cost": cost,
-                                "latency_ms": round(self.rng.uniform(400, 3000), 3)}
+                                "latency_ms": round(wait * 1000 * self.rng.uniform(0.8, 0.98), 3)}
         self.write(agent, "model_response", data, tick)
         agent.steps += 1
         self.run.model_calls += 1
