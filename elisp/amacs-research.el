@@ -91,7 +91,9 @@ needs, on GNU/Linux, a display and a browser program it knows."
 Without a browser, say so in the echo area and in `*amacs-report*',
 and put FILE's path in the kill ring.  Return FILE."
   (if (amacs-report-browser-available-p)
-      (progn (message "AMACS: opening %s in a browser" (abbreviate-file-name file))
+      (progn (amacs-report--insert (get-buffer-create amacs-report-buffer-name)
+                                   (format "Report written: %s; opening it in a browser\n" file))
+             (message "AMACS: opening %s in a browser" (abbreviate-file-name file))
              (browse-url-of-file file))
     (let ((text (format "Report written: %s — open it in a browser (no browser here: set `%s')"
                         file 'browse-url-browser-function)))
@@ -151,7 +153,7 @@ runs folder under the checkout's experiments/, else `default-directory'."
         (buffer (process-buffer proc)))
     (if (and (zerop status) (file-exists-p (amacs-report-file runs-dir)))
         (progn
-          (amacs-report--insert buffer (format "\nReport written: %s\n" (amacs-report-file runs-dir)))
+          (amacs-report--insert buffer "\nThe report command finished.\n")
           (amacs-report-open runs-dir))
       (amacs-report--insert buffer (format "\nThe report command failed (exit %s): see above.\n" status))
       (message "AMACS: the report of %s failed (exit %s); see %s"

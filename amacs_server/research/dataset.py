@@ -250,7 +250,7 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
         lines.append(f"  ... and {len(arms) - 12} more")
     lines.append("rows per table:")
     lines += [f"  {t:<12} {n:>10,}" for t, n in counts(con).items()]
-    lines.append(f"DuckDB:  {runs_dir / DB_NAME}   (duckdb {runs_dir / DB_NAME}, or duckdb.connect in Python)")
+    lines.append(f"DuckDB:  {runs_dir / DB_NAME}   (in Python: duckdb.connect(path).sql('SELECT ...'))")
     parquet = runs_dir / "parquet"
     if parquet.is_dir():
         lines.append(f"Parquet: {parquet}/<table>.parquet   (pandas.read_parquet / polars.read_parquet)")

@@ -145,9 +145,11 @@ def main(argv: list[str]) -> int:
         shutil.copyfile(args.spec, runs_dir / "experiment.toml")
     todo, spent = _pending(experiment, runs_dir)
     total = len(experiment.runs)
+    again = sum(1 for run in todo if read_manifest(runs_dir / run.run_id))  # failed or interrupted before
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
-          f"{len(todo)} to run, {parallel} at once" + (f", on Ray {args.ray or '(local)'}" if args.ray is not None
-                                                       else ""), flush=True)
+          f"{len(todo)} to run" + (f" ({again} of them again: failed or interrupted before)" if again else "")
+          + f", {parallel} at once" + (f", on Ray {args.ray or '(local)'}" if args.ray is not None else ""),
+          flush=True)
     if not todo:
         return 0
     executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None

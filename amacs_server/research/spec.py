@@ -211,8 +211,11 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
             if not where.is_dir():
                 raise SpecError(f"{path}: variants[{n}].skills[{k}]: no folder {where}")
             for skill in skill_folders(where):
-                if "SKILL.md" not in {p.name for p in skill.iterdir()}:  # skill.md is not SKILL.md
-                    raise SpecError(f"{path}: variants[{n}].skills[{k}]: {skill} has no SKILL.md")
+                names = {p.name for p in skill.iterdir()}
+                if "SKILL.md" not in names:  # skill.md is not SKILL.md
+                    near = [name for name in names if name.lower() == "skill.md"]
+                    hint = f" (it has {near[0]}: rename it SKILL.md)" if near else ""
+                    raise SpecError(f"{path}: variants[{n}].skills[{k}]: {skill} has no SKILL.md{hint}")
             folders.append(where)
         skills[variant.name] = tuple(folders)
     urls = {m.name: _expand(m.base_url, f"{path}: models[{n}].base_url", env) if m.base_url else None

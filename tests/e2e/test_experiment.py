@@ -176,6 +176,7 @@ def test_experiment_resumes_after_kill(model, tmp_path):
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{len(before)} done before, {RUNS - len(before)} to run" in done.stdout
+    assert "of them again: failed or interrupted before" in done.stdout  # the runs the kill stopped
     after = assert_all_done(runs)
     for run_id, manifest in before.items():
         assert after[run_id]["started_at"] == manifest["started_at"], run_id
@@ -339,7 +340,7 @@ def test_run_that_hangs_is_killed_and_failed(tmp_path):
     (('name = "two"', 'name = "one"'), "variants[1].name: 'one' is used twice"),
     (('skills = ["skills/two"]', 'skills = ["skills/three"]'), "variants[1].skills[0]: no folder"),
     (('skills = ["skills/two"]', 'skills = ["skills/two", "skills/lower"]'),
-     "variants[1].skills[1]: {tmp}/skills/lower/panel-lower has no SKILL.md"),
+     "variants[1].skills[1]: {tmp}/skills/lower/panel-lower has no SKILL.md (it has skill.md: rename it SKILL.md)"),
     (("${FAKE_URL}", "${NOT_SET_ANYWHERE}"), "models[0].base_url: ${NOT_SET_ANYWHERE} is not set"),
     (("repetitions = 3", "repetitons = 3"), "experiment.repetitons: unknown key; did you mean repetitions?"),
     (("max_steps = 3", "max_step = 3"), "experiment.max_step: unknown key; did you mean max_steps?"),
