@@ -164,8 +164,15 @@ def _sentence(where: str, errors: list[ErrorDetails]) -> str:
         return f"{where} is required"
     if first["type"] == "value_error":  # our own rule: its message says it all
         return f"{where} {first['msg'].removeprefix('Value error, ')}"
+    return f"{where} {must_be(errors)}"
+
+
+def must_be(errors: list[ErrorDetails]) -> str:
+    """What a value must be and what came, from its ERRORS (a union's several): ``must be a string, got 3``.
+
+    The one wording of a wrong value: Emacs's arguments here, an experiment's spec too."""
     wanted = " or ".join(dict.fromkeys(_TYPES.get(e["type"]) or _rule(e) for e in errors))
-    return f"{where} must be {wanted}, got {_shown(first['input'])}"
+    return f"must be {wanted}, got {shown(errors[0]['input'])}"
 
 
 def _rule(error: ErrorDetails) -> str:
@@ -173,6 +180,7 @@ def _rule(error: ErrorDetails) -> str:
     return error["msg"].removeprefix("Input should be ")
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """VALUE as a message shows it: its repr, cut at 80 characters."""
     text = repr(value)
     return text if len(text) <= 80 else text[:79] + "…"

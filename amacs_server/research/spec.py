@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
-from ..arguments import _TYPES, _rule, _shown
+from ..arguments import must_be, shown
 from ..errors import AmacsError
 
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -149,11 +149,11 @@ def _plain(error: ErrorDetails) -> str:
     if kind == "value_error":  # our own rule: its message says it all
         return error["msg"].removeprefix("Value error, ")
     if kind == "string_pattern_mismatch":
-        return f"must be letters a-z, digits and - only, got {_shown(error['input'])}"
+        return f"must be letters a-z, digits and - only, got {shown(error['input'])}"
     if kind == "too_short":
         least = (error.get("ctx") or {}).get("min_length", 1)
         return f"must have at least {least} {'entry' if least == 1 else 'entries'}"
-    return f"must be {_TYPES.get(kind) or _rule(error)}, got {_shown(error['input'])}"
+    return must_be([error])
 
 
 def _where(loc: tuple[int | str, ...]) -> str:
