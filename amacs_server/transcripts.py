@@ -74,7 +74,8 @@ def summarize(folder: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the summary of a transcripts folder as JSON."""
-    parser = argparse.ArgumentParser(prog="amacs-server transcripts", description=__doc__)
+    parser = argparse.ArgumentParser(prog="amacs-server transcripts",
+                                     description="Summarize the transcripts in or below a folder, as JSON.")
     parser.add_argument("folder", nargs="?", help="a folder with transcripts in or below it "
                                                   "(default: $AMACS_HOME/transcripts)")
     args = parser.parse_args(argv)

@@ -259,7 +259,9 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
 
 def main(argv: list[str] | None = None) -> int:
     """Load RUNS_DIR into DuckDB and Parquet, and print a summary."""
-    parser = argparse.ArgumentParser(prog="amacs-server dataset", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="amacs-server dataset",
+                                     description="Load every run of RUNS_DIR into DuckDB"
+                                                 " (RUNS_DIR/dataset.duckdb) and Parquet (RUNS_DIR/parquet/).")
     parser.add_argument("runs_dir", type=Path, help="an experiment's runs folder (RUNS_DIR/<run-id>/manifest.json)")
     parser.add_argument("--no-parquet", action="store_true", help="only the DuckDB file")
     args = parser.parse_args(argv)

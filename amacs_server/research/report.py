@@ -312,7 +312,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
 
 def main(argv: list[str] | None = None) -> int:
     """Write RUNS_DIR/report.html (and open it with --open)."""
-    parser = argparse.ArgumentParser(prog="amacs-server report", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="amacs-server report",
+                                     description="Draw the runs of RUNS_DIR as one self-contained HTML page"
+                                                 " (RUNS_DIR/report.html).")
     parser.add_argument("runs_dir", type=Path, help="an experiment's runs folder (RUNS_DIR/<run-id>/manifest.json)")
     parser.add_argument("--runs", default="", help="run ids (comma-separated) whose agent trees are drawn")
     parser.add_argument("--timeline", default=None, help="the run whose agents' timeline is drawn")
