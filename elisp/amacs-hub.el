@@ -336,11 +336,18 @@ to have ended, in the echo area at once."
                                    (if (plist-get r :queued) "is at work; it will read it" "is answering")))))
 
 (defun amacs-hub-pause-agent (agent)
-  "Pause AGENT, the subagent at point, or resume it if it is paused."
+  "Pause AGENT, the subagent at point, or resume it if it is paused.
+An agent that has ended is said to have ended, in the echo area."
   (interactive (list (amacs-hub--agent-at-point)))
-  (let ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause")))
-    (amacs-call 'person_agent_control (list action agent)
-                (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh)))))
+  (let ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause"))
+        (ended (amacs-hub--ended agent)))
+    (if ended
+        (message "AMACS: %s has already ended (%s)" agent ended)
+      (amacs-call 'person_agent_control (list action agent)
+                  (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh))
+                  (lambda (err)
+                    (message "AMACS: %s" (replace-regexp-in-string " has ended" " has already ended" err))
+                    (amacs-hub-refresh))))))
 
 ;;;###autoload
 (defun amacs-hub ()

@@ -544,7 +544,7 @@ later, neither runs it again nor says the server stopped."
 
 (ert-deftest amacs-test-hub-refresh-keeps-point-and-leaves-it-unmodified ()
   "A refresh keeps point, in the buffer and in a window not selected, on the
-same agent's line; the hub is not modified; k on an ended agent says so at once."
+same agent's line; the hub is not modified; k or z on an ended agent says so at once."
   (let ((buffer (get-buffer-create amacs-hub-buffer-name)) (asked nil) (said nil))
     (unwind-protect
         (cl-letf (((symbol-function 'amacs-hub-refresh) #'ignore)
@@ -569,6 +569,9 @@ same agent's line; the hub is not modified; k on an ended agent says so at once.
                 (should-not (buffer-modified-p))
                 (goto-char (window-point hub-window))
                 (amacs-hub-cancel-agent "task-2")
+                (should (equal said "AMACS: task-2 has already ended (done)"))
+                (setq said nil)
+                (amacs-hub-pause-agent "task-2")   ; z too: said at once, nothing asked of the server
                 (should (equal said "AMACS: task-2 has already ended (done)"))
                 (should-not asked)))))
       (kill-buffer buffer))))
