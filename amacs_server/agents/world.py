@@ -198,6 +198,14 @@ class Agent:
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
 
+async def _unless_stopped_while_paused(agent: Agent) -> None:
+    """Wait while AGENT is paused; one interrupted or cancelled meanwhile (a cancel lost in a
+    wait_for too) goes no further: no model call, no action, nothing delivered."""
+    await agent.resumed.wait()
+    if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):
+        raise asyncio.CancelledError(agent.state)
+
+
 class AgentWorld:
     """Every subagent, the bounds they live under, and the events between them."""
 
@@ -819,9 +827,7 @@ class AgentWorld:
         # Paused while its model call was under way: the answer waits until it is resumed, so a
         # paused agent acts on nothing and delivers nothing (a newcomer paused a task from the
         # hub and saw it finish anyway).
-        await agent.resumed.wait()
-        if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):
-            raise asyncio.CancelledError(agent.state)
+        await _unless_stopped_while_paused(agent)
         if parsed.fallback and agent.type is not AgentType.COMPULSION:  # its asker hears what it said (a compulsion's
             # unparsed text must not block the agent it watches)
             return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
@@ -841,9 +847,7 @@ class AgentWorld:
 
     async def model_call(self, agent: Agent) -> str:
         """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
-        await agent.resumed.wait()  # paused: no model call until resumed
-        if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):  # a cancel lost in a wait_for must not call the model
-            raise asyncio.CancelledError(agent.state)
+        await _unless_stopped_while_paused(agent)  # paused: no model call until resumed
         stop = self.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
         if stop is not None:
             if not agent.budget_told:
