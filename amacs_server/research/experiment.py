@@ -55,16 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float]:
-    """The runs still to do, and the cost of the ones done before."""
-    todo, spent = [], 0.0
+def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float, int]:
+    """The runs still to do, the cost of the ones done before, and how many of those to do
+    have a manifest (they failed, or were interrupted, before: they run again)."""
+    todo, spent, again = [], 0.0, 0
     for run in experiment.runs:
         manifest = read_manifest(runs_dir / run.run_id)
         if manifest and manifest.get("status") == "done":
             spent += float(manifest.get("cost") or 0.0)
         else:
             todo.append(run)
-    return todo, spent
+            again += manifest is not None
+    return todo, spent, again
 
 
 def dollars(cost: float) -> str:
@@ -143,9 +145,8 @@ def main(argv: list[str]) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     if args.spec.resolve() != runs_dir / "experiment.toml":
         shutil.copyfile(args.spec, runs_dir / "experiment.toml")
-    todo, spent = _pending(experiment, runs_dir)
+    todo, spent, again = _pending(experiment, runs_dir)
     total = len(experiment.runs)
-    again = sum(1 for run in todo if read_manifest(runs_dir / run.run_id))  # failed or interrupted before
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
           f"{len(todo)} to run" + (f" ({again} of them again: failed or interrupted before)" if again else "")
           + f", {parallel} at once" + (f", on Ray {args.ray or '(local)'}" if args.ray is not None else ""),
