@@ -160,7 +160,8 @@ def _explain(err: ValidationError) -> str:
     return "; ".join(said)
 
 
-_NULLABLE = {name for name, spec in _Response.model_fields.items() if not spec.is_required()} | {"scratchpad.thread"}
+_NULLABLE = ({name for name, spec in _Response.model_fields.items() if not spec.is_required()}
+             | {f"scratchpad.{name}" for name, spec in _Scratchpad.model_fields.items() if not spec.is_required()})
 
 
 def _unit(number: float) -> float:
