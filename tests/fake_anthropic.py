@@ -363,7 +363,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A fake Anthropic Messages API on 127.0.0.1")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args(argv)
-    fake = FakeAnthropic(default=lambda _body: Reply(delay=args.delay)).start()
+    serve(lambda _body: Reply(delay=args.delay))
+
+
+def serve(default: Callable[[dict[str, Any]], Reply]) -> None:
+    """Answer every request with DEFAULT until interrupted, the URL printed first (for a person)."""
+    fake = FakeAnthropic(default=default).start()
     print(fake.url, flush=True)
     try:
         threading.Event().wait()

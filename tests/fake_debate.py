@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from typing import Any
 
 from tests.context_items import MESSAGE_BREAK, parse_context, request_text, text_of
-from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+from tests.fake_anthropic import Reply, agent_json, serve
 
 PREFIX = "panel-"  # the viewpoint skills the debate uses (experiments/debate/*/panel-*/SKILL.md)
 WAIT_SECONDS = 120
@@ -182,12 +181,7 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description="A fake Anthropic API that plays the debate example")
     parser.parse_args(argv)
-    fake = FakeAnthropic(default=debate_reply).start()
-    print(fake.url, flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        fake.stop()
+    serve(debate_reply)
 
 
 if __name__ == "__main__":
