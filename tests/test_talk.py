@@ -296,3 +296,32 @@ def test_the_runtime_imports_no_loop_module():
     tree = ast.parse(Path(runtime.__file__).read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert "loop.primary" not in imported and "loop.agent_loop" not in imported
+
+
+def test_ended_agents_neither_count_nor_watch(tmp_path):
+    """The World's indexes (issue 11, the pool bound: no scan of every agent per model call):
+    an agent that ended frees its place under AMACS_MAX_AGENTS, and a compulsion that quit
+    or failed is no longer consulted; a live one is, for the agent it is attached to only."""
+    from amacs_server.agents.kinds import AgentState
+    from amacs_server.agents.world import PRIMARY
+    from amacs_server.config import load_config
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k",
+                              "AMACS_MAX_AGENTS": "2"}), SilentFace())
+    try:
+        world = rt.world
+        first = world.viewpoint(PRIMARY, "one", "debater")["handle"]
+        watcher = world.compulsion(PRIMARY, "spawn-limiter", None)["handle"]
+        with pytest.raises(Overloaded, match="2 agents are live"):
+            world.viewpoint(PRIMARY, "two", "debater")
+        assert [a.id for a in world.compulsions_of(PRIMARY)] == [watcher]
+        assert world.compulsions_of(first) == []
+        world.discard(PRIMARY, "one")
+        world.viewpoint(PRIMARY, "two", "debater")  # the discarded one's place
+        world.agents[watcher].state = AgentState.FAILED
+        assert world.compulsions_of(PRIMARY) == []
+        world.viewpoint(PRIMARY, "three", "debater")  # the failed compulsion's place too
+    finally:
+        rt.ltm.close()

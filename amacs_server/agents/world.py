@@ -217,6 +217,11 @@ class AgentWorld:
         self.primary = Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
                              allowed=ALL_ACTIONS)
         self.agents: dict[str, Agent] = {PRIMARY: self.primary}
+        # Indexes kept beside ``agents`` (which keeps every agent, ended ones too): each
+        # model call asks for its agent's compulsions and each new agent counts the live
+        # ones; scanning every agent made a pool's calls O(agents) each (issue 11).
+        self._maybe_live: dict[str, Agent] = {}  # subagents not yet seen ended
+        self._compulsions: dict[str, list[Agent]] = {}  # by the agent they watch
         self._report_pending = False
         self.bus = EventBus(limits.event_queue)
         self._outstanding: dict[str, int] = {}  # results each caller is owed
@@ -282,7 +287,8 @@ class AgentWorld:
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
-        live = sum(1 for a in self.subagents() if a.state.live)
+        self._maybe_live = {i: a for i, a in self._maybe_live.items() if a.state.live}
+        live = len(self._maybe_live)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
         allowed = skill.allowed if allowed is None else allowed  # given, or the template's `allowed:'
@@ -297,6 +303,9 @@ class AgentWorld:
         agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
                       depth=depth, name=name, allowed=actions, request_input=request_input, model=skill.model)
         self.agents[agent.id] = agent
+        self._maybe_live[agent.id] = agent
+        if kind is AgentType.COMPULSION:
+            self._compulsions.setdefault(caller, []).append(agent)
         self._talk_ids[agent.id] = agent.talk_ids
         self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "depth": depth, "name": name},
                                  agent=agent.identity)
@@ -635,8 +644,11 @@ class AgentWorld:
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
         """The live compulsions attached to AGENT_ID."""
-        return [a for a in self.agents.values() if a.type is AgentType.COMPULSION and a.parent == agent_id
-                and a.state not in (AgentState.QUIT, AgentState.FAILED)]
+        attached = self._compulsions.get(agent_id)
+        if not attached:
+            return []
+        attached[:] = [a for a in attached if a.state not in (AgentState.QUIT, AgentState.FAILED)]
+        return list(attached)
 
     # -- talk and wait -----------------------------------------------------------------
 
