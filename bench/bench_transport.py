@@ -25,8 +25,11 @@ transport's own share of rows 2 and 3: until the shell's handler starts
 AMACS is ``./amacs`` in tmux (:mod:`bench.interactive`).  The peer, in the same
 Emacs, is what gptel does without gptel (not installable here): ``curl -N`` as
 an Emacs subprocess whose filter parses the SSE and inserts each text delta
-into a buffer; its turn ends when the process sentinel runs.  Times are taken
-inside Emacs with ``float-time``; the fake's with ``time.time()``.
+into a buffer; its turn ends when the process sentinel runs.  Its buffer is shown
+as gptel shows a reply, in a window of its own below the shell's (word-wrapped, the
+window following the end); a second peer writes into a buffer in no window, which
+is never redisplayed: the difference between the two is the display's share.  Times
+are taken inside Emacs with ``float-time``; the fake's with ``time.time()``.
 
     .venv/bin/python bench/bench_transport.py        # N=30; BENCH_N=10 for a quick look
 """
@@ -102,14 +105,23 @@ AMACS_PROBES = """(progn
   t)"""
 
 PEER = """(progn
-  (defun bench-peer-run (url)
-    "POST to URL's messages API with curl; insert each streamed text delta into *peer*."
-    (let* ((t0 (float-time)) (first nil) (pending "")
-           (buf (get-buffer-create "*peer*"))
+  ;; The peer's text is shown as gptel shows a reply: in a window of its own beside
+  ;; the shell (the frame split in two), wrapped at words like the shell's, the window
+  ;; following the end (gptel-auto-scroll).  A buffer in no window is never redisplayed:
+  ;; its "visible" times would leave out the display work the shell's include.
+  (with-current-buffer (get-buffer-create "*peer*")
+    (setq-local word-wrap t truncate-lines nil))
+  (with-selected-window (get-buffer-window amacs-shell-buffer-name)
+    (set-window-buffer (split-window-below) "*peer*"))
+  (defun bench-peer-run (url &optional kind)
+    "POST to URL's messages API with curl; insert each streamed text delta into *peer*.
+With KIND \\"peer-hidden\\", into *peer-hidden*, a buffer in no window (no redisplay)."
+    (let* ((t0 (float-time)) (first nil) (pending "") (kind (or kind "peer"))
+           (buf (get-buffer-create (format "*%s*" kind)))
            (body (json-encode (list :model "claude-fake" :max_tokens 1024 :stream t
                                     :messages (vector (list :role "user" :content "go")))))
            (process-adaptive-read-buffering nil))
-      (with-current-buffer buf (erase-buffer))
+      (with-current-buffer buf (goto-char (point-max)) (insert "\\n\\n"))
       (make-process
        :name "bench-peer" :buffer nil :connection-type 'pipe :noquery t :coding 'utf-8-unix
        :command (list "curl" "-sN" "--no-buffer" "-X" "POST" (concat url "/v1/messages")
@@ -124,14 +136,15 @@ PEER = """(progn
                                 (< (string-search "text_delta" pending start) end))
                        (setq text (gethash "text" (gethash "delta" (json-parse-string
                                                                     (substring pending (+ start 6) end)))))
-                       (with-current-buffer buf (goto-char (point-max)) (insert text))
+                       (with-current-buffer buf (goto-char (point-max)) (insert text)
+                         (dolist (w (get-buffer-window-list buf nil t)) (set-window-point w (point-max))))
                        (unless first (setq first (float-time))))
                      (setq start (1+ end)))
                    (setq pending (substring pending start))))
        :sentinel (lambda (p _e)
                    (unless (process-live-p p)
                      (let ((now (float-time)))
-                       (bench-record "peer" :t0 t0 :first first :reply now :done now)))))))
+                       (bench-record kind :t0 t0 :first first :reply now :done now)))))))
   t)"""
 
 
@@ -143,6 +156,12 @@ def rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -> dict
         out["turn_overhead"].append(1000 * ((record["done"] - record["t0"]) - server))
         out["last_byte_to_complete"].append(1000 * (record["reply"] - timing["end"]))
         out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
+        if "reply_start" in record:  # AMACS's turn, in parts: where the overhead goes
+            for name, ms in (("part: RET -> request at the model", timing["start"] - record["t0"]),
+                             ("part: last byte -> reply handler starts", record["reply_start"] - timing["end"]),
+                             ("part: reply handler (render, insert)", record["reply"] - record["reply_start"]),
+                             ("part: reply shown -> turn done handled", record["done"] - record["reply"])):
+                out.setdefault(name, []).append(1000 * ms)
     return out
 
 
@@ -157,6 +176,7 @@ def bench_stream(tmp: Path) -> dict[str, Any]:
         term.elisp(PEER)
         amacs_t: list[dict[str, float]] = []
         peer_t: list[dict[str, float]] = []
+        hidden_t: list[dict[str, float]] = []
         for i in range(WARMUP + N):
             n_before = len(fake.timings)
             term.type("go")
@@ -169,14 +189,22 @@ def bench_stream(tmp: Path) -> dict[str, Any]:
             term.elisp(f'(bench-peer-run "{fake.url}")')
             recorder.wait("peer", i + 1)
             peer_new = fake.timings[n_before:]
+            time.sleep(0.2)
+            n_before = len(fake.timings)
+            term.elisp(f'(bench-peer-run "{fake.url}" "peer-hidden")')
+            recorder.wait("peer-hidden", i + 1)
+            hidden_new = fake.timings[n_before:]
             if i >= WARMUP:
                 amacs_t += amacs_new
                 peer_t += peer_new
+                hidden_t += hidden_new
             time.sleep(0.2)
         amacs = rows(recorder.read("amacs")[WARMUP:], amacs_t)
         peer = rows(recorder.read("peer")[WARMUP:], peer_t)
+        hidden = rows(recorder.read("peer-hidden")[WARMUP:], hidden_t)
         return {"amacs": {k: summary(v) for k, v in amacs.items()},
-                "peer (curl + process filter)": {k: summary(v) for k, v in peer.items()}}
+                "peer (curl + process filter), its text in a window": {k: summary(v) for k, v in peer.items()},
+                "peer, its text in no window (never redisplayed)": {k: summary(v) for k, v in hidden.items()}}
     finally:
         term.close()
         fake.stop()
