@@ -287,8 +287,10 @@ class AgentWorld:
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
-        self._maybe_live = {i: a for i, a in self._maybe_live.items() if a.state.live}
         live = len(self._maybe_live)
+        if live >= self.limits.max_agents:  # counted again only near the limit: ended ones go
+            self._maybe_live = {i: a for i, a in self._maybe_live.items() if a.state.live}
+            live = len(self._maybe_live)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
         allowed = skill.allowed if allowed is None else allowed  # given, or the template's `allowed:'
