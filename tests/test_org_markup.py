@@ -393,3 +393,16 @@ def test_fenced_code_lines_are_never_lost(before, language, code, after):
     text = f"{before}\n```{language}\n" + "\n".join(code) + f"\n```\n{after}"
     out = markdown_to_org(text)
     assert "\n" + "\n".join(code) + "\n" in "\n" + out + "\n"
+
+
+_MARKDOWNISH = st.text(alphabet=st.sampled_from(list("ab #*_`~|[]()-:=>\n\t1.+!hps/")), max_size=80)
+
+
+@given(_MARKDOWNISH)
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+def test_the_first_look_for_markers_never_changes_the_answer(text):
+    """looks_like_markdown's quick look (no marker character: plain prose, issue 10) says
+    what the full look says, for text made of the characters Markdown and org use."""
+    from amacs_server.text.org_markup import _has_markdown
+
+    assert looks_like_markdown(text) == _has_markdown(text)
