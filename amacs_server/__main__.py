@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -160,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the server until Emacs goes away (or forever, headless); or summarize transcripts;
     or run an experiment, load its runs as a dataset, draw its report (``amacs_server.research``)."""
     argv = sys.argv[1:] if argv is None else argv
+    # pydantic looks for plugins in every installed package's entry points (~15 ms)
+    # when it builds its first model; AMACS has none (issue 10, start-up).  Nothing
+    # has built a model yet (they are deferred); a setting in the environment wins.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if argv[:1] == ["transcripts"]:
         from .transcripts import main as transcripts_main
 
@@ -211,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if token is None:
         if not args.headless:
             return _fail("AMACS_TOKEN is not set: start the server from Emacs (M-x amacs-shell)")
+        import secrets  # only a headless server makes its own token
+
         token = secrets.token_hex(32)
     home, pid = config.home, os.getpid()
     current = read_server_info(home)

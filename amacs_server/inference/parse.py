@@ -90,8 +90,9 @@ def _big_int(value: object) -> object:
     return value
 
 
+# defer_build: the validators are built by the first response, not at import (issue 10, start-up).
 class _Scratchpad(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, defer_build=True)
 
     heading: Annotated[str, AfterValidator(_not_blank)]
     content: str
@@ -101,7 +102,7 @@ class _Scratchpad(BaseModel):
 class _Response(BaseModel):
     """The response as the core skill asks for it (RFC v4 §2.3): the fields checked, others ignored."""
 
-    model_config = ConfigDict(strict=True)  # JSON numbers: an int is a float, but true is not 1
+    model_config = ConfigDict(strict=True, defer_build=True)  # JSON numbers: an int is a float, but true is not 1
 
     mood: Annotated[str, AfterValidator(_not_blank)]
     confidence: Annotated[float, BeforeValidator(_big_int)]
