@@ -30,7 +30,6 @@ from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
-from ..text.org_markup import markdown_to_org
 from .agent_loop import parse_with_retries, run_agent
 
 if TYPE_CHECKING:
@@ -118,6 +117,9 @@ class PrimaryBody:
         if response is None:
             return None
         if response.reply:  # org, for the shell, agent-chat.org and memory (issue 9)
+            # Imported by the first reply, not at start-up: 20 regexes (issue 10).
+            from ..text.org_markup import markdown_to_org
+
             response = replace(response, reply=markdown_to_org(response.reply))
         self.rt.consciousness.mood = response.mood
         self.rt.consciousness.confidence = response.confidence

@@ -6,8 +6,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import orgparse
-
 from .chat_log import escape_org, unescape_org
 from .files import append_durably, atomic_write
 from .recovery import decode_utf8
@@ -63,6 +61,8 @@ class ScratchpadLog:
         text, bad = decode_utf8(self.path.read_bytes())
         if bad is not None and self.bad_utf8 is None:
             self.bad_utf8 = bad
+        import orgparse  # ~8 ms: imported by the first read of a scratchpad, not at start-up (issue 10)
+
         out = []
         for node in orgparse.loads(text).children:
             tick = str(node.properties.get("TICK", ""))
