@@ -35,7 +35,11 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'comint)
+;; comint is loaded when the shell's mode first runs (`comint-mode' is not
+;; autoloaded): `amacs-shell' starts the server before, so that Python's
+;; start-up and this load (~40 ms) go on at once (issue 10, start-up).
+(eval-when-compile (require 'comint))
+(autoload 'comint-mode "comint")
 (require 'seq)
 (require 'amacs-transport)
 (require 'amacs-eval)
@@ -1306,6 +1310,10 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
 (defun amacs-shell ()
   "Open `*amacs-shell*' and start the AMACS server if needed."
   (interactive)
+  ;; The server first: its start-up (Python's imports) overlaps loading the rest
+  ;; of the client and making the shell (issue 10, start-up).  A start that fails
+  ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
+  (unless (amacs-live-p) (amacs-start-server))
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
   (let ((buf (get-buffer-create amacs-shell-buffer-name)))
     (with-current-buffer buf
