@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     from .inference import sdk
 
     sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
+    from .arguments import prepare
     from .loop.primary import run_turn
     from .methods import publish  # imported late: the port line comes first in the common case
     from .runtime import Runtime
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as err:
                 return _fail(explain_os_error(err, home))
         print(port, flush=True)
+        # hello's validator (pydantic, ~15 ms the first time) is built while Emacs reads the
+        # port line and connects, not when its hello has come (issue 10, start-up).
+        prepare(server.on_hello)
         fallback = threading.Timer(0.0 if args.headless else SDK_IMPORT_LATEST, server.after_hello)
         fallback.daemon = True
         fallback.start()

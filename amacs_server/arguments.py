@@ -96,9 +96,19 @@ def checked(context: int = 0, name: str | None = None) -> Callable[[F], F]:
         def method(*args: Any) -> Any:
             return fn(*args[:context], *spec.check(args[context:]))
 
+        method._amacs_signature = spec  # type: ignore[attr-defined]  # for prepare
         return method  # type: ignore[return-value]
 
     return wrap
+
+
+def prepare(method: Callable[..., Any]) -> None:
+    """Build the validator of METHOD (made by :func:`checked`) now, not at its first call.
+
+    ``__main__`` builds hello's while Emacs connects, after the port line (issue 10)."""
+    spec = getattr(method, "_amacs_signature", None)
+    if isinstance(spec, _Signature):
+        spec.model.model_rebuild()
 
 
 class _Signature:

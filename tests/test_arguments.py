@@ -11,7 +11,7 @@ from sexpdata import Symbol
 
 from amacs_server import methods
 from amacs_server.agents import tools as agent_tools
-from amacs_server.arguments import Flag, Options, Strings, Text, checked
+from amacs_server.arguments import Flag, Options, Strings, Text, checked, prepare
 from amacs_server.errors import Refused
 from amacs_server.transport.lisp import from_lisp
 from tests.test_memory import silent_runtime
@@ -46,6 +46,23 @@ def test_a_wrong_call_is_refused_with_one_line_naming_the_argument(args, message
     with pytest.raises(Refused) as err:
         tool(None, *args)
     assert str(err.value) == message
+
+
+def test_a_validator_is_built_at_first_use_or_when_prepared():
+    """Models are built when first needed (issue 10, start-up); prepare builds one ahead, same checks."""
+
+    @checked()
+    def ahead(opts: WaitOptions | None) -> Any:
+        return opts
+
+    spec = ahead._amacs_signature
+    assert "model" not in vars(spec)  # nothing built at definition
+    prepare(ahead)
+    assert spec.model.__pydantic_complete__
+    assert ahead({"timeout": 5}).timeout == 5
+    with pytest.raises(Refused, match=r"ahead: :timeout must be less than or equal to 60, got 61"):
+        ahead({"timeout": 61})
+    prepare(len)  # not a checked method: nothing to do
 
 
 def test_elisp_values_arrive_as_the_declared_types():
