@@ -139,6 +139,17 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def setup_times(n: int) -> dict[str, float]:
+    """What ./amacs does before it starts Emacs, on a checkout already set up: scripts/setup.sh
+    (it checked the venv by importing the SDKs, ~4 s of blank terminal, until a newcomer saw it)."""
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return summary(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("n", type=int, nargs="?", default=10)
@@ -166,7 +177,8 @@ def main() -> None:
             else:
                 samples[kind].append(one_sample(tmp / "unused", ["bench-peer"], tmp))
     result: dict[str, object] = {"load_before": load_before, "load_after": loadavg(), "cpus": os.cpu_count(),
-                                 "ticks": args.ticks, "target_ms": 300}
+                                 "ticks": args.ticks, "target_ms": 300,
+                                 "./amacs before Emacs starts (scripts/setup.sh, all set up)": setup_times(args.n)}
     for kind, rows in samples.items():
         result[kind] = {mark: summary([r[mark] for r in rows if mark in r])
                         for mark in ("loaded", "process", "port", "ready", "greeted") if any(mark in r for r in rows)}

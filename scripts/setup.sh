@@ -30,8 +30,12 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=".venv/.amacs-installed${extras:+-test}"
-check='import amacs_server, epc, anthropic, aiohttp, openai, git, orgparse, sexpdata'
-[ -n "$extras" ] && check="$check, pytest, hypothesis, ruff, mypy, duckdb, pyarrow, plotly, rich, ray"
+# Each package is looked for, not imported: importing the SDKs took ~4 s, a blank
+# terminal at every ./amacs (a newcomer's finding, issue 10).  A package that is
+# there but broken is said by the server when it starts, in the shell.
+modules='"amacs_server", "epc", "anthropic", "aiohttp", "openai", "git", "orgparse", "sexpdata"'
+[ -n "$extras" ] && modules="$modules"', "pytest", "hypothesis", "ruff", "mypy", "duckdb", "pyarrow", "plotly", "rich", "ray"'
+check="import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ($modules)))"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv"
   .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
