@@ -219,7 +219,7 @@ class Runtime:
         self.config = replace(self.config, backend=backend,
                               openai_base_url=base_url or self.config.openai_base_url)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
-        return {"backend": backend, "model": self.model}
+        return {"backend": backend, "model": self.model, "key_ok": self.config.has_credentials}
 
     def charge(self, usage: Usage, model: str | None = None) -> float:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session

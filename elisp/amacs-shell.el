@@ -244,9 +244,12 @@ With BLANK, set it off by an empty line."
 
 (defun amacs-shell--note (text)
   "Show TEXT as a note in the shell, or in the echo area without a shell.
-Each of its lines is a `;;' line."
+Each of its lines is a `;;' line; a line longer than the window shows
+`;;' on its wrapped part too (`wrap-prefix', not in the text)."
   (if (amacs-shell--buffer)
-      (amacs-shell--output (amacs-shell--comment-lines text) 'amacs-shell-annotation)
+      (amacs-shell--output (propertize (amacs-shell--comment-lines text)
+                                       'wrap-prefix (propertize ";; " 'face 'amacs-shell-annotation))
+                           'amacs-shell-annotation)
     (message "%s" text)))
 
 (defun amacs-shell--insert-prompt ()
@@ -728,7 +731,9 @@ wait for replies; the detail names whose), retrying, stopped.")
          (agents (length amacs-shell--agents))
          (doing (pcase amacs-shell--state
                   ('starting "starting the server…")
-                  ('waiting (substitute-command-keys "waiting for you"))
+                  ('waiting (if (and amacs--status (not (plist-get amacs--status :key-ok)))
+                                "no API key: the note below says how to give one"
+                              "waiting for you"))
                   ('thinking (concat "thinking…" elapsed))
                   ('streaming (concat "writing…" elapsed))
                   ('eval (concat "running an eval…" elapsed " " (amacs-shell--stops-it)))
@@ -982,6 +987,7 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                  (lambda (now)
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
+                   (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
                    (amacs-shell--update-header)
                    (amacs-shell--note (format "Now using %s on %s." (plist-get now :model)
                                               (plist-get now :backend))))))))
@@ -1237,6 +1243,15 @@ visiting a file is added by its file name."
                      (message "AMACS: added %s to thread %s" name (plist-get answer :thread)))
                    (lambda (err) (amacs-shell--note (concat "Could not add " name ": " err))))))))
 
+(defun amacs-shell--query-quit ()
+  "Ask before Emacs quits while the agent works on a turn; non-nil to quit.
+On `kill-emacs-query-functions', as Emacs asks about live processes:
+quitting stops the turn (the person's input is saved, the reply that
+was coming is not)."
+  (or (not amacs-shell-busy)
+      (not (amacs-live-p))
+      (yes-or-no-p "The AMACS agent is working on your turn; quitting stops it (your input is saved).  Quit anyway? ")))
+
 ;;;; The mode
 
 (defvar amacs-shell-mode-map
@@ -1295,6 +1310,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (amacs-shell--read-history)
   (add-hook 'kill-buffer-hook #'amacs-shell--save-history-safely nil t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
+  (add-hook 'kill-emacs-query-functions #'amacs-shell--query-quit)
   (unless (comint-check-proc (current-buffer))
     (let ((proc (condition-case nil
                     (start-process "amacs-shell" (current-buffer) "hexl")

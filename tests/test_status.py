@@ -77,3 +77,20 @@ def test_killed_turn_is_reported_as_interrupted_after_each_restart(tmp_path):
             assert again.memory.chat[-1].content["status"] == INTERRUPTED
         finally:
             again.ltm.close()
+
+
+def test_hello_and_a_model_switch_say_whether_the_model_can_be_called(tmp_path):
+    """The shell's header says "no API key" rather than "waiting for you" (a newcomer's finding):
+    hello's status and set_model's answer both carry key_ok, from the backend in use."""
+    from amacs_server.config import load_config
+    from tests.test_memory import SilentFace
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h")}), SilentFace())
+    try:
+        assert views.status(rt)["key_ok"] is False
+        assert rt.set_model("anthropic", "claude-x", None)["key_ok"] is False
+        # A local OpenAI-compatible server needs no key.
+        assert rt.set_model("openai", "llama3", "http://localhost:11434/v1") == {
+            "backend": "openai", "model": "llama3", "key_ok": True}
+    finally:
+        rt.ltm.close()

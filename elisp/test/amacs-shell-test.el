@@ -455,7 +455,7 @@ what is on disk and how to go on, then `;; Log: PATH'."
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+    (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok t)))
       (amacs-shell--set-state 'waiting)
       (should (equal (amacs-shell-header-line) " claude-x (anthropic) — waiting for you"))
       (amacs-shell--on-turn-start nil)
@@ -469,6 +469,26 @@ what is on disk and how to go on, then `;; Log: PATH'."
       (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
       (amacs-shell--on-turn-done nil)
       (should (string-match-p "waiting for you" (amacs-shell-header-line))))))
+
+(ert-deftest amacs-shell-test-without-a-key-the-header-and-note-say-so ()
+  "A newcomer's findings: with no key the header does not say it waits for you, it says
+what is missing; `amacs-set-model' brings the server's word on the key; a note wider than
+the window shows `;;' on its wrapped part too (display only: the text is unchanged)."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok nil)))
+      (amacs-shell--set-state 'waiting)
+      (should (equal (amacs-shell-header-line)
+                     " claude-x (anthropic) — no API key: the note below says how to give one"))
+      (cl-letf (((symbol-function 'amacs-call)
+                 (lambda (_method _args &optional callback _errback)
+                   (funcall callback '(:backend "openai" :model "llama3" :key-ok t)))))
+        (amacs-set-model "openai" "llama3" "http://localhost:11434/v1"))
+      (should (equal (amacs-shell-header-line) " llama3 (openai) — waiting for you"))
+      (amacs-shell--note (make-string 300 ?x))
+      (goto-char (point-min))
+      (search-forward ";; xxx")
+      (should (equal (substring-no-properties (get-text-property (point) 'wrap-prefix)) ";; "))
+      (should-not (string-match-p "xxx;;" (amacs-shell-test--text))))))
 
 (ert-deftest amacs-shell-test-multiline-input-is-one-history-entry ()
   "Issue 9: an input of several lines comes back from M-p as one, after a restart."
@@ -584,6 +604,20 @@ what is on disk and how to go on, then `;; Log: PATH'."
       (amacs-shell-next-prompt 2)
       (should (equal (funcall line) "amacs> draft"))
       (should (= (point) (process-mark (get-buffer-process (current-buffer))))))))
+
+(ert-deftest amacs-shell-test-quitting-mid-turn-asks-first ()
+  "C-x C-c while the agent works asks first (a newcomer's finding): no answer keeps Emacs."
+  (amacs-shell-test--with-shell
+    (should (memq #'amacs-shell--query-quit kill-emacs-query-functions))
+    (let ((asked nil))
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (prompt) (setq asked prompt) nil)))
+        (should (amacs-shell--query-quit))    ; idle: quits without a question
+        (should-not asked)
+        (setq amacs-shell-busy t)
+        (should-not (amacs-shell--query-quit)) ; working: asked, and "no" keeps Emacs
+        (should (string-match-p "working on your turn" asked))
+        (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil)))
+          (should (amacs-shell--query-quit))))))) ; no server: nothing to stop
 
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
