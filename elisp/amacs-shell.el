@@ -231,11 +231,15 @@ A reply streaming there stays before it."
 
 (defun amacs-shell--output (text &optional face blank)
   "Show TEXT (in FACE) on lines of its own in the output.
-With BLANK, set it off by an empty line."
+With BLANK, set it off by an empty line.  A `;;' note wider than the
+window shows `;;' on its wrapped part too (`wrap-prefix': the text
+itself is unchanged)."
   (amacs-shell--editing
     (amacs-shell--fresh-line blank)
     (amacs-shell--insert-output
      (let ((text (if (string-suffix-p "\n" text) text (concat text "\n"))))
+       (when (string-prefix-p ";;" text)
+         (setq text (propertize text 'wrap-prefix (propertize ";; " 'face (or face 'amacs-shell-annotation)))))
        (if face (propertize text 'font-lock-face face) text)))))
 
 (defun amacs-shell--comment-lines (text)
@@ -244,12 +248,9 @@ With BLANK, set it off by an empty line."
 
 (defun amacs-shell--note (text)
   "Show TEXT as a note in the shell, or in the echo area without a shell.
-Each of its lines is a `;;' line; a line longer than the window shows
-`;;' on its wrapped part too (`wrap-prefix', not in the text)."
+Each of its lines is a `;;' line."
   (if (amacs-shell--buffer)
-      (amacs-shell--output (propertize (amacs-shell--comment-lines text)
-                                       'wrap-prefix (propertize ";; " 'face 'amacs-shell-annotation))
-                           'amacs-shell-annotation)
+      (amacs-shell--output (amacs-shell--comment-lines text) 'amacs-shell-annotation)
     (message "%s" text)))
 
 (defun amacs-shell--insert-prompt ()
@@ -1250,7 +1251,7 @@ quitting stops the turn (the person's input is saved, the reply that
 was coming is not)."
   (or (not amacs-shell-busy)
       (not (amacs-live-p))
-      (yes-or-no-p "The AMACS agent is working on your turn; quitting stops it (your input is saved).  Quit anyway? ")))
+      (yes-or-no-p "AMACS is working on your turn; quit anyway (your input is saved)? ")))
 
 ;;;; The mode
 

@@ -615,7 +615,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
         (should-not asked)
         (setq amacs-shell-busy t)
         (should-not (amacs-shell--query-quit)) ; working: asked, and "no" keeps Emacs
-        (should (string-match-p "working on your turn" asked))
+        (should (string-match-p "working on your turn; quit anyway" asked))
         (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil)))
           (should (amacs-shell--query-quit))))))) ; no server: nothing to stop
 
