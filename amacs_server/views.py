@@ -46,6 +46,8 @@ def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
     tick = tick_of(item)
     out: dict[str, object] = {"tick": tick, "human": _shortened(item.content.get("human")),
                               "agent": _shortened(item.content.get("agent"))}
+    if not item.content.get("agent") and item.content.get("status"):  # "no reply: interrupted by the person"
+        out["status"] = item.content["status"]
     done = rt.chat_log.recent_evals.get(tick)
     if done is not None:
         out["eval"] = done.to_dict()

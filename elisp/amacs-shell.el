@@ -903,6 +903,8 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
             (amacs-shell--output (amacs-shell--input-line
                                   (concat amacs-shell-prompt (plist-get entry :human))
                                   'amacs-shell-resumed)))
+          (when (plist-get entry :status)   ; no reply, and why: as the live shell said it
+            (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-resumed))
           (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
             (amacs-shell--editing
               (amacs-shell--fresh-line t)

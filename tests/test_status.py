@@ -61,6 +61,8 @@ def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
     try:
         assert views.status(again)["interrupted"] is False
         assert again.memory.chat[-1].content["status"] == "no reply: no API key"
+        # The resumed shell says why the input got no reply (a newcomer missed the interrupt notes).
+        assert views.status(again)["recent"][-1]["status"] == "no reply: no API key"
     finally:
         again.ltm.close()
 

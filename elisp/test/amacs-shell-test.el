@@ -216,6 +216,17 @@ server's hello does not say it again."
       (amacs-shell--greet))                       ; a later server: said again, once
     (should (string-match-p "got no reply" (amacs-shell-test--text)))))
 
+(ert-deftest amacs-shell-test-resumed-exchanges-say-why-an-input-got-no-reply ()
+  "A newcomer's finding: the resumed shell kept the inputs but not that one was interrupted."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:recent ((:human "please interrupt me" :status "no reply: interrupted by the person")
+                                    (:human "after the interrupt" :agent "Here."))
+                           :key-ok t)))
+      (amacs-shell--greet))
+    (should (string-match-p
+             "amacs> please interrupt me\n;; (no reply: interrupted by the person)\namacs> after the interrupt\n\nHere\."
+             (amacs-shell-test--text)))))
+
 (ert-deftest amacs-shell-test-a-reply-shown-is-said-to-be-kept ()
   "Issue 12: the server writes a reply before it shows it: a turn cut after it keeps both."
   (amacs-shell-test--with-shell
