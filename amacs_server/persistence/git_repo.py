@@ -178,14 +178,22 @@ class HomeRepo:
         if not locks:
             return None
         deadline = time.monotonic() + LOCK_WAIT_SECONDS
+        unheld = 0  # looks in a row that found the locks and no git at work
         while locks:
             users = git_processes_in(self.home, ignore=self._running)
             if users is None:  # no /proc: the age decides
                 if min(_age(lock) for lock in locks) >= STALE_LOCK_SECONDS:
                     break
             elif not users:
-                break
-            if time.monotonic() >= deadline:
+                # Stale only when seen so twice, a pause apart: a git about to rename its
+                # lock into place was once not seen in /proc under load (CI), and its
+                # lock, 0 s old, was taken for stale.
+                unheld += 1
+                if unheld >= 2:
+                    break
+            else:
+                unheld = 0
+            if time.monotonic() >= deadline and users != []:  # none at work: one more look decides
                 who = f"git (pid {', '.join(map(str, users))}) is working in it" if users else "it is recent"
                 raise CommitError(f"git is busy: {locks[0]} exists and {who}; the tick is saved on disk "
                                   "and the next tick's commit will include it")
