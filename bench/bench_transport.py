@@ -174,37 +174,31 @@ def bench_stream(tmp: Path) -> dict[str, Any]:
         recorder.install(term)
         term.elisp(AMACS_PROBES)
         term.elisp(PEER)
-        amacs_t: list[dict[str, float]] = []
-        peer_t: list[dict[str, float]] = []
-        hidden_t: list[dict[str, float]] = []
-        for i in range(WARMUP + N):
+        kinds = {"amacs": "amacs",
+                 "peer": "peer (curl + process filter), its text in a window",
+                 "peer-hidden": "peer, its text in no window (never redisplayed)"}
+        timings: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+
+        def turn(kind: str, i: int) -> None:
+            """One turn of KIND (the i-th): started, waited for; the fake's timings of it kept."""
             n_before = len(fake.timings)
-            term.type("go")
-            term.press("Enter")
-            recorder.wait("amacs", i + 1)
-            amacs_new = fake.timings[n_before:]
-            assert len(amacs_new) == 1, f"one model call per turn, got {len(amacs_new)}"
-            time.sleep(0.2)
-            n_before = len(fake.timings)
-            term.elisp(f'(bench-peer-run "{fake.url}")')
-            recorder.wait("peer", i + 1)
-            peer_new = fake.timings[n_before:]
-            time.sleep(0.2)
-            n_before = len(fake.timings)
-            term.elisp(f'(bench-peer-run "{fake.url}" "peer-hidden")')
-            recorder.wait("peer-hidden", i + 1)
-            hidden_new = fake.timings[n_before:]
+            if kind == "amacs":
+                term.type("go")
+                term.press("Enter")
+            else:
+                term.elisp(f'(bench-peer-run "{fake.url}" "{kind}")')
+            recorder.wait(kind, i + 1)
+            new = fake.timings[n_before:]
+            assert kind != "amacs" or len(new) == 1, f"one model call per turn, got {len(new)}"
             if i >= WARMUP:
-                amacs_t += amacs_new
-                peer_t += peer_new
-                hidden_t += hidden_new
+                timings[kind] += new
             time.sleep(0.2)
-        amacs = rows(recorder.read("amacs")[WARMUP:], amacs_t)
-        peer = rows(recorder.read("peer")[WARMUP:], peer_t)
-        hidden = rows(recorder.read("peer-hidden")[WARMUP:], hidden_t)
-        return {"amacs": {k: summary(v) for k, v in amacs.items()},
-                "peer (curl + process filter), its text in a window": {k: summary(v) for k, v in peer.items()},
-                "peer, its text in no window (never redisplayed)": {k: summary(v) for k, v in hidden.items()}}
+
+        for i in range(WARMUP + N):
+            for kind in kinds:
+                turn(kind, i)
+        return {label: {k: summary(v) for k, v in rows(recorder.read(kind)[WARMUP:], timings[kind]).items()}
+                for kind, label in kinds.items()}
     finally:
         term.close()
         fake.stop()
