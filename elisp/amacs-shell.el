@@ -1332,7 +1332,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   ;; The server first: its start-up (Python's imports) overlaps loading the rest
   ;; of the client and making the shell (issue 10, start-up).  A start that fails
   ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
-  (unless (amacs-live-p) (amacs-start-server))
+  (amacs-start-server)                  ; nothing when a server is live or starting
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
   (let ((buf (get-buffer-create amacs-shell-buffer-name)))
     (with-current-buffer buf
