@@ -374,10 +374,20 @@ nothing more is said.")
   "Return the server's log file."
   (expand-file-name "logs/server.log" (amacs--home-directory)))
 
+(defun amacs--run-disconnect-hook ()
+  "Handle the events that came before the connection closed; then run the hook.
+Events wait for a timer (`amacs--drain-events'), and a sentinel may run
+before it: the shell must know the input the server took and saved
+before it says what of the turn is on disk."
+  (when amacs--event-timer
+    (cancel-timer amacs--event-timer))
+  (amacs--drain-events)
+  (run-hooks 'amacs-disconnect-hook))
+
 (defun amacs--say-stopped (what then)
   "Run `amacs-disconnect-hook'; then say WHAT and THEN unless a hook function did."
   (let ((amacs-stopped (cons what then)))
-    (run-hooks 'amacs-disconnect-hook)
+    (amacs--run-disconnect-hook)
     (when amacs-stopped
       (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped)))))
 
@@ -395,7 +405,7 @@ typed after the connection dropped starts a new server first."
         (amacs--say-stopped (format "AMACS server stopped (%s)" (string-trim event))
                             (format "Send a message to restart it, or M-x amacs-restart.\nLog: %s"
                                     (amacs-server-log)))
-      (run-hooks 'amacs-disconnect-hook)
+      (amacs--run-disconnect-hook)
       ;; It never accepted this Emacs: a failed start, said once (issue 12).
       (setq amacs--start-failures (1+ amacs--start-failures))
       (unless (process-get proc 'amacs-error)
@@ -536,7 +546,7 @@ the server is not reported as stopped when it exits."
     (when (processp proc) (process-put proc 'amacs-reported t))
     ;; Neither sentinel runs the hook now: the connection's sees no manager,
     ;; the server's a reported process (a headless server's turn never ended).
-    (when connected (run-hooks 'amacs-disconnect-hook))
+    (when connected (amacs--run-disconnect-hook))
     (while (and (process-live-p proc) (< (float-time) deadline))
       (accept-process-output proc 0.05))
     (when (process-live-p proc)

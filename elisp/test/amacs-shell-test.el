@@ -278,6 +278,26 @@ what is on disk and how to go on, then `;; Log: PATH'."
                  text))
         (should (= 1 (how-many "stopped" (point-min) (point-max))))))))
 
+;; CI once saw the server killed just after it said it took and saved the
+;; input: the connection's events waited for their timer, the sentinel ran
+;; first, and the notice left out that the input is saved.
+(ert-deftest amacs-shell-test-events-before-the-stop-are-handled-before-it ()
+  "Events that came before the connection closed count in the stop's notice."
+  (amacs-shell-test--with-shell
+    (let ((amacs--event-queue nil) (amacs--event-queue-tail nil) (amacs--event-timer nil)
+          (amacs-transport-message-function #'amacs-shell--note)
+          (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
+      (amacs-shell-test--type-and-send "q1")
+      (amacs--queue-events '((:type "input-taken" :saved t) (:type "turn-start")))
+      (should amacs--event-timer)                       ; not yet handled: the timer waits
+      (amacs--say-stopped "AMACS server stopped (killed)" "Send a message to restart it.")
+      (should-not amacs--event-queue)
+      (should-not (memq amacs--event-timer timer-list))
+      (should (string-match-p
+               (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; "
+                       "your input is saved in agent-chat\\.org\\. Send a message to restart it\\.")
+               (amacs-shell-test--text))))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
