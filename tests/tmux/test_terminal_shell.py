@@ -53,6 +53,9 @@ def test_the_shell_opens_with_the_cursor_at_an_empty_prompt(terminal):
     term = terminal()
     term.wait_idle(timeout=5)
     assert "*amacs-shell*" in term.mode_line()
+    # Emacs's own start-up line ("For information about GNU Emacs...") is not left
+    # in the echo area under the shell (a newcomer's tmux finding).
+    assert "GNU Emacs" not in term.lines()[-1], term.screen()
     # While the person reads the greeting, org is loaded and warmed up at idle moments,
     # so the first reply's rendering does not freeze Emacs for ~0.75 s.
     term.wait_for_elisp('(get-buffer " *org-src-fontification:emacs-lisp-mode*")', timeout=10,
