@@ -41,7 +41,10 @@
 
 (require 'cl-lib)
 (require 'amacs-install)          ; first: M-x amacs-install-server works without epc
-(require 'epc)
+;; epc (and deferred, concurrent, ctable: ~50 ms with a garbage collection) is
+;; loaded when the first connection is made, while the server starts: the
+;; server process starts without waiting for it (issue 10, start-up).
+(eval-when-compile (require 'epc))
 (require 'json)
 (require 'auth-source)
 
@@ -324,7 +327,10 @@ printed.  Does nothing if a server is already starting or connected."
                             :sentinel #'amacs--server-sentinel))
       (file-error
        (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
-                   amacs-server-command (error-message-string err))))))
+                   amacs-server-command (error-message-string err))))
+    ;; The connection's library loads while the server imports its own (Python
+    ;; takes ~10 times longer), not before the process starts nor after its port line.
+    (require 'epc)))
 
 (defun amacs--server-filter (proc output)
   "Read the port from the first line of PROC's OUTPUT, then connect."
@@ -469,6 +475,7 @@ A round is up to `amacs-start-attempts' attempts."
   "Connect to PORT on 127.0.0.1 and say hello with TOKEN.
 SERVER-PROC is the server process this Emacs started, or nil.
 SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
+  (require 'epc)
   (condition-case err
       (let* ((conn (epc:connect "127.0.0.1" port))
              (mngr (make-epc:manager :server-process server-proc

@@ -30,6 +30,44 @@
        (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
        (kill-buffer buf))))
 
+;; Issue 10 (start-up): the server's Python takes ~10 times longer to start
+;; than epc takes to load, so the process is started first and epc loads
+;; while it imports; not before it starts, nor after its port line.  As
+;; people run it: compiled (loading a source file evaluates what
+;; `eval-when-compile' holds).
+(ert-deftest amacs-transport-test-the-server-starts-before-epc-loads ()
+  "Loading the shell loads no epc; starting the server loads it, after the process starts."
+  (let* ((emacs (expand-file-name invocation-name invocation-directory))
+         (source (file-name-directory (locate-library "amacs-transport.el")))
+         (dir (make-temp-file "amacs-elc" t))
+         (setup "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\")
+                        (package-initialize))")
+         (check "(progn
+  (require 'amacs-shell)
+  (princ (format \"loaded:%s \" (featurep 'epc)))
+  (advice-add 'make-process :before
+              (lambda (&rest _) (princ (format \"spawn:%s \" (featurep 'epc)))))
+  (let ((amacs-server-command '(\"sleep\" \"5\")) (amacs-home (make-temp-file \"amacs-home\" t)))
+    (amacs--start-server-process)
+    (princ (format \"started:%s\" (featurep 'epc)))
+    (delete-process amacs--server-process)))"))
+    (unwind-protect
+        (progn
+          (dolist (file (directory-files source t "\\`amacs.*\\.el\\'"))
+            (copy-file file (file-name-as-directory dir)))
+          (should (zerop (call-process emacs nil nil nil "-Q" "--batch" "--eval" setup "-L" dir
+                                       "-f" "batch-byte-compile"
+                                       (expand-file-name "amacs-install.el" dir)
+                                       (expand-file-name "amacs-transport.el" dir)
+                                       (expand-file-name "amacs-eval.el" dir)
+                                       (expand-file-name "amacs-render.el" dir)
+                                       (expand-file-name "amacs-shell.el" dir))))
+          (let ((out (with-temp-buffer
+                       (call-process emacs nil t nil "-Q" "--batch" "--eval" setup "-L" dir "--eval" check)
+                       (buffer-string))))
+            (should (string-match-p "loaded:nil spawn:nil started:t" out))))
+      (delete-directory dir t))))
+
 (ert-deftest amacs-transport-test-events-in-any-split ()
   "Events split across and packed into reads arrive whole, in order, after the filter."
   (amacs-transport-test--with-connection conn
