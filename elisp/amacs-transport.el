@@ -397,12 +397,24 @@ before it says what of the turn is on disk."
     (when amacs-stopped
       (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped)))))
 
+(defun amacs--read-the-rest ()
+  "Read what the server sent before it went and the connection still holds.
+The server process's sentinel can run before the connection's filter
+has read the last messages (both are ready when the server is killed)."
+  (let ((conn (and amacs--manager (epc:connection-process (epc:manager-connection amacs--manager))))
+        (reads 0))
+    (while (and (processp conn) (process-live-p conn) (< reads 100)
+                (accept-process-output conn 0 nil t))
+      (setq reads (1+ reads)))))
+
 (defun amacs--server-gone (proc event)
   "Forget server PROC, which ended with EVENT, and say so once.
 Called by its sentinel, or earlier by `amacs-start-server' when input
 typed after the connection dropped starts a new server first."
   (unless (process-get proc 'amacs-reported)
     (process-put proc 'amacs-reported t)
+    (when (eq proc amacs--server-process)
+      (amacs--read-the-rest))
     (when (eq proc amacs--server-process)
       (setq amacs--ready nil amacs--manager nil amacs--server-process nil))
     ;; The shell first closes what the server left open (a stream, input it

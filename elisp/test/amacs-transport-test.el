@@ -68,6 +68,45 @@
             (should (string-match-p "loaded:nil spawn:nil started:t" out))))
       (delete-directory dir t))))
 
+;; CI under load saw the server's sentinel run before the connection's
+;; filter had read the server's last message (the input it took and saved),
+;; and the shell's notice left out that the input is saved.
+(ert-deftest amacs-transport-test-what-a-killed-server-sent-is-read-before-it-is-said-gone ()
+  "The server went: what it sent and Emacs has not read yet is handled before the hook runs."
+  (let* ((accepted nil)
+         (listener (make-network-process :name "amacs-test-listener" :server t :host "127.0.0.1"
+                                         :service t :family 'ipv4
+                                         :log (lambda (_server client _message) (setq accepted client))))
+         (buf (generate-new-buffer " *amacs-transport-test*"))
+         (client (make-network-process :name "amacs-test-client" :host "127.0.0.1" :family 'ipv4
+                                       :service (process-contact listener :service)))
+         (conn (make-epc:connection :name "t" :process client :buffer buf
+                                    :channel (cc:signal-channel "t")))
+         (server (start-process "amacs-test-server" nil "sleep" "30"))
+         (seen nil) (seen-by-the-hook 'unset)
+         (amacs--event-handlers nil) (amacs--event-queue nil)
+         (amacs--event-queue-tail nil) (amacs--event-timer nil)
+         (amacs--server-process server)
+         (amacs--manager (make-epc:manager :server-process server :connection conn))
+         (amacs-transport-message-function #'ignore)
+         (amacs-disconnect-hook (list (lambda () (setq seen-by-the-hook seen)))))
+    (unwind-protect
+        (progn
+          (set-process-filter client (lambda (p m) (amacs--connection-filter conn p m)))
+          (amacs-on-event "input-taken" (lambda (e) (push (plist-get e :saved) seen)))
+          (with-timeout (5 (error "No connection"))
+            (while (not accepted) (accept-process-output nil 0.05)))
+          (process-send-string accepted (amacs-transport-test--frame
+                                         '(amacs-events 0 ((:type "input-taken" :saved t)))))
+          (call-process "sleep" nil nil nil "0.2") ; it reaches the socket; Emacs reads nothing meanwhile
+          (process-put server 'amacs-accepted t)
+          (amacs--server-gone server "killed\n")
+          (should (equal seen-by-the-hook '(t))))
+      (dolist (p (list server client accepted listener))
+        (when (processp p) (delete-process p)))
+      (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
+      (kill-buffer buf))))
+
 (ert-deftest amacs-transport-test-events-in-any-split ()
   "Events split across and packed into reads arrive whole, in order, after the filter."
   (amacs-transport-test--with-connection conn
