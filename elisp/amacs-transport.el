@@ -398,7 +398,7 @@ before it says what of the turn is on disk."
       (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped)))))
 
 (defun amacs--read-the-rest ()
-  "Read what the server sent before it went and the connection still holds.
+  "Read what the server sent before it went, still held by the connection.
 The server process's sentinel can run before the connection's filter
 has read the last messages (both are ready when the server is killed)."
   (let ((conn (and amacs--manager (epc:connection-process (epc:manager-connection amacs--manager))))
