@@ -226,6 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     # A headless server always names itself (people and Emacs look for it there); a
     # server Emacs started leaves a live server's file alone.
     write_info = args.headless or not live
+    from .persistence.home_lock import HomeLock
+
+    lock = HomeLock(home, headless=args.headless)
+    try:
+        lock.acquire()  # one server per home: two would write over each other's conversation
+    except (StartupError, OSError) as err:
+        return _fail(_start_failure(err, home))
 
     from .memory.ltm import DatabaseCheck
 
@@ -246,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.addFilter(LogScrubber(scrub))
     server.after_hello = release_sdk_once()
+    server.on_stopping = lock.mark_stopping
     face = EmacsFace(server)
     try:
         rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=scrub)
@@ -282,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        lock.mark_stopping()
         if write_info:
             remove_server_info(home, pid)
         rt.stop()

@@ -441,6 +441,8 @@ class AmacsEPCServer(ThreadingEPCServer):
         # Called once hello is answered (the server's start-up waits for it, see __main__).
         self.after_hello: Callable[[], None] = lambda: None
         self.on_emacs_gone: Callable[[], None] = lambda: None
+        # Called when the Emacs of a server it started has gone, before the server stops.
+        self.on_stopping: Callable[[], None] = lambda: None
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
         self._clients = threading.Condition()  # guards emacs and stopping
         self.stopping = False  # the Emacs of a server it started has gone: it shuts down
@@ -499,6 +501,8 @@ class AmacsEPCServer(ThreadingEPCServer):
                 return
             self.emacs = None
             self.stopping = not self.headless
+            if self.stopping:
+                self.on_stopping()  # a server started for the next Emacs may wait for this one
             try:
                 self.on_emacs_gone()  # before a waiting hello takes over: the old turn stops first
             except RuntimeError as err:  # the runtime has stopped already (the server is exiting)

@@ -108,20 +108,25 @@ def test_stale_server_json_is_ignored(fake, home):
     assert not info_path.exists()  # and removed when that server exited
 
 
-def test_emacs_started_server_leaves_a_live_headless_servers_file_alone(fake, home):
-    """A headless server whose token Emacs lacks: Emacs starts its own, which does not overwrite server.json."""
+def test_a_live_headless_server_whose_token_emacs_lacks_keeps_the_home_to_itself(fake, home):
+    """Emacs lacks the headless server's token: the server it starts refuses the served home
+    (two servers on one home wrote every tick twice), says so once and leaves server.json alone."""
     server, port, _banner = start_headless(home, fake.url, AMACS_TOKEN="c" * 64)
     info_path = home / "server.json"
     try:
         wait_for(info_path.exists, "server.json")
         before = info_path.read_text()
         assert "token" not in json.loads(before)  # the person holds it; it is not written down
-        fake.script(Reply(agent_json("From a server of my own.")))
-        program = f"(amacs-e2e-open) (amacs-e2e-send {elisp_string('hi')}) {REPORT} (amacs-e2e-finish)"
+        program = ("(setq amacs--retry-base 0.2) (amacs-shell) (amacs-e2e-send-no-wait \"hi\") "
+                   "(amacs-e2e-wait-text \"Stopped trying\") (amacs-e2e-finish)")
         run = run_emacs(home, fake.url, program).check()
-        assert "From a server of my own." in run.shell
-        assert "OWN-SERVER=nil" not in run.stdout
+        said = [line for line in run.shell.splitlines() if "did not start:" in line]
+        assert len(said) == 1, run.shell
+        assert f"a headless AMACS server (pid {server.pid}) serves {home}: connect to it with M-x amacs-connect" \
+            in said[0]
+        assert not fake.requests
         assert info_path.read_text() == before
+        assert len(serving_lines(home)) == 1  # only the headless server ever served this home
         assert server.poll() is None
     finally:
         returncode = stop(server)

@@ -28,7 +28,7 @@ LIST_MODES = ("(let ((home (amacs--home-directory))) "
               "(princ (format \"MODE %o %s\\n\" (file-modes f 'nofollow) (file-relative-name f home)))))")
 # The files the server (or, for shell-history, Emacs) writes in the home during one turn.
 WRITTEN = {"agent-chat.org", "consciousness.el", "monologue.org", "memory.db", "memory.db-wal",
-           "memory.db-shm", "shell-history", "server.json", "logs/server.log", ".gitignore"}
+           "memory.db-shm", "shell-history", "server.json", "logs/server.log", ".gitignore", ".server.lock"}
 
 
 def modes_listed(stdout: str) -> dict[str, int]:
@@ -110,8 +110,9 @@ def test_an_open_home_is_made_private_at_start(fake, home):
     assert outside_git[".git"] == 0o700 and outside_git["."] == 0o700
     assert open_to_others(outside_git) == {}
     assert "made the AMACS home" in (home / "logs" / "server.log").read_text()
-    assert (home / ".gitignore").read_text() == old_ignore + "shell-history\n"
-    assert "shell-history" not in git(home, "status", "--porcelain")
+    assert (home / ".gitignore").read_text() == old_ignore + "shell-history\n.server.lock\n"
+    status = git(home, "status", "--porcelain")
+    assert "shell-history" not in status and ".server.lock" not in status
 
 
 RESTART_MID_STREAM = (
