@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -41,6 +42,8 @@ SERVER_INFO = "server.json"
 # many seconds after the port line if no hello came: a ~1 s import holding the
 # GIL made hello 30 ms slower (issue 10, start-up).
 SDK_IMPORT_LATEST = 1.0
+# How often a server Emacs started looks whether that Emacs is still its parent.
+ORPHAN_CHECK = 0.5
 
 
 def release_sdk_once() -> Callable[[], None]:
@@ -155,10 +158,30 @@ def _stop_on_signals() -> Callable[[], None]:
     return restore
 
 
+def stop_when_orphaned(stop: Callable[[], None], parent: int, interval: float = ORPHAN_CHECK) -> threading.Thread:
+    """Call STOP once this process's PARENT (the Emacs that started it, its pid at start) is gone.
+
+    An Emacs killed before it connected never closes a connection: its server
+    would serve nobody for ever and hold the home's lock (CI found one alive
+    an hour after its Emacs was killed).  Gone: the parent's pid changed, the
+    process was given to init or a subreaper."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval)
+        logging.info("the Emacs that started this server (pid %s) is gone: stopping", parent)
+        stop()
+
+    thread = threading.Thread(target=watch, name="amacs-orphan-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until Emacs goes away (or forever, headless); or summarize transcripts;
     or run an experiment, load its runs as a dataset, draw its report (``amacs_server.research``)."""
     argv = sys.argv[1:] if argv is None else argv
+    parent = os.getppid()  # now: the Emacs may be gone by the time the port line is read
     # pydantic looks for plugins in every installed package's entry points (~15 ms)
     # when it builds its first model; AMACS has none (issue 10, start-up).  Nothing
     # has built a model yet (they are deferred); a setting in the environment wins.
@@ -284,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.headless:
             print(f"AMACS headless server on 127.0.0.1:{port}, home {home.resolve()}; "
                   "connect with M-x amacs-connect (M-x amacs-shell finds it too). Ctrl-C stops it.", flush=True)
+        if not args.headless:
+            stop_when_orphaned(server.shutdown, parent)
         logging.info("serving on 127.0.0.1:%s (headless=%s, home=%s, server.json %s)",
                      port, args.headless, home, "written" if write_info else "left to the live server")
         server.serve_forever(poll_interval=0.2)

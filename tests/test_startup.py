@@ -102,3 +102,34 @@ def test_a_missing_sdk_fails_at_first_use_not_at_start() -> None:
     mod.preload()  # logged, not raised
     with pytest.raises(ModuleNotFoundError):
         mod.load()
+
+
+def test_a_server_whose_emacs_died_before_connecting_stops(tmp_path: Path) -> None:
+    """The Emacs that started a server is killed before it connects: the server does not serve
+    nobody for ever (holding the home's lock); it sees its parent gone and exits, cleaning up."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))}
+    env.update(AMACS_HOME=str(tmp_path), AMACS_TOKEN="t" * 64, ANTHROPIC_API_KEY="sk-test")
+    # The parent stands in for Emacs: it starts the server, reads its port line, prints its pid, dies.
+    parent = ("import subprocess, sys; "
+              "p = subprocess.Popen([sys.executable, '-m', 'amacs_server'], stdout=subprocess.PIPE, "
+              "stdin=subprocess.DEVNULL, text=True, start_new_session=True); "
+              "assert p.stdout.readline().strip().isdigit(); print(p.pid, flush=True)")
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=60, check=True)
+    pid = int(out.stdout)
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            raise AssertionError("the orphaned server is still running")
+        time.sleep(0.1)
+    log = (tmp_path / "logs" / "server.log").read_text(encoding="utf-8")
+    assert "is gone: stopping" in log
+    assert not (tmp_path / "server.json").exists()  # it cleaned up as at any stop
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
+    except (OSError, IndexError):
+        return "zombie"
