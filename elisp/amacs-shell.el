@@ -481,12 +481,42 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
     (completion-at-point)))
 
 (defun amacs-shell-return ()
-  "Toggle the eval at point; elsewhere, send the input."
+  "Send the input at the prompt; above it, act on what point is on.
+On an eval line, show or hide its form and result.  On a past input,
+put it at the prompt to edit and send again (a draft there goes to the
+kill ring).  Elsewhere above the prompt, send nothing: comint would
+send the line point is on, a reply's text or an input with its prompt."
   (interactive)
-  (if (and (< (point) (marker-position amacs-shell--out))
-           (get-text-property (point) 'amacs-eval))
-      (amacs-shell-toggle)
-    (comint-send-input)))
+  (amacs-shell--revive)
+  (let ((pmark (marker-position (process-mark (get-buffer-process (current-buffer))))))
+    (cond ((>= (point) pmark) (comint-send-input))
+          ((and (< (point) (marker-position amacs-shell--out))
+                (get-text-property (point) 'amacs-eval))
+           (amacs-shell-toggle))
+          ((amacs-shell--past-input (point))
+           (let ((input (amacs-shell--past-input (point)))
+                 (draft (buffer-substring pmark (point-max))))
+             (unless (string-empty-p draft) (kill-new draft))
+             (delete-region pmark (point-max))
+             (goto-char (point-max))
+             (insert input)
+             (message "%s" (substitute-command-keys
+                            (concat "Edit, then \\<amacs-shell-mode-map>\\[amacs-shell-return] sends it"
+                                    (if (string-empty-p draft) "" "; your draft is in the kill ring (\\[yank])"))))))
+          (t (message "%s" (substitute-command-keys
+                            "\\<amacs-shell-mode-map>\\[amacs-shell-return] sends from the prompt; on a past input it puts that input there"))))))
+
+(defun amacs-shell--past-input (pos)
+  "Return the person's past input at POS, without its prompt, or nil.
+POS may be on the input or on its prompt."
+  (let* ((start (if (get-text-property pos 'amacs-prompt)
+                    (next-single-property-change pos 'amacs-prompt nil (point-max))
+                  (amacs-shell--input-start (min (1+ pos) (point-max)) -1)))
+         (end (and start (next-single-property-change start 'font-lock-face nil (point-max)))))
+    (when (and start (< start end) (<= start (max pos start)) (<= pos end)
+               (memq (get-text-property start 'font-lock-face)
+                     '(comint-highlight-input amacs-shell-error)))
+      (string-trim-right (buffer-substring-no-properties start end)))))
 
 ;;;; Footer: working subagents and queued input
 
@@ -1281,6 +1311,11 @@ was coming is not)."
     ;; process and with it the shell; C-c C-z would stop it.
     (define-key map (kbd "C-d") #'delete-char)
     (define-key map (kbd "C-c C-z") #'undefined)
+    ;; comint's keys and Signals menu for a subprocess: C-c C-d sent EOF, which
+    ;; ended the shell for good (a newcomer's tmux finding).  There is none here.
+    (dolist (command '(comint-send-eof comint-quit-subjob comint-stop-subjob comint-kill-subjob
+                       comint-continue-subjob comint-interrupt-subjob))
+      (define-key map (vector 'remap command) #'amacs-shell-no-subprocess))
     map)
   "Keymap of `amacs-shell-mode'.")
 
@@ -1315,15 +1350,35 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (add-hook 'kill-emacs-query-functions #'amacs-shell--query-quit)
   (unless (comint-check-proc (current-buffer))
-    (let ((proc (condition-case nil
-                    (start-process "amacs-shell" (current-buffer) "hexl")
-                  (file-error (start-process "amacs-shell" (current-buffer) "cat")))))
-      (set-process-query-on-exit-flag proc nil)
-      (let ((inhibit-read-only t))
-        (goto-char (point-max))
-        (setq amacs-shell--out (copy-marker (point) t)
-              amacs-shell--prompt-start (copy-marker (point) t))
-        (amacs-shell--insert-prompt)))))
+    (amacs-shell--start-placeholder)
+    (let ((inhibit-read-only t))
+      (goto-char (point-max))
+      (setq amacs-shell--out (copy-marker (point) t)
+            amacs-shell--prompt-start (copy-marker (point) t))
+      (amacs-shell--insert-prompt))))
+
+(defun amacs-shell--start-placeholder ()
+  "Give the shell the process comint needs; the agent is not a subprocess.
+Its sentinel writes nothing: comint's wrote \"Process amacs-shell finished\"."
+  (let ((proc (condition-case nil
+                  (start-process "amacs-shell" (current-buffer) "hexl")
+                (file-error (start-process "amacs-shell" (current-buffer) "cat")))))
+    (set-process-query-on-exit-flag proc nil)
+    (set-process-sentinel proc #'ignore)
+    proc))
+
+(defun amacs-shell--revive ()
+  "Start the placeholder process again if it has gone.
+The input at the prompt stays."
+  (when (and (derived-mode-p 'amacs-shell-mode) (not (comint-check-proc (current-buffer))))
+    (set-marker (process-mark (amacs-shell--start-placeholder))
+                (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt))))))
+
+(defun amacs-shell-no-subprocess ()
+  "Say that the shell has no subprocess to signal, and what stops the agent."
+  (interactive)
+  (message "%s" (substitute-command-keys
+                 "The AMACS shell runs no subprocess: \\<amacs-shell-mode-map>\\[amacs-shell-interrupt] interrupts the agent")))
 
 ;;;###autoload
 (defun amacs-shell ()
@@ -1336,7 +1391,7 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
   (let ((buf (get-buffer-create amacs-shell-buffer-name)))
     (with-current-buffer buf
-      (unless (derived-mode-p 'amacs-shell-mode) (amacs-shell-mode)))
+      (if (derived-mode-p 'amacs-shell-mode) (amacs-shell--revive) (amacs-shell-mode)))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
     (unless (amacs-live-p) (amacs-shell--set-state 'starting))

@@ -298,6 +298,55 @@ what is on disk and how to go on, then `;; Log: PATH'."
                        "your input is saved in agent-chat\\.org\\. Send a message to restart it\\.")
                (amacs-shell-test--text))))))
 
+;; A newcomer's tmux findings: C-c C-d (comint's EOF) ended the shell for
+;; good; RET on a past input sent it again with its prompt ("amacs> task").
+(ert-deftest amacs-shell-test-comint-signals-do-not-end-the-shell ()
+  "C-c C-d and the Signals menu's commands leave the shell working; a gone placeholder comes back."
+  (amacs-shell-test--with-shell
+    (let ((proc (get-buffer-process (current-buffer))))
+      (dolist (keys '("C-c C-d" "C-c C-\\" "C-c C-z"))
+        (let ((command (key-binding (kbd keys))))
+          (when (commandp command) (call-interactively command))))
+      (should (eq proc (get-buffer-process (current-buffer))))
+      (should (process-live-p proc))
+      ;; However it went (a kill, a crash), the next RET brings it back and sends.
+      (delete-process proc)
+      (should-not (string-match-p "Process" (amacs-shell-test--text)))
+      (goto-char (point-max))
+      (insert "and now")
+      (amacs-shell-return)
+      (should (process-live-p (get-buffer-process (current-buffer))))
+      (should (equal (mapcar #'cadr amacs-shell-test--calls) '(("and now")))))))
+
+(ert-deftest amacs-shell-test-ret-on-a-past-input-puts-it-at-the-prompt ()
+  "RET on a past input (or its prompt) puts it, without the prompt, at the prompt; it sends nothing.
+A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothing."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "task")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:type "reply" :text "Done the task."))
+    (amacs-shell--on-turn-done '(:type "turn-done" :tick 2))
+    (setq amacs-shell-test--calls nil)
+    (goto-char (point-max))
+    (insert "my draft")
+    (dolist (at '("task" "amacs> task"))
+      (goto-char (point-min))
+      (search-forward at)
+      (backward-char 1)
+      (amacs-shell-return)
+      (should (string-suffix-p "\namacs> task" (amacs-shell-test--text)))
+      (should (= (point) (point-max))))
+    (should (equal (current-kill 0 t) "task"))   ; the second RET replaced "task" itself
+    (should (member "my draft" kill-ring))
+    (goto-char (point-min))
+    (search-forward "Done the")
+    (amacs-shell-return)
+    (should-not amacs-shell-test--calls)         ; nothing was sent
+    (goto-char (point-max))
+    (amacs-shell-return)
+    (should (equal (mapcar #'cadr amacs-shell-test--calls) '(("task"))))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
