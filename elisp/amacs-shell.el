@@ -989,17 +989,28 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 ;;;; Commands
 
 ;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
+(defconst amacs-shell--said-at-once t
+  "Why the commands that ask the server say at once what they do.
+Emacs 28's \\[execute-extended-command], after a command without a key
+that leaves the echo area empty, looks for a shorter name to suggest
+inside `while-no-input', and keys typed meanwhile are lost: a newcomer
+typed \"qwerty\" just after \\[execute-extended-command] amacs-set-budget and
+got \"qw\".  With a message shown it waits on `sit-for' instead, which
+typing ends, and nothing is lost.")
+
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
   (interactive (list (read-number "Budget limit in dollars: "
                                   (* 2 (or (plist-get amacs-shell-usage :budget-limit) 5.0)))))
+  ;; Said at once: see `amacs-shell--said-at-once'.
+  (message "AMACS: setting the budget limit to %s…" (amacs-shell--dollars dollars))
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
                           (lambda (limit)
                             (setq amacs-shell-usage (plist-put amacs-shell-usage :budget-limit limit))
                             (amacs-shell--on-tick amacs-shell-usage)
-                            (message "AMACS: budget limit is now $%.2f" limit))))))
+                            (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit)))))))
 
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url)
@@ -1014,6 +1025,7 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
            (let ((url (read-string "Base URL (empty: the default): "
                                    (and (equal backend "openai") "http://localhost:11434/v1"))))
              (unless (string-empty-p url) url)))))
+  (message "AMACS: switching to %s on %s…" model backend) ; said at once: `amacs-shell--said-at-once'
   (amacs-when-ready
    (lambda ()
      (amacs-call 'set_model (list backend model base-url)

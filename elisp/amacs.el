@@ -68,6 +68,7 @@ marked not sent; \\[comint-previous-input] brings it back (issue 12)."
 A tick in progress gets two seconds to finish; your input is on disk anyway.
 Says in one line which model the new server uses, and what it still lacks."
   (interactive)
+  (message "AMACS: restarting the server…") ; said at once: `amacs-shell--said-at-once'
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
     (amacs-stop-server))
   (amacs-reset-start-attempts)

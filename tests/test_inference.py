@@ -35,3 +35,13 @@ def test_request_caches_the_system_prompt_and_sends_sampling_only_when_changed()
     assert req["extra_body"] == {"temperature": 0.2}
     req = build_request("m", "S", [], ApiSettings(thinking=True, max_tokens=8192))
     assert req["thinking"]["type"] == "enabled" and req["max_tokens"] > req["thinking"]["budget_tokens"]
+
+
+def test_dollars_never_misstate_a_limit_under_a_cent() -> None:
+    """A $0.003 budget limit was said as "$0.00" (a newcomer's finding); whole cents stay as they were."""
+    from amacs_server.inference.pricing import dollars
+
+    assert dollars(0.003) == "$0.0030"
+    assert dollars(0.02) == "$0.02"
+    assert dollars(5) == "$5.00"
+    assert dollars(12.345) == "$12.35"

@@ -26,6 +26,7 @@ from ..context.assemble import section
 from ..errors import AmacsError
 from ..inference.anthropic_backend import build_request
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
+from ..inference.pricing import dollars
 from ..inference.retry import InferenceError
 from ..loop.agent_loop import parse_with_retries, run_agent
 from ..persistence.transcript import AgentIdentity
@@ -351,7 +352,7 @@ class AgentWorld:
         budget = self.rt.consciousness.budget
         if budget.cost_so_far < budget.budget_limit:
             return None
-        return (f"Budget spent (${budget.cost_so_far:.4f} of ${budget.budget_limit:.2f}): {who} wanted another "
+        return (f"Budget spent (${budget.cost_so_far:.4f} of {dollars(budget.budget_limit)}): {who} wanted another "
                 "model call and was stopped; raise the limit with M-x amacs-set-budget to go on.")
 
     def subtree(self, agent_id: str) -> list[Agent]:

@@ -97,3 +97,9 @@ class Tally:
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
                 "cost": round(self.cost, 6)}
+
+
+def dollars(amount: float) -> str:
+    """AMOUNT as a person reads it: to the cent, or to a hundredth of a cent when cents would
+    misstate it (a $0.003 limit said as "$0.00" told a newcomer the wrong limit)."""
+    return f"${amount:.2f}" if round(amount, 2) == amount or amount >= 1 else f"${amount:.4f}"

@@ -164,3 +164,29 @@ def test_c_d_at_an_empty_prompt_does_not_end_the_shell(terminal, fake):
     send(term, "are you there?")
     term.wait_for("Still here.")
     assert "has no process" not in term.screen() and "finished" not in term.screen()
+
+
+@pytest.mark.parametrize("command, answers", [
+    pytest.param("amacs-set-budget", ["7"], id="set-budget"),
+    pytest.param("amacs-set-model", ["", "", ""], id="set-model"),
+])
+def test_keys_typed_just_after_an_m_x_command_are_all_kept(terminal, command, answers):
+    """A newcomer typed "qwerty" just after M-x amacs-set-budget and got "qw": Emacs 28's M-x
+    looks for a shorter name to suggest inside while-no-input, and typing meanwhile is lost,
+    unless the command said something at once (then M-x waits on sit-for)."""
+    term = terminal()
+    term.wait_idle(timeout=20)
+    for attempt in range(3):  # the loss needed the keys to come while M-x looked: try a few times
+        term.press("M-x")
+        term.wait_for(lambda _s: "M-x" in term.lines()[-1], timeout=5, what="M-x's prompt")
+        term.type(command)
+        term.press("Enter")
+        for answer in answers:
+            time.sleep(0.3)
+            term.type(answer)
+            term.press("Enter")
+        time.sleep(0.2)
+        term.type(f"wxyz{attempt}")
+        term.wait_for(lambda _s, a=attempt: term.line_at_cursor().rstrip().endswith(f"wxyz{a}"), timeout=5,
+                      what=f"all of wxyz{attempt} at the prompt")
+        term.press("C-a", "C-k")
