@@ -988,7 +988,6 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 ;;;; Commands
 
-;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defconst amacs-shell--said-at-once t
   "Why the commands that ask the server say at once what they do.
 Emacs 28's \\[execute-extended-command], after a command without a key
@@ -998,6 +997,7 @@ typed \"qwerty\" just after \\[execute-extended-command] amacs-set-budget and
 got \"qw\".  With a message shown it waits on `sit-for' instead, which
 typing ends, and nothing is lost.")
 
+;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
@@ -1008,7 +1008,8 @@ An agent stopped at its limit goes on with your next input."
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
                           (lambda (limit)
-                            (setq amacs-shell-usage (plist-put amacs-shell-usage :budget-limit limit))
+                            (setq amacs-shell-usage (plist-put amacs-shell-usage :budget-limit limit)
+                                  amacs-chosen (plist-put amacs-chosen :budget limit))
                             (amacs-shell--on-tick amacs-shell-usage)
                             (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit)))))))
 
@@ -1033,9 +1034,13 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
                    (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
+                   (setq amacs-chosen (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
+                                                            :model (plist-get now :model))
+                                                 :base-url base-url))
                    (amacs-shell--update-header)
-                   (amacs-shell--note (format "Now using %s on %s." (plist-get now :model)
-                                              (plist-get now :backend))))))))
+                   (amacs-shell--note (format "Now using %s on %s%s." (plist-get now :model)
+                                              (plist-get now :backend)
+                                              (if base-url (format " at %s" base-url) ""))))))))
 
 (defun amacs-shell--save-history-everywhere ()
   "Save the history of the shell buffer, if there is one."

@@ -223,10 +223,29 @@ environment (issue 12: no secret in any file)."
     (when (and (stringp secret) (>= (length secret) 8))
       (setq text (string-replace secret "[redacted]" text)))))
 
+(defvar amacs-chosen nil
+  "What the person chose in this Emacs that a restarted server keeps.
+A plist: :backend, :model and :base-url (`amacs-set-model'), :budget
+\(`amacs-set-budget').  They win over the environment Emacs started
+with: a restart went back to that environment's model, endpoint and
+budget, and said nothing of it (a newcomer's finding).")
+
+(defun amacs--chosen-environment ()
+  "The environment entries that give a new server the choices in `amacs-chosen'."
+  (let ((backend (plist-get amacs-chosen :backend))
+        (url (plist-get amacs-chosen :base-url))
+        (budget (plist-get amacs-chosen :budget)))
+    (delq nil
+          (list (and backend (concat "AMACS_BACKEND=" backend))
+                (and (plist-get amacs-chosen :model) (concat "AMACS_MODEL=" (plist-get amacs-chosen :model)))
+                (and url (concat (if (equal backend "openai") "OPENAI_BASE_URL=" "ANTHROPIC_BASE_URL=") url))
+                (and budget (format "AMACS_BUDGET_LIMIT=%s" budget))))))
+
 (defun amacs--server-environment (token)
   "Return `process-environment' for a server that must present TOKEN."
   (let ((key (amacs--api-key))
-        (env (cons (concat "AMACS_TOKEN=" token) process-environment)))
+        (env (append (amacs--chosen-environment)
+                     (cons (concat "AMACS_TOKEN=" token) process-environment))))
     (setq amacs--secrets (delq nil (list token key)))
     (when key (push (concat "ANTHROPIC_API_KEY=" key) env))
     (when amacs-home (push (concat "AMACS_HOME=" (expand-file-name amacs-home)) env))

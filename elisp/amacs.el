@@ -44,7 +44,9 @@
 OWN is non-nil when this Emacs started the server it is connected to."
   (let ((model (or (plist-get amacs--status :model) "an unknown model"))
         (backend (or (plist-get amacs--status :backend) "an unknown backend"))
-        (notice (plist-get amacs--status :notice)))
+        (notice (plist-get amacs--status :notice))
+        (url (plist-get amacs-chosen :base-url)))
+    (when url (setq backend (format "%s at %s" backend url)))
     (amacs--say "%s"
                 (concat (if own
                             (format "AMACS server restarted: %s on %s." model backend)

@@ -193,15 +193,24 @@ def test_openai_compatible_backend_streamed(fake, home):
 
 
 def test_switching_backend_and_model_mid_session(fake, home):
-    """M-x amacs-set-model: the next call goes to the other backend and model."""
-    fake.script(Reply(agent_json("From Claude.")), Reply(agent_json("From the local model.")))
+    """M-x amacs-set-model: the next call goes to the other backend and model; a restart keeps
+    them, and a budget set with M-x amacs-set-budget (a restart went back to Emacs's environment)."""
+    fake.script(Reply(agent_json("From Claude.")), Reply(agent_json("From the local model.")),
+                Reply(agent_json("Still local.")))
     program = ("(amacs-e2e-open) (amacs-e2e-send \"one\") "
                f"(amacs-set-model \"openai\" \"qwen-local\" \"{fake.url}/v1\") (accept-process-output nil 0.3) "
-               "(amacs-e2e-send \"two\") (amacs-e2e-finish)")
-    run = run_emacs(home, fake.url, program).check()
+               "(amacs-set-budget 7.5) (accept-process-output nil 0.3) "
+               "(amacs-e2e-send \"two\") (amacs-restart) (amacs-e2e-wait #'amacs-live-p \"the new server\") "
+               "(amacs-e2e-send \"three\") "
+               "(princ (format \"LIMIT=%s\\n\" (plist-get amacs-shell-usage :budget-limit))) (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program, AMACS_BUDGET_LIMIT="3").check()
     assert [(r["path"], r["body"]["model"]) for r in fake.requests] == [
-        ("/v1/messages", "claude-sonnet-5-5"), ("/v1/chat/completions", "qwen-local")]
-    assert "Now using qwen-local on openai." in run.shell and "From the local model." in run.shell
+        ("/v1/messages", "claude-sonnet-5-5"), ("/v1/chat/completions", "qwen-local"),
+        ("/v1/chat/completions", "qwen-local")]
+    assert f"Now using qwen-local on openai at {fake.url}/v1." in run.shell and "From the local model." in run.shell
+    assert f"AMACS server restarted: qwen-local on openai at {fake.url}/v1." in run.shell
+    assert "Still local." in run.shell
+    assert "LIMIT=7.5" in run.stdout
 
 
 def test_a_new_shell_shows_the_recent_exchanges(fake, home):
