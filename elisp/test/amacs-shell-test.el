@@ -31,6 +31,7 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
          (amacs-shell--taken nil)
          (amacs-shell--replied nil)
          (amacs-shell--stop-said nil)
+         (amacs-chosen nil)
          (amacs-shell-test--calls nil))
      (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (funcall fn)))
                ((symbol-function 'amacs-live-p) (lambda () t))

@@ -436,7 +436,8 @@ later, neither runs it again nor says the server stopped."
   "Issue 9: `amacs-restart' confirms in one line, with the notice when there is one."
   (let* ((said nil)
          (amacs-transport-message-function (lambda (text) (push text said)))
-         (amacs--on-ready nil))
+         (amacs--on-ready nil)
+         (amacs-chosen nil))
     (cl-letf (((symbol-function 'amacs-stop-server) #'ignore)
               ((symbol-function 'amacs-start-server) #'ignore)
               ((symbol-function 'amacs-live-p) #'ignore))
