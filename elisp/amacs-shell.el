@@ -1293,6 +1293,21 @@ visiting a file is added by its file name."
                      (message "AMACS: added %s to thread %s" name (plist-get answer :thread)))
                    (lambda (err) (amacs-shell--note (concat "Could not add " name ": " err))))))))
 
+(defun amacs-shell--query-kill ()
+  "Ask before the shell buffer is killed while the agent works on a turn.
+On the shell's `kill-buffer-query-functions': the turn goes on without
+the shell, and its reply is seen only in agent-chat.org, or in the last
+exchanges \[amacs-shell] shows in a new shell."
+  (or (not amacs-shell-busy)
+      (not (amacs-live-p))
+      (yes-or-no-p "AMACS is working on your turn; kill the shell anyway (the turn goes on; M-x amacs-shell shows it)? ")))
+
+(defun amacs-shell--forget-buffer ()
+  "Forget the stream of the shell buffer being killed: its markers go with it.
+Events of the turn still coming find no shell and do nothing; a new
+shell starts clean."
+  (setq amacs-shell--stream-start nil amacs-shell--stream-end nil))
+
 (defun amacs-shell--query-quit ()
   "Ask before Emacs quits while the agent works on a turn; non-nil to quit.
 On `kill-emacs-query-functions', as Emacs asks about live processes:
@@ -1364,6 +1379,8 @@ agent takes it.  TAB or RET on an eval line shows its form and result.
   (amacs-render-prepare-buffer)
   (amacs-shell--read-history)
   (add-hook 'kill-buffer-hook #'amacs-shell--save-history-safely nil t)
+  (add-hook 'kill-buffer-hook #'amacs-shell--forget-buffer nil t)
+  (add-hook 'kill-buffer-query-functions #'amacs-shell--query-kill nil t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (add-hook 'kill-emacs-query-functions #'amacs-shell--query-quit)
   (unless (comint-check-proc (current-buffer))
@@ -1408,7 +1425,15 @@ The input at the prompt stays."
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
   (let ((buf (get-buffer-create amacs-shell-buffer-name)))
     (with-current-buffer buf
-      (if (derived-mode-p 'amacs-shell-mode) (amacs-shell--revive) (amacs-shell-mode)))
+      (if (derived-mode-p 'amacs-shell-mode)
+          (amacs-shell--revive)
+        (amacs-shell-mode)
+        ;; A new shell on a live server (the last one was killed): its hello was
+        ;; long ago, so ask for the last exchanges now.
+        (when (amacs-live-p)
+          (amacs-call 'status nil (lambda (status)
+                                    (setq amacs--status (append status amacs--status))
+                                    (amacs-shell--greet))))))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
     (unless (amacs-live-p) (amacs-shell--set-state 'starting))

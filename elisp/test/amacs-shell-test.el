@@ -44,7 +44,9 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
                (amacs-shell-mode)
                (goto-char (point-max))
                ,@body))
-         (let ((kill-buffer-query-functions nil)) (kill-buffer buf))))))
+         (when (buffer-live-p buf)
+           (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
+           (kill-buffer buf))))))
 
 (defun amacs-shell-test--text ()
   "The shell's text without properties."
@@ -347,6 +349,40 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
     (goto-char (point-max))
     (amacs-shell-return)
     (should (equal (mapcar #'cadr amacs-shell-test--calls) '(("task"))))))
+
+;; A newcomer killed the shell (C-x k) while a reply streamed: every delta
+;; after it failed ("Marker does not point anywhere"), and the new shell was empty.
+(ert-deftest amacs-shell-test-killing-the-shell-mid-turn-asks-and-loses-nothing ()
+  "Killing the shell mid-turn asks first; killed, the turn's events do nothing and a new shell works."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "tell me slowly")
+    (amacs-shell--on-turn-start nil)
+    (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
+    (amacs-shell--on-reply-delta '(:type "reply-delta" :text "Once upon"))
+    (let ((asked nil))
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (question) (push question asked) nil)))
+        (should-not (kill-buffer (current-buffer)))   ; answered no: the shell stays
+        (should (string-match-p "working on your turn" (car asked)))
+        (cl-letf (((symbol-function 'yes-or-no-p) (lambda (_q) t)))
+          (should (kill-buffer (current-buffer))))))
+    (let ((messages nil))
+      (cl-letf (((symbol-function 'message) (lambda (&rest args) (push (apply #'format args) messages))))
+        (amacs-shell--on-reply-delta '(:type "reply-delta" :text " a time"))
+        (amacs-shell--on-reply '(:type "reply" :text "Once upon a time." :streamed t))
+        (amacs-shell--on-turn-done '(:type "turn-done" :tick 3)))
+      (should-not (seq-find (lambda (m) (string-match-p "failed" m)) messages)))
+    (let ((status-asked nil))
+      (cl-letf (((symbol-function 'amacs-call)
+                 (lambda (method _args &optional callback _errback)
+                   (push method status-asked)
+                   (when (eq method 'status)
+                     (funcall callback '(:recent ((:human "tell me slowly" :agent "Once upon a time."))))))))
+        (set-window-buffer (selected-window) (amacs-shell)))
+      (should (equal status-asked '(status)))
+      (with-current-buffer amacs-shell-buffer-name
+        (should (string-match-p "amacs> tell me slowly\n\nOnce upon a time\\.\n" (amacs-shell-test--text)))
+        (amacs-shell--on-reply-delta '(:type "reply-delta" :text "A new reply"))
+        (should (string-match-p "A new reply" (amacs-shell-test--text)))))))
 
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
