@@ -770,7 +770,9 @@ wait for replies; the detail names whose), retrying, stopped.")
                   ('eval (concat "running an eval…" elapsed " " (amacs-shell--stops-it)))
                   ('sleeping (concat "waiting for "
                                      (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
-                  ('retrying (format "retrying in %s s" (or amacs-shell--state-detail "?")))
+                  ('retrying (if amacs-shell--state-detail
+                                 (format "retrying in %s s" amacs-shell--state-detail)
+                               "retrying now"))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
     (when (and amacs-shell--eval-agent (not (equal amacs-shell--eval-agent "primary")))
@@ -869,7 +871,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
   "Show the one-line note in EVENT in its kind's face."
   (let ((text (plist-get event :text))
         (kind (plist-get event :kind)))
-    (when (and (equal kind "status") (string-match "retrying in \\([0-9.]+\\) s" text))
+    (when (and (equal kind "status") (string-match "retrying \\(?:in \\([0-9.]+\\) s\\|now\\)" text))
       (amacs-shell--set-state 'retrying (match-string 1 text)))
     (when (and (member kind '("agent" "warning")) (string-match "\\`\\([^ ]+\\) (" text))
       (amacs-shell--answered (match-string 1 text))) ; a task's end: its result is delivered

@@ -188,7 +188,15 @@ class AnthropicBackend:
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
         return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (anthropic.APIError, StreamError), _short, _explain, on_status)
+                                  (anthropic.APIError, StreamError), _short, self._explain, on_status)
+
+    def _explain(self, err: Exception) -> str:
+        """What failed and what to do; a connection failure names the endpoint tried
+        (a newcomer could not tell which one it was)."""
+        text = _explain(err)
+        if isinstance(err, anthropic.APIConnectionError) and not isinstance(err, anthropic.APITimeoutError):
+            text += f" (tried {self._base_url or 'https://api.anthropic.com'})"
+        return text
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()

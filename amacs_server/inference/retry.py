@@ -56,7 +56,8 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
                 raise InferenceError(explain(err)) from err
             wait = policy.delay(attempt, retry_after(err))
             if on_status is not None:
-                on_status(f"Model API {short(err)}; retrying in {wait:.1f} s "
+                when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
+                on_status(f"Model API {short(err)}; retrying {when} "
                           f"(attempt {attempt + 1} of {policy.attempts})")
             await asyncio.sleep(wait)
         except fatal as err:

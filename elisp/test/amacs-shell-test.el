@@ -582,6 +582,9 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (amacs-shell--on-annotation
        '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :kind "status"))
       (should (string-match-p "retrying in 4.0 s" (amacs-shell-header-line)))
+      (amacs-shell--on-annotation
+       '(:text "Model API overloaded (529); retrying now (attempt 3 of 5)" :kind "status"))
+      (should (string-match-p "retrying now" (amacs-shell-header-line)))
       (amacs-shell--on-agents '(:agents ((:id "task-1") (:id "task-2"))))
       (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
       (amacs-shell--on-turn-done nil)
