@@ -361,7 +361,7 @@ class Runtime:
 
     def emacs_gone(self) -> None:
         """The Emacs connection closed: stop at once, no further model calls (loop thread)."""
-        if self.interrupt("Emacs disconnected"):
+        if self.interrupt("Emacs disconnected (a restart, or Emacs quit)"):
             log.info("Emacs disconnected: the running turn and subagents were stopped")
 
     def wake(self) -> None:

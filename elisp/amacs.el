@@ -65,11 +65,15 @@ marked not sent; \\[comint-previous-input] brings it back (issue 12)."
 (add-hook 'amacs-start-failed-hook #'amacs--start-failed-in-shell)
 
 ;;;###autoload
-(defun amacs-restart ()
+(defun amacs-restart (&optional confirm)
   "Restart the AMACS server; the shell stays.
 A tick in progress gets two seconds to finish; your input is on disk anyway.
-Says in one line which model the new server uses, and what it still lacks."
-  (interactive)
+Says in one line which model the new server uses, and what it still lacks.
+With CONFIRM (interactively), ask first while the agent works on a turn."
+  (interactive (list t))
+  (when (and confirm amacs-shell-busy (amacs-live-p)
+             (not (yes-or-no-p "AMACS is working on your turn; restart anyway (your input is saved)? ")))
+    (user-error "Not restarted"))
   (message "AMACS: restarting the server…") ; said at once: `amacs-shell--said-at-once'
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
     (amacs-stop-server))

@@ -189,7 +189,8 @@ class PrimaryBody:
         rt.consciousness.last_eval_result = (
             EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})") if self.evaluating
             else EvalResult.skipped_result())
-        finish_unanswered(rt, tick, "interrupted by the person")
+        # Why, as the shell said it: C-c C-c is the person's; a restart stops the server.
+        finish_unanswered(rt, tick, rt.halted or "interrupted by the person")
 
     def out_of_steps(self) -> None:
         self.rt.face.annotate(

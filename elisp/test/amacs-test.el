@@ -457,6 +457,20 @@ later, neither runs it again nor says the server stopped."
           (delete-process amacs--server-process)))
       (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it."))))))
 
+(ert-deftest amacs-test-restart-mid-turn-asks-first ()
+  "A newcomer's finding: M-x amacs-restart mid-turn stopped the turn without asking (C-x C-c asks)."
+  (let ((stopped nil) (asked nil) (amacs--on-ready nil) (amacs-shell-busy t) (amacs-chosen nil))
+    (cl-letf (((symbol-function 'amacs-stop-server) (lambda () (setq stopped t)))
+              ((symbol-function 'amacs-start-server) #'ignore)
+              ((symbol-function 'amacs-live-p) (lambda () t))
+              ((symbol-function 'yes-or-no-p) (lambda (q) (push q asked) nil)))
+      (should-error (call-interactively #'amacs-restart) :type 'user-error)
+      (should (string-match-p "working on your turn" (car asked)))
+      (should-not stopped)
+      (amacs-restart)                                   ; from Lisp: no question
+      (should stopped)
+      (should (= (length asked) 1)))))
+
 (ert-deftest amacs-test-entry-points-are-autoloaded ()
   "Issue 9: the commands README names carry autoload cookies in the files that define them."
   (dolist (entry '(("amacs.el" . "amacs-restart") ("amacs-transport.el" . "amacs-connect")

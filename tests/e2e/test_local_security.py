@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.context_items import chat_lines
 from tests.e2e.harness import elisp_string, finish_emacs, run_emacs, start_emacs
 from tests.e2e.test_headless import start_headless, stop, wait_for
 from tests.fake_anthropic import Reply, agent_json
@@ -140,6 +141,8 @@ def test_restart_mid_turn_gives_the_prompt_back(fake, home):
     assert "Send a message to restart it" not in run.shell  # stopped on purpose: not reported as a crash
     assert run.shell.count("Back, and listening.") == 1
     assert run.shell.rstrip().endswith("amacs>")
+    # The cut-off turn is kept as what happened, not as the person's interrupt (a newcomer's finding).
+    assert chat_lines(fake.user_texts()[-1])[-2] == "Agent: (no reply: Emacs disconnected (a restart, or Emacs quit))"
 
 
 def test_restart_mid_turn_against_a_headless_server(fake, home, tmp_path):
