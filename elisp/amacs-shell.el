@@ -468,10 +468,24 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
   (interactive)
   (let ((id (get-text-property (point) 'amacs-eval)))
     (unless id (user-error "No eval here"))
-    (if (memq id (if (listp buffer-invisibility-spec) buffer-invisibility-spec nil))
-        (remove-from-invisibility-spec id)
-      (add-to-invisibility-spec id))
+    (let ((show (memq id (if (listp buffer-invisibility-spec) buffer-invisibility-spec nil))))
+      (if show (remove-from-invisibility-spec id) (add-to-invisibility-spec id))
+      (amacs-shell--eval-arrow (point) (if show "▾" "▸")))
     (force-window-update (current-buffer))))
+
+(defun amacs-shell--eval-arrow (pos arrow)
+  "Make ARROW the first character of the eval line at POS: ▸ folded, ▾ shown."
+  (let* ((id (get-text-property pos 'amacs-eval))
+         (start (if (and (> pos (point-min)) (eq (get-text-property (1- pos) 'amacs-eval) id))
+                    (previous-single-property-change pos 'amacs-eval nil (point-min))
+                  pos)))
+    (when (member (buffer-substring-no-properties start (min (point-max) (1+ start))) '("▸" "▾"))
+      (save-excursion
+        (let ((inhibit-read-only t)
+              (props (text-properties-at start)))
+          (goto-char start)
+          (delete-char 1)
+          (insert (apply #'propertize arrow props)))))))
 
 (defun amacs-shell-tab ()
   "Toggle the eval at point, else complete as comint does."

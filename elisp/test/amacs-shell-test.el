@@ -466,8 +466,11 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (should (invisible-p detail))
       (amacs-shell-tab)
       (should-not (invisible-p detail))
+      (should (string-match-p "^▾ eval (\\+ 2 2) → 4\n" (amacs-shell-test--text))) ; shown: the arrow points down
+      (should (get-text-property (line-beginning-position) 'amacs-eval))
       (amacs-shell-toggle)
-      (should (invisible-p detail)))))
+      (should (invisible-p detail))
+      (should (string-match-p "^▸ eval (\\+ 2 2) → 4\n" (amacs-shell-test--text))))))
 
 (ert-deftest amacs-shell-test-failed-eval-line-is-an-error ()
   "Issue 9: an eval that signals shows its error in the error face."

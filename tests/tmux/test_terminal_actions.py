@@ -45,11 +45,12 @@ def test_an_eval_shows_as_a_line_that_tab_expands(terminal, fake):
     term.press("Tab")
     screen = term.wait_for("⇒ 4", timeout=5, what="the eval's details after TAB")
     rows = screen.split("\n")
-    row = next(i for i, r in enumerate(rows) if "▸ eval (+ 2 2)" in r)
+    row = next(i for i, r in enumerate(rows) if "▾ eval (+ 2 2)" in r)  # shown: the arrow points down
     assert rows[row + 1].strip() == "(+ 2 2)" and rows[row + 1].startswith("    ")
     assert rows[row + 2].strip() == "⇒ 4"
     term.press("Tab")
     term.wait_for(lambda s: "⇒ 4" not in s, timeout=5, what="the details folded again")
+    assert "▸ eval (+ 2 2) → 4" in term.screen()
 
 
 def test_a_failed_eval_line_says_the_error(terminal, fake):
