@@ -1445,11 +1445,20 @@ The input at the prompt stays."
           (amacs-shell--revive)
         (amacs-shell-mode)
         ;; A new shell on a live server (the last one was killed): its hello was
-        ;; long ago, so ask for the last exchanges now.
+        ;; long ago, so ask for the last exchanges now.  A turn going on streams
+        ;; below them: its events wait until they are shown.
         (when (amacs-live-p)
-          (amacs-call 'status nil (lambda (status)
-                                    (setq amacs--status (append status amacs--status))
-                                    (amacs-shell--greet))))))
+          (amacs-hold-events)
+          (amacs-call 'status nil
+                      (lambda (status)
+                        (setq amacs--status (append status amacs--status))
+                        ;; Mid-turn, the last input has no reply yet: not a stopped server's.
+                        (let ((amacs-shell--stop-said amacs-shell-busy))
+                          (amacs-shell--greet))
+                        (amacs-release-events))
+                      (lambda (err)
+                        (amacs-release-events)
+                        (amacs-shell--note (concat "Could not show the last exchanges: " err)))))))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
     (unless (amacs-live-p) (amacs-shell--set-state 'starting))

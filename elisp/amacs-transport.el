@@ -406,7 +406,7 @@ before it: the shell must know the input the server took and saved
 before it says what of the turn is on disk."
   (when amacs--event-timer
     (cancel-timer amacs--event-timer))
-  (amacs--drain-events)
+  (amacs-release-events)
   (run-hooks 'amacs-disconnect-hook))
 
 (defun amacs--say-stopped (what then)
@@ -733,12 +733,28 @@ Both are \"reply-delta\" and every property but :text is the same."
        (cl-loop for (key value) on a by #'cddr
                 always (or (eq key :text) (equal value (plist-get b key))))))
 
+(defvar amacs--events-held nil
+  "Non-nil while events wait in their queue: see `amacs-hold-events'.")
+
+(defun amacs-hold-events ()
+  "Keep events queued, unhandled, until `amacs-release-events'.
+A new shell on a server mid-turn shows the last exchanges first, then
+the turn's stream: its deltas wait until the exchanges are shown.  The
+connection's end releases them too."
+  (setq amacs--events-held t))
+
+(defun amacs-release-events ()
+  "Handle the events `amacs-hold-events' kept, and those after them."
+  (setq amacs--events-held nil)
+  (amacs--drain-events))
+
 (defun amacs--drain-events ()
   "Handle every queued event, oldest first, with every handler of its type.
 Consecutive deltas of one stream are handled as one, and not at all when
-the streamed reply that replaces them is next."
+the streamed reply that replaces them is next.  Nothing while events are
+held (`amacs-hold-events')."
   (setq amacs--event-timer nil)
-  (while amacs--event-queue
+  (while (and amacs--event-queue (not amacs--events-held))
     (let* ((event (pop amacs--event-queue))
            (handlers (alist-get (plist-get event :type) amacs--event-handlers
                                 nil nil #'equal)))

@@ -371,18 +371,27 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
         (amacs-shell--on-reply '(:type "reply" :text "Once upon a time." :streamed t))
         (amacs-shell--on-turn-done '(:type "turn-done" :tick 3)))
       (should-not (seq-find (lambda (m) (string-match-p "failed" m)) messages)))
-    (let ((status-asked nil))
+;; The turn goes on: a new shell shows the last exchanges, then the turn's stream
+    ;; below them (its deltas wait for the exchanges), and does not call it stopped.
+    (amacs-shell--on-turn-start nil)                 ; a next turn, going on without a shell
+    (let ((status-callback nil)
+          (amacs--event-queue nil) (amacs--event-queue-tail nil) (amacs--event-timer nil)
+          (amacs--events-held nil))
       (cl-letf (((symbol-function 'amacs-call)
                  (lambda (method _args &optional callback _errback)
-                   (push method status-asked)
-                   (when (eq method 'status)
-                     (funcall callback '(:recent ((:human "tell me slowly" :agent "Once upon a time."))))))))
-        (set-window-buffer (selected-window) (amacs-shell)))
-      (should (equal status-asked '(status)))
+                   (when (eq method 'status) (setq status-callback callback)))))
+        (set-window-buffer (selected-window) (amacs-shell))
+        (should status-callback)
+        (amacs--queue-events '((:type "reply-delta" :text "Still streaming")))
+        (amacs--drain-events)
+        (with-current-buffer amacs-shell-buffer-name
+          (should-not (string-match-p "Still streaming" (amacs-shell-test--text))))   ; held
+        (funcall status-callback '(:recent ((:human "tell me slowly")) :interrupted t))
+        (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer)))
       (with-current-buffer amacs-shell-buffer-name
-        (should (string-match-p "amacs> tell me slowly\n\nOnce upon a time\\.\n" (amacs-shell-test--text)))
-        (amacs-shell--on-reply-delta '(:type "reply-delta" :text "A new reply"))
-        (should (string-match-p "A new reply" (amacs-shell-test--text)))))))
+        (let ((text (amacs-shell-test--text)))
+          (should (string-match-p "amacs> tell me slowly\n\\(.*\n\\)*Still streaming" text))
+          (should-not (string-match-p "no reply before the server stopped" text)))))))
 
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
