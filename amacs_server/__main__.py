@@ -44,6 +44,9 @@ SERVER_INFO = "server.json"
 SDK_IMPORT_LATEST = 1.0
 # How often a server Emacs started looks whether that Emacs is still its parent.
 ORPHAN_CHECK = 0.5
+# The exit status of a server that found its home served by another: Emacs does not
+# start it again (`amacs--exit-home-in-use').
+EXIT_HOME_IN_USE = 3
 
 
 def release_sdk_once() -> Callable[[], None]:
@@ -249,11 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     # A headless server always names itself (people and Emacs look for it there); a
     # server Emacs started leaves a live server's file alone.
     write_info = args.headless or not live
-    from .persistence.home_lock import HomeLock
+    from .persistence.home_lock import HomeInUse, HomeLock
 
     lock = HomeLock(home, headless=args.headless)
     try:
         lock.acquire()  # one server per home: two would write over each other's conversation
+    except HomeInUse as err:
+        _fail(str(err))
+        return EXIT_HOME_IN_USE  # trying again cannot help: Emacs does not
     except (StartupError, OSError) as err:
         return _fail(_start_failure(err, home))
 

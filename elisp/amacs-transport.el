@@ -450,6 +450,10 @@ typed after the connection dropped starts a new server first."
          proc (format "%s%s" (string-trim event)
                       (let ((tail (amacs--stderr-tail))) (if tail (concat ": " tail) ""))))))))
 
+(defconst amacs--exit-home-in-use 3
+  "The exit status of a server that found its home served by another.
+Starting it again cannot help until that server goes, so Emacs does not.")
+
 (defun amacs--start-again (proc)
   "Start a server for what waits for one, after server PROC ended.
 After a server that ran: at once.  After one that did not start:
@@ -458,6 +462,11 @@ in a row; then stop trying, drop what waits, run
 `amacs-start-failed-hook'."
   (cond
    ((process-get proc 'amacs-accepted) (amacs-start-server))
+   ((eql (process-exit-status proc) amacs--exit-home-in-use)
+    (amacs-cancel-waiting)
+    (amacs-reset-start-attempts)
+    (run-hooks 'amacs-start-failed-hook)
+    (amacs--say "Not trying again while that server serves the home."))
    ((< amacs--start-failures amacs-start-attempts)
     (let ((delay (* amacs--retry-base (expt 2 (1- amacs--start-failures)))))
       (when (= amacs--start-failures 1)

@@ -47,6 +47,7 @@ OWN is non-nil when this Emacs started the server it is connected to."
         (notice (plist-get amacs--status :notice))
         (url (plist-get amacs-chosen :base-url)))
     (when url (setq backend (format "%s at %s" backend url)))
+    (message nil)                       ; "restarting the server…" is done
     (amacs--say "%s"
                 (concat (if own
                             (format "AMACS server restarted: %s on %s." model backend)

@@ -118,7 +118,7 @@ def test_a_live_headless_server_whose_token_emacs_lacks_keeps_the_home_to_itself
         before = info_path.read_text()
         assert "token" not in json.loads(before)  # the person holds it; it is not written down
         program = ("(setq amacs--retry-base 0.2) (amacs-shell) (amacs-e2e-send-no-wait \"hi\") "
-                   "(amacs-e2e-wait-text \"Stopped trying\") (amacs-e2e-finish)")
+                   "(amacs-e2e-wait-text \"Not trying again\") (amacs-e2e-finish)")
         run = run_emacs(home, fake.url, program).check()
         said = [line for line in run.shell.splitlines() if "did not start:" in line]
         assert len(said) == 1, run.shell

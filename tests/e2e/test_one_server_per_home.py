@@ -30,11 +30,13 @@ def test_a_second_emacs_on_a_served_home_is_refused_and_the_first_goes_on(fake, 
         pid = json.loads((home / "server.json").read_text())["pid"]
         second = run_emacs(home, fake.url,
                            "(setq amacs--retry-base 0.2) (amacs-shell) (amacs-e2e-send-no-wait \"from the second\") "
-                           "(amacs-e2e-wait-text \"Stopped trying\") (amacs-e2e-finish)",
+                           "(amacs-e2e-wait-text \"Not trying again\") (amacs-e2e-finish)",
                            AMACS_E2E_OUT=str(tmp_path / "second.txt")).check()
         said = [line for line in second.shell.splitlines() if "did not start:" in line]
         assert len(said) == 1, second.shell
         assert f"another AMACS server (pid {pid}, started by another Emacs) serves {home}" in said[0]
+        assert "Trying again in" not in second.shell  # it cannot help while the first serves the home
+        assert "Not sent: the AMACS server could not start. M-p brings it back." in second.shell
         go_on.touch()
         run = finish_emacs(first, home).check()
     finally:
