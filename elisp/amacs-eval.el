@@ -266,11 +266,17 @@ limit does not run."
   (cond ((functionp amacs-eval-confirm) (funcall amacs-eval-confirm form agent))
         (t amacs-eval-confirm)))
 
+(defvar amacs-eval-asking nil
+  "Non-nil while the person is asked whether an eval may run.
+The shell's header says so, not that the eval runs.")
+
 (defun amacs--eval-approved-p (event)
   "Ask the person whether the eval in EVENT may run; the time limit waits."
   (let ((id (plist-get event :id))
-        (form (plist-get event :form)))
+        (form (plist-get event :form))
+        (amacs-eval-asking t))
     (when (amacs-live-p) (amacs-call 'eval_hold (list id t)))
+    (force-mode-line-update t)
     (unwind-protect
         (condition-case nil
             (y-or-n-p (format "AMACS: %s wants to eval %s  Run it? "

@@ -781,7 +781,9 @@ wait for replies; the detail names whose), retrying, stopped.")
                               "waiting for you"))
                   ('thinking (concat "thinking…" elapsed))
                   ('streaming (concat "writing…" elapsed))
-                  ('eval (concat "running an eval…" elapsed " " (amacs-shell--stops-it)))
+                  ('eval (if amacs-eval-asking
+                             "asks you whether an eval may run (y or n)"
+                           (concat "running an eval…" elapsed " " (amacs-shell--stops-it))))
                   ('sleeping (concat "waiting for "
                                      (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
                   ('retrying (if amacs-shell--state-detail

@@ -490,9 +490,14 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
     (should (eq (amacs-shell-test--face-at "▸ eval (car 1)") 'amacs-shell-eval-error))))
 
 (ert-deftest amacs-shell-test-eval-confirm-accept-and-decline ()
-  "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result."
+  "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result.
+While it asks, the header says so, not that the eval runs (a newcomer's finding)."
   (amacs-shell-test--with-shell
-    (let ((amacs-eval-confirm t))
+    (let ((amacs-eval-confirm t) (header nil))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) (setq header (amacs-shell-header-line)) t)))
+        (amacs--handle-eval-event (list :type "eval" :id 6 :form "(+ 1 1)" :agent "primary")))
+      (should (string-match-p "asks you whether an eval may run" header))
+      (setq amacs-shell-test--calls nil)
       (should (equal (amacs-shell-test--eval "(+ 1 2)" t) '(:success t :result "3")))
       (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'eval_hold)) amacs-shell-test--calls))
                      '((7 nil) (7 t))))
