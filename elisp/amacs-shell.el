@@ -1019,8 +1019,12 @@ typing ends, and nothing is lost.")
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
-  (interactive (list (read-number "Budget limit in dollars: "
-                                  (* 2 (or (plist-get amacs-shell-usage :budget-limit) 5.0)))))
+  (interactive
+   (let ((now (or (plist-get amacs-shell-usage :budget-limit) 5.0)))
+     ;; The default doubles the limit: say so (a newcomer could not tell what it was).
+     (list (read-number (format "Budget limit in dollars (now %s; RET doubles it): "
+                                (amacs-shell--dollars now))
+                        (* 2 now)))))
   ;; Said at once: see `amacs-shell--said-at-once'.
   (message "AMACS: setting the budget limit to %s…" (amacs-shell--dollars dollars))
   (amacs-when-ready
@@ -1037,11 +1041,11 @@ An agent stopped at its limit goes on with your next input."
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
 BASE-URL points at such a server, e.g. Ollama or llama.cpp."
   (interactive
-   (let ((backend (completing-read "Backend: " '("anthropic" "openai") nil t nil nil
-                                   (or (plist-get amacs--status :backend) "anthropic"))))
+   (let* ((now (or (plist-get amacs--status :backend) "anthropic"))
+          (backend (completing-read (format-prompt "Backend" now) '("anthropic" "openai") nil t nil nil now)))
      (list backend
            (read-string "Model: " (plist-get amacs--status :model))
-           (let ((url (read-string "Base URL (empty: the default): "
+           (let ((url (read-string "Base URL (empty: the one the server started with): "
                                    (and (equal backend "openai") "http://localhost:11434/v1"))))
              (unless (string-empty-p url) url)))))
   (message "AMACS: switching to %s on %s…" model backend) ; said at once: `amacs-shell--said-at-once'

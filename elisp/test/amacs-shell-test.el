@@ -393,6 +393,25 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
           (should (string-match-p "amacs> tell me slowly\n\\(.*\n\\)*Still streaming" text))
           (should-not (string-match-p "no reply before the server stopped" text)))))))
 
+;; A newcomer could not tell what the defaults of these prompts were.
+(ert-deftest amacs-shell-test-set-budget-and-set-model-say-their-defaults ()
+  "The budget prompt says the limit now and that RET doubles it; the backend prompt its default."
+  (amacs-shell-test--with-shell
+    (let ((prompts nil)
+          (amacs-shell-usage '(:budget-limit 2.0))
+          (amacs--status '(:backend "openai" :model "qwen")))
+      (cl-letf (((symbol-function 'read-number) (lambda (prompt default) (push prompt prompts) default))
+                ((symbol-function 'completing-read)
+                 (lambda (prompt &rest _) (push prompt prompts) "openai"))
+                ((symbol-function 'read-string) (lambda (prompt &rest _) (push prompt prompts) "")))
+        (call-interactively #'amacs-set-budget)
+        (call-interactively #'amacs-set-model))
+      (should (equal (car (last prompts)) "Budget limit in dollars (now $2.00; RET doubles it): "))
+      (should (member "Backend (default openai): " prompts))
+      (should (equal (cadr (assq 'set_budget (mapcar (lambda (c) (cons (car c) (cadr c)))
+                                                      amacs-shell-test--calls)))
+                     4.0)))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
