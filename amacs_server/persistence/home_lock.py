@@ -16,8 +16,10 @@ otherwise it refuses at once, saying which server serves the home.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 
 from .recovery import StartupError
 
+log = logging.getLogger("amacs.home_lock")
 LOCK_FILE = ".server.lock"
 # A stopping server ends its tick and exits; Emacs kills it after
 # `amacs-stop-grace' (8 s): a little longer than that.
@@ -56,7 +59,14 @@ class HomeLock:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
-                except BlockingIOError:
+                except OSError as err:
+                    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        # A file system without locks (some network mounts): serve unguarded
+                        # rather than not at all, and say so in the log.
+                        log.warning("cannot lock %s (%s): two servers on this home would not be stopped",
+                                    self.path, err)
+                        os.close(fd)
+                        return
                     holder = self._holder(fd)
                     if not holder.get("stopping") or time.monotonic() >= deadline:
                         raise HomeInUse(self._in_use(holder)) from None
