@@ -837,12 +837,21 @@ Once everyone has answered, the primary wakes: it is thinking."
          (let ((left (remove who amacs-shell--state-detail)))
            (amacs-shell--set-state (if left 'sleeping 'thinking) left)))))
 
-(defun amacs-shell-header-line ()
-  "The shell's header line: the model, the backend and what the agent is doing."
-  (let ((model (plist-get amacs--status :model))
-        (backend (plist-get amacs--status :backend)))
-    (concat " " (if model (format "%s (%s)" model backend) "AMACS")
-            " — " (amacs-shell-state-string))))
+(defun amacs-shell-header-line (&optional width)
+  "The shell's header line: the model, the backend and what the agent is doing.
+Wider than WIDTH (default: the shell's window), the backend goes, then
+the model: what the agent does is what the header is for (at 80 columns
+a newcomer saw \"2 agents worki\")."
+  (let* ((model (plist-get amacs--status :model))
+         (backend (plist-get amacs--status :backend))
+         (state (amacs-shell-state-string))
+         (width (or width
+                    (let ((window (get-buffer-window (amacs-shell--buffer))))
+                      (if window (window-total-width window) 80)))))
+    (seq-find (lambda (line) (<= (string-width line) width))
+              (list (concat " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
+                    (concat " " (or model "AMACS") " — " state))
+              (concat " " state))))
 
 (defun amacs-shell--update-header ()
   "Redraw the header line (and mode line) of the shell."

@@ -412,6 +412,15 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                                                       amacs-shell-test--calls)))
                      4.0)))))
 
+(ert-deftest amacs-shell-test-a-narrow-header-keeps-what-the-agent-does ()
+  "Too wide for the window, the header drops the backend, then the model, not the agent's doing."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:model "claude-sonnet-5-5" :backend "anthropic" :key-ok t)))
+      (amacs-shell--set-state 'waiting)
+      (should (equal (amacs-shell-header-line 100) " claude-sonnet-5-5 (anthropic) — waiting for you"))
+      (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
+      (should (equal (amacs-shell-header-line 20) " waiting for you")))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
