@@ -1030,8 +1030,8 @@ typing ends, and nothing is lost.")
 An agent stopped at its limit goes on with your next input."
   (interactive
    (let ((now (or (plist-get amacs-shell-usage :budget-limit) 5.0)))
-     ;; The default doubles the limit: say so (a newcomer could not tell what it was).
-     (list (read-number (format "Budget limit in dollars (now %s; RET doubles it): "
+     ;; The limit now beside the default (twice it): a newcomer could not tell what it was.
+     (list (read-number (format "Budget limit in dollars, now %s: "
                                 (amacs-shell--dollars now))
                         (* 2 now)))))
   ;; Said at once: see `amacs-shell--said-at-once'.

@@ -406,7 +406,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                 ((symbol-function 'read-string) (lambda (prompt &rest _) (push prompt prompts) "")))
         (call-interactively #'amacs-set-budget)
         (call-interactively #'amacs-set-model))
-      (should (equal (car (last prompts)) "Budget limit in dollars (now $2.00; RET doubles it): "))
+      (should (equal (car (last prompts)) "Budget limit in dollars, now $2.00: "))
       (should (member "Backend (default openai): " prompts))
       (should (equal (cadr (assq 'set_budget (mapcar (lambda (c) (cons (car c) (cadr c)))
                                                       amacs-shell-test--calls)))
