@@ -74,5 +74,5 @@ def test_evals_are_in_the_chat_log_and_the_resumed_shell(fake, home):
         "(car 1)\nerror: Wrong type argument: listp, 1\n", "")
     expanded = between(run.stdout, "EXPANDED")
     assert "▸ eval (+ 2 2) → 4\n\nDone" in expanded  # the other eval stays folded
-    assert "▸ eval (car 1) → error: Wrong type argument: listp, 1\n(car 1)\nerror: Wrong type argument: listp, 1\n" \
+    assert "▾ eval (car 1) → error: Wrong type argument: listp, 1\n(car 1)\nerror: Wrong type argument: listp, 1\n" \
         in expanded
