@@ -15,6 +15,7 @@ import pytest
 
 from amacs_server.config import DEFAULT_MODEL
 from amacs_server.inference.anthropic_backend import AnthropicBackend
+from amacs_server.inference.openai_backend import OpenAIBackend
 from amacs_server.inference.retry import InferenceError, RetryPolicy
 from tests.fake_anthropic import FakeAnthropic, Reply
 
@@ -198,20 +199,24 @@ def test_slow_headers_time_out_and_are_retried(fake):
     assert len(fake.requests) == 2 and "timed out" in said[0], said
 
 
-def test_an_endpoint_nobody_listens_on_is_named_when_the_retries_run_out():
+@pytest.mark.parametrize("backend_class, said", [
+    pytest.param(AnthropicBackend, "cannot reach the model endpoint", id="anthropic"),
+    pytest.param(OpenAIBackend, "cannot reach the OpenAI-compatible endpoint", id="openai"),
+])
+def test_an_endpoint_nobody_listens_on_is_named_when_the_retries_run_out(backend_class, said):
     """A newcomer could not tell which endpoint "cannot reach the model endpoint" meant."""
     import socket
 
     with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    said: list[str] = []
+    statuses: list[str] = []
 
     async def go() -> None:
-        gone = AnthropicBackend("sk-ant-test", url, 5, RetryPolicy(attempts=2, base=0.01))
-        with pytest.raises(InferenceError, match=rf"cannot reach the model endpoint.*\(tried {url}\)"):
-            await gone.complete(REQUEST, on_status=said.append)
+        gone = backend_class("sk-ant-test", url, 5, RetryPolicy(attempts=2, base=0.01))
+        with pytest.raises(InferenceError, match=rf"{said}.*\(tried {url}\)"):
+            await gone.complete({**REQUEST, "system": "You answer."}, on_status=statuses.append)
         await stop_like_the_runtime()
 
     asyncio.run(go())
-    assert len(said) == 1 and "(attempt 2 of 2)" in said[0]
+    assert len(statuses) == 1 and "(attempt 2 of 2)" in statuses[0]

@@ -114,7 +114,7 @@ TOO_LARGE = ("the request is too large for the API (413): the context is too big
              "thread's buffers or start a new thread, then send again")
 
 
-def _explain(err: Exception) -> str:
+def _explain(err: Exception, base_url: str | None = None) -> str:
     if isinstance(err, StreamError):
         return f"the API broke off its answer ({err.kind}: {err.message})"
     if isinstance(err, anthropic.AuthenticationError):
@@ -130,7 +130,9 @@ def _explain(err: Exception) -> str:
     if isinstance(err, anthropic.APITimeoutError):
         return "the model did not answer in time: try again, or raise AMACS_REQUEST_TIMEOUT"
     if isinstance(err, anthropic.APIConnectionError):
-        return "cannot reach the model endpoint: check the network or ANTHROPIC_BASE_URL"
+        # Named: a newcomer could not tell which endpoint it was.
+        return ("cannot reach the model endpoint: check the network or ANTHROPIC_BASE_URL"
+                f" (tried {base_url or 'https://api.anthropic.com'})")
     if isinstance(err, anthropic.APIStatusError):
         return f"the API failed ({err.status_code}) after retries: try again shortly"
     return f"the model call failed: {err}"
@@ -188,15 +190,8 @@ class AnthropicBackend:
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
         return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (anthropic.APIError, StreamError), _short, self._explain, on_status)
-
-    def _explain(self, err: Exception) -> str:
-        """What failed and what to do; a connection failure names the endpoint tried
-        (a newcomer could not tell which one it was)."""
-        text = _explain(err)
-        if isinstance(err, anthropic.APIConnectionError) and not isinstance(err, anthropic.APITimeoutError):
-            text += f" (tried {self._base_url or 'https://api.anthropic.com'})"
-        return text
+                                  (anthropic.APIError, StreamError), _short,
+                                  lambda err: _explain(err, self._base_url), on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()

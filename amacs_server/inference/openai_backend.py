@@ -50,7 +50,7 @@ def _short(err: Exception) -> str:
     return "connection failed"
 
 
-def _explain(err: Exception) -> str:
+def _explain(err: Exception, base_url: str | None = None) -> str:
     if isinstance(err, openai.AuthenticationError):
         return "the endpoint refused the key (401): check OPENAI_API_KEY"
     if isinstance(err, openai.NotFoundError):
@@ -58,7 +58,8 @@ def _explain(err: Exception) -> str:
     if isinstance(err, openai.BadRequestError):
         return f"the endpoint rejected the request (400): {err.message}"
     if isinstance(err, openai.APIConnectionError):
-        return "cannot reach the OpenAI-compatible endpoint: is it running? check OPENAI_BASE_URL"
+        return ("cannot reach the OpenAI-compatible endpoint: is it running? check OPENAI_BASE_URL"
+                f" (tried {base_url or 'https://api.openai.com/v1'})")
     if isinstance(err, openai.APIStatusError):
         return f"the endpoint failed ({err.status_code}) after retries: try again shortly"
     return f"the model call failed: {err}"
@@ -92,7 +93,7 @@ class OpenAIBackend:
         """Run REQUEST against the chat endpoint; streamed unless STREAM is false."""
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
         return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (openai.APIError,), _short, _explain, on_status)
+                                  (openai.APIError,), _short, lambda err: _explain(err, self._base_url), on_status)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
         started = time.perf_counter()
