@@ -1324,14 +1324,20 @@ visiting a file is added by its file name."
                      (message "AMACS: added %s to thread %s" name (plist-get answer :thread)))
                    (lambda (err) (amacs-shell--note (concat "Could not add " name ": " err))))))))
 
+(defun amacs-shell--go-on-p (what then)
+  "Return non-nil when the person may WHAT now.
+At once when the agent is not working on a turn; else if the person
+answers yes to \"AMACS is working on your turn; WHAT anyway (THEN)?\"."
+  (or (not amacs-shell-busy)
+      (not (amacs-live-p))
+      (yes-or-no-p (format "AMACS is working on your turn; %s anyway (%s)? " what then))))
+
 (defun amacs-shell--query-kill ()
   "Ask before the shell buffer is killed while the agent works on a turn.
 On the shell's `kill-buffer-query-functions': the turn goes on without
 the shell, and its reply is seen only in agent-chat.org, or in the last
 exchanges \[amacs-shell] shows in a new shell."
-  (or (not amacs-shell-busy)
-      (not (amacs-live-p))
-      (yes-or-no-p "AMACS is working on your turn; kill the shell anyway (the turn goes on; M-x amacs-shell shows it)? ")))
+  (amacs-shell--go-on-p "kill the shell" "the turn goes on; M-x amacs-shell shows it"))
 
 (defun amacs-shell--forget-buffer ()
   "Forget the stream of the shell buffer being killed: its markers go with it.
@@ -1344,9 +1350,7 @@ shell starts clean."
 On `kill-emacs-query-functions', as Emacs asks about live processes:
 quitting stops the turn (the person's input is saved, the reply that
 was coming is not)."
-  (or (not amacs-shell-busy)
-      (not (amacs-live-p))
-      (yes-or-no-p "AMACS is working on your turn; quit anyway (your input is saved)? ")))
+  (amacs-shell--go-on-p "quit" "your input is saved"))
 
 ;;;; The mode
 

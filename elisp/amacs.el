@@ -72,8 +72,7 @@ A tick in progress gets two seconds to finish; your input is on disk anyway.
 Says in one line which model the new server uses, and what it still lacks.
 With CONFIRM (interactively), ask first while the agent works on a turn."
   (interactive (list t))
-  (when (and confirm amacs-shell-busy (amacs-live-p)
-             (not (yes-or-no-p "AMACS is working on your turn; restart anyway (your input is saved)? ")))
+  (when (and confirm (not (amacs-shell--go-on-p "restart" "your input is saved")))
     (user-error "Not restarted"))
   (message "AMACS: restarting the server…") ; said at once: `amacs-shell--said-at-once'
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
