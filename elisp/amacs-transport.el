@@ -433,8 +433,7 @@ typed after the connection dropped starts a new server first."
   (unless (process-get proc 'amacs-reported)
     (process-put proc 'amacs-reported t)
     (when (eq proc amacs--server-process)
-      (amacs--read-the-rest))
-    (when (eq proc amacs--server-process)
+      (amacs--read-the-rest)
       (setq amacs--ready nil amacs--manager nil amacs--server-process nil))
     ;; The shell first closes what the server left open (a stream, input it
     ;; was sent) and says, in this one notice, what of the turn is on disk.
