@@ -462,10 +462,7 @@ in a row; then stop trying, drop what waits, run
   (cond
    ((process-get proc 'amacs-accepted) (amacs-start-server))
    ((eql (process-exit-status proc) amacs--exit-home-in-use)
-    (amacs-cancel-waiting)
-    (amacs-reset-start-attempts)
-    (run-hooks 'amacs-start-failed-hook)
-    (amacs--say "Not trying again while that server serves the home."))
+    (amacs--stop-trying "Not trying again while that server serves the home."))
    ((< amacs--start-failures amacs-start-attempts)
     (let ((delay (* amacs--retry-base (expt 2 (1- amacs--start-failures)))))
       (when (= amacs--start-failures 1)
@@ -476,15 +473,20 @@ in a row; then stop trying, drop what waits, run
                                      (setq amacs--retry-timer nil)
                                      (when amacs--on-ready (amacs-start-server)))))))
    (t
-    (let ((attempts amacs--start-failures))
-      (amacs-cancel-waiting)
-      (amacs-reset-start-attempts)
-      (run-hooks 'amacs-start-failed-hook)
-      (amacs--say "Stopped trying: the AMACS server did not start in %d attempts. %s"
-                  attempts (if (process-get proc 'amacs-explained)
-                               "Fix what it said, then send again or M-x amacs-restart."
-                             (format "Its log may say why: %s. Then send again or M-x amacs-restart."
-                                     (amacs-server-log))))))))
+    (amacs--stop-trying
+     (format "Stopped trying: the AMACS server did not start in %d attempts. %s"
+             amacs--start-failures
+             (if (process-get proc 'amacs-explained)
+                 "Fix what it said, then send again or M-x amacs-restart."
+               (format "Its log may say why: %s. Then send again or M-x amacs-restart."
+                       (amacs-server-log))))))))
+
+(defun amacs--stop-trying (why)
+  "Start no more servers for what waits: drop it, run the failed hook, say WHY."
+  (amacs-cancel-waiting)
+  (amacs-reset-start-attempts)
+  (run-hooks 'amacs-start-failed-hook)
+  (amacs--say "%s" why))
 
 (defun amacs--cancel-retry ()
   "Cancel a pending start after a failed one."
