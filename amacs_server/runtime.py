@@ -22,6 +22,8 @@ from .context.assemble import Conversation
 from .errors import Refused, Stopping
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
+from .inference.capabilities import CapabilityStore
+from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
 from .loop.face import Face
@@ -125,6 +127,9 @@ class Runtime:
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
         self.backend_name = config.backend
         self.backend = self._make_backend(config.backend, config.openai_base_url)
+        # What the model accepts: asked once the loop runs (start), and on every set_model.
+        self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
+        self.catalog.setting_window = config.context_window
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
@@ -208,6 +213,13 @@ class Runtime:
             return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
 
+    def learn_model(self) -> None:
+        """Take what the home knows of the model in use, and ask its backend (in a task of the
+        loop: nothing waits for it but the first model call) when that is older than a day."""
+        cfg = self.config
+        base = cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
+        self.catalog.use(self.backend_name, base, self.model, self.backend if cfg.has_credentials else None)
+
     def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
         """Switch backend and model from the next call on (loop thread)."""
         if backend not in ("anthropic", "openai"):
@@ -219,6 +231,11 @@ class Runtime:
         self.config = replace(self.config, backend=backend,
                               openai_base_url=base_url or self.config.openai_base_url)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        self.learn_model()
+        # Another model: the context starts again whole (its window may differ) and without the
+        # thinking blocks of the last one (their signatures are that model's).
+        self.conversation.squeeze = 0
+        self.conversation.base = None
         return {"backend": backend, "model": self.model, "key_ok": self.config.has_credentials}
 
     def charge(self, usage: Usage, model: str | None = None) -> float:
@@ -287,6 +304,7 @@ class Runtime:
         asyncio.set_event_loop(self.loop)
         self._inbox = asyncio.Queue()
         self.loop.create_task(self._worker())
+        self.loop.call_soon(self.learn_model)  # after start-up, off its path
         self._ready.set()
         try:
             self.loop.run_forever()
