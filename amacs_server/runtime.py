@@ -126,7 +126,9 @@ class Runtime:
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
         self.backend_name = config.backend
-        self.backend = self._make_backend(config.backend, config.openai_base_url)
+        # OPENAI_BASE_URL is the OpenAI-compatible backend's: the Anthropic one has ANTHROPIC_BASE_URL.
+        self.backend = self._make_backend(config.backend,
+                                          config.openai_base_url if config.backend == "openai" else None)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
         self.catalog.setting_window = config.context_window

@@ -154,8 +154,8 @@ class Conversation:
               model: str | None = None) -> Context:
         """This tick's request messages; restarts from a new base when a rule says so
         (a change of the window DEPTHS is one: the windows shrink or grow at once).
-        MODEL (what the model in use takes and ignores) is said when it changed since
-        the conversation last said it."""
+        MODEL (what the model in use takes and ignores, a ``model:`` line) is said when it
+        changed since the conversation last said it."""
         if self._must_restart(snap, active_thread) or depths != self.depths:
             self._restart(snap, active_thread)
             self.depths = depths
@@ -253,14 +253,15 @@ class Conversation:
         if snap.eval_result is not None:
             parts.append(eval_result_section(snap.eval_result))
         if self.note is not None:
-            parts.append(f"<context-window>\n{self.note}\n</context-window>")
+            parts.append(f"context-window: {self.note}")
             self.note = None
         return "\n\n".join(parts)
 
-    def tell(self, tag: str, text: str) -> None:
-        """Add ``<TAG>`` with TEXT to the pending (newest) message: data for the agent."""
+    def tell(self, label: str, text: str) -> None:
+        """Add ``LABEL: TEXT`` to the pending (newest) message: data for the agent, on a line of
+        its own outside the sections (whose every line is a memory item)."""
         if self.pending is not None:
-            self.pending += f"\n\n<{tag}>\n{text}\n</{tag}>"
+            self.pending += f"\n\n{label}: {text}"
 
     def _messages(self, newest: str) -> list[dict[str, Any]]:
         users = [*self.turns[0::2], newest]
