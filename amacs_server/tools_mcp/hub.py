@@ -218,7 +218,7 @@ class McpHub:
             log.warning("MCP server %s: %s", spec.name, conn.last_error)
         finally:
             conn.client = None
-            if conn.state != "stopped":
+            if conn.state not in ("stopped", "down"):
                 conn.state = "down"
             conn.ready.set()
             errlog.close()
@@ -249,8 +249,8 @@ class McpHub:
             raise McpError(f"MCP server {conn.spec.name} is down ({conn.last_error or 'it stopped'}); {again}")
         return conn
 
-    async def _stop_one(self, conn: Connection) -> None:
-        conn.state = "stopped"
+    async def _stop_one(self, conn: Connection, state: str = "stopped") -> None:
+        conn.state = state
         if conn.stop is not None:
             conn.stop.set()
         if conn.runner is not None and not conn.runner.done():
@@ -280,16 +280,17 @@ class McpHub:
                            "timeout); the call was given up, the server goes on") from None
         except Exception as err:
             from mcp.shared.exceptions import MCPError
+            from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-            if isinstance(err, MCPError) and "timed out" in str(err).lower():
+            code = err.code if isinstance(err, MCPError) else None
+            if code == REQUEST_TIMEOUT:
                 raise McpError(f"{conn.spec.name}/{tool} did not answer within {timeout:g} s (the server's "
                                "call timeout); the call was given up, the server goes on") from None
-            runner = conn.runner
-            if runner is not None:  # did the connection die under the call?
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(runner), 0.2)
-            if runner is not None and runner.done():
-                conn.last_error = conn.last_error or _describe(err)
+            if code == CONNECTION_CLOSED or (conn.runner is not None and conn.runner.done()):
+                # The server died under the call: its connection is closed for good; the next call
+                # starts it again, once.
+                conn.last_error = f"the connection closed: {_describe(err)}"
+                await self._stop_one(conn, state="down")
                 raise McpError(f"MCP server {conn.spec.name} died during the call to {tool} ({conn.last_error}); "
                                "it is started again once at the next call") from None
             raise McpError(f"{conn.spec.name}/{tool} failed: {_describe(err)}") from None
