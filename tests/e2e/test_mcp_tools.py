@@ -74,7 +74,7 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
         ("no-tool", '(agent-tool "time/no_such_tool")'),
     ]
     scripted(fake, forms)
-    run_emacs(home, fake.url, session(send("use the tools"))).check()
+    run = run_emacs(home, fake.url, session(send("use the tools"))).check()
 
     system = fake.requests[0]["body"]["system"]
     assert system[0].get("cache_control") == {"type": "ephemeral"}
@@ -109,6 +109,14 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
     assert calls[4]["error"].startswith("time/get_current_time: no argument :zone")
     # Their stderr went to the log, not the shell.
     assert (home / "logs" / "mcp-time.log").exists()
+    # Each call is a line of its own under its eval's line (folded: its arguments and result hidden).
+    lines = run.shell.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('▸ eval (agent-tool "time/get_current_time" '
+                                                                   ':timezone "UTC")'))
+    shown = [line for line in lines[at + 1:] if line.startswith("▸ ")]  # the dump has the hidden details too
+    assert shown[0].startswith('▸ tool time/get_current_time → (:timezone "UTC" :datetime "'), lines[at:at + 6]
+    assert any(line.startswith('▸ tool time/get_current_time → error: time/get_current_time: no argument')
+               for line in lines)
 
 
 def test_everything_server_results_and_timeout(fake, home):
