@@ -71,7 +71,13 @@ class Config:
         return bool(self.api_key)
 
     def missing_key_message(self) -> str:
-        """One line that says how to give the server a key or another endpoint."""
+        """One line that says how to give the server a key or another endpoint.
+
+        With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing."""
+        if self.backend == "anthropic" and self.base_url:
+            return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
+                    "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
+                    "(backend openai); then M-x amacs-restart.")
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
             "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "

@@ -223,10 +223,14 @@ class Runtime:
             raise Refused("name a model")
         self.backend = self._make_backend(backend, base_url or None)
         self.backend_name, self.model = backend, model.strip()
+        url = base_url or None
         self.config = replace(self.config, backend=backend,
-                              openai_base_url=base_url or self.config.openai_base_url)
+                              openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
+                              base_url=(url if backend == "anthropic" else None) or self.config.base_url)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
-        return {"backend": backend, "model": self.model, "key_ok": self.config.has_credentials}
+        key_ok = self.config.has_credentials
+        return {"backend": backend, "model": self.model, "key_ok": key_ok,
+                **({} if key_ok else {"missing": self.config.missing_key_message()})}
 
     def charge(self, usage: Usage, model: str | None = None) -> float:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session

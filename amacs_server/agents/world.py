@@ -198,6 +198,7 @@ class Agent:
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
                 "parent": self.parent,
                 "state": AgentState.PAUSED if not self.resumed.is_set() and self.state.live else self.state,
+                "ended": not self.state.live,  # Emacs reads this, not a list of the end states
                 "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
@@ -507,7 +508,7 @@ class AgentWorld:
         TEXT as a message event and answers, if it wants, with agent-talk-user."""
         agent = self._subagent(agent_id)
         if not agent.state.live:
-            raise AgentError(f"{agent.id} is {agent.state}")
+            raise AgentError(f"{agent.id} has already ended ({agent.state})")
         if not text.strip():
             raise AgentError("say something")
         self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
@@ -539,7 +540,7 @@ class AgentWorld:
     def _live(self, agent_id: str) -> Agent:
         agent = self._subagent(agent_id)
         if not agent.state.live:
-            raise AgentError(f"{agent.id} has ended ({agent.state})")
+            raise AgentError(f"{agent.id} has already ended ({agent.state})")
         return agent
 
     def _subagent(self, agent_id: str) -> Agent:
