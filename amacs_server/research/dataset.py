@@ -49,7 +49,7 @@ MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
     "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
-    "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR",
+    "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
 }
 # The run's parameters, a column of every table (the contract's list, and the arm they make).
 PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")
