@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import (
@@ -117,8 +119,21 @@ def same_failures(outcomes: list[Outcome]) -> str | None:
     return last[0].error if len(reasons) == 1 else None
 
 
-def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | None, spent: float,
-            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Run], str | None]:
+class Jobs(Protocol):
+    """What :func:`execute` drives: runs (:class:`~.cluster.Executor`) or judgements, one by one."""
+
+    def submit(self, job: Any) -> None:
+        """Start JOB (it has a ``run_id``)."""
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """The outcomes of jobs that ended, waiting at most TIMEOUT seconds for one."""
+
+    def close(self) -> None:
+        """Stop: start nothing more."""
+
+
+def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | None, spent: float,
+            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Any], str | None]:
     """Run TODO through EXECUTOR, PARALLEL at once, while SPENT (and what finishes) is under BUDGET
     and runs do not keep failing for one reason.
 

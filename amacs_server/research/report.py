@@ -68,7 +68,10 @@ class Page:
                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
                  "th{background:#f3f3f3}td:first-child{text-align:left}.note{color:#555}"
                  ".failures{color:#b00000;border:2px solid #d62728;padding:4px 12px;margin:12px 0}"
-                 ".failures th{color:#b00000}")
+                 ".failures th{color:#b00000}"
+                 ".arms{display:grid;gap:12px}.arm h3{font-size:15px;margin:4px 0}"
+                 ".reply{border:1px solid #ddd;padding:6px;margin:6px 0;font-size:13px;white-space:pre-wrap}"
+                 ".reply summary{cursor:pointer}.reply .full{margin-top:6px;border-top:1px solid #eee}")
         return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<meta name='amacs-figures' content='{self.figures}'>"
                 f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
@@ -318,6 +321,36 @@ def _failures(page: Page, con: duckdb.DuckDBPyConnection) -> None:
                         for reason, n, turns, ids in rows]) + "</div>")
 
 
+SAMPLE = 3  # final replies shown per arm
+SHORT = 280  # characters of a reply shown before it is opened
+
+
+def _final_replies(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
+    """The primary's last reply of a few runs of each arm, the arms side by side; the full text on click."""
+    rows = _rows(con, """
+        WITH last AS (
+            SELECT run_id, arg_max(reply, turn) AS reply, max(turn) AS turn
+            FROM turns WHERE agent_type = 'primary' GROUP BY run_id)
+        SELECT r.arm, r.run_id, r.status, l.turn, l.reply,
+               row_number() OVER (PARTITION BY r.arm ORDER BY r.status <> 'done', r.rep, r.run_id) AS n
+        FROM runs r LEFT JOIN last l USING (run_id) ORDER BY r.arm, n""")
+    columns = []
+    for arm in arms:
+        mine = [r for r in rows if r[0] == arm]
+        cells = []
+        for _arm, run, status, turn, reply, _n in mine[:SAMPLE]:
+            text = reply or "(no reply)"
+            head = html.escape(text if len(text) <= SHORT else text[:SHORT] + " ...")
+            where = f"{run}" + (f", turn {turn}" if turn else "") + ("" if status == "done" else f" ({status})")
+            cells.append(f"<details class='reply'><summary><b>{html.escape(where)}</b><br>{head}</summary>"
+                         f"<div class='full'>{html.escape(text)}</div></details>")
+        more = f"<p class='note'>{len(mine) - SAMPLE} more runs: the turns table has them all.</p>" \
+            if len(mine) > SAMPLE else ""
+        columns.append(f"<div class='arm'><h3>{html.escape(arm)}</h3>{''.join(cells)}{more}</div>")
+    page.html(f"<div class='arms' style='grid-template-columns:repeat({max(1, len(arms))}, 1fr)'>"
+              + "".join(columns) + "</div>")
+
+
 def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
     """WANTED if given (each must exist); else the run with the most agents, the dearest, the first."""
     have = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
@@ -349,6 +382,10 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    avg(coalesce(cost, model_cost)), avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT
             FROM runs GROUP BY arm ORDER BY arm""")))
+    page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
+                                  "runs first); click one for its full text. Every turn of every agent is in the "
+                                  "dataset's turns table.")
+    _final_replies(page, con, arms)
     page.section("Cost and tokens per arm and agent type", "Mean per run of the arm, stacked by agent type.")
     page.figure(_by_type_bars(con, arms, "a.cost", "Cost per run by agent type", "dollars per run"))
     page.figure(_by_type_bars(con, arms, "a.input_tokens + a.output_tokens", "Tokens per run by agent type",
