@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 
 DB_NAME = "dataset.duckdb"
 OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
-TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns")
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores")
+SCORE_COLUMNS = {
+    "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
+    "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
+    "seconds": "DOUBLE"}
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
@@ -143,6 +147,7 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                data->>'$.form' AS form, data->>'$.reason' AS reason
         FROM events WHERE event = 'blocked'""")
     _turns(con)
+    _scores(con, runs_dir)
     key = "run_id, session_id, agent_id"
     con.execute(f"""
         CREATE OR REPLACE TABLE agents AS
@@ -296,6 +301,26 @@ def _turns(con: duckdb.DuckDBPyConnection) -> None:
                e.input, e.reply, e.thinking, e.model_calls, e.evals, e.started_at, e.seconds, e.cost
         FROM everyone e LEFT JOIN params p USING (run_id)
         ORDER BY e.run_id, e.session_id, e.started_at, e.agent_id, e.turn""")
+
+
+def _scores(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
+    """The ``scores`` table: one row per run and judge (``amacs-server judge``), its score.json."""
+    params = ", ".join(f"p.{c}" for c in PARAMS)
+    if any(runs_dir.glob("*/judges/*/score.json")):
+        folder = r"regexp_extract(filename, '([^/\\]+)[/\\]judges[/\\][^/\\]+[/\\][^/\\]+$', 1)"
+        source = (f"SELECT {folder} AS run_id, * EXCLUDE (filename) FROM read_json("
+                  f"{_quote(runs_dir / '*' / 'judges' / '*' / 'score.json')}, format='auto', "
+                  f"columns={_struct(SCORE_COLUMNS)}, filename=true)")
+    else:  # nothing judged yet: the table with its columns
+        source = ("SELECT NULL::VARCHAR AS run_id, " + ", ".join(f"NULL::{t} AS {c}" for c, t in SCORE_COLUMNS.items())
+                  + " WHERE false")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE scores AS
+        SELECT s.run_id, {params}, s.judge, s.score, s.rationale, s.cost, s.model AS judge_model,
+               s.status AS judged, s.error AS judge_error, s.scale_low, s.scale_high, s.input AS judge_input,
+               s.seconds
+        FROM ({source}) s LEFT JOIN params p USING (run_id)
+        ORDER BY s.judge, s.run_id""")
 
 
 def load(runs_dir: Path, *, parquet: bool = False) -> duckdb.DuckDBPyConnection:

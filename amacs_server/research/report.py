@@ -112,7 +112,7 @@ def _nonnegative(fig: go.Figure, values: list[float]) -> None:
     if max(values, default=0) <= 0:
         fig.update_layout(yaxis_range=[0, 1])
     else:
-        fig.update_layout(yaxis_rangemode="nonnegative")
+        fig.update_layout(yaxis_rangemode="tozero")
 
 
 def _no_data(fig: go.Figure, arms: list[str], with_data: set[str], words: str) -> None:
@@ -351,6 +351,75 @@ def _final_replies(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) 
               + "".join(columns) + "</div>")
 
 
+BOOTSTRAP = 2000  # resamples for a mean's 95% interval
+
+
+def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the means of RESAMPLES resamples of VALUES (with replacement),
+    seeded: the same report for the same data.  One value: that value twice."""
+    import random
+
+    if not values:
+        raise ValueError("no values")
+    if len(values) == 1:
+        return values[0], values[0]
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    return means[int(0.025 * (resamples - 1))], means[int(round(0.975 * (resamples - 1)))]
+
+
+def _scores(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
+    """Per judge: each arm's mean score with its bootstrap 95% interval, every run a point; a table of them."""
+    import plotly.graph_objects as go
+
+    judges = _rows(con, """SELECT judge, min(scale_low), max(scale_high), count(*) FILTER (WHERE judged = 'done'),
+                                  count(*) FILTER (WHERE judged <> 'done'), sum(cost)
+                           FROM scores GROUP BY judge ORDER BY judge""")
+    if not judges:
+        return
+    page.section("Scores", "Each judge's scores per arm (amacs-server judge RUNS_DIR JUDGE): every judged run a "
+                           f"point (hover: its rationale); the diamond is the arm's mean, the bar its bootstrap 95% "
+                           f"interval ({BOOTSTRAP} resamples).")
+    table = []
+    for judge, low, high, n_done, n_failed, cost in judges:
+        rows = _rows(con, """SELECT arm, run_id, score, rationale FROM scores
+                             WHERE judge = ? AND judged = 'done' AND score IS NOT NULL ORDER BY arm, run_id""", judge)
+        fig = go.Figure()
+        means, lows, highs, named = [], [], [], []
+        for arm in arms:
+            mine = [r for r in rows if r[0] == arm]
+            if not mine:
+                continue
+            values = [float(r[2]) for r in mine]
+            mean = sum(values) / len(values)
+            lo, hi = bootstrap_interval(values)
+            named.append(arm)
+            means.append(mean)
+            lows.append(mean - lo)
+            highs.append(hi - mean)
+            table.append((judge, arm, len(values), mean, lo, hi))
+            fig.add_trace(go.Box(name=arm, x=[arm] * len(values), y=values, boxpoints="all", jitter=0.3,
+                                 pointpos=0, fillcolor="rgba(0,0,0,0)", line={"color": "rgba(0,0,0,0)"},
+                                 marker={"color": "#1f77b4", "opacity": 0.6}, showlegend=False,
+                                 text=[f"{r[1]}: {html.escape(str(r[3])[:200])}" for r in mine],
+                                 hovertemplate="%{text}<br>score %{y}<extra></extra>"))
+        fig.add_trace(go.Scatter(name="mean, 95% interval", x=named, y=means, mode="markers",
+                                 marker={"symbol": "diamond", "size": 12, "color": "#d62728"},
+                                 error_y={"type": "data", "symmetric": False, "array": highs, "arrayminus": lows,
+                                          "thickness": 2, "width": 10, "color": "#d62728"},
+                                 hovertemplate="%{x}: mean %{y:.2f}<extra></extra>"))
+        fig.update_layout(title=f"{judge}: score per arm ({n_done} runs judged"
+                                + (f", {n_failed} failed" if n_failed else "") + f"; ${cost or 0:.4f})",
+                          yaxis={"title": f"score ({low} to {high})", "range": [low - 0.5, high + 0.5],
+                                 "dtick": 1},
+                          boxmode="overlay",
+                          xaxis={"type": "category", "categoryorder": "array", "categoryarray": arms})
+        _no_data(fig, arms, set(named), "not judged")
+        page.figure(fig)
+    page.html(_table(["judge", "arm", "runs judged", "mean score", "95% interval low", "95% interval high"], table))
+
+
 def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
     """WANTED if given (each must exist); else the run with the most agents, the dearest, the first."""
     have = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
@@ -386,6 +455,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                                   "runs first); click one for its full text. Every turn of every agent is in the "
                                   "dataset's turns table.")
     _final_replies(page, con, arms)
+    _scores(page, con, arms)
     page.section("Cost and tokens per arm and agent type", "Mean per run of the arm, stacked by agent type.")
     page.figure(_by_type_bars(con, arms, "a.cost", "Cost per run by agent type", "dollars per run"))
     page.figure(_by_type_bars(con, arms, "a.input_tokens + a.output_tokens", "Tokens per run by agent type",
