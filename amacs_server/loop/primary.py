@@ -296,6 +296,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(rt.config.missing_key_message(), "error")
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
+    await rt.world.tools_ready()
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
                                           "wrote": rt.memory.take_written()}, tick=tick)
@@ -404,13 +405,17 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
 
 
 def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
-    """A tick that ended without a response: the input stays, marked with REASON."""
+    """A tick that ended without a response: the input stays, marked with REASON in memory
+    and in agent-chat.org."""
+    unanswered = rt.memory.pending_tick == tick
     with rt.ltm.transaction():
-        if rt.memory.pending_tick == tick:
+        if unanswered:
             rt.memory.finish_chat(tick, None, status=f"no reply: {reason}")
         rt.memory.sync_state(rt.consciousness)
     try:
         with deferred_sync():
+            if unanswered:
+                rt.chat_log.write_no_reply(reason)
             rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
