@@ -7,6 +7,7 @@ cd "$(dirname "$0")"
 ROOT=$(pwd)
 
 scripts/setup.sh --test
+scripts/mcp-test-servers.sh  # MCP servers nobody here wrote, for tests/e2e/test_mcp_*.py
 
 EMACS_SETUP=(--eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))")
 

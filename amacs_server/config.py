@@ -51,6 +51,7 @@ class Config:
     event_queue: int = 100
     inbox_limit: int = 50  # the person's inputs waiting for the primary at most
     wait_timeout: float = 60.0
+    mcp_eager: bool = False  # AMACS_MCP_START=eager: the MCP servers start with the server, not at the first model call
     builtin_skills: Path = field(default_factory=builtin_skills_dir)
 
     def secrets(self) -> dict[str, str | None]:
@@ -121,4 +122,5 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         event_queue=int(_float_env(env, "AMACS_EVENT_QUEUE", 100)),
         inbox_limit=int(_float_env(env, "AMACS_INBOX_LIMIT", 50)),
         wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
+        mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
     )

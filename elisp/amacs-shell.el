@@ -516,6 +516,34 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
       (put id 'amacs-summary nil)
       (put id 'amacs-details-end nil))))
 
+(defvar amacs-shell--tool-count 0
+  "Tool calls shown so far; names each one's invisibility symbol.")
+
+(defun amacs-shell--tool-line (name arguments value error seconds)
+  "Show a tool call of the primary's eval on its own line under the eval line.
+NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
+`amacs-tool-call-functions' gives them; \\[amacs-shell-toggle] shows
+its arguments and its whole result."
+  (when (equal amacs-shell--eval-agent "primary")
+    (let ((id (intern (format "amacs-tool-%d" (setq amacs-shell--tool-count (1+ amacs-shell--tool-count)))))
+          (shown (if error (concat "error: " error) (amacs--print-result value)))
+          (face (if error 'amacs-shell-eval-error 'amacs-shell-eval)))
+      (amacs-shell--editing
+        (add-to-invisibility-spec id)
+        (amacs-shell--fresh-line)
+        (amacs-shell--insert-output
+         (concat (propertize (format "▸ tool %s → %s" name
+                                     (amacs-shell--one-line shown (max 10 (- (amacs-shell--width) 14 (length name)))))
+                             'font-lock-face face 'amacs-eval id 'line-prefix "  "
+                             'help-echo "TAB or RET: show its arguments and result")
+                 (amacs-shell--eval-detail id (format "arguments: %S (%.2f s)" arguments seconds)
+                                           'font-lock-constant-face)
+                 (amacs-shell--eval-detail id (concat (if error "" "⇒ ") shown)
+                                           (if error 'amacs-shell-error 'default))
+                 (propertize "\n" 'amacs-eval id)))))))
+
+(add-hook 'amacs-tool-call-functions #'amacs-shell--tool-line)
+
 (defun amacs-shell-toggle ()
   "Show or hide the form and result of the eval at point."
   (interactive)

@@ -296,6 +296,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(rt.config.missing_key_message(), "error")
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
+    await rt.world.tools_ready()
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
                                           "wrote": rt.memory.take_written()}, tick=tick)
