@@ -26,7 +26,7 @@ from ..inference.catalog import call_adapting, request_chars
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
-from ..inference.retry import InferenceError
+from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
 from ..persistence.files import PersistenceError, deferred_sync
@@ -411,12 +411,12 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                 faults.point_later("infer.mid-stream", 0.2)
             rt.face.reply_delta(gained)
 
-    def on_status(line: str) -> None:
+    def on_status(retry: Retrying) -> None:
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             rt.face.reply_abandon("the call is retried")
         streamer.raw = streamer.shown = ""
-        rt.transcript.write("model_retry", {"status": line}, tick=tick)
-        rt.face.annotate(line, "status")
+        rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
+        rt.face.retrying(retry)
 
     def said(line: str) -> None:
         rt.transcript.write("model_adapted", {"status": line}, tick=tick)
