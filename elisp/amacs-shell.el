@@ -854,7 +854,8 @@ one before it went without saying so (issue 12: say only what is true)."
 (defvar amacs-shell--state 'starting
   "What the agent is doing, a symbol.
 One of starting, waiting, thinking, streaming, eval, sleeping (on a
-wait for replies; the detail names whose), retrying, stopped.")
+wait for replies; the detail names whose), retrying (the detail: the
+seconds until the next attempt, nil for now), stopped.")
 
 (defvar amacs-shell--wait-timer nil
   "Timer that ends the shown wait at its timeout, or nil.")
@@ -901,7 +902,7 @@ wait for replies; the detail names whose), retrying, stopped.")
                   ('sleeping (concat "waiting for "
                                      (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
                   ('retrying (if amacs-shell--state-detail
-                                 (format "retrying in %s s" amacs-shell--state-detail)
+                                 (format "retrying in %.1f s" amacs-shell--state-detail)
                                "retrying now"))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
@@ -1007,17 +1008,14 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 ;;;; Events of a turn
 
 (defun amacs-shell--on-annotation (event)
-  "Show the one-line note in EVENT in its kind's face."
+  "Show the one-line note in EVENT in its kind's face.
+A note is for the person: the shell decides nothing from its words.
+What the shell acts on comes as an event with fields of its own."
   (let ((text (plist-get event :text))
         (kind (plist-get event :kind)))
-    (when (and (equal kind "status") (string-match "retrying \\(?:in \\([0-9.]+\\) s\\|now\\)" text))
-      (amacs-shell--set-state 'retrying (match-string 1 text)))
-    (when (and (member kind '("agent" "warning")) (string-match "\\`\\([^ ]+\\) (" text))
-      (amacs-shell--answered (match-string 1 text))) ; a task's end: its result is delivered
     (amacs-shell--output
      (if (equal kind "agent")
-         (amacs-shell--one-line (concat (if (string-match-p ") failed: " text) "✗ " "✓ ") text)
-                                (* 2 (amacs-shell--width)))
+         (amacs-shell--one-line text (* 2 (amacs-shell--width)))
        (concat ";; " text))
      (pcase kind
        ("agent" 'amacs-shell-agent)
@@ -1025,6 +1023,21 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
        ("error" 'amacs-shell-error)
        ("status" 'amacs-shell-status)
        (_ 'amacs-shell-annotation)))))
+
+(defun amacs-shell--on-retry (event)
+  "The model call is retried in EVENT's :seconds: the header counts them down."
+  (let ((seconds (plist-get event :seconds)))
+    (amacs-shell--set-state 'retrying (and (numberp seconds) (>= seconds 0.05) seconds))
+    (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
+
+(defun amacs-shell--on-agent-ended (event)
+  "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
+The primary waiting for it has its result."
+  (amacs-shell--answered (plist-get event :id))
+  (amacs-shell--output
+   (amacs-shell--one-line (concat (if (plist-get event :ok) "✓ " "✗ ") (plist-get event :text))
+                          (* 2 (amacs-shell--width)))
+   (if (plist-get event :ok) 'amacs-shell-agent 'amacs-shell-warning)))
 
 (defun amacs-shell--on-turn-start (_event)
   "The agent started a turn."
@@ -1042,6 +1055,8 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
+(amacs-on-event "retry" #'amacs-shell--on-retry)
+(amacs-on-event "agent-ended" #'amacs-shell--on-agent-ended)
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)

@@ -616,8 +616,8 @@ class AgentWorld:
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}",
-                              "agent" if agent.state is AgentState.DONE else "warning")
+        self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
+                                 f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ..errors import AmacsError
 from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
-from ..inference.retry import InferenceError
+from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
 from ..persistence.files import PersistenceError, deferred_sync
@@ -311,12 +311,12 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                 faults.point_later("infer.mid-stream", 0.2)
             rt.face.reply_delta(gained)
 
-    def on_status(line: str) -> None:
+    def on_status(retry: Retrying) -> None:
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             rt.face.reply_abandon("the call is retried")
         streamer.raw = streamer.shown = ""
-        rt.transcript.write("model_retry", {"status": line}, tick=tick)
-        rt.face.annotate(line, "status")
+        rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
+        rt.face.retrying(retry)
 
     try:
         result = await rt.backend.complete(request, None if watched else on_text, on_status=on_status)
