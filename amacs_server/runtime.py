@@ -24,6 +24,7 @@ from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
+from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
@@ -123,8 +124,9 @@ class Runtime:
         self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
         self.backend_name = config.backend
-        self.backend = self._make_backend(config.backend, config.openai_base_url)
+        self.backend = self._make_backend(config.backend, self.config.openai_base_url)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
@@ -201,9 +203,26 @@ class Runtime:
         log.warning("%s", note)
         self.startup_notes.append(note)
 
+    def _start_local(self) -> LocalModel | None:
+        """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
+        OpenAI-compatible backend at it."""
+        cfg = self.config
+        if cfg.local_model is None or cfg.local_python is None:
+            return None
+        local = LocalModel(cfg.local_python, cfg.local_model, cfg.home / "logs" / "local-model.log")
+        try:
+            local.start()
+        except (LocalModelError, OSError) as err:
+            raise StartupError(f"cannot start the local model: {err}") from err
+        self.config = replace(cfg, openai_base_url=local.base_url)
+        self.startup_notes.append(TRY_ONLY)
+        return local
+
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
+        if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
+            return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
             return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
@@ -452,6 +471,8 @@ class Runtime:
             self._thread.join(grace + 2)
         if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
+        if self.local is not None:
+            self.local.stop()
         self.transcript.close()
         self.ltm.close()
 
