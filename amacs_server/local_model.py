@@ -81,8 +81,9 @@ class LocalModel:
     """One llama.cpp server process, started, watched and restarted by a thread of its own."""
 
     def __init__(self, python: Path, gguf: Path, log_file: Path, *, port: int | None = None,
-                 context: int = CONTEXT, alias: str = ALIAS) -> None:
+                 context: int = CONTEXT, alias: str = ALIAS, backoff: float = 0.5) -> None:
         self.python, self.gguf, self.log_file = python, gguf, log_file
+        self.backoff = backoff  # seconds before the first restart in a row; doubled for each next one
         self.port = port or free_port()
         self.context, self.alias = context, alias
         self.starts = 0  # processes started, the first included
@@ -150,7 +151,7 @@ class LocalModel:
                 log.error("%s: giving up", self.failure)
                 return
             log.warning("local model server (pid %s) exited with code %s: starting it again", proc.pid, code)
-            self._stopping.wait(min(8.0, 0.5 * 2 ** (in_a_row - 1)))
+            self._stopping.wait(min(8.0, self.backoff * 2 ** (in_a_row - 1)))
             self._spawn()
 
     def ready(self) -> bool:
