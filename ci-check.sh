@@ -11,6 +11,7 @@ scripts/setup.sh --test
 # SmolLM2-135M in .venv-local (compiled the first time, ~9 min; seconds after).
 echo "== local model (scripts/local-model.sh)"
 scripts/local-model.sh
+scripts/mcp-test-servers.sh  # MCP servers nobody here wrote, for tests/e2e/test_mcp_*.py
 
 EMACS_SETUP=(--eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))")
 

@@ -52,6 +52,7 @@ class Config:
     event_queue: int = 100
     inbox_limit: int = 50  # the person's inputs waiting for the primary at most
     wait_timeout: float = 60.0
+    mcp_eager: bool = False  # AMACS_MCP_START=eager: the MCP servers start with the server, not at the first model call
     builtin_skills: Path = field(default_factory=builtin_skills_dir)
     # A GGUF file and the Python (of a venv with llama-cpp-python[server]) that serves it:
     # the server runs the model itself (local_model.py) and uses it as its OpenAI-compatible endpoint.
@@ -75,7 +76,13 @@ class Config:
         return bool(self.api_key)
 
     def missing_key_message(self) -> str:
-        """One line that says how to give the server a key or another endpoint."""
+        """One line that says how to give the server a key or another endpoint.
+
+        With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing."""
+        if self.backend == "anthropic" and self.base_url:
+            return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
+                    "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
+                    "(backend openai); then M-x amacs-restart.")
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
             "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
@@ -130,4 +137,5 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
         local_model=local_model,
         local_python=local_python,
+        mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
     )

@@ -17,6 +17,7 @@ from .arguments import Flag, Options, Text, checked
 from .inference.pricing import Price
 from .memory import tools
 from .runtime import Runtime
+from .tools_mcp.agent_call import agent_tool
 from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
@@ -161,6 +162,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         call.__doc__ = fn.__doc__
         return call
 
+    def tool_call(eval_id: object = None, name: object = None, args: object = None) -> Any:
+        """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools_mcp/agent_call.py."""
+        return agent_tool(rt, face, lambda fn: _on_loop(rt, fn), eval_id, name, args)
+
     server.on_hello = hello
     def emacs_gone() -> None:
         rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls
@@ -184,6 +189,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "set_consciousness": set_consciousness,
         "ping": ping,
         "agents_list": brain_tool(agent_tools.agents_list),
+        "agent_tool": tool_call,
         "thread_create": brain_tool(work_tools.thread_create),
         "thread_switch": brain_tool(work_tools.thread_switch),
         "thread_complete": brain_tool(work_tools.thread_complete),

@@ -46,6 +46,8 @@ from .scrub import Scrubber
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
+from .tools_mcp.calls import patterns as mcp_patterns
+from .tools_mcp.hub import McpHub
 
 log = logging.getLogger("amacs")
 
@@ -132,7 +134,12 @@ class Runtime:
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,
-                                             wait_timeout=config.wait_timeout))
+                                             wait_timeout=config.wait_timeout),
+                                tools=McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager,
+                                             on_problem=self._tools_problem))
+        core_tools = mcp_patterns(self.skills.get("core").tools)
+        if core_tools is not None:  # the person's core skill may narrow the primary's tools
+            self.world.primary.tools = core_tools
         self._turn_running = False
         self._turn_task: asyncio.Task[None] | None = None
         self.halted: str | None = None  # why the running turn was stopped (None: it was not)
@@ -235,10 +242,14 @@ class Runtime:
             raise Refused("name a model")
         self.backend = self._make_backend(backend, base_url or None)
         self.backend_name, self.model = backend, model.strip()
+        url = base_url or None
         self.config = replace(self.config, backend=backend,
-                              openai_base_url=base_url or self.config.openai_base_url)
+                              openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
+                              base_url=(url if backend == "anthropic" else None) or self.config.base_url)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
-        return {"backend": backend, "model": self.model, "key_ok": self.config.has_credentials}
+        key_ok = self.config.has_credentials
+        return {"backend": backend, "model": self.model, "key_ok": key_ok,
+                **({} if key_ok else {"missing": self.config.missing_key_message()})}
 
     def charge(self, usage: Usage, model: str | None = None) -> float:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
@@ -273,7 +284,9 @@ class Runtime:
 
     def system_prompt(self) -> str:
         """The core skill (the person's own if they have one), read fresh when it changes."""
-        return self.skills.get("core").body
+        core = self.skills.get("core")
+        tools = self.world.tool_listing(PRIMARY)
+        return f"{core.body}\n\n{tools}" if tools else core.body
 
     def sync_threads(self, *, save: bool = True) -> None:
         """Mirror the thread book into consciousness (active-thread, pending-threads)."""
@@ -437,6 +450,14 @@ class Runtime:
         log.warning("%s: %s", kind, text)
         self.face.annotate(text, kind)
 
+    def _tools_problem(self, line: str) -> None:
+        """A problem in mcp.json: one line in the server log and in the shell (any thread)."""
+        log.warning("%s", line)
+        try:
+            self.call_in_loop(lambda: self.face.annotate(line, "error"))
+        except Stopping:
+            pass
+
     def call_in_loop(self, fn: Callable[[], None]) -> None:
         """Run FN on the loop thread (called from other threads).
 
@@ -469,6 +490,8 @@ class Runtime:
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))
             self._thread.join(grace + 2)
+        if self.world.tools is not None:
+            self.world.tools.stop()  # every MCP server's process ends with the server
         if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
         if self.local is not None:

@@ -37,6 +37,7 @@ class Skill:
     mtime_ns: int
     allowed: tuple[str, ...] | None = None  # an agent template's `allowed:' actions (None: its type's defaults)
     model: str | None = None  # an agent template's `model:' (None: the session's model)
+    tools: str | None = None  # an agent template's `tools:' (MCP tools, `[time/*, git/git_status]'), as written
 
     def summary(self) -> dict[str, str]:
         """Name, description and kind, for listings."""
@@ -86,7 +87,7 @@ class SkillLibrary:
         skill = Skill(name=name, description=fields.get("description", ""),
                       kind=kind if kind in KINDS else "skill", body=body.strip(), path=path, mtime_ns=mtime,
                       allowed=tuple(a for a in re.split(r"[\s,\[\]]+", allowed) if a) if allowed is not None else None,
-                      model=fields.get("model") or None)
+                      model=fields.get("model") or None, tools=fields.get("tools"))
         self._cache[path] = skill
         return skill
 

@@ -92,6 +92,8 @@ def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
         "home": str(rt.config.home),
         "chat_log": str(rt.chat_log.path),
         "agents": rt.world.everyone(),
+        "mcp": rt.world.tools.status() if rt.world.tools is not None else [],
+        "mcp_problems": list(rt.world.tools.problems) if rt.world.tools is not None else [],
     }
 
 def agent_transcript(rt: Runtime, agent_id: str) -> str:

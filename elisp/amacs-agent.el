@@ -228,5 +228,39 @@ The primary may pause any agent, an agent only its own subagents."
 Its model call and its eval chain end; its transcript says it was cancelled."
   (amacs--agent-call 'agent_control "cancel" agent))
 
+;;;; MCP tools (the World's tools, configured in AMACS_HOME/mcp.json)
+
+(defcustom amacs-tool-call-wait 120
+  "Seconds an `agent-tool' call waits for the server at most.
+The server gives up a tool call after the server's own timeout
+\(`timeout' in mcp.json, 20 s by default); this is only the
+longest Emacs waits for its answer."
+  :type 'number
+  :group 'amacs)
+
+(defvar amacs-tool-call-functions nil
+  "Functions called after each `agent-tool' call, in the eval that made it.
+Each is called with NAME, ARGUMENTS, VALUE, ERROR and SECONDS: the
+tool's \"SERVER/TOOL\", the plist it was given, its value (nil on
+error), the error message (nil on success) and how long it took.")
+
+(defun agent-tool (name &rest arguments)
+  "Call the MCP tool NAME, \"SERVER/TOOL\", with ARGUMENTS; return its result.
+ARGUMENTS are a plist, :name value ..., checked against the tool's
+input schema before the call (an error names the argument).
+The result is elisp data: structured content as a plist, text as
+a string, an image or resource as a plist of its :mime-type and
+size.  A result the tool marks as an error, a refused or blocked
+call, a timeout and a server that is down all signal an error.
+Example: (agent-tool \"time/get_current_time\" :timezone \"UTC\")."
+  (let ((start (float-time)) value failure)
+    (condition-case err
+        (setq value (let ((amacs-sync-call-timeout (max amacs-sync-call-timeout amacs-tool-call-wait)))
+                      (amacs--agent-call 'agent_tool name arguments)))
+      (error (setq failure err)))
+    (run-hook-with-args 'amacs-tool-call-functions name arguments value
+                        (and failure (amacs-error-message failure)) (- (float-time) start))
+    (if failure (signal (car failure) (cdr failure)) value)))
+
 (provide 'amacs-agent)
 ;;; amacs-agent.el ends here

@@ -112,6 +112,26 @@
                            (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
       (insert "\n"))))
 
+(defun amacs-hub--insert-mcp (state)
+  "Insert the MCP servers of STATE: state, tools and last error each.
+Nothing when AMACS_HOME/mcp.json names no server and has no problem."
+  (let ((servers (plist-get state :mcp))
+        (problems (plist-get state :mcp-problems)))
+    (when (or servers problems)
+      (magit-insert-section (amacs-mcp)
+        (magit-insert-heading (format "MCP servers (%d)" (length servers)))
+        (dolist (problem problems)
+          (amacs-hub--line "  %s" (propertize problem 'font-lock-face 'error)))
+        (dolist (server servers)
+          (magit-insert-section (amacs-mcp-server (plist-get server :name))
+            (amacs-hub--line "  %-14s %-6s %-9s %3d calls  %s"
+                             (plist-get server :name) (plist-get server :transport) (plist-get server :state)
+                             (or (plist-get server :calls) 0)
+                             (mapconcat #'identity (plist-get server :tools) " "))
+            (when (plist-get server :last-error)
+              (amacs-hub--line "    last error: %s" (plist-get server :last-error)))))
+        (insert "\n")))))
+
 (defun amacs-hub--show-transcript (agent)
   "Show the transcript of AGENT in a buffer of its own."
   (amacs-call 'agent_transcript (list agent)
@@ -214,6 +234,7 @@ left unmodified."
               (amacs-hub--insert-consciousness state)
               (amacs-hub--insert-threads state)
               (amacs-hub--insert-agents state)
+              (amacs-hub--insert-mcp state)
               (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
                                       (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
               (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
@@ -306,9 +327,19 @@ Signal a `user-error' elsewhere."
              :state))
 
 (defun amacs-hub--ended (agent)
-  "Return the state of AGENT if it has ended in the hub's last state, else nil."
-  (let ((state (amacs-hub--agent-state agent)))
-    (and (member state '("done" "cancelled" "stopped" "failed" "discarded" "quit" "interrupted")) state)))
+  "Return the state of AGENT if it has ended in the hub's last state, else nil.
+The server says which agents have ended (`:ended'); the hub lists no states."
+  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
+    (and (plist-get entry :ended) (plist-get entry :state))))
+
+(defun amacs-hub--say-ended (agent state)
+  "Say in the echo area that AGENT has ended, in STATE."
+  (message "AMACS: %s has already ended (%s)" agent state))
+
+(defun amacs-hub--control-failed (err)
+  "Say the server's ERR about a control of an agent, and redraw the hub."
+  (message "AMACS: %s" err)
+  (amacs-hub-refresh))
 
 (defun amacs-hub-cancel-agent (agent)
   "Cancel AGENT, the subagent at point, and every subagent below it.
@@ -317,23 +348,25 @@ to have ended, in the echo area at once."
   (interactive (list (amacs-hub--agent-at-point)))
   (let ((ended (amacs-hub--ended agent)))
     (cond
-     (ended (message "AMACS: %s has already ended (%s)" agent ended))
+     (ended (amacs-hub--say-ended agent ended))
      ((y-or-n-p (format "Cancel %s and its subagents? " agent))
       (if (setq ended (amacs-hub--ended agent)) ; it ended while you were asked
-          (message "AMACS: %s has already ended (%s)" agent ended)
+          (amacs-hub--say-ended agent ended)
         (amacs-call 'person_agent_control (list "cancel" agent)
                     (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh))
-                    (lambda (err)
-                      (message "AMACS: %s" (replace-regexp-in-string " has ended" " has already ended" err))
-                      (amacs-hub-refresh))))))))
+                    #'amacs-hub--control-failed))))))
 
 (defun amacs-hub-talk-to-agent (agent text)
-  "Say TEXT to AGENT, the subagent at point; its answer appears in the shell."
-  (interactive (let ((agent (amacs-hub--agent-at-point)))
+  "Say TEXT to AGENT, the subagent at point; its answer appears in the shell.
+An agent that has ended is said to have ended before anything is asked."
+  (interactive (let* ((agent (amacs-hub--agent-at-point))
+                      (ended (amacs-hub--ended agent)))
+                 (when ended (user-error "AMACS: %s has already ended (%s)" agent ended))
                  (list agent (read-string (format "Say to %s: " agent)))))
   (amacs-call 'person_agent_talk (list agent text)
               (lambda (r) (message "AMACS: %s %s" agent
-                                   (if (plist-get r :queued) "is at work; it will read it" "is answering")))))
+                                   (if (plist-get r :queued) "is at work; it will read it" "is answering")))
+              #'amacs-hub--control-failed))
 
 (defun amacs-hub-pause-agent (agent)
   "Pause AGENT, the subagent at point, or resume it if it is paused.
@@ -342,12 +375,10 @@ An agent that has ended is said to have ended, in the echo area."
   (let ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause"))
         (ended (amacs-hub--ended agent)))
     (if ended
-        (message "AMACS: %s has already ended (%s)" agent ended)
+        (amacs-hub--say-ended agent ended)
       (amacs-call 'person_agent_control (list action agent)
                   (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh))
-                  (lambda (err)
-                    (message "AMACS: %s" (replace-regexp-in-string " has ended" " has already ended" err))
-                    (amacs-hub-refresh))))))
+                  #'amacs-hub--control-failed))))
 
 ;;;###autoload
 (defun amacs-hub ()

@@ -48,6 +48,7 @@
 (declare-function amacs-hub "amacs-hub")
 (declare-function amacs-open-chat-log "amacs-hub")
 (declare-function amacs-cancel-waiting "amacs-transport")
+(defvar shell-dirtrackp)
 
 (defcustom amacs-shell-prompt "amacs> "
   "Prompt of the AMACS shell."
@@ -84,10 +85,6 @@ The summary never gets wider than the shell's window."
   "Most working subagents shown one line each above the prompt.
 The rest are counted on one more line."
   :type 'integer
-  :group 'amacs)
-
-(defface amacs-shell-resumed '((t :inherit shadow))
-  "Face of the earlier exchanges a new shell shows."
   :group 'amacs)
 
 (defface amacs-shell-annotation '((t :inherit font-lock-comment-face))
@@ -207,9 +204,11 @@ BODY's value, or nil without a shell."
            value)))))
 
 (defun amacs-shell--output-props (text)
-  "TEXT marked as output, a field of its own that \\[beginning-of-line] skips."
-  (propertize text 'field 'output 'inhibit-line-move-field-capture t
-              'front-sticky '(field inhibit-line-move-field-capture) 'rear-nonsticky t))
+  "TEXT marked as output: read-only, a field of its own that \\[beginning-of-line] skips.
+Only the shell writes there (inside `amacs-shell--editing'): a key
+typed on a reply cannot change it."
+  (propertize text 'field 'output 'inhibit-line-move-field-capture t 'read-only t
+              'front-sticky '(field inhibit-line-move-field-capture read-only) 'rear-nonsticky t))
 
 (defun amacs-shell--insert-output (text)
   "Insert TEXT at the output marker (in the shell buffer, inside the edit).
@@ -399,9 +398,63 @@ eval.  Nothing is drawn without a window showing the shell."
   (condition-case nil
       (let ((read (read-from-string form)))
         (if (string-blank-p (substring form (cdr read)))
-            (string-trim-right (pp-to-string (car read)))
+            (amacs-shell--pp (car read) (max 40 (- (amacs-shell--width) 4)))
           (string-trim-right form)))
     (error (string-trim-right form))))
+
+(defun amacs-shell--pp (sexp width)
+  "SEXP printed as code is written, in lines of at most WIDTH columns if it can.
+A list that fits on its line stays on it; one that does not keeps its
+head and the arguments its indentation sets apart (`let''s bindings,
+`defun''s name and arguments; a call's first argument) on the first
+line and puts each other element on a line of its own, indented as
+`emacs-lisp-mode' indents.  Emacs 28's `pp' broke every list that
+had a list in it: (goto-char and (point-max)) on two lines."
+  (with-temp-buffer
+    ;; Lisp's syntax and indentation, without `emacs-lisp-mode''s hooks (the person's own).
+    (set-syntax-table emacs-lisp-mode-syntax-table)
+    (setq-local lisp-indent-function #'lisp-indent-function)
+    (setq indent-tabs-mode nil)
+    (let ((print-escape-newlines nil) (print-quoted t))
+      (insert (prin1-to-string sexp)))
+    (goto-char (point-min))
+    (amacs-shell--pp-sexp width)
+    (buffer-string)))
+
+(defun amacs-shell--pp-sexp (width)
+  "Break the sexp at point over lines where it passes column WIDTH.
+Point is left at its end."
+  (let ((data (memq (char-after) '(?' ?`))))  ; a quoted list is data: no head
+    (skip-chars-forward "'`,@#")
+    (if (not (memq (char-after) '(?\( ?\[)))
+        (forward-sexp)
+      (amacs-shell--pp-list width data))))
+
+(defun amacs-shell--pp-list (width data)
+  "Break the list at point over lines where it passes column WIDTH.
+DATA: the list is quoted, each element after the first on its own line."
+  (let ((start (point))
+        (end (copy-marker (save-excursion (forward-sexp) (point)))))
+    (when (> (save-excursion (goto-char end) (current-column)) width)
+      (let* ((head (save-excursion (forward-char) (ignore-errors (read (current-buffer)))))
+             (spec (and (symbolp head) (eq (char-after) ?\() (function-get head 'lisp-indent-function)))
+             (kept (cond ((or data (eq (char-after) ?\[)) 1)
+                         ((integerp spec) (1+ spec))
+                         ((eq spec 'defun) 3)
+                         (t 2))))
+        (forward-char)
+        (dotimes (_ kept) (ignore-errors (forward-sexp)))
+        (while (progn (skip-chars-forward " \t\n") (< (point) (1- end)))
+          (delete-horizontal-space)
+          (insert "\n")
+          (forward-sexp))
+        (goto-char start)
+        (indent-sexp)))
+    (forward-char)                      ; into the list: its elements, each broken where it passes WIDTH
+    (while (progn (skip-chars-forward " \t\n") (< (point) (1- end)))
+      (amacs-shell--pp-sexp width))
+    (goto-char end)
+    (set-marker end nil)))
 
 (defun amacs-shell--eval-detail (id text face)
   "TEXT as a hidden detail line of eval ID, in FACE."
@@ -463,6 +516,34 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
       (put id 'amacs-summary nil)
       (put id 'amacs-details-end nil))))
 
+(defvar amacs-shell--tool-count 0
+  "Tool calls shown so far; names each one's invisibility symbol.")
+
+(defun amacs-shell--tool-line (name arguments value error seconds)
+  "Show a tool call of the primary's eval on its own line under the eval line.
+NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
+`amacs-tool-call-functions' gives them; \\[amacs-shell-toggle] shows
+its arguments and its whole result."
+  (when (equal amacs-shell--eval-agent "primary")
+    (let ((id (intern (format "amacs-tool-%d" (setq amacs-shell--tool-count (1+ amacs-shell--tool-count)))))
+          (shown (if error (concat "error: " error) (amacs--print-result value)))
+          (face (if error 'amacs-shell-eval-error 'amacs-shell-eval)))
+      (amacs-shell--editing
+        (add-to-invisibility-spec id)
+        (amacs-shell--fresh-line)
+        (amacs-shell--insert-output
+         (concat (propertize (format "▸ tool %s → %s" name
+                                     (amacs-shell--one-line shown (max 10 (- (amacs-shell--width) 14 (length name)))))
+                             'font-lock-face face 'amacs-eval id 'line-prefix "  "
+                             'help-echo "TAB or RET: show its arguments and result")
+                 (amacs-shell--eval-detail id (format "arguments: %S (%.2f s)" arguments seconds)
+                                           'font-lock-constant-face)
+                 (amacs-shell--eval-detail id (concat (if error "" "⇒ ") shown)
+                                           (if error 'amacs-shell-error 'default))
+                 (propertize "\n" 'amacs-eval id)))))))
+
+(add-hook 'amacs-tool-call-functions #'amacs-shell--tool-line)
+
 (defun amacs-shell-toggle ()
   "Show or hide the form and result of the eval at point."
   (interactive)
@@ -488,11 +569,44 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
           (insert (apply #'propertize arrow props)))))))
 
 (defun amacs-shell-tab ()
-  "Toggle the eval at point, else complete as comint does."
+  "Show or hide the eval at point; elsewhere in the output, go to the next eval.
+At the prompt TAB does nothing: what you say to the agent has nothing
+to complete (comint's completion listed files in a window of its own)."
   (interactive)
-  (if (get-text-property (point) 'amacs-eval)
-      (amacs-shell-toggle)
-    (completion-at-point)))
+  (cond ((get-text-property (point) 'amacs-eval) (amacs-shell-toggle))
+        ((< (point) (marker-position amacs-shell--out)) (amacs-shell-next-eval 1))))
+
+(defun amacs-shell--eval-line-start (pos direction)
+  "Return the start of the eval line nearest POS in DIRECTION (1 or -1), or nil.
+An eval is one run of its own `amacs-eval' value, from its summary
+line to the newline after its hidden details; it starts with ▸ or ▾."
+  (let ((p pos) found)
+    (while (and (not found) p)
+      (let ((next (if (> direction 0)
+                      (next-single-property-change p 'amacs-eval nil (point-max))
+                    (previous-single-property-change p 'amacs-eval nil (point-min)))))
+        (setq p (and (/= next p) next))
+        (when (and p (get-text-property p 'amacs-eval)
+                   (not (eq (get-text-property p 'amacs-eval)
+                            (and (> p (point-min)) (get-text-property (1- p) 'amacs-eval))))
+                   (if (> direction 0) (> p pos) (< p pos)))
+          (setq found p))))
+    found))
+
+(defun amacs-shell-next-eval (n)
+  "Move to the Nth next eval line (previous when N < 0)."
+  (interactive "p")
+  (let ((pos (point)) (direction (if (< n 0) -1 1)))
+    (dotimes (_ (abs n))
+      (setq pos (or (amacs-shell--eval-line-start pos direction) pos)))
+    (if (= pos (point))
+        (message "No %s eval" (if (< n 0) "earlier" "later"))
+      (goto-char pos))))
+
+(defun amacs-shell-previous-eval (n)
+  "Move to the Nth previous eval line."
+  (interactive "p")
+  (amacs-shell-next-eval (- n)))
 
 (defun amacs-shell-return ()
   "Send the input at the prompt; above it, act on what point is on.
@@ -740,7 +854,8 @@ one before it went without saying so (issue 12: say only what is true)."
 (defvar amacs-shell--state 'starting
   "What the agent is doing, a symbol.
 One of starting, waiting, thinking, streaming, eval, sleeping (on a
-wait for replies; the detail names whose), retrying, stopped.")
+wait for replies; the detail names whose), retrying (the detail: the
+seconds until the next attempt, nil for now), stopped.")
 
 (defvar amacs-shell--wait-timer nil
   "Timer that ends the shown wait at its timeout, or nil.")
@@ -787,7 +902,7 @@ wait for replies; the detail names whose), retrying, stopped.")
                   ('sleeping (concat "waiting for "
                                      (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
                   ('retrying (if amacs-shell--state-detail
-                                 (format "retrying in %s s" amacs-shell--state-detail)
+                                 (format "retrying in %.1f s" amacs-shell--state-detail)
                                "retrying now"))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
@@ -893,17 +1008,14 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 ;;;; Events of a turn
 
 (defun amacs-shell--on-annotation (event)
-  "Show the one-line note in EVENT in its kind's face."
+  "Show the one-line note in EVENT in its kind's face.
+A note is for the person: the shell decides nothing from its words.
+What the shell acts on comes as an event with fields of its own."
   (let ((text (plist-get event :text))
         (kind (plist-get event :kind)))
-    (when (and (equal kind "status") (string-match "retrying \\(?:in \\([0-9.]+\\) s\\|now\\)" text))
-      (amacs-shell--set-state 'retrying (match-string 1 text)))
-    (when (and (member kind '("agent" "warning")) (string-match "\\`\\([^ ]+\\) (" text))
-      (amacs-shell--answered (match-string 1 text))) ; a task's end: its result is delivered
     (amacs-shell--output
      (if (equal kind "agent")
-         (amacs-shell--one-line (concat (if (string-match-p ") failed: " text) "✗ " "✓ ") text)
-                                (* 2 (amacs-shell--width)))
+         (amacs-shell--one-line text (* 2 (amacs-shell--width)))
        (concat ";; " text))
      (pcase kind
        ("agent" 'amacs-shell-agent)
@@ -911,6 +1023,21 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
        ("error" 'amacs-shell-error)
        ("status" 'amacs-shell-status)
        (_ 'amacs-shell-annotation)))))
+
+(defun amacs-shell--on-retry (event)
+  "The model call is retried in EVENT's :seconds: the header counts them down."
+  (let ((seconds (plist-get event :seconds)))
+    (amacs-shell--set-state 'retrying (and (numberp seconds) (>= seconds 0.05) seconds))
+    (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
+
+(defun amacs-shell--on-agent-ended (event)
+  "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
+The primary waiting for it has its result."
+  (amacs-shell--answered (plist-get event :id))
+  (amacs-shell--output
+   (amacs-shell--one-line (concat (if (plist-get event :ok) "✓ " "✗ ") (plist-get event :text))
+                          (* 2 (amacs-shell--width)))
+   (if (plist-get event :ok) 'amacs-shell-agent 'amacs-shell-warning)))
 
 (defun amacs-shell--on-turn-start (_event)
   "The agent started a turn."
@@ -928,6 +1055,8 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
+(amacs-on-event "retry" #'amacs-shell--on-retry)
+(amacs-on-event "agent-ended" #'amacs-shell--on-agent-ended)
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
@@ -958,18 +1087,13 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
         (dolist (entry recent)
           (when (plist-get entry :human)
             (amacs-shell--output (amacs-shell--input-line
-                                  (concat amacs-shell-prompt (plist-get entry :human))
-                                  'amacs-shell-resumed)))
+                                  (concat amacs-shell-prompt (plist-get entry :human)))))
           (when (plist-get entry :status)   ; no reply, and why: as the live shell said it
-            (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-resumed))
+            (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-annotation))
           (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
             (amacs-shell--editing
               (amacs-shell--fresh-line t)
-              ;; Plain: rendering with org here would load org (~0.75 s) before
-              ;; the person sees the shell; new replies are rendered.
-              (amacs-shell--insert-output
-               (propertize (concat (string-trim (plist-get entry :agent)) "\n")
-                           'font-lock-face 'amacs-shell-resumed))
+              (amacs-shell--insert-output (amacs-shell--resumed-reply (string-trim (plist-get entry :agent))))
               (amacs-shell--fresh-line t)))
           (let ((done (plist-get entry :eval)))  ; said, then evaluated: as the live shell drew it
             (when done
@@ -978,6 +1102,29 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
          (substitute-command-keys
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
          'amacs-shell-annotation)))))
+
+(defun amacs-shell--resumed-reply (text)
+  "TEXT, a reply from the chat log, to show as the live shell showed it.
+With org loaded it is rendered at once.  Without, it is plain for now
+and marked `amacs-unrendered': loading org takes ~0.75 s, which the
+person would wait for before seeing the shell, so it is rendered at
+the first idle moment (`amacs-shell--render-resumed')."
+  (if (featurep 'org)
+      (concat (amacs-render-org text) "\n")
+    (run-with-idle-timer 0.5 nil #'amacs-shell--render-resumed)
+    (propertize (concat text "\n") 'amacs-unrendered text)))
+
+(defun amacs-shell--render-resumed ()
+  "Render the resumed replies still shown plain, in place, as live ones are."
+  (amacs-shell--editing
+    (let ((pos (point-min)))
+      (while (setq pos (text-property-not-all pos (point-max) 'amacs-unrendered nil))
+        (let* ((text (get-text-property pos 'amacs-unrendered))
+               (end (next-single-property-change pos 'amacs-unrendered nil (point-max))))
+          (delete-region pos end)
+          (goto-char pos)
+          (insert (amacs-shell--output-props (concat (amacs-render-org text) "\n")))
+          (setq pos (point)))))))
 
 (defun amacs-shell--greet ()
   "Say what the server reported at hello: a missing key, an interrupted turn."
@@ -1070,9 +1217,12 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                                                             :base-url base-url)
                                                  :local nil)) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
-                   (amacs-shell--note (format "Now using %s on %s%s." (plist-get now :model)
-                                              (plist-get now :backend)
-                                              (if base-url (format " at %s" base-url) ""))))))))
+                   (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
+                                                      (plist-get now :backend)
+                                                      (if base-url (format " at %s" base-url) ""))
+                                              ;; What the server still lacks to call it, in its words.
+                                              (and (not (plist-get now :key-ok)) (plist-get now :missing)
+                                                   (concat " " (plist-get now :missing))))))))))
 
 (defun amacs-shell--save-history-everywhere ()
   "Save the history of the shell buffer, if there is one."
@@ -1363,6 +1513,7 @@ was coming is not)."
     (define-key map (kbd "C-j") #'comint-send-input)
     (define-key map (kbd "S-<return>") #'amacs-shell-newline)
     (define-key map (kbd "TAB") #'amacs-shell-tab)
+    (define-key map (kbd "<backtab>") #'amacs-shell-previous-eval)
     (define-key map (kbd "C-c C-e") #'amacs-compose)
     (define-key map (kbd "C-c C-c") #'amacs-shell-interrupt)
     ;; The hub: C-c C-v, "view the agent's mind".  Not C-c C-h, which is the
@@ -1388,13 +1539,30 @@ was coming is not)."
   "Keymap of `amacs-shell-mode'.")
 
 (define-derived-mode amacs-shell-mode comint-mode "AMACS"
-  "Major mode of the AMACS shell: type to the agent, RET sends.
-Input sent while the agent works waits, shown as queued, until the
-agent takes it.  TAB or RET on an eval line shows its form and result.
-\\[amacs-hub] opens the hub, \\[amacs-open-chat-log] the chat log.
+  "The AMACS shell: talk to the agent, which works in this Emacs.
+Type at the prompt and press \\[amacs-shell-return] to send (\\[amacs-shell-newline] for a new line,
+\\[amacs-compose] to write a long prompt in a buffer of its own).  Input
+sent while the agent works waits, shown as queued, until it takes it;
+\\[amacs-shell-interrupt] interrupts its turn, \\[keyboard-quit] stops an eval that runs.
+
+Above the prompt everything is the conversation, read-only: replies
+in org, notes (;;), and a line (▸ eval …) for each form the agent
+evaluated.  \\[amacs-shell-tab] or \\[amacs-shell-return] on such a line shows its form and
+result; elsewhere \\[amacs-shell-tab] goes to the next one, \\[amacs-shell-previous-eval] to the one before.
+\\[amacs-shell-return] on a past input puts it at the prompt to send again;
+\\[amacs-shell-previous-prompt] and \\[amacs-shell-next-prompt] go from input to input, \\[comint-previous-input]
+brings back earlier inputs (kept across sessions).
+
+\\[amacs-hub] opens the hub (the agent's state and its subagents),
+\\[amacs-open-chat-log] the chat log (agent-chat.org), \\[amacs-shell-copy-reply] copies the last reply
+and \\[amacs-shell-copy-code] the source block at point.  The header line says what the
+agent is doing, the mode line what this session cost.
 
 \\{amacs-shell-mode-map}"
   (setq comint-prompt-regexp (concat "^" (regexp-quote amacs-shell-prompt)))
+  ;; The shell is no command shell: once shell.el is loaded its directory
+  ;; tracking is on in every buffer (its default), and C-h m listed it here.
+  (setq-local shell-dirtrackp nil)
   (setq-local paragraph-separate "\\'")
   (setq-local paragraph-start comint-prompt-regexp)
   (setq-local comint-input-sender #'amacs-shell--input-sender)

@@ -33,7 +33,7 @@ stamp=".venv/.amacs-installed${extras:+-test}"
 # Each package is looked for, not imported: importing the SDKs took ~4 s, a blank
 # terminal at every ./amacs (a newcomer's finding, issue 10).  A package that is
 # there but broken is said by the server when it starts, in the shell.
-modules='"amacs_server", "epc", "anthropic", "aiohttp", "openai", "git", "orgparse", "sexpdata"'
+modules='"amacs_server", "epc", "anthropic", "aiohttp", "openai", "git", "orgparse", "sexpdata", "mcp"'
 [ -n "$extras" ] && modules="$modules"', "pytest", "hypothesis", "ruff", "mypy", "duckdb", "pyarrow", "plotly", "rich", "ray"'
 check="import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ($modules)))"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then

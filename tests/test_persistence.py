@@ -42,6 +42,22 @@ def test_chat_org_structure_and_round_trip(tmp_path):
     assert entries[2].interrupted and not entries[0].interrupted
 
 
+def test_a_tick_without_a_reply_says_why_in_the_chat_log(tmp_path):
+    """A newcomer's finding: an interrupted turn showed as `** Human slow' and nothing after."""
+    log = ChatLog(tmp_path / "agent-chat.org")
+    log.write_human(1, "2025-01-02T14:30:00Z", "slow")
+    log.write_no_reply("interrupted by the person")
+    log.write_human(2, "2025-01-02T14:31:00Z", "and now?")
+    log.write_agent(2, "2025-01-02T14:31:00Z", "Here.", with_heading=False)
+    assert "** Human\nslow\n\n** No reply\ninterrupted by the person\n\n* Tick 2" in log.path.read_text()
+    first, second = log.read()
+    assert (first.human, first.agent, first.no_reply) == ("slow", None, "interrupted by the person")
+    assert not first.interrupted  # it said why: not a server that stopped
+    assert (second.human, second.agent, second.no_reply) == ("and now?", "Here.", None)
+    assert [n.heading for n in orgparse.load(str(log.path))[1:]] == [
+        "Tick 1", "Human", "No reply", "Tick 2", "Human", "Agent"]
+
+
 def test_org_escape_round_trip():
     for text in ["* a", ",* b", "plain", "**", " * indented", ",,* c"]:
         assert unescape_org(escape_org(text)) == text

@@ -96,3 +96,31 @@ def test_hello_and_a_model_switch_say_whether_the_model_can_be_called(tmp_path):
             "backend": "openai", "model": "llama3", "key_ok": True}
     finally:
         rt.ltm.close()
+
+
+def test_a_switch_to_a_url_without_a_key_says_only_the_key_is_missing(tmp_path):
+    """A newcomer's finding: `M-x amacs-set-model' with a new URL said "Now using … at URL" and
+    nothing of the missing key; after `M-x amacs-restart' the notice still advised pointing
+    ANTHROPIC_BASE_URL at another server, although it already pointed there."""
+    from amacs_server.config import load_config
+    from tests.test_memory import SilentFace
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h")}), SilentFace())
+    try:
+        answer = rt.set_model("anthropic", "claude-x", "http://127.0.0.1:40335")
+        assert answer["key_ok"] is False
+        assert answer["missing"].startswith("No API key for http://127.0.0.1:40335 (ANTHROPIC_BASE_URL)")
+        assert "point ANTHROPIC_BASE_URL" not in answer["missing"]
+        assert "missing" not in rt.set_model("openai", "llama3", "http://localhost:11434/v1")
+    finally:
+        rt.ltm.close()
+    # The restarted server (ANTHROPIC_BASE_URL in its environment) says the same at hello.
+    again = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"),
+                                 "ANTHROPIC_BASE_URL": "http://127.0.0.1:40335"}), SilentFace())
+    try:
+        notice = str(views.status(again)["notice"])
+        assert "No API key for http://127.0.0.1:40335" in notice and "point ANTHROPIC_BASE_URL" not in notice
+    finally:
+        again.ltm.close()
+    plain = load_config({"AMACS_HOME": str(tmp_path / "h")})
+    assert "point ANTHROPIC_BASE_URL at another server" in plain.missing_key_message()

@@ -273,7 +273,7 @@ def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(t
         assert rt.world.person_talk(handle, "are you done?") == {"to": handle, "queued": True}
         while rt.world.tasks_live or len(fake.requests) < 2 or not said:
             await asyncio.sleep(0.02)
-        with pytest.raises(AgentError, match=f"{handle} has ended \\(done\\)"):
+        with pytest.raises(AgentError, match=f"{handle} has already ended \\(done\\)"):
             rt.world.control(PRIMARY, "pause", handle)
         return handle
 

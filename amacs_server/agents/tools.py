@@ -37,9 +37,10 @@ TalkIds = Annotated[list[PositiveInt], BeforeValidator(_one_id), Field(min_lengt
 
 
 class TaskOptions(Options):
-    """``agent-task``'s options: the actions it may take, and whether it may ask the person."""
+    """``agent-task``'s options: the actions and MCP tools it may use, and whether it may ask the person."""
 
     allowed: Strings | None = None
+    tools: Strings | None = None
     request_input: Flag = False
 
 
@@ -94,7 +95,7 @@ def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, pro
                opts: TaskOptions | None = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input)."""
     o = opts or TaskOptions()
-    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input)
+    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input, o.tools)
 
 
 @checked(3)

@@ -32,6 +32,8 @@ from ..loop.agent_loop import parse_with_retries, run_agent
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
+from ..tools_mcp import calls as mcp_calls
+from ..tools_mcp.hub import McpHub
 from .kinds import AgentState, AgentType, Ending
 from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
@@ -152,6 +154,7 @@ class Agent:
     depth: int
     name: str | None = None
     allowed: frozenset[str] = frozenset()
+    tools: tuple[str, ...] = ()  # MCP tool patterns (`time/*'); a call needs this agent's and every ancestor's
     request_input: bool = False
     messages: list[dict[str, Any]] = field(default_factory=list)
     state: AgentState = AgentState.IDLE
@@ -195,6 +198,7 @@ class Agent:
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
                 "parent": self.parent,
                 "state": AgentState.PAUSED if not self.resumed.is_set() and self.state.live else self.state,
+                "ended": not self.state.live,  # Emacs reads this, not a list of the end states
                 "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
 
@@ -210,13 +214,15 @@ async def _unless_stopped_while_paused(agent: Agent) -> None:
 class AgentWorld:
     """Every subagent, the bounds they live under, and the events between them."""
 
-    def __init__(self, rt: WorldHost, limits: Limits) -> None:
+    def __init__(self, rt: WorldHost, limits: Limits, tools: McpHub | None = None) -> None:
         self.rt = rt
         self.limits = limits
+        # The connections to MCP servers, one per server, shared by every agent (tools_mcp/hub.py).
+        self.tools = tools
         # The primary is an Agent as every other is (issue 11): its record holds its counters
         # and talk ids; its loop is loop/primary.py's body, run by the runtime for each turn.
         self.primary = Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
-                             allowed=ALL_ACTIONS)
+                             allowed=ALL_ACTIONS, tools=mcp_calls.ALL_TOOLS)
         self.agents: dict[str, Agent] = {PRIMARY: self.primary}
         # Indexes kept beside ``agents`` (which keeps every agent, ended ones too): each
         # model call asks for its agent's compulsions and each new agent counts the live
@@ -271,6 +277,44 @@ class AgentWorld:
                              f"allowed: {', '.join(sorted(agent.allowed))}")
         return agent
 
+    # -- MCP tools: who may call what -------------------------------------------------------
+
+    def lineage(self, agent_id: str) -> list[Agent]:
+        """AGENT_ID, its parent, and so on up to the primary."""
+        out: list[Agent] = []
+        agent = self.agents.get(agent_id)
+        while agent is not None and agent not in out:
+            out.append(agent)
+            agent = self.agents.get(agent.parent) if agent.parent else None
+        return out
+
+    def may_use_tool(self, agent_id: str, full_name: str) -> bool:
+        """Whether AGENT_ID may call FULL_NAME (``server/tool``): its own tools and every ancestor's allow it."""
+        chain = self.lineage(agent_id)
+        return bool(chain) and all(mcp_calls.allows(a.tools, full_name) for a in chain)
+
+    def tool_grant(self, agent_id: str) -> str:
+        """AGENT_ID's tool patterns, in words (for a refusal)."""
+        agent = self.agents.get(agent_id)
+        return ", ".join(agent.tools) if agent and agent.tools else "none"
+
+    def tool_listing(self, agent_id: str) -> str:
+        """The ``<tools>`` section for AGENT_ID's context: the tools it may call, as the servers listed them."""
+        if self.tools is None:
+            return ""
+        return mcp_calls.listing(((s, t) for s, t in self.tools.tools()
+                                  if self.may_use_tool(agent_id, f"{s}/{t.name}")), mcp_calls.ALL_TOOLS)
+
+    async def tools_ready(self) -> None:
+        """Before a model call: the MCP servers not yet tried are started and list their tools
+        (bounded wait), and an edited mcp.json is read again, so the listing is current."""
+        future = self.tools.ready_future() if self.tools is not None else None
+        if future is not None:
+            try:
+                await asyncio.wrap_future(future)
+            except Exception as err:  # noqa: BLE001 - a server that did not start is said in the hub
+                log.warning("listing the MCP tools: %r", err)
+
     def _template(self, template: str, kind: AgentType) -> Skill:
         try:
             skill = self.rt.skills.get(template)
@@ -281,8 +325,10 @@ class AgentWorld:
         return skill
 
     def _new_agent(self, caller: str, kind: AgentType, template: str, name: str | None = None,
-                   allowed: Sequence[str] | None = None, request_input: bool = False) -> Agent:
+                   allowed: Sequence[str] | None = None, request_input: bool = False,
+                   tools: Sequence[str] | None = None) -> Agent:
         self._caller(caller, kind)
+        parent = self._known(caller)
         skill = self._template(template, kind)
         tmpl = skill.name
         depth = self.depth(caller) + 1
@@ -294,6 +340,9 @@ class AgentWorld:
             live = len(self._maybe_live)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
+        # A subagent never has more rights than its parent: what the caller asks for beyond its
+        # own actions or tools is refused, by name; a template's or type's defaults are cut to them.
+        given = allowed is not None
         allowed = skill.allowed if allowed is None else allowed  # given, or the template's `allowed:'
         actions = DEFAULT_ACTIONS[kind] if allowed is None else frozenset(allowed)  # or the type's defaults
         unknown = actions - ALL_ACTIONS
@@ -301,16 +350,32 @@ class AgentWorld:
             raise AgentError(f"unknown action(s) {sorted(unknown)}; actions are {sorted(ALL_ACTIONS)}")
         if request_input:
             actions |= {"request_input"}
+        asked = (actions if given else frozenset()) | ({"request_input"} if request_input else frozenset())
+        refused = sorted(asked - parent.allowed)
+        if refused:
+            raise AgentError(f"{caller} may not give {', '.join(refused)}: a subagent's actions are a subset of "
+                             f"its parent's, and {caller} has {', '.join(sorted(parent.allowed))}")
+        actions &= parent.allowed
+        grant = mcp_calls.patterns(tools)
+        if grant is not None:
+            beyond = mcp_calls.beyond(grant, parent.tools)
+            if beyond:
+                raise AgentError(f"{caller} may not give the tools {', '.join(beyond)}: a subagent's tools are a "
+                                 f"subset of its parent's, and {caller} has {', '.join(parent.tools) or 'none'}")
+        else:
+            grant = mcp_calls.patterns(skill.tools) or ()  # the template's, narrowed by every ancestor's at a call
         if depth >= self.limits.max_depth:
             actions -= {"task", "viewpoint", "compulsion"}
         agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
-                      depth=depth, name=name, allowed=actions, request_input=request_input, model=skill.model)
+                      depth=depth, name=name, allowed=actions, tools=grant, request_input=request_input,
+                      model=skill.model)
         self.agents[agent.id] = agent
         self._maybe_live[agent.id] = agent
         if kind is AgentType.COMPULSION:
             self._compulsions.setdefault(caller, []).append(agent)
         self._talk_ids[agent.id] = agent.talk_ids
-        self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "depth": depth, "name": name},
+        self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "tools": list(grant), "depth": depth,
+                                                 "name": name},
                                  agent=agent.identity)
         return agent
 
@@ -443,7 +508,7 @@ class AgentWorld:
         TEXT as a message event and answers, if it wants, with agent-talk-user."""
         agent = self._subagent(agent_id)
         if not agent.state.live:
-            raise AgentError(f"{agent.id} is {agent.state}")
+            raise AgentError(f"{agent.id} has already ended ({agent.state})")
         if not text.strip():
             raise AgentError("say something")
         self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
@@ -475,7 +540,7 @@ class AgentWorld:
     def _live(self, agent_id: str) -> Agent:
         agent = self._subagent(agent_id)
         if not agent.state.live:
-            raise AgentError(f"{agent.id} has ended ({agent.state})")
+            raise AgentError(f"{agent.id} has already ended ({agent.state})")
         return agent
 
     def _subagent(self, agent_id: str) -> Agent:
@@ -505,7 +570,8 @@ class AgentWorld:
     # -- the actions -------------------------------------------------------------------
 
     def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
-             allowed: Sequence[str] | None = None, request_input: bool = False) -> dict[str, Any]:
+             allowed: Sequence[str] | None = None, request_input: bool = False,
+             tools: Sequence[str] | None = None) -> dict[str, Any]:
         """Start a Task (with ALLOWED actions, or its template's; REQUEST_INPUT: it may ask the
         person); its final reply comes back to CALLER as an Agent event."""
         if not prompt.strip():
@@ -515,7 +581,8 @@ class AgentWorld:
                              "wait for some to finish")
         self._reserve(caller)
         try:
-            agent = self._new_agent(caller, AgentType.TASK, template, allowed=allowed, request_input=request_input)
+            agent = self._new_agent(caller, AgentType.TASK, template, allowed=allowed, request_input=request_input,
+                                    tools=tools)
         except Exception:
             self._outstanding[caller] -= 1
             raise
@@ -549,8 +616,8 @@ class AgentWorld:
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}",
-                              "agent" if agent.state is AgentState.DONE else "warning")
+        self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
+                                 f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:
@@ -771,6 +838,9 @@ class AgentWorld:
                      f"{agent.id}:NAME:VERSION<EOT>, and <memory> shows your items when they change. Long-term "
                      "memory is shared: agent-memory-search and agent-memory-load reach every agent's items.")
         parts.append(self.rt.skills.get(agent.template).body)
+        tools = self.tool_listing(agent.id)
+        if tools:
+            parts.append(tools)
         return "\n\n".join(parts)
 
     async def respond(self, agent: Agent, text: str | None) -> str:
@@ -871,6 +941,7 @@ class AgentWorld:
             self.rt.transcript.write("budget_stop", {"message": stop}, agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
         self._show_memory(agent)
+        await self.tools_ready()
         request = build_request(agent.model or self.rt.model, self.system_prompt(agent), agent.messages,
                                 self.rt.consciousness.api_settings)
         self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
@@ -949,7 +1020,8 @@ class AgentWorld:
         an eval, the compulsion also sees the files the agent has read or written, and
         whether each changed on disk since (issue 11)."""
         for comp in self.compulsions_of(agent_id):
-            what = ("wants to evaluate" if kind == "eval" else "wants to reply to its interlocutor")
+            what = {"eval": "wants to evaluate", "tool": "wants to call an MCP tool (in its eval)"}.get(
+                kind, "wants to reply to its interlocutor")
             files = f"\n\n{self.files_text(agent_id)}" if kind == "eval" else ""
             try:
                 reason = await self.respond(comp, f"[before action] The agent {what}:\n{form}{files}")

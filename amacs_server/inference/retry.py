@@ -11,7 +11,19 @@ from typing import TypeVar
 from ..errors import AmacsError
 
 T = TypeVar("T")
-StatusSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A model call failed and is tried again: TEXT says so to people, the rest is for programs."""
+
+    text: str
+    seconds: float  # until the next attempt
+    attempt: int  # the next attempt's number, from 2
+    attempts: int  # how many there are at most
+
+
+StatusSink = Callable[[Retrying], None]
 
 
 class InferenceError(AmacsError, RuntimeError):
@@ -57,8 +69,9 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
             wait = policy.delay(attempt, retry_after(err))
             if on_status is not None:
                 when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
-                on_status(f"Model API {short(err)}; retrying {when} "
-                          f"(attempt {attempt + 1} of {policy.attempts})")
+                on_status(Retrying(f"Model API {short(err)}; retrying {when} "
+                                   f"(attempt {attempt + 1} of {policy.attempts})",
+                                   round(wait, 1), attempt + 1, policy.attempts))
             await asyncio.sleep(wait)
         except fatal as err:
             raise InferenceError(explain(err)) from err

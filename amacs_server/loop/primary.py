@@ -22,7 +22,7 @@ from ..errors import AmacsError
 from ..inference.anthropic_backend import ModelResult, build_request
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
-from ..inference.retry import InferenceError
+from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
 from ..persistence.files import PersistenceError, deferred_sync
@@ -296,6 +296,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.face.annotate(rt.config.missing_key_message(), "error")
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
+    await rt.world.tools_ready()
     request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
     rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
                                           "wrote": rt.memory.take_written()}, tick=tick)
@@ -310,12 +311,12 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                 faults.point_later("infer.mid-stream", 0.2)
             rt.face.reply_delta(gained)
 
-    def on_status(line: str) -> None:
+    def on_status(retry: Retrying) -> None:
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             rt.face.reply_abandon("the call is retried")
         streamer.raw = streamer.shown = ""
-        rt.transcript.write("model_retry", {"status": line}, tick=tick)
-        rt.face.annotate(line, "status")
+        rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
+        rt.face.retrying(retry)
 
     try:
         result = await rt.backend.complete(request, None if watched else on_text, on_status=on_status)
@@ -404,13 +405,17 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
 
 
 def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
-    """A tick that ended without a response: the input stays, marked with REASON."""
+    """A tick that ended without a response: the input stays, marked with REASON in memory
+    and in agent-chat.org."""
+    unanswered = rt.memory.pending_tick == tick
     with rt.ltm.transaction():
-        if rt.memory.pending_tick == tick:
+        if unanswered:
             rt.memory.finish_chat(tick, None, status=f"no reply: {reason}")
         rt.memory.sync_state(rt.consciousness)
     try:
         with deferred_sync():
+            if unanswered:
+                rt.chat_log.write_no_reply(reason)
             rt.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")

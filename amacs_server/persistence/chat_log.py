@@ -7,6 +7,8 @@ Each tick is a ``* Tick N`` heading with a ``:TIMESTAMP:`` property, then
 block and its result or error as an example block under ``#+RESULTS:``, each
 cut at :data:`EVAL_CHARS` (the transcript has them whole).  The eval is its
 own part, not under ``** Agent``: the reply read back is only the reply.
+A tick that ended without a reply (interrupted, no key, the budget) says
+why in ``** No reply``; one with neither was cut off (the server stopped).
 
 The human's text is plain: lines that would start an org heading are escaped
 with a leading comma, as org does in source blocks.  The reply is org (issue 9):
@@ -79,11 +81,12 @@ class ChatEntry:
     human: str | None = None
     agent: str | None = None
     eval: ChatEval | None = None
+    no_reply: str | None = None  # why the tick ended without a reply, when it said so
 
     @property
     def interrupted(self) -> bool:
-        """A human message that never got its agent part (the server stopped)."""
-        return self.human is not None and self.agent is None
+        """A human message that never got its agent part nor a reason why (the server stopped)."""
+        return self.human is not None and self.agent is None and self.no_reply is None
 
 
 def escape_org(text: str) -> str:
@@ -182,7 +185,7 @@ _TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:
                         re.MULTILINE)
 _TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
 _TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-_PART = re.compile(r"^\*\* (Human|Agent|Eval)( \(error\))?[ \t]*$", re.MULTILINE)
+_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply)( \(error\))?[ \t]*$", re.MULTILINE)
 # The eval part's form and its result (escaped as org escapes block lines).
 _EVAL_FORM = re.compile(r"^#\+begin_src emacs-lisp[ \t]*\n(.*?)\n#\+end_src[ \t]*$", re.MULTILINE | re.DOTALL)
 _EVAL_RESULT = re.compile(r"^#\+RESULTS:[ \t]*\n#\+begin_example[ \t]*\n(.*?)\n#\+end_example[ \t]*$",
@@ -252,6 +255,10 @@ class ChatLog:
         )
         self.log.append(f"{head}** Agent\n{nest_reply(reply)}\n\n", new_entry=timestamp if with_heading else None)
 
+    def write_no_reply(self, reason: str) -> None:
+        """Append why the tick whose input was just written ends without a reply."""
+        self.log.append(f"** No reply\n{escape_org(reason)}\n\n")
+
     def write_eval(self, tick: int, done: ChatEval) -> None:
         """Append the eval of TICK (after its agent part, which wrote the heading if needed)."""
         self.log.append(eval_org(done))
@@ -304,6 +311,8 @@ def parse_tick(text: str) -> ChatEntry | None:
             entry.human = unescape_org(body.strip("\n"))
         elif part[1] == "Eval":
             entry.eval = parse_eval(body, failed=part[2] is not None)
+        elif part[1] == "No reply":
+            entry.no_reply = unescape_org(body.strip("\n"))
         else:
             entry.agent = unnest_reply(body[:-2] if body.endswith("\n\n") else body.removesuffix("\n"))
     return entry

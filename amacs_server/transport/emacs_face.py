@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
+from ..inference.retry import Retrying
 from ..state.consciousness import EvalResult
 
 if TYPE_CHECKING:
@@ -79,6 +80,15 @@ class EmacsFace:
     def annotate(self, text: str, kind: str = "info") -> None:
         """Show a one-line note."""
         self._send(type="annotation", text=text, kind=kind)
+
+    def retrying(self, retry: Retrying) -> None:
+        """The model call is retried in RETRY.seconds (0: now)."""
+        self._send(type="retry", text=retry.text, seconds=retry.seconds, attempt=retry.attempt,
+                   attempts=retry.attempts)
+
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+        """A subagent ended: its id, its end state, whether it answered, and the line for people."""
+        self._send(type="agent-ended", id=agent_id, state=state, ok=ok, text=text)
 
     def turn_started(self) -> None:
         """The agent is working: the shell is busy."""

@@ -624,11 +624,14 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
       (should (string-match-p "thinking…" (amacs-shell-header-line)))
       (amacs-shell--on-reply-delta '(:text "Hi"))
       (should (string-match-p "writing…" (amacs-shell-header-line)))
-      (amacs-shell--on-annotation
-       '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :kind "status"))
+      ;; A note's words decide nothing: the header goes by the retry event's fields.
+      (amacs-shell--on-annotation '(:text "retrying in 9.0 s" :kind "status"))
+      (should (string-match-p "writing…" (amacs-shell-header-line)))
+      (amacs-shell--on-retry
+       '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :seconds 4.0 :attempt 2 :attempts 5))
       (should (string-match-p "retrying in 4.0 s" (amacs-shell-header-line)))
-      (amacs-shell--on-annotation
-       '(:text "Model API overloaded (529); retrying now (attempt 3 of 5)" :kind "status"))
+      (should (string-match-p ";; Model API overloaded (529); retrying in 4.0 s" (amacs-shell-test--text)))
+      (amacs-shell--on-retry '(:text "Model API overloaded (529); retrying now" :seconds 0.0 :attempt 3 :attempts 5))
       (should (string-match-p "retrying now" (amacs-shell-header-line)))
       (amacs-shell--on-agents '(:agents ((:id "task-1") (:id "task-2"))))
       (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
@@ -706,8 +709,11 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
       (should amacs-shell--wait-timer)
-      (amacs-shell--on-annotation '(:text "task-1 (researcher) done: found" :kind "agent"))
+      (amacs-shell--on-annotation '(:text "task-1 (researcher) said: found" :kind "agent"))
+      (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
+      (amacs-shell--on-agent-ended '(:id "task-1" :state "done" :ok t :text "Tâche (researcher) done: found"))
       (should (string-match-p "waiting for task-2, your reply…" (amacs-shell-header-line)))
+      (should (string-match-p "^✓ Tâche (researcher) done: found$" (amacs-shell-test--text)))
       (amacs-shell--on-agents '(:agents ((:id "task-2"))))
       (amacs-shell--on-agents '(:agents nil))  ; no longer at work: it answered
       (should (string-match-p "waiting for your reply…" (amacs-shell-header-line)))
@@ -716,7 +722,8 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
       (should-not amacs-shell--wait-timer)
       ;; A task that ended while the eval still ran is not waited for.
       (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
-      (amacs-shell--on-annotation '(:text "task-3 (researcher) failed: no" :kind "warning"))
+      (amacs-shell--on-agent-ended '(:id "task-3" :state "failed" :ok nil :text "task-3 (researcher) failed: no"))
+      (should (string-match-p "^✗ task-3 (researcher) failed: no$" (amacs-shell-test--text)))
       (let ((amacs--eval-wait '(:talk-ids (4 5) :timeout 0.05))
             (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
@@ -783,6 +790,145 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
         (should (string-match-p "working on your turn; quit anyway" asked))
         (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil)))
           (should (amacs-shell--query-quit))))))) ; no server: nothing to stop
+
+;;;; Polish a newcomer asked for
+
+(ert-deftest amacs-shell-test-tab-acts-only-on-eval-lines ()
+  "A newcomer's finding: TAB on a reply line opened *Completions* with file names.
+On an eval line TAB folds it; elsewhere above the prompt it goes to the
+next eval line (S-TAB to the one before); at the prompt it does nothing."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-reply '(:text "First reply ~code~."))
+    (let ((amacs-eval-confirm nil))
+      (amacs-shell-test--eval "(+ 2 2)")
+      (setq amacs-shell-test--calls nil)
+      (amacs-shell-test--eval "(+ 3 3)"))
+    (amacs-shell--on-reply '(:text "Last reply."))
+    (cl-letf (((symbol-function 'completion-at-point) (lambda () (error "Completion was called"))))
+      (goto-char (point-min))
+      (search-forward "First")
+      (amacs-shell-tab)                 ; on a reply: to the next eval line, nothing folded
+      (should (looking-at "▸ eval (\\+ 2 2)"))
+      (should (invisible-p (save-excursion (search-forward "⇒ 4") (match-beginning 0))))
+      (amacs-shell-tab)                 ; on it: folds it open
+      (should-not (invisible-p (save-excursion (search-forward "⇒ 4") (match-beginning 0))))
+      (search-forward "Last")
+      (amacs-shell-previous-eval 1)
+      (should (looking-at "▸ eval (\\+ 3 3)"))
+      (goto-char (point-max))
+      (insert "draft")
+      (let ((before (buffer-string)))
+        (amacs-shell-tab)               ; at the prompt: nothing at all
+        (should (equal (buffer-string) before))
+        (should (= (point) (point-max)))))
+    (should-not (get-buffer-window "*Completions*"))))
+
+(ert-deftest amacs-shell-test-past-output-is-read-only ()
+  "A newcomer's finding: a stray key edited a reply (\"Done: txhat was\").
+Replies, notes, eval lines and past inputs are read-only; the input is not."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "hello")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "Done: that was it."))
+    (amacs-shell--on-annotation '(:text "a note" :kind "info"))
+    (let ((amacs-eval-confirm nil)) (amacs-shell-test--eval "(+ 2 2)"))
+    (amacs-shell--on-turn-done nil)
+    (dolist (text '("that was" "hello" "a note" "eval (+ 2 2)" "Done"))
+      (goto-char (point-min))
+      (search-forward text)
+      (goto-char (match-beginning 0))
+      (should-error (insert "x") :type 'text-read-only)
+      (goto-char (match-end 0))
+      (should-error (delete-char 1) :type 'text-read-only))
+    (goto-char (point-min))             ; before the first output too
+    (should-error (insert "x") :type 'text-read-only)
+    (should (string-match-p "Done: that was it\\." (amacs-shell-test--text)))
+    (goto-char (point-max))
+    (insert "typed")                     ; the input is the person's
+    (should (string-suffix-p "amacs> typed" (amacs-shell-test--text)))
+    (amacs-shell--on-reply '(:text "Still shown."))   ; and the shell still writes above it
+    (should (string-match-p "Still shown\\.\n\namacs> typed\\'" (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-describe-mode-describes-amacs ()
+  "A newcomer's finding: C-h m in the shell listed Shell-Dirtrack mode.
+Once shell.el is loaded its directory tracking is on in every buffer by default."
+  (require 'shell)
+  (amacs-shell-test--with-shell
+    (save-window-excursion
+      (describe-mode)
+      (with-current-buffer (help-buffer)
+        (let ((text (buffer-string)))
+          (should-not (string-match-p "Shell-Dirtrack" text))
+          (should (string-match-p "The AMACS shell: talk to the agent" text))
+          (should (string-match-p "TAB or RET on such a line shows its form" text)))))))
+
+(ert-deftest amacs-shell-test-resumed-exchanges-render-as-live-ones ()
+  "A newcomer's finding: resumed exchanges were greyed raw markup (*bold*, ~code~).
+Without org loaded they are plain at first and rendered at the first idle
+moment; the inputs are inputs, which RET puts back at the prompt."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
+          (rendered nil))
+      (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
+                ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
+        (amacs-shell--greet))
+      (should (string-match-p "It is \\*bold\\* and ~code~\\." (amacs-shell-test--text)))
+      (cl-letf (((symbol-function 'amacs-render-org)
+                 (lambda (text) (setq rendered text) (propertize text 'font-lock-face 'bold))))
+        (amacs-shell--render-resumed))
+      (should (equal rendered "It is *bold* and ~code~."))
+      (should (eq (amacs-shell-test--face-at "It is") 'bold))
+      (should-not (text-property-not-all (point-min) (point-max) 'amacs-unrendered nil))
+      (should-error (progn (goto-char (point-min)) (search-forward "It is") (insert "x"))
+                    :type 'text-read-only)
+      (should (eq (amacs-shell-test--face-at "show me") 'comint-highlight-input))
+      (goto-char (point-min))
+      (search-forward "show me")
+      (amacs-shell-return)
+      (should (string-suffix-p "amacs> show me" (amacs-shell-test--text)))))
+  (amacs-shell-test--with-shell          ; with org loaded, rendered at once
+    (require 'org)
+    (let ((amacs--status '(:recent ((:human "q" :agent "A *bold* word.")) :key-ok t)))
+      (amacs-shell--greet))
+    (should (string-match-p "A \\*bold\\* word" (amacs-shell-test--text)))
+    (should (memq 'bold (ensure-list (amacs-shell-test--face-at "bold"))))))
+
+(ert-deftest amacs-shell-test-set-model-says-what-is-missing ()
+  "A newcomer's finding: `amacs-set-model' to a URL said \"Now using … at URL\" and
+nothing of the key the server still lacks."
+  (amacs-shell-test--with-shell
+    (let ((amacs--status '(:backend "anthropic" :model "m")))
+      (cl-letf (((symbol-function 'amacs-call)
+                 (lambda (_method _args callback &rest _)
+                   (funcall callback '(:backend "anthropic" :model "m" :key-ok nil
+                                                :missing "No API key for http://127.0.0.1:1 (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY.")))))
+        (amacs-set-model "anthropic" "m" "http://127.0.0.1:1"))
+      (should (string-match-p
+               ";; Now using m on anthropic at http://127\\.0\\.0\\.1:1\\. No API key for http://127\\.0\\.0\\.1:1"
+               (amacs-shell-test--text)))
+      (cl-letf (((symbol-function 'amacs-call)
+                 (lambda (_method _args callback &rest _)
+                   (funcall callback '(:backend "openai" :model "l" :key-ok t)))))
+        (amacs-set-model "openai" "l" "http://localhost:11434/v1"))
+      (should (string-match-p ";; Now using l on openai at http://localhost:11434/v1\\.\n"
+                              (amacs-shell-test--text))))))
+
+(ert-deftest amacs-shell-test-expanded-forms-are-printed-as-code-is-written ()
+  "A newcomer's finding: an expanded form read \"(goto-char\" and \"(point-max))\" on two lines.
+A list that fits stays on its line; one that does not breaks as code is indented."
+  (should (equal (amacs-shell--pp (read "(progn (goto-char (point-max)) (insert \"x\") (let ((a 1)) a))") 50)
+                 "(progn\n  (goto-char (point-max))\n  (insert \"x\")\n  (let ((a 1)) a))"))
+  (should (equal (amacs-shell--pp (read "(progn (goto-char (point-max)) (insert \"x\"))") 60)
+                 "(progn (goto-char (point-max)) (insert \"x\"))"))
+  (should (equal (amacs-shell--pp (read "(defun f (a b) \"Doc.\" (when (and a b (> a 100000000)) (message \"big %s\" a)))") 40)
+                 "(defun f (a b)\n  \"Doc.\"\n  (when (and a b (> a 100000000))\n    (message \"big %s\" a)))"))
+  (should (equal (amacs-shell--pp (read "(setq x '(aaaaaaaaaa bbbbbbbbbbbb cccccccccccc dddddddddd))") 30)
+                 "(setq x\n      '(aaaaaaaaaa\n        bbbbbbbbbbbb\n        cccccccccccc\n        dddddddddd))"))
+  (amacs-shell-test--with-shell         ; the eval line's details show it so
+    (let ((amacs-eval-confirm nil))
+      (amacs-shell-test--eval "(progn (goto-char (point-max)) (ignore \"a string long enough to break the line here\"))"))
+    (should (string-match-p "\n(progn\n  (goto-char (point-max))\n  (ignore"
+                            (amacs-shell-test--text)))))
 
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here

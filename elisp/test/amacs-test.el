@@ -554,8 +554,9 @@ later, neither runs it again nor says the server stopped."
         :session '(:input-tokens 1 :output-tokens 1 :cache-read-tokens 0 :cache-write-tokens 0 :cost 0.0)
         :model "m" :threads nil :chat-log "/tmp/agent-chat.org"
         :agents (list '(:id "primary" :type "primary" :template "core" :state "idle" :steps 0 :cost 0.0)
-                      '(:id "task-1" :type "task" :template "r" :state "done" :steps 1 :cost 0.0)
-                      (list :id "task-2" :type "task" :template "r" :state task-state :steps 0 :cost 0.0))))
+                      '(:id "task-1" :type "task" :template "r" :state "done" :ended t :steps 1 :cost 0.0)
+                      (list :id "task-2" :type "task" :template "r" :state task-state
+                            :ended (equal task-state "done") :steps 0 :cost 0.0))))
 
 (ert-deftest amacs-test-hub-refresh-keeps-point-and-leaves-it-unmodified ()
   "A refresh keeps point, in the buffer and in a window not selected, on the
@@ -588,6 +589,11 @@ same agent's line; the hub is not modified; k or z on an ended agent says so at 
                 (setq said nil)
                 (amacs-hub-pause-agent "task-2")   ; z too: said at once, nothing asked of the server
                 (should (equal said "AMACS: task-2 has already ended (done)"))
+                ;; t too, before asking for the text (it asked "Say to task-2:" first).
+                (cl-letf (((symbol-function 'read-string) (lambda (&rest _) (error "Asked for text"))))
+                  (should (equal (cadr (should-error (call-interactively #'amacs-hub-talk-to-agent)
+                                                     :type 'user-error))
+                                 "AMACS: task-2 has already ended (done)")))
                 (should-not asked)))))
       (kill-buffer buffer))))
 

@@ -120,7 +120,8 @@ def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
     assert len(fake.requests) == 2
     assert chat_lines(fake.user_texts()[1]) == [
         "Human: tell me slowly", "Agent: (no reply: interrupted by the person)", "Human: and now?"]
-    assert "** Human\ntell me slowly" in (home / "agent-chat.org").read_text()
+    # Marked in agent-chat.org too, not only in the transcript (a newcomer's finding).
+    assert "** Human\ntell me slowly\n\n** No reply\ninterrupted by the person\n" in (home / "agent-chat.org").read_text()
     # The next turn does not see an old eval as its last result (found in tmux), nor a failed eval
     # that never ran (found by a newcomer): no eval was under way, so there is no last result; the
     # chat says the tick was interrupted.

@@ -1,0 +1,84 @@
+"""``(agent-tool "SERVER/TOOL" :arg value ...)`` as the server runs it, for the eval that calls it.
+
+In order: who calls (the server's record of the eval, never Emacs's word); whether
+that agent and every agent above it may use the tool; the tool's schema (the
+server is started if it was not) and the arguments checked against it; the
+compulsions of the caller, which see the call as an action and may block it; the
+call itself, on the World's one connection to that server.  Every call, refused,
+blocked, failed or answered, is written to the caller's transcript with its
+server, tool, arguments, seconds, result size and error.
+
+It runs on the EPC call's own thread: a tool call may take seconds, and the
+agents' loop goes on meanwhile (the compulsions run on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..agents.tools import Evals, caller_of
+from ..errors import AmacsError
+from . import calls
+from .hub import McpError
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
+
+COMPULSION_WAIT = 600.0  # seconds the compulsions may take to let a call through or block it
+
+
+class Blocked(McpError):
+    """A compulsion blocked the call; its reason is the message."""
+
+
+def form_of(full_name: str, arguments: dict[str, Any]) -> str:
+    """The call as the compulsions see it: elisp, its arguments as JSON values."""
+    args = " ".join(f":{k} {json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
+    return f"(agent-tool {json.dumps(full_name)}{' ' + args if args else ''})"
+
+
+def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]], str],
+               eval_id: object, name: object, raw_args: object = None) -> Any:
+    """Call the MCP tool NAME (``SERVER/TOOL``) with RAW_ARGS for the agent whose eval EVAL_ID is."""
+    world = rt.world
+    hub = world.tools
+    server, tool_name = calls.split_name(name)
+    full = f"{server}/{tool_name}"
+
+    def who() -> str:
+        caller = caller_of(evals, eval_id)
+        if not world.may_use_tool(caller, full):
+            raise McpError(f"{caller} may not call {full}: its tools are {world.tool_grant(caller)}, and a "
+                           "subagent's tools are also limited by its parent's")
+        return caller
+
+    caller = on_loop(who)
+    started = time.monotonic()
+    arguments: dict[str, Any] = {}
+    record: dict[str, Any] = {"server": server, "tool": tool_name}
+
+    def write(error: str | None, value: Any = None, blocked: bool = False) -> None:
+        data = {**record, "arguments": arguments, "seconds": round(time.monotonic() - started, 4),
+                "result_chars": calls.size(value) if error is None else 0, "error": error, "blocked": blocked}
+        rt.call_in_loop(lambda: rt.transcript.write("tool_call", data, agent=world.identity(caller)))
+
+    try:
+        if hub is None:
+            raise McpError("this server has no MCP tools")
+        tool = hub.tool(server, tool_name)
+        arguments = calls.arguments(raw_args, tool.input_schema or {}, full)
+        future = asyncio.run_coroutine_threadsafe(world.before_action(caller, form_of(full, arguments), "tool"),
+                                                  rt.loop)
+        reason = future.result(COMPULSION_WAIT)
+        if reason is not None:
+            raise Blocked(reason)
+        value = calls.result(hub.call(server, tool_name, arguments), full)
+    except AmacsError as err:
+        write(str(err), blocked=isinstance(err, Blocked))
+        raise
+    write(None, value)
+    return value

@@ -1,0 +1,186 @@
+"""A tool call as the agent writes it and gets it back: names, arguments, results, listings.
+
+The agent writes ``(agent-tool "SERVER/TOOL" :arg value ...)``.  Its keywords are
+matched to the tool's input schema (``:max-results`` finds ``max_results`` or
+``maxResults``), elisp's ``nil`` becomes what the schema's type expects (false,
+an empty list or object), and the arguments are checked against the schema
+before the call, with an error that names the argument.
+
+A result comes back as elisp data: structured content as a plist; text as a
+string; an image, audio or resource described by its MIME type and size (its
+bytes never reach the context); an ``isError`` result as an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .hub import McpError
+
+TOOL_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)/(\S+)")
+DESCRIPTION_CHARS = 120  # of a tool's description in the listing
+ALL_TOOLS = ("*",)
+
+
+def split_name(name: object) -> tuple[str, str]:
+    """SERVER and TOOL of ``"SERVER/TOOL"``, or an McpError showing the shape."""
+    match = TOOL_NAME.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        raise McpError(f"agent-tool takes \"SERVER/TOOL\" first, e.g. (agent-tool \"time/get_current_time\" "
+                       f":timezone \"UTC\"); got {name!r}")
+    return match.group(1), match.group(2)
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_]", "", name).lower()
+
+
+def arguments(raw: object, schema: dict[str, Any], tool: str) -> dict[str, Any]:
+    """RAW (the plist after the name, read as a dict at the boundary) as the tool's JSON
+    arguments, checked against SCHEMA."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise McpError(f"{tool}: arguments are a plist, :name value ...; got {raw!r}")
+    props: dict[str, Any] = schema.get("properties") or {}
+    by_normal = {_normal(p): p for p in props}
+    out: dict[str, Any] = {}
+    for given, value in raw.items():
+        name = given if given in props else by_normal.get(_normal(given))
+        if name is None:
+            if props or schema.get("additionalProperties") is False:
+                known = ", ".join(f":{p}" for p in props) or "none"
+                raise McpError(f"{tool}: no argument :{given.replace('_', '-')}; its arguments: {known}")
+            name = given
+        out[name] = _value(value, props.get(name) or {})
+    problems = sorted(Draft202012Validator(schema).iter_errors(out), key=lambda e: list(e.path))
+    if problems:
+        first = problems[0]
+        where = ".".join(str(p) for p in first.path)
+        if first.validator == "required":
+            missing = [p for p in schema.get("required", []) if p not in out]
+            raise McpError(f"{tool}: argument :{missing[0] if missing else where} is required ({first.message})")
+        raise McpError(f"{tool}: argument :{where or '?'} {first.message}")
+    return out
+
+
+def _value(value: Any, schema: dict[str, Any]) -> Any:
+    """VALUE as SCHEMA's type wants it: elisp's one nil is false, [] or {} as the schema says."""
+    kind = schema.get("type")
+    if value is None:
+        return {"boolean": False, "array": [], "object": {}}.get(kind if isinstance(kind, str) else "", None)
+    if value is True and kind == "string":
+        return "t"
+    if kind == "array" and not isinstance(value, list):
+        return [value]
+    return value
+
+
+def result(value: Any, tool: str) -> Any:
+    """A ``CallToolResult`` as elisp data, or an McpError for an ``isError`` result."""
+    blocks = [_block(b) for b in value.content]
+    if value.is_error:
+        text = " ".join(b if isinstance(b, str) else json.dumps(b) for b in blocks) or "(no message)"
+        raise McpError(f"{tool} returned an error: {text}")
+    if value.structured_content is not None:
+        return value.structured_content
+    if all(isinstance(b, str) for b in blocks):
+        return "\n".join(blocks)
+    return blocks[0] if len(blocks) == 1 else blocks
+
+
+def _size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except ValueError:
+        return len(data) * 3 // 4
+
+
+def _block(block: Any) -> Any:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return block.text
+    if kind in ("image", "audio"):
+        return {"type": kind, "mime_type": block.mime_type, "bytes": _size(block.data)}
+    if kind == "resource":
+        res = block.resource
+        text = getattr(res, "text", None)
+        out = {"type": "resource", "uri": str(res.uri), "mime_type": getattr(res, "mime_type", None)}
+        if text is not None:
+            return {**out, "chars": len(text), "text": text}
+        return {**out, "bytes": _size(getattr(res, "blob", ""))}
+    if kind == "resource_link":
+        return {"type": "resource-link", "uri": str(block.uri), "name": block.name,
+                "mime_type": getattr(block, "mime_type", None)}
+    return {"type": str(kind)}
+
+
+def size(value: Any) -> int:
+    """How long VALUE is as JSON text (the transcript's result size)."""
+    return len(json.dumps(value, ensure_ascii=False, default=str))
+
+
+# -- who may use what ---------------------------------------------------------------------
+
+
+def patterns(raw: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """A ``tools:`` value (``[time/*, git/git_status]``, or a list) as patterns; a bare
+    server name means all its tools.  None stays None (not given)."""
+    if raw is None:
+        return None
+    items = re.split(r"[\s,\[\]]+", raw) if isinstance(raw, str) else list(raw)
+    return tuple(p if "/" in p or p == "*" else f"{p}/*" for p in (i.strip().strip("\"'") for i in items) if p)
+
+
+def allows(grant: Iterable[str], full_name: str) -> bool:
+    """Whether FULL_NAME (``server/tool``) matches one of the patterns of GRANT."""
+    return any(fnmatch.fnmatchcase(full_name, p) for p in grant)
+
+
+def beyond(asked: Iterable[str], grant: Sequence[str]) -> list[str]:
+    """The patterns of ASKED not inside GRANT (``git/*`` is inside ``*`` and ``git/*``, not inside
+    ``git/git_status``)."""
+    return [p for p in asked if not any(fnmatch.fnmatchcase(p, g) for g in grant)]
+
+
+# -- the listing in the context ---------------------------------------------------------
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "|".join(json.dumps(v) for v in schema["enum"][:8])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "|".join(str(k) for k in kind)
+    if kind == "array":
+        return f"[{_type(schema.get('items') or {})}]"
+    return str(kind or "any")
+
+
+def signature(server: str, tool: Any) -> str:
+    """One line: ``server/tool :arg type :opt? type — description``."""
+    schema = tool.input_schema or {}
+    required = set(schema.get("required") or [])
+    args = " ".join(f":{name}{'' if name in required else '?'} {_type(spec or {})}"
+                    for name, spec in (schema.get("properties") or {}).items())
+    desc = " ".join((tool.description or "").split())
+    if len(desc) > DESCRIPTION_CHARS:
+        desc = desc[:DESCRIPTION_CHARS - 1] + "…"
+    return f"{server}/{tool.name}{' ' + args if args else ''}{' — ' + desc if desc else ''}"
+
+
+def listing(tools: Iterable[tuple[str, Any]], grant: Sequence[str], problems: Sequence[str] = ()) -> str:
+    """The ``<tools>`` section: the tools GRANT allows, one line each, or '' when there are none."""
+    lines = [signature(s, t) for s, t in tools if allows(grant, f"{s}/{t.name}")]
+    if not lines:
+        return ""
+    head = ("MCP tools you may call from an eval: (agent-tool \"SERVER/TOOL\" :arg value ...). "
+            "An argument marked ? is optional.")
+    return "<tools>\n" + head + "\n" + "\n".join(lines) + "\n</tools>"

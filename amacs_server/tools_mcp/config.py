@@ -1,0 +1,150 @@
+"""``AMACS_HOME/mcp.json``: the ``mcpServers`` object as Claude Code and Claude Desktop write it.
+
+A stdio server has ``command`` (and ``args``, ``env``); an HTTP server has ``url``
+(and ``headers``).  ``${VAR}`` in any of those strings is taken from the
+environment.  Keys other clients add (``disabled``, ``autoApprove``, ...) are
+accepted; ``disabled: true`` leaves a server out.  AMACS reads one key of its
+own: ``timeout``, a call's limit in seconds (default :data:`DEFAULT_TIMEOUT`).
+
+Each problem is one line that names the file and the key; a server with a
+problem is left out and every other server is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT = 20.0  # seconds a tool call may take (under the eval's own limit, 30 s by default)
+MAX_TIMEOUT = 3600.0
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One configured server: how to reach it, and how long a call may take."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold keys: never logged
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def transport(self) -> str:
+        """``stdio`` or ``http``."""
+        return "stdio" if self.command is not None else "http"
+
+
+@dataclass(frozen=True)
+class McpConfig:
+    """The servers of one reading of the file, and what was wrong in it (one line each)."""
+
+    servers: dict[str, ServerSpec]
+    problems: tuple[str, ...] = ()
+    secrets: tuple[str, ...] = ()  # the values ${VAR} brought in: scrubbed from transcripts
+
+
+class _Bad(ValueError):
+    """A problem at one key of the file."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+
+
+def _expand(value: str, key: str, environ: Mapping[str, str], used: list[str]) -> str:
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            used.append(environ[name])
+            return environ[name]
+        if default is not None:
+            return default
+        raise _Bad(key, f"${{{name}}} is not set in the environment")
+
+    return _VAR.sub(one, value)
+
+
+def _string(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> str:
+    if not isinstance(raw, str):
+        raise _Bad(key, f"expected a string, got {json.dumps(raw)[:60]}")
+    return _expand(raw, key, environ, used)
+
+
+def _strings(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        raise _Bad(key, f"expected a list of strings, got {json.dumps(raw)[:60]}")
+    return tuple(_string(v, f"{key}[{i}]", environ, used) for i, v in enumerate(raw))
+
+
+def _table(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise _Bad(key, f"expected an object of strings, got {json.dumps(raw)[:60]}")
+    return {str(k): _string(v, f"{key}.{k}", environ, used) for k, v in raw.items()}
+
+
+def _server(name: str, raw: object, environ: Mapping[str, str], used: list[str]) -> ServerSpec | None:
+    key = f"mcpServers.{name}"
+    if not SERVER_NAME.fullmatch(name) or "/" in name:
+        raise _Bad(key, "a server name is letters, digits, '.', '_' and '-' (no '/': tools are SERVER/TOOL)")
+    if not isinstance(raw, dict):
+        raise _Bad(key, "expected an object with command (stdio) or url (HTTP)")
+    if raw.get("disabled") is True:
+        return None
+    kind = raw.get("type")
+    if kind is not None and kind not in ("stdio", "http", "streamable-http", "streamableHttp"):
+        raise _Bad(f"{key}.type", f"{kind!r} is not supported; use stdio or http (streamable HTTP)")
+    timeout = raw.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
+        raise _Bad(f"{key}.timeout", f"seconds, a number above 0 and at most {MAX_TIMEOUT:.0f}")
+    if "command" in raw and "url" in raw:
+        raise _Bad(key, "has both command and url; give one")
+    if "command" in raw:
+        command = _string(raw["command"], f"{key}.command", environ, used)
+        if not command.strip():
+            raise _Bad(f"{key}.command", "is empty")
+        return ServerSpec(name, command=command,
+                          args=_strings(raw.get("args", []), f"{key}.args", environ, used),
+                          env=_table(raw.get("env", {}), f"{key}.env", environ, used), timeout=float(timeout))
+    if "url" in raw:
+        url = _string(raw["url"], f"{key}.url", environ, used)
+        if not url.startswith(("http://", "https://")):
+            raise _Bad(f"{key}.url", f"{url!r} is not an http:// or https:// URL")
+        return ServerSpec(name, url=url, headers=_table(raw.get("headers", {}), f"{key}.headers", environ, used),
+                          timeout=float(timeout))
+    raise _Bad(key, "has neither command (a stdio server) nor url (an HTTP server)")
+
+
+def parse(text: str, path: Path, environ: Mapping[str, str]) -> McpConfig:
+    """Read the text of PATH; raise ValueError (one line, naming PATH) when it is not a JSON object."""
+    try:
+        data: Any = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON at line {err.lineno} column {err.colno} ({err.msg}); "
+                         "the servers stay as they were until it is fixed") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object with an mcpServers object; "
+                         "the servers stay as they were until it is fixed")
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise ValueError(f"{path}: mcpServers: expected an object of servers by name; "
+                         "the servers stay as they were until it is fixed")
+    out: dict[str, ServerSpec] = {}
+    problems: list[str] = []
+    used: list[str] = []
+    for name, raw in servers.items():
+        try:
+            spec = _server(str(name), raw, environ, used)
+        except _Bad as err:
+            problems.append(f"{path}: {err}; server {name!r} is left out, the others work")
+            continue
+        if spec is not None:
+            out[spec.name] = spec
+    return McpConfig(out, tuple(problems), tuple(v for v in used if len(v) >= 8))

@@ -1,0 +1,395 @@
+"""The World's connections to MCP servers, with the official ``mcp`` SDK.
+
+One connection per configured server, shared by every agent.  The connections
+live on an event loop of their own, in their own thread, started when a server
+is first needed: a slow or stuck server never holds up the agents' loop, and a
+server nobody configured costs nothing.  Callers on other threads wait on
+:class:`concurrent.futures.Future` results, with a limit.
+
+Rules the hub keeps:
+
+- ``mcp.json`` is read again whenever it changed (a stat per use): a server
+  whose entry changed is stopped and starts again as written; one removed is
+  stopped; a malformed entry is one line (file and key) said once, and the
+  other servers keep working.
+- A server is started at its first use (or, with ``eager``, at the first
+  model call), and its tools are listed then.
+- A server that dies is started again once; while it is down its tools fail
+  with an error that says so and why.  Editing its entry tries again.
+- A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
+  the person's shell.
+- :meth:`McpHub.stop` stops every server (each process and its children).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+from ..errors import AmacsError
+from .config import McpConfig, ServerSpec, parse
+
+log = logging.getLogger("amacs.mcp")
+
+T = TypeVar("T")
+START_TIMEOUT = 30.0  # seconds a server has to start and list its tools
+LISTING_WAIT = 15.0  # seconds the first model call waits for the servers' listings, at most
+STOP_TIMEOUT = 5.0  # seconds for every server to stop, then they are killed
+
+
+class McpError(AmacsError, RuntimeError):
+    """A tool call that could not be made or failed; the message is for the agent."""
+
+
+@dataclass
+class Connection:
+    """One server: its spec, its state, its tools, its last error."""
+
+    spec: ServerSpec
+    state: str = "idle"  # idle (not started), starting, ready, down, stopped
+    tools: list[Any] = field(default_factory=list)  # mcp_types.Tool
+    last_error: str | None = None
+    restarts: int = 0  # automatic restarts after a death (at most one)
+    calls: int = 0
+    client: Any = None  # mcp.Client while ready
+    ready: asyncio.Event | None = None  # set once a start ended (ready or not)
+    stop: asyncio.Event | None = None
+    runner: asyncio.Task[None] | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """Name, transport, state, tool names, calls, restarts and last error, for the hub."""
+        return {"name": self.spec.name, "transport": self.spec.transport, "state": self.state,
+                "tools": [t.name for t in self.tools], "calls": self.calls, "restarts": self.restarts,
+                "last_error": self.last_error}
+
+
+class McpHub:
+    """Every MCP server of ``AMACS_HOME/mcp.json``: connections, tools, calls."""
+
+    def __init__(self, path: Path, log_dir: Path, environ: Mapping[str, str] | None = None, *,
+                 eager: bool = False, on_problem: Callable[[str], None] | None = None) -> None:
+        self.path = path
+        self.log_dir = log_dir
+        self.environ = environ
+        self.eager = eager
+        self.on_problem = on_problem or (lambda line: log.warning("%s", line))
+        self.config = McpConfig({})
+        self.problems: tuple[str, ...] = ()
+        self.connections: dict[str, Connection] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._listed = False  # every server was tried once (the first model call waited for it)
+
+    # -- the file ------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Read ``mcp.json`` again if it changed since; True if the servers changed."""
+        try:
+            st = os.stat(self.path)
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        with self._lock:
+            if stamp == self._stamp:
+                return False
+            self._stamp = stamp
+            try:
+                text = self.path.read_text(encoding="utf-8") if stamp is not None else ""
+                config = parse(text, self.path, os.environ if self.environ is None else self.environ)
+            except (OSError, UnicodeDecodeError, ValueError) as err:
+                line = str(err) if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError) \
+                    else f"{self.path}: cannot be read ({err}); the servers stay as they were until it is fixed"
+                self.problems = (line,)
+                self.on_problem(line)
+                return False
+            new_problems = [p for p in config.problems if p not in self.problems]
+            self.problems = config.problems
+            for line in new_problems:
+                self.on_problem(line)
+            old, self.config = self.config, config
+            changed = [n for n in old.servers if config.servers.get(n) != old.servers[n]]
+            gone = [self.connections.pop(n) for n in changed if n in self.connections]
+            for name, spec in config.servers.items():
+                if name not in self.connections:
+                    self.connections[name] = Connection(spec)
+            if changed or set(config.servers) - set(old.servers):
+                self._listed = False
+        for conn in gone:
+            self._submit(self._stop_one(conn))
+        return bool(gone) or self._listed is False
+
+    # -- the hub's own loop --------------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._stopped:
+                raise McpError("the AMACS server is stopping: no more tool calls")
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                self._thread = threading.Thread(target=run, name="amacs-mcp", daemon=True)
+                self._thread.start()
+                ready.wait(5)
+                self._loop = loop
+            return self._loop
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        try:
+            loop = self._ensure_loop()
+        except McpError:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
+    def _wait(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        future = self._submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    # -- connections (on the hub's loop) -------------------------------------------------
+
+    def _errlog(self, name: str) -> TextIO:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return open(self.log_dir / f"mcp-{name}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    def _transport(self, spec: ServerSpec, errlog: TextIO) -> Any:
+        if spec.command is not None:
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            return stdio_client(StdioServerParameters(command=spec.command, args=list(spec.args),
+                                                      env=dict(spec.env) or None), errlog=errlog)
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        assert spec.url is not None
+        client = httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(spec.timeout + 5))
+        return streamable_http_client(spec.url, http_client=client)
+
+    async def _run(self, conn: Connection) -> None:
+        """Hold CONN's connection open until it is stopped or dies."""
+        from mcp import Client
+        from mcp_types import Implementation
+
+        assert conn.ready is not None and conn.stop is not None
+        spec = conn.spec
+        errlog = self._errlog(spec.name)
+        print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {spec.name}", file=errlog)
+        try:
+            client = Client(self._transport(spec, errlog), read_timeout_seconds=START_TIMEOUT,
+                            client_info=Implementation(name="amacs", version="0.1"))
+            async with client:
+                tools: list[Any] = []
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor or len(tools) > 1000:
+                        break
+                conn.tools, conn.client, conn.state = tools, client, "ready"
+                conn.ready.set()
+                log.info("MCP server %s ready: %d tools", spec.name, len(tools))
+                await conn.stop.wait()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # noqa: BLE001 - the server's failure is said, the hub goes on
+            conn.last_error = _describe(err)
+            log.warning("MCP server %s: %s", spec.name, conn.last_error)
+        finally:
+            conn.client = None
+            if conn.state not in ("stopped", "down"):
+                conn.state = "down"
+            conn.ready.set()
+            errlog.close()
+
+    def _start(self, conn: Connection) -> None:
+        conn.state = "starting"
+        conn.ready, conn.stop = asyncio.Event(), asyncio.Event()
+        conn.runner = asyncio.get_running_loop().create_task(self._run(conn))
+
+    async def _up(self, conn: Connection, timeout: float) -> Connection:
+        """CONN, started if it was not and restarted once if it died; or an McpError saying why not."""
+        if conn.state == "idle" or (conn.state == "down" and conn.client is None and conn.restarts == 0
+                                    and conn.runner is not None and conn.runner.done()):
+            if conn.state == "down":
+                conn.restarts += 1
+                log.warning("MCP server %s died (%s): starting it again, once", conn.spec.name, conn.last_error)
+            self._start(conn)
+        if conn.state == "starting":
+            assert conn.ready is not None
+            try:
+                await asyncio.wait_for(conn.ready.wait(), timeout)
+            except TimeoutError:
+                raise McpError(f"MCP server {conn.spec.name} did not start within {timeout:.0f} s; "
+                               f"logs/mcp-{conn.spec.name}.log in the AMACS home has its output") from None
+        if conn.state != "ready":
+            again = ("it was started again once and is down again; fix it, then save mcp.json to try again"
+                     if conn.restarts else "save mcp.json to try again")
+            raise McpError(f"MCP server {conn.spec.name} is down ({conn.last_error or 'it stopped'}); {again}")
+        return conn
+
+    async def _stop_one(self, conn: Connection, state: str = "stopped") -> None:
+        conn.state = state
+        if conn.stop is not None:
+            conn.stop.set()
+        if conn.runner is not None and not conn.runner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.runner), STOP_TIMEOUT)
+            except TimeoutError:
+                conn.runner.cancel()
+                with contextlib.suppress(BaseException):
+                    await conn.runner
+
+    async def _list_all(self, timeout: float) -> None:
+        conns = [c for c in self.connections.values() if c.state in ("idle", "starting")]
+        results = await asyncio.gather(*(self._up(c, timeout) for c in conns), return_exceptions=True)
+        for conn, result in zip(conns, results, strict=True):
+            if isinstance(result, BaseException):
+                conn.last_error = conn.last_error or str(result)
+
+    async def _call(self, conn: Connection, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
+        await self._up(conn, START_TIMEOUT)
+        conn.calls += 1
+        client = conn.client
+        try:
+            return await asyncio.wait_for(client.call_tool(tool, arguments, read_timeout_seconds=timeout),
+                                          timeout + 1)
+        except TimeoutError:
+            raise McpError(f"{conn.spec.name}/{tool} did not answer within {timeout:g} s (the server's call "
+                           "timeout); the call was given up, the server goes on") from None
+        except Exception as err:
+            from mcp.shared.exceptions import MCPError
+            from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+            code = err.code if isinstance(err, MCPError) else None
+            if code == REQUEST_TIMEOUT:
+                raise McpError(f"{conn.spec.name}/{tool} did not answer within {timeout:g} s (the server's "
+                               "call timeout); the call was given up, the server goes on") from None
+            if code == CONNECTION_CLOSED or (conn.runner is not None and conn.runner.done()):
+                # The server died under the call: its connection is closed for good; the next call
+                # starts it again, once.
+                conn.last_error = f"the connection closed: {_describe(err)}"
+                await self._stop_one(conn, state="down")
+                raise McpError(f"MCP server {conn.spec.name} died during the call to {tool} ({conn.last_error}); "
+                               "it is started again once at the next call") from None
+            raise McpError(f"{conn.spec.name}/{tool} failed: {_describe(err)}") from None
+
+    # -- what the World asks (any thread but the hub's) ---------------------------------
+
+    def configured(self) -> bool:
+        """Whether mcp.json names any server (read again if it changed)."""
+        self.reload()
+        return bool(self.connections)
+
+    def list_all(self, timeout: float = LISTING_WAIT) -> None:
+        """Start every server not yet started (when EAGER, or at the first listing) and wait,
+        at most TIMEOUT seconds, for their tools."""
+        self.reload()
+        if self._listed or not self.connections:
+            return
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            self._wait(self._list_all(timeout), timeout + 1)
+        self._listed = True
+
+    def ready_future(self) -> concurrent.futures.Future[None] | None:
+        """A future done once every server was tried (None: nothing to wait for)."""
+        self.reload()
+        if self._listed or not self.connections:
+            return None
+        future = self._submit(self._list_all(LISTING_WAIT))
+
+        def listed(_done: concurrent.futures.Future[None]) -> None:
+            self._listed = True
+
+        future.add_done_callback(listed)
+        return future
+
+    def tools(self) -> list[tuple[str, Any]]:
+        """(server, tool) of every server that listed its tools, in the file's order."""
+        return [(name, tool) for name, conn in list(self.connections.items()) for tool in conn.tools]
+
+    def tool(self, server: str, name: str) -> Any:
+        """The tool NAME of SERVER (started if need be), or an McpError naming what exists."""
+        self.reload()
+        conn = self.connections.get(server)
+        if conn is None:
+            known = ", ".join(sorted(self.connections)) or "none (AMACS_HOME/mcp.json names no server)"
+            raise McpError(f"no MCP server {server!r}; configured servers: {known}")
+        if conn.state != "ready":
+            try:
+                self._wait(self._up(conn, START_TIMEOUT), START_TIMEOUT + 2)
+            except concurrent.futures.TimeoutError:
+                raise McpError(f"MCP server {server} did not start within {START_TIMEOUT:.0f} s") from None
+        for tool in conn.tools:
+            if tool.name == name:
+                return tool
+        names = ", ".join(t.name for t in conn.tools) or "none"
+        raise McpError(f"MCP server {server} has no tool {name!r}; its tools: {names}")
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
+        """Call TOOL of SERVER with ARGUMENTS; the ``CallToolResult``, or an McpError."""
+        conn = self.connections.get(server)
+        if conn is None:
+            raise McpError(f"no MCP server {server!r}")
+        timeout = conn.spec.timeout
+        try:
+            return self._wait(self._call(conn, tool, arguments, timeout), timeout + START_TIMEOUT + 5)
+        except concurrent.futures.TimeoutError:
+            raise McpError(f"{server}/{tool} did not answer within {timeout:g} s") from None
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each server's summary, and the file's problems, for the hub."""
+        self.reload()
+        return [c.summary() for c in list(self.connections.values())]
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop every server (their processes end) and the hub's loop; no call is taken after."""
+        with self._lock:
+            self._stopped = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+
+        async def stop_all() -> None:
+            await asyncio.gather(*(self._stop_one(c) for c in self.connections.values()), return_exceptions=True)
+
+        future = asyncio.run_coroutine_threadsafe(stop_all(), loop)
+        try:
+            future.result(timeout + STOP_TIMEOUT)
+        except Exception as err:  # noqa: BLE001 - stopping goes on
+            log.warning("stopping the MCP servers: %r", err)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout)
+        if not loop.is_running():
+            loop.close()
+
+
+def _describe(err: BaseException) -> str:
+    """ERR in one line: a group's first real error, else its type and message."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, FileNotFoundError):
+        return f"command not found: {err.filename or text}"
+    return text[:300]

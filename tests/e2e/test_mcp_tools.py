@@ -1,0 +1,315 @@
+"""MCP tools from an eval, against servers nobody here wrote (issue: the World's tools).
+
+A real batch Emacs drives the real server; the fake model writes the evals that
+call `agent-tool'; the tools are mcp-server-time and mcp-server-git (PyPI) and
+@modelcontextprotocol/server-everything (npm), each started by the server from
+AMACS_HOME/mcp.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.context_items import eval_result, newest_message, request_text
+from tests.e2e.agent_fakes import (
+    primary_texts,
+    run_elisp,
+    say,
+    send,
+    session,
+    transcript_events,
+    who,
+)
+from tests.e2e.harness import run_emacs
+from tests.mcp_servers import everything_server, git_server, install, time_server, write_config
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers():
+    install()
+
+
+def scripted(fake, forms, final="done"):
+    """The fake primary evaluates FORMS one per step (by marker), then says FINAL."""
+
+    def answer(body):
+        if who(body)[1] != "primary":
+            return say("")
+        ctx = request_text(body)
+        for marker, form in forms:
+            if f"step {marker}." not in ctx:
+                return run_elisp(form, monologue=f"step {marker}.")
+        return say(final, monologue="end")
+
+    fake.respond_with(answer)
+
+
+def results(fake):
+    """Each eval result the primary saw, in order."""
+    return [eval_result(t) for t in primary_texts(fake) if "<last-eval-result>" in newest_message(t)]
+
+
+def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
+    """The listing is in the system prompt (cached part); a call returns structured content as a
+    plist, text as a string; an isError result is an error the agent sees; a bad argument is
+    named before any call; the transcript records each call."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "a.txt").write_text("hello\n")
+    write_config(home, {"time": time_server(), "git": git_server(repo)})
+    forms = [
+        ("utc", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+        ("field", '(plist-get (agent-tool "time/get_current_time" :timezone "Europe/Paris") :timezone)'),
+        ("status", f'(agent-tool "git/git_status" :repo-path "{repo}")'),
+        ("bad-zone", '(agent-tool "time/get_current_time" :timezone "Nowhere/Atlantis")'),
+        ("bad-arg", '(agent-tool "time/get_current_time" :zone "UTC")'),
+        ("missing", '(agent-tool "time/get_current_time")'),
+        ("no-tool", '(agent-tool "time/no_such_tool")'),
+    ]
+    scripted(fake, forms)
+    run = run_emacs(home, fake.url, session(send("use the tools"))).check()
+
+    system = fake.requests[0]["body"]["system"]
+    assert system[0].get("cache_control") == {"type": "ephemeral"}
+    prompt = system[0]["text"]
+    assert "<tools>" in prompt
+    assert "time/get_current_time :timezone string — Get current time" in prompt
+    assert "git/git_status :repo_path string" in prompt
+
+    seen = results(fake)
+    assert len(seen) == len(forms), seen
+    utc, field, status, bad_zone, bad_arg, missing, no_tool = seen
+    assert utc["success"], utc
+    assert utc["result"].startswith('(:timezone "UTC" :datetime "')
+    assert ":day-of-week" in utc["result"] and ":is-dst nil" in utc["result"]
+    assert field == {**field, "success": True, "result": '"Europe/Paris"'}
+    assert status["success"] and "On branch" in status["result"] and "a.txt" in status["result"]
+    assert not bad_zone["success"]
+    assert bad_zone["error"].startswith("time/get_current_time returned an error: ")
+    assert "Invalid timezone" in bad_zone["error"]
+    assert not bad_arg["success"]
+    assert bad_arg["error"] == "time/get_current_time: no argument :zone; its arguments: :timezone"
+    assert "argument :timezone is required" in missing["error"]
+    assert "MCP server time has no tool 'no_such_tool'; its tools: get_current_time, convert_time" \
+        in no_tool["error"]
+
+    calls = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"]
+    assert [(c["server"], c["tool"]) for c in calls[:3]] == [
+        ("time", "get_current_time"), ("time", "get_current_time"), ("git", "git_status")]
+    assert calls[0]["arguments"] == {"timezone": "UTC"} and calls[0]["error"] is None
+    assert calls[0]["result_chars"] > 20 and 0 < calls[0]["seconds"] < 20
+    assert "Invalid timezone" in calls[3]["error"]
+    assert calls[4]["error"].startswith("time/get_current_time: no argument :zone")
+    # Their stderr went to the log, not the shell.
+    assert (home / "logs" / "mcp-time.log").exists()
+    # Each call is a line of its own under its eval's line (folded: its arguments and result hidden).
+    lines = run.shell.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('▸ eval (agent-tool "time/get_current_time" '
+                                                                   ':timezone "UTC")'))
+    shown = [line for line in lines[at + 1:] if line.startswith("▸ ")]  # the dump has the hidden details too
+    assert shown[0].startswith('▸ tool time/get_current_time → (:timezone "UTC" :datetime "'), lines[at:at + 6]
+    assert any(line.startswith('▸ tool time/get_current_time → error: time/get_current_time: no argument')
+               for line in lines)
+
+
+def test_everything_server_results_and_timeout(fake, home):
+    """The reference server: text, structured content, an image (described, not inlined), and a
+    call past the server's timeout given up with an error that says so, the server going on."""
+    write_config(home, {"everything": everything_server(timeout=3)})
+    forms = [
+        ("echo", '(agent-tool "everything/echo" :message "hi there")'),
+        ("image", '(agent-tool "everything/get-tiny-image")'),
+        ("slow", '(agent-tool "everything/trigger-long-running-operation" :duration 8 :steps 2)'),
+        ("after", '(agent-tool "everything/echo" :message "still here")'),
+    ]
+    scripted(fake, forms)
+    run_emacs(home, fake.url, session(send("try everything")), timeout=180).check()
+    echo, image, slow, after = results(fake)
+    assert echo["success"] and "hi there" in echo["result"], echo
+    assert image["success"] and ':mime-type "image/png"' in image["result"] and ":bytes" in image["result"], image
+    assert not slow["success"] and "did not answer within 3 s" in slow["error"], slow
+    assert after["success"] and "still here" in after["result"], after
+
+
+def template(home, name, kind, body, **front):
+    folder = home / "skills" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    head = "".join(f"{k}: {v}\n" for k, v in front.items())
+    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {name}\nkind: {kind}\n{head}---\n{body}\n")
+
+
+def test_a_subagent_gets_its_templates_tools_never_more_than_its_parents(fake, home, tmp_path):
+    """A task whose template says `tools: [time/*]' lists and calls time's tools, is refused git's,
+    and may not give its own subagent git's tools or an action it lacks: each error names what
+    was refused."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    write_config(home, {"time": time_server(), "git": git_server(repo)})
+    template(home, "clock", "task", "Tell the time.", tools="[time/*]", allowed="[eval, task, talk]")
+    task_forms = [
+        ("t-time", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+        ("t-git", f'(agent-tool "git/git_status" :repo-path "{repo}")'),
+        ("t-give-git", '(agent-task "clock" "x" :tools \'("git/*"))'),
+        ("t-give-action", '(agent-task "clock" "x" :allowed \'("eval" "compulsion"))'),
+    ]
+    seen_by_task: list[str] = []
+
+    def answer(body):
+        me, kind, _t = who(body)
+        ctx = request_text(body) if kind == "primary" else "\n".join(m["content"] if isinstance(m["content"], str)
+                                                                     else "" for m in body["messages"])
+        if kind == "task":
+            seen_by_task.append(body["system"][0]["text"])
+            for marker, form in task_forms:
+                if f"step {marker}." not in ctx:
+                    return run_elisp(form, monologue=f"step {marker}.")
+            return say("task done")
+        if "step spawn." not in ctx:
+            return run_elisp('(agent-wait-for (plist-get (agent-task "clock" "what time is it") :talk-id) :timeout 60)',
+                             monologue="step spawn.")
+        return say("done", monologue="end")
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session(send("spawn the clock")), timeout=180).check()
+
+    assert "time/get_current_time :timezone string" in seen_by_task[0]
+    assert "git/git_status" not in seen_by_task[0]
+    tasks = [b for b in (r["body"] for r in fake.requests) if who(b)[1] == "task"]
+    results = [last for last in (b["messages"][-1]["content"] for b in tasks[1:])]
+    text = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in results)
+    assert '(:timezone \\"UTC\\"' in text
+    assert "task-1 may not call git/git_status: its tools are time/*" in text
+    assert "task-1 may not give the tools git/*: a subagent's tools are a subset of its parent's, and task-1 has " \
+           "time/*" in text
+    assert "task-1 may not give compulsion: a subagent's actions are a subset of its parent's, and task-1 has " \
+           "eval, talk, task" in text
+    calls = [e for e in transcript_events(home) if e["event"] == "tool_call"]
+    assert [(c["agent_id"], c["data"]["tool"], c["data"]["error"] is None) for c in calls] == [
+        ("task-1", "get_current_time", True)]  # the refused call never reached a server
+
+
+def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):
+    """A tool call is an action: the compulsion sees it before it runs and its reason is the error."""
+    write_config(home, {"time": time_server()})
+    template(home, "no-paris", "compulsion", "Block calls about Paris.")
+    asked: list[str] = []
+
+    def answer(body):
+        _me, kind, _t = who(body)
+        if kind == "compulsion":
+            last = body["messages"][-1]["content"]
+            last = last if isinstance(last, str) else json.dumps(last)
+            if "wants to call an MCP tool" in last:
+                asked.append(last)
+                return say("no calls about Paris" if "Paris" in last else "")
+            return say("")
+        ctx = request_text(body)
+        for marker, form in [("attach", '(agent-compulsion "no-paris")'),
+                             ("paris", '(agent-tool "time/get_current_time" :timezone "Europe/Paris")'),
+                             ("tokyo", '(agent-tool "time/get_current_time" :timezone "Asia/Tokyo")')]:
+            if f"step {marker}." not in ctx:
+                return run_elisp(form, monologue=f"step {marker}.")
+        return say("done", monologue="end")
+
+    fake.respond_with(answer)
+    run_emacs(home, fake.url, session(send("what time")), timeout=180).check()
+    _attach, paris, tokyo = results(fake)
+    assert paris["error"] == "blocked by compulsion compulsion-1 (no-paris): no calls about Paris"
+    assert tokyo["success"] and '"Asia/Tokyo"' in tokyo["result"]
+    assert asked[0].startswith("[before action] The agent wants to call an MCP tool (in its eval):\n"
+                               '(agent-tool "time/get_current_time" :timezone "Europe/Paris")')
+    calls = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"]
+    assert [(c["blocked"], c["arguments"]["timezone"]) for c in calls] == [(True, "Europe/Paris"),
+                                                                           (False, "Asia/Tokyo")]
+
+
+def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
+    """Killed, the server's next call says it died; the call after is served by a restart; killed
+    again, its tools fail with a clear error while it is down.  The hub shows it; no orphans after."""
+    write_config(home, {"time": time_server()})
+    kill = ("(dolist (pid (split-string (shell-command-to-string "
+            "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))"
+            " (signal-process (string-to-number pid) 'SIGKILL)) (sleep-for 0.5) 'killed")
+    forms = [("first", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("kill", kill),
+             ("died", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("again", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("kill2", kill),
+             ("died2", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("down", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("hub", "(plist-get (amacs--call-sync 'hub_state nil) :mcp)"),
+             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id amacs--server-process)))')]
+    scripted(fake, forms)
+    show_hub = ("(let ((n 0)) (add-hook 'amacs-hub-rendered-hook (lambda () (setq n (1+ n)))) (amacs-hub) "
+                "(amacs-e2e-wait (lambda () (> n 0)) \"the hub\") (princ (format \"HUB<<%s>>\\n\" "
+                "(with-current-buffer \"*amacs-hub*\" (buffer-substring-no-properties (point-min) (point-max))))))")
+    run = run_emacs(home, fake.url, session(send("go"), show_hub), timeout=180).check()
+    shown = re.search(r"HUB<<(.*?)>>\n", run.stdout, re.S).group(1)
+    assert "MCP servers (1)\n  time           stdio  down        4 calls  get_current_time convert_time\n" \
+        "    last error: the connection closed: Connection closed" in shown, shown
+    first, _k, died, again, _k2, died2, down, hub, pids = results(fake)
+    assert first["success"], first
+    assert "MCP server time died during the call to get_current_time" in died["error"], died
+    assert again["success"], again
+    assert "MCP server time died during the call" in died2["error"], died2
+    assert down["error"].startswith("MCP server time is down ("), down
+    assert "it was started again once and is down again" in down["error"]
+    assert ':name "time"' in hub["result"] and ':state "down"' in hub["result"] and ":restarts 1" in hub["result"]
+
+
+
+def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
+    """Servers of two kinds (Python, Node) run, and one that outlives its stdin (a shell that sleeps
+    on after the time server in it ends): when the AMACS server stops, none is left."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    stubborn = {"command": "sh", "args": ["-c", f"{time_server()['command']}; exec sleep 300"]}
+    write_config(home, {"time": time_server(), "git": git_server(repo), "everything": everything_server(),
+                        "stubborn": stubborn})
+    forms = [("all", '(list (agent-tool "time/get_current_time" :timezone "UTC") '
+                     f'(agent-tool "git/git_status" :repo-path "{repo}") (agent-tool "everything/echo" :message "x") '
+                     '(agent-tool "stubborn/get_current_time" :timezone "UTC"))'),
+             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id amacs--server-process)))')]
+    scripted(fake, forms)
+    run_emacs(home, fake.url, session(send("go")), timeout=180).check()
+    _all, pids = results(fake)
+    running = [int(p) for p in re.findall(r"\d+", pids["result"])]
+    assert len(running) >= 4, pids
+    left = [p for p in running if Path(f"/proc/{p}").exists()
+            and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+    assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+
+
+def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, home):
+    """A bad entry is one line in the shell naming the file and the key, the good server works;
+    a server added to the file mid-session is called without a restart; a file that is not
+    JSON is one line too, and the servers stay as they were."""
+    config = write_config(home, {"time": time_server(), "broken": {"command": 3}})
+    added = json.dumps({"mcpServers": {"time": time_server(), "clock": time_server()}})
+    forms = [("first", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("add", f"(with-temp-file {json.dumps(str(config))} (insert {json.dumps(added)}))"),
+             ("added", '(agent-tool "clock/get_current_time" :timezone "UTC")'),
+             ("break", f'(with-temp-file {json.dumps(str(config))} (insert "{{not json"))'),
+             ("still", '(agent-tool "clock/convert_time" :source-timezone "UTC" :time "12:00" '
+                       ':target-timezone "Asia/Tokyo")')]
+    scripted(fake, forms)
+    run = run_emacs(home, fake.url, session(send("go")), timeout=180).check()
+    first, _add, added_call, _break, still = results(fake)
+    assert first["success"] and added_call["success"] and still["success"], results(fake)
+    assert '"Asia/Tokyo"' in still["result"]
+    bad_entry = [line.removeprefix(";; ") for line in run.shell.splitlines() if "mcpServers.broken" in line]
+    assert bad_entry == [f"{config}: mcpServers.broken.command: expected a string, got 3; server 'broken' is left "
+                         "out, the others work"], run.shell
+    not_json = [line.removeprefix(";; ") for line in run.shell.splitlines() if "not valid JSON" in line]
+    assert not_json == [f"{config}: not valid JSON at line 1 column 2 (Expecting property name enclosed in double "
+                        "quotes); the servers stay as they were until it is fixed"], run.shell
+    # The listing followed the file: the second server's tools were in the prompt after it was added.
+    prompts = [r["body"]["system"][0]["text"] for r in fake.requests]
+    assert "clock/get_current_time" not in prompts[0] and "clock/get_current_time" in prompts[-1]

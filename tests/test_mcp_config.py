@@ -1,0 +1,116 @@
+"""mcp.json as Claude Code and Claude Desktop write it; arguments, grants and the listing (tools_mcp)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from amacs_server.tools_mcp import calls
+from amacs_server.tools_mcp.config import parse
+from amacs_server.tools_mcp.hub import McpError, McpHub
+
+PATH = Path("/home/me/.agent/mcp.json")
+
+
+def test_stdio_and_http_servers_with_variables_from_the_environment():
+    text = json.dumps({"mcpServers": {
+        "git": {"command": "uvx", "args": ["mcp-server-git", "--repository", "${HOME}/src"],
+                "env": {"TOKEN": "${GH_TOKEN}"}},
+        "search": {"type": "http", "url": "https://search.example/mcp",
+                   "headers": {"Authorization": "Bearer ${SEARCH_KEY}"}, "timeout": 45},
+        "off": {"command": "x", "disabled": True},
+        "default": {"command": "srv", "args": ["${MISSING:-fallback}"]},
+    }})
+    config = parse(text, PATH, {"HOME": "/home/me", "GH_TOKEN": "ghp_secret123456", "SEARCH_KEY": "k-0123456789"})
+    assert config.problems == ()
+    git, search = config.servers["git"], config.servers["search"]
+    assert (git.transport, git.command, git.args) == ("stdio", "uvx", ("mcp-server-git", "--repository", "/home/me/src"))
+    assert dict(git.env) == {"TOKEN": "ghp_secret123456"}
+    assert (search.transport, search.url, search.timeout) == ("http", "https://search.example/mcp", 45.0)
+    assert dict(search.headers) == {"Authorization": "Bearer k-0123456789"}
+    assert "off" not in config.servers
+    assert config.servers["default"].args == ("fallback",)
+    assert "ghp_secret123456" in config.secrets and "k-0123456789" in config.secrets
+    assert "ghp_secret" not in repr(git)  # env and headers never in a log line
+
+
+@pytest.mark.parametrize(("server", "key"), [
+    ({"command": 3}, "mcpServers.bad.command: expected a string"),
+    ({"command": "x", "args": "one"}, "mcpServers.bad.args: expected a list of strings"),
+    ({"command": "x", "env": {"A": "${NOPE}"}}, "mcpServers.bad.env.A: ${NOPE} is not set in the environment"),
+    ({"url": "ftp://x"}, "mcpServers.bad.url: 'ftp://x' is not an http:// or https:// URL"),
+    ({"args": []}, "mcpServers.bad: has neither command (a stdio server) nor url (an HTTP server)"),
+    ({"type": "sse", "url": "http://x"}, "mcpServers.bad.type: 'sse' is not supported"),
+    ({"command": "x", "timeout": -1}, "mcpServers.bad.timeout: seconds"),
+])
+def test_a_bad_server_is_one_line_naming_file_and_key_and_the_others_stay(server, key):
+    config = parse(json.dumps({"mcpServers": {"good": {"command": "ok"}, "bad": server}}), PATH, {})
+    assert list(config.servers) == ["good"]
+    [line] = config.problems
+    assert line.startswith(f"{PATH}: {key}") and "\n" not in line
+    assert line.endswith("server 'bad' is left out, the others work")
+
+
+def test_a_file_that_is_not_json_names_the_place_and_keeps_the_servers(tmp_path):
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x"}}}))
+    said: list[str] = []
+    hub = McpHub(path, tmp_path / "logs", {}, on_problem=said.append)
+    hub.reload()
+    assert list(hub.connections) == ["a"]
+    path.write_text('{"mcpServers": {"a": {"command": "x"},, }}')
+    hub.reload()
+    assert said == [f"{path}: not valid JSON at line 1 column 39 (Expecting property name enclosed in double "
+                    "quotes); the servers stay as they were until it is fixed"]
+    assert list(hub.connections) == ["a"]  # kept
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x"}, "b": {"url": "https://b.example/mcp"}}}))
+    hub.reload()
+    assert list(hub.connections) == ["a", "b"]
+    hub.reload()
+    assert len(said) == 1  # each problem said once
+
+
+def schema(**props):
+    return {"type": "object", "properties": props, "required": [k for k in props if not k.startswith("opt")]}
+
+
+def test_arguments_match_the_schema_by_name_and_say_which_is_wrong():
+    s = schema(repo_path={"type": "string"}, maxCount={"type": "integer"}, optFlag={"type": "boolean"},
+               optList={"type": "array", "items": {"type": "string"}})
+    assert calls.arguments({"repo_path": "/r", "max_count": 3, "opt_flag": None, "opt_list": "a"}, s, "git/log") == {
+        "repo_path": "/r", "maxCount": 3, "optFlag": False, "optList": ["a"]}
+    with pytest.raises(McpError, match=r"^git/log: argument :maxCount 'three' is not of type 'integer'$"):
+        calls.arguments({"repo_path": "/r", "max_count": "three"}, s, "git/log")
+    with pytest.raises(McpError, match=r"^git/log: argument :maxCount is required"):
+        calls.arguments({"repo_path": "/r"}, s, "git/log")
+    with pytest.raises(McpError, match=r"^git/log: no argument :colour; its arguments: :repo_path, :maxCount"):
+        calls.arguments({"colour": 1}, s, "git/log")
+
+
+def test_the_name_is_server_slash_tool():
+    assert calls.split_name("time/get_current_time") == ("time", "get_current_time")
+    with pytest.raises(McpError, match='agent-tool takes "SERVER/TOOL" first'):
+        calls.split_name("get_current_time")
+
+
+def test_grants_are_patterns_and_a_childs_must_lie_inside_its_parents():
+    assert calls.patterns("[time/*, git/git_status, search]") == ("time/*", "git/git_status", "search/*")
+    assert calls.patterns(None) is None
+    assert calls.allows(("time/*",), "time/convert_time") and not calls.allows(("time/*",), "git/git_log")
+    assert calls.beyond(["git/*", "time/now"], ["*"]) == []
+    assert calls.beyond(["git/*", "git/git_status"], ["git/git_status"]) == ["git/*"]
+
+
+def test_the_listing_is_one_line_per_allowed_tool():
+    tool = SimpleNamespace(name="get_current_time", description="Get current time in a specific timezone",
+                           input_schema=schema(timezone={"type": "string"}, optUnit={"enum": ["s", "ms"]}))
+    other = SimpleNamespace(name="git_log", description="x" * 300, input_schema={})
+    text = calls.listing([("time", tool), ("git", other)], ("time/*",))
+    assert text.splitlines()[-2] == ('time/get_current_time :timezone string :optUnit? "s"|"ms" — '
+                                     "Get current time in a specific timezone")
+    assert "git/" not in text
+    assert calls.listing([("git", other)], ("time/*",)) == ""
+    assert len(calls.signature("git", other)) < 140

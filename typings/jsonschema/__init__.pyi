@@ -1,0 +1,12 @@
+# The part of jsonschema (a dependency of the mcp SDK) that amacs_server uses.
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+class ValidationError(Exception):
+    message: str
+    validator: str
+    path: Sequence[str | int]
+
+class Draft202012Validator:
+    def __init__(self, schema: dict[str, Any]) -> None: ...
+    def iter_errors(self, instance: Any) -> Iterator[ValidationError]: ...
