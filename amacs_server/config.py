@@ -82,7 +82,8 @@ class Config:
         if self.backend == "anthropic" and self.base_url:
             return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
                     "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
-                    "(backend openai); then M-x amacs-restart.")
+                    "(backend openai); then M-x amacs-restart. Or try AMACS with a small model on this machine, "
+                    "no key at all: M-x amacs-use-local-model (or ./amacs --local).")
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
             "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
