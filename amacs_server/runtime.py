@@ -26,6 +26,7 @@ from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
+from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
@@ -127,10 +128,11 @@ class Runtime:
         self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
         self.backend_name = config.backend
         # OPENAI_BASE_URL is the OpenAI-compatible backend's: the Anthropic one has ANTHROPIC_BASE_URL.
         self.backend = self._make_backend(config.backend,
-                                          config.openai_base_url if config.backend == "openai" else None)
+                                          self.config.openai_base_url if config.backend == "openai" else None)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
         self.catalog.setting_window = config.context_window
@@ -215,9 +217,26 @@ class Runtime:
         log.warning("%s", note)
         self.startup_notes.append(note)
 
+    def _start_local(self) -> LocalModel | None:
+        """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
+        OpenAI-compatible backend at it."""
+        cfg = self.config
+        if cfg.local_model is None or cfg.local_python is None:
+            return None
+        local = LocalModel(cfg.local_python, cfg.local_model, cfg.home / "logs" / "local-model.log")
+        try:
+            local.start()
+        except (LocalModelError, OSError) as err:
+            raise StartupError(f"cannot start the local model: {err}") from err
+        self.config = replace(cfg, openai_base_url=local.base_url)
+        self.startup_notes.append(TRY_ONLY)
+        return local
+
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
+        if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
+            return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
             return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
@@ -495,6 +514,8 @@ class Runtime:
             self.world.tools.stop()  # every MCP server's process ends with the server
         if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
+        if self.local is not None:
+            self.local.stop()
         self.transcript.close()
         self.ltm.close()
 

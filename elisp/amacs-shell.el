@@ -1250,9 +1250,10 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
                    (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
-                   (setq amacs-chosen (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
-                                                            :model (plist-get now :model))
-                                                 :base-url base-url))
+                   (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
+                                                                       :model (plist-get now :model))
+                                                            :base-url base-url)
+                                                 :local nil)) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
