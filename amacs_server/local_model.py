@@ -192,7 +192,11 @@ class LocalModel:
 
 
 class LocalBackend(OpenAIBackend):
-    """The OpenAI-compatible backend at a :class:`LocalModel`: each call waits until it answers."""
+    """The OpenAI-compatible backend at a :class:`LocalModel`: each call waits until it answers.
+
+    llama-cpp-python's server takes the reply schema in the ``json_object`` form only."""
+
+    schema_form: str | None = "json_object"
 
     def __init__(self, local: LocalModel, timeout: float) -> None:
         super().__init__(None, local.base_url, timeout)

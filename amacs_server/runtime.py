@@ -135,7 +135,7 @@ class Runtime:
                                           self.config.openai_base_url if config.backend == "openai" else None)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
-        self.catalog.setting_window = config.context_window
+        self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
@@ -247,6 +247,8 @@ class Runtime:
         cfg = self.config
         base = cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
         self.catalog.use(self.backend_name, base, self.model, self.backend if cfg.has_credentials else None)
+        if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
+            self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
     def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
         """Switch backend and model from the next call on (loop thread)."""

@@ -340,6 +340,9 @@ class FakeAnthropic:
         # error inside a 200 stream (window_error_in_stream) or its 400.
         self.openai_refuses: set[str] = set()
         self.openai_formats: set[str] | None = None
+        # How a response_format type it does not take is refused: "fastapi" (422 and pydantic's
+        # detail), or "llama-cpp-python" (0.3.36's server: 500 with the validation error as message).
+        self.openai_format_refusal = "fastapi"
         self.n_ctx: int | None = None
         self.report_window = True
         self.window_error_in_stream = True
@@ -388,6 +391,14 @@ class FakeAnthropic:
                                            "type": "invalid_request_error", "param": param, "code": None}}
             kind = (body.get("response_format") or {}).get("type")
             if kind is not None and self.openai_formats is not None and kind not in self.openai_formats:
+                expected = " or ".join(f"'{k}'" for k in sorted(self.openai_formats))
+                if self.openai_format_refusal == "llama-cpp-python":
+                    error = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
+                             f"'type'), 'msg': \"Input should be {expected}\", 'input': '{kind}'}}\n\n"
+                             "  File \"llama_cpp/server/app.py\", line 376, in create_chat_completion\n"
+                             "    POST /v1/chat/completions")
+                    return 500, {"error": {"message": error, "type": "internal_server_error", "param": None,
+                                           "code": None}}
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
                                          "msg": f"Input should be {' or '.join(sorted(self.openai_formats))}"}]}
             message = self.chat_too_long(body)

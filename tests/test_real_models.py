@@ -211,3 +211,22 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
         assert not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
+
+
+def test_llama_cpp_python_refuses_json_schema_with_a_500_learned_at_once(tmp_path, fake):
+    """llama-cpp-python's server (0.3.36) refuses ``json_schema`` with a 500 holding pydantic's
+    validation error: not retried as a server failure (the same request fails the same way), but
+    learned as a refusal: its json_object form is used from the next call on."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.openai_format_refusal = "llama-cpp-python"
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests]
+        assert formats == ["json_schema", "json_object"]
+        assert [t for _k, t in face.notes if "does not take the json_schema reply format" in t]
+        assert not _events(rt, "model_retry")
+        assert _events(rt, "model_response")[-1]["constrained"] is True
+        assert not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()

@@ -167,13 +167,19 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
             return await complete(request)
         except InferenceError as err:
             param = refused_param(err.detail, _sendable(request, catalog.backend)) \
-                if err.status in (400, 422) and attempt < 2 else None
+                if refusal(err) and attempt < 2 else None
             if param is None:
                 raise
             said = catalog.refuse(param)
             say(f"The model {catalog.model} does not take {said}; asking again.")
             request = build(catalog.caps)
     raise AssertionError("unreachable")
+
+
+def refusal(err: InferenceError) -> bool:
+    """True when ERR is the endpoint refusing what the request holds: a 400 or 422, or the 500
+    with a validation error that llama-cpp-python's server answers instead."""
+    return err.status in (400, 422) or (err.status == 500 and "validation error" in err.detail)
 
 
 def _sendable(request: dict[str, Any], backend: str) -> set[str]:

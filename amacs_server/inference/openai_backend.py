@@ -58,6 +58,14 @@ def to_chat(request: dict[str, Any], schema_form: str | None = None) -> dict[str
     return chat
 
 
+def refused_request(err: Exception) -> bool:
+    """True for a 500 that is the server refusing the request's fields: llama-cpp-python's
+    server answers a field it does not take (``response_format`` of type ``json_schema``)
+    with 500 and pydantic's "validation error"; the same request fails the same way again."""
+    return (isinstance(err, openai.InternalServerError)
+            and "validation error" in f"{getattr(err, 'message', '')} {getattr(err, 'body', '')}")
+
+
 def _short(err: Exception) -> str:
     if isinstance(err, openai.APIStatusError):
         return f"{'rate limited' if err.status_code == 429 else 'server error'} ({err.status_code})"
@@ -116,7 +124,7 @@ class OpenAIBackend:
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
         return await with_retries(lambda: self._once(request, on_text, stream, on_thinking), self.retry,
                                   _retryable(), (openai.APIError,), _short,
-                                  lambda err: _explain(err, self._base_url), on_status)
+                                  lambda err: _explain(err, self._base_url), on_status, refused_request)
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
         """What the server says of its models: ``{"models": /v1/models, "props": llama.cpp's /props}``
