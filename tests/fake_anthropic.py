@@ -184,6 +184,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         chunk = {**base, "object": "chat.completion.chunk"}
         too_long = fake.chat_too_long(body)
+        if too_long is not None and fake.window_error_in_stream == "empty":  # llama-cpp-python 0.3.36
+            self._chunk(b"")  # the stream ends at once: the error is in its server's log only
+            return
+        if too_long is not None and fake.window_error_in_stream == "broken":
+            self.wfile.flush()  # ... or it breaks off, without the chunked stream's end
+            self.close_connection = True
+            return
         if too_long is not None:  # llama.cpp: 200 OK, then the error inside the stream
             self._chunk(("data: " + json.dumps({"error": {"message": too_long, "type": "server_error"}})
                          + "\n\n").encode())
@@ -345,7 +352,9 @@ class FakeAnthropic:
         self.openai_format_refusal = "fastapi"
         self.n_ctx: int | None = None
         self.report_window = True
-        self.window_error_in_stream = True
+        # True: an error event in the stream; "empty": the stream ends with nothing in it; "broken":
+        # the connection is closed mid-stream (llama-cpp-python 0.3.36 does one or the other).
+        self.window_error_in_stream: bool | str = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -230,3 +230,27 @@ def test_llama_cpp_python_refuses_json_schema_with_a_500_learned_at_once(tmp_pat
         assert not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
+
+
+@pytest.mark.parametrize("cut", ["empty", "broken"])
+def test_a_stream_cut_before_its_first_chunk_is_asked_again_unstreamed(tmp_path, fake, cut):
+    """llama-cpp-python's server fails a streamed request over its window inside the stream and
+    tells the client nothing (the stream ends empty, or breaks off): asked again without streaming
+    it answers 400 with its window; the context is compacted and the turn answered, not taken for
+    an empty reply nor for a lost connection."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.report_window = False
+    fake.window_error_in_stream = cut
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        for n in range(3):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        fake.n_ctx = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 100
+        _turn(rt, "the last one")
+        assert face.replies[-1] == "ok"
+        assert rt.catalog.window == fake.n_ctx
+        assert _events(rt, "context_compacted")
+        assert not _events(rt, "parse_error") and not _events(rt, "model_retry")
+        assert not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()

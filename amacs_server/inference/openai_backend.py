@@ -157,21 +157,32 @@ class OpenAIBackend:
             finish = None
             chunks = await client.chat.completions.create(**chat, stream=True,
                                                           stream_options={"include_usage": True})
-            async for chunk in chunks:
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices:
-                    delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
-                    if delta:
-                        parts.append(delta)
-                        if on_text is not None:
-                            on_text(delta)
-                    thinking = storable(_reasoning(choice.delta))
-                    if thinking:
-                        thought.append(thinking)
-                        if on_thinking is not None:
-                            on_thinking(thinking)
-                    finish = choice.finish_reason or finish
+            received = False
+            try:
+                async for chunk in chunks:
+                    received = True
+                    if chunk.usage is not None:
+                        usage = _usage(chunk.usage)
+                    for choice in chunk.choices:
+                        delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
+                        if delta:
+                            parts.append(delta)
+                            if on_text is not None:
+                                on_text(delta)
+                        thinking = storable(_reasoning(choice.delta))
+                        if thinking:
+                            thought.append(thinking)
+                            if on_thinking is not None:
+                                on_thinking(thinking)
+                        finish = choice.finish_reason or finish
+            except openai.APIConnectionError:
+                if received:
+                    raise
+            if not received:
+                # The stream ended (or broke) before its first chunk: llama-cpp-python's server
+                # fails a streamed request there, a prompt over its window included, and says why
+                # only to a request that is not streamed.  Asked so, it answers or says why.
+                return await self._once(request, on_text, False, on_thinking)
             text = "".join(parts)
         else:
             reply = await client.chat.completions.create(**chat)
