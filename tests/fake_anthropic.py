@@ -206,7 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(reply.chunk_delay)
         self._chunk(("data: " + json.dumps({**chunk, "choices": [
             {"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n").encode())
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and fake.openai_stream_usage:
             self._chunk(("data: " + json.dumps({**chunk, "choices": [], "usage": usage}) + "\n\n").encode())
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
@@ -350,6 +350,9 @@ class FakeAnthropic:
         # How a response_format type it does not take is refused: "fastapi" (422 and pydantic's
         # detail), or "llama-cpp-python" (0.3.36's server: 500 with the validation error as message).
         self.openai_format_refusal = "fastapi"
+        # Whether a stream ends with its usage when asked (stream_options.include_usage): False as
+        # llama-cpp-python's server (0.3.36), which counts tokens only in answers not streamed.
+        self.openai_stream_usage = True
         self.n_ctx: int | None = None
         self.report_window = True
         # True: an error event in the stream; "empty": the stream ends with nothing in it; "broken":

@@ -196,7 +196,8 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
     try:
         _think(rt)
         _turn(rt, "what is 2+2?")
-        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests]
+        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests
+                   if r["body"].get("max_tokens") != 1]  # not the question whether streams count tokens
         assert formats == ["json_schema", "json_schema", "json_object"]  # reasoning_effort refused first
         assert "reasoning_effort" not in fake.requests[-1]["body"]
         assert len([t for k, t in face.notes if "does not take" in t]) == 2
@@ -222,7 +223,8 @@ def test_llama_cpp_python_refuses_json_schema_with_a_500_learned_at_once(tmp_pat
     rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
     try:
         _turn(rt, "what is 2+2?")
-        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests]
+        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests
+                   if r["body"].get("max_tokens") != 1]  # not the question whether streams count tokens
         assert formats == ["json_schema", "json_object"]
         assert [t for _k, t in face.notes if "does not take the json_schema reply format" in t]
         assert not _events(rt, "model_retry")
@@ -252,5 +254,24 @@ def test_a_stream_cut_before_its_first_chunk_is_asked_again_unstreamed(tmp_path,
         assert _events(rt, "context_compacted")
         assert not _events(rt, "parse_error") and not _events(rt, "model_retry")
         assert not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()
+
+
+def test_a_server_that_counts_no_tokens_in_streams_is_not_streamed(tmp_path, fake):
+    """llama-cpp-python's server sends no usage in a stream (stream_options is ignored): asked
+    once with a one-token call, it gets calls not streamed, and the transcript its real counts."""
+    fake.openai_stream_usage = False
+    fake.script(Reply("x"), Reply(agent_json("four")), Reply(agent_json("six")))  # "x": the one-token question
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        _turn(rt, "and 3+3?")
+        chats = [r["body"] for r in fake.requests if r["path"].endswith("/chat/completions")]
+        assert [(b.get("stream", False), b.get("max_tokens")) for b in chats[:1]] == [(True, 1)]  # the question
+        assert all(not b.get("stream") for b in chats[1:]) and len(chats) == 3
+        usages = [e["usage"] for e in _events(rt, "model_response")]
+        assert len(usages) == 2 and all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in usages)
+        assert face.replies == ["four", "six"]
     finally:
         rt.stop()
