@@ -1234,7 +1234,38 @@ A read-only or full AMACS home must not stop an input from being sent
                   (error-message-string err))
                 (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))))
 
-(defun amacs-shell--input-sender (_proc input)
+(defconst amacs-shell--address-regexp "\\`@\\([[:alnum:]_-]+\\)[[:space:]]+\\([^z-a]*[^[:space:]][^z-a]*\\)\\'"
+  "An input addressed to a subagent: @NAME, then what to say to it.")
+
+(defun amacs-shell--say-to-agent (agent text line)
+  "Say TEXT to the subagent AGENT (its id or a viewpoint's name); LINE is as typed.
+Its answer shows in the shell under its name; the primary's turn goes on
+untouched.  The server refuses an agent that does not exist or has ended."
+  (amacs-shell--editing
+    (delete-region amacs-shell--prompt-start (point-max))
+    (amacs-shell--fresh-line)
+    (amacs-shell--insert-output (amacs-shell--input-line (if (string-suffix-p "\n" line) line (concat line "\n")) nil))
+    (amacs-shell--insert-prompt))
+  (goto-char (point-max))
+  (amacs-when-ready
+   (lambda ()
+     (amacs-call 'person_agent_talk (list agent text)
+                 (lambda (r) (when (plist-get r :queued)
+                               (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to)))))
+                 (lambda (err) (amacs-shell--note (concat "Not sent: " err)))))))
+
+(defun amacs-shell--input-sender (proc input)
+  "Send INPUT (typed in PROC's buffer) to the primary, or to a subagent.
+An input @NAME TEXT goes to the subagent NAME (a viewpoint's name, or
+an id such as task-1 or compulsion-2); any other to the primary."
+  (let ((text (string-trim (substring-no-properties input))))
+    (if (string-match amacs-shell--address-regexp text)
+        (progn (amacs-shell--save-history-safely)
+               (amacs-shell--say-to-agent (match-string 1 text) (match-string 2 text)
+                                          (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
+      (amacs-shell--send-to-primary proc input))))
+
+(defun amacs-shell--send-to-primary (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
 The line sent waits in the footer as queued until the agent takes it."
   (amacs-shell--save-history-safely)
