@@ -1142,7 +1142,20 @@ the first idle moment (`amacs-shell--render-resumed')."
     (setq amacs-shell-busy (and waiting t))
     (amacs-shell--set-state (if waiting 'starting 'stopped))))
 
+(defvar-local amacs-shell--greeted nil
+  "Non-nil once this shell said how to reach the hub and the subagents.")
+
+(defun amacs-shell--greet-once ()
+  "Say once per shell how to reach the hub and talk to a subagent."
+  (let ((buffer (amacs-shell--buffer)))
+    (when (and buffer (not (buffer-local-value 'amacs-shell--greeted buffer)))
+      (with-current-buffer buffer (setq amacs-shell--greeted t))
+      (amacs-shell--note (substitute-command-keys
+                          "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
+@NAME text talks to one (@skeptic why?).")))))
+
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
+(add-hook 'amacs-ready-hook #'amacs-shell--greet-once 90)
 (add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
 
 ;;;; Commands
