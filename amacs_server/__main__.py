@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         from .transcripts import main as transcripts_main
 
         return transcripts_main(argv[1:])
-    if argv[:1] in (["experiment"], ["dataset"], ["report"]):  # research at scale (issue 15)
+    if argv[:1] in (["experiment"], ["dataset"], ["report"], ["judge"]):  # research at scale (issue 15)
         import importlib
 
         command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}", __package__).main
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="commands for research (each has its own --help):\n"
                "  amacs-server experiment SPEC   run an experiment's grid of headless sessions\n"
                "  amacs-server dataset RUNS_DIR  load its runs into DuckDB and Parquet\n"
+               "  amacs-server judge RUNS_DIR J  score its runs with the judge skill J\n"
                "  amacs-server report RUNS_DIR   draw them as one HTML page\n"
                "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR")
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")

@@ -38,13 +38,16 @@ def connect(folder: Path) -> duckdb.DuckDBPyConnection:
 
 
 def summarize(folder: Path) -> dict[str, Any]:
-    """Agents per run, tokens and cost per agent type, eval error rate, blocks by compulsions."""
+    """Agents per run, agents, tokens and cost per agent type, eval error rate, blocks by compulsions.
+
+    An agent is counted once per session it lived in (the same name in two runs is two agents)."""
     con = connect(folder)
 
     def rows(sql: str) -> list[tuple[Any, ...]]:
         return con.sql(sql).fetchall()
 
-    agents = rows("SELECT run_id, count(DISTINCT agent_id) FROM events GROUP BY run_id ORDER BY run_id")
+    # An agent is its id within its session: every run has a "primary" and its own viewpoints.
+    agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM events GROUP BY run_id ORDER BY run_id")
     usage = rows("""
         SELECT agent_type, count(*),
                sum(CAST(data->'$.usage.input_tokens' AS BIGINT) + CAST(data->'$.usage.output_tokens' AS BIGINT)),
@@ -57,10 +60,12 @@ def summarize(folder: Path) -> dict[str, Any]:
         SELECT data->>'$.by', data->>'$.template', count(*) FROM events WHERE event = 'blocked'
         GROUP BY 1, 2 ORDER BY 1""")
     types = rows("""
-        SELECT agent_type, count(DISTINCT agent_id) FROM events GROUP BY agent_type ORDER BY agent_type""")
+        SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM events
+        GROUP BY agent_type ORDER BY agent_type""")
     return {
         "runs": len(agents),
         "agents_per_run": {run: n for run, n in agents},
+        "agents": sum(n for _t, n in types),
         "agents_by_type": {t: n for t, n in types},
         "model_calls_tokens_cost_by_type": {
             t: {"calls": calls, "tokens": int(tokens or 0), "cost": round(float(c or 0), 6)}

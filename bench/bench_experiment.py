@@ -76,7 +76,7 @@ def level(url: str, parallel: int, runs: int, tmp: Path) -> dict[str, float]:
     runs_dir.mkdir()
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    outcomes, left = execute(experiment.runs, LocalExecutor(runs_dir, parallel), parallel, None, 0.0,
+    outcomes, left, _stopped = execute(experiment.runs, LocalExecutor(runs_dir, parallel), parallel, None, 0.0,
                              len(experiment.runs), experiment.name, Console(stderr=True, quiet=True))
     wall = time.perf_counter() - start
     failed = [o for o in outcomes if o.status != "done"]

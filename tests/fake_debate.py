@@ -187,3 +187,32 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
 
+
+
+JUDGE_MARK = "You are a judge of an AMACS experiment"
+
+
+def judge_reply(body: dict[str, Any]) -> Reply:
+    """A scripted judge (``amacs-server judge``): the score counts the viewpoints the final reply quotes.
+
+    answer-quality (it reads the final reply): 2 + the viewpoints quoted, at most 5; viewpoints-used (it
+    reads every turn): 5 when the reply quotes every viewpoint that commented, else 1 + those it quotes."""
+    import json
+
+    text = request_text(body)
+    replies = re.findall(r'type="primary"[^>]*>.*?<reply>\n(.*?)\n</reply>', text, re.S)
+    final = text.rpartition("<final-reply>")[2] if "<final-reply>" in text else (replies[-1] if replies else "")
+    quoted = set(re.findall(r"\[([a-z0-9_-]+)\] ", final)) - {"primary"}
+    if "<final-reply>" in text:
+        score = min(5, 2 + len(quoted))
+    else:
+        views = set(re.findall(r'agent="viewpoint-([a-z0-9_-]+)" type="viewpoint"', text))
+        score = 5 if views and views <= quoted else 1 + len(quoted & views)
+    answer = json.dumps({"score": score, "rationale": f"The reply quotes {len(quoted)} viewpoints: "
+                                                      f"{', '.join(sorted(quoted)) or 'none'}."})
+    return _reply(body, answer)
+
+
+def debate_or_judge_reply(body: dict[str, Any]) -> Reply:
+    """The debate's answers, and the scripted judge's to a judge's request."""
+    return judge_reply(body) if JUDGE_MARK in _system_text(body) else debate_reply(body)

@@ -75,6 +75,7 @@ class FakeRun:
     evals: int = 0
     eval_errors: int = 0
     blocks: int = 0
+    turns: int = 0  # rows of the turns table: the primary's turns, and each subagent answer without an eval
     agents: dict[str, FakeAgent] = field(default_factory=dict)
     events_by_name: dict[str, int] = field(default_factory=dict)
 
@@ -86,6 +87,7 @@ class _Writer:
         self.run, self.rng, self.ts, self.seq = run, rng, t0, 0
         self.lines: list[str] = []
         self.path = path
+        self.thinking: bool | None = None if rng.random() < 0.5 else False  # None: an older transcript
         self.encoder = json.JSONEncoder(ensure_ascii=False)
 
     def write(self, agent: FakeAgent, event: str, data: dict[str, Any], tick: int | None = None) -> None:
@@ -116,8 +118,12 @@ class _Writer:
         # every agent's model_response has the same fields (loop/primary.py, agents/world.py)
         data: dict[str, Any] = {"raw": reply, "stop_reason": "end_turn", "usage": usage, "cost": cost,
                                 "latency_ms": round(wait * 1000 * self.rng.uniform(0.8, 0.98), 3)}
+        if self.thinking is not None:  # the thinking text, "" when none (absent in older transcripts)
+            data["thinking"] = f"{agent.id} thinks at step {agent.steps + 1}" if self.thinking else ""
+            self.thinking = not self.thinking
         self.write(agent, "model_response", data, tick)
         agent.steps += 1
+        self.run.turns += agent.type != "primary" and json.loads(reply)["eval"] is None
         self.run.model_calls += 1
         self.run.cost += cost
 
@@ -185,6 +191,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0, errors: bool = True) ->
         steps = rng.randint(3, 5) if not failed else 2
         for step in range(steps):
             tick += 1
+            run.turns += step == 0
             w.write(primary, "tick_start", {
                 "human": human if step == 0 else None,
                 "consciousness": {"identity": "amacs-instance-1", "current_tick": tick, "mood": "focused",

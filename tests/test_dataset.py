@@ -41,7 +41,8 @@ def test_row_counts_match_the_generated_runs(generated, con):
     assert dataset.counts(con) == {
         "runs": RUNS, "events": sum(r.events for r in runs), "model_calls": sum(r.model_calls for r in runs),
         "evals": sum(r.evals for r in runs), "blocks": sum(r.blocks for r in runs),
-        "agents": sum(len(r.agents) for r in runs)}
+        "agents": sum(len(r.agents) for r in runs), "turns": sum(r.turns for r in runs),
+        "scores": 0, "tool_calls": 0}
     per_run = {"events": "SELECT run_id, count(*) FROM events GROUP BY 1",
                "model_calls": "SELECT run_id, count(*) FROM model_calls GROUP BY 1",
                "evals": "SELECT run_id, count(*) FROM evals GROUP BY 1",
@@ -99,7 +100,7 @@ def test_run_parameters_are_columns_of_every_table(generated, con):
         columns = {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
         assert set(PARAMS) | {"run_id"} <= columns, table
     manifests = {r.run_id: r.manifest for r in runs}
-    for table in ("runs", "events", "model_calls", "evals", "agents", "blocks"):
+    for table in ("runs", "events", "model_calls", "evals", "agents", "blocks", "turns"):
         rows = con.execute(f"SELECT DISTINCT run_id, experiment, prompt, variant, model, backend, model_name, "
                            f"rep, seed, status FROM {table}").fetchall()
         assert rows, table
@@ -216,3 +217,48 @@ def test_a_folder_without_runs_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no runs"):
         load(tmp_path)
     assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_turns_are_what_each_agent_was_asked_and_replied(generated, con):
+    """The primary: a row per turn of the script it began, asked the person's words, its replies (tick_end's);
+    a subagent: a row per answer that ended its steps (no eval), its reply the answer's; thinking where kept."""
+    runs_dir, runs = generated
+    for run in runs[:12]:
+        rows = con.execute("SELECT agent_id, agent_type, turn, input, reply, thinking, model_calls, evals, cost "
+                           "FROM turns WHERE run_id = ? ORDER BY agent_id, turn", [run.run_id]).fetchall()
+        events = [json.loads(line) for path in (runs_dir / run.run_id / "home" / "transcripts").glob("*.jsonl")
+                  for line in path.read_text().splitlines()]
+        primary = [r for r in rows if r[0] == "primary"]
+        humans = [e["data"]["human"] for e in events if e["event"] == "tick_start" and e["data"]["human"]]
+        assert [r[3] for r in primary] == humans == run.manifest["turns"][:len(humans)]
+        assert [r[2] for r in primary] == list(range(1, len(humans) + 1))
+        replies = [e["data"]["response"]["reply"] for e in events if e["event"] == "tick_end"]
+        assert [r[4] for r in primary] == [r for r in replies if r][:len(primary)]
+        for agent_id, kind, *_rest in rows:
+            assert kind == run.agents[agent_id].type
+        for row in (r for r in rows if r[1] == "viewpoint"):
+            assert row[3] == "[primary] Ban cars?" and row[4] == f"{row[0]} says so", row
+        answered = [e for e in events if e["event"] == "model_response"]
+        assert sum(r[6] for r in rows) == len(answered)
+        assert sum(r[8] for r in rows) == pytest.approx(sum(e["data"]["cost"] for e in answered))
+        kept = [e["data"]["thinking"] for e in answered if e["data"].get("thinking")]
+        assert sorted(t for r in rows if r[5] for t in r[5].split("\n\n")) == sorted(kept)
+    sizes = con.execute("SELECT count(*) FILTER (WHERE thinking_chars > 0), count(*) FILTER (WHERE thinking_chars = 0),"
+                        " count(*) FILTER (WHERE thinking_chars IS NULL AND ok) FROM model_calls").fetchone()
+    assert all(sizes), sizes  # some kept, some empty, some from transcripts without the key
+
+
+def test_transcripts_counts_agents_not_names(generated):
+    """``amacs-server transcripts`` over many runs: every run's primary and viewpoints are agents of their
+    own (the names repeat from run to run)."""
+    from amacs_server.transcripts import summarize
+
+    runs_dir, runs = generated
+    summary = summarize(runs_dir)
+    by_type: dict[str, int] = {}
+    for run in runs:
+        for agent in run.agents.values():
+            by_type[agent.type] = by_type.get(agent.type, 0) + 1
+    assert summary["agents_by_type"] == by_type and by_type["primary"] == RUNS
+    assert summary["agents"] == sum(len(r.agents) for r in runs)
+    assert summary["agents_per_run"] == {r.session_id: len(r.agents) for r in runs}

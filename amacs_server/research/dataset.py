@@ -14,7 +14,8 @@ status, arm):
 - ``events``: one row per transcript event: session_id, agent_id, parent_id, agent_type,
   template, seq, ts, tick, event, data (JSON).
 - ``model_calls``: one row per model call (``model_response``, or ``model_error``: ok
-  false): input/output/cache_read/cache_write tokens, cost, latency_ms, stop_reason, error.
+  false): input/output/cache_read/cache_write tokens, cost, latency_ms, stop_reason, error,
+  thinking_chars (the size of its thinking text; NULL in transcripts that do not keep it).
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
 - ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
@@ -43,13 +44,17 @@ if TYPE_CHECKING:
 
 DB_NAME = "dataset.duckdb"
 OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
-TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents")
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls")
+SCORE_COLUMNS = {
+    "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
+    "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
+    "seconds": "DOUBLE"}
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
     "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
-    "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR",
+    "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
 }
 # The run's parameters, a column of every table (the contract's list, and the arm they make).
 PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")
@@ -111,7 +116,8 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                CAST(data->'$.cost' AS DOUBLE) AS cost,
                CAST(data->'$.latency_ms' AS DOUBLE) AS latency_ms,
                data->>'$.stop_reason' AS stop_reason,
-               data->>'$.error' AS error
+               data->>'$.error' AS error,
+               length(data->>'$.thinking') AS thinking_chars
         FROM events WHERE event IN ('model_response', 'model_error')""")
     e_ident = ", ".join(f"e.{c.strip()}" for c in ident.format(params=", ".join(PARAMS)).split(","))
     # An eval's result is its agent's next eval_result (ASOF), unless another eval came first.
@@ -140,6 +146,16 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                data->>'$.by' AS blocked_by, data->>'$.template' AS by_template, data->>'$.action' AS action,
                data->>'$.form' AS form, data->>'$.reason' AS reason
         FROM events WHERE event = 'blocked'""")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE tool_calls AS
+        SELECT {ident.format(params=', '.join(PARAMS))},
+               data->>'$.server' AS server, data->>'$.tool' AS tool, data->'$.arguments' AS arguments,
+               CAST(data->'$.seconds' AS DOUBLE) AS seconds, CAST(data->'$.result_chars' AS BIGINT) AS result_chars,
+               data->>'$.error' AS error, data->>'$.error' IS NULL AS ok,
+               coalesce(CAST(data->'$.blocked' AS BOOLEAN), false) AS blocked
+        FROM events WHERE event = 'tool_call'""")
+    _turns(con)
+    _scores(con, runs_dir)
     key = "run_id, session_id, agent_id"
     con.execute(f"""
         CREATE OR REPLACE TABLE agents AS
@@ -195,6 +211,124 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         FROM manifest m JOIN params p ON p.run_id = m.folder
              LEFT JOIN n ON n.run_id = m.folder LEFT JOIN a ON a.run_id = m.folder LEFT JOIN b ON b.run_id = m.folder
         ORDER BY m.folder""")
+
+
+# The JSON object in a model's answer (RAW): all of it, or the outermost {...} (an answer in a fence).
+_OBJECT = r"""CASE WHEN json_valid(raw) THEN raw::JSON
+                   WHEN json_valid(regexp_extract(raw, '(?s)\{.*\}', 0)) THEN regexp_extract(raw, '(?s)\{.*\}', 0)::JSON
+              END"""
+# The text of a request message M: its content, a string or a list of text blocks.
+_TEXT = ("CASE WHEN json_type(m->'content') = 'VARCHAR' THEN m->>'content' "
+         "ELSE array_to_string(list_transform(CAST(m->'content' AS JSON[]), lambda b: b->>'text'), '') END")
+
+
+def _turns(con: duckdb.DuckDBPyConnection) -> None:
+    """The ``turns`` table: one row per turn of each agent, what it was asked and what it replied.
+
+    The primary's turn is its ticks from one with the person's input (``tick_start``'s human) to the
+    next; its reply is what its ticks said (``tick_end``'s reply, as agent-chat.org has it; not one a
+    compulsion held back), joined by blank lines.  A subagent's turn is its steps up to the model
+    answer that ends it (no eval: its default action; or a failed call, or the budget's stop); it was
+    asked the user messages of its first request after its last answer, and its reply is its last
+    non-empty one (its answer).  Thinking is the model responses' ``thinking`` text, where kept."""
+    params = ", ".join(f"p.{c}" for c in PARAMS)
+    con.execute(f"""
+        CREATE OR REPLACE TABLE turns AS
+        WITH pe AS (
+            SELECT *, sum(CASE WHEN event = 'tick_start' AND data->>'$.human' IS NOT NULL THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq ROWS UNBOUNDED PRECEDING)
+                          AS turn,
+                      bool_or(event = 'reply_blocked') OVER (PARTITION BY run_id, session_id, agent_id, tick)
+                          AS held
+            FROM events WHERE agent_type = 'primary'),
+        primary_turns AS (
+            SELECT run_id, session_id, agent_id, any_value(agent_type) AS agent_type,
+                   any_value(template) AS template, turn,
+                   arg_min(data->>'$.human', seq) FILTER (WHERE event = 'tick_start') AS input,
+                   string_agg(data->>'$.response.reply', chr(10) || chr(10) ORDER BY seq)
+                       FILTER (WHERE event = 'tick_end' AND coalesce(data->>'$.response.reply', '') <> ''
+                               AND NOT coalesce(held, false)) AS reply,
+                   string_agg(data->>'$.thinking', chr(10) || chr(10) ORDER BY seq)
+                       FILTER (WHERE event = 'model_response' AND coalesce(data->>'$.thinking', '') <> '')
+                       AS thinking,
+                   count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
+                   count(*) FILTER (WHERE event = 'eval') AS evals,
+                   min(ts) AS started_at, max(ts) - min(ts) AS seconds,
+                   coalesce(sum(CAST(data->'$.cost' AS DOUBLE)) FILTER (WHERE event = 'model_response'), 0)
+                       AS cost
+            FROM pe WHERE turn > 0 GROUP BY run_id, session_id, agent_id, turn),
+        se AS (
+            SELECT *, CASE WHEN event = 'model_response' THEN data->>'$.raw' END AS raw
+            FROM events WHERE agent_type <> 'primary'),
+        so AS (SELECT *, {_OBJECT} AS answer FROM se),
+        sn AS (
+            SELECT *, 1 + coalesce(sum(CASE
+                         WHEN event = 'model_response' THEN coalesce(answer->>'$.eval', '') = ''
+                         ELSE event IN ('model_error', 'budget_stop', 'step_limit') END::INTEGER)
+                       OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS turn
+            FROM so),
+        asked AS (
+            SELECT run_id, session_id, agent_id, turn,
+                   arg_min(data->'$.request.messages', seq) AS messages
+            FROM sn WHERE event = 'model_request' GROUP BY ALL),
+        asked_text AS (
+            SELECT run_id, session_id, agent_id, turn,
+                   list_transform(CAST(messages AS JSON[]), lambda m: m->>'role') AS roles,
+                   CAST(messages AS JSON[]) AS msgs
+            FROM asked),
+        inputs AS (
+            SELECT run_id, session_id, agent_id, turn,
+                   array_to_string(list_transform(
+                       list_slice(msgs, len(roles) + 2 - coalesce(list_position(list_reverse(roles), 'assistant'),
+                                                                 len(roles) + 1), len(msgs)),
+                       lambda m: {_TEXT}), chr(10) || chr(10)) AS input
+            FROM asked_text),
+        sub_turns AS (
+            SELECT run_id, session_id, agent_id, any_value(agent_type) AS agent_type,
+                   any_value(template) AS template, turn,
+                   arg_max(answer->>'$.reply', seq) FILTER (WHERE coalesce(answer->>'$.reply', '') <> '') AS reply,
+                   string_agg(data->>'$.thinking', chr(10) || chr(10) ORDER BY seq)
+                       FILTER (WHERE event = 'model_response' AND coalesce(data->>'$.thinking', '') <> '')
+                       AS thinking,
+                   count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
+                   count(*) FILTER (WHERE event = 'eval') AS evals,
+                   min(ts) AS started_at, max(ts) - min(ts) AS seconds,
+                   coalesce(sum(CAST(data->'$.cost' AS DOUBLE)) FILTER (WHERE event = 'model_response'), 0)
+                       AS cost
+            FROM sn GROUP BY run_id, session_id, agent_id, turn
+            HAVING count(*) FILTER (WHERE event IN ('model_request', 'model_response', 'model_error')) > 0),
+        everyone AS (
+            SELECT run_id, session_id, agent_id, agent_type, template, turn, input, reply, thinking, model_calls,
+                   evals, started_at, seconds, cost FROM primary_turns
+            UNION ALL
+            SELECT t.run_id, t.session_id, t.agent_id, t.agent_type, t.template, t.turn, i.input, t.reply,
+                   t.thinking, t.model_calls, t.evals, t.started_at, t.seconds, t.cost
+            FROM sub_turns t LEFT JOIN inputs i USING (run_id, session_id, agent_id, turn))
+        SELECT e.run_id, {params}, e.session_id, e.agent_id, e.agent_type, e.template, e.turn::BIGINT AS turn,
+               e.input, e.reply, e.thinking, e.model_calls, e.evals, e.started_at, e.seconds, e.cost
+        FROM everyone e LEFT JOIN params p USING (run_id)
+        ORDER BY e.run_id, e.session_id, e.started_at, e.agent_id, e.turn""")
+
+
+def _scores(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
+    """The ``scores`` table: one row per run and judge (``amacs-server judge``), its score.json."""
+    params = ", ".join(f"p.{c}" for c in PARAMS)
+    if any(runs_dir.glob("*/judges/*/score.json")):
+        folder = r"regexp_extract(filename, '([^/\\]+)[/\\]judges[/\\][^/\\]+[/\\][^/\\]+$', 1)"
+        source = (f"SELECT {folder} AS run_id, * EXCLUDE (filename) FROM read_json("
+                  f"{_quote(runs_dir / '*' / 'judges' / '*' / 'score.json')}, format='auto', "
+                  f"columns={_struct(SCORE_COLUMNS)}, filename=true)")
+    else:  # nothing judged yet: the table with its columns
+        source = ("SELECT NULL::VARCHAR AS run_id, " + ", ".join(f"NULL::{t} AS {c}" for c, t in SCORE_COLUMNS.items())
+                  + " WHERE false")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE scores AS
+        SELECT s.run_id, {params}, s.judge, s.score, s.rationale, s.cost, s.model AS judge_model,
+               s.status AS judged, s.error AS judge_error, s.scale_low, s.scale_high, s.input AS judge_input,
+               s.seconds
+        FROM ({source}) s LEFT JOIN params p USING (run_id)
+        ORDER BY s.judge, s.run_id""")
 
 
 def load(runs_dir: Path, *, parquet: bool = False) -> duckdb.DuckDBPyConnection:

@@ -11,6 +11,12 @@ reached it, and the command says so), and resume: a run whose manifest says
 ``done`` is skipped (its cost still counts against the budget), a ``failed``
 or ``running`` one (an interrupted experiment) runs again from nothing.
 
+A run is done only when every turn of its script got the agent's reply; else it
+failed, with the reason in words and the turn it stopped at (:mod:`.outcome`).
+Once :data:`SAME_FAILURES` runs in a row fail for the same reason (a dead
+endpoint, a refused key) no new run starts, and the command says so.  At the end
+it prints one line per reason runs failed for.
+
 Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
 line is wrong; 3 the budget was spent before every run started; 130
 interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
@@ -23,7 +29,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import (
@@ -37,10 +45,13 @@ from rich.progress import (
 from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
-from .runs import Outcome, read_manifest
+from .runs import INTERRUPTED, Outcome, read_manifest
 from .spec import Experiment, Run, SpecError, load
 
 POLL = 0.5  # seconds between redraws while runs go
+# No new run starts once this many runs in a row failed for the same reason (a dead endpoint,
+# a refused key): the rest would fail so too.
+SAME_FAILURES = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,24 +104,56 @@ def _progress(console: Console) -> Progress:
                     TextColumn("ETA"), TimeRemainingColumn(), console=console)
 
 
-def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | None, spent: float,
-            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Run]]:
-    """Run TODO through EXECUTOR, PARALLEL at once, while SPENT (and what finishes) is under BUDGET.
+def failure(outcome: Outcome) -> str:
+    """OUTCOME's reason with the turn it stopped at: ``turn 1: model endpoint unreachable: URL``."""
+    turn = f"turn {outcome.failed_turn}: " if outcome.failed_turn else ""
+    return f"{turn}{outcome.error}"
 
-    Returns the outcomes and the runs never started (the budget was spent)."""
+
+def same_failures(outcomes: list[Outcome]) -> str | None:
+    """The reason the last :data:`SAME_FAILURES` of OUTCOMES all failed for, if they did (C-c aside)."""
+    last = outcomes[-SAME_FAILURES:]
+    if len(last) < SAME_FAILURES or any(o.status != "failed" or o.error == INTERRUPTED for o in last):
+        return None
+    reasons = {o.error for o in last}
+    return last[0].error if len(reasons) == 1 else None
+
+
+class Jobs(Protocol):
+    """What :func:`execute` drives: runs (:class:`~.cluster.Executor`) or judgements, one by one."""
+
+    def submit(self, job: Any) -> None:
+        """Start JOB (it has a ``run_id``)."""
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """The outcomes of jobs that ended, waiting at most TIMEOUT seconds for one."""
+
+    def close(self) -> None:
+        """Stop: start nothing more."""
+
+
+def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | None, spent: float,
+            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Any], str | None]:
+    """Run TODO through EXECUTOR, PARALLEL at once, while SPENT (and what finishes) is under BUDGET
+    and runs do not keep failing for one reason.
+
+    Returns the outcomes, the runs never started, and the reason that stopped them early (None: the
+    budget, or nothing, stopped them)."""
     queue = list(todo)
     outcomes: list[Outcome] = []
     running = 0
+    stopped: str | None = None
     with _progress(console) as progress:
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
         try:
             while queue or running:
-                while queue and running < parallel and (budget is None or spent < budget):
+                while (queue and running < parallel and (budget is None or spent < budget)
+                       and stopped is None):
                     executor.submit(queue.pop(0))
                     running += 1
                 if not running:
-                    break  # the budget is spent and nothing is going
+                    break  # the budget is spent, or runs keep failing, and nothing is going
                 progress.update(bar, running=running)
                 for outcome in executor.finished(POLL):
                     running -= 1
@@ -119,12 +162,28 @@ def execute(todo: list[Run], executor: Executor, parallel: int, budget: float | 
                     failed = sum(o.status == "failed" for o in outcomes)
                     done = total - len(todo) + len(outcomes) - failed
                     progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
-                    why = f"  {outcome.error}" if outcome.error else ""
+                    why = f"  {failure(outcome)}" if outcome.error else ""
                     progress.console.print(f"{outcome.status:6} {outcome.run_id}  ${outcome.cost:.4f}  "
-                                           f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False)
+                                           f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
+                                           style="red" if outcome.status == "failed" else None)
+                    stopped = stopped or same_failures(outcomes)
         finally:
             executor.close()
-    return outcomes, queue
+    return outcomes, queue, stopped
+
+
+def summary(outcomes: list[Outcome]) -> list[str]:
+    """One line per reason runs failed for: how many, at which turns, the reason."""
+    by_reason: dict[str, list[Outcome]] = {}
+    for outcome in outcomes:
+        if outcome.status == "failed":
+            by_reason.setdefault(outcome.error or "?", []).append(outcome)
+    lines = []
+    for reason, runs in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        turns = sorted({o.failed_turn for o in runs if o.failed_turn})
+        at = f" (at turn {', '.join(map(str, turns))})" if turns else ""
+        lines.append(f"  {len(runs)} {'run' if len(runs) == 1 else 'runs'} failed{at}: {reason}")
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -157,7 +216,7 @@ def main(argv: list[str]) -> int:
                           else LocalExecutor(runs_dir, parallel))
     console = Console(stderr=True)
     try:
-        outcomes, left = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted; run the same command again to resume.", flush=True)
         return 130
@@ -165,7 +224,13 @@ def main(argv: list[str]) -> int:
     failed = [o for o in outcomes if o.status == "failed"]
     print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
           f"{len(failed)} failed, ${spent:.4f} spent", flush=True)
-    if left:
-        print(f"Budget spent: ${spent:.4f} of ${budget:.4f}; {len(left)} runs not started "
+    for line in summary(outcomes):
+        print(line, flush=True)
+    if stopped is not None and left:
+        print(f"Stopped early: the last {SAME_FAILURES} runs failed the same way ({stopped}); "
+              f"{len(left)} runs not started. Fix the cause and run the same command again to resume.",
+              flush=True)
+    elif left:
+        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f}; {len(left)} runs not started "
               "(re-run with a larger --budget to run them).", flush=True)
     return 1 if failed else 3 if left else 0

@@ -66,7 +66,12 @@ class Page:
     def render(self, title: str) -> str:
         style = ("body{font-family:sans-serif;margin:24px;max-width:1300px}"
                  "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-                 "th{background:#f3f3f3}td:first-child{text-align:left}.note{color:#555}")
+                 "th{background:#f3f3f3}td:first-child{text-align:left}.note{color:#555}"
+                 ".failures{color:#b00000;border:2px solid #d62728;padding:4px 12px;margin:12px 0}"
+                 ".failures th{color:#b00000}"
+                 ".arms{display:grid;gap:12px}.arm h3{font-size:15px;margin:4px 0}"
+                 ".reply{border:1px solid #ddd;padding:6px;margin:6px 0;font-size:13px;white-space:pre-wrap}"
+                 ".reply summary{cursor:pointer}.reply .full{margin-top:6px;border-top:1px solid #eee}")
         return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'>"
                 f"<meta name='amacs-figures' content='{self.figures}'>"
                 f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
@@ -95,20 +100,62 @@ def _by_type_bars(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, t
     for kind in sorted({r[0] for r in rows if r[0] is not None}):
         per = {arm: v for k, arm, v in rows if k == kind}
         fig.add_trace(go.Bar(name=kind, x=arms, y=[per.get(a, 0) for a in arms], marker_color=_color(kind)))
-    fig.update_layout(barmode="stack", title=title, yaxis_title=unit, legend_title="agent type")
+    fig.update_layout(barmode="stack", title=title, yaxis_title=unit, legend_title="agent type",
+                      xaxis={"type": "category"})
+    _nonnegative(fig, [v or 0 for *_k, v in rows])
+    _no_data(fig, arms, {arm for _k, arm, v in rows if v}, "nothing answered")
     return fig
 
 
-def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str) -> go.Figure:
+def _nonnegative(fig: go.Figure, values: list[float]) -> None:
+    """FIG's y axis from zero up (a count or a cost is never negative); 0..1 when every value is 0."""
+    if max(values, default=0) <= 0:
+        fig.update_layout(yaxis_range=[0, 1])
+    else:
+        fig.update_layout(yaxis_rangemode="tozero")
+
+
+def _no_data(fig: go.Figure, arms: list[str], with_data: set[str], words: str) -> None:
+    """Say WORDS over each arm of ARMS not in WITH_DATA (its runs left nothing to draw), its label kept."""
+    empty = [a for a in arms if a not in with_data]
+    if not empty:
+        return
+    fig.add_trace(go_bar(arms))
+    fig.update_layout(annotations=[*fig.layout.annotations, *(  # type: ignore[attr-defined]
+        {"x": arm, "y": 0, "yref": "y", "text": words, "showarrow": False, "yanchor": "bottom",
+         "font": {"color": "#d62728"}} for arm in empty)])
+
+
+def go_bar(arms: list[str]) -> go.Bar:
+    """An invisible bar per arm: every arm keeps its place on a category axis."""
     import plotly.graph_objects as go
 
-    rows = _rows(con, f"SELECT arm, run_id, {value} FROM runs ORDER BY arm, rep, run_id")
+    return go.Bar(x=arms, y=[0] * len(arms), showlegend=False, hoverinfo="skip")
+
+
+def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str) -> go.Figure:
+    """A box per arm over its done runs, every run a point; failed runs red crosses beside it (hover: why)."""
+    import plotly.graph_objects as go
+
+    rows = _rows(con, f"""SELECT arm, run_id, {value}, status = 'done', coalesce(error, status)
+                          FROM runs ORDER BY arm, rep, run_id""")
     fig = go.Figure()
     for arm in arms:
-        mine = [(run, v) for a, run, v in rows if a == arm]
-        fig.add_trace(go.Box(name=arm, y=[v for _r, v in mine], text=[r for r, _v in mine], boxpoints="all",
-                             jitter=0.4, pointpos=0, hovertemplate="%{text}: %{y}<extra></extra>"))
-    fig.update_layout(title=title, yaxis_title=unit, showlegend=False, yaxis_rangemode="tozero")
+        mine = [(run, v) for a, run, v, done, _e in rows if a == arm and v is not None and done]
+        fig.add_trace(go.Box(name=arm, x=[arm] * len(mine), y=[v for _r, v in mine], text=[r for r, _v in mine],
+                             boxpoints="all", jitter=0.4, pointpos=0, marker_color="#1f77b4",
+                             hovertemplate="%{text}: %{y}<extra></extra>"))
+    failed = [(a, run, v, why) for a, run, v, done, why in rows if not done and v is not None]
+    if failed:
+        fig.add_trace(go.Scatter(name="failed run", mode="markers", x=[f[0] for f in failed],
+                                 y=[f[2] for f in failed], text=[f"{f[1]} failed: {f[3]}" for f in failed],
+                                 marker={"symbol": "x", "size": 9, "color": "#d62728"},
+                                 hovertemplate="%{text}: %{y}<extra></extra>"))
+    fig.update_layout(title=title, yaxis_title=unit, showlegend=False, xaxis={"type": "category"})
+    _nonnegative(fig, [r[2] for r in rows if r[2] is not None])
+    done_arms = {a for a, _r, v, done, _e in rows if v is not None and done}
+    _no_data(fig, [a for a in arms if any(r[0] == a for r in failed)], done_arms, "no run done (red: failed)")
+    _no_data(fig, [a for a in arms if not any(r[0] == a for r in failed)], done_arms, "no data")
     return fig
 
 
@@ -256,6 +303,123 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     return fig
 
 
+def _failures(page: Page, con: duckdb.DuckDBPyConnection) -> None:
+    """First on the page, in red: the runs that failed, one row per reason (how many, at which turns, which)."""
+    rows = _rows(con, """
+        SELECT coalesce(error, 'still ' || status || ': no reason recorded'), count(*), string_agg(DISTINCT failed_turn::VARCHAR, ', '),
+               string_agg(run_id, ', ' ORDER BY run_id)
+        FROM runs WHERE status <> 'done' GROUP BY 1 ORDER BY 2 DESC, 1""")
+    if not rows:
+        return
+    total = _rows(con, "SELECT count(*) FROM runs")[0][0]
+    failed = sum(r[1] for r in rows)
+    page.html(f"<div class='failures'><h2 id='failures'>{failed} of {total} runs failed</h2>"
+              "<p>A run is done only when every turn of its script got the agent's reply. "
+              "These did not (their data below is what they left):</p>"
+              + _table(["reason", "runs", "stopped at turn", "runs (ids)"],
+                       [(reason, n, turns or "", ids if len(ids) < 400 else ids[:400] + " ...")
+                        for reason, n, turns, ids in rows]) + "</div>")
+
+
+SAMPLE = 3  # final replies shown per arm
+SHORT = 280  # characters of a reply shown before it is opened
+
+
+def _final_replies(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
+    """The primary's last reply of a few runs of each arm, the arms side by side; the full text on click."""
+    rows = _rows(con, """
+        WITH last AS (
+            SELECT run_id, arg_max(reply, turn) AS reply, max(turn) AS turn
+            FROM turns WHERE agent_type = 'primary' GROUP BY run_id)
+        SELECT r.arm, r.run_id, r.status, l.turn, l.reply,
+               row_number() OVER (PARTITION BY r.arm ORDER BY r.status <> 'done', r.rep, r.run_id) AS n
+        FROM runs r LEFT JOIN last l USING (run_id) ORDER BY r.arm, n""")
+    columns = []
+    for arm in arms:
+        mine = [r for r in rows if r[0] == arm]
+        cells = []
+        for _arm, run, status, turn, reply, _n in mine[:SAMPLE]:
+            text = reply or "(no reply)"
+            head = html.escape(text if len(text) <= SHORT else text[:SHORT] + " ...")
+            where = f"{run}" + (f", turn {turn}" if turn else "") + ("" if status == "done" else f" ({status})")
+            cells.append(f"<details class='reply'><summary><b>{html.escape(where)}</b><br>{head}</summary>"
+                         f"<div class='full'>{html.escape(text)}</div></details>")
+        more = f"<p class='note'>{len(mine) - SAMPLE} more runs: the turns table has them all.</p>" \
+            if len(mine) > SAMPLE else ""
+        columns.append(f"<div class='arm'><h3>{html.escape(arm)}</h3>{''.join(cells)}{more}</div>")
+    page.html(f"<div class='arms' style='grid-template-columns:repeat({max(1, len(arms))}, 1fr)'>"
+              + "".join(columns) + "</div>")
+
+
+BOOTSTRAP = 2000  # resamples for a mean's 95% interval
+
+
+def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the means of RESAMPLES resamples of VALUES (with replacement),
+    seeded: the same report for the same data.  One value: that value twice."""
+    import random
+
+    if not values:
+        raise ValueError("no values")
+    if len(values) == 1:
+        return values[0], values[0]
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(rng.choices(values, k=n)) / n for _ in range(resamples))
+    return means[int(0.025 * (resamples - 1))], means[int(round(0.975 * (resamples - 1)))]
+
+
+def _scores(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
+    """Per judge: each arm's mean score with its bootstrap 95% interval, every run a point; a table of them."""
+    import plotly.graph_objects as go
+
+    judges = _rows(con, """SELECT judge, min(scale_low), max(scale_high), count(*) FILTER (WHERE judged = 'done'),
+                                  count(*) FILTER (WHERE judged <> 'done'), sum(cost)
+                           FROM scores GROUP BY judge ORDER BY judge""")
+    if not judges:
+        return
+    page.section("Scores", "Each judge's scores per arm (amacs-server judge RUNS_DIR JUDGE): every judged run a "
+                           f"point (hover: its rationale); the diamond is the arm's mean, the bar its bootstrap 95% "
+                           f"interval ({BOOTSTRAP} resamples).")
+    table = []
+    for judge, low, high, n_done, n_failed, cost in judges:
+        rows = _rows(con, """SELECT arm, run_id, score, rationale FROM scores
+                             WHERE judge = ? AND judged = 'done' AND score IS NOT NULL ORDER BY arm, run_id""", judge)
+        fig = go.Figure()
+        means, lows, highs, named = [], [], [], []
+        for arm in arms:
+            mine = [r for r in rows if r[0] == arm]
+            if not mine:
+                continue
+            values = [float(r[2]) for r in mine]
+            mean = sum(values) / len(values)
+            lo, hi = bootstrap_interval(values)
+            named.append(arm)
+            means.append(mean)
+            lows.append(mean - lo)
+            highs.append(hi - mean)
+            table.append((judge, arm, len(values), mean, lo, hi))
+            fig.add_trace(go.Box(name=arm, x=[arm] * len(values), y=values, boxpoints="all", jitter=0.3,
+                                 pointpos=0, fillcolor="rgba(0,0,0,0)", line={"color": "rgba(0,0,0,0)"},
+                                 marker={"color": "#1f77b4", "opacity": 0.6}, showlegend=False,
+                                 text=[f"{r[1]}: {html.escape(str(r[3])[:200])}" for r in mine],
+                                 hovertemplate="%{text}<br>score %{y}<extra></extra>"))
+        fig.add_trace(go.Scatter(name="mean, 95% interval", x=named, y=means, mode="markers",
+                                 marker={"symbol": "diamond", "size": 12, "color": "#d62728"},
+                                 error_y={"type": "data", "symmetric": False, "array": highs, "arrayminus": lows,
+                                          "thickness": 2, "width": 10, "color": "#d62728"},
+                                 hovertemplate="%{x}: mean %{y:.2f}<extra></extra>"))
+        fig.update_layout(title=f"{judge}: score per arm ({n_done} runs judged"
+                                + (f", {n_failed} failed" if n_failed else "") + f"; ${cost or 0:.4f})",
+                          yaxis={"title": f"score ({low} to {high})", "range": [low - 0.5, high + 0.5],
+                                 "dtick": 1},
+                          boxmode="overlay",
+                          xaxis={"type": "category", "categoryorder": "array", "categoryarray": arms})
+        _no_data(fig, arms, set(named), "not judged")
+        page.figure(fig)
+    page.html(_table(["judge", "arm", "runs judged", "mean score", "95% interval low", "95% interval high"], table))
+
+
 def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
     """WANTED if given (each must exist); else the run with the most agents, the dearest, the first."""
     have = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
@@ -274,6 +438,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     """The page for the dataset in CON."""
     page = Page()
     arms = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    _failures(page, con)
     status = _rows(con, "SELECT coalesce(status, '?'), count(*), sum(coalesce(cost, model_cost)) FROM runs GROUP BY 1 ORDER BY 1")
     page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
               + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
@@ -286,6 +451,11 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    avg(coalesce(cost, model_cost)), avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT
             FROM runs GROUP BY arm ORDER BY arm""")))
+    page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
+                                  "runs first); click one for its full text. Every turn of every agent is in the "
+                                  "dataset's turns table.")
+    _final_replies(page, con, arms)
+    _scores(page, con, arms)
     page.section("Cost and tokens per arm and agent type", "Mean per run of the arm, stacked by agent type.")
     page.figure(_by_type_bars(con, arms, "a.cost", "Cost per run by agent type", "dollars per run"))
     page.figure(_by_type_bars(con, arms, "a.input_tokens + a.output_tokens", "Tokens per run by agent type",
@@ -298,6 +468,12 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     errors, blocks = _evals_and_blocks(con, arms)
     page.figure(errors)
     page.figure(blocks)
+    page.section("MCP tools", "Tool calls per arm (the dataset's tool_calls table): calls, the runs that made "
+                              "them, errors, calls a compulsion blocked, and the median seconds of a call.")
+    page.html(_table(["arm", "server/tool", "calls", "runs", "errors", "blocked", "median s"], _rows(con, """
+        SELECT arm, server || '/' || tool, count(*), count(DISTINCT run_id),
+               count(*) FILTER (WHERE NOT ok AND NOT blocked), count(*) FILTER (WHERE blocked), median(seconds)
+        FROM tool_calls GROUP BY 1, 2 ORDER BY 1, 2""") or [("no tool calls in these runs", "", "", "", "", "", "")]))
     page.section("Agent trees", "Parent to child, left to right; hover for state, model calls and cost.")
     for run in runs:
         page.figure(_tree(con, run), height=420)

@@ -6,8 +6,9 @@ the variant's skills into ``home/skills/``, and starts a batch Emacs that loads
 ``amacs-batch.el`` (package data of the server) and drives ``*amacs-shell*`` as a
 person would: the shell starts the server (``sys.executable -m amacs_server``)
 with ``AMACS_HOME=<run>/home``, each turn is typed and waited for, then Emacs
-stops the server and exits.  The manifest then says ``done`` (every turn ended)
-or ``failed`` (with the reason), with the cost and the seconds.
+stops the server and exits.  The manifest then says ``done`` when every turn got
+the agent's reply (read from the transcripts: :mod:`.outcome`), else ``failed``
+with the reason in words and ``failed_turn``, with the cost and the seconds.
 
 The cost of a run is read from its transcripts: the sum of ``data.cost`` of
 every ``model_response`` event in ``home/transcripts/*.jsonl`` (every agent's
@@ -29,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .outcome import verdict
 from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
@@ -51,6 +53,7 @@ class Outcome:
     started_at: float
     ended_at: float
     error: str | None = None
+    failed_turn: int | None = None  # the first turn of the script without the agent's reply
 
 
 def elisp_dir() -> Path:
@@ -83,6 +86,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "cost": outcome.cost if outcome else 0.0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
         "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
+        "failed_turn": outcome.failed_turn if outcome else None,
     }
 
 
@@ -203,6 +207,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
     write_manifest(folder, manifest(run, "running", started))
     error: str | None = None
     turns_done = 0
+    failed_turn: int | None = None
     try:
         _copy_skills(run, home)
         batch = folder / "batch.json"
@@ -225,20 +230,24 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
                 error = INTERRUPTED
             elif code is None:
                 code, error = -1, f"timed out after {run.timeout:g} s"
+        said_error: str | None = None
         try:
             said = json.loads(result.read_text(encoding="utf-8"))
-            turns_done = int(said.get("turns_done") or 0)
-            error = error or said.get("error")
+            said_error = said.get("error") if isinstance(said.get("error"), str) else None
         except (OSError, ValueError):
             pass
-        if error is None and (code != 0 or turns_done < len(run.turns)):
-            error = f"Emacs exited {code} after {turns_done} of {len(run.turns)} turns (see emacs.log)"
+        if error is None and code != 0:
+            error = (f"timed out after {run.timeout:g} s" if said_error and "did not end within" in said_error
+                     else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
+        judged = verdict(home, len(run.turns), run.base_url, killed=error)
+        turns_done, failed_turn = judged.replied, judged.failed_turn
+        error = error if error == INTERRUPTED else judged.reason
     except OSError as err:
         error = f"could not run: {err}"
     ended = time.time()
     cost, _ = transcript_totals(home)
     outcome = Outcome(run_id=run.run_id, status="failed" if error else "done", cost=round(cost, 6),
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
-                      ended_at=ended, error=error)
+                      ended_at=ended, error=error, failed_turn=failed_turn if error else None)
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
     return outcome

@@ -229,3 +229,18 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
     ]
     return Experiment(path=path, spec=spec, runs=runs)
+
+
+def models_of(path: Path, env: dict[str, str] | None = None) -> dict[str, ModelEntry]:
+    """The ``[[models]]`` of the spec at PATH by name, ``${VAR}`` expanded from ENV (the rest unchecked:
+    a spec copied into a runs folder names its skill folders relative to where it was)."""
+    env = dict(os.environ if env is None else env)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        models = [ModelEntry.model_validate(m) for m in raw.get("models", [])]
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read it: {err.strerror}") from err
+    except (tomllib.TOMLDecodeError, ValidationError, TypeError, AttributeError) as err:
+        raise SpecError(f"{path}: its models cannot be read: {err}") from err
+    return {m.name: m.model_copy(update={"base_url": _expand(m.base_url, f"{path}: models[{n}].base_url", env)
+                                         if m.base_url else None}) for n, m in enumerate(models)}

@@ -96,6 +96,45 @@ def test_the_shipped_experiment_runs_against_the_fake(tmp_path):
         templates = sorted(variant_templates(spec, m["variant"], copy / "debate.toml"))
         assert len(templates) == {"two-views": 2, "three-views": 3}[m["variant"]]
         check_debate(runs_dir / m["run_id"] / "home", templates, question)
+    check_turns(runs_dir, manifests)
+
+
+def chat_turns(home: Path) -> list[tuple[str, str]]:
+    """(the person's input, the agent's replies joined by blank lines) per turn of HOME's agent-chat.org."""
+    from amacs_server.persistence.chat_log import ChatLog
+
+    turns: list[tuple[str, list[str]]] = []
+    for entry in ChatLog(home / "agent-chat.org").read():
+        if entry.human is not None:
+            turns.append((entry.human, []))
+        if entry.agent and turns:
+            turns[-1][1].append(entry.agent)
+    return [(human, "\n\n".join(replies)) for human, replies in turns]
+
+
+def check_turns(runs_dir: Path, manifests: list[dict]) -> None:
+    """The dataset's turns table, run by run: the primary's rows are agent-chat.org's turns word for word;
+    each viewpoint's row is what the primary asked it and the reply in its transcript's model response."""
+    from amacs_server.research.dataset import load
+
+    con = load(runs_dir)
+    for m in manifests:
+        home = runs_dir / m["run_id"] / "home"
+        rows = con.execute("SELECT agent_id, agent_type, template, turn, input, reply, model_calls, cost, variant "
+                           "FROM turns WHERE run_id = ? ORDER BY agent_id, turn", [m["run_id"]]).fetchall()
+        primary = [(r[4], r[5]) for r in rows if r[0] == "primary"]
+        assert primary == chat_turns(home) and [p[0] for p in primary] == m["turns"], (primary, chat_turns(home))
+        assert FINAL_MARK in primary[-1][1]
+        events = transcript_events(home)
+        views = sorted({e["agent_id"] for e in events if e["agent_type"] == "viewpoint"})
+        assert views and [r[0] for r in rows if r[1] == "viewpoint"] == views  # one turn each
+        for row in (r for r in rows if r[1] == "viewpoint"):
+            said = [json.loads(e["data"]["raw"])["reply"] for e in events
+                    if e["agent_id"] == row[0] and e["event"] == "model_response"]
+            assert [row[5]] == said, (row, said)
+            assert row[4].startswith("[primary] Should cities ban cars from their centres?"), row
+            assert row[6] == 1 and row[7] > 0 and row[8] == m["variant"], row
+    con.close()
 
 
 def test_readme_experiment_commands_run_as_written():

@@ -257,8 +257,8 @@ def test_progress_line_reads_plainly():
 
     screen = StringIO()
     console = Console(file=screen, width=160, force_terminal=True, color_system=None)
-    outcomes, left = execute([Run(n) for n in range(10)], Instant(), 4, None, 0.0, 10, "debate", console)
-    assert len(outcomes) == 10 and not left
+    outcomes, left, stopped = execute([Run(n) for n in range(10)], Instant(), 4, None, 0.0, 10, "debate", console)
+    assert len(outcomes) == 10 and not left and stopped is None
     last = screen.getvalue().replace("\r", "\n").splitlines()
     final = [line for line in last if "debate (10 runs)" in line][-1]
     assert "10 done · 0 running · 0 failed · $0.49" in final, final

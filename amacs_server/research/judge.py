@@ -1,0 +1,401 @@
+"""``amacs-server judge RUNS_DIR JUDGE``: score every done run of an experiment with a judge.
+
+    amacs-server judge RUNS_DIR JUDGE [--parallel N] [--budget USD] [--model M]
+
+A judge is a skill of kind ``judge``: a ``SKILL.md`` whose body is the rubric
+and whose frontmatter declares ``scale: LOW-HIGH`` (whole numbers), ``input:
+final`` (the person's turns and the primary agent's last reply) or ``input:
+turns`` (every turn of every agent: who was asked what, and what it replied),
+and optionally its own ``model:``.  JUDGE is the name of a shipped judge
+(``skills/<name>/``) or a folder holding a ``SKILL.md``.
+
+For each done run the judge is an agent of its own: one model call (its system
+prompt the rubric and the answer's form, its message the run's words), with
+the experiment's model (the run's backend, endpoint and model) unless the judge
+or ``--model`` names another; a reply that is not the JSON asked for is asked
+again, twice at most.  Its transcript, as any agent's, is
+``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``; its result,
+``.../score.json`` (``score``, ``rationale``, ``cost``, ``status`` done or
+failed, ``error``), which the dataset loads as the ``scores`` table and the
+report draws per arm with bootstrap 95% intervals.
+
+Runs are judged N at once (default the spec's ``parallel``) through the
+experiment's loop: the same progress bar and total budget (no judge call starts
+once the judged runs have cost ``--budget``), and resume: a run already scored
+by this judge is skipped, its cost counted.  Exit status as the experiment's:
+0 every run judged; 1 some judgement failed; 2 a wrong judge or command line;
+3 the budget was spent first; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..config import builtin_skills_dir
+from ..errors import AmacsError
+from ..skills import SKILL_NAME, parse_frontmatter
+from .runs import Outcome
+
+SCORE = "score.json"
+TRANSCRIPT = "judge"  # judges/<judge>/judge.jsonl
+RETRIES = 2
+INPUTS = ("final", "turns")
+ANSWER = re.compile(r"\{.*\}", re.S)
+MAX_TOKENS = 1024
+TIMEOUT = 300.0
+
+
+class JudgeError(AmacsError, ValueError):
+    """The judge cannot be used: the message names its file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Judge:
+    """A judge skill, read and checked."""
+
+    name: str
+    rubric: str
+    low: int
+    high: int
+    input: str
+    model: str | None
+    path: Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to judge (picklable): its id, the words the judge reads, and the model to ask."""
+
+    run_id: str
+    material: str
+    backend: str
+    model: str
+    base_url: str | None
+
+
+def find_judge(name_or_path: str) -> Path:
+    """The SKILL.md of the judge NAME_OR_PATH: a folder (or its SKILL.md), else a shipped judge's name."""
+    given = Path(name_or_path)
+    if given.is_file():
+        return given
+    if (given / "SKILL.md").is_file():
+        return given / "SKILL.md"
+    if SKILL_NAME.fullmatch(name_or_path) and (builtin_skills_dir() / name_or_path / "SKILL.md").is_file():
+        return builtin_skills_dir() / name_or_path / "SKILL.md"
+    shipped = sorted(p.parent.name for p in builtin_skills_dir().glob("*/SKILL.md")
+                     if parse_frontmatter(p.read_text(encoding="utf-8"))[0].get("kind") == "judge")
+    raise JudgeError(f"no judge {name_or_path!r}: give a folder with a SKILL.md, or one of the shipped judges: "
+                     f"{', '.join(shipped) or '(none)'}")
+
+
+def read_judge(path: Path) -> Judge:
+    """The judge in the SKILL.md at PATH, checked: kind judge, a scale, what it reads."""
+    fields, body = parse_frontmatter(path.read_text(encoding="utf-8"))
+    if fields.get("kind") != "judge":
+        raise JudgeError(f"{path}: kind: must be judge, got {fields.get('kind', '(none)')!r}")
+    scale = re.fullmatch(r"\s*(-?\d+)\s*-\s*(-?\d+)\s*", fields.get("scale", ""))
+    if not scale or int(scale.group(1)) >= int(scale.group(2)):
+        raise JudgeError(f"{path}: scale: must be LOW-HIGH, whole numbers, LOW below HIGH (e.g. 1-5), "
+                         f"got {fields.get('scale', '(none)')!r}")
+    reads = fields.get("input", "final")
+    if reads not in INPUTS:
+        raise JudgeError(f"{path}: input: must be final or turns, got {reads!r}")
+    if not body.strip():
+        raise JudgeError(f"{path}: the rubric (the text after the frontmatter) is empty")
+    return Judge(name=fields.get("name") or path.parent.name, rubric=body.strip(), low=int(scale.group(1)),
+                 high=int(scale.group(2)), input=reads, model=fields.get("model") or None, path=path)
+
+
+def system_prompt(judge: Judge) -> str:
+    """What the judge agent is told: the rubric, then the form of its answer."""
+    return (f"You are a judge of an AMACS experiment: you score one run of it by this rubric.\n\n{judge.rubric}\n\n"
+            f"Answer with one JSON object and nothing else: "
+            f'{{"score": <a whole number from {judge.low} to {judge.high}>, '
+            f'"rationale": "<why, in two or three sentences>"}}')
+
+
+def material(judge: Judge, turns: list[tuple[Any, ...]]) -> str:
+    """The words of one run the judge reads, from its rows of the ``turns`` table
+    (agent_id, agent_type, template, turn, input, reply), in order."""
+    if judge.input == "final":
+        primary = [t for t in turns if t[1] == "primary"]
+        asked = "\n\n".join(f"[turn {t[3]}] {t[4]}" for t in primary)
+        final = next((t[5] for t in reversed(primary) if t[5]), None)
+        return (f"<question>\n{asked}\n</question>\n\n<final-reply>\n{final or '(no reply)'}\n</final-reply>")
+    parts = []
+    for agent_id, agent_type, template, turn, asked, reply in turns:
+        parts.append(f'<turn agent="{agent_id}" type="{agent_type}" template="{template}" n="{turn}">\n'
+                     f"<asked>\n{asked or ''}\n</asked>\n<reply>\n{reply or '(no reply)'}\n</reply>\n</turn>")
+    return "\n\n".join(parts)
+
+
+def read_answer(text: str, judge: Judge) -> tuple[int, str]:
+    """The score and rationale in the judge's TEXT; ValueError (what is wrong) if it has none."""
+    found = ANSWER.search(text or "")
+    if not found:
+        raise ValueError("no JSON object in the answer")
+    try:
+        answer = json.loads(found.group(0))
+    except ValueError as err:
+        raise ValueError(f"not JSON: {err}") from err
+    score = answer.get("score") if isinstance(answer, dict) else None
+    if isinstance(score, bool) or not isinstance(score, int | float) or score != int(score):
+        raise ValueError(f"score must be a whole number, got {score!r}")
+    if not judge.low <= score <= judge.high:
+        raise ValueError(f"score must be from {judge.low} to {judge.high}, got {score}")
+    return int(score), str(answer.get("rationale") or "")
+
+
+def _backend(job: Job) -> Any:
+    """The model backend JOB asks, with the key from the environment."""
+    if job.backend == "openai":
+        from ..inference.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(os.environ.get("OPENAI_API_KEY"), job.base_url, TIMEOUT)
+    from ..inference.anthropic_backend import AnthropicBackend
+
+    return AnthropicBackend(os.environ.get("ANTHROPIC_API_KEY"), job.base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+                            TIMEOUT)
+
+
+async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
+    """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
+    from ..inference.anthropic_backend import build_request
+    from ..inference.pricing import cost
+    from ..inference.retry import InferenceError
+    from ..persistence.transcript import AgentIdentity, Transcript
+    from ..state.consciousness import ApiSettings
+
+    keys = tuple(v for k, v in os.environ.items() if k.endswith("_API_KEY") and v)
+    transcript = Transcript(folder, TRANSCRIPT, secrets=keys)
+    me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
+    transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
+                                     "scale": [judge.low, judge.high]}, agent=me)
+    backend = _backend(job)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
+    spent, error, score, rationale = 0.0, None, None, ""
+    try:
+        for attempt in range(RETRIES + 1):
+            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS))
+            transcript.write("model_request", {"request": request}, agent=me)
+            try:
+                result = await backend.complete(request, stream=False)
+            except InferenceError as err:
+                transcript.write("model_error", {"error": str(err)}, agent=me)
+                from .outcome import model_error_words
+
+                error = model_error_words(str(err), job.base_url)
+                break
+            dollars = cost(job.model, result.usage)
+            spent += dollars
+            transcript.write("model_response", {
+                "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
+                "cost": dollars, "latency_ms": result.latency_ms, "thinking": ""}, agent=me)
+            try:
+                score, rationale = read_answer(result.text, judge)
+                error = None
+                break
+            except ValueError as err:
+                error = "score never parsed"
+                transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=me)
+                messages += [{"role": "assistant", "content": result.text or "(empty)"},
+                             {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
+                                                         "the one JSON object asked for, and nothing else."}]
+    finally:
+        await backend.aclose()
+        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": spent,
+                                       "score": score}, agent=me)
+        transcript.close()
+    return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
+            "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
+            "score": score, "rationale": rationale, "cost": round(spent, 8), "error": error}
+
+
+def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
+    """Judge JOB into ``RUNS_DIR/<run>/judges/<judge>/`` (made afresh); its outcome (never raises for a
+    judgement that goes wrong: that is a failed one)."""
+    folder = runs_dir / job.run_id / "judges" / judge.name
+    for old in (folder / SCORE, folder / f"{TRANSCRIPT}.jsonl"):
+        old.unlink(missing_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    try:
+        result = asyncio.run(_ask(judge, job, folder))
+    except Exception as err:  # noqa: BLE001 - a judgement that broke is a failed one, said so
+        result = {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
+                  "scale_high": judge.high, "input": judge.input, "status": "failed", "score": None,
+                  "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
+    ended = time.time()
+    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3))
+    (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
+    return Outcome(run_id=job.run_id, status=result["status"], cost=float(result["cost"]),
+                   seconds=result["seconds"], turns_done=int(result["status"] == "done"), started_at=started,
+                   ended_at=ended, error=result["error"])
+
+
+class JudgeExecutor:
+    """Each judgement in a thread of this process (its model call is the time it takes)."""
+
+    def __init__(self, judge: Judge, runs_dir: Path, parallel: int) -> None:
+        self.judge, self.runs_dir = judge, runs_dir
+        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-judge")
+        self.going: dict[Future[Outcome], Job] = {}
+
+    def submit(self, job: Job) -> None:
+        """Start judging JOB."""
+        self.going[self.pool.submit(judge_one, self.judge, job, self.runs_dir)] = job
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """Outcomes of the judgements that ended."""
+        if not self.going:
+            return []
+        done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
+        return [future.result() for future in done if self.going.pop(future, None) is not None]
+
+    def close(self) -> None:
+        """Start nothing more; the calls going end on their own (a score not written is asked again)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _models(runs_dir: Path) -> dict[str, tuple[str, str | None]]:
+    """The experiment's models by name: (backend, base_url), from its spec copied into RUNS_DIR."""
+    from .spec import SpecError, models_of
+
+    if not (runs_dir / "experiment.toml").is_file():
+        return {}
+    try:
+        models = models_of(runs_dir / "experiment.toml")
+    except SpecError as err:  # e.g. ${ANTHROPIC_BASE_URL} not set: never fall back to a paid endpoint
+        raise JudgeError(f"the experiment's models cannot be read: {err}") from err
+    return {name: (m.backend, m.base_url) for name, m in models.items()}
+
+
+def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[str], float]:
+    """The done runs of RUNS_DIR still to judge, those not done (skipped), and the cost of earlier scores."""
+    from .dataset import load
+
+    con = load(runs_dir)
+    try:
+        runs = con.execute("SELECT run_id, status, model, backend, model_name FROM runs ORDER BY run_id").fetchall()
+        rows = con.execute("""SELECT run_id, agent_id, agent_type, template, turn, input, reply FROM turns
+                              ORDER BY run_id, started_at, agent_id, turn""").fetchall()
+    finally:
+        con.close()
+    turns: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        turns.setdefault(row[0], []).append(row[1:])
+    models = _models(runs_dir)
+    todo, skipped, spent = [], [], 0.0
+    for run_id, status, model_key, backend, model_name in runs:
+        if status != "done":
+            skipped.append(run_id)
+            continue
+        earlier = _read_json(runs_dir / run_id / "judges" / judge.name / SCORE)
+        if earlier and earlier.get("status") == "done":
+            spent += float(earlier.get("cost") or 0.0)
+            continue
+        backend_of, base_url = models.get(model_key, (backend or "anthropic", None))
+        todo.append(Job(run_id=run_id, material=material(judge, turns.get(run_id, [])), backend=backend_of,
+                        model=model or judge.model or model_name or "claude-sonnet-4-5", base_url=base_url))
+    return todo, skipped, spent
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in the file at PATH, or None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def main(argv: list[str]) -> int:
+    """The ``judge`` command; see the module's docstring for the exit status."""
+    from .experiment import execute, summary
+
+    parser = argparse.ArgumentParser(prog="amacs-server judge",
+                                     description="Score every done run of RUNS_DIR with a judge skill.")
+    parser.add_argument("runs_dir", type=Path, help="an experiment's runs folder (RUNS_DIR/<run-id>/manifest.json)")
+    parser.add_argument("judge", help="a shipped judge's name (answer-quality, viewpoints-used) or a folder "
+                                      "with its SKILL.md")
+    parser.add_argument("--parallel", type=int, help="judgements at once (default: the experiment's parallel)")
+    parser.add_argument("--budget", type=float, help="dollars for this judge over all runs (default: no limit)")
+    parser.add_argument("--model", help="the model every judgement asks (default: the judge's model:, "
+                                        "else the run's)")
+    args = parser.parse_args(argv)
+    try:
+        judge = read_judge(find_judge(args.judge))
+    except (JudgeError, OSError) as err:
+        print(f"amacs-server judge: {err}", file=sys.stderr)
+        return 2
+    runs_dir = args.runs_dir.resolve()
+    if not any(runs_dir.glob("*/manifest.json")):
+        print(f"amacs-server judge: no runs (*/manifest.json) in {runs_dir}", file=sys.stderr)
+        return 2
+    parallel = args.parallel or _spec_parallel(runs_dir)
+    if parallel < 1:
+        print("amacs-server judge: --parallel must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        todo, skipped, spent = jobs(judge, runs_dir, args.model)
+    except JudgeError as err:
+        print(f"amacs-server judge: {err}", file=sys.stderr)
+        return 2
+    total = len(todo) + sum(1 for _ in _scored(runs_dir, judge))
+    print(f"judge {judge.name} (scale {judge.low}-{judge.high}, reads {judge.input}) over {runs_dir}: "
+          f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge, {parallel} at once"
+          + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
+    if not todo:
+        return 0
+    console = Console(stderr=True)
+    try:
+        outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
+                                          spent, total, f"judge {judge.name}", console)
+    except KeyboardInterrupt:
+        print(f"judge {judge.name}: interrupted; run the same command again to resume.", flush=True)
+        return 130
+    spent += sum(o.cost for o in outcomes)
+    failed = [o for o in outcomes if o.status == "failed"]
+    print(f"judge {judge.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} judged, "
+          f"{len(failed)} failed, ${spent:.4f} spent; scores in RUNS_DIR/<run>/judges/{judge.name}/{SCORE}, "
+          "the dataset's scores table and the report", flush=True)
+    for line in summary(outcomes):
+        print(line, flush=True)
+    if stopped is not None and left:
+        print(f"Stopped early: the last judgements failed the same way ({stopped}); {len(left)} runs not judged. "
+              "Fix the cause and run the same command again to resume.", flush=True)
+    elif left:
+        print(f"Budget spent: ${spent:.4f} of ${args.budget or 0:.4f}; {len(left)} runs not judged "
+              "(re-run with a larger --budget to judge them).", flush=True)
+    return 1 if failed else 3 if left else 0
+
+
+def _scored(runs_dir: Path, judge: Judge) -> list[Path]:
+    """The score files of runs this judge scored before (done)."""
+    return [p for p in runs_dir.glob(f"*/judges/{judge.name}/{SCORE}")
+            if (_read_json(p) or {}).get("status") == "done"]
+
+
+def _spec_parallel(runs_dir: Path) -> int:
+    """The experiment's parallel (its spec in RUNS_DIR), else 4."""
+    import tomllib
+
+    try:
+        table = tomllib.loads((runs_dir / "experiment.toml").read_text(encoding="utf-8")).get("experiment", {})
+        return int(table.get("parallel", 4))
+    except (OSError, ValueError, TypeError):
+        return 4
+

@@ -1,0 +1,142 @@
+"""Whether a run's turns got the agent's reply, read from its transcripts; and why not, in words.
+
+A run is ``done`` only when every turn of its script got the primary agent's
+reply: a turn is the primary's ticks from a ``tick_start`` with the person's
+input to the next one, and it is answered when one of its ``parsed`` responses
+has a reply that was said (not a parse fallback, not held back by a
+compulsion: ``reply_blocked``).  A turn that ended without one says why in its
+own events: a ``model_error`` (the endpoint unreachable, the key refused), the
+parse fallback (the reply never parsed), the budget (``budget_stop``, or a
+``tick_start`` whose budget was already spent, after which the primary makes no
+model call); the run itself may have been killed at its timeout or Emacs may
+have exited with an error.  :func:`reason` words each of these the same way, so
+runs that fail alike are counted alike (the experiment's early stop, its
+summary, the report).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+UNREACHABLE = "model endpoint unreachable"
+KEY_REFUSED = "401: invalid API key"
+NEVER_PARSED = "reply never parsed"
+BUDGET = "budget spent"
+_TRIED = re.compile(r"\(tried (\S+?)\)")
+_EVENTS = ("tick_start", "parsed", "reply_blocked", "model_error", "parse_error", "budget_stop", "model_response")
+
+
+@dataclass
+class Turn:
+    """One turn of the primary as its transcript shows it."""
+
+    human: str
+    replied_in: set[int] = field(default_factory=set)  # ticks whose reply was said
+    model_error: str | None = None
+    fallback: bool = False
+    budget: bool = False
+    ticks: int = 0
+
+    @property
+    def replied(self) -> bool:
+        """Whether some tick of the turn said a reply."""
+        return bool(self.replied_in)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How many turns of the script got their reply, and for the first that did not, its number and why."""
+
+    replied: int
+    failed_turn: int | None
+    reason: str | None
+
+
+def model_error_words(error: str, base_url: str | None = None) -> str:
+    """A model call's ERROR (the server's sentence) as the reason a run failed."""
+    if "(401)" in error:
+        return KEY_REFUSED
+    if "cannot reach" in error:
+        tried = _TRIED.search(error)
+        where = tried.group(1) if tried else base_url
+        return f"{UNREACHABLE}: {where}" if where else UNREACHABLE
+    return f"model call failed: {error}"
+
+
+def _events(home: Path) -> list[dict[str, Any]]:
+    """The primary's events of HOME's transcripts that tell a turn's outcome, in order."""
+    found: list[dict[str, Any]] = []
+    for path in sorted((home / "transcripts").glob("*.jsonl")):
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"agent_type": "primary"' not in line and '"agent_type":"primary"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut off by a killed server
+                if isinstance(event, dict) and event.get("event") in _EVENTS and isinstance(event.get("data"), dict):
+                    found.append(event)
+    return found
+
+
+def read_turns(home: Path) -> list[Turn]:
+    """The primary's turns in HOME's transcripts, each with what happened in it."""
+    turns: list[Turn] = []
+    for event in _events(home):
+        name, data, tick = event["event"], event["data"], event.get("tick")
+        if name == "tick_start" and data.get("human") is not None:
+            turns.append(Turn(human=str(data["human"])))
+        if not turns:
+            continue
+        turn = turns[-1]
+        if name == "tick_start":
+            turn.ticks += 1
+            budget = (data.get("consciousness") or {}).get("budget") or {}
+            spent, limit = budget.get("cost_so_far"), budget.get("budget_limit")
+            turn.budget = isinstance(spent, int | float) and isinstance(limit, int | float) and spent >= limit
+        elif name == "model_response":
+            turn.budget = False  # the call was made: the budget did not stop this tick
+        elif name == "parsed":
+            response = data.get("response") or {}
+            if response.get("fallback"):
+                turn.fallback = True
+            elif response.get("reply"):
+                turn.replied_in.add(tick if isinstance(tick, int) else -1)
+        elif name == "reply_blocked":
+            turn.replied_in.discard(tick if isinstance(tick, int) else -1)
+        elif name == "model_error":
+            turn.model_error = str(data.get("error") or "")
+        elif name == "budget_stop":
+            turn.budget = True
+    return turns
+
+
+def reason(turn: Turn | None, base_url: str | None, killed: str | None) -> str:
+    """Why TURN (None: the run never reached it) got no reply; KILLED: why the run was stopped, if it was."""
+    if turn is not None:
+        if turn.model_error is not None:
+            return model_error_words(turn.model_error, base_url)
+        if turn.budget:
+            return BUDGET
+        if turn.fallback:
+            return NEVER_PARSED
+    if killed:
+        return killed
+    return "the turn ended without a reply" if turn is not None else "the turn was never sent"
+
+
+def verdict(home: Path, n_turns: int, base_url: str | None, killed: str | None = None) -> Verdict:
+    """Whether the N_TURNS turns of the script run in HOME each got the reply; KILLED as in :func:`reason`."""
+    turns = read_turns(home)
+    replied = 0
+    for n in range(n_turns):
+        turn = turns[n] if n < len(turns) else None
+        if turn is None or not turn.replied:
+            return Verdict(replied, n + 1, reason(turn, base_url, killed))
+        replied += 1
+    return Verdict(replied, None, killed)

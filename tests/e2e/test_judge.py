@@ -1,0 +1,175 @@
+"""``amacs-server judge`` over the debate example's runs, with a scripted judge model.
+
+The shipped debate experiment runs once (4 runs: two variants, two repetitions)
+against the fake that plays it; the fake also answers as the judge
+(tests/fake_debate.py, ``judge_reply``: its score counts the viewpoints the final
+reply quotes).  Then the two shipped judges score the runs: the ``scores``
+table, the judges' own transcripts, the report's score charts (in Chromium);
+a judge killed halfway resumes without asking again; a budget stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from amacs_server.research import report
+from amacs_server.research.dataset import load
+from tests.e2e.harness import ROOT, TEST_KEY
+from tests.e2e.test_report import chromium, watched_copy
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_debate import JUDGE_MARK, debate_or_judge_reply
+
+pytestmark = pytest.mark.e2e
+
+SPEC = ROOT / "experiments" / "debate" / "debate.toml"
+RUNS = 4
+
+
+def environment(fake: FakeAnthropic) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "AMACS_"))}
+    env.update(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY=TEST_KEY)
+    return env
+
+
+def command(runs: Path, judge: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "amacs_server", "judge", str(runs), judge, *extra]
+
+
+def judge(fake: FakeAnthropic, runs: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command(runs, name, *extra), env=environment(fake), cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def debate_runs(tmp_path_factory) -> Path:
+    """The shipped debate experiment, 2 repetitions, run once for the module."""
+    tmp = tmp_path_factory.mktemp("debate")
+    copy = tmp / "debate"
+    shutil.copytree(SPEC.parent, copy, ignore=shutil.ignore_patterns("runs"))
+    text = (copy / "debate.toml").read_text()
+    (copy / "debate.toml").write_text(re.sub(r"(?m)^repetitions = \d+$", "repetitions = 2", text))
+    runs = tmp / "runs"
+    fake = FakeAnthropic(default=debate_or_judge_reply).start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "amacs_server", "experiment", str(copy / "debate.toml"),
+                               "--runs-dir", str(runs), "--parallel", "4"], env=environment(fake), cwd=ROOT,
+                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    finally:
+        fake.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    return runs
+
+
+@pytest.fixture
+def runs(debate_runs, tmp_path) -> Path:
+    """A fresh copy of the debate's runs (each test judges its own)."""
+    copy = tmp_path / "runs"
+    shutil.copytree(debate_runs, copy)
+    return copy
+
+
+@pytest.fixture
+def fake():
+    server = FakeAnthropic(default=debate_or_judge_reply).start()
+    yield server
+    server.stop()
+
+
+def scores(runs: Path, name: str) -> dict[str, dict]:
+    return {p.parts[-4]: json.loads(p.read_text()) for p in runs.glob(f"*/judges/{name}/score.json")}
+
+
+def test_judges_score_every_run_and_the_report_draws_them(runs, fake):
+    for name in ("answer-quality", "viewpoints-used"):
+        proc = judge(fake, runs, name, "--parallel", "2")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"judge {name}: {RUNS} of {RUNS} judged, 0 failed" in proc.stdout, proc.stdout
+    asked = [r["body"] for r in fake.requests]
+    assert len(asked) == 2 * RUNS and all(JUDGE_MARK in json.dumps(b["system"]) for b in asked)
+    rubric = [b for b in asked if "Answer quality" in json.dumps(b["system"])]
+    assert len(rubric) == RUNS and all("<final-reply>" in json.dumps(b["messages"]) for b in rubric)
+    turns = [b for b in asked if "Viewpoints used" in json.dumps(b["system"])]
+    assert all('type=\\"viewpoint\\"' in json.dumps(b["messages"]) for b in turns)  # every agent's turns
+
+    con = load(runs)
+    rows = con.execute("SELECT judge, variant, score, rationale, cost, judged, judge_model, status "
+                       "FROM scores ORDER BY judge, run_id").fetchall()
+    assert len(rows) == 2 * RUNS
+    for name, variant, score, rationale, cost, judged, model, status in rows:
+        assert judged == "done" and status == "done" and cost > 0 and model == "claude-sonnet-4-5"
+        views = {"two-views": 2, "three-views": 3}[variant]
+        assert score == (min(5, 2 + views) if name == "answer-quality" else 5), (name, variant, score)
+        assert rationale == f"The reply quotes {views} viewpoints: " + ", ".join(
+            sorted(["opponent", "proponent"] + (["pragmatist"] if views == 3 else []))) + "."
+    assert con.execute("SELECT count(*) FROM scores s JOIN runs r USING (run_id) WHERE s.arm = r.arm").fetchone() \
+        == (2 * RUNS,)
+    con.close()
+    # each judgement's own transcript, as any agent's: its request and its answer
+    for run in {p.parent.name for p in runs.glob("*/manifest.json")}:
+        events = [json.loads(line) for line in
+                  (runs / run / "judges" / "viewpoints-used" / "judge.jsonl").read_text().splitlines()]
+        assert [e["event"] for e in events] == ["agent_start", "model_request", "model_response", "agent_end"]
+        assert {e["agent_type"] for e in events} == {"judge"} and events[0]["data"]["run"] == run
+        assert TEST_KEY not in (runs / run / "judges" / "viewpoints-used" / "judge.jsonl").read_text()
+
+    assert report.main([str(runs)]) == 0
+    page = runs / "report.html"
+    text = page.read_text(encoding="utf-8")
+    figures = int(re.search(r"<meta name='amacs-figures' content='(\d+)'>", text)[1])
+    assert "answer-quality: score per arm" in text and "viewpoints-used: score per arm" in text
+    dom = chromium(watched_copy(page).as_uri(), "--dump-dom")
+    assert 'id="amacs-js-error"' not in dom
+    assert dom.count('class="plotly-graph-div') == figures
+    assert dom.count("score per arm") >= 2 and 'class="errorbar' in dom  # the intervals were drawn
+    assert "95% interval low" in dom
+    assert dom.count("cars.two-views.sonnet.r") >= 2 and "After hearing the panel" in dom  # the final replies
+
+
+def test_judge_resumes_after_kill(runs, fake):
+    """SIGKILL the judge after two scores; again: the two are not asked again, the rest are judged."""
+    fake.respond_with(lambda body: replace(debate_or_judge_reply(body), delay=1.5))
+    proc = subprocess.Popen(command(runs, "answer-quality", "--parallel", "1"), env=environment(fake), cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len([s for s in scores(runs, "answer-quality").values()
+                                          if s["status"] == "done"]) < 2:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {k: s for k, s in scores(runs, "answer-quality").items() if s["status"] == "done"}
+    assert 2 <= len(before) < RUNS, before
+    fake.respond_with(debate_or_judge_reply)
+    asked_before = len(fake.requests)
+    done = judge(fake, runs, "answer-quality")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(before)} judged before, {RUNS - len(before)} to judge" in done.stdout, done.stdout
+    after = scores(runs, "answer-quality")
+    assert len(after) == RUNS and all(s["status"] == "done" for s in after.values())
+    for run, score in before.items():
+        assert after[run]["started_at"] == score["started_at"], run
+    assert len(fake.requests) - asked_before == RUNS - len(before)
+
+
+def test_judge_stops_at_its_budget(runs, fake):
+    """A budget below all judgements' cost: no judgement starts once it is spent (exit 3, said);
+    a larger one judges the rest."""
+    stopped = judge(fake, runs, "answer-quality", "--parallel", "1", "--budget", "0.0001")
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    assert "Budget spent" in stopped.stdout and f"{RUNS - 1} runs not judged" in stopped.stdout, stopped.stdout
+    first = scores(runs, "answer-quality")
+    assert len(first) == 1 and len(fake.requests) == 1
+    done = judge(fake, runs, "answer-quality", "--budget", "1")
+    assert done.returncode == 0 and "1 judged before, 3 to judge" in done.stdout, done.stdout
+    assert len(scores(runs, "answer-quality")) == RUNS and len(fake.requests) == RUNS
