@@ -115,6 +115,10 @@ The rest are counted on one more line."
   "Face of the summary line of an eval the agent ran."
   :group 'amacs)
 
+(defface amacs-shell-thinking '((t :inherit shadow))
+  "Face of the model's thinking: its folded line and its text."
+  :group 'amacs)
+
 (defface amacs-shell-eval-error '((t :inherit error))
   "Face of the summary line of an eval that failed or was declined."
   :group 'amacs)
@@ -333,6 +337,39 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
           (amacs-shell--fresh-line t)
           (amacs-shell--insert-output shown))
         (amacs-shell--fresh-line t)))))
+
+;;;; Thinking (the model's, folded above its reply)
+
+(defvar-local amacs-shell--thinking nil
+  "The thinking line being streamed: (ID . END), END where its text grows.")
+
+(defvar-local amacs-shell--thinking-count 0
+  "Thinking lines shown so far (each has an invisibility id of its own).")
+
+(defun amacs-shell--on-thinking-delta (event)
+  "Add the thinking text in EVENT to its folded `thinking' line.
+The line opens at the first piece, before the reply; TAB or RET on it
+shows the text, as on an eval line.  A piece that comes after other
+output opens a new line."
+  (amacs-shell--editing
+    (let ((line amacs-shell--thinking))
+      (unless (and line (marker-buffer (cdr line)) (= (1+ (cdr line)) amacs-shell--out))
+        (let ((id (intern (format "amacs-thinking-%d" (setq amacs-shell--thinking-count
+                                                             (1+ amacs-shell--thinking-count))))))
+          (add-to-invisibility-spec id)
+          (amacs-shell--fresh-line)
+          (amacs-shell--insert-output
+           (propertize "▸ thinking" 'font-lock-face 'amacs-shell-thinking 'amacs-eval id
+                       'help-echo "TAB or RET: show the model's thinking"))
+          (amacs-shell--insert-output (amacs-shell--eval-detail id "" 'amacs-shell-thinking))
+          (setq line (cons id (copy-marker amacs-shell--out nil)))
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))
+          (set-marker-insertion-type (cdr line) t)
+          (setq amacs-shell--thinking line)))
+      (goto-char (cdr line))
+      (insert (amacs-shell--output-props
+               (propertize (plist-get event :text) 'invisible (car line) 'amacs-eval (car line)
+                           'font-lock-face 'amacs-shell-thinking 'line-prefix "    " 'wrap-prefix "    "))))))
 
 ;;;; Eval lines (the agent's actions, where they happened)
 
@@ -1053,6 +1090,7 @@ The primary waiting for it has its result."
 
 (amacs-on-event "reply" #'amacs-shell--on-reply)
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
+(amacs-on-event "thinking-delta" #'amacs-shell--on-thinking-delta)
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 (amacs-on-event "retry" #'amacs-shell--on-retry)
@@ -1212,9 +1250,10 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
                    (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
-                   (setq amacs-chosen (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
-                                                            :model (plist-get now :model))
-                                                 :base-url base-url))
+                   (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
+                                                                       :model (plist-get now :model))
+                                                            :base-url base-url)
+                                                 :local nil)) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
