@@ -330,9 +330,15 @@ class Runtime:
     # -- the loop thread -----------------------------------------------------------
 
     def start(self) -> None:
-        """Start the event loop thread and wait until it takes input."""
+        """Start the event loop thread and wait until it takes input; with AMACS_MCP_START=eager,
+        start the MCP servers too (in the background: they list their tools meanwhile)."""
         self._thread.start()
         self._ready.wait(10)
+        if self.config.mcp_eager and self.world.tools is not None:
+            try:
+                self.world.tools.ready_future()
+            except Exception as err:  # noqa: BLE001 - said in the hub; the agent goes on without them
+                log.warning("starting the MCP servers: %r", err)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
