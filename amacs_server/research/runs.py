@@ -282,7 +282,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
         if error is None and code != 0:
             error = (f"timed out after {run.timeout:g} s" if said_error and "did not end within" in said_error
                      else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
-        judged = verdict(home, len(run.turns), run.base_url, killed=error)
+        judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
         turns_done, failed_turn = judged.replied, judged.failed_turn
         error = error if error == INTERRUPTED else judged.reason
     except OSError as err:
