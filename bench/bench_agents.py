@@ -62,11 +62,11 @@ class Face(NullFace):
         self.all_ended: asyncio.Event | None = None
         self.expected = 0
 
-    def annotate(self, text: str, kind: str = "info") -> None:
-        if kind == "agent":  # a task's end, which the agent world shows the person
-            self.ended += 1
-            if self.all_ended is not None and self.ended >= self.expected:
-                self.all_ended.set()
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+        """A task's end, which the agent world shows the person."""
+        self.ended += 1
+        if self.all_ended is not None and self.ended >= self.expected:
+            self.all_ended.set()
 
     def agents(self, working: object) -> None: ...
 

@@ -112,6 +112,26 @@
                            (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
       (insert "\n"))))
 
+(defun amacs-hub--insert-mcp (state)
+  "Insert the MCP servers of STATE: state, tools and last error each.
+Nothing when AMACS_HOME/mcp.json names no server and has no problem."
+  (let ((servers (plist-get state :mcp))
+        (problems (plist-get state :mcp-problems)))
+    (when (or servers problems)
+      (magit-insert-section (amacs-mcp)
+        (magit-insert-heading (format "MCP servers (%d)" (length servers)))
+        (dolist (problem problems)
+          (amacs-hub--line "  %s" (propertize problem 'font-lock-face 'error)))
+        (dolist (server servers)
+          (magit-insert-section (amacs-mcp-server (plist-get server :name))
+            (amacs-hub--line "  %-14s %-6s %-9s %3d calls  %s"
+                             (plist-get server :name) (plist-get server :transport) (plist-get server :state)
+                             (or (plist-get server :calls) 0)
+                             (mapconcat #'identity (plist-get server :tools) " "))
+            (when (plist-get server :last-error)
+              (amacs-hub--line "    last error: %s" (plist-get server :last-error)))))
+        (insert "\n")))))
+
 (defun amacs-hub--show-transcript (agent)
   "Show the transcript of AGENT in a buffer of its own."
   (amacs-call 'agent_transcript (list agent)
@@ -214,6 +234,7 @@ left unmodified."
               (amacs-hub--insert-consciousness state)
               (amacs-hub--insert-threads state)
               (amacs-hub--insert-agents state)
+              (amacs-hub--insert-mcp state)
               (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
                                       (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
               (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)

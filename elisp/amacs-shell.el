@@ -115,6 +115,10 @@ The rest are counted on one more line."
   "Face of the summary line of an eval the agent ran."
   :group 'amacs)
 
+(defface amacs-shell-thinking '((t :inherit shadow))
+  "Face of the model's thinking: its folded line and its text."
+  :group 'amacs)
+
 (defface amacs-shell-eval-error '((t :inherit error))
   "Face of the summary line of an eval that failed or was declined."
   :group 'amacs)
@@ -333,6 +337,39 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
           (amacs-shell--fresh-line t)
           (amacs-shell--insert-output shown))
         (amacs-shell--fresh-line t)))))
+
+;;;; Thinking (the model's, folded above its reply)
+
+(defvar-local amacs-shell--thinking nil
+  "The thinking line being streamed: (ID . END), END where its text grows.")
+
+(defvar-local amacs-shell--thinking-count 0
+  "Thinking lines shown so far (each has an invisibility id of its own).")
+
+(defun amacs-shell--on-thinking-delta (event)
+  "Add the thinking text in EVENT to its folded `thinking' line.
+The line opens at the first piece, before the reply; TAB or RET on it
+shows the text, as on an eval line.  A piece that comes after other
+output opens a new line."
+  (amacs-shell--editing
+    (let ((line amacs-shell--thinking))
+      (unless (and line (marker-buffer (cdr line)) (= (1+ (cdr line)) amacs-shell--out))
+        (let ((id (intern (format "amacs-thinking-%d" (setq amacs-shell--thinking-count
+                                                             (1+ amacs-shell--thinking-count))))))
+          (add-to-invisibility-spec id)
+          (amacs-shell--fresh-line)
+          (amacs-shell--insert-output
+           (propertize "▸ thinking" 'font-lock-face 'amacs-shell-thinking 'amacs-eval id
+                       'help-echo "TAB or RET: show the model's thinking"))
+          (amacs-shell--insert-output (amacs-shell--eval-detail id "" 'amacs-shell-thinking))
+          (setq line (cons id (copy-marker amacs-shell--out nil)))
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))
+          (set-marker-insertion-type (cdr line) t)
+          (setq amacs-shell--thinking line)))
+      (goto-char (cdr line))
+      (insert (amacs-shell--output-props
+               (propertize (plist-get event :text) 'invisible (car line) 'amacs-eval (car line)
+                           'font-lock-face 'amacs-shell-thinking 'line-prefix "    " 'wrap-prefix "    "))))))
 
 ;;;; Eval lines (the agent's actions, where they happened)
 
@@ -854,7 +891,8 @@ one before it went without saying so (issue 12: say only what is true)."
 (defvar amacs-shell--state 'starting
   "What the agent is doing, a symbol.
 One of starting, waiting, thinking, streaming, eval, sleeping (on a
-wait for replies; the detail names whose), retrying, stopped.")
+wait for replies; the detail names whose), retrying (the detail: the
+seconds until the next attempt, nil for now), stopped.")
 
 (defvar amacs-shell--wait-timer nil
   "Timer that ends the shown wait at its timeout, or nil.")
@@ -901,7 +939,7 @@ wait for replies; the detail names whose), retrying, stopped.")
                   ('sleeping (concat "waiting for "
                                      (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
                   ('retrying (if amacs-shell--state-detail
-                                 (format "retrying in %s s" amacs-shell--state-detail)
+                                 (format "retrying in %.1f s" amacs-shell--state-detail)
                                "retrying now"))
                   ('stopped "server stopped: send a message to restart it")
                   (_ (format "%s" amacs-shell--state)))))
@@ -1007,17 +1045,14 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 ;;;; Events of a turn
 
 (defun amacs-shell--on-annotation (event)
-  "Show the one-line note in EVENT in its kind's face."
+  "Show the one-line note in EVENT in its kind's face.
+A note is for the person: the shell decides nothing from its words.
+What the shell acts on comes as an event with fields of its own."
   (let ((text (plist-get event :text))
         (kind (plist-get event :kind)))
-    (when (and (equal kind "status") (string-match "retrying \\(?:in \\([0-9.]+\\) s\\|now\\)" text))
-      (amacs-shell--set-state 'retrying (match-string 1 text)))
-    (when (and (member kind '("agent" "warning")) (string-match "\\`\\([^ ]+\\) (" text))
-      (amacs-shell--answered (match-string 1 text))) ; a task's end: its result is delivered
     (amacs-shell--output
      (if (equal kind "agent")
-         (amacs-shell--one-line (concat (if (string-match-p ") failed: " text) "✗ " "✓ ") text)
-                                (* 2 (amacs-shell--width)))
+         (amacs-shell--one-line text (* 2 (amacs-shell--width)))
        (concat ";; " text))
      (pcase kind
        ("agent" 'amacs-shell-agent)
@@ -1025,6 +1060,21 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
        ("error" 'amacs-shell-error)
        ("status" 'amacs-shell-status)
        (_ 'amacs-shell-annotation)))))
+
+(defun amacs-shell--on-retry (event)
+  "The model call is retried in EVENT's :seconds: the header counts them down."
+  (let ((seconds (plist-get event :seconds)))
+    (amacs-shell--set-state 'retrying (and (numberp seconds) (>= seconds 0.05) seconds))
+    (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
+
+(defun amacs-shell--on-agent-ended (event)
+  "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
+The primary waiting for it has its result."
+  (amacs-shell--answered (plist-get event :id))
+  (amacs-shell--output
+   (amacs-shell--one-line (concat (if (plist-get event :ok) "✓ " "✗ ") (plist-get event :text))
+                          (* 2 (amacs-shell--width)))
+   (if (plist-get event :ok) 'amacs-shell-agent 'amacs-shell-warning)))
 
 (defun amacs-shell--on-turn-start (_event)
   "The agent started a turn."
@@ -1040,8 +1090,11 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 (amacs-on-event "reply" #'amacs-shell--on-reply)
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
+(amacs-on-event "thinking-delta" #'amacs-shell--on-thinking-delta)
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
+(amacs-on-event "retry" #'amacs-shell--on-retry)
+(amacs-on-event "agent-ended" #'amacs-shell--on-agent-ended)
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
@@ -1197,9 +1250,10 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
                    (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
-                   (setq amacs-chosen (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
-                                                            :model (plist-get now :model))
-                                                 :base-url base-url))
+                   (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
+                                                                       :model (plist-get now :model))
+                                                            :base-url base-url)
+                                                 :local nil)) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)

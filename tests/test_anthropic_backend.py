@@ -16,7 +16,7 @@ import pytest
 from amacs_server.config import DEFAULT_MODEL
 from amacs_server.inference.anthropic_backend import AnthropicBackend
 from amacs_server.inference.openai_backend import OpenAIBackend
-from amacs_server.inference.retry import InferenceError, RetryPolicy
+from amacs_server.inference.retry import InferenceError, Retrying, RetryPolicy
 from tests.fake_anthropic import FakeAnthropic, Reply
 
 ANSWER = json.dumps({"reply": "The answer.", "mood": "calm", "confidence": 0.9, "monologue": "", "eval": None})
@@ -48,7 +48,7 @@ def test_unstreamed_call_retries_an_overload_then_reads_the_message(fake):
     said: list[str] = []
 
     async def go() -> None:
-        result = await backend(fake).complete(REQUEST, stream=False, on_status=said.append)
+        result = await backend(fake).complete(REQUEST, stream=False, on_status=lambda r: said.append(r.text))
         assert result.text == ANSWER
         assert (result.usage.input_tokens, result.usage.output_tokens, result.usage.cache_read_tokens,
                 result.usage.cache_write_tokens) == (7, 3, 5, 0)
@@ -147,7 +147,7 @@ def test_a_stream_broken_off_mid_answer_is_retried_whole(fake, cut):
     said: list[str] = []
 
     async def go() -> str:
-        result = await backend(fake).complete(REQUEST, shown.append, on_status=said.append)
+        result = await backend(fake).complete(REQUEST, shown.append, on_status=lambda r: said.append(r.text))
         await stop_like_the_runtime()
         return result.text
 
@@ -177,7 +177,7 @@ def test_429_is_retried_with_or_without_retry_after(fake, retry_after):
     said: list[str] = []
 
     async def go() -> str:
-        result = await backend(fake).complete(REQUEST, on_status=said.append)
+        result = await backend(fake).complete(REQUEST, on_status=lambda r: said.append(r.text))
         await stop_like_the_runtime()
         return result.text
 
@@ -191,7 +191,7 @@ def test_slow_headers_time_out_and_are_retried(fake):
 
     async def go() -> str:
         slow = AnthropicBackend("sk-ant-test", fake.url, 0.5, RetryPolicy(attempts=3, base=0.01))
-        result = await slow.complete(REQUEST, on_status=said.append)
+        result = await slow.complete(REQUEST, on_status=lambda r: said.append(r.text))
         await stop_like_the_runtime()
         return result.text
 
@@ -215,8 +215,22 @@ def test_an_endpoint_nobody_listens_on_is_named_when_the_retries_run_out(backend
     async def go() -> None:
         gone = backend_class("sk-ant-test", url, 5, RetryPolicy(attempts=2, base=0.01))
         with pytest.raises(InferenceError, match=rf"{said}.*\(tried {url}\)"):
-            await gone.complete({**REQUEST, "system": "You answer."}, on_status=statuses.append)
+            await gone.complete({**REQUEST, "system": "You answer."}, on_status=lambda r: statuses.append(r.text))
         await stop_like_the_runtime()
 
     asyncio.run(go())
     assert len(statuses) == 1 and "(attempt 2 of 2)" in statuses[0]
+
+
+def test_a_retry_is_announced_as_data_with_its_seconds(fake):
+    """The shell's header counts down from the seconds the notice carries, not from its words."""
+    fake.script(Reply(status=429, retry_after="0"), Reply(ANSWER, chunks=3))
+    said: list[Retrying] = []
+
+    async def go() -> None:
+        await backend(fake).complete(REQUEST, on_status=said.append)
+        await stop_like_the_runtime()
+
+    asyncio.run(go())
+    assert [(r.seconds, r.attempt, r.attempts) for r in said] == [(0.0, 2, 3)]
+    assert "retrying now (attempt 2 of 3)" in said[0].text

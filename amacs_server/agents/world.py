@@ -24,9 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
 from ..errors import AmacsError
-from ..inference.anthropic_backend import build_request
+from ..inference.anthropic_backend import ModelResult
+from ..inference.capabilities import Capabilities
+from ..inference.catalog import ModelCatalog, call_adapting
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import dollars
+from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
 from ..loop.agent_loop import parse_with_retries, run_agent
 from ..persistence.transcript import AgentIdentity
@@ -82,6 +85,7 @@ class WorldHost(Protocol):
     model: str
     consciousness: Consciousness  # its budget and API settings: one ledger, one set of sampling settings
     memory: ActiveMemory  # the primary's RAM (its brain name names the subagents' brains)
+    catalog: ModelCatalog  # what the model in use accepts
 
     @property
     def backend(self) -> ModelBackend: ...
@@ -616,8 +620,8 @@ class AgentWorld:
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.face.annotate(f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}",
-                              "agent" if agent.state is AgentState.DONE else "warning")
+        self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
+                                 f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
         self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:
@@ -942,24 +946,38 @@ class AgentWorld:
             raise AgentStopped("the budget limit is reached")
         self._show_memory(agent)
         await self.tools_ready()
-        request = build_request(agent.model or self.rt.model, self.system_prompt(agent), agent.messages,
-                                self.rt.consciousness.api_settings)
-        self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
+        model = agent.model or self.rt.model
+        catalog = self.rt.catalog
+
+        def build(caps: Capabilities) -> dict[str, Any]:
+            # The catalog knows the primary's model; another one is sent what any model takes.
+            request = build_request(model, self.system_prompt(agent), agent.messages,
+                                    self.rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
+            self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
+            return request
+
+        def said(line: str) -> None:
+            self.rt.transcript.write("model_adapted", {"status": line}, agent=agent.identity)
+
+        async def complete(request: dict[str, Any]) -> ModelResult:
+            # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
+            return await self.rt.backend.complete(request, stream=False)
+
         self._report_working(agent, "waiting for the model pool")
         async with self.pool:
             self._report_working(agent, f"thinking (step {agent.steps + 1})")
             try:
-                # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
-                result = await self.rt.backend.complete(request, stream=False)
+                result: ModelResult = await call_adapting(catalog, build, complete, said)
             except InferenceError as err:
                 self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
                 raise
         dollars = self.rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
         self.counted(agent, result.usage, dollars)
-        agent.messages.append({"role": "assistant", "content": result.text or "(empty)"})
+        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
         self.rt.transcript.write("model_response", {
-            "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
+            "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
+            "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
             "cost": dollars, "latency_ms": result.latency_ms}, agent=agent.identity)
         return result.text
 

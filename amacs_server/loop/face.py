@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..inference.retry import Retrying
 from ..state.consciousness import EvalResult
 
 
@@ -16,11 +17,25 @@ class Face(Protocol):
     def reply_delta(self, text: str) -> None:
         """Show more of the reply as it streams in."""
 
+    def thinking_delta(self, text: str) -> None:
+        """Show more of the model's thinking as it streams (a folded line above the reply)."""
+
     def reply_abandon(self, reason: str) -> None:
         """The streamed text will not be the reply (invalid JSON, a retry): mark it."""
 
     def annotate(self, text: str, kind: str = "info") -> None:
-        """Show a one-line note (``info``, ``warning``, ``error``) in the shell."""
+        """Show a one-line note (``info``, ``warning``, ``error``) in the shell.
+
+        A note is for people: Emacs shows it and decides nothing from its words.
+        What Emacs acts on comes as an event of its own, with fields."""
+
+    def retrying(self, retry: Retrying) -> None:
+        """The model call failed and is retried (the header counts down RETRY.seconds)."""
+
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+        """Subagent AGENT_ID ended in STATE (OK: it answered); TEXT says so to people.
+
+        The primary waiting for it has one fewer to wait for."""
 
     def turn_started(self) -> None:
         """The agent started working (on input, or woken by events)."""

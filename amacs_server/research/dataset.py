@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 DB_NAME = "dataset.duckdb"
 OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
-TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores")
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls")
 SCORE_COLUMNS = {
     "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
     "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
@@ -150,6 +150,14 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                data->>'$.by' AS blocked_by, data->>'$.template' AS by_template, data->>'$.action' AS action,
                data->>'$.form' AS form, data->>'$.reason' AS reason
         FROM events WHERE event = 'blocked'""")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE tool_calls AS
+        SELECT {ident.format(params=', '.join(PARAMS))},
+               data->>'$.server' AS server, data->>'$.tool' AS tool, data->'$.arguments' AS arguments,
+               CAST(data->'$.seconds' AS DOUBLE) AS seconds, CAST(data->'$.result_chars' AS BIGINT) AS result_chars,
+               data->>'$.error' AS error, data->>'$.error' IS NULL AS ok,
+               coalesce(CAST(data->'$.blocked' AS BOOLEAN), false) AS blocked
+        FROM events WHERE event = 'tool_call'""")
     _turns(con)
     _scores(con, runs_dir)
     key = "run_id, session_id, agent_id"

@@ -554,6 +554,12 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     errors, blocks = _evals_and_blocks(con, arms)
     page.figure(errors)
     page.figure(blocks)
+    page.section("MCP tools", "Tool calls per arm (the dataset's tool_calls table): calls, the runs that made "
+                              "them, errors, calls a compulsion blocked, and the median seconds of a call.")
+    page.html(_table(["arm", "server/tool", "calls", "runs", "errors", "blocked", "median s"], _rows(con, """
+        SELECT arm, server || '/' || tool, count(*), count(DISTINCT run_id),
+               count(*) FILTER (WHERE NOT ok AND NOT blocked), count(*) FILTER (WHERE blocked), median(seconds)
+        FROM tool_calls GROUP BY 1, 2 ORDER BY 1, 2""") or [("no tool calls in these runs", "", "", "", "", "", "")]))
     page.section("Agent trees", "Parent to child, left to right; hover for state, model calls and cost.")
     for run in runs:
         page.figure(_tree(con, run), height=420)

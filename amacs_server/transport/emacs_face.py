@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
+from ..inference.retry import Retrying
 from ..state.consciousness import EvalResult
 
 if TYPE_CHECKING:
@@ -72,6 +73,10 @@ class EmacsFace:
         """More of the reply, as it streams."""
         self._send(type="reply-delta", text=text)
 
+    def thinking_delta(self, text: str) -> None:
+        """More of the model's thinking, as it streams."""
+        self._send(type="thinking-delta", text=text)
+
     def reply_abandon(self, reason: str) -> None:
         """Mark the streamed text as not the reply."""
         self._send(type="reply-abandon", reason=reason)
@@ -79,6 +84,15 @@ class EmacsFace:
     def annotate(self, text: str, kind: str = "info") -> None:
         """Show a one-line note."""
         self._send(type="annotation", text=text, kind=kind)
+
+    def retrying(self, retry: Retrying) -> None:
+        """The model call is retried in RETRY.seconds (0: now)."""
+        self._send(type="retry", text=retry.text, seconds=retry.seconds, attempt=retry.attempt,
+                   attempts=retry.attempts)
+
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+        """A subagent ended: its id, its end state, whether it answered, and the line for people."""
+        self._send(type="agent-ended", id=agent_id, state=state, ok=ok, text=text)
 
     def turn_started(self) -> None:
         """The agent is working: the shell is busy."""

@@ -509,6 +509,31 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (should (invisible-p detail))
       (should (string-match-p "^▸ eval (\\+ 2 2) → 4\n" (amacs-shell-test--text))))))
 
+(ert-deftest amacs-shell-test-thinking-is-a-folded-line-above-the-reply ()
+  "The model's thinking streams into one folded line before its reply; TAB shows it."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "Two and two "))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "make four."))
+    (amacs-shell--on-reply-delta '(:type "reply-delta" :text "4"))
+    (amacs-shell--on-reply '(:type "reply" :text "4" :streamed t))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "▸ thinking\nTwo and two make four.\n\\(.\\|\n\\)*4" text))
+      (should (= 1 (cl-count-if (lambda (l) (string-prefix-p "▸ thinking" l)) (split-string text "\n")))))
+    (goto-char (point-min))
+    (search-forward "Two and two")
+    (let ((detail (match-beginning 0)))
+      (should (invisible-p detail))
+      (goto-char (point-min))
+      (search-forward "▸ thinking")
+      (amacs-shell-tab)
+      (should-not (invisible-p detail))
+      (should (string-match-p "^▾ thinking" (amacs-shell-test--text)))
+      (amacs-shell-toggle)
+      (should (invisible-p detail)))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "next tick"))
+    (should (= 2 (cl-count-if (lambda (l) (string-prefix-p "▸ thinking" l))
+                              (split-string (amacs-shell-test--text) "\n"))))))
+
 (ert-deftest amacs-shell-test-failed-eval-line-is-an-error ()
   "Issue 9: an eval that signals shows its error in the error face."
   (amacs-shell-test--with-shell
@@ -624,11 +649,14 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
       (should (string-match-p "thinking…" (amacs-shell-header-line)))
       (amacs-shell--on-reply-delta '(:text "Hi"))
       (should (string-match-p "writing…" (amacs-shell-header-line)))
-      (amacs-shell--on-annotation
-       '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :kind "status"))
+      ;; A note's words decide nothing: the header goes by the retry event's fields.
+      (amacs-shell--on-annotation '(:text "retrying in 9.0 s" :kind "status"))
+      (should (string-match-p "writing…" (amacs-shell-header-line)))
+      (amacs-shell--on-retry
+       '(:text "Model API overloaded (529); retrying in 4.0 s (attempt 2 of 5)" :seconds 4.0 :attempt 2 :attempts 5))
       (should (string-match-p "retrying in 4.0 s" (amacs-shell-header-line)))
-      (amacs-shell--on-annotation
-       '(:text "Model API overloaded (529); retrying now (attempt 3 of 5)" :kind "status"))
+      (should (string-match-p ";; Model API overloaded (529); retrying in 4.0 s" (amacs-shell-test--text)))
+      (amacs-shell--on-retry '(:text "Model API overloaded (529); retrying now" :seconds 0.0 :attempt 3 :attempts 5))
       (should (string-match-p "retrying now" (amacs-shell-header-line)))
       (amacs-shell--on-agents '(:agents ((:id "task-1") (:id "task-2"))))
       (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
@@ -706,8 +734,11 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
       (should amacs-shell--wait-timer)
-      (amacs-shell--on-annotation '(:text "task-1 (researcher) done: found" :kind "agent"))
+      (amacs-shell--on-annotation '(:text "task-1 (researcher) said: found" :kind "agent"))
+      (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
+      (amacs-shell--on-agent-ended '(:id "task-1" :state "done" :ok t :text "Tâche (researcher) done: found"))
       (should (string-match-p "waiting for task-2, your reply…" (amacs-shell-header-line)))
+      (should (string-match-p "^✓ Tâche (researcher) done: found$" (amacs-shell-test--text)))
       (amacs-shell--on-agents '(:agents ((:id "task-2"))))
       (amacs-shell--on-agents '(:agents nil))  ; no longer at work: it answered
       (should (string-match-p "waiting for your reply…" (amacs-shell-header-line)))
@@ -716,7 +747,8 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
       (should-not amacs-shell--wait-timer)
       ;; A task that ended while the eval still ran is not waited for.
       (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
-      (amacs-shell--on-annotation '(:text "task-3 (researcher) failed: no" :kind "warning"))
+      (amacs-shell--on-agent-ended '(:id "task-3" :state "failed" :ok nil :text "task-3 (researcher) failed: no"))
+      (should (string-match-p "^✗ task-3 (researcher) failed: no$" (amacs-shell-test--text)))
       (let ((amacs--eval-wait '(:talk-ids (4 5) :timeout 0.05))
             (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))

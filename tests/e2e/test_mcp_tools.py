@@ -247,7 +247,13 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
              ("hub", "(plist-get (amacs--call-sync 'hub_state nil) :mcp)"),
              ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id amacs--server-process)))')]
     scripted(fake, forms)
-    run_emacs(home, fake.url, session(send("go")), timeout=180).check()
+    show_hub = ("(let ((n 0)) (add-hook 'amacs-hub-rendered-hook (lambda () (setq n (1+ n)))) (amacs-hub) "
+                "(amacs-e2e-wait (lambda () (> n 0)) \"the hub\") (princ (format \"HUB<<%s>>\\n\" "
+                "(with-current-buffer \"*amacs-hub*\" (buffer-substring-no-properties (point-min) (point-max))))))")
+    run = run_emacs(home, fake.url, session(send("go"), show_hub), timeout=180).check()
+    shown = re.search(r"HUB<<(.*?)>>\n", run.stdout, re.S).group(1)
+    assert "MCP servers (1)\n  time           stdio  down        4 calls  get_current_time convert_time\n" \
+        "    last error: the connection closed: Connection closed" in shown, shown
     first, _k, died, again, _k2, died2, down, hub, pids = results(fake)
     assert first["success"], first
     assert "MCP server time died during the call to get_current_time" in died["error"], died
@@ -279,3 +285,49 @@ def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
     left = [p for p in running if Path(f"/proc/{p}").exists()
             and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
     assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
+
+
+def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, home):
+    """A bad entry is one line in the shell naming the file and the key, the good server works;
+    a server added to the file mid-session is called without a restart; a file that is not
+    JSON is one line too, and the servers stay as they were."""
+    config = write_config(home, {"time": time_server(), "broken": {"command": 3}})
+    added = json.dumps({"mcpServers": {"time": time_server(), "clock": time_server()}})
+    forms = [("first", '(agent-tool "time/get_current_time" :timezone "UTC")'),
+             ("add", f"(with-temp-file {json.dumps(str(config))} (insert {json.dumps(added)}))"),
+             ("added", '(agent-tool "clock/get_current_time" :timezone "UTC")'),
+             ("break", f'(with-temp-file {json.dumps(str(config))} (insert "{{not json"))'),
+             ("still", '(agent-tool "clock/convert_time" :source-timezone "UTC" :time "12:00" '
+                       ':target-timezone "Asia/Tokyo")')]
+    scripted(fake, forms)
+    run = run_emacs(home, fake.url, session(send("go")), timeout=180).check()
+    first, _add, added_call, _break, still = results(fake)
+    assert first["success"] and added_call["success"] and still["success"], results(fake)
+    assert '"Asia/Tokyo"' in still["result"]
+    bad_entry = [line.removeprefix(";; ") for line in run.shell.splitlines() if "mcpServers.broken" in line]
+    assert bad_entry == [f"{config}: mcpServers.broken.command: expected a string, got 3; server 'broken' is left "
+                         "out, the others work"], run.shell
+    not_json = [line.removeprefix(";; ") for line in run.shell.splitlines() if "not valid JSON" in line]
+    assert not_json == [f"{config}: not valid JSON at line 1 column 2 (Expecting property name enclosed in double "
+                        "quotes); the servers stay as they were until it is fixed"], run.shell
+    # The listing followed the file: the second server's tools were in the prompt after it was added.
+    prompts = [r["body"]["system"][0]["text"] for r in fake.requests]
+    assert "clock/get_current_time" not in prompts[0] and "clock/get_current_time" in prompts[-1]
+
+
+def test_servers_start_at_the_first_model_call_or_with_the_server_when_eager(fake, home):
+    """Lazy by default: no server process before the agent's first model call; with
+    AMACS_MCP_START=eager they start with the AMACS server."""
+    write_config(home, {"time": time_server()})
+    fake.respond_with(lambda body: say("hi"))
+    count = ("(princ (format \"CHILDREN<<%s>>\\n\" (length (split-string (shell-command-to-string "
+             "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))))")
+    settle = "(let ((end (+ (float-time) 3))) (while (< (float-time) end) (accept-process-output nil 0.1)))"
+    lazy = run_emacs(home, fake.url, session(settle, count, send("hello"), count)).check()
+    assert re.findall(r"CHILDREN<<(\d+)>>", lazy.stdout) == ["0", "1"]
+    children = ("(length (split-string (shell-command-to-string (format \"pgrep -P %s -f mcp-server-time\" "
+                "(process-id amacs--server-process)))))")
+    wait = (f"(let ((end (+ (float-time) 20))) (while (and (< (float-time) end) (= 0 {children})) "
+            "(accept-process-output nil 0.2)))")
+    eager = run_emacs(home, fake.url, session(wait, count), AMACS_MCP_START="eager").check()
+    assert re.findall(r"CHILDREN<<(\d+)>>", eager.stdout) == ["1"]
