@@ -172,8 +172,8 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.anthropic_backend import build_request
     from ..inference.pricing import cost
+    from ..inference.request import build_request
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -202,7 +202,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             spent += dollars
             transcript.write("model_response", {
                 "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": ""}, agent=me)
+                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
+                agent=me)
             try:
                 score, rationale = read_answer(result.text, judge)
                 error = None
