@@ -9,6 +9,7 @@ from pathlib import Path
 from .errors import AmacsError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
+LOCAL_ALIAS = "smollm2"  # the name a local model (AMACS_LOCAL_MODEL) is served under
 
 
 def builtin_skills_dir() -> Path:
@@ -51,8 +52,13 @@ class Config:
     event_queue: int = 100
     inbox_limit: int = 50  # the person's inputs waiting for the primary at most
     wait_timeout: float = 60.0
+    context_window: int | None = None  # the model's input window when its backend cannot say
     mcp_eager: bool = False  # AMACS_MCP_START=eager: the MCP servers start with the server, not at the first model call
     builtin_skills: Path = field(default_factory=builtin_skills_dir)
+    # A GGUF file and the Python (of a venv with llama-cpp-python[server]) that serves it:
+    # the server runs the model itself (local_model.py) and uses it as its OpenAI-compatible endpoint.
+    local_model: Path | None = None
+    local_python: Path | None = None
 
     def secrets(self) -> dict[str, str | None]:
         """Every secret the server holds, by name (the scrubber's)."""
@@ -67,7 +73,7 @@ class Config:
     def has_credentials(self) -> bool:
         """True when the model endpoint can be called (a local OpenAI-compatible one needs no key)."""
         if self.backend == "openai":
-            return bool(self.openai_base_url or self.openai_api_key)
+            return bool(self.openai_base_url or self.openai_api_key or self.local_model)
         return bool(self.api_key)
 
     def missing_key_message(self) -> str:
@@ -77,12 +83,14 @@ class Config:
         if self.backend == "anthropic" and self.base_url:
             return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
                     "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
-                    "(backend openai); then M-x amacs-restart.")
+                    "(backend openai); then M-x amacs-restart. Or try AMACS with a small model on this machine, "
+                    "no key at all: M-x amacs-use-local-model (or ./amacs --local).")
         return (
             "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
             "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
-            "a local model with AMACS_BACKEND=openai and OPENAI_BASE_URL (or M-x amacs-set-model); "
-            "then M-x amacs-restart."
+            "a local model server with AMACS_BACKEND=openai and OPENAI_BASE_URL (or M-x amacs-set-model), "
+            "then M-x amacs-restart; or, with no key at all, try AMACS with a small model on this "
+            "machine: M-x amacs-use-local-model (or ./amacs --local)."
         )
 
 
@@ -103,12 +111,19 @@ def load_config(env: dict[str, str] | None = None) -> Config:
     backend = (env.get("AMACS_BACKEND") or "anthropic").lower()
     if backend not in ("anthropic", "openai"):
         raise ConfigError(f"AMACS_BACKEND={backend!r}: use anthropic or openai")
+    local_model = Path(env["AMACS_LOCAL_MODEL"]).expanduser() if env.get("AMACS_LOCAL_MODEL") else None
+    local_python = Path(env["AMACS_LOCAL_PYTHON"]).expanduser() if env.get("AMACS_LOCAL_PYTHON") else None
+    if local_model is not None and local_python is None:
+        raise ConfigError("AMACS_LOCAL_MODEL is set but AMACS_LOCAL_PYTHON is not: name the Python of the venv "
+                          "scripts/local-model.sh made (.venv-local/bin/python)")
+    if local_model is not None:
+        backend = "openai"  # the model server this server runs speaks the OpenAI API
     return Config(
         backend=backend,
         openai_base_url=env.get("OPENAI_BASE_URL") or None,
         openai_api_key=env.get("OPENAI_API_KEY") or None,
         home=home,
-        model=env.get("AMACS_MODEL") or DEFAULT_MODEL,
+        model=env.get("AMACS_MODEL") or (LOCAL_ALIAS if local_model else DEFAULT_MODEL),
         api_key=env.get("ANTHROPIC_API_KEY") or None,
         base_url=env.get("ANTHROPIC_BASE_URL") or None,
         token=env.get("AMACS_TOKEN") or None,
@@ -122,5 +137,8 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         event_queue=int(_float_env(env, "AMACS_EVENT_QUEUE", 100)),
         inbox_limit=int(_float_env(env, "AMACS_INBOX_LIMIT", 50)),
         wait_timeout=_float_env(env, "AMACS_WAIT_TIMEOUT", 60.0),
+        context_window=int(_float_env(env, "AMACS_CONTEXT_WINDOW", 0)) or None,
+        local_model=local_model,
+        local_python=local_python,
         mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
     )

@@ -22,8 +22,11 @@ from .context.assemble import Conversation
 from .errors import Refused, Stopping
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
+from .inference.capabilities import CapabilityStore
+from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import Price, Tally, Usage, cost
+from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
@@ -125,8 +128,14 @@ class Runtime:
         self.sync_threads(save=False)
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
         self.backend_name = config.backend
-        self.backend = self._make_backend(config.backend, config.openai_base_url)
+        # OPENAI_BASE_URL is the OpenAI-compatible backend's: the Anthropic one has ANTHROPIC_BASE_URL.
+        self.backend = self._make_backend(config.backend,
+                                          self.config.openai_base_url if config.backend == "openai" else None)
+        # What the model accepts: asked once the loop runs (start), and on every set_model.
+        self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
+        self.catalog.setting_window = config.context_window
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
@@ -208,12 +217,36 @@ class Runtime:
         log.warning("%s", note)
         self.startup_notes.append(note)
 
+    def _start_local(self) -> LocalModel | None:
+        """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
+        OpenAI-compatible backend at it."""
+        cfg = self.config
+        if cfg.local_model is None or cfg.local_python is None:
+            return None
+        local = LocalModel(cfg.local_python, cfg.local_model, cfg.home / "logs" / "local-model.log")
+        try:
+            local.start()
+        except (LocalModelError, OSError) as err:
+            raise StartupError(f"cannot start the local model: {err}") from err
+        self.config = replace(cfg, openai_base_url=local.base_url)
+        self.startup_notes.append(TRY_ONLY)
+        return local
+
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
+        if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
+            return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
             return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
+
+    def learn_model(self) -> None:
+        """Take what the home knows of the model in use, and ask its backend (in a task of the
+        loop: nothing waits for it but the first model call) when that is older than a day."""
+        cfg = self.config
+        base = cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
+        self.catalog.use(self.backend_name, base, self.model, self.backend if cfg.has_credentials else None)
 
     def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
         """Switch backend and model from the next call on (loop thread)."""
@@ -228,6 +261,11 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        self.learn_model()
+        # Another model: the context starts again whole (its window may differ) and without the
+        # thinking blocks of the last one (their signatures are that model's).
+        self.conversation.squeeze = 0
+        self.conversation.base = None
         key_ok = self.config.has_credentials
         return {"backend": backend, "model": self.model, "key_ok": key_ok,
                 **({} if key_ok else {"missing": self.config.missing_key_message()})}
@@ -292,14 +330,21 @@ class Runtime:
     # -- the loop thread -----------------------------------------------------------
 
     def start(self) -> None:
-        """Start the event loop thread and wait until it takes input."""
+        """Start the event loop thread and wait until it takes input; with AMACS_MCP_START=eager,
+        start the MCP servers too (in the background: they list their tools meanwhile)."""
         self._thread.start()
         self._ready.wait(10)
+        if self.config.mcp_eager and self.world.tools is not None:
+            try:
+                self.world.tools.ready_future()
+            except Exception as err:  # noqa: BLE001 - said in the hub; the agent goes on without them
+                log.warning("starting the MCP servers: %r", err)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
         self._inbox = asyncio.Queue()
         self.loop.create_task(self._worker())
+        self.loop.call_soon(self.learn_model)  # after start-up, off its path
         self._ready.set()
         try:
             self.loop.run_forever()
@@ -475,6 +520,8 @@ class Runtime:
             self.world.tools.stop()  # every MCP server's process ends with the server
         if not self.commits.stop(timeout=grace):  # the last ticks' commits before exit
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
+        if self.local is not None:
+            self.local.stop()
         self.transcript.close()
         self.ltm.close()
 

@@ -115,6 +115,10 @@ The rest are counted on one more line."
   "Face of the summary line of an eval the agent ran."
   :group 'amacs)
 
+(defface amacs-shell-thinking '((t :inherit shadow))
+  "Face of the model's thinking: its folded line and its text."
+  :group 'amacs)
+
 (defface amacs-shell-eval-error '((t :inherit error))
   "Face of the summary line of an eval that failed or was declined."
   :group 'amacs)
@@ -318,6 +322,39 @@ A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
           (amacs-shell--fresh-line t)
           (amacs-shell--insert-output shown))
         (amacs-shell--fresh-line t)))))
+
+;;;; Thinking (the model's, folded above its reply)
+
+(defvar-local amacs-shell--thinking nil
+  "The thinking line being streamed: (ID . END), END where its text grows.")
+
+(defvar-local amacs-shell--thinking-count 0
+  "Thinking lines shown so far (each has an invisibility id of its own).")
+
+(defun amacs-shell--on-thinking-delta (event)
+  "Add the thinking text in EVENT to its folded `thinking' line.
+The line opens at the first piece, before the reply; TAB or RET on it
+shows the text, as on an eval line.  A piece that comes after other
+output opens a new line."
+  (amacs-shell--editing
+    (let ((line amacs-shell--thinking))
+      (unless (and line (marker-buffer (cdr line)) (= (1+ (cdr line)) amacs-shell--out))
+        (let ((id (intern (format "amacs-thinking-%d" (setq amacs-shell--thinking-count
+                                                             (1+ amacs-shell--thinking-count))))))
+          (add-to-invisibility-spec id)
+          (amacs-shell--fresh-line)
+          (amacs-shell--insert-output
+           (propertize "▸ thinking" 'font-lock-face 'amacs-shell-thinking 'amacs-eval id
+                       'help-echo "TAB or RET: show the model's thinking"))
+          (amacs-shell--insert-output (amacs-shell--eval-detail id "" 'amacs-shell-thinking))
+          (setq line (cons id (copy-marker amacs-shell--out nil)))
+          (amacs-shell--insert-output (propertize "\n" 'amacs-eval id))
+          (set-marker-insertion-type (cdr line) t)
+          (setq amacs-shell--thinking line)))
+      (goto-char (cdr line))
+      (insert (amacs-shell--output-props
+               (propertize (plist-get event :text) 'invisible (car line) 'amacs-eval (car line)
+                           'font-lock-face 'amacs-shell-thinking 'line-prefix "    " 'wrap-prefix "    "))))))
 
 ;;;; Eval lines (the agent's actions, where they happened)
 
@@ -1111,6 +1148,7 @@ The primary waiting for it has its result."
 
 (amacs-on-event "reply" #'amacs-shell--on-reply)
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
+(amacs-on-event "thinking-delta" #'amacs-shell--on-thinking-delta)
 (amacs-on-event "reply-abandon" #'amacs-shell--on-reply-abandon)
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 (amacs-on-event "retry" #'amacs-shell--on-retry)
@@ -1213,7 +1251,20 @@ the first idle moment (`amacs-shell--render-resumed')."
     ;; Input typed after the connection dropped waits for the next server: still busy.
     (amacs-shell--transition 'gone waiting)))
 
+(defvar-local amacs-shell--greeted nil
+  "Non-nil once this shell said how to reach the hub and the subagents.")
+
+(defun amacs-shell--greet-once ()
+  "Say once per shell how to reach the hub and talk to a subagent."
+  (let ((buffer (amacs-shell--buffer)))
+    (when (and buffer (not (buffer-local-value 'amacs-shell--greeted buffer)))
+      (with-current-buffer buffer (setq amacs-shell--greeted t))
+      (amacs-shell--note (substitute-command-keys
+                          "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
+@NAME text talks to one (@skeptic why?).")))))
+
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
+(add-hook 'amacs-ready-hook #'amacs-shell--greet-once 90)
 (add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
 
 ;;;; Commands
@@ -1268,9 +1319,10 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
                    (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
                    (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
                    (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
-                   (setq amacs-chosen (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
-                                                            :model (plist-get now :model))
-                                                 :base-url base-url))
+                   (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
+                                                                       :model (plist-get now :model))
+                                                            :base-url base-url)
+                                                 :local nil)) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
@@ -1305,7 +1357,38 @@ A read-only or full AMACS home must not stop an input from being sent
                   (error-message-string err))
                 (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))))
 
-(defun amacs-shell--input-sender (_proc input)
+(defconst amacs-shell--address-regexp "\\`@\\([[:alnum:]_-]+\\)[[:space:]]+\\([^z-a]*[^[:space:]][^z-a]*\\)\\'"
+  "An input addressed to a subagent: @NAME, then what to say to it.")
+
+(defun amacs-shell--say-to-agent (agent text line)
+  "Say TEXT to the subagent AGENT (its id or a viewpoint's name); LINE is as typed.
+Its answer shows in the shell under its name; the primary's turn goes on
+untouched.  The server refuses an agent that does not exist or has ended."
+  (amacs-shell--editing
+    (delete-region amacs-shell--prompt-start (point-max))
+    (amacs-shell--fresh-line)
+    (amacs-shell--insert-output (amacs-shell--input-line (if (string-suffix-p "\n" line) line (concat line "\n")) nil))
+    (amacs-shell--insert-prompt))
+  (goto-char (point-max))
+  (amacs-when-ready
+   (lambda ()
+     (amacs-call 'person_agent_talk (list agent text)
+                 (lambda (r) (when (plist-get r :queued)
+                               (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to)))))
+                 (lambda (err) (amacs-shell--note (concat "Not sent: " err)))))))
+
+(defun amacs-shell--input-sender (proc input)
+  "Send INPUT (typed in PROC's buffer) to the primary, or to a subagent.
+An input @NAME TEXT goes to the subagent NAME (a viewpoint's name, or
+an id such as task-1 or compulsion-2); any other to the primary."
+  (let ((text (string-trim (substring-no-properties input))))
+    (if (string-match amacs-shell--address-regexp text)
+        (progn (amacs-shell--save-history-safely)
+               (amacs-shell--say-to-agent (match-string 1 text) (match-string 2 text)
+                                          (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
+      (amacs-shell--send-to-primary proc input))))
+
+(defun amacs-shell--send-to-primary (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
 The line sent waits in the footer as queued until the agent takes it."
   (amacs-shell--save-history-safely)

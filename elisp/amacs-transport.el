@@ -226,17 +226,21 @@ environment (issue 12: no secret in any file)."
 (defvar amacs-chosen nil
   "What the person chose in this Emacs that a restarted server keeps.
 A plist: :backend, :model and :base-url (`amacs-set-model'), :budget
-\(`amacs-set-budget').  They win over the environment Emacs started
-with: a restart went back to that environment's model, endpoint and
-budget, and said nothing of it (a newcomer's finding).")
+\(`amacs-set-budget'), :local (`amacs-use-local-model').  They win
+over the environment Emacs started with: a restart went back to that
+environment's model, endpoint and budget, and said nothing of it (a
+newcomer's finding).")
 
 (defun amacs--chosen-environment ()
   "The environment entries that give a new server the choices in `amacs-chosen'."
   (let ((backend (plist-get amacs-chosen :backend))
         (url (plist-get amacs-chosen :base-url))
-        (budget (plist-get amacs-chosen :budget)))
+        (budget (plist-get amacs-chosen :budget))
+        (local (plist-get amacs-chosen :local))) ; (PYTHON GGUF): the server runs the model (amacs-local.el)
     (delq nil
-          (list (and backend (concat "AMACS_BACKEND=" backend))
+          (list (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
+                (and local (concat "AMACS_LOCAL_MODEL=" (cadr local)))
+                (and backend (concat "AMACS_BACKEND=" backend))
                 (and (plist-get amacs-chosen :model) (concat "AMACS_MODEL=" (plist-get amacs-chosen :model)))
                 (and url (concat (if (equal backend "openai") "OPENAI_BASE_URL=" "ANTHROPIC_BASE_URL=") url))
                 (and budget (format "AMACS_BUDGET_LIMIT=%s" budget))))))

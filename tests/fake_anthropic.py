@@ -43,7 +43,9 @@ class Reply:
     does when it is overloaded mid-answer.  ``cut`` breaks a stream off after half
     its deltas: ``"end"`` ends the HTTP body there (no ``message_stop``),
     ``"reset"`` resets the connection (TCP RST).  ``retry_after`` is the header
-    sent with a 429 or 529 (None: none).
+    sent with a 429 or 529 (None: none).  ``thinking`` is the thinking text, sent before the
+    text when the request asked for thinking (Anthropic: a signed thinking block; OpenAI
+    protocol: ``reasoning_content`` deltas).
     """
 
     text: str = DEFAULT_TEXT
@@ -63,6 +65,7 @@ class Reply:
     stream_error: str | None = None
     cut: str | None = None
     retry_after: str | None = "0"
+    thinking: str | None = None  # streamed first (a thinking block, or reasoning_content) when asked for
 
 
 ERROR_TYPES = {
@@ -91,6 +94,28 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away mid-answer (a test killed it): nothing to do
 
+    def do_GET(self) -> None:
+        """The Models API (``models.retrieve``: GET /v1/models/{id}), the OpenAI listing
+        (GET /v1/models) and llama.cpp's ``/props``."""
+        fake = self.server.fake
+        route = self.path.split("?")[0].rstrip("/")
+        fake.gets.append(route)
+        if route.startswith("/v1/models/"):
+            info = fake.models.get(route.removeprefix("/v1/models/"))
+            if info is None:
+                self._send_json(404, _error_body(404, f"model: {route.removeprefix('/v1/models/')}"))
+            else:
+                self._send_json(200, info)
+        elif route == "/v1/models":
+            data = [{"id": mid, "object": "model", "owned_by": "fake", "created": 0,
+                     **({"meta": {"n_ctx_train": fake.n_ctx}} if fake.n_ctx and fake.report_window else {})}
+                    for mid in fake.models or {"fake": {}}]
+            self._send_json(200, {"object": "list", "data": data})
+        elif route == "/props" and fake.n_ctx and fake.report_window:
+            self._send_json(200, {"default_generation_settings": {"n_ctx": fake.n_ctx}})
+        else:
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
     def _post(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
@@ -114,8 +139,16 @@ class _Handler(BaseHTTPRequestHandler):
             fake.record(record)
             self._send_json(401, _error_body(401, "missing x-api-key or authorization header"))
             return
+        refusal = fake.refusal(route, body)
+        if refusal is not None:
+            fake.record(record)
+            status, payload = refusal
+            self._send_json(status, payload)
+            return
         reply = fake.next_reply(body)
         fake.record(record)
+        if route == "/v1/messages":
+            reply = fake.constrained(body, reply)
         if reply.hold is not None:
             reply.hold.wait(300)
         if reply.delay:
@@ -134,18 +167,31 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             self._send_json(reply.status, {"error": {"message": "scripted failure", "type": "server_error"}})
             return
+        fake = self.server.fake
+        reply = fake.constrained_chat(body, reply)
         usage = {"prompt_tokens": reply.usage["input_tokens"], "completion_tokens": reply.usage["output_tokens"],
                  "total_tokens": reply.usage["input_tokens"] + reply.usage["output_tokens"]}
         base = {"id": "chatcmpl-fake", "created": 0, "model": body.get("model", "fake")}
+        thinks = reply.thinking if body.get("reasoning_effort") else None
         if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.text, **({"reasoning_content": thinks} if thinks else {})}
             self._send_json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": "stop"}]})
+                {"index": 0, "message": message, "finish_reason": "stop"}]})
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         chunk = {**base, "object": "chat.completion.chunk"}
+        too_long = fake.chat_too_long(body)
+        if too_long is not None:  # llama.cpp: 200 OK, then the error inside the stream
+            self._chunk(("data: " + json.dumps({"error": {"message": too_long, "type": "server_error"}})
+                         + "\n\n").encode())
+            self._chunk(b"")
+            return
+        if thinks:
+            self._chunk(("data: " + json.dumps({**chunk, "choices": [
+                {"index": 0, "delta": {"reasoning_content": thinks}, "finish_reason": None}]}) + "\n\n").encode())
         for piece in _split(reply.text, reply.chunks):
             self._chunk(("data: " + json.dumps({**chunk, "choices": [
                 {"index": 0, "delta": {"content": piece}, "finish_reason": None}]}) + "\n\n").encode())
@@ -185,9 +231,20 @@ class _Handler(BaseHTTPRequestHandler):
         start = _message(body, reply, "")
         start["usage"] = dict(reply.usage, output_tokens=1)
         self._event("message_start", {"type": "message_start", "message": start})
+        index = 0
+        if reply.thinking and body.get("thinking", {}).get("type") in ("adaptive", "enabled"):
+            self._event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+                "type": "thinking", "thinking": "", "signature": ""}})
+            for piece in _split(reply.thinking, max(1, reply.chunks)):
+                self._event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                    "type": "thinking_delta", "thinking": piece}})
+            self._event("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {
+                "type": "signature_delta", "signature": signature(reply.thinking)}})
+            self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            index = 1
         self._event(
             "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
         )
         sent = 0
         pieces = _split(reply.text, reply.chunks)
@@ -202,13 +259,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._event(
                 "content_block_delta",
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+                {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
             )
             sent += len(piece)
             self.server.fake.chunk_log.append((time.time(), sent))
             if reply.chunk_delay:
                 time.sleep(reply.chunk_delay)
-        self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._event("content_block_stop", {"type": "content_block_stop", "index": index})
         self._event(
             "message_delta",
             {
@@ -273,6 +330,20 @@ class FakeAnthropic:
         self._default = default or (lambda _body: Reply())
         self.requests: list[dict[str, Any]] = []
         self.chunk_log: list[tuple[float, int]] = []  # (wall time, characters sent) per streamed delta
+        # The Models API: model id -> its ModelInfo (model_info()); a model named here is held to
+        # what it says it accepts (400 otherwise), and its replies follow a schema asked for.
+        self.models: dict[str, dict[str, Any]] = {}
+        self.gets: list[str] = []  # the GET routes asked, in order
+        # The OpenAI protocol, as a local server speaks it: parameters it refuses (400), the
+        # response_format types it takes (None: all), its context window (n_ctx; None: none)
+        # and whether it reports it (/v1/models meta, /props); over the window, llama.cpp's
+        # error inside a 200 stream (window_error_in_stream) or its 400.
+        self.openai_refuses: set[str] = set()
+        self.openai_formats: set[str] | None = None
+        self.n_ctx: int | None = None
+        self.report_window = True
+        self.window_error_in_stream = True
+        self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -306,6 +377,75 @@ class FakeAnthropic:
             if self._script:
                 return self._script.popleft()
         return self._default(body)
+
+    def refusal(self, route: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """The 400 (or 422) the API answers BODY with, as it does, or None: what a model named in
+        :attr:`models` does not accept, a prompt over its window; on the OpenAI protocol, a
+        parameter in :attr:`openai_refuses` or a response_format type it does not take."""
+        if route == "/v1/chat/completions":
+            for param in sorted(self.openai_refuses):
+                if param in body:
+                    return 400, {"error": {"message": f"Unrecognized request argument supplied: {param}",
+                                           "type": "invalid_request_error", "param": param, "code": None}}
+            kind = (body.get("response_format") or {}).get("type")
+            if kind is not None and self.openai_formats is not None and kind not in self.openai_formats:
+                expected = " or ".join(f"'{f}'" for f in sorted(self.openai_formats))
+                if self.validation_as_500:  # llama-cpp-python: its handler makes it an internal error
+                    return 500, {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+                                                      f"('body', 'response_format', 'type'), 'msg': \"Input should "
+                                                      f"be {expected}\"}}", "type": "internal_server_error",
+                                           "param": None, "code": None}}
+                return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
+                                         "msg": f"Input should be {expected}"}]}
+            message = self.chat_too_long(body)
+            if message is not None and not (body.get("stream") and self.window_error_in_stream):
+                return 400, {"error": {"message": message, "type": "invalid_request_error",
+                                       "param": "messages", "code": "context_length_exceeded"}}
+            return None
+        info = self.models.get(str(body.get("model")))
+        if info is None:
+            return None
+        caps = info["capabilities"]
+        thinking = (body.get("thinking") or {}).get("type")
+        if thinking in ("adaptive", "enabled", "disabled") and not caps["thinking"]["types"][thinking]["supported"]:
+            return 400, _error_body(400, f"thinking.type: '{thinking}' is not supported for this model")
+        output = body.get("output_config") or {}
+        effort = output.get("effort")
+        if effort is not None and not (caps["effort"]["supported"] and caps["effort"][effort]["supported"]):
+            return 400, _error_body(400, f"output_config.effort: effort '{effort}' is not supported by this model")
+        if "format" in output and not caps["structured_outputs"]["supported"]:
+            return 400, _error_body(400, "output_config.format: structured outputs are not supported by this model")
+        for message in body.get("messages") or ():
+            for block in message["content"] if isinstance(message.get("content"), list) else ():
+                if block.get("type") == "thinking" and block.get("signature") != signature(block.get("thinking", "")):
+                    return 400, _error_body(400, "Invalid `signature` in `thinking` block")
+        tokens = prompt_tokens(body)
+        if info.get("max_input_tokens") and tokens > info["max_input_tokens"]:
+            return 400, _error_body(400, f"prompt is too long: {tokens} tokens > {info['max_input_tokens']} maximum")
+        return None
+
+    def chat_too_long(self, body: dict[str, Any]) -> str | None:
+        """llama.cpp's words when BODY's prompt is over :attr:`n_ctx`, or None."""
+        tokens = prompt_tokens(body)
+        if self.n_ctx is not None and tokens > self.n_ctx:
+            return f"Requested tokens ({tokens}) exceed context window of {self.n_ctx}"
+        return None
+
+    def constrained(self, body: dict[str, Any], reply: Reply) -> Reply:
+        """REPLY as a model held to ``output_config.format`` gives it: its text when that follows
+        the schema, else the text made into a valid response (constrained decoding cannot fail)."""
+        fmt = (body.get("output_config") or {}).get("format")
+        if fmt is None or str(body.get("model")) not in self.models:
+            return reply
+        return _follow(fmt["schema"], reply)
+
+    def constrained_chat(self, body: dict[str, Any], reply: Reply) -> Reply:
+        """REPLY held to the chat request's ``response_format`` schema, when the fake serves one."""
+        fmt = body.get("response_format") or {}
+        schema = (fmt.get("json_schema") or {}).get("schema") or fmt.get("schema")
+        if schema is None or self.openai_formats is None:
+            return reply
+        return _follow(schema, reply)
 
     def record(self, request: dict[str, Any]) -> None:
         """Keep REQUEST for the test to inspect."""
@@ -345,6 +485,72 @@ class FakeAnthropic:
                 texts.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
             out.append(MESSAGE_BREAK.join(texts))
         return out
+
+
+def signature(thinking: str) -> str:
+    """The fake's signature of a thinking text (the API's is opaque; this one is checkable)."""
+    import hashlib
+
+    return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:16]
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The fake's token count of a request's prompt: 4 characters a token."""
+    def size(content: Any) -> int:
+        if isinstance(content, str):
+            return len(content)
+        if isinstance(content, list):
+            return sum(len(b.get("text") or b.get("thinking") or "") for b in content if isinstance(b, dict))
+        return 0
+
+    chars = size(body.get("system")) + sum(size(m.get("content")) for m in body.get("messages") or ())
+    return chars // 4
+
+
+def _follow(schema: dict[str, Any], reply: Reply) -> Reply:
+    import jsonschema
+
+    made = {"eval": None, "reply": None, "mood": "constrained", "confidence": 0.5,
+            "monologue": "the text, held to the schema", "scratchpad": None, "done": None}
+    try:
+        data = json.loads(reply.text)
+    except ValueError:
+        data = {"reply": reply.text[:200] or "ok"}  # not JSON: what a constrained model would have said
+    if not isinstance(data, dict):
+        data = {"reply": str(data)}
+    made.update({k: v for k, v in data.items() if k in made})  # the fields the schema has, each present
+    try:
+        jsonschema.validate(made, schema)
+    except jsonschema.ValidationError:
+        made = {**made, "reply": str(made["reply"]), "mood": str(made["mood"] or "constrained"),
+                "confidence": 0.5, "scratchpad": None, "done": None, "eval": None}
+        jsonschema.validate(made, schema)
+    return Reply(**{**reply.__dict__, "text": json.dumps(made, ensure_ascii=False)})
+
+
+def model_info(model_id: str, *, adaptive: bool = True, enabled: bool = False, structured: bool = True,
+               effort: bool = True, max_input_tokens: int = 200_000, max_tokens: int = 64_000) -> dict[str, Any]:
+    """A Models API answer (``ModelInfo``) for MODEL_ID with these capabilities, every key present."""
+    def yes(value: bool) -> dict[str, bool]:
+        return {"supported": value}
+
+    thinks = adaptive or enabled
+    return {
+        "type": "model", "id": model_id, "display_name": model_id, "created_at": "2026-01-01T00:00:00Z",
+        "lifecycle": "active", "max_input_tokens": max_input_tokens, "max_tokens": max_tokens,
+        "capabilities": {
+            "batch": yes(True), "citations": yes(True), "code_execution": yes(False),
+            "context_management": {"supported": False, "clear_thinking_20251015": None,
+                                   "clear_tool_uses_20250919": None, "compact_20260112": None},
+            "effort": {"supported": effort, "low": yes(effort), "medium": yes(effort), "high": yes(effort),
+                       "max": yes(effort), "xhigh": yes(False)},
+            "image_input": yes(True), "pdf_input": yes(True),
+            "server_tools": {"supported": False, "code_execution": yes(False), "web_search": yes(False)},
+            "structured_outputs": yes(structured),
+            "thinking": {"supported": thinks, "types": {"adaptive": yes(adaptive), "enabled": yes(enabled),
+                                                         "disabled": yes(True), "between_tools": yes(False)}},
+        },
+    }
 
 
 def agent_json(reply: str | None = None, *, eval: str | None = None, mood: str = "focused",  # noqa: A002

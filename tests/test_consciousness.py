@@ -20,7 +20,7 @@ def test_every_rfc_field_present_in_order():
     c = Consciousness()
     assert list(c.to_dict()) == RFC_FIELDS
     assert set(c.to_dict()["budget"]) == {"cost_so_far", "budget_limit", "pressure"}
-    assert set(c.to_dict()["api_settings"]) == {"temperature", "top_p", "thinking", "max_tokens"}
+    assert set(c.to_dict()["api_settings"]) == {"temperature", "top_p", "thinking", "max_tokens", "effort"}
 
 
 @pytest.mark.parametrize("field", sorted(HARNESS_FIELDS))

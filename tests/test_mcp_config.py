@@ -114,3 +114,14 @@ def test_the_listing_is_one_line_per_allowed_tool():
     assert "git/" not in text
     assert calls.listing([("git", other)], ("time/*",)) == ""
     assert len(calls.signature("git", other)) < 140
+
+
+def test_values_from_the_environment_are_redacted_in_what_the_hub_says(tmp_path):
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"docs": {"url": "https://x.example/mcp?key=${DOCS_KEY}"}}}))
+    hub = McpHub(path, tmp_path / "logs", {"DOCS_KEY": "sk-docs-0123456789"})
+    hub.reload()
+    hub.connections["docs"].last_error = "401 for https://x.example/mcp?key=sk-docs-0123456789"
+    [status] = hub.status()
+    assert status["last_error"] == "401 for https://x.example/mcp?key=[redacted mcp.json ${VAR}]"
+    assert hub.scrub({"a": ["sk-docs-0123456789"]}) == {"a": ["[redacted mcp.json ${VAR}]"]}

@@ -90,8 +90,8 @@ def test_every_wrong_field_is_named_in_one_line_from_the_declared_model():
     text = '{"mood": " ", "confidence": true, "reply": 3, "scratchpad": {"content": "c"}, "done": "yes"}'
     with pytest.raises(ResponseFormatError) as err:
         parse_response(text)
-    assert str(err.value) == ("mood must be a non-empty string; confidence must be a number; monologue is missing; "
-                              "reply must be a string or null; scratchpad.heading is missing; "
+    assert str(err.value) == ("reply must be a string or null; mood must be a non-empty string; "
+                              "confidence must be a number; monologue is missing; scratchpad.heading is missing; "
                               "done must be true or false or null")
 
 

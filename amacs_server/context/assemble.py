@@ -30,7 +30,7 @@ the previous tick's message and the newest message.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,8 @@ CACHE = {"type": "ephemeral"}
 MESSAGE_BREAK = "\n\n<!-- next message -->\n\n"
 TEXT_SECTIONS = {"skills": "body", "buffers": "content"}
 STABLE_SECTIONS = ("skills", "threads", "scratchpad", "memory")
+WINDOW_SECTIONS = ("scratchpad", "memory", "monologue", "chat")  # what squeezing keeps the newest of
+MAX_SQUEEZE = 6  # a window squeezed this often keeps 1/64 of its items
 
 
 def section(tag: str, items: Sequence[MemoryItem]) -> str:
@@ -94,6 +96,7 @@ class Context:
 
     messages: list[dict[str, Any]]
     conversation: Conversation | None = None
+    remake: Callable[[], Context] | None = None  # the same tick's context again (after a compaction)
 
     @property
     def text(self) -> str:
@@ -110,10 +113,11 @@ class Context:
         """The newest user message: what is new at this tick."""
         return self.text.rsplit(MESSAGE_BREAK, 1)[-1]
 
-    def answered(self, raw: str) -> None:
-        """The model answered this tick with RAW: it stays in the conversation."""
+    def answered(self, raw: str, content: Any = None) -> None:
+        """The model answered this tick with RAW: it stays in the conversation (as CONTENT, the
+        assistant message's blocks, when its thinking must be sent back with it)."""
         if self.conversation is not None:
-            self.conversation.answered(raw)
+            self.conversation.answered(raw, content)
 
 
 @dataclass
@@ -121,7 +125,7 @@ class Conversation:
     """The append-only conversation of one brain (see the module's doc)."""
 
     base: str | None = None
-    turns: list[str] = field(default_factory=list)  # user, assistant, user, assistant, ...
+    turns: list[Any] = field(default_factory=list)  # user, assistant, user, assistant, ... (text or blocks)
     shown: set[str] = field(default_factory=set)  # every item rendering in the conversation
     bases: dict[str, set[str]] = field(default_factory=dict)  # section -> bases shown
     thread: str | None = None
@@ -129,21 +133,44 @@ class Conversation:
     chars: int = 0
     pending: str | None = None  # the newest user message, until answered
     restarts: int = 0
+    # How often the context was compacted to fit the model's window: each time the next base
+    # keeps the newest half of what the window sections kept before, and drops the earlier turns.
+    squeeze: int = 0
+    note: str | None = None  # said once in the next tick message: what compaction dropped
+    window: int | None = None  # the model's window, for the note
+    model_told: str | None = None  # the <model> section this conversation last showed
 
-    def build(self, snap: Snapshot, active_thread: str | None, depths: tuple[int, ...] = ()) -> Context:
+    def compact(self, window: int | None) -> bool:
+        """Drop the oldest blocks: restart from a smaller base at the next build.  False when
+        nothing more can be dropped."""
+        if self.squeeze >= MAX_SQUEEZE:
+            return False
+        self.squeeze += 1
+        self.window = window
+        self.base = None  # forces the restart
+        return True
+
+    def build(self, snap: Snapshot, active_thread: str | None, depths: tuple[int, ...] = (),
+              model: str | None = None) -> Context:
         """This tick's request messages; restarts from a new base when a rule says so
-        (a change of the window DEPTHS is one: the windows shrink or grow at once)."""
+        (a change of the window DEPTHS is one: the windows shrink or grow at once).
+        MODEL (what the model in use takes and ignores, a ``model:`` line) is said when it
+        changed since the conversation last said it."""
         if self._must_restart(snap, active_thread) or depths != self.depths:
             self._restart(snap, active_thread)
             self.depths = depths
         self.pending = self._tick_message(snap)
+        if model is not None and model != self.model_told:
+            self.model_told = model
+            self.tell("model", model)
         return Context(self._messages(self.pending), self)
 
-    def answered(self, raw: str) -> None:
-        """Keep the pending tick message and the model's RAW response as prior messages."""
+    def answered(self, raw: str, content: Any = None) -> None:
+        """Keep the pending tick message and the model's RAW response (CONTENT: as blocks) as
+        prior messages."""
         if self.pending is None:
             return
-        self.turns += [self.pending, raw or "(empty)"]
+        self.turns += [self.pending, content or raw or "(empty)"]
         self.chars += len(self.pending) + len(raw)
         self.pending = None
 
@@ -173,20 +200,43 @@ class Conversation:
         self.bases.setdefault(tag, set()).update(i.mem_id.base for i in items)
 
     def _restart(self, snap: Snapshot, active_thread: str | None) -> None:
+        dropped_turns = len(self.turns) // 2
         self.turns, self.shown, self.bases, self.chars, self.pending = [], set(), {}, 0, None
+        self.model_told = None
         self.thread = active_thread
         self.restarts += 1
         parts = []
+        dropped = 0
         for tag in STABLE_SECTIONS:
             items = self._sections(snap)[tag]
+            items, left_out = self._squeezed(tag, items)
+            dropped += left_out
             if items:
                 parts.append(render_section(tag, items))
                 self._mark(tag, items)
         chat = [i for i in snap.chat if not _pending(i)]
         for tag, items in (("monologue", snap.monologue), ("chat", chat)):
+            items, left_out = self._squeezed(tag, items)
+            dropped += left_out
             parts.append(section(tag, items))
             self._mark(tag, items)
         self.base = "\n\n".join(parts)
+        if self.squeeze and (dropped or dropped_turns):
+            window = f" of {self.window} tokens" if self.window else ""
+            self.note = (f"Your context was compacted to fit this model's window{window}: the earlier "
+                         f"messages of this conversation ({dropped_turns} ticks) and the {dropped} oldest items "
+                         "of your windows are left out. Nothing is lost: every item is in long-term memory; "
+                         "find it with agent-memory-search, bring it back with agent-memory-load.")
+
+    def _squeezed(self, tag: str, items: list[MemoryItem]) -> tuple[list[MemoryItem], int]:
+        """The newest of ITEMS a squeezed window keeps, and how many it leaves out (they count
+        as shown: they do not come back as new in the tick messages)."""
+        if not self.squeeze or tag not in WINDOW_SECTIONS or not items:
+            return items, 0
+        keep = len(items) >> self.squeeze
+        left = items[: len(items) - keep]
+        self.shown.update(i.render() for i in left)
+        return items[len(items) - keep:], len(left)
 
     def _tick_message(self, snap: Snapshot) -> str:
         parts = []
@@ -202,7 +252,16 @@ class Conversation:
         self._mark("agent-consciousness", state)
         if snap.eval_result is not None:
             parts.append(eval_result_section(snap.eval_result))
+        if self.note is not None:
+            parts.append(f"context-window: {self.note}")
+            self.note = None
         return "\n\n".join(parts)
+
+    def tell(self, label: str, text: str) -> None:
+        """Add ``LABEL: TEXT`` to the pending (newest) message: data for the agent, on a line of
+        its own outside the sections (whose every line is a memory item)."""
+        if self.pending is not None:
+            self.pending += f"\n\n{label}: {text}"
 
     def _messages(self, newest: str) -> list[dict[str, Any]]:
         users = [*self.turns[0::2], newest]
@@ -223,6 +282,6 @@ class Conversation:
 
 
 def assemble(snap: Snapshot, conversation: Conversation | None = None, active_thread: str | None = None,
-             depths: tuple[int, ...] = ()) -> Context:
+             depths: tuple[int, ...] = (), model: str | None = None) -> Context:
     """The messages of one tick: CONVERSATION's next, or (None) a fresh conversation's first."""
-    return (conversation or Conversation()).build(snap, active_thread, depths)
+    return (conversation or Conversation()).build(snap, active_thread, depths, model)

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
-from ..state.consciousness import ApiSettings
 from ..text.clean import storable
 from . import sdk
 from .pricing import Usage
+from .request import build_request
 from .retry import RetryPolicy, StatusSink, with_retries
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class StreamOverloaded(StreamError):
     """A mid-stream error worth retrying: overloaded, rate limited, or an API-side failure."""
 
 
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
 RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
 
@@ -67,36 +68,19 @@ class ModelResult:
     latency_ms: float
     stop_reason: str | None
     request: dict[str, Any] = field(default_factory=dict)
+    thinking: str = ""  # the model's thinking text, as it came ("" when it did not think)
+    # The thinking blocks as the API returned them (signatures included): sent back with the
+    # reply in later requests, unmodified, as the API requires.
+    thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
+
+    def assistant_content(self) -> str | list[dict[str, Any]]:
+        """The reply as an assistant message's content: its text, after its thinking blocks."""
+        if not self.thinking_blocks:
+            return self.text or "(empty)"
+        return [*self.thinking_blocks, {"type": "text", "text": self.text or "(empty)"}]
 
 
-def build_request(
-    model: str, system: str, messages: list[dict[str, Any]], settings: ApiSettings
-) -> dict[str, Any]:
-    """The Messages API request: the core skill as a cached system block, then MESSAGES.
-
-    The current SDK has no sampling parameters; temperature and top-p go in
-    ``extra_body`` only when the agent moved them from the default, so the
-    API itself says (400) if a model refuses them.
-    """
-    request: dict[str, Any] = {
-        "model": model,
-        "max_tokens": settings.max_tokens,
-        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
-        "messages": messages,
-    }
-    if settings.thinking:
-        budget = max(1024, min(settings.max_tokens // 2, 16_000))
-        request["max_tokens"] = max(settings.max_tokens, budget + 1024)
-        request["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    else:
-        sampling: dict[str, float] = {}
-        if settings.temperature != 1.0:
-            sampling["temperature"] = settings.temperature
-        if settings.top_p != 1.0:
-            sampling["top_p"] = settings.top_p
-        if sampling:
-            request["extra_body"] = sampling
-    return request
+__all__ = ["AnthropicBackend", "ModelResult", "build_request"]
 
 
 def _short(err: Exception) -> str:
@@ -181,22 +165,38 @@ class AnthropicBackend:
             await client.close()
 
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
-                       stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
-        """Run REQUEST; streamed (text deltas to ON_TEXT) unless STREAM is false.
+                       stream: bool = True, on_status: StatusSink | None = None,
+                       on_thinking: TextSink | None = None) -> ModelResult:
+        """Run REQUEST; streamed (text deltas to ON_TEXT, thinking to ON_THINKING) unless STREAM is false.
 
         429, 5xx (529 included), time-outs and lost connections are retried with
         backoff and jitter, each retry announced through ON_STATUS in one line;
         401, 400 and the like fail at once with what to fix.
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
-        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (anthropic.APIError, StreamError), _short,
+        return await with_retries(lambda: self._once(request, on_text, stream, on_thinking), self.retry,
+                                  _retryable(), (anthropic.APIError, StreamError), _short,
                                   lambda err: _explain(err, self._base_url), on_status)
 
-    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
+    async def capabilities(self, model: str) -> dict[str, Any] | None:
+        """The Models API's answer for MODEL (``models.retrieve``), or None when it could not be
+        asked (no connection); an answer without the model (404) is ``{}``."""
+        await sdk.anthropic.ready()
+        try:
+            raw = await self._get_client().models.with_raw_response.retrieve(model)
+        except (anthropic.APIConnectionError, anthropic.APITimeoutError, anthropic.AuthenticationError):
+            return None
+        except anthropic.APIStatusError:
+            return {}
+        data = json.loads(await raw.read())
+        return data if isinstance(data, dict) else {}
+
+    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                    on_thinking: TextSink | None = None) -> ModelResult:
         started = time.perf_counter()
+        blocks: list[dict[str, Any]] = []
         if stream:
-            text, usage, stop_reason = await self._stream(request, on_text)
+            text, usage, stop_reason = await self._stream(request, on_text, on_thinking, blocks)
         else:
             # The message's JSON as it came, as the stream's events are read: the SDK's typed
             # Message (pydantic) cost ~0.15 ms of the loop per call (issue 11, the pool bound).
@@ -205,15 +205,19 @@ class AnthropicBackend:
             text = storable("".join(b.get("text", "") for b in message.get("content") or ()
                                     if b.get("type") == "text"))
             usage, stop_reason = _usage(message.get("usage") or {}), message.get("stop_reason")
+            blocks = [b for b in message.get("content") or () if b.get("type") in THINKING_BLOCKS]
         return ModelResult(
             text=text,
             usage=usage,
             latency_ms=(time.perf_counter() - started) * 1000,
             stop_reason=stop_reason,
             request=request,
+            thinking=storable("".join(b.get("thinking", "") for b in blocks)),
+            thinking_blocks=blocks,
         )
 
-    async def _stream(self, request: dict[str, Any], on_text: TextSink | None) -> tuple[str, Usage, str | None]:
+    async def _stream(self, request: dict[str, Any], on_text: TextSink | None, on_thinking: TextSink | None,
+                      blocks: list[dict[str, Any]]) -> tuple[str, Usage, str | None]:
         """The SDK's raw HTTP stream (``with_streaming_response``), its SSE read here.
 
         The SDK makes the request (auth, headers, time-out, the status errors);
@@ -221,8 +225,10 @@ class AnthropicBackend:
         (pydantic), which for 100 deltas left the reply ~4 ms behind the last
         byte (issue 10); its ``messages.stream`` helper, which rebuilds the
         whole message on every event, ~10 times that.  An ``error`` event
-        raises :class:`StreamError` (retried when the API is overloaded).
+        raises :class:`StreamError` (retried when the API is overloaded).  Thinking blocks
+        are kept whole in BLOCKS (their text and signature), their text passed to ON_THINKING.
         """
+        blocks.clear()  # a retried stream starts again
         parts: list[str] = []
         usage = Usage()
         stop_reason: str | None = None
@@ -252,6 +258,16 @@ class AnthropicBackend:
                         parts.append(piece)              # be written or sent on: U+FFFD (issue 12)
                         if on_text is not None:
                             on_text(piece)
+                    elif delta.get("type") == "thinking_delta" and blocks:
+                        blocks[-1]["thinking"] += delta["thinking"]
+                        if on_thinking is not None:
+                            on_thinking(storable(delta["thinking"]))
+                    elif delta.get("type") == "signature_delta" and blocks:
+                        blocks[-1]["signature"] = blocks[-1].get("signature", "") + delta["signature"]
+                elif kind == "content_block_start":
+                    block = event.get("content_block") or {}
+                    if block.get("type") in THINKING_BLOCKS:
+                        blocks.append(dict(block))
                 elif kind == "message_start":
                     usage = _usage(event["message"].get("usage") or {})
                 elif kind == "message_delta":

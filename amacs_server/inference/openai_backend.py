@@ -23,6 +23,25 @@ else:
     openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
 
 
+class InvalidRequest(Exception):  # noqa: N818 - named as the SDK names its errors
+    """The server refused the request as invalid but said so with a 500 (llama-cpp-python
+    reports its request validation errors as internal errors): not worth retrying as is."""
+
+    status_code = 422
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _refusal(err: Exception) -> InvalidRequest | None:
+    """ERR as the request refusal it is, when a 500's words say the request did not validate."""
+    message = str(getattr(err, "message", "") or err)
+    if isinstance(err, openai.InternalServerError) and "validation error" in message.lower():
+        return InvalidRequest(message)
+    return None
+
+
 def _retryable() -> tuple[type[Exception], ...]:
     return (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 
@@ -33,11 +52,27 @@ def _text(content: Any) -> str:
     return "\n\n".join(block.get("text", "") for block in content if isinstance(block, dict))
 
 
-def to_chat(request: dict[str, Any]) -> dict[str, Any]:
-    """An Anthropic-shaped REQUEST as chat-completions arguments."""
+SCHEMA_NAME = "agent_response"
+
+
+def to_chat(request: dict[str, Any], schema_form: str | None = None) -> dict[str, Any]:
+    """An Anthropic-shaped REQUEST as chat-completions arguments.
+
+    Its reply schema becomes ``response_format``: OpenAI's ``json_schema`` form, or with
+    SCHEMA_FORM ``json_object``, the form llama-cpp-python's server takes (``schema`` beside
+    the type).  Thinking and effort become ``reasoning_effort`` (the effort set, else
+    ``medium``); sampling goes as set."""
     messages = [{"role": "system", "content": _text(request["system"])}]
     messages += [{"role": m["role"], "content": _text(m["content"])} for m in request["messages"]]
     chat: dict[str, Any] = {"model": request["model"], "messages": messages, "max_tokens": request["max_tokens"]}
+    output = request.get("output_config") or {}
+    if "format" in output:
+        schema = output["format"]["schema"]
+        chat["response_format"] = (
+            {"type": "json_object", "schema": schema} if schema_form == "json_object" else
+            {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": schema}})
+    if "effort" in output or "thinking" in request:
+        chat["reasoning_effort"] = output.get("effort") or "medium"
     chat.update(request.get("extra_body") or {})  # temperature, top_p when the agent set them
     return chat
 
@@ -51,6 +86,8 @@ def _short(err: Exception) -> str:
 
 
 def _explain(err: Exception, base_url: str | None = None) -> str:
+    if isinstance(err, InvalidRequest):
+        return f"the endpoint rejected the request as invalid: {err.message}"
     if isinstance(err, openai.AuthenticationError):
         return "the endpoint refused the key (401): check OPENAI_API_KEY"
     if isinstance(err, openai.NotFoundError):
@@ -76,6 +113,8 @@ class OpenAIBackend:
         self.retry = retry or RetryPolicy()
         self._client: openai.AsyncOpenAI | None = None
 
+    schema_form: str | None = None  # the response_format form the server takes (None: json_schema)
+
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
             self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url,
@@ -89,17 +128,53 @@ class OpenAIBackend:
             await client.close()
 
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
-                       stream: bool = True, on_status: StatusSink | None = None) -> ModelResult:
-        """Run REQUEST against the chat endpoint; streamed unless STREAM is false."""
-        await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
-        return await with_retries(lambda: self._once(request, on_text, stream), self.retry, _retryable(),
-                                  (openai.APIError,), _short, lambda err: _explain(err, self._base_url), on_status)
+                       stream: bool = True, on_status: StatusSink | None = None,
+                       on_thinking: TextSink | None = None) -> ModelResult:
+        """Run REQUEST against the chat endpoint; streamed unless STREAM is false.
 
-    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool) -> ModelResult:
+        Reasoning text (``reasoning_content``, as vLLM and llama.cpp stream it, or
+        ``reasoning``) is the thinking, passed to ON_THINKING as it comes."""
+        await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
+        return await with_retries(lambda: self._refusing(request, on_text, stream, on_thinking), self.retry,
+                                  _retryable(), (openai.APIError, InvalidRequest), _short,
+                                  lambda err: _explain(err, self._base_url), on_status)
+
+    async def capabilities(self, model: str) -> dict[str, Any] | None:
+        """What the server says of its models: ``{"models": /v1/models, "props": llama.cpp's /props}``
+        (each None when it has no such route); None when it could not be reached."""
+        await sdk.openai.ready()
+        client = self._get_client()
+        try:
+            listing = await client.get("/models", cast_to=object)
+        except (openai.APIConnectionError, openai.APITimeoutError):
+            return None
+        except openai.APIError:
+            listing = None
+        root = str(client.base_url).rstrip("/").removesuffix("/v1")
+        try:
+            props = await client.get(f"{root}/props", cast_to=object)
+        except openai.APIError:
+            props = None
+        return {"models": listing if isinstance(listing, dict) else None,
+                "props": props if isinstance(props, dict) else None}
+
+    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                        on_thinking: TextSink | None) -> ModelResult:
+        try:
+            return await self._once(request, on_text, stream, on_thinking)
+        except openai.InternalServerError as err:
+            refusal = _refusal(err)
+            if refusal is None:
+                raise
+            raise refusal from err
+
+    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                    on_thinking: TextSink | None = None) -> ModelResult:
         started = time.perf_counter()
-        chat = to_chat(request)
+        chat = to_chat(request, self.schema_form)
         client = self._get_client()
         usage = Usage()
+        thought: list[str] = []
         if stream:
             parts: list[str] = []
             finish = None
@@ -114,16 +189,29 @@ class OpenAIBackend:
                         parts.append(delta)
                         if on_text is not None:
                             on_text(delta)
+                    thinking = storable(_reasoning(choice.delta))
+                    if thinking:
+                        thought.append(thinking)
+                        if on_thinking is not None:
+                            on_thinking(thinking)
                     finish = choice.finish_reason or finish
             text = "".join(parts)
         else:
             reply = await client.chat.completions.create(**chat)
             text = storable(reply.choices[0].message.content or "")
+            thought.append(storable(_reasoning(reply.choices[0].message)))
             finish = reply.choices[0].finish_reason
             if reply.usage is not None:
                 usage = _usage(reply.usage)
         return ModelResult(text=text, usage=usage, latency_ms=(time.perf_counter() - started) * 1000,
-                           stop_reason=finish, request=request)
+                           stop_reason=finish, request=request, thinking="".join(thought))
+
+
+def _reasoning(message: Any) -> str:
+    """The reasoning text a server added to a message or delta (not in the SDK's types)."""
+    extra = getattr(message, "model_extra", None) or {}
+    value = extra.get("reasoning_content") or extra.get("reasoning")
+    return value if isinstance(value, str) else ""
 
 
 def _usage(u: Any) -> Usage:

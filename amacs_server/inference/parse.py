@@ -104,13 +104,39 @@ class _Response(BaseModel):
 
     model_config = ConfigDict(strict=True, defer_build=True)  # JSON numbers: an int is a float, but true is not 1
 
+    # In the order the core skill shows them: a constrained model writes them in this order,
+    # so the reply streams before the monologue.
+    eval: str | None = None
+    reply: str | None = None
     mood: Annotated[str, AfterValidator(_not_blank)]
     confidence: Annotated[float, BeforeValidator(_big_int)]
     monologue: str
-    reply: str | None = None
-    eval: str | None = None
     scratchpad: _Scratchpad | None = None
     done: bool | None = None
+
+
+def response_schema() -> dict[str, Any]:
+    """The response's JSON schema, generated from :class:`_Response` (the one declaration the
+    parser validates with), in the form structured outputs accept on every backend: every
+    field required (an optional one as nullable), no other fields, no ``$ref``, no titles or
+    defaults.  A reply that follows it parses."""
+    schema = _Response.model_json_schema()
+    strict: dict[str, Any] = _strict(schema, schema.get("$defs", {}))
+    return strict
+
+
+def _strict(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_strict(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        return _strict(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    out = {k: _strict(v, defs) for k, v in node.items() if k not in ("title", "default", "description", "$defs")}
+    if out.get("type") == "object":
+        out["required"] = list(out.get("properties", {}))
+        out["additionalProperties"] = False
+    return out
 
 
 def parse_response(text: str) -> AgentResponse:

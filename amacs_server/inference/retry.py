@@ -27,7 +27,23 @@ StatusSink = Callable[[Retrying], None]
 
 
 class InferenceError(AmacsError, RuntimeError):
-    """The model could not be called; the message says what to fix."""
+    """The model could not be called; the message says what to fix.
+
+    ``status`` is the HTTP status the endpoint answered (None: none, or mid-stream) and
+    ``detail`` the endpoint's own words: what a caller reads to adapt the request (a
+    parameter the model refuses, a context too long)."""
+
+    def __init__(self, message: str, status: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail or message
+
+
+def _failure(err: Exception, explain: Callable[[Exception], str]) -> InferenceError:
+    status = getattr(err, "status_code", None)
+    body = getattr(err, "body", None)
+    detail = " ".join(str(part) for part in (getattr(err, "message", None) or err, body or "") if part)
+    return InferenceError(explain(err), status if isinstance(status, int) else None, detail)
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,7 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
             return await call()
         except retryable as err:
             if attempt == policy.attempts:
-                raise InferenceError(explain(err)) from err
+                raise _failure(err, explain) from err
             wait = policy.delay(attempt, retry_after(err))
             if on_status is not None:
                 when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
@@ -74,5 +90,5 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
                                    round(wait, 1), attempt + 1, policy.attempts))
             await asyncio.sleep(wait)
         except fatal as err:
-            raise InferenceError(explain(err)) from err
+            raise _failure(err, explain) from err
     raise AssertionError("unreachable")

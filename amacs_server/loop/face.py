@@ -17,6 +17,9 @@ class Face(Protocol):
     def reply_delta(self, text: str) -> None:
         """Show more of the reply as it streams in."""
 
+    def thinking_delta(self, text: str) -> None:
+        """Show more of the model's thinking as it streams (a folded line above the reply)."""
+
     def reply_abandon(self, reason: str) -> None:
         """The streamed text will not be the reply (invalid JSON, a retry): mark it."""
 

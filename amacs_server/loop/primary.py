@@ -11,17 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import faults
 from ..agents.kinds import AgentState
 from ..agents.world import PRIMARY
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
-from ..inference.anthropic_backend import ModelResult, build_request
+from ..inference.anthropic_backend import ModelResult
+from ..inference.capabilities import Capabilities, too_long
+from ..inference.catalog import call_adapting, request_chars
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import Tally
+from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
@@ -250,12 +254,59 @@ async def observe(rt: Runtime) -> Context:
     snap = rt.memory.snapshot(rt.consciousness)
     c = rt.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
-    return assemble(snap, rt.conversation, c.active_thread, depths)
+    caps = await rt.catalog.current()
+    note = model_note(rt, caps)
+
+    def remake() -> Context:
+        return assemble(snap, rt.conversation, c.active_thread, depths, note)
+
+    context = remake()
+    context.remake = remake
+    return fit(rt, context)
+
+
+def model_note(rt: Runtime, caps: Capabilities) -> str:
+    """What the agent is told of the model in use (data in its context): its name, its window,
+    and the api-settings it set that this model does not get."""
+    settings = rt.consciousness.api_settings
+    probe = build_request(rt.model, "", [], settings, caps)
+    return json.dumps({"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
+                       "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
+
+
+def fit(rt: Runtime, context: Context) -> Context:
+    """CONTEXT, compacted (its oldest blocks left to long-term memory) until the request it
+    makes fits the model's window, by the calibrated estimate, with room for the answer."""
+    window = rt.catalog.window
+    if window is None or context.remake is None or context.conversation is None:
+        return context
+    settings = rt.consciousness.api_settings
+    room = window - min(settings.max_tokens, window // 4) if rt.backend_name == "openai" else window
+    chars = len(rt.system_prompt())
+    while rt.catalog.estimate(chars + request_chars({"messages": context.messages})) > room:
+        if not context.conversation.compact(window):
+            break
+        remake = context.remake
+        context = remake()
+        context.remake = remake
+        rt.transcript.write("context_compacted", {"squeeze": rt.conversation.squeeze, "window": window,
+                                                  "why": "estimate"})
+    return context
+
+
+class ContextTooLong(AmacsError):
+    """The model refused the request as too long for its window (WINDOW tokens, when it said)."""
+
+    def __init__(self, message: str, window: int | None) -> None:
+        super().__init__(message)
+        self.window = window
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
     """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
 
+    A request the model refuses as too long is compacted (its oldest blocks left to
+    long-term memory) and sent once more; refused again, the turn ends with the input kept.
     Returns the response and whether its reply was already streamed to the shell.
     """
     stop = rt.world.budget_stop("the primary agent")  # the one ledger every agent is held to
@@ -265,11 +316,21 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
         raise TurnAborted
     messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
     streamer = ReplyStreamer()
+    compacted = False
+    last: ModelResult | None = None
 
     async def call() -> str:
-        nonlocal streamer
+        nonlocal streamer, messages, user_message, compacted, last
         streamer = ReplyStreamer()
-        return (await infer(rt, tick, messages, streamer)).text
+        try:
+            last = await infer(rt, tick, messages, streamer, may_compact=not compacted)
+        except ContextTooLong as err:
+            compacted = True
+            user_message = _compacted(rt, tick, user_message, err)
+            messages = list(user_message.messages)
+            streamer = ReplyStreamer()
+            last = await infer(rt, tick, messages, streamer, may_compact=False)
+        return last.text
 
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
         if streamer.shown:
@@ -286,22 +347,61 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
         rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
                          f"retries; kept as an unparsed thought: {parsed.text[:300]!r}", "error")
     rt.transcript.write("parsed", {"attempt": parsed.attempt, "response": parsed.response.to_dict()}, tick=tick)
-    user_message.answered(parsed.text)
+    user_message.answered(parsed.text, last.assistant_content() if last is not None and last.thinking_blocks
+                          else None)
     return parsed.response, bool(streamer.shown) and not parsed.fallback
 
 
-async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer) -> ModelResult:
-    """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency."""
+def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) -> Context:
+    """CONTEXT made again, compacted to fit the window the refusal ERR named (or the known one)."""
+    if err.window:
+        rt.catalog.learn_window(err.window)
+    remake, conversation = context.remake, context.conversation
+    if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
+        _failed(rt, tick, str(err))
+    assert remake is not None and conversation is not None
+    rt.face.annotate(f"The context was too long for the model ({err}); its oldest part is left to long-term "
+                     "memory and the model is asked again.", "status")
+    rt.transcript.write("context_compacted", {"squeeze": conversation.squeeze, "window": rt.catalog.window,
+                                              "why": str(err)}, tick=tick)
+    made = fit(rt, _again(remake))
+    return made
+
+
+def _again(remake: Callable[[], Context]) -> Context:
+    context = remake()
+    context.remake = remake
+    return context
+
+
+def _failed(rt: Runtime, tick: int, error: str) -> NoReturn:
+    rt.transcript.write("model_error", {"error": error}, tick=tick)
+    rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
+    finish_unanswered(rt, tick, error)
+    raise TurnAborted
+
+
+async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
+                may_compact: bool = False) -> ModelResult:
+    """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency.
+
+    The request carries what the model accepts (its capabilities); a parameter it refuses
+    is dropped and the call made again (:func:`call_adapting`).  A refusal as too long
+    raises :class:`ContextTooLong` when MAY_COMPACT, else ends the turn."""
     if not rt.config.has_credentials:
         rt.face.annotate(rt.config.missing_key_message(), "error")
         finish_unanswered(rt, tick, "no API key")
         raise TurnAborted
     await rt.world.tools_ready()
-    request = build_request(rt.model, rt.system_prompt(), messages, rt.consciousness.api_settings)
-    rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
-                                          "wrote": rt.memory.take_written()}, tick=tick)
-    faults.point("infer.request")
+    settings = rt.consciousness.api_settings
+    system = rt.system_prompt()
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
+
+    def build(caps: Capabilities) -> dict[str, Any]:
+        request = build_request(rt.model, system, messages, settings, caps)
+        rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
+                                              "wrote": rt.memory.take_written()}, tick=tick)
+        return request
 
     def on_text(delta: str) -> None:
         gained = streamer.feed(delta)
@@ -318,20 +418,35 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
         rt.face.retrying(retry)
 
+    def said(line: str) -> None:
+        rt.transcript.write("model_adapted", {"status": line}, tick=tick)
+        rt.face.annotate(line, "status")
+
+    async def complete(request: dict[str, Any]) -> ModelResult:
+        faults.point("infer.request")
+        if rt.backend_name == "openai":
+            rt.backend.schema_form = rt.catalog.caps.schema_form  # type: ignore[union-attr]
+        return await rt.backend.complete(request, None if watched else on_text, on_status=on_status,
+                                         on_thinking=rt.face.thinking_delta)
+
     try:
-        result = await rt.backend.complete(request, None if watched else on_text, on_status=on_status)
+        result: ModelResult = await call_adapting(rt.catalog, build, complete, said)
     except InferenceError as err:
-        rt.transcript.write("model_error", {"error": str(err)}, tick=tick)
-        rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
-        finish_unanswered(rt, tick, str(err))
-        raise TurnAborted from err
+        long, window = too_long(err.detail, err.status)
+        if long and may_compact:
+            raise ContextTooLong(str(err), window) from err
+        _failed(rt, tick, str(err))
     faults.point("infer.response")
+    rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens
+                         + result.usage.cache_write_tokens)
     dollars = rt.charge(result.usage)
     rt.world.counted(rt.world.primary, result.usage, dollars)
     rt.transcript.write(
         "model_response",
         {
             "raw": result.text,
+            "thinking": result.thinking,
+            "constrained": constrained(result.request),
             "stop_reason": result.stop_reason,
             "usage": result.usage.__dict__,
             "cost": dollars,

@@ -9,6 +9,7 @@ from typing import Any
 from sexpdata import Symbol
 
 from ..errors import AmacsError
+from ..inference.capabilities import EFFORTS
 from ..transport.lisp import alist_dumps, alist_loads
 
 # Fields the harness owns; the agent may read them but never change them (RFC §3.2).
@@ -97,6 +98,7 @@ class ApiSettings:
     top_p: float = 1.0
     thinking: bool = False
     max_tokens: int = 8192
+    effort: str | None = None  # low, medium, high, xhigh, max; None: the model's default
 
     def validate(self) -> None:
         """Refuse values the API would reject, with a message for the agent."""
@@ -106,6 +108,8 @@ class ApiSettings:
             raise ConsciousnessError(f"top-p must be within (0, 1], got {self.top_p}")
         if not 1 <= self.max_tokens <= 128_000:
             raise ConsciousnessError(f"max-tokens must be within 1..128000, got {self.max_tokens}")
+        if self.effort not in (None, *EFFORTS):
+            raise ConsciousnessError(f"effort must be one of {', '.join(EFFORTS)} or nil, got {self.effort!r}")
 
 
 @dataclass
@@ -180,6 +184,8 @@ class Consciousness:
                 if isinstance(api.get(key), int | float):
                     setattr(c.api_settings, key, type(getattr(c.api_settings, key))(api[key]))
             c.api_settings.thinking = bool(api.get("thinking"))
+            if api.get("effort") in EFFORTS:
+                c.api_settings.effort = str(api["effort"])
         ler = data.get("last_eval_result")
         if isinstance(ler, dict):
             c.last_eval_result = EvalResult(
@@ -233,10 +239,12 @@ class Consciousness:
             if key not in asdict(candidate):
                 raise ConsciousnessError(
                     f"api-settings has no {key.replace('_', '-')}; its fields are "
-                    "temperature, top-p, thinking, max-tokens"
+                    "temperature, top-p, thinking, effort, max-tokens"
                 )
             if key == "thinking":
                 candidate.thinking = bool(value)
+            elif key == "effort":
+                candidate.effort = None if value in (None, False, "", "nil") else str(value).lstrip(":")
             elif isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConsciousnessError(f"api-settings {key.replace('_', '-')} must be a number, got {value!r}")
             else:

@@ -215,7 +215,7 @@ class McpHub:
             raise
         except BaseException as err:  # noqa: BLE001 - the server's failure is said, the hub goes on
             conn.last_error = _describe(err)
-            log.warning("MCP server %s: %s", spec.name, conn.last_error)
+            log.warning("MCP server %s: %s", spec.name, self.scrub(conn.last_error))
         finally:
             conn.client = None
             if conn.state not in ("stopped", "down"):
@@ -234,7 +234,8 @@ class McpHub:
                                     and conn.runner is not None and conn.runner.done()):
             if conn.state == "down":
                 conn.restarts += 1
-                log.warning("MCP server %s died (%s): starting it again, once", conn.spec.name, conn.last_error)
+                log.warning("MCP server %s died (%s): starting it again, once", conn.spec.name,
+                            self.scrub(conn.last_error))
             self._start(conn)
         if conn.state == "starting":
             assert conn.ready is not None
@@ -359,9 +360,21 @@ class McpHub:
             raise McpError(f"{server}/{tool} did not answer within {timeout:g} s") from None
 
     def status(self) -> list[dict[str, Any]]:
-        """Each server's summary, and the file's problems, for the hub."""
+        """Each server's summary, for the hub (the values ${VAR} brought in redacted)."""
         self.reload()
-        return [c.summary() for c in list(self.connections.values())]
+        return [self.scrub(c.summary()) for c in list(self.connections.values())]
+
+    def scrub(self, value: Any) -> Any:
+        """VALUE with every value mcp.json took from the environment (${VAR}: keys, tokens) redacted."""
+        if isinstance(value, str):
+            for secret in self.config.secrets:
+                value = value.replace(secret, "[redacted mcp.json ${VAR}]")
+            return value
+        if isinstance(value, list | tuple):
+            return [self.scrub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.scrub(v) for k, v in value.items()}
+        return value
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every server (their processes end) and the hub's loop; no call is taken after."""

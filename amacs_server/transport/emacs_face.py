@@ -73,6 +73,10 @@ class EmacsFace:
         """More of the reply, as it streams."""
         self._send(type="reply-delta", text=text)
 
+    def thinking_delta(self, text: str) -> None:
+        """More of the model's thinking, as it streams."""
+        self._send(type="thinking-delta", text=text)
+
     def reply_abandon(self, reason: str) -> None:
         """Mark the streamed text as not the reply."""
         self._send(type="reply-abandon", reason=reason)

@@ -507,6 +507,31 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (should (invisible-p detail))
       (should (string-match-p "^▸ eval (\\+ 2 2) → 4\n" (amacs-shell-test--text))))))
 
+(ert-deftest amacs-shell-test-thinking-is-a-folded-line-above-the-reply ()
+  "The model's thinking streams into one folded line before its reply; TAB shows it."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "Two and two "))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "make four."))
+    (amacs-shell--on-reply-delta '(:type "reply-delta" :text "4"))
+    (amacs-shell--on-reply '(:type "reply" :text "4" :streamed t))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "▸ thinking\nTwo and two make four.\n\\(.\\|\n\\)*4" text))
+      (should (= 1 (cl-count-if (lambda (l) (string-prefix-p "▸ thinking" l)) (split-string text "\n")))))
+    (goto-char (point-min))
+    (search-forward "Two and two")
+    (let ((detail (match-beginning 0)))
+      (should (invisible-p detail))
+      (goto-char (point-min))
+      (search-forward "▸ thinking")
+      (amacs-shell-tab)
+      (should-not (invisible-p detail))
+      (should (string-match-p "^▾ thinking" (amacs-shell-test--text)))
+      (amacs-shell-toggle)
+      (should (invisible-p detail)))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "next tick"))
+    (should (= 2 (cl-count-if (lambda (l) (string-prefix-p "▸ thinking" l))
+                              (split-string (amacs-shell-test--text) "\n"))))))
+
 (ert-deftest amacs-shell-test-failed-eval-line-is-an-error ()
   "Issue 9: an eval that signals shows its error in the error face."
   (amacs-shell-test--with-shell

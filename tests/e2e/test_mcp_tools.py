@@ -313,3 +313,21 @@ def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, hom
     # The listing followed the file: the second server's tools were in the prompt after it was added.
     prompts = [r["body"]["system"][0]["text"] for r in fake.requests]
     assert "clock/get_current_time" not in prompts[0] and "clock/get_current_time" in prompts[-1]
+
+
+def test_servers_start_at_the_first_model_call_or_with_the_server_when_eager(fake, home):
+    """Lazy by default: no server process before the agent's first model call; with
+    AMACS_MCP_START=eager they start with the AMACS server."""
+    write_config(home, {"time": time_server()})
+    fake.respond_with(lambda body: say("hi"))
+    count = ("(princ (format \"CHILDREN<<%s>>\\n\" (length (split-string (shell-command-to-string "
+             "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))))")
+    settle = "(let ((end (+ (float-time) 3))) (while (< (float-time) end) (accept-process-output nil 0.1)))"
+    lazy = run_emacs(home, fake.url, session(settle, count, send("hello"), count)).check()
+    assert re.findall(r"CHILDREN<<(\d+)>>", lazy.stdout) == ["0", "1"]
+    children = ("(length (split-string (shell-command-to-string (format \"pgrep -P %s -f mcp-server-time\" "
+                "(process-id amacs--server-process)))))")
+    wait = (f"(let ((end (+ (float-time) 20))) (while (and (< (float-time) end) (= 0 {children})) "
+            "(accept-process-output nil 0.2)))")
+    eager = run_emacs(home, fake.url, session(wait, count), AMACS_MCP_START="eager").check()
+    assert re.findall(r"CHILDREN<<(\d+)>>", eager.stdout) == ["1"]

@@ -37,8 +37,8 @@ def terminal(amacs_installed: None, fake: FakeAnthropic, tmp_path: Path) -> Iter
     """
     opened: list[Terminal] = []
 
-    def open_terminal(width: int = 120, height: int = 40, **env: str) -> Terminal:
-        term = Terminal(tmp_path / f"terminal-{len(opened)}", fake.url, width, height, env)
+    def open_terminal(width: int = 120, height: int = 40, args: tuple[str, ...] = (), **env: str) -> Terminal:
+        term = Terminal(tmp_path / f"terminal-{len(opened)}", fake.url, width, height, env, args)
         opened.append(term)
         return term.start()
 

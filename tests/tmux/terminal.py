@@ -44,8 +44,9 @@ class Terminal:
     """One ``./amacs`` in a tmux session of its own, on a private tmux socket."""
 
     def __init__(self, tmp: Path, base_url: str, width: int = 120, height: int = 40,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.width, self.height = width, height
+        self.args = args  # ./amacs's own, before the test's --eval (./amacs --local)
         self.home = tmp / "user-home"
         self.amacs_home = tmp / "agent"
         # Unix socket paths are limited to ~108 bytes: keep the sockets in a short directory.
@@ -82,7 +83,7 @@ class Terminal:
         conf.write_text(TMUX_CONF)
         server = f'(progn (setq server-socket-dir "{self._emacs_socket.parent}") (server-start))'
         self._tmux("-f", str(conf), "new-session", "-d", "-s", "amacs", "-x", str(self.width),
-                   "-y", str(self.height), "--", str(ROOT / "amacs"), "--eval", server, cwd=ROOT)
+                   "-y", str(self.height), "--", str(ROOT / "amacs"), *self.args, "--eval", server, cwd=ROOT)
         self._pane_pid = int(self._tmux("display", "-p", "-t", "amacs", "#{pane_pid}").strip())
         self.wait_for(lambda screen: any(line.startswith(PROMPT.rstrip()) for line in screen.splitlines()),
                       timeout=timeout, what="the shell's first prompt")

@@ -1,0 +1,183 @@
+"""The model in use: its capabilities (asked off the start-up path), and calls adapted to them.
+
+At start and on ``amacs-set-model`` the catalog asks the backend what the model
+accepts, in a task of the loop, so start-up does not wait; the first request
+waits for the answer (a few seconds at most).  The answer is kept in the home
+for a day (:class:`~amacs_server.inference.capabilities.CapabilityStore`).
+Where the backend cannot say, :func:`call_adapting` learns from the model's
+400s: a parameter it names is dropped, remembered, and the call made once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any, Protocol
+
+from .capabilities import (
+    Capabilities,
+    CapabilityStore,
+    from_model_info,
+    from_openai_models,
+    refused_param,
+)
+from .request import sent_params
+from .retry import InferenceError
+
+log = logging.getLogger("amacs")
+
+ASK_TIMEOUT = 10.0  # seconds the first request waits for the backend's answer, at most
+DEFAULT_CHARS_PER_TOKEN = 3.5  # before a call's usage calibrates it (JSON and code: fewer than prose's 4)
+
+
+class Askable(Protocol):
+    """A backend that can say what a model accepts."""
+
+    async def capabilities(self, model: str) -> dict[str, Any] | None:
+        """The backend's raw answer for MODEL (None: it could not be asked)."""
+
+
+class ModelCatalog:
+    """The capabilities of the model in use, and the estimate of its tokens per character."""
+
+    def __init__(self, store: CapabilityStore) -> None:
+        self.store = store
+        self.key = ""
+        self.backend = "anthropic"
+        self.model = ""
+        self.caps = Capabilities()
+        self.setting_window: int | None = None  # AMACS_CONTEXT_WINDOW, when the backend cannot say
+        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
+        self._task: asyncio.Task[None] | None = None
+
+    def use(self, backend: str, base_url: str | None, model: str, ask: Askable | None) -> None:
+        """The model in use is now MODEL on BACKEND: take what the home knows of it, and (when
+        that is missing or older than a day) ask ASK in a task of the running loop."""
+        self.key = CapabilityStore.key(backend, base_url, model)
+        self.backend, self.model = backend, model
+        cached, fresh = self.store.get(self.key)
+        self.caps = cached or Capabilities()
+        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs (a runtime driven by a test): the first call asks
+            loop = None
+        if not fresh and ask is not None and loop is not None:
+            self._task = loop.create_task(self._ask(ask, self.key))
+
+    async def _ask(self, ask: Askable, key: str) -> None:
+        try:
+            answer = await asyncio.wait_for(ask.capabilities(self.model), ASK_TIMEOUT)
+        except (TimeoutError, InferenceError) as err:
+            log.info("could not ask the capabilities of %s: %r", self.model, err)
+            return
+        except Exception:  # noqa: BLE001 - a cache: the calls go on with what is known
+            log.exception("asking the capabilities of %s", self.model)
+            return
+        if answer is None or key != self.key:
+            return  # not reached (asked again later), or another model meanwhile
+        if self.backend == "openai":
+            fetched = from_openai_models(answer.get("models") or {}, self.model, answer.get("props"))
+        else:
+            fetched = from_model_info(answer)
+        old = self.caps  # what 400s taught, and a window a server named, outlive the day
+        self.caps = replace(fetched, refused=old.refused, schema_form=old.schema_form,
+                            max_input_tokens=fetched.max_input_tokens or old.max_input_tokens)
+        self._keep()
+        log.info("capabilities of %s: %s", self.model, self.caps.to_json())
+
+    def _keep(self) -> None:
+        try:
+            self.store.put(self.key, self.caps)
+        except OSError as err:
+            log.warning("could not keep the model's capabilities in %s: %s", self.store.path, err)
+
+    async def current(self) -> Capabilities:
+        """The capabilities, once the backend answered (or ASK_TIMEOUT passed)."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=ASK_TIMEOUT)
+        return self.caps
+
+    @property
+    def window(self) -> int | None:
+        """The model's input window in tokens: its capabilities', else the setting's."""
+        return self.caps.max_input_tokens or self.setting_window
+
+    def refuse(self, param: str) -> str:
+        """The model refused PARAM: never send it again.  Returns what changed, in words.
+
+        An OpenAI-compatible server that refuses the ``json_schema`` reply format is
+        tried once with the ``json_object`` form (llama-cpp-python's) before the
+        format is dropped; refusing ``reasoning_effort`` refuses thinking and effort."""
+        if param == "format" and self.backend == "openai" and self.caps.schema_form != "json_object":
+            self.caps = replace(self.caps, schema_form="json_object")
+            said = "the json_schema reply format; trying its json_object form"
+        elif param == "reasoning_effort":
+            self.caps = self.caps.refusing("thinking").refusing("effort")
+            said = "reasoning_effort; thinking and effort are not sent to it"
+        else:
+            self.caps = self.caps.refusing(param)
+            said = f"{param}; not sent to it again"
+        self._keep()
+        return said
+
+    def learn_window(self, tokens: int) -> None:
+        """A server said its window is TOKENS."""
+        self.caps = self.caps.with_window(tokens)
+        self._keep()
+
+    def calibrate(self, chars: int, tokens: int) -> None:
+        """A call of CHARS characters of context counted TOKENS input tokens."""
+        if chars > 1000 and tokens > 100:
+            self.chars_per_token = chars / tokens
+
+    def estimate(self, chars: int) -> int:
+        """The tokens CHARS characters of context come to, by the last calibration."""
+        return int(chars / self.chars_per_token) + 1
+
+
+def request_chars(request: dict[str, Any]) -> int:
+    """The characters of REQUEST's system prompt and messages (what its input tokens count)."""
+    def size(content: Any) -> int:
+        if isinstance(content, str):
+            return len(content)
+        if isinstance(content, list):
+            return sum(len(b.get("text") or b.get("thinking") or "") for b in content if isinstance(b, dict))
+        return 0
+
+    return size(request.get("system")) + sum(size(m.get("content")) for m in request.get("messages") or ())
+
+
+async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
+                        complete: Callable[[dict[str, Any]], Awaitable[Any]],
+                        say: Callable[[str], None]) -> Any:
+    """COMPLETE the request BUILD makes for the model's capabilities.  A 400 (or 422) that
+    names a parameter the request sent is said in one line (SAY), remembered (never sent
+    to this model again), and the call made once more without it."""
+    caps = await catalog.current()
+    request = build(caps)
+    for attempt in range(3):
+        try:
+            return await complete(request)
+        except InferenceError as err:
+            param = refused_param(err.detail, _sendable(request, catalog.backend)) \
+                if err.status in (400, 422) and attempt < 2 else None
+            if param is None:
+                raise
+            said = catalog.refuse(param)
+            say(f"The model {catalog.model} does not take {said}; asking again.")
+            request = build(catalog.caps)
+    raise AssertionError("unreachable")
+
+
+def _sendable(request: dict[str, Any], backend: str) -> set[str]:
+    sent = sent_params(request)
+    if backend == "openai" and ({"thinking", "effort"} & sent):
+        sent = (sent - {"thinking", "effort"}) | {"reasoning_effort"}
+    return sent

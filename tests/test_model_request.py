@@ -1,0 +1,220 @@
+"""The request built for each kind of model, checked whole and against the SDKs' own request types.
+
+For every combination of capabilities (structured output yes/no; thinking adaptive,
+enabled or none; effort yes/no) and backend (Anthropic, OpenAI-compatible) the exact
+request is written out here, and each built request is validated against the
+SDK's TypedDicts (``MessageCreateParamsStreaming``, ``CompletionCreateParamsStreaming``),
+unknown keys refused at every level: a parameter the SDK would not send fails.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import itertools
+import types
+import typing
+from typing import Any
+
+import pytest
+import typing_extensions
+from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+from pydantic import TypeAdapter, ValidationError
+
+from amacs_server.inference.capabilities import (
+    Capabilities,
+    from_model_info,
+    refused_param,
+    too_long,
+)
+from amacs_server.inference.openai_backend import to_chat
+from amacs_server.inference.parse import parse_response, response_schema
+from amacs_server.inference.request import build_request, ignored_settings
+from amacs_server.state.consciousness import ApiSettings
+from tests.fake_anthropic import model_info
+
+MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]
+SYSTEM = [{"type": "text", "text": "core", "cache_control": {"type": "ephemeral"}}]
+SETTINGS = ApiSettings(thinking=True, effort="high", max_tokens=8192)
+
+
+def _caps(structured: bool, thinking: str, effort: bool) -> Capabilities:
+    return Capabilities(structured=structured, thinking=frozenset() if thinking == "none" else frozenset({thinking}),
+                        effort=frozenset({"low", "medium", "high", "max"}) if effort else frozenset(),
+                        source="models-api")
+
+
+def _expected_anthropic(structured: bool, thinking: str, effort: bool) -> dict[str, Any]:
+    request: dict[str, Any] = {"model": "m", "max_tokens": 8192, "system": SYSTEM, "messages": MESSAGES}
+    if thinking == "adaptive":
+        request["thinking"] = {"type": "adaptive"}
+    elif thinking == "enabled":
+        request["thinking"] = {"type": "enabled", "budget_tokens": 4096}
+    output: dict[str, Any] = {}
+    if effort:
+        output["effort"] = "high"
+    if structured:
+        output["format"] = {"type": "json_schema", "schema": response_schema()}
+    if output:
+        request["output_config"] = output
+    return request
+
+
+def _expected_openai(structured: bool, thinking: str, effort: bool) -> dict[str, Any]:
+    chat: dict[str, Any] = {"model": "m", "max_tokens": 8192,
+                            "messages": [{"role": "system", "content": "core"}, {"role": "user", "content": "hello"}]}
+    if structured:
+        chat["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "agent_response", "strict": True, "schema": response_schema()}}
+    if effort or thinking != "none":  # the agent's effort, else thinking's default
+        chat["reasoning_effort"] = "high" if effort else "medium"
+    return chat
+
+
+# -- the SDKs' request types, with unknown keys refused at every level ---------------------
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    if tp not in _ADAPTERS:
+        _ADAPTERS[tp] = TypeAdapter(tp)
+    return _ADAPTERS[tp]
+
+
+def _no_extra(value: Any, tp: Any, where: str = "") -> None:
+    """Raise AssertionError where VALUE has a key TP's TypedDicts do not declare."""
+    origin = typing_extensions.get_origin(tp)
+    if origin in (typing.Required, typing.NotRequired, typing.Annotated, typing_extensions.Required,
+                  typing_extensions.NotRequired, typing_extensions.Annotated):
+        _no_extra(value, typing_extensions.get_args(tp)[0], where)
+    elif typing_extensions.is_typeddict(tp) and isinstance(value, dict):
+        hints = typing_extensions.get_type_hints(tp)
+        extra = set(value) - set(hints)
+        assert not extra, f"{where or 'request'}: {sorted(extra)} not in {tp.__name__}"
+        for key, item in value.items():
+            _no_extra(item, hints[key], f"{where}.{key}" if where else key)
+    elif origin in (typing.Union, types.UnionType):
+        failures = []
+        for alternative in typing.get_args(tp):
+            try:
+                _adapter(alternative).validate_python(value)
+                _no_extra(value, alternative, where)
+                return
+            except (AssertionError, ValidationError) as err:
+                failures.append(str(err).splitlines()[0])
+        raise AssertionError(f"{where}: no alternative takes it: {failures}")
+    elif origin in (list, collections.abc.Iterable, collections.abc.Sequence) and isinstance(value, list):
+        for n, item in enumerate(value):
+            _no_extra(item, typing.get_args(tp)[0], f"{where}[{n}]")
+
+
+def sdk_accepts(params: dict[str, Any], tp: Any) -> None:
+    """PARAMS (with ``stream``) pass TP, the SDK's request TypedDict, types and keys."""
+    valid = _adapter(tp).validate_python(params)
+    for key in ("messages",):  # Iterable fields validate lazily: iterate them
+        list(valid[key])
+    _no_extra(params, tp)
+
+
+COMBINATIONS = list(itertools.product([True, False], ["adaptive", "enabled", "none"], [True, False]))
+
+
+@pytest.mark.parametrize(("structured", "thinking", "effort"), COMBINATIONS)
+def test_anthropic_request_for_each_kind_of_model(structured: bool, thinking: str, effort: bool) -> None:
+    request = build_request("m", "core", MESSAGES, SETTINGS, _caps(structured, thinking, effort))
+    assert request == _expected_anthropic(structured, thinking, effort)
+    sdk_accepts({**request, "stream": True}, MessageCreateParamsStreaming)
+
+
+@pytest.mark.parametrize(("structured", "thinking", "effort"), COMBINATIONS)
+def test_openai_request_for_each_kind_of_model(structured: bool, thinking: str, effort: bool) -> None:
+    request = build_request("m", "core", MESSAGES, SETTINGS, _caps(structured, thinking, effort))
+    chat = to_chat(request)
+    assert chat == _expected_openai(structured, thinking, effort)
+    sdk_accepts({**chat, "stream": True}, CompletionCreateParamsStreaming)
+
+
+def test_the_sdk_check_refuses_what_the_sdk_would():
+    """The check is not a formality: a made-up thinking type, an unknown key, a stray field fail it."""
+    base = build_request("m", "core", MESSAGES, SETTINGS, _caps(True, "adaptive", True))
+    for bad in ({"thinking": {"type": "sometimes"}}, {"reasoning": "high"},
+                {"output_config": {"effort": "high", "schema": {}}},
+                {"thinking": {"type": "adaptive", "budget_tokens": 2048, "extra": 1}}):
+        with pytest.raises((AssertionError, ValidationError)):
+            sdk_accepts({**base, **bad, "stream": True}, MessageCreateParamsStreaming)
+
+
+def test_llama_cpp_json_object_form_and_sampling_reach_the_chat_request():
+    """llama-cpp-python's server takes the schema beside ``json_object``; temperature and top-p go as set."""
+    settings = ApiSettings(temperature=0.3, top_p=0.9)
+    request = build_request("m", "core", MESSAGES, settings, Capabilities())
+    chat = to_chat(request, "json_object")
+    assert chat["response_format"] == {"type": "json_object", "schema": response_schema()}
+    assert (chat["temperature"], chat["top_p"]) == (0.3, 0.9)
+    assert "reasoning_effort" not in chat
+
+
+def test_unknown_model_is_tried_with_enabled_thinking_and_the_schema():
+    request = build_request("m", "core", MESSAGES, ApiSettings(thinking=True), Capabilities())
+    assert request["thinking"] == {"type": "enabled", "budget_tokens": 4096}
+    assert request["output_config"]["format"]["schema"] == response_schema()
+
+
+def test_what_a_model_refused_is_not_sent_and_the_agent_is_told():
+    caps = _caps(True, "adaptive", True).refusing("thinking").refusing("format")
+    settings = ApiSettings(thinking=True, effort="high", temperature=0.2)
+    request = build_request("m", "core", MESSAGES, settings, caps)
+    assert "thinking" not in request and "format" not in request["output_config"]
+    assert request["extra_body"] == {"temperature": 0.2}
+    assert ignored_settings(caps, settings, request) == ["thinking (this model does not think on request)"]
+    sdk_accepts({**{k: v for k, v in request.items() if k != "extra_body"}, "stream": True},
+                MessageCreateParamsStreaming)
+
+
+def test_temperature_with_thinking_is_said_to_be_ignored():
+    settings = ApiSettings(thinking=True, temperature=0.2)
+    caps = _caps(False, "adaptive", False)
+    request = build_request("m", "core", MESSAGES, settings, caps)
+    assert "extra_body" not in request
+    assert ignored_settings(caps, settings, request) == ["temperature (not with thinking on)"]
+
+
+def test_the_schema_is_the_parsers_and_a_reply_that_follows_it_parses():
+    schema = response_schema()
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == list(schema["properties"])  # OpenAI's strict mode: all required
+    assert list(schema["properties"])[:2] == ["eval", "reply"]  # the core skill's order: the reply streams early
+    import json
+
+    import jsonschema
+
+    reply = {"eval": None, "reply": "4", "mood": "👌", "confidence": 1, "monologue": "m",
+             "scratchpad": {"heading": "h", "content": "c", "thread": None}, "done": None}
+    jsonschema.validate(reply, schema)
+    assert parse_response(json.dumps(reply)).reply == "4"
+
+
+def test_capabilities_read_from_the_models_api_answer():
+    caps = from_model_info(model_info("a", adaptive=True, enabled=False, structured=True, effort=True,
+                                      max_input_tokens=1000, max_tokens=500))
+    assert caps.thinking == frozenset({"adaptive"}) and caps.structured is True
+    assert caps.effort == frozenset({"low", "medium", "high", "max"})
+    assert (caps.max_input_tokens, caps.max_tokens) == (1000, 500)
+    old = from_model_info(model_info("b", adaptive=False, enabled=False, structured=False, effort=False))
+    assert old.thinking == frozenset() and old.effort == frozenset() and old.structured is False
+
+
+def test_refusals_and_too_long_read_from_the_servers_words():
+    assert refused_param("thinking.type: 'adaptive' is not supported for this model", {"thinking", "format"}) \
+        == "thinking"
+    assert refused_param("Unrecognized request argument supplied: reasoning_effort", {"reasoning_effort"}) \
+        == "reasoning_effort"
+    assert refused_param("Error code: 422 - {'detail': [{'loc': ['body', 'response_format', 'type']}]}",
+                         {"format"}) == "format"
+    assert refused_param("messages: roles must alternate", {"thinking", "format"}) is None
+    assert too_long("Requested tokens (8287) exceed context window of 8192", None) == (True, 8192)
+    assert too_long("This model's maximum context length is 8192 tokens. However, you requested 9000 tokens", 400) \
+        == (True, 8192)
+    assert too_long("prompt is too long: 210000 tokens > 200000 maximum", 400) == (True, 200000)
+    assert too_long("overloaded", 529) == (False, None)

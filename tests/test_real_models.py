@@ -1,0 +1,227 @@
+"""Turns against models as they are (issue 22): capabilities asked and kept, thinking kept,
+parameters a model refuses dropped once and for good, the window respected.
+
+A real Runtime, the real SDKs, the fake API over HTTP (``tests/fake_anthropic.py``)
+holding each model to what its Models API answer says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amacs_server.config import load_config
+from amacs_server.loop.primary import run_turn
+from amacs_server.runtime import Runtime
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json, model_info
+from tests.test_memory import SilentFace
+
+
+class NotingFace(SilentFace):
+    """A face that keeps what the shell would show."""
+
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str]] = []
+        self.thinking: list[str] = []
+        self.replies: list[str] = []
+
+    def annotate(self, text: str, kind: str = "info") -> None:
+        self.notes.append((kind, text))
+
+    def thinking_delta(self, text: str) -> None:
+        self.thinking.append(text)
+
+    def reply(self, text: str, streamed: bool = False) -> None:
+        self.replies.append(text)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic().start()
+    yield server
+    server.stop()
+
+
+def _runtime(home: Path, fake: FakeAnthropic, model: str, **env: str) -> tuple[Runtime, NotingFace]:
+    face = NotingFace()
+    rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url,
+                              "OPENAI_BASE_URL": fake.url + "/v1", "AMACS_MODEL": model, **env}), face,
+                 turn=run_turn)
+    rt.start()
+    return rt, face
+
+
+def _turn(rt: Runtime, text: str) -> None:
+    asyncio.run_coroutine_threadsafe(run_turn(rt, text), rt.loop).result(60)
+
+
+def _events(rt: Runtime, name: str) -> list[dict[str, Any]]:
+    return [e["data"] for e in rt.transcript.read("primary") if e["event"] == name]
+
+
+def _think(rt: Runtime, on: bool = True) -> None:
+    rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": on, "effort": "high"})
+
+
+def test_capabilities_are_asked_once_kept_a_day_and_shape_the_request(tmp_path, fake):
+    fake.models["adaptive-m"] = model_info("adaptive-m", adaptive=True, structured=True, effort=True)
+    fake.script(Reply(agent_json("hello"), thinking="Let me think: 2+2 is 4."))
+    rt, face = _runtime(tmp_path / "h", fake, "adaptive-m")
+    try:
+        _think(rt)
+        _turn(rt, "what is 2+2?")
+        body = fake.requests[-1]["body"]
+        assert body["thinking"] == {"type": "adaptive"}
+        assert body["output_config"]["effort"] == "high" and "format" in body["output_config"]
+        assert fake.gets.count("/v1/models/adaptive-m") == 1
+        kept = json.loads((tmp_path / "h" / "model-capabilities.json").read_text())
+        assert kept[f"anthropic {fake.url} adaptive-m"]["thinking"] == ["adaptive"]
+        # The thinking: shown as it came, kept in the transcript under "thinking", sent back signed.
+        assert "".join(face.thinking) == "Let me think: 2+2 is 4."
+        response = _events(rt, "model_response")[-1]
+        assert response["thinking"] == "Let me think: 2+2 is 4." and response["constrained"] is True
+        _turn(rt, "and 3+3?")
+        assistant = [m for m in fake.requests[-1]["body"]["messages"] if m["role"] == "assistant"][0]
+        assert assistant["content"][0]["type"] == "thinking" and assistant["content"][0]["signature"]
+        assert face.replies[-1] == "ok"  # the fake's default reply; nothing failed
+        assert _events(rt, "model_response")[-1]["thinking"] == ""  # none this time: "" not missing
+    finally:
+        rt.stop()
+    # A second start within the day asks nothing.
+    rt, _face = _runtime(tmp_path / "h", fake, "adaptive-m")
+    try:
+        _turn(rt, "again")
+        assert fake.gets.count("/v1/models/adaptive-m") == 1
+    finally:
+        rt.stop()
+
+
+def test_a_model_without_thinking_gets_none_and_the_agent_is_told(tmp_path, fake):
+    fake.models["plain-m"] = model_info("plain-m", adaptive=False, enabled=False, structured=True, effort=False)
+    rt, face = _runtime(tmp_path / "h", fake, "plain-m")
+    try:
+        _think(rt)
+        _turn(rt, "hi")
+        body = fake.requests[-1]["body"]
+        assert "thinking" not in body and "effort" not in body["output_config"]
+        told = body["messages"][-1]["content"][-1]["text"]
+        model = json.loads(told.split("\n\nmodel: ", 1)[1].split("\n", 1)[0])
+        assert model["ignored_settings"] == ["thinking (this model does not think on request)",
+                                             "effort high (not a level this model accepts)"]
+        assert not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()
+
+
+def test_a_parameter_refused_with_400_is_dropped_said_once_and_never_sent_again(tmp_path, fake):
+    """The Models API cannot say (404): thinking is tried as ``enabled``; the model's 400 names
+    it; the call is made again without it, the shell says so in one line, and it is remembered."""
+    fake.models["old-m"] = model_info("old-m", adaptive=False, enabled=False, structured=True, effort=False)
+    info = fake.models.pop("old-m")
+    rt, face = _runtime(tmp_path / "h", fake, "old-m")
+    try:
+        _turn(rt, "warm up")  # asked: 404, capabilities unknown
+        fake.models["old-m"] = info  # the model now holds requests to what it accepts, but the API never said so
+        _think(rt)
+        _turn(rt, "hi")
+        bodies = [r["body"] for r in fake.requests[1:]]
+        # Thinking refused, then the effort: each dropped in turn, each said in one line.
+        assert bodies[0]["thinking"]["type"] == "enabled" and bodies[0]["output_config"]["effort"] == "high"
+        assert "thinking" not in bodies[1] and bodies[1]["output_config"]["effort"] == "high"
+        assert "thinking" not in bodies[2] and "effort" not in bodies[2]["output_config"]
+        said = [t for k, t in face.notes if "does not take" in t]
+        assert len(said) == 2 and "thinking" in said[0] and "effort" in said[1]
+        _turn(rt, "again")
+        assert "thinking" not in fake.requests[-1]["body"] and len(fake.requests) == 5
+        assert not [n for n in face.notes if n[0] == "error"]
+        told = fake.requests[-1]["body"]["messages"][-1]["content"][-1]["text"]
+        assert "thinking (this model does not think on request)" in told
+    finally:
+        rt.stop()
+    kept = json.loads((tmp_path / "h" / "model-capabilities.json").read_text())
+    assert kept[f"anthropic {fake.url} old-m"]["refused"] == ["effort", "thinking"]
+
+
+def test_a_request_refused_as_too_long_is_compacted_and_sent_once_more(tmp_path, fake):
+    """The Models API says nothing of the window; the model's 400 does; the context is compacted
+    (the earlier ticks left to long-term memory, the agent told) and the input answered."""
+    fake.models["small-m"] = model_info("small-m", max_input_tokens=100_000)
+    rt, face = _runtime(tmp_path / "h", fake, "small-m")
+    try:
+        for n in range(4):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        window = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 200
+        fake.models["small-m"]["max_input_tokens"] = window  # smaller than the conversation now is
+        _turn(rt, "the last one")
+        assert face.replies[-1] == "ok"
+        refused, retried = fake.requests[-2]["body"], fake.requests[-1]["body"]
+        assert len(retried["messages"]) < len(refused["messages"])
+        newest = retried["messages"][-1]["content"][-1]["text"]
+        assert "context-window: Your context was compacted" in newest and "agent-memory-search" in newest and "the last one" in newest
+        assert _events(rt, "context_compacted")
+        assert not [n for n in face.notes if n[0] == "error"]
+        assert rt.catalog.window == window  # learned from the refusal: the next request fits before it is sent
+    finally:
+        rt.stop()
+
+
+def test_the_window_is_respected_before_sending(tmp_path, fake):
+    """A window known ahead (a setting here): the request is compacted before it would not fit."""
+    fake.n_ctx = None
+    rt, face = _runtime(tmp_path / "h", fake, "fake", AMACS_CONTEXT_WINDOW="6000")
+    try:
+        for n in range(5):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        assert _events(rt, "context_compacted")
+        for request in fake.requests:
+            assert len(json.dumps(request["body"]["messages"])) // 4 < 6000 * 1.2
+        assert len(face.replies) == 5
+    finally:
+        rt.stop()
+
+
+def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(tmp_path, fake):
+    """A llama.cpp-like server: json_schema refused (422) then its json_object form used; no
+    reasoning_effort (400, dropped); its window over the limit is an error inside a 200 stream,
+    compacted and sent again."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.openai_refuses = {"reasoning_effort"}
+    fake.report_window = False
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _think(rt)
+        _turn(rt, "what is 2+2?")
+        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests]
+        assert formats == ["json_schema", "json_schema", "json_object"]  # reasoning_effort refused first
+        assert "reasoning_effort" not in fake.requests[-1]["body"]
+        assert len([t for k, t in face.notes if "does not take" in t]) == 2
+        assert _events(rt, "model_response")[-1]["constrained"] is True
+        for n in range(3):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        fake.n_ctx = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 100
+        before = len(fake.requests)
+        _turn(rt, "the last one")
+        assert len(fake.requests) == before + 2 and face.replies[-1] == "ok"
+        assert rt.catalog.window == fake.n_ctx
+        assert not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()
+
+
+def test_a_field_refused_with_a_500_as_llama_cpp_python_does_is_not_retried_as_transient(tmp_path, fake):
+    """llama-cpp-python answers a request field it does not take (response_format json_schema) with
+    a 500 whose words are the validation error: that is a refusal, dropped at once, not a retry."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.validation_as_500 = True
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        assert [r["body"]["response_format"]["type"] for r in fake.requests] == ["json_schema", "json_object"]
+        assert not _events(rt, "model_retry") and face.replies == ["ok"]
+    finally:
+        rt.stop()
