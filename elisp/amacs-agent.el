@@ -210,13 +210,15 @@ the agent waits for."
   "Return the live agents: id, type, template, state and cost each."
   (amacs--agent-call 'agents_list))
 
-(defun agent-notify (text)
-  "Share TEXT with every viewpoint of this agent without asking for a reply."
-  (amacs--agent-call 'agent_notify text))
+(defun agent-notify (text &rest options)
+  "Share TEXT with this agent's viewpoints without asking for a reply.
+OPTIONS: :to NAME shares it with the viewpoint NAME only."
+  (amacs--agent-call 'agent_notify text options))
 
 (defun agent-pause (agent)
   "Pause AGENT (an id) until `agent-resume': no model call meanwhile.
-The primary may pause any agent, an agent only its own subagents."
+The primary may pause any agent, an agent only its own subagents;
+a compulsion obeys no agent (only it ends itself, with `agent-quit')."
   (amacs--agent-call 'agent_control "pause" agent))
 
 (defun agent-resume (agent)

@@ -343,6 +343,7 @@ class FakeAnthropic:
         self.n_ctx: int | None = None
         self.report_window = True
         self.window_error_in_stream = True
+        self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -388,8 +389,14 @@ class FakeAnthropic:
                                            "type": "invalid_request_error", "param": param, "code": None}}
             kind = (body.get("response_format") or {}).get("type")
             if kind is not None and self.openai_formats is not None and kind not in self.openai_formats:
+                expected = " or ".join(f"'{f}'" for f in sorted(self.openai_formats))
+                if self.validation_as_500:  # llama-cpp-python: its handler makes it an internal error
+                    return 500, {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+                                                      f"('body', 'response_format', 'type'), 'msg': \"Input should "
+                                                      f"be {expected}\"}}", "type": "internal_server_error",
+                                           "param": None, "code": None}}
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                                         "msg": f"Input should be {' or '.join(sorted(self.openai_formats))}"}]}
+                                         "msg": f"Input should be {expected}"}]}
             message = self.chat_too_long(body)
             if message is not None and not (body.get("stream") and self.window_error_in_stream):
                 return 400, {"error": {"message": message, "type": "invalid_request_error",

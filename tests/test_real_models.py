@@ -211,3 +211,17 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
         assert not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
+
+
+def test_a_field_refused_with_a_500_as_llama_cpp_python_does_is_not_retried_as_transient(tmp_path, fake):
+    """llama-cpp-python answers a request field it does not take (response_format json_schema) with
+    a 500 whose words are the validation error: that is a refusal, dropped at once, not a retry."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.validation_as_500 = True
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        assert [r["body"]["response_format"]["type"] for r in fake.requests] == ["json_schema", "json_object"]
+        assert not _events(rt, "model_retry") and face.replies == ["ok"]
+    finally:
+        rt.stop()

@@ -23,6 +23,25 @@ else:
     openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
 
 
+class InvalidRequest(Exception):  # noqa: N818 - named as the SDK names its errors
+    """The server refused the request as invalid but said so with a 500 (llama-cpp-python
+    reports its request validation errors as internal errors): not worth retrying as is."""
+
+    status_code = 422
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _refusal(err: Exception) -> InvalidRequest | None:
+    """ERR as the request refusal it is, when a 500's words say the request did not validate."""
+    message = str(getattr(err, "message", "") or err)
+    if isinstance(err, openai.InternalServerError) and "validation error" in message.lower():
+        return InvalidRequest(message)
+    return None
+
+
 def _retryable() -> tuple[type[Exception], ...]:
     return (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 
@@ -67,6 +86,8 @@ def _short(err: Exception) -> str:
 
 
 def _explain(err: Exception, base_url: str | None = None) -> str:
+    if isinstance(err, InvalidRequest):
+        return f"the endpoint rejected the request as invalid: {err.message}"
     if isinstance(err, openai.AuthenticationError):
         return "the endpoint refused the key (401): check OPENAI_API_KEY"
     if isinstance(err, openai.NotFoundError):
@@ -114,8 +135,8 @@ class OpenAIBackend:
         Reasoning text (``reasoning_content``, as vLLM and llama.cpp stream it, or
         ``reasoning``) is the thinking, passed to ON_THINKING as it comes."""
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
-        return await with_retries(lambda: self._once(request, on_text, stream, on_thinking), self.retry,
-                                  _retryable(), (openai.APIError,), _short,
+        return await with_retries(lambda: self._refusing(request, on_text, stream, on_thinking), self.retry,
+                                  _retryable(), (openai.APIError, InvalidRequest), _short,
                                   lambda err: _explain(err, self._base_url), on_status)
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
@@ -136,6 +157,16 @@ class OpenAIBackend:
             props = None
         return {"models": listing if isinstance(listing, dict) else None,
                 "props": props if isinstance(props, dict) else None}
+
+    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                        on_thinking: TextSink | None) -> ModelResult:
+        try:
+            return await self._once(request, on_text, stream, on_thinking)
+        except openai.InternalServerError as err:
+            refusal = _refusal(err)
+            if refusal is None:
+                raise
+            raise refusal from err
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
