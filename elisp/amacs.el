@@ -61,8 +61,7 @@ OWN is non-nil when this Emacs started the server it is connected to."
 Each input that waited for the server moves into the conversation,
 marked not sent; \\[comint-previous-input] brings it back (issue 12)."
   (amacs-shell--drop-queued "the AMACS server could not start" 'waiting)
-  (setq amacs-shell-busy nil)
-  (amacs-shell--set-state 'stopped))
+  (amacs-shell--transition 'failed))
 
 (add-hook 'amacs-start-failed-hook #'amacs--start-failed-in-shell)
 
