@@ -37,7 +37,7 @@
 (require 'cl-lib)
 ;; comint is loaded when the shell's mode first runs (`comint-mode' is not
 ;; autoloaded): `amacs-shell' starts the server before, so that Python's
-;; start-up and this load (~40 ms) go on at once (issue 10, start-up).
+;; start-up and this load (~40 ms) go on at once.
 (eval-when-compile (require 'comint))
 (autoload 'comint-mode "comint")
 (require 'seq)
@@ -826,7 +826,7 @@ in agent-chat.org (`:saved')."
 (defun amacs-shell--say-what-was-kept ()
   "The server stopped mid-turn: say so once, with what of this turn is on disk.
 An input is said to be saved only if the server confirmed it was
-written to agent-chat.org; otherwise it is in the history (issue 12).
+written to agent-chat.org; otherwise it is in the history.
 The transport's notice (`amacs-stopped': what happened, how to go on,
 the log) and these facts are one notice, each line a `;;' line."
   (let* ((turn (amacs-shell--turn))
@@ -859,7 +859,7 @@ the log) and these facts are one notice, each line a `;;' line."
 SENT: those handed to the server that went (t), or those still waiting
 for a server (`waiting'); inputs typed after a server went wait for the next.
 WHY is a sentence of its own for those sent: the server may have written
-one before it went without saying so (issue 12: say only what is true)."
+one before it went without saying so: only what is true is said."
   (let ((history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))
     (while (amacs-shell--take-queued
             'amacs-shell-error
@@ -1052,8 +1052,8 @@ Once everyone has answered, the primary wakes: it is thinking."
 (defun amacs-shell-header-line (&optional width)
   "The shell's header line: the model, the backend and what the agent is doing.
 Wider than WIDTH (default: the shell's window), the backend goes, then
-the model: what the agent does is what the header is for (at 80 columns
-a newcomer saw \"2 agents worki\")."
+the model: what the agent does is what the header is for, and it
+keeps the room."
   (let* ((model (plist-get amacs--status :model))
          (backend (plist-get amacs--status :backend))
          (state (amacs-shell-state-string))
@@ -1273,10 +1273,9 @@ the first idle moment (`amacs-shell--render-resumed')."
   "Why the commands that ask the server say at once what they do.
 Emacs 28's \\[execute-extended-command], after a command without a key
 that leaves the echo area empty, looks for a shorter name to suggest
-inside `while-no-input', and keys typed meanwhile are lost: a newcomer
-typed \"qwerty\" just after \\[execute-extended-command] amacs-set-budget and
-got \"qw\".  With a message shown it waits on `sit-for' instead, which
-typing ends, and nothing is lost.")
+inside `while-no-input', and keys typed meanwhile are lost.  With a
+message shown it waits on `sit-for' instead, which typing ends, and
+nothing is lost.")
 
 ;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
@@ -1284,7 +1283,7 @@ typing ends, and nothing is lost.")
 An agent stopped at its limit goes on with your next input."
   (interactive
    (let ((now (or (plist-get amacs-shell-usage :budget-limit) 5.0)))
-     ;; The limit now beside the default (twice it): a newcomer could not tell what it was.
+     ;; The limit now beside the default (twice it): the prompt says what it is.
      (list (read-number (format "Budget limit in dollars, now %s: "
                                 (amacs-shell--dollars now))
                         (* 2 now)))))
@@ -1341,8 +1340,8 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
 
 (defun amacs-shell--save-history-safely ()
   "Save the history; if its file cannot be written, say so once and go on.
-A read-only or full AMACS home must not stop an input from being sent
-\(issue 12): the inputs stay in this Emacs's ring."
+A read-only or full AMACS home must not stop an input from being sent:
+the inputs stay in this Emacs's ring."
   (condition-case err
       (progn (amacs-shell--save-history)
              (setq amacs-shell--history-error nil))
@@ -1670,8 +1669,8 @@ was coming is not)."
     ;; process and with it the shell; C-c C-z would stop it.
     (define-key map (kbd "C-d") #'delete-char)
     (define-key map (kbd "C-c C-z") #'undefined)
-    ;; comint's keys and Signals menu for a subprocess: C-c C-d sent EOF, which
-    ;; ended the shell for good (a newcomer's tmux finding).  There is none here.
+    ;; comint's keys and Signals menu for a subprocess: there is none here, and
+    ;; C-c C-d's EOF would end the placeholder process and with it the shell.
     (dolist (command '(comint-send-eof comint-quit-subjob comint-stop-subjob comint-kill-subjob
                        comint-continue-subjob comint-interrupt-subjob))
       (define-key map (vector 'remap command) #'amacs-shell-no-subprocess))
@@ -1716,7 +1715,7 @@ agent is doing, the mode line what this session cost.
   (setq-local header-line-format '(:eval (amacs-shell-header-line)))
   ;; A window whose point follows the output scrolls as little as shows that point,
   ;; in redisplay itself: a layout of our own per redisplay
-  ;; (`pos-visible-in-window-p', `recenter') cost 2-3 ms a frame (issue 10).
+  ;; (`pos-visible-in-window-p', `recenter') cost 2-3 ms a frame.
   (setq-local scroll-conservatively 101)
   (setq-local comint-output-filter-functions nil) ; RET: comint's scroll-to-bottom walks every window
   (setq-local mode-line-format amacs-shell-mode-line)
@@ -1764,7 +1763,7 @@ The input at the prompt stays."
   "Open `*amacs-shell*' and start the AMACS server if needed."
   (interactive)
   ;; The server first: its start-up (Python's imports) overlaps loading the rest
-  ;; of the client and making the shell (issue 10, start-up).  A start that fails
+  ;; of the client and making the shell.  A start that fails
   ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
   (amacs-start-server)                  ; nothing when a server is live or starting
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too

@@ -981,5 +981,30 @@ a turn goes on says the agent is thinking."
       (should-not (amacs-shell-turn-clock (amacs-shell--turn)))
       (kill-buffer))))
 
+(ert-deftest amacs-shell-test-tab-goes-over-thinking-and-tool-lines-too ()
+  "TAB, S-TAB and read-only hold for every folded line: thinking, eval, tool call."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-reply '(:text "Before."))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "I should add."))
+    (let ((amacs-eval-confirm nil))
+      (cl-letf (((symbol-function 'y-or-n-p) #'ignore))
+        (amacs-shell--eval-start '(:agent "primary" :form "(agent-tool \"t/add\" :a 1)"))
+        (amacs-shell--tool-line "t/add" '(:a 1) "2" nil 0.01)
+        (amacs-shell--eval-done '(:agent "primary") '(:success t :result "2"))))
+    (amacs-shell--on-reply '(:text "After."))
+    (goto-char (point-min))
+    (amacs-shell-tab)                   ; on a reply: to the first folded line
+    (dolist (line '("▸ thinking" "▸ eval (agent-tool" "▸ tool t/add → \"2\""))
+      (should (looking-at (regexp-quote line)))
+      (should-error (insert "x") :type 'text-read-only)
+      (amacs-shell-next-eval 1))
+    (should (looking-at "▸ tool"))     ; no later one: point stays
+    (amacs-shell-tab)                   ; on the tool line: its arguments and result
+    (should-not (invisible-p (save-excursion (search-forward "arguments:") (match-beginning 0))))
+    (amacs-shell-previous-eval 1)
+    (should (looking-at "▸ eval (agent-tool"))
+    (amacs-shell-previous-eval 1)
+    (should (looking-at "▸ thinking"))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
