@@ -12,8 +12,10 @@ Rules the hub keeps:
   whose entry changed is stopped and starts again as written; one removed is
   stopped; a malformed entry is one line (file and key) said once, and the
   other servers keep working.
-- A server is started at its first use (or, with ``eager``, at the first
-  model call), and its tools are listed then.
+- A server is started when first needed: at the first model call, whose
+  context lists its tools, unless ``mcp-tools.json`` (beside mcp.json) holds
+  its listing from an earlier session with the same entry; then at its first
+  tool call.  ``eager``: with the AMACS server.  Each listing is saved there.
 - A server that dies is started again once; while it is down its tools fail
   with an error that says so and why.  Editing its entry tries again.
 - A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
@@ -26,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -121,14 +125,45 @@ class McpHub:
             old, self.config = self.config, config
             changed = [n for n in old.servers if config.servers.get(n) != old.servers[n]]
             gone = [self.connections.pop(n) for n in changed if n in self.connections]
+            cached = self._cached_listings()
             for name, spec in config.servers.items():
                 if name not in self.connections:
-                    self.connections[name] = Connection(spec)
+                    conn = self.connections[name] = Connection(spec)
+                    conn.tools = cached.get(name, {}).get(_key(spec), []) if not self.eager else []
             if changed or set(config.servers) - set(old.servers):
                 self._listed = False
         for conn in gone:
             self._submit(self._stop_one(conn))
         return bool(gone) or self._listed is False
+
+    # -- the listings of earlier sessions (mcp-tools.json) -----------------------------------
+
+    @property
+    def cache_path(self) -> Path:
+        """``mcp-tools.json`` beside mcp.json: each server's tools as it last listed them."""
+        return self.path.with_name("mcp-tools.json")
+
+    def _cached_listings(self) -> dict[str, dict[str, list[Any]]]:
+        """Server -> {entry's key: its tools}; nothing when the file is missing or unreadable."""
+        from mcp_types import Tool
+
+        try:
+            raw = json.loads(self.cache_path.read_text(encoding="utf-8"))
+            return {name: {entry["key"]: [Tool.model_validate(t) for t in entry["tools"]]}
+                    for name, entry in raw.items()}
+        except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
+            return {}
+
+    def _save_listing(self) -> None:
+        from ..persistence.files import atomic_write
+
+        data = {name: {"key": _key(c.spec), "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                                      for t in c.tools]}
+                for name, c in list(self.connections.items()) if c.tools}
+        try:
+            atomic_write(self.cache_path, json.dumps(data, indent=1))
+        except OSError as err:
+            log.warning("cannot save the MCP tool listings to %s: %s", self.cache_path, err)
 
     # -- the hub's own loop --------------------------------------------------------------
 
@@ -207,7 +242,10 @@ class McpHub:
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break
+                listed_before = [t.name for t in conn.tools], [t.input_schema for t in conn.tools]
                 conn.tools, conn.client, conn.state = tools, client, "ready"
+                if listed_before != ([t.name for t in tools], [t.input_schema for t in tools]):
+                    self._save_listing()
                 conn.ready.set()
                 log.info("MCP server %s ready: %d tools", spec.name, len(tools))
                 await conn.stop.wait()
@@ -263,7 +301,8 @@ class McpHub:
                     await conn.runner
 
     async def _list_all(self, timeout: float) -> None:
-        conns = [c for c in self.connections.values() if c.state in ("idle", "starting")]
+        conns = [c for c in self.connections.values()
+                 if c.state == "starting" or (c.state == "idle" and not c.tools)]  # a cached listing waits
         results = await asyncio.gather(*(self._up(c, timeout) for c in conns), return_exceptions=True)
         for conn, result in zip(conns, results, strict=True):
             if isinstance(result, BaseException):
@@ -406,3 +445,10 @@ def _describe(err: BaseException) -> str:
     if isinstance(err, FileNotFoundError):
         return f"command not found: {err.filename or text}"
     return text[:300]
+
+
+def _key(spec: ServerSpec) -> str:
+    """What identifies SPEC's entry in mcp-tools.json: a hash (its env and headers may hold keys)."""
+    text = json.dumps([spec.command, list(spec.args), sorted(spec.env.items()), spec.url,
+                       sorted(spec.headers.items())])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

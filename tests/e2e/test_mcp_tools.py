@@ -331,3 +331,38 @@ def test_servers_start_at_the_first_model_call_or_with_the_server_when_eager(fak
             "(accept-process-output nil 0.2)))")
     eager = run_emacs(home, fake.url, session(wait, count), AMACS_MCP_START="eager").check()
     assert re.findall(r"CHILDREN<<(\d+)>>", eager.stdout) == ["1"]
+
+
+def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_call(fake, home):
+    """The first session starts the server to list its tools and saves the listing; the next
+    session's context lists them from mcp-tools.json without starting it, until a tool is called.
+    An edited entry is not served from the old listing."""
+    write_config(home, {"time": time_server()})
+    count = ("(princ (format \"CHILDREN<<%s>>\\n\" (length (split-string (shell-command-to-string "
+             "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))))")
+    fake.respond_with(lambda body: say("hi"))
+    run_emacs(home, fake.url, session(send("hello"))).check()
+    saved = json.loads((home / "mcp-tools.json").read_text())
+    assert [t["name"] for t in saved["time"]["tools"]] == ["get_current_time", "convert_time"]
+    assert "inputSchema" in saved["time"]["tools"][0]
+
+    asked = len(fake.requests)
+
+    def answer(body):
+        ctx = request_text(body)
+        if "now call it" in ctx and "step call." not in ctx:
+            return run_elisp('(agent-tool "time/get_current_time" :timezone "UTC")', monologue="step call.")
+        return say("ok")
+
+    fake.respond_with(answer)
+    second = run_emacs(home, fake.url, session(send("hello again"), count, send("now call it"), count)).check()
+    prompt = fake.requests[asked]["body"]["system"][0]["text"]
+    assert "time/get_current_time :timezone string" in prompt  # listed while the server did not run
+    assert results(fake)[-1]["success"]
+    assert re.findall(r"CHILDREN<<(\d+)>>", second.stdout) == ["0", "1"]  # started by the call
+
+    fake.respond_with(lambda body: say("hi"))
+    run_emacs(home, fake.url, session(count)).check()
+    write_config(home, {"time": time_server(args=["--local-timezone", "UTC"])})
+    third = run_emacs(home, fake.url, session(count, send("hello"), count)).check()
+    assert re.findall(r"CHILDREN<<(\d+)>>", third.stdout) == ["0", "1"]  # a changed entry is listed afresh
