@@ -184,6 +184,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         chunk = {**base, "object": "chat.completion.chunk"}
         too_long = fake.chat_too_long(body)
+        if too_long is not None and fake.window_stream_cut:  # llama-cpp-python: 200, a first chunk, then cut
+            self._chunk(("data: " + json.dumps({**chunk, "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                + "\n\n").encode())
+            self._chunk(b"")
+            return
         if too_long is not None:  # llama.cpp: 200 OK, then the error inside the stream
             self._chunk(("data: " + json.dumps({"error": {"message": too_long, "type": "server_error"}})
                          + "\n\n").encode())
@@ -343,6 +349,7 @@ class FakeAnthropic:
         self.n_ctx: int | None = None
         self.report_window = True
         self.window_error_in_stream = True
+        self.window_stream_cut = False  # over the window, a 200 stream cut after its first chunk
         self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -398,9 +405,13 @@ class FakeAnthropic:
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
                                          "msg": f"Input should be {expected}"}]}
             message = self.chat_too_long(body)
-            if message is not None and not (body.get("stream") and self.window_error_in_stream):
-                return 400, {"error": {"message": message, "type": "invalid_request_error",
-                                       "param": "messages", "code": "context_length_exceeded"}}
+            if message is not None and not (body.get("stream") and (self.window_error_in_stream
+                                                                    or self.window_stream_cut)):
+                # llama-cpp-python's words for it (its error formatter)
+                return 400, {"error": {"message": f"This model's maximum context length is {self.n_ctx} tokens. "
+                                                  f"However, you requested {prompt_tokens(body)} tokens",
+                                       "type": "invalid_request_error", "param": "messages",
+                                       "code": "context_length_exceeded"}}
             return None
         info = self.models.get(str(body.get("model")))
         if info is None:

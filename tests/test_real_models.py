@@ -225,3 +225,27 @@ def test_a_field_refused_with_a_500_as_llama_cpp_python_does_is_not_retried_as_t
         assert not _events(rt, "model_retry") and face.replies == ["ok"]
     finally:
         rt.stop()
+
+
+def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(tmp_path, fake):
+    """llama-cpp-python past its window: 200, one chunk, then the stream ends (no finish, no error).
+    Not resent as it was: asked once unstreamed, the server names its window in a 400; the context
+    is compacted and the input answered."""
+    fake.openai_formats = {"text", "json_object"}
+    fake.validation_as_500 = True
+    fake.window_stream_cut = True
+    fake.report_window = False
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        for n in range(3):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        fake.n_ctx = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 100
+        before = len(fake.requests)
+        _turn(rt, "the last one")
+        asked = [(r["body"].get("stream", False), len(r["body"]["messages"])) for r in fake.requests[before:]]
+        assert [stream for stream, _ in asked] == [True, False, True]  # cut, refused unstreamed, compacted
+        assert asked[2][1] < asked[0][1]
+        assert face.replies[-1] == "ok" and rt.catalog.window == fake.n_ctx
+        assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()

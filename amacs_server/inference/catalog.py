@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from . import sdk
 from .capabilities import (
     Capabilities,
     CapabilityStore,
@@ -72,7 +73,8 @@ class ModelCatalog:
 
     async def _ask(self, ask: Askable, key: str) -> None:
         try:
-            answer = await asyncio.wait_for(ask.capabilities(self.model), ASK_TIMEOUT)
+            await sdk.SDKS[self.backend].ready()  # the SDK's import (seconds on a loaded machine) first,
+            answer = await asyncio.wait_for(ask.capabilities(self.model), ASK_TIMEOUT)  # then the question
         except (TimeoutError, InferenceError) as err:
             log.info("could not ask the capabilities of %s: %r", self.model, err)
             return
@@ -98,10 +100,11 @@ class ModelCatalog:
             log.warning("could not keep the model's capabilities in %s: %s", self.store.path, err)
 
     async def current(self) -> Capabilities:
-        """The capabilities, once the backend answered (or ASK_TIMEOUT passed)."""
+        """The capabilities, once the backend answered (or ASK_TIMEOUT passed after the SDK's
+        import, which the model call waits for anyway)."""
         task = self._task
         if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=ASK_TIMEOUT)
+            await asyncio.wait({task})
         return self.caps
 
     @property

@@ -8,6 +8,7 @@ with usage, and retried like the Anthropic backend.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,21 @@ if TYPE_CHECKING:
     import openai
 else:
     openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
+
+
+class StreamCut(Exception):  # noqa: N818 - named as the SDK names its errors
+    """A streamed answer ended (or broke off) before its finish reason."""
+
+
+async def _until_cut(chunks: Any) -> Any:
+    """CHUNKS, a broken connection after the 200 raised as :class:`StreamCut`."""
+    import httpx2
+
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (openai.APIConnectionError, httpx2.TransportError) as err:
+        raise StreamCut(f"the stream broke off ({err!r})") from err
 
 
 class InvalidRequest(Exception):  # noqa: N818 - named as the SDK names its errors
@@ -40,6 +56,9 @@ def _refusal(err: Exception) -> InvalidRequest | None:
     if isinstance(err, openai.InternalServerError) and "validation error" in message.lower():
         return InvalidRequest(message)
     return None
+
+
+log = logging.getLogger("amacs")
 
 
 def _retryable() -> tuple[type[Exception], ...]:
@@ -167,6 +186,14 @@ class OpenAIBackend:
             if refusal is None:
                 raise
             raise refusal from err
+        except StreamCut:
+            if not stream:
+                raise
+            # Asked again without streaming, the server answers, or says why it could not: llama-cpp-python
+            # cuts a 200 stream when the prompt is past its window, and answers the same request
+            # unstreamed with a 400 that names the window.  Not resent as it was.
+            log.info("the stream was cut before its end: asking again without streaming")
+            return await self._once(request, on_text, False, on_thinking)
 
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
@@ -180,7 +207,7 @@ class OpenAIBackend:
             finish = None
             chunks = await client.chat.completions.create(**chat, stream=True,
                                                           stream_options={"include_usage": True})
-            async for chunk in chunks:
+            async for chunk in _until_cut(chunks):
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices:
@@ -195,6 +222,8 @@ class OpenAIBackend:
                         if on_thinking is not None:
                             on_thinking(thinking)
                     finish = choice.finish_reason or finish
+            if finish is None:
+                raise StreamCut("the stream ended before the answer did")
             text = "".join(parts)
         else:
             reply = await client.chat.completions.create(**chat)
