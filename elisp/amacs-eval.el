@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; The agent's hands (RFC v4 §7, EPIC-002 IMP-018).  The server sends a
+;; The agent's hands (ARCHITECTURE.md, The transport).  The server sends a
 ;; form as a string; it is read and evaluated inside `condition-case',
 ;; and the printed value or the error message goes back as data.
 ;;
@@ -23,8 +23,8 @@
 ;; eval, SIGUSR1 is an ordinary (ignored) event.
 ;;
 ;; While an eval runs, the files it reads and writes are noted for the
-;; server's World (agent-world-architecture.md, The World: tracking of
-;; known_content_files): a file name handler that takes only
+;; server's World (the files each agent has seen, so it can be told what
+;; changed since): a file name handler that takes only
 ;; `insert-file-contents' and `write-region', and an advice on
 ;; `find-file-noselect' (a buffer that already visits its file is a
 ;; read too).  Both are there for the eval only and go away after it,
