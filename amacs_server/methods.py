@@ -12,7 +12,6 @@ from sexpdata import Symbol
 from . import faults, views, work_tools
 from .agents import tools as agent_tools
 from .agents.tools import Control
-from .agents.world import PRIMARY
 from .arguments import Flag, Options, Text, checked
 from .inference.pricing import Price
 from .memory import tools
@@ -137,9 +136,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return Symbol("t") if new is True else new
 
     @checked()
-    def person_agent_control(action: Control, agent_id: str) -> dict[str, Any]:
-        """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree."""
-        return _on_loop(rt, lambda: rt.world.control(PRIMARY, action, agent_id, by="the person (hub)"))
+    def person_agent_control(action: Control, agent_id: str, confirmed: Flag = False) -> dict[str, Any]:
+        """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree
+        (a compulsion only CONFIRMED: the hub asks first)."""
+        return _on_loop(rt, lambda: rt.world.person_control(action, agent_id, confirmed))
 
     @checked()
     def person_agent_talk(agent_id: str, text: Text) -> dict[str, Any]:

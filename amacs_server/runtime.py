@@ -138,15 +138,18 @@ class Runtime:
         self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
+        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,
                                              wait_timeout=config.wait_timeout),
-                                tools=McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager,
-                                             on_problem=self._tools_problem))
+                                tools=tools)
         core_tools = mcp_patterns(self.skills.get("core").tools)
         if core_tools is not None:  # the person's core skill may narrow the primary's tools
             self.world.primary.tools = core_tools
+        for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
+            log.warning("%s", line)
+            self.startup_notes.append(line)
         self._turn_running = False
         self._turn_task: asyncio.Task[None] | None = None
         self.halted: str | None = None  # why the running turn was stopped (None: it was not)
@@ -332,9 +335,15 @@ class Runtime:
     # -- the loop thread -----------------------------------------------------------
 
     def start(self) -> None:
-        """Start the event loop thread and wait until it takes input."""
+        """Start the event loop thread and wait until it takes input; with AMACS_MCP_START=eager,
+        start the MCP servers too (in the background: they list their tools meanwhile)."""
         self._thread.start()
         self._ready.wait(10)
+        if self.config.mcp_eager and self.world.tools is not None:
+            try:
+                self.world.tools.ready_future()
+            except Exception as err:  # noqa: BLE001 - said in the hub; the agent goes on without them
+                log.warning("starting the MCP servers: %r", err)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; M-x amacs-hub (RFC v4 §9.2, EPIC-006): consciousness, threads with
+;; M-x amacs-hub: consciousness, threads with
 ;; their buffers and skills, recent monologue, scratchpad headings, the
 ;; last eval result and recent commits, as magit sections that fold with
 ;; TAB.  RET acts on the section at point: on a thread it switches the
@@ -341,18 +341,28 @@ The server says which agents have ended (`:ended'); the hub lists no states."
   (message "AMACS: %s" err)
   (amacs-hub-refresh))
 
+(defun amacs-hub--compulsion (agent)
+  "Return the agent a compulsion AGENT watches, or nil if AGENT is no compulsion."
+  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
+    (and (equal (plist-get entry :type) "compulsion") (plist-get entry :parent))))
+
 (defun amacs-hub-cancel-agent (agent)
   "Cancel AGENT, the subagent at point, and every subagent below it.
 An agent that has already ended (perhaps while you were asked) is said
-to have ended, in the echo area at once."
+to have ended, in the echo area at once.  A compulsion obeys no agent,
+only itself and you: you are asked to confirm that you overrule it."
   (interactive (list (amacs-hub--agent-at-point)))
-  (let ((ended (amacs-hub--ended agent)))
+  (let ((ended (amacs-hub--ended agent))
+        (watched (amacs-hub--compulsion agent)))
     (cond
      (ended (amacs-hub--say-ended agent ended))
-     ((y-or-n-p (format "Cancel %s and its subagents? " agent))
+     ((y-or-n-p (if watched
+                    (format "%s is a compulsion watching %s; only it ends itself.  Cancel it anyway? "
+                            agent watched)
+                  (format "Cancel %s and its subagents? " agent)))
       (if (setq ended (amacs-hub--ended agent)) ; it ended while you were asked
           (amacs-hub--say-ended agent ended)
-        (amacs-call 'person_agent_control (list "cancel" agent)
+        (amacs-call 'person_agent_control (list "cancel" agent (and watched t))
                     (lambda (_) (message "AMACS: %s cancelled" agent) (amacs-hub-refresh))
                     #'amacs-hub--control-failed))))))
 
@@ -370,15 +380,22 @@ An agent that has ended is said to have ended before anything is asked."
 
 (defun amacs-hub-pause-agent (agent)
   "Pause AGENT, the subagent at point, or resume it if it is paused.
-An agent that has ended is said to have ended, in the echo area."
+An agent that has ended is said to have ended, in the echo area.
+Pausing a compulsion asks first: it obeys no agent, only you, and
+while paused it is not asked about the agent it watches."
   (interactive (list (amacs-hub--agent-at-point)))
-  (let ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause"))
-        (ended (amacs-hub--ended agent)))
-    (if ended
-        (amacs-hub--say-ended agent ended)
-      (amacs-call 'person_agent_control (list action agent)
-                  (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh))
-                  #'amacs-hub--control-failed))))
+  (let* ((action (if (equal (amacs-hub--agent-state agent) "paused") "resume" "pause"))
+         (ended (amacs-hub--ended agent))
+         (watched (and (equal action "pause") (amacs-hub--compulsion agent))))
+    (cond
+     (ended (amacs-hub--say-ended agent ended))
+     ((and watched
+           (not (y-or-n-p (format "%s is a compulsion watching %s; only it ends itself.  Pause it anyway? "
+                                  agent watched))))
+      (message "AMACS: %s not paused" agent))
+     (t (amacs-call 'person_agent_control (list action agent (and watched t))
+                    (lambda (_) (message "AMACS: %s %sd" agent action) (amacs-hub-refresh))
+                    #'amacs-hub--control-failed)))))
 
 ;;;###autoload
 (defun amacs-hub ()

@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; The person's window onto the agent (RFC v4 §2.1, §9.1): a comint
+;; The person's window onto the agent (ARCHITECTURE.md, The transport): a comint
 ;; buffer with a dummy process, as in ielm.  RET hands the input to the
 ;; server and returns at once; the agent's reply appears when it comes.
 ;;
@@ -37,7 +37,7 @@
 (require 'cl-lib)
 ;; comint is loaded when the shell's mode first runs (`comint-mode' is not
 ;; autoloaded): `amacs-shell' starts the server before, so that Python's
-;; start-up and this load (~40 ms) go on at once (issue 10, start-up).
+;; start-up and this load (~40 ms) go on at once.
 (eval-when-compile (require 'comint))
 (autoload 'comint-mode "comint")
 (require 'seq)
@@ -128,7 +128,8 @@ The rest are counted on one more line."
   :group 'amacs)
 
 (defvar amacs-shell-busy nil
-  "Non-nil while the agent works on a turn.")
+  "Non-nil while the agent works on a turn (or input waits for a server).
+Only `amacs-shell--transition' sets it, as it moves the shell's turn.")
 
 (defvar amacs-shell--out nil
   "Marker where output goes: the end of the output, the start of the footer.")
@@ -150,23 +151,6 @@ The rest are counted on one more line."
 
 (defvar amacs-shell--agents nil
   "The subagents at work, as the server last reported them.")
-
-(defvar amacs-shell--eval-agent nil
-  "The agent whose eval Emacs is running, or nil.
-While it runs Emacs does nothing else, so the header says so.")
-
-(defvar amacs-shell--answered-early nil
-  "Who answered while the primary's eval ran, before it could sleep on them.")
-
-(defvar amacs-shell--taken nil
-  "The inputs the agent took in this turn, newest first: (LINE . SAVED) each.
-SAVED is non-nil when the server confirmed the input is in
-agent-chat.org (its write-ahead, issue 12): only then does the shell
-say it is saved.")
-
-(defvar amacs-shell--replied nil
-  "Non-nil once a reply was shown in this turn.
-The server writes a reply to agent-chat.org before it shows it.")
 
 (defvar amacs-shell--stop-said nil
   "Non-nil once the shell said what a server that stopped mid-turn kept.
@@ -284,7 +268,7 @@ Each of its lines is a `;;' line."
 
 (defun amacs-shell--stream (text)
   "Append TEXT to the reply being streamed, opening its region if needed."
-  (amacs-shell--set-state 'streaming)
+  (amacs-shell--transition 'delta)
   (amacs-shell--editing
     (unless amacs-shell--stream-start
       ;; The region ends before a newline of its own, so the footer and the
@@ -322,10 +306,11 @@ Each of its lines is a `;;' line."
 
 (defun amacs-shell--on-reply (event)
   "Show the reply in EVENT rendered as org, set off by blank lines.
-A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
+A streamed reply's region is replaced by the rendering."
   (let* ((text (string-trim (or (plist-get event :text) "")))
          (shown (amacs-render-org text)))
-    (setq amacs-shell--last-reply text amacs-shell--replied t)
+    (setq amacs-shell--last-reply text)
+    (amacs-shell--transition 'replied)
     (amacs-shell--editing
       (let ((region (and (plist-get event :streamed) (amacs-shell--stream-close))))
         (if region
@@ -383,13 +368,11 @@ output opens a new line."
 The details (form, then result) are hidden from the end of the summary
 to just before the line's newline, as outline folding hides a body, so
 the next line shows as it would without them."
-  (setq amacs-shell--eval-agent (or (plist-get event :agent) "primary"))
-  (if (not (member (or (plist-get event :agent) "primary") '("primary")))
-      (amacs-shell--agent-doing (plist-get event :agent)
-                                (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
-    (amacs-shell--set-state 'eval)
-    (setq amacs-shell--answered-early nil)
-    (amacs-shell--eval-line (plist-get event :form)))
+  (let ((agent (or (plist-get event :agent) "primary")))
+    (amacs-shell--transition 'eval-start agent)
+    (if (not (equal agent "primary"))
+        (amacs-shell--agent-doing agent (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
+      (amacs-shell--eval-line (plist-get event :form))))
   (amacs-shell--show-now))
 
 (defun amacs-shell--eval-line (form)
@@ -505,12 +488,9 @@ it sleeping: the header says for whom.  An eval the person stopped
 with \\[keyboard-quit] is said to have been stopped."
   (let ((agent (or (plist-get event :agent) "primary"))
         (stopped (equal (plist-get result :error) amacs-eval-stopped)))
-    (setq amacs-shell--eval-agent nil)
+    (amacs-shell--transition 'eval-end (list agent amacs--eval-wait amacs--eval-talks))
     (if (not (equal agent "primary"))
         (amacs-shell--agent-doing agent nil)
-      (if amacs--eval-wait
-          (amacs-shell--sleep amacs--eval-wait amacs--eval-talks)
-        (amacs-shell--set-state 'thinking))
       (amacs-shell--eval-finish (intern (format "amacs-eval-%d" amacs-shell--eval-count)) result))
     (when stopped
       (amacs-shell--note
@@ -561,7 +541,7 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
 NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
 `amacs-tool-call-functions' gives them; \\[amacs-shell-toggle] shows
 its arguments and its whole result."
-  (when (equal amacs-shell--eval-agent "primary")
+  (when (equal (amacs-shell-turn-eval-agent (amacs-shell--turn)) "primary")
     (let ((id (intern (format "amacs-tool-%d" (setq amacs-shell--tool-count (1+ amacs-shell--tool-count)))))
           (shown (if error (concat "error: " error) (amacs--print-result value)))
           (face (if error 'amacs-shell-eval-error 'amacs-shell-eval)))
@@ -776,7 +756,7 @@ One that was at work and is no longer has answered what it was asked."
          (ids (mapcar (lambda (a) (plist-get a :id)) now)))
     (setq amacs-shell--agents now)
     (dolist (id before)
-      (unless (member id ids) (amacs-shell--answered id))))
+      (unless (member id ids) (amacs-shell--transition 'answered id))))
   (amacs-shell--draw-agents))
 
 (defun amacs-shell--agent-doing (agent doing)
@@ -839,21 +819,23 @@ Return its line (the prompt and the input) if there was one."
   "The agent took the oldest input sent: it becomes part of the conversation.
 A primary waiting for your reply has it.  EVENT says whether it is saved
 in agent-chat.org (`:saved')."
-  (amacs-shell--answered "you")
+  (amacs-shell--transition 'answered "you")
   (let ((line (amacs-shell--take-queued)))
-    (when line (push (cons line (plist-get event :saved)) amacs-shell--taken))))
+    (when line (amacs-shell--transition 'taken (cons line (plist-get event :saved))))))
 
 (defun amacs-shell--say-what-was-kept ()
   "The server stopped mid-turn: say so once, with what of this turn is on disk.
 An input is said to be saved only if the server confirmed it was
-written to agent-chat.org; otherwise it is in the history (issue 12).
+written to agent-chat.org; otherwise it is in the history.
 The transport's notice (`amacs-stopped': what happened, how to go on,
 the log) and these facts are one notice, each line a `;;' line."
-  (let* ((saved (seq-filter #'cdr amacs-shell--taken))
-         (unsaved (seq-remove #'cdr amacs-shell--taken))
+  (let* ((turn (amacs-shell--turn))
+         (replied (amacs-shell-turn-replied turn))
+         (saved (seq-filter #'cdr (amacs-shell-turn-taken turn)))
+         (unsaved (seq-remove #'cdr (amacs-shell-turn-taken turn)))
          (history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]"))
          (kept (delq nil
-                     (list (cond ((and saved amacs-shell--replied)
+                     (list (cond ((and saved replied)
                                   " before the agent's turn ended; your input and the reply shown are saved in agent-chat.org")
                                  (saved " before the agent replied; your input is saved in agent-chat.org"))
                            (and unsaved
@@ -865,7 +847,7 @@ the log) and these facts are one notice, each line a `;;' line."
       ;; Without `amacs-stopped' the server was stopped on purpose (`amacs-restart').
       (let ((stop (or amacs-stopped
                       (cons "The server stopped"
-                            (and saved (not amacs-shell--replied) "Send again to continue.")))))
+                            (and saved (not replied) "Send again to continue.")))))
         (setq amacs-stopped nil)          ; said here: the transport says no more
         (amacs-shell--output
          (amacs-shell--comment-lines
@@ -877,7 +859,7 @@ the log) and these facts are one notice, each line a `;;' line."
 SENT: those handed to the server that went (t), or those still waiting
 for a server (`waiting'); inputs typed after a server went wait for the next.
 WHY is a sentence of its own for those sent: the server may have written
-one before it went without saying so (issue 12: say only what is true)."
+one before it went without saying so: only what is true is said."
   (let ((history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))
     (while (amacs-shell--take-queued
             'amacs-shell-error
@@ -888,45 +870,125 @@ one before it went without saying so (issue 12: say only what is true)."
 
 ;;;; State: header line and mode line
 
-(defvar amacs-shell--state 'starting
-  "What the agent is doing, a symbol.
-One of starting, waiting, thinking, streaming, eval, sleeping (on a
-wait for replies; the detail names whose), retrying (the detail: the
-seconds until the next attempt, nil for now), stopped.")
+(cl-defstruct (amacs-shell-turn (:constructor amacs-shell--new-turn) (:copier nil))
+  "What a shell knows of the agent's turn; `amacs-shell--transition' alone changes it.
+STATE is what the agent is doing: starting, waiting, thinking,
+streaming, eval, sleeping, retrying or stopped.  DETAIL says more:
+whom it sleeps on (sleeping), the seconds before the next attempt
+\(retrying; nil: now).  SINCE is when STATE began, a float time.
+EVAL-AGENT is the agent whose eval Emacs runs, or nil: while it runs
+Emacs does nothing else, so the header says so.  ANSWERED-EARLY are
+those who answered while the primary's eval ran, before it could sleep
+on them.  TAKEN are the inputs the agent took in this turn, newest
+first, (LINE . SAVED) each: SAVED when the server confirmed the input
+is in agent-chat.org (its write-ahead), and only then does the shell
+say it is saved.  REPLIED is non-nil once a reply was shown (the
+server writes a reply before it shows it).  WAIT-TIMER ends a sleep at
+its timeout; CLOCK redraws the header's seconds while the agent works."
+  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock)
 
-(defvar amacs-shell--wait-timer nil
-  "Timer that ends the shown wait at its timeout, or nil.")
+(defvar-local amacs-shell--turn-of-buffer nil
+  "This shell's turn, an `amacs-shell-turn'.")
 
-(defvar amacs-shell--state-since nil
-  "When the state began, as a float time.")
+(defun amacs-shell--turn ()
+  "Return the shell buffer's turn; without a shell, a fresh one that is dropped."
+  (let ((buffer (amacs-shell--buffer)))
+    (or (and buffer (buffer-local-value 'amacs-shell--turn-of-buffer buffer))
+        (amacs-shell--new-turn))))
 
-(defvar amacs-shell--state-detail nil
-  "More about the state, e.g. the seconds before a retry.")
+(defun amacs-shell--transition (event &optional arg)
+  "Move the shell's turn on EVENT (with ARG).
+Every change of the turn is made here.  The events, and the state each
+leads to:
+  opened      a shell opened with no server yet: starting
+  sent        the person sent input: busy; thinking (starting without
+              a server) unless a turn was already on
+  turn-start  the server began a turn: busy, thinking
+  delta       the reply streams: streaming
+  eval-start  ARG's eval runs; the primary's: eval
+  eval-end    ARG's eval ended, ARG being (AGENT WAIT TALKS); the
+              primary's with a WAIT (`amacs--eval-wait') sleeps on
+              those of its TALKS who have not answered yet, else thinks
+  answered    ARG (an id, or \"you\") answered: noted during an eval;
+              while sleeping on it, one fewer, and none left is thinking
+  woke        the sleep's timeout: thinking
+  retry       the model call is retried in ARG seconds (nil: now)
+  taken       the agent took an input, ARG being (LINE . SAVED)
+  replied     a reply was shown
+  turn-done   waiting: not busy, the turn's inputs and reply forgotten
+  ready       a server said hello: waiting, or thinking if busy
+  gone        the server went: starting if ARG (inputs wait for the
+              next server; still busy), else stopped
+  cancelled   inputs that waited for a server were dropped: waiting
+  failed      no server could start: stopped"
+  (let ((turn (amacs-shell--turn)))
+    (pcase event
+      ('opened (amacs-shell--enter turn 'starting))
+      ('sent (unless amacs-shell-busy (amacs-shell--enter turn (if (amacs-live-p) 'thinking 'starting)))
+             (setq amacs-shell-busy t))
+      ('turn-start (setq amacs-shell-busy t)
+                   (amacs-shell--enter turn 'thinking))
+      ('delta (amacs-shell--enter turn 'streaming))
+      ('eval-start (setf (amacs-shell-turn-eval-agent turn) arg)
+                   (when (equal arg "primary")
+                     (setf (amacs-shell-turn-answered-early turn) nil)
+                     (amacs-shell--enter turn 'eval)))
+      ('eval-end (setf (amacs-shell-turn-eval-agent turn) nil)
+                 (pcase-let ((`(,agent ,wait ,talks) arg))
+                   (when (equal agent "primary")
+                     (if wait (amacs-shell--sleep turn wait talks) (amacs-shell--enter turn 'thinking)))))
+      ('answered (amacs-shell--answered turn arg))
+      ('woke (when (eq (amacs-shell-turn-state turn) 'sleeping) (amacs-shell--enter turn 'thinking)))
+      ('retry (amacs-shell--enter turn 'retrying arg))
+      ('taken (push arg (amacs-shell-turn-taken turn)))
+      ('replied (setf (amacs-shell-turn-replied turn) t))
+      ('turn-done (setq amacs-shell-busy nil)
+                  (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil)
+                  (amacs-shell--enter turn 'waiting))
+      ('ready (amacs-shell--enter turn (if amacs-shell-busy 'thinking 'waiting)))
+      ('gone (setq amacs-shell-busy (and arg t))
+             (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil
+                   (amacs-shell-turn-eval-agent turn) nil)
+             (amacs-shell--enter turn (if arg 'starting 'stopped)))
+      ('cancelled (setq amacs-shell-busy nil)
+                  (amacs-shell--enter turn 'waiting))
+      ('failed (setq amacs-shell-busy nil)
+               (amacs-shell--enter turn 'stopped))
+      (_ (error "No such event of the shell's turn: %S" event)))))
 
-(defvar amacs-shell--clock nil
-  "Timer that refreshes the header line's seconds while the agent works.")
-
-(defun amacs-shell--set-state (state &optional detail)
-  "Record that the agent is now in STATE (with DETAIL) and show it."
-  (unless (and (eq state amacs-shell--state) (equal detail amacs-shell--state-detail))
-    (unless (eq state amacs-shell--state)
-      (setq amacs-shell--state-since (float-time)))
-    (setq amacs-shell--state state amacs-shell--state-detail detail)
+(defun amacs-shell--enter (turn state &optional detail)
+  "Put TURN in STATE (with DETAIL) and show it; only for `amacs-shell--transition'.
+A sleep's timer ends with any other state; the header's clock runs
+while the agent works."
+  (unless (and (eq state (amacs-shell-turn-state turn)) (equal detail (amacs-shell-turn-detail turn)))
+    (unless (eq state (amacs-shell-turn-state turn))
+      (setf (amacs-shell-turn-since turn) (float-time)))
+    (setf (amacs-shell-turn-state turn) state (amacs-shell-turn-detail turn) detail)
     (amacs-shell--update-header))
-  (when (and amacs-shell--wait-timer (not (eq state 'sleeping)))
-    (cancel-timer amacs-shell--wait-timer)
-    (setq amacs-shell--wait-timer nil))
+  (when (and (amacs-shell-turn-wait-timer turn) (not (eq state 'sleeping)))
+    (cancel-timer (amacs-shell-turn-wait-timer turn))
+    (setf (amacs-shell-turn-wait-timer turn) nil))
   (if (memq state '(waiting stopped))
-      (when amacs-shell--clock (cancel-timer amacs-shell--clock) (setq amacs-shell--clock nil))
-    (unless amacs-shell--clock
-      (setq amacs-shell--clock (run-at-time 1 1 #'amacs-shell--update-header)))))
+      (when (amacs-shell-turn-clock turn)
+        (cancel-timer (amacs-shell-turn-clock turn))
+        (setf (amacs-shell-turn-clock turn) nil))
+    (unless (amacs-shell-turn-clock turn)
+      (setf (amacs-shell-turn-clock turn) (run-at-time 1 1 #'amacs-shell--update-header)))))
+
+(defun amacs-shell-state ()
+  "Return the state of the shell's turn, a symbol (see `amacs-shell-turn')."
+  (amacs-shell-turn-state (amacs-shell--turn)))
 
 (defun amacs-shell-state-string ()
   "What the agent is doing, in a few words, for the header line."
-  (let* ((secs (and amacs-shell--state-since (floor (- (float-time) amacs-shell--state-since))))
+  (let* ((turn (amacs-shell--turn))
+         (since (amacs-shell-turn-since turn))
+         (detail (amacs-shell-turn-detail turn))
+         (eval-agent (amacs-shell-turn-eval-agent turn))
+         (secs (and since (floor (- (float-time) since))))
          (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
          (agents (length amacs-shell--agents))
-         (doing (pcase amacs-shell--state
+         (doing (pcase (amacs-shell-turn-state turn)
                   ('starting "starting the server…")
                   ('waiting (if (and amacs--status (not (plist-get amacs--status :key-ok)))
                                 "no API key: the note below says how to give one"
@@ -937,14 +999,12 @@ seconds until the next attempt, nil for now), stopped.")
                              "asks you whether an eval may run (y or n)"
                            (concat "running an eval…" elapsed " " (amacs-shell--stops-it))))
                   ('sleeping (concat "waiting for "
-                                     (amacs-shell--names amacs-shell--state-detail) "…" elapsed))
-                  ('retrying (if amacs-shell--state-detail
-                                 (format "retrying in %.1f s" amacs-shell--state-detail)
-                               "retrying now"))
+                                     (amacs-shell--names detail) "…" elapsed))
+                  ('retrying (if detail (format "retrying in %.1f s" detail) "retrying now"))
                   ('stopped "server stopped: send a message to restart it")
-                  (_ (format "%s" amacs-shell--state)))))
-    (when (and amacs-shell--eval-agent (not (equal amacs-shell--eval-agent "primary")))
-      (setq doing (format "%s is running an eval… %s" amacs-shell--eval-agent (amacs-shell--stops-it))))
+                  (state (format "%s" state)))))
+    (when (and eval-agent (not (equal eval-agent "primary")))
+      (setq doing (format "%s is running an eval… %s" eval-agent (amacs-shell--stops-it))))
     (if (> agents 0)
         (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
       doing)))
@@ -960,40 +1020,40 @@ seconds until the next attempt, nil for now), stopped.")
     (concat (mapconcat #'identity shown ", ")
             (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
 
-(defun amacs-shell--sleep (wait talks)
-  "The primary sleeps on WAIT until its talks are answered; TALKS say by whom.
+(defun amacs-shell--sleep (turn wait talks)
+  "TURN's primary sleeps on WAIT until its talks are answered; TALKS say by whom.
 WAIT is `amacs--eval-wait' and TALKS `amacs--eval-talks' of the eval
 that registered it.  The header names those it waits for until each
-answers (`amacs-shell--answered'), the wait times out, or the agent
-does something else."
+answers, the wait times out, or the agent does something else."
   (let ((names (seq-difference
                 (seq-uniq (mapcar (lambda (id) (or (cdr (assq id talks)) (format "talk %s" id)))
                                   (plist-get wait :talk-ids)))
-                amacs-shell--answered-early))
+                (amacs-shell-turn-answered-early turn)))
         (timeout (plist-get wait :timeout)))
-    (setq amacs-shell--answered-early nil)
-    (amacs-shell--set-state (if names 'sleeping 'thinking) names)
-    (when amacs-shell--wait-timer (cancel-timer amacs-shell--wait-timer))
-    (setq amacs-shell--wait-timer
+    (setf (amacs-shell-turn-answered-early turn) nil)
+    (amacs-shell--enter turn (if names 'sleeping 'thinking) names)
+    (when (amacs-shell-turn-wait-timer turn) (cancel-timer (amacs-shell-turn-wait-timer turn)))
+    (setf (amacs-shell-turn-wait-timer turn)
           (and names (numberp timeout)
                (run-at-time timeout nil (lambda ()
-                                          (setq amacs-shell--wait-timer nil)
-                                          (when (eq amacs-shell--state 'sleeping)
-                                            (amacs-shell--set-state 'thinking))))))))
+                                          (setf (amacs-shell-turn-wait-timer turn) nil)
+                                          (amacs-shell--transition 'woke)))))))
 
-(defun amacs-shell--answered (who)
-  "WHO (an agent's id, or \"you\") has answered: the primary waits for one less.
+(defun amacs-shell--answered (turn who)
+  "WHO (an agent's id, or \"you\") answered: TURN's primary waits for one less.
 Once everyone has answered, the primary wakes: it is thinking."
-  (cond ((eq amacs-shell--state 'eval) (push who amacs-shell--answered-early))
-        ((and (eq amacs-shell--state 'sleeping) (member who amacs-shell--state-detail))
-         (let ((left (remove who amacs-shell--state-detail)))
-           (amacs-shell--set-state (if left 'sleeping 'thinking) left)))))
+  (let ((state (amacs-shell-turn-state turn))
+        (waiting-for (amacs-shell-turn-detail turn)))
+    (cond ((eq state 'eval) (push who (amacs-shell-turn-answered-early turn)))
+          ((and (eq state 'sleeping) (member who waiting-for))
+           (let ((left (remove who waiting-for)))
+             (amacs-shell--enter turn (if left 'sleeping 'thinking) left))))))
 
 (defun amacs-shell-header-line (&optional width)
   "The shell's header line: the model, the backend and what the agent is doing.
 Wider than WIDTH (default: the shell's window), the backend goes, then
-the model: what the agent does is what the header is for (at 80 columns
-a newcomer saw \"2 agents worki\")."
+the model: what the agent does is what the header is for, and it
+keeps the room."
   (let* ((model (plist-get amacs--status :model))
          (backend (plist-get amacs--status :backend))
          (state (amacs-shell-state-string))
@@ -1064,13 +1124,13 @@ What the shell acts on comes as an event with fields of its own."
 (defun amacs-shell--on-retry (event)
   "The model call is retried in EVENT's :seconds: the header counts them down."
   (let ((seconds (plist-get event :seconds)))
-    (amacs-shell--set-state 'retrying (and (numberp seconds) (>= seconds 0.05) seconds))
+    (amacs-shell--transition 'retry (and (numberp seconds) (>= seconds 0.05) seconds))
     (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
 
 (defun amacs-shell--on-agent-ended (event)
   "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
 The primary waiting for it has its result."
-  (amacs-shell--answered (plist-get event :id))
+  (amacs-shell--transition 'answered (plist-get event :id))
   (amacs-shell--output
    (amacs-shell--one-line (concat (if (plist-get event :ok) "✓ " "✗ ") (plist-get event :text))
                           (* 2 (amacs-shell--width)))
@@ -1078,15 +1138,13 @@ The primary waiting for it has its result."
 
 (defun amacs-shell--on-turn-start (_event)
   "The agent started a turn."
-  (setq amacs-shell-busy t)
-  (amacs-shell--set-state 'thinking))
+  (amacs-shell--transition 'turn-start))
 
 (defun amacs-shell--on-turn-done (_event)
   "The agent waits for the person: a stream left open is discarded."
-  (setq amacs-shell-busy nil amacs-shell--taken nil amacs-shell--replied nil)
   (amacs-shell--discard-stream "the turn ended before the reply was complete")
   (amacs-shell--editing (amacs-shell--fresh-line t))
-  (amacs-shell--set-state 'waiting))
+  (amacs-shell--transition 'turn-done))
 
 (amacs-on-event "reply" #'amacs-shell--on-reply)
 (amacs-on-event "reply-delta" #'amacs-shell--on-reply-delta)
@@ -1167,7 +1225,7 @@ the first idle moment (`amacs-shell--render-resumed')."
 (defun amacs-shell--greet ()
   "Say what the server reported at hello: a missing key, an interrupted turn."
   (amacs-shell--resume)
-  (unless amacs-shell-busy (amacs-shell--set-state 'waiting))
+  (amacs-shell--transition 'ready)
   (amacs-shell--on-tick (list :session (plist-get amacs--status :session)
                               :spent (plist-get amacs--status :spent)
                               :budget-limit (plist-get amacs--status :budget-limit)))
@@ -1184,7 +1242,6 @@ the first idle moment (`amacs-shell--render-resumed')."
   "The server went away: close the stream, say what was kept and what was not sent."
   (amacs-shell--discard-stream "the server stopped")
   (amacs-shell--say-what-was-kept)
-  (setq amacs-shell--taken nil amacs-shell--replied nil)
   (amacs-shell--drop-queued "The server stopped before it said it had saved this input" t)
   (setq amacs-shell--agents nil)
   (amacs-shell--draw-agents)
@@ -1192,10 +1249,22 @@ the first idle moment (`amacs-shell--render-resumed')."
                    (and buffer (with-current-buffer buffer
                                  (amacs-shell--footer-lines 'amacs-queued))))))
     ;; Input typed after the connection dropped waits for the next server: still busy.
-    (setq amacs-shell-busy (and waiting t))
-    (amacs-shell--set-state (if waiting 'starting 'stopped))))
+    (amacs-shell--transition 'gone waiting)))
+
+(defvar-local amacs-shell--greeted nil
+  "Non-nil once this shell said how to reach the hub and the subagents.")
+
+(defun amacs-shell--greet-once ()
+  "Say once per shell how to reach the hub and talk to a subagent."
+  (let ((buffer (amacs-shell--buffer)))
+    (when (and buffer (not (buffer-local-value 'amacs-shell--greeted buffer)))
+      (with-current-buffer buffer (setq amacs-shell--greeted t))
+      (amacs-shell--note (substitute-command-keys
+                          "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
+@NAME text talks to one (@skeptic why?).")))))
 
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
+(add-hook 'amacs-ready-hook #'amacs-shell--greet-once 90)
 (add-hook 'amacs-disconnect-hook #'amacs-shell--on-disconnect)
 
 ;;;; Commands
@@ -1204,10 +1273,9 @@ the first idle moment (`amacs-shell--render-resumed')."
   "Why the commands that ask the server say at once what they do.
 Emacs 28's \\[execute-extended-command], after a command without a key
 that leaves the echo area empty, looks for a shorter name to suggest
-inside `while-no-input', and keys typed meanwhile are lost: a newcomer
-typed \"qwerty\" just after \\[execute-extended-command] amacs-set-budget and
-got \"qw\".  With a message shown it waits on `sit-for' instead, which
-typing ends, and nothing is lost.")
+inside `while-no-input', and keys typed meanwhile are lost.  With a
+message shown it waits on `sit-for' instead, which typing ends, and
+nothing is lost.")
 
 ;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
@@ -1215,7 +1283,7 @@ typing ends, and nothing is lost.")
 An agent stopped at its limit goes on with your next input."
   (interactive
    (let ((now (or (plist-get amacs-shell-usage :budget-limit) 5.0)))
-     ;; The limit now beside the default (twice it): a newcomer could not tell what it was.
+     ;; The limit now beside the default (twice it): the prompt says what it is.
      (list (read-number (format "Budget limit in dollars, now %s: "
                                 (amacs-shell--dollars now))
                         (* 2 now)))))
@@ -1272,8 +1340,8 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
 
 (defun amacs-shell--save-history-safely ()
   "Save the history; if its file cannot be written, say so once and go on.
-A read-only or full AMACS home must not stop an input from being sent
-\(issue 12): the inputs stay in this Emacs's ring."
+A read-only or full AMACS home must not stop an input from being sent:
+the inputs stay in this Emacs's ring."
   (condition-case err
       (progn (amacs-shell--save-history)
              (setq amacs-shell--history-error nil))
@@ -1288,7 +1356,38 @@ A read-only or full AMACS home must not stop an input from being sent
                   (error-message-string err))
                 (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]")))))))
 
-(defun amacs-shell--input-sender (_proc input)
+(defconst amacs-shell--address-regexp "\\`@\\([[:alnum:]_-]+\\)[[:space:]]+\\([^z-a]*[^[:space:]][^z-a]*\\)\\'"
+  "An input addressed to a subagent: @NAME, then what to say to it.")
+
+(defun amacs-shell--say-to-agent (agent text line)
+  "Say TEXT to the subagent AGENT (its id or a viewpoint's name); LINE is as typed.
+Its answer shows in the shell under its name; the primary's turn goes on
+untouched.  The server refuses an agent that does not exist or has ended."
+  (amacs-shell--editing
+    (delete-region amacs-shell--prompt-start (point-max))
+    (amacs-shell--fresh-line)
+    (amacs-shell--insert-output (amacs-shell--input-line (if (string-suffix-p "\n" line) line (concat line "\n")) nil))
+    (amacs-shell--insert-prompt))
+  (goto-char (point-max))
+  (amacs-when-ready
+   (lambda ()
+     (amacs-call 'person_agent_talk (list agent text)
+                 (lambda (r) (when (plist-get r :queued)
+                               (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to)))))
+                 (lambda (err) (amacs-shell--note (concat "Not sent: " err)))))))
+
+(defun amacs-shell--input-sender (proc input)
+  "Send INPUT (typed in PROC's buffer) to the primary, or to a subagent.
+An input @NAME TEXT goes to the subagent NAME (a viewpoint's name, or
+an id such as task-1 or compulsion-2); any other to the primary."
+  (let ((text (string-trim (substring-no-properties input))))
+    (if (string-match amacs-shell--address-regexp text)
+        (progn (amacs-shell--save-history-safely)
+               (amacs-shell--say-to-agent (match-string 1 text) (match-string 2 text)
+                                          (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
+      (amacs-shell--send-to-primary proc input))))
+
+(defun amacs-shell--send-to-primary (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
 The line sent waits in the footer as queued until the agent takes it."
   (amacs-shell--save-history-safely)
@@ -1302,8 +1401,7 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-shell--insert-prompt))
     (goto-char (point-max))
     (unless (string-empty-p text)
-      (unless amacs-shell-busy (amacs-shell--set-state (if (amacs-live-p) 'thinking 'starting)))
-      (setq amacs-shell-busy t)
+      (amacs-shell--transition 'sent)
       (amacs-when-ready
        (lambda ()
          (amacs-shell--mark-sent id)
@@ -1323,8 +1421,7 @@ While the server is still starting, the input waiting for it is not sent."
                   (unless running (message "AMACS: the agent is not working on anything")))))
    ((> (amacs-cancel-waiting) 0)
     (amacs-shell--drop-queued "interrupted before the server was ready" 'waiting)
-    (setq amacs-shell-busy nil)
-    (amacs-shell--set-state 'waiting))
+    (amacs-shell--transition 'cancelled))
    (t (message "AMACS: no server to interrupt"))))
 
 (defun amacs-shell-newline ()
@@ -1497,7 +1594,7 @@ quote; both name where they came from."
 ;;;###autoload (autoload 'amacs-add-buffer "amacs" "Add a buffer to the agent's active thread." t)
 (defun amacs-add-buffer (&optional buffer)
   "Add BUFFER (default: the current one) to the agent's active thread.
-The agent sees its contents from its next tick (RFC v4 §5.2); a buffer
+The agent sees its contents from its next tick; a buffer
 visiting a file is added by its file name."
   (interactive)
   (let* ((buffer (or buffer (current-buffer)))
@@ -1530,9 +1627,13 @@ exchanges \[amacs-shell] shows in a new shell."
 
 (defun amacs-shell--forget-buffer ()
   "Forget the stream of the shell buffer being killed: its markers go with it.
-Events of the turn still coming find no shell and do nothing; a new
-shell starts clean."
-  (setq amacs-shell--stream-start nil amacs-shell--stream-end nil))
+Its turn's timers stop.  Events of the turn still coming find no shell
+and do nothing; a new shell starts clean."
+  (setq amacs-shell--stream-start nil amacs-shell--stream-end nil)
+  (let ((turn amacs-shell--turn-of-buffer))
+    (when turn
+      (dolist (timer (list (amacs-shell-turn-clock turn) (amacs-shell-turn-wait-timer turn)))
+        (when timer (cancel-timer timer))))))
 
 (defun amacs-shell--query-quit ()
   "Ask before Emacs quits while the agent works on a turn; non-nil to quit.
@@ -1568,8 +1669,8 @@ was coming is not)."
     ;; process and with it the shell; C-c C-z would stop it.
     (define-key map (kbd "C-d") #'delete-char)
     (define-key map (kbd "C-c C-z") #'undefined)
-    ;; comint's keys and Signals menu for a subprocess: C-c C-d sent EOF, which
-    ;; ended the shell for good (a newcomer's tmux finding).  There is none here.
+    ;; comint's keys and Signals menu for a subprocess: there is none here, and
+    ;; C-c C-d's EOF would end the placeholder process and with it the shell.
     (dolist (command '(comint-send-eof comint-quit-subjob comint-stop-subjob comint-kill-subjob
                        comint-continue-subjob comint-interrupt-subjob))
       (define-key map (vector 'remap command) #'amacs-shell-no-subprocess))
@@ -1601,6 +1702,7 @@ agent is doing, the mode line what this session cost.
   ;; The shell is no command shell: once shell.el is loaded its directory
   ;; tracking is on in every buffer (its default), and C-h m listed it here.
   (setq-local shell-dirtrackp nil)
+  (setq amacs-shell--turn-of-buffer (amacs-shell--new-turn))
   (setq-local paragraph-separate "\\'")
   (setq-local paragraph-start comint-prompt-regexp)
   (setq-local comint-input-sender #'amacs-shell--input-sender)
@@ -1613,7 +1715,7 @@ agent is doing, the mode line what this session cost.
   (setq-local header-line-format '(:eval (amacs-shell-header-line)))
   ;; A window whose point follows the output scrolls as little as shows that point,
   ;; in redisplay itself: a layout of our own per redisplay
-  ;; (`pos-visible-in-window-p', `recenter') cost 2-3 ms a frame (issue 10).
+  ;; (`pos-visible-in-window-p', `recenter') cost 2-3 ms a frame.
   (setq-local scroll-conservatively 101)
   (setq-local comint-output-filter-functions nil) ; RET: comint's scroll-to-bottom walks every window
   (setq-local mode-line-format amacs-shell-mode-line)
@@ -1661,7 +1763,7 @@ The input at the prompt stays."
   "Open `*amacs-shell*' and start the AMACS server if needed."
   (interactive)
   ;; The server first: its start-up (Python's imports) overlaps loading the rest
-  ;; of the client and making the shell (issue 10, start-up).  A start that fails
+  ;; of the client and making the shell.  A start that fails
   ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
   (amacs-start-server)                  ; nothing when a server is live or starting
   (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
@@ -1687,7 +1789,7 @@ The input at the prompt stays."
                         (amacs-shell--note (concat "Could not show the last exchanges: " err)))))))
     (setq amacs-transport-message-function #'amacs-shell--note)
     (pop-to-buffer-same-window buf)
-    (unless (amacs-live-p) (amacs-shell--set-state 'starting))
+    (unless (amacs-live-p) (amacs-shell--transition 'opened))
     (amacs-render-preload)
     (amacs-when-ready #'ignore)
     buf))

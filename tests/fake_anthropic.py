@@ -184,12 +184,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         chunk = {**base, "object": "chat.completion.chunk"}
         too_long = fake.chat_too_long(body)
-        if too_long is not None and fake.window_error_in_stream == "empty":  # llama-cpp-python 0.3.36
-            self._chunk(b"")  # the stream ends at once: the error is in its server's log only
-            return
-        if too_long is not None and fake.window_error_in_stream == "broken":
-            self.wfile.flush()  # ... or it breaks off, without the chunked stream's end
-            self.close_connection = True
+        if too_long is not None and fake.window_stream_cut:  # llama-cpp-python: 200, a first chunk, then cut
+            self._chunk(("data: " + json.dumps({**chunk, "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                + "\n\n").encode())
+            self._chunk(b"")
             return
         if too_long is not None:  # llama.cpp: 200 OK, then the error inside the stream
             self._chunk(("data: " + json.dumps({"error": {"message": too_long, "type": "server_error"}})
@@ -347,17 +346,14 @@ class FakeAnthropic:
         # error inside a 200 stream (window_error_in_stream) or its 400.
         self.openai_refuses: set[str] = set()
         self.openai_formats: set[str] | None = None
-        # How a response_format type it does not take is refused: "fastapi" (422 and pydantic's
-        # detail), or "llama-cpp-python" (0.3.36's server: 500 with the validation error as message).
-        self.openai_format_refusal = "fastapi"
+        self.n_ctx: int | None = None
+        self.report_window = True
+        self.window_error_in_stream = True
+        self.window_stream_cut = False  # over the window, a 200 stream cut after its first chunk
+        self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
         # Whether a stream ends with its usage when asked (stream_options.include_usage): False as
         # llama-cpp-python's server (0.3.36), which counts tokens only in answers not streamed.
         self.openai_stream_usage = True
-        self.n_ctx: int | None = None
-        self.report_window = True
-        # True: an error event in the stream; "empty": the stream ends with nothing in it; "broken":
-        # the connection is closed mid-stream (llama-cpp-python 0.3.36 does one or the other).
-        self.window_error_in_stream: bool | str = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -403,20 +399,22 @@ class FakeAnthropic:
                                            "type": "invalid_request_error", "param": param, "code": None}}
             kind = (body.get("response_format") or {}).get("type")
             if kind is not None and self.openai_formats is not None and kind not in self.openai_formats:
-                expected = " or ".join(f"'{k}'" for k in sorted(self.openai_formats))
-                if self.openai_format_refusal == "llama-cpp-python":
-                    error = ("1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', "
-                             f"'type'), 'msg': \"Input should be {expected}\", 'input': '{kind}'}}\n\n"
-                             "  File \"llama_cpp/server/app.py\", line 376, in create_chat_completion\n"
-                             "    POST /v1/chat/completions")
-                    return 500, {"error": {"message": error, "type": "internal_server_error", "param": None,
-                                           "code": None}}
+                expected = " or ".join(f"'{f}'" for f in sorted(self.openai_formats))
+                if self.validation_as_500:  # llama-cpp-python: its handler makes it an internal error
+                    return 500, {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': "
+                                                      f"('body', 'response_format', 'type'), 'msg': \"Input should "
+                                                      f"be {expected}\"}}", "type": "internal_server_error",
+                                           "param": None, "code": None}}
                 return 422, {"detail": [{"type": "literal_error", "loc": ["body", "response_format", "type"],
-                                         "msg": f"Input should be {' or '.join(sorted(self.openai_formats))}"}]}
+                                         "msg": f"Input should be {expected}"}]}
             message = self.chat_too_long(body)
-            if message is not None and not (body.get("stream") and self.window_error_in_stream):
-                return 400, {"error": {"message": message, "type": "invalid_request_error",
-                                       "param": "messages", "code": "context_length_exceeded"}}
+            if message is not None and not (body.get("stream") and (self.window_error_in_stream
+                                                                    or self.window_stream_cut)):
+                # llama-cpp-python's words for it (its error formatter)
+                return 400, {"error": {"message": f"This model's maximum context length is {self.n_ctx} tokens. "
+                                                  f"However, you requested {prompt_tokens(body)} tokens",
+                                       "type": "invalid_request_error", "param": "messages",
+                                       "code": "context_length_exceeded"}}
             return None
         info = self.models.get(str(body.get("model")))
         if info is None:

@@ -20,6 +20,7 @@ Usage is reported from the sizes of request and answer, so runs have a cost.
 
 Run alone (to try the example by hand): ``python -m tests.fake_debate`` prints
 its URL; give it to the run as ``ANTHROPIC_BASE_URL`` (any API key will do).
+Run so, it also answers as the judge of ``amacs-server judge`` (:func:`judge_reply`).
 """
 
 from __future__ import annotations
@@ -175,20 +176,6 @@ def debate_reply(body: dict[str, Any]) -> Reply:
     return primary_reply(body)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Serve the debate until interrupted, printing the URL."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="A fake Anthropic API that plays the debate example")
-    parser.parse_args(argv)
-    serve(debate_reply)
-
-
-if __name__ == "__main__":
-    main()
-
-
-
 JUDGE_MARK = "You are a judge of an AMACS experiment"
 
 
@@ -216,3 +203,19 @@ def judge_reply(body: dict[str, Any]) -> Reply:
 def debate_or_judge_reply(body: dict[str, Any]) -> Reply:
     """The debate's answers, and the scripted judge's to a judge's request."""
     return judge_reply(body) if JUDGE_MARK in _system_text(body) else debate_reply(body)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve the debate until interrupted, printing the URL."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A fake Anthropic API that plays the debate example "
+                                                 "(and the judge of amacs-server judge)")
+    parser.parse_args(argv)
+    serve(debate_or_judge_reply)
+
+
+if __name__ == "__main__":
+    main()
+
+

@@ -87,6 +87,8 @@ class _Writer:
         self.run, self.rng, self.ts, self.seq = run, rng, t0, 0
         self.lines: list[str] = []
         self.path = path
+        self.first_request: float | None = None
+        self.last_reply: float | None = None
         self.thinking: bool | None = None if rng.random() < 0.5 else False  # None: an older transcript
         self.encoder = json.JSONEncoder(ensure_ascii=False)
 
@@ -99,6 +101,10 @@ class _Writer:
             "seq": self.seq, "ts": self.ts, "tick": tick, "event": event, "data": data}))
         self.run.events += 1
         self.run.events_by_name[event] = self.run.events_by_name.get(event, 0) + 1
+        if event == "model_request" and self.first_request is None:
+            self.first_request = self.ts
+        if event == "tick_end" and agent.type == "primary" and data["response"].get("reply"):
+            self.last_reply = self.ts
 
     def model_call(self, agent: FakeAgent, system: str, messages: list[dict[str, str]], reply: str,
                    model: str, tick: int | None = None) -> None:
@@ -277,7 +283,9 @@ def write_run(runs_dir: Path, index: int, seed: int = 0, errors: bool = True) ->
         "backend": backend, "model_name": model_name, "rep": rep, "seed": rep, "turns": turns,
         "status": "failed" if failed else "done", "cost": round(run.cost, 6), "turns_done": turns_done,
         "started_at": started, "ended_at": ended, "seconds": round(ended - started, 3),
-        "error": "timeout after 300 s" if failed else None}
+        "error": "timeout after 300 s" if failed else None, "failed_turn": 1 if failed else None,
+        "emacs_started_at": started, "server_started_at": started + 1.2, "first_request_at": w.first_request,
+        "last_reply_at": w.last_reply, "cpus": 2}
     (runs_dir / run_id / "manifest.json").write_text(json.dumps(run.manifest, indent=1))
     return run
 

@@ -262,3 +262,20 @@ def test_transcripts_counts_agents_not_names(generated):
     assert summary["agents_by_type"] == by_type and by_type["primary"] == RUNS
     assert summary["agents"] == sum(len(r.agents) for r in runs)
     assert summary["agents_per_run"] == {r.session_id: len(r.agents) for r in runs}
+
+
+def test_concurrency_is_the_runs_going_at_once_over_a_run(tmp_path):
+    """Three runs: A alone for 10 s, B inside A's second half, C after both: A 1.5, B 2, C 1."""
+    runs = write_runs(tmp_path, 3)
+    spans = {runs[0].run_id: (100.0, 110.0), runs[1].run_id: (105.0, 110.0), runs[2].run_id: (200.0, 204.0)}
+    for run in runs:
+        path = tmp_path / run.run_id / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["started_at"], manifest["ended_at"] = spans[run.run_id]
+        path.write_text(json.dumps(manifest))
+    con = load(tmp_path)
+    assert dict(con.execute("SELECT run_id, concurrency FROM runs").fetchall()) == {
+        runs[0].run_id: 1.5, runs[1].run_id: 2.0, runs[2].run_id: 1.0}
+    from amacs_server.research.report import parallelism
+
+    assert parallelism(con).startswith("runs went up to 2 at once, 1.5 on average over a run, on 2 CPUs")

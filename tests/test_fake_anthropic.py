@@ -49,3 +49,36 @@ def test_scripted_error_status(fake):
     client = anthropic.Anthropic(api_key="bad", base_url=fake.url, max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+
+
+def test_models_api_and_a_model_held_to_what_it_accepts(fake):
+    """GET /v1/models/{id} answers what the SDK's ModelInfo reads; a model named there gets a 400 for
+    a thinking type or format it does not take, and its replies follow output_config.format."""
+    import json
+
+    import jsonschema
+
+    from amacs_server.inference.parse import response_schema
+    from tests.fake_anthropic import model_info
+
+    fake.models["m"] = model_info("m", adaptive=False, enabled=True, structured=True, effort=False)
+    fake.models["plain"] = model_info("plain", adaptive=False, enabled=False, structured=False, effort=False)
+    client = anthropic.Anthropic(api_key="k", base_url=fake.url)
+    info = client.models.retrieve("m")
+    assert info.capabilities is not None and info.capabilities.thinking.types.enabled.supported
+    assert not info.capabilities.thinking.types.adaptive.supported
+    with pytest.raises(anthropic.NotFoundError):
+        client.models.retrieve("nobody")
+    hello = [{"role": "user", "content": "hi"}]
+    with pytest.raises(anthropic.BadRequestError, match="thinking.type"):
+        client.messages.create(model="m", max_tokens=2000, messages=hello, thinking={"type": "adaptive"})
+    with pytest.raises(anthropic.BadRequestError, match="effort"):
+        client.messages.create(model="m", max_tokens=10, messages=hello, output_config={"effort": "high"})
+    fmt = {"format": {"type": "json_schema", "schema": response_schema()}}
+    with pytest.raises(anthropic.BadRequestError, match="output_config.format"):
+        client.messages.create(model="plain", max_tokens=10, messages=hello, output_config=fmt)
+    fake.script(Reply("not JSON at all"), Reply("not JSON at all"))
+    held = client.messages.create(model="m", max_tokens=10, messages=hello, output_config=fmt)
+    jsonschema.validate(json.loads(held.content[0].text), response_schema())
+    free = client.messages.create(model="m", max_tokens=10, messages=hello)
+    assert free.content[0].text == "not JSON at all"

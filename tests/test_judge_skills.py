@@ -84,3 +84,19 @@ def test_summary_is_one_line_per_reason():
                      outcome("failed", "401: invalid API key", 2), outcome("failed", "timed out after 6 s", 1)])
     assert lines == ["  2 runs failed (at turn 1, 2): 401: invalid API key",
                      "  1 run failed (at turn 1): timed out after 6 s"]
+
+
+def test_a_turn_without_a_reply_names_the_shells_last_error(tmp_path):
+    """No model error, no parse failure, no budget in the transcript (an internal error in the turn): the
+    reason is what the shell said, not a bare 'no reply'."""
+    from amacs_server.research.outcome import Turn, reason
+
+    shell = tmp_path / "shell.txt"
+    shell.write_text("amacs> hello\n;; Step limit reached\n;; Internal error in this turn: InvalidURL('x'). "
+                     "The server goes on; server.log has the details.\n\namacs> ")
+    said = reason(Turn(human="hello"), None, None, shell)
+    assert said == ("the turn ended without a reply: Internal error in this turn: InvalidURL('x'). "
+                    "The server goes on; server.log has the details.")
+    assert reason(Turn(human="hello"), None, None, tmp_path / "none.txt") == "the turn ended without a reply"
+    assert reason(Turn(human="hello", model_error="the API key was refused (401): check it"), None, None,
+                  shell) == "401: invalid API key"

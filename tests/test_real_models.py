@@ -64,6 +64,12 @@ def _events(rt: Runtime, name: str) -> list[dict[str, Any]]:
     return [e["data"] for e in rt.transcript.read("primary") if e["event"] == name]
 
 
+def _calls(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    """The requests AMACS made for turns: not its one-token question whether a local server's
+    streams count tokens."""
+    return [r for r in fake.requests if r["body"].get("max_tokens") != 1]
+
+
 def _think(rt: Runtime, on: bool = True) -> None:
     rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": on, "effort": "high"})
 
@@ -196,8 +202,7 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
     try:
         _think(rt)
         _turn(rt, "what is 2+2?")
-        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests
-                   if r["body"].get("max_tokens") != 1]  # not the question whether streams count tokens
+        formats = [r["body"].get("response_format", {}).get("type") for r in _calls(fake)]
         assert formats == ["json_schema", "json_schema", "json_object"]  # reasoning_effort refused first
         assert "reasoning_effort" not in fake.requests[-1]["body"]
         assert len([t for k, t in face.notes if "does not take" in t]) == 2
@@ -214,46 +219,40 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
         rt.stop()
 
 
-def test_llama_cpp_python_refuses_json_schema_with_a_500_learned_at_once(tmp_path, fake):
-    """llama-cpp-python's server (0.3.36) refuses ``json_schema`` with a 500 holding pydantic's
-    validation error: not retried as a server failure (the same request fails the same way), but
-    learned as a refusal: its json_object form is used from the next call on."""
+def test_a_field_refused_with_a_500_as_llama_cpp_python_does_is_not_retried_as_transient(tmp_path, fake):
+    """llama-cpp-python answers a request field it does not take (response_format json_schema) with
+    a 500 whose words are the validation error: that is a refusal, dropped at once, not a retry."""
     fake.openai_formats = {"text", "json_object"}
-    fake.openai_format_refusal = "llama-cpp-python"
+    fake.validation_as_500 = True
     rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
     try:
         _turn(rt, "what is 2+2?")
-        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests
-                   if r["body"].get("max_tokens") != 1]  # not the question whether streams count tokens
-        assert formats == ["json_schema", "json_object"]
-        assert [t for _k, t in face.notes if "does not take the json_schema reply format" in t]
-        assert not _events(rt, "model_retry")
-        assert _events(rt, "model_response")[-1]["constrained"] is True
-        assert not [n for n in face.notes if n[0] == "error"]
+        assert [r["body"]["response_format"]["type"] for r in _calls(fake)] == ["json_schema", "json_object"]
+        assert not _events(rt, "model_retry") and face.replies == ["ok"]
     finally:
         rt.stop()
 
 
-@pytest.mark.parametrize("cut", ["empty", "broken"])
-def test_a_stream_cut_before_its_first_chunk_is_asked_again_unstreamed(tmp_path, fake, cut):
-    """llama-cpp-python's server fails a streamed request over its window inside the stream and
-    tells the client nothing (the stream ends empty, or breaks off): asked again without streaming
-    it answers 400 with its window; the context is compacted and the turn answered, not taken for
-    an empty reply nor for a lost connection."""
+def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(tmp_path, fake):
+    """llama-cpp-python past its window: 200, one chunk, then the stream ends (no finish, no error).
+    Not resent as it was: asked once unstreamed, the server names its window in a 400; the context
+    is compacted and the input answered."""
     fake.openai_formats = {"text", "json_object"}
+    fake.validation_as_500 = True
+    fake.window_stream_cut = True
     fake.report_window = False
-    fake.window_error_in_stream = cut
     rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
     try:
         for n in range(3):
             _turn(rt, f"turn {n}: " + "words " * 800)
         fake.n_ctx = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 100
+        before = len(fake.requests)
         _turn(rt, "the last one")
-        assert face.replies[-1] == "ok"
-        assert rt.catalog.window == fake.n_ctx
-        assert _events(rt, "context_compacted")
-        assert not _events(rt, "parse_error") and not _events(rt, "model_retry")
-        assert not [n for n in face.notes if n[0] == "error"]
+        asked = [(r["body"].get("stream", False), len(r["body"]["messages"])) for r in fake.requests[before:]]
+        assert [stream for stream, _ in asked] == [True, False, True]  # cut, refused unstreamed, compacted
+        assert asked[2][1] < asked[0][1]
+        assert face.replies[-1] == "ok" and rt.catalog.window == fake.n_ctx
+        assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
 

@@ -175,11 +175,17 @@ def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: TalkIds, o
     return rt.world.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
 
 
+class NotifyOptions(Options):
+    """``agent-notify``'s options: the one viewpoint to tell (else all of the caller's)."""
+
+    to: str | None = None
+
+
 @checked(3)
 @_refusals
-def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Text) -> Any:
-    """Share TEXT with every viewpoint of the caller, asking for no reply."""
-    return rt.world.notify(caller, text)
+def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Text, opts: NotifyOptions | None = None) -> Any:
+    """Share TEXT with the caller's viewpoint :to NAME, or with all of them, asking for no reply."""
+    return rt.world.notify(caller, text, (opts or NotifyOptions()).to)
 
 
 @checked(3)

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("amacs.agents")
 
 PRIMARY = "primary"
+PERSON = "the person (hub)"  # who the transcript says acted, when the person did from the hub
 PROTOCOL_SKILL = "subagent-core"
 ALL_ACTIONS = frozenset({"eval", "task", "viewpoint", "consider", "compulsion", "talk", "request_input", "quit"})
 DEFAULT_ACTIONS = {
@@ -86,6 +87,7 @@ class WorldHost(Protocol):
     consciousness: Consciousness  # its budget and API settings: one ledger, one set of sampling settings
     memory: ActiveMemory  # the primary's RAM (its brain name names the subagents' brains)
     catalog: ModelCatalog  # what the model in use accepts
+    backend_name: str  # anthropic or openai: whether a system message may come mid-conversation
 
     @property
     def backend(self) -> ModelBackend: ...
@@ -197,6 +199,14 @@ class Agent:
         else:
             self.messages.append({"role": "user", "content": text})
 
+    def notice(self, text: str) -> None:
+        """Add TEXT to this agent's transcript in the system role: who joined or left its panel.
+
+        Sent as a system message where the API has one mid-conversation (OpenAI's chat
+        completions); the Messages API has a system role only before the first message,
+        so there it is user text marked ``[system]`` (:func:`api_messages`)."""
+        self.messages.append({"role": "system", "content": text})
+
     def summary(self) -> dict[str, Any]:
         """Type, template, state and cost, for the hub and `agent-list'."""
         return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
@@ -205,6 +215,26 @@ class Agent:
                 "ended": not self.state.live,  # Emacs reads this, not a list of the end states
                 "steps": self.steps,
                 "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
+
+
+def api_messages(messages: list[dict[str, Any]], system_role: bool) -> list[dict[str, Any]]:
+    """An agent's MESSAGES as its backend takes them.
+
+    With SYSTEM_ROLE (OpenAI's chat completions) a notice stays a system message.  The
+    Messages API takes a system prompt only before the conversation: there a notice is
+    user text ``[system] ...``, joined to the user message next to it (user and assistant
+    alternate), in the order it came."""
+    if system_role:
+        return messages
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            m = {"role": "user", "content": f"[system] {m['content']}"}
+        if m["role"] == "user" and out and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n\n{m['content']}"}
+        else:
+            out.append(m)
+    return out
 
 
 async def _unless_stopped_while_paused(agent: Agent) -> None:
@@ -476,40 +506,70 @@ class AgentWorld:
             self._report_working()
         return stopped
 
-    def pause(self, agent_id: str) -> dict[str, Any]:
-        """AGENT_ID makes no model call until resumed (the one under way finishes)."""
+    def pause(self, agent_id: str, by: str = PRIMARY) -> dict[str, Any]:
+        """AGENT_ID makes no model call until resumed (the one under way finishes); BY asked."""
         agent = self._live(agent_id)
         agent.resumed.clear()
-        self.rt.transcript.write("paused", {}, agent=agent.identity)
+        self.rt.transcript.write("paused", {"by": by}, agent=agent.identity)
         return {"paused": agent.id}
 
-    def resume(self, agent_id: str) -> dict[str, Any]:
-        """AGENT_ID goes on."""
+    def resume(self, agent_id: str, by: str = PRIMARY) -> dict[str, Any]:
+        """AGENT_ID goes on; BY asked."""
         agent = self._live(agent_id)
         agent.resumed.set()
-        self.rt.transcript.write("resumed", {}, agent=agent.identity)
+        self.rt.transcript.write("resumed", {"by": by}, agent=agent.identity)
         return {"resumed": agent.id}
 
-    def control(self, caller: str, action: str, agent_id: str, *, by: str | None = None) -> dict[str, Any]:
-        """CALLER pauses, resumes or cancels AGENT_ID: the primary (and the person) any agent,
-        an agent only those below it.  BY names who asked, for the transcript (default CALLER)."""
+    def control(self, caller: str, action: str, agent_id: str) -> dict[str, Any]:
+        """CALLER, an agent, pauses, resumes or cancels AGENT_ID: the primary any agent but a
+        compulsion, an agent only those below it.
+
+        A compulsion obeys no agent (agent-world-architecture.md, Compulsions: "only the
+        Compulsion can decide to terminate"): the agent it watches and every agent above
+        it are refused, and the refusal is written to the compulsion's transcript.  Its
+        watched agent ending (cancelled itself) ends it too: nothing is left to watch."""
         agent = self._subagent(agent_id)
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
+        if agent.type is AgentType.COMPULSION:
+            self.rt.transcript.write("control_refused", {"by": caller, "action": action}, agent=agent.identity)
+            raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent}: it obeys no "
+                             f"agent, so {caller} may not {action} it. Only it ends itself (agent-quit); the person "
+                             "can pause or cancel it from the hub.")
+        return self._apply(action, agent, caller)
+
+    def person_control(self, action: str, agent_id: str, confirmed: bool = False) -> dict[str, Any]:
+        """The person, from the hub, pauses, resumes or cancels AGENT_ID and, for cancel, its subtree.
+
+        A compulsion is paused or cancelled only CONFIRMED (the hub asks first): it is the one
+        authority over it besides itself."""
+        agent = self._subagent(agent_id)
+        if agent.type is AgentType.COMPULSION and action != "resume" and not confirmed:
+            raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent} and only it "
+                             f"ends itself; confirm to {action} it anyway")
+        return self._apply(action, agent, PERSON)
+
+    def _apply(self, action: str, agent: Agent, by: str) -> dict[str, Any]:
         if action == "pause":
-            return self.pause(agent.id)
+            return self.pause(agent.id, by)
         if action == "resume":
-            return self.resume(agent.id)
+            return self.resume(agent.id, by)
         if action == "cancel":
             self._live(agent.id)
-            return {"cancelled": self.cancel(agent.id, f"cancelled by {by or caller}") or [agent.id]}
+            return {"cancelled": self.cancel(agent.id, f"cancelled by {by}") or [agent.id]}
         raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
 
     def person_talk(self, agent_id: str, text: str) -> dict[str, Any]:
-        """The person says TEXT to AGENT_ID (a viewpoint, compulsion or task) from the hub.
+        """The person says TEXT to AGENT_ID (a viewpoint, by id or name, a compulsion or a task),
+        from the hub or with @NAME in the shell.
 
         Its answer is shown in the shell, labelled with its id; an agent at work gets
         TEXT as a message event and answers, if it wants, with agent-talk-user."""
+        if agent_id not in self.agents and f"viewpoint-{agent_id}" in self.agents:
+            agent_id = f"viewpoint-{agent_id}"  # @skeptic in the shell: a viewpoint by its name
+        if agent_id not in self.agents:
+            live = [a.id for a in self.subagents() if a.state.live]
+            raise AgentError(f"no agent {agent_id!r}; live: {', '.join(live) or 'none'}")
         agent = self._subagent(agent_id)
         if not agent.state.live:
             raise AgentError(f"{agent.id} has already ended ({agent.state})")
@@ -630,7 +690,12 @@ class AgentWorld:
             raise AgentError(f"a viewpoint name is lowercase letters, digits, - and _; got {name!r}")
         if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state is not AgentState.DISCARDED:
             raise AgentError(f"a viewpoint named {name!r} exists already")
+        panel = self.viewpoints_of(caller)
         agent = self._new_agent(caller, AgentType.VIEWPOINT, template, name=name)
+        for other in panel:
+            other.notice(f"{name} has joined the chat")
+        if panel:
+            agent.notice(f"You join a chat with {', '.join(str(a.name) for a in panel)}")
         return {"handle": agent.id, "name": name, "template": agent.template}
 
     def viewpoints_of(self, caller: str) -> list[Agent]:
@@ -688,7 +753,7 @@ class AgentWorld:
             raise AgentError(f"{caller} has no viewpoint named {name!r}")
         agent.state = AgentState.DISCARDED
         for other in self.viewpoints_of(caller):
-            other.tell(f"[system] {name} has left the chat")
+            other.notice(f"{name} has left the chat")
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
         return {"discarded": name}
@@ -717,12 +782,13 @@ class AgentWorld:
             table.pop(agent.id, None)
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
-        """The live compulsions attached to AGENT_ID."""
+        """The compulsions watching AGENT_ID now: live, and not paused by the person (a paused
+        one is not asked, so it never holds the agent it watches)."""
         attached = self._compulsions.get(agent_id)
         if not attached:
             return []
-        attached[:] = [a for a in attached if a.state not in (AgentState.QUIT, AgentState.FAILED)]
-        return list(attached)
+        attached[:] = [a for a in attached if a.state.live]
+        return [a for a in attached if a.resumed.is_set()]
 
     # -- talk and wait -----------------------------------------------------------------
 
@@ -788,12 +854,19 @@ class AgentWorld:
         self._deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
-    def notify(self, caller: str, text: str) -> dict[str, Any]:
-        """Share TEXT with CALLER's viewpoints without asking for a reply (``viewpoint.notify``)."""
+    def notify(self, caller: str, text: str, to: str | None = None) -> dict[str, Any]:
+        """Share TEXT with CALLER's viewpoint TO, or with all of them, without asking for a reply
+        (``viewpoint.notify(message)``)."""
         panel = self._panel(caller, text, "agent-notify needs a non-empty string", "notify")
+        if to is not None:
+            panel = [a for a in panel if to in (a.name, a.id)]
+            if not panel:
+                raise AgentError(f"{caller} has no viewpoint named {to!r}; its viewpoints: "
+                                 f"{', '.join(str(a.name) for a in self.viewpoints_of(caller))}")
         for agent in panel:
             agent.tell(f"[{caller}] {text}")
-            self.rt.transcript.write("notified", {"from": caller, "text": text}, agent=agent.identity)
+            self.rt.transcript.write("notified", {"from": caller, "text": text, "to": to or "all"},
+                                     agent=agent.identity)
         return {"notified": [a.name for a in panel]}
 
     def wait_for(self, caller: str, eval_id: int | None, talk_ids: list[int], timeout: float | None) -> dict[str, Any]:
@@ -951,7 +1024,8 @@ class AgentWorld:
 
         def build(caps: Capabilities) -> dict[str, Any]:
             # The catalog knows the primary's model; another one is sent what any model takes.
-            request = build_request(model, self.system_prompt(agent), agent.messages,
+            request = build_request(model, self.system_prompt(agent),
+                                    api_messages(agent.messages, self.rt.backend_name == "openai"),
                                     self.rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
             self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
             return request

@@ -191,16 +191,6 @@ class AnthropicBackend:
         data = json.loads(await raw.read())
         return data if isinstance(data, dict) else {}
 
-    async def count_tokens(self, request: dict[str, Any]) -> int | None:
-        """The API's count of REQUEST's input tokens (its free endpoint), or None if it cannot say."""
-        await sdk.anthropic.ready()
-        fields = {k: v for k, v in request.items() if k in ("model", "system", "messages", "thinking")}
-        try:
-            counted = await self._get_client().messages.count_tokens(**fields)
-        except anthropic.APIError:
-            return None
-        return int(counted.input_tokens)
-
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
         started = time.perf_counter()

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from . import sdk
 from .capabilities import (
     Capabilities,
     CapabilityStore,
@@ -72,7 +73,8 @@ class ModelCatalog:
 
     async def _ask(self, ask: Askable, key: str) -> None:
         try:
-            answer = await asyncio.wait_for(ask.capabilities(self.model), ASK_TIMEOUT)
+            await sdk.SDKS[self.backend].ready()  # the SDK's import (seconds on a loaded machine) first,
+            answer = await asyncio.wait_for(ask.capabilities(self.model), ASK_TIMEOUT)  # then the question
         except (TimeoutError, InferenceError) as err:
             log.info("could not ask the capabilities of %s: %r", self.model, err)
             return
@@ -98,10 +100,11 @@ class ModelCatalog:
             log.warning("could not keep the model's capabilities in %s: %s", self.store.path, err)
 
     async def current(self) -> Capabilities:
-        """The capabilities, once the backend answered (or ASK_TIMEOUT passed)."""
+        """The capabilities, once the backend answered (or ASK_TIMEOUT passed after the SDK's
+        import, which the model call waits for anyway)."""
         task = self._task
         if task is not None and not task.done():
-            await asyncio.wait({task}, timeout=ASK_TIMEOUT)
+            await asyncio.wait({task})
         return self.caps
 
     @property
@@ -167,19 +170,13 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
             return await complete(request)
         except InferenceError as err:
             param = refused_param(err.detail, _sendable(request, catalog.backend)) \
-                if refusal(err) and attempt < 2 else None
+                if err.status in (400, 422) and attempt < 2 else None
             if param is None:
                 raise
             said = catalog.refuse(param)
             say(f"The model {catalog.model} does not take {said}; asking again.")
             request = build(catalog.caps)
     raise AssertionError("unreachable")
-
-
-def refusal(err: InferenceError) -> bool:
-    """True when ERR is the endpoint refusing what the request holds: a 400 or 422, or the 500
-    with a validation error that llama-cpp-python's server answers instead."""
-    return err.status in (400, 422) or (err.status == 500 and "validation error" in err.detail)
 
 
 def _sendable(request: dict[str, Any], backend: str) -> set[str]:

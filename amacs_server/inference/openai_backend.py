@@ -24,6 +24,40 @@ else:
     openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
 
 
+class StreamCut(Exception):  # noqa: N818 - named as the SDK names its errors
+    """A streamed answer ended (or broke off) before its finish reason."""
+
+
+async def _until_cut(chunks: Any) -> Any:
+    """CHUNKS, a broken connection after the 200 raised as :class:`StreamCut`."""
+    import httpx2
+
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except (openai.APIConnectionError, httpx2.TransportError) as err:
+        raise StreamCut(f"the stream broke off ({err!r})") from err
+
+
+class InvalidRequest(Exception):  # noqa: N818 - named as the SDK names its errors
+    """The server refused the request as invalid but said so with a 500 (llama-cpp-python
+    reports its request validation errors as internal errors): not worth retrying as is."""
+
+    status_code = 422
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _refusal(err: Exception) -> InvalidRequest | None:
+    """ERR as the request refusal it is, when a 500's words say the request did not validate."""
+    message = str(getattr(err, "message", "") or err)
+    if isinstance(err, openai.InternalServerError) and "validation error" in message.lower():
+        return InvalidRequest(message)
+    return None
+
+
 log = logging.getLogger("amacs")
 
 
@@ -62,14 +96,6 @@ def to_chat(request: dict[str, Any], schema_form: str | None = None) -> dict[str
     return chat
 
 
-def refused_request(err: Exception) -> bool:
-    """True for a 500 that is the server refusing the request's fields: llama-cpp-python's
-    server answers a field it does not take (``response_format`` of type ``json_schema``)
-    with 500 and pydantic's "validation error"; the same request fails the same way again."""
-    return (isinstance(err, openai.InternalServerError)
-            and "validation error" in f"{getattr(err, 'message', '')} {getattr(err, 'body', '')}")
-
-
 def _short(err: Exception) -> str:
     if isinstance(err, openai.APIStatusError):
         return f"{'rate limited' if err.status_code == 429 else 'server error'} ({err.status_code})"
@@ -79,6 +105,8 @@ def _short(err: Exception) -> str:
 
 
 def _explain(err: Exception, base_url: str | None = None) -> str:
+    if isinstance(err, InvalidRequest):
+        return f"the endpoint rejected the request as invalid: {err.message}"
     if isinstance(err, openai.AuthenticationError):
         return "the endpoint refused the key (401): check OPENAI_API_KEY"
     if isinstance(err, openai.NotFoundError):
@@ -110,21 +138,6 @@ class OpenAIBackend:
 
     schema_form: str | None = None  # the response_format form the server takes (None: json_schema)
 
-    async def _ask_streams_usage(self, model: str) -> bool:
-        """Ask the server with a one-token streamed call whether its streams carry usage; a
-        server that cannot be asked is taken at its word (True): the real call then says."""
-        try:
-            chunks = await self._get_client().chat.completions.create(
-                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1, stream=True,
-                stream_options={"include_usage": True})
-            counted = False
-            async for chunk in chunks:
-                counted = counted or chunk.usage is not None
-            return counted
-        except openai.APIError as err:
-            log.info("could not ask whether %s counts tokens in a stream: %r", self._base_url, err)
-            return True
-
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
             self._client = openai.AsyncOpenAI(api_key=self._api_key, base_url=self._base_url,
@@ -145,9 +158,9 @@ class OpenAIBackend:
         Reasoning text (``reasoning_content``, as vLLM and llama.cpp stream it, or
         ``reasoning``) is the thinking, passed to ON_THINKING as it comes."""
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
-        return await with_retries(lambda: self._once(request, on_text, stream, on_thinking), self.retry,
-                                  _retryable(), (openai.APIError,), _short,
-                                  lambda err: _explain(err, self._base_url), on_status, refused_request)
+        return await with_retries(lambda: self._refusing(request, on_text, stream, on_thinking), self.retry,
+                                  _retryable(), (openai.APIError, InvalidRequest), _short,
+                                  lambda err: _explain(err, self._base_url), on_status)
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
         """What the server says of its models: ``{"models": /v1/models, "props": llama.cpp's /props}``
@@ -168,6 +181,39 @@ class OpenAIBackend:
         return {"models": listing if isinstance(listing, dict) else None,
                 "props": props if isinstance(props, dict) else None}
 
+    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                        on_thinking: TextSink | None) -> ModelResult:
+        try:
+            return await self._once(request, on_text, stream, on_thinking)
+        except openai.InternalServerError as err:
+            refusal = _refusal(err)
+            if refusal is None:
+                raise
+            raise refusal from err
+        except StreamCut:
+            if not stream:
+                raise
+            # Asked again without streaming, the server answers, or says why it could not: llama-cpp-python
+            # cuts a 200 stream when the prompt is past its window, and answers the same request
+            # unstreamed with a 400 that names the window.  Not resent as it was.
+            log.info("the stream was cut before its end: asking again without streaming")
+            return await self._once(request, on_text, False, on_thinking)
+
+    async def _ask_streams_usage(self, model: str) -> bool:
+        """Ask the server with a one-token streamed call whether its streams carry usage; a
+        server that cannot be asked is taken at its word (True): the real call then says."""
+        try:
+            chunks = await self._get_client().chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1, stream=True,
+                stream_options={"include_usage": True})
+            counted = False
+            async for chunk in chunks:
+                counted = counted or chunk.usage is not None
+            return counted
+        except openai.APIError as err:
+            log.info("could not ask whether %s counts tokens in a stream: %r", self._base_url, err)
+            return True
+
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
         if stream and self.streams_usage is None:
@@ -185,32 +231,23 @@ class OpenAIBackend:
             finish = None
             chunks = await client.chat.completions.create(**chat, stream=True,
                                                           stream_options={"include_usage": True})
-            received = False
-            try:
-                async for chunk in chunks:
-                    received = True
-                    if chunk.usage is not None:
-                        usage = _usage(chunk.usage)
-                    for choice in chunk.choices:
-                        delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
-                        if delta:
-                            parts.append(delta)
-                            if on_text is not None:
-                                on_text(delta)
-                        thinking = storable(_reasoning(choice.delta))
-                        if thinking:
-                            thought.append(thinking)
-                            if on_thinking is not None:
-                                on_thinking(thinking)
-                        finish = choice.finish_reason or finish
-            except openai.APIConnectionError:
-                if received:
-                    raise
-            if not received:
-                # The stream ended (or broke) before its first chunk: llama-cpp-python's server
-                # fails a streamed request there, a prompt over its window included, and says why
-                # only to a request that is not streamed.  Asked so, it answers or says why.
-                return await self._once(request, on_text, False, on_thinking)
+            async for chunk in _until_cut(chunks):
+                if chunk.usage is not None:
+                    usage = _usage(chunk.usage)
+                for choice in chunk.choices:
+                    delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
+                    if delta:
+                        parts.append(delta)
+                        if on_text is not None:
+                            on_text(delta)
+                    thinking = storable(_reasoning(choice.delta))
+                    if thinking:
+                        thought.append(thinking)
+                        if on_thinking is not None:
+                            on_thinking(thinking)
+                    finish = choice.finish_reason or finish
+            if finish is None:
+                raise StreamCut("the stream ended before the answer did")
             text = "".join(parts)
         else:
             reply = await client.chat.completions.create(**chat)

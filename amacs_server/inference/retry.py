@@ -74,15 +74,13 @@ def retry_after(err: Exception) -> float | None:
 async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
                        retryable: tuple[type[Exception], ...], fatal: tuple[type[Exception], ...],
                        short: Callable[[Exception], str], explain: Callable[[Exception], str],
-                       on_status: StatusSink | None,
-                       permanent: Callable[[Exception], bool] | None = None) -> T:
-    """Run CALL; retry RETRYABLE failures, announcing each in one line; FATAL ones fail at once,
-    and so does a retryable one that PERMANENT says the same request would meet again."""
+                       on_status: StatusSink | None) -> T:
+    """Run CALL; retry RETRYABLE failures, announcing each in one line; FATAL ones fail at once."""
     for attempt in range(1, policy.attempts + 1):
         try:
             return await call()
         except retryable as err:
-            if attempt == policy.attempts or (permanent is not None and permanent(err)):
+            if attempt == policy.attempts:
                 raise _failure(err, explain) from err
             wait = policy.delay(attempt, retry_after(err))
             if on_status is not None:

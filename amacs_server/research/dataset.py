@@ -10,7 +10,9 @@ run's folder name), experiment, prompt, variant, model, backend, model_name, rep
 status, arm):
 
 - ``runs``: one row per run, its manifest (turns, cost, turns_done, started_at, ended_at,
-  seconds, error), with the counts of its events, agents, model calls and evals.
+  seconds, error, failed_turn, the phases emacs_started_at server_started_at first_request_at
+  last_reply_at, cpus), concurrency (the runs going at once over its time, itself included),
+  and the counts of its events, agents, model calls and evals.
 - ``events``: one row per transcript event: session_id, agent_id, parent_id, agent_type,
   template, seq, ts, tick, event, data (JSON).
 - ``model_calls``: one row per model call (``model_response``, or ``model_error``: ok
@@ -55,6 +57,8 @@ MANIFEST_COLUMNS = {
     "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
+    "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
+    "last_reply_at": "DOUBLE", "cpus": "BIGINT",
 }
 # The run's parameters, a column of every table (the contract's list, and the arm they make).
 PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")
@@ -201,8 +205,14 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                      sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
                      sum(evals)::BIGINT AS evals, sum(eval_errors)::BIGINT AS eval_errors
               FROM agents GROUP BY 1),
-        b AS (SELECT run_id, count(*) AS blocks FROM blocks GROUP BY 1)
-        SELECT m.folder AS run_id, p.arm, m.* EXCLUDE (folder, run_id),
+        b AS (SELECT run_id, count(*) AS blocks FROM blocks GROUP BY 1),
+        -- the runs going at once, on average over this run's time (itself included: 1 alone)
+        o AS (SELECT x.folder AS run_id,
+                     sum(least(x.ended_at, y.ended_at) - greatest(x.started_at, y.started_at))
+                         / any_value(x.ended_at - x.started_at) AS concurrency
+              FROM manifest x JOIN manifest y ON y.started_at < x.ended_at AND y.ended_at > x.started_at
+              WHERE x.ended_at > x.started_at GROUP BY 1)
+        SELECT m.folder AS run_id, p.arm, m.* EXCLUDE (folder, run_id), o.concurrency,
                coalesce(n.sessions, 0) AS sessions, coalesce(n.events, 0) AS events,
                coalesce(a.agents, 0) AS agents, coalesce(a.model_calls, 0) AS model_calls,
                coalesce(a.model_cost, 0) AS model_cost, coalesce(a.input_tokens, 0) AS input_tokens,
@@ -210,6 +220,7 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                coalesce(a.eval_errors, 0) AS eval_errors, coalesce(b.blocks, 0) AS blocks
         FROM manifest m JOIN params p ON p.run_id = m.folder
              LEFT JOIN n ON n.run_id = m.folder LEFT JOIN a ON a.run_id = m.folder LEFT JOIN b ON b.run_id = m.folder
+             LEFT JOIN o ON o.run_id = m.folder
         ORDER BY m.folder""")
 
 

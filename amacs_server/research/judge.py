@@ -172,8 +172,8 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.anthropic_backend import build_request
     from ..inference.pricing import cost
+    from ..inference.request import build_request
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -202,7 +202,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             spent += dollars
             transcript.write("model_response", {
                 "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": ""}, agent=me)
+                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
+                agent=me)
             try:
                 score, rationale = read_answer(result.text, judge)
                 error = None
@@ -297,7 +298,7 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
     turns: dict[str, list[tuple[Any, ...]]] = {}
     for row in rows:
         turns.setdefault(row[0], []).append(row[1:])
-    models = _models(runs_dir)
+    models: dict[str, tuple[str, str | None]] | None = None  # read once there is a run to judge
     todo, skipped, spent = [], [], 0.0
     for run_id, status, model_key, backend, model_name in runs:
         if status != "done":
@@ -307,6 +308,7 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
         if earlier and earlier.get("status") == "done":
             spent += float(earlier.get("cost") or 0.0)
             continue
+        models = _models(runs_dir) if models is None else models
         backend_of, base_url = models.get(model_key, (backend or "anthropic", None))
         todo.append(Job(run_id=run_id, material=material(judge, turns.get(run_id, [])), backend=backend_of,
                         model=model or judge.model or model_name or "claude-sonnet-4-5", base_url=base_url))

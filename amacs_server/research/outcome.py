@@ -116,8 +116,20 @@ def read_turns(home: Path) -> list[Turn]:
     return turns
 
 
-def reason(turn: Turn | None, base_url: str | None, killed: str | None) -> str:
-    """Why TURN (None: the run never reached it) got no reply; KILLED: why the run was stopped, if it was."""
+def shell_error(shell: Path | None) -> str | None:
+    """The last error the shell's text (the run's ``shell.txt``) said, as one line, if it said one."""
+    try:
+        text = shell.read_text(encoding="utf-8", errors="replace") if shell else ""
+    except OSError:
+        return None
+    said = [line[3:].strip() for line in text.splitlines()
+            if line.startswith(";; ") and any(w in line.lower() for w in ("error", "failed", "cannot", "refused"))]
+    return " ".join(said[-1].split())[:200] if said else None
+
+
+def reason(turn: Turn | None, base_url: str | None, killed: str | None, shell: Path | None = None) -> str:
+    """Why TURN (None: the run never reached it) got no reply; KILLED: why the run was stopped, if it was;
+    SHELL: the run's shell text, whose last error names a cause the transcript does not (an internal error)."""
     if turn is not None:
         if turn.model_error is not None:
             return model_error_words(turn.model_error, base_url)
@@ -127,16 +139,20 @@ def reason(turn: Turn | None, base_url: str | None, killed: str | None) -> str:
             return NEVER_PARSED
     if killed:
         return killed
-    return "the turn ended without a reply" if turn is not None else "the turn was never sent"
+    said = shell_error(shell)
+    if turn is None:
+        return "the turn was never sent" + (f": {said}" if said else "")
+    return "the turn ended without a reply" + (f": {said}" if said else "")
 
 
-def verdict(home: Path, n_turns: int, base_url: str | None, killed: str | None = None) -> Verdict:
-    """Whether the N_TURNS turns of the script run in HOME each got the reply; KILLED as in :func:`reason`."""
+def verdict(home: Path, n_turns: int, base_url: str | None, killed: str | None = None,
+            shell: Path | None = None) -> Verdict:
+    """Whether the N_TURNS turns of the script run in HOME each got the reply; KILLED, SHELL as in :func:`reason`."""
     turns = read_turns(home)
     replied = 0
     for n in range(n_turns):
         turn = turns[n] if n < len(turns) else None
         if turn is None or not turn.replied:
-            return Verdict(replied, n + 1, reason(turn, base_url, killed))
+            return Verdict(replied, n + 1, reason(turn, base_url, killed, shell))
         replied += 1
     return Verdict(replied, None, killed)

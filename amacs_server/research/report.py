@@ -133,19 +133,78 @@ def go_bar(arms: list[str]) -> go.Bar:
     return go.Bar(x=arms, y=[0] * len(arms), showlegend=False, hoverinfo="skip")
 
 
-def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str) -> go.Figure:
-    """A box per arm over its done runs, every run a point; failed runs red crosses beside it (hover: why)."""
+# The phases of a run, as the manifest times them, and their names on the charts.
+PHASES = (("emacs_started_at", "Emacs start"), ("server_started_at", "server start"),
+          ("first_request_at", "first request"), ("last_reply_at", "last reply"), ("ended_at", "stop"))
+
+
+def _parallelism_of(concurrency: float | None, cpus: int | None) -> str:
+    """A run's parallelism in words: the runs going at once over its time, on how many CPUs."""
+    if concurrency is None:
+        return "parallelism unknown"
+    return f"{concurrency:.1f} runs at once on average" + (f" on {cpus} CPUs" if cpus else "")
+
+
+def parallelism(con: duckdb.DuckDBPyConnection) -> str:
+    """The runs' parallelism in words: the most at once, the mean over a run, the CPUs, the machine's load."""
+    spans = _rows(con, "SELECT started_at, ended_at FROM runs WHERE ended_at > started_at")
+    edges = sorted([(a, 1) for a, _b in spans] + [(b, -1) for _a, b in spans])
+    most = going = 0
+    for _t, step in edges:
+        going += step
+        most = max(most, going)
+    mean, cpus = _rows(con, "SELECT avg(concurrency), max(cpus) FROM runs")[0]
+    if not spans:
+        return "no run has both a start and an end"
+    return (f"runs went up to {most} at once, {mean or 1:.1f} on average over a run"
+            + (f", on {cpus} CPUs" if cpus else "") + ": durations include waiting for a shared CPU")
+
+
+def _phase_bars(con: duckdb.DuckDBPyConnection, arms: list[str]) -> go.Figure:
+    """Where a run's time went, per arm on one axis: the mean seconds between its phases (done runs)."""
     import plotly.graph_objects as go
 
-    rows = _rows(con, f"""SELECT arm, run_id, {value}, status = 'done', coalesce(error, status)
+    segments = [(f"{a_label} to {b_label}", f"avg({b} - {a})")
+                for (a, a_label), (b, b_label) in zip(PHASES, PHASES[1:], strict=False)]
+    rows = _rows(con, f"""SELECT arm, {', '.join(sql for _l, sql in segments)}, count(*) FROM runs
+                          WHERE status = 'done' GROUP BY arm ORDER BY arm""")
+    per = {r[0]: r for r in rows}
+    fig = go.Figure()
+    colors = ("#c7c7c7", "#9edae5", "#1f77b4", "#aec7e8")
+    for n, (label, _sql) in enumerate(segments):
+        fig.add_trace(go.Bar(name=label, orientation="h", y=arms, marker_color=colors[n % len(colors)],
+                             x=[max(0.0, per[a][n + 1] or 0.0) if a in per else 0 for a in arms],
+                             hovertemplate="%{y}: %{x:.2f} s<extra>" + label + "</extra>"))
+    fig.update_layout(annotations=[{"x": 0, "y": a, "xref": "x", "yref": "y", "text": "no run done", "showarrow": False,
+                                    "xanchor": "left", "font": {"color": "#d62728"}} for a in arms if a not in per])
+    fig.update_layout(barmode="stack",
+                      title=f"Where a run's time went (mean of done runs)<br><sup>{parallelism(con)}</sup>",
+                      xaxis={"title": "seconds from the run's start (its Emacs)", "rangemode": "tozero"},
+                      yaxis={"type": "category", "automargin": True},
+                      legend={"orientation": "h", "y": -0.3, "traceorder": "normal"})
+    return fig
+
+
+def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str,
+           hover: str | None = None) -> go.Figure:
+    """A box per arm over its done runs, every run a point; failed runs red crosses beside it (hover: why).
+    HOVER: ``concurrency`` to say, for each run, how many runs went at once over its time."""
+    import plotly.graph_objects as go
+
+    rows = _rows(con, f"""SELECT arm, run_id, {value}, status = 'done', coalesce(error, status),
+                                 {'concurrency' if hover == 'concurrency' else 'NULL'}
                           FROM runs ORDER BY arm, rep, run_id""")
     fig = go.Figure()
+
+    def label(run: str, at_once: float | None) -> str:
+        return run if at_once is None else f"{run} ({at_once:.1f} runs at once)"
+
     for arm in arms:
-        mine = [(run, v) for a, run, v, done, _e in rows if a == arm and v is not None and done]
+        mine = [(label(run, c), v) for a, run, v, done, _e, c in rows if a == arm and v is not None and done]
         fig.add_trace(go.Box(name=arm, x=[arm] * len(mine), y=[v for _r, v in mine], text=[r for r, _v in mine],
                              boxpoints="all", jitter=0.4, pointpos=0, marker_color="#1f77b4",
                              hovertemplate="%{text}: %{y}<extra></extra>"))
-    failed = [(a, run, v, why) for a, run, v, done, why in rows if not done and v is not None]
+    failed = [(a, label(run, c), v, why) for a, run, v, done, why, c in rows if not done and v is not None]
     if failed:
         fig.add_trace(go.Scatter(name="failed run", mode="markers", x=[f[0] for f in failed],
                                  y=[f[2] for f in failed], text=[f"{f[1]} failed: {f[3]}" for f in failed],
@@ -153,7 +212,7 @@ def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: s
                                  hovertemplate="%{text}: %{y}<extra></extra>"))
     fig.update_layout(title=title, yaxis_title=unit, showlegend=False, xaxis={"type": "category"})
     _nonnegative(fig, [r[2] for r in rows if r[2] is not None])
-    done_arms = {a for a, _r, v, done, _e in rows if v is not None and done}
+    done_arms = {a for a, _r, v, done, _e, _c in rows if v is not None and done}
     _no_data(fig, [a for a in arms if any(r[0] == a for r in failed)], done_arms, "no run done (red: failed)")
     _no_data(fig, [a for a in arms if not any(r[0] == a for r in failed)], done_arms, "no data")
     return fig
@@ -232,7 +291,8 @@ def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
 def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     """RUN's agents, one row each (labelled on the y axis), from start to end on the run's own clock.
 
-    The x axis spans the run (the manifest's started_at to ended_at, widened to its events): each
+    The x axis is the run's clock (0: its start), shown from where its server serves to its last event, each
+    phase of the run (PHASES) a dotted line, the title saying how many runs went at once; each
     agent's bar at its real times, each model call a line from its request to its response (its
     latency) ending in a dot, each eval a diamond just under its agent's row; hover for details."""
     import plotly.graph_objects as go
@@ -294,9 +354,33 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     labels = [""] * len(rows)
     for r in rows:
         labels[row_of[key(r[0], r[1])]] = f"{key(r[0], r[1])} ({r[4]})"
+    marks = _rows(con, f"SELECT {', '.join(p for p, _label in PHASES)}, concurrency, cpus FROM runs WHERE run_id = ?",
+                  run)
+    when = dict(zip([p for p, _label in PHASES], marks[0][:len(PHASES)], strict=True)) if marks else {}
+    concurrency, cpus = (marks[0][len(PHASES)], marks[0][len(PHASES) + 1]) if marks else (None, None)
+    shown = {p: t - t0 for p, t in when.items() if t is not None}
+    # the view is from where the server serves to the last event (the phases outside it are named in
+    # the title): the agents' activity fills the width instead of a sliver of the run; zoom out for the rest
+    begun = [v for v in (shown.get("server_started_at"), (first_ts - t0) if first_ts is not None else None)
+             if v is not None]
+    left = max(0.0, min(begun, default=0.0) - 0.5)
+    shapes, notes = [], []
+    for phase, label in PHASES:
+        if phase in shown:
+            shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": shown[phase], "x1": shown[phase],
+                           "y0": 0, "y1": 1, "line": {"color": "#888", "width": 1, "dash": "dot"}})
+            notes.append({"x": shown[phase], "y": 1, "xref": "x", "yref": "paper", "text": label, "showarrow": False,
+                          "yanchor": "top", "xanchor": "left", "font": {"size": 10, "color": "#555"}})
+    right = max(left + 1.0, ((last_ts - t0) if last_ts is not None else (t1 - t0)) + 1.0)
+    before = [f"{label} at {shown[p]:.1f} s" for p, label in PHASES
+              if p in shown and not left <= shown[p] <= right]
+    fig.update_layout(shapes=shapes, annotations=notes)
     fig.update_layout(
-        barmode="overlay", title=f"Timeline of {run}'s agents",
-        xaxis={"title": "seconds from the run's start", "range": [0, (t1 - t0) * 1.01 or 1], "zeroline": False},
+        barmode="overlay",
+        title=f"Timeline of {run}'s agents ({_parallelism_of(concurrency, cpus)})"
+              + (f"<br><sup>outside the view: {', '.join(before)}; zoom out to see</sup>" if before else ""),
+        xaxis={"title": "seconds from the run's start (its Emacs)", "range": [left, right],
+               "zeroline": False},
         yaxis={"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": labels, "automargin": True,
                "range": [-0.6, len(rows) - 0.4]},
         legend={"orientation": "h", "y": -0.25 if len(rows) > 3 else -0.4})
@@ -463,7 +547,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.section("Across repetitions", "One box per arm; each point is a run (hover: its id).")
     page.figure(_boxes(con, arms, "coalesce(cost, model_cost)", "Cost of each run", "dollars"))
     page.figure(_boxes(con, arms, "model_calls", "Model calls of each run", "model calls"))
-    page.figure(_boxes(con, arms, "seconds", "Duration of each run", "seconds"))
+    page.figure(_boxes(con, arms, "seconds", f"Duration of each run<br><sup>{parallelism(con)}</sup>", "seconds",
+                       hover="concurrency"))
+    page.figure(_phase_bars(con, arms), height=max(300, 140 + 50 * len(arms)))
     page.section("Evals and compulsions")
     errors, blocks = _evals_and_blocks(con, arms)
     page.figure(errors)

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,7 @@ class Outcome:
     ended_at: float
     error: str | None = None
     failed_turn: int | None = None  # the first turn of the script without the agent's reply
+    phases: dict[str, float | None] = field(default_factory=dict)  # PHASES: when each happened
 
 
 def elisp_dir() -> Path:
@@ -87,6 +90,8 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
         "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
         "failed_turn": outcome.failed_turn if outcome else None,
+        **{k: (outcome.phases if outcome else {}).get(k) for k in PHASES},
+        "cpus": os.cpu_count(),
     }
 
 
@@ -107,6 +112,42 @@ def transcript_totals(home: Path) -> tuple[float, float]:
                     cost += float(data.get("cost") or 0.0)
                     seconds += float(data.get("latency_ms") or 0.0) / 1000
     return cost, seconds
+
+
+PHASES = ("emacs_started_at", "server_started_at", "first_request_at", "last_reply_at")
+_SERVING = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .* serving on 127\.0\.0\.1:", re.M)
+
+
+def phases(home: Path) -> dict[str, float | None]:
+    """When the server of HOME started serving (its log's line), the first model request of any agent,
+    and the primary's last reply (its last ``tick_end`` with a reply); None for what did not happen."""
+    found: dict[str, float | None] = {"server_started_at": None, "first_request_at": None, "last_reply_at": None}
+    try:
+        serving = _SERVING.search((home / "logs" / "server.log").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        serving = None
+    if serving:  # the log's clock is local time, to the millisecond
+        found["server_started_at"] = datetime.strptime(serving.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    for path in sorted((home / "transcripts").glob("*.jsonl")):
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                if '"model_request"' not in line and '"tick_end"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                ts = event.get("ts")
+                if not isinstance(ts, int | float):
+                    continue
+                if event.get("event") == "model_request":
+                    first = found["first_request_at"]
+                    found["first_request_at"] = ts if first is None else min(first, ts)
+                elif (event.get("event") == "tick_end" and event.get("agent_type") == "primary"
+                      and ((event.get("data") or {}).get("response") or {}).get("reply")):
+                    last = found["last_reply_at"]
+                    found["last_reply_at"] = ts if last is None else max(last, ts)
+    return found
 
 
 def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -205,6 +246,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
     (folder / "emacs-home").mkdir()
     started = time.time()
     write_manifest(folder, manifest(run, "running", started))
+    emacs_started: float | None = None
     error: str | None = None
     turns_done = 0
     failed_turn: int | None = None
@@ -217,6 +259,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
             "server_command": [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
             "result": str(result), "shell": str(folder / "shell.txt")}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
+            emacs_started = time.time()
             proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             try:
@@ -239,7 +282,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
         if error is None and code != 0:
             error = (f"timed out after {run.timeout:g} s" if said_error and "did not end within" in said_error
                      else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
-        judged = verdict(home, len(run.turns), run.base_url, killed=error)
+        judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
         turns_done, failed_turn = judged.replied, judged.failed_turn
         error = error if error == INTERRUPTED else judged.reason
     except OSError as err:
@@ -248,6 +291,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
     cost, _ = transcript_totals(home)
     outcome = Outcome(run_id=run.run_id, status="failed" if error else "done", cost=round(cost, 6),
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
-                      ended_at=ended, error=error, failed_turn=failed_turn if error else None)
+                      ended_at=ended, error=error, failed_turn=failed_turn if error else None,
+                      phases={"emacs_started_at": emacs_started, **phases(home)})
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
     return outcome

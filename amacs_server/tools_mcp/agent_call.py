@@ -64,6 +64,8 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
     def write(error: str | None, value: Any = None, blocked: bool = False) -> None:
         data = {**record, "arguments": arguments, "seconds": round(time.monotonic() - started, 4),
                 "result_chars": calls.size(value) if error is None else 0, "error": error, "blocked": blocked}
+        if hub is not None:
+            data = hub.scrub(data)
         rt.call_in_loop(lambda: rt.transcript.write("tool_call", data, agent=world.identity(caller)))
 
     try:
@@ -79,6 +81,9 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
         value = calls.result(hub.call(server, tool_name, arguments), full)
     except AmacsError as err:
         write(str(err), blocked=isinstance(err, Blocked))
+        said = hub.scrub(str(err)) if hub is not None else str(err)
+        if said != str(err):
+            raise McpError(said) from None
         raise
     write(None, value)
     return value

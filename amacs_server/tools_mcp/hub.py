@@ -12,8 +12,10 @@ Rules the hub keeps:
   whose entry changed is stopped and starts again as written; one removed is
   stopped; a malformed entry is one line (file and key) said once, and the
   other servers keep working.
-- A server is started at its first use (or, with ``eager``, at the first
-  model call), and its tools are listed then.
+- A server is started when first needed: at the first model call, whose
+  context lists its tools, unless ``mcp-tools.json`` (beside mcp.json) holds
+  its listing from an earlier session with the same entry; then at its first
+  tool call.  ``eager``: with the AMACS server.  Each listing is saved there.
 - A server that dies is started again once; while it is down its tools fail
   with an error that says so and why.  Editing its entry tries again.
 - A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
@@ -26,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -109,10 +113,10 @@ class McpHub:
                 text = self.path.read_text(encoding="utf-8") if stamp is not None else ""
                 config = parse(text, self.path, os.environ if self.environ is None else self.environ)
             except (OSError, UnicodeDecodeError, ValueError) as err:
-                line = str(err) if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError) \
-                    else f"{self.path}: cannot be read ({err}); the servers stay as they were until it is fixed"
+                line = _unreadable(self.path, err)
+                if line not in self.problems:
+                    self.on_problem(line)
                 self.problems = (line,)
-                self.on_problem(line)
                 return False
             new_problems = [p for p in config.problems if p not in self.problems]
             self.problems = config.problems
@@ -121,14 +125,62 @@ class McpHub:
             old, self.config = self.config, config
             changed = [n for n in old.servers if config.servers.get(n) != old.servers[n]]
             gone = [self.connections.pop(n) for n in changed if n in self.connections]
+            cached = self._cached_listings()
             for name, spec in config.servers.items():
                 if name not in self.connections:
-                    self.connections[name] = Connection(spec)
+                    conn = self.connections[name] = Connection(spec)
+                    conn.tools = cached.get(name, {}).get(_key(spec), []) if not self.eager else []
             if changed or set(config.servers) - set(old.servers):
                 self._listed = False
         for conn in gone:
             self._submit(self._stop_one(conn))
         return bool(gone) or self._listed is False
+
+    def check(self) -> list[str]:
+        """mcp.json's problems, read now (at start-up: said with the other start-up notes, and not
+        again when the servers are first needed).  Starts nothing."""
+        try:
+            config = parse(self.path.read_text(encoding="utf-8"), self.path,
+                           os.environ if self.environ is None else self.environ)
+            problems = list(config.problems)
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            problems = [_unreadable(self.path, err)]
+        with self._lock:
+            self.problems = tuple(problems)
+        return problems
+
+    # -- the listings of earlier sessions (mcp-tools.json) -----------------------------------
+
+    @property
+    def cache_path(self) -> Path:
+        """``mcp-tools.json`` beside mcp.json: each server's tools as it last listed them."""
+        return self.path.with_name("mcp-tools.json")
+
+    def _cached_listings(self) -> dict[str, dict[str, list[Any]]]:
+        """Server -> {entry's key: its tools}; nothing when the file is missing or unreadable."""
+        try:
+            raw = json.loads(self.cache_path.read_text(encoding="utf-8"))
+            from mcp_types import (
+                Tool,  # only when there is a listing: the SDK's types cost start-up time
+            )
+
+            return {name: {entry["key"]: [Tool.model_validate(t) for t in entry["tools"]]}
+                    for name, entry in raw.items()}
+        except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
+            return {}
+
+    def _save_listing(self) -> None:
+        from ..persistence.files import atomic_write
+
+        data = {name: {"key": _key(c.spec), "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                                      for t in c.tools]}
+                for name, c in list(self.connections.items()) if c.tools}
+        try:
+            atomic_write(self.cache_path, json.dumps(data, indent=1))
+        except OSError as err:
+            log.warning("cannot save the MCP tool listings to %s: %s", self.cache_path, err)
 
     # -- the hub's own loop --------------------------------------------------------------
 
@@ -207,7 +259,10 @@ class McpHub:
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break
+                listed_before = [t.name for t in conn.tools], [t.input_schema for t in conn.tools]
                 conn.tools, conn.client, conn.state = tools, client, "ready"
+                if listed_before != ([t.name for t in tools], [t.input_schema for t in tools]):
+                    self._save_listing()
                 conn.ready.set()
                 log.info("MCP server %s ready: %d tools", spec.name, len(tools))
                 await conn.stop.wait()
@@ -215,7 +270,7 @@ class McpHub:
             raise
         except BaseException as err:  # noqa: BLE001 - the server's failure is said, the hub goes on
             conn.last_error = _describe(err)
-            log.warning("MCP server %s: %s", spec.name, conn.last_error)
+            log.warning("MCP server %s: %s", spec.name, self.scrub(conn.last_error))
         finally:
             conn.client = None
             if conn.state not in ("stopped", "down"):
@@ -234,7 +289,8 @@ class McpHub:
                                     and conn.runner is not None and conn.runner.done()):
             if conn.state == "down":
                 conn.restarts += 1
-                log.warning("MCP server %s died (%s): starting it again, once", conn.spec.name, conn.last_error)
+                log.warning("MCP server %s died (%s): starting it again, once", conn.spec.name,
+                            self.scrub(conn.last_error))
             self._start(conn)
         if conn.state == "starting":
             assert conn.ready is not None
@@ -262,7 +318,8 @@ class McpHub:
                     await conn.runner
 
     async def _list_all(self, timeout: float) -> None:
-        conns = [c for c in self.connections.values() if c.state in ("idle", "starting")]
+        conns = [c for c in self.connections.values()
+                 if c.state == "starting" or (c.state == "idle" and not c.tools)]  # a cached listing waits
         results = await asyncio.gather(*(self._up(c, timeout) for c in conns), return_exceptions=True)
         for conn, result in zip(conns, results, strict=True):
             if isinstance(result, BaseException):
@@ -359,9 +416,21 @@ class McpHub:
             raise McpError(f"{server}/{tool} did not answer within {timeout:g} s") from None
 
     def status(self) -> list[dict[str, Any]]:
-        """Each server's summary, and the file's problems, for the hub."""
+        """Each server's summary, for the hub (the values ${VAR} brought in redacted)."""
         self.reload()
-        return [c.summary() for c in list(self.connections.values())]
+        return [self.scrub(c.summary()) for c in list(self.connections.values())]
+
+    def scrub(self, value: Any) -> Any:
+        """VALUE with every value mcp.json took from the environment (${VAR}: keys, tokens) redacted."""
+        if isinstance(value, str):
+            for secret in self.config.secrets:
+                value = value.replace(secret, "[redacted mcp.json ${VAR}]")
+            return value
+        if isinstance(value, list | tuple):
+            return [self.scrub(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.scrub(v) for k, v in value.items()}
+        return value
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every server (their processes end) and the hub's loop; no call is taken after."""
@@ -393,3 +462,17 @@ def _describe(err: BaseException) -> str:
     if isinstance(err, FileNotFoundError):
         return f"command not found: {err.filename or text}"
     return text[:300]
+
+
+def _key(spec: ServerSpec) -> str:
+    """What identifies SPEC's entry in mcp-tools.json: a hash (its env and headers may hold keys)."""
+    text = json.dumps([spec.command, list(spec.args), sorted(spec.env.items()), spec.url,
+                       sorted(spec.headers.items())])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    """The one line for an mcp.json that cannot be read or is not JSON (the servers stay as they were)."""
+    if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError):
+        return str(err)  # parse's own line, naming the file and the place
+    return f"{path}: cannot be read ({err}); the servers stay as they were until it is fixed"

@@ -28,8 +28,6 @@ Calls to the server are recorded in `amacs-shell-test--calls'."
          (amacs-shell--stream-start nil)
          (amacs-shell--stream-end nil)
          (amacs-shell--agents nil)
-         (amacs-shell--taken nil)
-         (amacs-shell--replied nil)
          (amacs-shell--stop-said nil)
          (amacs-chosen nil)
          (amacs-shell-test--calls nil))
@@ -416,7 +414,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   "Too wide for the window, the header drops the backend, then the model, not the agent's doing."
   (amacs-shell-test--with-shell
     (let ((amacs--status '(:model "claude-sonnet-5-5" :backend "anthropic" :key-ok t)))
-      (amacs-shell--set-state 'waiting)
+      (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line 100) " claude-sonnet-5-5 (anthropic) — waiting for you"))
       (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
       (should (equal (amacs-shell-header-line 20) " waiting for you")))))
@@ -643,7 +641,7 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
   (amacs-shell-test--with-shell
     (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok t)))
-      (amacs-shell--set-state 'waiting)
+      (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line) " claude-x (anthropic) — waiting for you"))
       (amacs-shell--on-turn-start nil)
       (should (string-match-p "thinking…" (amacs-shell-header-line)))
@@ -669,7 +667,7 @@ what is missing; `amacs-set-model' brings the server's word on the key; a note w
 the window shows `;;' on its wrapped part too (display only: the text is unchanged)."
   (amacs-shell-test--with-shell
     (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok nil)))
-      (amacs-shell--set-state 'waiting)
+      (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line)
                      " claude-x (anthropic) — no API key: the note below says how to give one"))
       (cl-letf (((symbol-function 'amacs-call)
@@ -733,7 +731,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
             (amacs--eval-talks '((3 . "you") (2 . "task-2") (1 . "task-1"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
-      (should amacs-shell--wait-timer)
+      (should (amacs-shell-turn-wait-timer (amacs-shell--turn)))
       (amacs-shell--on-annotation '(:text "task-1 (researcher) said: found" :kind "agent"))
       (should (string-match-p "waiting for task-1, task-2, your reply…" (amacs-shell-header-line)))
       (amacs-shell--on-agent-ended '(:id "task-1" :state "done" :ok t :text "Tâche (researcher) done: found"))
@@ -744,7 +742,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
       (should (string-match-p "waiting for your reply…" (amacs-shell-header-line)))
       (amacs-shell--on-input-taken nil)
       (should (string-match-p "thinking…" (amacs-shell-header-line)))
-      (should-not amacs-shell--wait-timer)
+      (should-not (amacs-shell-turn-wait-timer (amacs-shell--turn)))
       ;; A task that ended while the eval still ran is not waited for.
       (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
       (amacs-shell--on-agent-ended '(:id "task-3" :state "failed" :ok nil :text "task-3 (researcher) failed: no"))
@@ -954,6 +952,59 @@ A list that fits stays on its line; one that does not breaks as code is indented
       (amacs-shell-test--eval "(progn (goto-char (point-max)) (ignore \"a string long enough to break the line here\"))"))
     (should (string-match-p "\n(progn\n  (goto-char (point-max))\n  (ignore"
                             (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-the-turn-is-the-shells-own-state ()
+  "The turn is one state in the shell buffer, moved only by `amacs-shell--transition'.
+Killing the shell stops its header's clock; a new shell opened while
+a turn goes on says the agent is thinking."
+  (amacs-shell-test--with-shell
+    (should (local-variable-p 'amacs-shell--turn-of-buffer))
+    (should (eq (amacs-shell-state) 'starting))
+    (amacs-shell--transition 'turn-start)
+    (should (and amacs-shell-busy (eq (amacs-shell-state) 'thinking)))
+    (amacs-shell--transition 'retry 2.5)
+    (should (equal (amacs-shell-turn-detail (amacs-shell--turn)) 2.5))
+    (should-error (amacs-shell--transition 'no-such-event))
+    (let ((clock (amacs-shell-turn-clock (amacs-shell--turn))))
+      (should (memq clock timer-list))
+      (setq-local kill-buffer-query-functions nil)
+      (kill-buffer)
+      (should-not (memq clock timer-list)))
+    (should amacs-shell-busy)               ; the server's turn goes on without the shell
+    (with-current-buffer (get-buffer-create amacs-shell-buffer-name)
+      (amacs-shell-mode)
+      (should (eq (amacs-shell-state) 'starting))
+      (amacs-shell--transition 'ready)
+      (should (eq (amacs-shell-state) 'thinking))
+      (amacs-shell--transition 'turn-done)
+      (should (and (not amacs-shell-busy) (eq (amacs-shell-state) 'waiting)))
+      (should-not (amacs-shell-turn-clock (amacs-shell--turn)))
+      (kill-buffer))))
+
+(ert-deftest amacs-shell-test-tab-goes-over-thinking-and-tool-lines-too ()
+  "TAB, S-TAB and read-only hold for every folded line: thinking, eval, tool call."
+  (amacs-shell-test--with-shell
+    (amacs-shell--on-reply '(:text "Before."))
+    (amacs-shell--on-thinking-delta '(:type "thinking-delta" :text "I should add."))
+    (let ((amacs-eval-confirm nil))
+      (cl-letf (((symbol-function 'y-or-n-p) #'ignore))
+        (amacs-shell--eval-start '(:agent "primary" :form "(agent-tool \"t/add\" :a 1)"))
+        (amacs-shell--tool-line "t/add" '(:a 1) "2" nil 0.01)
+        (amacs-shell--eval-done '(:agent "primary") '(:success t :result "2"))))
+    (amacs-shell--on-reply '(:text "After."))
+    (goto-char (point-min))
+    (amacs-shell-tab)                   ; on a reply: to the first folded line
+    (dolist (line '("▸ thinking" "▸ eval (agent-tool" "▸ tool t/add → \"2\""))
+      (should (looking-at (regexp-quote line)))
+      (should-error (insert "x") :type 'text-read-only)
+      (amacs-shell-next-eval 1))
+    (should (looking-at "▸ tool"))     ; no later one: point stays
+    (amacs-shell-tab)                   ; on the tool line: its arguments and result
+    (should-not (invisible-p (save-excursion (search-forward "arguments:") (match-beginning 0))))
+    (amacs-shell-previous-eval 1)
+    (should (looking-at "▸ eval (agent-tool"))
+    (amacs-shell-previous-eval 1)
+    (should (looking-at "▸ thinking"))))
 
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here

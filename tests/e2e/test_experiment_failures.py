@@ -167,3 +167,4 @@ def failure_section_rendered(runs: Path, reason: str, n: int) -> None:
     assert "#b00000" in text  # red
     assert 'data-unformatted="−1"' not in dom and 'data-unformatted="-1"' not in dom  # no axis from -1
     assert dom.count("no run done (red: failed)") >= 3  # the cost, model-call and duration boxes say so
+    assert "no run done" in dom.replace("no run done (red: failed)", "")  # and where the time went

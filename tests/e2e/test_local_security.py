@@ -123,7 +123,7 @@ RESTART_MID_STREAM = (
     "(princ (format \"AT-ONCE busy=%S\\n\" amacs-shell-busy)) "
     "(amacs-e2e-wait #'amacs-live-p \"the new server\") "
     "(amacs-e2e-send \"are you back?\") "
-    "(princ (format \"AFTER busy=%S state=%S\\n\" amacs-shell-busy amacs-shell--state)) "
+    "(princ (format \"AFTER busy=%S state=%S\\n\" amacs-shell-busy (amacs-shell-state))) "
     "(amacs-e2e-finish)")
 
 

@@ -153,7 +153,7 @@ UNWRITABLE = r"""
   (goto-char (point-max))
   (comint-previous-input 1)
   (princ (format "INPUT<<%s>>\n" (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
-  (princ (format "BUSY<<%s>> STATE<<%s>>\n" amacs-shell-busy amacs-shell--state)))
+  (princ (format "BUSY<<%s>> STATE<<%s>>\n" amacs-shell-busy (amacs-shell-state))))
 (amacs-e2e-finish)
 """
 
