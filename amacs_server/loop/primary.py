@@ -110,9 +110,11 @@ class PrimaryBody:
     def last_result(self, step: int) -> str | None:
         if step == 0 and self.human is not None:
             return f"The person said: {self.human}"
+        # The events are results too (a task's answer, a consider's comments): the compulsions
+        # see them, as the agent will in its context (a debate closer reads the comments).
         result = self.rt.consciousness.last_eval_result
         return json.dumps({"lastEvalResult": result.to_dict() if result else None,
-                           "events_waiting": self.rt.world.bus.pending(PRIMARY)})
+                           "events": [e.to_dict() for e in self.rt.world.bus.peek(PRIMARY)]})
 
     async def infer(self) -> AgentResponse | None:
         user_message = await observe(self.rt)

@@ -132,7 +132,14 @@ def check_turns(runs_dir: Path, manifests: list[dict]) -> None:
             said = [json.loads(e["data"]["raw"])["reply"] for e in events
                     if e["agent_id"] == row[0] and e["event"] == "model_response"]
             assert [row[5]] == said, (row, said)
-            assert row[4].startswith("[primary] Should cities ban cars from their centres?"), row
+            # what it was asked: every message of its first request since its last answer (the room's notes,
+            # the question, the comments before its turn), word for word
+            request = next(e["data"]["request"]["messages"] for e in events
+                           if e["agent_id"] == row[0] and e["event"] == "model_request")
+            assert request[-1]["role"] == "user" and all(m["role"] == "user" for m in request), request
+            assert row[4] == "\n\n".join(m["content"] if isinstance(m["content"], str)
+                                          else "".join(b.get("text", "") for b in m["content"]) for m in request)
+            assert "[primary] Should cities ban cars from their centres?" in row[4], row
             assert row[6] == 1 and row[7] > 0 and row[8] == m["variant"], row
     con.close()
 
