@@ -138,15 +138,18 @@ class Runtime:
         self.catalog.setting_window = config.context_window
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
+        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,
                                              wait_timeout=config.wait_timeout),
-                                tools=McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager,
-                                             on_problem=self._tools_problem))
+                                tools=tools)
         core_tools = mcp_patterns(self.skills.get("core").tools)
         if core_tools is not None:  # the person's core skill may narrow the primary's tools
             self.world.primary.tools = core_tools
+        for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
+            log.warning("%s", line)
+            self.startup_notes.append(line)
         self._turn_running = False
         self._turn_task: asyncio.Task[None] | None = None
         self.halted: str | None = None  # why the running turn was stopped (None: it was not)

@@ -8,7 +8,8 @@ the caller's check on the agents' loop, the schema check, the compulsions' turn 
 here), the call on the World's connection to mcp-server-time, the transcript record,
 the result converted to elisp and back over EPC.  The direct path: the SDK's ``Client``
 over stdio to another mcp-server-time process, the same call N times, timed in Python.
-The two alternate, ROUNDS times each, in the same run on the same machine (a shared
+A third series calls through the World's hub alone (McpHub.call: no Emacs, no EPC,
+no checks), to see where the time goes.  The three alternate, ROUNDS times each, in the same run on the same machine (a shared
 machine's load moves between minutes: alternating spreads it over both); the load and
 each round's medians are reported.
 
@@ -56,6 +57,28 @@ def through_the_agent(n: int) -> list[float]:
         return [float(x) for x in json.loads(out.read_text())]
 
 
+def through_the_hub(n: int) -> list[float]:
+    """Seconds of each of N calls through the World's hub alone (McpHub.call from this thread:
+    the hop to the hub's loop and back, no Emacs, no EPC, no checks)."""
+    from amacs_server.tools_mcp.hub import McpHub
+
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        write_config(home, {"time": {"command": str(TIME)}})
+        hub = McpHub(home / "mcp.json", home / "logs", {})
+        try:
+            hub.tool("time", "get_current_time")
+            hub.call("time", "get_current_time", {"timezone": "UTC"})
+            times = []
+            for _ in range(n):
+                start = time.perf_counter()
+                hub.call("time", "get_current_time", {"timezone": "UTC"})
+                times.append(time.perf_counter() - start)
+            return times
+        finally:
+            hub.stop()
+
+
 async def direct(n: int) -> list[float]:
     """Seconds of each of N calls from the SDK's own client to another mcp-server-time."""
     from mcp import Client
@@ -81,17 +104,21 @@ def main() -> None:
     load_before = os.getloadavg()
     agent: list[float] = []
     sdk: list[float] = []
+    hub: list[float] = []
     rounds = []
     for _ in range(args.rounds):
         a_round = [t * 1000 for t in through_the_agent(args.n)]
         d_round = [t * 1000 for t in asyncio.run(direct(args.n))]
+        h_round = [t * 1000 for t in through_the_hub(args.n)]
         agent += a_round
         sdk += d_round
+        hub += h_round
         rounds.append({"agent_median_ms": summary(a_round)["median_ms"],
-                       "direct_median_ms": summary(d_round)["median_ms"], "load_1min": round(os.getloadavg()[0], 2)})
+                       "direct_median_ms": summary(d_round)["median_ms"],
+                       "hub_median_ms": summary(h_round)["median_ms"], "load_1min": round(os.getloadavg()[0], 2)})
     a, d = summary(agent), summary(sdk)
     save("tools", {
-        "agent_tool_ms": a, "direct_sdk_ms": d, "rounds": rounds,
+        "agent_tool_ms": a, "direct_sdk_ms": d, "hub_call_ms": summary(hub), "rounds": rounds,
         "overhead_median_ms": round(a["median_ms"] - d["median_ms"], 3),
         "overhead_p90_ms": round(a["p90_ms"] - d["p90_ms"], 3),
         "load": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()],

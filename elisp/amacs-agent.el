@@ -28,7 +28,7 @@
 (require 'amacs-eval)
 
 (defun agent-consciousness ()
-  "Return the agent's consciousness alist (RFC v4 §3.1)."
+  "Return the agent's consciousness alist."
   (car (read-from-string (amacs--call-sync 'consciousness nil))))
 
 (defun agent-set-consciousness (field value)
@@ -42,7 +42,7 @@ and time, budget, and the last eval result."
 
 ;; Like the agent functions below, these send only the running eval's
 ;; id: the server acts in the RAM of the agent that eval runs for
-;; (issue 11).  Long-term memory is shared by every agent.
+;; (ARCHITECTURE.md, Agent and World).  Long-term memory is shared by every agent.
 
 (defun agent-memory-create (name content &rest options)
   "Create memory item NAME holding CONTENT; return its MemId and version.
@@ -82,7 +82,7 @@ may be left out: (agent-memory-load ID :offset 8000)."
 OPTIONS: :limit (default 10), :tags, :mode (\"keyword\")."
   (amacs--agent-call 'memory_search query options))
 
-;;;; Threads (RFC v4 §5.1)
+;;;; Threads
 
 (defun agent-create-thread (id &rest options)
   "Open thread ID; OPTIONS are :concern (a string) and :buffers (a list).
@@ -107,7 +107,7 @@ The completed thread stays searchable in long-term memory."
   "Remove BUFFER from thread ID."
   (amacs--call-sync 'thread_remove_buffer (list id buffer)))
 
-;;;; Skills (RFC v4 §6)
+;;;; Skills
 
 (defun agent-list-available-skills ()
   "Return the skills that may be bound: name, description and kind each."
@@ -122,12 +122,12 @@ Its text appears in the context while that thread is active."
   "Unbind SKILL from THREAD (default: the active thread)."
   (amacs--call-sync 'skill_unbind (list skill thread)))
 
-;;;; Agents and the World (agent-world-architecture.md)
+;;;; Agents and the World (ARCHITECTURE.md, Agent and World)
 
 (defun amacs--agent-call (method &rest args)
   "Call agent METHOD with ARGS from the eval that is running.
 Only the eval's id goes with them: the server knows which agent that
-eval runs for (issue 11), and the person's calls outside any eval
+eval runs for, and the person's calls outside any eval
 act for the primary.  A talk the call started is noted in
 `amacs--eval-talks', with who answers it."
   (let ((value (amacs--call-sync method (cons amacs-current-eval args))))

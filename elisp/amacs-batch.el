@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; `amacs-batch-run' runs one session of an experiment (issue 15,
+;; `amacs-batch-run' runs one session of an experiment (ARCHITECTURE.md, Research;
 ;; `amacs-server experiment') in a batch Emacs: it opens `*amacs-shell*'
 ;; (which starts the server), types each turn of the run into the shell,
 ;; waits for the turn to end, then stops the server and exits Emacs.

@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; Buffer hydration (RFC v4 §5.2, EPIC-007): before each tick the server
+;; Buffer hydration (ARCHITECTURE.md, The context and the cache): before each tick the server
 ;; asks for the buffers of the active thread, by buffer name or file
 ;; path.  A live buffer is read as it is; a file is visited if it is not
 ;; too large.  A buffer that is gone, or a file too large, is reported

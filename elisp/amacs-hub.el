@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; M-x amacs-hub (RFC v4 §9.2, EPIC-006): consciousness, threads with
+;; M-x amacs-hub: consciousness, threads with
 ;; their buffers and skills, recent monologue, scratchpad headings, the
 ;; last eval result and recent commits, as magit sections that fold with
 ;; TAB.  RET acts on the section at point: on a thread it switches the

@@ -9,7 +9,7 @@
 
 ;;; Commentary:
 
-;; The person's window onto the agent (RFC v4 §2.1, §9.1): a comint
+;; The person's window onto the agent (ARCHITECTURE.md, The transport): a comint
 ;; buffer with a dummy process, as in ielm.  RET hands the input to the
 ;; server and returns at once; the agent's reply appears when it comes.
 ;;
@@ -306,7 +306,7 @@ Each of its lines is a `;;' line."
 
 (defun amacs-shell--on-reply (event)
   "Show the reply in EVENT rendered as org, set off by blank lines.
-A streamed reply's region is replaced by the rendering (RFC v4 §9.1)."
+A streamed reply's region is replaced by the rendering."
   (let* ((text (string-trim (or (plist-get event :text) "")))
          (shown (amacs-render-org text)))
     (setq amacs-shell--last-reply text)
@@ -1594,7 +1594,7 @@ quote; both name where they came from."
 ;;;###autoload (autoload 'amacs-add-buffer "amacs" "Add a buffer to the agent's active thread." t)
 (defun amacs-add-buffer (&optional buffer)
   "Add BUFFER (default: the current one) to the agent's active thread.
-The agent sees its contents from its next tick (RFC v4 §5.2); a buffer
+The agent sees its contents from its next tick; a buffer
 visiting a file is added by its file name."
   (interactive)
   (let* ((buffer (or buffer (current-buffer)))

@@ -24,7 +24,7 @@
 ;; a value now (a harness function called inside the agent's eval),
 ;; `amacs--call-sync' waits on the connection itself and flushes
 ;; deferred's queue, instead of the stock `epc:call-sync' and its
-;; 150 ms polling (DESIGN.md, EPC defect 2).  Strings sent to the server
+;; 150 ms polling (ARCHITECTURE.md, The transport: EPC's known defects).  Strings sent to the server
 ;; lose their text properties first (defect 7).
 ;;
 ;; Events from the server are one-way messages, (amacs-events 0 EVENTS),
@@ -43,7 +43,7 @@
 (require 'amacs-install)          ; first: M-x amacs-install-server works without epc
 ;; epc (and deferred, concurrent, ctable: ~50 ms with a garbage collection) is
 ;; loaded when the first connection is made, while the server starts: the
-;; server process starts without waiting for it (issue 10, start-up).
+;; server process starts without waiting for it.
 (eval-when-compile (require 'epc))
 (require 'json)
 (require 'auth-source)
@@ -216,7 +216,7 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
 (defun amacs--scrub (text)
   "Return TEXT with every secret replaced by \"[redacted]\".
 The secrets are those Emacs gave the server and the API keys in the
-environment (issue 12: no secret in any file)."
+environment: no secret is written to any file."
   (dolist (secret (append amacs--secrets
                           (list (getenv "ANTHROPIC_API_KEY") (getenv "OPENAI_API_KEY")))
                   text)
@@ -227,9 +227,8 @@ environment (issue 12: no secret in any file)."
   "What the person chose in this Emacs that a restarted server keeps.
 A plist: :backend, :model and :base-url (`amacs-set-model'), :budget
 \(`amacs-set-budget'), :local (`amacs-use-local-model').  They win
-over the environment Emacs started with: a restart went back to that
-environment's model, endpoint and budget, and said nothing of it (a
-newcomer's finding).")
+over the environment Emacs started with: a restart keeps the model,
+endpoint and budget the person chose.")
 
 (defun amacs--chosen-environment ()
   "The environment entries that give a new server the choices in `amacs-chosen'."
@@ -446,7 +445,7 @@ typed after the connection dropped starts a new server first."
                             (format "Send a message to restart it, or M-x amacs-restart.\nLog: %s"
                                     (amacs-server-log)))
       (amacs--run-disconnect-hook)
-      ;; It never accepted this Emacs: a failed start, said once (issue 12).
+      ;; It never accepted this Emacs: a failed start, said once.
       (setq amacs--start-failures (1+ amacs--start-failures))
       (unless (process-get proc 'amacs-error)
         (amacs--start-failed-because

@@ -59,7 +59,7 @@ OWN is non-nil when this Emacs started the server it is connected to."
 (defun amacs--start-failed-in-shell ()
   "The server could not start: say in the shell that what waited was not sent.
 Each input that waited for the server moves into the conversation,
-marked not sent; \\[comint-previous-input] brings it back (issue 12)."
+marked not sent; \\[comint-previous-input] brings it back."
   (amacs-shell--drop-queued "the AMACS server could not start" 'waiting)
   (amacs-shell--transition 'failed))
 

@@ -125,3 +125,15 @@ def test_values_from_the_environment_are_redacted_in_what_the_hub_says(tmp_path)
     [status] = hub.status()
     assert status["last_error"] == "401 for https://x.example/mcp?key=[redacted mcp.json ${VAR}]"
     assert hub.scrub({"a": ["sk-docs-0123456789"]}) == {"a": ["[redacted mcp.json ${VAR}]"]}
+
+
+def test_problems_are_found_at_start_up_and_not_said_again(tmp_path):
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"command": "x"}, "b": {"url": "nope"}}}))
+    said: list[str] = []
+    hub = McpHub(path, tmp_path / "logs", {}, on_problem=said.append)
+    [line] = hub.check()
+    assert line.startswith(f"{path}: mcpServers.b.url:") and hub.connections == {}  # nothing started or made
+    hub.reload()
+    assert said == [] and list(hub.connections) == ["a"]
+    assert McpHub(tmp_path / "none.json", tmp_path / "logs", {}).check() == []

@@ -91,6 +91,10 @@ class EventBus:
         """How many events wait for AGENT_ID."""
         return len(self._queue(agent_id))
 
+    def peek(self, agent_id: str) -> list[Event]:
+        """Every event waiting for AGENT_ID, oldest first, left waiting."""
+        return list(self._queue(agent_id))
+
     def drain(self, agent_id: str) -> list[Event]:
         """Every event waiting for AGENT_ID, oldest first (clear on consume)."""
         queue = self._queue(agent_id)

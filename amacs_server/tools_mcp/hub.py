@@ -113,10 +113,10 @@ class McpHub:
                 text = self.path.read_text(encoding="utf-8") if stamp is not None else ""
                 config = parse(text, self.path, os.environ if self.environ is None else self.environ)
             except (OSError, UnicodeDecodeError, ValueError) as err:
-                line = str(err) if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError) \
-                    else f"{self.path}: cannot be read ({err}); the servers stay as they were until it is fixed"
+                line = _unreadable(self.path, err)
+                if line not in self.problems:
+                    self.on_problem(line)
                 self.problems = (line,)
-                self.on_problem(line)
                 return False
             new_problems = [p for p in config.problems if p not in self.problems]
             self.problems = config.problems
@@ -136,6 +136,21 @@ class McpHub:
             self._submit(self._stop_one(conn))
         return bool(gone) or self._listed is False
 
+    def check(self) -> list[str]:
+        """mcp.json's problems, read now (at start-up: said with the other start-up notes, and not
+        again when the servers are first needed).  Starts nothing."""
+        try:
+            config = parse(self.path.read_text(encoding="utf-8"), self.path,
+                           os.environ if self.environ is None else self.environ)
+            problems = list(config.problems)
+        except FileNotFoundError:
+            return []
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            problems = [_unreadable(self.path, err)]
+        with self._lock:
+            self.problems = tuple(problems)
+        return problems
+
     # -- the listings of earlier sessions (mcp-tools.json) -----------------------------------
 
     @property
@@ -145,10 +160,12 @@ class McpHub:
 
     def _cached_listings(self) -> dict[str, dict[str, list[Any]]]:
         """Server -> {entry's key: its tools}; nothing when the file is missing or unreadable."""
-        from mcp_types import Tool
-
         try:
             raw = json.loads(self.cache_path.read_text(encoding="utf-8"))
+            from mcp_types import (
+                Tool,  # only when there is a listing: the SDK's types cost start-up time
+            )
+
             return {name: {entry["key"]: [Tool.model_validate(t) for t in entry["tools"]]}
                     for name, entry in raw.items()}
         except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
@@ -452,3 +469,10 @@ def _key(spec: ServerSpec) -> str:
     text = json.dumps([spec.command, list(spec.args), sorted(spec.env.items()), spec.url,
                        sorted(spec.headers.items())])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    """The one line for an mcp.json that cannot be read or is not JSON (the servers stay as they were)."""
+    if isinstance(err, ValueError) and not isinstance(err, UnicodeDecodeError):
+        return str(err)  # parse's own line, naming the file and the place
+    return f"{path}: cannot be read ({err}); the servers stay as they were until it is fixed"

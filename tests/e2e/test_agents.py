@@ -137,6 +137,7 @@ def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
                                       setup="(setq amacs-max-steps 8) (setq amacs-eval-timeout 10)")).check()
     results = [e for e in transcript_events(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
     errors = [r["data"]["error"] for r in results if not r["data"]["success"]]
+    assert all("# Spawn limiter" in b["system"][0]["text"] for b in calls_by(fake, "compulsion-1"))  # the shipped one
     assert errors[0] == ("blocked by compulsion compulsion-1 (spawn-limiter): "
                          "Three subagents already run in this turn; use their results first.")
     blocked_ctx = [t for t in primary_texts(fake) if "blocked by compulsion" in t]

@@ -9,8 +9,11 @@ AMACS_HOME/mcp.json.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +28,7 @@ from tests.e2e.agent_fakes import (
     transcript_events,
     who,
 )
-from tests.e2e.harness import run_emacs
+from tests.e2e.harness import TEST_KEY, run_emacs
 from tests.mcp_servers import everything_server, git_server, install, time_server, write_config
 
 pytestmark = pytest.mark.e2e
@@ -122,16 +125,30 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
 def test_everything_server_results_and_timeout(fake, home):
     """The reference server: text, structured content, an image (described, not inlined), and a
     call past the server's timeout given up with an error that says so, the server going on."""
-    write_config(home, {"everything": everything_server(timeout=3)})
+    write_config(home, {"everything": everything_server(timeout=3, env={"AMACS_TEST_GIVEN": "${HOME}/given"})})
     forms = [
         ("echo", '(agent-tool "everything/echo" :message "hi there")'),
         ("image", '(agent-tool "everything/get-tiny-image")'),
         ("slow", '(agent-tool "everything/trigger-long-running-operation" :duration 8 :steps 2)'),
         ("after", '(agent-tool "everything/echo" :message "still here")'),
+        ("weather", '(plist-get (agent-tool "everything/get-structured-content" :location "New York") :conditions)'),
+        ("resource", '(agent-tool "everything/get-resource-reference" :resource-type "Text" :resource-id 2)'),
+        ("env", '(agent-tool "everything/get-env")'),
     ]
     scripted(fake, forms)
-    run_emacs(home, fake.url, session(send("try everything")), timeout=180).check()
-    echo, image, slow, after = results(fake)
+    run = run_emacs(home, fake.url, session(send("try everything")), timeout=180).check()
+    echo, image, slow, after, weather, resource, env = results(fake)
+    assert weather["success"] and weather["result"].startswith('"'), weather
+    assert resource["success"] and ':type "resource"' in resource["result"] and ':chars' in resource["result"], resource
+    # A stdio server gets its env (with ${VAR}) and a safe part of the environment, never the API key.
+    user_home = str(home.parent / "user-home")
+    assert f"AMACS_TEST_GIVEN\\\":\\\"{user_home}/given" in env["result"].replace(" ", ""), env
+    assert "ANTHROPIC_API_KEY" not in env["result"] and TEST_KEY not in env["result"]
+    # What the server writes to stderr is in its log, not in the shell.
+    said = [line for line in (home / "logs" / "mcp-everything.log").read_text().splitlines()
+            if line and not line.startswith("--- ")]
+    assert said, "server-everything wrote nothing to stderr"
+    assert not any(line in run.shell for line in said), said
     assert echo["success"] and "hi there" in echo["result"], echo
     assert image["success"] and ':mime-type "image/png"' in image["result"] and ":bytes" in image["result"], image
     assert not slow["success"] and "did not answer within 3 s" in slow["error"], slow
@@ -366,3 +383,39 @@ def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_ca
     write_config(home, {"time": time_server(args=["--local-timezone", "UTC"])})
     third = run_emacs(home, fake.url, session(count, send("hello"), count)).check()
     assert re.findall(r"CHILDREN<<(\d+)>>", third.stdout) == ["0", "1"]  # a changed entry is listed afresh
+
+
+@pytest.fixture
+def everything_http(tmp_path):
+    """server-everything over streamable HTTP on a free port: (its URL, the process)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (tmp_path / "everything-http.log").open("w")
+    proc = subprocess.Popen(["node", everything_server()["args"][0], "streamableHttp"], stdout=log, stderr=log,
+                            env={**os.environ, "PORT": str(port)})
+    try:
+        deadline = time.monotonic() + 30
+        while "listening on port" not in (tmp_path / "everything-http.log").read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, "server-everything did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+def test_a_streamable_http_server_with_headers_from_the_environment(fake, home, everything_http):
+    """An HTTP server (url, headers with ${VAR}) is called from an eval as a stdio one is."""
+    url, _proc = everything_http
+    write_config(home, {"remote": {"type": "http", "url": url, "headers": {"X-Amacs-Test": "${AMACS_TEST_HEADER}"}}})
+    forms = [("echo", '(agent-tool "remote/echo" :message "over http")'),
+             ("sum", '(agent-tool "remote/get-sum" :a 2 :b 40)')]
+    scripted(fake, forms)
+    run_emacs(home, fake.url, session(send("go")), AMACS_TEST_HEADER="header-value-123").check()
+    echo, total = results(fake)
+    assert echo["success"] and "over http" in echo["result"], echo
+    assert total["success"] and "42" in total["result"], total
+    [status] = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"][:1]
+    assert status["server"] == "remote" and status["error"] is None

@@ -101,4 +101,7 @@ def test_websearch_searches_digests_each_result_and_combines(fake, home, site):
     # The answer came back to the primary: three pages digested from the site and combined.
     primary = [request_text(r["body"]) for r in fake.requests if who(r["body"])[0] == "primary"]
     assert "COMBINED[3 pages agree Emacs Lisp extends Emacs]" in primary[-1]
+    # One connection to the search server served the task and its three digests.
+    starts = [line for line in (home / "logs" / "mcp-search.log").read_text().splitlines() if " starting search" in line]
+    assert len(starts) == 1, starts
     assert "Bread" not in json.dumps([r["body"] for r in fake.requests if who(r["body"])[2] == "combine"])
