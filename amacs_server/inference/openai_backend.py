@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..text.clean import storable
@@ -136,7 +137,8 @@ class OpenAIBackend:
         # not streamed, so that the transcript holds its counts.
         self.streams_usage: bool | None = None if base_url else True
 
-    schema_form: str | None = None  # the response_format form the server takes (None: json_schema)
+    # The response_format form the server takes, as the runtime's catalog knows it (None: json_schema).
+    schema_form_of: Callable[[], str | None] | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
@@ -222,7 +224,7 @@ class OpenAIBackend:
                 log.info("%s sends no token counts in a stream: its calls are not streamed", self._base_url)
         stream = stream and self.streams_usage is not False
         started = time.perf_counter()
-        chat = to_chat(request, self.schema_form)
+        chat = to_chat(request, self.schema_form_of() if self.schema_form_of is not None else None)
         client = self._get_client()
         usage = Usage()
         thought: list[str] = []
