@@ -238,10 +238,10 @@ class Runtime:
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
-        if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
-            return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
-            backend = OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
+            backend = (LocalBackend(self.local, cfg.request_timeout)
+                       if self.local is not None and base_url in (None, self.local.base_url)
+                       else OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout))
             backend.schema_form_of = lambda: self.catalog.caps.schema_form  # what the server was found to take
             return backend
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)

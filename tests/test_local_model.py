@@ -137,6 +137,7 @@ def test_the_runtime_runs_the_local_model(tmp_path: Path, fake_llama: None) -> N
         assert TRY_ONLY in rt.startup_notes
         assert rt.catalog.window == 8192
         wait_for(lambda: rt.catalog.caps.schema_form == "json_object")
+        assert rt.backend.schema_form_of is not None and rt.backend.schema_form_of() == "json_object"
         rt.local.wait_ready(20)
         pid = rt.local.pid
         assert pid is not None
