@@ -130,13 +130,67 @@ filter) notes its files for itself.")
         (unless (member path (cdr amacs--eval-files))
           (push path (cdr amacs--eval-files)))))))
 
+(defcustom amacs-read-before-write nil
+  "Whether an agent may write only the files it has read as they are now.
+nil (the default): no check.  t: before an agent's eval writes a file
+that exists, the file's content on disk is compared (SHA-256) with
+what that agent last read or wrote of it; a file it never read, or
+that changed since, is not written and the eval gets an error naming
+it.  A new file may be written.  Each agent knows only its own reads:
+a subagent starts knowing none.  The check is made in the same call
+as the write, so nothing can change the file in between."
+  :type 'boolean
+  :group 'amacs)
+
+(defvar amacs--known-files (make-hash-table :test #'equal)
+  "Per agent id, a table: file name -> SHA-256 of its content as last seen.
+The content the agent last read or wrote of that file.  Kept by
+`amacs--eval-file-handler' for `amacs-read-before-write'.")
+
+(defun amacs--file-digest (file)
+  "SHA-256 of FILE's bytes on disk, or nil if it cannot be read.
+Read past the eval's own file name handler."
+  (let ((inhibit-file-name-handlers (cons #'amacs--eval-file-handler inhibit-file-name-handlers))
+        (inhibit-file-name-operation 'insert-file-contents))
+    (condition-case nil
+        (with-temp-buffer
+          (set-buffer-multibyte nil)
+          (insert-file-contents-literally file)
+          (secure-hash 'sha256 (current-buffer)))
+      (file-error nil))))
+
+(defun amacs--known (file)
+  "Note FILE's content on disk now as known to the running agent."
+  (when amacs-read-before-write
+    (let ((table (or (gethash amacs-current-agent amacs--known-files)
+                     (puthash amacs-current-agent (make-hash-table :test #'equal) amacs--known-files)))
+          (path (expand-file-name file)))
+      (puthash path (amacs--file-digest path) table))))
+
+(defun amacs--check-write (file)
+  "Signal an error if the running agent may not write FILE.
+The rule is `amacs-read-before-write'."
+  (let ((path (expand-file-name file)))
+    (when (and amacs-read-before-write (file-exists-p path))
+      (let* ((table (gethash amacs-current-agent amacs--known-files))
+             (known (if table (gethash path table 'never) 'never)))
+        (unless (equal known (amacs--file-digest path))
+          (error "Read before write: %s %s; read it, then write it" path
+                 (if (eq known 'never)
+                     (format "was never read by %s" amacs-current-agent)
+                   "changed on disk since you read it")))))))
+
 (defun amacs--eval-file-handler (operation &rest args)
   "Do file OPERATION on ARGS as usual; note its file for the running eval.
 In `file-name-handler-alist' only while an agent's eval runs.  Its
 `operations' property limits it to `insert-file-contents' (a read)
 and `write-region' (a write): other file operations never reach it.
 A library being loaded and an auto-save file are not the agent's
-reading and writing, and are not noted."
+reading and writing, and are not noted.  With `amacs-read-before-write',
+a write is checked first and may be refused (an error, nothing written)."
+  (when (and (eq operation 'write-region) amacs--eval-files (stringp (nth 2 args))
+             (not (amacs--auto-save-p (nth 2 args))))
+    (amacs--check-write (nth 2 args)))
   (prog1 (let ((inhibit-file-name-handlers
                  (cons #'amacs--eval-file-handler
                        (and (eq inhibit-file-name-operation operation)
@@ -145,13 +199,21 @@ reading and writing, and are not noted."
            (apply operation args))
     (pcase operation
       ('insert-file-contents
-       (unless load-in-progress (amacs--eval-note 'read (car args))))
+       (unless load-in-progress
+         (amacs--eval-note 'read (car args))
+         (when (and amacs--eval-files (stringp (car args)) (null (nth 2 args)) (null (nth 3 args)))
+           (amacs--known (car args))))) ; the whole file: the agent has seen it all
       ('write-region
        (let ((file (nth 2 args)))
-         (unless (and buffer-auto-save-file-name (stringp file)
-                      (string= (expand-file-name file)
-                               (expand-file-name buffer-auto-save-file-name)))
-           (amacs--eval-note 'written file)))))))
+         (unless (amacs--auto-save-p file)
+           (amacs--eval-note 'written file)
+           (when (and amacs--eval-files (stringp file))
+             (amacs--known file))))))))
+
+(defun amacs--auto-save-p (file)
+  "Whether FILE is the current buffer's auto-save file (not the agent's writing)."
+  (and buffer-auto-save-file-name (stringp file)
+       (string= (expand-file-name file) (expand-file-name buffer-auto-save-file-name))))
 
 (put 'amacs--eval-file-handler 'operations '(insert-file-contents write-region))
 
@@ -165,7 +227,11 @@ not on disk yet, is not read."
       (when (and file amacs--eval-files
                  (not (member (expand-file-name file) (car amacs--eval-files)))
                  (file-exists-p file))
-        (amacs--eval-note 'read file))))
+        (amacs--eval-note 'read file))
+      ;; A buffer that still matches its file shows the agent what is on disk.
+      (when (and file amacs--eval-files (file-exists-p file)
+                 (with-current-buffer buffer (and (not (buffer-modified-p)) (verify-visited-file-modtime))))
+        (amacs--known file))))
   value)
 
 (defun amacs--eval-noting-files (thunk)
