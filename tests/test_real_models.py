@@ -249,3 +249,24 @@ def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(t
         assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
+
+
+def test_a_context_too_long_even_compacted_ends_the_turn_keeping_the_input(tmp_path, fake):
+    """Refused again after compaction: the turn ends with what to do, the input stays in
+    agent-chat.org, the server goes on (the next turn is answered)."""
+    fake.models["tiny-m"] = model_info("tiny-m", max_input_tokens=100_000)
+    rt, face = _runtime(tmp_path / "h", fake, "tiny-m")
+    try:
+        _turn(rt, "warm up")
+        fake.models["tiny-m"]["max_input_tokens"] = 50  # nothing fits, not even the core skill
+        before = len(fake.requests)
+        _turn(rt, "a question that cannot fit")
+        assert len(fake.requests) == before + 2  # refused, compacted and refused: not resent again
+        errors = [t for k, t in face.notes if k == "error"]
+        assert len(errors) == 1 and "even after compaction" in errors[0] and "input is saved" in errors[0]
+        assert "a question that cannot fit" in (tmp_path / "h" / "agent-chat.org").read_text()
+        fake.models["tiny-m"]["max_input_tokens"] = 100_000
+        _turn(rt, "and now?")
+        assert face.replies[-1] == "ok"
+    finally:
+        rt.stop()
