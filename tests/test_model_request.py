@@ -222,3 +222,9 @@ def test_refusals_and_too_long_read_from_the_servers_words():
     assert too_long("prompt is too long: 210000 tokens > 200000 maximum", 400) == TooLong(200000, 210000)
     assert too_long("request_too_large", 413) == TooLong()
     assert too_long("overloaded", 529) is None
+
+
+def test_a_caller_whose_model_answers_otherwise_sends_no_agent_schema():
+    """A judge answers with its score: the agent's reply schema would force the wrong form."""
+    request = build_request("m", "core", MESSAGES, ApiSettings(), _caps(True, "none", False), agent_reply=False)
+    assert "output_config" not in request

@@ -188,7 +188,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     spent, error, score, rationale = 0.0, None, None, ""
     try:
         for attempt in range(RETRIES + 1):
-            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS))
+            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
+                                    agent_reply=False)  # a judge answers with its score, not an agent's reply
             transcript.write("model_request", {"request": request}, agent=me)
             try:
                 result = await backend.complete(request, stream=False)
