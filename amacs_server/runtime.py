@@ -241,7 +241,9 @@ class Runtime:
         if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
             return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
-            return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
+            backend = OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
+            backend.schema_form_of = lambda: self.catalog.caps.schema_form  # what the server was found to take
+            return backend
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
 
     def learn_model(self) -> None:

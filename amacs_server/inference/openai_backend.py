@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..text.clean import storable
@@ -132,7 +133,8 @@ class OpenAIBackend:
         self.retry = retry or RetryPolicy()
         self._client: openai.AsyncOpenAI | None = None
 
-    schema_form: str | None = None  # the response_format form the server takes (None: json_schema)
+    # The response_format form the server takes, as the runtime's catalog knows it (None: json_schema).
+    schema_form_of: Callable[[], str | None] | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
@@ -198,7 +200,7 @@ class OpenAIBackend:
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
         started = time.perf_counter()
-        chat = to_chat(request, self.schema_form)
+        chat = to_chat(request, self.schema_form_of() if self.schema_form_of is not None else None)
         client = self._get_client()
         usage = Usage()
         thought: list[str] = []

@@ -433,8 +433,6 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
 
     async def complete(request: dict[str, Any]) -> ModelResult:
         faults.point("infer.request")
-        if rt.backend_name == "openai":
-            rt.backend.schema_form = rt.catalog.caps.schema_form  # type: ignore[union-attr]
         return await rt.backend.complete(request, None if watched else on_text, on_status=on_status,
                                          on_thinking=rt.face.thinking_delta)
 
