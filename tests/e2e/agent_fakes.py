@@ -43,9 +43,23 @@ def who(body):
     return match.groups() if match else ("primary", "primary", "core")
 
 
+def said(text):
+    """TEXT of a subagent's message with each item it received (a line of JSON with a mem_id
+    and content {"said": ...}) replaced by what was said; a handle (evicted) stays as it is."""
+    chunks = []
+    for chunk in text.split("\n\n"):
+        try:
+            item = json.loads(chunk)
+        except ValueError:
+            item = None
+        content = item.get("content") if isinstance(item, dict) and "mem_id" in item else None
+        chunks.append(content["said"] if isinstance(content, dict) and "said" in content else chunk)
+    return "\n\n".join(chunks)
+
+
 def transcript(body):
-    """Every message of the request as text, oldest first."""
-    return [text_of(m["content"]) for m in body["messages"]]
+    """Every message of the request as text, oldest first (a subagent's received items as what was said)."""
+    return [said(text_of(m["content"])) for m in body["messages"]]
 
 
 def event_lines(text):
