@@ -1019,7 +1019,7 @@ class AgentWorld:
         def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
             self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=agent.identity)
             if retry_prompt is not None:  # model_call keeps the model's answer among its messages
-                agent.tell(retry_prompt)
+                agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
 
         parsed = await parse_with_retries(lambda: self.model_call(agent), rejected)
         # Paused while its model call was under way: the answer waits until it is resumed, so a

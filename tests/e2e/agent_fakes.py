@@ -3,7 +3,7 @@
 import json
 import re
 
-from tests.context_items import request_text, text_of
+from tests.context_items import request_text, said, text_of
 from tests.e2e.harness import elisp_string
 from tests.fake_anthropic import Reply, agent_json
 
@@ -41,20 +41,6 @@ def who(body):
     """(agent id, type, template) of the agent that made request BODY."""
     match = re.search(r"You are (\S+), a (\w+) \(template (\S+)\)", body["system"][0]["text"])
     return match.groups() if match else ("primary", "primary", "core")
-
-
-def said(text):
-    """TEXT of a subagent's message with each item it received (a line of JSON with a mem_id
-    and content {"said": ...}) replaced by what was said; a handle (evicted) stays as it is."""
-    chunks = []
-    for chunk in text.split("\n\n"):
-        try:
-            item = json.loads(chunk)
-        except ValueError:
-            item = None
-        content = item.get("content") if isinstance(item, dict) and "mem_id" in item else None
-        chunks.append(content["said"] if isinstance(content, dict) and "said" in content else chunk)
-    return "\n\n".join(chunks)
 
 
 def transcript(body):

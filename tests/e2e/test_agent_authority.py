@@ -9,11 +9,10 @@ the requests the fake received.
 
 import pytest
 
-from tests.context_items import chat_lines, eval_result, newest_message, request_text
+from tests.context_items import chat_lines, eval_result, newest_message, request_text, said
 from tests.e2e.agent_fakes import (
     pause,
     run_elisp,
-    said,
     say,
     send,
     session,
