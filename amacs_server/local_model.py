@@ -192,11 +192,17 @@ class LocalModel:
 
 
 class LocalBackend(OpenAIBackend):
-    """The OpenAI-compatible backend at a :class:`LocalModel`: each call waits until it answers."""
+    """The OpenAI-compatible backend at a :class:`LocalModel`: each call waits until it answers.
+
+    llama-cpp-python's server takes the reply schema in the ``json_object`` form only, and
+    counts tokens only in answers not streamed: its calls are not streamed."""
+
+    schema_form: str | None = "json_object"
 
     def __init__(self, local: LocalModel, timeout: float) -> None:
         super().__init__(None, local.base_url, timeout)
         self.local = local
+        self.streams_usage = False  # llama-cpp-python's server counts tokens only in answers not streamed
 
     async def complete(self, *args: Any, **kwargs: Any) -> ModelResult:
         """As :meth:`OpenAIBackend.complete`, once the local server answers (at once when it does)."""

@@ -135,7 +135,7 @@ class Runtime:
                                           self.config.openai_base_url if config.backend == "openai" else None)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
-        self.catalog.setting_window = config.context_window
+        self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
         tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
@@ -238,10 +238,12 @@ class Runtime:
     def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
-        if name == "openai" and self.local is not None and base_url in (None, self.local.base_url):
-            return LocalBackend(self.local, cfg.request_timeout)
         if name == "openai":
-            return OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout)
+            backend = (LocalBackend(self.local, cfg.request_timeout)
+                       if self.local is not None and base_url in (None, self.local.base_url)
+                       else OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout))
+            backend.schema_form_of = lambda: self.catalog.caps.schema_form  # what the server was found to take
+            return backend
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
 
     def learn_model(self) -> None:
@@ -250,6 +252,8 @@ class Runtime:
         cfg = self.config
         base = cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
         self.catalog.use(self.backend_name, base, self.model, self.backend if cfg.has_credentials else None)
+        if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
+            self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
     def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
         """Switch backend and model from the next call on (loop thread)."""

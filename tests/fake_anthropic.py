@@ -205,7 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(reply.chunk_delay)
         self._chunk(("data: " + json.dumps({**chunk, "choices": [
             {"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n").encode())
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and fake.openai_stream_usage:
             self._chunk(("data: " + json.dumps({**chunk, "choices": [], "usage": usage}) + "\n\n").encode())
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
@@ -351,6 +351,9 @@ class FakeAnthropic:
         self.window_error_in_stream = True
         self.window_stream_cut = False  # over the window, a 200 stream cut after its first chunk
         self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
+        # Whether a stream ends with its usage when asked (stream_options.include_usage): False as
+        # llama-cpp-python's server (0.3.36), which counts tokens only in answers not streamed.
+        self.openai_stream_usage = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -116,3 +116,31 @@ def test_config(tmp_path: Path) -> None:
     assert (cfg.backend, cfg.model, cfg.local_model, cfg.has_credentials) == ("openai", "smollm2", Path("/m.gguf"), True)
     for env in ({}, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}):  # the no-key note offers the local model
         assert "amacs-use-local-model" in load_config({"AMACS_HOME": str(tmp_path), **env}).missing_key_message()
+
+
+def test_the_runtime_runs_the_local_model(tmp_path: Path, fake_llama: None) -> None:
+    """AMACS_LOCAL_MODEL: the runtime starts the model server, talks to it (its json_object reply
+    form and its 8,192-token window known from the start), says what the model is for, and stops
+    it when it stops."""
+    from amacs_server.local_model import TRY_ONLY, LocalBackend
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "home"), "AMACS_LOCAL_MODEL": str(tmp_path / "m.gguf"),
+                              "AMACS_LOCAL_PYTHON": sys.executable}), SilentFace())  # type: ignore[arg-type]
+    try:
+        rt.start()
+        assert isinstance(rt.backend, LocalBackend) and rt.local is not None
+        assert rt.backend_name == "openai" and rt.model == "smollm2"
+        assert rt.config.openai_base_url == rt.local.base_url
+        assert TRY_ONLY in rt.startup_notes
+        assert rt.catalog.window == 8192
+        wait_for(lambda: rt.catalog.caps.schema_form == "json_object")
+        assert rt.backend.schema_form_of is not None and rt.backend.schema_form_of() == "json_object"
+        rt.local.wait_ready(20)
+        pid = rt.local.pid
+        assert pid is not None
+    finally:
+        rt.stop()
+    assert gone(pid) and rt.local.pid is None

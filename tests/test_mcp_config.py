@@ -137,3 +137,12 @@ def test_problems_are_found_at_start_up_and_not_said_again(tmp_path):
     hub.reload()
     assert said == [] and list(hub.connections) == ["a"]
     assert McpHub(tmp_path / "none.json", tmp_path / "logs", {}).check() == []
+
+
+def test_only_keys_tokens_and_header_values_count_as_secrets():
+    text = json.dumps({"mcpServers": {"a": {"command": "x", "args": ["${HOME}/repo"],
+                                            "env": {"K": "${API_KEY}", "W": "${WORKDIR}"}},
+                                      "b": {"url": "https://b.example/mcp", "headers": {"X-Id": "${ACCOUNT}"}}}})
+    config = parse(text, PATH, {"HOME": "/home/someone", "API_KEY": "k-0123456789", "WORKDIR": "/srv/work/dir",
+                                "ACCOUNT": "acct-987654321"})
+    assert set(config.secrets) == {"k-0123456789", "acct-987654321"}

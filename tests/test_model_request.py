@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from amacs_server.inference.capabilities import (
     Capabilities,
+    TooLong,
     from_model_info,
     refused_param,
     too_long,
@@ -213,8 +214,17 @@ def test_refusals_and_too_long_read_from_the_servers_words():
     assert refused_param("Error code: 422 - {'detail': [{'loc': ['body', 'response_format', 'type']}]}",
                          {"format"}) == "format"
     assert refused_param("messages: roles must alternate", {"thinking", "format"}) is None
-    assert too_long("Requested tokens (8287) exceed context window of 8192", None) == (True, 8192)
-    assert too_long("This model's maximum context length is 8192 tokens. However, you requested 9000 tokens", 400) \
-        == (True, 8192)
-    assert too_long("prompt is too long: 210000 tokens > 200000 maximum", 400) == (True, 200000)
-    assert too_long("overloaded", 529) == (False, None)
+    assert too_long("Requested tokens (8287) exceed context window of 8192", None) == TooLong(8192, 8287)
+    assert too_long("This model's maximum context length is 8192 tokens. However, you requested 18539 tokens "
+                    "(10347 in the messages, 8192 in the completion).", 400) == TooLong(8192, 10347)
+    assert too_long("This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                    "9000 tokens.", 400) == TooLong(8192, 9000)
+    assert too_long("prompt is too long: 210000 tokens > 200000 maximum", 400) == TooLong(200000, 210000)
+    assert too_long("request_too_large", 413) == TooLong()
+    assert too_long("overloaded", 529) is None
+
+
+def test_a_caller_whose_model_answers_otherwise_sends_no_agent_schema():
+    """A judge answers with its score: the agent's reply schema would force the wrong form."""
+    request = build_request("m", "core", MESSAGES, ApiSettings(), _caps(True, "none", False), agent_reply=False)
+    assert "output_config" not in request

@@ -64,6 +64,12 @@ def _events(rt: Runtime, name: str) -> list[dict[str, Any]]:
     return [e["data"] for e in rt.transcript.read("primary") if e["event"] == name]
 
 
+def _calls(fake: FakeAnthropic) -> list[dict[str, Any]]:
+    """The requests AMACS made for turns: not its one-token question whether a local server's
+    streams count tokens."""
+    return [r for r in fake.requests if r["body"].get("max_tokens") != 1]
+
+
 def _think(rt: Runtime, on: bool = True) -> None:
     rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": on, "effort": "high"})
 
@@ -196,7 +202,7 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
     try:
         _think(rt)
         _turn(rt, "what is 2+2?")
-        formats = [r["body"].get("response_format", {}).get("type") for r in fake.requests]
+        formats = [r["body"].get("response_format", {}).get("type") for r in _calls(fake)]
         assert formats == ["json_schema", "json_schema", "json_object"]  # reasoning_effort refused first
         assert "reasoning_effort" not in fake.requests[-1]["body"]
         assert len([t for k, t in face.notes if "does not take" in t]) == 2
@@ -221,7 +227,7 @@ def test_a_field_refused_with_a_500_as_llama_cpp_python_does_is_not_retried_as_t
     rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
     try:
         _turn(rt, "what is 2+2?")
-        assert [r["body"]["response_format"]["type"] for r in fake.requests] == ["json_schema", "json_object"]
+        assert [r["body"]["response_format"]["type"] for r in _calls(fake)] == ["json_schema", "json_object"]
         assert not _events(rt, "model_retry") and face.replies == ["ok"]
     finally:
         rt.stop()
@@ -247,5 +253,45 @@ def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(t
         assert asked[2][1] < asked[0][1]
         assert face.replies[-1] == "ok" and rt.catalog.window == fake.n_ctx
         assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()
+
+
+def test_a_server_that_counts_no_tokens_in_streams_is_not_streamed(tmp_path, fake):
+    """llama-cpp-python's server sends no usage in a stream (stream_options is ignored): asked
+    once with a one-token call, it gets calls not streamed, and the transcript its real counts."""
+    fake.openai_stream_usage = False
+    fake.script(Reply("x"), Reply(agent_json("four")), Reply(agent_json("six")))  # "x": the one-token question
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        _turn(rt, "and 3+3?")
+        chats = [r["body"] for r in fake.requests if r["path"].endswith("/chat/completions")]
+        assert [(b.get("stream", False), b.get("max_tokens")) for b in chats[:1]] == [(True, 1)]  # the question
+        assert all(not b.get("stream") for b in chats[1:]) and len(chats) == 3
+        usages = [e["usage"] for e in _events(rt, "model_response")]
+        assert len(usages) == 2 and all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in usages)
+        assert face.replies == ["four", "six"]
+    finally:
+        rt.stop()
+
+
+def test_a_context_too_long_even_compacted_ends_the_turn_keeping_the_input(tmp_path, fake):
+    """Refused again after compaction: the turn ends with what to do, the input stays in
+    agent-chat.org, the server goes on (the next turn is answered)."""
+    fake.models["tiny-m"] = model_info("tiny-m", max_input_tokens=100_000)
+    rt, face = _runtime(tmp_path / "h", fake, "tiny-m")
+    try:
+        _turn(rt, "warm up")
+        fake.models["tiny-m"]["max_input_tokens"] = 50  # nothing fits, not even the core skill
+        before = len(fake.requests)
+        _turn(rt, "a question that cannot fit")
+        assert len(fake.requests) == before + 2  # refused, compacted and refused: not resent again
+        errors = [t for k, t in face.notes if k == "error"]
+        assert len(errors) == 1 and "even after compaction" in errors[0] and "input is saved" in errors[0]
+        assert "a question that cannot fit" in (tmp_path / "h" / "agent-chat.org").read_text()
+        fake.models["tiny-m"]["max_input_tokens"] = 100_000
+        _turn(rt, "and now?")
+        assert face.replies[-1] == "ok"
     finally:
         rt.stop()

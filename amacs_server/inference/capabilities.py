@@ -145,27 +145,37 @@ def refused_param(message: str, sent: set[str]) -> str | None:
     return None
 
 
+# Each server's words for a prompt past the window: (pattern, group of the window, group of the
+# prompt's tokens or 0): llama.cpp, llama-cpp-python's formatter and OpenAI, Anthropic.
 _TOO_LONG = (
-    re.compile(r"requested tokens \((\d+)\) exceed context window of (\d+)"),
-    re.compile(r"maximum context length is (\d+)\D+(\d+)"),
-    re.compile(r"prompt is too long: (\d+) tokens > (\d+)"),
+    (re.compile(r"requested tokens \((\d+)\) exceed context window of (\d+)"), 2, 1),
+    (re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages"), 1, 2),
+    (re.compile(r"maximum context length is (\d+) tokens.*?messages resulted in (\d+) tokens"), 1, 2),
+    (re.compile(r"maximum context length is (\d+)"), 1, 0),
+    (re.compile(r"prompt is too long: (\d+) tokens > (\d+)"), 2, 1),
 )
 _TOO_LONG_WORDS = ("context_length_exceeded", "too long", "context window", "context length", "too large")
 
 
-def too_long(message: str, status: int | None) -> tuple[bool, int | None]:
-    """Whether an error (its MESSAGE, HTTP STATUS or None mid-stream) says the request was too
-    long for the model, and the window it names, when it names one."""
+@dataclass(frozen=True)
+class TooLong:
+    """A refusal as too long: the window and the prompt's tokens, as far as the server said them."""
+
+    window: int | None = None
+    tokens: int | None = None
+
+
+def too_long(message: str, status: int | None) -> TooLong | None:
+    """What an error (its MESSAGE, HTTP STATUS or None mid-stream) says of a request too long for
+    the model, or None when it is about something else."""
     low = message.lower()
-    for pattern in _TOO_LONG:
+    for pattern, window, tokens in _TOO_LONG:
         found = pattern.search(low)
         if found:
-            first, second = int(found.group(1)), int(found.group(2))
-            window = first if "maximum context length" in pattern.pattern else second
-            return True, window
-    if status == 413:
-        return True, None
-    return status in (400, None) and any(word in low for word in _TOO_LONG_WORDS), None
+            return TooLong(int(found.group(window)), int(found.group(tokens)) if tokens else None)
+    if status == 413 or (status in (400, None) and any(word in low for word in _TOO_LONG_WORDS)):
+        return TooLong()
+    return None
 
 
 @dataclass

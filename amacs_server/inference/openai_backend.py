@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..text.clean import storable
@@ -131,8 +132,13 @@ class OpenAIBackend:
         self._timeout = timeout
         self.retry = retry or RetryPolicy()
         self._client: openai.AsyncOpenAI | None = None
+        # Whether the server counts tokens in a stream (stream_options.include_usage): None until
+        # asked.  OpenAI's own API does; llama-cpp-python's server does not, and a call there is
+        # not streamed, so that the transcript holds its counts.
+        self.streams_usage: bool | None = None if base_url else True
 
-    schema_form: str | None = None  # the response_format form the server takes (None: json_schema)
+    # The response_format form the server takes, as the runtime's catalog knows it (None: json_schema).
+    schema_form_of: Callable[[], str | None] | None = None
 
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
@@ -195,10 +201,30 @@ class OpenAIBackend:
             log.info("the stream was cut before its end: asking again without streaming")
             return await self._once(request, on_text, False, on_thinking)
 
+    async def _ask_streams_usage(self, model: str) -> bool:
+        """Ask the server with a one-token streamed call whether its streams carry usage; a
+        server that cannot be asked is taken at its word (True): the real call then says."""
+        try:
+            chunks = await self._get_client().chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1, stream=True,
+                stream_options={"include_usage": True})
+            counted = False
+            async for chunk in chunks:
+                counted = counted or chunk.usage is not None
+            return counted
+        except openai.APIError as err:
+            log.info("could not ask whether %s counts tokens in a stream: %r", self._base_url, err)
+            return True
+
     async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
                     on_thinking: TextSink | None = None) -> ModelResult:
+        if stream and self.streams_usage is None:
+            self.streams_usage = await self._ask_streams_usage(request["model"])
+            if not self.streams_usage:
+                log.info("%s sends no token counts in a stream: its calls are not streamed", self._base_url)
+        stream = stream and self.streams_usage is not False
         started = time.perf_counter()
-        chat = to_chat(request, self.schema_form)
+        chat = to_chat(request, self.schema_form_of() if self.schema_form_of is not None else None)
         client = self._get_client()
         usage = Usage()
         thought: list[str] = []

@@ -54,9 +54,10 @@ def sends_schema(caps: Capabilities) -> bool:
 
 
 def build_request(model: str, system: str, messages: list[dict[str, Any]], settings: ApiSettings,
-                  caps: Capabilities = UNKNOWN) -> dict[str, Any]:
+                  caps: Capabilities = UNKNOWN, *, agent_reply: bool = True) -> dict[str, Any]:
     """The Messages API request: the core skill as a cached system block, then MESSAGES,
-    with what this model accepts of the reply schema, thinking, effort and sampling."""
+    with what this model accepts of the reply schema (an agent's: AGENT_REPLY; a caller
+    whose model answers in another form, a judge, sends none), thinking, effort and sampling."""
     max_tokens = settings.max_tokens if caps.max_tokens is None else min(settings.max_tokens, caps.max_tokens)
     request: dict[str, Any] = {
         "model": model,
@@ -74,7 +75,7 @@ def build_request(model: str, system: str, messages: list[dict[str, Any]], setti
         request["thinking"] = {"type": "enabled", "budget_tokens": budget}
     if sends_effort(caps, settings):
         output["effort"] = settings.effort
-    if sends_schema(caps):
+    if agent_reply and sends_schema(caps):
         output["format"] = {"type": "json_schema", "schema": response_schema()}
     if output:
         request["output_config"] = output

@@ -283,7 +283,8 @@ def fit(rt: Runtime, context: Context) -> Context:
     if window is None or context.remake is None or context.conversation is None:
         return context
     settings = rt.consciousness.api_settings
-    room = window - min(settings.max_tokens, window // 4) if rt.backend_name == "openai" else window
+    # An OpenAI-compatible server's window holds the answer too: an eighth of it is kept for that.
+    room = window - min(settings.max_tokens, window // 8) if rt.backend_name == "openai" else window
     chars = len(rt.system_prompt())
     while rt.catalog.estimate(chars + request_chars({"messages": context.messages})) > room:
         if not context.conversation.compact(window):
@@ -297,11 +298,12 @@ def fit(rt: Runtime, context: Context) -> Context:
 
 
 class ContextTooLong(AmacsError):
-    """The model refused the request as too long for its window (WINDOW tokens, when it said)."""
+    """The model refused REQUEST as too long for its window (WINDOW tokens, when it said; the
+    request's TOKENS, when it counted them)."""
 
-    def __init__(self, message: str, window: int | None) -> None:
+    def __init__(self, message: str, request: dict[str, Any], window: int | None, tokens: int | None) -> None:
         super().__init__(message)
-        self.window = window
+        self.request, self.window, self.tokens = request, window, tokens
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
@@ -358,6 +360,8 @@ def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) ->
     """CONTEXT made again, compacted to fit the window the refusal ERR named (or the known one)."""
     if err.window:
         rt.catalog.learn_window(err.window)
+    if err.tokens:  # the server counted this request: the estimate learns from it
+        rt.catalog.calibrate(request_chars(err.request), err.tokens)
     remake, conversation = context.remake, context.conversation
     if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
         _failed(rt, tick, str(err))
@@ -399,8 +403,11 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     system = rt.system_prompt()
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
 
+    sent: list[dict[str, Any]] = []
+
     def build(caps: Capabilities) -> dict[str, Any]:
         request = build_request(rt.model, system, messages, settings, caps)
+        sent.append(request)
         rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
                                               "wrote": rt.memory.take_written()}, tick=tick)
         return request
@@ -426,17 +433,18 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
 
     async def complete(request: dict[str, Any]) -> ModelResult:
         faults.point("infer.request")
-        if rt.backend_name == "openai":
-            rt.backend.schema_form = rt.catalog.caps.schema_form  # type: ignore[union-attr]
         return await rt.backend.complete(request, None if watched else on_text, on_status=on_status,
                                          on_thinking=rt.face.thinking_delta)
 
     try:
         result: ModelResult = await call_adapting(rt.catalog, build, complete, said)
     except InferenceError as err:
-        long, window = too_long(err.detail, err.status)
-        if long and may_compact:
-            raise ContextTooLong(str(err), window) from err
+        refusal = too_long(err.detail, err.status)
+        if refusal is not None and may_compact:
+            raise ContextTooLong(str(err), sent[-1] if sent else {}, refusal.window, refusal.tokens) from err
+        if refusal is not None:
+            _failed(rt, tick, f"{err} (the context is too long for this model's window even after compaction; "
+                    "a shorter input, or a model with a larger window, will do)")
         _failed(rt, tick, str(err))
     faults.point("infer.response")
     rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens

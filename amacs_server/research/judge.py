@@ -180,6 +180,9 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
 
     keys = tuple(v for k, v in os.environ.items() if k.endswith("_API_KEY") and v)
     transcript = Transcript(folder, TRANSCRIPT, secrets=keys)
+    # Its session is its own (the run and the judge), not one shared by every judge.jsonl: a reader of
+    # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
+    transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
     transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
                                      "scale": [judge.low, judge.high]}, agent=me)
@@ -188,7 +191,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     spent, error, score, rationale = 0.0, None, None, ""
     try:
         for attempt in range(RETRIES + 1):
-            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS))
+            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
+                                    agent_reply=False)  # a judge answers with its score, not an agent's reply
             transcript.write("model_request", {"request": request}, agent=me)
             try:
                 result = await backend.complete(request, stream=False)

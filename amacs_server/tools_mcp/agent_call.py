@@ -78,7 +78,8 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
         reason = future.result(COMPULSION_WAIT)
         if reason is not None:
             raise Blocked(reason)
-        value = calls.result(hub.call(server, tool_name, arguments), full)
+        # What mcp.json took from the environment (${VAR}: keys, tokens) never reaches the agent.
+        value = hub.scrub(calls.result(hub.call(server, tool_name, arguments), full))
     except AmacsError as err:
         write(str(err), blocked=isinstance(err, Blocked))
         said = hub.scrub(str(err)) if hub is not None else str(err)

@@ -49,7 +49,7 @@ class McpConfig:
 
     servers: dict[str, ServerSpec]
     problems: tuple[str, ...] = ()
-    secrets: tuple[str, ...] = ()  # the values ${VAR} brought in: scrubbed from transcripts
+    secrets: tuple[str, ...] = ()  # the secret values ${VAR} brought in: redacted in what the agent sees
 
 
 class _Bad(ValueError):
@@ -59,11 +59,17 @@ class _Bad(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|COOKIE|SESSION|PAT$", re.I)
+
+
 def _expand(value: str, key: str, environ: Mapping[str, str], used: list[str]) -> str:
+    """VALUE with its ${VAR}s from ENVIRON; the values that are secrets (a variable named like a
+    key or token, or any in a header) go to USED, to be redacted wherever the agent could see them."""
     def one(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in environ:
-            used.append(environ[name])
+            if SECRET_NAME.search(name) or ".headers." in key:
+                used.append(environ[name])
             return environ[name]
         if default is not None:
             return default

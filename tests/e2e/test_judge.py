@@ -121,8 +121,13 @@ def test_judges_score_every_run_and_the_report_draws_them(runs, fake):
                   (runs / run / "judges" / "viewpoints-used" / "judge.jsonl").read_text().splitlines()]
         assert [e["event"] for e in events] == ["agent_start", "model_request", "model_response", "agent_end"]
         assert {e["agent_type"] for e in events} == {"judge"} and events[0]["data"]["run"] == run
+        assert {e["session_id"] for e in events} == {f"{run}.judge-viewpoints-used"}
         assert TEST_KEY not in (runs / run / "judges" / "viewpoints-used" / "judge.jsonl").read_text()
 
+    from amacs_server.transcripts import summarize
+
+    counted = summarize(runs)  # the runs' agents and every judgement, each an agent of its own
+    assert counted["agents_by_type"]["judge"] == 2 * RUNS and counted["agents_by_type"]["primary"] == RUNS
     assert report.main([str(runs)]) == 0
     page = runs / "report.html"
     text = page.read_text(encoding="utf-8")

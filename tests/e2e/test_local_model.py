@@ -33,7 +33,7 @@ pytestmark = pytest.mark.e2e
 
 LOCAL_VENV = Path(os.environ.get("AMACS_LOCAL_VENV") or ROOT / ".venv-local")
 CONTEXT = 8192  # SmolLM2's window, and the server's n_ctx
-TURN_TIMEOUT = 900  # seconds one turn may take: a long prompt evaluates at ~47 tokens/s here
+TURN_TIMEOUT = 1500  # seconds one turn may take: a long prompt evaluates at 16-47 tokens/s here, by load
 
 
 def installed() -> tuple[Path, Path]:
@@ -112,15 +112,16 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.skip(reason="waits on replies constrained by a schema and on compaction (issue 22, branch "
-                         "i22-inference): without a schema each of this model's answers runs to the window "
-                         "(~4,000 tokens, 13 min on this loaded machine) and does not parse")
+@pytest.mark.skip(reason="not yet seen to pass end to end with the code now on main: on the shared 2-core machine "
+                         "(load 15-20) one run takes 30+ minutes; unskipped once it has passed")
 def test_two_turns_then_a_long_one_with_a_real_local_model(llama: str, home: Path) -> None:
     """Two short turns and a long one against SmolLM2-135M served by llama.cpp."""
-    # Two short turns make a request of ~5,100 tokens; ~2,700 more of input and the third's would be
-    # ~9,000, past the window; without the two earlier exchanges it fits (~7,000).
-    long_input = long_text(150)
-    run = run_emacs(home, llama, session("what is 2+2?", "and 3+3?", long_input), timeout=3 * TURN_TIMEOUT,
+    # The first request is ~4,300 tokens, the second adds ~950 and its input (~1,000). The third,
+    # with ~1,800 more, would be ~8,900 tokens: past the window.  Compacted (the earlier turns and
+    # chat items left out) it is ~5,500, within the 6,144 AMACS keeps for the prompt.
+    second = "and 3+3? " + long_text(55)
+    long_input = long_text(100)
+    run = run_emacs(home, llama, session("what is 2+2?", second, long_input), timeout=3 * TURN_TIMEOUT,
                     AMACS_BACKEND="openai", OPENAI_BASE_URL=llama, AMACS_MODEL="smollm2",
                     ANTHROPIC_API_KEY="").check()
     evs = events(home)
@@ -128,8 +129,8 @@ def test_two_turns_then_a_long_one_with_a_real_local_model(llama: str, home: Pat
     commits = git_log(home)
 
     # Each short turn: one tick, the reply parsed, shown, saved and committed.
-    for tick, asked in ((1, "what is 2+2?"), (2, "and 3+3?")):
-        assert f"amacs> {asked}" in run.shell
+    for tick, asked in ((1, "what is 2+2?"), (2, second)):
+        assert f"amacs> {asked[:40]}" in run.shell
         assert re.search(rf"\* Tick {tick}\n(?:.*\n)*?\*\* Human\n{re.escape(asked)}\n", chat), chat
         assert any(c.startswith(f"[TICK {tick}]") for c in commits), commits
         responses = [e for e in evs if e["event"] == "model_response" and e.get("tick") == tick]
@@ -146,16 +147,19 @@ def test_two_turns_then_a_long_one_with_a_real_local_model(llama: str, home: Pat
             assert first in one_line(run.shell), (first, run.shell)
             assert first in one_line(chat), (first, chat)
 
-    # Waits on replies that parse by construction (a schema sent as response_format, branch
-    # i22-inference): without it this model's JSON fails to parse on most turns.
+    # Replies parse by construction: the reply's schema goes as response_format (llama-cpp-python's
+    # json_object form, learned from its refusal of json_schema), and every answer follows it.
     assert "retrying (" not in run.shell, run.shell
     assert "kept as an unparsed thought" not in run.shell, run.shell
     for tick in (1, 2):
         assert [e["data"]["attempt"] for e in evs if e["event"] == "parsed" and e.get("tick") == tick] == [0]
         assert not [e for e in evs if e["event"] == "parse_error" and e.get("tick") == tick]
 
-    # The long turn: its request would pass the 8,192-token window; it is compacted, not refused
-    # (waits on i22-inference's context-window work too).
+    for response in (e for e in evs if e["event"] == "model_response"):
+        assert response["data"]["constrained"], response
+
+    # The long turn: its request would pass the 8,192-token window; it is compacted, not refused.
+    assert [e for e in evs if e["event"] == "context_compacted" and e.get("tick") == 3]
     assert "exceed context window" not in run.shell
     assert "Requested tokens" not in run.shell
     third = [e for e in evs if e["event"] == "model_response" and e.get("tick") == 3]

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -29,7 +30,14 @@ from tests.e2e.agent_fakes import (
     who,
 )
 from tests.e2e.harness import TEST_KEY, run_emacs
-from tests.mcp_servers import everything_server, git_server, install, time_server, write_config
+from tests.mcp_servers import (
+    ROOT,
+    everything_server,
+    git_server,
+    install,
+    time_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -406,16 +414,43 @@ def everything_http(tmp_path):
         log.close()
 
 
-def test_a_streamable_http_server_with_headers_from_the_environment(fake, home, everything_http):
-    """An HTTP server (url, headers with ${VAR}) is called from an eval as a stdio one is."""
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_streamable_http_server_with_headers_from_the_environment(fake, home, everything_http, tmp_path):
+    """HTTP servers (url, headers with ${VAR}) are called from an eval as stdio ones are; the headers
+    reach the server; a value taken from the environment never reaches the agent or the transcript."""
     url, _proc = everything_http
-    write_config(home, {"remote": {"type": "http", "url": url, "headers": {"X-Amacs-Test": "${AMACS_TEST_HEADER}"}}})
-    forms = [("echo", '(agent-tool "remote/echo" :message "over http")'),
-             ("sum", '(agent-tool "remote/get-sum" :a 2 :b 40)')]
-    scripted(fake, forms)
-    run_emacs(home, fake.url, session(send("go")), AMACS_TEST_HEADER="header-value-123").check()
-    echo, total = results(fake)
+    port = free_port()
+    log = (tmp_path / "headers.log").open("w")
+    headers = subprocess.Popen([sys.executable, str(ROOT / "tests" / "mcp_header_server.py"), str(port)],
+                               stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while "Uvicorn running" not in (tmp_path / "headers.log").read_text():
+            assert time.monotonic() < deadline and headers.poll() is None, "the header server did not start"
+            time.sleep(0.1)
+        write_config(home, {"remote": {"type": "http", "url": url},
+                            "hdr": {"type": "http", "url": f"http://127.0.0.1:{port}/mcp",
+                                    "headers": {"X-Amacs-Test": "literal-value",
+                                                "Authorization": "Bearer ${AMACS_TEST_TOKEN}"}}})
+        forms = [("echo", '(agent-tool "remote/echo" :message "over http")'),
+                 ("sum", '(agent-tool "remote/get-sum" :a 2 :b 40)'),
+                 ("headers", '(agent-tool "hdr/seen_headers")')]
+        scripted(fake, forms)
+        run_emacs(home, fake.url, session(send("go")), AMACS_TEST_TOKEN="tok-secret-0123456789").check()
+    finally:
+        headers.terminate()
+        headers.wait(10)
+        log.close()
+    echo, total, seen = results(fake)
     assert echo["success"] and "over http" in echo["result"], echo
     assert total["success"] and "42" in total["result"], total
+    assert seen["result"] == ('(:x-amacs-test "literal-value" :authorization "Bearer [redacted mcp.json ${VAR}]")'), seen
+    everything = "\n".join(p.read_text() for p in (home / "transcripts").glob("*.jsonl"))
+    assert "tok-secret-0123456789" not in everything
     [status] = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"][:1]
     assert status["server"] == "remote" and status["error"] is None
