@@ -122,3 +122,17 @@ def chat_lines(text: str) -> list[str]:
 def eval_result(text: str) -> dict[str, Any]:
     """The lastEvalResult of context TEXT (its newest tick)."""
     return parse_context(text)["last-eval-result"][0]["content"]["lastEvalResult"]
+
+
+def said(text):
+    """TEXT of a subagent's message with each item it received (a line of JSON with a mem_id
+    and content {"said": ...}) replaced by what was said; a handle (evicted) stays as it is."""
+    chunks = []
+    for chunk in text.split("\n\n"):
+        try:
+            item = json.loads(chunk)
+        except ValueError:
+            item = None
+        content = item.get("content") if isinstance(item, dict) and "mem_id" in item else None
+        chunks.append(content["said"] if isinstance(content, dict) and "said" in content else chunk)
+    return "\n\n".join(chunks)

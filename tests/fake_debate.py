@@ -29,7 +29,7 @@ import hashlib
 import re
 from typing import Any
 
-from tests.context_items import MESSAGE_BREAK, parse_context, request_text, text_of
+from tests.context_items import MESSAGE_BREAK, parse_context, request_text, said, text_of
 from tests.fake_anthropic import Reply, agent_json, serve
 
 PREFIX = "panel-"  # the viewpoint skills the debate uses (experiments/debate/*/panel-*/SKILL.md)
@@ -150,12 +150,12 @@ def viewpoint_reply(body: dict[str, Any], name: str, template: str) -> Reply:
     """A viewpoint's short comment: its template's stance, the question, and what it has heard."""
     system = _system_text(body)
     stance = re.search(r"^Stance:\s*(.+)$", system, re.M)
-    said = [text_of(m["content"]) for m in body.get("messages", []) if m["role"] == "user"]
-    joined = MESSAGE_BREAK.join(said)
+    heard = [said(text_of(m["content"])) for m in body.get("messages", []) if m["role"] == "user"]
+    joined = MESSAGE_BREAK.join(heard)
     asked = re.findall(r"^\[primary\] (.+)$", joined, re.M)
     others = [line for line in re.findall(r"^\[([a-z0-9_-]+)\] ", joined, re.M) if line != "primary"]
     question = asked[-1] if asked else "the question"
-    digest = hashlib.sha256(f"{name}|{template}|{question}|{len(said)}".encode()).digest()
+    digest = hashlib.sha256(f"{name}|{template}|{question}|{len(heard)}".encode()).digest()
     argument = _ARGUMENTS[digest[0] % len(_ARGUMENTS)]
     short = name.removeprefix("viewpoint-")
     position = stance.group(1).strip().rstrip(".") if stance else template

@@ -154,7 +154,7 @@ def test_a_subagents_request_shows_what_changed_in_its_memory_once(rt: Runtime) 
     agent.tell("do the job")
     system = rt.world.system_prompt(agent)
     rt.world._show_memory(agent)
-    assert agent.messages == [{"role": "user", "content": "do the job"}]  # no memory yet: nothing said
+    assert [(m["role"], m["content"]) for m in agent.messages] == [("user", "do the job")]  # no memory: nothing said
     made = call(rt, 2, "memory_create", "finding", "pine", None)
     rt.world._show_memory(agent)
     text = agent.messages[-1]["content"]

@@ -191,7 +191,7 @@ def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_pa
         assert [(e.source, e.content, e.talk_id) for e in events] == [
             (task.id, {"message": "I need a file name", "from_talk_id": said["talk_id"]}, None)]
         assert rt.world.notify(PRIMARY, "the deadline moved to Monday") == {"notified": ["optimist"]}
-        return rt.world.agents["viewpoint-optimist"].messages
+        return [{"role": m["role"], "content": m["content"]} for m in rt.world.agents["viewpoint-optimist"].messages]
 
     try:
         messages = asyncio.run(run())

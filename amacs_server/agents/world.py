@@ -32,6 +32,7 @@ from ..inference.pricing import dollars
 from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
 from ..loop.agent_loop import parse_with_retries, run_agent
+from ..memory.active import ActiveMemory, MemoryRefused
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..state.consciousness import EvalResult
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
     from ..inference.pricing import Usage
     from ..inference.retry import StatusSink
     from ..loop.face import Face
-    from ..memory.active import ActiveMemory
+    from ..memory.items import MemoryItem
+    from ..memory.ltm import LongTermMemory
     from ..persistence.transcript import Transcript
     from ..skills import SkillLibrary
     from ..state.consciousness import Consciousness
@@ -86,6 +88,7 @@ class WorldHost(Protocol):
     model: str
     consciousness: Consciousness  # its budget and API settings: one ledger, one set of sampling settings
     memory: ActiveMemory  # the primary's RAM (its brain name names the subagents' brains)
+    ltm: LongTermMemory  # shared by every brain: a subagent's RAM is made in it
     catalog: ModelCatalog  # what the model in use accepts
     backend_name: str  # anthropic or openai: whether a system message may come mid-conversation
 
@@ -192,12 +195,41 @@ class Agent:
         """Who this agent is, for transcripts."""
         return AgentIdentity(self.id, self.parent or None, self.type, self.template)
 
-    def tell(self, text: str) -> None:
-        """Add TEXT to this agent's transcript as the next user message."""
+    def tell(self, text: str, *, as_item: bool = True) -> None:
+        """Add TEXT to this agent's transcript as the next user message.
+
+        With its own memory, TEXT is an item of it (memid-active-memory.md: no anonymous
+        text reaches a brain), which the agent may evict and load; its request shows the
+        item as it is then (:meth:`shown_messages`).  AS_ITEM false: TEXT is rendered items
+        already (its ``<memory>`` section)."""
+        part: str | MemoryItem = self.memory.receive(text) if as_item and self.memory is not None else text
         if self.messages and self.messages[-1]["role"] == "user":
-            self.messages[-1]["content"] += "\n\n" + text
+            last = self.messages[-1]
+            last.setdefault("parts", [last["content"]]).append(part)
+            last["content"] += "\n\n" + text
         else:
-            self.messages.append({"role": "user", "content": text})
+            self.messages.append({"role": "user", "content": text, "parts": [part]})
+
+    def received(self) -> frozenset[str]:
+        """The bases of the messages this agent received as items (shown where they came)."""
+        return frozenset(p.mem_id.base for m in self.messages for p in m.get("parts", ())
+                         if not isinstance(p, str))
+
+    def shown_messages(self) -> list[dict[str, Any]]:
+        """Its messages as its next request shows them: each received item as it is now in its
+        memory (a handle once evicted, the loaded version once loaded)."""
+        if self.memory is None:
+            return [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        memory = self.memory
+        out = []
+        for m in self.messages:
+            parts = m.get("parts")
+            if parts is None:
+                out.append({"role": m["role"], "content": m["content"]})
+                continue
+            out.append({"role": m["role"], "content": "\n\n".join(
+                p if isinstance(p, str) else memory.shown(p).render() for p in parts)})
+        return out
 
     def notice(self, text: str) -> None:
         """Add TEXT to this agent's transcript in the system role: who joined or left its panel.
@@ -403,6 +435,10 @@ class AgentWorld:
         agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
                       depth=depth, name=name, allowed=actions, tools=grant, request_input=request_input,
                       model=skill.model)
+        try:  # its own RAM from the start: what it is told are items of it
+            agent.memory = ActiveMemory.for_subagent(self.rt.ltm, self.rt.memory.agent, agent.id)
+        except MemoryRefused as err:
+            log.warning("%s reads plain text: %s", agent.id, err)
         self.agents[agent.id] = agent
         self._maybe_live[agent.id] = agent
         if kind is AgentType.COMPULSION:
@@ -983,7 +1019,7 @@ class AgentWorld:
         def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
             self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=agent.identity)
             if retry_prompt is not None:  # model_call keeps the model's answer among its messages
-                agent.tell(retry_prompt)
+                agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
 
         parsed = await parse_with_retries(lambda: self.model_call(agent), rejected)
         # Paused while its model call was under way: the answer waits until it is resumed, so a
@@ -1002,10 +1038,11 @@ class AgentWorld:
         system prompt and the earlier messages stay byte-identical: the request's cached prefix holds."""
         if agent.memory is None:
             return
-        new = [i for i in agent.memory.memory_items() if agent.memory_shown.get(i.mem_id.base) != i.render()]
+        new = [i for i in agent.memory.memory_items(agent.received())
+               if agent.memory_shown.get(i.mem_id.base) != i.render()]
         if new:
             agent.memory_shown.update((i.mem_id.base, i.render()) for i in new)
-            agent.tell(section("memory", new))
+            agent.tell(section("memory", new), as_item=False)
 
     async def model_call(self, agent: Agent) -> str:
         """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
@@ -1025,7 +1062,7 @@ class AgentWorld:
         def build(caps: Capabilities) -> dict[str, Any]:
             # The catalog knows the primary's model; another one is sent what any model takes.
             request = build_request(model, self.system_prompt(agent),
-                                    api_messages(agent.messages, self.rt.backend_name == "openai"),
+                                    api_messages(agent.shown_messages(), self.rt.backend_name == "openai"),
                                     self.rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
             self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
             return request

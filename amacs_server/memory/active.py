@@ -333,6 +333,11 @@ class ActiveMemory:
             content["status"] = status
         self._put_chat(tick, content)
 
+    def receive(self, text: str) -> MemoryItem:
+        """A message a subagent received (from its caller, another agent, the person, its own
+        eval's result), as the next exchange item of its brain: a record it may evict and load."""
+        return self._put_chat(len(self._chat_index) + 1, {"said": text})
+
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""
         self.monologue.append(self._new(f"{MONOLOGUE_PREFIX}{tick}", Tier.ROM, Kind.MONOLOGUE, line))
@@ -627,6 +632,11 @@ class ActiveMemory:
         if base in self.pinned:
             return self.present(self._view(self.pinned[base]), pinned=True)
         return self.present(item)
+
+    def shown(self, item: MemoryItem) -> MemoryItem:
+        """ITEM as this brain's context shows it now: its handle when evicted, the version
+        loaded when pinned."""
+        return self._shown(item)
 
     def memory_items(self, shown_elsewhere: set[str] | frozenset[str] = frozenset()) -> list[MemoryItem]:
         """The ``<memory>`` section: pinned items (a page of a long one), then the handles of

@@ -3,7 +3,7 @@
 import json
 import re
 
-from tests.context_items import request_text, text_of
+from tests.context_items import request_text, said, text_of
 from tests.e2e.harness import elisp_string
 from tests.fake_anthropic import Reply, agent_json
 
@@ -44,8 +44,8 @@ def who(body):
 
 
 def transcript(body):
-    """Every message of the request as text, oldest first."""
-    return [text_of(m["content"]) for m in body["messages"]]
+    """Every message of the request as text, oldest first (a subagent's received items as what was said)."""
+    return [said(text_of(m["content"])) for m in body["messages"]]
 
 
 def event_lines(text):

@@ -9,7 +9,7 @@ the requests the fake received.
 
 import pytest
 
-from tests.context_items import chat_lines, eval_result, newest_message, request_text
+from tests.context_items import chat_lines, eval_result, newest_message, request_text, said
 from tests.e2e.agent_fakes import (
     pause,
     run_elisp,
@@ -32,8 +32,8 @@ def messages_of(body):
     """(role, text) of every message of request BODY, either API's: OpenAI's system prompt
     (its first message) left out, its later system messages kept."""
     msgs = body["messages"][1:] if "system" not in body else body["messages"]
-    return [(m["role"], m["content"] if isinstance(m["content"], str) else
-             "\n\n".join(b["text"] for b in m["content"])) for m in msgs]
+    return [(m["role"], said(m["content"] if isinstance(m["content"], str) else
+                             "\n\n".join(b["text"] for b in m["content"]))) for m in msgs]
 
 
 def system_prompt(body):

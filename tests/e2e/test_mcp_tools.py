@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.context_items import eval_result, newest_message, request_text
+from tests.context_items import eval_result, newest_message, request_text, said
 from tests.e2e.agent_fakes import (
     primary_texts,
     run_elisp,
@@ -188,7 +188,7 @@ def test_a_subagent_gets_its_templates_tools_never_more_than_its_parents(fake, h
 
     def answer(body):
         me, kind, _t = who(body)
-        ctx = request_text(body) if kind == "primary" else "\n".join(m["content"] if isinstance(m["content"], str)
+        ctx = request_text(body) if kind == "primary" else "\n".join(said(m["content"]) if isinstance(m["content"], str)
                                                                      else "" for m in body["messages"])
         if kind == "task":
             seen_by_task.append(body["system"][0]["text"])
@@ -207,7 +207,7 @@ def test_a_subagent_gets_its_templates_tools_never_more_than_its_parents(fake, h
     assert "time/get_current_time :timezone string" in seen_by_task[0]
     assert "git/git_status" not in seen_by_task[0]
     tasks = [b for b in (r["body"] for r in fake.requests) if who(b)[1] == "task"]
-    results = [last for last in (b["messages"][-1]["content"] for b in tasks[1:])]
+    results = [said(b["messages"][-1]["content"]) for b in tasks[1:]]
     text = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in results)
     assert '(:timezone \\"UTC\\"' in text
     assert "task-1 may not call git/git_status: its tools are time/*" in text
@@ -230,7 +230,7 @@ def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):
         _me, kind, _t = who(body)
         if kind == "compulsion":
             last = body["messages"][-1]["content"]
-            last = last if isinstance(last, str) else json.dumps(last)
+            last = said(last) if isinstance(last, str) else json.dumps(last)
             if "wants to call an MCP tool" in last:
                 asked.append(last)
                 return say("no calls about Paris" if "Paris" in last else "")

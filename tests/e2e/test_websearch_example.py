@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from tests.context_items import request_text
+from tests.context_items import request_text, said
 from tests.e2e.agent_fakes import run_elisp, say, send, session, transcript_events, who
 from tests.e2e.harness import run_emacs
 from tests.mcp_servers import ROOT, write_config
@@ -36,7 +36,7 @@ def site():
 
 
 def messages(body):
-    return "\n".join(m["content"] if isinstance(m["content"], str) else json.dumps(m["content"])
+    return "\n".join(said(m["content"]) if isinstance(m["content"], str) else json.dumps(m["content"])
                      for m in body["messages"])
 
 
@@ -72,7 +72,7 @@ def test_websearch_searches_digests_each_result_and_combines(fake, home, site):
             combined = re.findall(r"COMBINED\[[^\]]+\]", text)
             return say(combined[-1] if combined else "no combine answer")
         if template == "digest":
-            url = re.search(r"http://127\.0\.0\.1:\d+/\w+\.html", body["messages"][0]["content"]).group(0)
+            url = re.search(r"http://127\.0\.0\.1:\d+/\w+\.html", said(body["messages"][0]["content"])).group(0)
             if "step fetch." not in text:
                 return run_elisp(f'(plist-get (agent-tool "search/fetch" :url "{url}") :result)',
                                  monologue="step fetch.")
