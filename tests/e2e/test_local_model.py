@@ -112,8 +112,6 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.skip(reason="not yet seen to pass end to end with the code now on main: on the shared 2-core machine "
-                         "(load 15-20) one run takes 30+ minutes; unskipped once it has passed")
 def test_two_turns_then_a_long_one_with_a_real_local_model(llama: str, home: Path) -> None:
     """Two short turns and a long one against SmolLM2-135M served by llama.cpp."""
     # Measured on a run: the first request is ~4,800 tokens, the second (its input ~1,000) ~7,100;
