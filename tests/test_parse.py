@@ -98,3 +98,10 @@ def test_every_wrong_field_is_named_in_one_line_from_the_declared_model():
 def test_fields_the_skill_does_not_ask_for_are_ignored():
     r = parse_response('{"mood": "ok", "confidence": 0.5, "monologue": "m", "plan": ["x"], "eval": null}')
     assert (r.mood, r.eval, r.done) == ("ok", None, False)
+
+
+def test_a_raw_newline_inside_a_string_is_read_as_itself():
+    """A constrained decoder's grammar let a raw newline into a string (SmolLM2 on
+    llama-cpp-python's server, 0.3.36): unambiguous, so read, not sent back as invalid JSON."""
+    response = parse_response('{"mood": "ok", "confidence": 0.5, "monologue": "m", "eval": "(+ 1\n 2)"}')
+    assert response.eval == "(+ 1\n 2)"

@@ -142,7 +142,9 @@ def _strict(node: Any, defs: dict[str, Any]) -> Any:
 def parse_response(text: str) -> AgentResponse:
     """Validate TEXT as an agent response or raise :class:`ResponseFormatError`."""
     try:
-        data = json.loads(extract_json_text(text))
+        # strict=False: a raw control character inside a string (a newline) is read as itself; the
+        # grammar llama-cpp-python's server constrains replies with lets one through, and it is unambiguous.
+        data = json.loads(extract_json_text(text), strict=False)
     except json.JSONDecodeError as err:
         raise ResponseFormatError(f"invalid JSON: {err.msg} at line {err.lineno} column {err.colno}") from err
     except RecursionError as err:  # hostile or broken: arrays nested thousands deep
