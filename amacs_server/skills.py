@@ -18,7 +18,8 @@ from .errors import AmacsError
 
 _FRONT = re.compile(r"\A---\n(.*?)\n---\n?", re.S)
 SKILL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
-KINDS = ("core", "skill", "task", "viewpoint", "compulsion")
+KINDS = ("core", "skill", "task", "viewpoint", "compulsion", "judge")
+NOT_FOR_AGENTS = ("core", "judge")  # the system prompt, and rubrics the research tools run
 
 
 class SkillError(AmacsError, ValueError):
@@ -116,3 +117,7 @@ class SkillLibrary:
     def available(self) -> list[Skill]:
         """Every skill, sorted by name."""
         return [self._read(name, path) for name, path in sorted(self._folders().items())]
+
+    def for_agents(self) -> list[Skill]:
+        """The skills an agent may list and bind: every one but the core skill and judges."""
+        return [s for s in self.available() if s.kind not in NOT_FOR_AGENTS]

@@ -98,7 +98,7 @@ def thread_remove_buffer(rt: Runtime, thread_id: str, buffer: str) -> dict[str, 
 @_refusals
 def skills_list(rt: Runtime) -> list[dict[str, str]]:
     """Every skill the agent may bind: name, description, kind."""
-    return [s.summary() for s in rt.skills.available() if s.kind != "core"]
+    return [s.summary() for s in rt.skills.for_agents()]
 
 
 def _thread_for(rt: Runtime, thread_id: str | None) -> str:

@@ -319,7 +319,7 @@ When server.json in the AMACS home names a live headless server, connect
 to it.  Otherwise start the server, which connects when its port is
 printed.  Does nothing if a server is already starting or connected."
   (when (and amacs--server-process (not (process-live-p amacs--server-process)))
-    (amacs--server-gone amacs--server-process (format "%s" (process-status amacs--server-process))))
+    (amacs--server-gone amacs--server-process (amacs--end-words amacs--server-process)))
   (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p)
               amacs--retry-timer)          ; a start after a failed one waits for it
     (let ((headless (amacs--live-headless-server)))
@@ -428,6 +428,19 @@ has read the last messages (both are ready when the server is killed)."
     (while (and (processp conn) (process-live-p conn) (< reads 100)
                 (accept-process-output conn 0 nil t))
       (setq reads (1+ reads)))))
+
+(defun amacs--end-words (proc)
+  "How dead process PROC ended, in the words its sentinel would get.
+Whoever notices the end first says it: the sentinel, or a new start
+before the sentinel has run; both name it alike (\"killed\", not
+\"signal\")."
+  (let ((code (process-exit-status proc)))
+    (pcase (process-status proc)
+      ('signal (pcase code
+                 (9 "killed") (15 "terminated") (2 "interrupt") (1 "hangup")
+                 (_ (format "signal %d" code))))
+      ('exit (if (eql code 0) "finished" (format "exited abnormally with code %d" code)))
+      (status (format "%s" status)))))
 
 (defun amacs--server-gone (proc event)
   "Forget server PROC, which ended with EVENT, and say so once.

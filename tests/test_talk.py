@@ -325,3 +325,36 @@ def test_ended_agents_neither_count_nor_watch(tmp_path):
         world.viewpoint(PRIMARY, "three", "debater")  # the failed compulsion's place too
     finally:
         rt.ltm.close()
+
+
+def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_path):
+    """A task's own compulsion: the task (watched) and the primary (its ancestor) are refused cancel,
+    pause and resume; the person is refused until confirmed, then it is cancelled and says by whom."""
+    import json
+
+    from amacs_server.agents.world import PRIMARY, AgentError
+
+    rt = _runtime(tmp_path)
+
+    async def run():
+        task = rt.world._new_agent(PRIMARY, "task", "researcher", allowed=["eval", "compulsion"])
+        comp = rt.world._new_agent(task.id, "compulsion", "spawn-limiter")
+        for caller in (task.id, PRIMARY):
+            for action in ("cancel", "pause", "resume"):
+                with pytest.raises(AgentError, match=f"is a compulsion watching {task.id}: it obeys no agent"):
+                    rt.world.control(caller, action, comp.id)
+        assert comp.state == "idle" and comp.resumed.is_set()
+        with pytest.raises(AgentError, match="confirm to cancel it anyway"):
+            rt.world.person_control("cancel", comp.id)
+        assert rt.world.person_control("cancel", comp.id, confirmed=True) == {"cancelled": [comp.id]}
+        return task, comp
+
+    try:
+        task, comp = asyncio.run(run())
+    finally:
+        rt.ltm.close()
+    assert (task.state, comp.state) == ("idle", "cancelled")
+    rows = [json.loads(x) for f in (tmp_path / "h" / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
+    mine = [(r["event"], r["data"]) for r in rows if r["agent_id"] == comp.id and r["event"] != "agent_start"]
+    assert mine[-1] == ("cancelled", {"reason": "cancelled by the person (hub)"})
+    assert [d["by"] for e, d in mine if e == "control_refused"] == [task.id] * 3 + [PRIMARY] * 3

@@ -76,3 +76,15 @@ def test_builtin_skills_are_well_formed():
     skills = {s.name: s for s in lib.available()}
     assert skills["core"].kind == "core" and "Response format" in skills["core"].body
     assert all(s.description for s in skills.values())
+
+
+def test_judges_are_a_kind_of_their_own_and_not_listed_for_agents():
+    from amacs_server.config import load_config
+
+    cfg = load_config({"AMACS_HOME": "/nonexistent"})
+    lib = SkillLibrary(cfg.skills_dir, cfg.home / "skills")
+    kinds = {s.name: s.kind for s in lib.available()}
+    assert kinds["answer-quality"] == "judge" and kinds["viewpoints-used"] == "judge"
+    listed = {s.name for s in lib.for_agents()}
+    assert "answer-quality" not in listed and "core" not in listed
+    assert {"debater", "planning-mode"} <= listed

@@ -107,6 +107,25 @@
       (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
       (kill-buffer buf))))
 
+(ert-deftest amacs-transport-test-a-server-found-dead-is-named-as-its-sentinel-would ()
+  "A start that finds the server dead before its sentinel ran says \"killed\"."
+  (let ((proc (make-process :name "amacs-test-sleep" :command '("sleep" "100")
+                            :sentinel #'ignore :noquery t)))
+    (signal-process proc 'SIGKILL)
+    (with-timeout (10 (error "The process did not die"))
+      (while (process-live-p proc) (accept-process-output proc 0.05)))
+    (should (equal (amacs--end-words proc) "killed"))))
+
+(ert-deftest amacs-transport-test-a-finished-process-is-named-finished ()
+  "A process that exited is named by its exit code, as a sentinel's event is."
+  (let ((ok (make-process :name "amacs-test-true" :command '("true") :sentinel #'ignore :noquery t))
+        (bad (make-process :name "amacs-test-false" :command '("sh" "-c" "exit 3")
+                           :sentinel #'ignore :noquery t)))
+    (with-timeout (10 (error "The processes did not end"))
+      (while (or (process-live-p ok) (process-live-p bad)) (accept-process-output nil 0.05)))
+    (should (equal (amacs--end-words ok) "finished"))
+    (should (equal (amacs--end-words bad) "exited abnormally with code 3"))))
+
 (ert-deftest amacs-transport-test-events-in-any-split ()
   "Events split across and packed into reads arrive whole, in order, after the filter."
   (amacs-transport-test--with-connection conn
