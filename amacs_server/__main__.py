@@ -180,6 +180,10 @@ def stop_when_orphaned(stop: Callable[[], None], parent: int, interval: float = 
     return thread
 
 
+# What pyproject's research and cluster extras bring; a command missing one says how to add it.
+RESEARCH_MODULES = frozenset({"duckdb", "pyarrow", "plotly", "rich", "ray"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the server until Emacs goes away (or forever, headless); or summarize transcripts;
     or run an experiment, load its runs as a dataset, draw its report (``amacs_server.research``)."""
@@ -196,8 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] in (["experiment"], ["dataset"], ["report"], ["judge"]):  # research at scale (issue 15)
         import importlib
 
-        command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}", __package__).main
-        return command(argv[1:])
+        try:
+            command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}",
+                                                                           __package__).main
+            return command(argv[1:])
+        except ModuleNotFoundError as err:
+            missing = (err.name or "").partition(".")[0]
+            if missing not in RESEARCH_MODULES:
+                raise
+            print(f"amacs-server {argv[0]}: needs the research extras ({missing} is not installed): "
+                  "in the checkout, .venv/bin/pip install -e '.[research]' (pipx: pipx install "
+                  "'amacs-server[research]')", file=sys.stderr)
+            return 2
     parser = argparse.ArgumentParser(
         prog="amacs-server", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The AMACS server. Emacs starts it (M-x amacs-shell); --headless runs one that\n"
