@@ -1708,6 +1708,8 @@ agent is doing, the mode line what this session cost.
   (setq-local comint-input-sender #'amacs-shell--input-sender)
   (setq-local comint-process-echoes nil)
   (setq-local comint-prompt-read-only t)
+  ;; Typing or yanking in the read-only output goes to the input at the end, not lost.
+  (setq-local comint-scroll-to-bottom-on-input 'this)
   (setq-local comint-use-prompt-regexp nil)
   (setq-local comint-input-ring-file-name (amacs-shell--history-file))
   (setq-local comint-input-ring-size amacs-shell-history-size)

@@ -872,6 +872,22 @@ Replies, notes, eval lines and past inputs are read-only; the input is not."
     (amacs-shell--on-reply '(:text "Still shown."))   ; and the shell still writes above it
     (should (string-match-p "Still shown\\.\n\namacs> typed\\'" (amacs-shell-test--text)))))
 
+(ert-deftest amacs-shell-test-typing-in-the-output-goes-to-the-input ()
+  "A key typed with point on past output moves point to the input first.
+The output is read-only: without the move every typed character was refused."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "hello")
+    (amacs-shell--on-input-taken nil)
+    (amacs-shell--on-reply '(:text "Done: that was it."))
+    (amacs-shell--on-turn-done nil)
+    (goto-char (point-min))
+    (search-forward "that was")
+    (let ((this-command 'self-insert-command))
+      (run-hooks 'pre-command-hook))
+    (should (= (point) (point-max)))
+    (insert "next question")
+    (should (string-suffix-p "amacs> next question" (amacs-shell-test--text)))))
+
 (ert-deftest amacs-shell-test-describe-mode-describes-amacs ()
   "A newcomer's finding: C-h m in the shell listed Shell-Dirtrack mode.
 Once shell.el is loaded its directory tracking is on in every buffer by default."

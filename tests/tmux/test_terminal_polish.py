@@ -1,7 +1,7 @@
 """What a new user found in the shell, each tried again in a real terminal.
 
 TAB on a reply opened a ``*Completions*`` window of file names; a stray key
-edited a reply; ``C-h m`` listed Shell-Dirtrack mode; an expanded form broke
+edited a reply (now it goes to the input); ``C-h m`` listed Shell-Dirtrack mode; an expanded form broke
 ``(goto-char`` from ``(point-max))``; the exchanges resumed after a restart were
 greyed raw markup (``*bold*``, ``~code~``) while live ones were rendered.
 """
@@ -28,9 +28,13 @@ def test_tab_keys_and_help_act_on_the_agents_shell(terminal, fake):
     term.press("C-r")
     term.type("Done: that")
     term.press("Enter")                                    # point on the reply's text
-    term.type("x")                                         # a stray key
-    term.wait_for("Text is read-only", timeout=5)
+    term.type("x")                                         # a key typed on the reply goes to the input
+    term.wait_for("amacs> x", timeout=5, what="the key at the prompt")
     assert "Done: that was bold and code." in term.screen()
+    term.press("BSpace")
+    term.press("C-r")
+    term.type("Done: that")
+    term.press("Enter")                                    # point on the reply's text again
     term.press("C-a")
     term.press("Tab")                                      # on a reply: to the next eval line
     term.wait_for_elisp('(with-current-buffer "*amacs-shell*" (looking-at "▸ eval"))', timeout=5,
