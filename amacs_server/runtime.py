@@ -17,7 +17,7 @@ from typing import Any
 from . import faults
 from .agents.talk import Event, EventType
 from .agents.world import PRIMARY, AgentWorld, Limits
-from .config import Config
+from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation
 from .errors import Refused, Stopping
 from .inference import sdk
@@ -25,7 +25,7 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import Price, Tally, Usage, cost
+from .inference.pricing import FREE, Price, Tally, Usage, cost
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
@@ -280,7 +280,9 @@ class Runtime:
     def charge(self, usage: Usage, model: str | None = None) -> float:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
         and the budget; return dollars."""
-        dollars = cost(model or self.model, usage, self.prices)
+        # The model this server runs itself costs nothing, unless the person's table prices it.
+        table = {LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None else self.prices
+        dollars = cost(model or self.model, usage, table)
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
         self.consciousness.budget.cost_so_far += dollars

@@ -138,6 +138,11 @@ def test_the_runtime_runs_the_local_model(tmp_path: Path, fake_llama: None) -> N
         assert rt.catalog.window == 8192
         wait_for(lambda: rt.catalog.caps.schema_form == "json_object")
         assert rt.backend.schema_form_of is not None and rt.backend.schema_form_of() == "json_object"
+        # An answer may take an eighth of the window (the room the context leaves), not all of it,
+        # and the model this machine runs costs nothing.
+        assert rt.catalog.answer_tokens(8192) == 1024 and rt.catalog.answer_tokens(500) == 500
+        from amacs_server.inference.pricing import Usage
+        assert rt.charge(Usage(input_tokens=4917, output_tokens=3275)) == 0.0
         rt.local.wait_ready(20)
         pid = rt.local.pid
         assert pid is not None

@@ -38,6 +38,7 @@ PRICES: dict[str, Price] = {
     "claude-3-5-haiku": Price(0.80, 4.0, 1.0, 0.08),
 }
 DEFAULT_PRICE = PRICES["claude-sonnet-4-5"]
+FREE = Price(0.0, 0.0, 0.0, 0.0)  # a model run on this machine
 
 
 FAMILY_PRICES: dict[str, Price] = {
