@@ -145,6 +145,10 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload = refusal
             self._send_json(status, payload)
             return
+        if route == "/v1/chat/completions" and is_usage_probe(body):
+            fake.probes.append(record)  # a server answers it whatever the script says next
+            self._answer_chat(body, Reply("ok"))
+            return
         reply = fake.next_reply(body)
         fake.record(record)
         if route == "/v1/messages":
@@ -315,6 +319,12 @@ def _message(body: dict[str, Any], reply: Reply, text: str) -> dict[str, Any]:
     }
 
 
+def is_usage_probe(body: dict[str, Any]) -> bool:
+    """BODY is the one-token streamed call that asks whether a server's streams count tokens."""
+    return (body.get("max_tokens") == 1 and body.get("stream") is True
+            and body.get("messages") == [{"role": "user", "content": "hi"}])
+
+
 def _error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
 
@@ -335,6 +345,9 @@ class FakeAnthropic:
         self._script: deque[Reply] = deque()
         self._default = default or (lambda _body: Reply())
         self.requests: list[dict[str, Any]] = []
+        # AMACS's one-token question whether streams carry usage (OpenAIBackend): kept apart
+        # from the turns' requests, and answered without taking a scripted reply.
+        self.probes: list[dict[str, Any]] = []
         self.chunk_log: list[tuple[float, int]] = []  # (wall time, characters sent) per streamed delta
         # The Models API: model id -> its ModelInfo (model_info()); a model named here is held to
         # what it says it accepts (400 otherwise), and its replies follow a schema asked for.

@@ -214,6 +214,8 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
         _turn(rt, "the last one")
         assert len(fake.requests) == before + 2 and face.replies[-1] == "ok"
         assert rt.catalog.window == fake.n_ctx
+        # Once the window is known, the answer asked for fits in the eighth the context left it.
+        assert fake.requests[-1]["body"]["max_tokens"] == fake.n_ctx // 8
         assert not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
@@ -261,14 +263,14 @@ def test_a_server_that_counts_no_tokens_in_streams_is_not_streamed(tmp_path, fak
     """llama-cpp-python's server sends no usage in a stream (stream_options is ignored): asked
     once with a one-token call, it gets calls not streamed, and the transcript its real counts."""
     fake.openai_stream_usage = False
-    fake.script(Reply("x"), Reply(agent_json("four")), Reply(agent_json("six")))  # "x": the one-token question
+    fake.script(Reply(agent_json("four")), Reply(agent_json("six")))
     rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
     try:
         _turn(rt, "what is 2+2?")
         _turn(rt, "and 3+3?")
+        assert [(p["body"]["stream"], p["body"]["max_tokens"]) for p in fake.probes] == [(True, 1)]  # asked once
         chats = [r["body"] for r in fake.requests if r["path"].endswith("/chat/completions")]
-        assert [(b.get("stream", False), b.get("max_tokens")) for b in chats[:1]] == [(True, 1)]  # the question
-        assert all(not b.get("stream") for b in chats[1:]) and len(chats) == 3
+        assert all(not b.get("stream") for b in chats) and len(chats) == 2
         usages = [e["usage"] for e in _events(rt, "model_response")]
         assert len(usages) == 2 and all(u["input_tokens"] > 0 and u["output_tokens"] > 0 for u in usages)
         assert face.replies == ["four", "six"]

@@ -112,6 +112,14 @@ class ModelCatalog:
         """The model's input window in tokens: its capabilities', else the setting's."""
         return self.caps.max_input_tokens or self.setting_window
 
+    def answer_tokens(self, asked: int) -> int:
+        """The most tokens an answer may take: on an OpenAI-compatible server, whose window holds
+        the answer too, at most an eighth of a known window (the room `fit' keeps); else ASKED."""
+        window = self.window
+        if self.backend == "openai" and window is not None:
+            return max(1, min(asked, window // 8))
+        return asked
+
     def refuse(self, param: str) -> str:
         """The model refused PARAM: never send it again.  Returns what changed, in words.
 
@@ -163,8 +171,13 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
     """COMPLETE the request BUILD makes for the model's capabilities.  A 400 (or 422) that
     names a parameter the request sent is said in one line (SAY), remembered (never sent
     to this model again), and the call made once more without it."""
-    caps = await catalog.current()
-    request = build(caps)
+    def capped(caps: Capabilities) -> dict[str, Any]:
+        request = build(caps)
+        if "max_tokens" in request:
+            request["max_tokens"] = catalog.answer_tokens(request["max_tokens"])
+        return request
+
+    request = capped(await catalog.current())
     for attempt in range(3):
         try:
             return await complete(request)
@@ -175,7 +188,7 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
                 raise
             said = catalog.refuse(param)
             say(f"The model {catalog.model} does not take {said}; asking again.")
-            request = build(catalog.caps)
+            request = capped(catalog.caps)
     raise AssertionError("unreachable")
 
 

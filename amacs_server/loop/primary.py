@@ -284,7 +284,7 @@ def fit(rt: Runtime, context: Context) -> Context:
         return context
     settings = rt.consciousness.api_settings
     # An OpenAI-compatible server's window holds the answer too: an eighth of it is kept for that.
-    room = window - min(settings.max_tokens, window // 8) if rt.backend_name == "openai" else window
+    room = window - rt.catalog.answer_tokens(settings.max_tokens) if rt.backend_name == "openai" else window
     chars = len(rt.system_prompt())
     while rt.catalog.estimate(chars + request_chars({"messages": context.messages})) > room:
         if not context.conversation.compact(window):
