@@ -162,6 +162,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         call.__doc__ = fn.__doc__
         return call
 
+    @checked(name="agent-tool")
     def tool_call(eval_id: object = None, name: object = None, args: object = None) -> Any:
         """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools_mcp/agent_call.py."""
         return agent_tool(rt, face, lambda fn: _on_loop(rt, fn), eval_id, name, args)

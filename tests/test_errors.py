@@ -16,9 +16,11 @@ from amacs_server.agents.world import AgentError, AgentStopped
 from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
 from amacs_server.inference.anthropic_backend import StreamError, StreamOverloaded
+from amacs_server.inference.openai_backend import InvalidRequest, StreamCut
 from amacs_server.inference.parse import ResponseFormatError
 from amacs_server.inference.retry import InferenceError
-from amacs_server.loop.primary import TurnAborted
+from amacs_server.local_model import LocalModelError
+from amacs_server.loop.primary import ContextTooLong, TurnAborted
 from amacs_server.memory.active import MemoryRefused
 from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
@@ -26,11 +28,15 @@ from amacs_server.persistence.files import PersistenceError
 from amacs_server.persistence.git_repo import CommitError, GitFailed
 from amacs_server.persistence.home_lock import HomeInUse
 from amacs_server.persistence.recovery import StartupError
+from amacs_server.research.judge import JudgeError
 from amacs_server.research.spec import SpecError
 from amacs_server.skills import SkillError
 from amacs_server.state.consciousness import ConsciousnessError
 from amacs_server.threads import ThreadError
 from amacs_server.toolkit import ToolError
+from amacs_server.tools_mcp.agent_call import Blocked
+from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
+from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
 from amacs_server.transport.lisp import LispFormatError
 from amacs_server.transport.server import AmacsEPCServer, RemoteError, Unauthorized
@@ -46,6 +52,8 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     HomeInUse: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError, ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
     Unauthorized: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
+    InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, ContextTooLong: Exception,
+    JudgeError: ValueError, Blocked: RuntimeError, McpConfigProblem: ValueError, McpError: RuntimeError,
 }
 
 

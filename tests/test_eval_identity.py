@@ -27,7 +27,8 @@ class World:
         self.calls: list[tuple[str, int | None]] = []
 
     def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
-             allowed: list[str] | None = None, request_input: bool = False) -> dict[str, Any]:
+             allowed: list[str] | None = None, request_input: bool = False,
+             tools: list[str] | None = None) -> dict[str, Any]:
         self.calls.append((caller, eval_id))
         return {"handle": "task-9"}
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import AmacsError
 from ..text.clean import storable
 from . import sdk
 from .anthropic_backend import ModelResult, TextSink
@@ -25,7 +26,7 @@ else:
     openai = sdk.openai  # imported only for this backend, in a thread (sdk.py)
 
 
-class StreamCut(Exception):  # noqa: N818 - named as the SDK names its errors
+class StreamCut(AmacsError):  # noqa: N818 - named as the SDK names its errors
     """A streamed answer ended (or broke off) before its finish reason."""
 
 
@@ -40,7 +41,7 @@ async def _until_cut(chunks: Any) -> Any:
         raise StreamCut(f"the stream broke off ({err!r})") from err
 
 
-class InvalidRequest(Exception):  # noqa: N818 - named as the SDK names its errors
+class InvalidRequest(AmacsError):  # noqa: N818 - named as the SDK names its errors
     """The server refused the request as invalid but said so with a 500 (llama-cpp-python
     reports its request validation errors as internal errors): not worth retrying as is."""
 

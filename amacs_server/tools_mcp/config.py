@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import AmacsError
+
 DEFAULT_TIMEOUT = 20.0  # seconds a tool call may take (under the eval's own limit, 30 s by default)
 MAX_TIMEOUT = 3600.0
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -52,7 +54,7 @@ class McpConfig:
     secrets: tuple[str, ...] = ()  # the secret values ${VAR} brought in: redacted in what the agent sees
 
 
-class _Bad(ValueError):
+class _Bad(AmacsError, ValueError):
     """A problem at one key of the file."""
 
     def __init__(self, key: str, message: str) -> None:
