@@ -160,6 +160,10 @@ def test_c_d_at_an_empty_prompt_does_not_end_the_shell(terminal, fake):
     """comint's C-d sent EOF to the shell's placeholder process: every RET after it failed."""
     fake.script(Reply(agent_json("Still here.")))
     term = terminal()
+    # After hello's notes: input typed while they are written is sometimes lost (1 run in 4 here),
+    # a start-up defect of its own (open issue 28 asks that such input be kept), not C-d's.
+    term.wait_for("@NAME text talks to one", timeout=20, what="the greeting after hello")
+    term.wait_for_elisp("(not amacs-shell-busy)", timeout=20, what="the shell ready")
     term.press("C-d")
     send(term, "are you there?")
     term.wait_for("Still here.")
