@@ -27,6 +27,7 @@ import importlib
 import json
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_REQUEST = 1 << 20
+PARENT_CHECK = 0.5  # seconds between looks whether the experiment that started it is still there
 # What a run's server imports before its port line and for its first turn (the rest is imported as used).
 SERVER_MODULES = ("amacs_server.__main__", "amacs_server.methods", "amacs_server.runtime",
                   "amacs_server.loop.primary", "amacs_server.transport.server",
@@ -137,6 +139,8 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
 def serve(path: str, backends: list[str]) -> None:
     """Preload, say ``ready``, then fork a server for each launcher that connects to PATH, until killed."""
     preload(backends)
+    if threading.active_count() != 1:  # an import started one: forks would lack it
+        raise RuntimeError(f"threads running after the imports: {threading.enumerate()}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     os.chmod(path, 0o600)
@@ -144,10 +148,12 @@ def serve(path: str, backends: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
     parent = os.getppid()
     print("ready", flush=True)
-    while True:
+    # No thread may run here (a fork copies only the forking one): the experiment's end is
+    # noticed between accepts; its servers then stop, as servers whose parent is gone do.
+    while os.getppid() == parent:
+        if not select.select([listener], [], [], PARENT_CHECK)[0]:
+            continue
         conn, _ = listener.accept()
-        if os.getppid() != parent:  # the experiment is gone
-            return
         if os.fork() == 0:
             _serve_one(conn, listener)
         conn.close()
