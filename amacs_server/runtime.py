@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from . import faults
+from .agents.kinds import PRIMARY
 from .agents.talk import Event, EventType
-from .agents.world import PRIMARY, AgentWorld, Limits
+from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .errors import Refused, Stopping

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sexpdata import Symbol
 
+from amacs_server.agents.agent import AgentError, AgentStopped
 from amacs_server.agents.talk import Overloaded
-from amacs_server.agents.world import AgentError, AgentStopped
 from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
 from amacs_server.inference.anthropic_backend import StreamError, StreamOverloaded

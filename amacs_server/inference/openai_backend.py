@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AmacsError
 from ..text.clean import storable
 from . import sdk
-from .anthropic_backend import ModelResult, TextSink
+from .backend import ModelResult, TextSink
 from .parse import with_lengths
 from .pricing import Usage
 from .retry import RetryPolicy, StatusSink, with_retries
