@@ -554,7 +554,14 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    """Queue the tick's commit (in order; a failure is shown as a warning when it happens)."""
+    """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
+    with the tick state that makes the tick restorable (persistence.history)."""
+    try:
+        with deferred_sync():
+            rt.save_tick_state()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
+                         "error")
     rt.commits.submit(rt.tracked_files(), message)
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),
