@@ -31,7 +31,7 @@ from typing import Any
 
 from .config import LOCAL_ALIAS as ALIAS
 from .errors import AmacsError
-from .inference.anthropic_backend import ModelResult
+from .inference.backend import ModelResult
 from .inference.openai_backend import OpenAIBackend
 from .inference.retry import InferenceError
 

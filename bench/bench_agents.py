@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from amacs_server.agents.world import PRIMARY  # noqa: E402
+from amacs_server.agents.kinds import PRIMARY  # noqa: E402
 from amacs_server.config import load_config  # noqa: E402
 from bench.bench_tick import NullFace, load  # noqa: E402
 from bench.common import save, summary  # noqa: E402

@@ -38,8 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from amacs_server.agents import loop as agent_loop  # noqa: E402
 from amacs_server.config import load_config  # noqa: E402
-from amacs_server.loop import agent_loop, primary  # noqa: E402
+from amacs_server.loop import primary  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
 from amacs_server.state.consciousness import EvalResult  # noqa: E402

@@ -4,7 +4,7 @@
 (RUNS_DIR/<run-id>/manifest.json and RUNS_DIR/<run-id>/home/transcripts/<session>.jsonl),
 each a debate-shaped session whose transcript has the columns, event names and data
 shapes a real session writes (copied from real transcripts: persistence/transcript.py,
-loop/primary.py, loop/agent_loop.py, agents/world.py): a primary's ticks (tick_start,
+loop/primary.py, agents/loop.py, agents/subagent.py): a primary's ticks (tick_start,
 model_request with the whole request, model_response with usage/cost/latency_ms, parsed,
 eval, eval_result, tick_end), viewpoints (two or three, by the variant) and a task
 (agent_start ... agent_end), a compulsion that blocks one eval (``blocked``), evals some
@@ -223,7 +223,7 @@ def write_run(runs_dir: Path, index: int, seed: int = 0, errors: bool = True) ->
             w.write(primary, "parsed", {"attempt": 0, "response": json.loads(raw) | {"fallback": False,
                                                                                    "done": False}}, tick)
             if form is None:
-                pass  # a reply alone: no eval, no eval_result (agent_loop.act)
+                pass  # a reply alone: no eval, no eval_result (agents/loop.py act)
             elif turn_no == 0 and step == 0:
                 w.write(primary, "eval", {"form": form}, tick)
                 for n in VIEWS[:n_views]:

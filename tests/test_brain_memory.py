@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from amacs_server.agents.agent import Agent
+from amacs_server.agents.subagent import show_memory, system_prompt
 from amacs_server.agents.tools import acting_as_its_eval
-from amacs_server.agents.world import Agent
 from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory, MemoryRefused
 from amacs_server.memory.memid import MemId, MemIdError
@@ -152,20 +153,20 @@ def test_a_subagents_request_shows_what_changed_in_its_memory_once(rt: Runtime) 
     """Appended to its newest message as a <memory> section of items; the system prompt holds still."""
     agent = rt.world.agents["task-1"]
     agent.tell("do the job")
-    system = rt.world.system_prompt(agent)
-    rt.world._show_memory(agent)
+    system = system_prompt(rt.world, agent)
+    show_memory(agent)
     assert [(m["role"], m["content"]) for m in agent.messages] == [("user", "do the job")]  # no memory: nothing said
     made = call(rt, 2, "memory_create", "finding", "pine", None)
-    rt.world._show_memory(agent)
+    show_memory(agent)
     text = agent.messages[-1]["content"]
     assert text.startswith("do the job\n\n<memory>\n") and f'"mem_id": "{made["mem_id"]}"' in text
     agent.messages.append({"role": "assistant", "content": "{}"})
     agent.tell("<last-eval-result>...</last-eval-result>")
-    rt.world._show_memory(agent)
+    show_memory(agent)
     assert "<memory>" not in agent.messages[-1]["content"]  # unchanged: not repeated
     call(rt, 2, "memory_create", "second", "oak", None)
-    rt.world._show_memory(agent)
+    show_memory(agent)
     newest = agent.messages[-1]["content"]
     assert "second" in newest and "finding" not in newest  # only what is new
-    assert rt.world.system_prompt(agent) == system
+    assert system_prompt(rt.world, agent) == system
     assert f"<EOT>{ME}:task-1:NAME:VERSION<EOT>" in system

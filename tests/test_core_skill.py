@@ -27,7 +27,7 @@ def agent_functions() -> set[str]:
 def context_sections() -> set[str]:
     """Every <tag> the primary's context or a subagent's messages can hold."""
     tags = set(Conversation._sections(SimpleNamespace(skills=[], threads=[], scratchpad=[], memory=[], buffers=[])))
-    for source in ("amacs_server/context/assemble.py", "amacs_server/agents/world.py"):
+    for source in ("amacs_server/context/assemble.py", "amacs_server/agents/subagent.py"):
         text = (ROOT / source).read_text(encoding="utf-8")
         tags.update(re.findall(r'section\("([a-z-]+)"', text))
         tags.update(re.findall(r'"<([a-z][a-z-]+)>', text))

@@ -6,7 +6,8 @@ to tell a file that changed since ("A possible race condition, and a fix").
 
 import os
 
-from amacs_server.agents.world import Agent, AgentWorld, Limits
+from amacs_server.agents.agent import Agent
+from amacs_server.agents.world import AgentWorld, Limits
 from amacs_server.state.consciousness import EvalResult
 
 
@@ -21,12 +22,12 @@ def test_the_world_keeps_each_agents_files_with_what_changed_since(tmp_path):
     gone.write_text("soon gone")
     w = world()
     head = "Files this agent has read or written in its evals, and whether each changed on disk since:"
-    assert w.files_text("primary") == f"{head} none."
-    w.note_files("primary", EvalResult(True, files_read=(str(notes), str(gone))))
-    w.note_files("primary", EvalResult(True, files_written=(str(new),)))
-    w.note_files("task-1", EvalResult(True, files_read=(str(notes),)))
+    assert w.files_seen.text("primary") == f"{head} none."
+    w.files_seen.note("primary", EvalResult(True, files_read=(str(notes), str(gone))))
+    w.files_seen.note("primary", EvalResult(True, files_written=(str(new),)))
+    w.files_seen.note("task-1", EvalResult(True, files_read=(str(notes),)))
     new.write_text("written by the agent")  # after the stamp, as if outside the eval: changed
-    assert w.files_text("primary") == "\n".join([
+    assert w.files_seen.text("primary") == "\n".join([
         head,
         f"- {notes} (read; unchanged since)",
         f"- {gone} (read; unchanged since)",
@@ -34,21 +35,21 @@ def test_the_world_keeps_each_agents_files_with_what_changed_since(tmp_path):
     ])
     notes.write_text("one, and more")
     gone.unlink()
-    text = w.files_text("primary")
+    text = w.files_seen.text("primary")
     assert f"- {notes} (read; changed on disk since)" in text and f"- {gone} (read; deleted since)" in text
     # Writing it again refreshes what the agent knows; it stays read, and moves to the end.
-    w.note_files("primary", EvalResult(True, files_written=(str(notes),)))
-    assert w.files_text("primary").endswith(f"- {notes} (read and written; unchanged since)")
-    assert w.files_text("task-1") == f"{head}\n- {notes} (read; changed on disk since)"
-    assert w.files_text("task-2") == f"{head} none."
+    w.files_seen.note("primary", EvalResult(True, files_written=(str(notes),)))
+    assert w.files_seen.text("primary").endswith(f"- {notes} (read and written; unchanged since)")
+    assert w.files_seen.text("task-1") == f"{head}\n- {notes} (read; changed on disk since)"
+    assert w.files_seen.text("task-2") == f"{head} none."
 
 
 def test_an_agent_that_ends_forgets_its_files(tmp_path):
     """A new agent of the same id (a viewpoint name used again) starts knowing no file."""
     w = world()
     agent = Agent(id="viewpoint-x", type="viewpoint", template="debater", parent="primary", depth=1)
-    w.note_files(agent.id, EvalResult(True, files_read=(str(tmp_path),)))
-    assert w.files_seen[agent.id]
+    w.files_seen.note(agent.id, EvalResult(True, files_read=(str(tmp_path),)))
+    assert w.files_seen.of(agent.id)
     w._free(agent)
     assert agent.id not in w.files_seen
 
@@ -58,11 +59,11 @@ def test_a_stamp_is_size_and_mtime(tmp_path):
     path = tmp_path / "f"
     path.write_text("a")
     w = world()
-    w.note_files("primary", EvalResult(True, files_read=(str(path),)))
+    w.files_seen.note("primary", EvalResult(True, files_read=(str(path),)))
     stat = os.stat(path)
     path.write_text("ab")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert "changed on disk since" in w.files_text("primary")
+    assert "changed on disk since" in w.files_seen.text("primary")
 
 
 def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
@@ -86,6 +87,6 @@ def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
     try:
         work_tools.thread_create(rt, "work", {"buffers": ["notes.txt"]})
         asyncio.run(observe(rt))
-        assert str(notes) in rt.world.files_seen["primary"]
+        assert str(notes) in rt.world.files_seen.of("primary")
     finally:
         rt.ltm.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import itertools
+import json
 import types
 import typing
 from typing import Any
@@ -29,7 +30,12 @@ from amacs_server.inference.capabilities import (
     too_long,
 )
 from amacs_server.inference.openai_backend import to_chat
-from amacs_server.inference.parse import parse_response, response_schema
+from amacs_server.inference.parse import (
+    ResponseFormatError,
+    parse_response,
+    response_schema,
+    with_lengths,
+)
 from amacs_server.inference.request import build_request, ignored_settings
 from amacs_server.state.consciousness import ApiSettings
 from tests.fake_anthropic import model_info
@@ -151,9 +157,24 @@ def test_llama_cpp_json_object_form_and_sampling_reach_the_chat_request():
     settings = ApiSettings(temperature=0.3, top_p=0.9)
     request = build_request("m", "core", MESSAGES, settings, Capabilities())
     chat = to_chat(request, "json_object")
-    assert chat["response_format"] == {"type": "json_object", "schema": response_schema()}
+    schema = chat["response_format"]["schema"]
+    assert chat["response_format"]["type"] == "json_object"
+    assert schema["properties"]["mood"] == {**response_schema()["properties"]["mood"], "minLength": 1}
+    assert {**schema, "properties": response_schema()["properties"]} == response_schema()
     assert (chat["temperature"], chat["top_p"]) == (0.3, 0.9)
     assert "reasoning_effort" not in chat
+
+
+def test_string_lengths_go_only_to_a_grammar_that_keeps_them():
+    """A reply the grammar allows must parse: a blank mood is refused by the parser, so llama.cpp's
+    grammar is told ``minLength``; the strict schemas of Anthropic and OpenAI refuse length bounds."""
+    assert "minLength" not in json.dumps(response_schema())
+    assert "minLength" not in json.dumps(to_chat(build_request("m", "core", MESSAGES, SETTINGS, _caps(True, "none", False))))
+    grammar = with_lengths(response_schema())
+    assert [k for k, v in grammar["properties"].items() if v.get("minLength")] == ["mood"]
+    with pytest.raises(ResponseFormatError):
+        parse_response('{"eval": null, "reply": "hi", "mood": "", "confidence": 0.5, "monologue": "m",'
+                       ' "scratchpad": null, "done": null}')
 
 
 def test_unknown_model_is_tried_with_enabled_thinking_and_the_schema():

@@ -45,7 +45,7 @@ def test_wait_wakes_on_all_replies_and_times_out():
 def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
     """Results are reserved at spawn: the 4th task of a queue of 3 is refused at once, and
     all 3 results arrive even though nothing consumed them in between."""
-    from amacs_server.agents.world import PRIMARY
+    from amacs_server.agents.kinds import PRIMARY
     from amacs_server.config import load_config
     from amacs_server.runtime import Runtime
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
@@ -116,7 +116,7 @@ def _runtime(tmp_path, fake=None, **env):
 
 def _finished_task(rt, template):
     """Run one task of TEMPLATE for the primary to its end; return its handle."""
-    from amacs_server.agents.world import PRIMARY
+    from amacs_server.agents.kinds import PRIMARY
 
     async def run():
         handle = rt.world.task(PRIMARY, None, template, "q")["handle"]
@@ -128,7 +128,7 @@ def _finished_task(rt, template):
 
 
 def test_talk_log_on_a_full_queue_is_an_overload_error_to_the_sender(tmp_path):
-    from amacs_server.agents.world import PRIMARY
+    from amacs_server.agents.kinds import PRIMARY
 
     rt = _runtime(tmp_path, AMACS_EVENT_QUEUE="2")
 
@@ -179,7 +179,7 @@ def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):
 
 
 def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_path):
-    from amacs_server.agents.world import PRIMARY
+    from amacs_server.agents.kinds import PRIMARY
 
     rt = _runtime(tmp_path)
 
@@ -201,7 +201,8 @@ def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_pa
 
 
 def test_an_agent_controls_only_its_own_subagents(tmp_path):
-    from amacs_server.agents.world import PRIMARY, AgentError
+    from amacs_server.agents.agent import AgentError
+    from amacs_server.agents.kinds import PRIMARY
 
     rt = _runtime(tmp_path)
 
@@ -254,7 +255,8 @@ def test_the_primarys_inbox_is_bounded_with_a_clear_refusal(tmp_path):
 
 def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(tmp_path):
     """Found by trying it: the message was queued as an event and lost when the task ended."""
-    from amacs_server.agents.world import PRIMARY, AgentError
+    from amacs_server.agents.agent import AgentError
+    from amacs_server.agents.kinds import PRIMARY
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     def answer(body):
@@ -295,15 +297,14 @@ def test_the_runtime_imports_no_loop_module():
 
     tree = ast.parse(Path(runtime.__file__).read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert "loop.primary" not in imported and "loop.agent_loop" not in imported
+    assert "loop.primary" not in imported and "agents.loop" not in imported
 
 
 def test_ended_agents_neither_count_nor_watch(tmp_path):
     """The World's indexes (issue 11, the pool bound: no scan of every agent per model call):
     an agent that ended frees its place under AMACS_MAX_AGENTS, and a compulsion that quit
     or failed is no longer consulted; a live one is, for the agent it is attached to only."""
-    from amacs_server.agents.kinds import AgentState
-    from amacs_server.agents.world import PRIMARY
+    from amacs_server.agents.kinds import PRIMARY, AgentState
     from amacs_server.config import load_config
     from amacs_server.runtime import Runtime
     from tests.test_memory import SilentFace
@@ -332,7 +333,8 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
     pause and resume; the person is refused until confirmed, then it is cancelled and says by whom."""
     import json
 
-    from amacs_server.agents.world import PRIMARY, AgentError
+    from amacs_server.agents.agent import AgentError
+    from amacs_server.agents.kinds import PRIMARY
 
     rt = _runtime(tmp_path)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+PRIMARY = "primary"  # the primary's agent id: the agent the person talks to in the shell
+
 
 class AgentType(StrEnum):
     """The primary, or the template kind a subagent was made from (agent-world-architecture.md)."""

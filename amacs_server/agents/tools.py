@@ -15,8 +15,9 @@ from pydantic import BeforeValidator, Field, PositiveInt
 
 from ..arguments import Flag, Options, Strings, Text, checked
 from ..toolkit import ToolError, refusals
+from .agent import AgentError
+from .kinds import PRIMARY
 from .talk import Overloaded
-from .world import PRIMARY, AgentError
 
 if TYPE_CHECKING:
     from ..runtime import Runtime

@@ -15,49 +15,37 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
-import os
 from collections.abc import Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..context.assemble import section
-from ..errors import AmacsError
-from ..inference.anthropic_backend import ModelResult
-from ..inference.capabilities import Capabilities
-from ..inference.catalog import ModelCatalog, call_adapting
-from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.pricing import dollars
-from ..inference.request import UNKNOWN, build_request, constrained
-from ..inference.retry import InferenceError
-from ..loop.agent_loop import parse_with_retries, run_agent
 from ..memory.active import ActiveMemory, MemoryRefused
 from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
-from ..state.consciousness import EvalResult
 from ..tools_mcp import calls as mcp_calls
-from ..tools_mcp.hub import McpHub
-from .kinds import AgentState, AgentType, Ending
+from .agent import Agent, AgentError, AgentStopped
+from .files_seen import FilesSeen
+from .kinds import PRIMARY, AgentState, AgentType
+from .subagent import respond
 from .talk import Event as AgentEvent
 from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
 
 if TYPE_CHECKING:
-    from ..inference.anthropic_backend import ModelResult, TextSink
+    from ..inference.backend import ModelBackend
+    from ..inference.catalog import ModelCatalog
     from ..inference.pricing import Usage
-    from ..inference.retry import StatusSink
     from ..loop.face import Face
-    from ..memory.items import MemoryItem
     from ..memory.ltm import LongTermMemory
     from ..persistence.transcript import Transcript
     from ..skills import SkillLibrary
     from ..state.consciousness import Consciousness
+    from ..tools_mcp.hub import McpHub
 
 log = logging.getLogger("amacs.agents")
 
-PRIMARY = "primary"
 PERSON = "the person (hub)"  # who the transcript says acted, when the person did from the hub
-PROTOCOL_SKILL = "subagent-core"
 ALL_ACTIONS = frozenset({"eval", "task", "viewpoint", "consider", "compulsion", "talk", "request_input", "quit"})
 DEFAULT_ACTIONS = {
     AgentType.TASK: frozenset({"eval", "task", "viewpoint", "consider", "talk"}),
@@ -65,15 +53,6 @@ DEFAULT_ACTIONS = {
     AgentType.COMPULSION: frozenset({"eval", "task", "talk", "quit"}),
 }
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
-FILES_SHOWN = 100  # files an agent read or wrote, newest, listed for its compulsions
-FALLBACK_CHARS = 2000  # of a subagent's answer that was never valid JSON, passed on to its asker
-
-
-class ModelBackend(Protocol):
-    """A model backend as the World calls it (non-streamed: a subagent's reply is not shown as it comes)."""
-
-    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *, stream: bool = True,
-                       on_status: StatusSink | None = None) -> ModelResult: ...
 
 
 class WorldHost(Protocol):
@@ -102,43 +81,6 @@ class WorldHost(Protocol):
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
 
 
-class AgentError(AmacsError, ValueError):
-    """An agent request the rules refuse; the message is for the calling agent."""
-
-
-@dataclass(frozen=True)
-class FileSeen:
-    """A file as one agent's evals last left it: read, written, and its size and mtime then.
-
-    Per agent, so a subagent starts knowing no file; the stamp says whether the file
-    changed since (agent-world-architecture.md, The World: known_content_files, and
-    "A possible race condition, and a fix")."""
-
-    read: bool
-    written: bool
-    stamp: tuple[int, int] | None  # (mtime_ns, size) right after that eval; None: not on disk
-
-    def since(self, path: str) -> str:
-        """Whether PATH on disk is still as the agent left it, in words."""
-        now = file_stamp(path)
-        if now == self.stamp:
-            return "unchanged since" if now is not None else "not on disk"
-        return "deleted since" if now is None else "changed on disk since"
-
-
-def file_stamp(path: str) -> tuple[int, int] | None:
-    """(mtime_ns, size) of PATH, or None when it cannot be stat'ed (gone, or a remote name)."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
-class AgentStopped(AmacsError, RuntimeError):
-    """The agent may not go on: the budget is spent, or it was cancelled or interrupted."""
-
-
 @dataclass
 class Limits:
     """The World's bounds (server configuration)."""
@@ -150,131 +92,6 @@ class Limits:
     max_steps: int = 8  # model calls in one response of one subagent
     wait_timeout: float = 60.0  # default for agent-wait-for
     event_queue: int = 100  # events (and results still to come) one agent may have waiting
-
-
-@dataclass
-class Agent:
-    """One subagent: its template, its own transcript, its counters."""
-
-    id: str
-    type: AgentType
-    template: str
-    parent: str
-    depth: int
-    name: str | None = None
-    allowed: frozenset[str] = frozenset()
-    tools: tuple[str, ...] = ()  # MCP tool patterns (`time/*'); a call needs this agent's and every ancestor's
-    request_input: bool = False
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    state: AgentState = AgentState.IDLE
-    doing: str = ""  # while running: waiting for the model pool, thinking, an eval
-    steps: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost: float = 0.0
-    talk_ids: TalkIds = field(default_factory=TalkIds)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    status: Ending | None = None  # how its last response ended
-    model: str | None = None  # its template's `model:' (None: the session's model)
-    budget_told: bool = False  # the person heard that the budget stopped it
-    resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
-    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (memory/tools.py)
-    memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
-
-    def __post_init__(self) -> None:
-        # A type or state given as its string (a test, a caller outside the World) becomes its member
-        # here, once; an unknown one is an error now, not a comparison that is never true.
-        try:
-            self.type, self.state = AgentType(self.type), AgentState(self.state)
-        except ValueError as err:
-            raise AgentError(f"agent {self.id}: {err}") from err
-        self.resumed.set()
-
-    @property
-    def identity(self) -> AgentIdentity:
-        """Who this agent is, for transcripts."""
-        return AgentIdentity(self.id, self.parent or None, self.type, self.template)
-
-    def tell(self, text: str, *, as_item: bool = True) -> None:
-        """Add TEXT to this agent's transcript as the next user message.
-
-        With its own memory, TEXT is an item of it (memid-active-memory.md: no anonymous
-        text reaches a brain), which the agent may evict and load; its request shows the
-        item as it is then (:meth:`shown_messages`).  AS_ITEM false: TEXT is rendered items
-        already (its ``<memory>`` section)."""
-        part: str | MemoryItem = self.memory.receive(text) if as_item and self.memory is not None else text
-        if self.messages and self.messages[-1]["role"] == "user":
-            last = self.messages[-1]
-            last.setdefault("parts", [last["content"]]).append(part)
-            last["content"] += "\n\n" + text
-        else:
-            self.messages.append({"role": "user", "content": text, "parts": [part]})
-
-    def received(self) -> frozenset[str]:
-        """The bases of the messages this agent received as items (shown where they came)."""
-        return frozenset(p.mem_id.base for m in self.messages for p in m.get("parts", ())
-                         if not isinstance(p, str))
-
-    def shown_messages(self) -> list[dict[str, Any]]:
-        """Its messages as its next request shows them: each received item as it is now in its
-        memory (a handle once evicted, the loaded version once loaded)."""
-        if self.memory is None:
-            return [{"role": m["role"], "content": m["content"]} for m in self.messages]
-        memory = self.memory
-        out = []
-        for m in self.messages:
-            parts = m.get("parts")
-            if parts is None:
-                out.append({"role": m["role"], "content": m["content"]})
-                continue
-            out.append({"role": m["role"], "content": "\n\n".join(
-                p if isinstance(p, str) else memory.shown(p).render() for p in parts)})
-        return out
-
-    def notice(self, text: str) -> None:
-        """Add TEXT to this agent's transcript in the system role: who joined or left its panel.
-
-        Sent as a system message where the API has one mid-conversation (OpenAI's chat
-        completions); the Messages API has a system role only before the first message,
-        so there it is user text marked ``[system]`` (:func:`api_messages`)."""
-        self.messages.append({"role": "system", "content": text})
-
-    def summary(self) -> dict[str, Any]:
-        """Type, template, state and cost, for the hub and `agent-list'."""
-        return {"id": self.id, "type": self.type, "template": self.template, "name": self.name,
-                "parent": self.parent,
-                "state": AgentState.PAUSED if not self.resumed.is_set() and self.state.live else self.state,
-                "ended": not self.state.live,  # Emacs reads this, not a list of the end states
-                "steps": self.steps,
-                "tokens": self.input_tokens + self.output_tokens, "cost": round(self.cost, 6)}
-
-
-def api_messages(messages: list[dict[str, Any]], system_role: bool) -> list[dict[str, Any]]:
-    """An agent's MESSAGES as its backend takes them.
-
-    With SYSTEM_ROLE (OpenAI's chat completions) a notice stays a system message.  The
-    Messages API takes a system prompt only before the conversation: there a notice is
-    user text ``[system] ...``, joined to the user message next to it (user and assistant
-    alternate), in the order it came."""
-    if system_role:
-        return messages
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        if m["role"] == "system":
-            m = {"role": "user", "content": f"[system] {m['content']}"}
-        if m["role"] == "user" and out and out[-1]["role"] == "user":
-            out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n\n{m['content']}"}
-        else:
-            out.append(m)
-    return out
-
-
-async def _unless_stopped_while_paused(agent: Agent) -> None:
-    """Wait while AGENT is paused; one interrupted or cancelled meanwhile (a cancel lost in a
-    wait_for too) goes no further: no model call, no action, nothing delivered."""
-    await agent.resumed.wait()
-    if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):
-        raise asyncio.CancelledError(agent.state)
 
 
 class AgentWorld:
@@ -307,7 +124,7 @@ class AgentWorld:
         self.tasks_live = 0
         self.blocks = 0
         self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
-        self.files_seen: dict[str, dict[str, FileSeen]] = {}  # per agent: the files its evals read or wrote
+        self.files_seen = FilesSeen()  # per agent: the files its evals read or wrote
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
@@ -519,7 +336,7 @@ class AgentWorld:
             for task in tasks:
                 task.cancel()
         if stopped:
-            self._report_working()
+            self.report_working()
         return stopped
 
     def _at_work(self, agent: Agent) -> list[asyncio.Task[Any]]:
@@ -539,7 +356,7 @@ class AgentWorld:
                 self.rt.transcript.write("interrupted", {"reason": reason}, agent=agent.identity)
                 stopped.append(agent.id)
         if stopped:
-            self._report_working()
+            self.report_working()
         return stopped
 
     def pause(self, agent_id: str, by: str = PRIMARY) -> dict[str, Any]:
@@ -713,8 +530,7 @@ class AgentWorld:
             content = {"handle": agent.id, "template": agent.template, "status": agent.state, "error": str(err)}
         finally:
             self.tasks_live -= 1
-        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
-        self._free(agent)
+        self._end(agent, agent.state)
         said = content.get("reply") or content.get("error") or "(no reply)"
         self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
                                  f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
@@ -787,11 +603,9 @@ class AgentWorld:
         agent = self.agents.get(f"viewpoint-{name}")
         if agent is None or agent.parent != caller or agent.state is AgentState.DISCARDED:
             raise AgentError(f"{caller} has no viewpoint named {name!r}")
-        agent.state = AgentState.DISCARDED
+        self._end(agent, AgentState.DISCARDED)
         for other in self.viewpoints_of(caller):
             other.notice(f"{name} has left the chat")
-        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
-        self._free(agent)
         return {"discarded": name}
 
     def compulsion(self, caller: str, template: str, prompt: str | None) -> dict[str, Any]:
@@ -806,16 +620,23 @@ class AgentWorld:
         agent = self.agents.get(caller)
         if agent is None or agent.type is not AgentType.COMPULSION:
             raise AgentError("only a compulsion can agent-quit")
-        agent.state = AgentState.QUIT
+        self._end(agent, AgentState.QUIT)
+        return {"quit": agent.id}
+
+    def _end(self, agent: Agent, state: AgentState) -> None:
+        """AGENT ends in STATE: its transcript's last record says so (``agent_end``, with its
+        summary), and it is freed.  Every end of a subagent comes here, but a cancel of an idle
+        one: its ``cancelled`` record is its end, and it is only freed."""
+        agent.state = state
         self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
         self._free(agent)
-        return {"quit": agent.id}
 
     def _free(self, agent: Agent) -> None:
         """An agent that ended keeps its summary and transcript; its queue and bookkeeping go."""
         self.bus.forget(agent.id)
-        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids, self.files_seen):
+        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids):
             table.pop(agent.id, None)
+        self.files_seen.forget(agent.id)
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
         """The compulsions watching AGENT_ID now: live, and not paused by the person (a paused
@@ -936,45 +757,13 @@ class AgentWorld:
                                                {"timed_out": sorted(wait.talk_ids), "after_s": wait.timeout}),
                           reserved=True)
 
-    # -- the subagent loop -------------------------------------------------------------
-
-    def system_prompt(self, agent: Agent) -> str:
-        """The shared subagent protocol, then the agent's template (both skills: editable text)."""
-        parts = []
-        try:
-            parts.append(self.rt.skills.get(PROTOCOL_SKILL).body)
-        except SkillError:
-            pass
-        parts.append(f"You are {agent.id}, a {agent.type} (template {agent.template}). "
-                     f"Allowed actions: {', '.join(sorted(agent.allowed))}.")
-        parts.append(f"Your memory is your own: agent-memory-create names an item <EOT>{self.rt.memory.agent}:"
-                     f"{agent.id}:NAME:VERSION<EOT>, and <memory> shows your items when they change. Long-term "
-                     "memory is shared: agent-memory-search and agent-memory-load reach every agent's items.")
-        parts.append(self.rt.skills.get(agent.template).body)
-        tools = self.tool_listing(agent.id)
-        if tools:
-            parts.append(tools)
-        return "\n\n".join(parts)
+    # -- a subagent's run (subagent.py) ---------------------------------------------------
 
     async def respond(self, agent: Agent, text: str | None) -> str:
         """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
-        async with agent.lock:
-            if agent.state in (AgentState.DISCARDED, AgentState.QUIT, AgentState.CANCELLED,
-                               AgentState.INTERRUPTED, AgentState.STOPPED):
-                raise AgentError(f"{agent.id} is {agent.state}")
-            before = agent.state  # a finished task answering the person stays finished
-            agent.state = AgentState.RUNNING
-            self._report_working()
-            if text is not None:
-                agent.tell(text)
-            try:
-                return await self._loop(agent)
-            finally:
-                if agent.state is AgentState.RUNNING:
-                    agent.state = before if before in (AgentState.DONE, AgentState.FAILED) else AgentState.IDLE
-                self._report_working(agent, "")
+        return await respond(self, agent, text)
 
-    def _report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
+    def report_working(self, agent: Agent | None = None, doing: str | None = None) -> None:
         """Tell the person's shell, soon, which subagents are at work and what each is doing.
 
         Reports are coalesced: at most one per REPORT_INTERVAL, so fifty tasks starting at
@@ -992,136 +781,6 @@ class AgentWorld:
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "doing": a.doing or None, "steps": a.steps}
                              for a in self.subagents() if a.state is AgentState.RUNNING])
-
-    async def _loop(self, agent: Agent) -> str:
-        """AGENT's run of the one agent loop (loop/agent_loop.py), until its default action
-        (done) or its step limit; its last reply is what it says."""
-        body = SubagentBody(self, agent)
-        outcome = await run_agent(body, self)
-        agent.status = outcome.status
-        return body.reply
-
-    def _tell_events(self, agent: Agent) -> None:
-        events = self.bus.drain(agent.id)
-        if events:
-            agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
-
-    async def _ask_person(self, agent: Agent, text: str) -> str:
-        talk_id = agent.talk_ids.next()
-        self.rt.face.reply(f"[{agent.id} {agent.template}] {text}")
-        self.rt.expect_user_reply(agent.id, talk_id)
-        await self.bus.wait_for(agent.id, frozenset({talk_id}), 24 * 3600)
-        events = self.bus.drain(agent.id)
-        return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
-
-    async def _infer(self, agent: Agent) -> AgentResponse:
-        """One response, parsed by the one policy every agent shares (loop/agent_loop.py)."""
-        def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
-            self.rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=agent.identity)
-            if retry_prompt is not None:  # model_call keeps the model's answer among its messages
-                agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
-
-        parsed = await parse_with_retries(lambda: self.model_call(agent), rejected)
-        # Paused while its model call was under way: the answer waits until it is resumed, so a
-        # paused agent acts on nothing and delivers nothing (a newcomer paused a task from the
-        # hub and saw it finish anyway).
-        await _unless_stopped_while_paused(agent)
-        if parsed.fallback and agent.type is not AgentType.COMPULSION:  # its asker hears what it said (a compulsion's
-            # unparsed text must not block the agent it watches)
-            return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
-                                                   f"{parsed.text[:FALLBACK_CHARS]}")
-        return parsed.response
-
-    def _show_memory(self, agent: Agent) -> None:
-        """Append to AGENT's newest message what is new or changed in its own RAM since its last
-        request, as a ``<memory>`` section of items (as the primary's context shows them).  The
-        system prompt and the earlier messages stay byte-identical: the request's cached prefix holds."""
-        if agent.memory is None:
-            return
-        new = [i for i in agent.memory.memory_items(agent.received())
-               if agent.memory_shown.get(i.mem_id.base) != i.render()]
-        if new:
-            agent.memory_shown.update((i.mem_id.base, i.render()) for i in new)
-            agent.tell(section("memory", new), as_item=False)
-
-    async def model_call(self, agent: Agent) -> str:
-        """One model call for AGENT, inside the pool; cost rolled up to the primary's budget."""
-        await _unless_stopped_while_paused(agent)  # paused: no model call until resumed
-        stop = self.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
-        if stop is not None:
-            if not agent.budget_told:
-                agent.budget_told = True
-                self.rt.face.annotate(stop, "error")
-            self.rt.transcript.write("budget_stop", {"message": stop}, agent=agent.identity)
-            raise AgentStopped("the budget limit is reached")
-        self._show_memory(agent)
-        await self.tools_ready()
-        model = agent.model or self.rt.model
-        catalog = self.rt.catalog
-
-        def build(caps: Capabilities) -> dict[str, Any]:
-            # The catalog knows the primary's model; another one is sent what any model takes.
-            request = build_request(model, self.system_prompt(agent),
-                                    api_messages(agent.shown_messages(), self.rt.backend_name == "openai"),
-                                    self.rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
-            self.rt.transcript.write("model_request", {"request": request}, agent=agent.identity)
-            return request
-
-        def said(line: str) -> None:
-            self.rt.transcript.write("model_adapted", {"status": line}, agent=agent.identity)
-
-        async def complete(request: dict[str, Any]) -> ModelResult:
-            # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
-            return await self.rt.backend.complete(request, stream=False)
-
-        self._report_working(agent, "waiting for the model pool")
-        async with self.pool:
-            self._report_working(agent, f"thinking (step {agent.steps + 1})")
-            try:
-                result: ModelResult = await call_adapting(catalog, build, complete, said)
-            except InferenceError as err:
-                self.rt.transcript.write("model_error", {"error": str(err)}, agent=agent.identity)
-                raise
-        dollars = self.rt.charge(result.usage, agent.model)  # rolled up to the one budget
-        agent.doing = ""
-        self.counted(agent, result.usage, dollars)
-        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
-        self.rt.transcript.write("model_response", {
-            "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
-            "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-            "cost": dollars, "latency_ms": result.latency_ms}, agent=agent.identity)
-        return result.text
-
-    async def _eval(self, agent: Agent, form: str) -> tuple[EvalResult, Wait | None]:
-        """Emacs evaluates FORM for AGENT; the wait it registered (agent-wait-for), if any."""
-        self.begin_eval(agent.id)
-        result = await self.rt.face.evaluate(form, agent.id)
-        self.note_files(agent.id, result)
-        return result, self.end_eval(agent.id)
-
-    # -- the files each agent has read (The World: known_content_files) -------------------
-
-    def note_files(self, agent_id: str, result: EvalResult) -> None:
-        """Remember the files AGENT_ID's eval read and wrote, stamped as they are on disk now.
-
-        A file the agent wrote is known to it as one it read is; the newest go last."""
-        seen = self.files_seen.setdefault(agent_id, {})
-        for path in dict.fromkeys((*result.files_read, *result.files_written)):
-            before = seen.pop(path, None)
-            seen[path] = FileSeen(read=path in result.files_read or bool(before and before.read),
-                                  written=path in result.files_written or bool(before and before.written),
-                                  stamp=file_stamp(path))
-
-    def files_text(self, agent_id: str) -> str:
-        """AGENT_ID's files, for its compulsions: what it did to each, and whether it changed since."""
-        seen = list(self.files_seen.get(agent_id, {}).items())
-        head = "Files this agent has read or written in its evals, and whether each changed on disk since:"
-        if not seen:
-            return f"{head} none."
-        lines = [f"- {path} ({' and '.join(w for w, did in (('read', f.read), ('written', f.written)) if did)}; "
-                 f"{f.since(path)})" for path, f in seen[-FILES_SHOWN:]]
-        more = [f"(and {len(seen) - FILES_SHOWN} older ones)"] if len(seen) > FILES_SHOWN else []
-        return "\n".join([head, *lines, *more])
 
     # -- hooks on the primary loop (compulsions) ----------------------------------------
 
@@ -1151,7 +810,7 @@ class AgentWorld:
         for comp in self.compulsions_of(agent_id):
             what = {"eval": "wants to evaluate", "tool": "wants to call an MCP tool (in its eval)"}.get(
                 kind, "wants to reply to its interlocutor")
-            files = f"\n\n{self.files_text(agent_id)}" if kind == "eval" else ""
+            files = f"\n\n{self.files_seen.text(agent_id)}" if kind == "eval" else ""
             try:
                 reason = await self.respond(comp, f"[before action] The agent {what}:\n{form}{files}")
             except Exception as err:
@@ -1175,73 +834,4 @@ class AgentWorld:
         A stable order: the hub redraws under the person's point, and a key must act on
         the agent the person chose (live ones first made rows move)."""
         return [a.summary() for a in self.agents.values()]
-
-
-class SubagentBody:
-    """A task, viewpoint or compulsion in the one agent loop: its messages are its transcript.
-
-    Its default action is ``done`` (its last reply is its answer), unless it may
-    request input and did not say it is done: then the person answers it."""
-
-    def __init__(self, world: AgentWorld, agent: Agent) -> None:
-        self.world, self.agent = world, agent
-        self.id = agent.id
-        self.allowed: frozenset[str] | None = agent.allowed
-        self.max_steps = world.limits.max_steps
-        self.reply = ""
-        self.last: str | None = None  # the previous action's result, for the compulsions
-        self.step = 0
-        self.wait: Wait | None = None
-
-    def halted(self) -> bool:
-        return self.agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED)
-
-    def begin_step(self, step: int) -> None:
-        self.step = step
-
-    def last_result(self, step: int) -> str | None:
-        return self.last
-
-    async def infer(self) -> AgentResponse:
-        if self.step > 0:
-            self.world._tell_events(self.agent)  # the compulsions' notes among them
-        return await self.world._infer(self.agent)
-
-    async def say(self, response: AgentResponse) -> None:
-        self.reply = response.reply or self.reply
-
-    async def evaluate(self, form: str) -> EvalResult:
-        result, self.wait = await self.world._eval(self.agent, form)
-        return result
-
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.world.rt.transcript.write(event, data, agent=self.agent.identity)
-
-    def record(self, response: AgentResponse, result: EvalResult) -> None:
-        if result.skipped:
-            return  # a reply said: nothing to tell the agent back
-        self.last = json.dumps({"lastEvalResult": result.to_dict()})
-        self.agent.tell("<last-eval-result>\n" + self.last + "\n</last-eval-result>")
-
-    async def after_eval(self) -> bool:
-        if self.agent.state is AgentState.QUIT:
-            return False
-        wait, self.wait = self.wait, None
-        if wait is not None:
-            await self.world.sleep_until(self.agent.id, wait)
-        self.world._tell_events(self.agent)
-        return True
-
-    async def default_action(self, response: AgentResponse) -> bool:
-        if self.agent.request_input and not response.done:
-            self.agent.tell(await self.world._ask_person(self.agent, response.reply or ""))
-            self.last = "the person answered"
-            return False
-        return True  # done: its last reply is its answer (not written to its transcript)
-
-    def interrupted(self) -> None:
-        pass  # AgentWorld.cancel and cancel_all wrote it to the transcript
-
-    def out_of_steps(self) -> None:
-        self.note("step_limit", {"max_steps": self.max_steps})
 

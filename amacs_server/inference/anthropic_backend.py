@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
 from ..text.clean import storable
 from . import sdk
+from .backend import ModelResult, TextSink
 from .pricing import Usage
 from .request import build_request
 from .retry import RetryPolicy, StatusSink, with_retries
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
     import anthropic
 else:
     anthropic = sdk.anthropic  # imported after the port is printed, in a thread (sdk.py)
-
-TextSink = Callable[[str], None]
-
 
 class StreamError(AmacsError):
     """The API's ``error`` event in the middle of a stream (the HTTP status was already 200)."""
@@ -59,28 +56,7 @@ def _retryable() -> tuple[type[Exception], ...]:
             anthropic.APIConnectionError, StreamOverloaded)
 
 
-@dataclass
-class ModelResult:
-    """What one model call returned."""
-
-    text: str
-    usage: Usage
-    latency_ms: float
-    stop_reason: str | None
-    request: dict[str, Any] = field(default_factory=dict)
-    thinking: str = ""  # the model's thinking text, as it came ("" when it did not think)
-    # The thinking blocks as the API returned them (signatures included): sent back with the
-    # reply in later requests, unmodified, as the API requires.
-    thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
-
-    def assistant_content(self) -> str | list[dict[str, Any]]:
-        """The reply as an assistant message's content: its text, after its thinking blocks."""
-        if not self.thinking_blocks:
-            return self.text or "(empty)"
-        return [*self.thinking_blocks, {"type": "text", "text": self.text or "(empty)"}]
-
-
-__all__ = ["AnthropicBackend", "ModelResult", "build_request"]
+__all__ = ["AnthropicBackend", "build_request"]
 
 
 def _short(err: Exception) -> str:

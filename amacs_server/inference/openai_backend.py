@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AmacsError
 from ..text.clean import storable
 from . import sdk
-from .anthropic_backend import ModelResult, TextSink
+from .backend import ModelResult, TextSink
+from .parse import with_lengths
 from .pricing import Usage
 from .retry import RetryPolicy, StatusSink, with_retries
 
@@ -81,7 +82,7 @@ def to_chat(request: dict[str, Any], schema_form: str | None = None) -> dict[str
 
     Its reply schema becomes ``response_format``: OpenAI's ``json_schema`` form, or with
     SCHEMA_FORM ``json_object``, the form llama-cpp-python's server takes (``schema`` beside
-    the type).  Thinking and effort become ``reasoning_effort`` (the effort set, else
+    the type, with the string lengths its grammar keeps).  Thinking and effort become ``reasoning_effort`` (the effort set, else
     ``medium``); sampling goes as set."""
     messages = [{"role": "system", "content": _text(request["system"])}]
     messages += [{"role": m["role"], "content": _text(m["content"])} for m in request["messages"]]
@@ -90,7 +91,7 @@ def to_chat(request: dict[str, Any], schema_form: str | None = None) -> dict[str
     if "format" in output:
         schema = output["format"]["schema"]
         chat["response_format"] = (
-            {"type": "json_object", "schema": schema} if schema_form == "json_object" else
+            {"type": "json_object", "schema": with_lengths(schema)} if schema_form == "json_object" else
             {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": schema}})
     if "effort" in output or "thinking" in request:
         chat["reasoning_effort"] = output.get("effort") or "medium"

@@ -125,6 +125,17 @@ def response_schema() -> dict[str, Any]:
     return strict
 
 
+def with_lengths(schema: dict[str, Any]) -> dict[str, Any]:
+    """SCHEMA with ``minLength: 1`` on every field the parser refuses blank, for backends whose
+    grammar takes string lengths (llama.cpp's); Anthropic's and OpenAI's strict schemas refuse
+    length bounds, so :func:`response_schema` leaves them out."""
+    props = dict(schema.get("properties", {}))
+    for name, field in _Response.model_fields.items():
+        if name in props and any(getattr(m, "func", None) is _not_blank for m in field.metadata):
+            props[name] = {**props[name], "minLength": 1}
+    return {**schema, "properties": props}
+
+
 def _strict(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_strict(n, defs) for n in node]

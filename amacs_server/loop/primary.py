@@ -1,7 +1,7 @@
 """The primary agent: one human turn is one or more ticks of the one agent loop.
 
 ``event -> observe -> infer -> parse -> act -> record -> persist -> commit -> next``
-(DESIGN.md, One tick).  The loop and its rules are :mod:`.agent_loop`, shared
+(DESIGN.md, One tick).  The loop and its rules are :mod:`amacs_server.agents.loop`, shared
 with every subagent; :class:`PrimaryBody` is what the primary does at each
 point of it, each step one call into its own function here.
 """
@@ -16,11 +16,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import faults
-from ..agents.kinds import AgentState
-from ..agents.world import PRIMARY
+from ..agents.kinds import PRIMARY, AgentState
+from ..agents.loop import parse_with_retries, run_agent
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
-from ..inference.anthropic_backend import ModelResult
+from ..inference.backend import ModelResult
 from ..inference.capabilities import Capabilities, too_long
 from ..inference.catalog import call_adapting, request_chars
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
@@ -34,7 +34,6 @@ from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
-from .agent_loop import parse_with_retries, run_agent
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -47,7 +46,7 @@ class TurnAborted(AmacsError):
 async def run_turn(rt: Runtime, text: str | None) -> None:
     """One turn, for the person's TEXT or (None) for events that woke the agent.
 
-    The primary runs the one agent loop (:mod:`.agent_loop`), a tick per step,
+    The primary runs the one agent loop (:mod:`amacs_server.agents.loop`), a tick per step,
     until a response without ``eval`` (its default action: request input) or
     the step limit.  After an eval that called agent-wait-for, the agent sleeps
     until the reply (or the timeout) before its next tick.
@@ -148,7 +147,7 @@ class PrimaryBody:
         result = await self.rt.face.evaluate(form)
         self.evaluating = False
         faults.point("eval.result")
-        world.note_files(PRIMARY, result)
+        world.files_seen.note(PRIMARY, result)
         return result
 
     def human_written(self) -> bool:
@@ -239,7 +238,7 @@ async def observe(rt: Runtime) -> Context:
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
     visited = tuple(os.path.expanduser(b["file"]) for b in buffers if isinstance(b.get("file"), str))
     if visited:  # the thread's file buffers are in the context: the agent has read them (The World)
-        rt.world.note_files(PRIMARY, EvalResult(True, files_read=visited))
+        rt.world.files_seen.note(PRIMARY, EvalResult(True, files_read=visited))
     skills = []
     for name in thread.skills if thread else ():
         try:
@@ -555,7 +554,14 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    """Queue the tick's commit (in order; a failure is shown as a warning when it happens)."""
+    """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
+    with the tick state that makes the tick restorable (persistence.history)."""
+    try:
+        with deferred_sync():
+            rt.save_tick_state()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
+                         "error")
     rt.commits.submit(rt.tracked_files(), message)
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PlainValidator
 
-from ..agents.world import PRIMARY
+from ..agents.kinds import PRIMARY
 from ..arguments import Options, Strings, Text, checked
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError

@@ -1,0 +1,311 @@
+"""A subagent's run: a task, viewpoint or compulsion answering, in the one agent loop.
+
+The run is :func:`respond`: it takes the agent's lock, drives a
+:class:`SubagentBody` through :func:`~amacs_server.agents.loop.run_agent` and
+returns the agent's last reply.  The body calls the model with the agent's own
+messages and evaluates its forms in Emacs.  It reaches the World only through
+:class:`SubagentHost` (docs/ARCHITECTURE.md, Agent and World), as the World
+reaches the runtime only through ``WorldHost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..context.assemble import section
+from ..inference.catalog import call_adapting
+from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
+from ..inference.request import UNKNOWN, build_request, constrained
+from ..inference.retry import InferenceError
+from ..skills import SkillError
+from .agent import Agent, AgentError, AgentStopped
+from .kinds import AgentState, AgentType
+from .loop import Watchers, parse_with_retries, run_agent
+from .talk import EventType
+
+if TYPE_CHECKING:
+    from ..inference.backend import ModelResult
+    from ..inference.capabilities import Capabilities
+    from ..inference.pricing import Usage
+    from ..state.consciousness import EvalResult
+    from .files_seen import FilesSeen
+    from .talk import EventBus, Wait
+    from .world import Limits, WorldHost
+
+PROTOCOL_SKILL = "subagent-core"
+FALLBACK_CHARS = 2000  # of a subagent's answer that was never valid JSON, passed on to its asker
+
+
+class SubagentHost(Watchers, Protocol):
+    """What a subagent's run uses of the World: the runtime's shared state, the model pool,
+    its events, the one budget, its evals' bookkeeping, its counters and the reports of
+    who is at work; and, as every agent's loop does, the compulsions watching it."""
+
+    rt: WorldHost
+    limits: Limits
+    pool: asyncio.Semaphore  # model calls of subagents at once
+    bus: EventBus
+    files_seen: FilesSeen
+
+    def budget_stop(self, who: str) -> str | None: ...
+
+    def begin_eval(self, agent_id: str) -> None: ...
+
+    def end_eval(self, agent_id: str) -> Wait | None: ...
+
+    async def sleep_until(self, agent_id: str, wait: Wait) -> None: ...
+
+    def counted(self, agent: Agent, usage: Usage, dollars: float) -> None: ...
+
+    def report_working(self, agent: Agent | None = None, doing: str | None = None) -> None: ...
+
+    def tool_listing(self, agent_id: str) -> str: ...
+
+    async def tools_ready(self) -> None: ...
+
+
+async def respond(host: SubagentHost, agent: Agent, text: str | None) -> str:
+    """Run AGENT's loop on TEXT until its default action (done) and return its last reply."""
+    async with agent.lock:
+        if agent.state in (AgentState.DISCARDED, AgentState.QUIT, AgentState.CANCELLED,
+                           AgentState.INTERRUPTED, AgentState.STOPPED):
+            raise AgentError(f"{agent.id} is {agent.state}")
+        before = agent.state  # a finished task answering the person stays finished
+        agent.state = AgentState.RUNNING
+        host.report_working()
+        if text is not None:
+            agent.tell(text)
+        try:
+            body = SubagentBody(host, agent)
+            outcome = await run_agent(body, host)
+            agent.status = outcome.status
+            return body.reply
+        finally:
+            if agent.state is AgentState.RUNNING:
+                agent.state = before if before in (AgentState.DONE, AgentState.FAILED) else AgentState.IDLE
+            host.report_working(agent, "")
+
+
+def system_prompt(host: SubagentHost, agent: Agent) -> str:
+    """The shared subagent protocol, then the agent's template (both skills: editable text)."""
+    rt = host.rt
+    parts = []
+    try:
+        parts.append(rt.skills.get(PROTOCOL_SKILL).body)
+    except SkillError:
+        pass
+    parts.append(f"You are {agent.id}, a {agent.type} (template {agent.template}). "
+                 f"Allowed actions: {', '.join(sorted(agent.allowed))}.")
+    parts.append(f"Your memory is your own: agent-memory-create names an item <EOT>{rt.memory.agent}:"
+                 f"{agent.id}:NAME:VERSION<EOT>, and <memory> shows your items when they change. Long-term "
+                 "memory is shared: agent-memory-search and agent-memory-load reach every agent's items.")
+    parts.append(rt.skills.get(agent.template).body)
+    tools = host.tool_listing(agent.id)
+    if tools:
+        parts.append(tools)
+    return "\n\n".join(parts)
+
+
+def show_memory(agent: Agent) -> None:
+    """Append to AGENT's newest message what is new or changed in its own RAM since its last
+    request, as a ``<memory>`` section of items (as the primary's context shows them).  The
+    system prompt and the earlier messages stay byte-identical: the request's cached prefix holds."""
+    if agent.memory is None:
+        return
+    new = [i for i in agent.memory.memory_items(agent.received())
+           if agent.memory_shown.get(i.mem_id.base) != i.render()]
+    if new:
+        agent.memory_shown.update((i.mem_id.base, i.render()) for i in new)
+        agent.tell(section("memory", new), as_item=False)
+
+
+def api_messages(messages: list[dict[str, Any]], system_role: bool) -> list[dict[str, Any]]:
+    """An agent's MESSAGES as its backend takes them.
+
+    With SYSTEM_ROLE (OpenAI's chat completions) a notice stays a system message.  The
+    Messages API takes a system prompt only before the conversation: there a notice is
+    user text ``[system] ...``, joined to the user message next to it (user and assistant
+    alternate), in the order it came."""
+    if system_role:
+        return messages
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m["role"] == "system":
+            m = {"role": "user", "content": f"[system] {m['content']}"}
+        if m["role"] == "user" and out and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n\n{m['content']}"}
+        else:
+            out.append(m)
+    return out
+
+
+async def _unless_stopped_while_paused(agent: Agent) -> None:
+    """Wait while AGENT is paused; one interrupted or cancelled meanwhile (a cancel lost in a
+    wait_for too) goes no further: no model call, no action, nothing delivered."""
+    await agent.resumed.wait()
+    if agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED):
+        raise asyncio.CancelledError(agent.state)
+
+
+class SubagentBody:
+    """A task, viewpoint or compulsion in the one agent loop: its messages are its transcript.
+
+    Its default action is ``done`` (its last reply is its answer), unless it may
+    request input and did not say it is done: then the person answers it."""
+
+    def __init__(self, host: SubagentHost, agent: Agent) -> None:
+        self.host, self.agent = host, agent
+        self.id = agent.id
+        self.allowed: frozenset[str] | None = agent.allowed
+        self.max_steps = host.limits.max_steps
+        self.reply = ""
+        self.last: str | None = None  # the previous action's result, for the compulsions
+        self.step = 0
+        self.wait: Wait | None = None
+
+    # -- the loop's Body -------------------------------------------------------------------
+
+    def halted(self) -> bool:
+        return self.agent.state in (AgentState.INTERRUPTED, AgentState.CANCELLED)
+
+    def begin_step(self, step: int) -> None:
+        self.step = step
+
+    def last_result(self, step: int) -> str | None:
+        return self.last
+
+    async def infer(self) -> AgentResponse:
+        if self.step > 0:
+            self._tell_events()  # the compulsions' notes among them
+        return await self._infer()
+
+    async def say(self, response: AgentResponse) -> None:
+        self.reply = response.reply or self.reply
+
+    async def evaluate(self, form: str) -> EvalResult:
+        """Emacs evaluates FORM for the agent; the wait it registered (agent-wait-for) is kept."""
+        host = self.host
+        host.begin_eval(self.id)
+        result = await host.rt.face.evaluate(form, self.id)
+        host.files_seen.note(self.id, result)
+        self.wait = host.end_eval(self.id)
+        return result
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.host.rt.transcript.write(event, data, agent=self.agent.identity)
+
+    def record(self, response: AgentResponse, result: EvalResult) -> None:
+        if result.skipped:
+            return  # a reply said: nothing to tell the agent back
+        self.last = json.dumps({"lastEvalResult": result.to_dict()})
+        self.agent.tell("<last-eval-result>\n" + self.last + "\n</last-eval-result>")
+
+    async def after_eval(self) -> bool:
+        if self.agent.state is AgentState.QUIT:
+            return False
+        wait, self.wait = self.wait, None
+        if wait is not None:
+            await self.host.sleep_until(self.id, wait)
+        self._tell_events()
+        return True
+
+    async def default_action(self, response: AgentResponse) -> bool:
+        if self.agent.request_input and not response.done:
+            self.agent.tell(await self._ask_person(response.reply or ""))
+            self.last = "the person answered"
+            return False
+        return True  # done: its last reply is its answer (not written to its transcript)
+
+    def interrupted(self) -> None:
+        pass  # AgentWorld.cancel and cancel_all wrote it to the transcript
+
+    def out_of_steps(self) -> None:
+        self.note("step_limit", {"max_steps": self.max_steps})
+
+    # -- its own steps -----------------------------------------------------------------------
+
+    def _tell_events(self) -> None:
+        events = self.host.bus.drain(self.id)
+        if events:
+            self.agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
+
+    async def _ask_person(self, text: str) -> str:
+        agent, rt, bus = self.agent, self.host.rt, self.host.bus
+        talk_id = agent.talk_ids.next()
+        rt.face.reply(f"[{agent.id} {agent.template}] {text}")
+        rt.expect_user_reply(agent.id, talk_id)
+        await bus.wait_for(agent.id, frozenset({talk_id}), 24 * 3600)
+        events = bus.drain(agent.id)
+        return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
+
+    async def _infer(self) -> AgentResponse:
+        """One response, parsed by the one policy every agent shares (agents/loop.py)."""
+        agent = self.agent
+
+        def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
+            self.note("parse_error", {"attempt": attempt, "error": str(err)})
+            if retry_prompt is not None:  # model_call keeps the model's answer among its messages
+                agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
+
+        parsed = await parse_with_retries(self.model_call, rejected)
+        # Paused while its model call was under way: the answer waits until it is resumed, so a
+        # paused agent acts on nothing and delivers nothing.
+        await _unless_stopped_while_paused(agent)
+        if parsed.fallback and agent.type is not AgentType.COMPULSION:  # its asker hears what it said (a compulsion's
+            # unparsed text must not block the agent it watches)
+            return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
+                                                   f"{parsed.text[:FALLBACK_CHARS]}")
+        return parsed.response
+
+    async def model_call(self) -> str:
+        """One model call for the agent, inside the pool; cost rolled up to the primary's budget."""
+        host, agent = self.host, self.agent
+        rt = host.rt
+        await _unless_stopped_while_paused(agent)  # paused: no model call until resumed
+        stop = host.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
+        if stop is not None:
+            if not agent.budget_told:
+                agent.budget_told = True
+                rt.face.annotate(stop, "error")
+            self.note("budget_stop", {"message": stop})
+            raise AgentStopped("the budget limit is reached")
+        show_memory(agent)
+        await host.tools_ready()
+        model = agent.model or rt.model
+        catalog = rt.catalog
+
+        def build(caps: Capabilities) -> dict[str, Any]:
+            # The catalog knows the primary's model; another one is sent what any model takes.
+            request = build_request(model, system_prompt(host, agent),
+                                    api_messages(agent.shown_messages(), rt.backend_name == "openai"),
+                                    rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
+            self.note("model_request", {"request": request})
+            return request
+
+        def said(line: str) -> None:
+            self.note("model_adapted", {"status": line})
+
+        async def complete(request: dict[str, Any]) -> ModelResult:
+            # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
+            return await rt.backend.complete(request, stream=False)
+
+        host.report_working(agent, "waiting for the model pool")
+        async with host.pool:
+            host.report_working(agent, f"thinking (step {agent.steps + 1})")
+            try:
+                result: ModelResult = await call_adapting(catalog, build, complete, said)
+            except InferenceError as err:
+                self.note("model_error", {"error": str(err)})
+                raise
+        dollars = rt.charge(result.usage, agent.model)  # rolled up to the one budget
+        agent.doing = ""
+        host.counted(agent, result.usage, dollars)
+        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
+        self.note("model_response", {
+            "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
+            "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
+            "cost": dollars, "latency_ms": result.latency_ms})
+        return result.text
