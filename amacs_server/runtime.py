@@ -257,9 +257,10 @@ class Runtime:
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation)}
 
-    def save_tick_state(self) -> None:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
-        write_state(self.config.home, self.tick_state())
+    def save_tick_state(self) -> bytes:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
+        return its bytes, which the tick's commit carries whatever the file holds by then."""
+        return write_state(self.config.home, self.tick_state())
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the

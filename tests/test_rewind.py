@@ -267,3 +267,27 @@ def _possible(before: list[Step], step: Step) -> bool:
     if what == "evict-chat":
         return sum(1 for w, _ in before if w == "say") >= 2 and not any(w == "evict-chat" for w, _ in before)
     return True
+
+
+def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fake):
+    """The commit worker held up while three ticks run: each tick's commit still carries that
+    tick's state (the bench found tick 31's commit holding tick 32's), and a rewind to the
+    first restores its logs, not the later ticks' lines the commit carried."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "first")])
+    rt = runtime(home, fake.url)
+    try:
+        with rt.repo._lock:  # the worker waits at its first commit
+            for text in ("second", "third", "fourth"):
+                do(rt, ("say", text))
+        assert rt.commits.flush(60)
+    finally:
+        rt.stop()
+    for tick in (2, 3, 4):
+        sha = history.tick_commit(home, tick)
+        assert json.loads(_git(home, "show", f"{sha}:{history.STATE_FILE}"))["tick"] == tick
+    assert "fourth" in _git(home, "show", f"{history.tick_commit(home, 2)}:agent-chat.org")  # made behind
+    history.rewind(home, 2)
+    text = (home / "agent-chat.org").read_text()
+    assert "second" in text and "third" not in text and "fourth" not in text
+    assert "thought about third" not in (home / "monologue.org").read_text()

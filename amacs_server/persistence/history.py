@@ -96,9 +96,11 @@ def active_rows(db: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in db.execute("SELECT brain, base, status, version FROM active ORDER BY brain, base")]
 
 
-def write_state(home: Path, state: dict[str, Any]) -> None:
-    """Write the tick state (not synced: the commit worker syncs the tick's files)."""
-    atomic_write(home / STATE_FILE, json.dumps(state, ensure_ascii=False, separators=(",", ":")))
+def write_state(home: Path, state: dict[str, Any]) -> bytes:
+    """Write the tick state (not synced: the commit worker syncs the tick's files); its bytes."""
+    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    atomic_write(home / STATE_FILE, text)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
