@@ -17,6 +17,7 @@ model calls, the primary's and the tasks'), the same numbers the dataset sums.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -164,12 +165,48 @@ def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) 
     return env
 
 
-def emacs_command(batch_file: Path) -> list[str]:
-    """The batch Emacs that runs the session described by BATCH_FILE."""
+def _package_setup() -> str:
+    """The form that activates the packages in :data:`ELPA_DIRS`, as package.el does."""
     dirs = " ".join(json.dumps(os.path.expanduser(d)) for d in ELPA_DIRS if os.path.isdir(os.path.expanduser(d)))
-    setup = f"(progn (require 'package) (dolist (d (list {dirs})) (add-to-list 'package-directory-list d)) (package-initialize))"
-    return [EMACS, "-Q", "--batch", "--eval", setup, "-L", str(elisp_dir()), "-l", "amacs-batch",
-            "--eval", f"(amacs-batch-run {json.dumps(str(batch_file))})"]
+    return f"(progn (require 'package) (dolist (d (list {dirs})) (add-to-list 'package-directory-list d)) (package-initialize))"
+
+
+@functools.cache
+def package_dirs() -> tuple[str, ...] | None:
+    """The folders ``package-initialize`` puts on the load path, asked of Emacs once per process
+    (each run's Emacs would spend ~0.1 s on it); None when Emacs could not say."""
+    roots = tuple(os.path.realpath(os.path.expanduser(d)) for d in ELPA_DIRS)
+    try:
+        out = subprocess.run([EMACS, "-Q", "--batch", "--eval", _package_setup(), "--eval",
+                              "(dolist (d load-path) (princ d) (terpri))"],
+                             capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return tuple(d for d in out.stdout.splitlines() if os.path.realpath(d).startswith(roots))
+
+
+def compiled_dir() -> Path | None:
+    """The checkout's byte-compiled elisp (``.elc/`` beside ``elisp/``, scripts/setup.sh's) when it is
+    newer than every source; None otherwise (a run then loads the sources, ~40 ms slower)."""
+    source = elisp_dir().resolve()
+    compiled = source.parent / ".elc"
+    try:
+        stamp = (compiled / ".stamp").stat().st_mtime
+        return compiled if all(el.stat().st_mtime <= stamp for el in source.glob("*.el")) else None
+    except OSError:
+        return None
+
+
+def emacs_command(batch_file: Path) -> list[str]:
+    """The batch Emacs that runs the session described by BATCH_FILE: the packages' folders on its
+    load path (or package.el to find them), the compiled elisp first when it is up to date."""
+    dirs = package_dirs()
+    setup = ["--eval", _package_setup()] if dirs is None else [arg for d in dirs for arg in ("-L", d)]
+    compiled = compiled_dir()
+    return [EMACS, "-Q", "--batch", *setup, *(["-L", str(compiled)] if compiled else []),
+            "-L", str(elisp_dir()), "-l", "amacs-batch", "--eval", f"(amacs-batch-run {json.dumps(str(batch_file))})"]
 
 
 def _children(pid: int) -> list[int]:
