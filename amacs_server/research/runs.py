@@ -269,40 +269,80 @@ def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
     return stop.is_set() or (code not in (0, None) and stop.wait(0.5))
 
 
-def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
-            server_command: list[str] | None = None) -> Outcome:
-    """Run RUN headless into ``RUNS_DIR/<run-id>/`` (made afresh) and return how it ended.
+@dataclass
+class Prepared:
+    """A run whose folder is made and whose Emacs is started (:func:`prepare`)."""
 
-    SERVER_COMMAND starts the run's server (default ``python -m amacs_server``; the
-    local executor's is the fork server's launcher, :mod:`.forkserver`).
+    run: Run
+    folder: Path
+    proc: subprocess.Popen[bytes] | None = None
+    emacs_started: float | None = None
+    go: Path | None = None  # touched when the run starts; None: it starts at once
+    error: str | None = None  # it could not be prepared
 
-    STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
-    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
-    Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+
+def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, gated: bool = False) -> Prepared:
+    """Make RUN's folder afresh (``RUNS_DIR/<run-id>/``) and start its Emacs.
+
+    GATED: Emacs starts the server and says hello, then waits for the file ``go`` in the folder
+    before it types the first turn (:func:`run_one` makes it), so a run's start-up can overlap
+    the runs going before it.  SERVER_COMMAND starts the run's server (default ``python -m
+    amacs_server``; the local executor's is the fork server's launcher, :mod:`.forkserver`).
+    No manifest is written here: a run prepared and never started is a run still to do."""
     folder = runs_dir.resolve() / run.run_id
     if folder.exists():
         shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
     home = folder / "home"
     home.mkdir(parents=True)
     (folder / "emacs-home").mkdir()
-    started = time.time()
-    write_manifest(folder, manifest(run, "running", started))
-    emacs_started: float | None = None
-    error: str | None = None
-    turns_done = 0
-    failed_turn: int | None = None
+    ready = Prepared(run, folder, go=folder / "go" if gated else None)
     try:
         _copy_skills(run, home)
         batch = folder / "batch.json"
-        result = folder / "batch-result.json"
         batch.write_text(json.dumps({
             "turns": list(run.turns), "max_steps": run.max_steps,
             "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
-            "result": str(result), "shell": str(folder / "shell.txt")}), encoding="utf-8")
+            "result": str(folder / "batch-result.json"), "shell": str(folder / "shell.txt"),
+            **({"go": str(ready.go)} if ready.go else {})}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
-            emacs_started = time.time()
-            proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            ready.emacs_started = time.time()
+            ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    except OSError as err:
+        ready.error = f"could not run: {err}"
+    return ready
+
+
+def discard(ready: Prepared) -> None:
+    """Stop a prepared run that will not start: its Emacs and server killed, its folder removed."""
+    if ready.proc is not None:
+        _kill(ready.proc, ready.folder / "home")
+    shutil.rmtree(ready.folder, ignore_errors=True)
+
+
+def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
+            server_command: list[str] | None = None, prepared: Prepared | None = None) -> Outcome:
+    """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
+
+    PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
+    the run is prepared here, with SERVER_COMMAND.  The run's time and its time limit count
+    from here.
+
+    STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
+    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
+    Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    started = time.time()
+    ready = prepared or prepare(run, runs_dir, server_command)
+    folder, home = ready.folder, ready.folder / "home"
+    write_manifest(folder, manifest(run, "running", started))
+    error: str | None = ready.error
+    turns_done = 0
+    failed_turn: int | None = None
+    proc = ready.proc
+    if proc is not None:
+        try:
+            if ready.go is not None:
+                ready.go.touch()
             try:
                 code = _wait(proc, run.timeout, stop)
             except BaseException:
@@ -314,25 +354,25 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 error = INTERRUPTED
             elif code is None:
                 code, error = -1, f"timed out after {run.timeout:g} s"
-        said_error: str | None = None
-        try:
-            said = json.loads(result.read_text(encoding="utf-8"))
-            said_error = said.get("error") if isinstance(said.get("error"), str) else None
-        except (OSError, ValueError):
-            pass
-        if error is None and code != 0:
-            error = (f"timed out after {run.timeout:g} s" if said_error and "did not end within" in said_error
-                     else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
-        judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
-        turns_done, failed_turn = judged.replied, judged.failed_turn
-        error = error if error == INTERRUPTED else judged.reason
-    except OSError as err:
-        error = f"could not run: {err}"
+            said_error: str | None = None
+            try:
+                said = json.loads((folder / "batch-result.json").read_text(encoding="utf-8"))
+                said_error = said.get("error") if isinstance(said.get("error"), str) else None
+            except (OSError, ValueError):
+                pass
+            if error is None and code != 0:
+                error = (f"timed out after {run.timeout:g} s" if said_error and "did not end within" in said_error
+                         else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
+            judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
+            turns_done, failed_turn = judged.replied, judged.failed_turn
+            error = error if error == INTERRUPTED else judged.reason
+        except OSError as err:
+            error = f"could not run: {err}"
     ended = time.time()
     cost, _ = transcript_totals(home)
     outcome = Outcome(run_id=run.run_id, status="failed" if error else "done", cost=round(cost, 6),
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
-                      phases={"emacs_started_at": emacs_started, **phases(home)})
+                      phases={"emacs_started_at": ready.emacs_started, **phases(home)})
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
     return outcome
