@@ -2,7 +2,7 @@
 
 Every method Emacs may call declares its arguments' types in its signature,
 and :func:`checked` validates what arrives against them (already plain Python:
-see :func:`~amacs_server.transport.lisp.from_lisp`), strictly, with pydantic:
+see :func:`~amacs_server.text.lisp.from_lisp`), strictly, with pydantic:
 no ``"3"`` for 3 and no ``t`` for 1.  A wrong call is refused with one line
 that names the method and the argument, as the agent sees it in its eval's
 error: ``agent-task: PROMPT must be a string, got 3``.  Inside, functions

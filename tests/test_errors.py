@@ -32,13 +32,13 @@ from amacs_server.research.judge import JudgeError
 from amacs_server.research.spec import SpecError
 from amacs_server.skills import SkillError
 from amacs_server.state.consciousness import ConsciousnessError
+from amacs_server.text.lisp import LispFormatError
 from amacs_server.threads import ThreadError
-from amacs_server.toolkit import ToolError
-from amacs_server.tools_mcp.agent_call import Blocked
+from amacs_server.tools.kit import ToolError
+from amacs_server.tools.mcp import Blocked
 from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
 from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
-from amacs_server.transport.lisp import LispFormatError
 from amacs_server.transport.server import AmacsEPCServer, RemoteError, Unauthorized
 
 from .test_transport import TOKEN, connect, hello, recv, send

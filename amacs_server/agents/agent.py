@@ -56,7 +56,7 @@ class Agent:
     model: str | None = None  # its template's `model:' (None: the session's model)
     budget_told: bool = False  # the person heard that the budget stopped it
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
-    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (memory/tools.py)
+    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (tools/memory.py)
     memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
 
     def __post_init__(self) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..memory.active import Snapshot
 from ..memory.items import Kind, MemoryItem
-from ..transport.lisp import camel_keys
+from ..text.lisp import camel_keys
 
 BLOCK_TICKS = 16  # ticks after which the conversation restarts from a new base
 MAX_CHARS = 240_000  # or once its user and assistant texts are this long

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import AmacsError
 from ..state.consciousness import Consciousness
-from ..transport.lisp import alist_loads
+from ..text.lisp import alist_loads
 from .git_repo import GitFailed, HomeRepo
 
 CONSCIOUSNESS = "consciousness.el"

@@ -9,13 +9,13 @@ from typing import Any
 from sexpdata import Symbol
 
 from ..errors import AmacsError
-from ..inference.capabilities import EFFORTS
-from ..transport.lisp import alist_dumps, alist_loads
+from ..text.lisp import alist_dumps, alist_loads
 
 # Fields the harness owns; the agent may read them but never change them (RFC §3.2).
 HARNESS_FIELDS = frozenset(
     {"identity", "current_tick", "current_time", "budget", "last_eval_result"}
 )
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # the efforts api-settings may ask for, least first
 DEPTH_FIELDS = (
     "chat_context_depth",
     "monologue_context_depth",

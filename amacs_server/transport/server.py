@@ -50,7 +50,7 @@ from sexpdata import Symbol, loads
 from ..errors import AmacsError
 from ..scrub import Scrubber
 from ..text.clean import storable
-from .lisp import from_lisp, list_from_lisp, to_lisp
+from ..text.lisp import from_lisp, list_from_lisp, to_lisp
 
 log = logging.getLogger("amacs.transport")
 

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BeforeValidator, Field, PositiveInt
 
+from ..agents.agent import AgentError
+from ..agents.kinds import PRIMARY
+from ..agents.talk import Overloaded
 from ..arguments import Flag, Options, Strings, Text, checked
-from ..toolkit import ToolError, refusals
-from .agent import AgentError
-from .kinds import PRIMARY
-from .talk import Overloaded
+from .kit import ToolError, refusals
 
 if TYPE_CHECKING:
     from ..runtime import Runtime

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .arguments import Options, Strings, Text, checked
-from .skills import SkillError
-from .threads import Thread, ThreadError
-from .toolkit import ToolError, refusals
+from ..arguments import Options, Strings, Text, checked
+from ..skills import SkillError
+from ..threads import Thread, ThreadError
+from .kit import ToolError, refusals
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 _refusals = refusals(ThreadError, SkillError)
 
