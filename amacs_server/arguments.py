@@ -1,4 +1,4 @@
-"""Arguments from Emacs, validated once, at the boundary (issue 14).
+"""Arguments from Emacs, validated once, at the boundary.
 
 Every method Emacs may call declares its arguments' types in its signature,
 and :func:`checked` validates what arrives against them (already plain Python:
@@ -34,7 +34,7 @@ from .errors import Refused
 
 F = TypeVar("F", bound=Callable[..., Any])
 # defer_build: a model's validator is built when it first validates, not when its
-# class is made at import (issue 10, start-up: ~4 ms a model before the port line).
+# class is made at import (start-up: ~4 ms a model before the port line).
 STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
@@ -105,7 +105,7 @@ def checked(context: int = 0, name: str | None = None) -> Callable[[F], F]:
 def prepare(method: Callable[..., Any]) -> None:
     """Build the validator of METHOD (made by :func:`checked`) now, not at its first call.
 
-    ``__main__`` builds hello's while Emacs connects, after the port line (issue 10)."""
+    ``__main__`` builds hello's while Emacs connects, after the port line."""
     spec = getattr(method, "_amacs_signature", None)
     if isinstance(spec, _Signature):
         spec.model.model_rebuild()

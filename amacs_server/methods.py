@@ -200,7 +200,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "skills_list": brain_tool(work_tools.skills_list),
         "skill_bind": brain_tool(work_tools.skill_bind),
         "skill_unbind": brain_tool(work_tools.skill_unbind),
-        # Who calls an agent or memory tool is the server's record of the eval it runs in (issue 11);
+        # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in tools.TOOLS.items()},

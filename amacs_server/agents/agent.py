@@ -76,8 +76,8 @@ class Agent:
     def tell(self, text: str, *, as_item: bool = True) -> None:
         """Add TEXT to this agent's transcript as the next user message.
 
-        With its own memory, TEXT is an item of it (memid-active-memory.md: no anonymous
-        text reaches a brain), which the agent may evict and load; its request shows the
+        With its own memory, TEXT is an item of it (no anonymous
+        text reaches a brain: docs/ARCHITECTURE.md, Memory and MemIds), which the agent may evict and load; its request shows the
         item as it is then (:meth:`shown_messages`).  AS_ITEM false: TEXT is rendered items
         already (its ``<memory>`` section)."""
         part: str | MemoryItem = self.memory.receive(text) if as_item and self.memory is not None else text

@@ -1,4 +1,4 @@
-"""Start-up checks, and recovery from the history the home already keeps (issue 12).
+"""Start-up checks, and recovery from the history the home already keeps.
 
 A damaged file never stops the agent and is never silently replaced:
 

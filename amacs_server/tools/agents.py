@@ -2,7 +2,7 @@
 
 Emacs sends only the id of the eval a call runs in; who the caller is comes
 from the server's own record of that eval (:func:`caller_of`), never from
-Emacs, so nothing an eval binds changes who it acts as (issue 11).  The World
+Emacs, so nothing an eval binds changes who it acts as (docs/ARCHITECTURE.md, Agent and World).  The World
 then knows who spawned what and which talks an eval made.
 """
 

@@ -1,9 +1,9 @@
-"""Brain tools for memory (memid-active-memory.md, Phase 3), as the agent's elisp calls them.
+"""Brain tools for memory (docs/ARCHITECTURE.md, Memory and MemIds), as the agent's elisp calls them.
 
 Each validates its arguments strictly, fails with a message the agent sees as
 its eval error, and echoes the resolved MemId and version.
 
-Each acts in the RAM of the agent whose eval calls it (issue 11): Emacs sends
+Each acts in the RAM of the agent whose eval calls it: Emacs sends
 the eval's id and the server's record of that eval names the agent, as for the
 agent tools (:func:`~amacs_server.tools.agents.acting_as_its_eval`; the forms
 in :data:`TOOLS`).  The primary's RAM is the runtime's; a subagent's is its own

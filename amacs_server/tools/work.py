@@ -1,4 +1,4 @@
-"""Brain tools for threads (RFC v4 §5.1) and skills (§6, IMP-023), as the agent's elisp calls them."""
+"""Brain tools for threads and skills, as the agent's elisp calls them."""
 
 from __future__ import annotations
 
