@@ -193,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     # when it builds its first model; AMACS has none.  Nothing
     # has built a model yet (they are deferred); a setting in the environment wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if argv[:1] in (["rewind"], ["fork"]):  # return a home to a tick, or copy it at one
+        from .persistence.history import main as history_main
+
+        return history_main(argv)
     if argv[:1] == ["transcripts"]:
         from .transcripts import main as transcripts_main
 
@@ -221,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                "  amacs-server dataset RUNS_DIR  load its runs into DuckDB and Parquet\n"
                "  amacs-server judge RUNS_DIR J  score its runs with the judge skill J\n"
                "  amacs-server report RUNS_DIR   draw them as one HTML page\n"
-               "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR")
+               "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR\n"
+               "history:\n"
+               "  amacs-server rewind HOME --tick N       return HOME to the end of tick N\n"
+               "  amacs-server fork HOME --tick N DEST    a new home DEST: HOME at the end of tick N")
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")
     args = parser.parse_args(argv)

@@ -19,7 +19,7 @@ from .agents.kinds import PRIMARY
 from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
-from .context.assemble import Conversation
+from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .errors import Refused, Stopping
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
@@ -34,6 +34,14 @@ from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatLog
 from .persistence.files import atomic_write
 from .persistence.git_repo import CommitWorker, HomeRepo
+from .persistence.history import (
+    active_rows,
+    file_sizes,
+    ltm_watermark,
+    read_state,
+    tracked,
+    write_state,
+)
 from .persistence.monologue import MonologueLog
 from .persistence.recovery import (
     StartupError,
@@ -120,6 +128,7 @@ class Runtime:
             if org.bad_utf8 is not None:
                 log.warning("%s: bytes that are not UTF-8 from offset %s, read as U+FFFD", org.path, org.bad_utf8)
                 self.startup_notes.append(invalid_utf8_note(org.path, org.bad_utf8))
+        self._restore_tick_state()
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self.threads = ThreadBook()
         for tid, item in self.memory.threads.items():
@@ -221,6 +230,38 @@ class Runtime:
         log.warning("%s", note)
         self.startup_notes.append(note)
 
+    def _restore_tick_state(self) -> None:
+        """What the last tick's state (persistence.history) has beyond LTM and the org files: the
+        primary's conversation, so the next request repeats the last one's prefix as if the
+        server had not stopped (a restart, a rewind, a fork), and its pinned items' order."""
+        state = read_state(self.config.home)
+        if state is None or state.get("tick") != self.consciousness.current_tick:
+            return  # none, or older than the org files (a tick whose commit never came)
+        self.memory.apply_order_state(state.get("memory", {}))
+        conversation = state.get("conversation")
+        if conversation is not None and state.get("model") == self.model:  # thinking blocks are one model's
+            try:
+                self.conversation = conversation_from_state(conversation)
+            except (KeyError, TypeError, ValueError) as err:
+                log.warning("the tick state's conversation cannot be read (%r): starting a new one", err)
+
+    def tick_state(self) -> dict[str, object]:
+        """What the request after this tick is built from, beyond the org files and LTM's rows
+        (persistence.history): written at each tick's end and committed with it."""
+        home = self.config.home
+        pad = home / "scratchpad.org"
+        return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
+                "consciousness": self.consciousness.to_elisp(),
+                "scratchpad": pad.read_text(encoding="utf-8", errors="replace") if pad.exists() else None,
+                "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
+                "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
+                "conversation": conversation_state(self.conversation)}
+
+    def save_tick_state(self) -> bytes:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
+        return its bytes, which the tick's commit carries whatever the file holds by then."""
+        return write_state(self.config.home, self.tick_state())
+
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
         OpenAI-compatible backend at it."""
@@ -307,9 +348,9 @@ class Runtime:
 
     def tracked_files(self) -> list[Path]:
         """The files each tick commits: the chat log and monologue with their earlier months
-        (unchanged, so not hashed again: a tick's commit costs the current month only)."""
-        home = self.config.home
-        return [home / "consciousness.el", *self.chat_log.files(), *self.monologue.files(), home / "scratchpad.org"]
+        (unchanged, so not hashed again: a tick's commit costs the current month only), the
+        scratchpad, the home's skills and the tick state (persistence.history)."""
+        return tracked(self.config.home)
 
     def system_prompt(self) -> str:
         """The core skill (the person's own if they have one), read fresh when it changes."""

@@ -25,7 +25,7 @@
 
 ;;; Code:
 
-(require 'amacs-transport)
+(require 'amacs-server)
 
 (defcustom amacs-local-venv nil
   "The venv holding llama.cpp's server and the local model's GGUF file.

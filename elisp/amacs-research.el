@@ -23,7 +23,7 @@
 
 (require 'browse-url)
 (require 'seq)
-(require 'amacs-transport)
+(require 'amacs-server)
 
 (defcustom amacs-runs-directory nil
   "Folder of an experiment's runs that \\[amacs-report] offers, or nil.

@@ -27,7 +27,7 @@
 
 ;;; Code:
 
-(require 'amacs-transport)
+(require 'amacs-server)
 (require 'amacs-eval)
 (require 'amacs-agent)
 (require 'amacs-buffers)

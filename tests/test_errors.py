@@ -26,6 +26,7 @@ from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
 from amacs_server.persistence.files import PersistenceError
 from amacs_server.persistence.git_repo import CommitError, GitFailed
+from amacs_server.persistence.history import HistoryError
 from amacs_server.persistence.home_lock import HomeInUse
 from amacs_server.persistence.recovery import StartupError
 from amacs_server.research.judge import JudgeError
@@ -49,7 +50,8 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     StreamOverloaded: Exception, TurnAborted: Exception, MemoryRefused: ValueError, LtmError: ValueError,
     MemIdError: ValueError, PersistenceError: OSError, CommitError: RuntimeError, GitFailed: RuntimeError,
     StartupError: RuntimeError,
-    HomeInUse: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError, ThreadError: ValueError,
+    HomeInUse: RuntimeError, HistoryError: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError,
+    ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
     Unauthorized: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
     InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, ContextTooLong: Exception,

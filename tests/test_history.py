@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
+import json
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -270,11 +271,17 @@ def test_a_long_history_is_read_only_at_its_end_and_each_tick_commits_small_blob
         assert (home / "agent-chat.org").stat().st_size < 4000
         for i in range(3):
             _turns(rt, [f"an ordinary tick {i}"])
-            new_blobs = [line.split()[3] for line in _git(home, "diff-tree", "-r", "HEAD~1", "HEAD").splitlines()]
-            sizes = [int(_git(home, "cat-file", "-s", sha)) for sha in new_blobs]
-            assert sizes and max(sizes) < 20_000, sizes  # the tick's files, not the history
+            new_blobs = {line.split()[5]: line.split()[3]
+                         for line in _git(home, "diff-tree", "-r", "HEAD~1", "HEAD").splitlines()}
+            sizes = {name: int(_git(home, "cat-file", "-s", sha)) for name, sha in new_blobs.items()}
+            state = sizes.pop("tick-state.json")
+            assert sizes and max(sizes.values()) < 20_000, sizes  # the tick's files, not the history
+            # The tick state is the conversation the next request repeats: bounded by the context,
+            # whatever the history's length.
+            request = len(json.dumps(fake.requests[-1]["body"]["messages"], ensure_ascii=False))
+            assert state < request + 8_000, (state, request)
             assert _git(home, "diff-tree", "-r", "--name-only", "HEAD~1", "HEAD").split() == [
-                "agent-chat.org", "consciousness.el", "monologue.org"]
+                "agent-chat.org", "consciousness.el", "monologue.org", "tick-state.json"]
     finally:
         rt.stop()
     assert len(ChatLog(home / "agent-chat.org").read()) == last + 4

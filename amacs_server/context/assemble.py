@@ -126,7 +126,7 @@ class Conversation:
 
     base: str | None = None
     turns: list[Any] = field(default_factory=list)  # user, assistant, user, assistant, ... (text or blocks)
-    shown: set[str] = field(default_factory=set)  # every item rendering in the conversation
+    shown: set[str] = field(default_factory=set)  # the digest of every item rendering in the conversation
     bases: dict[str, set[str]] = field(default_factory=dict)  # section -> bases shown
     thread: str | None = None
     depths: tuple[int, ...] = ()  # the window depths at the restart
@@ -190,13 +190,13 @@ class Conversation:
             if self.bases.get(tag, set()) - {i.mem_id.base for i in items}:
                 return True  # something left the context: say so with a new base
         shown_items = [*snap.memory, *snap.chat, *snap.monologue, *snap.scratchpad]
-        if any(i.kind is Kind.HANDLE and i.render() not in self.shown for i in shown_items):
+        if any(i.kind is Kind.HANDLE and i.digest not in self.shown for i in shown_items):
             return True
         windows = set().union(*(self.bases.get(tag, set()) for tag in ("chat", "monologue", "scratchpad")))
         return any(i.mem_id.base in windows for i in snap.memory)  # a loaded item left its window: once
 
     def _mark(self, tag: str, items: Sequence[MemoryItem]) -> None:
-        self.shown.update(i.render() for i in items)
+        self.shown.update(i.digest for i in items)
         self.bases.setdefault(tag, set()).update(i.mem_id.base for i in items)
 
     def _restart(self, snap: Snapshot, active_thread: str | None) -> None:
@@ -235,19 +235,19 @@ class Conversation:
             return items, 0
         keep = len(items) >> self.squeeze
         left = items[: len(items) - keep]
-        self.shown.update(i.render() for i in left)
+        self.shown.update(i.digest for i in left)
         return items[len(items) - keep:], len(left)
 
     def _tick_message(self, snap: Snapshot) -> str:
         parts = []
         for tag, items in (*self._sections(snap).items(), ("monologue", snap.monologue), ("chat", snap.chat)):
-            new = [i for i in items if i.render() not in self.shown]
+            new = [i for i in items if i.digest not in self.shown]
             if new:
                 parts.append(render_section(tag, new))
                 self._mark(tag, new)
         if snap.events:
             parts.append(section("events", snap.events))
-        state = [i for i in snap.consciousness if i.render() not in self.shown]
+        state = [i for i in snap.consciousness if i.digest not in self.shown]
         parts.append(section("agent-consciousness", state))
         self._mark("agent-consciousness", state)
         if snap.eval_result is not None:
@@ -285,3 +285,20 @@ def assemble(snap: Snapshot, conversation: Conversation | None = None, active_th
              depths: tuple[int, ...] = (), model: str | None = None) -> Context:
     """The messages of one tick: CONVERSATION's next, or (None) a fresh conversation's first."""
     return (conversation or Conversation()).build(snap, active_thread, depths, model)
+
+
+def conversation_state(conv: Conversation) -> dict[str, Any]:
+    """CONV as plain JSON data: what the next tick's request is built from (the tick state)."""
+    return {"base": conv.base, "turns": conv.turns, "shown": sorted(conv.shown),
+            "bases": {tag: sorted(bases) for tag, bases in conv.bases.items()}, "thread": conv.thread,
+            "depths": list(conv.depths), "chars": conv.chars, "pending": conv.pending, "restarts": conv.restarts,
+            "squeeze": conv.squeeze, "note": conv.note, "window": conv.window, "model_told": conv.model_told}
+
+
+def conversation_from_state(data: dict[str, Any]) -> Conversation:
+    """The conversation :func:`conversation_state` gave DATA of."""
+    return Conversation(base=data["base"], turns=list(data["turns"]), shown=set(data["shown"]),
+                        bases={tag: set(bases) for tag, bases in data["bases"].items()}, thread=data["thread"],
+                        depths=tuple(data["depths"]), chars=int(data["chars"]), pending=data["pending"],
+                        restarts=int(data["restarts"]), squeeze=int(data["squeeze"]), note=data["note"],
+                        window=data["window"], model_told=data["model_told"])

@@ -31,6 +31,7 @@ from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
 from ..persistence.files import PersistenceError, deferred_sync
 from ..persistence.git_repo import commit_message
+from ..persistence.history import STATE_FILE
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
@@ -554,8 +555,17 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    """Queue the tick's commit (in order; a failure is shown as a warning when it happens)."""
-    rt.commits.submit(rt.tracked_files(), message)
+    """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
+    with the tick state that makes the tick restorable (persistence.history): its content as of
+    now, whatever the file holds when a commit made behind a backlog runs."""
+    state: dict[str, bytes] = {}
+    try:
+        with deferred_sync():
+            state[STATE_FILE] = rt.save_tick_state()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
+                         "error")
+    rt.commits.submit(rt.tracked_files(), message, state)
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),
                                                    "spent": rt.consciousness.budget.cost_so_far,

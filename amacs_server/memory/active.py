@@ -122,9 +122,11 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
+    if value is None or isinstance(value, bool | int | float) or type(value) is str:
         return value
-    return str(value)
+    # A symbol too (a str subclass that is not equal to its name): LTM gives back a plain
+    # string, and an item read back must equal the one written (a restart writes no version).
+    return str.__str__(value) if isinstance(value, str) else str(value)
 
 
 def handle_for(item: MemoryItem) -> MemoryItem:
@@ -744,3 +746,27 @@ class ActiveMemory:
                     self.pinned[base] = item
                 else:
                     self.evicted[base] = handle_for(item)
+
+    # -- the tick state (persistence.history): what a restart or a rewind needs beyond LTM --
+
+    def order_state(self) -> dict[str, Any]:
+        """The pinned and evicted items in the order the ``<memory>`` section shows them, and the
+        pages of long ones shown (LTM's active table keeps neither order nor pages)."""
+        return {"pinned": [[b, i.version] for b, i in self.pinned.items()],
+                "evicted": [[b, h.version] for b, h in self.evicted.items()],
+                "pages": {b: list(p) for b, p in self.pages.items()}}
+
+    def apply_order_state(self, data: dict[str, Any]) -> None:
+        """Put the pinned and evicted items in the order DATA (:meth:`order_state`) gives, with its
+        pages; an item DATA does not name keeps its place after those it names."""
+        pinned, evicted = dict(self.pinned), dict(self.evicted)
+        self.pinned, self.evicted = {}, {}
+        for base, _version in data.get("pinned", []):
+            if base in pinned:
+                self.pinned[base] = pinned.pop(base)
+        for base, _version in data.get("evicted", []):
+            if base in evicted:
+                self.evicted[base] = evicted.pop(base)
+        self.pinned.update(pinned)
+        self.evicted.update(evicted)
+        self.pages = {b: (int(p[0]), int(p[1])) for b, p in data.get("pages", {}).items() if b in self.pinned}

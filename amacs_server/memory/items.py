@@ -11,6 +11,7 @@ is there when ``content`` is one part of a long text (:func:`page_of`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -148,6 +149,12 @@ class MemoryItem:
     @cached_property
     def _rendered(self) -> str:
         return json.dumps(self.to_contract(), ensure_ascii=False, separators=(", ", ": "))
+
+    @cached_property
+    def digest(self) -> str:
+        """A short digest of :meth:`render`: what a conversation keeps of the items it showed
+        (its tick state is then a fraction of their text)."""
+        return hashlib.blake2b(self._rendered.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
     def text(self) -> str:
         """The content as plain text, for full-text search."""

@@ -185,7 +185,7 @@ _TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:
                         re.MULTILINE)
 _TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
 _TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply)( \(error\))?[ \t]*$", re.MULTILINE)
+_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply|Rewound|Forked)( \(error\))?[ \t]*$", re.MULTILINE)
 # The eval part's form and its result (escaped as org escapes block lines).
 _EVAL_FORM = re.compile(r"^#\+begin_src emacs-lisp[ \t]*\n(.*?)\n#\+end_src[ \t]*$", re.MULTILINE | re.DOTALL)
 _EVAL_RESULT = re.compile(r"^#\+RESULTS:[ \t]*\n#\+begin_example[ \t]*\n(.*?)\n#\+end_example[ \t]*$",
@@ -311,6 +311,8 @@ def parse_tick(text: str) -> ChatEntry | None:
             entry.human = unescape_org(body.strip("\n"))
         elif part[1] == "Eval":
             entry.eval = parse_eval(body, failed=part[2] is not None)
+        elif part[1] in ("Rewound", "Forked"):
+            continue  # a rewind's or fork's record (persistence.history), not part of the exchange
         elif part[1] == "No reply":
             entry.no_reply = unescape_org(body.strip("\n"))
         else:

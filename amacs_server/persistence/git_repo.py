@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from .. import faults
@@ -150,6 +150,15 @@ class HomeRepo:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
 
+    def _git_input(self, data: bytes, *args: str) -> str:
+        """git ARGS with DATA on its standard input; its output."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
+                              check=False)
+        if done.returncode != 0:
+            raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
+                            f"{done.stderr.decode(errors='replace').strip()}")
+        return done.stdout.decode().strip()
+
     def _locks(self) -> list[Path]:
         """The lock files a commit can leave: the index's, config's, HEAD's and the refs'."""
         git_dir = self.home / ".git"
@@ -215,8 +224,11 @@ class HomeRepo:
         except GitFailed:
             return None
 
-    def commit(self, files: Iterable[Path], message: str) -> tuple[str, str | None]:
-        """Commit FILES as they are on disk; return the commit hexsha and a note (or None).
+    def commit(self, files: Iterable[Path], message: str,
+               blobs: Mapping[str, bytes] | None = None) -> tuple[str, str | None]:
+        """Commit FILES as they are on disk, and BLOBS (path in the home -> content) as given
+        (a file whose content at the tick must be exact though the disk may have moved on);
+        return the commit hexsha and a note (or None).
 
         Plumbing, so each file is hashed once and only if its stat changed:
         ``update-index`` (writes the blobs), ``write-tree``, ``commit-tree``,
@@ -227,13 +239,18 @@ class HomeRepo:
         with self._lock:
             note = self.clear_stale_lock()  # before prepare: a config.lock stops it too
             self.prepare()
-            paths = [".gitignore", *(str(p.relative_to(self.home)) for p in files if p.exists())]
+            exact = dict(blobs or {})
+            paths = [".gitignore", *(name for p in files if p.exists()
+                                     and (name := str(p.relative_to(self.home))) not in exact)]
             try:
                 if faults.armed("commit.index-lock"):
                     faults.kill_holding_lock("commit.index-lock", ["git", "update-index", "--add", "--stdin"],
                                              self.home, self.home / ".git" / "index.lock",
                                              stdin=b".gitignore\n", env=self._env)
                 self._git("update-index", "--add", "--", *paths)
+                for name, data in exact.items():
+                    blob = self._git_input(data, "hash-object", "-w", "--stdin")
+                    self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
                 faults.point("commit.indexed")
                 tree = self._git("write-tree")
                 faults.point("commit.tree")
@@ -343,7 +360,7 @@ class CommitWorker:
     def __init__(self, repo: HomeRepo, report: Report | None = None) -> None:
         self.repo = repo
         self.report: Report = report or (lambda text, kind: log.warning("%s: %s", kind, text))
-        self._queue: queue.Queue[tuple[list[Path], str] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[Path], str, dict[str, bytes]] | None] = queue.Queue()
         self._cond = threading.Condition()
         self._pending = 0
         self._pending_subjects: list[str] = []  # oldest first
@@ -354,15 +371,16 @@ class CommitWorker:
         self.commit_ms: list[float] = []  # each commit's time, fsyncs included (for benchmarks)
         self.pack_ms: list[float] = []
 
-    def submit(self, files: Iterable[Path], message: str) -> None:
-        """Commit FILES with MESSAGE after every commit submitted before (returns at once)."""
+    def submit(self, files: Iterable[Path], message: str, blobs: Mapping[str, bytes] | None = None) -> None:
+        """Commit FILES (and BLOBS, :meth:`HomeRepo.commit`) with MESSAGE after every commit
+        submitted before (returns at once)."""
         with self._cond:
             self._pending += 1
             self._pending_subjects.append(message.partition("\n")[0])
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
-        self._queue.put((list(files), message))
+        self._queue.put((list(files), message, dict(blobs or {})))
 
     @property
     def pending(self) -> int:
@@ -403,12 +421,12 @@ class CommitWorker:
             item = self._queue.get()
             if item is None:
                 return
-            files, message = item
+            files, message, blobs = item
             t0 = time.perf_counter()
             try:
                 self._sync_changed(files)
                 faults.point("commit.synced")
-                _sha, note = self.repo.commit(files, message)
+                _sha, note = self.repo.commit(files, message, blobs)
             except CommitError as err:
                 self.report(str(err), "warning")
             except Exception as err:  # the worker must outlive any one commit

@@ -77,6 +77,12 @@ class HomeLock:
         self._fd = fd
         self._write({"pid": os.getpid(), "headless": self.headless, "stopping": False})
 
+    def release(self) -> None:
+        """Let the lock go (a rewind or fork holds it only while it works)."""
+        if self._fd is not None:
+            os.close(self._fd)  # the kernel releases the flock with the descriptor
+            self._fd = None
+
     def mark_stopping(self) -> None:
         """This server's Emacs went: a server started now may wait for the lock."""
         if self._fd is not None:

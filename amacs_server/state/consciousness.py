@@ -165,8 +165,8 @@ class Consciousness:
         """Read ``consciousness.el`` back; unknown fields are ignored."""
         data = alist_loads(text)
         c = cls()
-        for name in ("identity", "mood", "active_thread"):
-            if isinstance(data.get(name), str):
+        for name in ("identity", "mood", "active_thread", "current_time"):  # the time: a restart's next
+            if isinstance(data.get(name), str):  # request shows the same clock item as without it
                 setattr(c, name, data[name])
         for name in ("current_tick", *DEPTH_FIELDS):
             if isinstance(data.get(name), int):

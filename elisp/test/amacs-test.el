@@ -473,7 +473,7 @@ later, neither runs it again nor says the server stopped."
 
 (ert-deftest amacs-test-entry-points-are-autoloaded ()
   "Issue 9: the commands README names carry autoload cookies in the files that define them."
-  (dolist (entry '(("amacs.el" . "amacs-restart") ("amacs-transport.el" . "amacs-connect")
+  (dolist (entry '(("amacs.el" . "amacs-restart") ("amacs-server.el" . "amacs-connect")
                    ("amacs-shell.el" . "amacs-shell") ("amacs-hub.el" . "amacs-hub")))
     (with-temp-buffer
       (insert-file-contents (expand-file-name (car entry) (file-name-directory (locate-library "amacs"))))

@@ -11,6 +11,7 @@
 (require 'ert)
 (require 'epc)
 (require 'amacs-transport)
+(require 'amacs-server)
 (require 'amacs-eval)
 (require 'cl-lib)
 
@@ -55,13 +56,9 @@
         (progn
           (dolist (file (directory-files source t "\\`amacs.*\\.el\\'"))
             (copy-file file (file-name-as-directory dir)))
-          (should (zerop (call-process emacs nil nil nil "-Q" "--batch" "--eval" setup "-L" dir
-                                       "-f" "batch-byte-compile"
-                                       (expand-file-name "amacs-install.el" dir)
-                                       (expand-file-name "amacs-transport.el" dir)
-                                       (expand-file-name "amacs-eval.el" dir)
-                                       (expand-file-name "amacs-render.el" dir)
-                                       (expand-file-name "amacs-shell.el" dir))))
+          (should (zerop (apply #'call-process emacs nil nil nil "-Q" "--batch" "--eval" setup "-L" dir
+                                "-f" "batch-byte-compile"
+                                (directory-files dir t "\\`amacs.*\\.el\\'"))))
           (let ((out (with-temp-buffer
                        (call-process emacs nil t nil "-Q" "--batch" "--eval" setup "-L" dir "--eval" check)
                        (buffer-string))))

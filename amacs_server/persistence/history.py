@@ -1,0 +1,333 @@
+"""Every tick restorable: the tick state, rewind in place and fork as a copy.
+
+What the request after tick N is built from is on disk after tick N:
+
+- in that tick's git commit: ``consciousness.el``, the chat log and the
+  monologue (every month), ``scratchpad.org``, the home's ``skills/`` and
+  :data:`STATE_FILE`, the *tick state*, written at the end of each tick;
+- in ``memory.db``: every item version (copy-on-write, never changed), whose
+  row ids grow.  The tick state records the highest row id at the tick, so the
+  long-term memory at tick N is the rows up to it: no copy of the database per
+  tick.
+
+The tick state holds what neither has exactly: the active table (what each
+brain pinned or evicted), the order and pages of the primary's pinned items,
+the primary's conversation (the prefix every later request repeats), the text
+of ``consciousness.el`` and ``scratchpad.org``, and the size of each file of
+the append-only logs.  A commit is made off the loop thread and carries the
+files as they are when it runs: after a backlog it may hold a later tick's
+lines, which the recorded sizes cut off again.
+
+A rewind never deletes the future it abandons: the home as it was is committed
+and kept on a ref under :data:`ABANDONED` (printed, and written in
+``agent-chat.org``); the item versions written after tick N move to
+``memory.db``'s ``abandoned_items`` table under that ref's name; the
+transcripts, append-only, get a ``rewind`` event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import AmacsError
+from .files import atomic_write
+from .git_repo import HomeRepo
+from .home_lock import HomeInUse, HomeLock
+from .transcript import Transcript
+
+STATE_FILE = "tick-state.json"
+STATE_VERSION = 1
+ABANDONED = "refs/amacs/abandoned"
+# The append-only logs whose tick-N contents are their first bytes (sizes in the tick state).
+LOGS = ("agent-chat.org", "monologue.org")
+LOG_FOLDERS = ("chat", "monologue")
+# What a fork copies beside the mind: the home's settings, not in git.
+SETTINGS = ("mcp.json", "model-capabilities.json")
+ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
+  ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
+  kind TEXT NOT NULL, created_at_ms INTEGER NOT NULL, content TEXT NOT NULL, text TEXT NOT NULL)"""
+
+
+class HistoryError(AmacsError, RuntimeError):
+    """A rewind or fork that cannot be made; the message is one line for the person."""
+
+
+def log_files(home: Path) -> list[Path]:
+    """The files of the append-only logs: the current months and the earlier ones."""
+    found = [home / name for name in LOGS if (home / name).exists()]
+    for folder in LOG_FOLDERS:
+        if (home / folder).is_dir():
+            found += sorted(p for p in (home / folder).iterdir() if p.suffix == ".org")
+    return found
+
+
+def skill_files(home: Path) -> list[Path]:
+    """The files of the home's skills (the templates the person edits), committed each tick."""
+    folder = home / "skills"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
+                  and not p.name.endswith("~"))
+
+
+def tracked(home: Path) -> list[Path]:
+    """Every file a tick's commit carries."""
+    return [home / "consciousness.el", *log_files(home), home / "scratchpad.org", home / STATE_FILE,
+            *skill_files(home)]
+
+
+def ltm_watermark(db: sqlite3.Connection) -> int:
+    """The highest item row id: the long-term memory at a tick is the rows up to it."""
+    return int(db.execute("SELECT coalesce(max(id), 0) FROM items").fetchone()[0])
+
+
+def active_rows(db: sqlite3.Connection) -> list[list[Any]]:
+    """Every brain's pinned and evicted items (LTM's active table)."""
+    return [list(r) for r in db.execute("SELECT brain, base, status, version FROM active ORDER BY brain, base")]
+
+
+def write_state(home: Path, state: dict[str, Any]) -> bytes:
+    """Write the tick state (not synced: the commit worker syncs the tick's files); its bytes."""
+    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    atomic_write(home / STATE_FILE, text)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def read_state(home: Path) -> dict[str, Any] | None:
+    """The home's tick state, or None when it has none (or it cannot be read)."""
+    try:
+        data = json.loads((home / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
+
+
+def file_sizes(home: Path) -> dict[str, int]:
+    """Each append-only log file's size, by its path in the home."""
+    return {str(p.relative_to(home)): p.stat().st_size for p in log_files(home)}
+
+
+# -- rewind and fork ---------------------------------------------------------------------
+
+
+@dataclass
+class Done:
+    """What a rewind or fork made: the home, the tick it is at, the commit, the abandoned ref."""
+
+    home: Path
+    tick: int
+    commit: str
+    abandoned: str | None
+    seconds: float
+
+    def line(self) -> str:
+        """One line for the person."""
+        if self.abandoned is not None:
+            return (f"rewound {self.home} to tick {self.tick}; the abandoned future is kept on git ref "
+                    f"{self.abandoned}")
+        return f"forked {self.home} at tick {self.tick}"
+
+
+def _git(home: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+    done = subprocess.run(["git", *args], cwd=home, input=stdin, capture_output=True, env=env, check=False)
+    if done.returncode != 0:
+        raise HistoryError(f"git {args[0]} failed in {home}: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def tick_commit(home: Path, tick: int) -> str:
+    """The newest commit of HEAD's line whose subject starts ``[TICK N]``."""
+    if not (home / ".git").is_dir():
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
+    prefix = f"[TICK {tick}]"
+    out = _git(home, "log", "--format=%H %s", "--fixed-strings", f"--grep={prefix}").decode(errors="replace")
+    for line in out.splitlines():
+        if line[41:].startswith(prefix):
+            return line[:40]
+    raise HistoryError(f"{home} has no tick {tick} in its history")
+
+
+def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
+    """The tick state COMMIT holds (tick TICK's)."""
+    try:
+        data = json.loads(_git(home, "show", f"{commit}:{STATE_FILE}"))
+    except HistoryError as err:
+        raise HistoryError(f"tick {tick} of {home} was committed before ticks were restorable "
+                           f"(it has no {STATE_FILE}); a later tick can be") from err
+    if not isinstance(data, dict) or data.get("version") != STATE_VERSION or data.get("tick") != tick:
+        raise HistoryError(f"tick {tick}'s {STATE_FILE} in {home} is not one this server reads")
+    return data
+
+
+def _lock(home: Path) -> HomeLock:
+    """The home's lock, or HistoryError naming the live server that holds it."""
+    lock = HomeLock(home, headless=True)
+    try:
+        lock.acquire(stopping_wait=0)
+    except HomeInUse as err:
+        raise HistoryError(f"refused: {err}") from err
+    return lock
+
+
+def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
+    """The home's tracked files as tick TICK left them: COMMIT's tree, the logs cut to the sizes
+    the tick state recorded, consciousness.el and scratchpad.org from the tick state."""
+    _git(home, "read-tree", "-u", "--reset", commit)
+    sizes: dict[str, int] = state["files"]
+    for path in log_files(home):
+        rel = str(path.relative_to(home))
+        if rel not in sizes:
+            path.unlink()  # a month begun after the tick
+        elif path.stat().st_size > sizes[rel]:
+            with path.open("r+b") as fh:
+                fh.truncate(sizes[rel])
+    atomic_write(home / "consciousness.el", state["consciousness"])
+    if state.get("scratchpad") is not None:
+        atomic_write(home / "scratchpad.org", state["scratchpad"])
+    else:
+        (home / "scratchpad.org").unlink(missing_ok=True)
+    write_state(home, state)
+
+
+def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> int:
+    """memory.db as at the tick: the item versions written after it leave ``items`` (kept in
+    ``abandoned_items`` under ABANDONED's name; a fork drops them), and the active table is
+    the tick's.  Returns how many versions left."""
+    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a rewind runs
+
+    ltm = LongTermMemory(db_path)
+    try:
+        db, top = ltm.db, int(state["ltm_max_id"])
+        with ltm.transaction():
+            later = db.execute("SELECT id, text FROM items WHERE id > ?", (top,)).fetchall()
+            if abandoned is not None and later:
+                db.execute(ABANDONED_SCHEMA)
+                db.execute("INSERT INTO abandoned_items SELECT ?, id, base, version, tier, kind, created_at_ms, "
+                           "content, text FROM items WHERE id > ?", (abandoned, top))
+            for rowid, text in later:
+                db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
+            db.execute("DELETE FROM items WHERE id > ?", (top,))
+            db.execute("DELETE FROM active")
+            db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+        return len(later)
+    finally:
+        ltm.close()
+
+
+def _record(home: Path, tick: int, heading: str, text: str, event: str, data: dict[str, Any]) -> None:
+    """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript."""
+    from .chat_log import ChatLog  # noqa: PLC0415
+
+    ChatLog(home / "agent-chat.org").log.append(f"** {heading}\n{text}\n\n")
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event}"
+    transcript = Transcript(home / "transcripts", run_id)
+    try:
+        transcript.write(event, data, tick=tick)
+    finally:
+        transcript.close()
+
+
+def rewind(home: Path, tick: int, *, locked: bool = False) -> Done:
+    """Return HOME to just after tick TICK, keeping the future it leaves on a git ref.
+
+    Refused (HistoryError) while a live server serves HOME, unless LOCKED (the
+    server itself rewinds, holding the lock)."""
+    t0 = time.perf_counter()
+    home = home.expanduser().resolve()
+    lock = None if locked else _lock(home)
+    try:
+        commit = tick_commit(home, tick)
+        state = state_at(home, commit, tick)
+        repo = HomeRepo(home)
+        now = read_state(home)
+        last = now["tick"] if now else "?"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        kept, _note = repo.commit(tracked(home), f"[TICK {last}][abandoned] the home as it was before a "
+                                                 f"rewind to tick {tick}")
+        ref = f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}"
+        _git(home, "update-ref", ref, kept)
+        _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
+        _check_out(home, commit, state)
+        left = _memory_at(home / "memory.db", state, ref) if (home / "memory.db").exists() else 0
+        _record(home, tick, "Rewound",
+                f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "
+                f"({left} memory item versions of it in memory.db's abandoned_items).",
+                "rewind", {"to_tick": tick, "from_tick": last, "ref": ref, "abandoned_versions": left})
+        sha, _ = HomeRepo(home).commit(tracked(home), f"[TICK {tick}][rewind] back to tick {tick} from tick "
+                                                      f"{last}; the abandoned future is {ref}")
+        return Done(home, tick, sha, ref, time.perf_counter() - t0)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def fork(home: Path, tick: int, dest: Path, *, locked: bool = False) -> Done:
+    """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there).
+
+    Refused while a live server serves HOME, unless LOCKED (that server forks it)."""
+    t0 = time.perf_counter()
+    home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
+    if dest.exists() and any(dest.iterdir()):
+        raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
+    lock = None if locked else _lock(home)
+    try:
+        commit = tick_commit(home, tick)
+        state = state_at(home, commit, tick)
+        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _git(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(home), str(dest))
+        _git(dest, "remote", "remove", "origin")
+        _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
+        _check_out(dest, commit, state)
+        for name in SETTINGS:
+            if (home / name).exists():
+                shutil.copy2(home / name, dest / name)
+        if (home / "memory.db").exists():
+            src = sqlite3.connect(home / "memory.db")
+            target = sqlite3.connect(dest / "memory.db")
+            try:
+                src.backup(target)  # a consistent copy, also while the home's server writes
+            finally:
+                target.close()
+                src.close()
+            _memory_at(dest / "memory.db", state, None)
+        _record(dest, tick, "Forked", f"Forked from {home} at this tick.", "fork",
+                {"from_home": str(home), "at_tick": tick, "from_commit": commit})
+        sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+        return Done(dest, tick, sha, None, time.perf_counter() - t0)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def main(argv: list[str]) -> int:
+    """``amacs-server rewind HOME --tick N`` and ``amacs-server fork HOME --tick N DEST``."""
+    import argparse  # noqa: PLC0415
+
+    command, rest = argv[0], argv[1:]
+    parser = argparse.ArgumentParser(prog=f"amacs-server {command}")
+    parser.add_argument("home", help="the AMACS home")
+    parser.add_argument("--tick", type=int, required=True, help="the tick to return to (its end)")
+    if command == "fork":
+        parser.add_argument("dest", help="the new home")
+    args = parser.parse_args(rest)
+    os.umask(0o077)
+    try:
+        done = (fork(Path(args.home), args.tick, Path(args.dest)) if command == "fork"
+                else rewind(Path(args.home), args.tick))
+    except (HistoryError, OSError, sqlite3.Error) as err:
+        print(f"amacs-server {command}: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    print(done.line())
+    return 0
+

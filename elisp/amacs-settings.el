@@ -1,0 +1,58 @@
+;;; amacs-settings.el --- The agent's settings, sent to its server -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Keywords: tools, ai
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; What the person sets for the agent in Emacs: the eval time limit,
+;; the steps of one turn, the price table (sent to the server at hello,
+;; `amacs--settings'), and the choices a restarted server keeps
+;; (`amacs-chosen': model, endpoint, budget).
+
+;;; Code:
+
+(defgroup amacs nil
+  "AMACS: an Emacs-native LLM agent."
+  :group 'tools
+  :prefix "amacs-")
+
+(defcustom amacs-eval-timeout 30
+  "Seconds the agent's eval may run before it is stopped."
+  :type 'number
+  :group 'amacs)
+
+(defcustom amacs-max-steps 8
+  "Ticks one human turn may run while the agent keeps evaluating."
+  :type 'integer
+  :group 'amacs)
+
+(defcustom amacs-price-table nil
+  "Model prices in US dollars per million tokens, overriding the server's own.
+Each entry is (MODEL-PREFIX INPUT OUTPUT CACHE-WRITE CACHE-READ); the
+longest prefix of the model's name that matches wins."
+  :type '(repeat (list (string :tag "Model prefix") (number :tag "Input") (number :tag "Output")
+                       (number :tag "Cache write") (number :tag "Cache read")))
+  :group 'amacs)
+
+(defvar amacs-chosen nil
+  "What the person chose in this Emacs that a restarted server keeps.
+A plist: :backend, :model and :base-url (`amacs-set-model'), :budget
+\(`amacs-set-budget'), :local (`amacs-use-local-model').  They win
+over the environment Emacs started with: a restart keeps the model,
+endpoint and budget the person chose.")
+
+(defun amacs--settings ()
+  "Return the plist of settings sent to the server at hello."
+  (list :eval-timeout amacs-eval-timeout :max-steps amacs-max-steps
+        :prices (mapcar (lambda (entry)
+                          (list :model (nth 0 entry) :input (nth 1 entry) :output (nth 2 entry)
+                                :cache-write (nth 3 entry) :cache-read (nth 4 entry)))
+                        amacs-price-table)))
+
+(provide 'amacs-settings)
+;;; amacs-settings.el ends here

@@ -1,0 +1,263 @@
+;;; amacs-shell-header.el --- The AMACS shell's turn, header line and mode line -*- lexical-binding: t -*-
+
+;; Copyright (C) 2026 AMACS developers
+
+;; Author: AMACS developers
+;; Keywords: tools, ai
+
+;; This file is not part of GNU Emacs.
+
+;;; Commentary:
+
+;; What the shell knows of the agent's turn is one buffer-local
+;; struct, `amacs-shell-turn', and every change of it is made in
+;; `amacs-shell--transition', whose docstring lists the events and the
+;; state each leads to.  The header line says that state (and the
+;; model); the mode line says what this session cost against the budget.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'seq)
+(require 'amacs-transport)
+(require 'amacs-eval)
+(require 'amacs-shell-output)
+
+;;;; The turn's state
+
+(defvar amacs-shell-busy nil
+  "Non-nil while the agent works on a turn (or input waits for a server).
+Only `amacs-shell--transition' sets it, as it moves the shell's turn.")
+
+(cl-defstruct (amacs-shell-turn (:constructor amacs-shell--new-turn) (:copier nil))
+  "What a shell knows of the agent's turn; `amacs-shell--transition' alone changes it.
+STATE is what the agent is doing: starting, waiting, thinking,
+streaming, eval, sleeping, retrying or stopped.  DETAIL says more:
+whom it sleeps on (sleeping), the seconds before the next attempt
+\(retrying; nil: now).  SINCE is when STATE began, a float time.
+EVAL-AGENT is the agent whose eval Emacs runs, or nil: while it runs
+Emacs does nothing else, so the header says so.  ANSWERED-EARLY are
+those who answered while the primary's eval ran, before it could sleep
+on them.  TAKEN are the inputs the agent took in this turn, newest
+first, (LINE . SAVED) each: SAVED when the server confirmed the input
+is in agent-chat.org (its write-ahead), and only then does the shell
+say it is saved.  REPLIED is non-nil once a reply was shown (the
+server writes a reply before it shows it).  WAIT-TIMER ends a sleep at
+its timeout; CLOCK redraws the header's seconds while the agent works."
+  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock)
+
+(defvar-local amacs-shell--turn-of-buffer nil
+  "This shell's turn, an `amacs-shell-turn'.")
+
+(defun amacs-shell--turn ()
+  "Return the shell buffer's turn; without a shell, a fresh one that is dropped."
+  (let ((buffer (amacs-shell--buffer)))
+    (or (and buffer (buffer-local-value 'amacs-shell--turn-of-buffer buffer))
+        (amacs-shell--new-turn))))
+
+(defun amacs-shell--transition (event &optional arg)
+  "Move the shell's turn on EVENT (with ARG).
+Every change of the turn is made here.  The events, and the state each
+leads to:
+  opened      a shell opened with no server yet: starting
+  sent        the person sent input: busy; thinking (starting without
+              a server) unless a turn was already on
+  turn-start  the server began a turn: busy, thinking
+  delta       the reply streams: streaming
+  eval-start  ARG's eval runs; the primary's: eval
+  eval-end    ARG's eval ended, ARG being (AGENT WAIT TALKS); the
+              primary's with a WAIT (`amacs--eval-wait') sleeps on
+              those of its TALKS who have not answered yet, else thinks
+  answered    ARG (an id, or \"you\") answered: noted during an eval;
+              while sleeping on it, one fewer, and none left is thinking
+  woke        the sleep's timeout: thinking
+  retry       the model call is retried in ARG seconds (nil: now)
+  taken       the agent took an input, ARG being (LINE . SAVED)
+  replied     a reply was shown
+  turn-done   waiting: not busy, the turn's inputs and reply forgotten
+  ready       a server said hello: waiting, or thinking if busy
+  gone        the server went: starting if ARG (inputs wait for the
+              next server; still busy), else stopped
+  cancelled   inputs that waited for a server were dropped: waiting
+  failed      no server could start: stopped"
+  (let ((turn (amacs-shell--turn)))
+    (pcase event
+      ('opened (amacs-shell--enter turn 'starting))
+      ('sent (unless amacs-shell-busy (amacs-shell--enter turn (if (amacs-live-p) 'thinking 'starting)))
+             (setq amacs-shell-busy t))
+      ('turn-start (setq amacs-shell-busy t)
+                   (amacs-shell--enter turn 'thinking))
+      ('delta (amacs-shell--enter turn 'streaming))
+      ('eval-start (setf (amacs-shell-turn-eval-agent turn) arg)
+                   (when (equal arg "primary")
+                     (setf (amacs-shell-turn-answered-early turn) nil)
+                     (amacs-shell--enter turn 'eval)))
+      ('eval-end (setf (amacs-shell-turn-eval-agent turn) nil)
+                 (pcase-let ((`(,agent ,wait ,talks) arg))
+                   (when (equal agent "primary")
+                     (if wait (amacs-shell--sleep turn wait talks) (amacs-shell--enter turn 'thinking)))))
+      ('answered (amacs-shell--answered turn arg))
+      ('woke (when (eq (amacs-shell-turn-state turn) 'sleeping) (amacs-shell--enter turn 'thinking)))
+      ('retry (amacs-shell--enter turn 'retrying arg))
+      ('taken (push arg (amacs-shell-turn-taken turn)))
+      ('replied (setf (amacs-shell-turn-replied turn) t))
+      ('turn-done (setq amacs-shell-busy nil)
+                  (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil)
+                  (amacs-shell--enter turn 'waiting))
+      ('ready (amacs-shell--enter turn (if amacs-shell-busy 'thinking 'waiting)))
+      ('gone (setq amacs-shell-busy (and arg t))
+             (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil
+                   (amacs-shell-turn-eval-agent turn) nil)
+             (amacs-shell--enter turn (if arg 'starting 'stopped)))
+      ('cancelled (setq amacs-shell-busy nil)
+                  (amacs-shell--enter turn 'waiting))
+      ('failed (setq amacs-shell-busy nil)
+               (amacs-shell--enter turn 'stopped))
+      (_ (error "No such event of the shell's turn: %S" event)))))
+
+(defun amacs-shell--enter (turn state &optional detail)
+  "Put TURN in STATE (with DETAIL) and show it; only for `amacs-shell--transition'.
+A sleep's timer ends with any other state; the header's clock runs
+while the agent works."
+  (unless (and (eq state (amacs-shell-turn-state turn)) (equal detail (amacs-shell-turn-detail turn)))
+    (unless (eq state (amacs-shell-turn-state turn))
+      (setf (amacs-shell-turn-since turn) (float-time)))
+    (setf (amacs-shell-turn-state turn) state (amacs-shell-turn-detail turn) detail)
+    (amacs-shell--update-header))
+  (when (and (amacs-shell-turn-wait-timer turn) (not (eq state 'sleeping)))
+    (cancel-timer (amacs-shell-turn-wait-timer turn))
+    (setf (amacs-shell-turn-wait-timer turn) nil))
+  (if (memq state '(waiting stopped))
+      (when (amacs-shell-turn-clock turn)
+        (cancel-timer (amacs-shell-turn-clock turn))
+        (setf (amacs-shell-turn-clock turn) nil))
+    (unless (amacs-shell-turn-clock turn)
+      (setf (amacs-shell-turn-clock turn) (run-at-time 1 1 #'amacs-shell--update-header)))))
+
+(defun amacs-shell-state ()
+  "Return the state of the shell's turn, a symbol (see `amacs-shell-turn')."
+  (amacs-shell-turn-state (amacs-shell--turn)))
+
+(defun amacs-shell--sleep (turn wait talks)
+  "TURN's primary sleeps on WAIT until its talks are answered; TALKS say by whom.
+WAIT is `amacs--eval-wait' and TALKS `amacs--eval-talks' of the eval
+that registered it.  The header names those it waits for until each
+answers, the wait times out, or the agent does something else."
+  (let ((names (seq-difference
+                (seq-uniq (mapcar (lambda (id) (or (cdr (assq id talks)) (format "talk %s" id)))
+                                  (plist-get wait :talk-ids)))
+                (amacs-shell-turn-answered-early turn)))
+        (timeout (plist-get wait :timeout)))
+    (setf (amacs-shell-turn-answered-early turn) nil)
+    (amacs-shell--enter turn (if names 'sleeping 'thinking) names)
+    (when (amacs-shell-turn-wait-timer turn) (cancel-timer (amacs-shell-turn-wait-timer turn)))
+    (setf (amacs-shell-turn-wait-timer turn)
+          (and names (numberp timeout)
+               (run-at-time timeout nil (lambda ()
+                                          (setf (amacs-shell-turn-wait-timer turn) nil)
+                                          (amacs-shell--transition 'woke)))))))
+
+(defun amacs-shell--answered (turn who)
+  "WHO (an agent's id, or \"you\") answered: TURN's primary waits for one less.
+Once everyone has answered, the primary wakes: it is thinking."
+  (let ((state (amacs-shell-turn-state turn))
+        (waiting-for (amacs-shell-turn-detail turn)))
+    (cond ((eq state 'eval) (push who (amacs-shell-turn-answered-early turn)))
+          ((and (eq state 'sleeping) (member who waiting-for))
+           (let ((left (remove who waiting-for)))
+             (amacs-shell--enter turn (if left 'sleeping 'thinking) left))))))
+
+;;;; Header line
+
+(defun amacs-shell-state-string ()
+  "What the agent is doing, in a few words, for the header line."
+  (let* ((turn (amacs-shell--turn))
+         (since (amacs-shell-turn-since turn))
+         (detail (amacs-shell-turn-detail turn))
+         (eval-agent (amacs-shell-turn-eval-agent turn))
+         (secs (and since (floor (- (float-time) since))))
+         (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
+         (agents (length amacs-shell--agents))
+         (doing (pcase (amacs-shell-turn-state turn)
+                  ('starting "starting the server…")
+                  ('waiting (if (and amacs--status (not (plist-get amacs--status :key-ok)))
+                                "no API key: the note below says how to give one"
+                              "waiting for you"))
+                  ('thinking (concat "thinking…" elapsed))
+                  ('streaming (concat "writing…" elapsed))
+                  ('eval (if amacs-eval-asking
+                             "asks you whether an eval may run (y or n)"
+                           (concat "running an eval…" elapsed " " (amacs-shell--stops-it))))
+                  ('sleeping (concat "waiting for "
+                                     (amacs-shell--names detail) "…" elapsed))
+                  ('retrying (if detail (format "retrying in %.1f s" detail) "retrying now"))
+                  ('stopped "server stopped: send a message to restart it")
+                  (state (format "%s" state)))))
+    (when (and eval-agent (not (equal eval-agent "primary")))
+      (setq doing (format "%s is running an eval… %s" eval-agent (amacs-shell--stops-it))))
+    (if (> agents 0)
+        (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
+      doing)))
+
+(defun amacs-shell--stops-it ()
+  "The words that say which key stops a running eval."
+  (substitute-command-keys "(\\[keyboard-quit] stops it)"))
+
+(defun amacs-shell--names (names)
+  "NAMES (whom the agent waits for) in a few words: \"you\" is your reply."
+  (let* ((words (mapcar (lambda (n) (if (equal n "you") "your reply" n)) names))
+         (shown (seq-take words 3)))
+    (concat (mapconcat #'identity shown ", ")
+            (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
+
+(defun amacs-shell-header-line (&optional width)
+  "The shell's header line: the model, the backend and what the agent is doing.
+Wider than WIDTH (default: the shell's window), the backend goes, then
+the model: what the agent does is what the header is for, and it
+keeps the room."
+  (let* ((model (plist-get amacs--status :model))
+         (backend (plist-get amacs--status :backend))
+         (state (amacs-shell-state-string))
+         (width (or width
+                    (let ((window (get-buffer-window (amacs-shell--buffer))))
+                      (if window (window-total-width window) 80)))))
+    (seq-find (lambda (line) (<= (string-width line) width))
+              (list (concat " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
+                    (concat " " (or model "AMACS") " — " state))
+              (concat " " state))))
+
+;;;; Mode line
+
+(defvar amacs-shell-usage nil
+  "The last tick's usage event: the tick's and the session's tokens and cost.")
+
+(defun amacs-shell-cost-string ()
+  "This session's cost and the budget, short enough for 80 columns.
+The budget figure is what the agent enforces: everything spent in the
+AMACS home since the limit was set, against the limit.  Tokens are in
+the hub."
+  (let ((session (plist-get amacs-shell-usage :session)))
+    (if (not session)
+        ""
+      (format " %s session · budget %s/%s"
+              (amacs-shell--dollars (plist-get session :cost))
+              (amacs-shell--dollars (or (plist-get amacs-shell-usage :spent) 0))
+              (amacs-shell--dollars (plist-get amacs-shell-usage :budget-limit))))))
+
+(defun amacs-shell--dollars (amount)
+  "AMOUNT in dollars: to a tenth of a cent below a dollar, to the cent above."
+  (format (if (< amount 0.9995) "$%.3f" "$%.2f") amount))
+
+(defconst amacs-shell-mode-line
+  '("%e" mode-line-front-space mode-line-buffer-identification
+    "  " (:eval (amacs-shell-cost-string)) "   (" mode-name ")" mode-line-end-spaces)
+  "The shell's mode line: its name, this session's cost and the budget.
+Short, so the money fits in 80 columns; tokens are in the hub.")
+
+(defun amacs-shell--on-tick (event)
+  "Keep the tick's usage from EVENT and show it in the mode line."
+  (setq amacs-shell-usage event)
+  (amacs-shell--update-header))
+
+(provide 'amacs-shell-header)
+;;; amacs-shell-header.el ends here

@@ -1,0 +1,293 @@
+"""Rewind and fork (persistence.history): every tick restorable, and the acceptance: after a
+rewind (or a fork) to tick N, the same inputs with the same scripted answers make the same
+requests as the original run from tick N+1 on, but for the clock.
+
+The sessions here run the real Runtime and turn loop against the fake Anthropic API (real
+HTTP, the real SDK), with scratchpad notes, notes created, mutated and evicted, an evicted
+chat item and an edited template (the home's core skill)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import re
+import sqlite3
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amacs_server.__main__ import main as server_main
+from amacs_server.config import load_config
+from amacs_server.loop.primary import run_turn
+from amacs_server.memory.items import Kind
+from amacs_server.memory.memid import MemId
+from amacs_server.persistence import history
+from amacs_server.persistence.home_lock import HomeLock
+from amacs_server.runtime import Runtime
+from tests.fake_anthropic import FakeAnthropic, Reply
+from tests.test_memory import SilentFace
+
+# The clock: the clock items (the time and the system clock, whose versions count the seconds
+# that changed), every item's creation time, and the times written in the texts.
+CLOCK_ITEM = re.compile(r":(current_time|system_clock):\d+<EOT>")
+CLOCK = [(re.compile(r'"created_at_ms": \d+'), '"created_at_ms": 0'),
+         (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:?\d\d)?"), "T")]
+
+
+def unclocked(value: Any) -> Any:
+    """VALUE (a request body) with the clock left out (CLOCK_ITEM, CLOCK)."""
+    if isinstance(value, dict):
+        return {k: unclocked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unclocked(v) for v in value]
+    if isinstance(value, str):
+        text = "\n".join(line for line in value.split("\n") if not CLOCK_ITEM.search(line))
+        for pattern, repl in CLOCK:
+            text = pattern.sub(repl, text)
+        return text
+    return value
+
+
+def answer(body: dict[str, Any]) -> Reply:
+    """The scripted model: its answer is a function of the person's newest input only."""
+    text = json.dumps(body["messages"][-1]["content"], ensure_ascii=False)
+    said = re.findall(r'\\"human\\": \\"([^\\]*)\\"', text)
+    human = said[-1] if said else "(none)"
+    data: dict[str, Any] = {"eval": None, "reply": f"answer to {human}", "mood": "calm", "confidence": 0.7,
+                            "monologue": f"thought about {human}"}
+    if "note" in human:
+        data["scratchpad"] = {"heading": f"on {human}", "thread": None, "content": f"noted: {human}"}
+    return Reply(json.dumps(data))
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic(default=answer).start()
+    yield server
+    server.stop()
+
+
+def runtime(home: Path, url: str) -> Runtime:
+    rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url}),
+                 SilentFace(), turn=run_turn)
+    rt.start()
+    return rt
+
+
+def on_loop(rt: Runtime, fn: Callable[[], Any]) -> Any:
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except Exception as err:  # noqa: BLE001 - raised in the test's thread
+            future.set_exception(err)
+
+    rt.loop.call_soon_threadsafe(run)
+    return future.result(30)
+
+
+Step = tuple[str, str]  # (what, argument)
+
+
+def do(rt: Runtime, step: Step) -> None:
+    """One step of a session: an input (a turn), or what the agent or the person does between turns."""
+    what, arg = step
+    home = rt.config.home
+    mem = rt.memory
+    if what == "say":
+        asyncio.run_coroutine_threadsafe(run_turn(rt, arg), rt.loop).result(60)
+    elif what == "create":
+        on_loop(rt, lambda: mem.create_note(arg, {"text": f"about {arg}"}, Kind.NOTE, ("t",)))
+    elif what == "mutate":
+        on_loop(rt, lambda: mem.mutate(mem.mem_id(arg), {"text": f"changed {arg}"}))
+    elif what == "evict":
+        on_loop(rt, lambda: mem.evict(mem.mem_id(arg)))
+    elif what == "evict-chat":  # the oldest exchange in RAM
+        on_loop(rt, lambda: mem.evict(MemId.from_base(mem.chat[0].mem_id.base)))
+    elif what == "template":
+        core = home / "skills" / "core" / "SKILL.md"
+        core.parent.mkdir(parents=True, exist_ok=True)
+        core.write_text(f"---\nname: core\ndescription: the person's core\n---\nYou are AMACS. {arg}\n")
+    else:
+        raise AssertionError(what)
+
+
+def requests(fake: FakeAnthropic, start: int = 0) -> list[str]:
+    """The model requests from START on, with the clock masked."""
+    out = []
+    for r in fake.requests[start:]:
+        if r["path"].rstrip("/") != "/v1/messages":
+            continue
+        out.append(json.dumps(unclocked(r["body"]), ensure_ascii=False, sort_keys=True, indent=0))
+    return out
+
+
+def run(home: Path, fake: FakeAnthropic, steps: list[Step]) -> tuple[list[list[str]], int]:
+    """Run STEPS on HOME; the requests each step made, and the tick the home ends at."""
+    rt = runtime(home, fake.url)
+    made = []
+    try:
+        for step in steps:
+            first = len(fake.requests)
+            do(rt, step)
+            assert rt.commits.flush(60)
+            made.append(requests(fake, first))
+        return made, rt.consciousness.current_tick
+    finally:
+        rt.stop()
+
+
+SESSION: list[Step] = [
+    ("say", "hello"), ("create", "plan"), ("say", "note the plan"), ("template", "Be brief."),
+    ("say", "and then"), ("mutate", "plan"), ("say", "note a second thing"), ("evict-chat", ""),
+    ("create", "other"), ("say", "what now"), ("evict", "other"), ("say", "note the end"),
+    ("template", "Be very brief."), ("say", "last words"),
+]
+
+
+def same(got: list[list[str]], want: list[list[str]]) -> str | None:
+    """None when GOT and WANT are the same requests; else where they first differ, in words."""
+    if len(got) != len(want):
+        return f"{len(got)} steps, not {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        if len(g) != len(w):
+            return f"step {i}: {len(g)} requests, not {len(w)}"
+        for j, (a, b) in enumerate(zip(g, w, strict=True)):
+            if a != b:
+                at = next(n for n in range(min(len(a), len(b)) + 1) if n == min(len(a), len(b)) or a[n] != b[n])
+                return f"step {i} request {j} at {at}: ...{a[max(0, at - 100):at + 400]!r}\n  not ...{b[max(0, at - 100):at + 400]!r}"
+    return None
+
+
+def ticks_before(steps: list[Step], k: int) -> int:
+    return sum(1 for what, _ in steps[:k] if what == "say")
+
+
+def _git(home: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(home), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_replay_after_a_rewind_or_a_fork_sends_the_same_requests(tmp_path, fake):
+    home = tmp_path / "home"
+    original, last = run(home, fake, SESSION)
+    assert last == 7
+    k = 5  # rewind to the end of tick 3: the steps from the 6th on are replayed
+    tick = ticks_before(SESSION, k)
+    assert tick == 3
+    forked = history.fork(home, tick, tmp_path / "fork")
+    chat_before = (home / "agent-chat.org").read_text()
+    done = history.rewind(home, tick)
+    assert done.abandoned is not None and done.abandoned.startswith("refs/amacs/abandoned/")
+    # The abandoned future is kept: on its ref, and its item versions in memory.db.
+    assert _git(home, "show", f"{done.abandoned}:agent-chat.org") .startswith(chat_before.split("* Tick 4")[0])
+    assert "last words" in _git(home, "show", f"{done.abandoned}:agent-chat.org")
+    db = sqlite3.connect(home / "memory.db")
+    assert db.execute("SELECT count(*) FROM abandoned_items WHERE ref=?", (done.abandoned,)).fetchone()[0] > 0
+    db.close()
+    text = (home / "agent-chat.org").read_text()
+    assert "last words" not in text and done.abandoned in text  # the chat says where the future is
+    assert (home / "skills" / "core" / "SKILL.md").read_text().endswith("Be brief.\n")  # the template as at tick 3
+    for where in (home, forked.home):
+        replay, _ = run(where, fake, SESSION[k:])
+        assert same(replay, original[k:]) is None, (where, same(replay, original[k:]))
+    # A fork of a fork, at an earlier tick.
+    again = history.fork(forked.home, 2, tmp_path / "fork2")
+    k2 = 3  # the template edit after tick 2 is replayed too
+    assert ticks_before(SESSION, k2) == 2
+    replay, _ = run(again.home, fake, SESSION[k2:])
+    assert same(replay, original[k2:]) is None, same(replay, original[k2:])
+
+
+def test_a_restart_between_ticks_changes_no_request(tmp_path, fake):
+    home = tmp_path / "home"
+    original, _ = run(home, fake, SESSION)
+    again = tmp_path / "again"
+    made: list[list[str]] = []
+    for i, step in enumerate(SESSION):  # a new server for every step
+        part, _ = run(again, fake, [step])
+        made += part
+        assert same(made[i:], original[i:i + 1]) is None, (i, same(made[i:], original[i:i + 1]))
+
+
+def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
+    home = tmp_path / "home"
+    run(home, fake, SESSION[:3])
+    lock = HomeLock(home, headless=True)
+    lock.acquire()
+    try:
+        assert server_main(["rewind", str(home), "--tick", "1"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "refused" in err and "serves" in err
+        assert server_main(["fork", str(home), "--tick", "1", str(tmp_path / "f")]) == 1
+        assert "refused" in capsys.readouterr().err and not (tmp_path / "f").exists()
+    finally:
+        lock.release()
+    assert server_main(["rewind", str(home), "--tick", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"rewound {home} to tick 1") and "refs/amacs/abandoned/" in out
+    assert server_main(["rewind", str(home), "--tick", "9"]) == 1
+    assert "no tick 9" in capsys.readouterr().err
+
+
+STEPS = st.sampled_from([("say", "plain"), ("say", "note this"), ("create", "a"), ("create", "b"),
+                         ("mutate", "a"), ("evict", "a"), ("evict-chat", ""), ("template", "x"),
+                         ("template", "y")])
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEPS, min_size=3, max_size=8), cut=st.integers(min_value=0, max_value=7))
+def test_property_rewind_to_a_random_tick_then_replay(tmp_path_factory, fake, steps, cut):
+    steps = [("say", "start"), *steps, ("say", "finish")]
+    steps = [s for i, s in enumerate(steps) if _possible(steps[:i], s)]
+    home = tmp_path_factory.mktemp("prop") / "home"
+    original, _ = run(home, fake, steps)
+    says = [i for i, (what, _) in enumerate(steps) if what == "say"]
+    k = says[cut % len(says)] + 1  # just after an input's tick
+    history.rewind(home, ticks_before(steps, k))
+    replay, _ = run(home, fake, steps[k:])
+    assert same(replay, original[k:]) is None, same(replay, original[k:])
+
+
+def _possible(before: list[Step], step: Step) -> bool:
+    """Whether STEP can follow BEFORE (a note is created once, mutated or evicted while pinned)."""
+    what, name = step
+    made = {n for w, n in before if w == "create"}
+    gone = {n for w, n in before if w == "evict"}
+    if what == "create":
+        return name not in made
+    if what in ("mutate", "evict"):
+        return name in made and name not in gone
+    if what == "evict-chat":
+        return sum(1 for w, _ in before if w == "say") >= 2 and not any(w == "evict-chat" for w, _ in before)
+    return True
+
+
+def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fake):
+    """The commit worker held up while three ticks run: each tick's commit still carries that
+    tick's state (the bench found tick 31's commit holding tick 32's), and a rewind to the
+    first restores its logs, not the later ticks' lines the commit carried."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "first")])
+    rt = runtime(home, fake.url)
+    try:
+        with rt.repo._lock:  # the worker waits at its first commit
+            for text in ("second", "third", "fourth"):
+                do(rt, ("say", text))
+        assert rt.commits.flush(60)
+    finally:
+        rt.stop()
+    for tick in (2, 3, 4):
+        sha = history.tick_commit(home, tick)
+        assert json.loads(_git(home, "show", f"{sha}:{history.STATE_FILE}"))["tick"] == tick
+    assert "fourth" in _git(home, "show", f"{history.tick_commit(home, 2)}:agent-chat.org")  # made behind
+    history.rewind(home, 2)
+    text = (home / "agent-chat.org").read_text()
+    assert "second" in text and "third" not in text and "fourth" not in text
+    assert "thought about third" not in (home / "monologue.org").read_text()
