@@ -15,7 +15,7 @@ if it still names that server.
 
 The AMACS home is private: the process umask makes every file the
 server writes 0600 and every folder 0700, and an existing home is made so at
-start (:func:`~amacs_server.persistence.files.secure_home`).
+start (:func:`~amacs_server.files.secure_home`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any
 
 from .config import ConfigError, load_config
-from .persistence.files import UMASK, secure_home
+from .files import UMASK, secure_home
 
 SERVER_INFO = "server.json"
 # The model SDK is imported once Emacs's hello is answered (in a thread), or this

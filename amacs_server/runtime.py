@@ -21,6 +21,7 @@ from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .errors import Refused, Stopping
+from .files import atomic_write
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
@@ -32,7 +33,6 @@ from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatLog
-from .persistence.files import atomic_write
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,

@@ -25,11 +25,10 @@ PACKAGE = "amacs_server"
 # The layers, lowest first (docs/ARCHITECTURE.md, Layers): a unit imports only units of lower layers.
 LAYERS = (
     ("errors",),  # AmacsError, the base of every expected failure
-    ("faults", "scrub", "config", "arguments", "skills", "threads", "text"),
+    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files"),
     ("state", "transcripts"),  # state: the agent's state record and the eval's result, read by every layer above
-    ("persistence",),
     ("inference", "memory", "tools_mcp"),
-    ("context", "local_model", "transport"),
+    ("persistence", "context", "local_model", "transport"),  # persistence: git, the org logs, rewind
     ("agents",),  # Agent, World, the one loop, a subagent's run
     ("loop",),  # the primary's turn
     ("tools", "views", "research"),  # what agents call from evals; what Emacs is shown; research

@@ -15,6 +15,7 @@ from amacs_server.agents.agent import AgentError, AgentStopped
 from amacs_server.agents.talk import Overloaded
 from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
+from amacs_server.files import PersistenceError
 from amacs_server.inference.anthropic_backend import StreamError, StreamOverloaded
 from amacs_server.inference.openai_backend import InvalidRequest, StreamCut
 from amacs_server.inference.parse import ResponseFormatError
@@ -24,7 +25,6 @@ from amacs_server.loop.primary import ContextTooLong, TurnAborted
 from amacs_server.memory.active import MemoryRefused
 from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
-from amacs_server.persistence.files import PersistenceError
 from amacs_server.persistence.git_repo import CommitError, GitFailed
 from amacs_server.persistence.history import HistoryError
 from amacs_server.persistence.home_lock import HomeInUse

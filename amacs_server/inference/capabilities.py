@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..persistence.files import atomic_write
+from ..files import atomic_write
 from ..state.consciousness import EFFORTS
 
 DAY = 24 * 3600.0

@@ -20,6 +20,7 @@ from ..agents.kinds import PRIMARY, AgentState
 from ..agents.loop import parse_with_retries, run_agent
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
+from ..files import PersistenceError, deferred_sync
 from ..inference.backend import ModelResult
 from ..inference.capabilities import Capabilities, too_long
 from ..inference.catalog import call_adapting, request_chars
@@ -29,7 +30,6 @@ from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
-from ..persistence.files import PersistenceError, deferred_sync
 from ..persistence.git_repo import commit_message
 from ..persistence.history import STATE_FILE
 from ..persistence.scratchpad import ScratchpadEntry

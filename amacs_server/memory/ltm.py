@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmacsError
-from ..persistence.files import atomic_write
+from ..files import atomic_write
 from .items import Kind, MemoryItem, Tier
 from .memid import MemId
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import faults
 from ..errors import AmacsError
-from .files import sync_paths
+from ..files import sync_paths
 
 log = logging.getLogger("amacs.git")
 

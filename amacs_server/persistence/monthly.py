@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .files import append_durably, sync_paths
+from ..files import append_durably, sync_paths
 from .recovery import decode_utf8
 
 log = logging.getLogger("amacs.persistence")

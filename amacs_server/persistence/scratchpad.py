@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import append_durably, atomic_write
 from .chat_log import escape_org, unescape_org
-from .files import append_durably, atomic_write
 from .recovery import decode_utf8
 
 

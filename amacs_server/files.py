@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from ..errors import AmacsError
+from .errors import AmacsError
 
 _deferred: ContextVar[bool] = ContextVar("amacs_deferred_sync", default=False)
 log = logging.getLogger("amacs.files")
