@@ -31,10 +31,11 @@ LAYERS = (
     ("persistence", "context", "local_model", "transport"),  # persistence: git, the org logs, rewind
     ("agents",),  # Agent, World, the one loop, a subagent's run
     ("loop",),  # the primary's turn
-    ("tools", "views", "research"),  # what agents call from evals; what Emacs is shown; research
+    ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),
     ("methods",),
     ("__main__",),
+    ("research",),  # runs servers (its fork server runs __main__ in each fork); __main__ names its commands
 )
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
