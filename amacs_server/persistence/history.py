@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmacsError
-from .files import atomic_write
+from ..files import atomic_write
 from .git_repo import HomeRepo
 from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
