@@ -22,7 +22,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amacs_server import work_tools
 from amacs_server.__main__ import main as server_main
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
@@ -31,6 +30,7 @@ from amacs_server.memory.memid import MemId
 from amacs_server.persistence import history
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
+from amacs_server.tools import work as work_tools
 from tests.fake_anthropic import FakeAnthropic, Reply
 from tests.test_memory import SilentFace
 
