@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from amacs_server.persistence import files, git_repo
-from amacs_server.persistence.files import append_durably, atomic_write, deferred_sync, sync_paths
+from amacs_server import files
+from amacs_server.files import append_durably, atomic_write, deferred_sync, sync_paths
+from amacs_server.persistence import git_repo
 from amacs_server.persistence.git_repo import PACK_EVERY, CommitWorker, HomeRepo
 
 

@@ -1,10 +1,10 @@
-"""The AMACS home as a git repository: one commit per tick (RFC v4 §8.2).
+"""The AMACS home as a git repository: one commit per tick (docs/ARCHITECTURE.md, Persistence and git).
 
 Commits are made off the loop thread by one :class:`CommitWorker` per home, in
-tick order (DESIGN.md, One tick: the prompt returns without waiting for git).
+tick order: the prompt returns without waiting for git.
 GitPython, which makes or opens the repository and sets its configuration,
 is imported when the first commit is made, on the worker: its ~30 ms import
-is not on the server's start-up path (issue 10).  Commits themselves are git
+is not on the server's start-up path.  Commits themselves are git
 plumbing commands.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .. import faults
 from ..errors import AmacsError
-from .files import sync_paths
+from ..files import sync_paths
 
 log = logging.getLogger("amacs.git")
 
@@ -66,7 +66,7 @@ def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, 
                    eval_result: str | None = None, eval_error: str | None = None) -> str:
     """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
     form and its result or error, each cut at a length a log reads well at (the transcript
-    has them whole).  EPIC-002: the history shows eval -> result -> reply, the reply in
+    has them whole): the history shows eval -> result -> reply, the reply in
     agent-chat.org.  The message is the tick's own record: a commit made behind a backlog
     carries the files as they are when it runs (:class:`CommitWorker`), later ticks' too."""
     subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
@@ -174,7 +174,7 @@ class HomeRepo:
 
         A git killed mid-commit (with the server: Emacs kills its process group,
         and a machine that stops kills everything) leaves ``index.lock`` or a
-        ref's ``.lock``, and every later commit fails on it (issue 12).  Git
+        ref's ``.lock``, and every later commit fails on it.  Git
         writes no owner into its locks: a lock is held while a git process
         works in this repository.  This server's own commits run under the
         repository's lock and its repack takes none of these, so a lock is
