@@ -51,13 +51,13 @@ class ExperimentTable(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     name: Name
-    origin: str | None = Field(None, alias="from")
     repetitions: int = Field(1, ge=1)
     parallel: int = Field(1, ge=1)
     budget: float | None = Field(None, ge=0)
     run_budget: float | None = Field(None, gt=0)
     timeout: float = Field(300.0, gt=0)
     max_steps: int = Field(20, ge=1)
+    origin: str | None = Field(None, alias="from")
 
     @field_validator("origin")
     @classmethod
@@ -160,7 +160,7 @@ _TABLES: dict[str, type[BaseModel]] = {
 def _unknown(loc: tuple[int | str, ...]) -> str:
     """What to say of the unknown key at LOC: the key meant, or the keys allowed."""
     model = _TABLES.get(str(loc[0]), Spec) if len(loc) > 1 else Spec
-    fields = list(model.model_fields)
+    fields = [f.alias or name for name, f in model.model_fields.items()]
     close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
     return (f"unknown key; did you mean {close[0]}?" if close
             else f"unknown key; the keys allowed are {', '.join(fields)}")
