@@ -33,6 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import AmacsError
 from .outcome import verdict
 from .spec import Run, skill_folders
 
@@ -87,6 +88,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
         "model": run.model, "backend": run.backend, "model_name": run.model_name, "rep": run.rep,
         "seed": run.seed, "turns": list(run.turns), "status": status,
+        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
         "cost": outcome.cost if outcome else 0.0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
         "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
@@ -297,6 +299,10 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     (folder / "emacs-home").mkdir()
     ready = Prepared(run, folder, go=folder / "go" if gated else None)
     try:
+        if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
+            from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True)  # the spec checked no server serves it
         _copy_skills(run, home)
         batch = folder / "batch.json"
         batch.write_text(json.dumps({
@@ -308,7 +314,7 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
             ready.emacs_started = time.time()
             ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    except OSError as err:
+    except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
 
