@@ -36,6 +36,7 @@ from .persistence.chat_log import ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
+    exact_files,
     file_sizes,
     ltm_watermark,
     read_state,
@@ -256,18 +257,16 @@ class Runtime:
         """What the request after this tick is built from, beyond the org files and LTM's rows
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
-        pad = home / "scratchpad.org"
         return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
-                "consciousness": self.consciousness.to_elisp(),
-                "scratchpad": pad.read_text(encoding="utf-8", errors="replace") if pad.exists() else None,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation)}
 
-    def save_tick_state(self) -> bytes:
+    def save_tick_state(self) -> dict[str, bytes]:
         """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
-        return its bytes, which the tick's commit carries whatever the file holds by then."""
-        return write_state(self.config.home, self.tick_state())
+        return the bytes the tick's commit carries whatever the files hold by then (the tick
+        state, consciousness.el, scratchpad.org)."""
+        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the

@@ -31,7 +31,6 @@ from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
 from ..persistence.git_repo import commit_message
-from ..persistence.history import STATE_FILE
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
@@ -561,7 +560,7 @@ def _commit(rt: Runtime, message: str) -> None:
     state: dict[str, bytes] = {}
     try:
         with deferred_sync():
-            state[STATE_FILE] = rt.save_tick_state()
+            state = rt.save_tick_state()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")

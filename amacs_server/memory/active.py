@@ -720,6 +720,11 @@ class ActiveMemory:
                 stored = self.ltm.find(self.mem_id(name))
                 if stored is not None:
                     self.state[name] = stored
+            pending = self.state.get("pending_threads")
+            if not c.pending_threads and pending is not None and isinstance(pending.content, list):
+                # consciousness.el does not read its pending threads back (the thread book makes
+                # them again): the stored ones stand until it does, and no version is written.
+                c.pending_threads = [dict(t) for t in pending.content if isinstance(t, dict)]
             self.sync_state(c)
             for tick, human, agent in chat:
                 stored = self.ltm.find(self.mem_id(f"{CHAT_PREFIX}{tick}"))
