@@ -27,7 +27,7 @@
 
 ;;;; Streaming replies
 
-(defvar amacs-shell--last-reply nil
+(defvar-local amacs-shell--last-reply nil
   "The text of the agent's last reply, for `amacs-shell-copy-reply'.")
 
 (defun amacs-shell--on-reply-delta (event)
@@ -60,7 +60,7 @@
 
 (defun amacs-shell--discard-stream (reason)
   "Mark the streamed text, if any, as not the reply, for REASON."
-  (when (and amacs-shell--stream-start (amacs-shell--buffer))
+  (when (amacs-shell--get 'amacs-shell--stream-start)
     (amacs-shell--editing
       (let ((region (amacs-shell--stream-close)))
         (add-text-properties (car region) (cdr region)
@@ -77,7 +77,7 @@
 A streamed reply's region is replaced by the rendering."
   (let* ((text (string-trim (or (plist-get event :text) "")))
          (shown (amacs-render-org text)))
-    (setq amacs-shell--last-reply text)
+    (amacs-shell--set 'amacs-shell--last-reply text)
     (amacs-shell--transition 'replied)
     (amacs-shell--editing
       (let ((region (and (plist-get event :streamed) (amacs-shell--stream-close))))
