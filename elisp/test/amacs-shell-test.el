@@ -1030,5 +1030,52 @@ a turn goes on says the agent is thinking."
     (amacs-shell-previous-eval 1)
     (should (looking-at "▸ thinking"))))
 
+;;;; One Emacs, several homes: a connection each
+
+(ert-deftest amacs-shell-test-two-homes-each-shell-its-own-connection ()
+  "Two shells on two homes: each event goes to its connection's shell, each command to its own."
+  (let* ((amacs-home (make-temp-file "amacs-home-a" t))
+         (other (make-temp-file "amacs-home-b" t))
+         (amacs--connections nil) (amacs--current nil) (amacs-shell-busy nil)
+         (calls nil) a b)
+    (cl-letf (((symbol-function 'amacs-start-server) #'ignore)
+              ((symbol-function 'amacs-live-p) (lambda (&optional c) (memq (or c (amacs-current-connection))
+                                                                            amacs--connections)))
+              ((symbol-function 'amacs-call)
+               (lambda (method args &optional callback _errback)
+                 (if (eq method 'status)
+                     (funcall callback '(:recent nil))  ; a new shell on a live server asks
+                   (push (list (amacs-connection-name) method args) calls)))))
+      (unwind-protect
+          (progn
+            (setq a (amacs-shell-open amacs-home) b (amacs-shell-open other))
+            (should-not (eq a b))
+            (should (equal (buffer-name a) amacs-shell-buffer-name))
+            (should (equal (buffer-name b) (format "*amacs-shell: %s*" (abbreviate-file-name other))))
+            (let ((conn-a (buffer-local-value 'amacs--buffer-connection a))
+                  (conn-b (buffer-local-value 'amacs--buffer-connection b)))
+              (should (equal (amacs-connection-home conn-b) other))
+              ;; An event is its connection's: B's reply shows in B's shell only.
+              (amacs--queue-events conn-b '((:type "turn-start") (:type "reply" :text "Only in B.")))
+              (amacs--drain-events conn-b)
+              (should (string-match-p "Only in B\\." (with-current-buffer b (buffer-string))))
+              (should-not (string-match-p "Only in B\\." (with-current-buffer a (buffer-string))))
+              (should (amacs-shell-busy-p conn-b))
+              (should-not (amacs-shell-busy-p conn-a))
+              (should amacs-shell-busy)           ; any shell's turn
+              ;; A command finds the connection from the buffer it runs in.
+              (with-current-buffer a (goto-char (point-max)) (insert "to A") (comint-send-input))
+              (with-current-buffer b (goto-char (point-max)) (insert "to B") (comint-send-input))
+              (should (equal (reverse (mapcar (lambda (c) (list (car c) (caddr c))) calls))
+                             (list (list (abbreviate-file-name amacs-home) '("to A"))
+                                   (list (abbreviate-file-name other) '("to B")))))
+              ;; Each header names its home while both are live.
+              (should (string-prefix-p (concat " " (abbreviate-file-name other) " —")
+                                       (with-current-buffer b (amacs-shell-header-line 200))))))
+        (dolist (buf (list a b))
+          (when (buffer-live-p buf)
+            (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
+            (kill-buffer buf)))))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
