@@ -149,9 +149,10 @@ while the agent works."
       (when (amacs-shell-turn-clock turn)
         (cancel-timer (amacs-shell-turn-clock turn))
         (setf (amacs-shell-turn-clock turn) nil))
-    (unless (amacs-shell-turn-clock turn)
-      (setf (amacs-shell-turn-clock turn)
-            (run-at-time 1 1 #'amacs-shell--update-header (amacs-shell--buffer))))))
+    (let ((buffer (amacs-shell--buffer)))
+      (unless (or (amacs-shell-turn-clock turn) (not buffer)) ; a turn without a shell is dropped
+        (setf (amacs-shell-turn-clock turn)
+              (run-at-time 1 1 #'amacs-shell--update-header buffer))))))
 
 (defun amacs-shell-state ()
   "Return the state of the shell's turn, a symbol (see `amacs-shell-turn')."

@@ -31,9 +31,11 @@
   :group 'amacs)
 
 (defun amacs-shell--save-history-everywhere ()
-  "Save the history of the shell buffer, if there is one."
-  (let ((buffer (amacs-shell--buffer)))
-    (when buffer (with-current-buffer buffer (amacs-shell--save-history-safely)))))
+  "Save the history of every shell, one per home."
+  (dolist (connection amacs--connections)
+    (let ((buffer (amacs-connection-shell connection)))
+      (when (buffer-live-p buffer)
+        (with-current-buffer buffer (amacs-shell--save-history-safely))))))
 
 (defvar-local amacs-shell--history-error nil
   "Non-nil once saving the history failed and was said; nil after a save works.")
