@@ -13,9 +13,9 @@ home); a server Emacs started writes it only when no live server is named
 there.  Each server removes the file on exit (also on SIGTERM or SIGHUP) only
 if it still names that server.
 
-The AMACS home is private (issue 12): the process umask makes every file the
+The AMACS home is private: the process umask makes every file the
 server writes 0600 and every folder 0700, and an existing home is made so at
-start (:func:`~amacs_server.persistence.files.secure_home`).
+start (:func:`~amacs_server.files.secure_home`).
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from types import FrameType
 from typing import Any
 
 from .config import ConfigError, load_config
-from .persistence.files import UMASK, secure_home
+from .files import UMASK, secure_home
 
 SERVER_INFO = "server.json"
 # The model SDK is imported once Emacs's hello is answered (in a thread), or this
 # many seconds after the port line if no hello came: a ~1 s import holding the
-# GIL made hello 30 ms slower (issue 10, start-up).
+# GIL made hello 30 ms slower.
 SDK_IMPORT_LATEST = 1.0
 # How often a server Emacs started looks whether that Emacs is still its parent.
 ORPHAN_CHECK = 0.5
@@ -75,7 +75,7 @@ def _redirect_stderr(log_file: Path) -> None:
 def _fail(message: str) -> int:
     """Emacs shows a non-numeric first line as the reason the server did not start.
 
-    One line: which file, what is wrong, what to do (issue 12); also logged when the log is open."""
+    One line: which file, what is wrong, what to do; also logged when the log is open."""
     line = " ".join(message.split())
     if logging.getLogger().handlers:  # the log is open (not before: that would print to Emacs)
         logging.error("start-up failed: %s", line)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parent = os.getppid()  # now: the Emacs may be gone by the time the port line is read
     # pydantic looks for plugins in every installed package's entry points (~15 ms)
-    # when it builds its first model; AMACS has none (issue 10, start-up).  Nothing
+    # when it builds its first model; AMACS has none.  Nothing
     # has built a model yet (they are deferred); a setting in the environment wins.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if argv[:1] in (["rewind"], ["fork"]):  # return a home to a tick, or copy it at one
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         from .transcripts import main as transcripts_main
 
         return transcripts_main(argv[1:])
-    if argv[:1] in (["experiment"], ["dataset"], ["report"], ["judge"]):  # research at scale (issue 15)
+    if argv[:1] in (["experiment"], ["dataset"], ["report"], ["judge"]):  # research at scale
         import importlib
 
         try:
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _fail(explain_os_error(err, home))
         print(port, flush=True)
         # hello's validator (pydantic, ~15 ms the first time) is built while Emacs reads the
-        # port line and connects, not when its hello has come (issue 10, start-up).
+        # port line and connects, not when its hello has come.
         prepare(server.on_hello)
         fallback = threading.Timer(0.0 if args.headless else SDK_IMPORT_LATEST, server.after_hello)
         fallback.daemon = True

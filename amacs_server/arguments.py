@@ -1,8 +1,8 @@
-"""Arguments from Emacs, validated once, at the boundary (issue 14).
+"""Arguments from Emacs, validated once, at the boundary.
 
 Every method Emacs may call declares its arguments' types in its signature,
 and :func:`checked` validates what arrives against them (already plain Python:
-see :func:`~amacs_server.transport.lisp.from_lisp`), strictly, with pydantic:
+see :func:`~amacs_server.text.lisp.from_lisp`), strictly, with pydantic:
 no ``"3"`` for 3 and no ``t`` for 1.  A wrong call is refused with one line
 that names the method and the argument, as the agent sees it in its eval's
 error: ``agent-task: PROMPT must be a string, got 3``.  Inside, functions
@@ -34,7 +34,7 @@ from .errors import Refused
 
 F = TypeVar("F", bound=Callable[..., Any])
 # defer_build: a model's validator is built when it first validates, not when its
-# class is made at import (issue 10, start-up: ~4 ms a model before the port line).
+# class is made at import (start-up: ~4 ms a model before the port line).
 STRICT = ConfigDict(strict=True, extra="forbid", frozen=True, arbitrary_types_allowed=True, defer_build=True)
 
 
@@ -105,7 +105,7 @@ def checked(context: int = 0, name: str | None = None) -> Callable[[F], F]:
 def prepare(method: Callable[..., Any]) -> None:
     """Build the validator of METHOD (made by :func:`checked`) now, not at its first call.
 
-    ``__main__`` builds hello's while Emacs connects, after the port line (issue 10)."""
+    ``__main__`` builds hello's while Emacs connects, after the port line."""
     spec = getattr(method, "_amacs_signature", None)
     if isinstance(spec, _Signature):
         spec.model.model_rebuild()

@@ -18,7 +18,7 @@ def builtin_skills_dir() -> Path:
     Package data, ``amacs_server/builtin_skills``: in a checkout a link to
     ``skills/``, in an installed wheel a copy of it.  The package is always a
     folder (never imported from a zip), so it is found next to this file:
-    ``importlib.resources`` cost ~7 ms of start-up (issue 10).
+    ``importlib.resources`` costs ~7 ms of start-up.
     """
     return Path(__file__).parent / "builtin_skills"
 

@@ -1,4 +1,4 @@
-"""The project's expected failures share one base, :class:`AmacsError` (issue 14).
+"""The project's expected failures share one base, :class:`AmacsError`.
 
 An ``AmacsError`` is a failure the code foresees (a refused request, a bound
 reached, a file that cannot be written, a model that cannot be called): its

@@ -1,4 +1,4 @@
-"""Fault injection for tests: the server killed with SIGKILL at a named point (issue 12).
+"""Fault injection for tests: the server killed with SIGKILL at a named point.
 
 ``AMACS_FAULT_POINT=NAME`` (or ``NAME@N``) makes :func:`point` kill this process
 with SIGKILL the first (the Nth) time the code reaches ``point(NAME)``: a crash,
@@ -73,7 +73,7 @@ def point(name: str) -> None:
 
 def bug(name: str) -> None:
     """Raise a RuntimeError here if NAME is the armed point: an unexpected exception (a bug),
-    for the tests of what the person and ``logs/server.log`` see of one (issue 14)."""
+    for the tests of what the person and ``logs/server.log`` see of one."""
     if name == ARMED and _due():
         raise RuntimeError(f"AMACS_FAULT_POINT {name}: an injected bug")
 

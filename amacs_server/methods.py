@@ -9,14 +9,15 @@ from typing import Any, TypeVar
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 from sexpdata import Symbol
 
-from . import faults, views, work_tools
-from .agents import tools as agent_tools
-from .agents.tools import Control
+from . import faults, views
 from .arguments import Flag, Options, Text, checked
 from .inference.pricing import Price
-from .memory import tools
 from .runtime import Runtime
-from .tools_mcp.agent_call import agent_tool
+from .tools import agents as agent_tools
+from .tools import memory as tools
+from .tools import work as work_tools
+from .tools.agents import Control
+from .tools.mcp import agent_tool
 from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
@@ -164,7 +165,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
 
     @checked(name="agent-tool")
     def tool_call(eval_id: object = None, name: object = None, args: object = None) -> Any:
-        """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools_mcp/agent_call.py."""
+        """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools/mcp.py."""
         return agent_tool(rt, face, lambda fn: _on_loop(rt, fn), eval_id, name, args)
 
     server.on_hello = hello
@@ -199,7 +200,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "skills_list": brain_tool(work_tools.skills_list),
         "skill_bind": brain_tool(work_tools.skill_bind),
         "skill_unbind": brain_tool(work_tools.skill_unbind),
-        # Who calls an agent or memory tool is the server's record of the eval it runs in (issue 11);
+        # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
         **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in tools.TOOLS.items()},

@@ -21,6 +21,7 @@ from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .errors import Refused, Stopping
+from .files import atomic_write
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
@@ -32,10 +33,10 @@ from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatLog
-from .persistence.files import atomic_write
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
+    exact_files,
     file_sizes,
     ltm_watermark,
     read_state,
@@ -80,12 +81,12 @@ class Runtime:
     The primary's turns are run by TURN (``loop.primary.run_turn``, given by
     whoever assembles the server): the runtime owns the state and the inbox,
     the loop owns how a turn goes, and neither imports the other's module the
-    other way round (issue 11: no runtime <-> loop circle)."""
+    other way round (docs/ARCHITECTURE.md, Layers)."""
 
     def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None,
                  db_check: DatabaseCheck | None = None, scrub: Scrubber | None = None) -> None:
         self.turn = turn
-        self.scrub = scrub or Scrubber(config.secrets())  # the one scrubber (issue 12): __main__'s
+        self.scrub = scrub or Scrubber(config.secrets())  # the one scrubber: __main__'s
         self.config = config
         self.face = face
         self.settings = Settings()
@@ -249,17 +250,16 @@ class Runtime:
         """What the request after this tick is built from, beyond the org files and LTM's rows
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
-        pad = home / "scratchpad.org"
         return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
-                "consciousness": self.consciousness.to_elisp(),
-                "scratchpad": pad.read_text(encoding="utf-8", errors="replace") if pad.exists() else None,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation)}
 
-    def save_tick_state(self) -> None:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
-        write_state(self.config.home, self.tick_state())
+    def save_tick_state(self) -> dict[str, bytes]:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
+        return the bytes the tick's commit carries whatever the files hold by then (the tick
+        state, consciousness.el, scratchpad.org)."""
+        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
@@ -331,7 +331,7 @@ class Runtime:
 
     def _turn_failure(self, err: Exception) -> str:
         """What the person is told when ERR ended a turn: a full disk or an unwritable home in
-        words and with what to do (issue 12: not a raw OperationalError per tick)."""
+        words and with what to do, not a raw OperationalError per tick."""
         home = self.config.home
         kept = "Your input is in the shell history (M-p)."
         if isinstance(err, sqlite3.OperationalError) and "full" in str(err):
@@ -402,7 +402,7 @@ class Runtime:
             self._close_loop()
 
     def _close_loop(self) -> None:
-        """Close the stopped loop here, on its own thread, last (issue 12: shutdown order).
+        """Close the stopped loop here, on its own thread, last.
 
         :meth:`stop` has ended the turn, the tasks and the model client; what is
         left (a task started by a cancelled one, async generators, the default

@@ -1,4 +1,4 @@
-"""One scrubber for every secret the server knows (issue 12, item 1: nothing leaked).
+"""One scrubber for every secret the server knows: no key reaches a log, a transcript or git.
 
 The secrets are the API keys and the EPC token.  Emacs is where a secret can
 enter the server's data: an eval that reads ``(getenv "ANTHROPIC_API_KEY")``,

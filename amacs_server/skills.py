@@ -1,4 +1,4 @@
-"""Skills (RFC v4 §6, EPIC-002 IMP-023): folders with a SKILL.md and frontmatter.
+"""Skills (docs/ARCHITECTURE.md, Agent and World): folders with a SKILL.md and frontmatter.
 
 Built-in skills live in the repository's ``skills/`` (package data of an installed
 server, see :func:`amacs_server.config.builtin_skills_dir`); the person's own, in the

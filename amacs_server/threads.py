@@ -1,4 +1,4 @@
-"""Threads organize work (RFC v4 §5): at most 3 open, one active, completed ones kept.
+"""Threads organize work (docs/ARCHITECTURE.md, Memory and MemIds): at most 3 open, one active, completed ones kept.
 
 Each thread is a ROM memory item ``thread.<id>`` that only these functions
 change, so every change is a version in long-term memory and a completed

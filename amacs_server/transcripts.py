@@ -1,6 +1,6 @@
 """Summarize a folder of transcripts with DuckDB: ``python -m amacs_server.transcripts DIR``.
 
-Every JSONL line has the same top-level columns (DESIGN.md, Transcripts), so
+Every JSONL line has the same top-level columns (docs/ARCHITECTURE.md, Persistence and git), so
 DuckDB reads thousands of files directly; ``data`` is kept as JSON.
 """
 

@@ -1,7 +1,7 @@
-"""What Emacs is shown of the runtime: the status at hello, the hub, a transcript (RFC §9).
+"""What Emacs is shown of the runtime: the status at hello, the hub, a transcript.
 
-Views read the runtime's state; they own none (issue 11: runtime.py owns state,
-the views for Emacs live here).
+Views read the runtime's state; they own none (runtime.py owns state, the views
+for Emacs live here).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def status(rt: Runtime) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
     c = rt.consciousness
-    # One line each, what start-up recovered from first (issue 12); the shell prefixes ";; ".
+    # One line each, what start-up recovered from first; the shell prefixes ";; ".
     notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
     return {
         "run_id": rt.run_id,
@@ -55,7 +55,7 @@ def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
 
 
 # The shell shows the last exchanges as a reminder; one that is longer is cut (a pasted file
-# of 1 MB took Emacs ~0.2 s to read and insert at start-up, issue 12).  C-c C-l has them whole.
+# of 1 MB took Emacs ~0.2 s to read and insert at start-up).  C-c C-l has them whole.
 RECENT_CHARS = 4000
 
 
@@ -65,7 +65,7 @@ def _shortened(text: object) -> object:
     return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
 def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
-    """Everything the hub shows, read from the server's state (RFC §9.2)."""
+    """Everything the hub shows, read from the server's state."""
     c = rt.consciousness
     threads = []
     for thread in sorted(rt.threads.open.values(), key=lambda t: t.id != rt.threads.active):

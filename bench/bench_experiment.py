@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -65,9 +66,10 @@ def start_fake() -> tuple[subprocess.Popen[str], str]:
     return fake, fake.stdout.readline().strip()
 
 
-def level(url: str, parallel: int, runs: int, tmp: Path) -> dict[str, float]:
-    """Run RUNS one-turn runs at PARALLEL; what it took."""
-    folder = tmp / f"p{parallel}"
+def level(url: str, parallel: int, runs: int, tmp: Path, fork: bool = True) -> dict[str, Any]:
+    """Run RUNS one-turn runs at PARALLEL (each server forked from the fork server, or FORK false: started
+    from nothing); what it took."""
+    folder = tmp / f"p{parallel}{'' if fork else '-nofork'}"
     folder.mkdir()
     spec = folder / "experiment.toml"
     spec.write_text(SPEC.format(parallel=parallel, runs=runs, url=url))
@@ -76,7 +78,8 @@ def level(url: str, parallel: int, runs: int, tmp: Path) -> dict[str, float]:
     runs_dir.mkdir()
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    outcomes, left, _stopped = execute(experiment.runs, LocalExecutor(runs_dir, parallel), parallel, None, 0.0,
+    executor = LocalExecutor(runs_dir, parallel, fork=fork)  # the fork server's start is in the wall time
+    outcomes, left, _stopped = execute(experiment.runs, executor, parallel, None, 0.0,
                              len(experiment.runs), experiment.name, Console(stderr=True, quiet=True))
     wall = time.perf_counter() - start
     failed = [o for o in outcomes if o.status != "done"]
@@ -85,7 +88,7 @@ def level(url: str, parallel: int, runs: int, tmp: Path) -> dict[str, float]:
     overhead = [o.seconds - transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes]
     model = [transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes]
     return {
-        "parallel": parallel, "runs": runs, "wall_s": round(wall, 2),
+        "parallel": parallel, "fork": fork, "runs": runs, "wall_s": round(wall, 2),
         "runs_per_minute": round(60 * runs / wall, 1),
         "run_s_median": round(statistics.median(seconds), 2),
         "run_s_p90": round(sorted(seconds)[int(0.9 * (len(seconds) - 1))], 2),
@@ -99,6 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="runs per level (default 8)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4], help="parallelism levels")
+    parser.add_argument("--compare", action="store_true",
+                        help="also run each level with every server started from nothing (no fork server)")
     args = parser.parse_args()
     os.environ.setdefault("ANTHROPIC_API_KEY", "sk-ant-bench-0123456789abcdef")
     fake, url = start_fake()
@@ -106,15 +111,17 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="amacs-bench-exp-") as tmp:
             for parallel in args.levels:
-                rows.append(level(url, parallel, args.runs, Path(tmp)))
-                print(f"parallel {parallel}: {rows[-1]['runs_per_minute']} runs/min", flush=True)
+                for fork in (True, False) if args.compare else (True,):
+                    rows.append(level(url, parallel, args.runs, Path(tmp), fork))
+                    print(f"parallel {parallel}{'' if fork else ' (no fork server)'}: "
+                          f"{rows[-1]['runs_per_minute']} runs/min", flush=True)
     finally:
         fake.terminate()
         fake.wait()
-    print(f"\n{'parallel':>8} {'runs':>5} {'wall s':>7} {'runs/min':>9} {'run s med':>10} {'p90':>6} "
+    print(f"\n{'parallel':>8} {'fork':>5} {'runs':>5} {'wall s':>7} {'runs/min':>9} {'run s med':>10} {'p90':>6} "
           f"{'model s':>8} {'overhead s':>11} {'load':>11}")
     for r in rows:
-        print(f"{r['parallel']:>8} {r['runs']:>5} {r['wall_s']:>7} {r['runs_per_minute']:>9} "
+        print(f"{r['parallel']:>8} {str(r['fork']):>5} {r['runs']:>5} {r['wall_s']:>7} {r['runs_per_minute']:>9} "
               f"{r['run_s_median']:>10} {r['run_s_p90']:>6} {r['model_s_median']:>8} "
               f"{r['overhead_s_median']:>11} {r['load_before']:>5}->{r['load_after']:<5}")
     save("experiment", {"cpus": os.cpu_count(), "levels": rows})

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amacs_server.config import load_config  # noqa: E402
 from amacs_server.context.assemble import assemble  # noqa: E402
-from amacs_server.memory import tools  # noqa: E402
 from amacs_server.memory.items import Kind, MemoryItem, Tier  # noqa: E402
+from amacs_server.tools import memory as tools  # noqa: E402
 from bench.bench_tick import NullFace  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 

@@ -111,6 +111,9 @@ when every turn ended, else 3."
           amacs-batch--turns-done 0)
     (when command (setq amacs-server-command command))
     (when steps (setq amacs-max-steps steps))
+    ;; Nobody sees the shell's faces: its text is the same without org's
+    ;; fontification, whose first use loads org (~1 s of each run's CPU).
+    (setq amacs-render-org nil)
     (setq failure (condition-case err
                     (amacs-batch--session run)
                   (error (error-message-string err))))

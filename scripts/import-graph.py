@@ -7,10 +7,11 @@ counts: it runs when the function does, and it still points one package at
 another.  Modules are grouped into units: a subpackage (``agents``, ``loop``...)
 or a top-level module (``runtime``, ``methods``...).
 
-    scripts/import-graph.py            the cycles between units, then each unit's edges
-    scripts/import-graph.py --cycles   only the cycles (exit 1 when there is one)
+    scripts/import-graph.py            the cycles and upward imports, then each unit's edges
+    scripts/import-graph.py --cycles   only the cycles and upward imports (exit 1 when there is one)
 
-tests/test_import_graph.py asserts there is no cycle between units.
+LAYERS says which units sit above which; tests/test_import_graph.py asserts
+there is no cycle between units and no import up the layers.
 """
 
 from __future__ import annotations
@@ -21,12 +22,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = "amacs_server"
+# The layers, lowest first (docs/ARCHITECTURE.md, Layers): a unit imports only units of lower layers.
+LAYERS = (
+    ("errors",),  # AmacsError, the base of every expected failure
+    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files"),
+    ("state", "transcripts"),  # state: the agent's state record and the eval's result, read by every layer above
+    ("inference", "memory", "tools_mcp"),
+    ("persistence", "context", "local_model", "transport"),  # persistence: git, the org logs, rewind
+    ("agents",),  # Agent, World, the one loop, a subagent's run
+    ("loop",),  # the primary's turn
+    ("tools", "views"),  # what agents call from evals; what Emacs is shown
+    ("runtime",),
+    ("methods",),
+    ("__main__",),
+    ("research",),  # runs servers (its fork server runs __main__ in each fork); __main__ names its commands
+)
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 
-def module_name(path: Path) -> str:
-    """PATH's dotted module name (``amacs_server.agents.world``)."""
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """PATH's dotted module name (``amacs_server.agents.world``) in the package at ROOT."""
+    parts = path.relative_to(root.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -76,7 +92,7 @@ def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, k
 
 def module_edges(root: Path = ROOT) -> dict[str, set[str]]:
     """Each module of the package -> the package's modules it imports at run time."""
-    paths = {module_name(p): p for p in sorted(root.rglob("*.py"))}
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     known = set(paths)
     edges: dict[str, set[str]] = {}
     for module, path in paths.items():
@@ -146,6 +162,22 @@ def unit_cycles(edges: dict[str, set[str]] | None = None) -> list[tuple[list[str
     return out
 
 
+def layer_of(name: str) -> int | None:
+    """The index of UNIT NAME's layer in LAYERS, or None when it has none."""
+    return next((i for i, units in enumerate(LAYERS) if name in units), None)
+
+
+def upward(edges: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
+    """The module imports that point at a unit of the same or a higher layer, or from or to
+    a unit LAYERS does not place (a new package must be given its layer)."""
+    out = []
+    for (a, b), inside in sorted(unit_edges(module_edges() if edges is None else edges).items()):
+        la, lb = layer_of(a), layer_of(b)
+        if la is None or lb is None or lb >= la:
+            out.extend(inside)
+    return sorted(out)
+
+
 def main(argv: list[str]) -> int:
     edges = module_edges()
     found = unit_cycles(edges)
@@ -155,12 +187,15 @@ def main(argv: list[str]) -> int:
             print(f"    {source} -> {target}")
     if not found:
         print("no cycle between units")
+    up = upward(edges)
+    for source, target in up:
+        print(f"up a layer (or a unit LAYERS does not place): {source} -> {target}")
     if "--cycles" not in argv:
         print()
         by_unit = unit_edges(edges)
         for source in sorted({a for a, _ in by_unit}):
             print(f"{source} -> {', '.join(sorted(b for a, b in by_unit if a == source))}")
-    return 1 if found else 0
+    return 1 if found or up else 0
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ from pydantic import Field
 from sexpdata import Symbol
 
 from amacs_server import methods
-from amacs_server.agents import tools as agent_tools
 from amacs_server.arguments import Flag, Options, Strings, Text, checked, prepare
 from amacs_server.errors import Refused
-from amacs_server.transport.lisp import from_lisp
+from amacs_server.text.lisp import from_lisp
+from amacs_server.tools import agents as agent_tools
 from tests.test_memory import silent_runtime
 
 

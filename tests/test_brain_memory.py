@@ -15,12 +15,12 @@ import pytest
 
 from amacs_server.agents.agent import Agent
 from amacs_server.agents.subagent import show_memory, system_prompt
-from amacs_server.agents.tools import acting_as_its_eval
-from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory, MemoryRefused
 from amacs_server.memory.memid import MemId, MemIdError
 from amacs_server.runtime import Runtime
-from amacs_server.toolkit import ToolError
+from amacs_server.tools import memory as tools
+from amacs_server.tools.agents import acting_as_its_eval
+from amacs_server.tools.kit import ToolError
 from tests.test_memory import silent_runtime
 
 ME = "amacs-instance-1"

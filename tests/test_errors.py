@@ -15,6 +15,7 @@ from amacs_server.agents.agent import AgentError, AgentStopped
 from amacs_server.agents.talk import Overloaded
 from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
+from amacs_server.files import PersistenceError
 from amacs_server.inference.anthropic_backend import StreamError, StreamOverloaded
 from amacs_server.inference.openai_backend import InvalidRequest, StreamCut
 from amacs_server.inference.parse import ResponseFormatError
@@ -24,7 +25,6 @@ from amacs_server.loop.primary import ContextTooLong, TurnAborted
 from amacs_server.memory.active import MemoryRefused
 from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
-from amacs_server.persistence.files import PersistenceError
 from amacs_server.persistence.git_repo import CommitError, GitFailed
 from amacs_server.persistence.history import HistoryError
 from amacs_server.persistence.home_lock import HomeInUse
@@ -33,13 +33,13 @@ from amacs_server.research.judge import JudgeError
 from amacs_server.research.spec import SpecError
 from amacs_server.skills import SkillError
 from amacs_server.state.consciousness import ConsciousnessError
+from amacs_server.text.lisp import LispFormatError
 from amacs_server.threads import ThreadError
-from amacs_server.toolkit import ToolError
-from amacs_server.tools_mcp.agent_call import Blocked
+from amacs_server.tools.kit import ToolError
+from amacs_server.tools.mcp import Blocked
 from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
 from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
-from amacs_server.transport.lisp import LispFormatError
 from amacs_server.transport.server import AmacsEPCServer, RemoteError, Unauthorized
 
 from .test_transport import TOKEN, connect, hello, recv, send

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from amacs_server.agents import tools
-from amacs_server.toolkit import ToolError
+from amacs_server.tools import agents as tools
+from amacs_server.tools.kit import ToolError
 from amacs_server.transport import emacs_face
 from amacs_server.transport.emacs_face import MAX_REQUEST_ID, EmacsFace
 from tests.test_eval_hold import Emacs

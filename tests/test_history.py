@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from amacs_server import views
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
-from amacs_server.memory.tools import memory_search
 from amacs_server.persistence import monthly
 from amacs_server.persistence.chat_log import ChatEntry, ChatLog, unescape_org, unnest_reply
 from amacs_server.persistence.monologue import MonologueLog
 from amacs_server.runtime import Runtime
 from amacs_server.state import consciousness
+from amacs_server.tools.memory import memory_search
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 from tests.test_memory import SilentFace, put_all
 

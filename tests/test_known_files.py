@@ -70,10 +70,10 @@ def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
     """A file buffer of the active thread is in the primary's context: the World knows it was read."""
     import asyncio
 
-    from amacs_server import work_tools
     from amacs_server.config import load_config
     from amacs_server.loop.primary import observe
     from amacs_server.runtime import Runtime
+    from amacs_server.tools import work as work_tools
     from tests.test_memory import SilentFace
 
     notes = tmp_path / "notes.txt"

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sexpdata import Symbol, dumps, loads
 
-from amacs_server.transport.lisp import (
+from amacs_server.text.lisp import (
     alist_dumps,
     alist_loads,
     camel,

@@ -4,12 +4,12 @@ import pytest
 
 from amacs_server.config import load_config
 from amacs_server.errors import AmacsError
-from amacs_server.memory import tools
 from amacs_server.memory.items import Kind, MemoryItem, Tier
 from amacs_server.memory.ltm import LongTermMemory, LtmError
 from amacs_server.memory.memid import MemId
 from amacs_server.runtime import Runtime
 from amacs_server.state.consciousness import EvalResult
+from amacs_server.tools import memory as tools
 
 
 class SilentFace:

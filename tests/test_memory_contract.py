@@ -8,7 +8,6 @@ import pytest
 
 from amacs_server.context.assemble import Conversation, assemble
 from amacs_server.errors import AmacsError
-from amacs_server.memory import tools
 from amacs_server.memory.active import ActiveMemory
 from amacs_server.memory.items import (
     DEFAULT_PAGE_CHARS,
@@ -22,6 +21,7 @@ from amacs_server.memory.ltm import LongTermMemory
 from amacs_server.memory.memid import MemId
 from amacs_server.persistence.scratchpad import ScratchpadEntry, ScratchpadLog
 from amacs_server.state.consciousness import Consciousness, EvalResult
+from amacs_server.tools import memory as tools
 from tests.context_items import name_of, parse_context
 from tests.test_memory import silent_runtime
 

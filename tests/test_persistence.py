@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amacs_server.files import PersistenceError, atomic_write
 from amacs_server.persistence.chat_log import (
     ChatLog,
     escape_org,
@@ -18,7 +19,6 @@ from amacs_server.persistence.chat_log import (
     unescape_org,
     unnest_reply,
 )
-from amacs_server.persistence.files import PersistenceError, atomic_write
 from amacs_server.persistence.git_repo import CommitError, HomeRepo, commit_message
 from amacs_server.persistence.monologue import MonologueLog
 from amacs_server.persistence.transcript import Transcript
@@ -74,7 +74,7 @@ import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, ({size + 40}, {size + 40}))
 from amacs_server.persistence.chat_log import ChatLog
-from amacs_server.persistence.files import PersistenceError
+from amacs_server.files import PersistenceError
 try:
     ChatLog(__import__('pathlib').Path({str(path)!r})).write_human(2, "t", "x" * 500)
 except PersistenceError as err:

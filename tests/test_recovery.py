@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from amacs_server import views
+from amacs_server.files import deferred_sync
 from amacs_server.memory.active import RAM_WINDOW
 from amacs_server.memory.items import Kind, MemoryItem, Tier
 from amacs_server.memory.ltm import LongTermMemory, check_database
 from amacs_server.memory.memid import MemId
 from amacs_server.persistence.chat_log import ChatLog
-from amacs_server.persistence.files import deferred_sync
 from amacs_server.persistence.git_repo import HomeRepo
 from amacs_server.persistence.monologue import MonologueLog
 from amacs_server.persistence.recovery import (

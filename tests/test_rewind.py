@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amacs_server import work_tools
 from amacs_server.__main__ import main as server_main
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
@@ -111,6 +112,11 @@ def do(rt: Runtime, step: Step) -> None:
         on_loop(rt, lambda: mem.evict(mem.mem_id(arg)))
     elif what == "evict-chat":  # the oldest exchange in RAM
         on_loop(rt, lambda: mem.evict(MemId.from_base(mem.chat[0].mem_id.base)))
+    elif what == "thread":  # the agent opens a thread (agent-create-thread), active if none was
+        on_loop(rt, lambda: work_tools._echo(rt, rt.threads.create(arg, f"the {arg} question", None,
+                                                                     rt.consciousness.current_tick)))
+    elif what == "switch":
+        on_loop(rt, lambda: work_tools._echo(rt, rt.threads.switch(arg)))
     elif what == "template":
         core = home / "skills" / "core" / "SKILL.md"
         core.parent.mkdir(parents=True, exist_ok=True)
@@ -145,9 +151,10 @@ def run(home: Path, fake: FakeAnthropic, steps: list[Step]) -> tuple[list[list[s
 
 
 SESSION: list[Step] = [
-    ("say", "hello"), ("create", "plan"), ("say", "note the plan"), ("template", "Be brief."),
-    ("say", "and then"), ("mutate", "plan"), ("say", "note a second thing"), ("evict-chat", ""),
-    ("create", "other"), ("say", "what now"), ("evict", "other"), ("say", "note the end"),
+    ("say", "hello"), ("create", "plan"), ("thread", "alpha"), ("say", "note the plan"),
+    ("template", "Be brief."), ("say", "and then"), ("mutate", "plan"), ("thread", "beta"),
+    ("switch", "beta"), ("say", "note a second thing"), ("evict-chat", ""), ("create", "other"),
+    ("say", "what now"), ("evict", "other"), ("switch", "alpha"), ("say", "note the end"),
     ("template", "Be very brief."), ("say", "last words"),
 ]
 
@@ -178,7 +185,7 @@ def test_replay_after_a_rewind_or_a_fork_sends_the_same_requests(tmp_path, fake)
     home = tmp_path / "home"
     original, last = run(home, fake, SESSION)
     assert last == 7
-    k = 5  # rewind to the end of tick 3: the steps from the 6th on are replayed
+    k = 6  # rewind to the end of tick 3: the steps from the 7th on are replayed
     tick = ticks_before(SESSION, k)
     assert tick == 3
     forked = history.fork(home, tick, tmp_path / "fork")
@@ -199,7 +206,7 @@ def test_replay_after_a_rewind_or_a_fork_sends_the_same_requests(tmp_path, fake)
         assert same(replay, original[k:]) is None, (where, same(replay, original[k:]))
     # A fork of a fork, at an earlier tick.
     again = history.fork(forked.home, 2, tmp_path / "fork2")
-    k2 = 3  # the template edit after tick 2 is replayed too
+    k2 = 4  # the template edit after tick 2 is replayed too
     assert ticks_before(SESSION, k2) == 2
     replay, _ = run(again.home, fake, SESSION[k2:])
     assert same(replay, original[k2:]) is None, same(replay, original[k2:])
@@ -238,7 +245,8 @@ def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
 
 STEPS = st.sampled_from([("say", "plain"), ("say", "note this"), ("create", "a"), ("create", "b"),
                          ("mutate", "a"), ("evict", "a"), ("evict-chat", ""), ("template", "x"),
-                         ("template", "y")])
+                         ("template", "y"), ("thread", "t1"), ("thread", "t2"), ("switch", "t1"),
+                         ("switch", "t2")])
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -264,6 +272,34 @@ def _possible(before: list[Step], step: Step) -> bool:
         return name not in made
     if what in ("mutate", "evict"):
         return name in made and name not in gone
+    if what == "thread":
+        return not any(s == step for s in before)
+    if what == "switch":
+        return ("thread", name) in before
     if what == "evict-chat":
         return sum(1 for w, _ in before if w == "say") >= 2 and not any(w == "evict-chat" for w, _ in before)
     return True
+
+
+def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fake):
+    """The commit worker held up while three ticks run: each tick's commit still carries that
+    tick's state (the bench found tick 31's commit holding tick 32's), and a rewind to the
+    first restores its logs, not the later ticks' lines the commit carried."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "first")])
+    rt = runtime(home, fake.url)
+    try:
+        with rt.repo._lock:  # the worker waits at its first commit
+            for text in ("second", "third", "fourth"):
+                do(rt, ("say", text))
+        assert rt.commits.flush(60)
+    finally:
+        rt.stop()
+    for tick in (2, 3, 4):
+        sha = history.tick_commit(home, tick)
+        assert json.loads(_git(home, "show", f"{sha}:{history.STATE_FILE}"))["tick"] == tick
+    assert "fourth" in _git(home, "show", f"{history.tick_commit(home, 2)}:agent-chat.org")  # made behind
+    history.rewind(home, 2)
+    text = (home / "agent-chat.org").read_text()
+    assert "second" in text and "third" not in text and "fourth" not in text
+    assert "thought about third" not in (home / "monologue.org").read_text()

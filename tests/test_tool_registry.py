@@ -1,7 +1,7 @@
 """Every tool is named in the same places: a tool added in one and not the others fails here.
 
-An agent's tool is a server function in a registry (``agents/tools.py`` TOOLS for agents and
-talk, ``memory/tools.py`` TOOLS for memory), published as an EPC method (``methods.publish``),
+An agent's tool is a server function in a registry (``tools/agents.py`` TOOLS for agents and
+talk, ``tools/memory.py`` TOOLS for memory), published as an EPC method (``methods.publish``),
 called by an elisp wrapper (``elisp/amacs-agent.el``: ``agent-*`` through ``amacs--agent-call``
 or ``amacs--call-sync``), and shown called in the core skill (``tests/test_core_skill.py``
 checks that last step for every ``agent-*`` function).
@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 
 from amacs_server import methods
-from amacs_server.agents import tools as agent_tools
-from amacs_server.memory import tools as memory_tools
+from amacs_server.tools import agents as agent_tools
+from amacs_server.tools import memory as memory_tools
 from tests.test_arguments import NoEvals, Recorder
 from tests.test_memory import silent_runtime
 

@@ -1,1 +1,2 @@
-"""Agents and the World (agent-world-architecture.md): tasks, viewpoints, compulsions, talk and wait."""
+"""Agents and the World (docs/ARCHITECTURE.md, Agent and World): the Agent record, the World,
+the one loop every agent runs, a subagent's run, talk and wait."""

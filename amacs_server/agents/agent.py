@@ -56,7 +56,7 @@ class Agent:
     model: str | None = None  # its template's `model:' (None: the session's model)
     budget_told: bool = False  # the person heard that the budget stopped it
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
-    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (memory/tools.py)
+    memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (tools/memory.py)
     memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
 
     def __post_init__(self) -> None:
@@ -76,8 +76,8 @@ class Agent:
     def tell(self, text: str, *, as_item: bool = True) -> None:
         """Add TEXT to this agent's transcript as the next user message.
 
-        With its own memory, TEXT is an item of it (memid-active-memory.md: no anonymous
-        text reaches a brain), which the agent may evict and load; its request shows the
+        With its own memory, TEXT is an item of it (no anonymous
+        text reaches a brain: docs/ARCHITECTURE.md, Memory and MemIds), which the agent may evict and load; its request shows the
         item as it is then (:meth:`shown_messages`).  AS_ITEM false: TEXT is rendered items
         already (its ``<memory>`` section)."""
         part: str | MemoryItem = self.memory.receive(text) if as_item and self.memory is not None else text

@@ -13,7 +13,7 @@ PRIMARY = "primary"  # the primary's agent id: the agent the person talks to in 
 
 
 class AgentType(StrEnum):
-    """The primary, or the template kind a subagent was made from (agent-world-architecture.md)."""
+    """The primary, or the template kind a subagent was made from."""
 
     PRIMARY = "primary"
     TASK = "task"

@@ -1,4 +1,4 @@
-"""One loop for every agent (issue 11; agent-world-architecture.md, Architecture: the core Agent loop).
+"""One loop for every agent (docs/ARCHITECTURE.md, The one loop).
 
     observe -> (compulsions) -> infer -> parse -> (compulsions) -> act -> record
 
@@ -150,7 +150,7 @@ notes the rejection and, given the retry prompt (a retry follows), adds it to it
 
 
 async def parse_with_retries(call: Callable[[], Awaitable[str]], rejected: Rejected) -> Parsed:
-    """The one parse policy (DESIGN.md, Parse): CALL the model, parse its answer as JSON;
+    """The one parse policy (docs/ARCHITECTURE.md, The tick: parse): CALL the model, parse its answer as JSON;
     invalid JSON is retried MAX_PARSE_RETRIES times, each time telling the model RETRY_PROMPT;
     then its text is kept as the fallback response (an unparsed thought).
 

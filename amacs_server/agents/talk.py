@@ -1,4 +1,4 @@
-"""TalkIds, events and waits (memid-active-memory.md, Phases 3-4 and 6).
+"""TalkIds, events and waits (docs/ARCHITECTURE.md, Agent and World).
 
 A TalkId names one message an agent sent; replies carry it back.  TalkIds are
 monotonic per agent, wrap, and are never 0.  Events (User, Agent, Time, Hook)

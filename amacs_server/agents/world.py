@@ -1,4 +1,4 @@
-"""Agents sharing one World (agent-world-architecture.md).
+"""Agents sharing one World (docs/ARCHITECTURE.md, Agent and World).
 
 Beyond the primary loop, everything is an :class:`Agent` with a text template
 (a skill of kind ``task``, ``viewpoint`` or ``compulsion``).  A Task, a
@@ -56,7 +56,7 @@ REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the pe
 
 
 class WorldHost(Protocol):
-    """What the World uses of the runtime that owns it: these, not the whole Runtime (issue 11).
+    """What the World uses of the runtime that owns it: these, not the whole Runtime.
 
     The World is the agents' environment; the runtime owns the state it shares
     with them (the transcript, Emacs, the skills, the one budget ledger)."""
@@ -102,14 +102,14 @@ class AgentWorld:
         self.limits = limits
         # The connections to MCP servers, one per server, shared by every agent (tools_mcp/hub.py).
         self.tools = tools
-        # The primary is an Agent as every other is (issue 11): its record holds its counters
+        # The primary is an Agent as every other is: its record holds its counters
         # and talk ids; its loop is loop/primary.py's body, run by the runtime for each turn.
         self.primary = Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
                              allowed=ALL_ACTIONS, tools=mcp_calls.ALL_TOOLS)
         self.agents: dict[str, Agent] = {PRIMARY: self.primary}
         # Indexes kept beside ``agents`` (which keeps every agent, ended ones too): each
         # model call asks for its agent's compulsions and each new agent counts the live
-        # ones; scanning every agent made a pool's calls O(agents) each (issue 11).
+        # ones; neither scans every agent, so a model call costs the same with 1 or 100 agents.
         self._maybe_live: dict[str, Agent] = {}  # subagents not yet seen ended
         self._compulsions: dict[str, list[Agent]] = {}  # by the agent they watch
         self._report_pending = False
@@ -377,8 +377,7 @@ class AgentWorld:
         """CALLER, an agent, pauses, resumes or cancels AGENT_ID: the primary any agent but a
         compulsion, an agent only those below it.
 
-        A compulsion obeys no agent (agent-world-architecture.md, Compulsions: "only the
-        Compulsion can decide to terminate"): the agent it watches and every agent above
+        A compulsion obeys no agent (only it decides to end itself): the agent it watches and every agent above
         it are refused, and the refusal is written to the compulsion's transcript.  Its
         watched agent ending (cancelled itself) ends it too: nothing is left to watch."""
         agent = self._subagent(agent_id)
@@ -806,7 +805,7 @@ class AgentWorld:
         KIND is ``eval`` (FORM is elisp) or ``reply`` (FORM is what the agent says to its
         interlocutor: a reply is an action too, so a compulsion can hold it back).  Before
         an eval, the compulsion also sees the files the agent has read or written, and
-        whether each changed on disk since (issue 11)."""
+        whether each changed on disk since."""
         for comp in self.compulsions_of(agent_id):
             what = {"eval": "wants to evaluate", "tool": "wants to call an MCP tool (in its eval)"}.get(
                 kind, "wants to reply to its interlocutor")

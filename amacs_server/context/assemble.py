@@ -1,10 +1,10 @@
-"""Assemble the context of a tick from active-memory items (RFC v4 §4, IMP-038, memid spec).
+"""Assemble the context of a tick from active-memory items (docs/ARCHITECTURE.md, The context and the cache).
 
 Every line inside a section is one item as JSON, with its ``mem_id``, tier,
 version, kind, mutability and content, so the agent can address anything it
-sees.  The last eval result keeps IMP-019's camelCase ``lastEvalResult``.
+sees.  The last eval result is camelCase ``lastEvalResult``, as the core skill names it.
 
-The context is an append-only conversation (DESIGN.md, Context; issue 10), so
+The context is an append-only conversation, so
 the prefix up to the last cache breakpoint is byte-identical from tick to tick:
 
 - the *base* (first block of the first user message): skills, threads,
@@ -36,7 +36,7 @@ from typing import Any
 
 from ..memory.active import Snapshot
 from ..memory.items import Kind, MemoryItem
-from ..transport.lisp import camel_keys
+from ..text.lisp import camel_keys
 
 BLOCK_TICKS = 16  # ticks after which the conversation restarts from a new base
 MAX_CHARS = 240_000  # or once its user and assistant texts are this long
@@ -65,7 +65,7 @@ def eval_result_section(item: MemoryItem) -> str:
 
 def text_block(item: MemoryItem, body_key: str) -> str:
     """One long text (skill, buffer): a header line with its address, then the text itself,
-    unescaped, as RFC v4 §4 shows buffers (``=== name (mode) ===``)."""
+    unescaped, as a buffer is shown (``=== name (mode) ===``)."""
     meta = {k: v for k, v in item.content.items() if k != body_key}
     header = json.dumps({**{k: v for k, v in item.to_contract().items() if k != "content"}, **meta},
                         ensure_ascii=False, separators=(", ", ": "))

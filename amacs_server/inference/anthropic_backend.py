@@ -104,7 +104,7 @@ class AnthropicBackend:
     The SDK's own aiohttp transport (``DefaultAioHttpClient``, the ``anthropic[aiohttp]``
     extra) in place of httpx's, whose connection pool (httpcore) costs the loop more per
     request the more connections are open: with 50 subagent calls at once, the loop's CPU
-    per call went from 2.65 to 1.95 ms (issue 11, the pool bound; bench/bench_agents.py).
+    per call went from 2.65 to 1.95 ms (bench/bench_agents.py).
     """
 
     def __init__(self, api_key: str | None, base_url: str | None, timeout: float,
@@ -175,7 +175,7 @@ class AnthropicBackend:
             text, usage, stop_reason = await self._stream(request, on_text, on_thinking, blocks)
         else:
             # The message's JSON as it came, as the stream's events are read: the SDK's typed
-            # Message (pydantic) cost ~0.15 ms of the loop per call (issue 11, the pool bound).
+            # Message (pydantic) costs ~0.15 ms of the loop per call.
             raw = await self._get_client().messages.with_raw_response.create(**request)
             message = json.loads(await raw.read())
             text = storable("".join(b.get("text", "") for b in message.get("content") or ()
@@ -199,7 +199,7 @@ class AnthropicBackend:
         The SDK makes the request (auth, headers, time-out, the status errors);
         the events are read as JSON lines.  Its typed events cost ~60 us each
         (pydantic), which for 100 deltas left the reply ~4 ms behind the last
-        byte (issue 10); its ``messages.stream`` helper, which rebuilds the
+        byte; its ``messages.stream`` helper, which rebuilds the
         whole message on every event, ~10 times that.  An ``error`` event
         raises :class:`StreamError` (retried when the API is overloaded).  Thinking blocks
         are kept whole in BLOCKS (their text and signature), their text passed to ON_THINKING.
@@ -231,7 +231,7 @@ class AnthropicBackend:
                     delta = event["delta"]
                     if delta.get("type") == "text_delta":
                         piece = storable(delta["text"])  # a lone surrogate (from a \ud800 escape) cannot
-                        parts.append(piece)              # be written or sent on: U+FFFD (issue 12)
+                        parts.append(piece)              # be written or sent on: U+FFFD
                         if on_text is not None:
                             on_text(piece)
                     elif delta.get("type") == "thinking_delta" and blocks:

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..persistence.files import atomic_write
+from ..files import atomic_write
+from ..state.consciousness import EFFORTS
 
 DAY = 24 * 3600.0
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # The parameters a request may carry that a model can refuse, as a 400 names them.
 OPTIONAL_PARAMS = ("thinking", "effort", "format", "temperature", "top_p", "reasoning_effort")
 

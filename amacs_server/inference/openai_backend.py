@@ -239,7 +239,7 @@ class OpenAIBackend:
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices:
-                    delta = storable(choice.delta.content or "")  # as the Anthropic backend (issue 12)
+                    delta = storable(choice.delta.content or "")  # as the Anthropic backend: a lone surrogate becomes U+FFFD
                     if delta:
                         parts.append(delta)
                         if on_text is not None:

@@ -1,4 +1,4 @@
-"""Parse the model's JSON response (RFC v4 §2.3-2.4, EPIC-002 IMP-017)."""
+"""Parse the model's JSON response (docs/ARCHITECTURE.md, The tick: parse)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class ResponseFormatError(AmacsError, ValueError):
 
 @dataclass(frozen=True)
 class Scratchpad:
-    """A note the agent appends under a heading (RFC §4.2)."""
+    """A note the agent appends under a heading (``scratchpad.org``)."""
 
     heading: str
     content: str
@@ -90,7 +90,7 @@ def _big_int(value: object) -> object:
     return value
 
 
-# defer_build: the validators are built by the first response, not at import (issue 10, start-up).
+# defer_build: the validators are built by the first response, not at import (start-up).
 class _Scratchpad(BaseModel):
     model_config = ConfigDict(strict=True, defer_build=True)
 
@@ -100,7 +100,7 @@ class _Scratchpad(BaseModel):
 
 
 class _Response(BaseModel):
-    """The response as the core skill asks for it (RFC v4 §2.3): the fields checked, others ignored."""
+    """The response as the core skill asks for it: the fields checked, others ignored."""
 
     model_config = ConfigDict(strict=True, defer_build=True)  # JSON numbers: an int is a float, but true is not 1
 
@@ -168,7 +168,7 @@ def parse_response(text: str) -> AgentResponse:
         raise ResponseFormatError(_explain(err)) from None
     pad = valid.scratchpad
     return AgentResponse(
-        mood=printable(valid.mood),  # kept exactly, emoji included (IMP-017)
+        mood=printable(valid.mood),  # kept exactly, emoji included
         confidence=_unit(valid.confidence),
         monologue=printable(" ".join(valid.monologue.split())),
         reply=_text(valid.reply, printable),
@@ -214,7 +214,7 @@ def _text(value: str | None, clean: Callable[[str], str]) -> str | None:
 
 
 def fallback_response(raw: str) -> AgentResponse:
-    """The record kept when the model never produced valid JSON (IMP-017)."""
+    """The record kept when the model never produced valid JSON: its text as the thought, mood uncertain."""
     first_line = printable(" ".join(raw.split())[:200]) or "(empty response)"
     return AgentResponse(
         mood=FALLBACK_MOOD,

@@ -48,7 +48,7 @@ class LazyModule:
                 self._module = importlib.import_module(self._name)
                 # The SDK's ~150,000 objects live as long as the process: out of the collector's
                 # sight, each full collection no longer walks them (~60-170 ms with the loop held,
-                # mid-run; issue 11, the pool bound).  Acyclic objects are still freed as ever.
+                # mid-run, with 50 subagents' calls at once).  Acyclic objects are still freed as ever.
                 gc.freeze()
                 log.info("imported %s in %.0f ms", self._name, (time.perf_counter() - started) * 1000)
             return self._module

@@ -1,4 +1,4 @@
-"""Stream the ``reply`` out of a JSON response while it is still arriving (RFC v4 §12 q1).
+"""Stream the ``reply`` out of a JSON response while it is still arriving.
 
 The model answers with one JSON object; only its ``reply`` string is for the
 person.  Each delta, the text so far is parsed with jiter's partial mode

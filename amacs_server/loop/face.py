@@ -47,7 +47,7 @@ class Face(Protocol):
         """The agent took the oldest input the person sent (it was queued until now).
 
         SAVED: it is in agent-chat.org, synced (a turn's input: called only after
-        the write-ahead, so the shell may say it is saved, issue 12); False: it
+        the write-ahead, so the shell may say it is saved); False: it
         is not (it went to an agent that asked the person, as an event, or it
         could not be written)."""
 

@@ -1,7 +1,7 @@
 """The primary agent: one human turn is one or more ticks of the one agent loop.
 
 ``event -> observe -> infer -> parse -> act -> record -> persist -> commit -> next``
-(DESIGN.md, One tick).  The loop and its rules are :mod:`amacs_server.agents.loop`, shared
+(docs/ARCHITECTURE.md, The tick).  The loop and its rules are :mod:`amacs_server.agents.loop`, shared
 with every subagent; :class:`PrimaryBody` is what the primary does at each
 point of it, each step one call into its own function here.
 """
@@ -20,6 +20,7 @@ from ..agents.kinds import PRIMARY, AgentState
 from ..agents.loop import parse_with_retries, run_agent
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
+from ..files import PersistenceError, deferred_sync
 from ..inference.backend import ModelResult
 from ..inference.capabilities import Capabilities, too_long
 from ..inference.catalog import call_adapting, request_chars
@@ -29,7 +30,6 @@ from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
-from ..persistence.files import PersistenceError, deferred_sync
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
@@ -74,7 +74,7 @@ async def run_turn(rt: Runtime, text: str | None) -> None:
 
 
 class PrimaryBody:
-    """The primary agent in the one loop: a step is a tick (DESIGN.md, One tick).
+    """The primary agent in the one loop: a step is a tick (docs/ARCHITECTURE.md, The tick).
 
     ``event -> observe -> infer -> parse -> act -> record -> persist -> commit``:
     the person's input is written ahead, the context is assembled from memory,
@@ -121,8 +121,8 @@ class PrimaryBody:
         response, self.streamed = await infer_and_parse(self.rt, self.tick, user_message)
         if response is None:
             return None
-        if response.reply:  # org, for the shell, agent-chat.org and memory (issue 9)
-            # Imported by the first reply, not at start-up: 20 regexes (issue 10).
+        if response.reply:  # org, for the shell, agent-chat.org and memory
+            # Imported by the first reply, not at start-up: 20 regexes.
             from ..text.org_markup import markdown_to_org
 
             response = replace(response, reply=markdown_to_org(response.reply))
@@ -132,7 +132,7 @@ class PrimaryBody:
 
     async def say(self, response: AgentResponse) -> None:
         # Written before it is shown: a reply the person saw is in agent-chat.org even if the
-        # tick dies afterwards, in its eval say (issue 12); persist does not write it again.
+        # tick dies afterwards, in its eval say; persist does not write it again.
         write_reply(self.rt, self.tick, response.reply or "", human_written=self.human_written())
         self.reply_written = True
         faults.point("say.written")
@@ -220,7 +220,7 @@ def begin(rt: Runtime, human: str | None) -> int:
             rt.face.annotate(f"Not sent: {err.strerror}. Your input is in the shell history (M-p).", "error")
             raise TurnAborted from err
         faults.point("write-ahead.done")
-        # Only now is the input taken, and the shell may say it is saved (issue 12): it is on disk.
+        # Only now is the input taken, and the shell may say it is saved: it is on disk.
         rt.face.input_taken()
         faults.point_soon("write-ahead.confirmed")
     with rt.ltm.transaction():
@@ -488,7 +488,7 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
 
 def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> None:
     """The agent's part of the chat (agent-chat.org and its memory item), written when it is
-    said: a reply the person saw outlives a tick that dies afterwards (issue 12).
+    said: a reply the person saw outlives a tick that dies afterwards.
 
     Not fsynced here (a killed process loses nothing the kernel has): the commit
     worker syncs the tick's files before its commit."""
@@ -555,14 +555,16 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 def _commit(rt: Runtime, message: str) -> None:
     """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
-    with the tick state that makes the tick restorable (persistence.history)."""
+    with the tick state that makes the tick restorable (persistence.history): its content as of
+    now, whatever the file holds when a commit made behind a backlog runs."""
+    state: dict[str, bytes] = {}
     try:
         with deferred_sync():
-            rt.save_tick_state()
+            state = rt.save_tick_state()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.commits.submit(rt.tracked_files(), message)
+    rt.commits.submit(rt.tracked_files(), message, state)
     rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
                                                    "session": rt.session_tally.to_dict(),
                                                    "spent": rt.consciousness.budget.cost_so_far,

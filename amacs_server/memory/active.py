@@ -7,7 +7,7 @@ monologue lines are items too; the context shows the last ``*-depth`` of them.
 Notes the agent creates, and items it loads, are pinned.  Evicting leaves a
 handle.  Every version of every item is written to long-term memory.
 
-Every item shown is addressable by the MemId shown (issue 13), and says what
+Every item shown is addressable by the MemId shown, and says what
 the brain may do with it (:meth:`ActiveMemory.rules`, :meth:`ActiveMemory.present`),
 which the brain tools hold to:
 
@@ -33,7 +33,7 @@ loading one its home shows already (the consciousness, the last eval result,
 the threads, skills, buffers and events of the tick) only reads it.  Long
 texts in ``<memory>`` are shown a page at a time (:func:`~.items.page_of`).
 
-Every agent has a brain of its own (issue 11): the primary's is the runtime's
+Every agent has a brain of its own: the primary's is the runtime's
 (brain ``primary``, with the consciousness fields, chat and monologue); a
 subagent's (:meth:`ActiveMemory.for_subagent`) holds only what it creates
 and loads, under its own id.  Long-term memory is shared: any brain of the
@@ -54,7 +54,7 @@ from .items import DEFAULT_PAGE_CHARS, Access, Kind, MemoryItem, Tier, page_of
 from .ltm import LongTermMemory
 from .memid import BRAIN, MemId, MemIdError
 
-# Consciousness fields in RFC v4 §3.1 order, with their tier (issue 3).  The
+# Consciousness fields in the order of ``consciousness.el``, with their tier.  The
 # thread fields change only through the thread tools, so the agent cannot
 # write them directly.
 STATE_TIERS: dict[str, Tier] = {
@@ -102,7 +102,7 @@ MAX_JOURNAL = 10_000  # MemIds written kept for the transcript when no one takes
 MAX_PRESENTED = 4_096  # items as shown kept between snapshots (a subagent's RAM takes none)
 PresentKey = tuple[MemId, Kind, bool, Any]  # an item as shown: address, kind, pinned, page
 # RAM keeps at least this many of the newest exchanges and monologue lines (and
-# twice the depths the context shows); older ones are in LTM only (issue 10).
+# twice the depths the context shows); older ones are in LTM only.
 RAM_WINDOW = 64
 
 
@@ -346,7 +346,7 @@ class ActiveMemory:
         self._trim()
 
     def add_scratchpad(self, tick: int, heading: str, thread: str | None, content: str) -> None:
-        """A scratchpad heading written at TICK (RFC §4.2): global when THREAD is None."""
+        """A scratchpad heading written at TICK: global when THREAD is None."""
         self.scratchpad.append(self._new(f"{SCRATCHPAD_PREFIX}{tick}", Tier.RAM, Kind.NOTE,
                                          {"heading": heading, "thread": thread, "content": content}))
 
@@ -651,7 +651,7 @@ class ActiveMemory:
         return [*pinned, *handles]
 
     def snapshot(self, c: Consciousness) -> Snapshot:
-        """The items one tick's context shows (IMP-038 depths applied), each once."""
+        """The items one tick's context shows (the consciousness's depths applied), each once."""
         self._presented_before, self._presented = self._presented, {}
         self.keep = ram_window(c)
         self._trim()
@@ -712,6 +712,11 @@ class ActiveMemory:
                 stored = self.ltm.find(self.mem_id(name))
                 if stored is not None:
                     self.state[name] = stored
+            pending = self.state.get("pending_threads")
+            if not c.pending_threads and pending is not None and isinstance(pending.content, list):
+                # consciousness.el does not read its pending threads back (the thread book makes
+                # them again): the stored ones stand until it does, and no version is written.
+                c.pending_threads = [dict(t) for t in pending.content if isinstance(t, dict)]
             self.sync_state(c)
             for tick, human, agent in chat:
                 stored = self.ltm.find(self.mem_id(f"{CHAT_PREFIX}{tick}"))

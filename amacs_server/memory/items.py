@@ -1,4 +1,5 @@
-"""Active memory items: the contract of memid-active-memory.md (Active Memory Contract).
+"""Active memory items: the contract every item shown keeps
+(docs/ARCHITECTURE.md, Memory and MemIds).
 
 Every item shown has ``mem_id``, ``tier``, ``version``, ``kind``, ``mutable``,
 ``evictable``, ``created_at_ms`` (then ``tags`` and ``page`` when it has them)
@@ -37,8 +38,8 @@ class Kind(StrEnum):
     TOOL_RESULT = "tool_result"  # an eval result
     NOTE = "note"  # something the agent wrote down
     HANDLE = "handle"  # what stays in active memory of an evicted item
-    THREAD = "thread"  # a thread of work (RFC §5)
-    SKILL = "skill"  # a skill bound to the active thread (RFC §6)
+    THREAD = "thread"  # a thread of work
+    SKILL = "skill"  # a skill bound to the active thread
     BUFFER = "buffer"  # an Emacs buffer of the active thread, as last read
     EVENT = "event"  # an event delivered to the brain (User, Agent, Time, Hook)
 

@@ -1,4 +1,4 @@
-"""Long-term memory in SQLite (memid-active-memory.md, Phase 2; DESIGN.md, Memory).
+"""Long-term memory in SQLite (docs/ARCHITECTURE.md, Memory and MemIds).
 
 ``memory.db`` in the AMACS home, WAL mode, not in git.  Every version of every
 item is a row (copy-on-write); FTS5 indexes each version's text for keyword
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmacsError
-from ..persistence.files import atomic_write
+from ..files import atomic_write
 from .items import Kind, MemoryItem, Tier
 from .memid import MemId
 
@@ -132,7 +132,7 @@ def check_database(path: Path) -> str | None:
     log on two loaded cores; ``quick_check`` saves only ~10 % here, as the only
     index is the UNIQUE (base, version) one.  So it is skipped for a database
     that was closed cleanly and not touched since (:func:`sealed`): start-up
-    does not grow with history (issue 12); after a crash, or anything that wrote
+    does not grow with history; after a crash, or anything that wrote
     to the file, it runs.  Errors that are not damage (a lock, an unreadable
     file) are raised."""
     if not path.exists() or sealed(path):
@@ -325,7 +325,7 @@ class LongTermMemory:
         """Bases of AGENT_BRAIN (``agent:brain``) whose name starts with PREFIX.
 
         A range of the (base, version) index, not LIKE (which scanned every version
-        of every item: ~0.1 s at start-up for 50 MB of chat, issue 12; and read ``_``
+        of every item: ~0.1 s at start-up for 50 MB of chat; and read ``_``
         in an id as a wildcard)."""
         low = f"{agent_brain}:{prefix}"
         high = low[:-1] + chr(ord(low[-1]) + 1)  # the first string past every one starting with LOW

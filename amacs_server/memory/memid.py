@@ -1,4 +1,4 @@
-"""MemId: the canonical address of a memory item (memid-active-memory.md, Phase 1).
+"""MemId: the canonical address of a memory item (docs/ARCHITECTURE.md, Memory and MemIds).
 
 Format: ``<EOT>AGENT:BRAIN:NAME[:VERSION]<EOT>``, e.g.
 ``<EOT>amacs-instance-1:primary:mood:3<EOT>``.  VERSION is a positive integer or
@@ -6,7 +6,7 @@ Format: ``<EOT>AGENT:BRAIN:NAME[:VERSION]<EOT>``, e.g.
 
 AGENT is the instance's identity; BRAIN is the id of the agent in the World
 whose RAM the item is in: ``primary`` for the primary, the subagent's own id
-otherwise (``<EOT>amacs-instance-1:task-3:notes:1<EOT>``; issue 11).  So the
+otherwise (``<EOT>amacs-instance-1:task-3:notes:1<EOT>``).  So the
 brain name ``<identity>:<agent-id>`` is exactly ``AGENT:BRAIN``, and no field
 holds a colon.  BRAIN is as long as AGENT may be (64), for viewpoint ids.
 """
@@ -34,7 +34,7 @@ class _Part:
 
     def __post_init__(self) -> None:
         # The whole part at once: a MemId is made for every version written (several a
-        # tick); a regex call per character was ~0.3 ms of each tick (issue 10).
+        # tick); a regex call per character was ~0.3 ms of each tick.
         object.__setattr__(self, "_whole", re.compile(f"{self.first}{self.rest}{{0,{self.max_len - 1}}}"))
 
     def check(self, part: str, text: str) -> None:

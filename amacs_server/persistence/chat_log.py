@@ -1,4 +1,4 @@
-"""``agent-chat.org``: chat history in the structure of RFC v4 §8.3.
+"""``agent-chat.org``: chat history, a heading per tick.
 
 Each tick is a ``* Tick N`` heading with a ``:TIMESTAMP:`` property, then
 ``** Human`` (the person's input, written before the model is called),
@@ -11,13 +11,13 @@ A tick that ended without a reply (interrupted, no key, the budget) says
 why in ``** No reply``; one with neither was cut off (the server stopped).
 
 The human's text is plain: lines that would start an org heading are escaped
-with a leading comma, as org does in source blocks.  The reply is org (issue 9):
+with a leading comma, as org does in source blocks.  The reply is org:
 its headings are demoted two levels (``* H`` becomes ``*** H``) so they nest and
 fold under ``** Agent``, and the lines of its src and example blocks are
 comma-escaped as org escapes them.  :func:`unnest_reply` undoes both.
 
 The file holds the current month; the earlier ticks are in ``chat/``, one file
-a month, written once (:mod:`.monthly`, issue 12): a tick's commit adds the
+a month, written once (:mod:`.monthly`): a tick's commit adds the
 current file to git, not the history, and start-up reads only the log's end.
 """
 
@@ -294,7 +294,7 @@ def parse_tick(text: str) -> ChatEntry | None:
     """The tick whose org text (``* Tick N`` to the next tick) is TEXT; None if it is not one.
 
     The structure is the one :class:`ChatLog` writes, so it is read line by line,
-    not with an org parser (orgparse took ~10 s for 50 MB, issue 12): the
+    not with an org parser (orgparse takes ~10 s for 50 MB): the
     human's part is its text up to the next part, blank lines around it
     dropped; the agent's is the raw text up to the next part (``** Eval``) or
     the tick's end, its demoted headings included, without the blank line

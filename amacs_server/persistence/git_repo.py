@@ -1,10 +1,10 @@
-"""The AMACS home as a git repository: one commit per tick (RFC v4 §8.2).
+"""The AMACS home as a git repository: one commit per tick (docs/ARCHITECTURE.md, Persistence and git).
 
 Commits are made off the loop thread by one :class:`CommitWorker` per home, in
-tick order (DESIGN.md, One tick: the prompt returns without waiting for git).
+tick order: the prompt returns without waiting for git.
 GitPython, which makes or opens the repository and sets its configuration,
 is imported when the first commit is made, on the worker: its ~30 ms import
-is not on the server's start-up path (issue 10).  Commits themselves are git
+is not on the server's start-up path.  Commits themselves are git
 plumbing commands.
 """
 
@@ -17,12 +17,12 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from .. import faults
 from ..errors import AmacsError
-from .files import sync_paths
+from ..files import sync_paths
 
 log = logging.getLogger("amacs.git")
 
@@ -66,7 +66,7 @@ def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, 
                    eval_result: str | None = None, eval_error: str | None = None) -> str:
     """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
     form and its result or error, each cut at a length a log reads well at (the transcript
-    has them whole).  EPIC-002: the history shows eval -> result -> reply, the reply in
+    has them whole): the history shows eval -> result -> reply, the reply in
     agent-chat.org.  The message is the tick's own record: a commit made behind a backlog
     carries the files as they are when it runs (:class:`CommitWorker`), later ticks' too."""
     subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
@@ -150,6 +150,15 @@ class HomeRepo:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
 
+    def _git_input(self, data: bytes, *args: str) -> str:
+        """git ARGS with DATA on its standard input; its output."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
+                              check=False)
+        if done.returncode != 0:
+            raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
+                            f"{done.stderr.decode(errors='replace').strip()}")
+        return done.stdout.decode().strip()
+
     def _locks(self) -> list[Path]:
         """The lock files a commit can leave: the index's, config's, HEAD's and the refs'."""
         git_dir = self.home / ".git"
@@ -165,7 +174,7 @@ class HomeRepo:
 
         A git killed mid-commit (with the server: Emacs kills its process group,
         and a machine that stops kills everything) leaves ``index.lock`` or a
-        ref's ``.lock``, and every later commit fails on it (issue 12).  Git
+        ref's ``.lock``, and every later commit fails on it.  Git
         writes no owner into its locks: a lock is held while a git process
         works in this repository.  This server's own commits run under the
         repository's lock and its repack takes none of these, so a lock is
@@ -215,8 +224,11 @@ class HomeRepo:
         except GitFailed:
             return None
 
-    def commit(self, files: Iterable[Path], message: str) -> tuple[str, str | None]:
-        """Commit FILES as they are on disk; return the commit hexsha and a note (or None).
+    def commit(self, files: Iterable[Path], message: str,
+               blobs: Mapping[str, bytes] | None = None) -> tuple[str, str | None]:
+        """Commit FILES as they are on disk, and BLOBS (path in the home -> content) as given
+        (a file whose content at the tick must be exact though the disk may have moved on);
+        return the commit hexsha and a note (or None).
 
         Plumbing, so each file is hashed once and only if its stat changed:
         ``update-index`` (writes the blobs), ``write-tree``, ``commit-tree``,
@@ -227,13 +239,18 @@ class HomeRepo:
         with self._lock:
             note = self.clear_stale_lock()  # before prepare: a config.lock stops it too
             self.prepare()
-            paths = [".gitignore", *(str(p.relative_to(self.home)) for p in files if p.exists())]
+            exact = dict(blobs or {})
+            paths = [".gitignore", *(name for p in files if p.exists()
+                                     and (name := str(p.relative_to(self.home))) not in exact)]
             try:
                 if faults.armed("commit.index-lock"):
                     faults.kill_holding_lock("commit.index-lock", ["git", "update-index", "--add", "--stdin"],
                                              self.home, self.home / ".git" / "index.lock",
                                              stdin=b".gitignore\n", env=self._env)
                 self._git("update-index", "--add", "--", *paths)
+                for name, data in exact.items():
+                    blob = self._git_input(data, "hash-object", "-w", "--stdin")
+                    self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
                 faults.point("commit.indexed")
                 tree = self._git("write-tree")
                 faults.point("commit.tree")
@@ -343,7 +360,7 @@ class CommitWorker:
     def __init__(self, repo: HomeRepo, report: Report | None = None) -> None:
         self.repo = repo
         self.report: Report = report or (lambda text, kind: log.warning("%s: %s", kind, text))
-        self._queue: queue.Queue[tuple[list[Path], str] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[list[Path], str, dict[str, bytes]] | None] = queue.Queue()
         self._cond = threading.Condition()
         self._pending = 0
         self._pending_subjects: list[str] = []  # oldest first
@@ -354,15 +371,16 @@ class CommitWorker:
         self.commit_ms: list[float] = []  # each commit's time, fsyncs included (for benchmarks)
         self.pack_ms: list[float] = []
 
-    def submit(self, files: Iterable[Path], message: str) -> None:
-        """Commit FILES with MESSAGE after every commit submitted before (returns at once)."""
+    def submit(self, files: Iterable[Path], message: str, blobs: Mapping[str, bytes] | None = None) -> None:
+        """Commit FILES (and BLOBS, :meth:`HomeRepo.commit`) with MESSAGE after every commit
+        submitted before (returns at once)."""
         with self._cond:
             self._pending += 1
             self._pending_subjects.append(message.partition("\n")[0])
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
-        self._queue.put((list(files), message))
+        self._queue.put((list(files), message, dict(blobs or {})))
 
     @property
     def pending(self) -> int:
@@ -403,12 +421,12 @@ class CommitWorker:
             item = self._queue.get()
             if item is None:
                 return
-            files, message = item
+            files, message, blobs = item
             t0 = time.perf_counter()
             try:
                 self._sync_changed(files)
                 faults.point("commit.synced")
-                _sha, note = self.repo.commit(files, message)
+                _sha, note = self.repo.commit(files, message, blobs)
             except CommitError as err:
                 self.report(str(err), "warning")
             except Exception as err:  # the worker must outlive any one commit

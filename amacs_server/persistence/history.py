@@ -12,11 +12,13 @@ What the request after tick N is built from is on disk after tick N:
 
 The tick state holds what neither has exactly: the active table (what each
 brain pinned or evicted), the order and pages of the primary's pinned items,
-the primary's conversation (the prefix every later request repeats), the text
-of ``consciousness.el`` and ``scratchpad.org``, and the size of each file of
-the append-only logs.  A commit is made off the loop thread and carries the
-files as they are when it runs: after a backlog it may hold a later tick's
-lines, which the recorded sizes cut off again.
+the primary's conversation (the prefix every later request repeats), and the
+size of each file of the append-only logs.  A commit is made off the loop
+thread and carries the files as they are when it runs: after a backlog it
+would hold a later tick's lines.  So the tick state, ``consciousness.el`` and
+``scratchpad.org`` (small, rewritten in place) go to the commit as their bytes
+at the tick's end (:data:`EXACT`), and the recorded sizes cut the logs' later
+lines off again.
 
 A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
@@ -40,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AmacsError
-from .files import atomic_write
+from ..files import atomic_write
 from .git_repo import HomeRepo
 from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
+# The files a tick's commit carries as they were at its end (their bytes go with the commit request).
+EXACT = ("consciousness.el", "scratchpad.org")
 STATE_VERSION = 1
 ABANDONED = "refs/amacs/abandoned"
 # The append-only logs whose tick-N contents are their first bytes (sizes in the tick state).
@@ -96,9 +100,11 @@ def active_rows(db: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in db.execute("SELECT brain, base, status, version FROM active ORDER BY brain, base")]
 
 
-def write_state(home: Path, state: dict[str, Any]) -> None:
-    """Write the tick state (not synced: the commit worker syncs the tick's files)."""
-    atomic_write(home / STATE_FILE, json.dumps(state, ensure_ascii=False, separators=(",", ":")))
+def write_state(home: Path, state: dict[str, Any]) -> bytes:
+    """Write the tick state (not synced: the commit worker syncs the tick's files); its bytes."""
+    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
+    atomic_write(home / STATE_FILE, text)
+    return text.encode("utf-8", "surrogatepass")
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
@@ -108,6 +114,17 @@ def read_state(home: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
+
+
+def exact_files(home: Path, state: bytes) -> dict[str, bytes]:
+    """What a tick's commit carries as of now: the tick state STATE and the :data:`EXACT` files."""
+    out = {STATE_FILE: state}
+    for name in EXACT:
+        try:
+            out[name] = (home / name).read_bytes()
+        except FileNotFoundError:
+            continue
+    return out
 
 
 def file_sizes(home: Path) -> dict[str, int]:
@@ -179,8 +196,8 @@ def _lock(home: Path) -> HomeLock:
 
 
 def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
-    """The home's tracked files as tick TICK left them: COMMIT's tree, the logs cut to the sizes
-    the tick state recorded, consciousness.el and scratchpad.org from the tick state."""
+    """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
+    the tick state recorded."""
     _git(home, "read-tree", "-u", "--reset", commit)
     sizes: dict[str, int] = state["files"]
     for path in log_files(home):
@@ -190,12 +207,7 @@ def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
         elif path.stat().st_size > sizes[rel]:
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
-    atomic_write(home / "consciousness.el", state["consciousness"])
-    if state.get("scratchpad") is not None:
-        atomic_write(home / "scratchpad.org", state["scratchpad"])
-    else:
-        (home / "scratchpad.org").unlink(missing_ok=True)
-    write_state(home, state)
+
 
 
 def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> int:

@@ -1,4 +1,5 @@
-"""Append-only org logs split by month, so that history costs nothing per tick (issue 12).
+"""Append-only org logs split by month, so that history costs nothing per tick
+(docs/ARCHITECTURE.md, Persistence and git).
 
 A log (``agent-chat.org``, ``monologue.org``) is a current file, to which each
 tick appends, and an archive folder beside it (``chat/``, ``monologue/``)
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .files import append_durably, sync_paths
+from ..files import append_durably, sync_paths
 from .recovery import decode_utf8
 
 log = logging.getLogger("amacs.persistence")

@@ -1,4 +1,4 @@
-"""Start-up checks, and recovery from the history the home already keeps (issue 12).
+"""Start-up checks, and recovery from the history the home already keeps.
 
 A damaged file never stops the agent and is never silently replaced:
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import AmacsError
 from ..state.consciousness import Consciousness
-from ..transport.lisp import alist_loads
+from ..text.lisp import alist_loads
 from .git_repo import GitFailed, HomeRepo
 
 CONSCIOUSNESS = "consciousness.el"

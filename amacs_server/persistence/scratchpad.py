@@ -1,4 +1,4 @@
-"""``scratchpad.org``: the agent's notes under headings, with thread scope (RFC v4 §4.2)."""
+"""``scratchpad.org``: the agent's notes under headings, with thread scope."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import append_durably, atomic_write
 from .chat_log import escape_org, unescape_org
-from .files import append_durably, atomic_write
 from .recovery import decode_utf8
 
 
@@ -40,7 +40,7 @@ class ScratchpadLog:
         append_durably(self.path, self.format(entry))
 
     def replace(self, entry: ScratchpadEntry) -> None:
-        """Rewrite the heading of ENTRY's tick with ENTRY (the agent mutated it; issue 13).
+        """Rewrite the heading of ENTRY's tick with ENTRY (the agent mutated it).
         The rest of the file stays byte for byte; the file is replaced atomically.  A heading
         no longer in the file (removed by hand) is appended again."""
         text = self.path.read_text(encoding="utf-8", errors="replace") if self.path.exists() else ""
@@ -61,7 +61,7 @@ class ScratchpadLog:
         text, bad = decode_utf8(self.path.read_bytes())
         if bad is not None and self.bad_utf8 is None:
             self.bad_utf8 = bad
-        import orgparse  # ~8 ms: imported by the first read of a scratchpad, not at start-up (issue 10)
+        import orgparse  # ~8 ms: imported by the first read of a scratchpad, not at start-up
 
         out = []
         for node in orgparse.loads(text).children:

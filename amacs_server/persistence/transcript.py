@@ -1,10 +1,10 @@
-"""Transcripts: typed events as JSON lines, one file per session (DESIGN.md, Transcripts).
+"""Transcripts: typed events as JSON lines, one file per session (docs/ARCHITECTURE.md, Persistence and git).
 
 Every line has the same top-level columns so DuckDB's ``read_json_auto`` or
 pandas load thousands of files without a custom parser; event-specific data is
 under ``data``.  The API key is scrubbed from every line before it is written.
 
-A transcript keeps one file descriptor open for appending (issue 11): each event
+A transcript keeps one file descriptor open for appending: each event
 is one ``write`` to it, not an open, a write and a close.  Nothing is buffered in
 the process, so a reader (the hub, a test) sees every event written so far.
 """
@@ -78,7 +78,7 @@ class Transcript:
                 line = line.replace(secret, "[REDACTED]")
             try:
                 data_bytes = (line + "\n").encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate: kept exactly, as a JSON escape (issue 12)
+            except UnicodeEncodeError:  # a lone surrogate: kept exactly, as a JSON escape
                 data_bytes = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode("ascii")
                 for secret in self._secrets:
                     data_bytes = data_bytes.replace(secret.encode("utf-8"), b"[REDACTED]")

@@ -1,4 +1,4 @@
-"""Research at scale (issue 15): many headless runs, one dataset, a report.
+"""Research at scale (docs/ARCHITECTURE.md, Research): many headless runs, one dataset, a report.
 
 ``amacs-server experiment SPEC`` runs a grid of headless sessions, each in
 ``RUNS_DIR/<run-id>/`` (its ``manifest.json`` and its AMACS ``home/``);

@@ -15,15 +15,24 @@ runtime environment.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
 
+from .forkserver import launcher
 from .runs import INTERRUPTED, Outcome, read_manifest, run_one, write_manifest
 from .spec import Run
+
+log = logging.getLogger("amacs.research")
 
 
 class Executor(Protocol):
@@ -53,18 +62,58 @@ def mark_interrupted(run: Run, runs_dir: Path) -> None:
         write_manifest(folder, {**data, "status": "failed", "ended_at": time.time(), "error": INTERRUPTED})
 
 
-class LocalExecutor:
-    """Each run in a thread of this process (the session itself is Emacs and the server)."""
+class ForkServer:
+    """The fork server (:mod:`.forkserver`) of one experiment: started once, killed at the end."""
 
-    def __init__(self, runs_dir: Path, parallel: int) -> None:
+    def __init__(self, backends: Sequence[str]) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="amacs-fork-"))  # 0700; a socket path must be short
+        self.socket = self.folder / "fork.sock"
+        with (self.folder / "forkserver.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "amacs_server.research.forkserver", str(self.socket), *backends],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if line.strip() != b"ready":
+            self.close()
+            raise OSError(f"the fork server did not start (see {self.folder / 'forkserver.log'})")
+
+    def command(self) -> list[str]:
+        """A run's server command: the launcher, standard library only (``-S``)."""
+        return [sys.executable, "-S", str(launcher()), str(self.socket)]
+
+    def close(self) -> None:
+        """Kill the fork server; the servers it forked stop with their runs."""
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class LocalExecutor:
+    """Each run in a thread of this process (the session itself is Emacs and the server).
+
+    A run's server is forked from a :class:`ForkServer` that has imported the server and the
+    SDKs of BACKENDS once; each run is still a new Emacs and a new server process, in a new
+    home.  Without a fork server (FORK false, or it could not start) each run's server is
+    ``python -m amacs_server``."""
+
+    def __init__(self, runs_dir: Path, parallel: int, backends: Sequence[str] = ("anthropic",),
+                 fork: bool = True) -> None:
         self.runs_dir = runs_dir
         self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-run")
         self.going: dict[Future[Outcome], Run] = {}
         self.stop = threading.Event()
+        self.forks: ForkServer | None = None
+        if fork:
+            try:
+                self.forks = ForkServer([b for b in backends if b in ("anthropic", "openai")])
+            except OSError as err:
+                log.warning("runs start their servers from nothing: %s", err)
 
     def submit(self, run: Run) -> None:
         """Start RUN in a thread."""
-        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop)] = run
+        command = self.forks.command() if self.forks is not None else None
+        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop, command)] = run
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended."""
@@ -80,6 +129,8 @@ class LocalExecutor:
         """Stop the runs still going (each ends ``failed``, interrupted) and wait for them to say so."""
         self.stop.set()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.forks is not None:
+            self.forks.close()
 
 
 class RayExecutor:

@@ -1,4 +1,4 @@
-"""One dataset of many runs: ``amacs-server dataset RUNS_DIR`` (issue 15).
+"""One dataset of many runs: ``amacs-server dataset RUNS_DIR`` (docs/ARCHITECTURE.md, Research).
 
 Every run of RUNS_DIR (``<run-id>/manifest.json`` and ``<run-id>/home/transcripts/*.jsonl``)
 is loaded with DuckDB's own JSON reader (one scan over a glob, explicit columns: no

@@ -213,7 +213,7 @@ def main(argv: list[str]) -> int:
     if not todo:
         return 0
     executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
-                          else LocalExecutor(runs_dir, parallel))
+                          else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
     console = Console(stderr=True)
     try:
         outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)

@@ -1,4 +1,4 @@
-"""A report of many runs: ``amacs-server report RUNS_DIR`` (issue 15).
+"""A report of many runs: ``amacs-server report RUNS_DIR`` (docs/ARCHITECTURE.md, Research).
 
 Loads RUNS_DIR as the dataset does (:func:`amacs_server.research.dataset.load`) and
 writes RUNS_DIR/report.html: one self-contained page (plotly.js inlined once; no

@@ -232,8 +232,12 @@ def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
     return stop.is_set() or (code not in (0, None) and stop.wait(0.5))
 
 
-def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Outcome:
+def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
+            server_command: list[str] | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` (made afresh) and return how it ended.
+
+    SERVER_COMMAND starts the run's server (default ``python -m amacs_server``; the
+    local executor's is the fork server's launcher, :mod:`.forkserver`).
 
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
     ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
@@ -256,7 +260,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None) -> Ou
         result = folder / "batch-result.json"
         batch.write_text(json.dumps({
             "turns": list(run.turns), "max_steps": run.max_steps,
-            "server_command": [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
+            "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
             "result": str(result), "shell": str(folder / "shell.txt")}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
             emacs_started = time.time()

@@ -1,4 +1,5 @@
-"""Consciousness: the agent's working state (RFC v4 §3.1), with ROM fields enforced (§3.2)."""
+"""Consciousness: the agent's working state (``consciousness.el``), with ROM fields enforced
+(docs/ARCHITECTURE.md, Memory and MemIds)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from typing import Any
 from sexpdata import Symbol
 
 from ..errors import AmacsError
-from ..inference.capabilities import EFFORTS
-from ..transport.lisp import alist_dumps, alist_loads
+from ..text.lisp import alist_dumps, alist_loads
 
-# Fields the harness owns; the agent may read them but never change them (RFC §3.2).
+# Fields the harness owns; the agent may read them but never change them.
 HARNESS_FIELDS = frozenset(
     {"identity", "current_tick", "current_time", "budget", "last_eval_result"}
 )
+EFFORTS = ("low", "medium", "high", "xhigh", "max")  # the efforts api-settings may ask for, least first
 DEPTH_FIELDS = (
     "chat_context_depth",
     "monologue_context_depth",
@@ -30,11 +31,10 @@ class ConsciousnessError(AmacsError, ValueError):
 
 @dataclass
 class EvalResult:
-    """The outcome of one eval (RFC §7): errors are data.
+    """The outcome of one eval: errors are data (docs/ARCHITECTURE.md, The tick: act).
 
     ``files_read`` and ``files_written`` are the absolute names of the files the
-    eval read and wrote, as Emacs noted them (issue 11; agent-world-architecture.md,
-    The World: tracking of known_content_files)."""
+    eval read and wrote, as Emacs noted them (``agents/files_seen.py`` keeps them per agent)."""
 
     success: bool
     result: str | None = None
@@ -68,7 +68,7 @@ class EvalResult:
 
 @dataclass
 class Budget:
-    """Harness-managed cost accounting (RFC §3.1 budget)."""
+    """Harness-managed cost accounting (``budget``)."""
 
     cost_so_far: float = 0.0
     budget_limit: float = 5.0
@@ -92,7 +92,7 @@ class Budget:
 
 @dataclass
 class ApiSettings:
-    """Agent-controlled inference settings (RFC §3.1 api-settings)."""
+    """Agent-controlled inference settings (``api-settings``)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -114,7 +114,7 @@ class ApiSettings:
 
 @dataclass
 class Consciousness:
-    """Every field of RFC v4 §3.1."""
+    """Every field of ``consciousness.el``."""
 
     identity: str = "amacs-instance-1"
     current_tick: int = 0
@@ -138,7 +138,7 @@ class Consciousness:
         self.current_time = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def to_dict(self) -> dict[str, Any]:
-        """The alist shape of RFC §3.1, in its order."""
+        """The alist shape of ``consciousness.el``, in its order."""
         return {
             "identity": self.identity,
             "current_tick": self.current_tick,

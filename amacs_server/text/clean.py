@@ -1,4 +1,4 @@
-"""Any text from outside is data (issue 12): what cannot be stored or sent is replaced, visibly.
+"""Any text from outside is data: what cannot be stored or sent is replaced, visibly.
 
 A lone surrogate (``\\ud800`` in the model's JSON, or in a streamed delta) cannot be
 encoded as UTF-8: written to a file, a transcript or Emacs it raised in the middle of

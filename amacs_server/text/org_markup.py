@@ -1,4 +1,4 @@
-"""Markdown to org for the agent's replies (issue 9; RFC v4 §8.3, ``agent-chat.org``).
+"""Markdown to org for the agent's replies (the shell and ``agent-chat.org`` show org).
 
 The core skill asks the model to write ``reply`` in org markup, but models
 write Markdown anyway.  :func:`markdown_to_org` turns a reply that looks like
@@ -140,7 +140,7 @@ def looks_like_markdown(text: str) -> bool:
     Org blocks, org links and org ``~code~`` / ``=verbatim=`` are not looked at,
     so org text (and this module's own output) is never taken for Markdown.
     """
-    if not any(marker in text for marker in _MARKERS):  # plain prose: ~1 ms of regexes saved (issue 10)
+    if not any(marker in text for marker in _MARKERS):  # plain prose: ~1 ms of regexes saved
         return False
     return _has_markdown(text)
 

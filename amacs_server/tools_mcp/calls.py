@@ -20,8 +20,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from .hub import McpError
 
 TOOL_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)/(\S+)")
@@ -60,6 +58,9 @@ def arguments(raw: object, schema: dict[str, Any], tool: str) -> dict[str, Any]:
                 raise McpError(f"{tool}: no argument :{given.replace('_', '-')}; its arguments: {known}")
             name = given
         out[name] = _value(value, props.get(name) or {})
+    # jsonschema takes ~60 ms to import: at the first MCP call, not at the server's start.
+    from jsonschema import Draft202012Validator
+
     problems = sorted(Draft202012Validator(schema).iter_errors(out), key=lambda e: list(e.path))
     if problems:
         first = problems[0]

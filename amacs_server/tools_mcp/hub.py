@@ -172,7 +172,7 @@ class McpHub:
             return {}
 
     def _save_listing(self) -> None:
-        from ..persistence.files import atomic_write
+        from ..files import atomic_write
 
         data = {name: {"key": _key(c.spec), "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True)
                                                       for t in c.tools]}

@@ -161,7 +161,7 @@ class EmacsFace:
         """The agent whose eval EVAL_ID is outstanding (sent to Emacs, not yet answered), or None.
 
         On the loop thread.  This record, not anything Emacs says, is who an agent
-        function called from that eval acts as (issue 11)."""
+        function called from that eval acts as (docs/ARCHITECTURE.md, Agent and World)."""
         return self._eval_agents.get(eval_id)
 
     def evals_outstanding(self) -> bool:

@@ -1,12 +1,12 @@
 """The EPC server: 127.0.0.1 only, one authenticated Emacs, every EPC defect handled.
 
-Defects (DESIGN.md): 1 calls from Emacs run on worker threads, so a method may
-call Emacs while the reader goes on; 3 remote errors become plain errors with a
-message, so Emacs always gets a reply; 4 sends are serialized by a lock; 6
-nothing here waits on Emacs without a timeout; 7 values are converted in
-:mod:`.lisp` only.
+EPC's defects (docs/ARCHITECTURE.md, The transport): calls from Emacs run on worker
+threads, so a method may call Emacs while the reader goes on (no deadlock on a
+re-entrant call); remote errors become plain errors with a message, so Emacs always
+gets a reply; sends are serialized by a lock; nothing here waits on Emacs without a
+timeout; values are converted in :mod:`amacs_server.text.lisp` only.
 
-Fast path (issue 10): every accepted socket has ``TCP_NODELAY`` (no Nagle or
+Fast path: every accepted socket has ``TCP_NODELAY`` (no Nagle or
 delayed-ACK stalls); events to Emacs are one-way ``(amacs-events 0 (EVENT...))``
 messages that Emacs never answers, sent in order by :class:`Outbox`, which
 coalesces streamed ``reply-delta`` events to at most one message per
@@ -15,7 +15,7 @@ nothing is formatted or logged per message (python-epc's ``autolog`` and
 thread-per-message are bypassed): calls from Emacs run on a fixed pool, and
 the few methods that only hand a value over run on the reader thread itself.
 
-Local security (issue 12): one authenticated Emacs per server.  A second
+Local security: one authenticated Emacs per server.  A second
 ``hello``, even with the token, is refused with a message and the first session
 goes on; only when the first Emacs has hung up (its socket is at end of file)
 may another take its place.  A connection must say ``hello`` within
@@ -50,7 +50,7 @@ from sexpdata import Symbol, loads
 from ..errors import AmacsError
 from ..scrub import Scrubber
 from ..text.clean import storable
-from .lisp import from_lisp, list_from_lisp, to_lisp
+from ..text.lisp import from_lisp, list_from_lisp, to_lisp
 
 log = logging.getLogger("amacs.transport")
 
@@ -78,7 +78,7 @@ class RemoteError(AmacsError):
 
 def unpack(message: bytes) -> tuple[str, Any, list[Any]]:
     """MESSAGE from Emacs as (name, uid, args), as python-epc's ``unpack_message``, but any
-    bytes are data (issue 12): Emacs writes a surrogate it holds (``(string #xd800)``) as
+    bytes are data: Emacs writes a surrogate it holds (``(string #xd800)``) as
     ED A0 80, which strict UTF-8 refuses; the message, an eval's result among them, was
     dropped and its caller waited out its time limit.  Such text arrives with U+FFFD."""
     try:
@@ -118,7 +118,7 @@ def remote_method(fn: Callable[..., Any], name: str | None = None) -> Callable[.
     """Wrap FN (published as NAME) for EPC: Lisp values in, Lisp values out, any error as :class:`RemoteError`.
 
     An expected failure (:class:`~amacs_server.errors.AmacsError`) is answered with its
-    message alone, as always.  Anything else is a bug (issue 14): it is logged with its
+    message alone, as always.  Anything else is a bug: it is logged with its
     traceback (``logs/server.log``) and answered with one line that says where to look."""
     method = name or fn.__name__
 
@@ -159,7 +159,7 @@ class Outbox:
     is done: the events one step puts (the input taken and the turn's start;
     the tick's usage and the end of the turn; the deltas of one chunk of the
     model's stream) reach Emacs as one message, which Emacs handles in one go
-    and redisplays once (issue 10).  A ``reply`` goes at once with what the
+    and redisplays once.  A ``reply`` goes at once with what the
     step put before it: the person waits for it, not for the tick's records.
     From any other thread a message goes before ``put`` returns.
     """
@@ -433,7 +433,7 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.RequestHandlerClass = AmacsHandler
         self.token = token
         self.headless = headless
-        # Every message after hello passes it (issue 12): a secret an eval read never gets in.
+        # Every message after hello passes it: a secret an eval read never gets in.
         self.scrub = Scrubber({"AMACS_TOKEN": token})
         self.emacs: AmacsHandler | None = None
         self.emacs_pid: int | None = None

@@ -128,12 +128,14 @@ def overlapped(found: dict[str, dict]) -> int:
 
 
 def servers_of(runs: Path) -> list[int]:
-    """Processes (servers, Emacs) still running with an AMACS home under RUNS."""
+    """Processes (servers, Emacs) still running with an AMACS home under RUNS, or in a run's folder:
+    a server forked by the fork server took its environment after it started (/proc has the first)."""
     pids = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if f"AMACS_HOME={runs}".encode() in environ.read_bytes():
-                pids.append(int(environ.parent.name))
+            if (f"AMACS_HOME={runs}".encode() in (proc / "environ").read_bytes()
+                    or Path(os.readlink(proc / "cwd")).is_relative_to(runs)):
+                pids.append(int(proc.name))
         except OSError:
             pass
     return pids
@@ -366,3 +368,41 @@ def test_spec_errors_name_the_key(tmp_path, change, message):
     assert str(spec) in proc.stderr and message in proc.stderr, proc.stderr
     assert "Input should" not in proc.stderr and "Extra inputs" not in proc.stderr, proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+LEAK = "(prog1 (boundp 'amacs-test--left-by-a-run) (defvar amacs-test--left-by-a-run t))"
+
+
+def test_no_run_inherits_another_runs_emacs_or_server(tmp_path):
+    """Three runs one after another (servers forked by the fork server): each run's eval finds the global
+    variable an earlier run's eval set unbound (a new Emacs each time), and each server is a process of
+    its own that is gone when its run ends."""
+
+    def answer(body: dict) -> Reply:
+        seen = json.dumps(body)
+        return Reply(agent_json("checked") if "amacs-test--left-by-a-run" in seen else agent_json(None, eval=LEAK))
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec = tmp_path / "experiment.toml"
+        spec.write_text('[experiment]\nname = "fresh"\nrepetitions = 3\nparallel = 1\ntimeout = 90\nmax_steps = 3\n\n'
+                        '[[prompts]]\nname = "leak"\nturns = ["evaluate it"]\n\n'
+                        '[[models]]\nname = "fake"\nmodel = "claude-sonnet-4-5"\nbase_url = "${FAKE_URL}"\n')
+        runs = tmp_path / "runs"
+        proc = experiment(fake, spec, runs)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found = manifests(runs)
+        assert len(found) == 3 and all(m["status"] == "done" for m in found.values()), found
+        results = []
+        for run_id in found:
+            home = runs / run_id / "home"
+            for path in (home / "transcripts").glob("*.jsonl"):
+                for line in path.read_text().splitlines():
+                    event = json.loads(line)
+                    if event.get("event") == "eval_result":
+                        results.append(event["data"])
+        assert len(results) == 3, results
+        assert all(r.get("result") == "nil" and r.get("success") for r in results), results
+        assert not servers_of(runs)
+    finally:
+        fake.stop()

@@ -1,11 +1,11 @@
-"""Brain tools for memory (memid-active-memory.md, Phase 3), as the agent's elisp calls them.
+"""Brain tools for memory (docs/ARCHITECTURE.md, Memory and MemIds), as the agent's elisp calls them.
 
 Each validates its arguments strictly, fails with a message the agent sees as
 its eval error, and echoes the resolved MemId and version.
 
-Each acts in the RAM of the agent whose eval calls it (issue 11): Emacs sends
+Each acts in the RAM of the agent whose eval calls it: Emacs sends
 the eval's id and the server's record of that eval names the agent, as for the
-agent tools (:func:`~amacs_server.agents.tools.acting_as_its_eval`; the forms
+agent tools (:func:`~amacs_server.tools.agents.acting_as_its_eval`; the forms
 in :data:`TOOLS`).  The primary's RAM is the runtime's; a subagent's is its own
 (:func:`memory_of`).  Search and load reach every brain's items in the shared
 long-term memory.  ``memory_create`` and the others act as the person (the
@@ -31,13 +31,13 @@ from pydantic import AfterValidator, Field, PlainValidator
 
 from ..agents.kinds import PRIMARY
 from ..arguments import Options, Strings, Text, checked
+from ..memory.active import STATE_TIERS, ActiveMemory, MemoryRefused
+from ..memory.items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
+from ..memory.ltm import LtmError
+from ..memory.memid import NAME, MemId, MemIdError
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
-from ..toolkit import ToolError, refusals
-from .active import STATE_TIERS, ActiveMemory, MemoryRefused
-from .items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
-from .ltm import LtmError
-from .memid import NAME, MemId, MemIdError
+from .kit import ToolError, refusals
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -236,7 +236,7 @@ def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
 
 
 def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
-    """OP as :func:`~amacs_server.agents.tools.acting_as_its_eval` calls it,
+    """OP as :func:`~amacs_server.tools.agents.acting_as_its_eval` calls it,
     (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
 
     def tool(rt: Runtime, caller: str, _eval: int | None, *args: Any) -> Any:

@@ -1,6 +1,6 @@
 """The one boundary where Python values and Emacs Lisp values are converted.
 
-EPC defect 7 (DESIGN.md): Python ``None``, ``False`` and ``[]`` all become elisp
+Python ``None``, ``False`` and ``[]`` all become elisp
 ``nil``; elisp ``nil`` arrives as ``[]``; plists arrive as flat lists of
 ``Symbol``s.  Every conversion in either direction goes through this module.
 """
@@ -29,7 +29,8 @@ def kebab(name: str) -> str:
 def camel(name: str) -> str:
     """Translate a kebab-case name to camelCase: ``last-eval-result`` -> ``lastEvalResult``.
 
-    The single kebab -> camel translation of the project (EPIC-002, naming convention).
+    The single kebab -> camel translation of the project: elisp names are kebab-case,
+    the JSON the model reads and writes is camelCase.
     """
     head, *rest = name.replace("_", "-").split("-")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..agents.tools import Evals, caller_of
 from ..errors import AmacsError
-from . import calls
-from .hub import McpError
+from ..tools_mcp import calls
+from ..tools_mcp.hub import McpError
+from .agents import Evals, caller_of
 
 if TYPE_CHECKING:
     from ..runtime import Runtime

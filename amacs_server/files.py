@@ -5,8 +5,8 @@ never half an entry).  Each write also fsyncs, unless it runs inside
 :func:`deferred_sync`: then the caller promises a later :func:`sync_paths`
 (the commit worker does it before the tick's commit, off the loop thread).
 
-Every file is made 0600: the home holds the person's conversations (issue 12,
-local security; :func:`secure_home` makes an existing home private).
+Every file is made 0600: the home holds the person's conversations
+(:func:`secure_home` makes an existing home private).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from ..errors import AmacsError
+from .errors import AmacsError
 
 _deferred: ContextVar[bool] = ContextVar("amacs_deferred_sync", default=False)
 log = logging.getLogger("amacs.files")

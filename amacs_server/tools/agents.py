@@ -2,7 +2,7 @@
 
 Emacs sends only the id of the eval a call runs in; who the caller is comes
 from the server's own record of that eval (:func:`caller_of`), never from
-Emacs, so nothing an eval binds changes who it acts as (issue 11).  The World
+Emacs, so nothing an eval binds changes who it acts as (docs/ARCHITECTURE.md, Agent and World).  The World
 then knows who spawned what and which talks an eval made.
 """
 
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BeforeValidator, Field, PositiveInt
 
+from ..agents.agent import AgentError
+from ..agents.kinds import PRIMARY
+from ..agents.talk import Overloaded
 from ..arguments import Flag, Options, Strings, Text, checked
-from ..toolkit import ToolError, refusals
-from .agent import AgentError
-from .kinds import PRIMARY
-from .talk import Overloaded
+from .kit import ToolError, refusals
 
 if TYPE_CHECKING:
     from ..runtime import Runtime

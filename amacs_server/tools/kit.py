@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .errors import AmacsError
+from ..errors import AmacsError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,16 +1,16 @@
-"""Brain tools for threads (RFC v4 §5.1) and skills (§6, IMP-023), as the agent's elisp calls them."""
+"""Brain tools for threads and skills, as the agent's elisp calls them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .arguments import Options, Strings, Text, checked
-from .skills import SkillError
-from .threads import Thread, ThreadError
-from .toolkit import ToolError, refusals
+from ..arguments import Options, Strings, Text, checked
+from ..skills import SkillError
+from ..threads import Thread, ThreadError
+from .kit import ToolError, refusals
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..runtime import Runtime
 
 _refusals = refusals(ThreadError, SkillError)
 

@@ -1,0 +1,175 @@
+"""A fork server for an experiment's runs: each run's server is a new process forked from one that has
+imported everything, so a run does not pay the imports again (the model SDK alone is ~1.3 s of CPU).
+
+    python -m amacs_server.research.forkserver SOCKET [BACKEND...]
+
+It imports the server's modules and the SDKs of BACKENDs (``anthropic``,
+``openai``), moves what it imported out of the garbage collector's sight
+(``gc.freeze``: a fork's pages stay shared), prints ``ready`` and then
+listens on the Unix socket SOCKET.  It never builds a runtime, opens a home or
+starts a thread: every fork starts from the state of a process that has only
+imported modules, as a fresh ``python -m amacs_server`` has once its imports
+are done.  No run's server is ever reused.
+
+A run's Emacs starts :mod:`.launch` as its server command; the launcher sends
+its standard files, environment, folder and arguments.  The fork takes them,
+makes its own process group (the experiment kills a run's groups), and runs
+``amacs_server.__main__.main``; its exit status goes back to the launcher, which
+exits with it.  The fork stops, as a server whose Emacs died does, when the
+launcher's end of the socket closes (Emacs killed it), or when the fork
+server itself is gone.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+MAX_REQUEST = 1 << 20
+PARENT_CHECK = 0.5  # seconds between looks whether the experiment that started it is still there
+# What a run's server imports before its port line and for its first turn (the rest is imported as used).
+SERVER_MODULES = ("amacs_server.__main__", "amacs_server.methods", "amacs_server.runtime",
+                  "amacs_server.loop.primary", "amacs_server.transport.server",
+                  "amacs_server.transport.emacs_face", "amacs_server.persistence.git_repo")
+
+
+def launcher() -> Path:
+    """The launcher a run's Emacs starts (``python -S`` it: standard library only)."""
+    return Path(__file__).with_name("launch.py")
+
+
+def preload(backends: list[str]) -> None:
+    """Import the server's modules and BACKENDS' SDKs, then freeze them out of the collector's sight."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as __main__ does, before any model is built
+    for name in SERVER_MODULES:
+        importlib.import_module(name)
+    from ..inference import sdk
+
+    for backend in backends:
+        sdk.SDKS[backend].load()
+    try:
+        import git  # noqa: F401 - the first commit's GitPython
+    except ImportError:
+        pass
+    gc.collect()
+    gc.freeze()
+
+
+def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """The launcher's request (length-prefixed JSON) and the files it sent with it."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    if len(data) < 4:
+        raise OSError("short request")
+    (length,) = struct.unpack("!I", data[:4])
+    if length > MAX_REQUEST:
+        raise OSError("request too long")
+    body = data[4:]
+    while len(body) < length:
+        chunk = conn.recv(length - len(body))
+        if not chunk:
+            raise OSError("request cut off")
+        body += chunk
+    return json.loads(body), fds
+
+
+def _watch_launcher(conn: socket.socket) -> None:
+    """Stop this server (as SIGTERM does) once the launcher's end closes: Emacs killed it."""
+
+    def watch() -> None:
+        try:
+            while conn.recv(1):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="amacs-launcher-watch", daemon=True).start()
+
+
+def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
+    """In the fork: become the server the launcher on CONN asked for; never returns."""
+    status = 1
+    try:
+        listener.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setpgid(0, 0)  # a group of its own, as Emacs gives its processes
+        request, fds = _read_request(conn)
+        for target, fd in zip((0, 1, 2), fds, strict=False):
+            os.dup2(fd, target)
+            os.close(fd)
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        random.seed()  # a fresh process's random numbers, not the fork server's
+        _watch_launcher(conn)
+        from ..__main__ import main
+
+        sys.argv = ["amacs_server", *request["argv"]]
+        status = main(list(request["argv"]))
+    except SystemExit as stop:
+        status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - said on the run's stderr, then the status
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            conn.sendall(struct.pack("!i", status))
+        except Exception:  # noqa: BLE001 - the launcher is gone
+            pass
+        os._exit(status)
+
+
+def serve(path: str, backends: list[str]) -> None:
+    """Preload, say ``ready``, then fork a server for each launcher that connects to PATH, until killed."""
+    preload(backends)
+    if threading.active_count() != 1:  # an import started one: forks would lack it
+        raise RuntimeError(f"threads running after the imports: {threading.enumerate()}")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
+    parent = os.getppid()
+    print("ready", flush=True)
+    # No thread may run here (a fork copies only the forking one): the experiment's end is
+    # noticed between accepts; its servers then stop, as servers whose parent is gone do.
+    while os.getppid() == parent:
+        if not select.select([listener], [], [], PARENT_CHECK)[0]:
+            continue
+        conn, _ = listener.accept()
+        if os.fork() == 0:
+            _serve_one(conn, listener)
+        conn.close()
+
+
+def main(argv: list[str]) -> int:
+    """``python -m amacs_server.research.forkserver SOCKET [BACKEND...]``."""
+    if not argv:
+        print("usage: python -m amacs_server.research.forkserver SOCKET [BACKEND...]", file=sys.stderr)
+        return 2
+    try:
+        serve(argv[0], argv[1:])
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
