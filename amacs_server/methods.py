@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
@@ -23,6 +25,7 @@ from .transport.server import AmacsEPCServer
 
 T = TypeVar("T")
 LOOP_CALL_TIMEOUT = 5.0
+HISTORY_TIMEOUT = 60.0  # a rewind waits for the running turn and the pending commits
 
 
 def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
@@ -109,6 +112,16 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
         return _on_loop(rt, rt.interrupt)
+
+    @checked()
+    def rewind(tick: PositiveInt) -> dict[str, Any]:
+        """Return the mind to the end of TICK, in place; the abandoned future stays on a git ref."""
+        return asyncio.run_coroutine_threadsafe(rt.rewind(tick), rt.loop).result(HISTORY_TIMEOUT)
+
+    @checked()
+    def fork(tick: PositiveInt, dest: Text) -> dict[str, Any]:
+        """Make the new home DEST holding this mind at the end of TICK."""
+        return rt.fork(tick, Path(dest).expanduser())
 
     @checked()
     def status() -> dict[str, Any]:

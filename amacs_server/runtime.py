@@ -43,6 +43,8 @@ from .persistence.history import (
     tracked,
     write_state,
 )
+from .persistence.history import fork as fork_home
+from .persistence.history import rewind as rewind_home
 from .persistence.monologue import MonologueLog
 from .persistence.recovery import (
     StartupError,
@@ -131,12 +133,7 @@ class Runtime:
                 self.startup_notes.append(invalid_utf8_note(org.path, org.bad_utf8))
         self._restore_tick_state()
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
-        self.threads = ThreadBook()
-        for tid, item in self.memory.threads.items():
-            self.threads.open[tid] = Thread.from_content(item.content)
-        if self.consciousness.active_thread in self.threads.open:
-            self.threads.active = self.consciousness.active_thread
-        self.sync_threads(save=False)
+        self._load_threads()
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
         self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
@@ -230,6 +227,64 @@ class Runtime:
         )
         log.warning("%s", note)
         self.startup_notes.append(note)
+
+    def _load_threads(self) -> None:
+        """The thread book from the threads active memory restored."""
+        self.threads = ThreadBook()
+        for tid, item in self.memory.threads.items():
+            self.threads.open[tid] = Thread.from_content(item.content)
+        if self.consciousness.active_thread in self.threads.open:
+            self.threads.active = self.consciousness.active_thread
+        self.sync_threads(save=False)
+
+    def reload_mind(self) -> None:
+        """Read the mind again from the home, as a start-up does: after a rewind wrote it
+        (loop thread; no turn running, no subagent at work)."""
+        home = self.config.home
+        self.chat_log = ChatLog(home / "agent-chat.org")
+        self.monologue = MonologueLog(home / "monologue.org")
+        self.scratchpad = ScratchpadLog(home / "scratchpad.org")
+        self.consciousness = self._load_consciousness()
+        keep = ram_window(self.consciousness)
+        chat = self.chat_log.read_tail(keep)
+        if chat:
+            self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
+        self.memory = ActiveMemory(self.ltm, agent=self.config.identity)
+        self.conversation = Conversation()
+        self.memory.restore(
+            self.consciousness,
+            chat=[(e.tick, e.human, e.agent) for e in chat],
+            monologue=self.monologue.read_tail(keep),
+            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
+        )
+        self._restore_tick_state()
+        self._load_threads()
+        self.last_eval = None
+        self._user_reply = None
+        self.repo.forget_head()  # the rewind moved HEAD: the next commit's parent is read again
+
+    async def rewind(self, tick: int) -> dict[str, object]:
+        """Return the mind to the end of TICK, in place (loop thread): the running turn and
+        every subagent interrupted first, the pending commits made, then the home rewound
+        (persistence.history: the abandoned future kept on a git ref) and read again."""
+        self.interrupt("rewound by the person")
+        task = self._turn_task
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=10)
+        if not self.commits.flush(30):
+            raise Refused("the last ticks' commits are still being made; try the rewind again")
+        done = rewind_home(self.config.home, tick, locked=True)  # this server holds the home's lock
+        self.halted = None  # the interrupted turn is over: the next one runs
+        self.reload_mind()
+        self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
+        return {"line": done.line(), "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
+
+    def fork(self, tick: int, dest: Path) -> dict[str, object]:
+        """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
+        backup of memory.db, after the pending commits)."""
+        self.commits.flush(30)
+        done = fork_home(self.config.home, tick, dest, locked=True)  # this server holds the lock
+        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
 
     def _restore_tick_state(self) -> None:
         """What the last tick's state (persistence.history) has beyond LTM and the org files: the

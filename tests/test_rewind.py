@@ -14,6 +14,7 @@ import json
 import re
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amacs_server import work_tools
 from amacs_server.__main__ import main as server_main
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
@@ -31,6 +31,7 @@ from amacs_server.memory.memid import MemId
 from amacs_server.persistence import history
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
+from amacs_server.tools import work as work_tools
 from tests.fake_anthropic import FakeAnthropic, Reply
 from tests.test_memory import SilentFace
 
@@ -303,3 +304,37 @@ def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fa
     text = (home / "agent-chat.org").read_text()
     assert "second" in text and "third" not in text and "fourth" not in text
     assert "thought about third" not in (home / "monologue.org").read_text()
+
+
+def test_a_rewind_in_place_interrupts_the_running_turn_then_replays_the_same(tmp_path, fake):
+    """The server rewinds itself (what M-x amacs-rewind asks): a turn waiting on the model is
+    interrupted, the home returns to tick 3 in place, and the same inputs then make the same
+    requests as the original run did after tick 3."""
+    home = tmp_path / "home"
+    original, _ = run(home, fake, SESSION)
+    k = 6
+    rt = runtime(home, fake.url)
+    try:
+        held = threading.Event()
+        fake.script(Reply(json.dumps({"reply": "never seen"}), hold=held))
+        first = len(fake.requests)
+        rt.submit("a question the rewind cuts short")  # as the shell sends it: a turn of the server's
+        assert fake.wait_for_requests(first + 1)
+        done = asyncio.run_coroutine_threadsafe(rt.rewind(3), rt.loop).result(60)
+        held.set()
+        assert on_loop(rt, lambda: rt._turn_task is None)  # the turn was interrupted, not waited for
+        assert done["tick"] == 3 and str(done["ref"]).startswith("refs/amacs/abandoned/")
+        assert rt.consciousness.current_tick == 3
+        assert "a question the rewind cuts short" in _git(home, "show", f"{done['ref']}:agent-chat.org")
+        assert "a question the rewind cuts short" not in (home / "agent-chat.org").read_text()
+        made = []
+        for step in SESSION[k:]:
+            start = len(fake.requests)
+            do(rt, step)
+            assert rt.commits.flush(60)
+            made.append(requests(fake, start))
+        assert same(made, original[k:]) is None, same(made, original[k:])
+        assert _git(home, "log", "-1", "--format=%s").startswith("[TICK 7]")
+        assert "[TICK 3][rewind]" in _git(home, "log", "--format=%s")
+    finally:
+        rt.stop()

@@ -277,6 +277,11 @@ class HomeRepo:
         faults.point("commit.done")
         return sha
 
+    def forget_head(self) -> None:
+        """HEAD was moved by another (a rewind): the next commit reads it again."""
+        with self._lock:
+            self._parent = None
+
     def pack(self) -> None:
         """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits."""
         self._git(*PACK_ARGS, nice=PACK_NICE)

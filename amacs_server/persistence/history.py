@@ -185,7 +185,7 @@ def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
     return data
 
 
-def _lock(home: Path) -> HomeLock:
+def lock(home: Path) -> HomeLock:
     """The home's lock, or HistoryError naming the live server that holds it."""
     lock = HomeLock(home, headless=True)
     try:
@@ -255,7 +255,7 @@ def rewind(home: Path, tick: int, *, locked: bool = False) -> Done:
     server itself rewinds, holding the lock)."""
     t0 = time.perf_counter()
     home = home.expanduser().resolve()
-    lock = None if locked else _lock(home)
+    held = None if locked else lock(home)
     try:
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
@@ -278,8 +278,8 @@ def rewind(home: Path, tick: int, *, locked: bool = False) -> Done:
                                                       f"{last}; the abandoned future is {ref}")
         return Done(home, tick, sha, ref, time.perf_counter() - t0)
     finally:
-        if lock is not None:
-            lock.release()
+        if held is not None:
+            held.release()
 
 
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False) -> Done:
@@ -290,7 +290,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False) -> Done:
     home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
     if dest.exists() and any(dest.iterdir()):
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
-    lock = None if locked else _lock(home)
+    held = None if locked else lock(home)
     try:
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
@@ -316,8 +316,8 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False) -> Done:
         sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
         return Done(dest, tick, sha, None, time.perf_counter() - t0)
     finally:
-        if lock is not None:
-            lock.release()
+        if held is not None:
+            held.release()
 
 
 def main(argv: list[str]) -> int:

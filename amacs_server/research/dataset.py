@@ -60,7 +60,7 @@ MANIFEST_COLUMNS = {
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
-    "last_reply_at": "DOUBLE", "cpus": "BIGINT",
+    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR",
 }
 # The run's parameters, a column of every table (the contract's list, and the arm they make).
 PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")

@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..errors import AmacsError
 from .outcome import verdict
 from .spec import Run, skill_folders
 
@@ -86,6 +87,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
         "model": run.model, "backend": run.backend, "model_name": run.model_name, "rep": run.rep,
         "seed": run.seed, "turns": list(run.turns), "status": status,
+        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
         "cost": outcome.cost if outcome else 0.0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
         "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
@@ -255,6 +257,10 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     turns_done = 0
     failed_turn: int | None = None
     try:
+        if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
+            from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True)  # the spec checked no server serves it
         _copy_skills(run, home)
         batch = folder / "batch.json"
         result = folder / "batch-result.json"
@@ -290,6 +296,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         turns_done, failed_turn = judged.replied, judged.failed_turn
         error = error if error == INTERRUPTED else judged.reason
     except OSError as err:
+        error = f"could not run: {err}"
+    except AmacsError as err:  # the fork it starts from could not be made
         error = f"could not run: {err}"
     ended = time.time()
     cost, _ = transcript_totals(home)

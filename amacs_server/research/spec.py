@@ -36,8 +36,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+ORIGIN = re.compile(r"^(?P<path>.+)@(?P<tick>[0-9]+)$")
+
+
+def _origin(value: str | None) -> str | None:
+    if value is not None and not ORIGIN.match(value):
+        raise ValueError(f"must be PATH@TICK (an AMACS home and a tick of it), got {value!r}")
+    return value
+
+
 class ExperimentTable(_Strict):
-    """``[experiment]``: the name and the limits."""
+    """``[experiment]``: the name and the limits; ``from``, the home and tick every run is forked from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     name: Name
     repetitions: int = Field(1, ge=1)
@@ -46,6 +57,12 @@ class ExperimentTable(_Strict):
     run_budget: float | None = Field(None, gt=0)
     timeout: float = Field(300.0, gt=0)
     max_steps: int = Field(20, ge=1)
+    origin: str | None = Field(None, alias="from")
+
+    @field_validator("origin")
+    @classmethod
+    def _check_origin(cls, value: str | None) -> str | None:
+        return _origin(value)
 
 
 class PromptEntry(_Strict):
@@ -63,10 +80,19 @@ class PromptEntry(_Strict):
 
 
 class VariantEntry(_Strict):
-    """One ``[[variants]]``: folders of skills copied into the run's ``home/skills/``."""
+    """One ``[[variants]]``: folders of skills copied into the run's ``home/skills/``, and ``from``,
+    the home and tick its runs are forked from (the experiment's when it names none)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     name: Name
     skills: list[str] = Field(default_factory=list)
+    origin: str | None = Field(None, alias="from")
+
+    @field_validator("origin")
+    @classmethod
+    def _check_origin(cls, value: str | None) -> str | None:
+        return _origin(value)
 
 
 class ModelEntry(_Strict):
@@ -83,7 +109,7 @@ class Spec(_Strict):
 
     experiment: ExperimentTable
     prompts: list[PromptEntry] = Field(min_length=1)
-    variants: list[VariantEntry] = Field(default_factory=lambda: [VariantEntry(name="base")])
+    variants: list[VariantEntry] = Field(default_factory=lambda: [VariantEntry.model_validate({"name": "base"})])
     models: list[ModelEntry] = Field(min_length=1)
 
 
@@ -105,6 +131,7 @@ class Run:
     max_steps: int
     run_budget: float | None
     timeout: float
+    origin: tuple[str, int] | None = None  # the home (absolute) and the tick the run is forked from
 
     @property
     def seed(self) -> int:
@@ -133,7 +160,7 @@ _TABLES: dict[str, type[BaseModel]] = {
 def _unknown(loc: tuple[int | str, ...]) -> str:
     """What to say of the unknown key at LOC: the key meant, or the keys allowed."""
     model = _TABLES.get(str(loc[0]), Spec) if len(loc) > 1 else Spec
-    fields = list(model.model_fields)
+    fields = [f.alias or name for name, f in model.model_fields.items()]
     close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
     return (f"unknown key; did you mean {close[0]}?" if close
             else f"unknown key; the keys allowed are {', '.join(fields)}")
@@ -218,6 +245,9 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
                     raise SpecError(f"{path}: variants[{n}].skills[{k}]: {skill} has no SKILL.md{hint}")
             folders.append(where)
         skills[variant.name] = tuple(folders)
+    origins = {v.name: _check_home(path, f"variants[{n}].from" if v.origin else "experiment.from",
+                                   v.origin or spec.experiment.origin, base)
+               for n, v in enumerate(spec.variants)}
     urls = {m.name: _expand(m.base_url, f"{path}: models[{n}].base_url", env) if m.base_url else None
             for n, m in enumerate(spec.models)}
     table = spec.experiment
@@ -225,10 +255,29 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         Run(run_id=f"{p.name}.{v.name}.{m.name}.r{rep}", experiment=table.name, prompt=p.name, variant=v.name,
             model=m.name, backend=m.backend, model_name=m.model, base_url=urls[m.name], rep=rep,
             turns=tuple(p.turns), skills=skills[v.name], max_steps=table.max_steps,
-            run_budget=table.run_budget, timeout=table.timeout)
+            run_budget=table.run_budget, timeout=table.timeout, origin=origins[v.name])
         for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
     ]
     return Experiment(path=path, spec=spec, runs=runs)
+
+
+def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int] | None:
+    """ORIGIN (``PATH@TICK``, PATH relative to the spec's folder BASE) as (home, tick), checked:
+    the home has that tick, restorable (a tick state in its commit)."""
+    if origin is None:
+        return None
+    match = ORIGIN.match(origin)
+    assert match is not None  # the model checked it
+    home = (base / os.path.expanduser(match["path"])).resolve()
+    tick = int(match["tick"])
+    from ..persistence import history  # noqa: PLC0415 - git and memory.db, only for a spec that forks
+
+    try:
+        history.state_at(home, history.tick_commit(home, tick), tick)
+        history.lock(home).release()  # the runs fork it at once, unlocked: no server may write it meanwhile
+    except history.HistoryError as err:
+        raise SpecError(f"{path}: {key}: {err}") from err
+    return str(home), tick
 
 
 def models_of(path: Path, env: dict[str, str] | None = None) -> dict[str, ModelEntry]:
