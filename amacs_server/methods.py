@@ -15,11 +15,10 @@ from . import faults, views
 from .arguments import Flag, Options, Text, checked
 from .inference.pricing import Price
 from .runtime import Runtime
-from .tools import agents as agent_tools
-from .tools import memory as tools
-from .tools import work as work_tools
-from .tools.agents import Control
+from .tools import registry
+from .tools.agents import Control, acting_as_its_eval
 from .tools.mcp import agent_tool
+from .tools.work import person_add_buffer
 from .transport.emacs_face import EmacsFace
 from .transport.server import AmacsEPCServer
 
@@ -167,7 +166,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return value
 
     def brain_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A memory tool, run on the loop thread where memory lives."""
+        """A tool, run on the loop thread where the state it acts on lives."""
 
         def call(*args: Any) -> Any:
             return _on_loop(rt, lambda: fn(rt, *args))
@@ -191,7 +190,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "submit": submit,
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
-        "person_add_buffer": brain_tool(work_tools.person_add_buffer),
+        "person_add_buffer": brain_tool(person_add_buffer),
         "person_agent_control": person_agent_control,
         "person_agent_talk": person_agent_talk,
         "status": status,
@@ -203,20 +202,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,
-        "agents_list": brain_tool(agent_tools.agents_list),
-        "agent_tool": tool_call,
-        "thread_create": brain_tool(work_tools.thread_create),
-        "thread_switch": brain_tool(work_tools.thread_switch),
-        "thread_complete": brain_tool(work_tools.thread_complete),
-        "thread_add_buffer": brain_tool(work_tools.thread_add_buffer),
-        "thread_remove_buffer": brain_tool(work_tools.thread_remove_buffer),
-        "skills_list": brain_tool(work_tools.skills_list),
-        "skill_bind": brain_tool(work_tools.skill_bind),
-        "skill_unbind": brain_tool(work_tools.skill_unbind),
+        # The agent's tools, from the one registry (tools/registry.py).
+        **{name: brain_tool(fn) for name, fn in registry.ON_THE_LOOP.items()},
+        "agent_tool": tool_call,  # registry.ON_ITS_THREAD: run on this EPC thread
         # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
-        **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in agent_tools.TOOLS.items()},
-        **{name: brain_tool(agent_tools.acting_as_its_eval(face, fn)) for name, fn in tools.TOOLS.items()},
+        **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},
     }
     for name, fn in methods.items():
         server.register(name, fn)

@@ -83,7 +83,14 @@ class Runtime:
     The primary's turns are run by TURN (``loop.primary.run_turn``, given by
     whoever assembles the server): the runtime owns the state and the inbox,
     the loop owns how a turn goes, and neither imports the other's module the
-    other way round (docs/ARCHITECTURE.md, Layers)."""
+    other way round (docs/ARCHITECTURE.md, Layers).
+
+    Longer than the rule of thumb (~300 lines) for a reason: it is the one object that owns
+    mutable state (the configuration, the consciousness, memory, the World, the inbox, the
+    backend, the commit worker, the loop thread), and its methods are the small transitions
+    of that state the person asks for (a model, a budget, an interrupt, a stop).  How a turn
+    goes (``loop/primary.py``), what Emacs is shown (``views.py``), what Emacs may call
+    (``methods.py``) and the agents (``agents/``) are kept out of it."""
 
     def __init__(self, config: Config, face: Face, turn: TurnRunner | None = None,
                  db_check: DatabaseCheck | None = None, scrub: Scrubber | None = None) -> None:

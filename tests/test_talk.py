@@ -157,7 +157,7 @@ def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):
         rt.ltm.close()
     world = rt.world
     assert world.agents[handle].state == "done"  # its summary stays, for the hub
-    assert handle not in world.bus._events and handle not in world._talk_ids and handle not in world._outstanding
+    assert handle not in world.bus._events and handle not in world.post._talk_ids and handle not in world.post._outstanding
 
 
 def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):

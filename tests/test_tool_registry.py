@@ -1,7 +1,7 @@
 """Every tool is named in the same places: a tool added in one and not the others fails here.
 
-An agent's tool is a server function in a registry (``tools/agents.py`` TOOLS for agents and
-talk, ``tools/memory.py`` TOOLS for memory), published as an EPC method (``methods.publish``),
+An agent's tool is a server function in the one registry (``tools/registry.py``, from each
+family's TOOLS), published as an EPC method from it (``methods.publish``),
 called by an elisp wrapper (``elisp/amacs-agent.el``: ``agent-*`` through ``amacs--agent-call``
 or ``amacs--call-sync``), and shown called in the core skill (``tests/test_core_skill.py``
 checks that last step for every ``agent-*`` function).
@@ -14,8 +14,7 @@ import threading
 from pathlib import Path
 
 from amacs_server import methods
-from amacs_server.tools import agents as agent_tools
-from amacs_server.tools import memory as memory_tools
+from amacs_server.tools import registry
 from tests.test_arguments import NoEvals, Recorder
 from tests.test_memory import silent_runtime
 
@@ -49,7 +48,20 @@ def test_every_method_an_elisp_wrapper_calls_is_published(tmp_path):
     assert missing == [], f"amacs-agent.el calls methods the server does not publish: {missing}"
 
 
-def test_every_tool_in_a_registry_has_an_elisp_wrapper():
-    registered = set(agent_tools.TOOLS) | set(memory_tools.TOOLS) | {"agents_list", "agent_tool"}
-    missing = sorted(registered - elisp_calls())
-    assert missing == [], f"no agent-* function in amacs-agent.el calls: {missing}"
+# What amacs-agent.el calls that is not an agent's tool: the person's methods an eval may use too.
+SHARED_WITH_THE_PERSON = {"consciousness", "set_consciousness"}
+
+
+def test_every_tool_in_the_registry_has_an_elisp_wrapper():
+    missing = sorted(registry.names() - elisp_calls())
+    assert missing == [], f"no function in amacs-agent.el calls: {missing}"
+
+
+def test_every_elisp_wrapper_calls_a_tool_of_the_registry():
+    unknown = sorted(elisp_calls() - registry.names() - SHARED_WITH_THE_PERSON)
+    assert unknown == [], f"amacs-agent.el calls methods tools/registry.py does not list: {unknown}"
+
+
+def test_every_tool_in_the_registry_is_published(tmp_path):
+    missing = sorted(registry.names() - published(tmp_path))
+    assert missing == [], f"tools/registry.py lists tools methods.py does not publish: {missing}"

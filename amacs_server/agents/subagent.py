@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from ..inference.pricing import Usage
     from ..state.consciousness import EvalResult
     from .files_seen import FilesSeen
-    from .talk import EventBus, Wait
+    from .post import Post
+    from .talk import Wait
     from .world import Limits, WorldHost
 
 PROTOCOL_SKILL = "subagent-core"
@@ -41,22 +42,17 @@ FALLBACK_CHARS = 2000  # of a subagent's answer that was never valid JSON, passe
 
 class SubagentHost(Watchers, Protocol):
     """What a subagent's run uses of the World: the runtime's shared state, the model pool,
-    its events, the one budget, its evals' bookkeeping, its counters and the reports of
-    who is at work; and, as every agent's loop does, the compulsions watching it."""
+    the post (its events, its evals' talks and waits), the files its evals touched, the one
+    budget, its counters, the reports of who is at work, and the MCP tools it may call; and,
+    as every agent's loop does, the compulsions watching it."""
 
     rt: WorldHost
     limits: Limits
     pool: asyncio.Semaphore  # model calls of subagents at once
-    bus: EventBus
+    post: Post  # its events, its evals' talks and the wait an eval registers
     files_seen: FilesSeen
 
     def budget_stop(self, who: str) -> str | None: ...
-
-    def begin_eval(self, agent_id: str) -> None: ...
-
-    def end_eval(self, agent_id: str) -> Wait | None: ...
-
-    async def sleep_until(self, agent_id: str, wait: Wait) -> None: ...
 
     def counted(self, agent: Agent, usage: Usage, dollars: float) -> None: ...
 
@@ -188,10 +184,10 @@ class SubagentBody:
     async def evaluate(self, form: str) -> EvalResult:
         """Emacs evaluates FORM for the agent; the wait it registered (agent-wait-for) is kept."""
         host = self.host
-        host.begin_eval(self.id)
+        host.post.begin_eval(self.id)
         result = await host.rt.face.evaluate(form, self.id)
         host.files_seen.note(self.id, result)
-        self.wait = host.end_eval(self.id)
+        self.wait = host.post.end_eval(self.id)
         return result
 
     def note(self, event: str, data: dict[str, Any]) -> None:
@@ -208,7 +204,7 @@ class SubagentBody:
             return False
         wait, self.wait = self.wait, None
         if wait is not None:
-            await self.host.sleep_until(self.id, wait)
+            await self.host.post.sleep_until(self.id, wait)
         self._tell_events()
         return True
 
@@ -228,12 +224,12 @@ class SubagentBody:
     # -- its own steps -----------------------------------------------------------------------
 
     def _tell_events(self) -> None:
-        events = self.host.bus.drain(self.id)
+        events = self.host.post.bus.drain(self.id)
         if events:
             self.agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
 
     async def _ask_person(self, text: str) -> str:
-        agent, rt, bus = self.agent, self.host.rt, self.host.bus
+        agent, rt, bus = self.agent, self.host.rt, self.host.post.bus
         talk_id = agent.talk_ids.next()
         rt.face.reply(f"[{agent.id} {agent.template}] {text}")
         rt.expect_user_reply(agent.id, talk_id)

@@ -28,9 +28,10 @@ from ..tools_mcp import calls as mcp_calls
 from .agent import Agent, AgentError, AgentStopped
 from .files_seen import FilesSeen
 from .kinds import PRIMARY, AgentState, AgentType
+from .post import Post
 from .subagent import respond
 from .talk import Event as AgentEvent
-from .talk import EventBus, EventType, Overloaded, TalkIds, Wait
+from .talk import EventType, Overloaded
 
 if TYPE_CHECKING:
     from ..inference.backend import ModelBackend
@@ -95,7 +96,17 @@ class Limits:
 
 
 class AgentWorld:
-    """Every subagent, the bounds they live under, and the events between them."""
+    """Every subagent, the bounds they live under, and the events between them.
+
+    Longer than the rule of thumb (~300 lines) for a reason: its public methods are the
+    agents' actions, one each (task, viewpoint, consider, discard, compulsion, quit, talk
+    to an agent, a brain, the person or the log, notify, wait, pause, resume, cancel), and
+    each is a few lines over what they all share: the registry of agents with its indexes,
+    the bounds, and the rule that an agent never has more rights than its parent.  Cutting
+    the actions apart would cut that registry apart.  What has state of its own is in its
+    own module: the Agent record (``agent.py``), a subagent's run (``subagent.py``), talk
+    and wait (``post.py``), the files each agent has seen (``files_seen.py``).
+    """
 
     def __init__(self, rt: WorldHost, limits: Limits, tools: McpHub | None = None) -> None:
         self.rt = rt
@@ -113,18 +124,20 @@ class AgentWorld:
         self._maybe_live: dict[str, Agent] = {}  # subagents not yet seen ended
         self._compulsions: dict[str, list[Agent]] = {}  # by the agent they watch
         self._report_pending = False
-        self.bus = EventBus(limits.event_queue)
-        self._outstanding: dict[str, int] = {}  # results each caller is owed
+        # Talk and wait: each agent's TalkIds and queue, the results owed, each eval's talks (post.py).
+        self.post = Post(limits.event_queue, limits.wait_timeout, self._record_event, lambda: self.rt.wake())
+        self.post.open(PRIMARY, self.primary.talk_ids)
+        self.bus = self.post.bus
         self.pool = asyncio.Semaphore(limits.pool)
         self._numbers = itertools.count(1)
-        self._talk_ids: dict[str, TalkIds] = {PRIMARY: self.primary.talk_ids}
-        self._eval_talks: dict[str, set[int]] = {}  # talks made in each agent's running eval
-        self._waits: dict[str, Wait] = {}
-        self._handles: dict[str, tuple[str, int]] = {}  # handle -> (caller, talk id)
         self.tasks_live = 0
         self.blocks = 0
         self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
         self.files_seen = FilesSeen()  # per agent: the files its evals read or wrote
+
+    def _record_event(self, to: str, event: AgentEvent) -> None:
+        """An event posted to TO, in TO's transcript."""
+        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
@@ -260,42 +273,11 @@ class AgentWorld:
         self._maybe_live[agent.id] = agent
         if kind is AgentType.COMPULSION:
             self._compulsions.setdefault(caller, []).append(agent)
-        self._talk_ids[agent.id] = agent.talk_ids
+        self.post.open(agent.id, agent.talk_ids)
         self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "tools": list(grant), "depth": depth,
                                                  "name": name},
                                  agent=agent.identity)
         return agent
-
-    def _talk(self, caller: str, eval_id: int | None) -> int:
-        talk_id = self._talk_ids.setdefault(caller, TalkIds()).next()
-        if eval_id is not None and caller in self._eval_talks:
-            self._eval_talks[caller].add(talk_id)
-        return talk_id
-
-    def _reserve(self, caller: str) -> None:
-        """Take a place in CALLER's queue for a result to come, or refuse at once."""
-        owed = self._outstanding.get(caller, 0)
-        if self.bus.pending(caller) + owed >= self.bus.size:
-            raise Overloaded(f"the event queue of {caller} is full ({self.bus.size} events waiting or owed); "
-                             "let results arrive first")
-        self._outstanding[caller] = owed + 1
-
-    def _deliver_result(self, to: str, event: AgentEvent, *, wake: bool = True) -> None:
-        """Deliver a result whose place was reserved: it is never dropped.
-
-        Without WAKE (an interrupted task's result) it waits for the primary's next turn."""
-        self._outstanding[to] = max(0, self._outstanding.get(to, 0) - 1)
-        self.bus.post(to, event, reserved=True)
-        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
-        if to == PRIMARY and wake:
-            self.rt.wake()
-
-    def _deliver(self, to: str, event: AgentEvent, *, reserved: bool = False) -> None:
-        """Post EVENT to TO; a full queue raises :class:`Overloaded` for the sender (never a silent drop)."""
-        self.bus.post(to, event, reserved=reserved)
-        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
-        if to == PRIMARY:
-            self.rt.wake()
 
     # -- rules every agent obeys --------------------------------------------------------
 
@@ -495,16 +477,15 @@ class AgentWorld:
         if self.tasks_live >= self.limits.max_tasks:
             raise Overloaded(f"{self.tasks_live} tasks are queued or running (limit {self.limits.max_tasks}); "
                              "wait for some to finish")
-        self._reserve(caller)
+        self.post.reserve(caller)
         try:
             agent = self._new_agent(caller, AgentType.TASK, template, allowed=allowed, request_input=request_input,
                                     tools=tools)
         except Exception:
-            self._outstanding[caller] -= 1
+            self.post.release(caller)
             raise
-        talk_id = self._talk(caller, eval_id)
+        talk_id = self.post.talk(caller, eval_id)
         self.tasks_live += 1
-        self._handles[agent.id] = (caller, talk_id)
         self._spawn(self._run_task(agent, prompt, caller, talk_id), agent.id)
         return {"handle": agent.id, "talk_id": talk_id, "template": agent.template}
 
@@ -533,7 +514,7 @@ class AgentWorld:
         said = content.get("reply") or content.get("error") or "(no reply)"
         self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
                                  f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
-        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
+        self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:
         """Start a named, persistent Viewpoint for CALLER."""
@@ -567,8 +548,8 @@ class AgentWorld:
     def consider(self, caller: str, eval_id: int | None, prompt: str) -> dict[str, Any]:
         """Ask CALLER's viewpoints about PROMPT, in turn; the comments come back as one event."""
         panel = self._panel(caller, prompt, "agent-consider needs a non-empty PROMPT", "consider with")
-        self._reserve(caller)
-        talk_id = self._talk(caller, eval_id)
+        self.post.reserve(caller)
+        talk_id = self.post.talk(caller, eval_id)
         self._spawn(self._run_consider(caller, panel, prompt, talk_id), *(a.id for a in panel))
         return {"talk_id": talk_id, "viewpoints": [a.name for a in panel]}
 
@@ -582,7 +563,7 @@ class AgentWorld:
             try:
                 comment = await self.respond(agent, None)
             except asyncio.CancelledError:
-                self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider", {
+                self.post.deliver_result(caller, AgentEvent(EventType.AGENT, "consider", {
                     "prompt": prompt, "comments": comments, "status": AgentState.INTERRUPTED}, talk_id), wake=False)
                 return
             except Exception as err:  # one failing viewpoint does not stop the debate
@@ -593,7 +574,7 @@ class AgentWorld:
             for other in panel:
                 if other is not agent and other.state is not AgentState.DISCARDED:
                     other.tell(line)
-        self._deliver_result(caller, AgentEvent(EventType.AGENT, "consider",
+        self.post.deliver_result(caller, AgentEvent(EventType.AGENT, "consider",
                                                 {"prompt": prompt, "comments": comments}, talk_id))
 
     def discard(self, caller: str, name: str) -> dict[str, Any]:
@@ -632,9 +613,7 @@ class AgentWorld:
 
     def _free(self, agent: Agent) -> None:
         """An agent that ended keeps its summary and transcript; its queue and bookkeeping go."""
-        self.bus.forget(agent.id)
-        for table in (self._outstanding, self._waits, self._eval_talks, self._talk_ids):
-            table.pop(agent.id, None)
+        self.post.forget(agent.id)
         self.files_seen.forget(agent.id)
 
     def compulsions_of(self, agent_id: str) -> list[Agent]:
@@ -661,8 +640,8 @@ class AgentWorld:
             raise AgentError(f"no live agent {target!r}")
         if agent.lock.locked():  # at work: it reads the message with its next step's events
             return self._message(caller, eval_id, agent.id, text)
-        self._reserve(caller)
-        talk_id = self._talk(caller, eval_id)
+        self.post.reserve(caller)
+        talk_id = self.post.talk(caller, eval_id)
         self._spawn(self._run_talk(caller, agent, text, talk_id), agent.id)
         return {"talk_id": talk_id, "to": agent.id}
 
@@ -671,8 +650,8 @@ class AgentWorld:
 
         The sender's TalkId travels in the content, not as the event's TalkId: the
         receiver's waits match replies to its own talks only."""
-        talk_id = self._talk(caller, eval_id)
-        self._deliver(to, AgentEvent(EventType.AGENT, caller, {"message": text, "from_talk_id": talk_id}))
+        talk_id = self.post.talk(caller, eval_id)
+        self.post.deliver(to, AgentEvent(EventType.AGENT, caller, {"message": text, "from_talk_id": talk_id}))
         return {"talk_id": talk_id, "to": to, "reply": "none: the receiver answers by talking back"}
 
     def talk_brain(self, caller: str, eval_id: int | None, brain: str, text: str) -> dict[str, Any]:
@@ -686,17 +665,17 @@ class AgentWorld:
         try:
             reply: dict[str, Any] = {"reply": await self.respond(agent, f"[{caller}] {text}")}
         except asyncio.CancelledError:
-            self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, {"error": "interrupted"}, talk_id),
+            self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, {"error": "interrupted"}, talk_id),
                                  wake=False)
             return
         except Exception as err:
             reply = {"error": str(err)}
-        self._deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
+        self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
 
     def talk_user(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Show TEXT to the person, labelled; their next input is the reply."""
         self._caller(caller, "talk")
-        talk_id = self._talk(caller, eval_id)
+        talk_id = self.post.talk(caller, eval_id)
         label = "" if caller == PRIMARY else f"[{caller}] "
         self.rt.face.reply(f"{label}{text}")
         self.rt.expect_user_reply(caller, talk_id)
@@ -704,10 +683,10 @@ class AgentWorld:
 
     def talk_log(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
-        self._reserve(caller)  # a full queue refuses at once, as for every result to come
-        talk_id = self._talk(caller, eval_id)
+        self.post.reserve(caller)  # a full queue refuses at once, as for every result to come
+        talk_id = self.post.talk(caller, eval_id)
         self.rt.transcript.write("talk_log", {"talk_id": talk_id, "text": text}, agent=self.identity(caller))
-        self._deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
+        self.post.deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
     def notify(self, caller: str, text: str, to: str | None = None) -> dict[str, Any]:
@@ -724,37 +703,6 @@ class AgentWorld:
             self.rt.transcript.write("notified", {"from": caller, "text": text, "to": to or "all"},
                                      agent=agent.identity)
         return {"notified": [a.name for a in panel]}
-
-    def wait_for(self, caller: str, eval_id: int | None, talk_ids: list[int], timeout: float | None) -> dict[str, Any]:
-        """After this eval, CALLER sleeps until replies to all TALK_IDS arrive (or TIMEOUT seconds)."""
-        made = self._eval_talks.get(caller, set()) if eval_id is not None else set()
-        if not made:
-            raise AgentError("agent-wait-for needs an agent-talk-* (or agent-task/agent-consider) call "
-                             "earlier in the same eval")
-        foreign = [i for i in talk_ids if i not in made]
-        if foreign:
-            raise AgentError(f"TalkId(s) {foreign} were not made in this eval; this eval made {sorted(made)}")
-        seconds = self.limits.wait_timeout if timeout is None else timeout
-        self._waits[caller] = Wait(frozenset(talk_ids), seconds)
-        return {"waiting_for": talk_ids, "timeout": seconds}
-
-    def begin_eval(self, agent_id: str) -> None:
-        """AGENT_ID starts an eval: talks from now on belong to it."""
-        self._eval_talks[agent_id] = set()
-        self._waits.pop(agent_id, None)
-
-    def end_eval(self, agent_id: str) -> Wait | None:
-        """The eval is over: forget its talks; return the wait it registered, if any."""
-        self._eval_talks.pop(agent_id, None)
-        return self._waits.pop(agent_id, None)
-
-    async def sleep_until(self, agent_id: str, wait: Wait) -> None:
-        """Sleep until the reply arrives or the wait times out (a Time event)."""
-        if not await self.bus.wait_for(agent_id, wait.talk_ids, wait.timeout):
-            # The wait's own answer: always delivered (one event past the bound at most).
-            self._deliver(agent_id, AgentEvent(EventType.TIME, "timer",
-                                               {"timed_out": sorted(wait.talk_ids), "after_s": wait.timeout}),
-                          reserved=True)
 
     # -- a subagent's run (subagent.py) ---------------------------------------------------
 
@@ -793,7 +741,7 @@ class AgentWorld:
                 continue
             if note.strip() and comp.state is not AgentState.QUIT:
                 try:
-                    self._deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
+                    self.post.deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
                 except Overloaded as err:  # said to the sender, in its transcript: never dropped silently
                     comp.tell(f"[overloaded] Your note to {agent_id} was not delivered: {err}")
                     self.rt.transcript.write("event_refused", {"to": agent_id, "reason": str(err)},

@@ -141,7 +141,7 @@ class PrimaryBody:
 
     async def evaluate(self, form: str) -> EvalResult:
         world = self.rt.world
-        world.begin_eval(PRIMARY)
+        world.post.begin_eval(PRIMARY)
         faults.point_later("eval.running", 0.3)
         self.evaluating = True
         result = await self.rt.face.evaluate(form)
@@ -175,9 +175,9 @@ class PrimaryBody:
         faults.point("commit.queued")
 
     async def after_eval(self) -> bool:
-        wait = self.rt.world.end_eval(PRIMARY)
+        wait = self.rt.world.post.end_eval(PRIMARY)
         if wait is not None:
-            await self.rt.world.sleep_until(PRIMARY, wait)
+            await self.rt.world.post.sleep_until(PRIMARY, wait)
         return True
 
     async def default_action(self, response: AgentResponse) -> bool:

@@ -204,7 +204,15 @@ class Snapshot:
 
 
 class ActiveMemory:
-    """The active memory of one brain, backed by long-term memory."""
+    """The active memory of one brain, backed by long-term memory.
+
+    Longer than the rule of thumb (~300 lines) for a reason: it is the one place where the
+    rules of an item are kept (its tier, whether it may be mutated or evicted: :meth:`rules`),
+    and every path that writes, shows, evicts, loads or restores an item goes through them;
+    cut apart by kind of item or by operation, the rules would be written more than once.
+    What needs none of its state is apart: the item record (``items.py``), addresses
+    (``memid.py``), storage (``ltm.py``), the tools' checks (``tools/memory.py``) and the
+    context's layout (``context/assemble.py``)."""
 
     def __init__(self, ltm: LongTermMemory, agent: str, brain: str = "primary") -> None:
         self.ltm = ltm

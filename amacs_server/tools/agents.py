@@ -173,7 +173,7 @@ def talk_log(rt: Runtime, caller: str, eval_id: int | None, text: str) -> Any:
 @_refusals
 def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
     """After this eval, sleep until a reply to TALK-IDS (:timeout seconds)."""
-    return rt.world.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
+    return rt.world.post.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
 
 
 class NotifyOptions(Options):

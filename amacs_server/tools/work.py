@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..arguments import Options, Strings, Text, checked
@@ -123,3 +124,11 @@ def skill_bind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[st
 def skill_unbind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[str, Any]:
     """Unbind SKILL from THREAD_ID (default: the active thread)."""
     return _echo(rt, rt.threads.unbind(_thread_for(rt, thread_id), skill))
+
+
+# The agent's thread and skill tools, by the name Emacs calls them (tools/registry.py).
+TOOLS: dict[str, Callable[..., Any]] = {
+    "thread_create": thread_create, "thread_switch": thread_switch, "thread_complete": thread_complete,
+    "thread_add_buffer": thread_add_buffer, "thread_remove_buffer": thread_remove_buffer,
+    "skills_list": skills_list, "skill_bind": skill_bind, "skill_unbind": skill_unbind,
+}

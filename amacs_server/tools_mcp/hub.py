@@ -77,7 +77,12 @@ class Connection:
 
 
 class McpHub:
-    """Every MCP server of ``AMACS_HOME/mcp.json``: connections, tools, calls."""
+    """Every MCP server of ``AMACS_HOME/mcp.json``: connections, tools, calls.
+
+    Longer than the rule of thumb (~300 lines) for a reason: the MCP SDK's client sessions
+    are async contexts entered and left on one task of one loop, so the hub runs a loop of
+    its own and every connection's life (start, list, call, stop) is on it, sharing its
+    state.  Reading the file (``config.py``) and who may call what (``calls.py``) are apart."""
 
     def __init__(self, path: Path, log_dir: Path, environ: Mapping[str, str] | None = None, *,
                  eager: bool = False, on_problem: Callable[[str], None] | None = None) -> None:

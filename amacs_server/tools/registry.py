@@ -1,0 +1,28 @@
+"""The one table of the tools an agent calls from its evals, by the name Emacs calls them.
+
+``methods.py`` publishes each over EPC from here; ``elisp/amacs-agent.el`` has a
+wrapper for each (an ``agent-*``, ``thread-*``, ``skill-*`` or ``memory-*``
+function) and the core skill shows each wrapper called, which
+tests/test_tool_registry.py and tests/test_core_skill.py check: a tool added
+here and not there, or there and not here, fails them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import agents, memory, work
+from .mcp import agent_tool
+
+# Called (RT, EVAL-ID, ARGS...): they act as the agent the eval EVAL-ID runs for, on the loop thread.
+AS_ITS_EVAL: dict[str, Callable[..., Any]] = {**agents.TOOLS, **memory.TOOLS}
+# Called (RT, ARGS...) on the loop thread: their answer does not depend on who asks.
+ON_THE_LOOP: dict[str, Callable[..., Any]] = {**work.TOOLS, "agents_list": agents.agents_list}
+# Called on the EPC thread that received them: an MCP tool call may take seconds (tools/mcp.py).
+ON_ITS_THREAD: dict[str, Callable[..., Any]] = {"agent_tool": agent_tool}
+
+
+def names() -> frozenset[str]:
+    """Every tool's name."""
+    return frozenset(AS_ITS_EVAL) | frozenset(ON_THE_LOOP) | frozenset(ON_ITS_THREAD)
