@@ -38,6 +38,8 @@
 (autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
 (autoload 'amacs-report "amacs-research" "Write and open the report of an experiment's runs." t)
+(autoload 'amacs-rewind "amacs-history" "Return the agent's mind to just before a past input." t)
+(autoload 'amacs-fork "amacs-history" "Make a new AMACS home holding the mind at a past input." t)
 (autoload 'amacs-use-local-model "amacs-local" "Switch the agent to a small model on this machine." t)
 
 (defun amacs--restarted (own)
