@@ -15,8 +15,10 @@
 ;;; Code:
 
 (require 'amacs-transport)
+(require 'seq)
 
 (declare-function amacs-shell--output "amacs-shell")
+(declare-function amacs-shell--past-input "amacs-shell-output")
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell")
 (declare-function amacs-shell-open "amacs-shell")
@@ -34,11 +36,23 @@
                 out))))
     out))
 
+(defun amacs-history--at-point (inputs)
+  "The label in INPUTS of the past input point is on in the shell, or nil."
+  (let ((said (and (derived-mode-p 'amacs-shell-mode) (fboundp 'amacs-shell--past-input)
+                   (amacs-shell--past-input (point)))))
+    (and said
+         (car (seq-find (lambda (entry)
+                          (string-suffix-p (truncate-string-to-width (replace-regexp-in-string "\n" " " said)
+                                                                     70 nil nil "…")
+                                           (car entry)))
+                        inputs)))))
+
 (defun amacs-history--read-input (verb)
-  "Ask which past input to VERB before; return the tick that ends just before it."
+  "Ask which past input to VERB before; return the tick that ends just before it.
+The input point is on in the shell is the default, else the newest."
   (let* ((inputs (or (amacs-history--inputs) (user-error "No past input to %s before" verb)))
          (label (completing-read (format "%s to before: " (capitalize verb)) (mapcar #'car inputs) nil t
-                                 nil nil (caar inputs)))
+                                 nil nil (or (amacs-history--at-point inputs) (caar inputs))))
          (tick (1- (cdr (assoc label inputs)))))
     (when (< tick 1)
       (user-error "That is the first input: there is no tick before it to %s to" verb))

@@ -40,6 +40,8 @@
     (define-key map (kbd "k") #'amacs-hub-cancel-agent)
     (define-key map (kbd "z") #'amacs-hub-pause-agent)
     (define-key map (kbd "t") #'amacs-hub-talk-to-agent)
+    (define-key map (kbd "R") #'amacs-rewind)
+    (define-key map (kbd "F") #'amacs-fork)
     map)
   "Keymap of `amacs-hub-mode'.")
 

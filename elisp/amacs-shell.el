@@ -314,7 +314,8 @@ send the line point is on, a reply's text or an input with its prompt."
              (goto-char (point-max))
              (insert input)
              (message "%s" (substitute-command-keys
-                            (concat "Edit, then \\<amacs-shell-mode-map>\\[amacs-shell-return] sends it"
+                            (concat "Edit, then \\<amacs-shell-mode-map>\\[amacs-shell-return] sends it "
+                                    "(or \\[amacs-rewind] returns the agent to before it)"
                                     (if (string-empty-p draft) "" "; your draft is in the kill ring (\\[yank])"))))))
           (t (message "%s" (substitute-command-keys
                             "\\<amacs-shell-mode-map>\\[amacs-shell-return] sends from the prompt; on a past input it puts that input there"))))))

@@ -25,13 +25,22 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
       (amacs-e2e-send "the second")
       (amacs-e2e-send "the third")
       (amacs-fork 1 {elisp_string(str(fork))})
-      (amacs-rewind 1)
+      (with-current-buffer amacs-shell-buffer-name  ; point on the past input "the second": the default
+        (goto-char (point-min))
+        (search-forward (concat amacs-shell-prompt "the second"))
+        (backward-char 3)
+        (cl-letf (((symbol-function 'completing-read)
+                   (lambda (_prompt _table &optional _pred _req _init _hist def &rest _)
+                     (princ (format "DEFAULT %s\n" def)) def))
+                  ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
+          (call-interactively #'amacs-rewind)))
       (amacs-e2e-send "the second")
       (amacs-e2e-finish)"""
     run = run_emacs(home, fake.url, program).check()
     sent = [json.loads(r) for r in requests(fake)]
     assert len(sent) == 4, len(sent)
     assert sent[3] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
+    assert "DEFAULT tick 2: the second" in run.stdout, run.stdout
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
     after = run.shell.split("The conversation up to there:")[-1]
     assert "the first" in after and "the third" not in after
