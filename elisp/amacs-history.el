@@ -72,7 +72,7 @@ the shell and in agent-chat.org."
      (list tick)))
   (let* ((done (amacs--call-sync 'rewind (list tick)))
          (line (plist-get done :line)))
-    (setq amacs--status (amacs--call-sync 'status nil))
+    (setf (amacs-connection-status (amacs-current-connection)) (amacs--call-sync 'status nil))
     (let ((buffer (and (fboundp 'amacs-shell--buffer) (amacs-shell--buffer))))
       (when buffer
         (with-current-buffer buffer
