@@ -456,7 +456,7 @@ while paused it is not asked about the agent it watches."
   (let ((file (or (plist-get amacs-hub--state :chat-log)
                   (and (amacs-status :home)
                        (expand-file-name "agent-chat.org" (amacs-status :home)))
-                  (expand-file-name "agent-chat.org" (amacs--home-directory)))))
+                  (expand-file-name "agent-chat.org" (amacs-connection-home (amacs-current-connection))))))
     (amacs-hub--show-beside-shell (find-file-noselect file))
     (unless (derived-mode-p 'org-mode) (org-mode))
     (amacs-chat-log-fold)))

@@ -536,7 +536,7 @@ was coming is not)."
     (define-key map [remap comint-next-prompt] #'amacs-shell-next-prompt)
     ;; comint's C-d at the end sends EOF, which ended the shell's placeholder
     ;; process and with it the shell; C-c C-z would stop it.
-    (define-key map (kbd "C-d") #'delete-char)
+    (define-key map (kbd "C-d") #'amacs-shell-delete-char)
     (define-key map (kbd "C-c C-z") #'undefined)
     ;; comint's keys and Signals menu for a subprocess: there is none here, and
     ;; C-c C-d's EOF would end the placeholder process and with it the shell.
@@ -626,6 +626,14 @@ The input at the prompt stays."
   (when (and (derived-mode-p 'amacs-shell-mode) (not (comint-check-proc (current-buffer))))
     (set-marker (process-mark (amacs-shell--start-placeholder))
                 (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt))))))
+
+(defun amacs-shell-delete-char (n)
+  "Delete the N characters after point; at the end of the input, nothing.
+Not an error there: Emacs discards the keys typed after a command that
+fails (`command-error-default-function'), so what the person typed
+right after \[amacs-shell-delete-char] at the end was lost."
+  (interactive "p")
+  (delete-char (if (> n 0) (min n (- (point-max) (point))) n)))
 
 (defun amacs-shell-no-subprocess ()
   "Say that the shell has no subprocess to signal, and what stops the agent."

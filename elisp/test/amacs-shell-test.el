@@ -1030,6 +1030,17 @@ a turn goes on says the agent is thinking."
     (amacs-shell-previous-eval 1)
     (should (looking-at "▸ thinking"))))
 
+(ert-deftest amacs-shell-test-c-d-at-the-end-is-no-error ()
+  "C-d at the end of the input does nothing, and fails not: keys typed after a failed command are discarded."
+  (amacs-shell-test--with-shell
+    (goto-char (point-max))
+    (should (eq (key-binding (kbd "C-d")) #'amacs-shell-delete-char))
+    (call-interactively #'amacs-shell-delete-char)            ; no error at the end
+    (insert "abc")
+    (goto-char (- (point-max) 2))
+    (amacs-shell-delete-char 5)                                ; deletes what there is
+    (should (string-suffix-p "amacs> a" (amacs-shell-test--text)))))
+
 ;;;; One Emacs, several homes: a connection each
 
 (ert-deftest amacs-shell-test-two-homes-each-shell-its-own-connection ()
