@@ -28,7 +28,9 @@
 ;;                   {"turns_done": N, "error": null or a string}
 ;;   shell           a file to write the shell's text to at the end, optional
 ;;   go              a file: once the server is ready, wait until it exists
-;;                   before the first turn (the run was prepared ahead), optional
+;;                   before the first turn (the run was prepared ahead), optional;
+;;                   if it never will (the experiment is gone), exit 4 and
+;;                   write nothing
 ;;
 ;; The AMACS home, the model endpoint, its key and the budget limit come
 ;; from the environment (AMACS_HOME, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
@@ -85,6 +87,18 @@
         (insert (json-encode (list (cons 'turns_done amacs-batch--turns-done)
                                    (cons 'error failure))))))))
 
+(defun amacs-batch--started-p (go)
+  "Wait until the file GO exists: the run is started; nil if it never will be.
+It never will once the experiment that prepared it is gone (this Emacs's
+parent changed), its server stopped, or `amacs-batch--wait' passed."
+  (let ((parent (alist-get 'ppid (process-attributes (emacs-pid)))))
+    (amacs-batch--wait-for
+     (lambda () (or (file-exists-p go)
+                    (not (amacs-live-p))
+                    (not (eql parent (alist-get 'ppid (process-attributes (emacs-pid))))))))
+    (and (file-exists-p go) (amacs-live-p)
+         (eql parent (alist-get 'ppid (process-attributes (emacs-pid)))))))
+
 (defun amacs-batch--session (run)
   "Drive the session RUN; return nil when every turn ended, else why not."
   (let ((turns (gethash "turns" run))
@@ -95,8 +109,8 @@
       (format "the server did not start within %s s" amacs-batch--wait))
      ((progn
         (accept-process-output nil 0.05)  ; what came with hello is shown (while prepared, ahead)
-        (and go (not (amacs-batch--wait-for (lambda () (file-exists-p go))))))
-      (format "the run was not started within %s s" amacs-batch--wait))
+        (and go (not (amacs-batch--started-p go))))
+      (throw 'amacs-batch-never-started nil))
      (t
       (catch 'stop
         (dolist (turn turns)
@@ -110,7 +124,7 @@
 (defun amacs-batch-run (file)
   "Run the headless session described by the JSON run FILE, then exit Emacs.
 See the commentary of amacs-batch.el for the keys of FILE.  Exits 0
-when every turn ended, else 3."
+when every turn ended, 4 when a prepared run was never started, else 3."
   (let* ((run (amacs-batch--read file))
          (command (gethash "server_command" run))
          (steps (gethash "max_steps" run))
@@ -122,12 +136,17 @@ when every turn ended, else 3."
     ;; Nobody sees the shell's faces: its text is the same without org's
     ;; fontification, whose first use loads org (~1 s of each run's CPU).
     (setq amacs-render-org nil)
-    (setq failure (condition-case err
-                    (amacs-batch--session run)
-                  (error (error-message-string err))))
-    (amacs-batch--write run failure)
+    (catch 'amacs-batch-never-started
+      (setq failure (condition-case err
+                        (amacs-batch--session run)
+                      (error (error-message-string err))))
+      (amacs-batch--write run failure)
+      (amacs-stop-server)
+      (kill-emacs (if failure 3 0)))
+    ;; Prepared and never started: its folder is the experiment's again (a resumed
+    ;; experiment makes it afresh), so nothing is written there.
     (amacs-stop-server)
-    (kill-emacs (if failure 3 0))))
+    (kill-emacs 4)))
 
 (provide 'amacs-batch)
 ;;; amacs-batch.el ends here
