@@ -93,10 +93,11 @@
     (cond
      ((not (amacs-batch--wait-for #'amacs-live-p))
       (format "the server did not start within %s s" amacs-batch--wait))
-     ((and go (not (amacs-batch--wait-for (lambda () (file-exists-p go)))))
+     ((progn
+        (accept-process-output nil 0.05)  ; what came with hello is shown (while prepared, ahead)
+        (and go (not (amacs-batch--wait-for (lambda () (file-exists-p go))))))
       (format "the run was not started within %s s" amacs-batch--wait))
      (t
-      (accept-process-output nil 0.05)
       (catch 'stop
         (dolist (turn turns)
           (unless (amacs-batch--send turn)

@@ -23,6 +23,7 @@
 (declare-function amacs-shell--resume "amacs-shell")
 (declare-function amacs-shell-open "amacs-shell")
 (defvar amacs-shell--resumed)
+(defvar amacs--status)
 
 (defun amacs-history--inputs ()
   "The past inputs the server knows of, newest first, as (LABEL . TICK)."
