@@ -195,6 +195,8 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "person_agent_talk": person_agent_talk,
         "status": status,
         "interrupt": interrupt,
+        "rewind": rewind,
+        "fork": fork,
         "set_budget": set_budget,
         "set_model": set_model,
         "hub_state": hub_state,

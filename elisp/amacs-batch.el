@@ -27,6 +27,8 @@
 ;;   result          a file to write the outcome to, as JSON:
 ;;                   {"turns_done": N, "error": null or a string}
 ;;   shell           a file to write the shell's text to at the end, optional
+;;   go              a file: once the server is ready, wait until it exists
+;;                   before the first turn (the run was prepared ahead), optional
 ;;
 ;; The AMACS home, the model endpoint, its key and the budget limit come
 ;; from the environment (AMACS_HOME, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
@@ -85,18 +87,24 @@
 
 (defun amacs-batch--session (run)
   "Drive the session RUN; return nil when every turn ended, else why not."
-  (let ((turns (gethash "turns" run)))
+  (let ((turns (gethash "turns" run))
+        (go (gethash "go" run)))
     (amacs-shell)
-    (if (not (amacs-batch--wait-for #'amacs-live-p))
-        (format "the server did not start within %s s" amacs-batch--wait)
-      (accept-process-output nil 0.05)
+    (cond
+     ((not (amacs-batch--wait-for #'amacs-live-p))
+      (format "the server did not start within %s s" amacs-batch--wait))
+     ((progn
+        (accept-process-output nil 0.05)  ; what came with hello is shown (while prepared, ahead)
+        (and go (not (amacs-batch--wait-for (lambda () (file-exists-p go))))))
+      (format "the run was not started within %s s" amacs-batch--wait))
+     (t
       (catch 'stop
         (dolist (turn turns)
           (unless (amacs-batch--send turn)
             (throw 'stop (format "turn %d did not end within %s s"
                                  (1+ amacs-batch--turns-done) amacs-batch--wait)))
           (setq amacs-batch--turns-done (1+ amacs-batch--turns-done)))
-        nil))))
+        nil)))))
 
 ;;;###autoload
 (defun amacs-batch-run (file)

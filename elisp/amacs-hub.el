@@ -40,6 +40,8 @@
     (define-key map (kbd "k") #'amacs-hub-cancel-agent)
     (define-key map (kbd "z") #'amacs-hub-pause-agent)
     (define-key map (kbd "t") #'amacs-hub-talk-to-agent)
+    (define-key map (kbd "R") #'amacs-rewind)
+    (define-key map (kbd "F") #'amacs-fork)
     map)
   "Keymap of `amacs-hub-mode'.")
 
@@ -47,14 +49,30 @@
   "The AMACS hub: the agent's state in folding sections.
 
 \\{amacs-hub-mode-map}"
+  (let ((connection (amacs-current-connection)))
+    (setq amacs--buffer-connection connection)
+    (setf (amacs-connection-hub connection) (current-buffer)))
   (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh)))
   (add-hook 'window-buffer-change-functions #'amacs-hub--on-shown nil t))
+
+(defun amacs-hub--buffer ()
+  "Return the live hub buffer of the current connection, or nil."
+  (let ((buffer (amacs-connection-hub (amacs-current-connection))))
+    (and (buffer-live-p buffer) buffer)))
+
+(defun amacs-hub--buffer-name (connection)
+  "The name of CONNECTION's hub buffer.
+The home `amacs-home' names has `amacs-hub-buffer-name'; any other's
+says its home."
+  (if (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory)))
+      amacs-hub-buffer-name
+    (format "*amacs-hub: %s*" (amacs-connection-name connection))))
 
 (defvar-local amacs-hub--stale nil
   "Non-nil when ticks passed while the hub was hidden: redraw it when shown.")
 
-(defvar amacs-hub--state nil
-  "The last state the server sent for the hub.")
+(defvar-local amacs-hub--state nil
+  "The last state the server sent for this hub.")
 
 (defvar amacs-hub-rendered-hook nil
   "Hook run after the hub has been drawn.")
@@ -220,7 +238,7 @@ parent, or the parent's parent."
 Point, and the point of every window that shows the hub, stay on the
 same section (an agent's line, a thread, a heading), and the buffer is
 left unmodified."
-  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+  (let ((buffer (amacs-hub--buffer)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (setq amacs-hub--state state)
@@ -231,6 +249,8 @@ left unmodified."
           (with-silent-modifications
             (erase-buffer)
             (magit-insert-section (amacs-hub)
+              (when (cdr (amacs-live-connections)) ; which home, when Emacs talks to several
+                (amacs-hub--line "AMACS home: %s" (amacs-connection-name)))
               (amacs-hub--insert-consciousness state)
               (amacs-hub--insert-threads state)
               (amacs-hub--insert-agents state)
@@ -256,7 +276,7 @@ left unmodified."
 (defun amacs-hub-refresh ()
   "Redraw the hub from the server's state."
   (interactive)
-  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+  (let ((buffer (amacs-hub--buffer)))
     (when buffer (with-current-buffer buffer (setq amacs-hub--stale nil))))
   (amacs-when-ready
    (lambda () (amacs-call 'hub_state nil #'amacs-hub--render))))
@@ -267,7 +287,7 @@ left unmodified."
 
 (defun amacs-hub--on-tick (_event)
   "Redraw the hub after a tick if it is shown; else note that it is stale."
-  (let ((buffer (get-buffer amacs-hub-buffer-name)))
+  (let ((buffer (amacs-hub--buffer)))
     (when (and buffer (amacs-live-p))
       (if (amacs-hub--shown-p buffer)
           (amacs-hub-refresh)
@@ -276,9 +296,10 @@ left unmodified."
 (defun amacs-hub--on-shown (window)
   "Redraw the stale hub now shown in WINDOW (`window-buffer-change-functions')."
   (let ((buffer (window-buffer window)))
-    (when (and (buffer-local-value 'amacs-hub--stale buffer) (amacs-live-p))
-      (with-current-buffer buffer (setq amacs-hub--stale nil))
-      (amacs-hub-refresh))))
+    (with-current-buffer buffer         ; the hub's own connection
+      (when (and amacs-hub--stale (amacs-live-p))
+        (setq amacs-hub--stale nil)
+        (amacs-hub-refresh)))))
 
 (amacs-on-event "tick" #'amacs-hub--on-tick)
 
@@ -399,9 +420,14 @@ while paused it is not asked about the agent it watches."
 
 ;;;###autoload
 (defun amacs-hub ()
-  "Open the AMACS hub."
+  "Open the AMACS hub of the current connection (its shell's home)."
   (interactive)
-  (let ((buffer (get-buffer-create amacs-hub-buffer-name)))
+  (let ((buffer (or (amacs-hub--buffer)
+                    (let* ((name (amacs-hub--buffer-name (amacs-current-connection)))
+                           (old (get-buffer name)))
+                      (if (and old (with-current-buffer old (derived-mode-p 'amacs-hub-mode)))
+                          (generate-new-buffer name) ; another home's
+                        (get-buffer-create name))))))
     (with-current-buffer buffer
       (unless (derived-mode-p 'amacs-hub-mode)
         (amacs-hub-mode)
@@ -428,17 +454,16 @@ while paused it is not asked about the agent it watches."
   "Open agent-chat.org in `org-mode', folded to its ticks, at the newest."
   (interactive)
   (let ((file (or (plist-get amacs-hub--state :chat-log)
-                  (and (plist-get amacs--status :home)
-                       (expand-file-name "agent-chat.org" (plist-get amacs--status :home)))
-                  (expand-file-name "agent-chat.org" (amacs--home-directory)))))
+                  (and (amacs-status :home)
+                       (expand-file-name "agent-chat.org" (amacs-status :home)))
+                  (expand-file-name "agent-chat.org" (amacs-connection-home (amacs-current-connection))))))
     (amacs-hub--show-beside-shell (find-file-noselect file))
     (unless (derived-mode-p 'org-mode) (org-mode))
     (amacs-chat-log-fold)))
 
 (defun amacs-hub--show-beside-shell (buffer)
   "Select BUFFER in a window that is not the shell's: the shell stays in view."
-  (if (and (boundp 'amacs-shell-buffer-name)
-           (equal (buffer-name (window-buffer)) amacs-shell-buffer-name))
+  (if (with-current-buffer (window-buffer) (derived-mode-p 'amacs-shell-mode))
       (pop-to-buffer buffer t)
     (pop-to-buffer-same-window buffer)))
 

@@ -49,7 +49,6 @@ nil means .venv-local in the AMACS checkout."
   "Functions called when `amacs-use-local-model' is done.
 Each gets one argument: non-nil when the agent now uses the local model.")
 
-(defvar amacs-chosen)
 (declare-function amacs-restart "amacs")
 
 (defun amacs-local--venv ()
@@ -93,11 +92,8 @@ Each gets one argument: non-nil when the agent now uses the local model.")
 (defun amacs-local--switch (installed)
   "Switch the agent to the model INSTALLED, a list (PYTHON GGUF).
 The next server runs it; a running server is restarted for it."
-  (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend "openai")
-                                                      :model amacs-local-model-name)
-                                           :base-url nil)
-                                :local installed))
-  (if (or (amacs-live-p) (process-live-p amacs--server-process))
+  (amacs-choose :backend "openai" :model amacs-local-model-name :base-url nil :local installed)
+  (if (or (amacs-live-p) (process-live-p (amacs-server-process)))
       (amacs-restart)
     (message "AMACS: the agent will use SmolLM2-135M on this machine (a model for trying AMACS, not for real work)"))
   (run-hook-with-args 'amacs-local-functions t))

@@ -21,6 +21,12 @@
 ;; file whose pid is dead, or whose port refuses connections, is stale
 ;; and ignored.
 ;;
+;; Each server serves one home and one connection (`amacs-connection',
+;; amacs-transport.el): the process carries its connection
+;; (`amacs-connection' process property), so its filter and sentinel
+;; work for that one, and a start, a stop or a retry is the current
+;; connection's (`amacs-current-connection').
+;;
 ;; A server that stops before it accepts Emacs is started again after a
 ;; wait that doubles, up to `amacs-start-attempts' times; then Emacs
 ;; stops trying and says why.
@@ -31,6 +37,7 @@
 (require 'amacs-install)          ; first: M-x amacs-install-server works without epc
 (require 'json)
 (require 'auth-source)
+(require 'seq)
 (require 'amacs-settings)
 (require 'amacs-transport)
 (eval-when-compile (require 'epc))
@@ -62,12 +69,6 @@ how to install the server."
   :type '(repeat string)
   :group 'amacs)
 
-(defcustom amacs-home nil
-  "The AMACS home folder, or nil for $AMACS_HOME or ~/.agent.
-Passed to the server as AMACS_HOME."
-  :type '(choice (const :tag "Default" nil) directory)
-  :group 'amacs)
-
 (defcustom amacs-api-key nil
   "Anthropic API key for the server, or nil.
 When nil, ANTHROPIC_API_KEY from the environment is used, else a
@@ -87,9 +88,6 @@ again, or `amacs-restart', starts a new round."
   :type 'integer
   :group 'amacs)
 
-(defvar amacs--retry-timer nil
-  "Timer that starts the server again after a failed start, or nil.")
-
 (defvar amacs--retry-base 1
   "Seconds before the second start of a round; each further wait doubles.")
 
@@ -97,9 +95,6 @@ again, or `amacs-restart', starts a new round."
   "Hook run when Emacs stops trying to start the server.
 What waited for the server was dropped; the shell says its input was
 not sent.")
-
-(defvar amacs--token nil
-  "The secret this Emacs gave the server it started.")
 
 (defcustom amacs-stop-grace 8
   "Seconds a stopping server may take to finish the tick it is in."
@@ -141,37 +136,38 @@ environment: no secret is written to any file."
 
 ;;;; The server's environment and home
 
-(defun amacs--chosen-environment ()
-  "The environment entries that give a new server the choices in `amacs-chosen'."
-  (let ((backend (plist-get amacs-chosen :backend))
-        (url (plist-get amacs-chosen :base-url))
-        (budget (plist-get amacs-chosen :budget))
-        (local (plist-get amacs-chosen :local))) ; (PYTHON GGUF): the server runs the model (amacs-local.el)
+(defun amacs--chosen-environment (&optional connection)
+  "The environment entries that give a new server CONNECTION's choices.
+CONNECTION defaults to the current one; its choices are `amacs-chosen'."
+  (let* ((chosen (amacs-connection-chosen (or connection (amacs-current-connection))))
+         (backend (plist-get chosen :backend))
+         (url (plist-get chosen :base-url))
+         (budget (plist-get chosen :budget))
+         (local (plist-get chosen :local))) ; (PYTHON GGUF): the server runs the model (amacs-local.el)
     (delq nil
           (list (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
                 (and local (concat "AMACS_LOCAL_MODEL=" (cadr local)))
                 (and backend (concat "AMACS_BACKEND=" backend))
-                (and (plist-get amacs-chosen :model) (concat "AMACS_MODEL=" (plist-get amacs-chosen :model)))
+                (and (plist-get chosen :model) (concat "AMACS_MODEL=" (plist-get chosen :model)))
                 (and url (concat (if (equal backend "openai") "OPENAI_BASE_URL=" "ANTHROPIC_BASE_URL=") url))
                 (and budget (format "AMACS_BUDGET_LIMIT=%s" budget))))))
 
-(defun amacs--server-environment (token)
-  "Return `process-environment' for a server that must present TOKEN."
-  (let ((key (amacs--api-key))
-        (env (append (amacs--chosen-environment)
-                     (cons (concat "AMACS_TOKEN=" token) process-environment))))
-    (setq amacs--secrets (delq nil (list token key)))
+(defun amacs--server-environment (token &optional connection)
+  "Return `process-environment' for CONNECTION's server, which must present TOKEN.
+The server serves CONNECTION's home (default: the current connection's)."
+  (let* ((connection (or connection (amacs-current-connection)))
+         (key (amacs--api-key))
+         (env (append (amacs--chosen-environment connection)
+                      (cons (concat "AMACS_TOKEN=" token) process-environment))))
+    (setq amacs--secrets (seq-uniq (append (delq nil (list token key)) amacs--secrets)))
     (when key (push (concat "ANTHROPIC_API_KEY=" key) env))
-    (when amacs-home (push (concat "AMACS_HOME=" (expand-file-name amacs-home)) env))
+    (push (concat "AMACS_HOME=" (amacs-connection-home connection)) env)
     env))
 
-(defun amacs--home-directory ()
-  "Return the AMACS home: `amacs-home', else $AMACS_HOME, else ~/.agent."
-  (expand-file-name (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
-
-(defun amacs--read-server-info ()
-  "Return server.json in the AMACS home as an alist, or nil if there is none."
-  (let ((file (expand-file-name "server.json" (amacs--home-directory))))
+(defun amacs--read-server-info (&optional connection)
+  "Return server.json in CONNECTION's home as an alist, or nil if there is none."
+  (let ((file (expand-file-name "server.json"
+                                (amacs-connection-home (or connection (amacs-current-connection))))))
     (when (file-readable-p file)
       (condition-case nil
           (let ((info (json-read-file file)))
@@ -194,11 +190,12 @@ environment: no secret is written to any file."
              t)
          (error nil))))
 
-(defun amacs--live-headless-server ()
-  "Return (PORT PID TOKEN) of the live headless server server.json names, or nil.
-Live: its pid is a running process and its port accepts a connection.
-The token is the one in the file, else $AMACS_TOKEN."
-  (let* ((info (amacs--read-server-info))
+(defun amacs--live-headless-server (&optional connection)
+  "Return (PORT PID TOKEN) of the live headless server of CONNECTION's home.
+Nil if there is none.  Its server.json names it.  Live: its pid is a
+running process and its port accepts a connection.  The token is the
+one in the file, else $AMACS_TOKEN."
+  (let* ((info (amacs--read-server-info connection))
          (port (alist-get 'port info))
          (pid (alist-get 'pid info))
          (token (or (alist-get 'token info) (getenv "AMACS_TOKEN"))))
@@ -207,56 +204,89 @@ The token is the one in the file, else $AMACS_TOKEN."
                (amacs--pid-alive-p pid) (amacs--port-open-p port))
       (list port pid token))))
 
-(defun amacs-server-log ()
-  "Return the server's log file."
-  (expand-file-name "logs/server.log" (amacs--home-directory)))
+(defun amacs-server-log (&optional connection)
+  "Return the log file of CONNECTION's server (default: the current one's)."
+  (expand-file-name "logs/server.log"
+                    (amacs-connection-home (or connection (amacs-current-connection)))))
+
+(defun amacs-server-process (&optional connection)
+  "Return the server process this Emacs started for CONNECTION, or nil.
+CONNECTION defaults to the current one."
+  (amacs-connection-server-process (or connection (amacs-current-connection))))
 
 ;;;; Starting
 
-(defun amacs-start-server ()
-  "Connect to the live headless server, or start one; do not wait.
-When server.json in the AMACS home names a live headless server, connect
-to it.  Otherwise start the server, which connects when its port is
-printed.  Does nothing if a server is already starting or connected."
-  (when (and amacs--server-process (not (process-live-p amacs--server-process)))
-    (amacs--server-gone amacs--server-process (amacs--end-words amacs--server-process)))
-  (unless (or (amacs-live-p) (process-live-p amacs--server-process) (amacs--connecting-p)
-              amacs--retry-timer)          ; a start after a failed one waits for it
-    (let ((headless (amacs--live-headless-server)))
-      (if headless
-          (pcase-let ((`(,port ,pid ,token) headless))
-            (setq amacs--token token amacs--ready nil)
-            (amacs--connect-port
-             nil port token
-             (format "Connected to the headless AMACS server on port %s (pid %s)." port pid)))
-        (amacs--start-server-process)))))
+(defun amacs-start-server (&optional connection)
+  "Open CONNECTION (default: the current one): find its server or start one.
+When server.json in its home names a live headless server, connect to
+it.  Otherwise start the server, which connects when its port is
+printed.  Does nothing if a server is already starting or connected;
+does not wait."
+  (let* ((connection (or connection (amacs-current-connection)))
+         (proc (amacs-connection-server-process connection)))
+    (amacs-with-connection connection
+      (when (and proc (not (process-live-p proc)))
+        (amacs--server-gone proc (amacs--end-words proc)))
+      (unless (or (amacs-live-p connection)
+                  (process-live-p (amacs-connection-server-process connection))
+                  (amacs--connecting-p connection)
+                  (amacs-connection-retry-timer connection)) ; a start after a failed one waits for it
+        (let ((headless (amacs--live-headless-server connection)))
+          (if headless
+              (pcase-let ((`(,port ,pid ,token) headless))
+                (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
+                (amacs--connect-port
+                 connection nil port token
+                 (format "Connected to the headless AMACS server on port %s (pid %s)." port pid)))
+            (amacs--start-server-process connection)))))))
 
-(defun amacs--start-server-process ()
-  "Start the server with a fresh token; it connects when its port is printed."
-  (setq amacs--token (amacs--make-token) amacs--ready nil)
-  (let ((process-environment (amacs--server-environment amacs--token))
-        (stderr (get-buffer-create " *amacs-server-stderr*")))
+(defun amacs--stderr-buffer-name (connection)
+  "The name of the buffer of what CONNECTION's server writes to stderr."
+  (if (equal (amacs-connection-home connection)
+             (directory-file-name (amacs--home-directory)))
+      " *amacs-server-stderr*"
+    (format " *amacs-server-stderr %s*" (amacs-connection-home connection))))
+
+(defun amacs--start-server-process (&optional connection)
+  "Start CONNECTION's server with a fresh token.
+It connects when the server prints its port."
+  (let* ((connection (or connection (amacs-current-connection)))
+         (token (amacs--make-token))
+         (process-environment (amacs--server-environment token connection))
+         (stderr (get-buffer-create (amacs--stderr-buffer-name connection))))
+    (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
     (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
     (condition-case err
-        (setq amacs--server-process
-              (make-process :name "amacs-server"
-                            :buffer (generate-new-buffer " *amacs-server*")
-                            :command amacs-server-command
-                            :connection-type 'pipe
-                            :noquery t
-                            :stderr stderr
-                            :filter #'amacs--server-filter
-                            :sentinel #'amacs--server-sentinel))
+        (let ((proc (make-process :name "amacs-server"
+                                  :buffer (generate-new-buffer " *amacs-server*")
+                                  :command amacs-server-command
+                                  :connection-type 'pipe
+                                  :noquery t
+                                  :stderr stderr
+                                  :filter #'amacs--server-filter
+                                  :sentinel #'amacs--server-sentinel)))
+          (process-put proc 'amacs-connection connection)
+          (process-put proc 'amacs-stderr stderr)
+          (setf (amacs-connection-server-process connection) proc))
       (file-error
-       (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
-                   amacs-server-command (error-message-string err))))
+       (amacs-with-connection connection
+         (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
+                     amacs-server-command (error-message-string err)))))
     ;; The connection's library loads while the server imports its own (Python
-    ;; takes ~10 times longer), not before the process starts nor after its port line.
-    (require 'epc)))
+    ;; takes ~10 times longer), not before the process starts nor after its port
+    ;; line, and after the command that started it (a timer): the shell's prompt
+    ;; is shown first (M-x amacs-shell -> prompt: 281 -> 129 ms, load ~10).
+    ;; Connecting requires it again, and says so if it is missing.
+    (run-at-time 0 nil (lambda () (require 'epc nil t)))))
+
+(defun amacs--process-connection (proc)
+  "The connection server PROC serves; else the current one."
+  (or (process-get proc 'amacs-connection) (amacs-current-connection)))
 
 (defun amacs--server-filter (proc output)
   "Read the port from the first line of PROC's OUTPUT, then connect."
-  (let ((buf (process-buffer proc)))
+  (let ((buf (process-buffer proc))
+        (connection (amacs--process-connection proc)))
     (when (buffer-live-p buf)
       (with-current-buffer buf
         (goto-char (point-max))
@@ -268,7 +298,8 @@ printed.  Does nothing if a server is already starting or connected."
             (if (string-match-p "\\`[0-9]+\\'" line)
                 (progn
                   (process-put proc 'amacs-port (string-to-number line))
-                  (amacs--connect-port proc (string-to-number line) amacs--token))
+                  (amacs--connect-port connection proc (string-to-number line)
+                                       (amacs-connection-token connection)))
               (process-put proc 'amacs-port -1) ; no port will come: read no further line
               (process-put proc 'amacs-explained t)
               (amacs--start-failed-because
@@ -276,14 +307,17 @@ printed.  Does nothing if a server is already starting or connected."
 
 (defun amacs--start-failed-because (proc reason)
   "Note REASON why server PROC did not start; say it unless it was just said."
-  (process-put proc 'amacs-error reason)
-  (unless (equal reason amacs--start-reason)
-    (setq amacs--start-reason reason)
-    (amacs--say "The AMACS server did not start: %s" reason)))
+  (let ((connection (amacs--process-connection proc)))
+    (process-put proc 'amacs-error reason)
+    (unless (equal reason (amacs-connection-start-reason connection))
+      (setf (amacs-connection-start-reason connection) reason)
+      (amacs-with-connection connection
+        (amacs--say "The AMACS server did not start: %s" reason)))))
 
-(defun amacs--stderr-tail ()
-  "The last line the server wrote to stderr before its log opened, or nil."
-  (let ((buffer (get-buffer " *amacs-server-stderr*")))
+(defun amacs--stderr-tail (proc)
+  "The last line server PROC wrote to stderr before its log opened, or nil."
+  (let ((buffer (or (process-get proc 'amacs-stderr)
+                    (get-buffer (amacs--stderr-buffer-name (amacs--process-connection proc))))))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer
         (car (last (seq-remove
@@ -291,11 +325,13 @@ printed.  Does nothing if a server is already starting or connected."
                     (split-string (buffer-string) "\n" t "[ \t]+"))))))))
 
 (defun amacs-when-ready (fn)
-  "Call FN once the server is connected, starting it if needed."
-  (if (amacs-live-p)
-      (funcall fn)
-    (push fn amacs--on-ready)
-    (amacs-start-server)))
+  "Call FN once the current connection's server is ready, starting it if needed.
+FN runs with that connection in effect."
+  (let ((connection (amacs-current-connection)))
+    (if (amacs-live-p connection)
+        (amacs-with-connection connection (funcall fn))
+      (push fn (amacs-connection-on-ready connection))
+      (amacs-start-server connection))))
 
 ;;;###autoload
 (defun amacs-connect (&optional port token)
@@ -304,24 +340,27 @@ Without arguments, read both from server.json in the AMACS home
 \(the token also from $AMACS_TOKEN)."
   (interactive)
   (require 'amacs)                      ; the eval, buffer and shell handlers
-  (unless (and port token)
-    (let ((info (amacs--read-server-info)))
-      (setq port (or port (alist-get 'port info))
-            token (or token (alist-get 'token info) (getenv "AMACS_TOKEN")))))
-  (unless (and port token)
-    (user-error "No port or token in %s: start `python -m amacs_server --headless'"
-                (expand-file-name "server.json" (amacs--home-directory))))
-  (setq amacs--token token amacs--ready nil)
-  (amacs--connect-port nil port token (format "Connected to the AMACS server on port %s." port)))
+  (let ((connection (amacs-current-connection)))
+    (unless (and port token)
+      (let ((info (amacs--read-server-info connection)))
+        (setq port (or port (alist-get 'port info))
+              token (or token (alist-get 'token info) (getenv "AMACS_TOKEN")))))
+    (unless (and port token)
+      (user-error "No port or token in %s: start `python -m amacs_server --headless'"
+                  (expand-file-name "server.json" (amacs-connection-home connection))))
+    (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
+    (amacs--connect-port connection nil port token
+                         (format "Connected to the AMACS server on port %s." port))))
 
 ;;;; Stopping, and starting again
 
-(defun amacs--read-the-rest ()
-  "Read what the server sent before it went, still held by the connection.
+(defun amacs--read-the-rest (connection)
+  "Read what CONNECTION's server sent before it went, still held by the connection.
 The server process's sentinel can run before the connection's filter
 has read the last messages (both are ready when the server is killed)."
-  (let ((conn (and amacs--manager (epc:connection-process (epc:manager-connection amacs--manager))))
-        (reads 0))
+  (let* ((mngr (amacs-connection-manager connection))
+         (conn (and mngr (epc:connection-process (epc:manager-connection mngr))))
+         (reads 0))
     (while (and (processp conn) (process-live-p conn) (< reads 100)
                 (accept-process-output conn 0 nil t))
       (setq reads (1+ reads)))))
@@ -343,24 +382,26 @@ before the sentinel has run; both name it alike (\"killed\", not
   "Forget server PROC, which ended with EVENT, and say so once.
 Called by its sentinel, or earlier by `amacs-start-server' when input
 typed after the connection dropped starts a new server first."
-  (unless (process-get proc 'amacs-reported)
-    (process-put proc 'amacs-reported t)
-    (when (eq proc amacs--server-process)
-      (amacs--read-the-rest)
-      (setq amacs--ready nil amacs--manager nil amacs--server-process nil))
-    ;; The shell first closes what the server left open (a stream, input it
-    ;; was sent) and says, in this one notice, what of the turn is on disk.
-    (if (process-get proc 'amacs-accepted)
-        (amacs--say-stopped (format "AMACS server stopped (%s)" (string-trim event))
-                            (format "Send a message to restart it, or M-x amacs-restart.\nLog: %s"
-                                    (amacs-server-log)))
-      (amacs--run-disconnect-hook)
-      ;; It never accepted this Emacs: a failed start, said once.
-      (setq amacs--start-failures (1+ amacs--start-failures))
-      (unless (process-get proc 'amacs-error)
-        (amacs--start-failed-because
-         proc (format "%s%s" (string-trim event)
-                      (let ((tail (amacs--stderr-tail))) (if tail (concat ": " tail) ""))))))))
+  (let ((connection (amacs--process-connection proc)))
+    (unless (process-get proc 'amacs-reported)
+      (process-put proc 'amacs-reported t)
+      (when (eq proc (amacs-connection-server-process connection))
+        (amacs--read-the-rest connection)
+        (setf (amacs-connection-ready connection) nil (amacs-connection-manager connection) nil
+              (amacs-connection-server-process connection) nil))
+      ;; The shell first closes what the server left open (a stream, input it
+      ;; was sent) and says, in this one notice, what of the turn is on disk.
+      (if (process-get proc 'amacs-accepted)
+          (amacs--say-stopped connection (format "AMACS server stopped (%s)" (string-trim event))
+                              (format "Send a message to restart it, or M-x amacs-restart.\nLog: %s"
+                                      (amacs-server-log connection)))
+        (amacs--run-disconnect-hook connection)
+        ;; It never accepted this Emacs: a failed start, said once.
+        (cl-incf (amacs-connection-start-failures connection))
+        (unless (process-get proc 'amacs-error)
+          (amacs--start-failed-because
+           proc (format "%s%s" (string-trim event)
+                        (let ((tail (amacs--stderr-tail proc))) (if tail (concat ": " tail) "")))))))))
 
 (defconst amacs--exit-home-in-use 3
   "The exit status of a server that found its home served by another.
@@ -372,77 +413,92 @@ After a server that ran: at once.  After one that did not start:
 again after a wait that doubles, up to `amacs-start-attempts' starts
 in a row; then stop trying, drop what waits, run
 `amacs-start-failed-hook'."
-  (cond
-   ((process-get proc 'amacs-accepted) (amacs-start-server))
-   ((eql (process-exit-status proc) amacs--exit-home-in-use)
-    (amacs--stop-trying "Not trying again while that server serves the home."))
-   ((< amacs--start-failures amacs-start-attempts)
-    (let ((delay (* amacs--retry-base (expt 2 (1- amacs--start-failures)))))
-      (when (= amacs--start-failures 1)
-        (amacs--say "Trying again in %s s (at most %d attempts)." delay amacs-start-attempts))
-      (amacs--cancel-retry)
-      (setq amacs--retry-timer
-            (run-at-time delay nil (lambda ()
-                                     (setq amacs--retry-timer nil)
-                                     (when amacs--on-ready (amacs-start-server)))))))
-   (t
-    (amacs--stop-trying
-     (format "Stopped trying: the AMACS server did not start in %d attempts. %s"
-             amacs--start-failures
-             (if (process-get proc 'amacs-explained)
-                 "Fix what it said, then send again or M-x amacs-restart."
-               (format "Its log may say why: %s. Then send again or M-x amacs-restart."
-                       (amacs-server-log))))))))
+  (let* ((connection (amacs--process-connection proc))
+         (failures (amacs-connection-start-failures connection)))
+    (amacs-with-connection connection
+      (cond
+       ((process-get proc 'amacs-accepted) (amacs-start-server connection))
+       ((eql (process-exit-status proc) amacs--exit-home-in-use)
+        (amacs--stop-trying connection "Not trying again while that server serves the home."))
+       ((< failures amacs-start-attempts)
+        (let ((delay (* amacs--retry-base (expt 2 (1- failures)))))
+          (when (= failures 1)
+            (amacs--say "Trying again in %s s (at most %d attempts)." delay amacs-start-attempts))
+          (amacs--cancel-retry connection)
+          (setf (amacs-connection-retry-timer connection)
+                (run-at-time delay nil (lambda ()
+                                         (setf (amacs-connection-retry-timer connection) nil)
+                                         (when (amacs-connection-on-ready connection)
+                                           (amacs-start-server connection)))))))
+       (t
+        (amacs--stop-trying
+         connection
+         (format "Stopped trying: the AMACS server did not start in %d attempts. %s"
+                 failures
+                 (if (process-get proc 'amacs-explained)
+                     "Fix what it said, then send again or M-x amacs-restart."
+                   (format "Its log may say why: %s. Then send again or M-x amacs-restart."
+                           (amacs-server-log connection))))))))))
 
-(defun amacs--stop-trying (why)
-  "Start no more servers for what waits: drop it, run the failed hook, say WHY."
-  (amacs-cancel-waiting)
-  (amacs-reset-start-attempts)
-  (run-hooks 'amacs-start-failed-hook)
-  (amacs--say "%s" why))
+(defun amacs--stop-trying (connection why)
+  "Start no more servers for what waits on CONNECTION.
+Drop it, run `amacs-start-failed-hook', say WHY."
+  (amacs-with-connection connection
+    (amacs-cancel-waiting)
+    (amacs-reset-start-attempts connection)
+    (run-hooks 'amacs-start-failed-hook)
+    (amacs--say "%s" why)))
 
-(defun amacs--cancel-retry ()
-  "Cancel a pending start after a failed one."
-  (when amacs--retry-timer
-    (cancel-timer amacs--retry-timer)
-    (setq amacs--retry-timer nil)))
+(defun amacs--cancel-retry (connection)
+  "Cancel CONNECTION's pending start after a failed one."
+  (when (amacs-connection-retry-timer connection)
+    (cancel-timer (amacs-connection-retry-timer connection))
+    (setf (amacs-connection-retry-timer connection) nil)))
 
-(defun amacs-reset-start-attempts ()
-  "Begin a new round of attempts to start the server.
-A round is up to `amacs-start-attempts' attempts."
-  (amacs--cancel-retry)
-  (setq amacs--start-failures 0 amacs--start-reason nil))
+(defun amacs-reset-start-attempts (&optional connection)
+  "Begin a new round of attempts to start CONNECTION's server.
+A round is up to `amacs-start-attempts' attempts.  CONNECTION defaults
+to the current one."
+  (let ((connection (or connection (amacs-current-connection))))
+    (amacs--cancel-retry connection)
+    (setf (amacs-connection-start-failures connection) 0
+          (amacs-connection-start-reason connection) nil)))
 
 (defun amacs--server-sentinel (proc event)
   "Report that server PROC ended with EVENT."
-  (unless (process-live-p proc)
-    (when (or (eq proc amacs--server-process) (not (process-get proc 'amacs-reported)))
-      (amacs--server-gone proc event)
-      ;; Input typed after the connection dropped but before this sentinel ran
-      ;; is waiting for a server: start one, or it would wait for ever.
-      (when amacs--on-ready
-        (amacs--start-again proc)))
-    (when (buffer-live-p (process-buffer proc))
-      (kill-buffer (process-buffer proc)))))
+  (let ((connection (amacs--process-connection proc)))
+    (unless (process-live-p proc)
+      (when (or (eq proc (amacs-connection-server-process connection))
+                (not (process-get proc 'amacs-reported)))
+        (amacs--server-gone proc event)
+        ;; Input typed after the connection dropped but before this sentinel ran
+        ;; is waiting for a server: start one, or it would wait for ever.
+        (when (amacs-connection-on-ready connection)
+          (amacs--start-again proc)))
+      (when (buffer-live-p (process-buffer proc))
+        (kill-buffer (process-buffer proc))))))
 
-(defun amacs-stop-server ()
-  "Stop the server this Emacs started and forget the connection.
-The server sees the connection close, finishes the tick it is in, and
-exits; it is killed only if it takes longer than `amacs-stop-grace'.
-What the shell shows of a turn in progress ends at once, by
-`amacs-disconnect-hook': its prompt comes back.  Stopped on purpose,
-the server is not reported as stopped when it exits."
-  (let ((proc amacs--server-process)
-        (connected (or amacs--manager amacs--server-process))
-        (deadline (+ (float-time) amacs-stop-grace)))
-    (setq amacs--server-process nil amacs--ready nil)
-    (when amacs--manager
-      (ignore-errors (epc:disconnect (epc:manager-connection amacs--manager)))
-      (setq amacs--manager nil))
+(defun amacs-stop-server (&optional connection)
+  "Stop the server this Emacs started for CONNECTION and close CONNECTION.
+CONNECTION defaults to the current one.  The server sees the
+connection close, finishes the tick it is in, and exits; it is killed
+only if it takes longer than `amacs-stop-grace'.  What the shell shows
+of a turn in progress ends at once, by `amacs-disconnect-hook': its
+prompt comes back.  Stopped on purpose, the server is not reported as
+stopped when it exits."
+  (let* ((connection (or connection (amacs-current-connection)))
+         (proc (amacs-connection-server-process connection))
+         (mngr (amacs-connection-manager connection))
+         (connected (or mngr proc))
+         (deadline (+ (float-time) amacs-stop-grace)))
+    (setf (amacs-connection-server-process connection) nil (amacs-connection-ready connection) nil)
+    (when mngr
+      (ignore-errors (epc:disconnect (epc:manager-connection mngr)))
+      (setf (amacs-connection-manager connection) nil))
     (when (processp proc) (process-put proc 'amacs-reported t))
     ;; Neither sentinel runs the hook now: the connection's sees no manager,
     ;; the server's a reported process (a headless server's turn never ended).
-    (when connected (amacs--run-disconnect-hook))
+    (when connected (amacs--run-disconnect-hook connection))
     (while (and (process-live-p proc) (< (float-time) deadline))
       (accept-process-output proc 0.05))
     (when (process-live-p proc)

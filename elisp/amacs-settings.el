@@ -11,8 +11,8 @@
 
 ;; What the person sets for the agent in Emacs: the eval time limit,
 ;; the steps of one turn, the price table (sent to the server at hello,
-;; `amacs--settings'), and the choices a restarted server keeps
-;; (`amacs-chosen': model, endpoint, budget).
+;; `amacs--settings').  What the person chooses for one home (model,
+;; endpoint, budget) is kept by its connection: `amacs-chosen'.
 
 ;;; Code:
 
@@ -39,12 +39,6 @@ longest prefix of the model's name that matches wins."
                        (number :tag "Cache write") (number :tag "Cache read")))
   :group 'amacs)
 
-(defvar amacs-chosen nil
-  "What the person chose in this Emacs that a restarted server keeps.
-A plist: :backend, :model and :base-url (`amacs-set-model'), :budget
-\(`amacs-set-budget'), :local (`amacs-use-local-model').  They win
-over the environment Emacs started with: a restart keeps the model,
-endpoint and budget the person chose.")
 
 (defun amacs--settings ()
   "Return the plist of settings sent to the server at hello."

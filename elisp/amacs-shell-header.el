@@ -26,8 +26,9 @@
 ;;;; The turn's state
 
 (defvar amacs-shell-busy nil
-  "Non-nil while the agent works on a turn (or input waits for a server).
-Only `amacs-shell--transition' sets it, as it moves the shell's turn.")
+  "Non-nil while an agent works on a turn (or input waits for a server).
+Any shell's agent, on any home: each shell's own is `amacs-shell-busy-p'.
+Only `amacs-shell--transition' sets it, as it moves a shell's turn.")
 
 (cl-defstruct (amacs-shell-turn (:constructor amacs-shell--new-turn) (:copier nil))
   "What a shell knows of the agent's turn; `amacs-shell--transition' alone changes it.
@@ -43,8 +44,10 @@ first, (LINE . SAVED) each: SAVED when the server confirmed the input
 is in agent-chat.org (its write-ahead), and only then does the shell
 say it is saved.  REPLIED is non-nil once a reply was shown (the
 server writes a reply before it shows it).  WAIT-TIMER ends a sleep at
-its timeout; CLOCK redraws the header's seconds while the agent works."
-  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock)
+its timeout; CLOCK redraws the header's seconds while the agent works.
+BUSY is non-nil while the agent works on a turn, or input waits for a
+server."
+  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock busy)
 
 (defvar-local amacs-shell--turn-of-buffer nil
   "This shell's turn, an `amacs-shell-turn'.")
@@ -54,6 +57,20 @@ its timeout; CLOCK redraws the header's seconds while the agent works."
   (let ((buffer (amacs-shell--buffer)))
     (or (and buffer (buffer-local-value 'amacs-shell--turn-of-buffer buffer))
         (amacs-shell--new-turn))))
+
+(defun amacs-shell-busy-p (&optional connection)
+  "Non-nil while CONNECTION's agent works on a turn its shell sent.
+Or while input in that shell waits for a server.  CONNECTION defaults
+to the current one."
+  (let ((buffer (amacs-connection-shell (or connection (amacs-current-connection)))))
+    (and (buffer-live-p buffer)
+         (let ((turn (buffer-local-value 'amacs-shell--turn-of-buffer buffer)))
+           (and turn (amacs-shell-turn-busy turn))))))
+
+(defun amacs-shell--set-busy (turn busy)
+  "Set TURN's BUSY; then `amacs-shell-busy' to whether any shell's turn is."
+  (setf (amacs-shell-turn-busy turn) busy)
+  (setq amacs-shell-busy (and (seq-some #'amacs-shell-busy-p amacs--connections) t)))
 
 (defun amacs-shell--transition (event &optional arg)
   "Move the shell's turn on EVENT (with ARG).
@@ -83,9 +100,10 @@ leads to:
   (let ((turn (amacs-shell--turn)))
     (pcase event
       ('opened (amacs-shell--enter turn 'starting))
-      ('sent (unless amacs-shell-busy (amacs-shell--enter turn (if (amacs-live-p) 'thinking 'starting)))
-             (setq amacs-shell-busy t))
-      ('turn-start (setq amacs-shell-busy t)
+      ('sent (unless (amacs-shell-turn-busy turn)
+               (amacs-shell--enter turn (if (amacs-live-p) 'thinking 'starting)))
+             (amacs-shell--set-busy turn t))
+      ('turn-start (amacs-shell--set-busy turn t)
                    (amacs-shell--enter turn 'thinking))
       ('delta (amacs-shell--enter turn 'streaming))
       ('eval-start (setf (amacs-shell-turn-eval-agent turn) arg)
@@ -101,17 +119,17 @@ leads to:
       ('retry (amacs-shell--enter turn 'retrying arg))
       ('taken (push arg (amacs-shell-turn-taken turn)))
       ('replied (setf (amacs-shell-turn-replied turn) t))
-      ('turn-done (setq amacs-shell-busy nil)
+      ('turn-done (amacs-shell--set-busy turn nil)
                   (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil)
                   (amacs-shell--enter turn 'waiting))
-      ('ready (amacs-shell--enter turn (if amacs-shell-busy 'thinking 'waiting)))
-      ('gone (setq amacs-shell-busy (and arg t))
+      ('ready (amacs-shell--enter turn (if (amacs-shell-turn-busy turn) 'thinking 'waiting)))
+      ('gone (amacs-shell--set-busy turn (and arg t))
              (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil
                    (amacs-shell-turn-eval-agent turn) nil)
              (amacs-shell--enter turn (if arg 'starting 'stopped)))
-      ('cancelled (setq amacs-shell-busy nil)
+      ('cancelled (amacs-shell--set-busy turn nil)
                   (amacs-shell--enter turn 'waiting))
-      ('failed (setq amacs-shell-busy nil)
+      ('failed (amacs-shell--set-busy turn nil)
                (amacs-shell--enter turn 'stopped))
       (_ (error "No such event of the shell's turn: %S" event)))))
 
@@ -131,8 +149,10 @@ while the agent works."
       (when (amacs-shell-turn-clock turn)
         (cancel-timer (amacs-shell-turn-clock turn))
         (setf (amacs-shell-turn-clock turn) nil))
-    (unless (amacs-shell-turn-clock turn)
-      (setf (amacs-shell-turn-clock turn) (run-at-time 1 1 #'amacs-shell--update-header)))))
+    (let ((buffer (amacs-shell--buffer)))
+      (unless (or (amacs-shell-turn-clock turn) (not buffer)) ; a turn without a shell is dropped
+        (setf (amacs-shell-turn-clock turn)
+              (run-at-time 1 1 #'amacs-shell--update-header buffer))))))
 
 (defun amacs-shell-state ()
   "Return the state of the shell's turn, a symbol (see `amacs-shell-turn')."
@@ -153,9 +173,11 @@ answers, the wait times out, or the agent does something else."
     (when (amacs-shell-turn-wait-timer turn) (cancel-timer (amacs-shell-turn-wait-timer turn)))
     (setf (amacs-shell-turn-wait-timer turn)
           (and names (numberp timeout)
-               (run-at-time timeout nil (lambda ()
-                                          (setf (amacs-shell-turn-wait-timer turn) nil)
-                                          (amacs-shell--transition 'woke)))))))
+               (let ((connection (amacs-current-connection)))
+                 (run-at-time timeout nil (lambda ()
+                                            (setf (amacs-shell-turn-wait-timer turn) nil)
+                                            (amacs-with-connection connection
+                                              (amacs-shell--transition 'woke)))))))))
 
 (defun amacs-shell--answered (turn who)
   "WHO (an agent's id, or \"you\") answered: TURN's primary waits for one less.
@@ -177,10 +199,10 @@ Once everyone has answered, the primary wakes: it is thinking."
          (eval-agent (amacs-shell-turn-eval-agent turn))
          (secs (and since (floor (- (float-time) since))))
          (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
-         (agents (length amacs-shell--agents))
+         (agents (length (amacs-shell--get 'amacs-shell--agents)))
          (doing (pcase (amacs-shell-turn-state turn)
                   ('starting "starting the server…")
-                  ('waiting (if (and amacs--status (not (plist-get amacs--status :key-ok)))
+                  ('waiting (if (and (amacs-status) (not (amacs-status :key-ok)))
                                 "no API key: the note below says how to give one"
                               "waiting for you"))
                   ('thinking (concat "thinking…" elapsed))
@@ -215,20 +237,33 @@ Once everyone has answered, the primary wakes: it is thinking."
 Wider than WIDTH (default: the shell's window), the backend goes, then
 the model: what the agent does is what the header is for, and it
 keeps the room."
-  (let* ((model (plist-get amacs--status :model))
-         (backend (plist-get amacs--status :backend))
-         (state (amacs-shell-state-string))
-         (width (or width
-                    (let ((window (get-buffer-window (amacs-shell--buffer))))
-                      (if window (window-total-width window) 80)))))
-    (seq-find (lambda (line) (<= (string-width line) width))
-              (list (concat " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
-                    (concat " " (or model "AMACS") " — " state))
-              (concat " " state))))
+  (amacs-with-connection (amacs-shell--connection)
+    (let* ((model (amacs-status :model))
+           (backend (amacs-status :backend))
+           (state (amacs-shell-state-string))
+           (home (if (cdr (amacs-live-connections)) ; which home, when Emacs talks to several
+                     (concat " " (amacs-connection-name) " —")
+                   ""))
+           (width (or width
+                      (let ((window (get-buffer-window (amacs-shell--buffer))))
+                        (if window (window-total-width window) 80)))))
+      (seq-find (lambda (line) (<= (string-width line) width))
+                (list (concat home " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
+                      (concat home " " (or model "AMACS") " — " state)
+                      (concat home " " state))
+                (concat " " state)))))
+
+(defun amacs-shell--connection ()
+  "The connection of the shell buffer that is current, else the current connection.
+Redisplay may draw one shell's header while another connection's event
+runs: the header is its own buffer's."
+  (if (amacs-connection-p amacs--buffer-connection)
+      amacs--buffer-connection
+    (amacs-current-connection)))
 
 ;;;; Mode line
 
-(defvar amacs-shell-usage nil
+(defvar-local amacs-shell-usage nil
   "The last tick's usage event: the tick's and the session's tokens and cost.")
 
 (defun amacs-shell-cost-string ()
@@ -256,7 +291,7 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
 
 (defun amacs-shell--on-tick (event)
   "Keep the tick's usage from EVENT and show it in the mode line."
-  (setq amacs-shell-usage event)
+  (amacs-shell--set 'amacs-shell-usage event)
   (amacs-shell--update-header))
 
 (provide 'amacs-shell-header)

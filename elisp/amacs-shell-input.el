@@ -31,9 +31,11 @@
   :group 'amacs)
 
 (defun amacs-shell--save-history-everywhere ()
-  "Save the history of the shell buffer, if there is one."
-  (let ((buffer (amacs-shell--buffer)))
-    (when buffer (with-current-buffer buffer (amacs-shell--save-history-safely)))))
+  "Save the history of every shell, one per home."
+  (dolist (connection amacs--connections)
+    (let ((buffer (amacs-connection-shell connection)))
+      (when (buffer-live-p buffer)
+        (with-current-buffer buffer (amacs-shell--save-history-safely))))))
 
 (defvar-local amacs-shell--history-error nil
   "Non-nil once saving the history failed and was said; nil after a save works.")
@@ -58,7 +60,7 @@ the inputs stay in this Emacs's ring."
 
 (defun amacs-shell--history-file ()
   "Return the file of the shell's input history."
-  (expand-file-name "shell-history" (amacs--home-directory)))
+  (expand-file-name "shell-history" (amacs-connection-home (amacs-current-connection))))
 
 (defconst amacs-shell--history-separator "\0\n"
   "Between entries of the history file: an input of several lines stays one.")
@@ -141,8 +143,10 @@ ring is trimmed to it."
 (defun amacs-compose (&optional initial)
   "Compose a long prompt in a buffer of its own, starting with INITIAL."
   (interactive)
-  (pop-to-buffer (get-buffer-create "*amacs-compose*"))
-  (unless (derived-mode-p 'amacs-compose-mode) (amacs-compose-mode))
+  (let ((connection (amacs-current-connection)))  ; the shell it sends through
+    (pop-to-buffer (get-buffer-create "*amacs-compose*"))
+    (unless (derived-mode-p 'amacs-compose-mode) (amacs-compose-mode))
+    (setq amacs--buffer-connection connection))
   (when initial
     (erase-buffer)
     (insert initial))

@@ -32,6 +32,7 @@
 
 (require 'cl-lib)
 (require 'seq)
+(require 'amacs-transport)
 
 ;;;; Settings and faces
 
@@ -98,24 +99,45 @@ The rest are counted on one more line."
   (let ((window (get-buffer-window (or (amacs-shell--buffer) (current-buffer)) t)))
     (max 40 (1- (if window (window-body-width window) 80)))))
 
-(defvar amacs-shell--out nil
+(defvar-local amacs-shell--out nil
   "Marker where output goes: the end of the output, the start of the footer.")
 
-(defvar amacs-shell--prompt-start nil
+(defvar-local amacs-shell--prompt-start nil
   "Marker at the start of the prompt (the process mark is at its end).")
 
-(defvar amacs-shell--stream-start nil
+(defvar-local amacs-shell--stream-start nil
   "Marker where the reply being streamed starts, or nil.")
 
-(defvar amacs-shell--stream-end nil
+(defvar-local amacs-shell--stream-end nil
   "Marker where the reply being streamed ends, or nil.")
 
 (defun amacs-shell--buffer ()
-  "Return the live shell buffer, or nil."
-  (let ((buf (get-buffer amacs-shell-buffer-name)))
+  "Return the live shell buffer of the current connection, or nil.
+Each connection (each AMACS home) has at most one shell."
+  (let ((buf (amacs-connection-shell (amacs-current-connection))))
     (and (buffer-live-p buf)
          (with-current-buffer buf (derived-mode-p 'amacs-shell-mode))
          buf)))
+
+(defun amacs-shell--get (variable)
+  "The value of VARIABLE, one of the shell's own, in the connection's shell.
+The current connection's; nil without a shell."
+  (let ((buf (amacs-shell--buffer)))
+    (and buf (buffer-local-value variable buf))))
+
+(defun amacs-shell--set (variable value)
+  "Set VARIABLE, one of the shell's own, to VALUE in the connection's shell.
+The current connection's; nothing without a shell."
+  (let ((buf (amacs-shell--buffer)))
+    (when buf (with-current-buffer buf (set variable value)))))
+
+(defun amacs-shell--buffer-name (connection)
+  "The name of CONNECTION's shell buffer.
+That of the home `amacs-home' names is `amacs-shell-buffer-name'; any
+other's says its home."
+  (if (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory)))
+      amacs-shell-buffer-name
+    (format "*amacs-shell: %s*" (amacs-connection-name connection))))
 
 (defmacro amacs-shell--editing (&rest body)
   "Run BODY in the shell buffer, keeping the person's place.
@@ -217,10 +239,10 @@ Each of its lines is a `;;' line."
   (truncate-string-to-width (string-trim (replace-regexp-in-string "[ \t\n]+" " " text))
                             limit nil nil "…"))
 
-(defun amacs-shell--update-header ()
-  "Redraw the header line (and mode line) of the shell."
-  (let ((buf (amacs-shell--buffer)))
-    (when buf
+(defun amacs-shell--update-header (&optional buffer)
+  "Redraw the header line (and mode line) of BUFFER, by default the shell."
+  (let ((buf (or buffer (amacs-shell--buffer))))
+    (when (buffer-live-p buf)
       (with-current-buffer buf (force-mode-line-update)))))
 
 ;;;; The person's inputs, past and at the prompt
@@ -283,7 +305,7 @@ count: eval lines, replies and notes are passed over."
 
 ;;;; Footer: working subagents and queued input
 
-(defvar amacs-shell--agents nil
+(defvar-local amacs-shell--agents nil
   "The subagents at work, as the server last reported them.")
 
 (defun amacs-shell--footer-lines (property)
@@ -327,11 +349,12 @@ count: eval lines, replies and notes are passed over."
 
 (defun amacs-shell--agent-doing (agent doing)
   "Show that AGENT is DOING something (nil: back to its reported state)."
-  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) amacs-shell--agents)))
+  (let* ((agents (amacs-shell--get 'amacs-shell--agents))
+         (entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) agents)))
     (when entry
-      (setq amacs-shell--agents
-            (mapcar (lambda (a) (if (eq a entry) (plist-put (copy-sequence a) :doing doing) a))
-                    amacs-shell--agents))
+      (amacs-shell--set 'amacs-shell--agents
+                        (mapcar (lambda (a) (if (eq a entry) (plist-put (copy-sequence a) :doing doing) a))
+                                agents))
       (amacs-shell--draw-agents))))
 
 (defvar amacs-shell--queued-count 0

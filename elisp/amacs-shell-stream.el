@@ -27,7 +27,7 @@
 
 ;;;; Streaming replies
 
-(defvar amacs-shell--last-reply nil
+(defvar-local amacs-shell--last-reply nil
   "The text of the agent's last reply, for `amacs-shell-copy-reply'.")
 
 (defun amacs-shell--on-reply-delta (event)
@@ -60,7 +60,7 @@
 
 (defun amacs-shell--discard-stream (reason)
   "Mark the streamed text, if any, as not the reply, for REASON."
-  (when (and amacs-shell--stream-start (amacs-shell--buffer))
+  (when (amacs-shell--get 'amacs-shell--stream-start)
     (amacs-shell--editing
       (let ((region (amacs-shell--stream-close)))
         (add-text-properties (car region) (cdr region)
@@ -77,7 +77,7 @@
 A streamed reply's region is replaced by the rendering."
   (let* ((text (string-trim (or (plist-get event :text) "")))
          (shown (amacs-render-org text)))
-    (setq amacs-shell--last-reply text)
+    (amacs-shell--set 'amacs-shell--last-reply text)
     (amacs-shell--transition 'replied)
     (amacs-shell--editing
       (let ((region (and (plist-get event :streamed) (amacs-shell--stream-close))))
@@ -132,6 +132,12 @@ The summary never gets wider than the shell's window."
   :type 'integer
   :group 'amacs)
 
+(defvar-local amacs-shell--evals nil
+  "The primary's evals whose lines wait for a result: (EVAL-ID . LINE-ID) each.
+EVAL-ID is the server's id of the eval (its event's :id).  An eval may
+wait (an agent call, a redisplay) and another connection's eval run
+inside it: each finds its own line by its id.")
+
 (defvar amacs-shell--eval-count 0
   "Evals shown so far; names each one's invisibility symbol.")
 
@@ -144,7 +150,9 @@ the next line shows as it would without them."
     (amacs-shell--transition 'eval-start agent)
     (if (not (equal agent "primary"))
         (amacs-shell--agent-doing agent (concat "eval " (amacs-shell--one-line (plist-get event :form) 40)))
-      (amacs-shell--eval-line (plist-get event :form))))
+      (let ((line (amacs-shell--eval-line (plist-get event :form))))
+        (amacs-shell--set 'amacs-shell--evals
+                          (cons (cons (plist-get event :id) line) (amacs-shell--get 'amacs-shell--evals))))))
   (amacs-shell--show-now))
 
 (defun amacs-shell--eval-line (form)
@@ -200,7 +208,10 @@ with \\[keyboard-quit] is said to have been stopped."
     (amacs-shell--transition 'eval-end (list agent amacs--eval-wait amacs--eval-talks))
     (if (not (equal agent "primary"))
         (amacs-shell--agent-doing agent nil)
-      (amacs-shell--eval-finish (intern (format "amacs-eval-%d" amacs-shell--eval-count)) result))
+      (let ((line (assoc (plist-get event :id) (amacs-shell--get 'amacs-shell--evals))))
+        (when line
+          (amacs-shell--set 'amacs-shell--evals (delq line (amacs-shell--get 'amacs-shell--evals)))
+          (amacs-shell--eval-finish (cdr line) result))))
     (when stopped
       (amacs-shell--note
        (format "You stopped %s (%s): %s gets that as its result and goes on; %s stops %s."

@@ -56,7 +56,7 @@
 
 ;;;; Events of a turn
 
-(defvar amacs-shell--stop-said nil
+(defvar-local amacs-shell--stop-said nil
   "Non-nil once the shell said what a server that stopped mid-turn kept.
 The next server's hello need not say it again.")
 
@@ -65,10 +65,10 @@ The next server's hello need not say it again.")
 (defun amacs-shell--on-agents (event)
   "The server reports the subagents at work in EVENT: one footer line each.
 One that was at work and is no longer has answered what it was asked."
-  (let* ((before (mapcar (lambda (a) (plist-get a :id)) amacs-shell--agents))
+  (let* ((before (mapcar (lambda (a) (plist-get a :id)) (amacs-shell--get 'amacs-shell--agents)))
          (now (append (plist-get event :agents) nil))
          (ids (mapcar (lambda (a) (plist-get a :id)) now)))
-    (setq amacs-shell--agents now)
+    (amacs-shell--set 'amacs-shell--agents now)
     (dolist (id before)
       (unless (member id ids) (amacs-shell--transition 'answered id))))
   (amacs-shell--draw-agents))
@@ -172,7 +172,7 @@ the log) and these facts are one notice, each line a `;;' line."
                                 (format "%s your input%s went to the agent that asked, not to agent-chat.org: %s brings %s back"
                                         (if saved "; and" ";") (if (cdr unsaved) "s" "")
                                         history (if (cdr unsaved) "them" "it")))))))
-    (when saved (setq amacs-shell--stop-said t))
+    (when saved (amacs-shell--set 'amacs-shell--stop-said t))
     (when (and kept (amacs-shell--buffer))
       ;; Without `amacs-stopped' the server was stopped on purpose (`amacs-restart').
       (let ((stop (or amacs-stopped
@@ -190,11 +190,11 @@ the log) and these facts are one notice, each line a `;;' line."
 (defun amacs-shell--resume ()
   "Show the last exchanges of agent-chat.org; greet a new person."
   (let ((buffer (amacs-shell--buffer))
-        (recent (last (plist-get amacs--status :recent) (max 0 amacs-shell-resume-exchanges))))
+        (recent (last (amacs-status :recent) (max 0 amacs-shell-resume-exchanges))))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
       (with-current-buffer buffer
         (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
-      (if (null (plist-get amacs--status :recent))
+      (if (null (amacs-status :recent))
           (amacs-shell--output
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
@@ -228,12 +228,13 @@ person would wait for before seeing the shell, so it is rendered at
 the first idle moment (`amacs-shell--render-resumed')."
   (if (featurep 'org)
       (concat (amacs-render-org text) "\n")
-    (run-with-idle-timer 0.5 nil #'amacs-shell--render-resumed)
+    (run-with-idle-timer 0.5 nil #'amacs-shell--render-resumed (amacs-current-connection))
     (propertize (concat text "\n") 'amacs-unrendered text)))
 
-(defun amacs-shell--render-resumed ()
-  "Render the resumed replies still shown plain, in place, as live ones are."
-  (amacs-shell--editing
+(defun amacs-shell--render-resumed (connection)
+  "Render CONNECTION's resumed replies shown plain, in place, as live ones are."
+  (amacs-with-connection connection
+   (amacs-shell--editing
     (let ((pos (point-min)))
       (while (setq pos (text-property-not-all pos (point-max) 'amacs-unrendered nil))
         (let* ((text (get-text-property pos 'amacs-unrendered))
@@ -241,20 +242,20 @@ the first idle moment (`amacs-shell--render-resumed')."
           (delete-region pos end)
           (goto-char pos)
           (insert (amacs-shell--output-props (concat (amacs-render-org text) "\n")))
-          (setq pos (point)))))))
+          (setq pos (point))))))))
 
 (defun amacs-shell--greet ()
   "Say what the server reported at hello: a missing key, an interrupted turn."
   (amacs-shell--resume)
   (amacs-shell--transition 'ready)
-  (amacs-shell--on-tick (list :session (plist-get amacs--status :session)
-                              :spent (plist-get amacs--status :spent)
-                              :budget-limit (plist-get amacs--status :budget-limit)))
-  (let ((notice (plist-get amacs--status :notice)))
+  (amacs-shell--on-tick (list :session (amacs-status :session)
+                              :spent (amacs-status :spent)
+                              :budget-limit (amacs-status :budget-limit)))
+  (let ((notice (amacs-status :notice)))
     (when notice (amacs-shell--output (concat ";; " notice) 'amacs-shell-warning)))
-  (let ((said amacs-shell--stop-said))
-    (setq amacs-shell--stop-said nil)
-    (when (and (plist-get amacs--status :interrupted) (not said)) ; said when the server stopped
+  (let ((said (amacs-shell--get 'amacs-shell--stop-said)))
+    (amacs-shell--set 'amacs-shell--stop-said nil)
+    (when (and (amacs-status :interrupted) (not said)) ; said when the server stopped
       (amacs-shell--output
        ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
        'amacs-shell-warning))))
@@ -264,7 +265,7 @@ the first idle moment (`amacs-shell--render-resumed')."
   (amacs-shell--discard-stream "the server stopped")
   (amacs-shell--say-what-was-kept)
   (amacs-shell--drop-queued "The server stopped before it said it had saved this input" t)
-  (setq amacs-shell--agents nil)
+  (amacs-shell--set 'amacs-shell--agents nil)
   (amacs-shell--draw-agents)
   (let ((waiting (let ((buffer (amacs-shell--buffer)))
                    (and buffer (with-current-buffer buffer
@@ -313,7 +314,8 @@ send the line point is on, a reply's text or an input with its prompt."
              (goto-char (point-max))
              (insert input)
              (message "%s" (substitute-command-keys
-                            (concat "Edit, then \\<amacs-shell-mode-map>\\[amacs-shell-return] sends it"
+                            (concat "Edit, then \\<amacs-shell-mode-map>\\[amacs-shell-return] sends it "
+                                    "(or \\[amacs-rewind] returns the agent to before it)"
                                     (if (string-empty-p draft) "" "; your draft is in the kill ring (\\[yank])"))))))
           (t (message "%s" (substitute-command-keys
                             "\\<amacs-shell-mode-map>\\[amacs-shell-return] sends from the prompt; on a past input it puts that input there"))))))
@@ -331,7 +333,8 @@ nothing is lost.")
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input."
   (interactive
-   (let ((now (or (plist-get amacs-shell-usage :budget-limit) 5.0)))
+   (let ((now (or (plist-get (or (amacs-shell--get 'amacs-shell-usage) amacs-shell-usage) :budget-limit)
+                  5.0)))
      ;; The limit now beside the default (twice it): the prompt says what it is.
      (list (read-number (format "Budget limit in dollars, now %s: "
                                 (amacs-shell--dollars now))
@@ -341,9 +344,11 @@ An agent stopped at its limit goes on with your next input."
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
                           (lambda (limit)
-                            (setq amacs-shell-usage (plist-put amacs-shell-usage :budget-limit limit)
-                                  amacs-chosen (plist-put amacs-chosen :budget limit))
-                            (amacs-shell--on-tick amacs-shell-usage)
+                            (amacs-choose :budget limit)
+                            (amacs-shell--on-tick
+                             (plist-put (copy-sequence (or (amacs-shell--get 'amacs-shell-usage)
+                                                           amacs-shell-usage))
+                                        :budget-limit limit))
                             (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit)))))))
 
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
@@ -352,10 +357,10 @@ An agent stopped at its limit goes on with your next input."
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
 BASE-URL points at such a server, e.g. Ollama or llama.cpp."
   (interactive
-   (let* ((now (or (plist-get amacs--status :backend) "anthropic"))
+   (let* ((now (or (amacs-status :backend) "anthropic"))
           (backend (completing-read (format-prompt "Backend" now) '("anthropic" "openai") nil t nil nil now)))
      (list backend
-           (read-string "Model: " (plist-get amacs--status :model))
+           (read-string "Model: " (amacs-status :model))
            (let ((url (read-string "Base URL (empty: the one the server started with): "
                                    (and (equal backend "openai") "http://localhost:11434/v1"))))
              (unless (string-empty-p url) url)))))
@@ -364,13 +369,13 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
    (lambda ()
      (amacs-call 'set_model (list backend model base-url)
                  (lambda (now)
-                   (setq amacs--status (plist-put amacs--status :model (plist-get now :model)))
-                   (setq amacs--status (plist-put amacs--status :backend (plist-get now :backend)))
-                   (setq amacs--status (plist-put amacs--status :key-ok (plist-get now :key-ok)))
-                   (setq amacs-chosen (plist-put (plist-put (plist-put (plist-put amacs-chosen :backend (plist-get now :backend))
-                                                                       :model (plist-get now :model))
-                                                            :base-url base-url)
-                                                 :local nil)) ; a restart no longer runs a local model
+                   (let ((connection (amacs-current-connection)))
+                     (dolist (key '(:model :backend :key-ok))
+                       (setf (amacs-connection-status connection)
+                             (plist-put (amacs-connection-status connection) key (plist-get now key)))))
+                   (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
+                                 :base-url base-url
+                                 :local nil) ; a restart no longer runs a local model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
@@ -473,7 +478,7 @@ While the server is still starting, the input waiting for it is not sent."
   "Return non-nil when the person may WHAT now.
 At once when the agent is not working on a turn; else if the person
 answers yes to \"AMACS is working on your turn; WHAT anyway (THEN)?\"."
-  (or (not amacs-shell-busy)
+  (or (not (amacs-shell-busy-p))
       (not (amacs-live-p))
       (yes-or-no-p (format "AMACS is working on your turn; %s anyway (%s)? " what then))))
 
@@ -491,6 +496,9 @@ and do nothing; a new shell starts clean."
   (setq amacs-shell--stream-start nil amacs-shell--stream-end nil)
   (let ((turn amacs-shell--turn-of-buffer))
     (when turn
+      ;; The turn goes on without the shell: a new shell on this home starts busy.
+      (when (amacs-connection-p amacs--buffer-connection)
+        (amacs-connection-put amacs--buffer-connection 'amacs-shell-busy (amacs-shell-turn-busy turn)))
       (dolist (timer (list (amacs-shell-turn-clock turn) (amacs-shell-turn-wait-timer turn)))
         (when timer (cancel-timer timer))))))
 
@@ -499,7 +507,9 @@ and do nothing; a new shell starts clean."
 On `kill-emacs-query-functions', as Emacs asks about live processes:
 quitting stops the turn (the person's input is saved, the reply that
 was coming is not)."
-  (amacs-shell--go-on-p "quit" "your input is saved"))
+  (or (not amacs-shell-busy)              ; any shell's: quitting stops every turn
+      (not (amacs-live-connections))
+      (yes-or-no-p "AMACS is working on your turn; quit anyway (your input is saved)? ")))
 
 ;;;; The mode
 
@@ -526,7 +536,7 @@ was coming is not)."
     (define-key map [remap comint-next-prompt] #'amacs-shell-next-prompt)
     ;; comint's C-d at the end sends EOF, which ended the shell's placeholder
     ;; process and with it the shell; C-c C-z would stop it.
-    (define-key map (kbd "C-d") #'delete-char)
+    (define-key map (kbd "C-d") #'amacs-shell-delete-char)
     (define-key map (kbd "C-c C-z") #'undefined)
     ;; comint's keys and Signals menu for a subprocess: there is none here, and
     ;; C-c C-d's EOF would end the placeholder process and with it the shell.
@@ -561,7 +571,11 @@ agent is doing, the mode line what this session cost.
   ;; The shell is no command shell: once shell.el is loaded its directory
   ;; tracking is on in every buffer (its default), and C-h m listed it here.
   (setq-local shell-dirtrackp nil)
-  (setq amacs-shell--turn-of-buffer (amacs-shell--new-turn))
+  (let ((connection (amacs-current-connection)))
+    (setq amacs--buffer-connection connection)
+    (setf (amacs-connection-shell connection) (current-buffer))
+    (setq amacs-shell--turn-of-buffer
+          (amacs-shell--new-turn :busy (amacs-connection-get connection 'amacs-shell-busy))))
   (setq-local paragraph-separate "\\'")
   (setq-local paragraph-start comint-prompt-regexp)
   (setq-local comint-input-sender #'amacs-shell--input-sender)
@@ -613,6 +627,14 @@ The input at the prompt stays."
     (set-marker (process-mark (amacs-shell--start-placeholder))
                 (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt))))))
 
+(defun amacs-shell-delete-char (n)
+  "Delete the N characters after point; at the end of the input, nothing.
+Not an error there: Emacs discards the keys typed after a command that
+fails (`command-error-default-function'), so what the person typed
+right after \[amacs-shell-delete-char] at the end was lost."
+  (interactive "p")
+  (delete-char (if (> n 0) (min n (- (point-max) (point))) n)))
+
 (defun amacs-shell-no-subprocess ()
   "Say that the shell has no subprocess to signal, and what stops the agent."
   (interactive)
@@ -621,39 +643,69 @@ The input at the prompt stays."
 
 ;;;###autoload
 (defun amacs-shell ()
-  "Open `*amacs-shell*' and start the AMACS server if needed."
+  "Open the AMACS shell and start its server if needed.
+The shell of the current connection (`amacs-current-connection'):
+called from a shell or hub, that one's home; elsewhere the home
+`amacs-home' names.  `amacs-shell-open' opens one on any home."
   (interactive)
-  ;; The server first: its start-up (Python's imports) overlaps loading the rest
-  ;; of the client and making the shell.  A start that fails
-  ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
-  (amacs-start-server)                  ; nothing when a server is live or starting
-  (require 'amacs)                      ; reached by autoload: the agent API and buffer reads too
-  (let ((buf (get-buffer-create amacs-shell-buffer-name)))
-    (with-current-buffer buf
-      (if (derived-mode-p 'amacs-shell-mode)
-          (amacs-shell--revive)
-        (amacs-shell-mode)
-        ;; A new shell on a live server (the last one was killed): its hello was
-        ;; long ago, so ask for the last exchanges now.  A turn going on streams
-        ;; below them: its events wait until they are shown.
-        (when (amacs-live-p)
-          (amacs-hold-events)
-          (amacs-call 'status nil
-                      (lambda (status)
-                        (setq amacs--status (append status amacs--status))
-                        ;; Mid-turn, the last input has no reply yet: not a stopped server's.
-                        (let ((amacs-shell--stop-said amacs-shell-busy))
-                          (amacs-shell--greet))
-                        (amacs-release-events))
-                      (lambda (err)
-                        (amacs-release-events)
-                        (amacs-shell--note (concat "Could not show the last exchanges: " err)))))))
-    (setq amacs-transport-message-function #'amacs-shell--note)
-    (pop-to-buffer-same-window buf)
-    (unless (amacs-live-p) (amacs-shell--transition 'opened))
-    (amacs-render-preload)
-    (amacs-when-ready #'ignore)
-    buf))
+  (amacs-shell--open (amacs-current-connection)))
+
+;;;###autoload
+(defun amacs-shell-open (home)
+  "Open a shell on the AMACS home HOME, starting its server if needed.
+Return the shell buffer.  Each home has its own connection, server and
+shell: one Emacs can talk to several homes at once.  Its shell buffer
+is `amacs-shell-buffer-name' for the home `amacs-home' names, else
+named for HOME."
+  (interactive "DAMACS home: ")
+  (amacs-shell--open (amacs-connection-for home)))
+
+(defun amacs-shell--buffer-for (connection)
+  "CONNECTION's shell buffer, made (not yet in its mode) if it has none."
+  (let ((shell (amacs-connection-shell connection)))
+    (if (buffer-live-p shell)
+        shell
+      (let ((buf (get-buffer-create (amacs-shell--buffer-name connection))))
+        (if (and (with-current-buffer buf (derived-mode-p 'amacs-shell-mode))
+                 (not (eq (buffer-local-value 'amacs--buffer-connection buf) connection)))
+            (generate-new-buffer (amacs-shell--buffer-name connection)) ; another home's
+          buf)))))
+
+(defun amacs-shell--open (connection)
+  "Open CONNECTION's shell and start its server if needed; return the buffer."
+  (amacs-with-connection connection
+    ;; The server first: its start-up (Python's imports) overlaps loading the rest
+    ;; of the client and making the shell.  A start that fails
+    ;; at once is tried again by `amacs-when-ready' below, which says why in the shell.
+    (amacs-start-server connection)     ; nothing when a server is live or starting
+    (require 'amacs)                    ; reached by autoload: the agent API and buffer reads too
+    (let ((buf (amacs-shell--buffer-for connection)))
+      (with-current-buffer buf
+        (if (derived-mode-p 'amacs-shell-mode)
+            (amacs-shell--revive)
+          (amacs-shell-mode)
+          ;; A new shell on a live server (the last one was killed): its hello was
+          ;; long ago, so ask for the last exchanges now.  A turn going on streams
+          ;; below them: its events wait until they are shown.
+          (when (amacs-live-p)
+            (amacs-hold-events)
+            (amacs-call 'status nil
+                        (lambda (status)
+                          (setf (amacs-connection-status connection)
+                                (append status (amacs-connection-status connection)))
+                          ;; Mid-turn, the last input has no reply yet: not a stopped server's.
+                          (amacs-shell--set 'amacs-shell--stop-said (amacs-shell-busy-p))
+                          (amacs-shell--greet)
+                          (amacs-release-events))
+                        (lambda (err)
+                          (amacs-release-events)
+                          (amacs-shell--note (concat "Could not show the last exchanges: " err)))))))
+      (setq amacs-transport-message-function #'amacs-shell--note)
+      (pop-to-buffer-same-window buf)
+      (unless (amacs-live-p) (amacs-shell--transition 'opened))
+      (amacs-render-preload)
+      (amacs-when-ready #'ignore)
+      buf)))
 
 (provide 'amacs-shell)
 ;;; amacs-shell.el ends here

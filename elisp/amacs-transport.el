@@ -31,64 +31,155 @@
 ;; Emacs's calls) goes to epc.el's dispatcher as before.  Emacs cannot
 ;; set TCP_NODELAY on its socket (no such option in Emacs 28), so it
 ;; never sends two messages where one does: no answers to events.
+;;
+;; A connection is an object, `amacs-connection', one per AMACS home
+;; (as jsonrpc.el's `jsonrpc-process-connection' is one per server):
+;; it holds the home, the server process Emacs started for it, the EPC
+;; manager, the hello's status, what waits for the server, its event
+;; queue, and the shell and hub buffers that show it.  One Emacs may hold
+;; several, on several homes.  Code finds the connection it works for
+;; with `amacs-current-connection': the one whose event, callback or
+;; hook is running (`amacs-with-connection'), else the current buffer's
+;; (a shell or hub records its own), else the one for `amacs-home'.
 
 ;;; Code:
 
 (require 'cl-lib)
+(require 'seq)
 ;; epc (and deferred, concurrent, ctable: ~50 ms with a garbage collection) is
 ;; loaded when the first connection is made, while the server starts: the
 ;; server process starts without waiting for it.
 (eval-when-compile (require 'epc))
 (require 'amacs-settings)
 
-;;;; The connection's state
+;;;; The connection object
+
+(cl-defstruct (amacs-connection (:constructor amacs--make-connection) (:copier nil))
+  "This Emacs's connection to the AMACS server of one home.
+HOME is the AMACS home, an absolute directory name without a final
+slash.  SERVER-PROCESS is the server process this Emacs started for it,
+or nil (none, or a headless server).  MANAGER is the `epc:manager' of
+the open connection, or nil; TOKEN the secret the server must present.
+READY is non-nil once the server accepted this Emacs's hello, and
+STATUS is the plist it answered with.  ON-READY are functions waiting
+for the server, newest first.  CHOSEN is what the person chose for this
+home that a restarted server keeps (`amacs-set-model',
+`amacs-set-budget', `amacs-use-local-model'): a plist of :backend,
+:model, :base-url, :budget and :local; it wins over the environment
+Emacs started with.  EVENT-QUEUE (with its last cons EVENT-QUEUE-TAIL)
+holds events not yet handled, oldest first, and EVENT-TIMER drains it;
+EVENTS-HELD keeps them queued (`amacs-hold-events').  START-FAILURES
+counts servers in a row that stopped before they accepted this Emacs,
+START-REASON is the reason last said for one, RETRY-TIMER starts the
+next.  SHELL and HUB are the buffers that show this home, or nil.
+PROPERTIES is a plist the parts that use the connection keep on it
+\(`amacs-connection-get', `amacs-connection-put'), as on a process."
+  home server-process manager token ready status on-ready chosen
+  event-queue event-queue-tail event-timer events-held
+  (start-failures 0) start-reason retry-timer
+  shell hub properties)
+
+(defun amacs-connection-get (connection property)
+  "Return the value of PROPERTY kept on CONNECTION."
+  (plist-get (amacs-connection-properties connection) property))
+
+(defun amacs-connection-put (connection property value)
+  "Keep VALUE as PROPERTY on CONNECTION."
+  (setf (amacs-connection-properties connection)
+        (plist-put (amacs-connection-properties connection) property value)))
+
+(defcustom amacs-home nil
+  "The AMACS home folder, or nil for $AMACS_HOME or ~/.agent.
+Passed to the server as AMACS_HOME.  The connection of a command run
+outside a shell or hub is this home's (`amacs-current-connection')."
+  :type '(choice (const :tag "Default" nil) directory)
+  :group 'amacs)
+
+(defun amacs--home-directory ()
+  "Return the AMACS home: `amacs-home', else $AMACS_HOME, else ~/.agent."
+  (expand-file-name (or amacs-home (getenv "AMACS_HOME") "~/.agent")))
+
+(defvar amacs--connections nil
+  "Every connection this Emacs made, one per home, newest first.")
+
+(defvar amacs--current nil
+  "The connection in effect, or nil: see `amacs-with-connection'.")
+
+(defvar-local amacs--buffer-connection nil
+  "The connection this buffer shows (a shell or a hub), or nil.")
+(put 'amacs--buffer-connection 'permanent-local t) ; a mode's restart keeps it
+
+(defmacro amacs-with-connection (connection &rest body)
+  "Run BODY with CONNECTION in effect.
+Every call to the server, every `amacs-when-ready', every buffer it
+looks for, is then CONNECTION's.  Events, callbacks and hooks of a
+connection run inside it."
+  (declare (indent 1) (debug t))
+  `(let ((amacs--current ,connection)) ,@body))
+
+(defun amacs-connection-for (home)
+  "Return the connection for HOME, making it if this Emacs has none.
+The connection is only made, not opened: `amacs-start-server' opens it."
+  (let ((key (directory-file-name (expand-file-name home))))
+    (or (seq-find (lambda (c) (equal (amacs-connection-home c) key)) amacs--connections)
+        (car (push (amacs--make-connection :home key) amacs--connections)))))
+
+(defun amacs-current-connection ()
+  "Return the connection in effect here.
+The one whose event, callback or hook is running; else the current
+buffer's (a shell or hub); else the one for `amacs-home'."
+  (or amacs--current
+      (and (amacs-connection-p amacs--buffer-connection) amacs--buffer-connection)
+      (amacs-connection-for (amacs--home-directory))))
+
+(defun amacs-live-connections ()
+  "Return the connections whose server has accepted this Emacs, oldest first."
+  (reverse (seq-filter #'amacs-live-p amacs--connections)))
+
+(defun amacs-connection-name (&optional connection)
+  "Return the home of CONNECTION (default: the current one), abbreviated."
+  (abbreviate-file-name (amacs-connection-home (or connection (amacs-current-connection)))))
+
+(defun amacs-status (&optional key)
+  "Return the status the current connection's server gave at hello.
+With KEY, return that property of it."
+  (let ((status (amacs-connection-status (amacs-current-connection))))
+    (if key (plist-get status key) status)))
+
+(defun amacs-chosen (&optional key)
+  "Return what the person chose for the current connection's home.
+With KEY, return that property of it (see `amacs-connection')."
+  (let ((chosen (amacs-connection-chosen (amacs-current-connection))))
+    (if key (plist-get chosen key) chosen)))
+
+(defun amacs-choose (&rest properties)
+  "Keep PROPERTIES (KEY VALUE ...) in the current connection's choices.
+A restarted server of its home keeps them."
+  (let ((connection (amacs-current-connection)))
+    (while properties
+      (setf (amacs-connection-chosen connection)
+            (plist-put (amacs-connection-chosen connection) (pop properties) (pop properties))))))
 
 (defcustom amacs-sync-call-timeout 10
   "Seconds a synchronous call to the server may take before it fails."
   :type 'number
   :group 'amacs)
 
-(defvar amacs--start-failures 0
-  "Servers in a row that stopped before they accepted this Emacs.")
-
-(defvar amacs--start-reason nil
-  "The reason last said for a server that did not start, or nil.
-A later server that fails for the same reason does not say it again.")
-
-(defvar amacs--manager nil
-  "The `epc:manager' of the live connection, or nil.")
-
-(defvar amacs--server-process nil
-  "The server process this Emacs started, or nil.")
-
-(defvar amacs--ready nil
-  "Non-nil once the server has accepted this Emacs's hello.")
-
-(defvar amacs--status nil
-  "The plist the server returned at hello.")
-
-(defvar amacs--on-ready nil
-  "Functions called with no argument once the server is ready.")
-
 (defvar amacs--event-handlers nil
-  "Alist of (TYPE . FUNCTION) for events the server sends.
-FUNCTION receives the event plist.")
-
-(defvar amacs--event-queue nil
-  "Events received from the server and not yet handled, oldest first.")
-
-(defvar amacs--event-timer nil
-  "Timer that drains `amacs--event-queue', or nil.")
+  "Alist of (TYPE . FUNCTIONS) for events the server sends.
+Each function receives the event plist, with its connection in effect.")
 
 (defvar amacs-ready-hook nil
-  "Hook run each time a server accepts this Emacs (start, restart, reconnect).")
+  "Hook run each time a server accepts this Emacs (start, restart, reconnect).
+Its connection is in effect (`amacs-current-connection').")
 
 (defvar amacs-disconnect-hook nil
-  "Hook run when the server stops or the connection to it is lost.")
+  "Hook run when the server stops or the connection to it is lost.
+Its connection is in effect (`amacs-current-connection').")
 
 (defvar amacs-transport-message-function #'message
   "Function used to tell the person about connection problems.
-The shell replaces it so that messages appear in `*amacs-shell*'.")
+The shell replaces it so that messages appear in the connection's shell.")
 
 (defun amacs--say (format-string &rest args)
   "Report FORMAT-STRING with ARGS through `amacs-transport-message-function'."
@@ -100,14 +191,18 @@ The shell replaces it so that messages appear in `*amacs-shell*'.")
         ((consp value) (cons (amacs--clean (car value)) (amacs--clean (cdr value))))
         (t value)))
 
-(defun amacs--connecting-p ()
-  "Return non-nil while a connection is open and its hello not yet answered."
-  (and amacs--manager (not amacs--ready)
-       (process-live-p (epc:connection-process (epc:manager-connection amacs--manager)))))
+(defun amacs--connecting-p (&optional connection)
+  "Return non-nil while CONNECTION is open and its hello not yet answered."
+  (let ((mngr (amacs-connection-manager (or connection (amacs-current-connection)))))
+    (and mngr (not (amacs-connection-ready (or connection (amacs-current-connection))))
+         (process-live-p (epc:connection-process (epc:manager-connection mngr))))))
 
-(defun amacs-live-p ()
-  "Return non-nil when the server is connected and has accepted this Emacs."
-  (and amacs--ready amacs--manager (epc:live-p amacs--manager)))
+(defun amacs-live-p (&optional connection)
+  "Return non-nil when CONNECTION's server has accepted this Emacs.
+CONNECTION defaults to the current one."
+  (let ((connection (or connection (amacs-current-connection))))
+    (and (amacs-connection-ready connection) (amacs-connection-manager connection)
+         (epc:live-p (amacs-connection-manager connection)))))
 
 ;;;; Connecting
 
@@ -119,88 +214,104 @@ where the log is.  A function of the hook that says it itself, with
 what of the turn is on disk between the two, sets it to nil: then
 nothing more is said.")
 
-(defun amacs--run-disconnect-hook ()
-  "Handle the events that came before the connection closed; then run the hook.
+(defun amacs--run-disconnect-hook (connection)
+  "Handle the events that came before CONNECTION closed; then run the hook.
 Events wait for a timer (`amacs--drain-events'), and a sentinel may run
 before it: the shell must know the input the server took and saved
 before it says what of the turn is on disk."
-  (when amacs--event-timer
-    (cancel-timer amacs--event-timer))
-  (amacs-release-events)
-  (run-hooks 'amacs-disconnect-hook))
+  (when (amacs-connection-event-timer connection)
+    (cancel-timer (amacs-connection-event-timer connection)))
+  (amacs-with-connection connection
+    (amacs-release-events)
+    (run-hooks 'amacs-disconnect-hook)))
 
-(defun amacs--say-stopped (what then)
-  "Run `amacs-disconnect-hook'; then say WHAT and THEN unless a hook function did."
+(defun amacs--say-stopped (connection what then)
+  "Run CONNECTION's `amacs-disconnect-hook'; then say WHAT and THEN unless it did."
   (let ((amacs-stopped (cons what then)))
-    (amacs--run-disconnect-hook)
+    (amacs--run-disconnect-hook connection)
     (when amacs-stopped
-      (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped)))))
+      (amacs-with-connection connection
+        (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped))))))
 
-(defun amacs--connect-port (server-proc port token &optional success)
-  "Connect to PORT on 127.0.0.1 and say hello with TOKEN.
+(defun amacs--connect-port (connection server-proc port token &optional success)
+  "Open CONNECTION to PORT on 127.0.0.1 and say hello with TOKEN.
 SERVER-PROC is the server process this Emacs started, or nil.
 SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (require 'epc)
-  (condition-case err
-      (let* ((conn (epc:connect "127.0.0.1" port))
-             (mngr (make-epc:manager :server-process server-proc
-                                     :title "amacs" :port port :connection conn)))
-        (epc:init-epc-layer mngr)
-        (set-process-filter (epc:connection-process conn)
-                            (lambda (p m) (amacs--connection-filter conn p m)))
-        (set-process-sentinel (epc:connection-process conn)
-                              (lambda (p e) (amacs--connection-sentinel mngr p e)))
-        (setq amacs--manager mngr)
-        (deferred:$
-          (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
-          (deferred:nextc it
-            (lambda (status)
-              (when success (amacs--say "%s" success))
-              (amacs--hello-accepted status)))
-          (deferred:error it
-            (lambda (e) (amacs--say "The AMACS server refused this Emacs: %s"
-                                    (amacs--remote-error-message e))))))
-    (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
-                       port (error-message-string err)))))
+  (amacs-with-connection connection
+    (condition-case err
+        (let* ((conn (epc:connect "127.0.0.1" port))
+               (mngr (make-epc:manager :server-process server-proc
+                                       :title "amacs" :port port :connection conn)))
+          (epc:init-epc-layer mngr)
+          (process-put (epc:connection-process conn) 'amacs-connection connection)
+          (set-process-filter (epc:connection-process conn)
+                              (lambda (p m) (amacs--connection-filter connection conn p m)))
+          (set-process-sentinel (epc:connection-process conn)
+                                (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
+          (setf (amacs-connection-manager connection) mngr)
+          (deferred:$
+            (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
+            (deferred:nextc it
+              (lambda (status)
+                (amacs-with-connection connection
+                  (when success (amacs--say "%s" success)))
+                (amacs--hello-accepted connection status)))
+            (deferred:error it
+              (lambda (e)
+                (amacs-with-connection connection
+                  (amacs--say "The AMACS server refused this Emacs: %s"
+                              (amacs--remote-error-message e)))))))
+      (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
+                         port (error-message-string err))))))
 
-(defun amacs--connection-sentinel (mngr proc event)
-  "Forget MNGR when its connection PROC closes with EVENT."
+(defun amacs--connection-sentinel (connection mngr proc event)
+  "Forget MNGR, CONNECTION's manager, when its process PROC closes with EVENT."
   (epc:disconnect (epc:manager-connection mngr))
-  (when (and (eq mngr amacs--manager) (not (process-live-p proc)))
-    (setq amacs--ready nil amacs--manager nil)
-    (unless amacs--server-process
-      (amacs--say-stopped (format "Lost the AMACS server (%s)" (string-trim event))
+  (when (and (eq mngr (amacs-connection-manager connection)) (not (process-live-p proc)))
+    (setf (amacs-connection-ready connection) nil (amacs-connection-manager connection) nil)
+    (unless (amacs-connection-server-process connection)
+      (amacs--say-stopped connection (format "Lost the AMACS server (%s)" (string-trim event))
                           "Send a message to reconnect."))))
 
-(defun amacs--hello-accepted (status)
-  "Store the server's STATUS plist and run the functions waiting for it."
-  (setq amacs--ready t amacs--status status amacs--start-failures 0 amacs--start-reason nil)
-  (when amacs--server-process (process-put amacs--server-process 'amacs-accepted t))
-  (run-hooks 'amacs-ready-hook)
-  (let ((waiting amacs--on-ready))
-    (setq amacs--on-ready nil)
-    (dolist (fn (reverse waiting)) (funcall fn))))
+(defun amacs--hello-accepted (connection status)
+  "Store the server's STATUS plist in CONNECTION; run what waits for it."
+  (setf (amacs-connection-ready connection) t (amacs-connection-status connection) status
+        (amacs-connection-start-failures connection) 0 (amacs-connection-start-reason connection) nil)
+  (let ((proc (amacs-connection-server-process connection)))
+    (when proc (process-put proc 'amacs-accepted t)))
+  (amacs-with-connection connection
+    (run-hooks 'amacs-ready-hook)
+    (let ((waiting (amacs-connection-on-ready connection)))
+      (setf (amacs-connection-on-ready connection) nil)
+      (dolist (fn (reverse waiting)) (funcall fn)))))
 
 (defun amacs-cancel-waiting ()
-  "Drop every function waiting for the server; return how many there were.
+  "Drop every function waiting for the current connection; return how many.
 The server goes on starting; nothing runs when it is ready.  The shell's
 interrupt calls this, so input typed while the server starts is dropped."
-  (prog1 (length amacs--on-ready)
-    (setq amacs--on-ready nil)))
+  (let ((connection (amacs-current-connection)))
+    (prog1 (length (amacs-connection-on-ready connection))
+      (setf (amacs-connection-on-ready connection) nil))))
 
 ;;;; Calls to the server
 
 (defun amacs-call (method args &optional callback errback)
-  "Call server METHOD with ARGS without waiting.
-CALLBACK gets the result; ERRBACK gets an error message string."
-  (unless (amacs-live-p) (error "The AMACS server is not connected"))
-  (deferred:$
-    (epc:call-deferred amacs--manager method (amacs--clean args))
-    (deferred:nextc it (lambda (value) (when callback (funcall callback value))))
-    (deferred:error it
-      (lambda (err)
-        (let ((text (amacs--remote-error-message err)))
-          (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))
+  "Call METHOD with ARGS on the current connection's server, without waiting.
+CALLBACK gets the result; ERRBACK gets an error message string.  Both
+run with the connection in effect."
+  (let ((connection (amacs-current-connection)))
+    (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
+    (deferred:$
+      (epc:call-deferred (amacs-connection-manager connection) method (amacs--clean args))
+      (deferred:nextc it
+        (lambda (value)
+          (when callback (amacs-with-connection connection (funcall callback value)))))
+      (deferred:error it
+        (lambda (err)
+          (let ((text (amacs--remote-error-message err)))
+            (amacs-with-connection connection
+              (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))))
 
 (define-error 'amacs-remote-error "AMACS server error")
 
@@ -233,37 +344,36 @@ deferred passes them on; or an `amacs-remote-error' condition."
     (_ (format "%S" err))))
 
 (defun amacs--call-sync (method args)
-  "Call server METHOD with ARGS and return its value, waiting on the socket.
-If the method fails, signals `amacs-remote-error' with the server's
-message as its data; its parent is `error', so a handler of `error'
-catches it (`amacs-error-message' gives the message alone).  Signals an
-error if no answer comes within `amacs-sync-call-timeout' seconds."
-  (unless (amacs-live-p) (error "The AMACS server is not connected"))
-  (let* ((mngr amacs--manager)
-         (proc (epc:connection-process (epc:manager-connection mngr)))
-         (uid (epc:uid))
-         (state 'waiting) value
-         (d (make-deferred :callback (lambda (x) (setq state 'done value x))
-                           :errorback (lambda (e) (setq state 'failed value e))))
-         (deadline (+ (float-time) amacs-sync-call-timeout)))
-    (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
-    (epc:manager-send mngr 'call uid method (amacs--clean args))
-    (while (and (eq state 'waiting) (< (float-time) deadline) (process-live-p proc))
-      (accept-process-output proc 0.05 nil t)
-      (deferred:flush-queue!))
-    (pcase state
-      ('done value)
-      ('failed (signal 'amacs-remote-error (list (amacs--remote-error-message value))))
-      (_ (epc:manager-remove-session mngr uid)
-         (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout)))))
+  "Call METHOD with ARGS on the current connection's server; return its value.
+Waits on the connection's socket.  If the method fails, signals
+`amacs-remote-error' with the server's message as its data; its parent
+is `error', so a handler of `error' catches it (`amacs-error-message'
+gives the message alone).  Signals an error if no answer comes within
+`amacs-sync-call-timeout' seconds."
+  (let ((connection (amacs-current-connection)))
+    (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
+    (let* ((mngr (amacs-connection-manager connection))
+           (proc (epc:connection-process (epc:manager-connection mngr)))
+           (uid (epc:uid))
+           (state 'waiting) value
+           (d (make-deferred :callback (lambda (x) (setq state 'done value x))
+                             :errorback (lambda (e) (setq state 'failed value e))))
+           (deadline (+ (float-time) amacs-sync-call-timeout)))
+      (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
+      (epc:manager-send mngr 'call uid method (amacs--clean args))
+      (while (and (eq state 'waiting) (< (float-time) deadline) (process-live-p proc))
+        (accept-process-output proc 0.05 nil t)
+        (deferred:flush-queue!))
+      (pcase state
+        ('done value)
+        ('failed (signal 'amacs-remote-error (list (amacs--remote-error-message value))))
+        (_ (epc:manager-remove-session mngr uid)
+           (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout))))))
 
 ;;;; Events from the server
 
-(defvar amacs--event-queue-tail nil
-  "The last cons of `amacs--event-queue', so that queueing is O(1).")
-
-(defun amacs--connection-filter (conn _proc string)
-  "Read every complete EPC message in STRING from connection CONN.
+(defun amacs--connection-filter (connection conn _proc string)
+  "Read every complete EPC message in STRING from CONNECTION's EPC CONN.
 Events, (amacs-events 0 EVENTS), are queued for `amacs--drain-events';
 any other message goes to epc.el's dispatcher, as its own filter does."
   (let ((buf (epc:connection-buffer conn)) messages)
@@ -287,22 +397,24 @@ any other message goes to epc.el's dispatcher, as its own filter does."
           (delete-region (point-min) start))))
     (dolist (message (nreverse messages))
       (cond ((eq (car-safe message) 'amacs-events)
-             (amacs--queue-events (nth 2 message)))
+             (amacs--queue-events connection (nth 2 message)))
             ((consp message)
              (condition-case err
-                 (apply #'cc:signal-send (epc:connection-channel conn) message)
+                 (amacs-with-connection connection
+                   (apply #'cc:signal-send (epc:connection-channel conn) message))
                (error (message "AMACS: handling %S failed: %S" (car message) err))))))))
 
-(defun amacs--queue-events (events)
-  "Append the list EVENTS to the queue; start the drain timer if none waits."
+(defun amacs--queue-events (connection events)
+  "Append the list EVENTS to CONNECTION's queue; start its drain if none waits."
   (when events
     (let ((cells (copy-sequence events)))
-      (if amacs--event-queue
-          (setcdr amacs--event-queue-tail cells)
-        (setq amacs--event-queue cells))
-      (setq amacs--event-queue-tail (last cells))))
-  (unless amacs--event-timer
-    (setq amacs--event-timer (run-at-time 0 nil #'amacs--drain-events))))
+      (if (amacs-connection-event-queue connection)
+          (setcdr (amacs-connection-event-queue-tail connection) cells)
+        (setf (amacs-connection-event-queue connection) cells))
+      (setf (amacs-connection-event-queue-tail connection) (last cells))))
+  (unless (amacs-connection-event-timer connection)
+    (setf (amacs-connection-event-timer connection)
+          (run-at-time 0 nil #'amacs--drain-events connection))))
 
 (defun amacs--same-stream-p (a b)
   "Return non-nil when events A and B are deltas of one stream.
@@ -314,55 +426,60 @@ Both are \"reply-delta\" and every property but :text is the same."
        (cl-loop for (key value) on a by #'cddr
                 always (or (eq key :text) (equal value (plist-get b key))))))
 
-(defvar amacs--events-held nil
-  "Non-nil while events wait in their queue: see `amacs-hold-events'.")
-
 (defun amacs-hold-events ()
-  "Keep events queued, unhandled, until `amacs-release-events'.
+  "Keep the current connection's events queued, unhandled, until released.
 A new shell on a server mid-turn shows the last exchanges first, then
-the turn's stream: its deltas wait until the exchanges are shown.  The
-connection's end releases them too."
-  (setq amacs--events-held t))
+the turn's stream: its deltas wait until the exchanges are shown
+\(`amacs-release-events').  The connection's end releases them too."
+  (setf (amacs-connection-events-held (amacs-current-connection)) t))
 
 (defun amacs-release-events ()
   "Handle the events `amacs-hold-events' kept, and those after them."
-  (setq amacs--events-held nil)
-  (amacs--drain-events))
+  (let ((connection (amacs-current-connection)))
+    (setf (amacs-connection-events-held connection) nil)
+    (amacs--drain-events connection)))
 
-(defun amacs--drain-events ()
-  "Handle every queued event, oldest first, with every handler of its type.
-Consecutive deltas of one stream are handled as one, and not at all when
-the streamed reply that replaces them is next.  Nothing while events are
-held (`amacs-hold-events')."
-  (setq amacs--event-timer nil)
-  (while (and amacs--event-queue (not amacs--events-held))
-    (let* ((event (pop amacs--event-queue))
-           (handlers (alist-get (plist-get event :type) amacs--event-handlers
-                                nil nil #'equal)))
-      (when (and amacs--event-queue (amacs--same-stream-p event (car amacs--event-queue)))
-        (let ((texts (list (plist-get event :text))))
-          (while (and amacs--event-queue (amacs--same-stream-p event (car amacs--event-queue)))
-            (push (plist-get (pop amacs--event-queue) :text) texts))
-          (setq event (plist-put (copy-sequence event) :text
-                                 (apply #'concat (nreverse texts))))))
-      (when (and (equal (plist-get event :type) "reply-delta")
-                 (equal (plist-get (car amacs--event-queue) :type) "reply")
-                 (plist-get (car amacs--event-queue) :streamed))
-        ;; The streamed reply replaces the streamed text at once: skip inserting it.
-        (setq event (pop amacs--event-queue)
-              handlers (alist-get "reply" amacs--event-handlers nil nil #'equal)))
-      (unless amacs--event-queue (setq amacs--event-queue-tail nil))
-      (unless handlers
-        (message "AMACS: unknown event %S" (plist-get event :type)))
-      (dolist (handler handlers)
-        (condition-case err
-            (funcall handler event)
-          (error (message "AMACS: handling %s failed: %s"
-                          (plist-get event :type) (error-message-string err))))))))
+(defun amacs--drain-events (connection)
+  "Handle CONNECTION's queued events, oldest first, with every handler of its type.
+Each handler runs with CONNECTION in effect.  Consecutive deltas of one
+stream are handled as one, and not at all when the streamed reply that
+replaces them is next.  Nothing while events are held (`amacs-hold-events')."
+  (setf (amacs-connection-event-timer connection) nil)
+  (amacs-with-connection connection
+    (while (and (amacs-connection-event-queue connection)
+                (not (amacs-connection-events-held connection)))
+      (let* ((event (pop (amacs-connection-event-queue connection)))
+             (handlers (alist-get (plist-get event :type) amacs--event-handlers
+                                  nil nil #'equal)))
+        (when (and (amacs-connection-event-queue connection)
+                   (amacs--same-stream-p event (car (amacs-connection-event-queue connection))))
+          (let ((texts (list (plist-get event :text))))
+            (while (and (amacs-connection-event-queue connection)
+                        (amacs--same-stream-p event (car (amacs-connection-event-queue connection))))
+              (push (plist-get (pop (amacs-connection-event-queue connection)) :text) texts))
+            (setq event (plist-put (copy-sequence event) :text
+                                   (apply #'concat (nreverse texts))))))
+        (let ((next (car (amacs-connection-event-queue connection))))
+          (when (and (equal (plist-get event :type) "reply-delta")
+                     (equal (plist-get next :type) "reply")
+                     (plist-get next :streamed))
+            ;; The streamed reply replaces the streamed text at once: skip inserting it.
+            (setq event (pop (amacs-connection-event-queue connection))
+                  handlers (alist-get "reply" amacs--event-handlers nil nil #'equal))))
+        (unless (amacs-connection-event-queue connection)
+          (setf (amacs-connection-event-queue-tail connection) nil))
+        (unless handlers
+          (message "AMACS: unknown event %S" (plist-get event :type)))
+        (dolist (handler handlers)
+          (condition-case err
+              (funcall handler event)
+            (error (message "AMACS: handling %s failed: %s"
+                            (plist-get event :type) (error-message-string err)))))))))
 
 (defun amacs-on-event (type function)
   "Handle server events of TYPE (a string) with FUNCTION of one plist.
-Several functions may handle one type; each is added once."
+Several functions may handle one type; each is added once.  FUNCTION
+runs with the event's connection in effect."
   (let ((handlers (alist-get type amacs--event-handlers nil nil #'equal)))
     (unless (memq function handlers)
       (setf (alist-get type amacs--event-handlers nil nil #'equal)

@@ -38,15 +38,17 @@
 (autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
 (autoload 'amacs-report "amacs-research" "Write and open the report of an experiment's runs." t)
+(autoload 'amacs-rewind "amacs-history" "Return the agent's mind to just before a past input." t)
+(autoload 'amacs-fork "amacs-history" "Make a new AMACS home holding the mind at a past input." t)
 (autoload 'amacs-use-local-model "amacs-local" "Switch the agent to a small model on this machine." t)
 
 (defun amacs--restarted (own)
-  "Say in one line that the server is back, from `amacs--status'.
+  "Say in one line that the server is back, from its status (`amacs-status').
 OWN is non-nil when this Emacs started the server it is connected to."
-  (let ((model (or (plist-get amacs--status :model) "an unknown model"))
-        (backend (or (plist-get amacs--status :backend) "an unknown backend"))
-        (notice (plist-get amacs--status :notice))
-        (url (plist-get amacs-chosen :base-url)))
+  (let ((model (or (amacs-status :model) "an unknown model"))
+        (backend (or (amacs-status :backend) "an unknown backend"))
+        (notice (amacs-status :notice))
+        (url (amacs-chosen :base-url)))
     (when url (setq backend (format "%s at %s" backend url)))
     (message nil)                       ; "restarting the server…" is done
     (amacs--say "%s"
@@ -78,7 +80,7 @@ With CONFIRM (interactively), ask first while the agent works on a turn."
   (let ((amacs-stop-grace (min amacs-stop-grace 2)))
     (amacs-stop-server))
   (amacs-reset-start-attempts)
-  (amacs-when-ready (lambda () (amacs--restarted (process-live-p amacs--server-process)))))
+  (amacs-when-ready (lambda () (amacs--restarted (process-live-p (amacs-server-process))))))
 
 (provide 'amacs)
 ;;; amacs.el ends here

@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .forkserver import launcher
-from .runs import INTERRUPTED, Outcome, read_manifest, run_one, write_manifest
+from .runs import (
+    INTERRUPTED,
+    Outcome,
+    Prepared,
+    discard,
+    prepare,
+    read_manifest,
+    run_one,
+    write_manifest,
+)
 from .spec import Run
 
 log = logging.getLogger("amacs.research")
@@ -95,7 +104,8 @@ class LocalExecutor:
     A run's server is forked from a :class:`ForkServer` that has imported the server and the
     SDKs of BACKENDS once; each run is still a new Emacs and a new server process, in a new
     home.  Without a fork server (FORK false, or it could not start) each run's server is
-    ``python -m amacs_server``."""
+    ``python -m amacs_server``.  The runs to come next are prepared ahead (:meth:`prepare`):
+    their Emacs and server start while the runs before them go, and wait to be started."""
 
     def __init__(self, runs_dir: Path, parallel: int, backends: Sequence[str] = ("anthropic",),
                  fork: bool = True) -> None:
@@ -103,6 +113,7 @@ class LocalExecutor:
         self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-run")
         self.going: dict[Future[Outcome], Run] = {}
         self.stop = threading.Event()
+        self.prepared: dict[str, Prepared] = {}
         self.forks: ForkServer | None = None
         if fork:
             try:
@@ -110,10 +121,20 @@ class LocalExecutor:
             except OSError as err:
                 log.warning("runs start their servers from nothing: %s", err)
 
+    def _command(self) -> list[str] | None:
+        return self.forks.command() if self.forks is not None else None
+
+    def prepare(self, runs: Sequence[Run]) -> None:
+        """Start the Emacs (and so the server) of RUNS, the next to be submitted, unless started
+        already; each waits, ready, until it is submitted."""
+        for run in runs:
+            if run.run_id not in self.prepared and not self.stop.is_set():
+                self.prepared[run.run_id] = prepare(run, self.runs_dir, self._command(), gated=True)
+
     def submit(self, run: Run) -> None:
-        """Start RUN in a thread."""
-        command = self.forks.command() if self.forks is not None else None
-        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop, command)] = run
+        """Start RUN in a thread (its prepared Emacs, if it has one)."""
+        ready = self.prepared.pop(run.run_id, None)
+        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready)] = run
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended."""
@@ -129,6 +150,9 @@ class LocalExecutor:
         """Stop the runs still going (each ends ``failed``, interrupted) and wait for them to say so."""
         self.stop.set()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        for ready in self.prepared.values():  # prepared, never started: still to do
+            discard(ready)
+        self.prepared.clear()
         if self.forks is not None:
             self.forks.close()
 

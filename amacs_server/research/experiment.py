@@ -154,6 +154,9 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     running += 1
                 if not running:
                     break  # the budget is spent, or runs keep failing, and nothing is going
+                ahead = getattr(executor, "prepare", None)  # the next runs' start-up overlaps these
+                if ahead is not None and queue and stopped is None and (budget is None or spent < budget):
+                    ahead(queue[:parallel])
                 progress.update(bar, running=running)
                 for outcome in executor.finished(POLL):
                     running -= 1

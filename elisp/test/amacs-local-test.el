@@ -14,6 +14,7 @@
 (require 'ert)
 (require 'amacs-local)
 (require 'amacs-shell)
+(require 'amacs-test-helpers)
 
 (defmacro amacs-local-test--checkout (var &rest body)
   "Run BODY with VAR a temporary checkout whose .venv-local `amacs-use-local-model' uses."
@@ -21,11 +22,11 @@
   `(let* ((,var (file-name-as-directory (make-temp-file "amacs-local-test" t)))
           (amacs--root ,var)
           (amacs-local-venv nil)
-          (amacs-chosen nil)
           (amacs-local--process nil)
           (amacs-local-functions nil))
-     (unwind-protect (progn ,@body)
-       (delete-directory ,var t))))
+     (amacs-test-with-connection _connection ()
+       (unwind-protect (progn ,@body)
+         (delete-directory ,var t)))))
 
 (defun amacs-local-test--venv (root)
   "Lay out in ROOT's .venv-local what an installed local model has."
@@ -56,8 +57,7 @@
           (restarted nil))
       (cl-letf (((symbol-function 'amacs-live-p) #'ignore)
                 ((symbol-function 'amacs-restart) (lambda (&rest _) (setq restarted t))))
-        (let ((amacs--server-process nil))
-          (amacs-use-local-model)))
+        (amacs-use-local-model))
       (should-not restarted)
       (should-not amacs-local--process)
       (let ((env (amacs--chosen-environment)))
@@ -71,15 +71,14 @@
   (amacs-local-test--checkout root
     (amacs-local-test--venv root)
     (let ((restarted nil))
-      (cl-letf (((symbol-function 'amacs-live-p) (lambda () t))
+      (cl-letf (((symbol-function 'amacs-live-p) (lambda (&rest _) t))
                 ((symbol-function 'amacs-restart) (lambda (&rest _) (setq restarted t))))
         (amacs-use-local-model))
       (should restarted))))
 
 (ert-deftest amacs-local-test-set-model-leaves-the-local-model ()
   "`amacs-set-model' after it: a restarted server no longer runs the local model."
-  (let ((amacs-chosen (list :backend "openai" :model "smollm2" :local '("/py" "/m.gguf")))
-        (amacs--status nil))
+  (amacs-test-with-connection _conn (:chosen (list :backend "openai" :model "smollm2" :local '("/py" "/m.gguf")))
     (cl-letf (((symbol-function 'amacs-when-ready) #'funcall)
               ((symbol-function 'amacs-call)
                (lambda (_method _args callback)
@@ -87,7 +86,7 @@
               ((symbol-function 'amacs-shell--update-header) #'ignore)
               ((symbol-function 'amacs-shell--note) #'ignore))
       (amacs-set-model "anthropic" "claude-x"))
-    (should-not (plist-get amacs-chosen :local))
+    (should-not (amacs-chosen :local))
     (should-not (seq-find (lambda (e) (string-prefix-p "AMACS_LOCAL" e)) (amacs--chosen-environment)))))
 
 (defun amacs-local-test--wait (predicate)
@@ -111,12 +110,11 @@
     (let ((done :unset))
       (add-hook 'amacs-local-functions (lambda (ok) (setq done ok)))
       (cl-letf (((symbol-function 'amacs-live-p) #'ignore))
-        (let ((amacs--server-process nil))
-          (amacs-use-local-model)
-          (should (process-live-p amacs-local--process))
-          (should (amacs-local-test--wait (lambda () (not (eq done :unset)))))))
+        (amacs-use-local-model)
+        (should (process-live-p amacs-local--process))
+        (should (amacs-local-test--wait (lambda () (not (eq done :unset))))))
       (should (eq done t))
-      (should (plist-get amacs-chosen :local))
+      (should (amacs-chosen :local))
       (with-current-buffer amacs-local--buffer
         (should (string-match-p "5 to 9 minutes on 2 cores" (buffer-string)))
         (should (string-match-p "compiling llama.cpp" (buffer-string)))
@@ -133,7 +131,7 @@
       (amacs-use-local-model)
       (should (amacs-local-test--wait (lambda () (not (eq done :unset)))))
       (should (eq done nil))
-      (should-not (plist-get amacs-chosen :local))
+      (should-not (amacs-chosen :local))
       (with-current-buffer amacs-local--buffer
         (should (string-match-p "could not be installed (exit code 1 after" (buffer-string)))))))
 

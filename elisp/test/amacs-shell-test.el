@@ -14,25 +14,31 @@
 (require 'ert)
 (require 'cl-lib)
 (require 'amacs)
+(require 'amacs-test-helpers)
 
 (defvar amacs-shell-test--calls nil
   "Server calls the shell made during a test: (METHOD ARGS), newest first.")
+
+(defun amacs-shell-test--kill-shell ()
+  "Kill the buffer named `amacs-shell-buffer-name', if there is one, without asking."
+  (let ((buf (get-buffer amacs-shell-buffer-name)))
+    (when buf
+      (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
+      (kill-buffer buf))))
 
 (defmacro amacs-shell-test--with-shell (&rest body)
   "Run BODY in a fresh shell shown in the selected window, with no server.
 Calls to the server are recorded in `amacs-shell-test--calls'."
   (declare (indent 0))
-  `(let ((buf (get-buffer-create amacs-shell-buffer-name))
+  `(let ((buf (progn (amacs-shell-test--kill-shell)    ; one a test before left, of another home
+                     (get-buffer-create amacs-shell-buffer-name)))
          (amacs-home (make-temp-file "amacs-shell-test" t))
+         (amacs--connections nil)         ; the shell makes the one of `amacs-home'
+         (amacs--current nil)
          (amacs-shell-busy nil)
-         (amacs-shell--stream-start nil)
-         (amacs-shell--stream-end nil)
-         (amacs-shell--agents nil)
-         (amacs-shell--stop-said nil)
-         (amacs-chosen nil)
          (amacs-shell-test--calls nil))
      (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (funcall fn)))
-               ((symbol-function 'amacs-live-p) (lambda () t))
+               ((symbol-function 'amacs-live-p) (lambda (&rest _) t))
                ((symbol-function 'amacs-call)
                 (lambda (method args &rest _) (push (list method args) amacs-shell-test--calls))))
        (unwind-protect
@@ -210,19 +216,19 @@ server's hello does not say it again."
     (should (string-match-p
              "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org\\. Send again"
              (amacs-shell-test--text)))
-    (let ((amacs--status '(:interrupted t :recent ((:human "q1")))))
+    (amacs-test-with-status '(:interrupted t :recent ((:human "q1")))
       (amacs-shell--greet))
     (should-not (string-match-p "got no reply" (amacs-shell-test--text)))
-    (let ((amacs--status '(:interrupted t :recent ((:human "q1")))))
+    (amacs-test-with-status '(:interrupted t :recent ((:human "q1")))
       (amacs-shell--greet))                       ; a later server: said again, once
     (should (string-match-p "got no reply" (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-resumed-exchanges-say-why-an-input-got-no-reply ()
   "A newcomer's finding: the resumed shell kept the inputs but not that one was interrupted."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:recent ((:human "please interrupt me" :status "no reply: interrupted by the person")
+    (amacs-test-with-status '(:recent ((:human "please interrupt me" :status "no reply: interrupted by the person")
                                     (:human "after the interrupt" :agent "Here."))
-                           :key-ok t)))
+                           :key-ok t)
       (amacs-shell--greet))
     (should (string-match-p
              "amacs> please interrupt me\n;; (no reply: interrupted by the person)\namacs> after the interrupt\n\nHere\."
@@ -268,7 +274,7 @@ what is on disk and how to go on, then `;; Log: PATH'."
         (amacs-shell-test--type-and-send "q1")
         (amacs-shell--on-turn-start nil)
         (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
-        (amacs--say-stopped "AMACS server stopped (killed)"
+        (amacs--say-stopped (amacs-current-connection) "AMACS server stopped (killed)"
                             "Send a message to restart it, or M-x amacs-restart.\nLog: /home/x/logs/server.log"))
       (should-not said)                               ; the shell said it: the transport adds nothing
       (let ((text (amacs-shell-test--text)))
@@ -285,15 +291,16 @@ what is on disk and how to go on, then `;; Log: PATH'."
 (ert-deftest amacs-shell-test-events-before-the-stop-are-handled-before-it ()
   "Events that came before the connection closed count in the stop's notice."
   (amacs-shell-test--with-shell
-    (let ((amacs--event-queue nil) (amacs--event-queue-tail nil) (amacs--event-timer nil)
+    (let ((conn (amacs-current-connection))
           (amacs-transport-message-function #'amacs-shell--note)
           (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
       (amacs-shell-test--type-and-send "q1")
-      (amacs--queue-events '((:type "input-taken" :saved t) (:type "turn-start")))
-      (should amacs--event-timer)                       ; not yet handled: the timer waits
-      (amacs--say-stopped "AMACS server stopped (killed)" "Send a message to restart it.")
-      (should-not amacs--event-queue)
-      (should-not (memq amacs--event-timer timer-list))
+      (amacs--queue-events conn '((:type "input-taken" :saved t) (:type "turn-start")))
+      (should (amacs-connection-event-timer conn))      ; not yet handled: the timer waits
+      (let ((timer (amacs-connection-event-timer conn)))
+        (amacs--say-stopped conn "AMACS server stopped (killed)" "Send a message to restart it.")
+        (should-not (amacs-connection-event-queue conn))
+        (should-not (memq timer timer-list)))
       (should (string-match-p
                (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; "
                        "your input is saved in agent-chat\\.org\\. Send a message to restart it\\.")
@@ -373,19 +380,19 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
     ;; below them (its deltas wait for the exchanges), and does not call it stopped.
     (amacs-shell--on-turn-start nil)                 ; a next turn, going on without a shell
     (let ((status-callback nil)
-          (amacs--event-queue nil) (amacs--event-queue-tail nil) (amacs--event-timer nil)
-          (amacs--events-held nil))
+          (conn (amacs-current-connection)))
       (cl-letf (((symbol-function 'amacs-call)
                  (lambda (method _args &optional callback _errback)
                    (when (eq method 'status) (setq status-callback callback)))))
         (set-window-buffer (selected-window) (amacs-shell))
         (should status-callback)
-        (amacs--queue-events '((:type "reply-delta" :text "Still streaming")))
-        (amacs--drain-events)
+        (amacs--queue-events conn '((:type "reply-delta" :text "Still streaming")))
+        (amacs--drain-events conn)
         (with-current-buffer amacs-shell-buffer-name
           (should-not (string-match-p "Still streaming" (amacs-shell-test--text))))   ; held
         (funcall status-callback '(:recent ((:human "tell me slowly")) :interrupted t))
-        (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer)))
+        (when (timerp (amacs-connection-event-timer conn))
+          (cancel-timer (amacs-connection-event-timer conn))))
       (with-current-buffer amacs-shell-buffer-name
         (let ((text (amacs-shell-test--text)))
           (should (string-match-p "amacs> tell me slowly\n\\(.*\n\\)*Still streaming" text))
@@ -396,8 +403,8 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   "The budget prompt says the limit now and that RET doubles it; the backend prompt its default."
   (amacs-shell-test--with-shell
     (let ((prompts nil)
-          (amacs-shell-usage '(:budget-limit 2.0))
-          (amacs--status '(:backend "openai" :model "qwen")))
+          (amacs-shell-usage '(:budget-limit 2.0)))
+      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "openai" :model "qwen"))
       (cl-letf (((symbol-function 'read-number) (lambda (prompt default) (push prompt prompts) default))
                 ((symbol-function 'completing-read)
                  (lambda (prompt &rest _) (push prompt prompts) "openai"))
@@ -413,7 +420,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
 (ert-deftest amacs-shell-test-a-narrow-header-keeps-what-the-agent-does ()
   "Too wide for the window, the header drops the backend, then the model, not the agent's doing."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-sonnet-5-5" :backend "anthropic" :key-ok t)))
+    (amacs-test-with-status '(:model "claude-sonnet-5-5" :backend "anthropic" :key-ok t)
       (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line 100) " claude-sonnet-5-5 (anthropic) — waiting for you"))
       (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
@@ -424,7 +431,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   (amacs-shell-test--with-shell
     (let ((amacs-transport-message-function #'amacs-shell--note)
           (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
-      (amacs--say-stopped "AMACS server stopped (killed)"
+      (amacs--say-stopped (amacs-current-connection) "AMACS server stopped (killed)"
                           "Send a message to restart it, or M-x amacs-restart.\nLog: /home/x/logs/server.log"))
     (should (string-match-p (concat ";; AMACS server stopped (killed)\\. Send a message to restart it, "
                                     "or M-x amacs-restart\\.\n;; Log: /home/x/logs/server\\.log\n")
@@ -450,7 +457,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   "Issue 9: C-c C-c while the server starts drops the waiting input and says so."
   (amacs-shell-test--with-shell
     (let ((waiting nil))
-      (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil))
+      (cl-letf (((symbol-function 'amacs-live-p) (lambda (&rest _) nil))
                 ((symbol-function 'amacs-when-ready) (lambda (fn) (push fn waiting)))
                 ((symbol-function 'amacs-cancel-waiting)
                  (lambda () (prog1 (length waiting) (setq waiting nil)))))
@@ -628,7 +635,7 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
 (ert-deftest amacs-shell-test-a-fresh-home-is-greeted-in-two-lines ()
   "Issue 9: a home with no history greets with the keys and how to ask for help."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:recent nil :model "claude-x" :backend "anthropic")))
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic")
       (amacs-shell--greet))
     (let ((lines (split-string (amacs-shell-test--text) "\n")))
       (should (= (length lines) 3))          ; two lines of greeting, then the prompt
@@ -640,7 +647,7 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok t)))
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
       (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line) " claude-x (anthropic) — waiting for you"))
       (amacs-shell--on-turn-start nil)
@@ -666,7 +673,7 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
 what is missing; `amacs-set-model' brings the server's word on the key; a note wider than
 the window shows `;;' on its wrapped part too (display only: the text is unchanged)."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-x" :backend "anthropic" :key-ok nil)))
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok nil)
       (amacs-shell--transition 'ready)
       (should (equal (amacs-shell-header-line)
                      " claude-x (anthropic) — no API key: the note below says how to give one"))
@@ -705,7 +712,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
 (ert-deftest amacs-shell-test-a-running-eval-says-c-g-stops-it ()
   "The header says an eval runs and that C-g stops it; a stopped eval is said so."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic")
       (amacs-shell--on-reply-delta '(:text "Let me spin"))
       (amacs-shell--eval-start '(:agent "primary" :form "(while t)"))
       (should (string-match-p "running an eval… (C-g stops it)" (amacs-shell-header-line)))
@@ -724,7 +731,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
 (ert-deftest amacs-shell-test-the-header-names-whom-the-primary-waits-for ()
   "After an eval that registered a wait, the header names whom the primary sleeps on."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:model "claude-x" :backend "anthropic")))
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic")
       (amacs-shell--on-turn-start nil)
       (amacs-shell--eval-start '(:agent "primary" :form "(agent-wait-for ...)"))
       (let ((amacs--eval-wait '(:talk-ids (1 2 3) :timeout 300))
@@ -811,7 +818,7 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
         (setq amacs-shell-busy t)
         (should-not (amacs-shell--query-quit)) ; working: asked, and "no" keeps Emacs
         (should (string-match-p "working on your turn; quit anyway" asked))
-        (cl-letf (((symbol-function 'amacs-live-p) (lambda () nil)))
+        (cl-letf (((symbol-function 'amacs-live-p) (lambda (&rest _) nil)))
           (should (amacs-shell--query-quit))))))) ; no server: nothing to stop
 
 ;;;; Polish a newcomer asked for
@@ -906,15 +913,16 @@ Once shell.el is loaded its directory tracking is on in every buffer by default.
 Without org loaded they are plain at first and rendered at the first idle
 moment; the inputs are inputs, which RET puts back at the prompt."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
-          (rendered nil))
+    (let ((rendered nil))
+      (setf (amacs-connection-status (amacs-current-connection))
+            '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
       (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
                 ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
         (amacs-shell--greet))
       (should (string-match-p "It is \\*bold\\* and ~code~\\." (amacs-shell-test--text)))
       (cl-letf (((symbol-function 'amacs-render-org)
                  (lambda (text) (setq rendered text) (propertize text 'font-lock-face 'bold))))
-        (amacs-shell--render-resumed))
+        (amacs-shell--render-resumed (amacs-current-connection)))
       (should (equal rendered "It is *bold* and ~code~."))
       (should (eq (amacs-shell-test--face-at "It is") 'bold))
       (should-not (text-property-not-all (point-min) (point-max) 'amacs-unrendered nil))
@@ -927,7 +935,7 @@ moment; the inputs are inputs, which RET puts back at the prompt."
       (should (string-suffix-p "amacs> show me" (amacs-shell-test--text)))))
   (amacs-shell-test--with-shell          ; with org loaded, rendered at once
     (require 'org)
-    (let ((amacs--status '(:recent ((:human "q" :agent "A *bold* word.")) :key-ok t)))
+    (amacs-test-with-status '(:recent ((:human "q" :agent "A *bold* word.")) :key-ok t)
       (amacs-shell--greet))
     (should (string-match-p "A \\*bold\\* word" (amacs-shell-test--text)))
     (should (memq 'bold (ensure-list (amacs-shell-test--face-at "bold"))))))
@@ -936,7 +944,7 @@ moment; the inputs are inputs, which RET puts back at the prompt."
   "A newcomer's finding: `amacs-set-model' to a URL said \"Now using … at URL\" and
 nothing of the key the server still lacks."
   (amacs-shell-test--with-shell
-    (let ((amacs--status '(:backend "anthropic" :model "m")))
+    (amacs-test-with-status '(:backend "anthropic" :model "m")
       (cl-letf (((symbol-function 'amacs-call)
                  (lambda (_method _args callback &rest _)
                    (funcall callback '(:backend "anthropic" :model "m" :key-ok nil
@@ -1021,6 +1029,64 @@ a turn goes on says the agent is thinking."
     (should (looking-at "▸ eval (agent-tool"))
     (amacs-shell-previous-eval 1)
     (should (looking-at "▸ thinking"))))
+
+(ert-deftest amacs-shell-test-c-d-at-the-end-is-no-error ()
+  "C-d at the end of the input does nothing, and fails not: keys typed after a failed command are discarded."
+  (amacs-shell-test--with-shell
+    (goto-char (point-max))
+    (should (eq (key-binding (kbd "C-d")) #'amacs-shell-delete-char))
+    (call-interactively #'amacs-shell-delete-char)            ; no error at the end
+    (insert "abc")
+    (goto-char (- (point-max) 2))
+    (amacs-shell-delete-char 5)                                ; deletes what there is
+    (should (string-suffix-p "amacs> a" (amacs-shell-test--text)))))
+
+;;;; One Emacs, several homes: a connection each
+
+(ert-deftest amacs-shell-test-two-homes-each-shell-its-own-connection ()
+  "Two shells on two homes: each event goes to its connection's shell, each command to its own."
+  (let* ((amacs-home (make-temp-file "amacs-home-a" t))
+         (other (make-temp-file "amacs-home-b" t))
+         (amacs--connections nil) (amacs--current nil) (amacs-shell-busy nil)
+         (calls nil) a b)
+    (cl-letf (((symbol-function 'amacs-start-server) #'ignore)
+              ((symbol-function 'amacs-live-p) (lambda (&optional c) (memq (or c (amacs-current-connection))
+                                                                            amacs--connections)))
+              ((symbol-function 'amacs-call)
+               (lambda (method args &optional callback _errback)
+                 (if (eq method 'status)
+                     (funcall callback '(:recent nil))  ; a new shell on a live server asks
+                   (push (list (amacs-connection-name) method args) calls)))))
+      (unwind-protect
+          (progn
+            (setq a (amacs-shell-open amacs-home) b (amacs-shell-open other))
+            (should-not (eq a b))
+            (should (equal (buffer-name a) amacs-shell-buffer-name))
+            (should (equal (buffer-name b) (format "*amacs-shell: %s*" (abbreviate-file-name other))))
+            (let ((conn-a (buffer-local-value 'amacs--buffer-connection a))
+                  (conn-b (buffer-local-value 'amacs--buffer-connection b)))
+              (should (equal (amacs-connection-home conn-b) other))
+              ;; An event is its connection's: B's reply shows in B's shell only.
+              (amacs--queue-events conn-b '((:type "turn-start") (:type "reply" :text "Only in B.")))
+              (amacs--drain-events conn-b)
+              (should (string-match-p "Only in B\\." (with-current-buffer b (buffer-string))))
+              (should-not (string-match-p "Only in B\\." (with-current-buffer a (buffer-string))))
+              (should (amacs-shell-busy-p conn-b))
+              (should-not (amacs-shell-busy-p conn-a))
+              (should amacs-shell-busy)           ; any shell's turn
+              ;; A command finds the connection from the buffer it runs in.
+              (with-current-buffer a (goto-char (point-max)) (insert "to A") (comint-send-input))
+              (with-current-buffer b (goto-char (point-max)) (insert "to B") (comint-send-input))
+              (should (equal (reverse (mapcar (lambda (c) (list (car c) (caddr c))) calls))
+                             (list (list (abbreviate-file-name amacs-home) '("to A"))
+                                   (list (abbreviate-file-name other) '("to B")))))
+              ;; Each header names its home while both are live.
+              (should (string-prefix-p (concat " " (abbreviate-file-name other) " —")
+                                       (with-current-buffer b (amacs-shell-header-line 200))))))
+        (dolist (buf (list a b))
+          (when (buffer-live-p buf)
+            (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
+            (kill-buffer buf)))))))
 
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here

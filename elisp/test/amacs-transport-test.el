@@ -14,6 +14,7 @@
 (require 'amacs-server)
 (require 'amacs-eval)
 (require 'cl-lib)
+(require 'amacs-test-helpers)
 
 (defun amacs-transport-test--frame (sexp)
   "Return SEXP framed as an EPC message (length prefix, UTF-8)."
@@ -21,15 +22,17 @@
     (concat (format "%06x" (length body)) body)))
 
 (defmacro amacs-transport-test--with-connection (var &rest body)
-  "Run BODY with VAR a fake connection and a fresh event queue."
+  "Run BODY with VAR a fake EPC connection, `connection' a fresh AMACS one.
+No event handlers but the test's own."
   (declare (indent 1))
-  `(let* ((buf (generate-new-buffer " *amacs-transport-test*"))
-          (,var (make-epc:connection :name "t" :buffer buf :channel (cc:signal-channel "t")))
-          (amacs--event-handlers nil) (amacs--event-queue nil)
-          (amacs--event-queue-tail nil) (amacs--event-timer nil))
-     (unwind-protect (progn ,@body)
-       (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
-       (kill-buffer buf))))
+  `(amacs-test-with-connection connection ()
+     (let* ((buf (generate-new-buffer " *amacs-transport-test*"))
+            (,var (make-epc:connection :name "t" :buffer buf :channel (cc:signal-channel "t")))
+            (amacs--event-handlers nil))
+       (unwind-protect (progn ,@body)
+         (when (timerp (amacs-connection-event-timer connection))
+           (cancel-timer (amacs-connection-event-timer connection)))
+         (kill-buffer buf)))))
 
 ;; Issue 10 (start-up): the server's Python takes ~10 times longer to start
 ;; than epc takes to load, so the process is started first and epc loads
@@ -51,7 +54,7 @@
   (let ((amacs-server-command '(\"sleep\" \"5\")) (amacs-home (make-temp-file \"amacs-home\" t)))
     (amacs--start-server-process)
     (princ (format \"started:%s\" (featurep 'epc)))
-    (delete-process amacs--server-process)))"))
+    (delete-process (amacs-server-process))))"))
     (unwind-protect
         (progn
           (dolist (file (directory-files source t "\\`amacs.*\\.el\\'"))
@@ -81,15 +84,16 @@
                                     :channel (cc:signal-channel "t")))
          (server (start-process "amacs-test-server" nil "sleep" "30"))
          (seen nil) (seen-by-the-hook 'unset)
-         (amacs--event-handlers nil) (amacs--event-queue nil)
-         (amacs--event-queue-tail nil) (amacs--event-timer nil)
-         (amacs--server-process server)
-         (amacs--manager (make-epc:manager :server-process server :connection conn))
+         (amacs--event-handlers nil)
          (amacs-transport-message-function #'ignore)
          (amacs-disconnect-hook (list (lambda () (setq seen-by-the-hook seen)))))
-    (unwind-protect
+    (amacs-test-with-connection
+        connection (:server-process server
+                    :manager (make-epc:manager :server-process server :connection conn))
+     (unwind-protect
         (progn
-          (set-process-filter client (lambda (p m) (amacs--connection-filter conn p m)))
+          (process-put server 'amacs-connection connection)
+          (set-process-filter client (lambda (p m) (amacs--connection-filter connection conn p m)))
           (amacs-on-event "input-taken" (lambda (e) (push (plist-get e :saved) seen)))
           (with-timeout (5 (error "No connection"))
             (while (not accepted) (accept-process-output nil 0.05)))
@@ -101,8 +105,9 @@
           (should (equal seen-by-the-hook '(t))))
       (dolist (p (list server client accepted listener))
         (when (processp p) (delete-process p)))
-      (when (timerp amacs--event-timer) (cancel-timer amacs--event-timer))
-      (kill-buffer buf))))
+      (when (timerp (amacs-connection-event-timer connection))
+        (cancel-timer (amacs-connection-event-timer connection)))
+      (kill-buffer buf)))))
 
 (ert-deftest amacs-transport-test-a-server-found-dead-is-named-as-its-sentinel-would ()
   "A start that finds the server dead before its sentinel ran says \"killed\"."
@@ -133,11 +138,11 @@
       (setq data (encode-coding-string (decode-coding-string data 'utf-8) 'utf-8))
       (dolist (cut (list 3 10 (- (length data) 5)))
         (setq seen nil)
-        (amacs--connection-filter conn nil (substring data 0 cut))
-        (amacs--connection-filter conn nil (substring data cut))
+        (amacs--connection-filter connection conn nil (substring data 0 cut))
+        (amacs--connection-filter connection conn nil (substring data cut))
         (should-not seen)               ; nothing ran inside the filter
-        (should (timerp amacs--event-timer))
-        (amacs--drain-events)
+        (should (timerp (amacs-connection-event-timer connection)))
+        (amacs--drain-events connection)
         (should (equal (nreverse seen) '((1 nil) (2 nil) (3 "héllo ✓"))))
         (should (= 0 (buffer-size (epc:connection-buffer conn))))))))
 
@@ -147,9 +152,9 @@
     (let (signalled)
       (cl-letf (((symbol-function 'cc:signal-send)
                  (lambda (_channel &rest message) (push message signalled))))
-        (amacs--connection-filter conn nil (amacs-transport-test--frame '(return 7 "ok"))))
+        (amacs--connection-filter connection conn nil (amacs-transport-test--frame '(return 7 "ok"))))
       (should (equal signalled '((return 7 "ok"))))
-      (should-not amacs--event-queue))))
+      (should-not (amacs-connection-event-queue connection)))))
 
 (ert-deftest amacs-transport-test-deltas-merged-in-order ()
   "Consecutive deltas of one stream are handled as one; other events keep their place."
@@ -158,14 +163,14 @@
       (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
       (amacs-on-event "annotation" (lambda (e) (push (list 'note (plist-get e :text)) seen)))
       (amacs--connection-filter
-       conn nil
+       connection conn nil
        (amacs-transport-test--frame
         '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
                           (:type "annotation" :text "n") (:type "reply-delta" :text "c")
                           (:type "reply-delta" :text "d" :agent "x")))))
-      (amacs--drain-events)
+      (amacs--drain-events connection)
       (should (equal (nreverse seen) '((delta "ab") (note "n") (delta "c") (delta "d"))))
-      (should-not amacs--event-queue-tail))))
+      (should-not (amacs-connection-event-queue-tail connection)))))
 
 (ert-deftest amacs-transport-test-deltas-before-streamed-reply-skipped ()
   "Deltas the streamed reply replaces at once are not inserted; a non-streamed reply keeps them."
@@ -174,12 +179,12 @@
       (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
       (amacs-on-event "reply" (lambda (e) (push (list 'reply (plist-get e :text)) seen)))
       (amacs--connection-filter
-       conn nil
+       connection conn nil
        (amacs-transport-test--frame
         '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
                           (:type "reply" :text "ab" :streamed t)
                           (:type "reply-delta" :text "c") (:type "reply" :text "other" :streamed nil)))))
-      (amacs--drain-events)
+      (amacs--drain-events connection)
       (should (equal (nreverse seen) '((reply "ab") (delta "c") (reply "other")))))))
 
 (ert-deftest amacs-transport-test-events-queued-while-draining ()
@@ -190,10 +195,10 @@
                             (push (plist-get e :n) seen)
                             (when (= (plist-get e :n) 1)
                               (amacs--connection-filter
-                               conn nil (amacs-transport-test--frame '(amacs-events 0 ((:type "t" :n 3))))))))
-      (amacs--connection-filter conn nil (amacs-transport-test--frame
+                               connection conn nil (amacs-transport-test--frame '(amacs-events 0 ((:type "t" :n 3))))))))
+      (amacs--connection-filter connection conn nil (amacs-transport-test--frame
                                           '(amacs-events 0 ((:type "t" :n 1) (:type "t" :n 2)))))
-      (amacs--drain-events)
+      (amacs--drain-events connection)
       (should (equal (nreverse seen) '(1 2 3))))))
 
 (provide 'amacs-transport-test)
@@ -208,14 +213,12 @@ round begins only when asked."
           (list "sh" "-c" (format "echo x >> %s; echo 'AMACS server error: the home is broken'; exit 1"
                                   (shell-quote-argument count-file))))
          (amacs-start-attempts 3) (amacs--retry-base 0.05)
-         (amacs--start-failures 0) (amacs--start-reason nil) (amacs--retry-timer nil)
-         (amacs--server-process nil) (amacs--manager nil) (amacs--ready nil) (amacs--on-ready nil)
-         (amacs-home (make-temp-file "amacs-home" t))
          (amacs-disconnect-hook nil) (gave-up 0) (said nil) (ran nil)
          (amacs-start-failed-hook (list (lambda () (setq gave-up (1+ gave-up)))))
          (amacs-transport-message-function (lambda (text) (push text said)))
          (starts (lambda () (with-temp-buffer (insert-file-contents count-file)
                                               (count-lines (point-min) (point-max))))))
+   (amacs-test-with-connection conn ()
     (unwind-protect
         (progn
           (amacs-when-ready (lambda () (setq ran t)))
@@ -225,7 +228,7 @@ round begins only when asked."
           (should (= gave-up 1))
           (should (= (funcall starts) 3))
           (should-not ran)
-          (should-not amacs--on-ready)
+          (should-not (amacs-connection-on-ready conn))
           (setq said (nreverse said))
           (should (equal (seq-filter (lambda (s) (string-match-p "did not start:" s)) said)
                          '("The AMACS server did not start: the home is broken")))
@@ -240,29 +243,27 @@ round begins only when asked."
               (accept-process-output nil 0.02)))
           (should (= (funcall starts) 6))
           (should (member "The AMACS server did not start: the home is broken" said)))
-      (amacs--cancel-retry)
+      (amacs--cancel-retry conn)
       (delete-file count-file)
-      (delete-directory amacs-home t))))
+      (delete-directory amacs-home t)))))
 
 (ert-deftest amacs-transport-test-a-silent-crash-says-its-stderr ()
   "A server that dies before its log opens is explained by the last line it wrote to stderr."
   (let* ((amacs-server-command (list "sh" "-c" "echo 'PermissionError: no' >&2; exit 1"))
          (amacs-start-attempts 1) (amacs--retry-base 0.05)
-         (amacs--start-failures 0) (amacs--start-reason nil) (amacs--retry-timer nil)
-         (amacs--server-process nil) (amacs--manager nil) (amacs--ready nil) (amacs--on-ready nil)
-         (amacs-home (make-temp-file "amacs-home" t))
          (amacs-disconnect-hook nil) (amacs-start-failed-hook nil) (said nil)
          (amacs-transport-message-function (lambda (text) (push text said))))
+   (amacs-test-with-connection conn ()
     (unwind-protect
         (progn
           (amacs-when-ready #'ignore)
           (let ((deadline (+ (float-time) 10)))
-            (while (and amacs--on-ready (< (float-time) deadline))
+            (while (and (amacs-connection-on-ready conn) (< (float-time) deadline))
               (accept-process-output nil 0.02)))
           (should (seq-find (lambda (s) (string-match-p
                                          "did not start: exited abnormally with code 1: PermissionError: no" s))
                             said)))
-      (delete-directory amacs-home t))))
+      (delete-directory amacs-home t)))))
 
 ;;;; Remote errors (issue 14): a condition, not a printed string
 
@@ -270,8 +271,8 @@ round begins only when asked."
   "Call a method with `amacs--call-sync'; the server answers with ANSWER.
 ANSWER is (return-error MESSAGE) or (epc-error MESSAGE), handed to
 epc.el's own handlers, as a reply from the server would be."
-  (let ((amacs--manager (make-epc:manager :connection (make-epc:connection :name "t"))))
-    (cl-letf (((symbol-function 'amacs-live-p) (lambda () t))
+  (amacs-test-with-connection _conn (:manager (make-epc:manager :connection (make-epc:connection :name "t")))
+    (cl-letf (((symbol-function 'amacs-live-p) (lambda (&rest _) t))
               ((symbol-function 'epc:manager-send)
                (lambda (mngr _call uid &rest _)
                  (funcall (if (eq (car answer) 'epc-error)

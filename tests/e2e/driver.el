@@ -62,7 +62,7 @@
 
 (defun amacs-e2e-crash-server ()
   "Kill the server with SIGKILL, as a crash would, and wait until it is gone."
-  (signal-process (process-id amacs--server-process) 'SIGKILL)
+  (signal-process (process-id (amacs-server-process)) 'SIGKILL)
   (amacs-e2e-wait-disconnect))
 
 (defun amacs-e2e-dump ()

@@ -16,7 +16,7 @@ from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
 
-REPORT = '(princ (format "OWN-SERVER=%S\\n" amacs--server-process))'
+REPORT = '(princ (format "OWN-SERVER=%S\\n" (amacs-server-process)))'
 
 
 def start_headless(home: Path, base_url: str, **extra: str) -> tuple[subprocess.Popen[str], int, str]:
@@ -95,9 +95,9 @@ def test_stale_server_json_is_ignored(fake, home):
     info_path.write_text(json.dumps({"port": 1, "pid": dead.pid, "headless": True, "token": "d" * 64}))
     fake.script(Reply(agent_json("My own server.")))
     program = (f"(amacs-e2e-open) (amacs-e2e-send {elisp_string('hi')}) "
-               "(princ (format \"OWN-SERVER-LIVE=%S\\n\" (and (process-live-p amacs--server-process) t))) "
+               "(princ (format \"OWN-SERVER-LIVE=%S\\n\" (and (process-live-p (amacs-server-process)) t))) "
                "(princ (format \"PID-IN-FILE=%S\\n\" (alist-get 'pid (amacs--read-server-info)))) "
-               "(princ (format \"SERVER-PID=%S\\n\" (process-id amacs--server-process))) "
+               "(princ (format \"SERVER-PID=%S\\n\" (process-id (amacs-server-process)))) "
                "(amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program).check()
     assert "My own server." in run.shell

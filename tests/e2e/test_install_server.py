@@ -78,7 +78,7 @@ def test_amacs_install_server_makes_a_venv_that_emacs_starts(fake, home, tmp_pat
   (while (and (not (amacs-live-p)) (< (float-time) deadline))
     (accept-process-output nil 0.05)))
 (princ (format "LIVE<<%S %S>>\\n" (and (amacs-live-p) t)
-               (and amacs--server-process (process-command amacs--server-process))))
+               (and (amacs-server-process) (process-command (amacs-server-process)))))
 (amacs-stop-server)
 (kill-emacs 0)
 """

@@ -180,7 +180,7 @@ def test_the_server_runs_the_local_model_and_leaves_no_orphan(home: Path) -> Non
                "     (accept-process-output nil 0.1)))"
                " (amacs-e2e-dump)"
                " (with-temp-file (expand-file-name \"../server-pid\" (getenv \"AMACS_HOME\"))"
-               "   (insert (number-to-string (process-id amacs--server-process))))"
+               "   (insert (number-to-string (process-id (amacs-server-process)))))"
                " (sleep-for 600)")  # killed by the test below
     from tests.e2e.harness import start_emacs
 

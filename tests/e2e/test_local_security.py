@@ -118,7 +118,7 @@ def test_an_open_home_is_made_private_at_start(fake, home):
 
 RESTART_MID_STREAM = (
     "(amacs-e2e-open) (amacs-e2e-send-no-wait \"tell me slowly\") "
-    "(amacs-e2e-wait (lambda () amacs-shell--stream-start) \"the reply to stream\") "
+    "(amacs-e2e-wait (lambda () (buffer-local-value (quote amacs-shell--stream-start) (get-buffer amacs-shell-buffer-name))) \"the reply to stream\") "
     "(amacs-restart) "
     "(princ (format \"AT-ONCE busy=%S\\n\" amacs-shell-busy)) "
     "(amacs-e2e-wait #'amacs-live-p \"the new server\") "
@@ -156,7 +156,7 @@ def test_restart_mid_turn_against_a_headless_server(fake, home, tmp_path):
         wait_for((home / "server.json").exists, "server.json")
         fake.script(Reply(agent_json("never seen"), hold=hold), Reply(agent_json("Back, and listening.")))
         program = RESTART_MID_STREAM.replace(
-            "(amacs-e2e-wait (lambda () amacs-shell--stream-start) \"the reply to stream\")",
+            "(amacs-e2e-wait (lambda () (buffer-local-value (quote amacs-shell--stream-start) (get-buffer amacs-shell-buffer-name))) \"the reply to stream\")",
             f"(amacs-e2e-wait (lambda () (file-exists-p {elisp_string(str(called))})) \"the model call\")")
         emacs = start_emacs(home, fake.url, program)
         try:

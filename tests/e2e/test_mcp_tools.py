@@ -260,7 +260,7 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
     again, its tools fail with a clear error while it is down.  The hub shows it; no orphans after."""
     write_config(home, {"time": time_server()})
     kill = ("(dolist (pid (split-string (shell-command-to-string "
-            "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))"
+            "(format \"pgrep -P %s -f mcp-server-time\" (process-id (amacs-server-process))))))"
             " (signal-process (string-to-number pid) 'SIGKILL)) (sleep-for 0.5) 'killed")
     forms = [("first", '(agent-tool "time/get_current_time" :timezone "UTC")'),
              ("kill", kill),
@@ -270,7 +270,7 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
              ("died2", '(agent-tool "time/get_current_time" :timezone "UTC")'),
              ("down", '(agent-tool "time/get_current_time" :timezone "UTC")'),
              ("hub", "(plist-get (amacs--call-sync 'hub_state nil) :mcp)"),
-             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id amacs--server-process)))')]
+             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id (amacs-server-process))))')]
     scripted(fake, forms)
     show_hub = ("(let ((n 0)) (add-hook 'amacs-hub-rendered-hook (lambda () (setq n (1+ n)))) (amacs-hub) "
                 "(amacs-e2e-wait (lambda () (> n 0)) \"the hub\") (princ (format \"HUB<<%s>>\\n\" "
@@ -301,7 +301,7 @@ def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
     forms = [("all", '(list (agent-tool "time/get_current_time" :timezone "UTC") '
                      f'(agent-tool "git/git_status" :repo-path "{repo}") (agent-tool "everything/echo" :message "x") '
                      '(agent-tool "stubborn/get_current_time" :timezone "UTC"))'),
-             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id amacs--server-process)))')]
+             ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id (amacs-server-process))))')]
     scripted(fake, forms)
     run_emacs(home, fake.url, session(send("go")), timeout=180).check()
     _all, pids = results(fake)
@@ -346,12 +346,12 @@ def test_servers_start_at_the_first_model_call_or_with_the_server_when_eager(fak
     write_config(home, {"time": time_server()})
     fake.respond_with(lambda body: say("hi"))
     count = ("(princ (format \"CHILDREN<<%s>>\\n\" (length (split-string (shell-command-to-string "
-             "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))))")
+             "(format \"pgrep -P %s -f mcp-server-time\" (process-id (amacs-server-process))))))))")
     settle = "(let ((end (+ (float-time) 3))) (while (< (float-time) end) (accept-process-output nil 0.1)))"
     lazy = run_emacs(home, fake.url, session(settle, count, send("hello"), count)).check()
     assert re.findall(r"CHILDREN<<(\d+)>>", lazy.stdout) == ["0", "1"]
     children = ("(length (split-string (shell-command-to-string (format \"pgrep -P %s -f mcp-server-time\" "
-                "(process-id amacs--server-process)))))")
+                "(process-id (amacs-server-process))))))")
     wait = (f"(let ((end (+ (float-time) 20))) (while (and (< (float-time) end) (= 0 {children})) "
             "(accept-process-output nil 0.2)))")
     eager = run_emacs(home, fake.url, session(wait, count), AMACS_MCP_START="eager").check()
@@ -364,7 +364,7 @@ def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_ca
     An edited entry is not served from the old listing."""
     write_config(home, {"time": time_server()})
     count = ("(princ (format \"CHILDREN<<%s>>\\n\" (length (split-string (shell-command-to-string "
-             "(format \"pgrep -P %s -f mcp-server-time\" (process-id amacs--server-process)))))))")
+             "(format \"pgrep -P %s -f mcp-server-time\" (process-id (amacs-server-process))))))))")
     fake.respond_with(lambda body: say("hi"))
     run_emacs(home, fake.url, session(send("hello"))).check()
     saved = json.loads((home / "mcp-tools.json").read_text())

@@ -108,7 +108,7 @@ def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
     fake.script(Reply(slow, chunks=80, chunk_delay=0.1), Reply(agent_json("Next works.")))
     program = (
         "(amacs-e2e-open) (amacs-e2e-send-no-wait \"tell me slowly\") "
-        "(amacs-e2e-wait (lambda () amacs-shell--stream-start) \"streaming\") "
+        "(amacs-e2e-wait (lambda () (buffer-local-value (quote amacs-shell--stream-start) (get-buffer amacs-shell-buffer-name))) \"streaming\") "
         "(accept-process-output nil 0.3) "
         "(with-current-buffer amacs-shell-buffer-name (call-interactively (key-binding (kbd \"C-c C-c\")))) "
         "(amacs-e2e-wait (lambda () (not amacs-shell-busy)) \"the prompt\") "
@@ -141,7 +141,7 @@ def test_cost_figures_match_a_hand_computation(fake, home):
     fake.script(Reply(agent_json(None, eval="(+ 1 1)"), usage=USAGE), Reply(agent_json("Two."), usage=USAGE))
     program = ("(amacs-e2e-open) (amacs-e2e-send \"count\") "
                "(princ (format \"MODE<<%s>>\\n\" (amacs-shell-cost-string))) "
-               "(princ (format \"USAGE<<%S>>\\n\" (plist-get amacs-shell-usage :session))) "
+               "(princ (format \"USAGE<<%S>>\\n\" (plist-get (buffer-local-value (quote amacs-shell-usage) (get-buffer amacs-shell-buffer-name)) :session))) "
                "(amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5").check()
     mode = run.stdout.split("MODE<<")[1].split(">>")[0]
@@ -203,7 +203,7 @@ def test_switching_backend_and_model_mid_session(fake, home):
                "(amacs-set-budget 7.5) (accept-process-output nil 0.3) "
                "(amacs-e2e-send \"two\") (amacs-restart) (amacs-e2e-wait #'amacs-live-p \"the new server\") "
                "(amacs-e2e-send \"three\") "
-               "(princ (format \"LIMIT=%s\\n\" (plist-get amacs-shell-usage :budget-limit))) (amacs-e2e-finish)")
+               "(princ (format \"LIMIT=%s\\n\" (plist-get (buffer-local-value (quote amacs-shell-usage) (get-buffer amacs-shell-buffer-name)) :budget-limit))) (amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_BUDGET_LIMIT="3").check()
     assert [(r["path"], r["body"]["model"]) for r in fake.requests] == [
         ("/v1/messages", "claude-sonnet-5-5"), ("/v1/chat/completions", "qwen-local"),

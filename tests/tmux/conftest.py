@@ -37,10 +37,11 @@ def terminal(amacs_installed: None, fake: FakeAnthropic, tmp_path: Path) -> Iter
     """
     opened: list[Terminal] = []
 
-    def open_terminal(width: int = 120, height: int = 40, args: tuple[str, ...] = (), **env: str) -> Terminal:
+    def open_terminal(width: int = 120, height: int = 40, args: tuple[str, ...] = (), connected: bool = True,
+                      **env: str) -> Terminal:
         term = Terminal(tmp_path / f"terminal-{len(opened)}", fake.url, width, height, env, args)
         opened.append(term)
-        return term.start()
+        return term.start(connected=connected)
 
     yield open_terminal
     stragglers = [process for term in opened for process in term.close()]

@@ -1,0 +1,51 @@
+"""M-x amacs-rewind and M-x amacs-fork from a real shell in batch Emacs (issue 26): the server
+rewinds in place, the shell shows the conversation up to there and the ref that keeps the
+future; the same input then makes the same request as before (but for the clock); a fork
+made from the live server is a home of its own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.e2e.harness import elisp_string, run_emacs
+from tests.test_rewind import answer, requests
+
+pytestmark = pytest.mark.e2e
+
+
+def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp_path):
+    fake.respond_with(answer)
+    fork = tmp_path / "forked"
+    program = f"""
+      (amacs-e2e-open)
+      (amacs-e2e-send "note the first")
+      (amacs-e2e-send "the second")
+      (amacs-e2e-send "the third")
+      (amacs-fork 1 {elisp_string(str(fork))})
+      (with-current-buffer amacs-shell-buffer-name  ; point on the past input "the second": the default
+        (goto-char (point-min))
+        (search-forward (concat amacs-shell-prompt "the second"))
+        (backward-char 3)
+        (cl-letf (((symbol-function 'completing-read)
+                   (lambda (_prompt _table &optional _pred _req _init _hist def &rest _)
+                     (princ (format "DEFAULT %s\n" def)) def))
+                  ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
+          (call-interactively #'amacs-rewind)))
+      (amacs-e2e-send "the second")
+      (amacs-e2e-finish)"""
+    run = run_emacs(home, fake.url, program).check()
+    sent = [json.loads(r) for r in requests(fake)]
+    assert len(sent) == 4, len(sent)
+    assert sent[3] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
+    assert "DEFAULT tick 2: the second" in run.stdout, run.stdout
+    assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
+    after = run.shell.split("The conversation up to there:")[-1]
+    assert "the first" in after and "the third" not in after
+    chat = (home / "agent-chat.org").read_text()
+    assert "the third" not in chat and "refs/amacs/abandoned/" in chat
+    log = subprocess.run(["git", "-C", str(fork), "log", "--format=%s"], capture_output=True, text=True,
+                         check=True).stdout
+    assert log.startswith("[TICK 1][fork]") and "the second" not in (fork / "agent-chat.org").read_text()
