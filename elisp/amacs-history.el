@@ -22,6 +22,7 @@
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell")
 (declare-function amacs-shell-open "amacs-shell")
+(declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
 (defvar amacs--status)
 
@@ -102,10 +103,12 @@ second shell opens on DEST beside this one."
          (line (plist-get done :line)))
     (message "AMACS: %s" line)
     (if (fboundp 'amacs-shell-open)
-        (let ((here (selected-window)))
+        (progn
           (select-window (split-window-right))
-          (amacs-shell-open (plist-get done :home))
-          (ignore here))
+          (with-current-buffer (amacs-shell-open (plist-get done :home))
+            ;; Once two homes are live every shell's header names its home: redraw them all
+            ;; (the first shell's window shows nothing new that would redraw its header).
+            (amacs-when-ready (lambda () (force-mode-line-update t)))))
       (message "AMACS: %s; open it with AMACS_HOME=%s (a shell per home is not in this Emacs yet)"
                line (plist-get done :home)))
     done))

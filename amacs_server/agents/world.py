@@ -16,19 +16,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inference.pricing import dollars
 from ..memory.active import ActiveMemory, MemoryRefused
-from ..persistence.transcript import AgentIdentity
 from ..skills import Skill, SkillError
 from ..tools_mcp import calls as mcp_calls
 from .agent import Agent, AgentError, AgentStopped
 from .files_seen import FilesSeen
 from .kinds import PRIMARY, AgentState, AgentType
 from .post import Post
+from .registry import Registry
 from .subagent import respond
 from .talk import Event as AgentEvent
 from .talk import EventType, Overloaded
@@ -95,17 +95,19 @@ class Limits:
     event_queue: int = 100  # events (and results still to come) one agent may have waiting
 
 
-class AgentWorld:
-    """Every subagent, the bounds they live under, and the events between them.
+class AgentWorld(Registry):
+    """Every subagent, the bounds they live under, and the events between them: a
+    :class:`~.registry.Registry` of agents that acts.
 
     Longer than the rule of thumb (~300 lines) for a reason: its public methods are the
     agents' actions, one each (task, viewpoint, consider, discard, compulsion, quit, talk
-    to an agent, a brain, the person or the log, notify, wait, pause, resume, cancel), and
-    each is a few lines over what they all share: the registry of agents with its indexes,
-    the bounds, and the rule that an agent never has more rights than its parent.  Cutting
-    the actions apart would cut that registry apart.  What has state of its own is in its
-    own module: the Agent record (``agent.py``), a subagent's run (``subagent.py``), talk
-    and wait (``post.py``), the files each agent has seen (``files_seen.py``).
+    to an agent, a brain, the person or the log, notify, wait, pause, resume, cancel, the
+    compulsions' hooks), each a few lines over what they all share: the registry, the
+    bounds, the asyncio tasks that drive each agent, and the rule that an agent never has
+    more rights than its parent.  What has state of its own is in its own module: who is
+    who (``registry.py``), the Agent record (``agent.py``), a subagent's run
+    (``subagent.py``), talk and wait (``post.py``), the files each agent has seen
+    (``files_seen.py``).
     """
 
     def __init__(self, rt: WorldHost, limits: Limits, tools: McpHub | None = None) -> None:
@@ -115,14 +117,8 @@ class AgentWorld:
         self.tools = tools
         # The primary is an Agent as every other is: its record holds its counters
         # and talk ids; its loop is loop/primary.py's body, run by the runtime for each turn.
-        self.primary = Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
-                             allowed=ALL_ACTIONS, tools=mcp_calls.ALL_TOOLS)
-        self.agents: dict[str, Agent] = {PRIMARY: self.primary}
-        # Indexes kept beside ``agents`` (which keeps every agent, ended ones too): each
-        # model call asks for its agent's compulsions and each new agent counts the live
-        # ones; neither scans every agent, so a model call costs the same with 1 or 100 agents.
-        self._maybe_live: dict[str, Agent] = {}  # subagents not yet seen ended
-        self._compulsions: dict[str, list[Agent]] = {}  # by the agent they watch
+        super().__init__(Agent(id=PRIMARY, type=AgentType.PRIMARY, template="core", parent="", depth=0,
+                               allowed=ALL_ACTIONS, tools=mcp_calls.ALL_TOOLS))
         self._report_pending = False
         # Talk and wait: each agent's TalkIds and queue, the results owed, each eval's talks (post.py).
         self.post = Post(limits.event_queue, limits.wait_timeout, self._record_event, lambda: self.rt.wake())
@@ -151,38 +147,7 @@ class AgentWorld:
         task.add_done_callback(forget)
         return task
 
-    # -- who is who --------------------------------------------------------------
-
-    def identity(self, agent_id: str) -> AgentIdentity:
-        """The transcript identity of AGENT_ID."""
-        agent = self.agents.get(agent_id)
-        return agent.identity if agent else AgentIdentity()
-
-    def depth(self, agent_id: str) -> int:
-        """How deep AGENT_ID is below the primary."""
-        return self.agents[agent_id].depth if agent_id in self.agents else 0
-
-    def _caller(self, agent_id: str, action: str) -> Agent | None:
-        if agent_id == PRIMARY:
-            return None
-        agent = self.agents.get(agent_id)
-        if agent is None or agent.state in (AgentState.DISCARDED, AgentState.QUIT):
-            raise AgentError(f"{agent_id} is not a live agent")
-        if action not in agent.allowed:
-            raise AgentError(f"{agent_id} ({agent.type} {agent.template}) may not use the {action} action; "
-                             f"allowed: {', '.join(sorted(agent.allowed))}")
-        return agent
-
     # -- MCP tools: who may call what -------------------------------------------------------
-
-    def lineage(self, agent_id: str) -> list[Agent]:
-        """AGENT_ID, its parent, and so on up to the primary."""
-        out: list[Agent] = []
-        agent = self.agents.get(agent_id)
-        while agent is not None and agent not in out:
-            out.append(agent)
-            agent = self.agents.get(agent.parent) if agent.parent else None
-        return out
 
     def may_use_tool(self, agent_id: str, full_name: str) -> bool:
         """Whether AGENT_ID may call FULL_NAME (``server/tool``): its own tools and every ancestor's allow it."""
@@ -230,10 +195,7 @@ class AgentWorld:
         depth = self.depth(caller) + 1
         if depth > self.limits.max_depth:
             raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): {caller} may not spawn")
-        live = len(self._maybe_live)
-        if live >= self.limits.max_agents:  # counted again only near the limit: ended ones go
-            self._maybe_live = {i: a for i, a in self._maybe_live.items() if a.state.live}
-            live = len(self._maybe_live)
+        live = self._live_count(self.limits.max_agents)
         if live >= self.limits.max_agents:
             raise Overloaded(f"{live} agents are live (limit {self.limits.max_agents}); discard some first")
         # A subagent never has more rights than its parent: what the caller asks for beyond its
@@ -269,10 +231,7 @@ class AgentWorld:
             agent.memory = ActiveMemory.for_subagent(self.rt.ltm, self.rt.memory.agent, agent.id)
         except MemoryRefused as err:
             log.warning("%s reads plain text: %s", agent.id, err)
-        self.agents[agent.id] = agent
-        self._maybe_live[agent.id] = agent
-        if kind is AgentType.COMPULSION:
-            self._compulsions.setdefault(caller, []).append(agent)
+        self._register(agent)
         self.post.open(agent.id, agent.talk_ids)
         self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "tools": list(grant), "depth": depth,
                                                  "name": name},
@@ -288,17 +247,6 @@ class AgentWorld:
             return None
         return (f"Budget spent (${budget.cost_so_far:.4f} of {dollars(budget.budget_limit)}): {who} wanted another "
                 "model call and was stopped; raise the limit with M-x amacs-set-budget to go on.")
-
-    def subtree(self, agent_id: str) -> list[Agent]:
-        """AGENT_ID and every agent below it."""
-        out, todo = [], [agent_id]
-        while todo:
-            current = todo.pop()
-            agent = self.agents.get(current)
-            if agent is not None:
-                out.append(agent)
-            todo.extend(a.id for a in self.agents.values() if a.parent == current)
-        return out
 
     def cancel(self, agent_id: str, reason: str) -> list[str]:
         """Stop AGENT_ID and its subtree: model calls and eval chains end now; each transcript says why.
@@ -428,42 +376,12 @@ class AgentWorld:
             return
         self.rt.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
 
-    def _ancestors(self, agent_id: str) -> list[str]:
-        out, agent = [], self.agents.get(agent_id)
-        while agent is not None and agent.parent != PRIMARY:
-            out.append(agent.parent)
-            agent = self.agents.get(agent.parent)
-        return out
-
-    def _live(self, agent_id: str) -> Agent:
-        agent = self._subagent(agent_id)
-        if not agent.state.live:
-            raise AgentError(f"{agent.id} has already ended ({agent.state})")
-        return agent
-
-    def _subagent(self, agent_id: str) -> Agent:
-        """AGENT_ID, an agent below the primary: the primary is talked to in the shell and
-        stopped with C-c C-c there."""
-        if agent_id == PRIMARY:
-            raise AgentError("the primary is talked to in the shell, and C-c C-c there interrupts it")
-        return self._known(agent_id)
-
-    def subagents(self) -> Iterator[Agent]:
-        """Every agent but the primary, in the order they were made."""
-        return (a for a in self.agents.values() if a is not self.primary)
-
     def counted(self, agent: Agent, usage: Usage, dollars: float) -> None:
         """One model call of AGENT: its steps, tokens and cost (every agent's, the primary's too)."""
         agent.steps += 1
         agent.input_tokens += usage.input_tokens
         agent.output_tokens += usage.output_tokens
         agent.cost += dollars
-
-    def _known(self, agent_id: str) -> Agent:
-        agent = self.agents.get(agent_id)
-        if agent is None:
-            raise AgentError(f"no agent {agent_id!r}")
-        return agent
 
     # -- the actions -------------------------------------------------------------------
 
@@ -529,11 +447,6 @@ class AgentWorld:
         if panel:
             agent.notice(f"You join a chat with {', '.join(str(a.name) for a in panel)}")
         return {"handle": agent.id, "name": name, "template": agent.template}
-
-    def viewpoints_of(self, caller: str) -> list[Agent]:
-        """CALLER's live viewpoints, in the order they were made."""
-        return [a for a in self.agents.values() if a.type is AgentType.VIEWPOINT and a.parent == caller
-                and a.state is not AgentState.DISCARDED]
 
     def _panel(self, caller: str, text: str, empty: str, use: str) -> list[Agent]:
         """CALLER's viewpoints, for a consider or notify of TEXT (EMPTY: the refusal of no text)."""
@@ -615,15 +528,6 @@ class AgentWorld:
         """An agent that ended keeps its summary and transcript; its queue and bookkeeping go."""
         self.post.forget(agent.id)
         self.files_seen.forget(agent.id)
-
-    def compulsions_of(self, agent_id: str) -> list[Agent]:
-        """The compulsions watching AGENT_ID now: live, and not paused by the person (a paused
-        one is not asked, so it never holds the agent it watches)."""
-        attached = self._compulsions.get(agent_id)
-        if not attached:
-            return []
-        attached[:] = [a for a in attached if a.state.live]
-        return [a for a in attached if a.resumed.is_set()]
 
     # -- talk and wait -----------------------------------------------------------------
 
@@ -770,15 +674,4 @@ class AgentWorld:
                                          agent=self.identity(agent_id))
                 return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"
         return None
-
-    def live(self) -> list[dict[str, Any]]:
-        """Summaries of the subagents that are not finished."""
-        return [a.summary() for a in self.subagents() if a.state.live]
-
-    def everyone(self) -> list[dict[str, Any]]:
-        """Summaries of every agent of this session, the primary first, in the order they were made.
-
-        A stable order: the hub redraws under the person's point, and a key must act on
-        the agent the person chose (live ones first made rows move)."""
-        return [a.summary() for a in self.agents.values()]
 

@@ -535,6 +535,12 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    avg(coalesce(cost, model_cost)), avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT
             FROM runs GROUP BY arm ORDER BY arm""")))
+    origins = _rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT NULL "
+                         "GROUP BY arm ORDER BY arm")
+    if origins:  # counterfactual arms (the spec's from): compared from the fork point on
+        page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
+                  "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
+        page.html(_table(["arm", "forked from (home@tick)"], origins))
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "
                                   "dataset's turns table.")

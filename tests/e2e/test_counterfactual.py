@@ -5,6 +5,8 @@ spec varies.  Real batch Emacs sessions (``amacs-server experiment``) against th
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,12 @@ def test_two_arms_forked_from_one_home_share_its_history(tmp_path):
     con = duckdb.connect()
     build(con, runs)
     assert {r[0] for r in con.execute("SELECT origin FROM runs").fetchall()} == {f"{origin.resolve()}@2"}
+    report = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "amacs_server", "report", str(runs), "--output", str(report)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    page = report.read_text()
+    assert "forked from (home@tick)" in page and f"{origin.resolve()}@2" in page
 
 
 def test_a_spec_forking_from_a_tick_that_is_not_there_is_refused(tmp_path):

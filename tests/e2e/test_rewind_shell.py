@@ -25,6 +25,18 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
       (amacs-e2e-send "the second")
       (amacs-e2e-send "the third")
       (amacs-fork 1 {elisp_string(str(fork))})
+      (let ((conn (amacs-connection-for {elisp_string(str(fork))})))  ; its own shell and server: it answers too
+        (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
+        (with-current-buffer (amacs-connection-shell conn)
+          (goto-char (point-max))
+          (insert "note the fork")
+          (comint-send-input))
+        (amacs-e2e-wait (lambda () (with-current-buffer (amacs-connection-shell conn)
+                                     (save-excursion (goto-char (point-min))
+                                                     (search-forward "answer to note the fork" nil t))))
+                        "the fork's reply")
+        (princ (format "FORK SHELL %s\n" (buffer-name (amacs-connection-shell conn))))
+        (amacs-stop-server conn))
       (with-current-buffer amacs-shell-buffer-name  ; point on the past input "the second": the default
         (goto-char (point-min))
         (search-forward (concat amacs-shell-prompt "the second"))
@@ -38,8 +50,9 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
       (amacs-e2e-finish)"""
     run = run_emacs(home, fake.url, program).check()
     sent = [json.loads(r) for r in requests(fake)]
-    assert len(sent) == 4, len(sent)
-    assert sent[3] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
+    assert len(sent) == 5, len(sent)
+    assert sent[4] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
+    assert "FORK SHELL" in run.stdout and "note the fork" in (fork / "agent-chat.org").read_text()
     assert "DEFAULT tick 2: the second" in run.stdout, run.stdout
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
     after = run.shell.split("The conversation up to there:")[-1]
@@ -48,4 +61,6 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert "the third" not in chat and "refs/amacs/abandoned/" in chat
     log = subprocess.run(["git", "-C", str(fork), "log", "--format=%s"], capture_output=True, text=True,
                          check=True).stdout
-    assert log.startswith("[TICK 1][fork]") and "the second" not in (fork / "agent-chat.org").read_text()
+    assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] thought about note the fork",
+                                    f"[TICK 1][fork] forked from {home} at tick 1"], log
+    assert "the second" not in (fork / "agent-chat.org").read_text()

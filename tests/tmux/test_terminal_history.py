@@ -1,0 +1,62 @@
+"""Rewind and fork as a person does them, in a real terminal (issue 26): ``./amacs`` in tmux against
+the fake model.  M-x amacs-fork opens a second shell beside the first, on the new home; both answer;
+each header names its home; M-x amacs-rewind in the first returns it to before an input, and that
+input sent again makes the same request as the first time (but for the clock)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_rewind import answer, requests
+from tests.tmux.terminal import Terminal
+
+pytestmark = pytest.mark.tmux
+
+
+def send(term: Terminal, text: str) -> None:
+    term.type(text)
+    term.press("Enter")
+    term.wait_for(f"answer to {text}", what=f"the answer to {text!r}")
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", what="the end of the turn")
+
+
+def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake, tmp_path):
+    fake.respond_with(answer)
+    term = terminal(200, 40)
+    send(term, "note the first")
+    send(term, "the second")
+    fork = tmp_path / "forked"
+    term.press("M-x")
+    term.type("amacs-fork")
+    term.press("Enter")
+    term.wait_for("Fork to before:", what="the fork's input prompt")
+    term.press("Enter")  # the newest input (the second): the fork ends at tick 1
+    term.wait_for("New home for the fork at tick 1", what="the fork's folder prompt")
+    term.press("C-a", "C-k")
+    term.type(str(fork))
+    term.press("Enter")
+    term.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=30, what="the fork's server")
+    send(term, "note the fork")  # typed in the window the fork opened, beside the first
+    screen = term.screen()
+    header = next(line for line in screen.splitlines() if "|" in line)  # the two windows' header row
+    left, right = header.split("|", 1)
+    assert str(term.amacs_home) in left and str(fork) in right, screen  # each header names its home
+    assert "note the fork" in (fork / "agent-chat.org").read_text()
+    assert "note the fork" not in (term.amacs_home / "agent-chat.org").read_text()
+    term.press("C-x", "o")  # back to the first shell
+    term.press("M-x")
+    term.type("amacs-rewind")
+    term.press("Enter")
+    term.wait_for("Rewind to before:", what="the rewind's input prompt")
+    term.press("Enter")  # the newest: the second input
+    term.wait_for("yes or no", what="the rewind's question")
+    term.type("yes")
+    term.press("Enter")
+    term.wait_for("refs/amacs/abandoned/", what="the ref that keeps the future")
+    first = len(fake.requests)
+    send(term, "the second")
+    sent = [json.loads(r) for r in requests(fake)]
+    again = [json.loads(r) for r in requests(fake, first)]
+    assert again and again[-1] == sent[1], "the second input after the rewind asks as it did"
