@@ -40,7 +40,8 @@ No event handlers but the test's own."
 ;; people run it: compiled (loading a source file evaluates what
 ;; `eval-when-compile' holds).
 (ert-deftest amacs-transport-test-the-server-starts-before-epc-loads ()
-  "Loading the shell loads no epc; starting the server loads it, after the process starts."
+  "Loading the shell loads no epc; starting the server loads it once the command has ended.
+The process starts first and the shell's prompt is drawn before epc loads."
   (let* ((emacs (expand-file-name invocation-name invocation-directory))
          (source (file-name-directory (locate-library "amacs-transport.el")))
          (dir (make-temp-file "amacs-elc" t))
@@ -53,7 +54,9 @@ No event handlers but the test's own."
               (lambda (&rest _) (princ (format \"spawn:%s \" (featurep 'epc)))))
   (let ((amacs-server-command '(\"sleep\" \"5\")) (amacs-home (make-temp-file \"amacs-home\" t)))
     (amacs--start-server-process)
-    (princ (format \"started:%s\" (featurep 'epc)))
+    (princ (format \"started:%s \" (featurep 'epc)))
+    (accept-process-output nil 0.1)
+    (princ (format \"idle:%s\" (featurep 'epc)))
     (delete-process (amacs-server-process))))"))
     (unwind-protect
         (progn
@@ -65,7 +68,7 @@ No event handlers but the test's own."
           (let ((out (with-temp-buffer
                        (call-process emacs nil t nil "-Q" "--batch" "--eval" setup "-L" dir "--eval" check)
                        (buffer-string))))
-            (should (string-match-p "loaded:nil spawn:nil started:t" out))))
+            (should (string-match-p "loaded:nil spawn:nil started:nil idle:t" out))))
       (delete-directory dir t))))
 
 ;; CI under load saw the server's sentinel run before the connection's
