@@ -107,7 +107,7 @@ def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -
     return out
 
 
-def run(peers: Path, n_fast: int, n_slow: int, tmp: Path) -> dict[str, Any]:
+def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) -> dict[str, Any]:
     """The three phases, turns alternating AMACS / gptel; the five rows for each."""
     fake = TimedFake().start()
     term = amacs_terminal(tmp / "term", fake.url)
@@ -139,10 +139,10 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path) -> dict[str, Any]:
         for name, (reply, n) in phases.items():
             fake.respond_with(lambda _body, reply=reply: reply)
             got: dict[str, tuple[list[dict[str, Any]], list[dict[str, float]]]] = {k: ([], []) for k in kinds}
-            for i in range(WARMUP + n):
+            for i in range(warmup + n):
                 for kind in kinds:
                     record, timing = turn(kind)
-                    if i >= WARMUP:
+                    if i >= warmup:
                         got[kind][0].append(record)
                         got[kind][1].append(timing)
             samples[name] = {kind: phase_rows(*got[kind]) for kind in kinds}
@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="directory holding gptel/, compat/ and transient/lisp/ (default ../shared/peers)")
     parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", "30")),
                         help="turns per kind in the fast phases (the 20 ms phase takes 2/3 of it)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="turns per kind and phase not counted")
     args = parser.parse_args(argv)
     if args.gptel is None or not (args.gptel / "gptel" / "gptel.el").exists():
         raise SystemExit("bench_gptel needs gptel's sources: --gptel PATH (holding gptel/, compat/, transient/lisp/)")
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit("bench_gptel needs tmux and curl (scripts/setup.sh --test installs them)")
     tmp = Path(tempfile.mkdtemp(prefix="amacs-bench-gptel-"))
     result: dict[str, Any] = {"load_before": load()}
-    result.update(run(args.gptel.resolve(), args.n, max(1, round(args.n * 2 / 3)), tmp))
+    result.update(run(args.gptel.resolve(), args.n, max(1, round(args.n * 2 / 3)), tmp, args.warmup))
     result["load_after"] = load()
     save("gptel", result)
     print(table(result["rows"]))
