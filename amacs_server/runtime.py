@@ -20,7 +20,7 @@ from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
-from .errors import Refused, Stopping
+from .errors import AmacsError, Refused, Stopping
 from .files import atomic_write
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
@@ -162,6 +162,9 @@ class Runtime:
         core_tools = mcp_patterns(self.skills.get("core").tools)
         if core_tools is not None:  # the person's core skill may narrow the primary's tools
             self.world.primary.tools = core_tools
+        self.subagents_note = self._restore_subagents()  # said at hello, or with the rewind's line
+        if self.subagents_note:
+            self.startup_notes.append(self.subagents_note)
         for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
             log.warning("%s", line)
             self.startup_notes.append(line)
@@ -266,6 +269,7 @@ class Runtime:
         )
         self._restore_tick_state()
         self._load_threads()
+        self.subagents_note = self._restore_subagents()
         self.last_eval = None
         self._user_reply = None
         self.repo.forget_head()  # the rewind moved HEAD: the next commit's parent is read again
@@ -284,7 +288,8 @@ class Runtime:
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
-        return {"line": done.line(), "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
+        line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
+        return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
     def fork(self, tick: int, dest: Path) -> dict[str, object]:
         """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
@@ -308,6 +313,25 @@ class Runtime:
             except (KeyError, TypeError, ValueError) as err:
                 log.warning("the tick state's conversation cannot be read (%r): starting a new one", err)
 
+    def _restore_subagents(self) -> str | None:
+        """The live subagents of the last tick's state, made again (agents/saved.py): none when
+        the state is older than the org files.  Returns what the person is told when some were
+        at work at the tick: they come back idle (a task: interrupted), not mid-run."""
+        state = read_state(self.config.home)
+        if state is None or state.get("tick") != self.consciousness.current_tick:
+            state = {}
+        agents = state.get("agents")
+        try:
+            stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else {})
+        except (AmacsError, KeyError, TypeError, ValueError) as err:
+            log.warning("the tick state's subagents cannot be read (%r): none restored", err)
+            self.world.restore_subagents({})
+            return f"the subagents of tick {state.get('tick')} could not be restored ({err}); none is live"
+        if not stopped:
+            return None
+        return (f"{', '.join(stopped)} were at work at tick {state['tick']} and come back idle (a task: "
+                "interrupted); what they were doing is not resumed")
+
     def tick_state(self) -> dict[str, object]:
         """What the request after this tick is built from, beyond the org files and LTM's rows
         (persistence.history): written at each tick's end and committed with it."""
@@ -315,7 +339,8 @@ class Runtime:
         return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
-                "conversation": conversation_state(self.conversation)}
+                "conversation": conversation_state(self.conversation),
+                "agents": self.world.subagents_state()}
 
     def save_tick_state(self) -> dict[str, bytes]:
         """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);

@@ -118,6 +118,12 @@ def do(rt: Runtime, step: Step) -> None:
                                                                      rt.consciousness.current_tick)))
     elif what == "switch":
         on_loop(rt, lambda: work_tools._echo(rt, rt.threads.switch(arg)))
+    elif what == "viewpoint":  # the agent makes a viewpoint (agent-viewpoint), which stays live
+        on_loop(rt, lambda: rt.world.viewpoint("primary", arg, "debater"))
+    elif what == "ask":  # the primary asks its viewpoint NAME (a model call of the viewpoint's)
+        name, text = arg.split(": ", 1)
+        agent = rt.world.agents[f"viewpoint-{name}"]
+        asyncio.run_coroutine_threadsafe(rt.world.respond(agent, f"[primary] {text}"), rt.loop).result(60)
     elif what == "template":
         core = home / "skills" / "core" / "SKILL.md"
         core.parent.mkdir(parents=True, exist_ok=True)
@@ -336,5 +342,66 @@ def test_a_rewind_in_place_interrupts_the_running_turn_then_replays_the_same(tmp
         assert same(made, original[k:]) is None, same(made, original[k:])
         assert _git(home, "log", "-1", "--format=%s").startswith("[TICK 7]")
         assert "[TICK 3][rewind]" in _git(home, "log", "--format=%s")
+    finally:
+        rt.stop()
+
+
+VIEWPOINT_SESSION: list[Step] = [
+    ("say", "hello"), ("viewpoint", "critic"), ("ask", "critic: is this wise"), ("create", "plan"),
+    ("say", "note the plan"), ("ask", "critic: and now"), ("say", "and then"), ("ask", "critic: what else"),
+    ("mutate", "plan"), ("say", "note the end"), ("ask", "critic: last"), ("say", "last words"),
+]
+
+
+def subagent_requests(steps: list[list[str]]) -> int:
+    return sum(1 for step in steps for r in step if "You are viewpoint-critic" in r)
+
+
+def test_a_live_viewpoint_is_restored_and_asked_as_before(tmp_path, fake):
+    """A viewpoint made before tick N and still live: after a rewind (or a fork) to N, or a
+    restart, it is there again with its conversation and RAM, and the same inputs make the
+    same requests, the primary's and the viewpoint's, from N+1 on."""
+    home = tmp_path / "home"
+    original, _ = run(home, fake, VIEWPOINT_SESSION)
+    assert subagent_requests(original) == 4
+    k = 5  # rewind to the end of tick 2: the viewpoint has answered once
+    tick = ticks_before(VIEWPOINT_SESSION, k)
+    assert tick == 2
+    state = json.loads(_git(home, "show", f"{history.tick_commit(home, tick)}:{history.STATE_FILE}"))
+    assert [a["id"] for a in state["agents"]["agents"]] == ["viewpoint-critic"]
+    forked = history.fork(home, tick, tmp_path / "fork")
+    history.rewind(home, tick)
+    for where in (home, forked.home):
+        replay, _ = run(where, fake, VIEWPOINT_SESSION[k:])
+        assert subagent_requests(replay) == 3
+        assert same(replay, original[k:]) is None, (where, same(replay, original[k:]))
+    # A new server after every input (what a subagent does between inputs is the next tick's).
+    again, made, start = tmp_path / "again", [], 0
+    for i, (what, _) in enumerate(VIEWPOINT_SESSION):
+        if what == "say":
+            part, _ = run(again, fake, VIEWPOINT_SESSION[start:i + 1])
+            made += part
+            assert same(made, original[:i + 1]) is None, (i, same(made, original[:i + 1]))
+            start = i + 1
+
+
+def test_subagent_ids_go_on_after_a_restart(tmp_path, fake):
+    """A restart keeps the live subagents and their ids' counter: the next one is not a
+    second ``compulsion-1``."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "watch closely"))
+        assert made["handle"] == "compulsion-1"
+        on_loop(rt, rt.save_tick_state)
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        watcher = rt.world.agents["compulsion-1"]
+        assert watcher.state == "idle" and watcher.messages[0]["content"] == "watch closely"
+        assert [a.id for a in rt.world.compulsions_of("primary")] == ["compulsion-1"]
+        again = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))
+        assert again["handle"] == "compulsion-2"
     finally:
         rt.stop()

@@ -40,6 +40,11 @@ class TalkIds:
         self._last = start
         self._limit = limit
 
+    @property
+    def last(self) -> int:
+        """The last TalkId given (0: none yet), from which a restored agent goes on."""
+        return self._last
+
     def next(self) -> int:
         """The next TalkId."""
         self._last = self._last % self._limit + 1

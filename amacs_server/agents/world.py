@@ -14,7 +14,6 @@ queue sizes) fails at once with :class:`Overloaded`; model calls share a pool.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from .files_seen import FilesSeen
 from .kinds import PRIMARY, AgentState, AgentType
 from .post import Post
 from .registry import Registry
+from .saved import agent_from_state, agent_state
 from .subagent import respond
 from .talk import Event as AgentEvent
 from .talk import EventType, Overloaded
@@ -125,7 +125,7 @@ class AgentWorld(Registry):
         self.post.open(PRIMARY, self.primary.talk_ids)
         self.bus = self.post.bus
         self.pool = asyncio.Semaphore(limits.pool)
-        self._numbers = itertools.count(1)
+        self.numbered = 0  # the last number a subagent's id took (`task-3'): ids go on across restarts
         self.tasks_live = 0
         self.blocks = 0
         self._running: dict[str, set[asyncio.Task[Any]]] = {}  # the asyncio tasks that drive each agent
@@ -224,7 +224,9 @@ class AgentWorld(Registry):
             grant = mcp_calls.patterns(skill.tools) or ()  # the template's, narrowed by every ancestor's at a call
         if depth >= self.limits.max_depth:
             actions -= {"task", "viewpoint", "compulsion"}
-        agent = Agent(id=f"{kind}-{name or next(self._numbers)}", type=kind, template=tmpl, parent=caller,
+        if not name:
+            self.numbered += 1
+        agent = Agent(id=f"{kind}-{name or self.numbered}", type=kind, template=tmpl, parent=caller,
                       depth=depth, name=name, allowed=actions, tools=grant, request_input=request_input,
                       model=skill.model)
         try:  # its own RAM from the start: what it is told are items of it
@@ -237,6 +239,35 @@ class AgentWorld(Registry):
                                                  "name": name},
                                  agent=agent.identity)
         return agent
+
+    # -- the tick state (persistence.history): the live subagents -------------------------
+
+    def subagents_state(self) -> dict[str, Any]:
+        """The live subagents and the id counter, for the tick state (agents/saved.py)."""
+        return {"numbered": self.numbered,
+                "agents": [agent_state(a, self.bus.peek(a.id)) for a in self.subagents() if a.state.live]}
+
+    def restore_subagents(self, data: dict[str, Any]) -> list[str]:
+        """Replace every subagent by the live ones DATA (:meth:`subagents_state`) recorded, after
+        a restart, a rewind or a fork (no subagent at work); the ids of those that were at work
+        at the tick and come back idle or interrupted."""
+        for agent in list(self.subagents()):
+            self.post.forget(agent.id)
+            self.files_seen.forget(agent.id)
+        self.agents = {PRIMARY: self.primary}
+        self._maybe_live, self._compulsions, self._running = {}, {}, {}
+        self.tasks_live = 0
+        self.numbered = int(data.get("numbered", 0))
+        stopped = []
+        for saved in data.get("agents", []):
+            agent, queued = agent_from_state(saved, self.rt.ltm, self.rt.memory.agent)
+            if saved["state"] == AgentState.RUNNING:
+                stopped.append(agent.id)
+            self._register(agent)
+            self.post.open(agent.id, agent.talk_ids)
+            for event in queued:
+                self.bus.post(agent.id, event, reserved=True)
+        return stopped
 
     # -- rules every agent obeys --------------------------------------------------------
 

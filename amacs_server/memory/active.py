@@ -769,6 +769,29 @@ class ActiveMemory:
                 "evicted": [[b, h.version] for b, h in self.evicted.items()],
                 "pages": {b: list(p) for b, p in self.pages.items()}}
 
+    def subagent_state(self) -> dict[str, Any]:
+        """A subagent's RAM beyond LTM's active table: the messages it received (its exchange
+        items, by MemId) and :meth:`order_state`."""
+        return {"chat": [i.mem_id.format() for i in self.chat], **self.order_state()}
+
+    @classmethod
+    def restored_subagent(cls, ltm: LongTermMemory, agent: str, agent_id: str,
+                          data: dict[str, Any]) -> ActiveMemory:
+        """The RAM of the subagent AGENT_ID as :meth:`subagent_state` DATA recorded it: what it
+        pinned and evicted (LTM's active table, as the rewind left it), its exchange items (so
+        the next one it receives is numbered as before), their order and pages."""
+        memory = cls(ltm, agent, agent_id)
+        for base, status, version in ltm.active_set(agent_id):
+            item = ltm.get(MemId.from_base(base, version))
+            if status == "pinned":
+                memory.pinned[base] = item
+            else:
+                memory.evicted[base] = handle_for(item)
+        memory.chat = [ltm.get(MemId.parse(text)) for text in data.get("chat", [])]
+        memory._chat_index = {tick_of(item): i for i, item in enumerate(memory.chat)}
+        memory.apply_order_state(data)
+        return memory
+
     def apply_order_state(self, data: dict[str, Any]) -> None:
         """Put the pinned and evicted items in the order DATA (:meth:`order_state`) gives, with its
         pages; an item DATA does not name keeps its place after those it names."""
