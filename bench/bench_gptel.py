@@ -1,0 +1,203 @@
+"""AMACS beside real gptel: the five transport rows, in one interactive Emacs, turns alternating.
+
+One ``./amacs`` in tmux (``emacs -nw`` under a pty, 120x40) also loads gptel
+0.9.9.5 (``--gptel PATH``: the directory holding ``gptel``, ``compat`` and
+``transient/lisp``), pointed at the same fake model (tests/fake_anthropic.py,
+Anthropic protocol over http, streaming on).  AMACS's shell and gptel's org chat
+buffer are shown in turn full-frame in the one window, both wrapped at words (org
+would truncate gptel's long lines), their histories growing,
+turns alternating AMACS / gptel.  Both send the same text ("go"); the fake answers
+both with the same ~3,300 characters (AMACS's JSON reply of 400 words).
+
+Rows, median / p90 in ms, each for both:
+
+1. turn overhead with a zero-latency model (100 chunks, no delay): RET -> turn
+   done handled (AMACS: ``turn-done``; gptel: ``gptel-post-response-functions``),
+   minus the fake's time on the request;
+2. the same with 100 chunks 20 ms apart;
+3. first text -> visible, streaming (the run of row 2): the fake sends the first
+   delta -> that text is in the displayed buffer;
+4. RET -> the request at the model (the run of row 1);
+5. the whole reply in one chunk -> its last word in the displayed buffer.
+
+"Visible" is as in :mod:`bench.bench_transport`: the text inserted into the
+buffer shown in the selected window (AMACS: after its delta / reply handler;
+gptel: the ``after-change-functions`` call of the insertion holding it), timed
+inside Emacs with ``float-time``.  RET is ``RET`` in the shell and gptel's
+``C-c RET`` (``gptel-send``) in its buffer, both typed through tmux.
+
+    .venv/bin/python bench/bench_gptel.py [--gptel PATH] [--n N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import tests.fake_anthropic as fa  # noqa: E402
+from bench.bench_transport import AMACS_PROBES, REPLY_TEXT, TimedFake  # noqa: E402
+from bench.common import save, summary  # noqa: E402
+from bench.interactive import Recorder, amacs_terminal, load  # noqa: E402
+from tests.tmux.terminal import ROOT, Terminal  # noqa: E402
+
+WARMUP = 2
+GPTEL_BUFFER = "*gptel-bench*"
+
+
+def default_gptel() -> Path | None:
+    """The peers directory beside the checkout (../shared/peers), if there is one."""
+    for candidate in (ROOT.parent / "shared" / "peers", ROOT.parents[1] / "shared" / "peers"):
+        if (candidate / "gptel" / "gptel.el").exists():
+            return candidate
+    return None
+
+
+def gptel_setup(peers: Path, port: int) -> str:
+    """Elisp: load gptel from PEERS, point it at the fake on PORT, open its org chat buffer, probe it."""
+    return f"""(progn
+  (dolist (d '("gptel" "compat" "transient/lisp"))
+    (add-to-list 'load-path (expand-file-name d "{peers}")))
+  (require 'gptel) (require 'gptel-anthropic)
+  (setq gptel-backend (gptel-make-anthropic "Fake" :host "127.0.0.1:{port}" :protocol "http"
+                        :key "sk-peer" :stream t :models '(claude-fake))
+        gptel-model 'claude-fake gptel-default-mode 'org-mode gptel-use-curl t)
+  (defvar bench-g-t0 nil) (defvar bench-g-first nil) (defvar bench-g-reply nil)
+  (advice-add 'gptel-send :before
+    (lambda (&rest _) (setq bench-g-t0 (float-time) bench-g-first nil bench-g-reply nil)))
+  (with-current-buffer (gptel "{GPTEL_BUFFER}")
+    ;; Wrapped at words like the shell's (org would truncate lines: less to lay out).
+    (setq-local word-wrap t truncate-lines nil)
+    (add-hook 'after-change-functions
+      (lambda (beg end _len)
+        (when (and bench-g-t0 (> end beg))
+          (let ((s (buffer-substring-no-properties beg end)))
+            (when (and (not bench-g-first) (string-search "word" s)) (setq bench-g-first (float-time)))
+            (when (string-search "null}}" s) (setq bench-g-reply (float-time))))))
+      nil t))
+  (add-hook 'gptel-post-response-functions
+    (lambda (&rest _)
+      (bench-record "gptel" :t0 bench-g-t0 :first bench-g-first :reply (or bench-g-reply (float-time))
+                    :done (float-time))))
+  t)"""
+
+
+def show(term: Terminal, buffer_form: str) -> None:
+    """Show BUFFER_FORM's buffer full-frame in the one window, point at its end."""
+    term.elisp(f"(progn (delete-other-windows) (switch-to-buffer {buffer_form}) (goto-char (point-max)) t)")
+    time.sleep(0.2)  # the switch redisplayed, Emacs idle again
+
+
+def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Per-turn ms from Emacs's RECORDS and the fake's TIMINGS (one request per turn)."""
+    out: dict[str, list[float]] = {"turn_overhead": [], "ret_to_request": [], "first_text_visible": [],
+                                   "last_byte_to_last_word_visible": []}
+    for record, timing in zip(records, timings, strict=True):
+        out["turn_overhead"].append(1000 * ((record["done"] - record["t0"]) - (timing["end"] - timing["start"])))
+        out["ret_to_request"].append(1000 * (timing["start"] - record["t0"]))
+        out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
+        out["last_byte_to_last_word_visible"].append(1000 * (record["reply"] - timing["end"]))
+    return out
+
+
+def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) -> dict[str, Any]:
+    """The three phases, turns alternating AMACS / gptel; the five rows for each."""
+    fake = TimedFake().start()
+    term = amacs_terminal(tmp / "term", fake.url)
+    kinds = ("amacs", "gptel")
+    try:
+        recorder = Recorder(tmp)
+        recorder.install(term)
+        term.elisp(AMACS_PROBES)
+        term.elisp(gptel_setup(peers, int(fake.url.rsplit(":", 1)[1])), timeout=60)
+        buffers = {"amacs": "amacs-shell-buffer-name", "gptel": f'"{GPTEL_BUFFER}"'}
+        done = dict.fromkeys(kinds, 0)
+
+        def turn(kind: str) -> tuple[dict[str, Any], dict[str, float]]:
+            show(term, buffers[kind])
+            before = len(fake.timings)
+            term.type("go")
+            term.press("Enter" if kind == "amacs" else "C-c Enter")
+            done[kind] += 1
+            record = recorder.wait(kind, done[kind], timeout=60)[-1]
+            new = fake.timings[before:]
+            assert len(new) == 1, f"{kind}: one model call per turn, got {len(new)}"
+            time.sleep(0.2)
+            return record, new[0]
+
+        phases = {"zero-latency, 100 chunks": (fa.Reply(REPLY_TEXT, chunks=100), n_fast),
+                  "100 chunks at 20 ms": (fa.Reply(REPLY_TEXT, chunks=100, chunk_delay=0.02), n_slow),
+                  "whole reply in one chunk": (fa.Reply(REPLY_TEXT, chunks=1), n_fast)}
+        samples: dict[str, dict[str, dict[str, list[float]]]] = {}
+        for name, (reply, n) in phases.items():
+            fake.respond_with(lambda _body, reply=reply: reply)
+            got: dict[str, tuple[list[dict[str, Any]], list[dict[str, float]]]] = {k: ([], []) for k in kinds}
+            for i in range(warmup + n):
+                for kind in kinds:
+                    record, timing = turn(kind)
+                    if i >= warmup:
+                        got[kind][0].append(record)
+                        got[kind][1].append(timing)
+            samples[name] = {kind: phase_rows(*got[kind]) for kind in kinds}
+        pick = {"turn overhead, zero-latency model": ("zero-latency, 100 chunks", "turn_overhead"),
+                "turn overhead, 100 chunks at 20 ms": ("100 chunks at 20 ms", "turn_overhead"),
+                "first text -> visible, streaming": ("100 chunks at 20 ms", "first_text_visible"),
+                "RET -> request at the model": ("zero-latency, 100 chunks", "ret_to_request"),
+                "whole reply at once -> last word visible": ("whole reply in one chunk",
+                                                             "last_byte_to_last_word_visible")}
+        result: dict[str, Any] = {"rows": {row: {kind: summary(samples[phase][kind][key]) for kind in kinds}
+                                           for row, (phase, key) in pick.items()},
+                                  "all": {phase: {kind: {k: summary(v) for k, v in per.items()}
+                                                  for kind, per in by_kind.items()}
+                                          for phase, by_kind in samples.items()}}
+        result["gptel_buffer_chars"] = int(term.elisp(f'(with-current-buffer "{GPTEL_BUFFER}" (buffer-size))'))
+        return result
+    finally:
+        term.close()
+        fake.stop()
+
+
+def table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
+    """The rows as a markdown table: AMACS and gptel median / p90 (n)."""
+    lines = ["| path | AMACS | gptel | |", "|---|---|---|---|"]
+    for row, by in rows.items():
+        a, g = by["amacs"], by["gptel"]
+        ratio = a["median_ms"] / g["median_ms"] if g["median_ms"] > 0 else float("inf")
+        verdict = "at or ahead" if a["median_ms"] <= g["median_ms"] else f"**{ratio:.1f}x behind**"
+        lines.append(f"| {row} (n={a['n']}) | {a['median_ms']:.1f} / {a['p90_ms']:.1f} "
+                     f"| {g['median_ms']:.1f} / {g['p90_ms']:.1f} | {verdict} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gptel", type=Path, default=default_gptel(),
+                        help="directory holding gptel/, compat/ and transient/lisp/ (default ../shared/peers)")
+    parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", "30")),
+                        help="turns per kind in the fast phases (the 20 ms phase takes 2/3 of it)")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="turns per kind and phase not counted")
+    args = parser.parse_args(argv)
+    if args.gptel is None or not (args.gptel / "gptel" / "gptel.el").exists():
+        raise SystemExit("bench_gptel needs gptel's sources: --gptel PATH (holding gptel/, compat/, transient/lisp/)")
+    if not shutil.which("tmux") or not shutil.which("curl"):
+        raise SystemExit("bench_gptel needs tmux and curl (scripts/setup.sh --test installs them)")
+    tmp = Path(tempfile.mkdtemp(prefix="amacs-bench-gptel-"))
+    result: dict[str, Any] = {"load_before": load()}
+    result.update(run(args.gptel.resolve(), args.n, max(1, round(args.n * 2 / 3)), tmp, args.warmup))
+    result["load_after"] = load()
+    save("gptel", result)
+    print(table(result["rows"]))
+    print(f"load before {result['load_before']}, after {result['load_after']}")
+    print(f"records: {tmp / 'times.jsonl'}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
