@@ -253,7 +253,7 @@ def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
 STEPS = st.sampled_from([("say", "plain"), ("say", "note this"), ("create", "a"), ("create", "b"),
                          ("mutate", "a"), ("evict", "a"), ("evict-chat", ""), ("template", "x"),
                          ("template", "y"), ("thread", "t1"), ("thread", "t2"), ("switch", "t1"),
-                         ("switch", "t2")])
+                         ("switch", "t2"), ("viewpoint", "v"), ("ask", "v: why"), ("ask", "v: how")])
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -283,6 +283,10 @@ def _possible(before: list[Step], step: Step) -> bool:
         return not any(s == step for s in before)
     if what == "switch":
         return ("thread", name) in before
+    if what == "viewpoint":
+        return step not in before
+    if what == "ask":
+        return ("viewpoint", name.split(":")[0]) in before
     if what == "evict-chat":
         return sum(1 for w, _ in before if w == "say") >= 2 and not any(w == "evict-chat" for w, _ in before)
     return True
