@@ -329,8 +329,8 @@ class Runtime:
             return f"the subagents of tick {state.get('tick')} could not be restored ({err}); none is live"
         if not stopped:
             return None
-        return (f"{', '.join(stopped)} were at work at tick {state['tick']} and come back idle (a task: "
-                "interrupted); what they were doing is not resumed")
+        return (f"at work at tick {state['tick']}, not resumed: {', '.join(stopped)} (back idle with what "
+                "they were told; a task: interrupted)")
 
     def tick_state(self) -> dict[str, object]:
         """What the request after this tick is built from, beyond the org files and LTM's rows

@@ -253,7 +253,7 @@ def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
 STEPS = st.sampled_from([("say", "plain"), ("say", "note this"), ("create", "a"), ("create", "b"),
                          ("mutate", "a"), ("evict", "a"), ("evict-chat", ""), ("template", "x"),
                          ("template", "y"), ("thread", "t1"), ("thread", "t2"), ("switch", "t1"),
-                         ("switch", "t2")])
+                         ("switch", "t2"), ("viewpoint", "v"), ("ask", "v: why"), ("ask", "v: how")])
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -283,6 +283,10 @@ def _possible(before: list[Step], step: Step) -> bool:
         return not any(s == step for s in before)
     if what == "switch":
         return ("thread", name) in before
+    if what == "viewpoint":
+        return step not in before
+    if what == "ask":
+        return ("viewpoint", name.split(":")[0]) in before
     if what == "evict-chat":
         return sum(1 for w, _ in before if w == "say") >= 2 and not any(w == "evict-chat" for w, _ in before)
     return True
@@ -403,5 +407,61 @@ def test_subagent_ids_go_on_after_a_restart(tmp_path, fake):
         assert [a.id for a in rt.world.compulsions_of("primary")] == ["compulsion-1"]
         again = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))
         assert again["handle"] == "compulsion-2"
+    finally:
+        rt.stop()
+
+
+def test_a_viewpoint_at_work_at_the_tick_comes_back_idle_and_says_so(tmp_path, fake):
+    """A viewpoint whose model call is under way when a tick ends cannot be resumed mid-run:
+    after a restart it is live and idle, holding what it was told, and the person is told."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("viewpoint", "critic"), ("say", "again")])
+    rt = runtime(home, fake.url)
+    held = threading.Event()
+    asking = None
+    try:
+        fake.script(Reply(json.dumps({"reply": "never seen"}), hold=held))
+        first = len(fake.requests)
+        critic = rt.world.agents["viewpoint-critic"]
+        asking = asyncio.run_coroutine_threadsafe(rt.world.respond(critic, "[primary] think long"), rt.loop)
+        assert fake.wait_for_requests(first + 1)
+        do(rt, ("say", "meanwhile"))  # tick 3 ends with the viewpoint at work
+        assert rt.commits.flush(60)
+    finally:
+        held.set()
+        if asking is not None:
+            asking.result(60)
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        critic = rt.world.agents["viewpoint-critic"]
+        assert critic.state == "idle" and "think long" in critic.messages[-1]["content"]
+        assert any("at work at tick 3, not resumed: viewpoint-critic" in n for n in rt.startup_notes), rt.startup_notes
+        do(rt, ("ask", "critic: and now?"))  # it answers again
+        assert critic.status == "done"
+    finally:
+        rt.stop()
+
+
+def test_a_rewind_in_place_brings_the_live_viewpoint_back_as_at_the_tick(tmp_path, fake):
+    """The server rewinds itself with a viewpoint live: the viewpoint is as it was at tick 2
+    (what it heard after is gone), and the same inputs give the same requests, its own too."""
+    home = tmp_path / "home"
+    original, _ = run(home, fake, VIEWPOINT_SESSION)
+    k = 5
+    rt = runtime(home, fake.url)
+    try:
+        assert any("what else" in m["content"] for m in rt.world.agents["viewpoint-critic"].messages)
+        asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
+        critic = rt.world.agents["viewpoint-critic"]
+        assert not any("what else" in m["content"] for m in critic.messages)
+        made = []
+        for step in VIEWPOINT_SESSION[k:]:
+            start = len(fake.requests)
+            do(rt, step)
+            assert rt.commits.flush(60)
+            made.append(requests(fake, start))
+        assert subagent_requests(made) == 3
+        assert same(made, original[k:]) is None, same(made, original[k:])
     finally:
         rt.stop()
