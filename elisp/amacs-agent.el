@@ -38,7 +38,7 @@ and time, budget, and the last eval result."
   (amacs--call-sync 'set_consciousness
                     (list (if (symbolp field) (symbol-name field) field) value)))
 
-;;;; Memory (memid-active-memory.md, brain tools)
+;;;; Memory (ARCHITECTURE.md, Memory and MemIds; brain tools)
 
 ;; Like the agent functions below, these send only the running eval's
 ;; id: the server acts in the RAM of the agent that eval runs for

@@ -58,10 +58,23 @@
     (json-parse-buffer :object-type 'hash-table :array-type 'list
                        :null-object nil :false-object nil)))
 
+(defvar amacs-batch--parent nil
+  "The process id of the experiment that started this Emacs.")
+
+(defun amacs-batch--orphaned-p ()
+  "Non-nil once the experiment that started this Emacs is gone.
+Its parent then changes; nobody will start, read or stop this run."
+  (and amacs-batch--parent
+       (not (eql amacs-batch--parent
+                 (alist-get 'ppid (process-attributes (emacs-pid)))))))
+
 (defun amacs-batch--wait-for (predicate)
-  "Wait until PREDICATE is non-nil; return nil if `amacs-batch--wait' passed."
+  "Wait until PREDICATE is non-nil; return nil if `amacs-batch--wait' passed.
+A run whose experiment is gone waits no more: it ends as never started."
   (let ((deadline (+ (float-time) amacs-batch--wait)))
     (while (and (not (funcall predicate)) (< (float-time) deadline))
+      (when (amacs-batch--orphaned-p)
+        (throw 'amacs-batch-never-started nil))
       (accept-process-output nil 0.02))
     (funcall predicate)))
 
@@ -91,13 +104,8 @@
   "Wait until the file GO exists: the run is started; nil if it never will be.
 It never will once the experiment that prepared it is gone (this Emacs's
 parent changed), its server stopped, or `amacs-batch--wait' passed."
-  (let ((parent (alist-get 'ppid (process-attributes (emacs-pid)))))
-    (amacs-batch--wait-for
-     (lambda () (or (file-exists-p go)
-                    (not (amacs-live-p))
-                    (not (eql parent (alist-get 'ppid (process-attributes (emacs-pid))))))))
-    (and (file-exists-p go) (amacs-live-p)
-         (eql parent (alist-get 'ppid (process-attributes (emacs-pid)))))))
+  (amacs-batch--wait-for (lambda () (or (file-exists-p go) (not (amacs-live-p)))))
+  (and (file-exists-p go) (amacs-live-p) (not (amacs-batch--orphaned-p))))
 
 (defun amacs-batch--session (run)
   "Drive the session RUN; return nil when every turn ended, else why not."
@@ -130,7 +138,8 @@ when every turn ended, 4 when a prepared run was never started, else 3."
          (steps (gethash "max_steps" run))
          failure)
     (setq amacs-batch--wait (or (gethash "wait" run) 600)
-          amacs-batch--turns-done 0)
+          amacs-batch--turns-done 0
+          amacs-batch--parent (alist-get 'ppid (process-attributes (emacs-pid))))
     (when command (setq amacs-server-command command))
     (when steps (setq amacs-max-steps steps))
     ;; Nobody sees the shell's faces: its text is the same without org's
@@ -143,8 +152,9 @@ when every turn ended, 4 when a prepared run was never started, else 3."
       (amacs-batch--write run failure)
       (amacs-stop-server)
       (kill-emacs (if failure 3 0)))
-    ;; Prepared and never started: its folder is the experiment's again (a resumed
-    ;; experiment makes it afresh), so nothing is written there.
+    ;; Prepared and never started, or its experiment gone: the folder is the
+    ;; experiment's again (a resumed experiment makes it afresh), so nothing is
+    ;; written there.
     (amacs-stop-server)
     (kill-emacs 4)))
 
