@@ -5,9 +5,10 @@ One ``./amacs`` in tmux (``emacs -nw`` under a pty, 120x40) also loads gptel
 ``transient/lisp``), pointed at the same fake model (tests/fake_anthropic.py,
 Anthropic protocol over http, streaming on).  AMACS's shell and gptel's org chat
 buffer are shown in turn full-frame in the one window, both wrapped at words (org
-would truncate gptel's long lines), their histories growing,
-turns alternating AMACS / gptel.  Both send the same text ("go"); the fake answers
-both with the same ~3,300 characters (AMACS's JSON reply of 400 words).
+would truncate gptel's long lines), their histories growing, turns alternating
+AMACS / gptel, the three phases below taking turns round by round.  Both send
+the same text ("go"); the fake answers both with the same ~3,300 characters
+(AMACS's JSON reply of 400 words).
 
 Rows, median / p90 in ms, each for both:
 
@@ -135,17 +136,21 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) 
         phases = {"zero-latency, 100 chunks": (fa.Reply(REPLY_TEXT, chunks=100), n_fast),
                   "100 chunks at 20 ms": (fa.Reply(REPLY_TEXT, chunks=100, chunk_delay=0.02), n_slow),
                   "whole reply in one chunk": (fa.Reply(REPLY_TEXT, chunks=1), n_fast)}
-        samples: dict[str, dict[str, dict[str, list[float]]]] = {}
-        for name, (reply, n) in phases.items():
-            fake.respond_with(lambda _body, reply=reply: reply)
-            got: dict[str, tuple[list[dict[str, Any]], list[dict[str, float]]]] = {k: ([], []) for k in kinds}
-            for i in range(warmup + n):
+        # The phases take turns, round by round, so each meets the same histories: gptel
+        # reads its whole buffer at every send, so a phase run last would meet the longest.
+        got: dict[str, dict[str, tuple[list[dict[str, Any]], list[dict[str, float]]]]] = {
+            name: {k: ([], []) for k in kinds} for name in phases}
+        for i in range(warmup + max(n for _, n in phases.values())):
+            for name, (reply, n) in phases.items():
+                if i >= warmup + n:
+                    continue
+                fake.respond_with(lambda _body, reply=reply: reply)
                 for kind in kinds:
                     record, timing = turn(kind)
                     if i >= warmup:
-                        got[kind][0].append(record)
-                        got[kind][1].append(timing)
-            samples[name] = {kind: phase_rows(*got[kind]) for kind in kinds}
+                        got[name][kind][0].append(record)
+                        got[name][kind][1].append(timing)
+        samples = {name: {kind: phase_rows(*got[name][kind]) for kind in kinds} for name in phases}
         pick = {"turn overhead, zero-latency model": ("zero-latency, 100 chunks", "turn_overhead"),
                 "turn overhead, 100 chunks at 20 ms": ("100 chunks at 20 ms", "turn_overhead"),
                 "first text -> visible, streaming": ("100 chunks at 20 ms", "first_text_visible"),

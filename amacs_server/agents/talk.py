@@ -45,6 +45,10 @@ class TalkIds:
         """The last TalkId given (0: none yet), from which a restored agent goes on."""
         return self._last
 
+    def go_on(self, last: int) -> None:
+        """Go on from LAST (a restored agent's last TalkId), as if it had just been given."""
+        self._last = last % self._limit
+
     def next(self) -> int:
         """The next TalkId."""
         self._last = self._last % self._limit + 1

@@ -243,8 +243,9 @@ class AgentWorld(Registry):
     # -- the tick state (persistence.history): the live subagents -------------------------
 
     def subagents_state(self) -> dict[str, Any]:
-        """The live subagents and the id counter, for the tick state (agents/saved.py)."""
-        return {"numbered": self.numbered,
+        """The live subagents, the id counter and the primary's last TalkId, for the tick state
+        (agents/saved.py)."""
+        return {"numbered": self.numbered, "primary_talk_id": self.primary.talk_ids.last,
                 "agents": [agent_state(a, self.bus.peek(a.id)) for a in self.subagents() if a.state.live]}
 
     def restore_subagents(self, data: dict[str, Any]) -> list[str]:
@@ -258,6 +259,8 @@ class AgentWorld(Registry):
         self._maybe_live, self._compulsions, self._running = {}, {}, {}
         self.tasks_live = 0
         self.numbered = int(data.get("numbered", 0))
+        if "primary_talk_id" in data:  # the primary's talks go on numbered as before
+            self.primary.talk_ids.go_on(int(data["primary_talk_id"]))
         stopped = []
         for saved in data.get("agents", []):
             agent, queued = agent_from_state(saved, self.rt.ltm, self.rt.memory.agent)

@@ -251,7 +251,8 @@ async def observe(rt: Runtime) -> Context:
     with rt.ltm.transaction():
         rt.memory.set_buffers(buffers)
         rt.memory.set_skills(skills)
-        rt.memory.set_events([e.to_dict() for e in events], events[0].seq if events else 0)
+        # Named by the brain's own count, kept in the tick state: a restart or a rewind names them as before.
+        rt.memory.set_events([e.to_dict() for e in events], rt.memory.events_named + 1)
     snap = rt.memory.snapshot(rt.consciousness)
     c = rt.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)

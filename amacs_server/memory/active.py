@@ -237,6 +237,7 @@ class ActiveMemory:
         self._presented: dict[PresentKey, MemoryItem] = {}  # items as shown since the last snapshot
         self._presented_before: dict[PresentKey, MemoryItem] = {}  # ... and as the snapshot before showed them
         self.pending_tick: int | None = None
+        self.events_named = 0  # the highest N of an ``event.N`` item this brain made (the tick state keeps it)
         self.keep = RAM_WINDOW  # how many exchanges and monologue lines RAM keeps
 
     @classmethod
@@ -410,6 +411,7 @@ class ActiveMemory:
         """The events this tick shows (User, Agent, Time, Hook), each an item."""
         self.events = [self._new(f"{EVENT_PREFIX}{first_seq + i}", Tier.ROM, Kind.EVENT, e)
                        for i, e in enumerate(events)]
+        self.events_named = max(self.events_named, first_seq + len(events) - 1)
 
     def last_chat_interrupted(self) -> bool:
         """True when the server stopped in the newest exchange: a human part, no reply, no outcome.
@@ -767,7 +769,7 @@ class ActiveMemory:
         pages of long ones shown (LTM's active table keeps neither order nor pages)."""
         return {"pinned": [[b, i.version] for b, i in self.pinned.items()],
                 "evicted": [[b, h.version] for b, h in self.evicted.items()],
-                "pages": {b: list(p) for b, p in self.pages.items()}}
+                "pages": {b: list(p) for b, p in self.pages.items()}, "events_named": self.events_named}
 
     def subagent_state(self) -> dict[str, Any]:
         """A subagent's RAM beyond LTM's active table: the messages it received (its exchange
@@ -806,3 +808,4 @@ class ActiveMemory:
         self.pinned.update(pinned)
         self.evicted.update(evicted)
         self.pages = {b: (int(p[0]), int(p[1])) for b, p in data.get("pages", {}).items() if b in self.pinned}
+        self.events_named = int(data.get("events_named", self.events_named))

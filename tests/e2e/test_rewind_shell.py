@@ -6,12 +6,14 @@ made from the live server is a home of its own."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
 
+from tests.e2e.agent_fakes import run_elisp, say, transcript, who
 from tests.e2e.harness import elisp_string, run_emacs
-from tests.test_rewind import answer, requests
+from tests.test_rewind import answer, requests, same
 
 pytestmark = pytest.mark.e2e
 
@@ -64,3 +66,49 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] thought about note the fork",
                                     f"[TICK 1][fork] forked from {home} at tick 1"], log
     assert "the second" not in (fork / "agent-chat.org").read_text()
+
+
+def test_rewind_with_a_live_viewpoint_then_the_same_input_asks_the_same(fake, home):
+    """A viewpoint the primary made (agent-viewpoint in its eval) and asks each input
+    (agent-consider): after amacs-rewind to tick 2, the third input sent again makes the
+    same requests, the primary's and the viewpoint's, as the first time."""
+
+    def model(body):
+        me, _kind, _template = who(body)
+        msgs = transcript(body)
+        if me != "primary":
+            return say(f"critic comment {len(msgs)}")
+        if "<last-eval-result>" in msgs[-1]:
+            return say("heard the critic")
+        human = re.findall(r'\\"human\\": \\"([^\\]*)\\"', json.dumps(body["messages"][-1]["content"]))
+        if human and human[-1] == "make a critic":
+            return run_elisp('(progn (agent-viewpoint "critic" "debater") '
+                             '(agent-wait-for (plist-get (agent-consider "is it wise?") :talk-id) :timeout 30))')
+        if human and human[-1].startswith("ask"):
+            return run_elisp(f'(agent-wait-for (plist-get (agent-consider "{human[-1]}?") :talk-id) :timeout 30)')
+        return answer(body)
+
+    fake.respond_with(model)
+    program = """
+      (amacs-e2e-open)
+      (amacs-e2e-send "make a critic")
+      (amacs-e2e-send "ask again")
+      (amacs-e2e-send "ask more")
+      (with-current-buffer amacs-shell-buffer-name
+        (goto-char (point-min))
+        (search-forward (concat amacs-shell-prompt "ask more"))
+        (backward-char 3)
+        (cl-letf (((symbol-function 'completing-read)
+                   (lambda (_prompt _table &optional _pred _req _init _hist def &rest _) def))
+                  ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
+          (call-interactively #'amacs-rewind)))
+      (amacs-e2e-send "ask more")
+      (amacs-e2e-finish)"""
+    run = run_emacs(home, fake.url, program).check()
+    sent = requests(fake)
+    critic = [i for i, r in enumerate(sent) if "You are viewpoint-critic" in r]
+    assert len(critic) == 4, (len(critic), run.shell)
+    # Each input's requests: the primary's, the critic's, the primary's (the eval's result).
+    first, again = sent[critic[2] - 1:critic[2] + 2], sent[critic[3] - 1:]
+    assert len(again) == 3 and not any(a != b for a, b in zip(first, again, strict=True)), same([again], [first])
+    assert "rewound" in run.shell
