@@ -34,6 +34,7 @@ from .runs import (
     Outcome,
     Prepared,
     discard,
+    kill_strays,
     prepare,
     read_manifest,
     run_one,
@@ -153,6 +154,7 @@ class LocalExecutor:
         for ready in self.prepared.values():  # prepared, never started: still to do
             discard(ready)
         self.prepared.clear()
+        kill_strays(self.runs_dir)  # one whose start the C-c cut short is in no list
         if self.forks is not None:
             self.forks.close()
 

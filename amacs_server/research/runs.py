@@ -244,6 +244,24 @@ def _kill(proc: subprocess.Popen[bytes], home: Path) -> None:
             pass
 
 
+def kill_strays(runs_dir: Path) -> None:
+    """Kill what this process started in a run's folder under RUNS_DIR and still runs (an Emacs whose
+    start a C-c cut short before it was recorded), with its children's process groups."""
+    root = runs_dir.resolve()
+    for pid in _children(os.getpid()):
+        try:
+            if not Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(root):
+                continue
+            for child in _children(pid):
+                group = os.getpgid(child)
+                if group != os.getpgrp():
+                    os.killpg(group, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (OSError, ChildProcessError):
+            pass
+
+
 def _copy_skills(run: Run, home: Path) -> None:
     """Copy every ``<skill>/`` of the variant's folders into HOME/skills/ (a later folder wins)."""
     target = home / "skills"
