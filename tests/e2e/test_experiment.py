@@ -36,6 +36,15 @@ def model():
     server.stop()
 
 
+@pytest.fixture
+def slow_model():
+    """A model that takes a second to answer: runs are still going when the test interrupts them
+    (at zero latency a run takes under a second and all twelve can end before the C-c)."""
+    server = FakeAnthropic(default=lambda body: Reply(agent_json("fine"), delay=1.0)).start()
+    yield server
+    server.stop()
+
+
 def write_spec(folder: Path, name: str, parallel: int = 4) -> Path:
     """A 12-run spec in FOLDER, with two variants' skill folders."""
     for variant in ("one", "two"):
@@ -188,11 +197,11 @@ def test_experiment_resumes_after_kill(model, tmp_path):
 
 
 @pytest.mark.parametrize("group", [True, False], ids=["terminal-c-c", "sigint-to-the-command"])
-def test_experiment_interrupted_says_so(model, tmp_path, group):
+def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     """C-c mid-run (SIGINT to the command's process group, as a terminal sends it, or to the command alone):
     exit 130, the runs going say "interrupted (C-c); ...", not a crash; no server left; resume finishes them."""
     spec, runs = write_spec(tmp_path, "interrupt"), tmp_path / "runs"
-    proc = subprocess.Popen(command(spec, runs), env=environment(model), cwd=ROOT, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen(command(spec, runs), env=environment(slow_model), cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -200,6 +209,8 @@ def test_experiment_interrupted_says_so(model, tmp_path, group):
         if statuses.count("done") >= 2 and statuses.count("running") >= 2:
             break
         time.sleep(0.05)
+    else:
+        pytest.fail(f"never two runs done and two running: {[m['status'] for m in manifests(runs).values()]}")
     if group:
         os.killpg(proc.pid, signal.SIGINT)
     else:
@@ -218,7 +229,7 @@ def test_experiment_interrupted_says_so(model, tmp_path, group):
         time.sleep(0.2)
     assert not servers_of(runs)
 
-    done = experiment(model, spec, runs)
+    done = experiment(slow_model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_all_done(runs)
 
