@@ -201,8 +201,12 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     """C-c mid-run (SIGINT to the command's process group, as a terminal sends it, or to the command alone):
     exit 130, the runs going say "interrupted (C-c); ...", not a crash; no server left; resume finishes them."""
     spec, runs = write_spec(tmp_path, "interrupt"), tmp_path / "runs"
+    # As a terminal starts a command: SIGINT at its default, even when this test runs where it is
+    # ignored (a job started in the background inherits that, and Python then never raises
+    # KeyboardInterrupt).
     proc = subprocess.Popen(command(spec, runs), env=environment(slow_model), cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:
         statuses = [m["status"] for m in manifests(runs).values()]
