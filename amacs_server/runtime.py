@@ -32,7 +32,7 @@ from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
-from .persistence.chat_log import ChatLog
+from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
@@ -114,26 +114,13 @@ class Runtime:
         db_check = db_check or DatabaseCheck(home / "memory.db")
         self.repo = HomeRepo(home)
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
-        self.chat_log = ChatLog(home / "agent-chat.org")
-        self.monologue = MonologueLog(home / "monologue.org")
-        self.scratchpad = ScratchpadLog(home / "scratchpad.org")
-        self.consciousness = self._load_consciousness()
-        # Only the windows the context shows are restored; older items are in LTM.
-        keep = ram_window(self.consciousness)
-        chat = self.chat_log.read_tail(keep)
-        if chat:
-            self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
+        chat, keep = self._read_mind()
         self.ltm, rebuild = self._open_ltm(db_check)
         self.memory = ActiveMemory(self.ltm, agent=config.identity)
         if rebuild:
             self._rebuild_memory(rebuild)
         self.conversation = Conversation()  # the primary's append-only context (a new one per server run)
-        self.memory.restore(
-            self.consciousness,
-            chat=[(e.tick, e.human, e.agent) for e in chat],
-            monologue=self.monologue.read_tail(keep),
-            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
-        )
+        self._restore_memory(chat, keep)
         for org in (self.chat_log, self.monologue, self.scratchpad):
             if org.bad_utf8 is not None:
                 log.warning("%s: bytes that are not UTF-8 from offset %s, read as U+FFFD", org.path, org.bad_utf8)
@@ -247,9 +234,9 @@ class Runtime:
             self.threads.active = self.consciousness.active_thread
         self.sync_threads(save=False)
 
-    def reload_mind(self) -> None:
-        """Read the mind again from the home, as a start-up does: after a rewind wrote it
-        (loop thread; no turn running, no subagent at work)."""
+    def _read_mind(self) -> tuple[list[ChatEntry], int]:
+        """Open the home's org logs and read consciousness; the chat's last ticks the context
+        shows (older items are in LTM) and how many that is."""
         home = self.config.home
         self.chat_log = ChatLog(home / "agent-chat.org")
         self.monologue = MonologueLog(home / "monologue.org")
@@ -259,14 +246,24 @@ class Runtime:
         chat = self.chat_log.read_tail(keep)
         if chat:
             self.consciousness.current_tick = max(self.consciousness.current_tick, chat[-1].tick)
-        self.memory = ActiveMemory(self.ltm, agent=self.config.identity)
-        self.conversation = Conversation()
+        return chat, keep
+
+    def _restore_memory(self, chat: list[ChatEntry], keep: int) -> None:
+        """Fill active memory from consciousness, CHAT and the last KEEP ticks of the logs."""
         self.memory.restore(
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],
             monologue=self.monologue.read_tail(keep),
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
+
+    def reload_mind(self) -> None:
+        """Read the mind again from the home, as a start-up does: after a rewind wrote it
+        (loop thread; no turn running, no subagent at work)."""
+        chat, keep = self._read_mind()
+        self.memory = ActiveMemory(self.ltm, agent=self.config.identity)
+        self.conversation = Conversation()
+        self._restore_memory(chat, keep)
         self._restore_tick_state()
         self._load_threads()
         self.subagents_note = self._restore_subagents()
