@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import selectors
 import socket
 import sys
 import threading
@@ -446,10 +447,47 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
         self._clients = threading.Condition()  # guards emacs and stopping
         self.stopping = False  # the Emacs of a server it started has gone: it shuts down
+        # shutdown() wakes serve_forever through this pair at once, not at its next poll.
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._stop_asked = False
+        self._served = threading.Event()
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept connections until :meth:`shutdown`, which ends the loop at once (socketserver's
+        own loop noticed it only at its next poll: a stopping server's exit waited up to
+        POLL_INTERVAL for nothing)."""
+        self._served.clear()
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                while not self._stop_asked:
+                    ready = [key.fileobj for key, _ in selector.select(poll_interval)]
+                    if self._wake_read in ready:
+                        self._wake_read.recv(64)
+                    if self._stop_asked:
+                        break
+                    if self in ready:
+                        self._handle_request_noblock()  # type: ignore[attr-defined]  # socketserver's own step
+                    self.service_actions()
+        finally:
+            self._stop_asked = False
+            self._served.set()
+
+    def shutdown(self) -> None:
+        """End :meth:`serve_forever` and wait until it has returned (call it from another thread)."""
+        self._stop_asked = True
+        try:
+            self._wake_write.send(b"\0")
+        except OSError:  # closed: the loop is over already
+            pass
+        self._served.wait()
 
     def server_close(self) -> None:
         """Close the listening socket and let the call pool's idle threads go."""
         super().server_close()
+        self._wake_read.close()
+        self._wake_write.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def register(self, name: str, fn: Callable[..., Any]) -> None:
