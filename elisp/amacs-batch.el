@@ -31,6 +31,8 @@
 ;;                   before the first turn (the run was prepared ahead), optional;
 ;;                   if it never will (the experiment is gone), exit 4 and
 ;;                   write nothing
+;;   trace           a file to append the run's marks to, one "NAME SECONDS"
+;;                   line each (`float-time'), optional: where its time goes
 ;;
 ;; The AMACS home, the model endpoint, its key and the budget limit come
 ;; from the environment (AMACS_HOME, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
@@ -45,6 +47,9 @@
 (require 'amacs-shell)
 (require 'comint)
 
+(defvar amacs-batch-gc-threshold (* 8 1024 1024)
+  "The `gc-cons-threshold' of a session, once its elisp is loaded.")
+
 (defvar amacs-batch--wait 600
   "Seconds any one wait of the current run may take.")
 
@@ -57,6 +62,14 @@
     (insert-file-contents file)
     (json-parse-buffer :object-type 'hash-table :array-type 'list
                        :null-object nil :false-object nil)))
+
+(defvar amacs-batch--trace nil
+  "The file the current run's marks are appended to, or nil.")
+
+(defun amacs-batch--mark (name &optional time)
+  "Append the mark NAME at TIME (default now) to the run's trace file, if any."
+  (when amacs-batch--trace
+    (write-region (format "%s %.6f\n" name (or time (float-time))) nil amacs-batch--trace 'append 'silent)))
 
 (defvar amacs-batch--parent nil
   "The process id of the experiment that started this Emacs.")
@@ -84,8 +97,13 @@ A run whose experiment is gone waits no more: it ends as never started."
     (goto-char (point-max))
     (insert text)
     (comint-send-input))
+  (amacs-batch--mark "sent")
   (prog1 (amacs-batch--wait-for (lambda () (not amacs-shell-busy)))
-    (accept-process-output nil 0.05)))
+    (amacs-batch--mark "turn-done")
+    ;; The server's turn-done is the turn's last event: what came with it is
+    ;; shown, and nothing more is waited for.
+    (while (accept-process-output nil 0))
+    (amacs-batch--mark "settled")))
 
 (defun amacs-batch--write (run failure)
   "Write the outcome of RUN (FAILURE, or nil) and the shell's text to its files."
@@ -107,19 +125,41 @@ parent changed), its server stopped, or `amacs-batch--wait' passed."
   (amacs-batch--wait-for (lambda () (or (file-exists-p go) (not (amacs-live-p)))))
   (and (file-exists-p go) (amacs-live-p) (not (amacs-batch--orphaned-p))))
 
+(defun amacs-batch--stop ()
+  "Stop the server and wait for it to exit; nil if it exited 0, else why not.
+It exits 0 once its last tick is committed; any other end (killed, or
+stopped by force after `amacs-stop-grace') may have lost that commit."
+  (let ((server (amacs-connection-server-process (amacs-current-connection))))
+    (amacs-stop-server)
+    (when (processp server)
+      (unless (and (eq (process-status server) 'exit) (eql (process-exit-status server) 0))
+        (format "the server %s %s while stopping: its last tick may not be committed"
+                (if (eq (process-status server) 'signal) "was killed by signal" "exited")
+                (process-exit-status server))))))
+
+(defun amacs-batch--exit (code)
+  "Exit Emacs with CODE at once.
+The shell saved its history at each input and the server has exited:
+nothing on `kill-emacs-hook' is left to do for a run."
+  (setq kill-emacs-hook nil)
+  (kill-emacs code))
+
 (defun amacs-batch--session (run)
   "Drive the session RUN; return nil when every turn ended, else why not."
   (let ((turns (gethash "turns" run))
         (go (gethash "go" run)))
     (amacs-shell)
+    (amacs-batch--mark "shell-opened")
     (cond
      ((not (amacs-batch--wait-for #'amacs-live-p))
       (format "the server did not start within %s s" amacs-batch--wait))
      ((progn
+        (amacs-batch--mark "hello")
         (accept-process-output nil 0.05)  ; what came with hello is shown (while prepared, ahead)
         (and go (not (amacs-batch--started-p go))))
       (throw 'amacs-batch-never-started nil))
      (t
+      (amacs-batch--mark "go")
       (catch 'stop
         (dolist (turn turns)
           (unless (amacs-batch--send turn)
@@ -133,13 +173,20 @@ parent changed), its server stopped, or `amacs-batch--wait' passed."
   "Run the headless session described by the JSON run FILE, then exit Emacs.
 See the commentary of amacs-batch.el for the keys of FILE.  Exits 0
 when every turn ended, 4 when a prepared run was never started, else 3."
-  (let* ((run (amacs-batch--read file))
+  (let* ((loaded (float-time))
+         (run (amacs-batch--read file))
          (command (gethash "server_command" run))
          (steps (gethash "max_steps" run))
          failure)
     (setq amacs-batch--wait (or (gethash "wait" run) 600)
+          amacs-batch--trace (gethash "trace" run)
           amacs-batch--turns-done 0
           amacs-batch--parent (alist-get 'ppid (process-attributes (emacs-pid))))
+    (amacs-batch--mark "emacs-init" (float-time before-init-time))
+    (amacs-batch--mark "loaded" loaded)
+    ;; The experiment loads this file with garbage collection held off (64 MB);
+    ;; a session collects more often than that, so long runs stay small.
+    (setq gc-cons-threshold amacs-batch-gc-threshold)
     (when command (setq amacs-server-command command))
     (when steps (setq amacs-max-steps steps))
     ;; Nobody sees the shell's faces: its text is the same without org's
@@ -150,13 +197,18 @@ when every turn ended, 4 when a prepared run was never started, else 3."
                         (amacs-batch--session run)
                       (error (error-message-string err))))
       (amacs-batch--write run failure)
-      (amacs-stop-server)
-      (kill-emacs (if failure 3 0)))
+      (amacs-batch--mark "written")
+      (let ((stopped (amacs-batch--stop)))
+        (amacs-batch--mark "server-exited")
+        (when (and stopped (not failure))
+          (setq failure stopped)
+          (amacs-batch--write run failure)))
+      (amacs-batch--exit (if failure 3 0)))
     ;; Prepared and never started, or its experiment gone: the folder is the
     ;; experiment's again (a resumed experiment makes it afresh), so nothing is
     ;; written there.
     (amacs-stop-server)
-    (kill-emacs 4)))
+    (amacs-batch--exit 4)))
 
 (provide 'amacs-batch)
 ;;; amacs-batch.el ends here

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -106,13 +106,22 @@ class LocalExecutor:
     SDKs of BACKENDS once; each run is still a new Emacs and a new server process, in a new
     home.  Without a fork server (FORK false, or it could not start) each run's server is
     ``python -m amacs_server``.  The runs to come next are prepared ahead (:meth:`prepare`):
-    their Emacs and server start while the runs before them go, and wait to be started."""
+    their Emacs and server start while the runs before them go, and wait to be started.
+    A run whose turns were all replied to counts as going no more (:meth:`busy`) while its
+    server makes its last commit and exits; its outcome comes once it has (:func:`run_one`)."""
 
     def __init__(self, runs_dir: Path, parallel: int, backends: Sequence[str] = ("anthropic",),
-                 fork: bool = True) -> None:
+                 fork: bool = True, trace: bool = False, ahead: int | None = None) -> None:
         self.runs_dir = runs_dir
-        self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-run")
+        # Runs kept prepared: one more than go at once, so the next is ready when a run ends
+        # even though a start-up (~0.3-0.6 s) takes longer than a run at zero latency.
+        self.ahead = parallel + 1 if ahead is None else ahead
+        self.trace = trace  # each run keeps the times of its steps (runs.read_trace)
+        # Twice PARALLEL: a run whose server is stopping and the run started in its place.
+        self.pool = ThreadPoolExecutor(max_workers=2 * parallel, thread_name_prefix="amacs-run")
         self.going: dict[Future[Outcome], Run] = {}
+        self.sessions: set[str] = set()  # runs whose session is not over
+        self.changed = threading.Event()  # set when a session is over or a run has ended
         self.stop = threading.Event()
         self.prepared: dict[str, Prepared] = {}
         self.forks: ForkServer | None = None
@@ -126,20 +135,38 @@ class LocalExecutor:
         return self.forks.command() if self.forks is not None else None
 
     def prepare(self, runs: Sequence[Run]) -> None:
-        """Start the Emacs (and so the server) of RUNS, the next to be submitted, unless started
-        already; each waits, ready, until it is submitted."""
-        for run in runs:
+        """Start the Emacs (and so the server) of the first of RUNS, the next to be submitted (as
+        many as it keeps ready), unless started already; each waits, ready, until it is submitted."""
+        for run in runs[:self.ahead]:
             if run.run_id not in self.prepared and not self.stop.is_set():
-                self.prepared[run.run_id] = prepare(run, self.runs_dir, self._command(), gated=True)
+                self.prepared[run.run_id] = prepare(run, self.runs_dir, self._command(), gated=True,
+                                                    trace=self.trace)
 
     def submit(self, run: Run) -> None:
         """Start RUN in a thread (its prepared Emacs, if it has one)."""
         ready = self.prepared.pop(run.run_id, None)
-        self.going[self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready)] = run
+        self.sessions.add(run.run_id)
+
+        def ended() -> None:
+            self.sessions.discard(run.run_id)
+            self.changed.set()
+
+        future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace, ended)
+        self.going[future] = run
+        future.add_done_callback(lambda _f: ended())
+
+    def busy(self) -> int:
+        """Runs whose session is not over (those whose server is stopping are not counted)."""
+        return len(self.sessions)
 
     def finished(self, timeout: float) -> list[Outcome]:
-        """Outcomes of the threads that ended."""
-        done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
+        """Outcomes of the threads that ended, waiting at most TIMEOUT seconds for one to end, or for
+        a session to be over (then maybe none)."""
+        done = [f for f in self.going if f.done()]
+        if not done:
+            self.changed.wait(timeout)
+            self.changed.clear()
+            done = [f for f in self.going if f.done()]
         out = []
         for future in done:
             run = self.going.pop(future)

@@ -143,20 +143,23 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
     outcomes: list[Outcome] = []
     running = 0
     stopped: str | None = None
+    # A run whose session is over while its server stops counts no more against PARALLEL (the
+    # executor's busy()), unless a budget must see its cost before the next run starts.
+    busy = getattr(executor, "busy", None) if budget is None else None
     with _progress(console) as progress:
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
         try:
             while queue or running:
-                while (queue and running < parallel and (budget is None or spent < budget)
-                       and stopped is None):
+                while (queue and (running if busy is None else busy()) < parallel
+                       and (budget is None or spent < budget) and stopped is None):
                     executor.submit(queue.pop(0))
                     running += 1
                 if not running:
                     break  # the budget is spent, or runs keep failing, and nothing is going
                 ahead = getattr(executor, "prepare", None)  # the next runs' start-up overlaps these
                 if ahead is not None and queue and stopped is None and (budget is None or spent < budget):
-                    ahead(queue[:parallel])
+                    ahead(queue)  # the executor prepares as many of the first as it keeps ready
                 progress.update(bar, running=running)
                 for outcome in executor.finished(POLL):
                     running -= 1

@@ -21,12 +21,14 @@ import functools
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -38,11 +40,14 @@ from .outcome import verdict
 from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
+TRACE = "trace.txt"
 # Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
 # ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
+RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
+WATCH_EVERY = 0.01  # seconds between looks for it
 
 
 @dataclass(frozen=True)
@@ -201,13 +206,18 @@ def compiled_dir() -> Path | None:
         return None
 
 
+# Loading the elisp collects garbage ~6 times at Emacs's default threshold (800 KB), half of the
+# load's CPU; amacs-batch-run sets a session's own threshold once it is loaded.
+LOAD_GC = "(setq gc-cons-threshold (* 64 1024 1024))"
+
+
 def emacs_command(batch_file: Path) -> list[str]:
     """The batch Emacs that runs the session described by BATCH_FILE: the packages' folders on its
     load path (or package.el to find them), the compiled elisp first when it is up to date."""
     dirs = package_dirs()
     setup = ["--eval", _package_setup()] if dirs is None else [arg for d in dirs for arg in ("-L", d)]
     compiled = compiled_dir()
-    return [EMACS, "-Q", "--batch", *setup, *(["-L", str(compiled)] if compiled else []),
+    return [EMACS, "-Q", "--batch", "--eval", LOAD_GC, *setup, *(["-L", str(compiled)] if compiled else []),
             "-L", str(elisp_dir()), "-l", "amacs-batch", "--eval", f"(amacs-batch-run {json.dumps(str(batch_file))})"]
 
 
@@ -271,15 +281,35 @@ def _copy_skills(run: Run, home: Path) -> None:
             shutil.copytree(skill, target / skill.name, dirs_exist_ok=True)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None) -> int | None:
-    """PROC's exit status; None when TIMEOUT seconds pass or STOP is set first."""
+def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None,
+          watch: Callable[[], bool] | None = None) -> int | None:
+    """PROC's exit status, seen the moment it exits (a pidfd; Popen.wait sleeps up to 50 ms between
+    looks); None when TIMEOUT seconds pass or STOP is set first (looked at every 0.2 s).
+    WATCH is called every :data:`WATCH_EVERY` seconds meanwhile, until it returns True."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return proc.wait(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
+    try:
+        exited: int | None = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux, or it has exited already
+        exited = None
+    try:
+        while True:
+            if watch is not None and watch():
+                watch = None
+            left = max(0.0, min(0.2 if watch is None else WATCH_EVERY, deadline - time.monotonic()))
+            try:
+                if exited is None:
+                    return proc.wait(timeout=left)
+                select.select([exited], [], [], left)
+                code = proc.poll()
+                if code is not None:
+                    return code
+            except subprocess.TimeoutExpired:
+                pass
             if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
                 return None
+    finally:
+        if exited is not None:
+            os.close(exited)
 
 
 def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
@@ -299,15 +329,41 @@ class Prepared:
     emacs_started: float | None = None
     go: Path | None = None  # touched when the run starts; None: it starts at once
     error: str | None = None  # it could not be prepared
+    trace: Path | None = None  # where the run's marks go (:func:`mark`), if anywhere
+
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Append the mark NAME (at AT, default now) to the run's trace, if it keeps one."""
+        if self.trace is not None:
+            with self.trace.open("a", encoding="utf-8") as out:
+                out.write(f"{name} {time.time() if at is None else at:.6f}\n")
 
 
-def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, gated: bool = False) -> Prepared:
+def read_trace(folder: Path) -> dict[str, float]:
+    """The marks of the run in FOLDER (``trace.txt``: Emacs's and the experiment's), each at its
+    first time; {} when it kept none."""
+    marks: dict[str, float] = {}
+    try:
+        lines = (folder / TRACE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return marks
+    for line in lines:
+        name, _, at = line.partition(" ")
+        try:
+            marks.setdefault(name, float(at))
+        except ValueError:
+            continue
+    return marks
+
+
+def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, gated: bool = False,
+            trace: bool = False) -> Prepared:
     """Make RUN's folder afresh (``RUNS_DIR/<run-id>/``) and start its Emacs.
 
     GATED: Emacs starts the server and says hello, then waits for the file ``go`` in the folder
     before it types the first turn (:func:`run_one` makes it), so a run's start-up can overlap
     the runs going before it.  SERVER_COMMAND starts the run's server (default ``python -m
     amacs_server``; the local executor's is the fork server's launcher, :mod:`.forkserver`).
+    TRACE: the run keeps the times of its steps in ``trace.txt`` (:func:`read_trace`).
     No manifest is written here: a run prepared and never started is a run still to do."""
     folder = runs_dir.resolve() / run.run_id
     if folder.exists():
@@ -315,7 +371,7 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     home = folder / "home"
     home.mkdir(parents=True)
     (folder / "emacs-home").mkdir()
-    ready = Prepared(run, folder, go=folder / "go" if gated else None)
+    ready = Prepared(run, folder, go=folder / "go" if gated else None, trace=folder / TRACE if trace else None)
     try:
         if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
             from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
@@ -326,10 +382,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
         batch.write_text(json.dumps({
             "turns": list(run.turns), "max_steps": run.max_steps,
             "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
-            "result": str(folder / "batch-result.json"), "shell": str(folder / "shell.txt"),
-            **({"go": str(ready.go)} if ready.go else {})}), encoding="utf-8")
+            "result": str(folder / RESULT), "shell": str(folder / "shell.txt"),
+            **({"go": str(ready.go)} if ready.go else {}),
+            **({"trace": str(ready.trace)} if ready.trace else {})}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
             ready.emacs_started = time.time()
+            ready.mark("spawn", ready.emacs_started)
             ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
@@ -345,33 +403,53 @@ def discard(ready: Prepared) -> None:
 
 
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
-            server_command: list[str] | None = None, prepared: Prepared | None = None) -> Outcome:
+            server_command: list[str] | None = None, prepared: Prepared | None = None,
+            trace: bool = False, session_ended: Callable[[], None] | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
 
     PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
-    the run is prepared here, with SERVER_COMMAND.  The run's time and its time limit count
-    from here.
+    the run is prepared here, with SERVER_COMMAND (and TRACE, :func:`prepare`).  The run's time
+    and its time limit count from here.
+
+    SESSION_ENDED is called once the session is over with every turn replied to (Emacs has written
+    :data:`RESULT` and the transcripts say so), while its server still makes its last commit
+    and exits: the next run may start then.  The outcome, and the manifest's ``done``, wait
+    for Emacs's exit, which waits for the server's: a run is never recorded done before
+    its home is complete.
 
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
     ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
     Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
-    ready = prepared or prepare(run, runs_dir, server_command)
+    ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
+    ready.mark("start", started)
     write_manifest(folder, manifest(run, "running", started))
     error: str | None = ready.error
     turns_done = 0
     failed_turn: int | None = None
     proc = ready.proc
+
+    def session_over() -> bool:
+        """Whether Emacs has said the session is over; SESSION_ENDED called then if every turn was replied to."""
+        if not (folder / RESULT).exists():
+            return False
+        if session_ended is not None and verdict(home, len(run.turns), run.base_url).failed_turn is None:
+            ready.mark("ended")
+            session_ended()
+        return True
+
     if proc is not None:
         try:
             if ready.go is not None:
                 ready.go.touch()
+                ready.mark("go-touched")
             try:
-                code = _wait(proc, run.timeout, stop)
+                code = _wait(proc, run.timeout, stop, session_over if session_ended is not None else None)
             except BaseException:
                 _kill(proc, home)
                 raise
+            ready.mark("emacs-exited")
             if code != 0:
                 _kill(proc, home)  # also the server of an Emacs that died of a C-c
             if _interrupted(code, stop):
@@ -380,7 +458,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 code, error = -1, f"timed out after {run.timeout:g} s"
             said_error: str | None = None
             try:
-                said = json.loads((folder / "batch-result.json").read_text(encoding="utf-8"))
+                said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
                 said_error = said.get("error") if isinstance(said.get("error"), str) else None
             except (OSError, ValueError):
                 pass
@@ -390,6 +468,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
             turns_done, failed_turn = judged.replied, judged.failed_turn
             error = error if error == INTERRUPTED else judged.reason
+            ready.mark("judged")
         except OSError as err:
             error = f"could not run: {err}"
     ended = time.time()
@@ -399,4 +478,5 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
                       phases={"emacs_started_at": ready.emacs_started, **phases(home)})
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
+    ready.mark("recorded")
     return outcome

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -421,3 +422,73 @@ def test_no_run_inherits_another_runs_emacs_or_server(tmp_path):
         assert not servers_of(runs)
     finally:
         fake.stop()
+
+
+def slow_git(folder: Path, then: str) -> dict[str, str]:
+    """An environment whose git, moving HEAD (``update-ref``, a commit's last step), first runs THEN:
+    a slow disk (``sleep 4``), or the server killed in its last commit (``sleep 1; kill -9 $PPID``)."""
+    real = shutil.which("git")
+    assert real
+    bin_dir = folder / "slow-git"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = update-ref ]; then {then}; fi\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("how", ["sigkill", "c-c"])
+def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path, how):
+    """At parallel 1 the next run starts once a run's turns are replied to, while its server still makes
+    the last commit (git slowed to 4 s here); the command killed (or C-c) then: that run is not done
+    (running, or failed as interrupted), and resume runs it again to done."""
+    spec, runs = write_spec(tmp_path, "pending", parallel=1), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 4")},
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    pending = None
+    while time.time() < deadline and pending is None:
+        found = manifests(runs)
+        over = [k for k, m in found.items() if m["status"] == "running" and (runs / k / "batch-result.json").exists()]
+        if over and len(found) >= 2:  # a run's session is over, its commit pending, and the next one started
+            pending = over[0]
+        time.sleep(0.02)
+    assert pending is not None, manifests(runs)
+    assert not (runs / pending / "home" / ".git" / "refs" / "heads").exists() or not list(
+        (runs / pending / "home" / ".git" / "refs" / "heads").iterdir()), "its commit was made already"
+    if how == "sigkill":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    manifest = manifests(runs)[pending]
+    assert manifest["status"] == ("running" if how == "sigkill" else "failed"), manifest
+    if how == "c-c":
+        assert proc.returncode == 130, out + err
+        assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+    deadline = time.time() + 30  # a killed session's server finishes its slow commit and exits
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not servers_of(runs)
+
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = assert_all_done(runs)
+    assert after[pending]["started_at"] > manifest["started_at"], "it ran again"
+
+
+def test_server_killed_in_its_last_commit_fails_the_run(model, tmp_path):
+    """The server killed while it makes the last tick's commit (after the reply was shown): the run
+    failed, saying its last tick may not be committed; never done."""
+    spec, runs = write_spec(tmp_path, "killed-commit", parallel=2), tmp_path / "runs"
+    spec.write_text(spec.read_text().replace("repetitions = 3", "repetitions = 1"))
+    proc = subprocess.run(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 1; kill -9 $PPID")},
+                          cwd=ROOT, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = manifests(runs)
+    assert len(found) == 4, found
+    for manifest in found.values():
+        assert manifest["status"] == "failed", manifest
+        assert "its last tick may not be committed" in manifest["error"], manifest
