@@ -64,9 +64,21 @@
   "The name of CONNECTION's hub buffer.
 The home `amacs-home' names has `amacs-hub-buffer-name'; any other's
 says its home."
-  (if (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory)))
+  (if (amacs-hub--default-home-p connection)
       amacs-hub-buffer-name
     (format "*amacs-hub: %s*" (amacs-connection-name connection))))
+
+(defun amacs-hub--default-home-p (connection)
+  "Non-nil when CONNECTION is to the home `amacs-home' names."
+  (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory))))
+
+(defun amacs-hub--home-buffer-name (what connection)
+  "The name of the buffer showing WHAT (a string) of CONNECTION's home.
+The home `amacs-home' names gets \=`*amacs-WHAT*'; any other's says
+its home too, so two homes' transcripts or commits never share one."
+  (if (amacs-hub--default-home-p connection)
+      (format "*amacs-%s*" what)
+    (format "*amacs-%s: %s*" what (amacs-connection-name connection))))
 
 (defvar-local amacs-hub--stale nil
   "Non-nil when ticks passed while the hub was hidden: redraw it when shown.")
@@ -152,17 +164,18 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
 
 (defun amacs-hub--show-transcript (agent)
   "Show the transcript of AGENT in a buffer of its own."
-  (amacs-call 'agent_transcript (list agent)
-              (lambda (text)
-                (let ((buffer (get-buffer-create (format "*amacs-transcript %s*" agent))))
-                  (with-current-buffer buffer
-                    (let ((inhibit-read-only t))
-                      (erase-buffer)
-                      (insert text))
-                    (goto-char (point-max))     ; the newest events: what it does now
-                    (view-mode 1))
-                  (amacs-hub--show-beside-shell buffer)
-                  (recenter -1)))))
+  (let ((name (amacs-hub--home-buffer-name (format "transcript %s" agent) (amacs-current-connection))))
+    (amacs-call 'agent_transcript (list agent)
+                (lambda (text)
+                  (let ((buffer (get-buffer-create name)))
+                    (with-current-buffer buffer
+                      (let ((inhibit-read-only t))
+                        (erase-buffer)
+                        (insert text))
+                      (goto-char (point-max))     ; the newest events: what it does now
+                      (view-mode 1))
+                    (amacs-hub--show-beside-shell buffer)
+                    (recenter -1))))))
 
 (defun amacs-hub--insert-list (type title items describe)
   "Insert section TYPE titled TITLE with a line per ITEMS from DESCRIBE."
@@ -306,7 +319,7 @@ left unmodified."
 (defun amacs-hub--show-commit (sha)
   "Show commit SHA of the AMACS home in a buffer."
   (let ((home (plist-get amacs-hub--state :home))
-        (buffer (get-buffer-create "*amacs-commit*")))
+        (buffer (get-buffer-create (amacs-hub--home-buffer-name "commit" (amacs-current-connection)))))
     (with-current-buffer buffer
       (let ((inhibit-read-only t))
         (erase-buffer)

@@ -45,6 +45,12 @@ def test_stdio_and_http_servers_with_variables_from_the_environment():
     ({"args": []}, "mcpServers.bad: has neither command (a stdio server) nor url (an HTTP server)"),
     ({"type": "sse", "url": "http://x"}, "mcpServers.bad.type: 'sse' is not supported"),
     ({"command": "x", "timeout": -1}, "mcpServers.bad.timeout: seconds"),
+    ({"command": "x", "arg": ["--repo"]}, "mcpServers.bad.arg: is not a key AMACS reads; did you mean 'args'?"),
+    ({"comand": "x"}, "mcpServers.bad.comand: is not a key AMACS reads; did you mean 'command'?"),
+    ({"command": "x", "environment": {}}, "mcpServers.bad.environment: is not a key AMACS reads; did you mean 'env'?"),
+    ({"command": "x", "timout": 60}, "mcpServers.bad.timout: is not a key AMACS reads; did you mean 'timeout'?"),
+    ({"url": "http://x", "header": {}}, "mcpServers.bad.header: is not a key AMACS reads; did you mean 'headers'?"),
+    ({"command": "x", "disable": True}, "mcpServers.bad.disable: is not a key AMACS reads; did you mean 'disabled'?"),
 ])
 def test_a_bad_server_is_one_line_naming_file_and_key_and_the_others_stay(server, key):
     config = parse(json.dumps({"mcpServers": {"good": {"command": "ok"}, "bad": server}}), PATH, {})
@@ -52,6 +58,16 @@ def test_a_bad_server_is_one_line_naming_file_and_key_and_the_others_stay(server
     [line] = config.problems
     assert line.startswith(f"{PATH}: {key}") and "\n" not in line
     assert line.endswith("server 'bad' is left out, the others work")
+
+
+def test_other_clients_keys_are_accepted_and_a_misspelt_mcpservers_is_named():
+    text = json.dumps({"mcpServers": {"a": {"command": "x", "autoApprove": [], "alwaysAllow": ["t"],
+                                            "description": "d", "cwd": "/tmp", "envFile": ".env"}}})
+    config = parse(text, PATH, {})
+    assert (list(config.servers), config.problems) == (["a"], ())
+    for top in ("mcp_servers", "servers", "mcpServer"):
+        with pytest.raises(ValueError, match=f"^{PATH}: {top}: is not a key AMACS reads; did you mean 'mcpServers'"):
+            parse(json.dumps({top: {"a": {"command": "x"}}}), PATH, {})
 
 
 def test_a_file_that_is_not_json_names_the_place_and_keeps_the_servers(tmp_path):

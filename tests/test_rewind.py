@@ -465,3 +465,37 @@ def test_a_rewind_in_place_brings_the_live_viewpoint_back_as_at_the_tick(tmp_pat
         assert same(made, original[k:]) is None, same(made, original[k:])
     finally:
         rt.stop()
+
+
+def test_the_budget_items_version_does_not_depend_on_when_a_subagent_is_charged(tmp_path):
+    """A subagent's model call is charged at any moment of the primary's tick: before or after
+    the tick's end sync, the next request shows the same budget item (version and content),
+    and the live figure (what refuses spending) holds every charge at once."""
+    from amacs_server.memory.active import ActiveMemory
+    from amacs_server.memory.ltm import LongTermMemory
+    from amacs_server.state.consciousness import Consciousness
+
+    shown = {}
+    for order in ("before the tick's end", "after the tick's end"):
+        ltm = LongTermMemory(tmp_path / f"{len(shown)}.db")
+        memory, c = ActiveMemory(ltm, agent="amacs-instance-1"), Consciousness()
+        try:
+            for tick in (1, 2):
+                c.begin_tick(tick)
+                memory.sync_state(c, budget=True)  # the tick's start (loop.primary.begin)
+                c.budget.cost_so_far += 0.01  # the primary's model call
+                if order == "before the tick's end":
+                    c.budget.cost_so_far += 0.02  # the viewpoint's, while the primary waits
+                memory.sync_state(c)  # the tick's end (persist)
+                if order == "after the tick's end":
+                    c.budget.cost_so_far += 0.02
+                assert c.budget.cost_so_far == pytest.approx(0.03 * tick)
+            c.begin_tick(3)
+            memory.sync_state(c, budget=True)
+            item = memory.state["budget"]
+            shown[order] = (item.mem_id.format(), item.content)
+        finally:
+            ltm.close()
+    before, after = shown.values()
+    assert before == after, shown
+    assert before[1]["cost_so_far"] == pytest.approx(0.06)

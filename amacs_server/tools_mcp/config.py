@@ -5,6 +5,8 @@ A stdio server has ``command`` (and ``args``, ``env``); an HTTP server has ``url
 environment.  Keys other clients add (``disabled``, ``autoApprove``, ...) are
 accepted; ``disabled: true`` leaves a server out.  AMACS reads one key of its
 own: ``timeout``, a call's limit in seconds (default :data:`DEFAULT_TIMEOUT`).
+A key that is not one of these but reads like one (``arg``, ``comand``,
+``environment``, ``timout``, ``mcp_servers``) is a problem, not a silent default.
 
 Each problem is one line that names the file and the key; a server with a
 problem is left out and every other server is kept.
@@ -12,6 +14,7 @@ problem is left out and every other server is kept.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -24,6 +27,10 @@ from ..errors import AmacsError
 DEFAULT_TIMEOUT = 20.0  # seconds a tool call may take (under the eval's own limit, 30 s by default)
 MAX_TIMEOUT = 3600.0
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SERVER_KEYS = ("command", "args", "env", "url", "headers", "timeout", "type", "disabled")
+OTHER_CLIENTS_KEYS = ("autoApprove", "alwaysAllow", "description", "transportType")
+_MEANT = {"environment": "env", "enviroment": "env", "environ": "env", "arguments": "args",
+          "argv": "args", "uri": "url", "endpoint": "url", "header": "headers", "cmd": "command"}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -98,12 +105,27 @@ def _table(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -
     return {str(k): _string(v, f"{key}.{k}", environ, used) for k, v in raw.items()}
 
 
+def meant(key: str, known: tuple[str, ...]) -> str | None:
+    """The known key KEY reads like when it is not itself one (a misspelling, another case), else None."""
+    if key in known:
+        return None
+    lowered = {k.lower(): k for k in known}
+    if key.lower() in _MEANT and _MEANT[key.lower()] in known:
+        return _MEANT[key.lower()]
+    close = difflib.get_close_matches(key.lower(), list(lowered), 1, 0.75)
+    return lowered[close[0]] if close else None
+
+
 def _server(name: str, raw: object, environ: Mapping[str, str], used: list[str]) -> ServerSpec | None:
     key = f"mcpServers.{name}"
     if not SERVER_NAME.fullmatch(name) or "/" in name:
         raise _Bad(key, "a server name is letters, digits, '.', '_' and '-' (no '/': tools are SERVER/TOOL)")
     if not isinstance(raw, dict):
         raise _Bad(key, "expected an object with command (stdio) or url (HTTP)")
+    for given in raw:
+        wanted = None if given in OTHER_CLIENTS_KEYS else meant(str(given), SERVER_KEYS)
+        if wanted is not None:
+            raise _Bad(f"{key}.{given}", f"is not a key AMACS reads; did you mean {wanted!r}?")
     if raw.get("disabled") is True:
         return None
     kind = raw.get("type")
@@ -140,6 +162,11 @@ def parse(text: str, path: Path, environ: Mapping[str, str]) -> McpConfig:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object with an mcpServers object; "
                          "the servers stay as they were until it is fixed")
+    if "mcpServers" not in data:
+        for given in data:
+            if meant(str(given), ("mcpServers",)) is not None:
+                raise ValueError(f"{path}: {given}: is not a key AMACS reads; did you mean 'mcpServers'? "
+                                 "the servers stay as they were until it is fixed")
     servers = data.get("mcpServers", {})
     if not isinstance(servers, dict):
         raise ValueError(f"{path}: mcpServers: expected an object of servers by name; "

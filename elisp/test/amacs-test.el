@@ -547,6 +547,34 @@ later, neither runs it again nor says the server stopped."
             (should (= asked 2))))
       (kill-buffer buffer))))
 
+(ert-deftest amacs-test-hub-transcripts-and-commits-are-named-per-home ()
+  "Two homes' hubs show a task's transcript in two buffers, each naming its home but `amacs-home''s."
+  (let* ((amacs-home (make-temp-file "amacs-home-a" t))
+         (other (make-temp-file "amacs-home-b" t))
+         (amacs--connections nil) (amacs--current nil)
+         (mine (amacs-connection-for amacs-home))
+         (theirs (amacs-connection-for other))
+         (shown nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-call)
+                   (lambda (_method args &optional callback _errback)
+                     (funcall callback (format "transcript of %s in %s" (car args) (amacs-connection-name)))))
+                  ((symbol-function 'amacs-hub--show-beside-shell) (lambda (buffer) (push buffer shown)))
+                  ((symbol-function 'recenter) #'ignore))
+          (should (equal (amacs-hub--home-buffer-name "commit" mine) "*amacs-commit*"))
+          (should (equal (amacs-hub--home-buffer-name "commit" theirs)
+                         (format "*amacs-commit: %s*" (abbreviate-file-name other))))
+          (let ((amacs--current mine)) (amacs-hub--show-transcript "task-1"))
+          (let ((amacs--current theirs)) (amacs-hub--show-transcript "task-1"))
+          (should (equal (mapcar #'buffer-name (reverse shown))
+                         (list "*amacs-transcript task-1*"
+                               (format "*amacs-transcript task-1: %s*" (abbreviate-file-name other)))))
+          (should (string-match-p (regexp-quote (abbreviate-file-name other))
+                                  (with-current-buffer (car shown) (buffer-string)))))
+      (mapc #'kill-buffer shown)
+      (delete-directory amacs-home t)
+      (delete-directory other t))))
+
 ;; What a newcomer saw in tmux: a refresh put point at the top of the hub,
 ;; the mode line said it was modified, and k on an ended task said nothing.
 (defun amacs-test--hub-state (task-state)
