@@ -211,6 +211,17 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
     assert sorted(d["data"]["content"]["handle"] for d in delivered) == sorted(f"task-{i}" for i in range(1, 51))
     shown = sum(newest_message(t).count('"type": "Agent"') for t in primary_texts(fake))
     assert shown == 50  # every result reached the primary's context exactly once (in the tick it arrived)
+    # A slot freed by an answer goes to a waiting task, whose request is sent before that answer
+    # is taken further (parsed, acted on, delivered): 42 answers freed a slot for one of the 42
+    # waiting tasks, so at least 42 tasks have another's model_request between their
+    # model_response and their agent_end (none did when the whole step came first).
+    steps = [(e["agent_id"], e["event"]) for e in transcript_events(home) if e["agent_type"] == "task"
+             and e["event"] in ("model_request", "model_response", "agent_end")]
+    answered = {a: i for i, (a, ev) in enumerate(steps) if ev == "model_response"}
+    ended = {a: i for i, (a, ev) in enumerate(steps) if ev == "agent_end"}
+    overtaken = [a for a in answered
+                 if any(ev == "model_request" for _b, ev in steps[answered[a] + 1:ended[a]])]
+    assert len(overtaken) >= 42, steps
 
 
 def test_transcript_summary_counts(fake, home):
