@@ -32,14 +32,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import ConfigError, load_config
 from .files import UMASK, secure_home
 
+if TYPE_CHECKING:
+    from .config import Config
+    from .runtime import Runtime
+    from .scrub import Scrubber
+    from .transport.server import AmacsEPCServer
+
 SERVER_INFO = "server.json"
 # The model SDK is imported once Emacs's hello is answered (in a thread), or this
-# many seconds after the port line if no hello came: a ~1 s import holding the
+# many seconds after the runtime is built if no hello came: a ~1 s import holding the
 # GIL made hello 30 ms slower.
 SDK_IMPORT_LATEST = 1.0
 # How often a server Emacs started looks whether that Emacs is still its parent.
@@ -180,6 +186,74 @@ def stop_when_orphaned(stop: Callable[[], None], parent: int, interval: float = 
     return thread
 
 
+# How long a stopping server waits for a runtime still being built, to stop it cleanly.
+BUILD_WAIT_AT_EXIT = 30.0
+
+
+class RuntimeBuilder:
+    """Builds the runtime on a thread of its own while the server already listens.
+
+    The port line is out before the modules the runtime needs are imported and the home
+    is read: Emacs connects and says hello meanwhile, and the server answers that hello
+    (with the runtime's status) once the runtime is built and its methods are published.
+    A start-up that fails here says why on the next line of stdout, as one that failed
+    before the port line does on the first, and the server stops."""
+
+    def __init__(self, config: Config, server: AmacsEPCServer, scrub: Scrubber, *, headless: bool) -> None:
+        self.config, self.server, self.scrub, self.headless = config, server, scrub, headless
+        self.rt: Runtime | None = None
+        self.failed = False
+        self._thread = threading.Thread(target=self._run, name="amacs-start", daemon=True)
+
+    def start(self) -> None:
+        """Build the runtime from now on, in the background."""
+        self._thread.start()
+
+    def finish(self, timeout: float) -> Runtime | None:
+        """The runtime, once its building has ended (None if it failed or takes longer than TIMEOUT)."""
+        self._thread.join(timeout)
+        return self.rt
+
+    def _run(self) -> None:
+        try:
+            self.rt = self._build()
+        except Exception as err:  # noqa: BLE001 - reported to Emacs in one line
+            logging.exception("start-up failed")
+            self.failed = True
+            reason = _start_failure(err, self.config.home)
+            _fail(reason)
+            self.server.start_failed(reason)
+            self.server.shutdown()
+            return
+        self.server.start_done()
+
+    def _build(self) -> Runtime:
+        config, server = self.config, self.server
+        from .memory.ltm import DatabaseCheck
+
+        db_check = DatabaseCheck(config.home / "memory.db")  # reads every page while the imports below run
+        from .inference import sdk
+
+        sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
+        from .arguments import prepare
+        from .loop.primary import run_turn
+        from .methods import publish
+        from .runtime import Runtime
+        from .transport.emacs_face import EmacsFace
+
+        server.after_hello = release_sdk_once()
+        face = EmacsFace(server)
+        rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=self.scrub)
+        face.eval_timeout = rt.settings.eval_timeout
+        publish(server, rt, face)
+        rt.start()
+        prepare(server.on_hello)  # hello's validator (pydantic, ~15 ms the first time), built before hello waits on it
+        fallback = threading.Timer(0.0 if self.headless else SDK_IMPORT_LATEST, server.after_hello)
+        fallback.daemon = True
+        fallback.start()
+        return rt
+
+
 # What pyproject's research and cluster extras bring; a command missing one says how to add it.
 RESEARCH_MODULES = frozenset({"duckdb", "pyarrow", "plotly", "rich", "ray"})
 
@@ -285,53 +359,30 @@ def main(argv: list[str] | None = None) -> int:
     except (StartupError, OSError) as err:
         return _fail(_start_failure(err, home))
 
-    from .memory.ltm import DatabaseCheck
-
-    db_check = DatabaseCheck(config.home / "memory.db")  # reads every page while the imports below run
-    from .inference import sdk
-
-    sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
-    from .arguments import prepare
-    from .loop.primary import run_turn
-    from .methods import publish  # imported late: the port line comes first in the common case
-    from .runtime import Runtime
     from .scrub import LogScrubber, Scrubber
-    from .transport.emacs_face import EmacsFace
     from .transport.server import AmacsEPCServer
 
-    server = AmacsEPCServer(token, headless=args.headless)
+    server = AmacsEPCServer(token, headless=args.headless, starting=True)
     server.scrub = scrub = Scrubber({**config.secrets(), "AMACS_TOKEN": token})
     for handler in logging.getLogger().handlers:
         handler.addFilter(LogScrubber(scrub))
-    server.after_hello = release_sdk_once()
     server.on_stopping = lock.mark_stopping
-    face = EmacsFace(server)
-    try:
-        rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=scrub)
-    except Exception as err:  # noqa: BLE001 - reported to Emacs in one line
-        logging.exception("start-up failed")
-        return _fail(_start_failure(err, config.home))
-    face.eval_timeout = rt.settings.eval_timeout
-    publish(server, rt, face)
-    rt.start()
     port = server.server_address[1]
+    if write_info:
+        info: dict[str, Any] = {"port": port, "pid": pid, "headless": args.headless}
+        if args.headless and config.token is None:
+            info["token"] = token
+        try:
+            write_server_info(home, info)
+        except OSError as err:
+            return _fail(explain_os_error(err, home))
     restore_signals = _stop_on_signals()
+    # The port line goes out before the runtime is built: Emacs connects and says hello
+    # while the rest is imported and the home is read; hello is answered once it is built.
+    print(port, flush=True)
+    builder = RuntimeBuilder(config, server, scrub, headless=args.headless)
+    builder.start()
     try:
-        if write_info:
-            info: dict[str, Any] = {"port": port, "pid": pid, "headless": args.headless}
-            if args.headless and config.token is None:
-                info["token"] = token
-            try:
-                write_server_info(home, info)
-            except OSError as err:
-                return _fail(explain_os_error(err, home))
-        print(port, flush=True)
-        # hello's validator (pydantic, ~15 ms the first time) is built while Emacs reads the
-        # port line and connects, not when its hello has come.
-        prepare(server.on_hello)
-        fallback = threading.Timer(0.0 if args.headless else SDK_IMPORT_LATEST, server.after_hello)
-        fallback.daemon = True
-        fallback.start()
         if args.headless:
             print(f"AMACS headless server on 127.0.0.1:{port}, home {home.resolve()}; "
                   "connect with M-x amacs-connect (M-x amacs-shell finds it too). Ctrl-C stops it.", flush=True)
@@ -346,10 +397,12 @@ def main(argv: list[str] | None = None) -> int:
         lock.mark_stopping()
         if write_info:
             remove_server_info(home, pid)
-        rt.stop()
+        rt = builder.finish(BUILD_WAIT_AT_EXIT)
+        if rt is not None:
+            rt.stop()
         server.server_close()
         restore_signals()
-    return 0
+    return 1 if builder.failed else 0
 
 
 if __name__ == "__main__":

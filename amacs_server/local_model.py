@@ -24,8 +24,6 @@ import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +154,9 @@ class LocalModel:
 
     def ready(self) -> bool:
         """True when the server answers ``/v1/models``."""
+        import urllib.error  # here: urllib.request (with http.client, email) is ~15 ms of every start
+        import urllib.request
+
         try:
             with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as reply:
                 return bool(reply.status == 200)

@@ -128,6 +128,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, lambda: views.status(rt))
 
     @checked()
+    def past_inputs() -> list[dict[str, Any]]:
+        """Every past input of the home, newest first, with its tick (to rewind or fork before)."""
+        return _on_loop(rt, lambda: views.past_inputs(rt))
+
+    @checked()
     def hub_state() -> dict[str, Any]:
         """What the hub shows."""
         return _on_loop(rt, lambda: views.hub_state(rt))
@@ -197,6 +202,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "interrupt": interrupt,
         "rewind": rewind,
         "fork": fork,
+        "past_inputs": past_inputs,
         "set_budget": set_budget,
         "set_model": set_model,
         "hub_state": hub_state,

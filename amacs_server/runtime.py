@@ -285,6 +285,11 @@ class Runtime:
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
+        # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
+        self.tick_tally = Tally()
+        budget = self.consciousness.budget
+        self.face.ticked(tick, {"this_tick": self.tick_tally.to_dict(), "session": self.session_tally.to_dict(),
+                                "spent": budget.cost_so_far, "budget_limit": budget.budget_limit})
         line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 

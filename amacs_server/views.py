@@ -64,6 +64,18 @@ def _shortened(text: object) -> object:
         return text
     return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
+# A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its tick and its first words.
+INPUT_CHARS = 200
+
+
+def past_inputs(rt: Runtime) -> list[dict[str, object]]:
+    """Every input of the home's history as it stands, newest first: its tick and its first
+    INPUT_CHARS characters.  Read from agent-chat.org and its earlier months, which a rewind
+    cut back to the tick it went to: the abandoned future's inputs are not among them."""
+    return [{"tick": entry.tick, "human": entry.human[:INPUT_CHARS]}
+            for entry in reversed(rt.chat_log.read()) if entry.human is not None]
+
+
 def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
     """Everything the hub shows, read from the server's state."""
     c = rt.consciousness

@@ -16,45 +16,76 @@
 
 (require 'amacs-transport)
 (require 'seq)
+(require 'subr-x)
 
 (declare-function amacs-shell--output "amacs-shell")
 (declare-function amacs-shell--past-input "amacs-shell-output")
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell")
+(declare-function amacs-shell--on-tick "amacs-shell-header")
 (declare-function amacs-shell-open "amacs-shell")
 (declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
 (defvar amacs--status)
 
+;; Each past input is offered as "tick N: its first words", one line of this width at most.
+(defconst amacs-history--label-width 70
+  "The width of a past input's label in the picker.")
+
+(defun amacs-history--label (text)
+  "Return TEXT, a past input, as the picker labels it: one line, cut to width."
+  (truncate-string-to-width (replace-regexp-in-string "\n" " " text)
+                            amacs-history--label-width nil nil "…"))
+
 (defun amacs-history--inputs ()
-  "The past inputs the server knows of, newest first, as (LABEL . TICK)."
-  (let ((status (amacs--call-sync 'status nil)) out)
-    (dolist (entry (append (plist-get status :recent) nil))
+  "Every past input of the home, newest first, as (LABEL . TICK).
+The server reads them from the chat log, its earlier months included:
+all of them, not only those the chat's memory still holds."
+  (let (out)
+    (dolist (entry (append (amacs--call-sync 'past_inputs nil) nil))
       (let ((human (plist-get entry :human)) (tick (plist-get entry :tick)))
         (when (and (stringp human) (integerp tick))
-          (push (cons (format "tick %d: %s" tick (truncate-string-to-width
-                                                  (replace-regexp-in-string "\n" " " human) 70 nil nil "…"))
-                      tick)
-                out))))
-    out))
+          (push (cons (format "tick %d: %s" tick (amacs-history--label human)) tick) out))))
+    (nreverse out)))
 
 (defun amacs-history--at-point (inputs)
-  "The label in INPUTS of the past input point is on in the shell, or nil."
+  "The label in INPUTS of the past input point is on in the shell, or nil.
+At the prompt, the input there when it is a past one (RET on a past
+input puts it there).  The newest of that text when several are."
   (let ((said (and (derived-mode-p 'amacs-shell-mode) (fboundp 'amacs-shell--past-input)
-                   (amacs-shell--past-input (point)))))
-    (and said
+                   (or (amacs-shell--past-input (point))
+                       (let ((process (get-buffer-process (current-buffer))))
+                         (and process (>= (point) (process-mark process))
+                              (string-trim (buffer-substring-no-properties (process-mark process)
+                                                                           (point-max)))))))))
+    (and (stringp said) (not (string-empty-p said))
          (car (seq-find (lambda (entry)
-                          (string-suffix-p (truncate-string-to-width (replace-regexp-in-string "\n" " " said)
-                                                                     70 nil nil "…")
-                                           (car entry)))
+                          (string-suffix-p (concat ": " (amacs-history--label said)) (car entry)))
                         inputs)))))
+
+(defun amacs-history--complete (prompt labels default)
+  "Read one of LABELS, newest first as given, with PROMPT and DEFAULT.
+The order is kept in every completion UI, and the *Completions* window a
+TAB showed is gone once one is chosen."
+  (let ((shown (get-buffer-window "*Completions*" 0))
+        (table (lambda (string pred action)
+                 (if (eq action 'metadata)
+                     '(metadata (display-sort-function . identity) (cycle-sort-function . identity))
+                   (complete-with-action action labels string pred)))))
+    (unwind-protect
+        (completing-read (format-prompt prompt (truncate-string-to-width default 40 nil nil "…"))
+                         table nil t nil nil default)
+      (let ((window (get-buffer-window "*Completions*" 0)))
+        (when (and window (not (eq window shown)))
+          (quit-window nil window))))))
 
 (defun amacs-history--read-input (verb)
   "Ask which past input to VERB before; return the tick that ends just before it.
-The input point is on in the shell is the default, else the newest."
+Every past input of the home is offered, newest first.  The input point
+is on in the shell is the default, else the newest."
   (let* ((inputs (or (amacs-history--inputs) (user-error "No past input to %s before" verb)))
-         (label (completing-read (format "%s to before: " (capitalize verb)) (mapcar #'car inputs) nil t
-                                 nil nil (or (amacs-history--at-point inputs) (caar inputs))))
+         (label (amacs-history--complete (format "%s to before" (capitalize verb)) (mapcar #'car inputs)
+                                         (or (amacs-history--at-point inputs) (caar inputs))))
          (tick (1- (cdr (assoc label inputs)))))
     (when (< tick 1)
       (user-error "That is the first input: there is no tick before it to %s to" verb))
@@ -80,7 +111,10 @@ the shell and in agent-chat.org."
         (with-current-buffer buffer
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
-          (amacs-shell--resume))))
+          (amacs-shell--resume)
+          ;; The budget is the tick's again: the mode line shows it now, not after the next tick.
+          (amacs-shell--on-tick (list :session (amacs-status :session) :spent (amacs-status :spent)
+                                      :budget-limit (amacs-status :budget-limit))))))
     (message "AMACS: %s" line)
     done))
 

@@ -284,7 +284,10 @@ It connects when the server prints its port."
   (or (process-get proc 'amacs-connection) (amacs-current-connection)))
 
 (defun amacs--server-filter (proc output)
-  "Read the port from the first line of PROC's OUTPUT, then connect."
+  "Read the port from the first line of PROC's OUTPUT, then connect.
+The server prints its port before it has built its runtime; one that
+cannot build it prints a second line, \"AMACS server error: REASON\",
+as one that fails before the port prints it first, and stops."
   (let ((buf (process-buffer proc))
         (connection (amacs--process-connection proc)))
     (when (buffer-live-p buf)
@@ -292,18 +295,21 @@ It connects when the server prints its port."
         (goto-char (point-max))
         (insert output)
         (goto-char (point-min))
-        (when (and (not (process-get proc 'amacs-port))
-                   (re-search-forward "\n" nil t))
+        (while (and (not (eql (process-get proc 'amacs-port) -1))
+                    (re-search-forward "\n" nil t))
           (let ((line (string-trim (buffer-substring (point-min) (1- (point))))))
-            (if (string-match-p "\\`[0-9]+\\'" line)
-                (progn
-                  (process-put proc 'amacs-port (string-to-number line))
-                  (amacs--connect-port connection proc (string-to-number line)
-                                       (amacs-connection-token connection)))
-              (process-put proc 'amacs-port -1) ; no port will come: read no further line
+            (delete-region (point-min) (point))
+            (cond
+             ((and (not (process-get proc 'amacs-port)) (string-match-p "\\`[0-9]+\\'" line))
+              (process-put proc 'amacs-port (string-to-number line))
+              (amacs--connect-port connection proc (string-to-number line)
+                                   (amacs-connection-token connection)))
+             ((or (not (process-get proc 'amacs-port))
+                  (string-prefix-p "AMACS server error: " line))
+              (process-put proc 'amacs-port -1) ; no port will come, or it is no use: read no further line
               (process-put proc 'amacs-explained t)
               (amacs--start-failed-because
-               proc (string-remove-prefix "AMACS server error: " line)))))))))
+               proc (string-remove-prefix "AMACS server error: " line))))))))))
 
 (defun amacs--start-failed-because (proc reason)
   "Note REASON why server PROC did not start; say it unless it was just said."

@@ -40,7 +40,7 @@ from amacs_server.tools.mcp import Blocked
 from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
 from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
-from amacs_server.transport.server import AmacsEPCServer, RemoteError, Unauthorized
+from amacs_server.transport.server import AmacsEPCServer, RemoteError, StartFailed, Unauthorized
 
 from .test_transport import TOKEN, connect, hello, recv, send
 
@@ -53,7 +53,7 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     HomeInUse: RuntimeError, HistoryError: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError,
     ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
-    Unauthorized: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
+    Unauthorized: Exception, StartFailed: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
     InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, ContextTooLong: Exception,
     JudgeError: ValueError, Blocked: RuntimeError, McpConfigProblem: ValueError, McpError: RuntimeError,
 }

@@ -465,3 +465,74 @@ def test_a_rewind_in_place_brings_the_live_viewpoint_back_as_at_the_tick(tmp_pat
         assert same(made, original[k:]) is None, same(made, original[k:])
     finally:
         rt.stop()
+
+
+def test_the_budget_items_version_does_not_depend_on_when_a_subagent_is_charged(tmp_path):
+    """A subagent's model call is charged at any moment of the primary's tick: before or after
+    the tick's end sync, the next request shows the same budget item (version and content),
+    and the live figure (what refuses spending) holds every charge at once."""
+    from amacs_server.memory.active import ActiveMemory
+    from amacs_server.memory.ltm import LongTermMemory
+    from amacs_server.state.consciousness import Consciousness
+
+    shown = {}
+    for order in ("before the tick's end", "after the tick's end"):
+        ltm = LongTermMemory(tmp_path / f"{len(shown)}.db")
+        memory, c = ActiveMemory(ltm, agent="amacs-instance-1"), Consciousness()
+        try:
+            for tick in (1, 2):
+                c.begin_tick(tick)
+                memory.sync_state(c, budget=True)  # the tick's start (loop.primary.begin)
+                c.budget.cost_so_far += 0.01  # the primary's model call
+                if order == "before the tick's end":
+                    c.budget.cost_so_far += 0.02  # the viewpoint's, while the primary waits
+                memory.sync_state(c)  # the tick's end (persist)
+                if order == "after the tick's end":
+                    c.budget.cost_so_far += 0.02
+                assert c.budget.cost_so_far == pytest.approx(0.03 * tick)
+            c.begin_tick(3)
+            memory.sync_state(c, budget=True)
+            item = memory.state["budget"]
+            shown[order] = (item.mem_id.format(), item.content)
+        finally:
+            ltm.close()
+    before, after = shown.values()
+    assert before == after, shown
+    assert before[1]["cost_so_far"] == pytest.approx(0.06)
+
+
+def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_path, fake):
+    """What M-x amacs-rewind offers (the EPC method past_inputs): every input of the home, also
+    those the chat's RAM (the status's recent exchanges) no longer holds, newest first with its
+    tick; after a rewind, none of the abandoned future's (and the views are told the tick's budget at
+    once); after a restart, the same."""
+    from amacs_server import methods
+    from tests.test_arguments import NoEvals, Recorder
+
+    def published(rt: Runtime) -> dict[str, Any]:
+        server = Recorder()
+        methods.publish(server, rt, NoEvals())  # type: ignore[arg-type]
+        return server.methods
+
+    home = tmp_path / "home"
+    said = [f"input number {n}" for n in range(1, 13)]
+    run(home, fake, [("say", text) for text in said])
+    rt = runtime(home, fake.url)
+    try:
+        call = published(rt)
+        assert len(call["status"]()["recent"]) < len(said)  # what the picker offered before
+        assert [(i["tick"], i["human"]) for i in call["past_inputs"]()] == [(n, said[n - 1]) for n in range(12, 0, -1)]
+        spent, ticked = rt.consciousness.budget.cost_so_far, []
+        rt.face.ticked = lambda tick, usage: ticked.append((tick, usage))  # type: ignore[method-assign]
+        asyncio.run_coroutine_threadsafe(rt.rewind(5), rt.loop).result(60)
+        assert [i["tick"] for i in call["past_inputs"]()] == [5, 4, 3, 2, 1]
+        # The shell's mode line and the hub are told at once: tick 5, its budget.
+        assert [(tick, usage["spent"]) for tick, usage in ticked] == [(5, rt.consciousness.budget.cost_so_far)]
+        assert 0 < ticked[0][1]["spent"] < spent
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        assert [i["human"] for i in published(rt)["past_inputs"]()] == said[4::-1]
+    finally:
+        rt.stop()

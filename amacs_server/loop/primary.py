@@ -224,7 +224,7 @@ def begin(rt: Runtime, human: str | None) -> int:
         rt.face.input_taken()
         faults.point_soon("write-ahead.confirmed")
     with rt.ltm.transaction():
-        rt.memory.sync_state(c)
+        rt.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
             rt.memory.begin_chat(tick, human)
     rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict(),

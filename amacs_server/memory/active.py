@@ -73,6 +73,7 @@ STATE_TIERS: dict[str, Tier] = {
     "api_settings": Tier.RAM,
 }
 CLOCK = "system_clock"
+BUDGET = "budget"
 EVAL_RESULT = "last_eval_result"
 ROM_NAMES = frozenset({*(n for n, t in STATE_TIERS.items() if t is Tier.ROM), CLOCK, EVAL_RESULT})
 CHAT_PREFIX = "chat."
@@ -297,11 +298,19 @@ class ActiveMemory:
             return
         self.state[name] = self._new(name, tier, kind, content)
 
-    def sync_state(self, c: Consciousness, now: datetime | None = None) -> None:
-        """Version every consciousness field whose value changed (one transaction)."""
+    def sync_state(self, c: Consciousness, now: datetime | None = None, *, budget: bool = False) -> None:
+        """Version every consciousness field whose value changed (one transaction).
+
+        The budget is versioned only when BUDGET is true, which the primary's tick start alone
+        asks (or when there is no budget item yet): every agent's model call charges it, a
+        subagent's at any moment of the primary's tick, so versioning it at every other sync
+        would make its version count depend on which task ran first.  What spending is
+        refused and what the person is shown read the live figure, not this item."""
         values = c.to_dict()
         with self.ltm.transaction():
             for name, tier in STATE_TIERS.items():
+                if name == BUDGET and not budget and name in self.state:
+                    continue
                 self._set_state(name, tier, Kind.STATE, _plain(values[name]))
             moment = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
             self._set_state(CLOCK, Tier.ROM, Kind.STATE, {"now_iso8601": moment})

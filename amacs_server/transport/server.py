@@ -27,16 +27,41 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import importlib
 import logging
 import socket
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from epc.handler import (
+
+def _import_at_first_use(name: str) -> None:
+    """Stand in for module NAME in ``sys.modules`` until one of its names is used; then import it.
+
+    (``importlib.util.LazyLoader`` does not do: the ``import`` statement reads the module's
+    ``__spec__``, and that first use loads it.)"""
+    if name in sys.modules:
+        return
+    stand_in = types.ModuleType(name, f"{name}, imported at the first use of one of its names")
+
+    def load(attr: str) -> Any:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attr)
+
+    stand_in.__getattr__ = load  # type: ignore[method-assign]  # PEP 562: names it does not have
+    sys.modules[name] = stand_in
+
+
+# python-epc imports xmlrpc.server (with http.client, email and pydoc: ~35 ms at start) for
+# one function it calls when a method is not found (``EPCDispatcher.get_method``).
+_import_at_first_use("xmlrpc.server")
+
+from epc.handler import (  # noqa: E402 - after the lazy module above
     BaseRemoteError,
     EPCCallManager,
     EPCClosed,
@@ -44,13 +69,13 @@ from epc.handler import (
     encode_message,
     itermessage,
 )
-from epc.server import ThreadingEPCServer
-from sexpdata import Symbol, loads
+from epc.server import ThreadingEPCServer  # noqa: E402
+from sexpdata import Symbol, loads  # noqa: E402
 
-from ..errors import AmacsError
-from ..scrub import Scrubber
-from ..text.clean import storable
-from ..text.lisp import from_lisp, list_from_lisp, to_lisp
+from ..errors import AmacsError  # noqa: E402
+from ..scrub import Scrubber  # noqa: E402
+from ..text.clean import storable  # noqa: E402
+from ..text.lisp import from_lisp, list_from_lisp, to_lisp  # noqa: E402
 
 log = logging.getLogger("amacs.transport")
 
@@ -102,6 +127,10 @@ class Unauthorized(AmacsError):
     def __init__(self, message: str, uid: int = 0) -> None:
         super().__init__(message)
         self.uid = uid
+
+
+class StartFailed(AmacsError):
+    """The server could not build its runtime; it said why on stdout, and stops."""
 
 
 def hung_up(handler: AmacsHandler) -> bool:
@@ -404,6 +433,8 @@ class AmacsHandler(EPCHandler):
                 self._send("epc-error", err.uid, str(err))
             except Exception:  # noqa: BLE001 - the peer may be gone already
                 pass
+        except StartFailed as err:
+            log.info("closed a connection: the server did not start (%s)", err)
         except TimeoutError:
             log.warning("closed a connection from %s: no hello within %g s", self.client_address, HELLO_TIMEOUT)
         except (RuntimeError, ValueError, OSError) as err:  # a closed or garbled stream
@@ -428,7 +459,7 @@ class AmacsEPCServer(ThreadingEPCServer):
     # retransmits) behind the fifth; Emacs's own connection should not wait behind others.
     request_queue_size = 64
 
-    def __init__(self, token: str, *, headless: bool) -> None:
+    def __init__(self, token: str, *, headless: bool, starting: bool = False) -> None:
         super().__init__(("127.0.0.1", 0))
         self.RequestHandlerClass = AmacsHandler
         self.token = token
@@ -446,6 +477,21 @@ class AmacsEPCServer(ThreadingEPCServer):
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
         self._clients = threading.Condition()  # guards emacs and stopping
         self.stopping = False  # the Emacs of a server it started has gone: it shuts down
+        # STARTING: it listens before its runtime is built; hello is answered once it is
+        # (`start_done'), or the connection closed if it could not be (`start_failed').
+        self._started = threading.Event()
+        self._start_failure: str | None = None
+        if not starting:
+            self._started.set()
+
+    def start_done(self) -> None:
+        """The runtime is built and the methods published: answer hello from now on."""
+        self._started.set()
+
+    def start_failed(self, reason: str) -> None:
+        """The runtime could not be built (REASON, said on stdout): close every connection that waits."""
+        self._start_failure = reason
+        self._started.set()
 
     def server_close(self) -> None:
         """Close the listening socket and let the call pool's idle threads go."""
@@ -473,6 +519,9 @@ class AmacsEPCServer(ThreadingEPCServer):
         token = args[0] if args else None
         if not isinstance(token, str) or not hmac.compare_digest(token, self.token):
             raise Unauthorized("unauthorized", uid)
+        self._started.wait()  # the builder always ends with start_done or start_failed
+        if self._start_failure is not None:
+            raise StartFailed(self._start_failure)
         pid = args[1] if len(args) > 1 and isinstance(args[1], int) else None
         settings = args[2] if len(args) > 2 else None
         with self._clients:

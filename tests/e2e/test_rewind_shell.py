@@ -68,8 +68,6 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert "the second" not in (fork / "agent-chat.org").read_text()
 
 
-@pytest.mark.xfail(strict=False, reason="known race, open: the budget item's version depends on whether the "
-                   "viewpoint's charge lands before or after the primary's tick-end sync (budget:7 or budget:8)")
 def test_rewind_with_a_live_viewpoint_then_the_same_input_asks_the_same(fake, home):
     """A viewpoint the primary made (agent-viewpoint in its eval) and asks each input
     (agent-consider): after amacs-rewind to tick 2, the third input sent again makes the

@@ -211,3 +211,21 @@ def test_full_disk_is_explained_once_not_restarted_for_ever_and_the_input_kept(l
     run = run_in_namespace(setup, home, fake.url, UNWRITABLE, starts)
     check_unwritable(run, starts, f"the disk holding the AMACS home {home} is full")
     assert not fake.requests
+
+
+def test_a_failure_after_the_port_line_is_explained_once_and_the_input_kept(tmp_path, fake):
+    """The server prints its port before it builds its runtime; a runtime that cannot be built
+    (here memory.db is a folder) is said on the next line, which Emacs shows as it shows a
+    failure before the port: once, however many starts it tries, and the typed input is kept."""
+    home = tmp_path / "agent"
+    (home / "memory.db").mkdir(parents=True)
+    program = ("(setq amacs--retry-base 0.2) (amacs-shell) (amacs-e2e-send-no-wait \"my precious input\") "
+               "(amacs-e2e-wait-text \"Stopped trying\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program).check()
+    said = [line for line in run.shell.splitlines() if "did not start:" in line]
+    assert len(said) == 1, run.shell
+    assert f"cannot open {home / 'memory.db'}" in said[0]
+    assert "exited abnormally" not in run.shell
+    assert "Stopped trying: the AMACS server did not start in 3 attempts. Fix what it said" in run.shell
+    assert "Not sent: the AMACS server could not start. M-p brings it back." in run.shell
+    assert not fake.requests

@@ -1,7 +1,8 @@
 """Rewind and fork as a person does them, in a real terminal (issue 26): ``./amacs`` in tmux against
 the fake model.  M-x amacs-fork opens a second shell beside the first, on the new home; both answer;
-each header names its home; M-x amacs-rewind in the first returns it to before an input, and that
-input sent again makes the same request as the first time (but for the clock)."""
+each header names its home; M-x amacs-rewind in the first, picking an input older than the chat's
+memory holds (completed with TAB), returns it to before that input, and that input sent again makes
+the same request as the first time (but for the clock)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("M-x")
     term.type("amacs-fork")
     term.press("Enter")
-    term.wait_for("Fork to before:", what="the fork's input prompt")
+    term.wait_for("Fork to before (default tick 2: the second):", what="the fork's input prompt")
     term.press("Enter")  # the newest input (the second): the fork ends at tick 1
     term.wait_for("New home for the fork at tick 1", what="the fork's folder prompt")
     term.press("C-a", "C-k")
@@ -46,15 +47,25 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     assert "note the fork" in (fork / "agent-chat.org").read_text()
     assert "note the fork" not in (term.amacs_home / "agent-chat.org").read_text()
     term.press("C-x", "o")  # back to the first shell
+    for text in ("the third", "the fourth", "the fifth"):  # the second is no longer in the chat's memory
+        send(term, text)
+    usage = "(plist-get (buffer-local-value 'amacs-shell-usage (window-buffer (selected-window))) :spent)"
+    spent = float(term.elisp(usage))
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Rewind to before:", what="the rewind's input prompt")
-    term.press("Enter")  # the newest: the second input
+    term.wait_for("Rewind to before (default tick 5: the fifth):", what="the rewind's input prompt")
+    term.type("tick 2")
+    term.press("Tab")  # completes to the second input
+    term.wait_for("tick 2: the second", what="the second input, completed")
+    term.press("Enter")
     term.wait_for("yes or no", what="the rewind's question")
+    assert "*Completions*" not in term.screen()
     term.type("yes")
     term.press("Enter")
     term.wait_for("refs/amacs/abandoned/", what="the ref that keeps the future")
+    assert "Completions" not in term.screen(), term.screen()
+    assert float(term.elisp(usage)) < spent  # the mode line shows the budget of tick 1 at once
     first = len(fake.requests)
     send(term, "the second")
     sent = [json.loads(r) for r in requests(fake)]

@@ -1,0 +1,121 @@
+"""``./amacs`` in a terminal -> the header says "waiting for you" (issue 28: <= 500 ms).
+
+Each sample is a fresh tmux session (120x40) running ``sh``, in which ``./amacs`` is
+typed and RET pressed, as a person does; time 0 is when tmux has taken that RET.  The
+screen is read every few milliseconds (``tmux capture-pane``) and these moments noted:
+
+- ``emacs``: Emacs's first screen (its mode line is on it);
+- ``prompt``: the shell's prompt ``amacs>`` is on the screen (typing goes to it);
+- ``waiting``: the header says "waiting for you": the server has accepted Emacs, its
+  runtime is built and its status shown (a turn typed now is taken at once).
+
+Homes: a fresh one per sample, and (``--ticks N``) one with N ticks of history, built
+once.  The fake model is not reached (the API key is set, the URL is a closed port).
+Also timed: ``scripts/setup.sh`` alone on a checkout already set up (what ``./amacs``
+does before Emacs starts).
+
+    .venv/bin/python bench/bench_amacs_start.py [N] [--ticks 5000] [--only fresh|history]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_startup import build_home, loadavg  # noqa: E402
+from bench.common import save, summary  # noqa: E402
+
+MARKS = {"emacs": "*amacs-shell*", "prompt": "\namacs>", "waiting": "waiting for you"}
+TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
+
+
+def one_sample(home: Path, tmp: Path, timeout: float = 30.0) -> dict[str, float]:
+    """Type ./amacs in a fresh terminal; the moments each mark was first on screen, in ms."""
+    sockets = Path(tempfile.mkdtemp(prefix="amacs-bstart-", dir="/tmp"))
+    conf = sockets / "tmux.conf"
+    conf.write_text(TMUX_CONF)
+    user_home = tmp / "user-home"
+    shutil.rmtree(user_home, ignore_errors=True)
+    user_home.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LC_"))}
+    env.update(HOME=str(user_home), AMACS_HOME=str(home), ANTHROPIC_API_KEY="sk-ant-bench",
+               ANTHROPIC_BASE_URL="http://127.0.0.1:9", TERM="xterm-256color", LANG="C.UTF-8",
+               EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1", PS1="$ ")
+    tmux = ["tmux", "-S", str(sockets / "tmux"), "-f", str(conf)]
+    seen: dict[str, float] = {}
+    try:
+        subprocess.run([*tmux, "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", "--", "sh"],
+                       check=True, env=env, cwd=ROOT)
+        subprocess.run([*tmux, "send-keys", "-t", "b", "-l", "./amacs"], check=True)
+        time.sleep(0.3)  # the shell has echoed it; RET is the person's "now"
+        subprocess.run([*tmux, "send-keys", "-t", "b", "Enter"], check=True)
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        screen = ""
+        while len(seen) < len(MARKS):
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "b"], capture_output=True,
+                                    text=True).stdout
+            now = (time.perf_counter() - t0) * 1000
+            for mark, text in MARKS.items():
+                if mark not in seen and text in screen:
+                    seen[mark] = now
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"not all of {list(MARKS)} on screen after {timeout} s:\n{screen}")
+            time.sleep(0.003)
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+        time.sleep(0.3)  # the server exits when its Emacs goes
+    return seen
+
+
+def setup_times(n: int) -> dict[str, float]:
+    """scripts/setup.sh on a checkout already set up: what ./amacs does before Emacs starts."""
+    subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
+        times.append((time.perf_counter() - started) * 1000)
+    return summary(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("n", type=int, nargs="?", default=5)
+    parser.add_argument("--ticks", type=int, default=5000)
+    parser.add_argument("--only", choices=["fresh", "history"], action="append")
+    args = parser.parse_args()
+    kinds = args.only or ["fresh", "history"]
+    tmp = Path(tempfile.mkdtemp(prefix="bench-amacs-start-"))
+    setup = setup_times(args.n)  # and brings .elc and the bytecode up to date first
+    history = tmp / "history-home"
+    if "history" in kinds:
+        build_home(history, args.ticks)
+        one_sample(history, tmp)  # the first start makes the git repo and memory.db
+    samples: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+    load_before = loadavg()
+    for i in range(args.n):  # interleaved, so load drifts hit every kind alike
+        for kind in kinds:
+            samples[kind].append(one_sample(tmp / f"fresh-{i}" if kind == "fresh" else history, tmp))
+    result: dict[str, object] = {"load_before": load_before, "load_after": loadavg(), "cpus": os.cpu_count(),
+                                 "ticks": args.ticks, "target_ms": 500,
+                                 "scripts/setup.sh, all set up": setup}
+    for kind, rows in samples.items():
+        result[kind] = {mark: summary([r[mark] for r in rows]) for mark in MARKS}
+    save("amacs_start", result)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+;;; amacs-history-test.el --- ERT tests for the rewind and fork pickers -*- lexical-binding: t -*-
+
+;;; Commentary:
+
+;; The picker of `amacs-rewind' and `amacs-fork' (amacs-history.el), with the
+;; server's answers stubbed: which inputs it offers, in which order, and its
+;; default.  tests/e2e/test_rewind_session.py and tests/tmux/test_terminal_history.py
+;; drive it against the real server.
+
+;;; Code:
+
+(require 'ert)
+(require 'cl-lib)
+(require 'amacs)
+(require 'amacs-history)
+(require 'amacs-shell-test)             ; `amacs-shell-test--with-shell'
+
+(defun amacs-history-test--inputs (count)
+  "What the server's past_inputs answers for COUNT inputs \"input N\": newest first."
+  (vconcat (cl-loop for tick downfrom count to 1
+                    collect (list :tick tick :human (format "input %d" tick)))))
+
+(defmacro amacs-history-test--picking (count answer &rest body)
+  "Run BODY with COUNT past inputs on the server and the picker answered by ANSWER.
+ANSWER is called with the prompt, the labels offered (in the order the
+completion UI shows them) and the default; what it returns is chosen.
+The prompt, labels and default the picker showed are bound in BODY as
+`prompt', `labels' and `default'."
+  (declare (indent 2))
+  `(let (prompt labels default)
+     (cl-letf (((symbol-function 'amacs--call-sync)
+                (lambda (method _args)
+                  (should (eq method 'past_inputs))
+                  (amacs-history-test--inputs ,count)))
+               ((symbol-function 'completing-read)
+                (lambda (p table &optional _pred _req _init _hist def &rest _)
+                  (let* ((sort (completion-metadata-get (completion-metadata "" table nil)
+                                                        'display-sort-function))
+                         (all (all-completions "" table)))
+                    (setq prompt p labels (if sort (funcall sort all) (sort all #'string<)) default def)
+                    (funcall ,answer p labels def)))))
+       ,@body)))
+
+(ert-deftest amacs-history-test-the-picker-offers-every-input-newest-first ()
+  "Every past input the server lists is offered, newest first (not sorted
+as text: tick 10 before tick 9), the newest the default, named in the prompt."
+  (amacs-history-test--picking 12 (lambda (_p _labels def) def)
+    (should (= (amacs-history--read-input "rewind") 11))
+    (should (equal labels (cl-loop for tick downfrom 12 to 1 collect (format "tick %d: input %d" tick tick))))
+    (should (equal default "tick 12: input 12"))
+    (should (equal prompt "Rewind to before (default tick 12: input 12): "))))
+
+(ert-deftest amacs-history-test-an-old-input-is-picked-by-its-tick ()
+  "An input older than the chat's memory holds is picked: the tick before it is returned."
+  (amacs-history-test--picking 12 (lambda (_p labels _def) (nth 9 labels))
+    (should (= (amacs-history--read-input "fork") 2))
+    (should (string-prefix-p "Fork to before (default tick 12" prompt)))
+  (amacs-history-test--picking 12 (lambda (_p labels _def) (car (last labels)))
+    (should-error (amacs-history--read-input "rewind") :type 'user-error)))
+
+(ert-deftest amacs-history-test-the-input-point-is-on-is-the-default ()
+  "In the shell, the past input point is on is the default; after RET on it
+\(which puts it at the prompt) too."
+  (amacs-shell-test--with-shell
+    (dolist (text '("input 3" "input 4" "input 5"))
+      (amacs-shell-test--type-and-send text)
+      (amacs-shell--on-input-taken nil)
+      (amacs-shell--on-reply (list :type "reply" :text (concat "answer to " text))))
+    (goto-char (point-min))
+    (search-forward "input 4")
+    (backward-char 2)
+    (amacs-history-test--picking 5 (lambda (_p _labels def) def)
+      (should (= (amacs-history--read-input "rewind") 3))
+      (should (equal default "tick 4: input 4")))
+    (amacs-shell-return)                ; the past input, at the prompt
+    (should (= (point) (point-max)))
+    (amacs-history-test--picking 5 (lambda (_p _labels def) def)
+      (should (= (amacs-history--read-input "rewind") 3)))))
+
+(ert-deftest amacs-history-test-no-completions-window-is-left ()
+  "A *Completions* window shown while picking (TAB) is gone once one is chosen."
+  (save-window-excursion
+    (delete-other-windows)
+    (cl-letf (((symbol-function 'amacs--call-sync) (lambda (&rest _) (amacs-history-test--inputs 4)))
+              ((symbol-function 'completing-read)
+               (lambda (&rest _)
+                 (display-buffer (get-buffer-create "*Completions*") '(display-buffer-pop-up-window))
+                 "tick 3: input 3")))
+      (should (= (amacs-history--read-input "rewind") 2))
+      (should-not (get-buffer-window "*Completions*" 0))
+      (should (one-window-p)))))
+
+(provide 'amacs-history-test)
+;;; amacs-history-test.el ends here
