@@ -178,15 +178,17 @@ def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home):
 
 
 def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home):
-    """50 tasks at 200 ms each, pool 8: all finish, none lost; the 51st is refused at once."""
+    """50 tasks at 500 ms each, pool 8: all finish, none lost; the 51st is refused at once."""
     lock = threading.Lock()
     total = {"received": 0}
 
     def answer(body):
         me, kind, _template = who(body)
         if kind == "task":
+            # Longer than the eval's 51 calls take (~0.1-0.2 s at load 8): at 200 ms the first
+            # task had ended before the 51st call, 1 run in 4 at that load, and task-51 started.
             return Reply(json.dumps({"reply": f"done {me}", "mood": "ok", "confidence": 1, "monologue": "m"}),
-                         delay=0.2)
+                         delay=0.5)
         ctx = transcript(body)[-1]  # the newest tick
         if "<last-eval-result>" in ctx or "<events>" in ctx:
             with lock:
