@@ -45,7 +45,6 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'seq)
 ;; epc (and deferred, concurrent, ctable: ~50 ms with a garbage collection) is
 ;; loaded when the first connection is made, while the server starts: the
 ;; server process starts without waiting for it.
@@ -121,7 +120,7 @@ connection run inside it."
   "Return the connection for HOME, making it if this Emacs has none.
 The connection is only made, not opened: `amacs-start-server' opens it."
   (let ((key (directory-file-name (expand-file-name home))))
-    (or (seq-find (lambda (c) (equal (amacs-connection-home c) key)) amacs--connections)
+    (or (cl-find-if (lambda (c) (equal (amacs-connection-home c) key)) amacs--connections)
         (car (push (amacs--make-connection :home key) amacs--connections)))))
 
 (defun amacs-current-connection ()
@@ -134,7 +133,7 @@ buffer's (a shell or hub); else the one for `amacs-home'."
 
 (defun amacs-live-connections ()
   "Return the connections whose server has accepted this Emacs, oldest first."
-  (reverse (seq-filter #'amacs-live-p amacs--connections)))
+  (reverse (cl-remove-if-not #'amacs-live-p amacs--connections)))
 
 (defun amacs-connection-name (&optional connection)
   "Return the home of CONNECTION (default: the current one), abbreviated."
