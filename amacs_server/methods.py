@@ -128,7 +128,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, lambda: views.status(rt))
 
     @checked()
-    def past_inputs() -> list[dict[str, Any]]:
+    def past_inputs() -> dict[str, Any]:
         """Every past input of the home, newest first, with its tick (to rewind or fork before)."""
         return _on_loop(rt, lambda: views.past_inputs(rt))
 

@@ -65,15 +65,17 @@ def _shortened(text: object) -> object:
     return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
 # A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its tick and its first words.
-INPUT_CHARS = 200
+INPUT_CHARS = 100  # more than the picker shows (70 columns), so its label is the same
 
 
-def past_inputs(rt: Runtime) -> list[dict[str, object]]:
-    """Every input of the home's history as it stands, newest first: its tick and its first
-    INPUT_CHARS characters.  Read from agent-chat.org and its earlier months, which a rewind
-    cut back to the tick it went to: the abandoned future's inputs are not among them."""
-    return [{"tick": entry.tick, "human": entry.human[:INPUT_CHARS]}
-            for entry in reversed(rt.chat_log.read()) if entry.human is not None]
+def past_inputs(rt: Runtime) -> dict[str, list[object]]:
+    """Every input of the home's history as it stands, newest first: ``ticks`` and, in the same
+    order, ``texts`` (each its first INPUT_CHARS characters).  Read from agent-chat.org and its
+    earlier months, which a rewind cut back to the tick it went to: the abandoned future's
+    inputs are not among them.  Two flat lists: 5,000 inputs encode for EPC in a seventh of
+    the time a list of 5,000 tables takes."""
+    said = [(entry.tick, entry.human) for entry in reversed(rt.chat_log.read()) if entry.human is not None]
+    return {"ticks": [tick for tick, _ in said], "texts": [text[:INPUT_CHARS] for _, text in said]}
 
 
 def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:

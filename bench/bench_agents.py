@@ -11,15 +11,24 @@ it is answering (a request is counted from its arrival until its answer is about
 sent, so the count can only understate concurrency, never overstate it).  It runs in its own process, as a real model would, and reports on
 stdin's ``reset`` / ``stats``.
 
+What each side does, so the ratio is fair: a task is one model call (the fake's reply is the
+tests' default answer, no eval), so the runtime makes exactly N requests (checked: the fake
+counts them); the bare clients send the very request a task sends (its system prompt, its
+message, the reply schema: taken from a first, unmeasured run's transcript), P at once over
+connections opened first, as the runtime's are.  Two bare clients: aiohttp alone (the
+issue's bound), and the anthropic SDK's client made as the runtime makes its own (the stack
+the design names for inference), so the SDK's share of the gap is told from the runtime's.
+
 Each pool size runs REPEATS times, each on a fresh runtime, home and fake, each after a run
-of the bare client against a fresh fake of its own (alternating, so the machine's load drifts
-hit both alike); reported per pool: the bare client's wall time and the ratio of the medians, the wall time for all N (median / p90 / n) against the bound, the most calls in
+of each bare client against a fresh fake of its own (alternating, so the machine's load drifts
+hit all alike); reported per pool: the bare clients' wall times and the ratio of the medians, the wall time for all N (median / p90 / n) against the bound, the most calls in
 flight in each run, the event loop's CPU per model call (the loop thread's CPU time over
-the run / N: with one loop, P / L calls a second need less than L / P each), the fake's
-CPU, the model latency the runtime saw, the garbage collector's time, and the machine's
-load (a shared machine's other work shows in every number).  Also: one transcript write
-(the loop makes five per task).  ``--profile P`` adds a run under cProfile and reports the
-loop's time per call by library (own time, inflated ~2x by the profiler).
+the run / N: with one loop, P / L calls a second need less than L / P each), the bare
+clients' CPU per request, the fake's CPU, the model latency the runtime saw, the garbage
+collector's time, and the machine's load (a shared machine's other work shows in every
+number).  Also: one transcript write (the loop makes five per task).  ``--profile P`` adds a
+run under cProfile and reports the loop's time per call by library (own time, inflated ~2x
+by the profiler).
 
     .venv/bin/python bench/bench_agents.py               # P = 8, 16, 50; 5 runs each
     .venv/bin/python bench/bench_agents.py --profile 50  # and where the loop's time goes
@@ -41,7 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -162,7 +173,7 @@ def start_fake(latency: float) -> tuple[subprocess.Popen[str], str]:
     return fake, fake.stdout.readline().strip()
 
 
-def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None = None) -> dict[str, float]:
+def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None = None) -> dict[str, Any]:
     """N tasks on a fresh runtime with a pool of POOL: wall seconds, calls in flight, CPU."""
     from amacs_server.runtime import Runtime
 
@@ -192,7 +203,7 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
         started, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
         try:
             for i in range(n):
-                rt.world.task(parent, None, "researcher", f"question {i}", {})
+                rt.world.task(parent, None, "researcher", f"question {i}")
             await face.all_ended.wait()  # no polling: a poll's wake-ups cost the loop CPU too
             return (time.perf_counter() - started, time.thread_time() - cpu, time.process_time() - process_cpu,
                     ask(fake, "stats")["cpu_s"] - fake_cpu)
@@ -214,44 +225,72 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
     events = [json.loads(line) for line in rt.transcript.path.read_text(encoding="utf-8").splitlines()]
     latencies = [e["data"]["latency_ms"] for e in events
                  if e["event"] == "model_response" and e["agent_type"] == "task"]
-    return {"seconds": took, "model_latency_ms": statistics.median(latencies), "finished": done,
+    request = next(e["data"]["request"] for e in events if e["event"] == "model_request" and e["agent_type"] == "task")
+    return {"request": request, "seconds": took, "model_latency_ms": statistics.median(latencies), "finished": done,
             "model_calls": stats["calls"], "max_in_flight": stats["max_in_flight"], "loop_cpu_ms_per_call": cpu * 1000 / n,
             "gc_ms": gc_clock.seconds * 1000, "process_cpu_ms_per_call": process_cpu * 1000 / n,
             "fake_cpu_ms_per_call": fake_cpu * 1000 / n}
 
 
-def bare_once(n: int, pool: int, latency: float) -> float:
-    """Seconds a bare aiohttp client takes for N requests, POOL at once, to a fresh fake of LATENCY.
+HEADERS = {"x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}
 
-    The same request a task makes first (its model, a system prompt and one message), its
-    connections opened first as the runtime's are; nothing else: no SDK, no runtime."""
+
+def bare_once(n: int, pool: int, latency: float, body: dict[str, Any], sdk: bool = False) -> tuple[float, float, float]:
+    """Seconds a bare client takes for N requests of BODY, POOL at once, to a fresh fake of
+    LATENCY, the CPU milliseconds it spent per request, and the median milliseconds from a
+    request's start to its answer read (as the runtime's ``latency_ms``).
+
+    BODY is the request a task sends (its system prompt, its message, the reply schema).  The
+    client is aiohttp alone or, with SDK, the anthropic SDK's client made as the runtime makes
+    its own (its aiohttp transport, no retries, no tracing), its raw response read as JSON as
+    the runtime reads it; its connections are opened first, as the runtime's are.  Nothing
+    else: no runtime, no agent, no transcript."""
     import aiohttp
 
     fake, url = start_fake(latency)
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "You are task-1, a task.",
-            "messages": [{"role": "user", "content": "question 1"}]}
-    headers = {"x-api-key": "sk-ant-bench", "anthropic-version": "2023-06-01"}
 
-    async def go() -> float:
+    async def timed(call: Callable[[], Awaitable[object]]) -> tuple[float, float, float]:
+        await asyncio.gather(*(call() for _ in range(pool)))
+        gate = asyncio.Semaphore(pool)
+        latencies: list[float] = []
+
+        async def one() -> None:
+            async with gate:
+                begun = time.perf_counter()
+                await call()
+                latencies.append((time.perf_counter() - begun) * 1000)
+
+        gc.collect()
+        started, cpu = time.perf_counter(), time.thread_time()
+        await asyncio.gather(*(one() for _ in range(n)))
+        return (time.perf_counter() - started, (time.thread_time() - cpu) * 1000 / n,
+                statistics.median(latencies))
+
+    async def with_aiohttp() -> tuple[float, float, float]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=pool)) as session:
             async def call() -> None:
-                async with session.post(f"{url}/v1/messages", json=body, headers=headers) as response:
+                async with session.post(f"{url}/v1/messages", json=body, headers=HEADERS) as response:
                     await response.json()
 
-            await asyncio.gather(*(call() for _ in range(pool)))
-            gate = asyncio.Semaphore(pool)
+            return await timed(call)
 
-            async def one() -> None:
-                async with gate:
-                    await call()
+    async def with_sdk() -> tuple[float, float, float]:
+        import anthropic
 
-            gc.collect()
-            started = time.perf_counter()
-            await asyncio.gather(*(one() for _ in range(n)))
-            return time.perf_counter() - started
+        client = anthropic.AsyncAnthropic(api_key=HEADERS["x-api-key"], base_url=url, timeout=60, max_retries=0,
+                                          http_client=anthropic.DefaultAioHttpClient(timeout=60),
+                                          open_telemetry=False)
+        try:
+            async def call() -> None:
+                raw = await client.messages.with_raw_response.create(**body)
+                json.loads(await raw.read())
+
+            return await timed(call)
+        finally:
+            await client.close()
 
     try:
-        return asyncio.run(go())
+        return asyncio.run(with_sdk() if sdk else with_aiohttp())
     finally:
         fake.kill()
         fake.wait()
@@ -262,11 +301,14 @@ RATIO = 1.15  # the runtime's N tasks within this times the bare client's N requ
 
 def run_pool(n: int, pool: int, latency: float, repeats: int, profile: bool) -> dict[str, object]:
     """REPEATS runs of N tasks on a pool of POOL, each against a fresh fake model of LATENCY, each
-    after a bare client's run of N requests against a fresh fake."""
-    bare: list[float] = []
+    after each bare client's run of N requests against a fresh fake."""
+    body = run_once(pool, pool, latency)["request"]  # unmeasured: the request a task sends, a warm process
+    bare: list[tuple[float, float, float]] = []
+    bare_sdk: list[tuple[float, float, float]] = []
     runs = []
     for _ in range(repeats):
-        bare.append(bare_once(n, pool, latency))
+        bare.append(bare_once(n, pool, latency, body))
+        bare_sdk.append(bare_once(n, pool, latency, body, sdk=True))
         runs.append(run_once(n, pool, latency))
     profiled = None
     if profile:
@@ -274,13 +316,22 @@ def run_pool(n: int, pool: int, latency: float, repeats: int, profile: bool) -> 
         run_once(n, pool, latency, profiled)
     ideal = math.ceil(n / pool) * latency
     seconds = summary([r["seconds"] * 1000 for r in runs])
-    bare_ms = summary([b * 1000 for b in bare])
+    bare_ms = summary([b[0] * 1000 for b in bare])
+    sdk_ms = summary([b[0] * 1000 for b in bare_sdk])
     most = [int(r["max_in_flight"]) for r in runs]
     out: dict[str, object] = {
-        "n": n, "pool": pool, "latency_s": latency, "bare_client_ms": bare_ms,
+        "n": n, "pool": pool, "latency_s": latency, "request_bytes": len(json.dumps(body)),
+        "bare_client_ms": bare_ms,
         "ratio_to_bare_median": round(seconds["median_ms"] / bare_ms["median_ms"], 3),
         "within_ratio_median": seconds["median_ms"] <= RATIO * bare_ms["median_ms"],
-        "runs_within_ratio_of_their_bare_run": sum(r["seconds"] <= RATIO * b for r, b in zip(runs, bare, strict=True)),
+        "runs_within_ratio_of_their_bare_run": sum(r["seconds"] <= RATIO * b[0] for r, b in zip(runs, bare, strict=True)),
+        "bare_sdk_client_ms": sdk_ms,
+        "ratio_to_bare_sdk_median": round(seconds["median_ms"] / sdk_ms["median_ms"], 3),
+        "bare_sdk_ratio_to_bare_median": round(sdk_ms["median_ms"] / bare_ms["median_ms"], 3),
+        "bare_client_cpu_ms_per_request": summary([b[1] for b in bare]),
+        "bare_sdk_client_cpu_ms_per_request": summary([b[1] for b in bare_sdk]),
+        "bare_client_latency_ms": summary([b[2] for b in bare]),
+        "bare_sdk_client_latency_ms": summary([b[2] for b in bare_sdk]),
         "ideal_ms": round(ideal * 1000, 1),
         "bound_ms": round(1.2 * ideal * 1000, 1), "wall_ms": seconds,
         "median_ratio_to_ideal": round(seconds["median_ms"] / (ideal * 1000), 3),

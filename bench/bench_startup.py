@@ -5,8 +5,10 @@ Each sample is a fresh interactive ``emacs -nw -Q`` in a detached tmux session
 ``M-x amacs-shell RET`` are typed through tmux; Emacs notes the time when the
 minibuffer's RET ends (``minibuffer-exit-hook``), when ``amacs-shell`` runs
 (its files autoloaded), when it starts the server process, when the port line
-arrives, when the server accepts hello (ready: ``amacs-ready-hook`` runs), and
-when that hook is done (greeted: the shell has rendered the last exchanges), and when the
+arrives, when the server accepts hello (ready: ``amacs-ready-hook`` runs; the server
+answers hello only once its runtime is built and its methods published, so a turn typed
+now is taken at once; its first model call still waits for the model SDK's import, which
+starts after hello), and when that hook is done (greeted: the shell has rendered the last exchanges), and when the
 shell's prompt takes input (prompt: the command that made the shell has ended, the shell in
 the selected window; Emacs redisplays next).  Targets (issue 28): prompt <= 150 ms,
 ready <= 300 ms, flat in history.  Homes: a fresh one (new directory per sample) and

@@ -256,3 +256,34 @@ def test_a_caller_whose_model_answers_otherwise_sends_no_agent_schema():
     """A judge answers with its score: the agent's reply schema would force the wrong form."""
     request = build_request("m", "core", MESSAGES, ApiSettings(), _caps(True, "none", False), agent_reply=False)
     assert "output_config" not in request
+
+
+def test_a_request_made_before_the_pool_is_made_again_when_the_model_refused_a_parameter_meanwhile(tmp_path):
+    # A subagent's request is made before it waits for a slot of the pool; another agent's call
+    # may teach the catalog, meanwhile, that the model refuses the reply schema.
+    import asyncio
+
+    from amacs_server.inference.capabilities import CapabilityStore
+    from amacs_server.inference.catalog import ModelCatalog, call_adapting, prepare
+
+    catalog = ModelCatalog(CapabilityStore.open(tmp_path / "caps.json"))
+    sent: list[dict[str, object]] = []
+
+    def build(caps: Capabilities) -> dict[str, object]:
+        return build_request("m", "core", MESSAGES, ApiSettings(), caps)
+
+    async def complete(request: dict[str, object]) -> str:
+        sent.append(request)
+        return "ok"
+
+    async def go() -> None:
+        kept = await prepare(catalog, build)
+        assert await call_adapting(catalog, build, complete, print, kept) == "ok"
+        assert sent[-1] is kept.request  # nothing learned meanwhile: the request made earlier is sent
+        later = await prepare(catalog, build)
+        catalog.refuse("format")
+        await call_adapting(catalog, build, complete, print, later)
+        assert "format" in later.request["output_config"]  # type: ignore[operator]
+        assert "output_config" not in sent[-1]
+
+    asyncio.run(go())

@@ -521,11 +521,12 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
     try:
         call = published(rt)
         assert len(call["status"]()["recent"]) < len(said)  # what the picker offered before
-        assert [(i["tick"], i["human"]) for i in call["past_inputs"]()] == [(n, said[n - 1]) for n in range(12, 0, -1)]
+        listed = call["past_inputs"]()
+        assert list(zip(listed["ticks"], listed["texts"], strict=True)) == [(n, said[n - 1]) for n in range(12, 0, -1)]
         spent, ticked = rt.consciousness.budget.cost_so_far, []
         rt.face.ticked = lambda tick, usage: ticked.append((tick, usage))  # type: ignore[method-assign]
         asyncio.run_coroutine_threadsafe(rt.rewind(5), rt.loop).result(60)
-        assert [i["tick"] for i in call["past_inputs"]()] == [5, 4, 3, 2, 1]
+        assert call["past_inputs"]()["ticks"] == [5, 4, 3, 2, 1]
         # The shell's mode line and the hub are told at once: tick 5, its budget.
         assert [(tick, usage["spent"]) for tick, usage in ticked] == [(5, rt.consciousness.budget.cost_so_far)]
         assert 0 < ticked[0][1]["spent"] < spent
@@ -533,6 +534,6 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
         rt.stop()
     rt = runtime(home, fake.url)
     try:
-        assert [i["human"] for i in published(rt)["past_inputs"]()] == said[4::-1]
+        assert published(rt)["past_inputs"]()["texts"] == said[4::-1]
     finally:
         rt.stop()

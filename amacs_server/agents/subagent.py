@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
-from ..inference.catalog import call_adapting
+from ..inference.catalog import call_adapting, prepare
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
 from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
@@ -275,24 +275,26 @@ class SubagentBody:
 
         def build(caps: Capabilities) -> dict[str, Any]:
             # The catalog knows the primary's model; another one is sent what any model takes.
-            request = build_request(model, system_prompt(host, agent),
-                                    api_messages(agent.shown_messages(), rt.backend_name == "openai"),
-                                    rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
-            self.note("model_request", {"request": request})
-            return request
+            return build_request(model, system_prompt(host, agent),
+                                 api_messages(agent.shown_messages(), rt.backend_name == "openai"),
+                                 rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
 
         def said(line: str) -> None:
             self.note("model_adapted", {"status": line})
 
         async def complete(request: dict[str, Any]) -> ModelResult:
+            self.note("model_request", {"request": request})
             # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
             return await rt.backend.complete(request, stream=False)
 
+        # The request is made before the wait for a slot of the pool: from a slot's release to
+        # the next call's request on the wire, only that call's sending stands in the way.
+        prepared = await prepare(catalog, build)
         host.report_working(agent, "waiting for the model pool")
         async with host.pool:
             host.report_working(agent, f"thinking (step {agent.steps + 1})")
             try:
-                result: ModelResult = await call_adapting(catalog, build, complete, said)
+                result: ModelResult = await call_adapting(catalog, build, complete, said, prepared)
             except InferenceError as err:
                 self.note("model_error", {"error": str(err)})
                 raise
@@ -304,4 +306,8 @@ class SubagentBody:
             "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
             "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
             "cost": dollars, "latency_ms": result.latency_ms})
+        # The call waiting for the slot just freed goes out before this answer is taken further
+        # (parsed, acted on, delivered): with P calls answered at once, the P next requests wait
+        # for P answers read, not for P agents' whole steps.
+        await asyncio.sleep(0)
         return result.text

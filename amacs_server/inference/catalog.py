@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from . import sdk
@@ -165,19 +165,39 @@ def request_chars(request: dict[str, Any]) -> int:
     return size(request.get("system")) + sum(size(m.get("content")) for m in request.get("messages") or ())
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A request made for the capabilities the catalog had then (:func:`prepare`), to be sent later."""
+
+    request: dict[str, Any]
+    caps: Capabilities
+
+
+def _capped(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
+            caps: Capabilities) -> dict[str, Any]:
+    request = build(caps)
+    if "max_tokens" in request:
+        request["max_tokens"] = catalog.answer_tokens(request["max_tokens"])
+    return request
+
+
+async def prepare(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]]) -> Prepared:
+    """The request BUILD makes for the model's capabilities, made now and sent by a later
+    :func:`call_adapting` (made again there if the catalog learned something meanwhile)."""
+    caps = await catalog.current()
+    return Prepared(_capped(catalog, build, caps), caps)
+
+
 async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
                         complete: Callable[[dict[str, Any]], Awaitable[Any]],
-                        say: Callable[[str], None]) -> Any:
-    """COMPLETE the request BUILD makes for the model's capabilities.  A 400 (or 422) that
-    names a parameter the request sent is said in one line (SAY), remembered (never sent
-    to this model again), and the call made once more without it."""
-    def capped(caps: Capabilities) -> dict[str, Any]:
-        request = build(caps)
-        if "max_tokens" in request:
-            request["max_tokens"] = catalog.answer_tokens(request["max_tokens"])
-        return request
-
-    request = capped(await catalog.current())
+                        say: Callable[[str], None], prepared: Prepared | None = None) -> Any:
+    """COMPLETE the request BUILD makes for the model's capabilities (PREPARED: the one made
+    earlier, unless the capabilities changed since).  A 400 (or 422) that names a parameter
+    the request sent is said in one line (SAY), remembered (never sent to this model again),
+    and the call made once more without it."""
+    if prepared is None:
+        prepared = await prepare(catalog, build)
+    request = prepared.request if prepared.caps is catalog.caps else _capped(catalog, build, catalog.caps)
     for attempt in range(3):
         try:
             return await complete(request)
@@ -188,7 +208,7 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
                 raise
             said = catalog.refuse(param)
             say(f"The model {catalog.model} does not take {said}; asking again.")
-            request = capped(catalog.caps)
+            request = _capped(catalog, build, catalog.caps)
     raise AssertionError("unreachable")
 
 

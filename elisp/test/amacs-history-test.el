@@ -17,8 +17,8 @@
 
 (defun amacs-history-test--inputs (count)
   "What the server's past_inputs answers for COUNT inputs \"input N\": newest first."
-  (vconcat (cl-loop for tick downfrom count to 1
-                    collect (list :tick tick :human (format "input %d" tick)))))
+  (list :ticks (number-sequence count 1 -1)
+        :texts (cl-loop for tick downfrom count to 1 collect (format "input %d" tick))))
 
 (defmacro amacs-history-test--picking (count answer &rest body)
   "Run BODY with COUNT past inputs on the server and the picker answered by ANSWER.

@@ -178,15 +178,17 @@ def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home):
 
 
 def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home):
-    """50 tasks at 200 ms each, pool 8: all finish, none lost; the 51st is refused at once."""
+    """50 tasks at 500 ms each, pool 8: all finish, none lost; the 51st is refused at once."""
     lock = threading.Lock()
     total = {"received": 0}
 
     def answer(body):
         me, kind, _template = who(body)
         if kind == "task":
+            # Longer than the eval's 51 calls take (~0.1-0.2 s at load 8): at 200 ms the first
+            # task had ended before the 51st call, 1 run in 4 at that load, and task-51 started.
             return Reply(json.dumps({"reply": f"done {me}", "mood": "ok", "confidence": 1, "monologue": "m"}),
-                         delay=0.2)
+                         delay=0.5)
         ctx = transcript(body)[-1]  # the newest tick
         if "<last-eval-result>" in ctx or "<events>" in ctx:
             with lock:
@@ -211,6 +213,17 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
     assert sorted(d["data"]["content"]["handle"] for d in delivered) == sorted(f"task-{i}" for i in range(1, 51))
     shown = sum(newest_message(t).count('"type": "Agent"') for t in primary_texts(fake))
     assert shown == 50  # every result reached the primary's context exactly once (in the tick it arrived)
+    # A slot freed by an answer goes to a waiting task, whose request is sent before that answer
+    # is taken further (parsed, acted on, delivered): 42 answers freed a slot for one of the 42
+    # waiting tasks, so at least 42 tasks have another's model_request between their
+    # model_response and their agent_end (none did when the whole step came first).
+    steps = [(e["agent_id"], e["event"]) for e in transcript_events(home) if e["agent_type"] == "task"
+             and e["event"] in ("model_request", "model_response", "agent_end")]
+    answered = {a: i for i, (a, ev) in enumerate(steps) if ev == "model_response"}
+    ended = {a: i for i, (a, ev) in enumerate(steps) if ev == "agent_end"}
+    overtaken = [a for a in answered
+                 if any(ev == "model_request" for _b, ev in steps[answered[a] + 1:ended[a]])]
+    assert len(overtaken) >= 42, steps
 
 
 def test_transcript_summary_counts(fake, home):
