@@ -23,7 +23,7 @@
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell")
 (declare-function amacs-shell--on-tick "amacs-shell-header")
-(declare-function amacs-shell-open "amacs-shell")
+(declare-function amacs-shell-open "amacs-shell-start")
 (declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
 (defvar amacs--status)

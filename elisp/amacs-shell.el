@@ -13,8 +13,10 @@
 ;; buffer with a dummy process, as in ielm.  RET hands the input to the
 ;; server and returns at once; the agent's reply appears when it comes.
 ;;
-;; The shell is in five files, along its seams:
+;; The shell is in six files, along its seams:
 ;;
+;;   amacs-shell-start.el   `amacs-shell' and `amacs-shell-open': the server
+;;                          starts before the other files load
 ;;   amacs-shell-output.el  the buffer's layout (output, footer, prompt) and
 ;;                          every write to it
 ;;   amacs-shell-header.el  the turn's state (`amacs-shell-turn', changed only by
@@ -36,6 +38,7 @@
 (autoload 'comint-mode "comint")
 (require 'seq)
 (require 'amacs-server)
+(require 'amacs-shell-start)             ; the commands that open a shell
 (require 'amacs-eval)
 (require 'amacs-render)
 (require 'amacs-shell-output)
@@ -640,25 +643,6 @@ right after \[amacs-shell-delete-char] at the end was lost."
   (interactive)
   (message "%s" (substitute-command-keys
                  "The AMACS shell runs no subprocess: \\<amacs-shell-mode-map>\\[amacs-shell-interrupt] interrupts the agent")))
-
-;;;###autoload
-(defun amacs-shell ()
-  "Open the AMACS shell and start its server if needed.
-The shell of the current connection (`amacs-current-connection'):
-called from a shell or hub, that one's home; elsewhere the home
-`amacs-home' names.  `amacs-shell-open' opens one on any home."
-  (interactive)
-  (amacs-shell--open (amacs-current-connection)))
-
-;;;###autoload
-(defun amacs-shell-open (home)
-  "Open a shell on the AMACS home HOME, starting its server if needed.
-Return the shell buffer.  Each home has its own connection, server and
-shell: one Emacs can talk to several homes at once.  Its shell buffer
-is `amacs-shell-buffer-name' for the home `amacs-home' names, else
-named for HOME."
-  (interactive "DAMACS home: ")
-  (amacs-shell--open (amacs-connection-for home)))
 
 (defun amacs-shell--buffer-for (connection)
   "CONNECTION's shell buffer, made (not yet in its mode) if it has none."

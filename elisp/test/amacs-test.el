@@ -476,11 +476,34 @@ later, neither runs it again nor says the server stopped."
 (ert-deftest amacs-test-entry-points-are-autoloaded ()
   "Issue 9: the commands README names carry autoload cookies in the files that define them."
   (dolist (entry '(("amacs.el" . "amacs-restart") ("amacs-server.el" . "amacs-connect")
-                   ("amacs-shell.el" . "amacs-shell") ("amacs-hub.el" . "amacs-hub")))
+                   ("amacs-shell-start.el" . "amacs-shell") ("amacs-hub.el" . "amacs-hub")))
     (with-temp-buffer
       (insert-file-contents (expand-file-name (car entry) (file-name-directory (locate-library "amacs"))))
       (should (re-search-forward
                (format "^;;;###autoload\n(defun %s " (regexp-quote (cdr entry))) nil t)))))
+
+;; Issue 28: a fresh Emacs, as after M-x amacs-shell's autoload.
+(ert-deftest amacs-test-shell-command-starts-the-server-before-the-shell-loads ()
+  "`amacs-shell' starts the server before the shell's files load (their load and GC delayed it)."
+  (let* ((dir (file-name-directory (locate-library "amacs")))
+         (out (with-temp-buffer
+                (call-process
+                 (expand-file-name invocation-name invocation-directory) nil t nil
+                 "-Q" "--batch" "-L" dir "--eval"
+                 (prin1-to-string
+                  `(progn
+                     (setq load-path ',load-path)  ; epc's folder too
+                     (load "amacs-shell-start" nil t)
+                     (let (seen)
+                       (advice-add 'amacs-start-server :override
+                                   (lambda (&rest _) (push (list 'start (featurep 'amacs-shell-output)) seen)))
+                       (advice-add 'amacs-shell--open :override
+                                   (lambda (&rest _) (push (list 'open (featurep 'amacs-shell-output)) seen)))
+                       (amacs-shell)
+                       (prin1 (reverse seen))))))
+                (buffer-string))))
+    (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
+                   '((start nil) (open t))))))
 
 (ert-deftest amacs-test-history-ret-appends-only-the-new-entry ()
   "Issue 10: RET appends its input to the history file; the earlier entries are not rewritten."
