@@ -68,8 +68,8 @@ def start_fake() -> tuple[subprocess.Popen[str], str]:
 
 
 # A run's steps in order (runs.read_trace): Emacs's marks and the experiment's.
-STEPS = ("spawn", "emacs-init", "loaded", "shell-opened", "hello", "start", "go-touched", "go", "sent",
-         "turn-done", "settled", "written", "server-exited", "emacs-exited", "judged", "recorded")
+STEPS = ("spawn", "emacs-init", "loaded", "shell-opened", "hello", "start", "go-sent", "go", "sent",
+         "turn-done", "settled", "written", "ended", "server-exited", "emacs-exited", "judged", "recorded")
 
 
 def steps(folders: list[Path]) -> dict[str, float]:

@@ -27,10 +27,10 @@
 ;;   result          a file to write the outcome to, as JSON:
 ;;                   {"turns_done": N, "error": null or a string}
 ;;   shell           a file to write the shell's text to at the end, optional
-;;   go              a file: once the server is ready, wait until it exists
-;;                   before the first turn (the run was prepared ahead), optional;
-;;                   if it never will (the experiment is gone), exit 4 and
-;;                   write nothing
+;;   go              non-nil: once the server is ready, wait for the line
+;;                   "go" on standard input before the first turn (the run
+;;                   was prepared ahead), optional; if standard input ends
+;;                   first (the experiment is gone), exit 4 and write nothing
 ;;   trace           a file to append the run's marks to, one "NAME SECONDS"
 ;;                   line each (`float-time'), optional: where its time goes
 ;;
@@ -118,12 +118,13 @@ A run whose experiment is gone waits no more: it ends as never started."
         (insert (json-encode (list (cons 'turns_done amacs-batch--turns-done)
                                    (cons 'error failure))))))))
 
-(defun amacs-batch--started-p (go)
-  "Wait until the file GO exists: the run is started; nil if it never will be.
-It never will once the experiment that prepared it is gone (this Emacs's
-parent changed), its server stopped, or `amacs-batch--wait' passed."
-  (amacs-batch--wait-for (lambda () (or (file-exists-p go) (not (amacs-live-p)))))
-  (and (file-exists-p go) (amacs-live-p) (not (amacs-batch--orphaned-p))))
+(defun amacs-batch--started-p ()
+  "Wait for the line \"go\" on standard input: the run is started.
+Nil if it never will be: standard input ended (the experiment that
+prepared it is gone, and with it the pipe's other end), or its server
+stopped meanwhile.  Nothing is polled while the run waits."
+  (and (equal (condition-case nil (read-from-minibuffer "") (error nil)) "go")
+       (amacs-live-p)))
 
 (defun amacs-batch--stop ()
   "Stop the server and wait for it to exit; nil if it exited 0, else why not.
@@ -156,7 +157,7 @@ nothing on `kill-emacs-hook' is left to do for a run."
      ((progn
         (amacs-batch--mark "hello")
         (accept-process-output nil 0.05)  ; what came with hello is shown (while prepared, ahead)
-        (and go (not (amacs-batch--started-p go))))
+        (and go (not (amacs-batch--started-p))))
       (throw 'amacs-batch-never-started nil))
      (t
       (amacs-batch--mark "go")

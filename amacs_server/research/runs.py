@@ -327,7 +327,7 @@ class Prepared:
     folder: Path
     proc: subprocess.Popen[bytes] | None = None
     emacs_started: float | None = None
-    go: Path | None = None  # touched when the run starts; None: it starts at once
+    gated: bool = False  # it waits for "go" on its standard input; False: it starts at once
     error: str | None = None  # it could not be prepared
     trace: Path | None = None  # where the run's marks go (:func:`mark`), if anywhere
 
@@ -359,8 +359,9 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
             trace: bool = False) -> Prepared:
     """Make RUN's folder afresh (``RUNS_DIR/<run-id>/``) and start its Emacs.
 
-    GATED: Emacs starts the server and says hello, then waits for the file ``go`` in the folder
-    before it types the first turn (:func:`run_one` makes it), so a run's start-up can overlap
+    GATED: Emacs starts the server and says hello, then waits for the line ``go`` on its standard
+    input (a pipe: :func:`run_one` writes it; it ends when this process does, and Emacs then
+    exits as never started) before it types the first turn, so a run's start-up can overlap
     the runs going before it.  SERVER_COMMAND starts the run's server (default ``python -m
     amacs_server``; the local executor's is the fork server's launcher, :mod:`.forkserver`).
     TRACE: the run keeps the times of its steps in ``trace.txt`` (:func:`read_trace`).
@@ -371,7 +372,7 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     home = folder / "home"
     home.mkdir(parents=True)
     (folder / "emacs-home").mkdir()
-    ready = Prepared(run, folder, go=folder / "go" if gated else None, trace=folder / TRACE if trace else None)
+    ready = Prepared(run, folder, gated=gated, trace=folder / TRACE if trace else None)
     try:
         if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
             from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
@@ -383,13 +384,14 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
             "turns": list(run.turns), "max_steps": run.max_steps,
             "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
             "result": str(folder / RESULT), "shell": str(folder / "shell.txt"),
-            **({"go": str(ready.go)} if ready.go else {}),
+            **({"go": True} if gated else {}),
             **({"trace": str(ready.trace)} if ready.trace else {})}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
             ready.emacs_started = time.time()
             ready.mark("spawn", ready.emacs_started)
             ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
-                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                          stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT)
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
@@ -399,6 +401,8 @@ def discard(ready: Prepared) -> None:
     """Stop a prepared run that will not start: its Emacs and server killed, its folder removed."""
     if ready.proc is not None:
         _kill(ready.proc, ready.folder / "home")
+        if ready.proc.stdin is not None:
+            ready.proc.stdin.close()
     shutil.rmtree(ready.folder, ignore_errors=True)
 
 
@@ -441,9 +445,13 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
 
     if proc is not None:
         try:
-            if ready.go is not None:
-                ready.go.touch()
-                ready.mark("go-touched")
+            if ready.gated and proc.stdin is not None:
+                try:
+                    proc.stdin.write(b"go\n")
+                    proc.stdin.close()
+                except OSError:  # Emacs is gone: its exit status says why
+                    pass
+                ready.mark("go-sent")
             try:
                 code = _wait(proc, run.timeout, stop, session_over if session_ended is not None else None)
             except BaseException:

@@ -252,13 +252,28 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
             for n, m in enumerate(spec.models)}
     table = spec.experiment
     runs = [
-        Run(run_id=f"{p.name}.{v.name}.{m.name}.r{rep}", experiment=table.name, prompt=p.name, variant=v.name,
+        Run(run_id=_run_id(p, v, m, rep), experiment=table.name, prompt=p.name, variant=v.name,
             model=m.name, backend=m.backend, model_name=m.model, base_url=urls[m.name], rep=rep,
             turns=tuple(p.turns), skills=skills[v.name], max_steps=table.max_steps,
             run_budget=table.run_budget, timeout=table.timeout, origin=origins[v.name])
         for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
     ]
     return Experiment(path=path, spec=spec, runs=runs)
+
+
+def _run_id(prompt: PromptEntry, variant: VariantEntry, model: ModelEntry, rep: int) -> str:
+    return f"{prompt.name}.{variant.name}.{model.name}.r{rep}"
+
+
+def planned_runs(path: Path) -> list[str] | None:
+    """The ids of every run the spec at PATH lays out, or None when it cannot be read (its folders and
+    ``${VAR}`` unchecked: a spec copied into a runs folder names them relative to where it was)."""
+    try:
+        spec = Spec.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValidationError):
+        return None
+    return [_run_id(p, v, m, rep) for p in spec.prompts for v in spec.variants for m in spec.models
+            for rep in range(spec.experiment.repetitions)]
 
 
 def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int] | None:

@@ -93,7 +93,7 @@ def test_dead_endpoint_fails_every_run_and_stops_early(tmp_path):
     assert (f"Stopped early: the last 3 runs failed the same way ({reason}); 3 runs not started. "
             "Fix the cause and run the same command again to resume.") in proc.stdout, proc.stdout
     assert "Budget spent" not in proc.stdout
-    failure_section_rendered(runs, reason, 3)
+    failure_section_rendered(runs, reason, 3, of=6)
 
 
 def test_refused_key_fails_with_401(tmp_path):
@@ -151,19 +151,25 @@ def test_second_turn_failure_names_the_turn(tmp_path):
     check_failed(runs, proc, "401: invalid API key", 2, 1)
 
 
-def failure_section_rendered(runs: Path, reason: str, n: int) -> None:
-    """The report of RUNS: the failures first, in red, with the reason; no cost axis below zero."""
+def failure_section_rendered(runs: Path, reason: str, n: int, of: int | None = None) -> None:
+    """The report of RUNS: the failures first, in red, with the reason; no cost axis below zero.  OF: the
+    spec's runs, those never started (the experiment stopped early) counted and named too."""
     assert report.main([str(runs)]) == 0
     page = runs / "report.html"
     text = page.read_text(encoding="utf-8")
     assert text.index("class='failures'") < text.index("Cost and tokens")
+    of = of or n
+    if of > n:
+        assert f"{n} of {of} runs failed, {of - n} not started" in text, text[:3000]
+        assert f"{of} runs in {runs}: {n} failed, {of - n} not started" in text
+        assert report.NOT_STARTED in text
     if shutil.which("chromium") is None:
         return
     dom = chromium(watched_copy(page).as_uri(), "--dump-dom")
     assert 'id="amacs-js-error"' not in dom
     section = dom[dom.index('class="failures"'):]
     section = section[:section.index("</div>")]
-    assert f"{n} of {n} runs failed" in section and reason in section, section
+    assert f"{n} of {of} runs failed" in section and reason in section, section
     assert "#b00000" in text  # red
     assert 'data-unformatted="−1"' not in dom and 'data-unformatted="-1"' not in dom  # no axis from -1
     assert dom.count("no run done (red: failed)") >= 3  # the cost, model-call and duration boxes say so
