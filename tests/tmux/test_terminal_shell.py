@@ -60,6 +60,8 @@ def test_the_shell_opens_with_the_cursor_at_an_empty_prompt(terminal):
     # so the first reply's rendering does not freeze Emacs for ~0.75 s.
     term.wait_for_elisp('(get-buffer " *org-src-fontification:emacs-lisp-mode*")', timeout=10,
                         what="org preloaded at idle")
+    # ./amacs holds garbage collection until Emacs is first idle, then gives it back its default.
+    term.wait_for_elisp("(= gc-cons-threshold 800000)", timeout=5, what="garbage collection as by default")
 
 
 def test_second_input_arrives_exactly_as_typed_after_a_streamed_reply(terminal, fake):
