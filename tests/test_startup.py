@@ -133,3 +133,20 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0]
     except (OSError, IndexError):
         return "zombie"
+
+
+def test_garbage_is_collected_again_once_the_runtime_is_built(tmp_path: Path) -> None:
+    """main holds cyclic garbage collection while the runtime is built (~80 collections walked
+    start-up's objects while hello waited); the builder enables it again, start-up's objects frozen."""
+    code = ("import gc; "
+            "from amacs_server.__main__ import RuntimeBuilder; "
+            "from amacs_server.config import load_config; "
+            "from amacs_server.scrub import Scrubber; "
+            "from amacs_server.transport.server import AmacsEPCServer; "
+            f"config = load_config({{'AMACS_HOME': {str(tmp_path)!r}, 'ANTHROPIC_API_KEY': 'sk-test'}}); "
+            "server = AmacsEPCServer('t' * 64, headless=False, starting=True); "
+            "builder = RuntimeBuilder(config, server, Scrubber({}), headless=False); "
+            "gc.disable(); builder.start(); rt = builder.finish(60); "
+            "print(rt is not None, gc.isenabled(), gc.get_freeze_count() > 10000); rt.stop(); server.server_close()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.splitlines() == ["True True True"], out.stderr[-2000:]
