@@ -146,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="runs per level (default 8)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4], help="parallelism levels")
-    parser.add_argument("--ahead", type=int, help="runs kept prepared (default: parallel + 1)")
+    parser.add_argument("--ahead", type=int, help="runs kept prepared (default: parallel, at least 2)")
     parser.add_argument("--trace", action="store_true",
                         help="each run keeps the times of its steps; print the median time between steps")
     parser.add_argument("--compare", action="store_true",
