@@ -115,9 +115,13 @@ def level(url: str, parallel: int, runs: int, tmp: Path, fork: bool = True, trac
     assert not failed and not left, failed
     seconds = [o.seconds for o in outcomes]
     ended = sorted(o.ended_at for o in outcomes)
+    # A run's turn in the line at parallel 1: from its start to the next run's start (its harness
+    # overhead is that less its model time), the first run (the fork server's start) left out.
     steady = (ended[-1] - ended[0]) / (len(ended) - 1) if len(ended) > 1 else wall  # a run's wall, once going
     overhead = sorted(o.seconds - transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes)
     model = [transcript_totals(runs_dir / o.run_id / "home")[1] for o in outcomes]
+    starts = sorted(o.started_at for o in outcomes)
+    gaps = sorted(b - a - statistics.median(model) for a, b in zip(starts[1:], starts[2:], strict=False))
     return {
         "parallel": parallel, "fork": fork, "ahead": getattr(executor, "ahead", None), "runs": runs, "wall_s": round(wall, 2),
         "runs_per_minute": round(60 * runs / wall, 1),
@@ -130,6 +134,9 @@ def level(url: str, parallel: int, runs: int, tmp: Path, fork: bool = True, trac
         "wall_overhead_s": round(wall * parallel / runs - statistics.median(model), 3),
         # the same from the first run's end to the last's (the fork server's and the first start-up left out)
         "steady_overhead_s": round(steady * parallel - statistics.median(model), 3),
+        **({"gap_overhead_s_median": round(statistics.median(gaps), 3),
+            "gap_overhead_s_p90": round(gaps[int(0.9 * (len(gaps) - 1))], 3), "gap_n": len(gaps)}
+           if parallel == 1 and gaps else {}),
         **({"steps_ms": steps([runs_dir / o.run_id for o in outcomes])} if trace else {}),
         "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
     }
@@ -139,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="runs per level (default 8)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 2, 4], help="parallelism levels")
-    parser.add_argument("--ahead", type=int, help="runs kept prepared (default: parallel + 1)")
+    parser.add_argument("--ahead", type=int, help="runs kept prepared (default: parallel, at least 2)")
     parser.add_argument("--trace", action="store_true",
                         help="each run keeps the times of its steps; print the median time between steps")
     parser.add_argument("--compare", action="store_true",
