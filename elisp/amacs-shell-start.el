@@ -22,14 +22,21 @@
 (declare-function amacs-shell--open "amacs-shell" (connection))
 
 (defconst amacs-shell--start-gc-threshold (* 64 1024 1024)
-  "The `gc-cons-threshold' while a shell's server is started.
-Garbage collection waits until the process runs: its start is what
-the person waits on.")
+  "The `gc-cons-threshold' from a shell's start until Emacs is first idle.
+Garbage collection waits until the process runs and the shell with its
+prompt is on screen: what the person waits on.")
+
+(defun amacs-shell--hold-gc ()
+  "Hold garbage collection until Emacs is next idle; then give the threshold back."
+  (let ((threshold gc-cons-threshold))
+    (when (< threshold amacs-shell--start-gc-threshold) ; held already: the first hold gives it back
+      (setq gc-cons-threshold amacs-shell--start-gc-threshold)
+      (run-with-idle-timer 0 nil (lambda () (setq gc-cons-threshold threshold))))))
 
 (defun amacs-shell--start (connection)
   "Start CONNECTION's server, then load the shell and open it; return its buffer."
-  (let ((gc-cons-threshold (max gc-cons-threshold amacs-shell--start-gc-threshold)))
-    (amacs-start-server connection))    ; nothing when a server is live or starting
+  (amacs-shell--hold-gc)
+  (amacs-start-server connection)       ; nothing when a server is live or starting
   (require 'amacs-shell)
   (amacs-shell--open connection))
 

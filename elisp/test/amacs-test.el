@@ -484,7 +484,8 @@ later, neither runs it again nor says the server stopped."
 
 ;; Issue 28: a fresh Emacs, as after M-x amacs-shell's autoload.
 (ert-deftest amacs-test-shell-command-starts-the-server-before-the-shell-loads ()
-  "`amacs-shell' starts the server before the shell's files load (their load and GC delayed it)."
+  "`amacs-shell' starts the server before the shell's files load (their load and GC delayed it).
+Garbage collection is held until Emacs is first idle, then as before."
   (let* ((dir (file-name-directory (locate-library "amacs")))
          (out (with-temp-buffer
                 (call-process
@@ -499,11 +500,16 @@ later, neither runs it again nor says the server stopped."
                                    (lambda (&rest _) (push (list 'start (featurep 'amacs-shell-output)) seen)))
                        (advice-add 'amacs-shell--open :override
                                    (lambda (&rest _) (push (list 'open (featurep 'amacs-shell-output)) seen)))
-                       (amacs-shell)
+                       (let ((before gc-cons-threshold))
+                         (amacs-shell)
+                         ;; Garbage collection waits meanwhile; the first idle moment gives it back.
+                         (push (list 'gc-held (> gc-cons-threshold before)) seen)
+                         (mapc #'timer-event-handler timer-idle-list)
+                         (push (list 'gc-back (= gc-cons-threshold before)) seen))
                        (prin1 (reverse seen))))))
                 (buffer-string))))
     (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
-                   '((start nil) (open t))))))
+                   '((start nil) (open t) (gc-held t) (gc-back t))))))
 
 (ert-deftest amacs-test-history-ret-appends-only-the-new-entry ()
   "Issue 10: RET appends its input to the history file; the earlier entries are not rewritten."
