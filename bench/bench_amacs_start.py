@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_startup import build_home, loadavg  # noqa: E402
+from bench.bench_startup import setup_times as startup_setup_times  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 
 MARKS = {"emacs": "*amacs-shell*", "prompt": "\namacs>", "waiting": "waiting for you"}
@@ -82,12 +83,7 @@ def one_sample(home: Path, tmp: Path, timeout: float = 30.0) -> dict[str, float]
 def setup_times(n: int) -> dict[str, float]:
     """scripts/setup.sh on a checkout already set up: what ./amacs does before Emacs starts."""
     subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
-    times = []
-    for _ in range(n):
-        started = time.perf_counter()
-        subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
-        times.append((time.perf_counter() - started) * 1000)
-    return summary(times)
+    return startup_setup_times(n)
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -10,13 +11,14 @@ RESULTS = Path(__file__).with_name("results")
 
 
 def summary(samples_ms: list[float]) -> dict[str, float]:
-    """Count, median, p90, p99, min and max of SAMPLES_MS."""
+    """Count, median, p90, p99, min and max of SAMPLES_MS (percentiles by nearest rank: the
+    smallest sample with at least that share of the samples at or below it)."""
     ordered = sorted(samples_ms)
     return {
         "n": len(ordered),
         "median_ms": round(statistics.median(ordered), 4),
-        "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))], 4),
-        "p99_ms": round(ordered[int(0.99 * (len(ordered) - 1))], 4),
+        "p90_ms": round(ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)], 4),
+        "p99_ms": round(ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)], 4),
         "min_ms": round(ordered[0], 4),
         "max_ms": round(ordered[-1], 4),
     }
