@@ -96,6 +96,13 @@ def test_hello_then_methods_and_errors_as_replies(server):
     assert "owned by the harness" in err[2] and "Error(" not in err[2]
     send(sock, "call", 4, Symbol("set_consciousness"), ["mood", "🙂"])
     assert recv(sock) == [Symbol("return"), 4, "🙂"]
+    # A method nobody published is an error answered (python-epc looks it up with xmlrpc.server,
+    # which the server imports only then), and the connection goes on.
+    send(sock, "call", 5, Symbol("no_such_method"), [])
+    err = recv(sock)
+    assert err[0] == Symbol("epc-error") and err[1] == 5 and "no_such_method" in str(err[2]), err
+    send(sock, "call", 6, Symbol("ping"), ["still here"])
+    assert recv(sock) == [Symbol("return"), 6, "still here"]
     # The server serves only this Emacs: when it goes, the server exits.
     sock.close()
     deadline = time.time() + 10
