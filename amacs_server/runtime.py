@@ -257,6 +257,13 @@ class Runtime:
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
 
+    def tell_ticked(self) -> None:
+        """Tell the face the current tick is committed, with the tick's and the session's usage and the budget."""
+        budget = self.consciousness.budget
+        self.face.ticked(self.consciousness.current_tick, {
+            "this_tick": self.tick_tally.to_dict(), "session": self.session_tally.to_dict(),
+            "spent": budget.cost_so_far, "budget_limit": budget.budget_limit})
+
     def reload_mind(self) -> None:
         """Read the mind again from the home, as a start-up does: after a rewind wrote it
         (loop thread; no turn running, no subagent at work)."""
@@ -287,9 +294,7 @@ class Runtime:
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
-        budget = self.consciousness.budget
-        self.face.ticked(tick, {"this_tick": self.tick_tally.to_dict(), "session": self.session_tally.to_dict(),
-                                "spent": budget.cost_so_far, "budget_limit": budget.budget_limit})
+        self.tell_ticked()
         line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 

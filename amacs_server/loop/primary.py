@@ -566,7 +566,4 @@ def _commit(rt: Runtime, message: str) -> None:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
     rt.commits.submit(rt.tracked_files(), message, state)
-    rt.face.ticked(rt.consciousness.current_tick, {"this_tick": rt.tick_tally.to_dict(),
-                                                   "session": rt.session_tally.to_dict(),
-                                                   "spent": rt.consciousness.budget.cost_so_far,
-                                                   "budget_limit": rt.consciousness.budget.budget_limit})
+    rt.tell_ticked()
