@@ -22,7 +22,6 @@
 (declare-function amacs-shell--past-input "amacs-shell-output")
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell")
-(declare-function amacs-shell--on-tick "amacs-shell-header")
 (declare-function amacs-shell-open "amacs-shell-start")
 (declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
@@ -115,10 +114,7 @@ the shell and in agent-chat.org."
         (with-current-buffer buffer
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
-          (amacs-shell--resume)
-          ;; The budget is the tick's again: the mode line shows it now, not after the next tick.
-          (amacs-shell--on-tick (list :session (amacs-status :session) :spent (amacs-status :spent)
-                                      :budget-limit (amacs-status :budget-limit))))))
+          (amacs-shell--resume))))
     (message "AMACS: %s" line)
     done))
 
