@@ -164,10 +164,10 @@ class LocalExecutor:
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended, waiting at most TIMEOUT seconds for one to end, or for
         a session to be over (then maybe none)."""
+        self.changed.clear()  # before the look: a change after it wakes the wait below at once
         done = [f for f in self.going if f.done()]
         if not done:
             self.changed.wait(timeout)
-            self.changed.clear()
             done = [f for f in self.going if f.done()]
         out = []
         for future in done:

@@ -402,15 +402,19 @@ def _failures(page: Page, con: duckdb.DuckDBPyConnection, not_started: list[str]
         return
     total = _rows(con, "SELECT count(*) FROM runs")[0][0] + len(not_started)
     failed = sum(r[1] for r in rows)
-    ids = ", ".join(not_started)
-    unstarted = [(NOT_STARTED, len(not_started), "", ids if len(ids) < 400 else ids[:400] + " ...")] if not_started else []
+    unstarted = [(NOT_STARTED, len(not_started), "", _cut_ids(", ".join(not_started)))] if not_started else []
     page.html(f"<div class='failures'><h2 id='failures'>{failed} of {total} runs failed"
               + (f", {len(not_started)} not started" if not_started else "") + "</h2>"
               "<p>A run is done only when every turn of its script got the agent's reply. "
               "These did not (their data below is what they left):</p>"
               + _table(["reason", "runs", "stopped at turn", "runs (ids)"],
-                       [(reason, n, turns or "", ids if len(ids) < 400 else ids[:400] + " ...")
-                        for reason, n, turns, ids in rows] + unstarted) + "</div>")
+                       [(reason, n, turns or "", _cut_ids(ids)) for reason, n, turns, ids in rows] + unstarted)
+              + "</div>")
+
+
+def _cut_ids(ids: str) -> str:
+    """IDS, a list of run ids, cut to 400 characters."""
+    return ids if len(ids) < 400 else ids[:400] + " ..."
 
 
 SAMPLE = 3  # final replies shown per arm
