@@ -64,21 +64,7 @@
   "The name of CONNECTION's hub buffer.
 The home `amacs-home' names has `amacs-hub-buffer-name'; any other's
 says its home."
-  (if (amacs-hub--default-home-p connection)
-      amacs-hub-buffer-name
-    (format "*amacs-hub: %s*" (amacs-connection-name connection))))
-
-(defun amacs-hub--default-home-p (connection)
-  "Non-nil when CONNECTION is to the home `amacs-home' names."
-  (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory))))
-
-(defun amacs-hub--home-buffer-name (what connection)
-  "The name of the buffer showing WHAT (a string) of CONNECTION's home.
-The home `amacs-home' names gets \=`*amacs-WHAT*'; any other's says
-its home too, so two homes' transcripts or commits never share one."
-  (if (amacs-hub--default-home-p connection)
-      (format "*amacs-%s*" what)
-    (format "*amacs-%s: %s*" what (amacs-connection-name connection))))
+  (amacs-connection-buffer-name connection "hub" amacs-hub-buffer-name))
 
 (defvar-local amacs-hub--stale nil
   "Non-nil when ticks passed while the hub was hidden: redraw it when shown.")
@@ -164,7 +150,7 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
 
 (defun amacs-hub--show-transcript (agent)
   "Show the transcript of AGENT in a buffer of its own."
-  (let ((name (amacs-hub--home-buffer-name (format "transcript %s" agent) (amacs-current-connection))))
+  (let ((name (amacs-connection-buffer-name (amacs-current-connection) (format "transcript %s" agent))))
     (amacs-call 'agent_transcript (list agent)
                 (lambda (text)
                   (let ((buffer (get-buffer-create name)))
@@ -319,7 +305,7 @@ left unmodified."
 (defun amacs-hub--show-commit (sha)
   "Show commit SHA of the AMACS home in a buffer."
   (let ((home (plist-get amacs-hub--state :home))
-        (buffer (get-buffer-create (amacs-hub--home-buffer-name "commit" (amacs-current-connection)))))
+        (buffer (get-buffer-create (amacs-connection-buffer-name (amacs-current-connection) "commit"))))
     (with-current-buffer buffer
       (let ((inhibit-read-only t))
         (erase-buffer)

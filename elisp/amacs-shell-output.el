@@ -135,9 +135,7 @@ The current connection's; nothing without a shell."
   "The name of CONNECTION's shell buffer.
 That of the home `amacs-home' names is `amacs-shell-buffer-name'; any
 other's says its home."
-  (if (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory)))
-      amacs-shell-buffer-name
-    (format "*amacs-shell: %s*" (amacs-connection-name connection))))
+  (amacs-connection-buffer-name connection "shell" amacs-shell-buffer-name))
 
 (defmacro amacs-shell--editing (&rest body)
   "Run BODY in the shell buffer, keeping the person's place.

@@ -123,6 +123,15 @@ The connection is only made, not opened: `amacs-start-server' opens it."
     (or (cl-find-if (lambda (c) (equal (amacs-connection-home c) key)) amacs--connections)
         (car (push (amacs--make-connection :home key) amacs--connections)))))
 
+(defun amacs-connection-buffer-name (connection what &optional default)
+  "Return the name of the buffer for WHAT (a string) of CONNECTION's home.
+The home `amacs-home' names has DEFAULT, or \=`*amacs-WHAT*'; any
+other's names its home, \=`*amacs-WHAT: HOME*', so two homes never
+share one."
+  (if (equal (amacs-connection-home connection) (directory-file-name (amacs--home-directory)))
+      (or default (format "*amacs-%s*" what))
+    (format "*amacs-%s: %s*" what (amacs-connection-name connection))))
+
 (defun amacs-current-connection ()
   "Return the connection in effect here.
 The one whose event, callback or hook is running; else the current
