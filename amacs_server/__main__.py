@@ -42,12 +42,13 @@ if TYPE_CHECKING:
     from .config import Config
     from .runtime import Runtime
     from .scrub import Scrubber
+    from .transport.emacs_face import EmacsFace
     from .transport.server import AmacsEPCServer
 
 SERVER_INFO = "server.json"
-# The model SDK is imported once Emacs's hello is answered (in a thread), or this
-# many seconds after the runtime is built if no hello came: a ~1 s import holding the
-# GIL made hello 30 ms slower.
+# The methods are published and then the model SDK imported once Emacs's hello is answered
+# (in a thread), or this many seconds after the runtime is built if no hello came: a ~1 s
+# import holding the GIL made hello 30 ms slower.
 SDK_IMPORT_LATEST = 1.0
 # How often a server Emacs started looks whether that Emacs is still its parent.
 ORPHAN_CHECK = 0.5
@@ -56,20 +57,34 @@ ORPHAN_CHECK = 0.5
 EXIT_HOME_IN_USE = 3
 
 
-def release_sdk_once() -> Callable[[], None]:
-    """A function that starts the held SDK imports the first time it is called (from any thread)."""
+def publish_once(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> Callable[[], None]:
+    """A function that, the first time it is called (from any thread), starts a thread that
+    imports the methods' module, publishes the methods on SERVER (calls wait for that), then
+    starts the held SDK imports."""
     from .inference import sdk
 
     lock, done = threading.Lock(), threading.Event()
 
-    def release() -> None:
+    def run() -> None:
+        try:
+            from .methods import publish
+
+            publish(server, rt, face)
+        except Exception as err:  # noqa: BLE001 - said to every call, and logged
+            logging.exception("could not publish the methods")
+            server.publish_done(f"the server could not publish its methods: {err!r} (see logs/server.log)")
+        else:
+            server.publish_done()
+        sdk.release()
+
+    def start() -> None:
         with lock:
             if done.is_set():
                 return
             done.set()
-            sdk.release()
+        threading.Thread(target=run, name="amacs-publish", daemon=True).start()
 
-    return release
+    return start
 
 
 def _redirect_stderr(log_file: Path) -> None:
@@ -196,7 +211,8 @@ class RuntimeBuilder:
 
     The port line is out before the modules the runtime needs are imported and the home
     is read: Emacs connects and says hello meanwhile, and the server answers that hello
-    (with the runtime's status) once the runtime is built and its methods are published.
+    (with the runtime's status) once the runtime is built; the other methods are published
+    right after (:func:`publish_once`), and a call that comes sooner waits for them.
     A start-up that fails here says why on the next line of stdout, as one that failed
     before the port line does on the first, and the server stops."""
 
@@ -241,19 +257,19 @@ class RuntimeBuilder:
         from .inference import sdk
 
         sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
-        from .arguments import prepare
+        from .hello import greet
         from .loop.primary import run_turn
-        from .methods import publish
         from .runtime import Runtime
         from .transport.emacs_face import EmacsFace
 
-        server.after_hello = release_sdk_once()
         face = EmacsFace(server)
         rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=self.scrub)
         face.eval_timeout = rt.settings.eval_timeout
-        publish(server, rt, face)
+        greet(server, rt, face)
+        # The other methods (their module imports pydantic, ~100 ms) are published once hello is
+        # answered; a call that comes sooner waits for them.
+        server.after_hello = publish_once(server, rt, face)
         rt.start()
-        prepare(server.on_hello)  # hello's validator (pydantic, ~15 ms the first time), built before hello waits on it
         fallback = threading.Timer(0.0 if self.headless else SDK_IMPORT_LATEST, server.after_hello)
         fallback.daemon = True
         fallback.start()

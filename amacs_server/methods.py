@@ -1,4 +1,7 @@
-"""The methods Emacs may call, published over EPC once the token is checked."""
+"""The methods Emacs may call, published over EPC once the token is checked.
+
+Hello itself is answered by :mod:`.hello` (without this module's imports: pydantic among them);
+the server publishes these just after it, and a call that comes sooner waits for them."""
 
 from __future__ import annotations
 
@@ -8,12 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
 
 from . import faults, views
-from .arguments import Flag, Options, Text, checked
-from .inference.pricing import Price
+from .arguments import Flag, Text, checked
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
@@ -41,36 +43,8 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
     return future.result(LOOP_CALL_TIMEOUT)
 
 
-class PriceRow(Options):
-    """One row of `amacs-price-table': a model's dollars per million tokens."""
-
-    model: str
-    input: NonNegativeFloat
-    output: NonNegativeFloat
-    cache_write: NonNegativeFloat
-    cache_read: NonNegativeFloat
-
-
-class Settings(Options):
-    """What Emacs says at hello: its `amacs-max-steps', `amacs-price-table' and `amacs-eval-timeout'."""
-
-    max_steps: PositiveInt | None = None
-    prices: list[PriceRow] | None = None
-    eval_timeout: PositiveFloat | None = None
-
-
 def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
-    """Register every method Emacs may call."""
-
-    @checked()
-    def hello(settings: Settings | None) -> dict[str, Any]:
-        if settings and settings.max_steps:
-            rt.settings.max_steps = settings.max_steps
-        if settings and settings.prices is not None:
-            rt.prices = {p.model: Price(p.input, p.output, p.cache_write, p.cache_read) for p in settings.prices}
-        if settings and settings.eval_timeout:
-            rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
-        return views.status(rt)
+    """Register every method Emacs may call but hello (:func:`~amacs_server.hello.greet`)."""
 
     @checked()
     def submit(text: Text) -> bool:
@@ -185,12 +159,6 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools/mcp.py."""
         return agent_tool(rt, face, lambda fn: _on_loop(rt, fn), eval_id, name, args)
 
-    server.on_hello = hello
-    def emacs_gone() -> None:
-        rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls
-        face.fail_all("Emacs disconnected during the eval")
-
-    server.on_emacs_gone = emacs_gone
     methods: dict[str, Callable[..., Any]] = {
         "submit": submit,
         "emacs_reply": emacs_reply,

@@ -257,12 +257,16 @@ class Runtime:
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
 
-    def tell_ticked(self) -> None:
-        """Tell the face the current tick is committed, with the tick's and the session's usage and the budget."""
+    def spending(self) -> dict[str, Any]:
+        """The session's usage and cost, what the budget counts as spent, and its limit."""
         budget = self.consciousness.budget
-        self.face.ticked(self.consciousness.current_tick, {
-            "this_tick": self.tick_tally.to_dict(), "session": self.session_tally.to_dict(),
-            "spent": budget.cost_so_far, "budget_limit": budget.budget_limit})
+        return {"session": self.session_tally.to_dict(), "spent": budget.cost_so_far,
+                "budget_limit": budget.budget_limit}
+
+    def tell_ticked(self) -> None:
+        """Tell the face the current tick is committed, with the tick's usage and the spending."""
+        self.face.ticked(self.consciousness.current_tick, {"this_tick": self.tick_tally.to_dict(),
+                                                            **self.spending()})
 
     def reload_mind(self) -> None:
         """Read the mind again from the home, as a start-up does: after a rewind wrote it

@@ -294,5 +294,13 @@ Short, so the money fits in 80 columns; tokens are in the hub.")
   (amacs-shell--set 'amacs-shell-usage event)
   (amacs-shell--update-header))
 
+(defun amacs-shell--on-spending (event)
+  "Show the session's cost and the budget spent from EVENT, between ticks.
+The last tick's own usage is kept."
+  (let ((usage (copy-sequence (or (amacs-shell--get 'amacs-shell-usage) amacs-shell-usage))))
+    (dolist (key '(:session :spent :budget-limit))
+      (setq usage (plist-put usage key (plist-get event key))))
+    (amacs-shell--on-tick usage)))
+
 (provide 'amacs-shell-header)
 ;;; amacs-shell-header.el ends here

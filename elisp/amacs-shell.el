@@ -67,7 +67,11 @@ The next server's hello need not say it again.")
 
 (defun amacs-shell--on-agents (event)
   "The server reports the subagents at work in EVENT: one footer line each.
-One that was at work and is no longer has answered what it was asked."
+One that was at work and is no longer has answered what it was asked.
+EVENT also has what was spent so far: the mode line shows it at once,
+since subagents spend between ticks."
+  (when (plist-get event :session)
+    (amacs-shell--on-spending event))
   (let* ((before (mapcar (lambda (a) (plist-get a :id)) (amacs-shell--get 'amacs-shell--agents)))
          (now (append (plist-get event :agents) nil))
          (ids (mapcar (lambda (a) (plist-get a :id)) now)))

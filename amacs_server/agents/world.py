@@ -77,6 +77,8 @@ class WorldHost(Protocol):
 
     def charge(self, usage: Usage, model: str | None = None) -> float: ...
 
+    def spending(self) -> dict[str, Any]: ...
+
     def wake(self) -> None: ...
 
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
@@ -666,7 +668,8 @@ class AgentWorld(Registry):
         self._report_pending = False
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "doing": a.doing or None, "steps": a.steps}
-                             for a in self.subagents() if a.state is AgentState.RUNNING])
+                             for a in self.subagents() if a.state is AgentState.RUNNING],
+                            self.rt.spending())
 
     # -- hooks on the primary loop (compulsions) ----------------------------------------
 

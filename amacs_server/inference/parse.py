@@ -7,9 +7,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
-
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
+from typing import Any
 
 from ..errors import AmacsError
 from ..text.clean import printable, storable
@@ -39,7 +37,7 @@ class AgentResponse:
     """One validated response.  ``fallback`` marks the record made after failed retries."""
 
     mood: str
-    confidence: Annotated[float, BeforeValidator(_big_int)]
+    confidence: float
     monologue: str
     reply: str | None = None
     eval: str | None = None
@@ -81,41 +79,6 @@ def extract_json_text(text: str) -> str:
     raise ResponseFormatError("no JSON object found in the response")
 
 
-def _big_int(value: object) -> object:
-    """An integer too large for a float (``10**400`` in JSON) as the bound it passes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            return 1.0 if value > 0 else 0.0
-    return value
-
-
-# defer_build: the validators are built by the first response, not at import (start-up).
-class _Scratchpad(BaseModel):
-    model_config = ConfigDict(strict=True, defer_build=True)
-
-    heading: Annotated[str, AfterValidator(_not_blank)]
-    content: str
-    thread: str | None = None
-
-
-class _Response(BaseModel):
-    """The response as the core skill asks for it: the fields checked, others ignored."""
-
-    model_config = ConfigDict(strict=True, defer_build=True)  # JSON numbers: an int is a float, but true is not 1
-
-    # In the order the core skill shows them: a constrained model writes them in this order,
-    # so the reply streams before the monologue.
-    eval: str | None = None
-    reply: str | None = None
-    mood: Annotated[str, AfterValidator(_not_blank)]
-    confidence: Annotated[float, BeforeValidator(_big_int)]
-    monologue: str
-    scratchpad: _Scratchpad | None = None
-    done: bool | None = None
-
-
 @functools.cache
 def response_schema() -> dict[str, Any]:
     """The response's JSON schema, generated from :class:`_Response` (the one declaration the
@@ -123,9 +86,11 @@ def response_schema() -> dict[str, Any]:
     field required (an optional one as nullable), no other fields, no ``$ref``, no titles or
     defaults.  A reply that follows it parses.
 
-    Generated once (pydantic takes ~3 ms of the event loop for it) and shared by every
+    Generated once (pydantic takes ~3 ms of the event loop for it; imported here, not at start-up) and shared by every
     request: the dict is never changed, only read or copied."""
-    schema = _Response.model_json_schema()
+    from .response_model import Response
+
+    schema = Response.model_json_schema()
     strict: dict[str, Any] = _strict(schema, schema.get("$defs", {}))
     return strict
 
@@ -134,9 +99,11 @@ def with_lengths(schema: dict[str, Any]) -> dict[str, Any]:
     """SCHEMA with ``minLength: 1`` on every field the parser refuses blank, for backends whose
     grammar takes string lengths (llama.cpp's); Anthropic's and OpenAI's strict schemas refuse
     length bounds, so :func:`response_schema` leaves them out."""
+    from .response_model import Response, not_blank
+
     props = dict(schema.get("properties", {}))
-    for name, field in _Response.model_fields.items():
-        if name in props and any(getattr(m, "func", None) is _not_blank for m in field.metadata):
+    for name, field in Response.model_fields.items():
+        if name in props and any(getattr(m, "func", None) is not_blank for m in field.metadata):
             props[name] = {**props[name], "minLength": 1}
     return {**schema, "properties": props}
 
@@ -167,10 +134,12 @@ def parse_response(text: str) -> AgentResponse:
         raise ResponseFormatError("invalid JSON: nested too deeply") from err
     if not isinstance(data, dict):
         raise ResponseFormatError("the response must be a JSON object")
+    from .response_model import Response, ValidationError, explain
+
     try:
-        valid = _Response.model_validate(data)
+        valid = Response.model_validate(data)
     except ValidationError as err:
-        raise ResponseFormatError(_explain(err)) from None
+        raise ResponseFormatError(explain(err)) from None
     pad = valid.scratchpad
     return AgentResponse(
         mood=printable(valid.mood),  # kept exactly, emoji included
@@ -183,30 +152,6 @@ def parse_response(text: str) -> AgentResponse:
             thread=None if pad.thread is None else printable(pad.thread)),
         done=bool(valid.done),
     )
-
-
-def _not_blank(text: str) -> str:
-    if not text.strip():
-        raise ValueError("must be a non-empty string")
-    return text
-
-
-_WANTED = {"string_type": "must be a string", "float_type": "must be a number", "bool_type": "must be true or false",
-           "model_type": "must be an object", "dict_type": "must be an object", "missing": "is missing"}
-
-
-def _explain(err: ValidationError) -> str:
-    """What is wrong with the response, one field after another: ``confidence must be a number``."""
-    said = []
-    for error in err.errors(include_url=False):
-        field = ".".join(str(step) for step in error["loc"])
-        wanted = _WANTED.get(error["type"]) or error["msg"].removeprefix("Value error, ")
-        said.append(f"{field} {wanted}{' or null' if field in _NULLABLE else ''}")
-    return "; ".join(said)
-
-
-_NULLABLE = ({name for name, spec in _Response.model_fields.items() if not spec.is_required()}
-             | {f"scratchpad.{name}" for name, spec in _Scratchpad.model_fields.items() if not spec.is_required()})
 
 
 def _unit(number: float) -> float:

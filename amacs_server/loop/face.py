@@ -51,8 +51,10 @@ class Face(Protocol):
         is not (it went to an agent that asked the person, as an event, or it
         could not be written)."""
 
-    def agents(self, working: list[dict[str, Any]]) -> None:
-        """The subagents at work now (id, type, template, state, doing), for one line each."""
+    def agents(self, working: list[dict[str, Any]], spending: dict[str, Any]) -> None:
+        """The subagents at work now (id, type, template, state, doing), for one line each, and
+        the SPENDING so far (:meth:`~amacs_server.runtime.Runtime.spending`): subagents spend
+        between ticks."""
 
     def ticked(self, tick: int, usage: dict[str, Any]) -> None:
         """A tick was committed, with its USAGE and the session's: views may refresh."""

@@ -106,9 +106,9 @@ class EmacsFace:
         """The agent took the person's oldest queued input; SAVED: it is in agent-chat.org."""
         self._send(type="input-taken", saved=saved)
 
-    def agents(self, working: list[dict[str, Any]]) -> None:
-        """The subagents at work, one footer line each in the shell."""
-        self._send(type="agents", agents=working)
+    def agents(self, working: list[dict[str, Any]], spending: dict[str, Any]) -> None:
+        """The subagents at work, one footer line each in the shell, and the spending so far."""
+        self._send(type="agents", agents=working, **spending)
 
     def ticked(self, tick: int, usage: dict[str, Any]) -> None:
         """Tell Emacs a tick was committed, with the tick's and the session's usage and cost."""

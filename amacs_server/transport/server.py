@@ -93,6 +93,8 @@ MAX_HELLO_BYTES = 1 << 20
 # A second hello while the first Emacs's socket is at end of file: how long to wait for its
 # reader to notice and let the session go (M-x amacs-restart against a headless server).
 HANDOVER_WAIT = 2.0
+# A call that comes before the methods are published (just after hello) waits this long for them.
+PUBLISH_WAIT = 30.0
 
 
 class RemoteError(AmacsError):
@@ -378,7 +380,7 @@ class AmacsHandler(EPCHandler):
             self._send("epc-error", [], repr(err))
             return
         if name == "call" and not (len(args) == 2 and isinstance(args[0], Symbol)
-                                   and args[0].value() in INLINE_METHODS):
+                                   and args[0].value() in INLINE_METHODS and self.server.published()):
             self.server.pool.submit(self._handle_message, name, uid, args)
         else:
             self._handle_message(name, uid, args)
@@ -425,6 +427,7 @@ class AmacsHandler(EPCHandler):
                 return
             uid, reply = server.authenticate(self, first)
             self._send("return", uid, reply)
+            log.info("answered hello (Emacs pid %s)", server.emacs_pid)
             server.after_hello()
             for sexp in self._recv():
                 self._handle(sexp)
@@ -482,8 +485,13 @@ class AmacsEPCServer(ThreadingEPCServer):
         # (`start_done'), or the connection closed if it could not be (`start_failed').
         self._started = threading.Event()
         self._start_failure: str | None = None
+        # The methods but hello are published once hello is answered (`publish_done'): a call
+        # that comes sooner waits for them, on its worker (`get_method').
+        self._published = threading.Event()
+        self._publish_failure: str | None = None
         if not starting:
             self._started.set()
+            self._published.set()
         # shutdown() wakes serve_forever through this pair at once, not at its next poll.
         self._wake_read, self._wake_write = socket.socketpair()
         self._stop_asked = False
@@ -497,6 +505,27 @@ class AmacsEPCServer(ThreadingEPCServer):
         """The runtime could not be built (REASON, said on stdout): close every connection that waits."""
         self._start_failure = reason
         self._started.set()
+        self.publish_done(reason)
+
+    def publish_done(self, failure: str | None = None) -> None:
+        """The methods are published, or could not be (FAILURE, said to every call): stop waiting."""
+        self._publish_failure = failure
+        self._published.set()
+
+    def published(self) -> bool:
+        """Whether the methods are published (or could not be)."""
+        return self._published.is_set()
+
+    def get_method(self, name: str) -> Callable[..., Any]:
+        """The method published as NAME, once the methods are (waits up to :data:`PUBLISH_WAIT`).
+
+        AttributeError when there is none."""
+        if not self._published.wait(PUBLISH_WAIT):
+            raise RemoteError(f"{name}: the server is still starting ({PUBLISH_WAIT:g} s); try again")
+        if self._publish_failure is not None:
+            raise RemoteError(self._publish_failure)
+        method: Callable[..., Any] = super().get_method(name)
+        return method
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """Accept connections until :meth:`shutdown`, which ends the loop at once (socketserver's

@@ -9,6 +9,7 @@ going from one of the person's inputs to the next.
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 
 import pytest
@@ -105,3 +106,40 @@ def test_c_c_c_p_and_c_c_c_n_go_from_input_to_input_over_eval_lines(terminal, fa
         term.wait_for(lambda _s, e=expected: term.line_at_cursor() == f"{PROMPT}{e}", timeout=3,
                       what=f"the cursor on the input {expected!r}")
         assert term.cursor()[1] == len(PROMPT)
+
+
+def test_the_mode_line_counts_what_a_subagent_spends_after_the_turn_ended(terminal, fake):
+    """The primary starts a task and ends its turn; the task's first step costs ~$0.30: the
+    mode line's session cost shows it while the task is still at work, before any next tick."""
+    task_calls, primary_calls = itertools.count(), itertools.count()
+    lock = threading.Lock()
+    costly = {"input_tokens": 100_000, "output_tokens": 20, "cache_creation_input_tokens": 0,
+              "cache_read_input_tokens": 0}
+
+    def answer(body):
+        me, _kind, _template = who(body)
+        with lock:
+            call = next(task_calls if me != "primary" else primary_calls)
+        if me != "primary":
+            if call == 0:
+                return Reply(agent_json("Looking.", eval="(+ 1 2)"), usage=costly, delay=1.5)
+            return Reply(agent_json("Dug it up."), delay=6.0)
+        if call == 0:
+            return Reply(agent_json("I'll ask a researcher.", eval='(agent-task "researcher" "Dig")'))
+        return Reply(agent_json("A researcher is on it."))
+
+    fake.respond_with(answer)
+    term = terminal()
+    send(term, "dig")
+    term.wait_for("A researcher is on it.", timeout=10)
+    wait_turn_over(term)
+
+    def session_cost() -> float:
+        found = re.search(r"\$(\d+\.\d+) session", term.mode_line())
+        return float(found.group(1)) if found else 0.0
+
+    assert session_cost() < 0.3, term.mode_line()
+    term.wait_for(lambda _s: session_cost() >= 0.3, timeout=5,
+                  what="the task's $0.30 in the mode line while it is at work")
+    assert "✓ task-1" not in term.screen(), term.screen()  # still at work: no tick since the turn
+    term.wait_for("✓ task-1 (researcher) done", timeout=15)
