@@ -360,3 +360,48 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
     mine = [(r["event"], r["data"]) for r in rows if r["agent_id"] == comp.id and r["event"] != "agent_start"]
     assert mine[-1] == ("cancelled", {"reason": "cancelled by the person (hub)"})
     assert [d["by"] for e, d in mine if e == "control_refused"] == [task.id] * 3 + [PRIMARY] * 3
+
+
+def test_answers_that_come_together_let_the_waiting_calls_go_first_then_go_on_one_per_turn():
+    # Five subagents' calls hold the pool; four are answered in the same turn of the loop, five
+    # more calls wait for their slots.  Each answer frees its slot, then waits for its turn (answer_turn) before
+    # it is taken further.  The four waiting calls must all be sent before any answer goes on;
+    # then one answer per turn: a call whose slot is freed while the first answer goes on is sent
+    # before the second goes on.  (With a single yield, each answer went on right after its own
+    # waiter was sent: sent, taken, sent, taken ...)
+    import asyncio
+
+    from amacs_server.agents.subagent import answer_turn
+
+    order: list[str] = []
+
+    async def go() -> None:
+        pool, lane, answers = asyncio.Semaphore(5), asyncio.Lock(), asyncio.Event()
+        late = asyncio.Event()
+
+        async def answered(i: int, came: asyncio.Event) -> None:
+            await pool.acquire()
+            await came.wait()
+            pool.release()  # the slot is free: a waiting call may take it
+            await answer_turn(lane)
+            order.append(f"taken {i}")
+            if i == 1:
+                late.set()  # an answer that comes in while the first goes on
+
+        async def waiting(i: int) -> None:
+            async with pool:
+                order.append(f"sent {i}")
+                await asyncio.sleep(0.05)
+
+        first = [asyncio.create_task(answered(i, answers)) for i in range(1, 5)]
+        fifth = asyncio.create_task(answered(5, late))
+        await asyncio.sleep(0)  # the five hold the pool
+        behind = [asyncio.create_task(waiting(i)) for i in range(6, 11)]
+        await asyncio.sleep(0)
+        answers.set()
+        await asyncio.gather(*first, fifth, *behind)
+
+    asyncio.run(go())
+    taken = [order.index(f"taken {i}") for i in range(1, 6)]
+    assert all(order.index(f"sent {i}") < taken[0] for i in range(6, 10)), order
+    assert order.index("sent 10") < taken[1], order  # the late answer's waiter before the second goes on

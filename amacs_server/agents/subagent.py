@@ -49,6 +49,7 @@ class SubagentHost(Watchers, Protocol):
     rt: WorldHost
     limits: Limits
     pool: asyncio.Semaphore  # model calls of subagents at once
+    answers: asyncio.Lock  # the turn of the loop an answer is taken further in (answer_turn)
     post: Post  # its events, its evals' talks and the wait an eval registers
     files_seen: FilesSeen
 
@@ -306,8 +307,22 @@ class SubagentBody:
             "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
             "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
             "cost": dollars, "latency_ms": result.latency_ms})
-        # The call waiting for the slot just freed goes out before this answer is taken further
-        # (parsed, acted on, delivered): with P calls answered at once, the P next requests wait
-        # for P answers read, not for P agents' whole steps.
-        await asyncio.sleep(0)
+        await answer_turn(host.answers)
         return result.text
+
+
+async def answer_turn(lane: asyncio.Lock) -> None:
+    """Wait until a subagent's answer, read and recorded, may be taken further (parsed, acted
+    on, delivered): after the loop has turned once, so the calls waiting for the slots freed
+    meanwhile send their requests first; then one answer at a time through LANE, each after
+    two more turns of the loop.
+
+    With P calls answered at once, the P next requests then wait for P answers read, not for
+    P agents' whole steps one after another; and an answer read while another goes on frees
+    its slot, whose waiting call is sent, before the next answer goes on.  LANE is held across
+    those two turns only, never across an agent's own waits: it orders the answers' going on,
+    it does not serialize the agents' steps."""
+    await asyncio.sleep(0)
+    async with lane:
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)

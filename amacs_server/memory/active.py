@@ -253,9 +253,11 @@ class ActiveMemory:
         except MemIdError as err:
             raise MemoryRefused(f"the agent id {agent_id!r} cannot name a memory brain: {err}") from err
         memory = cls(ltm, agent, agent_id)
-        with ltm.transaction():
-            for base, _status, _version in ltm.active_set(agent_id):
-                ltm.set_active(agent_id, base, None)
+        earlier = ltm.active_set(agent_id)
+        if earlier:  # most ids are new: no write, no transaction
+            with ltm.transaction():
+                for base, _status, _version in earlier:
+                    ltm.set_active(agent_id, base, None)
         return memory
 
     # -- addresses ---------------------------------------------------------------
