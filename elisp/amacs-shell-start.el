@@ -33,12 +33,37 @@ prompt is on screen: what the person waits on.")
       (setq gc-cons-threshold amacs-shell--start-gc-threshold)
       (run-with-idle-timer 0 nil (lambda () (setq gc-cons-threshold threshold))))))
 
-(defun amacs-shell--start (connection)
-  "Start CONNECTION's server, then load the shell and open it; return its buffer."
+(defvar amacs-shell--starting-said nil
+  "What the echo area was given to say while a server starts, or nil.")
+
+(defun amacs-shell--say-starting (connection)
+  "Say in the echo area that CONNECTION's server is starting, when it is.
+Said by a command run with \[execute-extended-command]: an empty echo
+area after the command makes it look at once for a shorter way to type
+the command's name (`extended-command-suggest-shorter', ~0.2 s of Lisp),
+and the server's port line waited for that; with something said, it
+looks 2 s later, when the server is ready.  Cleared once it is."
+  (when (and (not (amacs-live-p connection))
+             (or (process-live-p (amacs-connection-server-process connection))
+                 (amacs--connecting-p connection)))
+    (setq amacs-shell--starting-said (message "Starting the AMACS server..."))))
+
+(defun amacs-shell--starting-done ()
+  "Clear the echo area of the starting notice, if it is still there."
+  (when (and amacs-shell--starting-said (equal (current-message) amacs-shell--starting-said))
+    (message nil))
+  (setq amacs-shell--starting-said nil))
+
+(add-hook 'amacs-ready-hook #'amacs-shell--starting-done)
+
+(defun amacs-shell--start (connection &optional interactive)
+  "Start CONNECTION's server, then load the shell and open it; return its buffer.
+INTERACTIVE: a person ran the command; the echo area says a server starts."
   (amacs-shell--hold-gc)
   (amacs-start-server connection)       ; nothing when a server is live or starting
   (require 'amacs-shell)
-  (amacs-shell--open connection))
+  (prog1 (amacs-shell--open connection)
+    (when interactive (amacs-shell--say-starting connection))))
 
 ;;;###autoload
 (defun amacs-shell ()
@@ -47,7 +72,7 @@ The shell of the current connection (`amacs-current-connection'):
 called from a shell or hub, that one's home; elsewhere the home
 `amacs-home' names.  `amacs-shell-open' opens one on any home."
   (interactive)
-  (amacs-shell--start (amacs-current-connection)))
+  (amacs-shell--start (amacs-current-connection) (called-interactively-p 'any)))
 
 ;;;###autoload
 (defun amacs-shell-open (home)
@@ -57,7 +82,7 @@ shell: one Emacs can talk to several homes at once.  Its shell buffer
 is `amacs-shell-buffer-name' for the home `amacs-home' names, else
 named for HOME."
   (interactive "DAMACS home: ")
-  (amacs-shell--start (amacs-connection-for home)))
+  (amacs-shell--start (amacs-connection-for home) (called-interactively-p 'any)))
 
 (provide 'amacs-shell-start)
 ;;; amacs-shell-start.el ends here

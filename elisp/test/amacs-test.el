@@ -511,6 +511,40 @@ Garbage collection is held until Emacs is first idle, then as before."
     (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
                    '((start nil) (open t) (gc-held t) (gc-back t))))))
 
+(ert-deftest amacs-test-shell-command-says-the-server-is-starting ()
+  "\\[amacs-shell] says in the echo area that the server starts, until it is ready.
+An empty echo area made \\[execute-extended-command] look for a shorter
+name at once (~0.2 s), and the port line waited for it.  A call from
+Lisp (./amacs) says nothing."
+  (let* ((dir (file-name-directory (locate-library "amacs")))
+         (out (with-temp-buffer
+                (call-process
+                 (expand-file-name invocation-name invocation-directory) nil t nil
+                 "-Q" "--batch" "-L" dir "--eval"
+                 (prin1-to-string
+                  `(progn
+                     (setq load-path ',load-path)  ; epc's folder too
+                     (load "amacs-shell-start" nil t)
+                     (let (said seen)
+                       (advice-add 'amacs-start-server :override
+                                   (lambda (&optional connection)
+                                     (setf (amacs-connection-server-process connection)
+                                           (start-process "amacs-test-sleep" nil "sleep" "10"))))
+                       (advice-add 'amacs-shell--open :override #'ignore)
+                       (advice-add 'message :after (lambda (format &rest _) (when format (push format said))))
+                       (amacs-shell)
+                       (push (list 'from-lisp said) seen)
+                       (call-interactively #'amacs-shell)
+                       (push (list 'command said amacs-shell--starting-said) seen)
+                       (run-hooks 'amacs-ready-hook)
+                       (push (list 'ready amacs-shell--starting-said) seen)
+                       (prin1 (reverse seen))))))
+                (buffer-string))))
+    (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
+                   '((from-lisp nil)
+                     (command ("Starting the AMACS server...") "Starting the AMACS server...")
+                     (ready nil))))))
+
 (ert-deftest amacs-test-history-ret-appends-only-the-new-entry ()
   "Issue 10: RET appends its input to the history file; the earlier entries are not rewritten."
   (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
