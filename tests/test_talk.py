@@ -443,3 +443,43 @@ def test_what_a_task_is_told_is_in_long_term_memory_before_the_model_reads_it(tm
         fake.stop()
         rt.ltm.close()
     assert seen == {f"question number {i}": True for i in range(12)}, seen
+
+
+def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_of_the_calls_under_way(tmp_path):
+    # aiohttp writes a request's body from a task it makes as the request is sent: work queued
+    # in that turn of the loop.  A task that will wait for a slot must make its request after it,
+    # not in the same turn (200 tasks at once: the first calls' bodies waited for 199 requests).
+    from amacs_server.agents import subagent
+    from amacs_server.agents.kinds import PRIMARY
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    order: list[str] = []
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"), delay=0.01)).start()
+    rt = _runtime(tmp_path, fake, AMACS_AGENT_POOL="1")
+    complete, build = rt.backend.complete, subagent.build_request
+
+    async def sending(request, *args, **kwargs):
+        order.append("sent")
+        asyncio.get_running_loop().call_soon(order.append, "sending queued by the call")
+        return await complete(request, *args, **kwargs)
+
+    def building(*args, **kwargs):
+        order.append("request made")
+        return build(*args, **kwargs)
+
+    rt.backend.complete = sending
+    subagent.build_request = building
+
+    async def run():
+        for i in range(2):
+            rt.world.task(PRIMARY, None, "researcher", f"q{i}")
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(run())
+    finally:
+        subagent.build_request = build
+        fake.stop()
+        rt.ltm.close()
+    assert order[:4] == ["request made", "sent", "sending queued by the call", "request made"], order
