@@ -150,3 +150,16 @@ def test_garbage_is_collected_again_once_the_runtime_is_built(tmp_path: Path) ->
             "print(rt is not None, gc.isenabled(), gc.get_freeze_count() > 10000); rt.stop(); server.server_close()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.splitlines() == ["True True True"], out.stderr[-2000:]
+
+
+def test_the_commands_other_than_serving_collect_garbage(tmp_path: Path) -> None:
+    """``python -m amacs_server`` holds the cyclic collector from its first line (the server's
+    start-up enables it once its runtime is built); a command such as ``transcripts`` runs
+    with it enabled."""
+    code = ("import gc, runpy, sys\n"
+            f"sys.argv = ['amacs-server', 'transcripts', {str(tmp_path)!r}]\n"
+            "try:\n    runpy.run_module('amacs_server', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('collector enabled:', gc.isenabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.splitlines()[-1] == "collector enabled: True", (out.stdout, out.stderr[-2000:])
