@@ -347,6 +347,7 @@ class Runtime:
         """What the request after this tick is built from, beyond the org files and LTM's rows
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
+        self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
         return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),

@@ -163,3 +163,75 @@ def test_common_words_are_bounded_and_rare_words_decide(tmp_path):
     # both words beat one, and equal scores go newest first.
     assert [h.mem_id.name for h in ltm.search("the cat", limit=10)] == ["n11", "n10", "n9", "zebra"]
     assert all(h.snippet for h in ltm.search("the cat"))
+
+
+def _committed(path, base):
+    """True when another connection (another process) reads BASE's version 1 in the database at PATH."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT 1 FROM items WHERE base=? AND version=1", (base,)).fetchone() is not None
+    finally:
+        db.close()
+
+
+def test_versions_put_soon_commit_together_at_the_end_of_the_loops_turn_or_before_any_other_write(tmp_path):
+    import asyncio
+
+    path = tmp_path / "memory.db"
+    ltm = LongTermMemory(path)
+
+    async def go():
+        ltm.put(note("one", "told"), soon=True)
+        ltm.put(note("two", "told too"), soon=True)
+        assert ltm.get(MemId("a", "primary", "one")).content == "told"  # read back at once
+        assert not _committed(path, "a:primary:one")  # waiting for the end of the turn
+        with pytest.raises(LtmError, match="already exists"):
+            ltm.put(note("one", "again"), soon=True)  # refused alone: the others still commit
+        await asyncio.sleep(0)
+        assert _committed(path, "a:primary:one") and _committed(path, "a:primary:two")
+        ltm.put(note("three", "soon"), soon=True)
+        ltm.put(note("four", "now"))  # any other write commits what waits, with it
+        assert _committed(path, "a:primary:three") and _committed(path, "a:primary:four")
+        ltm.put(note("five", "soon"), soon=True)
+        ltm.commit()  # asked for (a subagent's request is about to leave)
+        assert _committed(path, "a:primary:five")
+        ltm.put(note("six", "soon"), soon=True)
+
+    asyncio.run(go())
+    assert _committed(path, "a:primary:six")
+    ltm.put(note("seven", "no loop runs"), soon=True)  # outside a loop: at once
+    assert _committed(path, "a:primary:seven")
+    ltm.close()
+
+
+def test_a_version_put_soon_survives_a_kill_after_the_turn_it_was_put_in(tmp_path):
+    # The process is killed (SIGKILL: nothing of it runs) once the turn that put the version is
+    # over; the version is in the database.
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "memory.db"
+    script = textwrap.dedent(f"""
+        import asyncio, time
+        from pathlib import Path
+        from amacs_server.memory.items import Kind, MemoryItem, Tier
+        from amacs_server.memory.ltm import LongTermMemory
+        from amacs_server.memory.memid import MemId
+        ltm = LongTermMemory(Path({str(path)!r}))
+        async def go():
+            ltm.put(MemoryItem(MemId("a", "task-1", "chat.1", 1), Tier.ROM, Kind.MESSAGE, {{"said": "q"}}), soon=True)
+            await asyncio.sleep(0)
+            print("turned", flush=True)
+            time.sleep(60)  # killed here, the loop held
+        asyncio.run(go())
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "turned"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _committed(path, "a:task-1:chat.1")

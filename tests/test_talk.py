@@ -405,3 +405,41 @@ def test_answers_that_come_together_let_the_waiting_calls_go_first_then_go_on_on
     taken = [order.index(f"taken {i}") for i in range(1, 6)]
     assert all(order.index(f"sent {i}") < taken[0] for i in range(6, 10)), order
     assert order.index("sent 10") < taken[1], order  # the late answer's waiter before the second goes on
+
+
+def test_what_a_task_is_told_is_in_long_term_memory_before_the_model_reads_it(tmp_path):
+    # A subagent's message item is committed with the others told in the same turn of the loop
+    # (LongTermMemory.put, soon): it must still be in the database, as another process reads it,
+    # by the time its request reaches the model, for every task of a burst.
+    import re
+    import sqlite3
+
+    from amacs_server.agents.kinds import PRIMARY
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    seen: dict[str, bool] = {}
+
+    def answer(body):
+        asked = re.search(r"question number \d+", body["messages"][0]["content"])[0]
+        db = sqlite3.connect(tmp_path / "h" / "memory.db")  # committed rows only
+        try:
+            seen[asked] = db.execute("SELECT 1 FROM items WHERE text LIKE ?", (f"%{asked}%",)).fetchone() is not None
+        finally:
+            db.close()
+        return Reply(agent_json("r"), delay=0.01)
+
+    fake = FakeAnthropic(default=answer).start()
+    rt = _runtime(tmp_path, fake, AMACS_AGENT_POOL="4")
+
+    async def run():
+        for i in range(12):
+            rt.world.task(PRIMARY, None, "researcher", f"question number {i}")
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    assert seen == {f"question number {i}": True for i in range(12)}, seen

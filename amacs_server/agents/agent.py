@@ -73,14 +73,16 @@ class Agent:
         """Who this agent is, for transcripts."""
         return AgentIdentity(self.id, self.parent or None, self.type, self.template)
 
-    def tell(self, text: str, *, as_item: bool = True) -> None:
+    def tell(self, text: str, *, as_item: bool = True, soon: bool = False) -> None:
         """Add TEXT to this agent's transcript as the next user message.
 
         With its own memory, TEXT is an item of it (no anonymous
         text reaches a brain: docs/ARCHITECTURE.md, Memory and MemIds), which the agent may evict and load; its request shows the
         item as it is then (:meth:`shown_messages`).  AS_ITEM false: TEXT is rendered items
-        already (its ``<memory>`` section)."""
-        part: str | MemoryItem = self.memory.receive(text) if as_item and self.memory is not None else text
+        already (its ``<memory>`` section).  SOON: the item is committed at the end of this turn
+        of the loop, with the others of the turn (:meth:`LongTermMemory.put`)."""
+        part: str | MemoryItem = (self.memory.receive(text, soon=soon) if as_item and self.memory is not None
+                                  else text)
         if self.messages and self.messages[-1]["role"] == "user":
             last = self.messages[-1]
             last.setdefault("parts", [last["content"]]).append(part)

@@ -74,7 +74,9 @@ async def respond(host: SubagentHost, agent: Agent, text: str | None) -> str:
         agent.state = AgentState.RUNNING
         host.report_working()
         if text is not None:
-            agent.tell(text)
+            # Its item commits with the others told in this turn (200 tasks started at once: one
+            # commit, not 200), before this agent's request leaves (model_call).
+            agent.tell(text, soon=True)
         try:
             body = SubagentBody(host, agent)
             outcome = await run_agent(body, host)
@@ -284,6 +286,7 @@ class SubagentBody:
             self.note("model_adapted", {"status": line})
 
         async def complete(request: dict[str, Any]) -> ModelResult:
+            rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
             self.note("model_request", {"request": request})
             # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
             return await rt.backend.complete(request, stream=False)

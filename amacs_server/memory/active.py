@@ -277,10 +277,11 @@ class ActiveMemory:
 
     # -- writing versions ----------------------------------------------------------
 
-    def _new(self, name: str, tier: Tier, kind: Kind, content: Any, tags: tuple[str, ...] = ()) -> MemoryItem:
+    def _new(self, name: str, tier: Tier, kind: Kind, content: Any, tags: tuple[str, ...] = (), *,
+             soon: bool = False) -> MemoryItem:
         latest = self.ltm.latest_version(self.mem_id(name).base) or 0
         item = MemoryItem(self.mem_id(name, latest + 1), tier, kind, content, tags=tags)
-        self.ltm.put(item)
+        self.ltm.put(item, soon=soon)
         if len(self.written) >= MAX_JOURNAL:
             del self.written[: MAX_JOURNAL // 2]
         self.written.append(item.mem_id.format())
@@ -322,8 +323,8 @@ class ActiveMemory:
 
     # -- chat and monologue ----------------------------------------------------------
 
-    def _put_chat(self, tick: int, content: dict[str, Any]) -> MemoryItem:
-        item = self._new(f"{CHAT_PREFIX}{tick}", Tier.ROM, Kind.MESSAGE, content)
+    def _put_chat(self, tick: int, content: dict[str, Any], *, soon: bool = False) -> MemoryItem:
+        item = self._new(f"{CHAT_PREFIX}{tick}", Tier.ROM, Kind.MESSAGE, content, soon=soon)
         if tick in self._chat_index:
             self.chat[self._chat_index[tick]] = item
         else:
@@ -355,10 +356,11 @@ class ActiveMemory:
             content["status"] = status
         self._put_chat(tick, content)
 
-    def receive(self, text: str) -> MemoryItem:
+    def receive(self, text: str, *, soon: bool = False) -> MemoryItem:
         """A message a subagent received (from its caller, another agent, the person, its own
-        eval's result), as the next exchange item of its brain: a record it may evict and load."""
-        return self._put_chat(len(self._chat_index) + 1, {"said": text})
+        eval's result), as the next exchange item of its brain: a record it may evict and load.
+        SOON: committed at the end of this turn of the loop (:meth:`LongTermMemory.put`)."""
+        return self._put_chat(len(self._chat_index) + 1, {"said": text}, soon=soon)
 
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""
