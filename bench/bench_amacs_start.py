@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_startup import build_home, loadavg  # noqa: E402
 from bench.bench_startup import setup_times as startup_setup_times  # noqa: E402
-from bench.common import save, summary  # noqa: E402
+from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
 
 MARKS = {"emacs": "*amacs-shell*", "prompt": "\namacs>", "waiting": "waiting for you"}
 TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
@@ -96,11 +96,12 @@ def one_sample(home: Path, tmp: Path, timeout: float = 30.0, observer: str = "ou
             if observer == "poll":
                 time.sleep(0.003)
     finally:
+        pid = server_pid(home)
         subprocess.run([*tmux, "kill-server"], capture_output=True)
         if os.environ.get("BENCH_KEEP_OUTPUT"):
             shutil.copy(sockets / "output", os.environ["BENCH_KEEP_OUTPUT"])
         shutil.rmtree(sockets, ignore_errors=True)
-        time.sleep(0.3)  # the server exits when its Emacs goes
+        wait_gone(pid)  # the server exits when its Emacs goes: not during the next sample
     return seen
 
 
