@@ -97,6 +97,48 @@ def test_lazy_module_waits_for_a_held_preload() -> None:
     assert mod.loaded and mod.loads("2") == 2
 
 
+def test_a_wait_for_a_held_preload_does_not_import_before_the_release(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capabilities' question awaits the SDK as the server starts: it waits for the held
+    preload (the import would compete with hello and the methods' publishing), then has it."""
+    (tmp_path / "amacs_held_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = sdk.LazyModule("amacs_held_mod")
+    sdk.hold()
+    try:
+        mod.preload()
+
+        async def wait() -> object:
+            task = asyncio.ensure_future(mod.ready())
+            await asyncio.sleep(0.2)
+            imported_early = "amacs_held_mod" in sys.modules
+            sdk.release()
+            return imported_early, (await asyncio.wait_for(task, 10)).VALUE
+
+        assert asyncio.run(wait()) == (False, 1)
+    finally:
+        sdk.release()
+
+
+def test_a_wait_for_a_preload_holds_nothing_the_exit_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that stops while it awaits an import under way ends at once (its executor had a
+    thread blocked on the import, and the server's exit waited ~1.2 s for the SDK)."""
+    (tmp_path / "amacs_slow_mod.py").write_text("import time\ntime.sleep(1.5)\nVALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = sdk.LazyModule("amacs_slow_mod")
+    mod.preload()
+
+    async def give_up() -> None:
+        task = asyncio.ensure_future(mod.ready())
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    started = time.monotonic()
+    asyncio.run(give_up())  # joins the loop's default executor
+    assert time.monotonic() - started < 1.0
+    assert asyncio.run(mod.ready()).VALUE == 2
+
+
 def test_a_missing_sdk_fails_at_first_use_not_at_start() -> None:
     mod = sdk.LazyModule("amacs_no_such_sdk")
     mod.preload()  # logged, not raised
