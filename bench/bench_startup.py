@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from amacs_server.persistence.chat_log import ChatLog  # noqa: E402
 from amacs_server.persistence.monologue import MonologueLog  # noqa: E402
-from bench.common import save, summary  # noqa: E402
+from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
 
 SETUP = r"""
 (progn
@@ -138,9 +138,10 @@ def one_sample(home: Path, keys: list[str], tmp: Path) -> dict[str, float]:
         time.sleep(0.05)
         marks = dict(json.loads(out.read_text()))
     finally:
+        pid = server_pid(home)
         subprocess.run([*tmux, "kill-server"], capture_output=True)
         shutil.rmtree(sock.parent, ignore_errors=True)
-        time.sleep(0.3)  # the server exits when its Emacs goes
+        wait_gone(pid)  # the server exits when its Emacs goes: not during the next sample
     t0 = marks["command"]
     return {k: (v - t0) * 1000 for k, v in marks.items() if k != "command"}
 

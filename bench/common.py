@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("results")
@@ -29,3 +31,24 @@ def save(name: str, data: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=2))
     print(f"{name}: {json.dumps(data, indent=2)}")
+
+
+def server_pid(home: Path) -> int | None:
+    """The pid HOME's server.json names, or None."""
+    try:
+        pid = json.loads((home / "server.json").read_text(encoding="utf-8")).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def wait_gone(pid: int | None, timeout: float = 15.0) -> None:
+    """Wait until process PID has exited: a sample's server still stopping (it imports the model
+    SDK after hello, ~1 s of a core) must not share the CPU with the next sample."""
+    deadline = time.monotonic() + timeout
+    while pid is not None and time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)

@@ -97,6 +97,48 @@ def test_lazy_module_waits_for_a_held_preload() -> None:
     assert mod.loaded and mod.loads("2") == 2
 
 
+def test_a_wait_for_a_held_preload_does_not_import_before_the_release(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The capabilities' question awaits the SDK as the server starts: it waits for the held
+    preload (the import would compete with hello and the methods' publishing), then has it."""
+    (tmp_path / "amacs_held_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = sdk.LazyModule("amacs_held_mod")
+    sdk.hold()
+    try:
+        mod.preload()
+
+        async def wait() -> object:
+            task = asyncio.ensure_future(mod.ready())
+            await asyncio.sleep(0.2)
+            imported_early = "amacs_held_mod" in sys.modules
+            sdk.release()
+            return imported_early, (await asyncio.wait_for(task, 10)).VALUE
+
+        assert asyncio.run(wait()) == (False, 1)
+    finally:
+        sdk.release()
+
+
+def test_a_wait_for_a_preload_holds_nothing_the_exit_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop that stops while it awaits an import under way ends at once (its executor had a
+    thread blocked on the import, and the server's exit waited ~1.2 s for the SDK)."""
+    (tmp_path / "amacs_slow_mod.py").write_text("import time\ntime.sleep(1.5)\nVALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = sdk.LazyModule("amacs_slow_mod")
+    mod.preload()
+
+    async def give_up() -> None:
+        task = asyncio.ensure_future(mod.ready())
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    started = time.monotonic()
+    asyncio.run(give_up())  # joins the loop's default executor
+    assert time.monotonic() - started < 1.0
+    assert asyncio.run(mod.ready()).VALUE == 2
+
+
 def test_a_missing_sdk_fails_at_first_use_not_at_start() -> None:
     mod = sdk.LazyModule("amacs_no_such_sdk")
     mod.preload()  # logged, not raised
@@ -150,3 +192,16 @@ def test_garbage_is_collected_again_once_the_runtime_is_built(tmp_path: Path) ->
             "print(rt is not None, gc.isenabled(), gc.get_freeze_count() > 10000); rt.stop(); server.server_close()")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.splitlines() == ["True True True"], out.stderr[-2000:]
+
+
+def test_the_commands_other_than_serving_collect_garbage(tmp_path: Path) -> None:
+    """``python -m amacs_server`` holds the cyclic collector from its first line (the server's
+    start-up enables it once its runtime is built); a command such as ``transcripts`` runs
+    with it enabled."""
+    code = ("import gc, runpy, sys\n"
+            f"sys.argv = ['amacs-server', 'transcripts', {str(tmp_path)!r}]\n"
+            "try:\n    runpy.run_module('amacs_server', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print('collector enabled:', gc.isenabled())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.stdout.splitlines()[-1] == "collector enabled: True", (out.stdout, out.stderr[-2000:])

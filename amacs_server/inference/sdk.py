@@ -31,6 +31,10 @@ class LazyModule:
         self._module: ModuleType | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        # Loops waiting (in ready) for the preload under way; DONE once it has ended.
+        self._waiting = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._done = False
 
     @property
     def loaded(self) -> bool:
@@ -72,15 +76,46 @@ class LazyModule:
             self.load()
         except Exception:  # noqa: BLE001 - the first use raises it again, where it is reported
             log.exception("importing %s failed", self._name)
+        finally:
+            with self._waiting:
+                self._done = True
+                waiters, self._waiters = self._waiters, []
+            for loop, future in waiters:
+                try:
+                    loop.call_soon_threadsafe(_wake, future)
+                except RuntimeError:  # that loop is closed: nobody waits there any more
+                    pass
 
     async def ready(self) -> ModuleType:
-        """The module, awaited in a worker thread if it is not imported yet (the loop goes on)."""
+        """The module, once imported; the loop goes on meanwhile.
+
+        A preload under way, or held until start-up releases it, is waited for, without a
+        thread: importing here instead started the import (~1 s of a core, holding the GIL in
+        long stretches) while hello was answered and the methods published; and a worker thread
+        blocked on the import held the process's exit (the loop's executor is joined) until it
+        ended, ~1.2 s after Emacs left.  Without a preload, the import runs in a worker thread."""
         if self._module is not None:
             return self._module
+        if self._thread is not None or self in _pending:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            with self._waiting:
+                if not self._done:
+                    self._waiters.append((asyncio.get_running_loop(), future))
+                    waiting = True
+                else:
+                    waiting = False
+            if waiting:
+                await future
+            return self.load()  # imported now (or its error raised here, where it is reported)
         return await asyncio.to_thread(self.load)
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.load(), attr)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 anthropic = LazyModule("anthropic")
