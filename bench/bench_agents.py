@@ -21,7 +21,8 @@ the design names for inference), so the SDK's share of the gap is told from the 
 
 Each pool size runs REPEATS times, each on a fresh runtime, home and fake, each after a run
 of each bare client against a fresh fake of its own (alternating, so the machine's load drifts
-hit all alike); reported per pool: the bare clients' wall times and the ratio of the medians, the wall time for all N (median / p90 / n) against the bound, the most calls in
+hit all alike), every run in a process of its own after an unmeasured warm-up run (in one process,
+the runs after the first paid for the earlier runtimes' heap: the collector's time per run grew); reported per pool: the bare clients' wall times and the ratio of the medians, the wall time for all N (median / p90 / n) against the bound, the most calls in
 flight in each run, the event loop's CPU per model call (the loop thread's CPU time over
 the run / N: with one loop, P / L calls a second need less than L / P each), the bare
 clients' CPU per request, the fake's CPU, the model latency the runtime saw, the garbage
@@ -299,17 +300,44 @@ def bare_once(n: int, pool: int, latency: float, body: dict[str, Any], sdk: bool
 RATIO = 1.15  # the runtime's N tasks within this times the bare client's N requests, same run
 
 
+def in_own_process(kind: str, n: int, pool: int, latency: float, body: dict[str, Any] | None = None) -> Any:
+    """``run_once`` (KIND ``runtime``) or ``bare_once`` (``bare``, ``sdk``) in a process of its own,
+    as each would run alone: no runtime, heap or collector's work left by the runs before it.
+    A runtime's process first makes a run of POOL tasks, unmeasured (its imports, a warm
+    interpreter); a bare client warms up on its own (its connections opened first)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(body, f)
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", kind, str(n), str(pool),
+                          str(latency), f.name], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    Path(f.name).unlink()
+    if out.returncode:
+        raise RuntimeError(f"the {kind} run failed: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def one(kind: str, n: int, pool: int, latency: float, body_file: str) -> None:
+    """The child of :func:`in_own_process`: its result as the last line of stdout."""
+    if kind == "runtime":
+        run_once(pool, pool, latency)
+        result = run_once(n, pool, latency)
+        result.pop("request")
+        print(json.dumps(result))
+        return
+    body = json.loads(Path(body_file).read_text(encoding="utf-8"))
+    print(json.dumps(bare_once(n, pool, latency, body, sdk=kind == "sdk")))
+
+
 def run_pool(n: int, pool: int, latency: float, repeats: int, profile: bool) -> dict[str, object]:
     """REPEATS runs of N tasks on a pool of POOL, each against a fresh fake model of LATENCY, each
-    after each bare client's run of N requests against a fresh fake."""
-    body = run_once(pool, pool, latency)["request"]  # unmeasured: the request a task sends, a warm process
+    after each bare client's run of N requests against a fresh fake; every run in its own process."""
+    body = run_once(pool, pool, latency)["request"]  # unmeasured: the request a task sends
     bare: list[tuple[float, float, float]] = []
     bare_sdk: list[tuple[float, float, float]] = []
     runs = []
     for _ in range(repeats):
-        bare.append(bare_once(n, pool, latency, body))
-        bare_sdk.append(bare_once(n, pool, latency, body, sdk=True))
-        runs.append(run_once(n, pool, latency))
+        bare.append(tuple(in_own_process("bare", n, pool, latency, body)))  # type: ignore[arg-type]
+        bare_sdk.append(tuple(in_own_process("sdk", n, pool, latency, body)))  # type: ignore[arg-type]
+        runs.append(in_own_process("runtime", n, pool, latency))
     profiled = None
     if profile:
         profiled = cProfile.Profile()
@@ -417,6 +445,10 @@ def by_component(prof: cProfile.Profile, n: int) -> dict[str, float]:
 def main() -> None:
     if sys.argv[1:2] == ["--fake"]:
         serve_fake(float(sys.argv[2]))
+        return
+    if sys.argv[1:2] == ["--one"]:
+        kind, n, pool, latency, body_file = sys.argv[2:7]
+        one(kind, int(n), int(pool), float(latency), body_file)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=REPEATS)
