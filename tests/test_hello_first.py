@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -71,17 +74,28 @@ def test_what_emacs_sends_by_default_is_read_without_the_model() -> None:
     assert plainly_valid({"prices": [ROW]}) == HelloSettings(prices={"claude": Price(3.0, 15.0, 3.75, 0.3)})
 
 
-def test_a_method_called_before_the_methods_are_published_waits_and_then_runs() -> None:
-    """Hello is answered at once; a call sent right after it (ping: otherwise run on the reader thread)
-    is answered once the methods are published, and the reader goes on meanwhile."""
-    srv = AmacsEPCServer(TOKEN, headless=False, starting=True)
-    srv.on_hello = lambda _settings: {"status": "ok"}
+@contextmanager
+def _greeted(srv: AmacsEPCServer) -> Iterator[socket.socket]:
+    """A connection to SRV, serving and built, whose hello was answered; SRV is shut after."""
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     sock = connect(srv.server_address[1])
     try:
         srv.start_done()
         assert hello(sock)[0] == Symbol("return")
+        yield sock
+    finally:
+        sock.close()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_method_called_before_the_methods_are_published_waits_and_then_runs() -> None:
+    """Hello is answered at once; a call sent right after it (ping: otherwise run on the reader thread)
+    is answered once the methods are published, and the reader goes on meanwhile."""
+    srv = AmacsEPCServer(TOKEN, headless=False, starting=True)
+    srv.on_hello = lambda _settings: {"status": "ok"}
+    with _greeted(srv) as sock:
         send(sock, "call", 2, Symbol("ping"), ["early"])
         send(sock, "call", 3, Symbol("ping"), ["second"])
         sock.settimeout(0.4)
@@ -94,28 +108,15 @@ def test_a_method_called_before_the_methods_are_published_waits_and_then_runs() 
         assert sorted(replies, key=lambda r: r[1]) == [[Symbol("return"), 2, "early"], [Symbol("return"), 3, "second"]]
         send(sock, "call", 4, Symbol("no_such_method"), [])
         assert recv(sock)[:2] == [Symbol("epc-error"), 4]
-    finally:
-        sock.close()
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_methods_that_could_not_be_published_are_said_to_every_call() -> None:
     srv = AmacsEPCServer(TOKEN, headless=True, starting=True)
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    sock = connect(srv.server_address[1])
-    try:
-        srv.start_done()
-        assert hello(sock)[0] == Symbol("return")
+    with _greeted(srv) as sock:
         send(sock, "call", 2, Symbol("status"), [])
         srv.publish_done("the server could not publish its methods: ImportError('x') (see logs/server.log)")
         assert recv(sock) == [Symbol("return-error"), 2,
                               "the server could not publish its methods: ImportError('x') (see logs/server.log)"]
-    finally:
-        sock.close()
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_the_server_answers_hello_before_it_imports_pydantic_and_a_call_sent_at_once_is_answered(
