@@ -193,7 +193,8 @@ for at once, and runs if Emacs is still idle."
       (and (featurep 'org) (get-buffer amacs--render-buffer))))
 
 (defun amacs-render-after-preload (function)
-  "Call FUNCTION at an idle moment once org is preloaded (see `amacs-render-preload')."
+  "Call FUNCTION at an idle moment once org is preloaded.
+See `amacs-render-preload'."
   (setq amacs--render-preload-queue (append amacs--render-preload-queue (list function)))
   (unless (amacs-render-ready-p) (amacs-render-preload))
   (amacs--render-preload-start))
@@ -201,8 +202,9 @@ for at once, and runs if Emacs is still idle."
 (defun amacs-render-preload ()
   "Load org and fontify once, a piece at each idle moment.
 The first reply does not wait for org.  Loading org in one go holds
-Emacs for about a second (more on a loaded machine), and its first `org-mode' loads its modules, gnus among them:
-done as the person starts to type, their keys would wait.  So each file
+Emacs for about a second (more on a loaded machine), and its first
+`org-mode' loads its modules, gnus among them: done as the person
+starts to type, their keys would wait.  So each file
 is its own piece, run only when no key is pending after
 `amacs-render-preload-idle' seconds of idleness; a key waits at most
 for the one file being loaded."
