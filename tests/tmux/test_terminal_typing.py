@@ -37,14 +37,18 @@ def echo_delays(term: Terminal, text: str, interval: float) -> list[float]:
     return delays
 
 
-@pytest.mark.parametrize("pause", [0.5, 0.0], ids=["after-a-pause", "at-once"])
-def test_keys_echo_at_once_while_org_is_preloaded(terminal, pause: float) -> None:
+@pytest.mark.parametrize(("pause", "interval", "text"), [
+    pytest.param(0.5, 0.1, "abcdefghijklmnopqrstuvwxy", id="after-a-pause"),
+    pytest.param(0.0, 0.1, "abcdefghijklmnopqrstuvwxy", id="at-once"),
+    # Slower than the preload's idle threshold (0.5 s): each key arrives while a piece loads.
+    pytest.param(0.0, 0.55, "abcdefghij", id="between-pieces"),
+])
+def test_keys_echo_at_once_while_org_is_preloaded(terminal, pause: float, interval: float, text: str) -> None:
     term = terminal()
     term.wait_for("waiting for you", timeout=20)
     term.wait_idle(timeout=5)
     time.sleep(pause)  # the pause in which the old preload began to load org
-    text = "abcdefghijklmnopqrstuvwxy"
-    delays = echo_delays(term, text, 0.1)
+    delays = echo_delays(term, text, interval)
     print(f"echo delays (s): max {max(delays):.3f}, " + " ".join(f"{d:.3f}" for d in delays))
     assert max(delays) < ECHO_BOUND, delays
     # What the preload is for still happens once the person stops typing:
