@@ -161,6 +161,9 @@ class Runtime:
         self._turn_task: asyncio.Task[None] | None = None
         self.halted: str | None = None  # why the running turn was stopped (None: it was not)
         self._wake_queued = False
+        # Stopped by the person (C-c C-c) or by Emacs going: events wake no turn until the person's
+        # next input (the subagents' "interrupted" events would start a model call nobody asked for).
+        self._hushed = False
         self._user_reply: tuple[str, int] | None = None  # who asked the person, with which TalkId
         self._thread = threading.Thread(target=self._run_loop, name="amacs-loop", daemon=True)
         self._ready = threading.Event()
@@ -539,7 +542,7 @@ class Runtime:
             text = await self._inbox.get()
             if text is None:
                 self._wake_queued = False
-                if not self.world.bus.pending(PRIMARY):
+                if self._hushed or not self.world.bus.pending(PRIMARY):
                     continue
             self._turn_running = True
             self.halted = None
@@ -568,7 +571,10 @@ class Runtime:
         """Cancel the running turn (its model call and its chain of evals) and every subagent
         at work, each recorded as interrupted in its transcript (loop thread)."""
         stopped = self.world.cancel_all(reason)
-        if self._turn_task is None or self._turn_task.done():
+        running = self._turn_task is not None and not self._turn_task.done()
+        if stopped or running:
+            self._hushed = True  # what the stopped agents post waits for the person's next input
+        if self._turn_task is None or not running:
             return bool(stopped)
         self.halted = reason  # checked between ticks too: a cancel can be lost in a wait_for (3.11)
         self._turn_task.cancel()
@@ -581,7 +587,7 @@ class Runtime:
 
     def wake(self) -> None:
         """Events wait for the primary: run a turn for them when it is idle (loop thread)."""
-        if self._turn_running or self._wake_queued or self._inbox is None:
+        if self._turn_running or self._wake_queued or self._hushed or self._inbox is None:
             return
         self._wake_queued = True
         self._inbox.put_nowait(None)
@@ -594,6 +600,7 @@ class Runtime:
 
     def _route_input(self, text: str) -> None:
         assert self._inbox is not None
+        self._hushed = False  # the person speaks: events may wake the primary again
         if self._user_reply is None:
             self._inbox.put_nowait(text)
             return

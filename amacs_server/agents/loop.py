@@ -108,6 +108,8 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
     last: AgentResponse | None = None
     for step in range(body.max_steps):
         if body.halted():  # interrupted, or Emacs gone: a cancel lost in a wait_for ends here
+            if step > 0:  # the cancel was lost in the last tick's after-eval wait: that tick is the interrupted one
+                body.interrupted()
             raise asyncio.CancelledError("halted")
         body.begin_step(step)
         try:
@@ -127,8 +129,14 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
             if await body.default_action(response):
                 return Outcome(response, Ending.DONE)
             continue
-        if response.eval is not None and not await body.after_eval():
-            return Outcome(response, Ending.QUIT)
+        if response.eval is not None:
+            try:
+                going_on = await body.after_eval()
+            except asyncio.CancelledError:  # stopped while it slept on a wait: that tick is the interrupted one
+                body.interrupted()
+                raise
+            if not going_on:
+                return Outcome(response, Ending.QUIT)
     body.out_of_steps()
     return Outcome(last, Ending.STEP_LIMIT)
 

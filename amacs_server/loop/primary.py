@@ -93,6 +93,7 @@ class PrimaryBody:
         self.step = 0
         self.streamed = False
         self.evaluating = False  # an eval of this tick is under way in Emacs
+        self.waiting = False  # this tick's eval is done and the agent sleeps on its wait (agent-wait-for)
         self.human_saved = False  # the person's input is in agent-chat.org (the write-ahead)
         self.reply_written = False  # this tick's reply is in agent-chat.org (written when said)
         self.evaluated = False  # this tick's eval was run, or refused or blocked (not a held reply's)
@@ -102,7 +103,7 @@ class PrimaryBody:
 
     def begin_step(self, step: int) -> None:
         self.step = step
-        self.reply_written = self.evaluated = False
+        self.reply_written = self.evaluated = self.waiting = False
         self.tick = begin(self.rt, self.human if step == 0 else None)
         self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
@@ -177,7 +178,8 @@ class PrimaryBody:
     async def after_eval(self) -> bool:
         wait = self.rt.world.post.end_eval(PRIMARY)
         if wait is not None:
-            await self.rt.world.post.sleep_until(PRIMARY, wait)
+            self.waiting = True
+            await self.rt.world.post.sleep_until(PRIMARY, wait)  # still waiting until the next tick begins
         return True
 
     async def default_action(self, response: AgentResponse) -> bool:
@@ -191,9 +193,11 @@ class PrimaryBody:
         # result, as if it answered the person's next input: an eval cut short says it was
         # interrupted; with none under way there is no last result (a newcomer saw the agent
         # told of a failed eval that never ran).
+        reason = rt.halted or "by the person"
         rt.consciousness.last_eval_result = (
-            EvalResult(False, error=f"interrupted ({rt.halted or 'by the person'})") if self.evaluating
-            else EvalResult.skipped_result())
+            EvalResult(False, error=f"interrupted ({reason})") if self.evaluating
+            else EvalResult(False, error=f"interrupted ({reason}) while it waited for its subagents' replies")
+            if self.waiting else EvalResult.skipped_result())
         # Why, as the shell said it: C-c C-c is the person's; a restart stops the server.
         finish_unanswered(rt, tick, rt.halted or "interrupted by the person")
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+import time
 
 import pytest
 
-from tests.e2e.agent_fakes import transcript, who
+from tests.e2e.agent_fakes import transcript, transcript_events, who
 from tests.fake_anthropic import Reply, agent_json
 from tests.tmux.terminal import PROMPT
 from tests.tmux.test_terminal_actions import header
@@ -81,6 +82,48 @@ def test_the_header_names_the_subagents_the_primary_waits_for(terminal, fake):
     term.wait_for("Both answered.", timeout=15)
     wait_turn_over(term)
     term.wait_for(lambda _s: "waiting for you" in header(term), timeout=5, what="the idle header")
+
+
+def test_c_c_c_while_the_primary_waits_for_subagents_ends_its_turn_with_no_model_call(terminal, fake):
+    """C-c C-c while the primary sleeps on two slow tasks: the tasks and the turn stop, the tasks'
+    "interrupted" events wake no new model call, and the tick is recorded as interrupted."""
+    primary_calls = itertools.count()
+    lock = threading.Lock()
+
+    def answer(body):
+        me, _kind, _template = who(body)
+        if me != "primary":
+            return Reply(agent_json("found it, too late"), delay=30.0)
+        with lock:
+            call = next(primary_calls)
+        if call == 0:
+            return Reply(agent_json("I'll ask two researchers.", eval=(
+                '(agent-wait-for (list (plist-get (agent-task "researcher" "Find A") :talk-id) '
+                '(plist-get (agent-task "researcher" "Find B") :talk-id)))')))
+        return Reply(agent_json("Done: that was the eval above, a call nobody asked for."))
+
+    fake.respond_with(answer)
+    term = terminal()
+    send(term, "research A and B")
+    term.wait_for(lambda _s: "waiting for task-1, task-2…" in header(term), timeout=10,
+                  what="the header naming both tasks")
+    term.press("C-c C-c")
+    term.wait_for("✗ task-1 (researcher) interrupted", timeout=10)
+    term.wait_for("✗ task-2 (researcher) interrupted", timeout=10)
+    term.wait_for("Interrupted. Your input is kept", timeout=10)
+    wait_turn_over(term)
+    time.sleep(3)  # long enough for the tasks' events to have woken a turn, had they
+    assert "a call nobody asked for" not in term.screen()
+    primaries = [r for r in fake.requests if who(r["body"])[0] == "primary"]
+    assert len(primaries) == 1, f"{len(primaries)} primary model calls; the interrupt must end the turn"
+    rows = transcript_events(term.amacs_home, "primary")
+    ticks = [r.get("tick") for r in rows if r["event"] == "tick_start"]
+    assert ticks == [1], ticks
+    assert [r.get("tick") for r in rows if r["event"] == "interrupted"] == [1]
+    # The person's next input is a turn, and it carries the tasks' news.
+    send(term, "what happened?")
+    term.wait_for("a call nobody asked for", timeout=15)
+    assert "interrupted" in fake.user_texts()[-1]
 
 
 def test_c_c_c_p_and_c_c_c_n_go_from_input_to_input_over_eval_lines(terminal, fake):
