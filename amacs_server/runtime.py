@@ -32,6 +32,7 @@ from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
+from .persistence import rewound_spend
 from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
@@ -113,6 +114,7 @@ class Runtime:
         # before the server's imports, else here, while the org files are read.
         db_check = db_check or DatabaseCheck(home / "memory.db")
         self.repo = HomeRepo(home)
+        self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         chat, keep = self._read_mind()
         self.ltm, rebuild = self._open_ltm(db_check)
@@ -260,11 +262,14 @@ class Runtime:
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
 
+    def spent(self) -> float:
+        """The dollars the budget counts: the mind's figure and what futures a rewind abandoned cost."""
+        return self.consciousness.budget.cost_so_far + self.rewound_spend
+
     def spending(self) -> dict[str, Any]:
         """The session's usage and cost, what the budget counts as spent, and its limit."""
-        budget = self.consciousness.budget
-        return {"session": self.session_tally.to_dict(), "spent": budget.cost_so_far,
-                "budget_limit": budget.budget_limit}
+        return {"session": self.session_tally.to_dict(), "spent": self.spent(),
+                "budget_limit": self.consciousness.budget.budget_limit}
 
     def tell_ticked(self) -> None:
         """Tell the face the current tick is committed, with the tick's usage and the spending."""
@@ -295,9 +300,12 @@ class Runtime:
             await asyncio.wait({task}, timeout=10)
         if not self.commits.flush(30):
             raise Refused("the last ticks' commits are still being made; try the rewind again")
+        spent = self.spent()  # with what subagents spent since the last tick was saved
         done = rewind_home(self.config.home, tick, locked=True)  # this server holds the home's lock
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
+        # The mind's budget is tick TICK's again; the money paid since stays counted.
+        self.rewound_spend = rewound_spend.keep(self.config.home, spent)
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()

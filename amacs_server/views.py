@@ -13,6 +13,7 @@ from .errors import Refused
 from .memory.active import tick_of
 from .memory.items import MemoryItem
 from .persistence.chat_log import shorten
+from .state.consciousness import Budget
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -31,7 +32,7 @@ def status(rt: Runtime) -> dict[str, object]:
         "backend": rt.backend_name,
         "key_ok": rt.config.has_credentials,
         "session": rt.session_tally.to_dict(),
-        "spent": c.budget.cost_so_far,
+        "spent": rt.spent(),
         "budget_limit": c.budget.budget_limit,
         "notice": "\n;; ".join(notes) or None,
         "home": str(rt.config.home),
@@ -92,8 +93,8 @@ def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
         "mood": c.mood,
         "confidence": c.confidence,
         "model": rt.model,
-        "budget": {"cost_so_far": round(c.budget.cost_so_far, 6), "budget_limit": c.budget.budget_limit,
-                   "pressure": c.budget.pressure},
+        "budget": {"cost_so_far": round(rt.spent(), 6), "budget_limit": c.budget.budget_limit,
+                   "pressure": Budget(rt.spent(), c.budget.budget_limit).pressure},
         "session": rt.session_tally.to_dict(),
         "threads": threads,
         "monologue": [{"tick": tick_of(i), "text": i.content}

@@ -205,7 +205,7 @@ the log) and these facts are one notice, each line a `;;' line."
           (amacs-shell--output
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
-                    "\\[amacs-shell-interrupt] interrupts, \\[amacs-hub] opens the hub.\n"
+                    "\\[amacs-shell-interrupt] interrupts.\n"
                     ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."))
            'amacs-shell-annotation)
         (dolist (entry recent)
@@ -290,7 +290,7 @@ the first idle moment (`amacs-shell--render-resumed')."
       (with-current-buffer buffer (setq amacs-shell--greeted t))
       (amacs-shell--note (substitute-command-keys
                           "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
-@NAME text talks to one (@skeptic why?).")))))
+@NAME text talks to one by the name shown there (@task-1 how far?).")))))
 
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
 

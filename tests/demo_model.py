@@ -44,6 +44,7 @@ SCRIPT: dict[str, tuple[str, dict[str, Any]]] = {
              {"chunks": 60, "chunk_delay": 0.1}),
     "markdown": (MARKDOWN, {"chunks": 20, "chunk_delay": 0.02}),
 }
+SCRIPT["what can you do?"] = SCRIPT["what can you do"] = SCRIPT["help"]  # the shell's first line suggests it
 
 
 def last_human(body: dict[str, Any]) -> str:

@@ -23,12 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amacs_server import views
 from amacs_server.__main__ import main as server_main
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
 from amacs_server.memory.items import Kind
 from amacs_server.memory.memid import MemId
-from amacs_server.persistence import history
+from amacs_server.persistence import history, rewound_spend
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
@@ -527,9 +528,9 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
         rt.face.ticked = lambda tick, usage: ticked.append((tick, usage))  # type: ignore[method-assign]
         asyncio.run_coroutine_threadsafe(rt.rewind(5), rt.loop).result(60)
         assert call["past_inputs"]()["ticks"] == [5, 4, 3, 2, 1]
-        # The shell's mode line and the hub are told at once: tick 5, its budget.
-        assert [(tick, usage["spent"]) for tick, usage in ticked] == [(5, rt.consciousness.budget.cost_so_far)]
-        assert 0 < ticked[0][1]["spent"] < spent
+        # The shell's mode line and the hub are told at once: tick 5; the money spent stays counted.
+        assert [tick for tick, _ in ticked] == [5]
+        assert ticked[0][1]["spent"] == pytest.approx(spent)
     finally:
         rt.stop()
     rt = runtime(home, fake.url)
@@ -537,3 +538,40 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
         assert published(rt)["past_inputs"]()["texts"] == said[4::-1]
     finally:
         rt.stop()
+
+
+def test_money_spent_on_an_abandoned_future_stays_counted_against_the_budget(tmp_path, fake):
+    """A rewind gives the mind tick N's budget item (its requests are those it made then), but the
+    dollars spent after tick N were paid: the budget's check, the mode line and the hub count them,
+    after a restart too; a fork (a new home) starts from tick N's figure."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", f"input number {n}") for n in range(1, 7)])
+    rt = runtime(home, fake.url)
+    try:
+        spent = rt.spent()
+        asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
+        mind = rt.consciousness.budget.cost_so_far
+        assert 0 < mind < spent  # the mind's own figure is tick 2's
+        assert rt.spent() == pytest.approx(spent)
+        assert views.status(rt)["spent"] == pytest.approx(spent)
+        assert views.hub_state(rt)["budget"]["cost_so_far"] == pytest.approx(spent, abs=1e-6)
+        rt.consciousness.budget.budget_limit = (mind + spent) / 2  # the mind alone is under it
+        assert rt.world.budget_stop("the primary agent") is not None
+        rt.consciousness.budget.budget_limit = 5.0
+        assert rt.world.budget_stop("the primary agent") is None
+        assert "rewound-spend" in (home / ".gitignore").read_text()
+        asyncio.run_coroutine_threadsafe(rt.rewind(1), rt.loop).result(60)  # a second rewind adds its own
+        assert rt.spent() == pytest.approx(spent)
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        assert rt.spent() == pytest.approx(spent)
+        assert rt.consciousness.budget.cost_so_far < spent
+    finally:
+        rt.stop()
+    run(home, fake, [("say", "one more")])
+    spent = rewound_spend.total(home)
+    history.rewind(home, 1)  # from a script (amacs-server rewind), with no server
+    assert rewound_spend.total(home) == pytest.approx(spent)
+    assert rewound_spend.mind_spent(home) < spent

@@ -79,6 +79,8 @@ class WorldHost(Protocol):
 
     def spending(self) -> dict[str, Any]: ...
 
+    def spent(self) -> float: ...
+
     def wake(self) -> None: ...
 
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
@@ -279,10 +281,10 @@ class AgentWorld(Registry):
 
     def budget_stop(self, who: str) -> str | None:
         """The message that stops WHO (an agent's description) when the one ledger is spent, else None."""
-        budget = self.rt.consciousness.budget
-        if budget.cost_so_far < budget.budget_limit:
+        spent, limit = self.rt.spent(), self.rt.consciousness.budget.budget_limit
+        if spent < limit:
             return None
-        return (f"Budget spent (${budget.cost_so_far:.4f} of {dollars(budget.budget_limit)}): {who} wanted another "
+        return (f"Budget spent (${spent:.4f} of {dollars(limit)}): {who} wanted another "
                 "model call and was stopped; raise the limit with M-x amacs-set-budget to go on.")
 
     def cancel(self, agent_id: str, reason: str) -> list[str]:

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..errors import AmacsError
 from ..files import atomic_write
+from . import rewound_spend
 from .git_repo import HomeRepo
 from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
@@ -268,7 +269,9 @@ def rewind(home: Path, tick: int, *, locked: bool = False) -> Done:
         ref = f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}"
         _git(home, "update-ref", ref, kept)
         _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
+        spent = rewound_spend.total(home)
         _check_out(home, commit, state)
+        rewound_spend.keep(home, spent)  # the mind's budget is tick TICK's; the money paid stays counted
         left = _memory_at(home / "memory.db", state, ref) if (home / "memory.db").exists() else 0
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "

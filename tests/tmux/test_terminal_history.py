@@ -65,7 +65,7 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("Enter")
     term.wait_for("refs/amacs/abandoned/", what="the ref that keeps the future")
     assert "Completions" not in term.screen(), term.screen()
-    assert float(term.elisp(usage)) < spent  # the mode line shows the budget of tick 1 at once
+    assert float(term.elisp(usage)) == pytest.approx(spent)  # the abandoned future's money stays spent
     first = len(fake.requests)
     send(term, "the second")
     sent = [json.loads(r) for r in requests(fake)]
