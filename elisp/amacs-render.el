@@ -88,18 +88,131 @@ hides carry `invisible' (add `org-link' to the shell's invisibility spec)."
   "Set up the current buffer to show rendered org: hidden link brackets."
   (add-to-invisibility-spec 'org-link))
 
+;;;; Loading org at idle moments, a piece at a time
+
+(defcustom amacs-render-preload-idle 0.5
+  "Seconds Emacs must have been idle before each piece of org is preloaded.
+Org is loaded a file at a time, each piece only when no key is pending
+and Emacs has been idle this long, so typing is never held for more than
+one file's load."
+  :type 'number
+  :group 'amacs)
+
+(defconst amacs--render-org-pieces
+  '(cl-lib calendar find-func format-spec org-macs org-compat oc org-keys
+    ol time-date iso8601 bibtex map json oc-basic org-table ob-eval ob-core
+    ob-emacs-lisp org-version easy-mmode outline org-entities org-faces
+    org-list ring ansi-color comint pcomplete org-pcomplete ob-comint
+    org-src org-footnote org-macro ob-exp ob-table ob-lob ob-ref ob-tangle
+    ob org)
+  "Features `org' loads, in the order it finishes them (Emacs 28's org).
+Each is required alone, so each load is one file's; a feature already
+loaded costs nothing, and whatever a newer org loads besides is loaded
+by the last piece, `org' itself.")
+
+(defconst amacs--render-module-pieces
+  '((ol-docview dired image exif image-mode jka-compr doc-view)
+    (ol-gnus wid-edit mail-prsvr mm-util mail-utils text-property-search
+             ietf-drums rfc2045 rfc2047 password-cache cl-macs eieio-core
+             eieio cl-seq auth-source rmail gnus-util nnheader gnus gnus-win
+             mailheader gmm-utils mailabbrev rfc2231 mail-parse mm-encode
+             mm-bodies mm-decode epg-config rfc6068 epg derived epa mml-sec
+             mml rfc822 puny rmc message gnus-range gnus-int gnus-spec
+             parse-time nnoo netrc utf7 mail-source nnmail nnimap gnus-cloud
+             xml dbus gnus-dbus gnus-start gnus-undo gnus-group mailcap
+             url-vars url-parse url-util url-domsuf url-cookie url-history
+             url-methods url-expand url-privacy url-proxy url browse-url dom
+             svg kinsoku shr gnus-sum dig smime mml-smime mm-view mml2015
+             mm-uu gnus-art dframe ezimage speedbar help-mode cl-extra
+             eieio-opt gnus-search nnselect)
+    (ol-eww mm-url thingatpt url-queue xdg eww))
+  "For a module of `org-modules', the features it loads first, in order.
+The first `org-mode' loads the modules; loaded here beforehand, a piece at
+a time, that first `org-mode' is quick.")
+
+(defvar amacs--render-preload-queue nil
+  "Pieces of the preload still to run, each a function of no arguments.")
+
+(defvar amacs--render-preload-timer nil
+  "The timer of the next preload piece, or nil when none is under way.")
+
+(defun amacs--render-require-step (feature)
+  "Return a preload piece that requires FEATURE (if this Emacs has it)."
+  (lambda () (require feature nil t)))
+
+(defun amacs--render-module-steps ()
+  "Return the preload pieces of the modules in `org-modules'.
+Each module comes after what it loads first."
+  (defvar org-modules)
+  (mapcan (lambda (module)
+            (mapcar #'amacs--render-require-step
+                    (append (cdr (assq module amacs--render-module-pieces)) (list module))))
+          (copy-sequence org-modules)))
+
+(defun amacs--render-preload-steps ()
+  "Return the preload's pieces.
+Org a file at a time, its modules, the work buffer, a warm-up."
+  (append (mapcar #'amacs--render-require-step amacs--render-org-pieces)
+          ;; Known only once org is loaded: the person's `org-modules'.
+          (list (lambda () (setq amacs--render-preload-queue
+                                 (append (amacs--render-module-steps) amacs--render-preload-queue)))
+                (lambda () (require 'org-element nil t))
+                #'amacs--render-work-buffer
+                (lambda () (amacs-render-org "*a* ~b~\n#+begin_src emacs-lisp\n(ignore)\n#+end_src")))))
+
+(defun amacs--render-preload-step ()
+  "Run the next preload piece if Emacs is idle and no key is pending.
+Else wait for the next idle moment.  A piece runs only after
+`amacs-render-preload-idle' seconds without input; the next is asked
+for at once, and runs if Emacs is still idle."
+  (setq amacs--render-preload-timer nil)
+  (let ((idle (current-idle-time)))
+    (cond ((null amacs--render-preload-queue))
+          ((or (input-pending-p) (null idle)
+               (< (float-time idle) amacs-render-preload-idle))
+           (setq amacs--render-preload-timer
+                 (run-with-idle-timer amacs-render-preload-idle nil #'amacs--render-preload-step)))
+          (t
+           (let ((piece (pop amacs--render-preload-queue)))
+             (condition-case err
+                 (funcall piece)
+               (error (message "AMACS: preloading org: %s" (error-message-string err)))))
+           (when amacs--render-preload-queue
+             (setq amacs--render-preload-timer
+                   (run-at-time 0 nil #'amacs--render-preload-step)))))))
+
+(defun amacs--render-preload-start ()
+  "Have the next preload piece run at the next idle moment, unless one is due."
+  (unless amacs--render-preload-timer
+    (setq amacs--render-preload-timer
+          (run-with-idle-timer amacs-render-preload-idle nil #'amacs--render-preload-step))))
+
+(defun amacs-render-ready-p ()
+  "Non-nil when a reply can be rendered now without loading org."
+  (or (not amacs-render-org)
+      (and (featurep 'org) (get-buffer amacs--render-buffer))))
+
+(defun amacs-render-after-preload (function)
+  "Call FUNCTION at an idle moment once org is preloaded.
+See `amacs-render-preload'."
+  (setq amacs--render-preload-queue (append amacs--render-preload-queue (list function)))
+  (unless (amacs-render-ready-p) (amacs-render-preload))
+  (amacs--render-preload-start))
+
 (defun amacs-render-preload ()
-  "Load org, then fontify once, at two idle moments: the first reply does not wait.
-Loading org takes about 0.25 s and the first fontification of a source
-block about 0.5 s more; each runs only when Emacs has been idle a while."
-  (unless (get-buffer amacs--render-buffer)
-    (run-with-idle-timer
-     0.5 nil
-     (lambda ()
-       (ignore-errors (amacs--render-work-buffer))
-       (run-with-idle-timer
-        1.0 nil
-        (lambda () (ignore-errors (amacs-render-org "*a* ~b~\n#+begin_src emacs-lisp\n(ignore)\n#+end_src"))))))))
+  "Load org and fontify once, a piece at each idle moment.
+The first reply does not wait for org.  Loading org in one go holds
+Emacs for about a second (more on a loaded machine), and its first
+`org-mode' loads its modules, gnus among them: done as the person
+starts to type, their keys would wait.  So each file
+is its own piece, run only when no key is pending after
+`amacs-render-preload-idle' seconds of idleness; a key waits at most
+for the one file being loaded."
+  (when (and amacs-render-org (not (amacs-render-ready-p))
+             (not (memq #'amacs--render-work-buffer amacs--render-preload-queue)))
+    (setq amacs--render-preload-queue
+          (append (amacs--render-preload-steps) amacs--render-preload-queue)))
+  (when amacs--render-preload-queue (amacs--render-preload-start)))
 
 ;;;; Copying
 

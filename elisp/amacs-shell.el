@@ -230,12 +230,13 @@ the log) and these facts are one notice, each line a `;;' line."
 (defun amacs-shell--resumed-reply (text)
   "TEXT, a reply from the chat log, to show as the live shell showed it.
 With org loaded it is rendered at once.  Without, it is plain for now
-and marked `amacs-unrendered': loading org takes ~0.75 s, which the
-person would wait for before seeing the shell, so it is rendered at
-the first idle moment (`amacs-shell--render-resumed')."
-  (if (featurep 'org)
+and marked `amacs-unrendered': loading org takes ~1 s, which the person
+would wait for before seeing the shell, so it is rendered once org is
+loaded, a piece at each idle moment (`amacs-render-after-preload')."
+  (if (amacs-render-ready-p)
       (concat (amacs-render-org text) "\n")
-    (run-with-idle-timer 0.5 nil #'amacs-shell--render-resumed (amacs-current-connection))
+    (let ((connection (amacs-current-connection)))
+      (amacs-render-after-preload (lambda () (amacs-shell--render-resumed connection))))
     (propertize (concat text "\n") 'amacs-unrendered text)))
 
 (defun amacs-shell--render-resumed (connection)
@@ -691,7 +692,7 @@ right after \[amacs-shell-delete-char] at the end was lost."
       (setq amacs-transport-message-function #'amacs-shell--note)
       (pop-to-buffer-same-window buf)
       (unless (amacs-live-p) (amacs-shell--transition 'opened))
-      ;; Org loads (0.25 s, seconds on a loaded machine) once the server is ready: loaded
+      ;; Org loads (a file at each idle moment) once the server is ready: loaded
       ;; while it starts, it held the greeting and "waiting for you" until it was done.
       (amacs-when-ready #'amacs-render-preload)
       buf)))

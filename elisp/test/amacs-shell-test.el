@@ -908,6 +908,61 @@ Once shell.el is loaded its directory tracking is on in every buffer by default.
           (should (string-match-p "The AMACS shell: talk to the agent" text))
           (should (string-match-p "TAB or RET on such a line shows its form" text)))))))
 
+(ert-deftest amacs-shell-test-preload-runs-a-piece-only-when-idle-without-input ()
+  "A newcomer's finding: org loaded in one blocking step as they began to type.
+A piece of the preload runs only after `amacs-render-preload-idle' seconds
+of idleness with no key pending, one piece per step; else it waits for
+the next idle moment and runs nothing."
+  (let* ((ran nil) (idle-timers 0) (timers 0) (idle 1.0) (pending nil)
+         (amacs-render-preload-idle 0.5)
+         (amacs--render-preload-timer nil)
+         (amacs--render-preload-queue
+          (list (lambda () (push 'a ran)) (lambda () (push 'b ran)))))
+    (cl-letf (((symbol-function 'current-idle-time)
+               (lambda () (and idle (seconds-to-time idle))))
+              ((symbol-function 'input-pending-p) (lambda (&rest _) pending))
+              ((symbol-function 'run-with-idle-timer)
+               (lambda (&rest _) (cl-incf idle-timers) 'idle-timer))
+              ((symbol-function 'run-at-time)
+               (lambda (&rest _) (cl-incf timers) 'timer)))
+      (setq pending t)
+      (amacs--render-preload-step)
+      (should-not ran)
+      (should (= idle-timers 1))
+      (setq pending nil idle 0.2)
+      (amacs--render-preload-step)
+      (should-not ran)
+      (setq idle nil)
+      (amacs--render-preload-step)
+      (should-not ran)
+      (should (= idle-timers 3))
+      (setq idle 0.6)
+      (amacs--render-preload-step)
+      (should (equal ran '(a)))
+      (should (= timers 1))             ; the next piece is asked for at once
+      (amacs--render-preload-step)
+      (should (equal ran '(b a)))
+      (should (= timers 1))             ; nothing left: no timer
+      (should-not amacs--render-preload-timer))))
+
+(ert-deftest amacs-shell-test-preload-pieces-load-org-file-by-file ()
+  "The preload's pieces load org, then render; what waits for it comes last."
+  (let ((amacs-render-org t)
+        (amacs--render-preload-timer nil)
+        (amacs--render-preload-queue nil)
+        (marker (lambda () 'after)))
+    (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
+              ((symbol-function 'run-with-idle-timer) (lambda (&rest _) 'idle-timer)))
+      (amacs-render-after-preload marker)
+      (should (eq (car (last amacs--render-preload-queue)) marker))
+      (should (memq #'amacs--render-work-buffer amacs--render-preload-queue))
+      (should (> (length amacs--render-preload-queue) 30))
+      ;; Asked for twice (a second shell), the pieces are not queued twice.
+      (let ((n (length amacs--render-preload-queue)))
+        (amacs-render-preload)
+        (should (= n (length amacs--render-preload-queue))))
+      (should (eq amacs--render-preload-timer 'idle-timer)))))
+
 (ert-deftest amacs-shell-test-resumed-exchanges-render-as-live-ones ()
   "A newcomer's finding: resumed exchanges were greyed raw markup (*bold*, ~code~).
 Without org loaded they are plain at first and rendered at the first idle
@@ -916,9 +971,13 @@ moment; the inputs are inputs, which RET puts back at the prompt."
     (let ((rendered nil))
       (setf (amacs-connection-status (amacs-current-connection))
             '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
-      (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
-                ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
-        (amacs-shell--greet))
+      (let ((amacs--render-preload-queue nil)
+            (amacs--render-preload-timer nil))
+        (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
+                  ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
+          (amacs-shell--greet))
+        ;; Rendered once org is preloaded: the last piece of the preload.
+        (should (functionp (car (last amacs--render-preload-queue)))))
       (should (string-match-p "It is \\*bold\\* and ~code~\\." (amacs-shell-test--text)))
       (cl-letf (((symbol-function 'amacs-render-org)
                  (lambda (text) (setq rendered text) (propertize text 'font-lock-face 'bold))))
