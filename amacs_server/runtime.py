@@ -553,9 +553,14 @@ class Runtime:
                 continue
             self._turn_task = self.loop.create_task(self.turn(self, text))
             try:
+                # Only the turn's own cancel is caught below: a cancel of this worker (the
+                # runtime's stop) ends it; swallowed, it left stop waiting out its whole grace.
                 await asyncio.wait({self._turn_task})
                 self._turn_task.result()
             except asyncio.CancelledError:
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    raise
                 log.info("turn interrupted")
             except Exception as err:  # the loop must outlive any one turn
                 log.exception("turn failed")

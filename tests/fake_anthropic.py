@@ -15,6 +15,7 @@ prints its URL and answers every request with a valid agent response.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import threading
@@ -92,7 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._post()
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client went away mid-answer (a test killed it): nothing to do
+            # The client went away mid-answer (a test killed it, or the server closed its request).
+            self.server.fake.cut_off.append(time.monotonic())
 
     def do_GET(self) -> None:
         """The Models API (``models.retrieve``: GET /v1/models/{id}), the OpenAI listing
@@ -156,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.hold is not None:
             reply.hold.wait(300)
         if reply.delay:
-            time.sleep(reply.delay)
+            self._sleep_watching(reply.delay)
         if route == "/v1/chat/completions":
             self._answer_chat(body, reply)
         elif reply.status != 200:
@@ -165,6 +167,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_stream(body, reply)
         else:
             self._send_json(200, _message(body, reply, reply.text))
+
+    def _sleep_watching(self, seconds: float) -> None:
+        """Sleep SECONDS before answering, as a slow model does; a client that closes its
+        connection meanwhile ends the answer (ConnectionResetError), as a real server notices."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+            if readable:
+                if not self.connection.recv(1, socket.MSG_PEEK):
+                    raise ConnectionResetError("the client closed the connection before the answer")
+                time.sleep(min(left, 0.05))  # bytes of a next request: not a close
 
     def _answer_chat(self, body: dict[str, Any], reply: Reply) -> None:
         """The OpenAI chat-completions protocol, JSON or streamed (with usage when asked)."""
@@ -348,6 +361,7 @@ class FakeAnthropic:
         # AMACS's one-token question whether streams carry usage (OpenAIBackend): kept apart
         # from the turns' requests, and answered without taking a scripted reply.
         self.probes: list[dict[str, Any]] = []
+        self.cut_off: list[float] = []  # when a client closed its connection mid-answer (time.monotonic())
         self.chunk_log: list[tuple[float, int]] = []  # (wall time, characters sent) per streamed delta
         # The Models API: model id -> its ModelInfo (model_info()); a model named here is held to
         # what it says it accepts (400 otherwise), and its replies follow a schema asked for.
