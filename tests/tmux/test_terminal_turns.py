@@ -24,6 +24,28 @@ from tests.tmux.test_terminal_shell import send, wait_turn_over
 pytestmark = pytest.mark.tmux
 
 
+def primary_waits_for_two_researchers(task_reply, later):
+    """The fake model's answers: the primary's first call starts two researchers ("Find A",
+    "Find B") and waits for both; TASK_REPLY(body) answers each task; the primary's later calls
+    get LATER."""
+    primary_calls = itertools.count()
+    lock = threading.Lock()
+
+    def answer(body):
+        me, _kind, _template = who(body)
+        if me != "primary":
+            return task_reply(body)
+        with lock:
+            call = next(primary_calls)
+        if call == 0:
+            return Reply(agent_json("I'll ask two researchers.", eval=(
+                '(agent-wait-for (list (plist-get (agent-task "researcher" "Find A") :talk-id) '
+                '(plist-get (agent-task "researcher" "Find B") :talk-id)))')))
+        return later
+
+    return answer
+
+
 def test_a_long_eval_says_so_in_the_header_and_c_g_stops_it(terminal, fake):
     """A busy loop blocks Emacs: the header and the eval line are drawn before it runs and say
     that C-g stops it; C-g does, the agent gets the stop as its result, and the prompt takes
@@ -54,23 +76,11 @@ def test_a_long_eval_says_so_in_the_header_and_c_g_stops_it(terminal, fake):
 def test_the_header_names_the_subagents_the_primary_waits_for(terminal, fake):
     """The primary evaluates an agent-wait-for on two tasks: the header says it waits for them,
     not that it thinks, names only those still out, and goes back to idle when the turn ends."""
-    primary_calls = itertools.count()
-    lock = threading.Lock()
+    def task(body):
+        short = transcript(body)[0] == "Find A"
+        return Reply(agent_json("A is found." if short else "B is found."), delay=2.0 if short else 6.0)
 
-    def answer(body):
-        me, _kind, _template = who(body)
-        if me != "primary":
-            short = transcript(body)[0] == "Find A"
-            return Reply(agent_json("A is found." if short else "B is found."), delay=2.0 if short else 6.0)
-        with lock:
-            call = next(primary_calls)
-        if call == 0:
-            return Reply(agent_json("I'll ask two researchers.", eval=(
-                '(agent-wait-for (list (plist-get (agent-task "researcher" "Find A") :talk-id) '
-                '(plist-get (agent-task "researcher" "Find B") :talk-id)))')))
-        return Reply(agent_json("Both answered."))
-
-    fake.respond_with(answer)
+    fake.respond_with(primary_waits_for_two_researchers(task, Reply(agent_json("Both answered."))))
     term = terminal()
     send(term, "research A and B")
     term.wait_for(lambda _s: "waiting for task-1, task-2…" in header(term), timeout=10,
@@ -87,22 +97,9 @@ def test_the_header_names_the_subagents_the_primary_waits_for(terminal, fake):
 def test_c_c_c_while_the_primary_waits_for_subagents_ends_its_turn_with_no_model_call(terminal, fake):
     """C-c C-c while the primary sleeps on two slow tasks: the tasks and the turn stop, the tasks'
     "interrupted" events wake no new model call, and the tick is recorded as interrupted."""
-    primary_calls = itertools.count()
-    lock = threading.Lock()
-
-    def answer(body):
-        me, _kind, _template = who(body)
-        if me != "primary":
-            return Reply(agent_json("found it, too late"), delay=30.0)
-        with lock:
-            call = next(primary_calls)
-        if call == 0:
-            return Reply(agent_json("I'll ask two researchers.", eval=(
-                '(agent-wait-for (list (plist-get (agent-task "researcher" "Find A") :talk-id) '
-                '(plist-get (agent-task "researcher" "Find B") :talk-id)))')))
-        return Reply(agent_json("Done: that was the eval above, a call nobody asked for."))
-
-    fake.respond_with(answer)
+    fake.respond_with(primary_waits_for_two_researchers(
+        lambda _body: Reply(agent_json("found it, too late"), delay=30.0),
+        Reply(agent_json("Done: that was the eval above, a call nobody asked for."))))
     term = terminal()
     send(term, "research A and B")
     term.wait_for(lambda _s: "waiting for task-1, task-2…" in header(term), timeout=10,
