@@ -123,6 +123,18 @@ the shell and in agent-chat.org."
   :type 'directory
   :group 'amacs)
 
+(defun amacs-history--fork-name (tick)
+  "A folder name for a fork at TICK, new in `amacs-fork-directory'.
+Named after the current connection's home: agent-fork-tick-3 for ~/.agent."
+  (let* ((home (file-name-nondirectory (amacs-connection-home (amacs-current-connection))))
+         (base (format "%s-fork-tick-%d" (string-trim-left home "\\.+") tick))
+         (name base)
+         (n 1))
+    (while (file-exists-p (expand-file-name name amacs-fork-directory))
+      (setq n (1+ n)
+            name (format "%s-%d" base n)))
+    name))
+
 ;;;###autoload
 (defun amacs-fork (tick dest)
   "Make DEST a new AMACS home holding the agent's mind at the end of TICK.
@@ -132,7 +144,7 @@ second shell opens on DEST beside this one."
   (interactive
    (let ((tick (amacs-history--read-input "fork")))
      (list tick (read-directory-name (format "New home for the fork at tick %d: " tick)
-                                     amacs-fork-directory nil nil))))
+                                     amacs-fork-directory nil nil (amacs-history--fork-name tick)))))
   (let* ((done (amacs--call-sync 'fork (list tick (expand-file-name dest))))
          (line (plist-get done :line)))
     (message "AMACS: %s" line)

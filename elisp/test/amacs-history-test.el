@@ -90,5 +90,16 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
       (should-not (get-buffer-window "*Completions*" 0))
       (should (one-window-p)))))
 
+(ert-deftest amacs-history-test-the-fork-proposes-a-new-folder-named-after-the-home ()
+  "`amacs-fork' proposes a folder that does not exist yet: RET makes a new home, not ~/."
+  (let* ((amacs-fork-directory (make-temp-file "amacs-fork-test" t))
+         (connection (amacs--make-connection :home "/tmp/somewhere/.agent")))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection)))
+          (should (equal (amacs-history--fork-name 3) "agent-fork-tick-3"))
+          (make-directory (expand-file-name "agent-fork-tick-3" amacs-fork-directory))
+          (should (equal (amacs-history--fork-name 3) "agent-fork-tick-3-2")))
+      (delete-directory amacs-fork-directory t))))
+
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here
