@@ -302,6 +302,14 @@ left unmodified."
 
 (amacs-on-event "tick" #'amacs-hub--on-tick)
 
+(defun amacs-hub--on-ready ()
+  "Redraw the hub for a server that is ready (`amacs-ready-hook').
+Its state, not the last server's: after \[amacs-restart] the hub kept
+the old session's cost until \`g'."
+  (amacs-hub--on-tick nil))
+
+(add-hook 'amacs-ready-hook #'amacs-hub--on-ready)
+
 (defun amacs-hub--show-commit (sha)
   "Show commit SHA of the AMACS home in a buffer."
   (let ((home (plist-get amacs-hub--state :home))

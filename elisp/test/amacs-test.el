@@ -607,7 +607,9 @@ Lisp (./amacs) says nothing."
             (amacs-hub--on-shown (selected-window)) ; not stale: nothing more
             (should (= asked 1))
             (amacs-hub--on-tick nil)          ; shown: redrawn each tick
-            (should (= asked 2))))
+            (should (= asked 2))
+            (run-hooks 'amacs-ready-hook)     ; a new server (M-x amacs-restart): redrawn too
+            (should (= asked 3))))
       (kill-buffer buffer))))
 
 (ert-deftest amacs-test-hub-transcripts-and-commits-are-named-per-home ()
