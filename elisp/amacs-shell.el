@@ -574,6 +574,11 @@ brings back earlier inputs (kept across sessions).
 and \\[amacs-shell-copy-code] the source block at point.  The header line says what the
 agent is doing, the mode line what this session cost.
 
+Commands by name (\\[execute-extended-command]): `amacs-rewind' returns the agent's mind to
+before a past input, `amacs-fork' copies it there into a new home,
+`amacs-restart' starts the server again, `amacs-set-budget' and
+`amacs-set-model' change the limit and the model.
+
 \\{amacs-shell-mode-map}"
   (setq comint-prompt-regexp (concat "^" (regexp-quote amacs-shell-prompt)))
   ;; The shell is no command shell: once shell.el is loaded its directory

@@ -906,7 +906,10 @@ Once shell.el is loaded its directory tracking is on in every buffer by default.
         (let ((text (buffer-string)))
           (should-not (string-match-p "Shell-Dirtrack" text))
           (should (string-match-p "The AMACS shell: talk to the agent" text))
-          (should (string-match-p "TAB or RET on such a line shows its form" text)))))))
+          (should (string-match-p "TAB or RET on such a line shows its form" text))
+          ;; A newcomer's finding: C-h m named none of the commands run by name.
+          (dolist (command '("amacs-rewind" "amacs-fork" "amacs-restart" "amacs-set-budget" "amacs-set-model"))
+            (should (string-match-p (regexp-quote command) text))))))))
 
 (ert-deftest amacs-shell-test-preload-runs-a-piece-only-when-idle-without-input ()
   "A newcomer's finding: org loaded in one blocking step as they began to type.
