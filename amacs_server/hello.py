@@ -40,9 +40,22 @@ def read_settings(raw: object) -> HelloSettings:
     plain = plainly_valid(raw)
     if plain is not None:
         return plain
-    from .hello_settings import checked_settings
-
     return checked_settings(raw)
+
+
+def checked_settings(raw: object) -> HelloSettings:
+    """RAW judged by the declared model (:mod:`.hello_settings`, pydantic, imported now): as
+    :class:`HelloSettings`, or :class:`~amacs_server.errors.Refused` saying what is wrong."""
+    from .hello_settings import validated
+
+    settings = validated(raw)
+    if settings is None:
+        return HelloSettings()
+    prices = None if settings.prices is None else {
+        p.model: Price(float(p.input), float(p.output), float(p.cache_write), float(p.cache_read))
+        for p in settings.prices}
+    timeout = None if settings.eval_timeout is None else float(settings.eval_timeout)
+    return HelloSettings(settings.max_steps, prices, timeout)
 
 
 def _number(value: object) -> bool:
@@ -104,4 +117,4 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     server.on_emacs_gone = emacs_gone
 
 
-__all__ = ["HelloSettings", "greet", "plainly_valid", "read_settings"]
+__all__ = ["HelloSettings", "checked_settings", "greet", "plainly_valid", "read_settings"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from .arguments import Options, checked
-from .hello import HelloSettings
-from .inference.pricing import Price
 
 
 class PriceRow(Options):
@@ -33,13 +31,7 @@ def _validated(settings: Settings | None) -> Settings | None:
     return settings
 
 
-def checked_settings(raw: object) -> HelloSettings:
-    """RAW as :class:`HelloSettings`, or :class:`~amacs_server.errors.Refused`: ``hello: :prices item 0 ...``."""
-    settings = _validated(raw)  # type: ignore[arg-type]  # what Emacs sent: checked validates it
-    if settings is None:
-        return HelloSettings()
-    prices = None if settings.prices is None else {
-        p.model: Price(float(p.input), float(p.output), float(p.cache_write), float(p.cache_read))
-        for p in settings.prices}
-    timeout = None if settings.eval_timeout is None else float(settings.eval_timeout)
-    return HelloSettings(settings.max_steps, prices, timeout)
+def validated(raw: object) -> Settings | None:
+    """RAW as :class:`Settings` (None: Emacs said none), or :class:`~amacs_server.errors.Refused`:
+    ``hello: :prices item 0 ...``."""
+    return _validated(raw)  # type: ignore[arg-type]  # what Emacs sent: checked validates it

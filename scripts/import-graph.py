@@ -26,14 +26,14 @@ PACKAGE = "amacs_server"
 LAYERS = (
     ("errors",),  # AmacsError, the base of every expected failure
     ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files"),
-    ("state", "transcripts"),  # state: the agent's state record and the eval's result, read by every layer above
+    ("state", "transcripts", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "transport"),  # persistence: git, the org logs, rewind
     ("agents",),  # Agent, World, the one loop, a subagent's run
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),
-    ("methods",),
+    ("methods", "hello"),  # what Emacs may call; hello, answered before the methods are published
     ("__main__",),
     ("research",),  # runs servers (its fork server runs __main__ in each fork); __main__ names its commands
 )

@@ -19,8 +19,7 @@ import pytest
 from sexpdata import Symbol
 
 from amacs_server.errors import Refused
-from amacs_server.hello import HelloSettings, plainly_valid, read_settings
-from amacs_server.hello_settings import checked_settings
+from amacs_server.hello import HelloSettings, checked_settings, plainly_valid, read_settings
 from amacs_server.inference.pricing import Price
 from amacs_server.transport.server import AmacsEPCServer
 from tests.test_transport import TOKEN, connect, hello, recv, send
