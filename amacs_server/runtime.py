@@ -305,7 +305,7 @@ class Runtime:
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         # The mind's budget is tick TICK's again; the money paid since stays counted.
-        self.rewound_spend = rewound_spend.keep(self.config.home, spent)
+        self.rewound_spend = rewound_spend.keep(self.config.home, spent, self.consciousness.budget.cost_so_far)
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()

@@ -271,7 +271,8 @@ def rewind(home: Path, tick: int, *, locked: bool = False) -> Done:
         _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
         spent = rewound_spend.total(home)
         _check_out(home, commit, state)
-        rewound_spend.keep(home, spent)  # the mind's budget is tick TICK's; the money paid stays counted
+        # The mind's budget is tick TICK's; the money paid stays counted.
+        rewound_spend.keep(home, spent, rewound_spend.mind_spent(home))
         left = _memory_at(home / "memory.db", state, ref) if (home / "memory.db").exists() else 0
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "

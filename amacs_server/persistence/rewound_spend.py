@@ -8,9 +8,11 @@ budget's check and the person's views count it on top of the mind's figure."""
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from ..files import atomic_write
+from ..state.consciousness import Consciousness, ConsciousnessError
 
 log = logging.getLogger("amacs.budget")
 
@@ -31,7 +33,7 @@ def read(home: Path) -> float:
     except ValueError:
         log.warning("%s holds %r, not a number; counting no abandoned spend", home / REWOUND_SPEND, text[:40])
         return 0.0
-    return value if value > 0 and value != float("inf") else 0.0
+    return value if value > 0 and math.isfinite(value) else 0.0
 
 
 def write(home: Path, dollars: float) -> None:
@@ -41,8 +43,6 @@ def write(home: Path, dollars: float) -> None:
 
 def mind_spent(home: Path) -> float:
     """The dollars HOME's consciousness.el says its mind spent (0 when it is missing or unreadable)."""
-    from ..state.consciousness import Consciousness, ConsciousnessError
-
     try:
         return Consciousness.from_elisp((home / "consciousness.el").read_text(encoding="utf-8")).budget.cost_so_far
     except (OSError, ConsciousnessError, ValueError):
@@ -54,11 +54,12 @@ def total(home: Path) -> float:
     return mind_spent(home) + read(home)
 
 
-def keep(home: Path, before: float) -> float:
+def keep(home: Path, before: float, mind: float) -> float:
     """After a rewind of HOME: the abandoned spend raised so that the budget counts at least
-    BEFORE (what it counted before the rewind) again; returns the abandoned spend."""
+    BEFORE (what it counted before the rewind) again, MIND being the mind's figure now; returns
+    the abandoned spend."""
     abandoned = read(home)
-    missing = before - (mind_spent(home) + abandoned)
+    missing = before - (mind + abandoned)
     if missing > 0:
         abandoned += missing
         write(home, abandoned)
