@@ -114,6 +114,24 @@ def _runtime(tmp_path, fake=None, **env):
     return rt
 
 
+def _run_researchers(rt, fake, questions):
+    """Ask a researcher task each of QUESTIONS for the primary, at once; return when all have
+    ended; then stop FAKE and close RT's memory."""
+    from amacs_server.agents.kinds import PRIMARY
+
+    async def run():
+        for question in questions:
+            rt.world.task(PRIMARY, None, "researcher", question)
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+
+
 def _finished_task(rt, template):
     """Run one task of TEMPLATE for the primary to its end; return its handle."""
     from amacs_server.agents.kinds import PRIMARY
@@ -414,7 +432,6 @@ def test_what_a_task_is_told_is_in_long_term_memory_before_the_model_reads_it(tm
     import re
     import sqlite3
 
-    from amacs_server.agents.kinds import PRIMARY
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     seen: dict[str, bool] = {}
@@ -431,17 +448,7 @@ def test_what_a_task_is_told_is_in_long_term_memory_before_the_model_reads_it(tm
     fake = FakeAnthropic(default=answer).start()
     rt = _runtime(tmp_path, fake, AMACS_AGENT_POOL="4")
 
-    async def run():
-        for i in range(12):
-            rt.world.task(PRIMARY, None, "researcher", f"question number {i}")
-        while rt.world.tasks_live:
-            await asyncio.sleep(0.01)
-
-    try:
-        asyncio.run(run())
-    finally:
-        fake.stop()
-        rt.ltm.close()
+    _run_researchers(rt, fake, [f"question number {i}" for i in range(12)])
     assert seen == {f"question number {i}": True for i in range(12)}, seen
 
 
@@ -450,7 +457,6 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     # in that turn of the loop.  A task that will wait for a slot must make its request after it,
     # not in the same turn (200 tasks at once: the first calls' bodies waited for 199 requests).
     from amacs_server.agents import subagent
-    from amacs_server.agents.kinds import PRIMARY
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     order: list[str] = []
@@ -470,16 +476,8 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     rt.backend.complete = sending
     subagent.build_request = building
 
-    async def run():
-        for i in range(2):
-            rt.world.task(PRIMARY, None, "researcher", f"q{i}")
-        while rt.world.tasks_live:
-            await asyncio.sleep(0.01)
-
     try:
-        asyncio.run(run())
+        _run_researchers(rt, fake, ["q0", "q1"])
     finally:
         subagent.build_request = build
-        fake.stop()
-        rt.ltm.close()
     assert order[:4] == ["request made", "sent", "sending queued by the call", "request made"], order

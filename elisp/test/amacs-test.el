@@ -483,67 +483,62 @@ later, neither runs it again nor says the server stopped."
                (format "^;;;###autoload\n(defun %s " (regexp-quote (cdr entry))) nil t)))))
 
 ;; Issue 28: a fresh Emacs, as after M-x amacs-shell's autoload.
+(defun amacs-test--in-fresh-emacs (form)
+  "What FORM printed last, read; FORM runs in a fresh batch Emacs.
+That Emacs has loaded amacs-shell-start only."
+  (let ((out (with-temp-buffer
+               (call-process
+                (expand-file-name invocation-name invocation-directory) nil t nil
+                "-Q" "--batch" "--eval"
+                (prin1-to-string
+                 `(progn
+                    (setq load-path ',load-path)  ; amacs's and epc's folders
+                    (load "amacs-shell-start" nil t)
+                    ,form)))
+               (buffer-string))))
+    (car (read-from-string (car (last (split-string out "\n" t)))))))
+
 (ert-deftest amacs-test-shell-command-starts-the-server-before-the-shell-loads ()
   "`amacs-shell' starts the server before the shell's files load (their load and GC delayed it).
 Garbage collection is held until Emacs is first idle, then as before."
-  (let* ((dir (file-name-directory (locate-library "amacs")))
-         (out (with-temp-buffer
-                (call-process
-                 (expand-file-name invocation-name invocation-directory) nil t nil
-                 "-Q" "--batch" "-L" dir "--eval"
-                 (prin1-to-string
-                  `(progn
-                     (setq load-path ',load-path)  ; epc's folder too
-                     (load "amacs-shell-start" nil t)
-                     (let (seen)
-                       (advice-add 'amacs-start-server :override
-                                   (lambda (&rest _) (push (list 'start (featurep 'amacs-shell-output)) seen)))
-                       (advice-add 'amacs-shell--open :override
-                                   (lambda (&rest _) (push (list 'open (featurep 'amacs-shell-output)) seen)))
-                       (let ((before gc-cons-threshold))
-                         (amacs-shell)
-                         ;; Garbage collection waits meanwhile; the first idle moment gives it back.
-                         (push (list 'gc-held (> gc-cons-threshold before)) seen)
-                         (mapc #'timer-event-handler timer-idle-list)
-                         (push (list 'gc-back (= gc-cons-threshold before)) seen))
-                       (prin1 (reverse seen))))))
-                (buffer-string))))
-    (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
-                   '((start nil) (open t) (gc-held t) (gc-back t))))))
+  (should (equal (amacs-test--in-fresh-emacs
+                  '(let (seen)
+                     (advice-add 'amacs-start-server :override
+                                 (lambda (&rest _) (push (list 'start (featurep 'amacs-shell-output)) seen)))
+                     (advice-add 'amacs-shell--open :override
+                                 (lambda (&rest _) (push (list 'open (featurep 'amacs-shell-output)) seen)))
+                     (let ((before gc-cons-threshold))
+                       (amacs-shell)
+                       ;; Garbage collection waits meanwhile; the first idle moment gives it back.
+                       (push (list 'gc-held (> gc-cons-threshold before)) seen)
+                       (mapc #'timer-event-handler timer-idle-list)
+                       (push (list 'gc-back (= gc-cons-threshold before)) seen))
+                     (prin1 (reverse seen))))
+                 '((start nil) (open t) (gc-held t) (gc-back t)))))
 
 (ert-deftest amacs-test-shell-command-says-the-server-is-starting ()
   "\\[amacs-shell] says in the echo area that the server starts, until it is ready.
 An empty echo area made \\[execute-extended-command] look for a shorter
 name at once (~0.2 s), and the port line waited for it.  A call from
 Lisp (./amacs) says nothing."
-  (let* ((dir (file-name-directory (locate-library "amacs")))
-         (out (with-temp-buffer
-                (call-process
-                 (expand-file-name invocation-name invocation-directory) nil t nil
-                 "-Q" "--batch" "-L" dir "--eval"
-                 (prin1-to-string
-                  `(progn
-                     (setq load-path ',load-path)  ; epc's folder too
-                     (load "amacs-shell-start" nil t)
-                     (let (said seen)
-                       (advice-add 'amacs-start-server :override
-                                   (lambda (&optional connection)
-                                     (setf (amacs-connection-server-process connection)
-                                           (start-process "amacs-test-sleep" nil "sleep" "10"))))
-                       (advice-add 'amacs-shell--open :override #'ignore)
-                       (advice-add 'message :after (lambda (format &rest _) (when format (push format said))))
-                       (amacs-shell)
-                       (push (list 'from-lisp said) seen)
-                       (call-interactively #'amacs-shell)
-                       (push (list 'command said amacs-shell--starting-said) seen)
-                       (run-hooks 'amacs-ready-hook)
-                       (push (list 'ready amacs-shell--starting-said) seen)
-                       (prin1 (reverse seen))))))
-                (buffer-string))))
-    (should (equal (car (read-from-string (car (last (split-string out "\n" t)))))
-                   '((from-lisp nil)
-                     (command ("Starting the AMACS server...") "Starting the AMACS server...")
-                     (ready nil))))))
+  (should (equal (amacs-test--in-fresh-emacs
+                  '(let (said seen)
+                     (advice-add 'amacs-start-server :override
+                                 (lambda (&optional connection)
+                                   (setf (amacs-connection-server-process connection)
+                                         (start-process "amacs-test-sleep" nil "sleep" "10"))))
+                     (advice-add 'amacs-shell--open :override #'ignore)
+                     (advice-add 'message :after (lambda (format &rest _) (when format (push format said))))
+                     (amacs-shell)
+                     (push (list 'from-lisp said) seen)
+                     (call-interactively #'amacs-shell)
+                     (push (list 'command said amacs-shell--starting-said) seen)
+                     (run-hooks 'amacs-ready-hook)
+                     (push (list 'ready amacs-shell--starting-said) seen)
+                     (prin1 (reverse seen))))
+                 '((from-lisp nil)
+                   (command ("Starting the AMACS server...") "Starting the AMACS server...")
+                   (ready nil)))))
 
 (ert-deftest amacs-test-history-ret-appends-only-the-new-entry ()
   "Issue 10: RET appends its input to the history file; the earlier entries are not rewritten."
