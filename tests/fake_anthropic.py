@@ -67,6 +67,7 @@ class Reply:
     cut: str | None = None
     retry_after: str | None = "0"
     thinking: str | None = None  # streamed first (a thinking block, or reasoning_content) when asked for
+    stop: str | None = None  # why the answer ended, as sent (None: "end_turn", OpenAI's "stop")
 
 
 ERROR_TYPES = {
@@ -193,7 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             message = {"role": "assistant", "content": reply.text, **({"reasoning_content": thinks} if thinks else {})}
             self._send_json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": message, "finish_reason": "stop"}]})
+                {"index": 0, "message": message, "finish_reason": reply.stop or "stop"}]})
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
@@ -221,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.chunk_delay:
                 time.sleep(reply.chunk_delay)
         self._chunk(("data: " + json.dumps({**chunk, "choices": [
-            {"index": 0, "delta": {}, "finish_reason": "stop"}]}) + "\n\n").encode())
+            {"index": 0, "delta": {}, "finish_reason": reply.stop or "stop"}]}) + "\n\n").encode())
         if (body.get("stream_options") or {}).get("include_usage") and fake.openai_stream_usage:
             self._chunk(("data: " + json.dumps({**chunk, "choices": [], "usage": usage}) + "\n\n").encode())
         self._chunk(b"data: [DONE]\n\n")
@@ -293,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": reply.stop or "end_turn", "stop_sequence": None},
                 "usage": {"output_tokens": reply.usage.get("output_tokens", 0)},
             },
         )
@@ -326,7 +327,7 @@ def _message(body: dict[str, Any], reply: Reply, text: str) -> dict[str, Any]:
         "role": "assistant",
         "model": body.get("model", "fake"),
         "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
+        "stop_reason": reply.stop or "end_turn",
         "stop_sequence": None,
         "usage": dict(reply.usage),
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import itertools
 import json
+import re
 import types
 import typing
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import pytest
 import typing_extensions
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from pydantic import TypeAdapter, ValidationError
 
@@ -31,12 +34,15 @@ from amacs_server.inference.capabilities import (
 )
 from amacs_server.inference.openai_backend import to_chat
 from amacs_server.inference.parse import (
+    NOT_BLANK_MAX,
     ResponseFormatError,
+    not_blank_pattern,
     parse_response,
     response_schema,
     with_lengths,
 )
 from amacs_server.inference.request import build_request, ignored_settings
+from amacs_server.inference.response_model import not_blank
 from amacs_server.state.consciousness import ApiSettings
 from tests.fake_anthropic import model_info
 
@@ -159,22 +165,42 @@ def test_llama_cpp_json_object_form_and_sampling_reach_the_chat_request():
     chat = to_chat(request, "json_object")
     schema = chat["response_format"]["schema"]
     assert chat["response_format"]["type"] == "json_object"
-    assert schema["properties"]["mood"] == {**response_schema()["properties"]["mood"], "minLength": 1}
-    assert {**schema, "properties": response_schema()["properties"]} == response_schema()
+    assert schema == with_lengths(response_schema()) != response_schema()
     assert (chat["temperature"], chat["top_p"]) == (0.3, 0.9)
     assert "reasoning_effort" not in chat
 
 
-def test_string_lengths_go_only_to_a_grammar_that_keeps_them():
-    """A reply the grammar allows must parse: a blank mood is refused by the parser, so llama.cpp's
-    grammar is told ``minLength``; the strict schemas of Anthropic and OpenAI refuse length bounds."""
-    assert "minLength" not in json.dumps(response_schema())
-    assert "minLength" not in json.dumps(to_chat(build_request("m", "core", MESSAGES, SETTINGS, _caps(True, "none", False))))
+def test_strings_refused_blank_are_patterned_only_for_a_grammar_that_keeps_patterns():
+    """A reply the grammar allows must parse: the parser refuses a blank mood or scratchpad heading, so
+    llama.cpp's grammar is told a pattern for them (the nested heading too); the strict schemas of
+    Anthropic and OpenAI refuse patterns and lengths."""
+    for plain in (json.dumps(response_schema()),
+                  json.dumps(to_chat(build_request("m", "core", MESSAGES, SETTINGS, _caps(True, "none", False))))):
+        assert "minLength" not in plain and "pattern" not in plain
     grammar = with_lengths(response_schema())
-    assert [k for k, v in grammar["properties"].items() if v.get("minLength")] == ["mood"]
-    with pytest.raises(ResponseFormatError):
-        parse_response('{"eval": null, "reply": "hi", "mood": "", "confidence": 0.5, "monologue": "m",'
-                       ' "scratchpad": null, "done": null}')
+    patterned = {"mood": grammar["properties"]["mood"],
+                 "scratchpad.heading": grammar["properties"]["scratchpad"]["anyOf"][0]["properties"]["heading"]}
+    assert patterned == {name: {"type": "string", "pattern": not_blank_pattern()} for name in patterned}
+    assert "pattern" not in json.dumps({k: v for k, v in grammar["properties"].items() if k not in ("mood", "scratchpad")})
+    for blank in ('"mood": ""', '"mood": " \\n"'):
+        with pytest.raises(ResponseFormatError):
+            parse_response('{"eval": null, "reply": "hi", ' + blank + ', "confidence": 0.5, "monologue": "m",'
+                           ' "scratchpad": null, "done": null}')
+    with pytest.raises(ResponseFormatError, match="scratchpad.heading"):
+        parse_response('{"eval": null, "reply": "hi", "mood": "ok", "confidence": 0.5, "monologue": "m",'
+                       ' "scratchpad": {"heading": "", "content": "", "thread": null}, "done": null}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=NOT_BLANK_MAX + 5))
+def test_a_string_the_not_blank_pattern_allows_is_one_the_parser_takes_and_json_needs_no_escape_in(text):
+    """llama-cpp-python copies the pattern's character classes into its grammar as they are: what
+    they allow between the quotes must be a whole JSON string, and one the parser takes."""
+    if re.fullmatch(not_blank_pattern(), text):
+        assert not_blank(text) == text and len(text) <= NOT_BLANK_MAX
+        assert json.dumps(text, ensure_ascii=False) == f'"{text}"'
+    elif text[:1] and not text[0].isspace() and len(text) <= NOT_BLANK_MAX:
+        assert re.search(r'["\\\x00-\x1f]', text)  # refused only for a character that needs an escape
 
 
 def test_unknown_model_is_tried_with_enabled_thinking_and_the_schema():

@@ -8,6 +8,7 @@ holding each model to what its Models API answer says.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Any
 import pytest
 
 from amacs_server.config import load_config
+from amacs_server.inference.backend import ModelResult
+from amacs_server.inference.parse import CUT_KEPT, CUT_RETRY_PROMPT
+from amacs_server.inference.pricing import Usage
 from amacs_server.loop.primary import run_turn
 from amacs_server.runtime import Runtime
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json, model_info
@@ -255,6 +259,41 @@ def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(t
         assert asked[2][1] < asked[0][1]
         assert face.replies[-1] == "ok" and rt.catalog.window == fake.n_ctx
         assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
+    finally:
+        rt.stop()
+
+
+def test_an_answer_cut_at_the_window_is_asked_again_shorter_and_the_window_learned(tmp_path, fake):
+    """llama-cpp-python stops an answer where its window ends (finish_reason "length", fewer tokens
+    than asked), its JSON unfinished.  The model is asked again with only the cut answer's start,
+    marked, and a prompt for a shorter one (not the whole cut answer: it took the room the next one
+    needs); the shell says why; the window is learned from the counts, so the next answer asked
+    for fits in it."""
+    fake.report_window = False
+    cut = '{"eval": null, "reply": "' + "a long story, " * 300
+    fake.script(Reply(cut, stop="length", usage={"input_tokens": 3000, "output_tokens": 1096,
+                                                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}))
+    rt, face = _runtime(tmp_path / "h", fake, "local", AMACS_BACKEND="openai")
+    try:
+        _turn(rt, "what is 2+2?")
+        first, again = _calls(fake)
+        assert first["body"]["max_tokens"] > 4096
+        asked = again["body"]["messages"]
+        assert asked[:-2] == first["body"]["messages"]
+        assert asked[-2:] == [{"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"},
+                              {"role": "user", "content": CUT_RETRY_PROMPT}]
+        assert face.replies == ["ok"]
+        assert [t for k, t in face.notes if k == "warning"] == [
+            "The model's answer was cut off at its length limit before its JSON ended; asking again for a shorter "
+            "one (1/2)."]
+        assert [e["error"].split(":")[0] for e in _events(rt, "parse_error")] == ["cut off at the length limit"]
+        assert rt.catalog.window == 3000 + 1096
+        assert [t for k, t in face.notes if "window is 4096 tokens" in t]
+        assert again["body"]["max_tokens"] == 4096 // 8
+        # Not a guess from any cut: an answer that used all the tokens asked for says nothing of the window.
+        used = ModelResult("{", Usage(input_tokens=100, output_tokens=1024), 1.0, "length", {"max_tokens": 1024})
+        rt.catalog.caps = dataclasses.replace(rt.catalog.caps, max_input_tokens=None)
+        assert rt.catalog.window is None and rt.catalog.learn_from_cut(used) is None
     finally:
         rt.stop()
 

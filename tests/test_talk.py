@@ -481,3 +481,22 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     finally:
         subagent.build_request = build
     assert order[:4] == ["request made", "sent", "sending queued by the call", "request made"], order
+
+
+def test_a_subagent_answer_cut_at_its_length_limit_is_asked_again_without_the_cut_text(tmp_path):
+    """The one parse policy: a subagent's answer that stopped at the length limit, its JSON
+    unfinished, is asked again with the cut answer's start only, marked, and the shorter prompt."""
+    from amacs_server.inference.parse import CUT_KEPT, CUT_RETRY_PROMPT
+    from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+
+    cut = '{"eval": null, "reply": "' + "a long story, " * 300
+    fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"))).start()
+    fake.script(Reply(cut, stop="max_tokens"))
+    rt = _runtime(tmp_path, fake)
+    _run_researchers(rt, fake, ["q0"])
+    first, again = (r["body"]["messages"] for r in fake.requests)
+    assert again[len(first):] == [
+        {"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"},
+        {"role": "user", "content": CUT_RETRY_PROMPT}]
+    errors = [e["data"]["error"] for e in rt.transcript.read("task-1") if e["event"] == "parse_error"]
+    assert [e.split(":")[0] for e in errors] == ["cut off at the length limit"]

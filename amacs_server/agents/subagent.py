@@ -17,13 +17,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import section
 from ..inference.catalog import call_adapting, prepare
-from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
+from ..inference.parse import (
+    CUT_REASONS,
+    MAX_PARSE_RETRIES,
+    AgentResponse,
+    ResponseFormatError,
+    cut_stand_in,
+    parses,
+)
 from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType
-from .loop import Watchers, parse_with_retries, run_agent
+from .loop import Answer, Watchers, parse_with_retries, run_agent
 from .talk import EventType
 
 if TYPE_CHECKING:
@@ -259,7 +266,7 @@ class SubagentBody:
                                                    f"{parsed.text[:FALLBACK_CHARS]}")
         return parsed.response
 
-    async def model_call(self) -> str:
+    async def model_call(self) -> Answer:
         """One model call for the agent, inside the pool; cost rolled up to the primary's budget."""
         host, agent = self.host, self.agent
         rt = host.rt
@@ -307,16 +314,21 @@ class SubagentBody:
             except InferenceError as err:
                 self.note("model_error", {"error": str(err)})
                 raise
+        learned = catalog.learn_from_cut(result) if model == catalog.model else None
+        if learned:
+            said(learned)
         dollars = rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
         host.counted(agent, result.usage, dollars)
-        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
+        cut = result.stop_reason in CUT_REASONS
+        agent.messages.append({"role": "assistant", "content": cut_stand_in(result.text) if cut and not parses(result.text)
+                               else result.assistant_content()})
         self.note("model_response", {
             "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
             "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
             "cost": dollars, "latency_ms": result.latency_ms})
         await answer_turn(host.answers)
-        return result.text
+        return Answer(result.text, cut)
 
 
 async def answer_turn(lane: asyncio.Lock) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import sdk
 from .capabilities import (
@@ -26,6 +26,9 @@ from .capabilities import (
 )
 from .request import sent_params
 from .retry import InferenceError
+
+if TYPE_CHECKING:
+    from .backend import ModelResult
 
 log = logging.getLogger("amacs")
 
@@ -142,6 +145,21 @@ class ModelCatalog:
         """A server said its window is TOKENS."""
         self.caps = self.caps.with_window(tokens)
         self._keep()
+
+    def learn_from_cut(self, result: ModelResult) -> str | None:
+        """RESULT, an answer, may have stopped at its length limit (``finish_reason`` ``length``).
+
+        An OpenAI-compatible server of an unknown window that stopped it short of the tokens asked
+        stopped at its window's end (llama-cpp-python does so): its window is the prompt's tokens
+        and the answer's, learned and kept.  Returns the line that says so, else None."""
+        asked, usage = result.request.get("max_tokens"), result.usage
+        prompt, answer = usage.input_tokens + usage.cache_read_tokens, usage.output_tokens
+        if (self.backend != "openai" or self.window is not None or result.stop_reason != "length"
+                or not isinstance(asked, int) or answer >= asked or prompt <= 0):
+            return None
+        self.learn_window(prompt + answer)
+        return (f"The model's window is {prompt + answer} tokens (its server stopped an answer there); "
+                f"later requests are fitted to it.")
 
     def calibrate(self, chars: int, tokens: int) -> None:
         """A call of CHARS characters of context counted TOKENS input tokens."""

@@ -13,6 +13,11 @@ from ..errors import AmacsError
 from ..text.clean import printable, storable
 
 RETRY_PROMPT = "Your response was not valid JSON. Please retry."
+CUT_RETRY_PROMPT = ("Your response was cut off at the length limit before its JSON object ended. "
+                    "Answer again with the whole JSON object, shorter.")
+# Why an answer stopped when it stopped at its length limit: OpenAI's finish_reason, Anthropic's stop_reason.
+CUT_REASONS = frozenset({"length", "max_tokens"})
+CUT_KEPT = 300  # characters of a cut answer kept in the messages that ask again
 MAX_PARSE_RETRIES = 2
 FALLBACK_MOOD = "uncertain"
 
@@ -21,6 +26,16 @@ _FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)\n?```", re.DOTALL)
 
 class ResponseFormatError(AmacsError, ValueError):
     """The model's text is not a valid response; the message says what is wrong."""
+
+
+class AnswerCut(ResponseFormatError):
+    """The model's answer stopped at its length limit before its JSON ended."""
+
+
+def cut_stand_in(text: str) -> str:
+    """What the messages keep of an answer cut at the length limit, when the model is asked again:
+    its start, marked as cut (the whole of it would take the room the next answer needs)."""
+    return f"{text[:CUT_KEPT]} [... cut off at the length limit]"
 
 
 @dataclass(frozen=True)
@@ -95,16 +110,48 @@ def response_schema() -> dict[str, Any]:
     return strict
 
 
+# The longest string a field the parser refuses blank (a mood, a heading) may be in llama.cpp's grammar.
+NOT_BLANK_MAX = 100
+
+
+@functools.cache
+def not_blank_pattern() -> str:
+    """A string the parser takes as not blank, as llama.cpp's grammar can say it: a first character
+    that is not white space, at most NOT_BLANK_MAX characters, none a quote, a backslash or a
+    control character.  llama-cpp-python copies a pattern's ``[...]`` classes into its grammar as
+    they are (its ``.`` would let a quote through), so each class must keep the JSON string whole
+    by itself: no escapes are needed in it, and none is possible."""
+    never = '"\\\\\\x00-\\x1F'  # the regex text  "\\\x00-\x1F
+    spaces = " " + "".join(f"\\u{code:04X}" for code in range(0x21, 0x10000) if chr(code).isspace())
+    return f"^[^{never}{spaces}][^{never}]{{0,{NOT_BLANK_MAX - 1}}}$"
+
+
 def with_lengths(schema: dict[str, Any]) -> dict[str, Any]:
-    """SCHEMA with ``minLength: 1`` on every field the parser refuses blank, for backends whose
-    grammar takes string lengths (llama.cpp's); Anthropic's and OpenAI's strict schemas refuse
-    length bounds, so :func:`response_schema` leaves them out."""
-    from .response_model import Response, not_blank
+    """SCHEMA with every string the parser refuses blank (the mood, a scratchpad's heading) held to
+    :func:`not_blank_pattern`, for backends whose grammar takes patterns (llama.cpp's); Anthropic's
+    and OpenAI's strict schemas refuse them, so :func:`response_schema` leaves them out."""
+    from .response_model import Response
+
+    return _not_blank(schema, Response)
+
+
+def _not_blank(schema: dict[str, Any], model: Any) -> dict[str, Any]:
+    """The object SCHEMA, declared by the pydantic MODEL, with its not-blank strings patterned, and
+    those of the objects in it."""
+    from .response_model import nested_model, not_blank
 
     props = dict(schema.get("properties", {}))
-    for name, field in Response.model_fields.items():
-        if name in props and any(getattr(m, "func", None) is not_blank for m in field.metadata):
-            props[name] = {**props[name], "minLength": 1}
+    for name, field in model.model_fields.items():
+        if name not in props:
+            continue
+        if any(getattr(m, "func", None) is not_blank for m in field.metadata):
+            props[name] = {"type": "string", "pattern": not_blank_pattern()}
+        inner = nested_model(field.annotation)
+        if inner is not None:
+            prop = props[name]
+            props[name] = ({**prop, "anyOf": [_not_blank(branch, inner) if branch.get("type") == "object" else branch
+                                              for branch in prop["anyOf"]]} if "anyOf" in prop
+                           else _not_blank(prop, inner))
     return {**schema, "properties": props}
 
 
@@ -161,6 +208,15 @@ def _unit(number: float) -> float:
 
 def _text(value: str | None, clean: Callable[[str], str]) -> str | None:
     return clean(value) if value is not None and value.strip() else None
+
+
+def parses(text: str) -> bool:
+    """Whether TEXT is a valid response."""
+    try:
+        parse_response(text)
+    except ResponseFormatError:
+        return False
+    return True
 
 
 def fallback_response(raw: str) -> AgentResponse:

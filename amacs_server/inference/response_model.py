@@ -6,11 +6,11 @@ on the server's path to its first hello."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, get_args
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, ValidationError
 
-__all__ = ["Response", "ValidationError", "explain", "not_blank"]
+__all__ = ["Response", "ValidationError", "explain", "nested_model", "not_blank"]
 
 
 def _big_int(value: object) -> object:
@@ -28,6 +28,14 @@ def not_blank(text: str) -> str:
     if not text.strip():
         raise ValueError("must be a non-empty string")
     return text
+
+
+def nested_model(annotation: object) -> type[BaseModel] | None:
+    """The model a field declared as ANNOTATION holds (``Scratchpad | None``: Scratchpad), if any."""
+    for kind in (annotation, *get_args(annotation)):
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return kind
+    return None
 
 
 # defer_build: the validators are built by the first response, not at import.

@@ -17,14 +17,21 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
-from ..agents.loop import parse_with_retries, run_agent
+from ..agents.loop import Answer, parse_with_retries, run_agent
 from ..context.assemble import Context, assemble
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.backend import ModelResult
 from ..inference.capabilities import Capabilities, too_long
 from ..inference.catalog import call_adapting, request_chars
-from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, ResponseFormatError
+from ..inference.parse import (
+    CUT_REASONS,
+    MAX_PARSE_RETRIES,
+    AgentResponse,
+    AnswerCut,
+    ResponseFormatError,
+    cut_stand_in,
+)
 from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
@@ -327,7 +334,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
     compacted = False
     last: ModelResult | None = None
 
-    async def call() -> str:
+    async def call() -> Answer:
         nonlocal streamer, messages, user_message, compacted, last
         streamer = ReplyStreamer()
         try:
@@ -338,17 +345,23 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
             messages = list(user_message.messages)
             streamer = ReplyStreamer()
             last = await infer(rt, tick, messages, streamer, may_compact=False)
-        return last.text
+        return Answer(last.text, last.stop_reason in CUT_REASONS)
 
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
         if streamer.shown:
             rt.face.reply_abandon("not valid JSON")
         rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
-        if retry_prompt is not None:
+        if retry_prompt is None:
+            return
+        if isinstance(err, AnswerCut):
+            rt.face.annotate(f"The model's answer was cut off at its length limit before its JSON ended; asking "
+                             f"again for a shorter one ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
+            text = cut_stand_in(text)
+        else:
             rt.face.annotate(f"The model's response was not valid JSON ({err}); "
                              f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
-            messages.extend(({"role": "assistant", "content": text or "(empty)"},
-                             {"role": "user", "content": retry_prompt}))
+        messages.extend(({"role": "assistant", "content": text or "(empty)"},
+                         {"role": "user", "content": retry_prompt}))
 
     parsed = await parse_with_retries(call, rejected)
     if parsed.fallback:
@@ -451,6 +464,9 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                     "a shorter input, or a model with a larger window, will do)")
         _failed(rt, tick, str(err))
     faults.point("infer.response")
+    learned = rt.catalog.learn_from_cut(result)
+    if learned:
+        said(learned)
     rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens
                          + result.usage.cache_write_tokens)
     dollars = rt.charge(result.usage)
