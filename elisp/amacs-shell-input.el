@@ -126,6 +126,117 @@ ring is trimmed to it."
                            (> (car entries) (* 2 comint-input-ring-size))))
       (amacs-shell--rewrite-history))))
 
+;;;; The unsent input (kept across sessions)
+
+(defcustom amacs-shell-draft-save-interval 2
+  "Seconds between saves of the input typed at the prompt and not yet sent.
+An Emacs that is killed loses at most this much typing; the input is
+saved only when it changed, and at once when Emacs exits or the shell
+buffer is killed."
+  :type 'number
+  :group 'amacs)
+
+(defvar-local amacs-shell--draft-file nil
+  "The file of this shell's unsent input, in its AMACS home.")
+
+(defvar-local amacs-shell--draft-saved ""
+  "The unsent input as the file has it (\"\" for none: no file).")
+
+(defvar-local amacs-shell--draft-tick nil
+  "`buffer-chars-modified-tick' when the unsent input was last saved.")
+
+(defvar-local amacs-shell--draft-restored nil
+  "Non-nil while the note that an unsent input came back is still to be said.")
+
+(defvar-local amacs-shell--draft-error nil
+  "Non-nil once saving the unsent input failed and was said.
+Nil again after a save works.")
+
+(defvar amacs-shell--draft-timer nil
+  "The timer that saves every shell's unsent input when it changed.")
+
+(defun amacs-shell--draft ()
+  "The input typed at the shell's prompt and not yet sent."
+  (buffer-substring-no-properties
+   (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt))) (point-max)))
+
+(defun amacs-shell--save-draft ()
+  "Save the unsent input if it changed since the last save.
+An empty (or blank) input removes the file: sent text never comes
+back.  Secrets are scrubbed, as in the history.  A file that cannot be
+written is said once; the input stays at the prompt."
+  (when (and (derived-mode-p 'amacs-shell-mode) amacs-shell--draft-file
+             (markerp amacs-shell--prompt-start)
+             (not (eql amacs-shell--draft-tick (buffer-chars-modified-tick))))
+    (let ((draft (amacs--scrub (amacs-shell--draft)))
+          (file amacs-shell--draft-file)
+          (tick (buffer-chars-modified-tick)))
+      (when (string-blank-p draft) (setq draft ""))
+      (if (equal draft amacs-shell--draft-saved)
+          (setq amacs-shell--draft-tick tick)
+        (condition-case err
+            (progn
+              (if (string-empty-p draft)
+                  (when (file-exists-p file) (delete-file file))
+                ;; Whole or not at all: written beside it, then renamed over it.
+                (let ((temp (expand-file-name (concat "." (file-name-nondirectory file) ".tmp")
+                                              (file-name-directory file)))
+                      (coding-system-for-write 'utf-8-unix))
+                  (with-file-modes #o700 ; private, as the server keeps the home: files 0600
+                    (make-directory (file-name-directory file) t)
+                    (write-region draft nil temp nil 'silent))
+                  (rename-file temp file t)))
+              (setq amacs-shell--draft-saved draft amacs-shell--draft-tick tick
+                    amacs-shell--draft-error nil))
+          (error
+           (unless amacs-shell--draft-error
+             (setq amacs-shell--draft-error t)
+             (amacs-shell--note
+              (format "Could not save your unsent input to %s (%s); it stays at the prompt while this Emacs runs."
+                      file (error-message-string err))))))))))
+
+(defun amacs-shell--save-drafts ()
+  "Save the unsent input of every shell where it changed.
+The timer that calls this stops once no shell is left."
+  (let ((any nil))
+    (dolist (connection amacs--connections)
+      (let ((buffer (amacs-connection-shell connection)))
+        (when (buffer-live-p buffer)
+          (setq any t)
+          (with-current-buffer buffer (amacs-shell--save-draft)))))
+    (when (and (not any) amacs-shell--draft-timer)
+      (cancel-timer amacs-shell--draft-timer)
+      (setq amacs-shell--draft-timer nil))))
+
+(defun amacs-shell--keep-draft (file)
+  "Keep this shell's unsent input in FILE: restore it, and save it when changed.
+The input comes back at the prompt, not sent; the shell says so once
+the last exchanges are shown (`amacs-shell--say-draft-restored')."
+  (setq amacs-shell--draft-file file)
+  (let ((draft (and (file-readable-p file)
+                    (with-temp-buffer
+                      (let ((coding-system-for-read 'utf-8)) (insert-file-contents file))
+                      (buffer-string)))))
+    (when (and draft (not (string-blank-p draft)))
+      (let ((inhibit-read-only t))
+        (goto-char (point-max))
+        (insert draft))
+      (setq amacs-shell--draft-saved draft amacs-shell--draft-restored t)))
+  (setq amacs-shell--draft-tick (buffer-chars-modified-tick))
+  (add-hook 'kill-buffer-hook #'amacs-shell--save-draft nil t)
+  (add-hook 'kill-emacs-hook #'amacs-shell--save-drafts)
+  (unless amacs-shell--draft-timer
+    (setq amacs-shell--draft-timer (run-at-time amacs-shell-draft-save-interval amacs-shell-draft-save-interval
+                                                #'amacs-shell--save-drafts))))
+
+(defun amacs-shell--say-draft-restored ()
+  "Say once that the input at the prompt is the one left unsent last time."
+  (when (amacs-shell--get 'amacs-shell--draft-restored)
+    (amacs-shell--set 'amacs-shell--draft-restored nil)
+    (amacs-shell--note
+     (substitute-command-keys
+      "Restored at the prompt: your input from last time, not sent yet (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)."))))
+
 ;;;; Compose: a long prompt in a buffer of its own
 
 (defvar amacs-compose-mode-map

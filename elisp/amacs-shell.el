@@ -266,7 +266,8 @@ loaded, a piece at each idle moment (`amacs-render-after-preload')."
     (when (and (amacs-status :interrupted) (not said)) ; said when the server stopped
       (amacs-shell--output
        ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
-       'amacs-shell-warning))))
+       'amacs-shell-warning)))
+  (amacs-shell--say-draft-restored))
 
 (defun amacs-shell--on-disconnect ()
   "The server went away: close the stream, say what was kept and what was not sent."
@@ -421,7 +422,8 @@ an id such as task-1 or compulsion-2); any other to the primary."
         (progn (amacs-shell--save-history-safely)
                (amacs-shell--say-to-agent (match-string 1 text) (match-string 2 text)
                                           (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
-      (amacs-shell--send-to-primary proc input))))
+      (amacs-shell--send-to-primary proc input))
+    (amacs-shell--save-draft)))           ; the prompt is empty: sent text never comes back
 
 (defun amacs-shell--send-to-primary (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
@@ -621,7 +623,9 @@ before a past input, `amacs-fork' copies it there into a new home,
       (goto-char (point-max))
       (setq amacs-shell--out (copy-marker (point) t)
             amacs-shell--prompt-start (copy-marker (point) t))
-      (amacs-shell--insert-prompt))))
+      (amacs-shell--insert-prompt)
+      (amacs-shell--keep-draft (expand-file-name "shell-draft" (amacs-connection-home
+                                                                 (amacs-current-connection)))))))
 
 (defun amacs-shell--start-placeholder ()
   "Give the shell the process comint needs; the agent is not a subprocess.

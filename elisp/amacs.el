@@ -63,7 +63,8 @@ OWN is non-nil when this Emacs started the server it is connected to."
 Each input that waited for the server moves into the conversation,
 marked not sent; \\[comint-previous-input] brings it back."
   (amacs-shell--drop-queued "the AMACS server could not start" 'waiting)
-  (amacs-shell--transition 'failed))
+  (amacs-shell--transition 'failed)
+  (amacs-shell--say-draft-restored))
 
 (add-hook 'amacs-start-failed-hook #'amacs--start-failed-in-shell)
 

@@ -150,6 +150,25 @@ def test_commit_per_tick_and_stale_lock(tmp_path):
     assert "memory.db" in ignored and "transcripts/" in ignored
 
 
+@pytest.mark.parametrize("old_home", [False, True])
+def test_the_shell_s_own_files_are_never_committed(tmp_path, old_home):
+    """shell-history and shell-draft (the input typed and not yet sent) are the person's, kept in
+    the home by Emacs: git ignores them in a new home and in one whose .gitignore predates them."""
+    if old_home:
+        (tmp_path / ".gitignore").write_text("memory.db*\ntranscripts/\nshell-history")  # no newline at its end
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    for name in ("shell-history", "shell-draft"):
+        (tmp_path / name).write_text("what the person typed")
+        ignored = subprocess.run(["git", "check-ignore", "-q", name], cwd=tmp_path, check=False)
+        assert ignored.returncode == 0, f"{name} is not git-ignored: {(tmp_path / '.gitignore').read_text()!r}"
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout
+    assert "shell-draft" not in status and "shell-history" not in status
+
+
 def test_monologue_keeps_lines_across_restart(tmp_path):
     path = tmp_path / "monologue.org"
     log = MonologueLog(path)

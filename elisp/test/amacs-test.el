@@ -185,17 +185,20 @@ later, neither runs it again nor says the server stopped."
 
 (ert-deftest amacs-test-shell-mode-prompt-and-sender ()
   "The shell is comint with a dummy process, prompt `amacs> ' and our sender."
-  (with-temp-buffer
-    (amacs-shell-mode)
-    (should (derived-mode-p 'comint-mode))
-    (should (process-live-p (get-buffer-process (current-buffer))))
-    (should (eq comint-input-sender #'amacs-shell--input-sender))
-    (should (string-suffix-p "amacs> " (buffer-string)))
-    (delete-process (get-buffer-process (current-buffer)))))
+  (let ((amacs-home (make-temp-file "amacs-home" t)))  ; the shell keeps its unsent input there
+    (with-temp-buffer
+      (amacs-shell-mode)
+      (should (derived-mode-p 'comint-mode))
+      (should (process-live-p (get-buffer-process (current-buffer))))
+      (should (eq comint-input-sender #'amacs-shell--input-sender))
+      (should (string-suffix-p "amacs> " (buffer-string)))
+      (delete-process (get-buffer-process (current-buffer))))
+    (delete-directory amacs-home t)))
 
 (ert-deftest amacs-test-shell-note-goes-above-idle-prompt ()
   "A note while idle appears above the prompt and keeps half-typed input."
   (let ((buf (get-buffer-create amacs-shell-buffer-name))
+        (amacs-home (make-temp-file "amacs-home" t)) ; the half-typed input is kept there
         (amacs-shell-busy nil))
     (unwind-protect
         (with-current-buffer buf
@@ -206,7 +209,8 @@ later, neither runs it again nor says the server stopped."
           (should (equal (buffer-substring-no-properties (point-min) (point-max))
                          ";; No API key: set it\namacs> half typ"))
           (should (equal (comint-get-old-input-default) "half typ")))
-      (let ((kill-buffer-query-functions nil)) (kill-buffer buf)))))
+      (let ((kill-buffer-query-functions nil)) (kill-buffer buf))
+      (delete-directory amacs-home t))))
 
 (ert-deftest amacs-test-chat-log-opens-folded-at-the-newest-tick ()
   "Issue 4: agent-chat.org opens in org-mode, ticks folded, the newest open."
@@ -284,6 +288,62 @@ later, neither runs it again nor says the server stopped."
       (comint-previous-input 1)
       (should (equal (buffer-substring-no-properties (comint-line-beginning-position) (point-max))
                      "first question")))
+    (delete-directory home t)))
+
+(defun amacs-test--file-text (file)
+  "FILE's text, or nil when there is no FILE."
+  (and (file-exists-p file) (with-temp-buffer (insert-file-contents file) (buffer-string))))
+
+(ert-deftest amacs-test-unsent-input-comes-back-and-sent-input-does-not ()
+  "Input typed and not sent is saved when the shell goes and is back at the next one's prompt.
+The shell says so once its last exchanges are shown; sent, it is gone
+from the file, and the next shell's prompt is empty."
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
+         (file (expand-file-name "shell-draft" home)))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max))
+      (insert "half a thought\nand its second line"))    ; the buffer is killed: saved then
+    (should (equal (amacs-test--file-text file) "half a thought\nand its second line"))
+    (should (= (logand (file-modes file) #o077) 0))       ; private, as the history is
+    (amacs-test--with-shell home sent
+      (should (equal (amacs-shell--draft) "half a thought\nand its second line"))
+      (should-not (string-match-p "Restored" (buffer-string))) ; said after the last exchanges
+      (amacs-shell--say-draft-restored)
+      (amacs-shell--say-draft-restored)   ; once
+      (should (= (how-many "Restored at the prompt: your input from last time, not sent yet"
+                           (point-min) (point-max))
+                 1))
+      (should (equal (amacs-shell--draft) "half a thought\nand its second line"))
+      (cl-letf (((symbol-function 'amacs-when-ready) #'ignore))
+        (setq-local comint-input-sender #'amacs-shell--input-sender) ; the shell's own: it forgets the draft
+        (goto-char (point-max))
+        (comint-send-input))
+      (should-not (file-exists-p file)))
+    (amacs-test--with-shell home sent
+      (should (equal (amacs-shell--draft) ""))
+      (should-not amacs-shell--draft-restored))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-unsent-input-is-saved-while-typing-and-at-exit ()
+  "The timer saves the unsent input only when it changed; Emacs's exit saves it too."
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
+         (file (expand-file-name "shell-draft" home)))
+    (amacs-test--with-shell home sent
+      (should (timerp amacs-shell--draft-timer))
+      (should (memq #'amacs-shell--save-drafts kill-emacs-hook))
+      (goto-char (point-max))
+      (insert "typed")
+      (amacs-shell--save-drafts)          ; what the timer runs
+      (should (equal (amacs-test--file-text file) "typed"))
+      (delete-file file)
+      (amacs-shell--save-drafts)          ; unchanged: not written again
+      (should-not (file-exists-p file))
+      (insert " more")
+      (funcall (car (memq #'amacs-shell--save-drafts kill-emacs-hook))) ; C-x C-c runs it
+      (should (equal (amacs-test--file-text file) "typed more"))
+      (delete-region (+ amacs-shell--prompt-start (length amacs-shell-prompt)) (point-max))
+      (amacs-shell--save-drafts)          ; emptied by hand: nothing comes back
+      (should-not (file-exists-p file)))
     (delete-directory home t)))
 
 (ert-deftest amacs-test-compose-sends-through-the-shell ()
