@@ -65,14 +65,18 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return True
 
     @checked()
-    def set_budget(limit: NonNegativeFloat) -> float:
-        """The person raises (or lowers) the budget limit, in dollars."""
+    def set_budget(limit: NonNegativeFloat) -> dict[str, Any]:
+        """The person raises (or lowers) the budget limit, in dollars.  Returns the ``limit`` and,
+        when it now lets the agent go on after it refused the person's last input, that input
+        (``refused``): the shell puts it back at the prompt."""
 
-        def apply() -> float:
+        def apply() -> dict[str, Any]:
+            stopped = rt.world.budget_stop("the primary agent") is not None
             rt.consciousness.budget.budget_limit = limit
             rt.memory.sync_state(rt.consciousness)
             rt.save_consciousness()
-            return limit
+            goes_on = stopped and rt.world.budget_stop("the primary agent") is None
+            return {"limit": limit, "refused": views.budget_refused_input(rt) if goes_on else None}
 
         return _on_loop(rt, apply)
 

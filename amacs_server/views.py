@@ -41,6 +41,23 @@ def status(rt: Runtime) -> dict[str, object]:
     }
 
 
+# The status the primary's turn records when the budget refused its input (loop.primary,
+# finish_unanswered): tests/e2e/test_shell.py runs that refusal and the raise that offers it back.
+BUDGET_REFUSED = "no reply: budget limit reached"
+
+
+def budget_refused_input(rt: Runtime) -> str | None:
+    """The newest input, whole, when the budget refused it (no reply) and nothing came after it:
+    the shell offers it again once the limit is raised."""
+    if not rt.memory.chat or rt.memory.pending_tick is not None:
+        return None
+    content = rt.memory.chat[-1].content
+    human = content.get("human")
+    if isinstance(human, str) and not content.get("agent") and content.get("status") == BUDGET_REFUSED:
+        return human
+    return None
+
+
 def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
     """One exchange the shell shows at start: what was said, and the tick's eval (form,
     result or error, success) from agent-chat.org, drawn as the live shell drew it."""

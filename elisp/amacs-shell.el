@@ -340,7 +340,9 @@ nothing is lost.")
 ;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
   "Set the agent's budget limit to DOLLARS.
-An agent stopped at its limit goes on with your next input."
+An agent stopped at its limit goes on with your next input.  Raised
+above what is spent, the input the budget refused last is put back at
+the prompt, not sent: RET sends it."
   (interactive
    (let ((now (or (plist-get (or (amacs-shell--get 'amacs-shell-usage) amacs-shell-usage) :budget-limit)
                   5.0)))
@@ -352,13 +354,42 @@ An agent stopped at its limit goes on with your next input."
   (message "AMACS: setting the budget limit to %s…" (amacs-shell--dollars dollars))
   (amacs-when-ready
    (lambda () (amacs-call 'set_budget (list dollars)
-                          (lambda (limit)
-                            (amacs-choose :budget limit)
-                            (amacs-shell--on-tick
-                             (plist-put (copy-sequence (or (amacs-shell--get 'amacs-shell-usage)
-                                                           amacs-shell-usage))
-                                        :budget-limit limit))
-                            (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit)))))))
+                          (lambda (answer)
+                            (let ((limit (plist-get answer :limit)))
+                              (amacs-choose :budget limit)
+                              (amacs-shell--on-tick
+                               (plist-put (copy-sequence (or (amacs-shell--get 'amacs-shell-usage)
+                                                             amacs-shell-usage))
+                                          :budget-limit limit))
+                              (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit))
+                              (when (plist-get answer :refused)
+                                (amacs-shell--put-back-refused (plist-get answer :refused) limit))))))))
+
+(defun amacs-shell--put-back-refused (input limit)
+  "Put INPUT back at the prompt: the budget refused it; LIMIT is above the spend.
+It is not sent: the person sends it (\[amacs-shell-return]), edits it, or
+does not.  What was typed at the prompt goes to the kill ring."
+  (let ((buffer (amacs-shell--buffer)) (draft ""))
+    (when buffer
+      (with-current-buffer buffer
+        (let ((start (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt)))))
+          (setq draft (buffer-substring-no-properties start (point-max)))
+          (unless (equal (string-trim draft) (string-trim input))
+            (unless (string-blank-p draft) (kill-new draft))
+            (let ((inhibit-read-only t))
+              (delete-region start (point-max))
+              (goto-char (point-max))
+              (insert input))))
+        (goto-char (point-max))
+        (dolist (window (get-buffer-window-list buffer nil t))
+          (set-window-point window (point-max))))
+      (amacs-shell--note
+       (substitute-command-keys
+        (format "The budget limit is now %s: your last input, which the budget stopped, is back at the prompt, not sent (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)%s."
+                (amacs-shell--dollars limit)
+                (if (or (string-blank-p draft) (equal (string-trim draft) (string-trim input)))
+                    ""
+                  "; what you had typed there is in the kill ring (\\[yank])")))))))
 
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url)

@@ -417,6 +417,36 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                                                       amacs-shell-test--calls)))
                      4.0)))))
 
+(ert-deftest amacs-shell-test-a-raised-budget-puts-the-refused-input-back ()
+  "Raised above the spend, the input the budget refused is back at the prompt, not sent.
+A draft at the prompt goes to the kill ring; none, and the note does
+not speak of one; no refused input, and the prompt is left alone."
+  (amacs-shell-test--with-shell
+    (let ((answer '(:limit 1.0 :refused "the refused question")) (kill-ring nil))
+      (cl-letf (((symbol-function 'amacs-call)
+                 (lambda (method args &optional callback &rest _)
+                   (push (list method args) amacs-shell-test--calls)
+                   (when callback (funcall callback answer))))
+                ((symbol-function 'amacs-choose) #'ignore))
+        (insert "half a new thought")
+        (amacs-set-budget 1.0)
+        (should (equal (amacs-shell--draft) "the refused question"))
+        (should (equal (car kill-ring) "half a new thought"))
+        (should (string-match-p
+                 ";; The budget limit is now \\$1.00: your last input, which the budget stopped, is back at the prompt, not sent (RET sends it); what you had typed there is in the kill ring (C-y)."
+                 (amacs-shell-test--text)))
+        (should-not (assq 'submit amacs-shell-test--calls))      ; not sent
+        (let ((inhibit-read-only t)) (delete-region (point-min) (point-max)) (amacs-shell--insert-prompt))
+        (setq kill-ring nil)
+        (amacs-set-budget 1.0)                                    ; an empty prompt
+        (should (equal (amacs-shell--draft) "the refused question"))
+        (should-not kill-ring)
+        (should (string-match-p "is back at the prompt, not sent (RET sends it)\\.$" (amacs-shell-test--text)))
+        (setq answer '(:limit 1.0 :refused nil))
+        (let ((before (amacs-shell-test--text)))
+          (amacs-set-budget 1.0)
+          (should (equal (amacs-shell-test--text) before)))))))
+
 (ert-deftest amacs-shell-test-a-narrow-header-keeps-what-the-agent-does ()
   "Too wide for the window, the header drops the backend, then the model, not the agent's doing."
   (amacs-shell-test--with-shell

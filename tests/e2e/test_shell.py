@@ -165,15 +165,25 @@ def test_price_table_defcustom_overrides_the_servers(fake, home):
 
 
 def test_budget_limit_stops_the_agent_until_raised(fake, home):
+    """The budget refuses the third input; raised, the shell puts that input back at the prompt (not
+    sent: the person had typed more there, which goes to the kill ring), and RET sends it."""
     fake.script(Reply(agent_json("One."), usage=USAGE), Reply(agent_json("Two."), usage=USAGE),
                 Reply(agent_json("Three, after the raise."), usage=USAGE))
-    program = ("(amacs-e2e-open) (amacs-e2e-send \"a\") (amacs-e2e-send \"b\") (amacs-e2e-send \"c\") "
-               "(amacs-set-budget 1.0) (accept-process-output nil 0.3) (amacs-e2e-send \"d\") (amacs-e2e-finish)")
+    program = ("(amacs-e2e-open) (amacs-e2e-send \"a\") (amacs-e2e-send \"b\") (amacs-e2e-send \"the third input\") "
+               "(with-current-buffer amacs-shell-buffer-name (goto-char (point-max)) (insert \"a draft\")) "
+               "(amacs-set-budget 1.0) (amacs-e2e-wait-text \"is back at the prompt\") "
+               "(princ (format \"PROMPT<<%s>> KILLED<<%s>>\\n\" "
+               "(with-current-buffer amacs-shell-buffer-name (amacs-shell--draft)) (car kill-ring))) "
+               "(amacs-e2e-send \"\") (amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program, AMACS_MODEL="claude-sonnet-4-5", AMACS_BUDGET_LIMIT="0.02").check()
     assert "Two." in run.shell and "Three, after the raise." in run.shell
     assert ("Budget spent ($0.0300 of $0.02): the primary agent wanted another model call and was stopped; "
             "raise the limit with M-x amacs-set-budget to go on.") in run.shell
+    assert ("The budget limit is now $1.00: your last input, which the budget stopped, is back at the prompt, "
+            "not sent (RET sends it); what you had typed there is in the kill ring (C-y).") in run.shell
+    assert "PROMPT<<the third input>> KILLED<<a draft>>" in run.stdout
     assert len(fake.requests) == 3
+    assert "the third input" in fake.user_texts()[-1]
 
 
 def test_openai_compatible_backend_streamed(fake, home):
