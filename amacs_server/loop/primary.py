@@ -349,7 +349,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
 
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
         if streamer.shown:
-            rt.face.reply_abandon("not valid JSON")
+            rt.face.reply_abandon("cut off at the length limit" if isinstance(err, AnswerCut) else "not valid JSON")
         rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
         if retry_prompt is None:
             return
