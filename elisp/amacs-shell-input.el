@@ -145,8 +145,10 @@ buffer is killed."
 (defvar-local amacs-shell--draft-tick nil
   "`buffer-chars-modified-tick' when the unsent input was last saved.")
 
-(defvar-local amacs-shell--draft-restored nil
-  "Non-nil while the note that an unsent input came back is still to be said.")
+(defvar-local amacs-shell--draft-pending nil
+  "The unsent input of last time, read and not yet back at the prompt, or nil.
+It comes back once the last exchanges are shown: what is typed while
+the shell starts is not glued to it, unseen, and sent with it.")
 
 (defvar-local amacs-shell--draft-error nil
   "Non-nil once saving the unsent input failed and was said.
@@ -172,6 +174,9 @@ written is said once; the input stays at the prompt."
           (file amacs-shell--draft-file)
           (tick (buffer-chars-modified-tick)))
       (when (string-blank-p draft) (setq draft ""))
+      (when amacs-shell--draft-pending    ; not back yet: it stays, with what was typed since
+        (setq draft (if (string-empty-p draft) amacs-shell--draft-pending
+                      (concat amacs-shell--draft-pending "\n" draft))))
       (if (equal draft amacs-shell--draft-saved)
           (setq amacs-shell--draft-tick tick)
         (condition-case err
@@ -210,18 +215,15 @@ The timer that calls this stops once no shell is left."
 
 (defun amacs-shell--keep-draft (file)
   "Keep this shell's unsent input in FILE: restore it, and save it when changed.
-The input comes back at the prompt, not sent; the shell says so once
-the last exchanges are shown (`amacs-shell--say-draft-restored')."
+What FILE holds comes back at the prompt, not sent, once the last
+exchanges are shown (`amacs-shell--restore-draft')."
   (setq amacs-shell--draft-file file)
   (let ((draft (and (file-readable-p file)
                     (with-temp-buffer
                       (let ((coding-system-for-read 'utf-8)) (insert-file-contents file))
                       (buffer-string)))))
     (when (and draft (not (string-blank-p draft)))
-      (let ((inhibit-read-only t))
-        (goto-char (point-max))
-        (insert draft))
-      (setq amacs-shell--draft-saved draft amacs-shell--draft-restored t)))
+      (setq amacs-shell--draft-saved draft amacs-shell--draft-pending draft)))
   (setq amacs-shell--draft-tick (buffer-chars-modified-tick))
   (add-hook 'kill-buffer-hook #'amacs-shell--save-draft nil t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-drafts)
@@ -229,13 +231,30 @@ the last exchanges are shown (`amacs-shell--say-draft-restored')."
     (setq amacs-shell--draft-timer (run-at-time amacs-shell-draft-save-interval amacs-shell-draft-save-interval
                                                 #'amacs-shell--save-drafts))))
 
-(defun amacs-shell--say-draft-restored ()
-  "Say once that the input at the prompt is the one left unsent last time."
-  (when (amacs-shell--get 'amacs-shell--draft-restored)
-    (amacs-shell--set 'amacs-shell--draft-restored nil)
-    (amacs-shell--note
-     (substitute-command-keys
-      "Restored at the prompt: your input from last time, not sent yet (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)."))))
+(defun amacs-shell--restore-draft ()
+  "Put the unsent input of last time back at the prompt, and say so in one line.
+If something was typed at the prompt while the shell started, that
+stays, and the input of last time goes to the kill ring instead."
+  (let ((draft (amacs-shell--get 'amacs-shell--draft-pending))
+        (buffer (amacs-shell--buffer)))
+    (when draft
+      (with-current-buffer buffer
+        (setq amacs-shell--draft-pending nil amacs-shell--draft-tick nil) ; saved as it now stands
+        (if (string-blank-p (amacs-shell--draft))
+            (let ((inhibit-read-only t))
+              (delete-region (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt)))
+                             (point-max))
+              (goto-char (point-max))
+              (insert draft)
+              (dolist (window (get-buffer-window-list buffer nil t))
+                (set-window-point window (point-max)))
+              (setq draft nil))
+          (kill-new draft)))
+      (amacs-shell--note
+       (substitute-command-keys
+        (if draft
+            "Your input from last time, not sent, is in the kill ring (\\[yank]): you typed at the prompt meanwhile."
+          "Restored at the prompt: your input from last time, not sent yet (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)."))))))
 
 ;;;; Compose: a long prompt in a buffer of its own
 

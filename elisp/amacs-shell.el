@@ -267,7 +267,7 @@ loaded, a piece at each idle moment (`amacs-render-after-preload')."
       (amacs-shell--output
        ";; Your last message got no reply before the server stopped; it is kept in agent-chat.org. Send again to continue."
        'amacs-shell-warning)))
-  (amacs-shell--say-draft-restored))
+  (amacs-shell--restore-draft))
 
 (defun amacs-shell--on-disconnect ()
   "The server went away: close the stream, say what was kept and what was not sent."

@@ -64,7 +64,7 @@ Each input that waited for the server moves into the conversation,
 marked not sent; \\[comint-previous-input] brings it back."
   (amacs-shell--drop-queued "the AMACS server could not start" 'waiting)
   (amacs-shell--transition 'failed)
-  (amacs-shell--say-draft-restored))
+  (amacs-shell--restore-draft))
 
 (add-hook 'amacs-start-failed-hook #'amacs--start-failed-in-shell)
 

@@ -306,10 +306,11 @@ from the file, and the next shell's prompt is empty."
     (should (equal (amacs-test--file-text file) "half a thought\nand its second line"))
     (should (= (logand (file-modes file) #o077) 0))       ; private, as the history is
     (amacs-test--with-shell home sent
-      (should (equal (amacs-shell--draft) "half a thought\nand its second line"))
-      (should-not (string-match-p "Restored" (buffer-string))) ; said after the last exchanges
-      (amacs-shell--say-draft-restored)
-      (amacs-shell--say-draft-restored)   ; once
+      (should (equal (amacs-shell--draft) ""))  ; back once the last exchanges are shown
+      (amacs-shell--save-drafts)                ; meanwhile the file keeps it
+      (should (equal (amacs-test--file-text file) "half a thought\nand its second line"))
+      (amacs-shell--restore-draft)
+      (amacs-shell--restore-draft)        ; once
       (should (= (how-many "Restored at the prompt: your input from last time, not sent yet"
                            (point-min) (point-max))
                  1))
@@ -320,8 +321,31 @@ from the file, and the next shell's prompt is empty."
         (comint-send-input))
       (should-not (file-exists-p file)))
     (amacs-test--with-shell home sent
+      (amacs-shell--restore-draft)
       (should (equal (amacs-shell--draft) ""))
-      (should-not amacs-shell--draft-restored))
+      (should-not (string-match-p "Restored" (buffer-string))))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-unsent-input-is-not-glued-to-what-is-typed-at-start ()
+  "Typed while the shell starts, before the input of last time is back: neither is lost.
+Killed then, the file keeps both; shown, the typed text stays at the
+prompt and the input of last time goes to the kill ring."
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil) (kill-ring nil)
+         (file (expand-file-name "shell-draft" home)))
+    (with-temp-file file (insert "from last time"))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max))
+      (insert "typed at start")
+      (funcall (car (memq #'amacs-shell--save-drafts kill-emacs-hook))) ; killed now: both kept
+      (should (equal (amacs-test--file-text file) "from last time\ntyped at start")))
+    (with-temp-file file (insert "from last time"))
+    (amacs-test--with-shell home sent
+      (goto-char (point-max))
+      (insert "typed at start")
+      (amacs-shell--restore-draft)
+      (should (equal (amacs-shell--draft) "typed at start"))
+      (should (equal (car kill-ring) "from last time"))
+      (should (string-match-p "Your input from last time, not sent, is in the kill ring (C-y)" (buffer-string))))
     (delete-directory home t)))
 
 (ert-deftest amacs-test-unsent-input-is-saved-while-typing-and-at-exit ()

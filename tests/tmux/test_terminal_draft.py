@@ -79,3 +79,24 @@ def test_unsent_input_survives_an_emacs_that_is_killed(terminal, fake):
     term.wait_for(lambda _s: ended(term), timeout=10, what="Emacs to die")
     term = reopen(terminal, term)
     restored(term, "typed before the kill")
+
+
+def test_what_is_typed_while_the_shell_starts_is_not_glued_to_the_restored_input(terminal, fake):
+    """Typed before the shell is ready (the keys the person types at once, not seeing the prompt yet):
+    it stays at the prompt alone, and the input of last time goes to the kill ring; nothing is sent."""
+    term = terminal()
+    term.type("from last time")
+    term.wait_for(lambda _s: term.line_at_cursor() == PROMPT + "from last time", what="the typed text")
+    term.press("C-x C-c")
+    term.wait_for(lambda _s: ended(term), timeout=20, what="Emacs to exit")
+    assert not term.close()
+    term = terminal(connected=False, AMACS_HOME=str(term.amacs_home))
+    early = term.elisp("(and (amacs-live-p) t)") != "t"
+    term.type("typed at start")
+    term.wait_for("is in the kill ring (C-y): you typed at the prompt meanwhile", timeout=30,
+                  what="the note that the input of last time is in the kill ring")
+    term.wait_for(lambda _s: term.line_at_cursor() == PROMPT + "typed at start", timeout=10,
+                  what="what was typed at start, alone at the prompt")
+    assert term.elisp_string("(car kill-ring)") == "from last time"
+    assert not fake.requests, "nothing was sent"
+    assert early, "the server was ready before anything was typed: nothing was tested early"
