@@ -155,7 +155,7 @@ def test_two_turns_then_a_long_one_with_a_real_local_model(llama: str, home: Pat
     # Replies parse by construction: the reply's schema goes as response_format (llama-cpp-python's
     # json_object form, learned from its refusal of json_schema), and every answer follows it.  What
     # no grammar can finish is an answer the server stops at its window's end (finish_reason
-    # "length": ~4% of this model's answers to the second turn, sampled at the server's 0.8): such
+    # "length": 3 of 92 of this model's answers to the second turn, sampled at the server's 0.8): such
     # a cut answer is asked again, shorter, and is the only answer that may fail to parse.
     for tick in (1, 2):
         errors = [e["data"]["error"] for e in evs if e["event"] == "parse_error" and e.get("tick") == tick]
