@@ -383,20 +383,24 @@ so the input moves into the conversation unchanged."
           (put-text-property pos (next-single-property-change pos 'amacs-queued nil (cdr region))
                              'amacs-sent t))))))
 
-(defun amacs-shell--take-queued (&optional face note sent)
+(defun amacs-shell--take-queued (&optional face note sent id)
   "Move the oldest queued input into the output, in FACE; then NOTE, if any.
 SENT: only if it was handed to a server (t) or only if not (`waiting').
+ID: the queued entry ID (`amacs-shell--queue'), not the oldest.
 Return its line (the prompt and the input) if there was one."
   (amacs-shell--editing
-    (let ((region (amacs-shell--footer-lines 'amacs-queued)))
-      (when (and region (pcase sent
-                          ('t (get-text-property (car region) 'amacs-sent))
-                          ('waiting (not (get-text-property (car region) 'amacs-sent)))
-                          (_ t)))
+    (let* ((region (amacs-shell--footer-lines 'amacs-queued))
+           (start (and region (if id
+                                  (text-property-any (car region) (cdr region) 'amacs-queued id)
+                                (car region)))))
+      (when (and start (pcase sent
+                         ('t (get-text-property start 'amacs-sent))
+                         ('waiting (not (get-text-property start 'amacs-sent)))
+                         (_ t)))
         ;; An entry is a run of one `amacs-queued' value: an input of several lines moves whole.
-        (let* ((end (next-single-property-change (car region) 'amacs-queued nil (cdr region)))
-               (line (buffer-substring-no-properties (car region) end)))
-          (delete-region (car region) end)
+        (let* ((end (next-single-property-change start 'amacs-queued nil (cdr region)))
+               (line (buffer-substring-no-properties start end)))
+          (delete-region start end)
           (amacs-shell--fresh-line)
           (amacs-shell--insert-output (amacs-shell--input-line line face))
           (when note (amacs-shell--insert-output (propertize (concat note "\n") 'font-lock-face face)))

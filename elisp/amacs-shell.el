@@ -476,7 +476,7 @@ The line sent waits in the footer as queued until the agent takes it."
          (amacs-shell--mark-sent id)
          (amacs-call 'submit (list text) nil
                      (lambda (err)
-                       (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err)))))))))
+                       (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err) nil id))))))))
 
 (defun amacs-shell-interrupt ()
   "Stop the agent's turn: its model call and the evaluations it chains.

@@ -417,6 +417,27 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                                                       amacs-shell-test--calls)))
                      4.0)))))
 
+(ert-deftest amacs-shell-test-a-refused-input-is-the-one-marked-not-sent ()
+  "The server refuses the second of two queued inputs: that one is marked not sent.
+The first, which it accepted, stays queued until the agent takes it;
+the oldest was marked, and the refused one later shown as taken."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-call)
+               (lambda (method args &optional _callback errback)
+                 (push (list method args) amacs-shell-test--calls)
+                 (when (and (eq method 'submit) (equal (car args) "the refused one") errback)
+                   (funcall errback "1 inputs already wait for the agent")))))
+      (amacs-shell-test--type-and-send "the accepted one")
+      (amacs-shell-test--type-and-send "the refused one")
+      (should (string-match-p "amacs> the refused one\n;; Not sent: 1 inputs already wait for the agent"
+                              (amacs-shell-test--text)))
+      (let ((queued (amacs-shell--footer-lines 'amacs-queued)))
+        (should (equal (buffer-substring-no-properties (car queued) (cdr queued)) "amacs> the accepted one\n")))
+      (amacs-shell--on-input-taken '(:saved t))
+      (should-not (amacs-shell--footer-lines 'amacs-queued))
+      (should (string-match-p "amacs> the refused one\n;; Not sent[^\n]*\n\\(.*\n\\)*amacs> the accepted one"
+                              (amacs-shell-test--text))))))
+
 (ert-deftest amacs-shell-test-a-raised-budget-puts-the-refused-input-back ()
   "Raised above the spend, the input the budget refused is back at the prompt, not sent.
 A draft at the prompt goes to the kill ring; none, and the note does
