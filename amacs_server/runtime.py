@@ -21,7 +21,7 @@ from .agents.world import AgentWorld, Limits
 from .config import LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .errors import AmacsError, Refused, Stopping
-from .files import atomic_write
+from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
@@ -450,6 +450,16 @@ class Runtime:
         if isinstance(err, OSError) and err.errno is not None:
             return f"This turn stopped: {explain_os_error(err, home)}. {kept}"
         return f"Internal error in this turn: {err!r}. The server goes on; server.log has the details."
+
+    def task_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+        """A subagent task ended: the shell shows TEXT (✓ when OK, else ✗) and agent-chat.org keeps
+        the same line where it fell among the ticks, so a resumed shell shows it again."""
+        self.face.agent_ended(agent_id, state, ok, text)
+        try:
+            with deferred_sync():
+                self.chat_log.write_task_ended(text, ok)
+        except PersistenceError as err:
+            self.face.annotate(f"Could not save the end of {agent_id} in agent-chat.org: {err.strerror}", "error")
 
     def save_consciousness(self) -> None:
         """Write ``consciousness.el`` atomically."""

@@ -59,8 +59,9 @@ def budget_refused_input(rt: Runtime) -> str | None:
 
 
 def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
-    """One exchange the shell shows at start: what was said, and the tick's eval (form,
-    result or error, success) from agent-chat.org, drawn as the live shell drew it."""
+    """One exchange the shell shows at start: what was said, and from agent-chat.org the tick's
+    eval (form, result or error, success) and the subagent tasks that ended under it (each
+    before or after the reply), drawn as the live shell drew them."""
     tick = tick_of(item)
     out: dict[str, object] = {"tick": tick, "human": _shortened(item.content.get("human")),
                               "agent": _shortened(item.content.get("agent"))}
@@ -69,6 +70,9 @@ def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
     done = rt.chat_log.recent_evals.get(tick)
     if done is not None:
         out["eval"] = done.to_dict()
+    tasks = rt.chat_log.recent_tasks.get(tick)
+    if tasks:
+        out["tasks"] = [task.to_dict() for task in tasks]
     return out
 
 

@@ -115,10 +115,15 @@ What the shell acts on comes as an event with fields of its own."
   "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
 The primary waiting for it has its result."
   (amacs-shell--transition 'answered (plist-get event :id))
+  (amacs-shell--task-ended event))
+
+(defun amacs-shell--task-ended (ended)
+  "Show the line of a subagent task that ENDED: its :text after ✓ when :ok, else ✗.
+The live event and a resumed exchange's task are drawn by this one function."
   (amacs-shell--output
-   (amacs-shell--one-line (concat (if (plist-get event :ok) "✓ " "✗ ") (plist-get event :text))
+   (amacs-shell--one-line (concat (if (plist-get ended :ok) "✓ " "✗ ") (plist-get ended :text))
                           (* 2 (amacs-shell--width)))
-   (if (plist-get event :ok) 'amacs-shell-agent 'amacs-shell-warning)))
+   (if (plist-get ended :ok) 'amacs-shell-agent 'amacs-shell-warning)))
 
 (defun amacs-shell--on-turn-start (_event)
   "The agent started a turn."
@@ -212,6 +217,9 @@ the log) and these facts are one notice, each line a `;;' line."
           (when (plist-get entry :human)
             (amacs-shell--output (amacs-shell--input-line
                                   (concat amacs-shell-prompt (plist-get entry :human)))))
+          ;; The tasks that ended before the reply was said, then after it: where the live shell put them.
+          (dolist (task (append (plist-get entry :tasks) nil))
+            (when (plist-get task :before-reply) (amacs-shell--task-ended task)))
           (when (plist-get entry :status)   ; no reply, and why: as the live shell said it
             (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-annotation))
           (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
@@ -221,7 +229,9 @@ the log) and these facts are one notice, each line a `;;' line."
               (amacs-shell--fresh-line t)))
           (let ((done (plist-get entry :eval)))  ; said, then evaluated: as the live shell drew it
             (when done
-              (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done))))
+              (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
+          (dolist (task (append (plist-get entry :tasks) nil))
+            (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))
         (amacs-shell--output
          (substitute-command-keys
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")

@@ -11,7 +11,13 @@ import orgparse
 from amacs_server import views
 from amacs_server.config import load_config
 from amacs_server.context.assemble import assemble
-from amacs_server.persistence.chat_log import EVAL_CHARS, ChatEval, ChatLog
+from amacs_server.persistence.chat_log import (
+    EVAL_CHARS,
+    TASK_LINE_CHARS,
+    ChatEval,
+    ChatLog,
+    ChatTaskEnded,
+)
 from amacs_server.runtime import Runtime
 from tests.test_memory import SilentFace
 
@@ -91,3 +97,49 @@ def test_rotation_keeps_the_eval_part_with_its_tick(tmp_path):
     entries = ChatLog(path, rotate_bytes=200).read()
     assert [(e.tick, e.eval) for e in entries] == [(1, ChatEval("(+ 2 2)", True, "4", None)), (2, None)]
     assert (tmp_path / "chat").is_dir()
+
+
+def test_tasks_that_ended_go_under_the_tick_before_or_after_its_reply(tmp_path):
+    """A subagent task's end (the shell's ``✓``/``✗`` line) is a ``** Task ended`` part of the tick
+    last begun: before the reply when the reply was not written yet, else after it; the chat's
+    memory and context do not get it; the shell's recent exchanges carry it, written or read
+    back at a restart; a line is kept to TASK_LINE_CHARS, on one line."""
+    home = tmp_path / "home"
+    config = load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"})
+    rt = Runtime(config, SilentFace())
+    log = rt.chat_log
+    log.write_human(1, T, "pair")
+    log.write_agent(1, T, "I'll ask two.", with_heading=False)
+    log.write_eval(1, ChatEval.of("(agent-task ...)", True, "(:waiting-for (1 2))", None))
+    log.write_task_ended("task-1 (researcher) done: A.", True)
+    log.write_task_ended("task-2 (researcher) failed:\n* boom " + "x" * 2000, False)
+    log.write_human(2, T, "slow")
+    log.write_task_ended("task-3 (researcher) done: E.", True)
+    log.write_agent(2, T, "Slowly said.", with_heading=False)
+    text = (home / "agent-chat.org").read_text()
+    assert ("#+end_example\n\n** Task ended\n✓ task-1 (researcher) done: A.\n\n"
+            "** Task ended\n✗ task-2 (researcher) failed: * boom x") in text
+    assert "** Human\nslow\n\n** Task ended\n✓ task-3 (researcher) done: E.\n\n** Agent\nSlowly said.\n" in text
+    long = f"task-2 (researcher) failed: * boom {'x' * (TASK_LINE_CHARS - 36)}…"
+    assert len(long) == TASK_LINE_CHARS
+    wanted = {1: [ChatTaskEnded("task-1 (researcher) done: A.", True, before_reply=False),
+                  ChatTaskEnded(long, False, before_reply=False)],
+              2: [ChatTaskEnded("task-3 (researcher) done: E.", True, before_reply=True)]}
+    assert log.recent_tasks == wanted
+    first, second = ChatLog(home / "agent-chat.org").read()
+    assert (first.agent, first.eval is not None, first.tasks) == ("I'll ask two.", True, wanted[1])
+    assert (second.human, second.agent, second.tasks) == ("slow", "Slowly said.", wanted[2])
+    rt.ltm.close()
+    again = Runtime(config, SilentFace())
+    try:
+        assert again.chat_log.recent_tasks == wanted
+        assert again.memory.chat[-1].content == {"human": "slow", "agent": "Slowly said."}
+        assert "task-3" not in assemble(again.memory.snapshot(again.consciousness)).text
+        recent = views.status(again)["recent"]
+        assert [r.get("tasks") for r in recent] == [  # type: ignore[attr-defined]
+            [t.to_dict() for t in wanted[1]], [t.to_dict() for t in wanted[2]]]
+        again.chat_log.write_task_ended("task-4 (researcher) done: late.", True)  # after tick 2's reply
+        assert again.chat_log.recent_tasks[2][-1] == ChatTaskEnded("task-4 (researcher) done: late.", True,
+                                                                     before_reply=False)
+    finally:
+        again.ltm.close()

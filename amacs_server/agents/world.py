@@ -85,6 +85,8 @@ class WorldHost(Protocol):
 
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
 
+    def task_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None: ...
+
 
 @dataclass
 class Limits:
@@ -469,8 +471,8 @@ class AgentWorld(Registry):
             self.tasks_live -= 1
         self._end(agent, agent.state)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.face.agent_ended(agent.id, agent.state, agent.state is AgentState.DONE,
-                                 f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
+        self.rt.task_ended(agent.id, agent.state, agent.state is AgentState.DONE,
+                           f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
         self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
     def viewpoint(self, caller: str, name: str, template: str) -> dict[str, Any]:

@@ -9,6 +9,10 @@ cut at :data:`EVAL_CHARS` (the transcript has them whole).  The eval is its
 own part, not under ``** Agent``: the reply read back is only the reply.
 A tick that ended without a reply (interrupted, no key, the budget) says
 why in ``** No reply``; one with neither was cut off (the server stopped).
+A subagent task that ended adds ``** Task ended``, the line the shell showed
+(``✓ task-1 (researcher) done: …``, ``✗`` when it did not answer), under the
+tick last begun, where it fell among that tick's parts: a resumed shell shows
+it where the live one did.
 
 The human's text is plain: lines that would start an org heading are escaped
 with a leading comma, as org does in source blocks.  The reply is org:
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .monthly import ROTATE_BYTES, TAIL_BYTES, MonthlyLog
@@ -72,6 +76,25 @@ def _cut(text: str | None, comment: str) -> str | None:
     return shorten(text, EVAL_CHARS, comment + "[… {more} more characters cut: the transcript has them all]")
 
 
+# A task's line is kept to this many characters (the shell shows at most two lines of it;
+# the task's whole answer is in its transcript).
+TASK_LINE_CHARS = 1000
+
+
+@dataclass
+class ChatTaskEnded:
+    """A subagent task's end as the shell showed it: TEXT after ✓ (OK) or ✗; BEFORE_REPLY when
+    it came before its tick's reply (or no-reply) part, else after the tick's reply and eval."""
+
+    text: str
+    ok: bool
+    before_reply: bool
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain dict (the shell draws it as the live ``agent-ended`` event)."""
+        return {"text": self.text, "ok": self.ok, "before_reply": self.before_reply}
+
+
 @dataclass
 class ChatEntry:
     """One tick of the chat: the human part, the agent part, or both."""
@@ -82,6 +105,7 @@ class ChatEntry:
     agent: str | None = None
     eval: ChatEval | None = None
     no_reply: str | None = None  # why the tick ended without a reply, when it said so
+    tasks: list[ChatTaskEnded] = field(default_factory=list)  # the tasks that ended, in order
 
     @property
     def interrupted(self) -> bool:
@@ -185,7 +209,10 @@ _TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:
                         re.MULTILINE)
 _TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
 _TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply|Rewound|Forked)( \(error\))?[ \t]*$", re.MULTILINE)
+_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply|Task ended|Rewound|Forked)( \(error\))?[ \t]*$",
+                   re.MULTILINE)
+# A task's line: its mark, ✓ when it answered, ✗ when not, then what the shell said.
+_TASK_MARKS = {True: "✓", False: "✗"}
 # The eval part's form and its result (escaped as org escapes block lines).
 _EVAL_FORM = re.compile(r"^#\+begin_src emacs-lisp[ \t]*\n(.*?)\n#\+end_src[ \t]*$", re.MULTILINE | re.DOTALL)
 _EVAL_RESULT = re.compile(r"^#\+RESULTS:[ \t]*\n#\+begin_example[ \t]*\n(.*?)\n#\+end_example[ \t]*$",
@@ -228,6 +255,11 @@ class ChatLog:
         # The evals of the last ticks read at the tail or written since, by tick (for the
         # shell's last exchanges: the chat items in memory hold only what was said).
         self.recent_evals: dict[int, ChatEval] = {}
+        # Likewise the tasks that ended under each of the last ticks, in order.
+        self.recent_tasks: dict[int, list[ChatTaskEnded]] = {}
+        # The tick whose heading is the file's last, and whether its reply (or why none) is
+        # written: a task that ends goes under it, before or after that reply.
+        self._last_tick: tuple[int, bool] | None = None
 
     @property
     def bad_utf8(self) -> int | None:
@@ -245,6 +277,7 @@ class ChatLog:
             f"** Human\n{escape_org(text)}\n\n",
             new_entry=timestamp,
         )
+        self._last_tick = (tick, False)
 
     def write_agent(self, tick: int, timestamp: str, reply: str, *, with_heading: bool) -> None:
         """Append the agent's part; a tick with no human input gets its heading here."""
@@ -254,10 +287,30 @@ class ChatLog:
             else ""
         )
         self.log.append(f"{head}** Agent\n{nest_reply(reply)}\n\n", new_entry=timestamp if with_heading else None)
+        self._last_tick = (tick, True)
 
     def write_no_reply(self, reason: str) -> None:
         """Append why the tick whose input was just written ends without a reply."""
         self.log.append(f"** No reply\n{escape_org(reason)}\n\n")
+        if self._last_tick is not None:
+            self._last_tick = (self._last_tick[0], True)
+
+    def write_task_ended(self, text: str, ok: bool) -> None:
+        """Append a subagent task's end, the line the shell showed (TEXT after ✓ when OK, else ✗),
+        under the tick last begun: before its reply when that is not written yet."""
+        line = " ".join(text.split())
+        if len(line) > TASK_LINE_CHARS:
+            line = line[:TASK_LINE_CHARS - 1] + "…"
+        self.log.append(f"** Task ended\n{escape_org(f'{_TASK_MARKS[ok]} {line}')}\n\n")
+        if self._last_tick is not None:
+            tick, replied = self._last_tick
+            self._keep_task(tick, ChatTaskEnded(line, ok, before_reply=not replied))
+
+    def _keep_task(self, tick: int, task: ChatTaskEnded) -> None:
+        self.recent_tasks.setdefault(tick, []).append(task)
+        if len(self.recent_tasks) > 2 * RECENT_EVALS:
+            for old in sorted(self.recent_tasks)[:-RECENT_EVALS]:
+                del self.recent_tasks[old]
 
     def write_eval(self, tick: int, done: ChatEval) -> None:
         """Append the eval of TICK (after its agent part, which wrote the heading if needed)."""
@@ -287,6 +340,11 @@ class ChatLog:
         for entry in entries:
             if entry.eval is not None:
                 self._keep_eval(entry.tick, entry.eval)
+            for task in entry.tasks:
+                self._keep_task(entry.tick, task)
+        if entries:
+            last = entries[-1]
+            self._last_tick = (last.tick, last.agent is not None or last.no_reply is not None)
         return entries
 
 
@@ -315,6 +373,11 @@ def parse_tick(text: str) -> ChatEntry | None:
             continue  # a rewind's or fork's record (persistence.history), not part of the exchange
         elif part[1] == "No reply":
             entry.no_reply = unescape_org(body.strip("\n"))
+        elif part[1] == "Task ended":
+            line = unescape_org(body.strip("\n"))
+            mark, _, said = line.partition(" ")
+            entry.tasks.append(ChatTaskEnded(said, mark == _TASK_MARKS[True],
+                                             before_reply=entry.agent is None and entry.no_reply is None))
         else:
             entry.agent = unnest_reply(body[:-2] if body.endswith("\n\n") else body.removesuffix("\n"))
     return entry
