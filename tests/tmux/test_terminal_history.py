@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests import demo_model
 from tests.test_rewind import answer, requests
 from tests.tmux.terminal import Terminal
 
@@ -71,3 +72,30 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     sent = [json.loads(r) for r in requests(fake)]
     again = [json.loads(r) for r in requests(fake, first)]
     assert again and again[-1] == sent[1], "the second input after the rewind asks as it did"
+
+
+def test_rewind_shows_the_task_lines_the_live_shell_showed(terminal, fake):
+    """The ``✓ task-N … done`` lines shown live when the subagents answered are shown again in the
+    conversation a rewind replays, where they were (after the eval that started the tasks,
+    before the reply that read their results); those of the ticks rewound away are not."""
+    fake.respond_with(demo_model.answer)  # "task": two researchers, each answering in ~3 s
+    term = terminal(160, 50)
+    for n in (1, 3):
+        term.type("task")
+        term.press("Enter")
+        term.wait_for(f"✓ task-{n + 1} (researcher) done", timeout=40, what=f"the tasks {n} and {n + 1} done")
+        term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
+    live = term.screen().split("amacs> task", 1)[1].split("amacs> task", 1)[0]
+    assert live.index("▸ eval") < live.index("✓ task-1") < live.index("✓ task-2") < live.index("Done:"), live
+    term.press("M-x")
+    term.type("amacs-rewind")
+    term.press("Enter")
+    term.wait_for("Rewind to before (default tick 3: task):", what="the rewind's input prompt")
+    term.press("Enter")  # the newest input: the rewind ends at tick 2, after the first tasks' reply
+    term.wait_for("yes or no", what="the rewind's question")
+    term.type("yes")
+    term.press("Enter")
+    screen = term.wait_for(";; Resumed", what="the conversation replayed")
+    replayed = screen.split("The conversation up to there:", 1)[1].split(";; Resumed", 1)[0]
+    assert "amacs> task" + live.rstrip() in replayed, (live, replayed)
+    assert "task-3" not in replayed and "task-4" not in replayed, replayed
