@@ -301,7 +301,8 @@ class Runtime:
         if not self.commits.flush(30):
             raise Refused("the last ticks' commits are still being made; try the rewind again")
         spent = self.spent()  # with what subagents spent since the last tick was saved
-        done = rewind_home(self.config.home, tick, locked=True)  # this server holds the home's lock
+        # this server holds the home's lock; the person's limit stays (persistence.history)
+        done = rewind_home(self.config.home, tick, locked=True, limit=self.consciousness.budget.budget_limit)
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         # The mind's budget is tick TICK's again; the money paid since stays counted.
@@ -317,7 +318,8 @@ class Runtime:
         """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
         backup of memory.db, after the pending commits)."""
         self.commits.flush(30)
-        done = fork_home(self.config.home, tick, dest, locked=True)  # this server holds the lock
+        done = fork_home(self.config.home, tick, dest, locked=True,  # this server holds the lock
+                         limit=self.consciousness.budget.budget_limit)
         return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
 
     def _restore_tick_state(self) -> None:
