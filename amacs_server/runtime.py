@@ -107,6 +107,8 @@ class Runtime:
         self.model = config.model
         # What start-up recovered from (a damaged file, bytes that are not UTF-8): said at hello.
         self.startup_notes: list[str] = []
+        # Once stop() runs: the subagents it ends are not shown as ended (the server stops).
+        self._closing = False
         home = config.home
         for sub in (home, home / "transcripts", home / "logs"):
             sub.mkdir(parents=True, exist_ok=True)
@@ -298,10 +300,12 @@ class Runtime:
         task = self._turn_task
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=10)
+        await self.world.settle(10)  # the subagents interrupted end in the future the rewind leaves
         if not self.commits.flush(30):
             raise Refused("the last ticks' commits are still being made; try the rewind again")
         spent = self.spent()  # with what subagents spent since the last tick was saved
-        done = rewind_home(self.config.home, tick, locked=True)  # this server holds the home's lock
+        # this server holds the home's lock; the person's limit stays (persistence.history)
+        done = rewind_home(self.config.home, tick, locked=True, limit=self.consciousness.budget.budget_limit)
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         # The mind's budget is tick TICK's again; the money paid since stays counted.
@@ -317,7 +321,8 @@ class Runtime:
         """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
         backup of memory.db, after the pending commits)."""
         self.commits.flush(30)
-        done = fork_home(self.config.home, tick, dest, locked=True)  # this server holds the lock
+        done = fork_home(self.config.home, tick, dest, locked=True,  # this server holds the lock
+                         limit=self.consciousness.budget.budget_limit)
         return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
 
     def _restore_tick_state(self) -> None:
@@ -453,8 +458,11 @@ class Runtime:
 
     def task_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
         """A subagent task ended: the shell shows TEXT (✓ when OK, else ✗) and agent-chat.org keeps
-        the same line where it fell among the ticks, so a resumed shell shows it again."""
-        self.face.agent_ended(agent_id, state, ok, text)
+        the same line where it fell among the ticks, so a resumed shell shows it again.  One no
+        person saw (Emacs gone), or that the server's stop ended, is not kept: a replay shows what
+        was shown, and the next start says which subagents at work were not resumed."""
+        if not self.face.agent_ended(agent_id, state, ok, text) or self._closing:
+            return
         try:
             with deferred_sync():
                 self.chat_log.write_task_ended(text, ok)
@@ -692,6 +700,7 @@ class Runtime:
                     log.info("closing the model client: %r", err)
             self.loop.stop()  # then _run_loop closes the loop (_close_loop)
 
+        self._closing = True
         if self._thread.is_alive():
             self.loop.call_soon_threadsafe(lambda: self.loop.create_task(finish()))
             self._thread.join(grace + 2)

@@ -330,6 +330,14 @@ class AgentWorld(Registry):
             self.report_working()
         return stopped
 
+    async def settle(self, timeout: float) -> None:
+        """Wait, TIMEOUT seconds at most, until the subagents' tasks that were cancelled have
+        ended: each says so as it ends (the shell's ✗ line, agent-chat.org), before what comes
+        next (a rewind cuts agent-chat.org back to a tick before them)."""
+        cancelled = {t for agent in self.subagents() for t in self._at_work(agent) if t.cancelling()}
+        if cancelled:
+            await asyncio.wait(cancelled, timeout=timeout)
+
     def pause(self, agent_id: str, by: str = PRIMARY) -> dict[str, Any]:
         """AGENT_ID makes no model call until resumed (the one under way finishes); BY asked."""
         agent = self._live(agent_id)

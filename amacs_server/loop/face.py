@@ -32,10 +32,11 @@ class Face(Protocol):
     def retrying(self, retry: Retrying) -> None:
         """The model call failed and is retried (the header counts down RETRY.seconds)."""
 
-    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> bool:
         """Subagent AGENT_ID ended in STATE (OK: it answered); TEXT says so to people.
 
-        The primary waiting for it has one fewer to wait for."""
+        The primary waiting for it has one fewer to wait for.  Returns whether a person
+        was there to be shown it (an Emacs connected)."""
 
     def turn_started(self) -> None:
         """The agent started working (on input, or woken by events)."""

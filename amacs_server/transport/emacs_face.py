@@ -61,9 +61,11 @@ class EmacsFace:
         self._deadlines: dict[int, float | None] = {}
         self._limits: dict[int, float] = {}
 
-    def _send(self, **event: Any) -> None:
+    def _send(self, **event: Any) -> bool:
         if not self.server.notify(event):
             log.info("no Emacs to show %s", event.get("type"))
+            return False
+        return True
 
     def reply(self, text: str, streamed: bool = False) -> None:
         """Show the agent's reply (or finish the streamed one)."""
@@ -90,9 +92,10 @@ class EmacsFace:
         self._send(type="retry", text=retry.text, seconds=retry.seconds, attempt=retry.attempt,
                    attempts=retry.attempts)
 
-    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None:
-        """A subagent ended: its id, its end state, whether it answered, and the line for people."""
-        self._send(type="agent-ended", id=agent_id, state=state, ok=ok, text=text)
+    def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> bool:
+        """A subagent ended: its id, its end state, whether it answered, and the line for people.
+        Whether an Emacs was there to show it."""
+        return self._send(type="agent-ended", id=agent_id, state=state, ok=ok, text=text)
 
     def turn_started(self) -> None:
         """The agent is working: the shell is busy."""

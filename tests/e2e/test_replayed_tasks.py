@@ -125,3 +125,45 @@ def test_task_lines_are_replayed_after_rewind_and_resume(fake, home):
     kept = live_part.split("\namacs> pair two", 1)[0]
     assert rewound.startswith("amacs> " + kept + "\n;; Resumed"), (kept, rewound)
     assert "task-4" not in rewound and "task-5" not in rewound
+
+
+def test_a_task_the_rewind_interrupts_is_not_replayed_under_the_tick_kept(fake, home):
+    """A task at work while the agent waits for the person (started, not waited for) is
+    interrupted by M-x amacs-rewind: its ``✗`` line is shown, before the rewind's line, and it
+    belongs to the future rewound away: agent-chat.org does not get it under the tick kept, so
+    no later replay shows it there."""
+    model = Model()
+    fake.respond_with(model)
+    run = run_emacs(home, fake.url, VISIBLE + "(amacs-e2e-open) "
+                    '(amacs-e2e-send "hello") '
+                    '(amacs-e2e-send-no-wait "start") (amacs-e2e-wait-text "Done with start.") '
+                    "(amacs-e2e-wait (lambda () (not amacs-shell-busy)) \"the turn's end\") "
+                    "(amacs-rewind 1) (accept-process-output nil 1.0) "
+                    '(princ (format "REWOUND<<%s>>\\n" (amacs-e2e-visible))) (amacs-e2e-finish)')
+    model.slow_asked.set()  # E's researcher may answer now: nothing waits for it
+    run.check()
+    shown = between(run.stdout, "REWOUND")
+    assert "✗ task-1 (researcher) interrupted" in shown, shown
+    assert shown.index("✗ task-1") < shown.index(";; rewound"), shown
+    chat = (home / "agent-chat.org").read_text()
+    assert "Task ended" not in chat, chat
+    replayed = run_emacs(home, fake.url, VISIBLE + "(amacs-e2e-open) (accept-process-output nil 0.3) "
+                         '(princ (format "RESUMED<<%s>>\\n" (amacs-e2e-visible))) (amacs-e2e-finish)').check()
+    assert "✗ task-1" not in between(replayed.stdout, "RESUMED")
+
+
+def test_a_task_interrupted_as_emacs_quits_is_not_replayed(fake, home):
+    """A task at work when Emacs quits is interrupted with no one to see its ``✗`` line: the
+    replay shows what the person saw, so agent-chat.org does not get it (the next start says,
+    once, that the task at work was not resumed)."""
+    model = Model()
+    fake.respond_with(model)
+    run_emacs(home, fake.url, VISIBLE + "(amacs-e2e-open) "
+              '(amacs-e2e-send-no-wait "start") (amacs-e2e-wait-text "Done with start.") '
+              "(amacs-e2e-wait (lambda () (not amacs-shell-busy)) \"the turn's end\") "
+              "(amacs-e2e-dump) (kill-emacs 0)").check()
+    model.slow_asked.set()
+    again = run_emacs(home, fake.url, VISIBLE + "(amacs-e2e-open) (accept-process-output nil 0.3) "
+                      '(princ (format "RESUMED<<%s>>\\n" (amacs-e2e-visible))) (amacs-e2e-finish)').check()
+    assert "Task ended" not in (home / "agent-chat.org").read_text()
+    assert "✗ task-1" not in between(again.stdout, "RESUMED")
