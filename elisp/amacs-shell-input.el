@@ -162,15 +162,25 @@ Nil again after a save works.")
   (buffer-substring-no-properties
    (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt))) (point-max)))
 
+(defun amacs-shell--unanswered ()
+  "The inputs not answered yet: those queued in the footer, then the prompt's.
+Queued inputs were handed to the server, but a server that stops takes
+them with it: kept with the prompt's, they come back at the next prompt."
+  (let ((draft (amacs-shell--draft)))
+    (string-join (append (amacs-shell--queued-inputs) (unless (string-blank-p draft) (list draft)))
+                 "\n\n")))
+
 (defun amacs-shell--save-draft ()
-  "Save the unsent input if it changed since the last save.
-An empty (or blank) input removes the file: sent text never comes
-back.  Secrets are scrubbed, as in the history.  A file that cannot be
-written is said once; the input stays at the prompt."
+  "Save the inputs not answered yet if they changed since the last save.
+These are the inputs queued in the footer and the one typed at the
+prompt (`amacs-shell--unanswered').  None (or blank) removes the file:
+answered text never comes back.  Secrets are scrubbed, as in the
+history.  A file that cannot be written is said once; the input stays
+at the prompt."
   (when (and (derived-mode-p 'amacs-shell-mode) amacs-shell--draft-file
              (markerp amacs-shell--prompt-start)
              (not (eql amacs-shell--draft-tick (buffer-chars-modified-tick))))
-    (let ((draft (amacs--scrub (amacs-shell--draft)))
+    (let ((draft (amacs--scrub (amacs-shell--unanswered)))
           (file amacs-shell--draft-file)
           (tick (buffer-chars-modified-tick)))
       (when (string-blank-p draft) (setq draft ""))
@@ -254,7 +264,7 @@ stays, and the input of last time goes to the kill ring instead."
        (substitute-command-keys
         (if draft
             "Your input from last time, not sent, is in the kill ring (\\[yank]): you typed at the prompt meanwhile."
-          "Restored at the prompt: your input from last time, not sent yet (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)."))))))
+          "Restored at the prompt: your input from last time, not answered yet (\\<amacs-shell-mode-map>\\[amacs-shell-return] sends it)."))))))
 
 ;;;; Compose: a long prompt in a buffer of its own
 

@@ -373,6 +373,20 @@ so the input moves into the conversation unchanged."
                  'help-echo "Sent; the agent takes it when it is done")))
   amacs-shell--queued-count)
 
+(defun amacs-shell--queued-inputs ()
+  "The inputs queued in the footer and not yet taken, oldest first."
+  (let ((region (amacs-shell--footer-lines 'amacs-queued)) inputs)
+    (when region
+      (let ((pos (car region)))
+        (while (< pos (cdr region))
+          (let ((end (next-single-property-change pos 'amacs-queued nil (cdr region))))
+            (when (get-text-property pos 'amacs-queued)
+              (push (string-remove-suffix
+                     "\n" (string-remove-prefix amacs-shell-prompt (buffer-substring-no-properties pos end)))
+                    inputs))
+            (setq pos end)))))
+    (nreverse inputs)))
+
 (defun amacs-shell--mark-sent (id)
   "Mark queued entry ID as handed to the server (not just waiting for one)."
   (amacs-shell--editing

@@ -86,7 +86,11 @@ A primary waiting for your reply has it.  EVENT says whether it is saved
 in agent-chat.org (`:saved')."
   (amacs-shell--transition 'answered "you")
   (let ((line (amacs-shell--take-queued)))
-    (when line (amacs-shell--transition 'taken (cons line (plist-get event :saved))))))
+    (when line
+      (amacs-shell--transition 'taken (cons line (plist-get event :saved)))
+      (let ((buffer (amacs-shell--buffer)))    ; taken, it is no longer kept to come back
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer (amacs-shell--save-draft)))))))
 
 (defun amacs-shell--on-annotation (event)
   "Show the one-line note in EVENT in its kind's face.

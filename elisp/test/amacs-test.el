@@ -311,7 +311,7 @@ from the file, and the next shell's prompt is empty."
       (should (equal (amacs-test--file-text file) "half a thought\nand its second line"))
       (amacs-shell--restore-draft)
       (amacs-shell--restore-draft)        ; once
-      (should (= (how-many "Restored at the prompt: your input from last time, not sent yet"
+      (should (= (how-many "Restored at the prompt: your input from last time, not answered yet"
                            (point-min) (point-max))
                  1))
       (should (equal (amacs-shell--draft) "half a thought\nand its second line"))
@@ -319,11 +319,37 @@ from the file, and the next shell's prompt is empty."
         (setq-local comint-input-sender #'amacs-shell--input-sender) ; the shell's own: it forgets the draft
         (goto-char (point-max))
         (comint-send-input))
+      ;; Sent, it waits in the footer, kept until the agent takes it: taken, it is gone.
+      (should (equal (amacs-test--file-text file) "half a thought\nand its second line"))
+      (amacs-shell--on-input-taken nil)
       (should-not (file-exists-p file)))
     (amacs-test--with-shell home sent
       (amacs-shell--restore-draft)
       (should (equal (amacs-shell--draft) ""))
       (should-not (string-match-p "Restored" (buffer-string))))
+    (delete-directory home t)))
+
+(ert-deftest amacs-test-queued-input-not-taken-comes-back-with-the-prompt-s ()
+  "An input queued in the footer and not taken yet is kept with the prompt's.
+A server that stops (Emacs quit during a turn) takes its queue with
+it: the next shell's prompt has both, queued first; taken, it is gone."
+  (let* ((home (make-temp-file "amacs-home" t)) (sent nil)
+         (file (expand-file-name "shell-draft" home)))
+    (amacs-test--with-shell home sent
+      (amacs-shell--queue (concat amacs-shell-prompt "queued one\nof two lines\n"))
+      (amacs-shell--queue (concat amacs-shell-prompt "queued two\n"))
+      (goto-char (point-max))
+      (insert "typed")
+      (amacs-shell--save-drafts)
+      (should (equal (amacs-test--file-text file) "queued one\nof two lines\n\nqueued two\n\ntyped"))
+      (amacs-shell--take-queued)
+      (amacs-shell--save-drafts)
+      (should (equal (amacs-test--file-text file) "queued two\n\ntyped"))
+      (let ((inhibit-read-only t)) (delete-region (- (point-max) 5) (point-max))))
+    (should (equal (amacs-test--file-text file) "queued two"))
+    (amacs-test--with-shell home sent
+      (amacs-shell--restore-draft)
+      (should (equal (amacs-shell--draft) "queued two")))
     (delete-directory home t)))
 
 (ert-deftest amacs-test-unsent-input-is-not-glued-to-what-is-typed-at-start ()

@@ -17,7 +17,7 @@ from tests.tmux.terminal import PROMPT, Terminal
 
 pytestmark = pytest.mark.tmux
 
-RESTORED = "Restored at the prompt: your input from last time, not sent yet"
+RESTORED = "Restored at the prompt: your input from last time, not answered yet"
 
 
 def ended(term: Terminal) -> bool:
@@ -100,3 +100,24 @@ def test_what_is_typed_while_the_shell_starts_is_not_glued_to_the_restored_input
     assert term.elisp_string("(car kill-ring)") == "from last time"
     assert not fake.requests, "nothing was sent"
     assert early, "the server was ready before anything was typed: nothing was tested early"
+
+
+def test_an_input_queued_when_emacs_quits_during_a_turn_comes_back(terminal, fake):
+    """Sent while the agent works, it waits in the footer as queued; quit then (yes to "quit anyway?"),
+    the server goes and takes its queue with it: the next ./amacs has it at the prompt, not lost."""
+    fake.script(Reply(agent_json("Slow answer."), delay=60))
+    term = terminal()
+    term.type("a slow question")
+    term.press("Enter")
+    term.wait_for_elisp('(null (with-current-buffer "*amacs-shell*" (amacs-shell--queued-inputs)))',
+                        what="the agent to take the first input")
+    term.type("queued before quit")
+    term.press("Enter")
+    term.wait_for("⋯ queued", timeout=10, what="the second input queued")
+    term.press("C-x C-c")
+    term.wait_for("(yes or no)", timeout=10, what="the question whether to quit anyway")
+    term.type("yes")
+    term.press("Enter")
+    term.wait_for(lambda _s: ended(term), timeout=20, what="Emacs to exit")
+    term = reopen(terminal, term)
+    restored(term, "queued before quit")  # alone: the input the agent took does not come back
