@@ -345,19 +345,23 @@ FN runs with that connection in effect."
       (amacs-start-server connection))))
 
 ;;;###autoload
-(defun amacs-connect (&optional port token)
+(defun amacs-connect (&optional port token home)
   "Connect to a headless server on PORT with TOKEN.
-Without arguments, read both from server.json in the AMACS home
-\(the token also from $AMACS_TOKEN)."
-  (interactive)
+Without them, read both from server.json in the AMACS home (the token
+also from $AMACS_TOKEN): HOME if given, else the current connection's.
+Interactively, with a prefix argument, ask for HOME."
+  (interactive
+   (list nil nil (and current-prefix-arg
+                      (read-directory-name "AMACS home served by a headless server: "))))
   (require 'amacs)                      ; the eval, buffer and shell handlers
-  (let ((connection (amacs-current-connection)))
+  (let ((connection (if home (amacs-connection-for home) (amacs-current-connection))))
     (unless (and port token)
       (let ((info (amacs--read-server-info connection)))
         (setq port (or port (alist-get 'port info))
               token (or token (alist-get 'token info) (getenv "AMACS_TOKEN")))))
     (unless (and port token)
-      (user-error "No port or token in %s: start `python -m amacs_server --headless'"
+      (user-error (substitute-command-keys
+                   "No port or token in %s: start `python -m amacs_server --headless' there, or connect to another home with \\[universal-argument] \\[amacs-connect]")
                   (expand-file-name "server.json" (amacs-connection-home connection))))
     (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
     (amacs--connect-port connection nil port token

@@ -349,7 +349,9 @@ Emacs 28's \\[execute-extended-command], after a command without a key
 that leaves the echo area empty, looks for a shorter name to suggest
 inside `while-no-input', and keys typed meanwhile are lost.  With a
 message shown it waits on `sit-for' instead, which typing ends, and
-nothing is lost.")
+nothing is lost; but it looks 2 s later, and keys typed while it looks
+\(seconds on a busy machine) were lost but the first: in the shell,
+`extended-command-suggest-shorter' is off.")
 
 ;;;###autoload (autoload 'amacs-set-budget "amacs" "Set the agent's budget limit." t)
 (defun amacs-set-budget (dollars)
@@ -631,6 +633,8 @@ before a past input, `amacs-fork' copies it there into a new home,
   ;; The shell is no command shell: once shell.el is loaded its directory
   ;; tracking is on in every buffer (its default), and C-h m listed it here.
   (setq-local shell-dirtrackp nil)
+  ;; Typing soon after a command run by name is kept: see `amacs-shell--said-at-once'.
+  (setq-local extended-command-suggest-shorter nil)
   (let ((connection (amacs-current-connection)))
     (setq amacs--buffer-connection connection)
     (setf (amacs-connection-shell connection) (current-buffer))

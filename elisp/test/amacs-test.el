@@ -543,6 +543,34 @@ prompt and the input of last time goes to the kill ring."
           (should (equal (amacs-connection-token (amacs-current-connection)) "t0k")))
       (delete-directory home t))))
 
+(ert-deftest amacs-test-connect-to-another-home ()
+  "`amacs-connect' with a prefix argument connects to the home it asks for.
+A newcomer's finding: after `amacs-home' was changed, it still read the
+first home's server.json; the home asked for is read, and its own
+connection is the one opened."
+  (let* ((first (make-temp-file "amacs-home" t))
+         (other (make-temp-file "amacs-home" t))
+         (amacs-home first)
+         (amacs--connections nil)
+         (connected nil))
+    (unwind-protect
+        (progn
+          (amacs-test--write-server-json other '((port . 6161) (pid . 1) (headless . t) (token . "0ther")))
+          (amacs-current-connection)    ; the first home's, as a shell's would be
+          (cl-letf (((symbol-function 'amacs--connect-port)
+                     (lambda (conn _proc port token &optional _success)
+                       (setq connected (list (amacs-connection-home conn) port token))))
+                    ((symbol-function 'read-directory-name) (lambda (&rest _) other)))
+            (let ((current-prefix-arg '(4)))
+              (call-interactively #'amacs-connect)))
+          (should (equal connected (list (directory-file-name other) 6161 "0ther")))
+          ;; The first home has no server.json: the error names it and says how to pick another.
+          (let ((err (should-error (amacs-connect) :type 'user-error)))
+            (should (string-match-p (regexp-quote (expand-file-name "server.json" first)) (cadr err)))
+            (should (string-match-p "C-u M-x amacs-connect" (cadr err)))))
+      (delete-directory first t)
+      (delete-directory other t))))
+
 (ert-deftest amacs-test-restart-says-model-backend-and-notice ()
   "Issue 9: `amacs-restart' confirms in one line, with the notice when there is one."
   (let* ((said nil)

@@ -198,6 +198,33 @@ def test_keys_typed_just_after_an_m_x_command_are_all_kept(terminal, command, an
         term.press("C-a", "C-k")
 
 
+@pytest.mark.parametrize("pause", [2.3, 3.5])
+def test_a_burst_of_keys_seconds_after_an_m_x_command_is_all_kept(terminal, fake, pause):
+    """A newcomer pasted "hello world burst" 2-4 s after M-x amacs-set-model and got "he": 2 s after
+    a command that said something, Emacs 28's M-x looks for a shorter name to suggest inside
+    while-no-input (on a timer), and keys arriving then were lost but the first ones.  In the
+    shell, M-x suggests no shorter name."""
+    term = terminal()
+    term.wait_idle(timeout=20)
+    term.press("M-x")
+    term.wait_for(lambda _s: "M-x" in term.lines()[-1], timeout=5, what="M-x's prompt")
+    term.type("amacs-set-model")
+    term.press("Enter")
+    for answer in ["", "", fake.url]:
+        time.sleep(0.3)
+        term.type(answer)
+        term.press("Enter")
+    term.wait_for("Now using", timeout=10)
+    time.sleep(pause)
+    term.type("hello world burst")
+    term.wait_for(lambda _s: term.line_at_cursor().rstrip().endswith("hello world burst"), timeout=5,
+                  what="all of the burst at the prompt")
+    term.press("Enter")
+    fake.script(Reply(agent_json("Got the burst.")))
+    term.wait_for("Got the burst.")
+    assert last_human_input(fake, -1) == "Human: hello world burst"
+
+
 @pytest.mark.parametrize("attempt", range(3))
 def test_input_typed_before_the_server_is_ready_is_kept_and_sent(terminal, fake, attempt):
     """Input typed at the first prompt, before hello is answered and while its notes are written,
