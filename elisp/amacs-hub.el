@@ -302,6 +302,22 @@ left unmodified."
 
 (amacs-on-event "tick" #'amacs-hub--on-tick)
 
+(defvar-local amacs-hub--agents-seen nil
+  "The working subagents and their states the last agents event reported.")
+
+(defun amacs-hub--on-agents (event)
+  "Redraw the hub when EVENT's working subagents or their states changed.
+A task that ends, or one paused, shows at once; a mere progress report
+redraws nothing."
+  (let ((buffer (amacs-hub--buffer))
+        (seen (mapcar (lambda (a) (cons (plist-get a :id) (plist-get a :state)))
+                      (plist-get event :agents))))
+    (when (and buffer (not (equal seen (buffer-local-value 'amacs-hub--agents-seen buffer))))
+      (with-current-buffer buffer (setq amacs-hub--agents-seen seen))
+      (amacs-hub--on-tick event))))
+
+(amacs-on-event "agents" #'amacs-hub--on-agents)
+
 (defun amacs-hub--on-ready ()
   "Redraw the hub for a server that is ready (`amacs-ready-hook').
 Its state, not the last server's: after \[amacs-restart] the hub kept
@@ -403,7 +419,9 @@ An agent that has ended is said to have ended before anything is asked."
                  (list agent (read-string (format "Say to %s: " agent)))))
   (amacs-call 'person_agent_talk (list agent text)
               (lambda (r) (message "AMACS: %s %s" agent
-                                   (if (plist-get r :queued) "is at work; it will read it" "is answering")))
+                                   (cond ((plist-get r :paused) "is paused; it will read it once resumed (z)")
+                                         ((plist-get r :queued) "is at work; it will read it")
+                                         (t "is answering"))))
               #'amacs-hub--control-failed))
 
 (defun amacs-hub-pause-agent (agent)

@@ -199,7 +199,9 @@ Once everyone has answered, the primary wakes: it is thinking."
          (eval-agent (amacs-shell-turn-eval-agent turn))
          (secs (and since (floor (- (float-time) since))))
          (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
-         (agents (length (amacs-shell--get 'amacs-shell--agents)))
+         (all (amacs-shell--get 'amacs-shell--agents))
+         (paused (seq-count (lambda (a) (equal (plist-get a :state) "paused")) all))
+         (agents (- (length all) paused))
          (doing (pcase (amacs-shell-turn-state turn)
                   ('starting "starting the server…")
                   ('waiting (if (and (amacs-status) (not (amacs-status :key-ok)))
@@ -217,9 +219,9 @@ Once everyone has answered, the primary wakes: it is thinking."
                   (state (format "%s" state)))))
     (when (and eval-agent (not (equal eval-agent "primary")))
       (setq doing (format "%s is running an eval… %s" eval-agent (amacs-shell--stops-it))))
-    (if (> agents 0)
-        (format "%s · %d agent%s working" doing agents (if (= agents 1) "" "s"))
-      doing)))
+    (concat doing
+            (if (> agents 0) (format " · %d agent%s working" agents (if (= agents 1) "" "s")) "")
+            (if (> paused 0) (format " · %d paused" paused) ""))))
 
 (defun amacs-shell--stops-it ()
   "The words that say which key stops a running eval."

@@ -290,7 +290,7 @@ def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(t
     async def run():
         handle = rt.world.task(PRIMARY, None, "researcher", "q")["handle"]
         await asyncio.sleep(0.05)  # its model call is under way
-        assert rt.world.person_talk(handle, "are you done?") == {"to": handle, "queued": True}
+        assert rt.world.person_talk(handle, "are you done?") == {"to": handle, "queued": True, "paused": False}
         while rt.world.tasks_live or len(fake.requests) < 2 or not said:
             await asyncio.sleep(0.02)
         with pytest.raises(AgentError, match=f"{handle} has already ended \\(done\\)"):

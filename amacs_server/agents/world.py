@@ -343,6 +343,7 @@ class AgentWorld(Registry):
         agent = self._live(agent_id)
         agent.resumed.clear()
         self.rt.transcript.write("paused", {"by": by}, agent=agent.identity)
+        self.report_working()  # the shell shows it paused, not working
         return {"paused": agent.id}
 
     def resume(self, agent_id: str, by: str = PRIMARY) -> dict[str, Any]:
@@ -350,6 +351,7 @@ class AgentWorld(Registry):
         agent = self._live(agent_id)
         agent.resumed.set()
         self.rt.transcript.write("resumed", {"by": by}, agent=agent.identity)
+        self.report_working()
         return {"resumed": agent.id}
 
     def control(self, caller: str, action: str, agent_id: str) -> dict[str, Any]:
@@ -410,7 +412,8 @@ class AgentWorld(Registry):
                                  agent=agent.identity)
         busy = agent.lock.locked()  # it answers once its current response is done
         self._spawn(self._run_person_talk(agent, text), agent.id)
-        return {"to": agent.id, "queued": busy}
+        # A paused agent reads it only once resumed: the person is told so, not that it is at work.
+        return {"to": agent.id, "queued": busy, "paused": not agent.resumed.is_set()}
 
     async def _run_person_talk(self, agent: Agent, text: str) -> None:
         try:
@@ -677,9 +680,13 @@ class AgentWorld(Registry):
         asyncio.get_running_loop().call_later(REPORT_INTERVAL, self._send_report)
 
     def _send_report(self) -> None:
+        """The running subagents, each with its shown state: a paused one says paused (its
+        state stays running: it goes on with the same call once resumed)."""
         self._report_pending = False
         self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
-                              "doing": a.doing or None, "steps": a.steps}
+                              "state": AgentState.RUNNING if a.resumed.is_set() else AgentState.PAUSED,
+                              "doing": (a.doing or None) if a.resumed.is_set() else "paused (z in the hub resumes it)",
+                              "steps": a.steps}
                              for a in self.subagents() if a.state is AgentState.RUNNING],
                             self.rt.spending())
 

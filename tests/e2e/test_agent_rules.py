@@ -4,6 +4,7 @@ Each test drives the real shell in batch Emacs against the fake model and
 asserts on the requests the fake received: who called the model, and what it saw.
 """
 
+import re
 import threading
 import time
 
@@ -371,3 +372,71 @@ def test_a_task_paused_during_its_model_call_delivers_nothing_until_resumed(fake
     assert 'STATES<<("paused")>>' in run.stdout, run.stdout
     events = [e["event"] for e in transcript_events(home, "task-1")]
     assert events.index("resumed") < events.index("agent_end"), events
+
+
+def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itself(fake, home):
+    """z in the hub on a working task: the shell's line for it and the header say paused (not
+    working), t in the hub says it reads the message once resumed; z again shows it working; and
+    the hub shows the task's end without g."""
+
+    calls = []
+
+    def answer(body):
+        if who(body)[0] == "primary":
+            return say("ok")
+        calls.append(1)
+        if len(calls) >= 10:  # about 2 s of work after it is resumed
+            return say("finished")
+        return Reply(agent_json(None, eval="(+ 1 1)"), delay=0.4)
+
+    fake.respond_with(answer)
+    shell = "(get-buffer amacs-shell-buffer-name)"
+    footer = (f'(with-current-buffer {shell} (save-excursion (goto-char (point-min)) '
+              '(and (search-forward "⟳ task-1" nil t) (buffer-substring (line-beginning-position) '
+              "(line-end-position)))))")
+    hub_line = ('(with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
+                '(and (search-forward "task-1" nil t) (buffer-substring (line-beginning-position) '
+                "(line-end-position)))))")
+    z = ('(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "task-1") '
+         '(call-interactively (key-binding (kbd "z"))))')
+
+    def show(tag):
+        return (f'(princ (format "{tag}-FOOTER<<%s>>\\n{tag}-HEADER<<%s>>\\n{tag}-HUB<<%s>>\\n" {footer} '
+                f"(with-current-buffer {shell} (amacs-shell-state-string)) {hub_line}))")
+
+    program = session(
+        "(advice-add 'message :filter-return (lambda (m) (when m (princ (format \"MSG<<%s>>\\n\" m))) m))",
+        send("hello"),
+        '(agent-task "researcher" "count")',
+        "(amacs-hub)",
+        '(amacs-e2e-wait (lambda () (with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
+        '(search-forward "task-1" nil t)))) "task-1 in the hub")',
+        pause(0.5),
+        show("WORKING"),
+        z,
+        pause(1.0),
+        show("PAUSED"),
+        '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "task-1") '
+        "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"how far?\"))) "
+        "(call-interactively (key-binding (kbd \"t\")))))",
+        pause(0.5),
+        z,
+        pause(0.5),
+        show("RESUMED"),
+        '(amacs-e2e-wait (lambda () (null (agent-list-agents))) "the task to finish")',
+        pause(1.0),
+        show("ENDED"))
+    out = run_emacs(home, fake.url, program).check().stdout
+
+    def shown(tag, part):
+        found = re.search(rf"{tag}-{part}<<(.*?)>>", out)
+        assert found, out
+        return found.group(1)
+
+    assert "working" in shown("WORKING", "HEADER") and "paused" not in shown("WORKING", "FOOTER")
+    assert "paused" in shown("PAUSED", "FOOTER"), out
+    assert "agent working" not in shown("PAUSED", "HEADER") and "1 paused" in shown("PAUSED", "HEADER"), out
+    assert "paused" in shown("PAUSED", "HUB"), out
+    assert "task-1 is paused; it will read it once resumed" in out, out
+    assert "paused" not in shown("RESUMED", "FOOTER") and "1 agent working" in shown("RESUMED", "HEADER"), out
+    assert "running" not in shown("ENDED", "HUB") and "done" in shown("ENDED", "HUB"), out
