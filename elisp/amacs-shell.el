@@ -407,6 +407,21 @@ does not.  What was typed at the prompt goes to the kill ring."
                     ""
                   "; what you had typed there is in the kill ring (\\[yank])")))))))
 
+(defun amacs-shell--url-p (url)
+  "Return non-nil if URL has http:// or https:// and a host after it."
+  (string-match-p "\\`https?://[^/[:space:]]" url))
+
+(defun amacs-shell--read-base-url (initial)
+  "Read a base URL, starting from INITIAL; nil when left empty.
+One without http:// or https:// is asked for again, with http:// put
+before it: a model server's address alone (localhost:8080) is no URL,
+and the model calls would fail only later, as if the network were down."
+  (let ((url (read-string "Base URL (empty: the one the server started with): " initial)))
+    (while (not (or (string-empty-p url) (amacs-shell--url-p url)))
+      (setq url (read-string (format "%s is no URL (it starts with http:// or https://); Base URL: " url)
+                             (concat "http://" (replace-regexp-in-string "\\`[a-z]*:/+" "" url)))))
+    (unless (string-empty-p url) url)))
+
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url)
   "Switch the agent to MODEL on BACKEND from its next model call.
@@ -417,9 +432,9 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
           (backend (completing-read (format-prompt "Backend" now) '("anthropic" "openai") nil t nil nil now)))
      (list backend
            (read-string "Model: " (amacs-status :model))
-           (let ((url (read-string "Base URL (empty: the one the server started with): "
-                                   (and (equal backend "openai") "http://localhost:11434/v1"))))
-             (unless (string-empty-p url) url)))))
+           (amacs-shell--read-base-url (and (equal backend "openai") "http://localhost:11434/v1")))))
+  (when (and base-url (not (amacs-shell--url-p base-url)))
+    (user-error "Not a base URL: %s (it starts with http:// or https://)" base-url))
   (message "AMACS: switching to %s on %s…" model backend) ; said at once: `amacs-shell--said-at-once'
   (amacs-when-ready
    (lambda ()

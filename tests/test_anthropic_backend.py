@@ -222,6 +222,23 @@ def test_an_endpoint_nobody_listens_on_is_named_when_the_retries_run_out(backend
     assert len(statuses) == 1 and "(attempt 2 of 2)" in statuses[0]
 
 
+def test_an_unreachable_endpoint_names_both_places_its_url_comes_from():
+    """A newcomer set the URL with M-x amacs-set-model and was told to check ANTHROPIC_BASE_URL."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+    async def go() -> None:
+        gone = AnthropicBackend("sk-ant-test", url, 5, RetryPolicy(attempts=1, base=0.01))
+        with pytest.raises(InferenceError, match=r"base URL \(ANTHROPIC_BASE_URL, or M-x amacs-set-model\)"):
+            await gone.complete({**REQUEST, "system": "You answer."})
+        await stop_like_the_runtime()
+
+    asyncio.run(go())
+
+
 def test_a_retry_is_announced_as_data_with_its_seconds(fake):
     """The shell's header counts down from the seconds the notice carries, not from its words."""
     fake.script(Reply(status=429, retry_after="0"), Reply(ANSWER, chunks=3))

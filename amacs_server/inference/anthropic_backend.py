@@ -99,7 +99,8 @@ def _explain(err: Exception, base_url: str | None = None) -> str:
         return "the model did not answer in time: try again, or raise AMACS_REQUEST_TIMEOUT"
     if isinstance(err, anthropic.APIConnectionError):
         # Named: a newcomer could not tell which endpoint it was.
-        return ("cannot reach the model endpoint: check the network or ANTHROPIC_BASE_URL"
+        return ("cannot reach the model endpoint: check the network or the base URL"
+                " (ANTHROPIC_BASE_URL, or M-x amacs-set-model)"
                 f" (tried {base_url or 'https://api.anthropic.com'})")
     if isinstance(err, anthropic.APIStatusError):
         return f"the API failed ({err.status_code}) after retries: try again shortly"

@@ -417,6 +417,31 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                                                       amacs-shell-test--calls)))
                      4.0)))))
 
+;; A newcomer typed localhost:41317 as the base URL; the model calls then failed as if
+;; the network were down.
+(ert-deftest amacs-shell-test-set-model-asks-again-for-a-url-without-its-scheme ()
+  "A base URL without http:// is asked for again, http:// put before it; none is sent."
+  (amacs-shell-test--with-shell
+    (let ((prompts nil)
+          (answers (list "claude-x" "localhost:41317" "http://localhost:41317")))
+      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "claude-x"))
+      (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
+                ((symbol-function 'read-string)
+                 (lambda (prompt &optional initial &rest _)
+                   (push (cons prompt initial) prompts)
+                   (pop answers))))
+        (call-interactively #'amacs-set-model))
+      (should (equal (car prompts)
+                     '("localhost:41317 is no URL (it starts with http:// or https://); Base URL: "
+                       . "http://localhost:41317")))
+      (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
+                                                    amacs-shell-test--calls)))
+                     '("anthropic" "claude-x" "http://localhost:41317")))
+      ;; Called from Lisp with such a URL: refused, and nothing is sent.
+      (setq amacs-shell-test--calls nil)
+      (should-error (amacs-set-model "anthropic" "claude-x" "localhost:41317") :type 'user-error)
+      (should-not (assq 'set_model amacs-shell-test--calls)))))
+
 (ert-deftest amacs-shell-test-a-refused-input-is-the-one-marked-not-sent ()
   "The server refuses the second of two queued inputs: that one is marked not sent.
 The first, which it accepted, stays queued until the agent takes it;
