@@ -83,7 +83,11 @@ class ForkServer:
                 [sys.executable, "-m", "amacs_server.research.forkserver", str(self.socket), *backends],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        try:
+            line = self.proc.stdout.readline()
+        except BaseException:  # C-c while it starts: the fork server goes too
+            self.close()
+            raise
         if line.strip() != b"ready":
             self.close()
             raise OSError(f"the fork server did not start (see {self.folder / 'forkserver.log'})")

@@ -218,10 +218,10 @@ def main(argv: list[str]) -> int:
           flush=True)
     if not todo:
         return 0
-    executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
-                          else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
     console = Console(stderr=True)
-    try:
+    try:  # a C-c while the executor starts (its fork server imports the SDKs) is said the same way
+        executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
+                              else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
         outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted; run the same command again to resume.", flush=True)

@@ -198,6 +198,31 @@ def test_experiment_resumes_after_kill(model, tmp_path):
 
 
 @pytest.mark.parametrize("group", [True, False], ids=["terminal-c-c", "sigint-to-the-command"])
+def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path, group):
+    """C-c at once, while the experiment's fork server is still starting (it imports the SDKs):
+    the same one line and exit 130 as a C-c mid-run, no traceback, and no fork server left."""
+    spec, runs = write_spec(tmp_path, "early"), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env=environment(slow_model), cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # "early: 12 runs in ...": printed just before the executor starts
+    assert "to run" in first, first
+    time.sleep(0.1)
+    if group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, out + err
+    assert "early: interrupted; run the same command again to resume." in out, out
+    forks = subprocess.run(["pgrep", "-f", "-s", str(proc.pid), "amacs_server.research.forkserver"],
+                           capture_output=True, text=True, check=False)
+    assert not forks.stdout.strip(), forks.stdout
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["terminal-c-c", "sigint-to-the-command"])
 def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     """C-c mid-run (SIGINT to the command's process group, as a terminal sends it, or to the command alone):
     exit 130, the runs going say "interrupted (C-c); ...", not a crash; no server left; resume finishes them."""
