@@ -118,19 +118,26 @@ the shell and in agent-chat.org."
     (message "AMACS: %s" line)
     done))
 
-(defcustom amacs-fork-directory "~/"
-  "Where `amacs-fork' proposes to make a new home."
-  :type 'directory
+(defcustom amacs-fork-directory nil
+  "Where `amacs-fork' proposes to make a new home.
+Nil: next to the home being forked, in the folder that holds it."
+  :type '(choice (const :tag "Next to the home being forked" nil) directory)
   :group 'amacs)
 
+(defun amacs-history--fork-directory ()
+  "The folder `amacs-fork' proposes a new home in: see `amacs-fork-directory'."
+  (file-name-as-directory
+   (or amacs-fork-directory
+       (file-name-directory (directory-file-name (amacs-connection-home (amacs-current-connection)))))))
+
 (defun amacs-history--fork-name (tick)
-  "A folder name for a fork at TICK, new in `amacs-fork-directory'.
+  "A folder name for a fork at TICK, new in `amacs-history--fork-directory'.
 Named after the current connection's home: agent-fork-tick-3 for ~/.agent."
   (let* ((home (file-name-nondirectory (amacs-connection-home (amacs-current-connection))))
          (base (format "%s-fork-tick-%d" (string-trim-left home "\\.+") tick))
          (name base)
          (n 1))
-    (while (file-exists-p (expand-file-name name amacs-fork-directory))
+    (while (file-exists-p (expand-file-name name (amacs-history--fork-directory)))
       (setq n (1+ n)
             name (format "%s-%d" base n)))
     name))
@@ -144,7 +151,8 @@ second shell opens on DEST beside this one."
   (interactive
    (let ((tick (amacs-history--read-input "fork")))
      (list tick (read-directory-name (format "New home for the fork at tick %d: " tick)
-                                     amacs-fork-directory nil nil (amacs-history--fork-name tick)))))
+                                     (amacs-history--fork-directory) nil nil
+                                     (amacs-history--fork-name tick)))))
   (let* ((done (amacs--call-sync 'fork (list tick (expand-file-name dest))))
          (line (plist-get done :line)))
     (message "AMACS: %s" line)

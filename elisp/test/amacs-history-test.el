@@ -101,5 +101,26 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
           (should (equal (amacs-history--fork-name 3) "agent-fork-tick-3-2")))
       (delete-directory amacs-fork-directory t))))
 
+(ert-deftest amacs-history-test-the-fork-is-proposed-next-to-its-home ()
+  "A newcomer forking /tmp/nc-home was offered ~/nc-home-fork-tick-4: the fork goes beside its home."
+  (let* ((parent (make-temp-file "amacs-fork-test" t))
+         (home (expand-file-name "nc-home" parent))
+         (amacs-fork-directory nil)
+         (connection (amacs--make-connection :home home))
+         (asked nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection))
+                  ((symbol-function 'amacs-history--read-input) (lambda (&rest _) 4))
+                  ((symbol-function 'read-directory-name)
+                   (lambda (_prompt dir _default _mustmatch initial)
+                     (setq asked (list dir initial))
+                     (throw 'amacs-history-test-asked nil))))
+          (catch 'amacs-history-test-asked (call-interactively #'amacs-fork))
+          (should (equal asked (list (file-name-as-directory parent) "nc-home-fork-tick-4")))
+          ;; Set, the option still names the folder.
+          (let ((amacs-fork-directory "~/forks"))
+            (should (equal (amacs-history--fork-directory) "~/forks/"))))
+      (delete-directory parent t))))
+
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here
