@@ -172,23 +172,33 @@ def remove_server_info(home: Path, pid: int) -> None:
         (home / SERVER_INFO).unlink(missing_ok=True)
 
 
-def _stop_on_signals() -> Callable[[], None]:
-    """Make SIGTERM and SIGHUP end ``serve_forever`` as Ctrl-C does, so the clean-up runs.
+class _SignalStop:
+    """SIGTERM and SIGHUP end ``serve_forever`` as Ctrl-C does, so the clean-up runs.
 
-    Returns a function that restores the previous handlers.
-    """
+    One that comes once the clean-up has begun is logged in one line and changes nothing: a
+    stop is under way (C-x C-c asks the server to stop, then Emacs going sends SIGHUP)."""
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logging.info("stopping on signal %s", signal.Signals(signum).name)
+    def __init__(self) -> None:
+        self.cleaning = False
+        self.previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.cleaning:
+            logging.info("signal %s while stopping: the clean-up goes on", name)
+            return
+        self.cleaning = True
+        logging.info("stopping on signal %s", name)
         raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    def cleaning_up(self) -> None:
+        """The clean-up has begun: a signal from now on is only logged."""
+        self.cleaning = True
 
-    def restore() -> None:
-        for sig, handler in previous.items():
+    def restore(self) -> None:
+        """The handlers there were before."""
+        for sig, handler in self.previous.items():
             signal.signal(sig, handler)
-
-    return restore
 
 
 def stop_when_orphaned(stop: Callable[[], None], parent: int, interval: float = ORPHAN_CHECK) -> threading.Thread:
@@ -410,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             write_server_info(home, info)
         except OSError as err:
             return _fail(explain_os_error(err, home))
-    restore_signals = _stop_on_signals()
+    signals = _SignalStop()
     # The port line goes out before the runtime is built: Emacs connects and says hello
     # while the rest is imported and the home is read; hello is answered once it is built.
     print(port, flush=True)
@@ -432,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        signals.cleaning_up()
         lock.mark_stopping()
         if write_info:
             remove_server_info(home, pid)
@@ -439,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         if rt is not None:
             rt.stop()
         server.server_close()
-        restore_signals()
+        signals.restore()
     return 1 if builder.failed else 0
 
 

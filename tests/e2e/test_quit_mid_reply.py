@@ -66,3 +66,28 @@ def test_quitting_emacs_mid_reply_closes_the_call_and_the_server_exits(fake, hom
     assert took < 2.0, f"the server took {took:.1f} s to exit after Emacs quit mid-reply"
     assert fake.cut_off, "the model call was not closed: the fake sent the whole reply"
     assert fake.cut_off[0] - quit_at < 2.0
+
+
+def test_a_signal_while_the_server_stops_is_one_log_line_not_a_traceback(fake, home):
+    """C-x C-c asks the server to stop, then Emacs going sends SIGHUP while the server cleans up:
+    that is normal, one line in logs/server.log, no traceback. Here the clean-up waits for a
+    running turn (its model call is slow): SIGTERM starts it, SIGHUP comes in the middle."""
+    fake.respond_with(lambda body: Reply(agent_json("late"), delay=3.0))
+    signal_server = "(signal-process (process-id (amacs-server-process)) '{})"
+    program = (f"(amacs-e2e-open) (amacs-e2e-send-no-wait {elisp_string('hi')}) "
+               "(amacs-e2e-wait (lambda () fake-requested) \"the model call\") "
+               f"{signal_server.format('SIGTERM')} (sleep-for 0.7) {signal_server.format('SIGHUP')} "
+               "(amacs-e2e-wait-disconnect) (amacs-e2e-finish)")
+    proc = start_emacs(home, fake.url, f"(defvar fake-requested nil) (run-with-timer 0 0.05 (lambda () "
+                       f"(setq fake-requested (file-exists-p {elisp_string(str(home / 'requested'))})))) "
+                       + program)
+    deadline = time.monotonic() + 60
+    while (not any(r["path"].rstrip("/") == "/v1/messages" for r in fake.requests)
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    (home / "requested").write_text("")
+    finish_emacs(proc, home, timeout=60).check()
+    log = (home / "logs" / "server.log").read_text(errors="replace")
+    assert "Traceback" not in log, log
+    assert log.count("stopping on signal SIGTERM") == 1, log
+    assert "signal SIGHUP while stopping: the clean-up goes on" in log, log
