@@ -1,10 +1,14 @@
 """Inference settings: the default model, prices, the request shape."""
 
+import asyncio
+import random
+
 from anthropic._data import DEPRECATED_MODELS
 
 from amacs_server.config import DEFAULT_MODEL, load_config
 from amacs_server.inference.anthropic_backend import build_request
 from amacs_server.inference.pricing import Usage, cost, price_for
+from amacs_server.inference.retry import Retrying, RetryPolicy, with_retries
 from amacs_server.state.consciousness import ApiSettings
 
 
@@ -45,3 +49,35 @@ def test_dollars_never_misstate_a_limit_under_a_cent() -> None:
     assert dollars(0.02) == "$0.02"
     assert dollars(5) == "$5.00"
     assert dollars(12.345) == "$12.35"
+
+
+def test_the_waits_between_retries_only_grow():
+    """The retry line's waits never shrink: a newcomer saw 0.8 s, then 0.3 s, then 2.6 s (full
+    jitter); and each stays within the attempt's backoff, its cap, or the server's Retry-After."""
+    policy = RetryPolicy(attempts=6, base=0.5, cap=3.0)
+    for seed in range(300):
+        random.seed(seed)
+        waits, wait = [], 0.0
+        for attempt in range(1, policy.attempts):
+            wait = policy.delay(attempt, None, wait)
+            waits.append(wait)
+        assert waits == sorted(waits), (seed, waits)
+        assert all(w <= min(policy.cap, policy.base * 2 ** (n - 1)) for n, w in enumerate(waits, 1)), waits
+    assert policy.delay(3, 0.2, 1.5) == 0.2  # the server's Retry-After is kept as it said
+
+    said: list[Retrying] = []
+
+    async def failing() -> None:
+        raise ConnectionError("gone")
+
+    fast = RetryPolicy(attempts=5, base=0.02)
+    for seed in range(20):
+        random.seed(seed)
+        said.clear()
+        try:
+            asyncio.run(with_retries(failing, fast, (ConnectionError,), (), lambda e: "connection failed",
+                                     str, lambda r: said.append(r)))
+        except Exception:  # noqa: BLE001 - the last attempt's failure
+            pass
+        seconds = [r.seconds for r in said]
+        assert len(seconds) == 4 and seconds == sorted(seconds), (seed, seconds)

@@ -67,9 +67,15 @@ def _retryable() -> tuple[type[Exception], ...]:
 __all__ = ["AnthropicBackend", "build_request"]
 
 
+# What a mid-stream error event (or a cut stream) is called in the retry line, "Model API ... (mid-stream)".
+STREAM_ERROR_WORDS = {"connection_error": "connection lost", "api_error": "server error",
+                      "rate_limit_error": "rate limited", "overloaded_error": "overloaded"}
+
+
 def _short(err: Exception) -> str:
     if isinstance(err, StreamError):
-        return f"{err.kind.removesuffix('_error').replace('_', ' ')} (mid-stream)"
+        words = STREAM_ERROR_WORDS.get(err.kind, err.kind.removesuffix("_error").replace("_", " "))
+        return f"{words} (mid-stream)"
     if isinstance(err, anthropic.APIStatusError):
         names = {429: "rate limited", 529: "overloaded"}
         return f"{names.get(err.status_code, 'server error')} ({err.status_code})"

@@ -54,11 +54,14 @@ class RetryPolicy:
     base: float = 0.5
     cap: float = 20.0
 
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds before retry ATTEMPT (1-based): exponential with full jitter, or RETRY_AFTER."""
+    def delay(self, attempt: int, retry_after: float | None, previous: float = 0.0) -> float:
+        """Seconds before retry ATTEMPT (1-based): RETRY_AFTER when the server sent one; else
+        exponential with equal jitter (between half and all of BASE * 2**(ATTEMPT-1), capped),
+        never shorter than PREVIOUS, the wait before the attempt before: the waits only grow."""
         if retry_after is not None:
             return min(self.cap, max(0.0, retry_after))
-        return random.uniform(0, min(self.cap, self.base * 2 ** (attempt - 1)))
+        ceiling = min(self.cap, self.base * 2 ** (attempt - 1))
+        return min(self.cap, max(previous, random.uniform(ceiling / 2, ceiling)))
 
 
 def retry_after(err: Exception) -> float | None:
@@ -76,13 +79,14 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
                        short: Callable[[Exception], str], explain: Callable[[Exception], str],
                        on_status: StatusSink | None) -> T:
     """Run CALL; retry RETRYABLE failures, announcing each in one line; FATAL ones fail at once."""
+    wait = 0.0
     for attempt in range(1, policy.attempts + 1):
         try:
             return await call()
         except retryable as err:
             if attempt == policy.attempts:
                 raise _failure(err, explain) from err
-            wait = policy.delay(attempt, retry_after(err))
+            wait = policy.delay(attempt, retry_after(err), wait)
             if on_status is not None:
                 when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
                 on_status(Retrying(f"Model API {short(err)}; retrying {when} "
