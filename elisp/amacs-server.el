@@ -365,7 +365,10 @@ Interactively, with a prefix argument, ask for HOME."
                   (expand-file-name "server.json" (amacs-connection-home connection))))
     (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
     (amacs--connect-port connection nil port token
-                         (format "Connected to the AMACS server on port %s." port))))
+                         (if home
+                             (format "Connected to the AMACS server of %s on port %s: M-x amacs-shell-open shows its shell."
+                                     (amacs-connection-name connection) port)
+                           (format "Connected to the AMACS server on port %s." port)))))
 
 ;;;; Stopping, and starting again
 

@@ -234,6 +234,9 @@ def test_an_unreachable_endpoint_names_both_places_its_url_comes_from():
         gone = AnthropicBackend("sk-ant-test", url, 5, RetryPolicy(attempts=1, base=0.01))
         with pytest.raises(InferenceError, match=r"base URL \(ANTHROPIC_BASE_URL, or M-x amacs-set-model\)"):
             await gone.complete({**REQUEST, "system": "You answer."})
+        local = OpenAIBackend(None, url + "/v1", 5, RetryPolicy(attempts=1, base=0.01))
+        with pytest.raises(InferenceError, match=r"base URL \(OPENAI_BASE_URL, or M-x amacs-set-model\)"):
+            await local.complete({**REQUEST, "system": "You answer."})
         await stop_like_the_runtime()
 
     asyncio.run(go())

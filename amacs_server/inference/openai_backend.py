@@ -117,7 +117,8 @@ def _explain(err: Exception, base_url: str | None = None) -> str:
     if isinstance(err, openai.BadRequestError):
         return f"the endpoint rejected the request (400): {err.message}"
     if isinstance(err, openai.APIConnectionError):
-        return ("cannot reach the OpenAI-compatible endpoint: is it running? check OPENAI_BASE_URL"
+        return ("cannot reach the OpenAI-compatible endpoint: is it running? check the base URL"
+                " (OPENAI_BASE_URL, or M-x amacs-set-model)"
                 f" (tried {base_url or 'https://api.openai.com/v1'})")
     if isinstance(err, openai.APIStatusError):
         return f"the endpoint failed ({err.status_code}) after retries: try again shortly"

@@ -558,12 +558,15 @@ connection is the one opened."
           (amacs-test--write-server-json other '((port . 6161) (pid . 1) (headless . t) (token . "0ther")))
           (amacs-current-connection)    ; the first home's, as a shell's would be
           (cl-letf (((symbol-function 'amacs--connect-port)
-                     (lambda (conn _proc port token &optional _success)
-                       (setq connected (list (amacs-connection-home conn) port token))))
+                     (lambda (conn _proc port token &optional success)
+                       (setq connected (list (amacs-connection-home conn) port token success))))
                     ((symbol-function 'read-directory-name) (lambda (&rest _) other)))
             (let ((current-prefix-arg '(4)))
               (call-interactively #'amacs-connect)))
-          (should (equal connected (list (directory-file-name other) 6161 "0ther")))
+          (should (equal connected
+                         (list (directory-file-name other) 6161 "0ther"
+                               (format "Connected to the AMACS server of %s on port 6161: M-x amacs-shell-open shows its shell."
+                                       (abbreviate-file-name (directory-file-name other))))))
           ;; The first home has no server.json: the error names it and says how to pick another.
           (let ((err (should-error (amacs-connect) :type 'user-error)))
             (should (string-match-p (regexp-quote (expand-file-name "server.json" first)) (cadr err)))
