@@ -72,9 +72,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
 
         def apply() -> dict[str, Any]:
             stopped = rt.world.budget_stop("the primary agent") is not None
-            rt.consciousness.budget.budget_limit = limit
-            rt.memory.sync_state(rt.consciousness)
-            rt.save_consciousness()
+            rt.set_limit(limit)
             goes_on = stopped and rt.world.budget_stop("the primary agent") is None
             return {"limit": limit, "refused": views.budget_refused_input(rt) if goes_on else None}
 

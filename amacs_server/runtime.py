@@ -32,7 +32,7 @@ from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
-from .persistence import rewound_spend
+from .persistence import person_limit, rewound_spend
 from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
@@ -117,6 +117,8 @@ class Runtime:
         db_check = db_check or DatabaseCheck(home / "memory.db")
         self.repo = HomeRepo(home)
         self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
+        # The limit the person set (AMACS_BUDGET_LIMIT, M-x amacs-set-budget): None, consciousness.el's.
+        self.person_limit = self.config.budget_limit if self.config.budget_limit is not None else person_limit.read(home)
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         chat, keep = self._read_mind()
         self.ltm, rebuild = self._open_ltm(db_check)
@@ -268,10 +270,22 @@ class Runtime:
         """The dollars the budget counts: the mind's figure and what futures a rewind abandoned cost."""
         return self.consciousness.budget.cost_so_far + self.rewound_spend
 
+    def limit(self) -> float:
+        """The dollars the budget allows: the limit the person set, else the mind's."""
+        return self.person_limit if self.person_limit is not None else self.consciousness.budget.budget_limit
+
+    def set_limit(self, dollars: float) -> None:
+        """The person sets the limit (loop thread): enforced at once, kept in the home
+        (persistence.person_limit), and the mind's budget item shows it from the next tick."""
+        self.person_limit = dollars
+        person_limit.write(self.config.home, dollars)
+        self.consciousness.budget.budget_limit = dollars
+        self.memory.sync_state(self.consciousness)
+        self.save_consciousness()
+
     def spending(self) -> dict[str, Any]:
         """The session's usage and cost, what the budget counts as spent, and its limit."""
-        return {"session": self.session_tally.to_dict(), "spent": self.spent(),
-                "budget_limit": self.consciousness.budget.budget_limit}
+        return {"session": self.session_tally.to_dict(), "spent": self.spent(), "budget_limit": self.limit()}
 
     def tell_ticked(self) -> None:
         """Tell the face the current tick is committed, with the tick's usage and the spending."""
@@ -304,12 +318,13 @@ class Runtime:
         if not self.commits.flush(30):
             raise Refused("the last ticks' commits are still being made; try the rewind again")
         spent = self.spent()  # with what subagents spent since the last tick was saved
-        # this server holds the home's lock; the person's limit stays (persistence.history)
-        done = rewind_home(self.config.home, tick, locked=True, limit=self.consciousness.budget.budget_limit)
+        limit = self.limit()  # the person's stays (persistence.person_limit)
+        done = rewind_home(self.config.home, tick, locked=True, limit=limit)  # this server holds the home's lock
         self.halted = None  # the interrupted turn is over: the next one runs
         self.reload_mind()
         # The mind's budget is tick TICK's again; the money paid since stays counted.
         self.rewound_spend = rewound_spend.keep(self.config.home, spent, self.consciousness.budget.cost_so_far)
+        self.person_limit = limit
         self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
@@ -321,8 +336,7 @@ class Runtime:
         """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
         backup of memory.db, after the pending commits)."""
         self.commits.flush(30)
-        done = fork_home(self.config.home, tick, dest, locked=True,  # this server holds the lock
-                         limit=self.consciousness.budget.budget_limit)
+        done = fork_home(self.config.home, tick, dest, locked=True, limit=self.limit())  # this server holds the lock
         return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
 
     def _restore_tick_state(self) -> None:

@@ -29,7 +29,7 @@ from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
 from amacs_server.memory.items import Kind
 from amacs_server.memory.memid import MemId
-from amacs_server.persistence import history, rewound_spend
+from amacs_server.persistence import history, person_limit, rewound_spend
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
@@ -555,9 +555,9 @@ def test_money_spent_on_an_abandoned_future_stays_counted_against_the_budget(tmp
         assert rt.spent() == pytest.approx(spent)
         assert views.status(rt)["spent"] == pytest.approx(spent)
         assert views.hub_state(rt)["budget"]["cost_so_far"] == pytest.approx(spent, abs=1e-6)
-        rt.consciousness.budget.budget_limit = (mind + spent) / 2  # the mind alone is under it
+        rt.person_limit = (mind + spent) / 2  # the mind alone is under it
         assert rt.world.budget_stop("the primary agent") is not None
-        rt.consciousness.budget.budget_limit = 5.0
+        rt.person_limit = 5.0
         assert rt.world.budget_stop("the primary agent") is None
         assert "rewound-spend" in (home / ".gitignore").read_text()
         asyncio.run_coroutine_threadsafe(rt.rewind(1), rt.loop).result(60)  # a second rewind adds its own
@@ -577,55 +577,50 @@ def test_money_spent_on_an_abandoned_future_stays_counted_against_the_budget(tmp
     assert rewound_spend.mind_spent(home) < spent
 
 
-def set_budget(rt: Runtime, limit: float) -> None:
-    """What M-x amacs-set-budget does on the server (methods.set_budget)."""
-
-    def apply() -> None:
-        rt.consciousness.budget.budget_limit = limit
-        rt.memory.sync_state(rt.consciousness)
-        rt.save_consciousness()
-
-    on_loop(rt, apply)
-
-
 def test_the_persons_budget_limit_outlives_a_rewind_and_a_fork_starts_with_it(tmp_path, fake):
     """The limit is the person's setting, not the mind's past: raised to $7 after ticks made under
-    a low limit, a rewind to one of those ticks keeps $7 (the check, the views, consciousness.el
-    and a restart), the next input is not refused, and a fork starts with $7; a rewind from a
-    script with no server keeps the home's limit too."""
+    a lower limit, a rewind to one of those ticks keeps $7 (the check, the views, a restart), the
+    next input is not refused, and a fork starts with $7; a rewind from a script with no server
+    keeps the home's limit too.  The mind's budget item is the tick's, as for the money spent:
+    the input sent again after the rewind makes the same request as the first time."""
     home = tmp_path / "home"
     rt = runtime(home, fake.url)
     try:
-        set_budget(rt, 5.0)
+        made = []
         for n in range(1, 4):
+            first = len(fake.requests)
             do(rt, ("say", f"input number {n}"))
+            made.append(requests(fake, first))
         assert rt.commits.flush(60)
-        spent = rt.spent()
-        set_budget(rt, spent)  # hit: the next input would be refused
-        do(rt, ("say", "refused"))
+        on_loop(rt, lambda: rt.set_limit(rt.spent()))  # hit: the next input is refused
         assert rt.world.budget_stop("the primary agent") is not None
-        set_budget(rt, 7.0)
+        on_loop(rt, lambda: rt.set_limit(7.0))
         asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
-        assert rt.consciousness.budget.budget_limit == 7.0
+        assert rt.limit() == 7.0
         assert views.status(rt)["budget_limit"] == 7.0
+        assert rt.spending()["budget_limit"] == 7.0
         assert views.hub_state(rt)["budget"]["budget_limit"] == 7.0
-        assert history.budget_limit(home) == 7.0
+        assert person_limit.current(home) == 7.0
         assert rt.world.budget_stop("the primary agent") is None
         first = len(fake.requests)
-        do(rt, ("say", "after the rewind"))
-        assert requests(fake, first), "the input after the rewind was refused"
+        do(rt, ("say", "input number 3"))
+        again = requests(fake, first)
+        assert again, "the input after the rewind was refused"
+        assert again == made[2], "the input sent again after the rewind asks as it did"
         assert rt.commits.flush(60)
         fork = rt.fork(2, tmp_path / "fork")
-        assert history.budget_limit(Path(str(fork["home"]))) == 7.0
+        assert person_limit.current(Path(str(fork["home"]))) == 7.0
     finally:
         rt.stop()
     rt = runtime(home, fake.url)
     try:
-        assert rt.consciousness.budget.budget_limit == 7.0
-        set_budget(rt, 9.0)
+        assert rt.limit() == 7.0
+        assert views.status(rt)["budget_limit"] == 7.0
+        on_loop(rt, lambda: rt.set_limit(9.0))
     finally:
         rt.stop()
     history.rewind(home, 1)  # from a script (amacs-server rewind), with no server
-    assert history.budget_limit(home) == 9.0
+    assert person_limit.current(home) == 9.0
     history.fork(home, 1, tmp_path / "fork2")
-    assert history.budget_limit(tmp_path / "fork2") == 9.0
+    assert person_limit.current(tmp_path / "fork2") == 9.0
+    assert "budget-limit" in (home / ".gitignore").read_text()

@@ -81,6 +81,8 @@ class WorldHost(Protocol):
 
     def spent(self) -> float: ...
 
+    def limit(self) -> float: ...
+
     def wake(self) -> None: ...
 
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
@@ -283,7 +285,7 @@ class AgentWorld(Registry):
 
     def budget_stop(self, who: str) -> str | None:
         """The message that stops WHO (an agent's description) when the one ledger is spent, else None."""
-        spent, limit = self.rt.spent(), self.rt.consciousness.budget.budget_limit
+        spent, limit = self.rt.spent(), self.rt.limit()
         if spent < limit:
             return None
         return (f"Budget spent (${spent:.4f} of {dollars(limit)}): {who} wanted another "

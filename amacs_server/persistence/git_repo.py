@@ -29,9 +29,9 @@ log = logging.getLogger("amacs.git")
 # shell-history is Emacs's input ring (M-p) and shell-draft the input typed and not yet sent:
 # the person's, not the agent's mind; neither is committed.
 GITIGNORE = ("memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n.server.lock\n"
-             "rewound-spend\nshell-draft\n")
+             "rewound-spend\nshell-draft\nbudget-limit\n")
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
-GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft")
+GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit")
 # Without /proc (so no way to see which processes use the repository), a lock this old is stale.
 STALE_LOCK_SECONDS = 10.0
 # How long a commit waits for a live git (the person's own, or one a killed server left running)

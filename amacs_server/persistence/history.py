@@ -26,10 +26,9 @@ and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
 transcripts, append-only, get a ``rewind`` event.
 
-The budget limit is the person's setting, not the mind's past: a rewind keeps the limit the
-home had before it (and a fork starts with it), so the mind's budget item shows the person's
-limit from the next tick's start on, as after ``amacs-set-budget``.  Its spent figure is the
-tick's (the money paid since stays counted: :mod:`.rewound_spend`).
+The mind's budget item is the tick's (its requests are the ones it made then), but the money
+paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
+enforced (:mod:`.person_limit`); a fork starts with the home's limit too.
 """
 
 from __future__ import annotations
@@ -48,8 +47,7 @@ from typing import Any
 
 from ..errors import AmacsError
 from ..files import atomic_write
-from ..state.consciousness import Consciousness, ConsciousnessError
-from . import rewound_spend
+from . import person_limit, rewound_spend
 from .git_repo import HomeRepo
 from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
@@ -255,26 +253,6 @@ def _record(home: Path, tick: int, heading: str, text: str, event: str, data: di
         transcript.close()
 
 
-def budget_limit(home: Path) -> float | None:
-    """The budget limit HOME's consciousness.el holds (None when it is missing or unreadable)."""
-    try:
-        return Consciousness.from_elisp((home / "consciousness.el").read_text(encoding="utf-8")).budget.budget_limit
-    except (OSError, ConsciousnessError, ValueError):
-        return None
-
-
-def _keep_limit(home: Path, limit: float | None) -> None:
-    """HOME's consciousness.el with the budget limit LIMIT (the person's), if it holds another."""
-    path = home / "consciousness.el"
-    try:
-        c = Consciousness.from_elisp(path.read_text(encoding="utf-8"))
-    except (OSError, ConsciousnessError, ValueError):
-        return
-    if limit is not None and c.budget.budget_limit != limit:
-        c.budget.budget_limit = limit
-        atomic_write(path, c.to_elisp())
-
-
 def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None = None) -> Done:
     """Return HOME to just after tick TICK, keeping the future it leaves on a git ref, and the
     budget limit LIMIT (default: the one HOME has now).
@@ -297,11 +275,12 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
         _git(home, "update-ref", ref, kept)
         _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
         spent = rewound_spend.total(home)
-        limit = budget_limit(home) if limit is None else limit
+        limit = person_limit.current(home) if limit is None else limit
         _check_out(home, commit, state)
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, spent, rewound_spend.mind_spent(home))
-        _keep_limit(home, limit)
+        if limit is not None:
+            person_limit.write(home, limit)
         left = _memory_at(home / "memory.db", state, ref) if (home / "memory.db").exists() else 0
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "
@@ -333,7 +312,9 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         _git(dest, "remote", "remove", "origin")
         _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
         _check_out(dest, commit, state)
-        _keep_limit(dest, budget_limit(home) if limit is None else limit)
+        limit = person_limit.current(home) if limit is None else limit
+        if limit is not None:
+            person_limit.write(dest, limit)
         for name in SETTINGS:
             if (home / name).exists():
                 shutil.copy2(home / name, dest / name)
