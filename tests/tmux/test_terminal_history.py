@@ -2,7 +2,8 @@
 the fake model.  M-x amacs-fork opens a second shell beside the first, on the new home; both answer;
 each header names its home; M-x amacs-rewind in the first, picking an input older than the chat's
 memory holds (completed with TAB), returns it to before that input, and that input sent again makes
-the same request as the first time (but for the clock)."""
+the same request as the first time (but for the clock), while the budget limit the person raised
+before the rewind stays in the mode line."""
 
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("C-x", "o")  # back to the first shell
     for text in ("the third", "the fourth", "the fifth"):  # the second is no longer in the chat's memory
         send(term, text)
+    term.press("M-x")  # the person raises the limit after the ticks the rewind goes back to
+    term.type("amacs-set-budget")
+    term.press("Enter")
+    term.wait_for("Budget limit in dollars, now $5.00", what="the budget's prompt")
+    term.type("7")
+    term.press("Enter")
+    term.wait_for("/$7.00", what="the new limit in the mode line")
     usage = "(plist-get (buffer-local-value 'amacs-shell-usage (window-buffer (selected-window))) :spent)"
     spent = float(term.elisp(usage))
     term.press("M-x")
@@ -67,6 +75,8 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.wait_for("refs/amacs/abandoned/", what="the ref that keeps the future")
     assert "Completions" not in term.screen(), term.screen()
     assert float(term.elisp(usage)) == pytest.approx(spent)  # the abandoned future's money stays spent
+    mode_line = next(line for line in term.screen().splitlines() if " budget $" in line)
+    assert "/$7.00" in mode_line, mode_line  # and the limit the person set stays
     first = len(fake.requests)
     send(term, "the second")
     sent = [json.loads(r) for r in requests(fake)]
