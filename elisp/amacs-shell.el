@@ -471,8 +471,11 @@ untouched.  The server refuses an agent that does not exist or has ended."
   (amacs-when-ready
    (lambda ()
      (amacs-call 'person_agent_talk (list agent text)
-                 (lambda (r) (when (plist-get r :queued)
-                               (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to)))))
+                 (lambda (r) (cond ((plist-get r :paused)
+                                    (amacs-shell--note (format "%s is paused; it reads this once resumed (z in the hub)."
+                                                               (plist-get r :to))))
+                                   ((plist-get r :queued)
+                                    (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to))))))
                  (lambda (err) (amacs-shell--note (concat "Not sent: " err)))))))
 
 (defun amacs-shell--input-sender (proc input)

@@ -376,7 +376,8 @@ def test_a_task_paused_during_its_model_call_delivers_nothing_until_resumed(fake
 
 def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itself(fake, home):
     """z in the hub on a working task: the shell's line for it and the header say paused (not
-    working), t in the hub says it reads the message once resumed; z again shows it working; and
+    working), t in the hub and @task-1 in the shell say it reads the message once resumed; z again
+    shows it working; and
     the hub shows the task's end without g."""
 
     calls = []
@@ -420,6 +421,8 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
         "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"how far?\"))) "
         "(call-interactively (key-binding (kbd \"t\")))))",
         pause(0.5),
+        "(amacs-e2e-send-no-wait \"@task-1 and now?\")",
+        wait_text("task-1 is paused; it reads this once resumed (z in the hub)."),
         z,
         pause(0.5),
         show("RESUMED"),
