@@ -72,6 +72,16 @@
       (with-current-buffer buf
         (write-region (point-min) (point-max) (getenv "AMACS_E2E_OUT") nil 'silent)))))
 
+(defun amacs-e2e-visible ()
+  "The shell's text as the person sees it: an eval's hidden details left out."
+  (with-current-buffer amacs-shell-buffer-name
+    (let ((out "") (pos (point-min)))
+      (while (< pos (point-max))
+        (let ((next (next-single-char-property-change pos 'invisible nil (point-max))))
+          (unless (invisible-p pos) (setq out (concat out (buffer-substring-no-properties pos next))))
+          (setq pos next)))
+      out)))
+
 (defun amacs-e2e-finish ()
   "Dump the shell, stop the server, exit 0."
   (amacs-e2e-dump)

@@ -12,14 +12,6 @@ pytestmark = pytest.mark.e2e
 
 # The shell's visible text (the eval's details hidden), then the same after TAB on the eval line.
 VISIBLE = r"""
-(defun amacs-e2e-visible ()
-  (with-current-buffer amacs-shell-buffer-name
-    (let ((out "") (pos (point-min)))
-      (while (< pos (point-max))
-        (let ((next (next-single-char-property-change pos 'invisible nil (point-max))))
-          (unless (invisible-p pos) (setq out (concat out (buffer-substring-no-properties pos next))))
-          (setq pos next)))
-      out)))
 (setq amacs-shell-resume-exchanges 10)
 (amacs-e2e-open)
 (accept-process-output nil 0.3)

@@ -20,16 +20,8 @@ from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
 
-# The shell's text as the person sees it (an eval's details are hidden until TAB).
+# Enough exchanges resumed to hold every one; (amacs-e2e-visible), in driver.el, is the shell's text as the person sees it.
 VISIBLE = r"""
-(defun amacs-e2e-visible ()
-  (with-current-buffer amacs-shell-buffer-name
-    (let ((out "") (pos (point-min)))
-      (while (< pos (point-max))
-        (let ((next (next-single-char-property-change pos 'invisible nil (point-max))))
-          (unless (invisible-p pos) (setq out (concat out (buffer-substring-no-properties pos next))))
-          (setq pos next)))
-      out)))
 (setq amacs-shell-resume-exchanges 10)
 """
 
