@@ -188,6 +188,9 @@ def test_the_window_is_respected_before_sending(tmp_path, fake):
         for n in range(5):
             _turn(rt, f"turn {n}: " + "words " * 800)
         assert _events(rt, "context_compacted")
+        # Each compaction is an event of the tick whose context it made (a study counts them per tick).
+        ticks = [e["tick"] for e in rt.transcript.read("primary") if e["event"] == "context_compacted"]
+        assert ticks and all(isinstance(t, int) and 1 <= t <= 5 for t in ticks), ticks
         for request in fake.requests:
             assert len(json.dumps(request["body"]["messages"])) // 4 < 6000 * 1.2
         assert len(face.replies) == 5

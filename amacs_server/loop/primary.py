@@ -124,7 +124,7 @@ class PrimaryBody:
                            "events": [e.to_dict() for e in self.rt.world.bus.peek(PRIMARY)]})
 
     async def infer(self) -> AgentResponse | None:
-        user_message = await observe(self.rt)
+        user_message = await observe(self.rt, self.tick)
         faults.point("observe.done")
         response, self.streamed = await infer_and_parse(self.rt, self.tick, user_message)
         if response is None:
@@ -243,7 +243,7 @@ def begin(rt: Runtime, human: str | None) -> int:
     return tick
 
 
-async def observe(rt: Runtime) -> Context:
+async def observe(rt: Runtime, tick: int | None = None) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
     thread = rt.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
@@ -275,7 +275,7 @@ async def observe(rt: Runtime) -> Context:
 
     context = remake()
     context.remake = remake
-    return fit(rt, context)
+    return fit(rt, context, tick)
 
 
 def model_note(rt: Runtime, caps: Capabilities) -> str:
@@ -287,9 +287,10 @@ def model_note(rt: Runtime, caps: Capabilities) -> str:
                        "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
 
 
-def fit(rt: Runtime, context: Context) -> Context:
+def fit(rt: Runtime, context: Context, tick: int | None = None) -> Context:
     """CONTEXT, compacted (its oldest blocks left to long-term memory) until the request it
-    makes fits the model's window, by the calibrated estimate, with room for the answer."""
+    makes fits the model's window, by the calibrated estimate, with room for the answer.
+    Each compaction is an event of TICK, the tick the context is for."""
     window = rt.catalog.window
     if window is None or context.remake is None or context.conversation is None:
         return context
@@ -304,7 +305,7 @@ def fit(rt: Runtime, context: Context) -> Context:
         context = remake()
         context.remake = remake
         rt.transcript.write("context_compacted", {"squeeze": rt.conversation.squeeze, "window": window,
-                                                  "why": "estimate"})
+                                                  "why": "estimate"}, tick=tick)
     return context
 
 
@@ -387,7 +388,7 @@ def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) ->
                      "memory and the model is asked again.", "status")
     rt.transcript.write("context_compacted", {"squeeze": conversation.squeeze, "window": rt.catalog.window,
                                               "why": str(err)}, tick=tick)
-    made = fit(rt, _again(remake))
+    made = fit(rt, _again(remake), tick)
     return made
 
 
