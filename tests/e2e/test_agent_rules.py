@@ -401,6 +401,15 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
     z = ('(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "task-1") '
          '(call-interactively (key-binding (kbd "z"))))')
 
+    def until(what, *conditions):
+        """Wait (not a fixed pause: a loaded machine is slow) until every lisp CONDITION holds."""
+        return f'(amacs-e2e-wait (lambda () (and {" ".join(conditions)})) "{what}")'
+
+    def has(form, text):
+        return f'(let ((s {form})) (and s (string-match-p "{text}" s)))'
+
+    header = f"(with-current-buffer {shell} (amacs-shell-state-string))"
+
     def show(tag):
         return (f'(princ (format "{tag}-FOOTER<<%s>>\\n{tag}-HEADER<<%s>>\\n{tag}-HUB<<%s>>\\n" {footer} '
                 f"(with-current-buffer {shell} (amacs-shell-state-string)) {hub_line}))")
@@ -415,7 +424,7 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
         pause(0.5),
         show("WORKING"),
         z,
-        pause(1.0),
+        until("task-1 shown paused", has(footer, "paused"), has(header, "1 paused"), has(hub_line, "paused")),
         show("PAUSED"),
         '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "task-1") '
         "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"how far?\"))) "
@@ -424,10 +433,10 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
         "(amacs-e2e-send-no-wait \"@task-1 and now?\")",
         wait_text("task-1 is paused; it reads this once resumed (z in the hub)."),
         z,
-        pause(0.5),
+        until("task-1 shown working again", f"(not {has(footer, 'paused')})", has(header, "1 agent working")),
         show("RESUMED"),
         '(amacs-e2e-wait (lambda () (null (agent-list-agents))) "the task to finish")',
-        pause(1.0),
+        until("the hub to show task-1 done by itself", has(hub_line, "done")),
         show("ENDED"))
     out = run_emacs(home, fake.url, program).check().stdout
 
