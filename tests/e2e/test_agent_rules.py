@@ -435,9 +435,9 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
         z,
         until("task-1 shown working again", f"(not {has(footer, 'paused')})", has(header, "1 agent working")),
         show("RESUMED"),
-        '(amacs-e2e-wait (lambda () (null (agent-list-agents))) "the task to finish")',
-        until("the hub to show task-1 done by itself", has(hub_line, "done")),
-        show("ENDED"))
+        # The hub shows the task's end by itself (no g): the wait fails the run if it never does.  Not
+        # "no agent left": a talk queued while it was paused may take it up again once it has ended.
+        until("the hub to show task-1 done by itself", has(hub_line, " done ")))
     out = run_emacs(home, fake.url, program).check().stdout
 
     def shown(tag, part):
@@ -451,4 +451,3 @@ def test_a_task_paused_from_the_hub_is_shown_paused_and_the_hub_redraws_by_itsel
     assert "paused" in shown("PAUSED", "HUB"), out
     assert "task-1 is paused; it will read it once resumed" in out, out
     assert "paused" not in shown("RESUMED", "FOOTER") and "1 agent working" in shown("RESUMED", "HEADER"), out
-    assert "running" not in shown("ENDED", "HUB") and "done" in shown("ENDED", "HUB"), out
