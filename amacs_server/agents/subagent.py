@@ -21,9 +21,9 @@ from ..inference.parse import (
     CUT_REASONS,
     MAX_PARSE_RETRIES,
     AgentResponse,
+    AnswerCut,
     ResponseFormatError,
     cut_stand_in,
-    parses,
 )
 from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
@@ -251,8 +251,11 @@ class SubagentBody:
         """One response, parsed by the one policy every agent shares (agents/loop.py)."""
         agent = self.agent
 
-        def rejected(attempt: int, _text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
+        def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
             self.note("parse_error", {"attempt": attempt, "error": str(err)})
+            if isinstance(err, AnswerCut):  # its messages keep only the cut answer's start, as the primary's
+                answer = next(m for m in reversed(agent.messages) if m["role"] == "assistant")
+                answer["content"] = cut_stand_in(text)
             if retry_prompt is not None:  # model_call keeps the model's answer among its messages
                 agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
 
@@ -320,15 +323,13 @@ class SubagentBody:
         dollars = rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
         host.counted(agent, result.usage, dollars)
-        cut = result.stop_reason in CUT_REASONS
-        agent.messages.append({"role": "assistant", "content": cut_stand_in(result.text) if cut and not parses(result.text)
-                               else result.assistant_content()})
+        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
         self.note("model_response", {
             "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
             "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
             "cost": dollars, "latency_ms": result.latency_ms})
         await answer_turn(host.answers)
-        return Answer(result.text, cut)
+        return Answer(result.text, result.stop_reason in CUT_REASONS)
 
 
 async def answer_turn(lane: asyncio.Lock) -> None:

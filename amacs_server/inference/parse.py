@@ -210,15 +210,6 @@ def _text(value: str | None, clean: Callable[[str], str]) -> str | None:
     return clean(value) if value is not None and value.strip() else None
 
 
-def parses(text: str) -> bool:
-    """Whether TEXT is a valid response."""
-    try:
-        parse_response(text)
-    except ResponseFormatError:
-        return False
-    return True
-
-
 def fallback_response(raw: str) -> AgentResponse:
     """The record kept when the model never produced valid JSON: its text as the thought, mood uncertain."""
     first_line = printable(" ".join(raw.split())[:200]) or "(empty response)"
