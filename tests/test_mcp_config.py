@@ -158,11 +158,11 @@ def test_problems_are_found_at_start_up_and_not_said_again(tmp_path):
 
 
 def test_every_value_given_or_named_is_a_secret_but_places():
-    """Whatever its name: ${VAR}s, env and header values (written in the file or not), what the
-    environment holds under an env key, a URL's password; not HOME and the like (in every path)."""
+    """Whatever its name: ${VAR}s, what the environment holds under an env key, a URL's password;
+    a value written in the file under a key's name; not HOME and the like (in every path)."""
     text = json.dumps({"mcpServers": {"a": {"command": "x", "args": ["${HOME}/repo"],
                                             "env": {"K": "${API_KEY}", "W": "${WORKDIR}", "SECRET_TOKEN": "literal-1234",
-                                                    "DB": "${DATABASE_URL}"}},
+                                                    "DB": "${DATABASE_URL}", "NODE_ENV": "production"}},
                                       "b": {"url": "https://b.example/mcp", "headers": {"X-Id": "${ACCOUNT}"}}}})
     config = parse(text, PATH, {"HOME": "/home/someone", "API_KEY": "k-0123456789", "WORKDIR": "/srv/work/dir",
                                 "ACCOUNT": "acct-987654321", "SECRET_TOKEN": "from-the-env-5678",
@@ -170,7 +170,7 @@ def test_every_value_given_or_named_is_a_secret_but_places():
     values = {v for _name, v in config.secrets}
     assert {"k-0123456789", "/srv/work/dir", "literal-1234", "from-the-env-5678", "acct-987654321",
             "postgres://app:pw1@db.example/app", ":pw1@"} <= values
-    assert not any("/home/someone" in v for v in values)
+    assert not any("/home/someone" in v for v in values) and "production" not in values  # a place; a word
     assert config.warnings == ()
 
 

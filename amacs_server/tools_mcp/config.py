@@ -2,9 +2,9 @@
 
 A stdio server has ``command`` (and ``args``, ``env``); an HTTP server has ``url``
 (and ``headers``).  ``${VAR}`` in any of those strings is taken from the
-environment.  What the file gives a server is secret: every value in ``env`` and
-``headers``, every variable it names (but places: ``not_secret``), and a URL's
-password, are redacted wherever the server writes or sends; ``${VAR}`` in ``args``
+environment.  What the file gives a server is secret: every variable it names
+(but places: ``not_secret``), a value under a name like a key's (``Authorization``,
+``API_TOKEN``), and a URL's password, are redacted wherever the server writes or sends; ``${VAR}`` in ``args``
 is a warning (the process list shows it).  Keys other clients add (``disabled``, ``autoApprove``, ...) are
 accepted; ``disabled: true`` leaves a server out.  AMACS reads one key of its
 own: ``timeout``, a call's limit in seconds (default :data:`DEFAULT_TIMEOUT`).
@@ -78,6 +78,7 @@ class _Bad(AmacsError, ValueError):
 # would blind the agent to its own files.  Any other variable mcp.json names is a secret.
 NOT_SECRET = frozenset(("HOME", "USER", "LOGNAME", "PATH", "PWD", "SHELL", "TMPDIR", "TMP", "TEMP", "LANG",
                         "LANGUAGE", "TERM", "TZ", "PYTHONPATH", "NODE_PATH", "VIRTUAL_ENV", "AMACS_HOME"))
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|COOKIE|SESSION|PAT$", re.I)
 # A URL's user:password@ part: a credential whatever the variable or key is called.
 _URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@")
 
@@ -123,10 +124,11 @@ def _table(raw: object, key: str, environ: Mapping[str, str], used: list[tuple[s
     if not isinstance(raw, dict):
         raise _Bad(key, f"expected an object of strings, got {json.dumps(raw)[:60]}")
     table = {str(k): _string(v, f"{key}.{k}", environ, used) for k, v in raw.items()}
-    # Every value given to a server by env or headers is a secret, written in the file or not;
-    # and so is what the environment holds under an env key's name (an eval can read it there).
+    # A value written in the file under a name like a key's is a secret (a ${VAR}'s value already
+    # is); and so is what the environment holds under an env key's name (an eval can read it there).
     for name, value in table.items():
-        used.append((name, value))
+        if SECRET_NAME.search(name):
+            used.append((name, value))
         if key.endswith(".env") and name in environ and not not_secret(name):
             used.append((name, environ[name]))
     return table

@@ -5,7 +5,8 @@ The server is its child, with the guard's stdin, stdout and stderr (the hub's pi
 nothing passes through the guard.  The rule it keeps: the server lives no longer than
 the AMACS server, even a SIGKILLed one whose server is stuck in a call and never reads
 the end of its stdin.  On Linux the kernel tells the guard its parent died
-(``PR_SET_PDEATHSIG``); elsewhere it looks every second.  Then it kills its process
+(``PR_SET_PDEATHSIG``), and the server that the guard died; elsewhere the guard
+looks twice a second.  Then it kills its process
 group (the server and its children).  When the server ends by itself, the guard ends
 with its exit status.
 
@@ -24,11 +25,11 @@ import time
 PR_SET_PDEATHSIG = 1
 
 
-def _on_parent_death(parent: int) -> None:
-    """Ask for SIGTERM when PARENT dies (Linux), and check it did not die already."""
+def _on_parent_death(parent: int, sig: int) -> None:
+    """Ask for SIG when PARENT dies (Linux), and check it did not die already."""
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     if os.getppid() != parent:
         _end_all()
 
@@ -47,10 +48,12 @@ def main(argv: list[str]) -> int:
         return 2
     parent = os.getppid()
     signal.signal(signal.SIGTERM, _end_all)
-    _on_parent_death(parent)
+    _on_parent_death(parent, signal.SIGTERM)
+    guard = os.getpid()
     child = os.fork()
     if child == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _on_parent_death(guard, signal.SIGKILL)  # the guard killed by itself: the server goes too
         try:
             os.execvp(argv[0], argv)
         except OSError as err:
