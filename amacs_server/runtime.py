@@ -37,7 +37,6 @@ from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
-    exact_files,
     file_sizes,
     ltm_watermark,
     read_state,
@@ -384,11 +383,9 @@ class Runtime:
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}
 
-    def save_tick_state(self) -> dict[str, bytes]:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
-        return the bytes the tick's commit carries whatever the files hold by then (the tick
-        state, consciousness.el, scratchpad.org)."""
-        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
+    def save_tick_state(self) -> None:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
+        write_state(self.config.home, self.tick_state())
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the

@@ -14,11 +14,10 @@ The tick state holds what neither has exactly: the active table (what each
 brain pinned or evicted), the order and pages of the primary's pinned items,
 the primary's conversation (the prefix every later request repeats), and the
 size of each file of the append-only logs.  A commit is made off the loop
-thread and carries the files as they are when it runs: after a backlog it
-would hold a later tick's lines.  So the tick state, ``consciousness.el`` and
-``scratchpad.org`` (small, rewritten in place) go to the commit as their bytes
-at the tick's end (:data:`EXACT`), and the recorded sizes cut the logs' later
-lines off again.
+thread, from a snapshot of the tracked files taken at the tick's end
+(:class:`~.git_repo.Snapshot`): it holds the tick's bytes however late it is
+made.  (Commits made before snapshots could hold a later tick's lines: the
+recorded sizes cut the logs back when such a tick is checked out.)
 
 A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
@@ -53,8 +52,6 @@ from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
-# The files a tick's commit carries as they were at its end (their bytes go with the commit request).
-EXACT = ("consciousness.el", "scratchpad.org")
 STATE_VERSION = 1
 ABANDONED = "refs/amacs/abandoned"
 # The append-only logs whose tick-N contents are their first bytes (sizes in the tick state).
@@ -90,7 +87,8 @@ def skill_files(home: Path) -> list[Path]:
 
 
 def tracked(home: Path) -> list[Path]:
-    """Every file a tick's commit carries."""
+    """Every file a tick's commit carries (those of them that exist: :data:`~.git_repo.TRACKED_NAMES`
+    and the files under :data:`~.git_repo.TRACKED_FOLDERS`)."""
     return [home / "consciousness.el", *log_files(home), home / "scratchpad.org", home / STATE_FILE,
             *skill_files(home)]
 
@@ -105,11 +103,9 @@ def active_rows(db: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in db.execute("SELECT brain, base, status, version FROM active ORDER BY brain, base")]
 
 
-def write_state(home: Path, state: dict[str, Any]) -> bytes:
-    """Write the tick state (not synced: the commit worker syncs the tick's files); its bytes."""
-    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-    atomic_write(home / STATE_FILE, text)
-    return text.encode("utf-8", "surrogatepass")
+def write_state(home: Path, state: dict[str, Any]) -> None:
+    """Write the tick state (not synced: the commit worker syncs the tick's files)."""
+    atomic_write(home / STATE_FILE, json.dumps(state, ensure_ascii=False, separators=(",", ":")))
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
@@ -119,17 +115,6 @@ def read_state(home: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
-
-
-def exact_files(home: Path, state: bytes) -> dict[str, bytes]:
-    """What a tick's commit carries as of now: the tick state STATE and the :data:`EXACT` files."""
-    out = {STATE_FILE: state}
-    for name in EXACT:
-        try:
-            out[name] = (home / name).read_bytes()
-        except FileNotFoundError:
-            continue
-    return out
 
 
 def file_sizes(home: Path) -> dict[str, int]:
