@@ -9,7 +9,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
@@ -94,9 +94,9 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return asyncio.run_coroutine_threadsafe(rt.rewind(tick), rt.loop).result(HISTORY_TIMEOUT)
 
     @checked()
-    def fork(tick: PositiveInt, dest: Text) -> dict[str, Any]:
-        """Make the new home DEST holding this mind at the end of TICK."""
-        return rt.fork(tick, Path(dest).expanduser())
+    def fork(tick: PositiveInt | Literal["now"], dest: Text) -> dict[str, Any]:
+        """Make the new home DEST holding this mind at the end of TICK (``"now"``: the last tick)."""
+        return rt.fork(None if tick == "now" else tick, Path(dest).expanduser())
 
     @checked()
     def status() -> dict[str, Any]:
