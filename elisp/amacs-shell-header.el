@@ -234,14 +234,30 @@ Once everyone has answered, the primary wakes: it is thinking."
     (concat (mapconcat #'identity shown ", ")
             (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
 
+(defun amacs-shell--model-words ()
+  "Return the model and its endpoint, for the header: (LONG . SHORT), or nil.
+LONG names the backend too, and the endpoint whenever it is not the
+provider's own: the demo model is \"demo\", the local one \"local:
+MODEL\", another server \"MODEL (BACKEND @ HOST)\".  SHORT is the
+model and that endpoint alone."
+  (let ((model (amacs-status :model))
+        (backend (amacs-status :backend))
+        (endpoint (amacs-status :endpoint)))
+    (when model
+      (pcase endpoint
+        ("demo" (cons "demo model" "demo"))
+        ("local" (let ((words (concat "local: " model))) (cons words words)))
+        ('nil (cons (format "%s (%s)" model backend) model))
+        (host (cons (format "%s (%s @ %s)" model backend host) (format "%s @ %s" model host)))))))
+
 (defun amacs-shell-header-line (&optional width)
   "The shell's header line: the model, the backend and what the agent is doing.
-Wider than WIDTH (default: the shell's window), the backend goes, then
-the model: what the agent does is what the header is for, and it
-keeps the room."
+The model's endpoint is named whenever it is not the provider's own
+\(`amacs-shell--model-words').  Wider than WIDTH (default: the shell's
+window), the backend goes, then the model: what the agent does is what
+the header is for, and it keeps the room."
   (amacs-with-connection (amacs-shell--connection)
-    (let* ((model (amacs-status :model))
-           (backend (amacs-status :backend))
+    (let* ((words (amacs-shell--model-words))
            (state (amacs-shell-state-string))
            (home (if (cdr (amacs-live-connections)) ; which home, when Emacs talks to several
                      (concat " " (amacs-connection-name) " —")
@@ -250,8 +266,8 @@ keeps the room."
                       (let ((window (get-buffer-window (amacs-shell--buffer))))
                         (if window (window-total-width window) 80)))))
       (seq-find (lambda (line) (<= (string-width line) width))
-                (list (concat home " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
-                      (concat home " " (or model "AMACS") " — " state)
+                (list (concat home " " (or (car words) "AMACS") " — " state)
+                      (concat home " " (or (cdr words) "AMACS") " — " state)
                       (concat home " " state))
                 (concat " " state)))))
 

@@ -441,12 +441,12 @@ BASE-URL points at such a server, e.g. Ollama or llama.cpp."
      (amacs-call 'set_model (list backend model base-url)
                  (lambda (now)
                    (let ((connection (amacs-current-connection)))
-                     (dolist (key '(:model :backend :key-ok))
+                     (dolist (key '(:model :backend :key-ok :endpoint))
                        (setf (amacs-connection-status connection)
                              (plist-put (amacs-connection-status connection) key (plist-get now key)))))
                    (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
                                  :base-url base-url
-                                 :local nil) ; a restart no longer runs a local model
+                                 :local nil :demo nil) ; a restart no longer runs a local or demo model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)

@@ -63,8 +63,8 @@ READY is non-nil once the server accepted this Emacs's hello, and
 STATUS is the plist it answered with.  ON-READY are functions waiting
 for the server, newest first.  CHOSEN is what the person chose for this
 home that a restarted server keeps (`amacs-set-model',
-`amacs-set-budget', `amacs-use-local-model'): a plist of :backend,
-:model, :base-url, :budget and :local; it wins over the environment
+`amacs-set-budget', `amacs-use-local-model', `amacs-demo'): a plist of :backend,
+:model, :base-url, :budget, :local and :demo; it wins over the environment
 Emacs started with.  EVENT-QUEUE (with its last cons EVENT-QUEUE-TAIL)
 holds events not yet handled, oldest first, and EVENT-TIMER drains it;
 EVENTS-HELD keeps them queued (`amacs-hold-events').  START-FAILURES

@@ -502,6 +502,22 @@ not speak of one; no refused input, and the prompt is left alone."
       (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
       (should (equal (amacs-shell-header-line 20) " waiting for you")))))
 
+(ert-deftest amacs-shell-test-the-header-names-an-endpoint-that-is-not-the-providers ()
+  "The header said claude-sonnet-5-5 (anthropic) while the agent talked to the demo on 127.0.0.1.
+It names the endpoint whenever the server says it is not the provider's own."
+  (amacs-shell-test--with-shell
+    (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo") " demo model — waiting for you"
+                     " demo — waiting for you")
+                    ((:model "smollm2" :backend "openai" :endpoint "local") " local: smollm2 — waiting for you"
+                     " local: smollm2 — waiting for you")
+                    ((:model "qwen" :backend "openai" :endpoint "gpu.example.org:8000")
+                     " qwen (openai @ gpu.example.org:8000) — waiting for you"
+                     " qwen @ gpu.example.org:8000 — waiting for you")))
+      (amacs-test-with-status (append (car case) '(:key-ok t))
+        (amacs-shell--transition 'ready)
+        (should (equal (amacs-shell-header-line 100) (nth 1 case)))
+        (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
