@@ -340,14 +340,14 @@ class Runtime:
         """A new home DEST holding this mind at the end of TICK, None: of the last tick committed
         (any thread: it reads git and a backup of memory.db, after the pending commits).  Says
         the backend, model and base URL it runs on, for the fork's server to run on the same
-        (no URL when this server runs the model itself: the fork's runs its own)."""
+        (no URL when this server runs the model itself, local or demo: the fork's runs its own)."""
         self.commits.flush(30)
         if tick is None:
             tick = last_tick(self.config.home)
         done = fork_home(self.config.home, tick, dest, locked=True, limit=self.limit())  # this server holds the lock
         cfg = self.config
-        url = None if cfg.local_model is not None else (cfg.openai_base_url if self.backend_name == "openai"
-                                                        else cfg.base_url)
+        own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
+        url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
         return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
                 "backend": self.backend_name, "model": self.model, "base_url": url}
 

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from amacs_server import views  # noqa: E402
-from amacs_server.loop import primary  # noqa: E402
 from amacs_server.config import load_config  # noqa: E402
+from amacs_server.loop import primary  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
 from amacs_server.memory.active import ActiveMemory  # noqa: E402
 from amacs_server.memory.ltm import LongTermMemory  # noqa: E402

@@ -163,9 +163,9 @@ Return the tick that ends there, or \"now\"."
   "The choices for the server of the fork DONE (the server's answer) of PARENT.
 The fork runs where its parent runs: PARENT's choices (`amacs-chosen'),
 and the backend, model and base URL its server runs on; a parent running
-the model itself (:local) has the fork's server run its own."
+the model itself (:local, :demo) has the fork's server run its own."
   (let ((chosen (copy-sequence (amacs-connection-chosen parent))))
-    (unless (plist-get chosen :local)
+    (unless (or (plist-get chosen :local) (plist-get chosen :demo))
       (setq chosen (plist-put chosen :backend (plist-get done :backend)))
       (setq chosen (plist-put chosen :model (plist-get done :model)))
       (when (plist-get done :base-url)
