@@ -183,6 +183,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         # The agent's tools, from the one registry (tools/registry.py).
         **{name: brain_tool(fn) for name, fn in registry.ON_THE_LOOP.items()},
         "agent_tool": tool_call,  # registry.ON_ITS_THREAD: run on this EPC thread
+        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](rt, *args),
         # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},

@@ -720,3 +720,30 @@ def test_a_fork_of_now_holds_the_last_tick_and_says_what_its_parent_runs_on(tmp_
         rt.stop()
     assert done["tick"] == 4 and history.read_state(tmp_path / "live")["tick"] == 4
     assert (done["backend"], done["model"], done["base_url"]) == ("anthropic", rt.model, fake.url)
+
+
+def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, fake):
+    """agent-history-search (the tool, as the method Emacs calls runs it): commit subjects,
+    monologue lines and diffs, each with its tick, newest first; one tick's only with :tick."""
+    from amacs_server.tools.history import history_search
+
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "plain"), ("say", "note the plan again")])
+    rt = runtime(home, fake.url)
+    try:
+        hits = history_search(rt, "NOTED: note the plan")
+        assert [(h["tick"], h["in"], h["file"]) for h in hits] == [(4, "diff", "scratchpad.org"),
+                                                                  (2, "diff", "scratchpad.org")]
+        assert hits[0]["line"] == "+noted: note the plan again"
+        said = history_search(rt, "thought about note the plan")
+        assert [(h["tick"], h["in"]) for h in said if h["in"] != "diff"] == [(4, "subject"), (2, "subject")]
+        one = history_search(rt, "note the plan", {"tick": 2})
+        assert {h["tick"] for h in one} == {2} and {"subject", "diff"} <= {h["in"] for h in one}
+        assert any(h.get("file") == "agent-chat.org" and h["line"] == "+note the plan" for h in one)
+        assert history_search(rt, "plan", {"only": ["subject"], "limit": 1}) == [
+            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] thought about note the plan again"}]
+        assert history_search(rt, "nowhere at all") == []
+        with pytest.raises(Exception, match="only"):
+            history_search(rt, "plan", {"only": ["chat"]})
+    finally:
+        rt.stop()
