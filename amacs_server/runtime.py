@@ -137,7 +137,7 @@ class Runtime:
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self._load_threads()
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.transcript = Transcript(home / "transcripts", self.run_id, scrub=self.scrub)
         self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
         self.demo = self._start_demo()  # None unless AMACS_DEMO asks for the demo model
         self.backend_name = config.backend
@@ -150,7 +150,8 @@ class Runtime:
         self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
-        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
+        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem,
+                       scrubber=self.scrub)
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,

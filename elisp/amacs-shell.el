@@ -157,6 +157,12 @@ The live event and a resumed exchange's task are drawn by this one function."
 
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 
+(defun amacs-shell--on-step (event)
+  "Show which tick of the turn began, and of how many at most, from EVENT."
+  (amacs-shell--transition 'step (cons (plist-get event :step) (plist-get event :limit))))
+
+(amacs-on-event "step" #'amacs-shell--on-step)
+
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
 
 (amacs-on-event "agents" #'amacs-shell--on-agents)
@@ -508,6 +514,8 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-when-ready
        (lambda ()
          (amacs-shell--mark-sent id)
+         (let ((refused (amacs--send-changed-settings)))
+           (when refused (amacs-shell--note (concat "Settings not applied: " refused))))
          (amacs-call 'submit (list text) nil
                      (lambda (err)
                        (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err) nil id))))))))
