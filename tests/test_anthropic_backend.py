@@ -359,3 +359,26 @@ def test_a_500_that_is_a_validation_error_is_not_retried_like_an_outage(fake, ba
     assert refused.status == 422 and "refused the request as invalid" in str(refused)
     assert "response_format" in str(refused)
     assert answer == ANSWER and len(fake.requests) == 3
+
+
+def test_one_turns_retries_are_bounded_however_many_calls_it_makes(fake):
+    """Behind a proxy that retries each call itself, an outage must cost a bounded number of calls:
+    a turn's calls share TURN_RETRIES retries (and TURN_WAIT seconds of waiting), then fail saying so."""
+    from amacs_server.inference.retry import TURN_RETRIES, new_turn
+
+    fake.respond_with(lambda _body: Reply(status=503, message="upstream down"))
+    model = AnthropicBackend("sk-ant-test", fake.url, 10, RetryPolicy(attempts=5, base=0.001))
+
+    async def turn() -> list[str]:
+        new_turn()
+        failures = []
+        for _ in range(3):
+            with pytest.raises(InferenceError) as caught:
+                await model.complete(REQUEST, stream=False)
+            failures.append(str(caught.value))
+        return failures
+
+    failures = run(turn)
+    assert len(fake.requests) == 3 + TURN_RETRIES  # each call once, and the turn's retries
+    assert "upstream down" in failures[0] and "retries are spent" not in failures[0]
+    assert "this turn's retries are spent" in failures[2]
