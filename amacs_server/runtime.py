@@ -13,13 +13,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import faults
 from .agents.kinds import PRIMARY
 from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
-from .config import LOCAL_ALIAS, Config
+from .config import DEMO_MODEL, LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
+from .demo_model import DEMO_NOTE, DemoModel
 from .errors import AmacsError, Refused, Stopping
 from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
@@ -135,18 +137,21 @@ class Runtime:
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self._load_threads()
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.transcript = Transcript(home / "transcripts", self.run_id, scrub=self.scrub)
         self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
+        self.demo = self._start_demo()  # None unless AMACS_DEMO asks for the demo model
         self.backend_name = config.backend
         # OPENAI_BASE_URL is the OpenAI-compatible backend's: the Anthropic one has ANTHROPIC_BASE_URL.
         self.backend = self._make_backend(config.backend,
-                                          self.config.openai_base_url if config.backend == "openai" else None)
+                                          self.config.openai_base_url if config.backend == "openai" else None,
+                                          config.model)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
         self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
-        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
+        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem,
+                       scrubber=self.scrub)
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,
@@ -405,7 +410,29 @@ class Runtime:
         self.startup_notes.append(TRY_ONLY)
         return local
 
-    def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
+    def _start_demo(self) -> DemoModel | None:
+        """Serve the scripted demo model (AMACS_DEMO) from a thread of this server, until it stops."""
+        if not self.config.demo:
+            return None
+        try:
+            demo = DemoModel().start()
+        except OSError as err:
+            raise StartupError(f"cannot start the demo model: {err}") from err
+        self.startup_notes.append(DEMO_NOTE)
+        return demo
+
+    def endpoint(self) -> str | None:
+        """The model's endpoint when it is not its backend's default, in a word or two for the
+        header: "demo", "local", or the base URL's host (and port); None for the provider's own."""
+        if self.backend_name == "anthropic" and self.demo is not None and self.model == DEMO_MODEL:
+            return "demo"
+        if self.backend_name == "openai" and self.local is not None and self.config.openai_base_url == self.local.base_url:
+            return "local"
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        host = urlsplit(url).netloc if url else ""
+        return None if not host or host in ("api.anthropic.com", "api.openai.com") else host
+
+    def _make_backend(self, name: str, base_url: str | None, model: str) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
         if name == "openai":
@@ -414,6 +441,9 @@ class Runtime:
                        else OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout))
             backend.schema_form_of = lambda: self.catalog.caps.schema_form  # what the server was found to take
             return backend
+        if self.demo is not None and model == DEMO_MODEL and base_url in (None, self.demo.base_url):
+            # The demo model wants no key; the SDK wants one, so it gets a word that is none.
+            return AnthropicBackend("no-key-for-the-demo", self.demo.base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
 
     def learn_model(self) -> None:
@@ -435,12 +465,13 @@ class Runtime:
             raise Refused("name a model")
         if window is not None and window <= 0:
             raise Refused(f"window {window}: a number of tokens above 0")
-        self.backend = self._make_backend(backend, base_url or None)
+        self.backend = self._make_backend(backend, base_url or None, model.strip())
         self.backend_name, self.model = backend, model.strip()
         url = base_url or None
         self.config = replace(self.config, backend=backend,
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
-                              base_url=(url if backend == "anthropic" else None) or self.config.base_url)
+                              base_url=(url if backend == "anthropic" else None) or self.config.base_url,
+                              demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
         self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
                                                **({"window": window} if window else {})})
         self.learn_model()
@@ -451,14 +482,15 @@ class Runtime:
         self.conversation.squeeze = 0
         self.conversation.base = None
         key_ok = self.config.has_credentials
-        return {"backend": backend, "model": self.model, "key_ok": key_ok,
+        return {"backend": backend, "model": self.model, "key_ok": key_ok, "endpoint": self.endpoint(),
                 **({} if key_ok else {"missing": self.config.missing_key_message()})}
 
     def charge(self, usage: Usage, model: str | None = None) -> float:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
         and the budget; return dollars."""
         # The model this server runs itself costs nothing, unless the person's table prices it.
-        table = {LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None else self.prices
+        table = ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
+                 else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
         dollars = cost(model or self.model, usage, table)
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
@@ -731,6 +763,8 @@ class Runtime:
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
         if self.local is not None:
             self.local.stop()
+        if self.demo is not None:
+            self.demo.stop()
         self.transcript.close()
         self.ltm.close()
 

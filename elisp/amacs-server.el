@@ -148,7 +148,8 @@ CONNECTION defaults to the current one; its choices are `amacs-chosen'."
          (window (plist-get chosen :window)) ; the model's window as the person set it
          (local (plist-get chosen :local))) ; (PYTHON GGUF): the server runs the model (amacs-local.el)
     (delq nil
-          (list (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
+          (list (and (plist-get chosen :demo) "AMACS_DEMO=1") ; the server serves the demo model (amacs-local.el)
+                (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
                 (and local (concat "AMACS_LOCAL_MODEL=" (cadr local)))
                 (and backend (concat "AMACS_BACKEND=" backend))
                 (and (plist-get chosen :model) (concat "AMACS_MODEL=" (plist-get chosen :model)))

@@ -157,6 +157,12 @@ The live event and a resumed exchange's task are drawn by this one function."
 
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 
+(defun amacs-shell--on-step (event)
+  "Show which tick of the turn began, and of how many at most, from EVENT."
+  (amacs-shell--transition 'step (cons (plist-get event :step) (plist-get event :limit))))
+
+(amacs-on-event "step" #'amacs-shell--on-step)
+
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
 
 (amacs-on-event "agents" #'amacs-shell--on-agents)
@@ -457,12 +463,12 @@ server (a proxy may report its price list's): the context is fitted to it."
      (amacs-call 'set_model (append (list backend model base-url) (and window (> window 0) (list window)))
                  (lambda (now)
                    (let ((connection (amacs-current-connection)))
-                     (dolist (key '(:model :backend :key-ok))
+                     (dolist (key '(:model :backend :key-ok :endpoint))
                        (setf (amacs-connection-status connection)
                              (plist-put (amacs-connection-status connection) key (plist-get now key)))))
                    (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
                                  :base-url base-url :window (and window (> window 0) window)
-                                 :local nil) ; a restart no longer runs a local model
+                                 :local nil :demo nil) ; a restart no longer runs a local or demo model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
@@ -524,6 +530,8 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-when-ready
        (lambda ()
          (amacs-shell--mark-sent id)
+         (let ((refused (amacs--send-changed-settings)))
+           (when refused (amacs-shell--note (concat "Settings not applied: " refused))))
          (amacs-call 'submit (list text) nil
                      (lambda (err)
                        (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err) nil id))))))))

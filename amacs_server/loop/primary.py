@@ -112,6 +112,7 @@ class PrimaryBody:
         self.step = step
         self.reply_written = self.evaluated = self.waiting = False
         self.tick = begin(self.rt, self.human if step == 0 else None)
+        self.rt.face.step_started(step + 1, self.max_steps)
         self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
     def last_result(self, step: int) -> str | None:

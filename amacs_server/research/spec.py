@@ -1,6 +1,6 @@
 """An experiment's spec: the TOML file read and checked once, and its grid of runs.
 
-The spec (see README, Experiments) has an ``[experiment]`` table and three
+The spec (see docs/research.md, Experiments) has an ``[experiment]`` table and three
 dimensions, ``[[prompts]]``, ``[[variants]]`` and ``[[models]]``; the grid is
 prompts x variants x models x repetitions, one :class:`Run` each, with the
 deterministic id ``<prompt>.<variant>.<model>.r<rep>`` (so re-running resumes).

@@ -517,6 +517,57 @@ not speak of one; no refused input, and the prompt is left alone."
       (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
       (should (equal (amacs-shell-header-line 20) " waiting for you")))))
 
+(ert-deftest amacs-shell-test-the-header-names-an-endpoint-that-is-not-the-providers ()
+  "The header said claude-sonnet-5-5 (anthropic) while the agent talked to the demo on 127.0.0.1.
+It names the endpoint whenever the server says it is not the provider's own."
+  (amacs-shell-test--with-shell
+    (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo") " demo model — waiting for you"
+                     " demo — waiting for you")
+                    ((:model "smollm2" :backend "openai" :endpoint "local") " local: smollm2 — waiting for you"
+                     " local: smollm2 — waiting for you")
+                    ((:model "qwen" :backend "openai" :endpoint "gpu.example.org:8000")
+                     " qwen (openai @ gpu.example.org:8000) — waiting for you"
+                     " qwen @ gpu.example.org:8000 — waiting for you")))
+      (amacs-test-with-status (append (car case) '(:key-ok t))
+        (amacs-shell--transition 'ready)
+        (should (equal (amacs-shell-header-line 100) (nth 1 case)))
+        (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
+
+(ert-deftest amacs-shell-test-the-header-says-which-tick-of-the-step-limit-the-turn-is-on ()
+  "A multi-tick turn showed no progress: the header counts its ticks until the turn ends."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
+      (amacs-shell--transition 'ready)
+      (amacs-shell--on-turn-start nil)
+      (amacs-shell--on-step '(:step 1 :limit 8))
+      (should (string-match-p "thinking… · tick 1 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'eval-start "primary")
+      (amacs-shell--on-step '(:step 3 :limit 8))
+      (should (string-match-p "running an eval….* · tick 3 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'turn-done)
+      (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
+
+(ert-deftest amacs-shell-test-changed-settings-go-to-the-server-before-the-next-input ()
+  "`amacs-max-steps' set while the server ran waited for a restart: hello alone sent it.
+The settings go again, before the input, when they changed since the
+server was last told; not when they did not."
+  (amacs-shell-test--with-shell
+    (let ((sync nil))
+      (cl-letf (((symbol-function 'amacs--call-sync)
+                 (lambda (method args) (push (list method args) sync) t)))
+        (let ((amacs-max-steps 8))
+          (amacs-connection-put (amacs-current-connection) :settings-sent (amacs--settings))
+          (amacs-shell-test--type-and-send "one")
+          (should-not sync)
+          (setq amacs-max-steps 3)
+          (amacs-shell-test--type-and-send "two")
+          (should (equal (length sync) 1))
+          (should (eq (car (car sync)) 'settings))
+          (should (equal (plist-get (car (cadr (car sync))) :max-steps) 3))
+          (amacs-shell-test--type-and-send "three")
+          (should (equal (length sync) 1))
+          (should (equal (mapcar #'car (reverse amacs-shell-test--calls)) '(submit submit submit))))))))
+
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
   (amacs-shell-test--with-shell
