@@ -494,7 +494,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens
                          + result.usage.cache_write_tokens)
     dollars = rt.charge(result.usage)
-    rt.world.counted(rt.world.primary, result.usage, dollars)
+    rt.world.counted(rt.world.primary, result.usage, dollars or 0.0)
     rt.transcript.write(
         "model_response",
         {
