@@ -462,12 +462,16 @@ class Runtime:
         if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
             self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
-    def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
-        """Switch backend and model from the next call on (loop thread)."""
+    def set_model(self, backend: str, model: str, base_url: str | None,
+                  window: int | None = None) -> dict[str, object]:
+        """Switch backend and model from the next call on (loop thread); WINDOW, the person's
+        window for it (None: AMACS_CONTEXT_WINDOW's, else what its server says)."""
         if backend not in ("anthropic", "openai"):
             raise Refused(f"backend {backend!r}: use anthropic or openai")
         if not model.strip():
             raise Refused("name a model")
+        if window is not None and window <= 0:
+            raise Refused(f"window {window}: a number of tokens above 0")
         self.backend = self._make_backend(backend, base_url or None, model.strip())
         self.backend_name, self.model = backend, model.strip()
         url = base_url or None
@@ -475,8 +479,11 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
+                                               **({"window": window} if window else {})})
         self.learn_model()
+        self.catalog.setting_window = window or self.config.context_window or (
+            self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
         # Another model: the context starts again whole (its window may differ) and without the
         # thinking blocks of the last one (their signatures are that model's).
         self.conversation.squeeze = 0
