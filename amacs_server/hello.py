@@ -105,7 +105,8 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         if settings.max_steps:
             rt.settings.max_steps = settings.max_steps
         if settings.prices is not None:
-            rt.prices = dict(settings.prices)
+            # the prices given at start (AMACS_PRICES), Emacs's `amacs-price-table' over them
+            rt.prices = {**{m: Price(*p) for m, p in rt.config.prices.items()}, **settings.prices}
         if settings.eval_timeout:
             rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
 

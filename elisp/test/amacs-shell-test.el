@@ -431,9 +431,10 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                    (push (cons prompt initial) prompts)
                    (pop answers))))
         (call-interactively #'amacs-set-model))
-      (should (equal (car prompts)
+      (should (equal (cadr prompts)
                      '("localhost:41317 is no URL (it starts with http:// or https://); Base URL: "
                        . "http://localhost:41317")))
+      (should (equal (car prompts) '("Context window in tokens (empty: as its server says): ")))
       (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
                                                     amacs-shell-test--calls)))
                      '("anthropic" "claude-x" "http://localhost:41317")))
@@ -441,6 +442,20 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (setq amacs-shell-test--calls nil)
       (should-error (amacs-set-model "anthropic" "claude-x" "localhost:41317") :type 'user-error)
       (should-not (assq 'set_model amacs-shell-test--calls)))))
+
+;; LiteLLM reported its price list's window for the alias (1,000,000 tokens), not its model's.
+(ert-deftest amacs-shell-test-set-model-takes-the-models-window ()
+  "A window typed at the prompt goes to the server and to a restarted server's environment."
+  (amacs-shell-test--with-shell
+    (let ((answers (list "claude-sonnet-5-5" "http://127.0.0.1:4000" "lots" "8192")))
+      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "m"))
+      (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
+                ((symbol-function 'read-string) (lambda (&rest _) (pop answers))))
+        (call-interactively #'amacs-set-model))
+      (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
+                                                    amacs-shell-test--calls)))
+                     '("anthropic" "claude-sonnet-5-5" "http://127.0.0.1:4000" 8192)))
+      (should-error (amacs-set-model "anthropic" "m" nil "8192") :type 'user-error))))
 
 (ert-deftest amacs-shell-test-a-refused-input-is-the-one-marked-not-sent ()
   "The server refuses the second of two queued inputs: that one is marked not sent.
