@@ -433,7 +433,6 @@ and the model calls would fail only later, as if the network were down."
                              (concat "http://" (replace-regexp-in-string "\\`[a-z]*:/+" "" url)))))
     (unless (string-empty-p url) url)))
 
-;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-shell--read-window ()
   "Read a model's input window in tokens; nil when left empty.
 Anything but a positive whole number is asked for again."
@@ -445,6 +444,7 @@ Anything but a positive whole number is asked for again."
                        "")))
     (and (not (string-empty-p (string-trim answer))) (string-to-number answer))))
 
+;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url window)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
