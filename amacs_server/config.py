@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,10 @@ class Config:
     # the server runs the model itself (local_model.py) and uses it as its OpenAI-compatible endpoint.
     local_model: Path | None = None
     local_python: Path | None = None
+    # AMACS_PRICES: the person's prices given at start (an experiment's spec gives its runs'), as
+    # model -> (input, output, cache_write, cache_read) dollars per million tokens; the entries of
+    # Emacs's `amacs-price-table' win over them at hello.
+    prices: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     # AMACS_DEMO=1: the server serves the scripted demo model itself (demo_model.py) and talks to it.
     demo: bool = False
 
@@ -109,6 +114,25 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
 
 
+def _prices_env(env: dict[str, str]) -> dict[str, tuple[float, float, float, float]]:
+    """AMACS_PRICES: a JSON object, model -> [input, output, cache_write, cache_read] dollars per million."""
+    raw = env.get("AMACS_PRICES")
+    if not raw:
+        return {}
+    try:
+        table = json.loads(raw)
+        out = {}
+        for model, numbers in table.items():
+            a, b, c, d = (float(n) for n in numbers)
+            if min(a, b, c, d) < 0:
+                raise ValueError("a price is negative")
+            out[str(model)] = (a, b, c, d)
+        return out
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ConfigError(f"AMACS_PRICES={raw!r}: must be a JSON object of model -> [input, output, cache_write, "
+                          f"cache_read] dollars per million tokens ({err})") from err
+
+
 def load_config(env: dict[str, str] | None = None) -> Config:
     """Build a :class:`Config` from ENV (default: the process environment)."""
     env = dict(os.environ if env is None else env)
@@ -152,4 +176,5 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         local_python=local_python,
         demo=demo,
         mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
+        prices=_prices_env(env),
     )

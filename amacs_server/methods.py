@@ -79,9 +79,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, apply)
 
     @checked()
-    def set_model(backend: str, model: str, base_url: str | None = None) -> dict[str, Any]:
-        """Switch backend (anthropic or openai) and model, from the next model call on."""
-        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url))
+    def set_model(backend: str, model: str, base_url: str | None = None, window: int | None = None) -> dict[str, Any]:
+        """Switch backend (anthropic or openai) and model, from the next model call on; WINDOW, the
+        model's input window in tokens as the person knows it (beats what its server reports)."""
+        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url, window))
 
     @checked()
     def interrupt() -> bool:

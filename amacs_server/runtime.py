@@ -29,7 +29,7 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import FREE, Price, Tally, Usage, cost
+from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
@@ -103,7 +103,8 @@ class Runtime:
         self.face = face
         self.settings = Settings()
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
-        self.prices: dict[str, Price] = {}  # the person's price table (`amacs-price-table')
+        # the person's price table (AMACS_PRICES; `amacs-price-table' replaces it at hello)
+        self.prices: dict[str, Price] = {m: Price(*p) for m, p in config.prices.items()}
         self.tick_tally = Tally()
         self.session_tally = Tally()
         self.model = config.model
@@ -455,12 +456,16 @@ class Runtime:
         if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
             self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
-    def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
-        """Switch backend and model from the next call on (loop thread)."""
+    def set_model(self, backend: str, model: str, base_url: str | None,
+                  window: int | None = None) -> dict[str, object]:
+        """Switch backend and model from the next call on (loop thread); WINDOW, the person's
+        window for it (None: AMACS_CONTEXT_WINDOW's, else what its server says)."""
         if backend not in ("anthropic", "openai"):
             raise Refused(f"backend {backend!r}: use anthropic or openai")
         if not model.strip():
             raise Refused("name a model")
+        if window is not None and window <= 0:
+            raise Refused(f"window {window}: a number of tokens above 0")
         self.backend = self._make_backend(backend, base_url or None, model.strip())
         self.backend_name, self.model = backend, model.strip()
         url = base_url or None
@@ -468,8 +473,11 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
+                                               **({"window": window} if window else {})})
         self.learn_model()
+        self.catalog.setting_window = window or self.config.context_window or (
+            self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
         # Another model: the context starts again whole (its window may differ) and without the
         # thinking blocks of the last one (their signatures are that model's).
         self.conversation.squeeze = 0
@@ -478,16 +486,23 @@ class Runtime:
         return {"backend": backend, "model": self.model, "key_ok": key_ok, "endpoint": self.endpoint(),
                 **({} if key_ok else {"missing": self.config.missing_key_message()})}
 
-    def charge(self, usage: Usage, model: str | None = None) -> float:
+    def on_this_machine(self) -> bool:
+        """Whether the model endpoint is a server on this machine (the local model's, or a base URL on
+        127.0.0.1 or ::1): a model there with no price costs nothing."""
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        return self.config.local_model is not None or is_local(url)
+
+    def charge(self, usage: Usage, model: str | None = None) -> float | None:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
-        and the budget; return dollars."""
+        and the budget; return dollars, or None when the model's price is unknown (its tokens are
+        counted, its dollars not: never a guess)."""
         # The model this server runs itself costs nothing, unless the person's table prices it.
         table = ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
                  else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
-        dollars = cost(model or self.model, usage, table)
+        dollars = cost(model or self.model, usage, table, local=self.on_this_machine())
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
-        self.consciousness.budget.cost_so_far += dollars
+        self.consciousness.budget.cost_so_far += dollars or 0.0
         return dollars
 
     def _turn_failure(self, err: Exception) -> str:

@@ -157,6 +157,12 @@ The live event and a resumed exchange's task are drawn by this one function."
 
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
 
+(defun amacs-shell--on-step (event)
+  "Show which tick of the turn began, and of how many at most, from EVENT."
+  (amacs-shell--transition 'step (cons (plist-get event :step) (plist-get event :limit))))
+
+(amacs-on-event "step" #'amacs-shell--on-step)
+
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
 
 (amacs-on-event "agents" #'amacs-shell--on-agents)
@@ -423,29 +429,45 @@ and the model calls would fail only later, as if the network were down."
     (unless (string-empty-p url) url)))
 
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
-(defun amacs-set-model (backend model &optional base-url)
+(defun amacs-shell--read-window ()
+  "Read a model's input window in tokens; nil when left empty.
+Anything but a positive whole number is asked for again."
+  (let ((answer (or (read-string "Context window in tokens (empty: as its server says): ") "")))
+    (while (not (or (string-empty-p (string-trim answer))
+                    (string-match-p "\\`[[:space:]]*[1-9][0-9]*[[:space:]]*\\'" answer)))
+      (setq answer (or (read-string (format "%s is no number of tokens; Context window (empty: as its server says): "
+                                            answer))
+                       "")))
+    (and (not (string-empty-p (string-trim answer))) (string-to-number answer))))
+
+(defun amacs-set-model (backend model &optional base-url window)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
-BASE-URL points at such a server, e.g. Ollama or llama.cpp."
+BASE-URL points at such a server, e.g. Ollama or llama.cpp.  WINDOW is
+the model's input window in tokens, when you know it better than its
+server (a proxy may report its price list's): the context is fitted to it."
   (interactive
    (let* ((now (or (amacs-status :backend) "anthropic"))
           (backend (completing-read (format-prompt "Backend" now) '("anthropic" "openai") nil t nil nil now)))
      (list backend
            (read-string "Model: " (amacs-status :model))
-           (amacs-shell--read-base-url (and (equal backend "openai") "http://localhost:11434/v1")))))
+           (amacs-shell--read-base-url (and (equal backend "openai") "http://localhost:11434/v1"))
+           (amacs-shell--read-window))))
   (when (and base-url (not (amacs-shell--url-p base-url)))
     (user-error "Not a base URL: %s (it starts with http:// or https://)" base-url))
+  (unless (or (null window) (natnump window))
+    (user-error "Not a number of tokens: %s" window))
   (message "AMACS: switching to %s on %s…" model backend) ; said at once: `amacs-shell--said-at-once'
   (amacs-when-ready
    (lambda ()
-     (amacs-call 'set_model (list backend model base-url)
+     (amacs-call 'set_model (append (list backend model base-url) (and window (> window 0) (list window)))
                  (lambda (now)
                    (let ((connection (amacs-current-connection)))
                      (dolist (key '(:model :backend :key-ok :endpoint))
                        (setf (amacs-connection-status connection)
                              (plist-put (amacs-connection-status connection) key (plist-get now key)))))
                    (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
-                                 :base-url base-url
+                                 :base-url base-url :window (and window (> window 0) window)
                                  :local nil :demo nil) ; a restart no longer runs a local or demo model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
@@ -508,6 +530,8 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-when-ready
        (lambda ()
          (amacs-shell--mark-sent id)
+         (let ((refused (amacs--send-changed-settings)))
+           (when refused (amacs-shell--note (concat "Settings not applied: " refused))))
          (amacs-call 'submit (list text) nil
                      (lambda (err)
                        (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err) nil id))))))))

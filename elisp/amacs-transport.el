@@ -281,6 +281,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
           (set-process-sentinel (epc:connection-process conn)
                                 (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
           (setf (amacs-connection-manager connection) mngr)
+          (amacs-connection-put connection :settings-sent (amacs--settings))
           (deferred:$
             (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
             (deferred:nextc it
@@ -403,6 +404,23 @@ gives the message alone).  Signals an error if no answer comes within
            (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout))))))
 
 ;;;; Events from the server
+
+(defun amacs--send-changed-settings ()
+  "Give the current connection's server the settings changed since it was told.
+Called before each input is sent, so the turn it starts runs by them:
+a defcustom set while the server runs would otherwise wait for a
+restart.  Synchronous, so the settings arrive before the input (calls
+from Emacs run on a pool of threads, in no fixed order).  Return nil,
+or the server's words when it refused them."
+  (let* ((settings (amacs--settings))
+         (connection (amacs-current-connection))
+         (sent (amacs-connection-get connection :settings-sent))) ; nil: no hello yet, which sends them
+    (unless (or (null sent) (equal settings sent))
+      (condition-case err
+          (progn (amacs--call-sync 'settings (list settings))
+                 (amacs-connection-put connection :settings-sent settings)
+                 nil)
+        (error (format "%s" (if (stringp (cdr err)) (cdr err) (error-message-string err))))))))
 
 (defun amacs--connection-filter (connection conn _proc string)
   "Read every complete EPC message in STRING from CONNECTION's EPC CONN.

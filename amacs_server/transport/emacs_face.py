@@ -101,6 +101,10 @@ class EmacsFace:
         """The agent is working: the shell is busy."""
         self._send(type="turn-start")
 
+    def step_started(self, step: int, limit: int) -> None:
+        """The header says which tick of the step limit the turn is on."""
+        self._send(type="step", step=step, limit=limit)
+
     def turn_done(self, tick: int) -> None:
         """Give the prompt back."""
         self._send(type="turn-done", tick=tick)

@@ -431,9 +431,10 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                    (push (cons prompt initial) prompts)
                    (pop answers))))
         (call-interactively #'amacs-set-model))
-      (should (equal (car prompts)
+      (should (equal (cadr prompts)
                      '("localhost:41317 is no URL (it starts with http:// or https://); Base URL: "
                        . "http://localhost:41317")))
+      (should (equal (car prompts) '("Context window in tokens (empty: as its server says): ")))
       (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
                                                     amacs-shell-test--calls)))
                      '("anthropic" "claude-x" "http://localhost:41317")))
@@ -441,6 +442,20 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (setq amacs-shell-test--calls nil)
       (should-error (amacs-set-model "anthropic" "claude-x" "localhost:41317") :type 'user-error)
       (should-not (assq 'set_model amacs-shell-test--calls)))))
+
+;; LiteLLM reported its price list's window for the alias (1,000,000 tokens), not its model's.
+(ert-deftest amacs-shell-test-set-model-takes-the-models-window ()
+  "A window typed at the prompt goes to the server and to a restarted server's environment."
+  (amacs-shell-test--with-shell
+    (let ((answers (list "claude-sonnet-5-5" "http://127.0.0.1:4000" "lots" "8192")))
+      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "m"))
+      (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
+                ((symbol-function 'read-string) (lambda (&rest _) (pop answers))))
+        (call-interactively #'amacs-set-model))
+      (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
+                                                    amacs-shell-test--calls)))
+                     '("anthropic" "claude-sonnet-5-5" "http://127.0.0.1:4000" 8192)))
+      (should-error (amacs-set-model "anthropic" "m" nil "8192") :type 'user-error))))
 
 (ert-deftest amacs-shell-test-a-refused-input-is-the-one-marked-not-sent ()
   "The server refuses the second of two queued inputs: that one is marked not sent.
@@ -517,6 +532,41 @@ It names the endpoint whenever the server says it is not the provider's own."
         (amacs-shell--transition 'ready)
         (should (equal (amacs-shell-header-line 100) (nth 1 case)))
         (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
+
+(ert-deftest amacs-shell-test-the-header-says-which-tick-of-the-step-limit-the-turn-is-on ()
+  "A multi-tick turn showed no progress: the header counts its ticks until the turn ends."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
+      (amacs-shell--transition 'ready)
+      (amacs-shell--on-turn-start nil)
+      (amacs-shell--on-step '(:step 1 :limit 8))
+      (should (string-match-p "thinking… · tick 1 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'eval-start "primary")
+      (amacs-shell--on-step '(:step 3 :limit 8))
+      (should (string-match-p "running an eval….* · tick 3 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'turn-done)
+      (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
+
+(ert-deftest amacs-shell-test-changed-settings-go-to-the-server-before-the-next-input ()
+  "`amacs-max-steps' set while the server ran waited for a restart: hello alone sent it.
+The settings go again, before the input, when they changed since the
+server was last told; not when they did not."
+  (amacs-shell-test--with-shell
+    (let ((sync nil))
+      (cl-letf (((symbol-function 'amacs--call-sync)
+                 (lambda (method args) (push (list method args) sync) t)))
+        (let ((amacs-max-steps 8))
+          (amacs-connection-put (amacs-current-connection) :settings-sent (amacs--settings))
+          (amacs-shell-test--type-and-send "one")
+          (should-not sync)
+          (setq amacs-max-steps 3)
+          (amacs-shell-test--type-and-send "two")
+          (should (equal (length sync) 1))
+          (should (eq (car (car sync)) 'settings))
+          (should (equal (plist-get (car (cadr (car sync))) :max-steps) 3))
+          (amacs-shell-test--type-and-send "three")
+          (should (equal (length sync) 1))
+          (should (equal (mapcar #'car (reverse amacs-shell-test--calls)) '(submit submit submit))))))))
 
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
