@@ -39,8 +39,8 @@ from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
-    exact_files,
     file_sizes,
+    last_tick,
     ltm_watermark,
     read_state,
     tracked,
@@ -338,12 +338,20 @@ class Runtime:
         line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
-    def fork(self, tick: int, dest: Path) -> dict[str, object]:
-        """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
-        backup of memory.db, after the pending commits)."""
+    def fork(self, tick: int | None, dest: Path) -> dict[str, object]:
+        """A new home DEST holding this mind at the end of TICK, None: of the last tick committed
+        (any thread: it reads git and a backup of memory.db, after the pending commits).  Says
+        the backend, model and base URL it runs on, for the fork's server to run on the same
+        (no URL when this server runs the model itself, local or demo: the fork's runs its own)."""
         self.commits.flush(30)
+        if tick is None:
+            tick = last_tick(self.config.home)
         done = fork_home(self.config.home, tick, dest, locked=True, limit=self.limit())  # this server holds the lock
-        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
+        cfg = self.config
+        own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
+        url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
+        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
+                "backend": self.backend_name, "model": self.model, "base_url": url}
 
     def _restore_tick_state(self) -> None:
         """What the last tick's state (persistence.history) has beyond LTM and the org files: the
@@ -390,11 +398,9 @@ class Runtime:
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}
 
-    def save_tick_state(self) -> dict[str, bytes]:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
-        return the bytes the tick's commit carries whatever the files hold by then (the tick
-        state, consciousness.el, scratchpad.org)."""
-        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
+    def save_tick_state(self) -> None:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
+        write_state(self.config.home, self.tick_state())
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
@@ -456,12 +462,16 @@ class Runtime:
         if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
             self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
-    def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
-        """Switch backend and model from the next call on (loop thread)."""
+    def set_model(self, backend: str, model: str, base_url: str | None,
+                  window: int | None = None) -> dict[str, object]:
+        """Switch backend and model from the next call on (loop thread); WINDOW, the person's
+        window for it (None: AMACS_CONTEXT_WINDOW's, else what its server says)."""
         if backend not in ("anthropic", "openai"):
             raise Refused(f"backend {backend!r}: use anthropic or openai")
         if not model.strip():
             raise Refused("name a model")
+        if window is not None and window <= 0:
+            raise Refused(f"window {window}: a number of tokens above 0")
         self.backend = self._make_backend(backend, base_url or None, model.strip())
         self.backend_name, self.model = backend, model.strip()
         url = base_url or None
@@ -469,8 +479,11 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
+                                               **({"window": window} if window else {})})
         self.learn_model()
+        self.catalog.setting_window = window or self.config.context_window or (
+            self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
         # Another model: the context starts again whole (its window may differ) and without the
         # thinking blocks of the last one (their signatures are that model's).
         self.conversation.squeeze = 0
