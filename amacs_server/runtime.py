@@ -39,8 +39,8 @@ from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
-    exact_files,
     file_sizes,
+    last_tick,
     ltm_watermark,
     read_state,
     tracked,
@@ -338,12 +338,20 @@ class Runtime:
         line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
-    def fork(self, tick: int, dest: Path) -> dict[str, object]:
-        """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
-        backup of memory.db, after the pending commits)."""
+    def fork(self, tick: int | None, dest: Path) -> dict[str, object]:
+        """A new home DEST holding this mind at the end of TICK, None: of the last tick committed
+        (any thread: it reads git and a backup of memory.db, after the pending commits).  Says
+        the backend, model and base URL it runs on, for the fork's server to run on the same
+        (no URL when this server runs the model itself, local or demo: the fork's runs its own)."""
         self.commits.flush(30)
+        if tick is None:
+            tick = last_tick(self.config.home)
         done = fork_home(self.config.home, tick, dest, locked=True, limit=self.limit())  # this server holds the lock
-        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
+        cfg = self.config
+        own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
+        url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
+        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
+                "backend": self.backend_name, "model": self.model, "base_url": url}
 
     def _restore_tick_state(self) -> None:
         """What the last tick's state (persistence.history) has beyond LTM and the org files: the
@@ -390,11 +398,9 @@ class Runtime:
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}
 
-    def save_tick_state(self) -> dict[str, bytes]:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
-        return the bytes the tick's commit carries whatever the files hold by then (the tick
-        state, consciousness.el, scratchpad.org)."""
-        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
+    def save_tick_state(self) -> None:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
+        write_state(self.config.home, self.tick_state())
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the

@@ -599,15 +599,14 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
-    with the tick state that makes the tick restorable (persistence.history): its content as of
-    now, whatever the file holds when a commit made behind a backlog runs."""
-    state: dict[str, bytes] = {}
+    """Write the tick state that makes the tick restorable (persistence.history) and queue the
+    tick's commit of the files as they are now, at its end (in order; a failure is shown as a
+    warning when it happens)."""
     try:
         with deferred_sync():
-            state = rt.save_tick_state()
+            rt.save_tick_state()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.commits.submit(rt.tracked_files(), message, state)
+    rt.commits.submit(rt.tracked_files(), message)
     rt.tell_ticked()
