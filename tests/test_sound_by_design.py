@@ -84,6 +84,11 @@ def test_a_runs_start_up_is_kept_out_of_its_duration():
     said = durations(first)
     assert said["seconds"] == pytest.approx(1.5)  # from the first turn to the last reply
     assert said["startup_seconds"] == pytest.approx(3.0) and said["wall_seconds"] == 5.0
+    # a run prepared ahead: its Emacs started 40 s before the experiment started it; it waited 0.2 s more
+    ahead = Outcome(run_id="p", status="done", cost=0.0, seconds=1.0, turns_done=1, started_at=140.0,
+                    ended_at=141.0, phases={"emacs_started_at": 100.0, "first_turn_at": 140.2,
+                                            "last_reply_at": 140.9})
+    assert durations(ahead)["startup_seconds"] == pytest.approx(0.2)
     failed = Outcome(run_id="b", status="failed", cost=0.0, seconds=9.0, turns_done=0, started_at=0.0,
                      ended_at=9.0, error="timed out", phases={"emacs_started_at": 0.0, "first_turn_at": 2.0})
     assert durations(failed)["seconds"] == pytest.approx(7.0)  # no reply: to its end

@@ -686,8 +686,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.figure(_boxes(con, arms, "seconds", "Duration of each run, from its first turn to its last reply "
                        f"(process start-up not counted)<br><sup>{parallelism(con)}</sup>", "seconds",
                        hover="concurrency"))
-    page.figure(_boxes(con, arms, "startup_seconds", "Start-up of each run, from its Emacs starting to its first "
-                       "turn (Emacs, server, hello; a run prepared ahead overlaps the runs before it)", "seconds"))
+    page.figure(_boxes(con, arms, "startup_seconds", "Start-up each run waited for, to its first turn (Emacs, "
+                       "server, hello; a run prepared ahead counts only what was not ready when it was started)",
+                       "seconds"))
     page.figure(_phase_bars(con, arms), height=max(300, 140 + 50 * len(arms)))
     page.section("Evals and compulsions")
     errors, blocks = _evals_and_blocks(con, arms)

@@ -114,15 +114,17 @@ def durations(outcome: Outcome | None) -> dict[str, float | None]:
 
     - ``seconds``: from the first turn to the last reply (a run with no reply: to its end);
       None when no turn reached the server;
-    - ``startup_seconds``: from its Emacs's start to the first turn (Emacs, the server, hello;
-      for a run prepared ahead, overlapping the runs before it);
+    - ``startup_seconds``: the start-up the run waited for: from its start (the later of its Emacs's
+      start and the experiment starting it) to the first turn; a run prepared ahead, whose Emacs and
+      server started while the runs before it went, counts only what was not ready by its turn;
     - ``wall_seconds``: from the experiment starting it to its end (start-up and stop included)."""
     if outcome is None:
         return {"seconds": None, "startup_seconds": None, "wall_seconds": None}
     first, last, spawned = (outcome.phases.get(k) for k in ("first_turn_at", "last_reply_at", "emacs_started_at"))
     end = last if last is not None and outcome.status == "done" else outcome.ended_at
     return {"seconds": None if first is None else round(max(0.0, end - first), 3),
-            "startup_seconds": None if first is None or spawned is None else round(max(0.0, first - spawned), 3),
+            "startup_seconds": None if first is None or spawned is None
+            else round(max(0.0, first - max(spawned, outcome.started_at)), 3),
             "wall_seconds": outcome.seconds}
 
 
