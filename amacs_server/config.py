@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,9 @@ class Config:
     # the server runs the model itself (local_model.py) and uses it as its OpenAI-compatible endpoint.
     local_model: Path | None = None
     local_python: Path | None = None
+    # An experiment run's turns (AMACS_DRIVER_TURNS, a JSON list): no person is there, and the
+    # person's powers are the driver's alone, to type these (methods.person_power).
+    driver_turns: tuple[str, ...] | None = None
 
     def secrets(self) -> dict[str, str | None]:
         """Every secret the server holds, by name (the scrubber's)."""
@@ -104,6 +108,19 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
 
 
+def _turns_env(env: dict[str, str]) -> tuple[str, ...] | None:
+    raw = env.get("AMACS_DRIVER_TURNS")
+    if raw is None:
+        return None
+    try:
+        turns = json.loads(raw)
+    except ValueError:
+        turns = None
+    if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+        raise ConfigError("AMACS_DRIVER_TURNS must be a JSON list of strings (an experiment run's turns)")
+    return tuple(turns)
+
+
 def load_config(env: dict[str, str] | None = None) -> Config:
     """Build a :class:`Config` from ENV (default: the process environment)."""
     env = dict(os.environ if env is None else env)
@@ -141,4 +158,5 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         local_model=local_model,
         local_python=local_python,
         mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
+        driver_turns=_turns_env(env),
     )

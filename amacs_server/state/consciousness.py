@@ -42,6 +42,8 @@ class EvalResult:
     skipped: bool = False
     files_read: tuple[str, ...] = ()
     files_written: tuple[str, ...] = ()
+    # The person's powers this eval's code tried and was refused (docs/ARCHITECTURE.md, Trust).
+    refused: tuple[str, ...] = ()
 
     @classmethod
     def skipped_result(cls) -> EvalResult:
@@ -63,6 +65,8 @@ class EvalResult:
             out["files_read"] = list(self.files_read)
         if self.files_written:
             out["files_written"] = list(self.files_written)
+        if self.refused:
+            out["refused"] = list(self.refused)
         return out
 
 
