@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
 from ..inference.retry import Retrying
-from ..state.consciousness import EvalResult
+from ..state.consciousness import EvalResult, PersonDecision
 
 if TYPE_CHECKING:
     from .server import AmacsEPCServer
@@ -40,6 +40,20 @@ def file_names(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(dict.fromkeys(v for v in value if isinstance(v, str) and os.path.isabs(v)))
+
+
+def decisions(value: object) -> tuple[PersonDecision, ...]:
+    """The person's decisions in an eval reply's :decisions: plists of :action, :target and
+    :allowed (t, or :false); anything else in it is dropped here, at the boundary."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("action"), str):
+            target = item.get("target")
+            out.append(PersonDecision(item["action"], target if isinstance(target, str) else None,
+                                      item.get("allowed") is True))
+    return tuple(out)
 
 
 class EmacsGone(AmacsError, RuntimeError):
@@ -109,6 +123,10 @@ class EmacsFace:
     def turn_started(self) -> None:
         """The agent is working: the shell is busy."""
         self._send(type="turn-start")
+
+    def step_started(self, step: int, limit: int) -> None:
+        """The header says which tick of the step limit the turn is on."""
+        self._send(type="step", step=step, limit=limit)
 
     def turn_done(self, tick: int) -> None:
         """Give the prompt back."""
@@ -206,11 +224,6 @@ class EmacsFace:
                     f"{method}: refused, it acts for the person and this call came from {agent}'s eval")
             return running
 
-    def is_running(self, rid: int) -> bool:
-        """Whether Emacs said it started eval RID and has not answered it (any thread)."""
-        with self._running_lock:
-            return rid in self._running
-
     def _answered(self, rid: int) -> list[str]:
         with self._running_lock:
             self._running.pop(rid, None)
@@ -239,6 +252,7 @@ class EmacsFace:
         result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
                             error=reply.get("error"), files_read=file_names(reply.get("files_read")),
                             files_written=file_names(reply.get("files_written")),
+                            decisions=decisions(reply.get("decisions")),
                             refused=tuple(r for r in reply.get("refused") or () if isinstance(r, str)))
         if reply.get("timed_out") and not result.success:
             return replace(

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tests.context_items import request_text
 from tests.e2e.agent_fakes import (
     calls_by,
     last_eval_result,
@@ -20,7 +21,6 @@ from tests.e2e.agent_fakes import (
     who,
 )
 from tests.e2e.harness import run_emacs
-from tests.context_items import request_text
 
 pytestmark = pytest.mark.e2e
 

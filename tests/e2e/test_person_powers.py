@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from tests.context_items import eval_result, request_text
 from tests.e2e.agent_fakes import (
     calls_by,
     last_eval_result,
@@ -27,7 +28,6 @@ from tests.e2e.agent_fakes import (
     who,
 )
 from tests.e2e.harness import run_emacs
-from tests.context_items import eval_result, request_text
 
 pytestmark = pytest.mark.e2e
 
@@ -91,8 +91,8 @@ def test_no_agents_eval_uses_the_persons_powers_by_any_road(fake, home):
         return say("All tried.", monologue="done")
 
     fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("go"), wait_text("All tried."), pause(1.0)),
-                    timeout=240).check()
+    run_emacs(home, fake.url, session(send("go"), wait_text("All tried."), pause(1.0)),
+              timeout=240).check()
 
     primary_result = None
     for r in fake.requests:
