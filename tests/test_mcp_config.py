@@ -180,3 +180,16 @@ def test_a_variable_in_args_is_a_warning_and_the_server_runs():
     assert "a" in config.servers and config.problems == ()
     assert config.warnings == (f"{PATH}: mcpServers.a.args: ${{API_TOKEN}} puts its value in the process list, "
                                "which every user of this machine can read; give it in env instead",)
+
+
+def test_a_result_over_the_bound_is_cut_behind_a_note_naming_its_private_file(tmp_path):
+    small, chars = calls.bounded("short", tmp_path / "r", "s", limit=10)
+    assert (small, chars) == ("short", 5) and not (tmp_path / "r").exists()
+    cut, chars = calls.bounded("x" * 25, tmp_path / "r", "t", limit=10)
+    path = tmp_path / "r" / "t.txt"
+    assert cut == f"[cut: the first 10 of 25 characters follow; the whole result is in {path} (read it with " \
+        "insert-file-contents, a part at a time: its BEG and END)]\n" + "x" * 10
+    assert path.read_text() == "x" * 25 and path.stat().st_mode & 0o777 == 0o600
+    cut, chars = calls.bounded({"rows": ["y" * 30]}, tmp_path / "r", "d", limit=10)
+    assert chars == len('{"rows": ["' + "y" * 30 + '"]}') and cut.endswith('\n{"rows": [')
+    assert json.loads((tmp_path / "r" / "d.json").read_text()) == {"rows": ["y" * 30]}
