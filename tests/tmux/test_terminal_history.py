@@ -181,5 +181,5 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     term.press("Enter")
     term.press("Enter")
     shown = term.wait_for("Abandoned future refs/amacs/abandoned/", timeout=15, what="the future's log")
-    assert "ticks 2-3, left by a rewind to" in shown, shown
+    assert "ticks 2-3, left by a rewind" in shown, shown
     assert "[TICK 3][abandoned]" in shown and "+third words" in shown, shown  # its log and its diff
