@@ -103,6 +103,9 @@ class Runtime:
         self.face = face
         self.settings = Settings()
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
+        # Applies the settings Emacs sends (hello.greet gives it): at hello, and before an input
+        # when the person changed one (the method ``settings``).
+        self.emacs_settings: Callable[[object], None] | None = None
         # the person's price table (AMACS_PRICES; `amacs-price-table' replaces it at hello)
         self.prices: dict[str, Price] = {m: Price(*p) for m, p in config.prices.items()}
         self.tick_tally = Tally()
