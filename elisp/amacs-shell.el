@@ -213,7 +213,7 @@ the log) and these facts are one notice, each line a `;;' line."
 (defun amacs-shell--resume ()
   "Show the last exchanges of agent-chat.org; greet a new person."
   (let ((buffer (amacs-shell--buffer))
-        (recent (last (amacs-status :recent) (max 0 amacs-shell-resume-exchanges))))
+        (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
       (with-current-buffer buffer
         (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
@@ -247,6 +247,16 @@ the log) and these facts are one notice, each line a `;;' line."
          (substitute-command-keys
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
          'amacs-shell-annotation)))))
+
+(defun amacs-shell--from-an-input (entries count)
+  "The last COUNT of ENTRIES, and those before them back to one with an input.
+A resumed shell starts with the input that began the first turn it shows,
+not with a later step of that turn."
+  (let* ((all (append entries nil))
+         (start (max 0 (- (length all) (max 0 count)))))
+    (while (and (> start 0) (< start (length all)) (not (plist-get (nth start all) :human)))
+      (setq start (1- start)))
+    (nthcdr start all)))
 
 (defun amacs-shell--resumed-reply (text)
   "TEXT, a reply from the chat log, to show as the live shell showed it.
