@@ -24,6 +24,7 @@ from typing import Any
 
 from .hub import McpError
 
+CUT_BY_GUARD = "[cut: the server's answer is "  # how guard.py's stand-in for a too long answer begins
 MAX_RESULT_CHARS = 1 << 20  # of a tool's result to the agent; the rest waits in a file
 TOOL_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)/(\S+)")
 DESCRIPTION_CHARS = 120  # of a tool's description in the listing
@@ -90,6 +91,8 @@ def _value(value: Any, schema: dict[str, Any]) -> Any:
 def result(value: Any, tool: str) -> Any:
     """A ``CallToolResult`` as elisp data, or an McpError for an ``isError`` result."""
     blocks = [_block(b) for b in value.content]
+    if len(blocks) == 1 and isinstance(blocks[0], str) and blocks[0].startswith(CUT_BY_GUARD):
+        return blocks[0]  # an answer too long to send, cut by the guard: a result, not an error
     if value.is_error:
         text = " ".join(b if isinstance(b, str) else json.dumps(b) for b in blocks) or "(no message)"
         raise McpError(f"{tool} returned an error: {text}")

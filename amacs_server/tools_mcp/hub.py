@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -92,8 +93,9 @@ class McpHub:
 
     def __init__(self, path: Path, log_dir: Path, environ: Mapping[str, str] | None = None, *,
                  eager: bool = False, on_problem: Callable[[str], None] | None = None,
-                 scrubber: Scrubber | None = None) -> None:
+                 scrubber: Scrubber | None = None, results_dir: Path | None = None) -> None:
         self.path = path
+        self.results_dir = results_dir or log_dir.parent / "transcripts" / "results"  # results too long to send
         # The server's one scrubber (the transport's, the log's, the transcripts'): it learns
         # every secret of mcp.json as the file is read.
         self.scrubber = scrubber or Scrubber({})
@@ -258,7 +260,8 @@ class McpHub:
                 raise FileNotFoundError(2, "command not found", spec.command)
             # The guard ends the server with the AMACS server, even a SIGKILLed one.
             return stdio_client(StdioServerParameters(command=sys.executable,
-                                                      args=["-I", "-S", str(GUARD), spec.command, *spec.args],
+                                                      args=["-I", "-S", str(GUARD), "--spill",
+                                                            str(self.results_dir), spec.command, *spec.args],
                                                       env=dict(spec.env) or None), errlog=errlog.pipe)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -441,9 +444,21 @@ class McpHub:
             raise McpError(f"no MCP server {server!r}")
         timeout = conn.spec.timeout
         try:
-            return self._wait(self._call(conn, tool, arguments, timeout), timeout + START_TIMEOUT + 5)
+            value = self._wait(self._call(conn, tool, arguments, timeout), timeout + START_TIMEOUT + 5)
         except concurrent.futures.TimeoutError:
             raise McpError(f"{server}/{tool} did not answer within {timeout:g} s") from None
+        self._scrub_kept(value)
+        return value
+
+    def _scrub_kept(self, value: Any) -> None:
+        """The file the guard kept an answer too long to send in, with every secret redacted."""
+        text = getattr(value.content[0], "text", "") if getattr(value, "content", None) else ""
+        found = re.match(r"\[cut: the server's answer is \d+ bytes; .*? the whole answer is in (\S+)\]", text or "")
+        if found and Path(found.group(1)).parent == self.results_dir:
+            try:
+                self.scrubber.file(Path(found.group(1)))
+            except OSError as err:
+                log.warning("cannot redact %s: %s", found.group(1), err)
 
     def status(self) -> list[dict[str, Any]]:
         """Each server's summary, for the hub (the values ${VAR} brought in redacted)."""
