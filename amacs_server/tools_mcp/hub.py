@@ -48,6 +48,7 @@ from .config import McpConfig, ServerSpec, parse
 from .logs import SERVER, StderrLog, install
 
 GUARD = Path(__file__).with_name("guard.py")
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}")  # a tool's or an argument's, in the listing
 
 log = logging.getLogger("amacs.mcp")
 
@@ -112,6 +113,7 @@ class McpHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._said: set[str] = set()  # lines about tools left out, said once each
         self._listed = False  # every server was tried once (the first model call waited for it)
 
     # -- the file ------------------------------------------------------------------------
@@ -190,14 +192,25 @@ class McpHub:
                 Tool,  # only when there is a listing: the SDK's types cost start-up time
             )
 
-            return {name: {entry["key"]: [self._clean(Tool.model_validate(t)) for t in entry["tools"]]}
+            return {name: {entry["key"]: [t for t in (self._clean(Tool.model_validate(t), name)
+                                                       for t in entry["tools"]) if t is not None]}
                     for name, entry in raw.items()}
         except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
             return {}
 
-    def _clean(self, tool: Any) -> Any:
-        """TOOL with every secret the server knows redacted from its description and schema: a
-        server that quotes its environment to the agent sends nothing secret on."""
+    def _clean(self, tool: Any, server: str) -> Any:
+        """TOOL with every secret the server knows redacted from its description and schema (a
+        server that quotes its environment to the agent sends nothing secret on); None, said once
+        in the log, when its name or an argument's is not a name (it would write into the prompt)."""
+        names = [tool.name, *((tool.input_schema or {}).get("properties") or {})]
+        bad = next((n for n in names if not isinstance(n, str) or not SAFE_NAME.fullmatch(n)), None)
+        if bad is not None:
+            line = (f"MCP server {server}: tool {tool.name!r} is left out: {bad!r} is not a name (letters, digits, "
+                    "'_', '-', '.', '/', at most 128)")
+            if line not in self._said:
+                self._said.add(line)
+                log.warning("%s", self.scrub(line))
+            return None
         data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
         clean = self.scrub(data)
         return tool if clean == data else type(tool).model_validate(clean)
@@ -288,7 +301,7 @@ class McpHub:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(self._clean(t) for t in page.tools)
+                    tools.extend(t for t in (self._clean(t, spec.name) for t in page.tools) if t is not None)
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break
