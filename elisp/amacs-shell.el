@@ -45,6 +45,7 @@
 (require 'amacs-shell-header)
 (require 'amacs-shell-stream)
 (require 'amacs-shell-input)
+(require 'amacs-changes)                ; the turn's ▸ changed line
 
 (declare-function amacs-hub "amacs-hub")
 (declare-function amacs-open-chat-log "amacs-hub")
@@ -324,7 +325,8 @@ loaded, a piece at each idle moment (`amacs-render-after-preload')."
 
 (defun amacs-shell-return ()
   "Send the input at the prompt; above it, act on what point is on.
-On an eval line, show or hide its form and result.  On a past input,
+On an eval line, show or hide its form and result.  On a turn's
+\"▸ changed\" line, show the diff and offer to undo.  On a past input,
 put it at the prompt to edit and send again (a draft there goes to the
 kill ring).  Elsewhere above the prompt, send nothing: comint would
 send the line point is on, a reply's text or an input with its prompt."
@@ -336,6 +338,9 @@ send the line point is on, a reply's text or an input with its prompt."
           ((and (< (point) (marker-position amacs-shell--out))
                 (get-text-property (point) 'amacs-eval))
            (amacs-shell-toggle))
+          ((and (< (point) (marker-position amacs-shell--out))
+                (amacs-changes-at (point)))
+           (amacs-changes-show (amacs-changes-at (point))))
           ((setq input (amacs-shell--past-input (point)))
            (let ((draft (buffer-substring pmark (point-max))))
              (unless (string-empty-p draft) (kill-new draft))
@@ -428,7 +433,6 @@ and the model calls would fail only later, as if the network were down."
                              (concat "http://" (replace-regexp-in-string "\\`[a-z]*:/+" "" url)))))
     (unless (string-empty-p url) url)))
 
-;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-shell--read-window ()
   "Read a model's input window in tokens; nil when left empty.
 Anything but a positive whole number is asked for again."
@@ -440,6 +444,7 @@ Anything but a positive whole number is asked for again."
                        "")))
     (and (not (string-empty-p (string-trim answer))) (string-to-number answer))))
 
+;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
 (defun amacs-set-model (backend model &optional base-url window)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);

@@ -698,12 +698,14 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
         (amacs--handle-eval-event (list :type "eval" :id 6 :form "(+ 1 1)" :agent "primary")))
       (should (string-match-p "asks you whether an eval may run" header))
       (setq amacs-shell-test--calls nil)
-      (should (equal (amacs-shell-test--eval "(+ 1 2)" t) '(:success t :result "3")))
+      (should (equal (amacs-shell-test--eval "(+ 1 2)" t)
+                     '(:success t :result "3" :decisions ((:action "eval" :target nil :allowed t)))))
       (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'eval_hold)) amacs-shell-test--calls))
                      '((7 nil) (7 t))))
       (setq amacs-shell-test--calls nil)
       (should (equal (amacs-shell-test--eval "(kill-emacs)" nil)
-                     (list :success nil :error "the person declined this eval")))))
+                     (list :success nil :error "the person declined this eval"
+                           :decisions '((:action "eval" :target nil :allowed :false)))))))
   (amacs-shell-test--with-shell
     (let ((amacs-eval-confirm (lambda (form _agent) (string-match-p "delete" form)))
           (asked nil))
@@ -713,6 +715,37 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
       (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) (setq asked t) nil)))
         (amacs--handle-eval-event '(:type "eval" :id 9 :form "(delete-file \"x\")")))
       (should asked))))
+
+(ert-deftest amacs-shell-test-eval-confirm-writes-asks-before-processes-and-writes-only ()
+  "`amacs-eval-confirm' `writes' asks before a process starts or a file is written, once each
+per eval, and not about computing or editing a buffer; each answer is in the result."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm 'writes) (asked nil) (file (make-temp-file "amacs-writes")))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) nil)))
+        (amacs--handle-eval-event '(:type "eval" :id 11 :agent "primary"
+                                    :form "(with-temp-buffer (insert \"x\") (* 6 7))")))
+      (should-not asked)
+      (setq amacs-shell-test--calls nil)
+      (should (equal (amacs-shell-test--eval "(call-process \"true\")" nil)
+                     '(:success nil :error "The person declined to let this eval run true"
+                       :decisions ((:action "run" :target "true" :allowed :false)))))
+      (setq amacs-shell-test--calls nil)
+      (let ((reply (amacs-shell-test--eval (format "(progn (write-region \"1\" nil %S) (write-region \"2\" nil %S) 'ok)"
+                                                   file file)
+                                           t)))
+        (should (equal (plist-get reply :result) "ok"))
+        (should (equal (length (plist-get reply :decisions)) 1)))
+      (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string)) "2"))
+      (delete-file file))))
+
+(ert-deftest amacs-shell-test-the-changed-line-counts-lines-gained-and-lost ()
+  "The turn's line: a name each, its kind, and the lines it gained and lost."
+  (let ((buffer (amacs-changes--counted 'buffer "notes" nil "a\n" "a\nb\n"))
+        (file (amacs-changes--counted 'file "~/x.py" nil "a\nb\nc\n" "a\nB\nc\nd\ne\n"))
+        (new (amacs-changes--counted 'file "~/n.org" nil nil "one\ntwo\n")))
+    (should-not (amacs-changes--counted 'buffer "same" nil "a" "a"))
+    (should (equal (amacs-changes-line (list buffer file new))
+                   "▸ changed: notes (buffer, +1 line), ~/x.py (file, +3 −1), ~/n.org (new file, +2 lines)"))))
 
 ;;;; Rendering
 
