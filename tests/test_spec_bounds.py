@@ -54,3 +54,30 @@ def test_a_spec_that_is_not_utf8_is_one_line(tmp_path):
     path.write_bytes(path.read_bytes() + b'# caf\xe9\n')
     with pytest.raises(SpecError, match=r"experiment.toml: not UTF-8 text \(byte \d+\); save it as UTF-8"):
         load(path, env={})
+
+
+def test_a_run_folder_is_its_owners_only(tmp_path):
+    from amacs_server.research.runs import discard, prepare
+
+    [run] = load(write(tmp_path), env={}).runs
+    ready = prepare(run, tmp_path / "runs")
+    try:
+        assert (tmp_path / "runs" / run.run_id).stat().st_mode & 0o777 == 0o700
+    finally:
+        discard(ready)
+
+
+def test_a_killed_experiments_fork_server_folder_is_swept(tmp_path, monkeypatch):
+    import os
+    import tempfile
+
+    from amacs_server.research import cluster
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "amacs-fork-999999999-abc"  # no such process
+    live = tmp_path / f"amacs-fork-{os.getpid()}-abc"
+    other = tmp_path / "amacs-fork-old"  # a name of before: not ours to judge
+    for folder in (dead, live, other):
+        folder.mkdir()
+    cluster._sweep()
+    assert not dead.exists() and live.exists() and other.exists()
