@@ -34,3 +34,22 @@ def test_the_servers_exit_status_is_the_guards():
     run = subprocess.run([sys.executable, "-I", "-S", guard.__file__, sys.executable, "-c", "raise SystemExit(3)"],
                          timeout=60)
     assert run.returncode == 3
+
+
+def test_a_server_log_over_its_bound_is_rotated_at_the_start(tmp_path, monkeypatch):
+    import os
+
+    from amacs_server import __main__ as entry
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"x" * (entry.MAX_SERVER_LOG + 1))
+    saved = os.dup(2)
+    try:
+        entry._redirect_stderr(log)
+        os.write(2, b"new session\n")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        monkeypatch.setattr("sys.stderr", sys.__stderr__)
+    assert log.read_bytes() == b"new session\n"
+    assert (tmp_path / "server.log.1").stat().st_size == entry.MAX_SERVER_LOG + 1
