@@ -121,6 +121,8 @@ class Runtime:
         self.repo = HomeRepo(home)
         self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
         # The limit the person set (AMACS_BUDGET_LIMIT, M-x amacs-set-budget): None, consciousness.el's.
+        self._driver_next = 0  # the experiment driver's next turn (take_driver_turn)
+        self._driver_lock = threading.Lock()
         self.person_limit = self.config.budget_limit if self.config.budget_limit is not None else person_limit.read(home)
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         chat, keep = self._read_mind()
@@ -279,6 +281,16 @@ class Runtime:
     def limit(self) -> float:
         """The dollars the budget allows: the limit the person set, else the mind's."""
         return self.person_limit if self.person_limit is not None else self.consciousness.budget.budget_limit
+
+    def take_driver_turn(self, text: object) -> bool:
+        """Whether TEXT is the experiment driver's next turn (then counted); any thread."""
+        turns = self.config.driver_turns or ()
+        with self._driver_lock:
+            if (self._driver_next < len(turns) and isinstance(text, str)
+                    and turns[self._driver_next].strip() == text.strip()):
+                self._driver_next += 1
+                return True
+            return False
 
     def set_limit(self, dollars: float) -> None:
         """The person sets the limit (loop thread): enforced at once, kept in the home

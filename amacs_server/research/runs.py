@@ -197,7 +197,7 @@ def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) 
     """The environment of RUN's Emacs (and so of its server): BASE without AMACS_ settings, plus the run's."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("AMACS_")}
     env.update(HOME=str(folder / "emacs-home"), AMACS_HOME=str(folder / "home"), AMACS_SEED=str(run.seed),
-               AMACS_BACKEND=run.backend)
+               AMACS_BACKEND=run.backend, AMACS_DRIVER_TURNS=json.dumps(list(run.turns)))
     if run.model_name:
         env["AMACS_MODEL"] = run.model_name
     if run.run_budget is not None:
