@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import views
-from .errors import Refused
 from .inference.pricing import Price
 
 if TYPE_CHECKING:
@@ -123,18 +122,7 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         apply(raw, at_hello=True)
         return views.status(rt)
 
-    def settings(raw: object) -> bool:
-        """The person changed a setting since hello (setopt, customize, set-variable): Emacs
-        sends them all before its next input, and the next turn runs by them.  Refused while an
-        agent's eval runs: they are the person's (docs/ARCHITECTURE.md, Trust)."""
-        from .transport.server import CALL_CONTEXT
-
-        if CALL_CONTEXT.get():
-            raise Refused("refused: the settings are the person's, and an agent's eval sent them")
-        apply(raw)
-        return True
-
-    server.register("settings", settings)
+    rt.emacs_settings = apply  # the method `settings' (methods.py), a person's power, applies them so
 
     def emacs_gone() -> None:
         rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls

@@ -330,7 +330,7 @@ interrupt calls this, so input typed while the server starts is dropped."
 
 (defconst amacs--person-methods
   '(submit set_budget set_model interrupt rewind fork
-    person_agent_control person_agent_talk person_add_buffer)
+    person_agent_control person_agent_talk person_add_buffer settings)
   "The server's methods that act for the person (docs/ARCHITECTURE.md, Trust).
 A call to one carries, as its last argument, where Emacs saw it come
 from (`amacs--call-origin'); the server refuses it while an agent's

@@ -407,7 +407,8 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     if folder.exists():
         shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
     home = folder / "home"
-    home.mkdir(parents=True)
+    folder.mkdir(mode=0o700, parents=True)  # the run's conversation and shell: its owner's only
+    home.mkdir()
     (folder / "emacs-home").mkdir()
     ready = Prepared(run, folder, gated=gated, trace=folder / TRACE if trace else None)
     try:
