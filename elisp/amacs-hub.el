@@ -379,7 +379,8 @@ the old session's cost until \`g'."
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()
-  "Act on the section at point: thread, buffer, agent, commit, future, chat, report."
+  "Act on the section at point.
+A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
