@@ -48,7 +48,7 @@ from typing import Any
 from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
-from .git_repo import HomeRepo
+from .git_repo import HomeRepo, ignored
 from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
 
@@ -83,8 +83,10 @@ def skill_files(home: Path) -> list[Path]:
     folder = home / "skills"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
-                  and not p.name.endswith("~"))
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
+                   and not p.name.endswith("~"))
+    left_out = ignored(home, found)  # what the person's .gitignore leaves out stays out
+    return [p for p in found if p not in left_out] if left_out else found
 
 
 def tracked(home: Path) -> list[Path]:
