@@ -763,3 +763,14 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
     assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
         (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
+
+
+def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):
+    """Was accepted, even under skills/: HOME's commits then took in the fork's memory.db and transcripts."""
+    home = tmp_path / "home"
+    run(home, fake, SESSION[:2])
+    for dest in (home / "skills" / "f", home / "f", home):
+        assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is inside {home}; name a folder outside the home" in err, err
+    assert not (home / "skills" / "f").exists() and not (home / "f").exists()

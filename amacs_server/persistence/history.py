@@ -365,6 +365,8 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     Refused while a live server serves HOME, unless LOCKED (that server forks it)."""
     t0 = time.perf_counter()
     home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
+    if dest == home or home in dest.parents:  # HOME's commits would take in the fork's files
+        raise HistoryError(f"refused: {dest} is inside {home}; name a folder outside the home for the fork")
     if dest.exists() and any(dest.iterdir()):
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
     held = None if locked else lock(home)
