@@ -49,7 +49,7 @@ from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
 from .git_repo import HomeRepo, ignored
-from .home_lock import HomeInUse, HomeLock
+from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
@@ -240,11 +240,19 @@ def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
 
 def lock(home: Path) -> HomeLock:
     """The home's lock, or HistoryError naming the live server that holds it."""
+    if not (home / ".git").is_dir():  # no lock file left in a folder that is not a home
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
     lock = HomeLock(home, headless=True)
     try:
         lock.acquire(stopping_wait=0)
     except HomeInUse as err:
-        raise HistoryError(f"refused: {err}") from err
+        try:
+            pid = json.loads((home / LOCK_FILE).read_text()).get("pid", "unknown")
+        except (OSError, ValueError, AttributeError):
+            pid = "unknown"
+        # Said to a person at a shell, not in Emacs: what to stop, then what to run again.
+        raise HistoryError(f"refused: an AMACS server (pid {pid}) serves {home}; quit the Emacs it serves "
+                           f"(or kill {pid}), then run this command again") from err
     return lock
 
 
