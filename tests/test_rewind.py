@@ -682,8 +682,10 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
     done = history.rewind(home, 2)
     assert done.abandoned is not None
     files = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file()
-                     and not {".git", "transcripts", "logs"} & set(p.relative_to(home).parts) and p.name != "memory.db")
-    assert [text for text in FUTURE if text.encode() in files] == []
+                     and not {".git", "logs"} & set(p.relative_to(home).parts) and p.name != "memory.db")
+    assert [text for text in FUTURE if text.encode() in files] == []  # the transcripts' later lines too
+    assert "answer to after all" in _git(home, "grep", "-h", "answer to after all", done.abandoned, "--",
+                                         "transcripts")
     assert all(text in _git(home, "grep", "-h", text, done.abandoned) for text in FUTURE[:1] + FUTURE[3:5])
     db = sqlite3.connect(home / "memory.db")
     try:
