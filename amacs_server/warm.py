@@ -23,7 +23,10 @@ hours), or when the server's sources or the venv changed since it started (its K
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
+import gc
+import json
 import os
 import random
 import select
@@ -33,6 +36,7 @@ import struct
 import sys
 import threading
 import time
+from typing import Any
 
 from .research.forkserver import _read_request, _watch_launcher, preload
 from .warm_launch import stamp
@@ -96,11 +100,103 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
         os._exit(status)
 
 
+# The stand-in's answers: the Models API's 404 for an unknown model (a fresh home asks it before
+# its first call), and a streamed answer of one word.
+_NOT_FOUND = json.dumps({"type": "error", "error": {"type": "not_found_error", "message": "no such model"}})
+_EVENTS: list[dict[str, Any]] = [
+    {"type": "message_start", "message": {"id": "msg_warm", "type": "message", "role": "assistant",
+                                          "model": "claude-warm", "content": [], "stop_reason": None,
+                                          "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "{}"}},
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+     "usage": {"output_tokens": 1}},
+    {"type": "message_stop"},
+]
+
+
+def _answer(conn: socket.socket) -> None:
+    """Read one HTTP request from CONN and answer it as the Messages and Models APIs would."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        rest += chunk
+    if head.startswith(b"POST"):
+        payload = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in _EVENTS).encode()
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + payload)
+    else:
+        payload = _NOT_FOUND.encode()
+        conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
+                     + f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode() + payload)
+
+
+def rehearse() -> None:
+    """Run a model call's path once against a stand-in on 127.0.0.1: what the SDK and its transport
+    import or build on first use (aiohttp's client, its connector, the SDK's error types' pydantic
+    validators: 0.3-0.7 s of a fork's first call on a loaded machine) is then done for every fork."""
+    from .inference.anthropic_backend import AnthropicBackend
+    from .inference.retry import RetryPolicy
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    _answer(conn)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, name="amacs-warm-stand-in")
+    thread.start()
+
+    async def call(url: str) -> None:
+        backend = AnthropicBackend("sk-warm", url, timeout=10.0, retry=RetryPolicy(attempts=1))
+        try:
+            await backend.capabilities("claude-warm")
+            await backend.complete({"model": "claude-warm", "max_tokens": 8,
+                                    "messages": [{"role": "user", "content": "hi"}]}, on_text=lambda _t: None)
+        finally:
+            await backend.aclose()
+
+    try:
+        asyncio.run(call(f"http://127.0.0.1:{listener.getsockname()[1]}"))
+    except Exception as err:  # noqa: BLE001 - a rehearsal: the forks still work without it
+        print(f"warm server {os.getpid()}: the rehearsed model call failed: {err!r}", flush=True)
+    finally:
+        done.set()
+        thread.join()
+        listener.close()
+
+
 def _same_user(conn: socket.socket) -> bool:
     """The process at CONN's other end runs as this user (the folder is private; this makes sure)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    return bool(uid == os.getuid())
 
 
 def serve(directory: str, key: str) -> int:
@@ -116,6 +212,9 @@ def serve(directory: str, key: str) -> int:
     time.sleep(delay)
     started = time.perf_counter()
     preload(BACKENDS)
+    rehearse()
+    gc.collect()
+    gc.freeze()
     if threading.active_count() != 1:  # an import started one: forks would lack it
         raise RuntimeError(f"threads running after the imports: {threading.enumerate()}")
     path = os.path.join(directory, f"{key}.sock")
@@ -125,6 +224,7 @@ def serve(directory: str, key: str) -> int:
         pass
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
+    bound = os.stat(path).st_ino  # at exit, the socket file is removed if it is still this one
     os.chmod(path, 0o600)
     listener.listen(64)
     wake_r, wake_w = os.pipe()
@@ -138,7 +238,7 @@ def serve(directory: str, key: str) -> int:
     used = time.monotonic()
     try:
         while True:
-            ready = select.select([listener, wake_r], [], [], CHECK)[0]
+            ready = select.select([listener.fileno(), wake_r], [], [], min(CHECK, idle + 0.1))[0]
             if wake_r in ready:
                 while True:
                     try:
@@ -147,7 +247,7 @@ def serve(directory: str, key: str) -> int:
                     except BlockingIOError:
                         break
             _reap(children)
-            if listener in ready:
+            if listener.fileno() in ready:
                 conn, _ = listener.accept()
                 if not _same_user(conn):
                     conn.close()
@@ -155,6 +255,7 @@ def serve(directory: str, key: str) -> int:
                 pid = os.fork()
                 if pid == 0:
                     _child(conn, listener, [wake_r, wake_w, lock], list(children.values()))
+                print(f"warm server {os.getpid()}: forked server {pid}", flush=True)
                 try:
                     conn.sendall(struct.pack("!i", pid))
                 except OSError:
@@ -168,11 +269,12 @@ def serve(directory: str, key: str) -> int:
                 return 0
     finally:
         try:
-            if os.stat(path).st_ino == os.fstat(listener.fileno()).st_ino:
+            if os.stat(path).st_ino == bound:
                 os.unlink(path)
         except OSError:
             pass
         listener.close()
+        os.ftruncate(lock, 0)  # names no process once this one is gone
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
@@ -185,6 +287,7 @@ def _reap(children: dict[int, socket.socket]) -> None:
         if pid == 0:
             return
         conn = children.pop(pid, None)
+        print(f"warm server {os.getpid()}: server {pid} ended ({os.waitstatus_to_exitcode(status)})", flush=True)
         if conn is not None:
             try:
                 conn.sendall(struct.pack("!i", status))
