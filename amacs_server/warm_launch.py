@@ -103,14 +103,23 @@ def start_warm(directory: str, key: str) -> None:
             env[keep] = os.environ[keep]
     log = os.path.join(directory, f"{key}.log")
     code = f"import sys; sys.path.insert(0, {ROOT!r}); from amacs_server.warm import main; sys.exit(main())"
+    # Started by a child that exits at once: the warm server is nobody's child (no Emacs, no
+    # server waits for it or counts it among its own), in a session of its own.
+    try:
+        child = os.fork()
+    except OSError:
+        return  # no warm server: every launch starts a fresh one, as before
+    if child:
+        os.waitpid(child, 0)
+        return
     try:
         os.posix_spawn(sys.executable, [sys.executable, "-c", code, directory, key], env,
                        file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                                      (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
                                      (os.POSIX_SPAWN_DUP2, 1, 2)],
                        setsid=True)
-    except OSError:
-        pass  # no warm server: every launch starts a fresh one, as before
+    finally:
+        os._exit(0)
 
 
 def hand_over(argv: list[str]) -> int | None:
