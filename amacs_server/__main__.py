@@ -315,16 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         from .persistence.history import main as history_main
 
         return history_main(argv)
-    if argv[:1] == ["transcripts"]:
-        from .transcripts import main as transcripts_main
+    if argv[:1] in (["transcripts"], ["experiment"], ["dataset"], ["report"], ["judge"]):
+        import importlib  # research at scale: each command says in one line what it needs and lacks
 
-        return transcripts_main(argv[1:])
-    if argv[:1] in (["experiment"], ["dataset"], ["report"], ["judge"]):  # research at scale
-        import importlib
-
+        module = ".transcripts" if argv[0] == "transcripts" else f".research.{argv[0]}"
         try:
-            command: Callable[[list[str]], int] = importlib.import_module(f".research.{argv[0]}",
-                                                                           __package__).main
+            command: Callable[[list[str]], int] = importlib.import_module(module, __package__).main
             return command(argv[1:])
         except ModuleNotFoundError as err:
             missing = (err.name or "").partition(".")[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,7 @@ from .errors import AmacsError
 
 DEFAULT_MODEL = "claude-sonnet-5-5"
 LOCAL_ALIAS = "smollm2"  # the name a local model (AMACS_LOCAL_MODEL) is served under
+DEMO_MODEL = "demo"  # the name of the scripted demo model (AMACS_DEMO)
 
 
 def builtin_skills_dir() -> Path:
@@ -59,6 +61,12 @@ class Config:
     # the server runs the model itself (local_model.py) and uses it as its OpenAI-compatible endpoint.
     local_model: Path | None = None
     local_python: Path | None = None
+    # AMACS_PRICES: the person's prices given at start (an experiment's spec gives its runs'), as
+    # model -> (input, output, cache_write, cache_read) dollars per million tokens; the entries of
+    # Emacs's `amacs-price-table' win over them at hello.
+    prices: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+    # AMACS_DEMO=1: the server serves the scripted demo model itself (demo_model.py) and talks to it.
+    demo: bool = False
 
     def secrets(self) -> dict[str, str | None]:
         """Every secret the server holds, by name (the scrubber's)."""
@@ -74,19 +82,21 @@ class Config:
         """True when the model endpoint can be called (a local OpenAI-compatible one needs no key)."""
         if self.backend == "openai":
             return bool(self.openai_base_url or self.openai_api_key or self.local_model)
-        return bool(self.api_key)
+        return bool(self.api_key or self.demo)
 
     def missing_key_message(self) -> str:
         """One line that says how to give the server a key or another endpoint.
 
-        With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing."""
+        With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing.  Otherwise
+        the demo model comes first: it answers in a second, with nothing to install or pay."""
         if self.backend == "anthropic" and self.base_url:
             return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
                     "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
                     "(backend openai); then M-x amacs-restart. Or try AMACS with a small model on this machine, "
                     "no key at all: M-x amacs-use-local-model (or ./amacs --local).")
         return (
-            "No API key: set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
+            "No API key. To try AMACS now, with a scripted model and nothing to pay: M-x amacs-demo "
+            "(or ./amacs --demo). For real work set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
             "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
             "a local model server with AMACS_BACKEND=openai and OPENAI_BASE_URL (or M-x amacs-set-model), "
             "then M-x amacs-restart; or, with no key at all, try AMACS with a small model on this "
@@ -104,6 +114,25 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
 
 
+def _prices_env(env: dict[str, str]) -> dict[str, tuple[float, float, float, float]]:
+    """AMACS_PRICES: a JSON object, model -> [input, output, cache_write, cache_read] dollars per million."""
+    raw = env.get("AMACS_PRICES")
+    if not raw:
+        return {}
+    try:
+        table = json.loads(raw)
+        out = {}
+        for model, numbers in table.items():
+            a, b, c, d = (float(n) for n in numbers)
+            if min(a, b, c, d) < 0:
+                raise ValueError("a price is negative")
+            out[str(model)] = (a, b, c, d)
+        return out
+    except (ValueError, TypeError, AttributeError) as err:
+        raise ConfigError(f"AMACS_PRICES={raw!r}: must be a JSON object of model -> [input, output, cache_write, "
+                          f"cache_read] dollars per million tokens ({err})") from err
+
+
 def load_config(env: dict[str, str] | None = None) -> Config:
     """Build a :class:`Config` from ENV (default: the process environment)."""
     env = dict(os.environ if env is None else env)
@@ -118,12 +147,17 @@ def load_config(env: dict[str, str] | None = None) -> Config:
                           "scripts/local-model.sh made (.venv-local/bin/python)")
     if local_model is not None:
         backend = "openai"  # the model server this server runs speaks the OpenAI API
+    demo = (env.get("AMACS_DEMO") or "") not in ("", "0")
+    if demo and local_model is not None:
+        raise ConfigError("AMACS_DEMO and AMACS_LOCAL_MODEL are both set: choose the demo model or the local one")
+    if demo:
+        backend = "anthropic"  # the demo model speaks the Messages API
     return Config(
         backend=backend,
         openai_base_url=env.get("OPENAI_BASE_URL") or None,
         openai_api_key=env.get("OPENAI_API_KEY") or None,
         home=home,
-        model=env.get("AMACS_MODEL") or (LOCAL_ALIAS if local_model else DEFAULT_MODEL),
+        model=DEMO_MODEL if demo else env.get("AMACS_MODEL") or (LOCAL_ALIAS if local_model else DEFAULT_MODEL),
         api_key=env.get("ANTHROPIC_API_KEY") or None,
         base_url=env.get("ANTHROPIC_BASE_URL") or None,
         token=env.get("AMACS_TOKEN") or None,
@@ -140,5 +174,7 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         context_window=int(_float_env(env, "AMACS_CONTEXT_WINDOW", 0)) or None,
         local_model=local_model,
         local_python=local_python,
+        demo=demo,
         mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
+        prices=_prices_env(env),
     )

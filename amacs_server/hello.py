@@ -1,7 +1,8 @@
 """Hello: Emacs's settings read and applied, and the status it answers with.
 
 Emacs sends its defcustoms (`amacs-max-steps', `amacs-price-table', `amacs-eval-timeout') with
-every hello; a wrong one refuses the hello with what is wrong, before any is applied.  Settings
+every hello, and again (the method ``settings``) before the person's next input when one of them
+changed since; a wrong one refuses the hello (or the call) with what is wrong, before any is applied.  Settings
 that are plainly valid (the defaults always are) are read here, by hand; anything else is
 judged by the declared model in :mod:`.hello_settings` (pydantic), which accepts it or says
 what is wrong.  So pydantic (~100 ms to import) is not on the path to the first hello, and the
@@ -99,15 +100,27 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     """Answer SERVER's hello for RT: apply the settings, say the status; and stop RT's work for an
     Emacs that goes away."""
 
-    def hello(raw: object) -> dict[str, Any]:
+    def apply(raw: object) -> None:
         settings = read_settings(raw)
         if settings.max_steps:
             rt.settings.max_steps = settings.max_steps
         if settings.prices is not None:
-            rt.prices = dict(settings.prices)
+            # the prices given at start (AMACS_PRICES), Emacs's `amacs-price-table' over them
+            rt.prices = {**{m: Price(*p) for m, p in rt.config.prices.items()}, **settings.prices}
         if settings.eval_timeout:
             rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
+
+    def hello(raw: object) -> dict[str, Any]:
+        apply(raw)
         return views.status(rt)
+
+    def settings(raw: object) -> bool:
+        """The person changed a setting since hello (setopt, customize, set-variable): Emacs
+        sends them all before its next input, and the next turn runs by them."""
+        apply(raw)
+        return True
+
+    server.register("settings", settings)
 
     def emacs_gone() -> None:
         rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls

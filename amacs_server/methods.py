@@ -9,7 +9,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
@@ -79,9 +79,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, apply)
 
     @checked()
-    def set_model(backend: str, model: str, base_url: str | None = None) -> dict[str, Any]:
-        """Switch backend (anthropic or openai) and model, from the next model call on."""
-        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url))
+    def set_model(backend: str, model: str, base_url: str | None = None, window: int | None = None) -> dict[str, Any]:
+        """Switch backend (anthropic or openai) and model, from the next model call on; WINDOW, the
+        model's input window in tokens as the person knows it (beats what its server reports)."""
+        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url, window))
 
     @checked()
     def interrupt() -> bool:
@@ -94,9 +95,9 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return asyncio.run_coroutine_threadsafe(rt.rewind(tick), rt.loop).result(HISTORY_TIMEOUT)
 
     @checked()
-    def fork(tick: PositiveInt, dest: Text) -> dict[str, Any]:
-        """Make the new home DEST holding this mind at the end of TICK."""
-        return rt.fork(tick, Path(dest).expanduser())
+    def fork(tick: PositiveInt | Literal["now"], dest: Text) -> dict[str, Any]:
+        """Make the new home DEST holding this mind at the end of TICK (``"now"``: the last tick)."""
+        return rt.fork(None if tick == "now" else tick, Path(dest).expanduser())
 
     @checked()
     def status() -> dict[str, Any]:
@@ -183,6 +184,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         # The agent's tools, from the one registry (tools/registry.py).
         **{name: brain_tool(fn) for name, fn in registry.ON_THE_LOOP.items()},
         "agent_tool": tool_call,  # registry.ON_ITS_THREAD: run on this EPC thread
+        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](rt, *args),
         # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},

@@ -13,13 +13,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import faults
 from .agents.kinds import PRIMARY
 from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
-from .config import LOCAL_ALIAS, Config
+from .config import DEMO_MODEL, LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
+from .demo_model import DEMO_NOTE, DemoModel
 from .errors import AmacsError, Refused, Stopping
 from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
@@ -27,7 +29,7 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import FREE, Price, Tally, Usage, cost
+from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
@@ -37,8 +39,8 @@ from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
-    exact_files,
     file_sizes,
+    last_tick,
     ltm_watermark,
     read_state,
     tracked,
@@ -101,7 +103,8 @@ class Runtime:
         self.face = face
         self.settings = Settings()
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
-        self.prices: dict[str, Price] = {}  # the person's price table (`amacs-price-table')
+        # the person's price table (AMACS_PRICES; `amacs-price-table' replaces it at hello)
+        self.prices: dict[str, Price] = {m: Price(*p) for m, p in config.prices.items()}
         self.tick_tally = Tally()
         self.session_tally = Tally()
         self.model = config.model
@@ -135,18 +138,21 @@ class Runtime:
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self._load_threads()
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-        self.transcript = Transcript(home / "transcripts", self.run_id, secrets=self.scrub.values)
+        self.transcript = Transcript(home / "transcripts", self.run_id, scrub=self.scrub)
         self.local = self._start_local()  # None unless AMACS_LOCAL_MODEL names a model to serve
+        self.demo = self._start_demo()  # None unless AMACS_DEMO asks for the demo model
         self.backend_name = config.backend
         # OPENAI_BASE_URL is the OpenAI-compatible backend's: the Anthropic one has ANTHROPIC_BASE_URL.
         self.backend = self._make_backend(config.backend,
-                                          self.config.openai_base_url if config.backend == "openai" else None)
+                                          self.config.openai_base_url if config.backend == "openai" else None,
+                                          config.model)
         # What the model accepts: asked once the loop runs (start), and on every set_model.
         self.catalog = ModelCatalog(CapabilityStore.open(home / "model-capabilities.json"))
         self.catalog.setting_window = config.context_window or (self.local.context if self.local else None)
         self.loop = asyncio.new_event_loop()
         self._inbox: asyncio.Queue[str | None] | None = None  # None: wake for events
-        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem)
+        tools = McpHub(home / "mcp.json", home / "logs", eager=config.mcp_eager, on_problem=self._tools_problem,
+                       scrubber=self.scrub)
         self.world = AgentWorld(self, Limits(pool=config.agent_pool, max_tasks=config.max_tasks,
                                              max_depth=config.max_depth, max_agents=config.max_agents,
                                              event_queue=config.event_queue,
@@ -332,12 +338,20 @@ class Runtime:
         line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
-    def fork(self, tick: int, dest: Path) -> dict[str, object]:
-        """A new home DEST holding this mind at the end of TICK (any thread: it reads git and a
-        backup of memory.db, after the pending commits)."""
+    def fork(self, tick: int | None, dest: Path) -> dict[str, object]:
+        """A new home DEST holding this mind at the end of TICK, None: of the last tick committed
+        (any thread: it reads git and a backup of memory.db, after the pending commits).  Says
+        the backend, model and base URL it runs on, for the fork's server to run on the same
+        (no URL when this server runs the model itself, local or demo: the fork's runs its own)."""
         self.commits.flush(30)
+        if tick is None:
+            tick = last_tick(self.config.home)
         done = fork_home(self.config.home, tick, dest, locked=True, limit=self.limit())  # this server holds the lock
-        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3)}
+        cfg = self.config
+        own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
+        url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
+        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
+                "backend": self.backend_name, "model": self.model, "base_url": url}
 
     def _restore_tick_state(self) -> None:
         """What the last tick's state (persistence.history) has beyond LTM and the org files: the
@@ -384,11 +398,9 @@ class Runtime:
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}
 
-    def save_tick_state(self) -> dict[str, bytes]:
-        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files);
-        return the bytes the tick's commit carries whatever the files hold by then (the tick
-        state, consciousness.el, scratchpad.org)."""
-        return exact_files(self.config.home, write_state(self.config.home, self.tick_state()))
+    def save_tick_state(self) -> None:
+        """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
+        write_state(self.config.home, self.tick_state())
 
     def _start_local(self) -> LocalModel | None:
         """Start the model server this server runs (AMACS_LOCAL_MODEL), and point the
@@ -405,7 +417,29 @@ class Runtime:
         self.startup_notes.append(TRY_ONLY)
         return local
 
-    def _make_backend(self, name: str, base_url: str | None) -> AnthropicBackend | OpenAIBackend:
+    def _start_demo(self) -> DemoModel | None:
+        """Serve the scripted demo model (AMACS_DEMO) from a thread of this server, until it stops."""
+        if not self.config.demo:
+            return None
+        try:
+            demo = DemoModel().start()
+        except OSError as err:
+            raise StartupError(f"cannot start the demo model: {err}") from err
+        self.startup_notes.append(DEMO_NOTE)
+        return demo
+
+    def endpoint(self) -> str | None:
+        """The model's endpoint when it is not its backend's default, in a word or two for the
+        header: "demo", "local", or the base URL's host (and port); None for the provider's own."""
+        if self.backend_name == "anthropic" and self.demo is not None and self.model == DEMO_MODEL:
+            return "demo"
+        if self.backend_name == "openai" and self.local is not None and self.config.openai_base_url == self.local.base_url:
+            return "local"
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        host = urlsplit(url).netloc if url else ""
+        return None if not host or host in ("api.anthropic.com", "api.openai.com") else host
+
+    def _make_backend(self, name: str, base_url: str | None, model: str) -> AnthropicBackend | OpenAIBackend:
         cfg = self.config
         sdk.preload(name)  # its SDK only, in a thread (after the port line at start-up: __main__)
         if name == "openai":
@@ -414,6 +448,9 @@ class Runtime:
                        else OpenAIBackend(cfg.openai_api_key, base_url, cfg.request_timeout))
             backend.schema_form_of = lambda: self.catalog.caps.schema_form  # what the server was found to take
             return backend
+        if self.demo is not None and model == DEMO_MODEL and base_url in (None, self.demo.base_url):
+            # The demo model wants no key; the SDK wants one, so it gets a word that is none.
+            return AnthropicBackend("no-key-for-the-demo", self.demo.base_url, cfg.request_timeout)
         return AnthropicBackend(cfg.api_key, base_url or cfg.base_url, cfg.request_timeout)
 
     def learn_model(self) -> None:
@@ -425,37 +462,53 @@ class Runtime:
         if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
             self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 
-    def set_model(self, backend: str, model: str, base_url: str | None) -> dict[str, object]:
-        """Switch backend and model from the next call on (loop thread)."""
+    def set_model(self, backend: str, model: str, base_url: str | None,
+                  window: int | None = None) -> dict[str, object]:
+        """Switch backend and model from the next call on (loop thread); WINDOW, the person's
+        window for it (None: AMACS_CONTEXT_WINDOW's, else what its server says)."""
         if backend not in ("anthropic", "openai"):
             raise Refused(f"backend {backend!r}: use anthropic or openai")
         if not model.strip():
             raise Refused("name a model")
-        self.backend = self._make_backend(backend, base_url or None)
+        if window is not None and window <= 0:
+            raise Refused(f"window {window}: a number of tokens above 0")
+        self.backend = self._make_backend(backend, base_url or None, model.strip())
         self.backend_name, self.model = backend, model.strip()
         url = base_url or None
         self.config = replace(self.config, backend=backend,
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
-                              base_url=(url if backend == "anthropic" else None) or self.config.base_url)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url})
+                              base_url=(url if backend == "anthropic" else None) or self.config.base_url,
+                              demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
+        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
+                                               **({"window": window} if window else {})})
         self.learn_model()
+        self.catalog.setting_window = window or self.config.context_window or (
+            self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
         # Another model: the context starts again whole (its window may differ) and without the
         # thinking blocks of the last one (their signatures are that model's).
         self.conversation.squeeze = 0
         self.conversation.base = None
         key_ok = self.config.has_credentials
-        return {"backend": backend, "model": self.model, "key_ok": key_ok,
+        return {"backend": backend, "model": self.model, "key_ok": key_ok, "endpoint": self.endpoint(),
                 **({} if key_ok else {"missing": self.config.missing_key_message()})}
 
-    def charge(self, usage: Usage, model: str | None = None) -> float:
+    def on_this_machine(self) -> bool:
+        """Whether the model endpoint is a server on this machine (the local model's, or a base URL on
+        127.0.0.1 or ::1): a model there with no price costs nothing."""
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        return self.config.local_model is not None or is_local(url)
+
+    def charge(self, usage: Usage, model: str | None = None) -> float | None:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
-        and the budget; return dollars."""
+        and the budget; return dollars, or None when the model's price is unknown (its tokens are
+        counted, its dollars not: never a guess)."""
         # The model this server runs itself costs nothing, unless the person's table prices it.
-        table = {LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None else self.prices
-        dollars = cost(model or self.model, usage, table)
+        table = ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
+                 else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
+        dollars = cost(model or self.model, usage, table, local=self.on_this_machine())
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
-        self.consciousness.budget.cost_so_far += dollars
+        self.consciousness.budget.cost_so_far += dollars or 0.0
         return dollars
 
     def _turn_failure(self, err: Exception) -> str:
@@ -724,6 +777,8 @@ class Runtime:
             log.warning("git commits still pending after %.0f s; the files are on disk", grace)
         if self.local is not None:
             self.local.stop()
+        if self.demo is not None:
+            self.demo.stop()
         self.transcript.close()
         self.ltm.close()
 

@@ -1,6 +1,7 @@
 """One scrubber for every secret the server knows: no key reaches a log, a transcript or git.
 
-The secrets are the API keys and the EPC token.  Emacs is where a secret can
+The secrets are the API keys, the EPC token and what ``mcp.json`` gives its
+servers (learnt when the file is read: :meth:`Scrubber.learn`).  Emacs is where a secret can
 enter the server's data: an eval that reads ``(getenv "ANTHROPIC_API_KEY")``,
 a person who pastes a key.  So the transport scrubs every message from Emacs
 before it is read (after hello, which carries the token), and nothing
@@ -11,8 +12,10 @@ server itself might write (an exception that quotes a header).
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 MIN_SECRET = 8  # shorter values (a test's "k") would redact ordinary words
@@ -22,10 +25,40 @@ class Scrubber:
     """Replaces each secret's text with ``[redacted NAME]``."""
 
     def __init__(self, secrets: Mapping[str, str | None]) -> None:
-        self._pairs = tuple((value, f"[redacted {name}]") for name, value in secrets.items()
-                            if value and len(value) >= MIN_SECRET)
-        # Encoded once: data() runs on every message from Emacs.
-        self._raw_pairs = tuple((value.encode("utf-8"), mark.encode("utf-8")) for value, mark in self._pairs)
+        self._own = {value: f"[redacted {name}]" for name, value in secrets.items()
+                     if value and len(value) >= MIN_SECRET}
+        self._learnt: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self._build()
+
+    def learn(self, source: str, secrets: Iterable[tuple[str, str]]) -> None:
+        """From now on, also redact SECRETS (name, value) as ``[redacted NAME]``; they replace what
+        SOURCE (``mcp.json``) gave before.  A value shorter than MIN_SECRET is kept only when it
+        cannot be an ordinary word (it has ``:`` and ``@``, a URL's password part)."""
+        pairs = {value: f"[redacted {name}]" for name, value in secrets
+                 if value and (len(value) >= MIN_SECRET or (value.startswith(":") and value.endswith("@")))}
+        with self._lock:
+            if self._learnt.get(source) == pairs:
+                return
+            self._learnt[source] = pairs
+            self._build()
+
+    def _build(self) -> None:
+        every = dict(self._own)
+        for pairs in self._learnt.values():
+            for value, mark in pairs.items():
+                every.setdefault(value, mark)
+        # As JSON and elisp quote them too (a value with a quote or a backslash).
+        for value, mark in list(every.items()):
+            for quoted in (json.dumps(value, ensure_ascii=False)[1:-1],
+                           value.replace("\\", "\\\\").replace('"', '\\"')):
+                every.setdefault(quoted, mark)
+        # Longest first: a URL holding a password goes whole before its password alone.
+        ordered = tuple(sorted(every.items(), key=lambda p: -len(p[0])))
+        # Encoded once: data() runs on every message from Emacs.  One assignment each: readers
+        # on other threads see the old pairs or the new, never a mix.
+        self._raw_pairs = tuple((value.encode("utf-8"), mark.encode("utf-8")) for value, mark in ordered)
+        self._pairs = ordered
 
     @property
     def values(self) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ def status(rt: Runtime) -> dict[str, object]:
         "mood": c.mood,
         "model": rt.model,
         "backend": rt.backend_name,
+        "endpoint": rt.endpoint(),
         "key_ok": rt.config.has_credentials,
         "session": rt.session_tally.to_dict(),
         "spent": rt.spent(),

@@ -82,6 +82,15 @@ may be left out: (agent-memory-load ID :offset 8000)."
 OPTIONS: :limit (default 10), :tags, :mode (\"keyword\")."
   (amacs--agent-call 'memory_search query options))
 
+(defun agent-history-search (query &rest options)
+  "Search your history for QUERY; return the lines holding it, newest first.
+The history is the commits of your ticks (their subjects), your monologue
+and the diff of each tick (what it changed in your files).  Each match is
+\(:tick N :in SOURCE :line TEXT), :file too for a diff line, whose + or -
+says added or removed.  OPTIONS: :tick N (that tick only), :limit (20),
+:only (a list of \"subject\", \"monologue\", \"diff\")."
+  (amacs--call-sync 'history_search (list query options)))
+
 ;;;; Threads
 
 (defun agent-create-thread (id &rest options)

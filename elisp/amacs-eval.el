@@ -307,13 +307,20 @@ eval read and wrote, if any, are in :files-read and :files-written
     (amacs--eval-with-files outcome amacs--eval-files)))
 
 (defcustom amacs-eval-confirm nil
-  "Whether you approve each eval of the agent before it runs.
-nil: never ask.  t: ask y/n before every eval.  A function: called
-with the form (a string) and the agent's id; when it returns non-nil,
-you are asked.  A declined eval reaches the agent as an error result,
-\"the person declined this eval\"; while you decide, the eval's time
-limit does not run."
+  "Whether you approve the agent's evals, or what they do, before it happens.
+nil: never ask.  `writes': ask, while an eval runs, before it writes,
+copies, renames or deletes a file or starts a process (each file or
+program once per eval); reading, computing and editing buffers go on
+unasked, and what the evals changed is listed after the turn (the
+\"▸ changed\" line, whose diff can be undone).  A declined write or
+process is an error in the eval, which the agent sees.  t: ask y/n
+before every eval.  A function: called with the form (a string) and
+the agent's id; when it returns non-nil, you are asked about the eval.
+A declined eval reaches the agent as an error result, \"the person
+declined this eval\".  While you decide, the eval's time limit does not
+run; each decision is in the eval's result, so the transcript has it."
   :type '(choice (const :tag "Never ask" nil)
+                 (const :tag "Ask before file writes and processes" writes)
                  (const :tag "Ask before every eval" t)
                  (function :tag "Ask when this returns non-nil"))
   :group 'amacs)
@@ -328,9 +335,93 @@ limit does not run."
   "Functions called with the eval event and its result plist after it ran.")
 
 (defun amacs--eval-needs-confirm-p (form agent)
-  "Return non-nil when `amacs-eval-confirm' asks about FORM from AGENT."
-  (cond ((functionp amacs-eval-confirm) (funcall amacs-eval-confirm form agent))
+  "Return non-nil when `amacs-eval-confirm' asks about FORM from AGENT.
+With `writes' it asks about what the eval does, not the eval."
+  (cond ((eq amacs-eval-confirm 'writes) nil)
+        ((functionp amacs-eval-confirm) (funcall amacs-eval-confirm form agent))
         (t amacs-eval-confirm)))
+
+(defvar amacs--eval-decisions nil
+  "The person's decisions about the running eval, newest first.
+Each a plist (:action ACTION :target TARGET :allowed FLAG); sent in the
+eval's result as :decisions, so the transcript records them.")
+
+(defun amacs--eval-decide (action target allowed)
+  "Record the person's decision ALLOWED on ACTION of TARGET; return ALLOWED."
+  (push (list :action action :target target :allowed (if allowed t :false)) amacs--eval-decisions)
+  allowed)
+
+(defun amacs--eval-guarded-action (function args)
+  "The (ACTION TARGET) that FUNCTION called with ARGS would do, or nil.
+For `amacs-eval-confirm' `writes': a file written, copied, renamed or
+deleted, or a program started.  An auto-save file is not the agent's."
+  (pcase function
+    ('write-region (let ((file (nth 2 args)))
+                     (and (stringp file) (not (amacs--auto-save-p file))
+                          (list "write" (abbreviate-file-name (expand-file-name file))))))
+    ('delete-file (list "delete" (abbreviate-file-name (expand-file-name (car args)))))
+    ((or 'rename-file 'copy-file)
+     (list (if (eq function 'rename-file) "rename to" "copy to")
+           (abbreviate-file-name (expand-file-name (cadr args)))))
+    ('make-process (list "run" (format "%s" (car (plist-get args :command)))))
+    ('call-process (list "run" (format "%s" (car args))))
+    ('call-process-region (list "run" (format "%s" (nth 2 args))))))
+
+(defun amacs--eval-ask-around (name function args)
+  "Call FUNCTION with ARGS, with the person's leave for what it would do.
+NAME is the function's name.  Around advice on the writes and process
+starts of `amacs-eval-confirm' `writes', while an agent's eval runs:
+asks once per eval and action, the eval's time limit waiting; a
+refusal is an error in the eval."
+  (let* ((action (and amacs--eval-guarding amacs-current-eval (amacs--eval-guarded-action name args)))
+         (known (and action (seq-find (lambda (d) (and (equal (plist-get d :action) (car action))
+                                                          (equal (plist-get d :target) (cadr action))))
+                                      amacs--eval-decisions))))
+    (cond ((null action) (apply function args))
+          ((if known (eq (plist-get known :allowed) t)
+             (amacs--eval-decide (car action) (cadr action) (amacs--eval-ask-now action)))
+           (apply function args))
+          (t (error "The person declined to let this eval %s %s" (car action) (cadr action))))))
+
+(defun amacs--eval-ask-now (action)
+  "Ask the person whether the running eval may do ACTION, (VERB TARGET).
+The eval's time limit waits while they decide."
+  (let ((id amacs-current-eval)
+        (amacs-eval-asking t)
+        (inhibit-quit nil))
+    (when (amacs-live-p) (amacs-call 'eval_hold (list id t)))
+    (force-mode-line-update t)
+    (unwind-protect
+        (condition-case nil
+            (y-or-n-p (format "AMACS: %s's eval wants to %s %s.  Allow it? "
+                              amacs-current-agent (car action) (cadr action)))
+          (quit nil))
+      (when (amacs-live-p) (amacs-call 'eval_hold (list id nil))))))
+
+(defconst amacs--eval-guarded-functions
+  '(write-region delete-file rename-file copy-file make-process call-process call-process-region)
+  "What `amacs-eval-confirm' `writes' asks about before an eval does it.")
+
+(defvar amacs--eval-guarding nil
+  "Non-nil while an agent's eval runs under `amacs-eval-confirm' `writes'.")
+
+(defun amacs--eval-install-asking ()
+  "Install the advice that asks, on the guarded functions, once; keep it.
+Done before the first eval under `writes' runs, never inside one: a
+natively compiled Emacs compiles a trampoline for each primitive it
+advises (seconds, and files written), and without one the advice misses
+the calls from compiled code (`save-buffer' writing its file).
+Outside an agent's eval under `writes' the advice only calls through."
+  (dolist (name amacs--eval-guarded-functions)
+    (unless (advice-member-p 'amacs-eval-ask name)
+      (advice-add name :around (lambda (function &rest args) (amacs--eval-ask-around name function args))
+                  '((name . amacs-eval-ask))))))
+
+(defun amacs--eval-asking-about-writes (thunk)
+  "Call THUNK, asking before its writes and processes under the setting `writes'.
+That is `amacs-eval-confirm'."
+  (let ((amacs--eval-guarding (eq amacs-eval-confirm 'writes)))
+    (funcall thunk)))
 
 (defvar amacs-eval-asking nil
   "Non-nil while the person is asked whether an eval may run.
@@ -359,15 +450,19 @@ Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
          (form (plist-get event :form))
          (amacs--eval-talks nil)        ; this eval's own, for the done functions too
          (amacs--eval-wait nil)
+         (amacs--eval-decisions nil)
          (result nil))
+    (when (eq amacs-eval-confirm 'writes) (amacs--eval-install-asking))
     (run-hook-with-args 'amacs-eval-start-functions event)
     (setq result
           (if (and (amacs--eval-needs-confirm-p form agent)
-                   (not (amacs--eval-approved-p event)))
+                   (not (amacs--eval-decide "eval" nil (amacs--eval-approved-p event))))
               (list :success nil :error amacs-eval-declined)
             (let ((amacs-current-agent agent)
                   (amacs-current-eval (plist-get event :id)))
-              (amacs--eval-form form))))
+              (amacs--eval-asking-about-writes (lambda () (amacs--eval-form form))))))
+    (when amacs--eval-decisions
+      (setq result (append result (list :decisions (reverse amacs--eval-decisions)))))
     (run-hook-with-args 'amacs-eval-done-functions event result)
     (when (amacs-live-p)
       (amacs-call 'emacs_reply (list (plist-get event :id) result)))))

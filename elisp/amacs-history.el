@@ -131,10 +131,11 @@ Nil: next to the home being forked, in the folder that holds it."
        (file-name-directory (directory-file-name (amacs-connection-home (amacs-current-connection)))))))
 
 (defun amacs-history--fork-name (tick)
-  "A folder name for a fork at TICK, new in `amacs-history--fork-directory'.
-Named after the current connection's home: agent-fork-tick-3 for ~/.agent."
+  "A folder name for a fork at TICK (a number, or \"now\"), new in its folder.
+The folder is `amacs-history--fork-directory'.  Named after the current
+connection's home: agent-fork-tick-3 (or agent-fork-now) for ~/.agent."
   (let* ((home (file-name-nondirectory (amacs-connection-home (amacs-current-connection))))
-         (base (format "%s-fork-tick-%d" (string-trim-left home "\\.+") tick))
+         (base (format (if (numberp tick) "%s-fork-tick-%d" "%s-fork-%s") (string-trim-left home "\\.+") tick))
          (name base)
          (n 1))
     (while (file-exists-p (expand-file-name name (amacs-history--fork-directory)))
@@ -142,19 +143,54 @@ Named after the current connection's home: agent-fork-tick-3 for ~/.agent."
             name (format "%s-%d" base n)))
     name))
 
+(defconst amacs-history--now "now: the mind as it is"
+  "The label `amacs-fork' offers first: the fork holds the mind at its last tick.")
+
+(defun amacs-history--read-fork-tick ()
+  "Ask where to fork: now (the default), or just before one of the past inputs.
+Return the tick that ends there, or \"now\"."
+  (let* ((inputs (amacs-history--inputs))
+         (label (amacs-history--complete "Fork now, or to before an input"
+                                         (cons amacs-history--now (mapcar #'car inputs)) amacs-history--now)))
+    (if (equal label amacs-history--now)
+        "now"
+      (let ((tick (1- (cdr (assoc label inputs)))))
+        (when (< tick 1)
+          (user-error "That is the first input: there is no tick before it to fork at"))
+        tick))))
+
+(defun amacs-history--fork-choices (parent done)
+  "The choices for the server of the fork DONE (the server's answer) of PARENT.
+The fork runs where its parent runs: PARENT's choices (`amacs-chosen'),
+and the backend, model and base URL its server runs on; a parent running
+the model itself (:local, :demo) has the fork's server run its own."
+  (let ((chosen (copy-sequence (amacs-connection-chosen parent))))
+    (unless (or (plist-get chosen :local) (plist-get chosen :demo))
+      (setq chosen (plist-put chosen :backend (plist-get done :backend)))
+      (setq chosen (plist-put chosen :model (plist-get done :model)))
+      (when (plist-get done :base-url)
+        (setq chosen (plist-put chosen :base-url (plist-get done :base-url)))))
+    chosen))
+
 ;;;###autoload
 (defun amacs-fork (tick dest)
   "Make DEST a new AMACS home holding the agent's mind at the end of TICK.
-Interactively, pick one of your past inputs (the fork ends just before
-it) and a new folder.  With a shell per home (`amacs-shell-open'), a
-second shell opens on DEST beside this one."
+TICK is a tick number, or \"now\": the last tick.  Interactively, pick
+now (the default) or one of your past inputs (the fork ends just before
+it), and a new folder.  The fork's server runs on the model, backend and
+base URL this home's runs on.  With a shell per home (`amacs-shell-open'),
+a second shell opens on DEST beside this one."
   (interactive
-   (let ((tick (amacs-history--read-input "fork")))
-     (list tick (read-directory-name (format "New home for the fork at tick %d: " tick)
+   (let ((tick (amacs-history--read-fork-tick)))
+     (list tick (read-directory-name (if (numberp tick) (format "New home for the fork at tick %d: " tick)
+                                       "New home for the fork of the mind as it is: ")
                                      (amacs-history--fork-directory) nil nil
                                      (amacs-history--fork-name tick)))))
-  (let* ((done (amacs--call-sync 'fork (list tick (expand-file-name dest))))
+  (let* ((parent (amacs-current-connection))
+         (done (amacs--call-sync 'fork (list tick (expand-file-name dest))))
          (line (plist-get done :line)))
+    (setf (amacs-connection-chosen (amacs-connection-for (plist-get done :home)))
+          (amacs-history--fork-choices parent done))
     (message "AMACS: %s" line)
     (if (fboundp 'amacs-shell-open)
         (progn

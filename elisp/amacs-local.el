@@ -1,4 +1,4 @@
-;;; amacs-local.el --- A local model for AMACS, with no API key -*- lexical-binding: t -*-
+;;; amacs-local.el --- The demo model and a local model for AMACS, with no API key -*- lexical-binding: t -*-
 
 ;; Copyright (C) 2026 AMACS developers
 
@@ -22,6 +22,10 @@
 ;;
 ;; `./amacs --local' installs from the terminal, then opens the shell on
 ;; the local model.  A 135M model is for trying AMACS, not for real work.
+;;
+;; M-x amacs-demo (and `./amacs --demo') is quicker still: the AMACS
+;; server serves a scripted model itself (amacs_server/demo_model.py),
+;; which answers the words it lists in about a second.
 
 ;;; Code:
 
@@ -160,6 +164,20 @@ A 135M model is for trying AMACS, not for real work."
          (message "AMACS: the local model is being installed already: see %s" amacs-local--buffer))
         ((amacs-local-installed) (amacs-local--switch (amacs-local-installed)))
         (t (amacs-local--install))))
+
+;;;###autoload
+(defun amacs-demo ()
+  "Switch the agent to the scripted demo model: no key, nothing to install or pay.
+The AMACS server serves it itself, from its start to its stop, and
+talks to it as to Claude; it answers the words \"help\" lists in about
+a second, showing a streamed reply, an eval, a thread, subagents and an
+interrupt.  A running server is restarted for it; `amacs-set-model'
+leaves it."
+  (interactive)
+  (amacs-choose :demo t :local nil :backend nil :model nil :base-url nil)
+  (if (or (amacs-live-p) (process-live-p (amacs-server-process)))
+      (amacs-restart)
+    (message "AMACS: the agent will use the scripted demo model (type help in the shell)")))
 
 (provide 'amacs-local)
 ;;; amacs-local.el ends here

@@ -8,7 +8,7 @@
 
 ;;; Commentary:
 
-;; An experiment (`amacs-server experiment SPEC', see README.md,
+;; An experiment (`amacs-server experiment SPEC', see docs/research.md,
 ;; Experiments) leaves its runs in a folder, RUNS_DIR.  M-x amacs-report
 ;; asks for that folder, runs `amacs-server report RUNS_DIR' (the program
 ;; of `amacs-server-command') without blocking Emacs, shows its output in

@@ -169,14 +169,17 @@ CONNECTION defaults to the current one; its choices are `amacs-chosen'."
          (backend (plist-get chosen :backend))
          (url (plist-get chosen :base-url))
          (budget (plist-get chosen :budget))
+         (window (plist-get chosen :window)) ; the model's window as the person set it
          (local (plist-get chosen :local))) ; (PYTHON GGUF): the server runs the model (amacs-local.el)
     (delq nil
-          (list (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
+          (list (and (plist-get chosen :demo) "AMACS_DEMO=1") ; the server serves the demo model (amacs-local.el)
+                (and local (concat "AMACS_LOCAL_PYTHON=" (car local)))
                 (and local (concat "AMACS_LOCAL_MODEL=" (cadr local)))
                 (and backend (concat "AMACS_BACKEND=" backend))
                 (and (plist-get chosen :model) (concat "AMACS_MODEL=" (plist-get chosen :model)))
                 (and url (concat (if (equal backend "openai") "OPENAI_BASE_URL=" "ANTHROPIC_BASE_URL=") url))
-                (and budget (format "AMACS_BUDGET_LIMIT=%s" budget))))))
+                (and budget (format "AMACS_BUDGET_LIMIT=%s" budget))
+                (and window (format "AMACS_CONTEXT_WINDOW=%d" window))))))
 
 (defun amacs--server-environment (token &optional connection)
   "Return `process-environment' for CONNECTION's server, which must present TOKEN.

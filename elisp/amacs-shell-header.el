@@ -46,8 +46,10 @@ say it is saved.  REPLIED is non-nil once a reply was shown (the
 server writes a reply before it shows it).  WAIT-TIMER ends a sleep at
 its timeout; CLOCK redraws the header's seconds while the agent works.
 BUSY is non-nil while the agent works on a turn, or input waits for a
-server."
-  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock busy)
+server.  STEP is the tick of the turn the agent is on, from 1, of at
+most LIMIT (`amacs-max-steps' when the turn began); nil between turns."
+  (state 'starting) detail since eval-agent answered-early taken replied wait-timer clock busy
+  step limit)
 
 (defvar-local amacs-shell--turn-of-buffer nil
   "This shell's turn, an `amacs-shell-turn'.")
@@ -95,6 +97,7 @@ leads to:
               while sleeping on it, one fewer, and none left is thinking
   woke        the sleep's timeout: thinking
   retry       the model call is retried in ARG seconds (nil: now)
+  step        the turn's next tick began, ARG being (STEP . LIMIT)
   taken       the agent took an input, ARG being (LINE . SAVED)
   replied     a reply was shown
   turn-done   waiting: not busy, the turn's inputs and reply forgotten
@@ -123,15 +126,18 @@ leads to:
       ('answered (amacs-shell--answered turn arg))
       ('woke (when (eq (amacs-shell-turn-state turn) 'sleeping) (amacs-shell--enter turn 'thinking)))
       ('retry (amacs-shell--enter turn 'retrying arg))
+      ('step (setf (amacs-shell-turn-step turn) (car arg) (amacs-shell-turn-limit turn) (cdr arg))
+             (amacs-shell--update-header))
       ('taken (push arg (amacs-shell-turn-taken turn)))
       ('replied (setf (amacs-shell-turn-replied turn) t))
       ('turn-done (amacs-shell--set-busy turn nil)
-                  (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil)
+                  (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil
+                        (amacs-shell-turn-step turn) nil)
                   (amacs-shell--enter turn 'waiting))
       ('ready (amacs-shell--enter turn (if (amacs-shell-turn-busy turn) 'thinking 'waiting)))
       ('gone (amacs-shell--set-busy turn (and arg t))
              (setf (amacs-shell-turn-taken turn) nil (amacs-shell-turn-replied turn) nil
-                   (amacs-shell-turn-eval-agent turn) nil)
+                   (amacs-shell-turn-eval-agent turn) nil (amacs-shell-turn-step turn) nil)
              (amacs-shell--enter turn (if arg 'starting 'stopped)))
       ('cancelled (amacs-shell--set-busy turn nil)
                   (amacs-shell--enter turn 'waiting))
@@ -226,6 +232,10 @@ Once everyone has answered, the primary wakes: it is thinking."
     (when (and eval-agent (not (equal eval-agent "primary")))
       (setq doing (format "%s is running an eval… %s" eval-agent (amacs-shell--stops-it))))
     (concat doing
+            (let ((step (amacs-shell-turn-step turn)))
+              (if (and step (memq (amacs-shell-turn-state turn) '(thinking streaming eval sleeping retrying)))
+                  (format " · tick %d of %d" step (amacs-shell-turn-limit turn))
+                ""))
             (if (> agents 0) (format " · %d agent%s working" agents (if (= agents 1) "" "s")) "")
             (if (> paused 0) (format " · %d paused" paused) ""))))
 
@@ -240,14 +250,30 @@ Once everyone has answered, the primary wakes: it is thinking."
     (concat (mapconcat #'identity shown ", ")
             (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
 
+(defun amacs-shell--model-words ()
+  "Return the model and its endpoint, for the header: (LONG . SHORT), or nil.
+LONG names the backend too, and the endpoint whenever it is not the
+provider's own: the demo model is \"demo\", the local one \"local:
+MODEL\", another server \"MODEL (BACKEND @ HOST)\".  SHORT is the
+model and that endpoint alone."
+  (let ((model (amacs-status :model))
+        (backend (amacs-status :backend))
+        (endpoint (amacs-status :endpoint)))
+    (when model
+      (pcase endpoint
+        ("demo" (cons "demo model" "demo"))
+        ("local" (let ((words (concat "local: " model))) (cons words words)))
+        ('nil (cons (format "%s (%s)" model backend) model))
+        (host (cons (format "%s (%s @ %s)" model backend host) (format "%s @ %s" model host)))))))
+
 (defun amacs-shell-header-line (&optional width)
   "The shell's header line: the model, the backend and what the agent is doing.
-Wider than WIDTH (default: the shell's window), the backend goes, then
-the model: what the agent does is what the header is for, and it
-keeps the room."
+The model's endpoint is named whenever it is not the provider's own
+\(`amacs-shell--model-words').  Wider than WIDTH (default: the shell's
+window), the backend goes, then the model: what the agent does is what
+the header is for, and it keeps the room."
   (amacs-with-connection (amacs-shell--connection)
-    (let* ((model (amacs-status :model))
-           (backend (amacs-status :backend))
+    (let* ((words (amacs-shell--model-words))
            (state (amacs-shell-state-string))
            (home (if (cdr (amacs-live-connections)) ; which home, when Emacs talks to several
                      (concat " " (amacs-connection-name) " —")
@@ -256,8 +282,8 @@ keeps the room."
                       (let ((window (get-buffer-window (amacs-shell--buffer))))
                         (if window (window-total-width window) 80)))))
       (seq-find (lambda (line) (<= (string-width line) width))
-                (list (concat home " " (if model (format "%s (%s)" model backend) "AMACS") " — " state)
-                      (concat home " " (or model "AMACS") " — " state)
+                (list (concat home " " (or (car words) "AMACS") " — " state)
+                      (concat home " " (or (cdr words) "AMACS") " — " state)
                       (concat home " " state))
                 (concat " " state)))))
 

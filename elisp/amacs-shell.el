@@ -45,6 +45,7 @@
 (require 'amacs-shell-header)
 (require 'amacs-shell-stream)
 (require 'amacs-shell-input)
+(require 'amacs-changes)                ; the turn's ▸ changed line
 
 (declare-function amacs-hub "amacs-hub")
 (declare-function amacs-open-chat-log "amacs-hub")
@@ -156,6 +157,12 @@ The live event and a resumed exchange's task are drawn by this one function."
 (amacs-on-event "turn-done" #'amacs-shell--on-turn-done)
 
 (amacs-on-event "turn-start" #'amacs-shell--on-turn-start)
+
+(defun amacs-shell--on-step (event)
+  "Show which tick of the turn began, and of how many at most, from EVENT."
+  (amacs-shell--transition 'step (cons (plist-get event :step) (plist-get event :limit))))
+
+(amacs-on-event "step" #'amacs-shell--on-step)
 
 (amacs-on-event "input-taken" #'amacs-shell--on-input-taken)
 
@@ -324,7 +331,8 @@ rendered once org is loaded, a piece at each idle moment
 
 (defun amacs-shell-return ()
   "Send the input at the prompt; above it, act on what point is on.
-On an eval line, show or hide its form and result.  On a past input,
+On an eval line, show or hide its form and result.  On a turn's
+\"▸ changed\" line, show the diff and offer to undo.  On a past input,
 put it at the prompt to edit and send again (a draft there goes to the
 kill ring).  Elsewhere above the prompt, send nothing: comint would
 send the line point is on, a reply's text or an input with its prompt."
@@ -336,6 +344,9 @@ send the line point is on, a reply's text or an input with its prompt."
           ((and (< (point) (marker-position amacs-shell--out))
                 (get-text-property (point) 'amacs-eval))
            (amacs-shell-toggle))
+          ((and (< (point) (marker-position amacs-shell--out))
+                (amacs-changes-at (point)))
+           (amacs-changes-show (amacs-changes-at (point))))
           ((setq input (amacs-shell--past-input (point)))
            (let ((draft (buffer-substring pmark (point-max))))
              (unless (string-empty-p draft) (kill-new draft))
@@ -428,31 +439,47 @@ and the model calls would fail only later, as if the network were down."
                              (concat "http://" (replace-regexp-in-string "\\`[a-z]*:/+" "" url)))))
     (unless (string-empty-p url) url)))
 
+(defun amacs-shell--read-window ()
+  "Read a model's input window in tokens; nil when left empty.
+Anything but a positive whole number is asked for again."
+  (let ((answer (or (read-string "Context window in tokens (empty: as its server says): ") "")))
+    (while (not (or (string-empty-p (string-trim answer))
+                    (string-match-p "\\`[[:space:]]*[1-9][0-9]*[[:space:]]*\\'" answer)))
+      (setq answer (or (read-string (format "%s is no number of tokens; Context window (empty: as its server says): "
+                                            answer))
+                       "")))
+    (and (not (string-empty-p (string-trim answer))) (string-to-number answer))))
+
 ;;;###autoload (autoload 'amacs-set-model "amacs" "Switch the agent's model or backend." t)
-(defun amacs-set-model (backend model &optional base-url)
+(defun amacs-set-model (backend model &optional base-url window)
   "Switch the agent to MODEL on BACKEND from its next model call.
 BACKEND is \"anthropic\" or \"openai\" (any OpenAI-compatible server);
-BASE-URL points at such a server, e.g. Ollama or llama.cpp."
+BASE-URL points at such a server, e.g. Ollama or llama.cpp.  WINDOW is
+the model's input window in tokens, when you know it better than its
+server (a proxy may report its price list's): the context is fitted to it."
   (interactive
    (let* ((now (or (amacs-status :backend) "anthropic"))
           (backend (completing-read (format-prompt "Backend" now) '("anthropic" "openai") nil t nil nil now)))
      (list backend
            (read-string "Model: " (amacs-status :model))
-           (amacs-shell--read-base-url (and (equal backend "openai") "http://localhost:11434/v1")))))
+           (amacs-shell--read-base-url (and (equal backend "openai") "http://localhost:11434/v1"))
+           (amacs-shell--read-window))))
   (when (and base-url (not (amacs-shell--url-p base-url)))
     (user-error "Not a base URL: %s (it starts with http:// or https://)" base-url))
+  (unless (or (null window) (natnump window))
+    (user-error "Not a number of tokens: %s" window))
   (message "AMACS: switching to %s on %s…" model backend) ; said at once: `amacs-shell--said-at-once'
   (amacs-when-ready
    (lambda ()
-     (amacs-call 'set_model (list backend model base-url)
+     (amacs-call 'set_model (append (list backend model base-url) (and window (> window 0) (list window)))
                  (lambda (now)
                    (let ((connection (amacs-current-connection)))
-                     (dolist (key '(:model :backend :key-ok))
+                     (dolist (key '(:model :backend :key-ok :endpoint))
                        (setf (amacs-connection-status connection)
                              (plist-put (amacs-connection-status connection) key (plist-get now key)))))
                    (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
-                                 :base-url base-url
-                                 :local nil) ; a restart no longer runs a local model
+                                 :base-url base-url :window (and window (> window 0) window)
+                                 :local nil :demo nil) ; a restart no longer runs a local or demo model
                    (amacs-shell--update-header)
                    (amacs-shell--note (concat (format "Now using %s on %s%s." (plist-get now :model)
                                                       (plist-get now :backend)
@@ -514,6 +541,8 @@ The line sent waits in the footer as queued until the agent takes it."
       (amacs-when-ready
        (lambda ()
          (amacs-shell--mark-sent id)
+         (let ((refused (amacs--send-changed-settings)))
+           (when refused (amacs-shell--note (concat "Settings not applied: " refused))))
          (amacs-call 'submit (list text) nil
                      (lambda (err)
                        (amacs-shell--take-queued 'amacs-shell-error (concat ";; Not sent: " err) nil id))))))))

@@ -63,8 +63,8 @@ READY is non-nil once the server accepted this Emacs's hello, and
 STATUS is the plist it answered with.  ON-READY are functions waiting
 for the server, newest first.  CHOSEN is what the person chose for this
 home that a restarted server keeps (`amacs-set-model',
-`amacs-set-budget', `amacs-use-local-model'): a plist of :backend,
-:model, :base-url, :budget and :local; it wins over the environment
+`amacs-set-budget', `amacs-use-local-model', `amacs-demo'): a plist of :backend,
+:model, :base-url, :budget, :local and :demo; it wins over the environment
 Emacs started with.  EVENT-QUEUE (with its last cons EVENT-QUEUE-TAIL)
 holds events not yet handled, oldest first, and EVENT-TIMER drains it;
 EVENTS-HELD keeps them queued (`amacs-hold-events').  START-FAILURES
@@ -193,11 +193,34 @@ The shell replaces it so that messages appear in the connection's shell.")
   "Report FORMAT-STRING with ARGS through `amacs-transport-message-function'."
   (funcall amacs-transport-message-function (apply #'format format-string args)))
 
+(defconst amacs-max-call-bytes (* 7 1024 1024)
+  "The most bytes of text the arguments of one call to the server may hold.
+An EPC message's length is six hex digits (under 16 MiB); printing can
+double a string's bytes (each quote and backslash escaped), so a call
+whose strings hold more is refused before it is sent.")
+
+(defvar amacs--clean-bytes nil
+  "While `amacs--outgoing' cleans, the bytes of the strings seen so far.")
+
 (defun amacs--clean (value)
   "Return VALUE with text properties removed from every string in it."
-  (cond ((stringp value) (substring-no-properties value))
+  (cond ((stringp value)
+         (when amacs--clean-bytes
+           (setq amacs--clean-bytes (+ amacs--clean-bytes (string-bytes value))))
+         (substring-no-properties value))
         ((consp value) (cons (amacs--clean (car value)) (amacs--clean (cdr value))))
         (t value)))
+
+(defun amacs--outgoing (method args)
+  "Return ARGS of a call to METHOD, cleaned to be sent.
+Signal an error, sending nothing, when their strings hold more than
+`amacs-max-call-bytes': a longer message would break the link."
+  (let* ((amacs--clean-bytes 0)
+         (clean (amacs--clean args)))
+    (when (> amacs--clean-bytes amacs-max-call-bytes)
+      (error "The call to %s carries %.1f MiB, more than a message to the AMACS server can (%d MiB): \
+send less, or a file's name" method (/ amacs--clean-bytes 1048576.0) (/ amacs-max-call-bytes 1048576)))
+    clean))
 
 (defun amacs--connecting-p (&optional connection)
   "Return non-nil while CONNECTION is open and its hello not yet answered."
@@ -273,6 +296,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
           (set-process-sentinel (epc:connection-process conn)
                                 (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
           (setf (amacs-connection-manager connection) mngr)
+          (amacs-connection-put connection :settings-sent (amacs--settings))
           (deferred:$
             (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
             (deferred:nextc it
@@ -326,7 +350,7 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-connection-manager connection) method (amacs--clean args))
+      (epc:call-deferred (amacs-connection-manager connection) method (amacs--outgoing method args))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -375,7 +399,8 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((mngr (amacs-connection-manager connection))
+    (let* ((clean (amacs--outgoing method args))
+           (mngr (amacs-connection-manager connection))
            (proc (epc:connection-process (epc:manager-connection mngr)))
            (uid (epc:uid))
            (state 'waiting) value
@@ -383,7 +408,7 @@ gives the message alone).  Signals an error if no answer comes within
                              :errorback (lambda (e) (setq state 'failed value e))))
            (deadline (+ (float-time) amacs-sync-call-timeout)))
       (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
-      (epc:manager-send mngr 'call uid method (amacs--clean args))
+      (epc:manager-send mngr 'call uid method clean)
       (while (and (eq state 'waiting) (< (float-time) deadline) (process-live-p proc))
         (accept-process-output proc 0.05 nil t)
         (deferred:flush-queue!))
@@ -394,6 +419,23 @@ gives the message alone).  Signals an error if no answer comes within
            (error "The AMACS server did not answer %s within %s s" method amacs-sync-call-timeout))))))
 
 ;;;; Events from the server
+
+(defun amacs--send-changed-settings ()
+  "Give the current connection's server the settings changed since it was told.
+Called before each input is sent, so the turn it starts runs by them:
+a defcustom set while the server runs would otherwise wait for a
+restart.  Synchronous, so the settings arrive before the input (calls
+from Emacs run on a pool of threads, in no fixed order).  Return nil,
+or the server's words when it refused them."
+  (let* ((settings (amacs--settings))
+         (connection (amacs-current-connection))
+         (sent (amacs-connection-get connection :settings-sent))) ; nil: no hello yet, which sends them
+    (unless (or (null sent) (equal settings sent))
+      (condition-case err
+          (progn (amacs--call-sync 'settings (list settings))
+                 (amacs-connection-put connection :settings-sent settings)
+                 nil)
+        (error (format "%s" (if (stringp (cdr err)) (cdr err) (error-message-string err))))))))
 
 (defun amacs--connection-filter (connection conn _proc string)
   "Read every complete EPC message in STRING from CONNECTION's EPC CONN.

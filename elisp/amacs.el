@@ -13,7 +13,7 @@
 
 ;; M-x amacs-shell opens `*amacs-shell*'.  A Python server owns the
 ;; agent's mind; Emacs shows its replies and evaluates the elisp it
-;; returns.  See README.md for set-up.
+;; returns.  See README.md and docs/install.md for set-up.
 ;;
 ;; Needs the packages epc (the transport) and magit-section (the hub):
 ;; on Debian `apt install elpa-epc elpa-magit-section', else
@@ -22,7 +22,7 @@
 ;; lists every package outside Emacs that any file of elisp/ requires.
 ;; Install the folder with package.el (`package-install-file' on a tar
 ;; of it, `package-vc-install' on Emacs 29+), whose autoloads define
-;; the commands the README names, or put it on `load-path' and
+;; the commands the documentation names, or put it on `load-path' and
 ;; (require 'amacs).
 
 ;;; Code:

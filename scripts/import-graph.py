@@ -28,7 +28,7 @@ LAYERS = (
     ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files"),
     ("state", "transcripts", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
-    ("persistence", "context", "local_model", "transport"),  # persistence: git, the org logs, rewind
+    ("persistence", "context", "local_model", "demo_model", "transport"),  # persistence: git, the org logs, rewind
     ("agents",),  # Agent, World, the one loop, a subagent's run
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown

@@ -46,7 +46,10 @@ class Reply:
     ``"reset"`` resets the connection (TCP RST).  ``retry_after`` is the header
     sent with a 429 or 529 (None: none).  ``thinking`` is the thinking text, sent before the
     text when the request asked for thinking (Anthropic: a signed thinking block; OpenAI
-    protocol: ``reasoning_content`` deltas).
+    protocol: ``reasoning_content`` deltas).  ``message`` is an error's own words (None:
+    "scripted failure").  ``usage_at`` is where a stream counts its tokens: ``"start"`` as the
+    API (input in ``message_start``, output in ``message_delta``), ``"delta"`` as LiteLLM (all
+    of them in ``message_delta``, none in ``message_start``).
     """
 
     text: str = DEFAULT_TEXT
@@ -68,6 +71,8 @@ class Reply:
     retry_after: str | None = "0"
     thinking: str | None = None  # streamed first (a thinking block, or reasoning_content) when asked for
     stop: str | None = None  # why the answer ended, as sent (None: "end_turn", OpenAI's "stop")
+    message: str | None = None
+    usage_at: str = "start"
 
 
 ERROR_TYPES = {
@@ -143,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(401, _error_body(401, "missing x-api-key or authorization header"))
             return
         refusal = fake.refusal(route, body)
+        if refusal is None and route == "/v1/messages" and fake.strict:
+            invalid = sdk_refusal(body)
+            refusal = None if invalid is None else (400, _error_body(400, invalid))
         if refusal is not None:
             fake.record(record)
             status, payload = refusal
@@ -163,7 +171,8 @@ class _Handler(BaseHTTPRequestHandler):
         if route == "/v1/chat/completions":
             self._answer_chat(body, reply)
         elif reply.status != 200:
-            self._send_json(reply.status, _error_body(reply.status, "scripted failure"), reply.retry_after)
+            self._send_json(reply.status, _error_body(reply.status, reply.message or "scripted failure"),
+                            reply.retry_after)
         elif body.get("stream"):
             self._send_stream(body, reply)
         else:
@@ -183,7 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer_chat(self, body: dict[str, Any], reply: Reply) -> None:
         """The OpenAI chat-completions protocol, JSON or streamed (with usage when asked)."""
         if reply.status != 200:
-            self._send_json(reply.status, {"error": {"message": "scripted failure", "type": "server_error"}})
+            self._send_json(reply.status, {"error": {"message": reply.message or "scripted failure",
+                                                     "type": "server_error"}})
             return
         fake = self.server.fake
         reply = fake.constrained_chat(body, reply)
@@ -253,7 +263,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.end_headers()
         start = _message(body, reply, "")
-        start["usage"] = dict(reply.usage, output_tokens=1)
+        start["usage"] = ({k: 0 for k in reply.usage} if reply.usage_at == "delta"
+                          else dict(reply.usage, output_tokens=1))
         self._event("message_start", {"type": "message_start", "message": start})
         index = 0
         if reply.thinking and body.get("thinking", {}).get("type") in ("adaptive", "enabled"):
@@ -295,7 +306,8 @@ class _Handler(BaseHTTPRequestHandler):
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": reply.stop or "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": reply.usage.get("output_tokens", 0)},
+                "usage": (dict(reply.usage) if reply.usage_at == "delta"
+                          else {"output_tokens": reply.usage.get("output_tokens", 0)}),
             },
         )
         self._event("message_stop", {"type": "message_stop"})
@@ -368,6 +380,7 @@ class FakeAnthropic:
         # what it says it accepts (400 otherwise), and its replies follow a schema asked for.
         self.models: dict[str, dict[str, Any]] = {}
         self.gets: list[str] = []  # the GET routes asked, in order
+        self.window: int | None = None  # the Messages API window of a model not in `models' (not reported)
         # The OpenAI protocol, as a local server speaks it: parameters it refuses (400), the
         # response_format types it takes (None: all), its context window (n_ctx; None: none)
         # and whether it reports it (/v1/models meta, /props); over the window, llama.cpp's
@@ -378,6 +391,9 @@ class FakeAnthropic:
         self.report_window = True
         self.window_error_in_stream = True
         self.window_stream_cut = False  # over the window, a 200 stream cut after its first chunk
+        # Every Messages API request held to the SDK's own request types, unknown keys refused
+        # at every level with the API's 400 (sdk_refusal): what the real API does.
+        self.strict = True
         self.validation_as_500 = False  # a refused request field answered 500, as llama-cpp-python does
         # Whether a stream ends with its usage when asked (stream_options.include_usage): False as
         # llama-cpp-python's server (0.3.36), which counts tokens only in answers not streamed.
@@ -446,6 +462,9 @@ class FakeAnthropic:
             return None
         info = self.models.get(str(body.get("model")))
         if info is None:
+            tokens = prompt_tokens(body)
+            if self.window is not None and tokens > self.window:
+                return 400, _error_body(400, f"prompt is too long: {tokens} tokens > {self.window} maximum")
             return None
         caps = info["capabilities"]
         thinking = (body.get("thinking") or {}).get("type")
@@ -527,6 +546,98 @@ class FakeAnthropic:
                 texts.append(content if isinstance(content, str) else "\n\n".join(b["text"] for b in content))
             out.append(MESSAGE_BREAK.join(texts))
         return out
+
+
+# -- the SDK's request types, with unknown keys refused at every level --------------------
+
+# The sampling fields the API takes that the SDK (2.x) has no parameters for: sent through
+# ``extra_body``, merged into the body's top level.
+API_SAMPLING = {"temperature": float, "top_p": float, "top_k": int}
+
+_ADAPTERS: dict[Any, Any] = {}
+
+
+def _adapter(tp: Any) -> Any:
+    from pydantic import TypeAdapter
+
+    if tp not in _ADAPTERS:
+        _ADAPTERS[tp] = TypeAdapter(tp)
+    return _ADAPTERS[tp]
+
+
+def extra_keys(value: Any, tp: Any, where: str = "") -> str | None:
+    """Where VALUE has a key TP's TypedDicts do not declare, as the API says it (``PATH: Extra
+    inputs are not permitted``), or where no alternative of a union takes it; None: none."""
+    import collections.abc
+    import types
+    import typing
+
+    import typing_extensions
+    from pydantic import BaseModel, ValidationError
+
+    origin = typing_extensions.get_origin(tp)
+    if origin in (typing.Required, typing.NotRequired, typing.Annotated, typing_extensions.Required,
+                  typing_extensions.NotRequired, typing_extensions.Annotated):
+        return extra_keys(value, typing_extensions.get_args(tp)[0], where)
+    if isinstance(tp, type) and issubclass(tp, BaseModel) and isinstance(value, dict):
+        # A response type the SDK also takes as a request block (its models allow extra keys).
+        hints = {field.alias or name: field.annotation for name, field in tp.model_fields.items()}
+    elif typing_extensions.is_typeddict(tp) and isinstance(value, dict):
+        hints = typing_extensions.get_type_hints(tp)
+    else:
+        hints = None
+    if hints is not None:
+        for key in value:
+            if key not in hints:
+                return f"{where}.{key}".lstrip(".") + ": Extra inputs are not permitted"
+        for key, item in value.items():
+            found = extra_keys(item, hints[key], f"{where}.{key}" if where else key)
+            if found:
+                return found
+        return None
+    if origin in (typing.Union, types.UnionType):
+        failures = []
+        for alternative in typing.get_args(tp):
+            try:
+                _adapter(alternative).validate_python(value)
+            except ValidationError as err:
+                failures.append(str(err).splitlines()[0])
+                continue
+            found = extra_keys(value, alternative, where)
+            if found is None:
+                return None
+            failures.append(found)
+        return f"{where or 'body'}: no form of it is valid ({'; '.join(failures)})"
+    if origin in (list, collections.abc.Iterable, collections.abc.Sequence) and isinstance(value, list):
+        for n, item in enumerate(value):
+            found = extra_keys(item, typing.get_args(tp)[0], f"{where}.{n}")
+            if found:
+                return found
+    return None
+
+
+def sdk_refusal(body: dict[str, Any]) -> str | None:
+    """The API's words refusing BODY, a Messages API request, or None when the SDK's own request
+    type (``MessageCreateParamsStreaming`` or ``...NonStreaming``, by its ``stream``) takes it: every
+    value of its type, no key it does not declare at any level (:data:`API_SAMPLING` aside)."""
+    from anthropic.types.message_create_params import (
+        MessageCreateParamsNonStreaming,
+        MessageCreateParamsStreaming,
+    )
+    from pydantic import ValidationError
+
+    tp = MessageCreateParamsStreaming if body.get("stream") else MessageCreateParamsNonStreaming
+    params = {k: v for k, v in body.items() if k not in API_SAMPLING}
+    for key, kind in API_SAMPLING.items():
+        if key in body and not (isinstance(body[key], kind | int) and not isinstance(body[key], bool)):
+            return f"{key}: Input should be a valid number"
+    try:
+        valid = _adapter(tp).validate_python(params)
+        list(valid["messages"])  # an Iterable field validates as it is iterated
+    except ValidationError as err:
+        first = err.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    return extra_keys(params, tp)
 
 
 def signature(thinking: str) -> str:

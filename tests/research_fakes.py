@@ -88,6 +88,7 @@ class _Writer:
         self.lines: list[str] = []
         self.path = path
         self.first_request: float | None = None
+        self.first_turn: float | None = None
         self.last_reply: float | None = None
         self.thinking: bool | None = None if rng.random() < 0.5 else False  # None: an older transcript
         self.encoder = json.JSONEncoder(ensure_ascii=False)
@@ -103,6 +104,8 @@ class _Writer:
         self.run.events_by_name[event] = self.run.events_by_name.get(event, 0) + 1
         if event == "model_request" and self.first_request is None:
             self.first_request = self.ts
+        if event == "tick_start" and data.get("human") is not None and self.first_turn is None:
+            self.first_turn = self.ts
         if event == "tick_end" and agent.type == "primary" and data["response"].get("reply"):
             self.last_reply = self.ts
 
@@ -282,10 +285,13 @@ def write_run(runs_dir: Path, index: int, seed: int = 0, errors: bool = True) ->
         "run_id": run_id, "experiment": EXPERIMENT, "prompt": prompt, "variant": variant, "model": model,
         "backend": backend, "model_name": model_name, "rep": rep, "seed": rep, "turns": turns,
         "status": "failed" if failed else "done", "cost": round(run.cost, 6), "turns_done": turns_done,
-        "started_at": started, "ended_at": ended, "seconds": round(ended - started, 3),
+        "started_at": started, "ended_at": ended,
+        "seconds": round((ended if failed or w.last_reply is None else w.last_reply) - (w.first_turn or started), 3),
         "error": "timeout after 300 s" if failed else None, "failed_turn": 1 if failed else None,
-        "emacs_started_at": started, "server_started_at": started + 1.2, "first_request_at": w.first_request,
-        "last_reply_at": w.last_reply, "cpus": 2}
+        "emacs_started_at": started, "server_started_at": started + 1.2, "first_turn_at": w.first_turn,
+        "first_request_at": w.first_request, "last_reply_at": w.last_reply, "cpus": 2,
+        "startup_seconds": round((w.first_turn or started) - started, 3), "wall_seconds": round(ended - started, 3),
+        "order_seed": 0, "position": index}
     (runs_dir / run_id / "manifest.json").write_text(json.dumps(run.manifest, indent=1))
     return run
 

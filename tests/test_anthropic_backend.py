@@ -139,9 +139,10 @@ def test_aclose_closes_now_and_a_later_call_opens_a_new_client(fake):
 
 
 @pytest.mark.parametrize("cut", ["end", "reset"])
-def test_a_stream_broken_off_mid_answer_is_retried_whole(fake, cut):
+def test_a_stream_broken_off_mid_answer_is_asked_again_unstreamed(fake, cut):
     """The body ends without message_stop, or the connection resets: the shown text is
-    abandoned (on_status) and the call is retried; the answer is the second call's."""
+    abandoned (on_status) and the same request asked again unstreamed, before anything else
+    (where a server says why it could not answer); the answer is the second call's, shown whole."""
     fake.script(Reply(ANSWER, chunks=10, cut=cut), Reply(ANSWER, chunks=10))
     shown: list[str] = []
     said: list[str] = []
@@ -152,8 +153,8 @@ def test_a_stream_broken_off_mid_answer_is_retried_whole(fake, cut):
         return result.text
 
     assert asyncio.run(go()) == ANSWER
-    assert len(fake.requests) == 2
-    assert len(said) == 1 and said[0].startswith("Model API connection lost (mid-stream); retrying"), said
+    assert len(fake.requests) == 2 and "stream" not in fake.requests[1]["body"]
+    assert said == ["Model API connection lost (mid-stream); asking again without streaming"], said
     assert "".join(shown).endswith(ANSWER) and len("".join(shown)) > len(ANSWER)  # half, then all
 
 
@@ -254,3 +255,130 @@ def test_a_retry_is_announced_as_data_with_its_seconds(fake):
     asyncio.run(go())
     assert [(r.seconds, r.attempt, r.attempts) for r in said] == [(0.0, 2, 3)]
     assert "retrying now (attempt 2 of 3)" in said[0].text
+
+
+# -- the protocol as a real server holds AMACS to it (LiteLLM's /v1/messages, the strict fake) ------
+
+
+def run(coro_fn):
+    async def go():
+        try:
+            return await coro_fn()
+        finally:
+            await stop_like_the_runtime()
+
+    return asyncio.run(go())
+
+
+def test_an_unstreamed_call_sends_sampling_as_the_sdk_would_not_as_a_field_named_extra_body(fake):
+    """A subagent's or judge's call moved its temperature into ``extra_body``: the SDK merges that
+    into the body's top level; posted as it was, the API (the strict fake) refuses ``extra_body``."""
+    request = {**REQUEST, "extra_body": {"temperature": 0.3, "top_p": 0.9}}
+    result = run(lambda: backend(fake).complete(request, stream=False))
+    assert result.text != ""
+    sent = fake.requests[0]["body"]
+    assert "extra_body" not in sent and (sent["temperature"], sent["top_p"]) == (0.3, 0.9)
+    run(lambda: backend(fake).complete(request, lambda _t: None))  # streamed: the SDK's own merge
+    assert fake.requests[1]["body"]["temperature"] == 0.3 and "extra_body" not in fake.requests[1]["body"]
+
+
+@pytest.mark.parametrize("usage_at", ["start", "delta"])
+def test_a_streams_usage_is_read_from_message_start_and_message_delta_both(fake, usage_at):
+    """The API puts the input's tokens in message_start; LiteLLM puts them (cumulative, as the API
+    documents them there too) in message_delta, with zeros at the start."""
+    fake.script(Reply(ANSWER, chunks=3, usage_at=usage_at, usage={
+        "input_tokens": 1234, "output_tokens": 56, "cache_read_input_tokens": 7, "cache_creation_input_tokens": 8}))
+    usage = run(lambda: backend(fake).complete(REQUEST, lambda _t: None)).usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == \
+        (1234, 56, 7, 8)
+
+
+TOO_LONG = ("This model's maximum context length is 8192 tokens. However, you requested 9365 tokens "
+            "(9365 in the messages, 0 in the completion). Please reduce the length of the messages.")
+
+
+def test_an_empty_200_stream_is_asked_again_unstreamed_before_anything_else(fake):
+    """A proxy in front of llama.cpp ended an over-long prompt's stream empty (end_turn, 0 tokens);
+    the same request unstreamed is refused with a 400 naming the window, which the turn reads."""
+    from amacs_server.inference.capabilities import TooLong, too_long
+
+    fake.script(Reply("", usage={"input_tokens": 0, "output_tokens": 0}), Reply(status=400, message=TOO_LONG))
+    said: list[str] = []
+    with pytest.raises(InferenceError) as caught:
+        run(lambda: backend(fake).complete(REQUEST, lambda _t: None, on_status=lambda r: said.append(r.text)))
+    assert [r["body"].get("stream") for r in fake.requests] == [True, None]
+    assert too_long(caught.value.detail, caught.value.status) == TooLong(8192, 9365)
+    assert said == ["Model API answered nothing (mid-stream); asking again without streaming"]
+
+
+def test_a_cut_stream_is_asked_again_unstreamed_once_and_retries_stay_unstreamed(fake):
+    fake.script(Reply(ANSWER, chunks=4, cut="end"), Reply(status=529), Reply(ANSWER))
+    shown: list[str] = []
+    assert run(lambda: backend(fake).complete(REQUEST, shown.append)).text == ANSWER
+    assert [r["body"].get("stream") for r in fake.requests] == [True, None, None]
+    assert "".join(shown).endswith(ANSWER)
+
+
+def test_the_servers_own_words_are_in_the_failure_trimmed_and_without_the_key(fake, caplog):
+    """A proxy's 500 says what went wrong: the line says it (one line, at most 300 characters, no
+    trailing dots, the key scrubbed), and server.log keeps it."""
+    words = ("litellm.APIConnectionError: upstream llama.cpp answered  \n garbage for key sk-ant-test-0123456789 "
+             + "x" * 400 + "..")
+    fake.script(*[Reply(status=500, message=words)] * 3)
+    caplog.set_level(logging.INFO, logger="amacs")
+    slow = AnthropicBackend("sk-ant-test-0123456789", fake.url, 10, RetryPolicy(attempts=3, base=0.01))
+    with pytest.raises(InferenceError) as caught:
+        run(lambda: slow.complete(REQUEST, lambda _t: None))
+    line = str(caught.value)
+    assert line.startswith("the API failed (500) after retries: try again shortly; it said: litellm.APIConnectionError: "
+                           "upstream llama.cpp answered garbage for key [redacted ANTHROPIC_API_KEY] xxx"), line
+    assert line.endswith("x…") and "\n" not in line and len(line) < 400
+    assert any("model call failed (500)" in r.getMessage() and "upstream llama.cpp" in r.getMessage()
+               for r in caplog.records)
+
+
+@pytest.mark.parametrize("backend_class", [AnthropicBackend, OpenAIBackend])
+def test_a_500_that_is_a_validation_error_is_not_retried_like_an_outage(fake, backend_class):
+    """llama-cpp-python answers a request it does not validate with a 500, and LiteLLM passes it on:
+    refused at once (no retries), its words said; an outage's 500 is retried."""
+    words = ("litellm.InternalServerError: OpenAIException - 1 validation error: {'type': 'literal_error', "
+             "'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'json_object'\"}")
+    fake.script(Reply(status=500, message=words), Reply(status=500, message="upstream down"), Reply(ANSWER))
+    model = backend_class("sk-ant-test", fake.url + ("/v1" if backend_class is OpenAIBackend else ""), 10,
+                          RetryPolicy(attempts=3, base=0.01))
+    if backend_class is OpenAIBackend:
+        model.streams_usage = True
+
+    async def both() -> tuple[InferenceError, str]:
+        with pytest.raises(InferenceError) as caught:
+            await model.complete({**REQUEST, "system": "s"}, stream=False)
+        assert len(fake.requests) == 1
+        return caught.value, (await model.complete({**REQUEST, "system": "s"}, stream=False)).text
+
+    refused, answer = run(both)
+    assert refused.status == 422 and "refused the request as invalid" in str(refused)
+    assert "response_format" in str(refused)
+    assert answer == ANSWER and len(fake.requests) == 3
+
+
+def test_one_turns_retries_are_bounded_however_many_calls_it_makes(fake):
+    """Behind a proxy that retries each call itself, an outage must cost a bounded number of calls:
+    a turn's calls share TURN_RETRIES retries (and TURN_WAIT seconds of waiting), then fail saying so."""
+    from amacs_server.inference.retry import TURN_RETRIES, new_turn
+
+    fake.respond_with(lambda _body: Reply(status=503, message="upstream down"))
+    model = AnthropicBackend("sk-ant-test", fake.url, 10, RetryPolicy(attempts=5, base=0.001))
+
+    async def turn() -> list[str]:
+        new_turn()
+        failures = []
+        for _ in range(3):
+            with pytest.raises(InferenceError) as caught:
+                await model.complete(REQUEST, stream=False)
+            failures.append(str(caught.value))
+        return failures
+
+    failures = run(turn)
+    assert len(fake.requests) == 3 + TURN_RETRIES  # each call once, and the turn's retries
+    assert "upstream down" in failures[0] and "retries are spent" not in failures[0]
+    assert "this turn's retries are spent" in failures[2]

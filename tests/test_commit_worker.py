@@ -52,7 +52,7 @@ def test_commits_in_order_without_waiting_and_flushed_on_stop(tmp_path):
     gate = threading.Event()
     original = repo.commit
 
-    def slow_commit(paths, message, blobs=None):
+    def slow_commit(paths, message):
         gate.wait(5)
         return original(paths, message)
 
@@ -197,9 +197,9 @@ def test_an_eval_turn_and_the_prompt_do_not_wait_for_git(tmp_path):
     gate = threading.Event()
     original = rt.repo.commit
 
-    def stuck_commit(paths, message, blobs=None):
+    def stuck_commit(paths, message):
         gate.wait(30)
-        return original(paths, message, blobs)
+        return original(paths, message)
 
     rt.repo.commit = stuck_commit  # type: ignore[method-assign]
     rt.start()
@@ -224,7 +224,7 @@ def test_recent_lists_pending_commits_without_waiting(tmp_path):
     repo.commit([f], "[TICK 1][no-thread][ok] one")
     gate = threading.Event()
     original = repo.commit
-    repo.commit = lambda paths, message, blobs=None: (gate.wait(10), original(paths, message, blobs))[1]  # type: ignore[method-assign]
+    repo.commit = lambda paths, message: (gate.wait(10), original(paths, message))[1]  # type: ignore[method-assign]
     worker = CommitWorker(repo)
     worker.submit([f], "[TICK 2][no-thread][ok] two")
     t0 = time.perf_counter()

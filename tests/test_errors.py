@@ -16,7 +16,7 @@ from amacs_server.agents.talk import Overloaded
 from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
 from amacs_server.files import PersistenceError
-from amacs_server.inference.anthropic_backend import StreamError, StreamOverloaded
+from amacs_server.inference.anthropic_backend import StreamBrokeOff, StreamError, StreamOverloaded
 from amacs_server.inference.openai_backend import InvalidRequest, StreamCut
 from amacs_server.inference.parse import AnswerCut, ResponseFormatError
 from amacs_server.inference.retry import InferenceError
@@ -47,7 +47,7 @@ from .test_transport import TOKEN, connect, hello, recv, send
 EXPECTED = {  # each expected failure, with the builtin base its callers catch it by
     AgentError: ValueError, AgentStopped: RuntimeError, Overloaded: RuntimeError, ConfigError: ValueError,
     ResponseFormatError: ValueError, AnswerCut: ValueError, InferenceError: RuntimeError, StreamError: Exception,
-    StreamOverloaded: Exception, TurnAborted: Exception, MemoryRefused: ValueError, LtmError: ValueError,
+    StreamOverloaded: Exception, StreamBrokeOff: Exception, TurnAborted: Exception, MemoryRefused: ValueError, LtmError: ValueError,
     MemIdError: ValueError, PersistenceError: OSError, CommitError: RuntimeError, GitFailed: RuntimeError,
     StartupError: RuntimeError,
     HomeInUse: RuntimeError, HistoryError: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError,

@@ -82,3 +82,51 @@ def test_models_api_and_a_model_held_to_what_it_accepts(fake):
     jsonschema.validate(json.loads(held.content[0].text), response_schema())
     free = client.messages.create(model="m", max_tokens=10, messages=hello)
     assert free.content[0].text == "not JSON at all"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"extra_body": {"temperature": 0.5}}, "extra_body: Extra inputs are not permitted"),
+    ({"thinking": {"type": "adaptive", "budget": 5}}, "thinking"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "colour": "red"}]}]},
+     "messages"),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}, "strict": True}}}, "output_config"),
+    ({"max_tokens": "ten"}, "max_tokens"),
+])
+def test_the_fake_refuses_what_the_sdks_types_do_not_declare_with_the_apis_400(fake, stream, extra, words):
+    """Every request, streamed or not, is held to the SDK's own request types, unknown keys refused
+    at every level (the body's, a block's, a nested config's) with a 400 like the API's."""
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **extra,
+            **({"stream": True} if stream else {})}
+    status, error = post(fake, body)
+    assert status == 400, error
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert words in error["error"]["message"], error
+    fake.strict = False  # what every fake accepted before
+    assert post(fake, body)[0] == 200
+
+
+def post(fake, body):
+    """POST BODY to the fake's /v1/messages: the status, and the JSON answer (None: a stream)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{fake.url}/v1/messages", json.dumps(body).encode(),
+                                     {"content-type": "application/json", "x-api-key": "k"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            raw = answer.read()
+            return answer.status, None if body.get("stream") else json.loads(raw)
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_fake_takes_what_the_sdk_sends_and_the_sampling_the_api_takes_beside_it(fake):
+    """The SDK's own calls pass, with ``extra_body``'s temperature merged into the body (the SDK has
+    no sampling parameters; the API takes them)."""
+    client = anthropic.Anthropic(api_key="k", base_url=fake.url, max_retries=0)
+    client.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
+                           system=[{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+                           thinking={"type": "enabled", "budget_tokens": 1024}, extra_body={"temperature": 0.2})
+    assert fake.requests[-1]["body"]["temperature"] == 0.2

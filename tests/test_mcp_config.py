@@ -33,7 +33,9 @@ def test_stdio_and_http_servers_with_variables_from_the_environment():
     assert dict(search.headers) == {"Authorization": "Bearer k-0123456789"}
     assert "off" not in config.servers
     assert config.servers["default"].args == ("fallback",)
-    assert "ghp_secret123456" in config.secrets and "k-0123456789" in config.secrets
+    secrets = dict(config.secrets)
+    assert secrets["GH_TOKEN"] == secrets["TOKEN"] == "ghp_secret123456" and secrets["SEARCH_KEY"] == "k-0123456789"
+    assert "HOME" not in secrets  # a place, in every path: not redacted
     assert "ghp_secret" not in repr(git)  # env and headers never in a log line
 
 
@@ -139,8 +141,8 @@ def test_values_from_the_environment_are_redacted_in_what_the_hub_says(tmp_path)
     hub.reload()
     hub.connections["docs"].last_error = "401 for https://x.example/mcp?key=sk-docs-0123456789"
     [status] = hub.status()
-    assert status["last_error"] == "401 for https://x.example/mcp?key=[redacted mcp.json ${VAR}]"
-    assert hub.scrub({"a": ["sk-docs-0123456789"]}) == {"a": ["[redacted mcp.json ${VAR}]"]}
+    assert status["last_error"] == "401 for https://x.example/mcp?key=[redacted mcp.json DOCS_KEY]"
+    assert hub.scrub({"a": ["sk-docs-0123456789"]}) == {"a": ["[redacted mcp.json DOCS_KEY]"]}
 
 
 def test_problems_are_found_at_start_up_and_not_said_again(tmp_path):
@@ -155,10 +157,39 @@ def test_problems_are_found_at_start_up_and_not_said_again(tmp_path):
     assert McpHub(tmp_path / "none.json", tmp_path / "logs", {}).check() == []
 
 
-def test_only_keys_tokens_and_header_values_count_as_secrets():
+def test_every_value_given_or_named_is_a_secret_but_places():
+    """Whatever its name: ${VAR}s, what the environment holds under an env key, a URL's password;
+    a value written in the file under a key's name; not HOME and the like (in every path)."""
     text = json.dumps({"mcpServers": {"a": {"command": "x", "args": ["${HOME}/repo"],
-                                            "env": {"K": "${API_KEY}", "W": "${WORKDIR}"}},
+                                            "env": {"K": "${API_KEY}", "W": "${WORKDIR}", "SECRET_TOKEN": "literal-1234",
+                                                    "DB": "${DATABASE_URL}", "NODE_ENV": "production"}},
                                       "b": {"url": "https://b.example/mcp", "headers": {"X-Id": "${ACCOUNT}"}}}})
     config = parse(text, PATH, {"HOME": "/home/someone", "API_KEY": "k-0123456789", "WORKDIR": "/srv/work/dir",
-                                "ACCOUNT": "acct-987654321"})
-    assert set(config.secrets) == {"k-0123456789", "acct-987654321"}
+                                "ACCOUNT": "acct-987654321", "SECRET_TOKEN": "from-the-env-5678",
+                                "DATABASE_URL": "postgres://app:pw1@db.example/app"})
+    values = {v for _name, v in config.secrets}
+    assert {"k-0123456789", "/srv/work/dir", "literal-1234", "from-the-env-5678", "acct-987654321",
+            "postgres://app:pw1@db.example/app", ":pw1@"} <= values
+    assert not any("/home/someone" in v for v in values) and "production" not in values  # a place; a word
+    assert config.warnings == ()
+
+
+def test_a_variable_in_args_is_a_warning_and_the_server_runs():
+    text = json.dumps({"mcpServers": {"a": {"command": "x", "args": ["--token", "${API_TOKEN}", "${HOME}/r"]}}})
+    config = parse(text, PATH, {"HOME": "/home/someone", "API_TOKEN": "t-0123456789"})
+    assert "a" in config.servers and config.problems == ()
+    assert config.warnings == (f"{PATH}: mcpServers.a.args: ${{API_TOKEN}} puts its value in the process list, "
+                               "which every user of this machine can read; give it in env instead",)
+
+
+def test_a_result_over_the_bound_is_cut_behind_a_note_naming_its_private_file(tmp_path):
+    small, chars = calls.bounded("short", tmp_path / "r", "s", limit=10)
+    assert (small, chars) == ("short", 5) and not (tmp_path / "r").exists()
+    cut, chars = calls.bounded("x" * 25, tmp_path / "r", "t", limit=10)
+    path = tmp_path / "r" / "t.txt"
+    assert cut == f"[cut: the first 10 of 25 characters follow; the whole result is in {path} (read it with " \
+        "insert-file-contents, a part at a time: its BEG and END)]\n" + "x" * 10
+    assert path.read_text() == "x" * 25 and path.stat().st_mode & 0o777 == 0o600
+    cut, chars = calls.bounded({"rows": ["y" * 30]}, tmp_path / "r", "d", limit=10)
+    assert chars == len('{"rows": ["' + "y" * 30 + '"]}') and cut.endswith('\n{"rows": [')
+    assert json.loads((tmp_path / "r" / "d.json").read_text()) == {"rows": ["y" * 30]}

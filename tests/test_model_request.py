@@ -9,16 +9,12 @@ unknown keys refused at every level: a parameter the SDK would not send fails.
 
 from __future__ import annotations
 
-import collections.abc
 import itertools
 import json
 import re
-import types
-import typing
 from typing import Any
 
 import pytest
-import typing_extensions
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -44,7 +40,7 @@ from amacs_server.inference.parse import (
 from amacs_server.inference.request import build_request, ignored_settings
 from amacs_server.inference.response_model import not_blank
 from amacs_server.state.consciousness import ApiSettings
-from tests.fake_anthropic import model_info
+from tests.fake_anthropic import extra_keys, model_info
 
 MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]
 SYSTEM = [{"type": "text", "text": "core", "cache_control": {"type": "ephemeral"}}]
@@ -84,50 +80,13 @@ def _expected_openai(structured: bool, thinking: str, effort: bool) -> dict[str,
     return chat
 
 
-# -- the SDKs' request types, with unknown keys refused at every level ---------------------
-
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
-
-
-def _adapter(tp: Any) -> TypeAdapter[Any]:
-    if tp not in _ADAPTERS:
-        _ADAPTERS[tp] = TypeAdapter(tp)
-    return _ADAPTERS[tp]
-
-
-def _no_extra(value: Any, tp: Any, where: str = "") -> None:
-    """Raise AssertionError where VALUE has a key TP's TypedDicts do not declare."""
-    origin = typing_extensions.get_origin(tp)
-    if origin in (typing.Required, typing.NotRequired, typing.Annotated, typing_extensions.Required,
-                  typing_extensions.NotRequired, typing_extensions.Annotated):
-        _no_extra(value, typing_extensions.get_args(tp)[0], where)
-    elif typing_extensions.is_typeddict(tp) and isinstance(value, dict):
-        hints = typing_extensions.get_type_hints(tp)
-        extra = set(value) - set(hints)
-        assert not extra, f"{where or 'request'}: {sorted(extra)} not in {tp.__name__}"
-        for key, item in value.items():
-            _no_extra(item, hints[key], f"{where}.{key}" if where else key)
-    elif origin in (typing.Union, types.UnionType):
-        failures = []
-        for alternative in typing.get_args(tp):
-            try:
-                _adapter(alternative).validate_python(value)
-                _no_extra(value, alternative, where)
-                return
-            except (AssertionError, ValidationError) as err:
-                failures.append(str(err).splitlines()[0])
-        raise AssertionError(f"{where}: no alternative takes it: {failures}")
-    elif origin in (list, collections.abc.Iterable, collections.abc.Sequence) and isinstance(value, list):
-        for n, item in enumerate(value):
-            _no_extra(item, typing.get_args(tp)[0], f"{where}[{n}]")
-
-
 def sdk_accepts(params: dict[str, Any], tp: Any) -> None:
     """PARAMS (with ``stream``) pass TP, the SDK's request TypedDict, types and keys."""
-    valid = _adapter(tp).validate_python(params)
+    valid = TypeAdapter(tp).validate_python(params)
     for key in ("messages",):  # Iterable fields validate lazily: iterate them
         list(valid[key])
-    _no_extra(params, tp)
+    found = extra_keys(params, tp)
+    assert found is None, found
 
 
 COMBINATIONS = list(itertools.product([True, False], ["adaptive", "enabled", "none"], [True, False]))

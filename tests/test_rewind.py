@@ -295,8 +295,8 @@ def _possible(before: list[Step], step: Step) -> bool:
 
 def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fake):
     """The commit worker held up while three ticks run: each tick's commit still carries that
-    tick's state (the bench found tick 31's commit holding tick 32's), and a rewind to the
-    first restores its logs, not the later ticks' lines the commit carried."""
+    tick's state and logs (the bench found tick 31's commit holding tick 32's), and a rewind
+    to the first restores its logs."""
     home = tmp_path / "home"
     run(home, fake, [("say", "first")])
     rt = runtime(home, fake.url)
@@ -310,7 +310,7 @@ def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fa
     for tick in (2, 3, 4):
         sha = history.tick_commit(home, tick)
         assert json.loads(_git(home, "show", f"{sha}:{history.STATE_FILE}"))["tick"] == tick
-    assert "fourth" in _git(home, "show", f"{history.tick_commit(home, 2)}:agent-chat.org")  # made behind
+    assert "fourth" not in _git(home, "show", f"{history.tick_commit(home, 2)}:agent-chat.org")  # made behind
     history.rewind(home, 2)
     text = (home / "agent-chat.org").read_text()
     assert "second" in text and "third" not in text and "fourth" not in text
@@ -624,3 +624,126 @@ def test_the_persons_budget_limit_outlives_a_rewind_and_a_fork_starts_with_it(tm
     history.fork(home, 1, tmp_path / "fork2")
     assert person_limit.current(tmp_path / "fork2") == 9.0
     assert "budget-limit" in (home / ".gitignore").read_text()
+
+
+# Texts first written after tick 2 of FUTURE_SESSION: a scratchpad note, a thread, a memory
+# item, a skill, a chat exchange and a monologue line.
+FUTURE = ("noted: note the plan", "the alpha question", "about memo", "a skill written later",
+          "answer to after all", "thought about note the plan")
+FUTURE_SESSION: list[Step] = [
+    ("say", "hello"), ("say", "plain two"),  # tick 2: the cut
+    ("say", "note the plan"), ("thread", "alpha"), ("create", "memo"), ("say", "after all"),
+]
+
+
+def _fork_holds(home: Path) -> bytes:
+    """Every byte a fork holds: its files, and every object of its git, inflated."""
+    found = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file() and ".git" not in p.parts)
+    objects = subprocess.run(["git", "-C", str(home), "cat-file", "--batch-all-objects", "--batch"],
+                             capture_output=True, check=True).stdout
+    return found + objects
+
+
+def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
+    """Fork and rewind at tick 2, before the first scratchpad note, thread, memory item and skill
+    were made, with the commit worker held behind while they were: no file or git object of the
+    fork holds their text, nor any ref or reflog entry after the tick; the rewound home keeps them
+    only on the abandoned ref and in abandoned_items; both replay the original's requests."""
+    home = tmp_path / "home"
+    original, _ = run(home, fake, FUTURE_SESSION[:2])
+    rt = runtime(home, fake.url)
+    try:
+        with rt.repo._lock:  # the worker waits at its first commit while the future is made
+            for step in FUTURE_SESSION[2:]:
+                first = len(fake.requests)
+                if step == ("say", "after all"):
+                    skill = home / "skills" / "later" / "SKILL.md"
+                    skill.parent.mkdir(parents=True)
+                    skill.write_text("---\nname: later\ndescription: a skill written later\n---\nLater.\n")
+                do(rt, step)
+                original.append(requests(fake, first))
+        assert rt.commits.flush(60)
+    finally:
+        rt.stop()
+    everything = _fork_holds(home)
+    assert all(text.encode() in everything for text in FUTURE)  # the original holds each of them
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    held = _fork_holds(fork)
+    assert [text for text in FUTURE if text.encode() in held] == []
+    assert not (fork / "skills" / "later").exists()
+    refs = _git(fork, "for-each-ref", "--format=%(refname)").split()
+    assert len(refs) == 1 and refs[0].startswith("refs/heads/"), refs
+    assert [line.split(" ", 1)[1] for line in _git(fork, "log", "--format=%H %s").splitlines()] == [
+        f"[TICK 2][fork] forked from {home.resolve()} at tick 2", *[s for s in _subjects(home) if
+                                                                    s.startswith(("[TICK 2]", "[TICK 1]"))]]
+    tick2, forked = history.tick_commit(home, 2), _git(fork, "rev-parse", "HEAD").strip()
+    assert set(_git(fork, "reflog", "--all", "--format=%H").split()) == {tick2, forked}
+    done = history.rewind(home, 2)
+    assert done.abandoned is not None
+    files = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file()
+                     and not {".git", "transcripts", "logs"} & set(p.relative_to(home).parts) and p.name != "memory.db")
+    assert [text for text in FUTURE if text.encode() in files] == []
+    assert all(text in _git(home, "grep", "-h", text, done.abandoned) for text in FUTURE[:1] + FUTURE[3:5])
+    db = sqlite3.connect(home / "memory.db")
+    try:
+        assert db.execute("SELECT count(*) FROM items WHERE text LIKE '%about memo%'").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM abandoned_items WHERE text LIKE '%about memo%'").fetchone()[0] == 1
+        assert db.execute("SELECT count(*) FROM tags WHERE base NOT IN (SELECT base FROM items)").fetchone()[0] == 0
+    finally:
+        db.close()
+    for where in (home, fork):
+        replay, _ = run(where, fake, FUTURE_SESSION[2:])
+        assert same(replay, original[2:]) is None, (where, same(replay, original[2:]))
+
+
+def _subjects(home: Path) -> list[str]:
+    return _git(home, "log", "--format=%s").splitlines()
+
+
+def test_a_fork_of_now_holds_the_last_tick_and_says_what_its_parent_runs_on(tmp_path, fake, capsys):
+    """``--tick now`` (the CLI) and the server's fork of "now" fork at the last tick; the server's
+    answer names the backend, model and base URL it runs on, for the fork's server."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    assert server_main(["fork", str(home), "--tick", "now", str(tmp_path / "cli")]) == 0
+    assert capsys.readouterr().out.startswith(f"forked {tmp_path / 'cli'} at tick 3")
+    assert history.read_state(tmp_path / "cli")["tick"] == 3
+    assert "noted: note the plan" in (tmp_path / "cli" / "scratchpad.org").read_text()
+    with pytest.raises(SystemExit):
+        server_main(["fork", str(home), "--tick", "later", str(tmp_path / "no")])
+    assert "'later' is not a tick number or now" in capsys.readouterr().err
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "one more"))
+        done = rt.fork(None, tmp_path / "live")
+    finally:
+        rt.stop()
+    assert done["tick"] == 4 and history.read_state(tmp_path / "live")["tick"] == 4
+    assert (done["backend"], done["model"], done["base_url"]) == ("anthropic", rt.model, fake.url)
+
+
+def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, fake):
+    """agent-history-search (the tool, as the method Emacs calls runs it): commit subjects,
+    monologue lines and diffs, each with its tick, newest first; one tick's only with :tick."""
+    from amacs_server.tools.history import history_search
+
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "plain"), ("say", "note the plan again")])
+    rt = runtime(home, fake.url)
+    try:
+        hits = history_search(rt, "NOTED: note the plan")
+        assert [(h["tick"], h["in"], h["file"]) for h in hits] == [(4, "diff", "scratchpad.org"),
+                                                                  (2, "diff", "scratchpad.org")]
+        assert hits[0]["line"] == "+noted: note the plan again"
+        said = history_search(rt, "thought about note the plan")
+        assert [(h["tick"], h["in"]) for h in said if h["in"] != "diff"] == [(4, "subject"), (2, "subject")]
+        one = history_search(rt, "note the plan", {"tick": 2})
+        assert {h["tick"] for h in one} == {2} and {"subject", "diff"} <= {h["in"] for h in one}
+        assert any(h.get("file") == "agent-chat.org" and h["line"] == "+note the plan" for h in one)
+        assert history_search(rt, "plan", {"only": ["subject"], "limit": 1}) == [
+            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] thought about note the plan again"}]
+        assert history_search(rt, "nowhere at all") == []
+        with pytest.raises(Exception, match="only"):
+            history_search(rt, "plan", {"only": ["chat"]})
+    finally:
+        rt.stop()

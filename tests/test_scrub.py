@@ -30,3 +30,15 @@ def test_log_records_and_their_tracebacks_are_scrubbed(caplog):
         except ValueError:
             log.exception("failed")
     assert KEY not in caplog.text and "[redacted ANTHROPIC_API_KEY]" in caplog.text
+
+
+def test_what_mcp_json_gives_is_learnt_and_replaced_when_read_again():
+    s = scrubber()
+    s.learn("mcp.json", [("mcp.json DB", "postgres://app:pw1@db/app"), ("mcp.json password", ":pw1@"),
+                         ("mcp.json W", 'with "quote" in-it')])
+    assert s.text("url postgres://app:pw1@db/app; again app:pw1@other") == \
+        "url [redacted mcp.json DB]; again app[redacted mcp.json password]other"
+    assert s.data(b'(x "with \\"quote\\" in-it")') == b'(x "[redacted mcp.json W]")'  # as elisp prints it
+    assert s.text('{"v": "with \\"quote\\" in-it"}') == '{"v": "[redacted mcp.json W]"}'  # as JSON writes it
+    s.learn("mcp.json", [])
+    assert "pw1" in s.text("app:pw1@db") and KEY not in s.text(KEY)  # the file's old secrets go; the keys stay

@@ -93,7 +93,7 @@ def test_hello_and_a_model_switch_say_whether_the_model_can_be_called(tmp_path):
         assert rt.set_model("anthropic", "claude-x", None)["key_ok"] is False
         # A local OpenAI-compatible server needs no key.
         assert rt.set_model("openai", "llama3", "http://localhost:11434/v1") == {
-            "backend": "openai", "model": "llama3", "key_ok": True}
+            "backend": "openai", "model": "llama3", "key_ok": True, "endpoint": "localhost:11434"}
     finally:
         rt.ltm.close()
 
@@ -124,3 +124,22 @@ def test_a_switch_to_a_url_without_a_key_says_only_the_key_is_missing(tmp_path):
         again.ltm.close()
     plain = load_config({"AMACS_HOME": str(tmp_path / "h")})
     assert "point ANTHROPIC_BASE_URL at another server" in plain.missing_key_message()
+
+
+def test_the_status_names_the_endpoint_when_it_is_not_the_providers_own(tmp_path):
+    """The header said ``claude-sonnet-5-5 (anthropic)`` while the agent talked to the demo on
+    127.0.0.1 (a newcomer's finding): the status names the endpoint whenever it is not the
+    provider's default, from hello and from every model switch."""
+    from amacs_server.config import load_config
+    from tests.test_memory import SilentFace
+
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "sk-test-0123456789"}),
+                 SilentFace())
+    try:
+        assert views.status(rt)["endpoint"] is None  # api.anthropic.com: the provider's own
+        assert rt.set_model("anthropic", "claude-x", "https://api.anthropic.com")["endpoint"] is None
+        assert rt.set_model("anthropic", "claude-x", "http://127.0.0.1:40335")["endpoint"] == "127.0.0.1:40335"
+        assert views.status(rt)["endpoint"] == "127.0.0.1:40335"
+        assert rt.set_model("openai", "qwen", "http://gpu.example.org/v1")["endpoint"] == "gpu.example.org"
+    finally:
+        rt.stop(grace=0)

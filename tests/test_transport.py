@@ -418,3 +418,14 @@ def test_a_message_with_bytes_that_are_not_utf8_is_read_with_replacement_charact
     name, uid, args = unpack(b'(return 7 "a\xed\xa0\x80b")')
     assert (name, uid, args) == ("return", 7, ["a\ufffdb"])
     assert unpack(b'(return 8 "x\xffy")')[2] == ["x\ufffdy"]
+
+
+def test_an_answer_too_long_for_epcs_length_field_is_its_methods_error_and_the_link_stays(inproc):
+    srv, sock = inproc
+    srv.register("huge", lambda: "x" * (1 << 24))
+    send(sock, "call", 1, Symbol("huge"), [])
+    err = recv(sock)
+    assert err[0] == Symbol("return-error") and err[1] == 1, err
+    assert "the answer is 16 MiB, more than the 16 MiB a message to Emacs can carry" in err[2]
+    send(sock, "call", 2, Symbol("ping"), ["still here"])
+    assert recv(sock) == [Symbol("return"), 2, "still here"]

@@ -37,6 +37,7 @@ from ..inference.parse import (
     fallback_response,
     parse_response,
 )
+from ..inference.retry import new_turn
 from ..state.consciousness import EvalResult
 
 
@@ -106,7 +107,9 @@ class Body(Protocol):
 
 
 async def run_agent(body: Body, world: Watchers) -> Outcome:
-    """Drive BODY until its default action ends the run, it quits, or its step limit."""
+    """Drive BODY until its default action ends the run, it quits, or its step limit.
+    Its model calls share one turn's retries (:func:`~amacs_server.inference.retry.new_turn`)."""
+    new_turn()
     last: AgentResponse | None = None
     for step in range(body.max_steps):
         if body.halted():  # interrupted, or Emacs gone: a cancel lost in a wait_for ends here

@@ -322,7 +322,7 @@ class SubagentBody:
             said(learned)
         dollars = rt.charge(result.usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
-        host.counted(agent, result.usage, dollars)
+        host.counted(agent, result.usage, dollars or 0.0)
         agent.messages.append({"role": "assistant", "content": result.assistant_content()})
         self.note("model_response", {
             "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),

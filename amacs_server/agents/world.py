@@ -75,7 +75,7 @@ class WorldHost(Protocol):
     @property
     def backend(self) -> ModelBackend: ...
 
-    def charge(self, usage: Usage, model: str | None = None) -> float: ...
+    def charge(self, usage: Usage, model: str | None = None) -> float | None: ...
 
     def spending(self) -> dict[str, Any]: ...
 
@@ -172,8 +172,10 @@ class AgentWorld(Registry):
         """The ``<tools>`` section for AGENT_ID's context: the tools it may call, as the servers listed them."""
         if self.tools is None:
             return ""
-        return mcp_calls.listing(((s, t) for s, t in self.tools.tools()
-                                  if self.may_use_tool(agent_id, f"{s}/{t.name}")), mcp_calls.ALL_TOOLS)
+        # Scrubbed as a whole: what a server says of itself may quote what mcp.json gave it.
+        return str(self.tools.scrub(mcp_calls.listing(((s, t) for s, t in self.tools.tools()
+                                                        if self.may_use_tool(agent_id, f"{s}/{t.name}")),
+                                                       mcp_calls.ALL_TOOLS)))
 
     async def tools_ready(self) -> None:
         """Before a model call: the MCP servers not yet tried are started and list their tools

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
+from ..scrub import Scrubber
 from ..text.clean import storable
 from . import sdk
 from .backend import ModelResult, TextSink
 from .pricing import Usage
 from .request import build_request
-from .retry import RetryPolicy, StatusSink, with_retries
+from .retry import (
+    InvalidRequest,
+    Retrying,
+    RetryPolicy,
+    StatusSink,
+    server_words,
+    validation_refusal,
+    with_retries,
+)
 
 if TYPE_CHECKING:
     import anthropic
@@ -34,6 +43,16 @@ class StreamOverloaded(StreamError):
     """A mid-stream error worth retrying: overloaded, rate limited, or an API-side failure."""
 
 
+class StreamBrokeOff(StreamOverloaded):
+    """A 200 stream that broke off, ended before ``message_stop``, or ended with no answer at all
+    (no text, no thinking): the same request is asked again unstreamed before anything
+    else, where a server says why (a proxy in front of llama.cpp ends an over-long prompt's
+    stream empty, and refuses it unstreamed with a 400 naming the window)."""
+
+
+log = logging.getLogger("amacs")
+
+
 THINKING_BLOCKS = ("thinking", "redacted_thinking")
 RETRYABLE_STREAM_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
 
@@ -45,18 +64,27 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     return (httpx2.TransportError,)
 
 
-def _stream_cut(err: Exception | None) -> StreamOverloaded:
-    """The connection broke off, or the stream ended without ``message_stop``: retried whole."""
-    return StreamOverloaded("connection_error", f"the stream broke off ({err!r})" if err else
-                            "the stream ended before the answer did")
+def _stream_cut(err: Exception | None) -> StreamBrokeOff:
+    """The connection broke off, or the stream ended without ``message_stop``."""
+    return StreamBrokeOff("connection_error", f"the stream broke off ({err!r})" if err else
+                     "the stream ended before the answer did")
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def wire(request: dict[str, Any]) -> dict[str, Any]:
+    """REQUEST as the SDK sends it: ``extra_body``'s fields merged into the body's top level
+    (the API refuses a field it does not know, ``extra_body`` among them)."""
+    extra = request.get("extra_body")
+    if "extra_body" not in request:
+        return request
+    return {**{k: v for k, v in request.items() if k != "extra_body"}, **(extra or {})}
+
+
 def body(request: dict[str, Any]) -> bytes:
     """REQUEST as the JSON bytes of a Messages API call (the SDK's own encoding: UTF-8, no spaces)."""
-    return _ENCODER.encode(request).encode("utf-8")
+    return _ENCODER.encode(wire(request)).encode("utf-8")
 
 
 def _retryable() -> tuple[type[Exception], ...]:
@@ -68,7 +96,7 @@ __all__ = ["AnthropicBackend", "build_request"]
 
 
 # What a mid-stream error event (or a cut stream) is called in the retry line, "Model API ... (mid-stream)".
-STREAM_ERROR_WORDS = {"connection_error": "connection lost", "api_error": "server error",
+STREAM_ERROR_WORDS = {"connection_error": "connection lost", "empty": "answered nothing", "api_error": "server error",
                       "rate_limit_error": "rate limited", "overloaded_error": "overloaded"}
 
 
@@ -88,19 +116,21 @@ TOO_LARGE = ("the request is too large for the API (413): the context is too big
              "thread's buffers or start a new thread, then send again")
 
 
-def _explain(err: Exception, base_url: str | None = None) -> str:
+def _explain(err: Exception, base_url: str | None = None, scrub: Scrubber | None = None) -> str:
     if isinstance(err, StreamError):
         return f"the API broke off its answer ({err.kind}: {err.message})"
     if isinstance(err, anthropic.AuthenticationError):
-        return "the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key'"
+        return f"the API key was refused (401): check ANTHROPIC_API_KEY or `amacs-api-key' (it said: {server_words(err, scrub)})"
     if isinstance(err, anthropic.PermissionDeniedError):
         return "the API key may not use this model (403): check AMACS_MODEL"
     if isinstance(err, anthropic.NotFoundError):
         return "model or endpoint not found (404): check AMACS_MODEL and ANTHROPIC_BASE_URL"
     if isinstance(err, anthropic.APIStatusError) and err.status_code == 413:
         return TOO_LARGE
+    if isinstance(err, InvalidRequest):
+        return f"the API refused the request as invalid (its 500 said: {scrub.text(err.message) if scrub else err.message})"
     if isinstance(err, anthropic.BadRequestError):
-        return f"the API rejected the request (400): {err.message}"
+        return f"the API rejected the request (400): {server_words(err, scrub)}"
     if isinstance(err, anthropic.APITimeoutError):
         return "the model did not answer in time: try again, or raise AMACS_REQUEST_TIMEOUT"
     if isinstance(err, anthropic.APIConnectionError):
@@ -109,7 +139,7 @@ def _explain(err: Exception, base_url: str | None = None) -> str:
                 " (ANTHROPIC_BASE_URL, or M-x amacs-set-model)"
                 f" (tried {base_url or 'https://api.anthropic.com'})")
     if isinstance(err, anthropic.APIStatusError):
-        return f"the API failed ({err.status_code}) after retries: try again shortly"
+        return f"the API failed ({err.status_code}) after retries: try again shortly; it said: {server_words(err, scrub)}"
     return f"the model call failed: {err}"
 
 
@@ -128,6 +158,7 @@ class AnthropicBackend:
         self._base_url = base_url
         self._timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._scrub = Scrubber({"ANTHROPIC_API_KEY": api_key})  # the key, were a server to quote it
         self._client: anthropic.AsyncAnthropic | None = None
         self._closer: asyncio.Task[None] | None = None
 
@@ -165,9 +196,38 @@ class AnthropicBackend:
         401, 400 and the like fail at once with what to fix.
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
-        return await with_retries(lambda: self._once(request, on_text, stream, on_thinking), self.retry,
-                                  _retryable(), (anthropic.APIError, StreamError), _short,
-                                  lambda err: _explain(err, self._base_url), on_status)
+        streaming = [stream]  # False once a stream was cut: the rest of this call is not streamed
+
+        async def attempt() -> ModelResult:
+            if streaming[0]:
+                try:
+                    return await self._refusing(request, on_text, True, on_thinking)
+                except StreamBrokeOff as err:
+                    streaming[0] = False
+                    log.info("the stream was cut (%s): asking again without streaming", err.message)
+                    if on_status is not None:  # what was shown of the reply will not be it
+                        on_status(Retrying(f"Model API {_short(err)}; asking again without streaming", 0.0, 1,
+                                           self.retry.attempts))
+            elif not stream:
+                return await self._refusing(request, on_text, False, on_thinking)
+            result = await self._refusing(request, None, False, on_thinking)
+            if on_text is not None and result.text:
+                on_text(result.text)  # asked unstreamed after a cut stream: shown whole
+            return result
+
+        return await with_retries(attempt, self.retry, _retryable(), (anthropic.APIError, StreamError, InvalidRequest),
+                                  _short, lambda err: _explain(err, self._base_url, self._scrub), on_status)
+
+    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
+                        on_thinking: TextSink | None) -> ModelResult:
+        """One call; a 500 whose words say the request did not validate raised as the refusal it is."""
+        try:
+            return await self._once(request, on_text, stream, on_thinking)
+        except anthropic.InternalServerError as err:
+            refusal = validation_refusal(err)
+            if refusal is None:
+                raise
+            raise refusal from err
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
         """The Models API's answer for MODEL (``models.retrieve``), or None when it could not be
@@ -268,9 +328,7 @@ class AnthropicBackend:
                     usage = _usage(event["message"].get("usage") or {})
                 elif kind == "message_delta":
                     stop_reason = (event.get("delta") or {}).get("stop_reason")
-                    output = (event.get("usage") or {}).get("output_tokens")
-                    if output is not None:
-                        usage = replace(usage, output_tokens=output)
+                    usage = _counted(usage, _usage(event.get("usage") or {}))
                 elif kind == "message_stop":
                     stopped = True
                 elif kind == "error":
@@ -280,6 +338,8 @@ class AnthropicBackend:
                         err_kind, message)
         if not stopped:
             raise _stream_cut(None)
+        if not "".join(parts) and not blocks:
+            raise StreamBrokeOff("empty", "the stream ended with no answer (no text, no thinking)")
         return "".join(parts), usage, stop_reason
 
 
@@ -290,6 +350,15 @@ async def _close_at_the_end(client: anthropic.AsyncAnthropic) -> None:
     finally:
         if not client.is_closed():
             await client.close()
+
+
+def _counted(start: Usage, delta: Usage) -> Usage:
+    """The usage of a stream: ``message_start``'s, then ``message_delta``'s (cumulative counts:
+    a server may put any of them there, the input's too), each the larger of the two."""
+    return Usage(input_tokens=max(start.input_tokens, delta.input_tokens),
+                 output_tokens=max(start.output_tokens, delta.output_tokens),
+                 cache_read_tokens=max(start.cache_read_tokens, delta.cache_read_tokens),
+                 cache_write_tokens=max(start.cache_write_tokens, delta.cache_write_tokens))
 
 
 def _usage(u: Any) -> Usage:

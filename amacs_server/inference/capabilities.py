@@ -31,8 +31,10 @@ class Capabilities:
     schema_form: str | None = None  # OpenAI-compatible: "json_schema" or "json_object" (llama.cpp's)
     thinking: frozenset[str] | None = None  # accepted thinking types: adaptive, enabled
     effort: frozenset[str] | None = None  # accepted effort levels (empty: no effort parameter)
-    max_input_tokens: int | None = None
+    max_input_tokens: int | None = None  # the window the server reports (its Models API, /v1/models)
     max_tokens: int | None = None
+    # The window a server's refusal or cut answer showed (outlives the day: a report may be wrong).
+    learned_window: int | None = None
     refused: frozenset[str] = frozenset()  # parameters a 400 refused: not sent again
     source: str = "unknown"  # where the facts came from: "models-api", "v1/models", "unknown"
     fetched: float = 0.0
@@ -46,8 +48,8 @@ class Capabilities:
         return replace(self, refused=self.refused | {param})
 
     def with_window(self, tokens: int) -> Capabilities:
-        """These capabilities with TOKENS as the input window (a server said so)."""
-        return replace(self, max_input_tokens=tokens)
+        """These capabilities with TOKENS as the input window a server showed (a refusal, a cut)."""
+        return replace(self, learned_window=tokens)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready (sets as sorted lists)."""
@@ -75,6 +77,7 @@ class Capabilities:
                    schema_form=form if form in ("json_schema", "json_object") else None,
                    thinking=names("thinking"), effort=names("effort"),
                    max_input_tokens=number("max_input_tokens"), max_tokens=number("max_tokens"),
+                   learned_window=number("learned_window"),
                    refused=names("refused") or frozenset(), source=str(data.get("source") or "unknown"),
                    fetched=float(fetched) if isinstance(fetched, int | float) else 0.0)
 
@@ -126,7 +129,8 @@ def from_openai_models(listing: dict[str, Any], model: str, props: dict[str, Any
 _PARAM_WORDS = {
     "thinking": ("thinking",),
     "effort": ("effort",),
-    "reasoning_effort": ("reasoning_effort", "reasoning effort"),
+    # A proxy translates thinking into the upstream's reasoning effort, and its 400 names that.
+    "reasoning_effort": ("reasoning_effort", "reasoning effort", "reasoning.effort", "reasoning"),
     "format": ("output_config.format", "output_format", "response_format", "json_schema", "structured output",
                "output_config: extra"),
     "temperature": ("temperature",),

@@ -20,6 +20,7 @@ from . import sdk
 from .capabilities import (
     Capabilities,
     CapabilityStore,
+    TooLong,
     from_model_info,
     from_openai_models,
     refused_param,
@@ -52,7 +53,9 @@ class ModelCatalog:
         self.backend = "anthropic"
         self.model = ""
         self.caps = Capabilities()
-        self.setting_window: int | None = None  # AMACS_CONTEXT_WINDOW, when the backend cannot say
+        # The person's window (AMACS_CONTEXT_WINDOW, M-x amacs-set-model's; a local model's n_ctx):
+        # it beats what a server reports.
+        self.setting_window: int | None = None
         self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
         self._task: asyncio.Task[None] | None = None
 
@@ -90,9 +93,10 @@ class ModelCatalog:
             fetched = from_openai_models(answer.get("models") or {}, self.model, answer.get("props"))
         else:
             fetched = from_model_info(answer)
-        old = self.caps  # what 400s taught, and a window a server named, outlive the day
+        old = self.caps  # what 400s taught, and a window a refusal showed, outlive the day
         self.caps = replace(fetched, refused=old.refused, schema_form=old.schema_form,
-                            max_input_tokens=fetched.max_input_tokens or old.max_input_tokens)
+                            max_input_tokens=fetched.max_input_tokens or old.max_input_tokens,
+                            learned_window=old.learned_window)
         self._keep()
         log.info("capabilities of %s: %s", self.model, self.caps.to_json())
 
@@ -112,8 +116,10 @@ class ModelCatalog:
 
     @property
     def window(self) -> int | None:
-        """The model's input window in tokens: its capabilities', else the setting's."""
-        return self.caps.max_input_tokens or self.setting_window
+        """The model's input window in tokens: the smaller of the person's setting and what a
+        server's refusal showed, else what the server reports."""
+        known = [w for w in (self.setting_window, self.caps.learned_window) if w]
+        return min(known) if known else self.caps.max_input_tokens
 
     def answer_tokens(self, asked: int) -> int:
         """The most tokens an answer may take: on an OpenAI-compatible server, whose window holds
@@ -142,9 +148,28 @@ class ModelCatalog:
         return said
 
     def learn_window(self, tokens: int) -> None:
-        """A server said its window is TOKENS."""
+        """A server showed its window is TOKENS."""
         self.caps = self.caps.with_window(tokens)
         self._keep()
+
+    def learn_refusal(self, refusal: TooLong, estimate: int) -> str | None:
+        """A server refused a request as too long: REFUSAL, what it said; ESTIMATE, the request's
+        tokens by the calibrated estimate.  The window it names is learned; one it does not name is
+        below the request's tokens, so a window at or above them (a reported one: a proxy may report
+        its price list's, not its model's) is taken down to nine tenths of them.  Returns the line
+        that says a reported window was contradicted, else None."""
+        if refusal.tokens:
+            estimate = refusal.tokens
+        before = self.window
+        if refusal.window:
+            self.learn_window(refusal.window)
+        elif before is None or before >= estimate:
+            self.learn_window(max(1, estimate * 9 // 10))
+        reported = self.caps.max_input_tokens
+        if reported and self.window is not None and self.window < reported and before == reported:
+            return (f"The server reports a window of {reported:,} tokens for {self.model} but refused "
+                    f"{estimate:,} as too long: its window is taken as {self.window:,} tokens.")
+        return None
 
     def learn_from_cut(self, result: ModelResult) -> str | None:
         """RESULT, an answer, may have stopped at its length limit (``finish_reason`` ``length``).
@@ -231,7 +256,11 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
 
 
 def _sendable(request: dict[str, Any], backend: str) -> set[str]:
+    """The optional parameters REQUEST sends, as a refusal may name them: thinking and effort as
+    the reasoning effort they become on an OpenAI-compatible server (or behind a proxy to one)."""
     sent = sent_params(request)
     if backend == "openai" and ({"thinking", "effort"} & sent):
         sent = (sent - {"thinking", "effort"}) | {"reasoning_effort"}
+    elif {"thinking", "effort"} & sent:
+        sent |= {"reasoning_effort"}
     return sent

@@ -14,12 +14,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
+from ..scrub import Scrubber
 from ..text.clean import storable
 from . import sdk
 from .backend import ModelResult, TextSink
 from .parse import with_lengths
 from .pricing import Usage
-from .retry import RetryPolicy, StatusSink, with_retries
+from .retry import (
+    InvalidRequest,
+    RetryPolicy,
+    StatusSink,
+    server_words,
+    validation_refusal,
+    with_retries,
+)
 
 if TYPE_CHECKING:
     import openai
@@ -40,25 +48,6 @@ async def _until_cut(chunks: Any) -> Any:
             yield chunk
     except (openai.APIConnectionError, httpx2.TransportError) as err:
         raise StreamCut(f"the stream broke off ({err!r})") from err
-
-
-class InvalidRequest(AmacsError):  # noqa: N818 - named as the SDK names its errors
-    """The server refused the request as invalid but said so with a 500 (llama-cpp-python
-    reports its request validation errors as internal errors): not worth retrying as is."""
-
-    status_code = 422
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def _refusal(err: Exception) -> InvalidRequest | None:
-    """ERR as the request refusal it is, when a 500's words say the request did not validate."""
-    message = str(getattr(err, "message", "") or err)
-    if isinstance(err, openai.InternalServerError) and "validation error" in message.lower():
-        return InvalidRequest(message)
-    return None
 
 
 log = logging.getLogger("amacs")
@@ -107,21 +96,21 @@ def _short(err: Exception) -> str:
     return "connection failed"
 
 
-def _explain(err: Exception, base_url: str | None = None) -> str:
+def _explain(err: Exception, base_url: str | None = None, scrub: Scrubber | None = None) -> str:
     if isinstance(err, InvalidRequest):
-        return f"the endpoint rejected the request as invalid: {err.message}"
+        return f"the endpoint refused the request as invalid (its 500 said: {scrub.text(err.message) if scrub else err.message})"
     if isinstance(err, openai.AuthenticationError):
-        return "the endpoint refused the key (401): check OPENAI_API_KEY"
+        return f"the endpoint refused the key (401): check OPENAI_API_KEY (it said: {server_words(err, scrub)})"
     if isinstance(err, openai.NotFoundError):
         return "model or endpoint not found (404): check AMACS_MODEL and OPENAI_BASE_URL"
     if isinstance(err, openai.BadRequestError):
-        return f"the endpoint rejected the request (400): {err.message}"
+        return f"the endpoint rejected the request (400): {server_words(err, scrub)}"
     if isinstance(err, openai.APIConnectionError):
         return ("cannot reach the OpenAI-compatible endpoint: is it running? check the base URL"
                 " (OPENAI_BASE_URL, or M-x amacs-set-model)"
                 f" (tried {base_url or 'https://api.openai.com/v1'})")
     if isinstance(err, openai.APIStatusError):
-        return f"the endpoint failed ({err.status_code}) after retries: try again shortly"
+        return f"the endpoint failed ({err.status_code}) after retries: try again shortly; it said: {server_words(err, scrub)}"
     return f"the model call failed: {err}"
 
 
@@ -134,6 +123,7 @@ class OpenAIBackend:
         self._base_url = base_url
         self._timeout = timeout
         self.retry = retry or RetryPolicy()
+        self._scrub = Scrubber({"OPENAI_API_KEY": api_key})  # the key, were a server to quote it
         self._client: openai.AsyncOpenAI | None = None
         # Whether the server counts tokens in a stream (stream_options.include_usage): None until
         # asked.  OpenAI's own API does; llama-cpp-python's server does not, and a call there is
@@ -165,7 +155,7 @@ class OpenAIBackend:
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
         return await with_retries(lambda: self._refusing(request, on_text, stream, on_thinking), self.retry,
                                   _retryable(), (openai.APIError, InvalidRequest), _short,
-                                  lambda err: _explain(err, self._base_url), on_status)
+                                  lambda err: _explain(err, self._base_url, self._scrub), on_status)
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
         """What the server says of its models: ``{"models": /v1/models, "props": llama.cpp's /props}``
@@ -191,7 +181,7 @@ class OpenAIBackend:
         try:
             return await self._once(request, on_text, stream, on_thinking)
         except openai.InternalServerError as err:
-            refusal = _refusal(err)
+            refusal = validation_refusal(err)
             if refusal is None:
                 raise
             raise refusal from err

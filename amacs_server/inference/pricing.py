@@ -1,8 +1,16 @@
-"""Dollar cost of a model call from the API's usage figures."""
+"""Dollar cost of a model call from the API's usage figures: known, or said to be unknown.
+
+A model's price is the person's (their price table, or an experiment's ``[[models]]``
+``price``), else a listed one (:data:`PRICES`, by exact name, longest prefix, or an
+Anthropic model's family), else nothing when the model is served on this machine
+(:func:`is_local`: free, and said so), else unknown: its cost is None, never a guess.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -25,9 +33,9 @@ class Price:
     cache_read: float
 
 
-# List prices, per million tokens, for the models whose prices we know.  A model
-# not listed is priced by its family (opus, sonnet, haiku) from the newest
-# listed member, else as Sonnet.
+# List prices, per million tokens, for the models whose prices we know.  An Anthropic
+# model not listed (claude-...) is priced by its family (opus, sonnet, haiku) from the
+# newest listed member; any other model not listed has no known price.
 PRICES: dict[str, Price] = {
     "claude-opus-4": Price(15.0, 75.0, 18.75, 1.50),
     "claude-opus-4-1": Price(15.0, 75.0, 18.75, 1.50),
@@ -37,7 +45,6 @@ PRICES: dict[str, Price] = {
     "claude-haiku-4-5": Price(1.0, 5.0, 1.25, 0.10),
     "claude-3-5-haiku": Price(0.80, 4.0, 1.0, 0.08),
 }
-DEFAULT_PRICE = PRICES["claude-sonnet-4-5"]
 FREE = Price(0.0, 0.0, 0.0, 0.0)  # a model run on this machine
 
 
@@ -48,25 +55,56 @@ FAMILY_PRICES: dict[str, Price] = {
 }
 
 
-def price_for(model: str, table: dict[str, Price] | None = None) -> Price:
-    """The price of MODEL: from TABLE (the person's, by longest prefix) if it has one, else an
-    exact entry, the longest listed prefix, its family, else Sonnet's."""
-    if table:
-        own = [name for name in table if model.startswith(name)]
+def is_local(base_url: str | None) -> bool:
+    """Whether BASE_URL names a server on this machine (a loopback address: 127.0.0.1, ::1; or
+    localhost): its calls cost nothing, unless the person prices its model."""
+    if not base_url:
+        return False
+    try:
+        host = urlsplit(base_url if "//" in base_url else f"//{base_url}").hostname
+        return host == "localhost" or (host is not None and ipaddress.ip_address(host).is_loopback)
+    except ValueError:  # not a URL, or a host name (not an address)
+        return False
+
+
+def listed_price(model: str, table: dict[str, Price] | None = None) -> Price | None:
+    """The price of MODEL that someone said: TABLE's (the person's, by longest prefix), else an exact
+    listed entry, the longest listed prefix, or an Anthropic model's family; None: nobody said."""
+    for prices in (table or {}, PRICES):
+        own = [name for name in prices if model.startswith(name)]
         if own:
-            return table[max(own, key=len)]
-    if model in PRICES:
-        return PRICES[model]
-    matches = [name for name in PRICES if model.startswith(name)]
-    if matches:
-        return PRICES[max(matches, key=len)]
-    family = next((f for f in FAMILY_PRICES if f in model), None)
-    return FAMILY_PRICES[family] if family else DEFAULT_PRICE
+            return prices[model] if model in prices else prices[max(own, key=len)]
+    if model.startswith("claude"):
+        family = next((f for f in FAMILY_PRICES if f in model), None)
+        if family:
+            return FAMILY_PRICES[family]
+    return None
 
 
-def cost(model: str, usage: Usage, table: dict[str, Price] | None = None) -> float:
-    """Dollars for USAGE on MODEL (prices from TABLE first, when given)."""
-    p = price_for(model, table)
+def price_for(model: str, table: dict[str, Price] | None = None, local: bool = False) -> Price | None:
+    """The price of MODEL: :func:`listed_price`, else free when it is served on this machine (LOCAL),
+    else None: unknown (its cost is recorded as unknown, never guessed)."""
+    said = listed_price(model, table)
+    if said is not None:
+        return said
+    return FREE if local else None
+
+
+def price_words(model: str, table: dict[str, Price] | None = None, local: bool = False) -> str:
+    """Where MODEL's price comes from, for a person: ``listed``, ``yours``, ``free (this machine)``, ``unknown``."""
+    if table and listed_price(model, table) is not listed_price(model):
+        return "yours"
+    if listed_price(model) is not None:
+        return "listed"
+    return "free (served on this machine)" if local else "unknown (no price listed or given)"
+
+
+def cost(model: str, usage: Usage, table: dict[str, Price] | None = None, local: bool = False) -> float | None:
+    """Dollars for USAGE on MODEL (prices from TABLE first, when given; free when LOCAL and not
+    priced); None when MODEL's price is unknown."""
+    p = price_for(model, table, local)
+    if p is None:
+        return None
     return (
         usage.input_tokens * p.input
         + usage.output_tokens * p.output
@@ -83,21 +121,25 @@ class Tally:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
-    cost: float = 0.0
+    cost: float = 0.0  # of the calls whose price is known
+    unpriced_calls: int = 0  # calls of a model whose price is unknown: their tokens count, their dollars not
 
-    def add(self, usage: Usage, dollars: float) -> None:
-        """Count one call."""
+    def add(self, usage: Usage, dollars: float | None) -> None:
+        """Count one call (DOLLARS None: its price is unknown)."""
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
         self.cache_read_tokens += usage.cache_read_tokens
         self.cache_write_tokens += usage.cache_write_tokens
-        self.cost += dollars
+        if dollars is None:
+            self.unpriced_calls += 1
+        else:
+            self.cost += dollars
 
     def to_dict(self) -> dict[str, float | int]:
         """JSON/plist-ready, cost rounded to a millionth of a dollar."""
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
                 "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
-                "cost": round(self.cost, 6)}
+                "cost": round(self.cost, 6), "unpriced_calls": self.unpriced_calls}
 
 
 def dollars(amount: float) -> str:

@@ -41,6 +41,9 @@ class Face(Protocol):
     def turn_started(self) -> None:
         """The agent started working (on input, or woken by events)."""
 
+    def step_started(self, step: int, limit: int) -> None:
+        """The turn's STEP-th tick (from 1) began, of at most LIMIT (the step limit)."""
+
     def turn_done(self, tick: int) -> None:
         """The agent now waits for the person: show the prompt again."""
 

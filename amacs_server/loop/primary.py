@@ -22,7 +22,7 @@ from ..context.assemble import Context, assemble
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.backend import ModelResult
-from ..inference.capabilities import Capabilities, too_long
+from ..inference.capabilities import Capabilities, TooLong, too_long
 from ..inference.catalog import call_adapting, request_chars
 from ..inference.parse import (
     CUT_REASONS,
@@ -112,6 +112,7 @@ class PrimaryBody:
         self.step = step
         self.reply_written = self.evaluated = self.waiting = False
         self.tick = begin(self.rt, self.human if step == 0 else None)
+        self.rt.face.step_started(step + 1, self.max_steps)
         self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
     def last_result(self, step: int) -> str | None:
@@ -267,6 +268,8 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     snap = rt.memory.snapshot(rt.consciousness)
     c = rt.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
+    if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
+        await rt.world.tools_ready()
     caps = await rt.catalog.current()
     note = model_note(rt, caps)
 
@@ -313,16 +316,19 @@ class ContextTooLong(AmacsError):
     """The model refused REQUEST as too long for its window (WINDOW tokens, when it said; the
     request's TOKENS, when it counted them)."""
 
-    def __init__(self, message: str, request: dict[str, Any], window: int | None, tokens: int | None) -> None:
+    def __init__(self, message: str, request: dict[str, Any], window: int | None, tokens: int | None,
+                 detail: str = "") -> None:
         super().__init__(message)
         self.request, self.window, self.tokens = request, window, tokens
+        self.detail = detail or message  # the server's own words
 
 
 async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
     """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
 
     A request the model refuses as too long is compacted (its oldest blocks left to
-    long-term memory) and sent once more; refused again, the turn ends with the input kept.
+    long-term memory) and sent again, at most MAX_COMPACTIONS times; refused still, or with
+    nothing left to compact, the turn ends in one plain line, the input kept.
     Returns the response and whether its reply was already streamed to the shell.
     """
     stop = rt.world.budget_stop("the primary agent")  # the one ledger every agent is held to
@@ -332,20 +338,21 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
         raise TurnAborted
     messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
     streamer = ReplyStreamer()
-    compacted = False
+    compactions = 0
     last: ModelResult | None = None
 
     async def call() -> Answer:
-        nonlocal streamer, messages, user_message, compacted, last
+        nonlocal streamer, messages, user_message, compactions, last
         streamer = ReplyStreamer()
-        try:
-            last = await infer(rt, tick, messages, streamer, may_compact=not compacted)
-        except ContextTooLong as err:
-            compacted = True
-            user_message = _compacted(rt, tick, user_message, err)
-            messages = list(user_message.messages)
-            streamer = ReplyStreamer()
-            last = await infer(rt, tick, messages, streamer, may_compact=False)
+        while True:
+            try:
+                last = await infer(rt, tick, messages, streamer, may_compact=compactions < MAX_COMPACTIONS)
+                break
+            except ContextTooLong as err:
+                compactions += 1
+                user_message = _compacted(rt, tick, user_message, err)
+                messages = list(user_message.messages)
+                streamer = ReplyStreamer()
         return Answer(last.text, last.stop_reason in CUT_REASONS)
 
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
@@ -374,20 +381,36 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
     return parsed.response, bool(streamer.shown) and not parsed.fallback
 
 
+MAX_COMPACTIONS = 3  # refusals as too long one call of a tick compacts for before the turn ends
+
+
+def too_long_line(rt: Runtime) -> str:
+    """Why a turn ended on a context too long for the model, in one plain line."""
+    window = rt.catalog.window
+    return (f"the context is too long for {rt.model}'s window"
+            f"{f' ({window:,} tokens)' if window else ''} even with its oldest part left to long-term memory: "
+            "a shorter input, fewer MCP tools (mcp.json), or a model with a larger window will do")
+
+
 def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) -> Context:
-    """CONTEXT made again, compacted to fit the window the refusal ERR named (or the known one)."""
-    if err.window:
-        rt.catalog.learn_window(err.window)
+    """CONTEXT made again, compacted to fit the window the refusal ERR named (or the one a
+    refusal that names none shows: below the request's tokens)."""
     if err.tokens:  # the server counted this request: the estimate learns from it
         rt.catalog.calibrate(request_chars(err.request), err.tokens)
+    contradicted = rt.catalog.learn_refusal(TooLong(err.window, err.tokens),
+                                            rt.catalog.estimate(request_chars(err.request)))
+    if contradicted:
+        rt.transcript.write("model_adapted", {"status": contradicted}, tick=tick)
+        rt.face.annotate(contradicted, "status")
     remake, conversation = context.remake, context.conversation
     if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
-        _failed(rt, tick, str(err))
+        _failed(rt, tick, too_long_line(rt), detail=err.detail)
     assert remake is not None and conversation is not None
-    rt.face.annotate(f"The context was too long for the model ({err}); its oldest part is left to long-term "
-                     "memory and the model is asked again.", "status")
+    window = rt.catalog.window
+    rt.face.annotate(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
+                     "its oldest part is left to long-term memory and the model is asked again.", "status")
     rt.transcript.write("context_compacted", {"squeeze": conversation.squeeze, "window": rt.catalog.window,
-                                              "why": str(err)}, tick=tick)
+                                              "why": err.detail}, tick=tick)
     made = fit(rt, _again(remake), tick)
     return made
 
@@ -398,8 +421,8 @@ def _again(remake: Callable[[], Context]) -> Context:
     return context
 
 
-def _failed(rt: Runtime, tick: int, error: str) -> NoReturn:
-    rt.transcript.write("model_error", {"error": error}, tick=tick)
+def _failed(rt: Runtime, tick: int, error: str, detail: str = "") -> NoReturn:
+    rt.transcript.write("model_error", {"error": error, **({"detail": detail} if detail else {})}, tick=tick)
     rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
     finish_unanswered(rt, tick, error)
     raise TurnAborted
@@ -459,10 +482,10 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     except InferenceError as err:
         refusal = too_long(err.detail, err.status)
         if refusal is not None and may_compact:
-            raise ContextTooLong(str(err), sent[-1] if sent else {}, refusal.window, refusal.tokens) from err
+            raise ContextTooLong(str(err), sent[-1] if sent else {}, refusal.window, refusal.tokens,
+                                 err.detail) from err
         if refusal is not None:
-            _failed(rt, tick, f"{err} (the context is too long for this model's window even after compaction; "
-                    "a shorter input, or a model with a larger window, will do)")
+            _failed(rt, tick, too_long_line(rt), detail=err.detail)
         _failed(rt, tick, str(err))
     faults.point("infer.response")
     learned = rt.catalog.learn_from_cut(result)
@@ -471,7 +494,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens
                          + result.usage.cache_write_tokens)
     dollars = rt.charge(result.usage)
-    rt.world.counted(rt.world.primary, result.usage, dollars)
+    rt.world.counted(rt.world.primary, result.usage, dollars or 0.0)
     rt.transcript.write(
         "model_response",
         {
@@ -576,15 +599,14 @@ def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
 
 
 def _commit(rt: Runtime, message: str) -> None:
-    """Queue the tick's commit (in order; a failure is shown as a warning when it happens),
-    with the tick state that makes the tick restorable (persistence.history): its content as of
-    now, whatever the file holds when a commit made behind a backlog runs."""
-    state: dict[str, bytes] = {}
+    """Write the tick state that makes the tick restorable (persistence.history) and queue the
+    tick's commit of the files as they are now, at its end (in order; a failure is shown as a
+    warning when it happens)."""
     try:
         with deferred_sync():
-            state = rt.save_tick_state()
+            rt.save_tick_state()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.commits.submit(rt.tracked_files(), message, state)
+    rt.commits.submit(rt.tracked_files(), message)
     rt.tell_ticked()

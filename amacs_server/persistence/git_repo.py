@@ -1,15 +1,20 @@
 """The AMACS home as a git repository: one commit per tick (docs/ARCHITECTURE.md, Persistence and git).
 
+A tick's commit is that tick: at the tick's end the loop thread takes a
+:class:`Snapshot`, the bytes of every tracked file (a file not there is not in
+it), and the commit is built from the snapshot alone, however late it is made.
 Commits are made off the loop thread by one :class:`CommitWorker` per home, in
 tick order: the prompt returns without waiting for git.
 GitPython, which makes or opens the repository and sets its configuration,
 is imported when the first commit is made, on the worker: its ~30 ms import
-is not on the server's start-up path.  Commits themselves are git
+is not on the server's start-up path.  Blobs are written by the worker as
+loose objects (zlib, in this process); the index, tree, commit and ref by git
 plumbing commands.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import queue
@@ -17,7 +22,9 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+import zlib
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import faults
@@ -50,6 +57,17 @@ PACK_ARGS = ("-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2", "--w
 PACK_NICE = 10
 
 
+# The files of the mind a home tracks (persistence.history lists them on disk): these names,
+# and every file under these folders.  One of them gone from the home is gone from the next commit.
+TRACKED_NAMES = ("consciousness.el", "agent-chat.org", "monologue.org", "scratchpad.org", "tick-state.json")
+TRACKED_FOLDERS = ("chat", "monologue", "skills")
+# A file whose stat is as it was when last read is read again unless its change time was at
+# least this long before that read: a write within the file system's time granularity of a
+# read can leave the stat unchanged (git's "racily clean" entries).
+RACY_NS = 3_000_000_000
+# A file that only grew is kept as its earlier chunks and the new bytes (the snapshots of a
+# backlog share what they have in common); past this many chunks it is one chunk again.
+MAX_CHUNKS = 16
 # A commit message's eval form and result are cut at these lengths (git log stays readable;
 # the whole of both is in the transcript).
 EVAL_FORM_CHARS = 2000
@@ -69,8 +87,7 @@ def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, 
     """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
     form and its result or error, each cut at a length a log reads well at (the transcript
     has them whole): the history shows eval -> result -> reply, the reply in
-    agent-chat.org.  The message is the tick's own record: a commit made behind a backlog
-    carries the files as they are when it runs (:class:`CommitWorker`), later ticks' too."""
+    agent-chat.org."""
     subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
     if eval_form is None:
         return subject
@@ -99,6 +116,104 @@ def _ignore_also(ignore: Path, names: Iterable[str]) -> None:
         log.warning("could not add %s to %s: %s", ", ".join(names), ignore, err)
 
 
+def managed(name: str) -> bool:
+    """Whether NAME (a path in the home) is one of the files the server commits each tick."""
+    return name in TRACKED_NAMES or name == ".gitignore" or name.partition("/")[0] in TRACKED_FOLDERS and "/" in name
+
+
+@dataclass(frozen=True)
+class Content:
+    """A file's bytes (the CHUNKS joined), SIZE long; MODE as git writes it."""
+
+    chunks: tuple[bytes, ...]
+    size: int
+    mode: str = "100644"
+
+    def data(self) -> bytes:
+        """The bytes."""
+        return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The tracked files as they were at one moment: FILES (path in the home -> bytes); PATHS
+    are the files asked for, on disk (synced before the commit)."""
+
+    files: dict[str, Content]
+    paths: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    key: tuple[int, int, int, int]  # inode, size, mtime, ctime (ns)
+    read_ns: int  # the clock when the file was read
+    content: Content
+
+
+class Snapshotter:
+    """Takes a home's snapshots; an unchanged file shares its bytes with the last snapshot
+    (thread-safe)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._seen: dict[str, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def take(self, files: Iterable[Path]) -> Snapshot:
+        """The bytes of .gitignore and each of FILES that exists, now."""
+        out: dict[str, Content] = {}
+        paths = tuple(files)
+        with self._lock:
+            seen: dict[str, _Seen] = {}
+            for path in (self.home / ".gitignore", *paths):
+                name = str(path.relative_to(self.home))
+                entry = self._read(path, self._seen.get(name))
+                if entry is not None and name not in out:
+                    seen[name] = entry
+                    out[name] = entry.content
+            self._seen = seen
+        return Snapshot(out, paths)
+
+    @staticmethod
+    def _read(path: Path, last: _Seen | None) -> _Seen | None:
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if last is not None and last.key == key and max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS < last.read_ns:
+            return last
+        now = time.time_ns()
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        mode = "100755" if st.st_mode & 0o100 else "100644"
+        if last is not None and last.content.mode == mode and _grew(data, last.content):
+            old = last.content
+            chunks = (*old.chunks, data[old.size:]) if len(data) > old.size else old.chunks
+            if len(chunks) > MAX_CHUNKS:
+                chunks = (data,)
+            content = Content(chunks, len(data), mode)
+        else:
+            content = Content((data,), len(data), mode)
+        if last is not None and content == last.content:
+            content = last.content  # the same object: the commit knows its blob
+        return _Seen(key, now, content)
+
+
+def _grew(data: bytes, old: Content) -> bool:
+    """Whether DATA starts with OLD's bytes."""
+    if len(data) < old.size:
+        return False
+    view, at = memoryview(data), 0
+    for chunk in old.chunks:
+        if view[at:at + len(chunk)] != chunk:
+            return False
+        at += len(chunk)
+    return True
+
+
 class HomeRepo:
     """Git operations on the AMACS home (thread-safe: one lock around every git call)."""
 
@@ -113,6 +228,11 @@ class HomeRepo:
         self._prepared = False
         self._parent: str | None = None  # HEAD as this process last set it (None: read it)
         self._running: set[int] = set()  # pids of the git commands this object runs now
+        self.snapshots = Snapshotter(home)
+        self._indexed: dict[str, tuple[str, str]] | None = None  # the index as this object left it
+        self._committed: set[str] = set()  # the files of the last snapshot committed
+        self._blobs: dict[str, tuple[Content, str]] = {}  # each file's last content and its blob
+        self._algorithm = "sha1"
         self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
             self._env.pop(name, None)
@@ -134,6 +254,7 @@ class HomeRepo:
                         cfg.set_value("gc", "auto", "0")
                     if not cfg.has_option("maintenance", "auto"):
                         cfg.set_value("maintenance", "auto", "false")
+                    self._algorithm = str(cfg.get_value("extensions", "objectformat", "sha1")).lower()
             except (git.GitError, OSError, ValueError) as err:
                 raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
                                   "the tick is saved on disk") from err
@@ -151,6 +272,15 @@ class HomeRepo:
         if proc.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
+
+    def _git_bytes(self, *args: str) -> bytes:
+        """git ARGS's output, as bytes (paths as they are)."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
+                              capture_output=True, check=False)
+        if done.returncode != 0:
+            raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
+                            f"{done.stderr.decode(errors='replace').strip()}")
+        return done.stdout
 
     def _git_input(self, data: bytes, *args: str) -> str:
         """git ARGS with DATA on its standard input; its output."""
@@ -226,33 +356,29 @@ class HomeRepo:
         except GitFailed:
             return None
 
-    def commit(self, files: Iterable[Path], message: str,
-               blobs: Mapping[str, bytes] | None = None) -> tuple[str, str | None]:
-        """Commit FILES as they are on disk, and BLOBS (path in the home -> content) as given
-        (a file whose content at the tick must be exact though the disk may have moved on);
-        return the commit hexsha and a note (or None).
+    def commit(self, what: Iterable[Path] | Snapshot, message: str) -> tuple[str, str | None]:
+        """Commit WHAT: a snapshot, or files as they are now (snapshotted at once); return the
+        commit hexsha and a note (or None).
 
-        Plumbing, so each file is hashed once and only if its stat changed:
-        ``update-index`` (writes the blobs), ``write-tree``, ``commit-tree``,
-        ``update-ref``.  ``git commit -- paths`` hashed a changed file twice and
-        ran ``gc --auto`` after every commit.  Always a new commit, even if
-        nothing changed (one commit per tick).
+        The commit's tree is the snapshot's: each tracked file with its bytes, and
+        a tracked file the snapshot lacks removed (:func:`managed`, or in the last
+        snapshot committed); files the person added by hand stay as the index
+        has them.  Blobs are hashed once per content (an unchanged file is the
+        same object as in the last snapshot) and written as loose objects here;
+        then ``update-index --index-info`` (the changed entries), ``write-tree``,
+        ``commit-tree``, ``update-ref``.  Always a new commit, even if nothing
+        changed (one commit per tick).
         """
+        snap = what if isinstance(what, Snapshot) else self.snapshots.take(what)
         with self._lock:
             note = self.clear_stale_lock()  # before prepare: a config.lock stops it too
             self.prepare()
-            exact = dict(blobs or {})
-            paths = [".gitignore", *(name for p in files if p.exists()
-                                     and (name := str(p.relative_to(self.home))) not in exact)]
             try:
                 if faults.armed("commit.index-lock"):
                     faults.kill_holding_lock("commit.index-lock", ["git", "update-index", "--add", "--stdin"],
                                              self.home, self.home / ".git" / "index.lock",
                                              stdin=b".gitignore\n", env=self._env)
-                self._git("update-index", "--add", "--", *paths)
-                for name, data in exact.items():
-                    blob = self._git_input(data, "hash-object", "-w", "--stdin")
-                    self._git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}")
+                self._index(snap)
                 faults.point("commit.indexed")
                 tree = self._git("write-tree")
                 faults.point("commit.tree")
@@ -262,9 +388,67 @@ class HomeRepo:
                     sha = self._commit_tree(tree, message, self._head())
             except (GitFailed, OSError, ValueError) as err:
                 self._parent = None
+                self._indexed = None
                 raise CommitError(f"git commit failed: {err}; the tick is saved on disk") from err
             self._parent = sha
             return sha, note
+
+    def _index(self, snap: Snapshot) -> None:
+        """The index as SNAP has the tracked files (one ``update-index``, only if anything changed)."""
+        indexed = self._indexed if self._indexed is not None else self._ls_files()
+        self._indexed = None  # until the index is written
+        lines: list[bytes] = []
+        for name, content in snap.files.items():
+            entry = (content.mode, self._blob(name, content))
+            if indexed.get(name) != entry:
+                lines.append(f"{entry[0]} {entry[1]}\t{name}\0".encode("utf-8", "surrogateescape"))
+                indexed[name] = entry
+        for name in [n for n in indexed if n not in snap.files and (managed(n) or n in self._committed)]:
+            lines.append(f"0 {'0' * len(indexed.pop(name)[1])}\t{name}\0".encode("utf-8", "surrogateescape"))
+        if lines:
+            self._git_input(b"".join(lines), "update-index", "-z", "--index-info")
+        self._indexed = indexed
+        self._committed = set(snap.files)
+        gone = [name for name in self._blobs if name not in snap.files]
+        for name in gone:
+            del self._blobs[name]
+
+    def _ls_files(self) -> dict[str, tuple[str, str]]:
+        """The index's entries: path -> (mode, blob)."""
+        out: dict[str, tuple[str, str]] = {}
+        for record in self._git_bytes("ls-files", "-s", "-z").split(b"\0"):
+            if record:
+                info, _, name = record.partition(b"\t")
+                mode, blob, _stage = info.decode().split()
+                out[name.decode("utf-8", "surrogateescape")] = (mode, blob)
+        return out
+
+    def _blob(self, name: str, content: Content) -> str:
+        """CONTENT's blob id, the object written if it is new (as git would: a loose object)."""
+        known = self._blobs.get(name)
+        if known is not None and known[0] is content:
+            return known[1]
+        data = content.data()
+        header = b"blob %d\0" % len(data)
+        digest = hashlib.new(self._algorithm, header)
+        digest.update(data)
+        sha = digest.hexdigest()
+        path = self.home / ".git" / "objects" / sha[:2] / sha[2:]
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            packer = zlib.compressobj(1)  # git's core.looseCompression
+            packed = packer.compress(header) + packer.compress(data) + packer.flush()
+            tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(packed)
+                os.replace(tmp, path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        self._blobs[name] = (content, sha)
+        return sha
 
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:
         """A commit of TREE on PARENT, and HEAD moved to it only if HEAD is still PARENT."""
@@ -280,9 +464,10 @@ class HomeRepo:
         return sha
 
     def forget_head(self) -> None:
-        """HEAD was moved by another (a rewind): the next commit reads it again."""
+        """HEAD and the index were changed by another (a rewind): the next commit reads them again."""
         with self._lock:
             self._parent = None
+            self._indexed = None
 
     def pack(self) -> None:
         """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits."""
@@ -355,19 +540,19 @@ Report = Callable[[str, str], None]
 class CommitWorker:
     """One thread that makes the home's commits, in the order they were asked for.
 
-    :meth:`submit` returns at once.  Before each commit the worker fsyncs the
-    files (the loop thread wrote them without fsync, see
-    :func:`~.files.deferred_sync`), so a tick is durable once its commit is made.
-    If the worker falls behind (ticks faster than commits), a commit carries
-    whatever is on disk when it runs and the next ones of the backlog are
-    cheap (unchanged files are not hashed again): still one commit per tick, in order.
-    Failures and notes go to REPORT(text, kind) (from the worker thread).
+    :meth:`submit` snapshots the files (on the caller's thread: the tick's end)
+    and returns.  Before each commit the worker fsyncs the files (the loop
+    thread wrote them without fsync, see :func:`~.files.deferred_sync`), so a
+    tick is durable once its commit is made.  If the worker falls behind (ticks
+    faster than commits), each commit still holds its own tick's snapshot: one
+    commit per tick, in order.  Failures and notes go to REPORT(text, kind)
+    (from the worker thread).
     """
 
     def __init__(self, repo: HomeRepo, report: Report | None = None) -> None:
         self.repo = repo
         self.report: Report = report or (lambda text, kind: log.warning("%s: %s", kind, text))
-        self._queue: queue.Queue[tuple[list[Path], str, dict[str, bytes]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Snapshot, str] | None] = queue.Queue()
         self._cond = threading.Condition()
         self._pending = 0
         self._pending_subjects: list[str] = []  # oldest first
@@ -376,18 +561,22 @@ class CommitWorker:
         self._thread: threading.Thread | None = None
         self._packer: threading.Thread | None = None
         self.commit_ms: list[float] = []  # each commit's time, fsyncs included (for benchmarks)
+        self.snapshot_ms: list[float] = []  # each snapshot's time, on the caller's thread
         self.pack_ms: list[float] = []
 
-    def submit(self, files: Iterable[Path], message: str, blobs: Mapping[str, bytes] | None = None) -> None:
-        """Commit FILES (and BLOBS, :meth:`HomeRepo.commit`) with MESSAGE after every commit
-        submitted before (returns at once)."""
+    def submit(self, files: Iterable[Path], message: str) -> None:
+        """Commit FILES as they are now with MESSAGE, after every commit submitted before
+        (the files are read now; git runs later)."""
+        t0 = time.perf_counter()
+        snap = self.repo.snapshots.take(files)
+        self.snapshot_ms.append((time.perf_counter() - t0) * 1000)
         with self._cond:
             self._pending += 1
             self._pending_subjects.append(message.partition("\n")[0])
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
-        self._queue.put((list(files), message, dict(blobs or {})))
+        self._queue.put((snap, message))
 
     @property
     def pending(self) -> int:
@@ -428,12 +617,12 @@ class CommitWorker:
             item = self._queue.get()
             if item is None:
                 return
-            files, message, blobs = item
+            snap, message = item
             t0 = time.perf_counter()
             try:
-                self._sync_changed(files)
+                self._sync_changed(snap.paths)
                 faults.point("commit.synced")
-                _sha, note = self.repo.commit(files, message, blobs)
+                _sha, note = self.repo.commit(snap, message)
             except CommitError as err:
                 self.report(str(err), "warning")
             except Exception as err:  # the worker must outlive any one commit
@@ -454,7 +643,7 @@ class CommitWorker:
                 self._packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
                 self._packer.start()
 
-    def _sync_changed(self, files: list[Path]) -> None:
+    def _sync_changed(self, files: Iterable[Path]) -> None:
         """fsync the files that changed since the last sync; their folder too if one was replaced."""
         changed, replaced = [], False
         for path in files:

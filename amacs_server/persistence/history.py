@@ -14,11 +14,10 @@ The tick state holds what neither has exactly: the active table (what each
 brain pinned or evicted), the order and pages of the primary's pinned items,
 the primary's conversation (the prefix every later request repeats), and the
 size of each file of the append-only logs.  A commit is made off the loop
-thread and carries the files as they are when it runs: after a backlog it
-would hold a later tick's lines.  So the tick state, ``consciousness.el`` and
-``scratchpad.org`` (small, rewritten in place) go to the commit as their bytes
-at the tick's end (:data:`EXACT`), and the recorded sizes cut the logs' later
-lines off again.
+thread, from a snapshot of the tracked files taken at the tick's end
+(:class:`~.git_repo.Snapshot`): it holds the tick's bytes however late it is
+made.  (Commits made before snapshots could hold a later tick's lines: the
+recorded sizes cut the logs back when such a tick is checked out.)
 
 A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
@@ -53,8 +52,6 @@ from .home_lock import HomeInUse, HomeLock
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
-# The files a tick's commit carries as they were at its end (their bytes go with the commit request).
-EXACT = ("consciousness.el", "scratchpad.org")
 STATE_VERSION = 1
 ABANDONED = "refs/amacs/abandoned"
 # The append-only logs whose tick-N contents are their first bytes (sizes in the tick state).
@@ -90,7 +87,8 @@ def skill_files(home: Path) -> list[Path]:
 
 
 def tracked(home: Path) -> list[Path]:
-    """Every file a tick's commit carries."""
+    """Every file a tick's commit carries (those of them that exist: :data:`~.git_repo.TRACKED_NAMES`
+    and the files under :data:`~.git_repo.TRACKED_FOLDERS`)."""
     return [home / "consciousness.el", *log_files(home), home / "scratchpad.org", home / STATE_FILE,
             *skill_files(home)]
 
@@ -105,11 +103,9 @@ def active_rows(db: sqlite3.Connection) -> list[list[Any]]:
     return [list(r) for r in db.execute("SELECT brain, base, status, version FROM active ORDER BY brain, base")]
 
 
-def write_state(home: Path, state: dict[str, Any]) -> bytes:
-    """Write the tick state (not synced: the commit worker syncs the tick's files); its bytes."""
-    text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
-    atomic_write(home / STATE_FILE, text)
-    return text.encode("utf-8", "surrogatepass")
+def write_state(home: Path, state: dict[str, Any]) -> None:
+    """Write the tick state (not synced: the commit worker syncs the tick's files)."""
+    atomic_write(home / STATE_FILE, json.dumps(state, ensure_ascii=False, separators=(",", ":")))
 
 
 def read_state(home: Path) -> dict[str, Any] | None:
@@ -119,17 +115,6 @@ def read_state(home: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
-
-
-def exact_files(home: Path, state: bytes) -> dict[str, bytes]:
-    """What a tick's commit carries as of now: the tick state STATE and the :data:`EXACT` files."""
-    out = {STATE_FILE: state}
-    for name in EXACT:
-        try:
-            out[name] = (home / name).read_bytes()
-        except FileNotFoundError:
-            continue
-    return out
 
 
 def file_sizes(home: Path) -> dict[str, int]:
@@ -176,6 +161,17 @@ def tick_commit(home: Path, tick: int) -> str:
         if line[41:].startswith(prefix):
             return line[:40]
     raise HistoryError(f"{home} has no tick {tick} in its history")
+
+
+def last_tick(home: Path) -> int:
+    """The tick of the newest ``[TICK N]`` commit of HEAD's line: the mind as it is now."""
+    if not (home / ".git").is_dir():
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
+    out = _git(home, "log", "--max-count=1", "--format=%s", "--extended-regexp", r"--grep=^\[TICK [0-9]+\]")
+    subject = out.decode(errors="replace")
+    if not subject.startswith("[TICK "):
+        raise HistoryError(f"{home} has no tick in its history yet")
+    return int(subject[6:subject.index("]")])
 
 
 def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
@@ -233,11 +229,27 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
             for rowid, text in later:
                 db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
             db.execute("DELETE FROM items WHERE id > ?", (top,))
+            db.execute("DELETE FROM tags WHERE base NOT IN (SELECT base FROM items)")  # made with the first version
+            if abandoned is None:  # a fork: the abandoned futures of HOME are not its history
+                db.execute("DROP TABLE IF EXISTS abandoned_items")
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
         return len(later)
     finally:
         ltm.close()
+
+
+def _forget_deleted(db_path: Path) -> None:
+    """memory.db without a trace of its deleted rows: the full-text index merged into new
+    segments and the file rewritten (a deleted row's text stays in free pages until then)."""
+    db = sqlite3.connect(db_path)
+    try:
+        db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
+        db.commit()
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        db.close()
 
 
 def _record(home: Path, tick: int, heading: str, text: str, event: str, data: dict[str, Any]) -> None:
@@ -308,8 +320,10 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _git(dest.parent, "clone", "--quiet", "--local", "--no-checkout", str(home), str(dest))
-        _git(dest, "remote", "remove", "origin")
+        # A repository of its own holding the history up to the tick only: no later object, ref
+        # or reflog entry of HOME (a clone would share them all).
+        _git(dest, "init", "--quiet")
+        _git(dest, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
         _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
         _check_out(dest, commit, state)
         limit = person_limit.current(home) if limit is None else limit
@@ -327,6 +341,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                 target.close()
                 src.close()
             _memory_at(dest / "memory.db", state, None)
+            _forget_deleted(dest / "memory.db")
         _record(dest, tick, "Forked", f"Forked from {home} at this tick.", "fork",
                 {"from_home": str(home), "at_tick": tick, "from_commit": commit})
         sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
@@ -336,21 +351,39 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             held.release()
 
 
+def _tick(text: str) -> int | str:
+    """--tick's value: a tick number, or ``now``."""
+    import argparse  # noqa: PLC0415
+
+    if text == "now":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a tick number or now") from None
+
+
 def main(argv: list[str]) -> int:
-    """``amacs-server rewind HOME --tick N`` and ``amacs-server fork HOME --tick N DEST``."""
+    """``amacs-server rewind HOME --tick N`` and ``amacs-server fork HOME --tick N|now DEST``."""
     import argparse  # noqa: PLC0415
 
     command, rest = argv[0], argv[1:]
     parser = argparse.ArgumentParser(prog=f"amacs-server {command}")
     parser.add_argument("home", help="the AMACS home")
-    parser.add_argument("--tick", type=int, required=True, help="the tick to return to (its end)")
     if command == "fork":
+        parser.add_argument("--tick", type=_tick, required=True,
+                            help="the tick whose end to fork at, or now: the last one")
         parser.add_argument("dest", help="the new home")
+    else:
+        parser.add_argument("--tick", type=int, required=True, help="the tick to return to (its end)")
     args = parser.parse_args(rest)
     os.umask(0o077)
     try:
-        done = (fork(Path(args.home), args.tick, Path(args.dest)) if command == "fork"
-                else rewind(Path(args.home), args.tick))
+        if command == "fork":
+            home = Path(args.home).expanduser().resolve()
+            done = fork(home, last_tick(home) if args.tick == "now" else args.tick, Path(args.dest))
+        else:
+            done = rewind(Path(args.home), args.tick)
     except (HistoryError, OSError, sqlite3.Error) as err:
         print(f"amacs-server {command}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1

@@ -18,7 +18,10 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..scrub import Scrubber
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,12 @@ class AgentIdentity:
 class Transcript:
     """Appends events for one session, through one open file (:meth:`close` it at the end)."""
 
-    def __init__(self, folder: Path, run_id: str, secrets: tuple[str, ...] = ()) -> None:
+    def __init__(self, folder: Path, run_id: str, secrets: tuple[str, ...] = (), scrub: Scrubber | None = None) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{run_id}.jsonl"
         self.run_id = run_id
         self._secrets = tuple(s for s in secrets if s)
+        self._scrub = scrub  # the server's scrubber, whose secrets grow as mcp.json is read
         self._seq = 0
         self._lock = threading.Lock()
         self._encoder = json.JSONEncoder(ensure_ascii=False, default=str)  # what json.dumps makes per call
@@ -74,6 +78,8 @@ class Transcript:
                 "data": data,
             }
             line = self._encoder.encode(record)
+            if self._scrub is not None:
+                line = self._scrub.text(line)
             for secret in self._secrets:
                 line = line.replace(secret, "[REDACTED]")
             try:
@@ -82,6 +88,8 @@ class Transcript:
                 data_bytes = (json.dumps(record, ensure_ascii=True, default=str) + "\n").encode("ascii")
                 for secret in self._secrets:
                     data_bytes = data_bytes.replace(secret.encode("utf-8"), b"[REDACTED]")
+                if self._scrub is not None:
+                    data_bytes = self._scrub.data(data_bytes)
             os.write(self._open(), data_bytes)
 
     def _open(self) -> int:

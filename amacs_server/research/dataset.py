@@ -10,13 +10,16 @@ run's folder name), experiment, prompt, variant, model, backend, model_name, rep
 status, arm):
 
 - ``runs``: one row per run, its manifest (turns, cost, turns_done, started_at, ended_at,
-  seconds, error, failed_turn, the phases emacs_started_at server_started_at first_request_at
-  last_reply_at, cpus), concurrency (the runs going at once over its time, itself included),
+  seconds (from the run's start signal, its first turn reaching its server, to its last reply),
+  startup_seconds (its Emacs's start to that signal), wall_seconds (started_at to ended_at),
+  error, failed_turn, the phases emacs_started_at server_started_at first_turn_at first_request_at
+  last_reply_at, cpus, order_seed and position: the run order's seed and its place in it), concurrency (the runs going at once over its time, itself included),
   and the counts of its events, agents, model calls and evals.
 - ``events``: one row per transcript event: session_id, agent_id, parent_id, agent_type,
   template, seq, ts, tick, event, data (JSON).
 - ``model_calls``: one row per model call (``model_response``, or ``model_error``: ok
-  false): input/output/cache_read/cache_write tokens, cost, latency_ms, stop_reason, error,
+  false): input/output/cache_read/cache_write tokens, cost (NULL: the model's price is
+  unknown; every sum of dollars over such a call is NULL too, its tokens are kept), latency_ms, stop_reason, error,
   thinking_chars (the size of its thinking text; NULL in transcripts that do not keep it).
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
@@ -60,8 +63,18 @@ MANIFEST_COLUMNS = {
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
-    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR",
+    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "unpriced_calls": "BIGINT",
+    "first_turn_at": "DOUBLE", "startup_seconds": "DOUBLE", "wall_seconds": "DOUBLE", "order_seed": "BIGINT",
+    "position": "BIGINT",
 }
+
+
+def _dollars(column: str, known: str = "ok") -> str:
+    """The sum of COLUMN, unknown (NULL) when a row that should have dollars (KNOWN) has none:
+    never the known part passed off as the whole."""
+    return f"CASE WHEN bool_or({known} AND {column} IS NULL) THEN NULL ELSE sum({column}) END"
+
+
 # The run's parameters, a column of every table (the contract's list, and the arm they make).
 PARAMS = ("experiment", "prompt", "variant", "model", "backend", "model_name", "rep", "seed", "status", "arm")
 
@@ -193,7 +206,8 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
             SELECT {key}, count(*) AS model_calls, count(*) FILTER (WHERE ok) AS answered,
                    sum(coalesce(input_tokens, 0) + coalesce(cache_read_tokens, 0) + coalesce(cache_write_tokens, 0))::BIGINT
                        AS input_tokens,
-                   sum(output_tokens)::BIGINT AS output_tokens, sum(cost) AS cost
+                   sum(output_tokens)::BIGINT AS output_tokens, {_dollars("cost")} AS cost,
+                   count(*) FILTER (WHERE ok AND cost IS NULL) AS unpriced_calls
             FROM model_calls GROUP BY ALL),
         ev AS (
             SELECT {key}, count(*) AS evals, count(*) FILTER (WHERE NOT coalesce(ok, false)) AS eval_errors
@@ -206,7 +220,9 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                coalesce(en.ended_at, se.session_end, ids.last_ts) AS ended_at,
                coalesce(en.steps, mc.answered, 0) AS steps, ids.events,
                coalesce(mc.model_calls, 0) AS model_calls, coalesce(mc.input_tokens, 0) AS input_tokens,
-               coalesce(mc.output_tokens, 0) AS output_tokens, coalesce(mc.cost, 0) AS cost,
+               coalesce(mc.output_tokens, 0) AS output_tokens,
+               CASE WHEN coalesce(mc.unpriced_calls, 0) > 0 THEN NULL ELSE coalesce(mc.cost, 0) END AS cost,
+               coalesce(mc.unpriced_calls, 0) AS unpriced_calls,
                coalesce(ev.evals, 0) AS evals, coalesce(ev.eval_errors, 0) AS eval_errors
         FROM ids LEFT JOIN st USING ({key}) LEFT JOIN en USING ({key}) LEFT JOIN mc USING ({key})
                  LEFT JOIN ev USING ({key}) LEFT JOIN se USING (run_id, session_id)
@@ -214,7 +230,9 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
     con.execute("""
         CREATE OR REPLACE TABLE runs AS
         WITH n AS (SELECT run_id, count(*) AS events, count(DISTINCT session_id) AS sessions FROM events GROUP BY 1),
-        a AS (SELECT run_id, count(*) AS agents, sum(model_calls)::BIGINT AS model_calls, sum(cost) AS model_cost,
+        a AS (SELECT run_id, count(*) AS agents, sum(model_calls)::BIGINT AS model_calls,
+                     CASE WHEN sum(unpriced_calls) > 0 THEN NULL ELSE sum(cost) END AS model_cost,
+                     sum(unpriced_calls)::BIGINT AS calls_unpriced,
                      sum(input_tokens)::BIGINT AS input_tokens, sum(output_tokens)::BIGINT AS output_tokens,
                      sum(evals)::BIGINT AS evals, sum(eval_errors)::BIGINT AS eval_errors
               FROM agents GROUP BY 1),
@@ -228,7 +246,8 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         SELECT m.folder AS run_id, p.arm, m.* EXCLUDE (folder, run_id), o.concurrency,
                coalesce(n.sessions, 0) AS sessions, coalesce(n.events, 0) AS events,
                coalesce(a.agents, 0) AS agents, coalesce(a.model_calls, 0) AS model_calls,
-               coalesce(a.model_cost, 0) AS model_cost, coalesce(a.input_tokens, 0) AS input_tokens,
+               CASE WHEN coalesce(a.calls_unpriced, 0) = 0 THEN coalesce(a.model_cost, 0) END AS model_cost,
+               coalesce(a.input_tokens, 0) AS input_tokens,
                coalesce(a.output_tokens, 0) AS output_tokens, coalesce(a.evals, 0) AS evals,
                coalesce(a.eval_errors, 0) AS eval_errors, coalesce(b.blocks, 0) AS blocks
         FROM manifest m JOIN params p ON p.run_id = m.folder
@@ -283,7 +302,8 @@ def _turns(con: duckdb.DuckDBPyConnection) -> None:
                    count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
                    count(*) FILTER (WHERE event = 'eval') AS evals,
                    min(ts) AS started_at, max(ts) - min(ts) AS seconds,
-                   coalesce(sum(paid), 0) AS cost
+                   CASE WHEN bool_or(event = 'model_response' AND paid IS NULL) THEN NULL
+                        ELSE coalesce(sum(paid), 0) END AS cost
             FROM pe WHERE turn > 0 GROUP BY run_id, session_id, agent_id, turn),
         se AS (
             SELECT run_id, session_id, agent_id, agent_type, template, seq, ts, event,
@@ -326,7 +346,8 @@ def _turns(con: duckdb.DuckDBPyConnection) -> None:
                    count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
                    count(*) FILTER (WHERE event = 'eval') AS evals,
                    min(ts) AS started_at, max(ts) - min(ts) AS seconds,
-                   coalesce(sum(paid), 0) AS cost
+                   CASE WHEN bool_or(event = 'model_response' AND paid IS NULL) THEN NULL
+                        ELSE coalesce(sum(paid), 0) END AS cost
             FROM sn GROUP BY run_id, session_id, agent_id, turn
             HAVING count(*) FILTER (WHERE event IN ('model_request', 'model_response', 'model_error')) > 0),
         everyone AS (

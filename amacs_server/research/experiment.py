@@ -1,6 +1,13 @@
 """``amacs-server experiment SPEC``: run a spec's grid of headless sessions.
 
-    amacs-server experiment SPEC [--runs-dir D] [--parallel N] [--budget USD] [--ray [ADDRESS]]
+    amacs-server experiment SPEC [--runs-dir D] [--parallel N] [--budget USD] [--order random|grid]
+                                 [--seed N] [--ray [ADDRESS]]
+
+Runs go in a random order across arms and repetitions, drawn from a seed (the
+spec's ``seed``, ``--seed``, else one drawn at the first start; kept in
+``RUNS_DIR/order.json`` and each manifest's ``order_seed`` and ``position``), so
+that neither time, nor the machine's load, nor warm-up lines up with an arm;
+``--order grid`` (or the spec's ``order = "grid"``) runs them in the grid's order.
 
 Runs go at most N at once (default the spec's ``parallel``), on this machine
 or, with ``--ray``, as Ray tasks on a local Ray (no ADDRESS) or the cluster at
@@ -27,9 +34,12 @@ them again).
 from __future__ import annotations
 
 import argparse
+import json
+import secrets
 import shutil
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +56,7 @@ from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .runs import INTERRUPTED, Outcome, read_manifest
-from .spec import Experiment, Run, SpecError, load
+from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
 # No new run starts once this many runs in a row failed for the same reason (a dead endpoint,
@@ -61,9 +71,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs-dir", type=Path, help="where runs go (default: runs/<name> beside SPEC)")
     parser.add_argument("--parallel", type=int, help="runs at once (default: the spec's parallel)")
     parser.add_argument("--budget", type=float, help="dollars for the whole experiment (default: the spec's)")
+    parser.add_argument("--order", choices=("random", "grid"), default=None,
+                        help="runs in a seeded random order across arms and repetitions (default), or in the "
+                             "grid's order (prompt, variant, model, repetition)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the random order's seed (default: the spec's seed, else the one this runs "
+                             "folder was started with, else a new one; kept in RUNS_DIR/order.json)")
     parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                         help="run each session as a Ray task: on a local Ray, or the cluster at ADDRESS")
     return parser
+
+
+ORDER = "order.json"  # RUNS_DIR's run order and its seed: a resume keeps the order it started with
+
+
+def order_seed(runs_dir: Path, given: int | None) -> int:
+    """The seed of RUNS_DIR's random run order: GIVEN, else the one it was started with, else a new one."""
+    if given is not None:
+        return given
+    try:
+        kept = json.loads((runs_dir / ORDER).read_text(encoding="utf-8")).get("seed")
+    except (OSError, ValueError, AttributeError):
+        kept = None
+    return kept if isinstance(kept, int) and not isinstance(kept, bool) else secrets.randbelow(2**31)
 
 
 def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float, int]:
@@ -73,16 +103,22 @@ def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float, 
     for run in experiment.runs:
         manifest = read_manifest(runs_dir / run.run_id)
         if manifest and manifest.get("status") == "done":
-            spent += float(manifest.get("cost") or 0.0)
+            spent += float(manifest.get("cost") or 0.0)  # unknown (null): only a run without a budget
         else:
             todo.append(run)
             again += manifest is not None
     return todo, spent, again
 
 
-def dollars(cost: float) -> str:
-    """COST as dollars: cents, or tenths of a cent below one cent (a fake's runs cost that)."""
+def dollars(cost: float | None) -> str:
+    """COST as dollars: cents, or tenths of a cent below one cent (a fake's runs cost that); None: unknown."""
+    if cost is None:
+        return "$? (no price)"
     return f"${cost:.2f}" if cost == 0 or cost >= 0.01 else f"${cost:.4f}"
+
+
+def _cost(cost: float | None) -> str:
+    return "cost unknown (no price)" if cost is None else f"${cost:.4f}"
 
 
 def counts(done: int, running: int, failed: int, cost: float) -> str:
@@ -163,13 +199,13 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 progress.update(bar, running=running)
                 for outcome in executor.finished(POLL):
                     running -= 1
-                    spent += outcome.cost
+                    spent += outcome.cost or 0.0
                     outcomes.append(outcome)
                     failed = sum(o.status == "failed" for o in outcomes)
                     done = total - len(todo) + len(outcomes) - failed
                     progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
                     why = f"  {failure(outcome)}" if outcome.error else ""
-                    progress.console.print(f"{outcome.status:6} {outcome.run_id}  ${outcome.cost:.4f}  "
+                    progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
                                            f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
                                            style="red" if outcome.status == "failed" else None)
                     stopped = stopped or same_failures(outcomes)
@@ -206,15 +242,34 @@ def main(argv: list[str]) -> int:
         print("amacs-server experiment: --parallel must be at least 1", file=sys.stderr)
         return 2
     budget = args.budget if args.budget is not None else table.budget
+    nobody_priced = unpriced(experiment.runs)
+    if nobody_priced and (budget is not None or table.run_budget is not None):
+        run = nobody_priced[0]
+        print(f"amacs-server experiment: a budget needs prices, and model {run.model!r} "
+              f"({run.model_name or 'the default model'}"
+              + (f" at {run.base_url}" if run.base_url else "") + ") has none: give its [[models]] entry "
+              "price = {input = ..., output = ...} (dollars per million tokens), or drop the budget "
+              "(budget, run_budget, --budget) to run it with its cost unknown", file=sys.stderr)
+        return 2
     runs_dir = (args.runs_dir or args.spec.resolve().parent / "runs" / experiment.name).resolve()
     runs_dir.mkdir(parents=True, exist_ok=True)
     if args.spec.resolve() != runs_dir / "experiment.toml":
         shutil.copyfile(args.spec, runs_dir / "experiment.toml")
+    how = args.order or table.order
+    seed = None if how == "grid" else order_seed(runs_dir, args.seed if args.seed is not None else table.seed)
+    if seed is not None and seed < 0:
+        print("amacs-server experiment: --seed must be 0 or more", file=sys.stderr)
+        return 2
+    (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
+    experiment = replace(experiment, runs=run_order(experiment.runs, seed))
     todo, spent, again = _pending(experiment, runs_dir)
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
           f"{len(todo)} to run" + (f" ({again} of them again: failed or interrupted before)" if again else "")
-          + f", {parallel} at once" + (f", on Ray {args.ray or '(local)'}" if args.ray is not None else ""),
+          + f", {parallel} at once"
+          + (f", in a random order (seed {seed}; --order grid for the grid's)" if seed is not None
+             else ", in the grid's order")
+          + (f", on Ray {args.ray or '(local)'}" if args.ray is not None else ""),
           flush=True)
     if not todo:
         return 0
@@ -226,7 +281,7 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted; run the same command again to resume.", flush=True)
         return 130
-    spent += sum(o.cost for o in outcomes)
+    spent += sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
           f"{len(failed)} failed, ${spent:.4f} spent", flush=True)

@@ -83,6 +83,7 @@ class Job:
     backend: str
     model: str
     base_url: str | None
+    price: tuple[float, float, float, float] | None = None  # the spec's price of MODEL, if it gives one
 
 
 def find_judge(name_or_path: str) -> Path:
@@ -172,7 +173,7 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.pricing import cost
+    from ..inference.pricing import Price, cost, is_local
     from ..inference.request import build_request
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
@@ -188,7 +189,9 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
                                      "scale": [judge.low, judge.high]}, agent=me)
     backend = _backend(job)
     messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
-    spent, error, score, rationale = 0.0, None, None, ""
+    spent: float | None = 0.0
+    error, score, rationale = None, None, ""
+    table = {job.model: Price(*job.price)} if job.price else None
     try:
         for attempt in range(RETRIES + 1):
             request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
@@ -202,8 +205,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
 
                 error = model_error_words(str(err), job.base_url)
                 break
-            dollars = cost(job.model, result.usage)
-            spent += dollars
+            dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
+            spent = None if dollars is None or spent is None else spent + dollars
             transcript.write("model_response", {
                 "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
                 "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
@@ -225,7 +228,8 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
         transcript.close()
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
-            "score": score, "rationale": rationale, "cost": round(spent, 8), "error": error}
+            "score": score, "rationale": rationale, "cost": None if spent is None else round(spent, 8),
+            "error": error}
 
 
 def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
@@ -246,7 +250,8 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
     result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3))
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
-    return Outcome(run_id=job.run_id, status=result["status"], cost=float(result["cost"]),
+    return Outcome(run_id=job.run_id, status=result["status"],
+                   cost=None if result["cost"] is None else float(result["cost"]),
                    seconds=result["seconds"], turns_done=int(result["status"] == "done"), started_at=started,
                    ended_at=ended, error=result["error"])
 
@@ -275,8 +280,11 @@ class JudgeExecutor:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _models(runs_dir: Path) -> dict[str, tuple[str, str | None]]:
-    """The experiment's models by name: (backend, base_url), from its spec copied into RUNS_DIR."""
+ModelAt = tuple[str, str | None, str | None, tuple[float, float, float, float] | None]
+
+
+def _models(runs_dir: Path) -> dict[str, ModelAt]:
+    """The experiment's models by name: (backend, base_url, model, price), from its spec copied into RUNS_DIR."""
     from .spec import SpecError, models_of
 
     if not (runs_dir / "experiment.toml").is_file():
@@ -285,7 +293,8 @@ def _models(runs_dir: Path) -> dict[str, tuple[str, str | None]]:
         models = models_of(runs_dir / "experiment.toml")
     except SpecError as err:  # e.g. ${ANTHROPIC_BASE_URL} not set: never fall back to a paid endpoint
         raise JudgeError(f"the experiment's models cannot be read: {err}") from err
-    return {name: (m.backend, m.base_url) for name, m in models.items()}
+    return {name: (m.backend, m.base_url, m.model, m.price.numbers() if m.price else None)
+            for name, m in models.items()}
 
 
 def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[str], float]:
@@ -302,7 +311,7 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
     turns: dict[str, list[tuple[Any, ...]]] = {}
     for row in rows:
         turns.setdefault(row[0], []).append(row[1:])
-    models: dict[str, tuple[str, str | None]] | None = None  # read once there is a run to judge
+    models: dict[str, ModelAt] | None = None  # read once there is a run to judge
     todo, skipped, spent = [], [], 0.0
     for run_id, status, model_key, backend, model_name in runs:
         if status != "done":
@@ -313,9 +322,10 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
             spent += float(earlier.get("cost") or 0.0)
             continue
         models = _models(runs_dir) if models is None else models
-        backend_of, base_url = models.get(model_key, (backend or "anthropic", None))
+        backend_of, base_url, spec_model, price = models.get(model_key, (backend or "anthropic", None, None, None))
+        asks = model or judge.model or model_name or "claude-sonnet-4-5"
         todo.append(Job(run_id=run_id, material=material(judge, turns.get(run_id, [])), backend=backend_of,
-                        model=model or judge.model or model_name or "claude-sonnet-4-5", base_url=base_url))
+                        model=asks, base_url=base_url, price=price if asks == (spec_model or model_name) else None))
     return todo, skipped, spent
 
 
@@ -360,6 +370,16 @@ def main(argv: list[str]) -> int:
     except JudgeError as err:
         print(f"amacs-server judge: {err}", file=sys.stderr)
         return 2
+    if args.budget is not None:
+        from ..inference.pricing import is_local, listed_price
+
+        nobody = next((j for j in todo if j.price is None and listed_price(j.model) is None
+                       and not is_local(j.base_url)), None)
+        if nobody is not None:
+            print(f"amacs-server judge: a budget needs a price, and model {nobody.model!r}"
+                  + (f" at {nobody.base_url}" if nobody.base_url else "") + " has none: give it in the "
+                  "experiment's [[models]] price, or drop --budget to judge with the cost unknown", file=sys.stderr)
+            return 2
     total = len(todo) + sum(1 for _ in _scored(runs_dir, judge))
     print(f"judge {judge.name} (scale {judge.low}-{judge.high}, reads {judge.input}) over {runs_dir}: "
           f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge, {parallel} at once"
@@ -373,11 +393,14 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"judge {judge.name}: interrupted; run the same command again to resume.", flush=True)
         return 130
-    spent += sum(o.cost for o in outcomes)
+    spent += sum(o.cost or 0.0 for o in outcomes)
+    unknown = sum(o.cost is None for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     print(f"judge {judge.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} judged, "
-          f"{len(failed)} failed, ${spent:.4f} spent; scores in RUNS_DIR/<run>/judges/{judge.name}/{SCORE}, "
-          "the dataset's scores table and the report", flush=True)
+          f"{len(failed)} failed, ${spent:.4f} spent"
+          + (f" (and {unknown} judgements of a model with no price: cost unknown)" if unknown else "")
+          + f"; scores in {runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report",
+          flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:

@@ -38,6 +38,11 @@ def _color(agent_type: str | None) -> str:
     return TYPE_COLORS.get(agent_type or "", "#7f7f7f")
 
 
+def _usd(amount: float | None) -> str:
+    """AMOUNT in dollars, or that it is unknown (a model with no price)."""
+    return "cost unknown (no price)" if amount is None else f"${amount:.4f}"
+
+
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     return con.execute(sql, list(params)).fetchall()
 
@@ -136,7 +141,8 @@ def go_bar(arms: list[str]) -> go.Bar:
 
 # The phases of a run, as the manifest times them, and their names on the charts.
 PHASES = (("emacs_started_at", "Emacs start"), ("server_started_at", "server start"),
-          ("first_request_at", "first request"), ("last_reply_at", "last reply"), ("ended_at", "stop"))
+          ("first_turn_at", "first turn (the run's start)"), ("first_request_at", "first request"),
+          ("last_reply_at", "last reply"), ("ended_at", "stop"))
 
 
 def _parallelism_of(concurrency: float | None, cpus: int | None) -> str:
@@ -179,8 +185,10 @@ def _phase_bars(con: duckdb.DuckDBPyConnection, arms: list[str]) -> go.Figure:
     fig.update_layout(annotations=[{"x": 0, "y": a, "xref": "x", "yref": "y", "text": "no run done", "showarrow": False,
                                     "xanchor": "left", "font": {"color": "#d62728"}} for a in arms if a not in per])
     fig.update_layout(barmode="stack",
-                      title=f"Where a run's time went (mean of done runs)<br><sup>{parallelism(con)}</sup>",
-                      xaxis={"title": "seconds from the run's start (its Emacs)", "rangemode": "tozero"},
+                      title="Where a run's time went, process start-up included (mean of done runs)"
+                            f"<br><sup>from its Emacs's start; {parallelism(con)}</sup>",
+                      xaxis={"title": "seconds from the run's Emacs starting (start-up included)",
+                             "rangemode": "tozero"},
                       yaxis={"type": "category", "automargin": True},
                       legend={"orientation": "h", "y": -0.3, "traceorder": "normal"})
     return fig
@@ -280,7 +288,7 @@ def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
         parents.append(parent_key if parent_key in known else "")
         labels.append(f"{agent}<br>{kind} / {template}")
         colors.append(_color(kind))
-        hover.append(f"state {state}, {calls} model calls, ${cost:.4f}")
+        hover.append(f"state {state}, {calls} model calls, {_usd(cost)}")
     fig = go.Figure(go.Icicle(ids=ids, labels=labels, parents=parents, marker={"colors": colors},
                               textfont={"color": "white", "size": 13},  # readable on every type's colour
                               text=hover, hovertemplate="%{label}<br>%{text}<extra></extra>",
@@ -292,18 +300,20 @@ def _tree(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
 def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     """RUN's agents, one row each (labelled on the y axis), from start to end on the run's own clock.
 
-    The x axis is the run's clock (0: its start), shown from where its server serves to its last event, each
+    The x axis is the run's clock, zero at its start signal (its first turn reaching its server; start-up
+    before it is negative), shown from where its server serves to its last event, each
     phase of the run (PHASES) a dotted line, the title saying how many runs went at once; each
     agent's bar at its real times, each model call a line from its request to its response (its
     latency) ending in a dot, each eval a diamond just under its agent's row; hover for details."""
     import plotly.graph_objects as go
 
     span = _rows(con, """
-        SELECT r.started_at, r.ended_at, min(e.ts), max(e.ts), count(DISTINCT e.session_id)
+        SELECT r.started_at, r.ended_at, min(e.ts), max(e.ts), count(DISTINCT e.session_id), r.first_turn_at
         FROM runs r LEFT JOIN events e USING (run_id) WHERE r.run_id = ? GROUP BY ALL""", run)
-    started, ended, first_ts, last_ts, sessions = span[0] if span else (None, None, None, None, 0)
+    started, ended, first_ts, last_ts, sessions, first_turn = span[0] if span else (None, None, None, None, 0, None)
     starts = [t for t in (started, first_ts) if t is not None]
-    t0 = min(starts) if starts else 0.0
+    # zero: the run's start signal, as every duration of the report counts it (else its first record)
+    t0 = first_turn if first_turn is not None else (min(starts) if starts else 0.0)
     t1 = max(t for t in (ended, last_ts, t0) if t is not None)
     rows = _rows(con, """
         SELECT session_id, agent_id, agent_type, template, state, started_at, ended_at, steps, model_calls, cost
@@ -321,7 +331,7 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
             name=kind, orientation="h", y=[row_of[key(r[0], r[1])] for r in mine],
             base=[r[5] - t0 for r in mine], x=[max(r[6] - r[5], (t1 - t0) / 500) for r in mine],
             width=0.5, marker_color=_color(kind), opacity=0.45, textposition="none",
-            text=[f"{r[1]} ({r[3]}): {r[4]}, {r[7]} steps, {r[8]} model calls, ${r[9]:.4f}" for r in mine],
+            text=[f"{r[1]} ({r[3]}): {r[4]}, {r[7]} steps, {r[8]} model calls, {_usd(r[9])}" for r in mine],
             hovertemplate="%{text}<br>%{base:.2f} s to %{customdata:.2f} s<extra></extra>",
             customdata=[r[6] - t0 for r in mine]))
     calls = _rows(con, """
@@ -341,7 +351,7 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
         x=[c[2] - t0 for c in calls], y=[row_of[key(c[0], c[1])] + 0.12 for c in calls],
         marker={"symbol": "circle", "size": 6, "color": ["black" if c[4] else "#d62728" for c in calls]},
         text=[f"{c[1]}: {'answered, ' + str(c[5]) if c[4] else 'failed'}, {c[6] or 0} in / {c[7] or 0} out, "
-              f"${c[8] or 0:.4f}, {(c[3] or 0) / 1000:.2f} s" for c in calls],
+              f"{_usd(c[8]) if c[4] else '$0'}, {(c[3] or 0) / 1000:.2f} s" for c in calls],
         hovertemplate="%{text}<br>at %{x:.2f} s<extra></extra>"))
     evals = _rows(con, "SELECT session_id, agent_id, ts, coalesce(ok, false), form, error FROM evals WHERE run_id = ?",
                   run)
@@ -364,7 +374,7 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     # the title): the agents' activity fills the width instead of a sliver of the run; zoom out for the rest
     begun = [v for v in (shown.get("server_started_at"), (first_ts - t0) if first_ts is not None else None)
              if v is not None]
-    left = max(0.0, min(begun, default=0.0) - 0.5)
+    left = min(begun, default=0.0) - 0.5
     shapes, notes = [], []
     for phase, label in PHASES:
         if phase in shown:
@@ -380,7 +390,9 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
         barmode="overlay",
         title=f"Timeline of {run}'s agents ({_parallelism_of(concurrency, cpus)})"
               + (f"<br><sup>outside the view: {', '.join(before)}; zoom out to see</sup>" if before else ""),
-        xaxis={"title": "seconds from the run's start (its Emacs)", "range": [left, right],
+        xaxis={"title": "seconds from the run's start (its first turn reaching the server; start-up is "
+                        "before 0)" if first_turn is not None else "seconds from the run's first record",
+               "range": [left, right],
                "zeroline": False},
         yaxis={"tickmode": "array", "tickvals": list(range(len(rows))), "ticktext": labels, "automargin": True,
                "range": [-0.6, len(rows) - 0.4]},
@@ -506,7 +518,7 @@ def _scores(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None
                                           "thickness": 2, "width": 10, "color": "#d62728"},
                                  hovertemplate="%{x}: mean %{y:.2f}<extra></extra>"))
         fig.update_layout(title=f"{judge}: score per arm ({n_done} runs judged"
-                                + (f", {n_failed} failed" if n_failed else "") + f"; ${cost or 0:.4f})",
+                                + (f", {n_failed} failed" if n_failed else "") + f"; {_usd(cost)})",
                           yaxis={"title": f"score ({low} to {high})", "range": [low - 0.5, high + 0.5],
                                  "dtick": 1},
                           boxmode="overlay",
@@ -514,6 +526,103 @@ def _scores(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None
         _no_data(fig, arms, set(named), "not judged")
         page.figure(fig)
     page.html(_table(["judge", "arm", "runs judged", "mean score", "95% interval low", "95% interval high"], table))
+
+
+def _prices(page: Page, con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
+    """Where each model's dollars come from: listed, the spec's price, free (a server on this machine),
+    or unknown (then the page shows tokens, and says how to give a price)."""
+    from ..config import DEFAULT_MODEL
+    from ..inference.pricing import is_local, listed_price
+    from .spec import SpecError, models_of
+
+    try:
+        entries = models_of(runs_dir / "experiment.toml") if (runs_dir / "experiment.toml").is_file() else {}
+    except SpecError:
+        entries = {}
+    rows = []
+    for model, model_name, n, tokens, unpriced in _rows(con, """
+            SELECT model, any_value(model_name), count(*), sum(input_tokens + output_tokens)::BIGINT,
+                   sum(coalesce(unpriced_calls, 0))::BIGINT
+            FROM runs GROUP BY model ORDER BY model"""):
+        entry = entries.get(model)
+        name = model_name or (entry.model if entry else None) or DEFAULT_MODEL
+        if entry is not None and entry.price is not None:
+            source = f"the spec's price: ${entry.price.input:g} in, ${entry.price.output:g} out per million tokens"
+        elif unpriced == 0 and listed_price(name) is not None:
+            source = "listed (AMACS's price list)"
+        elif unpriced == 0 and (entry is None or is_local(entry.base_url)):
+            source = "free: served on this machine" + (f" ({entry.base_url})" if entry and entry.base_url else "")
+        else:
+            source = ("unknown: no price listed or given, so its dollars are not counted (its tokens are); give "
+                      "one as price = {input = ..., output = ...} in its [[models]] entry")
+        rows.append((model, name, n, tokens, source))
+    if any(r[4] != "listed (AMACS's price list)" for r in rows):
+        page.html("<p><b>Prices.</b> Where each model's dollars come from:</p>"
+                  + _table(["model", "model name", "runs", "tokens (in + out)", "price"], rows))
+
+
+COMPARED = (("seconds", "duration, first turn to last reply", " s"), ("coalesce(cost, model_cost)", "cost", " $"),
+            ("model_calls", "model calls", ""), ("input_tokens + output_tokens", "tokens (in + out)", ""))
+
+
+def compare_arms(con: duckdb.DuckDBPyConnection, arms: list[str]) -> list[tuple[Any, ...]]:
+    """Each arm against the first (the reference): per measure of the done runs (:data:`COMPARED`) and
+    per judge's scores, the means, the difference and its 95% interval, and what it says."""
+    from .compare import difference
+
+    if len(arms) < 2:
+        return []
+    measures: list[tuple[str, str, dict[str, list[float]]]] = []
+    for column, label, unit in COMPARED:
+        rows = _rows(con, f"SELECT arm, {column} FROM runs WHERE status = 'done'")
+        if column.startswith("coalesce(cost") and any(v is None for _a, v in rows):
+            continue  # some cost is unknown: no difference of dollars is made of the known part
+        values: dict[str, list[float]] = {}
+        for arm, v in rows:
+            if v is not None:
+                values.setdefault(arm, []).append(float(v))
+        measures.append((label, unit, values))
+    for (judge,) in _rows(con, "SELECT DISTINCT judge FROM scores ORDER BY judge"):
+        values = {}
+        for arm, v in _rows(con, "SELECT arm, score FROM scores WHERE judge = ? AND judged = 'done' "
+                                 "AND score IS NOT NULL", judge):
+            values.setdefault(arm, []).append(float(v))
+        measures.append((f"score: {judge}", "", values))
+    reference = arms[0]
+    out: list[tuple[Any, ...]] = []
+    for label, unit, values in measures:
+        for arm in arms[1:]:
+            if not values.get(reference) or not values.get(arm):
+                out.append((label, f"{arm} vs {reference}", len(values.get(arm, [])),
+                            len(values.get(reference, [])), None, None, None, "no runs to compare"))
+                continue
+            d = difference(values[reference], values[arm])
+            interval = f"{d.low:+.3g} to {d.high:+.3g}" if d.low is not None and d.high is not None else "—"
+            out.append((label, f"{arm} vs {reference}", d.n_arm, d.n_reference, d.mean_arm, d.mean_reference,
+                        f"{d.difference:+.3g} ({interval})", d.words(unit)))
+    return out
+
+
+def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
+    """The section comparing each arm with the first: differences with their 95% intervals."""
+    from .compare import EXACT_UP_TO, MIN_N, RESAMPLES
+
+    rows = compare_arms(con, arms)
+    if not rows:
+        return
+    page.section("Arms compared", f"Each arm against {arms[0]}: the difference of the means over done runs, "
+                                  f"its 95% interval (a seeded bootstrap, {RESAMPLES} resamples, each arm "
+                                  "resampled on its own) and a permutation test's p-value (exact up to "
+                                  f"{EXACT_UP_TO} labellings). With fewer than {MIN_N} runs in an arm it says "
+                                  "it cannot tell. Durations are from each run's first turn to its last reply: "
+                                  "process start-up is not counted, and runs went in a random order (see order).")
+    page.html(_table(["measure", "arms", "n", "n (reference)", "mean", "mean (reference)",
+                      "difference (95% interval)", "what it says"], rows))
+    seeds = _rows(con, "SELECT DISTINCT order_seed FROM runs")
+    said = ", ".join("grid (not random)" if seed is None else str(seed) for (seed,) in seeds)
+    page.html(f"<p class='note' id='order'>Run order: {html.escape(said)}"
+              + (" (the seed of the random order across arms and repetitions)" if any(seed is not None for (seed,) in seeds) else "")
+              + ".</p>")
 
 
 def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
@@ -539,23 +648,29 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     _failures(page, con, not_started)
     status = _rows(con, "SELECT coalesce(status, '?'), count(*), sum(coalesce(cost, model_cost)) FROM runs GROUP BY 1 ORDER BY 1")
     status += [("not started", len(not_started), 0.0)] if not_started else []
+    unpriced = _rows(con, "SELECT count(*) FROM runs WHERE cost IS NULL OR unpriced_calls > 0")[0][0]
     page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
               + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
-              + f"; ${sum(c or 0 for *_x, c in status):.4f} in all.</p>")
+              + f"; ${sum(c or 0 for *_x, c in status):.4f} in all"
+              + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: see Prices)" if unpriced else "")
+              + ".</p>")
     page.html(_table(
         ["arm (prompt / variant / model)", "runs", "done", "failed", "mean cost $", "mean tokens", "evals",
          "eval errors", "blocks"],
-        _rows(con, """
+        [(*r[:4], "unknown (no price)" if r[4] is None and r[9] else r[4], *r[5:9]) for r in _rows(con, """
             SELECT arm, count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
-                   avg(coalesce(cost, model_cost)), avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
-                   sum(eval_errors)::BIGINT, sum(blocks)::BIGINT
-            FROM runs GROUP BY arm ORDER BY arm""")))
+                   CASE WHEN bool_or(cost IS NULL OR unpriced_calls > 0) THEN NULL ELSE avg(coalesce(cost, model_cost)) END,
+                   avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
+                   sum(eval_errors)::BIGINT, sum(blocks)::BIGINT, bool_or(cost IS NULL OR unpriced_calls > 0)
+            FROM runs GROUP BY arm ORDER BY arm""")]))
+    _prices(page, con, runs_dir)
     origins = _rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT NULL "
                          "GROUP BY arm ORDER BY arm")
     if origins:  # counterfactual arms (the spec's from): compared from the fork point on
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
         page.html(_table(["arm", "forked from (home@tick)"], origins))
+    _arms_compared(page, con, arms)
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "
                                   "dataset's turns table.")
@@ -568,8 +683,11 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.section("Across repetitions", "One box per arm; each point is a run (hover: its id).")
     page.figure(_boxes(con, arms, "coalesce(cost, model_cost)", "Cost of each run", "dollars"))
     page.figure(_boxes(con, arms, "model_calls", "Model calls of each run", "model calls"))
-    page.figure(_boxes(con, arms, "seconds", f"Duration of each run<br><sup>{parallelism(con)}</sup>", "seconds",
+    page.figure(_boxes(con, arms, "seconds", "Duration of each run, from its first turn to its last reply "
+                       f"(process start-up not counted)<br><sup>{parallelism(con)}</sup>", "seconds",
                        hover="concurrency"))
+    page.figure(_boxes(con, arms, "startup_seconds", "Start-up of each run, from its Emacs starting to its first "
+                       "turn (Emacs, server, hello; a run prepared ahead overlaps the runs before it)", "seconds"))
     page.figure(_phase_bars(con, arms), height=max(300, 140 + 50 * len(arms)))
     page.section("Evals and compulsions")
     errors, blocks = _evals_and_blocks(con, arms)

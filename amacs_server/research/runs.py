@@ -12,7 +12,9 @@ with the reason in words and ``failed_turn``, with the cost and the seconds.
 
 The cost of a run is read from its transcripts: the sum of ``data.cost`` of
 every ``model_response`` event in ``home/transcripts/*.jsonl`` (every agent's
-model calls, the primary's and the tasks'), the same numbers the dataset sums.
+model calls, the primary's and the tasks'), the same numbers the dataset sums;
+None (unknown) when a call's cost is null (a model nobody priced), never a part
+counted as the whole: ``unpriced_calls`` says how many.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Outcome:
 
     run_id: str
     status: str
-    cost: float
+    cost: float | None  # None: some model call's price is unknown
     seconds: float
     turns_done: int
     started_at: float
@@ -64,6 +66,7 @@ class Outcome:
     error: str | None = None
     failed_turn: int | None = None  # the first turn of the script without the agent's reply
     phases: dict[str, float | None] = field(default_factory=dict)  # PHASES: when each happened
+    unpriced_calls: int = 0  # model calls whose price is unknown (their tokens are in the dataset)
 
 
 def elisp_dir() -> Path:
@@ -92,20 +95,42 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
     return {
         "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
         "model": run.model, "backend": run.backend, "model_name": run.model_name, "rep": run.rep,
-        "seed": run.seed, "turns": list(run.turns), "status": status,
+        "seed": run.seed, "order_seed": run.order_seed, "position": run.position,
+        "turns": list(run.turns), "status": status,
         "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
-        "cost": outcome.cost if outcome else 0.0, "turns_done": outcome.turns_done if outcome else 0,
+        "cost": outcome.cost if outcome else 0.0,
+        "unpriced_calls": outcome.unpriced_calls if outcome else 0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
-        "seconds": outcome.seconds if outcome else None, "error": outcome.error if outcome else None,
+        **durations(outcome), "error": outcome.error if outcome else None,
         "failed_turn": outcome.failed_turn if outcome else None,
         **{k: (outcome.phases if outcome else {}).get(k) for k in PHASES},
         "cpus": os.cpu_count(),
     }
 
 
-def transcript_totals(home: Path) -> tuple[float, float]:
-    """The dollars and the seconds of every model call in HOME's transcripts."""
+def durations(outcome: Outcome | None) -> dict[str, float | None]:
+    """OUTCOME's durations, each measured from the run's start signal (its first turn reaching its
+    server), so that no run's process start-up counts as its work:
+
+    - ``seconds``: from the first turn to the last reply (a run with no reply: to its end);
+      None when no turn reached the server;
+    - ``startup_seconds``: from its Emacs's start to the first turn (Emacs, the server, hello;
+      for a run prepared ahead, overlapping the runs before it);
+    - ``wall_seconds``: from the experiment starting it to its end (start-up and stop included)."""
+    if outcome is None:
+        return {"seconds": None, "startup_seconds": None, "wall_seconds": None}
+    first, last, spawned = (outcome.phases.get(k) for k in ("first_turn_at", "last_reply_at", "emacs_started_at"))
+    end = last if last is not None and outcome.status == "done" else outcome.ended_at
+    return {"seconds": None if first is None else round(max(0.0, end - first), 3),
+            "startup_seconds": None if first is None or spawned is None else round(max(0.0, first - spawned), 3),
+            "wall_seconds": outcome.seconds}
+
+
+def transcript_totals(home: Path) -> tuple[float | None, float, int]:
+    """The dollars (None: some call's price is unknown), the seconds of every model call in HOME's
+    transcripts, and how many calls had no known price."""
     cost = seconds = 0.0
+    unpriced = 0
     for path in sorted((home / "transcripts").glob("*.jsonl")):
         with path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
@@ -117,19 +142,25 @@ def transcript_totals(home: Path) -> tuple[float, float]:
                     continue  # a line cut off by a killed server
                 data = event.get("data") if event.get("event") == "model_response" else None
                 if isinstance(data, dict):
-                    cost += float(data.get("cost") or 0.0)
+                    if data.get("cost") is None:
+                        unpriced += 1
+                    else:
+                        cost += float(data["cost"])
                     seconds += float(data.get("latency_ms") or 0.0) / 1000
-    return cost, seconds
+    return (None if unpriced else cost), seconds, unpriced
 
 
-PHASES = ("emacs_started_at", "server_started_at", "first_request_at", "last_reply_at")
+PHASES = ("emacs_started_at", "server_started_at", "first_turn_at", "first_request_at", "last_reply_at")
 _SERVING = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .* serving on 127\.0\.0\.1:", re.M)
 
 
 def phases(home: Path) -> dict[str, float | None]:
-    """When the server of HOME started serving (its log's line), the first model request of any agent,
-    and the primary's last reply (its last ``tick_end`` with a reply); None for what did not happen."""
-    found: dict[str, float | None] = {"server_started_at": None, "first_request_at": None, "last_reply_at": None}
+    """When the server of HOME started serving (its log's line), the first turn reached it (the
+    primary's first ``tick_start`` with the person's input: the run's start signal), the first model
+    request of any agent, and the primary's last reply (its last ``tick_end`` with a reply); None for
+    what did not happen."""
+    found: dict[str, float | None] = {"server_started_at": None, "first_turn_at": None, "first_request_at": None,
+                                      "last_reply_at": None}
     try:
         serving = _SERVING.search((home / "logs" / "server.log").read_text(encoding="utf-8", errors="replace"))
     except OSError:
@@ -139,7 +170,7 @@ def phases(home: Path) -> dict[str, float | None]:
     for path in sorted((home / "transcripts").glob("*.jsonl")):
         with path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
-                if '"model_request"' not in line and '"tick_end"' not in line:
+                if '"model_request"' not in line and '"tick_end"' not in line and '"tick_start"' not in line:
                     continue
                 try:
                     event = json.loads(line)
@@ -148,7 +179,11 @@ def phases(home: Path) -> dict[str, float | None]:
                 ts = event.get("ts")
                 if not isinstance(ts, int | float):
                     continue
-                if event.get("event") == "model_request":
+                if (event.get("event") == "tick_start" and event.get("agent_type") == "primary"
+                        and (event.get("data") or {}).get("human") is not None):
+                    turn = found["first_turn_at"]
+                    found["first_turn_at"] = ts if turn is None else min(turn, ts)
+                elif event.get("event") == "model_request":
                     first = found["first_request_at"]
                     found["first_request_at"] = ts if first is None else min(first, ts)
                 elif (event.get("event") == "tick_end" and event.get("agent_type") == "primary"
@@ -169,6 +204,8 @@ def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) 
         env["AMACS_BUDGET_LIMIT"] = repr(run.run_budget)
     if run.base_url:
         env["OPENAI_BASE_URL" if run.backend == "openai" else "ANTHROPIC_BASE_URL"] = run.base_url
+    if run.price is not None:  # the spec's price of the run's model ("": whatever model the run uses)
+        env["AMACS_PRICES"] = json.dumps({run.model_name or "": list(run.price)})
     return env
 
 
@@ -480,8 +517,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         except OSError as err:
             error = f"could not run: {err}"
     ended = time.time()
-    cost, _ = transcript_totals(home)
-    outcome = Outcome(run_id=run.run_id, status="failed" if error else "done", cost=round(cost, 6),
+    cost, _, unpriced = transcript_totals(home)
+    outcome = Outcome(run_id=run.run_id, status="failed" if error else "done",
+                      cost=None if cost is None else round(cost, 6), unpriced_calls=unpriced,
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
                       phases={"emacs_started_at": ready.emacs_started, **phases(home)})

@@ -1,6 +1,6 @@
 """An experiment's spec: the TOML file read and checked once, and its grid of runs.
 
-The spec (see README, Experiments) has an ``[experiment]`` table and three
+The spec (see docs/research.md, Experiments) has an ``[experiment]`` table and three
 dimensions, ``[[prompts]]``, ``[[variants]]`` and ``[[models]]``; the grid is
 prompts x variants x models x repetitions, one :class:`Run` each, with the
 deterministic id ``<prompt>.<variant>.<model>.r<rep>`` (so re-running resumes).
@@ -13,7 +13,7 @@ import difflib
 import os
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -58,6 +58,8 @@ class ExperimentTable(_Strict):
     timeout: float = Field(300.0, gt=0)
     max_steps: int = Field(20, ge=1)
     origin: str | None = Field(None, alias="from")
+    order: Literal["random", "grid"] = "random"  # runs in a seeded random order, or the grid's
+    seed: int | None = Field(None, ge=0)  # the order's seed (default: one drawn at the first start, kept)
 
     @field_validator("origin")
     @classmethod
@@ -95,13 +97,28 @@ class VariantEntry(_Strict):
         return _origin(value)
 
 
+class PriceEntry(_Strict):
+    """A ``[[models]]``'s ``price``: US dollars per million tokens (cache prices default to input's)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write: float | None = Field(None, ge=0)
+    cache_read: float | None = Field(None, ge=0)
+
+    def numbers(self) -> tuple[float, float, float, float]:
+        """(input, output, cache_write, cache_read), as the server's price table holds them."""
+        return (self.input, self.output, self.input if self.cache_write is None else self.cache_write,
+                self.input if self.cache_read is None else self.cache_read)
+
+
 class ModelEntry(_Strict):
-    """One ``[[models]]``: a backend and a model, and where to reach it."""
+    """One ``[[models]]``: a backend and a model, where to reach it, and its price if the person gives one."""
 
     name: Name
     backend: Literal["anthropic", "openai"] = "anthropic"
     model: str | None = None
     base_url: str | None = None
+    price: PriceEntry | None = None
 
 
 class Spec(_Strict):
@@ -132,6 +149,9 @@ class Run:
     run_budget: float | None
     timeout: float
     origin: tuple[str, int] | None = None  # the home (absolute) and the tick the run is forked from
+    price: tuple[float, float, float, float] | None = None  # the spec's price of the model, if it gives one
+    position: int | None = None  # where it goes in the experiment's run order (0 first)
+    order_seed: int | None = None  # the seed of that order (None: the grid's order)
 
     @property
     def seed(self) -> int:
@@ -154,12 +174,14 @@ class Experiment:
 
 
 _TABLES: dict[str, type[BaseModel]] = {
-    "experiment": ExperimentTable, "prompts": PromptEntry, "variants": VariantEntry, "models": ModelEntry}
+    "experiment": ExperimentTable, "prompts": PromptEntry, "variants": VariantEntry, "models": ModelEntry,
+    "price": PriceEntry}
 
 
 def _unknown(loc: tuple[int | str, ...]) -> str:
     """What to say of the unknown key at LOC: the key meant, or the keys allowed."""
-    model = _TABLES.get(str(loc[0]), Spec) if len(loc) > 1 else Spec
+    table = next((str(part) for part in reversed(loc[:-1]) if str(part) in _TABLES), None)
+    model = _TABLES[table] if table else Spec
     fields = [f.alias or name for name, f in model.model_fields.items()]
     close = difflib.get_close_matches(str(loc[-1]), fields, n=1)
     return (f"unknown key; did you mean {close[0]}?" if close
@@ -255,7 +277,8 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         Run(run_id=_run_id(p, v, m, rep), experiment=table.name, prompt=p.name, variant=v.name,
             model=m.name, backend=m.backend, model_name=m.model, base_url=urls[m.name], rep=rep,
             turns=tuple(p.turns), skills=skills[v.name], max_steps=table.max_steps,
-            run_budget=table.run_budget, timeout=table.timeout, origin=origins[v.name])
+            run_budget=table.run_budget, timeout=table.timeout, origin=origins[v.name],
+            price=m.price.numbers() if m.price else None)
         for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
     ]
     return Experiment(path=path, spec=spec, runs=runs)
@@ -263,6 +286,18 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
 
 def _run_id(prompt: PromptEntry, variant: VariantEntry, model: ModelEntry, rep: int) -> str:
     return f"{prompt.name}.{variant.name}.{model.name}.r{rep}"
+
+
+def run_order(runs: list[Run], seed: int | None) -> list[Run]:
+    """RUNS in the order they go: a permutation drawn from SEED across arms and repetitions, so that
+    neither time, nor the machine's load, nor warm-up lines up with an arm; SEED None: the grid's
+    order (prompt, variant, model, repetition).  Each run is told its position and the seed."""
+    import random
+
+    order = list(runs)
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    return [replace(run, position=n, order_seed=seed) for n, run in enumerate(order)]
 
 
 def planned_runs(path: Path) -> list[str] | None:
@@ -293,6 +328,19 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     except history.HistoryError as err:
         raise SpecError(f"{path}: {key}: {err}") from err
     return str(home), tick
+
+
+def unpriced(runs: list[Run]) -> list[Run]:
+    """One run per model of RUNS whose price nobody knows: none in the spec, none listed, and not
+    served on this machine (a base URL on 127.0.0.1 or ::1: free)."""
+    from ..config import DEFAULT_MODEL
+    from ..inference.pricing import is_local, listed_price
+
+    seen: dict[str, Run] = {}
+    for run in runs:
+        if run.price is None and listed_price(run.model_name or DEFAULT_MODEL) is None and not is_local(run.base_url):
+            seen.setdefault(run.model, run)
+    return list(seen.values())
 
 
 def models_of(path: Path, env: dict[str, str] | None = None) -> dict[str, ModelEntry]:

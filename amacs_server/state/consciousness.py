@@ -29,12 +29,28 @@ class ConsciousnessError(AmacsError, ValueError):
     """A change to consciousness the rules refuse; its message is shown to the agent."""
 
 
+@dataclass(frozen=True)
+class PersonDecision:
+    """The person's answer when `amacs-eval-confirm' asked about an eval (ACTION ``eval``) or
+    about what it would do (``write``, ``delete``, ``rename to``, ``copy to``, ``run``: TARGET
+    the file or program)."""
+
+    action: str
+    target: str | None
+    allowed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the transcript and the agent read it."""
+        return {"action": self.action, "target": self.target, "allowed": self.allowed}
+
+
 @dataclass
 class EvalResult:
     """The outcome of one eval: errors are data (docs/ARCHITECTURE.md, The tick: act).
 
     ``files_read`` and ``files_written`` are the absolute names of the files the
-    eval read and wrote, as Emacs noted them (``agents/files_seen.py`` keeps them per agent)."""
+    eval read and wrote, as Emacs noted them (``agents/files_seen.py`` keeps them per agent).
+    ``decisions`` are the person's, when Emacs asked them about it (`amacs-eval-confirm')."""
 
     success: bool
     result: str | None = None
@@ -42,6 +58,7 @@ class EvalResult:
     skipped: bool = False
     files_read: tuple[str, ...] = ()
     files_written: tuple[str, ...] = ()
+    decisions: tuple[PersonDecision, ...] = ()
 
     @classmethod
     def skipped_result(cls) -> EvalResult:
@@ -63,6 +80,8 @@ class EvalResult:
             out["files_read"] = list(self.files_read)
         if self.files_written:
             out["files_written"] = list(self.files_written)
+        if self.decisions:
+            out["person_decisions"] = [d.to_dict() for d in self.decisions]
         return out
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,9 +63,9 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
     arguments: dict[str, Any] = {}
     record: dict[str, Any] = {"server": server, "tool": tool_name}
 
-    def write(error: str | None, value: Any = None, blocked: bool = False) -> None:
+    def write(error: str | None, chars: int = 0, blocked: bool = False) -> None:
         data = {**record, "arguments": arguments, "seconds": round(time.monotonic() - started, 4),
-                "result_chars": calls.size(value) if error is None else 0, "error": error, "blocked": blocked}
+                "result_chars": chars, "error": error, "blocked": blocked}
         if hub is not None:
             data = hub.scrub(data)
         rt.call_in_loop(lambda: rt.transcript.write("tool_call", data, agent=world.identity(caller)))
@@ -80,11 +82,15 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
             raise Blocked(reason)
         # What mcp.json took from the environment (${VAR}: keys, tokens) never reaches the agent.
         value = hub.scrub(calls.result(hub.call(server, tool_name, arguments), full))
+        # A result longer than the bound goes to the agent cut, the rest in a private file.
+        stem = f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120]
+        value, chars = calls.bounded(value, rt.config.home / "transcripts" / "results",
+                                     re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
     except AmacsError as err:
         write(str(err), blocked=isinstance(err, Blocked))
         said = hub.scrub(str(err)) if hub is not None else str(err)
         if said != str(err):
             raise McpError(said) from None
         raise
-    write(None, value)
+    write(None, chars)
     return value

@@ -12,15 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import agents, memory, work
+from . import agents, history, memory, work
 from .mcp import agent_tool
 
 # Called (RT, EVAL-ID, ARGS...): they act as the agent the eval EVAL-ID runs for, on the loop thread.
 AS_ITS_EVAL: dict[str, Callable[..., Any]] = {**agents.TOOLS, **memory.TOOLS}
 # Called (RT, ARGS...) on the loop thread: their answer does not depend on who asks.
 ON_THE_LOOP: dict[str, Callable[..., Any]] = {**work.TOOLS, "agents_list": agents.agents_list}
-# Called on the EPC thread that received them: an MCP tool call may take seconds (tools/mcp.py).
-ON_ITS_THREAD: dict[str, Callable[..., Any]] = {"agent_tool": agent_tool}
+# Called on the EPC thread that received them: an MCP tool call may take seconds (tools/mcp.py),
+# a search of the history reads git.
+ON_ITS_THREAD: dict[str, Callable[..., Any]] = {"agent_tool": agent_tool, "history_search": history.history_search}
 
 
 def names() -> frozenset[str]:

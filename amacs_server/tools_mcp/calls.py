@@ -16,12 +16,15 @@ from __future__ import annotations
 import base64
 import fnmatch
 import json
+import os
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from .hub import McpError
 
+MAX_RESULT_CHARS = 1 << 20  # of a tool's result to the agent; the rest waits in a file
 TOOL_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)/(\S+)")
 DESCRIPTION_CHARS = 120  # of a tool's description in the listing
 ALL_TOOLS = ("*",)
@@ -125,7 +128,34 @@ def _block(block: Any) -> Any:
 
 def size(value: Any) -> int:
     """How long VALUE is as JSON text (the transcript's result size)."""
+    if isinstance(value, str):  # a text's length, without a copy of a big one
+        return len(value) + 2
     return len(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def bounded(value: Any, folder: Path, stem: str, limit: int = MAX_RESULT_CHARS) -> tuple[Any, int]:
+    """VALUE and its size, or, when it is longer than LIMIT characters as text, a line saying how
+    long it was and the file in FOLDER (``STEM.txt`` or ``.json``, private) that holds it whole,
+    then its first LIMIT characters: what goes to the agent, and over EPC, stays small."""
+    text = value if isinstance(value, str) else None
+    whole = len(text) if text is not None else size(value)
+    if whole <= limit:
+        return value, whole
+    if text is None:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    path = folder / f"{stem}.{'txt' if isinstance(value, str) else 'json'}"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as out:
+            out.write(text)
+        where = (f"the whole result is in {path} (read it with insert-file-contents, a part at a time: "
+                 "its BEG and END)")
+    except OSError as err:
+        where = f"the rest could not be kept ({err.strerror or err})"
+    # The note first: an eval's printed result is cut again (amacs-eval-result-max-chars).
+    note = f"[cut: the first {limit} of {whole} characters follow; {where}]\n"
+    return note + text[:limit], whole
 
 
 # -- who may use what ---------------------------------------------------------------------

@@ -2,7 +2,10 @@
 
 A stdio server has ``command`` (and ``args``, ``env``); an HTTP server has ``url``
 (and ``headers``).  ``${VAR}`` in any of those strings is taken from the
-environment.  Keys other clients add (``disabled``, ``autoApprove``, ...) are
+environment.  What the file gives a server is secret: every variable it names
+(but places: ``not_secret``), a value under a name like a key's (``Authorization``,
+``API_TOKEN``), and a URL's password, are redacted wherever the server writes or sends; ``${VAR}`` in ``args``
+is a warning (the process list shows it).  Keys other clients add (``disabled``, ``autoApprove``, ...) are
 accepted; ``disabled: true`` leaves a server out.  AMACS reads one key of its
 own: ``timeout``, a call's limit in seconds (default :data:`DEFAULT_TIMEOUT`).
 A key that is not one of these but reads like one (``arg``, ``comand``,
@@ -58,7 +61,10 @@ class McpConfig:
 
     servers: dict[str, ServerSpec]
     problems: tuple[str, ...] = ()
-    secrets: tuple[str, ...] = ()  # the secret values ${VAR} brought in: redacted in what the agent sees
+    # (name, value) of every secret the file gives its servers or names: redacted wherever the
+    # server writes or sends (the scrubber learns them).
+    secrets: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[str, ...] = ()  # lines said once; the server they name still runs
 
 
 class _Bad(AmacsError, ValueError):
@@ -68,17 +74,28 @@ class _Bad(AmacsError, ValueError):
         super().__init__(f"{key}: {message}")
 
 
+# Variables that name places, not secrets: their values are in every path, and redacting them
+# would blind the agent to its own files.  Any other variable mcp.json names is a secret.
+NOT_SECRET = frozenset(("HOME", "USER", "LOGNAME", "PATH", "PWD", "SHELL", "TMPDIR", "TMP", "TEMP", "LANG",
+                        "LANGUAGE", "TERM", "TZ", "PYTHONPATH", "NODE_PATH", "VIRTUAL_ENV", "AMACS_HOME"))
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CRED|COOKIE|SESSION|PAT$", re.I)
+# A URL's user:password@ part: a credential whatever the variable or key is called.
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:([^/\s@]+)@")
 
 
-def _expand(value: str, key: str, environ: Mapping[str, str], used: list[str]) -> str:
-    """VALUE with its ${VAR}s from ENVIRON; the values that are secrets (a variable named like a
-    key or token, or any in a header) go to USED, to be redacted wherever the agent could see them."""
+def not_secret(name: str) -> bool:
+    """Whether the variable NAME names a place, not a secret (``NOT_SECRET``, ``LC_*``, ``XDG_*``)."""
+    return name in NOT_SECRET or name.startswith(("LC_", "XDG_"))
+
+
+def _expand(value: str, key: str, environ: Mapping[str, str], used: list[tuple[str, str]]) -> str:
+    """VALUE with its ${VAR}s from ENVIRON; each variable's value (but a place's, ``not_secret``)
+    goes to USED as (NAME, value), to be redacted wherever the server writes or sends."""
     def one(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in environ:
-            if SECRET_NAME.search(name) or ".headers." in key:
-                used.append(environ[name])
+            if not not_secret(name):
+                used.append((name, environ[name]))
             return environ[name]
         if default is not None:
             return default
@@ -87,22 +104,34 @@ def _expand(value: str, key: str, environ: Mapping[str, str], used: list[str]) -
     return _VAR.sub(one, value)
 
 
-def _string(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> str:
+def _string(raw: object, key: str, environ: Mapping[str, str], used: list[tuple[str, str]]) -> str:
     if not isinstance(raw, str):
         raise _Bad(key, f"expected a string, got {json.dumps(raw)[:60]}")
-    return _expand(raw, key, environ, used)
+    value = _expand(raw, key, environ, used)
+    for match in _URL_PASSWORD.finditer(value):
+        used.append(("password", match.group(0)))
+        used.append(("password", f":{match.group(1)}@"))
+    return value
 
 
-def _strings(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> tuple[str, ...]:
+def _strings(raw: object, key: str, environ: Mapping[str, str], used: list[tuple[str, str]]) -> tuple[str, ...]:
     if not isinstance(raw, list):
         raise _Bad(key, f"expected a list of strings, got {json.dumps(raw)[:60]}")
     return tuple(_string(v, f"{key}[{i}]", environ, used) for i, v in enumerate(raw))
 
 
-def _table(raw: object, key: str, environ: Mapping[str, str], used: list[str]) -> dict[str, str]:
+def _table(raw: object, key: str, environ: Mapping[str, str], used: list[tuple[str, str]]) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise _Bad(key, f"expected an object of strings, got {json.dumps(raw)[:60]}")
-    return {str(k): _string(v, f"{key}.{k}", environ, used) for k, v in raw.items()}
+    table = {str(k): _string(v, f"{key}.{k}", environ, used) for k, v in raw.items()}
+    # A value written in the file under a name like a key's is a secret (a ${VAR}'s value already
+    # is); and so is what the environment holds under an env key's name (an eval can read it there).
+    for name, value in table.items():
+        if SECRET_NAME.search(name):
+            used.append((name, value))
+        if key.endswith(".env") and name in environ and not not_secret(name):
+            used.append((name, environ[name]))
+    return table
 
 
 def meant(key: str, known: tuple[str, ...]) -> str | None:
@@ -116,7 +145,7 @@ def meant(key: str, known: tuple[str, ...]) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def _server(name: str, raw: object, environ: Mapping[str, str], used: list[str]) -> ServerSpec | None:
+def _server(name: str, raw: object, environ: Mapping[str, str], used: list[tuple[str, str]]) -> ServerSpec | None:
     key = f"mcpServers.{name}"
     if not SERVER_NAME.fullmatch(name) or "/" in name:
         raise _Bad(key, "a server name is letters, digits, '.', '_' and '-' (no '/': tools are SERVER/TOOL)")
@@ -173,8 +202,12 @@ def parse(text: str, path: Path, environ: Mapping[str, str]) -> McpConfig:
                          "the servers stay as they were until it is fixed")
     out: dict[str, ServerSpec] = {}
     problems: list[str] = []
-    used: list[str] = []
+    warnings: list[str] = []
+    used: list[tuple[str, str]] = []
     for name, raw in servers.items():
+        warnings.extend(f"{path}: mcpServers.{name}.args: {var} puts its value in the process list, which "
+                        "every user of this machine can read; give it in env instead"
+                        for var in _args_vars(raw))
         try:
             spec = _server(str(name), raw, environ, used)
         except _Bad as err:
@@ -182,4 +215,12 @@ def parse(text: str, path: Path, environ: Mapping[str, str]) -> McpConfig:
             continue
         if spec is not None:
             out[spec.name] = spec
-    return McpConfig(out, tuple(problems), tuple(v for v in used if len(v) >= 8))
+    return McpConfig(out, tuple(problems), tuple(dict.fromkeys(used)), tuple(warnings))
+
+
+def _args_vars(raw: object) -> list[str]:
+    """The ``${VAR}`` of RAW's args that are not places (``not_secret``), once each."""
+    args = raw.get("args") if isinstance(raw, dict) else None
+    found = [m.group(0) for a in (args if isinstance(args, list) else []) if isinstance(a, str)
+             for m in _VAR.finditer(a) if not not_secret(m.group(1))]
+    return list(dict.fromkeys(found))

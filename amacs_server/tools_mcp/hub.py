@@ -32,15 +32,21 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import AmacsError
+from ..scrub import Scrubber
 from .config import McpConfig, ServerSpec, parse
+from .logs import SERVER, StderrLog, install
+
+GUARD = Path(__file__).with_name("guard.py")
 
 log = logging.getLogger("amacs.mcp")
 
@@ -85,8 +91,13 @@ class McpHub:
     state.  Reading the file (``config.py``) and who may call what (``calls.py``) are apart."""
 
     def __init__(self, path: Path, log_dir: Path, environ: Mapping[str, str] | None = None, *,
-                 eager: bool = False, on_problem: Callable[[str], None] | None = None) -> None:
+                 eager: bool = False, on_problem: Callable[[str], None] | None = None,
+                 scrubber: Scrubber | None = None) -> None:
         self.path = path
+        # The server's one scrubber (the transport's, the log's, the transcripts'): it learns
+        # every secret of mcp.json as the file is read.
+        self.scrubber = scrubber or Scrubber({})
+        install()  # a server's stray stdout: a line per burst in the log, not a traceback per line
         self.log_dir = log_dir
         self.environ = environ
         self.eager = eager
@@ -123,8 +134,10 @@ class McpHub:
                     self.on_problem(line)
                 self.problems = (line,)
                 return False
-            new_problems = [p for p in config.problems if p not in self.problems]
-            self.problems = config.problems
+            self._learn(config)
+            said = config.problems + config.warnings
+            new_problems = [p for p in said if p not in self.problems]
+            self.problems = said
             for line in new_problems:
                 self.on_problem(line)
             old, self.config = self.config, config
@@ -147,7 +160,8 @@ class McpHub:
         try:
             config = parse(self.path.read_text(encoding="utf-8"), self.path,
                            os.environ if self.environ is None else self.environ)
-            problems = list(config.problems)
+            problems = list(config.problems + config.warnings)
+            self._learn(config)
         except FileNotFoundError:
             return []
         except (OSError, UnicodeDecodeError, ValueError) as err:
@@ -155,6 +169,9 @@ class McpHub:
         with self._lock:
             self.problems = tuple(problems)
         return problems
+
+    def _learn(self, config: McpConfig) -> None:
+        self.scrubber.learn("mcp.json", ((f"mcp.json {name}", value) for name, value in config.secrets))
 
     # -- the listings of earlier sessions (mcp-tools.json) -----------------------------------
 
@@ -171,10 +188,17 @@ class McpHub:
                 Tool,  # only when there is a listing: the SDK's types cost start-up time
             )
 
-            return {name: {entry["key"]: [Tool.model_validate(t) for t in entry["tools"]]}
+            return {name: {entry["key"]: [self._clean(Tool.model_validate(t)) for t in entry["tools"]]}
                     for name, entry in raw.items()}
         except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
             return {}
+
+    def _clean(self, tool: Any) -> Any:
+        """TOOL with every secret the server knows redacted from its description and schema: a
+        server that quotes its environment to the agent sends nothing secret on."""
+        data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        clean = self.scrub(data)
+        return tool if clean == data else type(tool).model_validate(clean)
 
     def _save_listing(self) -> None:
         from ..files import atomic_write
@@ -226,16 +250,16 @@ class McpHub:
 
     # -- connections (on the hub's loop) -------------------------------------------------
 
-    def _errlog(self, name: str) -> TextIO:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.log_dir / f"mcp-{name}.log", "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-
-    def _transport(self, spec: ServerSpec, errlog: TextIO) -> Any:
+    def _transport(self, spec: ServerSpec, errlog: StderrLog) -> Any:
         if spec.command is not None:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            return stdio_client(StdioServerParameters(command=spec.command, args=list(spec.args),
-                                                      env=dict(spec.env) or None), errlog=errlog)
+            if shutil.which(spec.command, path=spec.env.get("PATH")) is None:  # said here: the guard would only exit 127
+                raise FileNotFoundError(2, "command not found", spec.command)
+            # The guard ends the server with the AMACS server, even a SIGKILLed one.
+            return stdio_client(StdioServerParameters(command=sys.executable,
+                                                      args=["-I", "-S", str(GUARD), spec.command, *spec.args],
+                                                      env=dict(spec.env) or None), errlog=errlog.pipe)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
@@ -250,8 +274,9 @@ class McpHub:
 
         assert conn.ready is not None and conn.stop is not None
         spec = conn.spec
-        errlog = self._errlog(spec.name)
-        print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {spec.name}", file=errlog)
+        SERVER.set(spec.name)
+        errlog = StderrLog(self.log_dir / f"mcp-{spec.name}.log", self.scrubber)
+        errlog.say(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {spec.name}")
         try:
             client = Client(self._transport(spec, errlog), read_timeout_seconds=START_TIMEOUT,
                             client_info=Implementation(name="amacs", version="0.1"))
@@ -260,7 +285,7 @@ class McpHub:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools)
+                    tools.extend(self._clean(t) for t in page.tools)
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break
@@ -426,16 +451,8 @@ class McpHub:
         return [self.scrub(c.summary()) for c in list(self.connections.values())]
 
     def scrub(self, value: Any) -> Any:
-        """VALUE with every value mcp.json took from the environment (${VAR}: keys, tokens) redacted."""
-        if isinstance(value, str):
-            for secret in self.config.secrets:
-                value = value.replace(secret, "[redacted mcp.json ${VAR}]")
-            return value
-        if isinstance(value, list | tuple):
-            return [self.scrub(v) for v in value]
-        if isinstance(value, dict):
-            return {k: self.scrub(v) for k, v in value.items()}
-        return value
+        """VALUE with every secret the server knows redacted (mcp.json's among them)."""
+        return self.scrubber.value(value)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop every server (their processes end) and the hub's loop; no call is taken after."""

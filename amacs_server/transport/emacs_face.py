@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
 from ..inference.retry import Retrying
-from ..state.consciousness import EvalResult
+from ..state.consciousness import EvalResult, PersonDecision
 
 if TYPE_CHECKING:
     from .server import AmacsEPCServer
@@ -39,6 +39,20 @@ def file_names(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     return tuple(dict.fromkeys(v for v in value if isinstance(v, str) and os.path.isabs(v)))
+
+
+def decisions(value: object) -> tuple[PersonDecision, ...]:
+    """The person's decisions in an eval reply's :decisions: plists of :action, :target and
+    :allowed (t, or :false); anything else in it is dropped here, at the boundary."""
+    if not isinstance(value, list):
+        return ()
+    out = []
+    for item in value:
+        if isinstance(item, dict) and isinstance(item.get("action"), str):
+            target = item.get("target")
+            out.append(PersonDecision(item["action"], target if isinstance(target, str) else None,
+                                      item.get("allowed") is True))
+    return tuple(out)
 
 
 class EmacsGone(AmacsError, RuntimeError):
@@ -100,6 +114,10 @@ class EmacsFace:
     def turn_started(self) -> None:
         """The agent is working: the shell is busy."""
         self._send(type="turn-start")
+
+    def step_started(self, step: int, limit: int) -> None:
+        """The header says which tick of the step limit the turn is on."""
+        self._send(type="step", step=step, limit=limit)
 
     def turn_done(self, tick: int) -> None:
         """Give the prompt back."""
@@ -192,7 +210,8 @@ class EmacsFace:
             return EvalResult(False, error="Emacs did not come back from the eval (it may bind inhibit-quit)")
         result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
                             error=reply.get("error"), files_read=file_names(reply.get("files_read")),
-                            files_written=file_names(reply.get("files_written")))
+                            files_written=file_names(reply.get("files_written")),
+                            decisions=decisions(reply.get("decisions")))
         if reply.get("timed_out") and not result.success:
             return replace(
                 result,

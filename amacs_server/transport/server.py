@@ -90,6 +90,7 @@ CALL_WORKERS = 8
 HELLO_TIMEOUT = 5.0
 # The hello is a few hundred bytes (a price table makes it a few KB): a longer first message is refused.
 MAX_HELLO_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = (1 << 24) - 1  # an EPC message's length is six hex digits
 # A second hello while the first Emacs's socket is at end of file: how long to wait for its
 # reader to notice and let the session go (M-x amacs-restart against a headless server).
 HANDOVER_WAIT = 2.0
@@ -362,6 +363,17 @@ class AmacsHandler(EPCHandler):
 
     def _send(self, *args: Any) -> None:
         data = encode_message(*args)
+        if len(data) - 6 > MAX_MESSAGE_BYTES:
+            # Its length would not fit EPC's six hex digits: Emacs would read garbage from then on.
+            # An answer becomes its method's error; anything else is dropped, said in the log.
+            said = (f"the answer is {len(data) / 1048576:.0f} MiB, more than the 16 MiB "
+                    "a message to Emacs can carry; ask for less (a part of it)")
+            if args and args[0] == "return" and len(args) > 1:
+                data = encode_message("return-error", args[1], said)
+            else:
+                log.warning("a %s message of %d bytes not sent to Emacs: %s", args[0] if args else "?",
+                            len(data), said)
+                return
         with self._send_lock:  # defect 4
             try:
                 self.wfile.write(data)

@@ -110,7 +110,7 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
          (asked nil))
     (unwind-protect
         (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection))
-                  ((symbol-function 'amacs-history--read-input) (lambda (&rest _) 4))
+                  ((symbol-function 'amacs-history--read-fork-tick) (lambda (&rest _) 4))
                   ((symbol-function 'read-directory-name)
                    (lambda (_prompt dir _default _mustmatch initial)
                      (setq asked (list dir initial))
@@ -121,6 +121,33 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
           (let ((amacs-fork-directory "~/forks"))
             (should (equal (amacs-history--fork-directory) "~/forks/"))))
       (delete-directory parent t))))
+
+(ert-deftest amacs-history-test-the-fork-offers-now-first-and-as-the-default ()
+  "`amacs-fork' offers the mind as it is now first, as the default; a past
+input after it forks at the tick before that input."
+  (amacs-history-test--picking 3 (lambda (_p _labels def) def)
+    (should (equal (amacs-history--read-fork-tick) "now"))
+    (should (equal labels (cons amacs-history--now
+                                (cl-loop for tick downfrom 3 to 1 collect (format "tick %d: input %d" tick tick)))))
+    (should (equal default amacs-history--now)))
+  (amacs-history-test--picking 3 (lambda (_p labels _def) (nth 1 labels))
+    (should (= (amacs-history--read-fork-tick) 2)))
+  (let ((connection (amacs--make-connection :home "/tmp/somewhere/.agent")))
+    (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection)))
+      (should (equal (amacs-history--fork-name "now") "agent-fork-now")))))
+
+(ert-deftest amacs-history-test-a-fork-runs-where-its-parent-runs ()
+  "The fork's server gets its parent's choices and the model, backend and URL
+the parent's server runs on; a parent running the model itself keeps :local."
+  (let ((parent (amacs--make-connection :home "/tmp/p" :chosen (list :budget 3)))
+        (done (list :backend "openai" :model "m-1" :base-url "http://127.0.0.1:9/v1")))
+    (should (equal (amacs-history--fork-choices parent done)
+                   (list :budget 3 :backend "openai" :model "m-1" :base-url "http://127.0.0.1:9/v1")))
+    (should (equal (amacs-connection-chosen parent) (list :budget 3))))
+  (let ((parent (amacs--make-connection :home "/tmp/p" :chosen (list :backend "openai" :model "smollm2"
+                                                                     :local (list "py" "m.gguf")))))
+    (should (equal (amacs-history--fork-choices parent (list :backend "openai" :model "smollm2"))
+                   (list :backend "openai" :model "smollm2" :local (list "py" "m.gguf"))))))
 
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here

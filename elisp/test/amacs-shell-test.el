@@ -431,9 +431,10 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
                    (push (cons prompt initial) prompts)
                    (pop answers))))
         (call-interactively #'amacs-set-model))
-      (should (equal (car prompts)
+      (should (equal (cadr prompts)
                      '("localhost:41317 is no URL (it starts with http:// or https://); Base URL: "
                        . "http://localhost:41317")))
+      (should (equal (car prompts) '("Context window in tokens (empty: as its server says): ")))
       (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
                                                     amacs-shell-test--calls)))
                      '("anthropic" "claude-x" "http://localhost:41317")))
@@ -441,6 +442,20 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
       (setq amacs-shell-test--calls nil)
       (should-error (amacs-set-model "anthropic" "claude-x" "localhost:41317") :type 'user-error)
       (should-not (assq 'set_model amacs-shell-test--calls)))))
+
+;; LiteLLM reported its price list's window for the alias (1,000,000 tokens), not its model's.
+(ert-deftest amacs-shell-test-set-model-takes-the-models-window ()
+  "A window typed at the prompt goes to the server and to a restarted server's environment."
+  (amacs-shell-test--with-shell
+    (let ((answers (list "claude-sonnet-5-5" "http://127.0.0.1:4000" "lots" "8192")))
+      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "m"))
+      (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
+                ((symbol-function 'read-string) (lambda (&rest _) (pop answers))))
+        (call-interactively #'amacs-set-model))
+      (should (equal (cdr (assq 'set_model (mapcar (lambda (c) (cons (car c) (cadr c)))
+                                                    amacs-shell-test--calls)))
+                     '("anthropic" "claude-sonnet-5-5" "http://127.0.0.1:4000" 8192)))
+      (should-error (amacs-set-model "anthropic" "m" nil "8192") :type 'user-error))))
 
 (ert-deftest amacs-shell-test-a-refused-input-is-the-one-marked-not-sent ()
   "The server refuses the second of two queued inputs: that one is marked not sent.
@@ -501,6 +516,57 @@ not speak of one; no refused input, and the prompt is left alone."
       (should (equal (amacs-shell-header-line 100) " claude-sonnet-5-5 (anthropic) — waiting for you"))
       (should (equal (amacs-shell-header-line 40) " claude-sonnet-5-5 — waiting for you"))
       (should (equal (amacs-shell-header-line 20) " waiting for you")))))
+
+(ert-deftest amacs-shell-test-the-header-names-an-endpoint-that-is-not-the-providers ()
+  "The header said claude-sonnet-5-5 (anthropic) while the agent talked to the demo on 127.0.0.1.
+It names the endpoint whenever the server says it is not the provider's own."
+  (amacs-shell-test--with-shell
+    (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo") " demo model — waiting for you"
+                     " demo — waiting for you")
+                    ((:model "smollm2" :backend "openai" :endpoint "local") " local: smollm2 — waiting for you"
+                     " local: smollm2 — waiting for you")
+                    ((:model "qwen" :backend "openai" :endpoint "gpu.example.org:8000")
+                     " qwen (openai @ gpu.example.org:8000) — waiting for you"
+                     " qwen @ gpu.example.org:8000 — waiting for you")))
+      (amacs-test-with-status (append (car case) '(:key-ok t))
+        (amacs-shell--transition 'ready)
+        (should (equal (amacs-shell-header-line 100) (nth 1 case)))
+        (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
+
+(ert-deftest amacs-shell-test-the-header-says-which-tick-of-the-step-limit-the-turn-is-on ()
+  "A multi-tick turn showed no progress: the header counts its ticks until the turn ends."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
+      (amacs-shell--transition 'ready)
+      (amacs-shell--on-turn-start nil)
+      (amacs-shell--on-step '(:step 1 :limit 8))
+      (should (string-match-p "thinking… · tick 1 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'eval-start "primary")
+      (amacs-shell--on-step '(:step 3 :limit 8))
+      (should (string-match-p "running an eval….* · tick 3 of 8" (amacs-shell-header-line 200)))
+      (amacs-shell--transition 'turn-done)
+      (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
+
+(ert-deftest amacs-shell-test-changed-settings-go-to-the-server-before-the-next-input ()
+  "`amacs-max-steps' set while the server ran waited for a restart: hello alone sent it.
+The settings go again, before the input, when they changed since the
+server was last told; not when they did not."
+  (amacs-shell-test--with-shell
+    (let ((sync nil))
+      (cl-letf (((symbol-function 'amacs--call-sync)
+                 (lambda (method args) (push (list method args) sync) t)))
+        (let ((amacs-max-steps 8))
+          (amacs-connection-put (amacs-current-connection) :settings-sent (amacs--settings))
+          (amacs-shell-test--type-and-send "one")
+          (should-not sync)
+          (setq amacs-max-steps 3)
+          (amacs-shell-test--type-and-send "two")
+          (should (equal (length sync) 1))
+          (should (eq (car (car sync)) 'settings))
+          (should (equal (plist-get (car (cadr (car sync))) :max-steps) 3))
+          (amacs-shell-test--type-and-send "three")
+          (should (equal (length sync) 1))
+          (should (equal (mapcar #'car (reverse amacs-shell-test--calls)) '(submit submit submit))))))))
 
 (ert-deftest amacs-shell-test-a-stop-with-nothing-in-flight-is-one-note ()
   "Nothing of a turn in flight: the transport's notice alone, every line a `;;' line."
@@ -632,12 +698,14 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
         (amacs--handle-eval-event (list :type "eval" :id 6 :form "(+ 1 1)" :agent "primary")))
       (should (string-match-p "asks you whether an eval may run" header))
       (setq amacs-shell-test--calls nil)
-      (should (equal (amacs-shell-test--eval "(+ 1 2)" t) '(:success t :result "3")))
+      (should (equal (amacs-shell-test--eval "(+ 1 2)" t)
+                     '(:success t :result "3" :decisions ((:action "eval" :target nil :allowed t)))))
       (should (equal (mapcar #'cadr (seq-filter (lambda (c) (eq (car c) 'eval_hold)) amacs-shell-test--calls))
                      '((7 nil) (7 t))))
       (setq amacs-shell-test--calls nil)
       (should (equal (amacs-shell-test--eval "(kill-emacs)" nil)
-                     (list :success nil :error "the person declined this eval")))))
+                     (list :success nil :error "the person declined this eval"
+                           :decisions '((:action "eval" :target nil :allowed :false)))))))
   (amacs-shell-test--with-shell
     (let ((amacs-eval-confirm (lambda (form _agent) (string-match-p "delete" form)))
           (asked nil))
@@ -647,6 +715,37 @@ While it asks, the header says so, not that the eval runs (a newcomer's finding)
       (cl-letf (((symbol-function 'y-or-n-p) (lambda (&rest _) (setq asked t) nil)))
         (amacs--handle-eval-event '(:type "eval" :id 9 :form "(delete-file \"x\")")))
       (should asked))))
+
+(ert-deftest amacs-shell-test-eval-confirm-writes-asks-before-processes-and-writes-only ()
+  "`amacs-eval-confirm' `writes' asks before a process starts or a file is written, once each
+per eval, and not about computing or editing a buffer; each answer is in the result."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm 'writes) (asked nil) (file (make-temp-file "amacs-writes")))
+      (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) nil)))
+        (amacs--handle-eval-event '(:type "eval" :id 11 :agent "primary"
+                                    :form "(with-temp-buffer (insert \"x\") (* 6 7))")))
+      (should-not asked)
+      (setq amacs-shell-test--calls nil)
+      (should (equal (amacs-shell-test--eval "(call-process \"true\")" nil)
+                     '(:success nil :error "The person declined to let this eval run true"
+                       :decisions ((:action "run" :target "true" :allowed :false)))))
+      (setq amacs-shell-test--calls nil)
+      (let ((reply (amacs-shell-test--eval (format "(progn (write-region \"1\" nil %S) (write-region \"2\" nil %S) 'ok)"
+                                                   file file)
+                                           t)))
+        (should (equal (plist-get reply :result) "ok"))
+        (should (equal (length (plist-get reply :decisions)) 1)))
+      (should (equal (with-temp-buffer (insert-file-contents file) (buffer-string)) "2"))
+      (delete-file file))))
+
+(ert-deftest amacs-shell-test-the-changed-line-counts-lines-gained-and-lost ()
+  "The turn's line: a name each, its kind, and the lines it gained and lost."
+  (let ((buffer (amacs-changes--counted 'buffer "notes" nil "a\n" "a\nb\n"))
+        (file (amacs-changes--counted 'file "~/x.py" nil "a\nb\nc\n" "a\nB\nc\nd\ne\n"))
+        (new (amacs-changes--counted 'file "~/n.org" nil nil "one\ntwo\n")))
+    (should-not (amacs-changes--counted 'buffer "same" nil "a" "a"))
+    (should (equal (amacs-changes-line (list buffer file new))
+                   "▸ changed: notes (buffer, +1 line), ~/x.py (file, +3 −1), ~/n.org (new file, +2 lines)"))))
 
 ;;;; Rendering
 

@@ -341,4 +341,15 @@ agent's eval result is the message alone."
       (should-not (plist-get result :success))
       (should (equal (plist-get result :error) "mood must be a string")))))
 
+;; A message's length is six hex digits: a call too big for them is
+;; refused before anything is sent, and one under them goes as it was.
+(ert-deftest amacs-transport-test-a-call-too-big-for-the-link-is-refused ()
+  (let ((small (list "a" (propertize "b" 'face 'bold) 3)))
+    (should (equal-including-properties (amacs--outgoing 'agent_tool small) (list "a" "b" 3))))
+  (let ((err (should-error (amacs--outgoing 'agent_tool
+                                            (list (make-string (1+ amacs-max-call-bytes) ?x))))))
+    (should (string-match-p
+             "The call to agent_tool carries 7.0 MiB, more than a message"
+             (error-message-string err)))))
+
 ;;; amacs-transport-test.el ends here

@@ -285,4 +285,4 @@ def test_refused_key_is_explained_and_input_kept(fake, home):
     assert "** Human\nfirst try" in (home / "agent-chat.org").read_text()
     assert chat_lines(fake.user_texts()[1]) == [
         "Human: first try", "Agent: (no reply: the API key was refused (401): check ANTHROPIC_API_KEY or "
-        "`amacs-api-key')", "Human: second try"]
+        "`amacs-api-key' (it said: scripted failure))", "Human: second try"]

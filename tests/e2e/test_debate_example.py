@@ -145,11 +145,12 @@ def check_turns(runs_dir: Path, manifests: list[dict]) -> None:
 
 
 def test_readme_experiment_commands_run_as_written():
-    """The README's Experiments commands name what ./amacs installs: .venv/bin/amacs-server (not on PATH),
-    .venv/bin/python for the fake and for DuckDB (no duckdb command); the runs' folder and cost are said."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Experiments\n"):readme.index("### Dataset and report")]
-    commands = [line.strip() for line in section.splitlines() if line.startswith("    ")]
+    """The research page's Experiments commands name what ./amacs installs: .venv/bin/amacs-server (not on
+    PATH), .venv/bin/python for the fake and for DuckDB (no duckdb command); the runs' folder and cost are said."""
+    page = (ROOT / "docs" / "research.md").read_text(encoding="utf-8")
+    section = page[page.index("## Experiments\n"):page.index("## Dataset and report")]
+    blocks = re.findall(r"^```sh\n(.*?)^```$", section, re.M | re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
     assert commands, section
     for line in commands:
         words = [w for w in line.split() if "=" not in w.split("/")[0] and w != "\\"]

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.e2e
 
 ELISP = ROOT / "elisp"
 DEBIAN_ELPA = "/usr/share/emacs/site-lisp/elpa"
-# Every command README.md names as M-x amacs-..., and the hub and the chat log.
+# Every command README.md and docs/ name as M-x amacs-..., and the hub and the chat log.
 COMMANDS = ["amacs-shell", "amacs-connect", "amacs-restart", "amacs-set-model", "amacs-set-budget",
-            "amacs-add-buffer", "amacs-send-region", "amacs-hub", "amacs-open-chat-log", "amacs-install-server"]
+            "amacs-add-buffer", "amacs-send-region", "amacs-hub", "amacs-open-chat-log", "amacs-install-server",
+            "amacs-demo"]
 
 
 def package_setup(user_dir: Path) -> str:

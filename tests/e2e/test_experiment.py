@@ -325,6 +325,36 @@ def test_experiment_respects_total_budget(model, tmp_path):
     assert len(model.requests) == RUNS * TURNS
 
 
+def test_runs_go_in_the_seeded_order_and_durations_start_at_the_first_turn(model, tmp_path):
+    """Runs start in the seeded random order across arms (not the grid's), the seed kept in order.json,
+    each manifest and the dataset; each run's duration is from its first turn reaching its server to
+    its last reply, its process start-up recorded apart (the first run pays Emacs's and the server's)."""
+    from amacs_server.research.dataset import load as load_dataset
+    from amacs_server.research.spec import load as load_spec
+    from amacs_server.research.spec import run_order
+
+    spec, runs = write_spec(tmp_path, "order", parallel=1), tmp_path / "runs"
+    proc = experiment(model, spec, runs, "--seed", "7")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "in a random order (seed 7" in proc.stdout
+    found = assert_all_done(runs)
+    started = [run_id for run_id, _m in sorted(found.items(), key=lambda item: item[1]["started_at"])]
+    wanted = [r.run_id for r in run_order(load_spec(spec, {"FAKE_URL": model.url}).runs, 7)]
+    assert started == wanted and started != sorted(started, key=lambda r: r.split(".")[1])  # not arm by arm
+    assert {m["order_seed"] for m in found.values()} == {7}
+    assert sorted(m["position"] for m in found.values()) == list(range(RUNS))
+    assert json.loads((runs / "order.json").read_text()) == {"order": "random", "seed": 7}
+    for m in found.values():
+        assert m["seconds"] == pytest.approx(m["last_reply_at"] - m["first_turn_at"], abs=1e-3)
+        assert m["startup_seconds"] == pytest.approx(m["first_turn_at"] - m["emacs_started_at"], abs=1e-3)
+        assert m["seconds"] < m["wall_seconds"]
+    first = found[wanted[0]]  # not prepared ahead: its Emacs and server started inside its wall time
+    assert first["wall_seconds"] - first["seconds"] >= 0.8 * first["startup_seconds"] > 0
+    con = load_dataset(runs)
+    assert con.execute("SELECT DISTINCT order_seed FROM runs").fetchall() == [(7,)]
+    con.close()
+
+
 def test_experiment_on_local_ray(model, tmp_path):
     """The same experiment with --ray: each run a Ray task on a local Ray on 127.0.0.1."""
     pytest.importorskip("ray")
@@ -366,7 +396,7 @@ def test_run_that_hangs_is_killed_and_failed(tmp_path):
         assert outcome.status == "failed" and outcome.error == "timed out after 6 s", outcome
         manifest = json.loads((runs / outcome.run_id / "manifest.json").read_text())
         assert manifest["status"] == "failed" and manifest["error"] == "timed out after 6 s"
-        assert 6 <= manifest["seconds"] < 15
+        assert 6 <= manifest["wall_seconds"] < 15  # the time limit is of the wall time
         assert fake.requests, "the model was called (and held)"
         deadline = time.time() + 10
         while servers_of(runs) and time.time() < deadline:

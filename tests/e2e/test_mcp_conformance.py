@@ -2,7 +2,7 @@
 
 In scope, and passing: ``initialize``, ``tools_call`` and ``sse-retry`` (streamable
 HTTP: a stream closed by the server is resumed after its ``retry``, with
-Last-Event-ID).  Out of scope (README, MCP tools): ``elicitation-*`` (a server
+Last-Event-ID).  Out of scope (docs/mcp.md): ``elicitation-*`` (a server
 asking the person for a form in the middle of a call: AMACS declines) and
 ``auth/*`` (OAuth flows: AMACS sends the headers mcp.json gives, e.g. a bearer
 token from ${VAR}).

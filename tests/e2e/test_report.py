@@ -72,7 +72,7 @@ def test_report_renders_every_chart_in_headless_chromium(tmp_path, capsys):
     assert str(page) in capsys.readouterr().out
     text = page.read_text(encoding="utf-8")
     figures = int(re.search(r"<meta name='amacs-figures' content='(\d+)'>", text)[1])
-    assert figures == 8 + len(chosen) + 1  # 8 charts, a tree per chosen run, the timeline
+    assert figures == 9 + len(chosen) + 1  # 9 charts, a tree per chosen run, the timeline
     # self-contained: plotly.js is inlined once, nothing is fetched
     assert "<script src=" not in text and "src=\"http" not in text and len(text) > 3_000_000
     assert text.count("window.PlotlyConfig") == 1
@@ -140,29 +140,36 @@ def test_timeline_spans_the_run_with_every_call_and_agents_labelled_on_the_y_axi
     run = max(runs, key=lambda r: len(r.agents))
     con = load(tmp_path)
     fig = report._timeline(con, run.run_id)
-    # the x axis is the run's own clock (0: the manifest's started_at, its Emacs), shown from its server's
-    # start to its last event; each phase a dotted line named at the top; the stop, outside the view, in the title
+    # the x axis is the run's own clock, zero at its start signal (its first turn reaching the server, as
+    # every duration counts it; the axis says so), shown from its server's start (before zero) to its last
+    # event; each phase a dotted line named at the top; the Emacs start, outside the view, in the title at
+    # the same clock (negative: before the run's start)
     m = run.manifest
+    zero = m["first_turn_at"]
+    assert 1.5 <= zero - m["started_at"] < 2.0  # after Emacs and the server started
     lo, hi = fig.layout.xaxis.range
     last = con.execute("SELECT max(ts) FROM events WHERE run_id = ?", [run.run_id]).fetchone()[0]
-    assert lo == pytest.approx(1.2 - 0.5) and hi == pytest.approx(last - m["started_at"] + 1.0)
+    assert lo == pytest.approx(m["server_started_at"] - zero - 0.5) and hi == pytest.approx(last - zero + 1.0)
+    assert "first turn reaching the server" in fig.layout.xaxis.title.text
     lines = sorted(shape.x0 for shape in fig.layout.shapes)
-    wanted = [m[k] - m["started_at"] for k in ("emacs_started_at", "server_started_at", "first_request_at",
-                                               "last_reply_at", "ended_at") if m[k] is not None]
+    wanted = [m[k] - zero for k in ("emacs_started_at", "server_started_at", "first_turn_at", "first_request_at",
+                                    "last_reply_at", "ended_at") if m[k] is not None]
     assert lines == pytest.approx(sorted(wanted))
-    assert [a.text for a in fig.layout.annotations][:2] == ["Emacs start", "server start"]
+    assert [a.text for a in fig.layout.annotations][:3] == ["Emacs start", "server start",
+                                                            "first turn (the run's start)"]
     assert "runs at once on average on 2 CPUs" in fig.layout.title.text
-    assert "outside the view: Emacs start at 0.0 s" in fig.layout.title.text
+    assert f"outside the view: Emacs start at {m['emacs_started_at'] - zero:.1f} s" in fig.layout.title.text
+    assert m["emacs_started_at"] - zero < 0
     bars = [t for t in fig.data if t.type == "bar"]
     starts = dict(con.execute("SELECT agent_id, started_at - ? FROM agents WHERE run_id = ?",
-                              [run.manifest["started_at"], run.run_id]).fetchall())
+                              [zero, run.run_id]).fetchall())
     ticks = dict(zip(fig.layout.yaxis.tickvals, fig.layout.yaxis.ticktext, strict=True))
     assert len(ticks) == len(run.agents)  # one row per agent, labelled on the axis
     for bar in bars:
         assert bar.textposition == "none"  # no labels at the bar ends
         for y, base in zip(bar.y, bar.base, strict=True):
             agent = ticks[y].split(" (")[0]
-            assert base == pytest.approx(starts[agent]) and base >= 1.0  # at its real time
+            assert base == pytest.approx(starts[agent]) and base >= -1e-9  # at its real time, from the start
     primary = next(label for label in ticks.values() if label.startswith("primary "))
     assert primary == "primary (open at end)"
     # every model call is its own mark, at its response's time

@@ -1,0 +1,311 @@
+"""The demo model: a scripted Messages API on 127.0.0.1, for trying AMACS with no key.
+
+``./amacs --demo`` (or ``M-x amacs-demo``) sets ``AMACS_DEMO=1``; the AMACS server then
+serves this model itself, in a thread, from its start to its stop, and talks to it over
+real HTTP with the real SDK, as it talks to Claude.  It answers by the words the person
+types (``help`` lists them) in about a second, streamed slowly enough to interrupt, and
+shows in its first minute what AMACS does: a streamed reply, an eval, a thread, subagents
+and an interrupt.  Nothing is paid.
+
+By hand, for another Emacs or a script: ``python -m amacs_server.demo_model`` prints its URL;
+then ``ANTHROPIC_BASE_URL=<url> ANTHROPIC_API_KEY=demo ./amacs``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .config import DEMO_MODEL
+
+DEMO_NOTE = ("Demo model: scripted answers served by the AMACS server on this machine, no key and nothing "
+             "paid. Type help and press RET to see what it shows. For real work set an API key and "
+             "M-x amacs-restart (docs/configuration.md).")
+
+
+@dataclass(frozen=True)
+class DemoReply:
+    """One answer: TEXT (the agent's JSON) after DELAY seconds, streamed in CHUNKS deltas
+    CHUNK_DELAY seconds apart."""
+
+    text: str
+    chunks: int = 10
+    chunk_delay: float = 0.02
+    delay: float = 0.0
+
+
+def agent_json(reply: str | None = None, *, eval: str | None = None, mood: str = "focused",  # noqa: A002
+               confidence: float = 0.8, monologue: str = "thinking") -> str:
+    """A valid agent response as JSON text."""
+    return json.dumps({"eval": eval, "reply": reply, "mood": mood, "confidence": confidence,
+                       "monologue": monologue}, ensure_ascii=False)
+
+
+HELP = """I am AMACS's demo model: scripted, running inside the AMACS server on this machine, \
+no key and nothing paid. Type one of these words and press RET:
+
+- =eval=: I evaluate elisp in your Emacs; the ▸ eval line shows it (TAB on it: the form and its result)
+- =note=: I add a line to a buffer named notes
+- =todo=: I write a file, /tmp/amacs-demo-todo.org
+- =thread=: I open a thread, a topic of work the hub shows (C-c C-v)
+- =task=: I start two subagents; a line each shows while they work
+- =slow=: a long answer: press C-c C-c while it streams to interrupt it
+- =steps=: a turn of three ticks; the header counts them
+- =long=, =markdown=, =error=, =loop=: a long reply, Markdown shown as org, a failing eval, \
+an eval that never ends (C-g stops it)
+
+Then M-x amacs-rewind takes me back to before any of your inputs, and M-x amacs-fork \
+copies me into a new home beside this one. Now I open a thread for this tour: the \
+▸ eval line below is that."""
+
+LONG = "\n".join(f"Line {i}: a long reply scrolls the window, and the prompt must stay in view." for i in range(1, 61))
+
+MARKDOWN = """## A heading in Markdown
+
+Here is **bold** text, `inline code` and a list:
+
+* first item
+* second item
+
+```elisp
+(defun demo-square (x)
+  "Return X squared."
+  (* x x))
+```
+
+| name | value |
+|------|-------|
+| a    | 1     |
+"""
+
+# Words answered with text alone.
+SCRIPT: dict[str, DemoReply] = {
+    "long": DemoReply(agent_json(LONG), chunks=60, chunk_delay=0.01),
+    "slow": DemoReply(agent_json("This reply is slow, so you can interrupt it with C-c C-c: "
+                                 + " ".join(f"word{i}" for i in range(60)) + "."), chunks=60, chunk_delay=0.1),
+    "markdown": DemoReply(agent_json(MARKDOWN), chunks=20, chunk_delay=0.02),
+}
+HELP_WORDS = ("help", "hi", "hello", "tour", "what can you do", "what can you do?")  # the shell's first line suggests it
+
+TOUR_THREAD = ('(condition-case nil (agent-create-thread "demo-tour" :concern "trying AMACS") '
+               '(error "the thread demo-tour is open already"))')
+NOTE = ('(with-current-buffer (get-buffer-create "notes") (goto-char (point-max)) '
+        '(insert "- tried AMACS\'s demo\\n") (buffer-name))')
+TODO = ('(with-current-buffer (find-file-noselect "/tmp/amacs-demo-todo.org") '
+        '(goto-char (point-max)) (insert "* TODO try AMACS\\n") (save-buffer) (buffer-name))')
+
+# Words answered with an eval, then (when its result comes back) with the text after it.
+EVALS: dict[str, tuple[str, str]] = {
+    "eval": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
+    "2+2": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
+    "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
+    "error": ("(car 1)", "Done: that was the eval above (TAB on its line shows it)."),
+    "loop": ("(while t)", "Done: that was the eval above (TAB on its line shows it)."),
+    "todo": (TODO, "Done: that was the eval above (TAB on its line shows it)."),
+    "note": (NOTE, "Done: the buffer notes has a new line (C-x b notes RET shows it)."),
+    "thread": ('(condition-case nil (agent-create-thread "demo-notes" :concern "notes from the demo") '
+               '(error "the thread demo-notes is open already"))',
+               "Done: the hub (C-c C-v) lists the thread under Threads."),
+}
+STEPS = 3  # the ticks of the turn that "steps" starts
+
+
+def last_human(body: dict[str, Any]) -> str:
+    """The person's newest input in a request body (the chat section's pending item)."""
+    texts = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+        if message.get("role") == "user" and isinstance(content, str):
+            texts.append(content)
+    found = re.findall(r'"human": ("(?:[^"\\]|\\.)*")', "\n".join(texts))
+    return str(json.loads(found[-1])) if found else ""
+
+
+def _newest_user_text(body: dict[str, Any]) -> str:
+    messages = body.get("messages", [])
+    content = messages[-1].get("content") if messages else ""
+    if isinstance(content, list):
+        content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return str(content)
+
+
+def has_eval_result(body: dict[str, Any]) -> bool:
+    """Whether the newest user message carries a result of the agent's own eval."""
+    return "<last-eval-result>" in _newest_user_text(body)
+
+
+def _step_done(body: dict[str, Any]) -> int:
+    """The step of a "steps" turn whose eval result the newest message carries (0: none)."""
+    found = re.findall(r"demo step (\d+) of", _newest_user_text(body))
+    return int(found[-1]) if found and has_eval_result(body) else 0
+
+
+def answer(body: dict[str, Any]) -> DemoReply:
+    """The scripted answer to the request BODY."""
+    system = body.get("system") or ""
+    system_text = system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
+    if re.search(r"You are \S+, a task", system_text):  # a subagent: slow, so its line is seen
+        return DemoReply(agent_json("The researcher found three sources."), chunks=1, delay=3.0)
+    human = last_human(body).strip().lower()
+    after_eval = has_eval_result(body)
+    if human == "task" and after_eval:
+        return DemoReply(agent_json("Done: both researchers answered (the ✓ lines above). In the hub "
+                                    "(C-c C-v), RET on a subagent's line shows its transcript."))
+    if human == "task":
+        return DemoReply(agent_json("I'll ask two researchers.", eval=(
+            '(agent-wait-for (list (plist-get (agent-task "researcher" "Find sources on A") :talk-id) '
+            '(plist-get (agent-task "researcher" "Find sources on B") :talk-id)))')), chunks=6, chunk_delay=0.02)
+    if human == "steps":
+        step = _step_done(body) + 1 if after_eval else 1
+        if step <= STEPS:
+            return DemoReply(agent_json(None, eval=f'(format "demo step {step} of {STEPS}")',
+                                        monologue=f"step {step}"), chunks=4, delay=1.0)
+        return DemoReply(agent_json(f"Done in {STEPS + 1} ticks: one per eval, and this reply."))
+    if human in HELP_WORDS:
+        if after_eval:
+            return DemoReply(agent_json("The hub (C-c C-v) shows the thread, and everything else I hold."))
+        return DemoReply(agent_json(HELP, eval=TOUR_THREAD), chunks=20, chunk_delay=0.03)
+    if human in EVALS:
+        form, then = EVALS[human]
+        if not after_eval:
+            return DemoReply(agent_json("Let me do that in Emacs.", eval=form), chunks=8, chunk_delay=0.02)
+        return DemoReply(agent_json(then))
+    if after_eval:
+        return DemoReply(agent_json("Done: that was the eval above (TAB on its line shows it)."))
+    return SCRIPT.get(human) or DemoReply(agent_json(
+        f"You said: {last_human(body)}. (I am the demo model: =help= lists what I can show.)"))
+
+
+# The Messages API, as much of it as the AMACS server asks of the demo.
+
+def _usage(output_tokens: int) -> dict[str, int]:
+    return {"input_tokens": 100, "output_tokens": output_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+def _split(text: str, parts: int) -> list[str]:
+    if parts <= 1 or len(text) <= 1:
+        return [text]
+    size = max(1, -(-len(text) // parts))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        pass
+
+    def do_GET(self) -> None:
+        # No Models API: AMACS then assumes what a model accepts, as for any server without one.
+        self._send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
+
+    def do_POST(self) -> None:
+        try:
+            length = int(self.headers.get("content-length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/") != "/v1/messages" or not isinstance(body, dict):
+                self._send_json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                                  "message": f"no route {self.path}"}})
+                return
+            reply = answer(body)
+            time.sleep(reply.delay)
+            if body.get("stream"):
+                self._stream(body, reply)
+            else:
+                self._send_json(200, self._message(body, reply.text, len(reply.text) // 4))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the person interrupted: the client closed its connection mid-answer
+
+    def _message(self, body: dict[str, Any], text: str, output_tokens: int) -> dict[str, Any]:
+        return {"id": "msg_demo", "type": "message", "role": "assistant", "model": body.get("model", DEMO_MODEL),
+                "content": [{"type": "text", "text": text}] if text else [],
+                "stop_reason": "end_turn", "stop_sequence": None, "usage": _usage(output_tokens)}
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, name: str, payload: dict[str, Any]) -> None:
+        self._chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+
+    def _stream(self, body: dict[str, Any], reply: DemoReply) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("cache-control", "no-cache")
+        self.end_headers()
+        start = self._message(body, "", 1)
+        start["content"] = []
+        self._event("message_start", {"type": "message_start", "message": start})
+        self._event("content_block_start", {"type": "content_block_start", "index": 0,
+                                            "content_block": {"type": "text", "text": ""}})
+        for piece in _split(reply.text, reply.chunks):
+            self._event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                "delta": {"type": "text_delta", "text": piece}})
+            time.sleep(reply.chunk_delay)
+        self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._event("message_delta", {"type": "message_delta",
+                                      "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                      "usage": {"output_tokens": len(reply.text) // 4}})
+        self._event("message_stop", {"type": "message_stop"})
+        self._chunk(b"")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class DemoModel:
+    """The demo model's HTTP server on 127.0.0.1 and a free port, served from a daemon thread."""
+
+    def __init__(self) -> None:
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="demo-model", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give the Anthropic SDK (``ANTHROPIC_BASE_URL``)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> DemoModel:
+        """Serve in the background."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the port."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def main() -> None:
+    """Serve until interrupted, the URL printed first."""
+    demo = DemoModel().start()
+    print(demo.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    demo.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The demo model shipped in the package (amacs_server/demo_model.py): ``AMACS_DEMO=1`` makes the
+AMACS server serve it itself, from its start to its stop, with no key; it answers over real HTTP
+through the real SDK, costs nothing, and the status names it as the endpoint."""
+
+from __future__ import annotations
+
+import json
+import socket
+from urllib.parse import urlsplit
+
+import anthropic
+import pytest
+
+from amacs_server import views
+from amacs_server.config import DEMO_MODEL, ConfigError, load_config
+from amacs_server.demo_model import DEMO_NOTE, DemoModel, answer
+from amacs_server.inference.pricing import Usage
+from amacs_server.runtime import Runtime
+from tests.test_memory import SilentFace
+
+
+def ask(base_url: str, text: str) -> tuple[int, str]:
+    """Stream the demo's answer to the person's TEXT; return (deltas, the whole text)."""
+    client = anthropic.Anthropic(api_key="none", base_url=base_url)
+    content = json.dumps({"human": text})
+    with client.messages.stream(model=DEMO_MODEL, max_tokens=100,
+                                messages=[{"role": "user", "content": content}]) as stream:
+        deltas = sum(1 for _ in stream.text_stream)
+        return deltas, stream.get_final_message().content[0].text  # type: ignore[union-attr]
+
+
+def port_open(url: str) -> bool:
+    parts = urlsplit(url)
+    with socket.socket() as probe:
+        return probe.connect_ex((parts.hostname or "", parts.port or 0)) == 0
+
+
+def test_the_demo_answers_help_streamed_with_an_eval_and_lists_its_words():
+    demo = DemoModel().start()
+    try:
+        deltas, text = ask(demo.base_url, "help")
+    finally:
+        demo.stop()
+    assert deltas > 5  # streamed, not whole
+    reply = json.loads(text)
+    assert "agent-create-thread" in reply["eval"]
+    for word in ("eval", "note", "todo", "thread", "task", "slow", "steps", "amacs-rewind", "amacs-fork"):
+        assert word in reply["reply"], word
+    assert not port_open(demo.base_url)
+
+
+def test_steps_is_a_turn_of_three_evals_then_a_reply():
+    body = {"messages": [{"role": "user", "content": json.dumps({"human": "steps"})}]}
+    forms = []
+    for _ in range(5):
+        reply = json.loads(answer(body).text)
+        if not reply["eval"]:
+            break
+        forms.append(reply["eval"])
+        result = f'<last-eval-result>"{reply["eval"].split(chr(34))[1]}"</last-eval-result>'
+        body["messages"].append({"role": "user", "content": result})
+    assert forms == [f'(format "demo step {n} of 3")' for n in (1, 2, 3)]
+    assert "Done in 4 ticks" in reply["reply"]
+
+
+def test_amacs_demo_serves_the_demo_from_the_servers_start_to_its_stop(tmp_path):
+    config = load_config({"AMACS_HOME": str(tmp_path / "h"), "AMACS_DEMO": "1"})
+    assert config.demo and config.model == DEMO_MODEL and config.backend == "anthropic" and config.has_credentials
+    rt = Runtime(config, SilentFace())
+    try:
+        assert rt.demo is not None and port_open(rt.demo.base_url)
+        status = views.status(rt)
+        assert status["model"] == "demo" and status["endpoint"] == "demo" and status["key_ok"] is True
+        assert DEMO_NOTE in str(status["notice"]) and "No API key" not in str(status["notice"])
+        assert rt.charge(Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == 0.0  # nothing paid
+        # Another model leaves the demo: its endpoint is the provider's again, and it needs a key.
+        switched = rt.set_model("anthropic", "claude-x", None)
+        assert switched["endpoint"] is None and switched["key_ok"] is False
+        assert rt.set_model("anthropic", DEMO_MODEL, None)["endpoint"] == "demo"
+        url = rt.demo.base_url
+    finally:
+        rt.stop(grace=0)
+    assert not port_open(url)
+
+
+def test_the_no_key_note_offers_the_demo_first(tmp_path):
+    note = load_config({"AMACS_HOME": str(tmp_path / "h")}).missing_key_message()
+    assert note.startswith("No API key. To try AMACS now")
+    assert note.index("M-x amacs-demo") < note.index("ANTHROPIC_API_KEY") < note.index("amacs-use-local-model")
+
+
+def test_the_demo_and_the_local_model_are_not_both_chosen(tmp_path):
+    with pytest.raises(ConfigError, match="AMACS_DEMO and AMACS_LOCAL_MODEL"):
+        load_config({"AMACS_HOME": str(tmp_path), "AMACS_DEMO": "1", "AMACS_LOCAL_MODEL": "m.gguf",
+                     "AMACS_LOCAL_PYTHON": "python"})

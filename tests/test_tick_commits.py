@@ -1,0 +1,140 @@
+"""A tick's commit is that tick: with the commit worker held behind (a git on PATH whose
+write-tree waits for a token), files are created, appended to, rewritten and deleted at random
+ticks; every tick's commit holds exactly the bytes each file had at that tick's end, as this
+test recorded them by walking the home, and no file the home did not have then."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amacs_server.persistence.git_repo import CommitWorker, HomeRepo
+from amacs_server.persistence.history import tracked
+
+FILES = ("agent-chat.org", "monologue.org", "scratchpad.org", "consciousness.el", "tick-state.json",
+         "chat/2026-10.org", "monologue/2026-10.org", "skills/notes/SKILL.md", "skills/notes/more.org")
+OPS = ("append", "rewrite", "replace", "same-size", "delete")
+
+op = st.tuples(st.sampled_from(OPS), st.sampled_from(FILES), st.binary(min_size=1, max_size=24))
+# Per tick: what is done to the files, then how many held commits may go on.
+tick = st.tuples(st.lists(op, max_size=5), st.integers(0, 2))
+
+GIT_WRAPPER = """#!/bin/sh
+# Each write-tree (one per commit) waits for a token file, or for the gate to open.
+if [ "$1" = write-tree ]; then
+  while [ ! -e "$GATE/open" ]; do
+    for t in "$GATE"/token-*; do
+      if [ -e "$t" ] && mv "$t" "$GATE/used-${t##*-}" 2>/dev/null; then break 2; fi
+    done
+    sleep 0.005
+  done
+fi
+exec REAL_GIT "$@"
+"""
+
+
+@contextmanager
+def held_git(folder: Path) -> Iterator[Path]:
+    """A git on PATH that holds each commit at write-tree until the gate folder gets a token."""
+    bin_dir, gate = folder / "bin", folder / "gate"
+    bin_dir.mkdir()
+    gate.mkdir()
+    real = shutil.which("git")
+    assert real
+    wrapper = bin_dir / "git"
+    wrapper.write_text(GIT_WRAPPER.replace("REAL_GIT", real))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    saved = {k: os.environ.get(k) for k in ("PATH", "GATE")}
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    os.environ["GATE"] = str(gate)
+    try:
+        yield gate
+    finally:
+        (gate / "open").touch()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def apply(home: Path, what: str, name: str, data: bytes) -> None:
+    path = home / name
+    if what == "delete":
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if what == "append" or not path.exists():
+        with path.open("ab") as fh:
+            fh.write(data)
+    elif what == "rewrite":  # in place: same inode
+        path.write_bytes(data)
+    elif what == "replace":  # a new file renamed over it
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    else:  # same size, other bytes, in place: only the content tells it changed
+        old = path.read_bytes()
+        path.write_bytes(bytes((b + 1) % 256 for b in old))
+
+
+def record(home: Path) -> dict[str, bytes]:
+    """Every file of the home but .git's, by its path: what this test knows the tick left."""
+    return {str(p.relative_to(home)): p.read_bytes() for p in sorted(home.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(home).parts[:1]}
+
+
+def git(home: Path, *args: str, data: bytes | None = None) -> bytes:
+    return subprocess.run(["git", *args], cwd=home, input=data, capture_output=True, check=True).stdout
+
+
+def commit_files(home: Path, sha: str) -> dict[str, bytes]:
+    """The files of commit SHA with their bytes."""
+    entries = [line.split(b"\t", 1) for line in git(home, "ls-tree", "-r", "-z", sha).split(b"\0") if line]
+    names = [name.decode() for _, name in entries]
+    blobs = [info.split()[2] for info, _ in entries]
+    out = git(home, "cat-file", "--batch", data=b"".join(b + b"\n" for b in blobs))
+    files, at = {}, 0
+    for name in names:
+        header_end = out.index(b"\n", at)
+        size = int(out[at:header_end].split()[2])
+        files[name] = out[header_end + 1:header_end + 1 + size]
+        at = header_end + 1 + size + 1
+    return files
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(session=st.lists(tick, min_size=1, max_size=10))
+def test_every_ticks_commit_holds_that_ticks_bytes_however_late_it_is_made(session):
+    folder = Path(tempfile.mkdtemp(prefix="amacs-tick-commits-"))
+    try:
+        home = folder / "home"
+        home.mkdir()
+        with held_git(folder) as gate:
+            worker = CommitWorker(HomeRepo(home))
+            recorded, tokens = [], 0
+            for number, (ops, release) in enumerate(session, 1):
+                for what, name, data in ops:
+                    apply(home, what, name, data)
+                recorded.append(record(home))
+                worker.submit(tracked(home), f"[TICK {number}][no-thread][ok] tick {number}")
+                for _ in range(release):
+                    tokens += 1
+                    (gate / f"token-{tokens}").touch()
+            (gate / "open").touch()
+            assert worker.stop(60)
+        log = git(home, "log", "--reverse", "--format=%H %s").decode().splitlines()
+        assert [line[41:] for line in log] == [f"[TICK {n}][no-thread][ok] tick {n}" for n in range(1, len(session) + 1)]
+        for number, (line, expected) in enumerate(zip(log, recorded, strict=True), 1):
+            assert commit_files(home, line[:40]) == expected, f"tick {number}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

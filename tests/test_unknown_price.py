@@ -1,0 +1,145 @@
+"""Costs that are known, or said to be unknown: a model nobody priced is never priced as Sonnet.
+
+A model with no price (none listed, none in the person's table or the experiment's spec) has
+its cost recorded as unknown (None in the server, null in the transcript and the dataset), its
+tokens kept; a model served on this machine (a base URL on 127.0.0.1 or ::1) costs nothing
+unless priced; a budget on an unpriced model is refused in one line, or uses the spec's price."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from amacs_server.config import ConfigError, load_config
+from amacs_server.inference.pricing import (
+    FREE,
+    PRICES,
+    Price,
+    Tally,
+    Usage,
+    cost,
+    is_local,
+    price_for,
+)
+from amacs_server.research import experiment
+from amacs_server.research.dataset import load
+from amacs_server.research.report import build_report
+from amacs_server.research.runs import run_environment, transcript_totals
+from amacs_server.research.spec import load as load_spec
+from amacs_server.research.spec import unpriced
+from tests.research_fakes import write_runs
+
+USAGE = Usage(input_tokens=4812, output_tokens=300)
+
+
+def test_a_model_nobody_priced_costs_unknown_not_sonnet():
+    assert price_for("gpt-oss-120b") is None
+    assert cost("gpt-oss-120b", USAGE) is None
+    assert cost("smollm2", USAGE) is None  # not on this machine here: unknown too
+    tally = Tally()
+    tally.add(USAGE, cost("gpt-oss-120b", USAGE))
+    tally.add(USAGE, cost("claude-sonnet-4-5", USAGE))
+    assert tally.input_tokens == 2 * 4812 and tally.unpriced_calls == 1  # tokens kept, the call said unpriced
+    assert tally.cost == pytest.approx(cost("claude-sonnet-4-5", USAGE))  # only the known call's dollars
+    assert tally.to_dict()["unpriced_calls"] == 1
+    # listed, by prefix, by an Anthropic family: known
+    assert price_for("claude-sonnet-4-5-20250929") == PRICES["claude-sonnet-4-5"]
+    assert price_for("claude-opus-5-5") == PRICES["claude-opus-4-5"]
+    assert price_for("opus-like-model") is None  # a family word in another vendor's name is no price
+
+
+@pytest.mark.parametrize("url, local", [
+    ("http://127.0.0.1:8080/v1", True), ("http://[::1]:8080/v1", True), ("http://localhost:11434", True),
+    ("https://api.together.xyz/v1", False), ("http://10.0.0.5:8000/v1", False), (None, False), ("", False)])
+def test_a_server_on_this_machine_is_free_unless_priced(url, local):
+    assert is_local(url) is local
+    assert price_for("smollm2", local=is_local(url)) == (FREE if local else None)
+    mine = {"smollm2": Price(0.1, 0.2, 0.1, 0.1)}
+    assert price_for("smollm2", mine, local=is_local(url)) == mine["smollm2"]  # the person's price wins
+
+
+def test_prices_given_at_start_reach_the_server(tmp_path):
+    config = load_config({"AMACS_HOME": str(tmp_path), "AMACS_PRICES": json.dumps({"gpt-oss": [0.5, 1.5, 0.5, 0.05]})})
+    assert config.prices == {"gpt-oss": (0.5, 1.5, 0.5, 0.05)}
+    with pytest.raises(ConfigError, match="AMACS_PRICES"):
+        load_config({"AMACS_HOME": str(tmp_path), "AMACS_PRICES": '{"m": [1, 2]}'})
+
+
+def spec(folder: Path, budget: str, price: str = "", url: str = "https://models.example.org/v1") -> Path:
+    path = folder / "experiment.toml"
+    path.write_text(f"""
+[experiment]
+name = "priced"
+{budget}
+
+[[prompts]]
+name = "q"
+turns = ["hello"]
+
+[[models]]
+name = "oss"
+backend = "openai"
+model = "gpt-oss-120b"
+base_url = "{url}"
+{price}
+""")
+    return path
+
+
+def test_a_budget_on_a_model_with_no_price_is_refused_in_one_line(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    code = experiment.main([str(spec(tmp_path, "budget = 1.0")), "--runs-dir", str(runs)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert "'oss'" in err[0] and "gpt-oss-120b" in err[0] and "price = {input" in err[0]
+    assert not list(runs.glob("*/manifest.json"))  # nothing started
+    code = experiment.main([str(spec(tmp_path, "run_budget = 0.1")), "--runs-dir", str(runs)])
+    assert code == 2 and "a budget needs prices" in capsys.readouterr().err
+
+
+def test_a_budget_uses_the_price_the_spec_gives(tmp_path):
+    loaded = load_spec(spec(tmp_path, "budget = 1.0", "price = {input = 0.5, output = 1.5}"))
+    assert unpriced(loaded.runs) == []
+    run = loaded.runs[0]
+    assert run.price == (0.5, 1.5, 0.5, 0.5)  # cache prices default to input's
+    env = run_environment(run, tmp_path / "run", base={})
+    assert json.loads(env["AMACS_PRICES"]) == {"gpt-oss-120b": [0.5, 1.5, 0.5, 0.5]}
+    table = {m: Price(*p) for m, p in load_config({**env, "AMACS_HOME": str(tmp_path)}).prices.items()}
+    assert cost("gpt-oss-120b", USAGE, table) == pytest.approx((4812 * 0.5 + 300 * 1.5) / 1e6)
+    # a model served on this machine needs no price for a budget
+    assert unpriced(load_spec(spec(tmp_path, "budget = 1.0", url="http://127.0.0.1:8080/v1")).runs) == []
+
+
+def null_costs(home: Path) -> None:
+    """Make every model call in HOME's transcripts one of a model with no price (cost null)."""
+    for path in (home / "transcripts").glob("*.jsonl"):
+        lines = []
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "model_response":
+                event["data"]["cost"] = None
+            lines.append(json.dumps(event))
+        path.write_text("\n".join(lines) + "\n")
+
+
+def test_unknown_costs_stay_unknown_in_the_dataset_and_the_report(tmp_path):
+    made = write_runs(tmp_path, 8, errors=False)
+    unknown = made[0].run_id
+    null_costs(tmp_path / unknown / "home")
+    dollars, _seconds, calls = transcript_totals(tmp_path / unknown / "home")
+    assert dollars is None and calls > 0
+    manifest = json.loads((tmp_path / unknown / "manifest.json").read_text())
+    (tmp_path / unknown / "manifest.json").write_text(json.dumps({**manifest, "cost": None, "unpriced_calls": calls}))
+    con = load(tmp_path)
+    assert con.execute("SELECT count(*), count(cost) FROM model_calls WHERE run_id = ? AND ok",
+                       [unknown]).fetchone() == (calls, 0)
+    cost_, model_cost, tokens, unpriced_calls = con.execute(
+        "SELECT cost, model_cost, input_tokens, unpriced_calls FROM runs WHERE run_id = ?", [unknown]).fetchone()
+    assert cost_ is None and model_cost is None and tokens > 0 and unpriced_calls == calls
+    assert con.execute("SELECT count(*) FROM agents WHERE run_id = ? AND cost IS NOT NULL", [unknown]).fetchone()[0] == 0
+    assert con.execute("SELECT count(cost) FROM turns WHERE run_id = ?", [unknown]).fetchone()[0] == 0
+    # the other runs keep their dollars
+    assert con.execute("SELECT count(*) FROM runs WHERE cost > 0").fetchone()[0] == 7
+    page = build_report(con, tmp_path, [unknown], unknown).render("t")
+    assert "unknown (no price)" in page and "unknown: no price listed or given" in page
+    assert "1 runs&#x27; cost is unknown" in page or "1 runs' cost is unknown" in page
