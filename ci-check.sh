@@ -12,6 +12,8 @@ scripts/setup.sh --test
 echo "== local model (scripts/local-model.sh)"
 scripts/local-model.sh
 scripts/mcp-test-servers.sh  # MCP servers nobody here wrote, for tests/e2e/test_mcp_*.py
+scripts/litellm.sh  # LiteLLM's proxy, a Messages API server nobody here wrote, for tests/e2e/test_litellm*.py
+scripts/inspect.sh  # inspect-ai and inspect-scout (.venv-inspect): they read the runs export writes
 
 EMACS_SETUP=(--eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))")
 

@@ -95,7 +95,15 @@ def publish_once(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> Callab
     return start
 
 
+MAX_SERVER_LOG = 10 << 20  # bytes of logs/server.log kept from earlier sessions; then it is rotated
+
+
 def _redirect_stderr(log_file: Path) -> None:
+    try:  # rotated at the start: this session's lines always go to a file under the bound's size
+        if log_file.stat().st_size > MAX_SERVER_LOG:
+            os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+    except OSError:
+        pass
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)
@@ -295,7 +303,7 @@ class RuntimeBuilder:
 
 
 # The commands other than serving (``amacs-server COMMAND ...``).
-COMMANDS = ("rewind", "fork", "transcripts", "experiment", "dataset", "report", "judge")
+COMMANDS = ("rewind", "fork", "transcripts", "experiment", "dataset", "report", "judge", "export")
 # What pyproject's research and cluster extras bring; a command missing one says how to add it.
 RESEARCH_MODULES = frozenset({"duckdb", "pyarrow", "plotly", "rich", "ray"})
 
@@ -315,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         from .persistence.history import main as history_main
 
         return history_main(argv)
-    if argv[:1] in (["transcripts"], ["experiment"], ["dataset"], ["report"], ["judge"]):
+    if argv[:1] in (["transcripts"], ["experiment"], ["dataset"], ["report"], ["judge"], ["export"]):
         import importlib  # research at scale: each command says in one line what it needs and lacks
 
         module = ".transcripts" if argv[0] == "transcripts" else f".research.{argv[0]}"
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                "  amacs-server dataset RUNS_DIR  load its runs into DuckDB and Parquet\n"
                "  amacs-server judge RUNS_DIR J  score its runs with the judge skill J\n"
                "  amacs-server report RUNS_DIR   draw them as one HTML page\n"
+               "  amacs-server export RUNS_DIR --inspect DIR  write them as inspect_ai eval logs\n"
                "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR\n"
                "history:\n"
                "  amacs-server rewind HOME --tick N       return HOME to the end of tick N\n"

@@ -39,8 +39,11 @@ POINTS = (
     "say.written",              # the reply is in agent-chat.org, not yet shown as complete
     "say.shown",                # the reply was shown complete
     "eval.running",             # Emacs is evaluating the agent's eval (a kill 0.3 s after it was sent)
+    "tool.call",                # the eval's MCP tool call is checked and about to be sent to its server
+    "tool.answered",            # the tool server answered; the call not yet in the transcript or Emacs told
     "eval.result",              # the eval's result is back
     "record.done",              # monologue and scratchpad written
+    "ltm.commit",               # memory.db's transaction is written, its COMMIT not yet run
     "persist.done",             # chat, consciousness.el and memory.db written
     "commit.queued",            # the tick's commit is queued for the worker
     "commit.synced",            # the worker synced the tick's files

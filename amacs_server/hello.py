@@ -114,13 +114,7 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         apply(raw)
         return views.status(rt)
 
-    def settings(raw: object) -> bool:
-        """The person changed a setting since hello (setopt, customize, set-variable): Emacs
-        sends them all before its next input, and the next turn runs by them."""
-        apply(raw)
-        return True
-
-    server.register("settings", settings)
+    rt.emacs_settings = apply  # the method `settings' (methods.py), a person's power, applies them so
 
     def emacs_gone() -> None:
         rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls

@@ -162,8 +162,10 @@ talk's :to, or the viewpoints asked."
 (defun agent-task (template prompt &rest options)
   "Start a Task from skill TEMPLATE with PROMPT and return its handle at once.
 The handle is a plist with :handle and :talk-id; the task's final reply
-arrives later as an event.  OPTIONS: :allowed (a list of actions) and
-:request-input (talk to the person in the shell until done)."
+arrives later as an event.  OPTIONS: :allowed (a list of actions),
+:request-input (talk to the person in the shell until done), :tools (the
+MCP tools it may call) and :compulsions (templates of compulsions that
+watch it from its first step)."
   (amacs--agent-call 'agent_task template prompt options))
 
 (defun agent-viewpoint (name template)

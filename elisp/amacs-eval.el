@@ -460,6 +460,9 @@ Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
               (list :success nil :error amacs-eval-declined)
             (let ((amacs-current-agent agent)
                   (amacs-current-eval (plist-get event :id)))
+              ;; Before the form: every call the server reads from here on, until this
+              ;; eval's result, was sent while it ran (docs/ARCHITECTURE.md, Trust).
+              (when (amacs-live-p) (amacs-call 'eval_started (list amacs-current-eval)))
               (amacs--eval-asking-about-writes (lambda () (amacs--eval-form form))))))
     (when amacs--eval-decisions
       (setq result (append result (list :decisions (reverse amacs--eval-decisions)))))

@@ -368,7 +368,9 @@ FN runs with that connection in effect."
   (let ((connection (amacs-current-connection)))
     (if (amacs-live-p connection)
         (amacs-with-connection connection (funcall fn))
-      (push fn (amacs-connection-on-ready connection))
+      (let ((origin (amacs--call-origin)))   ; the caller's, not the filter's that runs FN
+        (push (lambda () (let ((amacs--queued-origin origin)) (funcall fn)))
+              (amacs-connection-on-ready connection)))
       (amacs-start-server connection))))
 
 ;;;###autoload

@@ -213,7 +213,7 @@ the log) and these facts are one notice, each line a `;;' line."
 (defun amacs-shell--resume ()
   "Show the last exchanges of agent-chat.org; greet a new person."
   (let ((buffer (amacs-shell--buffer))
-        (recent (last (amacs-status :recent) (max 0 amacs-shell-resume-exchanges))))
+        (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
       (with-current-buffer buffer
         (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
@@ -247,6 +247,16 @@ the log) and these facts are one notice, each line a `;;' line."
          (substitute-command-keys
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
          'amacs-shell-annotation)))))
+
+(defun amacs-shell--from-an-input (entries count)
+  "The last COUNT of ENTRIES, and those before them back to one with an input.
+A resumed shell starts with the input that began the first turn it shows,
+not with a later step of that turn."
+  (let* ((all (append entries nil))
+         (start (max 0 (- (length all) (max 0 count)))))
+    (while (and (> start 0) (< start (length all)) (not (plist-get (nth start all) :human)))
+      (setq start (1- start)))
+    (nthcdr start all)))
 
 (defun amacs-shell--resumed-reply (text)
   "Return TEXT, a reply from the chat log, as the live shell showed it."
@@ -599,6 +609,30 @@ the shell, and its reply is seen only in agent-chat.org, or in the last
 exchanges \[amacs-shell] shows in a new shell."
   (amacs-shell--go-on-p "kill the shell" "the turn goes on; M-x amacs-shell shows it"))
 
+(defun amacs-shell--query-stop-server ()
+  "Ask, as the shell of another home (a fork's) is killed: stop its server too?
+On the shell's `kill-buffer-query-functions', after the question about
+a turn at work; the buffer is killed either way.  Its server (and the
+local model and MCP servers it runs) ran on until Emacs exited, with no
+shell to show it.  The shell of this Emacs's own home (`amacs-home')
+leaves its server running: \[amacs-shell] opens it again at once."
+  (let ((connection amacs--buffer-connection))
+    (when (and (amacs-connection-p connection)
+               (not (equal (directory-file-name (amacs-connection-home connection))
+                           (directory-file-name (amacs--home-directory))))
+               (process-live-p (amacs-connection-server-process connection)))
+      (amacs-connection-put connection 'amacs-stop-with-shell
+                            (y-or-n-p (format "Stop the AMACS server of %s too (y), or leave it running until Emacs exits (n)? "
+                                              (amacs-connection-name connection)))))
+    t))
+
+(defun amacs-shell--stop-server-with-buffer ()
+  "Stop the server of the shell being killed, if the person said so."
+  (let ((connection amacs--buffer-connection))
+    (when (and (amacs-connection-p connection) (amacs-connection-get connection 'amacs-stop-with-shell))
+      (amacs-connection-put connection 'amacs-stop-with-shell nil)
+      (amacs-stop-server connection))))
+
 (defun amacs-shell--forget-buffer ()
   "Forget the stream of the shell buffer being killed: its markers go with it.
 Its turn's timers stop.  Events of the turn still coming find no shell
@@ -653,12 +687,17 @@ was coming is not)."
     (dolist (command '(comint-send-eof comint-quit-subjob comint-stop-subjob comint-kill-subjob
                        comint-continue-subjob comint-interrupt-subjob))
       (define-key map (vector 'remap command) #'amacs-shell-no-subprocess))
+    ;; comint's C-c C-o and C-c M-o delete output: here the output is the
+    ;; conversation, which the person reads back and rewinds to.
+    (dolist (command '(comint-delete-output comint-clear-buffer))
+      (define-key map (vector 'remap command) #'amacs-shell-keep-conversation))
     map)
   "Keymap of `amacs-shell-mode'.")
 
 (define-derived-mode amacs-shell-mode comint-mode "AMACS"
   "The AMACS shell: talk to the agent, which works in this Emacs.
-Type at the prompt and press \\[amacs-shell-return] to send (\\[amacs-shell-newline] for a new line,
+Type at the prompt and press \\[amacs-shell-return] (or \\[comint-send-input]) to send
+\(\\[amacs-shell-newline] for a new line, \\[comint-kill-input] to delete the input,
 \\[amacs-compose] to write a long prompt in a buffer of its own).  Input
 sent while the agent works waits, shown as queued, until it takes it;
 \\[amacs-shell-interrupt] interrupts its turn, \\[keyboard-quit] stops an eval that runs.
@@ -717,6 +756,8 @@ before a past input, `amacs-fork' copies it there into a new home,
   (add-hook 'kill-buffer-hook #'amacs-shell--save-history-safely nil t)
   (add-hook 'kill-buffer-hook #'amacs-shell--forget-buffer nil t)
   (add-hook 'kill-buffer-query-functions #'amacs-shell--query-kill nil t)
+  (add-hook 'kill-buffer-query-functions #'amacs-shell--query-stop-server 90 t)
+  (add-hook 'kill-buffer-hook #'amacs-shell--stop-server-with-buffer 90 t)
   (add-hook 'kill-emacs-hook #'amacs-shell--save-history-everywhere)
   (add-hook 'kill-emacs-query-functions #'amacs-shell--query-quit)
   (unless (comint-check-proc (current-buffer))
@@ -753,6 +794,12 @@ fails (`command-error-default-function'), so what the person typed
 right after \[amacs-shell-delete-char] at the end was lost."
   (interactive "p")
   (delete-char (if (> n 0) (min n (- (point-max) (point))) n)))
+
+(defun amacs-shell-keep-conversation ()
+  "Say that the conversation above the prompt stays, and where else it is."
+  (interactive)
+  (message "%s" (substitute-command-keys
+                 "The conversation stays in the shell (it is what \\[amacs-rewind] goes back over); \\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it as org")))
 
 (defun amacs-shell-no-subprocess ()
   "Say that the shell has no subprocess to signal, and what stops the agent."

@@ -341,6 +341,64 @@ interrupt calls this, so input typed while the server starts is dropped."
     (prog1 (length (amacs-connection-on-ready connection))
       (setf (amacs-connection-on-ready connection) nil))))
 
+;;;; Calls that act for the person
+
+(defconst amacs--person-methods
+  '(submit set_budget set_model interrupt rewind fork
+    person_agent_control person_agent_talk person_add_buffer settings)
+  "The server's methods that act for the person (docs/ARCHITECTURE.md, Trust).
+A call to one carries, as its last argument, where Emacs saw it come
+from (`amacs--call-origin'); the server refuses it while an agent's
+eval runs, whatever that says.")
+
+(defvar amacs-current-eval)
+(defvar amacs-current-agent)
+
+(defvar amacs--queued-origin nil
+  "Where a call queued until the server was ready came from, while it runs.")
+
+(defconst amacs--waiting-functions
+  '(timer-event-handler accept-process-output sit-for sleep-for read-event read-char
+    read-char-exclusive read-key read-key-sequence read-from-minibuffer read-string
+    completing-read y-or-n-p yes-or-no-p recursive-edit)
+  "Functions inside which other code may run: timers, filters, commands.
+A call made inside one of them, before any command, is not the command's.")
+
+(defun amacs--person-command-p (command)
+  "Return non-nil for a COMMAND of the person's: an AMACS one, or one for Lisp."
+  (and (symbolp command)
+       (or (string-prefix-p "amacs-" (symbol-name command))
+           (memq command '(comint-send-input eval-expression eval-last-sexp eval-print-last-sexp
+                           eval-defun pp-eval-expression pp-eval-last-sexp ielm-return)))))
+
+(defun amacs--call-origin ()
+  "Where a call that acts for the person comes from, as Emacs sees it: a plist.
+:origin is \"eval\" (inside an agent's eval, with :agent and :eval),
+\"key\" (a command of the person's, with :command), \"program\" (a batch
+Emacs's own program, outside any timer or filter) or \"unknown\" (a timer, a
+process filter or a hook: code nobody can say was the person's).  The
+server decides; this is what Emacs tells it."
+  (cond
+   ((bound-and-true-p amacs-current-eval)
+    (list :origin "eval" :agent (bound-and-true-p amacs-current-agent) :eval amacs-current-eval))
+   (amacs--queued-origin amacs--queued-origin)
+   (t
+    (let (waited command)
+      (mapbacktrace (lambda (_evald fun args _flags)
+                      (unless (or waited command)
+                        (cond ((memq fun amacs--waiting-functions) (setq waited fun))
+                              ((eq fun 'command-execute) (setq command (car args)))))))
+      (cond ((and command (amacs--person-command-p command))
+             (list :origin "key" :command (symbol-name command)))
+            ((and noninteractive (not waited) (not command)) (list :origin "program"))
+            (t (list :origin "unknown" :via (symbol-name (or waited command 'hook)))))))))
+
+(defun amacs--call-args (method args)
+  "ARGS of METHOD as sent: a call that acts for the person carries its origin last."
+  (amacs--outgoing method (if (memq method amacs--person-methods)
+                             (append args (list (amacs--call-origin)))
+                           args)))
+
 ;;;; Calls to the server
 
 (defun amacs-call (method args &optional callback errback)
@@ -350,7 +408,7 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-connection-manager connection) method (amacs--outgoing method args))
+      (epc:call-deferred (amacs-connection-manager connection) method (amacs--call-args method args))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -399,7 +457,7 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((clean (amacs--outgoing method args))
+    (let* ((clean (amacs--call-args method args))
            (mngr (amacs-connection-manager connection))
            (proc (epc:connection-process (epc:manager-connection mngr)))
            (uid (epc:uid))

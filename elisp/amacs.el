@@ -44,7 +44,9 @@
 
 (defun amacs--restarted (own)
   "Say in one line that the server is back, from its status (`amacs-status').
-OWN is non-nil when this Emacs started the server it is connected to."
+OWN is non-nil when this Emacs started the server it is connected to.
+The server's notice (a missing key, the local model's note) is said
+here only without a shell: the shell says it when it greets the server."
   (let ((model (or (amacs-status :model) "an unknown model"))
         (backend (or (amacs-status :backend) "an unknown backend"))
         (notice (amacs-status :notice))
@@ -56,7 +58,7 @@ OWN is non-nil when this Emacs started the server it is connected to."
                             (format "AMACS server restarted: %s on %s." model backend)
                           (format "Reconnected to the headless AMACS server (restart it where it runs): %s on %s."
                                   model backend))
-                        (if notice (concat " " notice) "")))))
+                        (if (and notice (not (amacs-shell--buffer))) (concat " " notice) "")))))
 
 (defun amacs--start-failed-in-shell ()
   "The server could not start: say in the shell that what waited was not sent.

@@ -193,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The OpenAI chat-completions protocol, JSON or streamed (with usage when asked)."""
         if reply.status != 200:
             self._send_json(reply.status, {"error": {"message": reply.message or "scripted failure",
-                                                     "type": "server_error"}})
+                                                     "type": "server_error"}}, reply.retry_after)
             return
         fake = self.server.fake
         reply = fake.constrained_chat(body, reply)
@@ -399,6 +399,18 @@ class FakeAnthropic:
         # llama-cpp-python's server (0.3.36), which counts tokens only in answers not streamed.
         self.openai_stream_usage = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def reset(self) -> None:
+        """Forget every request and script, and serve as a new fake does (one fake for many tests)."""
+        fresh = FakeAnthropic.__new__(FakeAnthropic)
+        kept = {"_server", "_lock", "_thread"}
+        with self._lock:
+            self._script.clear()
+        FakeAnthropic.__init__(fresh)  # a fresh fake's settings; its own server is closed unused
+        fresh._server.server_close()
+        for name, value in vars(fresh).items():
+            if name not in kept:
+                setattr(self, name, value)
 
     @property
     def url(self) -> str:

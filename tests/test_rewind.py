@@ -747,3 +747,19 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
             history_search(rt, "plan", {"only": ["chat"]})
     finally:
         rt.stop()
+
+
+def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_path, fake):
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "note the plan\non two lines")])
+    first = history.rewind(home, 1)
+    run(home, fake, [("say", "again")])
+    second = history.rewind(home, 1)
+    rt = runtime(home, fake.url)
+    try:
+        futures = on_loop(rt, lambda: views.hub_state(rt))["abandoned"]
+    finally:
+        rt.stop()
+    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
+        (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
+    assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()

@@ -257,7 +257,7 @@ def test_a_turn_starts_with_one_message(server):
     _proc, port = server
     sock = connect(port)
     assert hello(sock)[0] == Symbol("return")
-    send(sock, "call", 2, Symbol("submit"), ["hi"])
+    send(sock, "call", 2, Symbol("submit"), ["hi", [Symbol(":origin"), "key", Symbol(":command"), "amacs-shell-return"]])
     messages = []
     while not any(m[0] == Symbol("amacs-events") for m in messages):
         messages.append(recv(sock))

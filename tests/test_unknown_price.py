@@ -143,3 +143,26 @@ def test_unknown_costs_stay_unknown_in_the_dataset_and_the_report(tmp_path):
     page = build_report(con, tmp_path, [unknown], unknown).render("t")
     assert "unknown (no price)" in page and "unknown: no price listed or given" in page
     assert "1 runs&#x27; cost is unknown" in page or "1 runs' cost is unknown" in page
+
+
+@pytest.mark.parametrize("url, model, prices, dollars", [
+    ("https://models.example.org/v1", "gpt-oss-120b", None, None),  # nobody priced it: unknown
+    ("http://127.0.0.1:9/v1", "gpt-oss-120b", None, 0.0),  # served on this machine: free
+    ("https://models.example.org/v1", "gpt-oss-120b", {"gpt-oss": [1.0, 2.0, 1.0, 1.0]}, (4812 + 600) / 1e6),
+    ("https://models.example.org/v1", "claude-sonnet-4-5", None, (4812 * 3 + 300 * 15) / 1e6)])
+def test_the_server_records_a_cost_only_when_it_knows_the_price(tmp_path, url, model, prices, dollars):
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    env = {"AMACS_HOME": str(tmp_path / "h"), "AMACS_BACKEND": "openai", "OPENAI_BASE_URL": url,
+           "AMACS_MODEL": model, **({"AMACS_PRICES": json.dumps(prices)} if prices else {})}
+    rt = Runtime(load_config(env), SilentFace())
+    try:
+        before = rt.consciousness.budget.cost_so_far
+        said = rt.charge(USAGE)
+        assert said == (None if dollars is None else pytest.approx(dollars))
+        assert rt.session_tally.input_tokens == 4812  # tokens counted either way
+        assert rt.session_tally.unpriced_calls == (1 if dollars is None else 0)
+        assert rt.consciousness.budget.cost_so_far == pytest.approx(before + (dollars or 0.0))  # no guess spent
+    finally:
+        rt.stop(grace=0)

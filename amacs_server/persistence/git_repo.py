@@ -245,6 +245,7 @@ class HomeRepo:
             import git  # noqa: PLC0415 - GitPython, off the start-up path (module docstring)
 
             try:
+                self._set_aside_half_made()
                 repo = git.Repo(self.home) if (self.home / ".git").exists() else git.Repo.init(self.home)
                 with repo.config_writer() as cfg:  # commits work on a machine with no git identity
                     if not cfg.has_option("user", "name"):
@@ -259,6 +260,29 @@ class HomeRepo:
                 raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
                                   "the tick is saved on disk") from err
             self._prepared = True
+
+    def _set_aside_half_made(self) -> None:
+        """A ``.git`` whose making was cut short (no HEAD, or no object in it: the process died in
+        ``git init``) is moved to ``logs/git-half-made-TIME`` (never committed) and made again;
+        said in the log.  One
+        with any object is left as it is: it may hold history."""
+        dot = self.home / ".git"
+        if not dot.is_dir():
+            return
+        objects = dot / "objects"
+        has_objects = objects.is_dir() and any(
+            p.is_file() for sub in objects.iterdir() if sub.is_dir() for p in sub.iterdir())
+        if has_objects or (dot / "packed-refs").exists():
+            return
+        head = dot / "HEAD"
+        made = head.is_file() and (dot / "config").is_file() and (dot / "refs").is_dir() and objects.is_dir()
+        if made:
+            return
+        aside = self.home / "logs" / f"git-half-made-{time.strftime('%Y%m%dT%H%M%S')}"
+        aside.parent.mkdir(exist_ok=True)
+        os.replace(dot, aside)
+        log.warning("the git repository in %s was half made (its set-up was cut short): moved to %s and "
+                    "made again", self.home, aside)
 
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]

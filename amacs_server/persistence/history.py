@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -120,6 +121,55 @@ def read_state(home: Path) -> dict[str, Any] | None:
 def file_sizes(home: Path) -> dict[str, int]:
     """Each append-only log file's size, by its path in the home."""
     return {str(p.relative_to(home)): p.stat().st_size for p in log_files(home)}
+
+
+# -- abandoned futures --------------------------------------------------------------------
+
+_ABANDONED_NAME = re.compile(r"-tick-([^-/]+)-to-(\d+)$")
+_FIRST_INPUTS: dict[tuple[Path, str], str | None] = {}  # (home, commit) -> its first abandoned input
+
+
+def abandoned_futures(home: Path) -> list[dict[str, Any]]:
+    """The futures the rewinds of HOME left, newest first: each one's ref, commit, the tick it
+    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's first input
+    of it (None if it had none)."""
+    if not (home / ".git").is_dir():
+        return []
+    out = _git(home, "for-each-ref", "--sort=-refname", "--format=%(refname) %(objectname)", ABANDONED)
+    found = []
+    for line in out.decode(errors="replace").splitlines():
+        ref, _, sha = line.rpartition(" ")
+        name = _ABANDONED_NAME.search(ref)
+        if name is None:
+            continue
+        to_tick = int(name[2])
+        if (home, sha) not in _FIRST_INPUTS:
+            _FIRST_INPUTS[home, sha] = _input_of(home, sha, to_tick + 1)
+        found.append({"ref": ref, "commit": sha, "from_tick": int(name[1]) if name[1].isdigit() else None,
+                      "to_tick": to_tick, "first_input": _FIRST_INPUTS[home, sha]})
+    return found
+
+
+def _input_of(home: Path, commit: str, tick: int) -> str | None:
+    """The person's input of tick TICK in COMMIT's chat log (its current month or, rotated, the
+    months before), or None."""
+    head = re.compile(rf"^\* Tick {tick}\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+    names = ["agent-chat.org"]
+    try:
+        listed = _git(home, "ls-tree", "--name-only", f"{commit}:chat").decode(errors="replace").split()
+        names += [f"chat/{n}" for n in sorted(listed, reverse=True)]
+    except HistoryError:
+        pass
+    for name in names:
+        try:
+            text = _git(home, "show", f"{commit}:{name}").decode(errors="replace")
+        except HistoryError:
+            continue
+        match = head.search(text)
+        if match:
+            said = " ".join(match[1].split())
+            return said if len(said) <= 200 else said[:200] + "…"
+    return None
 
 
 # -- rewind and fork ---------------------------------------------------------------------
@@ -280,7 +330,7 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
         repo = HomeRepo(home)
         now = read_state(home)
         last = now["tick"] if now else "?"
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
         kept, _note = repo.commit(tracked(home), f"[TICK {last}][abandoned] the home as it was before a "
                                                  f"rewind to tick {tick}")
         ref = f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}"

@@ -747,6 +747,65 @@ per eval, and not about computing or editing a buffer; each answer is in the res
     (should (equal (amacs-changes-line (list buffer file new))
                    "▸ changed: notes (buffer, +1 line), ~/x.py (file, +3 −1), ~/n.org (new file, +2 lines)"))))
 
+(defconst amacs-shell-test--readme
+  (expand-file-name "../../README.md" (file-name-directory (or load-file-name buffer-file-name)))
+  "The README, whose key table names the shell's keys.")
+
+(ert-deftest amacs-shell-test-the-readme-key-table-names-every-key-of-the-shell ()
+  "C-j sent but was not in the key table: every key the shell binds itself is there."
+  (let ((table (with-temp-buffer
+                 (insert-file-contents amacs-shell-test--readme)
+                 (buffer-string)))
+        (missing nil))
+    (cl-labels ((own (map prefix)
+                  ;; The shell's own bindings: comint's, inherited as the keymap's parent, left out.
+                  (let ((copy (copy-keymap map)))
+                    (set-keymap-parent copy nil)
+                    (map-keymap
+                     (lambda (event binding)
+                       (let ((keys (vconcat prefix (vector event))))
+                         (cond ((eq event 'remap))
+                               ((keymapp binding) (own binding keys))
+                               ((memq binding '(undefined amacs-shell-delete-char)))
+                               (t (let* ((key (key-description keys))
+                                         (shown (pcase key ("S-<return>" "S-RET") ("<backtab>" "S-TAB") (_ key))))
+                                    (unless (string-match-p (regexp-quote (concat "`" shown "`")) table)
+                                      (push key missing)))))))
+                     copy))))
+      (own amacs-shell-mode-map []))
+    (should-not missing)))
+
+(ert-deftest amacs-shell-test-comint-keys-that-delete-output-are-off-and-c-u-kills-the-input ()
+  "Inherited comint keys were live and unexplained: C-c C-o and C-c M-o deleted the
+conversation; C-c C-u (delete the input) is kept, and documented."
+  (amacs-shell-test--with-shell
+    (should (eq (key-binding (kbd "C-c C-o")) 'amacs-shell-keep-conversation))
+    (should (eq (key-binding (kbd "C-c M-o")) 'amacs-shell-keep-conversation))
+    (amacs-shell--output "A reply.")
+    (goto-char (point-max))
+    (insert "half typed")
+    (let ((before (amacs-shell-test--text)))
+      (call-interactively (key-binding (kbd "C-c C-o")))
+      (call-interactively (key-binding (kbd "C-c M-o")))
+      (should (equal (amacs-shell-test--text) before)))
+    (call-interactively (key-binding (kbd "C-c C-u")))
+    (should (string-suffix-p "A reply.\namacs> " (amacs-shell-test--text)))))
+
+(ert-deftest amacs-shell-test-a-restart-says-the-servers-notice-once ()
+  "After M-x amacs-restart the local model's note was printed twice: by the shell's
+greeting and by the line saying the server restarted."
+  (amacs-shell-test--with-shell
+    (let ((amacs-transport-message-function #'amacs-shell--note))
+      (amacs-test-with-status '(:model "smollm2" :backend "openai" :key-ok t
+                                :notice "Local model: for trying AMACS, not for real work.")
+        (amacs-shell--greet)
+        (amacs--restarted t)
+        (let ((text (amacs-shell-test--text)))
+          (should (string-match-p "AMACS server restarted: smollm2 on openai\\." text))
+          (should (= (cl-count-if (lambda (line) (string-match-p "Local model: for trying" line))
+                                  (split-string text "\n"))
+                     1)))))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()

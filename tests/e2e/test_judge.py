@@ -95,6 +95,8 @@ def test_judges_score_every_run_and_the_report_draws_them(runs, fake):
         proc = judge(fake, runs, name, "--parallel", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"judge {name}: {RUNS} of {RUNS} judged, 0 failed" in proc.stdout, proc.stdout
+        last = proc.stdout.strip().splitlines()[-1]  # names the folder the scores are in, not RUNS_DIR/<run>
+        assert f"scores in {runs.resolve()}/*/judges/{name}/score.json" in last, last
     asked = [r["body"] for r in fake.requests]
     assert len(asked) == 2 * RUNS and all(JUDGE_MARK in json.dumps(b["system"]) for b in asked)
     rubric = [b for b in asked if "Answer quality" in json.dumps(b["system"])]

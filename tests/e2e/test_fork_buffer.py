@@ -1,0 +1,61 @@
+"""Killing a fork's shell buffer stops that fork's server, once the person says so (a newcomer's
+finding: it ran on, unseen, until Emacs exited); the shell of this Emacs's own home leaves its
+server running, and so does a fork's whose person says no."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from tests.e2e.harness import elisp_string, run_emacs
+from tests.test_rewind import answer
+
+pytestmark = pytest.mark.e2e
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = open(f"/proc/{pid}/stat").read()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_killing_a_forks_shell_stops_its_server_after_asking(fake, home, tmp_path):
+    fake.respond_with(answer)
+    forks = [tmp_path / "fork-yes", tmp_path / "fork-no"]
+    opened = "".join(f"""
+      (amacs-fork 1 {elisp_string(str(fork))})
+      (let ((conn (amacs-connection-for {elisp_string(str(fork))})))
+        (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
+        (princ (format "PID {n} %s\\n" (process-id (amacs-connection-server-process conn))))
+        (let ((asked nil))
+          (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (setq asked prompt) {says})))
+            (kill-buffer (amacs-connection-shell conn)))
+          (princ (format "ASKED {n} %S\\n" asked))
+          (princ (format "LIVE {n} %S\\n" (and (amacs-live-p conn) t)))))""" for n, (fork, says) in
+        enumerate(zip(forks, ("t", "nil"), strict=True)))
+    program = f"""
+      (amacs-e2e-open)
+      (amacs-e2e-send "note the first")
+      {opened}
+      (let ((asked nil))
+        (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (setq asked prompt) t)))
+          (kill-buffer amacs-shell-buffer-name))
+        (princ (format "ASKED OWN %S\\n" asked))
+        (princ (format "LIVE OWN %S\\n" (and (amacs-live-p) t))))
+      (amacs-stop-server (amacs-connection-for {elisp_string(str(forks[1]))}))
+      (amacs-stop-server)
+      (kill-emacs 0)"""
+    run = run_emacs(home, fake.url, program).check()
+    out = run.stdout
+    pids = {n: int(p) for n, p in re.findall(r"^PID (\d) (\d+)$", out, re.M)}
+    assert set(pids) == {"0", "1"}, out
+    assert re.search(r'^ASKED 0 "Stop the AMACS server of \S*/fork-yes too \(y\)', out, re.M), out
+    assert "LIVE 0 nil" in out and not alive(pids["0"]), out  # stopped before the buffer was gone
+    assert re.search(r'^ASKED 1 "Stop the AMACS server of \S*/fork-no too', out, re.M), out
+    assert "LIVE 1 t" in out, out  # "no": it runs on, until the end of the program stops it
+    assert "ASKED OWN nil" in out and "LIVE OWN t" in out, out  # this Emacs's own home: not asked
