@@ -252,6 +252,16 @@ a write is checked first and may be refused (an error, nothing written)."
   (and buffer-auto-save-file-name (stringp file)
        (string= (expand-file-name file) (expand-file-name buffer-auto-save-file-name))))
 
+(defun amacs--emacs-own-file-p (file)
+  "Return non-nil when Emacs writes FILE for itself: not the agent's writing.
+An auto-save file, a backup, or a native compiler's temporary file (a
+library loaded during an eval is compiled in the background, and its
+job written to a file, in a fresh HOME)."
+  (and (stringp file)
+       (or (amacs--auto-save-p file)
+           (backup-file-name-p file)
+           (string-match-p "\\`emacs-\\(?:async\\|int\\)-comp-" (file-name-nondirectory file)))))
+
 (put 'amacs--eval-file-handler 'operations
      '(insert-file-contents write-region copy-file rename-file delete-file make-symbolic-link
        add-name-to-file))
@@ -399,13 +409,17 @@ For `amacs-eval-confirm' `writes': a file written, copied, renamed or
 deleted, or a program started.  An auto-save file is not the agent's."
   (pcase function
     ('write-region (let ((file (nth 2 args)))
-                     (and (stringp file) (not (amacs--auto-save-p file))
+                     (and (stringp file) (not (amacs--emacs-own-file-p file))
                           (list "write" (abbreviate-file-name (expand-file-name file))))))
-    ('delete-file (list "delete" (abbreviate-file-name (expand-file-name (car args)))))
+    ('delete-file (and (not (amacs--emacs-own-file-p (car args)))
+                       (list "delete" (abbreviate-file-name (expand-file-name (car args))))))
     ((or 'rename-file 'copy-file)
-     (list (if (eq function 'rename-file) "rename to" "copy to")
-           (abbreviate-file-name (expand-file-name (cadr args)))))
-    ('make-process (list "run" (format "%s" (car (plist-get args :command)))))
+     (and (not (amacs--emacs-own-file-p (cadr args)))
+          (list (if (eq function 'rename-file) "rename to" "copy to")
+                (abbreviate-file-name (expand-file-name (cadr args))))))
+    ;; The native compiler's own workers (a library loaded in the eval) are not the agent's.
+    ('make-process (and (not (string-prefix-p "Compiling" (format "%s" (plist-get args :name))))
+                        (list "run" (format "%s" (car (plist-get args :command))))))
     ('call-process (list "run" (format "%s" (car args))))
     ('call-process-region (list "run" (format "%s" (nth 2 args))))))
 

@@ -806,6 +806,18 @@ greeting and by the line saying the server restarted."
                                   (split-string text "\n"))
                      1)))))))
 
+(ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()
+  "In a fresh HOME the native compiler wrote its job to /tmp/emacs-async-comp-*.el during the
+demo's first eval, and the turn listed it as the agent's new file."
+  (let ((job (expand-file-name "emacs-async-comp-amacs-settings-xlwn7W.el" temporary-file-directory)))
+    (should (amacs--emacs-own-file-p job))
+    (should-not (amacs--emacs-own-file-p "/tmp/x.py"))
+    (should-not (amacs--eval-guarded-action 'write-region (list nil nil job)))
+    (should-not (amacs--eval-guarded-action 'delete-file (list job)))
+    (should-not (amacs--eval-guarded-action 'make-process (list :name "Compiling: /x.el" :command '("emacs"))))
+    (should (equal (amacs--eval-guarded-action 'make-process (list :name "x" :command '("ls")))
+                   '("run" "ls")))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
