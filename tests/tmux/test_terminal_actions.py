@@ -114,7 +114,9 @@ def test_the_header_line_shows_the_model_and_what_the_agent_does(terminal, fake)
                 Reply(agent_json("Slept."), chunks=30, chunk_delay=0.1))
     term = terminal()
     term.wait_for(lambda _s: "waiting for you" in header(term), timeout=10, what="the idle header")
-    assert "claude-sonnet-5-5 (anthropic)" in header(term)
+    # The fake is no provider's own endpoint: the header names its host (a newcomer could not
+    # tell the demo on 127.0.0.1 from Claude).
+    assert "claude-sonnet-5-5 (anthropic @ 127.0.0.1:" in header(term)
     send(term, "take your time")
     term.wait_for(lambda _s: "thinking" in header(term), timeout=5, what="'thinking' in the header")
     term.wait_for(lambda _s: "running an eval" in header(term), timeout=10, what="'running an eval'")
