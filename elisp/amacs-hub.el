@@ -129,9 +129,10 @@ says its home."
                                     (length agents)))
       (dolist (agent agents)
         (magit-insert-section (amacs-agent (plist-get agent :id))
-          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d steps  $%.4f"
+          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d step%s  $%.4f"
                            (plist-get agent :id) (plist-get agent :type) (plist-get agent :template)
-                           (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
+                           (plist-get agent :state) (plist-get agent :steps)
+                           (if (eql (plist-get agent :steps) 1) " " "s") (plist-get agent :cost))))
       (insert "\n"))))
 
 (defun amacs-hub--insert-mcp (state)
@@ -378,7 +379,8 @@ the old session's cost until \`g'."
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()
-  "Act on the section at point: thread, buffer, agent, commit, future, chat, report."
+  "Act on the section at point.
+A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))

@@ -362,3 +362,21 @@ def test_a_git_repository_with_objects_is_never_set_aside(tmp_path):
     with pytest.raises(Exception, match="cannot set up the git repository"):
         HomeRepo(home).commit([home / "a"], "x")
     assert (home / ".git" / "objects").is_dir() and not (home / "logs").exists()
+
+
+def test_the_skills_files_the_homes_gitignore_leaves_out_are_not_committed(tmp_path):
+    """Was: everything under skills/ was committed regardless of .gitignore (a fork made inside
+    skills/ put its memory.db and transcripts in HOME's history)."""
+    from amacs_server.persistence.history import skill_files
+
+    home = tmp_path / "home"
+    (home / "skills" / "mine" / "cache").mkdir(parents=True)
+    (home / "skills" / "mine" / "SKILL.md").write_text("a skill")
+    (home / "skills" / "mine" / "cache" / "big.bin").write_text("x")
+    (home / "skills" / "mine" / "memory.db").write_text("db")
+    subprocess.run(["git", "init", "-q", str(home)], check=True)
+    (home / ".gitignore").write_text("memory.db*\nskills/*/cache/\n")
+    assert skill_files(home) == [home / "skills" / "mine" / "SKILL.md"]
+    (home / ".gitignore").write_text("memory.db*\n")  # edited: asked again
+    assert skill_files(home) == sorted([home / "skills" / "mine" / "SKILL.md",
+                                        home / "skills" / "mine" / "cache" / "big.bin"])

@@ -240,6 +240,7 @@ def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
         assert server_main(["rewind", str(home), "--tick", "1"]) == 1
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "refused" in err and "serves" in err
+        assert "quit the Emacs it serves" in err and "M-x" not in err  # a shell's advice, not Emacs's
         assert server_main(["fork", str(home), "--tick", "1", str(tmp_path / "f")]) == 1
         assert "refused" in capsys.readouterr().err and not (tmp_path / "f").exists()
     finally:
@@ -765,3 +766,22 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
     assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
         (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
+
+
+def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):
+    """Was accepted, even under skills/: HOME's commits then took in the fork's memory.db and transcripts."""
+    home = tmp_path / "home"
+    run(home, fake, SESSION[:2])
+    for dest in (home / "skills" / "f", home / "f", home):
+        assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is inside {home}; name a folder outside the home" in err, err
+    assert not (home / "skills" / "f").exists() and not (home / "f").exists()
+
+
+def test_a_folder_that_is_not_a_home_gets_no_lock_file(tmp_path, capsys):
+    folder = tmp_path / "not-a-home"
+    folder.mkdir()
+    assert server_main(["rewind", str(folder), "--tick", "1"]) == 1
+    assert "has no git history: is it an AMACS home?" in capsys.readouterr().err
+    assert list(folder.iterdir()) == []

@@ -116,6 +116,40 @@ def _ignore_also(ignore: Path, names: Iterable[str]) -> None:
         log.warning("could not add %s to %s: %s", ", ".join(names), ignore, err)
 
 
+_ignored_cache: dict[Path, tuple[object, frozenset[Path]]] = {}
+
+
+def ignored(home: Path, paths: list[Path]) -> frozenset[Path]:
+    """Those of PATHS (in HOME) that the home's ``.gitignore`` files leave out, as git reads
+    them (``git check-ignore``); asked again only when PATHS or an ignore file changed.  Nothing
+    before the repository exists, or when git cannot say."""
+    if not paths or not (home / ".git").is_dir():
+        return frozenset()
+    rules = [home / ".gitignore", home / ".git" / "info" / "exclude", *(p for p in paths if p.name == ".gitignore")]
+    stamps = []
+    for rule in rules:
+        try:
+            st = rule.stat()
+            stamps.append((str(rule), st.st_mtime_ns, st.st_size))
+        except OSError:
+            pass
+    key = (tuple(paths), tuple(stamps))
+    cached = _ignored_cache.get(home)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    names = "\0".join(str(p.relative_to(home)) for p in paths) + "\0"
+    try:
+        run = subprocess.run(["git", "check-ignore", "--no-index", "-z", "--stdin"], cwd=home, input=names.encode(),
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    if run.returncode not in (0, 1):
+        return frozenset()
+    found = frozenset(home / n for n in run.stdout.decode(errors="surrogateescape").split("\0") if n)
+    _ignored_cache[home] = (key, found)
+    return found
+
+
 def managed(name: str) -> bool:
     """Whether NAME (a path in the home) is one of the files the server commits each tick."""
     return name in TRACKED_NAMES or name == ".gitignore" or name.partition("/")[0] in TRACKED_FOLDERS and "/" in name

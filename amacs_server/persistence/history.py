@@ -49,8 +49,8 @@ from typing import Any
 from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
-from .git_repo import HomeRepo
-from .home_lock import HomeInUse, HomeLock
+from .git_repo import HomeRepo, ignored
+from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
@@ -84,8 +84,10 @@ def skill_files(home: Path) -> list[Path]:
     folder = home / "skills"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
-                  and not p.name.endswith("~"))
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
+                   and not p.name.endswith("~"))
+    left_out = ignored(home, found)  # what the person's .gitignore leaves out stays out
+    return [p for p in found if p not in left_out] if left_out else found
 
 
 def tracked(home: Path) -> list[Path]:
@@ -239,11 +241,19 @@ def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
 
 def lock(home: Path) -> HomeLock:
     """The home's lock, or HistoryError naming the live server that holds it."""
+    if not (home / ".git").is_dir():  # no lock file left in a folder that is not a home
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
     lock = HomeLock(home, headless=True)
     try:
         lock.acquire(stopping_wait=0)
     except HomeInUse as err:
-        raise HistoryError(f"refused: {err}") from err
+        try:
+            pid = json.loads((home / LOCK_FILE).read_text()).get("pid", "unknown")
+        except (OSError, ValueError, AttributeError):
+            pid = "unknown"
+        # Said to a person at a shell, not in Emacs: what to stop, then what to run again.
+        raise HistoryError(f"refused: an AMACS server (pid {pid}) serves {home}; quit the Emacs it serves "
+                           f"(or kill {pid}), then run this command again") from err
     return lock
 
 
@@ -405,6 +415,8 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     Refused while a live server serves HOME, unless LOCKED (that server forks it)."""
     t0 = time.perf_counter()
     home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
+    if dest == home or home in dest.parents:  # HOME's commits would take in the fork's files
+        raise HistoryError(f"refused: {dest} is inside {home}; name a folder outside the home for the fork")
     if dest.exists() and any(dest.iterdir()):
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
     held = None if locked else lock(home)

@@ -49,8 +49,11 @@ AFTER = "After the restart."
 # memory.db's first two commits are the server's start (a kill there is a start that fails, and
 # Emacs tries again with the point still armed): its writes of the turn are @3 on.
 LTM_TURN = ("ltm.commit@3", "ltm.commit@4", "ltm.commit@5", "ltm.commit@6")
+# The turn's second tick (after the eval and its tool call) at each of its steps.
+SECOND_TICK = tuple(f"{p}@2" for p in ("observe.done", "infer.request", "infer.response", "record.done",
+                                       "persist.done", "commit.queued", "commit.done"))
 CASES = (*(p for p in POINTS if p != "ltm.commit"), "infer.mid-stream@2", "say.written@2", "commit.index-lock@2",
-         *LTM_TURN)
+         *LTM_TURN, *SECOND_TICK)
 # The slow eval calls an MCP tool (a server written with the SDK), as the agent's evals do.
 EVAL = '(progn (sleep-for 0.6) (agent-tool "t/big" :megabytes 0.00001) 42)'
 TOOL_SERVER = {"t": {"command": sys.executable, "args": [str(ROOT / "tests" / "mcp_hostile_server.py"), "big"]}}
