@@ -55,6 +55,10 @@ POINTS = (
     "commit.done",              # HEAD moved
     "turn.done",                # the turn is over; the prompt not yet given back
 )
+# Points of a fork (``amacs-server fork``), apart from a tick's: tests/test_rewind.py kills them.
+HISTORY_POINTS = (
+    "fork.checked-out",         # DEST has the tick's files and repository; memory.db not yet copied
+)
 # Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
 BUGS = ("ping.bug",)
 
