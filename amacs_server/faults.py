@@ -59,6 +59,11 @@ POINTS = (
 HISTORY_POINTS = (
     "fork.checked-out",         # DEST has the tick's files and repository; memory.db not yet copied
 )
+# Points of ``amacs-server judge``: tests/e2e/test_judge.py kills them.
+RESEARCH_POINTS = (
+    "judge.scored",             # the judge model answered a run's score; nothing of it written yet
+    "judge.written",            # score.json.tmp is written, not yet renamed to score.json
+)
 # Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
 BUGS = ("ping.bug",)
 
