@@ -53,3 +53,22 @@ def test_a_server_log_over_its_bound_is_rotated_at_the_start(tmp_path, monkeypat
         monkeypatch.setattr("sys.stderr", sys.__stderr__)
     assert log.read_bytes() == b"new session\n"
     assert (tmp_path / "server.log.1").stat().st_size == entry.MAX_SERVER_LOG + 1
+
+
+def test_stray_stdout_lines_are_one_log_line_per_server_per_burst(caplog):
+    import logging
+
+    from amacs_server.tools_mcp import logs
+
+    logs.install()  # as the hub does
+    sdk = logging.getLogger("mcp.client.stdio")
+    logs.SERVER.set("noisy")  # the connection's task sets it; the SDK's tasks inherit it
+    with caplog.at_level(logging.WARNING, logger="mcp.client.stdio"):
+        for n in range(20_000):
+            try:
+                raise ValueError(f"invalid JSON: line {n} holds a secret-ish thing")
+            except ValueError:
+                sdk.exception("Failed to parse JSONRPC message from server")
+    said = [r for r in caplog.records if r.name == "mcp.client.stdio"]
+    assert len(said) == 1 and said[0].exc_info is None and "secret-ish" not in caplog.text
+    assert said[0].getMessage().startswith("MCP server noisy wrote a line on its stdout that is not JSON-RPC")

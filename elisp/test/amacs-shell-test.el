@@ -818,6 +818,23 @@ demo's first eval, and the turn listed it as the agent's new file."
     (should (equal (amacs--eval-guarded-action 'make-process (list :name "x" :command '("ls")))
                    '("run" "ls")))))
 
+(ert-deftest amacs-shell-test-a-rewind-shows-its-replay-from-wherever-the-person-had-scrolled ()
+  "A newcomer had moved up to a changed line; after M-x amacs-rewind the shell's window stayed
+there, and the replayed conversation showed only after M->."
+  (amacs-shell-test--with-shell
+    (amacs-shell--output "An old reply.")
+    (goto-char (point-min))
+    (set-window-point (selected-window) (point-min))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args)
+                 (pcase method
+                   ('rewind '(:line "rewound to tick 1"))
+                   ('status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t))))))
+      (amacs-rewind 1))
+    (should (string-match-p "rewound to tick 1\\. The conversation up to there:" (amacs-shell-test--text)))
+    (should (= (point) (point-max)))
+    (should (= (window-point (selected-window)) (point-max)))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
