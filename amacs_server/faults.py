@@ -55,6 +55,16 @@ POINTS = (
     "commit.done",              # HEAD moved
     "turn.done",                # the turn is over; the prompt not yet given back
 )
+# Points of a fork (``amacs-server fork``), apart from a tick's: tests/test_rewind.py kills them.
+HISTORY_POINTS = (
+    "fork.checked-out",         # DEST has the tick's files and repository; memory.db not yet copied
+)
+# Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.
+RESEARCH_POINTS = (
+    "run.ended",                # an experiment's run ended (its Emacs exited); its manifest still says running
+    "judge.scored",             # the judge model answered a run's score; nothing of it written yet
+    "judge.written",            # score.json.tmp is written, not yet renamed to score.json
+)
 # Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
 BUGS = ("ping.bug",)
 

@@ -68,6 +68,7 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
         for other in others:
             os.close(other.detach())
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)  # a group of its own, as Emacs gives its processes
         request, fds = _read_request(conn)
@@ -232,6 +233,7 @@ def serve(directory: str, key: str) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select below through the pipe
+    signal.signal(signal.SIGTERM, _stop)  # the socket file is removed on the way out
     print(f"warm server {os.getpid()} ready on {path} after {(time.perf_counter() - started) * 1000:.0f} ms "
           "of imports", flush=True)
     children: dict[int, socket.socket] = {}
@@ -275,6 +277,10 @@ def serve(directory: str, key: str) -> int:
             pass
         listener.close()
         os.ftruncate(lock, 0)  # names no process once this one is gone
+
+
+def _stop(_signum: int, _frame: object) -> None:
+    raise SystemExit(0)
 
 
 def _reap(children: dict[int, socket.socket]) -> None:

@@ -23,7 +23,7 @@ both.  ``--no-warm``: AMACS's servers are started as before the warm server
 (``AMACS_WARM=0``), every sample importing the model SDK.
 
 Marks, ms after RET: ``prompt`` (the prompt is on screen), ``answer`` (the reply's last
-word is).
+word is).  ``BENCH_SCREENS=FILE`` appends each screen read, with its time, to FILE.
 
     .venv/bin/python bench/bench_first_answer.py [N] [--ticks 1000] [--gptel PATH] [--no-warm]
 """

@@ -785,3 +785,29 @@ def test_a_folder_that_is_not_a_home_gets_no_lock_file(tmp_path, capsys):
     assert server_main(["rewind", str(folder), "--tick", "1"]) == 1
     assert "has no git history: is it an AMACS home?" in capsys.readouterr().err
     assert list(folder.iterdir()) == []
+
+
+def test_a_fork_killed_while_made_is_named_on_retry_and_never_served(tmp_path, fake, capsys):
+    """Was: a half-made DEST refused on retry with no hint, and a session started on it ran as a
+    fresh agent or with missing or future memory."""
+    import os
+    import signal
+    import sys
+
+    from amacs_server.persistence.recovery import StartupError, check_home
+
+    home, dest = tmp_path / "home", tmp_path / "f"
+    run(home, fake, SESSION[:2])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMACS_")}
+    killed = subprocess.run([sys.executable, "-m", "amacs_server", "fork", str(home), "--tick", "1", str(dest)],
+                            env={**env, "AMACS_FAULT_POINT": "fork.checked-out"}, capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{dest} is a fork whose making was cut short; remove it (rm -r {dest})" in err
+    with pytest.raises(StartupError, match="is a fork whose making was cut short"):
+        check_home(dest)
+    subprocess.run(["rm", "-r", str(dest)], check=True)
+    assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 0
+    check_home(dest)  # whole: served

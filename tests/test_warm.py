@@ -162,3 +162,11 @@ def test_a_folder_others_can_open_is_not_used(warm_env: dict[str, str], tmp_path
     assert out.startswith("usage: amacs-server")
     time.sleep(0.5)
     assert list(open_dir.iterdir()) == []  # no warm server was started there
+
+
+def test_a_stopped_warm_server_removes_its_socket(warm_env: dict[str, str]) -> None:
+    warm = warm_pid(warm_env)
+    os.kill(warm, signal.SIGTERM)
+    wait_until(lambda: not alive(warm), timeout=30, what="the warm server to stop")
+    assert not list(Path(warm_env["AMACS_WARM_DIR"]).glob("*.sock"))
+    assert not next(Path(warm_env["AMACS_WARM_DIR"]).glob("*.lock")).read_text()

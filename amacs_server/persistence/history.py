@@ -46,11 +46,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
 from .git_repo import HomeRepo, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
+from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
@@ -417,6 +419,9 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
     if dest == home or home in dest.parents:  # HOME's commits would take in the fork's files
         raise HistoryError(f"refused: {dest} is inside {home}; name a folder outside the home for the fork")
+    if (dest / FORK_UNFINISHED).exists():
+        raise HistoryError(f"refused: {dest} is a fork whose making was cut short; remove it (rm -r {dest}) and "
+                           "fork again")
     if dest.exists() and any(dest.iterdir()):
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
     held = None if locked else lock(home)
@@ -424,12 +429,15 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Until the fork is whole: a retry names what it is, and no server starts on it.
+        (dest / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
         # A repository of its own holding the history up to the tick only: no later object, ref
         # or reflog entry of HOME (a clone would share them all).
         _git(dest, "init", "--quiet")
         _git(dest, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
         _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
         _check_out(dest, commit, state)
+        faults.point("fork.checked-out")
         limit = person_limit.current(home) if limit is None else limit
         if limit is not None:
             person_limit.write(dest, limit)
@@ -449,6 +457,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         _record(dest, tick, "Forked", f"Forked from {home} at this tick.", "fork",
                 {"from_home": str(home), "at_tick": tick, "from_commit": commit})
         sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+        (dest / FORK_UNFINISHED).unlink()
         return Done(dest, tick, sha, None, time.perf_counter() - t0)
     finally:
         if held is not None:

@@ -43,6 +43,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
 from ..skills import SKILL_NAME, parse_frontmatter
@@ -258,8 +259,10 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
                   "scale_high": judge.high, "input": judge.input, "status": "failed", "score": None,
                   "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
     ended = time.time()
+    faults.point("judge.scored")
     result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3))
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    faults.point("judge.written")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
     return Outcome(run_id=job.run_id, status=result["status"],
                    cost=None if result["cost"] is None else float(result["cost"]),

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import AmacsError
 from .outcome import verdict
 from .spec import Run, skill_folders
@@ -524,6 +525,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
                       phases={"emacs_started_at": ready.emacs_started, **phases(home)})
+    faults.point("run.ended")
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
     ready.mark("recorded")
     return outcome
