@@ -45,7 +45,7 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
     return future.result(LOOP_CALL_TIMEOUT)
 
 
-class NotYours(AmacsError):
+class NotYours(AmacsError, PermissionError):
     """A call on what is not the caller's: the person's powers, or the primary's own state."""
 
 
@@ -215,6 +215,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         """Make the new home DEST holding this mind at the end of TICK (``"now"``: the last tick)."""
         return rt.fork(None if tick == "now" else tick, Path(dest).expanduser())
 
+    @checked()
     def settings(raw: object) -> bool:
         """The person changed a setting since hello (setopt, customize, set-variable): Emacs sends
         them all (as at hello) before its next input, and the turn that input starts runs by them."""

@@ -18,6 +18,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import AmacsError
 from .monologue import MonologueLog
 
 SOURCES = ("subject", "monologue", "diff")
@@ -30,7 +31,7 @@ DIFF_TICKS = 200
 NOT_SEARCHED = ("tick-state.json",)
 
 
-class HistorySearchError(RuntimeError):
+class HistorySearchError(AmacsError, RuntimeError):
     """The history cannot be searched (no git, git failed); the message says why."""
 
 
