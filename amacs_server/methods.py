@@ -17,7 +17,7 @@ from sexpdata import Symbol
 from . import faults, views
 from .agents.kinds import PRIMARY
 from .arguments import Flag, Text, checked
-from .errors import AmacsError
+from .errors import AmacsError, Refused
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
@@ -45,7 +45,7 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
     return future.result(LOOP_CALL_TIMEOUT)
 
 
-class NotYours(AmacsError):
+class NotYours(AmacsError, PermissionError):
     """A call on what is not the caller's: the person's powers, or the primary's own state."""
 
 
@@ -61,6 +61,7 @@ PERSON_POWERS: dict[str, Callable[..., str]] = {
     else f"{agent_id} was cancelled",
     "person_agent_talk": lambda agent_id, text, *_: f"{text!r} was said to {agent_id} as yours",
     "person_add_buffer": lambda buffer, *_: f"the buffer {buffer} was added to the active thread",
+    "settings": lambda settings, *_: f"the settings were changed: {settings!r}",
 }
 
 
@@ -215,6 +216,16 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return rt.fork(None if tick == "now" else tick, Path(dest).expanduser())
 
     @checked()
+    def settings(raw: object) -> bool:
+        """The person changed a setting since hello (setopt, customize, set-variable): Emacs sends
+        them all (as at hello) before its next input, and the turn that input starts runs by them."""
+        apply = rt.emacs_settings
+        if apply is None:
+            raise Refused("settings: no hello has been answered yet")
+        apply(raw)
+        return True
+
+    @checked()
     def status() -> dict[str, Any]:
         """Runtime status for the shell."""
         return _on_loop(rt, lambda: views.status(rt))
@@ -286,6 +297,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "person_agent_control": person_agent_control,
         "person_agent_talk": person_agent_talk,
         "status": status,
+        "settings": settings,
         "interrupt": interrupt,
         "rewind": rewind,
         "fork": fork,

@@ -122,6 +122,11 @@ The completed thread stays searchable in long-term memory."
   "Return the skills that may be bound: name, description and kind each."
   (amacs--call-sync 'skills_list nil))
 
+(defun agent-read-skill (skill)
+  "Return SKILL's text now, as a plist of name, description, kind and text.
+It needs no thread and binds nothing: the text is in this eval's result."
+  (amacs--call-sync 'skill_read (list skill)))
+
 (defun agent-bind-skill-to-thread (skill &optional thread)
   "Bind SKILL to THREAD (default: the active thread).
 Its text appears in the context while that thread is active."

@@ -119,7 +119,11 @@ the shell and in agent-chat.org."
           (amacs-shell--output amacs-history--abandoned-divider 'amacs-shell-status)
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
-          (amacs-shell--resume))))
+          (amacs-shell--resume)
+          ;; The person asked for it: show the mind as it now is, however far up they had read.
+          (goto-char (point-max))
+          (dolist (window (get-buffer-window-list buffer nil t))
+            (set-window-point window (point-max))))))
     (message "AMACS: %s" line)
     done))
 

@@ -54,6 +54,10 @@
     (setq amacs--buffer-connection connection)
     (setf (amacs-connection-hub connection) (current-buffer)))
   (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh)))
+  ;; A line wider than the window ends in "…", not in a bare "$" (a terminal's mark
+  ;; of a cut line, which read as part of a price).
+  (setq buffer-display-table (if buffer-display-table (copy-sequence buffer-display-table) (make-display-table)))
+  (set-display-table-slot buffer-display-table 'truncation (make-glyph-code ?… 'shadow))
   (add-hook 'window-buffer-change-functions #'amacs-hub--on-shown nil t))
 
 (defun amacs-hub--buffer ()
@@ -121,12 +125,14 @@ says its home."
   "Insert the agents of STATE: the primary, then every subagent, each on its line."
   (let ((agents (plist-get state :agents)))
     (magit-insert-section (amacs-agents)
-      (magit-insert-heading (format "Agents (%d)" (length agents)))
+      (magit-insert-heading (format "Agents (%d): steps (model calls) and cost since this server started"
+                                    (length agents)))
       (dolist (agent agents)
         (magit-insert-section (amacs-agent (plist-get agent :id))
-          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d steps  $%.4f"
+          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d step%s  $%.4f"
                            (plist-get agent :id) (plist-get agent :type) (plist-get agent :template)
-                           (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
+                           (plist-get agent :state) (plist-get agent :steps)
+                           (if (eql (plist-get agent :steps) 1) " " "s") (plist-get agent :cost))))
       (insert "\n"))))
 
 (defun amacs-hub--insert-mcp (state)
@@ -373,7 +379,8 @@ the old session's cost until \`g'."
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()
-  "Act on the section at point: thread, buffer, agent, commit, future, chat, report."
+  "Act on the section at point.
+A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))

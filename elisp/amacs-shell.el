@@ -259,28 +259,34 @@ not with a later step of that turn."
     (nthcdr start all)))
 
 (defun amacs-shell--resumed-reply (text)
-  "TEXT, a reply from the chat log, to show as the live shell showed it.
+  "Return TEXT, a reply from the chat log, as the live shell showed it."
+  (amacs-shell--shown-reply text "\n"))
+
+(defun amacs-shell--shown-reply (text &optional after)
+  "Return reply TEXT, then AFTER (a string or nil), as the shell is to show them.
 With org loaded it is rendered at once.  Without, it is plain for now
 and marked `amacs-unrendered': loading org takes ~1 s, which the person
-would wait for before seeing the shell, so it is rendered once org is
-loaded, a piece at each idle moment (`amacs-render-after-preload')."
+would wait for before seeing the shell or its first answer, so it is
+rendered once org is loaded, a piece at each idle moment
+\(`amacs-render-after-preload')."
   (if (amacs-render-ready-p)
-      (concat (amacs-render-org text) "\n")
+      (concat (amacs-render-org text) after)
     (let ((connection (amacs-current-connection)))
       (amacs-render-after-preload (lambda () (amacs-shell--render-resumed connection))))
-    (propertize (concat text "\n") 'amacs-unrendered text)))
+    (propertize (concat text after) 'amacs-unrendered text)))
 
 (defun amacs-shell--render-resumed (connection)
-  "Render CONNECTION's resumed replies shown plain, in place, as live ones are."
+  "Render CONNECTION's replies shown plain, in place, as live ones are."
   (amacs-with-connection connection
    (amacs-shell--editing
     (let ((pos (point-min)))
       (while (setq pos (text-property-not-all pos (point-max) 'amacs-unrendered nil))
         (let* ((text (get-text-property pos 'amacs-unrendered))
-               (end (next-single-property-change pos 'amacs-unrendered nil (point-max))))
+               (end (next-single-property-change pos 'amacs-unrendered nil (point-max)))
+               (after (if (eq (char-before end) ?\n) "\n" "")))
           (delete-region pos end)
           (goto-char pos)
-          (insert (amacs-shell--output-props (concat (amacs-render-org text) "\n")))
+          (insert (amacs-shell--output-props (concat (amacs-render-org text) after)))
           (setq pos (point))))))))
 
 (defun amacs-shell--greet ()

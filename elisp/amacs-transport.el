@@ -264,6 +264,21 @@ before it says what of the turn is on disk."
       (amacs-with-connection connection
         (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped))))))
 
+(defun amacs--epc-connect (host port)
+  "Return an EPC connection to HOST on PORT, like the one of `epc:connect'.
+Opened with `make-network-process': `epc:connect' opens it with
+`open-network-stream', whose library loads nsm, auth-source and eieio
+\(0.2-0.5 s of Lisp on a loaded machine) before the first hello goes."
+  (let* ((name (format "epc con %s" (epc:uid)))
+         (buffer (epc:make-procbuf (format "*%s*" name)))
+         (process (make-network-process :name name :buffer buffer :host host :service port
+                                        :coding 'binary :noquery t))
+         (connection (make-epc:connection :name name :process process :buffer buffer
+                                          :channel (cc:signal-channel name))))
+    (set-process-filter process (lambda (p m) (epc:process-filter connection p m)))
+    (set-process-sentinel process (lambda (p e) (epc:process-sentinel connection p e)))
+    connection))
+
 (defun amacs--connect-port (connection server-proc port token &optional success)
   "Open CONNECTION to PORT on 127.0.0.1 and say hello with TOKEN.
 SERVER-PROC is the server process this Emacs started, or nil.
@@ -271,7 +286,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (require 'epc)
   (amacs-with-connection connection
     (condition-case err
-        (let* ((conn (epc:connect "127.0.0.1" port))
+        (let* ((conn (amacs--epc-connect "127.0.0.1" port))
                (mngr (make-epc:manager :server-process server-proc
                                        :title "amacs" :port port :connection conn)))
           (epc:init-epc-layer mngr)
@@ -330,7 +345,7 @@ interrupt calls this, so input typed while the server starts is dropped."
 
 (defconst amacs--person-methods
   '(submit set_budget set_model interrupt rewind fork
-    person_agent_control person_agent_talk person_add_buffer)
+    person_agent_control person_agent_talk person_add_buffer settings)
   "The server's methods that act for the person (docs/ARCHITECTURE.md, Trust).
 A call to one carries, as its last argument, where Emacs saw it come
 from (`amacs--call-origin'); the server refuses it while an agent's

@@ -645,7 +645,7 @@ class AgentWorld(Registry):
     def talk_user(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Show TEXT to the person, labelled; their next input is the reply.  A subagent may talk
         to the person only when started with ``:request-input`` (the person's attention is theirs
-        to give: agent-world-architecture.md, request_input)."""
+        to give: docs/ARCHITECTURE.md, Trust)."""
         self._caller(caller, "talk")
         asker = self.agents.get(caller)
         if caller != PRIMARY and asker is not None and not asker.request_input:

@@ -67,6 +67,9 @@ class EmacsFace:
         self.server = server
         self.loop: asyncio.AbstractEventLoop | None = None
         self.eval_timeout = 30.0
+        # The person's `amacs-read-before-write', as Emacs said it outside any eval (hello, settings):
+        # sent with each eval, so an eval that turns the variable off does not turn the guard off.
+        self.read_before_write = False
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         # The agent each outstanding eval runs for: sent to Emacs and not yet answered (or given up).
         self._eval_agents: dict[int, str] = {}
@@ -244,7 +247,8 @@ class EmacsFace:
         """Send FORM to Emacs for AGENT and await its result, interrupting Emacs past the limit."""
         limit = self.eval_timeout + EVAL_GRACE_SECONDS
         try:
-            reply = await self._request("eval", {"form": form, "agent": agent}, limit)
+            reply = await self._request("eval", {"form": form, "agent": agent, "guard": self.read_before_write},
+                                        limit)
         except EmacsGone:
             return EvalResult(False, error="Emacs is not connected; the eval was not run")
         if reply is None:

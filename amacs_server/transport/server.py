@@ -87,6 +87,9 @@ DELTA_WINDOW = 0.016
 # Methods that only hand a value to the loop: run on the reader thread, no hop.
 INLINE_METHODS = frozenset({"emacs_reply", "eval_hold", "eval_started", "ping"})
 CALL_WORKERS = 8
+# Calls from Emacs waiting for a worker or running, at most: one more is refused at once, with a
+# message, and nothing already accepted is dropped (memid spec, bounded queues).
+MAX_CALLS = 256
 # A connection that has not said hello (all of it) this many seconds after it opened is closed.
 HELLO_TIMEOUT = 5.0
 # The hello is a few hundred bytes (a price table makes it a few KB): a longer first message is refused.
@@ -401,9 +404,20 @@ class AmacsHandler(EPCHandler):
                    if name == "call" and args and isinstance(args[0], Symbol) else None)
         if name == "call" and not (len(args) == 2 and isinstance(args[0], Symbol)
                                    and args[0].value() in INLINE_METHODS and self.server.published()):
-            self.server.pool.submit(self._handle_message, name, uid, args, context)
+            if not self.server.take_call():
+                self._send("return-error", uid, f"overloaded: {MAX_CALLS} calls from Emacs are waiting or "
+                                                "running (the limit); this one was not taken: try it again soon")
+                return
+            self.server.pool.submit(self._handle_taken, name, uid, args, context)
         else:
             self._handle_message(name, uid, args, context)
+
+    def _handle_taken(self, name: str, uid: Any, args: list[Any], context: object) -> None:
+        """A call the server took (:meth:`AmacsEPCServer.take_call`), on a worker."""
+        try:
+            self._handle_message(name, uid, args, context)
+        finally:
+            self.server.call_done()
 
     def _handle_message(self, name: str, uid: Any, args: list[Any], context: object = None) -> None:
         """python-epc's ``_handle`` after unpacking, without its logging; CONTEXT is
@@ -506,6 +520,8 @@ class AmacsEPCServer(ThreadingEPCServer):
         # Called when the Emacs of a server it started has gone, before the server stops.
         self.on_stopping: Callable[[], None] = lambda: None
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
+        self._calls_lock = threading.Lock()
+        self._calls = 0  # taken and not done: waiting for a worker or running (MAX_CALLS at most)
         self._clients = threading.Condition()  # guards emacs and stopping
         self.stopping = False  # the Emacs of a server it started has gone: it shuts down
         # STARTING: it listens before its runtime is built; hello is answered once it is
@@ -523,6 +539,19 @@ class AmacsEPCServer(ThreadingEPCServer):
         self._wake_read, self._wake_write = socket.socketpair()
         self._stop_asked = False
         self._served = threading.Event()
+
+    def take_call(self) -> bool:
+        """Count one more call from Emacs, unless :data:`MAX_CALLS` are taken already."""
+        with self._calls_lock:
+            if self._calls >= MAX_CALLS:
+                return False
+            self._calls += 1
+            return True
+
+    def call_done(self) -> None:
+        """A taken call has been answered."""
+        with self._calls_lock:
+            self._calls -= 1
 
     def start_done(self) -> None:
         """The runtime is built and the methods published: answer hello from now on."""
