@@ -8,7 +8,7 @@ ROOT=$(pwd)
 
 scripts/setup.sh --test
 # A real local model for tests/e2e/test_local_model.py: llama.cpp's server and
-# SmolLM2-135M in .venv-local (compiled the first time, ~9 min; seconds after).
+# SmolLM2-135M in .venv-local (compiled when the venv is made, ~9 min; seconds after).
 echo "== local model (scripts/local-model.sh)"
 scripts/local-model.sh
 scripts/mcp-test-servers.sh  # MCP servers nobody here wrote, for tests/e2e/test_mcp_*.py

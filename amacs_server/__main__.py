@@ -95,7 +95,15 @@ def publish_once(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> Callab
     return start
 
 
+MAX_SERVER_LOG = 10 << 20  # bytes of logs/server.log kept from earlier sessions; then it is rotated
+
+
 def _redirect_stderr(log_file: Path) -> None:
+    try:  # rotated at the start: this session's lines always go to a file under the bound's size
+        if log_file.stat().st_size > MAX_SERVER_LOG:
+            os.replace(log_file, log_file.with_name(log_file.name + ".1"))
+    except OSError:
+        pass
     fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 2)
     os.close(fd)

@@ -67,6 +67,9 @@ class Config:
     prices: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     # AMACS_DEMO=1: the server serves the scripted demo model itself (demo_model.py) and talks to it.
     demo: bool = False
+    # An experiment run's turns (AMACS_DRIVER_TURNS, a JSON list): no person is there, and the
+    # person's powers are the driver's alone, to type these (methods.person_power).
+    driver_turns: tuple[str, ...] | None = None
 
     def secrets(self) -> dict[str, str | None]:
         """Every secret the server holds, by name (the scrubber's)."""
@@ -112,6 +115,19 @@ def _float_env(env: dict[str, str], name: str, default: float) -> float:
         return float(raw)
     except ValueError as err:
         raise ConfigError(f"{name}={raw!r} is not a number") from err
+
+
+def _turns_env(env: dict[str, str]) -> tuple[str, ...] | None:
+    raw = env.get("AMACS_DRIVER_TURNS")
+    if raw is None:
+        return None
+    try:
+        turns = json.loads(raw)
+    except ValueError:
+        turns = None
+    if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+        raise ConfigError("AMACS_DRIVER_TURNS must be a JSON list of strings (an experiment run's turns)")
+    return tuple(turns)
 
 
 def _prices_env(env: dict[str, str]) -> dict[str, tuple[float, float, float, float]]:
@@ -177,4 +193,5 @@ def load_config(env: dict[str, str] | None = None) -> Config:
         demo=demo,
         mcp_eager=(env.get("AMACS_MCP_START") or "").lower() == "eager",
         prices=_prices_env(env),
+        driver_turns=_turns_env(env),
     )

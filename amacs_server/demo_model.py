@@ -50,7 +50,7 @@ HELP = """I am AMACS's demo model: scripted, running inside the AMACS server on 
 no key and nothing paid. Type one of these words and press RET:
 
 - =eval=: I evaluate elisp in your Emacs; the ▸ eval line shows it (TAB on it: the form and its result)
-- =note=: I add a line to a buffer named notes
+- =note=: I add a line to a buffer named notes (the ▸ changed line after it shows the diff)
 - =todo=: I write a file, /tmp/amacs-demo-todo.org
 - =thread=: I open a thread, a topic of work the hub shows (C-c C-v)
 - =task=: I start two subagents; a line each shows while they work
@@ -106,8 +106,10 @@ EVALS: dict[str, tuple[str, str]] = {
     "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "error": ("(car 1)", "Done: that was the eval above (TAB on its line shows it)."),
     "loop": ("(while t)", "Done: that was the eval above (TAB on its line shows it)."),
-    "todo": (TODO, "Done: that was the eval above (TAB on its line shows it)."),
-    "note": (NOTE, "Done: the buffer notes has a new line (C-x b notes RET shows it)."),
+    "todo": (TODO, "Done: /tmp/amacs-demo-todo.org has a new line. RET on the ▸ changed line below "
+                   "shows the diff."),
+    "note": (NOTE, "Done: the buffer notes has a new line. RET on the ▸ changed line below shows the diff "
+                   "and offers to undo it (C-x b notes RET shows the buffer)."),
     "thread": ('(condition-case nil (agent-create-thread "demo-notes" :concern "notes from the demo") '
                '(error "the thread demo-notes is open already"))',
                "Done: the hub (C-c C-v) lists the thread under Threads."),

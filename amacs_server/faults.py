@@ -39,8 +39,11 @@ POINTS = (
     "say.written",              # the reply is in agent-chat.org, not yet shown as complete
     "say.shown",                # the reply was shown complete
     "eval.running",             # Emacs is evaluating the agent's eval (a kill 0.3 s after it was sent)
+    "tool.call",                # the eval's MCP tool call is checked and about to be sent to its server
+    "tool.answered",            # the tool server answered; the call not yet in the transcript or Emacs told
     "eval.result",              # the eval's result is back
     "record.done",              # monologue and scratchpad written
+    "ltm.commit",               # memory.db's transaction is written, its COMMIT not yet run
     "persist.done",             # chat, consciousness.el and memory.db written
     "commit.queued",            # the tick's commit is queued for the worker
     "commit.synced",            # the worker synced the tick's files
@@ -51,6 +54,16 @@ POINTS = (
     "commit.ref-lock",          # git update-ref holds the branch's .lock (git killed too)
     "commit.done",              # HEAD moved
     "turn.done",                # the turn is over; the prompt not yet given back
+)
+# Points of a fork (``amacs-server fork``), apart from a tick's: tests/test_rewind.py kills them.
+HISTORY_POINTS = (
+    "fork.checked-out",         # DEST has the tick's files and repository; memory.db not yet copied
+)
+# Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.
+RESEARCH_POINTS = (
+    "run.ended",                # an experiment's run ended (its Emacs exited); its manifest still says running
+    "judge.scored",             # the judge model answered a run's score; nothing of it written yet
+    "judge.written",            # score.json.tmp is written, not yet renamed to score.json
 )
 # Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
 BUGS = ("ping.bug",)

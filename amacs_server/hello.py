@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from .transport.emacs_face import EmacsFace
     from .transport.server import AmacsEPCServer
 
-_KEYS = frozenset({"max_steps", "prices", "eval_timeout"})
+_KEYS = frozenset({"max_steps", "prices", "eval_timeout", "read_before_write"})
 _ROW = ("model", "input", "output", "cache_write", "cache_read")
 
 
@@ -33,6 +33,7 @@ class HelloSettings:
     max_steps: int | None = None
     prices: dict[str, Price] | None = None
     eval_timeout: float | None = None
+    read_before_write: bool | None = None  # the person's `amacs-read-before-write'
 
 
 def read_settings(raw: object) -> HelloSettings:
@@ -56,7 +57,8 @@ def checked_settings(raw: object) -> HelloSettings:
         p.model: Price(float(p.input), float(p.output), float(p.cache_write), float(p.cache_read))
         for p in settings.prices}
     timeout = None if settings.eval_timeout is None else float(settings.eval_timeout)
-    return HelloSettings(settings.max_steps, prices, timeout)
+    guard = None if settings.read_before_write is None else settings.read_before_write == "on"
+    return HelloSettings(settings.max_steps, prices, timeout, guard)
 
 
 def _number(value: object) -> bool:
@@ -77,6 +79,9 @@ def plainly_valid(raw: object) -> HelloSettings | None:
     if type(raw) is not dict or not set(raw) <= _KEYS:
         return None
     steps, timeout, prices = raw.get("max_steps"), raw.get("eval_timeout"), raw.get("prices")
+    guard = raw.get("read_before_write")
+    if guard not in (None, "on", "off"):
+        return None
     if steps is not None and not (type(steps) is int and steps > 0):
         return None
     if timeout is not None and not (_number(timeout) and timeout > 0):
@@ -93,14 +98,15 @@ def plainly_valid(raw: object) -> HelloSettings | None:
             if not all(_number(n) and n >= 0 for n in numbers):
                 return None
             table[row["model"]] = Price(*(float(n) for n in numbers))
-    return HelloSettings(steps, table, None if timeout is None else float(timeout))
+    return HelloSettings(steps, table, None if timeout is None else float(timeout),
+                         None if guard is None else guard == "on")
 
 
 def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     """Answer SERVER's hello for RT: apply the settings, say the status; and stop RT's work for an
     Emacs that goes away."""
 
-    def apply(raw: object) -> None:
+    def apply(raw: object, at_hello: bool = False) -> None:
         settings = read_settings(raw)
         if settings.max_steps:
             rt.settings.max_steps = settings.max_steps
@@ -109,18 +115,14 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             rt.prices = {**{m: Price(*p) for m, p in rt.config.prices.items()}, **settings.prices}
         if settings.eval_timeout:
             rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
+        if settings.read_before_write is not None:  # on for good once on: only a new hello turns it off
+            face.read_before_write = settings.read_before_write or (face.read_before_write and not at_hello)
 
     def hello(raw: object) -> dict[str, Any]:
-        apply(raw)
+        apply(raw, at_hello=True)
         return views.status(rt)
 
-    def settings(raw: object) -> bool:
-        """The person changed a setting since hello (setopt, customize, set-variable): Emacs
-        sends them all before its next input, and the next turn runs by them."""
-        apply(raw)
-        return True
-
-    server.register("settings", settings)
+    rt.emacs_settings = apply  # the method `settings' (methods.py), a person's power, applies them so
 
     def emacs_gone() -> None:
         rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls

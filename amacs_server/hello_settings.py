@@ -3,6 +3,8 @@ does not plainly accept, and says what is wrong in the words every method's refu
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import NonNegativeFloat, PositiveFloat, PositiveInt
 
 from .arguments import Options, checked
@@ -24,6 +26,7 @@ class Settings(Options):
     max_steps: PositiveInt | None = None
     prices: list[PriceRow] | None = None
     eval_timeout: PositiveFloat | None = None
+    read_before_write: Literal["on", "off"] | None = None
 
 
 @checked(name="hello")

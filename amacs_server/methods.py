@@ -15,14 +15,16 @@ from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
 
 from . import faults, views
+from .agents.kinds import PRIMARY
 from .arguments import Flag, Text, checked
+from .errors import AmacsError, Refused
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
 from .tools.mcp import agent_tool
 from .tools.work import person_add_buffer
 from .transport.emacs_face import EmacsFace
-from .transport.server import AmacsEPCServer
+from .transport.server import CALL_CONTEXT, AmacsEPCServer
 
 T = TypeVar("T")
 LOOP_CALL_TIMEOUT = 5.0
@@ -41,6 +43,114 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
 
     rt.call_in_loop(run)
     return future.result(LOOP_CALL_TIMEOUT)
+
+
+class NotYours(AmacsError, PermissionError):
+    """A call on what is not the caller's: the person's powers, or the primary's own state."""
+
+
+# Each method that acts for the person, and what it changes, as the shell and the transcript say it.
+PERSON_POWERS: dict[str, Callable[..., str]] = {
+    "submit": lambda text, *_: f"input was sent to the agent as yours: {text!r}",
+    "set_budget": lambda limit, *_: f"the budget limit was set to ${float(limit):.2f}",
+    "set_model": lambda backend, model, *_: f"the model was switched to {model} on {backend}",
+    "interrupt": lambda *_: "the agent's turn was interrupted",
+    "rewind": lambda tick, *_: f"the mind was rewound to tick {tick}",
+    "fork": lambda tick, dest, *_: f"the mind at tick {tick} was forked into {dest}",
+    "person_agent_control": lambda action, agent_id, *_: f"{agent_id} was {action}d" if action != "cancel"
+    else f"{agent_id} was cancelled",
+    "person_agent_talk": lambda agent_id, text, *_: f"{text!r} was said to {agent_id} as yours",
+    "person_add_buffer": lambda buffer, *_: f"the buffer {buffer} was added to the active thread",
+    "settings": lambda settings, *_: f"the settings were changed: {settings!r}",
+}
+
+
+def _origin(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """ARGS without the origin Emacs puts last on a call that acts for the person, and that origin
+    ({} when there is none: a call made past Emacs's own functions)."""
+    if args and isinstance(args[-1], dict) and "origin" in args[-1]:
+        return args[:-1], args[-1]
+    return args, {}
+
+
+def person_power(rt: Runtime, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """METHOD (published as NAME) acts for the person: the server decides who called it.
+
+    Refused, with a ``control_refused`` event in the transcript of the agent named, when the
+    server's record says an agent's eval was running in Emacs as the call was sent (read in
+    the order Emacs sent its messages, :data:`~amacs_server.transport.server.CALL_CONTEXT`), or
+    Emacs says it came from inside one.  In an experiment run (no person) refused but for the
+    driver's own inputs.  Otherwise done; and when Emacs cannot say a key of the person's did it
+    (a timer, a filter, a hook), the shell says at once what changed and that no key of the
+    person's did it, and the transcript records the same (``control_unattributed``).
+    (docs/ARCHITECTURE.md, Trust.)"""
+
+    def gated(*raw: Any) -> Any:
+        args, origin = _origin(raw)
+        try:
+            what = PERSON_POWERS[name](*args)
+        except (TypeError, ValueError):  # arguments the method itself refuses: said by it
+            what = f"{name} was called"
+        running = CALL_CONTEXT.get()
+        agents = [agent for _rid, agent in running] if isinstance(running, tuple) else []
+        by = agents[-1] if agents else (origin.get("agent") or PRIMARY) if origin.get("origin") == "eval" else None
+        if by is not None:
+            refuse(by, what, f"{name} acts for the person, and {by}'s eval called it: an agent's code may not "
+                             "use the person's powers (budget, model, rewind, interrupt, the hub's controls, "
+                             "input as the person's); ask the person with agent-talk-user")
+        driver = rt.config.driver_turns
+        if driver is not None:
+            if not (name == "submit" and origin.get("origin") == "program" and rt.take_driver_turn(args[0])):
+                refuse("code in Emacs", what, f"{name} acts for the person, and this experiment run has none: "
+                                              "only its driver acts, and only to type the run's turns")
+            return method(*args)
+        answer = method(*args)
+        if origin.get("origin") not in ("key", "program"):
+            via = origin.get("via") or "a call past Emacs's own functions"
+            rt.transcript.write("control_unattributed", {"method": name, "change": what, "via": via,
+                                                         "note": "no key of the person's did it"})
+            rt.face.annotate(f"{what[0].upper()}{what[1:]}: no key of yours did it (code running in Emacs did, "
+                             f"from {via}: perhaps a timer or hook an agent's eval left).", "warning")
+        return answer
+
+    def refuse(by: str, what: str, message: str) -> None:
+        identity = rt.world.identity(by) if by in rt.world.agents or by == PRIMARY else rt.world.identity(PRIMARY)
+        rt.transcript.write("control_refused", {"by": by, "method": name, "change": what, "person_only": True},
+                            agent=identity)
+        raise NotYours(f"refused: {message}")
+
+    gated.__name__, gated.__doc__ = method.__name__, method.__doc__
+    return gated
+
+
+def eval_running() -> str | None:
+    """The agent whose eval Emacs was running when the current call was sent (the innermost, as
+    the server saw it, :data:`CALL_CONTEXT`), or None outside any eval."""
+    running = CALL_CONTEXT.get()
+    return running[-1][1] if isinstance(running, tuple) and running else None
+
+
+# The primary's own state that the agent functions below change: a subagent has none of it.
+PRIMARYS_OWN = {"set_consciousness": "consciousness settings", **{
+    name: "threads" for name in ("thread_create", "thread_switch", "thread_complete", "thread_add_buffer",
+                                 "thread_remove_buffer", "skill_bind", "skill_unbind")}}
+
+
+def the_primarys(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """METHOD (published as NAME) changes the primary's own state: refused when a subagent's eval
+    calls it, which would change the primary's (docs/ARCHITECTURE.md, Trust)."""
+
+    def own(*args: Any) -> Any:
+        agent = eval_running()
+        if agent is not None and agent != PRIMARY:
+            what = PRIMARYS_OWN[name]
+            raise NotYours(f"refused: {name} changes the primary's {what}, and {agent} is not the primary; "
+                             f"a subagent has no {what} of its own (its template sets how it works), "
+                             "so it may not change the primary's")
+        return method(*args)
+
+    own.__name__, own.__doc__ = method.__name__, method.__doc__
+    return own
 
 
 def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
@@ -62,6 +172,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def eval_hold(rid: int, holding: Flag) -> bool:
         """Emacs asks the person about eval RID: its time limit waits (HOLDING), or restarts."""
         face.hold(rid, holding)
+        return True
+
+    @checked()
+    def eval_started(rid: int) -> bool:
+        """Emacs begins to run eval RID: calls it reads from now until RID's result came from it."""
+        face.started(rid)
         return True
 
     @checked()
@@ -98,6 +214,16 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def fork(tick: PositiveInt | Literal["now"], dest: Text) -> dict[str, Any]:
         """Make the new home DEST holding this mind at the end of TICK (``"now"``: the last tick)."""
         return rt.fork(None if tick == "now" else tick, Path(dest).expanduser())
+
+    @checked()
+    def settings(raw: object) -> bool:
+        """The person changed a setting since hello (setopt, customize, set-variable): Emacs sends
+        them all (as at hello) before its next input, and the turn that input starts runs by them."""
+        apply = rt.emacs_settings
+        if apply is None:
+            raise Refused("settings: no hello has been answered yet")
+        apply(raw)
+        return True
 
     @checked()
     def status() -> dict[str, Any]:
@@ -166,10 +292,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "submit": submit,
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
+        "eval_started": eval_started,
         "person_add_buffer": brain_tool(person_add_buffer),
         "person_agent_control": person_agent_control,
         "person_agent_talk": person_agent_talk,
         "status": status,
+        "settings": settings,
         "interrupt": interrupt,
         "rewind": rewind,
         "fork": fork,
@@ -189,5 +317,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         # a memory tool acts in that agent's own RAM.
         **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},
     }
+    for name in PERSON_POWERS:
+        methods[name] = person_power(rt, name, methods[name])
+    for name in PRIMARYS_OWN:
+        methods[name] = the_primarys(name, methods[name])
+    server.call_context = lambda method: face.call_read(method, method in PERSON_POWERS)
     for name, fn in methods.items():
         server.register(name, fn)

@@ -103,6 +103,9 @@ class Runtime:
         self.face = face
         self.settings = Settings()
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
+        # Applies the settings Emacs sends (hello.greet gives it): at hello, and before an input
+        # when the person changed one (the method ``settings``).
+        self.emacs_settings: Callable[[object], None] | None = None
         # the person's price table (AMACS_PRICES; `amacs-price-table' replaces it at hello)
         self.prices: dict[str, Price] = {m: Price(*p) for m, p in config.prices.items()}
         self.tick_tally = Tally()
@@ -121,6 +124,8 @@ class Runtime:
         self.repo = HomeRepo(home)
         self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
         # The limit the person set (AMACS_BUDGET_LIMIT, M-x amacs-set-budget): None, consciousness.el's.
+        self._driver_next = 0  # the experiment driver's next turn (take_driver_turn)
+        self._driver_lock = threading.Lock()
         self.person_limit = self.config.budget_limit if self.config.budget_limit is not None else person_limit.read(home)
         self.commits = CommitWorker(self.repo, self._report_commit)  # one commit per tick, off the loop
         chat, keep = self._read_mind()
@@ -135,6 +140,7 @@ class Runtime:
                 log.warning("%s: bytes that are not UTF-8 from offset %s, read as U+FFFD", org.path, org.bad_utf8)
                 self.startup_notes.append(invalid_utf8_note(org.path, org.bad_utf8))
         self._restore_tick_state()
+        self.last_eval = self._last_eval_of_log()
         self.skills = SkillLibrary(config.skills_dir, home / "skills")
         self._load_threads()
         self.run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
@@ -280,6 +286,16 @@ class Runtime:
         """The dollars the budget allows: the limit the person set, else the mind's."""
         return self.person_limit if self.person_limit is not None else self.consciousness.budget.budget_limit
 
+    def take_driver_turn(self, text: object) -> bool:
+        """Whether TEXT is the experiment driver's next turn (then counted); any thread."""
+        turns = self.config.driver_turns or ()
+        with self._driver_lock:
+            if (self._driver_next < len(turns) and isinstance(text, str)
+                    and turns[self._driver_next].strip() == text.strip()):
+                self._driver_next += 1
+                return True
+            return False
+
     def set_limit(self, dollars: float) -> None:
         """The person sets the limit (loop thread): enforced at once, kept in the home
         (persistence.person_limit), and the mind's budget item shows it from the next tick."""
@@ -298,6 +314,16 @@ class Runtime:
         self.face.ticked(self.consciousness.current_tick, {"this_tick": self.tick_tally.to_dict(),
                                                             **self.spending()})
 
+    def _last_eval_of_log(self) -> tuple[int, EvalResult] | None:
+        """The newest eval agent-chat.org holds, with its tick: the hub's last eval after a
+        start or a rewind (it said none, right after a rewind to a tick that had one)."""
+        evals = self.chat_log.recent_evals
+        if not evals:
+            return None
+        tick = max(evals)
+        done = evals[tick]
+        return tick, EvalResult(done.success, result=done.result, error=done.error)
+
     def reload_mind(self) -> None:
         """Read the mind again from the home, as a start-up does: after a rewind wrote it
         (loop thread; no turn running, no subagent at work)."""
@@ -308,7 +334,7 @@ class Runtime:
         self._restore_tick_state()
         self._load_threads()
         self.subagents_note = self._restore_subagents()
-        self.last_eval = None
+        self.last_eval = self._last_eval_of_log()
         self._user_reply = None
         self.repo.forget_head()  # the rewind moved HEAD: the next commit's parent is read again
 

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 MIN_SECRET = 8  # shorter values (a test's "k") would redact ordinary words
@@ -78,6 +81,33 @@ class Scrubber:
             if raw in data:
                 data = data.replace(raw, mark)
         return data
+
+    def file(self, path: Path, chunk: int = 1 << 20) -> None:
+        """PATH's bytes with every secret replaced, a CHUNK at a time (a file too big to hold)."""
+        pairs = self._raw_pairs
+        if not pairs:
+            return
+        marks = dict(pairs)
+        pattern = re.compile(b"|".join(re.escape(raw) for raw, _ in pairs))
+        keep = max(len(raw) for raw, _ in pairs) - 1  # bytes that may begin a secret cut by the chunk
+        temp = path.with_name(path.name + ".scrub")
+        with path.open("rb") as src, temp.open("wb") as out:
+            os.chmod(temp, path.stat().st_mode & 0o777)
+            carry = b""
+            while data := src.read(chunk):
+                data = carry + data
+                split, done, parts = max(len(data) - keep, 0), 0, []
+                for found in pattern.finditer(data):
+                    if found.start() >= split:
+                        break
+                    parts += [data[done:found.start()], marks[found.group(0)]]
+                    done = found.end()
+                split = max(split, done)
+                parts.append(data[done:split])
+                out.write(b"".join(parts))
+                carry = data[split:]
+            out.write(self.data(carry))
+        os.replace(temp, path)
 
     def value(self, value: Any) -> Any:
         """VALUE (strings, lists, tuples and dicts within) with every secret replaced."""

@@ -13,6 +13,7 @@ from .errors import Refused
 from .memory.active import tick_of
 from .memory.items import MemoryItem
 from .persistence.chat_log import shorten
+from .persistence.history import abandoned_futures
 from .state.consciousness import Budget
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
         "last_eval": {"tick": rt.last_eval[0], **rt.last_eval[1].to_dict()} if rt.last_eval else None,
         "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
                     for sha, subject in rt.commits.recent(count, wait=0 if rt._turn_running else 2.0)],
+        "abandoned": abandoned_futures(rt.config.home),
         "home": str(rt.config.home),
         "chat_log": str(rt.chat_log.path),
         "agents": rt.world.everyone(),

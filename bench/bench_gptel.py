@@ -108,8 +108,17 @@ def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -
     return out
 
 
-def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) -> dict[str, Any]:
-    """The three phases, turns alternating AMACS / gptel; the five rows for each."""
+def history_sizes(term: Terminal) -> dict[str, int]:
+    """The characters in AMACS's shell and in gptel's chat buffer."""
+    return {"amacs": int(term.elisp("(with-current-buffer amacs-shell-buffer-name (buffer-size))")),
+            "gptel": int(term.elisp(f'(with-current-buffer "{GPTEL_BUFFER}" (buffer-size))'))}
+
+
+def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP, fill_to: int = 0) -> dict[str, Any]:
+    """The three phases, turns alternating AMACS / gptel; the five rows for each.
+
+    FILL_TO: before the counted turns, turns of both (the whole reply at once, not counted)
+    until the shell and gptel's buffer each hold at least that many characters."""
     fake = TimedFake().start()
     term = amacs_terminal(tmp / "term", fake.url)
     kinds = ("amacs", "gptel")
@@ -133,6 +142,14 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) 
             time.sleep(0.2)
             return record, new[0]
 
+        sizes = history_sizes(term)
+        fake.respond_with(lambda _body: fa.Reply(REPLY_TEXT, chunks=1))
+        while min(sizes.values()) < fill_to:
+            for kind in kinds:
+                if sizes[kind] < fill_to:
+                    turn(kind)
+            sizes = history_sizes(term)
+        sizes_before = sizes
         phases = {"zero-latency, 100 chunks": (fa.Reply(REPLY_TEXT, chunks=100), n_fast),
                   "100 chunks at 20 ms": (fa.Reply(REPLY_TEXT, chunks=100, chunk_delay=0.02), n_slow),
                   "whole reply in one chunk": (fa.Reply(REPLY_TEXT, chunks=1), n_fast)}
@@ -163,6 +180,7 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP) 
                                                   for kind, per in by_kind.items()}
                                           for phase, by_kind in samples.items()}}
         result["gptel_buffer_chars"] = int(term.elisp(f'(with-current-buffer "{GPTEL_BUFFER}" (buffer-size))'))
+        result["history_chars"] = {"before": sizes_before, "after": history_sizes(term)}
         return result
     finally:
         term.close()
@@ -188,11 +206,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", "30")),
                         help="turns per kind in the fast phases (the 20 ms phase takes 2/3 of it)")
     parser.add_argument("--warmup", type=int, default=WARMUP, help="turns per kind and phase not counted")
+    parser.add_argument("--sizes", default="",
+                        help="comma-separated history sizes in characters (e.g. 0,50000,280000): a fresh run "
+                             "for each, both histories filled to it by turns not counted")
     args = parser.parse_args(argv)
     if args.gptel is None or not (args.gptel / "gptel" / "gptel.el").exists():
         raise SystemExit("bench_gptel needs gptel's sources: --gptel PATH (holding gptel/, compat/, transient/lisp/)")
     if not shutil.which("tmux") or not shutil.which("curl"):
         raise SystemExit("bench_gptel needs tmux and curl (scripts/setup.sh --test installs them)")
+    if args.sizes:
+        return by_size(args.gptel.resolve(), [int(x) for x in args.sizes.split(",")], args.n, args.warmup)
     tmp = Path(tempfile.mkdtemp(prefix="amacs-bench-gptel-"))
     result: dict[str, Any] = {"load_before": load()}
     result.update(run(args.gptel.resolve(), args.n, max(1, round(args.n * 2 / 3)), tmp, args.warmup))
@@ -202,6 +225,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"load before {result['load_before']}, after {result['load_after']}")
     print(f"records: {tmp / 'times.jsonl'}")
     return result
+
+
+def by_size(peers: Path, sizes: list[int], n: int, warmup: int) -> dict[str, Any]:
+    """The five rows at each history size: a fresh Emacs for each, both histories filled to it first."""
+    results: dict[str, Any] = {}
+    for size in sizes:
+        tmp = Path(tempfile.mkdtemp(prefix=f"amacs-bench-gptel-{size}-"))
+        result: dict[str, Any] = {"load_before": load()}
+        result.update(run(peers, n, max(1, round(n * 2 / 3)), tmp, warmup, fill_to=size))
+        result["load_after"] = load()
+        results[str(size)] = result
+        print(f"history filled to {size} chars: {result['history_chars']}")
+        print(table(result["rows"]))
+        print(f"load before {result['load_before']}, after {result['load_after']}")
+    save("gptel_sizes", results)
+    return results
 
 
 if __name__ == "__main__":

@@ -122,6 +122,11 @@ The completed thread stays searchable in long-term memory."
   "Return the skills that may be bound: name, description and kind each."
   (amacs--call-sync 'skills_list nil))
 
+(defun agent-read-skill (skill)
+  "Return SKILL's text now, as a plist of name, description, kind and text.
+It needs no thread and binds nothing: the text is in this eval's result."
+  (amacs--call-sync 'skill_read (list skill)))
+
 (defun agent-bind-skill-to-thread (skill &optional thread)
   "Bind SKILL to THREAD (default: the active thread).
 Its text appears in the context while that thread is active."
@@ -162,8 +167,10 @@ talk's :to, or the viewpoints asked."
 (defun agent-task (template prompt &rest options)
   "Start a Task from skill TEMPLATE with PROMPT and return its handle at once.
 The handle is a plist with :handle and :talk-id; the task's final reply
-arrives later as an event.  OPTIONS: :allowed (a list of actions) and
-:request-input (talk to the person in the shell until done)."
+arrives later as an event.  OPTIONS: :allowed (a list of actions),
+:request-input (talk to the person in the shell until done), :tools (the
+MCP tools it may call) and :compulsions (templates of compulsions that
+watch it from its first step)."
   (amacs--agent-call 'agent_task template prompt options))
 
 (defun agent-viewpoint (name template)

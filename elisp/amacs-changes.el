@@ -86,8 +86,7 @@ Read past the eval's file name handler: this is no read of the agent's."
   "Keep FILE's bytes from before the eval first writes it.
 Before advice on `write-region' while an agent's eval runs."
   (when (and amacs-changes--recording (stringp file)
-             (not (amacs--auto-save-p file))
-             (not (backup-file-name-p file)))
+             (not (amacs--emacs-own-file-p file)))
     (let ((changes (amacs-changes--of amacs-changes--recording))
           (path (expand-file-name file)))
       (unless (assoc path (cdr changes))

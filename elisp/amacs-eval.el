@@ -136,11 +136,26 @@ nil (the default): no check.  t: before an agent's eval writes a file
 that exists, the file's content on disk is compared (SHA-256) with
 what that agent last read or wrote of it; a file it never read, or
 that changed since, is not written and the eval gets an error naming
-it.  A new file may be written.  Each agent knows only its own reads:
-a subagent starts knowing none.  The check is made in the same call
-as the write, so nothing can change the file in between."
+it.  A new file may be written, copied, renamed or linked to; copying,
+renaming, linking or deleting onto a file that exists is checked as
+writing it.  Each agent knows only its own reads: a subagent starts
+knowing none.  The check is made in the same call as the write, so
+nothing can change the file in between.  Once the server has been told
+it is on, it stays on until the server is restarted (\[amacs-restart]):
+an agent's eval that sets this variable does not switch it off."
   :type 'boolean
   :group 'amacs)
+
+(defvar amacs--eval-guards nil
+  "The running evals' guard, innermost first: plists (:agent ID :guard ON).
+Each is made as its eval starts, from the agent the server sent the
+eval for and `amacs-read-before-write' then, and is what the file
+handler checks: binding or setting either during the eval changes
+neither whose record is used nor whether the guard is on.")
+
+(defun amacs--eval-guard (key)
+  "KEY (:agent or :guard) of the innermost running eval's guard."
+  (plist-get (car amacs--eval-guards) key))
 
 (defvar amacs--known-files (make-hash-table :test #'equal)
   "Per agent id, a table: file name -> SHA-256 of its content as last seen.
@@ -161,36 +176,53 @@ Read past the eval's own file name handler."
 
 (defun amacs--known (file)
   "Note FILE's content on disk now as known to the running agent."
-  (when amacs-read-before-write
-    (let ((table (or (gethash amacs-current-agent amacs--known-files)
-                     (puthash amacs-current-agent (make-hash-table :test #'equal) amacs--known-files)))
-          (path (expand-file-name file)))
+  (when (amacs--eval-guard :guard)
+    (let* ((agent (amacs--eval-guard :agent))
+           (table (or (gethash agent amacs--known-files)
+                      (puthash agent (make-hash-table :test #'equal) amacs--known-files)))
+           (path (expand-file-name file)))
       (puthash path (amacs--file-digest path) table))))
 
-(defun amacs--check-write (file)
+(defun amacs--check-write (file &optional verb)
   "Signal an error if the running agent may not write FILE.
-The rule is `amacs-read-before-write'."
-  (let ((path (expand-file-name file)))
-    (when (and amacs-read-before-write (file-exists-p path))
-      (let* ((table (gethash amacs-current-agent amacs--known-files))
+VERB says how it would (write, the default; copy onto, rename, delete).
+The rule is `amacs-read-before-write', as it was when the eval began."
+  (let ((path (expand-file-name file))
+        (agent (amacs--eval-guard :agent)))
+    (when (and (amacs--eval-guard :guard) (file-exists-p path))
+      (let* ((table (gethash agent amacs--known-files))
              (known (if table (gethash path table 'never) 'never)))
         (unless (equal known (amacs--file-digest path))
-          (error "Read before write: %s %s; read it, then write it" path
+          (error "Read before write: %s %s; read it, then %s it" path
                  (if (eq known 'never)
-                     (format "was never read by %s" amacs-current-agent)
-                   "changed on disk since you read it")))))))
+                     (format "was never read by %s" agent)
+                   "changed on disk since you read it")
+                 (or verb "write")))))))
+
+(defun amacs--check-file-operation (operation args)
+  "Check the file OPERATION with ARGS may be done by the running agent.
+Every primitive that writes, copies onto, renames or deletes a file is
+checked on each file it would change."
+  (when amacs--eval-guards
+    (pcase operation
+      ('write-region (when (and (stringp (nth 2 args)) (not (amacs--auto-save-p (nth 2 args))))
+                       (amacs--check-write (nth 2 args))))
+      ('copy-file (amacs--check-write (nth 1 args) "copy onto"))
+      ('rename-file (amacs--check-write (nth 0 args) "rename")
+                    (amacs--check-write (nth 1 args) "rename onto"))
+      ((or 'make-symbolic-link 'add-name-to-file) (amacs--check-write (nth 1 args) "link onto"))
+      ('delete-file (amacs--check-write (nth 0 args) "delete")))))
 
 (defun amacs--eval-file-handler (operation &rest args)
   "Do file OPERATION on ARGS as usual; note its file for the running eval.
 In `file-name-handler-alist' only while an agent's eval runs.  Its
 `operations' property limits it to `insert-file-contents' (a read)
-and `write-region' (a write): other file operations never reach it.
+and the primitives that write, copy, rename, link or delete a file:
+other file operations never reach it.
 A library being loaded and an auto-save file are not the agent's
 reading and writing, and are not noted.  With `amacs-read-before-write',
 a write is checked first and may be refused (an error, nothing written)."
-  (when (and (eq operation 'write-region) amacs--eval-files (stringp (nth 2 args))
-             (not (amacs--auto-save-p (nth 2 args))))
-    (amacs--check-write (nth 2 args)))
+  (amacs--check-file-operation operation args)
   (prog1 (let ((inhibit-file-name-handlers
                  (cons #'amacs--eval-file-handler
                        (and (eq inhibit-file-name-operation operation)
@@ -208,14 +240,31 @@ a write is checked first and may be refused (an error, nothing written)."
          (unless (amacs--auto-save-p file)
            (amacs--eval-note 'written file)
            (when (and amacs--eval-files (stringp file))
-             (amacs--known file))))))))
+             (amacs--known file)))))
+      ((or 'copy-file 'rename-file 'make-symbolic-link 'add-name-to-file)
+       (amacs--eval-note 'written (nth 1 args))
+       (when (eq operation 'rename-file) (amacs--eval-note 'written (nth 0 args)))
+       (when (stringp (nth 1 args)) (amacs--known (nth 1 args))))
+      ('delete-file (amacs--eval-note 'written (nth 0 args))))))
 
 (defun amacs--auto-save-p (file)
   "Whether FILE is the current buffer's auto-save file (not the agent's writing)."
   (and buffer-auto-save-file-name (stringp file)
        (string= (expand-file-name file) (expand-file-name buffer-auto-save-file-name))))
 
-(put 'amacs--eval-file-handler 'operations '(insert-file-contents write-region))
+(defun amacs--emacs-own-file-p (file)
+  "Return non-nil when Emacs writes FILE for itself: not the agent's writing.
+An auto-save file, a backup, or a native compiler's temporary file (a
+library loaded during an eval is compiled in the background, and its
+job written to a file, in a fresh HOME)."
+  (and (stringp file)
+       (or (amacs--auto-save-p file)
+           (backup-file-name-p file)
+           (string-match-p "\\`emacs-\\(?:async\\|int\\)-comp-" (file-name-nondirectory file)))))
+
+(put 'amacs--eval-file-handler 'operations
+     '(insert-file-contents write-region copy-file rename-file delete-file make-symbolic-link
+       add-name-to-file))
 
 (defun amacs--eval-note-visit (value)
   "Note as read the files of the buffers in VALUE.
@@ -243,7 +292,9 @@ handler's regexp matches at the end of every file name, the latest
 place any handler can match, so it comes before jka-compr's or Tramp's
 and hands the operation on to them."
   (let ((entry (cons "\\'" #'amacs--eval-file-handler))
-        (advised (not (advice-member-p #'amacs--eval-note-visit #'find-file-noselect))))
+        (advised (not (advice-member-p #'amacs--eval-note-visit #'find-file-noselect)))
+        (guard (list :agent amacs-current-agent :guard amacs-read-before-write)))
+    (push guard amacs--eval-guards)
     (push entry file-name-handler-alist)
     (when advised
       (advice-add #'find-file-noselect :filter-return #'amacs--eval-note-visit))
@@ -251,7 +302,8 @@ and hands the operation on to them."
         (funcall thunk)
       (let ((inhibit-quit t))
         ;; `delq', not a `let' binding: handlers the eval added (loading Tramp) stay.
-        (setq file-name-handler-alist (delq entry file-name-handler-alist))
+        (setq file-name-handler-alist (delq entry file-name-handler-alist)
+              amacs--eval-guards (delq guard amacs--eval-guards))
         (when advised
           (advice-remove #'find-file-noselect #'amacs--eval-note-visit))))))
 
@@ -357,13 +409,17 @@ For `amacs-eval-confirm' `writes': a file written, copied, renamed or
 deleted, or a program started.  An auto-save file is not the agent's."
   (pcase function
     ('write-region (let ((file (nth 2 args)))
-                     (and (stringp file) (not (amacs--auto-save-p file))
+                     (and (stringp file) (not (amacs--emacs-own-file-p file))
                           (list "write" (abbreviate-file-name (expand-file-name file))))))
-    ('delete-file (list "delete" (abbreviate-file-name (expand-file-name (car args)))))
+    ('delete-file (and (not (amacs--emacs-own-file-p (car args)))
+                       (list "delete" (abbreviate-file-name (expand-file-name (car args))))))
     ((or 'rename-file 'copy-file)
-     (list (if (eq function 'rename-file) "rename to" "copy to")
-           (abbreviate-file-name (expand-file-name (cadr args)))))
-    ('make-process (list "run" (format "%s" (car (plist-get args :command)))))
+     (and (not (amacs--emacs-own-file-p (cadr args)))
+          (list (if (eq function 'rename-file) "rename to" "copy to")
+                (abbreviate-file-name (expand-file-name (cadr args))))))
+    ;; The native compiler's own workers (a library loaded in the eval) are not the agent's.
+    ('make-process (and (not (string-prefix-p "Compiling" (format "%s" (plist-get args :name))))
+                        (list "run" (format "%s" (car (plist-get args :command))))))
     ('call-process (list "run" (format "%s" (car args))))
     ('call-process-region (list "run" (format "%s" (nth 2 args))))))
 
@@ -459,7 +515,13 @@ Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
                    (not (amacs--eval-decide "eval" nil (amacs--eval-approved-p event))))
               (list :success nil :error amacs-eval-declined)
             (let ((amacs-current-agent agent)
-                  (amacs-current-eval (plist-get event :id)))
+                  (amacs-current-eval (plist-get event :id))
+                  ;; On when the person's setting, as the server holds it, says so: an
+                  ;; earlier eval that set the variable to nil did not switch the guard off.
+                  (amacs-read-before-write (or (eq (plist-get event :guard) t) amacs-read-before-write)))
+              ;; Before the form: every call the server reads from here on, until this
+              ;; eval's result, was sent while it ran (docs/ARCHITECTURE.md, Trust).
+              (when (amacs-live-p) (amacs-call 'eval_started (list amacs-current-eval)))
               (amacs--eval-asking-about-writes (lambda () (amacs--eval-form form))))))
     (when amacs--eval-decisions
       (setq result (append result (list :decisions (reverse amacs--eval-decisions)))))

@@ -94,6 +94,10 @@ is on in the shell is the default, else the newest."
       (user-error "That is the first input: there is no tick before it to %s to" verb))
     tick))
 
+(defconst amacs-history--abandoned-divider
+  ";; ──────── above: the abandoned future ────────"
+  "The line a rewind draws under the shell's conversation it abandoned.")
+
 ;;;###autoload
 (defun amacs-rewind (tick)
   "Return the agent's mind to the end of TICK: just before the input after it.
@@ -112,9 +116,14 @@ the shell and in agent-chat.org."
     (let ((buffer (and (fboundp 'amacs-shell--buffer) (amacs-shell--buffer))))
       (when buffer
         (with-current-buffer buffer
+          (amacs-shell--output amacs-history--abandoned-divider 'amacs-shell-status)
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
-          (amacs-shell--resume))))
+          (amacs-shell--resume)
+          ;; The person asked for it: show the mind as it now is, however far up they had read.
+          (goto-char (point-max))
+          (dolist (window (get-buffer-window-list buffer nil t))
+            (set-window-point window (point-max))))))
     (message "AMACS: %s" line)
     done))
 

@@ -11,10 +11,11 @@
 
 ;; M-x amacs-hub: consciousness, threads with
 ;; their buffers and skills, recent monologue, scratchpad headings, the
-;; last eval result and recent commits, as magit sections that fold with
-;; TAB.  RET acts on the section at point: on a thread it switches the
-;; agent to it, on a buffer it visits it, on a commit it shows it, on
-;; the chat log it opens it.  The hub is drawn from the server's state,
+;; last eval result, recent commits and the futures rewinds abandoned, as
+;; magit sections that fold with TAB.  RET acts on the section at point: on
+;; a thread it switches the agent to it, on a buffer it visits it, on a
+;; commit or an abandoned future it shows its log and diff, on the chat log
+;; it opens it.  The hub is drawn from the server's state,
 ;; never computed in elisp, and redrawn after every tick while it is
 ;; shown in a window; a hidden hub asks the server for nothing (its
 ;; state includes `git log') and is redrawn when it is shown again.
@@ -53,6 +54,10 @@
     (setq amacs--buffer-connection connection)
     (setf (amacs-connection-hub connection) (current-buffer)))
   (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh)))
+  ;; A line wider than the window ends in "…", not in a bare "$" (a terminal's mark
+  ;; of a cut line, which read as part of a price).
+  (setq buffer-display-table (if buffer-display-table (copy-sequence buffer-display-table) (make-display-table)))
+  (set-display-table-slot buffer-display-table 'truncation (make-glyph-code ?… 'shadow))
   (add-hook 'window-buffer-change-functions #'amacs-hub--on-shown nil t))
 
 (defun amacs-hub--buffer ()
@@ -120,12 +125,14 @@ says its home."
   "Insert the agents of STATE: the primary, then every subagent, each on its line."
   (let ((agents (plist-get state :agents)))
     (magit-insert-section (amacs-agents)
-      (magit-insert-heading (format "Agents (%d)" (length agents)))
+      (magit-insert-heading (format "Agents (%d): steps (model calls) and cost since this server started"
+                                    (length agents)))
       (dolist (agent agents)
         (magit-insert-section (amacs-agent (plist-get agent :id))
-          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d steps  $%.4f"
+          (amacs-hub--line "  %-16s %-10s %-14s %-9s %3d step%s  $%.4f"
                            (plist-get agent :id) (plist-get agent :type) (plist-get agent :template)
-                           (plist-get agent :state) (plist-get agent :steps) (plist-get agent :cost))))
+                           (plist-get agent :state) (plist-get agent :steps)
+                           (if (eql (plist-get agent :steps) 1) " " "s") (plist-get agent :cost))))
       (insert "\n"))))
 
 (defun amacs-hub--insert-mcp (state)
@@ -192,6 +199,20 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
       (magit-insert-section (amacs-commit (plist-get commit :sha))
         (amacs-hub--line "  %s %s" (substring (plist-get commit :sha) 0 7) (plist-get commit :subject))))
     (insert "\n")))
+
+(defun amacs-hub--insert-abandoned (state)
+  "Insert the futures STATE's rewinds abandoned: ticks, first input, ref."
+  (let ((futures (plist-get state :abandoned)))
+    (when futures
+      (magit-insert-section (amacs-abandoned-futures)
+        (magit-insert-heading "Abandoned futures")
+        (dolist (future futures)
+          (magit-insert-section (amacs-abandoned future)
+            (amacs-hub--line "  ticks %s-%s: %s  %s" (1+ (plist-get future :to-tick))
+                             (plist-get future :from-tick)
+                             (truncate-string-to-width (or (plist-get future :first-input) "(no input)")
+                                                       50 nil nil "…")
+                             (plist-get future :ref))))))))
 
 (defun amacs-hub--place (pos window)
   "Where POS is in the hub: (WINDOW IDENT LINE COLUMN ROW).
@@ -262,6 +283,7 @@ left unmodified."
                                                               (format " (%s)" (plist-get s :thread)) ""))))
               (amacs-hub--insert-eval state)
               (amacs-hub--insert-commits state)
+              (amacs-hub--insert-abandoned state)
               (magit-insert-section (amacs-chat-log (plist-get state :chat-log))
                 (amacs-hub--line "Chat log: %s" (abbreviate-file-name (plist-get state :chat-log))))
               (let ((report (amacs-report-last-file)))
@@ -339,8 +361,26 @@ the old session's cost until \`g'."
       (view-mode 1))
     (pop-to-buffer buffer)))
 
+(defun amacs-hub--show-abandoned (future)
+  "Show the log and diff of FUTURE, which a rewind abandoned, as a commit is shown."
+  (let ((home (plist-get amacs-hub--state :home))
+        (buffer (get-buffer-create (amacs-connection-buffer-name (amacs-current-connection) "commit"))))
+    (with-current-buffer buffer
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (format "Abandoned future %s: ticks %s-%s, left by a rewind to tick %s\n\n"
+                        (plist-get future :ref) (1+ (plist-get future :to-tick))
+                        (plist-get future :from-tick) (plist-get future :to-tick)))
+        (call-process "git" nil t nil "-C" home "log" "--stat" "--patch"
+                      (concat "HEAD.." (plist-get future :ref))))
+      (diff-mode)
+      (goto-char (point-min))
+      (view-mode 1))
+    (pop-to-buffer buffer)))
+
 (defun amacs-hub-visit ()
-  "Act on the section at point: thread, buffer, agent, commit, chat log or report."
+  "Act on the section at point.
+A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
@@ -351,6 +391,7 @@ the old session's cost until \`g'."
       ('amacs-buffer
        (if (get-buffer value) (pop-to-buffer value) (find-file-other-window value)))
       ('amacs-commit (amacs-hub--show-commit value))
+      ('amacs-abandoned (amacs-hub--show-abandoned value))
       ('amacs-agent (amacs-hub--show-transcript value))
       ('amacs-chat-log (amacs-open-chat-log))
       ('amacs-report (amacs-report-browse value))

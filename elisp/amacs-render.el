@@ -130,6 +130,18 @@ by the last piece, `org' itself.")
 The first `org-mode' loads the modules; loaded here beforehand, a piece at
 a time, that first `org-mode' is quick.")
 
+(defvar amacs-render-preload-hold-functions nil
+  "Functions of no arguments; while one returns non-nil, no preload piece runs.
+The shell holds the preload while a turn waits for its answer: a piece
+running when the answer comes (up to ~0.2 s of Lisp) holds it back.")
+
+(defconst amacs--render-preload-gap 0.005
+  "Seconds between one preload piece and the next.
+A piece run at once after the last (`run-at-time' 0) is due before
+Emacs looks at its processes again: back to back, the whole preload
+\(~7 s on a loaded machine) ran before the answer that had arrived was
+read.  After a gap, Emacs reads what came meanwhile first.")
+
 (defvar amacs--render-preload-queue nil
   "Pieces of the preload still to run, each a function of no arguments.")
 
@@ -163,8 +175,9 @@ Org a file at a time, its modules, the work buffer, a warm-up."
 (defun amacs--render-preload-step ()
   "Run the next preload piece if Emacs is idle and no key is pending.
 Else wait for the next idle moment.  A piece runs only after
-`amacs-render-preload-idle' seconds without input; the next is asked
-for at once, and runs if Emacs is still idle."
+`amacs-render-preload-idle' seconds without input, and not while
+`amacs-render-preload-hold-functions' hold it; the next is asked for
+`amacs--render-preload-gap' later, and runs if Emacs is still idle."
   (setq amacs--render-preload-timer nil)
   (let ((idle (current-idle-time)))
     (cond ((null amacs--render-preload-queue))
@@ -172,6 +185,10 @@ for at once, and runs if Emacs is still idle."
                (< (float-time idle) amacs-render-preload-idle))
            (setq amacs--render-preload-timer
                  (run-with-idle-timer amacs-render-preload-idle nil #'amacs--render-preload-step)))
+          ((run-hook-with-args-until-success 'amacs-render-preload-hold-functions)
+           ;; Idle already: an idle timer would be due at once, again and again.
+           (setq amacs--render-preload-timer
+                 (run-at-time amacs-render-preload-idle nil #'amacs--render-preload-step)))
           (t
            (let ((piece (pop amacs--render-preload-queue)))
              (condition-case err
@@ -179,7 +196,7 @@ for at once, and runs if Emacs is still idle."
                (error (message "AMACS: preloading org: %s" (error-message-string err)))))
            (when amacs--render-preload-queue
              (setq amacs--render-preload-timer
-                   (run-at-time 0 nil #'amacs--render-preload-step)))))))
+                   (run-at-time amacs--render-preload-gap nil #'amacs--render-preload-step)))))))
 
 (defun amacs--render-preload-start ()
   "Have the next preload piece run at the next idle moment, unless one is due."

@@ -70,6 +70,30 @@ how to install the server."
   :type '(repeat string)
   :group 'amacs)
 
+(defcustom amacs-warm-server (not (equal (getenv "AMACS_WARM") "0"))
+  "Whether an interactive Emacs's servers are forked from a warm server.
+The warm server is a process of yours that has imported the server
+and the model SDK (1.3-2 s of CPU that the first answer waited for)
+and forks a server for each start; it outlives Emacs, and exits once
+idle for 8 hours (AMACS_WARM_IDLE seconds) or when the server's
+sources change.  The first start with none running starts one for the
+next and is started as without it.  Used for the checkout's default
+`amacs-server-command' only, never in batch Emacs.  Set AMACS_WARM=0
+in the environment (or this to nil) to start every server afresh."
+  :type 'boolean
+  :group 'amacs)
+
+(defun amacs--server-launch-command ()
+  "Return the command to start a server with: `amacs-server-command'.
+Run through the warm server's launcher (amacs_server/warm_launch.py) when
+`amacs-warm-server' says so and the command is the checkout's Python."
+  (let ((launcher (expand-file-name "amacs_server/warm_launch.py" amacs--root)))
+    (if (and amacs-warm-server (not noninteractive)
+             (equal (cdr amacs-server-command) '("-m" "amacs_server"))
+             (file-readable-p launcher))
+        (list (car amacs-server-command) "-S" launcher)
+      amacs-server-command)))
+
 (defcustom amacs-api-key nil
   "Anthropic API key for the server, or nil.
 When nil, ANTHROPIC_API_KEY from the environment is used, else a
@@ -267,7 +291,7 @@ It connects when the server prints its port."
     (condition-case err
         (let ((proc (make-process :name "amacs-server"
                                   :buffer (generate-new-buffer " *amacs-server*")
-                                  :command amacs-server-command
+                                  :command (amacs--server-launch-command)
                                   :connection-type 'pipe
                                   :noquery t
                                   :stderr stderr
@@ -344,7 +368,9 @@ FN runs with that connection in effect."
   (let ((connection (amacs-current-connection)))
     (if (amacs-live-p connection)
         (amacs-with-connection connection (funcall fn))
-      (push fn (amacs-connection-on-ready connection))
+      (let ((origin (amacs--call-origin)))   ; the caller's, not the filter's that runs FN
+        (push (lambda () (let ((amacs--queued-origin origin)) (funcall fn)))
+              (amacs-connection-on-ready connection)))
       (amacs-start-server connection))))
 
 ;;;###autoload

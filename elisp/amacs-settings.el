@@ -53,7 +53,8 @@ however set, applies from the turn that your next input starts."
         :prices (mapcar (lambda (entry)
                           (list :model (nth 0 entry) :input (nth 1 entry) :output (nth 2 entry)
                                 :cache-write (nth 3 entry) :cache-read (nth 4 entry)))
-                        amacs-price-table)))
+                        amacs-price-table)
+        :read-before-write (if (bound-and-true-p amacs-read-before-write) "on" "off")))
 
 (provide 'amacs-settings)
 ;;; amacs-settings.el ends here

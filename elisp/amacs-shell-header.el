@@ -69,6 +69,12 @@ to the current one."
          (let ((turn (buffer-local-value 'amacs-shell--turn-of-buffer buffer)))
            (and turn (amacs-shell-turn-busy turn))))))
 
+(defun amacs-shell--holds-preload ()
+  "Non-nil while a shell's turn waits: org's preload waits for its answer."
+  amacs-shell-busy)
+
+(add-hook 'amacs-render-preload-hold-functions #'amacs-shell--holds-preload)
+
 (defun amacs-shell--set-busy (turn busy)
   "Set TURN's BUSY; then `amacs-shell-busy' to whether any shell's turn is."
   (setf (amacs-shell-turn-busy turn) busy)

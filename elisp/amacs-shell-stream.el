@@ -24,6 +24,7 @@
 (require 'amacs-render)
 (require 'amacs-shell-output)
 (require 'amacs-shell-header)
+(declare-function amacs-shell--shown-reply "amacs-shell" (text &optional after))
 
 ;;;; Streaming replies
 
@@ -74,9 +75,11 @@
 
 (defun amacs-shell--on-reply (event)
   "Show the reply in EVENT rendered as org, set off by blank lines.
-A streamed reply's region is replaced by the rendering."
+A streamed reply's region is replaced by the rendering.  Before org is
+loaded it is shown plain and rendered once org is (the first answer
+after a start does not wait for org: `amacs-shell--shown-reply')."
   (let* ((text (string-trim (or (plist-get event :text) "")))
-         (shown (amacs-render-org text)))
+         (shown (amacs-shell--shown-reply text)))
     (amacs-shell--set 'amacs-shell--last-reply text)
     (amacs-shell--transition 'replied)
     (amacs-shell--editing

@@ -213,7 +213,7 @@ the log) and these facts are one notice, each line a `;;' line."
 (defun amacs-shell--resume ()
   "Show the last exchanges of agent-chat.org; greet a new person."
   (let ((buffer (amacs-shell--buffer))
-        (recent (last (amacs-status :recent) (max 0 amacs-shell-resume-exchanges))))
+        (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
       (with-current-buffer buffer
         (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
@@ -248,29 +248,45 @@ the log) and these facts are one notice, each line a `;;' line."
           ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
          'amacs-shell-annotation)))))
 
+(defun amacs-shell--from-an-input (entries count)
+  "The last COUNT of ENTRIES, and those before them back to one with an input.
+A resumed shell starts with the input that began the first turn it shows,
+not with a later step of that turn."
+  (let* ((all (append entries nil))
+         (start (max 0 (- (length all) (max 0 count)))))
+    (while (and (> start 0) (< start (length all)) (not (plist-get (nth start all) :human)))
+      (setq start (1- start)))
+    (nthcdr start all)))
+
 (defun amacs-shell--resumed-reply (text)
-  "TEXT, a reply from the chat log, to show as the live shell showed it.
+  "Return TEXT, a reply from the chat log, as the live shell showed it."
+  (amacs-shell--shown-reply text "\n"))
+
+(defun amacs-shell--shown-reply (text &optional after)
+  "Return reply TEXT, then AFTER (a string or nil), as the shell is to show them.
 With org loaded it is rendered at once.  Without, it is plain for now
 and marked `amacs-unrendered': loading org takes ~1 s, which the person
-would wait for before seeing the shell, so it is rendered once org is
-loaded, a piece at each idle moment (`amacs-render-after-preload')."
+would wait for before seeing the shell or its first answer, so it is
+rendered once org is loaded, a piece at each idle moment
+\(`amacs-render-after-preload')."
   (if (amacs-render-ready-p)
-      (concat (amacs-render-org text) "\n")
+      (concat (amacs-render-org text) after)
     (let ((connection (amacs-current-connection)))
       (amacs-render-after-preload (lambda () (amacs-shell--render-resumed connection))))
-    (propertize (concat text "\n") 'amacs-unrendered text)))
+    (propertize (concat text after) 'amacs-unrendered text)))
 
 (defun amacs-shell--render-resumed (connection)
-  "Render CONNECTION's resumed replies shown plain, in place, as live ones are."
+  "Render CONNECTION's replies shown plain, in place, as live ones are."
   (amacs-with-connection connection
    (amacs-shell--editing
     (let ((pos (point-min)))
       (while (setq pos (text-property-not-all pos (point-max) 'amacs-unrendered nil))
         (let* ((text (get-text-property pos 'amacs-unrendered))
-               (end (next-single-property-change pos 'amacs-unrendered nil (point-max))))
+               (end (next-single-property-change pos 'amacs-unrendered nil (point-max)))
+               (after (if (eq (char-before end) ?\n) "\n" "")))
           (delete-region pos end)
           (goto-char pos)
-          (insert (amacs-shell--output-props (concat (amacs-render-org text) "\n")))
+          (insert (amacs-shell--output-props (concat (amacs-render-org text) after)))
           (setq pos (point))))))))
 
 (defun amacs-shell--greet ()

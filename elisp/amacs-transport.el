@@ -264,6 +264,21 @@ before it says what of the turn is on disk."
       (amacs-with-connection connection
         (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped))))))
 
+(defun amacs--epc-connect (host port)
+  "Return an EPC connection to HOST on PORT, like the one of `epc:connect'.
+Opened with `make-network-process': `epc:connect' opens it with
+`open-network-stream', whose library loads nsm, auth-source and eieio
+\(0.2-0.5 s of Lisp on a loaded machine) before the first hello goes."
+  (let* ((name (format "epc con %s" (epc:uid)))
+         (buffer (epc:make-procbuf (format "*%s*" name)))
+         (process (make-network-process :name name :buffer buffer :host host :service port
+                                        :coding 'binary :noquery t))
+         (connection (make-epc:connection :name name :process process :buffer buffer
+                                          :channel (cc:signal-channel name))))
+    (set-process-filter process (lambda (p m) (epc:process-filter connection p m)))
+    (set-process-sentinel process (lambda (p e) (epc:process-sentinel connection p e)))
+    connection))
+
 (defun amacs--connect-port (connection server-proc port token &optional success)
   "Open CONNECTION to PORT on 127.0.0.1 and say hello with TOKEN.
 SERVER-PROC is the server process this Emacs started, or nil.
@@ -271,7 +286,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
   (require 'epc)
   (amacs-with-connection connection
     (condition-case err
-        (let* ((conn (epc:connect "127.0.0.1" port))
+        (let* ((conn (amacs--epc-connect "127.0.0.1" port))
                (mngr (make-epc:manager :server-process server-proc
                                        :title "amacs" :port port :connection conn)))
           (epc:init-epc-layer mngr)
@@ -326,6 +341,64 @@ interrupt calls this, so input typed while the server starts is dropped."
     (prog1 (length (amacs-connection-on-ready connection))
       (setf (amacs-connection-on-ready connection) nil))))
 
+;;;; Calls that act for the person
+
+(defconst amacs--person-methods
+  '(submit set_budget set_model interrupt rewind fork
+    person_agent_control person_agent_talk person_add_buffer settings)
+  "The server's methods that act for the person (docs/ARCHITECTURE.md, Trust).
+A call to one carries, as its last argument, where Emacs saw it come
+from (`amacs--call-origin'); the server refuses it while an agent's
+eval runs, whatever that says.")
+
+(defvar amacs-current-eval)
+(defvar amacs-current-agent)
+
+(defvar amacs--queued-origin nil
+  "Where a call queued until the server was ready came from, while it runs.")
+
+(defconst amacs--waiting-functions
+  '(timer-event-handler accept-process-output sit-for sleep-for read-event read-char
+    read-char-exclusive read-key read-key-sequence read-from-minibuffer read-string
+    completing-read y-or-n-p yes-or-no-p recursive-edit)
+  "Functions inside which other code may run: timers, filters, commands.
+A call made inside one of them, before any command, is not the command's.")
+
+(defun amacs--person-command-p (command)
+  "Return non-nil for a COMMAND of the person's: an AMACS one, or one for Lisp."
+  (and (symbolp command)
+       (or (string-prefix-p "amacs-" (symbol-name command))
+           (memq command '(comint-send-input eval-expression eval-last-sexp eval-print-last-sexp
+                           eval-defun pp-eval-expression pp-eval-last-sexp ielm-return)))))
+
+(defun amacs--call-origin ()
+  "Where a call that acts for the person comes from, as Emacs sees it: a plist.
+:origin is \"eval\" (inside an agent's eval, with :agent and :eval),
+\"key\" (a command of the person's, with :command), \"program\" (a batch
+Emacs's own program, outside any timer or filter) or \"unknown\" (a timer, a
+process filter or a hook: code nobody can say was the person's).  The
+server decides; this is what Emacs tells it."
+  (cond
+   ((bound-and-true-p amacs-current-eval)
+    (list :origin "eval" :agent (bound-and-true-p amacs-current-agent) :eval amacs-current-eval))
+   (amacs--queued-origin amacs--queued-origin)
+   (t
+    (let (waited command)
+      (mapbacktrace (lambda (_evald fun args _flags)
+                      (unless (or waited command)
+                        (cond ((memq fun amacs--waiting-functions) (setq waited fun))
+                              ((eq fun 'command-execute) (setq command (car args)))))))
+      (cond ((and command (amacs--person-command-p command))
+             (list :origin "key" :command (symbol-name command)))
+            ((and noninteractive (not waited) (not command)) (list :origin "program"))
+            (t (list :origin "unknown" :via (symbol-name (or waited command 'hook)))))))))
+
+(defun amacs--call-args (method args)
+  "ARGS of METHOD as sent: a call that acts for the person carries its origin last."
+  (amacs--outgoing method (if (memq method amacs--person-methods)
+                             (append args (list (amacs--call-origin)))
+                           args)))
+
 ;;;; Calls to the server
 
 (defun amacs-call (method args &optional callback errback)
@@ -335,7 +408,7 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-connection-manager connection) method (amacs--outgoing method args))
+      (epc:call-deferred (amacs-connection-manager connection) method (amacs--call-args method args))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -384,7 +457,7 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((clean (amacs--outgoing method args))
+    (let* ((clean (amacs--call-args method args))
            (mngr (amacs-connection-manager connection))
            (proc (epc:connection-process (epc:manager-connection mngr)))
            (uid (epc:uid))

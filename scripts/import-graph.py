@@ -25,7 +25,7 @@ PACKAGE = "amacs_server"
 # The layers, lowest first (docs/ARCHITECTURE.md, Layers): a unit imports only units of lower layers.
 LAYERS = (
     ("errors",),  # AmacsError, the base of every expected failure
-    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files"),
+    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files", "warm_launch"),  # warm_launch: the launcher, standard library only
     ("state", "transcripts", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "demo_model", "transport"),  # persistence: git, the org logs, rewind
@@ -36,6 +36,7 @@ LAYERS = (
     ("methods", "hello"),  # what Emacs may call; hello, answered before the methods are published
     ("__main__",),
     ("research",),  # runs servers (its fork server runs __main__ in each fork); __main__ names its commands
+    ("warm",),  # the warm server: forks ready servers (research's fork server's parts, __main__ in each)
 )
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 

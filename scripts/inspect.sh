@@ -11,6 +11,8 @@
 # extras), so these are readers nobody here wrote, as a researcher has them;
 # and they bring ~80 packages (textual, s3fs, pandas, ...) whose pins would
 # move the server's own dependencies under its tests.
+# Every version is pinned (scripts/inspect-constraints.txt, a pip freeze of a working venv):
+# unpinned, pip backtracked through boto3's releases one download at a time for minutes.
 # The last line printed is `inspect: DIR/bin/inspect'.  Safe to run again: with
 # both there it only prints that line.
 set -euo pipefail
@@ -21,7 +23,7 @@ have() { "$venv/bin/python" -c 'import inspect_ai, inspect_scout, pandas' >/dev/
 if ! have; then
   [ -x "$venv/bin/python" ] || { echo "== creating $venv"; python3 -m venv "$venv"; }
   echo "== installing inspect-ai and inspect-scout into $venv"
-  "$venv/bin/pip" install --disable-pip-version-check --progress-bar off \
+  "$venv/bin/pip" install --disable-pip-version-check --progress-bar off -c scripts/inspect-constraints.txt \
     'inspect-ai>=0.3.285,<0.4' 'inspect-scout>=0.6.1,<0.7' pandas pyarrow 2>&1 \
     | grep -v -e '^WARNING: Location' -e '^Requirement already satisfied' || true
   have || { echo "inspect.sh: the install failed (pip's output is above)" >&2; exit 1; }

@@ -6,6 +6,8 @@
 #
 #   scripts/litellm.sh [DIR]
 #
+# Every version is pinned (scripts/litellm-constraints.txt, a pip freeze of a working venv), as
+# scripts/inspect.sh's are: a fresh clone's CI installs what was tested.
 # The last line printed is `litellm: VERSION'.  Safe to run again: with the
 # package there it only prints that line.
 set -euo pipefail
@@ -18,7 +20,7 @@ sys.exit(any(u.find_spec(m) is None for m in ("litellm", "uvicorn", "fastapi", "
 if ! have; then
   [ -x "$venv/bin/python" ] || { echo "== creating $venv"; python3 -m venv "$venv"; }
   echo "== installing litellm[proxy] into $venv"
-  "$venv/bin/pip" install --disable-pip-version-check --progress-bar off \
+  "$venv/bin/pip" install --disable-pip-version-check --progress-bar off -c scripts/litellm-constraints.txt \
     'litellm[proxy]' 2>&1 | grep -v -e '^WARNING: Location' -e '^Requirement already satisfied' || true
   have || { echo "litellm.sh: the install failed (pip's output is above)" >&2; exit 1; }
   echo "== installed in $(( $(date +%s) - started )) s"

@@ -5,8 +5,6 @@
 - ``big``: ``big(megabytes)`` answers that many megabytes of text.
 - ``block``: ``block()`` never answers (the process sleeps, reading nothing).
 - ``regex``: ``match(text)``, whose schema's pattern backtracks catastrophically.
-- ``names``: tools whose names are no names (``</tools>`` and a newline), beside a good one.
-- ``stray``: ``shout(lines)`` prints that many stray lines on its stdout, then answers.
 """
 
 from __future__ import annotations

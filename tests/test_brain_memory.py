@@ -170,3 +170,16 @@ def test_a_subagents_request_shows_what_changed_in_its_memory_once(rt: Runtime) 
     assert "second" in newest and "finding" not in newest  # only what is new
     assert system_prompt(rt.world, agent) == system
     assert f"<EOT>{ME}:task-1:NAME:VERSION<EOT>" in system
+
+
+def test_a_summary_is_kept_as_a_summary_and_a_vector_search_falls_back_to_keywords(rt: Runtime) -> None:
+    """memid spec, memory.create kinds and memory.search modes: :kind "summary" is stored and
+    loaded as a summary; :mode "vector" has no index here, so it is keyword search, said so."""
+    made = call(rt, 1, "memory_create", "gist", "the heron left the pine", {"kind": "summary"})
+    assert made["kind"] == "summary"
+    assert call(rt, 1, "memory_load", made["mem_id"], None)["kind"] == "summary"
+    found = call(rt, 1, "memory_search", "heron", {"mode": "vector"})
+    assert found["mode"] == "keyword" and "vector search has no index" in found["fallback"]
+    assert [h["mem_id"] for h in found["hits"]] == [made["mem_id"]]
+    with pytest.raises(ToolError, match="unknown search mode"):
+        call(rt, 1, "memory_search", "heron", {"mode": "psychic"})

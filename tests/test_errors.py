@@ -25,8 +25,10 @@ from amacs_server.loop.primary import ContextTooLong, TurnAborted
 from amacs_server.memory.active import MemoryRefused
 from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
+from amacs_server.methods import NotYours
 from amacs_server.persistence.git_repo import CommitError, GitFailed
 from amacs_server.persistence.history import HistoryError
+from amacs_server.persistence.history_search import HistorySearchError
 from amacs_server.persistence.home_lock import HomeInUse
 from amacs_server.persistence.recovery import StartupError
 from amacs_server.research.judge import JudgeError
@@ -56,6 +58,7 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     Unauthorized: Exception, StartFailed: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
     InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, ContextTooLong: Exception,
     JudgeError: ValueError, Blocked: RuntimeError, McpConfigProblem: ValueError, McpError: RuntimeError,
+    NotYours: PermissionError, HistorySearchError: RuntimeError,
 }
 
 

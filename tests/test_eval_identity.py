@@ -8,6 +8,7 @@ eval whose id it carries.  End to end: tests/e2e/test_identity.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,7 +29,7 @@ class World:
 
     def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
              allowed: list[str] | None = None, request_input: bool = False,
-             tools: list[str] | None = None) -> dict[str, Any]:
+             tools: list[str] | None = None, compulsions: Sequence[str] = ()) -> dict[str, Any]:
         self.calls.append((caller, eval_id))
         return {"handle": "task-9"}
 

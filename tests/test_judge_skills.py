@@ -28,6 +28,10 @@ def test_the_shipped_judges_are_judges():
     (JUDGE.format(scale="good", input="final"), "scale: must be LOW-HIGH"),
     (JUDGE.format(scale="1-5", input="all"), "input: must be final or turns, got 'all'"),
     (JUDGE.format(scale="1-5", input="final").replace("Score it.\n", ""), "the rubric"),
+    (JUDGE.format(scale="1-99999999999999999999999", input="final"), "each within ±1000000"),
+    (JUDGE.format(scale="1-5", input="final").replace("name: j", "name: ../../outside"),
+     "name: must be letters, digits.*got '../../outside'"),
+    (JUDGE.format(scale="1-5", input="final").replace("name: j", "name: /tmp/abs"), "name: must be"),
 ])
 def test_a_wrong_judge_is_named(tmp_path, text, message):
     (tmp_path / "SKILL.md").write_text(text)
@@ -100,3 +104,9 @@ def test_a_turn_without_a_reply_names_the_shells_last_error(tmp_path):
     assert reason(Turn(human="hello"), None, None, tmp_path / "none.txt") == "the turn ended without a reply"
     assert reason(Turn(human="hello", model_error="the API key was refused (401): check it"), None, None,
                   shell) == "401: invalid API key"
+
+
+def test_a_judge_that_is_not_utf8_is_one_line(tmp_path):
+    (tmp_path / "SKILL.md").write_bytes(JUDGE.format(scale="1-5", input="final").encode() + b"caf\xe9\n")
+    with pytest.raises(JudgeError, match=r"SKILL.md: not UTF-8 text \(byte \d+\); save it as UTF-8"):
+        read_judge(find_judge(str(tmp_path)))

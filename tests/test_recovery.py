@@ -328,3 +328,55 @@ def test_memory_db_damage_check_runs_beside_reading_the_org_files(tmp_path):
         assert rt.startup_notes == [] and rt.ltm.count() >= 50
     finally:
         rt.stop()
+
+
+@pytest.mark.parametrize(("left", "set_aside"), [(("config",), True), (("config", "HEAD"), True),
+                                                (("config", "HEAD", "objects/", "refs/"), False)])
+def test_a_git_repository_whose_set_up_was_cut_short_is_made_again_at_the_next_commit(tmp_path, left, set_aside):
+    """Was: Emacs exiting while the first commit made the repository left a .git that every later
+    tick failed to open ("cannot set up the git repository"), committing nothing, for good."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "consciousness.el").write_text("(tick 1)")
+    dot = home / ".git"
+    dot.mkdir()
+    for name in left:
+        if name.endswith("/"):
+            (dot / name).mkdir()
+        else:
+            (dot / name).write_text("ref: refs/heads/master\n" if name == "HEAD" else "[core]\n")
+    HomeRepo(home).commit([home / "consciousness.el"], "tick 1")
+    log = subprocess.run(["git", "-C", str(home), "log", "--format=%s"], capture_output=True, text=True, check=True)
+    assert log.stdout.strip() == "tick 1"
+    aside = [p.name for p in (home / "logs").iterdir()] if (home / "logs").exists() else []
+    assert [n.startswith("git-half-made-") for n in aside] == ([True] if set_aside else [])
+
+
+def test_a_git_repository_with_objects_is_never_set_aside(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["git", "init", "-q", str(home)], check=True)
+    (home / "a").write_text("a")
+    subprocess.run(["git", "-C", str(home), "add", "a"], check=True)
+    (home / ".git" / "HEAD").unlink()  # damaged, yet it holds an object: left for a person to look at
+    with pytest.raises(Exception, match="cannot set up the git repository"):
+        HomeRepo(home).commit([home / "a"], "x")
+    assert (home / ".git" / "objects").is_dir() and not (home / "logs").exists()
+
+
+def test_the_skills_files_the_homes_gitignore_leaves_out_are_not_committed(tmp_path):
+    """Was: everything under skills/ was committed regardless of .gitignore (a fork made inside
+    skills/ put its memory.db and transcripts in HOME's history)."""
+    from amacs_server.persistence.history import skill_files
+
+    home = tmp_path / "home"
+    (home / "skills" / "mine" / "cache").mkdir(parents=True)
+    (home / "skills" / "mine" / "SKILL.md").write_text("a skill")
+    (home / "skills" / "mine" / "cache" / "big.bin").write_text("x")
+    (home / "skills" / "mine" / "memory.db").write_text("db")
+    subprocess.run(["git", "init", "-q", str(home)], check=True)
+    (home / ".gitignore").write_text("memory.db*\nskills/*/cache/\n")
+    assert skill_files(home) == [home / "skills" / "mine" / "SKILL.md"]
+    (home / ".gitignore").write_text("memory.db*\n")  # edited: asked again
+    assert skill_files(home) == sorted([home / "skills" / "mine" / "SKILL.md",
+                                        home / "skills" / "mine" / "cache" / "big.bin"])

@@ -240,6 +240,7 @@ def test_the_commands_refuse_a_served_home_in_one_line(tmp_path, fake, capsys):
         assert server_main(["rewind", str(home), "--tick", "1"]) == 1
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "refused" in err and "serves" in err
+        assert "quit the Emacs it serves" in err and "M-x" not in err  # a shell's advice, not Emacs's
         assert server_main(["fork", str(home), "--tick", "1", str(tmp_path / "f")]) == 1
         assert "refused" in capsys.readouterr().err and not (tmp_path / "f").exists()
     finally:
@@ -681,8 +682,10 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
     done = history.rewind(home, 2)
     assert done.abandoned is not None
     files = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file()
-                     and not {".git", "transcripts", "logs"} & set(p.relative_to(home).parts) and p.name != "memory.db")
-    assert [text for text in FUTURE if text.encode() in files] == []
+                     and not {".git", "logs"} & set(p.relative_to(home).parts) and p.name != "memory.db")
+    assert [text for text in FUTURE if text.encode() in files] == []  # the transcripts' later lines too
+    assert "answer to after all" in _git(home, "grep", "-h", "answer to after all", done.abandoned, "--",
+                                         "transcripts")
     assert all(text in _git(home, "grep", "-h", text, done.abandoned) for text in FUTURE[:1] + FUTURE[3:5])
     db = sqlite3.connect(home / "memory.db")
     try:
@@ -747,3 +750,64 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
             history_search(rt, "plan", {"only": ["chat"]})
     finally:
         rt.stop()
+
+
+def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_path, fake):
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "note the plan\non two lines")])
+    first = history.rewind(home, 1)
+    run(home, fake, [("say", "again")])
+    second = history.rewind(home, 1)
+    rt = runtime(home, fake.url)
+    try:
+        futures = on_loop(rt, lambda: views.hub_state(rt))["abandoned"]
+    finally:
+        rt.stop()
+    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
+        (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
+    assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
+
+
+def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):
+    """Was accepted, even under skills/: HOME's commits then took in the fork's memory.db and transcripts."""
+    home = tmp_path / "home"
+    run(home, fake, SESSION[:2])
+    for dest in (home / "skills" / "f", home / "f", home):
+        assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is inside {home}; name a folder outside the home" in err, err
+    assert not (home / "skills" / "f").exists() and not (home / "f").exists()
+
+
+def test_a_folder_that_is_not_a_home_gets_no_lock_file(tmp_path, capsys):
+    folder = tmp_path / "not-a-home"
+    folder.mkdir()
+    assert server_main(["rewind", str(folder), "--tick", "1"]) == 1
+    assert "has no git history: is it an AMACS home?" in capsys.readouterr().err
+    assert list(folder.iterdir()) == []
+
+
+def test_a_fork_killed_while_made_is_named_on_retry_and_never_served(tmp_path, fake, capsys):
+    """Was: a half-made DEST refused on retry with no hint, and a session started on it ran as a
+    fresh agent or with missing or future memory."""
+    import os
+    import signal
+    import sys
+
+    from amacs_server.persistence.recovery import StartupError, check_home
+
+    home, dest = tmp_path / "home", tmp_path / "f"
+    run(home, fake, SESSION[:2])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMACS_")}
+    killed = subprocess.run([sys.executable, "-m", "amacs_server", "fork", str(home), "--tick", "1", str(dest)],
+                            env={**env, "AMACS_FAULT_POINT": "fork.checked-out"}, capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{dest} is a fork whose making was cut short; remove it (rm -r {dest})" in err
+    with pytest.raises(StartupError, match="is a fork whose making was cut short"):
+        check_home(dest)
+    subprocess.run(["rm", "-r", str(dest)], check=True)
+    assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 0
+    check_home(dest)  # whole: served

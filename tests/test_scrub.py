@@ -42,3 +42,14 @@ def test_what_mcp_json_gives_is_learnt_and_replaced_when_read_again():
     assert s.text('{"v": "with \\"quote\\" in-it"}') == '{"v": "[redacted mcp.json W]"}'  # as JSON writes it
     s.learn("mcp.json", [])
     assert "pw1" in s.text("app:pw1@db") and KEY not in s.text(KEY)  # the file's old secrets go; the keys stay
+
+
+def test_a_file_is_scrubbed_a_chunk_at_a_time_even_where_a_secret_straddles_two(tmp_path):
+    s = scrubber()
+    path = tmp_path / "big.json"
+    text = ("." * 37 + KEY) * 50 + TOKEN + "tail"
+    path.write_text(text)
+    path.chmod(0o600)
+    s.file(path, chunk=64)  # smaller than the text between secrets: most of them straddle a chunk
+    assert path.read_text() == text.replace(KEY, "[redacted ANTHROPIC_API_KEY]").replace(TOKEN, "[redacted AMACS_TOKEN]")
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -353,6 +353,8 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
 
     from amacs_server.agents.agent import AgentError
     from amacs_server.agents.kinds import PRIMARY
+    from amacs_server.methods import NotYours, person_power
+    from amacs_server.transport.server import CALL_CONTEXT
 
     rt = _runtime(tmp_path)
 
@@ -363,6 +365,19 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
             for action in ("cancel", "pause", "resume"):
                 with pytest.raises(AgentError, match=f"is a compulsion watching {task.id}: it obeys no agent"):
                     rt.world.control(caller, action, comp.id)
+        assert comp.state == "idle" and comp.resumed.is_set()
+        # Nor by the person's road: the hub's method, called while the task's or the primary's eval
+        # runs, is refused by the server (docs/ARCHITECTURE.md, Trust), confirmed or not.
+        hub = person_power(rt, "person_agent_control", rt.world.person_control)
+        for caller in (task.id, PRIMARY):
+            token = CALL_CONTEXT.set(((7, caller),))
+            try:
+                with pytest.raises(NotYours, match=f"person_agent_control acts for the person, and {caller}'s eval"):
+                    hub("cancel", comp.id, True, {"origin": "eval", "agent": caller})
+                with pytest.raises(NotYours, match=f"and {caller}'s eval called it"):
+                    hub("pause", comp.id, True)  # past Emacs's own functions: no origin at all
+            finally:
+                CALL_CONTEXT.reset(token)
         assert comp.state == "idle" and comp.resumed.is_set()
         with pytest.raises(AgentError, match="confirm to cancel it anyway"):
             rt.world.person_control("cancel", comp.id)
@@ -378,6 +393,9 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
     mine = [(r["event"], r["data"]) for r in rows if r["agent_id"] == comp.id and r["event"] != "agent_start"]
     assert mine[-1] == ("cancelled", {"reason": "cancelled by the person (hub)"})
     assert [d["by"] for e, d in mine if e == "control_refused"] == [task.id] * 3 + [PRIMARY] * 3
+    theirs = [(r["agent_id"], r["data"]["method"]) for r in rows if r["event"] == "control_refused"
+              and r["data"].get("person_only")]
+    assert theirs == [(task.id, "person_agent_control")] * 2 + [(PRIMARY, "person_agent_control")] * 2
 
 
 def test_answers_that_come_together_let_the_waiting_calls_go_first_then_go_on_one_per_turn():

@@ -88,3 +88,22 @@ def test_judges_are_a_kind_of_their_own_and_not_listed_for_agents():
     listed = {s.name for s in lib.for_agents()}
     assert "answer-quality" not in listed and "core" not in listed
     assert {"debater", "planning-mode"} <= listed
+
+
+def test_a_skill_is_read_without_a_thread_and_binds_nothing():
+    from types import SimpleNamespace
+
+    from amacs_server.config import load_config
+    from amacs_server.tools.kit import ToolError
+    from amacs_server.tools.work import TOOLS
+
+    cfg = load_config({"AMACS_HOME": "/nonexistent"})
+    skills = SkillLibrary(cfg.skills_dir, cfg.home / "skills")
+    threads = ThreadBook()
+    rt = SimpleNamespace(skills=skills, threads=threads)
+    read = TOOLS["skill_read"](rt, "memory")
+    assert read["name"] == "memory" and read["kind"] == "skill"
+    assert "(agent-memory-create" in read["text"] and not read["text"].startswith("---")
+    assert threads.active is None and not threads.open  # no thread was needed, none was made
+    with pytest.raises(ToolError, match="no skill named"):
+        TOOLS["skill_read"](rt, "no-such-skill")

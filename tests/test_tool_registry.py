@@ -3,7 +3,7 @@
 An agent's tool is a server function in the one registry (``tools/registry.py``, from each
 family's TOOLS), published as an EPC method from it (``methods.publish``),
 called by an elisp wrapper (``elisp/amacs-agent.el``: ``agent-*`` through ``amacs--agent-call``
-or ``amacs--call-sync``), and shown called in the core skill (``tests/test_core_skill.py``
+or ``amacs--call-sync``), and shown called in the core skill or a skill it names (``tests/test_core_skill.py``
 checks that last step for every ``agent-*`` function).
 """
 

@@ -257,7 +257,7 @@ def test_a_turn_starts_with_one_message(server):
     _proc, port = server
     sock = connect(port)
     assert hello(sock)[0] == Symbol("return")
-    send(sock, "call", 2, Symbol("submit"), ["hi"])
+    send(sock, "call", 2, Symbol("submit"), ["hi", [Symbol(":origin"), "key", Symbol(":command"), "amacs-shell-return"]])
     messages = []
     while not any(m[0] == Symbol("amacs-events") for m in messages):
         messages.append(recv(sock))
@@ -429,3 +429,27 @@ def test_an_answer_too_long_for_epcs_length_field_is_its_methods_error_and_the_l
     assert "the answer is 16 MiB, more than the 16 MiB a message to Emacs can carry" in err[2]
     send(sock, "call", 2, Symbol("ping"), ["still here"])
     assert recv(sock) == [Symbol("return"), 2, "still here"]
+
+
+def test_a_burst_of_calls_over_the_bound_is_refused_at_once_and_none_taken_is_lost(inproc, monkeypatch):
+    """memid spec, bounded queues: calls from Emacs past the bound (waiting for a worker or running)
+    are refused at once with a clear message; every call taken is answered."""
+    import threading
+
+    from amacs_server.transport import server as transport
+
+    srv, sock = inproc
+    monkeypatch.setattr(transport, "MAX_CALLS", 4)
+    gate = threading.Event()
+    srv.register("held", lambda n: gate.wait(10) and n)
+    for uid in range(10, 16):  # 6 calls: 4 taken (held), 2 refused
+        send(sock, "call", uid, Symbol("held"), [uid])
+    refused = [recv(sock) for _ in range(2)]
+    assert [m[0] for m in refused] == [Symbol("return-error")] * 2
+    assert {m[1] for m in refused} == {14, 15}
+    assert all("overloaded: 4 calls from Emacs are waiting or running" in m[2] for m in refused)
+    gate.set()
+    answered = sorted(recv(sock)[1:3] for _ in range(4))
+    assert answered == [[10, 10], [11, 11], [12, 12], [13, 13]]
+    send(sock, "call", 20, Symbol("ping"), ["again"])  # room again once they are answered
+    assert recv(sock)[1:3] == [20, "again"]

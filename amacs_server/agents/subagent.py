@@ -181,11 +181,21 @@ class SubagentBody:
         self.step = step
 
     def last_result(self, step: int) -> str | None:
-        return self.last
+        if step > 0:
+            return self.last
+        # Its first step: what it was told since it last answered (its prompt, a message, the
+        # events waiting for it) is what its compulsions see before its model call.
+        self._tell_events()
+        told = []
+        for message in reversed(self.agent.messages):
+            if message["role"] == "assistant":
+                break
+            if message["role"] == "user":
+                told.append(message["content"])
+        return f"{self.id} was told:\n" + "\n\n".join(reversed(told)) if told else None
 
     async def infer(self) -> AgentResponse:
-        if self.step > 0:
-            self._tell_events()  # the compulsions' notes among them
+        self._tell_events()  # the compulsions' notes among them; at the first step too
         return await self._infer()
 
     async def say(self, response: AgentResponse) -> None:

@@ -198,8 +198,8 @@ class AgentWorld(Registry):
 
     def _new_agent(self, caller: str, kind: AgentType, template: str, name: str | None = None,
                    allowed: Sequence[str] | None = None, request_input: bool = False,
-                   tools: Sequence[str] | None = None) -> Agent:
-        self._caller(caller, kind)
+                   tools: Sequence[str] | None = None, asked_by: str | None = None) -> Agent:
+        self._caller(asked_by or caller, kind)  # ASKED_BY: who set it on CALLER (a task's compulsions)
         parent = self._known(caller)
         skill = self._template(template, kind)
         tmpl = skill.name
@@ -443,14 +443,22 @@ class AgentWorld(Registry):
 
     def task(self, caller: str, eval_id: int | None, template: str, prompt: str,
              allowed: Sequence[str] | None = None, request_input: bool = False,
-             tools: Sequence[str] | None = None) -> dict[str, Any]:
+             tools: Sequence[str] | None = None, compulsions: Sequence[str] = ()) -> dict[str, Any]:
         """Start a Task (with ALLOWED actions, or its template's; REQUEST_INPUT: it may ask the
-        person); its final reply comes back to CALLER as an Agent event."""
+        person; COMPULSIONS: templates of compulsions that watch it from before its first step);
+        its final reply comes back to CALLER as an Agent event."""
         if not prompt.strip():
             raise AgentError("agent-task needs a non-empty PROMPT")
         if self.tasks_live >= self.limits.max_tasks:
             raise Overloaded(f"{self.tasks_live} tasks are queued or running (limit {self.limits.max_tasks}); "
                              "wait for some to finish")
+        if compulsions:  # set by the caller, so its rights are checked, before anything is made
+            self._caller(caller, AgentType.COMPULSION)
+            for watcher in compulsions:
+                self._template(watcher, AgentType.COMPULSION)
+            if self.depth(caller) + 2 > self.limits.max_depth:
+                raise Overloaded(f"subagent depth limit reached ({self.limits.max_depth}): a compulsion on "
+                                 f"{caller}'s task would be deeper")
         self.post.reserve(caller)
         try:
             agent = self._new_agent(caller, AgentType.TASK, template, allowed=allowed, request_input=request_input,
@@ -458,6 +466,8 @@ class AgentWorld(Registry):
         except Exception:
             self.post.release(caller)
             raise
+        for watcher in compulsions:  # before its first step, so they see what it is told
+            self._new_agent(agent.id, AgentType.COMPULSION, watcher, asked_by=caller)
         talk_id = self.post.talk(caller, eval_id)
         self.tasks_live += 1
         self._spawn(self._run_task(agent, prompt, caller, talk_id), agent.id)
@@ -633,8 +643,15 @@ class AgentWorld(Registry):
         self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, reply, talk_id))
 
     def talk_user(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
-        """Show TEXT to the person, labelled; their next input is the reply."""
+        """Show TEXT to the person, labelled; their next input is the reply.  A subagent may talk
+        to the person only when started with ``:request-input`` (the person's attention is theirs
+        to give: docs/ARCHITECTURE.md, Trust)."""
         self._caller(caller, "talk")
+        asker = self.agents.get(caller)
+        if caller != PRIMARY and asker is not None and not asker.request_input:
+            self.rt.transcript.write("refused", {"action": "talk-user", "text": text}, agent=asker.identity)
+            raise AgentError(f"{caller} may not talk to the person: it was started without :request-input t. "
+                             f"Say it to {asker.parent or 'your caller'} (agent-talk-agent), or in your reply")
         talk_id = self.post.talk(caller, eval_id)
         label = "" if caller == PRIMARY else f"[{caller}] "
         self.rt.face.reply(f"{label}{text}")

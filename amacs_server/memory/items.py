@@ -37,6 +37,7 @@ class Kind(StrEnum):
     MONOLOGUE = "monologue"  # one line of the agent's monologue
     TOOL_RESULT = "tool_result"  # an eval result
     NOTE = "note"  # something the agent wrote down
+    SUMMARY = "summary"  # what the agent wrote down as a summary of other items
     HANDLE = "handle"  # what stays in active memory of an evicted item
     THREAD = "thread"  # a thread of work
     SKILL = "skill"  # a skill bound to the active thread
@@ -48,7 +49,7 @@ class Kind(StrEnum):
 DEFAULT_PAGE_CHARS = 8_000
 MAX_PAGE_CHARS = 32_000
 # The field holding the long text of an item whose content is data, by kind.
-TEXT_FIELDS = {Kind.BUFFER: "content", Kind.SKILL: "body", Kind.NOTE: "content"}
+TEXT_FIELDS = {Kind.BUFFER: "content", Kind.SKILL: "body", Kind.NOTE: "content", Kind.SUMMARY: "content"}
 
 
 @dataclass(frozen=True)

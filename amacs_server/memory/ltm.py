@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write
 from .items import Kind, MemoryItem, Tier
@@ -282,12 +283,14 @@ class LongTermMemory:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+        faults.point("ltm.commit")
         self.db.execute("COMMIT")
 
     def commit(self) -> None:
         """Commit the versions put soon that wait (nothing when none does)."""
         if self._soon:
             self._soon = False
+            faults.point("ltm.commit")
             self.db.execute("COMMIT")
 
     def _begin_soon(self) -> bool:

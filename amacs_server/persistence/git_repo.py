@@ -116,6 +116,40 @@ def _ignore_also(ignore: Path, names: Iterable[str]) -> None:
         log.warning("could not add %s to %s: %s", ", ".join(names), ignore, err)
 
 
+_ignored_cache: dict[Path, tuple[object, frozenset[Path]]] = {}
+
+
+def ignored(home: Path, paths: list[Path]) -> frozenset[Path]:
+    """Those of PATHS (in HOME) that the home's ``.gitignore`` files leave out, as git reads
+    them (``git check-ignore``); asked again only when PATHS or an ignore file changed.  Nothing
+    before the repository exists, or when git cannot say."""
+    if not paths or not (home / ".git").is_dir():
+        return frozenset()
+    rules = [home / ".gitignore", home / ".git" / "info" / "exclude", *(p for p in paths if p.name == ".gitignore")]
+    stamps = []
+    for rule in rules:
+        try:
+            st = rule.stat()
+            stamps.append((str(rule), st.st_mtime_ns, st.st_size))
+        except OSError:
+            pass
+    key = (tuple(paths), tuple(stamps))
+    cached = _ignored_cache.get(home)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    names = "\0".join(str(p.relative_to(home)) for p in paths) + "\0"
+    try:
+        run = subprocess.run(["git", "check-ignore", "--no-index", "-z", "--stdin"], cwd=home, input=names.encode(),
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    if run.returncode not in (0, 1):
+        return frozenset()
+    found = frozenset(home / n for n in run.stdout.decode(errors="surrogateescape").split("\0") if n)
+    _ignored_cache[home] = (key, found)
+    return found
+
+
 def managed(name: str) -> bool:
     """Whether NAME (a path in the home) is one of the files the server commits each tick."""
     return name in TRACKED_NAMES or name == ".gitignore" or name.partition("/")[0] in TRACKED_FOLDERS and "/" in name
@@ -245,6 +279,7 @@ class HomeRepo:
             import git  # noqa: PLC0415 - GitPython, off the start-up path (module docstring)
 
             try:
+                self._set_aside_half_made()
                 repo = git.Repo(self.home) if (self.home / ".git").exists() else git.Repo.init(self.home)
                 with repo.config_writer() as cfg:  # commits work on a machine with no git identity
                     if not cfg.has_option("user", "name"):
@@ -259,6 +294,29 @@ class HomeRepo:
                 raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
                                   "the tick is saved on disk") from err
             self._prepared = True
+
+    def _set_aside_half_made(self) -> None:
+        """A ``.git`` whose making was cut short (no HEAD, or no object in it: the process died in
+        ``git init``) is moved to ``logs/git-half-made-TIME`` (never committed) and made again;
+        said in the log.  One
+        with any object is left as it is: it may hold history."""
+        dot = self.home / ".git"
+        if not dot.is_dir():
+            return
+        objects = dot / "objects"
+        has_objects = objects.is_dir() and any(
+            p.is_file() for sub in objects.iterdir() if sub.is_dir() for p in sub.iterdir())
+        if has_objects or (dot / "packed-refs").exists():
+            return
+        head = dot / "HEAD"
+        made = head.is_file() and (dot / "config").is_file() and (dot / "refs").is_dir() and objects.is_dir()
+        if made:
+            return
+        aside = self.home / "logs" / f"git-half-made-{time.strftime('%Y%m%dT%H%M%S')}"
+        aside.parent.mkdir(exist_ok=True)
+        os.replace(dot, aside)
+        log.warning("the git repository in %s was half made (its set-up was cut short): moved to %s and "
+                    "made again", self.home, aside)
 
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]

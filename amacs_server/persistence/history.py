@@ -23,7 +23,8 @@ A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``agent-chat.org``); the item versions written after tick N move to
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
-transcripts, append-only, get a ``rewind`` event.
+transcripts' lines of the later ticks move to that ref too (a commit on the
+abandoned one, under ``transcripts/``), and a ``rewind`` event is written.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -44,11 +46,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
-from .git_repo import HomeRepo
-from .home_lock import HomeInUse, HomeLock
+from .git_repo import HomeRepo, ignored
+from .home_lock import LOCK_FILE, HomeInUse, HomeLock
+from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
 
 STATE_FILE = "tick-state.json"
@@ -82,8 +86,10 @@ def skill_files(home: Path) -> list[Path]:
     folder = home / "skills"
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
-                  and not p.name.endswith("~"))
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith((".#", "#"))
+                   and not p.name.endswith("~"))
+    left_out = ignored(home, found)  # what the person's .gitignore leaves out stays out
+    return [p for p in found if p not in left_out] if left_out else found
 
 
 def tracked(home: Path) -> list[Path]:
@@ -120,6 +126,55 @@ def read_state(home: Path) -> dict[str, Any] | None:
 def file_sizes(home: Path) -> dict[str, int]:
     """Each append-only log file's size, by its path in the home."""
     return {str(p.relative_to(home)): p.stat().st_size for p in log_files(home)}
+
+
+# -- abandoned futures --------------------------------------------------------------------
+
+_ABANDONED_NAME = re.compile(r"-tick-([^-/]+)-to-(\d+)$")
+_FIRST_INPUTS: dict[tuple[Path, str], str | None] = {}  # (home, commit) -> its first abandoned input
+
+
+def abandoned_futures(home: Path) -> list[dict[str, Any]]:
+    """The futures the rewinds of HOME left, newest first: each one's ref, commit, the tick it
+    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's first input
+    of it (None if it had none)."""
+    if not (home / ".git").is_dir():
+        return []
+    out = _git(home, "for-each-ref", "--sort=-refname", "--format=%(refname) %(objectname)", ABANDONED)
+    found = []
+    for line in out.decode(errors="replace").splitlines():
+        ref, _, sha = line.rpartition(" ")
+        name = _ABANDONED_NAME.search(ref)
+        if name is None:
+            continue
+        to_tick = int(name[2])
+        if (home, sha) not in _FIRST_INPUTS:
+            _FIRST_INPUTS[home, sha] = _input_of(home, sha, to_tick + 1)
+        found.append({"ref": ref, "commit": sha, "from_tick": int(name[1]) if name[1].isdigit() else None,
+                      "to_tick": to_tick, "first_input": _FIRST_INPUTS[home, sha]})
+    return found
+
+
+def _input_of(home: Path, commit: str, tick: int) -> str | None:
+    """The person's input of tick TICK in COMMIT's chat log (its current month or, rotated, the
+    months before), or None."""
+    head = re.compile(rf"^\* Tick {tick}\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+    names = ["agent-chat.org"]
+    try:
+        listed = _git(home, "ls-tree", "--name-only", f"{commit}:chat").decode(errors="replace").split()
+        names += [f"chat/{n}" for n in sorted(listed, reverse=True)]
+    except HistoryError:
+        pass
+    for name in names:
+        try:
+            text = _git(home, "show", f"{commit}:{name}").decode(errors="replace")
+        except HistoryError:
+            continue
+        match = head.search(text)
+        if match:
+            said = " ".join(match[1].split())
+            return said if len(said) <= 200 else said[:200] + "…"
+    return None
 
 
 # -- rewind and fork ---------------------------------------------------------------------
@@ -188,11 +243,19 @@ def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
 
 def lock(home: Path) -> HomeLock:
     """The home's lock, or HistoryError naming the live server that holds it."""
+    if not (home / ".git").is_dir():  # no lock file left in a folder that is not a home
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
     lock = HomeLock(home, headless=True)
     try:
         lock.acquire(stopping_wait=0)
     except HomeInUse as err:
-        raise HistoryError(f"refused: {err}") from err
+        try:
+            pid = json.loads((home / LOCK_FILE).read_text()).get("pid", "unknown")
+        except (OSError, ValueError, AttributeError):
+            pid = "unknown"
+        # Said to a person at a shell, not in Emacs: what to stop, then what to run again.
+        raise HistoryError(f"refused: an AMACS server (pid {pid}) serves {home}; quit the Emacs it serves "
+                           f"(or kill {pid}), then run this command again") from err
     return lock
 
 
@@ -252,6 +315,40 @@ def _forget_deleted(db_path: Path) -> None:
         db.close()
 
 
+_TICK_FIELD = re.compile(rb'"tick": (\d+)')
+
+
+def _transcripts_after(home: Path, tick: int) -> dict[str, tuple[int, bytes]]:
+    """Each transcript of HOME that has lines written after TICK: name -> (where they start,
+    those lines).  Transcripts are append-only, so a file's future starts at its first line of
+    a later tick (a line's first ``"tick": N`` is its own: a string value cannot hold a bare
+    quote)."""
+    out: dict[str, tuple[int, bytes]] = {}
+    folder = home / "transcripts"
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        data, at = path.read_bytes(), 0
+        for line in data.splitlines(keepends=True):
+            found = _TICK_FIELD.search(line)
+            if found and int(found[1]) > tick:
+                out[path.name] = (at, data[at:])
+                break
+            at += len(line)
+    return out
+
+
+def _commit_beside(home: Path, parent: str, folder: str, files: dict[str, bytes], message: str) -> str:
+    """A commit on PARENT of its tree with FOLDER holding FILES (name -> bytes); its sha.  No
+    index or working file is touched."""
+    entries = []
+    for name, data in files.items():
+        blob = _git(home, "hash-object", "-w", "--stdin", stdin=data).decode().strip()
+        entries.append(f"100644 blob {blob}\t{name}\n")
+    sub = _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
+    top = [line for line in _git(home, "ls-tree", parent).decode().splitlines() if not line.endswith(f"\t{folder}")]
+    root = _git(home, "mktree", stdin=("\n".join([*top, f"040000 tree {sub}\t{folder}"]) + "\n").encode())
+    return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
+
+
 def _record(home: Path, tick: int, heading: str, text: str, event: str, data: dict[str, Any]) -> None:
     """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript."""
     from .chat_log import ChatLog  # noqa: PLC0415
@@ -280,15 +377,22 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
         repo = HomeRepo(home)
         now = read_state(home)
         last = now["tick"] if now else "?"
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
         kept, _note = repo.commit(tracked(home), f"[TICK {last}][abandoned] the home as it was before a "
                                                  f"rewind to tick {tick}")
+        cut = _transcripts_after(home, tick)
+        if cut:
+            kept = _commit_beside(home, kept, "transcripts", {name: data for name, (_at, data) in cut.items()},
+                                  f"[TICK {last}][abandoned] the transcripts' lines after tick {tick}")
         ref = f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}"
         _git(home, "update-ref", ref, kept)
         _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
         spent = rewound_spend.total(home)
         limit = person_limit.current(home) if limit is None else limit
         _check_out(home, commit, state)
+        for name, (at, _data) in cut.items():  # in place: a live server's transcript appends on
+            with (home / "transcripts" / name).open("r+b") as fh:
+                fh.truncate(at)
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, spent, rewound_spend.mind_spent(home))
         if limit is not None:
@@ -313,6 +417,11 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     Refused while a live server serves HOME, unless LOCKED (that server forks it)."""
     t0 = time.perf_counter()
     home, dest = home.expanduser().resolve(), dest.expanduser().resolve()
+    if dest == home or home in dest.parents:  # HOME's commits would take in the fork's files
+        raise HistoryError(f"refused: {dest} is inside {home}; name a folder outside the home for the fork")
+    if (dest / FORK_UNFINISHED).exists():
+        raise HistoryError(f"refused: {dest} is a fork whose making was cut short; remove it (rm -r {dest}) and "
+                           "fork again")
     if dest.exists() and any(dest.iterdir()):
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
     held = None if locked else lock(home)
@@ -320,12 +429,15 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Until the fork is whole: a retry names what it is, and no server starts on it.
+        (dest / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
         # A repository of its own holding the history up to the tick only: no later object, ref
         # or reflog entry of HOME (a clone would share them all).
         _git(dest, "init", "--quiet")
         _git(dest, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
         _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
         _check_out(dest, commit, state)
+        faults.point("fork.checked-out")
         limit = person_limit.current(home) if limit is None else limit
         if limit is not None:
             person_limit.write(dest, limit)
@@ -345,6 +457,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         _record(dest, tick, "Forked", f"Forked from {home} at this tick.", "fork",
                 {"from_home": str(home), "at_tick": tick, "from_commit": commit})
         sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+        (dest / FORK_UNFINISHED).unlink()
         return Done(dest, tick, sha, None, time.perf_counter() - t0)
     finally:
         if held is not None:

@@ -64,11 +64,19 @@ def explain_os_error(err: OSError, home: Path, doing: str = "write", what: str |
     return f"could not {doing} {name} in the AMACS home {home}: {err.strerror or err}. Fix that, {again}"
 
 
+# In a fork's folder while the fork is made (persistence.history): a fork cut short is never served.
+FORK_UNFINISHED = ".fork-unfinished"
+
+
 def check_home(home: Path) -> None:
-    """Refuse to start, with what to do, when HOME cannot be written (read-only, full).
+    """Refuse to start, with what to do, when HOME cannot be written (read-only, full), or is a
+    fork whose making was cut short (it would run with part of a mind).
 
     Writes PROBE_BYTES to a temporary file and removes it: cheaper than any tick,
     and it fails the way a tick's write would."""
+    if (home / FORK_UNFINISHED).exists():
+        raise StartupError(f"{home} is a fork whose making was cut short (its {FORK_UNFINISHED} says of what); "
+                           f"remove it (rm -r {home}) and fork again, or give this Emacs another home")
     probe = home / f".write-test.{os.getpid()}.tmp"
     try:
         home.mkdir(parents=True, exist_ok=True)

@@ -72,11 +72,27 @@ def mark_interrupted(run: Run, runs_dir: Path) -> None:
         write_manifest(folder, {**data, "status": "failed", "ended_at": time.time(), "error": INTERRUPTED})
 
 
+def _sweep() -> None:
+    """Remove the fork-server folders of experiments that were killed (their process is gone)."""
+    for folder in Path(tempfile.gettempdir()).glob("amacs-fork-*-*"):
+        try:
+            pid = int(folder.name.split("-")[2])
+            if folder.stat().st_uid != os.getuid():
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, IndexError, OSError):
+            continue
+
+
 class ForkServer:
     """The fork server (:mod:`.forkserver`) of one experiment: started once, killed at the end."""
 
     def __init__(self, backends: Sequence[str]) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="amacs-fork-"))  # 0700; a socket path must be short
+        _sweep()
+        # 0700; a socket path must be short.  Named by this process: a killed experiment's is swept.
+        self.folder = Path(tempfile.mkdtemp(prefix=f"amacs-fork-{os.getpid()}-"))
         self.socket = self.folder / "fork.sock"
         with (self.folder / "forkserver.log").open("wb") as log:
             self.proc = subprocess.Popen(

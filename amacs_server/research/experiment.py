@@ -252,7 +252,7 @@ def main(argv: list[str]) -> int:
               "(budget, run_budget, --budget) to run it with its cost unknown", file=sys.stderr)
         return 2
     runs_dir = (args.runs_dir or args.spec.resolve().parent / "runs" / experiment.name).resolve()
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    runs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     if args.spec.resolve() != runs_dir / "experiment.toml":
         shutil.copyfile(args.spec, runs_dir / "experiment.toml")
     how = args.order or table.order

@@ -43,6 +43,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
 from ..skills import SKILL_NAME, parse_frontmatter
@@ -54,6 +55,8 @@ RETRIES = 2
 INPUTS = ("final", "turns")
 ANSWER = re.compile(r"\{.*\}", re.S)
 MAX_TOKENS = 1024
+MAX_SCALE = 1_000_000  # a scale's ends, at most (the dataset keeps them as BIGINT)
+JUDGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TIMEOUT = 300.0
 
 
@@ -103,19 +106,28 @@ def find_judge(name_or_path: str) -> Path:
 
 def read_judge(path: Path) -> Judge:
     """The judge in the SKILL.md at PATH, checked: kind judge, a scale, what it reads."""
-    fields, body = parse_frontmatter(path.read_text(encoding="utf-8"))
+    try:
+        fields, body = parse_frontmatter(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise JudgeError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     if fields.get("kind") != "judge":
         raise JudgeError(f"{path}: kind: must be judge, got {fields.get('kind', '(none)')!r}")
     scale = re.fullmatch(r"\s*(-?\d+)\s*-\s*(-?\d+)\s*", fields.get("scale", ""))
-    if not scale or int(scale.group(1)) >= int(scale.group(2)):
-        raise JudgeError(f"{path}: scale: must be LOW-HIGH, whole numbers, LOW below HIGH (e.g. 1-5), "
-                         f"got {fields.get('scale', '(none)')!r}")
+    if (not scale or int(scale.group(1)) >= int(scale.group(2))
+            or max(abs(int(scale.group(1))), abs(int(scale.group(2)))) > MAX_SCALE):
+        raise JudgeError(f"{path}: scale: must be LOW-HIGH, whole numbers, LOW below HIGH (e.g. 1-5), each "
+                         f"within ±{MAX_SCALE}, got {fields.get('scale', '(none)')!r}")
+    name = fields.get("name") or path.parent.name
+    if not JUDGE_NAME.fullmatch(name):
+        # The name is a folder of each run (judges/NAME): nothing that could leave it.
+        raise JudgeError(f"{path}: name: must be letters, digits, '_', '-' or '.', starting with a letter or "
+                         f"digit, at most 64 (it names a folder of each run), got {name!r}")
     reads = fields.get("input", "final")
     if reads not in INPUTS:
         raise JudgeError(f"{path}: input: must be final or turns, got {reads!r}")
     if not body.strip():
         raise JudgeError(f"{path}: the rubric (the text after the frontmatter) is empty")
-    return Judge(name=fields.get("name") or path.parent.name, rubric=body.strip(), low=int(scale.group(1)),
+    return Judge(name=name, rubric=body.strip(), low=int(scale.group(1)),
                  high=int(scale.group(2)), input=reads, model=fields.get("model") or None, path=path)
 
 
@@ -247,8 +259,10 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
                   "scale_high": judge.high, "input": judge.input, "status": "failed", "score": None,
                   "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
     ended = time.time()
+    faults.point("judge.scored")
     result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3))
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
+    faults.point("judge.written")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
     return Outcome(run_id=job.run_id, status=result["status"],
                    cost=None if result["cost"] is None else float(result["cost"]),

@@ -37,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import faults
 from ..errors import AmacsError
 from .outcome import verdict
 from .spec import Run, skill_folders
@@ -199,7 +200,7 @@ def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) 
     """The environment of RUN's Emacs (and so of its server): BASE without AMACS_ settings, plus the run's."""
     env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("AMACS_")}
     env.update(HOME=str(folder / "emacs-home"), AMACS_HOME=str(folder / "home"), AMACS_SEED=str(run.seed),
-               AMACS_BACKEND=run.backend)
+               AMACS_BACKEND=run.backend, AMACS_DRIVER_TURNS=json.dumps(list(run.turns)))
     if run.model_name:
         env["AMACS_MODEL"] = run.model_name
     if run.run_budget is not None:
@@ -409,7 +410,8 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     if folder.exists():
         shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
     home = folder / "home"
-    home.mkdir(parents=True)
+    folder.mkdir(mode=0o700, parents=True)  # the run's conversation and shell: its owner's only
+    home.mkdir()
     (folder / "emacs-home").mkdir()
     ready = Prepared(run, folder, gated=gated, trace=folder / TRACE if trace else None)
     try:
@@ -525,6 +527,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
                       phases={"emacs_started_at": ready.emacs_started, **phases(home)})
+    faults.point("run.ended")
     write_manifest(folder, manifest(run, outcome.status, started, outcome))
     ready.mark("recorded")
     return outcome

@@ -23,6 +23,9 @@ from pydantic_core import ErrorDetails
 from ..arguments import must_be, shown
 from ..errors import AmacsError
 
+MAX_REPETITIONS = 10_000  # of each cell of the grid
+MAX_PARALLEL = 256  # runs at once
+MAX_RUNS = 100_000  # in the whole grid: each is a folder and a row
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 Name = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", description="letters a-z, digits and -")]
@@ -51,8 +54,8 @@ class ExperimentTable(_Strict):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     name: Name
-    repetitions: int = Field(1, ge=1)
-    parallel: int = Field(1, ge=1)
+    repetitions: int = Field(1, ge=1, le=MAX_REPETITIONS)
+    parallel: int = Field(1, ge=1, le=MAX_PARALLEL)
     budget: float | None = Field(None, ge=0)
     run_budget: float | None = Field(None, gt=0)
     timeout: float = Field(300.0, gt=0)
@@ -242,6 +245,8 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise SpecError(f"{path}: cannot read it: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{path}: not TOML: {err}") from err
     try:
@@ -251,6 +256,10 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         raise SpecError(f"{path}: {said}") from err
     for key, entries in (("prompts", spec.prompts), ("variants", spec.variants), ("models", spec.models)):
         _unique([e.name for e in entries], f"{path}: {key}")
+    cells = len(spec.prompts) * len(spec.variants) * len(spec.models) * spec.experiment.repetitions
+    if cells > MAX_RUNS:
+        raise SpecError(f"{path}: {cells} runs (prompts x variants x models x repetitions); at most {MAX_RUNS} "
+                        "in one experiment: split it")
     base = path.resolve().parent
     skills: dict[str, tuple[Path, ...]] = {}
     for n, variant in enumerate(spec.variants):
@@ -352,6 +361,8 @@ def models_of(path: Path, env: dict[str, str] | None = None) -> dict[str, ModelE
         models = [ModelEntry.model_validate(m) for m in raw.get("models", [])]
     except OSError as err:
         raise SpecError(f"{path}: cannot read it: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
     except (tomllib.TOMLDecodeError, ValidationError, TypeError, AttributeError) as err:
         raise SpecError(f"{path}: its models cannot be read: {err}") from err
     return {m.name: m.model_copy(update={"base_url": _expand(m.base_url, f"{path}: models[{n}].base_url", env)

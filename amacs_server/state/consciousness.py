@@ -59,6 +59,8 @@ class EvalResult:
     files_read: tuple[str, ...] = ()
     files_written: tuple[str, ...] = ()
     decisions: tuple[PersonDecision, ...] = ()
+    # The person's powers this eval's code tried and was refused (docs/ARCHITECTURE.md, Trust).
+    refused: tuple[str, ...] = ()
 
     @classmethod
     def skipped_result(cls) -> EvalResult:
@@ -82,6 +84,8 @@ class EvalResult:
             out["files_written"] = list(self.files_written)
         if self.decisions:
             out["person_decisions"] = [d.to_dict() for d in self.decisions]
+        if self.refused:
+            out["refused"] = list(self.refused)
         return out
 
 

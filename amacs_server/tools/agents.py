@@ -38,11 +38,13 @@ TalkIds = Annotated[list[PositiveInt], BeforeValidator(_one_id), Field(min_lengt
 
 
 class TaskOptions(Options):
-    """``agent-task``'s options: the actions and MCP tools it may use, and whether it may ask the person."""
+    """``agent-task``'s options: the actions and MCP tools it may use, whether it may ask the person,
+    and the compulsions that watch it from its first step."""
 
     allowed: Strings | None = None
     tools: Strings | None = None
     request_input: Flag = False
+    compulsions: Strings | None = None
 
 
 class WaitOptions(Options):
@@ -94,9 +96,10 @@ def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., 
 @_refusals
 def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, prompt: Text,
                opts: TaskOptions | None = None) -> Any:
-    """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input)."""
+    """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input,
+    :tools, :compulsions)."""
     o = opts or TaskOptions()
-    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input, o.tools)
+    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input, o.tools, o.compulsions or ())
 
 
 @checked(3)

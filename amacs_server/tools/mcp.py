@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import faults
 from ..errors import AmacsError
 from ..tools_mcp import calls
 from ..tools_mcp.hub import McpError
@@ -81,7 +82,10 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
         if reason is not None:
             raise Blocked(reason)
         # What mcp.json took from the environment (${VAR}: keys, tokens) never reaches the agent.
-        value = hub.scrub(calls.result(hub.call(server, tool_name, arguments), full))
+        faults.point("tool.call")
+        answer = hub.call(server, tool_name, arguments)
+        faults.point("tool.answered")
+        value = hub.scrub(calls.result(answer, full))
         # A result longer than the bound goes to the agent cut, the rest in a private file.
         stem = f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120]
         value, chars = calls.bounded(value, rt.config.home / "transcripts" / "results",

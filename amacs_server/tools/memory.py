@@ -42,7 +42,7 @@ from .kit import ToolError, refusals
 if TYPE_CHECKING:
     from ..runtime import Runtime
 
-CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.NOTE}
+CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.SUMMARY}
 MAX_CONTENT_CHARS = 100_000
 _refusals = refusals(MemoryRefused, LtmError, ConsciousnessError)
 Operation = Callable[..., Any]  # (RT MEMORY ARGS...): one brain tool acting in MEMORY
@@ -184,18 +184,25 @@ def load(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions 
 
 
 @checked(2, "memory-search")
-def search(rt: Runtime, memory: ActiveMemory, query: Text, opts: SearchOptions | None = None) -> list[dict[str, Any]]:
+def search(rt: Runtime, memory: ActiveMemory, query: Text,
+           opts: SearchOptions | None = None) -> list[dict[str, Any]] | dict[str, Any]:
     """Ranked keyword search over every version in long-term memory, of every brain of this
-    agent (options :limit :tags :mode)."""
+    agent (options :limit :tags :mode).  :mode "vector" has no index here: it falls back to
+    keyword search and says so (a plist with :fallback and :hits)."""
     o = opts or SearchOptions()
-    hits = memory.ltm.search(query, limit=o.limit, tags=_tags(o.tags), mode=o.mode, agent_brain=memory.agent)
-    return [h.to_dict() for h in hits]
+    mode = "keyword" if o.mode == "vector" else o.mode
+    hits = [h.to_dict() for h in memory.ltm.search(query, limit=o.limit, tags=_tags(o.tags), mode=mode,
+                                                   agent_brain=memory.agent)]
+    if o.mode == "vector":
+        return {"fallback": "vector search has no index here: these are keyword search's hits", "mode": "keyword",
+                "hits": hits}
+    return hits
 
 
 def _read(op: str, result: Any) -> list[str]:
     """The MemIds (with versions) operation OP read, from its RESULT."""
     if op == "search":
-        return [h["mem_id"] for h in result]
+        return [h["mem_id"] for h in (result["hits"] if isinstance(result, dict) else result)]
     if op == "mutate":
         previous = result.get("previous_version")
         return [MemId.parse(result["mem_id"]).at(previous).format()] if previous else []

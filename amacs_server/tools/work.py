@@ -102,6 +102,16 @@ def skills_list(rt: Runtime) -> list[dict[str, str]]:
     return [s.summary() for s in rt.skills.for_agents()]
 
 
+@checked(1)
+@_refusals
+def skill_read(rt: Runtime, skill: str) -> dict[str, str]:
+    """SKILL's text, to read now: it needs no thread, and binds nothing."""
+    found = rt.skills.get(skill)
+    if found.kind == "judge":
+        raise ToolError(f"{skill!r} is a judge's rubric, which the research tools run, not a skill to read")
+    return {**found.summary(), "text": found.body}
+
+
 def _thread_for(rt: Runtime, thread_id: str | None) -> str:
     tid = thread_id or rt.threads.active
     if tid is None:
@@ -130,5 +140,5 @@ def skill_unbind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[
 TOOLS: dict[str, Callable[..., Any]] = {
     "thread_create": thread_create, "thread_switch": thread_switch, "thread_complete": thread_complete,
     "thread_add_buffer": thread_add_buffer, "thread_remove_buffer": thread_remove_buffer,
-    "skills_list": skills_list, "skill_bind": skill_bind, "skill_unbind": skill_unbind,
+    "skills_list": skills_list, "skill_read": skill_read, "skill_bind": skill_bind, "skill_unbind": skill_unbind,
 }

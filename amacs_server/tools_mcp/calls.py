@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .hub import McpError
 
+CUT_BY_GUARD = "[cut: the server's answer is "  # how guard.py's stand-in for a too long answer begins
 MAX_RESULT_CHARS = 1 << 20  # of a tool's result to the agent; the rest waits in a file
 TOOL_NAME = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)/(\S+)")
 DESCRIPTION_CHARS = 120  # of a tool's description in the listing
@@ -61,10 +63,7 @@ def arguments(raw: object, schema: dict[str, Any], tool: str) -> dict[str, Any]:
                 raise McpError(f"{tool}: no argument :{given.replace('_', '-')}; its arguments: {known}")
             name = given
         out[name] = _value(value, props.get(name) or {})
-    # jsonschema takes ~60 ms to import: at the first MCP call, not at the server's start.
-    from jsonschema import Draft202012Validator
-
-    problems = sorted(Draft202012Validator(schema).iter_errors(out), key=lambda e: list(e.path))
+    problems = sorted(_validator()(schema).iter_errors(out), key=lambda e: list(e.path))
     if problems:
         first = problems[0]
         where = ".".join(str(p) for p in first.path)
@@ -73,6 +72,49 @@ def arguments(raw: object, schema: dict[str, Any], tool: str) -> dict[str, Any]:
             raise McpError(f"{tool}: argument :{missing[0] if missing else where} is required ({first.message})")
         raise McpError(f"{tool}: argument :{where or '?'} {first.message}")
     return out
+
+
+@functools.cache
+def _validator() -> Any:
+    """Draft 2020-12 whose ``pattern`` never backtracks: a server's schema is not trusted.
+
+    Python's ``re`` took 33 s, holding every thread of the server, to find that 44 characters do
+    not match ``^(\\w+\\s?)*$``.  Patterns run on pydantic-core's Rust engine, in linear time; one
+    that engine cannot run (a lookaround, a backreference) is not checked here, and the server
+    checks its own arguments."""
+    # jsonschema takes ~60 ms to import: at the first MCP call, not at the server's start.
+    from jsonschema import Draft202012Validator, ValidationError
+    from jsonschema.validators import extend
+
+    def pattern(_validator: Any, wanted: Any, instance: Any, _schema: Any) -> Iterator[ValidationError]:
+        if not isinstance(instance, str) or not isinstance(wanted, str):
+            return
+        check = _pattern(wanted)
+        if check is not None and not check(instance):
+            yield ValidationError(f"{instance[:60]!r} does not match {wanted!r}")
+
+    return extend(Draft202012Validator, {"pattern": pattern})
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(wanted: str) -> Callable[[str], bool] | None:
+    """Whether a text has a match of WANTED (searched, as JSON Schema says), in linear time; None
+    when the linear engine cannot run WANTED."""
+    from pydantic_core import SchemaError, SchemaValidator, ValidationError, core_schema
+
+    try:
+        validator = SchemaValidator(core_schema.str_schema(pattern=wanted, regex_engine="rust-regex"))
+    except SchemaError:
+        return None
+
+    def matches(text: str) -> bool:
+        try:
+            validator.validate_python(text)
+        except ValidationError:
+            return False
+        return True
+
+    return matches
 
 
 def _value(value: Any, schema: dict[str, Any]) -> Any:
@@ -90,6 +132,8 @@ def _value(value: Any, schema: dict[str, Any]) -> Any:
 def result(value: Any, tool: str) -> Any:
     """A ``CallToolResult`` as elisp data, or an McpError for an ``isError`` result."""
     blocks = [_block(b) for b in value.content]
+    if len(blocks) == 1 and isinstance(blocks[0], str) and blocks[0].startswith(CUT_BY_GUARD):
+        return blocks[0]  # an answer too long to send, cut by the guard: a result, not an error
     if value.is_error:
         text = " ".join(b if isinstance(b, str) else json.dumps(b) for b in blocks) or "(no message)"
         raise McpError(f"{tool} returned an error: {text}")
@@ -201,10 +245,12 @@ def signature(server: str, tool: Any) -> str:
     required = set(schema.get("required") or [])
     args = " ".join(f":{name}{'' if name in required else '?'} {_type(spec or {})}"
                     for name, spec in (schema.get("properties") or {}).items())
-    desc = " ".join((tool.description or "").split())
+    # One line, and no tag of the prompt's own (a description cannot close the section).
+    desc = re.sub(r"<(/?)(tools)", r"&lt;\1\2", " ".join((tool.description or "").split()), flags=re.I)
     if len(desc) > DESCRIPTION_CHARS:
         desc = desc[:DESCRIPTION_CHARS - 1] + "…"
-    return f"{server}/{tool.name}{' ' + args if args else ''}{' — ' + desc if desc else ''}"
+    line = f"{server}/{tool.name}{' ' + args if args else ''}{' — ' + desc if desc else ''}"
+    return re.sub(r"[\x00-\x1f\x7f\u2028\u2029]", " ", line)  # a schema's odd type cannot break the line
 
 
 def listing(tools: Iterable[tuple[str, Any]], grant: Sequence[str], problems: Sequence[str] = ()) -> str:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -47,6 +48,7 @@ from .config import McpConfig, ServerSpec, parse
 from .logs import SERVER, StderrLog, install
 
 GUARD = Path(__file__).with_name("guard.py")
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}")  # a tool's or an argument's, in the listing
 
 log = logging.getLogger("amacs.mcp")
 
@@ -92,8 +94,9 @@ class McpHub:
 
     def __init__(self, path: Path, log_dir: Path, environ: Mapping[str, str] | None = None, *,
                  eager: bool = False, on_problem: Callable[[str], None] | None = None,
-                 scrubber: Scrubber | None = None) -> None:
+                 scrubber: Scrubber | None = None, results_dir: Path | None = None) -> None:
         self.path = path
+        self.results_dir = results_dir or log_dir.parent / "transcripts" / "results"  # results too long to send
         # The server's one scrubber (the transport's, the log's, the transcripts'): it learns
         # every secret of mcp.json as the file is read.
         self.scrubber = scrubber or Scrubber({})
@@ -110,6 +113,7 @@ class McpHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._said: set[str] = set()  # lines about tools left out, said once each
         self._listed = False  # every server was tried once (the first model call waited for it)
 
     # -- the file ------------------------------------------------------------------------
@@ -188,14 +192,25 @@ class McpHub:
                 Tool,  # only when there is a listing: the SDK's types cost start-up time
             )
 
-            return {name: {entry["key"]: [self._clean(Tool.model_validate(t)) for t in entry["tools"]]}
+            return {name: {entry["key"]: [t for t in (self._clean(Tool.model_validate(t), name)
+                                                       for t in entry["tools"]) if t is not None]}
                     for name, entry in raw.items()}
         except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
             return {}
 
-    def _clean(self, tool: Any) -> Any:
-        """TOOL with every secret the server knows redacted from its description and schema: a
-        server that quotes its environment to the agent sends nothing secret on."""
+    def _clean(self, tool: Any, server: str) -> Any:
+        """TOOL with every secret the server knows redacted from its description and schema (a
+        server that quotes its environment to the agent sends nothing secret on); None, said once
+        in the log, when its name or an argument's is not a name (it would write into the prompt)."""
+        names = [tool.name, *((tool.input_schema or {}).get("properties") or {})]
+        bad = next((n for n in names if not isinstance(n, str) or not SAFE_NAME.fullmatch(n)), None)
+        if bad is not None:
+            line = (f"MCP server {server}: tool {tool.name!r} is left out: {bad!r} is not a name (letters, digits, "
+                    "'_', '-', '.', '/', at most 128)")
+            if line not in self._said:
+                self._said.add(line)
+                log.warning("%s", self.scrub(line))
+            return None
         data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
         clean = self.scrub(data)
         return tool if clean == data else type(tool).model_validate(clean)
@@ -258,7 +273,8 @@ class McpHub:
                 raise FileNotFoundError(2, "command not found", spec.command)
             # The guard ends the server with the AMACS server, even a SIGKILLed one.
             return stdio_client(StdioServerParameters(command=sys.executable,
-                                                      args=["-I", "-S", str(GUARD), spec.command, *spec.args],
+                                                      args=["-I", "-S", str(GUARD), "--spill",
+                                                            str(self.results_dir), spec.command, *spec.args],
                                                       env=dict(spec.env) or None), errlog=errlog.pipe)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -285,7 +301,7 @@ class McpHub:
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(self._clean(t) for t in page.tools)
+                    tools.extend(t for t in (self._clean(t, spec.name) for t in page.tools) if t is not None)
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break
@@ -441,9 +457,21 @@ class McpHub:
             raise McpError(f"no MCP server {server!r}")
         timeout = conn.spec.timeout
         try:
-            return self._wait(self._call(conn, tool, arguments, timeout), timeout + START_TIMEOUT + 5)
+            value = self._wait(self._call(conn, tool, arguments, timeout), timeout + START_TIMEOUT + 5)
         except concurrent.futures.TimeoutError:
             raise McpError(f"{server}/{tool} did not answer within {timeout:g} s") from None
+        self._scrub_kept(value)
+        return value
+
+    def _scrub_kept(self, value: Any) -> None:
+        """The file the guard kept an answer too long to send in, with every secret redacted."""
+        text = getattr(value.content[0], "text", "") if getattr(value, "content", None) else ""
+        found = re.match(r"\[cut: the server's answer is \d+ bytes; .*? the whole answer is in (\S+)\]", text or "")
+        if found and Path(found.group(1)).parent == self.results_dir:
+            try:
+                self.scrubber.file(Path(found.group(1)))
+            except OSError as err:
+                log.warning("cannot redact %s: %s", found.group(1), err)
 
     def status(self) -> list[dict[str, Any]]:
         """Each server's summary, for the hub (the values ${VAR} brought in redacted)."""

@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 import signal
+import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,9 @@ class EmacsFace:
         self.server = server
         self.loop: asyncio.AbstractEventLoop | None = None
         self.eval_timeout = 30.0
+        # The person's `amacs-read-before-write', as Emacs said it outside any eval (hello, settings):
+        # sent with each eval, so an eval that turns the variable off does not turn the guard off.
+        self.read_before_write = False
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         # The agent each outstanding eval runs for: sent to Emacs and not yet answered (or given up).
         self._eval_agents: dict[int, str] = {}
@@ -74,6 +78,14 @@ class EmacsFace:
         # which starts again once they have decided.
         self._deadlines: dict[int, float | None] = {}
         self._limits: dict[int, float] = {}
+        # The evals Emacs is running: it said it started each (`eval_started') and has not answered
+        # it yet, oldest first, with the agent each runs for.  Kept on the EPC reader thread, in the
+        # order Emacs sent its messages, so a call read between an eval's start and its answer was
+        # sent while that eval ran (:meth:`running`).
+        self._running_lock = threading.Lock()
+        self._running: dict[int, str] = {}
+        self._sent_agents: dict[int, str] = {}  # every eval sent and not answered, for `started'
+        self._refused: dict[int, list[str]] = {}  # per running eval, the person's powers it was refused
 
     def _send(self, **event: Any) -> bool:
         if not self.server.notify(event):
@@ -151,6 +163,8 @@ class EmacsFace:
         self._pending[rid] = future
         if kind == "eval":
             self._eval_agents[rid] = payload["agent"]
+            with self._running_lock:
+                self._sent_agents[rid] = payload["agent"]
         try:
             self._deadlines[rid] = loop.time() + timeout
             self._limits[rid] = timeout
@@ -189,6 +203,36 @@ class EmacsFace:
         """Whether any eval is outstanding (on the loop thread)."""
         return bool(self._eval_agents)
 
+    def started(self, rid: int) -> None:
+        """From the EPC reader thread: Emacs begins to run eval RID (the person approved it, if asked)."""
+        with self._running_lock:
+            agent = self._sent_agents.get(rid)
+            if agent is not None:
+                self._running[rid] = agent
+
+    def running(self) -> tuple[tuple[int, str], ...]:
+        """The evals Emacs is running now, (id, agent), oldest first (any thread)."""
+        with self._running_lock:
+            return tuple(self._running.items())
+
+    def call_read(self, method: str, person_only: bool) -> tuple[tuple[int, str], ...]:
+        """From the EPC reader thread, as a call to METHOD is read: the evals running (:meth:`running`).
+        A PERSON_ONLY method read while one runs is noted as refused in that eval's result, which
+        is read after it: whatever road the call took, the agent sees it refused."""
+        with self._running_lock:
+            running = tuple(self._running.items())
+            if person_only and running:
+                rid, agent = running[-1]
+                self._refused.setdefault(rid, []).append(
+                    f"{method}: refused, it acts for the person and this call came from {agent}'s eval")
+            return running
+
+    def _answered(self, rid: int) -> list[str]:
+        with self._running_lock:
+            self._running.pop(rid, None)
+            self._sent_agents.pop(rid, None)
+            return self._refused.pop(rid, [])
+
     def hold(self, rid: int, holding: bool) -> None:
         """From an EPC thread: the person is deciding on eval RID (no time limit), or has decided."""
         loop = self.loop
@@ -203,7 +247,8 @@ class EmacsFace:
         """Send FORM to Emacs for AGENT and await its result, interrupting Emacs past the limit."""
         limit = self.eval_timeout + EVAL_GRACE_SECONDS
         try:
-            reply = await self._request("eval", {"form": form, "agent": agent}, limit)
+            reply = await self._request("eval", {"form": form, "agent": agent, "guard": self.read_before_write},
+                                        limit)
         except EmacsGone:
             return EvalResult(False, error="Emacs is not connected; the eval was not run")
         if reply is None:
@@ -211,7 +256,8 @@ class EmacsFace:
         result = EvalResult(success=bool(reply.get("success")), result=reply.get("result"),
                             error=reply.get("error"), files_read=file_names(reply.get("files_read")),
                             files_written=file_names(reply.get("files_written")),
-                            decisions=decisions(reply.get("decisions")))
+                            decisions=decisions(reply.get("decisions")),
+                            refused=tuple(r for r in reply.get("refused") or () if isinstance(r, str)))
         if reply.get("timed_out") and not result.success:
             return replace(
                 result,
@@ -242,10 +288,11 @@ class EmacsFace:
 
     def deliver(self, eid: int, result: dict[str, Any]) -> None:
         """Called from an EPC thread with Emacs's answer to request EID."""
+        refused = self._answered(eid)
         loop = self.loop
         if loop is None or loop.is_closed():  # closed: the server is exiting, nobody waits
             return
-        loop.call_soon_threadsafe(self._resolve, eid, result)
+        loop.call_soon_threadsafe(self._resolve, eid, {**result, "refused": refused} if refused else result)
 
     def _resolve(self, eid: int, result: dict[str, Any]) -> None:
         future = self._pending.get(eid)
@@ -254,6 +301,10 @@ class EmacsFace:
 
     def fail_all(self, message: str) -> None:
         """Emacs went away: every waiting eval gets MESSAGE as its error."""
+        with self._running_lock:
+            self._running.clear()
+            self._sent_agents.clear()
+            self._refused.clear()
         loop = self.loop
         if loop is None or loop.is_closed():  # closed: the server is exiting, nobody waits
             return

@@ -26,6 +26,7 @@ is closed: idle connections do not keep a thread each for ever.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
 import importlib
 import logging
@@ -84,8 +85,11 @@ log = logging.getLogger("amacs.transport")
 # the first delta after a quiet window goes at once.
 DELTA_WINDOW = 0.016
 # Methods that only hand a value to the loop: run on the reader thread, no hop.
-INLINE_METHODS = frozenset({"emacs_reply", "eval_hold", "ping"})
+INLINE_METHODS = frozenset({"emacs_reply", "eval_hold", "eval_started", "ping"})
 CALL_WORKERS = 8
+# Calls from Emacs waiting for a worker or running, at most: one more is refused at once, with a
+# message, and nothing already accepted is dropped (memid spec, bounded queues).
+MAX_CALLS = 256
 # A connection that has not said hello (all of it) this many seconds after it opened is closed.
 HELLO_TIMEOUT = 5.0
 # The hello is a few hundred bytes (a price table makes it a few KB): a longer first message is refused.
@@ -96,6 +100,11 @@ MAX_MESSAGE_BYTES = (1 << 24) - 1  # an EPC message's length is six hex digits
 HANDOVER_WAIT = 2.0
 # A call that comes before the methods are published (just after hello) waits this long for them.
 PUBLISH_WAIT = 30.0
+
+
+# What the server knew when a call from Emacs was read: taken on the reader thread, in the order
+# Emacs sent its messages (:attr:`AmacsEPCServer.call_context`), and set for the method while it runs.
+CALL_CONTEXT: contextvars.ContextVar[object] = contextvars.ContextVar("amacs_call_context", default=None)
 
 
 class RemoteError(AmacsError):
@@ -391,14 +400,29 @@ class AmacsHandler(EPCHandler):
         except Exception as err:  # noqa: BLE001 - a garbled message; the peer is told
             self._send("epc-error", [], repr(err))
             return
+        context = (self.server.call_context(args[0].value())
+                   if name == "call" and args and isinstance(args[0], Symbol) else None)
         if name == "call" and not (len(args) == 2 and isinstance(args[0], Symbol)
                                    and args[0].value() in INLINE_METHODS and self.server.published()):
-            self.server.pool.submit(self._handle_message, name, uid, args)
+            if not self.server.take_call():
+                self._send("return-error", uid, f"overloaded: {MAX_CALLS} calls from Emacs are waiting or "
+                                                "running (the limit); this one was not taken: try it again soon")
+                return
+            self.server.pool.submit(self._handle_taken, name, uid, args, context)
         else:
-            self._handle_message(name, uid, args)
+            self._handle_message(name, uid, args, context)
 
-    def _handle_message(self, name: str, uid: Any, args: list[Any]) -> None:
-        """python-epc's ``_handle`` after unpacking, without its logging."""
+    def _handle_taken(self, name: str, uid: Any, args: list[Any], context: object) -> None:
+        """A call the server took (:meth:`AmacsEPCServer.take_call`), on a worker."""
+        try:
+            self._handle_message(name, uid, args, context)
+        finally:
+            self.server.call_done()
+
+    def _handle_message(self, name: str, uid: Any, args: list[Any], context: object = None) -> None:
+        """python-epc's ``_handle`` after unpacking, without its logging; CONTEXT is
+        :data:`CALL_CONTEXT` while it runs."""
+        token = CALL_CONTEXT.set(context)
         try:
             pyname = name.replace("-", "_")
             getattr(self, f"_validate_{pyname}")(uid, args)
@@ -412,6 +436,8 @@ class AmacsHandler(EPCHandler):
                 self._send("return-error", uid, repr(err))
             except Exception:  # noqa: BLE001 - the peer is gone
                 pass
+        finally:
+            CALL_CONTEXT.reset(token)
 
     def _handle_call(self, uid: Any, meth: Symbol, args: list[Any]) -> list[Any]:
         name = meth.value()
@@ -488,9 +514,14 @@ class AmacsEPCServer(ThreadingEPCServer):
         # Called once hello is answered (the server's start-up waits for it, see __main__).
         self.after_hello: Callable[[], None] = lambda: None
         self.on_emacs_gone: Callable[[], None] = lambda: None
+        # Called on the reader thread with the method's name as each call from Emacs is read:
+        # what the method finds in CALL_CONTEXT (which evals Emacs was running when it sent the call).
+        self.call_context: Callable[[str], object] = lambda _name: None
         # Called when the Emacs of a server it started has gone, before the server stops.
         self.on_stopping: Callable[[], None] = lambda: None
         self.pool = ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="amacs-epc")
+        self._calls_lock = threading.Lock()
+        self._calls = 0  # taken and not done: waiting for a worker or running (MAX_CALLS at most)
         self._clients = threading.Condition()  # guards emacs and stopping
         self.stopping = False  # the Emacs of a server it started has gone: it shuts down
         # STARTING: it listens before its runtime is built; hello is answered once it is
@@ -508,6 +539,19 @@ class AmacsEPCServer(ThreadingEPCServer):
         self._wake_read, self._wake_write = socket.socketpair()
         self._stop_asked = False
         self._served = threading.Event()
+
+    def take_call(self) -> bool:
+        """Count one more call from Emacs, unless :data:`MAX_CALLS` are taken already."""
+        with self._calls_lock:
+            if self._calls >= MAX_CALLS:
+                return False
+            self._calls += 1
+            return True
+
+    def call_done(self) -> None:
+        """A taken call has been answered."""
+        with self._calls_lock:
+            self._calls -= 1
 
     def start_done(self) -> None:
         """The runtime is built and the methods published: answer hello from now on."""

@@ -149,5 +149,18 @@ the parent's server runs on; a parent running the model itself keeps :local."
     (should (equal (amacs-history--fork-choices parent (list :backend "openai" :model "smollm2"))
                    (list :backend "openai" :model "smollm2" :local (list "py" "m.gguf"))))))
 
+(ert-deftest amacs-history-test-a-replay-starts-with-the-input-of-its-first-turn ()
+  "The shell resumed after a rewind shows whole turns: when the last
+exchanges begin with a later step of a turn, the steps back to its input
+are shown too."
+  (let ((entries (list (list :human "one" :agent "a1") (list :human "two" :agent "")
+                       (list :agent "evaluated") (list :agent "two's answer")
+                       (list :human "three" :agent "a3"))))
+    (should (equal (mapcar (lambda (e) (plist-get e :agent)) (amacs-shell--from-an-input entries 2))
+                   '("" "evaluated" "two's answer" "a3")))
+    (should (equal (amacs-shell--from-an-input entries 1) (last entries)))
+    (should (equal (amacs-shell--from-an-input entries 9) entries))
+    (should-not (amacs-shell--from-an-input entries 0))))
+
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here

@@ -806,11 +806,42 @@ greeting and by the line saying the server restarted."
                                   (split-string text "\n"))
                      1)))))))
 
+(ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()
+  "In a fresh HOME the native compiler wrote its job to /tmp/emacs-async-comp-*.el during the
+demo's first eval, and the turn listed it as the agent's new file."
+  (let ((job (expand-file-name "emacs-async-comp-amacs-settings-xlwn7W.el" temporary-file-directory)))
+    (should (amacs--emacs-own-file-p job))
+    (should-not (amacs--emacs-own-file-p "/tmp/x.py"))
+    (should-not (amacs--eval-guarded-action 'write-region (list nil nil job)))
+    (should-not (amacs--eval-guarded-action 'delete-file (list job)))
+    (should-not (amacs--eval-guarded-action 'make-process (list :name "Compiling: /x.el" :command '("emacs"))))
+    (should (equal (amacs--eval-guarded-action 'make-process (list :name "x" :command '("ls")))
+                   '("run" "ls")))))
+
+(ert-deftest amacs-shell-test-a-rewind-shows-its-replay-from-wherever-the-person-had-scrolled ()
+  "A newcomer had moved up to a changed line; after M-x amacs-rewind the shell's window stayed
+there, and the replayed conversation showed only after M->."
+  (amacs-shell-test--with-shell
+    (amacs-shell--output "An old reply.")
+    (goto-char (point-min))
+    (set-window-point (selected-window) (point-min))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args)
+                 (pcase method
+                   ('rewind '(:line "rewound to tick 1"))
+                   ('status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t))))))
+      (amacs-rewind 1))
+    (should (string-match-p "rewound to tick 1\\. The conversation up to there:" (amacs-shell-test--text)))
+    (should (= (point) (point-max)))
+    (should (= (window-point (selected-window)) (point-max)))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
   "Issue 9: replies are fontified by org, source blocks in their own mode."
   (amacs-shell-test--with-shell
+    (require 'org)
+    (amacs--render-work-buffer)         ; org preloaded, as at any idle moment after start
     (amacs-shell--on-reply
      '(:text "*Bold* and ~code~.\n#+begin_src emacs-lisp\n(defun demo (x) x)\n#+end_src"))
     (let ((bold (amacs-shell-test--face-at "Bold*"))
@@ -825,6 +856,36 @@ greeting and by the line saying the server restarted."
     (amacs-shell-copy-reply)
     (should (string-prefix-p "*Bold* and ~code~." (current-kill 0)))
     (should-not (text-properties-at 0 (current-kill 0)))))
+
+;; The first answer after a start: org is not loaded yet (it loads a file at each idle moment).
+(ert-deftest amacs-shell-test-first-reply-does-not-wait-for-org ()
+  "Measured: the first answer after launch waited ~1 s for org to load before it was shown.
+Before org is preloaded a reply is shown plain at once, and rendered in place once it is."
+  (amacs-shell-test--with-shell
+    (let ((amacs--render-preload-queue nil)
+          (amacs--render-preload-timer nil)
+          (loaded nil)
+          (rendered nil))
+      (cl-letf (((symbol-function 'featurep)
+                 (lambda (f &rest _) (or (not (eq f 'org)) loaded)))
+                ((symbol-function 'require)
+                 (lambda (f &rest _) (when (eq f 'org) (error "Org loaded before the reply was shown"))))
+                ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
+        (amacs-shell--on-reply-delta '(:text "It is "))
+        (amacs-shell--on-reply '(:text "It is *bold*." :streamed t)))
+      (should (string-match-p "It is \\*bold\\*\\.\n" (amacs-shell-test--text)))
+      (should (save-excursion (goto-char (point-min)) (search-forward "It is")
+                              (get-text-property (match-beginning 0) 'amacs-unrendered)))
+      (should (functionp (car (last amacs--render-preload-queue))))
+      (cl-letf (((symbol-function 'amacs-render-org)
+                 (lambda (text) (setq rendered text) (propertize text 'font-lock-face 'bold))))
+        (funcall (car (last amacs--render-preload-queue))))
+      (should (equal rendered "It is *bold*."))
+      (should (eq (amacs-shell-test--face-at "It is") 'bold))
+      (should-not (text-property-not-all (point-min) (point-max) 'amacs-unrendered nil))
+      (should (string-match-p "It is \\*bold\\*\\.\n\n?amacs> \\'" (amacs-shell-test--text)))
+      (amacs-shell-copy-reply)
+      (should (equal (current-kill 0) "It is *bold*.")))))
 
 ;;;; Context from your own Emacs
 
@@ -1182,6 +1243,35 @@ the next idle moment and runs nothing."
       (should (= timers 1))             ; nothing left: no timer
       (should-not amacs--render-preload-timer))))
 
+(ert-deftest amacs-shell-test-preload-waits-for-the-answer-and-lets-it-in ()
+  "Measured: the first answer after launch was read only once the whole preload had run.
+Asked for at once (`run-at-time' 0), each next piece was due before Emacs
+read its processes again: ~7 s of org and gnus, back to back, while the
+person waited for the answer that had arrived.  A piece waits while a
+shell's turn is busy, and the next one is asked for after a gap."
+  (let* ((ran nil) (idle-timers 0) (delays nil)
+         (amacs-render-preload-idle 0.5)
+         (amacs-shell-busy t)
+         (amacs--render-preload-timer nil)
+         (amacs--render-preload-queue
+          (list (lambda () (push 'a ran)) (lambda () (push 'b ran)))))
+    (cl-letf (((symbol-function 'current-idle-time) (lambda () (seconds-to-time 5)))
+              ((symbol-function 'input-pending-p) (lambda (&rest _) nil))
+              ((symbol-function 'run-with-idle-timer)
+               (lambda (&rest _) (cl-incf idle-timers) 'idle-timer))
+              ((symbol-function 'run-at-time)
+               (lambda (delay &rest _) (push delay delays) 'timer)))
+      (amacs--render-preload-step)
+      (should-not ran)                  ; a turn waits for its answer
+      ;; Looked at again later, by a timer: an idle timer made while Emacs is idle
+      ;; for longer than its time is due at once, and Emacs never read the answer.
+      (should (= idle-timers 0))
+      (should (equal delays (list amacs-render-preload-idle)))
+      (setq amacs-shell-busy nil)
+      (amacs--render-preload-step)
+      (should (equal ran '(a)))
+      (should (and (numberp (car delays)) (> (car delays) 0))))))
+
 (ert-deftest amacs-shell-test-preload-pieces-load-org-file-by-file ()
   "The preload's pieces load org, then render; what waits for it comes last."
   (let ((amacs-render-org t)
@@ -1231,6 +1321,7 @@ moment; the inputs are inputs, which RET puts back at the prompt."
       (should (string-suffix-p "amacs> show me" (amacs-shell-test--text)))))
   (amacs-shell-test--with-shell          ; with org loaded, rendered at once
     (require 'org)
+    (amacs--render-work-buffer)
     (amacs-test-with-status '(:recent ((:human "q" :agent "A *bold* word.")) :key-ok t)
       (amacs-shell--greet))
     (should (string-match-p "A \\*bold\\* word" (amacs-shell-test--text)))

@@ -152,7 +152,8 @@ later, neither runs it again nor says the server stopped."
         (amacs-price-table '(("my-model" 1 2 3 4))))
     (should (equal (amacs--settings)
                    '(:eval-timeout 7 :max-steps 3
-                     :prices ((:model "my-model" :input 1 :output 2 :cache-write 3 :cache-read 4)))))))
+                     :prices ((:model "my-model" :input 1 :output 2 :cache-write 3 :cache-read 4))
+                     :read-before-write "off")))))
 
 ;;;; API key (issue 2: environment, defcustom, auth-source)
 

@@ -71,6 +71,32 @@ The process starts first and the shell's prompt is drawn before epc loads."
             (should (string-match-p "loaded:nil spawn:nil started:nil idle:t" out))))
       (delete-directory dir t))))
 
+(ert-deftest amacs-transport-test-connecting-loads-no-network-stream ()
+  "Measured: the first hello waited 0.2-0.5 s for `open-network-stream's library.
+`epc:connect' opens its stream with it, which loads nsm, auth-source and
+eieio; the connection is made with `make-network-process' instead, and
+is an EPC connection as `epc:connect' makes it."
+  (skip-unless (not (featurep 'network-stream)))
+  (let* ((accepted nil)
+         (listener (make-network-process :name "amacs-test-listener" :server t :host "127.0.0.1"
+                                         :service t :family 'ipv4
+                                         :log (lambda (_server client _message) (setq accepted client))))
+         (conn (amacs--epc-connect "127.0.0.1" (process-contact listener :service))))
+    (unwind-protect
+        (progn
+          (should-not (featurep 'network-stream))
+          (should (epc:connection-p conn))
+          (should (process-live-p (epc:connection-process conn)))
+          (should (equal (process-coding-system (epc:connection-process conn)) '(binary . binary)))
+          (should (buffer-live-p (epc:connection-buffer conn)))
+          (process-send-string (epc:connection-process conn) "x")
+          (with-timeout (5 (ert-fail "no connection accepted"))
+            (while (not accepted) (accept-process-output nil 0.05)))
+          (should (process-live-p accepted)))
+      (delete-process (epc:connection-process conn))
+      (delete-process listener)
+      (kill-buffer (epc:connection-buffer conn)))))
+
 ;; CI under load saw the server's sentinel run before the connection's
 ;; filter had read the server's last message (the input it took and saved),
 ;; and the shell's notice left out that the input is saved.

@@ -47,8 +47,9 @@ def who(body):
 
 
 def test_only_a_compulsion_ends_itself_and_the_person_overrules_it_from_the_hub(fake, home):
-    """The primary (the agent watched) tries agent-cancel and agent-pause on its compulsion: each is an
-    error in its eval result, and the compulsion goes on watching.  The person cancels it from the hub
+    """The primary (the agent watched) tries agent-cancel and agent-pause on its compulsion, and the
+    person's own roads (the hub's method over EPC, the hub's command): each is an error in its eval
+    result, and the compulsion goes on watching.  The person cancels it from the hub
     after confirming; the transcript says who did; it is asked nothing afterwards."""
 
     def answer(body):
@@ -62,7 +63,14 @@ def test_only_a_compulsion_ends_itself_and_the_person_overrules_it_from_the_hub(
                 if "attach" not in ctx else say("Watched.", monologue="watched")
         if said[-1] == "Human: drop it":
             for marker, form in (("try-cancel", '(agent-cancel "compulsion-1")'),
-                                 ("try-pause", '(agent-pause "compulsion-1")')):
+                                 ("try-pause", '(agent-pause "compulsion-1")'),
+                                 # The person's own roads, from the agent's eval: the hub's method
+                                 # over EPC, and the hub's command.
+                                 ("try-person", "(amacs--call-sync 'person_agent_control "
+                                                '(list "cancel" "compulsion-1" t))'),
+                                 ("try-hub", "(progn (require 'amacs-hub) (cl-letf (((symbol-function "
+                                             "'y-or-n-p) (lambda (&rest _) t))) "
+                                             '(amacs-hub-cancel-agent "compulsion-1")))')):
                 if marker not in ctx:
                     return run_elisp(form, monologue=marker)
             return say("It stays.", monologue="stays")
@@ -83,11 +91,16 @@ def test_only_a_compulsion_ends_itself_and_the_person_overrules_it_from_the_hub(
     primary = [r["body"] for r in fake.requests if who(r["body"])[0] == "primary"]
     results = [eval_result(request_text(b)) for b in primary if "<last-eval-result>" in newest_message(request_text(b))]
     errors = [r["error"] for r in results if r.get("error")]
-    assert len(errors) == 2
+    assert len(errors) == 3
     assert REFUSED.format(action="cancel") in errors[0] and REFUSED.format(action="pause") in errors[1]
+    assert errors[2].startswith("refused: person_agent_control acts for the person, and primary's eval called it")
+    # The hub's command calls without waiting: its refusal is in the result of the eval it ran in.
+    assert any(r.startswith("person_agent_control: refused") for r in results[-1].get("refused", [])), results[-1]
     events = transcript_events(home, "compulsion-1")
     assert [e["data"] for e in events if e["event"] == "control_refused"] == [
         {"by": "primary", "action": "cancel"}, {"by": "primary", "action": "pause"}]
+    mine = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "control_refused"]
+    assert [(d["method"], d["by"]) for d in mine] == [("person_agent_control", "primary")] * 2, mine
     # Refused, it still watched: it was asked before the primary's next model call.
     refused_at = max(i for i, e in enumerate(events) if e["event"] == "control_refused")
     cancelled_at = next(i for i, e in enumerate(events) if e["event"] == "cancelled")

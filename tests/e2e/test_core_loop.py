@@ -202,10 +202,19 @@ def test_missing_key_says_how_to_fix_and_keeps_input(fake, home):
 
 
 def test_agent_may_not_change_harness_fields(fake, home):
-    """RFC §3.2, enforced: a ROM write from an eval is refused; a RAM write takes effect."""
+    """RFC §3.2, enforced: a ROM write from an eval is refused by every road an eval has to it (the
+    agent function, the memory tool on its MemId, the person's own budget method called over EPC);
+    a RAM write takes effect (docs/ARCHITECTURE.md, Trust)."""
+    def caught(form):
+        return f"(condition-case err {form} (error (amacs-error-message err)))"
+
     fake.script(
         Reply(agent_json(None, eval="(agent-set-consciousness 'current-tick 999)")),
         Reply(agent_json(None, eval="(agent-set-consciousness 'chat-context-depth 1)")),
+        Reply(agent_json(None, eval=caught("(amacs--call-sync 'set_budget (list 12345))"))),
+        Reply(agent_json(None, eval=caught('(agent-memory-mutate "<EOT>amacs-instance-1:primary:budget<EOT>" '
+                                           "'(:cost-so-far 0 :budget-limit 12345))"))),
+        Reply(agent_json(None, eval=caught("(let ((amacs-current-eval nil)) (agent-set-consciousness 'budget 12345))"))),
         Reply(agent_json("done")),
     )
     run_emacs(home, fake.url, session("try")).check()
@@ -214,6 +223,11 @@ def test_agent_may_not_change_harness_fields(fake, home):
     assert not refused["success"] and "owned by the harness" in refused["error"]
     assert eval_result_of(ctx[2]) == {"success": True, "result": "1", "error": None, "skipped": False}
     assert state(ctx[2], "chat_context_depth") == 1 and state(ctx[2], "current_tick") == 3
+    assert eval_result_of(ctx[3])["result"].startswith('"refused: set_budget acts for the person'), ctx[3]
+    assert "harness" in eval_result_of(ctx[4])["result"] or "refused" in eval_result_of(ctx[4])["result"]
+    assert "owned by the harness" in eval_result_of(ctx[5])["result"]
+    assert state(ctx[5], "budget")["budget_limit"] != 12345
+    assert not (home / "budget-limit").exists()
 
 
 def test_imp038_depth_scenario_through_the_real_stack(fake, home):

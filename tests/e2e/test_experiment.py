@@ -548,3 +548,21 @@ def test_server_killed_in_its_last_commit_fails_the_run(model, tmp_path):
     for manifest in found.values():
         assert manifest["status"] == "failed", manifest
         assert "its last tick may not be committed" in manifest["error"], manifest
+
+
+def test_experiment_killed_as_a_run_ends_runs_that_one_again_and_counts_each_once(model, tmp_path):
+    """SIGKILL the command when its second run has ended but is not yet recorded (run.ended@2): the
+    next command counts the first done, runs the second again and the rest, each once."""
+    spec, runs = write_spec(tmp_path, "ended", parallel=1), tmp_path / "runs"
+    killed = subprocess.run(command(spec, runs, "--parallel", "1"),
+                            env={**environment(model), "AMACS_FAULT_POINT": "run.ended@2"}, cwd=ROOT,
+                            capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    before = {k: m for k, m in manifests(runs).items() if m["status"] == "done"}
+    assert len(before) == 1, manifests(runs)
+    requests_before = len(model.requests)
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"1 done before, {RUNS - 1} to run" in done.stdout, done.stdout
+    assert_all_done(runs)
+    assert len(model.requests) - requests_before == (RUNS - 1) * TURNS

@@ -25,6 +25,7 @@ import json
 import re
 import sqlite3
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from amacs_server.faults import POINTS
 from tests.e2e.agent_fakes import transcript
 from tests.e2e.harness import EmacsRun, run_emacs
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+from tests.mcp_servers import ROOT, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -43,15 +45,25 @@ SECOND = "second input"
 REPLY_ONE = "Reply one, shown before the slow eval."
 REPLY_TWO = "Reply two: the eval gave 42."
 AFTER = "After the restart."
-# Every point once, and a few again on the turn's second tick or commit (@2).
-CASES = (*POINTS, "infer.mid-stream@2", "say.written@2", "commit.index-lock@2")
+# Every point once, and a few again on the turn's second tick or commit, or memory.db's next write (@N).
+# memory.db's first two commits are the server's start (a kill there is a start that fails, and
+# Emacs tries again with the point still armed): its writes of the turn are @3 on.
+LTM_TURN = ("ltm.commit@3", "ltm.commit@4", "ltm.commit@5", "ltm.commit@6")
+# The turn's second tick (after the eval and its tool call) at each of its steps.
+SECOND_TICK = tuple(f"{p}@2" for p in ("observe.done", "infer.request", "infer.response", "record.done",
+                                       "persist.done", "commit.queued", "commit.done"))
+CASES = (*(p for p in POINTS if p != "ltm.commit"), "infer.mid-stream@2", "say.written@2", "commit.index-lock@2",
+         *LTM_TURN, *SECOND_TICK)
+# The slow eval calls an MCP tool (a server written with the SDK), as the agent's evals do.
+EVAL = '(progn (sleep-for 0.6) (agent-tool "t/big" :megabytes 0.00001) 42)'
+TOOL_SERVER = {"t": {"command": sys.executable, "args": [str(ROOT / "tests" / "mcp_hostile_server.py"), "big"]}}
 # Points reached before the input is written ahead: it may not be in agent-chat.org.
 BEFORE_WRITE_AHEAD = {"submit.received", "turn.start"}
 LOCK_POINTS = {"commit.index-lock", "commit.ref-lock"}
 WORKERS = 3
 
 PROGRAM = f"""
-(setq amacs-e2e-timeout 30 amacs-max-steps 5)
+(setq amacs-e2e-timeout 60 amacs-max-steps 5)
 (defvar fx-shown nil)
 (advice-add 'amacs-shell--on-reply :before (lambda (event) (push (plist-get event :text) fx-shown)))
 (amacs-e2e-open)
@@ -75,7 +87,7 @@ def respond(body: dict) -> Reply:
         return Reply(agent_json(AFTER))
     if "<last-eval-result>" in newest and '"result": "42"' in newest:
         return Reply(agent_json(REPLY_TWO, monologue="the eval answered"), chunks=10, chunk_delay=0.04)
-    return Reply(agent_json(REPLY_ONE, eval="(progn (sleep-for 0.6) 42)", monologue="ran a slow eval"),
+    return Reply(agent_json(REPLY_ONE, eval=EVAL, monologue="ran a slow eval"),
                  chunks=10, chunk_delay=0.04)
 
 
@@ -92,6 +104,7 @@ def run_case(point: str, root: Path) -> Case:
     try:
         home = root / re.sub(r"[^a-z0-9]+", "-", point) / "agent"
         home.parent.mkdir(parents=True)
+        write_config(home, TOOL_SERVER)
         # A stale lock is removed by the restarted server's first commit, after its turn: wait for the note.
         wait = '(amacs-e2e-wait-text "that no running git held")' if point.partition("@")[0] in LOCK_POINTS else ""
         run = run_emacs(home, fake.url, PROGRAM.replace("{wait}", wait), timeout=90, AMACS_FAULT_POINT=point)

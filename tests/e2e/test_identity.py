@@ -36,7 +36,13 @@ ESCAPES = """
  (condition-case err (plist-get (amacs--call-sync 'agent_task (list "primary" amacs-current-eval "researcher"
                                                                    "escape 4" nil)) :handle)
    (amacs-remote-error (cadr err)))
- (let ((amacs-current-agent "primary")) (agent-talk-log "whose log?")))
+ (let ((amacs-current-agent "primary")) (agent-talk-log "whose log?"))
+ (condition-case err (let ((amacs-current-agent "primary") (amacs-current-eval nil))
+                       (amacs--call-sync 'set_budget (list 12345)))
+   (amacs-remote-error (cadr err)))
+ (condition-case err (let ((amacs-current-agent "primary") (amacs-current-eval nil))
+                       (amacs--call-sync 'submit (list "the person says: start a task")))
+   (amacs-remote-error (cadr err))))
 """
 
 
@@ -45,7 +51,8 @@ def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home
 
     Binding `amacs-current-agent' is ignored; binding `amacs-current-eval' to nil
     (as if outside any eval) or to a guessed id is refused; so is the old call
-    shape that named the caller.  Its talk-log is its own, not the primary's.
+    shape that named the caller.  Its talk-log is its own, not the primary's, and the person's
+    powers (budget, input as theirs) are refused to it with the identity bound as well.
     """
 
     def answer(body):
@@ -84,6 +91,10 @@ def test_a_task_that_binds_the_primarys_identity_still_acts_as_itself(fake, home
     assert refused[2].startswith("eval 1 is not running")
     assert refused[3].startswith("eval 'primary' is not running")
     assert isinstance(refused[4], int)  # the talk-log went through, as task-1's (below)
+    # Nor does it act as the person: their powers are refused, naming it (docs/ARCHITECTURE.md, Trust).
+    assert refused[5].startswith("refused: set_budget acts for the person, and task-1's eval called it")
+    assert refused[6].startswith("refused: submit acts for the person, and task-1's eval called it")
+    assert not (home / "budget-limit").exists()
 
     rows = transcript_events(home)
     assert [r["agent_id"] for r in rows if r["event"] == "agent_start"] == ["task-1"]  # no task escaped

@@ -78,21 +78,23 @@ def test_no_tool_server_is_left_when_the_amacs_server_is_killed_in_a_blocked_cal
 
 
 def test_a_big_tool_result_is_cut_with_its_file_and_a_big_call_is_refused_with_the_link_kept(fake, home):
-    """17 MiB from a tool (over EPC's 16 MiB) reaches the agent cut, saying which file holds it
-    whole; an eval that sends 17 MiB gets an error; the evals after both still work."""
+    """17 MiB from a tool (over EPC's 16 MiB) reaches the agent cut, saying which private file holds
+    it whole; an eval that sends 17 MiB gets an error; the evals after both still work."""
     write_config(home, {"big": hostile("big", timeout=300)})
     forms = [("big", '(let ((r (agent-tool "big/big" :megabytes 17))) (list (length r) (substring r 0 300)))'),
              ("after", "(+ 1 2)"),
              ("send", '(agent-tool "big/big" :megabytes (make-string (* 17 1024 1024) ?x))'),
              ("again", "(+ 2 3)")]
     scripted(fake, forms)
-    setup = "(setq amacs-max-steps 20 amacs-eval-timeout 300 amacs-e2e-timeout 500)"  # the SDK reads 17 MiB slowly on a busy machine
-    run_emacs(home, fake.url, session(send("go"), setup=setup), timeout=600).check()
+    run_emacs(home, fake.url, session(send("go")), timeout=180).check()
     big, after, sent, again = results(fake)
     assert big["success"], big
-    path = re.search(r"the whole result is in (\S+) ", big["result"]).group(1)
-    whole = int(re.search(r"\[cut: the first 1048576 of (\d+) characters follow;", big["result"]).group(1))
-    assert whole > 17825792 and os.path.getsize(path) == whole and oct(os.stat(path).st_mode & 0o777) == "0o600"
+    found = re.search(r"\[cut: the server's answer is (\d+) bytes; its first 1040384 follow, as the server wrote "
+                      r"them; the whole answer is in (\S+)\]", big["result"])
+    assert found, big
+    size, path = int(found.group(1)), found.group(2)
+    assert path.startswith(str(home / "transcripts" / "results"))
+    assert size > 17825792 and os.path.getsize(path) == size and oct(os.stat(path).st_mode & 0o777) == "0o600"
     assert after == {**after, "success": True, "result": "3"}, after
     assert not sent["success"] and "more than a message to the AMACS server can" in sent["error"], sent
     assert again["success"] and again["result"] == "5", again

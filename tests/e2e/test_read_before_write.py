@@ -109,3 +109,52 @@ def test_without_the_guard_an_unread_file_is_written(fake, home):
     run_emacs(home, fake.url, session(send("edit"))).check()
     assert errors_by_step(fake)["write-other"] is None
     assert other.read_text() == "clobbered"
+
+
+def test_the_guard_covers_copy_rename_and_delete_and_holds_against_the_agent_it_guards(fake, home):
+    """Copying, renaming or deleting onto a file the agent never read is refused as writing it is;
+    an eval that sets `amacs-read-before-write' to nil (for good or in a let) does not switch the
+    guard off; a task that binds the primary's identity is checked against its own reads."""
+    work = home.parent / "work"
+    work.mkdir(parents=True)
+    other, src, mine = work / "other.txt", work / "src.txt", work / "mine.txt"
+    other.write_text("someone else's")
+    mine.write_text("the primary's")
+
+    def write(path, text):
+        return f"(with-temp-file {elisp_string(str(path))} (insert {elisp_string(text)}))"
+
+    o, s = elisp_string(str(other)), elisp_string(str(src))
+
+    def task(msgs):
+        if "<last-eval-result>" in msgs[-1]:
+            return say("tried")
+        return run_elisp(f'(let ((amacs-current-agent "primary")) {write(mine, "the task was here")})')
+
+    steps = [
+        ("make-src", write(src, "new text")),
+        ("copy-onto", f"(copy-file {s} {o} t)"),
+        ("rename-onto", f"(rename-file {s} {o} t)"),
+        ("delete-other", f"(delete-file {o})"),
+        ("switch-off", "(progn (setq amacs-read-before-write nil) \"off\")"),
+        ("write-after-off", write(other, "clobbered")),
+        ("let-off", f"(let ((amacs-read-before-write nil)) {write(other, 'clobbered')})"),
+        ("read-mine", f"(with-temp-buffer (insert-file-contents {elisp_string(str(mine))}) (buffer-string))"),
+        ("task", '(agent-wait-for (plist-get (agent-task "researcher" "rewrite mine") :talk-id) :timeout 30)'),
+    ]
+    fake.respond_with(steps_answer(steps, task=task))
+    run_emacs(home, fake.url, session(send("edit"), setup="(setq amacs-max-steps 20) "
+                                                          "(setq amacs-read-before-write t)")).check()
+    errors = errors_by_step(fake)
+    assert errors["make-src"] is None
+    never = f"{other} was never read by primary"
+    assert errors["copy-onto"] == f"Read before write: {never}; read it, then copy onto it"
+    assert errors["rename-onto"] == f"Read before write: {never}; read it, then rename onto it"
+    assert errors["delete-other"] == f"Read before write: {never}; read it, then delete it"
+    assert errors["switch-off"] is None
+    assert errors["write-after-off"] == f"Read before write: {never}; read it, then write it"
+    assert errors["let-off"] == f"Read before write: {never}; read it, then write it"
+    task_msgs = [transcript(r["body"]) for r in fake.requests if who(r["body"])[0] == "task-1"]
+    assert f"Read before write: {mine} was never read by task-1" in task_msgs[-1][-1]
+    assert other.read_text() == "someone else's" and mine.read_text() == "the primary's"
+    assert src.read_text() == "new text"

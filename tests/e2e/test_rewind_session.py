@@ -248,3 +248,47 @@ def test_a_rewind_from_the_shell_interrupts_the_running_turn(fake, home):
     assert "answer to note the plan" in run.shell.split("The conversation up to there:")[-1]
     chat = (home / "agent-chat.org").read_text()
     assert "a question cut short" not in chat.split("refs/amacs/abandoned/")[-1]
+
+
+# Inputs whose turns first make a scratchpad note and a memory item ("note the plan") and a thread
+# ("note beta"): a fork and a rewind before them hold none of their text.
+FIRSTS = [("say", "plain one"), ("say", "plain two"), ("say", "note the plan"), ("say", "note beta"),
+          ("say", "last words")]
+LATER_TEXTS = ("noted: note the plan", "about the plan", "noted: note beta", "answer to last words",
+               "thought about last words")
+
+
+def held_texts(home: Path, *, git: bool) -> list[str]:
+    """LATER_TEXTS that some file of HOME holds (its git's objects inflated too, with GIT); the
+    transcripts, logs and (without GIT) memory.db aside."""
+    aside = {"transcripts", "logs", ".git"}
+    data = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file()
+                    and not aside & set(p.relative_to(home).parts) and (git or p.name != "memory.db"))
+    if git:
+        data += subprocess.run(["git", "-C", str(home), "cat-file", "--batch-all-objects", "--batch"],
+                               capture_output=True, check=True).stdout
+    return [text for text in LATER_TEXTS if text.encode() in data]
+
+
+def test_a_fork_and_a_rewind_before_the_first_note_thread_and_memory_item_hold_none_of_them(fake, home,
+                                                                                           tmp_path):
+    """The shell's session makes its first scratchpad note, memory item and thread after tick 2. A
+    headless fork at tick 2 holds no text of them (its files, memory.db and git objects), and
+    replays the same requests; so does M-x amacs-rewind to before "note the plan" (in place: its
+    files hold none of them until the replay)."""
+    fake.respond_with(answer)
+    run, original = emacs(home, fake, steps_elisp(FIRSTS, home))
+    tick = tick_after(run.stdout, "plain two")
+    rest = FIRSTS[2:]
+    cut = next(i for i, b in enumerate(original) if newest_human(b)[0] == "note the plan")
+    assert held_texts(home, git=True) == list(LATER_TEXTS)  # the original holds each of them
+    fork = tmp_path / "fork"
+    headless_fork(home, tick, fork)
+    assert held_texts(fork, git=True) == []
+    _, forked = emacs(fork, fake, steps_elisp(rest, fork))
+    assert same(masked(forked), masked(original[cut:])) is None, same(masked(forked), masked(original[cut:]))
+    rewound, _ = emacs(home, fake, rewind_elisp("note the plan"))
+    assert chosen_tick(rewound.stdout) == tick
+    assert held_texts(home, git=False) == []
+    _, replay = emacs(home, fake, steps_elisp(rest, home))
+    assert same(masked(replay), masked(original[cut:])) is None, same(masked(replay), masked(original[cut:]))

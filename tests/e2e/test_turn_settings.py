@@ -41,3 +41,14 @@ def test_settings_set_while_the_server_runs_shape_the_next_turn_and_the_header_c
     headers = re.search(r"HEADERS \((.*)\)", run.stdout).group(1)
     ticks = re.findall(r"tick (\d+) of (\d+)", headers)
     assert ticks == [("1", "2"), ("2", "2"), ("1", "3"), ("2", "3"), ("3", "3"), ("1", "3"), ("2", "3")], headers
+
+
+def test_an_agents_eval_may_not_change_the_persons_settings(fake, home):
+    """The settings method acts for the person: from an agent's eval it is refused, and the step
+    limit stays the person's."""
+    fake.script(Reply(agent_json(None, eval="(amacs--call-sync 'settings (list (list :max-steps 99)))")),
+                *evals(5))
+    run = run_emacs(home, fake.url, session(send("raise it"), setup="(setq amacs-max-steps 3)")).check()
+    result = fake.user_texts()[1]
+    assert "refused" in result and "acts for the person" in result, result
+    assert "Step limit reached (3 ticks this turn)" in run.shell

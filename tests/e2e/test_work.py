@@ -124,3 +124,15 @@ def test_buffers_of_the_active_thread_are_hydrated_and_problems_reported(fake, h
     assert after["*notes*"]["error"] == "no such buffer or file (it may have been killed)"
     assert after[str(src)]["version"] == first[str(src)]["version"]  # unchanged text, same version
     assert "<buffers>" not in ctx[0]  # no thread yet, nothing to hydrate
+
+
+def test_a_skill_the_core_skill_names_is_read_with_no_thread(fake, home):
+    """The core skill names skills to read on need; agent-read-skill returns one's text from a real
+    eval with no thread open (test_threads_skills checks that it opens and binds none)."""
+    fake.script(*evals('(agent-read-skill "subagents")', '(agent-read-skill "no-such-skill")'))
+    run_emacs(home, fake.url, session("what can you start?")).check()
+    ctx = fake.user_texts()
+    read = eval_result(ctx[1])
+    assert read["success"] and '(agent-task \\"researcher\\"' in read["result"], read
+    assert ':name "subagents"' in read["result"] and ':kind "skill"' in read["result"]
+    assert "no skill named 'no-such-skill'" in eval_result(ctx[2])["error"]

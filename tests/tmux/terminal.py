@@ -70,6 +70,9 @@ class Terminal:
             # A fresh HOME has no eln-cache: without this, every test's Emacs would spend
             # its first seconds natively compiling libraries in the background (Debian's 28.2).
             EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1",
+            # Each test's server starts afresh: a warm server would outlive the test (tests
+            # that want one say AMACS_WARM=1 and give it a folder of its own).
+            AMACS_WARM="0",
         )
         env.update(extra)
         return env

@@ -34,8 +34,12 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("M-x")
     term.type("amacs-fork")
     term.press("Enter")
-    term.wait_for("Fork to before (default tick 2: the second):", what="the fork's input prompt")
-    term.press("Enter")  # the newest input (the second): the fork ends at tick 1
+    term.wait_for("Fork now, or to before an input (default now: the mind as it is):",
+                  what="the fork's input prompt")
+    term.type("tick 2")
+    term.press("Tab")  # completes to the newest input (the second): the fork ends at tick 1
+    term.wait_for("tick 2: the second", what="the second input, completed")
+    term.press("Enter")
     term.wait_for("New home for the fork at tick 1", what="the fork's folder prompt")
     term.press("C-a", "C-k")
     term.type(str(fork))
@@ -109,3 +113,76 @@ def test_rewind_shows_the_task_lines_the_live_shell_showed(terminal, fake):
     replayed = screen.split("The conversation up to there:", 1)[1].split(";; Resumed", 1)[0]
     assert "amacs> task" + live.rstrip() in replayed, (live, replayed)
     assert "task-3" not in replayed and "task-4" not in replayed, replayed
+
+
+def say(term: Terminal, text: str) -> None:
+    """TEXT to the demo model, which answers any text with "You said: TEXT"."""
+    term.type(text)
+    term.press("Enter")
+    term.wait_for(f"You said: {text}.", timeout=30, what=f"the demo model's answer to {text!r}")
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
+
+
+def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_future(terminal, tmp_path):
+    """``./amacs --demo`` with no key: M-x amacs-fork offers now, and the fork's shell answers on
+    the demo model too (a fork used to open on Claude, with no key).  Then a rewind in the first
+    shell draws a line under the abandoned conversation, and the hub lists that future with its
+    first input and shows its log and diff on RET."""
+    term = terminal(200, 50, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    for text in ("first words", "second words", "third words"):
+        say(term, text)
+    fork = tmp_path / "forked-now"
+    term.press("M-x")
+    term.type("amacs-fork")
+    term.press("Enter")
+    term.wait_for("Fork now, or to before an input (default now: the mind as it is):",
+                  what="the fork's prompt, now first")
+    term.press("Enter")
+    term.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
+    term.press("C-a", "C-k")
+    term.type(str(fork))
+    term.press("Enter")
+    term.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=40, what="the fork's server")
+    say(term, "in the fork")  # typed in the fork's shell, beside the first: the demo model answers
+    models = [term.elisp(f'(amacs-with-connection (amacs-connection-for "{home}") (amacs-status :model))')
+              for home in (term.amacs_home, fork)]
+    assert models == ['"demo"', '"demo"'], models  # the fork's server runs on its parent's model
+    chat = (fork / "agent-chat.org").read_text()
+    assert "third words" in chat and "in the fork" in chat  # now: the last tick, whole
+    assert "in the fork" not in (term.amacs_home / "agent-chat.org").read_text()
+
+    term.press("C-x", "o")  # back to the first shell
+    term.press("M-x")
+    term.type("amacs-rewind")
+    term.press("Enter")
+    term.wait_for("Rewind to before (default tick 3: third words):", what="the rewind's input prompt")
+    term.type("tick 2")
+    term.press("Tab")
+    term.wait_for("tick 2: second words", what="the second input, completed")
+    term.press("Enter")
+    term.wait_for("yes or no", what="the rewind's question")
+    term.type("yes")
+    term.press("Enter")
+    divider = "above: the abandoned future"
+    shell = (f'(amacs-with-connection (amacs-connection-for "{term.amacs_home}") (with-current-buffer '
+             '(amacs-shell--buffer) (buffer-substring-no-properties (point-min) (point-max))))')
+    term.wait_for(lambda _s: ";; Resumed" in term.elisp_string(shell).rpartition(divider)[2],
+                  what="the line under the abandoned conversation, and the conversation replayed")
+    above, _, below = term.elisp_string(shell).rpartition(divider)
+    assert "third words" in above and "refs/amacs/abandoned/" in below, (above[-300:], below)
+    replayed = below.split("The conversation up to there:", 1)[1].split(";; Resumed", 1)[0]
+    assert replayed.split("amacs> ", 1)[1].startswith("first words") and "second words" not in replayed, replayed
+
+    term.press("C-c C-v")
+    term.wait_for("Abandoned futures", timeout=15, what="the abandoned futures in the hub")
+    term.wait_for("ticks 2-3: second words", what="the future's ticks and first input")
+    term.press("C-s")
+    term.type("ticks 2-3")
+    term.press("Enter")
+    term.press("Enter")
+    shown = term.wait_for("Abandoned future refs/amacs/abandoned/", timeout=15, what="the future's log")
+    assert "ticks 2-3, left by a rewind" in shown, shown
+    assert "[TICK 3][abandoned]" in shown, shown
+    log = term.elisp_string(f'(with-current-buffer (amacs-connection-buffer-name (amacs-connection-for '
+                            f'"{term.amacs_home}") "commit") (buffer-string))')
+    assert "[TICK 3][no-thread]" in log and "+third words" in log, log  # its log and its diff

@@ -25,6 +25,8 @@ def test_tab_keys_and_help_act_on_the_agents_shell(terminal, fake):
     send(term, "do it")
     term.wait_for("All done.")
     wait_turn_over(term)
+    # Rendered once org is loaded (shown plain before: the first replies after a start do not wait for it).
+    term.wait_for("Done: that was bold and code.", timeout=60, what="the reply rendered once org is loaded")
     term.press("C-r")
     term.type("Done: that")
     term.press("Enter")                                    # point on the reply's text

@@ -174,7 +174,7 @@ def test_c_d_at_an_empty_prompt_does_not_end_the_shell(terminal, fake):
 
 @pytest.mark.parametrize("command, answers", [
     pytest.param("amacs-set-budget", ["7"], id="set-budget"),
-    pytest.param("amacs-set-model", ["", "", ""], id="set-model"),
+    pytest.param("amacs-set-model", ["", "", "", ""], id="set-model"),  # backend, model, URL, window
 ])
 def test_keys_typed_just_after_an_m_x_command_are_all_kept(terminal, command, answers):
     """A newcomer typed "qwerty" just after M-x amacs-set-budget and got "qw": Emacs 28's M-x
@@ -210,7 +210,7 @@ def test_a_burst_of_keys_seconds_after_an_m_x_command_is_all_kept(terminal, fake
     term.wait_for(lambda _s: "M-x" in term.lines()[-1], timeout=5, what="M-x's prompt")
     term.type("amacs-set-model")
     term.press("Enter")
-    for answer in ["", "", fake.url]:
+    for answer in ["", "", fake.url, ""]:  # backend, model, base URL, context window
         time.sleep(0.3)
         term.type(answer)
         term.press("Enter")

@@ -1,0 +1,183 @@
+"""The server command of an interactive Emacs: a server forked from the warm server, else a fresh one.
+
+    python -S .../amacs_server/warm_launch.py [ARG...]
+
+Run by path with ``-S`` (standard library only: it starts in ~10 ms).  The warm server
+(:mod:`amacs_server.warm`) is a process of this user that has imported the server's
+modules and the model SDK (``anthropic`` alone is 1.3-2 s of CPU) and forks a server
+for each launch; it outlives the Emacs sessions that used it.  This launcher connects to
+the one for this checkout and venv, listening on a Unix socket in a private folder
+(``$AMACS_WARM_DIR``, else ``$XDG_RUNTIME_DIR/amacs-warm-UID``, else
+``/tmp/amacs-warm-UID``), and hands it its standard input, output and error, its
+environment, its folder and ARGs: the fork prints its port on this process's standard
+output, as ``python -m amacs_server`` does.  This process then stands in for the fork:
+signals it gets are passed on, and it exits as the fork did (killed by the same signal,
+or with its status).  When this process ends first (Emacs killed it) or Emacs goes, the
+fork sees the socket close and stops.
+
+When no warm server answers, this process becomes ``python -m amacs_server ARG...``
+(exec) and starts a warm server for the launches after it.  The socket's name holds a
+stamp of the server's sources and the venv: code changed since the warm server started
+is never served by it (a new one starts; the old one exits once its forks have).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import sys
+import zlib
+
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(PACKAGE)
+# Folders of the package that hold data, not the server's code.
+DATA_DIRS = frozenset({"__pycache__", "builtin_skills", "elisp"})
+ORPHAN_CHECK = 0.5  # seconds between looks whether the Emacs that started this is still there
+
+
+def warm_dir() -> str:
+    """The folder of this user's warm servers' sockets, locks and logs."""
+    chosen = os.environ.get("AMACS_WARM_DIR")
+    if chosen:
+        return chosen
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return os.path.join(base, f"amacs-warm-{os.getuid()}")
+
+
+def private_dir(path: str) -> bool:
+    """Make PATH (mode 0700) if missing; True when it is a folder of this user's that others cannot open."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+def stamp() -> str:
+    """What the warm server must have started from: this Python, this package's sources, the venv's packages."""
+    newest, count = 0, 0
+    for folder, dirs, files in os.walk(PACKAGE):
+        dirs[:] = [d for d in dirs if d not in DATA_DIRS]
+        for name in files:
+            if name.endswith(".py"):
+                newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns)
+                count += 1
+    # The venv's packages, found from the interpreter's path (``-S`` leaves sys.prefix the base Python's).
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    site = os.path.join(venv, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+    try:
+        packages = os.stat(site).st_mtime_ns  # a package installed, removed or upgraded there
+    except OSError:
+        packages = 0
+    key = f"{sys.executable}|{PACKAGE}|{newest}|{count}|{packages}"
+    return f"{zlib.crc32(key.encode()):08x}"
+
+
+def _read_int(sock: socket.socket) -> int | None:
+    """The next 4-byte integer from SOCK, or None if it closed first."""
+    data = b""
+    while len(data) < 4:
+        chunk = sock.recv(4 - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return int(struct.unpack("!i", data)[0])
+
+
+def start_warm(directory: str, key: str) -> None:
+    """Start a warm server for KEY in DIRECTORY, in a session of its own, without waiting for it.
+
+    Its environment is this one's without secrets and AMACS's per-session settings (each
+    fork gets its launcher's); what it says goes to KEY.log there."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))
+           and not any(word in k.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))}
+    for keep in ("AMACS_WARM_DIR", "AMACS_WARM_IDLE", "AMACS_WARM_DELAY"):
+        if keep in os.environ:
+            env[keep] = os.environ[keep]
+    log = os.path.join(directory, f"{key}.log")
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); from amacs_server.warm import main; sys.exit(main())"
+    # Started by a child that exits at once: the warm server is nobody's child (no Emacs, no
+    # server waits for it or counts it among its own), in a session of its own.
+    try:
+        child = os.fork()
+    except OSError:
+        return  # no warm server: every launch starts a fresh one, as before
+    if child:
+        os.waitpid(child, 0)
+        return
+    try:
+        os.posix_spawn(sys.executable, [sys.executable, "-c", code, directory, key], env,
+                       file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                     (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                                     (os.POSIX_SPAWN_DUP2, 1, 2)],
+                       setsid=True)
+    finally:
+        os._exit(0)
+
+
+def hand_over(argv: list[str]) -> int | None:
+    """Have the warm server fork the server ARGV asks for and stand in for it until it exits: its status.
+
+    None when no warm server took it (one is started for next time)."""
+    directory = warm_dir()
+    if not private_dir(directory):
+        return None
+    key = stamp()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.path.join(directory, f"{key}.sock"))
+    except OSError:
+        sock.close()
+        start_warm(directory, key)
+        return None
+    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    try:
+        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        pid = _read_int(sock)
+    except OSError:
+        pid = None
+    if pid is None:  # the warm server went before it forked: nothing was started
+        sock.close()
+        return None
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    parent = os.getppid()
+    while True:
+        if select.select([sock], [], [], ORPHAN_CHECK)[0]:
+            status = _read_int(sock)
+            break
+        if os.getppid() != parent:
+            return 1  # Emacs is gone: closing the socket stops the fork
+    if status is None:
+        return 1  # the warm server and the fork are both gone
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed: so is this process, as Emacs would have seen the server killed
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    """A forked server if the warm server answers; else this process becomes ``python -m amacs_server``."""
+    status = hand_over(argv)
+    if status is not None:
+        return status
+    os.execv(sys.executable, [sys.executable, "-m", "amacs_server", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

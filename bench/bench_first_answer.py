@@ -1,0 +1,210 @@
+"""Launch -> the whole first reply on screen: AMACS beside gptel, each launch a fresh terminal.
+
+Each sample is a fresh tmux session (120x40) running ``sh``, in which a command is
+typed and RET pressed, as a person does; time 0 is when tmux has taken that RET.  As
+soon as the screen shows a prompt, the question ("go") is typed and sent; the sample
+ends when the reply's last word is on the screen.  The screen is read each time the
+terminal has got output (``tmux pipe-pane``), as :mod:`bench.bench_amacs_start` does.
+
+Kinds, rounds alternating (each round one sample of each, in turn):
+
+- ``amacs-returning``: ``./amacs`` on a home with history (``--ticks``, built once in
+  the RFC format and started once before the rounds), the prompt ``amacs>``, RET sends;
+- ``amacs-new``: ``./amacs`` on a new home (a fresh folder each sample): a new user's
+  first start;
+- ``gptel``: ``emacs -nw -Q`` with gptel 0.9.9.5 (``--gptel PATH``, byte-compiled once
+  into a temporary folder, as package.el installs it) loaded and its chat buffer made
+  (``M-x gptel``) in its default mode (text-mode: markdown-mode is not installed), the
+  prompt ``###``, ``C-c RET`` sends.
+
+Each launch has a fresh ``$HOME``.  The same fake model (tests/fake_anthropic.py,
+zero latency, the 400-word reply of :mod:`bench.bench_transport` in 100 chunks) answers
+both.  ``--no-warm``: AMACS's servers are started as before the warm server
+(``AMACS_WARM=0``), every sample importing the model SDK.
+
+Marks, ms after RET: ``prompt`` (the prompt is on screen), ``answer`` (the reply's last
+word is).  ``BENCH_SCREENS=FILE`` appends each screen read, with its time, to FILE.
+
+    .venv/bin/python bench/bench_first_answer.py [N] [--ticks 1000] [--gptel PATH] [--no-warm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_gptel import default_gptel  # noqa: E402
+from bench.bench_startup import build_home, loadavg  # noqa: E402
+from bench.bench_transport import REPLY_TEXT, TimedFake  # noqa: E402
+from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
+
+TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
+LAST_WORD = "word399"
+QUESTION = "go"
+KINDS = ("amacs-returning", "amacs-new", "gptel")
+PROMPTS = {"amacs": "\namacs>", "gptel": "\n###"}
+
+
+def compile_gptel(peers: Path, into: Path) -> Path:
+    """PEERS's gptel, compat and transient copied into INTO and byte-compiled (as package.el does)."""
+    for sub in ("gptel", "compat", "transient/lisp"):
+        shutil.copytree(peers / sub, into / sub, dirs_exist_ok=True)
+    dirs = [str(into / d) for d in ("compat", "transient/lisp", "gptel")]
+    load_path = " ".join(f'"{d}"' for d in dirs)
+    form = (f"(progn (setq load-path (append (list {load_path}) load-path)) "
+            f"(dolist (d (list {load_path})) (byte-recompile-directory d 0 t)))")
+    subprocess.run(["emacs", "-Q", "--batch", "--eval", form], check=True, capture_output=True)
+    return into
+
+
+def gptel_command(peers: Path, url: str) -> str:
+    """The shell command that starts Emacs with gptel loaded and its chat buffer shown."""
+    host = url.removeprefix("http://")
+    form = f"""(progn
+  (dolist (d '("gptel" "compat" "transient/lisp")) (add-to-list 'load-path (expand-file-name d "{peers}")))
+  (require 'gptel) (require 'gptel-anthropic)
+  (setq gptel-backend (gptel-make-anthropic "Fake" :host "{host}" :protocol "http"
+                        :key "sk-peer" :stream t :models '(claude-fake))
+        gptel-model 'claude-fake)
+  (switch-to-buffer (gptel "*gptel*"))
+  (delete-other-windows))"""
+    return "emacs -nw -Q --eval " + sh_quote(form)
+
+
+def sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def one_sample(kind: str, command: str, env: dict[str, str], tmp: Path, home: Path | None,
+               timeout: float = 60.0) -> dict[str, float]:
+    """Type COMMAND in a fresh terminal, the question once the prompt shows; the marks in ms."""
+    sockets = Path(tempfile.mkdtemp(prefix="amacs-bfa-", dir="/tmp"))
+    (sockets / "tmux.conf").write_text(TMUX_CONF)
+    user_home = tmp / "user-home"
+    shutil.rmtree(user_home, ignore_errors=True)
+    user_home.mkdir(parents=True)
+    tmux = ["tmux", "-S", str(sockets / "tmux"), "-f", str(sockets / "tmux.conf")]
+    env = {**env, "HOME": str(user_home), **({"AMACS_HOME": str(home)} if home else {})}
+    prompt = PROMPTS["gptel" if kind == "gptel" else "amacs"]
+    seen: dict[str, float] = {}
+    screen = ""
+    try:
+        subprocess.run([*tmux, "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", "--", "sh"],
+                       check=True, env=env, cwd=ROOT)
+        output = sockets / "output"
+        output.touch()
+        subprocess.run([*tmux, "pipe-pane", "-t", "b", "-o", f"cat >> {output}"], check=True)
+        subprocess.run([*tmux, "send-keys", "-t", "b", "-l", command], check=True)
+        time.sleep(0.3)  # the shell has echoed it; RET is the person's "now"
+        subprocess.run([*tmux, "send-keys", "-t", "b", "Enter"], check=True)
+        t0 = time.perf_counter()
+        deadline = t0 + timeout
+        size = output.stat().st_size
+        while "answer" not in seen:
+            grown = output.stat().st_size
+            if grown == size:
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"{kind}: marks {seen} after {timeout} s:\n{screen}")
+                time.sleep(0.001)
+                continue
+            size = grown
+            now = (time.perf_counter() - t0) * 1000
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "b"], capture_output=True,
+                                    text=True).stdout
+            if os.environ.get("BENCH_SCREENS"):
+                with open(os.environ["BENCH_SCREENS"], "a", encoding="utf-8") as log:
+                    log.write(f"=== {now:.0f} ms\n{screen}\n")
+            if "prompt" not in seen and prompt in screen:
+                seen["prompt"] = now
+                subprocess.run([*tmux, "send-keys", "-t", "b", "-l", QUESTION], check=True)
+                keys = ["Enter"] if kind != "gptel" else ["C-c", "Enter"]
+                subprocess.run([*tmux, "send-keys", "-t", "b", *keys], check=True)
+            if "prompt" in seen and LAST_WORD in screen:
+                seen["answer"] = now
+    finally:
+        pid = server_pid(home) if home else None
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+        wait_gone(pid)  # the server exits when its Emacs goes: not during the next sample
+    return seen
+
+
+def wait_warm(tmp: Path, env: dict[str, str], timeout: float = 120.0) -> None:
+    """Start the warm server (a launch that finds none starts one) and wait until it listens."""
+    from amacs_server.warm_launch import stamp, warm_dir
+
+    subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-S", str(ROOT / "amacs_server" / "warm_launch.py"),
+                    "--help"], env={**env, "HOME": str(tmp)}, cwd=ROOT, check=True, capture_output=True)
+    sock = Path(warm_dir()) / f"{stamp()}.sock"
+    deadline = time.monotonic() + timeout
+    while not sock.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no warm server at {sock} after {timeout} s")
+        time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("n", type=int, nargs="?", default=5)
+    parser.add_argument("--ticks", type=int, default=1000, help="ticks of history in the returning user's home")
+    parser.add_argument("--gptel", type=Path, default=default_gptel())
+    parser.add_argument("--no-warm", action="store_true", help="AMACS_WARM=0: no warm server")
+    parser.add_argument("--only", choices=KINDS, action="append")
+    args = parser.parse_args()
+    kinds = args.only or list(KINDS)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-first-answer-"))
+    subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
+    fake = TimedFake().start()
+    peers = compile_gptel(args.gptel, tmp / "peers") if "gptel" in kinds else None
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LC_"))}
+    env.update(ANTHROPIC_API_KEY="sk-ant-bench", ANTHROPIC_BASE_URL=fake.url, TERM="xterm-256color",
+               LANG="C.UTF-8", EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1", PS1="$ ")
+    if args.no_warm:
+        env["AMACS_WARM"] = "0"
+    history = tmp / "history-home"
+    try:
+        if "amacs-returning" in kinds:
+            build_home(history, args.ticks)
+            one_sample("amacs-returning", "./amacs", env, tmp, history)  # makes its git repo, memory.db
+        if not args.no_warm and any(k.startswith("amacs") for k in kinds):
+            wait_warm(tmp, env)
+        samples: dict[str, list[dict[str, float]]] = {k: [] for k in kinds}
+        load_before = loadavg()
+        for i in range(args.n):  # interleaved, so load drifts hit every kind alike
+            for kind in kinds:
+                if kind == "gptel":
+                    assert peers is not None
+                    samples[kind].append(one_sample(kind, gptel_command(peers, fake.url), env, tmp, None))
+                else:
+                    home = history if kind == "amacs-returning" else tmp / f"new-{i}"
+                    samples[kind].append(one_sample(kind, "./amacs", env, tmp, home))
+        result: dict[str, object] = {"load_before": load_before, "load_after": loadavg(), "cpus": os.cpu_count(),
+                                     "ticks": args.ticks, "warm": not args.no_warm,
+                                     "reply_chars": len(REPLY_TEXT)}
+        for kind, rows in samples.items():
+            result[kind] = {mark: summary([r[mark] for r in rows]) for mark in ("prompt", "answer")}
+        save("first_answer" + ("_cold" if args.no_warm else ""), result)
+        print("| from RET | " + " | ".join(kinds) + " |")
+        print("|---" * (len(kinds) + 1) + "|")
+        for mark in ("prompt", "answer"):
+            cells = [f"{result[k][mark]['median_ms']:.0f} / {result[k][mark]['p90_ms']:.0f}"  # type: ignore[index]
+                     for k in kinds]
+            print(f"| {mark} (median / p90 ms, n={args.n}) | " + " | ".join(cells) + " |")
+        print(f"load before {load_before}, after {result['load_after']}")
+    finally:
+        fake.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The warm server (amacs_server/warm.py) and its launcher (warm_launch.py), as real processes.
+
+A launch that finds no warm server becomes ``python -m amacs_server`` and starts one; once it
+listens, a launch is a fork of it that prints its port on the launcher's stdout, serves a home,
+and stops when the launcher is told to stop or is killed (as Emacs does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amacs_server import warm_launch
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = ROOT / "amacs_server" / "warm_launch.py"
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped) is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(check: object, timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def warm_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A private warm folder (short: a Unix socket's path is at most ~108 bytes); its warm server
+    is stopped at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="amw-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))}
+    env.update(AMACS_WARM_DIR=str(directory), AMACS_WARM_DELAY="0", AMACS_HOME=str(tmp_path / "home"),
+               AMACS_TOKEN="t" * 64, ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9")
+    yield env
+    for lock in directory.glob("*.lock"):
+        text = lock.read_text().strip()
+        if text.isdigit() and alive(int(text)) and "amacs_server.warm" in Path(f"/proc/{text}/cmdline").read_text():
+            os.kill(int(text), signal.SIGTERM)
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+def launch(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-S", str(LAUNCHER), *args], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def warm_pid(env: dict[str, str]) -> int:
+    """Start the warm server (a launch that finds none does), wait until it listens; its pid."""
+    launch(env, "--help").communicate(timeout=60)
+    directory = Path(env["AMACS_WARM_DIR"])
+    key = stamp_in(env)
+    wait_until(lambda: (directory / f"{key}.sock").exists(), what="the warm server to listen")
+    return int((directory / f"{key}.lock").read_text())
+
+
+def stamp_in(env: dict[str, str]) -> str:
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from amacs_server.warm_launch import stamp; print(stamp())"
+    return subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[1])
+
+
+def test_a_launch_without_a_warm_server_is_served_at_once_and_starts_one(warm_env: dict[str, str]) -> None:
+    out, _ = launch(warm_env, "--help").communicate(timeout=60)
+    assert out.startswith("usage: amacs-server")  # python -m amacs_server, as before
+    directory = Path(warm_env["AMACS_WARM_DIR"])
+    wait_until(lambda: list(directory.glob("*.sock")), what="the warm server it started")
+    assert oct(directory.stat().st_mode & 0o777) == "0o700"
+    log = next(directory.glob("*.log")).read_text()
+    assert "ready on" in log
+    assert "sk-ant-test" not in Path(f"/proc/{int(next(directory.glob('*.lock')).read_text())}/environ").read_text()
+
+
+def test_a_launch_is_a_fork_of_the_warm_server_serving_the_home(warm_env: dict[str, str]) -> None:
+    """The fork prints its port on the launcher's stdout, serves the home named in the launcher's
+    environment, and stops cleanly (server.json removed) when the launcher is told to stop."""
+    warm = warm_pid(warm_env)
+    proc = launch(warm_env)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline())
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    info = json.loads((home / "server.json").read_text())
+    assert info["port"] == port
+    server = info["pid"]
+    assert server != proc.pid
+    assert parent_of(server) == warm  # forked, not started afresh
+    assert f"forked server {server}" in "".join(p.read_text() for p in Path(warm_env["AMACS_WARM_DIR"]).glob("*.log"))
+    log_file = home / "logs" / "server.log"
+    wait_until(lambda: "serving on" in log_file.read_text(), what="the server to serve")
+    proc.send_signal(signal.SIGTERM)  # passed on: the fork stops as a server does
+    status = proc.wait(timeout=30)
+    wait_until(lambda: not alive(server), what="the fork to stop")
+    log = "".join(p.read_text() for p in Path(warm_env["AMACS_WARM_DIR"]).glob("*.log"))
+    assert f"server {server} ended ({status})" in log  # the fork's status is the launcher's
+    assert not (home / "server.json").exists()
+    assert "stopping on signal SIGTERM" in (home / "logs" / "server.log").read_text()
+
+
+def test_a_killed_launcher_stops_its_fork(warm_env: dict[str, str]) -> None:
+    """Emacs killed the server process (delete-process: SIGKILL): the fork sees the socket close."""
+    warm_pid(warm_env)
+    proc = launch(warm_env)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    server = json.loads((home / "server.json").read_text())["pid"]
+    proc.kill()
+    proc.wait(timeout=10)
+    wait_until(lambda: not alive(server), timeout=30, what="the fork to stop")
+
+
+def test_the_forks_status_is_the_launchers(warm_env: dict[str, str]) -> None:
+    warm_pid(warm_env)
+    proc = launch(warm_env, "--no-such-option")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --no-such-option" in err
+    key = stamp_in(warm_env)
+    assert "forked server" in (Path(warm_env["AMACS_WARM_DIR"]) / f"{key}.log").read_text()
+
+
+def test_an_idle_warm_server_exits(warm_env: dict[str, str]) -> None:
+    warm_env["AMACS_WARM_IDLE"] = "1"
+    warm = warm_pid(warm_env)
+    wait_until(lambda: not alive(warm), timeout=30, what="the idle warm server to exit")
+    assert not list(Path(warm_env["AMACS_WARM_DIR"]).glob("*.sock"))
+
+
+def test_a_folder_others_can_open_is_not_used(warm_env: dict[str, str], tmp_path: Path) -> None:
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o755)
+    open_dir.chmod(0o755)
+    assert not warm_launch.private_dir(str(open_dir))
+    warm_env["AMACS_WARM_DIR"] = str(open_dir)
+    out, _ = launch(warm_env, "--help").communicate(timeout=60)
+    assert out.startswith("usage: amacs-server")
+    time.sleep(0.5)
+    assert list(open_dir.iterdir()) == []  # no warm server was started there
+
+
+def test_a_stopped_warm_server_removes_its_socket(warm_env: dict[str, str]) -> None:
+    warm = warm_pid(warm_env)
+    os.kill(warm, signal.SIGTERM)
+    wait_until(lambda: not alive(warm), timeout=30, what="the warm server to stop")
+    assert not list(Path(warm_env["AMACS_WARM_DIR"]).glob("*.sock"))
+    assert not next(Path(warm_env["AMACS_WARM_DIR"]).glob("*.lock")).read_text()

@@ -1,0 +1,69 @@
+"""The warm server in a real terminal: ./amacs's server forked from it, the first answer at once.
+
+Each test gives the warm server a folder of its own (AMACS_WARM_DIR) and stops it at the end;
+the other terminal tests start every server afresh (AMACS_WARM=0, terminal.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
+from tests.tmux.terminal import Terminal
+
+pytestmark = pytest.mark.tmux
+
+
+@pytest.fixture
+def warm_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="amw-"))  # short: a socket's path is at most ~108 bytes
+    yield directory
+    for lock in directory.glob("*.lock"):
+        pid = lock.read_text().strip()
+        if pid.isdigit() and "amacs_server.warm" in _cmdline(int(pid)):
+            os.kill(int(pid), signal.SIGTERM)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[1])
+
+
+def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
+        terminal: Callable[..., Terminal], fake: FakeAnthropic, warm_dir: Path) -> None:
+    """A person starts ./amacs, quits, starts it again and asks at once: the second server is a fork
+    of the warm server the first start left running (no SDK import before the first request)."""
+    env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
+    first = terminal(**env)
+    deadline = time.monotonic() + 120
+    while not list(warm_dir.glob("*.sock")):
+        assert time.monotonic() < deadline, "the first start left no warm server"
+        time.sleep(0.1)
+    warm = int(next(warm_dir.glob("*.lock")).read_text())
+    first_server = json.loads((first.amacs_home / "server.json").read_text())["pid"]
+    assert _parent(first_server) != warm  # started afresh: there was none to fork it
+    first.close()
+    fake.script(Reply(agent_json("Four, from a warm fork.")))
+    second = terminal(**env)
+    server = json.loads((second.amacs_home / "server.json").read_text())["pid"]
+    assert _parent(server) == warm
+    second.type("what is 2+2?")
+    second.press("Enter")
+    second.wait_for("Four, from a warm fork.", timeout=30)
+    assert "what is 2+2?" in fake.user_texts()[-1]
