@@ -28,7 +28,6 @@ import fcntl
 import gc
 import json
 import os
-import random
 import select
 import signal
 import socket
@@ -38,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from .research.forkserver import _read_request, _watch_launcher, preload
+from .research.forkserver import become_server, preload
 from .warm_launch import stamp
 
 IDLE = 8 * 3600.0
@@ -67,37 +66,13 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
             os.close(fd)
         for other in others:
             os.close(other.detach())
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.setpgid(0, 0)  # a group of its own, as Emacs gives its processes
-        request, fds = _read_request(conn)
-        for target, fd in zip((0, 1, 2), fds, strict=False):
-            os.dup2(fd, target)
-            os.close(fd)
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        random.seed()  # a fresh process's random numbers, not the warm server's
-        _watch_launcher(conn)
-        from .__main__ import main
-
-        sys.argv = ["amacs_server", *request["argv"]]
-        status = main(list(request["argv"]))
-    except SystemExit as stop:
-        status = stop.code if isinstance(stop.code, int) else 1
+        status = become_server(conn)
     except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback
 
         traceback.print_exc()
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:  # noqa: BLE001 - Emacs is gone
-            pass
         os._exit(status)
 
 

@@ -115,11 +115,12 @@ def _watch_launcher(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="amacs-launcher-watch", daemon=True).start()
 
 
-def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
-    """In the fork: become the server the launcher on CONN asked for; never returns."""
+def become_server(conn: socket.socket) -> int:
+    """In a fork: become the server the launcher on CONN asked for (its standard streams, its
+    environment and folder, its argv) and run it; its exit status.  What went wrong is said on
+    the launcher's stderr."""
     status = 1
     try:
-        listener.close()
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)  # a group of its own, as Emacs gives its processes
@@ -132,7 +133,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
-        random.seed()  # a fresh process's random numbers, not the fork server's
+        random.seed()  # a fresh process's random numbers, not the forking server's
         _watch_launcher(conn)
         from ..__main__ import main
 
@@ -140,7 +141,7 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
         status = main(list(request["argv"]))
     except SystemExit as stop:
         status = stop.code if isinstance(stop.code, int) else 1
-    except BaseException:  # noqa: BLE001 - said on the run's stderr, then the status
+    except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback
 
         traceback.print_exc()
@@ -148,9 +149,21 @@ def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
         try:
             sys.stdout.flush()
             sys.stderr.flush()
-            conn.sendall(struct.pack("!i", status))
         except Exception:  # noqa: BLE001 - the launcher is gone
             pass
+    return status
+
+
+def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
+    """In the fork: become the server the launcher on CONN asked for; never returns."""
+    status = 1
+    try:
+        listener.close()
+        status = become_server(conn)
+        conn.sendall(struct.pack("!i", status))
+    except Exception:  # noqa: BLE001 - the launcher is gone
+        pass
+    finally:
         os._exit(status)
 
 
