@@ -488,15 +488,17 @@ while paused it is not asked about the agent it watches."
 (defun amacs-hub ()
   "Open the AMACS hub of the current connection (its shell's home)."
   (interactive)
-  (let ((buffer (or (amacs-hub--buffer)
-                    (let* ((name (amacs-hub--buffer-name (amacs-current-connection)))
-                           (old (get-buffer name)))
-                      (if (and old (with-current-buffer old (derived-mode-p 'amacs-hub-mode)))
-                          (generate-new-buffer name) ; another home's
-                        (get-buffer-create name))))))
+  (let* ((connection (amacs-current-connection))
+         (buffer (or (amacs-hub--buffer)
+                     (let* ((name (amacs-hub--buffer-name connection))
+                            (old (get-buffer name)))
+                       (if (and old (with-current-buffer old (derived-mode-p 'amacs-hub-mode)))
+                           (generate-new-buffer name) ; another home's
+                         (get-buffer-create name))))))
     (with-current-buffer buffer
       (unless (derived-mode-p 'amacs-hub-mode)
-        (amacs-hub-mode)
+        ;; The new buffer has no connection of its own yet: the mode takes the caller's.
+        (amacs-with-connection connection (amacs-hub-mode))
         ;; magit-section's hooks need a root section before the state arrives.
         (let ((inhibit-read-only t))
           (magit-insert-section (amacs-hub)

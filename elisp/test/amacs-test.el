@@ -777,6 +777,34 @@ Lisp (./amacs) says nothing."
       (delete-directory amacs-home t)
       (delete-directory other t))))
 
+;; A newcomer forked and pressed C-c C-v in the fork's shell: the hub was named
+;; after the fork but showed `amacs-home''s mind (its new buffer took the default home).
+(ert-deftest amacs-test-hub-opened-from-another-homes-shell-is-that-homes ()
+  "The hub opened from a buffer of another home's connection asks and names that home."
+  (let* ((amacs-home (make-temp-file "amacs-home-a" t))
+         (other (make-temp-file "amacs-home-b" t))
+         (amacs--connections nil) (amacs--current nil)
+         (mine (amacs-connection-for amacs-home))
+         (theirs (amacs-connection-for other))
+         (asked nil) (hub nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-when-ready) (lambda (fn) (funcall fn)))
+                  ((symbol-function 'amacs-call)
+                   (lambda (_method _args &optional _callback _errback)
+                     (push (amacs-current-connection) asked)))
+                  ((symbol-function 'pop-to-buffer) #'ignore))
+          (with-temp-buffer               ; the fork's shell, as far as the hub can tell
+            (setq amacs--buffer-connection theirs)
+            (setq hub (amacs-hub)))
+          (should (eq (buffer-local-value 'amacs--buffer-connection hub) theirs))
+          (should (eq (amacs-connection-hub theirs) hub))
+          (should-not (amacs-connection-hub mine))
+          (should (equal asked (list theirs)))
+          (should (string-match-p (regexp-quote (abbreviate-file-name other)) (buffer-name hub))))
+      (when (buffer-live-p hub) (kill-buffer hub))
+      (delete-directory amacs-home t)
+      (delete-directory other t))))
+
 ;; What a newcomer saw in tmux: a refresh put point at the top of the hub,
 ;; the mode line said it was modified, and k on an ended task said nothing.
 (defun amacs-test--hub-state (task-state)
