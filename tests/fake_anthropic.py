@@ -292,12 +292,13 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.cut is not None and n == len(pieces) // 2 and n > 0:
                 self._break_off(reply.cut)
                 return
+            at = time.time()  # before the write: the reader may be scheduled before the writer returns
             self._event(
                 "content_block_delta",
                 {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
             )
             sent += len(piece)
-            self.server.fake.chunk_log.append((time.time(), sent))
+            self.server.fake.chunk_log.append((at, sent))
             if reply.chunk_delay:
                 time.sleep(reply.chunk_delay)
         self._event("content_block_stop", {"type": "content_block_stop", "index": index})
@@ -375,7 +376,7 @@ class FakeAnthropic:
         # from the turns' requests, and answered without taking a scripted reply.
         self.probes: list[dict[str, Any]] = []
         self.cut_off: list[float] = []  # when a client closed its connection mid-answer (time.monotonic())
-        self.chunk_log: list[tuple[float, int]] = []  # (wall time, characters sent) per streamed delta
+        self.chunk_log: list[tuple[float, int]] = []  # (wall time its write began, characters sent) per streamed delta
         # The Models API: model id -> its ModelInfo (model_info()); a model named here is held to
         # what it says it accepts (400 otherwise), and its replies follow a schema asked for.
         self.models: dict[str, dict[str, Any]] = {}
