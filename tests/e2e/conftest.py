@@ -21,6 +21,15 @@ def shown_hub(stdout: str) -> str:
     return found.group(1)
 
 
+@pytest.fixture(scope="session")
+def llama(tmp_path_factory):
+    """llama.cpp's server with SmolLM2 (.venv-local), its base URL: one for the session, shared by
+    the modules that talk to a real model (starting it again for each cost seconds of load)."""
+    from tests.e2e.test_local_model import serve_llama
+
+    yield from serve_llama(tmp_path_factory)
+
+
 @pytest.fixture
 def fake():
     server = FakeAnthropic().start()

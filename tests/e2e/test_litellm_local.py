@@ -43,7 +43,6 @@ from tests.e2e.test_local_model import (  # noqa: F401
     TURN_TIMEOUT,
     events,
     git_log,
-    llama,
     long_text,
     session,
 )
@@ -107,7 +106,7 @@ class _ShimServer(ThreadingHTTPServer):
 
 
 @pytest.fixture(scope="module")
-def shim(llama: str) -> Iterator[_ShimServer]:  # noqa: F811 - the fixture imported above
+def shim(llama: str) -> Iterator[_ShimServer]:
     server = _ShimServer(("127.0.0.1", 0), _Shim)
     server.upstream, server.seen = llama.removesuffix("/v1"), []
     threading.Thread(target=server.serve_forever, daemon=True).start()

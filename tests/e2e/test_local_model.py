@@ -61,9 +61,9 @@ def wait_answering(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: 
     raise AssertionError(f"llama.cpp's server did not answer within {timeout} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama.cpp's OpenAI-compatible server on a free port of 127.0.0.1; yields its base URL."""
+def serve_llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama.cpp's OpenAI-compatible server on a free port of 127.0.0.1; yields its base URL.  The
+    fixture ``llama`` (conftest.py): one for the whole session, shared by every module that asks it."""
     python, gguf = installed()
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
