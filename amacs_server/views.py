@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .errors import Refused
+from .inference.pricing import dollars
 from .memory.active import tick_of
 from .memory.items import MemoryItem
 from .persistence.chat_log import shorten
@@ -25,6 +26,9 @@ def status(rt: Runtime) -> dict[str, object]:
     c = rt.consciousness
     # One line each, what start-up recovered from first; the shell prefixes ";; ".
     notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
+    unkept = rt.budget_unkeepable() if rt.person_limit is not None else None
+    if unkept is not None:  # a limit the person gave (AMACS_BUDGET_LIMIT, kept in the home) it cannot count
+        notes.append(f"Your budget limit of {dollars(rt.person_limit or 0.0)} is not kept: {unkept}.")
     return {
         "run_id": rt.run_id,
         "tick": c.current_tick,
