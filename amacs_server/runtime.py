@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from .config import DEMO_MODEL, LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .demo_model import DEMO_NOTE, DemoModel
 from .errors import AmacsError, Refused, Stopping
+from .face import Face
 from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
@@ -31,7 +32,7 @@ from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
-from .loop.face import Face
+from .loop.host import Settings, TurnHost
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence import person_limit, rewound_spend
@@ -63,18 +64,12 @@ from .scrub import Scrubber
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
+from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
 from .tools_mcp.hub import McpHub
+from .views import ViewHost
 
 log = logging.getLogger("amacs")
-
-
-@dataclass
-class Settings:
-    """Values Emacs sends at hello (its defcustoms)."""
-
-    max_steps: int = 8
-    eval_timeout: float = 30.0
 
 
 TurnRunner = Callable[["Runtime", str | None], Coroutine[Any, Any, None]]
@@ -277,6 +272,11 @@ class Runtime:
             monologue=self.monologue.read_tail(keep),
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
+
+    @property
+    def turn_running(self) -> bool:
+        """Whether a turn of the primary is running now."""
+        return self._turn_running
 
     def spent(self) -> float:
         """The dollars the budget counts: the mind's figure and what futures a rewind abandoned cost."""
@@ -810,3 +810,8 @@ class Runtime:
 
 
 __all__ = ["Runtime", "Settings", "ConsciousnessError"]
+
+
+def _rooms(rt: Runtime) -> tuple[TurnHost, ToolHost, ViewHost]:
+    """The Runtime is the host each room below it declares (mypy checks it here)."""
+    return rt, rt, rt

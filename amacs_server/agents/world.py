@@ -34,10 +34,10 @@ from .talk import Event as AgentEvent
 from .talk import EventType, Overloaded
 
 if TYPE_CHECKING:
+    from ..face import Face
     from ..inference.backend import ModelBackend
     from ..inference.catalog import ModelCatalog
     from ..inference.pricing import Usage
-    from ..loop.face import Face
     from ..memory.ltm import LongTermMemory
     from ..persistence.transcript import Transcript
     from ..skills import SkillLibrary

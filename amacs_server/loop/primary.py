@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
@@ -41,16 +41,14 @@ from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .host import TurnHost
 
 
 class TurnAborted(AmacsError):
     """The turn cannot go on; the message has been shown in the shell."""
 
 
-async def run_turn(rt: Runtime, text: str | None) -> None:
+async def run_turn(rt: TurnHost, text: str | None) -> None:
     """One turn, for the person's TEXT or (None) for events that woke the agent.
 
     The primary runs the one agent loop (:mod:`amacs_server.agents.loop`), a tick per step,
@@ -91,7 +89,7 @@ class PrimaryBody:
 
     allowed: frozenset[str] | None = None  # every action
 
-    def __init__(self, rt: Runtime, human: str | None) -> None:
+    def __init__(self, rt: TurnHost, human: str | None) -> None:
         self.rt = rt
         self.id = PRIMARY
         self.max_steps = rt.settings.max_steps
@@ -217,7 +215,7 @@ class PrimaryBody:
         )
 
 
-def begin(rt: Runtime, human: str | None) -> int:
+def begin(rt: TurnHost, human: str | None) -> int:
     """Event: stamp the new tick; write the human's input to disk before anything else."""
     c = rt.consciousness
     tick = c.current_tick + 1
@@ -244,7 +242,7 @@ def begin(rt: Runtime, human: str | None) -> int:
     return tick
 
 
-async def observe(rt: Runtime, tick: int | None = None) -> Context:
+async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
     thread = rt.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
@@ -281,7 +279,7 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     return fit(rt, context, tick)
 
 
-def model_note(rt: Runtime, caps: Capabilities) -> str:
+def model_note(rt: TurnHost, caps: Capabilities) -> str:
     """What the agent is told of the model in use (data in its context): its name, its window,
     and the api-settings it set that this model does not get."""
     settings = rt.consciousness.api_settings
@@ -290,7 +288,7 @@ def model_note(rt: Runtime, caps: Capabilities) -> str:
                        "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
 
 
-def fit(rt: Runtime, context: Context, tick: int | None = None) -> Context:
+def fit(rt: TurnHost, context: Context, tick: int | None = None) -> Context:
     """CONTEXT, compacted (its oldest blocks left to long-term memory) until the request it
     makes fits the model's window, by the calibrated estimate, with room for the answer.
     Each compaction is an event of TICK, the tick the context is for."""
@@ -323,7 +321,7 @@ class ContextTooLong(AmacsError):
         self.detail = detail or message  # the server's own words
 
 
-async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
+async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
     """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
 
     A request the model refuses as too long is compacted (its oldest blocks left to
@@ -384,7 +382,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
 MAX_COMPACTIONS = 3  # refusals as too long one call of a tick compacts for before the turn ends
 
 
-def too_long_line(rt: Runtime) -> str:
+def too_long_line(rt: TurnHost) -> str:
     """Why a turn ended on a context too long for the model, in one plain line."""
     window = rt.catalog.window
     return (f"the context is too long for {rt.model}'s window"
@@ -392,7 +390,7 @@ def too_long_line(rt: Runtime) -> str:
             "a shorter input, fewer MCP tools (mcp.json), or a model with a larger window will do")
 
 
-def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) -> Context:
+def _compacted(rt: TurnHost, tick: int, context: Context, err: ContextTooLong) -> Context:
     """CONTEXT made again, compacted to fit the window the refusal ERR named (or the one a
     refusal that names none shows: below the request's tokens)."""
     if err.tokens:  # the server counted this request: the estimate learns from it
@@ -421,14 +419,14 @@ def _again(remake: Callable[[], Context]) -> Context:
     return context
 
 
-def _failed(rt: Runtime, tick: int, error: str, detail: str = "") -> NoReturn:
+def _failed(rt: TurnHost, tick: int, error: str, detail: str = "") -> NoReturn:
     rt.transcript.write("model_error", {"error": error, **({"detail": detail} if detail else {})}, tick=tick)
     rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
     finish_unanswered(rt, tick, error)
     raise TurnAborted
 
 
-async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
+async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
                 may_compact: bool = False) -> ModelResult:
     """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency.
 
@@ -511,7 +509,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     return result
 
 
-def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
+def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult) -> None:
     """Record: the monologue line and the scratchpad entry (files and items), the transcript event.
 
     The files are synced by the commit worker before the tick's commit (not here)."""
@@ -531,7 +529,7 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
                                      "wrote": rt.memory.take_written()}, tick=tick)
 
 
-def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> None:
+def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> None:
     """The agent's part of the chat (agent-chat.org and its memory item), written when it is
     said: a reply the person saw outlives a tick that dies afterwards.
 
@@ -546,7 +544,7 @@ def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> N
         rt.memory.finish_chat(tick, reply)
 
 
-def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool,
+def persist(rt: TurnHost, tick: int, response: AgentResponse, *, human_written: bool,
             reply_written: bool = False, evaluated: EvalResult | None = None) -> None:
     """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
     it when it was said), the tick's eval and its result EVALUATED (``** Eval``; the chat's
@@ -573,7 +571,7 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
         rt.memory.sync_state(rt.consciousness)
 
 
-def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
+def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
     and in agent-chat.org."""
     unanswered = rt.memory.pending_tick == tick
@@ -591,14 +589,14 @@ def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
     _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
 
 
-def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
+def commit(rt: TurnHost, tick: int, response: AgentResponse) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
     c, done = rt.consciousness, rt.consciousness.last_eval_result
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 
-def _commit(rt: Runtime, message: str) -> None:
+def _commit(rt: TurnHost, message: str) -> None:
     """Write the tick state that makes the tick restorable (persistence.history) and queue the
     tick's commit of the files as they are now, at its end (in order; a failure is shown as a
     warning when it happens)."""

@@ -1,12 +1,25 @@
-"""What every brain tool shares: one error type the agent sees, and the wrapper that makes it."""
+"""Room: what every brain tool shares: one error type the agent sees, the wrapper that makes it, and
+:class:`ToolHost`, the runtime as the tools use it; may call agents, persistence, memory and state.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from ..agents.world import AgentWorld
+from ..config import Config
 from ..errors import AmacsError
+from ..memory.active import ActiveMemory
+from ..memory.ltm import LongTermMemory
+from ..persistence.git_repo import CommitWorker
+from ..persistence.scratchpad import ScratchpadLog
+from ..persistence.transcript import Transcript
+from ..skills import SkillLibrary
+from ..state.consciousness import Consciousness
+from ..threads import ThreadBook
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,3 +43,26 @@ def refusals(*kinds: type[Exception], prefix: str = "") -> Callable[[F], F]:
 
     return wrap
 
+
+
+class ToolHost(Protocol):
+    """The runtime as the brain tools use it (the Runtime is one: runtime.py checks it)."""
+
+    config: Config
+    consciousness: Consciousness
+    world: AgentWorld
+    memory: ActiveMemory
+    ltm: LongTermMemory
+    scratchpad: ScratchpadLog
+    skills: SkillLibrary
+    threads: ThreadBook
+    transcript: Transcript
+    commits: CommitWorker
+    run_id: str
+    loop: asyncio.AbstractEventLoop
+
+    def agent_set(self, name: str, value: object) -> object: ...
+
+    def sync_threads(self, *, save: bool = True) -> None: ...
+
+    def call_in_loop(self, fn: Callable[[], None]) -> None: ...
