@@ -37,6 +37,7 @@ from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence import person_limit, rewound_spend
 from .persistence.chat_log import ChatEntry, ChatLog
+from .persistence.events import ModelSwitch, Posted, Rewind
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
@@ -357,7 +358,7 @@ class Runtime:
         # The mind's budget is tick TICK's again; the money paid since stays counted.
         self.rewound_spend = rewound_spend.keep(self.config.home, spent, self.consciousness.budget.cost_so_far)
         self.person_limit = limit
-        self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
+        self.transcript.write(Rewind(to_tick=tick, ref=done.abandoned, commit=done.commit))
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
         self.tell_ticked()
@@ -505,8 +506,7 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
-                                               **({"window": window} if window else {})})
+        self.transcript.write(ModelSwitch(backend=backend, model=self.model, base_url=base_url, window=window or None))
         self.learn_model()
         self.catalog.setting_window = window or self.config.context_window or (
             self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
@@ -728,7 +728,7 @@ class Runtime:
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
         self.face.input_taken(saved=False)  # an event for the asker, not in agent-chat.org
-        self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
+        self.transcript.write(Posted(type="User", talk_id=talk_id, content=text),
                               agent=self.world.identity(agent_id))
         if agent_id == PRIMARY:
             self.wake()  # a waiting turn wakes on it; an idle primary gets a turn for it

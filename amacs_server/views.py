@@ -17,6 +17,7 @@ from .inference.pricing import Tally
 from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
 from .persistence.chat_log import ChatLog, shorten
+from .persistence.events import ModelRequest, ModelResponse
 from .persistence.git_repo import CommitWorker
 from .persistence.history import abandoned_futures
 from .persistence.transcript import Transcript
@@ -169,24 +170,25 @@ def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
 
 def agent_transcript(rt: ViewHost, agent_id: str) -> str:
     """AGENT_ID's transcript of this session as readable text, for the hub."""
-    events = rt.transcript.read(agent_id)
+    events = rt.transcript.lines(agent_id)
     if not events:
         raise Refused(f"no transcript for {agent_id!r} in this session")
     first = events[0]
-    lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
-             f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]
+    lines = [f"Transcript of {agent_id} ({first.agent_type}, template {first.template}, "
+             f"parent {first.parent_id or '-'}), run {first.run_id}", ""]
     for e in events:
-        data = e["data"]
-        if e["event"] == "model_request":
-            messages = data["request"]["messages"]
+        event = e.event
+        if isinstance(event, ModelRequest):
+            messages = event.request["messages"]
             last = messages[-1]["content"] if messages else ""
             text = last if isinstance(last, str) else "\n".join(b.get("text", "") for b in last)
             body = f"(context: {len(messages)} message(s)) last:\n{text}"
-        elif e["event"] == "model_response":
-            body = f"{data['raw']}\n  [{data['usage']['input_tokens']} in, {data['usage']['output_tokens']} out, " \
-                   f"${data['cost']:.6f}, {data['latency_ms']:.0f} ms]"
+        elif isinstance(event, ModelResponse):
+            cost = "unpriced" if event.cost is None else f"${event.cost:.6f}"
+            body = f"{event.raw}\n  [{event.usage['input_tokens']} in, {event.usage['output_tokens']} out, " \
+                   f"{cost}, {event.latency_ms:.0f} ms]"
         else:
-            body = json.dumps(data, ensure_ascii=False)
-        lines.append(f"#{e['seq']} {e['event']}" + (f" (tick {e['tick']})" if e["tick"] else ""))
+            body = json.dumps(event.data(), ensure_ascii=False, default=str)
+        lines.append(f"#{e.seq} {e.kind}" + (f" (tick {e.tick})" if e.tick else ""))
         lines.extend("  " + line for line in body.splitlines())
     return "\n".join(lines) + "\n"

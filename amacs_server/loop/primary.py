@@ -37,6 +37,22 @@ from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
+from ..persistence.events import (
+    ContextCompacted,
+    Eval,
+    Interrupted,
+    ModelAdapted,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetry,
+    Parsed,
+    ParseError,
+    Record,
+    ReplyBlocked,
+    TickEnd,
+    TickStart,
+)
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
@@ -161,12 +177,12 @@ class PrimaryBody:
         """This tick's ``* Tick`` heading is in agent-chat.org: the write-ahead wrote it."""
         return self.human is not None and self.step == 0
 
-    def note(self, event: str, data: dict[str, object]) -> None:
-        self.rt.transcript.write(event, data, tick=self.tick)
-        if event == "eval":  # its result goes to agent-chat.org with the tick (persist)
+    def note(self, event: Record) -> None:
+        self.rt.transcript.write(event, tick=self.tick)
+        if isinstance(event, Eval):  # its result goes to agent-chat.org with the tick (persist)
             self.evaluated = True
-        if event == "reply_blocked":  # the person does not see it; the agent hears why, and its turn goes on
-            self.rt.face.annotate(f"A reply was held back: {data['reason']}", "agent")
+        if isinstance(event, ReplyBlocked):  # the person does not see it; the agent hears why, and its turn goes on
+            self.rt.face.annotate(f"A reply was held back: {event.reason}", "agent")
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         rt, tick = self.rt, self.tick
@@ -194,7 +210,7 @@ class PrimaryBody:
     def interrupted(self) -> None:
         rt, tick = self.rt, self.tick
         rt.face.reply_abandon("interrupted")
-        rt.transcript.write("interrupted", {}, tick=tick)
+        rt.transcript.write(Interrupted(), tick=tick)
         # The next turn's context must not show this tick's eval (or an older one) as the last
         # result, as if it answered the person's next input: an eval cut short says it was
         # interrupted; with none under way there is no last result (a newcomer saw the agent
@@ -237,8 +253,7 @@ def begin(rt: TurnHost, human: str | None) -> int:
         rt.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
             rt.memory.begin_chat(tick, human)
-    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict(),
-                                       "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickStart(human=human, consciousness=c.to_dict(), wrote=rt.memory.take_written()), tick=tick)
     return tick
 
 
@@ -305,8 +320,7 @@ def fit(rt: TurnHost, context: Context, tick: int | None = None) -> Context:
         remake = context.remake
         context = remake()
         context.remake = remake
-        rt.transcript.write("context_compacted", {"squeeze": rt.conversation.squeeze, "window": window,
-                                                  "why": "estimate"}, tick=tick)
+        rt.transcript.write(ContextCompacted(squeeze=rt.conversation.squeeze, window=window, why="estimate"), tick=tick)
     return context
 
 
@@ -356,7 +370,7 @@ async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tup
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
         if streamer.shown:
             rt.face.reply_abandon("cut off at the length limit" if isinstance(err, AnswerCut) else "not valid JSON")
-        rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
+        rt.transcript.write(ParseError(attempt=attempt, error=str(err)), tick=tick)
         if retry_prompt is None:
             return
         if isinstance(err, AnswerCut):
@@ -373,7 +387,7 @@ async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tup
     if parsed.fallback:
         rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
                          f"retries; kept as an unparsed thought: {parsed.text[:300]!r}", "error")
-    rt.transcript.write("parsed", {"attempt": parsed.attempt, "response": parsed.response.to_dict()}, tick=tick)
+    rt.transcript.write(Parsed(attempt=parsed.attempt, response=parsed.response.to_dict()), tick=tick)
     user_message.answered(parsed.text, last.assistant_content() if last is not None and last.thinking_blocks
                           else None)
     return parsed.response, bool(streamer.shown) and not parsed.fallback
@@ -398,7 +412,7 @@ def _compacted(rt: TurnHost, tick: int, context: Context, err: ContextTooLong) -
     contradicted = rt.catalog.learn_refusal(TooLong(err.window, err.tokens),
                                             rt.catalog.estimate(request_chars(err.request)))
     if contradicted:
-        rt.transcript.write("model_adapted", {"status": contradicted}, tick=tick)
+        rt.transcript.write(ModelAdapted(status=contradicted), tick=tick)
         rt.face.annotate(contradicted, "status")
     remake, conversation = context.remake, context.conversation
     if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
@@ -407,8 +421,7 @@ def _compacted(rt: TurnHost, tick: int, context: Context, err: ContextTooLong) -
     window = rt.catalog.window
     rt.face.annotate(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
                      "its oldest part is left to long-term memory and the model is asked again.", "status")
-    rt.transcript.write("context_compacted", {"squeeze": conversation.squeeze, "window": rt.catalog.window,
-                                              "why": err.detail}, tick=tick)
+    rt.transcript.write(ContextCompacted(squeeze=conversation.squeeze, window=rt.catalog.window, why=err.detail), tick=tick)
     made = fit(rt, _again(remake), tick)
     return made
 
@@ -420,7 +433,7 @@ def _again(remake: Callable[[], Context]) -> Context:
 
 
 def _failed(rt: TurnHost, tick: int, error: str, detail: str = "") -> NoReturn:
-    rt.transcript.write("model_error", {"error": error, **({"detail": detail} if detail else {})}, tick=tick)
+    rt.transcript.write(ModelError(error=error, detail=detail or None), tick=tick)
     rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
     finish_unanswered(rt, tick, error)
     raise TurnAborted
@@ -447,8 +460,7 @@ async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streame
     def build(caps: Capabilities) -> dict[str, Any]:
         request = build_request(rt.model, system, messages, settings, caps)
         sent.append(request)
-        rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
-                                              "wrote": rt.memory.take_written()}, tick=tick)
+        rt.transcript.write(ModelRequest(request=request, read=rt.memory.shown_ids, wrote=rt.memory.take_written()), tick=tick)
         return request
 
     def on_text(delta: str) -> None:
@@ -463,11 +475,11 @@ async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streame
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             rt.face.reply_abandon("the call is retried")
         streamer.raw = streamer.shown = ""
-        rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
+        rt.transcript.write(ModelRetry(status=retry.text, seconds=retry.seconds), tick=tick)
         rt.face.retrying(retry)
 
     def said(line: str) -> None:
-        rt.transcript.write("model_adapted", {"status": line}, tick=tick)
+        rt.transcript.write(ModelAdapted(status=line), tick=tick)
         rt.face.annotate(line, "status")
 
     async def complete(request: dict[str, Any]) -> ModelResult:
@@ -494,16 +506,7 @@ async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streame
     dollars = rt.charge(result.usage)
     rt.world.counted(rt.world.primary, result.usage, dollars or 0.0)
     rt.transcript.write(
-        "model_response",
-        {
-            "raw": result.text,
-            "thinking": result.thinking,
-            "constrained": constrained(result.request),
-            "stop_reason": result.stop_reason,
-            "usage": result.usage.__dict__,
-            "cost": dollars,
-            "latency_ms": result.latency_ms,
-        },
+        ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request), stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms),
         tick=tick,
     )
     return result
@@ -525,8 +528,7 @@ def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult)
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
             rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
-    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict(),
-                                     "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickEnd(response=response.to_dict(), eval_result=result.to_dict(), wrote=rt.memory.take_written()), tick=tick)
 
 
 def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> None:

@@ -46,6 +46,14 @@ from rich.console import Console
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
+from ..persistence.events import (
+    AgentEnd,
+    AgentStart,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ParseError,
+)
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -197,8 +205,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
-    transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
-                                     "scale": [judge.low, judge.high]}, agent=me)
+    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]), agent=me)
     backend = _backend(job)
     messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
     spent: float | None = 0.0
@@ -208,20 +215,18 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
         for attempt in range(RETRIES + 1):
             request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
                                     agent_reply=False)  # a judge answers with its score, not an agent's reply
-            transcript.write("model_request", {"request": request}, agent=me)
+            transcript.write(ModelRequest(request=request), agent=me)
             try:
                 result = await backend.complete(request, stream=False)
             except InferenceError as err:
-                transcript.write("model_error", {"error": str(err)}, agent=me)
+                transcript.write(ModelError(error=str(err)), agent=me)
                 from .outcome import model_error_words
 
                 error = model_error_words(str(err), job.base_url)
                 break
             dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
             spent = None if dollars is None or spent is None else spent + dollars
-            transcript.write("model_response", {
-                "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
+            transcript.write(ModelResponse(raw=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms, thinking=getattr(result, "thinking", "") or ""),
                 agent=me)
             try:
                 score, rationale = read_answer(result.text, judge)
@@ -229,14 +234,14 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
                 break
             except ValueError as err:
                 error = "score never parsed"
-                transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=me)
+                transcript.write(ParseError(attempt=attempt, error=str(err)), agent=me)
                 messages += [{"role": "assistant", "content": result.text or "(empty)"},
                              {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
                                                          "the one JSON object asked for, and nothing else."}]
     finally:
         await backend.aclose()
-        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": spent,
-                                       "score": score}, agent=me)
+        transcript.write(AgentEnd(state="failed" if error else "done",
+                                  summary={"steps": 0, "cost": spent, "score": score}), agent=me)
         transcript.close()
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
+from ..persistence.events import ToolCall
 from ..tools_mcp import calls
 from ..tools_mcp.hub import McpError
 from .agents import Evals, caller_of
@@ -67,7 +68,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
                 "result_chars": chars, "error": error, "blocked": blocked}
         if hub is not None:
             data = hub.scrub(data)
-        rt.call_in_loop(lambda: rt.transcript.write("tool_call", data, agent=world.identity(caller)))
+        rt.call_in_loop(lambda: rt.transcript.write(ToolCall(**data), agent=world.identity(caller)))
 
     try:
         if hub is None:

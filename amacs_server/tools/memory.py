@@ -35,6 +35,7 @@ from ..memory.active import STATE_TIERS, ActiveMemory, MemoryRefused
 from ..memory.items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
 from ..memory.ltm import LtmError
 from ..memory.memid import NAME, MemId, MemIdError
+from ..persistence.events import MEMORY_CALLS
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
 from .kit import ToolError, ToolHost, refusals
@@ -221,11 +222,10 @@ def _record(rt: ToolHost, caller: str, op: Operation, args: tuple[Any, ...]) -> 
         result = _refusals(op)(rt, memory, *args)
     except ToolError as err:
         named = [a for a in args[:1] if isinstance(a, str) and name != "search"]
-        rt.transcript.write(f"memory_{name}", {"error": str(err), "mem_ids": named}, tick=tick, agent=agent)
+        rt.transcript.write(MEMORY_CALLS[name](mem_ids=named, error=str(err)), tick=tick, agent=agent)
         raise
     read, wrote = _read(name, result), memory.take_written(mark)
-    rt.transcript.write(f"memory_{name}", {"read": read, "wrote": wrote, "mem_ids": [*read, *wrote]},
-                        tick=tick, agent=agent)
+    rt.transcript.write(MEMORY_CALLS[name](mem_ids=[*read, *wrote], read=read, wrote=wrote), tick=tick, agent=agent)
     return result
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..arguments import Options, Strings, Text, checked
+from ..persistence.events import PersonAddBuffer
 from ..skills import SkillError
 from ..threads import Thread, ThreadError
 from .kit import ToolError, ToolHost, refusals
@@ -81,7 +82,7 @@ def person_add_buffer(rt: ToolHost, buffer: Text) -> dict[str, Any]:
                                         rt.consciousness.current_tick))
     assert rt.threads.active is not None
     answer = _echo(rt, rt.threads.add_buffer(rt.threads.active, buffer))
-    rt.transcript.write("person_add_buffer", {"thread": rt.threads.active, "buffer": buffer})
+    rt.transcript.write(PersonAddBuffer(thread=rt.threads.active, buffer=buffer))
     return answer
 
 
