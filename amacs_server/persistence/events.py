@@ -185,8 +185,8 @@ class Posted(Record):
 
     type: str
     content: Any = None
-    source: str | None = omitted()
-    talk_id: int | None = omitted()
+    source: str | None = None  # who sent it (None: the person, by the shell)
+    talk_id: int | None = None
 
 
 @dataclass(frozen=True)
