@@ -1,4 +1,4 @@
-"""Room: the ``amacs-server`` command line (which command runs); may call every room.
+"""The ``amacs-server`` command line: which command runs.
 
 ``python -m amacs_server [--headless] [--home DIR]`` serves (:mod:`amacs_server.serve`);
 ``amacs-server COMMAND ...`` runs one of the commands: rewind and fork (``persistence.history``),

@@ -1,6 +1,6 @@
-"""Room: Emacs as every agent sees it (:class:`Face`, a Protocol: to show things, and hands to
-evaluate elisp); may call inference and state for the types it names.  ``transport.emacs_face`` is
-the one over EPC."""
+"""Emacs as every agent sees it: a face to show things and hands to evaluate elisp.
+
+:class:`Face` is a Protocol; ``transport.emacs_face`` is the one over EPC."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Room: the server's start, life and exit (the home's server.json, its log, the runtime's build);
-may call everything below ``methods``.  ``python -m amacs_server [--headless] [--home DIR]``
-(``__main__``, above the commands, hands the server's arguments here).
+"""The server's start, life and exit: its home's server.json, its log, the runtime's build.
+
+``python -m amacs_server [--headless] [--home DIR]`` (``__main__``, above the commands, hands the
+server's arguments here).
 
 Emacs starts it with ``AMACS_TOKEN`` in the environment and reads the port
 from the first line of stdout.  Nothing else is ever printed before the port

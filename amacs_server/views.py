@@ -1,5 +1,6 @@
-"""Room: what Emacs is shown of the runtime (the status at hello, the hub, a transcript), read
-through :class:`ViewHost`; may call agents, persistence, memory, inference and state.
+"""What Emacs is shown of the runtime: the status at hello, the hub, a transcript.
+
+They read it through :class:`ViewHost`.
 
 Views read the runtime's state; they own none (runtime.py owns state, the views
 for Emacs live here).

@@ -9,6 +9,8 @@ or a top-level module (``runtime``, ``methods``...).
 
     scripts/import-graph.py            the cycles and upward imports, then each unit's edges
     scripts/import-graph.py --cycles   only the cycles and upward imports (exit 1 when there is one)
+    scripts/import-graph.py --cards    each module's room card (its docstring's first line: what it
+                                       owns) and the units it calls
 
 LAYERS says which units sit above which; tests/test_import_graph.py asserts
 there is no cycle between units and no import up the layers.
@@ -287,7 +289,24 @@ def elisp_upward(requires: dict[str, list[tuple[str, bool]]] | None = None) -> l
     return sorted(out)
 
 
+def card(path: Path) -> str:
+    """The room card of the module at PATH: its docstring's first line (what it owns)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def cards(root: Path = ROOT) -> list[tuple[str, str, list[str]]]:
+    """Each module: its card (what it owns) and the units it calls (imports), from the graph."""
+    edges = module_edges(root)
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    return [(m, card(paths[m]), sorted({unit(t) for t in edges[m]} - {unit(m)})) for m in sorted(paths)]
+
+
 def main(argv: list[str]) -> int:
+    if "--cards" in argv:  # every module's room card: what it owns; what it calls
+        for module, owns, calls in cards():
+            print(f"{module}: {owns}\n    calls: {', '.join(calls) or 'nothing of the package'}")
+        return 0
     edges = module_edges()
     found = unit_cycles(edges)
     for component, inside in found:

@@ -10,6 +10,7 @@ same for the elisp files' ``require``s.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -130,3 +131,19 @@ def test_an_elisp_require_against_the_layers_fails(tmp_path):
     assert g.elisp_upward(g.elisp_requires(tmp_path)) == [("amacs-server", "amacs")]
     (tmp_path / "amacs-new.el").write_text("(require 'amacs-transport)\n")
     assert ("amacs-new", "amacs-transport") in g.elisp_upward(g.elisp_requires(tmp_path))
+
+
+def test_every_module_opens_with_a_one_line_room_card():
+    """A module's docstring opens with one line (what the room owns) and a blank line after it;
+    ``scripts/import-graph.py --cards`` prints it with the units the module calls."""
+    g = graph()
+    long = []
+    for path in sorted(g.ROOT.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        lines = doc.strip().splitlines()
+        if not lines or len(lines[0]) > 100 or (len(lines) > 1 and lines[1].strip()):
+            long.append(str(path.relative_to(g.ROOT.parent)))
+    assert long == [], "open the docstring with one line of at most 100 characters, then a blank line"
+    rooms = {m: (owns, calls) for m, owns, calls in g.cards()}
+    assert rooms["amacs_server.persistence.events"][1] == []
+    assert "runtime" not in rooms["amacs_server.loop.primary"][1]

@@ -1,5 +1,4 @@
-"""Room: what the primary's turn uses of the runtime that runs it (:class:`TurnHost`), and the
-settings Emacs sends for it; may call agents, persistence, memory, context, inference, state.
+"""What the primary's turn uses of the runtime that runs it, and the settings Emacs sends for it.
 
 Declared here, below the runtime, so the turn names these members and not the Runtime: the
 Runtime is one TurnHost (``runtime.py`` checks it), a test's stand-in may be another."""

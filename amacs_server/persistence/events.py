@@ -1,5 +1,6 @@
-"""Room: the transcript's events, each kind declared once as a typed record (its name and fields);
-may call nothing of the package.  :class:`~.transcript.Transcript` writes them and
+"""The transcript's events, each kind declared once as a typed record: its name and its fields.
+
+:class:`~.transcript.Transcript` writes them and
 :func:`read` reads them back; the research readers name kinds and fields through them.
 
 A record's fields are the keys of its line's ``data`` (docs/ARCHITECTURE.md, Persistence and git):

@@ -1,4 +1,6 @@
-"""Transcripts: typed events as JSON lines, one file per session (docs/ARCHITECTURE.md, Persistence and git).
+"""Transcripts: typed events as JSON lines, one file per session.
+
+The design: docs/ARCHITECTURE.md, Persistence and git.
 
 Every line has the same top-level columns so DuckDB's ``read_json_auto`` or
 pandas load thousands of files without a custom parser; event-specific data is

@@ -1,5 +1,6 @@
-"""A fork server for an experiment's runs: each run's server is a new process forked from one that has
-imported everything, so a run does not pay the imports again (the model SDK alone is ~1.3 s of CPU).
+"""A fork server for an experiment's runs: each run's server forks from one that imported it all.
+
+So a run does not pay the imports again (the model SDK alone is ~1.3 s of CPU).
 
     python -m amacs_server.research.forkserver SOCKET [BACKEND...]
 

@@ -1,5 +1,6 @@
-"""``agent-history-search``: the agent asks its own history when it last touched something
-(persistence.history_search), without shelling out to git."""
+"""``agent-history-search``: the agent asks its own history when it last touched something.
+
+It reads persistence.history_search, without shelling out to git."""
 
 from __future__ import annotations
 

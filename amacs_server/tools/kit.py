@@ -1,5 +1,6 @@
-"""Room: what every brain tool shares: one error type the agent sees, the wrapper that makes it, and
-:class:`ToolHost`, the runtime as the tools use it; may call agents, persistence, memory and state.
+"""What every brain tool shares: the error the agent sees, its wrapper, the runtime as they use it.
+
+:class:`ToolError`, :func:`refusals` and :class:`ToolHost`.
 """
 
 from __future__ import annotations
