@@ -5,8 +5,7 @@ import re
 import pytest
 
 from tests.context_items import eval_result, newest_message, request_text
-from tests.e2e.agent_fakes import primary_texts, run_elisp, say, session, who
-from tests.e2e.harness import run_emacs
+from tests.e2e.agent_fakes import primary_texts, run_elisp, say, scripted_run, who
 from tests.fake_anthropic import FakeAnthropic
 
 # Elisp that opens the hub, waits for it to be drawn and prints it between HUB<< and >>.
@@ -68,16 +67,5 @@ def evals(fake):
 
 @pytest.fixture
 def scripted(fake, home):
-    """The scripted-model set-up of an e2e test: ``scripted(answer, *steps, timeout=120)``.
-
-    The fake model answers each request with ANSWER (a function of the request's body), and a
-    batch Emacs on HOME runs a shell session of STEPS (``agent_fakes.session``'s forms: send,
-    wait_text, pause...; its ``setup=`` too), with ENV added to its environment; returns the run,
-    checked."""
-
-    def run(answer, *steps, timeout=120, setup=None, **env):
-        fake.respond_with(answer)
-        program = session(*steps) if setup is None else session(*steps, setup=setup)
-        return run_emacs(home, fake.url, program, timeout=timeout, **env).check()
-
-    return run
+    """The scripted-model set-up of an e2e test (``agent_fakes.scripted_run``)."""
+    return scripted_run(fake, home)

@@ -15,6 +15,7 @@ from tests.e2e.agent_fakes import (
     primary_texts,
     run_elisp,
     say,
+    scripted_run,
     send,
     session,
     transcript,
@@ -221,7 +222,7 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
 
 def test_transcript_summary_counts(fake, home):
     """`python -m amacs_server.transcripts' loads a folder of runs into DuckDB and counts."""
-    test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home)
+    test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home, scripted_run(fake, home))
     out = subprocess.run([sys.executable, "-m", "amacs_server", "transcripts", str(home / "transcripts")],
                          capture_output=True, text=True, check=True)
     summary = json.loads(out.stdout)
