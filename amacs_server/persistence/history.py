@@ -33,6 +33,7 @@ enforced (:mod:`.person_limit`); a fork starts with the home's limit too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -490,7 +491,8 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
             db.close()
     journal = {"version": 1, "tick": tick, "from_tick": last, "commit": commit, "kept": kept,
                "ref": f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}", "run_id": f"{stamp}-rewind",
-               "cut": {rel: at for rel, (at, _data) in cut.items()}, "left": left,
+               "cut": {rel: [at, at + len(data), hashlib.sha256(data).hexdigest()] for rel, (at, data) in cut.items()},
+               "left": left,
                "spent": rewound_spend.total(home),
                "limit": person_limit.current(home) if limit is None else limit}
     path = home / REWIND_JOURNAL
@@ -498,6 +500,24 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     sync_paths([path])
     faults.point("rewind.journaled")
     return journal, note
+
+
+def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
+    """PATH without its bytes AT to END, the lines moved onto the abandoned ref, if it still holds
+    them (DIGEST is theirs: done again, this changes nothing).  What was written after END (a
+    live server's lines, a killed rewind's last words, the next start's) stays.  In place: a
+    live server's descriptor appends on."""
+    try:
+        fh = path.open("r+b")
+    except FileNotFoundError:
+        return
+    with fh:
+        fh.seek(at)
+        data = fh.read()
+        if len(data) >= end - at and hashlib.sha256(data[:end - at]).hexdigest() == digest:
+            fh.seek(at)
+            fh.write(data[end - at:])
+            fh.truncate(at + len(data) - (end - at))
 
 
 def _final_message(j: dict[str, Any]) -> str:
@@ -526,11 +546,8 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
                                "run it again once that git is done") from err
         _check_out(home, commit, state_at(home, commit, tick))
         faults.point("rewind.checked-out")
-        for rel, at in j["cut"].items():  # in place: a live server's transcript appends on
-            path = home / rel
-            if path.exists() and path.stat().st_size > at:
-                with path.open("r+b") as fh:
-                    fh.truncate(at)
+        for rel, (at, end, digest) in j["cut"].items():
+            _cut_out(home / rel, at, end, digest)
         faults.point("rewind.cut")
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, float(j["spent"]), rewound_spend.mind_spent(home))

@@ -238,3 +238,44 @@ def _first_difference(got: dict[str, Any], want: dict[str, Any]) -> str:
         if got[key] != want[key]:
             return f"{key}: {got[key]!r}\n   not {want[key]!r}"
     return "equal"
+
+
+SHELL_POINTS = ("rewind.kept", "rewind.checked-out", "rewind.memory")
+
+
+@pytest.mark.parametrize("point", SHELL_POINTS)
+def test_the_server_killed_in_a_rewind_from_the_shell(point: str, fake: FakeAnthropic, tmp_path: Path) -> None:
+    """M-x amacs-rewind, and the server (which rewinds its own home) killed at POINT: the next
+    input starts a server that finishes the rewind and says so in the shell in one line (or,
+    killed before the journal, finds the home as before and says nothing), then answers at the
+    tick that follows."""
+    from tests.e2e.harness import run_emacs
+    from tests.e2e.test_rewind_session import rewind_elisp, steps_elisp
+
+    home = tmp_path / "home"
+    said = [("say", "plain one"), ("say", "plain two"), ("say", "note the plan")]
+    program = f"""
+      (setq amacs-max-steps 20 amacs-e2e-timeout 60)
+      (amacs-e2e-open)
+      {steps_elisp(said, home)}
+      (condition-case err {rewind_elisp("plain two")}  ; to tick 1
+        (error (princ (format "REWIND-FAILED %S\\n" err))))
+      (amacs-e2e-wait-disconnect)
+      (setenv "AMACS_FAULT_POINT" nil)
+      {steps_elisp([("say", "after the crash")], home)}
+      (amacs-e2e-finish)"""
+    run = run_emacs(home, fake.url, program, timeout=150, AMACS_FAULT_POINT=point).check()
+    assert f"AMACS_FAULT_POINT {point}" in (home / "logs" / "server.log").read_text(errors="replace")
+    lines = [line for line in run.shell.splitlines() if "was cut short (its process was killed)" in line]
+    after = re.search(r'^AFTER (\d+) "after the crash"$', run.stdout, re.M)
+    assert after, run.stdout
+    if point == "rewind.kept":  # before the journal: the home as it was
+        assert lines == [] and int(after[1]) == 4, run.shell
+        assert "note the plan" in (home / "agent-chat.org").read_text()
+    else:
+        assert len(lines) == 1 and "a rewind to tick 1 was cut short" in lines[0] and "now finished" in lines[0]
+        assert int(after[1]) == 2, run.stdout
+        chat = (home / "agent-chat.org").read_text()
+        assert "plain two" not in chat.split("refs/amacs/abandoned/")[-1]
+    fsck = subprocess.run(["git", "fsck", "--full", "--no-progress"], cwd=home, capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stderr
