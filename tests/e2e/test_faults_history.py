@@ -29,6 +29,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ COMMIT_POINTS = ("commit.index-lock", "commit.indexed", "commit.tree", "commit.o
 REWIND_CASES = (*REWIND_POINTS, *COMMIT_POINTS, "ltm.commit")
 FORK_CASES = (*FORK_POINTS, *COMMIT_POINTS, "ltm.commit")
 REF = re.compile(r"refs/amacs/abandoned/[0-9T.]+-tick-\d+-to-\d+")
-CLOCK = (":system_clock", ":current_time")  # a start's own versions of the clock items: their text is its time
+# A start writes versions of the clock items when the time moved on (a second, a minute): left out.
+CLOCK = (":system_clock", ":current_time")
 SESSIONS: set[str] = set()  # the source home's transcripts (a later start's own are not compared)
 
 
@@ -110,8 +112,8 @@ def state(home: Path, *, names: dict[str, str]) -> dict[str, Any]:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         memory = {
-            "items": [(i, base, v, "CLOCK" if base.endswith(CLOCK) else text) for i, base, v, text in db.execute(
-                "SELECT id, base, version, text FROM items ORDER BY id")],
+            "items": [row for row in db.execute("SELECT id, base, version, text FROM items ORDER BY id")
+                      if not row[1].endswith(CLOCK)],
             "active": db.execute("SELECT * FROM active ORDER BY 1, 2").fetchall(),
             "tags": db.execute("SELECT * FROM tags ORDER BY 1, 2").fetchall(),
             "abandoned": [(masked(r.encode()), i, t) for r, i, t in db.execute(
@@ -135,94 +137,106 @@ def copy(source: Path, to: Path) -> Path:
     return to
 
 
-def turn(home: Path, fake: FakeAnthropic, text: str) -> tuple[list[str], int, dict[str, Any]]:
+def turn(home: Path, fake: FakeAnthropic, names: dict[str, str]) -> tuple[list[str], int, dict[str, Any]]:
     """A server started on HOME: what it said at start, the tick its next input ran at, and the
-    home as the start left it (before that input)."""
+    home as the start left it (before that input; NAMES masked)."""
     rt = runtime(home, fake.url)
     try:
-        seen = state(home, names={str(home): "HOME"})
-        asyncio.run_coroutine_threadsafe(run_turn(rt, text), rt.loop).result(60)
+        seen = state(home, names=names)
+        asyncio.run_coroutine_threadsafe(run_turn(rt, "go on"), rt.loop).result(60)
         assert rt.commits.flush(60)
         return rt.startup_notes, rt.consciousness.current_tick, seen
     finally:
         rt.stop()
 
 
-@pytest.fixture(scope="module")
-def rewound(source: Path, fake: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The home before a rewind and after one no kill cut short, each as a server's start finds it."""
-    root = tmp_path_factory.mktemp("rewound")
-    before = copy(source, root / "before")
-    after = copy(source, root / "after")
+def references(source: Path, fake: FakeAnthropic, root: Path) -> dict[str, Any]:
+    """The home before a rewind and after one no kill cut short, and a fork no kill cut short,
+    each as a server's start finds it; and the source as a fork must leave it."""
+    before, after, home = copy(source, root / "before"), copy(source, root / "after"), copy(source, root / "src")
     done = cli("rewind", str(after), "--tick", str(CUT))
     assert done.returncode == 0, done.stderr
-    return {"before": turn(before, fake, "go on")[1:], "after": turn(after, fake, "go on")[1:]}
+    done = cli("fork", str(home), "--tick", str(CUT), str(root / "fork"))
+    assert done.returncode == 0, done.stderr
+    return {"before": turn(before, fake, {str(before): "HOME"})[1:],
+            "after": turn(after, fake, {str(after): "HOME"})[1:],
+            "source": state(home, names={str(home): "SOURCE"}),
+            "fork": turn(root / "fork", fake, {str(home): "SOURCE", str(root / "fork"): "DEST"})[1:]}
 
 
-@pytest.mark.parametrize("point", REWIND_CASES)
-def test_a_rewind_killed_at(point: str, source: Path, fake: FakeAnthropic, rewound: dict[str, Any],
-                            tmp_path: Path) -> None:
-    home = copy(source, tmp_path / "home")
+def rewind_killed_at(point: str, source: Path, fake: FakeAnthropic, want: dict[str, Any], root: Path) -> None:
+    home = copy(source, root / "home")
     killed = cli("rewind", str(home), "--tick", str(CUT), point=point)
     assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stdout}{killed.stderr}"
     assert f"AMACS_FAULT_POINT {point.partition('@')[0]}" in killed.stderr
     journaled = (home / history.REWIND_JOURNAL).exists()
-    notes, tick, seen = turn(home, fake, "go on")
+    notes, tick, seen = turn(home, fake, {str(home): "HOME"})
     said = [n for n in notes if "rewind to tick" in n]
     if journaled:  # past the journal: finished by the start, and said in one line
         assert said == [f"a rewind to tick {CUT} was cut short (its process was killed) and is now finished: "
                         f"{home} is at tick {CUT}; the abandoned future is kept on git ref "
                         f"{REF.search(said[0])[0] if said else ''}"], notes
-        want, want_tick = rewound["after"][1], CUT + 1
+        want_tick, home_then = CUT + 1, want["after"][1]
     else:  # before it: nothing changed, nothing said
         assert said == [], notes
-        want, want_tick = rewound["before"][1], rewound["before"][0]
+        want_tick, home_then = want["before"]
     assert tick == want_tick
-    assert seen == want, _first_difference(seen, want)
+    assert seen == home_then, _first_difference(seen, home_then)
+
+
+def fork_killed_at(point: str, source: Path, fake: FakeAnthropic, want: dict[str, Any], root: Path) -> None:
+    home, dest = copy(source, root / "src"), root / "fork"
+    names = {str(home): "SOURCE", str(dest): "DEST"}
+    killed = cli("fork", str(home), "--tick", str(CUT), str(dest), point=point)
+    assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stdout}{killed.stderr}"
+    assert f"AMACS_FAULT_POINT {point.partition('@')[0]}" in killed.stderr
+    assert state(home, names={str(home): "SOURCE"}) == want["source"]  # a fork never changes its source
+    left = list(root.glob(".fork.forking-*"))
+    if dest.exists():  # killed once it was whole
+        assert left == [] and point == "fork.renamed"
+    else:
+        assert len(left) <= 1
+        again = cli("fork", str(home), "--tick", str(CUT), str(dest))
+        assert again.returncode == 0, again.stderr
+        removed = [line for line in again.stderr.splitlines() if "cut short" in line]
+        assert len(removed) == len(left), again.stderr
+        assert not any(p.exists() for p in left)
+    _notes, tick, seen = turn(dest, fake, names)
+    want_tick, fork_then = want["fork"]
+    assert tick == want_tick == CUT + 1
+    assert seen == fork_then, _first_difference(seen, fork_then)
+
+
+CASES = [("rewind", p) for p in REWIND_CASES] + [("fork", p) for p in FORK_CASES]
+WORKERS = 3  # each case mostly waits (a process's start, git, fsync): three at a time
 
 
 @pytest.fixture(scope="module")
-def forked(source: Path, fake: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The source home and a fork no kill cut short, as a server's start finds the fork."""
-    root = tmp_path_factory.mktemp("forked")
-    home = copy(source, root / "home")
-    dest = root / "fork"
-    done = cli("fork", str(home), "--tick", str(CUT), str(dest))
-    assert done.returncode == 0, done.stderr
-    return {"source": state(home, names={}), "fork": turn(dest, fake, "go on")[1:],
-            "names": {str(home): "SOURCE", str(dest): "DEST"}, "home": home, "dest": dest}
+def outcomes(request: pytest.FixtureRequest, source: Path, fake: FakeAnthropic,
+             tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], BaseException | None]:
+    """Run the selected cases (all, or those -k picked), WORKERS at a time: each one's failure or None."""
+    wanted = [tuple(item.callspec.params["case"]) for item in request.session.items
+              if item.module is request.module and hasattr(item, "callspec") and "case" in item.callspec.params]
+    want = references(source, fake, tmp_path_factory.mktemp("references"))
+
+    def one(case: tuple[str, str]) -> BaseException | None:
+        what, point = case
+        try:
+            (rewind_killed_at if what == "rewind" else fork_killed_at)(
+                point, source, fake, want, tmp_path_factory.mktemp(re.sub(r"[^a-z0-9]+", "-", f"{what}-{point}")))
+        except BaseException as err:  # noqa: BLE001 - raised in the case's test
+            return err
+        return None
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        return dict(zip(wanted, pool.map(one, wanted), strict=True))
 
 
-@pytest.mark.parametrize("point", FORK_CASES)
-def test_a_fork_killed_at(point: str, source: Path, fake: FakeAnthropic, forked: dict[str, Any],
-                          tmp_path: Path) -> None:
-    # The same paths as the fork never killed (the fork's commit names its source): moved aside meanwhile.
-    home, dest = forked["home"], forked["dest"]
-    aside = tmp_path / "aside"
-    os.replace(dest, aside)
-    try:
-        before = state(home, names={})
-        killed = cli("fork", str(home), "--tick", str(CUT), str(dest), point=point)
-        assert killed.returncode == -signal.SIGKILL, f"not killed at {point}: {killed.stdout}{killed.stderr}"
-        assert f"AMACS_FAULT_POINT {point.partition('@')[0]}" in killed.stderr
-        assert state(home, names={}) == before  # a fork never changes its source
-        left = list(dest.parent.glob(f".{dest.name}.forking-*"))
-        if dest.exists():  # killed once it was whole
-            assert left == [] and point == "fork.renamed"
-        else:
-            assert [p.name for p in left] == [f".{dest.name}.forking-{p.name.rpartition('-')[2]}" for p in left]
-            again = cli("fork", str(home), "--tick", str(CUT), str(dest))
-            assert again.returncode == 0, again.stderr
-            removed = [line for line in again.stderr.splitlines() if "cut short" in line]
-            assert len(removed) == len(left) == (1 if left else 0), again.stderr
-            assert not any(p.exists() for p in left)
-        _notes, tick, seen = turn(dest, fake, "go on")
-        want_tick, want = forked["fork"]
-        assert tick == want_tick == CUT + 1
-        assert seen == want, _first_difference(seen, want)
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(aside, dest)
+@pytest.mark.parametrize("case", CASES, ids=[f"{w}-{p}" for w, p in CASES])
+def test_killed_at(case: tuple[str, str], outcomes: dict[tuple[str, str], BaseException | None]) -> None:
+    failure = outcomes[tuple(case)]
+    if failure is not None:
+        raise failure
 
 
 def _first_difference(got: dict[str, Any], want: dict[str, Any]) -> str:
