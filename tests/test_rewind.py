@@ -893,6 +893,10 @@ def test_a_rewind_refuses_a_damaged_home_in_one_line_before_changing_anything(tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "memory.db is damaged" in err and "nothing was changed" in err, err
     assert looks() == was
+    assert server_main(["fork", str(home), "--tick", "1", str(tmp_path / "f")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "memory.db is damaged" in err and "then fork again" in err, err
+    assert list(tmp_path.iterdir()) == [home]  # no DEST, nothing left beside it
     (home / "memory.db").write_bytes(good)
     state = (home / history.STATE_FILE).read_bytes()
     (home / history.STATE_FILE).write_text("{ not json")

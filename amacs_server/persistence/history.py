@@ -432,6 +432,25 @@ def _record(home: Path, tick: int, heading: str, text: str, event: str, data: di
 REWIND_JOURNAL = ".git/amacs-rewind.json"
 
 
+def _refuse_damaged_memory(home: Path, doing: str) -> None:
+    """HistoryError, in one line, if HOME's memory.db is damaged (before anything is done)."""
+    db_path = home / "memory.db"
+    if not db_path.exists():
+        return
+    try:
+        db = sqlite3.connect(db_path)
+        try:
+            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as err:
+        problem = str(err)
+    if problem != "ok":
+        raise HistoryError(f"refused: {db_path} is damaged ({' '.join(str(problem).split())[:120]}); nothing "
+                           "was changed. Start AMACS on this home once (it moves a damaged memory.db aside and "
+                           f"rebuilds it), then {doing} again")
+
+
 def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
     """HistoryError, in one line, if HOME's tick state or memory.db is damaged or git is busy in
     it; checked before anything changes.  Returns the note of a stale git lock removed, or None."""
@@ -439,20 +458,7 @@ def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
     if state.exists() and read_state(home) is None:
         raise HistoryError(f"refused: {state} is damaged (it does not read as a tick state); nothing was "
                            f"changed. Restore it (git -C {home} checkout HEAD -- {STATE_FILE}), then rewind again")
-    db_path = home / "memory.db"
-    if db_path.exists():
-        try:
-            db = sqlite3.connect(db_path)
-            try:
-                problem = db.execute("PRAGMA quick_check").fetchone()[0]
-            finally:
-                db.close()
-        except sqlite3.DatabaseError as err:
-            problem = str(err)
-        if problem != "ok":
-            raise HistoryError(f"refused: {db_path} is damaged ({' '.join(str(problem).split())[:120]}); nothing "
-                               "was changed. Start AMACS on this home once (it moves a damaged memory.db aside and "
-                               "rebuilds it), then rewind again")
+    _refuse_damaged_memory(home, "rewind")
     try:
         return repo.clear_stale_lock()
     except CommitError as err:
@@ -662,47 +668,52 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
+        _refuse_damaged_memory(home, "fork")
         dest.parent.mkdir(parents=True, exist_ok=True)
         cleared = _clear_cut_short(dest)
         made = dest.parent / f"{_FORKING.format(dest.name)}{os.getpid()}"
         made.mkdir(mode=0o700)
-        # Until the fork is whole: no server starts on the folder it is made in.
-        (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
-        faults.point("fork.made")
-        # A repository of its own holding the history up to the tick only: no later object, ref
-        # or reflog entry of HOME (a clone would share them all).
-        _git(made, "init", "--quiet")
-        _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
-        _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
-        faults.point("fork.fetched")
-        _check_out(made, commit, state)
-        faults.point("fork.checked-out")
-        limit = person_limit.current(home) if limit is None else limit
-        if limit is not None:
-            person_limit.write(made, limit)
-        for name in SETTINGS:
-            if (home / name).exists():
-                shutil.copy2(home / name, made / name)
-        faults.point("fork.settings")
-        if (home / "memory.db").exists():
-            src = sqlite3.connect(home / "memory.db")
-            target = sqlite3.connect(made / "memory.db")
-            try:
-                src.backup(target)  # a consistent copy, also while the home's server writes
-            finally:
-                target.close()
-                src.close()
-            faults.point("fork.copied")
-            _memory_at(made / "memory.db", state, None)
-            _forget_deleted(made / "memory.db")
-            faults.point("fork.memory")
-        _record(made, tick, "Forked", f"Forked from {home} at this tick.", "fork",
-                {"from_home": str(home), "at_tick": tick, "from_commit": commit})
-        faults.point("fork.recorded")
-        sha, _ = HomeRepo(made).commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
-        faults.point("fork.committed")
-        (made / FORK_UNFINISHED).unlink()
-        sync_paths([p for p in made.rglob("*") if p.is_file()])
+        try:
+            # Until the fork is whole: no server starts on the folder it is made in.
+            (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
+            faults.point("fork.made")
+            # A repository of its own holding the history up to the tick only: no later object, ref
+            # or reflog entry of HOME (a clone would share them all).
+            _git(made, "init", "--quiet")
+            _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+            _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
+            faults.point("fork.fetched")
+            _check_out(made, commit, state)
+            faults.point("fork.checked-out")
+            limit = person_limit.current(home) if limit is None else limit
+            if limit is not None:
+                person_limit.write(made, limit)
+            for name in SETTINGS:
+                if (home / name).exists():
+                    shutil.copy2(home / name, made / name)
+            faults.point("fork.settings")
+            if (home / "memory.db").exists():
+                src = sqlite3.connect(home / "memory.db")
+                target = sqlite3.connect(made / "memory.db")
+                try:
+                    src.backup(target)  # a consistent copy, also while the home's server writes
+                finally:
+                    target.close()
+                    src.close()
+                faults.point("fork.copied")
+                _memory_at(made / "memory.db", state, None)
+                _forget_deleted(made / "memory.db")
+                faults.point("fork.memory")
+            _record(made, tick, "Forked", f"Forked from {home} at this tick.", "fork",
+                    {"from_home": str(home), "at_tick": tick, "from_commit": commit})
+            faults.point("fork.recorded")
+            sha, _ = HomeRepo(made).commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+            faults.point("fork.committed")
+            (made / FORK_UNFINISHED).unlink()
+            sync_paths([p for p in made.rglob("*") if p.is_file()])
+        except BaseException:
+            shutil.rmtree(made, ignore_errors=True)  # failed (not killed): nothing of it is left
+            raise
         os.rename(made, dest)  # whole, at once (over DEST when it is an empty folder)
         sync_paths([dest])
         faults.point("fork.renamed")
