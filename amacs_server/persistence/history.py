@@ -51,6 +51,7 @@ from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
 from . import person_limit, rewound_spend
+from .events import Fork, Record, Rewind
 from .git_repo import CommitError, HomeRepo, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
@@ -405,18 +406,17 @@ def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: st
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
 
 
-def _record(home: Path, tick: int, heading: str, text: str, event: str, data: dict[str, Any],
-            run_id: str | None = None) -> None:
+def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_id: str | None = None) -> None:
     """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript
     (RUN_ID's: made anew, when the step is done again)."""
     from .chat_log import ChatLog  # noqa: PLC0415
 
     ChatLog(home / "agent-chat.org").log.append(f"** {heading}\n{text}\n\n")
-    run_id = run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event}"
+    run_id = run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event.kind}"
     (home / "transcripts" / f"{run_id}.jsonl").unlink(missing_ok=True)
     transcript = Transcript(home / "transcripts", run_id)
     try:
-        transcript.write(event, data, tick=tick)
+        transcript.write(event, tick=tick)
     finally:
         transcript.close()
 
@@ -566,8 +566,8 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
                 f"({j['left']} memory item versions of it in memory.db's abandoned_items).",
-                "rewind", {"to_tick": tick, "from_tick": j["from_tick"], "ref": ref,
-                           "abandoned_versions": j["left"]}, run_id=str(j["run_id"]))
+                Rewind(to_tick=tick, from_tick=j["from_tick"], ref=ref, abandoned_versions=int(j["left"])),
+                run_id=str(j["run_id"]))
         faults.point("rewind.recorded")
         sha, _ = HomeRepo(home).commit(tracked(home), _final_message(j))
         faults.point("rewind.committed")
@@ -704,8 +704,8 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                 _memory_at(made / "memory.db", state, None)
                 _forget_deleted(made / "memory.db")
                 faults.point("fork.memory")
-            _record(made, tick, "Forked", f"Forked from {home} at this tick.", "fork",
-                    {"from_home": str(home), "at_tick": tick, "from_commit": commit})
+            _record(made, tick, "Forked", f"Forked from {home} at this tick.",
+                    Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")
             sha, _ = HomeRepo(made).commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
             faults.point("fork.committed")
