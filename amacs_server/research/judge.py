@@ -46,6 +46,14 @@ from rich.console import Console
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
+from ..persistence.events import (
+    AgentEnd,
+    AgentStart,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ParseError,
+)
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -219,8 +227,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
-    transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
-                                     "scale": [judge.low, judge.high]}, agent=me)
+    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]), agent=me)
     backend = _backend(job)
     messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
     spent: float | None = 0.0
@@ -237,11 +244,11 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             form = answer_format(judge, forms[0])
             if form is not None:
                 request["extra_body"] = {"response_format": form}
-            transcript.write("model_request", {"request": request}, agent=me)
+            transcript.write(ModelRequest(request=request), agent=me)
             try:
                 result = await backend.complete(request, stream=False)
             except InferenceError as err:
-                transcript.write("model_error", {"error": str(err)}, agent=me)
+                transcript.write(ModelError(error=str(err)), agent=me)
                 if form is not None and err.status in (400, 422):  # the form refused (422: said with a 500)
                     forms.pop(0)
                     continue
@@ -251,25 +258,24 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
                 break
             dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
             spent = None if dollars is None or spent is None else spent + dollars
-            transcript.write("model_response", {
-                "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
-                agent=me)
+            transcript.write(ModelResponse(raw=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__,
+                                           cost=dollars, latency_ms=result.latency_ms,
+                                           thinking=getattr(result, "thinking", "") or ""), agent=me)
             try:
                 score, rationale = read_answer(result.text, judge)
                 error = None
                 break
             except ValueError as err:
                 error = "score never parsed"
-                transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=me)
+                transcript.write(ParseError(attempt=attempt, error=str(err)), agent=me)
                 messages += [{"role": "assistant", "content": result.text or "(empty)"},
                              {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
                                                          "the one JSON object asked for, and nothing else."}]
                 attempt += 1
     finally:
         await backend.aclose()
-        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": spent,
-                                       "score": score}, agent=me)
+        transcript.write(AgentEnd(state="failed" if error else "done",
+                                  summary={"steps": 0, "cost": spent, "score": score}), agent=me)
         transcript.close()
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
