@@ -270,13 +270,16 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    caps = await rt.catalog.current()
-    model = rt.memory.notice("model", model_note(rt, caps))
+    model = rt.memory.notice("model", model_note(rt, rt.catalog.caps))
 
     def remake() -> Context:
         return assemble(snap, rt.conversation, c.active_thread, depths, model, rt.memory.notice)
 
     context = remake()
+    chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
+    if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
+        model = rt.memory.notice("model", model_note(rt, await rt.catalog.current()))
+        context = remake()
     context.remake = remake
     return fit(rt, context, tick)
 
@@ -478,7 +481,8 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                                          on_thinking=rt.face.thinking_delta)
 
     try:
-        result: ModelResult = await call_adapting(rt.catalog, build, complete, said)
+        result: ModelResult = await call_adapting(rt.catalog, build, complete, said, settings=settings,
+                                                  chars=len(system) + request_chars({"messages": messages}))
     except InferenceError as err:
         refusal = too_long(err.detail, err.status)
         if refusal is not None and may_compact:
