@@ -806,6 +806,35 @@ greeting and by the line saying the server restarted."
                                   (split-string text "\n"))
                      1)))))))
 
+(ert-deftest amacs-shell-test-files-an-eval-writes-or-deletes-are-listed-with-no-primitive-advised ()
+  "Keeping a file's bytes by advising `write-region' compiled a trampoline at the first eval
+of each session (about a second before the demo's first reply went on; every session under
+EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION).  The eval's file name handler sees the writes,
+also from compiled code (`save-buffer'), and the deletes."
+  (amacs-shell-test--with-shell
+    (let* ((amacs-eval-confirm nil)
+           (dir (make-temp-file "amacs-changes" t))
+           (kept (expand-file-name "kept.org" dir))
+           (gone (expand-file-name "gone.org" dir)))
+      (unwind-protect
+          (progn
+            (with-temp-file kept (insert "one\n"))
+            (with-temp-file gone (insert "a\nb\n"))
+            (should (equal (plist-get (amacs-shell-test--eval
+                                       (format "(progn (with-current-buffer (find-file-noselect %S) (goto-char (point-max)) (insert \"two\\n\") (save-buffer) (kill-buffer)) (delete-file %S) 'ok)"
+                                               kept gone))
+                                      :result)
+                           "ok"))
+            (amacs-changes--on-turn-done nil)
+            (should (string-match-p (regexp-quote (format "▸ changed: %s (file, +1 line), %s (file deleted, −2 lines)"
+                                                          (abbreviate-file-name kept) (abbreviate-file-name gone)))
+                                    (amacs-shell-test--text)))
+            ;; Only `amacs-eval-confirm' `writes' advises them (its own test installs that).
+            (dolist (primitive '(write-region delete-file))
+              (advice-mapc (lambda (_ properties) (should (eq (alist-get 'name properties) 'amacs-eval-ask)))
+                           primitive)))
+        (delete-directory dir t)))))
+
 (ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()
   "In a fresh HOME the native compiler wrote its job to /tmp/emacs-async-comp-*.el during the
 demo's first eval, and the turn listed it as the agent's new file."
