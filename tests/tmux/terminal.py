@@ -44,7 +44,7 @@ class Terminal:
     """One ``./amacs`` in a tmux session of its own, on a private tmux socket."""
 
     def __init__(self, tmp: Path, base_url: str, width: int = 120, height: int = 40,
-                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> None:
         self.width, self.height = width, height
         self.args = args  # ./amacs's own, before the test's --eval (./amacs --local)
         self.home = tmp / "user-home"
@@ -56,8 +56,9 @@ class Terminal:
         self._env = self._environment(base_url, env or {})
         self._pane_pid: int | None = None
 
-    def _environment(self, base_url: str, extra: dict[str, str]) -> dict[str, str]:
-        """The caller's environment without its AMACS/Anthropic/tmux settings, plus the test's."""
+    def _environment(self, base_url: str, extra: dict[str, str | None]) -> dict[str, str]:
+        """The caller's environment without its AMACS/Anthropic/tmux settings, plus the test's
+        (a name given None is left out: ``./amacs``'s own choice, as a newcomer's shell has)."""
         dropped = ("ANTHROPIC_", "AMACS_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LINES", "COLUMNS", "LC_")
         env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         env.update(
@@ -74,7 +75,11 @@ class Terminal:
             # that want one say AMACS_WARM=1 and give it a folder of its own).
             AMACS_WARM="0",
         )
-        env.update(extra)
+        for name, value in extra.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         return env
 
     # Starting and stopping
