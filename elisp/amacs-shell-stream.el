@@ -169,14 +169,15 @@ gives the line its result."
       (let ((start (copy-marker amacs-shell--out nil)))
         (amacs-shell--insert-output
          (propertize (concat "▸ eval "
-                             (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
-                                                              (- (amacs-shell--width) 25))))
+                             (amacs-shell--one-line (amacs-shell--for-person form)
+                                                    (min amacs-shell-eval-preview-chars
+                                                         (- (amacs-shell--width) 25))))
                      'font-lock-face 'amacs-shell-eval 'amacs-eval id
                      'help-echo "TAB or RET: show the form and its result"))
         (put id 'amacs-pending (copy-marker amacs-shell--out nil))
         (amacs-shell--insert-output (propertize (substitute-command-keys " … (\\[keyboard-quit] stops it)")
                                                 'font-lock-face 'amacs-shell-eval 'amacs-eval id))
-        (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--pretty form)
+        (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--for-person (amacs-shell--pretty form))
                                                               'font-lock-constant-face))
         (put id 'amacs-summary start)
         (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
@@ -232,15 +233,15 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
          (details-end (get id 'amacs-details-end))
          (ok (plist-get result :success))
          (face (if ok 'amacs-shell-eval 'amacs-shell-eval-error))
-         (value (if ok (or (plist-get result :result) "nil")
-                  (concat "error: " (or (plist-get result :error) "?")))))
+         (error (amacs-shell--for-person (or (plist-get result :error) "?")))
+         (value (if ok (amacs-shell--for-person (or (plist-get result :result) "nil"))
+                  (concat "error: " error))))
     (when (and start (marker-buffer start))
       (amacs-shell--editing
         (goto-char details-end)
         (insert (amacs-shell--output-props
                  (amacs-shell--eval-detail
-                  id (concat (if ok "⇒ " "error: ")
-                             (string-trim-right (if ok value (or (plist-get result :error) "?"))))
+                  id (concat (if ok "⇒ " "error: ") (string-trim-right (if ok value error)))
                   (if ok 'default 'amacs-shell-error))))
         (let* ((pending (get id 'amacs-pending))
                (used (- pending start)))
@@ -266,7 +267,7 @@ NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
 its arguments and its whole result."
   (when (equal (amacs-shell-turn-eval-agent (amacs-shell--turn)) "primary")
     (let ((id (intern (format "amacs-tool-%d" (setq amacs-shell--tool-count (1+ amacs-shell--tool-count)))))
-          (shown (if error (concat "error: " error) (amacs--print-result value)))
+          (shown (amacs-shell--for-person (if error (concat "error: " error) (amacs--print-result value))))
           (face (if error 'amacs-shell-eval-error 'amacs-shell-eval)))
       (amacs-shell--editing
         (add-to-invisibility-spec id)

@@ -689,6 +689,20 @@ server was last told; not when they did not."
     (should (string-match-p "▸ eval (car 1) → error: Wrong type argument" (amacs-shell-test--text)))
     (should (eq (amacs-shell-test--face-at "▸ eval (car 1)") 'amacs-shell-eval-error))))
 
+(ert-deftest amacs-shell-test-memory-addresses-show-without-their-eot-marks ()
+  "A newcomer read `:mem-id \"<EOT>amacs-instance-1:primary:thread.demo-tour:1<EOT>\"' in the
+demo's first eval result: the marks are the agent's, which gets them back as they were."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm nil))
+      (should (equal (amacs-shell-test--eval "(list :mem-id \"<EOT>a:primary:x:1<EOT>\" :n 1)")
+                     '(:success t :result "(:mem-id \"<EOT>a:primary:x:1<EOT>\" :n 1)")))
+      (should (string-match-p "▸ eval (list :mem-id \"a:primary:x:1\" :n 1) → (:mem-id \"a:primary:x:1\" :n 1)\n"
+                              (amacs-shell-test--text)))
+      (should (string-match-p "⇒ (:mem-id \"a:primary:x:1\" :n 1)" (amacs-shell-test--text)))
+      (setq amacs-shell-test--calls nil)
+      (amacs-shell-test--eval "(error \"No item <EOT>a:primary:y:2<EOT>\")")
+      (should-not (string-search "<EOT>" (amacs-shell-test--text))))))
+
 (ert-deftest amacs-shell-test-eval-confirm-accept-and-decline ()
   "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result.
 While it asks, the header says so, not that the eval runs (a newcomer's finding)."
