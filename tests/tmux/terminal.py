@@ -29,10 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "amacs> "
 TEST_KEY = "sk-ant-test-SECRET-tmux-0123456789"
+# remain-on-exit: the terminal stays once Emacs quits; a few rows of history: what ./amacs says
+# then (Terminal.history).
 TMUX_CONF = """\
 set -g status off
 set -g remain-on-exit on
-set -g history-limit 0
+set -g history-limit 50
 """
 
 
@@ -135,6 +137,10 @@ class Terminal:
     def screen(self) -> str:
         """What the terminal shows, one line per screen row (trailing blanks removed)."""
         return self._tmux("capture-pane", "-p", "-t", "amacs")
+
+    def history(self) -> str:
+        """The rows scrolled above the screen (the terminal after Emacs quit), oldest first."""
+        return self._tmux("capture-pane", "-p", "-S", "-200", "-E", "-1", "-t", "amacs")
 
     def screen_with_escapes(self) -> str:
         """The screen with its colour and attribute escape sequences."""
