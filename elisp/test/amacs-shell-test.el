@@ -703,6 +703,35 @@ demo's first eval result: the marks are the agent's, which gets them back as the
       (amacs-shell-test--eval "(error \"No item <EOT>a:primary:y:2<EOT>\")")
       (should-not (string-search "<EOT>" (amacs-shell-test--text))))))
 
+(ert-deftest amacs-shell-test-eval-lines-are-refitted-when-the-window-narrows ()
+  "After M-x amacs-fork split the frame, the first shell's eval lines, cut for the whole width,
+wrapped over two or three lines each in its half.  Refitted, each keeps one line, and its arrow."
+  (amacs-shell-test--with-shell
+    (delete-other-windows)
+    (let ((amacs-eval-confirm nil)
+          (lines (lambda ()
+                   (seq-filter (lambda (line) (string-match-p "^[▸▾] eval" line))
+                               (split-string (amacs-shell-test--text) "\n")))))
+      (should (memq #'amacs-shell--refit window-size-change-functions))
+      (amacs-shell-test--eval (format "(list %S %S)" (make-string 70 ?a) (make-string 70 ?b)))
+      (amacs-shell-test--eval "(make-string 90 ?c)")
+      (goto-char (point-min))
+      (search-forward "▸ eval (make-string")
+      (amacs-shell-toggle)              ; shown: ▾
+      (let ((wide (funcall lines)))
+        (should (= (length wide) 2))
+        (should (> (string-width (car wide)) 60))
+        (split-window-right 50)           ; as the 100-column terminal of the newcomer, halved
+        (amacs-shell--refit (selected-window))
+        (let ((narrow (funcall lines))
+              (width (window-body-width)))
+          (should (= (length narrow) 2))
+          (dolist (line narrow) (should (< (string-width line) width)))
+          (should (string-prefix-p "▾ eval (make-string" (cadr narrow))))
+        (delete-other-windows)
+        (amacs-shell--refit (selected-window))
+        (should (equal (funcall lines) wide))))))
+
 (ert-deftest amacs-shell-test-eval-confirm-accept-and-decline ()
   "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result.
 While it asks, the header says so, not that the eval runs (a newcomer's finding)."
@@ -1332,6 +1361,27 @@ shell's turn is busy, and the next one is asked for after a gap."
         (amacs-render-preload)
         (should (= n (length amacs--render-preload-queue))))
       (should (eq amacs--render-preload-timer 'idle-timer)))))
+
+(ert-deftest amacs-shell-test-the-resumed-line-stands-above-the-exchanges-it-names ()
+  "A newcomer read \"Resumed: the last exchanges\" under them, as if it named what came next.
+A rewind's own line says what follows it; no second one."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:recent ((:human "q" :agent "A.")) :key-ok t)
+      (amacs-shell--greet))
+    (should (string-prefix-p (concat ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all):\n"
+                                     "amacs> q\n\nA.\n")
+                             (amacs-shell-test--text)))
+    (should (= (cl-count-if (lambda (line) (string-prefix-p ";; Resumed" line))
+                            (split-string (amacs-shell-test--text) "\n"))
+               1))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args)
+                 (pcase method
+                   ('rewind '(:line "rewound to tick 1"))
+                   ('status '(:recent ((:human "q" :agent "A.")) :key-ok t))))))
+      (amacs-rewind 1))
+    (should (string-suffix-p ";; rewound to tick 1. The conversation up to there:\namacs> q\n\nA.\n\namacs> "
+                             (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-resumed-exchanges-render-as-live-ones ()
   "A newcomer's finding: resumed exchanges were greyed raw markup (*bold*, ~code~).

@@ -60,3 +60,20 @@ def test_amacs_demo_streams_evaluates_and_is_interrupted_within_seconds(terminal
     term.wait_for("⟳ task-1 (researcher)", timeout=15, what="a subagent's line while it works")
     term.wait_for("✓ task-2 (researcher) done", timeout=20, what="the subagents done")
     assert time.monotonic() - began < 60
+
+
+def test_eval_lines_keep_to_one_line_when_the_window_narrows(terminal):
+    """A newcomer's fork split the frame: the first shell's eval lines, cut for 100 columns,
+    wrapped over two or three rows in its half.  Refitted to the half, each keeps one row."""
+    term = terminal(width=100, height=32, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    term.type("help")
+    term.press("Enter")
+    term.wait_for("▸ eval (condition-case nil (agent-create-thread", timeout=30, what="the tour's eval line")
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
+    assert len(next(r for r in term.lines() if r.startswith("▸ eval"))) > 60
+    term.press("C-x 3")  # as a fork's shell opens beside this one
+    screen = term.wait_for(lambda s: s.count("▸ eval (condition-case") == 2, what="the shell in both halves")
+    for row in screen.splitlines():
+        if "▸ eval" in row:  # Emacs ends a row that wraps with a backslash, in each half
+            left, _, right = row.partition("|")
+            assert not left.rstrip().endswith("\\") and not right.rstrip().endswith("\\"), screen
