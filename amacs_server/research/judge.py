@@ -209,6 +209,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
                                     agent_reply=False)  # a judge answers with its score, not an agent's reply
             transcript.write("model_request", {"request": request}, agent=me)
+            faults.point("judge.asked")
             try:
                 result = await backend.complete(request, stream=False)
             except InferenceError as err:
