@@ -314,21 +314,8 @@ def test_kill_at(point: str, cases: dict[str, Case]) -> None:
     at_crash = shown(run.stdout, "SHOWN-AT-CRASH")
     if at_crash:  # a reply was shown in the turn the kill cut: the shell does not say it got none
         assert "got no reply" not in shell and "before the agent replied" not in shell, shell
-    # -- the home is sound ------------------------------------------------------------------------
-    fsck = git(home, "fsck", "--full", "--no-progress")
-    assert fsck.returncode == 0 and not re.search(r"^(error|missing|broken|bad)", fsck.stdout + fsck.stderr, re.M), \
-        fsck.stdout + fsck.stderr
-    db = sqlite3.connect(home / "memory.db")
-    try:
-        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    finally:
-        db.close()
-    # -- nothing blocks the next tick -------------------------------------------------------------
-    assert not list((home / ".git").rglob("*.lock")), list((home / ".git").rglob("*.lock"))
-    newest = max(ticks)
-    subject = git(home, "log", "-1", "--format=%s").stdout
-    assert subject.startswith(f"[TICK {newest}]"), subject
-    assert git(home, "status", "--porcelain", "--untracked-files=no").stdout == ""
+    # -- the home is sound, and nothing blocks the next tick ------------------------------------------
+    sound(home)
     if name in LOCK_POINTS:
         assert "removed a stale .git/" in shell and "that no running git held" in shell, shell
         assert "git is busy" not in shell
