@@ -7,9 +7,10 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,23 +24,27 @@ from .config import DEMO_MODEL, LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .demo_model import DEMO_NOTE, DemoModel
 from .errors import AmacsError, Refused, Stopping
+from .face import Face
 from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local
+from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local, price_for
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
-from .loop.face import Face
+from .loop.host import Settings, TurnHost
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence import person_limit, rewound_spend
 from .persistence.chat_log import ChatEntry, ChatLog
+from .persistence.events import ModelSwitch, Posted, Rewind
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
+    HistoryError,
     active_rows,
     file_sizes,
+    finish_unfinished,
     last_tick,
     ltm_watermark,
     read_state,
@@ -63,18 +68,12 @@ from .scrub import Scrubber
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
+from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
 from .tools_mcp.hub import McpHub
+from .views import ViewHost
 
 log = logging.getLogger("amacs")
-
-
-@dataclass
-class Settings:
-    """Values Emacs sends at hello (its defcustoms)."""
-
-    max_steps: int = 8
-    eval_timeout: float = 30.0
 
 
 TurnRunner = Callable[["Runtime", str | None], Coroutine[Any, Any, None]]
@@ -121,6 +120,7 @@ class Runtime:
         # memory.db's integrity check reads every page: it runs in a thread, started by __main__
         # before the server's imports, else here, while the org files are read.
         db_check = db_check or DatabaseCheck(home / "memory.db")
+        self._finish_rewind()  # before the mind is read: a rewind a kill cut short is done first
         self.repo = HomeRepo(home)
         self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
         # The limit the person set (AMACS_BUDGET_LIMIT, M-x amacs-set-budget): None, consciousness.el's.
@@ -185,6 +185,17 @@ class Runtime:
         self._ready = threading.Event()
 
     # -- state -------------------------------------------------------------------
+
+    def _finish_rewind(self) -> None:
+        """Finish the rewind of the home a kill cut short (persistence.history), and say so at hello."""
+        try:
+            note = finish_unfinished(self.config.home)
+        except (HistoryError, OSError, sqlite3.Error) as err:
+            raise StartupError(f"the home {self.config.home} has a rewind cut short that could not be finished: "
+                               f"{' '.join(str(err).split())}") from err
+        if note is not None:
+            log.warning("%s", note)
+            self.startup_notes.append(note)
 
     def _load_consciousness(self) -> Consciousness:
         """consciousness.el; a damaged one is moved aside and restored from git, never reset
@@ -278,6 +289,11 @@ class Runtime:
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
 
+    @property
+    def turn_running(self) -> bool:
+        """Whether a turn of the primary is running now."""
+        return self._turn_running
+
     def spent(self) -> float:
         """The dollars the budget counts: the mind's figure and what futures a rewind abandoned cost."""
         return self.consciousness.budget.cost_so_far + self.rewound_spend
@@ -357,11 +373,11 @@ class Runtime:
         # The mind's budget is tick TICK's again; the money paid since stays counted.
         self.rewound_spend = rewound_spend.keep(self.config.home, spent, self.consciousness.budget.cost_so_far)
         self.person_limit = limit
-        self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
+        self.transcript.write(Rewind(to_tick=tick, ref=done.abandoned, commit=done.commit))
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
         self.tell_ticked()
-        line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
+        line = "; ".join([*done.notes, done.line(), *([self.subagents_note] if self.subagents_note else [])])
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
     def fork(self, tick: int | None, dest: Path) -> dict[str, object]:
@@ -376,7 +392,7 @@ class Runtime:
         cfg = self.config
         own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
         url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
-        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
+        return {"line": "; ".join([*done.notes, done.line()]), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
                 "backend": self.backend_name, "model": self.model, "base_url": url}
 
     def _restore_tick_state(self) -> None:
@@ -418,7 +434,9 @@ class Runtime:
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
-        return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
+        # ended_at: a rewind to this tick moves the transcripts' and server log's lines of no tick
+        # written after it (persistence.history).
+        return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": self.model,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation),
@@ -505,8 +523,7 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
-                                               **({"window": window} if window else {})})
+        self.transcript.write(ModelSwitch(backend=backend, model=self.model, base_url=base_url, window=window or None))
         self.learn_model()
         self.catalog.setting_window = window or self.config.context_window or (
             self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
@@ -524,14 +541,28 @@ class Runtime:
         url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
         return self.config.local_model is not None or is_local(url)
 
+    def price_table(self) -> dict[str, Price]:
+        """The prices the server counts by: the person's, and the model it runs itself (the local or
+        the demo model) free unless the person's table prices it."""
+        return ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
+                else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
+
+    def budget_unkeepable(self) -> str | None:
+        """Why a budget cannot be kept on the session's model, in one line: nobody gave its price
+        (none listed, none in the person's table) and it is not served on this machine, so its calls
+        cost unknown dollars a limit cannot count; None when its price is known or it is free."""
+        if price_for(self.model, self.price_table(), local=self.on_this_machine()) is not None:
+            return None
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        return (f"a budget needs a price, and model {self.model}" + (f" at {url}" if url else "")
+                + " has none: give it one in amacs-price-table (or AMACS_PRICES: dollars per million tokens), "
+                "or use a priced model; until then its calls count tokens, not dollars")
+
     def charge(self, usage: Usage, model: str | None = None) -> float | None:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
         and the budget; return dollars, or None when the model's price is unknown (its tokens are
         counted, its dollars not: never a guess)."""
-        # The model this server runs itself costs nothing, unless the person's table prices it.
-        table = ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
-                 else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
-        dollars = cost(model or self.model, usage, table, local=self.on_this_machine())
+        dollars = cost(model or self.model, usage, self.price_table(), local=self.on_this_machine())
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
         self.consciousness.budget.cost_so_far += dollars or 0.0
@@ -728,7 +759,7 @@ class Runtime:
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
         self.face.input_taken(saved=False)  # an event for the asker, not in agent-chat.org
-        self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
+        self.transcript.write(Posted(type="User", talk_id=talk_id, content=text),
                               agent=self.world.identity(agent_id))
         if agent_id == PRIMARY:
             self.wake()  # a waiting turn wakes on it; an idle primary gets a turn for it
@@ -810,3 +841,8 @@ class Runtime:
 
 
 __all__ = ["Runtime", "Settings", "ConsciousnessError"]
+
+
+def _rooms(rt: Runtime) -> tuple[TurnHost, ToolHost, ViewHost]:
+    """The Runtime is the host each room below it declares (mypy checks it here)."""
+    return rt, rt, rt

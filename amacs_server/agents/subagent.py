@@ -27,6 +27,16 @@ from ..inference.parse import (
 )
 from ..inference.request import UNKNOWN, build_request, constrained
 from ..inference.retry import InferenceError
+from ..persistence.events import (
+    BudgetStop,
+    ModelAdapted,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ParseError,
+    Record,
+    StepLimit,
+)
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType
@@ -210,8 +220,8 @@ class SubagentBody:
         self.wait = host.post.end_eval(self.id)
         return result
 
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.host.rt.transcript.write(event, data, agent=self.agent.identity)
+    def note(self, event: Record) -> None:
+        self.host.rt.transcript.write(event, agent=self.agent.identity)
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         if result.skipped:
@@ -239,7 +249,7 @@ class SubagentBody:
         pass  # AgentWorld.cancel and cancel_all wrote it to the transcript
 
     def out_of_steps(self) -> None:
-        self.note("step_limit", {"max_steps": self.max_steps})
+        self.note(StepLimit(max_steps=self.max_steps))
 
     # -- its own steps -----------------------------------------------------------------------
 
@@ -262,7 +272,7 @@ class SubagentBody:
         agent = self.agent
 
         def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
-            self.note("parse_error", {"attempt": attempt, "error": str(err)})
+            self.note(ParseError(attempt=attempt, error=str(err)))
             if isinstance(err, AnswerCut):  # its messages keep only the cut answer's start, as the primary's
                 answer = next(m for m in reversed(agent.messages) if m["role"] == "assistant")
                 answer["content"] = cut_stand_in(text)
@@ -289,7 +299,7 @@ class SubagentBody:
             if not agent.budget_told:
                 agent.budget_told = True
                 rt.face.annotate(stop, "error")
-            self.note("budget_stop", {"message": stop})
+            self.note(BudgetStop(message=stop))
             raise AgentStopped("the budget limit is reached")
         show_memory(agent)
         await host.tools_ready()
@@ -303,11 +313,11 @@ class SubagentBody:
                                  rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
 
         def said(line: str) -> None:
-            self.note("model_adapted", {"status": line})
+            self.note(ModelAdapted(status=line))
 
         async def complete(request: dict[str, Any]) -> ModelResult:
             rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
-            self.note("model_request", {"request": request})
+            self.note(ModelRequest(request=request))
             # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
             return await rt.backend.complete(request, stream=False)
 
@@ -325,7 +335,7 @@ class SubagentBody:
             try:
                 result: ModelResult = await call_adapting(catalog, build, complete, said, prepared)
             except InferenceError as err:
-                self.note("model_error", {"error": str(err)})
+                self.note(ModelError(error=str(err)))
                 raise
         learned = catalog.learn_from_cut(result) if model == catalog.model else None
         if learned:
@@ -334,10 +344,7 @@ class SubagentBody:
         agent.doing = ""
         host.counted(agent, result.usage, dollars or 0.0)
         agent.messages.append({"role": "assistant", "content": result.assistant_content()})
-        self.note("model_response", {
-            "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
-            "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-            "cost": dollars, "latency_ms": result.latency_ms})
+        self.note(ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request), stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms))
         await answer_turn(host.answers)
         return Answer(result.text, result.stop_reason in CUT_REASONS)
 

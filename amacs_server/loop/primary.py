@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
@@ -37,20 +37,34 @@ from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError, Retrying
 from ..inference.stream import ReplyStreamer
 from ..persistence.chat_log import ChatEval
+from ..persistence.events import (
+    ContextCompacted,
+    Eval,
+    Interrupted,
+    ModelAdapted,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetry,
+    Parsed,
+    ParseError,
+    Record,
+    ReplyBlocked,
+    TickEnd,
+    TickStart,
+)
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .host import TurnHost
 
 
 class TurnAborted(AmacsError):
     """The turn cannot go on; the message has been shown in the shell."""
 
 
-async def run_turn(rt: Runtime, text: str | None) -> None:
+async def run_turn(rt: TurnHost, text: str | None) -> None:
     """One turn, for the person's TEXT or (None) for events that woke the agent.
 
     The primary runs the one agent loop (:mod:`amacs_server.agents.loop`), a tick per step,
@@ -91,7 +105,7 @@ class PrimaryBody:
 
     allowed: frozenset[str] | None = None  # every action
 
-    def __init__(self, rt: Runtime, human: str | None) -> None:
+    def __init__(self, rt: TurnHost, human: str | None) -> None:
         self.rt = rt
         self.id = PRIMARY
         self.max_steps = rt.settings.max_steps
@@ -163,12 +177,12 @@ class PrimaryBody:
         """This tick's ``* Tick`` heading is in agent-chat.org: the write-ahead wrote it."""
         return self.human is not None and self.step == 0
 
-    def note(self, event: str, data: dict[str, object]) -> None:
-        self.rt.transcript.write(event, data, tick=self.tick)
-        if event == "eval":  # its result goes to agent-chat.org with the tick (persist)
+    def note(self, event: Record) -> None:
+        self.rt.transcript.write(event, tick=self.tick)
+        if isinstance(event, Eval):  # its result goes to agent-chat.org with the tick (persist)
             self.evaluated = True
-        if event == "reply_blocked":  # the person does not see it; the agent hears why, and its turn goes on
-            self.rt.face.annotate(f"A reply was held back: {data['reason']}", "agent")
+        if isinstance(event, ReplyBlocked):  # the person does not see it; the agent hears why, and its turn goes on
+            self.rt.face.annotate(f"A reply was held back: {event.reason}", "agent")
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         rt, tick = self.rt, self.tick
@@ -196,7 +210,7 @@ class PrimaryBody:
     def interrupted(self) -> None:
         rt, tick = self.rt, self.tick
         rt.face.reply_abandon("interrupted")
-        rt.transcript.write("interrupted", {}, tick=tick)
+        rt.transcript.write(Interrupted(), tick=tick)
         # The next turn's context must not show this tick's eval (or an older one) as the last
         # result, as if it answered the person's next input: an eval cut short says it was
         # interrupted; with none under way there is no last result (a newcomer saw the agent
@@ -217,7 +231,7 @@ class PrimaryBody:
         )
 
 
-def begin(rt: Runtime, human: str | None) -> int:
+def begin(rt: TurnHost, human: str | None) -> int:
     """Event: stamp the new tick; write the human's input to disk before anything else."""
     c = rt.consciousness
     tick = c.current_tick + 1
@@ -239,12 +253,11 @@ def begin(rt: Runtime, human: str | None) -> int:
         rt.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
             rt.memory.begin_chat(tick, human)
-    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict(),
-                                       "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickStart(human=human, consciousness=c.to_dict(), wrote=rt.memory.take_written()), tick=tick)
     return tick
 
 
-async def observe(rt: Runtime, tick: int | None = None) -> Context:
+async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
     thread = rt.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
@@ -270,18 +283,21 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    caps = await rt.catalog.current()
-    note = model_note(rt, caps)
+    note = model_note(rt, rt.catalog.caps)
 
     def remake() -> Context:
         return assemble(snap, rt.conversation, c.active_thread, depths, note)
 
     context = remake()
+    chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
+    if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
+        note = model_note(rt, await rt.catalog.current())
+        context = remake()
     context.remake = remake
     return fit(rt, context, tick)
 
 
-def model_note(rt: Runtime, caps: Capabilities) -> str:
+def model_note(rt: TurnHost, caps: Capabilities) -> str:
     """What the agent is told of the model in use (data in its context): its name, its window,
     and the api-settings it set that this model does not get."""
     settings = rt.consciousness.api_settings
@@ -290,7 +306,7 @@ def model_note(rt: Runtime, caps: Capabilities) -> str:
                        "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
 
 
-def fit(rt: Runtime, context: Context, tick: int | None = None) -> Context:
+def fit(rt: TurnHost, context: Context, tick: int | None = None) -> Context:
     """CONTEXT, compacted (its oldest blocks left to long-term memory) until the request it
     makes fits the model's window, by the calibrated estimate, with room for the answer.
     Each compaction is an event of TICK, the tick the context is for."""
@@ -307,8 +323,7 @@ def fit(rt: Runtime, context: Context, tick: int | None = None) -> Context:
         remake = context.remake
         context = remake()
         context.remake = remake
-        rt.transcript.write("context_compacted", {"squeeze": rt.conversation.squeeze, "window": window,
-                                                  "why": "estimate"}, tick=tick)
+        rt.transcript.write(ContextCompacted(squeeze=rt.conversation.squeeze, window=window, why="estimate"), tick=tick)
     return context
 
 
@@ -323,7 +338,7 @@ class ContextTooLong(AmacsError):
         self.detail = detail or message  # the server's own words
 
 
-async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
+async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
     """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
 
     A request the model refuses as too long is compacted (its oldest blocks left to
@@ -358,7 +373,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
     def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
         if streamer.shown:
             rt.face.reply_abandon("cut off at the length limit" if isinstance(err, AnswerCut) else "not valid JSON")
-        rt.transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, tick=tick)
+        rt.transcript.write(ParseError(attempt=attempt, error=str(err)), tick=tick)
         if retry_prompt is None:
             return
         if isinstance(err, AnswerCut):
@@ -375,7 +390,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
     if parsed.fallback:
         rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
                          f"retries; kept as an unparsed thought: {parsed.text[:300]!r}", "error")
-    rt.transcript.write("parsed", {"attempt": parsed.attempt, "response": parsed.response.to_dict()}, tick=tick)
+    rt.transcript.write(Parsed(attempt=parsed.attempt, response=parsed.response.to_dict()), tick=tick)
     user_message.answered(parsed.text, last.assistant_content() if last is not None and last.thinking_blocks
                           else None)
     return parsed.response, bool(streamer.shown) and not parsed.fallback
@@ -384,7 +399,7 @@ async def infer_and_parse(rt: Runtime, tick: int, user_message: Context) -> tupl
 MAX_COMPACTIONS = 3  # refusals as too long one call of a tick compacts for before the turn ends
 
 
-def too_long_line(rt: Runtime) -> str:
+def too_long_line(rt: TurnHost) -> str:
     """Why a turn ended on a context too long for the model, in one plain line."""
     window = rt.catalog.window
     return (f"the context is too long for {rt.model}'s window"
@@ -392,7 +407,7 @@ def too_long_line(rt: Runtime) -> str:
             "a shorter input, fewer MCP tools (mcp.json), or a model with a larger window will do")
 
 
-def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) -> Context:
+def _compacted(rt: TurnHost, tick: int, context: Context, err: ContextTooLong) -> Context:
     """CONTEXT made again, compacted to fit the window the refusal ERR named (or the one a
     refusal that names none shows: below the request's tokens)."""
     if err.tokens:  # the server counted this request: the estimate learns from it
@@ -400,7 +415,7 @@ def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) ->
     contradicted = rt.catalog.learn_refusal(TooLong(err.window, err.tokens),
                                             rt.catalog.estimate(request_chars(err.request)))
     if contradicted:
-        rt.transcript.write("model_adapted", {"status": contradicted}, tick=tick)
+        rt.transcript.write(ModelAdapted(status=contradicted), tick=tick)
         rt.face.annotate(contradicted, "status")
     remake, conversation = context.remake, context.conversation
     if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
@@ -409,8 +424,7 @@ def _compacted(rt: Runtime, tick: int, context: Context, err: ContextTooLong) ->
     window = rt.catalog.window
     rt.face.annotate(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
                      "its oldest part is left to long-term memory and the model is asked again.", "status")
-    rt.transcript.write("context_compacted", {"squeeze": conversation.squeeze, "window": rt.catalog.window,
-                                              "why": err.detail}, tick=tick)
+    rt.transcript.write(ContextCompacted(squeeze=conversation.squeeze, window=rt.catalog.window, why=err.detail), tick=tick)
     made = fit(rt, _again(remake), tick)
     return made
 
@@ -421,14 +435,14 @@ def _again(remake: Callable[[], Context]) -> Context:
     return context
 
 
-def _failed(rt: Runtime, tick: int, error: str, detail: str = "") -> NoReturn:
-    rt.transcript.write("model_error", {"error": error, **({"detail": detail} if detail else {})}, tick=tick)
+def _failed(rt: TurnHost, tick: int, error: str, detail: str = "") -> NoReturn:
+    rt.transcript.write(ModelError(error=error, detail=detail or None), tick=tick)
     rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
     finish_unanswered(rt, tick, error)
     raise TurnAborted
 
 
-async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
+async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
                 may_compact: bool = False) -> ModelResult:
     """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency.
 
@@ -449,8 +463,7 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     def build(caps: Capabilities) -> dict[str, Any]:
         request = build_request(rt.model, system, messages, settings, caps)
         sent.append(request)
-        rt.transcript.write("model_request", {"request": request, "read": rt.memory.shown_ids,
-                                              "wrote": rt.memory.take_written()}, tick=tick)
+        rt.transcript.write(ModelRequest(request=request, read=rt.memory.shown_ids, wrote=rt.memory.take_written()), tick=tick)
         return request
 
     def on_text(delta: str) -> None:
@@ -465,11 +478,11 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             rt.face.reply_abandon("the call is retried")
         streamer.raw = streamer.shown = ""
-        rt.transcript.write("model_retry", {"status": retry.text, "seconds": retry.seconds}, tick=tick)
+        rt.transcript.write(ModelRetry(status=retry.text, seconds=retry.seconds), tick=tick)
         rt.face.retrying(retry)
 
     def said(line: str) -> None:
-        rt.transcript.write("model_adapted", {"status": line}, tick=tick)
+        rt.transcript.write(ModelAdapted(status=line), tick=tick)
         rt.face.annotate(line, "status")
 
     async def complete(request: dict[str, Any]) -> ModelResult:
@@ -478,7 +491,8 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
                                          on_thinking=rt.face.thinking_delta)
 
     try:
-        result: ModelResult = await call_adapting(rt.catalog, build, complete, said)
+        result: ModelResult = await call_adapting(rt.catalog, build, complete, said, settings=settings,
+                                                  chars=len(system) + request_chars({"messages": messages}))
     except InferenceError as err:
         refusal = too_long(err.detail, err.status)
         if refusal is not None and may_compact:
@@ -496,22 +510,13 @@ async def infer(rt: Runtime, tick: int, messages: list[dict[str, Any]], streamer
     dollars = rt.charge(result.usage)
     rt.world.counted(rt.world.primary, result.usage, dollars or 0.0)
     rt.transcript.write(
-        "model_response",
-        {
-            "raw": result.text,
-            "thinking": result.thinking,
-            "constrained": constrained(result.request),
-            "stop_reason": result.stop_reason,
-            "usage": result.usage.__dict__,
-            "cost": dollars,
-            "latency_ms": result.latency_ms,
-        },
+        ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request), stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms),
         tick=tick,
     )
     return result
 
 
-def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
+def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult) -> None:
     """Record: the monologue line and the scratchpad entry (files and items), the transcript event.
 
     The files are synced by the commit worker before the tick's commit (not here)."""
@@ -527,11 +532,10 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
             rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
-    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict(),
-                                     "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickEnd(response=response.to_dict(), eval_result=result.to_dict(), wrote=rt.memory.take_written()), tick=tick)
 
 
-def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> None:
+def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> None:
     """The agent's part of the chat (agent-chat.org and its memory item), written when it is
     said: a reply the person saw outlives a tick that dies afterwards.
 
@@ -546,7 +550,7 @@ def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> N
         rt.memory.finish_chat(tick, reply)
 
 
-def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool,
+def persist(rt: TurnHost, tick: int, response: AgentResponse, *, human_written: bool,
             reply_written: bool = False, evaluated: EvalResult | None = None) -> None:
     """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
     it when it was said), the tick's eval and its result EVALUATED (``** Eval``; the chat's
@@ -573,7 +577,7 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
         rt.memory.sync_state(rt.consciousness)
 
 
-def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
+def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
     and in agent-chat.org."""
     unanswered = rt.memory.pending_tick == tick
@@ -591,14 +595,14 @@ def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
     _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
 
 
-def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
+def commit(rt: TurnHost, tick: int, response: AgentResponse) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
     c, done = rt.consciousness, rt.consciousness.last_eval_result
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 
-def _commit(rt: Runtime, message: str) -> None:
+def _commit(rt: TurnHost, message: str) -> None:
     """Write the tick state that makes the tick restorable (persistence.history) and queue the
     tick's commit of the files as they are now, at its end (in order; a failure is shown as a
     warning when it happens)."""

@@ -46,6 +46,14 @@ from rich.console import Console
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
+from ..persistence.events import (
+    AgentEnd,
+    AgentStart,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ParseError,
+)
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -55,6 +63,12 @@ RETRIES = 2
 INPUTS = ("final", "turns")
 ANSWER = re.compile(r"\{.*\}", re.S)
 MAX_TOKENS = 1024
+# The forms of ``response_format`` an OpenAI-compatible server is asked for the answer in, in turn
+# while it refuses them: OpenAI's json_schema, llama-cpp-python's json_object with a schema (its
+# grammar holds even a small model to the form), then none (the rubric's words alone).
+FORMS: tuple[str | None, ...] = ("json_schema", "json_object", None)
+ENUM_MAX = 100  # a scale of at most this many whole numbers is given to the server as their list
+RATIONALE_MAX = 600  # characters of rationale a grammar allows (json_object): the JSON ends before MAX_TOKENS
 MAX_SCALE = 1_000_000  # a scale's ends, at most (the dataset keeps them as BIGINT)
 JUDGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TIMEOUT = 300.0
@@ -154,6 +168,22 @@ def material(judge: Judge, turns: list[tuple[Any, ...]]) -> str:
     return "\n\n".join(parts)
 
 
+def answer_format(judge: Judge, form: str | None) -> dict[str, Any] | None:
+    """The ``response_format`` that asks an OpenAI-compatible server for JUDGE's answer in FORM
+    (see :data:`FORMS`): the score first, a whole number of the scale, then the rationale."""
+    if form is None:
+        return None
+    values = judge.high - judge.low + 1
+    score = {"type": "integer", **({"enum": list(range(judge.low, judge.high + 1))} if values <= ENUM_MAX else {})}
+    rationale: dict[str, Any] = {"type": "string"}
+    schema = {"type": "object", "properties": {"score": score, "rationale": rationale},
+              "required": ["score", "rationale"], "additionalProperties": False}
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "judgement", "strict": True, "schema": schema}}
+    rationale["maxLength"] = RATIONALE_MAX  # a grammar's bound: OpenAI's strict schemas refuse it
+    return {"type": "json_object", "schema": schema}
+
+
 def read_answer(text: str, judge: Judge) -> tuple[int, str]:
     """The score and rationale in the judge's TEXT; ValueError (what is wrong) if it has none."""
     found = ANSWER.search(text or "")
@@ -197,47 +227,56 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
-    transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
-                                     "scale": [judge.low, judge.high]}, agent=me)
+    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]), agent=me)
     backend = _backend(job)
     messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
     spent: float | None = 0.0
     error, score, rationale = None, None, ""
     table = {job.model: Price(*job.price)} if job.price else None
+    # An OpenAI-compatible server is asked for the answer's form (FORMS, each while it refuses the one
+    # before); the Messages API, for the rubric's words alone.
+    forms = list(FORMS) if job.backend == "openai" else [None]
     try:
-        for attempt in range(RETRIES + 1):
+        attempt = 0
+        while attempt <= RETRIES:
             request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
                                     agent_reply=False)  # a judge answers with its score, not an agent's reply
-            transcript.write("model_request", {"request": request}, agent=me)
+            form = answer_format(judge, forms[0])
+            if form is not None:
+                request["extra_body"] = {"response_format": form}
+            transcript.write(ModelRequest(request=request), agent=me)
             faults.point("judge.asked")
             try:
                 result = await backend.complete(request, stream=False)
             except InferenceError as err:
-                transcript.write("model_error", {"error": str(err)}, agent=me)
+                transcript.write(ModelError(error=str(err)), agent=me)
+                if form is not None and err.status in (400, 422):  # the form refused (422: said with a 500)
+                    forms.pop(0)
+                    continue
                 from .outcome import model_error_words
 
                 error = model_error_words(str(err), job.base_url)
                 break
             dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
             spent = None if dollars is None or spent is None else spent + dollars
-            transcript.write("model_response", {
-                "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
-                agent=me)
+            transcript.write(ModelResponse(raw=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__,
+                                           cost=dollars, latency_ms=result.latency_ms,
+                                           thinking=getattr(result, "thinking", "") or ""), agent=me)
             try:
                 score, rationale = read_answer(result.text, judge)
                 error = None
                 break
             except ValueError as err:
                 error = "score never parsed"
-                transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=me)
+                transcript.write(ParseError(attempt=attempt, error=str(err)), agent=me)
                 messages += [{"role": "assistant", "content": result.text or "(empty)"},
                              {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
                                                          "the one JSON object asked for, and nothing else."}]
+                attempt += 1
     finally:
         await backend.aclose()
-        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": spent,
-                                       "score": score}, agent=me)
+        transcript.write(AgentEnd(state="failed" if error else "done",
+                                  summary={"steps": 0, "cost": spent, "score": score}), agent=me)
         transcript.close()
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
