@@ -235,9 +235,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, lambda: views.status(rt))
 
     @checked()
-    def past_inputs() -> dict[str, Any]:
-        """Every past input of the home, newest first, with its tick (to rewind or fork before)."""
-        return _on_loop(rt, lambda: views.past_inputs(rt))
+    def past_inputs(before: PositiveInt | None = None) -> dict[str, Any]:
+        """The newest past inputs of the home (of those before tick BEFORE), newest first, each
+        with its tick (to rewind or fork before) and when it was typed; whether older ones are left."""
+        return _on_loop(rt, lambda: views.past_inputs(rt, before))
 
     @checked()
     def hub_state() -> dict[str, Any]:

@@ -122,18 +122,24 @@ def _shortened(text: object) -> object:
         return text
     return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
-# A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its tick and its first words.
+# A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its first words.
 INPUT_CHARS = 100  # more than the picker shows (70 columns), so its label is the same
+PAST_PAGE = 200  # the inputs the picker is given at once; older ones when the person asks
 
 
-def past_inputs(rt: ViewHost) -> dict[str, list[object]]:
-    """Every input of the home's history as it stands, newest first: ``ticks`` and, in the same
-    order, ``texts`` (each its first INPUT_CHARS characters).  Read from agent-chat.org and its
-    earlier months, which a rewind cut back to the tick it went to: the abandoned future's
-    inputs are not among them.  Two flat lists: 5,000 inputs encode for EPC in a seventh of
-    the time a list of 5,000 tables takes."""
-    said = [(entry.tick, entry.human) for entry in reversed(rt.chat_log.read()) if entry.human is not None]
-    return {"ticks": [tick for tick, _ in said], "texts": [text[:INPUT_CHARS] for _, text in said]}
+def past_inputs(rt: ViewHost, before: int | None = None, count: int = PAST_PAGE) -> dict[str, object]:
+    """The inputs of the home's history as it stands, newest first: the COUNT newest of those
+    before tick BEFORE (None: of all).  ``ticks``, and in the same order ``texts`` (each its first
+    INPUT_CHARS characters) and ``times`` (when each was typed); ``more``: whether older ones
+    are left (asked for with the oldest of these ticks as BEFORE).  Read from the end of
+    agent-chat.org and its earlier months as far as the page takes, so the picker's prompt
+    costs the same on a home of 20,000 ticks as on one of 1,000; a rewind cut the log back to
+    the tick it went to: the abandoned future's inputs are not among them.  Flat lists: 5,000
+    inputs encode for EPC in a seventh of the time a list of 5,000 tables takes."""
+    said = rt.chat_log.inputs(count + 1, before)
+    page = said[:count]
+    return {"ticks": [e.tick for e in page], "texts": [(e.human or "")[:INPUT_CHARS] for e in page],
+            "times": [e.timestamp for e in page], "more": len(said) > count}
 
 
 def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
