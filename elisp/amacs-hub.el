@@ -187,10 +187,11 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
     (magit-insert-section (amacs-eval)
       (magit-insert-heading "Last eval result")
       (amacs-hub--line "  %s"
-                       (cond ((null result) "(none)")
-                             ((plist-get result :success)
-                              (format "tick %s ok: %s" (plist-get result :tick) (plist-get result :result)))
-                             (t (format "tick %s error: %s" (plist-get result :tick) (plist-get result :error)))))
+                       (amacs-shell--for-person
+                        (cond ((null result) "(none)")
+                              ((plist-get result :success)
+                               (format "tick %s ok: %s" (plist-get result :tick) (plist-get result :result)))
+                              (t (format "tick %s error: %s" (plist-get result :tick) (plist-get result :error))))))
       (insert "\n"))))
 
 (defun amacs-hub--insert-commits (state)

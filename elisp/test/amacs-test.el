@@ -857,6 +857,19 @@ same agent's line; the hub is not modified; k or z on an ended agent says so at 
                 (should-not asked)))))
       (kill-buffer buffer))))
 
+(ert-deftest amacs-test-hub-last-eval-shows-memory-addresses-without-eot-marks ()
+  "The hub's last eval result showed `<EOT>...<EOT>' as the shell did."
+  (let ((buffer (get-buffer-create amacs-hub-buffer-name)))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-hub-refresh) #'ignore))
+          (save-window-excursion
+            (amacs-hub)
+            (amacs-hub--render (append '(:last-eval (:tick 1 :success t :result "(:mem-id \"<EOT>a:primary:x:1<EOT>\")"))
+                                       (amacs-test--hub-state "done")))
+            (should (string-search "tick 1 ok: (:mem-id \"a:primary:x:1\")" (buffer-string)))
+            (should-not (string-search "<EOT>" (buffer-string)))))
+      (kill-buffer buffer))))
+
 ;;;; Memory (issue 13: load pages long items)
 
 (ert-deftest amacs-test-memory-load-version-and-paging-options ()
