@@ -245,6 +245,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             if form is not None:
                 request["extra_body"] = {"response_format": form}
             transcript.write(ModelRequest(request=request), agent=me)
+            faults.point("judge.asked")
             try:
                 result = await backend.complete(request, stream=False)
             except InferenceError as err:
