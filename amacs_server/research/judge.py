@@ -46,6 +46,7 @@ from rich.console import Console
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
+from ..inference.model_call import Caller
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -185,8 +186,7 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.pricing import Price, cost, is_local
-    from ..inference.request import build_request
+    from ..inference.model_call import Ask, Reader, model_call
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -200,48 +200,71 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
                                      "scale": [judge.low, judge.high]}, agent=me)
     backend = _backend(job)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
-    spent: float | None = 0.0
+    call = JudgeCall(transcript, me, job)
+    reader = Reader(lambda text: read_answer(text, judge), _again, RETRIES)
+    # A judge answers with its score, not an agent's reply: no reply schema; the session's
+    # catalog is not its own (its model is the experiment's): sent what any model takes.
+    ask = Ask(backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS), reader,
+              agent_reply=False)
     error, score, rationale = None, None, ""
-    table = {job.model: Price(*job.price)} if job.price else None
     try:
-        for attempt in range(RETRIES + 1):
-            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
-                                    agent_reply=False)  # a judge answers with its score, not an agent's reply
-            transcript.write("model_request", {"request": request}, agent=me)
-            try:
-                result = await backend.complete(request, stream=False)
-            except InferenceError as err:
-                transcript.write("model_error", {"error": str(err)}, agent=me)
-                from .outcome import model_error_words
+        reply = await model_call(ask, call, call)
+        if reply.value is None:
+            error = "score never parsed"
+        else:
+            score, rationale = reply.value
+    except InferenceError as err:
+        from .outcome import model_error_words
 
-                error = model_error_words(str(err), job.base_url)
-                break
-            dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
-            spent = None if dollars is None or spent is None else spent + dollars
-            transcript.write("model_response", {
-                "raw": result.text, "stop_reason": result.stop_reason, "usage": result.usage.__dict__,
-                "cost": dollars, "latency_ms": result.latency_ms, "thinking": getattr(result, "thinking", "") or ""},
-                agent=me)
-            try:
-                score, rationale = read_answer(result.text, judge)
-                error = None
-                break
-            except ValueError as err:
-                error = "score never parsed"
-                transcript.write("parse_error", {"attempt": attempt, "error": str(err)}, agent=me)
-                messages += [{"role": "assistant", "content": result.text or "(empty)"},
-                             {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
-                                                         "the one JSON object asked for, and nothing else."}]
+        error = model_error_words(str(err), job.base_url)
     finally:
         await backend.aclose()
-        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": spent,
+        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": call.spent,
                                        "score": score}, agent=me)
         transcript.close()
+    spent = call.spent
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
             "score": score, "rationale": rationale, "cost": None if spent is None else round(spent, 8),
             "error": error}
+
+
+def _again(error: Exception, cut: bool) -> str:
+    """What a judge is told after an answer that does not read."""
+    return f"That answer cannot be read: {error}. Answer again with the one JSON object asked for, and nothing else."
+
+
+class JudgeCall(Caller):
+    """A judgement as the one model call sees it: its messages (the material, then each answer
+    that did not read and the prompt that asked again), its transcript, and its cost."""
+
+    def __init__(self, transcript: Any, me: Any, job: Job) -> None:
+        self.transcript, self.me, self.job = transcript, me, job
+        self.messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
+        self.spent: float | None = 0.0
+
+    def now(self) -> list[dict[str, Any]]:
+        return self.messages
+
+    def answered(self, result: Any, retry: str | None, cut: bool) -> None:
+        if retry is not None:
+            self.messages += [{"role": "assistant", "content": result.text or "(empty)"},
+                              {"role": "user", "content": retry}]
+
+    def compact(self, window: int | None) -> dict[str, Any] | None:
+        return None  # its material is one message: nothing to leave out
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.transcript.write(event, data, agent=self.me)
+
+    def paid(self, usage: Any) -> float | None:
+        from ..inference.pricing import Price, cost, is_local
+
+        job = self.job
+        table = {job.model: Price(*job.price)} if job.price else None
+        dollars = cost(job.model, usage, table, local=is_local(job.base_url))
+        self.spent = None if dollars is None or self.spent is None else self.spent + dollars
+        return dollars
 
 
 def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
