@@ -136,7 +136,7 @@ says its home."
       (insert "\n"))))
 
 (defun amacs-hub--insert-mcp (state)
-  "Insert the MCP servers of STATE: state, tools and last error each.
+  "Insert the MCP servers of STATE: state, tools, last error, tools left out.
 Nothing when AMACS_HOME/mcp.json names no server and has no problem."
   (let ((servers (plist-get state :mcp))
         (problems (plist-get state :mcp-problems)))
@@ -152,7 +152,9 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
                              (or (plist-get server :calls) 0)
                              (mapconcat #'identity (plist-get server :tools) " "))
             (when (plist-get server :last-error)
-              (amacs-hub--line "    last error: %s" (plist-get server :last-error)))))
+              (amacs-hub--line "    last error: %s" (plist-get server :last-error)))
+            (dolist (tool (plist-get server :left-out))
+              (amacs-hub--line "    left out: %s" tool))))
         (insert "\n")))))
 
 (defun amacs-hub--show-transcript (agent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ def write_config(home: Path, servers: dict[str, Any]) -> Path:
     path = home / "mcp.json"
     path.write_text(json.dumps({"mcpServers": servers}, indent=2))
     return path
+
+
+def hostile_server(mode: str, **extra: Any) -> dict[str, Any]:
+    """An mcp.json entry for tests/mcp_hostile_server.py in MODE (leaky, big, block, regex, badtools)."""
+    return {"command": sys.executable, "args": [str(ROOT / "tests" / "mcp_hostile_server.py"), mode], **extra}
 
 
 def time_server(**extra: Any) -> dict[str, Any]:

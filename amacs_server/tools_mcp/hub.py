@@ -20,6 +20,8 @@ Rules the hub keeps:
   with an error that says so and why.  Editing its entry tries again.
 - A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
   the person's shell.
+- A tool no client can take (``vetting.py``) is left out of its server's listing, said once in
+  the log and shown in the hub; the server's other tools are kept.
 - :meth:`McpHub.stop` stops every server (each process and its children).
 """
 
@@ -46,9 +48,9 @@ from ..errors import AmacsError
 from ..scrub import Scrubber
 from .config import McpConfig, ServerSpec, parse
 from .logs import SERVER, StderrLog, install
+from .vetting import Vetted, problem
 
 GUARD = Path(__file__).with_name("guard.py")
-SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-/]{0,127}")  # a tool's or an argument's, in the listing
 
 log = logging.getLogger("amacs.mcp")
 
@@ -69,6 +71,7 @@ class Connection:
     spec: ServerSpec
     state: str = "idle"  # idle (not started), starting, ready, down, stopped
     tools: list[Any] = field(default_factory=list)  # mcp_types.Tool
+    left_out: dict[str, str] = field(default_factory=dict)  # a tool of its listing no client can take -> why
     last_error: str | None = None
     restarts: int = 0  # automatic restarts after a death (at most one)
     calls: int = 0
@@ -81,7 +84,8 @@ class Connection:
         """Name, transport, state, tool names, calls, restarts and last error, for the hub."""
         return {"name": self.spec.name, "transport": self.spec.transport, "state": self.state,
                 "tools": [t.name for t in self.tools], "calls": self.calls, "restarts": self.restarts,
-                "last_error": self.last_error}
+                "last_error": self.last_error,
+                "left_out": [f"{name} ({why})" for name, why in self.left_out.items()]}
 
 
 class McpHub:
@@ -192,28 +196,27 @@ class McpHub:
                 Tool,  # only when there is a listing: the SDK's types cost start-up time
             )
 
-            return {name: {entry["key"]: [t for t in (self._clean(Tool.model_validate(t), name)
-                                                       for t in entry["tools"]) if t is not None]}
+            return {name: {entry["key"]: [self._clean(Tool.model_validate(t)) for t in entry["tools"]
+                                          if problem(t, None) is None]}
                     for name, entry in raw.items()}
         except Exception:  # noqa: BLE001 - a listing is only a head start: without it the servers start
             return {}
 
-    def _clean(self, tool: Any, server: str) -> Any:
+    def _clean(self, tool: Any) -> Any:
         """TOOL with every secret the server knows redacted from its description and schema (a
-        server that quotes its environment to the agent sends nothing secret on); None, said once
-        in the log, when its name or an argument's is not a name (it would write into the prompt)."""
-        names = [tool.name, *((tool.input_schema or {}).get("properties") or {})]
-        bad = next((n for n in names if not isinstance(n, str) or not SAFE_NAME.fullmatch(n)), None)
-        if bad is not None:
-            line = (f"MCP server {server}: tool {tool.name!r} is left out: {bad!r} is not a name (letters, digits, "
-                    "'_', '-', '.', '/', at most 128)")
-            if line not in self._said:
-                self._said.add(line)
-                log.warning("%s", self.scrub(line))
-            return None
+        server that quotes its environment to the agent sends nothing secret on)."""
         data = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
         clean = self.scrub(data)
         return tool if clean == data else type(tool).model_validate(clean)
+
+    def _left_out(self, conn: Connection, tool: str, why: str) -> None:
+        """TOOL of CONN's listing is left out for WHY: shown in the hub, said once in the log."""
+        tool, why = self.scrub(tool), self.scrub(why)
+        conn.left_out[tool] = why
+        line = f"MCP server {conn.spec.name}: tool {tool} is left out ({why}); the server's other tools are kept"
+        if line not in self._said:
+            self._said.add(line)
+            log.warning("%s", line)
 
     def _save_listing(self) -> None:
         from ..files import atomic_write
@@ -293,15 +296,18 @@ class McpHub:
         SERVER.set(spec.name)
         errlog = StderrLog(self.log_dir / f"mcp-{spec.name}.log", self.scrubber)
         errlog.say(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting {spec.name}")
+        conn.left_out = {}
         try:
-            client = Client(self._transport(spec, errlog), read_timeout_seconds=START_TIMEOUT,
+            vetted = Vetted(self._transport(spec, errlog), lambda tool, why: self._left_out(conn, tool, why))
+            client = Client(vetted, read_timeout_seconds=START_TIMEOUT,
                             client_info=Implementation(name="amacs", version="0.1"))
             async with client:
+                vetted.version = client.protocol_version
                 tools: list[Any] = []
                 cursor: str | None = None
                 while True:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(t for t in (self._clean(t, spec.name) for t in page.tools) if t is not None)
+                    tools.extend(self._clean(t) for t in page.tools)
                     cursor = page.next_cursor
                     if not cursor or len(tools) > 1000:
                         break

@@ -25,7 +25,6 @@ import json
 import re
 import sqlite3
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from amacs_server.faults import POINTS
 from tests.e2e.agent_fakes import transcript
 from tests.e2e.harness import EmacsRun, run_emacs
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
-from tests.mcp_servers import ROOT, write_config
+from tests.mcp_servers import hostile_server, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +55,7 @@ CASES = (*(p for p in POINTS if p != "ltm.commit"), "infer.mid-stream@2", "say.w
          *LTM_TURN, *SECOND_TICK)
 # The slow eval calls an MCP tool (a server written with the SDK), as the agent's evals do.
 EVAL = '(progn (sleep-for 0.6) (agent-tool "t/big" :megabytes 0.00001) 42)'
-TOOL_SERVER = {"t": {"command": sys.executable, "args": [str(ROOT / "tests" / "mcp_hostile_server.py"), "big"]}}
+TOOL_SERVER = {"t": hostile_server("big")}
 # Points reached before the input is written ahead: it may not be in agent-chat.org.
 BEFORE_WRITE_AHEAD = {"submit.received", "turn.start"}
 LOCK_POINTS = {"commit.index-lock", "commit.ref-lock"}

@@ -12,20 +12,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from tests.e2e.agent_fakes import run_elisp, say, send, session, who
 from tests.e2e.harness import run_emacs
-from tests.mcp_servers import ROOT, write_config
+from tests.mcp_servers import hostile_server, write_config
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "tok-0f9e8d7c6b5a4f3e2d1c"
 PASSWORD = "Pw-9x8y7z6w"
 DATABASE_URL = f"postgres://app:{PASSWORD}@db.example:5432/app"
-HOSTILE = [sys.executable, str(ROOT / "tests" / "mcp_hostile_server.py")]
 
 
 def planted(data: bytes) -> list[str]:
@@ -35,8 +33,8 @@ def planted(data: bytes) -> list[str]:
 
 
 def test_no_secret_of_mcp_json_in_any_file_git_object_log_or_request(fake, home):
-    write_config(home, {"leaky": {"command": HOSTILE[0], "args": [*HOSTILE[1:], "leaky"],
-                                  "env": {"SECRET_TOKEN": "${SECRET_TOKEN}", "DATABASE_URL": "${DATABASE_URL}"}}})
+    write_config(home, {"leaky": hostile_server("leaky", env={"SECRET_TOKEN": "${SECRET_TOKEN}",
+                                                             "DATABASE_URL": "${DATABASE_URL}"})})
     forms = [("whoami", '(agent-tool "leaky/whoami")'),
              ("getenv", '(list (getenv "SECRET_TOKEN") (getenv "DATABASE_URL"))'),
              ("fail", '(agent-tool "leaky/fail")'),

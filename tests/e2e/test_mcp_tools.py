@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.context_items import eval_result, newest_message, request_text, said
+from tests.context_items import request_text, said
 from tests.e2e.agent_fakes import (
-    primary_texts,
     run_elisp,
     say,
     send,
@@ -29,6 +28,7 @@ from tests.e2e.agent_fakes import (
     transcript_events,
     who,
 )
+from tests.e2e.conftest import SHOW_HUB, Evals, shown_hub
 from tests.e2e.harness import TEST_KEY, run_emacs
 from tests.mcp_servers import (
     ROOT,
@@ -47,27 +47,9 @@ def servers():
     install()
 
 
-def scripted(fake, forms, final="done"):
-    """The fake primary evaluates FORMS one per step (by marker), then says FINAL."""
-
-    def answer(body):
-        if who(body)[1] != "primary":
-            return say("")
-        ctx = request_text(body)
-        for marker, form in forms:
-            if f"step {marker}." not in ctx:
-                return run_elisp(form, monologue=f"step {marker}.")
-        return say(final, monologue="end")
-
-    fake.respond_with(answer)
 
 
-def results(fake):
-    """Each eval result the primary saw, in order."""
-    return [eval_result(t) for t in primary_texts(fake) if "<last-eval-result>" in newest_message(t)]
-
-
-def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
+def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, evals, home, tmp_path):
     """The listing is in the system prompt (cached part); a call returns structured content as a
     plist, text as a string; an isError result is an error the agent sees; a bad argument is
     named before any call; the transcript records each call."""
@@ -84,7 +66,7 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
         ("missing", '(agent-tool "time/get_current_time")'),
         ("no-tool", '(agent-tool "time/no_such_tool")'),
     ]
-    scripted(fake, forms)
+    evals.script(forms)
     run = run_emacs(home, fake.url, session(send("use the tools"))).check()
 
     system = fake.requests[0]["body"]["system"]
@@ -94,7 +76,7 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
     assert "time/get_current_time :timezone string — Get current time" in prompt
     assert "git/git_status :repo_path string" in prompt
 
-    seen = results(fake)
+    seen = evals.results()
     assert len(seen) == len(forms), seen
     utc, field, status, bad_zone, bad_arg, missing, no_tool = seen
     assert utc["success"], utc
@@ -130,7 +112,7 @@ def test_time_and_git_tools_list_call_and_answer_as_elisp(fake, home, tmp_path):
                for line in lines)
 
 
-def test_everything_server_results_and_timeout(fake, home):
+def test_everything_server_results_and_timeout(fake, evals, home):
     """The reference server: text, structured content, an image (described, not inlined), and a
     call past the server's timeout given up with an error that says so, the server going on."""
     write_config(home, {"everything": everything_server(timeout=3, env={"AMACS_TEST_GIVEN": "${HOME}/given"})})
@@ -143,9 +125,9 @@ def test_everything_server_results_and_timeout(fake, home):
         ("resource", '(agent-tool "everything/get-resource-reference" :resource-type "Text" :resource-id 2)'),
         ("env", '(agent-tool "everything/get-env")'),
     ]
-    scripted(fake, forms)
+    evals.script(forms)
     run = run_emacs(home, fake.url, session(send("try everything")), timeout=180).check()
-    echo, image, slow, after, weather, resource, env = results(fake)
+    echo, image, slow, after, weather, resource, env = evals.results()
     assert weather["success"] and weather["result"].startswith('"'), weather
     assert resource["success"] and ':type "resource"' in resource["result"] and ':chars' in resource["result"], resource
     # A stdio server gets its env (with ${VAR}) and a safe part of the environment, never the API key.
@@ -220,7 +202,7 @@ def test_a_subagent_gets_its_templates_tools_never_more_than_its_parents(fake, h
         ("task-1", "get_current_time", True)]  # the refused call never reached a server
 
 
-def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):
+def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):  # test_mcp_dataset calls it too
     """A tool call is an action: the compulsion sees it before it runs and its reason is the error."""
     write_config(home, {"time": time_server()})
     template(home, "no-paris", "compulsion", "Block calls about Paris.")
@@ -245,7 +227,7 @@ def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):
 
     fake.respond_with(answer)
     run_emacs(home, fake.url, session(send("what time")), timeout=180).check()
-    _attach, paris, tokyo = results(fake)
+    _attach, paris, tokyo = Evals(fake).results()
     assert paris["error"] == "blocked by compulsion compulsion-1 (no-paris): no calls about Paris"
     assert tokyo["success"] and '"Asia/Tokyo"' in tokyo["result"]
     assert asked[0].startswith("[before action] The agent wants to call an MCP tool (in its eval):\n"
@@ -255,7 +237,7 @@ def test_a_compulsion_sees_a_tool_call_and_blocks_it(fake, home):
                                                                            (False, "Asia/Tokyo")]
 
 
-def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
+def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, evals, home):
     """Killed, the server's next call says it died; the call after is served by a restart; killed
     again, its tools fail with a clear error while it is down.  The hub shows it; no orphans after."""
     write_config(home, {"time": time_server()})
@@ -271,15 +253,12 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
              ("down", '(agent-tool "time/get_current_time" :timezone "UTC")'),
              ("hub", "(plist-get (amacs--call-sync 'hub_state nil) :mcp)"),
              ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id (amacs-server-process))))')]
-    scripted(fake, forms)
-    show_hub = ("(let ((n 0)) (add-hook 'amacs-hub-rendered-hook (lambda () (setq n (1+ n)))) (amacs-hub) "
-                "(amacs-e2e-wait (lambda () (> n 0)) \"the hub\") (princ (format \"HUB<<%s>>\\n\" "
-                "(with-current-buffer \"*amacs-hub*\" (buffer-substring-no-properties (point-min) (point-max))))))")
-    run = run_emacs(home, fake.url, session(send("go"), show_hub), timeout=180).check()
-    shown = re.search(r"HUB<<(.*?)>>\n", run.stdout, re.S).group(1)
+    evals.script(forms)
+    run = run_emacs(home, fake.url, session(send("go"), SHOW_HUB), timeout=180).check()
+    shown = shown_hub(run.stdout)
     assert "MCP servers (1)\n  time           stdio  down        4 calls  get_current_time convert_time\n" \
         "    last error: the connection closed: Connection closed" in shown, shown
-    first, _k, died, again, _k2, died2, down, hub, pids = results(fake)
+    first, _k, died, again, _k2, died2, down, hub, pids = evals.results()
     assert first["success"], first
     assert "MCP server time died during the call to get_current_time" in died["error"], died
     assert again["success"], again
@@ -290,7 +269,7 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, home):
 
 
 
-def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
+def test_every_server_stops_with_the_amacs_server(fake, evals, home, tmp_path):
     """Servers of two kinds (Python, Node) run, and one that outlives its stdin (a shell that sleeps
     on after the time server in it ends): when the AMACS server stops, none is left."""
     repo = tmp_path / "repo"
@@ -302,9 +281,9 @@ def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
                      f'(agent-tool "git/git_status" :repo-path "{repo}") (agent-tool "everything/echo" :message "x") '
                      '(agent-tool "stubborn/get_current_time" :timezone "UTC"))'),
              ("pids", '(shell-command-to-string (format "pgrep -P %s" (process-id (amacs-server-process))))')]
-    scripted(fake, forms)
+    evals.script(forms)
     run_emacs(home, fake.url, session(send("go")), timeout=180).check()
-    _all, pids = results(fake)
+    _all, pids = evals.results()
     running = [int(p) for p in re.findall(r"\d+", pids["result"])]
     assert len(running) >= 4, pids
     left = [p for p in running if Path(f"/proc/{p}").exists()
@@ -312,7 +291,7 @@ def test_every_server_stops_with_the_amacs_server(fake, home, tmp_path):
     assert left == [], [Path(f"/proc/{p}/cmdline").read_bytes() for p in left]
 
 
-def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, home):
+def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, evals, home):
     """A bad entry is one line in the shell naming the file and the key, the good server works;
     a server added to the file mid-session is called without a restart; a file that is not
     JSON is one line too, and the servers stay as they were."""
@@ -324,10 +303,10 @@ def test_mcp_json_is_read_again_when_saved_and_a_bad_entry_is_one_line(fake, hom
              ("break", f'(with-temp-file {json.dumps(str(config))} (insert "{{not json"))'),
              ("still", '(agent-tool "clock/convert_time" :source-timezone "UTC" :time "12:00" '
                        ':target-timezone "Asia/Tokyo")')]
-    scripted(fake, forms)
+    evals.script(forms)
     run = run_emacs(home, fake.url, session(send("go")), timeout=180).check()
-    first, _add, added_call, _break, still = results(fake)
-    assert first["success"] and added_call["success"] and still["success"], results(fake)
+    first, _add, added_call, _break, still = evals.results()
+    assert first["success"] and added_call["success"] and still["success"], evals.results()
     assert '"Asia/Tokyo"' in still["result"]
     bad_entry = [line.removeprefix(";; ") for line in run.shell.splitlines() if "mcpServers.broken" in line]
     assert bad_entry == [f"{config}: mcpServers.broken.command: expected a string, got 3; server 'broken' is left "
@@ -358,7 +337,7 @@ def test_servers_start_at_the_first_model_call_or_with_the_server_when_eager(fak
     assert re.findall(r"CHILDREN<<(\d+)>>", eager.stdout) == ["1"]
 
 
-def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_call(fake, home):
+def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_call(fake, evals, home):
     """The first session starts the server to list its tools and saves the listing; the next
     session's context lists them from mcp-tools.json without starting it, until a tool is called.
     An edited entry is not served from the old listing."""
@@ -383,7 +362,7 @@ def test_a_listing_from_an_earlier_session_lets_the_server_wait_for_its_first_ca
     second = run_emacs(home, fake.url, session(send("hello again"), count, send("now call it"), count)).check()
     prompt = fake.requests[asked]["body"]["system"][0]["text"]
     assert "time/get_current_time :timezone string" in prompt  # listed while the server did not run
-    assert results(fake)[-1]["success"]
+    assert evals.results()[-1]["success"]
     assert re.findall(r"CHILDREN<<(\d+)>>", second.stdout) == ["0", "1"]  # started by the call
 
     fake.respond_with(lambda body: say("hi"))
@@ -420,7 +399,7 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def test_a_streamable_http_server_with_headers_from_the_environment(fake, home, everything_http, tmp_path):
+def test_a_streamable_http_server_with_headers_from_the_environment(fake, evals, home, everything_http, tmp_path):
     """HTTP servers (url, headers with ${VAR}) are called from an eval as stdio ones are; the headers
     reach the server; a value taken from the environment never reaches the agent or the transcript."""
     url, _proc = everything_http
@@ -440,13 +419,13 @@ def test_a_streamable_http_server_with_headers_from_the_environment(fake, home, 
         forms = [("echo", '(agent-tool "remote/echo" :message "over http")'),
                  ("sum", '(agent-tool "remote/get-sum" :a 2 :b 40)'),
                  ("headers", '(agent-tool "hdr/seen_headers")')]
-        scripted(fake, forms)
+        evals.script(forms)
         run_emacs(home, fake.url, session(send("go")), AMACS_TEST_TOKEN="tok-secret-0123456789").check()
     finally:
         headers.terminate()
         headers.wait(10)
         log.close()
-    echo, total, seen = results(fake)
+    echo, total, seen = evals.results()
     assert echo["success"] and "over http" in echo["result"], echo
     assert total["success"] and "42" in total["result"], total
     assert seen["result"] == ('(:x-amacs-test "literal-value" :authorization "[redacted mcp.json Authorization]")'), seen

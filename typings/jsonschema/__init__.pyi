@@ -6,7 +6,9 @@ class ValidationError(Exception):
     message: str
     validator: str
     path: Sequence[str | int]
+    absolute_path: Sequence[str | int]
 
 class Draft202012Validator:
+    META_SCHEMA: dict[str, Any]
     def __init__(self, schema: dict[str, Any]) -> None: ...
     def iter_errors(self, instance: Any) -> Iterator[ValidationError]: ...
