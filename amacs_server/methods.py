@@ -184,9 +184,13 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def set_budget(limit: NonNegativeFloat) -> dict[str, Any]:
         """The person raises (or lowers) the budget limit, in dollars.  Returns the ``limit`` and,
         when it now lets the agent go on after it refused the person's last input, that input
-        (``refused``): the shell puts it back at the prompt."""
+        (``refused``): the shell puts it back at the prompt.  Refused, in one line, for a model
+        nobody priced that is not served on this machine: a limit could not count its dollars."""
 
         def apply() -> dict[str, Any]:
+            unkeepable = rt.budget_unkeepable()
+            if unkeepable is not None:
+                raise Refused(unkeepable)
             stopped = rt.world.budget_stop("the primary agent") is not None
             rt.set_limit(limit)
             goes_on = stopped and rt.world.budget_stop("the primary agent") is None

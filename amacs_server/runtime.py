@@ -29,7 +29,7 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local
+from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local, price_for
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .loop.face import Face
 from .memory.active import ActiveMemory, ram_window
@@ -524,14 +524,28 @@ class Runtime:
         url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
         return self.config.local_model is not None or is_local(url)
 
+    def price_table(self) -> dict[str, Price]:
+        """The prices the server counts by: the person's, and the model it runs itself (the local or
+        the demo model) free unless the person's table prices it."""
+        return ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
+                else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
+
+    def budget_unkeepable(self) -> str | None:
+        """Why a budget cannot be kept on the session's model, in one line: nobody gave its price
+        (none listed, none in the person's table) and it is not served on this machine, so its calls
+        cost unknown dollars a limit cannot count; None when its price is known or it is free."""
+        if price_for(self.model, self.price_table(), local=self.on_this_machine()) is not None:
+            return None
+        url = self.config.openai_base_url if self.backend_name == "openai" else self.config.base_url
+        return (f"a budget needs a price, and model {self.model}" + (f" at {url}" if url else "")
+                + " has none: give it one in amacs-price-table (or AMACS_PRICES: dollars per million tokens), "
+                "or use a priced model; until then its calls count tokens, not dollars")
+
     def charge(self, usage: Usage, model: str | None = None) -> float | None:
         """Count one model call's USAGE (of MODEL, default the session's) in this tick, the session
         and the budget; return dollars, or None when the model's price is unknown (its tokens are
         counted, its dollars not: never a guess)."""
-        # The model this server runs itself costs nothing, unless the person's table prices it.
-        table = ({LOCAL_ALIAS: FREE, **self.prices} if self.config.local_model is not None
-                 else {DEMO_MODEL: FREE, **self.prices} if self.demo is not None else self.prices)
-        dollars = cost(model or self.model, usage, table, local=self.on_this_machine())
+        dollars = cost(model or self.model, usage, self.price_table(), local=self.on_this_machine())
         self.tick_tally.add(usage, dollars)
         self.session_tally.add(usage, dollars)
         self.consciousness.budget.cost_so_far += dollars or 0.0

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,73 +34,30 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_startup import build_home, loadavg  # noqa: E402
 from bench.bench_startup import setup_times as startup_setup_times  # noqa: E402
 from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
+from bench.interactive import Launch, launch_env  # noqa: E402
 
 MARKS = {"emacs": "*amacs-shell*", "prompt": "\namacs>", "waiting": "waiting for you"}
-TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
 
 
 def one_sample(home: Path, tmp: Path, timeout: float = 30.0, observer: str = "output") -> dict[str, float]:
-    """Type ./amacs in a fresh terminal; the moments each mark was first on screen, in ms.
-
-    OBSERVER "output" (the default): tmux copies what the terminal gets into a file
-    (``pipe-pane``); the screen is read when that file has grown, so the moment is when
-    the text reached the terminal, and reading costs nothing while nothing is drawn.
-    "poll": the screen is read every 3 ms whatever happens; each read is a tmux client
-    (~3.5 ms of CPU), so the observer took about half a core from Emacs and the server on
-    a 2-core machine (earlier numbers of this bench were taken so)."""
-    sockets = Path(tempfile.mkdtemp(prefix="amacs-bstart-", dir="/tmp"))
-    conf = sockets / "tmux.conf"
-    conf.write_text(TMUX_CONF)
+    """Type ./amacs in a fresh terminal; the moments each mark was first on screen, in ms
+    (OBSERVER: how the screen is read, :class:`bench.interactive.Launch`)."""
     user_home = tmp / "user-home"
     shutil.rmtree(user_home, ignore_errors=True)
     user_home.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LC_"))}
-    env.update(HOME=str(user_home), AMACS_HOME=str(home), ANTHROPIC_API_KEY="sk-ant-bench",
-               ANTHROPIC_BASE_URL="http://127.0.0.1:9", TERM="xterm-256color", LANG="C.UTF-8",
-               EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1", PS1="$ ")
-    tmux = ["tmux", "-S", str(sockets / "tmux"), "-f", str(conf)]
+    env = launch_env(HOME=str(user_home), AMACS_HOME=str(home), ANTHROPIC_API_KEY="sk-ant-bench",
+                     ANTHROPIC_BASE_URL="http://127.0.0.1:9")
     seen: dict[str, float] = {}
     try:
-        subprocess.run([*tmux, "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", "--", "sh"],
-                       check=True, env=env, cwd=ROOT)
-        output = sockets / "output"
-        output.touch()
-        if observer == "output":
-            subprocess.run([*tmux, "pipe-pane", "-t", "b", "-o", f"cat >> {output}"], check=True)
-        subprocess.run([*tmux, "send-keys", "-t", "b", "-l", "./amacs"], check=True)
-        time.sleep(0.3)  # the shell has echoed it; RET is the person's "now"
-        subprocess.run([*tmux, "send-keys", "-t", "b", "Enter"], check=True)
-        t0 = time.perf_counter()
-        deadline = t0 + timeout
-        screen = ""
-        size = output.stat().st_size
-        while len(seen) < len(MARKS):
-            if observer == "output":
-                grown = output.stat().st_size
-                if grown == size:
-                    if time.perf_counter() > deadline:
-                        raise TimeoutError(f"not all of {list(MARKS)} on screen after {timeout} s:\n{screen}")
-                    time.sleep(0.001)
-                    continue
-                size = grown
-            now = (time.perf_counter() - t0) * 1000
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "b"], capture_output=True,
-                                    text=True).stdout
-            for mark, text in MARKS.items():
-                if mark not in seen and text in screen:
-                    seen[mark] = now
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"not all of {list(MARKS)} on screen after {timeout} s:\n{screen}")
-            if observer == "poll":
-                time.sleep(0.003)
+        with Launch("./amacs", env, observer=observer) as launch:
+            for now, screen in launch.screens(timeout, what=f"all of {list(MARKS)}"):
+                for mark, text in MARKS.items():
+                    if mark not in seen and text in screen:
+                        seen[mark] = now
+                if len(seen) == len(MARKS):
+                    break
     finally:
-        pid = server_pid(home)
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
-        if os.environ.get("BENCH_KEEP_OUTPUT"):
-            shutil.copy(sockets / "output", os.environ["BENCH_KEEP_OUTPUT"])
-        shutil.rmtree(sockets, ignore_errors=True)
-        wait_gone(pid)  # the server exits when its Emacs goes: not during the next sample
+        wait_gone(server_pid(home))  # the server exits when its Emacs goes: not during the next sample
     return seen
 
 

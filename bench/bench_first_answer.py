@@ -4,7 +4,7 @@ Each sample is a fresh tmux session (120x40) running ``sh``, in which a command 
 typed and RET pressed, as a person does; time 0 is when tmux has taken that RET.  As
 soon as the screen shows a prompt, the question ("go") is typed and sent; the sample
 ends when the reply's last word is on the screen.  The screen is read each time the
-terminal has got output (``tmux pipe-pane``), as :mod:`bench.bench_amacs_start` does.
+terminal has got output (:class:`bench.interactive.Launch`, as :mod:`bench.bench_amacs_start`).
 
 Kinds, rounds alternating (each round one sample of each, in turn):
 
@@ -46,8 +46,8 @@ from bench.bench_gptel import default_gptel  # noqa: E402
 from bench.bench_startup import build_home, loadavg  # noqa: E402
 from bench.bench_transport import REPLY_TEXT, TimedFake  # noqa: E402
 from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
+from bench.interactive import Launch, launch_env  # noqa: E402
 
-TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
 LAST_WORD = "word399"
 QUESTION = "go"
 KINDS = ("amacs-returning", "amacs-new", "gptel")
@@ -87,54 +87,24 @@ def sh_quote(text: str) -> str:
 def one_sample(kind: str, command: str, env: dict[str, str], tmp: Path, home: Path | None,
                timeout: float = 60.0) -> dict[str, float]:
     """Type COMMAND in a fresh terminal, the question once the prompt shows; the marks in ms."""
-    sockets = Path(tempfile.mkdtemp(prefix="amacs-bfa-", dir="/tmp"))
-    (sockets / "tmux.conf").write_text(TMUX_CONF)
     user_home = tmp / "user-home"
     shutil.rmtree(user_home, ignore_errors=True)
     user_home.mkdir(parents=True)
-    tmux = ["tmux", "-S", str(sockets / "tmux"), "-f", str(sockets / "tmux.conf")]
     env = {**env, "HOME": str(user_home), **({"AMACS_HOME": str(home)} if home else {})}
     prompt = PROMPTS["gptel" if kind == "gptel" else "amacs"]
     seen: dict[str, float] = {}
-    screen = ""
     try:
-        subprocess.run([*tmux, "new-session", "-d", "-s", "b", "-x", "120", "-y", "40", "--", "sh"],
-                       check=True, env=env, cwd=ROOT)
-        output = sockets / "output"
-        output.touch()
-        subprocess.run([*tmux, "pipe-pane", "-t", "b", "-o", f"cat >> {output}"], check=True)
-        subprocess.run([*tmux, "send-keys", "-t", "b", "-l", command], check=True)
-        time.sleep(0.3)  # the shell has echoed it; RET is the person's "now"
-        subprocess.run([*tmux, "send-keys", "-t", "b", "Enter"], check=True)
-        t0 = time.perf_counter()
-        deadline = t0 + timeout
-        size = output.stat().st_size
-        while "answer" not in seen:
-            grown = output.stat().st_size
-            if grown == size:
-                if time.perf_counter() > deadline:
-                    raise TimeoutError(f"{kind}: marks {seen} after {timeout} s:\n{screen}")
-                time.sleep(0.001)
-                continue
-            size = grown
-            now = (time.perf_counter() - t0) * 1000
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", "b"], capture_output=True,
-                                    text=True).stdout
-            if os.environ.get("BENCH_SCREENS"):
-                with open(os.environ["BENCH_SCREENS"], "a", encoding="utf-8") as log:
-                    log.write(f"=== {now:.0f} ms\n{screen}\n")
-            if "prompt" not in seen and prompt in screen:
-                seen["prompt"] = now
-                subprocess.run([*tmux, "send-keys", "-t", "b", "-l", QUESTION], check=True)
-                keys = ["Enter"] if kind != "gptel" else ["C-c", "Enter"]
-                subprocess.run([*tmux, "send-keys", "-t", "b", *keys], check=True)
-            if "prompt" in seen and LAST_WORD in screen:
-                seen["answer"] = now
+        with Launch(command, env) as launch:
+            for now, screen in launch.screens(timeout, what=f"{kind}'s answer"):
+                if "prompt" not in seen and prompt in screen:
+                    seen["prompt"] = now
+                    launch.keys(QUESTION, literal=True)
+                    launch.keys(*(["Enter"] if kind != "gptel" else ["C-c", "Enter"]))
+                if "prompt" in seen and LAST_WORD in screen:
+                    seen["answer"] = now
+                    break
     finally:
-        pid = server_pid(home) if home else None
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
-        shutil.rmtree(sockets, ignore_errors=True)
-        wait_gone(pid)  # the server exits when its Emacs goes: not during the next sample
+        wait_gone(server_pid(home) if home else None)  # the server exits when its Emacs goes
     return seen
 
 
@@ -165,10 +135,7 @@ def main() -> None:
     subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
     fake = TimedFake().start()
     peers = compile_gptel(args.gptel, tmp / "peers") if "gptel" in kinds else None
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LC_"))}
-    env.update(ANTHROPIC_API_KEY="sk-ant-bench", ANTHROPIC_BASE_URL=fake.url, TERM="xterm-256color",
-               LANG="C.UTF-8", EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1", PS1="$ ")
+    env = launch_env(ANTHROPIC_API_KEY="sk-ant-bench", ANTHROPIC_BASE_URL=fake.url)
     if args.no_warm:
         env["AMACS_WARM"] = "0"
     history = tmp / "history-home"

@@ -6,7 +6,9 @@ benchmarks that time what a person feels run a real terminal Emacs:
 - :func:`amacs_terminal` is ``./amacs`` (the shell and its server) in tmux,
   from ``tests/tmux/terminal.py``;
 - :class:`BareEmacs` is ``emacs -nw -Q`` with AMACS's elisp on the load path
-  (compiled, from ``.elc/``, as ``./amacs`` loads it) and nothing started, for benchmarks that bring their own server.
+  (compiled, from ``.elc/``, as ``./amacs`` loads it) and nothing started, for benchmarks that bring their own server;
+- :class:`Launch` is a command typed in ``sh`` in a fresh terminal, the screen read as it
+  changes: what a person sees from RET on (``bench_amacs_start``, ``bench_first_answer``).
 
 Both take elisp through an Emacs server inside them (``.elisp(form)``).  Times
 are taken inside Emacs (``float-time`` in advice and hooks) and written to a
@@ -19,8 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.tmux.terminal import ROOT, Terminal
@@ -91,6 +96,89 @@ class Recorder:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(rows)} of {count} {kind!r} records after {timeout} s")
             time.sleep(0.02)
+
+
+TMUX_CONF = "set -g status off\nset -g remain-on-exit on\nset -g history-limit 0\n"
+# What a launch's environment never inherits from the bench's: its own settings and terminal.
+NOT_INHERITED = ("AMACS_", "ANTHROPIC_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LC_")
+
+
+def launch_env(**settings: str) -> dict[str, str]:
+    """This process's environment without NOT_INHERITED, as a fresh terminal has it, plus SETTINGS."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_INHERITED)}
+    env.update(TERM="xterm-256color", LANG="C.UTF-8", EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION="1", PS1="$ ")
+    return {**env, **settings}
+
+
+class Launch:
+    """COMMAND typed in ``sh`` in a fresh tmux session (WIDTHxHEIGHT) and RET pressed, as a
+    person does; :meth:`screens` reads the screen as it changes, with the time since RET.
+
+    OBSERVER "output" (the default): tmux copies what the terminal gets into a file
+    (``pipe-pane``); the screen is read when that file has grown, so the moment is when
+    the text reached the terminal, and reading costs nothing while nothing is drawn.
+    "poll": the screen is read every 3 ms whatever happens; each read is a tmux client
+    (~3.5 ms of CPU), so the observer took about half a core from Emacs and the server on
+    a 2-core machine (earlier numbers of ``bench_amacs_start`` were taken so).
+    ``BENCH_SCREENS=FILE`` appends each screen read, with its time, to FILE."""
+
+    def __init__(self, command: str, env: dict[str, str], cwd: Path = ROOT, width: int = 120, height: int = 40,
+                 observer: str = "output") -> None:
+        self.command, self.env, self.cwd, self.observer = command, env, cwd, observer
+        self.size = (width, height)
+        self._sockets = Path(tempfile.mkdtemp(prefix="amacs-launch-", dir="/tmp"))
+        (self._sockets / "tmux.conf").write_text(TMUX_CONF)
+        self._tmux = ["tmux", "-S", str(self._sockets / "tmux"), "-f", str(self._sockets / "tmux.conf")]
+        self._output = self._sockets / "output"
+        self.t0 = 0.0
+        self.screen = ""
+
+    def __enter__(self) -> Launch:
+        width, height = self.size
+        subprocess.run([*self._tmux, "new-session", "-d", "-s", "b", "-x", str(width), "-y", str(height), "--", "sh"],
+                       check=True, env=self.env, cwd=self.cwd)
+        self._output.touch()
+        if self.observer == "output":
+            subprocess.run([*self._tmux, "pipe-pane", "-t", "b", "-o", f"cat >> {self._output}"], check=True)
+        self.keys(self.command, literal=True)
+        time.sleep(0.3)  # the shell has echoed it; RET is the person's "now"
+        self.keys("Enter")
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        subprocess.run([*self._tmux, "kill-server"], capture_output=True)
+        if os.environ.get("BENCH_KEEP_OUTPUT"):
+            shutil.copy(self._output, os.environ["BENCH_KEEP_OUTPUT"])
+        shutil.rmtree(self._sockets, ignore_errors=True)
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        """Type KEYS (tmux key names; LITERAL: text)."""
+        subprocess.run([*self._tmux, "send-keys", "-t", "b", *(["-l"] if literal else []), *keys], check=True)
+
+    def screens(self, timeout: float, what: str = "the end") -> Iterator[tuple[float, str]]:
+        """Each screen as the terminal changes, with its time in ms after RET, until the caller
+        stops; TimeoutError (naming WHAT was awaited) after TIMEOUT seconds."""
+        deadline = self.t0 + timeout
+        size = self._output.stat().st_size
+        while True:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{what} not on screen after {timeout} s:\n{self.screen}")
+            if self.observer == "output":
+                grown = self._output.stat().st_size
+                if grown == size:
+                    time.sleep(0.001)
+                    continue
+                size = grown
+            now = (time.perf_counter() - self.t0) * 1000
+            self.screen = subprocess.run([*self._tmux, "capture-pane", "-p", "-t", "b"], capture_output=True,
+                                         text=True).stdout
+            if os.environ.get("BENCH_SCREENS"):
+                with open(os.environ["BENCH_SCREENS"], "a", encoding="utf-8") as log:
+                    log.write(f"=== {now:.0f} ms\n{self.screen}\n")
+            yield now, self.screen
+            if self.observer == "poll":
+                time.sleep(0.003)
 
 
 def load() -> str:

@@ -385,7 +385,9 @@ nothing is lost; but it looks 2 s later, and keys typed while it looks
   "Set the agent's budget limit to DOLLARS.
 An agent stopped at its limit goes on with your next input.  Raised
 above what is spent, the input the budget refused last is put back at
-the prompt, not sent: RET sends it."
+the prompt, not sent: RET sends it.  A model with no price (none listed,
+none in `amacs-price-table') that is not served on this machine cannot
+have a limit: the server refuses it in one line."
   (interactive
    (let ((now (or (plist-get (or (amacs-shell--get 'amacs-shell-usage) amacs-shell-usage) :budget-limit)
                   5.0)))
@@ -396,17 +398,22 @@ the prompt, not sent: RET sends it."
   ;; Said at once: see `amacs-shell--said-at-once'.
   (message "AMACS: setting the budget limit to %s…" (amacs-shell--dollars dollars))
   (amacs-when-ready
-   (lambda () (amacs-call 'set_budget (list dollars)
-                          (lambda (answer)
-                            (let ((limit (plist-get answer :limit)))
-                              (amacs-choose :budget limit)
-                              (amacs-shell--on-tick
-                               (plist-put (copy-sequence (or (amacs-shell--get 'amacs-shell-usage)
-                                                             amacs-shell-usage))
-                                          :budget-limit limit))
-                              (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit))
-                              (when (plist-get answer :refused)
-                                (amacs-shell--put-back-refused (plist-get answer :refused) limit))))))))
+   (lambda ()
+     ;; A limit is counted in the model's price: one just put in `amacs-price-table' goes first.
+     (let ((refused (amacs--send-changed-settings)))
+       (if refused
+           (amacs--say "AMACS: %s" refused)
+         (amacs-call 'set_budget (list dollars)
+                     (lambda (answer)
+                       (let ((limit (plist-get answer :limit)))
+                         (amacs-choose :budget limit)
+                         (amacs-shell--on-tick
+                          (plist-put (copy-sequence (or (amacs-shell--get 'amacs-shell-usage)
+                                                        amacs-shell-usage))
+                                     :budget-limit limit))
+                         (message "AMACS: budget limit is now %s" (amacs-shell--dollars limit))
+                         (when (plist-get answer :refused)
+                           (amacs-shell--put-back-refused (plist-get answer :refused) limit))))))))))
 
 (defun amacs-shell--put-back-refused (input limit)
   "Put INPUT back at the prompt: the budget refused it; LIMIT is above the spend.

@@ -109,6 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
         route = self.path.split("?")[0].rstrip("/")
         fake.gets.append(route)
         if route.startswith("/v1/models/"):
+            if fake.models_delay:
+                time.sleep(fake.models_delay)
             info = fake.models.get(route.removeprefix("/v1/models/"))
             if info is None:
                 self._send_json(404, _error_body(404, f"model: {route.removeprefix('/v1/models/')}"))
@@ -381,6 +383,7 @@ class FakeAnthropic:
         # what it says it accepts (400 otherwise), and its replies follow a schema asked for.
         self.models: dict[str, dict[str, Any]] = {}
         self.gets: list[str] = []  # the GET routes asked, in order
+        self.models_delay = 0.0  # seconds the Models API takes to answer (a slow network)
         self.window: int | None = None  # the Messages API window of a model not in `models' (not reported)
         # The OpenAI protocol, as a local server speaks it: parameters it refuses (400), the
         # response_format types it takes (None: all), its context window (n_ctx; None: none)
@@ -480,6 +483,10 @@ class FakeAnthropic:
                 return 400, _error_body(400, f"prompt is too long: {tokens} tokens > {self.window} maximum")
             return None
         caps = info["capabilities"]
+        most = info.get("max_tokens")
+        if isinstance(most, int) and isinstance(body.get("max_tokens"), int) and body["max_tokens"] > most:
+            return 400, _error_body(400, f"max_tokens: {body['max_tokens']} > {most}, which is the maximum "
+                                         f"allowed number of output tokens for {body.get('model')}")
         thinking = (body.get("thinking") or {}).get("type")
         if thinking in ("adaptive", "enabled", "disabled") and not caps["thinking"]["types"][thinking]["supported"]:
             return 400, _error_body(400, f"thinking.type: '{thinking}' is not supported for this model")

@@ -382,3 +382,29 @@ def test_one_turns_retries_are_bounded_however_many_calls_it_makes(fake):
     assert len(fake.requests) == 3 + TURN_RETRIES  # each call once, and the turn's retries
     assert "upstream down" in failures[0] and "retries are spent" not in failures[0]
     assert "this turn's retries are spent" in failures[2]
+
+
+def test_every_client_checks_servers_with_the_one_tls_context_the_import_made(fake, monkeypatch):
+    """Making a TLS context (reading the CA bundle) took 0.17-0.35 s of the loop, for every new
+    client and so on the first answer's path: it is made once, when the SDK is imported (in its
+    thread, and by the warm server before it forks), and made again only for other CA settings."""
+    import os
+
+    from amacs_server.inference import sdk
+
+    sdk.anthropic.load()
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    made = sdk._ssl_contexts[key]  # by the import already
+
+    async def contexts() -> list[object]:
+        models = [backend(fake), backend(fake)]
+        try:
+            return [m._get_client()._client._transport.ssl_context for m in models]  # type: ignore[attr-defined]
+        finally:
+            for m in models:
+                await m.aclose()
+
+    assert asyncio.run(contexts()) == [made, made]
+    monkeypatch.setenv("SSL_CERT_DIR", os.path.dirname(os.__file__))  # other CA settings: another context
+    monkeypatch.setenv("SSL_CERT_FILE", "")
+    assert sdk.ssl_context() is not made

@@ -111,6 +111,39 @@ def test_capabilities_are_asked_once_kept_a_day_and_shape_the_request(tmp_path, 
         rt.stop()
 
 
+def test_a_new_homes_first_request_does_not_wait_for_the_models_api(tmp_path, fake):
+    """Nothing known of the model, no thinking or effort asked for, a small context: the
+    first request goes while the Models API is still asked (its answer can change it only
+    by the schema or the most tokens, which a 400 names); the answer is kept when it comes."""
+    fake.models["slow-m"] = model_info("slow-m", structured=True)
+    fake.models_delay = 3.0
+    rt, face = _runtime(tmp_path / "h", fake, "slow-m")
+    try:
+        _turn(rt, "hi")
+        assert face.replies[-1] == "ok" and len(_calls(fake)) == 1
+        assert rt.catalog.asking  # answered before the Models API did
+        assert "format" in fake.requests[-1]["body"]["output_config"]
+    finally:
+        rt.stop()
+
+
+def test_a_first_request_refused_before_the_answer_is_made_again_with_it(tmp_path, fake):
+    """The early request asks for more tokens than the model gives: its 400 names no parameter
+    the request may drop; the answer (the model's most tokens) is awaited and the request made
+    again with it, once, and nothing is said as an error."""
+    fake.models["short-m"] = model_info("short-m", max_tokens=4096)
+    fake.models_delay = 1.0
+    rt, face = _runtime(tmp_path / "h", fake, "short-m")
+    try:
+        _turn(rt, "hi")
+        sent = [r["body"]["max_tokens"] for r in _calls(fake)]
+        assert sent == [8192, 4096], sent
+        assert face.replies[-1] == "ok" and not [n for n in face.notes if n[0] == "error"]
+        assert not rt.catalog.asking and rt.catalog.caps.max_tokens == 4096
+    finally:
+        rt.stop()
+
+
 def test_a_model_without_thinking_gets_none_and_the_agent_is_told(tmp_path, fake):
     fake.models["plain-m"] = model_info("plain-m", adaptive=False, enabled=False, structured=True, effort=False)
     rt, face = _runtime(tmp_path / "h", fake, "plain-m")

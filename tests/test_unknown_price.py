@@ -166,3 +166,42 @@ def test_the_server_records_a_cost_only_when_it_knows_the_price(tmp_path, url, m
         assert rt.consciousness.budget.cost_so_far == pytest.approx(before + (dollars or 0.0))  # no guess spent
     finally:
         rt.stop(grace=0)
+
+
+@pytest.mark.parametrize("url, model, prices, refused", [
+    ("https://models.example.org/v1", "gpt-oss-120b", None, True),  # nobody priced it, not on this machine
+    ("http://127.0.0.1:9/v1", "gpt-oss-120b", None, False),  # served on this machine: free
+    ("https://models.example.org/v1", "gpt-oss-120b", {"gpt-oss": [1.0, 2.0, 1.0, 1.0]}, False),  # the person's price
+    ("https://models.example.org/v1", "claude-sonnet-4-5", None, False)])  # listed
+def test_the_persons_budget_on_a_model_with_no_price_is_refused_in_one_line(tmp_path, url, model, prices, refused):
+    """M-x amacs-set-budget's method: a limit on a model whose dollars cannot be counted is refused,
+    in one line that names the model and where a price goes; the limit is then left as it was."""
+    import threading
+
+    from amacs_server import methods
+    from amacs_server.errors import Refused
+    from amacs_server.runtime import Runtime
+    from tests.test_arguments import NoEvals, Recorder
+    from tests.test_memory import SilentFace
+
+    env = {"AMACS_HOME": str(tmp_path / "h"), "AMACS_BACKEND": "openai", "OPENAI_BASE_URL": url,
+           "AMACS_MODEL": model, **({"AMACS_PRICES": json.dumps(prices)} if prices else {})}
+    rt = Runtime(load_config(env), SilentFace())
+    loop = threading.Thread(target=rt.loop.run_forever, daemon=True)
+    loop.start()
+    server = Recorder()
+    try:
+        methods.publish(server, rt, NoEvals())  # type: ignore[arg-type]
+        before = rt.limit()
+        if refused:
+            with pytest.raises(Refused) as caught:
+                server.methods["set_budget"](3.0)
+            said = str(caught.value)
+            assert "\n" not in said and model in said and url in said and "amacs-price-table" in said, said
+            assert rt.limit() == before and not (tmp_path / "h" / "budget-limit").exists()
+        else:
+            assert server.methods["set_budget"](3.0)["limit"] == 3.0 and rt.limit() == 3.0
+    finally:
+        rt.loop.call_soon_threadsafe(rt.loop.stop)
+        loop.join(5)
+        rt.stop(grace=0)

@@ -172,7 +172,8 @@ class AnthropicBackend:
         if self._client is None:
             client = anthropic.AsyncAnthropic(
                 api_key=self._api_key, base_url=self._base_url, timeout=self._timeout, max_retries=0,
-                http_client=anthropic.DefaultAioHttpClient(timeout=self._timeout), open_telemetry=False,
+                http_client=anthropic.DefaultAioHttpClient(timeout=self._timeout, verify=sdk.ssl_context()),
+                open_telemetry=False,
             )
             self._client = client
             self._closer = asyncio.get_running_loop().create_task(_close_at_the_end(client))

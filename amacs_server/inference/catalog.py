@@ -1,11 +1,14 @@
 """The model in use: its capabilities (asked off the start-up path), and calls adapted to them.
 
 At start and on ``amacs-set-model`` the catalog asks the backend what the model
-accepts, in a task of the loop, so start-up does not wait; the first request
-waits for the answer (a few seconds at most).  The answer is kept in the home
-for a day (:class:`~amacs_server.inference.capabilities.CapabilityStore`).
-Where the backend cannot say, :func:`call_adapting` learns from the model's
-400s: a parameter it names is dropped, remembered, and the call made once more.
+accepts, in a task of the loop, so start-up does not wait.  The answer is kept in
+the home for a day (:class:`~amacs_server.inference.capabilities.CapabilityStore`).
+A request waits for it only where it could change the request otherwise than by a
+400 (:meth:`ModelCatalog.waits_for_answer`): a new home's first answer does not
+wait for the Models API.  Where the backend cannot say, :func:`call_adapting`
+learns from the model's 400s: a parameter it names is dropped, remembered, and the
+call made once more; a 400 to a request made before the answer is in makes it
+again with the answer.
 """
 
 from __future__ import annotations
@@ -24,16 +27,21 @@ from .capabilities import (
     from_model_info,
     from_openai_models,
     refused_param,
+    too_long,
 )
 from .request import sent_params
 from .retry import InferenceError
 
 if TYPE_CHECKING:
+    from ..state.consciousness import ApiSettings
     from .backend import ModelResult
 
 log = logging.getLogger("amacs")
 
 ASK_TIMEOUT = 10.0  # seconds the first request waits for the backend's answer, at most
+# Below this many tokens a request is smaller than every Messages API model's window (the least,
+# 100K): the window the answer may report cannot change what it sends.
+EARLY_TOKENS = 50_000
 DEFAULT_CHARS_PER_TOKEN = 3.5  # before a call's usage calibrates it (JSON and code: fewer than prose's 4)
 
 
@@ -106,11 +114,31 @@ class ModelCatalog:
         except OSError as err:
             log.warning("could not keep the model's capabilities in %s: %s", self.store.path, err)
 
-    async def current(self) -> Capabilities:
+    @property
+    def asking(self) -> bool:
+        """The backend's answer is awaited."""
+        return self._task is not None and not self._task.done()
+
+    def waits_for_answer(self, settings: ApiSettings | None, chars: int) -> bool:
+        """A request of CHARS characters of context under SETTINGS (None: any) waits for the
+        backend's answer: not when the home knows the model from an earlier day (the answer
+        refreshes that), nor, on the Messages API, when it can change the request only by
+        the reply's schema or its most tokens (a 400 says either, and :func:`call_adapting`
+        makes the request again with the answer): no thinking or effort asked for (which
+        type or level to send is the answer's), and too small for any window."""
+        if not self.asking:
+            return False
+        if self.caps.fetched:
+            return False
+        return settings is None or not (self.backend == "anthropic" and not settings.thinking
+                                        and settings.effort is None and self.estimate(chars) < EARLY_TOKENS)
+
+    async def current(self, settings: ApiSettings | None = None, chars: int = 0) -> Capabilities:
         """The capabilities, once the backend answered (or ASK_TIMEOUT passed after the SDK's
-        import, which the model call waits for anyway)."""
+        import, which the model call waits for anyway); at once for a request that need not
+        wait (SETTINGS, CHARS: :meth:`waits_for_answer`)."""
         task = self._task
-        if task is not None and not task.done():
+        if task is not None and self.waits_for_answer(settings, chars):
             await asyncio.wait({task})
         return self.caps
 
@@ -214,6 +242,7 @@ class Prepared:
 
     request: dict[str, Any]
     caps: Capabilities
+    early: bool = False  # made before the backend's answer was in
 
 
 def _capped(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
@@ -224,34 +253,51 @@ def _capped(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any
     return request
 
 
-async def prepare(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]]) -> Prepared:
+async def prepare(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
+                  settings: ApiSettings | None = None, chars: int = 0) -> Prepared:
     """The request BUILD makes for the model's capabilities, made now and sent by a later
-    :func:`call_adapting` (made again there if the catalog learned something meanwhile)."""
-    caps = await catalog.current()
-    return Prepared(_capped(catalog, build, caps), caps)
+    :func:`call_adapting` (made again there if the catalog learned something meanwhile).
+    SETTINGS and CHARS, the request's: it may be made before the backend's answer
+    (:meth:`ModelCatalog.waits_for_answer`)."""
+    caps = await catalog.current(settings, chars)
+    return Prepared(_capped(catalog, build, caps), caps, catalog.asking)
 
 
 async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
                         complete: Callable[[dict[str, Any]], Awaitable[Any]],
-                        say: Callable[[str], None], prepared: Prepared | None = None) -> Any:
+                        say: Callable[[str], None], prepared: Prepared | None = None,
+                        settings: ApiSettings | None = None, chars: int = 0) -> Any:
     """COMPLETE the request BUILD makes for the model's capabilities (PREPARED: the one made
-    earlier, unless the capabilities changed since).  A 400 (or 422) that names a parameter
-    the request sent is said in one line (SAY), remembered (never sent to this model again),
-    and the call made once more without it."""
+    earlier, unless the capabilities changed since; else made now, for SETTINGS and CHARS as
+    :func:`prepare`).  A 400 (or 422) that names a parameter the request sent is said in one
+    line (SAY), remembered (never sent to this model again), and the call made once more
+    without it.  Another 400 to a request made before the backend's answer (not one refusing
+    it as too long: that is the caller's) waits for the answer, and when that changes the
+    request, it is made again once."""
     if prepared is None:
-        prepared = await prepare(catalog, build)
-    request = prepared.request if prepared.caps is catalog.caps else _capped(catalog, build, catalog.caps)
+        prepared = await prepare(catalog, build, settings, chars)
+    early, built_for = prepared.early, catalog.caps
+    request = prepared.request if prepared.caps is built_for else _capped(catalog, build, built_for)
     for attempt in range(3):
         try:
             return await complete(request)
         except InferenceError as err:
-            param = refused_param(err.detail, _sendable(request, catalog.backend)) \
-                if err.status in (400, 422) and attempt < 2 else None
-            if param is None:
+            refusal = err.status in (400, 422) and attempt < 2
+            param = refused_param(err.detail, _sendable(request, catalog.backend)) if refusal else None
+            if param is not None:
+                said = catalog.refuse(param)
+                say(f"The model {catalog.model} does not take {said}; asking again.")
+            elif refusal and early and too_long(err.detail, err.status) is None:
+                early = False
+                await catalog.current()
+                if catalog.caps is built_for:
+                    raise
+                log.info("a request made before the capabilities of %s were known was refused: %s",
+                         catalog.model, err.detail)
+            else:
                 raise
-            said = catalog.refuse(param)
-            say(f"The model {catalog.model} does not take {said}; asking again.")
-            request = _capped(catalog, build, catalog.caps)
+            built_for = catalog.caps
+            request = _capped(catalog, build, built_for)
     raise AssertionError("unreachable")
 
 

@@ -301,6 +301,7 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
         caller.status(line)
 
     sent: list[dict[str, Any]] = []
+    chars = len(ask.system) + request_chars({"messages": shown})  # whether it may go before the capabilities
 
     async def complete(request: dict[str, Any]) -> ModelResult:
         sent.append(request)
@@ -314,7 +315,7 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
         if catalog is None:
             result: ModelResult = await complete(build(UNKNOWN))
         elif ask.pool is None:
-            result = await call_adapting(catalog, build, complete, said)
+            result = await call_adapting(catalog, build, complete, said, settings=ask.settings, chars=chars)
         else:
             # The request is made before the wait for a slot of the pool: from a slot's release to the
             # next call's request on the wire, only that call's sending stands in the way.  A call that
@@ -323,7 +324,7 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
             # each made a request (~0.28 ms each: the first answers came ~40 ms late).
             if ask.pool.locked():
                 await asyncio.sleep(0)
-            prepared = await prepare(catalog, build)
+            prepared = await prepare(catalog, build, ask.settings, chars)
             caller.working("waiting for the model pool")
             async with ask.pool:
                 caller.working("thinking")

@@ -21,6 +21,7 @@ from ..context.assemble import Context, assemble
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.capabilities import Capabilities
+from ..inference.catalog import request_chars
 from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
 from ..inference.pricing import Tally
@@ -263,13 +264,16 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    caps = await rt.catalog.current()
-    note = model_note(rt, caps)
+    note = model_note(rt, rt.catalog.caps)
 
     def remake() -> Context:
         return assemble(snap, rt.conversation, c.active_thread, depths, note)
 
     context = remake()
+    chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
+    if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
+        note = model_note(rt, await rt.catalog.current())
+        context = remake()
     context.remake = remake
     return context  # fitted to the model's window by the call (inference/model_call.py)
 
