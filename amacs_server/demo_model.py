@@ -192,20 +192,52 @@ def _usage(output_tokens: int) -> dict[str, int]:
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
-def _split(text: str, parts: int) -> list[str]:
+def split(text: str, parts: int) -> list[str]:
+    """TEXT in PARTS pieces of about one size (the deltas of a streamed answer)."""
     if parts <= 1 or len(text) <= 1:
         return [text]
     size = max(1, -(-len(text) // parts))
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class SseWriter(BaseHTTPRequestHandler):
+    """An HTTP/1.1 handler that answers in JSON, or streams server-sent events in chunks: what a
+    model server's answer is made of (the demo model's, and the tests' fake model's)."""
+
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
         pass
 
+    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _start_stream(self, *, cache_control: bool = True) -> None:
+        """Send the headers of a chunked event stream (then its :meth:`_chunk` calls, and an empty one)."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        if cache_control:
+            self.send_header("cache-control", "no-cache")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, name: str, payload: dict[str, Any]) -> None:
+        self._chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+
+
+class _Handler(SseWriter):
     def do_GET(self) -> None:
         # No Models API: AMACS then assumes what a model accepts, as for any server without one.
         self._send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no such route"}})
@@ -232,33 +264,14 @@ class _Handler(BaseHTTPRequestHandler):
                 "content": [{"type": "text", "text": text}] if text else [],
                 "stop_reason": "end_turn", "stop_sequence": None, "usage": _usage(output_tokens)}
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def _event(self, name: str, payload: dict[str, Any]) -> None:
-        self._chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
-
     def _stream(self, body: dict[str, Any], reply: DemoReply) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("cache-control", "no-cache")
-        self.end_headers()
+        self._start_stream()
         start = self._message(body, "", 1)
         start["content"] = []
         self._event("message_start", {"type": "message_start", "message": start})
         self._event("content_block_start", {"type": "content_block_start", "index": 0,
                                             "content_block": {"type": "text", "text": ""}})
-        for piece in _split(reply.text, reply.chunks):
+        for piece in split(reply.text, reply.chunks):
             self._event("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                 "delta": {"type": "text_delta", "text": piece}})
             time.sleep(reply.chunk_delay)

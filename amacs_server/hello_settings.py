@@ -1,5 +1,6 @@
-"""Hello's settings as one declared model: it judges every value :func:`~amacs_server.hello.plainly_valid`
-does not plainly accept, and says what is wrong in the words every method's refusal uses."""
+"""Hello's settings as one declared model.
+
+It judges every value :func:`~amacs_server.hello.plainly_valid` does not plainly accept, and says what is wrong in the words every method's refusal uses."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from . import faults, views
 from .agents.kinds import PRIMARY
 from .arguments import Flag, Text, checked
 from .errors import AmacsError, Refused
+from .persistence.events import ControlRefused, ControlUnattributed
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
@@ -107,15 +108,14 @@ def person_power(rt: Runtime, name: str, method: Callable[..., Any]) -> Callable
         answer = method(*args)
         if origin.get("origin") not in ("key", "program"):
             via = origin.get("via") or "a call past Emacs's own functions"
-            rt.transcript.write("control_unattributed", {"method": name, "change": what, "via": via,
-                                                         "note": "no key of the person's did it"})
+            rt.transcript.write(ControlUnattributed(method=name, change=what, via=via, note="no key of the person's did it"))
             rt.face.annotate(f"{what[0].upper()}{what[1:]}: no key of yours did it (code running in Emacs did, "
                              f"from {via}: perhaps a timer or hook an agent's eval left).", "warning")
         return answer
 
     def refuse(by: str, what: str, message: str) -> None:
         identity = rt.world.identity(by) if by in rt.world.agents or by == PRIMARY else rt.world.identity(PRIMARY)
-        rt.transcript.write("control_refused", {"by": by, "method": name, "change": what, "person_only": True},
+        rt.transcript.write(ControlRefused(by=by, method=name, change=what, person_only=True),
                             agent=identity)
         raise NotYours(f"refused: {message}")
 
@@ -235,9 +235,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt, lambda: views.status(rt))
 
     @checked()
-    def past_inputs() -> dict[str, Any]:
-        """Every past input of the home, newest first, with its tick (to rewind or fork before)."""
-        return _on_loop(rt, lambda: views.past_inputs(rt))
+    def past_inputs(before: PositiveInt | None = None) -> dict[str, Any]:
+        """The newest past inputs of the home (of those before tick BEFORE), newest first, each
+        with its tick (to rewind or fork before) and when it was typed; whether older ones are left."""
+        return _on_loop(rt, lambda: views.past_inputs(rt, before))
 
     @checked()
     def hub_state() -> dict[str, Any]:

@@ -9,7 +9,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from .config import DEMO_MODEL, LOCAL_ALIAS, Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .demo_model import DEMO_NOTE, DemoModel
 from .errors import AmacsError, Refused, Stopping
+from .face import Face
 from .files import PersistenceError, atomic_write, deferred_sync
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
@@ -31,11 +32,12 @@ from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
 from .inference.pricing import FREE, Price, Tally, Usage, cost, is_local, price_for
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
-from .loop.face import Face
+from .loop.host import Settings, TurnHost
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence import person_limit, rewound_spend
 from .persistence.chat_log import ChatEntry, ChatLog
+from .persistence.events import ModelSwitch, Posted, Rewind
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
     active_rows,
@@ -63,18 +65,12 @@ from .scrub import Scrubber
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
+from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
 from .tools_mcp.hub import McpHub
+from .views import ViewHost
 
 log = logging.getLogger("amacs")
-
-
-@dataclass
-class Settings:
-    """Values Emacs sends at hello (its defcustoms)."""
-
-    max_steps: int = 8
-    eval_timeout: float = 30.0
 
 
 TurnRunner = Callable[["Runtime", str | None], Coroutine[Any, Any, None]]
@@ -278,6 +274,11 @@ class Runtime:
             scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
         )
 
+    @property
+    def turn_running(self) -> bool:
+        """Whether a turn of the primary is running now."""
+        return self._turn_running
+
     def spent(self) -> float:
         """The dollars the budget counts: the mind's figure and what futures a rewind abandoned cost."""
         return self.consciousness.budget.cost_so_far + self.rewound_spend
@@ -357,7 +358,7 @@ class Runtime:
         # The mind's budget is tick TICK's again; the money paid since stays counted.
         self.rewound_spend = rewound_spend.keep(self.config.home, spent, self.consciousness.budget.cost_so_far)
         self.person_limit = limit
-        self.transcript.write("rewind", {"to_tick": tick, "ref": done.abandoned, "commit": done.commit})
+        self.transcript.write(Rewind(to_tick=tick, ref=done.abandoned, commit=done.commit))
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
         self.tell_ticked()
@@ -505,8 +506,7 @@ class Runtime:
                               openai_base_url=(url if backend == "openai" else None) or self.config.openai_base_url,
                               base_url=(url if backend == "anthropic" else None) or self.config.base_url,
                               demo=self.demo is not None and backend == "anthropic" and self.model == DEMO_MODEL)
-        self.transcript.write("model_switch", {"backend": backend, "model": self.model, "base_url": base_url,
-                                               **({"window": window} if window else {})})
+        self.transcript.write(ModelSwitch(backend=backend, model=self.model, base_url=base_url, window=window or None))
         self.learn_model()
         self.catalog.setting_window = window or self.config.context_window or (
             self.local.context if self.local is not None and isinstance(self.backend, LocalBackend) else None)
@@ -742,7 +742,7 @@ class Runtime:
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
         self.face.input_taken(saved=False)  # an event for the asker, not in agent-chat.org
-        self.transcript.write("event", {"type": "User", "talk_id": talk_id, "content": text},
+        self.transcript.write(Posted(type="User", talk_id=talk_id, content=text),
                               agent=self.world.identity(agent_id))
         if agent_id == PRIMARY:
             self.wake()  # a waiting turn wakes on it; an idle primary gets a turn for it
@@ -824,3 +824,8 @@ class Runtime:
 
 
 __all__ = ["Runtime", "Settings", "ConsciousnessError"]
+
+
+def _rooms(rt: Runtime) -> tuple[TurnHost, ToolHost, ViewHost]:
+    """The Runtime is the host each room below it declares (mypy checks it here)."""
+    return rt, rt, rt

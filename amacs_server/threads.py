@@ -1,4 +1,6 @@
-"""Threads organize work (docs/ARCHITECTURE.md, Memory and MemIds): at most 3 open, one active, completed ones kept.
+"""Threads organize work: at most 3 open, one active, completed ones kept.
+
+The design: docs/ARCHITECTURE.md, Memory and MemIds.
 
 Each thread is a ROM memory item ``thread.<id>`` that only these functions
 change, so every change is a version in long-term memory and a completed

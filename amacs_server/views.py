@@ -1,5 +1,7 @@
 """What Emacs is shown of the runtime: the status at hello, the hub, a transcript.
 
+They read it through :class:`ViewHost`.
+
 Views read the runtime's state; they own none (runtime.py owns state, the views
 for Emacs live here).
 """
@@ -7,20 +9,52 @@ for Emacs live here).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from .agents.world import AgentWorld
+from .config import Config
 from .errors import Refused
-from .memory.active import tick_of
+from .inference.pricing import Tally
+from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
-from .persistence.chat_log import shorten
+from .persistence.chat_log import ChatLog, shorten
+from .persistence.events import ModelRequest, ModelResponse
+from .persistence.git_repo import CommitWorker
 from .persistence.history import abandoned_futures
-from .state.consciousness import Budget
+from .persistence.transcript import Transcript
+from .state.consciousness import Budget, Consciousness, EvalResult
+from .threads import ThreadBook
 
-if TYPE_CHECKING:
-    from .runtime import Runtime
+
+class ViewHost(Protocol):
+    """The runtime as the views read it (the Runtime is one: runtime.py checks it)."""
+
+    config: Config
+    consciousness: Consciousness
+    world: AgentWorld
+    memory: ActiveMemory
+    threads: ThreadBook
+    transcript: Transcript
+    chat_log: ChatLog
+    commits: CommitWorker
+    model: str
+    backend_name: str
+    run_id: str
+    session_tally: Tally
+    startup_notes: list[str]  # what start-up recovered from, said at hello
+    last_eval: tuple[int, EvalResult] | None
+
+    @property
+    def turn_running(self) -> bool: ...
+
+    def endpoint(self) -> str | None: ...
+
+    def spent(self) -> float: ...
+
+    def limit(self) -> float: ...
 
 
-def status(rt: Runtime) -> dict[str, object]:
+def status(rt: ViewHost) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
     c = rt.consciousness
     # One line each, what start-up recovered from first; the shell prefixes ";; ".
@@ -48,7 +82,7 @@ def status(rt: Runtime) -> dict[str, object]:
 BUDGET_REFUSED = "no reply: budget limit reached"
 
 
-def budget_refused_input(rt: Runtime) -> str | None:
+def budget_refused_input(rt: ViewHost) -> str | None:
     """The newest input, whole, when the budget refused it (no reply) and nothing came after it:
     the shell offers it again once the limit is raised."""
     if not rt.memory.chat or rt.memory.pending_tick is not None:
@@ -60,7 +94,7 @@ def budget_refused_input(rt: Runtime) -> str | None:
     return None
 
 
-def _exchange(rt: Runtime, item: MemoryItem) -> dict[str, object]:
+def _exchange(rt: ViewHost, item: MemoryItem) -> dict[str, object]:
     """One exchange the shell shows at start: what was said, and from agent-chat.org the tick's
     eval (form, result or error, success) and the subagent tasks that ended under it (each
     before or after the reply), drawn as the live shell drew them."""
@@ -88,21 +122,27 @@ def _shortened(text: object) -> object:
         return text
     return shorten(text, RECENT_CHARS, "[… {more} more characters: the chat log (C-c C-l) has it all]")
 
-# A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its tick and its first words.
+# A past input is offered to pick (M-x amacs-rewind, amacs-fork) by its first words.
 INPUT_CHARS = 100  # more than the picker shows (70 columns), so its label is the same
+PAST_PAGE = 200  # the inputs the picker is given at once; older ones when the person asks
 
 
-def past_inputs(rt: Runtime) -> dict[str, list[object]]:
-    """Every input of the home's history as it stands, newest first: ``ticks`` and, in the same
-    order, ``texts`` (each its first INPUT_CHARS characters).  Read from agent-chat.org and its
-    earlier months, which a rewind cut back to the tick it went to: the abandoned future's
-    inputs are not among them.  Two flat lists: 5,000 inputs encode for EPC in a seventh of
-    the time a list of 5,000 tables takes."""
-    said = [(entry.tick, entry.human) for entry in reversed(rt.chat_log.read()) if entry.human is not None]
-    return {"ticks": [tick for tick, _ in said], "texts": [text[:INPUT_CHARS] for _, text in said]}
+def past_inputs(rt: ViewHost, before: int | None = None, count: int = PAST_PAGE) -> dict[str, object]:
+    """The inputs of the home's history as it stands, newest first: the COUNT newest of those
+    before tick BEFORE (None: of all).  ``ticks``, and in the same order ``texts`` (each its first
+    INPUT_CHARS characters) and ``times`` (when each was typed); ``more``: whether older ones
+    are left (asked for with the oldest of these ticks as BEFORE).  Read from the end of
+    agent-chat.org and its earlier months as far as the page takes, so the picker's prompt
+    costs the same on a home of 20,000 ticks as on one of 1,000; a rewind cut the log back to
+    the tick it went to: the abandoned future's inputs are not among them.  Flat lists: 5,000
+    inputs encode for EPC in a seventh of the time a list of 5,000 tables takes."""
+    said = rt.chat_log.inputs(count + 1, before)
+    page = said[:count]
+    return {"ticks": [e.tick for e in page], "texts": [(e.human or "")[:INPUT_CHARS] for e in page],
+            "times": [e.timestamp for e in page], "more": len(said) > count}
 
 
-def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
+def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
     """Everything the hub shows, read from the server's state."""
     c = rt.consciousness
     threads = []
@@ -126,7 +166,7 @@ def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
                         "thread": i.content["thread"]} for i in rt.memory.scratchpad[-count:]],
         "last_eval": {"tick": rt.last_eval[0], **rt.last_eval[1].to_dict()} if rt.last_eval else None,
         "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
-                    for sha, subject in rt.commits.recent(count, wait=0 if rt._turn_running else 2.0)],
+                    for sha, subject in rt.commits.recent(count, wait=0 if rt.turn_running else 2.0)],
         "abandoned": abandoned_futures(rt.config.home),
         "home": str(rt.config.home),
         "chat_log": str(rt.chat_log.path),
@@ -135,26 +175,27 @@ def hub_state(rt: Runtime, count: int = 10) -> dict[str, object]:
         "mcp_problems": list(rt.world.tools.problems) if rt.world.tools is not None else [],
     }
 
-def agent_transcript(rt: Runtime, agent_id: str) -> str:
+def agent_transcript(rt: ViewHost, agent_id: str) -> str:
     """AGENT_ID's transcript of this session as readable text, for the hub."""
-    events = rt.transcript.read(agent_id)
+    events = rt.transcript.lines(agent_id)
     if not events:
         raise Refused(f"no transcript for {agent_id!r} in this session")
     first = events[0]
-    lines = [f"Transcript of {agent_id} ({first['agent_type']}, template {first['template']}, "
-             f"parent {first['parent_id'] or '-'}), run {first['run_id']}", ""]
+    lines = [f"Transcript of {agent_id} ({first.agent_type}, template {first.template}, "
+             f"parent {first.parent_id or '-'}), run {first.run_id}", ""]
     for e in events:
-        data = e["data"]
-        if e["event"] == "model_request":
-            messages = data["request"]["messages"]
+        event = e.event
+        if isinstance(event, ModelRequest):
+            messages = event.request["messages"]
             last = messages[-1]["content"] if messages else ""
             text = last if isinstance(last, str) else "\n".join(b.get("text", "") for b in last)
             body = f"(context: {len(messages)} message(s)) last:\n{text}"
-        elif e["event"] == "model_response":
-            body = f"{data['raw']}\n  [{data['usage']['input_tokens']} in, {data['usage']['output_tokens']} out, " \
-                   f"${data['cost']:.6f}, {data['latency_ms']:.0f} ms]"
+        elif isinstance(event, ModelResponse):
+            cost = "unpriced" if event.cost is None else f"${event.cost:.6f}"
+            body = f"{event.raw}\n  [{event.usage['input_tokens']} in, {event.usage['output_tokens']} out, " \
+                   f"{cost}, {event.latency_ms:.0f} ms]"
         else:
-            body = json.dumps(data, ensure_ascii=False)
-        lines.append(f"#{e['seq']} {e['event']}" + (f" (tick {e['tick']})" if e["tick"] else ""))
+            body = json.dumps(event.data(), ensure_ascii=False, default=str)
+        lines.append(f"#{e.seq} {e.kind}" + (f" (tick {e.tick})" if e.tick else ""))
         lines.extend("  " + line for line in body.splitlines())
     return "\n".join(lines) + "\n"

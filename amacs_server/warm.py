@@ -1,6 +1,7 @@
-"""The warm server: this user's process that has imported the server and the model SDK, and forks a
-server for each launch (:mod:`.warm_launch`), so a person who starts Emacs and asks at once does not
-wait for ``anthropic``'s import (1.3-2 s of CPU) before the first request can go.
+"""The warm server: this user's process that imported the server and the SDK, and forks servers.
+
+It forks a server for each launch (:mod:`.warm_launch`), so a person who starts Emacs and asks at
+once does not wait for ``anthropic``'s import (1.3-2 s of CPU) before the first request can go.
 
     python -c "...; from amacs_server.warm import main; main()" DIRECTORY KEY
 

@@ -186,7 +186,7 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
                               "AMACS_AGENT_POOL": str(pool), "AMACS_MAX_TASKS": str(n),
                               "AMACS_MAX_AGENTS": str(n + 1), "AMACS_EVENT_QUEUE": str(n)}), face)
     rt.start()
-    # As the server does once its runtime is built (__main__.RuntimeBuilder): what start-up made
+    # As the server does once its runtime is built (serve.RuntimeBuilder): what start-up made
     # lives as long as the process, out of the collector's sight.
     gc.freeze()
     gc_clock = GcClock()

@@ -19,7 +19,8 @@ Rows, median / p90 in ms, each for both:
 3. first text -> visible, streaming (the run of row 2): the fake sends the first
    delta -> that text is in the displayed buffer;
 4. RET -> the request at the model (the run of row 1);
-5. the whole reply in one chunk -> its last word in the displayed buffer.
+5. the whole reply in one chunk -> its last word in the displayed buffer;
+6. the same for the whole reply in 100 chunks back to back (the run of row 1).
 
 "Visible" is as in :mod:`bench.bench_transport`: the text inserted into the
 buffer shown in the selected window (AMACS: after its delta / reply handler;
@@ -115,7 +116,7 @@ def history_sizes(term: Terminal) -> dict[str, int]:
 
 
 def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP, fill_to: int = 0) -> dict[str, Any]:
-    """The three phases, turns alternating AMACS / gptel; the five rows for each.
+    """The three phases, turns alternating AMACS / gptel; the six rows for each.
 
     FILL_TO: before the counted turns, turns of both (the whole reply at once, not counted)
     until the shell and gptel's buffer each hold at least that many characters."""
@@ -173,7 +174,9 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP, 
                 "first text -> visible, streaming": ("100 chunks at 20 ms", "first_text_visible"),
                 "RET -> request at the model": ("zero-latency, 100 chunks", "ret_to_request"),
                 "whole reply at once -> last word visible": ("whole reply in one chunk",
-                                                             "last_byte_to_last_word_visible")}
+                                                             "last_byte_to_last_word_visible"),
+                "whole reply at once in 100 chunks -> last word visible": ("zero-latency, 100 chunks",
+                                                                           "last_byte_to_last_word_visible")}
         result: dict[str, Any] = {"rows": {row: {kind: summary(samples[phase][kind][key]) for kind in kinds}
                                            for row, (phase, key) in pick.items()},
                                   "all": {phase: {kind: {k: summary(v) for k, v in per.items()}
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def by_size(peers: Path, sizes: list[int], n: int, warmup: int) -> dict[str, Any]:
-    """The five rows at each history size: a fresh Emacs for each, both histories filled to it first."""
+    """The six rows at each history size: a fresh Emacs for each, both histories filled to it first."""
     results: dict[str, Any] = {}
     for size in sizes:
         tmp = Path(tempfile.mkdtemp(prefix=f"amacs-bench-gptel-{size}-"))

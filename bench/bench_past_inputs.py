@@ -1,10 +1,11 @@
-"""What M-x amacs-rewind's picker costs on a long home: the server reads every past input
-from agent-chat.org (``past_inputs``) and Emacs makes a label of each (issue 26).
+"""What M-x amacs-rewind's picker costs on a long home: the server reads the newest page of
+past inputs from the end of agent-chat.org (``past_inputs``) and Emacs makes a label of each.
 
 The home's agent-chat.org holds T ticks written by the server's own ChatLog (a
 10-word input, a 60-word reply each); a batch Emacs opens the shell on it and
-times ``amacs-history--inputs`` (the EPC call and the labels) N times, and the
-EPC call alone; the server's read alone is timed in Python too.
+times ``amacs-history--page`` (the EPC call and the labels) N times, and the
+EPC call alone; the server's read of the whole log is timed in Python too (what
+the picker read before it was paged).
 
     .venv/bin/python bench/bench_past_inputs.py [--ticks 5000] [--n 5]
 """
@@ -56,7 +57,7 @@ def main() -> None:
         try:
             program = f"""(require (quote amacs-history)) (amacs-e2e-open)
               (dotimes (_ {args.n})
-                (let* ((t0 (float-time)) (inputs (amacs-history--inputs)) (t1 (float-time))
+                (let* ((t0 (float-time)) (inputs (car (amacs-history--page))) (t1 (float-time))
                        (raw (amacs--call-sync 'past_inputs nil)))
                   (princ (format "PICKER %d %.1f %.1f\\n" (length inputs) (* 1000 (- t1 t0))
                                  (* 1000 (- (float-time) t1))))))
@@ -66,7 +67,7 @@ def main() -> None:
             fake.stop()
         picker = [(int(n), float(ms), float(call)) for n, ms, call
                   in re.findall(r"^PICKER (\d+) ([\d.]+) ([\d.]+)$", run.stdout, re.M)]
-        assert picker and all(n == args.ticks for n, _, _ in picker), run.stdout
+        assert picker and all(n == min(args.ticks, 200) for n, _, _ in picker), run.stdout
         data = {"ticks": args.ticks, "chat_bytes": size, "server_read_ms": summary(read_ms),
                 "emacs_picker_ms": summary([ms for _, ms, _ in picker]),
                 "epc_call_alone_ms": summary([call for _, _, call in picker])}

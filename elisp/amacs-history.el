@@ -15,6 +15,7 @@
 ;;; Code:
 
 (require 'amacs-transport)
+(require 'iso8601)
 (require 'seq)
 (require 'subr-x)
 
@@ -27,7 +28,7 @@
 (defvar amacs-shell--resumed)
 (defvar amacs--status)
 
-;; Each past input is offered as "tick N: its first words", one line of this width at most.
+;; Each past input is offered as its first words, one line of this width at most.
 (defconst amacs-history--label-width 70
   "The width of a past input's label in the picker.")
 
@@ -38,21 +39,42 @@
     (truncate-string-to-width (replace-regexp-in-string "\n" " " text)
                               amacs-history--label-width nil nil "…")))
 
-(defun amacs-history--inputs ()
-  "Every past input of the home, newest first, as (LABEL . TICK).
-The server reads them from the chat log, its earlier months included:
-all of them, not only those the chat's memory still holds."
-  (let* ((listed (amacs--call-sync 'past_inputs nil))
-         (texts (append (plist-get listed :texts) nil)))
-    (delq nil (seq-map (lambda (tick)
-                         (let ((human (pop texts)))
-                           (and (stringp human) (integerp tick)
-                                (cons (concat "tick " (number-to-string tick) ": " (amacs-history--label human))
-                                      tick))))
-                       (append (plist-get listed :ticks) nil)))))
+(defun amacs-history--when (timestamp)
+  "Return TIMESTAMP, ISO 8601 as in the chat log, as Nov 27 14:02."
+  (or (ignore-errors (format-time-string "%b %-d %H:%M" (encode-time (iso8601-parse timestamp))))
+      (format "%s" timestamp)))
 
-(defun amacs-history--at-point (inputs)
-  "The label in INPUTS of the past input point is on in the shell, or nil.
+(defun amacs-history--page (&optional before)
+  "A page of the home's past inputs, newest first, as (ENTRIES . MORE).
+Each entry is (LABEL TICK TEXT): the picker's label, the input's tick
+and its text.  BEFORE: only those before that tick.  MORE: older ones
+are left.  The server reads them from the chat log's end, its earlier
+months as far as the page takes.  An input typed again is labelled
+with when it was typed."
+  (let* ((listed (amacs--call-sync 'past_inputs (and before (list before))))
+         (texts (append (plist-get listed :texts) nil))
+         (times (append (plist-get listed :times) nil))
+         (seen (make-hash-table :test #'equal))
+         entries)
+    (dolist (tick (append (plist-get listed :ticks) nil))
+      (let ((text (pop texts))
+            (time (pop times)))
+        (when (and (stringp text) (integerp tick))
+          (let* ((base (amacs-history--label text))
+                 (label base)
+                 (n 1))
+            (when (gethash label seen)
+              (setq base (format "%s  (typed %s)" base (amacs-history--when time))
+                    label base))
+            (while (gethash label seen)
+              (setq n (1+ n)
+                    label (format "%s #%d" base n)))
+            (puthash label t seen)
+            (push (list label tick text) entries)))))
+    (cons (nreverse entries) (plist-get listed :more))))
+
+(defun amacs-history--at-point (entries)
+  "The label in ENTRIES of the past input point is on in the shell, or nil.
 At the prompt, the input there when it is a past one (RET on a past
 input puts it there).  The newest of that text when several are."
   (let ((said (and (derived-mode-p 'amacs-shell-mode) (fboundp 'amacs-shell--past-input)
@@ -62,9 +84,9 @@ input puts it there).  The newest of that text when several are."
                               (string-trim (buffer-substring-no-properties (process-mark process)
                                                                            (point-max)))))))))
     (and (stringp said) (not (string-empty-p said))
-         (car (seq-find (lambda (entry)
-                          (string-suffix-p (concat ": " (amacs-history--label said)) (car entry)))
-                        inputs)))))
+         (car (seq-find (lambda (entry) (equal (amacs-history--label (nth 2 entry))
+                                               (amacs-history--label said)))
+                        entries)))))
 
 (defun amacs-history--complete (prompt labels default)
   "Read one of LABELS, newest first as given, with PROMPT and DEFAULT.
@@ -82,34 +104,64 @@ TAB showed is gone once one is chosen."
         (when (and window (not (eq window shown)))
           (quit-window nil window))))))
 
+(defconst amacs-history--older "… older inputs"
+  "The last choice of a picker's page when older inputs are left.")
+
+(defun amacs-history--pick (prompt &optional first)
+  "Read one of the home's past inputs with PROMPT, a page at a time.
+Return its entry (LABEL TICK TEXT) (`amacs-history--page'), or FIRST
+when FIRST, a label offered before the inputs and the default, is
+chosen.  Else the default is the input point is on in the shell, or the
+newest.  A page ends with `amacs-history--older' when older inputs are
+left; choosing it shows them."
+  (let (before chosen)
+    (while (not chosen)
+      (let* ((page (amacs-history--page before))
+             (entries (car page))
+             (first (and (not before) first))
+             (labels (append (and first (list first)) (mapcar #'car entries)
+                             (and (cdr page) (list amacs-history--older)))))
+        (unless labels
+          (user-error "No past input yet"))
+        (let ((label (amacs-history--complete
+                      prompt labels (or first (amacs-history--at-point entries) (car labels)))))
+          (cond ((equal label amacs-history--older) (setq before (nth 1 (car (last entries)))))
+                ((and first (equal label first)) (setq chosen first))
+                (t (setq chosen (assoc label entries)))))))
+    chosen))
+
+(defun amacs-history--quoted (text)
+  "TEXT, a past input, quoted for a line or a question: «its first words»."
+  (concat "«" (truncate-string-to-width (amacs-history--label text) 40 nil nil "…") "»"))
+
 (defun amacs-history--read-input (verb)
-  "Ask which past input to VERB before; return the tick that ends just before it.
-Every past input of the home is offered, newest first.  The input point
-is on in the shell is the default, else the newest."
-  (let* ((inputs (or (amacs-history--inputs) (user-error "No past input to %s before" verb)))
-         (label (amacs-history--complete (format "%s to before" (capitalize verb)) (mapcar #'car inputs)
-                                         (or (amacs-history--at-point inputs) (caar inputs))))
-         (tick (1- (cdr (assoc label inputs)))))
+  "Ask which past input to VERB back to before; return (TICK . TEXT).
+TICK is the tick that ends just before that input, TEXT the input.
+The newest inputs are offered first, older ones on asking.  The input
+point is on in the shell is the default, else the newest."
+  (let* ((entry (amacs-history--pick (format "%s%s to before you typed" (upcase (substring verb 0 1)) (substring verb 1))))
+         (tick (1- (nth 1 entry))))
     (when (< tick 1)
-      (user-error "That is the first input: there is no tick before it to %s to" verb))
-    tick))
+      (user-error "That is your first input: there is nothing before it to %s to" verb))
+    (cons tick (nth 2 entry))))
 
 (defconst amacs-history--abandoned-divider
   ";; ──────── above: the abandoned future ────────"
   "The line a rewind draws under the shell's conversation it abandoned.")
 
 ;;;###autoload
-(defun amacs-rewind (tick)
+(defun amacs-rewind (tick &optional said)
   "Return the agent's mind to the end of TICK: just before the input after it.
-Interactively, pick one of your past inputs and confirm.  A turn at work
-is interrupted first.  The abandoned future stays on a git ref, named in
-the shell and in agent-chat.org."
+Interactively, pick one of your past inputs and confirm: the mind goes
+back to before you typed it (SAID, named in the shell).  A turn at work
+is interrupted first.  The abandoned future stays on a git ref, named
+in the shell and in agent-chat.org."
   (interactive
-   (let ((tick (amacs-history--read-input "rewind")))
-     (unless (yes-or-no-p (format "Rewind the agent to the end of tick %d (a turn at work is interrupted)? "
-                                  tick))
+   (let ((picked (amacs-history--read-input "go back")))
+     (unless (yes-or-no-p (format "What came after it is kept aside (on a git ref), and a turn at work is \
+interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr picked))))
        (user-error "Not rewound"))
-     (list tick)))
+     (list (car picked) (cdr picked))))
   (let* ((done (amacs--call-sync 'rewind (list tick)))
          (line (plist-get done :line)))
     (setf (amacs-connection-status (amacs-current-connection)) (amacs--call-sync 'status nil))
@@ -117,6 +169,9 @@ the shell and in agent-chat.org."
       (when buffer
         (with-current-buffer buffer
           (amacs-shell--output amacs-history--abandoned-divider 'amacs-shell-status)
+          (when said
+            (amacs-shell--output (format ";; Back to before you typed %s." (amacs-history--quoted said))
+                                 'amacs-shell-status))
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
           (amacs-shell--resume)
@@ -124,7 +179,7 @@ the shell and in agent-chat.org."
           (goto-char (point-max))
           (dolist (window (get-buffer-window-list buffer nil t))
             (set-window-point window (point-max))))))
-    (message "AMACS: %s" line)
+    (message "AMACS: %s" (if said (format "back to before you typed %s" (amacs-history--quoted said)) line))
     done))
 
 (defcustom amacs-fork-directory nil
@@ -156,17 +211,16 @@ connection's home: agent-fork-tick-3 (or agent-fork-now) for ~/.agent."
   "The label `amacs-fork' offers first: the fork holds the mind at its last tick.")
 
 (defun amacs-history--read-fork-tick ()
-  "Ask where to fork: now (the default), or just before one of the past inputs.
-Return the tick that ends there, or \"now\"."
-  (let* ((inputs (amacs-history--inputs))
-         (label (amacs-history--complete "Fork now, or to before an input"
-                                         (cons amacs-history--now (mapcar #'car inputs)) amacs-history--now)))
-    (if (equal label amacs-history--now)
-        "now"
-      (let ((tick (1- (cdr (assoc label inputs)))))
+  "Ask where to fork: now (the default), or before one of the past inputs.
+Return (TICK . TEXT): the tick that ends there, or \"now\", and the
+input it ends before (nil for now)."
+  (let ((picked (amacs-history--pick "Fork now, or from before you typed" amacs-history--now)))
+    (if (equal picked amacs-history--now)
+        (cons "now" nil)
+      (let ((tick (1- (nth 1 picked))))
         (when (< tick 1)
-          (user-error "That is the first input: there is no tick before it to fork at"))
-        tick))))
+          (user-error "That is your first input: there is nothing before it to fork"))
+        (cons tick (nth 2 picked))))))
 
 (defun amacs-history--fork-choices (parent done)
   "The choices for the server of the fork DONE (the server's answer) of PARENT.
@@ -190,8 +244,11 @@ it), and a new folder.  The fork's server runs on the model, backend and
 base URL this home's runs on.  With a shell per home (`amacs-shell-open'),
 a second shell opens on DEST beside this one."
   (interactive
-   (let ((tick (amacs-history--read-fork-tick)))
-     (list tick (read-directory-name (if (numberp tick) (format "New home for the fork at tick %d: " tick)
+   (let* ((picked (amacs-history--read-fork-tick))
+          (tick (car picked)))
+     (list tick (read-directory-name (if (cdr picked)
+                                         (format "New home for the fork from before you typed %s: "
+                                                 (amacs-history--quoted (cdr picked)))
                                        "New home for the fork of the mind as it is: ")
                                      (amacs-history--fork-directory) nil nil
                                      (amacs-history--fork-name tick)))))

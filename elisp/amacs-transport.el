@@ -45,6 +45,7 @@
 ;;; Code:
 
 (require 'cl-lib)
+(require 'ring)
 ;; epc (and deferred, concurrent, ctable: ~50 ms with a garbage collection) is
 ;; loaded when the first connection is made, while the server starts: the
 ;; server process starts without waiting for it.
@@ -297,6 +298,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                                 (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
           (setf (amacs-connection-manager connection) mngr)
           (amacs-connection-put connection :settings-sent (amacs--settings))
+          (amacs--wire-log connection 'out "call hello" '(:token "(not shown)"))
           (deferred:$
             (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
             (deferred:nextc it
@@ -399,6 +401,83 @@ server decides; this is what Emacs tells it."
                              (append args (list (amacs--call-origin)))
                            args)))
 
+;;;; The wire log
+
+(defcustom amacs-events-log-size 200
+  "How many messages of each connection the wire log keeps (`amacs-events').
+The newest this many messages between Emacs and its server, both ways,
+are kept in a ring; 0 keeps none."
+  :type 'natnum
+  :group 'amacs)
+
+(defconst amacs--wire-line-chars 400
+  "How much of a message a line of the wire log shows.")
+
+(defun amacs--wire-log (connection direction what message)
+  "Note MESSAGE on CONNECTION's wire log and return it.
+DIRECTION is `out' (sent to the server) or `in' (read from it); WHAT
+names the message: \"call submit\", \"event reply-delta\", \"return\"."
+  (when (and connection (> amacs-events-log-size 0))
+    (let ((ring (amacs-connection-get connection :wire-log))
+          (entry (list (float-time) direction what message)))
+      (unless (and ring (= (ring-size ring) amacs-events-log-size))
+        (let ((new (make-ring amacs-events-log-size)))
+          (when ring
+            (dolist (old (nreverse (ring-elements ring))) (ring-insert new old)))
+          (setq ring new)
+          (amacs-connection-put connection :wire-log ring)))
+      (ring-insert ring entry)
+      (let ((buffer (amacs-connection-get connection :wire-buffer)))
+        (when (buffer-live-p buffer)
+          (with-current-buffer buffer
+            (let ((inhibit-read-only t) (end (= (point) (point-max))))
+              (save-excursion
+                (goto-char (point-max))
+                (insert (amacs--wire-line entry)))
+              (when end (goto-char (point-max)))))))))
+  message)
+
+(defun amacs--wire-line (entry)
+  "Return the wire log's line for ENTRY, (TIME DIRECTION WHAT MESSAGE)."
+  (pcase-let* ((`(,time ,direction ,what ,message) entry)
+               (printed (let ((print-length 20) (print-level 6)) (prin1-to-string message))))
+    (format "%s.%03d %s %s %s\n"
+            (format-time-string "%H:%M:%S" time) (% (truncate (* time 1000)) 1000)
+            (if (eq direction 'out) "->" "<-") what
+            (truncate-string-to-width (replace-regexp-in-string "\n" "\\\\n" printed)
+                                      amacs--wire-line-chars nil nil "..."))))
+
+(define-derived-mode amacs-events-mode special-mode "AMACS-Events"
+  "The wire log of one AMACS connection.
+It lists the messages between Emacs and its server, the newest last:
+\"->\" is sent to the server, \"<-\" read from it.")
+
+;;;###autoload
+(defun amacs-events (&optional connection)
+  "Show the wire log of CONNECTION (the current one).
+It is what passed between Emacs and its server.  The log keeps the
+newest `amacs-events-log-size' messages, both ways: calls and their
+returns, the events the server sent, the evals it asked for.  The
+buffer grows as messages pass while it is open."
+  (interactive)
+  (let* ((connection (or connection (amacs-current-connection)))
+         (buffer (get-buffer-create (amacs-connection-buffer-name connection "events")))
+         (ring (amacs-connection-get connection :wire-log)))
+    (with-current-buffer buffer
+      (amacs-events-mode)
+      (setq amacs--buffer-connection connection)
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (format ";; The wire log of %s's connection: its newest %d messages \
+\(-> sent, <- read)\n"
+                        (amacs-connection-name connection) amacs-events-log-size))
+        (dolist (entry (and ring (nreverse (ring-elements ring))))
+          (insert (amacs--wire-line entry))))
+      (goto-char (point-max)))
+    (amacs-connection-put connection :wire-buffer buffer)
+    (pop-to-buffer buffer)
+    buffer))
+
 ;;;; Calls to the server
 
 (defun amacs-call (method args &optional callback errback)
@@ -408,7 +487,9 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-connection-manager connection) method (amacs--call-args method args))
+      (epc:call-deferred (amacs-connection-manager connection) method
+                         (amacs--wire-log connection 'out (format "call %s" method)
+                                          (amacs--call-args method args)))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -457,7 +538,8 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((clean (amacs--call-args method args))
+    (let* ((clean (amacs--wire-log connection 'out (format "call %s (waiting)" method)
+                                   (amacs--call-args method args)))
            (mngr (amacs-connection-manager connection))
            (proc (epc:connection-process (epc:manager-connection mngr)))
            (uid (epc:uid))
@@ -519,6 +601,13 @@ any other message goes to epc.el's dispatcher, as its own filter does."
             (setq start (+ start 6 length)))
           (delete-region (point-min) start))))
     (dolist (message (nreverse messages))
+      (if (eq (car-safe message) 'amacs-events)
+          (dolist (event (nth 2 message))
+            (amacs--wire-log connection 'in (format "event %s" (plist-get event :type)) event))
+        (amacs--wire-log connection 'in (format "%s" (if (eq (car-safe message) 'call)
+                                                          (format "call %s" (nth 2 message))
+                                                        (car-safe message)))
+                         message))
       (cond ((eq (car-safe message) 'amacs-events)
              (amacs--queue-events connection (nth 2 message)))
             ((consp message)

@@ -9,6 +9,8 @@ or a top-level module (``runtime``, ``methods``...).
 
     scripts/import-graph.py            the cycles and upward imports, then each unit's edges
     scripts/import-graph.py --cycles   only the cycles and upward imports (exit 1 when there is one)
+    scripts/import-graph.py --cards    each module's room card (its docstring's first line: what it
+                                       owns) and the units it calls
 
 LAYERS says which units sit above which; tests/test_import_graph.py asserts
 there is no cycle between units and no import up the layers.
@@ -17,6 +19,7 @@ there is no cycle between units and no import up the layers.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,17 +31,38 @@ LAYERS = (
     ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files", "warm_launch"),  # warm_launch: the launcher, standard library only
     ("state", "transcripts", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
-    ("persistence", "context", "local_model", "demo_model", "transport"),  # persistence: git, the org logs, rewind
+    ("persistence", "context", "local_model", "demo_model", "transport", "face"),  # persistence: git, the org logs, rewind; face: Emacs as the agents see it (a Protocol)
     ("agents",),  # Agent, World, the one loop, a subagent's run
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),
     ("methods", "hello"),  # what Emacs may call; hello, answered before the methods are published
-    ("__main__",),
-    ("research",),  # runs servers (its fork server runs __main__ in each fork); __main__ names its commands
-    ("warm",),  # the warm server: forks ready servers (research's fork server's parts, __main__ in each)
+    ("serve",),  # the server's start, life and exit
+    ("research",),  # runs servers (its fork server runs serve in each fork)
+    ("warm",),  # the warm server: forks ready servers (research's fork server's parts, serve in each)
+    ("__main__",),  # the command line: serve, or one of the commands (history, transcripts, research's)
 )
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+ELISP = ROOT.parent / "elisp"
+# The elisp files' layers, lowest first: a file's ``require``s name only files of lower layers.
+ELISP_LAYERS = (
+    ("amacs-settings", "amacs-install", "amacs-render"),  # the defcustoms; finding the server; org text
+    ("amacs-transport",),  # a home's connection: the wire (EPC), its state, the events it carries
+    ("amacs-server", "amacs-eval", "amacs-buffers", "amacs-history", "amacs-shell-output"),  # the process; evals; buffers; history; the shell's output
+    ("amacs-agent", "amacs-local", "amacs-research", "amacs-changes", "amacs-shell-header",
+     "amacs-shell-input", "amacs-shell-start"),  # the agent API; the local model; the shell's parts
+    ("amacs-shell-stream",),  # a reply streamed into the shell
+    ("amacs-shell",),  # the shell
+    ("amacs",),  # the package: everything a person loads
+    ("amacs-hub", "amacs-batch"),  # the hub (the whole mind at a glance); batch Emacs for tests and runs
+)
+# The requires inside a function that load a higher layer when a command first runs: each is the
+# one way a command reaches the files above it (the server starts first, then the rest loads).
+ELISP_LAZY = {
+    ("amacs-server", "amacs"): "amacs-connect: the client's handlers, once a server is named",
+    ("amacs-shell", "amacs"): "amacs-shell--open: the agent API and buffer reads, while the server starts",
+    ("amacs-shell-start", "amacs-shell"): "amacs-shell--start: the shell, after starting the server",
+}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -53,22 +77,75 @@ def unit(module: str) -> str:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
-def _type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+def _strings(node: ast.AST | None) -> Iterator[str]:
+    """The module names NODE may spell: its string constants, and each f-string's literal head
+    (``f".research.{name}"`` names ``.research``, the package it is under)."""
+    for sub in ast.walk(node) if node is not None else ():
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+            yield sub.value
+        elif isinstance(sub, ast.JoinedStr) and sub.values and isinstance(sub.values[0], ast.Constant):
+            yield str(sub.values[0].value).rstrip(".")
 
 
-def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements of TREE that run (not those under ``if TYPE_CHECKING``)."""
-    todo: list[ast.AST] = [tree]
+def _bindings(tree: ast.AST) -> dict[str, list[ast.expr]]:
+    """Each name of TREE -> the expressions bound to it (assignments, and ``for NAME in X``'s X)."""
+    out: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        pairs: list[tuple[ast.expr, ast.expr]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            pairs = [(node.target, node.iter)]
+        for target, value in pairs:
+            if isinstance(target, ast.Name):
+                out.setdefault(target.id, []).append(value)
+    return out
+
+
+def _dynamic(call: ast.Call, bindings: dict[str, list[ast.expr]]) -> Iterator[str]:
+    """The module names an ``importlib.import_module(...)`` CALL may import (its argument followed
+    through the names bound to it); empty for any other call."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name not in ("import_module", "__import__", "run_module") or not call.args:
+        return
+    todo, seen = [call.args[0]], set()
     while todo:
-        node = todo.pop()
-        if isinstance(node, ast.If) and _type_checking(node.test):
-            todo.extend(node.orelse)
+        arg = todo.pop()
+        if isinstance(arg, ast.Name):
+            if arg.id not in seen:
+                seen.add(arg.id)
+                todo.extend(bindings.get(arg.id, []))
             continue
+        for sub in ast.walk(arg):
+            if isinstance(sub, ast.Name) and sub.id not in seen:
+                seen.add(sub.id)
+                todo.extend(bindings.get(sub.id, []))
+        yield from _strings(arg)
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import of TREE: at the top, inside functions, under ``if TYPE_CHECKING`` (a type-only
+    import still ties the two modules: the one reads the other to be understood), and each module an
+    ``importlib.import_module`` call may import, as the ``import`` it stands for."""
+    bindings = _bindings(tree)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        todo.extend(ast.iter_child_nodes(node))
+        elif isinstance(node, ast.Call):
+            anchor = node.args[1] if len(node.args) > 1 else None  # import_module(NAME, PACKAGE)
+            package = anchor.value if isinstance(anchor, ast.Constant) and isinstance(anchor.value, str) else None
+            for name in _dynamic(node, bindings):
+                if name.startswith(".") and package:  # relative to the package the call names
+                    name = package + name
+                if name.startswith("."):  # relative to the importing module's package (``__package__``)
+                    level = len(name) - len(name.lstrip("."))
+                    yield ast.ImportFrom(module=name.lstrip(".") or None, names=[ast.alias(name="*")],
+                                         level=level)
+                elif name.partition(".")[0] == PACKAGE:
+                    yield ast.Import(names=[ast.alias(name=name)])
 
 
 def _targets(module: str, is_package: bool, node: ast.Import | ast.ImportFrom, known: set[str]) -> Iterator[str]:
@@ -99,7 +176,7 @@ def module_edges(root: Path = ROOT) -> dict[str, set[str]]:
     for module, path in paths.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         is_package = path.name == "__init__.py"
-        edges[module] = {t for node in _runtime_imports(tree) for t in _targets(module, is_package, node, known)
+        edges[module] = {t for node in _imports(tree) for t in _targets(module, is_package, node, known)
                          if t != module}
     return edges
 
@@ -179,7 +256,57 @@ def upward(edges: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
     return sorted(out)
 
 
+def elisp_requires(root: Path = ELISP) -> dict[str, list[tuple[str, bool]]]:
+    """Each elisp file under ROOT (not its tests) -> the amacs files it requires, each with whether
+    at the top level (a line that opens with ``(require`` or ``(eval-when-compile (require``) or
+    inside a form (a function's: it loads when the function runs)."""
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for path in sorted(root.glob("*.el")):
+        found = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            code = line.split(";", 1)[0]
+            for match in re.finditer(r"\(require '(amacs[\w-]*)", code):
+                top = re.match(r"\((eval-when-compile \()?require '", line) is not None and match.start() <= 19
+                found.append((match.group(1), top))
+        out[path.stem] = found
+    return out
+
+
+def elisp_layer_of(name: str) -> int | None:
+    """The index of elisp file NAME's layer in ELISP_LAYERS, or None when it has none."""
+    return next((i for i, names in enumerate(ELISP_LAYERS) if name in names), None)
+
+
+def elisp_upward(requires: dict[str, list[tuple[str, bool]]] | None = None) -> list[tuple[str, str]]:
+    """The requires that name a file of the same or a higher layer (but those ELISP_LAZY names, inside
+    a function), or from or to a file ELISP_LAYERS does not place."""
+    out = set()
+    for source, targets in (elisp_requires() if requires is None else requires).items():
+        for target, top in targets:
+            la, lb = elisp_layer_of(source), elisp_layer_of(target)
+            if la is None or lb is None or (lb >= la and (top or (source, target) not in ELISP_LAZY)):
+                out.add((source, target))
+    return sorted(out)
+
+
+def card(path: Path) -> str:
+    """The room card of the module at PATH: its docstring's first line (what it owns)."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def cards(root: Path = ROOT) -> list[tuple[str, str, list[str]]]:
+    """Each module: its card (what it owns) and the units it calls (imports), from the graph."""
+    edges = module_edges(root)
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    return [(m, card(paths[m]), sorted({unit(t) for t in edges[m]} - {unit(m)})) for m in sorted(paths)]
+
+
 def main(argv: list[str]) -> int:
+    if "--cards" in argv:  # every module's room card: what it owns; what it calls
+        for module, owns, calls in cards():
+            print(f"{module}: {owns}\n    calls: {', '.join(calls) or 'nothing of the package'}")
+        return 0
     edges = module_edges()
     found = unit_cycles(edges)
     for component, inside in found:
@@ -191,12 +318,15 @@ def main(argv: list[str]) -> int:
     up = upward(edges)
     for source, target in up:
         print(f"up a layer (or a unit LAYERS does not place): {source} -> {target}")
+    elisp = elisp_upward()
+    for source, target in elisp:
+        print(f"elisp: a require up a layer (or a file ELISP_LAYERS does not place): {source} -> {target}")
     if "--cycles" not in argv:
         print()
         by_unit = unit_edges(edges)
         for source in sorted({a for a, _ in by_unit}):
             print(f"{source} -> {', '.join(sorted(b for a, b in by_unit if a == source))}")
-    return 1 if found or up else 0
+    return 1 if found or up or elisp else 0
 
 
 if __name__ == "__main__":

@@ -23,8 +23,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from amacs_server.demo_model import SseWriter, split
 
 DEFAULT_TEXT = json.dumps(
     {"reply": "ok", "mood": "calm", "confidence": 0.5, "monologue": "answered", "eval": None}
@@ -87,13 +89,8 @@ ERROR_TYPES = {
 }
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # DESIGN.md, Measuring: no 40 ms delayed-ACK stalls
+class _Handler(SseWriter):  # HTTP/1.1, no Nagle (no 40 ms delayed-ACK stalls), JSON or SSE answers
     server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-        pass
 
     def do_POST(self) -> None:
         try:
@@ -174,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer_chat(body, reply)
         elif reply.status != 200:
             self._send_json(reply.status, _error_body(reply.status, reply.message or "scripted failure"),
-                            reply.retry_after)
+                            retry_after=reply.retry_after)
         elif body.get("stream"):
             self._send_stream(body, reply)
         else:
@@ -195,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The OpenAI chat-completions protocol, JSON or streamed (with usage when asked)."""
         if reply.status != 200:
             self._send_json(reply.status, {"error": {"message": reply.message or "scripted failure",
-                                                     "type": "server_error"}}, reply.retry_after)
+                                                     "type": "server_error"}}, retry_after=reply.retry_after)
             return
         fake = self.server.fake
         reply = fake.constrained_chat(body, reply)
@@ -208,10 +205,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, {**base, "object": "chat.completion", "usage": usage, "choices": [
                 {"index": 0, "message": message, "finish_reason": reply.stop or "stop"}]})
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
+        self._start_stream(cache_control=False)
         chunk = {**base, "object": "chat.completion.chunk"}
         too_long = fake.chat_too_long(body)
         if too_long is not None and fake.window_stream_cut:  # llama-cpp-python: 200, a first chunk, then cut
@@ -240,30 +234,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
-    def _send_json(self, status: int, payload: dict[str, Any], retry_after: str | None = "0") -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", "req_fake")
-        if (status == 529 or status == 429) and retry_after is not None:
-            self.send_header("retry-after", retry_after)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-        self.wfile.flush()
-
-    def _event(self, name: str, payload: dict[str, Any]) -> None:
-        self._chunk(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None, *,
+                   retry_after: str | None = "0") -> None:
+        throttled = (status == 529 or status == 429) and retry_after is not None
+        super()._send_json(status, payload, {"request-id": "req_fake", **(headers or {}),
+                                             **({"retry-after": retry_after} if throttled else {})})
 
     def _send_stream(self, body: dict[str, Any], reply: Reply) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("cache-control", "no-cache")
-        self.end_headers()
+        self._start_stream()
         start = _message(body, reply, "")
         start["usage"] = ({k: 0 for k in reply.usage} if reply.usage_at == "delta"
                           else dict(reply.usage, output_tokens=1))
@@ -328,11 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def _split(text: str, parts: int) -> list[str]:
-    if parts <= 1 or len(text) <= 1:
-        return [text]
-    size = max(1, -(-len(text) // parts))
-    return [text[i : i + size] for i in range(0, len(text), size)]
+_split = split
 
 
 def _message(body: dict[str, Any], reply: Reply, text: str) -> dict[str, Any]:

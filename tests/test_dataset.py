@@ -150,6 +150,7 @@ def test_a_real_session_loads_with_its_agents(tmp_path):
     """Two real sessions (a batch Emacs, the real server, the fake model): a nested task tree,
     and a compulsion that blocks an eval; each home wrapped as RUNS_DIR/<id>/home."""
     from tests.e2e import test_agents as real
+    from tests.e2e.agent_fakes import scripted_run
     from tests.fake_anthropic import FakeAnthropic
 
     runs_dir = tmp_path / "runs"
@@ -159,7 +160,8 @@ def test_a_real_session_loads_with_its_agents(tmp_path):
         (runs_dir / run_id).mkdir(parents=True)  # the harness puts the session's HOME beside its AMACS home
         fake = FakeAnthropic().start()
         try:
-            session(fake, runs_dir / run_id / "home")
+            home = runs_dir / run_id / "home"
+            session(fake, home, scripted_run(fake, home))
         finally:
             fake.stop()
         (runs_dir / run_id / "manifest.json").write_text(json.dumps({

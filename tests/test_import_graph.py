@@ -1,14 +1,16 @@
-"""The packages import one another in layers, and never in a circle.
+"""The packages import one another in layers, and never in a circle; so do the elisp files.
 
-scripts/import-graph.py reads every module's imports from its source (those
-under ``if TYPE_CHECKING`` left out, those inside functions counted) and groups
-modules into units (a subpackage, or a top-level module).  Its LAYERS say which
-unit sits above which (docs/ARCHITECTURE.md, Layers); an import that runs back
-up, or a new package no layer names, fails here with the import that does it.
+scripts/import-graph.py reads every module's imports from its source (those inside functions,
+those under ``if TYPE_CHECKING`` and the modules an ``importlib.import_module`` call names all
+counted) and groups modules into units (a subpackage, or a top-level module).  Its LAYERS say
+which unit sits above which (docs/ARCHITECTURE.md, Layers); an import that runs back up, or a
+new package no layer names, fails here with the import that does it.  Its ELISP_LAYERS do the
+same for the elisp files' ``require``s.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import sys
 from pathlib import Path
@@ -47,21 +49,101 @@ def test_every_unit_has_a_layer():
     assert sorted(units - placed) == []
 
 
-def test_the_graph_sees_an_upward_import_and_a_cycle(tmp_path):
-    """The reader itself: an import back up, function-level, is seen; one under TYPE_CHECKING is not."""
-    g = graph()
+def _package(tmp_path: Path) -> Path:
+    """A package of two units, state below agents: agents.world imports state.record."""
     pkg = tmp_path / "amacs_server"
     (pkg / "state").mkdir(parents=True)
     (pkg / "agents").mkdir()
     for init in (pkg / "__init__.py", pkg / "state" / "__init__.py", pkg / "agents" / "__init__.py"):
         init.write_text("")
     (pkg / "agents" / "world.py").write_text("from ..state.record import Record\n")
-    (pkg / "state" / "record.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..agents.world import World\n"
-        "class Record: ...\n")
+    (pkg / "state" / "record.py").write_text("class Record: ...\n")
+    return pkg
+
+
+def test_the_graph_sees_an_upward_import_and_a_cycle(tmp_path):
+    """The reader itself: an import back up, function-level, is seen."""
+    g = graph()
+    pkg = _package(tmp_path)
     edges = g.module_edges(pkg)
     assert g.upward(edges) == [] and g.unit_cycles(edges) == []
     (pkg / "state" / "record.py").write_text("def f():\n    from ..agents import world\n")
     edges = g.module_edges(pkg)
     assert g.upward(edges) == [("amacs_server.state.record", "amacs_server.agents.world")]
     assert [units for units, _ in g.unit_cycles(edges)] == [["agents", "state"]]
+
+
+def test_an_upward_type_only_import_fails(tmp_path):
+    """An import under ``if TYPE_CHECKING`` runs never, but the module still names the one above
+    it: it counts (a Protocol declared below is the way down)."""
+    g = graph()
+    pkg = _package(tmp_path)
+    (pkg / "state" / "record.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..agents.world import World\n"
+        "class Record: ...\n")
+    edges = g.module_edges(pkg)
+    assert g.upward(edges) == [("amacs_server.state.record", "amacs_server.agents.world")]
+    assert [units for units, _ in g.unit_cycles(edges)] == [["agents", "state"]]
+
+
+def test_an_importlib_cycle_fails(tmp_path):
+    """``importlib.import_module`` with a name spelled in the module (relative, in an f-string's head,
+    or through a name bound to it) is an import like any other."""
+    g = graph()
+    pkg = _package(tmp_path)
+    (pkg / "state" / "record.py").write_text(
+        "import importlib\nCOMMANDS = {'w': '.agents.world'}\n"
+        "def run(name):\n    module = COMMANDS[name]\n    return importlib.import_module(module, 'amacs_server')\n")
+    assert g.upward(g.module_edges(pkg)) == [("amacs_server.state.record", "amacs_server.agents.world")]
+    assert [units for units, _ in g.unit_cycles(g.module_edges(pkg))] == [["agents", "state"]]
+    (pkg / "state" / "record.py").write_text(
+        "import importlib\ndef run(name):\n    return importlib.import_module(f'amacs_server.agents.{name}')\n")
+    assert [units for units, _ in g.unit_cycles(g.module_edges(pkg))] == [["agents", "state"]]
+
+
+def test_elisp_requires_keep_the_layers():
+    g = graph()
+    assert g.elisp_upward() == [], "elisp requires up the layers (scripts/import-graph.py ELISP_LAYERS)"
+
+
+def test_every_elisp_file_has_a_layer():
+    g = graph()
+    assert sorted(name for name in g.elisp_requires() if g.elisp_layer_of(name) is None) == []
+
+
+def test_an_elisp_require_against_the_layers_fails(tmp_path):
+    """A require of a higher layer fails at the top level; inside a function it fails too, unless
+    ELISP_LAZY names it (a command that loads the rest once it runs); an unplaced file fails."""
+    g = graph()
+    (tmp_path / "amacs-transport.el").write_text("(require 'amacs-settings)\n")
+    (tmp_path / "amacs-settings.el").write_text("(defvar amacs-x nil)\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == []
+    (tmp_path / "amacs-settings.el").write_text("(require 'amacs-transport)  ; up\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == [("amacs-settings", "amacs-transport")]
+    (tmp_path / "amacs-settings.el").write_text("(defun f ()\n  (require 'amacs-transport))\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == [("amacs-settings", "amacs-transport")]
+    (tmp_path / "amacs-settings.el").write_text(";; (require 'amacs-transport) in a comment\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == []
+    (tmp_path / "amacs-server.el").write_text("(defun amacs-connect ()\n  (require 'amacs))\n")
+    (tmp_path / "amacs.el").write_text("(require 'amacs-server)\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == []
+    (tmp_path / "amacs-server.el").write_text("(require 'amacs)\n")
+    assert g.elisp_upward(g.elisp_requires(tmp_path)) == [("amacs-server", "amacs")]
+    (tmp_path / "amacs-new.el").write_text("(require 'amacs-transport)\n")
+    assert ("amacs-new", "amacs-transport") in g.elisp_upward(g.elisp_requires(tmp_path))
+
+
+def test_every_module_opens_with_a_one_line_room_card():
+    """A module's docstring opens with one line (what the room owns) and a blank line after it;
+    ``scripts/import-graph.py --cards`` prints it with the units the module calls."""
+    g = graph()
+    long = []
+    for path in sorted(g.ROOT.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        lines = doc.strip().splitlines()
+        if not lines or len(lines[0]) > 100 or (len(lines) > 1 and lines[1].strip()):
+            long.append(str(path.relative_to(g.ROOT.parent)))
+    assert long == [], "open the docstring with one line of at most 100 characters, then a blank line"
+    rooms = {m: (owns, calls) for m, owns, calls in g.cards()}
+    assert rooms["amacs_server.persistence.events"][1] == []
+    assert "runtime" not in rooms["amacs_server.loop.primary"][1]

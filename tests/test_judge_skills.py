@@ -110,3 +110,55 @@ def test_a_judge_that_is_not_utf8_is_one_line(tmp_path):
     (tmp_path / "SKILL.md").write_bytes(JUDGE.format(scale="1-5", input="final").encode() + b"caf\xe9\n")
     with pytest.raises(JudgeError, match=r"SKILL.md: not UTF-8 text \(byte \d+\); save it as UTF-8"):
         read_judge(find_judge(str(tmp_path)))
+
+
+def test_an_openai_compatible_judge_is_asked_for_its_answers_form_in_the_form_its_server_takes(tmp_path, monkeypatch):
+    """A judge on an OpenAI-compatible endpoint asks for the answer's form (json_schema, OpenAI's);
+    refused (llama-cpp-python says so with a 500 the backend reads as 422), its json_object form
+    with the schema, which a grammar holds a small model to; refused again, none.  The Messages
+    API is sent no form.  Each ask is in the judge's transcript."""
+    import asyncio
+    import json
+
+    from amacs_server.inference.pricing import Usage
+    from amacs_server.inference.retry import InferenceError
+    from amacs_server.research import judge as judging
+
+    (tmp_path / "SKILL.md").write_text(JUDGE.format(scale="1-5", input="final"))
+    judge = read_judge(find_judge(str(tmp_path)))
+    asked: list[object] = []
+
+    class Result:
+        text, stop_reason, latency_ms, thinking, usage = '{"score": 3, "rationale": "ok"}', "stop", 1.0, "", Usage(10, 5)
+
+    class Server:
+        def __init__(self, takes: set[str | None]) -> None:
+            self.takes = takes
+
+        async def complete(self, request, stream=True):
+            form = (request.get("extra_body") or {}).get("response_format")
+            asked.append(form and form["type"])
+            if (form and form["type"]) not in self.takes:
+                raise InferenceError("the endpoint refused the request as invalid", 422)
+            return Result()
+
+        async def aclose(self):
+            pass
+
+    def ask(backend: str, takes: set[str | None]) -> dict[str, object]:
+        asked.clear()
+        monkeypatch.setattr(judging, "_backend", lambda job: Server(takes))
+        job = judging.Job(run_id="r", material="m", backend=backend, model="smollm2", base_url="http://127.0.0.1:9/v1")
+        return asyncio.run(judging._ask(judge, job, tmp_path / backend / "-".join(map(str, sorted(takes, key=str)))))
+
+    assert ask("openai", {"json_schema"})["score"] == 3 and asked == ["json_schema"]
+    assert ask("openai", {"json_object"})["score"] == 3 and asked == ["json_schema", "json_object"]
+    assert ask("openai", {None})["score"] == 3 and asked == ["json_schema", "json_object", None]
+    assert ask("anthropic", {None})["score"] == 3 and asked == [None]
+    schema_form = judging.answer_format(judge, "json_schema")
+    assert schema_form is not None and schema_form["json_schema"]["schema"]["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+    object_form = judging.answer_format(judge, "json_object")
+    assert object_form is not None and object_form["schema"]["properties"]["rationale"]["maxLength"] == judging.RATIONALE_MAX
+    written = [json.loads(line) for line in (tmp_path / "openai" / "json_object" / "judge.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in written].count("model_error") == 1  # the refused form, said
+    assert ask("openai", set())["status"] == "failed" and asked == ["json_schema", "json_object", None]

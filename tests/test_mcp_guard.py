@@ -39,7 +39,7 @@ def test_the_servers_exit_status_is_the_guards():
 def test_a_server_log_over_its_bound_is_rotated_at_the_start(tmp_path, monkeypatch):
     import os
 
-    from amacs_server import __main__ as entry
+    from amacs_server import serve as entry
 
     log = tmp_path / "server.log"
     log.write_bytes(b"x" * (entry.MAX_SERVER_LOG + 1))

@@ -178,9 +178,11 @@ def test_monologue_keeps_lines_across_restart(tmp_path):
 
 
 def test_transcript_lines_share_columns_and_hide_secrets(tmp_path):
+    from amacs_server.persistence.events import Eval, ModelRequest
+
     t = Transcript(tmp_path, "run-1", secrets=("sk-SECRET",))
-    t.write("model_request", {"headers": "x-api-key: sk-SECRET"}, tick=1)
-    t.write("eval", {"form": "(+ 2 2)"}, tick=1)
+    t.write(ModelRequest(request={"headers": "x-api-key: sk-SECRET"}), tick=1)
+    t.write(Eval(form="(+ 2 2)"), tick=1)
     lines = [json.loads(x) for x in (tmp_path / "run-1.jsonl").read_text().splitlines()]
     assert [x["seq"] for x in lines] == [1, 2]
     assert set(lines[0]) == set(lines[1])

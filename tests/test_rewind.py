@@ -541,6 +541,43 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
         rt.stop()
 
 
+def test_past_inputs_come_a_page_at_a_time_read_from_the_logs_end(tmp_path, monkeypatch):
+    """The picker is given the newest inputs and whether older ones are left; the older ones
+    come on asking, before the oldest tick it has.  Ticks without an input are skipped; the
+    earlier months are read only as far as the page needs (the whole log of a long home took
+    0.4 s, on the picker's prompt)."""
+    from types import SimpleNamespace
+
+    from amacs_server import views
+    from amacs_server.persistence.chat_log import ChatLog
+
+    log = ChatLog(tmp_path / "agent-chat.org", rotate_bytes=600)
+    for tick in range(1, 61):
+        if tick % 10 == 0:  # a tick the agent began itself
+            log.write_agent(tick, f"2026-11-{tick // 3 + 1:02d}T10:00:00Z", "woke", with_heading=True)
+            continue
+        log.write_human(tick, f"2026-11-{tick // 3 + 1:02d}T10:00:00Z", f"input {tick}")
+        log.write_agent(tick, "", "ok", with_heading=False)
+    assert len(log.files()) > 5
+    rt = SimpleNamespace(chat_log=log)
+    opened: list[str] = []
+    real_open = Path.open
+
+    def watched(self: Path, *args: Any, **kwargs: Any) -> Any:
+        opened.append(self.name)
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", watched)
+    page = views.past_inputs(rt, None, count=8)  # type: ignore[arg-type]
+    assert page["ticks"] == [59, 58, 57, 56, 55, 54, 53, 52] and page["more"] is True
+    assert page["texts"][0] == "input 59" and page["times"][0] == "2026-11-20T10:00:00Z"
+    assert len(set(opened)) < len(log.files()) / 2  # the oldest months were not read
+    older = views.past_inputs(rt, 52, count=8)  # type: ignore[arg-type]
+    assert older["ticks"] == [51, 49, 48, 47, 46, 45, 44, 43] and older["more"] is True
+    last = views.past_inputs(rt, 5, count=8)  # type: ignore[arg-type]
+    assert last["ticks"] == [4, 3, 2, 1] and last["more"] is False
+
+
 def test_money_spent_on_an_abandoned_future_stays_counted_against_the_budget(tmp_path, fake):
     """A rewind gives the mind tick N's budget item (its requests are those it made then), but the
     dollars spent after tick N were paid: the budget's check, the mode line and the hub count them,

@@ -21,8 +21,8 @@ def test_server_modules_import_no_sdk_and_no_gitpython(tmp_path: Path) -> None:
 
     GitPython is imported by the first commit, on the commit worker."""
     code = ("import sys; from pathlib import Path; "
-            "import amacs_server.__main__, amacs_server.methods, amacs_server.runtime; "
-            "from amacs_server.inference import sdk; sdk.hold(); "  # as __main__ does until hello
+            "import amacs_server.serve, amacs_server.methods, amacs_server.runtime; "
+            "from amacs_server.inference import sdk; sdk.hold(); "  # as serve does until hello
             "from amacs_server.config import load_config; "
             "from amacs_server.runtime import Runtime; "
             "from amacs_server.transport.emacs_face import EmacsFace; "
@@ -181,7 +181,7 @@ def test_garbage_is_collected_again_once_the_runtime_is_built(tmp_path: Path) ->
     """main holds cyclic garbage collection while the runtime is built (~80 collections walked
     start-up's objects while hello waited); the builder enables it again, start-up's objects frozen."""
     code = ("import gc; "
-            "from amacs_server.__main__ import RuntimeBuilder; "
+            "from amacs_server.serve import RuntimeBuilder; "
             "from amacs_server.config import load_config; "
             "from amacs_server.scrub import Scrubber; "
             "from amacs_server.transport.server import AmacsEPCServer; "

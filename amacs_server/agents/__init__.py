@@ -1,2 +1,3 @@
-"""Agents and the World (docs/ARCHITECTURE.md, Agent and World): the Agent record, the World,
-the one loop every agent runs, a subagent's run, talk and wait."""
+"""Agents: the Agent record, the World, the one loop every agent runs, a subagent's run, talk.
+
+The design: docs/ARCHITECTURE.md, Agent and World; wait is talk's."""

@@ -29,6 +29,7 @@ from typing import Protocol
 from ..agents.kinds import Ending
 from ..inference.parse import AgentResponse
 from ..inference.retry import new_turn
+from ..persistence.events import Eval, EvalResultRecord, Record, Refused, ReplyBlocked
 from ..state.consciousness import EvalResult
 
 
@@ -78,7 +79,7 @@ class Body(Protocol):
     async def evaluate(self, form: str) -> EvalResult:
         """Have Emacs evaluate FORM for this agent."""
 
-    def note(self, event: str, data: dict[str, object]) -> None:
+    def note(self, event: Record) -> None:
         """Write EVENT to the agent's transcript."""
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
@@ -145,18 +146,18 @@ async def act(body: Body, world: Watchers, response: AgentResponse) -> tuple[Eva
     if response.reply:
         held = await world.before_action(body.id, response.reply, kind="reply") if watched else None
         if held:
-            body.note("reply_blocked", {"reply": response.reply, "reason": held})
+            body.note(ReplyBlocked(reply=response.reply, reason=held))
             return EvalResult(False, error=f"your reply was not delivered: {held}"), True
         await body.say(response)
     if response.eval is None:
         return EvalResult.skipped_result(), False
-    body.note("eval", {"form": response.eval})
+    body.note(Eval(form=response.eval))
     if body.allowed is not None and "eval" not in body.allowed:
-        body.note("refused", {"action": "eval", "form": response.eval})
+        body.note(Refused(action="eval", form=response.eval))
         result = EvalResult(False, error=(f"eval is not among your allowed actions "
                                           f"({', '.join(sorted(body.allowed))}); it was not run"))
     else:
         blocked = await world.before_action(body.id, response.eval) if watched else None
         result = EvalResult(False, error=blocked) if blocked else await body.evaluate(response.eval)
-    body.note("eval_result", result.to_dict())
+    body.note(EvalResultRecord(result.to_dict()))
     return result, False

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..context.assemble import section
 from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
+from ..persistence.events import KINDS, BudgetStop, ModelRequest, Record, StepLimit
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType
@@ -200,8 +201,8 @@ class SubagentBody:
         self.wait = host.post.end_eval(self.id)
         return result
 
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.host.rt.transcript.write(event, data, agent=self.agent.identity)
+    def note(self, event: Record) -> None:
+        self.host.rt.transcript.write(event, agent=self.agent.identity)
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         if result.skipped:
@@ -229,7 +230,7 @@ class SubagentBody:
         pass  # AgentWorld.cancel and cancel_all wrote it to the transcript
 
     def out_of_steps(self) -> None:
-        self.note("step_limit", {"max_steps": self.max_steps})
+        self.note(StepLimit(max_steps=self.max_steps))
 
     # -- its own steps -----------------------------------------------------------------------
 
@@ -296,20 +297,20 @@ class StepCall(Caller):
         """Leave out the older half of its messages after its task (from an answer on: user and
         assistant still alternate), said in a notice where they were."""
         messages = self.agent.messages
-        rest, earlier = messages[1:], 0
+        rest, earlier, times = messages[1:], 0, 0
         if rest and rest[0].get("compacted"):  # the notice of an earlier compaction: said anew
-            rest, earlier = rest[1:], int(rest[0]["compacted"])
+            rest, earlier, times = rest[1:], int(rest[0]["compacted"]), int(rest[0]["times"])
         cut = next((i for i, m in enumerate(rest) if m["role"] == "assistant" and i >= max(1, len(rest) // 2)), None)
         if cut is None:
             return None
         left_out = earlier + len([m for m in rest[:cut] if m["role"] != "system"])
         where = f" of {window:,} tokens" if window else ""
-        notice = {"role": "system", "compacted": left_out, "content": (
+        notice = {"role": "system", "compacted": left_out, "times": times + 1, "content": (
             f"Your context was compacted to fit this model's window{where}: the {left_out} oldest messages "
             "after your task are left out. What you received as memory items is in long-term memory: find "
             "it with agent-memory-search, bring it back with agent-memory-load.")}
         messages[1:] = [notice, *rest[cut:]]
-        return {"left_out": left_out}
+        return {"squeeze": times + 1}
 
     # -- what it is told --
 
@@ -321,16 +322,16 @@ class StepCall(Caller):
             if not agent.budget_told:
                 agent.budget_told = True
                 host.rt.face.annotate(stop, "error")
-            self.note("budget_stop", {"message": stop})
+            self.host.rt.transcript.write(BudgetStop(message=stop), agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
         await host.tools_ready()
 
     def note(self, event: str, data: dict[str, Any]) -> None:
-        self.host.rt.transcript.write(event, data, agent=self.agent.identity)
+        self.host.rt.transcript.write(KINDS[event].of(data), agent=self.agent.identity)
 
     def sending(self, request: dict[str, Any]) -> None:
         self.host.rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
-        self.note("model_request", {"request": request})
+        self.host.rt.transcript.write(ModelRequest(request=request), agent=self.agent.identity)
 
     def working(self, doing: str) -> None:
         self.host.report_working(self.agent, f"thinking (step {self.agent.steps + 1})" if doing == "thinking"

@@ -21,6 +21,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inference.pricing import dollars
 from ..memory.active import ActiveMemory, MemoryRefused
+from ..persistence.events import (
+    AgentEnd,
+    AgentStart,
+    Blocked,
+    Cancelled,
+    ControlRefused,
+    EventRefused,
+    Interrupted,
+    Notified,
+    Paused,
+    Posted,
+    Refused,
+    Resumed,
+    TalkLog,
+)
 from ..skills import Skill, SkillError
 from ..tools_mcp import calls as mcp_calls
 from .agent import Agent, AgentError, AgentStopped
@@ -34,10 +49,10 @@ from .talk import Event as AgentEvent
 from .talk import EventType, Overloaded
 
 if TYPE_CHECKING:
+    from ..face import Face
     from ..inference.backend import ModelBackend
     from ..inference.catalog import ModelCatalog
     from ..inference.pricing import Usage
-    from ..loop.face import Face
     from ..memory.ltm import LongTermMemory
     from ..persistence.transcript import Transcript
     from ..skills import SkillLibrary
@@ -142,7 +157,7 @@ class AgentWorld(Registry):
 
     def _record_event(self, to: str, event: AgentEvent) -> None:
         """An event posted to TO, in TO's transcript."""
-        self.rt.transcript.write("event", event.to_dict(), agent=self.identity(to))
+        self.rt.transcript.write(Posted(**event.to_dict()), agent=self.identity(to))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
@@ -246,8 +261,7 @@ class AgentWorld(Registry):
             log.warning("%s reads plain text: %s", agent.id, err)
         self._register(agent)
         self.post.open(agent.id, agent.talk_ids)
-        self.rt.transcript.write("agent_start", {"allowed": sorted(actions), "tools": list(grant), "depth": depth,
-                                                 "name": name},
+        self.rt.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name),
                                  agent=agent.identity)
         return agent
 
@@ -305,7 +319,7 @@ class AgentWorld(Registry):
                     stopped.append(agent.id)
                 agent.state = AgentState.CANCELLED
                 agent.resumed.set()
-                self.rt.transcript.write(AgentState.CANCELLED, {"reason": reason}, agent=agent.identity)
+                self.rt.transcript.write(Cancelled(reason=reason), agent=agent.identity)
                 if not tasks:  # an idle agent ends now; one at work ends when its task does
                     self._free(agent)
             for task in tasks:
@@ -328,7 +342,7 @@ class AgentWorld(Registry):
                     task.cancel()
                 if agent.type is AgentType.TASK:
                     agent.state = AgentState.INTERRUPTED
-                self.rt.transcript.write("interrupted", {"reason": reason}, agent=agent.identity)
+                self.rt.transcript.write(Interrupted(reason=reason), agent=agent.identity)
                 stopped.append(agent.id)
         if stopped:
             self.report_working()
@@ -346,7 +360,7 @@ class AgentWorld(Registry):
         """AGENT_ID makes no model call until resumed (the one under way finishes); BY asked."""
         agent = self._live(agent_id)
         agent.resumed.clear()
-        self.rt.transcript.write("paused", {"by": by}, agent=agent.identity)
+        self.rt.transcript.write(Paused(by=by), agent=agent.identity)
         self.report_working()  # the shell shows it paused, not working
         return {"paused": agent.id}
 
@@ -354,7 +368,7 @@ class AgentWorld(Registry):
         """AGENT_ID goes on; BY asked."""
         agent = self._live(agent_id)
         agent.resumed.set()
-        self.rt.transcript.write("resumed", {"by": by}, agent=agent.identity)
+        self.rt.transcript.write(Resumed(by=by), agent=agent.identity)
         self.report_working()
         return {"resumed": agent.id}
 
@@ -369,7 +383,7 @@ class AgentWorld(Registry):
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
         if agent.type is AgentType.COMPULSION:
-            self.rt.transcript.write("control_refused", {"by": caller, "action": action}, agent=agent.identity)
+            self.rt.transcript.write(ControlRefused(by=caller, action=action), agent=agent.identity)
             raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent}: it obeys no "
                              f"agent, so {caller} may not {action} it. Only it ends itself (agent-quit); the person "
                              "can pause or cancel it from the hub.")
@@ -412,7 +426,7 @@ class AgentWorld(Registry):
             raise AgentError(f"{agent.id} has already ended ({agent.state})")
         if not text.strip():
             raise AgentError("say something")
-        self.rt.transcript.write("event", {"type": "User", "source": "person", "content": text},
+        self.rt.transcript.write(Posted(type="User", source="person", content=text),
                                  agent=agent.identity)
         busy = agent.lock.locked()  # it answers once its current response is done
         self._spawn(self._run_person_talk(agent, text), agent.id)
@@ -587,7 +601,7 @@ class AgentWorld(Registry):
         summary), and it is freed.  Every end of a subagent comes here, but a cancel of an idle
         one: its ``cancelled`` record is its end, and it is only freed."""
         agent.state = state
-        self.rt.transcript.write("agent_end", {"state": agent.state, **agent.summary()}, agent=agent.identity)
+        self.rt.transcript.write(AgentEnd(state=agent.state, summary=agent.summary()), agent=agent.identity)
         self._free(agent)
 
     def _free(self, agent: Agent) -> None:
@@ -649,7 +663,7 @@ class AgentWorld(Registry):
         self._caller(caller, "talk")
         asker = self.agents.get(caller)
         if caller != PRIMARY and asker is not None and not asker.request_input:
-            self.rt.transcript.write("refused", {"action": "talk-user", "text": text}, agent=asker.identity)
+            self.rt.transcript.write(Refused(action="talk-user", text=text), agent=asker.identity)
             raise AgentError(f"{caller} may not talk to the person: it was started without :request-input t. "
                              f"Say it to {asker.parent or 'your caller'} (agent-talk-agent), or in your reply")
         talk_id = self.post.talk(caller, eval_id)
@@ -662,7 +676,7 @@ class AgentWorld(Registry):
         """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
         self.post.reserve(caller)  # a full queue refuses at once, as for every result to come
         talk_id = self.post.talk(caller, eval_id)
-        self.rt.transcript.write("talk_log", {"talk_id": talk_id, "text": text}, agent=self.identity(caller))
+        self.rt.transcript.write(TalkLog(talk_id=talk_id, text=text), agent=self.identity(caller))
         self.post.deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
@@ -677,7 +691,7 @@ class AgentWorld(Registry):
                                  f"{', '.join(str(a.name) for a in self.viewpoints_of(caller))}")
         for agent in panel:
             agent.tell(f"[{caller}] {text}")
-            self.rt.transcript.write("notified", {"from": caller, "text": text, "to": to or "all"},
+            self.rt.transcript.write(Notified(sender=caller, text=text, to=to or "all"),
                                      agent=agent.identity)
         return {"notified": [a.name for a in panel]}
 
@@ -726,7 +740,7 @@ class AgentWorld(Registry):
                     self.post.deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
                 except Overloaded as err:  # said to the sender, in its transcript: never dropped silently
                     comp.tell(f"[overloaded] Your note to {agent_id} was not delivered: {err}")
-                    self.rt.transcript.write("event_refused", {"to": agent_id, "reason": str(err)},
+                    self.rt.transcript.write(EventRefused(to=agent_id, reason=str(err)),
                                              agent=comp.identity)
 
     async def before_action(self, agent_id: str, form: str, kind: str = "eval") -> str | None:
@@ -747,8 +761,7 @@ class AgentWorld(Registry):
                 continue
             if reason.strip() and comp.state is not AgentState.QUIT:
                 self.blocks += 1
-                self.rt.transcript.write("blocked", {"by": comp.id, "template": comp.template, "action": kind,
-                                                     "form": form, "reason": reason},
+                self.rt.transcript.write(Blocked(by=comp.id, template=comp.template, action=kind, form=form, reason=reason),
                                          agent=self.identity(agent_id))
                 return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"
         return None

@@ -1,4 +1,6 @@
-"""Assemble the context of a tick from active-memory items (docs/ARCHITECTURE.md, The context and the cache).
+"""Assemble the context of a tick from active-memory items.
+
+The design: docs/ARCHITECTURE.md, The context and the cache.
 
 Every line inside a section is one item as JSON, with its ``mem_id``, tier,
 version, kind, mutability and content, so the agent can address anything it

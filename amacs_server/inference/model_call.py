@@ -152,6 +152,7 @@ class Ask(Generic[T]):
     openai_room: bool = False  # the server's window holds the answer too (an OpenAI-compatible one)
     pool: asyncio.Semaphore | None = None
     answers: asyncio.Lock | None = None
+    extra_body: dict[str, Any] | None = None  # fields of the body the request does not make (a judge's reply form)
 
 
 @dataclass(frozen=True)
@@ -278,8 +279,11 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
 
     def build(caps: Any) -> dict[str, Any]:
         # The catalog knows the session's model; another one is sent what any model takes.
-        return build_request(ask.model, ask.system, shown, ask.settings, caps if same else UNKNOWN,
-                             agent_reply=ask.agent_reply)
+        request = build_request(ask.model, ask.system, shown, ask.settings, caps if same else UNKNOWN,
+                                agent_reply=ask.agent_reply)
+        if ask.extra_body:
+            request["extra_body"] = {**request.get("extra_body", {}), **ask.extra_body}
+        return request
 
     def on_text(delta: str) -> None:
         gained = streamer.feed(delta)

@@ -1,5 +1,6 @@
-"""The model's response as one declared pydantic model: what :mod:`.parse` validates a reply
-with and generates the reply's JSON schema from.
+"""The model's response as one declared pydantic model.
+
+:mod:`.parse` validates a reply with it and generates the reply's JSON schema from it.
 
 Its own module, imported by the first parse or request: pydantic (~100 ms to import) is not
 on the server's path to its first hello."""

@@ -28,23 +28,34 @@ from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError
 from ..persistence.chat_log import ChatEval
+from ..persistence.events import (
+    KINDS,
+    Eval,
+    Interrupted,
+    ModelRequest,
+    Parsed,
+    Record,
+    ReplyBlocked,
+    TickEnd,
+    TickStart,
+)
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
+from .host import TurnHost
 
 if TYPE_CHECKING:
     from ..inference.backend import ModelResult
     from ..inference.pricing import Usage
     from ..inference.retry import Retrying
-    from ..runtime import Runtime
 
 
 class TurnAborted(AmacsError):
     """The turn cannot go on; the message has been shown in the shell."""
 
 
-async def run_turn(rt: Runtime, text: str | None) -> None:
+async def run_turn(rt: TurnHost, text: str | None) -> None:
     """One turn, for the person's TEXT or (None) for events that woke the agent.
 
     The primary runs the one agent loop (:mod:`amacs_server.agents.loop`), a tick per step,
@@ -85,7 +96,7 @@ class PrimaryBody:
 
     allowed: frozenset[str] | None = None  # every action
 
-    def __init__(self, rt: Runtime, human: str | None) -> None:
+    def __init__(self, rt: TurnHost, human: str | None) -> None:
         self.rt = rt
         self.id = PRIMARY
         self.max_steps = rt.settings.max_steps
@@ -157,12 +168,12 @@ class PrimaryBody:
         """This tick's ``* Tick`` heading is in agent-chat.org: the write-ahead wrote it."""
         return self.human is not None and self.step == 0
 
-    def note(self, event: str, data: dict[str, object]) -> None:
-        self.rt.transcript.write(event, data, tick=self.tick)
-        if event == "eval":  # its result goes to agent-chat.org with the tick (persist)
+    def note(self, event: Record) -> None:
+        self.rt.transcript.write(event, tick=self.tick)
+        if isinstance(event, Eval):  # its result goes to agent-chat.org with the tick (persist)
             self.evaluated = True
-        if event == "reply_blocked":  # the person does not see it; the agent hears why, and its turn goes on
-            self.rt.face.annotate(f"A reply was held back: {data['reason']}", "agent")
+        if isinstance(event, ReplyBlocked):  # the person does not see it; the agent hears why, and its turn goes on
+            self.rt.face.annotate(f"A reply was held back: {event.reason}", "agent")
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         rt, tick = self.rt, self.tick
@@ -190,7 +201,7 @@ class PrimaryBody:
     def interrupted(self) -> None:
         rt, tick = self.rt, self.tick
         rt.face.reply_abandon("interrupted")
-        rt.transcript.write("interrupted", {}, tick=tick)
+        rt.transcript.write(Interrupted(), tick=tick)
         # The next turn's context must not show this tick's eval (or an older one) as the last
         # result, as if it answered the person's next input: an eval cut short says it was
         # interrupted; with none under way there is no last result (a newcomer saw the agent
@@ -211,7 +222,7 @@ class PrimaryBody:
         )
 
 
-def begin(rt: Runtime, human: str | None) -> int:
+def begin(rt: TurnHost, human: str | None) -> int:
     """Event: stamp the new tick; write the human's input to disk before anything else."""
     c = rt.consciousness
     tick = c.current_tick + 1
@@ -233,12 +244,11 @@ def begin(rt: Runtime, human: str | None) -> int:
         rt.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
             rt.memory.begin_chat(tick, human)
-    rt.transcript.write("tick_start", {"human": human, "consciousness": c.to_dict(),
-                                       "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickStart(human=human, consciousness=c.to_dict(), wrote=rt.memory.take_written()), tick=tick)
     return tick
 
 
-async def observe(rt: Runtime, tick: int | None = None) -> Context:
+async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
     thread = rt.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
@@ -278,7 +288,7 @@ async def observe(rt: Runtime, tick: int | None = None) -> Context:
     return context  # fitted to the model's window by the call (inference/model_call.py)
 
 
-def model_note(rt: Runtime, caps: Capabilities) -> str:
+def model_note(rt: TurnHost, caps: Capabilities) -> str:
     """What the agent is told of the model in use (data in its context): its name, its window,
     and the api-settings it set that this model does not get."""
     settings = rt.consciousness.api_settings
@@ -287,7 +297,7 @@ def model_note(rt: Runtime, caps: Capabilities) -> str:
                        "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
 
 
-async def infer_and_parse(rt: Runtime, tick: int, context: Context) -> tuple[AgentResponse | None, bool]:
+async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[AgentResponse | None, bool]:
     """Infer and parse: the one model call (:mod:`amacs_server.inference.model_call`) with this
     tick's CONTEXT, its reply streamed to the shell unless a compulsion watches; an answer never
     valid is kept as the fallback record (an unparsed thought).  A failed call ends the turn in
@@ -313,7 +323,7 @@ async def infer_and_parse(rt: Runtime, tick: int, context: Context) -> tuple[Age
         rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
                          f"retries; kept as an unparsed thought: {reply.text[:300]!r}", "error")
         response = fallback_response(reply.text)
-    rt.transcript.write("parsed", {"attempt": reply.attempt, "response": response.to_dict()}, tick=tick)
+    rt.transcript.write(Parsed(attempt=reply.attempt, response=response.to_dict()), tick=tick)
     return response, bool(reply.shown)
 
 
@@ -322,7 +332,7 @@ class TickCall(Caller):
     then this tick's answers that did not read and the prompts that asked again), its
     transcript, the shell, the one budget."""
 
-    def __init__(self, rt: Runtime, tick: int, context: Context) -> None:
+    def __init__(self, rt: TurnHost, tick: int, context: Context) -> None:
         self.rt, self.tick, self.context = rt, tick, context
         self.retries: list[dict[str, Any]] = []  # this tick's only: the conversation keeps the answer
 
@@ -358,11 +368,12 @@ class TickCall(Caller):
         await rt.world.tools_ready()
 
     def note(self, event: str, data: dict[str, Any]) -> None:
-        self.rt.transcript.write(event, data, tick=self.tick)
+        self.rt.transcript.write(KINDS[event].of(data), tick=self.tick)
 
     def sending(self, request: dict[str, Any]) -> None:
         memory = self.rt.memory
-        self.note("model_request", {"request": request, "read": memory.shown_ids, "wrote": memory.take_written()})
+        self.rt.transcript.write(ModelRequest(request=request, read=memory.shown_ids, wrote=memory.take_written()),
+                                 tick=self.tick)
         faults.point("infer.request")
 
     def status(self, line: str) -> None:
@@ -397,7 +408,7 @@ class TickCall(Caller):
         return dollars
 
 
-def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) -> None:
+def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult) -> None:
     """Record: the monologue line and the scratchpad entry (files and items), the transcript event.
 
     The files are synced by the commit worker before the tick's commit (not here)."""
@@ -413,11 +424,10 @@ def record(rt: Runtime, tick: int, response: AgentResponse, result: EvalResult) 
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
             rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
-    rt.transcript.write("tick_end", {"response": response.to_dict(), "eval_result": result.to_dict(),
-                                     "wrote": rt.memory.take_written()}, tick=tick)
+    rt.transcript.write(TickEnd(response=response.to_dict(), eval_result=result.to_dict(), wrote=rt.memory.take_written()), tick=tick)
 
 
-def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> None:
+def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> None:
     """The agent's part of the chat (agent-chat.org and its memory item), written when it is
     said: a reply the person saw outlives a tick that dies afterwards.
 
@@ -432,7 +442,7 @@ def write_reply(rt: Runtime, tick: int, reply: str, *, human_written: bool) -> N
         rt.memory.finish_chat(tick, reply)
 
 
-def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: bool,
+def persist(rt: TurnHost, tick: int, response: AgentResponse, *, human_written: bool,
             reply_written: bool = False, evaluated: EvalResult | None = None) -> None:
     """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
     it when it was said), the tick's eval and its result EVALUATED (``** Eval``; the chat's
@@ -459,7 +469,7 @@ def persist(rt: Runtime, tick: int, response: AgentResponse, *, human_written: b
         rt.memory.sync_state(rt.consciousness)
 
 
-def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
+def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
     and in agent-chat.org."""
     unanswered = rt.memory.pending_tick == tick
@@ -477,14 +487,14 @@ def finish_unanswered(rt: Runtime, tick: int, reason: str) -> None:
     _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
 
 
-def commit(rt: Runtime, tick: int, response: AgentResponse) -> None:
+def commit(rt: TurnHost, tick: int, response: AgentResponse) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
     c, done = rt.consciousness, rt.consciousness.last_eval_result
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 
-def _commit(rt: Runtime, message: str) -> None:
+def _commit(rt: TurnHost, message: str) -> None:
     """Write the tick state that makes the tick restorable (persistence.history) and queue the
     tick's commit of the files as they are now, at its end (in order; a failure is shown as a
     warning when it happens)."""

@@ -1,5 +1,6 @@
-"""Active memory items: the contract every item shown keeps
-(docs/ARCHITECTURE.md, Memory and MemIds).
+"""Active memory items: the contract every item shown keeps.
+
+The design: docs/ARCHITECTURE.md, Memory and MemIds.
 
 Every item shown has ``mem_id``, ``tier``, ``version``, ``kind``, ``mutable``,
 ``evictable``, ``created_at_ms`` (then ``tags`` and ``page`` when it has them)

@@ -327,6 +327,20 @@ class ChatLog:
         """Every tick of the log (``chat/`` and this file), oldest first."""
         return [entry for _span, text in self.log.entries() if (entry := parse_tick(text)) is not None]
 
+    def inputs(self, count: int, before: int | None = None) -> list[ChatEntry]:
+        """The newest COUNT ticks with the person's input of those before tick BEFORE (None: of
+        all), newest first: the files are read from their end only as far as that takes (a
+        few hundred of 20,000 ticks: the whole log took 0.4 s)."""
+        asked = count + 1
+        while True:
+            spans = self.log.tail(asked, budget=1 << 62)
+            found = [entry for _span, text in reversed(spans)
+                     if (entry := parse_tick(text)) is not None and entry.human is not None
+                     and (before is None or entry.tick < before)]
+            if len(found) >= count or len(spans) < asked:
+                return found[:count]
+            asked *= 2
+
     def read_tail(self, count: int, chunk: int = 1 << 16, budget: int = TAIL_BYTES) -> list[ChatEntry]:
         """The last COUNT ticks, oldest first, of those that begin within BUDGET bytes of the
         log's end (the newest always): the files are read from their end only as far as

@@ -50,6 +50,7 @@ from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write
 from . import person_limit, rewound_spend
+from .events import Fork, Record, Rewind
 from .git_repo import HomeRepo, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
@@ -349,15 +350,15 @@ def _commit_beside(home: Path, parent: str, folder: str, files: dict[str, bytes]
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
 
 
-def _record(home: Path, tick: int, heading: str, text: str, event: str, data: dict[str, Any]) -> None:
+def _record(home: Path, tick: int, heading: str, text: str, event: Record) -> None:
     """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript."""
     from .chat_log import ChatLog  # noqa: PLC0415
 
     ChatLog(home / "agent-chat.org").log.append(f"** {heading}\n{text}\n\n")
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event}"
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event.kind}"
     transcript = Transcript(home / "transcripts", run_id)
     try:
-        transcript.write(event, data, tick=tick)
+        transcript.write(event, tick=tick)
     finally:
         transcript.close()
 
@@ -401,7 +402,7 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "
                 f"({left} memory item versions of it in memory.db's abandoned_items).",
-                "rewind", {"to_tick": tick, "from_tick": last, "ref": ref, "abandoned_versions": left})
+                Rewind(to_tick=tick, from_tick=last, ref=ref, abandoned_versions=left))
         sha, _ = HomeRepo(home).commit(tracked(home), f"[TICK {tick}][rewind] back to tick {tick} from tick "
                                                       f"{last}; the abandoned future is {ref}")
         return Done(home, tick, sha, ref, time.perf_counter() - t0)
@@ -454,8 +455,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                 src.close()
             _memory_at(dest / "memory.db", state, None)
             _forget_deleted(dest / "memory.db")
-        _record(dest, tick, "Forked", f"Forked from {home} at this tick.", "fork",
-                {"from_home": str(home), "at_tick": tick, "from_commit": commit})
+        _record(dest, tick, "Forked", f"Forked from {home} at this tick.", Fork(from_home=str(home), at_tick=tick, from_commit=commit))
         sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
         (dest / FORK_UNFINISHED).unlink()
         return Done(dest, tick, sha, None, time.perf_counter() - t0)

@@ -1,5 +1,6 @@
-"""Append-only org logs split by month, so that history costs nothing per tick
-(docs/ARCHITECTURE.md, Persistence and git).
+"""Append-only org logs split by month, so that history costs nothing per tick.
+
+The design: docs/ARCHITECTURE.md, Persistence and git.
 
 A log (``agent-chat.org``, ``monologue.org``) is a current file, to which each
 tick appends, and an archive folder beside it (``chat/``, ``monologue/``)

@@ -33,6 +33,7 @@ from pathlib import Path
 from ..errors import AmacsError
 from ..state.consciousness import Consciousness
 from ..text.lisp import alist_loads
+from .events import ModelResponse
 from .git_repo import GitFailed, HomeRepo
 
 CONSCIOUSNESS = "consciousness.el"
@@ -163,14 +164,14 @@ def spent_in_transcripts(folder: Path) -> float | None:
         try:
             with path.open("rb") as fh:
                 for line in fh:
-                    if b'"model_response"' not in line:
+                    if f'"{ModelResponse.kind}"'.encode() not in line:
                         continue
                     try:
                         event = json.loads(line)
                         cost = event["data"]["cost"]
                     except (ValueError, KeyError, TypeError):
                         continue
-                    if event.get("event") == "model_response" and isinstance(cost, int | float) \
+                    if event.get("event") == ModelResponse.kind and isinstance(cost, int | float) \
                             and math.isfinite(cost) and cost >= 0:
                         total += float(cost)
                         seen = True

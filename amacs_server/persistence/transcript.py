@@ -1,4 +1,6 @@
-"""Transcripts: typed events as JSON lines, one file per session (docs/ARCHITECTURE.md, Persistence and git).
+"""Transcripts: typed events as JSON lines, one file per session.
+
+The design: docs/ARCHITECTURE.md, Persistence and git.
 
 Every line has the same top-level columns so DuckDB's ``read_json_auto`` or
 pandas load thousands of files without a custom parser; event-specific data is
@@ -19,6 +21,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .events import Line, Record, parse
 
 if TYPE_CHECKING:
     from ..scrub import Scrubber
@@ -57,11 +61,12 @@ class Transcript:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         return [r for r in map(json.loads, lines) if r["agent_id"] == agent_id]
 
-    def write(
-        self, event: str, data: dict[str, Any], *, tick: int | None = None,
-        agent: AgentIdentity = AgentIdentity(),
-    ) -> None:
-        """Append one EVENT with its DATA."""
+    def lines(self, agent_id: str) -> list[Line]:
+        """Every event of AGENT_ID in this session, in order, as records."""
+        return [parse(r) for r in self.read(agent_id)]
+
+    def write(self, event: Record, *, tick: int | None = None, agent: AgentIdentity = AgentIdentity()) -> None:
+        """Append one EVENT (its kind is the line's ``event``, its fields the line's ``data``)."""
         with self._lock:
             self._seq += 1
             record = {
@@ -74,8 +79,8 @@ class Transcript:
                 "seq": self._seq,
                 "ts": time.time(),
                 "tick": tick,
-                "event": event,
-                "data": data,
+                "event": event.kind,
+                "data": event.data(),
             }
             line = self._encoder.encode(record)
             if self._scrub is not None:

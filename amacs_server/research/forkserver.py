@@ -1,5 +1,6 @@
-"""A fork server for an experiment's runs: each run's server is a new process forked from one that has
-imported everything, so a run does not pay the imports again (the model SDK alone is ~1.3 s of CPU).
+"""A fork server for an experiment's runs: each run's server forks from one that imported it all.
+
+So a run does not pay the imports again (the model SDK alone is ~1.3 s of CPU).
 
     python -m amacs_server.research.forkserver SOCKET [BACKEND...]
 
@@ -14,7 +15,7 @@ are done.  No run's server is ever reused.
 A run's Emacs starts :mod:`.launch` as its server command; the launcher sends
 its standard files, environment, folder and arguments.  The fork takes them,
 makes its own process group (the experiment kills a run's groups), and runs
-``amacs_server.__main__.main``; its exit status goes back to the launcher, which
+``amacs_server.serve.main``; its exit status goes back to the launcher, which
 exits with it.  The fork stops, as a server whose Emacs died does, when the
 launcher's end of the socket closes (Emacs killed it), or when the fork
 server itself is gone.
@@ -39,7 +40,7 @@ from typing import Any
 MAX_REQUEST = 1 << 20
 PARENT_CHECK = 0.5  # seconds between looks whether the experiment that started it is still there
 # What a run's server imports before its port line and for its first turn (the rest is imported as used).
-SERVER_MODULES = ("amacs_server.__main__", "amacs_server.methods", "amacs_server.runtime",
+SERVER_MODULES = ("amacs_server.serve", "amacs_server.methods", "amacs_server.runtime",
                   "amacs_server.loop.primary", "amacs_server.transport.server",
                   "amacs_server.transport.emacs_face", "amacs_server.persistence.git_repo")
 
@@ -51,7 +52,7 @@ def launcher() -> Path:
 
 def preload(backends: list[str]) -> None:
     """Import the server's modules and BACKENDS' SDKs, then freeze them out of the collector's sight."""
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as __main__ does, before any model is built
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as serve does, before any model is built
     for name in SERVER_MODULES:
         importlib.import_module(name)
     from ..inference import sdk
@@ -135,7 +136,7 @@ def become_server(conn: socket.socket) -> int:
         os.chdir(request["cwd"])
         random.seed()  # a fresh process's random numbers, not the forking server's
         _watch_launcher(conn)
-        from ..__main__ import main
+        from ..serve import main
 
         sys.argv = ["amacs_server", *request["argv"]]
         status = main(list(request["argv"]))

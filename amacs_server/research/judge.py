@@ -47,6 +47,7 @@ from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
 from ..inference.model_call import Caller
+from ..persistence.events import KINDS, AgentEnd, AgentStart
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -56,6 +57,12 @@ RETRIES = 2
 INPUTS = ("final", "turns")
 ANSWER = re.compile(r"\{.*\}", re.S)
 MAX_TOKENS = 1024
+# The forms of ``response_format`` an OpenAI-compatible server is asked for the answer in, in turn
+# while it refuses them: OpenAI's json_schema, llama-cpp-python's json_object with a schema (its
+# grammar holds even a small model to the form), then none (the rubric's words alone).
+FORMS: tuple[str | None, ...] = ("json_schema", "json_object", None)
+ENUM_MAX = 100  # a scale of at most this many whole numbers is given to the server as their list
+RATIONALE_MAX = 600  # characters of rationale a grammar allows (json_object): the JSON ends before MAX_TOKENS
 MAX_SCALE = 1_000_000  # a scale's ends, at most (the dataset keeps them as BIGINT)
 JUDGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 TIMEOUT = 300.0
@@ -155,6 +162,22 @@ def material(judge: Judge, turns: list[tuple[Any, ...]]) -> str:
     return "\n\n".join(parts)
 
 
+def answer_format(judge: Judge, form: str | None) -> dict[str, Any] | None:
+    """The ``response_format`` that asks an OpenAI-compatible server for JUDGE's answer in FORM
+    (see :data:`FORMS`): the score first, a whole number of the scale, then the rationale."""
+    if form is None:
+        return None
+    values = judge.high - judge.low + 1
+    score = {"type": "integer", **({"enum": list(range(judge.low, judge.high + 1))} if values <= ENUM_MAX else {})}
+    rationale: dict[str, Any] = {"type": "string"}
+    schema = {"type": "object", "properties": {"score": score, "rationale": rationale},
+              "required": ["score", "rationale"], "additionalProperties": False}
+    if form == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": "judgement", "strict": True, "schema": schema}}
+    rationale["maxLength"] = RATIONALE_MAX  # a grammar's bound: OpenAI's strict schemas refuse it
+    return {"type": "json_object", "schema": schema}
+
+
 def read_answer(text: str, judge: Judge) -> tuple[int, str]:
     """The score and rationale in the judge's TEXT; ValueError (what is wrong) if it has none."""
     found = ANSWER.search(text or "")
@@ -197,30 +220,41 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
-    transcript.write("agent_start", {"run": job.run_id, "model": job.model, "input": judge.input,
-                                     "scale": [judge.low, judge.high]}, agent=me)
+    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]),
+                     agent=me)
     backend = _backend(job)
     call = JudgeCall(transcript, me, job)
     reader = Reader(lambda text: read_answer(text, judge), _again, RETRIES)
-    # A judge answers with its score, not an agent's reply: no reply schema; the session's
-    # catalog is not its own (its model is the experiment's): sent what any model takes.
-    ask = Ask(backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS), reader,
-              agent_reply=False)
+    # An OpenAI-compatible server is asked for the answer's form (FORMS, each while it refuses the one
+    # before); the Messages API, for the rubric's words alone.
+    forms = list(FORMS) if job.backend == "openai" else [None]
     error, score, rationale = None, None, ""
     try:
-        reply = await model_call(ask, call, call)
-        if reply.value is None:
-            error = "score never parsed"
-        else:
-            score, rationale = reply.value
-    except InferenceError as err:
-        from .outcome import model_error_words
+        while True:
+            form = answer_format(judge, forms[0])
+            # A judge answers with its score, not an agent's reply: no reply schema; the session's
+            # catalog is not its own (its model is the experiment's): sent what any model takes.
+            ask = Ask(backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS), reader,
+                      agent_reply=False, extra_body={"response_format": form} if form is not None else None)
+            try:
+                reply = await model_call(ask, call, call)
+            except InferenceError as err:
+                if form is not None and err.status in (400, 422):  # the form refused (422: said with a 500)
+                    forms.pop(0)
+                    continue
+                from .outcome import model_error_words
 
-        error = model_error_words(str(err), job.base_url)
+                error = model_error_words(str(err), job.base_url)
+                break
+            if reply.value is None:
+                error = "score never parsed"
+            else:
+                score, rationale = reply.value
+            break
     finally:
         await backend.aclose()
-        transcript.write("agent_end", {"state": "failed" if error else "done", "steps": 0, "cost": call.spent,
-                                       "score": score}, agent=me)
+        transcript.write(AgentEnd(state="failed" if error else "done",
+                                  summary={"steps": 0, "cost": call.spent, "score": score}), agent=me)
         transcript.close()
     spent = call.spent
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
@@ -255,7 +289,7 @@ class JudgeCall(Caller):
         return None  # its material is one message: nothing to leave out
 
     def note(self, event: str, data: dict[str, Any]) -> None:
-        self.transcript.write(event, data, agent=self.me)
+        self.transcript.write(KINDS[event].of(data), agent=self.me)
 
     def paid(self, usage: Any) -> float | None:
         from ..inference.pricing import Price, cost, is_local

@@ -39,6 +39,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
+from ..persistence.events import ModelResponse
 from .outcome import verdict
 from .spec import Run, skill_folders
 
@@ -137,13 +138,13 @@ def transcript_totals(home: Path) -> tuple[float | None, float, int]:
     for path in sorted((home / "transcripts").glob("*.jsonl")):
         with path.open(encoding="utf-8", errors="replace") as lines:
             for line in lines:
-                if '"model_response"' not in line:
+                if f'"{ModelResponse.kind}"' not in line:
                     continue
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue  # a line cut off by a killed server
-                data = event.get("data") if event.get("event") == "model_response" else None
+                data = event.get("data") if event.get("event") == ModelResponse.kind else None
                 if isinstance(data, dict):
                     if data.get("cost") is None:
                         unpriced += 1

@@ -1,5 +1,6 @@
-"""Consciousness: the agent's working state (``consciousness.el``), with ROM fields enforced
-(docs/ARCHITECTURE.md, Memory and MemIds)."""
+"""Consciousness: the agent's working state (``consciousness.el``), with ROM fields enforced.
+
+The design: docs/ARCHITECTURE.md, Memory and MemIds."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ then knows who spawned what and which talks an eval made.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BeforeValidator, Field, PositiveInt
 
@@ -17,10 +17,7 @@ from ..agents.agent import AgentError
 from ..agents.kinds import PRIMARY
 from ..agents.talk import Overloaded
 from ..arguments import Flag, Options, Strings, Text, checked
-from .kit import ToolError, refusals
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .kit import ToolError, ToolHost, refusals
 
 _refusals = refusals(AgentError)
 _overload = refusals(Overloaded, prefix="overloaded: ")  # said as such, so the agent backs off
@@ -83,7 +80,7 @@ def caller_of(evals: Evals, eval_id: object) -> str:
 def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., Any]:
     """TOOL as Emacs calls it, with (RT EVAL-ID ARGS...): the caller is the one EVALS say."""
 
-    def from_emacs(rt: Runtime, eval_id: object = None, *args: Any) -> Any:
+    def from_emacs(rt: ToolHost, eval_id: object = None, *args: Any) -> Any:
         return tool(rt, caller_of(evals, eval_id), eval_id, *args)
 
     from_emacs.__name__ = tool.__name__
@@ -94,7 +91,7 @@ def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., 
 @checked(3)
 @_overload
 @_refusals
-def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, prompt: Text,
+def agent_task(rt: ToolHost, caller: str, eval_id: int | None, template: str, prompt: Text,
                opts: TaskOptions | None = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input,
     :tools, :compulsions)."""
@@ -105,7 +102,7 @@ def agent_task(rt: Runtime, caller: str, eval_id: int | None, template: str, pro
 @checked(3)
 @_overload
 @_refusals
-def agent_viewpoint(rt: Runtime, caller: str, _eval: int | None, name: str, template: str) -> Any:
+def agent_viewpoint(rt: ToolHost, caller: str, _eval: int | None, name: str, template: str) -> Any:
     """Start the Viewpoint NAME from TEMPLATE."""
     return rt.world.viewpoint(caller, name, template)
 
@@ -113,14 +110,14 @@ def agent_viewpoint(rt: Runtime, caller: str, _eval: int | None, name: str, temp
 @checked(3)
 @_overload
 @_refusals
-def agent_consider(rt: Runtime, caller: str, eval_id: int | None, prompt: Text) -> Any:
+def agent_consider(rt: ToolHost, caller: str, eval_id: int | None, prompt: Text) -> Any:
     """Ask every viewpoint about PROMPT in turn; the comments come back as one event."""
     return rt.world.consider(caller, eval_id, prompt)
 
 
 @checked(3)
 @_refusals
-def agent_discard(rt: Runtime, caller: str, _eval: int | None, name: str) -> Any:
+def agent_discard(rt: ToolHost, caller: str, _eval: int | None, name: str) -> Any:
     """End the viewpoint NAME."""
     return rt.world.discard(caller, name)
 
@@ -128,14 +125,14 @@ def agent_discard(rt: Runtime, caller: str, _eval: int | None, name: str) -> Any
 @checked(3)
 @_overload
 @_refusals
-def agent_compulsion(rt: Runtime, caller: str, _eval: int | None, template: str, prompt: str | None = None) -> Any:
+def agent_compulsion(rt: ToolHost, caller: str, _eval: int | None, template: str, prompt: str | None = None) -> Any:
     """Attach a Compulsion from TEMPLATE (with PROMPT) to the caller."""
     return rt.world.compulsion(caller, template, prompt)
 
 
 @checked(3)
 @_refusals
-def agent_quit(rt: Runtime, caller: str, _eval: int | None) -> Any:
+def agent_quit(rt: ToolHost, caller: str, _eval: int | None) -> Any:
     """A compulsion removes itself."""
     return rt.world.quit(caller)
 
@@ -143,7 +140,7 @@ def agent_quit(rt: Runtime, caller: str, _eval: int | None) -> Any:
 @checked(3)
 @_overload
 @_refusals
-def talk_user(rt: Runtime, caller: str, eval_id: int | None, text: Text) -> Any:
+def talk_user(rt: ToolHost, caller: str, eval_id: int | None, text: Text) -> Any:
     """Say TEXT to the person; returns a TalkId."""
     return rt.world.talk_user(caller, eval_id, text)
 
@@ -151,7 +148,7 @@ def talk_user(rt: Runtime, caller: str, eval_id: int | None, text: Text) -> Any:
 @checked(3)
 @_overload
 @_refusals
-def talk_agent(rt: Runtime, caller: str, eval_id: int | None, target: str, text: Text) -> Any:
+def talk_agent(rt: ToolHost, caller: str, eval_id: int | None, target: str, text: Text) -> Any:
     """Say TEXT to agent TARGET; returns a TalkId."""
     return rt.world.talk_agent(caller, eval_id, target, text)
 
@@ -159,7 +156,7 @@ def talk_agent(rt: Runtime, caller: str, eval_id: int | None, target: str, text:
 @checked(3)
 @_overload
 @_refusals
-def talk_brain(rt: Runtime, caller: str, eval_id: int | None, brain: str, text: Text) -> Any:
+def talk_brain(rt: ToolHost, caller: str, eval_id: int | None, brain: str, text: Text) -> Any:
     """Say TEXT to one of the caller's own subagents; returns a TalkId."""
     return rt.world.talk_brain(caller, eval_id, brain, text)
 
@@ -167,14 +164,14 @@ def talk_brain(rt: Runtime, caller: str, eval_id: int | None, brain: str, text: 
 @checked(3)
 @_overload
 @_refusals
-def talk_log(rt: Runtime, caller: str, eval_id: int | None, text: str) -> Any:
+def talk_log(rt: ToolHost, caller: str, eval_id: int | None, text: str) -> Any:
     """Write TEXT to the transcript log; returns a TalkId."""
     return rt.world.talk_log(caller, eval_id, text)
 
 
 @checked(3)
 @_refusals
-def wait_for(rt: Runtime, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
+def wait_for(rt: ToolHost, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
     """After this eval, sleep until a reply to TALK-IDS (:timeout seconds)."""
     return rt.world.post.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
 
@@ -187,21 +184,21 @@ class NotifyOptions(Options):
 
 @checked(3)
 @_refusals
-def agent_notify(rt: Runtime, caller: str, _eval: int | None, text: Text, opts: NotifyOptions | None = None) -> Any:
+def agent_notify(rt: ToolHost, caller: str, _eval: int | None, text: Text, opts: NotifyOptions | None = None) -> Any:
     """Share TEXT with the caller's viewpoint :to NAME, or with all of them, asking for no reply."""
     return rt.world.notify(caller, text, (opts or NotifyOptions()).to)
 
 
 @checked(3)
 @_refusals
-def agent_control(rt: Runtime, caller: str, _eval: int | None, action: Control, agent_id: str) -> Any:
+def agent_control(rt: ToolHost, caller: str, _eval: int | None, action: Control, agent_id: str) -> Any:
     """Pause, resume or cancel AGENT_ID (and, for cancel, its subagents): the primary any agent,
     an agent only those below it."""
     return rt.world.control(caller, action, agent_id)
 
 
 @checked(1)
-def agents_list(rt: Runtime, eval_id: object = None) -> Any:
+def agents_list(rt: ToolHost, eval_id: object = None) -> Any:
     """Every live agent: id, type, template, state, cost.  Anyone may ask, in an eval or not:
     the answer does not depend on who asks (so it is not refused while an eval runs)."""
     return rt.world.live()

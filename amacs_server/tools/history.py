@@ -1,18 +1,16 @@
-"""``agent-history-search``: the agent asks its own history when it last touched something
-(persistence.history_search), without shelling out to git."""
+"""``agent-history-search``: the agent asks its own history when it last touched something.
+
+It reads persistence.history_search, without shelling out to git."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
 from ..arguments import Options, Text, checked
 from ..persistence.history_search import SOURCES, HistorySearchError, search
-from .kit import refusals
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .kit import ToolHost, refusals
 
 Source = Literal["subject", "monologue", "diff"]
 
@@ -27,7 +25,7 @@ class HistoryOptions(Options):
 
 @checked(1, "agent-history-search")
 @refusals(HistorySearchError)
-def history_search(rt: Runtime, query: Text, opts: HistoryOptions | None = None) -> list[dict[str, Any]]:
+def history_search(rt: ToolHost, query: Text, opts: HistoryOptions | None = None) -> list[dict[str, Any]]:
     """The lines of the history holding QUERY (commit subjects, monologue lines, diffs), newest
     tick first: (:tick N :in SOURCE :line TEXT [:file F]).  Options :tick (that tick only),
     :limit (20), :only (a list of sources).  Runs on the caller's thread: it reads git."""

@@ -20,16 +20,15 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
+from ..persistence.events import ToolCall
 from ..tools_mcp import calls
 from ..tools_mcp.hub import McpError
 from .agents import Evals, caller_of
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .kit import ToolHost
 
 COMPULSION_WAIT = 600.0  # seconds the compulsions may take to let a call through or block it
 
@@ -44,7 +43,7 @@ def form_of(full_name: str, arguments: dict[str, Any]) -> str:
     return f"(agent-tool {json.dumps(full_name)}{' ' + args if args else ''})"
 
 
-def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]], str],
+def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]], str],
                eval_id: object, name: object, raw_args: object = None) -> Any:
     """Call the MCP tool NAME (``SERVER/TOOL``) with RAW_ARGS for the agent whose eval EVAL_ID is."""
     world = rt.world
@@ -69,7 +68,7 @@ def agent_tool(rt: Runtime, evals: Evals, on_loop: Callable[[Callable[[], str]],
                 "result_chars": chars, "error": error, "blocked": blocked}
         if hub is not None:
             data = hub.scrub(data)
-        rt.call_in_loop(lambda: rt.transcript.write("tool_call", data, agent=world.identity(caller)))
+        rt.call_in_loop(lambda: rt.transcript.write(ToolCall(**data), agent=world.identity(caller)))
 
     try:
         if hub is None:

@@ -25,7 +25,7 @@ default 0 and :data:`~.items.DEFAULT_PAGE_CHARS`, at most
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PlainValidator
 
@@ -35,12 +35,10 @@ from ..memory.active import STATE_TIERS, ActiveMemory, MemoryRefused
 from ..memory.items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
 from ..memory.ltm import LtmError
 from ..memory.memid import NAME, MemId, MemIdError
+from ..persistence.events import MEMORY_CALLS
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
-from .kit import ToolError, refusals
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .kit import ToolError, ToolHost, refusals
 
 CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.SUMMARY}
 MAX_CONTENT_CHARS = 100_000
@@ -48,7 +46,7 @@ _refusals = refusals(MemoryRefused, LtmError, ConsciousnessError)
 Operation = Callable[..., Any]  # (RT MEMORY ARGS...): one brain tool acting in MEMORY
 
 
-def memory_of(rt: Runtime, agent_id: str) -> ActiveMemory:
+def memory_of(rt: ToolHost, agent_id: str) -> ActiveMemory:
     """The RAM of AGENT_ID: the runtime's for the primary, the subagent's own otherwise
     (made empty at its first memory call)."""
     if agent_id == PRIMARY:
@@ -114,7 +112,7 @@ def _echo(item: MemoryItem, **extra: object) -> dict[str, Any]:
 
 
 @checked(2, "memory-create")
-def create(rt: Runtime, memory: ActiveMemory, name: str, content: Content,
+def create(rt: ToolHost, memory: ActiveMemory, name: str, content: Content,
            opts: CreateOptions | None = None) -> dict[str, Any]:
     """Create a RAM item NAME holding CONTENT (options :kind, :tags); it is pinned."""
     try:
@@ -128,7 +126,7 @@ def create(rt: Runtime, memory: ActiveMemory, name: str, content: Content,
 
 
 @checked(2, "memory-mutate")
-def mutate(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, content: Content) -> dict[str, Any]:
+def mutate(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, content: Content) -> dict[str, Any]:
     """Write CONTENT as the next version of MEM_ID (items shown ``mutable``).  A scratchpad
     entry takes a string (its text) or a plist of :heading, :thread and :content, and is
     rewritten in scratchpad.org too."""
@@ -148,7 +146,7 @@ def mutate(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, content: Content
 
 
 @checked(2, "memory-evict")
-def evict(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg) -> dict[str, Any]:
+def evict(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg) -> dict[str, Any]:
     """Move MEM_ID out of active memory; a handle stays (RAM only)."""
     handle = memory.evict(mem_id)
     return {"mem_id": handle.mem_id.format(), "version": handle.version, "evicted": True,
@@ -169,7 +167,7 @@ def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
 
 
 @checked(2, "memory-load")
-def load(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions | None = None) -> dict[str, Any]:
+def load(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions | None = None) -> dict[str, Any]:
     """Bring MEM_ID (latest, or its version, or :version) into active memory; return it
     (options :version, and :offset and :limit, in characters, to page a long text).
     Any brain's item may be loaded: long-term memory is shared."""
@@ -184,7 +182,7 @@ def load(rt: Runtime, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions 
 
 
 @checked(2, "memory-search")
-def search(rt: Runtime, memory: ActiveMemory, query: Text,
+def search(rt: ToolHost, memory: ActiveMemory, query: Text,
            opts: SearchOptions | None = None) -> list[dict[str, Any]] | dict[str, Any]:
     """Ranked keyword search over every version in long-term memory, of every brain of this
     agent (options :limit :tags :mode).  :mode "vector" has no index here: it falls back to
@@ -211,7 +209,7 @@ def _read(op: str, result: Any) -> list[str]:
     return [result["mem_id"]]  # load, evict: the version brought in or taken out
 
 
-def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...]) -> Any:
+def _record(rt: ToolHost, caller: str, op: Operation, args: tuple[Any, ...]) -> Any:
     """Run OP with ARGS in CALLER's RAM, and write it to CALLER's transcript with the MemIds it
     read and wrote (or its error and the MemId it named)."""
     name = op.__name__
@@ -224,18 +222,17 @@ def _record(rt: Runtime, caller: str, op: Operation, args: tuple[Any, ...]) -> A
         result = _refusals(op)(rt, memory, *args)
     except ToolError as err:
         named = [a for a in args[:1] if isinstance(a, str) and name != "search"]
-        rt.transcript.write(f"memory_{name}", {"error": str(err), "mem_ids": named}, tick=tick, agent=agent)
+        rt.transcript.write(MEMORY_CALLS[name](mem_ids=named, error=str(err)), tick=tick, agent=agent)
         raise
     read, wrote = _read(name, result), memory.take_written(mark)
-    rt.transcript.write(f"memory_{name}", {"read": read, "wrote": wrote, "mem_ids": [*read, *wrote]},
-                        tick=tick, agent=agent)
+    rt.transcript.write(MEMORY_CALLS[name](mem_ids=[*read, *wrote], read=read, wrote=wrote), tick=tick, agent=agent)
     return result
 
 
 def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
     """OP as (RT ARGS...), in the primary's RAM: the person's call, outside any eval."""
 
-    def tool(rt: Runtime, *args: Any) -> Any:
+    def tool(rt: ToolHost, *args: Any) -> Any:
         return _record(rt, PRIMARY, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
@@ -246,7 +243,7 @@ def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
     """OP as :func:`~amacs_server.tools.agents.acting_as_its_eval` calls it,
     (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
 
-    def tool(rt: Runtime, caller: str, _eval: int | None, *args: Any) -> Any:
+    def tool(rt: ToolHost, caller: str, _eval: int | None, *args: Any) -> Any:
         return _record(rt, caller, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__

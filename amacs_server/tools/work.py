@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..arguments import Options, Strings, Text, checked
+from ..persistence.events import PersonAddBuffer
 from ..skills import SkillError
 from ..threads import Thread, ThreadError
-from .kit import ToolError, refusals
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from .kit import ToolError, ToolHost, refusals
 
 _refusals = refusals(ThreadError, SkillError)
 
@@ -30,7 +28,7 @@ class CompleteOptions(Options):
     learned: str | None = None
 
 
-def _echo(rt: Runtime, thread: Thread) -> dict[str, Any]:
+def _echo(rt: ToolHost, thread: Thread) -> dict[str, Any]:
     item = rt.memory.put_thread(thread.to_content())
     rt.sync_threads()
     return {"thread": thread.id, "mem_id": item.mem_id.format(), "version": item.version,
@@ -40,7 +38,7 @@ def _echo(rt: Runtime, thread: Thread) -> dict[str, Any]:
 
 @checked(1)
 @_refusals
-def thread_create(rt: Runtime, thread_id: str, opts: ThreadOptions | None = None) -> dict[str, Any]:
+def thread_create(rt: ToolHost, thread_id: str, opts: ThreadOptions | None = None) -> dict[str, Any]:
     """Open a thread (ID first; :concern, :buffers); active if none was."""
     o = opts or ThreadOptions()
     return _echo(rt, rt.threads.create(thread_id, o.concern, o.buffers, rt.consciousness.current_tick))
@@ -48,14 +46,14 @@ def thread_create(rt: Runtime, thread_id: str, opts: ThreadOptions | None = None
 
 @checked(1)
 @_refusals
-def thread_switch(rt: Runtime, thread_id: str) -> dict[str, Any]:
+def thread_switch(rt: ToolHost, thread_id: str) -> dict[str, Any]:
     """Focus THREAD_ID; its buffers and skills load on the next tick."""
     return _echo(rt, rt.threads.switch(thread_id))
 
 
 @checked(1)
 @_refusals
-def thread_complete(rt: Runtime, thread_id: str, opts: CompleteOptions | None = None) -> dict[str, Any]:
+def thread_complete(rt: ToolHost, thread_id: str, opts: CompleteOptions | None = None) -> dict[str, Any]:
     """Close THREAD_ID with :evidence and :learned, kept and searchable in long-term memory."""
     o = opts or CompleteOptions()
     return _echo(rt, rt.threads.complete(thread_id, o.evidence, o.learned))
@@ -63,7 +61,7 @@ def thread_complete(rt: Runtime, thread_id: str, opts: CompleteOptions | None = 
 
 @checked(1)
 @_refusals
-def thread_add_buffer(rt: Runtime, thread_id: str, buffer: Text) -> dict[str, Any]:
+def thread_add_buffer(rt: ToolHost, thread_id: str, buffer: Text) -> dict[str, Any]:
     """Add BUFFER (a buffer name or a file) to THREAD_ID."""
     return _echo(rt, rt.threads.add_buffer(thread_id, buffer))
 
@@ -73,7 +71,7 @@ PERSON_THREAD = "main"
 
 @checked(1)
 @_refusals
-def person_add_buffer(rt: Runtime, buffer: Text) -> dict[str, Any]:
+def person_add_buffer(rt: ToolHost, buffer: Text) -> dict[str, Any]:
     """The person adds BUFFER (`M-x amacs-add-buffer') to the active thread; with none
     active, to the thread ``main``, opened (or focused) for it."""
     if rt.threads.active is None:
@@ -84,27 +82,27 @@ def person_add_buffer(rt: Runtime, buffer: Text) -> dict[str, Any]:
                                         rt.consciousness.current_tick))
     assert rt.threads.active is not None
     answer = _echo(rt, rt.threads.add_buffer(rt.threads.active, buffer))
-    rt.transcript.write("person_add_buffer", {"thread": rt.threads.active, "buffer": buffer})
+    rt.transcript.write(PersonAddBuffer(thread=rt.threads.active, buffer=buffer))
     return answer
 
 
 @checked(1)
 @_refusals
-def thread_remove_buffer(rt: Runtime, thread_id: str, buffer: str) -> dict[str, Any]:
+def thread_remove_buffer(rt: ToolHost, thread_id: str, buffer: str) -> dict[str, Any]:
     """Remove BUFFER from THREAD_ID."""
     return _echo(rt, rt.threads.remove_buffer(thread_id, buffer))
 
 
 @checked(1)
 @_refusals
-def skills_list(rt: Runtime) -> list[dict[str, str]]:
+def skills_list(rt: ToolHost) -> list[dict[str, str]]:
     """Every skill the agent may bind: name, description, kind."""
     return [s.summary() for s in rt.skills.for_agents()]
 
 
 @checked(1)
 @_refusals
-def skill_read(rt: Runtime, skill: str) -> dict[str, str]:
+def skill_read(rt: ToolHost, skill: str) -> dict[str, str]:
     """SKILL's text, to read now: it needs no thread, and binds nothing."""
     found = rt.skills.get(skill)
     if found.kind == "judge":
@@ -112,7 +110,7 @@ def skill_read(rt: Runtime, skill: str) -> dict[str, str]:
     return {**found.summary(), "text": found.body}
 
 
-def _thread_for(rt: Runtime, thread_id: str | None) -> str:
+def _thread_for(rt: ToolHost, thread_id: str | None) -> str:
     tid = thread_id or rt.threads.active
     if tid is None:
         raise ToolError("no thread is active: name one, or create one with agent-create-thread")
@@ -121,7 +119,7 @@ def _thread_for(rt: Runtime, thread_id: str | None) -> str:
 
 @checked(1)
 @_refusals
-def skill_bind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[str, Any]:
+def skill_bind(rt: ToolHost, skill: str, thread_id: str | None = None) -> dict[str, Any]:
     """Bind SKILL to THREAD_ID (default: the active thread)."""
     found = rt.skills.get(skill)
     if found.kind == "core":
@@ -131,7 +129,7 @@ def skill_bind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[st
 
 @checked(1)
 @_refusals
-def skill_unbind(rt: Runtime, skill: str, thread_id: str | None = None) -> dict[str, Any]:
+def skill_unbind(rt: ToolHost, skill: str, thread_id: str | None = None) -> dict[str, Any]:
     """Unbind SKILL from THREAD_ID (default: the active thread)."""
     return _echo(rt, rt.threads.unbind(_thread_for(rt, thread_id), skill))
 

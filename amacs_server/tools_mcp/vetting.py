@@ -1,5 +1,6 @@
-"""Each tool of a server's listing checked on its own: a tool no client can take is left out, and
-the server's other tools are kept.
+"""Each tool of a server's listing checked on its own: one no client can take is left out.
+
+The server's other tools are kept.
 
 The SDK checks a ``tools/list`` answer whole, against the protocol's schema, before any code of the
 hub sees it: one tool with a schema that is not an object's, a number for a name or a name that

@@ -1,4 +1,4 @@
-"""Emacs as the loop's :class:`~amacs_server.loop.face.Face`, over EPC."""
+"""Emacs as the loop's :class:`~amacs_server.face.Face`, over EPC."""
 
 from __future__ import annotations
 

@@ -15,23 +15,30 @@
 (require 'amacs-history)
 (require 'amacs-shell-test)             ; `amacs-shell-test--with-shell'
 
-(defun amacs-history-test--inputs (count)
-  "What the server's past_inputs answers for COUNT inputs \"input N\": newest first."
-  (list :ticks (number-sequence count 1 -1)
-        :texts (cl-loop for tick downfrom count to 1 collect (format "input %d" tick))))
+(defun amacs-history-test--inputs (count &optional before page)
+  "What the server's past_inputs answers for COUNT inputs \"input N\": newest first.
+BEFORE: those before that tick only; PAGE (default 200): at most that many."
+  (let* ((newest (min count (1- (or before (1+ count)))))
+         (oldest (max 1 (1+ (- newest (or page 200))))))
+    (list :ticks (number-sequence newest oldest -1)
+          :texts (cl-loop for tick downfrom newest to oldest collect (format "input %d" tick))
+          :times (cl-loop for tick downfrom newest to oldest collect "2026-11-27T14:02:00Z")
+          :more (and (> oldest 1) t))))
 
 (defmacro amacs-history-test--picking (count answer &rest body)
   "Run BODY with COUNT past inputs on the server and the picker answered by ANSWER.
 ANSWER is called with the prompt, the labels offered (in the order the
 completion UI shows them) and the default; what it returns is chosen.
-The prompt, labels and default the picker showed are bound in BODY as
-`prompt', `labels' and `default'."
+The prompt, labels and default the picker showed last are bound in BODY
+as `prompt', `labels' and `default'; the pages the server was asked for
+\(the BEFORE of each) as `asked'.  The server's pages are 5 inputs."
   (declare (indent 2))
-  `(let (prompt labels default)
+  `(let (prompt labels default asked)
      (cl-letf (((symbol-function 'amacs--call-sync)
-                (lambda (method _args)
+                (lambda (method args)
                   (should (eq method 'past_inputs))
-                  (amacs-history-test--inputs ,count)))
+                  (push (car args) asked)
+                  (amacs-history-test--inputs ,count (car args) 5)))
                ((symbol-function 'completing-read)
                 (lambda (p table &optional _pred _req _init _hist def &rest _)
                   (let* ((sort (completion-metadata-get (completion-metadata "" table nil)
@@ -41,22 +48,50 @@ The prompt, labels and default the picker showed are bound in BODY as
                     (funcall ,answer p labels def)))))
        ,@body)))
 
-(ert-deftest amacs-history-test-the-picker-offers-every-input-newest-first ()
-  "Every past input the server lists is offered, newest first (not sorted
-as text: tick 10 before tick 9), the newest the default, named in the prompt."
-  (amacs-history-test--picking 12 (lambda (_p _labels def) def)
-    (should (= (amacs-history--read-input "rewind") 11))
-    (should (equal labels (cl-loop for tick downfrom 12 to 1 collect (format "tick %d: input %d" tick tick))))
-    (should (equal default "tick 12: input 12"))
-    (should (equal prompt "Rewind to before (default tick 12: input 12): "))))
+(ert-deftest amacs-history-test-the-picker-offers-the-newest-inputs-by-their-words ()
+  "The newest past inputs are offered newest first (not sorted as text),
+by their words: no tick numbers; the newest the default, named in a
+prompt that says what the person will get: back to before they typed it."
+  (amacs-history-test--picking 4 (lambda (_p _labels def) def)
+    (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
+    (should (equal labels '("input 4" "input 3" "input 2" "input 1")))
+    (should (equal default "input 4"))
+    (should (equal prompt "Go back to before you typed (default input 4): "))))
 
-(ert-deftest amacs-history-test-an-old-input-is-picked-by-its-tick ()
-  "An input older than the chat's memory holds is picked: the tick before it is returned."
-  (amacs-history-test--picking 12 (lambda (_p labels _def) (nth 9 labels))
-    (should (= (amacs-history--read-input "fork") 2))
-    (should (string-prefix-p "Fork to before (default tick 12" prompt)))
-  (amacs-history-test--picking 12 (lambda (_p labels _def) (car (last labels)))
-    (should-error (amacs-history--read-input "rewind") :type 'user-error)))
+(ert-deftest amacs-history-test-older-inputs-come-a-page-at-a-time ()
+  "A page ends with the choice of older inputs; chosen, the next page is
+asked for (before the oldest tick shown), and one of it can be picked."
+  (let ((step 0))
+    (amacs-history-test--picking 12 (lambda (_p labels _def)
+                                      (setq step (1+ step))
+                                      (if (= step 1) (car (last labels)) (nth 1 labels)))
+      (should (equal (amacs-history--read-input "fork") '(5 . "input 6")))
+      (should (equal (reverse asked) '(nil 8)))
+      (should (equal labels (list "input 7" "input 6" "input 5" "input 4" "input 3"
+                                  amacs-history--older)))))
+  (amacs-history-test--picking 3 (lambda (_p labels _def) (car (last labels)))
+    (should-not (member amacs-history--older labels))
+    (should-error (amacs-history--read-input "go back") :type 'user-error)))
+
+(ert-deftest amacs-history-test-an-input-typed-again-is-told-apart-by-when ()
+  "The same words typed twice are two choices: the older says when it was typed."
+  (cl-letf (((symbol-function 'amacs--call-sync)
+             (lambda (&rest _) (list :ticks [9 4 2] :texts ["yes" "yes" "yes"]
+                                     :times ["2026-11-27T14:02:00Z" "2026-11-27T13:00:00Z"
+                                             "2026-11-27T13:00:00Z"]))))
+    (let ((labels (mapcar #'car (car (amacs-history--page)))))
+      (should (equal (car labels) "yes"))
+      (should (string-match-p "\\`yes  (typed Nov 27 [0-9][0-9]:00)\\'" (nth 1 labels)))
+      (should (equal (nth 2 labels) (concat (nth 1 labels) " #2"))))))
+
+(ert-deftest amacs-history-test-rewind-says-what-the-person-will-see ()
+  "The question and the shell's line name the input, not a tick."
+  (let (question)
+    (amacs-history-test--picking 4 (lambda (_p labels _def) (nth 1 labels))
+      (cl-letf (((symbol-function 'yes-or-no-p) (lambda (q) (setq question q) nil)))
+        (should-error (call-interactively #'amacs-rewind) :type 'user-error)))
+    (should (string-suffix-p "Go back to before you typed «input 3»? " question))
+    (should-not (string-match-p "tick" question))))
 
 (ert-deftest amacs-history-test-the-input-point-is-on-is-the-default ()
   "In the shell, the past input point is on is the default; after RET on it
@@ -70,12 +105,12 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
     (search-forward "input 4")
     (backward-char 2)
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
-      (should (= (amacs-history--read-input "rewind") 3))
-      (should (equal default "tick 4: input 4")))
+      (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
+      (should (equal default "input 4")))
     (amacs-shell-return)                ; the past input, at the prompt
     (should (= (point) (point-max)))
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
-      (should (= (amacs-history--read-input "rewind") 3)))))
+      (should (equal (amacs-history--read-input "go back") '(3 . "input 4"))))))
 
 (ert-deftest amacs-history-test-no-completions-window-is-left ()
   "A *Completions* window shown while picking (TAB) is gone once one is chosen."
@@ -85,8 +120,8 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
               ((symbol-function 'completing-read)
                (lambda (&rest _)
                  (display-buffer (get-buffer-create "*Completions*") '(display-buffer-pop-up-window))
-                 "tick 3: input 3")))
-      (should (= (amacs-history--read-input "rewind") 2))
+                 "input 3")))
+      (should (equal (amacs-history--read-input "go back") '(2 . "input 3")))
       (should-not (get-buffer-window "*Completions*" 0))
       (should (one-window-p)))))
 
@@ -110,7 +145,7 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
          (asked nil))
     (unwind-protect
         (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection))
-                  ((symbol-function 'amacs-history--read-fork-tick) (lambda (&rest _) 4))
+                  ((symbol-function 'amacs-history--read-fork-tick) (lambda (&rest _) '(4 . "input 5")))
                   ((symbol-function 'read-directory-name)
                    (lambda (_prompt dir _default _mustmatch initial)
                      (setq asked (list dir initial))
@@ -126,12 +161,11 @@ as text: tick 10 before tick 9), the newest the default, named in the prompt."
   "`amacs-fork' offers the mind as it is now first, as the default; a past
 input after it forks at the tick before that input."
   (amacs-history-test--picking 3 (lambda (_p _labels def) def)
-    (should (equal (amacs-history--read-fork-tick) "now"))
-    (should (equal labels (cons amacs-history--now
-                                (cl-loop for tick downfrom 3 to 1 collect (format "tick %d: input %d" tick tick)))))
+    (should (equal (amacs-history--read-fork-tick) '("now")))
+    (should (equal labels (cons amacs-history--now '("input 3" "input 2" "input 1"))))
     (should (equal default amacs-history--now)))
   (amacs-history-test--picking 3 (lambda (_p labels _def) (nth 1 labels))
-    (should (= (amacs-history--read-fork-tick) 2)))
+    (should (equal (amacs-history--read-fork-tick) '(2 . "input 3"))))
   (let ((connection (amacs--make-connection :home "/tmp/somewhere/.agent")))
     (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection)))
       (should (equal (amacs-history--fork-name "now") "agent-fork-now")))))

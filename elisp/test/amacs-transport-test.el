@@ -185,6 +185,47 @@ is an EPC connection as `epc:connect' makes it."
       (should (equal signalled '((return 7 "ok"))))
       (should-not (amacs-connection-event-queue connection)))))
 
+;; M-x amacs-events: the wire log a person can read, as jsonrpc.el's events buffer.
+(ert-deftest amacs-transport-test-the-wire-log-shows-what-passed ()
+  "Events and returns read by the filter are in the wire log, newest last, one line each."
+  (amacs-transport-test--with-connection conn
+    (cl-letf (((symbol-function 'cc:signal-send) #'ignore)
+              ((symbol-function 'pop-to-buffer) #'ignore))
+      (amacs--connection-filter
+       connection conn nil
+       (concat (amacs-transport-test--frame '(amacs-events 0 ((:type "turn-start") (:type "reply-delta" :text "hé"))))
+               (amacs-transport-test--frame '(return 7 "ok"))
+               (amacs-transport-test--frame '(call 9 eval ("(+ 1 2)" "e1")))))
+      (amacs--wire-log connection 'out "call submit" '("hi" (:origin "key")))
+      (let ((buffer (amacs-events connection)))
+        (unwind-protect
+            (with-current-buffer buffer
+              (should (derived-mode-p 'amacs-events-mode))
+              (let ((lines (cdr (split-string (buffer-string) "\n" t))))
+                (should (= (length lines) 5))
+                (should (string-match-p "<- event turn-start (:type \"turn-start\")" (nth 0 lines)))
+                (should (string-match-p "<- event reply-delta .*:text \"hé\"" (nth 1 lines)))
+                (should (string-match-p "<- return (return 7 \"ok\")" (nth 2 lines)))
+                (should (string-match-p "<- call eval " (nth 3 lines)))
+                (should (string-match-p "-> call submit (\"hi\" (:origin \"key\"))" (nth 4 lines))))
+              ;; A message passing while the buffer is open is added at its end.
+              (amacs--wire-log connection 'in "event turn-done" '(:type "turn-done"))
+              (should (string-match-p "<- event turn-done .*\n\\'" (buffer-string))))
+          (kill-buffer buffer))))))
+
+(ert-deftest amacs-transport-test-the-wire-log-is-a-small-ring ()
+  "The log keeps the newest `amacs-events-log-size' messages; 0 keeps none."
+  (amacs-transport-test--with-connection conn
+    (let ((amacs-events-log-size 3))
+      (dotimes (i 5) (amacs--wire-log connection 'in "event t" (list :type "t" :n i)))
+      (should (equal (mapcar (lambda (e) (plist-get (nth 3 e) :n))
+                             (ring-elements (amacs-connection-get connection :wire-log)))
+                     '(4 3 2))))
+    (let ((amacs-events-log-size 0))
+      (amacs-connection-put connection :wire-log nil)
+      (amacs--wire-log connection 'in "event t" '(:type "t"))
+      (should-not (amacs-connection-get connection :wire-log)))))
+
 (ert-deftest amacs-transport-test-deltas-merged-in-order ()
   "Consecutive deltas of one stream are handled as one; other events keep their place."
   (amacs-transport-test--with-connection conn

@@ -4,13 +4,29 @@ import json
 import re
 
 from tests.context_items import request_text, said, text_of
-from tests.e2e.harness import elisp_string
+from tests.e2e.harness import elisp_string, run_emacs
 from tests.fake_anthropic import Reply, agent_json
 
 
 def session(*steps, setup="(setq amacs-max-steps 20)"):
     """An e2e program: open the shell, run STEPS (elisp forms), finish."""
     return f"{setup} (amacs-e2e-open) {' '.join(steps)} (amacs-e2e-finish)"
+
+
+def scripted_run(fake, home):
+    """The scripted-model set-up of an e2e test (the fixture ``scripted``):
+    ``run(answer, *steps, timeout=120, setup=None, **env)``.
+
+    The fake model answers each request with ANSWER (a function of the request's body), and a
+    batch Emacs on HOME runs a shell session of STEPS (send, wait_text, pause...; SETUP as
+    :func:`session` takes it), with ENV added to its environment; returns the run, checked."""
+
+    def run(answer, *steps, timeout=120, setup=None, **env):
+        fake.respond_with(answer)
+        program = session(*steps) if setup is None else session(*steps, setup=setup)
+        return run_emacs(home, fake.url, program, timeout=timeout, **env).check()
+
+    return run
 
 
 def send(text):

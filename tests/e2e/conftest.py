@@ -5,7 +5,7 @@ import re
 import pytest
 
 from tests.context_items import eval_result, newest_message, request_text
-from tests.e2e.agent_fakes import primary_texts, run_elisp, say, who
+from tests.e2e.agent_fakes import primary_texts, run_elisp, say, scripted_run, who
 from tests.fake_anthropic import FakeAnthropic
 
 # Elisp that opens the hub, waits for it to be drawn and prints it between HUB<< and >>.
@@ -63,3 +63,9 @@ class Evals:
 def evals(fake):
     """The fake model as a primary that runs the evals a test gives it (``evals.script``)."""
     return Evals(fake)
+
+
+@pytest.fixture
+def scripted(fake, home):
+    """The scripted-model set-up of an e2e test (``agent_fakes.scripted_run``)."""
+    return scripted_run(fake, home)

@@ -29,7 +29,7 @@ from tests.fake_anthropic import Reply, agent_json
 pytestmark = pytest.mark.e2e
 
 
-def test_a_subagent_stops_at_the_budget(fake, home):
+def test_a_subagent_stops_at_the_budget(fake, home, scripted):
     """The primary's first call spends the budget: the task it starts makes no model call, and the person is told."""
 
     def answer(body):
@@ -37,9 +37,7 @@ def test_a_subagent_stops_at_the_budget(fake, home):
             return run_elisp('(agent-task "researcher" "dig into it")')
         return say("found it")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("research"), wait_text("wanted another model call")),
-                    AMACS_BUDGET_LIMIT="0.0000001").check()
+    run = scripted(answer, send("research"), wait_text("wanted another model call"), AMACS_BUDGET_LIMIT="0.0000001")
     assert calls_by(fake, "task-1") == []
     assert "task-1 (task researcher) wanted another model call and was stopped" in run.shell
     assert [e["data"]["state"] for e in transcript_events(home, "task-1") if e["event"] == "agent_end"] == ["stopped"]
@@ -91,7 +89,7 @@ def _held(hold):
     return Reply(agent_json("a late answer"), hold=hold)
 
 
-def test_a_compulsion_on_a_task_blocks_that_tasks_eval(fake, home):
+def test_a_compulsion_on_a_task_blocks_that_tasks_eval(fake, home, scripted):
     """A task attaches a compulsion to itself; the compulsion blocks the task's eval, and the task hears why."""
 
     def answer(body):
@@ -113,8 +111,7 @@ def test_a_compulsion_on_a_task_blocks_that_tasks_eval(fake, home):
             return say("Blocked, so I stop.")
         return run_elisp('(message "forbidden")')
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("go"), wait_text("The task is back."))).check()
+    scripted(answer, send("go"), wait_text("The task is back."))
     task_calls = calls_by(fake, "task-1")
     assert "blocked by compulsion compulsion-" in transcript(task_calls[-1])[-1]
     asked = [transcript(r["body"])[-1] for r in fake.requests if who(r["body"])[1] == "compulsion"]
@@ -123,7 +120,7 @@ def test_a_compulsion_on_a_task_blocks_that_tasks_eval(fake, home):
     assert len(blocked) == 1 and blocked[0]["data"]["action"] == "eval"
 
 
-def test_a_compulsion_holds_the_primarys_reply_until_a_condition_holds(fake, home):
+def test_a_compulsion_holds_the_primarys_reply_until_a_condition_holds(fake, home, scripted):
     """A reply is an action: the compulsion blocks it until the agent says it considered viewpoints."""
 
     def answer(body):
@@ -141,16 +138,15 @@ def test_a_compulsion_holds_the_primarys_reply_until_a_condition_holds(fake, hom
             return say("Ship on Friday!")
         return run_elisp('(agent-compulsion "spawn-limiter" "hold replies")')
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("when do we ship?"),
-                                            wait_text("Having considered the viewpoints"))).check()
+    run = scripted(answer, send("when do we ship?"),
+                   wait_text("Having considered the viewpoints"))
     assert "Ship on Friday!" not in run.shell
     assert "A reply was held back: blocked by compulsion" in run.shell
     chat = (home / "agent-chat.org").read_text()
     assert "Ship on Friday!" not in chat and "Having considered the viewpoints: ship on Monday." in chat
 
 
-def test_a_task_out_of_steps_says_so_in_its_result(fake, home):
+def test_a_task_out_of_steps_says_so_in_its_result(fake, home, scripted):
     def answer(body):
         me = who(body)[0]
         msgs = transcript(body)
@@ -162,15 +158,14 @@ def test_a_task_out_of_steps_says_so_in_its_result(fake, home):
             return run_elisp('(agent-task "researcher" "loop forever")')
         return run_elisp("(+ 1 1)")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("go"), wait_text("The task ran out of steps."))).check()
+    scripted(answer, send("go"), wait_text("The task ran out of steps."))
     assert len(calls_by(fake, "task-1")) == 8  # Limits.max_steps
     result = [e for e in transcript_events(home, "primary") if e["event"] == "event"
               and e["data"]["source"] == "task-1"]
     assert result[0]["data"]["content"]["status"] == "step-limit"
 
 
-def test_a_task_and_the_primary_share_one_parse_policy(fake, home):
+def test_a_task_and_the_primary_share_one_parse_policy(fake, home, scripted):
     """A task's answers that are never valid JSON get the primary's retry prompt, the same
     number of times (MAX_PARSE_RETRIES), then its text is kept as its answer (the fallback)."""
 
@@ -185,8 +180,7 @@ def test_a_task_and_the_primary_share_one_parse_policy(fake, home):
             return run_elisp('(agent-task "researcher" "answer badly")')
         return Reply(f"not json, try {len(calls_by(fake, 'task-1')) + 1}")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("go"), wait_text("The task answered."))).check()
+    scripted(answer, send("go"), wait_text("The task answered."))
     calls = calls_by(fake, "task-1")
     assert len(calls) == MAX_PARSE_RETRIES + 1
     for call in calls[1:]:
@@ -199,7 +193,7 @@ def test_a_task_and_the_primary_share_one_parse_policy(fake, home):
     assert reply == f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) not json, try {MAX_PARSE_RETRIES + 1}"
 
 
-def test_a_disallowed_action_comes_back_as_an_error(fake, home):
+def test_a_disallowed_action_comes_back_as_an_error(fake, home, scripted):
     """A task allowed only to talk tries an eval: it is not run, and the task hears why."""
 
     def answer(body):
@@ -215,10 +209,8 @@ def test_a_disallowed_action_comes_back_as_an_error(fake, home):
             return say("Understood, no eval.")
         return run_elisp("(setq amacs-rules-test-ran t)")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(
-        send("go"), wait_text("Task finished."),
-        '(princ (format "RAN<<%S>>\\n" (bound-and-true-p amacs-rules-test-ran)))')).check()
+    run = scripted(answer, send("go"), wait_text("Task finished."),
+                   '(princ (format "RAN<<%S>>\\n" (bound-and-true-p amacs-rules-test-ran)))')
     second = transcript(calls_by(fake, "task-1")[1])[-1]
     assert "eval is not among your allowed actions (talk); it was not run" in second
     assert "RAN<<nil>>" in run.stdout
@@ -323,7 +315,7 @@ def test_pause_and_resume_from_elisp(fake, home):
     assert {"paused", "resumed"} <= {e["event"] for e in transcript_events(home, "task-1")}
 
 
-def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home):
+def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home, scripted):
     def answer(body):
         me = who(body)[0]
         msgs = transcript(body)
@@ -335,16 +327,14 @@ def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home):
             return say("Not until the tests pass.")
         return say("?")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(
-        send("bring a skeptic"),
-        "(amacs-hub)",
-        '(amacs-e2e-wait (lambda () (with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
-        '(search-forward "viewpoint-skeptic" nil t)))) "the viewpoint in the hub")',
-        '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "viewpoint-skeptic") '
-        "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"is it safe?\"))) "
-        "(call-interactively (key-binding (kbd \"t\")))))",
-        wait_text("[viewpoint-skeptic] Not until the tests pass."))).check()
+    run = scripted(answer, send("bring a skeptic"),
+                   "(amacs-hub)",
+                   '(amacs-e2e-wait (lambda () (with-current-buffer "*amacs-hub*" (save-excursion (goto-char (point-min)) '
+                   '(search-forward "viewpoint-skeptic" nil t)))) "the viewpoint in the hub")',
+                   '(with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "viewpoint-skeptic") '
+                   "(cl-letf (((symbol-function 'read-string) (lambda (&rest _) \"is it safe?\"))) "
+                   "(call-interactively (key-binding (kbd \"t\")))))",
+                   wait_text("[viewpoint-skeptic] Not until the tests pass."))
     assert "[viewpoint-skeptic] Not until the tests pass." in run.shell
 
 

@@ -15,6 +15,7 @@ from tests.e2e.agent_fakes import (
     primary_texts,
     run_elisp,
     say,
+    scripted_run,
     send,
     session,
     transcript,
@@ -28,7 +29,7 @@ from tests.fake_anthropic import Reply
 pytestmark = pytest.mark.e2e
 
 
-def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
+def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home, scripted):
     """A Task that fans out to two subtasks, waits for both, and combines their replies."""
 
     def answer(body):
@@ -50,9 +51,8 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
                              '(plist-get (agent-task "researcher" "B?") :talk-id)))')
         return say({"A?": "A-answer", "B?": "B-answer"}[msgs[0]])
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("research A and B"),
-                                      wait_text("Research says: Combined: A-answer + B-answer"))).check()
+    scripted(answer, send("research A and B"),
+             wait_text("Research says: Combined: A-answer + B-answer"))
     starts = {e["agent_id"]: e for e in transcript_events(home) if e["event"] == "agent_start"}
     assert {a: (s["parent_id"], s["data"]["depth"]) for a, s in starts.items()} == {
         "task-1": ("primary", 1), "task-2": ("task-1", 2), "task-3": ("task-1", 2)}
@@ -66,7 +66,7 @@ def test_websearch_shaped_task_spawns_two_subtasks_and_combines(fake, home):
     assert [r["content"]["status"] for r in results] == ["done", "done"]
 
 
-def test_debate_three_viewpoints_two_rounds(fake, home):
+def test_debate_three_viewpoints_two_rounds(fake, home, scripted):
     """Each viewpoint answers in turn; every comment is shared with the others as [name] comment."""
     rounds = {"optimist": 0, "skeptic": 0, "pragmatist": 0}
 
@@ -88,8 +88,7 @@ def test_debate_three_viewpoints_two_rounds(fake, home):
         rounds[name] += 1
         return say(f"{name} round {rounds[name]}")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("debate shipping"), wait_text("Debate over:"))).check()
+    run = scripted(answer, send("debate shipping"), wait_text("Debate over:"))
     assert ("Debate over: [optimist] optimist round 2 | [skeptic] skeptic round 2 | "
             "[pragmatist] pragmatist round 2") in run.shell
     skeptic = calls_by(fake, "viewpoint-skeptic")
@@ -100,7 +99,7 @@ def test_debate_three_viewpoints_two_rounds(fake, home):
     assert "[skeptic] skeptic round 1" not in seen  # its own comments are its assistant turns, not shared back
 
 
-def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
+def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home, scripted):
     """spawn-limiter: the 4th agent-task in a turn is blocked with its reason; agent-quit removes it."""
 
     def answer(body):
@@ -132,9 +131,7 @@ def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
             return run_elisp("(agent-quit)", monologue="try quit") if "try quit" not in ctx else say("Tried.")
         return say("noted", monologue="noted")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("watch me"), send("spawn"), send("stop watching"), send("after"),
-                                      setup="(setq amacs-max-steps 8) (setq amacs-eval-timeout 10)")).check()
+    scripted(answer, send("watch me"), send("spawn"), send("stop watching"), send("after"), setup="(setq amacs-max-steps 8) (setq amacs-eval-timeout 10)")
     results = [e for e in transcript_events(home) if e["event"] == "eval_result" and e["agent_id"] == "primary"]
     errors = [r["data"]["error"] for r in results if not r["data"]["success"]]
     assert all("# Spawn limiter" in b["system"][0]["text"] for b in calls_by(fake, "compulsion-1"))  # the shipped one
@@ -152,7 +149,7 @@ def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home):
     assert later == []
 
 
-def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home):
+def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home, scripted):
     """memid Phase 3: wait.for without a talk in the same eval fails; with one, the reply wakes it."""
 
     def answer(body):
@@ -169,15 +166,14 @@ def test_wait_for_needs_a_talk_and_wakes_on_the_reply(fake, home):
                              '(agent-wait-for (agent-talk-agent "oracle" "what is 6*7?") :timeout 30))')
         return run_elisp("(agent-wait-for 1)")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("ask the oracle"))).check()
+    run = scripted(answer, send("ask the oracle"))
     first = eval_result(primary_texts(fake)[1])
     assert not first["success"] and first["error"] == (
         "agent-wait-for needs an agent-talk-* (or agent-task/agent-consider) call earlier in the same eval")
     assert "The oracle said 42 (talk 1)" in run.shell  # one turn: the wait ended when the reply came
 
 
-def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home):
+def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home, scripted):
     """50 tasks at 500 ms each, pool 8: all finish, none lost; the 51st is refused at once."""
     lock = threading.Lock()
     total = {"received": 0}
@@ -198,9 +194,7 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
                          "(plist-get (agent-task \"researcher\" (format \"q%d\" i)) :handle) "
                          "(error (error-message-string err))) out)) (nreverse out))")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("fan out"), wait_text("received total 50")),
-              AMACS_AGENT_POOL="8", AMACS_MAX_TASKS="50").check()
+    scripted(answer, send("fan out"), wait_text("received total 50"), AMACS_AGENT_POOL="8", AMACS_MAX_TASKS="50")
     result = eval_result(primary_texts(fake)[1])
     handles = sexpdata.loads(result["result"])
     assert handles[:50] == [f"task-{i}" for i in range(1, 51)]
@@ -228,7 +222,7 @@ def test_fifty_tasks_with_a_pool_of_eight_and_the_fifty_first_refused(fake, home
 
 def test_transcript_summary_counts(fake, home):
     """`python -m amacs_server.transcripts' loads a folder of runs into DuckDB and counts."""
-    test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home)
+    test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home, scripted_run(fake, home))
     out = subprocess.run([sys.executable, "-m", "amacs_server", "transcripts", str(home / "transcripts")],
                          capture_output=True, text=True, check=True)
     summary = json.loads(out.stdout)
@@ -294,7 +288,7 @@ def test_hub_lists_agents_and_opens_a_transcript_and_cost_rolls_up(fake, home):
     assert f"(cost-so-far . {costs})" in (home / "consciousness.el").read_text()
 
 
-def test_task_with_request_input_talks_to_the_person(fake, home):
+def test_task_with_request_input_talks_to_the_person(fake, home, scripted):
     """Interlocutor control: a task given request-input asks the person in the shell, labelled."""
 
     def answer(body):
@@ -313,16 +307,15 @@ def test_task_with_request_input_talks_to_the_person(fake, home):
             return say("A task will ask you.")
         return run_elisp('(agent-task "researcher" "ask the person for their name" :request-input t)')
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("find my name"), wait_text("What is your name?"),
-                                            send("Ada"), wait_text("The task found:"))).check()
+    run = scripted(answer, send("find my name"), wait_text("What is your name?"),
+                   send("Ada"), wait_text("The task found:"))
     assert "[task-1 researcher] What is your name?" in run.shell
     assert "task-1 is asking you; your next input goes to it." in run.shell
     assert "The task found: The name is Ada" in run.shell
     assert not any("Ada" in t for t in primary_texts(fake)[:-1])  # the answer went to the task, not the primary
 
 
-def test_agents_waiting_on_each_other_do_not_deadlock(fake, home):
+def test_agents_waiting_on_each_other_do_not_deadlock(fake, home, scripted):
     """Two viewpoints that wait on each other wake by timeout; the primary gets its answer."""
 
     def answer(body):
@@ -342,8 +335,7 @@ def test_agents_waiting_on_each_other_do_not_deadlock(fake, home):
         return run_elisp('(progn (agent-viewpoint "a" "debater") (agent-viewpoint "b" "debater") '
                          '(agent-talk-agent "a" "go first"))')
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("start"), wait_text("Got: viewpoint-a finished"))).check()
+    run = scripted(answer, send("start"), wait_text("Got: viewpoint-a finished"))
     assert "Got: viewpoint-a finished" in run.shell
     timeouts = [e for e in transcript_events(home) if e["event"] == "event" and e["data"]["type"] == "Time"]
     assert timeouts  # at least one wait ended by its timeout rather than hanging

@@ -64,7 +64,7 @@ def test_a_tasks_consciousness_and_thread_calls_leave_the_primarys_as_they_were(
     assert 'STATE<<5 "mine">>' in run.stdout, run.stdout
 
 
-def test_a_compulsion_on_a_task_sees_what_the_task_was_told_before_its_first_step(fake, home):
+def test_a_compulsion_on_a_task_sees_what_the_task_was_told_before_its_first_step(fake, home, scripted):
     """A compulsion set on a task when it starts blocks any action once it has seen the word
     PINEAPPLE, which only the task's first message holds: it must see that message before the
     task's first model call, since the task acts at once."""
@@ -87,8 +87,7 @@ def test_a_compulsion_on_a_task_sees_what_the_task_was_told_before_its_first_ste
                              monologue="task-started")
         return say("Started.", monologue="done")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("go"), wait_text("task-1 (researcher) done"), pause(0.5))).check()
+    scripted(answer, send("go"), wait_text("task-1 (researcher) done"), pause(0.5))
     task_calls = calls_by(fake, "task-1")
     result = last_eval_result(transcript(task_calls[1])[-1])
     assert not result["success"] and "blocked by the pineapple rule" in result["error"], result
@@ -97,7 +96,7 @@ def test_a_compulsion_on_a_task_sees_what_the_task_was_told_before_its_first_ste
     assert first.startswith("[before model call]") and "task-1 was told:" in first and "PINEAPPLE" in first, first
 
 
-def test_only_a_task_started_with_request_input_talks_to_the_person(fake, home):
+def test_only_a_task_started_with_request_input_talks_to_the_person(fake, home, scripted):
     """Without :request-input, a task's agent-talk-user is refused as data and nothing reaches the
     person; with it, its words are shown in the shell."""
 
@@ -116,9 +115,8 @@ def test_only_a_task_started_with_request_input_talks_to_the_person(fake, home):
                              monologue="second-task")
         return say("Both ran.", monologue="done")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("go"), wait_text("Both ran."), wait_text("hello person from"),
-                                            pause(1.0))).check()
+    run = scripted(answer, send("go"), wait_text("Both ran."), wait_text("hello person from"),
+                   pause(1.0))
     tasks = sorted({who(r["body"])[0] for r in fake.requests if who(r["body"])[1] == "task"})
     first, second = tasks
     refused = last_eval_result(transcript(calls_by(fake, first)[1])[-1])

@@ -21,13 +21,11 @@ from tests.e2e.agent_fakes import (
     run_elisp,
     say,
     send,
-    session,
     transcript,
     transcript_events,
     wait_text,
     who,
 )
-from tests.e2e.harness import run_emacs
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +67,7 @@ def attempts():
     return f"(progn (require 'amacs-hub) {stubs} (list {' '.join(rows)})))"
 
 
-def test_no_agents_eval_uses_the_persons_powers_by_any_road(fake, home):
+def test_no_agents_eval_uses_the_persons_powers_by_any_road(fake, home, scripted):
     """The primary attaches a compulsion, then its eval tries every power; then a task's eval does."""
     form = attempts()
 
@@ -90,9 +88,7 @@ def test_no_agents_eval_uses_the_persons_powers_by_any_road(fake, home):
                              monologue="task-started")
         return say("All tried.", monologue="done")
 
-    fake.respond_with(answer)
-    run_emacs(home, fake.url, session(send("go"), wait_text("All tried."), pause(1.0)),
-              timeout=240).check()
+    scripted(answer, send("go"), wait_text("All tried."), pause(1.0), timeout=240)
 
     primary_result = None
     for r in fake.requests:
@@ -136,7 +132,7 @@ def json_rows(printed):
     return [tuple(x if isinstance(x, str) else str(x) for x in row) for row in sexpdata.loads(printed)]
 
 
-def test_a_timer_an_eval_left_is_said_in_the_shell_and_never_blamed_on_the_person(fake, home):
+def test_a_timer_an_eval_left_is_said_in_the_shell_and_never_blamed_on_the_person(fake, home, scripted):
     """The eval leaves a timer that raises the budget after it ended: Emacs cannot tell that from the
     person, so the change goes through, and the shell says at once what changed and that no key of
     the person's did it; the transcript says the same."""
@@ -148,9 +144,7 @@ def test_a_timer_an_eval_left_is_said_in_the_shell_and_never_blamed_on_the_perso
                              '"timer set")', monologue="left-timer")
         return say("Timer left.", monologue="done")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(
-        send("go"), wait_text("no key of yours did it"), pause(0.3))).check()
+    run = scripted(answer, send("go"), wait_text("no key of yours did it"), pause(0.3))
     assert "The budget limit was set to $777.00: no key of yours did it" in run.shell
     events = [e for e in transcript_events(home) if e["event"] == "control_unattributed"]
     assert len(events) == 1 and events[0]["data"]["method"] == "set_budget", events
@@ -158,7 +152,7 @@ def test_a_timer_an_eval_left_is_said_in_the_shell_and_never_blamed_on_the_perso
     assert events[0]["data"]["via"] == "timer-event-handler"
 
 
-def test_an_experiment_run_has_no_person_but_its_driver(fake, home):
+def test_an_experiment_run_has_no_person_but_its_driver(fake, home, scripted):
     """With the run's turns given (AMACS_DRIVER_TURNS, as an experiment sets it), the driver types
     them, each once; a timer an eval left may not act for the absent person, nor may a second
     typing of a turn or any other input."""
@@ -170,10 +164,8 @@ def test_an_experiment_run_has_no_person_but_its_driver(fake, home):
                              "(amacs--call-sync 'set_budget (list 777))))) \"timer set\")", monologue="left-timer")
         return say("Timer left.", monologue="done")
 
-    fake.respond_with(answer)
-    run = run_emacs(home, fake.url, session(send("go"), pause(1.5), '(amacs-e2e-send-no-wait "go")',
-                                            wait_text("Not sent: refused")),
-                    AMACS_DRIVER_TURNS=json.dumps(["go"])).check()
+    run = scripted(answer, send("go"), pause(1.5), '(amacs-e2e-send-no-wait "go")',
+                   wait_text("Not sent: refused"), AMACS_DRIVER_TURNS=json.dumps(["go"]))
     refused = [e for e in transcript_events(home) if e["event"] == "control_refused"]
     assert [e["data"]["method"] for e in refused] == ["set_budget", "submit"], refused
     assert not (home / "budget-limit").exists()

@@ -110,25 +110,24 @@ def steps_elisp(steps: list[tuple[str, str]], home: Path) -> str:
 
 def rewind_elisp(before: str) -> str:
     """M-x amacs-rewind with its prompts answered: to just before the input BEFORE, yes.
-    Prints the labels offered and the one chosen."""
+    Prints the labels offered, how many, and the tick the rewind went to."""
     return f"""
       (with-current-buffer amacs-shell-buffer-name
         (cl-letf (((symbol-function 'completing-read)
                    (lambda (_prompt table &rest _)
-                     (princ (format "OFFERED %S\\n" (all-completions "" table)))
-                     (let ((label (seq-find (lambda (label) (string-suffix-p {elisp_string(": " + before)} label))
-                                            (all-completions "" table))))
-                       (princ (format "CHOSE %s\\n" label))
-                       label)))
+                     (princ (format "OFFERED %d %S\\n" (length (all-completions "" table))
+                                    (all-completions "" table)))
+                     (seq-find (lambda (label) (equal {elisp_string(before)} label))
+                               (all-completions "" table))))
                   ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
-          (call-interactively #'amacs-rewind)))"""
+          (princ (format "REWOUND-TO %d\\n" (plist-get (call-interactively #'amacs-rewind) :tick)))))"""
 
 
 def chosen_tick(stdout: str) -> int:
     """The tick the rewind went to: the one before the input chosen."""
-    found = re.search(r"^CHOSE tick (\d+):", stdout, re.M)
+    found = re.search(r"^REWOUND-TO (\d+)$", stdout, re.M)
     assert found, stdout
-    return int(found.group(1)) - 1
+    return int(found.group(1))
 
 
 def bodies(fake, start: int = 0) -> list[dict[str, Any]]:
@@ -184,8 +183,8 @@ def test_rewind_and_forks_after_a_full_session_ask_the_same(fake, home, tmp_path
     tick = chosen_tick(run.stdout)
     assert tick == tick_after(middle.stdout, INPUTS[CUT - 1])
     assert any(who(b)[0] == "viewpoint-critic" for b in original)  # the replay asks the viewpoint
-    offered = re.search(r"^OFFERED (.*)$", run.stdout, re.M)
-    assert offered and offered.group(1).count('"tick ') == len(INPUTS), run.stdout  # every input
+    offered = re.search(r"^OFFERED (\d+) ", run.stdout, re.M)
+    assert offered and int(offered.group(1)) == len(INPUTS), run.stdout  # every input, by its words
     assert same(masked(replay), masked(original)) is None, same(masked(replay), masked(original))
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
     # What the session did is in the home: scratchpad notes, the template as edited last.

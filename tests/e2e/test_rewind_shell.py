@@ -55,7 +55,7 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert len(sent) == 5, len(sent)
     assert sent[4] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
     assert "FORK SHELL" in run.stdout and "note the fork" in (fork / "agent-chat.org").read_text()
-    assert "DEFAULT tick 2: the second" in run.stdout, run.stdout
+    assert "DEFAULT the second\n" in run.stdout, run.stdout
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
     after = run.shell.split("The conversation up to there:")[-1]
     assert "the first" in after and "the third" not in after

@@ -34,13 +34,13 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("M-x")
     term.type("amacs-fork")
     term.press("Enter")
-    term.wait_for("Fork now, or to before an input (default now: the mind as it is):",
+    term.wait_for("Fork now, or from before you typed (default now: the mind as it is):",
                   what="the fork's input prompt")
-    term.type("tick 2")
-    term.press("Tab")  # completes to the newest input (the second): the fork ends at tick 1
-    term.wait_for("tick 2: the second", what="the second input, completed")
+    term.type("the sec")
+    term.press("Tab")  # completes to the second input: the fork ends at tick 1
+    term.wait_for("(default now: the mind as it is): the second", what="the second input, completed")
     term.press("Enter")
-    term.wait_for("New home for the fork at tick 1", what="the fork's folder prompt")
+    term.wait_for("New home for the fork from before you typed «the second»", what="the fork's folder prompt")
     term.press("C-a", "C-k")
     term.type(str(fork))
     term.press("Enter")
@@ -67,12 +67,12 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Rewind to before (default tick 5: the fifth):", what="the rewind's input prompt")
-    term.type("tick 2")
+    term.wait_for("Go back to before you typed (default the fifth):", what="the rewind's input prompt")
+    term.type("the sec")
     term.press("Tab")  # completes to the second input
-    term.wait_for("tick 2: the second", what="the second input, completed")
+    term.wait_for("(default the fifth): the second", what="the second input, completed")
     term.press("Enter")
-    term.wait_for("yes or no", what="the rewind's question")
+    term.wait_for("Go back to before you typed «the second»? (yes or no)", what="the rewind's question")
     assert "*Completions*" not in term.screen()
     term.type("yes")
     term.press("Enter")
@@ -104,7 +104,7 @@ def test_rewind_shows_the_task_lines_the_live_shell_showed(terminal, fake):
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Rewind to before (default tick 3: task):", what="the rewind's input prompt")
+    term.wait_for("Go back to before you typed (default task):", what="the rewind's input prompt")
     term.press("Enter")  # the newest input: the rewind ends at tick 2, after the first tasks' reply
     term.wait_for("yes or no", what="the rewind's question")
     term.type("yes")
@@ -135,7 +135,7 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     term.press("M-x")
     term.type("amacs-fork")
     term.press("Enter")
-    term.wait_for("Fork now, or to before an input (default now: the mind as it is):",
+    term.wait_for("Fork now, or from before you typed (default now: the mind as it is):",
                   what="the fork's prompt, now first")
     term.press("Enter")
     term.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
@@ -155,10 +155,10 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Rewind to before (default tick 3: third words):", what="the rewind's input prompt")
-    term.type("tick 2")
+    term.wait_for("Go back to before you typed (default third words):", what="the rewind's input prompt")
+    term.type("second w")
     term.press("Tab")
-    term.wait_for("tick 2: second words", what="the second input, completed")
+    term.wait_for("(default third words): second words", what="the second input, completed")
     term.press("Enter")
     term.wait_for("yes or no", what="the rewind's question")
     term.type("yes")

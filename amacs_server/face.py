@@ -1,11 +1,13 @@
-"""What the loop needs from Emacs: a face to show things and hands to evaluate elisp."""
+"""Emacs as every agent sees it: a face to show things and hands to evaluate elisp.
+
+:class:`Face` is a Protocol; ``transport.emacs_face`` is the one over EPC."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..inference.retry import Retrying
-from ..state.consciousness import EvalResult
+from .inference.retry import Retrying
+from .state.consciousness import EvalResult
 
 
 class Face(Protocol):

@@ -1,0 +1,94 @@
+"""Transcript events are declared once (amacs_server/persistence/events.py), written and read
+through those records; what the research readers ask of a transcript is declared there too."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from amacs_server.agents.agent import Agent
+from amacs_server.persistence import events
+from amacs_server.persistence.transcript import AgentIdentity, Transcript
+from amacs_server.state.consciousness import EvalResult
+
+ROOT = Path(__file__).resolve().parents[1]
+# The readers that query transcripts by SQL (DuckDB): the dataset, the report, the summary.
+READERS = sorted((ROOT / "amacs_server" / "research").glob("*.py")) + [ROOT / "amacs_server" / "transcripts.py"]
+
+
+def declared_keys() -> set[str]:
+    """Every key a declared record writes in ``data`` (a spread field's: the dicts spread there)."""
+    keys = {f.metadata.get("key", f.name) for cls in events.KINDS.values() for f in fields(cls)
+            if not f.metadata.get("spread")}
+    spread = set(EvalResult(True).to_dict()) | set(Agent(id="t", type="task", template="x", parent="primary", depth=1).summary()) | {"score"}
+    return keys | spread
+
+
+@pytest.mark.parametrize("record", [
+    events.ModelRetry(status="overloaded, retrying", seconds=2.0),
+    events.Notified(sender="primary", text="hi", to="viewpoint-a"),
+    events.EvalResultRecord({"success": True, "result": "4", "error": None, "skipped": False}),
+    events.AgentEnd(state="done", summary={"steps": 2, "cost": 0.1}),
+    events.ModelError(error="boom"),
+    events.ModelSwitch(backend="openai", model="m", base_url=None, window=4096),
+])
+def test_a_record_is_its_lines_data_and_reads_back(tmp_path, record):
+    t = Transcript(tmp_path, "run-1")
+    t.write(record, tick=4, agent=AgentIdentity("task-1", "primary", "task", "researcher"))
+    t.close()
+    line = json.loads(t.path.read_text())
+    assert line["event"] == record.kind and line["data"] == record.data()
+    (back,) = t.lines("task-1")
+    assert back.event == record and back.kind == record.kind and back.tick == 4 and back.template == "researcher"
+    assert [x.event for x in events.read(t.path)] == [record]
+
+
+def test_data_keys_are_as_they_were():
+    """Keys renamed, left out or spread: the lines the dataset reads keep their shape."""
+    assert events.Notified(sender="a", text="t").data() == {"from": "a", "text": "t", "to": "all"}
+    assert events.ModelError(error="x").data() == {"error": "x"}
+    assert events.ModelError(error="x", detail="d").data() == {"error": "x", "detail": "d"}
+    assert events.EvalResultRecord({"success": True}).data() == {"success": True}
+    assert events.AgentEnd(state="done", summary={"steps": 1}).data() == {"state": "done", "steps": 1}
+
+
+def test_a_line_of_no_declared_kind_is_refused():
+    line = {"run_id": "r", "agent_id": "primary", "seq": 1, "ts": 0.0, "event": "no_such_kind", "data": {}}
+    with pytest.raises(ValueError, match="no_such_kind"):
+        events.parse(line)
+
+
+def test_each_kind_is_declared_once():
+    assert len({cls.kind for cls in events.KINDS.values()}) == len(events.KINDS)
+    with pytest.raises(AssertionError, match="declared twice"):
+        type("Again", (events.Record,), {"kind": "model_retry"})
+
+
+def sql_kinds_and_keys(text: str) -> tuple[set[str], set[str]]:
+    """The event kinds (``event = 'x'``, ``event IN ('x', 'y')``) and the top-level data keys
+    (``data->>'$.x'``) SQL in TEXT names."""
+    kinds = set(re.findall(r"\bevent\s*=\s*'([a-z_]+)'", text))
+    for group in re.findall(r"\bevent\s+IN\s*\(([^)]*)\)", text, re.IGNORECASE):
+        kinds |= set(re.findall(r"'([a-z_]+)'", group))
+    keys = set(re.findall(r"data->>?'\$\.([a-z_]+)", text))
+    return kinds, keys
+
+
+def test_what_research_reads_of_a_transcript_is_declared():
+    kinds, keys = set(), set()
+    for path in READERS:
+        k, v = sql_kinds_and_keys(path.read_text(encoding="utf-8"))
+        kinds |= k
+        keys |= v
+    assert kinds and keys  # the readers still query by these patterns
+    assert sorted(kinds - set(events.KINDS)) == []
+    assert sorted(keys - declared_keys()) == []
+
+
+def test_the_reader_check_sees_an_undeclared_kind_and_key():
+    kinds, keys = sql_kinds_and_keys("SELECT data->>'$.colour' FROM events WHERE event IN ('model_response', 'mood_swing')")
+    assert kinds - set(events.KINDS) == {"mood_swing"} and keys - declared_keys() == {"colour"}
