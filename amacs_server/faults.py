@@ -55,10 +55,35 @@ POINTS = (
     "commit.done",              # HEAD moved
     "turn.done",                # the turn is over; the prompt not yet given back
 )
-# Points of a fork (``amacs-server fork``), apart from a tick's: tests/test_rewind.py kills them.
-HISTORY_POINTS = (
-    "fork.checked-out",         # DEST has the tick's files and repository; memory.db not yet copied
+# Points of a rewind and a fork (``amacs-server rewind``/``fork``, M-x amacs-rewind/amacs-fork), in
+# the order they are reached; the commit's points (``commit.*``) and memory.db's (``ltm.commit``) are
+# reached in them too.  tests/e2e/test_faults_history.py kills each.
+REWIND_POINTS = (
+    "rewind.start",             # a rewind cut short earlier is finished; nothing of this one done
+    "rewind.kept",              # the home as it is, committed aside (no ref names it yet)
+    "rewind.journaled",         # the journal is synced; nothing the home shows has changed
+    "rewind.ref",               # the abandoned future's ref is made
+    "rewind.head",              # HEAD is the tick's commit; the files are not yet
+    "rewind.read-tree-lock",    # git read-tree holds .git/index.lock, checking the tick out (git killed too)
+    "rewind.checked-out",       # the tracked files are the tick's
+    "rewind.cut",               # the transcripts' and server log's later lines are cut
+    "rewind.spend",             # rewound-spend and budget-limit written
+    "rewind.memory",            # memory.db is the tick's (its later versions in abandoned_items)
+    "rewind.recorded",          # the rewind is said in agent-chat.org and a transcript
+    "rewind.committed",         # the rewind's commit is made; the journal not yet removed
 )
+FORK_POINTS = (
+    "fork.made",                # the folder the fork is made in exists, marked unfinished
+    "fork.fetched",             # it has the history up to the tick
+    "fork.checked-out",         # and the tick's files; memory.db not yet copied
+    "fork.settings",            # the budget limit and settings copied
+    "fork.copied",              # memory.db copied whole
+    "fork.memory",              # memory.db cut to the tick and vacuumed
+    "fork.recorded",            # the fork is said in its agent-chat.org and a transcript
+    "fork.committed",           # the fork's commit is made; still unfinished, not yet renamed to DEST
+    "fork.renamed",             # DEST is the whole fork
+)
+HISTORY_POINTS = REWIND_POINTS + FORK_POINTS
 # Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.
 RESEARCH_POINTS = (
     "run.ended",                # an experiment's run ended (its Emacs exited); its manifest still says running

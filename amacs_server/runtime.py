@@ -7,6 +7,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
@@ -40,8 +41,10 @@ from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.events import ModelSwitch, Posted, Rewind
 from .persistence.git_repo import CommitWorker, HomeRepo
 from .persistence.history import (
+    HistoryError,
     active_rows,
     file_sizes,
+    finish_unfinished,
     last_tick,
     ltm_watermark,
     read_state,
@@ -117,6 +120,7 @@ class Runtime:
         # memory.db's integrity check reads every page: it runs in a thread, started by __main__
         # before the server's imports, else here, while the org files are read.
         db_check = db_check or DatabaseCheck(home / "memory.db")
+        self._finish_rewind()  # before the mind is read: a rewind a kill cut short is done first
         self.repo = HomeRepo(home)
         self.rewound_spend = rewound_spend.read(home)  # paid for futures a rewind abandoned
         # The limit the person set (AMACS_BUDGET_LIMIT, M-x amacs-set-budget): None, consciousness.el's.
@@ -181,6 +185,17 @@ class Runtime:
         self._ready = threading.Event()
 
     # -- state -------------------------------------------------------------------
+
+    def _finish_rewind(self) -> None:
+        """Finish the rewind of the home a kill cut short (persistence.history), and say so at hello."""
+        try:
+            note = finish_unfinished(self.config.home)
+        except (HistoryError, OSError, sqlite3.Error) as err:
+            raise StartupError(f"the home {self.config.home} has a rewind cut short that could not be finished: "
+                               f"{' '.join(str(err).split())}") from err
+        if note is not None:
+            log.warning("%s", note)
+            self.startup_notes.append(note)
 
     def _load_consciousness(self) -> Consciousness:
         """consciousness.el; a damaged one is moved aside and restored from git, never reset
@@ -362,7 +377,7 @@ class Runtime:
         # The views (the shell's mode line, the hub) show tick TICK's state and budget now, as after a tick.
         self.tick_tally = Tally()
         self.tell_ticked()
-        line = f"{done.line()}; {self.subagents_note}" if self.subagents_note else done.line()
+        line = "; ".join([*done.notes, done.line(), *([self.subagents_note] if self.subagents_note else [])])
         return {"line": line, "ref": done.abandoned, "tick": tick, "seconds": round(done.seconds, 3)}
 
     def fork(self, tick: int | None, dest: Path) -> dict[str, object]:
@@ -377,7 +392,7 @@ class Runtime:
         cfg = self.config
         own = cfg.local_model is not None or (self.demo is not None and self.model == DEMO_MODEL)
         url = None if own else cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
-        return {"line": done.line(), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
+        return {"line": "; ".join([*done.notes, done.line()]), "home": str(done.home), "tick": tick, "seconds": round(done.seconds, 3),
                 "backend": self.backend_name, "model": self.model, "base_url": url}
 
     def _restore_tick_state(self) -> None:
@@ -419,7 +434,9 @@ class Runtime:
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
-        return {"version": 1, "tick": self.consciousness.current_tick, "model": self.model,
+        # ended_at: a rewind to this tick moves the transcripts' and server log's lines of no tick
+        # written after it (persistence.history).
+        return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": self.model,
                 "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation),

@@ -14,7 +14,7 @@ from typing import Protocol
 from .agents.world import AgentWorld
 from .config import Config
 from .errors import Refused
-from .inference.pricing import Tally
+from .inference.pricing import Tally, dollars
 from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
 from .persistence.chat_log import ChatLog, shorten
@@ -43,6 +43,7 @@ class ViewHost(Protocol):
     session_tally: Tally
     startup_notes: list[str]  # what start-up recovered from, said at hello
     last_eval: tuple[int, EvalResult] | None
+    person_limit: float | None  # the budget limit the person gave (None: the mind's)
 
     @property
     def turn_running(self) -> bool: ...
@@ -53,12 +54,17 @@ class ViewHost(Protocol):
 
     def limit(self) -> float: ...
 
+    def budget_unkeepable(self) -> str | None: ...
+
 
 def status(rt: ViewHost) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
     c = rt.consciousness
     # One line each, what start-up recovered from first; the shell prefixes ";; ".
     notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
+    unkept = rt.budget_unkeepable() if rt.person_limit is not None else None
+    if unkept is not None:  # a limit the person gave (AMACS_BUDGET_LIMIT, kept in the home) it cannot count
+        notes.append(f"Your budget limit of {dollars(rt.person_limit or 0.0)} is not kept: {unkept}.")
     return {
         "run_id": rt.run_id,
         "tick": c.current_tick,

@@ -824,9 +824,11 @@ def test_a_folder_that_is_not_a_home_gets_no_lock_file(tmp_path, capsys):
     assert list(folder.iterdir()) == []
 
 
-def test_a_fork_killed_while_made_is_named_on_retry_and_never_served(tmp_path, fake, capsys):
+def test_a_fork_killed_while_made_leaves_no_dest_and_the_retry_clears_what_it_left(tmp_path, fake, capsys):
     """Was: a half-made DEST refused on retry with no hint, and a session started on it ran as a
-    fresh agent or with missing or future memory."""
+    fresh agent or with missing or future memory.  Now the fork is made beside DEST and renamed
+    whole: killed, there is no DEST; the folder it was made in is never served; the next fork
+    into DEST removes it, in one line, and forks."""
     import os
     import signal
     import sys
@@ -840,11 +842,124 @@ def test_a_fork_killed_while_made_is_named_on_retry_and_never_served(tmp_path, f
                             env={**env, "AMACS_FAULT_POINT": "fork.checked-out"}, capture_output=True, text=True,
                             timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{dest} is a fork whose making was cut short; remove it (rm -r {dest})" in err
+    assert not dest.exists()
+    [left] = tmp_path.glob(".f.forking-*")
     with pytest.raises(StartupError, match="is a fork whose making was cut short"):
-        check_home(dest)
-    subprocess.run(["rm", "-r", str(dest)], check=True)
+        check_home(left)
     assert server_main(["fork", str(home), "--tick", "1", str(dest)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"removed {left.name} beside {dest}: a fork into it that was cut short" in err
+    assert not left.exists()
     check_home(dest)  # whole: served
+    # A fork whose DEST was half made by an older AMACS is still named on retry.
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / ".fork-unfinished").write_text("a fork, being made\n")
+    assert server_main(["fork", str(home), "--tick", "1", str(old)]) == 1
+    assert f"{old} is a fork whose making was cut short; remove it (rm -r {old})" in capsys.readouterr().err
+
+
+def test_a_rewind_moves_the_server_logs_later_lines_and_a_later_sessions_lines_of_no_tick(tmp_path, fake):
+    """Were kept: logs/server.log's lines of the abandoned future, and a transcript line of no
+    tick (a viewpoint made, a session's start) that a later session wrote before its first tick.
+    Both move onto the abandoned ref; the lines written before the tick ended stay."""
+    import logging
+
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    handler = logging.FileHandler(home / "logs" / "server.log")  # the server's stderr, in its format
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+    try:
+        said = logging.getLogger("amacs.test")
+        rt = runtime(home, fake.url)
+        try:
+            said.warning("logged in tick one's session")
+            for text in ("one", "two"):
+                do(rt, ("say", text))
+            assert rt.commits.flush(60)
+            said.warning("logged after tick two, before the session ended")
+        finally:
+            rt.stop()
+        rt = runtime(home, fake.url)  # a later session: a viewpoint made before its first tick
+        try:
+            later = rt.transcript.path
+            do(rt, ("viewpoint", "critic"))
+            said.warning("logged in the later session")
+            do(rt, ("say", "three"))
+            assert rt.commits.flush(60)
+        finally:
+            rt.stop()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        handler.close()
+    assert '"agent_start"' in later.read_text() and '"tick": null' in later.read_text()
+    done = history.rewind(home, 2)
+    log_text = (home / "logs" / "server.log").read_text()
+    assert "logged in tick one's session" in log_text
+    assert "after tick two" not in log_text and "later session" not in log_text
+    assert later.read_text() == ""
+    kept = _git(home, "show", f"{done.abandoned}:logs/server.log")
+    assert "logged after tick two" in kept and "logged in the later session" in kept and "tick one's" not in kept
+    assert '"agent_start"' in _git(home, "show", f"{done.abandoned}:transcripts/{later.name}")
+    everything = b"".join(p.read_bytes() for p in (home / "transcripts").glob("*.jsonl"))
+    assert b"viewpoint-critic" not in everything and b'"human": "three"' not in everything
+
+
+def test_a_rewind_refuses_a_damaged_home_in_one_line_before_changing_anything(tmp_path, fake, capsys):
+    """Were: "file is not a database" after the files were rewound (memory.db); a bad ref name and
+    a stray ``[TICK ?][abandoned]`` commit per try (tick-state.json); a traceback (a held
+    index.lock).  Each is now one line, and the home (files, refs, reflog) is as it was."""
+    import sys
+
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+
+    def looks() -> tuple[bytes, str, str]:
+        files = b"".join(p.read_bytes() for p in history.tracked(home) if p.exists())
+        return files, _git(home, "for-each-ref"), _git(home, "reflog", "--all")
+
+    was = looks()
+    good = (home / "memory.db").read_bytes()
+    (home / "memory.db").write_bytes(b"not a database at all" * 300)
+    assert server_main(["rewind", str(home), "--tick", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "memory.db is damaged" in err and "nothing was changed" in err, err
+    assert looks() == was
+    assert server_main(["fork", str(home), "--tick", "1", str(tmp_path / "f")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "memory.db is damaged" in err and "then fork again" in err, err
+    assert list(tmp_path.iterdir()) == [home]  # no DEST, nothing left beside it
+    (home / "memory.db").write_bytes(good)
+    state = (home / history.STATE_FILE).read_bytes()
+    (home / history.STATE_FILE).write_text("{ not json")
+    for _ in range(2):
+        assert server_main(["rewind", str(home), "--tick", "1"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "tick-state.json is damaged" in err and "nothing was changed" in err, err
+    (home / history.STATE_FILE).write_bytes(state)
+    assert looks() == was  # no stray commit
+    # index.lock held by a live git (the person's, mid-command)
+    holder = subprocess.Popen(["git", "update-index", "--add", "--stdin"], cwd=home, stdin=subprocess.PIPE)
+    try:
+        lock = home / ".git" / "index.lock"
+        for _ in range(200):
+            if lock.exists():
+                break
+            threading.Event().wait(0.02)
+        assert lock.exists()
+        done = subprocess.run([sys.executable, "-m", "amacs_server", "rewind", str(home), "--tick", "1"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "git is busy" in done.stderr and "index.lock" in done.stderr and "nothing was changed" in done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    (home / ".git" / "index.lock").unlink(missing_ok=True)
+    assert looks() == was
+    assert server_main(["rewind", str(home), "--tick", "1"]) == 0

@@ -205,3 +205,27 @@ def test_the_persons_budget_on_a_model_with_no_price_is_refused_in_one_line(tmp_
         rt.loop.call_soon_threadsafe(rt.loop.stop)
         loop.join(5)
         rt.stop(grace=0)
+
+
+@pytest.mark.parametrize("url, said", [("https://models.example.org/v1", True), ("http://127.0.0.1:9/v1", False)])
+def test_a_limit_given_at_start_on_a_model_with_no_price_is_said_not_kept(tmp_path, url, said):
+    """AMACS_BUDGET_LIMIT (or a limit kept in the home) on a model nobody priced: hello says, in one
+    line of the shell's greeting, that the limit cannot count its dollars and where a price goes."""
+    from amacs_server import views
+    from amacs_server.runtime import Runtime
+    from tests.test_memory import SilentFace
+
+    env = {"AMACS_HOME": str(tmp_path / "h"), "AMACS_BACKEND": "openai", "OPENAI_BASE_URL": url,
+           "AMACS_MODEL": "gpt-oss-120b", "AMACS_BUDGET_LIMIT": "3"}
+    rt = Runtime(load_config(env), SilentFace())
+    try:
+        notice = views.status(rt)["notice"] or ""
+        lines = [line for line in notice.split("\n;; ") if "budget limit" in line]
+        assert len(lines) == int(said), notice
+        if said:
+            assert lines[0].startswith("Your budget limit of $3.00 is not kept: a budget needs a price, and model "
+                                       "gpt-oss-120b at https://models.example.org/v1 has none"), lines[0]
+        rt.prices = {"gpt-oss": Price(0.5, 1.5, 0.5, 0.05)}  # amacs-price-table, given at hello
+        assert "budget limit" not in (views.status(rt)["notice"] or "")
+    finally:
+        rt.stop(grace=0)

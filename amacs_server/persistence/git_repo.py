@@ -451,6 +451,34 @@ class HomeRepo:
             self._parent = sha
             return sha, note
 
+    def commit_aside(self, what: Iterable[Path], message: str, parent: str) -> str:
+        """A commit of the files WHAT as they are now, on PARENT, and its sha; no ref moves and
+        the home's index is not touched (the tree is built in an index of its own, removed after):
+        until a ref names it, the commit is an unreachable object, as if never made."""
+        snap = self.snapshots.take(what)
+        with self._lock:
+            self.prepare()
+            index = self.home / ".git" / "amacs-aside.index"
+            saved = self._env, self._indexed, self._committed
+            try:
+                real = self.home / ".git" / "index"
+                if real.exists():
+                    shutil.copyfile(real, index)
+                else:
+                    index.unlink(missing_ok=True)
+                self._env = {**self._env, "GIT_INDEX_FILE": str(index)}
+                if not real.exists():
+                    self._git("read-tree", parent)
+                self._indexed, self._committed = None, set()
+                self._index(snap)
+                tree = self._git("write-tree")
+                return self._git("commit-tree", tree, "-p", parent, "-m", message)
+            except (GitFailed, OSError) as err:
+                raise CommitError(f"git commit failed: {err}") from err
+            finally:
+                self._env, self._indexed, self._committed = saved
+                index.unlink(missing_ok=True)
+
     def _index(self, snap: Snapshot) -> None:
         """The index as SNAP has the tracked files (one ``update-index``, only if anything changed)."""
         indexed = self._indexed if self._indexed is not None else self._ls_files()

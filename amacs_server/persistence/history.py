@@ -33,6 +33,7 @@ enforced (:mod:`.person_limit`); a fork starts with the home's limit too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -41,17 +42,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..files import atomic_write
+from ..files import atomic_write, sync_paths
 from . import person_limit, rewound_spend
 from .events import Fork, Record, Rewind
-from .git_repo import HomeRepo, ignored
+from .git_repo import CommitError, HomeRepo, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
@@ -190,6 +191,7 @@ class Done:
     commit: str
     abandoned: str | None
     seconds: float
+    notes: list[str] = field(default_factory=list)  # what was repaired first (a rewind or fork cut short)
 
     def line(self) -> str:
         """One line for the person."""
@@ -262,23 +264,28 @@ def lock(home: Path) -> HomeLock:
 
 def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
-    the tick state recorded."""
+    the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
+    ever held: a skill or month made after the last commit)."""
+    if faults.armed("rewind.read-tree-lock"):
+        faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
+                                 home / ".git" / "index.lock")
     _git(home, "read-tree", "-u", "--reset", commit)
+    held = set(_git(home, "ls-tree", "-r", "-z", "--name-only", commit).decode(errors="surrogateescape").split("\0"))
     sizes: dict[str, int] = state["files"]
-    for path in log_files(home):
+    for path in tracked(home):
         rel = str(path.relative_to(home))
-        if rel not in sizes:
-            path.unlink()  # a month begun after the tick
-        elif path.stat().st_size > sizes[rel]:
+        if rel not in held or (path in log_files(home) and rel not in sizes):
+            path.unlink(missing_ok=True)  # a file (a month, a skill) begun after the tick
+        elif rel in sizes and path.stat().st_size > sizes[rel]:
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
-
 
 
 def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> int:
     """memory.db as at the tick: the item versions written after it leave ``items`` (kept in
     ``abandoned_items`` under ABANDONED's name; a fork drops them), and the active table is
-    the tick's.  Returns how many versions left."""
+    the tick's.  One transaction: done whole or not at all, and done again it changes nothing.
+    Returns how many versions left."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a rewind runs
 
     ltm = LongTermMemory(db_path)
@@ -316,46 +323,97 @@ def _forget_deleted(db_path: Path) -> None:
         db.close()
 
 
-_TICK_FIELD = re.compile(rb'"tick": (\d+)')
+_TICK_FIELD = re.compile(rb'"tick": (\d+|null)')
+_TS_FIELD = re.compile(rb'"ts": ([0-9.eE+-]+)')
+_LOG_STAMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
+# The server's own log (its stderr) and the one its start-up rotated: lines stamped with the
+# local time (``logging``'s asctime), to the millisecond.
+SERVER_LOGS = ("logs/server.log.1", "logs/server.log")
 
 
-def _transcripts_after(home: Path, tick: int) -> dict[str, tuple[int, bytes]]:
-    """Each transcript of HOME that has lines written after TICK: name -> (where they start,
-    those lines).  Transcripts are append-only, so a file's future starts at its first line of
-    a later tick (a line's first ``"tick": N`` is its own: a string value cannot hold a bare
-    quote)."""
+def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | None:
+    """Where a transcript's lines written after TICK start (None: it has none).  Transcripts are
+    append-only, so the future starts at the first line of a later tick or, for a line of no
+    tick (a session's start, a subagent's message), the first written after tick TICK ended at
+    ENDED (the tick state's time; None for a tick state older than that field: such lines are
+    kept).  A line's first ``"tick":`` and ``"ts":`` are its own: a string value cannot hold a
+    bare quote, and both come before ``data``."""
+    at = 0
+    for line in data.splitlines(keepends=True):
+        found = _TICK_FIELD.search(line)
+        if found and found[1] != b"null":
+            if int(found[1]) > tick:
+                return at
+        elif ended is not None:
+            ts = _TS_FIELD.search(line)
+            if ts and float(ts[1]) > ended:
+                return at
+        at += len(line)
+    return None
+
+
+def _future_of_log(data: bytes, ended: float) -> int | None:
+    """Where the server log's lines written after ENDED start: its first line stamped later
+    (a line with no stamp, a traceback's, goes with the stamped line before it)."""
+    at = 0
+    for line in data.splitlines(keepends=True):
+        stamp = _LOG_STAMP.match(line)
+        if stamp:
+            when = datetime.strptime(stamp[1].decode(), "%Y-%m-%d %H:%M:%S").timestamp() * 1000 + int(stamp[2])
+            if when > int(ended * 1000):
+                return at
+        at += len(line)
+    return None
+
+
+def _futures(home: Path, tick: int, ended: float | None) -> dict[str, tuple[int, bytes]]:
+    """The lines of HOME's transcripts and server log written after TICK, by file (its path in
+    the home): where they start, and those lines."""
     out: dict[str, tuple[int, bytes]] = {}
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        data, at = path.read_bytes(), 0
-        for line in data.splitlines(keepends=True):
-            found = _TICK_FIELD.search(line)
-            if found and int(found[1]) > tick:
-                out[path.name] = (at, data[at:])
-                break
-            at += len(line)
+        data = path.read_bytes()
+        at = _future_of_transcript(data, tick, ended)
+        if at is not None:
+            out[f"transcripts/{path.name}"] = (at, data[at:])
+    for rel in SERVER_LOGS:
+        if ended is None:
+            break
+        try:
+            data = (home / rel).read_bytes()
+        except FileNotFoundError:
+            continue
+        at = _future_of_log(data, ended)
+        if at is not None:
+            out[rel] = (at, data[at:])
     return out
 
 
-def _commit_beside(home: Path, parent: str, folder: str, files: dict[str, bytes], message: str) -> str:
-    """A commit on PARENT of its tree with FOLDER holding FILES (name -> bytes); its sha.  No
-    index or working file is touched."""
-    entries = []
-    for name, data in files.items():
+def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
+    """A commit on PARENT of its tree with FILES (path -> bytes, one folder deep) added; its sha.
+    No index, ref or working file is touched."""
+    folders: dict[str, list[str]] = {}
+    for rel, data in files.items():
+        folder, _, name = rel.partition("/")
         blob = _git(home, "hash-object", "-w", "--stdin", stdin=data).decode().strip()
-        entries.append(f"100644 blob {blob}\t{name}\n")
-    sub = _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
-    top = [line for line in _git(home, "ls-tree", parent).decode().splitlines() if not line.endswith(f"\t{folder}")]
-    root = _git(home, "mktree", stdin=("\n".join([*top, f"040000 tree {sub}\t{folder}"]) + "\n").encode())
+        folders.setdefault(folder, []).append(f"100644 blob {blob}\t{name}\n")
+    top = [line for line in _git(home, "ls-tree", parent).decode().splitlines()
+           if line.partition("\t")[2] not in folders]
+    for folder, entries in folders.items():
+        sub = _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
+        top.append(f"040000 tree {sub}\t{folder}")
+    root = _git(home, "mktree", stdin=("\n".join(top) + "\n").encode())
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
 
 
-def _record(home: Path, tick: int, heading: str, text: str, event: Record) -> None:
-    """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript."""
+def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_id: str | None = None) -> None:
+    """Say what was done in agent-chat.org (a part the chat's reader skips) and in a transcript
+    (RUN_ID's: made anew, when the step is done again)."""
     from .chat_log import ChatLog  # noqa: PLC0415
 
     ChatLog(home / "agent-chat.org").log.append(f"** {heading}\n{text}\n\n")
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event.kind}"
+    run_id = run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{event.kind}"
+    (home / "transcripts" / f"{run_id}.jsonl").unlink(missing_ok=True)
     transcript = Transcript(home / "transcripts", run_id)
     try:
         transcript.write(event, tick=tick)
@@ -363,9 +421,183 @@ def _record(home: Path, tick: int, heading: str, text: str, event: Record) -> No
         transcript.close()
 
 
+# -- a rewind, crash-safe -----------------------------------------------------------------
+#
+# A rewind first decides everything and changes nothing the home shows: the checks, the commit
+# of the home as it is (an object no ref names yet), the lines of the future to move; then it
+# writes them in REWIND_JOURNAL, synced.  From there on every step is one that, done again,
+# gives the same home, so a rewind killed at any moment is finished by the next start (or
+# rewind, or fork) from its journal; killed before the journal, it changed nothing.
+
+REWIND_JOURNAL = ".git/amacs-rewind.json"
+
+
+def _refuse_damaged_memory(home: Path, doing: str) -> None:
+    """HistoryError, in one line, if HOME's memory.db is damaged (before anything is done)."""
+    db_path = home / "memory.db"
+    if not db_path.exists():
+        return
+    try:
+        db = sqlite3.connect(db_path)
+        try:
+            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as err:
+        problem = str(err)
+    if problem != "ok":
+        raise HistoryError(f"refused: {db_path} is damaged ({' '.join(str(problem).split())[:120]}); nothing "
+                           "was changed. Start AMACS on this home once (it moves a damaged memory.db aside and "
+                           f"rebuilds it), then {doing} again")
+
+
+def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
+    """HistoryError, in one line, if HOME's tick state or memory.db is damaged or git is busy in
+    it; checked before anything changes.  Returns the note of a stale git lock removed, or None."""
+    state = home / STATE_FILE
+    if state.exists() and read_state(home) is None:
+        raise HistoryError(f"refused: {state} is damaged (it does not read as a tick state); nothing was "
+                           f"changed. Restore it (git -C {home} checkout HEAD -- {STATE_FILE}), then rewind again")
+    _refuse_damaged_memory(home, "rewind")
+    try:
+        return repo.clear_stale_lock()
+    except CommitError as err:
+        busy = str(err).partition("; the tick")[0]
+        raise HistoryError(f"refused: {busy}; nothing was changed. Let that git finish, then rewind "
+                           "again") from err
+
+
+def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any], str | None]:
+    """Everything a rewind of HOME to TICK will do, decided, with nothing the home shows changed:
+    the journal, and the note of a stale git lock removed."""
+    commit = tick_commit(home, tick)
+    state = state_at(home, commit, tick)
+    repo = HomeRepo(home)
+    note = _refuse_damaged(home, repo)
+    now = read_state(home)
+    last = now["tick"] if now else last_tick(home)
+    head = _git(home, "rev-parse", "HEAD").decode().strip()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
+    try:
+        kept = repo.commit_aside(tracked(home), f"[TICK {last}][abandoned] the home as it was before a rewind to "
+                                                f"tick {tick}", head)
+    except CommitError as err:
+        raise HistoryError(f"refused: {err}; nothing was changed") from err
+    faults.point("rewind.kept")
+    cut = _futures(home, tick, state.get("ended_at"))
+    if cut:
+        kept = _commit_beside(home, kept, {rel: data for rel, (_at, data) in cut.items()},
+                              f"[TICK {last}][abandoned] the transcripts' and server log's lines after tick {tick}")
+    left = 0
+    if (home / "memory.db").exists():
+        db = sqlite3.connect(home / "memory.db")
+        try:
+            left = int(db.execute("SELECT count(*) FROM items WHERE id > ?", (int(state["ltm_max_id"]),)).fetchone()[0])
+        finally:
+            db.close()
+    journal = {"version": 1, "tick": tick, "from_tick": last, "commit": commit, "kept": kept,
+               "ref": f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}", "run_id": f"{stamp}-rewind",
+               "cut": {rel: [at, at + len(data), hashlib.sha256(data).hexdigest()] for rel, (at, data) in cut.items()},
+               "left": left,
+               "spent": rewound_spend.total(home),
+               "limit": person_limit.current(home) if limit is None else limit}
+    path = home / REWIND_JOURNAL
+    atomic_write(path, json.dumps(journal))
+    sync_paths([path])
+    faults.point("rewind.journaled")
+    return journal, note
+
+
+def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
+    """PATH without its bytes AT to END, the lines moved onto the abandoned ref, if it still holds
+    them (DIGEST is theirs: done again, this changes nothing).  What was written after END (a
+    live server's lines, a killed rewind's last words, the next start's) stays.  In place: a
+    live server's descriptor appends on."""
+    try:
+        fh = path.open("r+b")
+    except FileNotFoundError:
+        return
+    with fh:
+        fh.seek(at)
+        data = fh.read()
+        if len(data) >= end - at and hashlib.sha256(data[:end - at]).hexdigest() == digest:
+            fh.seek(at)
+            fh.write(data[end - at:])
+            fh.truncate(at + len(data) - (end - at))
+
+
+def _final_message(j: dict[str, Any]) -> str:
+    return (f"[TICK {j['tick']}][rewind] back to tick {j['tick']} from tick {j['from_tick']}; the abandoned "
+            f"future is {j['ref']}")
+
+
+def _finish(home: Path, j: dict[str, Any]) -> str:
+    """Do (or do again: each step gives the same home) the rewind journal J describes; the sha
+    of its last commit.  The journal is removed at the end."""
+    tick, commit, ref = int(j["tick"]), str(j["commit"]), str(j["ref"])
+    head = _git(home, "rev-parse", "HEAD").decode().strip()
+    subject = _git(home, "log", "-1", "--format=%s%x00%P", head).decode().strip().split("\0")
+    if subject[0] == _final_message(j) and subject[1:] == [commit]:  # only the journal was left
+        sha = head
+    else:
+        _git(home, "update-ref", ref, str(j["kept"]))
+        faults.point("rewind.ref")
+        if head != commit:
+            _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
+        faults.point("rewind.head")
+        try:
+            HomeRepo(home).clear_stale_lock()  # a git killed in the check-out below left its lock
+        except CommitError as err:
+            raise HistoryError(f"the rewind to tick {tick} is not finished: {str(err).partition('; the tick')[0]}; "
+                               "run it again once that git is done") from err
+        _check_out(home, commit, state_at(home, commit, tick))
+        faults.point("rewind.checked-out")
+        for rel, (at, end, digest) in j["cut"].items():
+            _cut_out(home / rel, at, end, digest)
+        faults.point("rewind.cut")
+        # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
+        rewound_spend.keep(home, float(j["spent"]), rewound_spend.mind_spent(home))
+        if j["limit"] is not None:
+            person_limit.write(home, float(j["limit"]))
+        faults.point("rewind.spend")
+        if (home / "memory.db").exists():
+            _memory_at(home / "memory.db", state_at(home, commit, tick), ref)
+        faults.point("rewind.memory")
+        _record(home, tick, "Rewound",
+                f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
+                f"({j['left']} memory item versions of it in memory.db's abandoned_items).",
+                Rewind(to_tick=tick, from_tick=j["from_tick"], ref=ref, abandoned_versions=int(j["left"])),
+                run_id=str(j["run_id"]))
+        faults.point("rewind.recorded")
+        sha, _ = HomeRepo(home).commit(tracked(home), _final_message(j))
+        faults.point("rewind.committed")
+    path = home / REWIND_JOURNAL
+    path.unlink()
+    sync_paths([path.parent / "HEAD"])
+    return sha
+
+
+def finish_unfinished(home: Path) -> str | None:
+    """Finish the rewind of HOME a kill cut short, if one was (its journal is there); the line
+    that says so, or None.  At every start, and before a rewind or fork of HOME."""
+    path = home / REWIND_JOURNAL
+    if not path.exists():
+        return None
+    try:
+        j = json.loads(path.read_text(encoding="utf-8"))
+        tick, ref = int(j["tick"]), str(j["ref"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise HistoryError(f"{path} (the record of a rewind cut short) cannot be read ({err}); move it aside "
+                           "and check the home's git log before going on") from err
+    _finish(home, j)
+    return (f"a rewind to tick {tick} was cut short (its process was killed) and is now finished: {home} is at "
+            f"tick {tick}; the abandoned future is kept on git ref {ref}")
+
+
 def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None = None) -> Done:
     """Return HOME to just after tick TICK, keeping the future it leaves on a git ref, and the
-    budget limit LIMIT (default: the one HOME has now).
+    budget limit LIMIT (default: the one HOME has now).  Crash-safe: killed at any moment, HOME
+    is as before, or the next start finishes it (:func:`finish_unfinished`).
 
     Refused (HistoryError) while a live server serves HOME, unless LOCKED (the
     server itself rewinds, holding the lock)."""
@@ -373,47 +605,53 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
     home = home.expanduser().resolve()
     held = None if locked else lock(home)
     try:
-        commit = tick_commit(home, tick)
-        state = state_at(home, commit, tick)
-        repo = HomeRepo(home)
-        now = read_state(home)
-        last = now["tick"] if now else "?"
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
-        kept, _note = repo.commit(tracked(home), f"[TICK {last}][abandoned] the home as it was before a "
-                                                 f"rewind to tick {tick}")
-        cut = _transcripts_after(home, tick)
-        if cut:
-            kept = _commit_beside(home, kept, "transcripts", {name: data for name, (_at, data) in cut.items()},
-                                  f"[TICK {last}][abandoned] the transcripts' lines after tick {tick}")
-        ref = f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}"
-        _git(home, "update-ref", ref, kept)
-        _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
-        spent = rewound_spend.total(home)
-        limit = person_limit.current(home) if limit is None else limit
-        _check_out(home, commit, state)
-        for name, (at, _data) in cut.items():  # in place: a live server's transcript appends on
-            with (home / "transcripts" / name).open("r+b") as fh:
-                fh.truncate(at)
-        # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
-        rewound_spend.keep(home, spent, rewound_spend.mind_spent(home))
-        if limit is not None:
-            person_limit.write(home, limit)
-        left = _memory_at(home / "memory.db", state, ref) if (home / "memory.db").exists() else 0
-        _record(home, tick, "Rewound",
-                f"Rewound to this tick from tick {last}. The abandoned future is kept on git ref {ref} "
-                f"({left} memory item versions of it in memory.db's abandoned_items).",
-                Rewind(to_tick=tick, from_tick=last, ref=ref, abandoned_versions=left))
-        sha, _ = HomeRepo(home).commit(tracked(home), f"[TICK {tick}][rewind] back to tick {tick} from tick "
-                                                      f"{last}; the abandoned future is {ref}")
-        return Done(home, tick, sha, ref, time.perf_counter() - t0)
+        earlier = finish_unfinished(home)
+        faults.point("rewind.start")
+        journal, stale = _prepare(home, tick, limit)
+        sha = _finish(home, journal)
+        notes = [n for n in (earlier, stale) if n]
+        return Done(home, tick, sha, str(journal["ref"]), time.perf_counter() - t0, notes)
     finally:
         if held is not None:
             held.release()
 
 
+# -- a fork, crash-safe: made in a folder of its own, renamed into place whole -------------
+
+_FORKING = ".{}.forking-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clear_cut_short(dest: Path) -> str | None:
+    """Remove what forks into DEST that were killed left (their folders beside it); the note
+    saying so, or None.  A fork into DEST still being made by a live process is refused."""
+    removed = []
+    for folder in sorted(dest.parent.glob(_FORKING.format(dest.name) + "*")) if dest.parent.is_dir() else []:
+        pid = folder.name.rpartition("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            raise HistoryError(f"refused: a fork into {dest} is being made (pid {pid}); wait for it, or name "
+                               "another folder")
+        shutil.rmtree(folder)
+        removed.append(folder.name)
+    if not removed:
+        return None
+    return f"removed {', '.join(removed)} beside {dest}: a fork into it that was cut short (its process was killed)"
+
+
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
-    with the budget limit LIMIT (default: the one HOME has now).
+    with the budget limit LIMIT (default: the one HOME has now).  Crash-safe: the fork is made in
+    a folder beside DEST and renamed to DEST once whole, so a kill leaves no DEST (and HOME as it
+    was); the next fork into DEST removes what it left.
 
     Refused while a live server serves HOME, unless LOCKED (that server forks it)."""
     t0 = time.perf_counter()
@@ -427,38 +665,60 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         raise HistoryError(f"refused: {dest} exists and is not empty; name a new folder for the fork")
     held = None if locked else lock(home)
     try:
+        earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
-        dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # Until the fork is whole: a retry names what it is, and no server starts on it.
-        (dest / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
-        # A repository of its own holding the history up to the tick only: no later object, ref
-        # or reflog entry of HOME (a clone would share them all).
-        _git(dest, "init", "--quiet")
-        _git(dest, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
-        _git(dest, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
-        _check_out(dest, commit, state)
-        faults.point("fork.checked-out")
-        limit = person_limit.current(home) if limit is None else limit
-        if limit is not None:
-            person_limit.write(dest, limit)
-        for name in SETTINGS:
-            if (home / name).exists():
-                shutil.copy2(home / name, dest / name)
-        if (home / "memory.db").exists():
-            src = sqlite3.connect(home / "memory.db")
-            target = sqlite3.connect(dest / "memory.db")
-            try:
-                src.backup(target)  # a consistent copy, also while the home's server writes
-            finally:
-                target.close()
-                src.close()
-            _memory_at(dest / "memory.db", state, None)
-            _forget_deleted(dest / "memory.db")
-        _record(dest, tick, "Forked", f"Forked from {home} at this tick.", Fork(from_home=str(home), at_tick=tick, from_commit=commit))
-        sha, _ = HomeRepo(dest).commit(tracked(dest), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
-        (dest / FORK_UNFINISHED).unlink()
-        return Done(dest, tick, sha, None, time.perf_counter() - t0)
+        _refuse_damaged_memory(home, "fork")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        cleared = _clear_cut_short(dest)
+        made = dest.parent / f"{_FORKING.format(dest.name)}{os.getpid()}"
+        made.mkdir(mode=0o700)
+        try:
+            # Until the fork is whole: no server starts on the folder it is made in.
+            (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
+            faults.point("fork.made")
+            # A repository of its own holding the history up to the tick only: no later object, ref
+            # or reflog entry of HOME (a clone would share them all).
+            _git(made, "init", "--quiet")
+            _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+            _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
+            faults.point("fork.fetched")
+            _check_out(made, commit, state)
+            faults.point("fork.checked-out")
+            limit = person_limit.current(home) if limit is None else limit
+            if limit is not None:
+                person_limit.write(made, limit)
+            for name in SETTINGS:
+                if (home / name).exists():
+                    shutil.copy2(home / name, made / name)
+            faults.point("fork.settings")
+            if (home / "memory.db").exists():
+                src = sqlite3.connect(home / "memory.db")
+                target = sqlite3.connect(made / "memory.db")
+                try:
+                    src.backup(target)  # a consistent copy, also while the home's server writes
+                finally:
+                    target.close()
+                    src.close()
+                faults.point("fork.copied")
+                _memory_at(made / "memory.db", state, None)
+                _forget_deleted(made / "memory.db")
+                faults.point("fork.memory")
+            _record(made, tick, "Forked", f"Forked from {home} at this tick.",
+                    Fork(from_home=str(home), at_tick=tick, from_commit=commit))
+            faults.point("fork.recorded")
+            sha, _ = HomeRepo(made).commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+            faults.point("fork.committed")
+            (made / FORK_UNFINISHED).unlink()
+            sync_paths([p for p in made.rglob("*") if p.is_file()])
+        except BaseException:
+            shutil.rmtree(made, ignore_errors=True)  # failed (not killed): nothing of it is left
+            raise
+        os.rename(made, dest)  # whole, at once (over DEST when it is an empty folder)
+        sync_paths([dest])
+        faults.point("fork.renamed")
+        notes = [n for n in (earlier, cleared) if n]
+        return Done(dest, tick, sha, None, time.perf_counter() - t0, notes)
     finally:
         if held is not None:
             held.release()
@@ -500,6 +760,8 @@ def main(argv: list[str]) -> int:
     except (HistoryError, OSError, sqlite3.Error) as err:
         print(f"amacs-server {command}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
+    for note in done.notes:
+        print(f"amacs-server {command}: {note}", file=sys.stderr)
     print(done.line())
     return 0
 

@@ -3,7 +3,8 @@
 A limit is counted in dollars; a model with no price (none listed, none in `amacs-price-table')
 that is not served on this machine has calls whose dollars are unknown, so a limit on it is
 refused in one line in the shell, the limit left as it was.  Given a price in
-`amacs-price-table' (sent before the limit, with no input between), the same command sets it."""
+`amacs-price-table' (sent before the limit, with no input between), the same command sets it.
+A limit given at start on such a model is said, in one line of the greeting, not to be kept."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def test_a_budget_on_an_unpriced_model_is_refused_until_the_person_prices_it(fak
     assert "REFUSED-LIMIT=3" not in run.stdout, run.stdout  # the refused limit was not set
     assert (home / "budget-limit").read_text().strip().startswith("3"), "the priced model's limit is kept"
     assert not fake.requests  # setting a limit asks no model
+
+
+def test_a_limit_given_at_start_on_an_unpriced_model_is_said_not_kept_in_the_greeting(fake, home: Path) -> None:
+    run = run_emacs(home, fake.url, "(amacs-e2e-open) (amacs-e2e-finish)", AMACS_BACKEND="openai",
+                    OPENAI_BASE_URL=ELSEWHERE, OPENAI_API_KEY="sk-test", AMACS_MODEL="gpt-oss-120b",
+                    AMACS_BUDGET_LIMIT="3").check()
+    said = [line for line in run.shell.splitlines() if "budget limit" in line]
+    assert said == [f";; Your budget limit of $3.00 is not kept: a budget needs a price, and model gpt-oss-120b at "
+                    f"{ELSEWHERE} has none: give it one in amacs-price-table (or AMACS_PRICES: dollars per million "
+                    "tokens), or use a priced model; until then its calls count tokens, not dollars."], run.shell
