@@ -87,8 +87,15 @@ HISTORY_POINTS = REWIND_POINTS + FORK_POINTS
 # Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.
 RESEARCH_POINTS = (
     "run.ended",                # an experiment's run ended (its Emacs exited); its manifest still says running
+    "judge.asked",              # the judge's request is in its transcript; the model not yet asked
     "judge.scored",             # the judge model answered a run's score; nothing of it written yet
     "judge.written",            # score.json.tmp is written, not yet renamed to score.json
+)
+# Points of a turn whose eval runs a task or gets a tool result over its bound: tests/e2e/test_faults.py
+# kills them in such a turn.
+TURN_POINTS = (
+    "talk.delivered",           # an event is in an agent's queue and its transcript; the tick state not yet saved
+    "tool.kept",                # a tool's result is cut to its bound (the whole in its file); the eval not yet given it
 )
 # Not kills: the armed point raises a RuntimeError, a bug as Emacs and the log see one (:func:`bug`).
 BUGS = ("ping.bug",)

@@ -502,7 +502,10 @@ class Runtime:
         loop: nothing waits for it but the first model call) when that is older than a day."""
         cfg = self.config
         base = cfg.openai_base_url if self.backend_name == "openai" else cfg.base_url
-        self.catalog.use(self.backend_name, base, self.model, self.backend if cfg.has_credentials else None)
+        # The demo model is scripted here: there is nothing to ask it (its first reply waited for the
+        # question's 404, 0.1-0.5 s after the SDK's import).
+        ask = self.backend if cfg.has_credentials and self.endpoint() != "demo" else None
+        self.catalog.use(self.backend_name, base, self.model, ask)
         if isinstance(self.backend, LocalBackend) and self.catalog.caps.schema_form is None:
             self.catalog.caps = replace(self.catalog.caps, schema_form=LocalBackend.schema_form)
 

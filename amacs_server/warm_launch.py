@@ -171,8 +171,77 @@ def hand_over(argv: list[str]) -> int | None:
     return code
 
 
+def running(directory: str) -> list[int]:
+    """The pids of this user's warm servers in DIRECTORY: each names itself in its KEY.lock while it runs.
+
+    Read, not locked: a lock taken to look would make a warm server starting that instant give up."""
+    pids = []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return []
+    for name in names:
+        if not name.endswith(".lock"):
+            continue
+        try:
+            with open(os.path.join(directory, name)) as lock:
+                pid = int(lock.read().strip() or 0)
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if pid > 0 and b"amacs_server.warm" in cmdline.read():
+                    pids.append(pid)
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+QUIT_NOTE = ("AMACS: your warm server (pid {pids}) keeps running after Emacs, so that\n"
+             "the next ./amacs answers at once (about 100 MB; it exits after 8 idle hours).\n"
+             "To stop it now: ./amacs --stop-warm (or kill {pids}).  To never start one:\n"
+             "AMACS_WARM=0 ./amacs.  (Said once.)")
+TOLD = "told-at-quit"  # in the warm folder: the quit note was said to this user
+
+
+def quit_note() -> str:
+    """What ./amacs says once Emacs has quit: that a warm server stays, and how to stop it.
+
+    Said once (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR); "" when no warm
+    server runs or it was said before."""
+    directory = warm_dir()
+    pids = running(directory)
+    told = os.path.join(directory, TOLD)
+    if not pids or os.path.exists(told) or not private_dir(directory):
+        return ""
+    with open(told, "w"):
+        pass
+    return QUIT_NOTE.format(pids=" ".join(map(str, pids)))
+
+
+def stop_warm() -> list[int]:
+    """Stop this user's warm servers (the servers they forked go on); return their pids."""
+    stopped = []
+    for pid in running(warm_dir()):
+        try:
+            os.kill(pid, signal.SIGTERM)
+            stopped.append(pid)
+        except OSError:
+            pass
+    return stopped
+
+
 def main(argv: list[str]) -> int:
-    """A forked server if the warm server answers; else this process becomes ``python -m amacs_server``."""
+    """A forked server if the warm server answers; else this process becomes ``python -m amacs_server``.
+
+    ``--quit-note`` prints :func:`quit_note`; ``--stop`` stops the warm servers (./amacs runs both)."""
+    if argv == ["--quit-note"]:
+        note = quit_note()
+        if note:
+            print(note)
+        return 0
+    if argv == ["--stop"]:
+        stopped = stop_warm()
+        print(f"AMACS: stopped the warm server (pid {' '.join(map(str, stopped))})." if stopped
+              else "AMACS: no warm server was running.")
+        return 0
     status = hand_over(argv)
     if status is not None:
         return status

@@ -23,7 +23,8 @@ Rows, median / p90 in ms, each for both:
 6. the same for the whole reply in 100 chunks back to back (the run of row 1).
 
 "Visible" is as in :mod:`bench.bench_transport`: the text inserted into the
-buffer shown in the selected window (AMACS: after its delta / reply handler;
+buffer shown in the selected window (AMACS: after its delta / reply handler, the
+reply's last word after the delta that brought it, or the reply if none did;
 gptel: the ``after-change-functions`` call of the insertion holding it), timed
 inside Emacs with ``float-time``.  RET is ``RET`` in the shell and gptel's
 ``C-c RET`` (``gptel-send``) in its buffer, both typed through tmux.
@@ -105,7 +106,8 @@ def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -
         out["turn_overhead"].append(1000 * ((record["done"] - record["t0"]) - (timing["end"] - timing["start"])))
         out["ret_to_request"].append(1000 * (timing["start"] - record["t0"]))
         out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
-        out["last_byte_to_last_word_visible"].append(1000 * (record["reply"] - timing["end"]))
+        # AMACS: the delta that showed the last word (the reply event renders it again, with org).
+        out["last_byte_to_last_word_visible"].append(1000 * ((record.get("last") or record["reply"]) - timing["end"]))
     return out
 
 

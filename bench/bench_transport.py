@@ -98,11 +98,23 @@ AMACS_PROBES = """(progn
         (with-current-buffer amacs-shell-buffer-name
           (when (> (- (marker-position amacs-shell--stream-end) (marker-position amacs-shell--stream-start)) 0)
             (setq bench-first (float-time)))))))
-  (advice-add 'amacs-shell--on-reply :after (lambda (_e) (setq bench-reply (float-time))))
+  (advice-add 'amacs-shell--on-reply :after
+    (lambda (_e) (setq bench-reply (float-time)) (unless bench-last (setq bench-last bench-reply))))
+  ;; The reply's last word on screen: the delta that brought it, or the reply (none streamed).
+  (defvar bench-last nil)
+  (advice-add 'amacs-shell-return :before (lambda (&rest _) (setq bench-last nil)))
+  (advice-add 'amacs-shell--on-reply-delta :after
+    (lambda (_e)
+      (unless bench-last
+        (with-current-buffer amacs-shell-buffer-name
+          (when (save-excursion (goto-char amacs-shell--stream-end)
+                                (search-backward "LAST_WORD" (max (point-min) (- (point) 200)) t))
+            (setq bench-last (float-time)))))))
   (advice-add 'amacs-shell--on-turn-done :after
     (lambda (_e) (bench-record "amacs" :t0 bench-t0 :first bench-first :reply bench-reply :done (float-time)
-                                     :first_start bench-first-start :reply_start bench-reply-start)))
-  t)"""
+                                     :first_start bench-first-start :reply_start bench-reply-start
+                                     :last bench-last)))
+  t)""".replace("LAST_WORD", f"word{WORDS - 1:03d}")
 
 PEER = """(progn
   ;; The peer's text is shown as gptel shows a reply: in a window of its own beside

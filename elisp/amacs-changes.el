@@ -82,26 +82,30 @@ Read past the eval's file name handler: this is no read of the agent's."
                (buffer-string))
            (file-error nil)))))
 
-(defun amacs-changes--before-write (_start _end file &rest _)
-  "Keep FILE's bytes from before the eval first writes it.
-Before advice on `write-region' while an agent's eval runs."
-  (when (and amacs-changes--recording (stringp file)
-             (not (amacs--emacs-own-file-p file)))
-    (let ((changes (amacs-changes--of amacs-changes--recording))
-          (path (expand-file-name file)))
-      (unless (assoc path (cdr changes))
-        (push (cons path (amacs-changes--file-bytes path)) (cdr changes))))))
+(defun amacs-changes--before-file-change (operation args)
+  "Keep the bytes of the files OPERATION on ARGS will alter.
+Kept before the eval first alters each.  On
+`amacs-eval-file-change-functions': the file written, copied or linked
+onto, renamed (both names) or deleted by an agent's eval."
+  (when amacs-changes--recording
+    (let ((changes (amacs-changes--of amacs-changes--recording)))
+      (dolist (file (pcase operation
+                      ('write-region (list (nth 2 args)))
+                      ((or 'copy-file 'make-symbolic-link 'add-name-to-file) (list (nth 1 args)))
+                      ('rename-file (list (nth 0 args) (nth 1 args)))
+                      ('delete-file (list (nth 0 args)))))
+        (when (and (stringp file) (not (amacs--emacs-own-file-p file)))
+          (let ((path (expand-file-name file)))
+            (unless (or (file-directory-p path) (assoc path (cdr changes)))
+              (push (cons path (amacs-changes--file-bytes path)) (cdr changes)))))))))
+
+(add-hook 'amacs-eval-file-change-functions #'amacs-changes--before-file-change)
 
 (defvar amacs-changes--stack nil
   "The connections recording before the running evals began, innermost first.")
 
 (defun amacs-changes--eval-start (_event)
   "Begin to keep, for its connection's turn, what an agent's eval alters."
-  ;; Installed once and kept, before anything is recorded: advising a primitive
-  ;; compiles a trampoline in a natively compiled Emacs (files written); outside
-  ;; an agent's eval the advice does nothing.
-  (unless (advice-member-p #'amacs-changes--before-write 'write-region)
-    (advice-add 'write-region :before #'amacs-changes--before-write))
   (push amacs-changes--recording amacs-changes--stack)
   (setq amacs-changes--recording (amacs-current-connection))
   (add-hook 'before-change-functions #'amacs-changes--before-change))

@@ -213,6 +213,15 @@ checked on each file it would change."
       ((or 'make-symbolic-link 'add-name-to-file) (amacs--check-write (nth 1 args) "link onto"))
       ('delete-file (amacs--check-write (nth 0 args) "delete")))))
 
+(defvar amacs-eval-file-change-functions nil
+  "Functions called before an agent's eval changes a file on disk.
+Each gets the file operation's name (`write-region', `copy-file',
+`rename-file', `delete-file', `make-symbolic-link', `add-name-to-file')
+and its arguments, once the operation is allowed and before it is done.
+Called from the eval's file name handler, which sees the primitives'
+calls from compiled code too, with no primitive advised: advising one
+compiles a trampoline (about a second, at the first eval of a session).")
+
 (defun amacs--eval-file-handler (operation &rest args)
   "Do file OPERATION on ARGS as usual; note its file for the running eval.
 In `file-name-handler-alist' only while an agent's eval runs.  Its
@@ -223,6 +232,8 @@ A library being loaded and an auto-save file are not the agent's
 reading and writing, and are not noted.  With `amacs-read-before-write',
 a write is checked first and may be refused (an error, nothing written)."
   (amacs--check-file-operation operation args)
+  (unless (eq operation 'insert-file-contents)
+    (run-hook-with-args 'amacs-eval-file-change-functions operation args))
   (prog1 (let ((inhibit-file-name-handlers
                  (cons #'amacs--eval-file-handler
                        (and (eq inhibit-file-name-operation operation)

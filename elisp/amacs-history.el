@@ -22,7 +22,7 @@
 (declare-function amacs-shell--output "amacs-shell")
 (declare-function amacs-shell--past-input "amacs-shell-output")
 (declare-function amacs-shell--buffer "amacs-shell")
-(declare-function amacs-shell--resume "amacs-shell")
+(declare-function amacs-shell--resume "amacs-shell" (&optional said))
 (declare-function amacs-shell-open "amacs-shell-start")
 (declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
@@ -174,7 +174,7 @@ interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr pick
                                  'amacs-shell-status))
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)
-          (amacs-shell--resume)
+          (amacs-shell--resume t)
           ;; The person asked for it: show the mind as it now is, however far up they had read.
           (goto-char (point-max))
           (dolist (window (get-buffer-window-list buffer nil t))

@@ -232,6 +232,15 @@ Each of its lines is a `;;' line."
     (set-marker amacs-shell--out out)
     (when stream (set-marker amacs-shell--stream-end stream))))
 
+(defun amacs-shell--for-person (text)
+  "Return TEXT with each memory item's address shown without its <EOT>s.
+An address, <EOT>AGENT:BRAIN:NAME:VERSION<EOT>, is written so for the
+agent, which passes it back in its evals; the person reads
+AGENT:BRAIN:NAME:VERSION."
+  (if (string-search "<EOT>" text)
+      (replace-regexp-in-string "<EOT>\\([^<\n]*?\\)<EOT>" "\\1" text t)
+    text))
+
 (defun amacs-shell--one-line (text limit)
   "TEXT on one line, cut to LIMIT characters."
   (truncate-string-to-width (string-trim (replace-regexp-in-string "[ \t\n]+" " " text))

@@ -158,6 +158,16 @@ the next line shows as it would without them."
                           (cons (cons (plist-get event :id) line) (amacs-shell--get 'amacs-shell--evals))))))
   (amacs-shell--show-now))
 
+(defun amacs-shell--eval-head (form width)
+  "Return the start of the line of an eval of FORM (text), in WIDTH columns."
+  (concat "▸ eval " (amacs-shell--one-line (amacs-shell--for-person form)
+                                           (min amacs-shell-eval-preview-chars (- width 25)))))
+
+(defun amacs-shell--eval-summary (form value width)
+  "Return the line of an eval of FORM with result VALUE, in WIDTH columns."
+  (let ((head (amacs-shell--eval-head form width)))
+    (concat head " → " (amacs-shell--one-line value (max 10 (- width 3 (length head)))))))
+
 (defun amacs-shell--eval-line (form)
   "Show an eval of FORM as a summary line whose result is pending; return its id.
 The id names the eval's invisibility symbol: `amacs-shell--eval-finish'
@@ -168,15 +178,13 @@ gives the line its result."
       (amacs-shell--fresh-line)
       (let ((start (copy-marker amacs-shell--out nil)))
         (amacs-shell--insert-output
-         (propertize (concat "▸ eval "
-                             (amacs-shell--one-line form (min amacs-shell-eval-preview-chars
-                                                              (- (amacs-shell--width) 25))))
-                     'font-lock-face 'amacs-shell-eval 'amacs-eval id
+         (propertize (amacs-shell--eval-head form (amacs-shell--width))
+                     'font-lock-face 'amacs-shell-eval 'amacs-eval id 'amacs-shell-form form
                      'help-echo "TAB or RET: show the form and its result"))
         (put id 'amacs-pending (copy-marker amacs-shell--out nil))
         (amacs-shell--insert-output (propertize (substitute-command-keys " … (\\[keyboard-quit] stops it)")
                                                 'font-lock-face 'amacs-shell-eval 'amacs-eval id))
-        (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--pretty form)
+        (amacs-shell--insert-output (amacs-shell--eval-detail id (amacs-shell--for-person (amacs-shell--pretty form))
                                                               'font-lock-constant-face))
         (put id 'amacs-summary start)
         (put id 'amacs-details-end (copy-marker amacs-shell--out nil))
@@ -232,15 +240,15 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
          (details-end (get id 'amacs-details-end))
          (ok (plist-get result :success))
          (face (if ok 'amacs-shell-eval 'amacs-shell-eval-error))
-         (value (if ok (or (plist-get result :result) "nil")
-                  (concat "error: " (or (plist-get result :error) "?")))))
+         (error (amacs-shell--for-person (or (plist-get result :error) "?")))
+         (value (if ok (amacs-shell--for-person (or (plist-get result :result) "nil"))
+                  (concat "error: " error))))
     (when (and start (marker-buffer start))
       (amacs-shell--editing
         (goto-char details-end)
         (insert (amacs-shell--output-props
                  (amacs-shell--eval-detail
-                  id (concat (if ok "⇒ " "error: ")
-                             (string-trim-right (if ok value (or (plist-get result :error) "?"))))
+                  id (concat (if ok "⇒ " "error: ") (string-trim-right (if ok value error)))
                   (if ok 'default 'amacs-shell-error))))
         (let* ((pending (get id 'amacs-pending))
                (used (- pending start)))
@@ -248,7 +256,11 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
           (delete-region pending (next-single-property-change pending 'invisible nil (point-max)))
           (insert (amacs-shell--output-props
                    (concat " → " (amacs-shell--one-line value (max 10 (- (amacs-shell--width) 3 used))))))
-          (add-text-properties start (point) (list 'font-lock-face face 'amacs-eval id))
+          (add-text-properties start (point)
+                               (list 'font-lock-face face 'amacs-eval id
+                                     'amacs-shell-fit (apply-partially #'amacs-shell--eval-summary
+                                                                       (get-text-property start 'amacs-shell-form)
+                                                                       value)))
           (set-marker pending nil)
           (put id 'amacs-pending nil)))
       (set-marker start nil)
@@ -259,6 +271,37 @@ RESULT is a plist of :success, :result and :error, as an eval gives."
 (defvar amacs-shell--tool-count 0
   "Tool calls shown so far; names each one's invisibility symbol.")
 
+(defun amacs-shell--tool-summary (name shown width)
+  "Return the line of a call of tool NAME with result SHOWN, in WIDTH columns."
+  (format "▸ tool %s → %s" name (amacs-shell--one-line shown (max 10 (- width 14 (length name))))))
+
+(defvar-local amacs-shell--fitted-width nil
+  "The width in columns the shell's eval and tool lines were last fitted to.")
+
+(defun amacs-shell--refit (window)
+  "Fit the eval and tool lines of WINDOW's shell to its width, if that changed.
+On `window-size-change-functions' in the shell: a line cut for a wide
+window wrapped over two or three in a narrow one (the shell beside a
+fork's).  Each such line carries `amacs-shell-fit', a function of the
+width that returns it; its arrow (▸ folded, ▾ shown) is kept."
+  (with-current-buffer (window-buffer window)
+    (let ((width (amacs-shell--width)))
+      (unless (eql width amacs-shell--fitted-width)
+        (setq amacs-shell--fitted-width width)
+        (amacs-shell--editing
+          (let ((pos (point-min)))
+            (while (setq pos (text-property-not-all pos (point-max) 'amacs-shell-fit nil))
+              (let* ((end (next-single-property-change pos 'amacs-shell-fit nil (point-max)))
+                     (fitted (funcall (get-text-property pos 'amacs-shell-fit) width))
+                     (text (concat (buffer-substring-no-properties pos (1+ pos)) (substring fitted 1))))
+                (if (equal text (buffer-substring-no-properties pos end))
+                    (setq pos end)
+                  (let ((props (text-properties-at pos)))
+                    (goto-char pos)
+                    (delete-region pos end)
+                    (insert (apply #'propertize text props))
+                    (setq pos (point))))))))))))
+
 (defun amacs-shell--tool-line (name arguments value error seconds)
   "Show a tool call of the primary's eval on its own line under the eval line.
 NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
@@ -266,15 +309,15 @@ NAME, ARGUMENTS, VALUE, ERROR and SECONDS are as
 its arguments and its whole result."
   (when (equal (amacs-shell-turn-eval-agent (amacs-shell--turn)) "primary")
     (let ((id (intern (format "amacs-tool-%d" (setq amacs-shell--tool-count (1+ amacs-shell--tool-count)))))
-          (shown (if error (concat "error: " error) (amacs--print-result value)))
+          (shown (amacs-shell--for-person (if error (concat "error: " error) (amacs--print-result value))))
           (face (if error 'amacs-shell-eval-error 'amacs-shell-eval)))
       (amacs-shell--editing
         (add-to-invisibility-spec id)
         (amacs-shell--fresh-line)
         (amacs-shell--insert-output
-         (concat (propertize (format "▸ tool %s → %s" name
-                                     (amacs-shell--one-line shown (max 10 (- (amacs-shell--width) 14 (length name)))))
+         (concat (propertize (amacs-shell--tool-summary name shown (amacs-shell--width))
                              'font-lock-face face 'amacs-eval id 'line-prefix "  "
+                             'amacs-shell-fit (apply-partially #'amacs-shell--tool-summary name shown)
                              'help-echo "TAB or RET: show its arguments and result")
                  (amacs-shell--eval-detail id (format "arguments: %S (%.2f s)" arguments seconds)
                                            'font-lock-constant-face)

@@ -210,8 +210,11 @@ the log) and these facts are one notice, each line a `;;' line."
 (defvar-local amacs-shell--resumed nil
   "Non-nil once this shell has shown the earlier exchanges.")
 
-(defun amacs-shell--resume ()
-  "Show the last exchanges of agent-chat.org; greet a new person."
+(defun amacs-shell--resume (&optional said)
+  "Show the last exchanges of agent-chat.org; greet a new person.
+A line above them says they are resumed, unless SAID: the caller has
+said what they are (a rewind, whose line ends \"The conversation up to
+there:\")."
   (let ((buffer (amacs-shell--buffer))
         (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
@@ -224,6 +227,11 @@ the log) and these facts are one notice, each line a `;;' line."
                     "\\[amacs-shell-interrupt] interrupts.\n"
                     ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."))
            'amacs-shell-annotation)
+        (unless said
+          (amacs-shell--output
+           (substitute-command-keys
+            ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
+           'amacs-shell-annotation))
         (dolist (entry recent)
           (when (plist-get entry :human)
             (amacs-shell--output (amacs-shell--input-line
@@ -242,11 +250,7 @@ the log) and these facts are one notice, each line a `;;' line."
             (when done
               (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
           (dolist (task (append (plist-get entry :tasks) nil))
-            (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))
-        (amacs-shell--output
-         (substitute-command-keys
-          ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all).")
-         'amacs-shell-annotation)))))
+            (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))))))
 
 (defun amacs-shell--from-an-input (entries count)
   "The last COUNT of ENTRIES, and those before them back to one with an input.
@@ -760,6 +764,7 @@ before a past input, `amacs-fork' copies it there into a new home,
   (setq-local word-wrap t)
   (amacs-render-prepare-buffer)
   (amacs-shell--read-history)
+  (add-hook 'window-size-change-functions #'amacs-shell--refit nil t)
   (add-hook 'kill-buffer-hook #'amacs-shell--save-history-safely nil t)
   (add-hook 'kill-buffer-hook #'amacs-shell--forget-buffer nil t)
   (add-hook 'kill-buffer-query-functions #'amacs-shell--query-kill nil t)

@@ -4,6 +4,7 @@ through the real SDK, costs nothing, and the status names it as the endpoint."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from urllib.parse import urlsplit
@@ -81,6 +82,21 @@ def test_amacs_demo_serves_the_demo_from_the_servers_start_to_its_stop(tmp_path)
     finally:
         rt.stop(grace=0)
     assert not port_open(url)
+
+
+def test_the_demo_is_not_asked_what_it_accepts(tmp_path):
+    """A new home asks the model's capabilities before its first call; the demo's first reply
+    waited for the scripted model's 404."""
+    rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "AMACS_DEMO": "1"}), SilentFace())
+
+    async def learn() -> object:
+        rt.learn_model()  # as at start, in the running loop
+        return rt.catalog._task
+
+    try:
+        assert asyncio.run(learn()) is None
+    finally:
+        rt.stop(grace=0)
 
 
 def test_the_no_key_note_offers_the_demo_first(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import faults
 from .agent import AgentError
 from .kinds import PRIMARY
 from .talk import Event, EventBus, EventType, Overloaded, TalkIds, Wait
@@ -71,6 +72,7 @@ class Post:
         self._outstanding[to] = max(0, self._outstanding.get(to, 0) - 1)
         self.bus.post(to, event, reserved=True)
         self._record(to, event)
+        faults.point("talk.delivered")
         if to == PRIMARY and wake:
             self._wake()
 
@@ -78,6 +80,7 @@ class Post:
         """Post EVENT to TO; a full queue raises :class:`Overloaded` for the sender (never a silent drop)."""
         self.bus.post(to, event, reserved=reserved)
         self._record(to, event)
+        faults.point("talk.delivered")
         if to == PRIMARY:
             self._wake()
 

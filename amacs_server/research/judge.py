@@ -291,6 +291,10 @@ class JudgeCall(Caller):
     def note(self, event: str, data: dict[str, Any]) -> None:
         self.transcript.write(KINDS[event].of(data), agent=self.me)
 
+    def sending(self, request: dict[str, Any]) -> None:
+        super().sending(request)
+        faults.point("judge.asked")
+
     def paid(self, usage: Any) -> float | None:
         from ..inference.pricing import Price, cost, is_local
 

@@ -89,6 +89,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         stem = f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120]
         value, chars = calls.bounded(value, rt.config.home / "transcripts" / "results",
                                      re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
+        faults.point("tool.kept")
     except AmacsError as err:
         write(str(err), blocked=isinstance(err, Blocked))
         said = hub.scrub(str(err)) if hub is not None else str(err)

@@ -148,11 +148,25 @@ class Vetted:
         return {**result, "tools": kept}
 
 
-class _Reading:
-    """The read stream of a :class:`Vetted` transport."""
+class _Around:
+    """A stream of a :class:`Vetted` transport: the inner stream's, closed and entered as it is."""
 
     def __init__(self, inner: Any, vetted: Vetted) -> None:
         self.inner, self.vetted = inner, vetted
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def __aenter__(self) -> Any:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+
+class _Reading(_Around):
+    """The read stream of a :class:`Vetted` transport."""
 
     @property
     def last_context(self) -> Any:
@@ -168,33 +182,10 @@ class _Reading:
     async def __anext__(self) -> Any:
         return self.vetted.received(await self.inner.__anext__())
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
-    async def __aenter__(self) -> _Reading:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self.inner.__aexit__(*exc)
-
-
-class _Writing:
+class _Writing(_Around):
     """The write stream of a :class:`Vetted` transport."""
-
-    def __init__(self, inner: Any, vetted: Vetted) -> None:
-        self.inner, self.vetted = inner, vetted
 
     async def send(self, item: Any, /) -> None:
         self.vetted.sent(item)
         await self.inner.send(item)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-    async def __aenter__(self) -> _Writing:
-        await self.inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc: Any) -> Any:
-        return await self.inner.__aexit__(*exc)

@@ -60,6 +60,30 @@ class EmacsGone(AmacsError, RuntimeError):
     """No Emacs is connected to answer."""
 
 
+# Every event the server sends Emacs, declared once with its fields (beside ``type``): the
+# shell's, the hub's and amacs-eval.el's handlers read only these (tests/test_emacs_events.py).
+# ``agents`` carries :meth:`Runtime.spending`'s fields, ``tick`` the tick's and those too.
+SPENDING = frozenset({"session", "spent", "budget_limit"})
+EVENTS: dict[str, frozenset[str]] = {
+    "reply": frozenset({"text", "streamed"}),
+    "reply-delta": frozenset({"text"}),
+    "thinking-delta": frozenset({"text"}),
+    "reply-abandon": frozenset({"reason"}),
+    "annotation": frozenset({"text", "kind"}),
+    "retry": frozenset({"text", "seconds", "attempt", "attempts"}),
+    "agent-ended": frozenset({"id", "state", "ok", "text"}),
+    "turn-start": frozenset(),
+    "step": frozenset({"step", "limit"}),
+    "turn-done": frozenset({"tick"}),
+    "input-taken": frozenset({"saved"}),
+    "agents": frozenset({"agents"}) | SPENDING,
+    "tick": frozenset({"tick", "this_tick"}) | SPENDING,
+    # Requests: Emacs answers each with ``emacs_reply`` and its ``id``.
+    "eval": frozenset({"id", "form", "agent", "guard", "files"}),
+    "hydrate": frozenset({"id", "buffers"}),
+}
+
+
 class EmacsFace:
     """Shows the loop's output in Emacs and has Emacs evaluate the agent's elisp."""
 
@@ -88,6 +112,9 @@ class EmacsFace:
         self._refused: dict[int, list[str]] = {}  # per running eval, the person's powers it was refused
 
     def _send(self, **event: Any) -> bool:
+        undeclared = set(event) - {"type"} - EVENTS.get(event["type"], frozenset())
+        if undeclared or event["type"] not in EVENTS:  # a bug: Emacs's handlers read only what EVENTS declares
+            log.error("an event Emacs's handlers do not know: %s %s", event["type"], sorted(undeclared))
         if not self.server.notify(event):
             log.info("no Emacs to show %s", event.get("type"))
             return False

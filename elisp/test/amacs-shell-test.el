@@ -689,6 +689,49 @@ server was last told; not when they did not."
     (should (string-match-p "▸ eval (car 1) → error: Wrong type argument" (amacs-shell-test--text)))
     (should (eq (amacs-shell-test--face-at "▸ eval (car 1)") 'amacs-shell-eval-error))))
 
+(ert-deftest amacs-shell-test-memory-addresses-show-without-their-eot-marks ()
+  "A newcomer read `:mem-id \"<EOT>amacs-instance-1:primary:thread.demo-tour:1<EOT>\"' in the
+demo's first eval result: the marks are the agent's, which gets them back as they were."
+  (amacs-shell-test--with-shell
+    (let ((amacs-eval-confirm nil))
+      (should (equal (amacs-shell-test--eval "(list :mem-id \"<EOT>a:primary:x:1<EOT>\" :n 1)")
+                     '(:success t :result "(:mem-id \"<EOT>a:primary:x:1<EOT>\" :n 1)")))
+      (should (string-match-p "▸ eval (list :mem-id \"a:primary:x:1\" :n 1) → (:mem-id \"a:primary:x:1\" :n 1)\n"
+                              (amacs-shell-test--text)))
+      (should (string-match-p "⇒ (:mem-id \"a:primary:x:1\" :n 1)" (amacs-shell-test--text)))
+      (setq amacs-shell-test--calls nil)
+      (amacs-shell-test--eval "(error \"No item <EOT>a:primary:y:2<EOT>\")")
+      (should-not (string-search "<EOT>" (amacs-shell-test--text))))))
+
+(ert-deftest amacs-shell-test-eval-lines-are-refitted-when-the-window-narrows ()
+  "After M-x amacs-fork split the frame, the first shell's eval lines, cut for the whole width,
+wrapped over two or three lines each in its half.  Refitted, each keeps one line, and its arrow."
+  (amacs-shell-test--with-shell
+    (delete-other-windows)
+    (let ((amacs-eval-confirm nil)
+          (lines (lambda ()
+                   (seq-filter (lambda (line) (string-match-p "^[▸▾] eval" line))
+                               (split-string (amacs-shell-test--text) "\n")))))
+      (should (memq #'amacs-shell--refit window-size-change-functions))
+      (amacs-shell-test--eval (format "(list %S %S)" (make-string 70 ?a) (make-string 70 ?b)))
+      (amacs-shell-test--eval "(make-string 90 ?c)")
+      (goto-char (point-min))
+      (search-forward "▸ eval (make-string")
+      (amacs-shell-toggle)              ; shown: ▾
+      (let ((wide (funcall lines)))
+        (should (= (length wide) 2))
+        (should (> (string-width (car wide)) 60))
+        (split-window-right 50)           ; as the 100-column terminal of the newcomer, halved
+        (amacs-shell--refit (selected-window))
+        (let ((narrow (funcall lines))
+              (width (window-body-width)))
+          (should (= (length narrow) 2))
+          (dolist (line narrow) (should (< (string-width line) width)))
+          (should (string-prefix-p "▾ eval (make-string" (cadr narrow))))
+        (delete-other-windows)
+        (amacs-shell--refit (selected-window))
+        (should (equal (funcall lines) wide))))))
+
 (ert-deftest amacs-shell-test-eval-confirm-accept-and-decline ()
   "Issue 9: `amacs-eval-confirm' asks; yes runs, no is the agent's error result.
 While it asks, the header says so, not that the eval runs (a newcomer's finding)."
@@ -805,6 +848,35 @@ greeting and by the line saying the server restarted."
           (should (= (cl-count-if (lambda (line) (string-match-p "Local model: for trying" line))
                                   (split-string text "\n"))
                      1)))))))
+
+(ert-deftest amacs-shell-test-files-an-eval-writes-or-deletes-are-listed-with-no-primitive-advised ()
+  "Keeping a file's bytes by advising `write-region' compiled a trampoline at the first eval
+of each session (about a second before the demo's first reply went on; every session under
+EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION).  The eval's file name handler sees the writes,
+also from compiled code (`save-buffer'), and the deletes."
+  (amacs-shell-test--with-shell
+    (let* ((amacs-eval-confirm nil)
+           (dir (make-temp-file "amacs-changes" t))
+           (kept (expand-file-name "kept.org" dir))
+           (gone (expand-file-name "gone.org" dir)))
+      (unwind-protect
+          (progn
+            (with-temp-file kept (insert "one\n"))
+            (with-temp-file gone (insert "a\nb\n"))
+            (should (equal (plist-get (amacs-shell-test--eval
+                                       (format "(progn (with-current-buffer (find-file-noselect %S) (goto-char (point-max)) (insert \"two\\n\") (save-buffer) (kill-buffer)) (delete-file %S) 'ok)"
+                                               kept gone))
+                                      :result)
+                           "ok"))
+            (amacs-changes--on-turn-done nil)
+            (should (string-match-p (regexp-quote (format "▸ changed: %s (file, +1 line), %s (file deleted, −2 lines)"
+                                                          (abbreviate-file-name kept) (abbreviate-file-name gone)))
+                                    (amacs-shell-test--text)))
+            ;; Only `amacs-eval-confirm' `writes' advises them (its own test installs that).
+            (dolist (primitive '(write-region delete-file))
+              (advice-mapc (lambda (_ properties) (should (eq (alist-get 'name properties) 'amacs-eval-ask)))
+                           primitive)))
+        (delete-directory dir t)))))
 
 (ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()
   "In a fresh HOME the native compiler wrote its job to /tmp/emacs-async-comp-*.el during the
@@ -1289,6 +1361,27 @@ shell's turn is busy, and the next one is asked for after a gap."
         (amacs-render-preload)
         (should (= n (length amacs--render-preload-queue))))
       (should (eq amacs--render-preload-timer 'idle-timer)))))
+
+(ert-deftest amacs-shell-test-the-resumed-line-stands-above-the-exchanges-it-names ()
+  "A newcomer read \"Resumed: the last exchanges\" under them, as if it named what came next.
+A rewind's own line says what follows it; no second one."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:recent ((:human "q" :agent "A.")) :key-ok t)
+      (amacs-shell--greet))
+    (should (string-prefix-p (concat ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all):\n"
+                                     "amacs> q\n\nA.\n")
+                             (amacs-shell-test--text)))
+    (should (= (cl-count-if (lambda (line) (string-prefix-p ";; Resumed" line))
+                            (split-string (amacs-shell-test--text) "\n"))
+               1))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args)
+                 (pcase method
+                   ('rewind '(:line "rewound to tick 1"))
+                   ('status '(:recent ((:human "q" :agent "A.")) :key-ok t))))))
+      (amacs-rewind 1))
+    (should (string-suffix-p ";; rewound to tick 1. The conversation up to there:\namacs> q\n\nA.\n\namacs> "
+                             (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-resumed-exchanges-render-as-live-ones ()
   "A newcomer's finding: resumed exchanges were greyed raw markup (*bold*, ~code~).

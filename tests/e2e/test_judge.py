@@ -182,21 +182,25 @@ def test_judge_stops_at_its_budget(runs, fake):
     assert len(scores(runs, "answer-quality")) == RUNS and len(fake.requests) == RUNS
 
 
-@pytest.mark.parametrize("point", ["judge.scored@2", "judge.written@2"])
+@pytest.mark.parametrize("point", [f"{p}@{n}" for p in ("judge.asked", "judge.scored", "judge.written")
+                                   for n in range(1, RUNS + 1)])
 def test_judge_killed_at_a_score_loses_no_other_and_judges_that_one_again(runs, fake, point):
-    """The judge SIGKILLed after the model scored its second run (nothing written), or with that
-    score half written (score.json.tmp only): the run again judges it, and only it, with the rest."""
+    """The judge SIGKILLed at its Nth run (one at a time): its request written but the model not
+    asked, the model's score in but nothing written, or the score half written (score.json.tmp
+    only): the run again judges that run, and only it, with the rest; none judged before is lost."""
+    nth = int(point.partition("@")[2])
     killed = subprocess.run(command(runs, "answer-quality", "--parallel", "1"),
                             env={**environment(fake), "AMACS_FAULT_POINT": point}, cwd=ROOT, capture_output=True,
                             text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     before = {k: s for k, s in scores(runs, "answer-quality").items() if s["status"] == "done"}
-    assert len(before) == 1, before
+    assert len(before) == nth - 1, before
     asked_before = len(fake.requests)
     done = judge(fake, runs, "answer-quality")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"1 judged before, {RUNS - 1} to judge" in done.stdout, done.stdout
+    assert f"{nth - 1} judged before, {RUNS - nth + 1} to judge" in done.stdout, done.stdout
     after = scores(runs, "answer-quality")
     assert len(after) == RUNS and all(s["status"] == "done" for s in after.values())
-    assert len(fake.requests) - asked_before == RUNS - 1
+    assert all(after[k] == s for k, s in before.items())  # a score written before the kill is kept as it was
+    assert len(fake.requests) - asked_before == RUNS - nth + 1
     assert not list(runs.glob("*/judges/answer-quality/*.tmp"))

@@ -32,13 +32,13 @@ def fake() -> Iterator[FakeAnthropic]:
 def terminal(amacs_installed: None, fake: FakeAnthropic, tmp_path: Path) -> Iterator[Callable[..., Terminal]]:
     """Open ``./amacs`` in tmux: ``terminal()``, ``terminal(80, 24)``, ``terminal(AMACS_MODEL="...")``.
 
-    Extra keyword arguments are environment variables.  Every terminal is closed after the test,
+    Extra keyword arguments are environment variables (None: unset).  Every terminal is closed after the test,
     and the test errs if a process Emacs started outlives it (the server must exit with its Emacs).
     """
     opened: list[Terminal] = []
 
     def open_terminal(width: int = 120, height: int = 40, args: tuple[str, ...] = (), connected: bool = True,
-                      **env: str) -> Terminal:
+                      **env: str | None) -> Terminal:
         term = Terminal(tmp_path / f"terminal-{len(opened)}", fake.url, width, height, env, args)
         opened.append(term)
         return term.start(connected=connected)

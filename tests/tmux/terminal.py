@@ -29,10 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "amacs> "
 TEST_KEY = "sk-ant-test-SECRET-tmux-0123456789"
+# remain-on-exit: the terminal stays once Emacs quits; a few rows of history: what ./amacs says
+# then (Terminal.history).
 TMUX_CONF = """\
 set -g status off
 set -g remain-on-exit on
-set -g history-limit 0
+set -g history-limit 50
 """
 
 
@@ -44,7 +46,7 @@ class Terminal:
     """One ``./amacs`` in a tmux session of its own, on a private tmux socket."""
 
     def __init__(self, tmp: Path, base_url: str, width: int = 120, height: int = 40,
-                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str | None] | None = None, args: tuple[str, ...] = ()) -> None:
         self.width, self.height = width, height
         self.args = args  # ./amacs's own, before the test's --eval (./amacs --local)
         self.home = tmp / "user-home"
@@ -56,8 +58,9 @@ class Terminal:
         self._env = self._environment(base_url, env or {})
         self._pane_pid: int | None = None
 
-    def _environment(self, base_url: str, extra: dict[str, str]) -> dict[str, str]:
-        """The caller's environment without its AMACS/Anthropic/tmux settings, plus the test's."""
+    def _environment(self, base_url: str, extra: dict[str, str | None]) -> dict[str, str]:
+        """The caller's environment without its AMACS/Anthropic/tmux settings, plus the test's
+        (a name given None is left out: ``./amacs``'s own choice, as a newcomer's shell has)."""
         dropped = ("ANTHROPIC_", "AMACS_", "OPENAI_", "TMUX", "EMACS", "INSIDE_EMACS", "LINES", "COLUMNS", "LC_")
         env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
         env.update(
@@ -74,7 +77,11 @@ class Terminal:
             # that want one say AMACS_WARM=1 and give it a folder of its own).
             AMACS_WARM="0",
         )
-        env.update(extra)
+        for name, value in extra.items():
+            if value is None:
+                env.pop(name, None)
+            else:
+                env[name] = value
         return env
 
     # Starting and stopping
@@ -130,6 +137,10 @@ class Terminal:
     def screen(self) -> str:
         """What the terminal shows, one line per screen row (trailing blanks removed)."""
         return self._tmux("capture-pane", "-p", "-t", "amacs")
+
+    def history(self) -> str:
+        """The rows scrolled above the screen (the terminal after Emacs quit), oldest first."""
+        return self._tmux("capture-pane", "-p", "-S", "-200", "-E", "-1", "-t", "amacs")
 
     def screen_with_escapes(self) -> str:
         """The screen with its colour and attribute escape sequences."""

@@ -14,21 +14,18 @@ import pytest
 
 pytestmark = pytest.mark.tmux
 
-# Seconds from ./amacs --demo to an interrupted reply: the issue's bound, on a machine whose cores
-# are not over-subscribed.  Measured here: 10.8 s at a load of 10 on 2 cores, 6 s of it the
-# server importing the anthropic SDK (about 1 s when quiet); so the bound grows with the load
-# per core beyond 1, and the failure says by how much it grew.
+# Seconds from ./amacs --demo to an interrupted reply, as the issue asks.  Measured on 2 cores
+# at a load of 3-8 (the machine shared): 5-8 s; the time goes to the server importing the
+# anthropic SDK (1.3 s of CPU, 2.6 s at load 4) before the first request, then the demo's own
+# pace (the help reply streams 0.6 s, the slow one reaches word3 in 1.1 s).
 LAUNCH_TO_INTERRUPT = 10.0
 
 
-def contention() -> float:
-    """How many times over the machine's cores are asked for (1.0 when not over-subscribed)."""
-    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-
-
 def test_amacs_demo_streams_evaluates_and_is_interrupted_within_seconds(terminal):
-    began, load = time.monotonic(), contention()
-    term = terminal(width=120, height=45, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    began = time.monotonic()
+    # As a newcomer's shell: Emacs's automatic native compilation left to ./amacs (which turns it off).
+    term = terminal(width=120, height=45, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="",
+                    EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION=None)
     screen = term.screen()
     assert screen.splitlines()[1].startswith(" demo model — "), screen  # the header names the demo
     assert "No API key" not in screen and "Demo model:" in screen, screen
@@ -47,9 +44,11 @@ def test_amacs_demo_streams_evaluates_and_is_interrupted_within_seconds(terminal
     term.wait_for("word3 ", timeout=8, what="the slow reply streaming")
     term.press("C-c C-c")
     screen = term.wait_for(";; (the text above was discarded: interrupted)", timeout=8, what="the interrupt")
-    took, load = time.monotonic() - began, max(load, contention())
-    assert took < LAUNCH_TO_INTERRUPT * load, f"{took:.1f} s from launch to the interrupt (load per core {load:.1f})"
+    took = time.monotonic() - began
+    assert took < LAUNCH_TO_INTERRUPT, f"{took:.1f} s from launch to the interrupt (load {os.getloadavg()[0]:.1f})"
     assert "word59" not in screen, screen
+    # No native compiler at work beside the first turn (it took a core from a fresh HOME's start).
+    assert term.elisp('(and (get-buffer "*Async-native-compile-log*") t)') == "nil"
 
     # The rest of the first minute: the thread the tour opened, and two subagents at work.
     term.press("C-c C-v")
@@ -61,3 +60,20 @@ def test_amacs_demo_streams_evaluates_and_is_interrupted_within_seconds(terminal
     term.wait_for("⟳ task-1 (researcher)", timeout=15, what="a subagent's line while it works")
     term.wait_for("✓ task-2 (researcher) done", timeout=20, what="the subagents done")
     assert time.monotonic() - began < 60
+
+
+def test_eval_lines_keep_to_one_line_when_the_window_narrows(terminal):
+    """A newcomer's fork split the frame: the first shell's eval lines, cut for 100 columns,
+    wrapped over two or three rows in its half.  Refitted to the half, each keeps one row."""
+    term = terminal(width=100, height=32, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    term.type("help")
+    term.press("Enter")
+    term.wait_for("▸ eval (condition-case nil (agent-create-thread", timeout=30, what="the tour's eval line")
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
+    assert len(next(r for r in term.lines() if r.startswith("▸ eval"))) > 60
+    term.press("C-x 3")  # as a fork's shell opens beside this one
+    screen = term.wait_for(lambda s: s.count("▸ eval (condition-case") == 2, what="the shell in both halves")
+    for row in screen.splitlines():
+        if "▸ eval" in row:  # Emacs ends a row that wraps with a backslash, in each half
+            left, _, right = row.partition("|")
+            assert not left.rstrip().endswith("\\") and not right.rstrip().endswith("\\"), screen

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
-from tests.tmux.terminal import Terminal
+from tests.tmux.terminal import ROOT, Terminal
 
 pytestmark = pytest.mark.tmux
 
@@ -67,3 +68,33 @@ def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
     second.press("Enter")
     second.wait_for("Four, from a warm fork.", timeout=30)
     assert "what is 2+2?" in fake.user_texts()[-1]
+
+
+def test_the_first_quit_says_the_warm_server_stays_and_how_to_stop_it(
+        terminal: Callable[..., Terminal], warm_dir: Path) -> None:
+    """A newcomer found the warm server running after quitting Emacs; only the docs said it would.
+    The first quit with one running says so in the terminal, with its pid and how to stop it."""
+    env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
+    first = terminal(**env)
+    deadline = time.monotonic() + 120
+    while not list(warm_dir.glob("*.sock")):
+        assert time.monotonic() < deadline, "the first start left no warm server"
+        time.sleep(0.1)
+    warm = int(next(warm_dir.glob("*.lock")).read_text())
+    first.press("C-x C-c")
+    said = first.wait_for("Pane is dead", what="Emacs quit, and what ./amacs said after it")
+    said += first.history()
+    assert f"AMACS: your warm server (pid {warm}) keeps running after Emacs" in said, said
+    assert f"To stop it now: ./amacs --stop-warm (or kill {warm})" in said, said
+    again = terminal(**env)  # said once
+    again.press("C-x C-c")
+    assert "warm server" not in again.wait_for("Pane is dead") + again.history()
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AMACS_")}
+    stopped = subprocess.run([str(ROOT / "amacs"), "--stop-warm"], capture_output=True, text=True, timeout=30,
+                             env={**environment, "AMACS_WARM_DIR": str(warm_dir)}, check=True)
+    assert stopped.stdout == f"AMACS: stopped the warm server (pid {warm}).\n"
+    deadline = time.monotonic() + 10
+    while "amacs_server.warm" in _cmdline(warm):
+        assert time.monotonic() < deadline, "the warm server still runs"
+        time.sleep(0.1)
