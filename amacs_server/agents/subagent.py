@@ -15,7 +15,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..context.assemble import section
+from ..context.assemble import notice_text, section
 from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
 from ..persistence.events import KINDS, BudgetStop, ModelRequest, Record, StepLimit
@@ -290,8 +290,8 @@ class StepCall(Caller):
         # An answer cut at its length limit is kept as its start only, as the primary's.
         self.agent.messages.append({"role": "assistant",
                                     "content": cut_stand_in(result.text) if cut else result.assistant_content()})
-        if retry is not None:
-            self.agent.tell(retry, as_item=False)  # the harness's format correction, as the primary's
+        if retry is not None:  # the harness's format correction, a notice item of its memory, as the primary's
+            self.agent.tell(notice_text(self.agent.memory, "retry", retry), as_item=False)
 
     def compact(self, window: int | None) -> dict[str, Any] | None:
         """Leave out the older half of its messages after its task (from an answer on: user and
@@ -305,10 +305,12 @@ class StepCall(Caller):
             return None
         left_out = earlier + len([m for m in rest[:cut] if m["role"] != "system"])
         where = f" of {window:,} tokens" if window else ""
-        notice = {"role": "system", "compacted": left_out, "times": times + 1, "content": (
-            f"Your context was compacted to fit this model's window{where}: the {left_out} oldest messages "
-            "after your task are left out. What you received as memory items is in long-term memory: find "
-            "it with agent-memory-search, bring it back with agent-memory-load.")}
+        text = (f"Your context was compacted to fit this model's window{where}: the {left_out} oldest messages "
+                "after your task are left out. What you received as memory items is in long-term memory: find "
+                "it with agent-memory-search, bring it back with agent-memory-load.")
+        memory = self.agent.memory  # a notice item of its memory when it has one, as its panel's notices
+        notice = {"role": "system", "content": text, "compacted": left_out, "times": times + 1,
+                  "parts": [memory.notice("context-window", text) if memory is not None else text]}
         messages[1:] = [notice, *rest[cut:]]
         return {"squeeze": times + 1}
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
 from ..agents.loop import run_agent
-from ..context.assemble import Context, assemble
+from ..context.assemble import Context, assemble, notice_text
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.capabilities import Capabilities
@@ -274,27 +274,27 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    note = model_note(rt, rt.catalog.caps)
+    model = rt.memory.notice("model", model_note(rt, rt.catalog.caps))
 
     def remake() -> Context:
-        return assemble(snap, rt.conversation, c.active_thread, depths, note)
+        return assemble(snap, rt.conversation, c.active_thread, depths, model, rt.memory.notice)
 
     context = remake()
     chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
     if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
-        note = model_note(rt, await rt.catalog.current())
+        model = rt.memory.notice("model", model_note(rt, await rt.catalog.current()))
         context = remake()
     context.remake = remake
     return context  # fitted to the model's window by the call (inference/model_call.py)
 
 
-def model_note(rt: TurnHost, caps: Capabilities) -> str:
-    """What the agent is told of the model in use (data in its context): its name, its window,
-    and the api-settings it set that this model does not get."""
+def model_note(rt: TurnHost, caps: Capabilities) -> dict[str, Any]:
+    """What the agent is told of the model in use (the content of its ``notice.model`` item):
+    its name, its window, and the api-settings it set that this model does not get."""
     settings = rt.consciousness.api_settings
     probe = build_request(rt.model, "", [], settings, caps)
-    return json.dumps({"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
-                       "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
+    return {"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
+            "ignored_settings": ignored_settings(caps, settings, probe)}
 
 
 async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[AgentResponse | None, bool]:
@@ -346,7 +346,8 @@ class TickCall(Caller):
             self.context.answered(result.text, result.assistant_content() if result.thinking_blocks else None)
             return
         text = cut_stand_in(result.text) if cut else result.text
-        self.retries += [{"role": "assistant", "content": text or "(empty)"}, {"role": "user", "content": retry}]
+        self.retries += [{"role": "assistant", "content": text or "(empty)"},
+                         {"role": "user", "content": notice_text(self.rt.memory, "retry", retry)}]
 
     def compact(self, window: int | None) -> dict[str, Any] | None:
         remake, conversation = self.context.remake, self.context.conversation
