@@ -407,7 +407,7 @@ def test_answers_that_come_together_let_the_waiting_calls_go_first_then_go_on_on
     # waiter was sent: sent, taken, sent, taken ...)
     import asyncio
 
-    from amacs_server.agents.subagent import answer_turn
+    from amacs_server.inference.model_call import answer_turn
 
     order: list[str] = []
 
@@ -474,7 +474,7 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     # aiohttp writes a request's body from a task it makes as the request is sent: work queued
     # in that turn of the loop.  A task that will wait for a slot must make its request after it,
     # not in the same turn (200 tasks at once: the first calls' bodies waited for 199 requests).
-    from amacs_server.agents import subagent
+    from amacs_server.inference import model_call as subagent
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     order: list[str] = []
@@ -505,6 +505,7 @@ def test_a_subagent_answer_cut_at_its_length_limit_is_asked_again_without_the_cu
     """The one parse policy: a subagent's answer that stopped at the length limit, its JSON
     unfinished, is asked again with the cut answer's start only, marked, and the shorter prompt."""
     from amacs_server.inference.parse import CUT_KEPT, CUT_RETRY_PROMPT
+    from tests.context_items import said
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     cut = '{"eval": null, "reply": "' + "a long story, " * 300
@@ -513,8 +514,9 @@ def test_a_subagent_answer_cut_at_its_length_limit_is_asked_again_without_the_cu
     rt = _runtime(tmp_path, fake)
     _run_researchers(rt, fake, ["q0"])
     first, again = (r["body"]["messages"] for r in fake.requests)
-    assert again[len(first):] == [
+    assert [{**m, "content": said(m["content"])} for m in again[len(first):]] == [
         {"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"},
         {"role": "user", "content": CUT_RETRY_PROMPT}]
+    assert '"kind": "notice"' in again[-1]["content"]  # the harness's words, an item of its memory
     errors = [e["data"]["error"] for e in rt.transcript.read("task-1") if e["event"] == "parse_error"]
     assert [e.split(":")[0] for e in errors] == ["cut off at the length limit"]
