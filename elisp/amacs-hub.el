@@ -532,11 +532,22 @@ while paused it is not asked about the agent it watches."
     (unless (derived-mode-p 'org-mode) (org-mode))
     (amacs-chat-log-fold)))
 
+(defun amacs-hub--shell-window-p (window)
+  "Return non-nil when an AMACS shell is in WINDOW."
+  (with-current-buffer (window-buffer window) (derived-mode-p 'amacs-shell-mode)))
+
 (defun amacs-hub--show-beside-shell (buffer)
-  "Select BUFFER in a window that is not the shell's: the shell stays in view."
-  (if (with-current-buffer (window-buffer) (derived-mode-p 'amacs-shell-mode))
-      (pop-to-buffer buffer t)
-    (pop-to-buffer-same-window buffer)))
+  "Select BUFFER in a window that is not the shell's: the shell stays in view.
+When the frame's other windows show other homes' shells (a fork's beside
+its parent's), BUFFER goes below the selected shell: put in the other
+shell's window, a fork's chat log read as the parent's."
+  (cond ((not (amacs-hub--shell-window-p (selected-window)))
+         (pop-to-buffer-same-window buffer))
+        ((and (not (get-buffer-window buffer))
+              (let ((others (remq (selected-window) (window-list nil 'no-minibuffer))))
+                (and others (seq-every-p #'amacs-hub--shell-window-p others))))
+         (pop-to-buffer buffer '(display-buffer-below-selected)))
+        (t (pop-to-buffer buffer t))))
 
 (provide 'amacs-hub)
 ;;; amacs-hub.el ends here

@@ -628,16 +628,6 @@ any other message goes to epc.el's dispatcher, as its own filter does."
     (setf (amacs-connection-event-timer connection)
           (run-at-time 0 nil #'amacs--drain-events connection))))
 
-(defun amacs--same-stream-p (a b)
-  "Return non-nil when events A and B are deltas of one stream.
-Both are \"reply-delta\" and every property but :text is the same."
-  (and (equal (plist-get a :type) "reply-delta")
-       (equal (plist-get b :type) "reply-delta")
-       (stringp (plist-get a :text)) (stringp (plist-get b :text))
-       (= (length a) (length b))
-       (cl-loop for (key value) on a by #'cddr
-                always (or (eq key :text) (equal value (plist-get b key))))))
-
 (defun amacs-hold-events ()
   "Keep the current connection's events queued, unhandled, until released.
 A new shell on a server mid-turn shows the last exchanges first, then
@@ -653,9 +643,10 @@ the turn's stream: its deltas wait until the exchanges are shown
 
 (defun amacs--drain-events (connection)
   "Handle CONNECTION's queued events, oldest first, with every handler of its type.
-Each handler runs with CONNECTION in effect.  Consecutive deltas of one
-stream are handled as one, and not at all when the streamed reply that
-replaces them is next.  Nothing while events are held (`amacs-hold-events')."
+Each handler runs with CONNECTION in effect; each event is handled as
+it came.  The server merges a stream's deltas and drops those a
+streamed reply replaces (its `Outbox'): the rule is kept on that side
+of the wire only.  Nothing while events are held (`amacs-hold-events')."
   (setf (amacs-connection-event-timer connection) nil)
   (amacs-with-connection connection
     (while (and (amacs-connection-event-queue connection)
@@ -663,21 +654,6 @@ replaces them is next.  Nothing while events are held (`amacs-hold-events')."
       (let* ((event (pop (amacs-connection-event-queue connection)))
              (handlers (alist-get (plist-get event :type) amacs--event-handlers
                                   nil nil #'equal)))
-        (when (and (amacs-connection-event-queue connection)
-                   (amacs--same-stream-p event (car (amacs-connection-event-queue connection))))
-          (let ((texts (list (plist-get event :text))))
-            (while (and (amacs-connection-event-queue connection)
-                        (amacs--same-stream-p event (car (amacs-connection-event-queue connection))))
-              (push (plist-get (pop (amacs-connection-event-queue connection)) :text) texts))
-            (setq event (plist-put (copy-sequence event) :text
-                                   (apply #'concat (nreverse texts))))))
-        (let ((next (car (amacs-connection-event-queue connection))))
-          (when (and (equal (plist-get event :type) "reply-delta")
-                     (equal (plist-get next :type) "reply")
-                     (plist-get next :streamed))
-            ;; The streamed reply replaces the streamed text at once: skip inserting it.
-            (setq event (pop (amacs-connection-event-queue connection))
-                  handlers (alist-get "reply" amacs--event-handlers nil nil #'equal))))
         (unless (amacs-connection-event-queue connection)
           (setf (amacs-connection-event-queue-tail connection) nil))
         (unless handlers

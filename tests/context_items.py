@@ -91,6 +91,49 @@ def parse_context(text: str) -> dict[str, list[dict[str, Any]]]:
     return {tag: list(items.values()) for tag, items in merged.items()}
 
 
+ITEM_KEYS = {"mem_id", "tier", "version", "kind", "mutable", "evictable", "created_at_ms", "content"}
+
+
+def _checked(item: dict[str, Any]) -> dict[str, Any]:
+    MemId.parse(item["mem_id"])
+    assert set(item) >= ITEM_KEYS - {"content"} and ("content" in item or "body" in item), item
+    assert item["tier"] in ("ram", "rom") and type(item["version"]) is int and item["version"] >= 1, item
+    assert item["tier"] == "ram" or not item["mutable"], item
+    return item
+
+
+def every_item(text: str) -> list[dict[str, Any]]:
+    """Every item of context TEXT (each message's, in order of its sections); fails on any text
+    outside a section (no text without an address reaches a brain) and on any line of a section
+    that is not an item with a valid MemId, a tier and a version."""
+    items = []
+    for segment in text.split(MESSAGE_BREAK):
+        outside = _SECTION.sub("", segment).strip()
+        assert not outside, f"text outside every section, not an item: {outside[:300]!r}"
+        for found in _sections(segment).values():
+            items.extend(_checked(item) for item in found)
+    return items
+
+
+def message_items(content: str) -> list[dict[str, Any]]:
+    """The items of one message of a subagent's request: each part an item's JSON line or a
+    section of items (a notice joined to a user message as ``[system] ...`` on the Messages
+    API); fails on any part that is neither."""
+    items = []
+    for part in content.split("\n\n"):
+        part = part.removeprefix("[system] ")
+        if part.startswith("<"):
+            items += every_item(part)
+            continue
+        try:
+            item = json.loads(part)
+        except ValueError:
+            item = None
+        assert isinstance(item, dict) and "mem_id" in item, f"a part that is not an item: {part[:300]!r}"
+        items.append(_checked(item))
+    return items
+
+
 def name_of(item: dict[str, Any]) -> str:
     """The item name inside its MemId."""
     return MemId.parse(item["mem_id"]).name
@@ -125,14 +168,35 @@ def eval_result(text: str) -> dict[str, Any]:
 
 
 def said(text):
-    """TEXT of a subagent's message with each item it received (a line of JSON with a mem_id
-    and content {"said": ...}) replaced by what was said; a handle (evicted) stays as it is."""
+    """TEXT of a message with each item it received (a line of JSON with a mem_id and content
+    {"said": ...}) replaced by what was said, and each notice of the harness (an item of kind
+    notice with a text, alone, as ``[system] ITEM``, or in a ``<notices>`` section) by its
+    text; a handle (evicted) stays as it is."""
     chunks = []
     for chunk in text.split("\n\n"):
-        try:
-            item = json.loads(chunk)
-        except ValueError:
-            item = None
-        content = item.get("content") if isinstance(item, dict) and "mem_id" in item else None
-        chunks.append(content["said"] if isinstance(content, dict) and "said" in content else chunk)
+        marked = chunk.startswith("[system] ")
+        body = chunk.removeprefix("[system] ")
+        if body.startswith("<notices>\n") and body.endswith("\n</notices>"):
+            lines = body.split("\n")[1:-1]
+        else:
+            lines = [body]
+        words = [_words(line) for line in lines]
+        if all(w is not None for w in words):
+            chunks.append(("[system] " if marked else "") + "\n".join(str(w) for w in words))
+        else:
+            chunks.append(chunk)
     return "\n\n".join(chunks)
+
+
+def _words(line):
+    """What the item on LINE said (a message's ``said``, a notice's text), or None."""
+    try:
+        item = json.loads(line)
+    except ValueError:
+        return None
+    content = item.get("content") if isinstance(item, dict) and "mem_id" in item else None
+    if isinstance(content, dict) and "said" in content:
+        return content["said"]
+    if item is not None and isinstance(item, dict) and item.get("kind") == "notice" and isinstance(content, str):
+        return content
+    return None

@@ -1,13 +1,29 @@
 """Context assembly from active-memory items (RFC v4 §4, IMP-038, IMP-019, memid spec)."""
 
+import asyncio
+import json
+
 import pytest
 
 from amacs_server.context.assemble import BLOCK_TICKS, Conversation, assemble
+from amacs_server.inference.parse import RETRY_PROMPT
 from amacs_server.memory.active import ActiveMemory
 from amacs_server.memory.items import Kind
 from amacs_server.memory.ltm import LongTermMemory
 from amacs_server.state.consciousness import Consciousness, EvalResult
-from tests.context_items import chat_lines, eval_result, name_of, parse_context
+from tests.context_items import (
+    chat_lines,
+    eval_result,
+    every_item,
+    message_items,
+    name_of,
+    parse_context,
+    request_text,
+    text_of,
+)
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json, model_info
+from tests.test_real_models import _calls, _events, _runtime, _turn
+from tests.test_talk import _runtime as talk_runtime
 
 
 @pytest.fixture
@@ -15,6 +31,13 @@ def memory(tmp_path):
     ltm = LongTermMemory(tmp_path / "memory.db")
     yield ActiveMemory(ltm, agent="amacs-instance-1")
     ltm.close()
+
+
+@pytest.fixture
+def fake():
+    server = FakeAnthropic().start()
+    yield server
+    server.stop()
 
 
 def exchanges(memory, c, n):
@@ -26,20 +49,36 @@ def exchanges(memory, c, n):
         memory.add_monologue(tick, f"thought {tick}")
 
 
-def test_imp038_depth_scenario(memory):
-    """IMP-038: depth 3 and 10 exchanges -> the last 3 pairs, then the pending message."""
-    c = Consciousness(chat_context_depth=3)
-    exchanges(memory, c, 10)
-    c.begin_tick(11)
-    memory.sync_state(c)
-    memory.begin_chat(11, "message 11")
-    text = assemble(memory.snapshot(c)).text
-    assert chat_lines(text) == [
-        "Human: message 8", "Agent: response 8",
-        "Human: message 9", "Agent: response 9",
-        "Human: message 10", "Agent: response 10",
-        "Human: message 11",
-    ]
+def test_imp038_depth_scenario(tmp_path, fake):
+    """IMP-038 in the conversation the real requests are built from (a Runtime, the fake API
+    over HTTP, each request read whole): 10 exchanges, then the agent sets chat depth 3; the
+    next request shows the last 3 pairs, then the pending message (the window shrinks at once).
+    Kept at 3, the conversation adds each exchange as it comes and shows exactly 3 again when
+    it restarts from a new base, after BLOCK_TICKS ticks."""
+    fake.models["m"] = model_info("m")
+    rt, _face = _runtime(tmp_path / "h", fake, "m")
+
+    def turn(n):
+        fake.script(Reply(agent_json(f"response {n}")))
+        _turn(rt, f"message {n}")
+        text = request_text(_calls(fake)[-1]["body"])
+        every_item(text)  # the model and window notices too: nothing but items
+        return chat_lines(text)
+
+    def pairs(first, last):
+        return [line for n in range(first, last + 1) for line in (f"Human: message {n}", f"Agent: response {n}")]
+
+    try:
+        for n in range(1, 11):
+            turn(n)
+        rt.loop.call_soon_threadsafe(rt.agent_set, "chat-context-depth", 3)
+        assert turn(11) == [*pairs(8, 10), "Human: message 11"]
+        for n in range(12, 11 + BLOCK_TICKS):
+            assert turn(n) == [*pairs(8, n - 1), f"Human: message {n}"]
+        n = 11 + BLOCK_TICKS
+        assert turn(n) == [*pairs(n - 3, n - 1), f"Human: message {n}"]
+    finally:
+        rt.stop()
 
 
 def test_pending_always_included_even_at_depth_zero(memory):
@@ -49,26 +88,69 @@ def test_pending_always_included_even_at_depth_zero(memory):
     assert chat_lines(assemble(memory.snapshot(c)).text) == ["Human: now"]
 
 
-def test_every_item_in_the_context_has_a_memid_and_tier(memory):
-    """memid spec, Key Requirement: no anonymous memory; the test walks the whole context."""
-    c = Consciousness(monologue_context_depth=2)
-    exchanges(memory, c, 3)
-    c.last_eval_result = EvalResult(success=True, result="4")
-    memory.sync_state(c)
-    memory.create_note("groceries", "milk", Kind.NOTE, ())
-    memory.evict(memory.mem_id("chat.2"))
-    memory.begin_chat(4, "next")
-    text = assemble(memory.snapshot(c)).text
-    ctx = parse_context(text)  # raises on any line that is not an item with a valid MemId
-    assert list(ctx) == ["memory", "monologue", "chat", "agent-consciousness", "last-eval-result"]
-    walked = [item for items in ctx.values() for item in items]
-    assert len(walked) == text.count('"mem_id"')
-    for item in walked:
-        assert item["tier"] in ("ram", "rom") and isinstance(item["version"], int)
-        assert set(item) >= {"mem_id", "tier", "version", "kind", "mutable", "content"}
-        assert item["mutable"] == (item["tier"] == "ram")
-    assert [name_of(i) for i in ctx["monologue"]] == ["monologue.2", "monologue.3"]
-    assert chat_lines(text)[2] == "[evicted chat.2]"
+def test_every_item_in_the_context_has_a_memid_and_tier(tmp_path, fake):
+    """memid spec, Key Requirement: no anonymous memory.  The test walks every request real
+    turns sent (a Runtime, the fake API over HTTP), each user message whole: the model in use,
+    an eval's result, a format correction and what a compaction left out are items too."""
+    fake.models["m"] = model_info("m", adaptive=False, enabled=False, structured=False, effort=False)
+    fake.script(Reply("not JSON at all"), Reply(agent_json(None, eval="(+ 2 2)")), Reply(agent_json("four")))
+    rt, _face = _runtime(tmp_path / "h", fake, "m")
+    try:
+        rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": True})  # one it ignores
+        _turn(rt, "what is 2+2?")
+        for n in range(4):
+            _turn(rt, f"turn {n}: " + "words " * 800)
+        fake.models["m"]["max_input_tokens"] = len(json.dumps(fake.requests[-1]["body"]["messages"])) // 4 - 200
+        _turn(rt, "the last one")
+        assert _events(rt, "context_compacted")
+    finally:
+        rt.stop()
+    seen: dict[str, dict] = {}
+    for request in _calls(fake):
+        for item in every_item(request_text(request["body"])):  # fails on any line that is not an item
+            seen[name_of(item)] = item
+    assert {"notice.model", "notice.retry", "notice.context-window", "last_eval_result", "chat.1", "mood",
+            "monologue.1"} <= set(seen)
+    assert seen["notice.model"]["content"]["model"] == "m"
+    assert seen["notice.model"]["content"]["ignored_settings"] == ["thinking (this model does not think on request)"]
+    assert "compacted" in seen["notice.context-window"]["content"]
+    assert seen["notice.retry"]["content"] == RETRY_PROMPT
+    for name in ("notice.model", "notice.retry", "notice.context-window"):
+        assert seen[name]["tier"] == "rom" and seen[name]["kind"] == "notice"
+        assert not seen[name]["mutable"] and not seen[name]["evictable"]
+
+
+def test_everything_a_subagent_receives_is_an_item(tmp_path, fake):
+    """The same for subagents: a task's prompt, its format correction, a viewpoint's join and
+    leave notices and what another viewpoint said are, part by part, items of its memory."""
+    from amacs_server.agents.kinds import PRIMARY
+
+    # Its first answer stops at the length limit before its JSON ends: it is asked again.
+    fake.script(Reply('{"eval": null, "reply": "a long story', stop="max_tokens"), Reply(agent_json("found it")))
+    rt = talk_runtime(tmp_path, fake)
+
+    async def run():
+        rt.world.task(PRIMARY, None, "researcher", "find the file")
+        while rt.world.tasks_live:
+            await asyncio.sleep(0.01)
+        for name in ("optimist", "skeptic", "cynic"):
+            rt.world.viewpoint(PRIMARY, name, "debater")
+        rt.world.discard(PRIMARY, "cynic")
+        rt.world.consider(PRIMARY, None, "Should we ship on Monday?")
+        while not any(e.source == "consider" for e in rt.world.bus.peek(PRIMARY)):
+            await asyncio.sleep(0.01)
+
+    try:
+        asyncio.run(run())
+    finally:
+        fake.stop()
+        rt.ltm.close()
+    seen = set()
+    for request in fake.requests:
+        for message in request["body"]["messages"]:
+            if message["role"] != "assistant":  # the model's own answers
+                seen.update(name_of(i) for i in message_items(text_of(message["content"])))
+    assert {"notice.retry", "notice.panel", "chat.1"} <= seen
 
 
 def test_rom_and_ram_fields(memory):

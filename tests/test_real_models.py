@@ -22,6 +22,7 @@ from amacs_server.inference.parse import CUT_KEPT, CUT_RETRY_PROMPT
 from amacs_server.inference.pricing import Usage
 from amacs_server.loop.primary import run_turn
 from amacs_server.runtime import Runtime
+from tests.context_items import name_of, parse_context
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json, model_info
 from tests.test_memory import SilentFace
 
@@ -62,6 +63,11 @@ def _runtime(home: Path, fake: FakeAnthropic, model: str, **env: str) -> tuple[R
 
 def _turn(rt: Runtime, text: str) -> None:
     asyncio.run_coroutine_threadsafe(run_turn(rt, text), rt.loop).result(60)
+
+
+def notice(text: str, about: str) -> Any:
+    """The content of the notice ABOUT (an item ``notice.ABOUT``) in the context TEXT."""
+    return next(i["content"] for i in parse_context(text)["notices"] if name_of(i) == f"notice.{about}")
 
 
 def _events(rt: Runtime, name: str) -> list[dict[str, Any]]:
@@ -153,7 +159,7 @@ def test_a_model_without_thinking_gets_none_and_the_agent_is_told(tmp_path, fake
         body = fake.requests[-1]["body"]
         assert "thinking" not in body and "effort" not in body["output_config"]
         told = body["messages"][-1]["content"][-1]["text"]
-        model = json.loads(told.split("\n\nmodel: ", 1)[1].split("\n", 1)[0])
+        model = notice(told, "model")
         assert model["ignored_settings"] == ["thinking (this model does not think on request)",
                                              "effort high (not a level this model accepts)"]
         assert not [n for n in face.notes if n[0] == "error"]
@@ -205,7 +211,9 @@ def test_a_request_refused_as_too_long_is_compacted_and_sent_once_more(tmp_path,
         refused, retried = fake.requests[-2]["body"], fake.requests[-1]["body"]
         assert len(retried["messages"]) < len(refused["messages"])
         newest = retried["messages"][-1]["content"][-1]["text"]
-        assert "context-window: Your context was compacted" in newest and "agent-memory-search" in newest and "the last one" in newest
+        compacted = notice(newest, "context-window")
+        assert compacted.startswith("Your context was compacted") and "agent-memory-search" in compacted
+        assert "the last one" in newest
         assert _events(rt, "context_compacted")
         assert not [n for n in face.notes if n[0] == "error"]
         assert rt.catalog.window == window  # learned from the refusal: the next request fits before it is sent
@@ -316,8 +324,8 @@ def test_an_answer_cut_at_the_window_is_asked_again_shorter_and_the_window_learn
         assert first["body"]["max_tokens"] > 4096
         asked = again["body"]["messages"]
         assert asked[:-2] == first["body"]["messages"]
-        assert asked[-2:] == [{"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"},
-                              {"role": "user", "content": CUT_RETRY_PROMPT}]
+        assert asked[-2] == {"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"}
+        assert asked[-1]["role"] == "user" and notice(asked[-1]["content"], "retry") == CUT_RETRY_PROMPT
         assert face.replies == ["ok"]
         assert [t for k, t in face.notes if k == "warning"] == [
             "The model's answer was cut off at its length limit before its JSON ended; asking again for a shorter "

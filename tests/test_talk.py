@@ -505,6 +505,7 @@ def test_a_subagent_answer_cut_at_its_length_limit_is_asked_again_without_the_cu
     """The one parse policy: a subagent's answer that stopped at the length limit, its JSON
     unfinished, is asked again with the cut answer's start only, marked, and the shorter prompt."""
     from amacs_server.inference.parse import CUT_KEPT, CUT_RETRY_PROMPT
+    from tests.context_items import said
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     cut = '{"eval": null, "reply": "' + "a long story, " * 300
@@ -513,8 +514,9 @@ def test_a_subagent_answer_cut_at_its_length_limit_is_asked_again_without_the_cu
     rt = _runtime(tmp_path, fake)
     _run_researchers(rt, fake, ["q0"])
     first, again = (r["body"]["messages"] for r in fake.requests)
-    assert again[len(first):] == [
+    assert [{**m, "content": said(m["content"])} for m in again[len(first):]] == [
         {"role": "assistant", "content": cut[:CUT_KEPT] + " [... cut off at the length limit]"},
         {"role": "user", "content": CUT_RETRY_PROMPT}]
+    assert '"kind": "notice"' in again[-1]["content"]  # the harness's words, an item of its memory
     errors = [e["data"]["error"] for e in rt.transcript.read("task-1") if e["event"] == "parse_error"]
     assert [e.split(":")[0] for e in errors] == ["cut off at the length limit"]

@@ -453,3 +453,40 @@ def test_a_burst_of_calls_over_the_bound_is_refused_at_once_and_none_taken_is_lo
     assert answered == [[10, 10], [11, 11], [12, 12], [13, 13]]
     send(sock, "call", 20, Symbol("ping"), ["again"])  # room again once they are answered
     assert recv(sock)[1:3] == [20, "again"]
+
+
+def test_a_burst_of_events_over_the_bound_is_refused_at_once_and_none_taken_is_lost(inproc, caplog):
+    """memid spec, bounded queues: an Emacs that stops reading makes events wait, never the
+    sender; past the bound an event is refused at once, with a clear message; every event taken
+    reaches Emacs, in order, once it reads again."""
+    import threading
+
+    srv, sock = inproc
+    srv.emacs.outbox.limit = 32
+    srv.emacs.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    size = 64 * 1024
+    taken: list[bool] = []
+
+    def burst():
+        for n in range(200):
+            taken.append(srv.notify({"type": "annotation", "text": f"{n:03d}" + "x" * size, "kind": "info"}))
+
+    sender = threading.Thread(target=burst, daemon=True)
+    t0 = time.monotonic()
+    sender.start()
+    sender.join(20)
+    try:
+        assert not sender.is_alive(), "the sender waited on an Emacs that does not read"
+        assert time.monotonic() - t0 < 10
+        accepted = taken.count(True)
+        assert 32 <= accepted < 200 and taken == [True] * accepted + [False] * (200 - accepted)
+        assert "overloaded: 32 events to Emacs are waiting to be sent" in caplog.text
+    finally:
+        sock.settimeout(30)
+        received = []
+        while len(received) < taken.count(True):  # Emacs reads again: everything taken comes, in order
+            received += [int(e[3][:3]) for e in recv(sock)[2]]
+    assert received == list(range(accepted))
+    assert srv.notify({"type": "annotation", "text": "room again", "kind": "info"})
+    assert recv(sock)[2][0][3] == "room again"

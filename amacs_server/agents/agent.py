@@ -112,12 +112,14 @@ class Agent:
         return out
 
     def notice(self, text: str) -> None:
-        """Add TEXT to this agent's transcript in the system role: who joined or left its panel.
+        """Add TEXT to this agent's transcript in the system role: who joined or left its panel,
+        as a notice item of its memory (``notice.panel``) when it has one.
 
         Sent as a system message where the API has one mid-conversation (OpenAI's chat
         completions); the Messages API has a system role only before the first message,
         so there it is user text marked ``[system]`` (:func:`api_messages`)."""
-        self.messages.append({"role": "system", "content": text})
+        part: str | MemoryItem = self.memory.notice("panel", text) if self.memory is not None else text
+        self.messages.append({"role": "system", "content": text, "parts": [part]})
 
     def summary(self) -> dict[str, Any]:
         """Type, template, state and cost, for the hub and `agent-list'."""

@@ -15,7 +15,7 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..context.assemble import section
+from ..context.assemble import notice_text, section
 from ..inference.catalog import call_adapting, prepare
 from ..inference.parse import (
     CUT_REASONS,
@@ -277,7 +277,8 @@ class SubagentBody:
                 answer = next(m for m in reversed(agent.messages) if m["role"] == "assistant")
                 answer["content"] = cut_stand_in(text)
             if retry_prompt is not None:  # model_call keeps the model's answer among its messages
-                agent.tell(retry_prompt, as_item=False)  # the harness's format correction, as the primary's
+                # The harness's format correction, a notice item of its memory, as the primary's.
+                agent.tell(notice_text(agent.memory, "retry", retry_prompt), as_item=False)
 
         parsed = await parse_with_retries(self.model_call, rejected)
         # Paused while its model call was under way: the answer waits until it is resumed, so a

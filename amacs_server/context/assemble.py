@@ -15,8 +15,9 @@ the prefix up to the last cache breakpoint is byte-identical from tick to tick:
 - then one user message per tick holding only what is new since the messages
   before it (new or changed items, each with its mem_id; the person's pending
   input; buffers that changed; events; the consciousness fields that changed,
-  always the tick and the time; the last eval result), each followed by the
-  model's raw response of that tick as an assistant message.
+  always the tick and the time; the last eval result; the harness's notices:
+  the model in use when it changed, what a compaction left out), each followed
+  by the model's raw response of that tick as an assistant message.
 
 Windows drop old items in blocks: the conversation restarts from a new base
 every :data:`BLOCK_TICKS` ticks (or :data:`MAX_CHARS` characters), when the
@@ -36,9 +37,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..memory.active import Snapshot
+from ..memory.active import ActiveMemory, Snapshot
 from ..memory.items import Kind, MemoryItem
 from ..text.lisp import camel_keys
+
+Notice = Callable[[str, Any], MemoryItem]  # (about, content) -> the brain's notice item (ActiveMemory.notice)
 
 BLOCK_TICKS = 16  # ticks after which the conversation restarts from a new base
 MAX_CHARS = 240_000  # or once its user and assistant texts are this long
@@ -140,7 +143,7 @@ class Conversation:
     squeeze: int = 0
     note: str | None = None  # said once in the next tick message: what compaction dropped
     window: int | None = None  # the model's window, for the note
-    model_told: str | None = None  # the <model> section this conversation last showed
+    model_told: str | None = None  # the digest of the model notice this conversation last showed
 
     def compact(self, window: int | None) -> bool:
         """Drop the oldest blocks: restart from a smaller base at the next build.  False when
@@ -153,18 +156,23 @@ class Conversation:
         return True
 
     def build(self, snap: Snapshot, active_thread: str | None, depths: tuple[int, ...] = (),
-              model: str | None = None) -> Context:
+              model: MemoryItem | None = None, notice: Notice | None = None) -> Context:
         """This tick's request messages; restarts from a new base when a rule says so
         (a change of the window DEPTHS is one: the windows shrink or grow at once).
-        MODEL (what the model in use takes and ignores, a ``model:`` line) is said when it
-        changed since the conversation last said it."""
+        MODEL (a notice item: what the model in use takes and ignores) is said when it changed
+        since the conversation last said it; NOTICE makes the brain's notice items (what a
+        compaction left out), so every line the agent receives is an item."""
         if self._must_restart(snap, active_thread) or depths != self.depths:
             self._restart(snap, active_thread)
             self.depths = depths
-        self.pending = self._tick_message(snap)
-        if model is not None and model != self.model_told:
-            self.model_told = model
-            self.tell("model", model)
+        notices = []
+        if model is not None and model.digest != self.model_told:
+            self.model_told = model.digest
+            notices.append(model)
+        if self.note is not None and notice is not None:
+            notices.append(notice("context-window", self.note))
+            self.note = None
+        self.pending = self._tick_message(snap, notices)
         return Context(self._messages(self.pending), self)
 
     def answered(self, raw: str, content: Any = None) -> None:
@@ -240,7 +248,7 @@ class Conversation:
         self.shown.update(i.digest for i in left)
         return items[len(items) - keep:], len(left)
 
-    def _tick_message(self, snap: Snapshot) -> str:
+    def _tick_message(self, snap: Snapshot, notices: Sequence[MemoryItem] = ()) -> str:
         parts = []
         for tag, items in (*self._sections(snap).items(), ("monologue", snap.monologue), ("chat", snap.chat)):
             new = [i for i in items if i.digest not in self.shown]
@@ -254,16 +262,9 @@ class Conversation:
         self._mark("agent-consciousness", state)
         if snap.eval_result is not None:
             parts.append(eval_result_section(snap.eval_result))
-        if self.note is not None:
-            parts.append(f"context-window: {self.note}")
-            self.note = None
+        if notices:
+            parts.append(section("notices", notices))
         return "\n\n".join(parts)
-
-    def tell(self, label: str, text: str) -> None:
-        """Add ``LABEL: TEXT`` to the pending (newest) message: data for the agent, on a line of
-        its own outside the sections (whose every line is a memory item)."""
-        if self.pending is not None:
-            self.pending += f"\n\n{label}: {text}"
 
     def _messages(self, newest: str) -> list[dict[str, Any]]:
         users = [*self.turns[0::2], newest]
@@ -284,9 +285,19 @@ class Conversation:
 
 
 def assemble(snap: Snapshot, conversation: Conversation | None = None, active_thread: str | None = None,
-             depths: tuple[int, ...] = (), model: str | None = None) -> Context:
+             depths: tuple[int, ...] = (), model: MemoryItem | None = None, notice: Notice | None = None) -> Context:
     """The messages of one tick: CONVERSATION's next, or (None) a fresh conversation's first."""
-    return (conversation or Conversation()).build(snap, active_thread, depths, model)
+    return (conversation or Conversation()).build(snap, active_thread, depths, model, notice)
+
+
+def notice_text(memory: ActiveMemory | None, about: str, content: Any) -> str:
+    """What the harness tells a brain once (a format correction, a compaction, who joined),
+    as the text of a message: a ``<notices>`` section holding MEMORY's notice item ABOUT
+    (:meth:`ActiveMemory.notice`).  A brain without RAM (a subagent whose id names none)
+    gets the plain ``ABOUT: CONTENT`` line it always got."""
+    if memory is None:
+        return f"{about}: {content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)}"
+    return section("notices", [memory.notice(about, content)])
 
 
 def conversation_state(conv: Conversation) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
 from ..agents.loop import Answer, parse_with_retries, run_agent
-from ..context.assemble import Context, assemble
+from ..context.assemble import Context, assemble, notice_text
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.backend import ModelResult
@@ -283,27 +283,27 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    note = model_note(rt, rt.catalog.caps)
+    model = rt.memory.notice("model", model_note(rt, rt.catalog.caps))
 
     def remake() -> Context:
-        return assemble(snap, rt.conversation, c.active_thread, depths, note)
+        return assemble(snap, rt.conversation, c.active_thread, depths, model, rt.memory.notice)
 
     context = remake()
     chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
     if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
-        note = model_note(rt, await rt.catalog.current())
+        model = rt.memory.notice("model", model_note(rt, await rt.catalog.current()))
         context = remake()
     context.remake = remake
     return fit(rt, context, tick)
 
 
-def model_note(rt: TurnHost, caps: Capabilities) -> str:
-    """What the agent is told of the model in use (data in its context): its name, its window,
-    and the api-settings it set that this model does not get."""
+def model_note(rt: TurnHost, caps: Capabilities) -> dict[str, Any]:
+    """What the agent is told of the model in use (the content of its ``notice.model`` item):
+    its name, its window, and the api-settings it set that this model does not get."""
     settings = rt.consciousness.api_settings
     probe = build_request(rt.model, "", [], settings, caps)
-    return json.dumps({"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
-                       "ignored_settings": ignored_settings(caps, settings, probe)}, ensure_ascii=False)
+    return {"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
+            "ignored_settings": ignored_settings(caps, settings, probe)}
 
 
 def fit(rt: TurnHost, context: Context, tick: int | None = None) -> Context:
@@ -384,7 +384,7 @@ async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tup
             rt.face.annotate(f"The model's response was not valid JSON ({err}); "
                              f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
         messages.extend(({"role": "assistant", "content": text or "(empty)"},
-                         {"role": "user", "content": retry_prompt}))
+                         {"role": "user", "content": notice_text(rt.memory, "retry", retry_prompt)}))
 
     parsed = await parse_with_retries(call, rejected)
     if parsed.fallback:

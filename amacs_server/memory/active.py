@@ -83,10 +83,11 @@ THREAD_PREFIX = "thread."
 SKILL_PREFIX = "skill."
 BUFFER_PREFIX = "buffer."
 EVENT_PREFIX = "event."
+NOTICE_PREFIX = "notice."
 RESERVED_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX, SCRATCHPAD_PREFIX, THREAD_PREFIX, SKILL_PREFIX,
-                     BUFFER_PREFIX, EVENT_PREFIX)
+                     BUFFER_PREFIX, EVENT_PREFIX, NOTICE_PREFIX)
 RECORD_PREFIXES = (CHAT_PREFIX, MONOLOGUE_PREFIX)  # what was said and thought: kept as it happened
-LIVE_PREFIXES = (THREAD_PREFIX, SKILL_PREFIX, BUFFER_PREFIX, EVENT_PREFIX)  # views the harness keeps
+LIVE_PREFIXES = (THREAD_PREFIX, SKILL_PREFIX, BUFFER_PREFIX, EVENT_PREFIX, NOTICE_PREFIX)  # the harness's own
 # What an item of a live section is, then what to do instead of mutating it and of evicting it.
 LIVE_RULES = {
     THREAD_PREFIX: ("a thread", "the thread functions change it (agent-thread-add-buffer, ...)",
@@ -96,6 +97,8 @@ LIVE_RULES = {
     BUFFER_PREFIX: ("a buffer of the active thread as Emacs last read it", "edit the buffer itself",
                     "agent-thread-remove-buffer takes it out of <buffers>"),
     EVENT_PREFIX: ("an event", "it stays as it was delivered", "an event is shown only in the tick it arrives"),
+    NOTICE_PREFIX: ("a notice of the harness", "it stays as it was said",
+                    "a notice is shown only in the message it was said in"),
 }
 SCRATCHPAD_FIELDS = frozenset({"heading", "thread", "content"})
 PREVIEW_CHARS = 80
@@ -361,6 +364,13 @@ class ActiveMemory:
         eval's result), as the next exchange item of its brain: a record it may evict and load.
         SOON: committed at the end of this turn of the loop (:meth:`LongTermMemory.put`)."""
         return self._put_chat(len(self._chat_index) + 1, {"said": text}, soon=soon)
+
+    def notice(self, about: str, content: Any) -> MemoryItem:
+        """What the harness tells this brain once (ABOUT: ``model``, ``context-window``, ``retry``,
+        ``panel``), as a ROM item ``notice.ABOUT``: a new version each time its CONTENT changes;
+        the same content said again is the same version (the model in use, said again after a
+        restart of the conversation).  No text reaches a brain without an address."""
+        return self._current(f"{NOTICE_PREFIX}{about}", Tier.ROM, Kind.NOTICE, content)
 
     def add_monologue(self, tick: int, line: str) -> None:
         """One monologue line for TICK."""

@@ -44,6 +44,7 @@ class Kind(StrEnum):
     SKILL = "skill"  # a skill bound to the active thread
     BUFFER = "buffer"  # an Emacs buffer of the active thread, as last read
     EVENT = "event"  # an event delivered to the brain (User, Agent, Time, Hook)
+    NOTICE = "notice"  # what the harness tells the brain once: the model, a compaction, a correction, a join
 
 
 # Paging (memory.load): an item's text longer than this is shown a page at a time.

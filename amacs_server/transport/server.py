@@ -3,8 +3,10 @@
 EPC's defects (docs/ARCHITECTURE.md, The transport): calls from Emacs run on worker
 threads, so a method may call Emacs while the reader goes on (no deadlock on a
 re-entrant call); remote errors become plain errors with a message, so Emacs always
-gets a reply; sends are serialized by a lock; nothing here waits on Emacs without a
-timeout; values are converted in :mod:`amacs_server.text.lisp` only.
+gets a reply; sends are serialized by :class:`Wire`, and no sender waits on a slow
+Emacs; nothing here waits on Emacs without a timeout; values are converted in
+:mod:`amacs_server.text.lisp` only.  Calls from Emacs (:data:`MAX_CALLS`) and events to
+it (:data:`MAX_EVENTS`) are bounded: one more is refused at once, nothing taken is lost.
 
 Fast path: every accepted socket has ``TCP_NODELAY`` (no Nagle or
 delayed-ACK stalls); events to Emacs are one-way ``(amacs-events 0 (EVENT...))``
@@ -36,6 +38,7 @@ import sys
 import threading
 import time
 import types
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -90,6 +93,10 @@ CALL_WORKERS = 8
 # Calls from Emacs waiting for a worker or running, at most: one more is refused at once, with a
 # message, and nothing already accepted is dropped (memid spec, bounded queues).
 MAX_CALLS = 256
+# Events to Emacs accepted and not yet written to its socket, at most (held, in the loop step's
+# message, or waiting for a slow Emacs to read): one more is refused at once, with a message;
+# every event accepted is sent, in order (memid spec, bounded queues).
+MAX_EVENTS = 4096
 # A connection that has not said hello (all of it) this many seconds after it opened is closed.
 HELLO_TIMEOUT = 5.0
 # The hello is a few hundred bytes (a price table makes it a few KB): a longer first message is refused.
@@ -188,6 +195,89 @@ def internal_error(method: str, err: BaseException) -> str:
     return f"internal error in {method}: {text} (see logs/server.log)"
 
 
+class OutboxFull(AmacsError, RuntimeError):
+    """Emacs has its :class:`Outbox`'s limit of events waiting already: this one was not taken."""
+
+
+class Wire:
+    """The bytes to one Emacs, in the order they were given, never interleaved.
+
+    A message goes straight to the socket when nothing waits before it and the socket takes
+    it without blocking; what the socket does not take at once waits, in order, for a writer
+    thread of its own.  So no thread that writes (the event loop's above all) waits on an
+    Emacs that reads slowly or not at all.  Every message given is written; the messages
+    waiting count their events (:attr:`events`), which the :class:`Outbox` bounds: it
+    refuses an event at once rather than let more wait.  Answers to Emacs's calls carry no
+    event: there are at most :data:`MAX_CALLS` of them."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._waiting: deque[tuple[bytes, int]] = deque()
+        self.events = 0  # the events of the messages waiting (or being written by the writer)
+        self._busy = False  # the writer thread is writing, outside the lock
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def write(self, data: bytes, events: int = 0) -> None:
+        """Send DATA (a message carrying EVENTS events), now or, in order, as soon as Emacs reads."""
+        with self._lock:
+            if self._closed:
+                raise EPCClosed
+            if not self._waiting and not self._busy:
+                try:
+                    sent = self._sock.send(data, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                if sent == len(data):
+                    return
+                data = data[sent:]
+            self._waiting.append((data, events))
+            self.events += events
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._writer, name="amacs-wire", daemon=True)
+                self._thread.start()
+            self._ready.notify()
+
+    def close(self) -> None:
+        """Drop what waits (Emacs is gone) and stop the writer."""
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()
+            self.events = 0
+            self._ready.notify()
+
+    def _writer(self) -> None:
+        with self._lock:
+            while True:
+                while not self._waiting and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                data, events = self._waiting[0]
+                self._busy = True
+                self._lock.release()
+                try:
+                    self._sock.sendall(data)
+                    failed: OSError | None = None
+                except OSError as err:
+                    failed = err
+                finally:
+                    self._lock.acquire()
+                    self._busy = False
+                if self._closed:
+                    return
+                self._waiting.popleft()
+                self.events -= events
+                if failed is not None:  # Emacs is gone; its reader notices and closes the session
+                    log.info("could not write to Emacs: %r", failed)
+                    self._closed = True
+                    self._waiting.clear()
+                    self.events = 0
+                    return
+
+
 class Outbox:
     """Events to one Emacs, in order, as one-way ``amacs-events`` messages.
 
@@ -206,8 +296,11 @@ class Outbox:
     From any other thread a message goes before ``put`` returns.
     """
 
-    def __init__(self, send: Callable[[list[dict[str, Any]]], None]) -> None:
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None], waiting: Callable[[], int] = lambda: 0,
+                 limit: int = MAX_EVENTS) -> None:
         self._send = send
+        self._waiting = waiting  # the events sent that Emacs has not read yet (Wire.events)
+        self.limit = limit
         self._cond = threading.Condition()
         self._held: list[dict[str, Any]] = []
         self._batch: list[dict[str, Any]] = []
@@ -221,6 +314,11 @@ class Outbox:
         with self._cond:
             if self._closed:
                 raise EPCClosed
+            taken = len(self._held) + len(self._batch) + self._waiting()
+            if taken >= self.limit:
+                raise OutboxFull(f"overloaded: {taken} events to Emacs are waiting to be sent (the limit is "
+                                 f"{self.limit}: Emacs reads slowly or not at all); this "
+                                 f"{event.get('type')} event was not taken")
             if event.get("type") == "reply-delta":
                 held = self._held
                 if held:
@@ -325,9 +423,9 @@ class AmacsHandler(EPCHandler):
 
     def setup(self) -> None:
         """Set up the send lock and NODELAY before anything can send; no autolog."""
-        self._send_lock = threading.Lock()
         self.outbox: Outbox | None = None
         super(EPCHandler, self).setup()  # TCP_NODELAY, by disable_nagle_algorithm
+        self.wire = Wire(self.connection)
         self.callmanager = EPCCallManager()
         self.server.add_client(self)
 
@@ -370,7 +468,7 @@ class AmacsHandler(EPCHandler):
         self.connection.settimeout(None)  # an authenticated Emacs may stay quiet as long as it likes
         return data
 
-    def _send(self, *args: Any) -> None:
+    def _send(self, *args: Any, events: int = 0) -> None:
         data = encode_message(*args)
         if len(data) - 6 > MAX_MESSAGE_BYTES:
             # Its length would not fit EPC's six hex digits: Emacs would read garbage from then on.
@@ -383,15 +481,14 @@ class AmacsHandler(EPCHandler):
                 log.warning("a %s message of %d bytes not sent to Emacs: %s", args[0] if args else "?",
                             len(data), said)
                 return
-        with self._send_lock:  # defect 4
-            try:
-                self.wfile.write(data)
-            except (AttributeError, ValueError) as err:
-                raise EPCClosed from err
+        try:
+            self.wire.write(data, events)  # defect 4: one message at a time, in order
+        except (AttributeError, ValueError) as err:
+            raise EPCClosed from err
 
     def send_events(self, events: list[dict[str, Any]]) -> None:
         """One one-way message carrying EVENTS; Emacs does not answer it."""
-        self._send("amacs-events", 0, [to_lisp(e) for e in events])
+        self._send("amacs-events", 0, [to_lisp(e) for e in events], events=len(events))
 
     def _handle(self, sexp: bytes) -> None:
         """Dispatch one message: replies on this thread, calls on the pool (or here if inline)."""
@@ -490,6 +587,7 @@ class AmacsHandler(EPCHandler):
         finally:
             if self.outbox is not None:
                 self.outbox.close()
+            self.wire.close()
             server.connection_closed(self)
 
 
@@ -657,7 +755,7 @@ class AmacsEPCServer(ThreadingEPCServer):
                 raise Unauthorized(
                     f"another Emacs (pid {self.emacs_pid}) is connected to this AMACS server, and only one "
                     "may be: use that Emacs, or exit it and connect again", uid)
-            handler.outbox = Outbox(handler.send_events)
+            handler.outbox = Outbox(handler.send_events, lambda: handler.wire.events)
             self.emacs, self.emacs_pid = handler, pid
         try:
             return uid, to_lisp(self.on_hello(settings))
@@ -691,6 +789,9 @@ class AmacsEPCServer(ThreadingEPCServer):
             return False
         try:
             outbox.put(event)
+        except OutboxFull as err:  # Emacs reads too slowly: this event is refused, none taken is lost
+            log.warning("%s", err)
+            return False
         except Exception as err:  # noqa: BLE001 - a closed socket: Emacs is gone
             log.info("could not notify Emacs: %r", err)
             return False

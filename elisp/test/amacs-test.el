@@ -870,6 +870,27 @@ same agent's line; the hub is not modified; k or z on an ended agent says so at 
             (should-not (string-search "<EOT>" (buffer-string)))))
       (kill-buffer buffer))))
 
+(ert-deftest amacs-test-a-forks-chat-log-opens-below-its-shell ()
+  "C-c C-l in a fork's shell, beside its parent's, put the fork's agent-chat.org in the parent
+shell's window: a newcomer read it as the parent's log.  It goes below the fork's shell."
+  (let ((parent (get-buffer-create "parent-shell"))
+        (fork (get-buffer-create "fork-shell"))
+        (log (get-buffer-create "fork-chat-log")))
+    (unwind-protect
+        (save-window-excursion
+          (delete-other-windows)
+          (switch-to-buffer parent)
+          (select-window (split-window-right))
+          (switch-to-buffer fork)
+          (cl-letf (((symbol-function 'amacs-hub--shell-window-p)
+                     (lambda (window) (memq (window-buffer window) (list parent fork)))))
+            (amacs-hub--show-beside-shell log))
+          (should (eq (window-buffer) log))
+          (should (get-buffer-window parent))
+          (should (= (window-left-column) (window-left-column (get-buffer-window fork))))
+          (should (< (window-top-line (get-buffer-window fork)) (window-top-line))))
+      (mapc #'kill-buffer (list parent fork log)))))
+
 ;;;; Memory (issue 13: load pages long items)
 
 (ert-deftest amacs-test-memory-load-version-and-paging-options ()

@@ -226,36 +226,24 @@ is an EPC connection as `epc:connect' makes it."
       (amacs--wire-log connection 'in "event t" '(:type "t"))
       (should-not (amacs-connection-get connection :wire-log)))))
 
-(ert-deftest amacs-transport-test-deltas-merged-in-order ()
-  "Consecutive deltas of one stream are handled as one; other events keep their place."
+;; The rule that merges a stream's deltas, and drops those a streamed reply replaces, is the
+;; server's (transport/server.py, Outbox; tests/test_transport.py): Emacs handles what comes.
+(ert-deftest amacs-transport-test-each-event-is-handled-as-it-came ()
+  "Deltas, annotations and replies are handled one by one, in order: no rule of the server's is kept twice."
   (amacs-transport-test--with-connection conn
     (let ((seen nil))
       (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
       (amacs-on-event "annotation" (lambda (e) (push (list 'note (plist-get e :text)) seen)))
-      (amacs--connection-filter
-       connection conn nil
-       (amacs-transport-test--frame
-        '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
-                          (:type "annotation" :text "n") (:type "reply-delta" :text "c")
-                          (:type "reply-delta" :text "d" :agent "x")))))
-      (amacs--drain-events connection)
-      (should (equal (nreverse seen) '((delta "ab") (note "n") (delta "c") (delta "d"))))
-      (should-not (amacs-connection-event-queue-tail connection)))))
-
-(ert-deftest amacs-transport-test-deltas-before-streamed-reply-skipped ()
-  "Deltas the streamed reply replaces at once are not inserted; a non-streamed reply keeps them."
-  (amacs-transport-test--with-connection conn
-    (let ((seen nil))
-      (amacs-on-event "reply-delta" (lambda (e) (push (list 'delta (plist-get e :text)) seen)))
       (amacs-on-event "reply" (lambda (e) (push (list 'reply (plist-get e :text)) seen)))
       (amacs--connection-filter
        connection conn nil
        (amacs-transport-test--frame
         '(amacs-events 0 ((:type "reply-delta" :text "a") (:type "reply-delta" :text "b")
-                          (:type "reply" :text "ab" :streamed t)
-                          (:type "reply-delta" :text "c") (:type "reply" :text "other" :streamed nil)))))
+                          (:type "annotation" :text "n") (:type "reply-delta" :text "c")
+                          (:type "reply" :text "abc" :streamed t)))))
       (amacs--drain-events connection)
-      (should (equal (nreverse seen) '((reply "ab") (delta "c") (reply "other")))))))
+      (should (equal (nreverse seen) '((delta "a") (delta "b") (note "n") (delta "c") (reply "abc"))))
+      (should-not (amacs-connection-event-queue-tail connection)))))
 
 (ert-deftest amacs-transport-test-events-queued-while-draining ()
   "An event that arrives while a handler runs is handled after it, in the same drain."

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from amacs_server.inference.parse import MAX_PARSE_RETRIES, RETRY_PROMPT
+from tests.context_items import said
 from tests.e2e.agent_fakes import (
     calls_by,
     pause,
@@ -184,7 +185,8 @@ def test_a_task_and_the_primary_share_one_parse_policy(fake, home, scripted):
     calls = calls_by(fake, "task-1")
     assert len(calls) == MAX_PARSE_RETRIES + 1
     for call in calls[1:]:
-        assert call["messages"][-1] == {"role": "user", "content": RETRY_PROMPT}
+        last = call["messages"][-1]
+        assert last["role"] == "user" and said(last["content"]) == RETRY_PROMPT and "notice.retry" in last["content"]
     errors = [e for e in transcript_events(home, "task-1") if e["event"] == "parse_error"]
     assert [e["data"]["attempt"] for e in errors] == list(range(MAX_PARSE_RETRIES + 1))
     result = [e for e in transcript_events(home, "primary") if e["event"] == "event"

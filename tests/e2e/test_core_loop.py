@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from amacs_server.inference.parse import RETRY_PROMPT
-from tests.context_items import chat_lines, parse_context, state
+from tests.context_items import chat_lines, parse_context, said, state, text_of
 from tests.context_items import eval_result as eval_result_of
 from tests.e2e.harness import TEST_KEY, elisp_string, finish_emacs, run_emacs, start_emacs
 from tests.fake_anthropic import Reply, agent_json
@@ -94,7 +94,9 @@ def test_invalid_json_twice_then_valid(fake, home):
     run = run_emacs(home, fake.url, session("2+2?")).check()
     assert len(fake.requests) == 3
     for req in fake.requests[1:]:
-        assert req["body"]["messages"][-1] == {"role": "user", "content": RETRY_PROMPT}
+        last = req["body"]["messages"][-1]
+        assert last["role"] == "user" and said(text_of(last["content"])) == RETRY_PROMPT
+        assert "notice.retry" in text_of(last["content"])  # the harness's words, an item of the primary's memory
     assert fake.requests[2]["body"]["messages"][1]["content"] == "I think the answer is 4"
     assert "retrying (1/2)" in run.shell and "retrying (2/2)" in run.shell
     assert "Fine: 4." in run.shell

@@ -100,7 +100,9 @@ def test_rewind_shows_the_task_lines_the_live_shell_showed(terminal, fake):
         term.wait_for(f"✓ task-{n + 1} (researcher) done", timeout=40, what=f"the tasks {n} and {n + 1} done")
         term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
     live = term.screen().split("amacs> task", 1)[1].split("amacs> task", 1)[0]
-    assert live.index("▸ eval") < live.index("✓ task-1") < live.index("✓ task-2") < live.index("Done:"), live
+    # The two researchers run at once: either may answer first, so only their place is checked.
+    for task in ("✓ task-1", "✓ task-2"):
+        assert live.index("▸ eval") < live.index(task) < live.index("Done:"), live
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")

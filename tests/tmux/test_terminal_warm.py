@@ -42,6 +42,15 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _warm_server(warm_dir: Path) -> int:
+    """The pid of the warm server the first start left in WARM_DIR, once it listens."""
+    deadline = time.monotonic() + 120
+    while not list(warm_dir.glob("*.sock")):
+        assert time.monotonic() < deadline, "the first start left no warm server"
+        time.sleep(0.1)
+    return int(next(warm_dir.glob("*.lock")).read_text())
+
+
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[1])
 
@@ -52,11 +61,7 @@ def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
     of the warm server the first start left running (no SDK import before the first request)."""
     env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
     first = terminal(**env)
-    deadline = time.monotonic() + 120
-    while not list(warm_dir.glob("*.sock")):
-        assert time.monotonic() < deadline, "the first start left no warm server"
-        time.sleep(0.1)
-    warm = int(next(warm_dir.glob("*.lock")).read_text())
+    warm = _warm_server(warm_dir)
     first_server = json.loads((first.amacs_home / "server.json").read_text())["pid"]
     assert _parent(first_server) != warm  # started afresh: there was none to fork it
     first.close()
@@ -76,11 +81,7 @@ def test_the_first_quit_says_the_warm_server_stays_and_how_to_stop_it(
     The first quit with one running says so in the terminal, with its pid and how to stop it."""
     env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
     first = terminal(**env)
-    deadline = time.monotonic() + 120
-    while not list(warm_dir.glob("*.sock")):
-        assert time.monotonic() < deadline, "the first start left no warm server"
-        time.sleep(0.1)
-    warm = int(next(warm_dir.glob("*.lock")).read_text())
+    warm = _warm_server(warm_dir)
     first.press("C-x C-c")
     said = first.wait_for("Pane is dead", what="Emacs quit, and what ./amacs said after it")
     said += first.history()
