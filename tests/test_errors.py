@@ -43,7 +43,13 @@ from amacs_server.tools.mcp import Blocked
 from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
 from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
-from amacs_server.transport.server import AmacsEPCServer, RemoteError, StartFailed, Unauthorized
+from amacs_server.transport.server import (
+    AmacsEPCServer,
+    OutboxFull,
+    RemoteError,
+    StartFailed,
+    Unauthorized,
+)
 
 from .test_transport import TOKEN, connect, hello, recv, send
 
@@ -59,7 +65,7 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     Unauthorized: Exception, StartFailed: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
     InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, CallFailed: RuntimeError, WindowRefusal: Exception,
     JudgeError: ValueError, Blocked: RuntimeError, McpConfigProblem: ValueError, McpError: RuntimeError,
-    NotYours: PermissionError, HistorySearchError: RuntimeError,
+    NotYours: PermissionError, HistorySearchError: RuntimeError, OutboxFull: RuntimeError,
 }
 
 
