@@ -415,11 +415,15 @@ class Runtime:
         the state is older than the org files.  Returns what the person is told when some were
         at work at the tick: they come back idle (a task: interrupted), not mid-run."""
         state = read_state(self.config.home)
-        if state is None or state.get("tick") != self.consciousness.current_tick:
-            state = {}
+        older: dict[str, Any] | None = None
+        if state is not None and state.get("tick") != self.consciousness.current_tick:
+            older, state = state, None  # a crash between the org files and the tick state
+        state = state or {}
         agents = state.get("agents")
         try:
-            stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else {})
+            stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
+            if older is not None:
+                return _dropped(older, self.consciousness.current_tick)
         except (AmacsError, KeyError, TypeError, ValueError) as err:
             log.warning("the tick state's subagents cannot be read (%r): none restored", err)
             self.world.restore_subagents({})
@@ -849,3 +853,24 @@ __all__ = ["Runtime", "Settings", "ConsciousnessError"]
 def _rooms(rt: Runtime) -> tuple[TurnHost, ToolHost, ViewHost]:
     """The Runtime is the host each room below it declares (mypy checks it here)."""
     return rt, rt, rt
+
+
+def _numbering(older: dict[str, Any] | None) -> dict[str, Any]:
+    """What of an OLDER tick state's subagents goes on when none is restored from it: how far
+    their ids and the primary's TalkIds were numbered (ids go on across restarts, never again)."""
+    agents = older.get("agents") if older is not None else None
+    if not isinstance(agents, dict):
+        return {}
+    return {k: agents[k] for k in ("numbered", "primary_talk_id") if isinstance(agents.get(k), int)}
+
+
+def _dropped(older: dict[str, Any], tick: int) -> str | None:
+    """The line that names the subagents an OLDER tick state held live, not restored because the
+    server stopped before it saved tick TICK's state; None when it held none."""
+    agents = older.get("agents")
+    live = agents.get("agents") if isinstance(agents, dict) else None
+    ids = [str(a.get("id")) for a in live if isinstance(a, dict)] if isinstance(live, list) else []
+    if not ids:
+        return None
+    return (f"live at tick {older.get('tick')}, not restored: {', '.join(ids)} (the server stopped before it "
+            f"saved tick {tick}'s state); they have ended")

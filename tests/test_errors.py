@@ -17,11 +17,12 @@ from amacs_server.config import ConfigError
 from amacs_server.errors import AmacsError, Refused, Stopping
 from amacs_server.files import PersistenceError
 from amacs_server.inference.anthropic_backend import StreamBrokeOff, StreamError, StreamOverloaded
+from amacs_server.inference.model_call import CallFailed, WindowRefusal
 from amacs_server.inference.openai_backend import InvalidRequest, StreamCut
 from amacs_server.inference.parse import AnswerCut, ResponseFormatError
 from amacs_server.inference.retry import InferenceError
 from amacs_server.local_model import LocalModelError
-from amacs_server.loop.primary import ContextTooLong, TurnAborted
+from amacs_server.loop.primary import TurnAborted
 from amacs_server.memory.active import MemoryRefused
 from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
@@ -42,7 +43,13 @@ from amacs_server.tools.mcp import Blocked
 from amacs_server.tools_mcp.config import _Bad as McpConfigProblem
 from amacs_server.tools_mcp.hub import McpError
 from amacs_server.transport.emacs_face import EmacsGone
-from amacs_server.transport.server import AmacsEPCServer, RemoteError, StartFailed, Unauthorized
+from amacs_server.transport.server import (
+    AmacsEPCServer,
+    OutboxFull,
+    RemoteError,
+    StartFailed,
+    Unauthorized,
+)
 
 from .test_transport import TOKEN, connect, hello, recv, send
 
@@ -56,9 +63,9 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
     Unauthorized: Exception, StartFailed: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
-    InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, ContextTooLong: Exception,
+    InvalidRequest: Exception, StreamCut: Exception, LocalModelError: RuntimeError, CallFailed: RuntimeError, WindowRefusal: Exception,
     JudgeError: ValueError, Blocked: RuntimeError, McpConfigProblem: ValueError, McpError: RuntimeError,
-    NotYours: PermissionError, HistorySearchError: RuntimeError,
+    NotYours: PermissionError, HistorySearchError: RuntimeError, OutboxFull: RuntimeError,
 }
 
 

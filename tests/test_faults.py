@@ -51,8 +51,8 @@ def test_the_nth_time():
 
 
 def test_every_point_is_in_the_code():
-    """POINTS (the suite's list), HISTORY_POINTS and the points placed in the server are the same names."""
+    """POINTS (the suite's list), HISTORY_POINTS, RESEARCH_POINTS, TURN_POINTS and the points placed in the server are the same names."""
     source = "\n".join(p.read_text() for p in (ROOT / "amacs_server").rglob("*.py") if p.name != "faults.py")
     placed = set(re.findall(r"faults\.(?:point|point_later|point_soon|armed)\(\s*\"([^\"]+)\"", source))
-    assert placed == set(faults.POINTS) | set(faults.HISTORY_POINTS) | set(faults.RESEARCH_POINTS)
+    assert placed == set(faults.POINTS) | set(faults.HISTORY_POINTS) | set(faults.RESEARCH_POINTS) | set(faults.TURN_POINTS)
     assert len(faults.POINTS) >= 20

@@ -130,12 +130,13 @@ def test_an_openai_compatible_judge_is_asked_for_its_answers_form_in_the_form_it
 
     class Result:
         text, stop_reason, latency_ms, thinking, usage = '{"score": 3, "rationale": "ok"}', "stop", 1.0, "", Usage(10, 5)
+        request: dict[str, object] = {}
 
     class Server:
         def __init__(self, takes: set[str | None]) -> None:
             self.takes = takes
 
-        async def complete(self, request, stream=True):
+        async def complete(self, request, stream=True, **_options):
             form = (request.get("extra_body") or {}).get("response_format")
             asked.append(form and form["type"])
             if (form and form["type"]) not in self.takes:

@@ -22,21 +22,12 @@ action (the primary: request input, so the turn ends; a subagent: done).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..agents.kinds import Ending
-from ..inference.parse import (
-    CUT_RETRY_PROMPT,
-    MAX_PARSE_RETRIES,
-    RETRY_PROMPT,
-    AgentResponse,
-    AnswerCut,
-    ResponseFormatError,
-    fallback_response,
-    parse_response,
-)
+from ..inference.parse import AgentResponse
 from ..inference.retry import new_turn
 from ..persistence.events import Eval, EvalResultRecord, Record, Refused, ReplyBlocked
 from ..state.consciousness import EvalResult
@@ -145,55 +136,6 @@ async def run_agent(body: Body, world: Watchers) -> Outcome:
                 return Outcome(response, Ending.QUIT)
     body.out_of_steps()
     return Outcome(last, Ending.STEP_LIMIT)
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """A model answer as the parse policy left it: the response, the model's raw text,
-    the attempt (0 = first call) and whether it is the fallback for text never valid."""
-
-    response: AgentResponse
-    text: str
-    attempt: int
-    fallback: bool
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A model's answer to parse: its text, and whether it stopped at its length limit."""
-
-    text: str
-    cut: bool = False
-
-
-Rejected = Callable[[int, str, ResponseFormatError, "str | None"], None]
-"""What an agent does when its model's answer (attempt, text, error) was not valid JSON: it
-notes the rejection and, given the retry prompt (a retry follows), adds it to its messages.
-An answer cut at its length limit comes as :class:`AnswerCut`: its messages keep only
-:func:`~amacs_server.inference.parse.cut_stand_in` of it."""
-
-
-async def parse_with_retries(call: Callable[[], Awaitable[Answer]], rejected: Rejected) -> Parsed:
-    """The one parse policy (docs/ARCHITECTURE.md, The tick: parse): CALL the model, parse its answer as JSON;
-    invalid JSON is retried MAX_PARSE_RETRIES times, each time telling the model RETRY_PROMPT (an
-    answer cut at its length limit: CUT_RETRY_PROMPT); then its text is kept as the fallback
-    response (an unparsed thought).
-
-    Every agent infers through this, so they share the prompts, the count and the fallback."""
-    text = ""
-    for attempt in range(MAX_PARSE_RETRIES + 1):
-        answer = await call()
-        text = answer.text
-        try:
-            return Parsed(parse_response(text), text, attempt, fallback=False)
-        except ResponseFormatError as err:
-            again = attempt < MAX_PARSE_RETRIES
-            if answer.cut:
-                rejected(attempt, text, AnswerCut(f"cut off at the length limit: {err}"),
-                         CUT_RETRY_PROMPT if again else None)
-            else:
-                rejected(attempt, text, err, RETRY_PROMPT if again else None)
-    return Parsed(fallback_response(text), text, MAX_PARSE_RETRIES, fallback=True)
 
 
 async def act(body: Body, world: Watchers, response: AgentResponse) -> tuple[EvalResult, bool]:

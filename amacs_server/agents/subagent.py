@@ -16,36 +16,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import notice_text, section
-from ..inference.catalog import call_adapting, prepare
-from ..inference.parse import (
-    CUT_REASONS,
-    MAX_PARSE_RETRIES,
-    AgentResponse,
-    AnswerCut,
-    ResponseFormatError,
-    cut_stand_in,
-)
-from ..inference.request import UNKNOWN, build_request, constrained
-from ..inference.retry import InferenceError
-from ..persistence.events import (
-    BudgetStop,
-    ModelAdapted,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ParseError,
-    Record,
-    StepLimit,
-)
+from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
+from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
+from ..persistence.events import KINDS, BudgetStop, ModelRequest, Record, StepLimit
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType
-from .loop import Answer, Watchers, parse_with_retries, run_agent
+from .loop import Watchers, run_agent
 from .talk import EventType
 
 if TYPE_CHECKING:
     from ..inference.backend import ModelResult
-    from ..inference.capabilities import Capabilities
     from ..inference.pricing import Usage
     from ..state.consciousness import EvalResult
     from .files_seen import FilesSeen
@@ -66,7 +47,7 @@ class SubagentHost(Watchers, Protocol):
     rt: WorldHost
     limits: Limits
     pool: asyncio.Semaphore  # model calls of subagents at once
-    answers: asyncio.Lock  # the turn of the loop an answer is taken further in (answer_turn)
+    answers: asyncio.Lock  # the turn of the loop an answer is taken further in (inference/model_call.answer_turn)
     post: Post  # its events, its evals' talks and the wait an eval registers
     files_seen: FilesSeen
 
@@ -268,100 +249,99 @@ class SubagentBody:
         return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
 
     async def _infer(self) -> AgentResponse:
-        """One response, parsed by the one policy every agent shares (agents/loop.py)."""
-        agent = self.agent
-
-        def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
-            self.note(ParseError(attempt=attempt, error=str(err)))
-            if isinstance(err, AnswerCut):  # its messages keep only the cut answer's start, as the primary's
-                answer = next(m for m in reversed(agent.messages) if m["role"] == "assistant")
-                answer["content"] = cut_stand_in(text)
-            if retry_prompt is not None:  # model_call keeps the model's answer among its messages
-                # The harness's format correction, a notice item of its memory, as the primary's.
-                agent.tell(notice_text(agent.memory, "retry", retry_prompt), as_item=False)
-
-        parsed = await parse_with_retries(self.model_call, rejected)
+        """One response, from the one model call every agent makes (inference/model_call.py)."""
+        host, agent = self.host, self.agent
+        rt = host.rt
+        await host.tools_ready()  # its system prompt lists the MCP tools it may call
+        ask = Ask(rt.backend, rt.catalog, agent.model or rt.model, system_prompt(host, agent),
+                  rt.consciousness.api_settings, AGENT_READER, openai_room=rt.backend_name == "openai",
+                  pool=host.pool, answers=host.answers)  # nothing of its reply streams: one JSON answer costs less
+        call = StepCall(host, agent)
+        reply = await model_call(ask, call, call)
         # Paused while its model call was under way: the answer waits until it is resumed, so a
         # paused agent acts on nothing and delivers nothing.
         await _unless_stopped_while_paused(agent)
-        if parsed.fallback and agent.type is not AgentType.COMPULSION:  # its asker hears what it said (a compulsion's
-            # unparsed text must not block the agent it watches)
-            return replace(parsed.response, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
-                                                   f"{parsed.text[:FALLBACK_CHARS]}")
-        return parsed.response
+        if reply.value is not None:
+            return reply.value
+        fallback = fallback_response(reply.text)
+        if agent.type is AgentType.COMPULSION:  # its unparsed text must not block the agent it watches
+            return fallback
+        # its asker hears what it said
+        return replace(fallback, reply=f"(answer not valid JSON after {MAX_PARSE_RETRIES} retries) "
+                                       f"{reply.text[:FALLBACK_CHARS]}")
 
-    async def model_call(self) -> Answer:
-        """One model call for the agent, inside the pool; cost rolled up to the primary's budget."""
+
+class StepCall(Caller):
+    """A subagent's step as the one model call sees it: its messages (its own transcript, kept
+    with every answer and every prompt that asked again), its transcript events, the hub's
+    line of what it does, and the one budget its cost rolls up to.  The shell is the primary's:
+    a subagent's lines (a model adapted, a retry) are its transcript's only."""
+
+    def __init__(self, host: SubagentHost, agent: Agent) -> None:
+        self.host, self.agent = host, agent
+
+    # -- its messages --
+
+    def now(self) -> list[dict[str, Any]]:
+        show_memory(self.agent)
+        return api_messages(self.agent.shown_messages(), self.host.rt.backend_name == "openai")
+
+    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
+        # An answer cut at its length limit is kept as its start only, as the primary's.
+        self.agent.messages.append({"role": "assistant",
+                                    "content": cut_stand_in(result.text) if cut else result.assistant_content()})
+        if retry is not None:  # the harness's format correction, a notice item of its memory, as the primary's
+            self.agent.tell(notice_text(self.agent.memory, "retry", retry), as_item=False)
+
+    def compact(self, window: int | None) -> dict[str, Any] | None:
+        """Leave out the older half of its messages after its task (from an answer on: user and
+        assistant still alternate), said in a notice where they were."""
+        messages = self.agent.messages
+        rest, earlier, times = messages[1:], 0, 0
+        if rest and rest[0].get("compacted"):  # the notice of an earlier compaction: said anew
+            rest, earlier, times = rest[1:], int(rest[0]["compacted"]), int(rest[0]["times"])
+        cut = next((i for i, m in enumerate(rest) if m["role"] == "assistant" and i >= max(1, len(rest) // 2)), None)
+        if cut is None:
+            return None
+        left_out = earlier + len([m for m in rest[:cut] if m["role"] != "system"])
+        where = f" of {window:,} tokens" if window else ""
+        text = (f"Your context was compacted to fit this model's window{where}: the {left_out} oldest messages "
+                "after your task are left out. What you received as memory items is in long-term memory: find "
+                "it with agent-memory-search, bring it back with agent-memory-load.")
+        memory = self.agent.memory  # a notice item of its memory when it has one, as its panel's notices
+        notice = {"role": "system", "content": text, "compacted": left_out, "times": times + 1,
+                  "parts": [memory.notice("context-window", text) if memory is not None else text]}
+        messages[1:] = [notice, *rest[cut:]]
+        return {"squeeze": times + 1}
+
+    # -- what it is told --
+
+    async def ready(self) -> None:
         host, agent = self.host, self.agent
-        rt = host.rt
         await _unless_stopped_while_paused(agent)  # paused: no model call until resumed
         stop = host.budget_stop(f"{agent.id} ({agent.type} {agent.template})")
         if stop is not None:
             if not agent.budget_told:
                 agent.budget_told = True
-                rt.face.annotate(stop, "error")
-            self.note(BudgetStop(message=stop))
+                host.rt.face.annotate(stop, "error")
+            self.host.rt.transcript.write(BudgetStop(message=stop), agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
-        show_memory(agent)
         await host.tools_ready()
-        model = agent.model or rt.model
-        catalog = rt.catalog
 
-        def build(caps: Capabilities) -> dict[str, Any]:
-            # The catalog knows the primary's model; another one is sent what any model takes.
-            return build_request(model, system_prompt(host, agent),
-                                 api_messages(agent.shown_messages(), rt.backend_name == "openai"),
-                                 rt.consciousness.api_settings, caps if model == catalog.model else UNKNOWN)
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.host.rt.transcript.write(KINDS[event].of(data), agent=self.agent.identity)
 
-        def said(line: str) -> None:
-            self.note(ModelAdapted(status=line))
+    def sending(self, request: dict[str, Any]) -> None:
+        self.host.rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
+        self.host.rt.transcript.write(ModelRequest(request=request), agent=self.agent.identity)
 
-        async def complete(request: dict[str, Any]) -> ModelResult:
-            rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
-            self.note(ModelRequest(request=request))
-            # Nothing of a subagent's reply streams to the screen: one JSON answer costs less.
-            return await rt.backend.complete(request, stream=False)
+    def working(self, doing: str) -> None:
+        self.host.report_working(self.agent, f"thinking (step {self.agent.steps + 1})" if doing == "thinking"
+                                 else doing)
 
-        # The request is made before the wait for a slot of the pool: from a slot's release to
-        # the next call's request on the wire, only that call's sending stands in the way.  A call
-        # that will wait makes it a turn of the loop later: the calls under way send their bodies
-        # first (aiohttp writes a body from a task of its own), not after 200 tasks started at
-        # once have each made a request (~0.28 ms each: the first answers came ~40 ms late).
-        if host.pool.locked():
-            await asyncio.sleep(0)
-        prepared = await prepare(catalog, build)
-        host.report_working(agent, "waiting for the model pool")
-        async with host.pool:
-            host.report_working(agent, f"thinking (step {agent.steps + 1})")
-            try:
-                result: ModelResult = await call_adapting(catalog, build, complete, said, prepared)
-            except InferenceError as err:
-                self.note(ModelError(error=str(err)))
-                raise
-        learned = catalog.learn_from_cut(result) if model == catalog.model else None
-        if learned:
-            said(learned)
-        dollars = rt.charge(result.usage, agent.model)  # rolled up to the one budget
+    def paid(self, usage: Usage) -> float | None:
+        agent = self.agent
+        dollars = self.host.rt.charge(usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
-        host.counted(agent, result.usage, dollars or 0.0)
-        agent.messages.append({"role": "assistant", "content": result.assistant_content()})
-        self.note(ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request), stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms))
-        await answer_turn(host.answers)
-        return Answer(result.text, result.stop_reason in CUT_REASONS)
-
-
-async def answer_turn(lane: asyncio.Lock) -> None:
-    """Wait until a subagent's answer, read and recorded, may be taken further (parsed, acted
-    on, delivered): after the loop has turned once, so the calls waiting for the slots freed
-    meanwhile send their requests first; then one answer at a time through LANE, each after
-    two more turns of the loop.
-
-    With P calls answered at once, the P next requests then wait for P answers read, not for
-    P agents' whole steps one after another; and an answer read while another goes on frees
-    its slot, whose waiting call is sent, before the next answer goes on.  LANE is held across
-    those two turns only, never across an agent's own waits: it orders the answers' going on,
-    it does not serialize the agents' steps."""
-    await asyncio.sleep(0)
-    async with lane:
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        self.host.counted(agent, usage, dollars or 0.0)
+        return dollars

@@ -148,7 +148,7 @@ class AgentWorld(Registry):
         self.post.open(PRIMARY, self.primary.talk_ids)
         self.bus = self.post.bus
         self.pool = asyncio.Semaphore(limits.pool)
-        self.answers = asyncio.Lock()  # subagents' answers taken further one per turn (subagent.answer_turn)
+        self.answers = asyncio.Lock()  # subagents' answers taken further one per turn (inference/model_call.answer_turn)
         self.numbered = 0  # the last number a subagent's id took (`task-3'): ids go on across restarts
         self.tasks_live = 0
         self.blocks = 0

@@ -44,7 +44,7 @@ class ModelBackend(Protocol):
     """A model backend as its callers use it: one request in, one :class:`ModelResult` out.
 
     STREAM false: nothing is shown as it comes (a subagent's reply); ON_TEXT hears the
-    reply's text as it streams, ON_STATUS each retry."""
+    reply's text as it streams, ON_THINKING its thinking, ON_STATUS each retry."""
 
     async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *, stream: bool = True,
-                       on_status: StatusSink | None = None) -> ModelResult: ...
+                       on_status: StatusSink | None = None, on_thinking: TextSink | None = None) -> ModelResult: ...

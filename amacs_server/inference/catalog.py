@@ -287,7 +287,9 @@ async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], d
             if param is not None:
                 said = catalog.refuse(param)
                 say(f"The model {catalog.model} does not take {said}; asking again.")
-            elif refusal and early and too_long(err.detail, err.status) is None:
+            elif refusal and early and err.status == 400 and too_long(err.detail, err.status) is None:
+                # A 400 the answer may explain (a most-tokens or a schema the model does not take); a
+                # validation error said with a 500 (422) is the request's own: not asked again.
                 early = False
                 await catalog.current()
                 if catalog.caps is built_for:

@@ -11,43 +11,29 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
-from ..agents.loop import Answer, parse_with_retries, run_agent
+from ..agents.loop import run_agent
 from ..context.assemble import Context, assemble, notice_text
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
-from ..inference.backend import ModelResult
-from ..inference.capabilities import Capabilities, TooLong, too_long
-from ..inference.catalog import call_adapting, request_chars
-from ..inference.parse import (
-    CUT_REASONS,
-    MAX_PARSE_RETRIES,
-    AgentResponse,
-    AnswerCut,
-    ResponseFormatError,
-    cut_stand_in,
-)
+from ..inference.capabilities import Capabilities
+from ..inference.catalog import request_chars
+from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
+from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
 from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
-from ..inference.retry import InferenceError, Retrying
-from ..inference.stream import ReplyStreamer
+from ..inference.retry import InferenceError
 from ..persistence.chat_log import ChatEval
 from ..persistence.events import (
-    ContextCompacted,
+    KINDS,
     Eval,
     Interrupted,
-    ModelAdapted,
-    ModelError,
     ModelRequest,
-    ModelResponse,
-    ModelRetry,
     Parsed,
-    ParseError,
     Record,
     ReplyBlocked,
     TickEnd,
@@ -58,6 +44,11 @@ from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError
 from ..state.consciousness import EvalResult
 from .host import TurnHost
+
+if TYPE_CHECKING:
+    from ..inference.backend import ModelResult
+    from ..inference.pricing import Usage
+    from ..inference.retry import Retrying
 
 
 class TurnAborted(AmacsError):
@@ -294,7 +285,7 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
         model = rt.memory.notice("model", model_note(rt, await rt.catalog.current()))
         context = remake()
     context.remake = remake
-    return fit(rt, context, tick)
+    return context  # fitted to the model's window by the call (inference/model_call.py)
 
 
 def model_note(rt: TurnHost, caps: Capabilities) -> dict[str, Any]:
@@ -306,214 +297,116 @@ def model_note(rt: TurnHost, caps: Capabilities) -> dict[str, Any]:
             "ignored_settings": ignored_settings(caps, settings, probe)}
 
 
-def fit(rt: TurnHost, context: Context, tick: int | None = None) -> Context:
-    """CONTEXT, compacted (its oldest blocks left to long-term memory) until the request it
-    makes fits the model's window, by the calibrated estimate, with room for the answer.
-    Each compaction is an event of TICK, the tick the context is for."""
-    window = rt.catalog.window
-    if window is None or context.remake is None or context.conversation is None:
-        return context
-    settings = rt.consciousness.api_settings
-    # An OpenAI-compatible server's window holds the answer too: an eighth of it is kept for that.
-    room = window - rt.catalog.answer_tokens(settings.max_tokens) if rt.backend_name == "openai" else window
-    chars = len(rt.system_prompt())
-    while rt.catalog.estimate(chars + request_chars({"messages": context.messages})) > room:
-        if not context.conversation.compact(window):
-            break
-        remake = context.remake
-        context = remake()
-        context.remake = remake
-        rt.transcript.write(ContextCompacted(squeeze=rt.conversation.squeeze, window=window, why="estimate"), tick=tick)
-    return context
-
-
-class ContextTooLong(AmacsError):
-    """The model refused REQUEST as too long for its window (WINDOW tokens, when it said; the
-    request's TOKENS, when it counted them)."""
-
-    def __init__(self, message: str, request: dict[str, Any], window: int | None, tokens: int | None,
-                 detail: str = "") -> None:
-        super().__init__(message)
-        self.request, self.window, self.tokens = request, window, tokens
-        self.detail = detail or message  # the server's own words
-
-
-async def infer_and_parse(rt: TurnHost, tick: int, user_message: Context) -> tuple[AgentResponse | None, bool]:
-    """Infer and parse, retrying invalid JSON at most twice, then the fallback record.
-
-    A request the model refuses as too long is compacted (its oldest blocks left to
-    long-term memory) and sent again, at most MAX_COMPACTIONS times; refused still, or with
-    nothing left to compact, the turn ends in one plain line, the input kept.
-    Returns the response and whether its reply was already streamed to the shell.
-    """
+async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[AgentResponse | None, bool]:
+    """Infer and parse: the one model call (:mod:`amacs_server.inference.model_call`) with this
+    tick's CONTEXT, its reply streamed to the shell unless a compulsion watches; an answer never
+    valid is kept as the fallback record (an unparsed thought).  A failed call ends the turn in
+    one plain line, the input kept.  Returns the response and whether its reply was already
+    streamed to the shell."""
     stop = rt.world.budget_stop("the primary agent")  # the one ledger every agent is held to
     if stop is not None:
         rt.face.annotate(stop, "error")
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
-    messages: list[dict[str, Any]] = list(user_message.messages)  # earlier ticks, then this one
-    streamer = ReplyStreamer()
-    compactions = 0
-    last: ModelResult | None = None
-
-    async def call() -> Answer:
-        nonlocal streamer, messages, user_message, compactions, last
-        streamer = ReplyStreamer()
-        while True:
-            try:
-                last = await infer(rt, tick, messages, streamer, may_compact=compactions < MAX_COMPACTIONS)
-                break
-            except ContextTooLong as err:
-                compactions += 1
-                user_message = _compacted(rt, tick, user_message, err)
-                messages = list(user_message.messages)
-                streamer = ReplyStreamer()
-        return Answer(last.text, last.stop_reason in CUT_REASONS)
-
-    def rejected(attempt: int, text: str, err: ResponseFormatError, retry_prompt: str | None) -> None:
-        if streamer.shown:
-            rt.face.reply_abandon("cut off at the length limit" if isinstance(err, AnswerCut) else "not valid JSON")
-        rt.transcript.write(ParseError(attempt=attempt, error=str(err)), tick=tick)
-        if retry_prompt is None:
-            return
-        if isinstance(err, AnswerCut):
-            rt.face.annotate(f"The model's answer was cut off at its length limit before its JSON ended; asking "
-                             f"again for a shorter one ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
-            text = cut_stand_in(text)
-        else:
-            rt.face.annotate(f"The model's response was not valid JSON ({err}); "
-                             f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
-        messages.extend(({"role": "assistant", "content": text or "(empty)"},
-                         {"role": "user", "content": notice_text(rt.memory, "retry", retry_prompt)}))
-
-    parsed = await parse_with_retries(call, rejected)
-    if parsed.fallback:
-        rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
-                         f"retries; kept as an unparsed thought: {parsed.text[:300]!r}", "error")
-    rt.transcript.write(Parsed(attempt=parsed.attempt, response=parsed.response.to_dict()), tick=tick)
-    user_message.answered(parsed.text, last.assistant_content() if last is not None and last.thinking_blocks
-                          else None)
-    return parsed.response, bool(streamer.shown) and not parsed.fallback
-
-
-MAX_COMPACTIONS = 3  # refusals as too long one call of a tick compacts for before the turn ends
-
-
-def too_long_line(rt: TurnHost) -> str:
-    """Why a turn ended on a context too long for the model, in one plain line."""
-    window = rt.catalog.window
-    return (f"the context is too long for {rt.model}'s window"
-            f"{f' ({window:,} tokens)' if window else ''} even with its oldest part left to long-term memory: "
-            "a shorter input, fewer MCP tools (mcp.json), or a model with a larger window will do")
-
-
-def _compacted(rt: TurnHost, tick: int, context: Context, err: ContextTooLong) -> Context:
-    """CONTEXT made again, compacted to fit the window the refusal ERR named (or the one a
-    refusal that names none shows: below the request's tokens)."""
-    if err.tokens:  # the server counted this request: the estimate learns from it
-        rt.catalog.calibrate(request_chars(err.request), err.tokens)
-    contradicted = rt.catalog.learn_refusal(TooLong(err.window, err.tokens),
-                                            rt.catalog.estimate(request_chars(err.request)))
-    if contradicted:
-        rt.transcript.write(ModelAdapted(status=contradicted), tick=tick)
-        rt.face.annotate(contradicted, "status")
-    remake, conversation = context.remake, context.conversation
-    if remake is None or conversation is None or not conversation.compact(rt.catalog.window):
-        _failed(rt, tick, too_long_line(rt), detail=err.detail)
-    assert remake is not None and conversation is not None
-    window = rt.catalog.window
-    rt.face.annotate(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
-                     "its oldest part is left to long-term memory and the model is asked again.", "status")
-    rt.transcript.write(ContextCompacted(squeeze=conversation.squeeze, window=rt.catalog.window, why=err.detail), tick=tick)
-    made = fit(rt, _again(remake), tick)
-    return made
-
-
-def _again(remake: Callable[[], Context]) -> Context:
-    context = remake()
-    context.remake = remake
-    return context
-
-
-def _failed(rt: TurnHost, tick: int, error: str, detail: str = "") -> NoReturn:
-    rt.transcript.write(ModelError(error=error, detail=detail or None), tick=tick)
-    rt.face.annotate(f"Model call failed: {error}. Your input is saved; send again to retry.", "error")
-    finish_unanswered(rt, tick, error)
-    raise TurnAborted
-
-
-async def infer(rt: TurnHost, tick: int, messages: list[dict[str, Any]], streamer: ReplyStreamer, *,
-                may_compact: bool = False) -> ModelResult:
-    """Infer: one model call, its reply streamed to the shell, recorded with tokens, cost, latency.
-
-    The request carries what the model accepts (its capabilities); a parameter it refuses
-    is dropped and the call made again (:func:`call_adapting`).  A refusal as too long
-    raises :class:`ContextTooLong` when MAY_COMPACT, else ends the turn."""
-    if not rt.config.has_credentials:
-        rt.face.annotate(rt.config.missing_key_message(), "error")
-        finish_unanswered(rt, tick, "no API key")
-        raise TurnAborted
-    await rt.world.tools_ready()
-    settings = rt.consciousness.api_settings
-    system = rt.system_prompt()
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
-
-    sent: list[dict[str, Any]] = []
-
-    def build(caps: Capabilities) -> dict[str, Any]:
-        request = build_request(rt.model, system, messages, settings, caps)
-        sent.append(request)
-        rt.transcript.write(ModelRequest(request=request, read=rt.memory.shown_ids, wrote=rt.memory.take_written()), tick=tick)
-        return request
-
-    def on_text(delta: str) -> None:
-        gained = streamer.feed(delta)
-        if gained:
-            if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
-                faults.point("infer.first-text")
-                faults.point_later("infer.mid-stream", 0.2)
-            rt.face.reply_delta(gained)
-
-    def on_status(retry: Retrying) -> None:
-        if streamer.shown:  # the stream restarts: what was shown will not be the reply
-            rt.face.reply_abandon("the call is retried")
-        streamer.raw = streamer.shown = ""
-        rt.transcript.write(ModelRetry(status=retry.text, seconds=retry.seconds), tick=tick)
-        rt.face.retrying(retry)
-
-    def said(line: str) -> None:
-        rt.transcript.write(ModelAdapted(status=line), tick=tick)
-        rt.face.annotate(line, "status")
-
-    async def complete(request: dict[str, Any]) -> ModelResult:
-        faults.point("infer.request")
-        return await rt.backend.complete(request, None if watched else on_text, on_status=on_status,
-                                         on_thinking=rt.face.thinking_delta)
-
+    ask = Ask(rt.backend, rt.catalog, rt.model, rt.system_prompt(), rt.consciousness.api_settings, AGENT_READER,
+              stream=True, show=not watched, openai_room=rt.backend_name == "openai")
+    call = TickCall(rt, tick, context)
     try:
-        result: ModelResult = await call_adapting(rt.catalog, build, complete, said, settings=settings,
-                                                  chars=len(system) + request_chars({"messages": messages}))
-    except InferenceError as err:
-        refusal = too_long(err.detail, err.status)
-        if refusal is not None and may_compact:
-            raise ContextTooLong(str(err), sent[-1] if sent else {}, refusal.window, refusal.tokens,
-                                 err.detail) from err
-        if refusal is not None:
-            _failed(rt, tick, too_long_line(rt), detail=err.detail)
-        _failed(rt, tick, str(err))
-    faults.point("infer.response")
-    learned = rt.catalog.learn_from_cut(result)
-    if learned:
-        said(learned)
-    rt.catalog.calibrate(request_chars(result.request), result.usage.input_tokens + result.usage.cache_read_tokens
-                         + result.usage.cache_write_tokens)
-    dollars = rt.charge(result.usage)
-    rt.world.counted(rt.world.primary, result.usage, dollars or 0.0)
-    rt.transcript.write(
-        ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request), stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=dollars, latency_ms=result.latency_ms),
-        tick=tick,
-    )
-    return result
+        reply = await model_call(ask, call, call)
+    except InferenceError as err:  # its model_error is in the transcript
+        rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
+        finish_unanswered(rt, tick, str(err))
+        raise TurnAborted from err
+    response = reply.value
+    if response is None:
+        rt.face.annotate(f"The model's response was still not valid JSON after {MAX_PARSE_RETRIES} "
+                         f"retries; kept as an unparsed thought: {reply.text[:300]!r}", "error")
+        response = fallback_response(reply.text)
+    rt.transcript.write(Parsed(attempt=reply.attempt, response=response.to_dict()), tick=tick)
+    return response, bool(reply.shown)
+
+
+class TickCall(Caller):
+    """A tick of the primary as the one model call sees it: its messages (the conversation's,
+    then this tick's answers that did not read and the prompts that asked again), its
+    transcript, the shell, the one budget."""
+
+    def __init__(self, rt: TurnHost, tick: int, context: Context) -> None:
+        self.rt, self.tick, self.context = rt, tick, context
+        self.retries: list[dict[str, Any]] = []  # this tick's only: the conversation keeps the answer
+
+    # -- its messages --
+
+    def now(self) -> list[dict[str, Any]]:
+        return [*self.context.messages, *self.retries]
+
+    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
+        if retry is None:
+            self.context.answered(result.text, result.assistant_content() if result.thinking_blocks else None)
+            return
+        text = cut_stand_in(result.text) if cut else result.text
+        self.retries += [{"role": "assistant", "content": text or "(empty)"},
+                         {"role": "user", "content": notice_text(self.rt.memory, "retry", retry)}]
+
+    def compact(self, window: int | None) -> dict[str, Any] | None:
+        remake, conversation = self.context.remake, self.context.conversation
+        if remake is None or conversation is None or not conversation.compact(window):
+            return None
+        self.context = remake()
+        self.context.remake = remake
+        self.retries = []
+        return {"squeeze": conversation.squeeze}
+
+    # -- what it is told --
+
+    async def ready(self) -> None:
+        rt = self.rt
+        if not rt.config.has_credentials:
+            rt.face.annotate(rt.config.missing_key_message(), "error")
+            finish_unanswered(rt, self.tick, "no API key")
+            raise TurnAborted
+        await rt.world.tools_ready()
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.rt.transcript.write(KINDS[event].of(data), tick=self.tick)
+
+    def sending(self, request: dict[str, Any]) -> None:
+        memory = self.rt.memory
+        self.rt.transcript.write(ModelRequest(request=request, read=memory.shown_ids, wrote=memory.take_written()),
+                                 tick=self.tick)
+        faults.point("infer.request")
+
+    def status(self, line: str) -> None:
+        self.rt.face.annotate(line, "status")
+
+    def retrying(self, retry: Retrying) -> None:
+        self.rt.face.retrying(retry)
+
+    def streamed(self, gained: str) -> None:
+        self.rt.face.reply_delta(gained)
+
+    def thinking(self, delta: str) -> None:
+        self.rt.face.thinking_delta(delta)
+
+    def abandon(self, why: str) -> None:
+        self.rt.face.reply_abandon(why)
+
+    def rejected(self, attempt: int, error: Exception, cut: bool, again: bool) -> None:
+        if not again:
+            return
+        if cut:
+            self.rt.face.annotate(f"The model's answer was cut off at its length limit before its JSON ended; "
+                                  f"asking again for a shorter one ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
+        else:
+            self.rt.face.annotate(f"The model's response was not valid JSON ({error}); "
+                                  f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
+
+    def paid(self, usage: Usage) -> float | None:
+        rt = self.rt
+        dollars = rt.charge(usage)
+        rt.world.counted(rt.world.primary, usage, dollars or 0.0)
+        return dollars
 
 
 def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult) -> None:

@@ -46,14 +46,8 @@ from rich.console import Console
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
-from ..persistence.events import (
-    AgentEnd,
-    AgentStart,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ParseError,
-)
+from ..inference.model_call import Caller
+from ..persistence.events import KINDS, AgentEnd, AgentStart
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 
@@ -215,8 +209,7 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.pricing import Price, cost, is_local
-    from ..inference.request import build_request
+    from ..inference.model_call import Ask, Reader, model_call
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -227,29 +220,25 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
-    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]), agent=me)
+    transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]),
+                     agent=me)
     backend = _backend(job)
-    messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
-    spent: float | None = 0.0
-    error, score, rationale = None, None, ""
-    table = {job.model: Price(*job.price)} if job.price else None
+    call = JudgeCall(transcript, me, job)
+    reader = Reader(lambda text: read_answer(text, judge), _again, RETRIES)
     # An OpenAI-compatible server is asked for the answer's form (FORMS, each while it refuses the one
     # before); the Messages API, for the rubric's words alone.
     forms = list(FORMS) if job.backend == "openai" else [None]
+    error, score, rationale = None, None, ""
     try:
-        attempt = 0
-        while attempt <= RETRIES:
-            request = build_request(job.model, system_prompt(judge), messages, ApiSettings(max_tokens=MAX_TOKENS),
-                                    agent_reply=False)  # a judge answers with its score, not an agent's reply
+        while True:
             form = answer_format(judge, forms[0])
-            if form is not None:
-                request["extra_body"] = {"response_format": form}
-            transcript.write(ModelRequest(request=request), agent=me)
-            faults.point("judge.asked")
+            # A judge answers with its score, not an agent's reply: no reply schema; the session's
+            # catalog is not its own (its model is the experiment's): sent what any model takes.
+            ask = Ask(backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS), reader,
+                      agent_reply=False, extra_body={"response_format": form} if form is not None else None)
             try:
-                result = await backend.complete(request, stream=False)
+                reply = await model_call(ask, call, call)
             except InferenceError as err:
-                transcript.write(ModelError(error=str(err)), agent=me)
                 if form is not None and err.status in (400, 422):  # the form refused (422: said with a 500)
                     forms.pop(0)
                     continue
@@ -257,31 +246,63 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
 
                 error = model_error_words(str(err), job.base_url)
                 break
-            dollars = cost(job.model, result.usage, table, local=is_local(job.base_url))
-            spent = None if dollars is None or spent is None else spent + dollars
-            transcript.write(ModelResponse(raw=result.text, stop_reason=result.stop_reason, usage=result.usage.__dict__,
-                                           cost=dollars, latency_ms=result.latency_ms,
-                                           thinking=getattr(result, "thinking", "") or ""), agent=me)
-            try:
-                score, rationale = read_answer(result.text, judge)
-                error = None
-                break
-            except ValueError as err:
+            if reply.value is None:
                 error = "score never parsed"
-                transcript.write(ParseError(attempt=attempt, error=str(err)), agent=me)
-                messages += [{"role": "assistant", "content": result.text or "(empty)"},
-                             {"role": "user", "content": f"That answer cannot be read: {err}. Answer again with "
-                                                         "the one JSON object asked for, and nothing else."}]
-                attempt += 1
+            else:
+                score, rationale = reply.value
+            break
     finally:
         await backend.aclose()
         transcript.write(AgentEnd(state="failed" if error else "done",
-                                  summary={"steps": 0, "cost": spent, "score": score}), agent=me)
+                                  summary={"steps": 0, "cost": call.spent, "score": score}), agent=me)
         transcript.close()
+    spent = call.spent
     return {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
             "scale_high": judge.high, "input": judge.input, "status": "failed" if error else "done",
             "score": score, "rationale": rationale, "cost": None if spent is None else round(spent, 8),
             "error": error}
+
+
+def _again(error: Exception, cut: bool) -> str:
+    """What a judge is told after an answer that does not read."""
+    return f"That answer cannot be read: {error}. Answer again with the one JSON object asked for, and nothing else."
+
+
+class JudgeCall(Caller):
+    """A judgement as the one model call sees it: its messages (the material, then each answer
+    that did not read and the prompt that asked again), its transcript, and its cost."""
+
+    def __init__(self, transcript: Any, me: Any, job: Job) -> None:
+        self.transcript, self.me, self.job = transcript, me, job
+        self.messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
+        self.spent: float | None = 0.0
+
+    def now(self) -> list[dict[str, Any]]:
+        return self.messages
+
+    def answered(self, result: Any, retry: str | None, cut: bool) -> None:
+        if retry is not None:
+            self.messages += [{"role": "assistant", "content": result.text or "(empty)"},
+                              {"role": "user", "content": retry}]
+
+    def compact(self, window: int | None) -> dict[str, Any] | None:
+        return None  # its material is one message: nothing to leave out
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self.transcript.write(KINDS[event].of(data), agent=self.me)
+
+    def sending(self, request: dict[str, Any]) -> None:
+        super().sending(request)
+        faults.point("judge.asked")
+
+    def paid(self, usage: Any) -> float | None:
+        from ..inference.pricing import Price, cost, is_local
+
+        job = self.job
+        table = {job.model: Price(*job.price)} if job.price else None
+        dollars = cost(job.model, usage, table, local=is_local(job.base_url))
+        self.spent = None if dollars is None or self.spent is None else self.spent + dollars
+        return dollars
 
 
 def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from amacs_server.faults import POINTS
-from tests.e2e.agent_fakes import transcript, who
+from tests.e2e.agent_fakes import transcript, transcript_events, who
 from tests.e2e.harness import EmacsRun, run_emacs
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 from tests.mcp_servers import hostile_server, write_config
@@ -374,6 +374,12 @@ def test_kill_in_a_chain(case: tuple[str, int], chains: dict[str, Chain]) -> Non
     # -- what was undone is said at the restart: a task at work at the last tick saved -----------------
     if kind(chain) == "task" and point.startswith("talk.delivered"):
         assert re.search(r"not resumed: task-\d+", after), after
+    if kind(chain) == "task" and point.startswith("persist.done"):  # the tick state one tick behind the chat
+        assert re.search(r"at tick \d+, not restored: task-\d+.*?they\s+have\s+ended", after, re.S), after
+    if kind(chain) == "task" and i == len(CHAINS[chain]) - 1:  # a subagent's id is never taken again
+        started = [e["agent_id"] for e in transcript_events(home) if e["event"] == "agent_start"
+                   and e["agent_id"] != "primary"]
+        assert len(started) == len(set(started)), sorted(started)
     # -- the shell showed only what is on disk; the last input was answered; the home is sound ---------
     for reply in shown(run.stdout, "SHOWN"):
         assert any(f"** Agent\n{reply}" in body for body in ticks.values()), f"shown, not on disk: {reply!r}"
