@@ -51,11 +51,11 @@ no key and nothing paid. Type one of these words and press RET:
 
 - =eval=: I evaluate elisp in your Emacs; the ▸ eval line shows it (TAB on it: the form and its result)
 - =note=: I add a line to a buffer named notes (the ▸ changed line after it shows the diff)
-- =todo=: I write a file, /tmp/amacs-demo-todo.org
+- =todo=: I write a new file, amacs-demo-todo-….org in your temporary folder
 - =thread=: I open a thread, a topic of work the hub shows (C-c C-v)
 - =task=: I start two subagents; a line each shows while they work
 - =slow=: a long answer: press C-c C-c while it streams to interrupt it
-- =steps=: a turn of three ticks; the header counts them
+- =steps=: a turn of three evals and a reply, four ticks; the header counts them
 - =long=, =markdown=, =error=, =loop=: a long reply, Markdown shown as org, a failing eval, \
 an eval that never ends (C-g stops it)
 
@@ -96,7 +96,7 @@ TOUR_THREAD = ('(condition-case nil (agent-create-thread "demo-tour" :concern "t
                '(error "the thread demo-tour is open already"))')
 NOTE = ('(with-current-buffer (get-buffer-create "notes") (goto-char (point-max)) '
         '(insert "- tried AMACS\'s demo\\n") (buffer-name))')
-TODO = ('(with-current-buffer (find-file-noselect "/tmp/amacs-demo-todo.org") '
+TODO = ('(with-current-buffer (find-file-noselect (make-temp-file "amacs-demo-todo-" nil ".org")) '
         '(goto-char (point-max)) (insert "* TODO try AMACS\\n") (save-buffer) (buffer-name))')
 
 # Words answered with an eval, then (when its result comes back) with the text after it.
@@ -106,7 +106,7 @@ EVALS: dict[str, tuple[str, str]] = {
     "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "error": ("(car 1)", "Done: that was the eval above (TAB on its line shows it)."),
     "loop": ("(while t)", "Done: that was the eval above (TAB on its line shows it)."),
-    "todo": (TODO, "Done: /tmp/amacs-demo-todo.org has a new line. RET on the ▸ changed line below "
+    "todo": (TODO, "Done: the file named on the ▸ changed line below has a new line. RET on the ▸ changed line below "
                    "shows the diff."),
     "note": (NOTE, "Done: the buffer notes has a new line. RET on the ▸ changed line below shows the diff "
                    "and offers to undo it (C-x b notes RET shows the buffer)."),

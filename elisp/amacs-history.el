@@ -170,7 +170,7 @@ interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr pick
         (with-current-buffer buffer
           (amacs-shell--output amacs-history--abandoned-divider 'amacs-shell-status)
           (when said
-            (amacs-shell--output (format ";; Back to before you typed %s." (amacs-history--quoted said))
+            (amacs-shell--output (format ";; Back to before you typed %s.  Buffers and files the agent changed in this Emacs stay as they are." (amacs-history--quoted said))
                                  'amacs-shell-status))
           (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
           (setq amacs-shell--resumed nil)

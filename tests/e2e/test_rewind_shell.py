@@ -57,6 +57,8 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert "FORK SHELL" in run.stdout and "note the fork" in (fork / "agent-chat.org").read_text()
     assert "DEFAULT the second\n" in run.stdout, run.stdout
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
+    # The mind goes back; what evals did to Emacs's buffers and files does not, and the shell says so.
+    assert "Back to before you typed «the second».  Buffers and files the agent changed" in run.shell, run.shell
     after = run.shell.split("The conversation up to there:")[-1]
     assert "the first" in after and "the third" not in after
     chat = (home / "agent-chat.org").read_text()
