@@ -202,7 +202,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def set_model(backend: str, model: str, base_url: str | None = None, window: int | None = None) -> dict[str, Any]:
         """Switch backend (anthropic or openai) and model, from the next model call on; WINDOW, the
         model's input window in tokens as the person knows it (beats what its server reports)."""
-        return _on_loop(rt, lambda: rt.set_model(backend, model, base_url, window))
+        def switch() -> dict[str, Any]:
+            now = rt.set_model(backend, model, base_url, window)
+            unkept = views.unkept_limit(rt)  # said at the switch, not only at the next greeting
+            return {**now, "unkept": unkept} if unkept is not None else now
+
+        return _on_loop(rt, switch)
 
     @checked()
     def interrupt() -> bool:

@@ -57,14 +57,21 @@ class ViewHost(Protocol):
     def budget_unkeepable(self) -> str | None: ...
 
 
+def unkept_limit(rt: ViewHost) -> str | None:
+    """The line saying that the limit the person gave (at start, kept in the home, or set before a
+    switch of model) cannot be kept on the session's model, which nobody priced; None if it can."""
+    unkept = rt.budget_unkeepable() if rt.person_limit is not None else None
+    return None if unkept is None else f"Your budget limit of {dollars(rt.person_limit or 0.0)} is not kept: {unkept}."
+
+
 def status(rt: ViewHost) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
     c = rt.consciousness
     # One line each, what start-up recovered from first; the shell prefixes ";; ".
     notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
-    unkept = rt.budget_unkeepable() if rt.person_limit is not None else None
-    if unkept is not None:  # a limit the person gave (AMACS_BUDGET_LIMIT, kept in the home) it cannot count
-        notes.append(f"Your budget limit of {dollars(rt.person_limit or 0.0)} is not kept: {unkept}.")
+    unkept = unkept_limit(rt)
+    if unkept is not None:
+        notes.append(unkept)
     return {
         "run_id": rt.run_id,
         "tick": c.current_tick,

@@ -507,7 +507,10 @@ server (a proxy may report its price list's): the context is fitted to it."
                                                       (if base-url (format " at %s" base-url) ""))
                                               ;; What the server still lacks to call it, in its words.
                                               (and (not (plist-get now :key-ok)) (plist-get now :missing)
-                                                   (concat " " (plist-get now :missing))))))))))
+                                                   (concat " " (plist-get now :missing)))
+                                              ;; A limit the new model's unknown price cannot count.
+                                              (and (plist-get now :unkept)
+                                                   (concat " " (plist-get now :unkept))))))))))
 
 (defconst amacs-shell--address-regexp "\\`@\\([[:alnum:]_-]+\\)[[:space:]]+\\([^z-a]*[^[:space:]][^z-a]*\\)\\'"
   "An input addressed to a subagent: @NAME, then what to say to it.")

@@ -47,3 +47,13 @@ def test_a_limit_given_at_start_on_an_unpriced_model_is_said_not_kept_in_the_gre
     assert said == [f";; Your budget limit of $3.00 is not kept: a budget needs a price, and model gpt-oss-120b at "
                     f"{ELSEWHERE} has none: give it one in amacs-price-table (or AMACS_PRICES: dollars per million "
                     "tokens), or use a priced model; until then its calls count tokens, not dollars."], run.shell
+
+
+def test_a_switch_to_an_unpriced_model_says_at_once_that_the_limit_is_not_kept(fake, home: Path) -> None:
+    program = (f"(amacs-e2e-open) (amacs-set-model \"openai\" \"gpt-oss-120b\" \"{ELSEWHERE}\") "
+               "(amacs-e2e-wait-text \"is not kept\") (amacs-e2e-finish)")
+    run = run_emacs(home, fake.url, program, OPENAI_API_KEY="sk-test", AMACS_BUDGET_LIMIT="3").check()
+    said = [line for line in run.shell.splitlines() if "budget limit" in line]
+    assert len(said) == 1 and said[0].startswith(";; Now using gpt-oss-120b on openai at "), run.shell
+    assert "Your budget limit of $3.00 is not kept: a budget needs a price, and model gpt-oss-120b" in said[0]
+    assert not fake.requests  # a switch asks no model
