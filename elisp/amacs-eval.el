@@ -510,23 +510,19 @@ The shell's header says so, not that the eval runs.")
           (quit nil))
       (when (amacs-live-p) (amacs-call 'eval_hold (list id nil))))))
 
-(defconst amacs--eval-setting-variables '(amacs-eval-timeout amacs-max-steps amacs-price-table)
-  "The person's settings the server is sent, which an agent's eval may not change.
-`amacs-read-before-write' is bound around each eval: a change to it ends there.")
-
 (defun amacs--eval-keeping-settings (thunk)
   "Call THUNK, an agent's eval, and put back the person's settings it changed.
-Each of `amacs--eval-setting-variables' is as it was before, however the
+Each of `amacs--setting-variables' is as it was before, however the
 eval set it, and the settings it set are sent now, as the eval's: the
 server refuses them (a `control_refused' event naming the agent, a line
 in the eval's result).  Left set, they would reach the server with the
 person's next input, as the person's (`amacs--send-changed-settings')."
-  (let ((before (mapcar #'default-value amacs--eval-setting-variables)))
+  (let ((before (mapcar #'default-value amacs--setting-variables)))
     (unwind-protect (funcall thunk)
-      (unless (equal before (mapcar #'default-value amacs--eval-setting-variables))
+      (unless (equal before (mapcar #'default-value amacs--setting-variables))
         (let ((tried (amacs--settings)))
           (let ((values before))
-            (dolist (variable amacs--eval-setting-variables)
+            (dolist (variable amacs--setting-variables)
               (set-default variable (pop values))))
           (when (amacs-live-p) (amacs-call 'settings (list tried))))))))
 

@@ -47,6 +47,10 @@ however set, applies from the turn that your next input starts."
   :group 'amacs)
 
 
+(defconst amacs--setting-variables '(amacs-eval-timeout amacs-max-steps amacs-price-table)
+  "The person's settings, sent by `amacs--settings'; only the person changes them.
+`amacs-read-before-write' is bound around each eval: a change to it ends there.")
+
 (defun amacs--settings ()
   "Return the plist of settings sent to the server at hello.
 The global values: one made local to a buffer is not the person's setting."

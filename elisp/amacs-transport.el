@@ -52,6 +52,13 @@
 (eval-when-compile (require 'epc))
 (require 'amacs-settings)
 
+(defvar amacs--settings-unattributed nil
+  "Where the newest change to a setting came from, unless the person made it.
+An origin plist (`amacs--call-origin'): a timer, a process filter or a
+hook set one of `amacs--setting-variables' outside any eval (a timer an
+eval left behind, say).  The settings go to the server with that
+origin, not the origin of the input they go with; nil once sent.")
+
 ;;;; The connection object
 
 (cl-defstruct (amacs-connection (:constructor amacs--make-connection) (:copier nil))
@@ -298,6 +305,7 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                                 (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
           (setf (amacs-connection-manager connection) mngr)
           (amacs-connection-put connection :settings-sent (amacs--settings))
+          (setq amacs--settings-unattributed nil) ; the hello sends them, as the program starting it
           (amacs--wire-log connection 'out "call hello" '(:token "(not shown)"))
           (deferred:$
             (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
@@ -560,6 +568,22 @@ gives the message alone).  Signals an error if no answer comes within
 
 ;;;; Events from the server
 
+(defun amacs--note-setting-change (_symbol _value operation where)
+  "Note a change to a person's setting that no key of the person's made.
+A variable watcher on each of `amacs--setting-variables'; OPERATION and
+WHERE as `add-variable-watcher' gives them.  A command of any kind is
+the person's; `amacs--eval-keeping-settings' answers for an eval's."
+  (when (and (eq operation 'set) (null where))
+    (let ((origin (amacs--call-origin)))
+      (when (and (equal (plist-get origin :origin) "unknown")
+                 (let ((via (plist-get origin :via)))
+                   (or (equal via "hook")
+                       (memq (intern via) amacs--waiting-functions))))
+        (setq amacs--settings-unattributed origin)))))
+
+(dolist (variable amacs--setting-variables)
+  (add-variable-watcher variable #'amacs--note-setting-change))
+
 (defun amacs--send-changed-settings ()
   "Give the current connection's server the settings changed since it was told.
 Called before each input is sent, so the turn it starts runs by them:
@@ -572,8 +596,10 @@ or the server's words when it refused them."
          (sent (amacs-connection-get connection :settings-sent))) ; nil: no hello yet, which sends them
     (unless (or (null sent) (equal settings sent))
       (condition-case err
-          (progn (amacs--call-sync 'settings (list settings))
+          (progn (let ((amacs--queued-origin (or amacs--settings-unattributed amacs--queued-origin)))
+                   (amacs--call-sync 'settings (list settings)))
                  (amacs-connection-put connection :settings-sent settings)
+                 (setq amacs--settings-unattributed nil)
                  nil)
         (error (format "%s" (if (stringp (cdr err)) (cdr err) (error-message-string err))))))))
 

@@ -226,3 +226,25 @@ def test_settings_an_eval_sets_are_put_back_and_refused_not_sent_with_the_person
                           if "primary-set" in request_text(r["body"]))
     assert any(r.startswith("settings:") for r in primary_result.get("refused", [])), primary_result
     assert not any(e["event"] == "control_unattributed" for e in transcript_events(home))
+
+
+def test_a_setting_a_timer_an_eval_left_sets_is_said_in_the_shell_and_never_blamed_on_the_person(fake, home, scripted):
+    """The eval leaves a timer that sets the step limit after it ended: Emacs cannot tell that from
+    the person's own setq, so the setting goes with the person's next input, and the shell says at
+    once that no key of the person's changed it; the transcript says the same.  The person's own
+    setq, in the same run, is said nowhere."""
+
+    def answer(body):
+        ctx = request_text(body)
+        if "left-timer" not in ctx:
+            return run_elisp("(progn (run-at-time 0.5 nil (lambda () (setq amacs-max-steps 99))) \"timer set\")",
+                             monologue="left-timer")
+        return say("Noted.", monologue="done")
+
+    run = scripted(answer, "(setq amacs-eval-timeout 25)", send("go"), wait_text("Noted."), pause(1.0),
+                   send("onwards"), wait_text("no key of yours did it"), pause(0.3))
+    assert "The settings were changed: " in run.shell and "99" in run.shell, run.shell
+    events = [e for e in transcript_events(home) if e["event"] == "control_unattributed"]
+    assert len(events) == 1 and events[0]["data"]["method"] == "settings", events
+    assert events[0]["data"]["via"] == "timer-event-handler"
+    assert "99" in events[0]["data"]["change"], events
