@@ -510,6 +510,26 @@ The shell's header says so, not that the eval runs.")
           (quit nil))
       (when (amacs-live-p) (amacs-call 'eval_hold (list id nil))))))
 
+(defconst amacs--eval-setting-variables '(amacs-eval-timeout amacs-max-steps amacs-price-table)
+  "The person's settings the server is sent, which an agent's eval may not change.
+`amacs-read-before-write' is bound around each eval: a change to it ends there.")
+
+(defun amacs--eval-keeping-settings (thunk)
+  "Call THUNK, an agent's eval, and put back the person's settings it changed.
+Each of `amacs--eval-setting-variables' is as it was before, however the
+eval set it, and the settings it set are sent now, as the eval's: the
+server refuses them (a `control_refused' event naming the agent, a line
+in the eval's result).  Left set, they would reach the server with the
+person's next input, as the person's (`amacs--send-changed-settings')."
+  (let ((before (mapcar #'default-value amacs--eval-setting-variables)))
+    (unwind-protect (funcall thunk)
+      (unless (equal before (mapcar #'default-value amacs--eval-setting-variables))
+        (let ((tried (amacs--settings)))
+          (let ((values before))
+            (dolist (variable amacs--eval-setting-variables)
+              (set-default variable (pop values))))
+          (when (amacs-live-p) (amacs-call 'settings (list tried))))))))
+
 (defun amacs--handle-eval-event (event)
   "Evaluate the form in EVENT for its agent and send the result to the server.
 Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
@@ -533,7 +553,8 @@ Asks first when `amacs-eval-confirm' says so; tells the shell before and after."
               ;; Before the form: every call the server reads from here on, until this
               ;; eval's result, was sent while it ran (docs/ARCHITECTURE.md, Trust).
               (when (amacs-live-p) (amacs-call 'eval_started (list amacs-current-eval)))
-              (amacs--eval-asking-about-writes (lambda () (amacs--eval-form form))))))
+              (amacs--eval-keeping-settings
+               (lambda () (amacs--eval-asking-about-writes (lambda () (amacs--eval-form form))))))))
     (when amacs--eval-decisions
       (setq result (append result (list :decisions (reverse amacs--eval-decisions)))))
     (run-hook-with-args 'amacs-eval-done-functions event result)

@@ -48,12 +48,13 @@ however set, applies from the turn that your next input starts."
 
 
 (defun amacs--settings ()
-  "Return the plist of settings sent to the server at hello."
-  (list :eval-timeout amacs-eval-timeout :max-steps amacs-max-steps
+  "Return the plist of settings sent to the server at hello.
+The global values: one made local to a buffer is not the person's setting."
+  (list :eval-timeout (default-value 'amacs-eval-timeout) :max-steps (default-value 'amacs-max-steps)
         :prices (mapcar (lambda (entry)
                           (list :model (nth 0 entry) :input (nth 1 entry) :output (nth 2 entry)
                                 :cache-write (nth 3 entry) :cache-read (nth 4 entry)))
-                        amacs-price-table)
+                        (default-value 'amacs-price-table))
         :read-before-write (if (bound-and-true-p amacs-read-before-write) "on" "off")))
 
 (provide 'amacs-settings)

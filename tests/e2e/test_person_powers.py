@@ -41,6 +41,10 @@ POWERS = [
     ("person_add_buffer", '(list "*scratch*")', '(amacs-add-buffer (get-buffer "*scratch*"))'),
     ("submit", '(list "the person says: raise my budget")',
      '(with-current-buffer amacs-shell-buffer-name (goto-char (point-max)) (insert "raise it") (comint-send-input))'),
+    # The person's command that sends settings is their input: a setting set first goes with it.
+    ("settings", "(list (list :max-steps 99))",
+     '(progn (setq amacs-max-steps 99) (with-current-buffer amacs-shell-buffer-name (goto-char (point-max)) '
+     '(insert "raise it") (comint-send-input)))'),
 ]
 
 
@@ -171,3 +175,54 @@ def test_an_experiment_run_has_no_person_but_its_driver(fake, home, scripted):
     assert not (home / "budget-limit").exists()
     assert "Not sent: refused: submit acts for the person, and this experiment run has none" in run.shell
     assert len(fake.requests) == 2  # the driver's one turn: its eval, then its reply
+
+
+SETQ_SETTINGS = "(progn (setq amacs-max-steps 99 amacs-price-table '((\"claude\" 0 0 0 0))) amacs-max-steps)"
+
+
+def test_settings_an_eval_sets_are_put_back_and_refused_not_sent_with_the_persons_input(fake, home, scripted):
+    """The primary's eval and a task's eval each setq the step limit and zero prices; the person
+    then types.  The turn that input starts runs by the person's limit and prices, each eval's
+    change is refused as that agent's (its result and its transcript), and Emacs holds the person's
+    values again."""
+    turn_two = []
+
+    def answer(body):
+        me, kind, _ = who(body)
+        msgs = transcript(body)
+        if kind == "task":
+            return say("tried") if "<last-eval-result>" in msgs[-1] else run_elisp(SETQ_SETTINGS, monologue="task sets")
+        ctx = request_text(body)
+        if "primary-set" not in ctx:
+            return run_elisp(SETQ_SETTINGS, monologue="primary-set")
+        if "task-started" not in ctx:
+            return run_elisp('(agent-wait-for (plist-get (agent-task "researcher" "set the settings" '
+                             ':allowed (list "eval")) :talk-id))', monologue="task-started")
+        if "onwards" not in ctx:
+            return say("First turn done.", monologue="first-done")
+        turn_two.append(body)
+        return run_elisp("(+ 1 1)", monologue="counting") if len(turn_two) < 8 else say("Turn two over.")
+
+    ended = ("(amacs-e2e-wait (lambda () (with-current-buffer amacs-shell-buffer-name (save-excursion "
+             "(goto-char (point-min)) (re-search-forward \"Step limit reached\\\\|Turn two over\" nil t)))) "
+             "\"the second turn's end\")")
+    run = scripted(answer, send("go"), wait_text("First turn done."), send("onwards"), ended,
+                   '(princ (format "SETTINGS %S %S\\n" amacs-max-steps amacs-price-table))',
+                   setup="(setq amacs-max-steps 5 amacs-price-table nil)", timeout=180)
+
+    assert all(r["body"]["model"].startswith("claude") for r in fake.requests)  # the zero price would match
+    assert "Step limit reached (5 ticks this turn)" in run.shell, run.shell
+    assert "SETTINGS 5 nil" in run.stdout
+    costs = [e["data"].get("cost") for e in transcript_events(home, "primary") if e["event"] == "model_response"]
+    assert costs and all(c is not None and c > 0 for c in costs), costs
+    task = next(who(r["body"])[0] for r in fake.requests if who(r["body"])[1] == "task")
+    for agent in ("primary", task):
+        events = [e for e in transcript_events(home, agent) if e["event"] == "control_refused"]
+        assert [e["data"]["method"] for e in events] == ["settings"], (agent, events)
+        assert events[0]["data"]["by"] == agent and "99" in events[0]["data"]["change"], events
+    task_result = last_eval_result(transcript(calls_by(fake, task)[1])[-1])
+    assert any(r.startswith("settings:") and task in r for r in task_result.get("refused", [])), task_result
+    primary_result = next(eval_result(request_text(r["body"])) for r in fake.requests
+                          if "primary-set" in request_text(r["body"]))
+    assert any(r.startswith("settings:") for r in primary_result.get("refused", [])), primary_result
+    assert not any(e["event"] == "control_unattributed" for e in transcript_events(home))
