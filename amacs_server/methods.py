@@ -153,6 +153,42 @@ def the_primarys(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     return own
 
 
+def by_no_eval(rt: Runtime, name: str, method: Callable[..., Any], *, eval_first: bool) -> Callable[..., Any]:
+    """METHOD (published as NAME) is an agent function: it acts as the agent whose eval calls it.
+
+    A call in no eval (no eval id and, as the server saw it, no eval running in Emacs) acts as the
+    primary only when Emacs says a key of the person's or a batch Emacs's own program made it: its
+    origin comes in the eval id's place (EVAL_FIRST) or last.  Any other such call (a timer or hook
+    an agent's eval left, a call past Emacs's own functions) is refused, never silently: it may be a
+    subagent's, and would act as the primary (talk to the person, change its threads, memory,
+    consciousness).  The shell says so at once and the transcript records it
+    (``control_unattributed``).  (docs/ARCHITECTURE.md, Trust.)"""
+
+    def gated(*raw: Any) -> Any:
+        if eval_first:
+            first = raw[0] if raw else None
+            origin = first if isinstance(first, dict) else {}
+            args = (None if isinstance(first, dict) else first, *raw[1:])
+            in_an_eval = first is not None and not isinstance(first, dict)
+        else:
+            args, origin = _origin(raw)
+            in_an_eval = False
+        if not in_an_eval and eval_running() is None and origin.get("origin") not in ("key", "program"):
+            via = origin.get("via") or "a call past Emacs's own functions"
+            shown = ", ".join(repr(a) for a in args if a is not None)
+            what = f"{name}({shown[:120]}{'…' if len(shown) > 120 else ''})"
+            rt.transcript.write(ControlUnattributed(method=name, change=f"{what} was refused", via=via,
+                                                    note="no key of the person's and no agent's eval did it"))
+            rt.face.annotate(f"Refused {what}: no key of yours and no agent's eval called it (code running in "
+                             f"Emacs did, from {via}: perhaps a timer or hook an agent's eval left).", "warning")
+            raise NotYours(f"refused: {name} is an agent function and no agent's eval called it (from {via}); "
+                           "it acts only inside the eval of the agent it acts for, or from a key of the person's")
+        return method(*args)
+
+    gated.__name__, gated.__doc__ = method.__name__, method.__doc__
+    return gated
+
+
 def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     """Register every method Emacs may call but hello (:func:`~amacs_server.hello.greet`)."""
 
@@ -330,7 +366,9 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     for name in PERSON_POWERS:
         methods[name] = person_power(rt, name, methods[name])
     for name in PRIMARYS_OWN:
-        methods[name] = the_primarys(name, methods[name])
+        methods[name] = by_no_eval(rt, name, the_primarys(name, methods[name]), eval_first=False)
+    for name in [*registry.AS_ITS_EVAL, "agent_tool"]:
+        methods[name] = by_no_eval(rt, name, methods[name], eval_first=True)
     server.call_context = lambda method: face.call_read(method, method in PERSON_POWERS)
     for name, fn in methods.items():
         server.register(name, fn)

@@ -141,10 +141,11 @@ Its text appears in the context while that thread is active."
 (defun amacs--agent-call (method &rest args)
   "Call agent METHOD with ARGS from the eval that is running.
 Only the eval's id goes with them: the server knows which agent that
-eval runs for, and the person's calls outside any eval
-act for the primary.  A talk the call started is noted in
-`amacs--eval-talks', with who answers it."
-  (let ((value (amacs--call-sync method (cons amacs-current-eval args))))
+eval runs for.  Outside any eval, where Emacs saw the call come from
+\(`amacs--call-origin') goes in its place: a key of the person's acts
+for the primary, a timer or hook an eval left is refused.  A talk the
+call started is noted in `amacs--eval-talks', with who answers it."
+  (let ((value (amacs--call-sync method (cons (or amacs-current-eval (amacs--call-origin)) args))))
     (amacs--note-talk value)
     value))
 

@@ -361,6 +361,14 @@ A call to one carries, as its last argument, where Emacs saw it come
 from (`amacs--call-origin'); the server refuses it while an agent's
 eval runs, whatever that says.")
 
+(defconst amacs--primarys-own-methods
+  '(set_consciousness thread_create thread_switch thread_complete thread_add_buffer
+    thread_remove_buffer skill_bind skill_unbind)
+  "The agent functions called with no eval id that change the primary's state.
+A call to one carries its origin last, as a call for the person does: in
+no agent's eval the server lets only a key of the person's or a batch
+Emacs's program act as the primary (docs/ARCHITECTURE.md, Trust).")
+
 (defvar amacs-current-eval)
 (defvar amacs-current-agent)
 
@@ -404,8 +412,10 @@ server decides; this is what Emacs tells it."
             (t (list :origin "unknown" :via (symbol-name (or waited command 'hook)))))))))
 
 (defun amacs--call-args (method args)
-  "ARGS of METHOD as sent: a call that acts for the person carries its origin last."
-  (amacs--outgoing method (if (memq method amacs--person-methods)
+  "ARGS of METHOD as sent: a call that acts for the person carries its origin last.
+So does one that changes the primary's own state."
+  (amacs--outgoing method (if (or (memq method amacs--person-methods)
+                                   (memq method amacs--primarys-own-methods))
                              (append args (list (amacs--call-origin)))
                            args)))
 

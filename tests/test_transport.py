@@ -90,11 +90,12 @@ def test_hello_then_methods_and_errors_as_replies(server):
     send(sock, "call", 2, Symbol("ping"), ["héllo"])
     assert recv(sock) == [Symbol("return"), 2, "héllo"]
     # Defect 3: an error inside a method is answered, with the plain message.
-    send(sock, "call", 3, Symbol("set_consciousness"), ["current-tick", 99])
+    program = [Symbol(":origin"), "program"]  # as Emacs marks a call its batch program made in no eval
+    send(sock, "call", 3, Symbol("set_consciousness"), ["current-tick", 99, program])
     err = recv(sock)
     assert err[0] == Symbol("return-error") and err[1] == 3
     assert "owned by the harness" in err[2] and "Error(" not in err[2]
-    send(sock, "call", 4, Symbol("set_consciousness"), ["mood", "🙂"])
+    send(sock, "call", 4, Symbol("set_consciousness"), ["mood", "🙂", program])
     assert recv(sock) == [Symbol("return"), 4, "🙂"]
     # A method nobody published is an error answered (python-epc looks it up with xmlrpc.server,
     # which the server imports only then), and the connection goes on.

@@ -157,7 +157,8 @@ class ControlRefused(Record):
 
 @dataclass(frozen=True)
 class ControlUnattributed(Record):
-    """A person's power was called from no key of the person's (a timer, a hook)."""
+    """A person's power was done, or an agent function refused, called from no key of the person's and no
+    agent's eval (a timer, a hook)."""
 
     kind: ClassVar[str] = "control_unattributed"
 

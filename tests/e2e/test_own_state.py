@@ -17,6 +17,7 @@ from tests.e2e.agent_fakes import (
     send,
     session,
     transcript,
+    transcript_events,
     wait_text,
     who,
 )
@@ -123,3 +124,33 @@ def test_only_a_task_started_with_request_input_talks_to_the_person(fake, home, 
     assert not refused["success"] and f"{first} may not talk to the person" in refused["error"], refused
     assert f"hello person from {first}" not in run.shell.replace(f'(agent-talk-user "hello person from {first}")', "")
     assert f"[{second}] hello person from {second}" in run.shell
+
+
+def test_a_timer_a_tasks_eval_left_neither_talks_nor_acts_as_the_primary(fake, home, scripted):
+    """A task without :request-input leaves a timer that, after its eval ended, talks to the person
+    and makes a thread.  No eval calls them and no key of the person's did, so nobody can say they
+    are the primary's: each is refused, said in the shell at once and recorded; nothing reaches the
+    person and the primary's threads are as they were."""
+    timer = ('(progn (run-at-time 1.0 nil (lambda () (ignore-errors (agent-talk-user (concat "HELLO-" "FROM-TIMER"))) '
+             '(ignore-errors (agent-create-thread (concat "timer-" "thread"))))) "timer set")')
+
+    def answer(body):
+        me, kind, _ = who(body)
+        if kind == "task":
+            return say(f"{me} finished") if "<last-eval-result>" in transcript(body)[-1] else run_elisp(timer)
+        ctx = request_text(body)
+        if "task-started" not in ctx:
+            return run_elisp('(agent-task "researcher" "leave a timer" :allowed (list "eval" "talk"))',
+                             monologue="task-started")
+        return say("Started.", monologue="done")
+
+    show = ('(let ((c (agent-consciousness))) (princ (format "STATE<<%S %S>>\\n" '
+            "(alist-get 'active-thread c) (alist-get 'pending-threads c))))")
+    run = scripted(answer, send("go"), wait_text("Refused thread_create"), pause(0.5), show)
+    assert "Refused talk_user('HELLO-FROM-TIMER'): no key of yours and no agent's eval called it" in run.shell
+    assert run.shell.count("HELLO-FROM-TIMER") == 1, run.shell  # only in the refusal
+    assert "Refused thread_create('timer-thread'" in run.shell
+    events = [e["data"] for e in transcript_events(home) if e["event"] == "control_unattributed"]
+    assert [e["method"] for e in events] == ["talk_user", "thread_create"], events
+    assert all(e["via"] == "timer-event-handler" for e in events), events
+    assert "timer-thread" not in run.stdout.split("STATE<<")[-1], run.stdout
