@@ -183,3 +183,45 @@ def test_a_summary_is_kept_as_a_summary_and_a_vector_search_falls_back_to_keywor
     assert [h["mem_id"] for h in found["hits"]] == [made["mem_id"]]
     with pytest.raises(ToolError, match="unknown search mode"):
         call(rt, 1, "memory_search", "heron", {"mode": "psychic"})
+
+
+def test_a_viewpoint_whose_id_cannot_name_a_brain_is_refused_with_the_reason(tmp_path):
+    """A viewpoint's id (viewpoint-NAME) names its memory brain, at most 64 characters: a name of
+    54 gets its own RAM; one of 55 is refused as data, saying why, and nothing is started (it would
+    have had no RAM, and what it is told would have reached it as plain text)."""
+    from amacs_server.agents.agent import AgentError
+    from amacs_server.agents.kinds import PRIMARY
+    from amacs_server.tools.agents import agent_viewpoint
+
+    rt = silent_runtime(tmp_path / "home")
+    try:
+        fits = "a" * 54
+        handle = rt.world.viewpoint(PRIMARY, fits, "debater")["handle"]
+        assert rt.world.agents[handle].memory is not None
+        long = "b" * 55
+        with pytest.raises(AgentError, match=r"a viewpoint name is at most 54 characters .* has 55"):
+            rt.world.viewpoint(PRIMARY, long, "debater")
+        with pytest.raises(ToolError, match="at most 54 characters"):  # the agent's function: data, not a crash
+            agent_viewpoint(rt, PRIMARY, None, long, "debater")
+        assert f"viewpoint-{long}" not in rt.world.agents
+        assert [a.id for a in rt.world.viewpoints_of(PRIMARY)] == [handle]
+    finally:
+        rt.ltm.close()
+
+
+def test_any_agent_whose_id_cannot_name_a_brain_is_not_started(tmp_path, monkeypatch):
+    """Past the viewpoint's own check (an agent id the World makes some other way), the World
+    refuses to start an agent its memory cannot hold, rather than let it read plain text."""
+    from amacs_server.agents import world as world_module
+    from amacs_server.agents.agent import AgentError
+    from amacs_server.agents.kinds import PRIMARY
+    from amacs_server.memory.memid import _Part
+
+    rt = silent_runtime(tmp_path / "home")
+    try:
+        monkeypatch.setattr(world_module, "BRAIN", _Part("brain", "[a-z]", "[a-z0-9_-]", 200), raising=False)  # past it
+        with pytest.raises(AgentError, match=r"viewpoint-c+ was not started: the agent id .* cannot name a memory brain"):
+            rt.world.viewpoint(PRIMARY, "c" * 60, "debater")
+        assert rt.world.viewpoints_of(PRIMARY) == []
+    finally:
+        rt.ltm.close()

@@ -205,6 +205,30 @@ def test_refusals_match_the_flags(memory):
                 memory.mutate(target, "forged")
 
 
+def test_a_notice_is_neither_mutated_nor_evicted_and_its_names_are_reserved(memory):
+    """A notice of the harness (``notice.*``: the model, the window, a retry, a panel's joins)
+    stays as it was said, in the primary's RAM and a subagent's: mutating or evicting it is
+    refused with what to do instead, every time, and a note may not take a ``notice.`` name."""
+    from amacs_server.memory.active import MemoryRefused
+    from amacs_server.memory.items import Kind
+
+    sub = ActiveMemory.for_subagent(memory.ltm, memory.agent, "viewpoint-critic")
+    for brain in (memory, sub):
+        said = brain.notice("retry", "say it again, as JSON")
+        target = MemId.parse(said.mem_id.format())
+        for _ in range(2):  # deterministically: the same refusal each time
+            with pytest.raises(MemoryRefused, match=r"is a notice of the harness and cannot be mutated: "
+                                                     r"it stays as it was said"):
+                brain.mutate(target, "forged")
+            with pytest.raises(MemoryRefused, match=r"is a notice of the harness and cannot be evicted: "
+                                                     r"a notice is shown only in the message it was said in"):
+                brain.evict(target)
+        with pytest.raises(MemoryRefused, match=r"the name 'notice.x' is reserved for the harness's own items"):
+            brain.create_note("notice.x", "a note dressed as the harness", Kind.NOTE, ())
+        assert memory.ltm.get(target).content == "say it again, as JSON"
+        assert target.base not in brain.evicted
+
+
 # -- the scratchpad in its org file --------------------------------------------------------------
 
 

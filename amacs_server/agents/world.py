@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..inference.pricing import dollars
 from ..memory.active import ActiveMemory, MemoryRefused
+from ..memory.memid import BRAIN
 from ..persistence.events import (
     AgentEnd,
     AgentStart,
@@ -255,10 +256,10 @@ class AgentWorld(Registry):
         agent = Agent(id=f"{kind}-{name or self.numbered}", type=kind, template=tmpl, parent=caller,
                       depth=depth, name=name, allowed=actions, tools=grant, request_input=request_input,
                       model=skill.model)
-        try:  # its own RAM from the start: what it is told are items of it
+        try:  # its own RAM from the start: what it is told are items of it, never plain text
             agent.memory = ActiveMemory.for_subagent(self.rt.ltm, self.rt.memory.agent, agent.id)
         except MemoryRefused as err:
-            log.warning("%s reads plain text: %s", agent.id, err)
+            raise AgentError(f"{agent.id} was not started: {err}") from err
         self._register(agent)
         self.post.open(agent.id, agent.talk_ids)
         self.rt.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name),
@@ -518,6 +519,10 @@ class AgentWorld(Registry):
         """Start a named, persistent Viewpoint for CALLER."""
         if not name.replace("-", "").replace("_", "").isalnum() or not name.islower():
             raise AgentError(f"a viewpoint name is lowercase letters, digits, - and _; got {name!r}")
+        longest = BRAIN.max_len - len("viewpoint-")
+        if len(name) > longest:  # its id names its memory brain: what it is told are items there
+            raise AgentError(f"a viewpoint name is at most {longest} characters (its id, viewpoint-NAME, names "
+                             f"its memory, at most {BRAIN.max_len}); {name[:20]!r}… has {len(name)}")
         if f"viewpoint-{name}" in self.agents and self.agents[f"viewpoint-{name}"].state is not AgentState.DISCARDED:
             raise AgentError(f"a viewpoint named {name!r} exists already")
         panel = self.viewpoints_of(caller)
