@@ -59,7 +59,10 @@ def test_unsent_input_comes_back_after_c_x_c_c(terminal, fake):
     screen = term.screen()
     # The note is by the prompt, below the resumed exchanges, not above them.
     assert screen.index("First answer.") < screen.index(RESTORED), screen
-    term.wait_for(lambda _s: (home / ".git").is_dir(), timeout=20, what="the home's git (its first tick's commit)")
+    # The .git folder is there before git has finished making it: wait for the first tick's commit.
+    term.wait_for(lambda _s: subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=home,
+                                            capture_output=True, check=False).returncode == 0,
+                  timeout=20, what="the home's git (its first tick's commit)")
     ignored = subprocess.run(["git", "check-ignore", "-q", "shell-draft"], cwd=home, check=False)
     assert ignored.returncode == 0, (home / ".gitignore").read_text()
     term.press("Enter")
