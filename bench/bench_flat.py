@@ -48,7 +48,7 @@ from bench.bench_history import VOCABULARY  # noqa: E402
 from bench.bench_rewind import _memory, answer  # noqa: E402
 from bench.bench_startup import loadavg  # noqa: E402
 from bench.bench_startup import one_sample as start_sample  # noqa: E402
-from bench.bench_tick import NullFace, reply_400  # noqa: E402
+from bench.bench_tick import NullFace, reply_400, time_model_calls  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 from tests.e2e.harness import run_emacs  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
@@ -93,17 +93,7 @@ def tick_overhead(home: Path, n: int) -> dict[str, float]:
     rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
                  NullFace())  # type: ignore[arg-type]
     rt.start()
-    model_ms: list[float] = []
-    original = rt.backend.complete
-
-    async def timed_complete(request, on_text=None, **options):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        try:
-            return await original(request, on_text, **options)
-        finally:
-            model_ms.append((time.perf_counter() - t0) * 1000)
-
-    rt.backend.complete = timed_complete  # type: ignore[method-assign]
+    model_ms = time_model_calls(rt)
     overhead = []
     try:
         for i in range(n + 2):  # the first two warm the client and the caches: not counted

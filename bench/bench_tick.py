@@ -76,6 +76,22 @@ class NullFace:
         return [{"name": b, "error": "no Emacs here"} for b in buffers]
 
 
+
+def time_model_calls(rt: Runtime) -> list[float]:
+    """The list each of RT's model calls appends its milliseconds to, from now on."""
+    model_ms: list[float] = []
+    original = rt.backend.complete
+
+    async def timed_complete(request, on_text=None, **options):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            return await original(request, on_text, **options)
+        finally:
+            model_ms.append((time.perf_counter() - t0) * 1000)
+
+    rt.backend.complete = timed_complete  # type: ignore[method-assign]
+    return model_ms
+
 def reply_400(_body: dict) -> Reply:
     text = " ".join(WORDS[i % len(WORDS)] for i in range(400))
     return Reply(agent_json(text, monologue="Answered with a long reply."), chunks=100)
@@ -136,17 +152,7 @@ def run(ticks: int, windows: list[int], ids_file: Path | None = None) -> dict[st
     rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
                  NullFace())
     rt.start()
-    model_ms: list[float] = []
-    original = rt.backend.complete
-
-    async def timed_complete(request, on_text=None, **options):
-        t0 = time.perf_counter()
-        try:
-            return await original(request, on_text, **options)
-        finally:
-            model_ms.append((time.perf_counter() - t0) * 1000)
-
-    rt.backend.complete = timed_complete  # type: ignore[method-assign]
+    model_ms = time_model_calls(rt)
     commits = getattr(rt, "commits", None)
     steps_ms: dict[str, float] = {}
     instrument(steps_ms)
