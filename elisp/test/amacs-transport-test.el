@@ -259,6 +259,29 @@ is an EPC connection as `epc:connect' makes it."
       (amacs--drain-events connection)
       (should (equal (nreverse seen) '(1 2 3))))))
 
+(ert-deftest amacs-transport-test-a-setting-a-timer-set-goes-to-every-home-as-the-timers ()
+  "Where a change to a setting came from was one variable for the whole Emacs, cleared when
+the first home's server was told: the second home's server heard the timer's change as the
+person's.  Each connection's wire keeps it until its server is told."
+  (let* ((amacs--connections nil)
+         (a (amacs-connection-for (make-temp-file "amacs-a" t)))
+         (b (amacs-connection-for (make-temp-file "amacs-b" t)))
+         (amacs-max-steps amacs-max-steps)
+         (told nil))
+    (dolist (connection (list a b))
+      (setf (amacs-wire-settings-sent (amacs-connection-wire connection)) (amacs--settings)))
+    (run-at-time 0 nil (lambda () (setq amacs-max-steps (1+ amacs-max-steps))))
+    (let ((deadline (+ (float-time) 5)))
+      (while (and (equal (amacs--settings) (amacs-wire-settings-sent (amacs-connection-wire a)))
+                  (< (float-time) deadline))
+        (accept-process-output nil 0.01)))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args) (push (list method (amacs--call-origin)) told) t)))
+      (dolist (connection (list a b))
+        (amacs-with-connection connection (should-not (amacs--send-changed-settings)))))
+    (should (equal (mapcar (lambda (call) (plist-get (cadr call) :via)) told)
+                   '("timer-event-handler" "timer-event-handler")))))
+
 (provide 'amacs-transport-test)
 ;;;; Issue 12: a server that cannot start is explained once and not restarted for ever
 
