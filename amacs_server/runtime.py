@@ -46,6 +46,7 @@ from .persistence.history import (
     file_sizes,
     finish_unfinished,
     last_tick,
+    log_marks,
     ltm_watermark,
     read_state,
     tracked,
@@ -438,10 +439,10 @@ class Runtime:
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
-        # ended_at: a rewind to this tick moves the transcripts' and server log's lines of no tick
-        # written after it (persistence.history).
+        # ended_at and logs: a rewind to this tick moves the transcripts' lines of no tick written
+        # after it, and what every file of logs/ holds beyond its mark (persistence.history).
         return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": self.model,
-                "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
+                "files": file_sizes(home), "logs": log_marks(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}
