@@ -71,6 +71,7 @@ from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
 from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
+from .tools_mcp.calls import unrecorded as unrecorded_results
 from .tools_mcp.hub import McpHub
 from .views import ViewHost
 
@@ -171,7 +172,8 @@ class Runtime:
         self.subagents_note = self._restore_subagents()  # said at hello, or with the rewind's line
         if self.subagents_note:
             self.startup_notes.append(self.subagents_note)
-        for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
+        for line in [*tools.check(), *unrecorded_results(home / "transcripts" / "results")]:
+            # a bad mcp.json, before any server is needed; a tool's result a kill left unrecorded
             log.warning("%s", line)
             self.startup_notes.append(line)
         self._turn_running = False
