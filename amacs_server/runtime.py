@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from . import faults
 from .agents.kinds import PRIMARY
+from .agents.saved import numbered_since
 from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
 from .config import DEMO_MODEL, LOCAL_ALIAS, Config
@@ -425,6 +426,8 @@ class Runtime:
         agents = state.get("agents")
         try:
             stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
+            since = (older or state).get("ended_at", 0.0)  # ids given after it are not given again
+            self.world.numbered = max(self.world.numbered, numbered_since(self.config.home / "transcripts", since))
             if older is not None:
                 return _dropped(older, self.consciousness.current_tick)
         except (AmacsError, KeyError, TypeError, ValueError) as err:

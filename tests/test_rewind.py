@@ -415,6 +415,33 @@ def test_subagent_ids_go_on_after_a_restart(tmp_path, fake):
         rt.stop()
 
 
+def test_an_id_given_in_a_tick_whose_state_was_never_saved_is_not_given_again(tmp_path, fake):
+    """Was: a subagent made after the last saved tick state (in a tick the server was killed in,
+    or between ticks) had its id given again after the restart, whose counter came from that
+    state: the transcripts then held two ``compulsion-2`` of two different lives."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "hello"))
+        assert on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))["handle"] == \
+            "compulsion-1"
+        on_loop(rt, rt.save_tick_state)
+        made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "unsaved"))
+        assert made["handle"] == "compulsion-2"  # its tick's state is never written: the kill
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        assert "compulsion-2" not in rt.world.agents
+        again = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))
+        assert again["handle"] == "compulsion-3"
+    finally:
+        rt.stop()
+    started = [json.loads(line)["agent_id"] for p in (home / "transcripts").glob("*.jsonl")
+               for line in p.read_text().splitlines() if '"agent_start"' in line]
+    assert sorted(started) == ["compulsion-1", "compulsion-2", "compulsion-3"]
+
+
 def test_a_viewpoint_at_work_at_the_tick_comes_back_idle_and_says_so(tmp_path, fake):
     """A viewpoint whose model call is under way when a tick ends cannot be resumed mid-run:
     after a restart it is live and idle, holding what it was told, and the person is told."""
