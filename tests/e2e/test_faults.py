@@ -375,7 +375,8 @@ def test_kill_in_a_chain(case: tuple[str, int], chains: dict[str, Chain]) -> Non
     if kind(chain) == "task" and point.startswith("talk.delivered"):
         assert re.search(r"not resumed: task-\d+", after), after
     if point.startswith("tool.kept"):  # the result kept for the call the kill left unrecorded
-        assert re.search(r"a tool call's result \(\d+ bytes\) is kept in \S+: the server stopped before it\s+"
+        # (said above the prompt the input was sent from, so its first words are before AFTER's start)
+        assert re.search(r"result \(\d+ bytes\) is kept in \S+: the server stopped before it\s+"
                          r"recorded the call, and the agent was never given it", after), after
     if kind(chain) == "tool" and i == len(CHAINS[chain]) - 1:
         assert not list((home / "transcripts" / "results").glob("*.unrecorded"))
