@@ -279,19 +279,39 @@ does not wait."
       " *amacs-server-stderr*"
     (format " *amacs-server-stderr %s*" (amacs-connection-home connection))))
 
+(defun amacs--take-early-start ()
+  "Return (DIR . TOKEN) of the server ./amacs asked for as Emacs started, or nil.
+From AMACS_EARLY and AMACS_EARLY_TOKEN, which are then removed from the
+environment: the first start alone takes that server, and no other
+program gets its token.  The launcher (amacs_server/warm_launch.py)
+finds it by DIR and takes it when this Emacs asks for the same server,
+with TOKEN as its token."
+  (let ((dir (getenv "AMACS_EARLY"))
+        (token (getenv "AMACS_EARLY_TOKEN")))
+    (when (or dir token)
+      (setenv "AMACS_EARLY" nil)
+      (setenv "AMACS_EARLY_TOKEN" nil))
+    (and dir token (>= (length token) 32) (cons dir token))))
+
 (defun amacs--start-server-process (&optional connection)
   "Start CONNECTION's server with a fresh token.
-It connects when the server prints its port."
+It connects when the server prints its port.  The first start through
+the warm server's launcher takes the server ./amacs asked for, if any,
+with its token: see `amacs--take-early-start'."
   (let* ((connection (or connection (amacs-current-connection)))
-         (token (amacs--make-token))
-         (process-environment (amacs--server-environment token connection))
+         (command (amacs--server-launch-command))
+         (early (and (string-suffix-p "warm_launch.py" (car (last command)))
+                     (amacs--take-early-start)))
+         (token (or (cdr early) (amacs--make-token)))
+         (process-environment (append (and early (list (concat "AMACS_EARLY=" (car early))))
+                                      (amacs--server-environment token connection)))
          (stderr (get-buffer-create (amacs--stderr-buffer-name connection))))
     (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
     (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
     (condition-case err
         (let ((proc (make-process :name "amacs-server"
                                   :buffer (generate-new-buffer " *amacs-server*")
-                                  :command (amacs--server-launch-command)
+                                  :command command
                                   :connection-type 'pipe
                                   :noquery t
                                   :stderr stderr

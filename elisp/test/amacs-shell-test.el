@@ -872,10 +872,45 @@ also from compiled code (`save-buffer'), and the deletes."
             (should (string-match-p (regexp-quote (format "▸ changed: %s (file, +1 line), %s (file deleted, −2 lines)"
                                                           (abbreviate-file-name kept) (abbreviate-file-name gone)))
                                     (amacs-shell-test--text)))
-            ;; Only `amacs-eval-confirm' `writes' advises them (its own test installs that).
             (dolist (primitive '(write-region delete-file))
-              (advice-mapc (lambda (_ properties) (should (eq (alist-get 'name properties) 'amacs-eval-ask)))
-                           primitive)))
+              (advice-mapc (lambda (advice _) (should-not advice)) primitive)))
+        (delete-directory dir t)))))
+
+(ert-deftest amacs-shell-test-eval-confirm-writes-asks-about-files-with-no-file-primitive-advised ()
+  "`writes' advised 7 primitives, so 7 trampolines were compiled at its first eval of each
+session, and a link onto a file was never asked about.  The eval's file name handler asks about
+every write, copy, rename, link and delete, also from compiled code (`save-buffer'); only the
+three process starts are advised."
+  (amacs-shell-test--with-shell
+    (let* ((amacs-eval-confirm 'writes)
+           (asked nil)
+           (dir (make-temp-file "amacs-writes" t))
+           (kept (expand-file-name "kept.txt" dir))
+           (link (expand-file-name "link.txt" dir))
+           (eval (lambda (form answer)
+                   (setq amacs-shell-test--calls nil)
+                   (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) answer)))
+                     (amacs--handle-eval-event (list :type "eval" :id 7 :form form :agent "primary")))
+                   (cadr (cadr (seq-find (lambda (c) (eq (car c) 'emacs_reply)) amacs-shell-test--calls))))))
+      (unwind-protect
+          (progn
+            (with-temp-file kept (insert "one\n"))
+            (should (equal (plist-get (funcall eval (format "(progn (with-current-buffer (find-file-noselect %S) (insert \"0\") (save-buffer) (kill-buffer)) (add-name-to-file %S %S) 'ok)"
+                                                            kept kept link)
+                                               t)
+                                      :result)
+                           "ok"))
+            (should (equal (length asked) 2))
+            (should (string-match-p "wants to link to .*link\\.txt" (car asked)))
+            (should (string-match-p "wants to write .*kept\\.txt" (cadr asked)))
+            (should (equal (plist-get (funcall eval (format "(delete-file %S)" link) nil) :error)
+                           (format "The person declined to let this eval delete %s"
+                                   (abbreviate-file-name link))))
+            (should (file-exists-p link))
+            (dolist (primitive '(write-region delete-file rename-file copy-file make-symbolic-link
+                                 add-name-to-file))
+              (advice-mapc (lambda (advice _) (should-not (list primitive advice))) primitive))
+            (should (advice-member-p 'amacs-eval-ask 'call-process)))
         (delete-directory dir t)))))
 
 (ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()

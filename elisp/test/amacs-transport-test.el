@@ -381,4 +381,15 @@ agent's eval result is the message alone."
              "The call to agent_tool carries 7.0 MiB, more than a message"
              (error-message-string err)))))
 
+;; ./amacs asks the warm server for the home's server while Emacs starts, and gives Emacs
+;; the folder to find it by and the token it was started with.
+(ert-deftest amacs-transport-test-the-first-start-alone-takes-the-early-server ()
+  "The first start takes ./amacs's early server and its token; nothing else sees them."
+  (let ((process-environment (append (list "AMACS_EARLY=/tmp/early" (concat "AMACS_EARLY_TOKEN=" (make-string 64 ?e)))
+                                     process-environment)))
+    (should (equal (amacs--take-early-start) (cons "/tmp/early" (make-string 64 ?e))))
+    (should-not (getenv "AMACS_EARLY"))
+    (should-not (getenv "AMACS_EARLY_TOKEN"))
+    (should-not (amacs--take-early-start))))
+
 ;;; amacs-transport-test.el ends here
