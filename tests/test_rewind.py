@@ -765,6 +765,29 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
         assert same(replay, original[2:]) is None, (where, same(replay, original[2:]))
 
 
+def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_of_the_home(tmp_path, fake,
+                                                                                          monkeypatch):
+    """The home's objects in one pack, the future's beside the tick's (as its packer rolls ticks
+    up): the fork made from links to that pack still holds no object of the future, and is
+    whole once the home is gone (a copy, not a window).  So is the fork made when the home's
+    objects cannot be linked (its packer moved them meanwhile): the history is fetched."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION)
+    _git(home, "repack", "-a", "-d", "-q")
+    assert list((home / ".git" / "objects" / "pack").glob("*.pack"))
+    assert [text for text in FUTURE if text.encode() not in _fork_holds(home)] == ["a skill written later"]
+    linked = history.fork(home, 2, tmp_path / "linked").home
+    monkeypatch.setattr(history, "_link", lambda src, dest: False)
+    fetched = history.fork(home, 2, tmp_path / "fetched").home
+    tick2 = history.tick_commit(home, 2)
+    subprocess.run(["rm", "-r", str(home)], check=True)
+    for fork in (linked, fetched):
+        assert [text for text in FUTURE if text.encode() in _fork_holds(fork)] == []
+        _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+        assert _git(fork, "rev-parse", "HEAD~1").strip() == tick2
+        assert len(_git(fork, "log", "--format=%s").splitlines()) == 3
+
+
 def _subjects(home: Path) -> list[str]:
     return _git(home, "log", "--format=%s").splitlines()
 

@@ -283,9 +283,9 @@ def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
                 fh.truncate(sizes[rel])
 
 
-def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> int:
+def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
     """memory.db as at the tick: the item versions written after it leave ``items`` (kept in
-    ``abandoned_items`` under ABANDONED's name; a fork drops them), and the active table is
+    ``abandoned_items`` under ABANDONED's name), and the active table is
     the tick's.  One transaction: done whole or not at all, and done again it changes nothing.
     Returns how many versions left."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a rewind runs
@@ -295,7 +295,7 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
         db, top = ltm.db, int(state["ltm_max_id"])
         with ltm.transaction():
             later = db.execute("SELECT id, text FROM items WHERE id > ?", (top,)).fetchall()
-            if abandoned is not None and later:
+            if later:
                 db.execute(ABANDONED_SCHEMA)
                 db.execute("INSERT INTO abandoned_items SELECT ?, id, base, version, tier, kind, created_at_ms, "
                            "content, text FROM items WHERE id > ?", (abandoned, top))
@@ -303,8 +303,6 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
                 db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
             db.execute("DELETE FROM items WHERE id > ?", (top,))
             db.execute("DELETE FROM tags WHERE base NOT IN (SELECT base FROM items)")  # made with the first version
-            if abandoned is None:  # a fork: the abandoned futures of HOME are not its history
-                db.execute("DROP TABLE IF EXISTS abandoned_items")
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
         return len(later)
@@ -312,17 +310,34 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
         ltm.close()
 
 
-def _forget_deleted(db_path: Path) -> None:
-    """memory.db without a trace of its deleted rows: the full-text index merged into new
-    segments and the file rewritten (a deleted row's text stays in free pages until then)."""
-    db = sqlite3.connect(db_path)
+ITEM_COLUMNS = "id, base, version, tier, kind, created_at_ms, content, text"
+
+
+def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
+    """A new memory.db DEST holding SRC's memory as at the tick STATE is of: its item versions up
+    to the tick and their tags, the tick's active table, the full-text index made from them.
+    Nothing written after the tick is copied (no page or index segment of DEST ever held it),
+    and nothing of SRC's own (its abandoned futures).  SRC is read in one transaction: a
+    consistent copy, also while its home's server writes."""
+    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
+
+    ltm = LongTermMemory(dest)
     try:
-        db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
-        db.commit()
-        db.execute("VACUUM")
+        db = ltm.db
+        db.execute("ATTACH DATABASE ? AS home", (str(src),))
+        with ltm.transaction():
+            db.execute(f"INSERT INTO items ({ITEM_COLUMNS}) SELECT {ITEM_COLUMNS} FROM home.items WHERE id <= ?",
+                       (int(state["ltm_max_id"]),))
+            db.execute("INSERT INTO tags (base, tag) SELECT base, tag FROM home.tags WHERE base IN "
+                       "(SELECT base FROM items)")
+        db.execute("DETACH DATABASE home")
+        faults.point("fork.copied")
+        with ltm.transaction():
+            db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+            db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        db.close()
+        ltm.close()
 
 
 _TICK_FIELD = re.compile(rb'"tick": (\d+|null)')
@@ -720,6 +735,67 @@ def _clear_cut_short(dest: Path) -> str | None:
     return f"removed {', '.join(removed)} beside {dest}: a fork into it that was cut short (its process was killed)"
 
 
+_LOOSE = re.compile(r"[0-9a-f]{38}(?:[0-9a-f]{24})?")
+
+
+def _link(src: Path, dest: Path) -> bool:
+    """DEST as a hard link of SRC (a copy across file systems); False if SRC is gone."""
+    try:
+        os.link(src, dest)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            shutil.copyfile(src, dest)
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _history_up_to(home: Path, commit: str, made: Path) -> None:
+    """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
+
+    HOME's object files are linked into MADE (git never changes one in place: a repack writes
+    new packs and deletes old ones, so a link is a copy), one pack of what COMMIT reaches is
+    made from them, reusing the packed data as it is (no object is compressed or hashed again:
+    a fetch hashes every version of every file), and the linked files are removed.  Made
+    while HOME's packer may roll packs up: a pack gone before it was linked is in a newer one,
+    listed again; if an object is still missing, the packing fails and the history is fetched."""
+    source, target = home / ".git" / "objects", made / ".git" / "objects"
+    for _ in range(3):
+        missing = False
+        for folder in sorted(source.iterdir()) if source.is_dir() else []:
+            if folder.name == "pack":
+                for index in folder.glob("pack-*.idx"):
+                    pack = index.with_suffix(".pack")
+                    if not (_link(pack, target / "pack" / pack.name) and _link(index, target / "pack" / index.name)):
+                        (target / "pack" / pack.name).unlink(missing_ok=True)
+                        missing = True
+            elif len(folder.name) == 2 and folder.is_dir():
+                for path in folder.iterdir():
+                    if _LOOSE.fullmatch(path.name):
+                        (target / folder.name).mkdir(exist_ok=True)
+                        missing |= not _link(path, target / folder.name / path.name)
+        if not missing:
+            break
+    try:
+        name = _git(made, "pack-objects", "--revs", "-q", str(target / "pack" / "pack"),
+                    stdin=f"{commit}\n".encode()).decode().strip()
+    except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
+        name = None
+    for path in target.iterdir():  # all but the new pack: HOME's objects, of any tick
+        if path.name == "pack":
+            for packed in path.iterdir():
+                if name is None or not packed.name.startswith(f"pack-{name}."):
+                    packed.unlink()
+        elif path.name != "info":
+            shutil.rmtree(path)
+    if name is None:
+        _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+
+
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
     with the budget limit LIMIT (default: the one HOME has now).  Crash-safe: the fork is made in
@@ -753,7 +829,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             # A repository of its own holding the history up to the tick only: no later object, ref
             # or reflog entry of HOME (a clone would share them all).
             _git(made, "init", "--quiet")
-            _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+            _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
             _check_out(made, commit, state)
@@ -766,16 +842,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     shutil.copy2(home / name, made / name)
             faults.point("fork.settings")
             if (home / "memory.db").exists():
-                src = sqlite3.connect(home / "memory.db")
-                target = sqlite3.connect(made / "memory.db")
-                try:
-                    src.backup(target)  # a consistent copy, also while the home's server writes
-                finally:
-                    target.close()
-                    src.close()
-                faults.point("fork.copied")
-                _memory_at(made / "memory.db", state, None)
-                _forget_deleted(made / "memory.db")
+                _memory_up_to(home / "memory.db", made / "memory.db", state)
                 faults.point("fork.memory")
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
