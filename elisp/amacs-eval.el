@@ -148,20 +148,19 @@ an agent's eval that sets this variable does not switch it off."
   :group 'amacs)
 
 (defvar amacs--eval-guards nil
-  "The running evals' guard, innermost first: plists (:agent ID :guard ON).
+  "The running evals' guards, innermost first: plists (:agent :guard :known).
 Each is made as its eval starts, from the agent the server sent the
-eval for and `amacs-read-before-write' then, and is what the file
-handler checks: binding or setting either during the eval changes
-neither whose record is used nor whether the guard is on.")
+eval for, `amacs-read-before-write' then and the files known to the
+agents of its connection's server (K, its `amacs-life-known-files':
+per agent id, a table of file name -> SHA-256 of its content as the
+agent last read or wrote it), and is what the file handler checks:
+binding or setting either during the eval changes neither whose record
+is used nor whether the guard is on.  Two homes' agents of one id know
+each their own files.")
 
 (defun amacs--eval-guard (key)
-  "KEY (:agent or :guard) of the innermost running eval's guard."
+  "KEY (:agent, :guard or :known) of the innermost running eval's guard."
   (plist-get (car amacs--eval-guards) key))
-
-(defvar amacs--known-files (make-hash-table :test #'equal)
-  "Per agent id, a table: file name -> SHA-256 of its content as last seen.
-The content the agent last read or wrote of that file.  Kept by
-`amacs--eval-file-handler' for `amacs-read-before-write'.")
 
 (defun amacs--file-digest (file)
   "SHA-256 of FILE's bytes on disk, or nil if it cannot be read.
@@ -179,8 +178,9 @@ Read past the eval's own file name handler."
   "Note FILE's content on disk now as known to the running agent."
   (when (amacs--eval-guard :guard)
     (let* ((agent (amacs--eval-guard :agent))
-           (table (or (gethash agent amacs--known-files)
-                      (puthash agent (make-hash-table :test #'equal) amacs--known-files)))
+           (known (amacs--eval-guard :known))
+           (table (or (gethash agent known)
+                      (puthash agent (make-hash-table :test #'equal) known)))
            (path (expand-file-name file)))
       (puthash path (amacs--file-digest path) table))))
 
@@ -191,7 +191,7 @@ The rule is `amacs-read-before-write', as it was when the eval began."
   (let ((path (expand-file-name file))
         (agent (amacs--eval-guard :agent)))
     (when (and (amacs--eval-guard :guard) (file-exists-p path))
-      (let* ((table (gethash agent amacs--known-files))
+      (let* ((table (gethash agent (amacs--eval-guard :known)))
              (known (if table (gethash path table 'never) 'never)))
         (unless (equal known (amacs--file-digest path))
           (error "Read before write: %s %s; read it, then %s it" path
@@ -307,7 +307,8 @@ place any handler can match, so it comes before jka-compr's or Tramp's
 and hands the operation on to them."
   (let ((entry (cons "\\'" #'amacs--eval-file-handler))
         (advised (not (advice-member-p #'amacs--eval-note-visit #'find-file-noselect)))
-        (guard (list :agent amacs-current-agent :guard amacs-read-before-write)))
+        (guard (list :agent amacs-current-agent :guard amacs-read-before-write
+                     :known (amacs-life-known-files (amacs-connection-life (amacs-current-connection))))))
     (push guard amacs--eval-guards)
     (push entry file-name-handler-alist)
     (when advised

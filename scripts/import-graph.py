@@ -29,10 +29,10 @@ PACKAGE = "amacs_server"
 LAYERS = (
     ("errors",),  # AmacsError, the base of every expected failure
     ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files", "warm_launch"),  # warm_launch: the launcher, standard library only
-    ("state", "transcripts", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
+    ("state", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "demo_model", "transport", "face"),  # persistence: git, the org logs, rewind; face: Emacs as the agents see it (a Protocol)
-    ("agents",),  # Agent, World, the one loop, a subagent's run
+    ("agents", "transcripts"),  # Agent, World, the one loop, a subagent's run; transcripts: DuckDB over many, through the records
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),

@@ -296,10 +296,10 @@ what is on disk and how to go on, then `;; Log: PATH'."
           (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
       (amacs-shell-test--type-and-send "q1")
       (amacs--queue-events conn '((:type "input-taken" :saved t) (:type "turn-start")))
-      (should (amacs-connection-event-timer conn))      ; not yet handled: the timer waits
-      (let ((timer (amacs-connection-event-timer conn)))
+      (should (amacs-wire-drain-timer (amacs-connection-wire conn)))      ; not yet handled: the timer waits
+      (let ((timer (amacs-wire-drain-timer (amacs-connection-wire conn))))
         (amacs--say-stopped conn "AMACS server stopped (killed)" "Send a message to restart it.")
-        (should-not (amacs-connection-event-queue conn))
+        (should-not (amacs-wire-queue (amacs-connection-wire conn)))
         (should-not (memq timer timer-list)))
       (should (string-match-p
                (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; "
@@ -391,8 +391,8 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
         (with-current-buffer amacs-shell-buffer-name
           (should-not (string-match-p "Still streaming" (amacs-shell-test--text))))   ; held
         (funcall status-callback '(:recent ((:human "tell me slowly")) :interrupted t))
-        (when (timerp (amacs-connection-event-timer conn))
-          (cancel-timer (amacs-connection-event-timer conn))))
+        (when (timerp (amacs-wire-drain-timer (amacs-connection-wire conn)))
+          (cancel-timer (amacs-wire-drain-timer (amacs-connection-wire conn)))))
       (with-current-buffer amacs-shell-buffer-name
         (let ((text (amacs-shell-test--text)))
           (should (string-match-p "amacs> tell me slowly\n\\(.*\n\\)*Still streaming" text))
@@ -404,7 +404,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   (amacs-shell-test--with-shell
     (let ((prompts nil)
           (amacs-shell-usage '(:budget-limit 2.0)))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "openai" :model "qwen"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "openai" :model "qwen"))
       (cl-letf (((symbol-function 'read-number) (lambda (prompt default) (push prompt prompts) default))
                 ((symbol-function 'completing-read)
                  (lambda (prompt &rest _) (push prompt prompts) "openai"))
@@ -424,7 +424,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   (amacs-shell-test--with-shell
     (let ((prompts nil)
           (answers (list "claude-x" "localhost:41317" "http://localhost:41317")))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "claude-x"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "anthropic" :model "claude-x"))
       (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
                 ((symbol-function 'read-string)
                  (lambda (prompt &optional initial &rest _)
@@ -448,7 +448,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   "A window typed at the prompt goes to the server and to a restarted server's environment."
   (amacs-shell-test--with-shell
     (let ((answers (list "claude-sonnet-5-5" "http://127.0.0.1:4000" "lots" "8192")))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "m"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "anthropic" :model "m"))
       (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
                 ((symbol-function 'read-string) (lambda (&rest _) (pop answers))))
         (call-interactively #'amacs-set-model))
@@ -556,7 +556,7 @@ server was last told; not when they did not."
       (cl-letf (((symbol-function 'amacs--call-sync)
                  (lambda (method args) (push (list method args) sync) t)))
         (let ((amacs-max-steps 8))
-          (amacs-connection-put (amacs-current-connection) :settings-sent (amacs--settings))
+          (setf (amacs-wire-settings-sent (amacs-connection-wire (amacs-current-connection))) (amacs--settings))
           (amacs-shell-test--type-and-send "one")
           (should-not sync)
           (setq amacs-max-steps 3)
@@ -1424,7 +1424,7 @@ Without org loaded they are plain at first and rendered at the first idle
 moment; the inputs are inputs, which RET puts back at the prompt."
   (amacs-shell-test--with-shell
     (let ((rendered nil))
-      (setf (amacs-connection-status (amacs-current-connection))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection)))
             '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
       (let ((amacs--render-preload-queue nil)
             (amacs--render-preload-timer nil))
