@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from . import faults
 from .agents.kinds import PRIMARY
+from .agents.saved import numbered_since
 from .agents.talk import Event, EventType
 from .agents.world import AgentWorld, Limits
 from .config import DEMO_MODEL, LOCAL_ALIAS, Config
@@ -46,6 +47,7 @@ from .persistence.history import (
     file_sizes,
     finish_unfinished,
     last_tick,
+    log_marks,
     ltm_watermark,
     read_state,
     tracked,
@@ -70,6 +72,7 @@ from .state.consciousness import Consciousness, ConsciousnessError, EvalResult
 from .threads import Thread, ThreadBook
 from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
+from .tools_mcp.calls import unrecorded as unrecorded_results
 from .tools_mcp.hub import McpHub
 from .views import ViewHost
 
@@ -170,7 +173,8 @@ class Runtime:
         self.subagents_note = self._restore_subagents()  # said at hello, or with the rewind's line
         if self.subagents_note:
             self.startup_notes.append(self.subagents_note)
-        for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
+        for line in [*tools.check(), *unrecorded_results(home / "transcripts" / "results")]:
+            # a bad mcp.json, before any server is needed; a tool's result a kill left unrecorded
             log.warning("%s", line)
             self.startup_notes.append(line)
         self._turn_running = False
@@ -422,6 +426,8 @@ class Runtime:
         agents = state.get("agents")
         try:
             stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
+            since = (older or state).get("ended_at", 0.0)  # ids given after it are not given again
+            self.world.numbered = max(self.world.numbered, numbered_since(self.config.home / "transcripts", since))
             if older is not None:
                 return _dropped(older, self.consciousness.current_tick)
         except (AmacsError, KeyError, TypeError, ValueError) as err:
@@ -438,10 +444,10 @@ class Runtime:
         (persistence.history): written at each tick's end and committed with it."""
         home = self.config.home
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
-        # ended_at: a rewind to this tick moves the transcripts' and server log's lines of no tick
-        # written after it (persistence.history).
+        # ended_at and logs: a rewind to this tick moves the transcripts' lines of no tick written
+        # after it, and what every file of logs/ holds beyond its mark (persistence.history).
         return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": self.model,
-                "files": file_sizes(home), "ltm_max_id": ltm_watermark(self.ltm.db),
+                "files": file_sizes(home), "logs": log_marks(home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation),
                 "agents": self.world.subagents_state()}

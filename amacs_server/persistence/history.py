@@ -23,8 +23,10 @@ A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``agent-chat.org``); the item versions written after tick N move to
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
-transcripts' lines of the later ticks move to that ref too (a commit on the
-abandoned one, under ``transcripts/``), and a ``rewind`` event is written.
+transcripts' lines of the later ticks, and what each file of ``logs/`` holds
+beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
+the abandoned one, under ``transcripts/`` and ``logs/``), and a ``rewind`` event
+is written.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -214,7 +216,12 @@ def tick_commit(home: Path, tick: int) -> str:
     if not (home / ".git").is_dir():
         raise HistoryError(f"{home} has no git history: is it an AMACS home?")
     prefix = f"[TICK {tick}]"
-    out = _git(home, "log", "--format=%H %s", "--fixed-strings", f"--grep={prefix}").decode(errors="replace")
+    # Walked from HEAD only as far as the newest commit with a line that starts so: its subject,
+    # most often (a recent tick is found in as many steps as it is back); else, every match.
+    out = _git(home, "log", "--max-count=1", "--format=%H %s", "--extended-regexp",
+               rf"--grep=^\[TICK {tick}\]").decode(errors="replace")
+    if not out[41:].startswith(prefix):
+        out = _git(home, "log", "--format=%H %s", "--fixed-strings", f"--grep={prefix}").decode(errors="replace")
     for line in out.splitlines():
         if line[41:].startswith(prefix):
             return line[:40]
@@ -342,8 +349,46 @@ _TICK_FIELD = re.compile(rb'"tick": (\d+|null)')
 _TS_FIELD = re.compile(rb'"ts": ([0-9.eE+-]+)')
 _LOG_STAMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 # The server's own log (its stderr) and the one its start-up rotated: lines stamped with the
-# local time (``logging``'s asctime), to the millisecond.
+# local time (``logging``'s asctime), to the millisecond.  Cut by these stamps only for a tick
+# state older than log marks (:func:`log_marks`).
 SERVER_LOGS = ("logs/server.log.1", "logs/server.log")
+# A transcript's lines are stamped, then written, by the server's threads: in the order written
+# to within this many seconds.
+STAMP_SLACK = 5.0
+LOGS_FOLDER = "logs"
+# The bytes just before a log file's recorded size whose digest the tick state keeps with it: a
+# file begun again since (rotated, removed, a fork's own) does not pass for the one recorded.
+MARK_TAIL = 64
+
+
+def _mark(fd: int) -> list[Any]:
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, min(size, MARK_TAIL), max(0, size - MARK_TAIL))
+    return [size, hashlib.sha256(tail).hexdigest()[:16]]
+
+
+def log_marks(home: Path) -> dict[str, list[Any]]:
+    """Where each file of HOME's ``logs/`` stands now (every program's: the server's stderr, the
+    tool servers', the local model's, their rotations): its size and the digest of its bytes just
+    before it, by its path in the home.  Recorded in each tick's state: a rewind to the tick moves
+    what each file holds beyond its mark."""
+    marks: dict[str, list[Any]] = {}
+    try:
+        entries = list(os.scandir(home / LOGS_FOLDER))
+    except OSError:
+        return marks
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue  # a folder (a damaged git moved aside) is not a log
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            marks[f"{LOGS_FOLDER}/{entry.name}"] = _mark(fd)
+        finally:
+            os.close(fd)
+    return marks
 
 
 def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | None:
@@ -367,6 +412,35 @@ def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | 
     return None
 
 
+def _transcript_future(path: Path, tick: int, ended: float | None) -> tuple[int, bytes] | None:
+    """Where the transcript PATH's lines written after TICK start, and those lines (None: it has
+    none): :func:`_future_of_transcript` of the file, which reads only its end.  A line of the
+    future was written after TICK ended (ENDED); the lines are stamped in the order written, to
+    within :data:`STAMP_SLACK`: so no line before the first stamped later than ENDED less that
+    is of the future, and a bisection finds it in a few reads however long the file.  A tick
+    state older than ``ended_at`` keeps the lines of no tick: such a file is read whole."""
+    with path.open("rb") as fh:
+        lo = 0  # a line start; every line before it was stamped before ENDED less the slack
+        if ended is not None:
+            hi = fh.seek(0, os.SEEK_END)
+            while hi - lo > 65536:
+                fh.seek((lo + hi) // 2)
+                fh.readline()  # to the next line's start
+                start = fh.tell()
+                if start >= hi:
+                    break
+                line = fh.readline()
+                ts = _TS_FIELD.search(line)
+                if ts is None or float(ts[1]) >= ended - STAMP_SLACK:
+                    hi = start
+                else:
+                    lo = start + len(line)
+        fh.seek(lo)
+        rest = fh.read()
+    at = _future_of_transcript(rest, tick, ended)
+    return None if at is None else (lo + at, rest[at:])
+
+
 def _future_of_log(data: bytes, ended: float) -> int | None:
     """Where the server log's lines written after ENDED start: its first line stamped later
     (a line with no stamp, a traceback's, goes with the stamped line before it)."""
@@ -381,36 +455,72 @@ def _future_of_log(data: bytes, ended: float) -> int | None:
     return None
 
 
-def _futures(home: Path, tick: int, ended: float | None) -> dict[str, tuple[int, bytes]]:
-    """The lines of HOME's transcripts and server log written after TICK, by file (its path in
-    the home): where they start, and those lines."""
+def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+    """What each file of HOME's ``logs/`` holds written after the tick STATE records: the bytes
+    beyond the file's mark in it (:func:`log_marks`); the whole of a file the tick did not know
+    as it is (begun since, or rotated: ``NAME.1`` is checked against NAME's mark too).  A tick
+    state without marks: the server log's lines stamped after the tick ended, and no other file."""
     out: dict[str, tuple[int, bytes]] = {}
+    marks = state.get("logs")
+    if not isinstance(marks, dict):
+        ended = state.get("ended_at")
+        for rel in SERVER_LOGS:
+            if ended is None:
+                break
+            try:
+                data = (home / rel).read_bytes()
+            except FileNotFoundError:
+                continue
+            at = _future_of_log(data, float(ended))
+            if at is not None:
+                out[rel] = (at, data[at:])
+        return out
+    folder = home / LOGS_FOLDER
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        rel = f"{LOGS_FOLDER}/{path.name}"
+        try:
+            fh = path.open("rb")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        with fh:
+            at = 0
+            for name in dict.fromkeys((rel, rel.removesuffix(".1"))):
+                mark = marks.get(name)
+                if isinstance(mark, list) and len(mark) == 2:
+                    size = int(mark[0])
+                    fh.seek(max(0, size - MARK_TAIL))
+                    tail = fh.read(min(size, MARK_TAIL))
+                    if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
+                        at = size
+                        break
+            fh.seek(at)
+            data = fh.read()
+        if data:
+            out[rel] = (at, data)
+    return out
+
+
+def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+    """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
+    path in the home): where they start, and those lines."""
+    out: dict[str, tuple[int, bytes]] = {}
+    ended = state.get("ended_at")
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        data = path.read_bytes()
-        at = _future_of_transcript(data, tick, ended)
-        if at is not None:
-            out[f"transcripts/{path.name}"] = (at, data[at:])
-    for rel in SERVER_LOGS:
-        if ended is None:
-            break
-        try:
-            data = (home / rel).read_bytes()
-        except FileNotFoundError:
-            continue
-        at = _future_of_log(data, ended)
-        if at is not None:
-            out[rel] = (at, data[at:])
-    return out
+        found = _transcript_future(path, tick, ended)
+        if found is not None:
+            out[f"transcripts/{path.name}"] = found
+    return out | _log_futures(home, state)
 
 
 def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
     """A commit on PARENT of its tree with FILES (path -> bytes, one folder deep) added; its sha.
     No index, ref or working file is touched."""
     folders: dict[str, list[str]] = {}
+    repo = HomeRepo(home)
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
-        blob = _git(home, "hash-object", "-w", "--stdin", stdin=data).decode().strip()
+        blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
         folders.setdefault(folder, []).append(f"100644 blob {blob}\t{name}\n")
     top = [line for line in _git(home, "ls-tree", parent).decode().splitlines()
            if line.partition("\t")[2] not in folders]
@@ -499,10 +609,10 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     except CommitError as err:
         raise HistoryError(f"refused: {err}; nothing was changed") from err
     faults.point("rewind.kept")
-    cut = _futures(home, tick, state.get("ended_at"))
+    cut = _futures(home, tick, state)
     if cut:
         kept = _commit_beside(home, kept, {rel: data for rel, (_at, data) in cut.items()},
-                              f"[TICK {last}][abandoned] the transcripts' and server log's lines after tick {tick}")
+                              f"[TICK {last}][abandoned] the transcripts' and logs' lines after tick {tick}")
     left = 0
     if (home / "memory.db").exists():
         db = sqlite3.connect(home / "memory.db")
