@@ -10,6 +10,7 @@ so the tests at the end show each one failing on a drifted copy.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -20,6 +21,11 @@ from amacs_server.tools.declared import Tool
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_EL = (ROOT / "elisp" / "amacs-agent.el").read_text(encoding="utf-8")
 SKILLS = {path.parent.name: path.read_text(encoding="utf-8") for path in (ROOT / "skills").glob("*/SKILL.md")}
+
+_spec = importlib.util.spec_from_file_location("tool_wrappers", ROOT / "scripts" / "tool-wrappers.py")
+assert _spec is not None and _spec.loader is not None
+tool_wrappers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool_wrappers)
 
 # The person's methods an eval may call too: in amacs-agent.el, not in the agents' registry.
 SHARED_WITH_THE_PERSON = {"consciousness", "set_consciousness"}
@@ -69,7 +75,8 @@ def wrapper_drift(tools: tuple[Tool, ...], elisp: str) -> list[str]:
         if args != tool.args:
             problems.append(f"{tool.function}: arglist ({args}), declared ({tool.args})")
         if doc != tool.doc:
-            problems.append(f"{tool.function}: docstring differs from its declaration:\n{doc}\n---\n{tool.doc}")
+            problems.append(f"{tool.function}: docstring differs from its declaration (scripts/tool-wrappers.py "
+                            f"writes it):\n{doc}\n---\n{tool.doc}")
         if not re.search(rf"\(amacs--(?:agent-call|call-sync) '{tool.method}\b", body):
             problems.append(f"{tool.function}: does not call the declared method {tool.method}")
     return problems
@@ -194,6 +201,12 @@ def call_drift(tools: tuple[Tool, ...], skills: dict[str, str]) -> list[str]:
 def test_every_wrapper_has_its_declared_arguments_docs_and_method():
     assert len(defuns(AGENT_EL)) >= 30  # the parser still finds them
     assert wrapper_drift(declared.TOOLS, AGENT_EL) == []
+
+
+def test_the_wrappers_are_as_the_script_writes_them_from_the_declarations():
+    assert tool_wrappers.written(AGENT_EL) == AGENT_EL
+    drifted = AGENT_EL.replace('"Let the paused AGENT (an id) go on."', '"Let AGENT go on."')
+    assert tool_wrappers.written(drifted) == AGENT_EL
 
 
 def test_every_wrapper_sends_what_its_method_takes():
