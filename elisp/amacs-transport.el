@@ -326,9 +326,9 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
             (setf (amacs-wire-manager wire) mngr
                   (amacs-wire-settings-sent wire) (amacs--settings)
                   (amacs-wire-settings-origin wire) nil))
-          (amacs--wire-log connection 'out "call hello" '(:token "(not shown)"))
           (deferred:$
-            (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
+            (amacs--send-call connection 'hello (list token (emacs-pid) (amacs--settings))
+                              '(:token "(not shown)"))
             (deferred:nextc it
               (lambda (status)
                 (amacs-with-connection connection
@@ -532,9 +532,7 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-wire-manager (amacs-connection-wire connection)) method
-                         (amacs--wire-log connection 'out (format "call %s" method)
-                                          (amacs--call-args method args)))
+      (amacs--send-call connection method (amacs--call-args method args))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -543,6 +541,18 @@ run with the connection in effect."
           (let ((text (amacs--remote-error-message err)))
             (amacs-with-connection connection
               (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))))
+
+(defun amacs--send-call (connection method args &optional shown)
+  "Send a call of METHOD with ARGS on CONNECTION's wire; return its deferred.
+As `epc:call-deferred' does; the wire log notes the call with its uid,
+which its return names too (SHOWN there in place of ARGS, if given)."
+  (let ((mngr (amacs-wire-manager (amacs-connection-wire connection)))
+        (uid (epc:uid))
+        (d (deferred:new)))
+    (amacs--wire-log connection 'out (format "call %s #%s" method uid) (or shown args))
+    (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
+    (epc:manager-send mngr 'call uid method args)
+    d))
 
 (define-error 'amacs-remote-error "AMACS server error")
 
@@ -583,11 +593,11 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((clean (amacs--wire-log connection 'out (format "call %s (waiting)" method)
+    (let* ((uid (epc:uid))
+           (clean (amacs--wire-log connection 'out (format "call %s #%s (waiting)" method uid)
                                    (amacs--call-args method args)))
            (mngr (amacs-wire-manager (amacs-connection-wire connection)))
            (proc (epc:connection-process (epc:manager-connection mngr)))
-           (uid (epc:uid))
            (state 'waiting) value
            (d (make-deferred :callback (lambda (x) (setq state 'done value x))
                              :errorback (lambda (e) (setq state 'failed value e))))
@@ -669,9 +679,10 @@ any other message goes to epc.el's dispatcher, as its own filter does."
       (if (eq (car-safe message) 'amacs-events)
           (dolist (event (nth 2 message))
             (amacs--wire-log connection 'in (format "event %s" (plist-get event :type)) event))
-        (amacs--wire-log connection 'in (format "%s" (if (eq (car-safe message) 'call)
-                                                          (format "call %s" (nth 2 message))
-                                                        (car-safe message)))
+        ;; (return UID VALUE), (return-error UID ERR), (call UID METHOD ARGS): by its uid.
+        (amacs--wire-log connection 'in (if (eq (car-safe message) 'call)
+                                            (format "call %s #%s" (nth 2 message) (nth 1 message))
+                                          (format "%s #%s" (car-safe message) (nth 1 message)))
                          message))
       (cond ((eq (car-safe message) 'amacs-events)
              (amacs--queue-events connection (nth 2 message)))

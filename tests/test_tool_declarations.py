@@ -10,6 +10,7 @@ so the tests at the end show each one failing on a drifted copy.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import re
 from pathlib import Path
@@ -20,6 +21,11 @@ from amacs_server.tools.declared import Tool
 ROOT = Path(__file__).resolve().parents[1]
 AGENT_EL = (ROOT / "elisp" / "amacs-agent.el").read_text(encoding="utf-8")
 SKILLS = {path.parent.name: path.read_text(encoding="utf-8") for path in (ROOT / "skills").glob("*/SKILL.md")}
+
+_spec = importlib.util.spec_from_file_location("tool_wrappers", ROOT / "scripts" / "tool-wrappers.py")
+assert _spec is not None and _spec.loader is not None
+tool_wrappers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool_wrappers)
 
 # The person's methods an eval may call too: in amacs-agent.el, not in the agents' registry.
 SHARED_WITH_THE_PERSON = {"consciousness", "set_consciousness"}
@@ -69,7 +75,8 @@ def wrapper_drift(tools: tuple[Tool, ...], elisp: str) -> list[str]:
         if args != tool.args:
             problems.append(f"{tool.function}: arglist ({args}), declared ({tool.args})")
         if doc != tool.doc:
-            problems.append(f"{tool.function}: docstring differs from its declaration:\n{doc}\n---\n{tool.doc}")
+            problems.append(f"{tool.function}: docstring differs from its declaration (scripts/tool-wrappers.py "
+                            f"writes it):\n{doc}\n---\n{tool.doc}")
         if not re.search(rf"\(amacs--(?:agent-call|call-sync) '{tool.method}\b", body):
             problems.append(f"{tool.function}: does not call the declared method {tool.method}")
     return problems
@@ -92,6 +99,38 @@ def option_drift(tools: tuple[Tool, ...]) -> list[str]:
     return problems
 
 
+# What the server's function for each table is handed before the arguments Emacs sends.
+LEADING = {"AS_ITS_EVAL": ("rt", "caller"), "ON_THE_LOOP": ("rt",), "agent_tool": ("rt", "evals", "on_loop"),
+           "history_search": ("rt",)}
+
+
+def wire_drift(tools: tuple[Tool, ...], elisp: str) -> list[str]:
+    """Calls of a wrapper that the server's function of its method cannot take."""
+    problems = []
+    wrappers = defuns(elisp)
+    for tool in tools:
+        if tool.method in SHARED_WITH_THE_PERSON or tool.function not in wrappers:
+            continue
+        seen: list[list[object]] = []
+        read_form(tokens(wrappers[tool.function][2]), 0, seen)
+        for form in seen:
+            if form[0] == "amacs--agent-call":
+                sent = 1 + len(form[2:])  # the eval's id first
+            elif form[0] == "amacs--call-sync":
+                args = form[2]
+                sent = 0 if args == "nil" else len(args) - 1  # (list A B)
+            else:
+                continue
+            table = "AS_ITS_EVAL" if tool.method in registry.AS_ITS_EVAL else (
+                "ON_THE_LOOP" if tool.method in registry.ON_THE_LOOP else tool.method)
+            server = {**registry.AS_ITS_EVAL, **registry.ON_THE_LOOP, **registry.ON_ITS_THREAD}[tool.method]
+            try:
+                inspect.signature(server).bind(*LEADING[table], *([None] * sent))
+            except TypeError as error:
+                problems.append(f"{tool.function}: sends {sent} arguments to {tool.method}, which {error}")
+    return problems
+
+
 def calls(text: str) -> list[str]:
     """The code a skill shows: its code spans and its elisp blocks."""
     blocks = re.findall(r"```elisp\n(.*?)```", text, re.S)
@@ -99,33 +138,37 @@ def calls(text: str) -> list[str]:
     return blocks + spans
 
 
+def tokens(code: str) -> list[str]:
+    return re.findall(r'"(?:[^"\\]|\\.)*"|[()]|\'|[^\s()\'"]+', code)
+
+
+def read_form(toks: list[str], i: int, seen: list[list[object]]) -> tuple[object, int]:
+    """The form at ``toks[i]``, as nested lists of atoms, and the index past it.
+
+    Each list read is added to SEEN; IndexError when it is not closed."""
+    if toks[i] == "'":
+        quoted, j = read_form(toks, i + 1, seen)
+        return ["quote", quoted], j
+    if toks[i] != "(":
+        return toks[i], i + 1
+    items: list[object] = []
+    i += 1
+    while toks[i] != ")":
+        item, i = read_form(toks, i, seen)
+        items.append(item)
+    seen.append(items)
+    return items, i + 1
+
+
 def sexps(code: str) -> list[list[object]]:
-    """Every ``(agent-...)`` form in CODE, read as nested lists of atoms; unclosed ones left out."""
-    tokens = re.findall(r'"(?:[^"\\]|\\.)*"|[()]|\'|[^\s()\'"]+', code)
-    forms: list[list[object]] = []
-
-    def read(i: int) -> tuple[object, int]:
-        if tokens[i] == "'":
-            quoted, j = read(i + 1)
-            return ["quote", quoted], j
-        if tokens[i] != "(":
-            return tokens[i], i + 1
-        items: list[object] = []
-        i += 1
-        while tokens[i] != ")":  # IndexError: not closed here
-            item, i = read(i)
-            items.append(item)
-        if items and isinstance(items[0], str) and items[0].startswith("agent-"):
-            forms.append(items)
-        return items, i + 1
-
-    i = 0
-    while i < len(tokens):
+    """Every ``(agent-...)`` form in CODE; unclosed ones left out."""
+    toks, seen, i = tokens(code), [], 0
+    while i < len(toks):
         try:
-            _, i = read(i)
+            _, i = read_form(toks, i, seen)
         except IndexError:
             break
-    return forms
+    return [form for form in seen if form and isinstance(form[0], str) and form[0].startswith("agent-")]
 
 
 def call_drift(tools: tuple[Tool, ...], skills: dict[str, str]) -> list[str]:
@@ -158,6 +201,16 @@ def call_drift(tools: tuple[Tool, ...], skills: dict[str, str]) -> list[str]:
 def test_every_wrapper_has_its_declared_arguments_docs_and_method():
     assert len(defuns(AGENT_EL)) >= 30  # the parser still finds them
     assert wrapper_drift(declared.TOOLS, AGENT_EL) == []
+
+
+def test_the_wrappers_are_as_the_script_writes_them_from_the_declarations():
+    assert tool_wrappers.written(AGENT_EL) == AGENT_EL
+    drifted = AGENT_EL.replace('"Let the paused AGENT (an id) go on."', '"Let AGENT go on."')
+    assert tool_wrappers.written(drifted) == AGENT_EL
+
+
+def test_every_wrapper_sends_what_its_method_takes():
+    assert wire_drift(declared.TOOLS, AGENT_EL) == []
 
 
 def test_the_declared_methods_are_the_registry():
@@ -193,6 +246,13 @@ def test_a_drifted_docstring_or_arglist_or_method_fails():
     ]
     undeclared = AGENT_EL + '\n(defun agent-new (x)\n  "New."\n  (amacs--agent-call \'new x))\n'
     assert wrapper_drift(declared.TOOLS, undeclared) == ["agent-new: defined in amacs-agent.el, declared nowhere"]
+
+
+def test_a_wrapper_that_sends_more_than_its_method_takes_fails():
+    drifted = AGENT_EL.replace("(amacs--call-sync 'thread_switch (list id))", "(amacs--call-sync 'thread_switch (list id t))")
+    assert wire_drift(declared.TOOLS, drifted) == [
+        "agent-switch-thread: sends 2 arguments to thread_switch, which too many positional arguments"
+    ]
 
 
 def test_an_option_the_docs_leave_out_fails():

@@ -278,3 +278,14 @@ def test_an_early_server_nobody_takes_stops_when_amacs_is_gone(
     shell.kill()  # ./amacs gone (its terminal closed) before Emacs asked
     shell.wait(timeout=10)
     wait_until(lambda: not alive(server), timeout=30, what="the early fork to stop")
+
+
+def test_a_forks_first_request_finds_the_replys_schema_made() -> None:
+    """Profiled: a fork's first turn imported the reply's model, built it and made its JSON schema
+    (30-70 ms between the person's RET and the request, at load 4-11); the preload does it once."""
+    code = ("import sys; from amacs_server.research.forkserver import preload; preload(['anthropic']); "
+            "from amacs_server.inference.parse import response_schema; "
+            "print('amacs_server.inference.response_model' in sys.modules, response_schema.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split() == ["True", "1"]

@@ -4,9 +4,11 @@ An agent calls a tool from its eval through an elisp function (``elisp/amacs-age
 calls a method of the server's one table (``tools/registry.py``); a skill shows it called. This
 is where a tool's name, arguments and docs are written: tests/test_tool_declarations.py checks
 each elisp wrapper's arglist and docstring against its declaration, its method against the
-registry, its options against the server's model of them (the docs name every keyword), and
-every call any skill shows against the arguments declared here (a keyword no model allows, too
-few or too many arguments). Change a tool here, then its wrapper; the test says what differs.
+registry and what it sends against the server function that takes it, its options against
+the server's model of them (the docs name every keyword), and every call any skill shows
+against the arguments declared here (a keyword no model allows, too few or too many
+arguments). Change a tool here, then run scripts/tool-wrappers.py, which writes each wrapper's
+arglist and docstring from its declaration (its body stays written by hand).
 """
 
 from __future__ import annotations

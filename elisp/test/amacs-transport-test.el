@@ -205,13 +205,31 @@ is an EPC connection as `epc:connect' makes it."
                 (should (= (length lines) 5))
                 (should (string-match-p "<- event turn-start (:type \"turn-start\")" (nth 0 lines)))
                 (should (string-match-p "<- event reply-delta .*:text \"hé\"" (nth 1 lines)))
-                (should (string-match-p "<- return (return 7 \"ok\")" (nth 2 lines)))
-                (should (string-match-p "<- call eval " (nth 3 lines)))
+                (should (string-match-p "<- return #7 (return 7 \"ok\")" (nth 2 lines)))
+                (should (string-match-p "<- call eval #9 " (nth 3 lines)))
                 (should (string-match-p "-> call submit (\"hi\" (:origin \"key\"))" (nth 4 lines))))
               ;; A message passing while the buffer is open is added at its end.
               (amacs--wire-log connection 'in "event turn-done" '(:type "turn-done"))
               (should (string-match-p "<- event turn-done .*\n\\'" (buffer-string))))
           (kill-buffer buffer))))))
+
+(ert-deftest amacs-transport-test-a-call-and-its-return-name-one-uid-in-the-wire-log ()
+  "A call's line did not name its EPC uid: \"<- return (return 4 t)\" was matched to its call
+by order alone, wrong when calls overlap.  Each call's line and its return's name one uid."
+  (amacs-transport-test--with-connection conn
+    (let ((sent nil))
+      (setf (amacs-wire-manager (amacs-connection-wire connection)) (make-epc:manager :connection conn))
+      (cl-letf (((symbol-function 'epc:manager-send) (lambda (_mngr &rest message) (push message sent)))
+                ((symbol-function 'cc:signal-send) #'ignore))
+        (amacs--send-call connection 'submit '("one"))
+        (amacs--send-call connection 'submit '("two"))
+        (let ((first (nth 1 (cadr sent))) (second (nth 1 (car sent))))
+          (amacs--connection-filter connection conn nil
+                                    (amacs-transport-test--frame (list 'return second t)))
+          (should (equal (mapcar (lambda (entry) (nth 2 entry))
+                                 (nreverse (ring-elements (amacs-wire-log (amacs-connection-wire connection)))))
+                         (list (format "call submit #%s" first) (format "call submit #%s" second)
+                               (format "return #%s" second)))))))))
 
 (ert-deftest amacs-transport-test-the-wire-log-is-a-small-ring ()
   "The log keeps the newest `amacs-events-log-size' messages; 0 keeps none."
