@@ -514,7 +514,13 @@ class HomeRepo:
         known = self._blobs.get(name)
         if known is not None and known[0] is content:
             return known[1]
-        data = content.data()
+        sha = self.write_blob(content.data())
+        self._blobs[name] = (content, sha)
+        return sha
+
+    def write_blob(self, data: bytes) -> str:
+        """DATA's blob id, the object written if it is new (as git would: a loose object)."""
+        self.prepare()  # the repository's hash
         header = b"blob %d\0" % len(data)
         digest = hashlib.new(self._algorithm, header)
         digest.update(data)
@@ -533,7 +539,6 @@ class HomeRepo:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-        self._blobs[name] = (content, sha)
         return sha
 
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:
