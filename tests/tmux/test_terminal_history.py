@@ -199,5 +199,5 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     term.press("Enter")  # RET on that commit's line: its patch, as the hub opens a commit
     term.wait_for_elisp(f'(get-buffer (amacs-connection-buffer-name (amacs-connection-for "{term.amacs_home}") '
                         '"commit"))', timeout=15, what="the commit's view")
-    size, _moved, patch = term.elisp(view.format("commit")).strip("()").split()
-    assert patch == "t" and int(size) < 20000, (size, patch)  # its diff
+    _size, _moved, patch = term.elisp(view.format("commit")).strip("()").split()
+    assert patch == "t"  # its diff
