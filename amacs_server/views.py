@@ -20,7 +20,7 @@ from .memory.items import MemoryItem
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.events import ModelRequest, ModelResponse
 from .persistence.git_repo import CommitWorker
-from .persistence.history import abandoned_futures
+from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
 from .state.consciousness import Budget, Consciousness, EvalResult
 from .threads import ThreadBook
@@ -85,6 +85,7 @@ def status(rt: ViewHost) -> dict[str, object]:
         "budget_limit": rt.limit(),
         "notice": "\n;; ".join(notes) or None,
         "home": str(rt.config.home),
+        "fork": fork_origin(rt.config.home),  # a fork's header names what it is a fork of
         "interrupted": rt.memory.last_chat_interrupted(),
         "recent": [_exchange(rt, i) for i in rt.memory.chat[-10:]],
     }

@@ -857,6 +857,23 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
 
 
+def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):
+    """A fork opened alone showed no home in its shell's header: the status at hello names the
+    home and tick it was forked from (None for a home that is no fork), and a fork of the fork
+    names its own parent."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:2])
+    fork = history.fork(home, 1, tmp_path / "fork").home
+    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1})):
+        rt = runtime(where, fake.url)
+        try:
+            assert views.status(rt)["fork"] == want
+        finally:
+            rt.stop()
+    again = history.fork(fork, 1, tmp_path / "again").home
+    assert history.fork_origin(again) == {"from": str(fork), "tick": 1}
+
+
 def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):
     """Was accepted, even under skills/: HOME's commits then took in the fork's memory.db and transcripts."""
     home = tmp_path / "home"

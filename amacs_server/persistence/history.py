@@ -67,6 +67,8 @@ LOGS = ("agent-chat.org", "monologue.org")
 LOG_FOLDERS = ("chat", "monologue")
 # What a fork copies beside the mind: the home's settings, not in git.
 SETTINGS = ("mcp.json", "model-capabilities.json")
+# In a fork: the home and tick it was forked from (its own git's; a fork of it has its own).
+FORK_ORIGIN = ".git/amacs-fork.json"
 ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
   ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
   kind TEXT NOT NULL, created_at_ms INTEGER NOT NULL, content TEXT NOT NULL, text TEXT NOT NULL)"""
@@ -125,6 +127,15 @@ def read_state(home: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
+
+
+def fork_origin(home: Path) -> dict[str, Any] | None:
+    """The home and tick HOME was forked from (``from``, ``tick``); None when it is no fork."""
+    try:
+        data = json.loads((home / FORK_ORIGIN).read_text(encoding="utf-8"))
+        return {"from": str(data["from"]), "tick": int(data["tick"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def file_sizes(home: Path) -> dict[str, int]:
@@ -881,6 +892,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             if (home / "memory.db").exists():
                 _memory_up_to(home / "memory.db", made / "memory.db", state)
                 faults.point("fork.memory")
+            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")
