@@ -57,6 +57,18 @@ from tests.e2e.harness import run_emacs  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
 
 
+def copy_home(home: Path, dest: Path) -> None:
+    """DEST a copy of HOME to run a server on (not to rewind: it cuts transcripts in place): its
+    transcripts hard-linked (a server starts a file of its own), the rest copied."""
+    def copy(src: str, dst: str) -> None:
+        if "/transcripts/" in src:
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(home, dest, symlinks=True, copy_function=copy)
+
+
 def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
     """The home of each of SIZES ticks in HOMES: made by real turns, one home grown to the largest
     and copied at each size (homes already there are kept)."""
@@ -206,7 +218,7 @@ def main() -> None:
     for size in sizes:  # each row for every size in turn, so a drift of the load hits them alike
         if "picker" in rows:
             copy = tmp / "picker-home"
-            shutil.copytree(homes[size], copy, symlinks=True)
+            copy_home(homes[size], copy)
             per[size].update(picker_and_hub(copy, args.n))
             shutil.rmtree(copy)
     for size in sizes:
@@ -215,14 +227,14 @@ def main() -> None:
     for size in sizes:
         if "tick" in rows:
             copy = tmp / "tick-home"
-            shutil.copytree(homes[size], copy, symlinks=True)
+            copy_home(homes[size], copy)
             per[size]["tick_overhead"] = tick_overhead(copy, args.n * 4)
             shutil.rmtree(copy)
     if "ready" in rows:
         marks: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
         copies = {size: tmp / f"ready-{size}" for size in sizes}
         for size in sizes:
-            shutil.copytree(homes[size], copies[size], symlinks=True)
+            copy_home(homes[size], copies[size])
             start_sample(copies[size], ["amacs-shell"], tmp)  # the first start after a copy: not counted
         for _ in range(args.n):
             for size in sizes:

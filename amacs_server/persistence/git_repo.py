@@ -527,11 +527,17 @@ class HomeRepo:
         sha = digest.hexdigest()
         path = self.home / ".git" / "objects" / sha[:2] / sha[2:]
         if not path.exists():
-            path.parent.mkdir(exist_ok=True)
             packer = zlib.compressobj(1)  # git's core.looseCompression
             packed = packer.compress(header) + packer.compress(data) + packer.flush()
             tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+            for attempt in range(3):
+                path.parent.mkdir(exist_ok=True)
+                try:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+                    break
+                except FileNotFoundError:  # the packer's repack removed the folder, empty, meanwhile
+                    if attempt == 2:
+                        raise
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(packed)
