@@ -68,7 +68,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
                 "result_chars": chars, "error": error, "blocked": blocked}
         if hub is not None:
             data = hub.scrub(data)
-        rt.call_in_loop(lambda: rt.transcript.write(ToolCall(**data), agent=world.identity(caller)))
+        rt.turns.call_in_loop(lambda: rt.transcript.write(ToolCall(**data), agent=world.identity(caller)))
 
     try:
         if hub is None:
@@ -76,7 +76,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         tool = hub.tool(server, tool_name)
         arguments = calls.arguments(raw_args, tool.input_schema or {}, full)
         future = asyncio.run_coroutine_threadsafe(world.before_action(caller, form_of(full, arguments), "tool"),
-                                                  rt.loop)
+                                                  rt.turns.loop)
         reason = future.result(COMPULSION_WAIT)
         if reason is not None:
             raise Blocked(reason)
@@ -87,7 +87,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         value = hub.scrub(calls.result(answer, full))
         # A result longer than the bound goes to the agent cut, the rest in a private file.
         stem = f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120]
-        value, chars = calls.bounded(value, rt.config.home / "transcripts" / "results",
+        value, chars = calls.bounded(value, rt.mind.home / "transcripts" / "results",
                                      re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
         faults.point("tool.kept")
     except AmacsError as err:
