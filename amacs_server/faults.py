@@ -77,7 +77,7 @@ FORK_POINTS = (
     "fork.fetched",             # it has the history up to the tick
     "fork.checked-out",         # and the tick's files; memory.db not yet copied
     "fork.settings",            # the budget limit and settings copied
-    "fork.copied",              # memory.db copied whole
+    "fork.copied",              # memory.db's item versions up to the tick copied
     "fork.memory",              # memory.db cut to the tick and vacuumed
     "fork.recorded",            # the fork is said in its agent-chat.org and a transcript
     "fork.committed",           # the fork's commit is made; still unfinished, not yet renamed to DEST

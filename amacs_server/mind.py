@@ -29,6 +29,7 @@ from .persistence.history import (
     active_rows,
     file_sizes,
     finish_unfinished,
+    log_marks,
     ltm_watermark,
     read_state,
     tracked,
@@ -235,10 +236,10 @@ class Mind:
         (persistence.history), the primary's on MODEL and the live subagents' AGENTS: written at
         each tick's end and committed with it."""
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
-        # ended_at: a rewind to this tick moves the transcripts' and server log's lines of no tick
-        # written after it (persistence.history).
+        # ended_at and logs: a rewind to this tick moves the transcripts' lines of no tick written
+        # after it, and what every file of logs/ holds beyond its mark (persistence.history).
         return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": model,
-                "files": file_sizes(self.home), "ltm_max_id": ltm_watermark(self.ltm.db),
+                "files": file_sizes(self.home), "logs": log_marks(self.home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation), "agents": agents}
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .agents.saved import numbered_since
 from .agents.world import AgentWorld, Limits, WorldHost
 from .config import Config
 from .errors import AmacsError, Refused
@@ -35,6 +36,7 @@ from .scrub import Scrubber
 from .state.consciousness import ConsciousnessError
 from .tools.kit import ToolHost
 from .tools_mcp.calls import patterns as mcp_patterns
+from .tools_mcp.calls import unrecorded as unrecorded_results
 from .tools_mcp.hub import McpHub
 from .turns import Turns
 from .views import ViewHost
@@ -89,7 +91,8 @@ class Runtime:
         self.subagents_note = self._restore_subagents()  # said at hello, or with the rewind's line
         if self.subagents_note:
             self.startup_notes.append(self.subagents_note)
-        for line in tools.check():  # a bad mcp.json is said at hello, before any server is needed
+        for line in [*tools.check(), *unrecorded_results(home / "transcripts" / "results")]:
+            # a bad mcp.json, before any server is needed; a tool's result a kill left unrecorded
             log.warning("%s", line)
             self.startup_notes.append(line)
 
@@ -159,6 +162,8 @@ class Runtime:
         agents = state.get("agents")
         try:
             stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
+            since = (older or state).get("ended_at", 0.0)  # ids given after it are not given again
+            self.world.numbered = max(self.world.numbered, numbered_since(self.mind.home / "transcripts", since))
             if older is not None:
                 return _dropped(older, tick)
         except (AmacsError, KeyError, TypeError, ValueError) as err:

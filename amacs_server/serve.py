@@ -291,6 +291,11 @@ class RuntimeBuilder:
         # answered; a call that comes sooner waits for them.
         server.after_hello = publish_once(server, rt, face)
         rt.start()
+        prepare = getattr(rt.slot.backend, "prepare", None)
+        if prepare is not None:  # the model's client made while nothing waits (AnthropicBackend.prepare)
+            import asyncio
+
+            asyncio.run_coroutine_threadsafe(prepare(), rt.loop)
         fallback = threading.Timer(0.0 if self.headless else SDK_IMPORT_LATEST, server.after_hello)
         fallback.daemon = True
         fallback.start()

@@ -1,7 +1,9 @@
 """Summarize a folder of transcripts with DuckDB: ``python -m amacs_server.transcripts DIR``.
 
 Every JSONL line has the same top-level columns (docs/ARCHITECTURE.md, Persistence and git), so
-DuckDB reads thousands of files directly; ``data`` is kept as JSON.
+DuckDB reads thousands of files directly; ``data`` is kept as JSON.  What a query names of a line
+(its kind, its data's fields) it names through the records that declare them
+(:mod:`~amacs_server.persistence.events`, :class:`Of`), here and in research's dataset.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .persistence.events import Blocked, EvalResultRecord, ModelResponse, Record, json_path
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -20,6 +24,30 @@ COLUMNS = {
     "agent_type": "VARCHAR", "template": "VARCHAR", "seq": "BIGINT", "ts": "DOUBLE", "tick": "BIGINT",
     "event": "VARCHAR", "data": "JSON",
 }
+
+
+class Of:
+    """A kind of transcript event as a query names it, from the record that declares it: in an
+    f-string, ``{Of(ModelResponse)}`` is ``'model_response'`` and ``{Of(ModelResponse).usage.input_tokens}``
+    the JSON path ``$.usage.input_tokens`` of its line's data.  The first name after the kind must
+    be a field of the record (:func:`~amacs_server.persistence.events.json_path`), checked as the
+    query is made: a field renamed in the records fails the readers' tests, not a report."""
+
+    def __init__(self, record: type[Record], path: str = "") -> None:
+        self._record, self._path = record, path
+
+    def __getattr__(self, name: str) -> Of:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if not self._path:
+            return Of(self._record, json_path(self._record, name))
+        return Of(self._record, f"{self._path}.{name}")
+
+    def __str__(self) -> str:
+        return self._path or f"'{self._record.kind}'"
+
+
+RESPONSE, RESULT, BLOCKED = Of(ModelResponse), Of(EvalResultRecord), Of(Blocked)
 
 
 def connect(folder: Path) -> duckdb.DuckDBPyConnection:
@@ -48,16 +76,17 @@ def summarize(folder: Path) -> dict[str, Any]:
 
     # An agent is its id within its session: every run has a "primary" and its own viewpoints.
     agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM events GROUP BY run_id ORDER BY run_id")
-    usage = rows("""
+    usage = rows(f"""
         SELECT agent_type, count(*),
-               sum(CAST(data->'$.usage.input_tokens' AS BIGINT) + CAST(data->'$.usage.output_tokens' AS BIGINT)),
-               sum(CAST(data->'$.cost' AS DOUBLE))
-        FROM events WHERE event = 'model_response' GROUP BY agent_type ORDER BY agent_type""")
-    evals = rows("""
-        SELECT count(*), count(*) FILTER (WHERE CAST(data->'$.success' AS BOOLEAN) = false)
-        FROM events WHERE event = 'eval_result'""")[0]
-    blocks = rows("""
-        SELECT data->>'$.by', data->>'$.template', count(*) FROM events WHERE event = 'blocked'
+               sum(CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT)
+                   + CAST(data->'{RESPONSE.usage.output_tokens}' AS BIGINT)),
+               sum(CAST(data->'{RESPONSE.cost}' AS DOUBLE))
+        FROM events WHERE event = {RESPONSE} GROUP BY agent_type ORDER BY agent_type""")
+    evals = rows(f"""
+        SELECT count(*), count(*) FILTER (WHERE CAST(data->'{RESULT.result.success}' AS BOOLEAN) = false)
+        FROM events WHERE event = {RESULT}""")[0]
+    blocks = rows(f"""
+        SELECT data->>'{BLOCKED.by}', data->>'{BLOCKED.template}', count(*) FROM events WHERE event = {BLOCKED}
         GROUP BY 1, 2 ORDER BY 1""")
     types = rows("""
         SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM events

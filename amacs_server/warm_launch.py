@@ -15,6 +15,14 @@ signals it gets are passed on, and it exits as the fork did (killed by the same 
 or with its status).  When this process ends first (Emacs killed it) or Emacs goes, the
 fork sees the socket close and stops.
 
+``./amacs`` asks for the home's server before it starts Emacs (``--early DIR``): the fork then
+starts while Emacs does, and has said its port and read the home when Emacs first asks.  That
+early launcher names the fork to the launcher Emacs starts (found by ``$AMACS_EARLY``, the
+folder DIR) only if it shows the one-time token ``./amacs`` gave both (``$AMACS_EARLY_TOKEN``,
+which Emacs sends the server as its own); that launcher then stands in for the fork as above,
+passing on what the fork prints.  A fork asked for otherwise than Emacs would ask (another
+environment, folder or ARGs) is stopped and Emacs's own is asked for.
+
 When no warm server answers, this process becomes ``python -m amacs_server ARG...``
 (exec) and starts a warm server for the launches after it.  The socket's name holds a
 stamp of the server's sources and the venv: code changed since the warm server started
@@ -23,6 +31,7 @@ is never served by it (a new one starts; the old one exits once its forks have).
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import select
@@ -31,6 +40,7 @@ import socket
 import stat
 import struct
 import sys
+import time
 import zlib
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +48,13 @@ ROOT = os.path.dirname(PACKAGE)
 # Folders of the package that hold data, not the server's code.
 DATA_DIRS = frozenset({"__pycache__", "builtin_skills", "elisp"})
 ORPHAN_CHECK = 0.5  # seconds between looks whether the Emacs that started this is still there
+EARLY_WAIT = 60.0  # seconds an early server waits for its Emacs to take it; then it is stopped
+EARLY_FIND = 5.0  # seconds Emacs's launcher waits for the early launcher's socket (on a loaded machine)
+EARLY_SOCKET = "early.sock"
+# What may differ between the environments of ./amacs's early request and Emacs's: the early
+# request's own names, the shell's name of the program it runs, and the shell level (Emacs
+# counts itself as one).
+EARLY_IGNORED = frozenset({"AMACS_EARLY", "AMACS_EARLY_TOKEN", "_", "SHLVL"})
 
 
 def warm_dir() -> str:
@@ -122,10 +139,33 @@ def start_warm(directory: str, key: str) -> None:
         os._exit(0)
 
 
-def hand_over(argv: list[str]) -> int | None:
-    """Have the warm server fork the server ARGV asks for and stand in for it until it exits: its status.
+def _send(sock: socket.socket, message: dict[str, object], fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode()
+    socket.send_fds(sock, [struct.pack("!I", len(data)) + data], fds or [])
 
-    None when no warm server took it (one is started for next time)."""
+
+def _receive(sock: socket.socket, maxfds: int = 0) -> tuple[dict[str, object], list[int]]:
+    """A message of :func:`_send` (at most 1 MiB) and the files sent with it."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, maxfds)
+    if len(data) < 4 or struct.unpack("!I", data[:4])[0] > 1 << 20:
+        raise OSError("bad message")
+    (length,) = struct.unpack("!I", data[:4])
+    body = data[4:]
+    while len(body) < length:
+        chunk = sock.recv(length - len(body))
+        if not chunk:
+            raise OSError("message cut off")
+        body += chunk
+    message = json.loads(body)
+    if not isinstance(message, dict):
+        raise OSError("bad message")
+    return message, fds
+
+
+def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[socket.socket, int] | None:
+    """Ask the warm server for a fork serving ARGV with ENV and standard files FDS: its socket and pid.
+
+    None when none answered (one is then started for next time)."""
     directory = warm_dir()
     if not private_dir(directory):
         return None
@@ -137,15 +177,136 @@ def hand_over(argv: list[str]) -> int | None:
         sock.close()
         start_warm(directory, key)
         return None
-    request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     try:
-        socket.send_fds(sock, [struct.pack("!I", len(request)) + request], [0, 1, 2])
+        _send(sock, {"argv": argv, "env": env, "cwd": os.getcwd()}, fds)
         pid = _read_int(sock)
     except OSError:
         pid = None
     if pid is None:  # the warm server went before it forked: nothing was started
         sock.close()
         return None
+    return sock, pid
+
+
+def early(directory: str, argv: list[str]) -> int:
+    """``--early DIR``: ask for the home's server now and give it to the launcher Emacs starts.
+
+    ./amacs runs this before Emacs, with ``$AMACS_EARLY_TOKEN``.  It listens on DIR/early.sock
+    (DIR: ./amacs's private folder for this start) before anything else, so that Emacs's
+    launcher finds it however late this process got the CPU; then asks the warm server for
+    the fork Emacs would ask for (this environment with the token as ``AMACS_TOKEN``, the home
+    as Emacs names it).  The first connection of this user that shows the token gets the
+    fork's pid, its request, its socket to the warm server and the read ends of its standard
+    output and error; others are closed unanswered.  Nobody took it within EARLY_WAIT seconds,
+    or ./amacs is gone: the fork is stopped."""
+    token = os.environ.get("AMACS_EARLY_TOKEN", "")
+    if len(token) < 32 or not private_dir(directory):
+        return 2
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.path.join(directory, EARLY_SOCKET))
+    listener.listen(4)
+    env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
+    env["AMACS_TOKEN"] = token
+    # As Emacs names the home (`amacs--home-directory'): another name would not be taken.
+    env["AMACS_HOME"] = os.path.abspath(os.path.expanduser(env.get("AMACS_HOME") or "~/.agent"))
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    asked = _ask_warm(argv, env, [null, out_w, err_w])
+    for fd in (null, out_w, err_w):
+        os.close(fd)
+    parent, deadline = os.getppid(), time.monotonic() + EARLY_WAIT
+    while time.monotonic() < deadline and os.getppid() == parent:
+        if not select.select([listener], [], [], ORPHAN_CHECK)[0]:
+            continue
+        conn, _ = listener.accept()
+        with conn:
+            try:
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                shown, _fds = _receive(conn)
+                if struct.unpack("3i", creds)[1] != os.getuid() or not hmac.compare_digest(
+                        str(shown.get("token", "")), token):
+                    continue  # not the Emacs ./amacs started
+                if asked is None:
+                    _send(conn, {"pid": None})
+                    return 0
+                _send(conn, {"pid": asked[1], "argv": argv, "env": env, "cwd": os.getcwd()},
+                      [asked[0].fileno(), out_r, err_r])
+                return 0
+            except (OSError, ValueError):
+                continue
+    if asked is not None:  # the fork stops when its launcher's end closes, as for a killed launcher
+        os.kill(asked[1], signal.SIGTERM)
+    return 1
+
+
+def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
+    """The early fork ./amacs asked for ($AMACS_EARLY), if it was asked for as this launch of ARGV would be:
+    its socket to the warm server, its pid, the read ends of its stdout and stderr.
+
+    A fork asked for otherwise is stopped (it holds the home) before None is returned."""
+    directory = os.environ.pop("AMACS_EARLY", "")
+    os.environ.pop("AMACS_EARLY_TOKEN", None)
+    if not directory:
+        return None
+    path = os.path.join(directory, EARLY_SOCKET)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + EARLY_FIND
+    while True:
+        try:
+            sock.connect(path)
+            break
+        except OSError:
+            if time.monotonic() > deadline or not os.path.isdir(directory):
+                sock.close()
+                return None
+            time.sleep(0.005)
+    with sock:
+        try:
+            _send(sock, {"token": os.environ.get("AMACS_TOKEN", "")})
+            answer, fds = _receive(sock, 3)
+        except (OSError, ValueError):
+            return None
+    pid = answer.get("pid")
+    if not isinstance(pid, int) or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        return None
+    warm = socket.socket(fileno=fds[0])
+    env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
+    if answer.get("env") == env and answer.get("argv") == argv and answer.get("cwd") == os.getcwd():
+        return warm, pid, fds[1], fds[2]
+    try:  # asked for otherwise: stopped, and its end waited for (it holds the home's lock)
+        os.kill(pid, signal.SIGTERM)
+        _read_int(warm)
+    except OSError:
+        pass
+    warm.close()
+    os.close(fds[1])
+    os.close(fds[2])
+    return None
+
+
+def _relay(source: int, target: int) -> bool:
+    """Pass what SOURCE has on to TARGET; False once SOURCE is closed."""
+    try:
+        data = os.read(source, 65536)
+    except OSError:
+        return False
+    if data:
+        try:
+            os.write(target, data)
+        except OSError:
+            pass
+    return bool(data)
+
+
+def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> int:
+    """Stand in for fork PID (its warm server's socket SOCK) until it exits: its status.
+
+    Signals to this process are passed on to it; RELAYED pairs (read end, target fd) are copied
+    as they come (an early fork's stdout and stderr); when Emacs is gone, the fork is left to
+    stop as its launcher's end closes."""
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -156,12 +317,20 @@ def hand_over(argv: list[str]) -> int | None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, forward)
     parent = os.getppid()
+    open_ends = dict(relayed)
     while True:
-        if select.select([sock], [], [], ORPHAN_CHECK)[0]:
+        ready = select.select([sock.fileno(), *open_ends], [], [], ORPHAN_CHECK)[0]
+        for source in ready:
+            if source in open_ends and not _relay(source, open_ends[source]):
+                del open_ends[source]
+        if sock.fileno() in ready:
             status = _read_int(sock)
             break
         if os.getppid() != parent:
             return 1  # Emacs is gone: closing the socket stops the fork
+    for source, target in open_ends.items():  # the fork is gone: what it wrote last
+        while _relay(source, target):
+            pass
     if status is None:
         return 1  # the warm server and the fork are both gone
     code = os.waitstatus_to_exitcode(status)
@@ -169,6 +338,21 @@ def hand_over(argv: list[str]) -> int | None:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
+
+
+def hand_over(argv: list[str]) -> int | None:
+    """Have the warm server fork the server ARGV asks for and stand in for it until it exits: its status.
+
+    The early fork ./amacs asked for is taken when it was asked for alike.  None when no warm
+    server took it (one is started for next time)."""
+    taken = _take_early(argv)
+    if taken is not None:
+        sock, pid, out, err = taken
+        return stand_in(sock, pid, [(out, 1), (err, 2)])
+    asked = _ask_warm(argv, dict(os.environ), [0, 1, 2])
+    if asked is None:
+        return None
+    return stand_in(asked[0], asked[1], [])
 
 
 def running(directory: str) -> list[int]:
@@ -237,6 +421,8 @@ def main(argv: list[str]) -> int:
         if note:
             print(note)
         return 0
+    if argv[:1] == ["--early"] and len(argv) >= 2:
+        return early(argv[1], argv[2:])
     if argv == ["--stop"]:
         stopped = stop_warm()
         print(f"AMACS: stopped the warm server (pid {' '.join(map(str, stopped))})." if stopped

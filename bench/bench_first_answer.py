@@ -19,7 +19,9 @@ Kinds, rounds alternating (each round one sample of each, in turn):
 
 Each launch has a fresh ``$HOME``.  The same fake model (tests/fake_anthropic.py,
 zero latency, the 400-word reply of :mod:`bench.bench_transport` in 100 chunks) answers
-both.  ``--no-warm``: AMACS's servers are started as before the warm server
+both.  Each sample's question is its own (``ask7q``) and so is the reply's last word
+(``word399x7``): a returning user's shell shows the last exchange again once the server
+has said hello, and the reply of the sample before, seen there, is not this one's.  ``--no-warm``: AMACS's servers are started as before the warm server
 (``AMACS_WARM=0``), every sample importing the model SDK.
 
 Marks, ms after RET: ``prompt`` (the prompt is on screen), ``answer`` (the reply's last
@@ -31,7 +33,10 @@ word is).  ``BENCH_SCREENS=FILE`` appends each screen read, with its time, to FI
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,9 +52,10 @@ from bench.bench_startup import build_home, loadavg  # noqa: E402
 from bench.bench_transport import REPLY_TEXT, TimedFake  # noqa: E402
 from bench.common import save, server_pid, summary, wait_gone  # noqa: E402
 from bench.interactive import Launch, launch_env  # noqa: E402
+from tests import fake_anthropic as fa  # noqa: E402
 
 LAST_WORD = "word399"
-QUESTION = "go"
+QUESTIONS = itertools.count()  # each sample's question names its number: ask0q, ask1q, ...
 KINDS = ("amacs-returning", "amacs-new", "gptel")
 PROMPTS = {"amacs": "\namacs>", "gptel": "\n###"}
 
@@ -80,6 +86,13 @@ def gptel_command(peers: Path, url: str) -> str:
     return "emacs -nw -Q --eval " + sh_quote(form)
 
 
+def tagged_reply(body: dict[str, object]) -> fa.Reply:
+    """The 400-word reply, its last word naming the newest question in BODY (ask7q -> word399x7)."""
+    tags = re.findall(r"ask(\d+)q", json.dumps(body.get("messages", [])))
+    last = f"{LAST_WORD}x{tags[-1]}" if tags else LAST_WORD
+    return fa.Reply(REPLY_TEXT.replace(LAST_WORD, last), chunks=100)
+
+
 def sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
@@ -92,15 +105,17 @@ def one_sample(kind: str, command: str, env: dict[str, str], tmp: Path, home: Pa
     user_home.mkdir(parents=True)
     env = {**env, "HOME": str(user_home), **({"AMACS_HOME": str(home)} if home else {})}
     prompt = PROMPTS["gptel" if kind == "gptel" else "amacs"]
+    number = next(QUESTIONS)
+    question, last_word = f"ask{number}q", f"{LAST_WORD}x{number}"
     seen: dict[str, float] = {}
     try:
         with Launch(command, env) as launch:
             for now, screen in launch.screens(timeout, what=f"{kind}'s answer"):
                 if "prompt" not in seen and prompt in screen:
                     seen["prompt"] = now
-                    launch.keys(QUESTION, literal=True)
+                    launch.keys(question, literal=True)
                     launch.keys(*(["Enter"] if kind != "gptel" else ["C-c", "Enter"]))
-                if "prompt" in seen and LAST_WORD in screen:
+                if "prompt" in seen and last_word in screen:
                     seen["answer"] = now
                     break
     finally:
@@ -133,7 +148,9 @@ def main() -> None:
     kinds = args.only or list(KINDS)
     tmp = Path(tempfile.mkdtemp(prefix="bench-first-answer-"))
     subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
-    fake = TimedFake().start()
+    fake = TimedFake()
+    fake.respond_with(tagged_reply)
+    fake.start()
     peers = compile_gptel(args.gptel, tmp / "peers") if "gptel" in kinds else None
     env = launch_env(ANTHROPIC_API_KEY="sk-ant-bench", ANTHROPIC_BASE_URL=fake.url)
     if args.no_warm:

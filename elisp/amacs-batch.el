@@ -130,7 +130,7 @@ stopped meanwhile.  Nothing is polled while the run waits."
   "Stop the server and wait for it to exit; nil if it exited 0, else why not.
 It exits 0 once its last tick is committed; any other end (killed, or
 stopped by force after `amacs-stop-grace') may have lost that commit."
-  (let ((server (amacs-connection-server-process (amacs-current-connection))))
+  (let ((server (amacs-life-process (amacs-connection-life (amacs-current-connection)))))
     (amacs-stop-server)
     (when (processp server)
       (unless (and (eq (process-status server) 'exit) (eql (process-exit-status server) 0))

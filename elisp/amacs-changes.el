@@ -39,10 +39,9 @@ Its turn's changes are kept on it (`amacs-changes--of').")
 BUFFERS is an alist (BUFFER . TEXT-BEFORE); FILES an alist (FILE .
 BYTES-BEFORE), BYTES-BEFORE nil for a file that did not exist.  Each
 list is newest first."
-  (or (amacs-connection-get connection :changes)
-      (let ((fresh (cons nil nil)))
-        (amacs-connection-put connection :changes fresh)
-        fresh)))
+  (let ((ui (amacs-connection-ui connection)))
+    (or (amacs-ui-changes ui)
+        (setf (amacs-ui-changes ui) (cons nil nil)))))
 
 (defconst amacs-changes--emacs-logs
   '("*Messages*" "*Native-compile-Log*" "*Compile-Log*" "*Warnings*" "*Async-native-compile-log*")
@@ -169,7 +168,7 @@ buffer: what it wrote is listed as its file."
   (let* ((changes (amacs-changes--of connection))
          (files (mapcar #'car (cdr changes)))
          (out nil))
-    (amacs-connection-put connection :changes nil)
+    (setf (amacs-ui-changes (amacs-connection-ui connection)) nil)
     (dolist (entry (reverse (car changes)))
       (let ((buffer (car entry)))
         (when (and (buffer-live-p buffer)

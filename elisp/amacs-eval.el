@@ -25,9 +25,10 @@
 ;; While an eval runs, the files it reads and writes are noted for the
 ;; server's World (the files each agent has seen, so it can be told what
 ;; changed since): a file name handler that takes only
-;; `insert-file-contents' and `write-region', and an advice on
-;; `find-file-noselect' (a buffer that already visits its file is a
-;; read too).  Both are there for the eval only and go away after it,
+;; `insert-file-contents' and the primitives that write, copy, rename,
+;; link or delete a file (and asks the person first under
+;; `amacs-eval-confirm' `writes'), and an advice on `find-file-noselect'
+;; (a buffer that already visits its file is a read too).  Both are there for the eval only and go away after it,
 ;; however it ends; the result carries :files-read and :files-written.
 
 ;;; Code:
@@ -147,20 +148,19 @@ an agent's eval that sets this variable does not switch it off."
   :group 'amacs)
 
 (defvar amacs--eval-guards nil
-  "The running evals' guard, innermost first: plists (:agent ID :guard ON).
+  "The running evals' guards, innermost first: plists (:agent :guard :known).
 Each is made as its eval starts, from the agent the server sent the
-eval for and `amacs-read-before-write' then, and is what the file
-handler checks: binding or setting either during the eval changes
-neither whose record is used nor whether the guard is on.")
+eval for, `amacs-read-before-write' then and the files known to the
+agents of its connection's server (K, its `amacs-life-known-files':
+per agent id, a table of file name -> SHA-256 of its content as the
+agent last read or wrote it), and is what the file handler checks:
+binding or setting either during the eval changes neither whose record
+is used nor whether the guard is on.  Two homes' agents of one id know
+each their own files.")
 
 (defun amacs--eval-guard (key)
-  "KEY (:agent or :guard) of the innermost running eval's guard."
+  "KEY (:agent, :guard or :known) of the innermost running eval's guard."
   (plist-get (car amacs--eval-guards) key))
-
-(defvar amacs--known-files (make-hash-table :test #'equal)
-  "Per agent id, a table: file name -> SHA-256 of its content as last seen.
-The content the agent last read or wrote of that file.  Kept by
-`amacs--eval-file-handler' for `amacs-read-before-write'.")
 
 (defun amacs--file-digest (file)
   "SHA-256 of FILE's bytes on disk, or nil if it cannot be read.
@@ -178,8 +178,9 @@ Read past the eval's own file name handler."
   "Note FILE's content on disk now as known to the running agent."
   (when (amacs--eval-guard :guard)
     (let* ((agent (amacs--eval-guard :agent))
-           (table (or (gethash agent amacs--known-files)
-                      (puthash agent (make-hash-table :test #'equal) amacs--known-files)))
+           (known (amacs--eval-guard :known))
+           (table (or (gethash agent known)
+                      (puthash agent (make-hash-table :test #'equal) known)))
            (path (expand-file-name file)))
       (puthash path (amacs--file-digest path) table))))
 
@@ -190,7 +191,7 @@ The rule is `amacs-read-before-write', as it was when the eval began."
   (let ((path (expand-file-name file))
         (agent (amacs--eval-guard :agent)))
     (when (and (amacs--eval-guard :guard) (file-exists-p path))
-      (let* ((table (gethash agent amacs--known-files))
+      (let* ((table (gethash agent (amacs--eval-guard :known)))
              (known (if table (gethash path table 'never) 'never)))
         (unless (equal known (amacs--file-digest path))
           (error "Read before write: %s %s; read it, then %s it" path
@@ -230,9 +231,11 @@ and the primitives that write, copy, rename, link or delete a file:
 other file operations never reach it.
 A library being loaded and an auto-save file are not the agent's
 reading and writing, and are not noted.  With `amacs-read-before-write',
-a write is checked first and may be refused (an error, nothing written)."
+a write is checked first and may be refused (an error, nothing written);
+under `amacs-eval-confirm' `writes' the person is asked next."
   (amacs--check-file-operation operation args)
   (unless (eq operation 'insert-file-contents)
+    (amacs--eval-ask-leave operation args)
     (run-hook-with-args 'amacs-eval-file-change-functions operation args))
   (prog1 (let ((inhibit-file-name-handlers
                  (cons #'amacs--eval-file-handler
@@ -304,7 +307,8 @@ place any handler can match, so it comes before jka-compr's or Tramp's
 and hands the operation on to them."
   (let ((entry (cons "\\'" #'amacs--eval-file-handler))
         (advised (not (advice-member-p #'amacs--eval-note-visit #'find-file-noselect)))
-        (guard (list :agent amacs-current-agent :guard amacs-read-before-write)))
+        (guard (list :agent amacs-current-agent :guard amacs-read-before-write
+                     :known (amacs-life-known-files (amacs-connection-life (amacs-current-connection))))))
     (push guard amacs--eval-guards)
     (push entry file-name-handler-alist)
     (when advised
@@ -416,17 +420,18 @@ eval's result as :decisions, so the transcript records them.")
 
 (defun amacs--eval-guarded-action (function args)
   "The (ACTION TARGET) that FUNCTION called with ARGS would do, or nil.
-For `amacs-eval-confirm' `writes': a file written, copied, renamed or
-deleted, or a program started.  An auto-save file is not the agent's."
+For `amacs-eval-confirm' `writes': a file written, copied, renamed,
+linked to or deleted, or a program started.  An auto-save file is not
+the agent's."
   (pcase function
     ('write-region (let ((file (nth 2 args)))
                      (and (stringp file) (not (amacs--emacs-own-file-p file))
                           (list "write" (abbreviate-file-name (expand-file-name file))))))
     ('delete-file (and (not (amacs--emacs-own-file-p (car args)))
                        (list "delete" (abbreviate-file-name (expand-file-name (car args))))))
-    ((or 'rename-file 'copy-file)
-     (and (not (amacs--emacs-own-file-p (cadr args)))
-          (list (if (eq function 'rename-file) "rename to" "copy to")
+    ((or 'rename-file 'copy-file 'make-symbolic-link 'add-name-to-file)
+     (and (stringp (cadr args)) (not (amacs--emacs-own-file-p (cadr args)))
+          (list (pcase function ('rename-file "rename to") ('copy-file "copy to") (_ "link to"))
                 (abbreviate-file-name (expand-file-name (cadr args))))))
     ;; The native compiler's own workers (a library loaded in the eval) are not the agent's.
     ('make-process (and (not (string-prefix-p "Compiling" (format "%s" (plist-get args :name))))
@@ -434,21 +439,19 @@ deleted, or a program started.  An auto-save file is not the agent's."
     ('call-process (list "run" (format "%s" (car args))))
     ('call-process-region (list "run" (format "%s" (nth 2 args))))))
 
-(defun amacs--eval-ask-around (name function args)
-  "Call FUNCTION with ARGS, with the person's leave for what it would do.
-NAME is the function's name.  Around advice on the writes and process
-starts of `amacs-eval-confirm' `writes', while an agent's eval runs:
-asks once per eval and action, the eval's time limit waiting; a
-refusal is an error in the eval."
+(defun amacs--eval-ask-leave (name args)
+  "Ask the person's leave for what NAME called with ARGS would do, if needed.
+Under `amacs-eval-confirm' `writes', while an agent's eval runs: asks
+once per eval and action, the eval's time limit waiting; a refusal
+signals an error in the eval, and nothing is done."
   (let* ((action (and amacs--eval-guarding amacs-current-eval (amacs--eval-guarded-action name args)))
          (known (and action (seq-find (lambda (d) (and (equal (plist-get d :action) (car action))
                                                           (equal (plist-get d :target) (cadr action))))
                                       amacs--eval-decisions))))
-    (cond ((null action) (apply function args))
-          ((if known (eq (plist-get known :allowed) t)
-             (amacs--eval-decide (car action) (cadr action) (amacs--eval-ask-now action)))
-           (apply function args))
-          (t (error "The person declined to let this eval %s %s" (car action) (cadr action))))))
+    (unless (or (null action)
+                (if known (eq (plist-get known :allowed) t)
+                  (amacs--eval-decide (car action) (cadr action) (amacs--eval-ask-now action))))
+      (error "The person declined to let this eval %s %s" (car action) (cadr action)))))
 
 (defun amacs--eval-ask-now (action)
   "Ask the person whether the running eval may do ACTION, (VERB TARGET).
@@ -465,23 +468,27 @@ The eval's time limit waits while they decide."
           (quit nil))
       (when (amacs-live-p) (amacs-call 'eval_hold (list id nil))))))
 
-(defconst amacs--eval-guarded-functions
-  '(write-region delete-file rename-file copy-file make-process call-process call-process-region)
-  "What `amacs-eval-confirm' `writes' asks about before an eval does it.")
+(defconst amacs--eval-guarded-processes '(make-process call-process call-process-region)
+  "The process starts `amacs-eval-confirm' `writes' asks about, by advice.
+A file's write, copy, rename, link or delete is asked about in the
+eval's file name handler, which advises nothing; a process start
+reaches no file name handler, so these three are advised.")
 
 (defvar amacs--eval-guarding nil
   "Non-nil while an agent's eval runs under `amacs-eval-confirm' `writes'.")
 
 (defun amacs--eval-install-asking ()
-  "Install the advice that asks, on the guarded functions, once; keep it.
+  "Advise `make-process', `call-process' and its region variant, once; keep it.
 Done before the first eval under `writes' runs, never inside one: a
 natively compiled Emacs compiles a trampoline for each primitive it
 advises (seconds, and files written), and without one the advice misses
-the calls from compiled code (`save-buffer' writing its file).
-Outside an agent's eval under `writes' the advice only calls through."
-  (dolist (name amacs--eval-guarded-functions)
+the calls from compiled code.  Outside an agent's eval under `writes'
+the advice only calls through."
+  (dolist (name amacs--eval-guarded-processes)
     (unless (advice-member-p 'amacs-eval-ask name)
-      (advice-add name :around (lambda (function &rest args) (amacs--eval-ask-around name function args))
+      (advice-add name :around (lambda (function &rest args)
+                                 (amacs--eval-ask-leave name args)
+                                 (apply function args))
                   '((name . amacs-eval-ask))))))
 
 (defun amacs--eval-asking-about-writes (thunk)

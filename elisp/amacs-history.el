@@ -164,7 +164,7 @@ interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr pick
      (list (car picked) (cdr picked))))
   (let* ((done (amacs--call-sync 'rewind (list tick)))
          (line (plist-get done :line)))
-    (setf (amacs-connection-status (amacs-current-connection)) (amacs--call-sync 'status nil))
+    (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) (amacs--call-sync 'status nil))
     (let ((buffer (and (fboundp 'amacs-shell--buffer) (amacs-shell--buffer))))
       (when buffer
         (with-current-buffer buffer
@@ -227,7 +227,7 @@ input it ends before (nil for now)."
 The fork runs where its parent runs: PARENT's choices (`amacs-chosen'),
 and the backend, model and base URL its server runs on; a parent running
 the model itself (:local, :demo) has the fork's server run its own."
-  (let ((chosen (copy-sequence (amacs-connection-chosen parent))))
+  (let ((chosen (copy-sequence (amacs-life-chosen (amacs-connection-life parent)))))
     (unless (or (plist-get chosen :local) (plist-get chosen :demo))
       (setq chosen (plist-put chosen :backend (plist-get done :backend)))
       (setq chosen (plist-put chosen :model (plist-get done :model)))
@@ -255,7 +255,7 @@ a second shell opens on DEST beside this one."
   (let* ((parent (amacs-current-connection))
          (done (amacs--call-sync 'fork (list tick (expand-file-name dest))))
          (line (plist-get done :line)))
-    (setf (amacs-connection-chosen (amacs-connection-for (plist-get done :home)))
+    (setf (amacs-life-chosen (amacs-connection-life (amacs-connection-for (plist-get done :home))))
           (amacs-history--fork-choices parent done))
     (message "AMACS: %s" line)
     (if (fboundp 'amacs-shell-open)

@@ -52,7 +52,7 @@
 \\{amacs-hub-mode-map}"
   (let ((connection (amacs-current-connection)))
     (setq amacs--buffer-connection connection)
-    (setf (amacs-connection-hub connection) (current-buffer)))
+    (setf (amacs-ui-hub (amacs-connection-ui connection)) (current-buffer)))
   (setq-local revert-buffer-function (lambda (&rest _) (amacs-hub-refresh)))
   ;; A line wider than the window ends in "…", not in a bare "$" (a terminal's mark
   ;; of a cut line, which read as part of a price).
@@ -62,7 +62,7 @@
 
 (defun amacs-hub--buffer ()
   "Return the live hub buffer of the current connection, or nil."
-  (let ((buffer (amacs-connection-hub (amacs-current-connection))))
+  (let ((buffer (amacs-ui-hub (amacs-connection-ui (amacs-current-connection)))))
     (and (buffer-live-p buffer) buffer)))
 
 (defun amacs-hub--buffer-name (connection)

@@ -165,7 +165,7 @@ environment: no secret is written to any file."
 (defun amacs--chosen-environment (&optional connection)
   "The environment entries that give a new server CONNECTION's choices.
 CONNECTION defaults to the current one; its choices are `amacs-chosen'."
-  (let* ((chosen (amacs-connection-chosen (or connection (amacs-current-connection))))
+  (let* ((chosen (amacs-life-chosen (amacs-connection-life (or connection (amacs-current-connection)))))
          (backend (plist-get chosen :backend))
          (url (plist-get chosen :base-url))
          (budget (plist-get chosen :budget))
@@ -244,7 +244,7 @@ one in the file, else $AMACS_TOKEN."
 (defun amacs-server-process (&optional connection)
   "Return the server process this Emacs started for CONNECTION, or nil.
 CONNECTION defaults to the current one."
-  (amacs-connection-server-process (or connection (amacs-current-connection))))
+  (amacs-life-process (amacs-connection-life (or connection (amacs-current-connection)))))
 
 ;;;; Starting
 
@@ -255,22 +255,28 @@ it.  Otherwise start the server, which connects when its port is
 printed.  Does nothing if a server is already starting or connected;
 does not wait."
   (let* ((connection (or connection (amacs-current-connection)))
-         (proc (amacs-connection-server-process connection)))
+         (life (amacs-connection-life connection))
+         (proc (amacs-life-process life)))
     (amacs-with-connection connection
       (when (and proc (not (process-live-p proc)))
         (amacs--server-gone proc (amacs--end-words proc)))
       (unless (or (amacs-live-p connection)
-                  (process-live-p (amacs-connection-server-process connection))
+                  (process-live-p (amacs-life-process life))
                   (amacs--connecting-p connection)
-                  (amacs-connection-retry-timer connection)) ; a start after a failed one waits for it
+                  (amacs-life-retry-timer life)) ; a start after a failed one waits for it
         (let ((headless (amacs--live-headless-server connection)))
           (if headless
               (pcase-let ((`(,port ,pid ,token) headless))
-                (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
+                (amacs--expect-hello connection token)
                 (amacs--connect-port
                  connection nil port token
                  (format "Connected to the headless AMACS server on port %s (pid %s)." port pid)))
             (amacs--start-server-process connection)))))))
+
+(defun amacs--expect-hello (connection token)
+  "Note that CONNECTION's next server must show TOKEN; it has not accepted yet."
+  (setf (amacs-life-token (amacs-connection-life connection)) token)
+  (setf (amacs-wire-ready (amacs-connection-wire connection)) nil))
 
 (defun amacs--stderr-buffer-name (connection)
   "The name of the buffer of what CONNECTION's server writes to stderr."
@@ -279,19 +285,39 @@ does not wait."
       " *amacs-server-stderr*"
     (format " *amacs-server-stderr %s*" (amacs-connection-home connection))))
 
+(defun amacs--take-early-start ()
+  "Return (DIR . TOKEN) of the server ./amacs asked for as Emacs started, or nil.
+From AMACS_EARLY and AMACS_EARLY_TOKEN, which are then removed from the
+environment: the first start alone takes that server, and no other
+program gets its token.  The launcher (amacs_server/warm_launch.py)
+finds it by DIR and takes it when this Emacs asks for the same server,
+with TOKEN as its token."
+  (let ((dir (getenv "AMACS_EARLY"))
+        (token (getenv "AMACS_EARLY_TOKEN")))
+    (when (or dir token)
+      (setenv "AMACS_EARLY" nil)
+      (setenv "AMACS_EARLY_TOKEN" nil))
+    (and dir token (>= (length token) 32) (cons dir token))))
+
 (defun amacs--start-server-process (&optional connection)
   "Start CONNECTION's server with a fresh token.
-It connects when the server prints its port."
+It connects when the server prints its port.  The first start through
+the warm server's launcher takes the server ./amacs asked for, if any,
+with its token: see `amacs--take-early-start'."
   (let* ((connection (or connection (amacs-current-connection)))
-         (token (amacs--make-token))
-         (process-environment (amacs--server-environment token connection))
+         (command (amacs--server-launch-command))
+         (early (and (string-suffix-p "warm_launch.py" (car (last command)))
+                     (amacs--take-early-start)))
+         (token (or (cdr early) (amacs--make-token)))
+         (process-environment (append (and early (list (concat "AMACS_EARLY=" (car early))))
+                                      (amacs--server-environment token connection)))
          (stderr (get-buffer-create (amacs--stderr-buffer-name connection))))
-    (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
+    (amacs--expect-hello connection token)
     (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
     (condition-case err
         (let ((proc (make-process :name "amacs-server"
                                   :buffer (generate-new-buffer " *amacs-server*")
-                                  :command (amacs--server-launch-command)
+                                  :command command
                                   :connection-type 'pipe
                                   :noquery t
                                   :stderr stderr
@@ -299,7 +325,7 @@ It connects when the server prints its port."
                                   :sentinel #'amacs--server-sentinel)))
           (process-put proc 'amacs-connection connection)
           (process-put proc 'amacs-stderr stderr)
-          (setf (amacs-connection-server-process connection) proc))
+          (setf (amacs-life-process (amacs-connection-life connection)) proc))
       (file-error
        (amacs-with-connection connection
          (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
@@ -335,7 +361,7 @@ as one that fails before the port prints it first, and stops."
              ((and (not (process-get proc 'amacs-port)) (string-match-p "\\`[0-9]+\\'" line))
               (process-put proc 'amacs-port (string-to-number line))
               (amacs--connect-port connection proc (string-to-number line)
-                                   (amacs-connection-token connection)))
+                                   (amacs-life-token (amacs-connection-life connection))))
              ((or (not (process-get proc 'amacs-port))
                   (string-prefix-p "AMACS server error: " line))
               (process-put proc 'amacs-port -1) ; no port will come, or it is no use: read no further line
@@ -347,8 +373,8 @@ as one that fails before the port prints it first, and stops."
   "Note REASON why server PROC did not start; say it unless it was just said."
   (let ((connection (amacs--process-connection proc)))
     (process-put proc 'amacs-error reason)
-    (unless (equal reason (amacs-connection-start-reason connection))
-      (setf (amacs-connection-start-reason connection) reason)
+    (unless (equal reason (amacs-life-reason (amacs-connection-life connection)))
+      (setf (amacs-life-reason (amacs-connection-life connection)) reason)
       (amacs-with-connection connection
         (amacs--say "The AMACS server did not start: %s" reason)))))
 
@@ -370,7 +396,7 @@ FN runs with that connection in effect."
         (amacs-with-connection connection (funcall fn))
       (let ((origin (amacs--call-origin)))   ; the caller's, not the filter's that runs FN
         (push (lambda () (let ((amacs--queued-origin origin)) (funcall fn)))
-              (amacs-connection-on-ready connection)))
+              (amacs-life-on-ready (amacs-connection-life connection))))
       (amacs-start-server connection))))
 
 ;;;###autoload
@@ -392,7 +418,7 @@ Interactively, with a prefix argument, ask for HOME."
       (user-error (substitute-command-keys
                    "No port or token in %s: start `python -m amacs_server --headless' there, or connect to another home with \\[universal-argument] \\[amacs-connect]")
                   (expand-file-name "server.json" (amacs-connection-home connection))))
-    (setf (amacs-connection-token connection) token (amacs-connection-ready connection) nil)
+    (amacs--expect-hello connection token)
     (amacs--connect-port connection nil port token
                          (if home
                              (format "Connected to the AMACS server of %s on port %s: M-x amacs-shell-open shows its shell."
@@ -405,7 +431,7 @@ Interactively, with a prefix argument, ask for HOME."
   "Read what CONNECTION's server sent before it went, still held by the connection.
 The server process's sentinel can run before the connection's filter
 has read the last messages (both are ready when the server is killed)."
-  (let* ((mngr (amacs-connection-manager connection))
+  (let* ((mngr (amacs-wire-manager (amacs-connection-wire connection)))
          (conn (and mngr (epc:connection-process (epc:manager-connection mngr))))
          (reads 0))
     (while (and (processp conn) (process-live-p conn) (< reads 100)
@@ -432,10 +458,10 @@ typed after the connection dropped starts a new server first."
   (let ((connection (amacs--process-connection proc)))
     (unless (process-get proc 'amacs-reported)
       (process-put proc 'amacs-reported t)
-      (when (eq proc (amacs-connection-server-process connection))
+      (when (eq proc (amacs-life-process (amacs-connection-life connection)))
         (amacs--read-the-rest connection)
-        (setf (amacs-connection-ready connection) nil (amacs-connection-manager connection) nil
-              (amacs-connection-server-process connection) nil))
+        (amacs--wire-closed connection)
+        (setf (amacs-life-process (amacs-connection-life connection)) nil))
       ;; The shell first closes what the server left open (a stream, input it
       ;; was sent) and says, in this one notice, what of the turn is on disk.
       (if (process-get proc 'amacs-accepted)
@@ -444,7 +470,7 @@ typed after the connection dropped starts a new server first."
                                       (amacs-server-log connection)))
         (amacs--run-disconnect-hook connection)
         ;; It never accepted this Emacs: a failed start, said once.
-        (cl-incf (amacs-connection-start-failures connection))
+        (cl-incf (amacs-life-failures (amacs-connection-life connection)))
         (unless (process-get proc 'amacs-error)
           (amacs--start-failed-because
            proc (format "%s%s" (string-trim event)
@@ -461,7 +487,7 @@ again after a wait that doubles, up to `amacs-start-attempts' starts
 in a row; then stop trying, drop what waits, run
 `amacs-start-failed-hook'."
   (let* ((connection (amacs--process-connection proc))
-         (failures (amacs-connection-start-failures connection)))
+         (failures (amacs-life-failures (amacs-connection-life connection))))
     (amacs-with-connection connection
       (cond
        ((process-get proc 'amacs-accepted) (amacs-start-server connection))
@@ -472,11 +498,12 @@ in a row; then stop trying, drop what waits, run
           (when (= failures 1)
             (amacs--say "Trying again in %s s (at most %d attempts)." delay amacs-start-attempts))
           (amacs--cancel-retry connection)
-          (setf (amacs-connection-retry-timer connection)
-                (run-at-time delay nil (lambda ()
-                                         (setf (amacs-connection-retry-timer connection) nil)
-                                         (when (amacs-connection-on-ready connection)
-                                           (amacs-start-server connection)))))))
+          (let ((life (amacs-connection-life connection)))
+            (setf (amacs-life-retry-timer life)
+                  (run-at-time delay nil (lambda ()
+                                           (setf (amacs-life-retry-timer life) nil)
+                                           (when (amacs-life-on-ready life)
+                                             (amacs-start-server connection))))))))
        (t
         (amacs--stop-trying
          connection
@@ -498,9 +525,10 @@ Drop it, run `amacs-start-failed-hook', say WHY."
 
 (defun amacs--cancel-retry (connection)
   "Cancel CONNECTION's pending start after a failed one."
-  (when (amacs-connection-retry-timer connection)
-    (cancel-timer (amacs-connection-retry-timer connection))
-    (setf (amacs-connection-retry-timer connection) nil)))
+  (let ((life (amacs-connection-life connection)))
+    (when (amacs-life-retry-timer life)
+      (cancel-timer (amacs-life-retry-timer life))
+      (setf (amacs-life-retry-timer life) nil))))
 
 (defun amacs-reset-start-attempts (&optional connection)
   "Begin a new round of attempts to start CONNECTION's server.
@@ -508,19 +536,19 @@ A round is up to `amacs-start-attempts' attempts.  CONNECTION defaults
 to the current one."
   (let ((connection (or connection (amacs-current-connection))))
     (amacs--cancel-retry connection)
-    (setf (amacs-connection-start-failures connection) 0
-          (amacs-connection-start-reason connection) nil)))
+    (let ((life (amacs-connection-life connection)))
+      (setf (amacs-life-failures life) 0 (amacs-life-reason life) nil))))
 
 (defun amacs--server-sentinel (proc event)
   "Report that server PROC ended with EVENT."
   (let ((connection (amacs--process-connection proc)))
     (unless (process-live-p proc)
-      (when (or (eq proc (amacs-connection-server-process connection))
+      (when (or (eq proc (amacs-life-process (amacs-connection-life connection)))
                 (not (process-get proc 'amacs-reported)))
         (amacs--server-gone proc event)
         ;; Input typed after the connection dropped but before this sentinel ran
         ;; is waiting for a server: start one, or it would wait for ever.
-        (when (amacs-connection-on-ready connection)
+        (when (amacs-life-on-ready (amacs-connection-life connection))
           (amacs--start-again proc)))
       (when (buffer-live-p (process-buffer proc))
         (kill-buffer (process-buffer proc))))))
@@ -534,14 +562,14 @@ of a turn in progress ends at once, by `amacs-disconnect-hook': its
 prompt comes back.  Stopped on purpose, the server is not reported as
 stopped when it exits."
   (let* ((connection (or connection (amacs-current-connection)))
-         (proc (amacs-connection-server-process connection))
-         (mngr (amacs-connection-manager connection))
+         (proc (amacs-life-process (amacs-connection-life connection)))
+         (mngr (amacs-wire-manager (amacs-connection-wire connection)))
          (connected (or mngr proc))
          (deadline (+ (float-time) amacs-stop-grace)))
-    (setf (amacs-connection-server-process connection) nil (amacs-connection-ready connection) nil)
+    (setf (amacs-life-process (amacs-connection-life connection)) nil)
     (when mngr
-      (ignore-errors (epc:disconnect (epc:manager-connection mngr)))
-      (setf (amacs-connection-manager connection) nil))
+      (ignore-errors (epc:disconnect (epc:manager-connection mngr))))
+    (amacs--wire-closed connection)
     (when (processp proc) (process-put proc 'amacs-reported t))
     ;; Neither sentinel runs the hook now: the connection's sees no manager,
     ;; the server's a reported process (a headless server's turn never ended).

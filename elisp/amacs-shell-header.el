@@ -64,7 +64,7 @@ most LIMIT (`amacs-max-steps' when the turn began); nil between turns."
   "Non-nil while CONNECTION's agent works on a turn its shell sent.
 Or while input in that shell waits for a server.  CONNECTION defaults
 to the current one."
-  (let ((buffer (amacs-connection-shell (or connection (amacs-current-connection)))))
+  (let ((buffer (amacs-ui-shell (amacs-connection-ui (or connection (amacs-current-connection))))))
     (and (buffer-live-p buffer)
          (let ((turn (buffer-local-value 'amacs-shell--turn-of-buffer buffer)))
            (and turn (amacs-shell-turn-busy turn))))))

@@ -33,7 +33,7 @@
 (defun amacs-shell--save-history-everywhere ()
   "Save the history of every shell, one per home."
   (dolist (connection amacs--connections)
-    (let ((buffer (amacs-connection-shell connection)))
+    (let ((buffer (amacs-ui-shell (amacs-connection-ui connection))))
       (when (buffer-live-p buffer)
         (with-current-buffer buffer (amacs-shell--save-history-safely))))))
 
@@ -215,7 +215,7 @@ at the prompt."
 The timer that calls this stops once no shell is left."
   (let ((any nil))
     (dolist (connection amacs--connections)
-      (let ((buffer (amacs-connection-shell connection)))
+      (let ((buffer (amacs-ui-shell (amacs-connection-ui connection))))
         (when (buffer-live-p buffer)
           (setq any t)
           (with-current-buffer buffer (amacs-shell--save-draft)))))

@@ -114,7 +114,7 @@ The rest are counted on one more line."
 (defun amacs-shell--buffer ()
   "Return the live shell buffer of the current connection, or nil.
 Each connection (each AMACS home) has at most one shell."
-  (let ((buf (amacs-connection-shell (amacs-current-connection))))
+  (let ((buf (amacs-ui-shell (amacs-connection-ui (amacs-current-connection)))))
     (and (buffer-live-p buf)
          (with-current-buffer buf (derived-mode-p 'amacs-shell-mode))
          buf)))

@@ -44,7 +44,7 @@ the command's name (`extended-command-suggest-shorter', ~0.2 s of Lisp),
 and the server's port line waited for that; with something said, it
 looks 2 s later, when the server is ready.  Cleared once it is."
   (when (and (not (amacs-live-p connection))
-             (or (process-live-p (amacs-connection-server-process connection))
+             (or (process-live-p (amacs-life-process (amacs-connection-life connection)))
                  (amacs--connecting-p connection)))
     (setq amacs-shell--starting-said (message "Starting the AMACS server..."))))
 

@@ -496,8 +496,8 @@ server (a proxy may report its price list's): the context is fitted to it."
                  (lambda (now)
                    (let ((connection (amacs-current-connection)))
                      (dolist (key '(:model :backend :key-ok :endpoint))
-                       (setf (amacs-connection-status connection)
-                             (plist-put (amacs-connection-status connection) key (plist-get now key)))))
+                       (setf (amacs-wire-status (amacs-connection-wire connection))
+                             (plist-put (amacs-wire-status (amacs-connection-wire connection)) key (plist-get now key)))))
                    (amacs-choose :backend (plist-get now :backend) :model (plist-get now :model)
                                  :base-url base-url :window (and window (> window 0) window)
                                  :local nil :demo nil) ; a restart no longer runs a local or demo model
@@ -634,17 +634,18 @@ leaves its server running: \[amacs-shell] opens it again at once."
     (when (and (amacs-connection-p connection)
                (not (equal (directory-file-name (amacs-connection-home connection))
                            (directory-file-name (amacs--home-directory))))
-               (process-live-p (amacs-connection-server-process connection)))
-      (amacs-connection-put connection 'amacs-stop-with-shell
-                            (y-or-n-p (format "Stop the AMACS server of %s too (y), or leave it running until Emacs exits (n)? "
-                                              (amacs-connection-name connection)))))
+               (process-live-p (amacs-life-process (amacs-connection-life connection))))
+      (setf (amacs-life-stop-with-shell (amacs-connection-life connection))
+            (y-or-n-p (format "Stop the AMACS server of %s too (y), or leave it running until Emacs exits (n)? "
+                              (amacs-connection-name connection)))))
     t))
 
 (defun amacs-shell--stop-server-with-buffer ()
   "Stop the server of the shell being killed, if the person said so."
   (let ((connection amacs--buffer-connection))
-    (when (and (amacs-connection-p connection) (amacs-connection-get connection 'amacs-stop-with-shell))
-      (amacs-connection-put connection 'amacs-stop-with-shell nil)
+    (when (and (amacs-connection-p connection)
+               (amacs-life-stop-with-shell (amacs-connection-life connection)))
+      (setf (amacs-life-stop-with-shell (amacs-connection-life connection)) nil)
       (amacs-stop-server connection))))
 
 (defun amacs-shell--forget-buffer ()
@@ -656,7 +657,8 @@ and do nothing; a new shell starts clean."
     (when turn
       ;; The turn goes on without the shell: a new shell on this home starts busy.
       (when (amacs-connection-p amacs--buffer-connection)
-        (amacs-connection-put amacs--buffer-connection 'amacs-shell-busy (amacs-shell-turn-busy turn)))
+        (setf (amacs-ui-shell-busy (amacs-connection-ui amacs--buffer-connection))
+              (amacs-shell-turn-busy turn)))
       (dolist (timer (list (amacs-shell-turn-clock turn) (amacs-shell-turn-wait-timer turn)))
         (when timer (cancel-timer timer))))))
 
@@ -743,9 +745,9 @@ before a past input, `amacs-fork' copies it there into a new home,
   (setq-local extended-command-suggest-shorter nil)
   (let ((connection (amacs-current-connection)))
     (setq amacs--buffer-connection connection)
-    (setf (amacs-connection-shell connection) (current-buffer))
+    (setf (amacs-ui-shell (amacs-connection-ui connection)) (current-buffer))
     (setq amacs-shell--turn-of-buffer
-          (amacs-shell--new-turn :busy (amacs-connection-get connection 'amacs-shell-busy))))
+          (amacs-shell--new-turn :busy (amacs-ui-shell-busy (amacs-connection-ui connection)))))
   (setq-local paragraph-separate "\\'")
   (setq-local paragraph-start comint-prompt-regexp)
   (setq-local comint-input-sender #'amacs-shell--input-sender)
@@ -824,7 +826,7 @@ right after \[amacs-shell-delete-char] at the end was lost."
 
 (defun amacs-shell--buffer-for (connection)
   "CONNECTION's shell buffer, made (not yet in its mode) if it has none."
-  (let ((shell (amacs-connection-shell connection)))
+  (let ((shell (amacs-ui-shell (amacs-connection-ui connection))))
     (if (buffer-live-p shell)
         shell
       (let ((buf (get-buffer-create (amacs-shell--buffer-name connection))))
@@ -853,8 +855,8 @@ right after \[amacs-shell-delete-char] at the end was lost."
             (amacs-hold-events)
             (amacs-call 'status nil
                         (lambda (status)
-                          (setf (amacs-connection-status connection)
-                                (append status (amacs-connection-status connection)))
+                          (setf (amacs-wire-status (amacs-connection-wire connection))
+                                (append status (amacs-wire-status (amacs-connection-wire connection))))
                           ;; Mid-turn, the last input has no reply yet: not a stopped server's.
                           (amacs-shell--set 'amacs-shell--stop-said (amacs-shell-busy-p))
                           (amacs-shell--greet)

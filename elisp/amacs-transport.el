@@ -34,9 +34,11 @@
 ;;
 ;; A connection is an object, `amacs-connection', one per AMACS home
 ;; (as jsonrpc.el's `jsonrpc-process-connection' is one per server):
-;; it holds the home, the server process Emacs started for it, the EPC
-;; manager, the hello's status, what waits for the server, its event
-;; queue, and the shell and hub buffers that show it.  One Emacs may hold
+;; the home, and three parts with one job each: the wire (the EPC
+;; link, the hello's status, the event queue, the wire log), the life
+;; of the server process Emacs started for it (what waits for it, its
+;; failed starts, what the person chose) and the UI it serves (the
+;; shell and hub buffers that show it).  One Emacs may hold
 ;; several, on several homes.  Code finds the connection it works for
 ;; with `amacs-current-connection': the one whose event, callback or
 ;; hook is running (`amacs-with-connection'), else the current buffer's
@@ -52,48 +54,61 @@
 (eval-when-compile (require 'epc))
 (require 'amacs-settings)
 
-(defvar amacs--settings-unattributed nil
-  "Where the newest change to a setting came from, unless the person made it.
-An origin plist (`amacs--call-origin'): a timer, a process filter or a
-hook set one of `amacs--setting-variables' outside any eval (a timer an
-eval left behind, say).  The settings go to the server with that
-origin, not the origin of the input they go with; nil once sent.")
-
 ;;;; The connection object
+
+;; A connection is three parts, each with one job, and the home they
+;; serve: its wire (the EPC link, the hello, the events read and not yet
+;; handled, the wire log), the life of its server process (started,
+;; failed, started again; what waits for it and what the person chose
+;; for it) and the UI it serves (the buffers that show it).
+
+(cl-defstruct (amacs-wire (:constructor amacs--make-wire) (:copier nil))
+  "The EPC link of one connection: what passes between Emacs and its server.
+MANAGER is the `epc:manager' of the open link, or nil.  READY is
+non-nil once the server accepted this Emacs's hello, and STATUS is the
+plist it answered with.  SETTINGS-SENT are the settings the server was
+last given (nil: no hello yet, which sends them), and SETTINGS-ORIGIN
+where a change to one came from when no key of the person's made it
+\(`amacs--note-setting-change'), until it is sent.  QUEUE (with its last
+cons QUEUE-TAIL) holds the events read and not yet handled, oldest
+first; DRAIN-TIMER drains it; HELD keeps them queued
+\(`amacs-hold-events').  LOG is the ring of the newest messages, both
+ways (`amacs-events')."
+  manager ready status settings-sent settings-origin queue queue-tail drain-timer held log)
+
+(cl-defstruct (amacs-life (:constructor amacs--make-life) (:copier nil))
+  "The life of one connection's server process: started, failed, started again.
+PROCESS is the server process this Emacs started, or nil (none, or a
+headless server); TOKEN the secret the server was given and must be
+shown at hello.  ON-READY are functions waiting for the server, newest
+first.  CHOSEN is what the person chose for this home that a restarted
+server keeps (`amacs-set-model', `amacs-set-budget',
+`amacs-use-local-model', `amacs-demo'): a plist of :backend, :model,
+:base-url, :budget, :local and :demo; it wins over the environment
+Emacs started with.  FAILURES counts servers in a row that stopped
+before they accepted this Emacs, REASON is the reason last said for
+one, RETRY-TIMER starts the next.  STOP-WITH-SHELL is non-nil when
+killing the home's shell stops the server.  KNOWN-FILES is, per agent
+of this server, what it last read or wrote of each file
+\(`amacs-read-before-write')."
+  process token on-ready chosen (failures 0) reason retry-timer stop-with-shell
+  (known-files (make-hash-table :test #'equal)))
+
+(cl-defstruct (amacs-ui (:constructor amacs--make-ui) (:copier nil))
+  "The buffers that show one connection, and what they keep of it.
+SHELL and HUB are its shell and hub, or nil; EVENTS the buffer of its
+wire log while open (`amacs-events').  SHELL-BUSY is whether the
+shell's turn was busy, for a shell made again (its mode restarted);
+CHANGES the changes the turn's evals made, not yet listed
+\(amacs-changes.el)."
+  shell hub events shell-busy changes)
 
 (cl-defstruct (amacs-connection (:constructor amacs--make-connection) (:copier nil))
   "This Emacs's connection to the AMACS server of one home.
 HOME is the AMACS home, an absolute directory name without a final
-slash.  SERVER-PROCESS is the server process this Emacs started for it,
-or nil (none, or a headless server).  MANAGER is the `epc:manager' of
-the open connection, or nil; TOKEN the secret the server must present.
-READY is non-nil once the server accepted this Emacs's hello, and
-STATUS is the plist it answered with.  ON-READY are functions waiting
-for the server, newest first.  CHOSEN is what the person chose for this
-home that a restarted server keeps (`amacs-set-model',
-`amacs-set-budget', `amacs-use-local-model', `amacs-demo'): a plist of :backend,
-:model, :base-url, :budget, :local and :demo; it wins over the environment
-Emacs started with.  EVENT-QUEUE (with its last cons EVENT-QUEUE-TAIL)
-holds events not yet handled, oldest first, and EVENT-TIMER drains it;
-EVENTS-HELD keeps them queued (`amacs-hold-events').  START-FAILURES
-counts servers in a row that stopped before they accepted this Emacs,
-START-REASON is the reason last said for one, RETRY-TIMER starts the
-next.  SHELL and HUB are the buffers that show this home, or nil.
-PROPERTIES is a plist the parts that use the connection keep on it
-\(`amacs-connection-get', `amacs-connection-put'), as on a process."
-  home server-process manager token ready status on-ready chosen
-  event-queue event-queue-tail event-timer events-held
-  (start-failures 0) start-reason retry-timer
-  shell hub properties)
-
-(defun amacs-connection-get (connection property)
-  "Return the value of PROPERTY kept on CONNECTION."
-  (plist-get (amacs-connection-properties connection) property))
-
-(defun amacs-connection-put (connection property value)
-  "Keep VALUE as PROPERTY on CONNECTION."
-  (setf (amacs-connection-properties connection)
-        (plist-put (amacs-connection-properties connection) property value)))
+slash.  WIRE is its `amacs-wire', the link; LIFE its `amacs-life', the
+server process's; UI its `amacs-ui', the buffers that show it."
+  home (wire (amacs--make-wire)) (life (amacs--make-life)) (ui (amacs--make-ui)))
 
 (defcustom amacs-home nil
   "The AMACS home folder, or nil for $AMACS_HOME or ~/.agent.
@@ -159,13 +174,13 @@ buffer's (a shell or hub); else the one for `amacs-home'."
 (defun amacs-status (&optional key)
   "Return the status the current connection's server gave at hello.
 With KEY, return that property of it."
-  (let ((status (amacs-connection-status (amacs-current-connection))))
+  (let ((status (amacs-wire-status (amacs-connection-wire (amacs-current-connection)))))
     (if key (plist-get status key) status)))
 
 (defun amacs-chosen (&optional key)
   "Return what the person chose for the current connection's home.
 With KEY, return that property of it (see `amacs-connection')."
-  (let ((chosen (amacs-connection-chosen (amacs-current-connection))))
+  (let ((chosen (amacs-life-chosen (amacs-connection-life (amacs-current-connection)))))
     (if key (plist-get chosen key) chosen)))
 
 (defun amacs-choose (&rest properties)
@@ -173,8 +188,9 @@ With KEY, return that property of it (see `amacs-connection')."
 A restarted server of its home keeps them."
   (let ((connection (amacs-current-connection)))
     (while properties
-      (setf (amacs-connection-chosen connection)
-            (plist-put (amacs-connection-chosen connection) (pop properties) (pop properties))))))
+      (let ((life (amacs-connection-life connection)))
+        (setf (amacs-life-chosen life)
+              (plist-put (amacs-life-chosen life) (pop properties) (pop properties)))))))
 
 (defcustom amacs-sync-call-timeout 10
   "Seconds a synchronous call to the server may take before it fails."
@@ -232,16 +248,18 @@ send less, or a file's name" method (/ amacs--clean-bytes 1048576.0) (/ amacs-ma
 
 (defun amacs--connecting-p (&optional connection)
   "Return non-nil while CONNECTION is open and its hello not yet answered."
-  (let ((mngr (amacs-connection-manager (or connection (amacs-current-connection)))))
-    (and mngr (not (amacs-connection-ready (or connection (amacs-current-connection))))
+  (let* ((wire (amacs-connection-wire (or connection (amacs-current-connection))))
+         (mngr (amacs-wire-manager wire)))
+    (and mngr (not (amacs-wire-ready wire))
          (process-live-p (epc:connection-process (epc:manager-connection mngr))))))
 
 (defun amacs-live-p (&optional connection)
   "Return non-nil when CONNECTION's server has accepted this Emacs.
 CONNECTION defaults to the current one."
   (let ((connection (or connection (amacs-current-connection))))
-    (and (amacs-connection-ready connection) (amacs-connection-manager connection)
-         (epc:live-p (amacs-connection-manager connection)))))
+    (let ((wire (amacs-connection-wire connection)))
+      (and (amacs-wire-ready wire) (amacs-wire-manager wire)
+           (epc:live-p (amacs-wire-manager wire))))))
 
 ;;;; Connecting
 
@@ -258,8 +276,8 @@ nothing more is said.")
 Events wait for a timer (`amacs--drain-events'), and a sentinel may run
 before it: the shell must know the input the server took and saved
 before it says what of the turn is on disk."
-  (when (amacs-connection-event-timer connection)
-    (cancel-timer (amacs-connection-event-timer connection)))
+  (let ((timer (amacs-wire-drain-timer (amacs-connection-wire connection))))
+    (when timer (cancel-timer timer)))
   (amacs-with-connection connection
     (amacs-release-events)
     (run-hooks 'amacs-disconnect-hook)))
@@ -303,12 +321,14 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                               (lambda (p m) (amacs--connection-filter connection conn p m)))
           (set-process-sentinel (epc:connection-process conn)
                                 (lambda (p e) (amacs--connection-sentinel connection mngr p e)))
-          (setf (amacs-connection-manager connection) mngr)
-          (amacs-connection-put connection :settings-sent (amacs--settings))
-          (setq amacs--settings-unattributed nil) ; the hello sends them, as the program starting it
-          (amacs--wire-log connection 'out "call hello" '(:token "(not shown)"))
+          (let ((wire (amacs-connection-wire connection)))
+            ;; The hello sends the settings, as the program starting it.
+            (setf (amacs-wire-manager wire) mngr
+                  (amacs-wire-settings-sent wire) (amacs--settings)
+                  (amacs-wire-settings-origin wire) nil))
           (deferred:$
-            (epc:call-deferred mngr 'hello (list token (emacs-pid) (amacs--settings)))
+            (amacs--send-call connection 'hello (list token (emacs-pid) (amacs--settings))
+                              '(:token "(not shown)"))
             (deferred:nextc it
               (lambda (status)
                 (amacs-with-connection connection
@@ -322,34 +342,40 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
       (error (amacs--say "Cannot connect to the AMACS server on port %s: %s"
                          port (error-message-string err))))))
 
+(defun amacs--wire-closed (connection)
+  "Forget CONNECTION's link: its server has not accepted this Emacs now."
+  (let ((wire (amacs-connection-wire connection)))
+    (setf (amacs-wire-ready wire) nil (amacs-wire-manager wire) nil)))
+
 (defun amacs--connection-sentinel (connection mngr proc event)
   "Forget MNGR, CONNECTION's manager, when its process PROC closes with EVENT."
   (epc:disconnect (epc:manager-connection mngr))
-  (when (and (eq mngr (amacs-connection-manager connection)) (not (process-live-p proc)))
-    (setf (amacs-connection-ready connection) nil (amacs-connection-manager connection) nil)
-    (unless (amacs-connection-server-process connection)
+  (when (and (eq mngr (amacs-wire-manager (amacs-connection-wire connection))) (not (process-live-p proc)))
+    (amacs--wire-closed connection)
+    (unless (amacs-life-process (amacs-connection-life connection))
       (amacs--say-stopped connection (format "Lost the AMACS server (%s)" (string-trim event))
                           "Send a message to reconnect."))))
 
 (defun amacs--hello-accepted (connection status)
   "Store the server's STATUS plist in CONNECTION; run what waits for it."
-  (setf (amacs-connection-ready connection) t (amacs-connection-status connection) status
-        (amacs-connection-start-failures connection) 0 (amacs-connection-start-reason connection) nil)
-  (let ((proc (amacs-connection-server-process connection)))
-    (when proc (process-put proc 'amacs-accepted t)))
-  (amacs-with-connection connection
-    (run-hooks 'amacs-ready-hook)
-    (let ((waiting (amacs-connection-on-ready connection)))
-      (setf (amacs-connection-on-ready connection) nil)
-      (dolist (fn (reverse waiting)) (funcall fn)))))
+  (let ((wire (amacs-connection-wire connection))
+        (life (amacs-connection-life connection)))
+    (setf (amacs-wire-ready wire) t (amacs-wire-status wire) status
+          (amacs-life-failures life) 0 (amacs-life-reason life) nil)
+    (when (amacs-life-process life) (process-put (amacs-life-process life) 'amacs-accepted t))
+    (amacs-with-connection connection
+      (run-hooks 'amacs-ready-hook)
+      (let ((waiting (amacs-life-on-ready life)))
+        (setf (amacs-life-on-ready life) nil)
+        (dolist (fn (reverse waiting)) (funcall fn))))))
 
 (defun amacs-cancel-waiting ()
   "Drop every function waiting for the current connection; return how many.
 The server goes on starting; nothing runs when it is ready.  The shell's
 interrupt calls this, so input typed while the server starts is dropped."
-  (let ((connection (amacs-current-connection)))
-    (prog1 (length (amacs-connection-on-ready connection))
-      (setf (amacs-connection-on-ready connection) nil))))
+  (let ((life (amacs-connection-life (amacs-current-connection))))
+    (prog1 (length (amacs-life-on-ready life))
+      (setf (amacs-life-on-ready life) nil))))
 
 ;;;; Calls that act for the person
 
@@ -436,16 +462,17 @@ are kept in a ring; 0 keeps none."
 DIRECTION is `out' (sent to the server) or `in' (read from it); WHAT
 names the message: \"call submit\", \"event reply-delta\", \"return\"."
   (when (and connection (> amacs-events-log-size 0))
-    (let ((ring (amacs-connection-get connection :wire-log))
-          (entry (list (float-time) direction what message)))
+    (let* ((wire (amacs-connection-wire connection))
+           (ring (amacs-wire-log wire))
+           (entry (list (float-time) direction what message)))
       (unless (and ring (= (ring-size ring) amacs-events-log-size))
         (let ((new (make-ring amacs-events-log-size)))
           (when ring
             (dolist (old (nreverse (ring-elements ring))) (ring-insert new old)))
           (setq ring new)
-          (amacs-connection-put connection :wire-log ring)))
+          (setf (amacs-wire-log wire) ring)))
       (ring-insert ring entry)
-      (let ((buffer (amacs-connection-get connection :wire-buffer)))
+      (let ((buffer (amacs-ui-events (amacs-connection-ui connection))))
         (when (buffer-live-p buffer)
           (with-current-buffer buffer
             (let ((inhibit-read-only t) (end (= (point) (point-max))))
@@ -480,7 +507,7 @@ buffer grows as messages pass while it is open."
   (interactive)
   (let* ((connection (or connection (amacs-current-connection)))
          (buffer (get-buffer-create (amacs-connection-buffer-name connection "events")))
-         (ring (amacs-connection-get connection :wire-log)))
+         (ring (amacs-wire-log (amacs-connection-wire connection))))
     (with-current-buffer buffer
       (amacs-events-mode)
       (setq amacs--buffer-connection connection)
@@ -492,7 +519,7 @@ buffer grows as messages pass while it is open."
         (dolist (entry (and ring (nreverse (ring-elements ring))))
           (insert (amacs--wire-line entry))))
       (goto-char (point-max)))
-    (amacs-connection-put connection :wire-buffer buffer)
+    (setf (amacs-ui-events (amacs-connection-ui connection)) buffer)
     (pop-to-buffer buffer)
     buffer))
 
@@ -505,9 +532,7 @@ run with the connection in effect."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
     (deferred:$
-      (epc:call-deferred (amacs-connection-manager connection) method
-                         (amacs--wire-log connection 'out (format "call %s" method)
-                                          (amacs--call-args method args)))
+      (amacs--send-call connection method (amacs--call-args method args))
       (deferred:nextc it
         (lambda (value)
           (when callback (amacs-with-connection connection (funcall callback value)))))
@@ -516,6 +541,18 @@ run with the connection in effect."
           (let ((text (amacs--remote-error-message err)))
             (amacs-with-connection connection
               (if errback (funcall errback text) (amacs--say "AMACS: %s" text)))))))))
+
+(defun amacs--send-call (connection method args &optional shown)
+  "Send a call of METHOD with ARGS on CONNECTION's wire; return its deferred.
+As `epc:call-deferred' does; the wire log notes the call with its uid,
+which its return names too (SHOWN there in place of ARGS, if given)."
+  (let ((mngr (amacs-wire-manager (amacs-connection-wire connection)))
+        (uid (epc:uid))
+        (d (deferred:new)))
+    (amacs--wire-log connection 'out (format "call %s #%s" method uid) (or shown args))
+    (setf (epc:manager-sessions mngr) (cons (cons uid d) (epc:manager-sessions mngr)))
+    (epc:manager-send mngr 'call uid method args)
+    d))
 
 (define-error 'amacs-remote-error "AMACS server error")
 
@@ -556,11 +593,11 @@ gives the message alone).  Signals an error if no answer comes within
 `amacs-sync-call-timeout' seconds."
   (let ((connection (amacs-current-connection)))
     (unless (amacs-live-p connection) (error "The AMACS server is not connected"))
-    (let* ((clean (amacs--wire-log connection 'out (format "call %s (waiting)" method)
+    (let* ((uid (epc:uid))
+           (clean (amacs--wire-log connection 'out (format "call %s #%s (waiting)" method uid)
                                    (amacs--call-args method args)))
-           (mngr (amacs-connection-manager connection))
+           (mngr (amacs-wire-manager (amacs-connection-wire connection)))
            (proc (epc:connection-process (epc:manager-connection mngr)))
-           (uid (epc:uid))
            (state 'waiting) value
            (d (make-deferred :callback (lambda (x) (setq state 'done value x))
                              :errorback (lambda (e) (setq state 'failed value e))))
@@ -589,7 +626,9 @@ the person's; `amacs--eval-keeping-settings' answers for an eval's."
                  (let ((via (plist-get origin :via)))
                    (or (equal via "hook")
                        (memq (intern via) amacs--waiting-functions))))
-        (setq amacs--settings-unattributed origin)))))
+        ;; Every server is told with that origin: the settings are this Emacs's, not a home's.
+        (dolist (connection amacs--connections)
+          (setf (amacs-wire-settings-origin (amacs-connection-wire connection)) origin))))))
 
 (dolist (variable amacs--setting-variables)
   (add-variable-watcher variable #'amacs--note-setting-change))
@@ -602,14 +641,14 @@ restart.  Synchronous, so the settings arrive before the input (calls
 from Emacs run on a pool of threads, in no fixed order).  Return nil,
 or the server's words when it refused them."
   (let* ((settings (amacs--settings))
-         (connection (amacs-current-connection))
-         (sent (amacs-connection-get connection :settings-sent))) ; nil: no hello yet, which sends them
+         (wire (amacs-connection-wire (amacs-current-connection)))
+         (sent (amacs-wire-settings-sent wire))) ; nil: no hello yet, which sends them
     (unless (or (null sent) (equal settings sent))
       (condition-case err
-          (progn (let ((amacs--queued-origin (or amacs--settings-unattributed amacs--queued-origin)))
+          (progn (let ((amacs--queued-origin (or (amacs-wire-settings-origin wire) amacs--queued-origin)))
                    (amacs--call-sync 'settings (list settings)))
-                 (amacs-connection-put connection :settings-sent settings)
-                 (setq amacs--settings-unattributed nil)
+                 (setf (amacs-wire-settings-sent wire) settings
+                       (amacs-wire-settings-origin wire) nil)
                  nil)
         (error (format "%s" (if (stringp (cdr err)) (cdr err) (error-message-string err))))))))
 
@@ -640,9 +679,10 @@ any other message goes to epc.el's dispatcher, as its own filter does."
       (if (eq (car-safe message) 'amacs-events)
           (dolist (event (nth 2 message))
             (amacs--wire-log connection 'in (format "event %s" (plist-get event :type)) event))
-        (amacs--wire-log connection 'in (format "%s" (if (eq (car-safe message) 'call)
-                                                          (format "call %s" (nth 2 message))
-                                                        (car-safe message)))
+        ;; (return UID VALUE), (return-error UID ERR), (call UID METHOD ARGS): by its uid.
+        (amacs--wire-log connection 'in (if (eq (car-safe message) 'call)
+                                            (format "call %s #%s" (nth 2 message) (nth 1 message))
+                                          (format "%s #%s" (car-safe message) (nth 1 message)))
                          message))
       (cond ((eq (car-safe message) 'amacs-events)
              (amacs--queue-events connection (nth 2 message)))
@@ -655,13 +695,14 @@ any other message goes to epc.el's dispatcher, as its own filter does."
 (defun amacs--queue-events (connection events)
   "Append the list EVENTS to CONNECTION's queue; start its drain if none waits."
   (when events
-    (let ((cells (copy-sequence events)))
-      (if (amacs-connection-event-queue connection)
-          (setcdr (amacs-connection-event-queue-tail connection) cells)
-        (setf (amacs-connection-event-queue connection) cells))
-      (setf (amacs-connection-event-queue-tail connection) (last cells))))
-  (unless (amacs-connection-event-timer connection)
-    (setf (amacs-connection-event-timer connection)
+    (let ((cells (copy-sequence events))
+          (wire (amacs-connection-wire connection)))
+      (if (amacs-wire-queue wire)
+          (setcdr (amacs-wire-queue-tail wire) cells)
+        (setf (amacs-wire-queue wire) cells))
+      (setf (amacs-wire-queue-tail wire) (last cells))))
+  (unless (amacs-wire-drain-timer (amacs-connection-wire connection))
+    (setf (amacs-wire-drain-timer (amacs-connection-wire connection))
           (run-at-time 0 nil #'amacs--drain-events connection))))
 
 (defun amacs-hold-events ()
@@ -669,12 +710,12 @@ any other message goes to epc.el's dispatcher, as its own filter does."
 A new shell on a server mid-turn shows the last exchanges first, then
 the turn's stream: its deltas wait until the exchanges are shown
 \(`amacs-release-events').  The connection's end releases them too."
-  (setf (amacs-connection-events-held (amacs-current-connection)) t))
+  (setf (amacs-wire-held (amacs-connection-wire (amacs-current-connection))) t))
 
 (defun amacs-release-events ()
   "Handle the events `amacs-hold-events' kept, and those after them."
   (let ((connection (amacs-current-connection)))
-    (setf (amacs-connection-events-held connection) nil)
+    (setf (amacs-wire-held (amacs-connection-wire connection)) nil)
     (amacs--drain-events connection)))
 
 (defun amacs--drain-events (connection)
@@ -683,22 +724,22 @@ Each handler runs with CONNECTION in effect; each event is handled as
 it came.  The server merges a stream's deltas and drops those a
 streamed reply replaces (its `Outbox'): the rule is kept on that side
 of the wire only.  Nothing while events are held (`amacs-hold-events')."
-  (setf (amacs-connection-event-timer connection) nil)
-  (amacs-with-connection connection
-    (while (and (amacs-connection-event-queue connection)
-                (not (amacs-connection-events-held connection)))
-      (let* ((event (pop (amacs-connection-event-queue connection)))
-             (handlers (alist-get (plist-get event :type) amacs--event-handlers
-                                  nil nil #'equal)))
-        (unless (amacs-connection-event-queue connection)
-          (setf (amacs-connection-event-queue-tail connection) nil))
-        (unless handlers
-          (message "AMACS: unknown event %S" (plist-get event :type)))
-        (dolist (handler handlers)
-          (condition-case err
-              (funcall handler event)
-            (error (message "AMACS: handling %s failed: %s"
-                            (plist-get event :type) (error-message-string err)))))))))
+  (let ((wire (amacs-connection-wire connection)))
+    (setf (amacs-wire-drain-timer wire) nil)
+    (amacs-with-connection connection
+      (while (and (amacs-wire-queue wire) (not (amacs-wire-held wire)))
+        (let* ((event (pop (amacs-wire-queue wire)))
+               (handlers (alist-get (plist-get event :type) amacs--event-handlers
+                                    nil nil #'equal)))
+          (unless (amacs-wire-queue wire)
+            (setf (amacs-wire-queue-tail wire) nil))
+          (unless handlers
+            (message "AMACS: unknown event %S" (plist-get event :type)))
+          (dolist (handler handlers)
+            (condition-case err
+                (funcall handler event)
+              (error (message "AMACS: handling %s failed: %s"
+                              (plist-get event :type) (error-message-string err))))))))))
 
 (defun amacs-on-event (type function)
   "Handle server events of TYPE (a string) with FUNCTION of one plist.

@@ -408,3 +408,26 @@ def test_every_client_checks_servers_with_the_one_tls_context_the_import_made(fa
     monkeypatch.setenv("SSL_CERT_DIR", os.path.dirname(os.__file__))  # other CA settings: another context
     monkeypatch.setenv("SSL_CERT_FILE", "")
     assert sdk.ssl_context() is not made
+
+
+def test_a_prepared_backends_first_call_makes_no_client_and_starts_no_thread(fake):
+    """The server prepares its backend once the runtime is built: the client and a worker thread of
+    the loop (the SDK's first request resolves its platform in one) were on the path from the
+    person's first question to its request, 15-40 ms at load 4-11."""
+    fake.script(Reply(ANSWER))
+    model = backend(fake)
+
+    async def go() -> tuple[object, object, int, int]:
+        await model.prepare()
+        client = model._client
+        executor = asyncio.get_running_loop()._default_executor  # type: ignore[attr-defined]
+        threads = len(executor._threads)
+        await model.complete(REQUEST, on_text=lambda _t: None)
+        made = model._client
+        after = len(executor._threads)
+        await stop_like_the_runtime()
+        return client, made, threads, after
+
+    client, made, threads, after = asyncio.run(go())
+    assert client is not None and made is client
+    assert threads == after == 1

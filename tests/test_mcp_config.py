@@ -190,10 +190,26 @@ def test_a_result_over_the_bound_is_cut_behind_a_note_naming_its_private_file(tm
     path = tmp_path / "r" / "t.txt"
     assert cut == f"[cut: the first 10 of 25 characters follow; the whole result is in {path} (read it with " \
         "insert-file-contents, a part at a time: its BEG and END)]\n" + "x" * 10
+    assert not path.exists()  # until the call is recorded
+    calls.recorded(tmp_path / "r", "t")
     assert path.read_text() == "x" * 25 and path.stat().st_mode & 0o777 == 0o600
     cut, chars = calls.bounded({"rows": ["y" * 30]}, tmp_path / "r", "d", limit=10)
     assert chars == len('{"rows": ["' + "y" * 30 + '"]}') and cut.endswith('\n{"rows": [')
+    calls.recorded(tmp_path / "r", "d")
     assert json.loads((tmp_path / "r" / "d.json").read_text()) == {"rows": ["y" * 30]}
+    assert calls.unrecorded(tmp_path / "r") == []
+
+
+def test_a_result_kept_for_a_call_never_recorded_is_said_at_the_next_start(tmp_path):
+    """Was: a server killed between keeping a long result in its file and recording the call
+    left the file with nothing pointing to it, and the restart said nothing."""
+    folder = tmp_path / "r"
+    calls.bounded("x" * 25, folder, "run-a-t-big", limit=10)  # the kill comes before calls.recorded
+    said = calls.unrecorded(folder)
+    assert said == [f"a tool call's result (25 bytes) is kept in {folder / 'run-a-t-big.txt'}: the server "
+                    "stopped before it recorded the call, and the agent was never given it"]
+    assert (folder / "run-a-t-big.txt").read_text() == "x" * 25
+    assert calls.unrecorded(folder) == [] and calls.unrecorded(tmp_path / "none") == []
 
 
 def test_a_backtracking_pattern_is_checked_in_linear_time_and_an_unsupported_one_left_to_the_server():

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from amacs_server.inference.capabilities import Capabilities, CapabilityStore, TooLong
-from amacs_server.inference.catalog import ModelCatalog, call_adapting
-from amacs_server.inference.request import build_request
+from amacs_server.inference.catalog import Adapting, ModelCatalog, prepare
+from amacs_server.inference.request import RequestSpec
 from amacs_server.inference.retry import InferenceError
 from amacs_server.state.consciousness import ApiSettings
 
@@ -74,19 +74,21 @@ def test_a_400_naming_reasoning_or_thinking_drops_thinking_once(tmp_path: Path, 
     settings = ApiSettings(thinking=True, effort="high")
     sent: list[dict[str, Any]] = []
     said: list[str] = []
+    spec = RequestSpec("claude-sonnet-5-5", "core", [{"role": "user", "content": "hi"}], settings)
 
-    def build(caps: Capabilities) -> dict[str, Any]:
-        return build_request("claude-sonnet-5-5", "core", [{"role": "user", "content": "hi"}], settings, caps)
-
-    async def complete(request: dict[str, Any]) -> str:
-        sent.append(request)
-        if "thinking" in request:
-            raise InferenceError(f"the API rejected the request (400): {words}", 400, words)
-        return "ok"
+    async def call() -> None:  # as the one model call sends an Adapting's request
+        adapting = Adapting(made, spec, await prepare(made, spec))
+        while True:
+            sent.append(adapting.request)
+            if "thinking" not in adapting.request:
+                return
+            line = await adapting.refused(InferenceError(f"the API rejected the request (400): {words}", 400, words))
+            if line is not None:
+                said.append(line)
 
     async def go() -> None:
-        assert await call_adapting(made, build, complete, said.append) == "ok"
-        assert await call_adapting(made, build, complete, said.append) == "ok"
+        await call()
+        await call()
 
     asyncio.run(go())
     assert ["thinking" in r for r in sent] == [True, False, False]

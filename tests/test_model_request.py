@@ -249,26 +249,18 @@ def test_a_request_made_before_the_pool_is_made_again_when_the_model_refused_a_p
     import asyncio
 
     from amacs_server.inference.capabilities import CapabilityStore
-    from amacs_server.inference.catalog import ModelCatalog, call_adapting, prepare
+    from amacs_server.inference.catalog import Adapting, ModelCatalog, prepare
+    from amacs_server.inference.request import RequestSpec
 
     catalog = ModelCatalog(CapabilityStore.open(tmp_path / "caps.json"))
-    sent: list[dict[str, object]] = []
-
-    def build(caps: Capabilities) -> dict[str, object]:
-        return build_request("m", "core", MESSAGES, ApiSettings(), caps)
-
-    async def complete(request: dict[str, object]) -> str:
-        sent.append(request)
-        return "ok"
+    spec = RequestSpec("m", "core", MESSAGES, ApiSettings())
 
     async def go() -> None:
-        kept = await prepare(catalog, build)
-        assert await call_adapting(catalog, build, complete, print, kept) == "ok"
-        assert sent[-1] is kept.request  # nothing learned meanwhile: the request made earlier is sent
-        later = await prepare(catalog, build)
+        kept = await prepare(catalog, spec)
+        assert Adapting(catalog, spec, kept).request is kept.request  # nothing learned meanwhile: sent as made
+        later = await prepare(catalog, spec)
         catalog.refuse("format")
-        await call_adapting(catalog, build, complete, print, later)
-        assert "format" in later.request["output_config"]  # type: ignore[operator]
-        assert "output_config" not in sent[-1]
+        assert "format" in later.request["output_config"]
+        assert "output_config" not in Adapting(catalog, spec, later).request
 
     asyncio.run(go())

@@ -14,7 +14,9 @@ import json
 import re
 import sqlite3
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -413,6 +415,33 @@ def test_subagent_ids_go_on_after_a_restart(tmp_path, fake):
         rt.stop()
 
 
+def test_an_id_given_in_a_tick_whose_state_was_never_saved_is_not_given_again(tmp_path, fake):
+    """Was: a subagent made after the last saved tick state (in a tick the server was killed in,
+    or between ticks) had its id given again after the restart, whose counter came from that
+    state: the transcripts then held two ``compulsion-2`` of two different lives."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "hello"))
+        assert on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))["handle"] == \
+            "compulsion-1"
+        on_loop(rt, rt.save_tick_state)
+        made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "unsaved"))
+        assert made["handle"] == "compulsion-2"  # its tick's state is never written: the kill
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        assert "compulsion-2" not in rt.world.agents
+        again = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))
+        assert again["handle"] == "compulsion-3"
+    finally:
+        rt.stop()
+    started = [json.loads(line)["agent_id"] for p in (home / "transcripts").glob("*.jsonl")
+               for line in p.read_text().splitlines() if '"agent_start"' in line]
+    assert sorted(started) == ["compulsion-1", "compulsion-2", "compulsion-3"]
+
+
 def test_a_viewpoint_at_work_at_the_tick_comes_back_idle_and_says_so(tmp_path, fake):
     """A viewpoint whose model call is under way when a tick ends cannot be resumed mid-run:
     after a restart it is live and idle, holding what it was told, and the person is told."""
@@ -734,6 +763,29 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
         assert same(replay, original[2:]) is None, (where, same(replay, original[2:]))
 
 
+def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_of_the_home(tmp_path, fake,
+                                                                                          monkeypatch):
+    """The home's objects in one pack, the future's beside the tick's (as its packer rolls ticks
+    up): the fork made from links to that pack still holds no object of the future, and is
+    whole once the home is gone (a copy, not a window).  So is the fork made when the home's
+    objects cannot be linked (its packer moved them meanwhile): the history is fetched."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION)
+    _git(home, "repack", "-a", "-d", "-q")
+    assert list((home / ".git" / "objects" / "pack").glob("*.pack"))
+    assert [text for text in FUTURE if text.encode() not in _fork_holds(home)] == ["a skill written later"]
+    linked = history.fork(home, 2, tmp_path / "linked").home
+    monkeypatch.setattr(history, "_link", lambda src, dest: False)
+    fetched = history.fork(home, 2, tmp_path / "fetched").home
+    tick2 = history.tick_commit(home, 2)
+    subprocess.run(["rm", "-r", str(home)], check=True)
+    for fork in (linked, fetched):
+        assert [text for text in FUTURE if text.encode() in _fork_holds(fork)] == []
+        _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+        assert _git(fork, "rev-parse", "HEAD~1").strip() == tick2
+        assert len(_git(fork, "log", "--format=%s").splitlines()) == 3
+
+
 def _subjects(home: Path) -> list[str]:
     return _git(home, "log", "--format=%s").splitlines()
 
@@ -906,6 +958,86 @@ def test_a_rewind_moves_the_server_logs_later_lines_and_a_later_sessions_lines_o
     assert '"agent_start"' in _git(home, "show", f"{done.abandoned}:transcripts/{later.name}")
     everything = b"".join(p.read_bytes() for p in (home / "transcripts").glob("*.jsonl"))
     assert b"viewpoint-critic" not in everything and b'"human": "three"' not in everything
+
+
+class _Program:
+    """A program whose stderr is a file of logs/, as the local model's (a descriptor opened for
+    appending, held for its life): it prints each line it is given."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys\nfor line in sys.stdin: sys.stderr.write(line); sys.stderr.flush()"],
+                stdin=subprocess.PIPE, stderr=out, text=True)
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        _written(self.log, line)
+
+    def stop(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+def _written(log: Path, line: str) -> None:
+    deadline = time.monotonic() + 10
+    while (line + "\n").encode() not in (log.read_bytes() if log.exists() else b""):
+        assert time.monotonic() < deadline, f"{line!r} never reached {log}"
+        time.sleep(0.01)
+
+
+def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, fake, monkeypatch):
+    """Were kept: a tool server's stderr (logs/mcp-NAME.log, its rotation .1 included) and the
+    local model's log, and any other file of logs/, held the lines of the abandoned future.  A
+    rewind to tick 1 moves the lines of ticks 2 and 3 onto the abandoned ref, the whole of a file
+    begun after tick 1 too; the lines the programs (still running) write after it stay."""
+    from amacs_server.scrub import Scrubber
+    from amacs_server.tools_mcp import logs as mcp_logs
+
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    model = _Program(home / "logs" / "local-model.log")
+    tool = mcp_logs.StderrLog(home / "logs" / "mcp-fake.log", Scrubber({}))
+    mcp = home / "logs" / "mcp-fake.log"
+    rt = runtime(home, fake.url)
+    try:
+        for tick in (1, 2, 3):
+            model.say(f"model line at tick {tick}")
+            if tick == 3:  # this line rotates the tool server's log: ticks 1-2 go to mcp-fake.log.1
+                monkeypatch.setattr(mcp_logs, "MAX_LOG", mcp.stat().st_size + 1)
+            tool.say(f"tool line at tick {tick}")
+            _written(mcp, f"tool line at tick {tick}")
+            monkeypatch.setattr(mcp_logs, "MAX_LOG", 1 << 20)
+            if tick == 2:
+                (home / "logs" / "other.log").write_text("another program's line at tick 2\n")
+            do(rt, ("say", f"input {tick}"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"
+    done = history.rewind(home, 1)
+    assert done.abandoned is not None
+    logs = {p.name: p.read_text() for p in (home / "logs").iterdir()}
+    assert logs == {"local-model.log": "model line at tick 1\n", "mcp-fake.log.1": "tool line at tick 1\n",
+                    "mcp-fake.log": "", "other.log": ""}, logs
+    moved = {name: _git(home, "show", f"{done.abandoned}:logs/{name}")
+             for name in ("local-model.log", "mcp-fake.log.1", "mcp-fake.log", "other.log")}
+    assert moved == {"local-model.log": "model line at tick 2\nmodel line at tick 3\n",
+                     "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
+                     "other.log": "another program's line at tick 2\n"}, moved
+    model.say("model line after the rewind")  # the programs write on, through the same descriptors
+    tool.say("tool line after the rewind")
+    _written(mcp, "tool line after the rewind")
+    model.stop()
+    tool.close()
+    assert (home / "logs" / "local-model.log").read_text() == "model line at tick 1\nmodel line after the rewind\n"
+    assert mcp.read_text() == "tool line after the rewind\n"
+    fork = history.fork(home, 1, tmp_path / "fork").home  # a fork holds no log: its programs' start empty
+    assert not (fork / "logs").exists()
 
 
 def test_a_rewind_refuses_a_damaged_home_in_one_line_before_changing_anything(tmp_path, fake, capsys):

@@ -474,7 +474,7 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     # aiohttp writes a request's body from a task it makes as the request is sent: work queued
     # in that turn of the loop.  A task that will wait for a slot must make its request after it,
     # not in the same turn (200 tasks at once: the first calls' bodies waited for 199 requests).
-    from amacs_server.inference import model_call as subagent
+    from amacs_server.inference import request as subagent  # where RequestSpec builds a request
     from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
     order: list[str] = []

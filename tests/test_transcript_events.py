@@ -3,6 +3,7 @@ through those records; what the research readers ask of a transcript is declared
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import fields
@@ -78,17 +79,47 @@ def sql_kinds_and_keys(text: str) -> tuple[set[str], set[str]]:
     return kinds, keys
 
 
-def test_what_research_reads_of_a_transcript_is_declared():
-    kinds, keys = set(), set()
-    for path in READERS:
-        k, v = sql_kinds_and_keys(path.read_text(encoding="utf-8"))
-        kinds |= k
-        keys |= v
-    assert kinds and keys  # the readers still query by these patterns
-    assert sorted(kinds - set(events.KINDS)) == []
-    assert sorted(keys - declared_keys()) == []
+def test_research_names_a_kind_or_a_field_only_through_the_records():
+    """The readers' SQL names no event kind and no data key as a literal: each comes from its
+    record (transcripts.Of), so the check below covers every one."""
+    literal = {path.name: sql_kinds_and_keys(path.read_text(encoding="utf-8")) for path in READERS}
+    assert {name: found for name, found in literal.items() if found != (set(), set())} == {}
 
 
-def test_the_reader_check_sees_an_undeclared_kind_and_key():
+def test_the_reader_check_sees_a_literal_kind_and_key():
     kinds, keys = sql_kinds_and_keys("SELECT data->>'$.colour' FROM events WHERE event IN ('model_response', 'mood_swing')")
-    assert kinds - set(events.KINDS) == {"mood_swing"} and keys - declared_keys() == {"colour"}
+    assert kinds == {"model_response", "mood_swing"} and keys == {"colour"}
+
+
+def renamed(monkeypatch: pytest.MonkeyPatch, record: type[events.Record], old: str, new: str) -> None:
+    """RECORD's field OLD declared as NEW, as an edit of events.py would leave it (for this test)."""
+    declared = dict(record.__dataclass_fields__)  # type: ignore[attr-defined]
+    field = copy.copy(declared.pop(old))
+    field.name = new
+    monkeypatch.setattr(record, "__dataclass_fields__", {**declared, new: field})
+
+
+def test_a_field_renamed_in_the_records_fails_the_research_readers(tmp_path, monkeypatch):
+    """Renaming a field in events.py breaks the dataset and the transcripts summary where their
+    queries are made (a KeyError naming it), not a researcher's report with an empty column."""
+    import duckdb
+
+    from amacs_server.research import dataset
+    from amacs_server.transcripts import summarize
+    from tests.research_fakes import write_runs
+
+    write_runs(tmp_path, 1)
+    with duckdb.connect() as con:
+        dataset.build(con, tmp_path)  # as declared: it builds
+        assert con.execute("SELECT sum(input_tokens) FROM model_calls").fetchone()[0] > 0
+    summarize(tmp_path)
+    for record, old, new in [(events.ModelResponse, "usage", "tokens"), (events.AgentEnd, "summary", "totals"),
+                             (events.Blocked, "by", "compulsion"), (events.TickStart, "human", "person")]:
+        with monkeypatch.context() as m:
+            renamed(m, record, old, new)
+            with duckdb.connect() as con, pytest.raises(KeyError, match=f"{record.kind}.*'{old}'"):
+                dataset.build(con, tmp_path)
+    with monkeypatch.context() as m:
+        renamed(m, events.ModelResponse, "cost", "dollars")
+        with pytest.raises(KeyError, match="model_response.*'cost'"):
+            summarize(tmp_path)

@@ -170,3 +170,122 @@ def test_a_stopped_warm_server_removes_its_socket(warm_env: dict[str, str]) -> N
     wait_until(lambda: not alive(warm), timeout=30, what="the warm server to stop")
     assert not list(Path(warm_env["AMACS_WARM_DIR"]).glob("*.sock"))
     assert not next(Path(warm_env["AMACS_WARM_DIR"]).glob("*.lock")).read_text()
+
+
+def start_early(env: dict[str, str], directory: Path, token: str) -> subprocess.Popen[str]:
+    """./amacs's early request, run by a shell that stays (./amacs waits for Emacs): its shell."""
+    command = f"{sys.executable} -S {LAUNCHER} --early {directory} </dev/null >/dev/null 2>&1 & exec sleep 600"
+    return subprocess.Popen(["sh", "-c", command], env={**env, "AMACS_EARLY_TOKEN": token}, cwd=ROOT, text=True)
+
+
+def early_server(env: dict[str, str]) -> tuple[int, int]:
+    """The port and pid of the early fork, once it serves the home (no launcher has asked yet)."""
+    home = Path(env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="the early fork's server.json")
+    info = json.loads((home / "server.json").read_text())
+    return info["port"], info["pid"]
+
+
+@pytest.fixture
+def early_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="ame-"))  # as ./amacs's mktemp -d: 0700
+    yield directory
+    subprocess.run(["rm", "-rf", str(directory)], check=False)
+
+
+def test_the_home_is_served_before_emacs_asks_and_emacs_takes_that_server(
+        warm_env: dict[str, str], early_dir: Path) -> None:
+    """./amacs asks for the home's server while Emacs starts; the launcher Emacs starts (with
+    the token ./amacs gave both as its own) stands in for that server: its port, its status."""
+    warm = warm_pid(warm_env)
+    token = "e" * 64
+    shell = start_early(warm_env, early_dir, token)
+    try:
+        port, server = early_server(warm_env)  # listening, and the home read, before anyone asked
+        assert parent_of(server) == warm
+        log_file = Path(warm_env["AMACS_HOME"]) / "logs" / "server.log"
+        wait_until(lambda: "serving on" in log_file.read_text(), what="the early server to serve")
+        proc = launch({**warm_env, "AMACS_EARLY": str(early_dir), "AMACS_TOKEN": token})
+        assert proc.stdout is not None
+        assert int(proc.stdout.readline()) == port  # the early fork's port, passed on
+        assert json.loads((Path(warm_env["AMACS_HOME"]) / "server.json").read_text())["pid"] == server
+        proc.send_signal(signal.SIGTERM)  # passed on to it, as to a fork asked for by Emacs
+        status = proc.wait(timeout=30)
+        wait_until(lambda: not alive(server), what="the early fork to stop")
+        log = "".join(p.read_text() for p in Path(warm_env["AMACS_WARM_DIR"]).glob("*.log"))
+        assert f"server {server} ended ({status})" in log
+        assert "stopping on signal SIGTERM" in log_file.read_text()
+    finally:
+        shell.kill()
+
+
+def test_a_connection_without_the_token_is_not_given_the_early_server(
+        warm_env: dict[str, str], early_dir: Path) -> None:
+    """Another program of this user that finds ./amacs's folder gets nothing without the token;
+    the Emacs that has it still gets the server afterwards."""
+    warm_pid(warm_env)
+    token = "e" * 64
+    shell = start_early(warm_env, early_dir, token)
+    try:
+        port, server = early_server(warm_env)
+        import socket
+
+        stranger = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stranger.settimeout(10)
+        wait_until(lambda: (early_dir / warm_launch.EARLY_SOCKET).exists(), what="the early socket")
+        stranger.connect(str(early_dir / warm_launch.EARLY_SOCKET))
+        warm_launch._send(stranger, {"token": "x" * 64})
+        data, fds, _flags, _addr = socket.recv_fds(stranger, 65536, 3)
+        assert (data, fds) == (b"", [])  # closed unanswered
+        stranger.close()
+        proc = launch({**warm_env, "AMACS_EARLY": str(early_dir), "AMACS_TOKEN": token})
+        assert proc.stdout is not None
+        assert int(proc.stdout.readline()) == port
+        proc.kill()
+        proc.wait(timeout=10)
+        wait_until(lambda: not alive(server), what="the early fork to stop with its launcher")
+    finally:
+        shell.kill()
+
+
+def test_an_early_server_asked_for_otherwise_is_stopped_and_emacs_gets_its_own(
+        warm_env: dict[str, str], early_dir: Path) -> None:
+    """Emacs asked for another server than ./amacs did (here another model): the early one,
+    which holds the home, is stopped first; Emacs's own serves."""
+    warm_pid(warm_env)
+    token = "e" * 64
+    shell = start_early(warm_env, early_dir, token)
+    try:
+        port, server = early_server(warm_env)
+        proc = launch({**warm_env, "AMACS_EARLY": str(early_dir), "AMACS_TOKEN": token,
+                       "AMACS_MODEL": "claude-other"})
+        assert proc.stdout is not None
+        assert int(proc.stdout.readline()) != port
+        assert not alive(server)
+        own = json.loads((Path(warm_env["AMACS_HOME"]) / "server.json").read_text())["pid"]
+        assert own != server and alive(own)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        shell.kill()
+
+
+def test_an_early_server_nobody_takes_stops_when_amacs_is_gone(
+        warm_env: dict[str, str], early_dir: Path) -> None:
+    warm_pid(warm_env)
+    shell = start_early(warm_env, early_dir, "e" * 64)
+    _port, server = early_server(warm_env)
+    shell.kill()  # ./amacs gone (its terminal closed) before Emacs asked
+    shell.wait(timeout=10)
+    wait_until(lambda: not alive(server), timeout=30, what="the early fork to stop")
+
+
+def test_a_forks_first_request_finds_the_replys_schema_made() -> None:
+    """Profiled: a fork's first turn imported the reply's model, built it and made its JSON schema
+    (30-70 ms between the person's RET and the request, at load 4-11); the preload does it once."""
+    code = ("import sys; from amacs_server.research.forkserver import preload; preload(['anthropic']); "
+            "from amacs_server.inference.parse import response_schema; "
+            "print('amacs_server.inference.response_model' in sys.modules, response_schema.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split() == ["True", "1"]

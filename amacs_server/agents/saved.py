@@ -11,10 +11,12 @@ last model answer, and a task, whose run is its whole life, comes back interrupt
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..memory.active import ActiveMemory, MemoryRefused
 from ..memory.memid import MemId
+from ..persistence.transcript import written_since
 from .agent import Agent
 from .kinds import AgentState, AgentType, Ending
 from .talk import Event, EventType, TalkIds
@@ -75,3 +77,20 @@ def agent_from_state(data: dict[str, Any], ltm: LongTermMemory, brain_agent: str
             agent.memory = None
     queued = [Event(EventType(e["type"]), e["source"], e["content"], e["talk_id"]) for e in data["queue"]]
     return agent, queued
+
+
+def numbered_since(folder: Path, since: float) -> int:
+    """The highest number an unnamed subagent was given (``task-3``) in the lines of FOLDER's
+    transcripts written after SINCE (the restored tick state's end): ids given in a tick whose
+    state was never saved (the server was killed in it), which that state's counter does not
+    count.  0 when none was."""
+    kinds = {t.value for t in AgentType}
+    top = 0
+    for line in written_since(folder, since):
+        data = line.get("data")
+        if line.get("event") != "agent_start" or not isinstance(data, dict) or data.get("name") is not None:
+            continue
+        kind, _, number = str(line.get("agent_id")).rpartition("-")
+        if kind in kinds and number.isdigit():
+            top = max(top, int(number))
+    return top

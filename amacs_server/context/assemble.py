@@ -95,13 +95,24 @@ def _pending(item: MemoryItem) -> bool:
     return item.kind is Kind.MESSAGE and isinstance(item.content, dict) and "agent" not in item.content
 
 
+@dataclass(frozen=True)
+class Made:
+    """What a tick's context was assembled from (:func:`assemble`'s arguments but its
+    conversation and notice), to assemble it again after its conversation is compacted."""
+
+    snap: Snapshot
+    active_thread: str | None
+    depths: tuple[int, ...]
+    model: MemoryItem | None
+
+
 @dataclass
 class Context:
     """The messages of one tick's request (without the system prompt)."""
 
     messages: list[dict[str, Any]]
     conversation: Conversation | None = None
-    remake: Callable[[], Context] | None = None  # the same tick's context again (after a compaction)
+    made: Made | None = None  # what it was assembled from: the same tick's context again after a compaction
 
     @property
     def text(self) -> str:
@@ -287,7 +298,18 @@ class Conversation:
 def assemble(snap: Snapshot, conversation: Conversation | None = None, active_thread: str | None = None,
              depths: tuple[int, ...] = (), model: MemoryItem | None = None, notice: Notice | None = None) -> Context:
     """The messages of one tick: CONVERSATION's next, or (None) a fresh conversation's first."""
-    return (conversation or Conversation()).build(snap, active_thread, depths, model, notice)
+    context = (conversation or Conversation()).build(snap, active_thread, depths, model, notice)
+    context.made = Made(snap, active_thread, depths, model)
+    return context
+
+
+def reassemble(context: Context, notice: Notice | None = None) -> Context | None:
+    """CONTEXT assembled again from what it was made of, after its conversation changed, its
+    notices NOTICE's (None: it was not made by :func:`assemble`)."""
+    made = context.made
+    if made is None or context.conversation is None:
+        return None
+    return assemble(made.snap, context.conversation, made.active_thread, made.depths, made.model, notice)
 
 
 def notice_text(memory: ActiveMemory | None, about: str, content: Any) -> str:

@@ -5,7 +5,7 @@ accepts, in a task of the loop, so start-up does not wait.  The answer is kept i
 the home for a day (:class:`~amacs_server.inference.capabilities.CapabilityStore`).
 A request waits for it only where it could change the request otherwise than by a
 400 (:meth:`ModelCatalog.waits_for_answer`): a new home's first answer does not
-wait for the Models API.  Where the backend cannot say, :func:`call_adapting`
+wait for the Models API.  Where the backend cannot say, :class:`Adapting`
 learns from the model's 400s: a parameter it names is dropped, remembered, and the
 call made once more; a 400 to a request made before the answer is in makes it
 again with the answer.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +28,7 @@ from .capabilities import (
     refused_param,
     too_long,
 )
-from .request import sent_params
+from .request import RequestSpec, sent_params
 from .retry import InferenceError
 
 if TYPE_CHECKING:
@@ -123,7 +122,7 @@ class ModelCatalog:
         """A request of CHARS characters of context under SETTINGS (None: any) waits for the
         backend's answer: not when the home knows the model from an earlier day (the answer
         refreshes that), nor, on the Messages API, when it can change the request only by
-        the reply's schema or its most tokens (a 400 says either, and :func:`call_adapting`
+        the reply's schema or its most tokens (a 400 says either, and :class:`Adapting`
         makes the request again with the answer): no thinking or effort asked for (which
         type or level to send is the answer's), and too small for any window."""
         if not self.asking:
@@ -245,62 +244,65 @@ class Prepared:
     early: bool = False  # made before the backend's answer was in
 
 
-def _capped(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
-            caps: Capabilities) -> dict[str, Any]:
-    request = build(caps)
+def _capped(catalog: ModelCatalog, spec: RequestSpec, caps: Capabilities) -> dict[str, Any]:
+    request = spec.built(caps)
     if "max_tokens" in request:
         request["max_tokens"] = catalog.answer_tokens(request["max_tokens"])
     return request
 
 
-async def prepare(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
-                  settings: ApiSettings | None = None, chars: int = 0) -> Prepared:
-    """The request BUILD makes for the model's capabilities, made now and sent by a later
-    :func:`call_adapting` (made again there if the catalog learned something meanwhile).
-    SETTINGS and CHARS, the request's: it may be made before the backend's answer
-    (:meth:`ModelCatalog.waits_for_answer`)."""
-    caps = await catalog.current(settings, chars)
-    return Prepared(_capped(catalog, build, caps), caps, catalog.asking)
+async def prepare(catalog: ModelCatalog, spec: RequestSpec, chars: int = 0) -> Prepared:
+    """SPEC's request for the model's capabilities, made now and sent through an
+    :class:`Adapting` (made again there if the catalog learned something meanwhile).  CHARS,
+    the request's characters of context: it may be made before the backend's answer
+    (:meth:`ModelCatalog.waits_for_answer`, with SPEC's settings)."""
+    caps = await catalog.current(spec.settings, chars)
+    return Prepared(_capped(catalog, spec, caps), caps, catalog.asking)
 
 
-async def call_adapting(catalog: ModelCatalog, build: Callable[[Capabilities], dict[str, Any]],
-                        complete: Callable[[dict[str, Any]], Awaitable[Any]],
-                        say: Callable[[str], None], prepared: Prepared | None = None,
-                        settings: ApiSettings | None = None, chars: int = 0) -> Any:
-    """COMPLETE the request BUILD makes for the model's capabilities (PREPARED: the one made
-    earlier, unless the capabilities changed since; else made now, for SETTINGS and CHARS as
-    :func:`prepare`).  A 400 (or 422) that names a parameter the request sent is said in one
-    line (SAY), remembered (never sent to this model again), and the call made once more
-    without it.  Another 400 to a request made before the backend's answer (not one refusing
-    it as too long: that is the caller's) waits for the answer, and when that changes the
-    request, it is made again once."""
-    if prepared is None:
-        prepared = await prepare(catalog, build, settings, chars)
-    early, built_for = prepared.early, catalog.caps
-    request = prepared.request if prepared.caps is built_for else _capped(catalog, build, built_for)
-    for attempt in range(3):
-        try:
-            return await complete(request)
-        except InferenceError as err:
-            refusal = err.status in (400, 422) and attempt < 2
-            param = refused_param(err.detail, _sendable(request, catalog.backend)) if refusal else None
-            if param is not None:
-                said = catalog.refuse(param)
-                say(f"The model {catalog.model} does not take {said}; asking again.")
-            elif refusal and early and err.status == 400 and too_long(err.detail, err.status) is None:
-                # A 400 the answer may explain (a most-tokens or a schema the model does not take); a
-                # validation error said with a 500 (422) is the request's own: not asked again.
-                early = False
-                await catalog.current()
-                if catalog.caps is built_for:
-                    raise
-                log.info("a request made before the capabilities of %s were known was refused: %s",
-                         catalog.model, err.detail)
-            else:
-                raise
-            built_for = catalog.caps
-            request = _capped(catalog, build, built_for)
-    raise AssertionError("unreachable")
+class Adapting:
+    """The request of one call to the catalog's model, made again as the model's refusals teach.
+
+    Its sender sends :attr:`request`; when the model refuses it, :meth:`refused` makes the next
+    one or says that asking again will not help.  A 400 (or 422) that names a parameter the
+    request sent is said in one line, remembered (never sent to this model again), and the
+    request made without it.  Another 400 to a request made before the backend's answer (not
+    one refusing it as too long: that is the caller's) waits for the answer, and when that
+    changes the request, it is made again once.  The request is asked at most 3 times."""
+
+    def __init__(self, catalog: ModelCatalog, spec: RequestSpec, prepared: Prepared) -> None:
+        self.catalog, self.spec = catalog, spec
+        self.early, self.built_for = prepared.early, catalog.caps
+        # PREPARED's request unless the capabilities changed since it was made
+        self.request = prepared.request if prepared.caps is self.built_for else _capped(catalog, spec, self.built_for)
+        self.attempt = 0
+
+    async def refused(self, err: InferenceError) -> str | None:
+        """The model refused :attr:`request` with ERR: make the next one.  Returns the line that
+        says what the model does not take (None: nothing to say); raises ERR when asking again
+        will not help."""
+        catalog, request = self.catalog, self.request
+        refusal = err.status in (400, 422) and self.attempt < 2
+        param = refused_param(err.detail, _sendable(request, catalog.backend)) if refusal else None
+        line = None
+        if param is not None:
+            said = catalog.refuse(param)
+            line = f"The model {catalog.model} does not take {said}; asking again."
+        elif refusal and self.early and err.status == 400 and too_long(err.detail, err.status) is None:
+            # A 400 the answer may explain (a most-tokens or a schema the model does not take); a
+            # validation error said with a 500 (422) is the request's own: not asked again.
+            self.early = False
+            await catalog.current()
+            if catalog.caps is self.built_for:
+                raise err
+            log.info("a request made before the capabilities of %s were known was refused: %s",
+                     catalog.model, err.detail)
+        else:
+            raise err
+        self.attempt += 1
+        self.built_for = catalog.caps
+        self.request = _capped(catalog, self.spec, self.built_for)
+        return line
 
 
 def _sendable(request: dict[str, Any], backend: str) -> set[str]:

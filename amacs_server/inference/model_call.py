@@ -13,7 +13,7 @@ memory when the model's window is too small) and hears what happens through one 
 else itself, once for every agent, and returns one :class:`Reply`:
 
 - the request is built for what the model accepts, and a parameter the model refuses is
-  dropped and the call made once more (:func:`~amacs_server.inference.catalog.call_adapting`);
+  dropped and the call made once more (:class:`~amacs_server.inference.catalog.Adapting`);
 - the backend retries what is worth retrying (:mod:`~amacs_server.inference.retry`);
 - a request past the model's window by the calibrated estimate is compacted before it is
   sent; one the model refuses as too long is compacted and sent again, at most
@@ -26,14 +26,13 @@ else itself, once for every agent, and returns one :class:`Reply`:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from .. import faults
 from ..errors import AmacsError
 from .capabilities import TooLong, too_long
-from .catalog import call_adapting, prepare, request_chars
+from .catalog import Adapting, prepare, request_chars
 from .parse import (
     CUT_REASONS,
     CUT_RETRY_PROMPT,
@@ -42,7 +41,7 @@ from .parse import (
     AgentResponse,
     parse_response,
 )
-from .request import UNKNOWN, build_request, constrained
+from .request import UNKNOWN, RequestSpec, constrained
 from .retry import InferenceError
 from .stream import ReplyStreamer
 
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from .retry import Retrying
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 MAX_COMPACTIONS = 3  # refusals as too long one call compacts for before it fails
 
 
@@ -115,21 +115,34 @@ class Caller:
         return None
 
 
-@dataclass(frozen=True)
-class Reader(Generic[T]):
-    """How an answer is read: READ its text (raising ValueError when it does not read), and
-    the prompt that asks again after an error (AGAIN(error, cut)), RETRIES times at most."""
+class Reader(Protocol[T_co]):
+    """How an answer is read: :meth:`read` its text, and the prompt that asks again after an
+    error (:meth:`again`), RETRIES times at most."""
 
-    read: Callable[[str], T]
-    again: Callable[[Exception, bool], str]
-    retries: int = MAX_PARSE_RETRIES
+    @property
+    def retries(self) -> int:
+        """How many times an answer that does not read is asked again."""
+
+    def read(self, text: str) -> T_co:
+        """TEXT read (raises ValueError when it does not read)."""
+
+    def again(self, error: Exception, cut: bool) -> str:
+        """The prompt that asks again after ERROR (CUT: the answer stopped at its length limit)."""
 
 
-def _agent_prompt(error: Exception, cut: bool) -> str:
-    return CUT_RETRY_PROMPT if cut else RETRY_PROMPT
+class AgentReader:
+    """An agent's answer: its JSON response, asked again as every agent is."""
+
+    retries = MAX_PARSE_RETRIES
+
+    def read(self, text: str) -> AgentResponse:
+        return parse_response(text)
+
+    def again(self, error: Exception, cut: bool) -> str:
+        return CUT_RETRY_PROMPT if cut else RETRY_PROMPT
 
 
-AGENT_READER: Reader[AgentResponse] = Reader(parse_response, _agent_prompt)
+AGENT_READER = AgentReader()
 
 
 @dataclass
@@ -276,67 +289,33 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
     """One model call: the request built for what the model accepts (adapting to its
     refusals), sent, its cost charged and recorded."""
     catalog = ask.catalog
-
-    def build(caps: Any) -> dict[str, Any]:
-        # The catalog knows the session's model; another one is sent what any model takes.
-        request = build_request(ask.model, ask.system, shown, ask.settings, caps if same else UNKNOWN,
-                                agent_reply=ask.agent_reply)
-        if ask.extra_body:
-            request["extra_body"] = {**request.get("extra_body", {}), **ask.extra_body}
-        return request
-
-    def on_text(delta: str) -> None:
-        gained = streamer.feed(delta)
-        if gained:
-            if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
-                faults.point("infer.first-text")
-                faults.point_later("infer.mid-stream", 0.2)
-            caller.streamed(gained)
-
-    def on_status(retry: Retrying) -> None:
-        if streamer.shown:  # the stream restarts: what was shown will not be the reply
-            caller.abandon("the call is retried")
-        streamer.raw = streamer.shown = ""
-        caller.note("model_retry", {"status": retry.text, "seconds": retry.seconds})
-        caller.retrying(retry)
-
-    def said(line: str) -> None:
-        caller.note("model_adapted", {"status": line})
-        caller.status(line)
-
-    sent: list[dict[str, Any]] = []
+    # The catalog knows the session's model; another one is sent what any model takes.
+    spec = RequestSpec(ask.model, ask.system, shown, ask.settings, ask.agent_reply, ask.extra_body, any_model=not same)
+    wire = _Wire(ask, caller, streamer)
     chars = len(ask.system) + request_chars({"messages": shown})  # whether it may go before the capabilities
-
-    async def complete(request: dict[str, Any]) -> ModelResult:
-        sent.append(request)
-        caller.sending(request)
-        if ask.stream:
-            return await ask.backend.complete(request, on_text if ask.show else None, on_status=on_status,
-                                              on_thinking=caller.thinking)
-        return await ask.backend.complete(request, stream=False, on_status=on_status)
-
     try:
         if catalog is None:
-            result: ModelResult = await complete(build(UNKNOWN))
-        elif ask.pool is None:
-            result = await call_adapting(catalog, build, complete, said, settings=ask.settings, chars=chars)
+            result = await wire.send(spec.built(UNKNOWN))
         else:
-            # The request is made before the wait for a slot of the pool: from a slot's release to the
-            # next call's request on the wire, only that call's sending stands in the way.  A call that
-            # will wait makes it a turn of the loop later: the calls under way send their bodies first
-            # (aiohttp writes a body from a task of its own), not after 200 tasks started at once have
-            # each made a request (~0.28 ms each: the first answers came ~40 ms late).
-            if ask.pool.locked():
+            if ask.pool is not None and ask.pool.locked():
+                # The request is made before the wait for a slot of the pool: from a slot's release to the
+                # next call's request on the wire, only that call's sending stands in the way.  A call that
+                # will wait makes it a turn of the loop later: the calls under way send their bodies first
+                # (aiohttp writes a body from a task of its own), not after 200 tasks started at once have
+                # each made a request (~0.28 ms each: the first answers came ~40 ms late).
                 await asyncio.sleep(0)
-            prepared = await prepare(catalog, build, ask.settings, chars)
-            caller.working("waiting for the model pool")
-            async with ask.pool:
-                caller.working("thinking")
-                result = await call_adapting(catalog, build, complete, said, prepared)
+            adapting = Adapting(catalog, spec, await prepare(catalog, spec, chars))
+            if ask.pool is None:
+                result = await _adapted(adapting, wire, caller)
+            else:
+                caller.working("waiting for the model pool")
+                async with ask.pool:
+                    caller.working("thinking")
+                    result = await _adapted(adapting, wire, caller)
     except InferenceError as err:
         refusal = too_long(err.detail, err.status)
         if refusal is not None:
-            raise WindowRefusal(sent[-1] if sent else {}, refusal, err.detail) from err
+            raise WindowRefusal(wire.sent or {}, refusal, err.detail) from err
         caller.note("model_error", {"error": str(err)})
         raise
     faults.point("infer.response")
@@ -348,6 +327,53 @@ async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, strea
     if ask.answers is not None:
         await answer_turn(ask.answers)
     return result
+
+
+async def _adapted(adapting: Adapting, wire: _Wire, caller: Caller) -> ModelResult:
+    """ADAPTING's request sent on WIRE, and made again while the model's refusals teach it."""
+    while True:
+        try:
+            return await wire.send(adapting.request)
+        except InferenceError as err:
+            line = await adapting.refused(err)  # raises ERR when asking again will not help
+            if line is not None:
+                caller.note("model_adapted", {"status": line})
+                caller.status(line)
+
+
+class _Wire:
+    """A request of ASK's on its way to the backend and its answer back: the request is in the
+    transcript before it leaves; what streams is shown; a retry abandons what was shown."""
+
+    def __init__(self, ask: Ask[Any], caller: Caller, streamer: ReplyStreamer) -> None:
+        self.ask, self.caller, self.streamer = ask, caller, streamer
+        self.sent: dict[str, Any] | None = None  # the last request sent
+
+    async def send(self, request: dict[str, Any]) -> ModelResult:
+        self.sent = request
+        ask, caller = self.ask, self.caller
+        caller.sending(request)
+        if ask.stream:
+            return await ask.backend.complete(request, self.text if ask.show else None, on_status=self.retrying,
+                                              on_thinking=caller.thinking)
+        return await ask.backend.complete(request, stream=False, on_status=self.retrying)
+
+    def text(self, delta: str) -> None:
+        streamer = self.streamer
+        gained = streamer.feed(delta)
+        if gained:
+            if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
+                faults.point("infer.first-text")
+                faults.point_later("infer.mid-stream", 0.2)
+            self.caller.streamed(gained)
+
+    def retrying(self, retry: Retrying) -> None:
+        streamer = self.streamer
+        if streamer.shown:  # the stream restarts: what was shown will not be the reply
+            self.caller.abandon("the call is retried")
+        streamer.raw = streamer.shown = ""
+        self.caller.note("model_retry", {"status": retry.text, "seconds": retry.seconds})
+        self.caller.retrying(retry)
 
 
 def _learn(catalog: ModelCatalog, result: ModelResult, caller: Caller) -> None:

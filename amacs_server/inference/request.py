@@ -18,6 +18,7 @@ What the agent set and the model will not get is said by :func:`ignored_settings
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..state.consciousness import ApiSettings
@@ -88,6 +89,30 @@ def build_request(model: str, system: str, messages: list[dict[str, Any]], setti
         if sampling:
             request["extra_body"] = sampling
     return request
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """A request as data, before it is built for a model's capabilities: MODEL, SYSTEM,
+    MESSAGES and SETTINGS as :func:`build_request` takes them, EXTRA_BODY the fields of the
+    body it does not make (a judge's reply form), and ANY_MODEL: built for what any model
+    takes, whatever the capabilities (a model the session's catalog does not know)."""
+
+    model: str
+    system: str
+    messages: list[dict[str, Any]]
+    settings: ApiSettings
+    agent_reply: bool = True
+    extra_body: dict[str, Any] | None = None
+    any_model: bool = False
+
+    def built(self, caps: Capabilities) -> dict[str, Any]:
+        """The request for a model of CAPS."""
+        request = build_request(self.model, self.system, self.messages, self.settings,
+                                UNKNOWN if self.any_model else caps, agent_reply=self.agent_reply)
+        if self.extra_body:
+            request["extra_body"] = {**request.get("extra_body", {}), **self.extra_body}
+        return request
 
 
 def sent_params(request: dict[str, Any]) -> set[str]:

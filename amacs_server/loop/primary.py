@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults
 from ..agents.kinds import PRIMARY, AgentState
 from ..agents.loop import run_agent
-from ..context.assemble import Context, assemble, notice_text
+from ..context.assemble import Context, assemble, notice_text, reassemble
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.capabilities import Capabilities
@@ -279,16 +279,11 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     if rt.slot.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
     model = rt.mind.memory.notice("model", model_note(rt.slot, c.api_settings, rt.slot.catalog.caps))
-
-    def remake() -> Context:
-        return assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
-
-    context = remake()
+    context = assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
     chars = len(system_prompt(rt.mind.skills, rt.world)) + request_chars({"messages": context.messages}) if rt.slot.catalog.asking else 0
     if rt.slot.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
         model = rt.mind.memory.notice("model", model_note(rt.slot, c.api_settings, await rt.slot.catalog.current()))
-        context = remake()
-    context.remake = remake
+        context = assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
     return context  # fitted to the model's window by the call (inference/model_call.py)
 
 
@@ -361,11 +356,10 @@ class TickCall(Caller):
                          {"role": "user", "content": notice_text(self.rt.mind.memory, "retry", retry)}]
 
     def compact(self, window: int | None) -> dict[str, Any] | None:
-        remake, conversation = self.context.remake, self.context.conversation
-        if remake is None or conversation is None or not conversation.compact(window):
+        conversation = self.context.conversation
+        if self.context.made is None or conversation is None or not conversation.compact(window):
             return None
-        self.context = remake()
-        self.context.remake = remake
+        self.context = reassemble(self.context, self.rt.mind.memory.notice) or self.context
         self.retries = []
         return {"squeeze": conversation.squeeze}
 

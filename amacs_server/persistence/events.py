@@ -457,6 +457,16 @@ class Fork(Record):
 
 # -- reading --------------------------------------------------------------------------------------
 
+def json_path(record: type[Record], name: str) -> str:
+    """The JSON path (``$.key``) of RECORD's field NAME in its line's ``data`` (``$`` for a spread
+    field: its keys are the data's own).  A field RECORD does not declare is a KeyError: a reader
+    that names it fails where its query is made, not with a column of NULLs."""
+    for f in fields(record):
+        if f.name == name:
+            return "$" if f.metadata.get(_SPREAD) else f"$.{f.metadata.get(_KEY, f.name)}"
+    raise KeyError(f"the transcript event {record.kind} ({record.__name__}) declares no field {name!r}")
+
+
 @dataclass(frozen=True)
 class Line:
     """One transcript line: who, when, and its record."""

@@ -23,8 +23,10 @@ A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``agent-chat.org``); the item versions written after tick N move to
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
-transcripts' lines of the later ticks move to that ref too (a commit on the
-abandoned one, under ``transcripts/``), and a ``rewind`` event is written.
+transcripts' lines of the later ticks, and what each file of ``logs/`` holds
+beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
+the abandoned one, under ``transcripts/`` and ``logs/``), and a ``rewind`` event
+is written.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -281,9 +283,9 @@ def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
                 fh.truncate(sizes[rel])
 
 
-def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> int:
+def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
     """memory.db as at the tick: the item versions written after it leave ``items`` (kept in
-    ``abandoned_items`` under ABANDONED's name; a fork drops them), and the active table is
+    ``abandoned_items`` under ABANDONED's name), and the active table is
     the tick's.  One transaction: done whole or not at all, and done again it changes nothing.
     Returns how many versions left."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a rewind runs
@@ -293,7 +295,7 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
         db, top = ltm.db, int(state["ltm_max_id"])
         with ltm.transaction():
             later = db.execute("SELECT id, text FROM items WHERE id > ?", (top,)).fetchall()
-            if abandoned is not None and later:
+            if later:
                 db.execute(ABANDONED_SCHEMA)
                 db.execute("INSERT INTO abandoned_items SELECT ?, id, base, version, tier, kind, created_at_ms, "
                            "content, text FROM items WHERE id > ?", (abandoned, top))
@@ -301,8 +303,6 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
                 db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
             db.execute("DELETE FROM items WHERE id > ?", (top,))
             db.execute("DELETE FROM tags WHERE base NOT IN (SELECT base FROM items)")  # made with the first version
-            if abandoned is None:  # a fork: the abandoned futures of HOME are not its history
-                db.execute("DROP TABLE IF EXISTS abandoned_items")
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
         return len(later)
@@ -310,25 +310,77 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str | None) -> i
         ltm.close()
 
 
-def _forget_deleted(db_path: Path) -> None:
-    """memory.db without a trace of its deleted rows: the full-text index merged into new
-    segments and the file rewritten (a deleted row's text stays in free pages until then)."""
-    db = sqlite3.connect(db_path)
+ITEM_COLUMNS = "id, base, version, tier, kind, created_at_ms, content, text"
+
+
+def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
+    """A new memory.db DEST holding SRC's memory as at the tick STATE is of: its item versions up
+    to the tick and their tags, the tick's active table, the full-text index made from them.
+    Nothing written after the tick is copied (no page or index segment of DEST ever held it),
+    and nothing of SRC's own (its abandoned futures).  SRC is read in one transaction: a
+    consistent copy, also while its home's server writes."""
+    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
+
+    ltm = LongTermMemory(dest)
     try:
-        db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
-        db.commit()
-        db.execute("VACUUM")
+        db = ltm.db
+        db.execute("ATTACH DATABASE ? AS home", (str(src),))
+        with ltm.transaction():
+            db.execute(f"INSERT INTO items ({ITEM_COLUMNS}) SELECT {ITEM_COLUMNS} FROM home.items WHERE id <= ?",
+                       (int(state["ltm_max_id"]),))
+            db.execute("INSERT INTO tags (base, tag) SELECT base, tag FROM home.tags WHERE base IN "
+                       "(SELECT base FROM items)")
+        db.execute("DETACH DATABASE home")
+        faults.point("fork.copied")
+        with ltm.transaction():
+            db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+            db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
-        db.close()
+        ltm.close()
 
 
 _TICK_FIELD = re.compile(rb'"tick": (\d+|null)')
 _TS_FIELD = re.compile(rb'"ts": ([0-9.eE+-]+)')
 _LOG_STAMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 # The server's own log (its stderr) and the one its start-up rotated: lines stamped with the
-# local time (``logging``'s asctime), to the millisecond.
+# local time (``logging``'s asctime), to the millisecond.  Cut by these stamps only for a tick
+# state older than log marks (:func:`log_marks`).
 SERVER_LOGS = ("logs/server.log.1", "logs/server.log")
+LOGS_FOLDER = "logs"
+# The bytes just before a log file's recorded size whose digest the tick state keeps with it: a
+# file begun again since (rotated, removed, a fork's own) does not pass for the one recorded.
+MARK_TAIL = 64
+
+
+def _mark(fd: int) -> list[Any]:
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, min(size, MARK_TAIL), max(0, size - MARK_TAIL))
+    return [size, hashlib.sha256(tail).hexdigest()[:16]]
+
+
+def log_marks(home: Path) -> dict[str, list[Any]]:
+    """Where each file of HOME's ``logs/`` stands now (every program's: the server's stderr, the
+    tool servers', the local model's, their rotations): its size and the digest of its bytes just
+    before it, by its path in the home.  Recorded in each tick's state: a rewind to the tick moves
+    what each file holds beyond its mark."""
+    marks: dict[str, list[Any]] = {}
+    try:
+        entries = list(os.scandir(home / LOGS_FOLDER))
+    except OSError:
+        return marks
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue  # a folder (a damaged git moved aside) is not a log
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            marks[f"{LOGS_FOLDER}/{entry.name}"] = _mark(fd)
+        finally:
+            os.close(fd)
+    return marks
 
 
 def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | None:
@@ -366,27 +418,63 @@ def _future_of_log(data: bytes, ended: float) -> int | None:
     return None
 
 
-def _futures(home: Path, tick: int, ended: float | None) -> dict[str, tuple[int, bytes]]:
-    """The lines of HOME's transcripts and server log written after TICK, by file (its path in
-    the home): where they start, and those lines."""
+def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+    """What each file of HOME's ``logs/`` holds written after the tick STATE records: the bytes
+    beyond the file's mark in it (:func:`log_marks`); the whole of a file the tick did not know
+    as it is (begun since, or rotated: ``NAME.1`` is checked against NAME's mark too).  A tick
+    state without marks: the server log's lines stamped after the tick ended, and no other file."""
     out: dict[str, tuple[int, bytes]] = {}
+    marks = state.get("logs")
+    if not isinstance(marks, dict):
+        ended = state.get("ended_at")
+        for rel in SERVER_LOGS:
+            if ended is None:
+                break
+            try:
+                data = (home / rel).read_bytes()
+            except FileNotFoundError:
+                continue
+            at = _future_of_log(data, float(ended))
+            if at is not None:
+                out[rel] = (at, data[at:])
+        return out
+    folder = home / LOGS_FOLDER
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        rel = f"{LOGS_FOLDER}/{path.name}"
+        try:
+            fh = path.open("rb")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        with fh:
+            at = 0
+            for name in dict.fromkeys((rel, rel.removesuffix(".1"))):
+                mark = marks.get(name)
+                if isinstance(mark, list) and len(mark) == 2:
+                    size = int(mark[0])
+                    fh.seek(max(0, size - MARK_TAIL))
+                    tail = fh.read(min(size, MARK_TAIL))
+                    if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
+                        at = size
+                        break
+            fh.seek(at)
+            data = fh.read()
+        if data:
+            out[rel] = (at, data)
+    return out
+
+
+def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+    """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
+    path in the home): where they start, and those lines."""
+    out: dict[str, tuple[int, bytes]] = {}
+    ended = state.get("ended_at")
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         data = path.read_bytes()
         at = _future_of_transcript(data, tick, ended)
         if at is not None:
             out[f"transcripts/{path.name}"] = (at, data[at:])
-    for rel in SERVER_LOGS:
-        if ended is None:
-            break
-        try:
-            data = (home / rel).read_bytes()
-        except FileNotFoundError:
-            continue
-        at = _future_of_log(data, ended)
-        if at is not None:
-            out[rel] = (at, data[at:])
-    return out
+    return out | _log_futures(home, state)
 
 
 def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
@@ -484,10 +572,10 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     except CommitError as err:
         raise HistoryError(f"refused: {err}; nothing was changed") from err
     faults.point("rewind.kept")
-    cut = _futures(home, tick, state.get("ended_at"))
+    cut = _futures(home, tick, state)
     if cut:
         kept = _commit_beside(home, kept, {rel: data for rel, (_at, data) in cut.items()},
-                              f"[TICK {last}][abandoned] the transcripts' and server log's lines after tick {tick}")
+                              f"[TICK {last}][abandoned] the transcripts' and logs' lines after tick {tick}")
     left = 0
     if (home / "memory.db").exists():
         db = sqlite3.connect(home / "memory.db")
@@ -647,6 +735,67 @@ def _clear_cut_short(dest: Path) -> str | None:
     return f"removed {', '.join(removed)} beside {dest}: a fork into it that was cut short (its process was killed)"
 
 
+_LOOSE = re.compile(r"[0-9a-f]{38}(?:[0-9a-f]{24})?")
+
+
+def _link(src: Path, dest: Path) -> bool:
+    """DEST as a hard link of SRC (a copy across file systems); False if SRC is gone."""
+    try:
+        os.link(src, dest)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            shutil.copyfile(src, dest)
+        except FileNotFoundError:
+            return False
+    return True
+
+
+def _history_up_to(home: Path, commit: str, made: Path) -> None:
+    """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
+
+    HOME's object files are linked into MADE (git never changes one in place: a repack writes
+    new packs and deletes old ones, so a link is a copy), one pack of what COMMIT reaches is
+    made from them, reusing the packed data as it is (no object is compressed or hashed again:
+    a fetch hashes every version of every file), and the linked files are removed.  Made
+    while HOME's packer may roll packs up: a pack gone before it was linked is in a newer one,
+    listed again; if an object is still missing, the packing fails and the history is fetched."""
+    source, target = home / ".git" / "objects", made / ".git" / "objects"
+    for _ in range(3):
+        missing = False
+        for folder in sorted(source.iterdir()) if source.is_dir() else []:
+            if folder.name == "pack":
+                for index in folder.glob("pack-*.idx"):
+                    pack = index.with_suffix(".pack")
+                    if not (_link(pack, target / "pack" / pack.name) and _link(index, target / "pack" / index.name)):
+                        (target / "pack" / pack.name).unlink(missing_ok=True)
+                        missing = True
+            elif len(folder.name) == 2 and folder.is_dir():
+                for path in folder.iterdir():
+                    if _LOOSE.fullmatch(path.name):
+                        (target / folder.name).mkdir(exist_ok=True)
+                        missing |= not _link(path, target / folder.name / path.name)
+        if not missing:
+            break
+    try:
+        name = _git(made, "pack-objects", "--revs", "-q", str(target / "pack" / "pack"),
+                    stdin=f"{commit}\n".encode()).decode().strip()
+    except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
+        name = None
+    for path in target.iterdir():  # all but the new pack: HOME's objects, of any tick
+        if path.name == "pack":
+            for packed in path.iterdir():
+                if name is None or not packed.name.startswith(f"pack-{name}."):
+                    packed.unlink()
+        elif path.name != "info":
+            shutil.rmtree(path)
+    if name is None:
+        _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+
+
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
     with the budget limit LIMIT (default: the one HOME has now).  Crash-safe: the fork is made in
@@ -680,7 +829,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             # A repository of its own holding the history up to the tick only: no later object, ref
             # or reflog entry of HOME (a clone would share them all).
             _git(made, "init", "--quiet")
-            _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+            _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
             _check_out(made, commit, state)
@@ -693,16 +842,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     shutil.copy2(home / name, made / name)
             faults.point("fork.settings")
             if (home / "memory.db").exists():
-                src = sqlite3.connect(home / "memory.db")
-                target = sqlite3.connect(made / "memory.db")
-                try:
-                    src.backup(target)  # a consistent copy, also while the home's server writes
-                finally:
-                    target.close()
-                    src.close()
-                faults.point("fork.copied")
-                _memory_at(made / "memory.db", state, None)
-                _forget_deleted(made / "memory.db")
+                _memory_up_to(home / "memory.db", made / "memory.db", state)
                 faults.point("fork.memory")
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))

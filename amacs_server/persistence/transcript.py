@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 import weakref
@@ -110,3 +111,43 @@ class Transcript:
             if self._closer is not None:
                 self._closer()  # os.close, once
             self._fd, self._closer = None, None
+
+
+_CHUNK = 1 << 16
+_TS = re.compile(rb'"ts": ([0-9.eE+-]+)')
+
+
+def written_since(folder: Path, since: float) -> list[dict[str, Any]]:
+    """The lines of FOLDER's transcripts written after SINCE (their ``ts``), newest first within
+    each file: each file touched since is read from its end back to its first older line."""
+    found: list[dict[str, Any]] = []
+    for path in folder.glob("*.jsonl") if folder.is_dir() else []:
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            fh = path.open("rb")
+        except OSError:
+            continue
+        with fh:
+            pos, rest = fh.seek(0, os.SEEK_END), b""
+            while pos > 0:
+                step = min(_CHUNK, pos)
+                pos -= step
+                fh.seek(pos)
+                lines = (fh.read(step) + rest).split(b"\n")
+                rest = lines.pop(0) if pos > 0 else b""  # the first may begin in the chunk before
+                older = False
+                for line in reversed(lines):
+                    ts = _TS.search(line)
+                    if ts is None:
+                        continue
+                    if float(ts[1]) <= since:
+                        older = True
+                        break
+                    try:
+                        found.append(json.loads(line))
+                    except ValueError:
+                        continue  # a line a kill cut short
+                if older:
+                    break
+    return found

@@ -44,7 +44,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..transcripts import COLUMNS
+from ..persistence.events import (
+    AgentEnd,
+    AgentStart,
+    Blocked,
+    BudgetStop,
+    Eval,
+    EvalResultRecord,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ReplyBlocked,
+    StepLimit,
+    TickEnd,
+    TickStart,
+    ToolCall,
+)
+from ..transcripts import COLUMNS, Of
 
 if TYPE_CHECKING:
     import duckdb
@@ -67,6 +83,13 @@ MANIFEST_COLUMNS = {
     "first_turn_at": "DOUBLE", "startup_seconds": "DOUBLE", "wall_seconds": "DOUBLE", "order_seed": "BIGINT",
     "position": "BIGINT",
 }
+
+
+# The kinds of transcript event the tables are made of; their fields are named through them.
+RESPONSE, ERROR, REQUEST, EVAL, RESULT = (Of(ModelResponse), Of(ModelError), Of(ModelRequest), Of(Eval),
+                                          Of(EvalResultRecord))
+BLOCKED, TOOL, START, END, HELD = Of(Blocked), Of(ToolCall), Of(AgentStart), Of(AgentEnd), Of(ReplyBlocked)
+TICK, TICK_END, BUDGET, STEPS = Of(TickStart), Of(TickEnd), Of(BudgetStop), Of(StepLimit)
 
 
 def _dollars(column: str, known: str = "ok") -> str:
@@ -138,52 +161,54 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
     con.execute(f"""
         CREATE OR REPLACE TABLE model_calls AS
         SELECT {ident.format(params=', '.join(PARAMS))},
-               event = 'model_response' AS ok,
-               CAST(data->'$.usage.input_tokens' AS BIGINT) AS input_tokens,
-               CAST(data->'$.usage.output_tokens' AS BIGINT) AS output_tokens,
-               CAST(data->'$.usage.cache_read_tokens' AS BIGINT) AS cache_read_tokens,
-               CAST(data->'$.usage.cache_write_tokens' AS BIGINT) AS cache_write_tokens,
-               CAST(data->'$.cost' AS DOUBLE) AS cost,
-               CAST(data->'$.latency_ms' AS DOUBLE) AS latency_ms,
-               data->>'$.stop_reason' AS stop_reason,
-               data->>'$.error' AS error,
-               length(data->>'$.thinking') AS thinking_chars
-        FROM events WHERE event IN ('model_response', 'model_error')""")
+               event = {RESPONSE} AS ok,
+               CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT) AS input_tokens,
+               CAST(data->'{RESPONSE.usage.output_tokens}' AS BIGINT) AS output_tokens,
+               CAST(data->'{RESPONSE.usage.cache_read_tokens}' AS BIGINT) AS cache_read_tokens,
+               CAST(data->'{RESPONSE.usage.cache_write_tokens}' AS BIGINT) AS cache_write_tokens,
+               CAST(data->'{RESPONSE.cost}' AS DOUBLE) AS cost,
+               CAST(data->'{RESPONSE.latency_ms}' AS DOUBLE) AS latency_ms,
+               data->>'{RESPONSE.stop_reason}' AS stop_reason,
+               data->>'{ERROR.error}' AS error,
+               length(data->>'{RESPONSE.thinking}') AS thinking_chars
+        FROM events WHERE event IN ({RESPONSE}, {ERROR})""")
     e_ident = ", ".join(f"e.{c.strip()}" for c in ident.format(params=", ".join(PARAMS)).split(","))
     # An eval's result is its agent's next eval_result (ASOF), unless another eval came first.
     con.execute(f"""
         CREATE OR REPLACE TABLE evals AS
         WITH e AS (
             SELECT *, lead(seq) OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq) AS next_eval
-            FROM events WHERE event = 'eval'),
-        r AS (SELECT run_id, session_id, agent_id, seq, ts, data FROM events WHERE event = 'eval_result'),
+            FROM events WHERE event = {EVAL}),
+        r AS (SELECT run_id, session_id, agent_id, seq, ts, data FROM events WHERE event = {RESULT}),
         j AS (
-            SELECT {e_ident}, e.data->>'$.form' AS form,
+            SELECT {e_ident}, e.data->>'{EVAL.form}' AS form,
                    CASE WHEN e.next_eval IS NULL OR r.seq < e.next_eval THEN r.data END AS rdata,
                    CASE WHEN e.next_eval IS NULL OR r.seq < e.next_eval THEN r.ts END AS rts
             FROM e ASOF LEFT JOIN r
               ON e.run_id = r.run_id AND e.session_id = r.session_id AND e.agent_id = r.agent_id AND r.seq > e.seq)
         SELECT * EXCLUDE (rdata, rts),
-               CAST(rdata->'$.success' AS BOOLEAN) AS ok,
-               rdata->>'$.error' AS error,
-               rdata->>'$.result' AS result,
+               CAST(rdata->'{RESULT.result.success}' AS BOOLEAN) AS ok,
+               rdata->>'{RESULT.result.error}' AS error,
+               rdata->>'{RESULT.result.result}' AS result,
                rts - ts AS seconds,
-               coalesce(starts_with(rdata->>'$.error', 'blocked by compulsion'), false) AS blocked
+               coalesce(starts_with(rdata->>'{RESULT.result.error}', 'blocked by compulsion'), false) AS blocked
         FROM j""")
     con.execute(f"""
         CREATE OR REPLACE TABLE blocks AS
         SELECT {ident.format(params=', '.join(PARAMS))},
-               data->>'$.by' AS blocked_by, data->>'$.template' AS by_template, data->>'$.action' AS action,
-               data->>'$.form' AS form, data->>'$.reason' AS reason
-        FROM events WHERE event = 'blocked'""")
+               data->>'{BLOCKED.by}' AS blocked_by, data->>'{BLOCKED.template}' AS by_template,
+               data->>'{BLOCKED.action}' AS action, data->>'{BLOCKED.form}' AS form,
+               data->>'{BLOCKED.reason}' AS reason
+        FROM events WHERE event = {BLOCKED}""")
     con.execute(f"""
         CREATE OR REPLACE TABLE tool_calls AS
         SELECT {ident.format(params=', '.join(PARAMS))},
-               data->>'$.server' AS server, data->>'$.tool' AS tool, data->'$.arguments' AS arguments,
-               CAST(data->'$.seconds' AS DOUBLE) AS seconds, CAST(data->'$.result_chars' AS BIGINT) AS result_chars,
-               data->>'$.error' AS error, data->>'$.error' IS NULL AS ok,
-               coalesce(CAST(data->'$.blocked' AS BOOLEAN), false) AS blocked
-        FROM events WHERE event = 'tool_call'""")
+               data->>'{TOOL.server}' AS server, data->>'{TOOL.tool}' AS tool, data->'{TOOL.arguments}' AS arguments,
+               CAST(data->'{TOOL.seconds}' AS DOUBLE) AS seconds,
+               CAST(data->'{TOOL.result_chars}' AS BIGINT) AS result_chars,
+               data->>'{TOOL.error}' AS error, data->>'{TOOL.error}' IS NULL AS ok,
+               coalesce(CAST(data->'{TOOL.blocked}' AS BOOLEAN), false) AS blocked
+        FROM events WHERE event = {TOOL}""")
     _turns(con)
     _scores(con, runs_dir)
     key = "run_id, session_id, agent_id"
@@ -194,13 +219,13 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                    any_value(template) AS template, min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS events
             FROM events GROUP BY ALL),
         st AS (
-            SELECT {key}, min(ts) AS started_at, any_value(data->>'$.name') AS name,
-                   any_value(CAST(data->'$.depth' AS INTEGER)) AS depth
-            FROM events WHERE event = 'agent_start' GROUP BY ALL),
+            SELECT {key}, min(ts) AS started_at, any_value(data->>'{START.name}') AS name,
+                   any_value(CAST(data->'{START.depth}' AS INTEGER)) AS depth
+            FROM events WHERE event = {START} GROUP BY ALL),
         en AS (
-            SELECT {key}, max(ts) AS ended_at, arg_max(data->>'$.state', seq) AS state,
-                   arg_max(CAST(data->'$.steps' AS INTEGER), seq) AS steps
-            FROM events WHERE event = 'agent_end' GROUP BY ALL),
+            SELECT {key}, max(ts) AS ended_at, arg_max(data->>'{END.state}', seq) AS state,
+                   arg_max(CAST(data->'{END.summary.steps}' AS INTEGER), seq) AS steps
+            FROM events WHERE event = {END} GROUP BY ALL),
         se AS (SELECT run_id, session_id, max(ts) AS session_end FROM events GROUP BY ALL),
         mc AS (
             SELECT {key}, count(*) AS model_calls, count(*) FILTER (WHERE ok) AS answered,
@@ -279,51 +304,51 @@ def _turns(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TABLE turns AS
         WITH ps AS (  -- the few fields a turn needs, not the events' data (a request is ~10 KB)
             SELECT run_id, session_id, agent_id, agent_type, template, seq, ts, tick, event,
-                   CASE WHEN event = 'tick_start' THEN data->>'$.human' END AS human,
-                   CASE WHEN event = 'tick_end' THEN data->>'$.response.reply' END AS said,
-                   CASE WHEN event = 'model_response' THEN data->>'$.thinking' END AS thought,
-                   CASE WHEN event = 'model_response' THEN CAST(data->'$.cost' AS DOUBLE) END AS paid
-            FROM events WHERE agent_type = 'primary' AND event <> 'model_request'),
+                   CASE WHEN event = {TICK} THEN data->>'{TICK.human}' END AS human,
+                   CASE WHEN event = {TICK_END} THEN data->>'{TICK_END.response.reply}' END AS said,
+                   CASE WHEN event = {RESPONSE} THEN data->>'{RESPONSE.thinking}' END AS thought,
+                   CASE WHEN event = {RESPONSE} THEN CAST(data->'{RESPONSE.cost}' AS DOUBLE) END AS paid
+            FROM events WHERE agent_type = 'primary' AND event <> {REQUEST}),
         pe AS (
-            SELECT *, sum(CASE WHEN event = 'tick_start' AND human IS NOT NULL THEN 1 ELSE 0 END)
+            SELECT *, sum(CASE WHEN event = {TICK} AND human IS NOT NULL THEN 1 ELSE 0 END)
                           OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq ROWS UNBOUNDED PRECEDING)
                           AS turn,
-                      bool_or(event = 'reply_blocked') OVER (PARTITION BY run_id, session_id, agent_id, tick)
+                      bool_or(event = {HELD}) OVER (PARTITION BY run_id, session_id, agent_id, tick)
                           AS held
             FROM ps),
         primary_turns AS (
             SELECT run_id, session_id, agent_id, any_value(agent_type) AS agent_type,
                    any_value(template) AS template, turn,
-                   arg_min(human, seq) FILTER (WHERE event = 'tick_start') AS input,
+                   arg_min(human, seq) FILTER (WHERE event = {TICK}) AS input,
                    string_agg(said, chr(10) || chr(10) ORDER BY seq)
                        FILTER (WHERE coalesce(said, '') <> '' AND NOT coalesce(held, false)) AS reply,
                    string_agg(thought, chr(10) || chr(10) ORDER BY seq) FILTER (WHERE coalesce(thought, '') <> '')
                        AS thinking,
-                   count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
-                   count(*) FILTER (WHERE event = 'eval') AS evals,
+                   count(*) FILTER (WHERE event IN ({RESPONSE}, {ERROR})) AS model_calls,
+                   count(*) FILTER (WHERE event = {EVAL}) AS evals,
                    min(ts) AS started_at, max(ts) - min(ts) AS seconds,
-                   CASE WHEN bool_or(event = 'model_response' AND paid IS NULL) THEN NULL
+                   CASE WHEN bool_or(event = {RESPONSE} AND paid IS NULL) THEN NULL
                         ELSE coalesce(sum(paid), 0) END AS cost
             FROM pe WHERE turn > 0 GROUP BY run_id, session_id, agent_id, turn),
         se AS (
             SELECT run_id, session_id, agent_id, agent_type, template, seq, ts, event,
-                   CASE WHEN event = 'model_response' THEN data->>'$.raw' END AS raw,
-                   CASE WHEN event = 'model_response' THEN data->>'$.thinking' END AS thought,
-                   CASE WHEN event = 'model_response' THEN CAST(data->'$.cost' AS DOUBLE) END AS paid
+                   CASE WHEN event = {RESPONSE} THEN data->>'{RESPONSE.raw}' END AS raw,
+                   CASE WHEN event = {RESPONSE} THEN data->>'{RESPONSE.thinking}' END AS thought,
+                   CASE WHEN event = {RESPONSE} THEN CAST(data->'{RESPONSE.cost}' AS DOUBLE) END AS paid
             FROM events WHERE agent_type <> 'primary'),
         so AS (SELECT *, {_OBJECT} AS answer FROM se),
         sn AS (
             SELECT *, 1 + coalesce(sum(CASE
-                         WHEN event = 'model_response' THEN coalesce(answer->>'$.eval', '') = ''
-                         ELSE event IN ('model_error', 'budget_stop', 'step_limit') END::INTEGER)
+                         WHEN event = {RESPONSE} THEN coalesce(answer->>'$.eval', '') = ''
+                         ELSE event IN ({ERROR}, {BUDGET}, {STEPS}) END::INTEGER)
                        OVER (PARTITION BY run_id, session_id, agent_id ORDER BY seq
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS turn
             FROM so),
         firsts AS (
             SELECT run_id, session_id, agent_id, turn, min(seq) AS seq
-            FROM sn WHERE event = 'model_request' GROUP BY ALL),
+            FROM sn WHERE event = {REQUEST} GROUP BY ALL),
         asked AS (  -- only each turn's first request is read
-            SELECT f.run_id, f.session_id, f.agent_id, f.turn, e.data->'$.request.messages' AS messages
+            SELECT f.run_id, f.session_id, f.agent_id, f.turn, e.data->'{REQUEST.request.messages}' AS messages
             FROM firsts f JOIN events e USING (run_id, session_id, agent_id, seq)),
         asked_text AS (
             SELECT run_id, session_id, agent_id, turn,
@@ -343,13 +368,13 @@ def _turns(con: duckdb.DuckDBPyConnection) -> None:
                    arg_max(answer->>'$.reply', seq) FILTER (WHERE coalesce(answer->>'$.reply', '') <> '') AS reply,
                    string_agg(thought, chr(10) || chr(10) ORDER BY seq) FILTER (WHERE coalesce(thought, '') <> '')
                        AS thinking,
-                   count(*) FILTER (WHERE event IN ('model_response', 'model_error')) AS model_calls,
-                   count(*) FILTER (WHERE event = 'eval') AS evals,
+                   count(*) FILTER (WHERE event IN ({RESPONSE}, {ERROR})) AS model_calls,
+                   count(*) FILTER (WHERE event = {EVAL}) AS evals,
                    min(ts) AS started_at, max(ts) - min(ts) AS seconds,
-                   CASE WHEN bool_or(event = 'model_response' AND paid IS NULL) THEN NULL
+                   CASE WHEN bool_or(event = {RESPONSE} AND paid IS NULL) THEN NULL
                         ELSE coalesce(sum(paid), 0) END AS cost
             FROM sn GROUP BY run_id, session_id, agent_id, turn
-            HAVING count(*) FILTER (WHERE event IN ('model_request', 'model_response', 'model_error')) > 0),
+            HAVING count(*) FILTER (WHERE event IN ({REQUEST}, {RESPONSE}, {ERROR})) > 0),
         everyone AS (
             SELECT run_id, session_id, agent_id, agent_type, template, turn, input, reply, thinking, model_calls,
                    evals, started_at, seconds, cost FROM primary_turns

@@ -209,7 +209,7 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.model_call import Ask, Reader, model_call
+    from ..inference.model_call import Ask, model_call
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -224,7 +224,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
                      agent=me)
     backend = _backend(job)
     call = JudgeCall(transcript, me, job)
-    reader = Reader(lambda text: read_answer(text, judge), _again, RETRIES)
+    reader = JudgeReader(judge)
     # An OpenAI-compatible server is asked for the answer's form (FORMS, each while it refuses the one
     # before); the Messages API, for the rubric's words alone.
     forms = list(FORMS) if job.backend == "openai" else [None]
@@ -263,9 +263,21 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             "error": error}
 
 
-def _again(error: Exception, cut: bool) -> str:
-    """What a judge is told after an answer that does not read."""
-    return f"That answer cannot be read: {error}. Answer again with the one JSON object asked for, and nothing else."
+class JudgeReader:
+    """A judge's answer: its score and rationale on its scale, asked again RETRIES times."""
+
+    retries = RETRIES
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+
+    def read(self, text: str) -> tuple[int, str]:
+        return read_answer(text, self.judge)
+
+    def again(self, error: Exception, cut: bool) -> str:
+        """What a judge is told after an answer that does not read."""
+        return (f"That answer cannot be read: {error}. Answer again with the one JSON object asked for, "
+                "and nothing else.")
 
 
 class JudgeCall(Caller):

@@ -6,7 +6,9 @@ server is started if it was not) and the arguments checked against it; the
 compulsions of the caller, which see the call as an action and may block it; the
 call itself, on the World's one connection to that server.  Every call, refused,
 blocked, failed or answered, is written to the caller's transcript with its
-server, tool, arguments, seconds, result size and error.
+server, tool, arguments, seconds, result size and error; a result too long for
+the agent is kept whole in a file, which takes its name once the call is
+recorded (a kill between the two is said at the next start).
 
 It runs on the EPC call's own thread: a tool call may take seconds, and the
 agents' loop goes on meanwhile (the compulsions run on it).
@@ -63,12 +65,12 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
     arguments: dict[str, Any] = {}
     record: dict[str, Any] = {"server": server, "tool": tool_name}
 
-    def write(error: str | None, chars: int = 0, blocked: bool = False) -> None:
+    def entry(error: str | None, chars: int = 0, blocked: bool = False) -> dict[str, Any]:
         data = {**record, "arguments": arguments, "seconds": round(time.monotonic() - started, 4),
                 "result_chars": chars, "error": error, "blocked": blocked}
         if hub is not None:
             data = hub.scrub(data)
-        rt.turns.call_in_loop(lambda: rt.transcript.write(ToolCall(**data), agent=world.identity(caller)))
+        return data
 
     try:
         if hub is None:
@@ -86,15 +88,23 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         faults.point("tool.answered")
         value = hub.scrub(calls.result(answer, full))
         # A result longer than the bound goes to the agent cut, the rest in a private file.
-        stem = f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120]
-        value, chars = calls.bounded(value, rt.mind.home / "transcripts" / "results",
-                                     re.sub(r"[^A-Za-z0-9_.-]", "_", stem))
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120])
+        folder = rt.mind.home / "transcripts" / "results"
+        value, chars = calls.bounded(value, folder, stem)
         faults.point("tool.kept")
     except AmacsError as err:
-        write(str(err), blocked=isinstance(err, Blocked))
+        failed = entry(str(err), blocked=isinstance(err, Blocked))
+        rt.turns.call_in_loop(lambda: rt.transcript.write(ToolCall(**failed), agent=world.identity(caller)))
         said = hub.scrub(str(err)) if hub is not None else str(err)
         if said != str(err):
             raise McpError(said) from None
         raise
-    write(None, chars)
+    done = entry(None, chars)
+
+    def recorded() -> str:
+        rt.transcript.write(ToolCall(**done), agent=world.identity(caller))
+        return ""
+
+    on_loop(recorded)  # recorded before the result file takes its name and the agent is given it
+    calls.recorded(folder, stem)
     return value

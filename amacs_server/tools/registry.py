@@ -1,10 +1,8 @@
 """The one table of the tools an agent calls from its evals, by the name Emacs calls them.
 
-``methods.py`` publishes each over EPC from here; ``elisp/amacs-agent.el`` has a
-wrapper for each (an ``agent-*``, ``thread-*``, ``skill-*`` or ``memory-*``
-function) and the core skill shows each wrapper called, which
-tests/test_tool_registry.py and tests/test_core_skill.py check: a tool added
-here and not there, or there and not here, fails them.
+``methods.py`` publishes each over EPC from here. Each tool's elisp function, arguments
+and docs are declared in ``declared.py``; tests/test_tool_declarations.py checks that
+its methods are this table's, and the wrappers and skills against it.
 """
 
 from __future__ import annotations

@@ -180,7 +180,10 @@ def size(value: Any) -> int:
 def bounded(value: Any, folder: Path, stem: str, limit: int = MAX_RESULT_CHARS) -> tuple[Any, int]:
     """VALUE and its size, or, when it is longer than LIMIT characters as text, a line saying how
     long it was and the file in FOLDER (``STEM.txt`` or ``.json``, private) that holds it whole,
-    then its first LIMIT characters: what goes to the agent, and over EPC, stays small."""
+    then its first LIMIT characters: what goes to the agent, and over EPC, stays small.  The file
+    is named with :data:`UNRECORDED` after it until :func:`recorded` (the call is in the
+    transcript): a server stopped in between leaves it so, and the next start says so
+    (:func:`unrecorded`)."""
     text = value if isinstance(value, str) else None
     whole = len(text) if text is not None else size(value)
     if whole <= limit:
@@ -190,7 +193,7 @@ def bounded(value: Any, folder: Path, stem: str, limit: int = MAX_RESULT_CHARS) 
     path = folder / f"{stem}.{'txt' if isinstance(value, str) else 'json'}"
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path.with_name(path.name + UNRECORDED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass") as out:
             out.write(text)
         where = (f"the whole result is in {path} (read it with insert-file-contents, a part at a time: "
@@ -200,6 +203,41 @@ def bounded(value: Any, folder: Path, stem: str, limit: int = MAX_RESULT_CHARS) 
     # The note first: an eval's printed result is cut again (amacs-eval-result-max-chars).
     note = f"[cut: the first {limit} of {whole} characters follow; {where}]\n"
     return note + text[:limit], whole
+
+
+# The suffix of a kept result's file until its call is recorded in the transcript.
+UNRECORDED = ".unrecorded"
+
+
+def recorded(folder: Path, stem: str) -> None:
+    """The file :func:`bounded` kept STEM's result in (if it kept one) under its own name: its
+    call is in the transcript, and the agent is given the result next."""
+    for path in (folder / f"{stem}.txt{UNRECORDED}", folder / f"{stem}.json{UNRECORDED}"):
+        try:
+            os.replace(path, path.with_name(path.name.removesuffix(UNRECORDED)))
+        except FileNotFoundError:
+            continue
+
+
+def unrecorded(folder: Path) -> list[str]:
+    """The results in FOLDER kept by tool calls a server stopped in before it recorded them (the
+    agent was never given them): each moved to its own name, and said in one line for the
+    person (at start)."""
+    try:
+        left = sorted(p for p in folder.iterdir() if p.name.endswith(UNRECORDED))
+    except OSError:
+        return []
+    said = []
+    for path in left:
+        whole = path.with_name(path.name.removesuffix(UNRECORDED))
+        try:
+            os.replace(path, whole)
+            size = whole.stat().st_size
+        except OSError:
+            continue
+        said.append(f"a tool call's result ({size} bytes) is kept in {whole}: the server stopped before it "
+                    "recorded the call, and the agent was never given it")
+    return said
 
 
 # -- who may use what ---------------------------------------------------------------------

@@ -128,5 +128,24 @@ own files, and the outer eval's noting goes on after it."
       (should (equal (plist-get outer :files-read) (list b)))
       (should-not (amacs-eval-test--noting-p)))))
 
+(ert-deftest amacs-eval-test-two-homes-agents-of-one-id-know-each-their-own-files ()
+  "The files each agent had read were one table for the whole Emacs, by agent id: home B's
+primary could write a file only home A's primary had read.  Each connection's server has its own."
+  (amacs-eval-test--with-files (a)
+    (let* ((amacs--connections nil)
+           (home-a (amacs-connection-for (expand-file-name "a" dir)))
+           (home-b (amacs-connection-for (expand-file-name "b" dir)))
+           (amacs-read-before-write t)
+           (amacs-current-agent "primary"))
+      (amacs-with-connection home-a
+        (should (plist-get (amacs--eval-form (format "(with-temp-buffer (insert-file-contents %S))" a))
+                           :success)))
+      (amacs-with-connection home-b
+        (should (string-match-p "never read by primary"
+                                (plist-get (amacs--eval-form (format "(write-region \"b\" nil %S)" a))
+                                           :error))))
+      (amacs-with-connection home-a
+        (should (plist-get (amacs--eval-form (format "(write-region \"a\" nil %S)" a)) :success))))))
+
 (provide 'amacs-eval-test)
 ;;; amacs-eval-test.el ends here

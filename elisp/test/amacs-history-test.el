@@ -173,13 +173,15 @@ input after it forks at the tick before that input."
 (ert-deftest amacs-history-test-a-fork-runs-where-its-parent-runs ()
   "The fork's server gets its parent's choices and the model, backend and URL
 the parent's server runs on; a parent running the model itself keeps :local."
-  (let ((parent (amacs--make-connection :home "/tmp/p" :chosen (list :budget 3)))
+  (let ((parent (amacs--make-connection :home "/tmp/p" :life (amacs--make-life :chosen (list :budget 3))))
         (done (list :backend "openai" :model "m-1" :base-url "http://127.0.0.1:9/v1")))
     (should (equal (amacs-history--fork-choices parent done)
                    (list :budget 3 :backend "openai" :model "m-1" :base-url "http://127.0.0.1:9/v1")))
-    (should (equal (amacs-connection-chosen parent) (list :budget 3))))
-  (let ((parent (amacs--make-connection :home "/tmp/p" :chosen (list :backend "openai" :model "smollm2"
-                                                                     :local (list "py" "m.gguf")))))
+    (should (equal (amacs-life-chosen (amacs-connection-life parent)) (list :budget 3))))
+  (let ((parent (amacs--make-connection
+                 :home "/tmp/p"
+                 :life (amacs--make-life :chosen (list :backend "openai" :model "smollm2"
+                                                       :local (list "py" "m.gguf"))))))
     (should (equal (amacs-history--fork-choices parent (list :backend "openai" :model "smollm2"))
                    (list :backend "openai" :model "smollm2" :local (list "py" "m.gguf"))))))
 

@@ -296,10 +296,10 @@ what is on disk and how to go on, then `;; Log: PATH'."
           (amacs-disconnect-hook '(amacs-shell--on-disconnect)))
       (amacs-shell-test--type-and-send "q1")
       (amacs--queue-events conn '((:type "input-taken" :saved t) (:type "turn-start")))
-      (should (amacs-connection-event-timer conn))      ; not yet handled: the timer waits
-      (let ((timer (amacs-connection-event-timer conn)))
+      (should (amacs-wire-drain-timer (amacs-connection-wire conn)))      ; not yet handled: the timer waits
+      (let ((timer (amacs-wire-drain-timer (amacs-connection-wire conn))))
         (amacs--say-stopped conn "AMACS server stopped (killed)" "Send a message to restart it.")
-        (should-not (amacs-connection-event-queue conn))
+        (should-not (amacs-wire-queue (amacs-connection-wire conn)))
         (should-not (memq timer timer-list)))
       (should (string-match-p
                (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; "
@@ -391,8 +391,8 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
         (with-current-buffer amacs-shell-buffer-name
           (should-not (string-match-p "Still streaming" (amacs-shell-test--text))))   ; held
         (funcall status-callback '(:recent ((:human "tell me slowly")) :interrupted t))
-        (when (timerp (amacs-connection-event-timer conn))
-          (cancel-timer (amacs-connection-event-timer conn))))
+        (when (timerp (amacs-wire-drain-timer (amacs-connection-wire conn)))
+          (cancel-timer (amacs-wire-drain-timer (amacs-connection-wire conn)))))
       (with-current-buffer amacs-shell-buffer-name
         (let ((text (amacs-shell-test--text)))
           (should (string-match-p "amacs> tell me slowly\n\\(.*\n\\)*Still streaming" text))
@@ -404,7 +404,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   (amacs-shell-test--with-shell
     (let ((prompts nil)
           (amacs-shell-usage '(:budget-limit 2.0)))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "openai" :model "qwen"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "openai" :model "qwen"))
       (cl-letf (((symbol-function 'read-number) (lambda (prompt default) (push prompt prompts) default))
                 ((symbol-function 'completing-read)
                  (lambda (prompt &rest _) (push prompt prompts) "openai"))
@@ -424,7 +424,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   (amacs-shell-test--with-shell
     (let ((prompts nil)
           (answers (list "claude-x" "localhost:41317" "http://localhost:41317")))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "claude-x"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "anthropic" :model "claude-x"))
       (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
                 ((symbol-function 'read-string)
                  (lambda (prompt &optional initial &rest _)
@@ -448,7 +448,7 @@ A draft at the prompt goes to the kill ring.  RET on a reply's text sends nothin
   "A window typed at the prompt goes to the server and to a restarted server's environment."
   (amacs-shell-test--with-shell
     (let ((answers (list "claude-sonnet-5-5" "http://127.0.0.1:4000" "lots" "8192")))
-      (setf (amacs-connection-status (amacs-current-connection)) '(:backend "anthropic" :model "m"))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) '(:backend "anthropic" :model "m"))
       (cl-letf (((symbol-function 'completing-read) (lambda (&rest _) "anthropic"))
                 ((symbol-function 'read-string) (lambda (&rest _) (pop answers))))
         (call-interactively #'amacs-set-model))
@@ -556,7 +556,7 @@ server was last told; not when they did not."
       (cl-letf (((symbol-function 'amacs--call-sync)
                  (lambda (method args) (push (list method args) sync) t)))
         (let ((amacs-max-steps 8))
-          (amacs-connection-put (amacs-current-connection) :settings-sent (amacs--settings))
+          (setf (amacs-wire-settings-sent (amacs-connection-wire (amacs-current-connection))) (amacs--settings))
           (amacs-shell-test--type-and-send "one")
           (should-not sync)
           (setq amacs-max-steps 3)
@@ -872,10 +872,45 @@ also from compiled code (`save-buffer'), and the deletes."
             (should (string-match-p (regexp-quote (format "▸ changed: %s (file, +1 line), %s (file deleted, −2 lines)"
                                                           (abbreviate-file-name kept) (abbreviate-file-name gone)))
                                     (amacs-shell-test--text)))
-            ;; Only `amacs-eval-confirm' `writes' advises them (its own test installs that).
             (dolist (primitive '(write-region delete-file))
-              (advice-mapc (lambda (_ properties) (should (eq (alist-get 'name properties) 'amacs-eval-ask)))
-                           primitive)))
+              (advice-mapc (lambda (advice _) (should-not advice)) primitive)))
+        (delete-directory dir t)))))
+
+(ert-deftest amacs-shell-test-eval-confirm-writes-asks-about-files-with-no-file-primitive-advised ()
+  "`writes' advised 7 primitives, so 7 trampolines were compiled at its first eval of each
+session, and a link onto a file was never asked about.  The eval's file name handler asks about
+every write, copy, rename, link and delete, also from compiled code (`save-buffer'); only the
+three process starts are advised."
+  (amacs-shell-test--with-shell
+    (let* ((amacs-eval-confirm 'writes)
+           (asked nil)
+           (dir (make-temp-file "amacs-writes" t))
+           (kept (expand-file-name "kept.txt" dir))
+           (link (expand-file-name "link.txt" dir))
+           (eval (lambda (form answer)
+                   (setq amacs-shell-test--calls nil)
+                   (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt asked) answer)))
+                     (amacs--handle-eval-event (list :type "eval" :id 7 :form form :agent "primary")))
+                   (cadr (cadr (seq-find (lambda (c) (eq (car c) 'emacs_reply)) amacs-shell-test--calls))))))
+      (unwind-protect
+          (progn
+            (with-temp-file kept (insert "one\n"))
+            (should (equal (plist-get (funcall eval (format "(progn (with-current-buffer (find-file-noselect %S) (insert \"0\") (save-buffer) (kill-buffer)) (add-name-to-file %S %S) 'ok)"
+                                                            kept kept link)
+                                               t)
+                                      :result)
+                           "ok"))
+            (should (equal (length asked) 2))
+            (should (string-match-p "wants to link to .*link\\.txt" (car asked)))
+            (should (string-match-p "wants to write .*kept\\.txt" (cadr asked)))
+            (should (equal (plist-get (funcall eval (format "(delete-file %S)" link) nil) :error)
+                           (format "The person declined to let this eval delete %s"
+                                   (abbreviate-file-name link))))
+            (should (file-exists-p link))
+            (dolist (primitive '(write-region delete-file rename-file copy-file make-symbolic-link
+                                 add-name-to-file))
+              (advice-mapc (lambda (advice _) (should-not (list primitive advice))) primitive))
+            (should (advice-member-p 'amacs-eval-ask 'call-process)))
         (delete-directory dir t)))))
 
 (ert-deftest amacs-shell-test-emacs-own-files-are-not-the-agents-changes ()
@@ -1389,7 +1424,7 @@ Without org loaded they are plain at first and rendered at the first idle
 moment; the inputs are inputs, which RET puts back at the prompt."
   (amacs-shell-test--with-shell
     (let ((rendered nil))
-      (setf (amacs-connection-status (amacs-current-connection))
+      (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection)))
             '(:recent ((:human "show me" :agent "It is *bold* and ~code~.")) :key-ok t))
       (let ((amacs--render-preload-queue nil)
             (amacs--render-preload-timer nil))

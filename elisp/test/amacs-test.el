@@ -102,7 +102,7 @@
       (amacs-on-event "t" (lambda (e) (push (plist-get e :n) seen)))
       (dotimes (n 5) (amacs--queue-events conn (list (list :type "t" :n n))))
       (should-not seen)                   ; nothing ran inside the "filter"
-      (cancel-timer (amacs-connection-event-timer conn))
+      (cancel-timer (amacs-wire-drain-timer (amacs-connection-wire conn)))
       (amacs--drain-events conn)
       (should (equal (nreverse seen) '(0 1 2 3 4))))))
 
@@ -130,7 +130,7 @@
 The disconnect hook runs before the server has exited; its sentinel, run
 later, neither runs it again nor says the server stopped."
   (let ((proc (start-process "amacs-test-stop" nil "sleep" "0.3")))
-    (amacs-test-with-connection conn (:server-process proc)
+    (amacs-test-with-connection conn (:process proc)
       (let* ((amacs-stop-grace 5)
              (said nil)
              (amacs-transport-message-function (lambda (text) (push text said)))
@@ -144,7 +144,7 @@ later, neither runs it again nor says the server stopped."
         (accept-process-output nil 0.05)
         (should (= hooked 1))
         (should-not said)
-        (should-not (amacs-connection-server-process conn))))))
+        (should-not (amacs-life-process (amacs-connection-life conn)))))))
 
 (ert-deftest amacs-test-hello-settings ()
   "The server learns the eval time limit and step limit from the defcustoms."
@@ -434,7 +434,7 @@ prompt and the input of last time goes to the kill ring."
 (ert-deftest amacs-test-input-waiting-when-the-server-dies-restarts-it ()
   "Input queued between the connection dropping and the server's sentinel is not stranded."
   (let ((proc (start-process "amacs-test-dying" nil "true")))
-    (amacs-test-with-connection conn (:server-process proc :on-ready (list #'ignore))
+    (amacs-test-with-connection conn (:process proc :on-ready (list #'ignore))
       (let ((amacs-transport-message-function #'ignore)
             (started 0))
         (process-put proc 'amacs-connection conn)
@@ -443,11 +443,11 @@ prompt and the input of last time goes to the kill ring."
         (cl-letf (((symbol-function 'amacs-start-server) (lambda (&rest _) (setq started (1+ started)))))
           (amacs--server-sentinel proc "killed\n"))
         (should (= started 1))
-        (should-not (amacs-connection-server-process conn))
+        (should-not (amacs-life-process (amacs-connection-life conn)))
         ;; With nothing waiting, a dead server is not restarted by itself.
         (let ((proc2 (start-process "amacs-test-dying" nil "true")))
           (process-put proc2 'amacs-connection conn)
-          (setf (amacs-connection-server-process conn) proc2 (amacs-connection-on-ready conn) nil)
+          (setf (amacs-life-process (amacs-connection-life conn)) proc2 (amacs-life-on-ready (amacs-connection-life conn)) nil)
           (while (process-live-p proc2) (accept-process-output proc2 0.05))
           (cl-letf (((symbol-function 'amacs-start-server) (lambda (&rest _) (setq started (1+ started)))))
             (amacs--server-sentinel proc2 "killed\n"))
@@ -461,7 +461,7 @@ prompt and the input of last time goes to the kill ring."
          (amacs-ready-hook nil))
     (amacs-test-with-connection conn (:on-ready (list (lambda () (push 'b ran)) (lambda () (push 'a ran))))
       (should (= (amacs-cancel-waiting) 2))
-      (should-not (amacs-connection-on-ready conn))
+      (should-not (amacs-life-on-ready (amacs-connection-life conn)))
       (should (= (amacs-cancel-waiting) 0))
       (amacs--hello-accepted conn '(:model "m"))
       (should-not ran))))
@@ -519,7 +519,7 @@ prompt and the input of last time goes to the kill ring."
         (should-not started)
         (should (equal connected
                        '(t nil 4242 "tok" "Connected to the headless AMACS server on port 4242 (pid 99).")))
-        (should (equal (amacs-connection-token conn) "tok")))
+        (should (equal (amacs-life-token (amacs-connection-life conn)) "tok")))
       (setq connected nil)
       (cl-letf (((symbol-function 'amacs--live-headless-server) #'ignore)
                 ((symbol-function 'amacs--connect-port) (lambda (&rest args) (setq connected args)))
@@ -541,7 +541,7 @@ prompt and the input of last time goes to the kill ring."
                      (lambda (_conn _proc port token &optional success) (setq connected (list port token success)))))
             (amacs-connect))
           (should (equal connected '(5151 "t0k" "Connected to the AMACS server on port 5151.")))
-          (should (equal (amacs-connection-token (amacs-current-connection)) "t0k")))
+          (should (equal (amacs-life-token (amacs-connection-life (amacs-current-connection))) "t0k")))
       (delete-directory home t))))
 
 (ert-deftest amacs-test-connect-to-another-home ()
@@ -584,19 +584,19 @@ connection is the one opened."
                 ((symbol-function 'amacs-start-server) #'ignore)
                 ((symbol-function 'amacs-live-p) #'ignore))
         (amacs-restart)
-        (should (= (length (amacs-connection-on-ready conn)) 1))
-        (setf (amacs-connection-status conn) '(:model "claude-x" :backend "anthropic" :notice nil)
-              (amacs-connection-server-process conn) (start-process "amacs-test-live" nil "sleep" "5"))
+        (should (= (length (amacs-life-on-ready (amacs-connection-life conn))) 1))
+        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "claude-x" :backend "anthropic" :notice nil)
+              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
         (unwind-protect
-            (funcall (car (amacs-connection-on-ready conn)))
-          (delete-process (amacs-connection-server-process conn)))
+            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
+          (delete-process (amacs-life-process (amacs-connection-life conn))))
         (should (equal said '("AMACS server restarted: claude-x on anthropic.")))
         (setq said nil)
-        (setf (amacs-connection-status conn) '(:model "claude-x" :backend "anthropic" :notice "No API key: set it.")
-              (amacs-connection-server-process conn) (start-process "amacs-test-live" nil "sleep" "5"))
+        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "claude-x" :backend "anthropic" :notice "No API key: set it.")
+              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
         (unwind-protect
-            (funcall (car (amacs-connection-on-ready conn)))
-          (delete-process (amacs-connection-server-process conn)))
+            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
+          (delete-process (amacs-life-process (amacs-connection-life conn))))
         (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it.")))))))
 
 (ert-deftest amacs-test-restart-mid-turn-asks-first ()
@@ -667,7 +667,7 @@ Lisp (./amacs) says nothing."
                   '(let (said seen)
                      (advice-add 'amacs-start-server :override
                                  (lambda (&optional connection)
-                                   (setf (amacs-connection-server-process connection)
+                                   (setf (amacs-life-process (amacs-connection-life connection))
                                          (start-process "amacs-test-sleep" nil "sleep" "10"))))
                      (advice-add 'amacs-shell--open :override #'ignore)
                      (advice-add 'message :after (lambda (format &rest _) (when format (push format said))))
@@ -797,8 +797,8 @@ Lisp (./amacs) says nothing."
             (setq amacs--buffer-connection theirs)
             (setq hub (amacs-hub)))
           (should (eq (buffer-local-value 'amacs--buffer-connection hub) theirs))
-          (should (eq (amacs-connection-hub theirs) hub))
-          (should-not (amacs-connection-hub mine))
+          (should (eq (amacs-ui-hub (amacs-connection-ui theirs)) hub))
+          (should-not (amacs-ui-hub (amacs-connection-ui mine)))
           (should (equal asked (list theirs)))
           (should (string-match-p (regexp-quote (abbreviate-file-name other)) (buffer-name hub))))
       (when (buffer-live-p hub) (kill-buffer hub))

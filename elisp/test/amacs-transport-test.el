@@ -30,8 +30,8 @@ No event handlers but the test's own."
             (,var (make-epc:connection :name "t" :buffer buf :channel (cc:signal-channel "t")))
             (amacs--event-handlers nil))
        (unwind-protect (progn ,@body)
-         (when (timerp (amacs-connection-event-timer connection))
-           (cancel-timer (amacs-connection-event-timer connection)))
+         (when (timerp (amacs-wire-drain-timer (amacs-connection-wire connection)))
+           (cancel-timer (amacs-wire-drain-timer (amacs-connection-wire connection))))
          (kill-buffer buf)))))
 
 ;; Issue 10 (start-up): the server's Python takes ~10 times longer to start
@@ -117,7 +117,7 @@ is an EPC connection as `epc:connect' makes it."
          (amacs-transport-message-function #'ignore)
          (amacs-disconnect-hook (list (lambda () (setq seen-by-the-hook seen)))))
     (amacs-test-with-connection
-        connection (:server-process server
+        connection (:process server
                     :manager (make-epc:manager :server-process server :connection conn))
      (unwind-protect
         (progn
@@ -134,8 +134,8 @@ is an EPC connection as `epc:connect' makes it."
           (should (equal seen-by-the-hook '(t))))
       (dolist (p (list server client accepted listener))
         (when (processp p) (delete-process p)))
-      (when (timerp (amacs-connection-event-timer connection))
-        (cancel-timer (amacs-connection-event-timer connection)))
+      (when (timerp (amacs-wire-drain-timer (amacs-connection-wire connection)))
+        (cancel-timer (amacs-wire-drain-timer (amacs-connection-wire connection))))
       (kill-buffer buf)))))
 
 (ert-deftest amacs-transport-test-a-server-found-dead-is-named-as-its-sentinel-would ()
@@ -170,7 +170,7 @@ is an EPC connection as `epc:connect' makes it."
         (amacs--connection-filter connection conn nil (substring data 0 cut))
         (amacs--connection-filter connection conn nil (substring data cut))
         (should-not seen)               ; nothing ran inside the filter
-        (should (timerp (amacs-connection-event-timer connection)))
+        (should (timerp (amacs-wire-drain-timer (amacs-connection-wire connection))))
         (amacs--drain-events connection)
         (should (equal (nreverse seen) '((1 nil) (2 nil) (3 "héllo ✓"))))
         (should (= 0 (buffer-size (epc:connection-buffer conn))))))))
@@ -183,7 +183,7 @@ is an EPC connection as `epc:connect' makes it."
                  (lambda (_channel &rest message) (push message signalled))))
         (amacs--connection-filter connection conn nil (amacs-transport-test--frame '(return 7 "ok"))))
       (should (equal signalled '((return 7 "ok"))))
-      (should-not (amacs-connection-event-queue connection)))))
+      (should-not (amacs-wire-queue (amacs-connection-wire connection))))))
 
 ;; M-x amacs-events: the wire log a person can read, as jsonrpc.el's events buffer.
 (ert-deftest amacs-transport-test-the-wire-log-shows-what-passed ()
@@ -205,13 +205,31 @@ is an EPC connection as `epc:connect' makes it."
                 (should (= (length lines) 5))
                 (should (string-match-p "<- event turn-start (:type \"turn-start\")" (nth 0 lines)))
                 (should (string-match-p "<- event reply-delta .*:text \"hé\"" (nth 1 lines)))
-                (should (string-match-p "<- return (return 7 \"ok\")" (nth 2 lines)))
-                (should (string-match-p "<- call eval " (nth 3 lines)))
+                (should (string-match-p "<- return #7 (return 7 \"ok\")" (nth 2 lines)))
+                (should (string-match-p "<- call eval #9 " (nth 3 lines)))
                 (should (string-match-p "-> call submit (\"hi\" (:origin \"key\"))" (nth 4 lines))))
               ;; A message passing while the buffer is open is added at its end.
               (amacs--wire-log connection 'in "event turn-done" '(:type "turn-done"))
               (should (string-match-p "<- event turn-done .*\n\\'" (buffer-string))))
           (kill-buffer buffer))))))
+
+(ert-deftest amacs-transport-test-a-call-and-its-return-name-one-uid-in-the-wire-log ()
+  "A call's line did not name its EPC uid: \"<- return (return 4 t)\" was matched to its call
+by order alone, wrong when calls overlap.  Each call's line and its return's name one uid."
+  (amacs-transport-test--with-connection conn
+    (let ((sent nil))
+      (setf (amacs-wire-manager (amacs-connection-wire connection)) (make-epc:manager :connection conn))
+      (cl-letf (((symbol-function 'epc:manager-send) (lambda (_mngr &rest message) (push message sent)))
+                ((symbol-function 'cc:signal-send) #'ignore))
+        (amacs--send-call connection 'submit '("one"))
+        (amacs--send-call connection 'submit '("two"))
+        (let ((first (nth 1 (cadr sent))) (second (nth 1 (car sent))))
+          (amacs--connection-filter connection conn nil
+                                    (amacs-transport-test--frame (list 'return second t)))
+          (should (equal (mapcar (lambda (entry) (nth 2 entry))
+                                 (nreverse (ring-elements (amacs-wire-log (amacs-connection-wire connection)))))
+                         (list (format "call submit #%s" first) (format "call submit #%s" second)
+                               (format "return #%s" second)))))))))
 
 (ert-deftest amacs-transport-test-the-wire-log-is-a-small-ring ()
   "The log keeps the newest `amacs-events-log-size' messages; 0 keeps none."
@@ -219,12 +237,12 @@ is an EPC connection as `epc:connect' makes it."
     (let ((amacs-events-log-size 3))
       (dotimes (i 5) (amacs--wire-log connection 'in "event t" (list :type "t" :n i)))
       (should (equal (mapcar (lambda (e) (plist-get (nth 3 e) :n))
-                             (ring-elements (amacs-connection-get connection :wire-log)))
+                             (ring-elements (amacs-wire-log (amacs-connection-wire connection))))
                      '(4 3 2))))
     (let ((amacs-events-log-size 0))
-      (amacs-connection-put connection :wire-log nil)
+      (setf (amacs-wire-log (amacs-connection-wire connection)) nil)
       (amacs--wire-log connection 'in "event t" '(:type "t"))
-      (should-not (amacs-connection-get connection :wire-log)))))
+      (should-not (amacs-wire-log (amacs-connection-wire connection))))))
 
 ;; The rule that merges a stream's deltas, and drops those a streamed reply replaces, is the
 ;; server's (transport/server.py, Outbox; tests/test_transport.py): Emacs handles what comes.
@@ -243,7 +261,7 @@ is an EPC connection as `epc:connect' makes it."
                           (:type "reply" :text "abc" :streamed t)))))
       (amacs--drain-events connection)
       (should (equal (nreverse seen) '((delta "a") (delta "b") (note "n") (delta "c") (reply "abc"))))
-      (should-not (amacs-connection-event-queue-tail connection)))))
+      (should-not (amacs-wire-queue-tail (amacs-connection-wire connection))))))
 
 (ert-deftest amacs-transport-test-events-queued-while-draining ()
   "An event that arrives while a handler runs is handled after it, in the same drain."
@@ -258,6 +276,29 @@ is an EPC connection as `epc:connect' makes it."
                                           '(amacs-events 0 ((:type "t" :n 1) (:type "t" :n 2)))))
       (amacs--drain-events connection)
       (should (equal (nreverse seen) '(1 2 3))))))
+
+(ert-deftest amacs-transport-test-a-setting-a-timer-set-goes-to-every-home-as-the-timers ()
+  "Where a change to a setting came from was one variable for the whole Emacs, cleared when
+the first home's server was told: the second home's server heard the timer's change as the
+person's.  Each connection's wire keeps it until its server is told."
+  (let* ((amacs--connections nil)
+         (a (amacs-connection-for (make-temp-file "amacs-a" t)))
+         (b (amacs-connection-for (make-temp-file "amacs-b" t)))
+         (amacs-max-steps amacs-max-steps)
+         (told nil))
+    (dolist (connection (list a b))
+      (setf (amacs-wire-settings-sent (amacs-connection-wire connection)) (amacs--settings)))
+    (run-at-time 0 nil (lambda () (setq amacs-max-steps (1+ amacs-max-steps))))
+    (let ((deadline (+ (float-time) 5)))
+      (while (and (equal (amacs--settings) (amacs-wire-settings-sent (amacs-connection-wire a)))
+                  (< (float-time) deadline))
+        (accept-process-output nil 0.01)))
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args) (push (list method (amacs--call-origin)) told) t)))
+      (dolist (connection (list a b))
+        (amacs-with-connection connection (should-not (amacs--send-changed-settings)))))
+    (should (equal (mapcar (lambda (call) (plist-get (cadr call) :via)) told)
+                   '("timer-event-handler" "timer-event-handler")))))
 
 (provide 'amacs-transport-test)
 ;;;; Issue 12: a server that cannot start is explained once and not restarted for ever
@@ -286,7 +327,7 @@ round begins only when asked."
           (should (= gave-up 1))
           (should (= (funcall starts) 3))
           (should-not ran)
-          (should-not (amacs-connection-on-ready conn))
+          (should-not (amacs-life-on-ready (amacs-connection-life conn)))
           (setq said (nreverse said))
           (should (equal (seq-filter (lambda (s) (string-match-p "did not start:" s)) said)
                          '("The AMACS server did not start: the home is broken")))
@@ -316,7 +357,7 @@ round begins only when asked."
         (progn
           (amacs-when-ready #'ignore)
           (let ((deadline (+ (float-time) 10)))
-            (while (and (amacs-connection-on-ready conn) (< (float-time) deadline))
+            (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
               (accept-process-output nil 0.02)))
           (should (seq-find (lambda (s) (string-match-p
                                          "did not start: exited abnormally with code 1: PermissionError: no" s))
@@ -380,5 +421,16 @@ agent's eval result is the message alone."
     (should (string-match-p
              "The call to agent_tool carries 7.0 MiB, more than a message"
              (error-message-string err)))))
+
+;; ./amacs asks the warm server for the home's server while Emacs starts, and gives Emacs
+;; the folder to find it by and the token it was started with.
+(ert-deftest amacs-transport-test-the-first-start-alone-takes-the-early-server ()
+  "The first start takes ./amacs's early server and its token; nothing else sees them."
+  (let ((process-environment (append (list "AMACS_EARLY=/tmp/early" (concat "AMACS_EARLY_TOKEN=" (make-string 64 ?e)))
+                                     process-environment)))
+    (should (equal (amacs--take-early-start) (cons "/tmp/early" (make-string 64 ?e))))
+    (should-not (getenv "AMACS_EARLY"))
+    (should-not (getenv "AMACS_EARLY_TOKEN"))
+    (should-not (amacs--take-early-start))))
 
 ;;; amacs-transport-test.el ends here

@@ -374,6 +374,12 @@ def test_kill_in_a_chain(case: tuple[str, int], chains: dict[str, Chain]) -> Non
     # -- what was undone is said at the restart: a task at work at the last tick saved -----------------
     if kind(chain) == "task" and point.startswith("talk.delivered"):
         assert re.search(r"not resumed: task-\d+", after), after
+    if point.startswith("tool.kept"):  # the result kept for the call the kill left unrecorded
+        # (said above the prompt the input was sent from, so its first words are before AFTER's start)
+        assert re.search(r"result \(\d+ bytes\) is kept in \S+: the server stopped before it\s+"
+                         r"recorded the call, and the agent was never given it", after), after
+    if kind(chain) == "tool" and i == len(CHAINS[chain]) - 1:
+        assert not list((home / "transcripts" / "results").glob("*.unrecorded"))
     if kind(chain) == "task" and point.startswith("persist.done"):  # the tick state one tick behind the chat
         assert re.search(r"at tick \d+, not restored: task-\d+.*?they\s+have\s+ended", after, re.S), after
     if kind(chain) == "task" and i == len(CHAINS[chain]) - 1:  # a subagent's id is never taken again

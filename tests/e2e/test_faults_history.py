@@ -2,14 +2,15 @@
 with SIGKILL at each of their points, then the next start.
 
 One home is made once (a session whose later ticks write a scratchpad note, a thread, a memory
-item and a skill; a later session's start; server.log lines); each case rewinds or forks a
-copy of it in a real ``python -m amacs_server`` process that ``AMACS_FAULT_POINT`` kills.
+item and a skill; a later session's start; lines in server.log, in a tool server's log, which
+is rotated after the cut, and in the local model's); each case rewinds or forks a copy of it
+in a real ``python -m amacs_server`` process that ``AMACS_FAULT_POINT`` kills.
 Then, as the person would go on:
 
 - a rewind: a server starts on the home (a :class:`Runtime`, the server's start-up path). Its
   home is exactly the home before the rewind or exactly the home a rewind never killed makes
-  (files, transcripts, server.log, memory.db's rows, the history and the abandoned future's
-  ref), and it said so in one line when it finished a rewind; its next input is answered at
+  (files, transcripts, every file of logs/, memory.db's rows, the history and the abandoned
+  future's ref), and it said so in one line when it finished a rewind; its next input is answered at
   the tick that follows;
 - a fork: the source home is as it was; DEST is absent or whole; forking again into DEST
   works (saying what it removed) and the fork is the one a fork never killed makes.
@@ -68,7 +69,14 @@ def source(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> Pat
     home = tmp_path_factory.mktemp("history-faults") / "home"
     (home / "logs").mkdir(parents=True)
     (home / "logs" / "server.log").write_text("2020-01-01 00:00:00,000 amacs INFO long before\n")
+    tool = home / "logs" / "mcp-tool.log"  # a tool server's stderr: rotated after the cut
+    tool.write_text("--- before tick 1 starting tool\n")
     run(home, fake, FUTURE_SESSION[:2])
+    with tool.open("a") as log:
+        log.write("a tool's line after tick 2\n")
+    os.replace(tool, tool.with_name("mcp-tool.log.1"))
+    tool.write_text("--- later starting tool\n")
+    (home / "logs" / "local-model.log").write_text("a local model started after tick 2\n")
     skill = home / "skills" / "later" / "SKILL.md"
     skill.parent.mkdir(parents=True)
     skill.write_text("---\nname: later\ndescription: a skill written later\n---\nLater.\n")
@@ -101,9 +109,11 @@ def state(home: Path, *, names: dict[str, str]) -> dict[str, Any]:
         return text
 
     files = {str(p.relative_to(home)): masked(p.read_bytes()) for p in history.tracked(home) if p.exists()}
-    for rel in ("rewound-spend", "budget-limit", "logs/server.log", *history.SETTINGS):
+    for rel in ("rewound-spend", "budget-limit", *history.SETTINGS):
         if (home / rel).exists():
             files[rel] = masked((home / rel).read_bytes())
+    for p in sorted((home / "logs").glob("*")) if (home / "logs").is_dir() else []:
+        files[f"logs/{p.name}"] = masked(p.read_bytes())
     for p in sorted((home / "transcripts").glob("*.jsonl")):
         if p.name in SESSIONS:
             files[f"transcripts/{p.name}"] = masked(p.read_bytes())
@@ -156,6 +166,10 @@ def references(source: Path, fake: FakeAnthropic, root: Path) -> dict[str, Any]:
     before, after, home = copy(source, root / "before"), copy(source, root / "after"), copy(source, root / "src")
     done = cli("rewind", str(after), "--tick", str(CUT))
     assert done.returncode == 0, done.stderr
+    # every log's lines after the cut are moved: the rotated tool log's tail, the files begun later
+    assert {p.name: p.read_text() for p in (after / "logs").iterdir()} == {
+        "server.log": "2020-01-01 00:00:00,000 amacs INFO long before\n",
+        "mcp-tool.log.1": "--- before tick 1 starting tool\n", "mcp-tool.log": "", "local-model.log": ""}
     done = cli("fork", str(home), "--tick", str(CUT), str(root / "fork"))
     assert done.returncode == 0, done.stderr
     return {"before": turn(before, fake, {str(before): "HOME"})[1:],

@@ -31,10 +31,10 @@ def test_killing_a_forks_shell_stops_its_server_after_asking(fake, home, tmp_pat
       (amacs-fork 1 {elisp_string(str(fork))})
       (let ((conn (amacs-connection-for {elisp_string(str(fork))})))
         (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
-        (princ (format "PID {n} %s\\n" (process-id (amacs-connection-server-process conn))))
+        (princ (format "PID {n} %s\\n" (process-id (amacs-life-process (amacs-connection-life conn)))))
         (let ((asked nil))
           (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (setq asked prompt) {says})))
-            (kill-buffer (amacs-connection-shell conn)))
+            (kill-buffer (amacs-ui-shell (amacs-connection-ui conn))))
           (princ (format "ASKED {n} %S\\n" asked))
           (princ (format "LIVE {n} %S\\n" (and (amacs-live-p conn) t)))))""" for n, (fork, says) in
         enumerate(zip(forks, ("t", "nil"), strict=True)))

@@ -36,7 +36,8 @@ import pytest
 
 from amacs_server.inference.anthropic_backend import AnthropicBackend
 from amacs_server.inference.capabilities import CapabilityStore, TooLong, too_long
-from amacs_server.inference.catalog import ModelCatalog, call_adapting
+from amacs_server.inference.catalog import ModelCatalog
+from amacs_server.inference.model_call import Ask, Caller, model_call
 from amacs_server.inference.parse import parse_response
 from amacs_server.inference.request import build_request
 from amacs_server.inference.retry import InferenceError, RetryPolicy
@@ -199,21 +200,49 @@ def test_thinking_off_sends_no_reasoning_and_on_is_refused_by_litellm_then_dropp
     assert "reasoning_effort" not in chats(fake)[0]
     catalog = ModelCatalog(CapabilityStore.open(tmp_path / "caps.json"))
     catalog.use("anthropic", proxy, MODEL, None)
-    said: list[str] = []
     settings = ApiSettings(max_tokens=2000, thinking=True)
+    hi = Hi()
 
     async def turn() -> None:
         model = AnthropicBackend(KEY, proxy, 60, RetryPolicy(attempts=2, base=0.05))
         try:
             for _ in range(2):
-                await call_adapting(catalog, lambda caps: build_request(MODEL, SYSTEM, HI, settings, caps),
-                                    lambda r: model.complete(r, stream=False), said.append)
+                await model_call(Ask(model, catalog, MODEL, SYSTEM, settings, Hi()), hi, hi)
         finally:
             await model.aclose()
 
     asyncio.run(turn())
+    said = hi.said
     assert len(said) == 1 and "does not take reasoning_effort" in said[0], said
     assert all("reasoning_effort" not in body for body in chats(fake)) and len(chats(fake)) == 3
+
+
+class Hi(Caller):
+    """A call of HI through the one model call, as an agent makes it: the lines it would show the
+    person kept (SAID), its answer's text taken as it is."""
+
+    retries = 0
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def read(self, text: str) -> str:
+        return text
+
+    def again(self, error: Exception, cut: bool) -> str:
+        return ""
+
+    def now(self) -> list[dict[str, Any]]:
+        return HI
+
+    def answered(self, result: Any, retry: str | None, cut: bool) -> None:
+        pass
+
+    def compact(self, window: int | None) -> dict[str, Any] | None:
+        return None
+
+    def status(self, line: str) -> None:
+        self.said.append(line)
 
 
 @pytest.mark.parametrize("status", [429, 529])

@@ -29,15 +29,15 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
       (amacs-fork 1 {elisp_string(str(fork))})
       (let ((conn (amacs-connection-for {elisp_string(str(fork))})))  ; its own shell and server: it answers too
         (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
-        (with-current-buffer (amacs-connection-shell conn)
+        (with-current-buffer (amacs-ui-shell (amacs-connection-ui conn))
           (goto-char (point-max))
           (insert "note the fork")
           (comint-send-input))
-        (amacs-e2e-wait (lambda () (with-current-buffer (amacs-connection-shell conn)
+        (amacs-e2e-wait (lambda () (with-current-buffer (amacs-ui-shell (amacs-connection-ui conn))
                                      (save-excursion (goto-char (point-min))
                                                      (search-forward "answer to note the fork" nil t))))
                         "the fork's reply")
-        (princ (format "FORK SHELL %s\n" (buffer-name (amacs-connection-shell conn))))
+        (princ (format "FORK SHELL %s\n" (buffer-name (amacs-ui-shell (amacs-connection-ui conn)))))
         (amacs-stop-server conn))
       (with-current-buffer amacs-shell-buffer-name  ; point on the past input "the second": the default
         (goto-char (point-min))

@@ -33,12 +33,12 @@ def test_an_eval_that_reads_the_key_and_the_token_leaks_neither(fake, home):
             return say("done")
         if "paste" in last:
             return say("I will not keep it.")
-        return run_elisp('(list (getenv "ANTHROPIC_API_KEY") (amacs-connection-token (amacs-current-connection)) (format "key=%s" (getenv "ANTHROPIC_API_KEY")))')
+        return run_elisp('(list (getenv "ANTHROPIC_API_KEY") (amacs-life-token (amacs-connection-life (amacs-current-connection))) (format "key=%s" (getenv "ANTHROPIC_API_KEY")))')
 
     fake.respond_with(answer)
     program = session('(amacs-e2e-send "what is your key?")',
                       f'(amacs-e2e-send "paste: {TEST_KEY}")',
-                      '(setq e2e-token (amacs-connection-token (amacs-current-connection)))',
+                      '(setq e2e-token (amacs-life-token (amacs-connection-life (amacs-current-connection))))',
                       '(princ (format "TOKEN<<%s>>\\n" e2e-token))')
     run = run_emacs(home, fake.url, program).check()
     token = run.stdout.split("TOKEN<<")[1].split(">>")[0]

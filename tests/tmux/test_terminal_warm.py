@@ -55,10 +55,22 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[1])
 
 
+def _started(pid: int) -> int:
+    """When process PID started, in clock ticks since boot."""
+    return int(Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[19])
+
+
+def _child(pid: int, command: str) -> int:
+    """The child of process PID whose command line holds COMMAND."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return next(int(child) for child in children if command in _cmdline(int(child)))
+
+
 def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
         terminal: Callable[..., Terminal], fake: FakeAnthropic, warm_dir: Path) -> None:
     """A person starts ./amacs, quits, starts it again and asks at once: the second server is a fork
-    of the warm server the first start left running (no SDK import before the first request)."""
+    of the warm server the first start left running (no SDK import before the first request),
+    asked for by ./amacs as it started Emacs: it is older than the launcher Emacs started."""
     env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
     first = terminal(**env)
     warm = _warm_server(warm_dir)
@@ -69,6 +81,9 @@ def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
     second = terminal(**env)
     server = json.loads((second.amacs_home / "server.json").read_text())["pid"]
     assert _parent(server) == warm
+    assert second._pane_pid is not None
+    launcher = _child(_child(second._pane_pid, "emacs"), "warm_launch.py")
+    assert _started(server) < _started(launcher)
     second.type("what is 2+2?")
     second.press("Enter")
     second.wait_for("Four, from a warm fork.", timeout=30)
