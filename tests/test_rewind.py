@@ -425,7 +425,7 @@ def test_an_id_given_in_a_tick_whose_state_was_never_saved_is_not_given_again(tm
         do(rt, ("say", "hello"))
         assert on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))["handle"] == \
             "compulsion-1"
-        on_loop(rt, rt.save_tick_state)
+        on_loop(rt, lambda: rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state()))
         made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "unsaved"))
         assert made["handle"] == "compulsion-2"  # its tick's state is never written: the kill
     finally:
