@@ -286,6 +286,9 @@ class RuntimeBuilder:
         face = EmacsFace(server)
         rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=self.scrub)
         face.eval_timeout = rt.settings.eval_timeout
+        warm_note = os.environ.pop("AMACS_WARM_NOTE", None)  # a fork of the warm server's (warm.py)
+        if warm_note:
+            rt.startup_notes.append(warm_note)
         greet(server, rt, face)
         # The other methods (their module imports pydantic, ~100 ms) are published once hello is
         # answered; a call that comes sooner waits for them.

@@ -19,7 +19,7 @@ from .mind import Mind
 from .model_slot import ModelSlot
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.events import ModelRequest, ModelResponse
-from .persistence.history import abandoned_futures
+from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
 from .state.consciousness import Budget
 from .turns import Turns
@@ -81,6 +81,7 @@ def status(rt: ViewHost) -> dict[str, object]:
         "budget_limit": rt.ledger.limit(),
         "notice": "\n;; ".join(notes) or None,
         "home": str(rt.mind.home),
+        "fork": fork_origin(rt.mind.home),  # a fork's header names what it is a fork of
         "interrupted": rt.mind.memory.last_chat_interrupted(),
         "recent": [_exchange(rt.mind, i) for i in rt.mind.memory.chat[-10:]],
     }

@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from .research.forkserver import become_server, preload
-from .warm_launch import stamp
+from .warm_launch import stamp, start_note
 
 IDLE = 8 * 3600.0
 DELAY = 3.0
@@ -55,10 +55,11 @@ def _seconds(name: str, default: float) -> float:
 
 
 def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
-           others: list[socket.socket]) -> None:
+           others: list[socket.socket], directory: str) -> None:
     """In the fork: become the server the launcher on CONN asked for; never returns.
 
-    CLOSING and OTHERS (the other launchers' connections) are the warm server's, closed here."""
+    CLOSING and OTHERS (the other launchers' connections) are the warm server's, closed here.
+    The server says :func:`.warm_launch.start_note` at hello, when it is due (DIRECTORY's)."""
     status = 1
     try:
         listener.close()
@@ -68,7 +69,8 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
         for other in others:
             os.close(other.detach())
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
-        status = become_server(conn)
+        note = start_note(directory, os.getppid())
+        status = become_server(conn, {"AMACS_WARM_NOTE": note} if note else None)
     except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback
 
@@ -232,7 +234,7 @@ def serve(directory: str, key: str) -> int:
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _child(conn, listener, [wake_r, wake_w, lock], list(children.values()))
+                    _child(conn, listener, [wake_r, wake_w, lock], list(children.values()), directory)
                 print(f"warm server {os.getpid()}: forked server {pid}", flush=True)
                 try:
                     conn.sendall(struct.pack("!i", pid))

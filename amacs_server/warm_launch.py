@@ -400,6 +400,22 @@ def quit_note() -> str:
     return QUIT_NOTE.format(pids=" ".join(map(str, pids)))
 
 
+START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./amacs answers at once "
+              "(about 100 MB; it exits after 8 idle hours).  ./amacs --stop-warm stops it.  (Said once.)")
+
+
+def start_note(directory: str, pid: int) -> str:
+    """What the first server warm server PID forks says in the shell at hello, when the quit note
+    was never said (the terminal closed with Emacs, and ./amacs with it): that it stays, and how
+    to stop it.  "" once said, here or at a quit (TOLD in DIRECTORY)."""
+    try:
+        with open(os.path.join(directory, TOLD), "x"):  # only the first to make it says it
+            pass
+    except OSError:
+        return ""
+    return START_NOTE.format(pid=pid)
+
+
 def stop_warm() -> list[int]:
     """Stop this user's warm servers (the servers they forked go on); return their pids."""
     stopped = []

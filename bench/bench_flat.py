@@ -12,7 +12,10 @@ copies of its home:
   hello accepted, and to the prompt (:func:`bench.bench_startup.one_sample`);
 - ``tick overhead``: a turn (a 400-word reply in 100 chunks) less its model call, in
   the server alone, after the commit worker caught up (as :mod:`bench.bench_tick`);
-- ``rewind`` and ``fork`` to random ticks (``persistence.history``);
+- ``rewind`` and ``fork`` (``persistence.history``) to before one of the inputs the
+  rewind picker's first page shows, as a person does; ``rewind_random`` and
+  ``fork_random`` to any tick (they copy or move aside as much history as lies
+  before or after it);
 - ``picker``: ``M-x amacs-rewind`` until its prompt shows (the server's past inputs
   and the labels), and ``hub``: ``M-x amacs-hub`` until its first draw is done, both
   in one batch Emacs on the home (the hub's first draw loads magit-section: its
@@ -52,6 +55,18 @@ from bench.bench_tick import NullFace, reply_400, time_model_calls  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 from tests.e2e.harness import run_emacs  # noqa: E402
 from tests.fake_anthropic import FakeAnthropic  # noqa: E402
+
+
+def copy_home(home: Path, dest: Path) -> None:
+    """DEST a copy of HOME to run a server on (not to rewind: it cuts transcripts in place): its
+    transcripts hard-linked (a server starts a file of its own), the rest copied."""
+    def copy(src: str, dst: str) -> None:
+        if "/transcripts/" in src:
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(home, dest, symlinks=True, copy_function=copy)
 
 
 def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
@@ -110,26 +125,43 @@ def tick_overhead(home: Path, n: int) -> dict[str, float]:
     return summary(overhead)
 
 
-def rewind_and_fork(home: Path, tmp: Path, n: int) -> dict[str, dict[str, float]]:
-    """N forks of HOME and N rewinds of copies of it (the copy not timed), to random ticks."""
+# A person rewinds or forks to before one of the inputs the picker's first page shows (its 200 newest).
+RECENT = 200
+
+
+def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, dict[str, float]]:
+    """N forks of HOME and N rewinds of one copy of it, each to before one of the picker's first
+    page of inputs (a rewind goes back from where the one before left the copy); then N_RANDOM of
+    each to random ticks (a rewind on a copy of its own, the copy not timed): their cost grows
+    with the history they copy (a fork) or move aside (a rewind), by design."""
     last = history.last_tick(home)
     rng = random.Random(3)
-    forks, rewinds = [], []
-    for i in range(n):
-        tick = rng.randint(1, last - 1)
+    out: dict[str, list[float]] = {"fork": [], "rewind": [], "fork_random": [], "rewind_random": []}
+
+    def fork(row: str, tick: int) -> None:
         t0 = time.perf_counter()
-        history.fork(home, tick, tmp / f"fork-{i}")
-        forks.append((time.perf_counter() - t0) * 1000)
-        shutil.rmtree(tmp / f"fork-{i}")
-    for i in range(n):
-        copy = tmp / f"copy-{i}"
-        shutil.copytree(home, copy, symlinks=True)
-        tick = rng.randint(1, last - 1)
+        history.fork(home, tick, tmp / "fork")
+        out[row].append((time.perf_counter() - t0) * 1000)
+        shutil.rmtree(tmp / "fork")
+
+    def rewind(row: str, copy: Path, tick: int) -> None:
         t0 = time.perf_counter()
         history.rewind(copy, tick)
-        rewinds.append((time.perf_counter() - t0) * 1000)
+        out[row].append((time.perf_counter() - t0) * 1000)
+
+    for _ in range(n):
+        fork("fork", last - rng.randint(1, RECENT))
+    copy = tmp / "copy"
+    shutil.copytree(home, copy, symlinks=True)
+    for _ in range(n):
+        rewind("rewind", copy, history.last_tick(copy) - rng.randint(1, RECENT // 10))
+    shutil.rmtree(copy)
+    for _ in range(n_random):
+        fork("fork_random", rng.randint(1, last - 1))
+        shutil.copytree(home, copy, symlinks=True)
+        rewind("rewind_random", copy, rng.randint(1, last - 1))
         shutil.rmtree(copy)
-    return {"fork": summary(forks), "rewind": summary(rewinds)}
+    return {row: summary(ms) for row, ms in out.items() if ms}
 
 
 def picker_and_hub(home: Path, n: int) -> dict[str, dict[str, float]]:
@@ -167,6 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000,5000,20000")
     parser.add_argument("--n", type=int, default=5)
+    parser.add_argument("--n-random", type=int, default=2, help="rewinds and forks to random ticks, per size")
     parser.add_argument("--homes", type=Path, help="make (or reuse) the homes in this folder")
     parser.add_argument("--only", action="append",
                         choices=["ready", "tick", "history", "picker"], help="rows to measure (default: all)")
@@ -185,23 +218,23 @@ def main() -> None:
     for size in sizes:  # each row for every size in turn, so a drift of the load hits them alike
         if "picker" in rows:
             copy = tmp / "picker-home"
-            shutil.copytree(homes[size], copy, symlinks=True)
+            copy_home(homes[size], copy)
             per[size].update(picker_and_hub(copy, args.n))
             shutil.rmtree(copy)
     for size in sizes:
         if "history" in rows:
-            per[size].update(rewind_and_fork(homes[size], tmp, args.n))
+            per[size].update(rewind_and_fork(homes[size], tmp, args.n, args.n_random))
     for size in sizes:
         if "tick" in rows:
             copy = tmp / "tick-home"
-            shutil.copytree(homes[size], copy, symlinks=True)
+            copy_home(homes[size], copy)
             per[size]["tick_overhead"] = tick_overhead(copy, args.n * 4)
             shutil.rmtree(copy)
     if "ready" in rows:
         marks: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
         copies = {size: tmp / f"ready-{size}" for size in sizes}
         for size in sizes:
-            shutil.copytree(homes[size], copies[size], symlinks=True)
+            copy_home(homes[size], copies[size])
             start_sample(copies[size], ["amacs-shell"], tmp)  # the first start after a copy: not counted
         for _ in range(args.n):
             for size in sizes:

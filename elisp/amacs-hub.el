@@ -14,8 +14,8 @@
 ;; last eval result, recent commits and the futures rewinds abandoned, as
 ;; magit sections that fold with TAB.  RET acts on the section at point: on
 ;; a thread it switches the agent to it, on a buffer it visits it, on a
-;; commit or an abandoned future it shows its log and diff, on the chat log
-;; it opens it.  The hub is drawn from the server's state,
+;; commit it shows its stat and patch, on an abandoned future its log (RET on
+;; one of its commits shows that one's patch), on the chat log it opens it.  The hub is drawn from the server's state,
 ;; never computed in elisp, and redrawn after every tick while it is
 ;; shown in a window; a hidden hub asks the server for nothing (its
 ;; state includes `git log') and is redrawn when it is shown again.
@@ -351,32 +351,67 @@ the old session's cost until \`g'."
 
 (add-hook 'amacs-ready-hook #'amacs-hub--on-ready)
 
+;; A rewind's moved lines (whole model requests) are listed in a commit's stat,
+;; not drawn: a view of a commit is its stat and the patch of the mind's files.
+(defconst amacs-hub--moved-paths '("transcripts" "logs")
+  "The folders of a home that only a rewind commits (onto its abandoned ref).")
+
+(defun amacs-hub--insert-commit (home sha)
+  "Insert commit SHA of HOME: its message and stat, then its patch.
+The patch leaves out `amacs-hub--moved-paths', which the stat lists."
+  (let ((start (point)))
+    (call-process "git" nil t nil "-C" home "show" "--stat" "--format=medium" sha)
+    (when (save-excursion
+            (goto-char start)
+            (re-search-forward (concat "^ \\(" (regexp-opt amacs-hub--moved-paths) "\\)/") nil t))
+      (insert (format "\nThe lines of %s a rewind moved are listed above, not drawn: git -C %s show %s -- %s\n"
+                      (mapconcat (lambda (d) (concat d "/")) amacs-hub--moved-paths " and ")
+                      (shell-quote-argument (abbreviate-file-name home)) (substring sha 0 (min 12 (length sha)))
+                      (mapconcat #'identity amacs-hub--moved-paths " "))))
+    (insert "\n")
+    (apply #'call-process "git" nil t nil "-C" home "show" "--format=" "--patch" sha "--" "."
+           (mapcar (lambda (d) (concat ":(exclude)" d)) amacs-hub--moved-paths))))
+
 (defun amacs-hub--show-commit (sha)
-  "Show commit SHA of the AMACS home in a buffer."
+  "Show commit SHA of the AMACS home in a buffer: its stat, then its patch."
   (let ((home (plist-get amacs-hub--state :home))
         (buffer (get-buffer-create (amacs-connection-buffer-name (amacs-current-connection) "commit"))))
     (with-current-buffer buffer
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (call-process "git" nil t nil "-C" home "show" "--stat" "--patch" sha))
+        (amacs-hub--insert-commit home sha))
       (diff-mode)
       (goto-char (point-min))
       (view-mode 1))
     (pop-to-buffer buffer)))
 
 (defun amacs-hub--show-abandoned (future)
-  "Show the log and diff of FUTURE, which a rewind abandoned, as a commit is shown."
-  (let ((home (plist-get amacs-hub--state :home))
-        (buffer (get-buffer-create (amacs-connection-buffer-name (amacs-current-connection) "commit"))))
+  "Show the log of FUTURE, which a rewind abandoned: each commit's stat.
+As light as a commit's view, however long the future: RET on a
+commit's line shows that commit's patch, as the hub shows a commit."
+  (let* ((home (plist-get amacs-hub--state :home))
+         (connection (amacs-current-connection))
+         (buffer (get-buffer-create (amacs-connection-buffer-name connection "abandoned"))))
     (with-current-buffer buffer
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert (format "Abandoned future %s: ticks %s-%s, left by a rewind to tick %s\n\n"
+        (insert (format "Abandoned future %s: ticks %s-%s, left by a rewind to tick %s\n"
                         (plist-get future :ref) (1+ (plist-get future :to-tick))
-                        (plist-get future :from-tick) (plist-get future :to-tick)))
-        (call-process "git" nil t nil "-C" home "log" "--stat" "--patch"
-                      (concat "HEAD.." (plist-get future :ref))))
-      (diff-mode)
+                        (plist-get future :from-tick) (plist-get future :to-tick))
+                "RET on a commit's line shows its patch.\n\n")
+        (let ((start (point)))
+          (call-process "git" nil t nil "-C" home "log" "--stat" "--format=%n%h %s"
+                        (concat "HEAD.." (plist-get future :ref)))
+          (goto-char start)
+          (while (re-search-forward "^\\([0-9a-f]\\{7,\\}\\) " nil t)
+            (let ((sha (match-string 1)))
+              (make-text-button (line-beginning-position) (line-end-position)
+                                'sha sha 'help-echo "RET: show this commit's patch"
+                                'action (lambda (button)
+                                          (amacs-with-connection connection
+                                            (amacs-hub--show-commit (button-get button 'sha)))))))))
+      (setq amacs--buffer-connection connection)
+      (setq-local amacs-hub--state (list :home home))
       (goto-char (point-min))
       (view-mode 1))
     (pop-to-buffer buffer)))

@@ -268,23 +268,33 @@ model and that endpoint alone."
 
 (defun amacs-shell-header-line (&optional width)
   "The shell's header line: the model, the backend and what the agent is doing.
-The model's endpoint is named whenever it is not the provider's own
-\(`amacs-shell--model-words').  Wider than WIDTH (default: the shell's
-window), the backend goes, then the model: what the agent does is what
-the header is for, and it keeps the room."
+The home comes first when Emacs talks to several homes, and on a fork,
+with the home and tick it was forked from.  The model's endpoint is
+named whenever it is not the provider's own (`amacs-shell--model-words').
+Wider than WIDTH (default: the shell's window), the backend goes, then
+the model: what the agent does is what the header is for, and it keeps
+the room."
   (amacs-with-connection (amacs-shell--connection)
     (let* ((words (amacs-shell--model-words))
            (state (amacs-shell-state-string))
-           (home (if (cdr (amacs-live-connections)) ; which home, when Emacs talks to several
-                     (concat " " (amacs-connection-name) " —")
-                   ""))
+           (fork (amacs-status :fork))
+           ;; Which home: when Emacs talks to several, and always on a fork (opened alone
+           ;; too, its header says whose mind it holds); narrower, "(fork)" alone.
+           (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
+           (home (cond (fork (format " %s (a fork of %s at tick %s) —" name
+                                     (abbreviate-file-name (plist-get fork :from)) (plist-get fork :tick)))
+                       (name (concat " " name " —"))
+                       (t "")))
+           (short (if fork (format " %s (fork) —" name) home))
            (width (or width
                       (let ((window (get-buffer-window (amacs-shell--buffer))))
                         (if window (window-total-width window) 80)))))
       (seq-find (lambda (line) (<= (string-width line) width))
                 (list (concat home " " (or (car words) "AMACS") " — " state)
                       (concat home " " (or (cdr words) "AMACS") " — " state)
-                      (concat home " " state))
+                      (concat home " " state)
+                      (concat short " " (or (cdr words) "AMACS") " — " state)
+                      (concat short " " state))
                 (concat " " state)))))
 
 (defun amacs-shell--connection ()

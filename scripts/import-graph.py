@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The import graph of amacs_server, read from its source (nothing is imported).
 
-Each module's imports of other amacs_server modules are edges; an import under
-``if TYPE_CHECKING:`` is left out (it never runs).  An import inside a function
-counts: it runs when the function does, and it still points one package at
-another.  Modules are grouped into units: a subpackage (``agents``, ``loop``...)
+Each module's imports of other amacs_server modules are edges, every one counted:
+an import under ``if TYPE_CHECKING:`` (the one module is read to understand the
+other), one inside a function (it runs when the function does), and the module
+an ``importlib.import_module`` call names.  Modules are grouped into units: a subpackage (``agents``, ``loop``...)
 or a top-level module (``runtime``, ``methods``...).
 
     scripts/import-graph.py            the cycles and upward imports, then each unit's edges

@@ -138,6 +138,28 @@ def test_deferred_writes_skip_fsync_and_the_input_does_not(tmp_path, monkeypatch
     assert len(synced) == 2 + 2 + 1  # two files and their folder
 
 
+def test_a_blob_is_written_when_the_packer_removed_its_folder_meanwhile(tmp_path, monkeypatch):
+    """The packer's repack removes the loose-object folders it emptied, also one a commit made
+    for a new blob a moment before writing it (seen building a long home: "git commit failed:
+    No such file or directory: .git/objects/0a/tmp_obj_..."): the folder is made again."""
+    repo = HomeRepo(tmp_path)
+    repo.prepare()
+    real_open, removed = os.open, []
+
+    def pruned_first(path, flags, mode=0o777):
+        if not removed and "tmp_obj_" in str(path):
+            removed.append(Path(path).parent)
+            os.rmdir(Path(path).parent)  # as git prune-packed does to an empty folder
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(git_repo.os, "open", pruned_first)
+    sha = repo.write_blob(b"hello\n")
+    monkeypatch.undo()
+    assert removed
+    assert subprocess.run(["git", "-C", str(tmp_path), "cat-file", "-p", sha], capture_output=True, text=True,
+                          check=True).stdout == "hello\n"
+
+
 def test_a_commit_made_by_hand_in_between_is_kept(tmp_path):
     repo = HomeRepo(tmp_path)
     f = tmp_path / "agent-chat.org"

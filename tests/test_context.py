@@ -23,6 +23,7 @@ from tests.context_items import (
 )
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json, model_info
 from tests.test_real_models import _calls, _events, _runtime, _turn
+from tests.test_talk import _run_world as run_world
 from tests.test_talk import _runtime as talk_runtime
 
 
@@ -140,11 +141,7 @@ def test_everything_a_subagent_receives_is_an_item(tmp_path, fake):
         while not any(e.source == "consider" for e in rt.world.bus.peek(PRIMARY)):
             await asyncio.sleep(0.01)
 
-    try:
-        asyncio.run(run())
-    finally:
-        fake.stop()
-        rt.mind.ltm.close()
+    run_world(rt, run, fake)
     seen = set()
     for request in fake.requests:
         for message in request["body"]["messages"]:

@@ -93,6 +93,9 @@ def test_load_pages_a_long_note_and_memory_shows_the_part_loaded(rt):
     assert [(i.content, i.page.offset if i.page else None) for i in shown] == [(text[20_000:], 20_000)]
     assert tools.memory_load(rt, f"<EOT>{ME}:log<EOT>", {"version": 1})["content"] == text[:DEFAULT_PAGE_CHARS]
     assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].page.offset == 0
+    assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].content == text[:DEFAULT_PAGE_CHARS]  # shown again
+    tools.memory_mutate(rt, f"<EOT>{ME}:log<EOT>", "y" + text)  # the part shown is the new version's
+    assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].content == ("y" + text)[:DEFAULT_PAGE_CHARS]
     short = tools.memory_create(rt, "short", "milk")
     loaded = tools.memory_load(rt, short["mem_id"])  # as before: the whole content
     assert loaded["content"] == "milk" and loaded["total_chars"] == 4 and "offset" not in loaded

@@ -855,6 +855,23 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
 
 
+def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):
+    """A fork opened alone showed no home in its shell's header: the status at hello names the
+    home and tick it was forked from (None for a home that is no fork), and a fork of the fork
+    names its own parent."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:2])
+    fork = history.fork(home, 1, tmp_path / "fork").home
+    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1})):
+        rt = runtime(where, fake.url)
+        try:
+            assert views.status(rt)["fork"] == want
+        finally:
+            rt.stop()
+    again = history.fork(fork, 1, tmp_path / "again").home
+    assert history.fork_origin(again) == {"from": str(fork), "tick": 1}
+
+
 def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):
     """Was accepted, even under skills/: HOME's commits then took in the fork's memory.db and transcripts."""
     home = tmp_path / "home"
@@ -1093,3 +1110,29 @@ def test_a_rewind_refuses_a_damaged_home_in_one_line_before_changing_anything(tm
     (home / ".git" / "index.lock").unlink(missing_ok=True)
     assert looks() == was
     assert server_main(["rewind", str(home), "--tick", "1"]) == 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.tuples(st.sampled_from([0, 1, 1, 2]), st.booleans(), st.sampled_from([0, 300, 30_000, 90_000]),
+                                st.floats(0, 4.9)), min_size=1, max_size=40),
+       cut=st.integers(0, 40), late=st.floats(0, 0.99))
+def test_a_transcripts_future_is_found_reading_its_end_where_a_whole_read_finds_it(tmp_path, lines, cut, late):
+    """A rewind finds where a transcript's lines after the tick start from the file's end (a few
+    reads of a file of any length): the same place, and the same lines, as reading it whole line
+    by line.  The lines as a session writes them: ticks that never go back, lines of no tick (a
+    session's start, a subagent's message) among them, some a whole request long, stamped in
+    order to within seconds; the tick ended after its last line and before the next tick's first."""
+    path = tmp_path / "t.jsonl"
+    tick, ts, rows, stamps = 0, 1000.0, [], []  # stamped 10 s apart, a line of no tick up to 4.9 s early
+    for step, no_tick, pad, jitter in lines:
+        tick, ts = tick + step, ts + 10
+        stamps.append((tick, no_tick, ts))
+        rows.append(json.dumps({"seq": len(rows), "ts": ts - (jitter if no_tick else 0), "event": "e",
+                                "tick": None if no_tick else tick, "data": {"text": "x" * pad}}) + "\n")
+    data = "".join(rows).encode()
+    path.write_bytes(data)
+    last = max([at for t, no, at in stamps if t <= cut and not no], default=1000.0)
+    nxt = min([at for t, no, at in stamps if t > cut and not no], default=last + 30)
+    for ended in (None, last + late * (nxt - last)):
+        whole = history._future_of_transcript(data, cut, ended)
+        assert history._transcript_future(path, cut, ended) == (None if whole is None else (whole, data[whole:]))

@@ -90,10 +90,7 @@ def test_an_answer_to_a_gone_agent_becomes_a_new_turn(tmp_path):
         assert [(e.content, e.talk_id) for e in events] == [("for the primary", 4)]
         assert rt.turns._inbox.get_nowait() is None  # and the primary is woken for it
 
-    try:
-        asyncio.run(run())
-    finally:
-        rt.mind.ltm.close()
+    _run_world(rt, run)
 
 
 # Issue 11: every delivery respects its bound and says so; ended agents free their queues;
@@ -114,6 +111,16 @@ def _runtime(tmp_path, fake=None, **env):
     return rt
 
 
+def _run_world(rt, run, fake=None):
+    """Run RUN (a coroutine function driving RT's World) to its end; then stop FAKE and close RT's memory."""
+    try:
+        asyncio.run(run())
+    finally:
+        if fake is not None:
+            fake.stop()
+        rt.mind.ltm.close()
+
+
 def _run_researchers(rt, fake, questions):
     """Ask a researcher task each of QUESTIONS for the primary, at once; return when all have
     ended; then stop FAKE and close RT's memory."""
@@ -125,11 +132,7 @@ def _run_researchers(rt, fake, questions):
         while rt.world.tasks_live:
             await asyncio.sleep(0.01)
 
-    try:
-        asyncio.run(run())
-    finally:
-        fake.stop()
-        rt.mind.ltm.close()
+    _run_world(rt, run, fake)
 
 
 def _finished_task(rt, template):
@@ -157,10 +160,7 @@ def test_talk_log_on_a_full_queue_is_an_overload_error_to_the_sender(tmp_path):
             rt.world.talk_log(PRIMARY, None, "three")
         assert [e.content["logged"] for e in rt.world.bus.drain(PRIMARY)] == ["one", "two"]
 
-    try:
-        asyncio.run(run())
-    finally:
-        rt.mind.ltm.close()
+    _run_world(rt, run)
 
 
 def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):

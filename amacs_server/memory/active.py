@@ -239,6 +239,7 @@ class ActiveMemory:
         self.shown_ids: list[str] = []  # the MemIds the last snapshot showed (what the model read)
         self.written: list[str] = []  # MemIds written since the last take_written (for transcripts)
         self._presented: dict[PresentKey, MemoryItem] = {}  # items as shown since the last snapshot
+        self._paged: dict[str, tuple[MemoryItem, int, int, MemoryItem]] = {}  # base -> item, page, its view
         self._presented_before: dict[PresentKey, MemoryItem] = {}  # ... and as the snapshot before showed them
         self.pending_tick: int | None = None
         self.events_named = 0  # the highest N of an ``event.N`` item this brain made (the tick state keeps it)
@@ -656,8 +657,16 @@ class ActiveMemory:
 
     def _view(self, item: MemoryItem) -> MemoryItem:
         """A pinned ITEM as shown: the page of it last loaded (the first of a long text)."""
-        offset, limit = self.pages.get(item.mem_id.base, (0, DEFAULT_PAGE_CHARS))
-        return page_of(item, offset, limit)
+        base = item.mem_id.base
+        offset, limit = self.pages.get(base, (0, DEFAULT_PAGE_CHARS))
+        made = self._paged.get(base)
+        if made is not None and made[0] is item and made[1:3] == (offset, limit):
+            return made[3]  # cut once: a pinned item is shown every tick
+        view = page_of(item, offset, limit)
+        if len(self._paged) >= MAX_PRESENTED:
+            self._paged.clear()
+        self._paged[base] = (item, offset, limit, view)
+        return view
 
     def _shown(self, item: MemoryItem) -> MemoryItem:
         """ITEM in its window: its handle when evicted, the version loaded when pinned."""

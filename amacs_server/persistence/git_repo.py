@@ -514,18 +514,30 @@ class HomeRepo:
         known = self._blobs.get(name)
         if known is not None and known[0] is content:
             return known[1]
-        data = content.data()
+        sha = self.write_blob(content.data())
+        self._blobs[name] = (content, sha)
+        return sha
+
+    def write_blob(self, data: bytes) -> str:
+        """DATA's blob id, the object written if it is new (as git would: a loose object)."""
+        self.prepare()  # the repository's hash
         header = b"blob %d\0" % len(data)
         digest = hashlib.new(self._algorithm, header)
         digest.update(data)
         sha = digest.hexdigest()
         path = self.home / ".git" / "objects" / sha[:2] / sha[2:]
         if not path.exists():
-            path.parent.mkdir(exist_ok=True)
             packer = zlib.compressobj(1)  # git's core.looseCompression
             packed = packer.compress(header) + packer.compress(data) + packer.flush()
             tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+            for attempt in range(3):
+                path.parent.mkdir(exist_ok=True)
+                try:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+                    break
+                except FileNotFoundError:  # the packer's repack removed the folder, empty, meanwhile
+                    if attempt == 2:
+                        raise
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(packed)
@@ -533,7 +545,6 @@ class HomeRepo:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
-        self._blobs[name] = (content, sha)
         return sha
 
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:

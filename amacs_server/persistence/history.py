@@ -67,6 +67,8 @@ LOGS = ("agent-chat.org", "monologue.org")
 LOG_FOLDERS = ("chat", "monologue")
 # What a fork copies beside the mind: the home's settings, not in git.
 SETTINGS = ("mcp.json", "model-capabilities.json")
+# In a fork: the home and tick it was forked from (its own git's; a fork of it has its own).
+FORK_ORIGIN = ".git/amacs-fork.json"
 ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
   ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
   kind TEXT NOT NULL, created_at_ms INTEGER NOT NULL, content TEXT NOT NULL, text TEXT NOT NULL)"""
@@ -125,6 +127,15 @@ def read_state(home: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("version") == STATE_VERSION else None
+
+
+def fork_origin(home: Path) -> dict[str, Any] | None:
+    """The home and tick HOME was forked from (``from``, ``tick``); None when it is no fork."""
+    try:
+        data = json.loads((home / FORK_ORIGIN).read_text(encoding="utf-8"))
+        return {"from": str(data["from"]), "tick": int(data["tick"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def file_sizes(home: Path) -> dict[str, int]:
@@ -216,7 +227,12 @@ def tick_commit(home: Path, tick: int) -> str:
     if not (home / ".git").is_dir():
         raise HistoryError(f"{home} has no git history: is it an AMACS home?")
     prefix = f"[TICK {tick}]"
-    out = _git(home, "log", "--format=%H %s", "--fixed-strings", f"--grep={prefix}").decode(errors="replace")
+    # Walked from HEAD only as far as the newest commit with a line that starts so: its subject,
+    # most often (a recent tick is found in as many steps as it is back); else, every match.
+    out = _git(home, "log", "--max-count=1", "--format=%H %s", "--extended-regexp",
+               rf"--grep=^\[TICK {tick}\]").decode(errors="replace")
+    if not out[41:].startswith(prefix):
+        out = _git(home, "log", "--format=%H %s", "--fixed-strings", f"--grep={prefix}").decode(errors="replace")
     for line in out.splitlines():
         if line[41:].startswith(prefix):
             return line[:40]
@@ -347,6 +363,9 @@ _LOG_STAMP = re.compile(rb"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) ")
 # local time (``logging``'s asctime), to the millisecond.  Cut by these stamps only for a tick
 # state older than log marks (:func:`log_marks`).
 SERVER_LOGS = ("logs/server.log.1", "logs/server.log")
+# A transcript's lines are stamped, then written, by the server's threads: in the order written
+# to within this many seconds.
+STAMP_SLACK = 5.0
 LOGS_FOLDER = "logs"
 # The bytes just before a log file's recorded size whose digest the tick state keeps with it: a
 # file begun again since (rotated, removed, a fork's own) does not pass for the one recorded.
@@ -402,6 +421,35 @@ def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | 
                 return at
         at += len(line)
     return None
+
+
+def _transcript_future(path: Path, tick: int, ended: float | None) -> tuple[int, bytes] | None:
+    """Where the transcript PATH's lines written after TICK start, and those lines (None: it has
+    none): :func:`_future_of_transcript` of the file, which reads only its end.  A line of the
+    future was written after TICK ended (ENDED); the lines are stamped in the order written, to
+    within :data:`STAMP_SLACK`: so no line before the first stamped later than ENDED less that
+    is of the future, and a bisection finds it in a few reads however long the file.  A tick
+    state older than ``ended_at`` keeps the lines of no tick: such a file is read whole."""
+    with path.open("rb") as fh:
+        lo = 0  # a line start; every line before it was stamped before ENDED less the slack
+        if ended is not None:
+            hi = fh.seek(0, os.SEEK_END)
+            while hi - lo > 65536:
+                fh.seek((lo + hi) // 2)
+                fh.readline()  # to the next line's start
+                start = fh.tell()
+                if start >= hi:
+                    break
+                line = fh.readline()
+                ts = _TS_FIELD.search(line)
+                if ts is None or float(ts[1]) >= ended - STAMP_SLACK:
+                    hi = start
+                else:
+                    lo = start + len(line)
+        fh.seek(lo)
+        rest = fh.read()
+    at = _future_of_transcript(rest, tick, ended)
+    return None if at is None else (lo + at, rest[at:])
 
 
 def _future_of_log(data: bytes, ended: float) -> int | None:
@@ -470,10 +518,9 @@ def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[in
     ended = state.get("ended_at")
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        data = path.read_bytes()
-        at = _future_of_transcript(data, tick, ended)
-        if at is not None:
-            out[f"transcripts/{path.name}"] = (at, data[at:])
+        found = _transcript_future(path, tick, ended)
+        if found is not None:
+            out[f"transcripts/{path.name}"] = found
     return out | _log_futures(home, state)
 
 
@@ -481,9 +528,10 @@ def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: st
     """A commit on PARENT of its tree with FILES (path -> bytes, one folder deep) added; its sha.
     No index, ref or working file is touched."""
     folders: dict[str, list[str]] = {}
+    repo = HomeRepo(home)
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
-        blob = _git(home, "hash-object", "-w", "--stdin", stdin=data).decode().strip()
+        blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
         folders.setdefault(folder, []).append(f"100644 blob {blob}\t{name}\n")
     top = [line for line in _git(home, "ls-tree", parent).decode().splitlines()
            if line.partition("\t")[2] not in folders]
@@ -844,6 +892,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             if (home / "memory.db").exists():
                 _memory_up_to(home / "memory.db", made / "memory.db", state)
                 faults.point("fork.memory")
+            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")

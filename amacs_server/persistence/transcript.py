@@ -115,15 +115,19 @@ class Transcript:
 
 _CHUNK = 1 << 16
 _TS = re.compile(rb'"ts": ([0-9.eE+-]+)')
+# A line is stamped, then written, by one of the server's threads: the lines of a file are in
+# the order of their stamps to within this many seconds.
+_SLACK = 5.0
 
 
 def written_since(folder: Path, since: float) -> list[dict[str, Any]]:
-    """The lines of FOLDER's transcripts written after SINCE (their ``ts``), newest first within
-    each file: each file touched since is read from its end back to its first older line."""
+    """The lines of FOLDER's transcripts stamped after SINCE (their ``ts``), newest first within
+    each file: each file touched since is read from its end back to its first line stamped
+    :data:`_SLACK` seconds before SINCE."""
     found: list[dict[str, Any]] = []
     for path in folder.glob("*.jsonl") if folder.is_dir() else []:
         try:
-            if path.stat().st_mtime < since:
+            if path.stat().st_mtime < since - _SLACK:
                 continue
             fh = path.open("rb")
         except OSError:
@@ -141,9 +145,11 @@ def written_since(folder: Path, since: float) -> list[dict[str, Any]]:
                     ts = _TS.search(line)
                     if ts is None:
                         continue
-                    if float(ts[1]) <= since:
+                    if float(ts[1]) < since - _SLACK:
                         older = True
                         break
+                    if float(ts[1]) <= since:
+                        continue
                     try:
                         found.append(json.loads(line))
                     except ValueError:

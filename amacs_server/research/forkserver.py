@@ -121,10 +121,10 @@ def _watch_launcher(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="amacs-launcher-watch", daemon=True).start()
 
 
-def become_server(conn: socket.socket) -> int:
+def become_server(conn: socket.socket, extra_env: dict[str, str] | None = None) -> int:
     """In a fork: become the server the launcher on CONN asked for (its standard streams, its
-    environment and folder, its argv) and run it; its exit status.  What went wrong is said on
-    the launcher's stderr."""
+    environment, with EXTRA_ENV, and folder, its argv) and run it; its exit status.  What went
+    wrong is said on the launcher's stderr."""
     status = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
@@ -138,6 +138,7 @@ def become_server(conn: socket.socket) -> int:
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.update(extra_env or {})
         os.chdir(request["cwd"])
         random.seed()  # a fresh process's random numbers, not the forking server's
         _watch_launcher(conn)

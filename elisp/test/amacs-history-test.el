@@ -14,6 +14,8 @@
 (require 'amacs)
 (require 'amacs-history)
 (require 'amacs-shell-test)             ; `amacs-shell-test--with-shell'
+(require 'amacs-hub)
+(require 'amacs-test-helpers)
 
 (defun amacs-history-test--inputs (count &optional before page)
   "What the server's past_inputs answers for COUNT inputs \"input N\": newest first.
@@ -197,6 +199,69 @@ are shown too."
     (should (equal (amacs-shell--from-an-input entries 1) (last entries)))
     (should (equal (amacs-shell--from-an-input entries 9) entries))
     (should-not (amacs-shell--from-an-input entries 0))))
+
+(defun amacs-history-test--git (home &rest args)
+  "Run git with ARGS in HOME; its output, trimmed (an error if it fails)."
+  (with-temp-buffer
+    (unless (zerop (apply #'call-process "git" nil t nil "-C" home args))
+      (error "Git %S failed: %s" args (buffer-string)))
+    (string-trim (buffer-string))))
+
+(ert-deftest amacs-history-test-the-hub-shows-an-abandoned-future-as-light-as-a-commit ()
+  "Was: the hub drew an abandoned future's whole log with every patch, the
+transcripts' moved lines (whole model requests) among them.  Now its view
+is each commit's stat, and RET on a commit draws that commit's patch of
+the mind's files; the moved lines are listed in the stat, not drawn."
+  (amacs-test-with-connection connection ()
+    (let* ((home (directory-file-name amacs-home))
+           (request (make-string 200000 ?r))
+           (process-environment (append '("GIT_AUTHOR_NAME=t" "GIT_AUTHOR_EMAIL=t@t" "GIT_COMMITTER_NAME=t"
+                                          "GIT_COMMITTER_EMAIL=t@t")
+                                        process-environment))
+           future moved)
+      (amacs-history-test--git home "init" "-q")
+      (with-temp-file (expand-file-name "agent-chat.org" home) (insert "* Tick 1\nfirst words\n"))
+      (amacs-history-test--git home "add" "-A")
+      (amacs-history-test--git home "commit" "-qm" "[TICK 1][no-thread] first")
+      (with-temp-file (expand-file-name "agent-chat.org" home) (insert "* Tick 1\nfirst words\n* Tick 2\nthird words\n"))
+      (amacs-history-test--git home "commit" "-qam" "[TICK 2][no-thread] second")
+      (make-directory (expand-file-name "transcripts" home))
+      (with-temp-file (expand-file-name "transcripts/s.jsonl" home) (insert "{\"request\": \"" request "\"}\n"))
+      (amacs-history-test--git home "add" "-A")
+      (amacs-history-test--git home "commit" "-qm" "[TICK 2][abandoned] the transcripts' and logs' lines after tick 1")
+      (setq moved (amacs-history-test--git home "rev-parse" "HEAD"))
+      (amacs-history-test--git home "update-ref" "refs/amacs/abandoned/x-tick-2-to-1" moved)
+      (amacs-history-test--git home "reset" "-q" "--hard" "HEAD~2")
+      (setq future (list :ref "refs/amacs/abandoned/x-tick-2-to-1" :to-tick 1 :from-tick 2))
+      (unwind-protect
+          (progn
+            (with-temp-buffer
+              (setq-local amacs-hub--state (list :home home))
+              (amacs-hub--show-abandoned future))
+            (with-current-buffer (amacs-connection-buffer-name connection "abandoned")
+              (should (< (buffer-size) 3000))
+              (should (string-search "[TICK 2][no-thread] second" (buffer-string)))
+              (should (string-search " transcripts/s.jsonl | " (buffer-string)))
+              (should-not (string-search "rrrrrrrr" (buffer-string)))
+              (should-not (string-search "+third words" (buffer-string)))
+              (goto-char (point-min))
+              (re-search-forward "^[0-9a-f]+ \\[TICK 2\\]\\[abandoned\\] the transcripts")
+              (push-button (line-beginning-position)))
+            (with-current-buffer (amacs-connection-buffer-name connection "commit")
+              (should (< (buffer-size) 3000))
+              (should (string-search " transcripts/s.jsonl | " (buffer-string)))
+              (should (string-search "are listed above, not drawn" (buffer-string)))
+              (should-not (string-search "rrrrrrrr" (buffer-string))))
+            (with-temp-buffer           ; a commit of the mind's files: its patch, as before
+              (setq-local amacs-hub--state (list :home home))
+              (amacs-hub--show-commit (concat moved "~1")))
+            (with-current-buffer (amacs-connection-buffer-name connection "commit")
+              (should (string-search "+third words" (buffer-string)))
+              (should-not (string-search "not drawn" (buffer-string)))))
+        (dolist (name '("abandoned" "commit"))
+          (let ((buffer (get-buffer (amacs-connection-buffer-name connection name))))
+            (when buffer (kill-buffer buffer))))
+        (delete-directory home t)))))
 
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here

@@ -533,6 +533,25 @@ It names the endpoint whenever the server says it is not the provider's own."
         (should (equal (amacs-shell-header-line 100) (nth 1 case)))
         (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
 
+(ert-deftest amacs-shell-test-a-forks-header-says-whose-fork-it-is-opened-alone-too ()
+  "A fork opened alone (its own ./amacs, or M-x amacs-shell on its home) had a header
+with no home in it, the same as its parent's.  It names the fork's home and what it
+is a fork of, and keeps them when the model's words go for room."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t
+                              :fork (:from "/tmp/parent-home" :tick 3))
+      (amacs-shell--transition 'ready)
+      (let ((home (amacs-connection-name)))
+        (should (equal (amacs-shell-header-line 200)
+                       (format " %s (a fork of /tmp/parent-home at tick 3) — claude-x (anthropic) — waiting for you"
+                               home)))
+        (should (equal (amacs-shell-header-line (+ (length home) 60))
+                       (format " %s (a fork of /tmp/parent-home at tick 3) — waiting for you" home)))
+        (should (equal (amacs-shell-header-line (+ (length home) 40))  ; narrower: that it is a fork
+                       (format " %s (fork) — claude-x — waiting for you" home)))))
+    (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
+      (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
+
 (ert-deftest amacs-shell-test-the-header-says-which-tick-of-the-step-limit-the-turn-is-on ()
   "A multi-tick turn showed no progress: the header counts its ticks until the turn ends."
   (amacs-shell-test--with-shell

@@ -114,3 +114,20 @@ def test_the_first_quit_says_the_warm_server_stays_and_how_to_stop_it(
     while "amacs_server.warm" in _cmdline(warm):
         assert time.monotonic() < deadline, "the warm server still runs"
         time.sleep(0.1)
+
+
+def test_a_person_who_closed_the_terminal_is_told_at_the_next_start(
+        terminal: Callable[..., Terminal], warm_dir: Path) -> None:
+    """The quit note is said in the terminal after Emacs; a person who closes the terminal window
+    instead never sees it.  The next start's shell says it (once) in its first screen."""
+    env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
+    first = terminal(**env)
+    warm = _warm_server(warm_dir)
+    first.close()  # the window closed: Emacs and ./amacs hung up on, nothing said after
+    second = terminal(**env)
+    second.wait_for(f"Your warm server (pid {warm}) stays after Emacs quits", timeout=30)
+    assert "./amacs --stop-warm stops it" in second.screen()
+    second.press("C-x C-c")  # quit: nothing more is said in the terminal either
+    assert "warm server" not in second.wait_for("Pane is dead") + second.history()
+    third = terminal(**env)
+    assert "stays after Emacs quits" not in third.screen()
