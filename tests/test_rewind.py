@@ -1009,9 +1009,10 @@ def _written(log: Path, line: str) -> None:
 
 def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, fake, monkeypatch):
     """Were kept: a tool server's stderr (logs/mcp-NAME.log, its rotation .1 included) and the
-    local model's log, and any other file of logs/, held the lines of the abandoned future.  A
-    rewind to tick 1 moves the lines of ticks 2 and 3 onto the abandoned ref, the whole of a file
-    begun after tick 1 too; the lines the programs (still running) write after it stay."""
+    local model's log, and any other file of logs/, held the lines of the abandoned future, and
+    the files of tool results kept after the tick stayed.  A rewind to tick 1 moves the lines of
+    ticks 2 and 3 onto the abandoned ref, the whole of a file begun after tick 1 too, and the
+    later results; the lines the programs (still running) write after it stay."""
     from amacs_server.scrub import Scrubber
     from amacs_server.tools_mcp import logs as mcp_logs
 
@@ -1031,6 +1032,9 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
             monkeypatch.setattr(mcp_logs, "MAX_LOG", 1 << 20)
             if tick == 2:
                 (home / "logs" / "other.log").write_text("another program's line at tick 2\n")
+            results = home / "transcripts" / "results"  # a tool's result too long for the agent, kept whole
+            results.mkdir(parents=True, exist_ok=True)
+            (results / f"r{tick}.txt").write_text(f"a long result at tick {tick}")
             do(rt, ("say", f"input {tick}"))
         assert rt.mind.commits.flush(60)
     finally:
@@ -1046,6 +1050,8 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     assert moved == {"local-model.log": "model line at tick 2\nmodel line at tick 3\n",
                      "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
                      "other.log": "another program's line at tick 2\n"}, moved
+    assert sorted(p.name for p in (home / "transcripts" / "results").iterdir()) == ["r1.txt"]
+    assert _git(home, "show", f"{done.abandoned}:transcripts/results/r3.txt") == "a long result at tick 3"
     model.say("model line after the rewind")  # the programs write on, through the same descriptors
     tool.say("tool line after the rewind")
     _written(mcp, "tool line after the rewind")
