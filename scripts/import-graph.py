@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The import graph of amacs_server, read from its source (nothing is imported).
 
-Each module's imports of other amacs_server modules are edges; an import under
-``if TYPE_CHECKING:`` is left out (it never runs).  An import inside a function
-counts: it runs when the function does, and it still points one package at
-another.  Modules are grouped into units: a subpackage (``agents``, ``loop``...)
+Each module's imports of other amacs_server modules are edges, every one counted:
+an import under ``if TYPE_CHECKING:`` (the one module is read to understand the
+other), one inside a function (it runs when the function does), and the module
+an ``importlib.import_module`` call names.  Modules are grouped into units: a subpackage (``agents``, ``loop``...)
 or a top-level module (``runtime``, ``methods``...).
 
     scripts/import-graph.py            the cycles and upward imports, then each unit's edges
@@ -32,7 +32,10 @@ LAYERS = (
     ("state", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "demo_model", "transport", "face"),  # persistence: git, the org logs, rewind; face: Emacs as the agents see it (a Protocol)
+    ("mind", "model_slot"),  # the mind in its home; the model in use (the runtime's parts)
+    ("ledger",),  # cost and budget, counted on the mind by the model's price
     ("agents", "transcripts"),  # Agent, World, the one loop, a subagent's run; transcripts: DuckDB over many, through the records
+    ("turns",),  # the loop host: the loop thread, the inbox, the running turn (the runtime's part)
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),

@@ -72,7 +72,7 @@ def test_imp038_depth_scenario(tmp_path, fake):
     try:
         for n in range(1, 11):
             turn(n)
-        rt.loop.call_soon_threadsafe(rt.agent_set, "chat-context-depth", 3)
+        rt.loop.call_soon_threadsafe(rt.mind.agent_set, "chat-context-depth", 3)
         assert turn(11) == [*pairs(8, 10), "Human: message 11"]
         for n in range(12, 11 + BLOCK_TICKS):
             assert turn(n) == [*pairs(8, n - 1), f"Human: message {n}"]
@@ -97,7 +97,7 @@ def test_every_item_in_the_context_has_a_memid_and_tier(tmp_path, fake):
     fake.script(Reply("not JSON at all"), Reply(agent_json(None, eval="(+ 2 2)")), Reply(agent_json("four")))
     rt, _face = _runtime(tmp_path / "h", fake, "m")
     try:
-        rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": True})  # one it ignores
+        rt.loop.call_soon_threadsafe(rt.mind.agent_set, "api-settings", {"thinking": True})  # one it ignores
         _turn(rt, "what is 2+2?")
         for n in range(4):
             _turn(rt, f"turn {n}: " + "words " * 800)

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from amacs_server.inference.backend import ModelResult
 from amacs_server.inference.capabilities import CapabilityStore
 from amacs_server.inference.catalog import ModelCatalog
-from amacs_server.inference.model_call import AGENT_READER, Ask, Caller, CallFailed, model_call
+from amacs_server.inference.model_call import (
+    AGENT_READER,
+    Ask,
+    Caller,
+    CallEvent,
+    CallFailed,
+    model_call,
+)
 from amacs_server.inference.pricing import Usage
 from amacs_server.inference.retry import InferenceError, Retrying
 from amacs_server.persistence.events import KINDS
@@ -137,6 +144,10 @@ def test_a_failed_call_is_its_model_error(tmp_path):
         call(tmp_path, Scripted(InferenceError("the API refused the key (401)", 401, "invalid x-api-key")), told)
     assert told.events() == ["ready", "model_request", "model_error"]
     read_back_whole(told)
+
+
+def test_every_kind_the_call_names_is_a_declared_record():
+    assert sorted(set(get_args(CallEvent)) - set(KINDS)) == []
 
 
 def test_the_check_sees_a_key_no_record_declares():

@@ -225,14 +225,16 @@ class ModelCatalog:
 
 def request_chars(request: dict[str, Any]) -> int:
     """The characters of REQUEST's system prompt and messages (what its input tokens count)."""
-    def size(content: Any) -> int:
-        if isinstance(content, str):
-            return len(content)
-        if isinstance(content, list):
-            return sum(len(b.get("text") or b.get("thinking") or "") for b in content if isinstance(b, dict))
-        return 0
+    return _chars(request.get("system")) + sum(_chars(m.get("content")) for m in request.get("messages") or ())
 
-    return size(request.get("system")) + sum(size(m.get("content")) for m in request.get("messages") or ())
+
+def _chars(content: Any) -> int:
+    """The characters of a message's CONTENT: its text, or its blocks' text and thinking."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(b.get("text") or b.get("thinking") or "") for b in content if isinstance(b, dict))
+    return 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, Protocol, TypeVar
 
 from .. import faults
 from ..errors import AmacsError
@@ -55,6 +55,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 MAX_COMPACTIONS = 3  # refusals as too long one call compacts for before it fails
+# The transcript events the call writes, by kind: each is a record of persistence/events.py, which
+# sits above this layer; the agent writes ``KINDS[kind].of(data)`` (tests/test_model_call.py).
+CallEvent = Literal["model_request", "model_response", "model_error", "model_retry", "model_adapted",
+                    "context_compacted", "parse_error"]
 
 
 class Messages(Protocol):
@@ -82,8 +86,8 @@ class Caller:
         """Before each model call of this call: wait while the agent may not call, or raise to
         stop it (its budget is spent, it was cancelled)."""
 
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        """Write EVENT to the agent's transcript."""
+    def note(self, event: CallEvent, data: dict[str, Any]) -> None:
+        """Write EVENT, its DATA, to the agent's transcript."""
 
     def sending(self, request: dict[str, Any]) -> None:
         """REQUEST is about to leave: its ``model_request`` event, with what the agent adds."""

@@ -23,8 +23,8 @@ A rewind never deletes the future it abandons: the home as it was is committed
 and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``agent-chat.org``); the item versions written after tick N move to
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
-transcripts' lines of the later ticks, and what each file of ``logs/`` holds
-beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
+transcripts' lines of the later ticks (and the tool results kept since), and what
+each file of ``logs/`` holds beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
 the abandoned one, under ``transcripts/`` and ``logs/``), and a ``rewind`` event
 is written.
 
@@ -511,6 +511,19 @@ def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, byte
     return out
 
 
+RESULTS = "transcripts/results"  # tool results too long for the agent, each kept whole in a file
+
+
+def _results_after(home: Path, ended: float | None) -> dict[str, bytes]:
+    """The files of HOME's kept tool results written after a tick ended at ENDED (None: a tick
+    state older than that time, none), by path in the home."""
+    folder = home / RESULTS
+    if ended is None or not folder.is_dir():
+        return {}
+    return {f"{RESULTS}/{p.name}": p.read_bytes() for p in sorted(folder.iterdir())
+            if p.is_file() and p.stat().st_mtime > ended}
+
+
 def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
     """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
     path in the home): where they start, and those lines."""
@@ -524,20 +537,33 @@ def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[in
     return out | _log_futures(home, state)
 
 
+def _mktree(home: Path, blobs: dict[str, str]) -> str:
+    """The git tree of BLOBS (path in it -> blob sha, folders nested)."""
+    entries: list[str] = []
+    folders: dict[str, dict[str, str]] = {}
+    for rel, blob in blobs.items():
+        head, nested, rest = rel.partition("/")
+        if nested:
+            folders.setdefault(head, {})[rest] = blob
+        else:
+            entries.append(f"100644 blob {blob}\t{head}\n")
+    entries += [f"040000 tree {_mktree(home, inner)}\t{folder}\n" for folder, inner in folders.items()]
+    return _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
+
+
 def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
-    """A commit on PARENT of its tree with FILES (path -> bytes, one folder deep) added; its sha.
-    No index, ref or working file is touched."""
-    folders: dict[str, list[str]] = {}
+    """A commit on PARENT of its tree with FILES (path -> bytes, in folders PARENT's tree does
+    not have) added; its sha.  No index, ref or working file is touched."""
+    folders: dict[str, dict[str, str]] = {}
     repo = HomeRepo(home)
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
         blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
-        folders.setdefault(folder, []).append(f"100644 blob {blob}\t{name}\n")
+        folders.setdefault(folder, {})[name] = blob
     top = [line for line in _git(home, "ls-tree", parent).decode().splitlines()
            if line.partition("\t")[2] not in folders]
-    for folder, entries in folders.items():
-        sub = _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
-        top.append(f"040000 tree {sub}\t{folder}")
+    for folder, blobs in folders.items():
+        top.append(f"040000 tree {_mktree(home, blobs)}\t{folder}")
     root = _git(home, "mktree", stdin=("\n".join(top) + "\n").encode())
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
 
@@ -621,8 +647,9 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
         raise HistoryError(f"refused: {err}; nothing was changed") from err
     faults.point("rewind.kept")
     cut = _futures(home, tick, state)
-    if cut:
-        kept = _commit_beside(home, kept, {rel: data for rel, (_at, data) in cut.items()},
+    results = _results_after(home, state.get("ended_at"))
+    if cut or results:
+        kept = _commit_beside(home, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
                               f"[TICK {last}][abandoned] the transcripts' and logs' lines after tick {tick}")
     left = 0
     if (home / "memory.db").exists():
@@ -634,6 +661,7 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     journal = {"version": 1, "tick": tick, "from_tick": last, "commit": commit, "kept": kept,
                "ref": f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}", "run_id": f"{stamp}-rewind",
                "cut": {rel: [at, at + len(data), hashlib.sha256(data).hexdigest()] for rel, (at, data) in cut.items()},
+               "removed": {rel: hashlib.sha256(data).hexdigest() for rel, data in results.items()},
                "left": left,
                "spent": rewound_spend.total(home),
                "limit": person_limit.current(home) if limit is None else limit}
@@ -660,6 +688,15 @@ def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
             fh.seek(at)
             fh.write(data[end - at:])
             fh.truncate(at + len(data) - (end - at))
+
+
+def _remove_if(path: Path, digest: str) -> None:
+    """Remove PATH if it holds the bytes of DIGEST (done again, this changes nothing)."""
+    try:
+        if hashlib.sha256(path.read_bytes()).hexdigest() == digest:
+            path.unlink()
+    except FileNotFoundError:
+        return
 
 
 def _final_message(j: dict[str, Any]) -> str:
@@ -690,6 +727,8 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
         faults.point("rewind.checked-out")
         for rel, (at, end, digest) in j["cut"].items():
             _cut_out(home / rel, at, end, digest)
+        for rel, digest in j.get("removed", {}).items():  # a tool result kept after the tick: on the ref
+            _remove_if(home / rel, digest)
         faults.point("rewind.cut")
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, float(j["spent"]), rewound_spend.mind_spent(home))

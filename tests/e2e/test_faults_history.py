@@ -3,8 +3,9 @@ with SIGKILL at each of their points, then the next start.
 
 One home is made once (a session whose later ticks write a scratchpad note, a thread, a memory
 item and a skill; a later session's start; lines in server.log, in a tool server's log, which
-is rotated after the cut, and in the local model's); each case rewinds or forks a copy of it
-in a real ``python -m amacs_server`` process that ``AMACS_FAULT_POINT`` kills.
+is rotated after the cut, and in the local model's; a tool's result kept after it); each case
+rewinds or forks a copy of it in a real ``python -m amacs_server`` process that
+``AMACS_FAULT_POINT`` kills.
 Then, as the person would go on:
 
 - a rewind: a server starts on the home (a :class:`Runtime`, the server's start-up path). Its
@@ -77,6 +78,8 @@ def source(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> Pat
     os.replace(tool, tool.with_name("mcp-tool.log.1"))
     tool.write_text("--- later starting tool\n")
     (home / "logs" / "local-model.log").write_text("a local model started after tick 2\n")
+    (home / "transcripts" / "results").mkdir()
+    (home / "transcripts" / "results" / "later-t-big.txt").write_text("a tool's long result after tick 2")
     skill = home / "skills" / "later" / "SKILL.md"
     skill.parent.mkdir(parents=True)
     skill.write_text("---\nname: later\ndescription: a skill written later\n---\nLater.\n")
@@ -112,8 +115,9 @@ def state(home: Path, *, names: dict[str, str]) -> dict[str, Any]:
     for rel in ("rewound-spend", "budget-limit", *history.SETTINGS):
         if (home / rel).exists():
             files[rel] = masked((home / rel).read_bytes())
-    for p in sorted((home / "logs").glob("*")) if (home / "logs").is_dir() else []:
-        files[f"logs/{p.name}"] = masked(p.read_bytes())
+    for folder in ("logs", "transcripts/results"):
+        for p in sorted((home / folder).glob("*")) if (home / folder).is_dir() else []:
+            files[f"{folder}/{p.name}"] = masked(p.read_bytes())
     for p in sorted((home / "transcripts").glob("*.jsonl")):
         if p.name in SESSIONS:
             files[f"transcripts/{p.name}"] = masked(p.read_bytes())
@@ -154,8 +158,8 @@ def turn(home: Path, fake: FakeAnthropic, names: dict[str, str]) -> tuple[list[s
     try:
         seen = state(home, names=names)
         asyncio.run_coroutine_threadsafe(run_turn(rt, "go on"), rt.loop).result(60)
-        assert rt.commits.flush(60)
-        return rt.startup_notes, rt.consciousness.current_tick, seen
+        assert rt.mind.commits.flush(60)
+        return rt.startup_notes, rt.mind.consciousness.current_tick, seen
     finally:
         rt.stop()
 
@@ -170,6 +174,7 @@ def references(source: Path, fake: FakeAnthropic, root: Path) -> dict[str, Any]:
     assert {p.name: p.read_text() for p in (after / "logs").iterdir()} == {
         "server.log": "2020-01-01 00:00:00,000 amacs INFO long before\n",
         "mcp-tool.log.1": "--- before tick 1 starting tool\n", "mcp-tool.log": "", "local-model.log": ""}
+    assert list((after / "transcripts" / "results").iterdir()) == []  # a result kept after the cut: on the ref
     done = cli("fork", str(home), "--tick", str(CUT), str(root / "fork"))
     assert done.returncode == 0, done.stderr
     return {"before": turn(before, fake, {str(before): "HOME"})[1:],
