@@ -112,7 +112,7 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             rt.settings.max_steps = settings.max_steps
         if settings.prices is not None:
             # the prices given at start (AMACS_PRICES), Emacs's `amacs-price-table' over them
-            rt.prices = {**{m: Price(*p) for m, p in rt.config.prices.items()}, **settings.prices}
+            rt.ledger.prices = {**{m: Price(*p) for m, p in rt.config.prices.items()}, **settings.prices}
         if settings.eval_timeout:
             rt.settings.eval_timeout = face.eval_timeout = settings.eval_timeout
         if settings.read_before_write is not None:  # on for good once on: only a new hello turns it off
@@ -125,7 +125,7 @@ def greet(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     rt.emacs_settings = apply  # the method `settings' (methods.py), a person's power, applies them so
 
     def emacs_gone() -> None:
-        rt.call_in_loop(rt.emacs_gone)  # first: the turn and the subagents stop, no more model calls
+        rt.turns.call_in_loop(rt.turns.emacs_gone)  # first: the turn and the subagents stop, no more model calls
         face.fail_all("Emacs disconnected during the eval")
 
     server.on_hello = hello

@@ -42,7 +42,7 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
         except Exception as err:  # passed to the EPC thread, which reports it
             future.set_exception(err)
 
-    rt.call_in_loop(run)
+    rt.turns.call_in_loop(run)
     return future.result(LOOP_CALL_TIMEOUT)
 
 
@@ -101,7 +101,7 @@ def person_power(rt: Runtime, name: str, method: Callable[..., Any]) -> Callable
                              "input as the person's); ask the person with agent-talk-user")
         driver = rt.config.driver_turns
         if driver is not None:
-            if not (name == "submit" and origin.get("origin") == "program" and rt.take_driver_turn(args[0])):
+            if not (name == "submit" and origin.get("origin") == "program" and rt.turns.take_driver_turn(args[0])):
                 refuse("code in Emacs", what, f"{name} acts for the person, and this experiment run has none: "
                                               "only its driver acts, and only to type the run's turns")
             return method(*args)
@@ -195,7 +195,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked()
     def submit(text: Text) -> bool:
         """Queue the person's input for the agent; returns at once."""
-        rt.submit(text)
+        rt.turns.submit(text)
         return True
 
     @checked()
@@ -224,13 +224,13 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         nobody priced that is not served on this machine: a limit could not count its dollars."""
 
         def apply() -> dict[str, Any]:
-            unkeepable = rt.budget_unkeepable()
+            unkeepable = rt.ledger.budget_unkeepable()
             if unkeepable is not None:
                 raise Refused(unkeepable)
             stopped = rt.world.budget_stop("the primary agent") is not None
-            rt.set_limit(limit)
+            rt.ledger.set_limit(limit)
             goes_on = stopped and rt.world.budget_stop("the primary agent") is None
-            return {"limit": limit, "refused": views.budget_refused_input(rt) if goes_on else None}
+            return {"limit": limit, "refused": views.budget_refused_input(rt.mind.memory) if goes_on else None}
 
         return _on_loop(rt, apply)
 
@@ -240,7 +240,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         model's input window in tokens as the person knows it (beats what its server reports)."""
         def switch() -> dict[str, Any]:
             now = rt.set_model(backend, model, base_url, window)
-            unkept = views.unkept_limit(rt)  # said at the switch, not only at the next greeting
+            unkept = views.unkept_limit(rt.ledger)  # said at the switch, not only at the next greeting
             return {**now, "unkept": unkept} if unkept is not None else now
 
         return _on_loop(rt, switch)
@@ -248,7 +248,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked()
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
-        return _on_loop(rt, rt.interrupt)
+        return _on_loop(rt, rt.turns.interrupt)
 
     @checked()
     def rewind(tick: PositiveInt) -> dict[str, Any]:
@@ -279,7 +279,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     def past_inputs(before: PositiveInt | None = None) -> dict[str, Any]:
         """The newest past inputs of the home (of those before tick BEFORE), newest first, each
         with its tick (to rewind or fork before) and when it was typed; whether older ones are left."""
-        return _on_loop(rt, lambda: views.past_inputs(rt, before))
+        return _on_loop(rt, lambda: views.past_inputs(rt.mind.chat_log, before))
 
     @checked()
     def hub_state() -> dict[str, Any]:
@@ -289,17 +289,17 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked()
     def agent_transcript(agent_id: str) -> str:
         """One agent's transcript of this session, as text."""
-        return _on_loop(rt, lambda: views.agent_transcript(rt, agent_id))
+        return _on_loop(rt, lambda: views.agent_transcript(rt.transcript, agent_id))
 
     @checked()
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
-        return _on_loop(rt, rt.consciousness.to_elisp)
+        return _on_loop(rt, rt.mind.consciousness.to_elisp)
 
     @checked()
     def set_consciousness(name: str, value: object) -> object:
         """Change a RAM field; harness fields are refused with a message."""
-        new = _on_loop(rt, lambda: rt.agent_set(name, value))
+        new = _on_loop(rt, lambda: rt.mind.agent_set(name, value))
         return Symbol("t") if new is True else new
 
     @checked()

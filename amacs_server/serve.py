@@ -294,7 +294,7 @@ class RuntimeBuilder:
         # answered; a call that comes sooner waits for them.
         server.after_hello = publish_once(server, rt, face)
         rt.start()
-        prepare = getattr(rt.backend, "prepare", None)
+        prepare = getattr(rt.slot.backend, "prepare", None)
         if prepare is not None:  # the model's client made while nothing waits (AnthropicBackend.prepare)
             import asyncio
 

@@ -1,9 +1,7 @@
 """What Emacs is shown of the runtime: the status at hello, the hub, a transcript.
 
-They read it through :class:`ViewHost`.
-
-Views read the runtime's state; they own none (runtime.py owns state, the views
-for Emacs live here).
+The status and the hub read the parts through :class:`ViewHost`; a view of one
+part takes that part.  Views own no state.
 """
 
 from __future__ import annotations
@@ -12,82 +10,80 @@ import json
 from typing import Protocol
 
 from .agents.world import AgentWorld
-from .config import Config
 from .errors import Refused
-from .inference.pricing import Tally, dollars
+from .inference.pricing import dollars
+from .ledger import Ledger
 from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
+from .mind import Mind
+from .model_slot import ModelSlot
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.events import ModelRequest, ModelResponse
-from .persistence.git_repo import CommitWorker
 from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
-from .state.consciousness import Budget, Consciousness, EvalResult
-from .threads import ThreadBook
+from .state.consciousness import Budget
+from .turns import Turns
 
 
 class ViewHost(Protocol):
-    """The runtime as the views read it (the Runtime is one: runtime.py checks it)."""
-
-    config: Config
-    consciousness: Consciousness
-    world: AgentWorld
-    memory: ActiveMemory
-    threads: ThreadBook
-    transcript: Transcript
-    chat_log: ChatLog
-    commits: CommitWorker
-    model: str
-    backend_name: str
-    run_id: str
-    session_tally: Tally
-    startup_notes: list[str]  # what start-up recovered from, said at hello
-    last_eval: tuple[int, EvalResult] | None
-    person_limit: float | None  # the budget limit the person gave (None: the mind's)
+    """The parts the views read (the Runtime holds them: runtime.py checks it)."""
 
     @property
-    def turn_running(self) -> bool: ...
+    def mind(self) -> Mind: ...
 
-    def endpoint(self) -> str | None: ...
+    @property
+    def slot(self) -> ModelSlot: ...
 
-    def spent(self) -> float: ...
+    @property
+    def ledger(self) -> Ledger: ...
 
-    def limit(self) -> float: ...
+    @property
+    def turns(self) -> Turns: ...
 
-    def budget_unkeepable(self) -> str | None: ...
+    @property
+    def world(self) -> AgentWorld: ...
+
+    @property
+    def transcript(self) -> Transcript: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def startup_notes(self) -> list[str]: ...  # what start-up recovered from, said at hello
 
 
-def unkept_limit(rt: ViewHost) -> str | None:
+def unkept_limit(ledger: Ledger) -> str | None:
     """The line saying that the limit the person gave (at start, kept in the home, or set before a
     switch of model) cannot be kept on the session's model, which nobody priced; None if it can."""
-    unkept = rt.budget_unkeepable() if rt.person_limit is not None else None
-    return None if unkept is None else f"Your budget limit of {dollars(rt.person_limit or 0.0)} is not kept: {unkept}."
+    unkept = ledger.budget_unkeepable() if ledger.person_limit is not None else None
+    return None if unkept is None else f"Your budget limit of {dollars(ledger.person_limit or 0.0)} is not kept: {unkept}."
 
 
 def status(rt: ViewHost) -> dict[str, object]:
     """A summary for Emacs at hello and on request."""
-    c = rt.consciousness
+    c = rt.mind.consciousness
     # One line each, what start-up recovered from first; the shell prefixes ";; ".
-    notes = [*rt.startup_notes, *([] if rt.config.has_credentials else [rt.config.missing_key_message()])]
-    unkept = unkept_limit(rt)
+    notes = [*rt.startup_notes, *([] if rt.slot.config.has_credentials else [rt.slot.config.missing_key_message()])]
+    unkept = unkept_limit(rt.ledger)
     if unkept is not None:
         notes.append(unkept)
     return {
         "run_id": rt.run_id,
         "tick": c.current_tick,
         "mood": c.mood,
-        "model": rt.model,
-        "backend": rt.backend_name,
-        "endpoint": rt.endpoint(),
-        "key_ok": rt.config.has_credentials,
-        "session": rt.session_tally.to_dict(),
-        "spent": rt.spent(),
-        "budget_limit": rt.limit(),
+        "model": rt.slot.model,
+        "backend": rt.slot.backend_name,
+        "endpoint": rt.slot.endpoint(),
+        "key_ok": rt.slot.config.has_credentials,
+        "session": rt.ledger.session_tally.to_dict(),
+        "spent": rt.ledger.spent(),
+        "budget_limit": rt.ledger.limit(),
         "notice": "\n;; ".join(notes) or None,
-        "home": str(rt.config.home),
-        "fork": fork_origin(rt.config.home),  # a fork's header names what it is a fork of
-        "interrupted": rt.memory.last_chat_interrupted(),
-        "recent": [_exchange(rt, i) for i in rt.memory.chat[-10:]],
+        "home": str(rt.mind.home),
+        "fork": fork_origin(rt.mind.home),  # a fork's header names what it is a fork of
+        "interrupted": rt.mind.memory.last_chat_interrupted(),
+        "recent": [_exchange(rt.mind, i) for i in rt.mind.memory.chat[-10:]],
     }
 
 
@@ -96,19 +92,19 @@ def status(rt: ViewHost) -> dict[str, object]:
 BUDGET_REFUSED = "no reply: budget limit reached"
 
 
-def budget_refused_input(rt: ViewHost) -> str | None:
+def budget_refused_input(memory: ActiveMemory) -> str | None:
     """The newest input, whole, when the budget refused it (no reply) and nothing came after it:
     the shell offers it again once the limit is raised."""
-    if not rt.memory.chat or rt.memory.pending_tick is not None:
+    if not memory.chat or memory.pending_tick is not None:
         return None
-    content = rt.memory.chat[-1].content
+    content = memory.chat[-1].content
     human = content.get("human")
     if isinstance(human, str) and not content.get("agent") and content.get("status") == BUDGET_REFUSED:
         return human
     return None
 
 
-def _exchange(rt: ViewHost, item: MemoryItem) -> dict[str, object]:
+def _exchange(mind: Mind, item: MemoryItem) -> dict[str, object]:
     """One exchange the shell shows at start: what was said, and from agent-chat.org the tick's
     eval (form, result or error, success) and the subagent tasks that ended under it (each
     before or after the reply), drawn as the live shell drew them."""
@@ -117,10 +113,10 @@ def _exchange(rt: ViewHost, item: MemoryItem) -> dict[str, object]:
                               "agent": _shortened(item.content.get("agent"))}
     if not item.content.get("agent") and item.content.get("status"):  # "no reply: interrupted by the person"
         out["status"] = item.content["status"]
-    done = rt.chat_log.recent_evals.get(tick)
+    done = mind.chat_log.recent_evals.get(tick)
     if done is not None:
         out["eval"] = done.to_dict()
-    tasks = rt.chat_log.recent_tasks.get(tick)
+    tasks = mind.chat_log.recent_tasks.get(tick)
     if tasks:
         out["tasks"] = [task.to_dict() for task in tasks]
     return out
@@ -141,7 +137,7 @@ INPUT_CHARS = 100  # more than the picker shows (70 columns), so its label is th
 PAST_PAGE = 200  # the inputs the picker is given at once; older ones when the person asks
 
 
-def past_inputs(rt: ViewHost, before: int | None = None, count: int = PAST_PAGE) -> dict[str, object]:
+def past_inputs(chat_log: ChatLog, before: int | None = None, count: int = PAST_PAGE) -> dict[str, object]:
     """The inputs of the home's history as it stands, newest first: the COUNT newest of those
     before tick BEFORE (None: of all).  ``ticks``, and in the same order ``texts`` (each its first
     INPUT_CHARS characters) and ``times`` (when each was typed); ``more``: whether older ones
@@ -150,7 +146,7 @@ def past_inputs(rt: ViewHost, before: int | None = None, count: int = PAST_PAGE)
     costs the same on a home of 20,000 ticks as on one of 1,000; a rewind cut the log back to
     the tick it went to: the abandoned future's inputs are not among them.  Flat lists: 5,000
     inputs encode for EPC in a seventh of the time a list of 5,000 tables takes."""
-    said = rt.chat_log.inputs(count + 1, before)
+    said = chat_log.inputs(count + 1, before)
     page = said[:count]
     return {"ticks": [e.tick for e in page], "texts": [(e.human or "")[:INPUT_CHARS] for e in page],
             "times": [e.timestamp for e in page], "more": len(said) > count}
@@ -158,40 +154,40 @@ def past_inputs(rt: ViewHost, before: int | None = None, count: int = PAST_PAGE)
 
 def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
     """Everything the hub shows, read from the server's state."""
-    c = rt.consciousness
+    c = rt.mind.consciousness
     threads = []
-    for thread in sorted(rt.threads.open.values(), key=lambda t: t.id != rt.threads.active):
+    for thread in sorted(rt.mind.threads.open.values(), key=lambda t: t.id != rt.mind.threads.active):
         threads.append({"id": thread.id, "concern": thread.concern,
-                        "status": "active" if thread.id == rt.threads.active else "pending",
+                        "status": "active" if thread.id == rt.mind.threads.active else "pending",
                         "buffers": list(thread.buffers), "skills": list(thread.skills)})
     return {
         "identity": c.identity,
         "tick": c.current_tick,
         "mood": c.mood,
         "confidence": c.confidence,
-        "model": rt.model,
-        "budget": {"cost_so_far": round(rt.spent(), 6), "budget_limit": rt.limit(),
-                   "pressure": Budget(rt.spent(), rt.limit()).pressure},
-        "session": rt.session_tally.to_dict(),
+        "model": rt.slot.model,
+        "budget": {"cost_so_far": round(rt.ledger.spent(), 6), "budget_limit": rt.ledger.limit(),
+                   "pressure": Budget(rt.ledger.spent(), rt.ledger.limit()).pressure},
+        "session": rt.ledger.session_tally.to_dict(),
         "threads": threads,
         "monologue": [{"tick": tick_of(i), "text": i.content}
-                      for i in rt.memory.monologue[-count:]],
+                      for i in rt.mind.memory.monologue[-count:]],
         "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
-                        "thread": i.content["thread"]} for i in rt.memory.scratchpad[-count:]],
-        "last_eval": {"tick": rt.last_eval[0], **rt.last_eval[1].to_dict()} if rt.last_eval else None,
+                        "thread": i.content["thread"]} for i in rt.mind.memory.scratchpad[-count:]],
+        "last_eval": {"tick": rt.mind.last_eval[0], **rt.mind.last_eval[1].to_dict()} if rt.mind.last_eval else None,
         "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
-                    for sha, subject in rt.commits.recent(count, wait=0 if rt.turn_running else 2.0)],
-        "abandoned": abandoned_futures(rt.config.home),
-        "home": str(rt.config.home),
-        "chat_log": str(rt.chat_log.path),
+                    for sha, subject in rt.mind.commits.recent(count, wait=0 if rt.turns.turn_running else 2.0)],
+        "abandoned": abandoned_futures(rt.mind.home),
+        "home": str(rt.mind.home),
+        "chat_log": str(rt.mind.chat_log.path),
         "agents": rt.world.everyone(),
         "mcp": rt.world.tools.status() if rt.world.tools is not None else [],
         "mcp_problems": list(rt.world.tools.problems) if rt.world.tools is not None else [],
     }
 
-def agent_transcript(rt: ViewHost, agent_id: str) -> str:
+def agent_transcript(transcript: Transcript, agent_id: str) -> str:
     """AGENT_ID's transcript of this session as readable text, for the hub."""
-    events = rt.transcript.lines(agent_id)
+    events = transcript.lines(agent_id)
     if not events:
         raise Refused(f"no transcript for {agent_id!r} in this session")
     first = events[0]

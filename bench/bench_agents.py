@@ -193,7 +193,7 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
 
     async def go() -> tuple[float, float, float, float]:
         # Open the client's connections first: the bench measures the runtime, not TCP set-up.
-        await asyncio.gather(*(rt.backend.complete({"model": rt.model, "max_tokens": 10, "messages": [
+        await asyncio.gather(*(rt.slot.backend.complete({"model": rt.slot.model, "max_tokens": 10, "messages": [
             {"role": "user", "content": "warm"}]}, stream=False) for _ in range(pool)))
         fake_cpu = ask(fake, "reset")["cpu_s"]  # count the tasks' calls only
         # The tasks' parent is an agent, not the primary: their results must not wake the
@@ -223,7 +223,7 @@ def run_once(n: int, pool: int, latency: float, profile: cProfile.Profile | None
         fake.kill()
         fake.wait()
         # The client's connections close before the loop stops (the fake is gone: no resets to report).
-        asyncio.run_coroutine_threadsafe(rt.backend.aclose(), rt.loop).result(10)
+        asyncio.run_coroutine_threadsafe(rt.slot.backend.aclose(), rt.loop).result(10)
         rt.stop()
     done = sum(1 for a in rt.world.agents.values() if a.type == "task" and a.state == "done")
     events = [json.loads(line) for line in rt.transcript.path.read_text(encoding="utf-8").splitlines()]

@@ -90,7 +90,7 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
             if tick % 25 == 0:
                 asyncio.run_coroutine_threadsafe(_memory(rt, f"note-{tick}", tick), rt.loop).result(30)
             if tick in wanted:
-                rt.commits.flush(600)
+                rt.mind.commits.flush(600)
                 shutil.rmtree(wanted[tick], ignore_errors=True)
                 shutil.copytree(work, wanted[tick], symlinks=True,
                                 ignore=shutil.ignore_patterns("server.json", "*.lock", "lock"))
@@ -112,7 +112,7 @@ def tick_overhead(home: Path, n: int) -> dict[str, float]:
     overhead = []
     try:
         for i in range(n + 2):  # the first two warm the client and the caches: not counted
-            rt.commits.flush(120)
+            rt.mind.commits.flush(120)
             before = len(model_ms)
             t0 = time.perf_counter()
             asyncio.run_coroutine_threadsafe(run_turn(rt, f"question {i}"), rt.loop).result(60)

@@ -157,7 +157,7 @@ def start_ms(home: Path, url: str) -> float:
     rt = runtime(home, url)
     views.status(rt)
     ms = (time.perf_counter() - t0) * 1000
-    rt.ltm.close()
+    rt.mind.ltm.close()
     rt.transcript.close()
     return ms
 
@@ -186,7 +186,7 @@ def turns(home: Path, url: str, count: int) -> tuple[Runtime, list[float], list[
         t0 = time.perf_counter()
         asyncio.run_coroutine_threadsafe(run_turn(rt, f"question {i}"), rt.loop).result()
         turn_ms.append((time.perf_counter() - t0) * 1000)
-        rt.commits.flush()
+        rt.mind.commits.flush()
         added.append(float(commit_added(home)))
     return rt, turn_ms, added
 
@@ -216,7 +216,7 @@ def run_case(name: str, megabytes: int, tick_bytes: int, args: argparse.Namespac
         first_ms = start_ms(home, url)
         rt, first_turn, first_growth = turns(home, url, 1)
         rt.stop()
-        rt.commits.wait_packed()
+        rt.mind.commits.wait_packed()
         subprocess.run(["git", "-C", str(home), "-c", "pack.threads=1", "repack", "-d", "-q"], check=True)
         out["first start (old layout): start ms, first turn ms (split, SDK import), first commit's .git MB"] = [
             round(first_ms), round(first_turn[0]), round(first_growth[0] / 1e6, 1)]
@@ -231,11 +231,11 @@ def run_case(name: str, megabytes: int, tick_bytes: int, args: argparse.Namespac
         size0 = git_bytes(home)
         rt, turn_ms, growth = turns(home, url, args.ticks)
         out["per tick on the loop thread: tick state + commit queued, ms"] = summary(LOOP_MS)
-        if getattr(rt.commits, "snapshot_ms", None):
-            out["of which the snapshot of the tracked files, ms"] = summary(rt.commits.snapshot_ms)
-        out["per tick on the commit worker: the commit, ms"] = summary(rt.commits.commit_ms)
+        if getattr(rt.mind.commits, "snapshot_ms", None):
+            out["of which the snapshot of the tracked files, ms"] = summary(rt.mind.commits.snapshot_ms)
+        out["per tick on the commit worker: the commit, ms"] = summary(rt.mind.commits.commit_ms)
         rt.stop()
-        rt.commits.wait_packed()
+        rt.mind.commits.wait_packed()
         subprocess.run(["git", "-C", str(home), "-c", "pack.threads=1", "repack", "-d", "-q", "--window=4"],
                        check=True)
         out["turn ms (fake model, 400 words)"] = summary(turn_ms)

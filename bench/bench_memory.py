@@ -193,7 +193,7 @@ def timed(label: str, queries: list[str], run: Callable[[str], object], out: dic
 
 def bulk_search(rt: Runtime, rng: random.Random) -> dict[str, object]:
     """Search timings over LTM_ITEMS notes of Zipf English, through the brain tool."""
-    mem, ltm = rt.memory, rt.ltm
+    mem, ltm = rt.mind.memory, rt.mind.ltm
     tail = tail_words(rng)
     t0 = time.perf_counter()
     with ltm.transaction():
@@ -229,13 +229,13 @@ def main() -> None:
     vocab = [f"w{i:05d}" for i in range(20_000)]
     home = Path(tempfile.mkdtemp()) / "agent"
     rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"}), NullFace())
-    mem = rt.memory
+    mem = rt.mind.memory
     results: dict[str, object] = {f"over_{LTM_ITEMS}_items": bulk_search(rt, rng)}
     if "--search-only" in sys.argv:
         save("memory_search", results)
         return
 
-    c = rt.consciousness
+    c = rt.mind.consciousness
     for tick in range(1, 41):
         c.begin_tick(tick)
         mem.sync_state(c)

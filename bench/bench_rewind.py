@@ -70,7 +70,7 @@ def build(home: Path, ticks: int) -> float:
                 done.result(30)
             if tick % 500 == 0:
                 print(f"  {tick} ticks, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-        rt.commits.flush(600)
+        rt.mind.commits.flush(600)
     finally:
         rt.stop(grace=30)
         fake.stop()
@@ -78,9 +78,9 @@ def build(home: Path, ticks: int) -> float:
 
 
 async def _memory(rt: Runtime, name: str, tick: int) -> None:
-    rt.memory.create_note(name, {"text": f"made at {tick}"}, Kind.NOTE, ())
+    rt.mind.memory.create_note(name, {"text": f"made at {tick}"}, Kind.NOTE, ())
     if tick % 50 == 0:
-        rt.memory.mutate(rt.memory.mem_id(f"note-{tick - 25}"), {"text": f"changed at {tick}"})
+        rt.mind.memory.mutate(rt.mind.memory.mem_id(f"note-{tick - 25}"), {"text": f"changed at {tick}"})
 
 
 def git(home: Path, *args: str) -> str:

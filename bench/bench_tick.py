@@ -80,7 +80,7 @@ class NullFace:
 def time_model_calls(rt: Runtime) -> list[float]:
     """The list each of RT's model calls appends its milliseconds to, from now on."""
     model_ms: list[float] = []
-    original = rt.backend.complete
+    original = rt.slot.backend.complete
 
     async def timed_complete(request, on_text=None, **options):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
@@ -89,7 +89,7 @@ def time_model_calls(rt: Runtime) -> list[float]:
         finally:
             model_ms.append((time.perf_counter() - t0) * 1000)
 
-    rt.backend.complete = timed_complete  # type: ignore[method-assign]
+    rt.slot.backend.complete = timed_complete  # type: ignore[method-assign]
     return model_ms
 
 def reply_400(_body: dict) -> Reply:

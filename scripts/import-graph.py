@@ -32,7 +32,10 @@ LAYERS = (
     ("state", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "demo_model", "transport", "face"),  # persistence: git, the org logs, rewind; face: Emacs as the agents see it (a Protocol)
+    ("mind", "model_slot"),  # the mind in its home; the model in use (the runtime's parts)
+    ("ledger",),  # cost and budget, counted on the mind by the model's price
     ("agents", "transcripts"),  # Agent, World, the one loop, a subagent's run; transcripts: DuckDB over many, through the records
+    ("turns",),  # the loop host: the loop thread, the inbox, the running turn (the runtime's part)
     ("loop",),  # the primary's turn
     ("tools", "views"),  # what agents call from evals; what Emacs is shown
     ("runtime",),

@@ -3,6 +3,7 @@
 - ``leaky``: says its environment everywhere it can (a tool's description, a result, an
   error, its stderr, a stray line on its stdout).
 - ``big``: ``big(megabytes)`` answers that many megabytes of text.
+- ``chatty``: ``say(text)`` prints TEXT on its stderr (its log's line), then answers it.
 - ``block``: ``block()`` never answers (the process sleeps, reading nothing).
 - ``regex``: ``match(text)``, whose schema's pattern backtracks catastrophically.
 - ``badtools``: ``echo(text)`` and ``upper(text)``, listed among tools no client can take: a
@@ -44,6 +45,18 @@ def leaky() -> MCPServer:
         """Fails, quoting its secrets."""
         print(f"failing with {env}", file=sys.stderr, flush=True)
         raise ValueError(f"cannot connect to {env['DATABASE_URL']} with {env['SECRET_TOKEN']}")
+
+    return server
+
+
+def chatty() -> MCPServer:
+    server = MCPServer("chatty")
+
+    @server.tool()
+    def say(text: str) -> str:
+        """Prints TEXT on stderr, then answers it."""
+        print(text, file=sys.stderr, flush=True)
+        return text
 
     return server
 
@@ -144,7 +157,7 @@ def main() -> None:
     if mode == "badtools":
         badtools()
         return
-    server = {"leaky": leaky, "big": big, "block": block, "regex": regex}[mode]()
+    server = {"leaky": leaky, "big": big, "block": block, "regex": regex, "chatty": chatty}[mode]()
     server.run("stdio")
 
 

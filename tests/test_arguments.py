@@ -122,4 +122,4 @@ def test_every_method_emacs_may_call_checks_its_arguments(tmp_path):
     finally:
         rt.loop.call_soon_threadsafe(rt.loop.stop)
         loop.join(5)
-        rt.ltm.close()
+        rt.mind.ltm.close()

@@ -44,7 +44,7 @@ def rt(tmp_path: Any) -> Any:
     for n in (1, 2):
         add_task(runtime, f"task-{n}")
     yield runtime
-    runtime.ltm.close()
+    runtime.mind.ltm.close()
 
 
 def add_task(rt: Runtime, agent_id: str) -> Agent:
@@ -82,13 +82,13 @@ def test_a_tasks_item_is_in_its_own_ram_not_the_primarys(rt: Runtime) -> None:
     assert made == {"mem_id": f"<EOT>{ME}:task-1:finding:1<EOT>", "version": 1, "tier": "ram", "kind": "note"}
     task = rt.world.agents["task-1"].memory
     assert task is not None and [i.mem_id.format() for i in task.memory_items()] == [made["mem_id"]]
-    assert rt.memory.pinned == {} and rt.world.agents["task-2"].memory is None
-    snap = rt.memory.snapshot(rt.consciousness)
+    assert rt.mind.memory.pinned == {} and rt.world.agents["task-2"].memory is None
+    snap = rt.mind.memory.snapshot(rt.mind.consciousness)
     assert all("finding" not in i.mem_id.base for i in snap.all_items())
     # The primary's own calls keep today's addresses.
     mine = call(rt, 1, "memory_create", "plan", "ship it", None)
     assert mine["mem_id"] == f"<EOT>{ME}:primary:plan:1<EOT>"
-    assert list(rt.memory.pinned) == [f"{ME}:primary:plan"] and list(task.pinned) == [f"{ME}:task-1:finding"]
+    assert list(rt.mind.memory.pinned) == [f"{ME}:primary:plan"] and list(task.pinned) == [f"{ME}:task-1:finding"]
 
 
 def test_two_tasks_may_use_the_same_name(rt: Runtime) -> None:
@@ -105,7 +105,7 @@ def test_ltm_is_shared_search_and_load_reach_every_brain(rt: Runtime) -> None:
         assert found == {f"<EOT>{ME}:task-1:finding:1<EOT>", f"<EOT>{ME}:primary:plan:1<EOT>"}
     loaded = call(rt, 1, "memory_load", f"<EOT>{ME}:task-1:finding<EOT>", None)
     assert (loaded["mem_id"], loaded["content"]) == (f"<EOT>{ME}:task-1:finding:1<EOT>", "the heron nests in the pine")
-    assert list(rt.memory.pinned) == [f"{ME}:primary:plan", f"{ME}:task-1:finding"]  # in the primary's RAM
+    assert list(rt.mind.memory.pinned) == [f"{ME}:primary:plan", f"{ME}:task-1:finding"]  # in the primary's RAM
     with pytest.raises(ToolError, match="belongs to another brain"):
         call(rt, 1, "memory_mutate", f"<EOT>{ME}:task-1:finding<EOT>", "forged")  # only its own brain writes it
     with pytest.raises(ToolError, match="another brain, outside amacs-instance-1"):
@@ -114,13 +114,13 @@ def test_ltm_is_shared_search_and_load_reach_every_brain(rt: Runtime) -> None:
 
 def test_a_task_cannot_write_the_primarys_memory_or_consciousness(rt: Runtime) -> None:
     call(rt, 1, "memory_create", "plan", "v1", None)
-    mood = rt.consciousness.mood
+    mood = rt.mind.consciousness.mood
     for target in (f"<EOT>{ME}:primary:plan<EOT>", f"<EOT>{ME}:primary:mood<EOT>"):
         with pytest.raises(ToolError, match="belongs to another brain"):
             call(rt, 2, "memory_mutate", target, "hijacked")
     with pytest.raises(ToolError, match="not in active memory"):
         call(rt, 2, "memory_evict", f"<EOT>{ME}:primary:plan<EOT>")
-    assert rt.consciousness.mood == mood and rt.memory.pinned[f"{ME}:primary:plan"].content == "v1"
+    assert rt.mind.consciousness.mood == mood and rt.mind.memory.pinned[f"{ME}:primary:plan"].content == "v1"
     with pytest.raises(ToolError, match="no memory item"):  # a task has no consciousness fields
         call(rt, 2, "memory_mutate", f"<EOT>{ME}:task-1:mood<EOT>", "happy")
 
@@ -146,7 +146,7 @@ def test_a_later_agent_of_the_same_id_starts_empty_and_continues_the_names_versi
     assert (again["mem_id"], again["previous_version"]) == (f"<EOT>{ME}:task-1:finding:2<EOT>", 1)
     task = rt.world.agents["task-1"].memory
     assert task is not None and [i.content for i in task.memory_items()] == ["new run"]
-    assert rt.ltm.active_set("task-1") == [(f"{ME}:task-1:finding", "pinned", 2)]
+    assert rt.mind.ltm.active_set("task-1") == [(f"{ME}:task-1:finding", "pinned", 2)]
 
 
 def test_a_subagents_request_shows_what_changed_in_its_memory_once(rt: Runtime) -> None:
@@ -206,7 +206,7 @@ def test_a_viewpoint_whose_id_cannot_name_a_brain_is_refused_with_the_reason(tmp
         assert f"viewpoint-{long}" not in rt.world.agents
         assert [a.id for a in rt.world.viewpoints_of(PRIMARY)] == [handle]
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def test_any_agent_whose_id_cannot_name_a_brain_is_not_started(tmp_path, monkeypatch):
@@ -224,4 +224,4 @@ def test_any_agent_whose_id_cannot_name_a_brain_is_not_started(tmp_path, monkeyp
             rt.world.viewpoint(PRIMARY, "c" * 60, "debater")
         assert rt.world.viewpoints_of(PRIMARY) == []
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()

@@ -71,20 +71,20 @@ def test_the_eval_is_not_in_the_reply_memory_or_context_shows(tmp_path):
     home = tmp_path / "home"
     config = load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"})
     rt = Runtime(config, SilentFace())
-    rt.chat_log.write_human(1, T, "eval")
-    rt.chat_log.write_agent(1, T, "Let me check in Emacs.", with_heading=False)
-    rt.chat_log.write_eval(1, ChatEval.of("(+ 2 2)", True, "4", None))
-    rt.ltm.close()
+    rt.mind.chat_log.write_human(1, T, "eval")
+    rt.mind.chat_log.write_agent(1, T, "Let me check in Emacs.", with_heading=False)
+    rt.mind.chat_log.write_eval(1, ChatEval.of("(+ 2 2)", True, "4", None))
+    rt.mind.ltm.close()
     again = Runtime(config, SilentFace())
     try:
-        assert again.memory.chat[-1].content == {"human": "eval", "agent": "Let me check in Emacs."}
-        text = assemble(again.memory.snapshot(again.consciousness)).text
+        assert again.mind.memory.chat[-1].content == {"human": "eval", "agent": "Let me check in Emacs."}
+        text = assemble(again.mind.memory.snapshot(again.mind.consciousness)).text
         assert "Let me check in Emacs." in text and "begin_src" not in text and "(+ 2 2)" not in text
         (recent,) = views.status(again)["recent"]  # type: ignore[misc]
         assert recent["eval"] == {"form": "(+ 2 2)", "success": True, "result": "4", "error": None}
         assert recent["agent"] == "Let me check in Emacs."
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()
 
 
 def test_rotation_keeps_the_eval_part_with_its_tick(tmp_path):
@@ -107,7 +107,7 @@ def test_tasks_that_ended_go_under_the_tick_before_or_after_its_reply(tmp_path):
     home = tmp_path / "home"
     config = load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k"})
     rt = Runtime(config, SilentFace())
-    log = rt.chat_log
+    log = rt.mind.chat_log
     log.write_human(1, T, "pair")
     log.write_agent(1, T, "I'll ask two.", with_heading=False)
     log.write_eval(1, ChatEval.of("(agent-task ...)", True, "(:waiting-for (1 2))", None))
@@ -129,17 +129,17 @@ def test_tasks_that_ended_go_under_the_tick_before_or_after_its_reply(tmp_path):
     first, second = ChatLog(home / "agent-chat.org").read()
     assert (first.agent, first.eval is not None, first.tasks) == ("I'll ask two.", True, wanted[1])
     assert (second.human, second.agent, second.tasks) == ("slow", "Slowly said.", wanted[2])
-    rt.ltm.close()
+    rt.mind.ltm.close()
     again = Runtime(config, SilentFace())
     try:
-        assert again.chat_log.recent_tasks == wanted
-        assert again.memory.chat[-1].content == {"human": "slow", "agent": "Slowly said."}
-        assert "task-3" not in assemble(again.memory.snapshot(again.consciousness)).text
+        assert again.mind.chat_log.recent_tasks == wanted
+        assert again.mind.memory.chat[-1].content == {"human": "slow", "agent": "Slowly said."}
+        assert "task-3" not in assemble(again.mind.memory.snapshot(again.mind.consciousness)).text
         recent = views.status(again)["recent"]
         assert [r.get("tasks") for r in recent] == [  # type: ignore[attr-defined]
             [t.to_dict() for t in wanted[1]], [t.to_dict() for t in wanted[2]]]
-        again.chat_log.write_task_ended("task-4 (researcher) done: late.", True)  # after tick 2's reply
-        assert again.chat_log.recent_tasks[2][-1] == ChatTaskEnded("task-4 (researcher) done: late.", True,
+        again.mind.chat_log.write_task_ended("task-4 (researcher) done: late.", True)  # after tick 2's reply
+        assert again.mind.chat_log.recent_tasks[2][-1] == ChatTaskEnded("task-4 (researcher) done: late.", True,
                                                                      before_reply=False)
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()

@@ -217,19 +217,19 @@ def test_an_eval_turn_and_the_prompt_do_not_wait_for_git(tmp_path):
     rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k",
                               "ANTHROPIC_BASE_URL": fake.url}), Face())
     gate = threading.Event()
-    original = rt.repo.commit
+    original = rt.mind.repo.commit
 
     def stuck_commit(paths, message):
         gate.wait(30)
         return original(paths, message)
 
-    rt.repo.commit = stuck_commit  # type: ignore[method-assign]
+    rt.mind.repo.commit = stuck_commit  # type: ignore[method-assign]
     rt.start()
     try:
         from amacs_server.loop.primary import run_turn
         asyncio.run_coroutine_threadsafe(run_turn(rt, "what is 2+2?"), rt.loop).result(30)
         assert Face.done == [2] and len(fake.requests) == 2  # the prompt is back after two ticks
-        assert rt.commits.pending == 2 and rt.repo.log() == []
+        assert rt.mind.commits.pending == 2 and rt.mind.repo.log() == []
     finally:
         gate.set()
         rt.stop()

@@ -72,7 +72,7 @@ def test_imp038_depth_scenario(tmp_path, fake):
     try:
         for n in range(1, 11):
             turn(n)
-        rt.loop.call_soon_threadsafe(rt.agent_set, "chat-context-depth", 3)
+        rt.loop.call_soon_threadsafe(rt.mind.agent_set, "chat-context-depth", 3)
         assert turn(11) == [*pairs(8, 10), "Human: message 11"]
         for n in range(12, 11 + BLOCK_TICKS):
             assert turn(n) == [*pairs(8, n - 1), f"Human: message {n}"]
@@ -97,7 +97,7 @@ def test_every_item_in_the_context_has_a_memid_and_tier(tmp_path, fake):
     fake.script(Reply("not JSON at all"), Reply(agent_json(None, eval="(+ 2 2)")), Reply(agent_json("four")))
     rt, _face = _runtime(tmp_path / "h", fake, "m")
     try:
-        rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": True})  # one it ignores
+        rt.loop.call_soon_threadsafe(rt.mind.agent_set, "api-settings", {"thinking": True})  # one it ignores
         _turn(rt, "what is 2+2?")
         for n in range(4):
             _turn(rt, f"turn {n}: " + "words " * 800)
@@ -207,6 +207,23 @@ def test_scratchpad_global_and_thread_filtering_with_both_depths(memory):
     assert shown() == ["G2", "B1", "G3"]
     c.global_scratchpad_depth = 0
     assert shown() == ["B1"]
+
+
+def test_the_scratchpad_window_walks_back_only_as_far_as_its_depths_need(memory):
+    """No thread active: the window stops at the last global notes it shows, not walking every
+    note ever written (each tick's cost would grow with the scratchpad)."""
+
+    class Unread:
+        @property
+        def content(self):
+            raise AssertionError("an older note than the window needs was read")
+
+    c = Consciousness(global_scratchpad_depth=2, thread_scratchpad_depth=3)
+    memory.add_scratchpad(1, "A1", "rust", "rust one")
+    for tick in (2, 3):
+        memory.add_scratchpad(tick, f"G{tick}", None, "global")
+    memory.scratchpad.insert(0, Unread())
+    assert [i.content["heading"] for i in memory.scratchpad_window(c)] == ["G2", "G3"]
 
 
 # -- the append-only conversation (issue 10) ----------------------------------------------

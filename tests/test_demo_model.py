@@ -69,16 +69,16 @@ def test_amacs_demo_serves_the_demo_from_the_servers_start_to_its_stop(tmp_path)
     assert config.demo and config.model == DEMO_MODEL and config.backend == "anthropic" and config.has_credentials
     rt = Runtime(config, SilentFace())
     try:
-        assert rt.demo is not None and port_open(rt.demo.base_url)
+        assert rt.slot.demo is not None and port_open(rt.slot.demo.base_url)
         status = views.status(rt)
         assert status["model"] == "demo" and status["endpoint"] == "demo" and status["key_ok"] is True
         assert DEMO_NOTE in str(status["notice"]) and "No API key" not in str(status["notice"])
-        assert rt.charge(Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == 0.0  # nothing paid
+        assert rt.ledger.charge(Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == 0.0  # nothing paid
         # Another model leaves the demo: its endpoint is the provider's again, and it needs a key.
         switched = rt.set_model("anthropic", "claude-x", None)
         assert switched["endpoint"] is None and switched["key_ok"] is False
         assert rt.set_model("anthropic", DEMO_MODEL, None)["endpoint"] == "demo"
-        url = rt.demo.base_url
+        url = rt.slot.demo.base_url
     finally:
         rt.stop(grace=0)
     assert not port_open(url)
@@ -90,8 +90,8 @@ def test_the_demo_is_not_asked_what_it_accepts(tmp_path):
     rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "AMACS_DEMO": "1"}), SilentFace())
 
     async def learn() -> object:
-        rt.learn_model()  # as at start, in the running loop
-        return rt.catalog._task
+        rt.slot.learn()  # as at start, in the running loop
+        return rt.slot.catalog._task
 
     try:
         assert asyncio.run(learn()) is None

@@ -78,11 +78,11 @@ def test_the_face_sends_only_declared_fields(tmp_path):
         face.step_started(1, 8)
         face.turn_done(3)
         face.input_taken(saved=True)
-        face.agents([], rt.spending())
+        face.agents([], rt.ledger.spending())
         rt.face = face
-        rt.tell_ticked()  # the tick event as the runtime makes it
+        rt.ledger.tell_ticked(rt.face)  # the tick event as the runtime makes it
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert {e["type"] for e in server.sent} == set(EVENTS) - {"eval", "hydrate"}
     for event in server.sent:
         assert set(event) - {"type"} <= EVENTS[str(event["type"])], event

@@ -205,7 +205,7 @@ def _runtime(home: Path, url: str) -> Runtime:
 def _turns(rt: Runtime, texts: list[str]) -> None:
     for text in texts:
         asyncio.run_coroutine_threadsafe(run_turn(rt, text), rt.loop).result(60)
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
 
 
 def _git(home: Path, *args: str) -> str:
@@ -306,12 +306,12 @@ def test_resume_search_and_the_log_see_an_earlier_month(tmp_path, fake, clock):
     try:
         recent = views.status(again)["recent"]  # the shell's last exchanges cross the month
         assert [r["human"] for r in recent] == ["remember the aubergine", "and the parsnip", "a new month"]
-        assert [tick for tick, _line in again.monologue.read_tail(3)] == [1, 2, 3]
+        assert [tick for tick, _line in again.mind.monologue.read_tail(3)] == [1, 2, 3]
         hits = memory_search(again, "aubergine")
         assert hits and ":primary:chat.1:" in hits[0]["mem_id"]
-        assert [e.human for e in again.chat_log.read()] == [r["human"] for r in recent]
+        assert [e.human for e in again.mind.chat_log.read()] == [r["human"] for r in recent]
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()
 
 
 def test_startup_status_cuts_a_huge_exchange(tmp_path, fake):
@@ -324,7 +324,7 @@ def test_startup_status_cuts_a_huge_exchange(tmp_path, fake):
         agent = views.status(rt)["recent"][-1]["agent"]
         assert len(agent) < views.RECENT_CHARS + 200 and "C-c C-l" in agent
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def test_tail_budget_bounds_what_start_up_reads_of_huge_ticks(tmp_path):

@@ -12,7 +12,7 @@ from amacs_server.state.consciousness import EvalResult
 
 
 def world() -> AgentWorld:
-    return AgentWorld(None, Limits())  # type: ignore[arg-type]  # these methods never touch the runtime
+    return AgentWorld(*[None] * 6, Limits())  # type: ignore[arg-type]  # these methods never touch the runtime
 
 
 def test_the_world_keeps_each_agents_files_with_what_changed_since(tmp_path):
@@ -89,4 +89,4 @@ def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
         asyncio.run(observe(rt))
         assert str(notes) in rt.world.files_seen.of("primary")
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()

@@ -131,21 +131,21 @@ def test_the_runtime_runs_the_local_model(tmp_path: Path, fake_llama: None) -> N
                               "AMACS_LOCAL_PYTHON": sys.executable}), SilentFace())  # type: ignore[arg-type]
     try:
         rt.start()
-        assert isinstance(rt.backend, LocalBackend) and rt.local is not None
-        assert rt.backend_name == "openai" and rt.model == "smollm2"
-        assert rt.config.openai_base_url == rt.local.base_url
+        assert isinstance(rt.slot.backend, LocalBackend) and rt.slot.local is not None
+        assert rt.slot.backend_name == "openai" and rt.slot.model == "smollm2"
+        assert rt.config.openai_base_url == rt.slot.local.base_url
         assert TRY_ONLY in rt.startup_notes
-        assert rt.catalog.window == 8192
-        wait_for(lambda: rt.catalog.caps.schema_form == "json_object")
-        assert rt.backend.schema_form_of is not None and rt.backend.schema_form_of() == "json_object"
+        assert rt.slot.catalog.window == 8192
+        wait_for(lambda: rt.slot.catalog.caps.schema_form == "json_object")
+        assert rt.slot.backend.schema_form_of is not None and rt.slot.backend.schema_form_of() == "json_object"
         # An answer may take an eighth of the window (the room the context leaves), not all of it,
         # and the model this machine runs costs nothing.
-        assert rt.catalog.answer_tokens(8192) == 1024 and rt.catalog.answer_tokens(500) == 500
+        assert rt.slot.catalog.answer_tokens(8192) == 1024 and rt.slot.catalog.answer_tokens(500) == 500
         from amacs_server.inference.pricing import Usage
-        assert rt.charge(Usage(input_tokens=4917, output_tokens=3275)) == 0.0
-        rt.local.wait_ready(20)
-        pid = rt.local.pid
+        assert rt.ledger.charge(Usage(input_tokens=4917, output_tokens=3275)) == 0.0
+        rt.slot.local.wait_ready(20)
+        pid = rt.slot.local.pid
         assert pid is not None
     finally:
         rt.stop()
-    assert gone(pid) and rt.local.pid is None
+    assert gone(pid) and rt.slot.local.pid is None

@@ -44,7 +44,7 @@ def silent_runtime(home, key="k"):
 def rt(tmp_path):
     runtime = silent_runtime(tmp_path / "home")
     yield runtime
-    runtime.ltm.close()
+    runtime.mind.ltm.close()
 
 
 def note(name, content, version=1, tags=()):
@@ -99,10 +99,10 @@ def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
     assert (changed["version"], changed["previous_version"]) == (2, 1)
     evicted = tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:groceries<EOT>")
     assert evicted["evicted"] and evicted["handle"]["preview"] == "milk, eggs"
-    assert "amacs-instance-1:primary:groceries" not in rt.memory.pinned
+    assert "amacs-instance-1:primary:groceries" not in rt.mind.memory.pinned
     loaded = tools.memory_load(rt, "<EOT>amacs-instance-1:primary:groceries<EOT>", {"version": 1})
     assert (loaded["version"], loaded["content"]) == (1, "milk")
-    assert rt.memory.pinned["amacs-instance-1:primary:groceries"].content == "milk"
+    assert rt.mind.memory.pinned["amacs-instance-1:primary:groceries"].content == "milk"
     hits = tools.memory_search(rt, "eggs", None)
     assert hits[0]["mem_id"] == "<EOT>amacs-instance-1:primary:groceries:2<EOT>"
 
@@ -140,15 +140,15 @@ def test_invalid_calls_fail_deterministically(rt, call, message):
 
 def test_mutating_a_state_item_goes_through_consciousness_rules(rt):
     out = tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:chat_context_depth<EOT>", 2)
-    assert rt.consciousness.chat_context_depth == 2 and out["version"] == out["previous_version"] + 1
+    assert rt.mind.consciousness.chat_context_depth == 2 and out["version"] == out["previous_version"] + 1
     with pytest.raises(tools.ToolError, match="integer within"):
         tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:chat_context_depth<EOT>", -4)
     out = tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:api_settings<EOT>",
                               {"temperature": 0.3, "max_tokens": 2000})
-    assert (rt.consciousness.api_settings.temperature, rt.consciousness.api_settings.max_tokens) == (0.3, 2000)
+    assert (rt.mind.consciousness.api_settings.temperature, rt.mind.consciousness.api_settings.max_tokens) == (0.3, 2000)
     with pytest.raises(tools.ToolError, match="temperature must be within"):
         tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:api_settings<EOT>", {"temperature": 9, "top_p": 0.5})
-    assert rt.consciousness.api_settings.top_p == 1.0  # all or nothing
+    assert rt.mind.consciousness.api_settings.top_p == 1.0  # all or nothing
 
 
 def test_common_words_are_bounded_and_rare_words_decide(tmp_path):

@@ -39,7 +39,7 @@ def memory(tmp_path):
 def rt(tmp_path):
     runtime = silent_runtime(tmp_path / "home")
     yield runtime
-    runtime.ltm.close()
+    runtime.mind.ltm.close()
 
 
 def item(content, kind=Kind.NOTE):
@@ -89,13 +89,13 @@ def test_load_pages_a_long_note_and_memory_shows_the_part_loaded(rt):
     assert first["content"] == text[:DEFAULT_PAGE_CHARS] and first["section"] == "memory"
     last = tools.memory_load(rt, f"<EOT>{ME}:log:1<EOT>", {"offset": 20_000, "limit": 5_000})
     assert last["content"] == text[20_000:] and last["next_offset"] is None
-    shown = rt.memory.snapshot(rt.consciousness).memory
+    shown = rt.mind.memory.snapshot(rt.mind.consciousness).memory
     assert [(i.content, i.page.offset if i.page else None) for i in shown] == [(text[20_000:], 20_000)]
     assert tools.memory_load(rt, f"<EOT>{ME}:log<EOT>", {"version": 1})["content"] == text[:DEFAULT_PAGE_CHARS]
-    assert rt.memory.snapshot(rt.consciousness).memory[0].page.offset == 0
-    assert rt.memory.snapshot(rt.consciousness).memory[0].content == text[:DEFAULT_PAGE_CHARS]  # shown again
+    assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].page.offset == 0
+    assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].content == text[:DEFAULT_PAGE_CHARS]  # shown again
     tools.memory_mutate(rt, f"<EOT>{ME}:log<EOT>", "y" + text)  # the part shown is the new version's
-    assert rt.memory.snapshot(rt.consciousness).memory[0].content == ("y" + text)[:DEFAULT_PAGE_CHARS]
+    assert rt.mind.memory.snapshot(rt.mind.consciousness).memory[0].content == ("y" + text)[:DEFAULT_PAGE_CHARS]
     short = tools.memory_create(rt, "short", "milk")
     loaded = tools.memory_load(rt, short["mem_id"])  # as before: the whole content
     assert loaded["content"] == "milk" and loaded["total_chars"] == 4 and "offset" not in loaded
@@ -254,8 +254,8 @@ def test_scratchpad_replace_rewrites_one_heading_and_keeps_the_rest(tmp_path):
 def test_a_mutated_scratchpad_entry_is_in_its_org_file_and_survives_a_restart(tmp_path):
     home = tmp_path / "home"
     rt = silent_runtime(home)
-    rt.scratchpad.append(ScratchpadEntry(1, "Kettle", None, "Prefer steel."))
-    rt.memory.add_scratchpad(1, "Kettle", None, "Prefer steel.")
+    rt.mind.scratchpad.append(ScratchpadEntry(1, "Kettle", None, "Prefer steel."))
+    rt.mind.memory.add_scratchpad(1, "Kettle", None, "Prefer steel.")
     out = tools.memory_mutate(rt, f"<EOT>{ME}:scratchpad.1:1<EOT>", "Prefer steel, always.")
     assert out["mem_id"] == f"<EOT>{ME}:scratchpad.1:2<EOT>"
     moved = tools.memory_mutate(rt, f"<EOT>{ME}:scratchpad.1<EOT>", {"heading": "Kettles", "thread": "home"})
@@ -264,21 +264,21 @@ def test_a_mutated_scratchpad_entry_is_in_its_org_file_and_survives_a_restart(tm
         tools.memory_mutate(rt, f"<EOT>{ME}:scratchpad.1<EOT>", {"colour": "red"})
     with pytest.raises(tools.ToolError, match="heading is a non-empty string"):
         tools.memory_mutate(rt, f"<EOT>{ME}:scratchpad.1<EOT>", {"heading": " "})
-    assert [(e.heading, e.thread, e.content) for e in rt.scratchpad.read()] == [
+    assert [(e.heading, e.thread, e.content) for e in rt.mind.scratchpad.read()] == [
         ("Kettles", "home", "Prefer steel, always.")]
-    rt.ltm.close()
+    rt.mind.ltm.close()
     again = silent_runtime(home)  # the org file and memory.db agree: no new version at start-up
     try:
-        assert [(i.version, i.content) for i in again.memory.scratchpad] == [
+        assert [(i.version, i.content) for i in again.mind.memory.scratchpad] == [
             (3, {"heading": "Kettles", "thread": "home", "content": "Prefer steel, always."})]
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()
     (home / "scratchpad.org").write_text((home / "scratchpad.org").read_text().replace("always", "by hand"))
     edited = silent_runtime(home)  # an edit by hand wins, as a new version
     try:
-        assert [(i.version, i.content["content"]) for i in edited.memory.scratchpad] == [(4, "Prefer steel, by hand.")]
+        assert [(i.version, i.content["content"]) for i in edited.mind.memory.scratchpad] == [(4, "Prefer steel, by hand.")]
     finally:
-        edited.ltm.close()
+        edited.mind.ltm.close()
 
 
 # -- the transcript ------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ def _calls(fake: FakeAnthropic) -> list[dict[str, Any]]:
 
 
 def _think(rt: Runtime, on: bool = True) -> None:
-    rt.loop.call_soon_threadsafe(rt.agent_set, "api-settings", {"thinking": on, "effort": "high"})
+    rt.loop.call_soon_threadsafe(rt.mind.agent_set, "api-settings", {"thinking": on, "effort": "high"})
 
 
 def test_capabilities_are_asked_once_kept_a_day_and_shape_the_request(tmp_path, fake):
@@ -127,7 +127,7 @@ def test_a_new_homes_first_request_does_not_wait_for_the_models_api(tmp_path, fa
     try:
         _turn(rt, "hi")
         assert face.replies[-1] == "ok" and len(_calls(fake)) == 1
-        assert rt.catalog.asking  # answered before the Models API did
+        assert rt.slot.catalog.asking  # answered before the Models API did
         assert "format" in fake.requests[-1]["body"]["output_config"]
     finally:
         rt.stop()
@@ -145,7 +145,7 @@ def test_a_first_request_refused_before_the_answer_is_made_again_with_it(tmp_pat
         sent = [r["body"]["max_tokens"] for r in _calls(fake)]
         assert sent == [8192, 4096], sent
         assert face.replies[-1] == "ok" and not [n for n in face.notes if n[0] == "error"]
-        assert not rt.catalog.asking and rt.catalog.caps.max_tokens == 4096
+        assert not rt.slot.catalog.asking and rt.slot.catalog.caps.max_tokens == 4096
     finally:
         rt.stop()
 
@@ -216,7 +216,7 @@ def test_a_request_refused_as_too_long_is_compacted_and_sent_once_more(tmp_path,
         assert "the last one" in newest
         assert _events(rt, "context_compacted")
         assert not [n for n in face.notes if n[0] == "error"]
-        assert rt.catalog.window == window  # learned from the refusal: the next request fits before it is sent
+        assert rt.slot.catalog.window == window  # learned from the refusal: the next request fits before it is sent
     finally:
         rt.stop()
 
@@ -261,7 +261,7 @@ def test_openai_compatible_server_learns_format_and_window_and_keeps_reasoning(t
         before = len(fake.requests)
         _turn(rt, "the last one")
         assert len(fake.requests) == before + 2 and face.replies[-1] == "ok"
-        assert rt.catalog.window == fake.n_ctx
+        assert rt.slot.catalog.window == fake.n_ctx
         # Once the window is known, the answer asked for fits in the eighth the context left it.
         assert fake.requests[-1]["body"]["max_tokens"] == fake.n_ctx // 8
         assert not [n for n in face.notes if n[0] == "error"]
@@ -301,7 +301,7 @@ def test_a_stream_cut_over_the_window_is_asked_again_unstreamed_then_compacted(t
         asked = [(r["body"].get("stream", False), len(r["body"]["messages"])) for r in fake.requests[before:]]
         assert [stream for stream, _ in asked] == [True, False, True]  # cut, refused unstreamed, compacted
         assert asked[2][1] < asked[0][1]
-        assert face.replies[-1] == "ok" and rt.catalog.window == fake.n_ctx
+        assert face.replies[-1] == "ok" and rt.slot.catalog.window == fake.n_ctx
         assert not _events(rt, "model_retry") and not [n for n in face.notes if n[0] == "error"]
     finally:
         rt.stop()
@@ -331,13 +331,13 @@ def test_an_answer_cut_at_the_window_is_asked_again_shorter_and_the_window_learn
             "The model's answer was cut off at its length limit before its JSON ended; asking again for a shorter "
             "one (1/2)."]
         assert [e["error"].split(":")[0] for e in _events(rt, "parse_error")] == ["cut off at the length limit"]
-        assert rt.catalog.window == 3000 + 1096
+        assert rt.slot.catalog.window == 3000 + 1096
         assert [t for k, t in face.notes if "window is 4096 tokens" in t]
         assert again["body"]["max_tokens"] == 4096 // 8
         # Not a guess from any cut: an answer that used all the tokens asked for says nothing of the window.
         used = ModelResult("{", Usage(input_tokens=100, output_tokens=1024), 1.0, "length", {"max_tokens": 1024})
-        rt.catalog.caps = dataclasses.replace(rt.catalog.caps, max_input_tokens=None, learned_window=None)
-        assert rt.catalog.window is None and rt.catalog.learn_from_cut(used) is None
+        rt.slot.catalog.caps = dataclasses.replace(rt.slot.catalog.caps, max_input_tokens=None, learned_window=None)
+        assert rt.slot.catalog.window is None and rt.slot.catalog.learn_from_cut(used) is None
     finally:
         rt.stop()
 

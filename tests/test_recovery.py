@@ -70,7 +70,7 @@ def test_a_hand_written_file_keeps_its_fields_and_the_money_spent_from_git(tmp_p
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
     rt = silent_runtime(home)
     try:
-        assert rt.consciousness.chat_context_depth == 3 and rt.consciousness.budget.cost_so_far == 0.5
+        assert rt.mind.consciousness.chat_context_depth == 3 and rt.mind.consciousness.budget.cost_so_far == 0.5
         assert not list(home.glob("consciousness.el.corrupt-*"))
         notice = views.status(rt)["notice"]
         assert isinstance(notice, str) and "no record of the money spent" in notice and "$0.5000" in notice
@@ -84,7 +84,7 @@ def test_a_hand_written_file_in_a_fresh_home_is_read_without_a_word(tmp_path):
     (home / "consciousness.el").write_text("((chat-context-depth . 3))\n")
     rt = silent_runtime(home)
     try:
-        assert rt.consciousness.chat_context_depth == 3 and views.status(rt)["notice"] is None
+        assert rt.mind.consciousness.chat_context_depth == 3 and views.status(rt)["notice"] is None
     finally:
         rt.stop()
 
@@ -145,7 +145,7 @@ def test_runtime_rewrites_the_restored_file_and_says_so_at_hello(tmp_path):
     (home / "consciousness.el").write_text("((identity")
     rt = silent_runtime(home)
     try:
-        assert rt.consciousness.budget.cost_so_far == 0.75
+        assert rt.mind.consciousness.budget.cost_so_far == 0.75
         assert parse_consciousness((home / "consciousness.el").read_text())[0].budget.cost_so_far == 0.75
         notice = views.status(rt)["notice"]
         assert isinstance(notice, str) and notice.startswith("consciousness.el could not be read")
@@ -213,12 +213,12 @@ def test_runtime_rebuilds_a_damaged_memory_db_from_the_whole_org_history(tmp_pat
     (home / "memory.db").write_bytes(b"\x00" * 5000)
     rt = silent_runtime(home)
     try:
-        assert rt.consciousness.current_tick == 150
-        bases = {b for (b,) in rt.ltm.db.execute("SELECT base FROM items")}
+        assert rt.mind.consciousness.current_tick == 150
+        bases = {b for (b,) in rt.mind.ltm.db.execute("SELECT base FROM items")}
         assert {f"amacs-instance-1:primary:chat.{t}" for t in range(1, 151)} <= bases
         assert {f"amacs-instance-1:primary:monologue.{t}" for t in range(1, 151)} <= bases
-        assert len(rt.memory.chat) <= RAM_WINDOW  # RAM still holds only its window
-        assert rt.ltm.search("question", limit=3)
+        assert len(rt.mind.memory.chat) <= RAM_WINDOW  # RAM still holds only its window
+        assert rt.mind.ltm.search("question", limit=3)
         assert any(n.startswith("memory.db was damaged") for n in rt.startup_notes)
         aside = list(home.glob("memory.db.corrupt-*"))
         assert len(aside) == 1 and aside[0].read_bytes() == b"\x00" * 5000
@@ -252,7 +252,7 @@ def test_bytes_that_are_not_utf8_read_as_replacement_and_are_told_once(tmp_path)
     mono.write_bytes(mono.read_bytes() + b"- [TICK 4][2026-01-01T00:00:00Z] \xff\n")
     rt = silent_runtime(home)
     try:
-        assert [e.agent for e in rt.chat_log.read()][1] == "answer \ufffd("
+        assert [e.agent for e in rt.mind.chat_log.read()][1] == "answer \ufffd("
         notes = [n for n in rt.startup_notes if "not UTF-8" in n]
         assert len(notes) == 2
         assert notes[0].startswith("agent-chat.org has bytes") and notes[1].startswith("monologue.org has bytes")
@@ -325,7 +325,7 @@ def test_memory_db_damage_check_runs_beside_reading_the_org_files(tmp_path):
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     rt = silent_runtime(home)
     try:
-        assert rt.startup_notes == [] and rt.ltm.count() >= 50
+        assert rt.startup_notes == [] and rt.mind.ltm.count() >= 50
     finally:
         rt.stop()
 

@@ -105,7 +105,7 @@ def do(rt: Runtime, step: Step) -> None:
     """One step of a session: an input (a turn), or what the agent or the person does between turns."""
     what, arg = step
     home = rt.config.home
-    mem = rt.memory
+    mem = rt.mind.memory
     if what == "say":
         asyncio.run_coroutine_threadsafe(run_turn(rt, arg), rt.loop).result(60)
     elif what == "create":
@@ -117,10 +117,10 @@ def do(rt: Runtime, step: Step) -> None:
     elif what == "evict-chat":  # the oldest exchange in RAM
         on_loop(rt, lambda: mem.evict(MemId.from_base(mem.chat[0].mem_id.base)))
     elif what == "thread":  # the agent opens a thread (agent-create-thread), active if none was
-        on_loop(rt, lambda: work_tools._echo(rt, rt.threads.create(arg, f"the {arg} question", None,
-                                                                     rt.consciousness.current_tick)))
+        on_loop(rt, lambda: work_tools._echo(rt, rt.mind.threads.create(arg, f"the {arg} question", None,
+                                                                     rt.mind.consciousness.current_tick)))
     elif what == "switch":
-        on_loop(rt, lambda: work_tools._echo(rt, rt.threads.switch(arg)))
+        on_loop(rt, lambda: work_tools._echo(rt, rt.mind.threads.switch(arg)))
     elif what == "viewpoint":  # the agent makes a viewpoint (agent-viewpoint), which stays live
         on_loop(rt, lambda: rt.world.viewpoint("primary", arg, "debater"))
     elif what == "ask":  # the primary asks its viewpoint NAME (a model call of the viewpoint's)
@@ -153,9 +153,9 @@ def run(home: Path, fake: FakeAnthropic, steps: list[Step]) -> tuple[list[list[s
         for step in steps:
             first = len(fake.requests)
             do(rt, step)
-            assert rt.commits.flush(60)
+            assert rt.mind.commits.flush(60)
             made.append(requests(fake, first))
-        return made, rt.consciousness.current_tick
+        return made, rt.mind.consciousness.current_tick
     finally:
         rt.stop()
 
@@ -304,10 +304,10 @@ def test_a_commit_made_behind_a_backlog_carries_its_own_ticks_state(tmp_path, fa
     run(home, fake, [("say", "first")])
     rt = runtime(home, fake.url)
     try:
-        with rt.repo._lock:  # the worker waits at its first commit
+        with rt.mind.repo._lock:  # the worker waits at its first commit
             for text in ("second", "third", "fourth"):
                 do(rt, ("say", text))
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
     finally:
         rt.stop()
     for tick in (2, 3, 4):
@@ -332,20 +332,20 @@ def test_a_rewind_in_place_interrupts_the_running_turn_then_replays_the_same(tmp
         held = threading.Event()
         fake.script(Reply(json.dumps({"reply": "never seen"}), hold=held))
         first = len(fake.requests)
-        rt.submit("a question the rewind cuts short")  # as the shell sends it: a turn of the server's
+        rt.turns.submit("a question the rewind cuts short")  # as the shell sends it: a turn of the server's
         assert fake.wait_for_requests(first + 1)
         done = asyncio.run_coroutine_threadsafe(rt.rewind(3), rt.loop).result(60)
         held.set()
-        assert on_loop(rt, lambda: rt._turn_task is None)  # the turn was interrupted, not waited for
+        assert on_loop(rt, lambda: rt.turns._turn_task is None)  # the turn was interrupted, not waited for
         assert done["tick"] == 3 and str(done["ref"]).startswith("refs/amacs/abandoned/")
-        assert rt.consciousness.current_tick == 3
+        assert rt.mind.consciousness.current_tick == 3
         assert "a question the rewind cuts short" in _git(home, "show", f"{done['ref']}:agent-chat.org")
         assert "a question the rewind cuts short" not in (home / "agent-chat.org").read_text()
         made = []
         for step in SESSION[k:]:
             start = len(fake.requests)
             do(rt, step)
-            assert rt.commits.flush(60)
+            assert rt.mind.commits.flush(60)
             made.append(requests(fake, start))
         assert same(made, original[k:]) is None, same(made, original[k:])
         assert _git(home, "log", "-1", "--format=%s").startswith("[TICK 7]")
@@ -401,7 +401,7 @@ def test_subagent_ids_go_on_after_a_restart(tmp_path, fake):
     try:
         made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "watch closely"))
         assert made["handle"] == "compulsion-1"
-        on_loop(rt, rt.save_tick_state)
+        on_loop(rt, lambda: rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state()))
     finally:
         rt.stop()
     rt = runtime(home, fake.url)
@@ -425,7 +425,7 @@ def test_an_id_given_in_a_tick_whose_state_was_never_saved_is_not_given_again(tm
         do(rt, ("say", "hello"))
         assert on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", None))["handle"] == \
             "compulsion-1"
-        on_loop(rt, rt.save_tick_state)
+        on_loop(rt, lambda: rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state()))
         made = on_loop(rt, lambda: rt.world.compulsion("primary", "correction-watcher", "unsaved"))
         assert made["handle"] == "compulsion-2"  # its tick's state is never written: the kill
     finally:
@@ -457,7 +457,7 @@ def test_a_viewpoint_at_work_at_the_tick_comes_back_idle_and_says_so(tmp_path, f
         asking = asyncio.run_coroutine_threadsafe(rt.world.respond(critic, "[primary] think long"), rt.loop)
         assert fake.wait_for_requests(first + 1)
         do(rt, ("say", "meanwhile"))  # tick 3 ends with the viewpoint at work
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
     finally:
         held.set()
         if asking is not None:
@@ -490,7 +490,7 @@ def test_a_rewind_in_place_brings_the_live_viewpoint_back_as_at_the_tick(tmp_pat
         for step in VIEWPOINT_SESSION[k:]:
             start = len(fake.requests)
             do(rt, step)
-            assert rt.commits.flush(60)
+            assert rt.mind.commits.flush(60)
             made.append(requests(fake, start))
         assert subagent_requests(made) == 3
         assert same(made, original[k:]) is None, same(made, original[k:])
@@ -554,7 +554,7 @@ def test_the_past_inputs_method_lists_every_input_of_the_home_newest_first(tmp_p
         assert len(call["status"]()["recent"]) < len(said)  # what the picker offered before
         listed = call["past_inputs"]()
         assert list(zip(listed["ticks"], listed["texts"], strict=True)) == [(n, said[n - 1]) for n in range(12, 0, -1)]
-        spent, ticked = rt.consciousness.budget.cost_so_far, []
+        spent, ticked = rt.mind.consciousness.budget.cost_so_far, []
         rt.face.ticked = lambda tick, usage: ticked.append((tick, usage))  # type: ignore[method-assign]
         asyncio.run_coroutine_threadsafe(rt.rewind(5), rt.loop).result(60)
         assert call["past_inputs"]()["ticks"] == [5, 4, 3, 2, 1]
@@ -575,7 +575,6 @@ def test_past_inputs_come_a_page_at_a_time_read_from_the_logs_end(tmp_path, monk
     come on asking, before the oldest tick it has.  Ticks without an input are skipped; the
     earlier months are read only as far as the page needs (the whole log of a long home took
     0.4 s, on the picker's prompt)."""
-    from types import SimpleNamespace
 
     from amacs_server import views
     from amacs_server.persistence.chat_log import ChatLog
@@ -588,7 +587,6 @@ def test_past_inputs_come_a_page_at_a_time_read_from_the_logs_end(tmp_path, monk
         log.write_human(tick, f"2026-11-{tick // 3 + 1:02d}T10:00:00Z", f"input {tick}")
         log.write_agent(tick, "", "ok", with_heading=False)
     assert len(log.files()) > 5
-    rt = SimpleNamespace(chat_log=log)
     opened: list[str] = []
     real_open = Path.open
 
@@ -597,13 +595,13 @@ def test_past_inputs_come_a_page_at_a_time_read_from_the_logs_end(tmp_path, monk
         return real_open(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "open", watched)
-    page = views.past_inputs(rt, None, count=8)  # type: ignore[arg-type]
+    page = views.past_inputs(log, None, count=8)
     assert page["ticks"] == [59, 58, 57, 56, 55, 54, 53, 52] and page["more"] is True
     assert page["texts"][0] == "input 59" and page["times"][0] == "2026-11-20T10:00:00Z"
     assert len(set(opened)) < len(log.files()) / 2  # the oldest months were not read
-    older = views.past_inputs(rt, 52, count=8)  # type: ignore[arg-type]
+    older = views.past_inputs(log, 52, count=8)
     assert older["ticks"] == [51, 49, 48, 47, 46, 45, 44, 43] and older["more"] is True
-    last = views.past_inputs(rt, 5, count=8)  # type: ignore[arg-type]
+    last = views.past_inputs(log, 5, count=8)
     assert last["ticks"] == [4, 3, 2, 1] and last["more"] is False
 
 
@@ -615,26 +613,26 @@ def test_money_spent_on_an_abandoned_future_stays_counted_against_the_budget(tmp
     run(home, fake, [("say", f"input number {n}") for n in range(1, 7)])
     rt = runtime(home, fake.url)
     try:
-        spent = rt.spent()
+        spent = rt.ledger.spent()
         asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
-        mind = rt.consciousness.budget.cost_so_far
+        mind = rt.mind.consciousness.budget.cost_so_far
         assert 0 < mind < spent  # the mind's own figure is tick 2's
-        assert rt.spent() == pytest.approx(spent)
+        assert rt.ledger.spent() == pytest.approx(spent)
         assert views.status(rt)["spent"] == pytest.approx(spent)
         assert views.hub_state(rt)["budget"]["cost_so_far"] == pytest.approx(spent, abs=1e-6)
-        rt.person_limit = (mind + spent) / 2  # the mind alone is under it
+        rt.ledger.person_limit = (mind + spent) / 2  # the mind alone is under it
         assert rt.world.budget_stop("the primary agent") is not None
-        rt.person_limit = 5.0
+        rt.ledger.person_limit = 5.0
         assert rt.world.budget_stop("the primary agent") is None
         assert "rewound-spend" in (home / ".gitignore").read_text()
         asyncio.run_coroutine_threadsafe(rt.rewind(1), rt.loop).result(60)  # a second rewind adds its own
-        assert rt.spent() == pytest.approx(spent)
+        assert rt.ledger.spent() == pytest.approx(spent)
     finally:
         rt.stop()
     rt = runtime(home, fake.url)
     try:
-        assert rt.spent() == pytest.approx(spent)
-        assert rt.consciousness.budget.cost_so_far < spent
+        assert rt.ledger.spent() == pytest.approx(spent)
+        assert rt.mind.consciousness.budget.cost_so_far < spent
     finally:
         rt.stop()
     run(home, fake, [("say", "one more")])
@@ -658,14 +656,14 @@ def test_the_persons_budget_limit_outlives_a_rewind_and_a_fork_starts_with_it(tm
             first = len(fake.requests)
             do(rt, ("say", f"input number {n}"))
             made.append(requests(fake, first))
-        assert rt.commits.flush(60)
-        on_loop(rt, lambda: rt.set_limit(rt.spent()))  # hit: the next input is refused
+        assert rt.mind.commits.flush(60)
+        on_loop(rt, lambda: rt.ledger.set_limit(rt.ledger.spent()))  # hit: the next input is refused
         assert rt.world.budget_stop("the primary agent") is not None
-        on_loop(rt, lambda: rt.set_limit(7.0))
+        on_loop(rt, lambda: rt.ledger.set_limit(7.0))
         asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
-        assert rt.limit() == 7.0
+        assert rt.ledger.limit() == 7.0
         assert views.status(rt)["budget_limit"] == 7.0
-        assert rt.spending()["budget_limit"] == 7.0
+        assert rt.ledger.spending()["budget_limit"] == 7.0
         assert views.hub_state(rt)["budget"]["budget_limit"] == 7.0
         assert person_limit.current(home) == 7.0
         assert rt.world.budget_stop("the primary agent") is None
@@ -674,16 +672,16 @@ def test_the_persons_budget_limit_outlives_a_rewind_and_a_fork_starts_with_it(tm
         again = requests(fake, first)
         assert again, "the input after the rewind was refused"
         assert again == made[2], "the input sent again after the rewind asks as it did"
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
         fork = rt.fork(2, tmp_path / "fork")
         assert person_limit.current(Path(str(fork["home"]))) == 7.0
     finally:
         rt.stop()
     rt = runtime(home, fake.url)
     try:
-        assert rt.limit() == 7.0
+        assert rt.ledger.limit() == 7.0
         assert views.status(rt)["budget_limit"] == 7.0
-        on_loop(rt, lambda: rt.set_limit(9.0))
+        on_loop(rt, lambda: rt.ledger.set_limit(9.0))
     finally:
         rt.stop()
     history.rewind(home, 1)  # from a script (amacs-server rewind), with no server
@@ -720,7 +718,7 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
     original, _ = run(home, fake, FUTURE_SESSION[:2])
     rt = runtime(home, fake.url)
     try:
-        with rt.repo._lock:  # the worker waits at its first commit while the future is made
+        with rt.mind.repo._lock:  # the worker waits at its first commit while the future is made
             for step in FUTURE_SESSION[2:]:
                 first = len(fake.requests)
                 if step == ("say", "after all"):
@@ -729,7 +727,7 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
                     skill.write_text("---\nname: later\ndescription: a skill written later\n---\nLater.\n")
                 do(rt, step)
                 original.append(requests(fake, first))
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
     finally:
         rt.stop()
     everything = _fork_holds(home)
@@ -811,7 +809,7 @@ def test_a_fork_of_now_holds_the_last_tick_and_says_what_its_parent_runs_on(tmp_
     finally:
         rt.stop()
     assert done["tick"] == 4 and history.read_state(tmp_path / "live")["tick"] == 4
-    assert (done["backend"], done["model"], done["base_url"]) == ("anthropic", rt.model, fake.url)
+    assert (done["backend"], done["model"], done["base_url"]) == ("anthropic", rt.slot.model, fake.url)
 
 
 def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, fake):
@@ -949,7 +947,7 @@ def test_a_rewind_moves_the_server_logs_later_lines_and_a_later_sessions_lines_o
             said.warning("logged in tick one's session")
             for text in ("one", "two"):
                 do(rt, ("say", text))
-            assert rt.commits.flush(60)
+            assert rt.mind.commits.flush(60)
             said.warning("logged after tick two, before the session ended")
         finally:
             rt.stop()
@@ -959,7 +957,7 @@ def test_a_rewind_moves_the_server_logs_later_lines_and_a_later_sessions_lines_o
             do(rt, ("viewpoint", "critic"))
             said.warning("logged in the later session")
             do(rt, ("say", "three"))
-            assert rt.commits.flush(60)
+            assert rt.mind.commits.flush(60)
         finally:
             rt.stop()
     finally:
@@ -1038,7 +1036,7 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
             results.mkdir(parents=True, exist_ok=True)
             (results / f"r{tick}.txt").write_text(f"a long result at tick {tick}")
             do(rt, ("say", f"input {tick}"))
-        assert rt.commits.flush(60)
+        assert rt.mind.commits.flush(60)
     finally:
         rt.stop()
     assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"

@@ -29,8 +29,8 @@ def test_server_modules_import_no_sdk_and_no_gitpython(tmp_path: Path) -> None:
             "from amacs_server.transport.server import AmacsEPCServer; "
             f"rt = Runtime(load_config({{'AMACS_HOME': {str(tmp_path)!r}}}), EmacsFace(AmacsEPCServer('t', headless=True))); "
             "print(sorted(m for m in ('anthropic', 'openai', 'git') if m in sys.modules)); sdk.release(); "
-            "rt.commits.submit([], 'first'); rt.commits.flush(30); "
-            "print('git' in sys.modules, rt.repo.log())")
+            "rt.mind.commits.submit([], 'first'); rt.mind.commits.flush(30); "
+            "print('git' in sys.modules, rt.mind.repo.log())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.splitlines() == ["[]", "True ['first']"]
 

@@ -45,8 +45,8 @@ def test_the_restored_mark_of_a_killed_turn_still_counts(memory):
 
 
 def _write_human(rt: Runtime, tick: int, text: str) -> None:
-    rt.chat_log.write_human(tick, "2026-01-01T00:00:00Z", text)
-    rt.memory.begin_chat(tick, text)
+    rt.mind.chat_log.write_human(tick, "2026-01-01T00:00:00Z", text)
+    rt.mind.memory.begin_chat(tick, text)
 
 
 def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
@@ -54,31 +54,31 @@ def test_failed_turn_is_not_reported_as_interrupted_after_a_restart(tmp_path):
     home = tmp_path / "home"
     rt = silent_runtime(home, key="")
     _write_human(rt, 1, "hello")
-    rt.memory.finish_chat(1, None, status="no reply: no API key")
+    rt.mind.memory.finish_chat(1, None, status="no reply: no API key")
     assert views.status(rt)["interrupted"] is False
-    rt.ltm.close()
+    rt.mind.ltm.close()
     again = silent_runtime(home)
     try:
         assert views.status(again)["interrupted"] is False
-        assert again.memory.chat[-1].content["status"] == "no reply: no API key"
+        assert again.mind.memory.chat[-1].content["status"] == "no reply: no API key"
         # The resumed shell says why the input got no reply (a newcomer missed the interrupt notes).
         assert views.status(again)["recent"][-1]["status"] == "no reply: no API key"
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()
 
 
 def test_killed_turn_is_reported_as_interrupted_after_each_restart(tmp_path):
     home = tmp_path / "home"
     rt = silent_runtime(home)
     _write_human(rt, 1, "remember the milk")
-    rt.ltm.close()  # the server dies here: no reply, no status
+    rt.mind.ltm.close()  # the server dies here: no reply, no status
     for _ in range(2):
         again = silent_runtime(home)
         try:
             assert views.status(again)["interrupted"] is True
-            assert again.memory.chat[-1].content["status"] == INTERRUPTED
+            assert again.mind.memory.chat[-1].content["status"] == INTERRUPTED
         finally:
-            again.ltm.close()
+            again.mind.ltm.close()
 
 
 def test_hello_and_a_model_switch_say_whether_the_model_can_be_called(tmp_path):
@@ -95,7 +95,7 @@ def test_hello_and_a_model_switch_say_whether_the_model_can_be_called(tmp_path):
         assert rt.set_model("openai", "llama3", "http://localhost:11434/v1") == {
             "backend": "openai", "model": "llama3", "key_ok": True, "endpoint": "localhost:11434"}
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def test_a_switch_to_a_url_without_a_key_says_only_the_key_is_missing(tmp_path):
@@ -113,7 +113,7 @@ def test_a_switch_to_a_url_without_a_key_says_only_the_key_is_missing(tmp_path):
         assert "point ANTHROPIC_BASE_URL" not in answer["missing"]
         assert "missing" not in rt.set_model("openai", "llama3", "http://localhost:11434/v1")
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
     # The restarted server (ANTHROPIC_BASE_URL in its environment) says the same at hello.
     again = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"),
                                  "ANTHROPIC_BASE_URL": "http://127.0.0.1:40335"}), SilentFace())
@@ -121,7 +121,7 @@ def test_a_switch_to_a_url_without_a_key_says_only_the_key_is_missing(tmp_path):
         notice = str(views.status(again)["notice"])
         assert "No API key for http://127.0.0.1:40335" in notice and "point ANTHROPIC_BASE_URL" not in notice
     finally:
-        again.ltm.close()
+        again.mind.ltm.close()
     plain = load_config({"AMACS_HOME": str(tmp_path / "h")})
     assert "point ANTHROPIC_BASE_URL at another server" in plain.missing_key_message()
 

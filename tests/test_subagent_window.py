@@ -28,7 +28,7 @@ def _runtime(home: Path, fake: FakeAnthropic, backend: str) -> Runtime:
         env |= {"AMACS_BACKEND": "openai", "OPENAI_BASE_URL": f"{fake.url}/v1", "AMACS_MODEL": "smollm2",
                 "OPENAI_API_KEY": "k"}
     rt = Runtime(load_config(env), SilentFace(), turn=run_turn)
-    rt.wake = lambda: None  # type: ignore[method-assign]  # the primary is not woken by its tasks' answers here
+    rt.turns.wake = lambda: None  # type: ignore[method-assign]  # the primary is not woken by its tasks' answers here
     rt.start()
     return rt
 
@@ -79,7 +79,7 @@ def test_a_subagent_refused_as_too_long_compacts_and_goes_on(tmp_path: Path, bac
         assert any("the answer, at last" in s for s in said), said
         kinds = [e["event"] for e in rt.transcript.read(task_id)]
         assert "context_compacted" in kinds and "model_error" not in kinds
-        assert rt.catalog.window is not None and rt.catalog.window <= window
+        assert rt.slot.catalog.window is not None and rt.slot.catalog.window <= window
     finally:
         rt.stop()
         fake.stop()

@@ -54,7 +54,7 @@ def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"), delay=0.05)).start()
     rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k",
                               "ANTHROPIC_BASE_URL": fake.url, "AMACS_EVENT_QUEUE": "3"}), SilentFace())
-    rt.wake = lambda: None  # keep the primary asleep: nothing drains its queue
+    rt.turns.wake = lambda: None  # keep the primary asleep: nothing drains its queue
 
     async def run():
         for i in range(3):
@@ -69,7 +69,7 @@ def test_a_full_queue_refuses_new_work_and_loses_no_result(tmp_path):
         events = asyncio.run(run())
     finally:
         fake.stop()
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert sorted(e.content["reply"] for e in events) == ["r", "r", "r"]
 
 
@@ -80,15 +80,15 @@ def test_an_answer_to_a_gone_agent_becomes_a_new_turn(tmp_path):
     rt = silent_runtime(tmp_path / "h")
 
     async def run():
-        rt._inbox = asyncio.Queue()
-        rt.expect_user_reply("task-9", 1)  # no such agent (any more)
-        rt._route_input("my answer")
-        assert rt._inbox.get_nowait() == "my answer"
-        rt.expect_user_reply("primary", 4)
-        rt._route_input("for the primary")
+        rt.turns._inbox = asyncio.Queue()
+        rt.turns.expect_user_reply("task-9", 1)  # no such agent (any more)
+        rt.turns._route_input("my answer")
+        assert rt.turns._inbox.get_nowait() == "my answer"
+        rt.turns.expect_user_reply("primary", 4)
+        rt.turns._route_input("for the primary")
         events = rt.world.bus.drain("primary")
         assert [(e.content, e.talk_id) for e in events] == [("for the primary", 4)]
-        assert rt._inbox.get_nowait() is None  # and the primary is woken for it
+        assert rt.turns._inbox.get_nowait() is None  # and the primary is woken for it
 
     _run_world(rt, run)
 
@@ -107,7 +107,7 @@ def _runtime(tmp_path, fake=None, **env):
     from amacs_server.loop.primary import run_turn
 
     rt = Runtime(load_config(cfg), SilentFace(), turn=run_turn)
-    rt.wake = lambda: None
+    rt.turns.wake = lambda: None
     return rt
 
 
@@ -118,7 +118,7 @@ def _run_world(rt, run, fake=None):
     finally:
         if fake is not None:
             fake.stop()
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def _run_researchers(rt, fake, questions):
@@ -172,7 +172,7 @@ def test_a_finished_task_frees_its_queue_and_bookkeeping(tmp_path):
         handle = _finished_task(rt, "researcher")
     finally:
         fake.stop()
-        rt.ltm.close()
+        rt.mind.ltm.close()
     world = rt.world
     assert world.agents[handle].state == "done"  # its summary stays, for the hub
     assert handle not in world.bus._events and handle not in world.post._talk_ids and handle not in world.post._outstanding
@@ -191,7 +191,7 @@ def test_a_template_chooses_its_allowed_actions_and_model(tmp_path):
         handle = _finished_task(rt, "narrow")
     finally:
         fake.stop()
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert rt.world.agents[handle].allowed == frozenset({"talk"})
     assert fake.requests[0]["body"]["model"] == "claude-tiny-1"
 
@@ -214,7 +214,7 @@ def test_a_subagent_can_talk_to_the_primary_and_notify_reaches_viewpoints(tmp_pa
     try:
         messages = asyncio.run(run())
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert messages == [{"role": "user", "content": "[primary] the deadline moved to Monday"}]
 
 
@@ -239,7 +239,7 @@ def test_an_agent_controls_only_its_own_subagents(tmp_path):
     try:
         outer, inner, other = asyncio.run(run())
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert (outer.state, inner.state, other.state) == ("cancelled", "cancelled", "idle")
 
 
@@ -255,16 +255,16 @@ def test_the_primarys_inbox_is_bounded_with_a_clear_refusal(tmp_path):
     rt = _runtime(tmp_path, fake, AMACS_INBOX_LIMIT="2")
     rt.start()
     try:
-        rt.submit("a")  # taken at once: its turn waits on the model
+        rt.turns.submit("a")  # taken at once: its turn waits on the model
         deadline = time.monotonic() + 10
         while not fake.requests:
             assert time.monotonic() < deadline
             time.sleep(0.02)
-        rt.submit("b")
-        rt.submit("c")
+        rt.turns.submit("b")
+        rt.turns.submit("c")
         time.sleep(0.1)
         with pytest.raises(ValueError, match="2 inputs already wait for the agent"):
-            rt.submit("d")
+            rt.turns.submit("d")
     finally:
         hold.set()
         rt.stop(grace=2)
@@ -301,7 +301,7 @@ def test_the_person_talking_to_an_agent_at_work_is_answered_after_its_response(t
         handle = asyncio.run(run())
     finally:
         fake.stop()
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert said == [f"[{handle}] Yes, nearly done."]
     assert rt.world.agents[handle].state == "done"  # answering the person did not reopen it
 
@@ -343,7 +343,7 @@ def test_ended_agents_neither_count_nor_watch(tmp_path):
         assert world.compulsions_of(PRIMARY) == []
         world.viewpoint(PRIMARY, "three", "debater")  # the failed compulsion's place too
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_path):
@@ -387,7 +387,7 @@ def test_a_compulsion_obeys_neither_the_agent_it_watches_nor_its_ancestors(tmp_p
     try:
         task, comp = asyncio.run(run())
     finally:
-        rt.ltm.close()
+        rt.mind.ltm.close()
     assert (task.state, comp.state) == ("idle", "cancelled")
     rows = [json.loads(x) for f in (tmp_path / "h" / "transcripts").glob("*.jsonl") for x in f.read_text().splitlines()]
     mine = [(r["event"], r["data"]) for r in rows if r["agent_id"] == comp.id and r["event"] != "agent_start"]
@@ -480,7 +480,7 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     order: list[str] = []
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"), delay=0.01)).start()
     rt = _runtime(tmp_path, fake, AMACS_AGENT_POOL="1")
-    complete, build = rt.backend.complete, subagent.build_request
+    complete, build = rt.slot.backend.complete, subagent.build_request
 
     async def sending(request, *args, **kwargs):
         order.append("sent")
@@ -491,7 +491,7 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
         order.append("request made")
         return build(*args, **kwargs)
 
-    rt.backend.complete = sending
+    rt.slot.backend.complete = sending
     subagent.build_request = building
 
     try:

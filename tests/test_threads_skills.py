@@ -100,7 +100,7 @@ def test_a_skill_is_read_without_a_thread_and_binds_nothing():
     cfg = load_config({"AMACS_HOME": "/nonexistent"})
     skills = SkillLibrary(cfg.skills_dir, cfg.home / "skills")
     threads = ThreadBook()
-    rt = SimpleNamespace(skills=skills, threads=threads)
+    rt = SimpleNamespace(mind=SimpleNamespace(skills=skills, threads=threads))
     read = TOOLS["skill_read"](rt, "memory")
     assert read["name"] == "memory" and read["kind"] == "skill"
     assert "(agent-memory-create" in read["text"] and not read["text"].startswith("---")

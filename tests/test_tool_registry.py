@@ -38,7 +38,7 @@ def published(tmp_path: Path) -> set[str]:
     finally:
         rt.loop.call_soon_threadsafe(rt.loop.stop)
         loop.join(5)
-        rt.ltm.close()
+        rt.mind.ltm.close()
 
 
 def test_every_method_an_elisp_wrapper_calls_is_published(tmp_path):

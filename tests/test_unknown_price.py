@@ -158,12 +158,12 @@ def test_the_server_records_a_cost_only_when_it_knows_the_price(tmp_path, url, m
            "AMACS_MODEL": model, **({"AMACS_PRICES": json.dumps(prices)} if prices else {})}
     rt = Runtime(load_config(env), SilentFace())
     try:
-        before = rt.consciousness.budget.cost_so_far
-        said = rt.charge(USAGE)
+        before = rt.mind.consciousness.budget.cost_so_far
+        said = rt.ledger.charge(USAGE)
         assert said == (None if dollars is None else pytest.approx(dollars))
-        assert rt.session_tally.input_tokens == 4812  # tokens counted either way
-        assert rt.session_tally.unpriced_calls == (1 if dollars is None else 0)
-        assert rt.consciousness.budget.cost_so_far == pytest.approx(before + (dollars or 0.0))  # no guess spent
+        assert rt.ledger.session_tally.input_tokens == 4812  # tokens counted either way
+        assert rt.ledger.session_tally.unpriced_calls == (1 if dollars is None else 0)
+        assert rt.mind.consciousness.budget.cost_so_far == pytest.approx(before + (dollars or 0.0))  # no guess spent
     finally:
         rt.stop(grace=0)
 
@@ -192,15 +192,15 @@ def test_the_persons_budget_on_a_model_with_no_price_is_refused_in_one_line(tmp_
     server = Recorder()
     try:
         methods.publish(server, rt, NoEvals())  # type: ignore[arg-type]
-        before = rt.limit()
+        before = rt.ledger.limit()
         if refused:
             with pytest.raises(Refused) as caught:
                 server.methods["set_budget"](3.0)
             said = str(caught.value)
             assert "\n" not in said and model in said and url in said and "amacs-price-table" in said, said
-            assert rt.limit() == before and not (tmp_path / "h" / "budget-limit").exists()
+            assert rt.ledger.limit() == before and not (tmp_path / "h" / "budget-limit").exists()
         else:
-            assert server.methods["set_budget"](3.0)["limit"] == 3.0 and rt.limit() == 3.0
+            assert server.methods["set_budget"](3.0)["limit"] == 3.0 and rt.ledger.limit() == 3.0
     finally:
         rt.loop.call_soon_threadsafe(rt.loop.stop)
         loop.join(5)
@@ -225,7 +225,7 @@ def test_a_limit_given_at_start_on_a_model_with_no_price_is_said_not_kept(tmp_pa
         if said:
             assert lines[0].startswith("Your budget limit of $3.00 is not kept: a budget needs a price, and model "
                                        "gpt-oss-120b at https://models.example.org/v1 has none"), lines[0]
-        rt.prices = {"gpt-oss": Price(0.5, 1.5, 0.5, 0.05)}  # amacs-price-table, given at hello
+        rt.ledger.prices = {"gpt-oss": Price(0.5, 1.5, 0.5, 0.05)}  # amacs-price-table, given at hello
         assert "budget limit" not in (views.status(rt)["notice"] or "")
     finally:
         rt.stop(grace=0)

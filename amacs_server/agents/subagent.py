@@ -26,8 +26,13 @@ from .loop import Watchers, run_agent
 from .talk import EventType
 
 if TYPE_CHECKING:
+    from ..face import Face
     from ..inference.backend import ModelResult
     from ..inference.pricing import Usage
+    from ..ledger import Ledger
+    from ..mind import Mind
+    from ..model_slot import ModelSlot
+    from ..persistence.transcript import Transcript
     from ..state.consciousness import EvalResult
     from .files_seen import FilesSeen
     from .post import Post
@@ -44,7 +49,12 @@ class SubagentHost(Watchers, Protocol):
     budget, its counters, the reports of who is at work, and the MCP tools it may call; and,
     as every agent's loop does, the compulsions watching it."""
 
-    rt: WorldHost
+    mind: Mind  # the primary's (its brain names the subagents' brains; one LTM) and the skills
+    slot: ModelSlot  # the model in use
+    ledger: Ledger  # the one budget
+    face: Face
+    transcript: Transcript
+    turns: WorldHost  # the primary's turns: the person's next input may answer a subagent
     limits: Limits
     pool: asyncio.Semaphore  # model calls of subagents at once
     answers: asyncio.Lock  # the turn of the loop an answer is taken further in (inference/model_call.answer_turn)
@@ -88,18 +98,18 @@ async def respond(host: SubagentHost, agent: Agent, text: str | None) -> str:
 
 def system_prompt(host: SubagentHost, agent: Agent) -> str:
     """The shared subagent protocol, then the agent's template (both skills: editable text)."""
-    rt = host.rt
+    mind = host.mind
     parts = []
     try:
-        parts.append(rt.skills.get(PROTOCOL_SKILL).body)
+        parts.append(mind.skills.get(PROTOCOL_SKILL).body)
     except SkillError:
         pass
     parts.append(f"You are {agent.id}, a {agent.type} (template {agent.template}). "
                  f"Allowed actions: {', '.join(sorted(agent.allowed))}.")
-    parts.append(f"Your memory is your own: agent-memory-create names an item <EOT>{rt.memory.agent}:"
+    parts.append(f"Your memory is your own: agent-memory-create names an item <EOT>{mind.memory.agent}:"
                  f"{agent.id}:NAME:VERSION<EOT>, and <memory> shows your items when they change. Long-term "
                  "memory is shared: agent-memory-search and agent-memory-load reach every agent's items.")
-    parts.append(rt.skills.get(agent.template).body)
+    parts.append(mind.skills.get(agent.template).body)
     tools = host.tool_listing(agent.id)
     if tools:
         parts.append(tools)
@@ -196,13 +206,13 @@ class SubagentBody:
         """Emacs evaluates FORM for the agent; the wait it registered (agent-wait-for) is kept."""
         host = self.host
         host.post.begin_eval(self.id)
-        result = await host.rt.face.evaluate(form, self.id)
+        result = await host.face.evaluate(form, self.id)
         host.files_seen.note(self.id, result)
         self.wait = host.post.end_eval(self.id)
         return result
 
     def note(self, event: Record) -> None:
-        self.host.rt.transcript.write(event, agent=self.agent.identity)
+        self.host.transcript.write(event, agent=self.agent.identity)
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         if result.skipped:
@@ -240,10 +250,10 @@ class SubagentBody:
             self.agent.tell("<events>\n" + "\n".join(json.dumps(e.to_dict()) for e in events) + "\n</events>")
 
     async def _ask_person(self, text: str) -> str:
-        agent, rt, bus = self.agent, self.host.rt, self.host.post.bus
+        agent, host, bus = self.agent, self.host, self.host.post.bus
         talk_id = agent.talk_ids.next()
-        rt.face.reply(f"[{agent.id} {agent.template}] {text}")
-        rt.expect_user_reply(agent.id, talk_id)
+        host.face.reply(f"[{agent.id} {agent.template}] {text}")
+        host.turns.expect_user_reply(agent.id, talk_id)
         await bus.wait_for(agent.id, frozenset({talk_id}), 24 * 3600)
         events = bus.drain(agent.id)
         return "\n".join(str(e.content) for e in events if e.type is EventType.USER) or "(no answer)"
@@ -251,10 +261,10 @@ class SubagentBody:
     async def _infer(self) -> AgentResponse:
         """One response, from the one model call every agent makes (inference/model_call.py)."""
         host, agent = self.host, self.agent
-        rt = host.rt
+        slot = host.slot
         await host.tools_ready()  # its system prompt lists the MCP tools it may call
-        ask = Ask(rt.backend, rt.catalog, agent.model or rt.model, system_prompt(host, agent),
-                  rt.consciousness.api_settings, AGENT_READER, openai_room=rt.backend_name == "openai",
+        ask = Ask(slot.backend, slot.catalog, agent.model or slot.model, system_prompt(host, agent),
+                  host.mind.consciousness.api_settings, AGENT_READER, openai_room=slot.backend_name == "openai",
                   pool=host.pool, answers=host.answers)  # nothing of its reply streams: one JSON answer costs less
         call = StepCall(host, agent)
         reply = await model_call(ask, call, call)
@@ -284,7 +294,7 @@ class StepCall(Caller):
 
     def now(self) -> list[dict[str, Any]]:
         show_memory(self.agent)
-        return api_messages(self.agent.shown_messages(), self.host.rt.backend_name == "openai")
+        return api_messages(self.agent.shown_messages(), self.host.slot.backend_name == "openai")
 
     def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
         # An answer cut at its length limit is kept as its start only, as the primary's.
@@ -323,17 +333,17 @@ class StepCall(Caller):
         if stop is not None:
             if not agent.budget_told:
                 agent.budget_told = True
-                host.rt.face.annotate(stop, "error")
-            self.host.rt.transcript.write(BudgetStop(message=stop), agent=agent.identity)
+                host.face.annotate(stop, "error")
+            self.host.transcript.write(BudgetStop(message=stop), agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
         await host.tools_ready()
 
     def note(self, event: str, data: dict[str, Any]) -> None:
-        self.host.rt.transcript.write(KINDS[event].of(data), agent=self.agent.identity)
+        self.host.transcript.write(KINDS[event].of(data), agent=self.agent.identity)
 
     def sending(self, request: dict[str, Any]) -> None:
-        self.host.rt.ltm.commit()  # what it was told is in long-term memory before the model reads it
-        self.host.rt.transcript.write(ModelRequest(request=request), agent=self.agent.identity)
+        self.host.mind.ltm.commit()  # what it was told is in long-term memory before the model reads it
+        self.host.transcript.write(ModelRequest(request=request), agent=self.agent.identity)
 
     def working(self, doing: str) -> None:
         self.host.report_working(self.agent, f"thinking (step {self.agent.steps + 1})" if doing == "thinking"
@@ -341,7 +351,7 @@ class StepCall(Caller):
 
     def paid(self, usage: Usage) -> float | None:
         agent = self.agent
-        dollars = self.host.rt.charge(usage, agent.model)  # rolled up to the one budget
+        dollars = self.host.ledger.charge(usage, agent.model)  # rolled up to the one budget
         agent.doing = ""
         self.host.counted(agent, usage, dollars or 0.0)
         return dollars

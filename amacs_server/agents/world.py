@@ -51,13 +51,11 @@ from .talk import EventType, Overloaded
 
 if TYPE_CHECKING:
     from ..face import Face
-    from ..inference.backend import ModelBackend
-    from ..inference.catalog import ModelCatalog
     from ..inference.pricing import Usage
-    from ..memory.ltm import LongTermMemory
+    from ..ledger import Ledger
+    from ..mind import Mind
+    from ..model_slot import ModelSlot
     from ..persistence.transcript import Transcript
-    from ..skills import SkillLibrary
-    from ..state.consciousness import Consciousness
     from ..tools_mcp.hub import McpHub
 
 log = logging.getLogger("amacs.agents")
@@ -73,31 +71,8 @@ REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the pe
 
 
 class WorldHost(Protocol):
-    """What the World uses of the runtime that owns it: these, not the whole Runtime.
-
-    The World is the agents' environment; the runtime owns the state it shares
-    with them (the transcript, Emacs, the skills, the one budget ledger)."""
-
-    transcript: Transcript
-    face: Face
-    skills: SkillLibrary
-    model: str
-    consciousness: Consciousness  # its budget and API settings: one ledger, one set of sampling settings
-    memory: ActiveMemory  # the primary's RAM (its brain name names the subagents' brains)
-    ltm: LongTermMemory  # shared by every brain: a subagent's RAM is made in it
-    catalog: ModelCatalog  # what the model in use accepts
-    backend_name: str  # anthropic or openai: whether a system message may come mid-conversation
-
-    @property
-    def backend(self) -> ModelBackend: ...
-
-    def charge(self, usage: Usage, model: str | None = None) -> float | None: ...
-
-    def spending(self) -> dict[str, Any]: ...
-
-    def spent(self) -> float: ...
-
-    def limit(self) -> float: ...
+    """What the World asks of whoever runs the primary's turns (the runtime's Turns): to wake
+    the primary, to send the person's next input to an agent, to show a task's end."""
 
     def wake(self) -> None: ...
 
@@ -134,8 +109,12 @@ class AgentWorld(Registry):
     (``files_seen.py``).
     """
 
-    def __init__(self, rt: WorldHost, limits: Limits, tools: McpHub | None = None) -> None:
-        self.rt = rt
+    def __init__(self, mind: Mind, slot: ModelSlot, ledger: Ledger, face: Face, transcript: Transcript,
+                 turns: WorldHost, limits: Limits, tools: McpHub | None = None) -> None:
+        # What the agents share: the primary's mind (its brain names theirs; one LTM), the model
+        # in use, the one budget ledger, Emacs, the transcript; and the primary's turns.
+        self.mind, self.slot, self.ledger = mind, slot, ledger
+        self.face, self.transcript, self.turns = face, transcript, turns
         self.limits = limits
         # The connections to MCP servers, one per server, shared by every agent (tools_mcp/hub.py).
         self.tools = tools
@@ -145,7 +124,7 @@ class AgentWorld(Registry):
                                allowed=ALL_ACTIONS, tools=mcp_calls.ALL_TOOLS))
         self._report_pending = False
         # Talk and wait: each agent's TalkIds and queue, the results owed, each eval's talks (post.py).
-        self.post = Post(limits.event_queue, limits.wait_timeout, self._record_event, lambda: self.rt.wake())
+        self.post = Post(limits.event_queue, limits.wait_timeout, self._record_event, lambda: self.turns.wake())
         self.post.open(PRIMARY, self.primary.talk_ids)
         self.bus = self.post.bus
         self.pool = asyncio.Semaphore(limits.pool)
@@ -158,7 +137,7 @@ class AgentWorld(Registry):
 
     def _record_event(self, to: str, event: AgentEvent) -> None:
         """An event posted to TO, in TO's transcript."""
-        self.rt.transcript.write(Posted(**event.to_dict()), agent=self.identity(to))
+        self.transcript.write(Posted(**event.to_dict()), agent=self.identity(to))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
         """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
@@ -205,7 +184,7 @@ class AgentWorld(Registry):
 
     def _template(self, template: str, kind: AgentType) -> Skill:
         try:
-            skill = self.rt.skills.get(template)
+            skill = self.mind.skills.get(template)
         except SkillError as err:
             raise AgentError(str(err)) from err
         if skill.kind != kind:
@@ -257,12 +236,12 @@ class AgentWorld(Registry):
                       depth=depth, name=name, allowed=actions, tools=grant, request_input=request_input,
                       model=skill.model)
         try:  # its own RAM from the start: what it is told are items of it, never plain text
-            agent.memory = ActiveMemory.for_subagent(self.rt.ltm, self.rt.memory.agent, agent.id)
+            agent.memory = ActiveMemory.for_subagent(self.mind.ltm, self.mind.memory.agent, agent.id)
         except MemoryRefused as err:
             raise AgentError(f"{agent.id} was not started: {err}") from err
         self._register(agent)
         self.post.open(agent.id, agent.talk_ids)
-        self.rt.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name),
+        self.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name),
                                  agent=agent.identity)
         return agent
 
@@ -289,7 +268,7 @@ class AgentWorld(Registry):
             self.primary.talk_ids.go_on(int(data["primary_talk_id"]))
         stopped = []
         for saved in data.get("agents", []):
-            agent, queued = agent_from_state(saved, self.rt.ltm, self.rt.memory.agent)
+            agent, queued = agent_from_state(saved, self.mind.ltm, self.mind.memory.agent)
             if saved["state"] == AgentState.RUNNING:
                 stopped.append(agent.id)
             self._register(agent)
@@ -302,7 +281,7 @@ class AgentWorld(Registry):
 
     def budget_stop(self, who: str) -> str | None:
         """The message that stops WHO (an agent's description) when the one ledger is spent, else None."""
-        spent, limit = self.rt.spent(), self.rt.limit()
+        spent, limit = self.ledger.spent(), self.ledger.limit()
         if spent < limit:
             return None
         return (f"Budget spent (${spent:.4f} of {dollars(limit)}): {who} wanted another "
@@ -320,7 +299,7 @@ class AgentWorld(Registry):
                     stopped.append(agent.id)
                 agent.state = AgentState.CANCELLED
                 agent.resumed.set()
-                self.rt.transcript.write(Cancelled(reason=reason), agent=agent.identity)
+                self.transcript.write(Cancelled(reason=reason), agent=agent.identity)
                 if not tasks:  # an idle agent ends now; one at work ends when its task does
                     self._free(agent)
             for task in tasks:
@@ -343,7 +322,7 @@ class AgentWorld(Registry):
                     task.cancel()
                 if agent.type is AgentType.TASK:
                     agent.state = AgentState.INTERRUPTED
-                self.rt.transcript.write(Interrupted(reason=reason), agent=agent.identity)
+                self.transcript.write(Interrupted(reason=reason), agent=agent.identity)
                 stopped.append(agent.id)
         if stopped:
             self.report_working()
@@ -361,7 +340,7 @@ class AgentWorld(Registry):
         """AGENT_ID makes no model call until resumed (the one under way finishes); BY asked."""
         agent = self._live(agent_id)
         agent.resumed.clear()
-        self.rt.transcript.write(Paused(by=by), agent=agent.identity)
+        self.transcript.write(Paused(by=by), agent=agent.identity)
         self.report_working()  # the shell shows it paused, not working
         return {"paused": agent.id}
 
@@ -369,7 +348,7 @@ class AgentWorld(Registry):
         """AGENT_ID goes on; BY asked."""
         agent = self._live(agent_id)
         agent.resumed.set()
-        self.rt.transcript.write(Resumed(by=by), agent=agent.identity)
+        self.transcript.write(Resumed(by=by), agent=agent.identity)
         self.report_working()
         return {"resumed": agent.id}
 
@@ -384,7 +363,7 @@ class AgentWorld(Registry):
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
         if agent.type is AgentType.COMPULSION:
-            self.rt.transcript.write(ControlRefused(by=caller, action=action), agent=agent.identity)
+            self.transcript.write(ControlRefused(by=caller, action=action), agent=agent.identity)
             raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent}: it obeys no "
                              f"agent, so {caller} may not {action} it. Only it ends itself (agent-quit); the person "
                              "can pause or cancel it from the hub.")
@@ -427,7 +406,7 @@ class AgentWorld(Registry):
             raise AgentError(f"{agent.id} has already ended ({agent.state})")
         if not text.strip():
             raise AgentError("say something")
-        self.rt.transcript.write(Posted(type="User", source="person", content=text),
+        self.transcript.write(Posted(type="User", source="person", content=text),
                                  agent=agent.identity)
         busy = agent.lock.locked()  # it answers once its current response is done
         self._spawn(self._run_person_talk(agent, text), agent.id)
@@ -438,14 +417,14 @@ class AgentWorld(Registry):
         try:
             answer = await self.respond(agent, f"[person] {text}")
         except asyncio.CancelledError:
-            self.rt.face.annotate(f"{agent.id} was stopped before it answered you: {text!r} is in its "
+            self.face.annotate(f"{agent.id} was stopped before it answered you: {text!r} is in its "
                                   "transcript.", "warning")
             return
         except Exception as err:  # noqa: BLE001 - said to the person
-            self.rt.face.annotate(f"{agent.id} could not answer you ({err}); your message {text!r} "
+            self.face.annotate(f"{agent.id} could not answer you ({err}); your message {text!r} "
                                   "is in its transcript.", "error")
             return
-        self.rt.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
+        self.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
 
     def counted(self, agent: Agent, usage: Usage, dollars: float) -> None:
         """One model call of AGENT: its steps, tokens and cost (every agent's, the primary's too)."""
@@ -511,7 +490,7 @@ class AgentWorld(Registry):
             self.tasks_live -= 1
         self._end(agent, agent.state)
         said = content.get("reply") or content.get("error") or "(no reply)"
-        self.rt.task_ended(agent.id, agent.state, agent.state is AgentState.DONE,
+        self.turns.task_ended(agent.id, agent.state, agent.state is AgentState.DONE,
                            f"{agent.id} ({agent.template}) {agent.state}: {' '.join(str(said).split())}")
         self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, content, talk_id), wake=wake)
 
@@ -568,7 +547,7 @@ class AgentWorld(Registry):
                 comment = f"(no comment: {err})"
             line = f"[{agent.name}] {comment}"
             comments.append(line)
-            self.rt.face.annotate(f"{agent.id} ({agent.template}) said: {' '.join(line.split())}", "agent")
+            self.face.annotate(f"{agent.id} ({agent.template}) said: {' '.join(line.split())}", "agent")
             for other in panel:
                 if other is not agent and other.state is not AgentState.DISCARDED:
                     other.tell(line)
@@ -606,7 +585,7 @@ class AgentWorld(Registry):
         summary), and it is freed.  Every end of a subagent comes here, but a cancel of an idle
         one: its ``cancelled`` record is its end, and it is only freed."""
         agent.state = state
-        self.rt.transcript.write(AgentEnd(state=agent.state, summary=agent.summary()), agent=agent.identity)
+        self.transcript.write(AgentEnd(state=agent.state, summary=agent.summary()), agent=agent.identity)
         self._free(agent)
 
     def _free(self, agent: Agent) -> None:
@@ -668,20 +647,20 @@ class AgentWorld(Registry):
         self._caller(caller, "talk")
         asker = self.agents.get(caller)
         if caller != PRIMARY and asker is not None and not asker.request_input:
-            self.rt.transcript.write(Refused(action="talk-user", text=text), agent=asker.identity)
+            self.transcript.write(Refused(action="talk-user", text=text), agent=asker.identity)
             raise AgentError(f"{caller} may not talk to the person: it was started without :request-input t. "
                              f"Say it to {asker.parent or 'your caller'} (agent-talk-agent), or in your reply")
         talk_id = self.post.talk(caller, eval_id)
         label = "" if caller == PRIMARY else f"[{caller}] "
-        self.rt.face.reply(f"{label}{text}")
-        self.rt.expect_user_reply(caller, talk_id)
+        self.face.reply(f"{label}{text}")
+        self.turns.expect_user_reply(caller, talk_id)
         return {"talk_id": talk_id, "to": "user"}
 
     def talk_log(self, caller: str, eval_id: int | None, text: str) -> dict[str, Any]:
         """Write TEXT into the transcript log; its acknowledgement is an event (the queue bound holds)."""
         self.post.reserve(caller)  # a full queue refuses at once, as for every result to come
         talk_id = self.post.talk(caller, eval_id)
-        self.rt.transcript.write(TalkLog(talk_id=talk_id, text=text), agent=self.identity(caller))
+        self.transcript.write(TalkLog(talk_id=talk_id, text=text), agent=self.identity(caller))
         self.post.deliver_result(caller, AgentEvent(EventType.HOOK, "log", {"logged": text}, talk_id))
         return {"talk_id": talk_id, "to": "log"}
 
@@ -696,7 +675,7 @@ class AgentWorld(Registry):
                                  f"{', '.join(str(a.name) for a in self.viewpoints_of(caller))}")
         for agent in panel:
             agent.tell(f"[{caller}] {text}")
-            self.rt.transcript.write(Notified(sender=caller, text=text, to=to or "all"),
+            self.transcript.write(Notified(sender=caller, text=text, to=to or "all"),
                                      agent=agent.identity)
         return {"notified": [a.name for a in panel]}
 
@@ -723,12 +702,12 @@ class AgentWorld(Registry):
         """The running subagents, each with its shown state: a paused one says paused (its
         state stays running: it goes on with the same call once resumed)."""
         self._report_pending = False
-        self.rt.face.agents([{"id": a.id, "type": a.type, "template": a.template,
+        self.face.agents([{"id": a.id, "type": a.type, "template": a.template,
                               "state": AgentState.RUNNING if a.resumed.is_set() else AgentState.PAUSED,
                               "doing": (a.doing or None) if a.resumed.is_set() else "paused (z in the hub resumes it)",
                               "steps": a.steps}
                              for a in self.subagents() if a.state is AgentState.RUNNING],
-                            self.rt.spending())
+                            self.ledger.spending())
 
     # -- hooks on the primary loop (compulsions) ----------------------------------------
 
@@ -745,7 +724,7 @@ class AgentWorld(Registry):
                     self.post.deliver(agent_id, AgentEvent(EventType.HOOK, comp.id, {"message": note}))
                 except Overloaded as err:  # said to the sender, in its transcript: never dropped silently
                     comp.tell(f"[overloaded] Your note to {agent_id} was not delivered: {err}")
-                    self.rt.transcript.write(EventRefused(to=agent_id, reason=str(err)),
+                    self.transcript.write(EventRefused(to=agent_id, reason=str(err)),
                                              agent=comp.identity)
 
     async def before_action(self, agent_id: str, form: str, kind: str = "eval") -> str | None:
@@ -766,7 +745,7 @@ class AgentWorld(Registry):
                 continue
             if reason.strip() and comp.state is not AgentState.QUIT:
                 self.blocks += 1
-                self.rt.transcript.write(Blocked(by=comp.id, template=comp.template, action=kind, form=form, reason=reason),
+                self.transcript.write(Blocked(by=comp.id, template=comp.template, action=kind, form=form, reason=reason),
                                          agent=self.identity(agent_id))
                 return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"
         return None

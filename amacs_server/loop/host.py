@@ -1,32 +1,20 @@
 """What the primary's turn uses of the runtime that runs it, and the settings Emacs sends for it.
 
-Declared here, below the runtime, so the turn names these members and not the Runtime: the
-Runtime is one TurnHost (``runtime.py`` checks it), a test's stand-in may be another."""
+Declared here, below the runtime, so the turn names the parts it uses and not the Runtime:
+the Runtime holds them (``runtime.py`` checks it), a test's stand-in may be another."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from ..agents.world import AgentWorld
-from ..config import Config
-from ..context.assemble import Conversation
 from ..face import Face
-from ..inference.anthropic_backend import AnthropicBackend
-from ..inference.catalog import ModelCatalog
-from ..inference.openai_backend import OpenAIBackend
-from ..inference.pricing import Tally, Usage
-from ..memory.active import ActiveMemory
-from ..memory.ltm import LongTermMemory
-from ..persistence.chat_log import ChatLog
-from ..persistence.git_repo import CommitWorker
-from ..persistence.monologue import MonologueLog
-from ..persistence.scratchpad import ScratchpadLog
+from ..ledger import Ledger
+from ..mind import Mind
+from ..model_slot import ModelSlot
 from ..persistence.transcript import Transcript
-from ..skills import SkillLibrary
-from ..state.consciousness import Consciousness, EvalResult
-from ..threads import Thread
+from ..turns import Turns
 
 
 @dataclass
@@ -38,44 +26,29 @@ class Settings:
 
 
 class TurnHost(Protocol):
-    """The runtime as the primary's turn sees it: the mind's state, the logs a tick writes, the
-    model in use and its ledger, Emacs, and the World of agents."""
-
-    config: Config
-    settings: Settings
-    face: Face
-    world: AgentWorld
-    consciousness: Consciousness
-    conversation: Conversation
-    memory: ActiveMemory
-    ltm: LongTermMemory
-    skills: SkillLibrary
-    transcript: Transcript
-    chat_log: ChatLog
-    monologue: MonologueLog
-    scratchpad: ScratchpadLog
-    commits: CommitWorker
-    catalog: ModelCatalog
-    model: str
-    backend_name: str
-    tick_tally: Tally
-    halted: str | None  # why the running turn was stopped (None: it was not)
-    last_eval: tuple[int, EvalResult] | None  # the last eval that ran, for the hub
+    """The parts the primary's turn uses: the mind it changes, the model it calls, the ledger it
+    charges, the turns (whether it was stopped), Emacs, the World, the transcript and the settings."""
 
     @property
-    def backend(self) -> AnthropicBackend | OpenAIBackend: ...
+    def settings(self) -> Settings: ...
 
-    def charge(self, usage: Usage, model: str | None = None) -> float | None: ...
+    @property
+    def mind(self) -> Mind: ...
 
-    def active_thread(self) -> Thread | None: ...
+    @property
+    def slot(self) -> ModelSlot: ...
 
-    def system_prompt(self) -> str: ...
+    @property
+    def ledger(self) -> Ledger: ...
 
-    def tracked_files(self) -> list[Path]: ...
+    @property
+    def turns(self) -> Turns: ...
 
-    def save_consciousness(self) -> None: ...
+    @property
+    def face(self) -> Face: ...
 
-    def save_tick_state(self) -> None: ...
+    @property
+    def world(self) -> AgentWorld: ...
 
-    def tell_ticked(self) -> None: ...
-
+    @property
+    def transcript(self) -> Transcript: ...

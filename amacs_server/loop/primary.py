@@ -41,14 +41,18 @@ from ..persistence.events import (
 )
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
-from ..skills import SkillError
-from ..state.consciousness import EvalResult
+from ..skills import SkillError, SkillLibrary
+from ..state.consciousness import ApiSettings, EvalResult
 from .host import TurnHost
 
 if TYPE_CHECKING:
+    from ..agents.world import AgentWorld
+    from ..face import Face
     from ..inference.backend import ModelResult
     from ..inference.pricing import Usage
     from ..inference.retry import Retrying
+    from ..mind import Mind
+    from ..model_slot import ModelSlot
 
 
 class TurnAborted(AmacsError):
@@ -82,7 +86,7 @@ async def run_turn(rt: TurnHost, text: str | None) -> None:
     finally:
         rt.world.primary.state = AgentState.IDLE
         faults.point("turn.done")
-        rt.face.turn_done(rt.consciousness.current_tick)
+        rt.face.turn_done(rt.mind.consciousness.current_tick)
 
 
 class PrimaryBody:
@@ -111,7 +115,7 @@ class PrimaryBody:
         self.evaluated = False  # this tick's eval was run, or refused or blocked (not a held reply's)
 
     def halted(self) -> bool:
-        return bool(self.rt.halted)
+        return bool(self.rt.turns.halted)
 
     def begin_step(self, step: int) -> None:
         self.step = step
@@ -125,7 +129,7 @@ class PrimaryBody:
             return f"The person said: {self.human}"
         # The events are results too (a task's answer, a consider's comments): the compulsions
         # see them, as the agent will in its context (a debate closer reads the comments).
-        result = self.rt.consciousness.last_eval_result
+        result = self.rt.mind.consciousness.last_eval_result
         return json.dumps({"lastEvalResult": result.to_dict() if result else None,
                            "events": [e.to_dict() for e in self.rt.world.bus.peek(PRIMARY)]})
 
@@ -140,14 +144,14 @@ class PrimaryBody:
             from ..text.org_markup import markdown_to_org
 
             response = replace(response, reply=markdown_to_org(response.reply))
-        self.rt.consciousness.mood = response.mood
-        self.rt.consciousness.confidence = response.confidence
+        self.rt.mind.consciousness.mood = response.mood
+        self.rt.mind.consciousness.confidence = response.confidence
         return response
 
     async def say(self, response: AgentResponse) -> None:
         # Written before it is shown: a reply the person saw is in agent-chat.org even if the
         # tick dies afterwards, in its eval say; persist does not write it again.
-        write_reply(self.rt, self.tick, response.reply or "", human_written=self.human_written())
+        write_reply(self.rt.mind, self.rt.face, self.tick, response.reply or "", human_written=self.human_written())
         self.reply_written = True
         faults.point("say.written")
         self.rt.face.reply(response.reply or "", streamed=self.streamed)
@@ -177,12 +181,12 @@ class PrimaryBody:
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         rt, tick = self.rt, self.tick
-        rt.consciousness.last_eval_result = result
+        rt.mind.consciousness.last_eval_result = result
         if response.eval is not None:
-            rt.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
+            rt.mind.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
         record(rt, tick, response, result)
         faults.point("record.done")
-        persist(rt, tick, response, human_written=self.human_written(), reply_written=self.reply_written,
+        persist(rt.mind, rt.face, tick, response, human_written=self.human_written(), reply_written=self.reply_written,
                 evaluated=result if self.evaluated else None)
         faults.point("persist.done")
         commit(rt, tick, response)
@@ -206,13 +210,13 @@ class PrimaryBody:
         # result, as if it answered the person's next input: an eval cut short says it was
         # interrupted; with none under way there is no last result (a newcomer saw the agent
         # told of a failed eval that never ran).
-        reason = rt.halted or "by the person"
-        rt.consciousness.last_eval_result = (
+        reason = rt.turns.halted or "by the person"
+        rt.mind.consciousness.last_eval_result = (
             EvalResult(False, error=f"interrupted ({reason})") if self.evaluating
             else EvalResult(False, error=f"interrupted ({reason}) while it waited for its subagents' replies")
             if self.waiting else EvalResult.skipped_result())
         # Why, as the shell said it: C-c C-c is the person's; a restart stops the server.
-        finish_unanswered(rt, tick, rt.halted or "interrupted by the person")
+        finish_unanswered(rt, tick, rt.turns.halted or "interrupted by the person")
 
     def out_of_steps(self) -> None:
         self.rt.face.annotate(
@@ -224,13 +228,13 @@ class PrimaryBody:
 
 def begin(rt: TurnHost, human: str | None) -> int:
     """Event: stamp the new tick; write the human's input to disk before anything else."""
-    c = rt.consciousness
+    c = rt.mind.consciousness
     tick = c.current_tick + 1
     c.begin_tick(tick)
-    rt.tick_tally = Tally()
+    rt.ledger.tick_tally = Tally()
     if human is not None:
         try:
-            rt.chat_log.write_human(tick, c.current_time, human)
+            rt.mind.chat_log.write_human(tick, c.current_time, human)
         except PersistenceError as err:
             c.current_tick = tick - 1
             rt.face.input_taken(saved=False)  # it leaves the queue, not saved:
@@ -240,17 +244,17 @@ def begin(rt: TurnHost, human: str | None) -> int:
         # Only now is the input taken, and the shell may say it is saved: it is on disk.
         rt.face.input_taken()
         faults.point_soon("write-ahead.confirmed")
-    with rt.ltm.transaction():
-        rt.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
+    with rt.mind.ltm.transaction():
+        rt.mind.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
-            rt.memory.begin_chat(tick, human)
-    rt.transcript.write(TickStart(human=human, consciousness=c.to_dict(), wrote=rt.memory.take_written()), tick=tick)
+            rt.mind.memory.begin_chat(tick, human)
+    rt.transcript.write(TickStart(human=human, consciousness=c.to_dict(), wrote=rt.mind.memory.take_written()), tick=tick)
     return tick
 
 
 async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     """Observe: read the active thread's buffers and skills, then assemble the context from items."""
-    thread = rt.active_thread()
+    thread = rt.mind.active_thread()
     buffers = await rt.face.hydrate(list(thread.buffers)) if thread and thread.buffers else []
     visited = tuple(os.path.expanduser(b["file"]) for b in buffers if isinstance(b.get("file"), str))
     if visited:  # the thread's file buffers are in the context: the agent has read them (The World)
@@ -258,37 +262,44 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     skills = []
     for name in thread.skills if thread else ():
         try:
-            skill = rt.skills.get(name)
+            skill = rt.mind.skills.get(name)
             skills.append({"name": skill.name, "kind": skill.kind, "description": skill.description,
                            "body": skill.body})
         except SkillError as err:
             skills.append({"name": name, "kind": "missing", "description": "", "body": f"[{err}]"})
     events = rt.world.bus.drain(PRIMARY)
-    with rt.ltm.transaction():
-        rt.memory.set_buffers(buffers)
-        rt.memory.set_skills(skills)
+    with rt.mind.ltm.transaction():
+        rt.mind.memory.set_buffers(buffers)
+        rt.mind.memory.set_skills(skills)
         # Named by the brain's own count, kept in the tick state: a restart or a rewind names them as before.
-        rt.memory.set_events([e.to_dict() for e in events], rt.memory.events_named + 1)
-    snap = rt.memory.snapshot(rt.consciousness)
-    c = rt.consciousness
+        rt.mind.memory.set_events([e.to_dict() for e in events], rt.mind.memory.events_named + 1)
+    snap = rt.mind.memory.snapshot(rt.mind.consciousness)
+    c = rt.mind.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
-    if rt.config.has_credentials:  # the tools listing as the call will send it, for the fit below
+    if rt.slot.config.has_credentials:  # the tools listing as the call will send it, for the fit below
         await rt.world.tools_ready()
-    model = rt.memory.notice("model", model_note(rt, rt.catalog.caps))
-    context = assemble(snap, rt.conversation, c.active_thread, depths, model, rt.memory.notice)
-    chars = len(rt.system_prompt()) + request_chars({"messages": context.messages}) if rt.catalog.asking else 0
-    if rt.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
-        model = rt.memory.notice("model", model_note(rt, await rt.catalog.current()))
-        context = assemble(snap, rt.conversation, c.active_thread, depths, model, rt.memory.notice)
+    model = rt.mind.memory.notice("model", model_note(rt.slot, c.api_settings, rt.slot.catalog.caps))
+    context = assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
+    chars = len(system_prompt(rt.mind.skills, rt.world)) + request_chars({"messages": context.messages}) if rt.slot.catalog.asking else 0
+    if rt.slot.catalog.waits_for_answer(c.api_settings, chars):  # what the model takes shapes the context
+        model = rt.mind.memory.notice("model", model_note(rt.slot, c.api_settings, await rt.slot.catalog.current()))
+        context = assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
     return context  # fitted to the model's window by the call (inference/model_call.py)
 
 
-def model_note(rt: TurnHost, caps: Capabilities) -> dict[str, Any]:
+def system_prompt(skills: SkillLibrary, world: AgentWorld) -> str:
+    """The core skill (the person's own if they have one), read fresh when it changes, and the
+    MCP tools the primary may call."""
+    core = skills.get("core")
+    tools = world.tool_listing(PRIMARY)
+    return f"{core.body}\n\n{tools}" if tools else core.body
+
+
+def model_note(slot: ModelSlot, settings: ApiSettings, caps: Capabilities) -> dict[str, Any]:
     """What the agent is told of the model in use (the content of its ``notice.model`` item):
-    its name, its window, and the api-settings it set that this model does not get."""
-    settings = rt.consciousness.api_settings
-    probe = build_request(rt.model, "", [], settings, caps)
-    return {"model": rt.model, "window_tokens": rt.catalog.window, "constrained": constrained(probe),
+    its name, its window, and the api-settings SETTINGS it set that this model does not get."""
+    probe = build_request(slot.model, "", [], settings, caps)
+    return {"model": slot.model, "window_tokens": slot.catalog.window, "constrained": constrained(probe),
             "ignored_settings": ignored_settings(caps, settings, probe)}
 
 
@@ -304,8 +315,8 @@ async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[Ag
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
-    ask = Ask(rt.backend, rt.catalog, rt.model, rt.system_prompt(), rt.consciousness.api_settings, AGENT_READER,
-              stream=True, show=not watched, openai_room=rt.backend_name == "openai")
+    ask = Ask(rt.slot.backend, rt.slot.catalog, rt.slot.model, system_prompt(rt.mind.skills, rt.world), rt.mind.consciousness.api_settings, AGENT_READER,
+              stream=True, show=not watched, openai_room=rt.slot.backend_name == "openai")
     call = TickCall(rt, tick, context)
     try:
         reply = await model_call(ask, call, call)
@@ -342,13 +353,13 @@ class TickCall(Caller):
             return
         text = cut_stand_in(result.text) if cut else result.text
         self.retries += [{"role": "assistant", "content": text or "(empty)"},
-                         {"role": "user", "content": notice_text(self.rt.memory, "retry", retry)}]
+                         {"role": "user", "content": notice_text(self.rt.mind.memory, "retry", retry)}]
 
     def compact(self, window: int | None) -> dict[str, Any] | None:
         conversation = self.context.conversation
         if self.context.made is None or conversation is None or not conversation.compact(window):
             return None
-        self.context = reassemble(self.context, self.rt.memory.notice) or self.context
+        self.context = reassemble(self.context, self.rt.mind.memory.notice) or self.context
         self.retries = []
         return {"squeeze": conversation.squeeze}
 
@@ -356,8 +367,8 @@ class TickCall(Caller):
 
     async def ready(self) -> None:
         rt = self.rt
-        if not rt.config.has_credentials:
-            rt.face.annotate(rt.config.missing_key_message(), "error")
+        if not rt.slot.config.has_credentials:
+            rt.face.annotate(rt.slot.config.missing_key_message(), "error")
             finish_unanswered(rt, self.tick, "no API key")
             raise TurnAborted
         await rt.world.tools_ready()
@@ -366,7 +377,7 @@ class TickCall(Caller):
         self.rt.transcript.write(KINDS[event].of(data), tick=self.tick)
 
     def sending(self, request: dict[str, Any]) -> None:
-        memory = self.rt.memory
+        memory = self.rt.mind.memory
         self.rt.transcript.write(ModelRequest(request=request, read=memory.shown_ids, wrote=memory.take_written()),
                                  tick=self.tick)
         faults.point("infer.request")
@@ -398,7 +409,7 @@ class TickCall(Caller):
 
     def paid(self, usage: Usage) -> float | None:
         rt = self.rt
-        dollars = rt.charge(usage)
+        dollars = rt.ledger.charge(usage)
         rt.world.counted(rt.world.primary, usage, dollars or 0.0)
         return dollars
 
@@ -408,21 +419,21 @@ def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult)
 
     The files are synced by the commit worker before the tick's commit (not here)."""
     with deferred_sync():
-        line = rt.monologue.append(tick, rt.consciousness.current_time, response.monologue)
-    rt.memory.add_monologue(tick, line)
+        line = rt.mind.monologue.append(tick, rt.mind.consciousness.current_time, response.monologue)
+    rt.mind.memory.add_monologue(tick, line)
     pad = response.scratchpad
     if pad is not None:
         try:
             with deferred_sync():
-                rt.scratchpad.append(ScratchpadEntry(tick, pad.heading, pad.thread, pad.content))
+                rt.mind.scratchpad.append(ScratchpadEntry(tick, pad.heading, pad.thread, pad.content))
         except PersistenceError as err:
             rt.face.annotate(f"Could not save the scratchpad note: {err.strerror}", "error")
         else:
-            rt.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
-    rt.transcript.write(TickEnd(response=response.to_dict(), eval_result=result.to_dict(), wrote=rt.memory.take_written()), tick=tick)
+            rt.mind.memory.add_scratchpad(tick, " ".join(pad.heading.split()), pad.thread, pad.content.rstrip())
+    rt.transcript.write(TickEnd(response=response.to_dict(), eval_result=result.to_dict(), wrote=rt.mind.memory.take_written()), tick=tick)
 
 
-def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> None:
+def write_reply(mind: Mind, face: Face, tick: int, reply: str, *, human_written: bool) -> None:
     """The agent's part of the chat (agent-chat.org and its memory item), written when it is
     said: a reply the person saw outlives a tick that dies afterwards.
 
@@ -430,14 +441,14 @@ def write_reply(rt: TurnHost, tick: int, reply: str, *, human_written: bool) -> 
     worker syncs the tick's files before its commit."""
     try:
         with deferred_sync():
-            rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+            mind.chat_log.write_agent(tick, mind.consciousness.current_time, reply, with_heading=not human_written)
     except PersistenceError as err:
-        rt.face.annotate(f"Could not save the reply of tick {tick}: {err.strerror}", "error")
-    with rt.ltm.transaction():
-        rt.memory.finish_chat(tick, reply)
+        face.annotate(f"Could not save the reply of tick {tick}: {err.strerror}", "error")
+    with mind.ltm.transaction():
+        mind.memory.finish_chat(tick, reply)
 
 
-def persist(rt: TurnHost, tick: int, response: AgentResponse, *, human_written: bool,
+def persist(mind: Mind, face: Face, tick: int, response: AgentResponse, *, human_written: bool,
             reply_written: bool = False, evaluated: EvalResult | None = None) -> None:
     """Persist: the agent's part of the chat (unless REPLY_WRITTEN: :func:`write_reply` wrote
     it when it was said), the tick's eval and its result EVALUATED (``** Eval``; the chat's
@@ -451,40 +462,40 @@ def persist(rt: TurnHost, tick: int, response: AgentResponse, *, human_written: 
     try:
         with deferred_sync():
             if not reply_written:
-                rt.chat_log.write_agent(tick, rt.consciousness.current_time, reply, with_heading=not human_written)
+                mind.chat_log.write_agent(tick, mind.consciousness.current_time, reply, with_heading=not human_written)
             if evaluated is not None and response.eval is not None:
-                rt.chat_log.write_eval(tick, ChatEval.of(response.eval, evaluated.success, evaluated.result,
+                mind.chat_log.write_eval(tick, ChatEval.of(response.eval, evaluated.success, evaluated.result,
                                                          evaluated.error))
-            rt.save_consciousness()
+            mind.save_consciousness()
     except PersistenceError as err:
-        rt.face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
-    with rt.ltm.transaction():
+        face.annotate(f"Could not save tick {tick}: {err.strerror}", "error")
+    with mind.ltm.transaction():
         if not reply_written:
-            rt.memory.finish_chat(tick, reply)
-        rt.memory.sync_state(rt.consciousness)
+            mind.memory.finish_chat(tick, reply)
+        mind.memory.sync_state(mind.consciousness)
 
 
 def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
     and in agent-chat.org."""
-    unanswered = rt.memory.pending_tick == tick
-    with rt.ltm.transaction():
+    unanswered = rt.mind.memory.pending_tick == tick
+    with rt.mind.ltm.transaction():
         if unanswered:
-            rt.memory.finish_chat(tick, None, status=f"no reply: {reason}")
-        rt.memory.sync_state(rt.consciousness)
+            rt.mind.memory.finish_chat(tick, None, status=f"no reply: {reason}")
+        rt.mind.memory.sync_state(rt.mind.consciousness)
     try:
         with deferred_sync():
             if unanswered:
-                rt.chat_log.write_no_reply(reason)
-            rt.save_consciousness()
+                rt.mind.chat_log.write_no_reply(reason)
+            rt.mind.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
-    _commit(rt, commit_message(tick, rt.consciousness.active_thread, rt.consciousness.mood, f"(no response: {reason})"))
+    _commit(rt, commit_message(tick, rt.mind.consciousness.active_thread, rt.mind.consciousness.mood, f"(no response: {reason})"))
 
 
 def commit(rt: TurnHost, tick: int, response: AgentResponse) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
-    c, done = rt.consciousness, rt.consciousness.last_eval_result
+    c, done = rt.mind.consciousness, rt.mind.consciousness.last_eval_result
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
@@ -495,9 +506,9 @@ def _commit(rt: TurnHost, message: str) -> None:
     warning when it happens)."""
     try:
         with deferred_sync():
-            rt.save_tick_state()
+            rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state())
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.commits.submit(rt.tracked_files(), message)
-    rt.tell_ticked()
+    rt.mind.commits.submit(rt.mind.tracked_files(), message)
+    rt.ledger.tell_ticked(rt.face)

@@ -30,6 +30,6 @@ def history_search(rt: ToolHost, query: Text, opts: HistoryOptions | None = None
     tick first: (:tick N :in SOURCE :line TEXT [:file F]).  Options :tick (that tick only),
     :limit (20), :only (a list of sources).  Runs on the caller's thread: it reads git."""
     o = opts or HistoryOptions()
-    rt.commits.flush(2)  # the ticks just made are in the history searched
+    rt.mind.commits.flush(2)  # the ticks just made are in the history searched
     sources = tuple(o.only) if o.only else SOURCES
-    return [hit.to_dict() for hit in search(rt.config.home, query, tick=o.tick, limit=o.limit, sources=sources)]
+    return [hit.to_dict() for hit in search(rt.mind.home, query, tick=o.tick, limit=o.limit, sources=sources)]

@@ -5,22 +5,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from ..agents.world import AgentWorld
-from ..config import Config
 from ..errors import AmacsError
-from ..memory.active import ActiveMemory
-from ..memory.ltm import LongTermMemory
-from ..persistence.git_repo import CommitWorker
-from ..persistence.scratchpad import ScratchpadLog
+from ..mind import Mind
 from ..persistence.transcript import Transcript
-from ..skills import SkillLibrary
-from ..state.consciousness import Consciousness
-from ..threads import ThreadBook
+from ..turns import Turns
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,23 +40,19 @@ def refusals(*kinds: type[Exception], prefix: str = "") -> Callable[[F], F]:
 
 
 class ToolHost(Protocol):
-    """The runtime as the brain tools use it (the Runtime is one: runtime.py checks it)."""
+    """The parts the brain tools use (the Runtime holds them: runtime.py checks it)."""
 
-    config: Config
-    consciousness: Consciousness
-    world: AgentWorld
-    memory: ActiveMemory
-    ltm: LongTermMemory
-    scratchpad: ScratchpadLog
-    skills: SkillLibrary
-    threads: ThreadBook
-    transcript: Transcript
-    commits: CommitWorker
-    run_id: str
-    loop: asyncio.AbstractEventLoop
+    @property
+    def mind(self) -> Mind: ...
 
-    def agent_set(self, name: str, value: object) -> object: ...
+    @property
+    def world(self) -> AgentWorld: ...
 
-    def sync_threads(self, *, save: bool = True) -> None: ...
+    @property
+    def transcript(self) -> Transcript: ...
 
-    def call_in_loop(self, fn: Callable[[], None]) -> None: ...
+    @property
+    def turns(self) -> Turns: ...  # the loop thread an EPC thread hands work to
+
+    @property
+    def run_id(self) -> str: ...

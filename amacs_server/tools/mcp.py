@@ -78,7 +78,7 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         tool = hub.tool(server, tool_name)
         arguments = calls.arguments(raw_args, tool.input_schema or {}, full)
         future = asyncio.run_coroutine_threadsafe(world.before_action(caller, form_of(full, arguments), "tool"),
-                                                  rt.loop)
+                                                  rt.turns.loop)
         reason = future.result(COMPULSION_WAIT)
         if reason is not None:
             raise Blocked(reason)
@@ -89,12 +89,12 @@ def agent_tool(rt: ToolHost, evals: Evals, on_loop: Callable[[Callable[[], str]]
         value = hub.scrub(calls.result(answer, full))
         # A result longer than the bound goes to the agent cut, the rest in a private file.
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{rt.run_id}-{secrets.token_hex(3)}-{server}-{tool_name}"[:120])
-        folder = rt.config.home / "transcripts" / "results"
+        folder = rt.mind.home / "transcripts" / "results"
         value, chars = calls.bounded(value, folder, stem)
         faults.point("tool.kept")
     except AmacsError as err:
         failed = entry(str(err), blocked=isinstance(err, Blocked))
-        rt.call_in_loop(lambda: rt.transcript.write(ToolCall(**failed), agent=world.identity(caller)))
+        rt.turns.call_in_loop(lambda: rt.transcript.write(ToolCall(**failed), agent=world.identity(caller)))
         said = hub.scrub(str(err)) if hub is not None else str(err)
         if said != str(err):
             raise McpError(said) from None

@@ -50,12 +50,12 @@ def memory_of(rt: ToolHost, agent_id: str) -> ActiveMemory:
     """The RAM of AGENT_ID: the runtime's for the primary, the subagent's own otherwise
     (made empty at its first memory call)."""
     if agent_id == PRIMARY:
-        return rt.memory
+        return rt.mind.memory
     agent = rt.world.agents.get(agent_id)
     if agent is None:
         raise MemoryRefused(f"{agent_id} is not an agent of this session")
     if agent.memory is None:
-        agent.memory = ActiveMemory.for_subagent(rt.ltm, rt.memory.agent, agent.id)
+        agent.memory = ActiveMemory.for_subagent(rt.mind.ltm, rt.mind.memory.agent, agent.id)
     return agent.memory
 
 
@@ -131,17 +131,17 @@ def mutate(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, content: Conten
     entry takes a string (its text) or a plist of :heading, :thread and :content, and is
     rewritten in scratchpad.org too."""
     target, value = mem_id, content
-    if memory is rt.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
+    if memory is rt.mind.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
         before = memory.state[target.name].version
-        rt.agent_set(target.name, value)  # validates, then versions the state item
+        rt.mind.agent_set(target.name, value)  # validates, then versions the state item
         item = memory.state[target.name]
         return _echo(item, previous_version=before)
     previous = memory.ltm.latest_version(target.base)
 
     def write_scratchpad(tick: int, entry: dict[str, Any]) -> None:
-        rt.scratchpad.replace(ScratchpadEntry(tick, entry["heading"], entry["thread"], entry["content"]))
+        rt.mind.scratchpad.replace(ScratchpadEntry(tick, entry["heading"], entry["thread"], entry["content"]))
 
-    item = memory.mutate(target, value, write_scratchpad if memory is rt.memory else None)
+    item = memory.mutate(target, value, write_scratchpad if memory is rt.mind.memory else None)
     return _echo(item, previous_version=previous)
 
 
@@ -214,7 +214,7 @@ def _record(rt: ToolHost, caller: str, op: Operation, args: tuple[Any, ...]) -> 
     read and wrote (or its error and the MemId it named)."""
     name = op.__name__
     agent = rt.world.identity(caller)
-    tick = rt.consciousness.current_tick if caller == PRIMARY else None
+    tick = rt.mind.consciousness.current_tick if caller == PRIMARY else None
     memory: ActiveMemory | None = None
     try:
         memory = _refusals(memory_of)(rt, caller)

@@ -158,8 +158,8 @@ def turn(home: Path, fake: FakeAnthropic, names: dict[str, str]) -> tuple[list[s
     try:
         seen = state(home, names=names)
         asyncio.run_coroutine_threadsafe(run_turn(rt, "go on"), rt.loop).result(60)
-        assert rt.commits.flush(60)
-        return rt.startup_notes, rt.consciousness.current_tick, seen
+        assert rt.mind.commits.flush(60)
+        return rt.startup_notes, rt.mind.consciousness.current_tick, seen
     finally:
         rt.stop()
 

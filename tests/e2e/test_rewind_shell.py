@@ -13,6 +13,8 @@ import pytest
 
 from tests.e2e.agent_fakes import run_elisp, say, transcript, who
 from tests.e2e.harness import elisp_string, run_emacs
+from tests.e2e.test_rewind_session import rewind_elisp
+from tests.mcp_servers import hostile_server, write_config
 from tests.test_rewind import answer, requests, same
 
 pytestmark = pytest.mark.e2e
@@ -114,3 +116,38 @@ def test_rewind_with_a_live_viewpoint_then_the_same_input_asks_the_same(fake, ho
     first, again = sent[critic[2] - 1:critic[2] + 2], sent[critic[3] - 1:]
     assert len(again) == 3 and not any(a != b for a, b in zip(first, again, strict=True)), same([again], [first])
     assert "rewound" in run.shell
+
+
+def test_a_rewind_in_the_live_server_moves_a_tool_servers_later_stderr_lines(fake, home):
+    """A tool server (a real stdio MCP server, live through the rewind) prints a line on its
+    stderr at each input's tool call.  M-x amacs-rewind to before the second input: its log
+    (logs/mcp-s.log) holds the first input's line, not the second's or third's, which are on
+    the abandoned ref; the line of the call after the rewind, by the same live server, is kept."""
+    write_config(home, {"s": hostile_server("chatty")})
+
+    def model(body):
+        newest = transcript(body)[-1]
+        said = re.findall(r"\b(input \d+)\b", newest)
+        if "<last-eval-result>" in newest and '"result"' in newest:
+            return say("called")
+        return run_elisp(f'(agent-tool "s/say" :text "stderr of {said[-1]}")')
+
+    fake.respond_with(model)
+    program = f"""
+      (setq amacs-max-steps 6)
+      (amacs-e2e-open)
+      (amacs-e2e-send "input 1")
+      (amacs-e2e-send "input 2")
+      (amacs-e2e-send "input 3")
+      {rewind_elisp("input 2")}
+      (amacs-e2e-send "input 4")
+      (amacs-e2e-finish)"""
+    run = run_emacs(home, fake.url, program).check()
+    log = (home / "logs" / "mcp-s.log").read_text()
+    assert "stderr of input 1\n" in log and "stderr of input 4\n" in log, log
+    assert "input 2" not in log and "input 3" not in log, log
+    ref = re.search(r"refs/amacs/abandoned/\S+", run.shell)
+    assert ref, run.shell
+    moved = subprocess.run(["git", "-C", str(home), "show", f"{ref[0].rstrip('.;,')}:logs/mcp-s.log"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "stderr of input 2\n" in moved and "stderr of input 3\n" in moved and "input 1" not in moved, moved
