@@ -388,16 +388,27 @@ TOLD = "told-at-quit"  # in the warm folder: the quit note was said to this user
 def quit_note() -> str:
     """What ./amacs says once Emacs has quit: that a warm server stays, and how to stop it.
 
-    Said once (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR); "" when no warm
-    server runs or it was said before."""
+    Said once (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR): "" when no warm
+    server runs or it was said before.  Marked said by :func:`said_at_quit`, once it was."""
     directory = warm_dir()
     pids = running(directory)
-    told = os.path.join(directory, TOLD)
-    if not pids or os.path.exists(told) or not private_dir(directory):
+    if not pids or os.path.exists(os.path.join(directory, TOLD)) or not private_dir(directory):
         return ""
-    with open(told, "w"):
-        pass
     return QUIT_NOTE.format(pids=" ".join(map(str, pids)))
+
+
+def said_at_quit(note: str) -> None:
+    """Say NOTE on stdout and mark it said, unless the terminal is gone.
+
+    A closed terminal window hangs up on Emacs and ./amacs; ./amacs may still run this, and what
+    it writes is lost (EIO): then it is not marked said, and the next start's shell says it
+    (:func:`start_note`)."""
+    try:
+        print(note, flush=True)
+    except OSError:
+        return
+    with open(os.path.join(warm_dir(), TOLD), "w"):
+        pass
 
 
 START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./amacs answers at once "
@@ -435,7 +446,7 @@ def main(argv: list[str]) -> int:
     if argv == ["--quit-note"]:
         note = quit_note()
         if note:
-            print(note)
+            said_at_quit(note)
         return 0
     if argv[:1] == ["--early"] and len(argv) >= 2:
         return early(argv[1], argv[2:])

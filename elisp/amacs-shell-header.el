@@ -279,12 +279,17 @@ the room."
            (state (amacs-shell-state-string))
            (fork (amacs-status :fork))
            ;; Which home: when Emacs talks to several, and always on a fork (opened alone
-           ;; too, its header says whose mind it holds); narrower, "(fork)" alone.
+           ;; too, its header says whose mind it holds); narrower, the parent's folder name
+           ;; only, then "(fork)" alone.
            (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
+           (from (and fork (directory-file-name (plist-get fork :from))))
            (home (cond (fork (format " %s (a fork of %s at tick %s) —" name
-                                     (abbreviate-file-name (plist-get fork :from)) (plist-get fork :tick)))
+                                     (abbreviate-file-name from) (plist-get fork :tick)))
                        (name (concat " " name " —"))
                        (t "")))
+           (middle (if fork (format " %s (a fork of %s at tick %s) —" name
+                                    (file-name-nondirectory from) (plist-get fork :tick))
+                     home))
            (short (if fork (format " %s (fork) —" name) home))
            (width (or width
                       (let ((window (get-buffer-window (amacs-shell--buffer))))
@@ -293,6 +298,8 @@ the room."
                 (list (concat home " " (or (car words) "AMACS") " — " state)
                       (concat home " " (or (cdr words) "AMACS") " — " state)
                       (concat home " " state)
+                      (concat middle " " (or (cdr words) "AMACS") " — " state)
+                      (concat middle " " state)
                       (concat short " " (or (cdr words) "AMACS") " — " state)
                       (concat short " " state))
                 (concat " " state)))))

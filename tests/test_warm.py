@@ -289,3 +289,22 @@ def test_a_forks_first_request_finds_the_replys_schema_made() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          check=True).stdout
     assert out.split() == ["True", "1"]
+
+
+def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
+    """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
+    terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""
+    warm = warm_pid(warm_env)
+    told = Path(warm_env["AMACS_WARM_DIR"]) / warm_launch.TOLD
+    master, slave = os.openpty()
+    os.close(master)  # the window closed
+    try:
+        subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                       stdout=slave, stderr=subprocess.DEVNULL, timeout=60, check=False)
+    finally:
+        os.close(slave)
+    assert not told.exists()
+    said = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=True).stdout
+    assert f"your warm server (pid {warm}) keeps running" in said
+    assert told.exists()

@@ -547,7 +547,9 @@ is a fork of, and keeps them when the model's words go for room."
                                home)))
         (should (equal (amacs-shell-header-line (+ (length home) 60))
                        (format " %s (a fork of /tmp/parent-home at tick 3) — waiting for you" home)))
-        (should (equal (amacs-shell-header-line (+ (length home) 40))  ; narrower: that it is a fork
+        (should (equal (amacs-shell-header-line (+ (length home) 55))  ; narrower: the parent's name
+                       (format " %s (a fork of parent-home at tick 3) — waiting for you" home)))
+        (should (equal (amacs-shell-header-line (+ (length home) 40))  ; narrower still: that it is a fork
                        (format " %s (fork) — claude-x — waiting for you" home)))))
     (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
       (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
