@@ -209,6 +209,23 @@ def test_scratchpad_global_and_thread_filtering_with_both_depths(memory):
     assert shown() == ["B1"]
 
 
+def test_the_scratchpad_window_walks_back_only_as_far_as_its_depths_need(memory):
+    """No thread active: the window stops at the last global notes it shows, not walking every
+    note ever written (each tick's cost would grow with the scratchpad)."""
+
+    class Unread:
+        @property
+        def content(self):
+            raise AssertionError("an older note than the window needs was read")
+
+    c = Consciousness(global_scratchpad_depth=2, thread_scratchpad_depth=3)
+    memory.add_scratchpad(1, "A1", "rust", "rust one")
+    for tick in (2, 3):
+        memory.add_scratchpad(tick, f"G{tick}", None, "global")
+    memory.scratchpad.insert(0, Unread())
+    assert [i.content["heading"] for i in memory.scratchpad_window(c)] == ["G2", "G3"]
+
+
 # -- the append-only conversation (issue 10) ----------------------------------------------
 
 

@@ -387,13 +387,14 @@ class ActiveMemory:
         """The last global notes and the last notes of the active thread, oldest first."""
         global_notes: list[MemoryItem] = []
         thread_notes: list[MemoryItem] = []
+        thread_depth = c.thread_scratchpad_depth if c.active_thread is not None else 0  # none shown: none looked for
         for item in reversed(self.scratchpad):
             thread = item.content.get("thread") if isinstance(item.content, dict) else None
             if thread is None and len(global_notes) < c.global_scratchpad_depth:
                 global_notes.append(item)
             elif thread is not None and thread == c.active_thread and len(thread_notes) < c.thread_scratchpad_depth:
                 thread_notes.append(item)
-            if len(global_notes) >= c.global_scratchpad_depth and len(thread_notes) >= c.thread_scratchpad_depth:
+            if len(global_notes) >= c.global_scratchpad_depth and len(thread_notes) >= thread_depth:
                 break
         shown = sorted(global_notes + thread_notes, key=tick_of)
         return [self._shown(i) for i in shown]

@@ -290,9 +290,10 @@ def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
     _git(home, "read-tree", "-u", "--reset", commit)
     held = set(_git(home, "ls-tree", "-r", "-z", "--name-only", commit).decode(errors="surrogateescape").split("\0"))
     sizes: dict[str, int] = state["files"]
+    logs = set(log_files(home))
     for path in tracked(home):
         rel = str(path.relative_to(home))
-        if rel not in held or (path in log_files(home) and rel not in sizes):
+        if rel not in held or (path in logs and rel not in sizes):
             path.unlink(missing_ok=True)  # a file (a month, a skill) begun after the tick
         elif rel in sizes and path.stat().st_size > sizes[rel]:
             with path.open("r+b") as fh:
