@@ -76,15 +76,15 @@ def _hosts(tree: ast.AST) -> dict[str, dict[str, str]]:
     return out
 
 
-def _uses_of_hosts(tree: ast.AST) -> list[tuple[str, int, str, set[str], bool]]:
-    """Each function of TREE with a parameter typed as a host: its name, line, the parameter,
+def _uses_of_hosts(tree: ast.AST, hosts: set[str] = NARROWED) -> list[tuple[str, int, str, set[str], bool]]:
+    """Each function of TREE with a parameter typed as one of HOSTS: its name, line, the parameter,
     the host's members it reads (``param.part``), and whether it hands the host on whole."""
     out = []
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
-            if arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") not in NARROWED:
+            if arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") not in hosts:
                 continue
             used: set[str] = set()
             read: set[int] = set()  # the mentions that read a member (``param.part``)
@@ -137,6 +137,18 @@ def test_a_function_that_takes_a_host_uses_more_than_two_parts():
             if len(used) <= 2 and not handed_on:
                 narrow_enough.append(f"{path.relative_to(ROOT)}:{line} {fn}({arg}) uses only {sorted(used)}")
     assert narrow_enough == [], "functions that take a host to use one or two parts (take those):\n" + \
+        "\n".join(narrow_enough)
+
+
+def test_no_function_takes_the_runtime_to_use_one_or_two_parts():
+    """Above the runtime too: a function handed the Runtime uses more than two of its parts (or
+    hands it on whole); one that needs the loop thread takes the Turns, and so on."""
+    narrow_enough = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for fn, line, arg, used, handed_on in _uses_of_hosts(ast.parse(path.read_text()), {"Runtime"}):
+            if len(used) <= 2 and not handed_on:
+                narrow_enough.append(f"{path.relative_to(ROOT)}:{line} {fn}({arg}) uses only {sorted(used)}")
+    assert narrow_enough == [], "functions that take the Runtime to use one or two parts (take those):\n" + \
         "\n".join(narrow_enough)
 
 

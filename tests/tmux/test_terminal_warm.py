@@ -69,8 +69,9 @@ def _child(pid: int, command: str) -> int:
 def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
         terminal: Callable[..., Terminal], fake: FakeAnthropic, warm_dir: Path) -> None:
     """A person starts ./amacs, quits, starts it again and asks at once: the second server is a fork
-    of the warm server the first start left running (no SDK import before the first request),
-    asked for by ./amacs as it started Emacs: it is older than the launcher Emacs started."""
+    of the warm server the first start left running (no SDK import before the first request);
+    with AMACS_EARLY_START=1, asked for by ./amacs as it started Emacs: it is older than the
+    launcher Emacs started."""
     env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
     first = terminal(**env)
     warm = _warm_server(warm_dir)
@@ -79,7 +80,7 @@ def test_the_second_launch_is_served_by_a_warm_fork_and_answers(
     first.close()
     fake.script(Reply(agent_json("Four, from a warm fork.")))
     # A person's shell, not the tests': ./amacs sets this for Emacs (its early request must too).
-    second = terminal(**env, EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION=None)
+    second = terminal(**env, AMACS_EARLY_START="1", EMACS_INHIBIT_AUTOMATIC_NATIVE_COMPILATION=None)
     server = json.loads((second.amacs_home / "server.json").read_text())["pid"]
     assert _parent(server) == warm
     assert second._pane_pid is not None
