@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .agents.saved import numbered_since
+from .agents.saved import restore as restore_subagents
 from .agents.world import AgentWorld, Limits, WorldHost
 from .config import Config
-from .errors import AmacsError, Refused
+from .errors import Refused
 from .face import Face
 from .ledger import Ledger
 from .loop.host import Settings, TurnHost
@@ -29,7 +29,7 @@ from .mind import Mind
 from .model_slot import ModelSlot
 from .persistence.events import ModelSwitch, Rewind
 from .persistence.history import fork as fork_home
-from .persistence.history import last_tick, read_state
+from .persistence.history import last_tick
 from .persistence.history import rewind as rewind_home
 from .persistence.transcript import Transcript
 from .scrub import Scrubber
@@ -88,7 +88,8 @@ class Runtime:
         core_tools = mcp_patterns(self.mind.skills.get("core").tools)
         if core_tools is not None:  # the person's core skill may narrow the primary's tools
             self.world.primary.tools = core_tools
-        self.subagents_note = self._restore_subagents()  # said at hello, or with the rewind's line
+        # The subagents of the last tick state, made again: said at hello, or with the rewind's line.
+        self.subagents_note = restore_subagents(self.world, self.mind.home, self.mind.consciousness.current_tick)
         if self.subagents_note:
             self.startup_notes.append(self.subagents_note)
         for line in [*tools.check(), *unrecorded_results(home / "transcripts" / "results")]:
@@ -125,7 +126,7 @@ class Runtime:
         done = rewind_home(self.mind.home, tick, locked=True, limit=limit)  # this server holds the home's lock
         self.turns.halted = None  # the interrupted turn is over: the next one runs
         self.mind.reload(self.slot.model)
-        self.subagents_note = self._restore_subagents()
+        self.subagents_note = restore_subagents(self.world, self.mind.home, self.mind.consciousness.current_tick)
         self.turns.user_reply = None
         # The mind's budget is tick TICK's again; the money paid since stays counted.
         self.ledger.rewound(spent, limit)
@@ -148,32 +149,6 @@ class Runtime:
         return {"line": "; ".join([*done.notes, done.line()]), "home": str(done.home), "tick": tick,
                 "seconds": round(done.seconds, 3), "backend": slot.backend_name, "model": slot.model,
                 "base_url": None if slot.own() else slot.url()}
-
-    def _restore_subagents(self) -> str | None:
-        """The live subagents of the last tick's state, made again (agents/saved.py): none when
-        the state is older than the org files.  Returns what the person is told when some were
-        at work at the tick: they come back idle (a task: interrupted), not mid-run."""
-        state = read_state(self.mind.home)
-        tick = self.mind.consciousness.current_tick
-        older: dict[str, Any] | None = None
-        if state is not None and state.get("tick") != tick:
-            older, state = state, None  # a crash between the org files and the tick state
-        state = state or {}
-        agents = state.get("agents")
-        try:
-            stopped = self.world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
-            since = (older or state).get("ended_at", 0.0)  # ids given after it are not given again
-            self.world.numbered = max(self.world.numbered, numbered_since(self.mind.home / "transcripts", since))
-            if older is not None:
-                return _dropped(older, tick)
-        except (AmacsError, KeyError, TypeError, ValueError) as err:
-            log.warning("the tick state's subagents cannot be read (%r): none restored", err)
-            self.world.restore_subagents({})
-            return f"the subagents of tick {state.get('tick')} could not be restored ({err}); none is live"
-        if not stopped:
-            return None
-        return (f"at work at tick {state['tick']}, not resumed: {', '.join(stopped)} (back idle with what "
-                "they were told; a task: interrupted)")
 
     # -- start and stop ----------------------------------------------------------------
 
@@ -207,23 +182,3 @@ def _rooms(rt: Runtime) -> tuple[TurnHost, ToolHost, ViewHost, WorldHost]:
     host (mypy checks both here)."""
     return rt, rt, rt, rt.turns
 
-
-def _numbering(older: dict[str, Any] | None) -> dict[str, Any]:
-    """What of an OLDER tick state's subagents goes on when none is restored from it: how far
-    their ids and the primary's TalkIds were numbered (ids go on across restarts, never again)."""
-    agents = older.get("agents") if older is not None else None
-    if not isinstance(agents, dict):
-        return {}
-    return {k: agents[k] for k in ("numbered", "primary_talk_id") if isinstance(agents.get(k), int)}
-
-
-def _dropped(older: dict[str, Any], tick: int) -> str | None:
-    """The line that names the subagents an OLDER tick state held live, not restored because the
-    server stopped before it saved tick TICK's state; None when it held none."""
-    agents = older.get("agents")
-    live = agents.get("agents") if isinstance(agents, dict) else None
-    ids = [str(a.get("id")) for a in live if isinstance(a, dict)] if isinstance(live, list) else []
-    if not ids:
-        return None
-    return (f"live at tick {older.get('tick')}, not restored: {', '.join(ids)} (the server stopped before it "
-            f"saved tick {tick}'s state); they have ended")

@@ -7,15 +7,20 @@ showed, its counters, its TalkIds and the events waiting in its queue.  A subage
 work at the tick cannot be resumed mid-run (its run is a coroutine: the step, the eval
 and the wait under way are not data): it comes back idle with its messages up to its
 last model answer, and a task, whose run is its whole life, comes back interrupted.
+:func:`restore` makes the World's subagents again from a home's last tick state, at a start
+and after a rewind.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import AmacsError
 from ..memory.active import ActiveMemory, MemoryRefused
 from ..memory.memid import MemId
+from ..persistence.history import read_state
 from ..persistence.transcript import written_since
 from .agent import Agent
 from .kinds import AgentState, AgentType, Ending
@@ -23,6 +28,8 @@ from .talk import Event, EventType, TalkIds
 
 if TYPE_CHECKING:
     from ..memory.ltm import LongTermMemory
+
+log = logging.getLogger("amacs")
 
 
 def agent_state(agent: Agent, queued: list[Event]) -> dict[str, Any]:
@@ -94,3 +101,60 @@ def numbered_since(folder: Path, since: float) -> int:
         if kind in kinds and number.isdigit():
             top = max(top, int(number))
     return top
+
+
+class Restored(Protocol):
+    """What of the World a restore sets (agents/world.py): its subagents, made again from a tick
+    state's record of them, and how far their ids were numbered."""
+
+    numbered: int
+
+    def restore_subagents(self, data: dict[str, Any]) -> list[str]: ...
+
+
+def restore(world: Restored, home: Path, tick: int) -> str | None:
+    """The live subagents of HOME's last tick state, made again in WORLD: none when the state is
+    older than the org files (which are at TICK).  Returns what the person is told when some were
+    at work at the tick (they come back idle, a task interrupted, not mid-run), were dropped with
+    an older state, or could not be read; None when there is nothing to tell."""
+    state = read_state(home)
+    older: dict[str, Any] | None = None
+    if state is not None and state.get("tick") != tick:
+        older, state = state, None  # a crash between the org files and the tick state
+    state = state or {}
+    agents = state.get("agents")
+    try:
+        stopped = world.restore_subagents(agents if isinstance(agents, dict) else _numbering(older))
+        since = (older or state).get("ended_at", 0.0)  # ids given after it are not given again
+        world.numbered = max(world.numbered, numbered_since(home / "transcripts", since))
+        if older is not None:
+            return _dropped(older, tick)
+    except (AmacsError, KeyError, TypeError, ValueError) as err:
+        log.warning("the tick state's subagents cannot be read (%r): none restored", err)
+        world.restore_subagents({})
+        return f"the subagents of tick {state.get('tick')} could not be restored ({err}); none is live"
+    if not stopped:
+        return None
+    return (f"at work at tick {state['tick']}, not resumed: {', '.join(stopped)} (back idle with what "
+            "they were told; a task: interrupted)")
+
+
+def _numbering(older: dict[str, Any] | None) -> dict[str, Any]:
+    """What of an OLDER tick state's subagents goes on when none is restored from it: how far
+    their ids and the primary's TalkIds were numbered (ids go on across restarts, never again)."""
+    agents = older.get("agents") if older is not None else None
+    if not isinstance(agents, dict):
+        return {}
+    return {k: agents[k] for k in ("numbered", "primary_talk_id") if isinstance(agents.get(k), int)}
+
+
+def _dropped(older: dict[str, Any], tick: int) -> str | None:
+    """The line that names the subagents an OLDER tick state held live, not restored because the
+    server stopped before it saved tick TICK's state; None when it held none."""
+    agents = older.get("agents")
+    live = agents.get("agents") if isinstance(agents, dict) else None
+    ids = [str(a.get("id")) for a in live if isinstance(a, dict)] if isinstance(live, list) else []
+    if not ids:
+        return None
+    return (f"live at tick {older.get('tick')}, not restored: {', '.join(ids)} (the server stopped before it "
+            f"saved tick {tick}'s state); they have ended")
