@@ -24,8 +24,8 @@ from .persistence.transcript import Transcript
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
-from .tools.mcp import agent_tool
-from .tools.work import person_add_buffer
+from .tools.kit import Takes, parts
+from .tools.work import PERSON_TAKES, person_add_buffer
 from .transport.emacs_face import EmacsFace
 from .transport.server import CALL_CONTEXT, AmacsEPCServer
 from .turns import Turns
@@ -323,11 +323,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         faults.bug("ping.bug")
         return value
 
-    def brain_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A tool, run on the loop thread where the state it acts on lives."""
+    def brain_tool(fn: Callable[..., Any], takes: Takes) -> Callable[..., Any]:
+        """A tool, handed the parts it TAKES, run on the loop thread where the state it acts on lives."""
 
         def call(*args: Any) -> Any:
-            return _on_loop(rt.turns, lambda: fn(rt, *args))
+            return _on_loop(rt.turns, lambda: fn(*parts(rt, takes), *args))
 
         call.__name__ = fn.__name__
         call.__doc__ = fn.__doc__
@@ -336,14 +336,15 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked(name="agent-tool")
     def tool_call(eval_id: object = None, name: object = None, args: object = None) -> Any:
         """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools/mcp.py."""
-        return agent_tool(rt, face, lambda fn: _on_loop(rt.turns, fn), eval_id, name, args)
+        return registry.ON_ITS_THREAD["agent_tool"](*parts(rt, registry.TAKES["agent_tool"]), face,
+                                                    lambda fn: _on_loop(rt.turns, fn), eval_id, name, args)
 
     methods: dict[str, Callable[..., Any]] = {
         "submit": submit,
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
         "eval_started": eval_started,
-        "person_add_buffer": brain_tool(person_add_buffer),
+        "person_add_buffer": brain_tool(person_add_buffer, PERSON_TAKES),
         "person_agent_control": person_agent_control,
         "person_agent_talk": person_agent_talk,
         "status": status,
@@ -360,12 +361,14 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "set_consciousness": set_consciousness,
         "ping": ping,
         # The agent's tools, from the one registry (tools/registry.py).
-        **{name: brain_tool(fn) for name, fn in registry.ON_THE_LOOP.items()},
+        **{name: brain_tool(fn, registry.TAKES[name]) for name, fn in registry.ON_THE_LOOP.items()},
         "agent_tool": tool_call,  # registry.ON_ITS_THREAD: run on this EPC thread
-        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](rt, *args),
+        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](
+            *parts(rt, registry.TAKES["history_search"]), *args),
         # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
-        **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},
+        **{name: brain_tool(acting_as_its_eval(face, fn, len(registry.TAKES[name])), registry.TAKES[name])
+           for name, fn in registry.AS_ITS_EVAL.items()},
     }
     for name in PERSON_POWERS:
         methods[name] = person_power(rt, name, methods[name])
