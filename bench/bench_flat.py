@@ -108,8 +108,8 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
     return wanted
 
 
-def same_context(home: Path, pinned: int) -> None:
-    """HOME (a copy) with only its PINNED newest pinned notes still pinned, the rest back in LTM
+def same_context(home: Path, pinned: int | None) -> None:
+    """HOME (a copy) with only its PINNED (None: all) newest pinned notes still pinned, the rest back in LTM
     alone (neither pinned nor evicted, found by search), as if the agent had unpinned them:
     the workload pins every note it makes, so without this a home's context grows with its
     notes (40 / 200 / 800 pinned at 1,000 / 5,000 / 20,000 ticks), not its history."""
@@ -117,7 +117,7 @@ def same_context(home: Path, pinned: int) -> None:
     try:
         bases = [b for b, status, _v in ltm.active_set("primary") if status == "pinned"]
         first = {b: ltm.db.execute("SELECT min(id) FROM items WHERE base=?", (b,)).fetchone()[0] for b in bases}
-        for base in sorted(bases, key=first.__getitem__)[:-pinned or None]:
+        for base in sorted(bases, key=first.__getitem__)[:-pinned or None] if pinned is not None else ():
             ltm.set_active("primary", base, None)
     finally:
         ltm.close()
@@ -132,7 +132,7 @@ def pinned_count(home: Path) -> int:
         ltm.close()
 
 
-def tick_overhead(home: Path, n: int) -> dict[str, float]:
+def tick_overhead(home: Path, n: int) -> tuple[list[float], int]:
     """N turns on HOME (a copy): each turn's time less its model call, in ms; and the size of
     the last request's messages (characters of their JSON)."""
     fake = FakeAnthropic(default=reply_400).start()
@@ -153,7 +153,7 @@ def tick_overhead(home: Path, n: int) -> dict[str, float]:
     finally:
         rt.stop(grace=30)
         fake.stop()
-    return {**summary(overhead), "request_chars": len(json.dumps(fake.requests[-1]["body"]["messages"]))}
+    return overhead, len(json.dumps(fake.requests[-1]["body"]["messages"]))
 
 
 # A person rewinds or forks to before one of the inputs the picker's first page shows (its 200 newest).
@@ -231,6 +231,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000,20000")
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--n-random", type=int, default=2, help="rewinds and forks to random ticks, per size")
+    parser.add_argument("--rounds", type=int, default=4, help="tick rows: servers per size, sizes interleaved")
     parser.add_argument("--homes", type=Path, help="make (or reuse) the homes in this folder")
     parser.add_argument("--only", action="append",
                         choices=["ready", "tick", "history", "picker"], help="rows to measure (default: all)")
@@ -255,17 +256,21 @@ def main() -> None:
     for size in sizes:
         if "history" in rows:
             per[size].update(rewind_and_fork(homes[size], tmp, args.n, args.n_random))
-    pinned = pinned_count(homes[sizes[0]]) if "tick" in rows else 0
-    for size in sizes:
-        if "tick" in rows:  # the same context on every home (the smallest's pinned count), then as grown
-            copy = tmp / "tick-home"
-            copy_home(homes[size], copy)
-            same_context(copy, pinned)
-            per[size]["tick_overhead"] = tick_overhead(copy, args.n * 4)
-            shutil.rmtree(copy)
-            copy_home(homes[size], copy)
-            per[size]["tick_overhead_grown_context"] = tick_overhead(copy, args.n * 4)
-            shutil.rmtree(copy)
+    if "tick" in rows:  # the same context on every home (the smallest's pinned count), then as grown
+        pinned = pinned_count(homes[sizes[0]])
+        ticks: dict[tuple[int, str], list[float]] = {}
+        chars: dict[tuple[int, str], int] = {}
+        for _ in range(args.rounds):  # sizes interleaved, a server each, so a drift of the load hits them alike
+            for size in sizes:
+                for row, keep in (("tick_overhead", pinned), ("tick_overhead_grown_context", None)):
+                    copy = tmp / "tick-home"
+                    copy_home(homes[size], copy)
+                    same_context(copy, keep)  # and sealed anew, as the home was: no page check at start
+                    samples, chars[size, row] = tick_overhead(copy, args.n * 4 // args.rounds)
+                    ticks.setdefault((size, row), []).extend(samples)
+                    shutil.rmtree(copy)
+        for (size, row), samples in ticks.items():
+            per[size][row] = {**summary(samples), "request_chars": chars[size, row]}
     if "ready" in rows:
         marks: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
         copies = {size: tmp / f"ready-{size}" for size in sizes}
