@@ -104,8 +104,10 @@ EVALS: dict[str, tuple[str, str]] = {
     "eval": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "2+2": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
-    "error": ("(car 1)", "Done: that was the eval above (TAB on its line shows it)."),
-    "loop": ("(while t)", "Done: that was the eval above (TAB on its line shows it)."),
+    "error": ("(car 1)", "That eval failed, as it was meant to: its ▸ eval line above shows the error "
+                         "(TAB on it shows it whole)."),
+    "loop": ("(while t)", "That eval never ended, and Emacs stopped it: its ▸ eval line above says so "
+                          "(TAB on it shows it whole)."),
     "todo": (TODO, "Done: the file named on the ▸ changed line below has a new line. RET on the ▸ changed line below "
                    "shows the diff."),
     "note": (NOTE, "Done: the buffer notes has a new line. RET on the ▸ changed line below shows the diff "
@@ -114,6 +116,7 @@ EVALS: dict[str, tuple[str, str]] = {
                '(error "the thread demo-notes is open already"))',
                "Done: the hub (C-c C-v) lists the thread under Threads."),
 }
+FAILING = {"error", "loop"}  # the words whose eval fails on purpose: their reply says so already
 STEPS = 3  # the ticks of the turn that "steps" starts
 
 
@@ -141,6 +144,23 @@ def _newest_user_text(body: dict[str, Any]) -> str:
 def has_eval_result(body: dict[str, Any]) -> bool:
     """Whether the newest user message carries a result of the agent's own eval."""
     return "<last-eval-result>" in _newest_user_text(body)
+
+
+def eval_failure(body: dict[str, Any]) -> str | None:
+    """The error of the agent's own eval whose result the newest message carries (None: it ran)."""
+    text = _newest_user_text(body)
+    start = text.rfind("<last-eval-result>")
+    if start < 0:
+        return None
+    section = text[start + len("<last-eval-result>"):].split("</last-eval-result>", 1)[0]
+    try:
+        shown = json.loads(section)
+    except ValueError:
+        return None
+    result = shown.get("content", {}).get("lastEvalResult") if isinstance(shown, dict) else None
+    if not isinstance(result, dict) or result.get("success", True):
+        return None
+    return str(result.get("error") or "it did not run to its end")
 
 
 def _step_done(body: dict[str, Any]) -> int:
@@ -174,10 +194,14 @@ def answer(body: dict[str, Any]) -> DemoReply:
         if after_eval:
             return DemoReply(agent_json("The hub (C-c C-v) shows the thread, and everything else I hold."))
         return DemoReply(agent_json(HELP, eval=TOUR_THREAD), chunks=20, chunk_delay=0.03)
+    failed = eval_failure(body) if after_eval else None
     if human in EVALS:
         form, then = EVALS[human]
         if not after_eval:
             return DemoReply(agent_json("Let me do that in Emacs.", eval=form), chunks=8, chunk_delay=0.02)
+        if failed is not None and human not in FAILING:
+            return DemoReply(agent_json(f"That did not happen: {failed}. Nothing was changed "
+                                        "(TAB on the ▸ eval line above shows the form)."))
         return DemoReply(agent_json(then))
     if after_eval:
         return DemoReply(agent_json("Done: that was the eval above (TAB on its line shows it)."))

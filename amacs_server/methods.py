@@ -18,22 +18,25 @@ from . import faults, views
 from .agents.kinds import PRIMARY
 from .arguments import Flag, Text, checked
 from .errors import AmacsError, Refused
+from .face import Face
 from .persistence.events import ControlRefused, ControlUnattributed
+from .persistence.transcript import Transcript
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval
-from .tools.mcp import agent_tool
-from .tools.work import person_add_buffer
+from .tools.kit import Takes, parts
+from .tools.work import PERSON_TAKES, person_add_buffer
 from .transport.emacs_face import EmacsFace
 from .transport.server import CALL_CONTEXT, AmacsEPCServer
+from .turns import Turns
 
 T = TypeVar("T")
 LOOP_CALL_TIMEOUT = 5.0
 HISTORY_TIMEOUT = 60.0  # a rewind waits for the running turn and the pending commits
 
 
-def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
-    """Run FN on the runtime's loop thread (where state lives) and return its value."""
+def _on_loop(turns: Turns, fn: Callable[[], T]) -> T:
+    """Run FN on the loop thread of TURNS (where state lives) and return its value."""
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
@@ -42,7 +45,7 @@ def _on_loop(rt: Runtime, fn: Callable[[], T]) -> T:
         except Exception as err:  # passed to the EPC thread, which reports it
             future.set_exception(err)
 
-    rt.turns.call_in_loop(run)
+    turns.call_in_loop(run)
     return future.result(LOOP_CALL_TIMEOUT)
 
 
@@ -153,7 +156,8 @@ def the_primarys(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     return own
 
 
-def by_no_eval(rt: Runtime, name: str, method: Callable[..., Any], *, eval_first: bool) -> Callable[..., Any]:
+def by_no_eval(transcript: Transcript, face: Face, name: str, method: Callable[..., Any], *,
+               eval_first: bool) -> Callable[..., Any]:
     """METHOD (published as NAME) is an agent function: it acts as the agent whose eval calls it.
 
     A call in no eval (no eval id and, as the server saw it, no eval running in Emacs) acts as the
@@ -177,9 +181,9 @@ def by_no_eval(rt: Runtime, name: str, method: Callable[..., Any], *, eval_first
             via = origin.get("via") or "a call past Emacs's own functions"
             shown = ", ".join(repr(a) for a in args if a is not None)
             what = f"{name}({shown[:120]}{'…' if len(shown) > 120 else ''})"
-            rt.transcript.write(ControlUnattributed(method=name, change=f"{what} was refused", via=via,
-                                                    note="no key of the person's and no agent's eval did it"))
-            rt.face.annotate(f"Refused {what}: no key of yours and no agent's eval called it (code running in "
+            transcript.write(ControlUnattributed(method=name, change=f"{what} was refused", via=via,
+                                                 note="no key of the person's and no agent's eval did it"))
+            face.annotate(f"Refused {what}: no key of yours and no agent's eval called it (code running in "
                              f"Emacs did, from {via}: perhaps a timer or hook an agent's eval left).", "warning")
             raise NotYours(f"refused: {name} is an agent function and no agent's eval called it (from {via}); "
                            "it acts only inside the eval of the agent it acts for, or from a key of the person's")
@@ -232,7 +236,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             goes_on = stopped and rt.world.budget_stop("the primary agent") is None
             return {"limit": limit, "refused": views.budget_refused_input(rt.mind.memory) if goes_on else None}
 
-        return _on_loop(rt, apply)
+        return _on_loop(rt.turns, apply)
 
     @checked()
     def set_model(backend: str, model: str, base_url: str | None = None, window: int | None = None) -> dict[str, Any]:
@@ -243,12 +247,12 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
             unkept = views.unkept_limit(rt.ledger)  # said at the switch, not only at the next greeting
             return {**now, "unkept": unkept} if unkept is not None else now
 
-        return _on_loop(rt, switch)
+        return _on_loop(rt.turns, switch)
 
     @checked()
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
-        return _on_loop(rt, rt.turns.interrupt)
+        return _on_loop(rt.turns, rt.turns.interrupt)
 
     @checked()
     def rewind(tick: PositiveInt) -> dict[str, Any]:
@@ -273,45 +277,45 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked()
     def status() -> dict[str, Any]:
         """Runtime status for the shell."""
-        return _on_loop(rt, lambda: views.status(rt))
+        return _on_loop(rt.turns, lambda: views.status(rt))
 
     @checked()
     def past_inputs(before: PositiveInt | None = None) -> dict[str, Any]:
         """The newest past inputs of the home (of those before tick BEFORE), newest first, each
         with its tick (to rewind or fork before) and when it was typed; whether older ones are left."""
-        return _on_loop(rt, lambda: views.past_inputs(rt.mind.chat_log, before))
+        return _on_loop(rt.turns, lambda: views.past_inputs(rt.mind.chat_log, before))
 
     @checked()
     def hub_state() -> dict[str, Any]:
         """What the hub shows."""
-        return _on_loop(rt, lambda: views.hub_state(rt))
+        return _on_loop(rt.turns, lambda: views.hub_state(rt))
 
     @checked()
     def agent_transcript(agent_id: str) -> str:
         """One agent's transcript of this session, as text."""
-        return _on_loop(rt, lambda: views.agent_transcript(rt.transcript, agent_id))
+        return _on_loop(rt.turns, lambda: views.agent_transcript(rt.transcript, agent_id))
 
     @checked()
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
-        return _on_loop(rt, rt.mind.consciousness.to_elisp)
+        return _on_loop(rt.turns, rt.mind.consciousness.to_elisp)
 
     @checked()
     def set_consciousness(name: str, value: object) -> object:
         """Change a RAM field; harness fields are refused with a message."""
-        new = _on_loop(rt, lambda: rt.mind.agent_set(name, value))
+        new = _on_loop(rt.turns, lambda: rt.mind.agent_set(name, value))
         return Symbol("t") if new is True else new
 
     @checked()
     def person_agent_control(action: Control, agent_id: str, confirmed: Flag = False) -> dict[str, Any]:
         """The person (the hub) pauses, resumes or cancels an agent and, for cancel, its subtree
         (a compulsion only CONFIRMED: the hub asks first)."""
-        return _on_loop(rt, lambda: rt.world.person_control(action, agent_id, confirmed))
+        return _on_loop(rt.turns, lambda: rt.world.person_control(action, agent_id, confirmed))
 
     @checked()
     def person_agent_talk(agent_id: str, text: Text) -> dict[str, Any]:
         """The person (the hub) says TEXT to a subagent; its answer is shown in the shell."""
-        return _on_loop(rt, lambda: rt.world.person_talk(agent_id, text))
+        return _on_loop(rt.turns, lambda: rt.world.person_talk(agent_id, text))
 
     @checked()
     def ping(value: object) -> object:
@@ -319,11 +323,11 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         faults.bug("ping.bug")
         return value
 
-    def brain_tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """A tool, run on the loop thread where the state it acts on lives."""
+    def brain_tool(fn: Callable[..., Any], takes: Takes) -> Callable[..., Any]:
+        """A tool, handed the parts it TAKES, run on the loop thread where the state it acts on lives."""
 
         def call(*args: Any) -> Any:
-            return _on_loop(rt, lambda: fn(rt, *args))
+            return _on_loop(rt.turns, lambda: fn(*parts(rt, takes), *args))
 
         call.__name__ = fn.__name__
         call.__doc__ = fn.__doc__
@@ -332,14 +336,15 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked(name="agent-tool")
     def tool_call(eval_id: object = None, name: object = None, args: object = None) -> Any:
         """An MCP tool call from an eval, on this EPC thread (it may take seconds): tools/mcp.py."""
-        return agent_tool(rt, face, lambda fn: _on_loop(rt, fn), eval_id, name, args)
+        return registry.ON_ITS_THREAD["agent_tool"](*parts(rt, registry.TAKES["agent_tool"]), face,
+                                                    lambda fn: _on_loop(rt.turns, fn), eval_id, name, args)
 
     methods: dict[str, Callable[..., Any]] = {
         "submit": submit,
         "emacs_reply": emacs_reply,
         "eval_hold": eval_hold,
         "eval_started": eval_started,
-        "person_add_buffer": brain_tool(person_add_buffer),
+        "person_add_buffer": brain_tool(person_add_buffer, PERSON_TAKES),
         "person_agent_control": person_agent_control,
         "person_agent_talk": person_agent_talk,
         "status": status,
@@ -356,19 +361,21 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "set_consciousness": set_consciousness,
         "ping": ping,
         # The agent's tools, from the one registry (tools/registry.py).
-        **{name: brain_tool(fn) for name, fn in registry.ON_THE_LOOP.items()},
+        **{name: brain_tool(fn, registry.TAKES[name]) for name, fn in registry.ON_THE_LOOP.items()},
         "agent_tool": tool_call,  # registry.ON_ITS_THREAD: run on this EPC thread
-        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](rt, *args),
+        "history_search": lambda *args: registry.ON_ITS_THREAD["history_search"](
+            *parts(rt, registry.TAKES["history_search"]), *args),
         # Who calls an agent or memory tool is the server's record of the eval it runs in;
         # a memory tool acts in that agent's own RAM.
-        **{name: brain_tool(acting_as_its_eval(face, fn)) for name, fn in registry.AS_ITS_EVAL.items()},
+        **{name: brain_tool(acting_as_its_eval(face, fn, len(registry.TAKES[name])), registry.TAKES[name])
+           for name, fn in registry.AS_ITS_EVAL.items()},
     }
     for name in PERSON_POWERS:
         methods[name] = person_power(rt, name, methods[name])
     for name in PRIMARYS_OWN:
-        methods[name] = by_no_eval(rt, name, the_primarys(name, methods[name]), eval_first=False)
+        methods[name] = by_no_eval(rt.transcript, rt.face, name, the_primarys(name, methods[name]), eval_first=False)
     for name in [*registry.AS_ITS_EVAL, "agent_tool"]:
-        methods[name] = by_no_eval(rt, name, methods[name], eval_first=True)
+        methods[name] = by_no_eval(rt.transcript, rt.face, name, methods[name], eval_first=True)
     server.call_context = lambda method: face.call_read(method, method in PERSON_POWERS)
     for name, fn in methods.items():
         server.register(name, fn)

@@ -398,22 +398,29 @@ commit's line shows that commit's patch, as the hub shows a commit."
         (insert (format "Abandoned future %s: ticks %s-%s, left by a rewind to tick %s\n"
                         (plist-get future :ref) (1+ (plist-get future :to-tick))
                         (plist-get future :from-tick) (plist-get future :to-tick))
-                "RET on a commit's line shows its patch.\n\n")
-        (let ((start (point)))
+                "RET on a commit shows its patch; n and p go to the next and previous commit.\n\n")
+        (let ((start (point)) heads)
           (call-process "git" nil t nil "-C" home "log" "--stat" "--format=%n%h %s"
                         (concat "HEAD.." (plist-get future :ref)))
           (goto-char start)
           (while (re-search-forward "^\\([0-9a-f]\\{7,\\}\\) " nil t)
-            (let ((sha (match-string 1)))
-              (make-text-button (line-beginning-position) (line-end-position)
-                                'sha sha 'help-echo "RET: show this commit's patch"
+            (push (cons (line-beginning-position) (match-string 1)) heads))
+          ;; A commit's button is its whole block, its stat included: RET
+          ;; anywhere on it shows that commit's patch.
+          (let ((end (point-max)))
+            (dolist (head heads)
+              (make-text-button (car head) (save-excursion (goto-char end) (skip-chars-backward "\n") (point))
+                                'sha (cdr head) 'help-echo "RET: show this commit's patch"
                                 'action (lambda (button)
                                           (amacs-with-connection connection
-                                            (amacs-hub--show-commit (button-get button 'sha)))))))))
+                                            (amacs-hub--show-commit (button-get button 'sha)))))
+              (setq end (car head))))))
       (setq amacs--buffer-connection connection)
       (setq-local amacs-hub--state (list :home home))
       (goto-char (point-min))
-      (view-mode 1))
+      (view-mode 1)
+      (local-set-key "n" #'forward-button)
+      (local-set-key "p" #'backward-button))
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()

@@ -41,6 +41,7 @@
 (autoload 'amacs-rewind "amacs-history" "Return the agent's mind to just before a past input." t)
 (autoload 'amacs-fork "amacs-history" "Make a new AMACS home holding the mind at a past input." t)
 (autoload 'amacs-use-local-model "amacs-local" "Switch the agent to a small model on this machine." t)
+(autoload 'amacs-demo "amacs-local" "Switch the agent to the scripted demo model." t)
 
 (defun amacs--restarted (own)
   "Say in one line that the server is back, from its status (`amacs-status').

@@ -202,7 +202,7 @@ def test_a_viewpoint_whose_id_cannot_name_a_brain_is_refused_with_the_reason(tmp
         with pytest.raises(AgentError, match=r"a viewpoint name is at most 54 characters .* has 55"):
             rt.world.viewpoint(PRIMARY, long, "debater")
         with pytest.raises(ToolError, match="at most 54 characters"):  # the agent's function: data, not a crash
-            agent_viewpoint(rt, PRIMARY, None, long, "debater")
+            agent_viewpoint(rt.world, PRIMARY, None, long, "debater")
         assert f"viewpoint-{long}" not in rt.world.agents
         assert [a.id for a in rt.world.viewpoints_of(PRIMARY)] == [handle]
     finally:

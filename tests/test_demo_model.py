@@ -109,3 +109,31 @@ def test_the_demo_and_the_local_model_are_not_both_chosen(tmp_path):
     with pytest.raises(ConfigError, match="AMACS_DEMO and AMACS_LOCAL_MODEL"):
         load_config({"AMACS_HOME": str(tmp_path), "AMACS_DEMO": "1", "AMACS_LOCAL_MODEL": "m.gguf",
                      "AMACS_LOCAL_PYTHON": "python"})
+
+
+def eval_result_message(success: bool, error: str | None) -> dict[str, str]:
+    """The user message that carries the agent's eval result, as the context writes it."""
+    from amacs_server.context.assemble import eval_result_section
+    from amacs_server.memory.items import Kind, MemoryItem, Tier
+    from amacs_server.memory.memid import MemId
+
+    item = MemoryItem(mem_id=MemId("amacs-instance-1", "primary", "last_eval_result", 1), tier=Tier.ROM,
+                      kind=Kind.TOOL_RESULT,
+                      content={"success": success, "result": None, "error": error, "skipped": False})
+    return {"role": "user", "content": eval_result_section(item)}
+
+
+def test_the_demo_says_a_refused_or_failed_eval_did_not_happen():
+    """Was: with amacs-eval-confirm at writes, the person declined the todo's write, and the
+    demo answered "Done: the file … has a new line" and pointed at a changed line not there."""
+    declined = "The person declined to let this eval write /tmp/amacs-demo-todo-x.org"
+    for word in ("todo", "note", "thread", "2+2"):
+        asked = {"role": "user", "content": json.dumps({"human": word})}
+        failed = json.loads(answer({"messages": [asked, eval_result_message(False, declined)]}).text)["reply"]
+        assert failed.startswith("That did not happen: " + declined), failed
+        assert "Done" not in failed and "changed line below" not in failed, failed
+        ran = json.loads(answer({"messages": [asked, eval_result_message(True, None)]}).text)["reply"]
+        assert ran.startswith("Done"), ran
+    asked = {"role": "user", "content": json.dumps({"human": "error"})}
+    reply = json.loads(answer({"messages": [asked, eval_result_message(False, "wrong-type-argument")]}).text)
+    assert reply["reply"].startswith("That eval failed, as it was meant to"), reply

@@ -92,24 +92,23 @@ def test_the_caller_comes_from_the_eval_not_from_emacs() -> None:
     face = EmacsFace(emacs)  # type: ignore[arg-type]
     world = World()
     agent_task = tools.acting_as_its_eval(face, tools.agent_task)
-    rt = SimpleNamespace(world=world)
 
     async def main() -> None:
         running = asyncio.create_task(face.evaluate("(agent-task ...)", "task-1"))
         (event,) = await sent(emacs, 1)
-        assert agent_task(rt, event["id"], "researcher", "go", None) == {"handle": "task-9"}
+        assert agent_task(world, event["id"], "researcher", "go", None) == {"handle": "task-9"}
         assert world.calls == [("task-1", event["id"])]
         with pytest.raises(ToolError, match="refused while an eval runs"):
-            agent_task(rt, None, "researcher", "go", None)  # an eval pretending to be outside any eval
+            agent_task(world, None, "researcher", "go", None)  # an eval pretending to be outside any eval
         with pytest.raises(ToolError, match=r"eval 7 is not running"):
-            agent_task(rt, 7, "researcher", "go", None)  # a guessed id
+            agent_task(world, 7, "researcher", "go", None)  # a guessed id
         with pytest.raises(ToolError, match=r"eval 'primary' is not running"):
-            agent_task(rt, "primary", "researcher", "go", None)  # the old call shape, naming a caller
+            agent_task(world, "primary", "researcher", "go", None)  # the old call shape, naming a caller
         face._resolve(event["id"], {"success": True, "result": "t"})
         await running
         with pytest.raises(ToolError, match=rf"eval {event['id']} is not running"):
-            agent_task(rt, event["id"], "researcher", "go", None)  # its eval is over: a stale id
-        assert agent_task(rt, None, "researcher", "go", None) == {"handle": "task-9"}  # the person, at M-x
+            agent_task(world, event["id"], "researcher", "go", None)  # its eval is over: a stale id
+        assert agent_task(world, None, "researcher", "go", None) == {"handle": "task-9"}  # the person, at M-x
         assert world.calls[1:] == [("primary", None)]
 
     asyncio.run(main())

@@ -85,7 +85,7 @@ def test_the_primarys_thread_buffers_count_as_files_it_has_read(tmp_path):
 
     rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_API_KEY": "k"}), Face())
     try:
-        work_tools.thread_create(rt, "work", {"buffers": ["notes.txt"]})
+        work_tools.thread_create(rt.mind, "work", {"buffers": ["notes.txt"]})
         asyncio.run(observe(rt))
         assert str(notes) in rt.world.files_seen.of("primary")
     finally:

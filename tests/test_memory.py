@@ -237,3 +237,55 @@ def test_a_version_put_soon_survives_a_kill_after_the_turn_it_was_put_in(tmp_pat
         proc.kill()
         proc.wait()
     assert _committed(path, "a:task-1:chat.1")
+
+
+def test_the_latest_items_of_a_prefix_in_one_read_are_what_finding_each_gives(tmp_path):
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    for i in range(12):
+        first = note(f"scratchpad.{i}", f"note {i}", tags=("t", f"x{i % 3}") if i % 2 else ())
+        ltm.put(first)
+        for v in range(i % 4):
+            first = first.next_version(f"note {i} v{v + 2}")
+            ltm.put(first)
+    for name in ("scratchpad", "scratchpad-", "scratchpae.1", "plan", "scratchpad_1"):
+        ltm.put(note(name, "around the range"))
+    ltm.put(MemoryItem(MemId("b", "primary", "scratchpad.1", 1), Tier.RAM, Kind.NOTE, "another agent's"))
+    bases = ltm.bases_with_prefix("a:primary", "scratchpad.")
+    assert len(bases) == 12
+    assert ltm.latest_with_prefix("a:primary", "scratchpad.") == {
+        base: ltm.find(MemId.from_base(base)) for base in bases}
+    assert ltm.latest_with_prefix("a:primary", "nothing.") == {}
+
+
+def test_restoring_the_scratchpad_from_one_read_keeps_what_a_lookup_per_note_kept(tmp_path, monkeypatch):
+    """Notes as stored, changed by hand, missing from memory.db, and two of one tick (the second
+    compared with what the first wrote): the same items and the same rows as looking each up."""
+    import shutil
+
+    from amacs_server.memory.active import ActiveMemory
+    from amacs_server.state.consciousness import Consciousness
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    memory = ActiveMemory(ltm, agent="a")
+    for tick in range(1, 9):
+        memory.add_scratchpad(tick, f"H{tick}", "t-1" if tick % 2 else None, f"text {tick}")
+    ltm.close()
+    org = [(t, f"H{t}", "t-1" if t % 2 else None, f"text {t}") for t in range(1, 9)]
+    org[3] = (4, "H4", None, "changed by hand")
+    org += [(9, "new", None, "not in memory.db"), (9, "new", None, "not in memory.db"), (9, "new", None, "second"),
+            (5, "H5", "t-1", "text 5")]
+
+    def restored(folder, per_note):
+        shutil.copytree(tmp_path, folder, ignore=shutil.ignore_patterns("copy-*"))
+        ltm = LongTermMemory(folder / "memory.db")
+        if per_note:
+            class Lookup:
+                def get(self, base):
+                    return ltm.find(MemId.from_base(base))
+            monkeypatch.setattr(ltm, "latest_with_prefix", lambda *_: Lookup())
+        memory = ActiveMemory(ltm, agent="a")
+        memory.restore(Consciousness(), chat=[], monologue=[], scratchpad=org)
+        rows = ltm.db.execute("SELECT base, version, content FROM items ORDER BY base, version").fetchall()
+        return [(i.mem_id, i.content, i.tags) for i in memory.scratchpad], rows
+
+    assert restored(tmp_path / "copy-bulk", False) == restored(tmp_path / "copy-each", True)

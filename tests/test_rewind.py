@@ -117,10 +117,10 @@ def do(rt: Runtime, step: Step) -> None:
     elif what == "evict-chat":  # the oldest exchange in RAM
         on_loop(rt, lambda: mem.evict(MemId.from_base(mem.chat[0].mem_id.base)))
     elif what == "thread":  # the agent opens a thread (agent-create-thread), active if none was
-        on_loop(rt, lambda: work_tools._echo(rt, rt.mind.threads.create(arg, f"the {arg} question", None,
-                                                                     rt.mind.consciousness.current_tick)))
+        on_loop(rt, lambda: work_tools._echo(rt.mind, rt.mind.threads.create(arg, f"the {arg} question", None,
+                                                                          rt.mind.consciousness.current_tick)))
     elif what == "switch":
-        on_loop(rt, lambda: work_tools._echo(rt, rt.mind.threads.switch(arg)))
+        on_loop(rt, lambda: work_tools._echo(rt.mind, rt.mind.threads.switch(arg)))
     elif what == "viewpoint":  # the agent makes a viewpoint (agent-viewpoint), which stays live
         on_loop(rt, lambda: rt.world.viewpoint("primary", arg, "debater"))
     elif what == "ask":  # the primary asks its viewpoint NAME (a model call of the viewpoint's)
@@ -821,20 +821,20 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
     run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "plain"), ("say", "note the plan again")])
     rt = runtime(home, fake.url)
     try:
-        hits = history_search(rt, "NOTED: note the plan")
+        hits = history_search(rt.mind, "NOTED: note the plan")
         assert [(h["tick"], h["in"], h["file"]) for h in hits] == [(4, "diff", "scratchpad.org"),
                                                                   (2, "diff", "scratchpad.org")]
         assert hits[0]["line"] == "+noted: note the plan again"
-        said = history_search(rt, "thought about note the plan")
+        said = history_search(rt.mind, "thought about note the plan")
         assert [(h["tick"], h["in"]) for h in said if h["in"] != "diff"] == [(4, "subject"), (2, "subject")]
-        one = history_search(rt, "note the plan", {"tick": 2})
+        one = history_search(rt.mind, "note the plan", {"tick": 2})
         assert {h["tick"] for h in one} == {2} and {"subject", "diff"} <= {h["in"] for h in one}
         assert any(h.get("file") == "agent-chat.org" and h["line"] == "+note the plan" for h in one)
-        assert history_search(rt, "plan", {"only": ["subject"], "limit": 1}) == [
+        assert history_search(rt.mind, "plan", {"only": ["subject"], "limit": 1}) == [
             {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] thought about note the plan again"}]
-        assert history_search(rt, "nowhere at all") == []
+        assert history_search(rt.mind, "nowhere at all") == []
         with pytest.raises(Exception, match="only"):
-            history_search(rt, "plan", {"only": ["chat"]})
+            history_search(rt.mind, "plan", {"only": ["chat"]})
     finally:
         rt.stop()
 

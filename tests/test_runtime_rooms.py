@@ -17,11 +17,10 @@ from tests.test_import_graph import graph
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "amacs_server"
 MAX_RUNTIME_LINES = 300
-# The Protocols below the runtime through which a room reaches several parts at once.
+# The Protocols below the runtime through which a room reaches several parts at once.  A function
+# that takes one uses more than two parts (the tools too: the table hands each the parts its
+# family takes, tools/registry.py's TAKES).
 HOSTS = {"TurnHost", "ToolHost", "ViewHost"}
-# The hosts whose functions must each use more than two parts.  Not ToolHost: every brain tool
-# is called with it by the one table of tools (tools/registry.py, methods.py), whatever it uses.
-NARROWED = {"TurnHost", "ViewHost"}
 # What a host may declare: the parts, and the few plain values that belong to no part.
 PARTS = {"Mind", "ModelSlot", "Ledger", "Turns", "AgentWorld", "Face", "Transcript", "Settings"}
 PLAIN = {"run_id": "str", "startup_notes": "list[str]"}
@@ -76,15 +75,15 @@ def _hosts(tree: ast.AST) -> dict[str, dict[str, str]]:
     return out
 
 
-def _uses_of_hosts(tree: ast.AST) -> list[tuple[str, int, str, set[str], bool]]:
-    """Each function of TREE with a parameter typed as a host: its name, line, the parameter,
+def _uses_of_hosts(tree: ast.AST, hosts: set[str] = HOSTS) -> list[tuple[str, int, str, set[str], bool]]:
+    """Each function of TREE with a parameter typed as one of HOSTS: its name, line, the parameter,
     the host's members it reads (``param.part``), and whether it hands the host on whole."""
     out = []
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for arg in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
-            if arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") not in NARROWED:
+            if arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") not in hosts:
                 continue
             used: set[str] = set()
             read: set[int] = set()  # the mentions that read a member (``param.part``)
@@ -128,15 +127,43 @@ def test_the_hosts_hold_parts_not_the_runtimes_members():
         assert len(members) <= 8, f"{name} has {len(members)} members: a room that uses that much is two rooms"
 
 
+def _narrow_enough(source: str, hosts: set[str] = HOSTS) -> list[str]:
+    """The functions of SOURCE that take one of HOSTS to use one or two of its parts."""
+    return [f"{line} {fn}({arg}) uses only {sorted(used)}"
+            for fn, line, arg, used, handed_on in _uses_of_hosts(ast.parse(source), hosts)
+            if len(used) <= 2 and not handed_on]
+
+
 def test_a_function_that_takes_a_host_uses_more_than_two_parts():
     """Where a function needs one part or two, it takes those: a host is for a room that uses more
-    (or that hands the host on whole, to the functions that do)."""
+    (or that hands the host on whole, to the functions that do).  The brain tools too."""
+    narrow_enough = [f"{path.relative_to(ROOT)}:{found}" for path in _below_runtime()
+                     for found in _narrow_enough(path.read_text())]
+    assert narrow_enough == [], "functions that take a host to use one or two parts (take those):\n" + \
+        "\n".join(narrow_enough)
+
+
+def test_the_check_sees_a_tool_that_takes_the_host_for_one_part():
+    """A brain tool that acts in the World alone takes the World, not the ToolHost (as every agent
+    tool did while the table handed each tool the host whole)."""
+    whole = ("@checked(3)\ndef agent_quit(rt: ToolHost, caller: str, _eval: int | None) -> Any:\n"
+             "    return rt.world.quit(caller)\n"
+             "def memory_tool(rt: ToolHost, caller: str, *args: Any) -> Any:\n"
+             "    return _record(rt, caller, args)\n")
+    assert _narrow_enough(whole) == ["2 agent_quit(rt) uses only ['world']"]
+    part = "def agent_quit(world: AgentWorld, caller: str, _eval: int | None) -> Any:\n    return world.quit(caller)\n"
+    assert _narrow_enough(part) == []
+
+
+def test_no_function_takes_the_runtime_to_use_one_or_two_parts():
+    """Above the runtime too: a function handed the Runtime uses more than two of its parts (or
+    hands it on whole); one that needs the loop thread takes the Turns, and so on."""
     narrow_enough = []
-    for path in _below_runtime():
-        for fn, line, arg, used, handed_on in _uses_of_hosts(ast.parse(path.read_text())):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for fn, line, arg, used, handed_on in _uses_of_hosts(ast.parse(path.read_text()), {"Runtime"}):
             if len(used) <= 2 and not handed_on:
                 narrow_enough.append(f"{path.relative_to(ROOT)}:{line} {fn}({arg}) uses only {sorted(used)}")
-    assert narrow_enough == [], "functions that take a host to use one or two parts (take those):\n" + \
+    assert narrow_enough == [], "functions that take the Runtime to use one or two parts (take those):\n" + \
         "\n".join(narrow_enough)
 
 

@@ -100,10 +100,10 @@ def test_a_skill_is_read_without_a_thread_and_binds_nothing():
     cfg = load_config({"AMACS_HOME": "/nonexistent"})
     skills = SkillLibrary(cfg.skills_dir, cfg.home / "skills")
     threads = ThreadBook()
-    rt = SimpleNamespace(mind=SimpleNamespace(skills=skills, threads=threads))
-    read = TOOLS["skill_read"](rt, "memory")
+    mind = SimpleNamespace(skills=skills, threads=threads)
+    read = TOOLS["skill_read"](mind, "memory")
     assert read["name"] == "memory" and read["kind"] == "skill"
     assert "(agent-memory-create" in read["text"] and not read["text"].startswith("---")
     assert threads.active is None and not threads.open  # no thread was needed, none was made
     with pytest.raises(ToolError, match="no skill named"):
-        TOOLS["skill_read"](rt, "no-such-skill")
+        TOOLS["skill_read"](mind, "no-such-skill")

@@ -99,9 +99,9 @@ def option_drift(tools: tuple[Tool, ...]) -> list[str]:
     return problems
 
 
-# What the server's function for each table is handed before the arguments Emacs sends.
-LEADING = {"AS_ITS_EVAL": ("rt", "caller"), "ON_THE_LOOP": ("rt",), "agent_tool": ("rt", "evals", "on_loop"),
-           "history_search": ("rt",)}
+# What the server's function for each table is handed before the arguments Emacs sends, after the
+# parts of the host its family takes (registry.TAKES).
+LEADING = {"AS_ITS_EVAL": ("caller",), "ON_THE_LOOP": (), "agent_tool": ("evals", "on_loop"), "history_search": ()}
 
 
 def wire_drift(tools: tuple[Tool, ...], elisp: str) -> list[str]:
@@ -125,7 +125,7 @@ def wire_drift(tools: tuple[Tool, ...], elisp: str) -> list[str]:
                 "ON_THE_LOOP" if tool.method in registry.ON_THE_LOOP else tool.method)
             server = {**registry.AS_ITS_EVAL, **registry.ON_THE_LOOP, **registry.ON_ITS_THREAD}[tool.method]
             try:
-                inspect.signature(server).bind(*LEADING[table], *([None] * sent))
+                inspect.signature(server).bind(*registry.TAKES[tool.method], *LEADING[table], *([None] * sent))
             except TypeError as error:
                 problems.append(f"{tool.function}: sends {sent} arguments to {tool.method}, which {error}")
     return problems

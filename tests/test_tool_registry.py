@@ -9,12 +9,14 @@ checks that last step for every ``agent-*`` function).
 
 from __future__ import annotations
 
+import inspect
 import re
 import threading
 from pathlib import Path
 
 from amacs_server import methods
-from amacs_server.tools import registry
+from amacs_server.tools import registry, work
+from amacs_server.tools.kit import ToolHost
 from tests.test_arguments import NoEvals, Recorder
 from tests.test_memory import silent_runtime
 
@@ -65,3 +67,26 @@ def test_every_elisp_wrapper_calls_a_tool_of_the_registry():
 def test_every_tool_in_the_registry_is_published(tmp_path):
     missing = sorted(registry.names() - published(tmp_path))
     assert missing == [], f"tools/registry.py lists tools methods.py does not publish: {missing}"
+
+
+def _leading(fn: object, n: int) -> list[str]:
+    """The types of FN's first N parameters, as written."""
+    return [str(p.annotation) for p in list(inspect.signature(fn).parameters.values())[:n]]  # type: ignore[arg-type]
+
+
+def _part_type(part: str) -> str:
+    """The type of PART as the ToolHost declares it (``host``: the host whole)."""
+    return "ToolHost" if part == "host" else str(inspect.signature(getattr(ToolHost, part).fget).return_annotation)
+
+
+def test_each_tool_takes_first_the_parts_its_family_says():
+    """The table hands each tool the parts registry.TAKES names (from its module's TAKES): the
+    tool's first parameters are of those parts' types, so a declaration cannot say one part
+    while the tool reads another."""
+    tools = {**registry.AS_ITS_EVAL, **registry.ON_THE_LOOP, **registry.ON_ITS_THREAD}
+    assert set(registry.TAKES) == set(tools)
+    wrong = {name: _leading(fn, len(takes)) for name, fn in tools.items()
+             if _leading(fn, len(takes := registry.TAKES[name])) != [_part_type(p) for p in takes]}
+    assert wrong == {}, f"tools whose first parameters are not the parts registry.TAKES hands them: {wrong}"
+    assert _leading(work.person_add_buffer, 2) == [_part_type(p) for p in work.PERSON_TAKES]
+    assert {_part_type(p) for p in ("mind", "world", "transcript")} == {"Mind", "AgentWorld", "Transcript"}

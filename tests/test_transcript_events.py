@@ -123,3 +123,46 @@ def test_a_field_renamed_in_the_records_fails_the_research_readers(tmp_path, mon
         renamed(m, events.ModelResponse, "cost", "dollars")
         with pytest.raises(KeyError, match="model_response.*'cost'"):
             summarize(tmp_path)
+
+
+def test_researchs_python_readers_take_a_lines_kind_and_data_through_its_record():
+    """No reader of research picks ``event`` or ``data`` out of a line's JSON by hand: each reads
+    records (events.scan), whose fields mypy checks where they are read."""
+    by_hand = re.compile(r"""get\(\s*["'](event|data)["']\s*\)|\[\s*["'](event|data)["']\s*\]""")
+    assert {p.name: by_hand.findall(p.read_text(encoding="utf-8")) for p in READERS
+            if by_hand.search(p.read_text(encoding="utf-8"))} == {}
+
+
+def test_a_runs_turns_phases_and_cost_are_read_through_the_records(tmp_path):
+    """outcome.read_turns / verdict, runs.phases and runs.transcript_totals over a transcript
+    written through the records: a turn answered, one whose reply a compulsion held back, a
+    task's request, a cut line and a line of a kind this version does not know."""
+    from amacs_server.research.outcome import read_turns, verdict
+    from amacs_server.research.runs import phases, transcript_totals
+
+    t = Transcript(tmp_path / "transcripts", "run-1")
+    usage = {"input_tokens": 10, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0}
+    t.write(events.TickStart(human="hi", consciousness={}, wrote=[]), tick=1)
+    t.write(events.ModelRequest(request={"messages": []}), tick=1)
+    t.write(events.ModelResponse(raw="{}", stop_reason="end_turn", usage=usage, cost=0.25, latency_ms=500.0), tick=1)
+    t.write(events.Parsed(attempt=0, response={"reply": "hello", "fallback": False}), tick=1)
+    t.write(events.TickEnd(response={"reply": "hello"}, eval_result={}, wrote=[]), tick=1)
+    t.write(events.ModelRequest(request={"messages": []}), agent=AgentIdentity("task-1", "primary", "task", "r"))
+    t.write(events.TickStart(human="again", consciousness={}, wrote=[]), tick=2)
+    t.write(events.ModelResponse(raw="{}", stop_reason="end_turn", usage=usage, cost=None, latency_ms=250.0), tick=2)
+    t.write(events.Parsed(attempt=0, response={"reply": "held"}), tick=2)
+    t.write(events.ReplyBlocked(reply="held", reason="no"), tick=2)
+    t.close()
+    with t.path.open("a", encoding="utf-8") as out:
+        out.write('{"run_id": "run-1", "event": "tick_start", "data": {"hum\n')  # cut by a kill
+        out.write(json.dumps({"run_id": "run-1", "agent_id": "primary", "seq": 99, "ts": 1.0, "event": "mood_swing",
+                              "data": {}}) + "\n")
+    turns = read_turns(tmp_path)
+    assert [(x.human, x.replied, x.ticks) for x in turns] == [("hi", True, 1), ("again", False, 1)]
+    said = verdict(tmp_path, 2, None)
+    assert (said.replied, said.failed_turn) == (1, 2)
+    lines = [json.loads(x) for x in t.path.read_text().splitlines()[:10]]
+    found = phases(tmp_path)
+    assert found["first_turn_at"] == lines[0]["ts"] and found["first_request_at"] == lines[1]["ts"]
+    assert found["last_reply_at"] == lines[4]["ts"]
+    assert transcript_totals(tmp_path) == (None, 0.75, 1)  # one call unpriced: no total in dollars

@@ -778,10 +778,14 @@ class ActiveMemory:
                     self.add_monologue(tick, line)
                 else:
                     self.monologue.append(stored)
+            stored_notes = self.ltm.latest_with_prefix(self.prefix, SCRATCHPAD_PREFIX)  # one read, not one a note
+            written: set[str] = set()  # notes written here: read again (a tick may hold two)
             for tick, heading, thread, text in scratchpad:
-                stored = self.ltm.find(self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}"))
+                mem_id = self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}")
+                stored = self.ltm.find(mem_id) if mem_id.base in written else stored_notes.get(mem_id.base)
                 if stored is None or not _same_entry(stored.content, heading, thread, text):
                     self.add_scratchpad(tick, heading, thread, text)  # the org file wins
+                    written.add(mem_id.base)
                 else:
                     self.scratchpad.append(stored)
             for base in sorted(self.ltm.bases_with_prefix(self.prefix, THREAD_PREFIX)):

@@ -381,6 +381,22 @@ class LongTermMemory:
         return {r[0] for r in self.db.execute("SELECT DISTINCT base FROM items WHERE base >= ? AND base < ?",
                                               (low, high))}
 
+    def latest_with_prefix(self, agent_brain: str, prefix: str) -> dict[str, MemoryItem]:
+        """The latest version of every item of AGENT_BRAIN whose name starts with PREFIX, by base:
+        what :meth:`find` gives for each, in two queries (a range of the (base, version) index)."""
+        low = f"{agent_brain}:{prefix}"
+        high = low[:-1] + chr(ord(low[-1]) + 1)
+        tags: dict[str, list[str]] = {}
+        for base, tag in self.db.execute("SELECT base, tag FROM tags WHERE base >= ? AND base < ? ORDER BY base, tag",
+                                         (low, high)):
+            tags.setdefault(base, []).append(tag)
+        rows = self.db.execute(
+            "SELECT base, version, tier, kind, created_at_ms, content FROM items AS i WHERE base >= ? AND base < ? "
+            "AND version = (SELECT max(version) FROM items WHERE base = i.base)", (low, high))
+        return {base: MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind), json.loads(content),
+                                 created, tuple(tags.get(base, ())))
+                for base, version, tier, kind, created, content in rows}
+
     def tags_of(self, base: str) -> tuple[str, ...]:
         """The tags of BASE."""
         return tuple(r[0] for r in self.db.execute("SELECT tag FROM tags WHERE base=? ORDER BY tag", (base,)))

@@ -12,7 +12,7 @@ a dict whose keys are the data's, as an eval's result).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -501,3 +501,21 @@ def read(path: Path) -> Iterator[Line]:
         for text in lines:
             if text.strip():
                 yield parse(json.loads(text))
+
+
+def scan(paths: Iterable[Path], *kinds: type[Record]) -> Iterator[Line]:
+    """The lines of the transcripts at PATHS whose records are of KINDS, in order.  Only a line
+    that names one of the kinds is parsed (most are other kinds: a request is ~10 KB); one cut off
+    by a killed server, or one its record does not read, is passed over."""
+    named = tuple(f'"{k.kind}"' for k in kinds)
+    for path in paths:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for text in lines:
+                if not any(name in text for name in named):
+                    continue
+                try:
+                    line = parse(json.loads(text))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    continue
+                if isinstance(line.event, kinds):
+                    yield line

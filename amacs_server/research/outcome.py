@@ -16,18 +16,28 @@ summary, the report).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from ..persistence.events import (
+    BudgetStop,
+    Line,
+    ModelError,
+    ModelResponse,
+    Parsed,
+    ParseError,
+    ReplyBlocked,
+    TickStart,
+    scan,
+)
 
 UNREACHABLE = "model endpoint unreachable"
 KEY_REFUSED = "401: invalid API key"
 NEVER_PARSED = "reply never parsed"
 BUDGET = "budget spent"
 _TRIED = re.compile(r"\(tried (\S+?)\)")
-_EVENTS = ("tick_start", "parsed", "reply_blocked", "model_error", "parse_error", "budget_stop", "model_response")
+_EVENTS = (TickStart, Parsed, ReplyBlocked, ModelError, ParseError, BudgetStop, ModelResponse)
 
 
 @dataclass
@@ -67,51 +77,40 @@ def model_error_words(error: str, base_url: str | None = None) -> str:
     return f"model call failed: {error}"
 
 
-def _events(home: Path) -> list[dict[str, Any]]:
-    """The primary's events of HOME's transcripts that tell a turn's outcome, in order."""
-    found: list[dict[str, Any]] = []
-    for path in sorted((home / "transcripts").glob("*.jsonl")):
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                if '"agent_type": "primary"' not in line and '"agent_type":"primary"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # a line cut off by a killed server
-                if isinstance(event, dict) and event.get("event") in _EVENTS and isinstance(event.get("data"), dict):
-                    found.append(event)
-    return found
+def _events(home: Path) -> list[Line]:
+    """The primary's lines of HOME's transcripts that tell a turn's outcome, in order."""
+    return [line for line in scan(sorted((home / "transcripts").glob("*.jsonl")), *_EVENTS)
+            if line.agent_type == "primary"]
 
 
 def read_turns(home: Path) -> list[Turn]:
     """The primary's turns in HOME's transcripts, each with what happened in it."""
     turns: list[Turn] = []
-    for event in _events(home):
-        name, data, tick = event["event"], event["data"], event.get("tick")
-        if name == "tick_start" and data.get("human") is not None:
-            turns.append(Turn(human=str(data["human"])))
+    for line in _events(home):
+        event, tick = line.event, line.tick
+        if isinstance(event, TickStart) and event.human is not None:
+            turns.append(Turn(human=str(event.human)))
         if not turns:
             continue
         turn = turns[-1]
-        if name == "tick_start":
+        if isinstance(event, TickStart):
             turn.ticks += 1
-            budget = (data.get("consciousness") or {}).get("budget") or {}
+            budget = (event.consciousness or {}).get("budget") or {}
             spent, limit = budget.get("cost_so_far"), budget.get("budget_limit")
             turn.budget = isinstance(spent, int | float) and isinstance(limit, int | float) and spent >= limit
-        elif name == "model_response":
+        elif isinstance(event, ModelResponse):
             turn.budget = False  # the call was made: the budget did not stop this tick
-        elif name == "parsed":
-            response = data.get("response") or {}
+        elif isinstance(event, Parsed):
+            response = event.response or {}
             if response.get("fallback"):
                 turn.fallback = True
             elif response.get("reply"):
                 turn.replied_in.add(tick if isinstance(tick, int) else -1)
-        elif name == "reply_blocked":
+        elif isinstance(event, ReplyBlocked):
             turn.replied_in.discard(tick if isinstance(tick, int) else -1)
-        elif name == "model_error":
-            turn.model_error = str(data.get("error") or "")
-        elif name == "budget_stop":
+        elif isinstance(event, ModelError):
+            turn.model_error = str(event.error or "")
+        elif isinstance(event, BudgetStop):
             turn.budget = True
     return turns
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..persistence.events import ModelResponse
+from ..persistence.events import ModelRequest, ModelResponse, TickEnd, TickStart, scan
 from .outcome import verdict
 from .spec import Run, skill_folders
 
@@ -135,22 +135,15 @@ def transcript_totals(home: Path) -> tuple[float | None, float, int]:
     transcripts, and how many calls had no known price."""
     cost = seconds = 0.0
     unpriced = 0
-    for path in sorted((home / "transcripts").glob("*.jsonl")):
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                if f'"{ModelResponse.kind}"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # a line cut off by a killed server
-                data = event.get("data") if event.get("event") == ModelResponse.kind else None
-                if isinstance(data, dict):
-                    if data.get("cost") is None:
-                        unpriced += 1
-                    else:
-                        cost += float(data["cost"])
-                    seconds += float(data.get("latency_ms") or 0.0) / 1000
+    for line in scan(sorted((home / "transcripts").glob("*.jsonl")), ModelResponse):
+        response = line.event
+        if not isinstance(response, ModelResponse):
+            continue
+        if response.cost is None:
+            unpriced += 1
+        else:
+            cost += float(response.cost)
+        seconds += float(response.latency_ms or 0.0) / 1000
     return (None if unpriced else cost), seconds, unpriced
 
 
@@ -171,29 +164,17 @@ def phases(home: Path) -> dict[str, float | None]:
         serving = None
     if serving:  # the log's clock is local time, to the millisecond
         found["server_started_at"] = datetime.strptime(serving.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    for path in sorted((home / "transcripts").glob("*.jsonl")):
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                if '"model_request"' not in line and '"tick_end"' not in line and '"tick_start"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                ts = event.get("ts")
-                if not isinstance(ts, int | float):
-                    continue
-                if (event.get("event") == "tick_start" and event.get("agent_type") == "primary"
-                        and (event.get("data") or {}).get("human") is not None):
-                    turn = found["first_turn_at"]
-                    found["first_turn_at"] = ts if turn is None else min(turn, ts)
-                elif event.get("event") == "model_request":
-                    first = found["first_request_at"]
-                    found["first_request_at"] = ts if first is None else min(first, ts)
-                elif (event.get("event") == "tick_end" and event.get("agent_type") == "primary"
-                      and ((event.get("data") or {}).get("response") or {}).get("reply")):
-                    last = found["last_reply_at"]
-                    found["last_reply_at"] = ts if last is None else max(last, ts)
+    for line in scan(sorted((home / "transcripts").glob("*.jsonl")), TickStart, ModelRequest, TickEnd):
+        event, ts, primary = line.event, line.ts, line.agent_type == "primary"
+        if isinstance(event, TickStart) and primary and event.human is not None:
+            turn = found["first_turn_at"]
+            found["first_turn_at"] = ts if turn is None else min(turn, ts)
+        elif isinstance(event, ModelRequest):
+            first = found["first_request_at"]
+            found["first_request_at"] = ts if first is None else min(first, ts)
+        elif isinstance(event, TickEnd) and primary and (event.response or {}).get("reply"):
+            last = found["last_reply_at"]
+            found["last_reply_at"] = ts if last is None else max(last, ts)
     return found
 
 

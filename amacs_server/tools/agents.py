@@ -16,9 +16,11 @@ from pydantic import BeforeValidator, Field, PositiveInt
 from ..agents.agent import AgentError
 from ..agents.kinds import PRIMARY
 from ..agents.talk import Overloaded
+from ..agents.world import AgentWorld
 from ..arguments import Flag, Options, Strings, Text, checked
-from .kit import ToolError, ToolHost, refusals
+from .kit import Takes, ToolError, refusals
 
+TAKES: Takes = ("world",)  # they act in the World, and need nothing else of the host
 _refusals = refusals(AgentError)
 _overload = refusals(Overloaded, prefix="overloaded: ")  # said as such, so the agent backs off
 
@@ -77,11 +79,16 @@ def caller_of(evals: Evals, eval_id: object) -> str:
     return agent
 
 
-def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., Any]:
-    """TOOL as Emacs calls it, with (RT EVAL-ID ARGS...): the caller is the one EVALS say."""
+def acting_as_its_eval(evals: Evals, tool: Callable[..., Any], takes: int = 1) -> Callable[..., Any]:
+    """TOOL as Emacs calls it, with (PARTS... EVAL-ID ARGS...): the caller is the one EVALS say.
 
-    def from_emacs(rt: ToolHost, eval_id: object = None, *args: Any) -> Any:
-        return tool(rt, caller_of(evals, eval_id), eval_id, *args)
+    PARTS are the TAKES parts of the host TOOL's family takes (tools/kit.py), handed on as they are:
+    TOOL is called (PARTS... CALLER EVAL-ID ARGS...)."""
+
+    def from_emacs(*given: Any) -> Any:
+        held, sent = given[:takes], given[takes:]
+        eval_id = sent[0] if sent else None
+        return tool(*held, caller_of(evals, eval_id), eval_id, *sent[1:])
 
     from_emacs.__name__ = tool.__name__
     from_emacs.__doc__ = tool.__doc__
@@ -91,89 +98,89 @@ def acting_as_its_eval(evals: Evals, tool: Callable[..., Any]) -> Callable[..., 
 @checked(3)
 @_overload
 @_refusals
-def agent_task(rt: ToolHost, caller: str, eval_id: int | None, template: str, prompt: Text,
+def agent_task(world: AgentWorld, caller: str, eval_id: int | None, template: str, prompt: Text,
                opts: TaskOptions | None = None) -> Any:
     """Start a Task from TEMPLATE with PROMPT; returns a handle at once (:allowed, :request-input,
     :tools, :compulsions)."""
     o = opts or TaskOptions()
-    return rt.world.task(caller, eval_id, template, prompt, o.allowed, o.request_input, o.tools, o.compulsions or ())
+    return world.task(caller, eval_id, template, prompt, o.allowed, o.request_input, o.tools, o.compulsions or ())
 
 
 @checked(3)
 @_overload
 @_refusals
-def agent_viewpoint(rt: ToolHost, caller: str, _eval: int | None, name: str, template: str) -> Any:
+def agent_viewpoint(world: AgentWorld, caller: str, _eval: int | None, name: str, template: str) -> Any:
     """Start the Viewpoint NAME from TEMPLATE."""
-    return rt.world.viewpoint(caller, name, template)
+    return world.viewpoint(caller, name, template)
 
 
 @checked(3)
 @_overload
 @_refusals
-def agent_consider(rt: ToolHost, caller: str, eval_id: int | None, prompt: Text) -> Any:
+def agent_consider(world: AgentWorld, caller: str, eval_id: int | None, prompt: Text) -> Any:
     """Ask every viewpoint about PROMPT in turn; the comments come back as one event."""
-    return rt.world.consider(caller, eval_id, prompt)
+    return world.consider(caller, eval_id, prompt)
 
 
 @checked(3)
 @_refusals
-def agent_discard(rt: ToolHost, caller: str, _eval: int | None, name: str) -> Any:
+def agent_discard(world: AgentWorld, caller: str, _eval: int | None, name: str) -> Any:
     """End the viewpoint NAME."""
-    return rt.world.discard(caller, name)
+    return world.discard(caller, name)
 
 
 @checked(3)
 @_overload
 @_refusals
-def agent_compulsion(rt: ToolHost, caller: str, _eval: int | None, template: str, prompt: str | None = None) -> Any:
+def agent_compulsion(world: AgentWorld, caller: str, _eval: int | None, template: str, prompt: str | None = None) -> Any:
     """Attach a Compulsion from TEMPLATE (with PROMPT) to the caller."""
-    return rt.world.compulsion(caller, template, prompt)
+    return world.compulsion(caller, template, prompt)
 
 
 @checked(3)
 @_refusals
-def agent_quit(rt: ToolHost, caller: str, _eval: int | None) -> Any:
+def agent_quit(world: AgentWorld, caller: str, _eval: int | None) -> Any:
     """A compulsion removes itself."""
-    return rt.world.quit(caller)
+    return world.quit(caller)
 
 
 @checked(3)
 @_overload
 @_refusals
-def talk_user(rt: ToolHost, caller: str, eval_id: int | None, text: Text) -> Any:
+def talk_user(world: AgentWorld, caller: str, eval_id: int | None, text: Text) -> Any:
     """Say TEXT to the person; returns a TalkId."""
-    return rt.world.talk_user(caller, eval_id, text)
+    return world.talk_user(caller, eval_id, text)
 
 
 @checked(3)
 @_overload
 @_refusals
-def talk_agent(rt: ToolHost, caller: str, eval_id: int | None, target: str, text: Text) -> Any:
+def talk_agent(world: AgentWorld, caller: str, eval_id: int | None, target: str, text: Text) -> Any:
     """Say TEXT to agent TARGET; returns a TalkId."""
-    return rt.world.talk_agent(caller, eval_id, target, text)
+    return world.talk_agent(caller, eval_id, target, text)
 
 
 @checked(3)
 @_overload
 @_refusals
-def talk_brain(rt: ToolHost, caller: str, eval_id: int | None, brain: str, text: Text) -> Any:
+def talk_brain(world: AgentWorld, caller: str, eval_id: int | None, brain: str, text: Text) -> Any:
     """Say TEXT to one of the caller's own subagents; returns a TalkId."""
-    return rt.world.talk_brain(caller, eval_id, brain, text)
+    return world.talk_brain(caller, eval_id, brain, text)
 
 
 @checked(3)
 @_overload
 @_refusals
-def talk_log(rt: ToolHost, caller: str, eval_id: int | None, text: str) -> Any:
+def talk_log(world: AgentWorld, caller: str, eval_id: int | None, text: str) -> Any:
     """Write TEXT to the transcript log; returns a TalkId."""
-    return rt.world.talk_log(caller, eval_id, text)
+    return world.talk_log(caller, eval_id, text)
 
 
 @checked(3)
 @_refusals
-def wait_for(rt: ToolHost, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
+def wait_for(world: AgentWorld, caller: str, eval_id: int | None, talk_ids: TalkIds, opts: WaitOptions | None = None) -> Any:
     """After this eval, sleep until a reply to TALK-IDS (:timeout seconds)."""
-    return rt.world.post.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
+    return world.post.wait_for(caller, eval_id, talk_ids, (opts or WaitOptions()).timeout)
 
 
 class NotifyOptions(Options):
@@ -184,24 +191,24 @@ class NotifyOptions(Options):
 
 @checked(3)
 @_refusals
-def agent_notify(rt: ToolHost, caller: str, _eval: int | None, text: Text, opts: NotifyOptions | None = None) -> Any:
+def agent_notify(world: AgentWorld, caller: str, _eval: int | None, text: Text, opts: NotifyOptions | None = None) -> Any:
     """Share TEXT with the caller's viewpoint :to NAME, or with all of them, asking for no reply."""
-    return rt.world.notify(caller, text, (opts or NotifyOptions()).to)
+    return world.notify(caller, text, (opts or NotifyOptions()).to)
 
 
 @checked(3)
 @_refusals
-def agent_control(rt: ToolHost, caller: str, _eval: int | None, action: Control, agent_id: str) -> Any:
+def agent_control(world: AgentWorld, caller: str, _eval: int | None, action: Control, agent_id: str) -> Any:
     """Pause, resume or cancel AGENT_ID (and, for cancel, its subagents): the primary any agent,
     an agent only those below it."""
-    return rt.world.control(caller, action, agent_id)
+    return world.control(caller, action, agent_id)
 
 
 @checked(1)
-def agents_list(rt: ToolHost, eval_id: object = None) -> Any:
+def agents_list(world: AgentWorld, eval_id: object = None) -> Any:
     """Every live agent: id, type, template, state, cost.  Anyone may ask, in an eval or not:
     the answer does not depend on who asks (so it is not refused while an eval runs)."""
-    return rt.world.live()
+    return world.live()
 
 
 TOOLS: dict[str, Callable[..., Any]] = {

@@ -9,9 +9,11 @@ from typing import Any, Literal
 from pydantic import Field, PositiveInt
 
 from ..arguments import Options, Text, checked
+from ..mind import Mind
 from ..persistence.history_search import SOURCES, HistorySearchError, search
-from .kit import ToolHost, refusals
+from .kit import Takes, refusals
 
+TAKES: Takes = ("mind",)  # the history is the mind's
 Source = Literal["subject", "monologue", "diff"]
 
 
@@ -25,11 +27,11 @@ class HistoryOptions(Options):
 
 @checked(1, "agent-history-search")
 @refusals(HistorySearchError)
-def history_search(rt: ToolHost, query: Text, opts: HistoryOptions | None = None) -> list[dict[str, Any]]:
+def history_search(mind: Mind, query: Text, opts: HistoryOptions | None = None) -> list[dict[str, Any]]:
     """The lines of the history holding QUERY (commit subjects, monologue lines, diffs), newest
     tick first: (:tick N :in SOURCE :line TEXT [:file F]).  Options :tick (that tick only),
     :limit (20), :only (a list of sources).  Runs on the caller's thread: it reads git."""
     o = opts or HistoryOptions()
-    rt.mind.commits.flush(2)  # the ticks just made are in the history searched
+    mind.commits.flush(2)  # the ticks just made are in the history searched
     sources = tuple(o.only) if o.only else SOURCES
-    return [hit.to_dict() for hit in search(rt.mind.home, query, tick=o.tick, limit=o.limit, sources=sources)]
+    return [hit.to_dict() for hit in search(mind.home, query, tick=o.tick, limit=o.limit, sources=sources)]

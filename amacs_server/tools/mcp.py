@@ -30,8 +30,9 @@ from ..persistence.events import ToolCall
 from ..tools_mcp import calls
 from ..tools_mcp.hub import McpError
 from .agents import Evals, caller_of
-from .kit import ToolHost
+from .kit import Takes, ToolHost
 
+TAKES: Takes = ("host",)  # the World, the mind's home, the transcript, the loop, the run's id
 COMPULSION_WAIT = 600.0  # seconds the compulsions may take to let a call through or block it
 
 

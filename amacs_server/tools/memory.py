@@ -6,7 +6,7 @@ its eval error, and echoes the resolved MemId and version.
 Each acts in the RAM of the agent whose eval calls it: Emacs sends
 the eval's id and the server's record of that eval names the agent, as for the
 agent tools (:func:`~amacs_server.tools.agents.acting_as_its_eval`; the forms
-in :data:`TOOLS`).  The primary's RAM is the runtime's; a subagent's is its own
+in :data:`TOOLS`).  The primary's RAM is the mind's; a subagent's is its own
 (:func:`memory_of`).  Search and load reach every brain's items in the shared
 long-term memory.  ``memory_create`` and the others act as the person (the
 primary), as a call outside any eval does.
@@ -30,32 +30,35 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, PlainValidator
 
 from ..agents.kinds import PRIMARY
+from ..agents.world import AgentWorld
 from ..arguments import Options, Strings, Text, checked
 from ..memory.active import STATE_TIERS, ActiveMemory, MemoryRefused
 from ..memory.items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem, Tier, long_text
 from ..memory.ltm import LtmError
 from ..memory.memid import NAME, MemId, MemIdError
+from ..mind import Mind
 from ..persistence.events import MEMORY_CALLS
 from ..persistence.scratchpad import ScratchpadEntry
 from ..state.consciousness import ConsciousnessError
-from .kit import ToolError, ToolHost, refusals
+from .kit import Takes, ToolError, ToolHost, refusals
 
 CREATABLE_KINDS = {"note": Kind.NOTE, "summary": Kind.SUMMARY}
 MAX_CONTENT_CHARS = 100_000
+TAKES: Takes = ("host",)  # the mind, the World (who calls, and its RAM) and the transcript
 _refusals = refusals(MemoryRefused, LtmError, ConsciousnessError)
-Operation = Callable[..., Any]  # (RT MEMORY ARGS...): one brain tool acting in MEMORY
+Operation = Callable[..., Any]  # (MIND MEMORY ARGS...): one brain tool acting in MEMORY
 
 
-def memory_of(rt: ToolHost, agent_id: str) -> ActiveMemory:
-    """The RAM of AGENT_ID: the runtime's for the primary, the subagent's own otherwise
-    (made empty at its first memory call)."""
+def memory_of(mind: Mind, world: AgentWorld, agent_id: str) -> ActiveMemory:
+    """The RAM of AGENT_ID: the mind's for the primary, the subagent's own otherwise (one of
+    WORLD's, made empty at its first memory call)."""
     if agent_id == PRIMARY:
-        return rt.mind.memory
-    agent = rt.world.agents.get(agent_id)
+        return mind.memory
+    agent = world.agents.get(agent_id)
     if agent is None:
         raise MemoryRefused(f"{agent_id} is not an agent of this session")
     if agent.memory is None:
-        agent.memory = ActiveMemory.for_subagent(rt.mind.ltm, rt.mind.memory.agent, agent.id)
+        agent.memory = ActiveMemory.for_subagent(mind.ltm, mind.memory.agent, agent.id)
     return agent.memory
 
 
@@ -112,7 +115,7 @@ def _echo(item: MemoryItem, **extra: object) -> dict[str, Any]:
 
 
 @checked(2, "memory-create")
-def create(rt: ToolHost, memory: ActiveMemory, name: str, content: Content,
+def create(_mind: Mind, memory: ActiveMemory, name: str, content: Content,
            opts: CreateOptions | None = None) -> dict[str, Any]:
     """Create a RAM item NAME holding CONTENT (options :kind, :tags); it is pinned."""
     try:
@@ -126,27 +129,27 @@ def create(rt: ToolHost, memory: ActiveMemory, name: str, content: Content,
 
 
 @checked(2, "memory-mutate")
-def mutate(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, content: Content) -> dict[str, Any]:
+def mutate(mind: Mind, memory: ActiveMemory, mem_id: MemIdArg, content: Content) -> dict[str, Any]:
     """Write CONTENT as the next version of MEM_ID (items shown ``mutable``).  A scratchpad
     entry takes a string (its text) or a plist of :heading, :thread and :content, and is
     rewritten in scratchpad.org too."""
     target, value = mem_id, content
-    if memory is rt.mind.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
+    if memory is mind.memory and memory.owns(target) and STATE_TIERS.get(target.name) is Tier.RAM:
         before = memory.state[target.name].version
-        rt.mind.agent_set(target.name, value)  # validates, then versions the state item
+        mind.agent_set(target.name, value)  # validates, then versions the state item
         item = memory.state[target.name]
         return _echo(item, previous_version=before)
     previous = memory.ltm.latest_version(target.base)
 
     def write_scratchpad(tick: int, entry: dict[str, Any]) -> None:
-        rt.mind.scratchpad.replace(ScratchpadEntry(tick, entry["heading"], entry["thread"], entry["content"]))
+        mind.scratchpad.replace(ScratchpadEntry(tick, entry["heading"], entry["thread"], entry["content"]))
 
-    item = memory.mutate(target, value, write_scratchpad if memory is rt.mind.memory else None)
+    item = memory.mutate(target, value, write_scratchpad if memory is mind.memory else None)
     return _echo(item, previous_version=previous)
 
 
 @checked(2, "memory-evict")
-def evict(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg) -> dict[str, Any]:
+def evict(_mind: Mind, memory: ActiveMemory, mem_id: MemIdArg) -> dict[str, Any]:
     """Move MEM_ID out of active memory; a handle stays (RAM only)."""
     handle = memory.evict(mem_id)
     return {"mem_id": handle.mem_id.format(), "version": handle.version, "evicted": True,
@@ -167,7 +170,7 @@ def _loaded(item: MemoryItem, section: str) -> dict[str, Any]:
 
 
 @checked(2, "memory-load")
-def load(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions | None = None) -> dict[str, Any]:
+def load(_mind: Mind, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions | None = None) -> dict[str, Any]:
     """Bring MEM_ID (latest, or its version, or :version) into active memory; return it
     (options :version, and :offset and :limit, in characters, to page a long text).
     Any brain's item may be loaded: long-term memory is shared."""
@@ -182,7 +185,7 @@ def load(rt: ToolHost, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions
 
 
 @checked(2, "memory-search")
-def search(rt: ToolHost, memory: ActiveMemory, query: Text,
+def search(_mind: Mind, memory: ActiveMemory, query: Text,
            opts: SearchOptions | None = None) -> list[dict[str, Any]] | dict[str, Any]:
     """Ranked keyword search over every version in long-term memory, of every brain of this
     agent (options :limit :tags :mode).  :mode "vector" has no index here: it falls back to
@@ -209,31 +212,31 @@ def _read(op: str, result: Any) -> list[str]:
     return [result["mem_id"]]  # load, evict: the version brought in or taken out
 
 
-def _record(rt: ToolHost, caller: str, op: Operation, args: tuple[Any, ...]) -> Any:
+def _record(host: ToolHost, caller: str, op: Operation, args: tuple[Any, ...]) -> Any:
     """Run OP with ARGS in CALLER's RAM, and write it to CALLER's transcript with the MemIds it
     read and wrote (or its error and the MemId it named)."""
     name = op.__name__
-    agent = rt.world.identity(caller)
-    tick = rt.mind.consciousness.current_tick if caller == PRIMARY else None
+    agent = host.world.identity(caller)
+    tick = host.mind.consciousness.current_tick if caller == PRIMARY else None
     memory: ActiveMemory | None = None
     try:
-        memory = _refusals(memory_of)(rt, caller)
+        memory = _refusals(memory_of)(host.mind, host.world, caller)
         mark = len(memory.written)
-        result = _refusals(op)(rt, memory, *args)
+        result = _refusals(op)(host.mind, memory, *args)
     except ToolError as err:
         named = [a for a in args[:1] if isinstance(a, str) and name != "search"]
-        rt.transcript.write(MEMORY_CALLS[name](mem_ids=named, error=str(err)), tick=tick, agent=agent)
+        host.transcript.write(MEMORY_CALLS[name](mem_ids=named, error=str(err)), tick=tick, agent=agent)
         raise
     read, wrote = _read(name, result), memory.take_written(mark)
-    rt.transcript.write(MEMORY_CALLS[name](mem_ids=[*read, *wrote], read=read, wrote=wrote), tick=tick, agent=agent)
+    host.transcript.write(MEMORY_CALLS[name](mem_ids=[*read, *wrote], read=read, wrote=wrote), tick=tick, agent=agent)
     return result
 
 
 def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
-    """OP as (RT ARGS...), in the primary's RAM: the person's call, outside any eval."""
+    """OP as (HOST ARGS...), in the primary's RAM: the person's call, outside any eval."""
 
-    def tool(rt: ToolHost, *args: Any) -> Any:
-        return _record(rt, PRIMARY, op, args)
+    def tool(host: ToolHost, *args: Any) -> Any:
+        return _record(host, PRIMARY, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool
@@ -241,10 +244,10 @@ def acting_as_the_primary(op: Operation) -> Callable[..., Any]:
 
 def acting_in_callers_brain(op: Operation) -> Callable[..., Any]:
     """OP as :func:`~amacs_server.tools.agents.acting_as_its_eval` calls it,
-    (RT CALLER EVAL-ID ARGS...): in CALLER's RAM."""
+    (HOST CALLER EVAL-ID ARGS...): in CALLER's RAM."""
 
-    def tool(rt: ToolHost, caller: str, _eval: int | None, *args: Any) -> Any:
-        return _record(rt, caller, op, args)
+    def tool(host: ToolHost, caller: str, _eval: int | None, *args: Any) -> Any:
+        return _record(host, caller, op, args)
 
     tool.__name__, tool.__doc__ = f"memory_{op.__name__}", op.__doc__
     return tool

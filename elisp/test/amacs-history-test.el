@@ -246,7 +246,11 @@ the mind's files; the moved lines are listed in the stat, not drawn."
               (should-not (string-search "+third words" (buffer-string)))
               (goto-char (point-min))
               (re-search-forward "^[0-9a-f]+ \\[TICK 2\\]\\[abandoned\\] the transcripts")
-              (push-button (line-beginning-position)))
+              ;; RET on its stat's line is RET on the commit: a newcomer who moved by
+              ;; lines landed on a stat, and RET scrolled the view.
+              (re-search-forward "transcripts/s.jsonl")
+              (should (eq (key-binding (kbd "RET")) #'push-button))
+              (push-button (point)))
             (with-current-buffer (amacs-connection-buffer-name connection "commit")
               (should (< (buffer-size) 3000))
               (should (string-search " transcripts/s.jsonl | " (buffer-string)))

@@ -105,3 +105,30 @@ def test_package_installs_and_amacs_shell_opens_through_its_autoloads(fake, home
     assert "SHELL<<\"*amacs-shell*\" amacs-shell-mode t>>" in run.stdout, out
     loaded_from = re.search(r"FROM<<(.*)>>", run.stdout)
     assert loaded_from and loaded_from[1].startswith(str(installed)), out  # the package, not the checkout
+
+
+def autoloaded_commands() -> set[str]:
+    """The interactive functions elisp/ marks ;;;###autoload, but the batch entry point."""
+    names = set()
+    for path in ELISP.glob("*.el"):
+        for match in re.finditer(r";;;###autoload(?: \(autoload '([a-z-]+))?\n\(defun ([a-z-]+)", path.read_text()):
+            names.add(match.group(1) or match.group(2))
+    return names - {"amacs-batch-run"}
+
+
+def test_every_autoloaded_command_is_there_in_the_emacs_amacs_opens():
+    """./amacs loads elisp/ by load-path, not the package's autoloads: what the shell loads must define them all.
+
+    README and the keyless note told a newcomer to type M-x amacs-demo, which that
+    Emacs did not know (only package.el's generated autoloads had it).
+    """
+    names = autoloaded_commands()
+    assert {"amacs-demo", "amacs-use-local-model", "amacs-rewind", "amacs-events"} <= names
+    listed = " ".join(names)
+    program = (f"(dolist (root (list {elisp_string(DEBIAN_ELPA)})) (dolist (dir (directory-files root t \"^[^.]\")) "
+               f"(when (file-directory-p dir) (push dir load-path)))) (push {elisp_string(str(ELISP))} load-path) "
+               f"(require 'amacs-shell-start) (require 'amacs) "
+               f"(dolist (name '({listed})) (unless (commandp name) (princ (format \"missing %s\\n\" name))))")
+    proc = batch(program)
+    assert proc.returncode == 0, proc.stderr
+    assert "missing" not in proc.stdout, proc.stdout

@@ -379,7 +379,8 @@ def test_run_that_hangs_is_killed_and_failed(tmp_path):
     fake = FakeAnthropic(default=lambda body: Reply(agent_json("late"), hold=hold)).start()
     try:
         spec = write_spec(tmp_path, "hang")
-        spec.write_text(spec.read_text().replace("timeout = 90", "timeout = 6").replace("repetitions = 3",
+        # The limit leaves a fresh server time to reach the held model on a loaded machine.
+        spec.write_text(spec.read_text().replace("timeout = 90", "timeout = 15").replace("repetitions = 3",
                                                                                        "repetitions = 1"))
         run = load(spec, {"FAKE_URL": fake.url})
         runs = tmp_path / "runs"
@@ -394,10 +395,10 @@ def test_run_that_hangs_is_killed_and_failed(tmp_path):
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-        assert outcome.status == "failed" and outcome.error == "timed out after 6 s", outcome
+        assert outcome.status == "failed" and outcome.error == "timed out after 15 s", outcome
         manifest = json.loads((runs / outcome.run_id / "manifest.json").read_text())
-        assert manifest["status"] == "failed" and manifest["error"] == "timed out after 6 s"
-        assert 6 <= manifest["wall_seconds"] < 15  # the time limit is of the wall time
+        assert manifest["status"] == "failed" and manifest["error"] == "timed out after 15 s"
+        assert 15 <= manifest["wall_seconds"] < 25  # the time limit is of the wall time
         assert fake.requests, "the model was called (and held)"
         deadline = time.time() + 10
         while servers_of(runs) and time.time() < deadline:
