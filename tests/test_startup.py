@@ -205,3 +205,15 @@ def test_the_commands_other_than_serving_collect_garbage(tmp_path: Path) -> None
             "print('collector enabled:', gc.isenabled())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.stdout.splitlines()[-1] == "collector enabled: True", (out.stdout, out.stderr[-2000:])
+
+
+def test_amacs_help_says_its_own_options_and_starts_nothing(tmp_path: Path) -> None:
+    """Was: ./amacs --help went to Emacs, which printed its own usage, not --demo, --local, --stop-warm."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    out = subprocess.run([str(ROOT / "amacs"), "--help"], capture_output=True, text=True, env=env, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("Usage: ./amacs"), out.stdout
+    for option in ("--demo", "--local", "--stop-warm"):
+        assert option in out.stdout, option
+    assert "emacs [OPTION-OR-FILENAME]" not in out.stdout
+    assert not list(tmp_path.iterdir())  # no setup ran, nothing was made in HOME
