@@ -16,8 +16,9 @@ class Face(Protocol):
     def reply(self, text: str, streamed: bool = False) -> None:
         """Show the agent's reply; STREAMED: its text was already sent as deltas."""
 
-    def reply_delta(self, text: str) -> None:
-        """Show more of the reply as it streams in."""
+    def reply_delta(self, text: str, last: bool = False) -> None:
+        """Show more of the reply as it streams in; LAST: the reply's text is complete with TEXT
+        (which may be empty), and what of it waits is shown now."""
 
     def thinking_delta(self, text: str) -> None:
         """Show more of the model's thinking as it streams (a folded line above the reply)."""

@@ -11,7 +11,11 @@ copies of its home:
 - ``ready``: ``M-x amacs-shell`` in a fresh interactive ``emacs -nw`` to the server's
   hello accepted, and to the prompt (:func:`bench.bench_startup.one_sample`);
 - ``tick overhead``: a turn (a 400-word reply in 100 chunks) less its model call, in
-  the server alone, after the commit worker caught up (as :mod:`bench.bench_tick`);
+  the server alone, after the commit worker caught up (as :mod:`bench.bench_tick`), with
+  the same context on every home: the workload pins every note it makes, so each home
+  keeps pinned only as many of its newest notes as the smallest home has
+  (:func:`same_context`); ``tick_overhead_grown_context`` is the same on the home as grown
+  (its context grows with its pinned notes); both give the last request's size;
 - ``rewind`` and ``fork`` (``persistence.history``) to before one of the inputs the
   rewind picker's first page shows, as a person does; ``rewind_random`` and
   ``fork_random`` to any tick (they copy or move aside as much history as lies
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import re
@@ -45,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from amacs_server.config import load_config  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
+from amacs_server.memory.ltm import LongTermMemory  # noqa: E402
 from amacs_server.persistence import history  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
 from bench.bench_history import VOCABULARY  # noqa: E402
@@ -102,8 +108,33 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
     return wanted
 
 
-def tick_overhead(home: Path, n: int) -> dict[str, float]:
-    """N turns on HOME (a copy): each turn's time less its model call, in ms."""
+def same_context(home: Path, pinned: int | None) -> None:
+    """HOME (a copy) with only its PINNED (None: all) newest pinned notes still pinned, the rest back in LTM
+    alone (neither pinned nor evicted, found by search), as if the agent had unpinned them:
+    the workload pins every note it makes, so without this a home's context grows with its
+    notes (40 / 200 / 800 pinned at 1,000 / 5,000 / 20,000 ticks), not its history."""
+    ltm = LongTermMemory(home / "memory.db")
+    try:
+        bases = [b for b, status, _v in ltm.active_set("primary") if status == "pinned"]
+        first = {b: ltm.db.execute("SELECT min(id) FROM items WHERE base=?", (b,)).fetchone()[0] for b in bases}
+        for base in sorted(bases, key=first.__getitem__)[:-pinned or None] if pinned is not None else ():
+            ltm.set_active("primary", base, None)
+    finally:
+        ltm.close()
+
+
+def pinned_count(home: Path) -> int:
+    """How many items HOME's primary brain has pinned."""
+    ltm = LongTermMemory(home / "memory.db")
+    try:
+        return sum(1 for _b, status, _v in ltm.active_set("primary") if status == "pinned")
+    finally:
+        ltm.close()
+
+
+def tick_overhead(home: Path, n: int) -> tuple[list[float], int]:
+    """N turns on HOME (a copy): each turn's time less its model call, in ms; and the size of
+    the last request's messages (characters of their JSON)."""
     fake = FakeAnthropic(default=reply_400).start()
     rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
                  NullFace())  # type: ignore[arg-type]
@@ -122,7 +153,7 @@ def tick_overhead(home: Path, n: int) -> dict[str, float]:
     finally:
         rt.stop(grace=30)
         fake.stop()
-    return summary(overhead)
+    return overhead, len(json.dumps(fake.requests[-1]["body"]["messages"]))
 
 
 # A person rewinds or forks to before one of the inputs the picker's first page shows (its 200 newest).
@@ -200,6 +231,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,5000,20000")
     parser.add_argument("--n", type=int, default=5)
     parser.add_argument("--n-random", type=int, default=2, help="rewinds and forks to random ticks, per size")
+    parser.add_argument("--rounds", type=int, default=4, help="tick rows: servers per size, sizes interleaved")
     parser.add_argument("--homes", type=Path, help="make (or reuse) the homes in this folder")
     parser.add_argument("--only", action="append",
                         choices=["ready", "tick", "history", "picker"], help="rows to measure (default: all)")
@@ -224,12 +256,21 @@ def main() -> None:
     for size in sizes:
         if "history" in rows:
             per[size].update(rewind_and_fork(homes[size], tmp, args.n, args.n_random))
-    for size in sizes:
-        if "tick" in rows:
-            copy = tmp / "tick-home"
-            copy_home(homes[size], copy)
-            per[size]["tick_overhead"] = tick_overhead(copy, args.n * 4)
-            shutil.rmtree(copy)
+    if "tick" in rows:  # the same context on every home (the smallest's pinned count), then as grown
+        pinned = pinned_count(homes[sizes[0]])
+        ticks: dict[tuple[int, str], list[float]] = {}
+        chars: dict[tuple[int, str], int] = {}
+        for _ in range(args.rounds):  # sizes interleaved, a server each, so a drift of the load hits them alike
+            for size in sizes:
+                for row, keep in (("tick_overhead", pinned), ("tick_overhead_grown_context", None)):
+                    copy = tmp / "tick-home"
+                    copy_home(homes[size], copy)
+                    same_context(copy, keep)  # and sealed anew, as the home was: no page check at start
+                    samples, chars[size, row] = tick_overhead(copy, args.n * 4 // args.rounds)
+                    ticks.setdefault((size, row), []).extend(samples)
+                    shutil.rmtree(copy)
+        for (size, row), samples in ticks.items():
+            per[size][row] = {**summary(samples), "request_chars": chars[size, row]}
     if "ready" in rows:
         marks: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
         copies = {size: tmp / f"ready-{size}" for size in sizes}
@@ -255,6 +296,10 @@ def main() -> None:
     for row in ratios:
         cells = [f"{per[s][row]['median_ms']:.1f} / {per[s][row]['p90_ms']:.1f}" for s in sizes]  # type: ignore[index]
         print(f"| {row} (n={small[row]['n']}) | " + " | ".join(cells) + f" | {ratios[row]} |")  # type: ignore[index]
+    for row in ("tick_overhead", "tick_overhead_grown_context"):
+        if row in small:
+            print(f"{row}: last request's messages " + " / ".join(
+                f"{per[s][row]['request_chars']:,.0f}" for s in sizes) + " characters")  # type: ignore[index]
     print(f"load before {result['load_before']}, after {result['load_after']}")
     if not args.homes:
         shutil.rmtree(tmp, ignore_errors=True)

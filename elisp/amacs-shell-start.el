@@ -22,16 +22,42 @@
 (declare-function amacs-shell--open "amacs-shell" (connection))
 
 (defconst amacs-shell--start-gc-threshold (* 64 1024 1024)
-  "The `gc-cons-threshold' from a shell's start until Emacs is first idle.
-Garbage collection waits until the process runs and the shell with its
-prompt is on screen: what the person waits on.")
+  "The `gc-cons-threshold' from a shell's start until its first reply.
+Garbage collection waits until the process runs, the shell with its
+prompt is on screen, and a question asked at once is answered: what
+the person waits on.  Given back at Emacs's first idle moment, it
+collected (30-45 ms, load 5) between the prompt's first draw and the
+keys typed at it, the question's RET and the hello waiting for it.")
 
-(defun amacs-shell--hold-gc ()
-  "Hold garbage collection until Emacs is next idle; then give the threshold back."
-  (let ((threshold gc-cons-threshold))
-    (when (< threshold amacs-shell--start-gc-threshold) ; held already: the first hold gives it back
-      (setq gc-cons-threshold amacs-shell--start-gc-threshold)
-      (run-with-idle-timer 0 nil (lambda () (setq gc-cons-threshold threshold))))))
+(defconst amacs-shell--start-gc-idle 3
+  "Seconds idle after which a shell's start gives garbage collection back.
+For a person who does not ask at once: the collection then runs while
+Emacs waits for keys.")
+
+(defvar amacs-shell--gc-to-give-back nil
+  "The `gc-cons-threshold' a shell's start gives back; nil when none is held.")
+
+(defun amacs-shell--hold-gc (&optional threshold)
+  "Hold garbage collection until the first reply is on screen; then set THRESHOLD.
+THRESHOLD defaults to `gc-cons-threshold' now.  Given back once a turn
+is done, its reply drawn, or after `amacs-shell--start-gc-idle' seconds
+idle, whichever comes first.  Held already, nothing changes."
+  (unless amacs-shell--gc-to-give-back
+    (setq amacs-shell--gc-to-give-back (or threshold gc-cons-threshold)
+          gc-cons-threshold (max gc-cons-threshold amacs-shell--start-gc-threshold))
+    (amacs-on-event "turn-done" #'amacs-shell--give-gc-back-after-redisplay)
+    (run-with-idle-timer amacs-shell--start-gc-idle nil #'amacs-shell--give-gc-back)))
+
+(defun amacs-shell--give-gc-back-after-redisplay (_event)
+  "Give garbage collection back once what the turn put on screen is drawn."
+  (when amacs-shell--gc-to-give-back
+    (run-at-time 0 nil #'amacs-shell--give-gc-back)))
+
+(defun amacs-shell--give-gc-back ()
+  "Set `gc-cons-threshold' back to what a shell's start held it from."
+  (when amacs-shell--gc-to-give-back
+    (setq gc-cons-threshold amacs-shell--gc-to-give-back
+          amacs-shell--gc-to-give-back nil)))
 
 (defvar amacs-shell--starting-said nil
   "What the echo area was given to say while a server starts, or nil.")

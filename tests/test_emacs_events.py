@@ -21,7 +21,7 @@ class Recording:
     def __init__(self) -> None:
         self.sent: list[dict[str, object]] = []
 
-    def notify(self, event: dict[str, object]) -> bool:
+    def notify(self, event: dict[str, object], now: bool = False) -> bool:
         self.sent.append(dict(event))
         return True
 

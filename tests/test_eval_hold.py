@@ -15,7 +15,7 @@ class Emacs:
         self.sent: list[dict[str, Any]] = []
         self.emacs_pid: int | None = None
 
-    def notify(self, event: dict[str, Any]) -> bool:
+    def notify(self, event: dict[str, Any], now: bool = False) -> bool:
         self.sent.append(event)
         return True
 

@@ -35,3 +35,34 @@ def test_fenced_json_and_prose_before_it_stream_too():
 def test_no_reply_key_or_not_json_shows_nothing():
     assert shown_prefixes('{"mood": "ok", "eval": "(+ 1 2)", "reply": null}', 3)[1] == []
     assert shown_prefixes("I am not JSON at all", 3)[1] == []
+
+
+def test_the_reply_is_complete_once_its_string_closed_at_any_chunking():
+    """The shell is sent what waits of the reply once nothing more of it can come: the streamer says
+    when, at the chunk that closes the reply's string (not at the JSON's end, not before)."""
+    reply = json.loads(FULL)["reply"]
+    closed = FULL.index(json.dumps(reply, ensure_ascii=False)) + len(json.dumps(reply, ensure_ascii=False))
+    for step in (1, 2, 3, 7, 50, len(FULL)):
+        streamer = ReplyStreamer()
+        for i in range(0, len(FULL), step):
+            streamer.feed(FULL[i:i + step])
+            assert streamer.complete == (i + step >= closed), (step, i)
+        assert streamer.shown == reply
+        streamer.reset()
+        assert (streamer.raw, streamer.shown, streamer.complete) == ("", "", False)
+
+
+def test_the_caller_is_told_once_when_the_reply_is_complete():
+    """A chunk that only closes the reply's string still tells the caller (with no text), once."""
+    from amacs_server.inference.model_call import _Wire
+
+    told: list[tuple[str, bool]] = []
+
+    class Caller:
+        def streamed(self, gained: str, last: bool = False) -> None:
+            told.append((gained, last))
+
+    wire = _Wire(None, Caller(), ReplyStreamer())  # type: ignore[arg-type]
+    for chunk in ('{"reply": "Hel', 'lo', '", "mo', 'od": "ok"', ', "confidence": 1}'):
+        wire.text(chunk)
+    assert told == [("Hel", False), ("lo", False), ("", True)]

@@ -194,6 +194,47 @@ def test_held_deltas_go_when_the_window_ends(inproc):
     assert message[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "bc"]]
 
 
+def test_the_replys_last_delta_sends_the_held_ones_at_once(inproc, monkeypatch):
+    """The reply's last text waited up to a window (16 ms, longer on a loaded machine: the flusher
+    is a thread) after the model's last byte; once the reply is complete nothing can merge with it."""
+    from amacs_server.transport import server
+
+    monkeypatch.setattr(server, "DELTA_WINDOW", 30.0)  # held deltas would wait 30 s
+    srv, sock = inproc
+    srv.notify({"type": "reply-delta", "text": "a"})
+    recv(sock)
+    t0 = time.monotonic()
+    srv.notify({"type": "reply-delta", "text": "b"})  # held: inside the window
+    srv.notify({"type": "reply-delta", "text": "c"}, now=True)
+    sock.settimeout(10)
+    message = recv(sock)
+    assert time.monotonic() - t0 < 10
+    assert message[2] == [[Symbol(":type"), "reply-delta", Symbol(":text"), "bc"]]
+    srv.notify({"type": "reply-delta", "text": ""}, now=True)  # complete, nothing new and nothing held
+    srv.notify({"type": "annotation", "text": "n", "kind": "info"})
+    assert [e[1] for e in recv(sock)[2]] == ["annotation"]
+
+
+def test_the_replys_last_delta_is_not_dropped_by_the_reply_of_its_loop_step(inproc):
+    """The model's last chunk, its parse and the streamed reply ran in one loop step: the reply
+    dropped the deltas of that step, and the reply's end showed only once the reply was written."""
+    import asyncio
+
+    srv, sock = inproc
+
+    async def one_step() -> None:
+        srv.notify({"type": "reply-delta", "text": "a"})
+        srv.notify({"type": "reply-delta", "text": "b"}, now=True)
+        srv.notify({"type": "reply", "text": "ab", "streamed": True})
+
+    asyncio.run(one_step())
+    sock.settimeout(5)
+    events = recv(sock)[2]
+    if len(events) == 1:
+        events += recv(sock)[2]
+    assert [e[1::2] for e in events] == [["reply-delta", "ab"], ["reply", "ab", True]]
+
+
 def test_a_streamed_reply_drops_held_deltas(inproc):
     srv, sock = inproc
     srv.notify({"type": "reply-delta", "text": "a"})

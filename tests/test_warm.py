@@ -291,6 +291,16 @@ def test_a_forks_first_request_finds_the_replys_schema_made() -> None:
     assert out.split() == ["True", "1"]
 
 
+def test_a_forks_first_reply_finds_its_org_converter_imported() -> None:
+    """Profiled: a fork's first reply imported the markdown-to-org converter (its regexes compiled)
+    between the model's last byte and the reply sent to Emacs; the preload imports it once."""
+    code = ("import sys; from amacs_server.research.forkserver import preload; preload(['anthropic']); "
+            "print('amacs_server.text.org_markup' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split() == ["True"]
+
+
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""

@@ -102,8 +102,8 @@ class Caller:
     def retrying(self, retry: Retrying) -> None:
         """The backend retries the call after a failure worth retrying."""
 
-    def streamed(self, gained: str) -> None:
-        """The reply (streamed) gained GAINED."""
+    def streamed(self, gained: str, last: bool = False) -> None:
+        """The reply (streamed) gained GAINED; LAST: it is complete (GAINED may be empty)."""
 
     def thinking(self, delta: str) -> None:
         """The model's thinking (streamed) gained DELTA."""
@@ -364,18 +364,20 @@ class _Wire:
 
     def text(self, delta: str) -> None:
         streamer = self.streamer
+        was_complete = streamer.complete
         gained = streamer.feed(delta)
         if gained:
             if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
                 faults.point("infer.first-text")
                 faults.point_later("infer.mid-stream", 0.2)
-            self.caller.streamed(gained)
+        if gained or (streamer.complete and not was_complete):
+            self.caller.streamed(gained, last=streamer.complete and not was_complete)
 
     def retrying(self, retry: Retrying) -> None:
         streamer = self.streamer
         if streamer.shown:  # the stream restarts: what was shown will not be the reply
             self.caller.abandon("the call is retried")
-        streamer.raw = streamer.shown = ""
+        streamer.reset()
         self.caller.note("model_retry", {"status": retry.text, "seconds": retry.seconds})
         self.caller.retrying(retry)
 

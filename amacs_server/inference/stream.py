@@ -17,6 +17,12 @@ class ReplyStreamer:
     def __init__(self) -> None:
         self.raw = ""
         self.shown = ""
+        self.complete = False  # the reply's string has closed: nothing more of it will come
+
+    def reset(self) -> None:
+        """Start again (the call is retried): nothing shown, nothing complete."""
+        self.raw = self.shown = ""
+        self.complete = False
 
     def feed(self, delta: str) -> str:
         """Add DELTA; return the new part of the reply (often empty)."""
@@ -29,6 +35,10 @@ class ReplyStreamer:
         except ValueError:
             return ""  # not JSON (yet, or at all): show nothing
         reply = data.get("reply") if isinstance(data, dict) else None
+        if isinstance(reply, str) and not self.complete:
+            # Parsed again without the unfinished strings: the reply is there once its string closed.
+            whole = jiter.from_json(self.raw[start:].encode(), partial_mode="on")
+            self.complete = isinstance(whole, dict) and whole.get("reply") == reply
         if not isinstance(reply, str) or not reply.startswith(self.shown) or len(reply) == len(self.shown):
             return ""
         gained = reply[len(self.shown):]

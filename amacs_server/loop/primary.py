@@ -388,8 +388,8 @@ class TickCall(Caller):
     def retrying(self, retry: Retrying) -> None:
         self.rt.face.retrying(retry)
 
-    def streamed(self, gained: str) -> None:
-        self.rt.face.reply_delta(gained)
+    def streamed(self, gained: str, last: bool = False) -> None:
+        self.rt.face.reply_delta(gained, last=last)
 
     def thinking(self, delta: str) -> None:
         self.rt.face.thinking_delta(delta)

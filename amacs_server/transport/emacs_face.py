@@ -111,11 +111,11 @@ class EmacsFace:
         self._sent_agents: dict[int, str] = {}  # every eval sent and not answered, for `started'
         self._refused: dict[int, list[str]] = {}  # per running eval, the person's powers it was refused
 
-    def _send(self, **event: Any) -> bool:
+    def _send(self, now: bool = False, **event: Any) -> bool:
         undeclared = set(event) - {"type"} - EVENTS.get(event["type"], frozenset())
         if undeclared or event["type"] not in EVENTS:  # a bug: Emacs's handlers read only what EVENTS declares
             log.error("an event Emacs's handlers do not know: %s %s", event["type"], sorted(undeclared))
-        if not self.server.notify(event):
+        if not self.server.notify(event, now=now):
             log.info("no Emacs to show %s", event.get("type"))
             return False
         return True
@@ -124,9 +124,9 @@ class EmacsFace:
         """Show the agent's reply (or finish the streamed one)."""
         self._send(type="reply", text=text, streamed=streamed)
 
-    def reply_delta(self, text: str) -> None:
-        """More of the reply, as it streams."""
-        self._send(type="reply-delta", text=text)
+    def reply_delta(self, text: str, last: bool = False) -> None:
+        """More of the reply, as it streams; LAST: the whole reply has streamed (sent at once)."""
+        self._send(type="reply-delta", text=text, now=last)
 
     def thinking_delta(self, text: str) -> None:
         """More of the model's thinking, as it streams."""

@@ -309,8 +309,11 @@ class Outbox:
         self._closed = False
         self._thread: threading.Thread | None = None
 
-    def put(self, event: dict[str, Any]) -> None:
-        """Send EVENT now (at the end of the loop's step), or hold it for the end of the delta window."""
+    def put(self, event: dict[str, Any], now: bool = False) -> None:
+        """Send EVENT now (at the end of the loop's step), or hold it for the end of the delta window.
+        NOW (a ``reply-delta``): the reply's text is complete with it: it and the deltas held go now,
+        not at the window's end (nothing more of the reply is coming to merge with them), nor at
+        the loop step's end, where the streamed ``reply`` that the same step may put drops them."""
         with self._cond:
             if self._closed:
                 raise EPCClosed
@@ -327,11 +330,20 @@ class Outbox:
                         last["text"] += event["text"]
                     else:
                         held.append(dict(event))
+                    if now:
+                        self._held = []
+                        self._last_delta = time.monotonic()
+                        self._out(held)
+                        self._flush_locked()
                     return
-                now = time.monotonic()
-                if now - self._last_delta >= DELTA_WINDOW or self._batch:
-                    self._last_delta = now
+                if now and not event.get("text"):
+                    return  # nothing held and nothing new
+                clock = time.monotonic()
+                if now or clock - self._last_delta >= DELTA_WINDOW or self._batch:
+                    self._last_delta = clock
                     self._out([dict(event)])
+                    if now:
+                        self._flush_locked()
                     return
                 held.append(dict(event))
                 if self._thread is None:
@@ -781,14 +793,15 @@ class AmacsEPCServer(ThreadingEPCServer):
         if not self.headless:
             threading.Thread(target=self.shutdown, daemon=True).start()
 
-    def notify(self, event: dict[str, Any]) -> bool:
-        """Send EVENT to Emacs as a one-way message, in order; False if no Emacs."""
+    def notify(self, event: dict[str, Any], now: bool = False) -> bool:
+        """Send EVENT to Emacs as a one-way message, in order; False if no Emacs.
+        NOW: see :meth:`Outbox.put`."""
         handler = self.emacs
         outbox = handler.outbox if handler is not None else None
         if outbox is None:
             return False
         try:
-            outbox.put(event)
+            outbox.put(event, now=now)
         except OutboxFull as err:  # Emacs reads too slowly: this event is refused, none taken is lost
             log.warning("%s", err)
             return False
