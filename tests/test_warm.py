@@ -132,7 +132,14 @@ def test_a_killed_launcher_stops_its_fork(warm_env: dict[str, str]) -> None:
     server = json.loads((home / "server.json").read_text())["pid"]
     proc.kill()
     proc.wait(timeout=10)
-    wait_until(lambda: not alive(server), timeout=30, what="the fork to stop")
+    try:
+        wait_until(lambda: not alive(server), timeout=30, what="the fork to stop")
+    except AssertionError:  # what the fork was doing, for a failure seen only under load
+        threads = Path(f"/proc/{server}/task")
+        stacks = {t.name: (t / "wchan").read_text() for t in threads.iterdir()} if threads.exists() else {}
+        log = home / "logs" / "server.log"
+        raise AssertionError(f"the fork {server} did not stop; its threads wait in {stacks}; its log:\n"
+                             + (log.read_text() if log.exists() else "(none)")) from None
 
 
 def test_the_forks_status_is_the_launchers(warm_env: dict[str, str]) -> None:
