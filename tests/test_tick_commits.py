@@ -138,3 +138,25 @@ def test_every_ticks_commit_holds_that_ticks_bytes_however_late_it_is_made(sessi
             assert commit_files(home, line[:40]) == expected, f"tick {number}"
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_git_runs_in_a_session_of_its_own_so_a_hangup_to_the_servers_group_spares_the_commit(tmp_path, monkeypatch):
+    """Was: Emacs quit right after a reply; the hangup it sent the server's process group
+    killed the git of the tick's commit ("git ls-files failed (-1)"), and the tick had no commit."""
+    real = shutil.which("git")
+    assert real
+    bin_dir, seen = tmp_path / "bin", tmp_path / "sessions"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "git"
+    wrapper.write_text(f"#!/bin/sh\necho $(ps -o sid= -p $$) \"$1\" >> {seen}\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "agent-chat.org").write_text("* Tick 1\n")
+    worker = CommitWorker(HomeRepo(home))
+    worker.submit(tracked(home), "[TICK 1][no-thread][ok] tick 1")
+    assert worker.stop(60)
+    ran = [line.split() for line in seen.read_text().splitlines()]
+    assert ran and all(int(sid) != os.getsid(0) for sid, *_ in ran), ran
+    assert git(home, "log", "--format=%s").decode().strip() == "[TICK 1][no-thread][ok] tick 1"

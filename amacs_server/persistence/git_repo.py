@@ -140,7 +140,7 @@ def ignored(home: Path, paths: list[Path]) -> frozenset[Path]:
     names = "\0".join(str(p.relative_to(home)) for p in paths) + "\0"
     try:
         run = subprocess.run(["git", "check-ignore", "--no-index", "-z", "--stdin"], cwd=home, input=names.encode(),
-                             capture_output=True, timeout=30, check=False)
+                             capture_output=True, timeout=30, check=False, start_new_session=True)
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
     if run.returncode not in (0, 1):
@@ -276,24 +276,28 @@ class HomeRepo:
         with self._lock:
             if self._prepared:
                 return
-            import git  # noqa: PLC0415 - GitPython, off the start-up path (module docstring)
-
             try:
                 self._set_aside_half_made()
-                repo = git.Repo(self.home) if (self.home / ".git").exists() else git.Repo.init(self.home)
-                with repo.config_writer() as cfg:  # commits work on a machine with no git identity
-                    if not cfg.has_option("user", "name"):
-                        cfg.set_value("user", "name", "AMACS")
-                        cfg.set_value("user", "email", "amacs@localhost")
-                    if not cfg.has_option("gc", "auto"):  # the commit worker packs (PACK_EVERY)
-                        cfg.set_value("gc", "auto", "0")
-                    if not cfg.has_option("maintenance", "auto"):
-                        cfg.set_value("maintenance", "auto", "false")
-                    self._algorithm = str(cfg.get_value("extensions", "objectformat", "sha1")).lower()
-            except (git.GitError, OSError, ValueError) as err:
+                if not (self.home / ".git").exists():
+                    self._git("init", "--quiet")
+                if self._config("user.name") is None:  # commits work on a machine with no git identity
+                    self._git("config", "--local", "user.name", "AMACS")
+                    self._git("config", "--local", "user.email", "amacs@localhost")
+                for key, value in (("gc.auto", "0"), ("maintenance.auto", "false")):  # the worker packs
+                    if self._config(key) is None:
+                        self._git("config", "--local", key, value)
+                self._algorithm = (self._config("extensions.objectformat") or "sha1").lower()
+            except (GitFailed, OSError, ValueError) as err:
                 raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
                                   "the tick is saved on disk") from err
             self._prepared = True
+
+    def _config(self, key: str) -> str | None:
+        """The home's own git config value of KEY (None: not set there)."""
+        try:
+            return self._git("config", "--local", "--get", key) or None
+        except GitFailed:
+            return None
 
     def _set_aside_half_made(self) -> None:
         """A ``.git`` whose making was cut short (no HEAD, or no object in it: the process died in
@@ -318,10 +322,13 @@ class HomeRepo:
         log.warning("the git repository in %s was half made (its set-up was cut short): moved to %s and "
                     "made again", self.home, aside)
 
+    # git runs in a session of its own: the hangup Emacs sends the server's group when it quits
+    # must not kill the commit of the tick the server stops to finish.
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
         with subprocess.Popen(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as proc:
             self._running.add(proc.pid)  # this server's own: no lock of theirs is stale (clear_stale_lock)
             try:
                 stdout, stderr = proc.communicate()
@@ -334,7 +341,7 @@ class HomeRepo:
     def _git_bytes(self, *args: str) -> bytes:
         """git ARGS's output, as bytes (paths as they are)."""
         done = subprocess.run(["git", *args], cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
-                              capture_output=True, check=False)
+                              capture_output=True, check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
                             f"{done.stderr.decode(errors='replace').strip()}")
@@ -343,7 +350,7 @@ class HomeRepo:
     def _git_input(self, data: bytes, *args: str) -> str:
         """git ARGS with DATA on its standard input; its output."""
         done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
-                              check=False)
+                              check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
                             f"{done.stderr.decode(errors='replace').strip()}")
@@ -579,7 +586,7 @@ class HomeRepo:
     def show(self, sha: str, name: str) -> str:
         """NAME as commit SHA has it (GitFailed if it has none)."""
         done = subprocess.run(["git", "show", f"{sha}:{name}"], cwd=self.home, env=self._env,
-                              capture_output=True, check=False)
+                              capture_output=True, check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git show failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
         return done.stdout.decode("utf-8")

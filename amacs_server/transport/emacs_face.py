@@ -116,7 +116,7 @@ class EmacsFace:
         if undeclared or event["type"] not in EVENTS:  # a bug: Emacs's handlers read only what EVENTS declares
             log.error("an event Emacs's handlers do not know: %s %s", event["type"], sorted(undeclared))
         if not self.server.notify(event, now=now):
-            log.info("no Emacs to show %s", event.get("type"))
+            log.info("no Emacs to show %s%s", event.get("type"), f": {event['text']}" if "text" in event else "")
             return False
         return True
 
