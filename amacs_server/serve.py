@@ -183,16 +183,28 @@ class _SignalStop:
 
     def __init__(self) -> None:
         self.cleaning = False
+        self.caught: str | None = None  # the signal that began the stop
+        self.later: list[str] = []  # those that came during the clean-up
         self.previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
+    # The handler writes nothing: it may run inside a write to the log's stream, where a second
+    # write raises instead of the stop.  What it caught is logged by :meth:`log_caught`.
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.cleaning:
-            logging.info("signal %s while stopping: the clean-up goes on", name)
+            self.later.append(name)
             return
         self.cleaning = True
-        logging.info("stopping on signal %s", name)
+        self.caught = name
         raise KeyboardInterrupt
+
+    def log_caught(self) -> None:
+        """Log the signals caught so far (once each)."""
+        if self.caught is not None:
+            logging.info("stopping on signal %s", self.caught)
+            self.caught = None
+        while self.later:
+            logging.info("signal %s while stopping: the clean-up goes on", self.later.pop(0))
 
     def cleaning_up(self) -> None:
         """The clean-up has begun: a signal from now on is only logged."""
@@ -423,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         signals.cleaning_up()
+        signals.log_caught()
         lock.mark_stopping()
         if write_info:
             remove_server_info(home, pid)
@@ -430,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         if rt is not None:
             rt.stop()
         server.server_close()
+        signals.log_caught()
         signals.restore()
     return 1 if builder.failed else 0
 

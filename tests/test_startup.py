@@ -17,9 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_server_modules_import_no_sdk_and_no_gitpython(tmp_path: Path) -> None:
-    """The path to the port line (imports, a Runtime on a new home) needs neither the SDKs nor GitPython.
-
-    GitPython is imported by the first commit, on the commit worker."""
+    """The path to the port line (imports, a Runtime on a new home) needs neither the SDKs nor GitPython,
+    and the first commit makes the repository with git itself, not GitPython."""
     code = ("import sys; from pathlib import Path; "
             "import amacs_server.serve, amacs_server.methods, amacs_server.runtime; "
             "from amacs_server.inference import sdk; sdk.hold(); "  # as serve does until hello
@@ -32,7 +31,7 @@ def test_server_modules_import_no_sdk_and_no_gitpython(tmp_path: Path) -> None:
             "rt.mind.commits.submit([], 'first'); rt.mind.commits.flush(30); "
             "print('git' in sys.modules, rt.mind.repo.log())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
-    assert out.stdout.splitlines() == ["[]", "True ['first']"]
+    assert out.stdout.splitlines() == ["[]", "False ['first']"]
 
 
 def test_port_first_then_only_the_backend_in_use(tmp_path: Path) -> None:

@@ -5,11 +5,10 @@ A tick's commit is that tick: at the tick's end the loop thread takes a
 it), and the commit is built from the snapshot alone, however late it is made.
 Commits are made off the loop thread by one :class:`CommitWorker` per home, in
 tick order: the prompt returns without waiting for git.
-GitPython, which makes or opens the repository and sets its configuration,
-is imported when the first commit is made, on the worker: its ~30 ms import
-is not on the server's start-up path.  Blobs are written by the worker as
-loose objects (zlib, in this process); the index, tree, commit and ref by git
-plumbing commands.
+The first commit makes the repository and sets its configuration with git
+itself.  Blobs are written by the worker as loose objects (zlib, in this
+process); the index, tree, commit and ref by git plumbing commands, each in a
+session of its own.
 """
 
 from __future__ import annotations

@@ -62,10 +62,6 @@ def preload(backends: list[str]) -> None:
 
     for backend in backends:
         sdk.SDKS[backend].load()
-    try:
-        import git  # noqa: F401 - the first commit's GitPython
-    except ImportError:
-        pass
     build_models()
     from ..inference.parse import response_schema
 
