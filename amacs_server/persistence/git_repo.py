@@ -337,10 +337,10 @@ class HomeRepo:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
 
-    def _git_bytes(self, *args: str) -> bytes:
-        """git ARGS's output, as bytes (paths as they are)."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
-                              capture_output=True, check=False, start_new_session=True)
+    def _git_bytes(self, *args: str, data: bytes = b"") -> bytes:
+        """git ARGS's output, as bytes (paths as they are), with DATA on its standard input."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
+                              check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
                             f"{done.stderr.decode(errors='replace').strip()}")
@@ -348,12 +348,7 @@ class HomeRepo:
 
     def _git_input(self, data: bytes, *args: str) -> str:
         """git ARGS with DATA on its standard input; its output."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
-                              check=False, start_new_session=True)
-        if done.returncode != 0:
-            raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
-                            f"{done.stderr.decode(errors='replace').strip()}")
-        return done.stdout.decode().strip()
+        return self._git_bytes(*args, data=data).decode().strip()
 
     def _locks(self) -> list[Path]:
         """The lock files a commit can leave: the index's, config's, HEAD's and the refs'."""
@@ -584,11 +579,7 @@ class HomeRepo:
 
     def show(self, sha: str, name: str) -> str:
         """NAME as commit SHA has it (GitFailed if it has none)."""
-        done = subprocess.run(["git", "show", f"{sha}:{name}"], cwd=self.home, env=self._env,
-                              capture_output=True, check=False, start_new_session=True)
-        if done.returncode != 0:
-            raise GitFailed(f"git show failed ({done.returncode}): {done.stderr.decode(errors='replace').strip()}")
-        return done.stdout.decode("utf-8")
+        return self._git_bytes("show", f"{sha}:{name}").decode("utf-8")
 
     def log(self, count: int = 20) -> list[str]:
         """The subjects of the last COUNT commits, newest first."""
