@@ -107,7 +107,9 @@ def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -
         out["ret_to_request"].append(1000 * (timing["start"] - record["t0"]))
         out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
         # AMACS: the delta that showed the last word (the reply event renders it again, with org).
-        out["last_byte_to_last_word_visible"].append(1000 * ((record.get("last") or record["reply"]) - timing["end"]))
+        # From the write of the last text delta: the last word's bytes, for both kinds alike.
+        out["last_byte_to_last_word_visible"].append(
+            1000 * ((record.get("last") or record["reply"]) - timing.get("last", timing["end"])))
     return out
 
 

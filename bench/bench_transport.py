@@ -79,7 +79,11 @@ def _timed_send_stream(self: Any, body: dict[str, Any], reply: fa.Reply) -> None
     _original_send_stream(self, body, reply)
     end = time.time()
     if isinstance(fake, TimedFake):
-        fake.timings.append({"start": start, "first": fake.chunk_log[before][0], "end": end})
+        # "last": the last text delta's write began; the stream's closing events follow it, and a
+        # quick reader may show the last word before the writer's "end" stamp.
+        fake.timings.append({"start": start, "first": fake.chunk_log[before][0],
+                             "last": fake.chunk_log[-1][0] if len(fake.chunk_log) > before else end,
+                             "end": end})
 
 
 fa._Handler._send_stream = _timed_send_stream  # type: ignore[method-assign]
