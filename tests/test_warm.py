@@ -337,6 +337,35 @@ def test_a_forks_first_reply_finds_its_org_converter_imported() -> None:
     assert out.split() == ["True"]
 
 
+def test_a_forks_runtime_build_imports_nothing(tmp_path: Path) -> None:
+    """Profiled: a fork's build imported hello (~12 ms at load 4) while Emacs's hello waited for
+    the build; every module the build needs is preloaded (a new home and a returning one)."""
+    code = f"""
+import gc, os, sys
+from pathlib import Path
+os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9", AMACS_TOKEN="t" * 64)
+from amacs_server.research.forkserver import preload
+preload(["anthropic"])
+from amacs_server import serve
+from amacs_server.config import load_config
+from amacs_server.scrub import Scrubber
+from amacs_server.transport.server import AmacsEPCServer
+for run in range(2):
+    os.environ["AMACS_HOME"] = {str(tmp_path / "home")!r}
+    config = load_config(dict(os.environ))
+    (config.home / "logs").mkdir(parents=True, exist_ok=True)
+    before = set(sys.modules)
+    server = AmacsEPCServer("t" * 64, headless=False, starting=True)
+    rt = serve.RuntimeBuilder(config, server, Scrubber({{}}), headless=True)._build()
+    print(sorted(set(sys.modules) - before))
+    rt.stop()
+    server.server_close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "[]"]
+
+
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""
