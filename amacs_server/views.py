@@ -18,9 +18,9 @@ from .memory.items import MemoryItem
 from .mind import Mind
 from .model_slot import ModelSlot
 from .persistence.chat_log import ChatLog, shorten
-from .persistence.events import ModelRequest, ModelResponse
 from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
+from .records import ModelRequest, ModelResponse
 from .state.consciousness import Budget
 from .turns import Turns
 
