@@ -17,9 +17,9 @@ from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
 from .mind import Mind
 from .persistence.chat_log import ChatLog, shorten
-from .persistence.events import ModelRequest, ModelResponse
 from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
+from .records import ModelRequest, ModelResponse
 from .state.consciousness import Budget
 
 
