@@ -28,7 +28,7 @@ PACKAGE = "amacs_server"
 # The layers, lowest first (docs/ARCHITECTURE.md, Layers): a unit imports only units of lower layers.
 LAYERS = (
     ("errors",),  # AmacsError, the base of every expected failure
-    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files", "warm_launch"),  # warm_launch: the launcher, standard library only
+    ("faults", "scrub", "config", "arguments", "skills", "threads", "text", "files", "warm_launch", "records"),  # warm_launch: the launcher, standard library only; records: the transcript's events, written from every layer above
     ("state", "hello_settings"),  # state: the agent's state record and the eval's result, read by every layer above; hello_settings: hello's declared model
     ("inference", "memory", "tools_mcp"),
     ("persistence", "context", "local_model", "demo_model", "transport", "face"),  # persistence: git, the org logs, rewind; face: Emacs as the agents see it (a Protocol)

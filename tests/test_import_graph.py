@@ -145,5 +145,5 @@ def test_every_module_opens_with_a_one_line_room_card():
             long.append(str(path.relative_to(g.ROOT.parent)))
     assert long == [], "open the docstring with one line of at most 100 characters, then a blank line"
     rooms = {m: (owns, calls) for m, owns, calls in g.cards()}
-    assert rooms["amacs_server.persistence.events"][1] == []
+    assert rooms["amacs_server.records"][1] == []
     assert "runtime" not in rooms["amacs_server.loop.primary"][1]
