@@ -383,11 +383,13 @@ def hand_over(argv: list[str]) -> int | None:
     return stand_in(asked[0], asked[1], [])
 
 
-def running(directory: str) -> list[int]:
-    """The pids of this user's warm servers in DIRECTORY: each names itself in its KEY.lock while it runs.
+def servers(directory: str) -> list[tuple[int, str]]:
+    """This user's warm servers in DIRECTORY, each as (pid, the checkout it serves).
 
-    Read, not locked: a lock taken to look would make a warm server starting that instant give up."""
-    pids = []
+    Each names itself in its KEY.lock while it runs, and the checkout is the folder its command
+    puts first on its path (:func:`start_warm`).  Read, not locked: a lock taken to look would make
+    a warm server starting that instant give up."""
+    found = []
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -399,28 +401,52 @@ def running(directory: str) -> list[int]:
             with open(os.path.join(directory, name)) as lock:
                 pid = int(lock.read().strip() or 0)
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if pid > 0 and b"amacs_server.warm" in cmdline.read():
-                    pids.append(pid)
+                command = cmdline.read().decode(errors="replace")
         except (OSError, ValueError):
             continue
-    return pids
+        if pid > 0 and "amacs_server.warm" in command:
+            found.append((pid, _checkout(command)))
+    return found
+
+
+def _checkout(command: str) -> str:
+    """The folder COMMAND (a warm server's, as :func:`start_warm` writes it) puts first on its path; "" if none."""
+    start = command.find(_PATH_CALL)
+    if start < 0:
+        return ""
+    rest = command[start + len(_PATH_CALL):]
+    quote = rest[:1]
+    end = rest.find(quote, 1)
+    return rest[1:end] if quote in ("'", '"') and end > 0 else ""
+
+
+_PATH_CALL = "sys.path.insert(0, "
+
+
+def running(directory: str) -> list[int]:
+    """The pids of this checkout's warm servers in DIRECTORY (others' serve other checkouts)."""
+    return [pid for pid, root in servers(directory) if root == ROOT]
 
 
 QUIT_NOTE = ("AMACS: your warm server (pid {pids}) keeps running after Emacs, so that\n"
              "the next ./amacs answers at once (about 100 MB; it exits after 8 idle hours).\n"
              "To stop it now: ./amacs --stop-warm (or kill {pids}).  To never start one:\n"
              "AMACS_WARM=0 ./amacs.  (Said once.)")
-TOLD = "told-at-quit"  # in the warm folder: the quit note was said to this user
+
+
+def told_mark(directory: str) -> str:
+    """The file in DIRECTORY whose presence says the quit note was said for this checkout."""
+    return os.path.join(directory, f"told-at-quit-{zlib.crc32(ROOT.encode()):08x}")
 
 
 def quit_note() -> str:
     """What ./amacs says once Emacs has quit: that a warm server stays, and how to stop it.
 
-    Said once (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR): "" when no warm
-    server runs or it was said before.  Marked said by :func:`said_at_quit`, once it was."""
+    Said once for each checkout (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR): ""
+    when no warm server of this checkout runs or it was said before.  Marked said by :func:`said_at_quit`, once it was."""
     directory = warm_dir()
     pids = running(directory)
-    if not pids or os.path.exists(os.path.join(directory, TOLD)) or not private_dir(directory):
+    if not pids or os.path.exists(told_mark(directory)) or not private_dir(directory):
         return ""
     return QUIT_NOTE.format(pids=" ".join(map(str, pids)))
 
@@ -435,7 +461,7 @@ def said_at_quit(note: str) -> None:
         print(note, flush=True)
     except OSError:
         return
-    with open(os.path.join(warm_dir(), TOLD), "w"):
+    with open(told_mark(warm_dir()), "w"):
         pass
 
 
@@ -446,31 +472,46 @@ START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./a
 def start_note(directory: str, pid: int) -> str:
     """What the first server warm server PID forks says in the shell at hello, when the quit note
     was never said (the terminal closed with Emacs, and ./amacs with it): that it stays, and how
-    to stop it.  "" once said, here or at a quit (TOLD in DIRECTORY)."""
+    to stop it.  "" once said for this checkout, here or at a quit (:func:`told_mark`)."""
     try:
-        with open(os.path.join(directory, TOLD), "x"):  # only the first to make it says it
+        with open(told_mark(directory), "x"):  # only the first to make it says it
             pass
     except OSError:
         return ""
     return START_NOTE.format(pid=pid)
 
 
-def stop_warm() -> list[int]:
-    """Stop this user's warm servers (the servers they forked go on); return their pids."""
-    stopped = []
-    for pid in running(warm_dir()):
+def stop_warm() -> tuple[list[int], list[tuple[int, str]]]:
+    """Stop this checkout's warm servers (the servers they forked go on).
+
+    Returns the pids stopped, and the warm servers left running for other checkouts."""
+    stopped, others = [], []
+    for pid, root in servers(warm_dir()):
+        if root != ROOT:
+            others.append((pid, root))
+            continue
         try:
             os.kill(pid, SIGTERM)
             stopped.append(pid)
         except OSError:
             pass
-    return stopped
+    return stopped, others
+
+
+def stop_report(stopped: list[int], others: list[tuple[int, str]]) -> str:
+    """What ``./amacs --stop-warm`` says: what it stopped, and what it left to other checkouts."""
+    said = (f"AMACS: stopped the warm server of {ROOT} (pid {' '.join(map(str, stopped))})." if stopped
+            else f"AMACS: no warm server of {ROOT} was running.")
+    for pid, root in others:
+        said += (f"\nAMACS: left the warm server of another checkout, {root or 'unknown'} (pid {pid}): "
+                 f"its ./amacs --stop-warm stops it, or kill {pid}.")
+    return said
 
 
 def main(argv: list[str]) -> int:
     """A forked server if the warm server answers; else this process becomes ``python -m amacs_server``.
 
-    ``--quit-note`` prints :func:`quit_note`; ``--stop`` stops the warm servers (./amacs runs both)."""
+    ``--quit-note`` prints :func:`quit_note`; ``--stop`` stops this checkout's warm servers (./amacs runs both)."""
     if argv == ["--quit-note"]:
         note = quit_note()
         if note:
@@ -479,9 +520,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--early"] and len(argv) >= 2:
         return early(argv[1], argv[2:])
     if argv == ["--stop"]:
-        stopped = stop_warm()
-        print(f"AMACS: stopped the warm server (pid {' '.join(map(str, stopped))})." if stopped
-              else "AMACS: no warm server was running.")
+        print(stop_report(*stop_warm()))
         return 0
     status = hand_over(argv)
     if status is not None:

@@ -370,7 +370,7 @@ def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: 
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""
     warm = warm_pid(warm_env)
-    told = Path(warm_env["AMACS_WARM_DIR"]) / warm_launch.TOLD
+    told = Path(warm_launch.told_mark(warm_env["AMACS_WARM_DIR"]))
     master, slave = os.openpty()
     os.close(master)  # the window closed
     try:
@@ -383,3 +383,49 @@ def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: 
                           capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"your warm server (pid {warm}) keeps running" in said
     assert told.exists()
+
+
+def another_checkouts_warm_server(directory: Path, root: str) -> subprocess.Popen[bytes]:
+    """A process that looks, to the launcher, like the warm server of the checkout ROOT: its
+    command names amacs_server.warm after putting ROOT on its path, and a lock names its pid."""
+    code = f"import sys; sys.path.insert(0, {root!r}); import time; 'amacs_server.warm'; time.sleep(120)"
+    other = subprocess.Popen([sys.executable, "-c", code])
+    (directory / "0000other.lock").write_text(str(other.pid))
+    return other
+
+
+def test_stop_warm_stops_this_checkouts_warm_server_and_names_the_others(warm_env: dict[str, str]) -> None:
+    """A person with two checkouts who stops one's warm server must not lose the other's
+    unawares: it is left running and named, with how to stop it."""
+    warm = warm_pid(warm_env)
+    other = another_checkouts_warm_server(Path(warm_env["AMACS_WARM_DIR"]), "/elsewhere/amacs")
+    try:
+        said = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--stop"], env=warm_env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        wait_until(lambda: not alive(warm), timeout=30, what="this checkout's warm server to stop")
+        assert alive(other.pid)
+        assert f"stopped the warm server of {ROOT} (pid {warm})" in said, said
+        assert f"another checkout, /elsewhere/amacs (pid {other.pid})" in said, said
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_quit_note_is_due_once_for_each_checkout(warm_env: dict[str, str]) -> None:
+    """Said for one checkout, the note stays due for another, whose warm server is another
+    process; only this checkout's warm servers are named in it."""
+    warm = warm_pid(warm_env)
+    directory = Path(warm_env["AMACS_WARM_DIR"])
+    other = another_checkouts_warm_server(directory, "/elsewhere/amacs")
+    try:
+        (directory / "told-at-quit-0badc0de").write_text("")  # said for some other checkout
+        said = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        assert f"your warm server (pid {warm}) keeps running" in said, said
+        assert str(other.pid) not in said
+        again = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+        assert again == ""
+    finally:
+        other.kill()
+        other.wait()
