@@ -28,7 +28,9 @@ from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError
 from ..persistence.chat_log import ChatEval
-from ..persistence.events import (
+from ..persistence.git_repo import commit_message
+from ..persistence.scratchpad import ScratchpadEntry
+from ..records import (
     KINDS,
     Eval,
     Interrupted,
@@ -39,8 +41,6 @@ from ..persistence.events import (
     TickEnd,
     TickStart,
 )
-from ..persistence.git_repo import commit_message
-from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError, SkillLibrary
 from ..state.consciousness import ApiSettings, EvalResult
 from .host import TurnHost

@@ -53,8 +53,8 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
+from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
-from .events import Fork, Record, Rewind
 from .git_repo import RACY_NS, CommitError, HomeRepo, Snapshot, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
