@@ -13,7 +13,7 @@ or a top-level module (``runtime``, ``methods``...).
                                        owns) and the units it calls
     scripts/import-graph.py --layers   the graph as a text diagram: each layer's units, top first, with
                                        the units each imports that no longer path already reaches
-                                       (``--bare``: without the modules' counts and lines, as
+                                       (``--bare``: without the totals and the units' sizes, as
                                        docs/ARCHITECTURE.md shows it)
 
 LAYERS says which units sit above which; tests/test_import_graph.py asserts
@@ -332,8 +332,9 @@ def implied(pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
 
 def layers_diagram(root: Path = ROOT, sizes: bool = True) -> list[str]:
     """The import graph of the package at ROOT as text: the totals, the cycles, then each layer of
-    LAYERS from the top, each unit (with its modules and lines when SIZES) and the units it imports
-    (an import up the layers marked ``^``, one a longer path already makes left out, as a count)."""
+    LAYERS from the top, each unit (with its modules and lines) and the units it imports (an import
+    up the layers marked ``^``, one a longer path already makes left out, as a count).  Not SIZES:
+    without the totals and the sizes, only what changes when the drawn graph does."""
     edges = module_edges(root)
     by_unit = unit_edges(edges)
     pairs = set(by_unit)
@@ -351,7 +352,7 @@ def layers_diagram(root: Path = ROOT, sizes: bool = True) -> list[str]:
         size[1] += len(path.read_text(encoding="utf-8").splitlines())
     counts.pop(PACKAGE, None)
     label = {u: f"{u} ({n}, {lines})" if sizes else u for u, (n, lines) in counts.items()}
-    out = [f"{len(edges)} modules, {len(counts)} units, {len(pairs)} imports between units "
+    out = [] if not sizes else [f"{len(edges)} modules, {len(counts)} units, {len(pairs)} imports between units "
            f"({len(pairs - drop)} drawn, {len(drop)} made by a longer path); "
            f"{len(found)} cycles, {len(up)} imports up the layers ({len(up_imports)} of modules)"]
     out += ["cycle: " + " <-> ".join(component) for component, _ in found]
@@ -361,8 +362,10 @@ def layers_diagram(root: Path = ROOT, sizes: bool = True) -> list[str]:
         placed.append(tuple(unplaced))
     width = max(map(len, label.values()))
     for names in placed:
-        out.append("")
-        for name in (n for n in names if n in counts):
+        present = [n for n in names if n in counts]
+        if out and present:
+            out.append("")
+        for name in present:
             calls = sorted(b for a, b in pairs - drop if a == name)
             shown = ", ".join(("^" if (name, b) in up else "") + b for b in calls) or "-"
             out.append(f"  {label[name]:<{width}}  -> {shown}")

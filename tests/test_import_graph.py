@@ -119,6 +119,7 @@ def test_the_layered_diagram_draws_what_no_longer_path_makes(tmp_path):
     assert "1 cycles, 1 imports up the layers (1 of modules)" in lines[0] and lines[1] == "cycle: agents <-> state"
     drawn = {line.split()[0]: line.split("-> ")[1] for line in lines[2:] if "->" in line}
     assert drawn == {"agents": "errors, state", "state": "^agents, errors", "errors": "-"}
+    assert g.layers_diagram(pkg, sizes=False)[:3] == ["cycle: agents <-> state", "", "  agents  -> errors, state"]
 
 
 def test_the_maps_diagram_is_the_scripts():
