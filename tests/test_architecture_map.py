@@ -1,5 +1,5 @@
-"""docs/ARCHITECTURE.md is a true map: every code file it names exists, every elisp file is on it,
-and it leans on no document outside the repository."""
+"""docs/ARCHITECTURE.md is a true map: every code file and code name it names exists, every elisp
+file is on it, and it leans on no document outside the repository."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ MAP = ROOT / "docs" / "ARCHITECTURE.md"
 # What the map may name of the code: Python modules, the elisp files, documents (a home's files,
 # such as consciousness.el or agent-chat.org, are not the code's and are not checked).
 NAMED = re.compile(r"(?<![\w./-])([\w./-]*(?:\.py|amacs[\w-]*\.el|\.md))\b")
+# The names of code the map cites (a function, a class, a variable): elisp's ``amacs-...``, Python's
+# snake_case and CamelCase, a private ``_name``.  A plain word (``Turns``, ``Outbox``) is not checked.
+CODE_NAME = re.compile(r"(?<![\w/-])(amacs-[a-z][\w-]*[a-z]|_*[a-z]+(?:_[a-z0-9]+)+|_[a-z]+|_?[A-Z][a-z]+(?:[A-Z][a-z]*)+"
+                       r"|_[A-Z][a-z]+)(?![\w-])")
 OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\bRFC\b|\bissue \d+|/work/|notes/sessions", re.IGNORECASE)
 
 
@@ -29,6 +33,17 @@ def missing(text: str, files: list[str]) -> list[str]:
     return sorted(n for n in named(text) if not any(f == n or f.endswith("/" + n) for f in files))
 
 
+def code_text() -> str:
+    files = [*(ROOT / "amacs_server").rglob("*.py"), *(ROOT / "elisp").glob("*.el"), *(ROOT / "scripts").iterdir()]
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files if p.is_file())
+
+
+def unknown_names(text: str, code: str) -> list[str]:
+    """The code names TEXT cites that CODE never spells."""
+    return sorted({n for n in (m.group(1) for m in CODE_NAME.finditer(text))
+                   if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", code)})
+
+
 def test_every_file_the_map_names_exists():
     assert missing(MAP.read_text(encoding="utf-8"), repo_files()) == []
 
@@ -43,6 +58,12 @@ def test_the_map_leans_on_nothing_outside_the_repository():
     assert [line for line in text.splitlines() if OUTSIDE.search(line)] == []
 
 
+def test_every_code_name_the_map_cites_exists():
+    """A function, class or variable the map names (its path of the person's input among them)
+    is one the code has: a rename leaves no stale name on the map."""
+    assert unknown_names(MAP.read_text(encoding="utf-8"), code_text()) == []
+
+
 def test_the_checks_see_a_wrong_name():
     """The check itself: a module that moved, or an elisp file the map leaves out, is seen."""
     files = ["amacs_server/text/lisp.py", "elisp/amacs-shell.el", "docs/ARCHITECTURE.md"]
@@ -50,3 +71,7 @@ def test_the_checks_see_a_wrong_name():
     assert missing("goes through `text/lisp.py` (docs/ARCHITECTURE.md)", files) == []
     assert "amacs-hub.el" not in named("amacs-shell.el and amacs-hub")
     assert OUTSIDE.search("leans on a DESIGN.md that is not here")
+    code = "def _route_input(self): ...\nclass TickCall: ...\n(defun amacs-shell--on-reply (event))\n"
+    assert unknown_names("`Turns._route_input`, `TickCall`, amacs-shell--on-reply and Outbox", code) == []
+    assert unknown_names("`Turns._route_text`, `TickCalls`, amacs-shell--on-replies", code) == [
+        "TickCalls", "_route_text", "amacs-shell--on-replies"]
