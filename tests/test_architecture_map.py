@@ -64,6 +64,30 @@ def test_every_code_name_the_map_cites_exists():
     assert unknown_names(MAP.read_text(encoding="utf-8"), code_text()) == []
 
 
+# A global variable of the elisp files with a value (not buffer-local, not a forward declaration);
+# keymaps and hooks are code, not state.
+GLOBAL_VARIABLE = re.compile(r"^\(defvar (amacs[\w-]*[a-z])(?<!-map)(?<!-hook)(?<!-functions)\s+(?!\))", re.M)
+
+
+def global_variables(texts: list[str]) -> set[str]:
+    return {name for text in texts for name in GLOBAL_VARIABLE.findall(text)}
+
+
+def stays_global(text: str) -> set[str]:
+    """The variables the map's "What stays global" names."""
+    part = text.split("- **What stays global.**", 1)[1].split("\n- **", 1)[0]
+    return set(re.findall(r"`(amacs[\w-]*)`", part))
+
+
+def test_every_global_elisp_variable_is_placed_with_its_reason():
+    """A variable one for the whole Emacs holds state for every home at once: the map says why each
+    is (held for one call, one per Emacs on purpose), and a new one fails here until it does."""
+    found = global_variables([p.read_text(encoding="utf-8") for p in (ROOT / "elisp").glob("*.el")])
+    listed = stays_global(MAP.read_text(encoding="utf-8"))
+    assert sorted(found - listed) == [], "global variables the map's 'What stays global' does not place"
+    # (a name the list keeps after its variable is gone fails test_every_code_name_the_map_cites_exists)
+
+
 def test_the_checks_see_a_wrong_name():
     """The check itself: a module that moved, or an elisp file the map leaves out, is seen."""
     files = ["amacs_server/text/lisp.py", "elisp/amacs-shell.el", "docs/ARCHITECTURE.md"]
@@ -75,3 +99,8 @@ def test_the_checks_see_a_wrong_name():
     assert unknown_names("`Turns._route_input`, `TickCall`, amacs-shell--on-reply and Outbox", code) == []
     assert unknown_names("`Turns._route_text`, `TickCalls`, amacs-shell--on-replies", code) == [
         "TickCalls", "_route_text", "amacs-shell--on-replies"]
+    elisp = ("(defvar amacs--new-state nil\n  \"Doc.\")\n(defvar amacs-x-map (make-sparse-keymap))\n"
+             "(defvar amacs-done-hook nil)\n(defvar amacs--declared)\n(defvar-local amacs--mine nil)\n")
+    assert global_variables([elisp]) == {"amacs--new-state"}
+    assert stays_global("- **What stays global.** `amacs--a` and\n  `amacs--b`.\n- **Next.** `amacs--c`") == {
+        "amacs--a", "amacs--b"}
