@@ -1,4 +1,4 @@
-"""Transcript events are declared once (amacs_server/persistence/events.py), written and read
+"""Transcript events are declared once (amacs_server/records.py), written and read
 through those records; what the research readers ask of a transcript is declared there too."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from amacs_server import records as events
 from amacs_server.agents.agent import Agent
-from amacs_server.persistence import events
 from amacs_server.persistence.transcript import AgentIdentity, Transcript
 from amacs_server.state.consciousness import EvalResult
 
@@ -92,7 +92,7 @@ def test_the_reader_check_sees_a_literal_kind_and_key():
 
 
 def renamed(monkeypatch: pytest.MonkeyPatch, record: type[events.Record], old: str, new: str) -> None:
-    """RECORD's field OLD declared as NEW, as an edit of events.py would leave it (for this test)."""
+    """RECORD's field OLD declared as NEW, as an edit of records.py would leave it (for this test)."""
     declared = dict(record.__dataclass_fields__)  # type: ignore[attr-defined]
     field = copy.copy(declared.pop(old))
     field.name = new
@@ -100,7 +100,7 @@ def renamed(monkeypatch: pytest.MonkeyPatch, record: type[events.Record], old: s
 
 
 def test_a_field_renamed_in_the_records_fails_the_research_readers(tmp_path, monkeypatch):
-    """Renaming a field in events.py breaks the dataset and the transcripts summary where their
+    """Renaming a field in records.py breaks the dataset and the transcripts summary where their
     queries are made (a KeyError naming it), not a researcher's report with an empty column."""
     import duckdb
 
