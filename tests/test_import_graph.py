@@ -119,6 +119,17 @@ def test_the_layered_diagram_draws_what_no_longer_path_makes(tmp_path):
     assert "1 cycles, 1 imports up the layers (1 of modules)" in lines[0] and lines[1] == "cycle: agents <-> state"
     drawn = {line.split()[0]: line.split("-> ")[1] for line in lines[2:] if "->" in line}
     assert drawn == {"agents": "errors, state", "state": "^agents, errors", "errors": "-"}
+    assert g.layers_diagram(pkg, sizes=False)[:3] == ["cycle: agents <-> state", "", "  agents  -> errors, state"]
+
+
+def test_the_maps_diagram_is_the_scripts():
+    """docs/ARCHITECTURE.md shows the graph as ``scripts/import-graph.py --layers --bare`` prints it."""
+    g = graph()
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    shown = text.split("`scripts/import-graph.py --layers --bare` prints it", 1)[1].split("```text\n", 1)[1]
+    shown = shown.split("```", 1)[0]
+    assert shown.splitlines() == g.layers_diagram(sizes=False), \
+        "the map's import graph is not the code's: paste `scripts/import-graph.py --layers --bare` into it"
 
 
 def test_elisp_requires_keep_the_layers():
