@@ -887,6 +887,13 @@ def test_a_rewind_or_fork_reads_only_what_changed_since_the_tick_or_was_not_seal
     assert not {"consciousness.el", "scratchpad.org", history.STATE_FILE} & set(read), read
     for where in (home, fork):
         assert _git(where, "status", "--porcelain", "--untracked-files=no") == ""
+    rt = runtime(home, fake.url)  # the server rewinds and forks the memory.db it checked and opened
+    try:
+        asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
+        rt.fork(None, tmp_path / "served-fork")
+    finally:
+        rt.stop()
+    assert checked == []
     (home / "memory.db.clean").unlink()
     history.rewind(home, 1)
     assert checked == [home / "memory.db"]

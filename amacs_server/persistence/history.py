@@ -648,14 +648,15 @@ def _quick_check(db_path: Path) -> str:
         return str(err)
 
 
-def _refuse_damaged_memory(home: Path, doing: str) -> None:
+def _refuse_damaged_memory(home: Path, doing: str, *, served: bool = False) -> None:
     """HistoryError, in one line, if HOME's memory.db is damaged (before anything is done).  A
     database sealed by a clean close and not written since is not read again (as at start:
-    ``ltm.check_database``): its pages were checked when it was opened, or it was sealed then."""
+    ``ltm.check_database``): its pages were checked when it was opened, or it was sealed then;
+    nor one SERVED by the server asking (it opened it after that check, and alone wrote it since)."""
     from ..memory.ltm import sealed  # noqa: PLC0415 - sqlite schema, only when a rewind or fork runs
 
     db_path = home / "memory.db"
-    if not db_path.exists() or sealed(db_path):
+    if served or not db_path.exists() or sealed(db_path):
         return
     problem = _quick_check(db_path)
     if problem != "ok":
@@ -664,14 +665,14 @@ def _refuse_damaged_memory(home: Path, doing: str) -> None:
                            f"rebuilds it), then {doing} again")
 
 
-def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
+def _refuse_damaged(home: Path, repo: HomeRepo, *, served: bool) -> str | None:
     """HistoryError, in one line, if HOME's tick state or memory.db is damaged or git is busy in
     it; checked before anything changes.  Returns the note of a stale git lock removed, or None."""
     state = home / STATE_FILE
     if state.exists() and read_state(home) is None:
         raise HistoryError(f"refused: {state} is damaged (it does not read as a tick state); nothing was "
                            f"changed. Restore it (git -C {home} checkout HEAD -- {STATE_FILE}), then rewind again")
-    _refuse_damaged_memory(home, "rewind")
+    _refuse_damaged_memory(home, "rewind", served=served)
     try:
         return repo.clear_stale_lock()
     except CommitError as err:
@@ -680,13 +681,13 @@ def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
                            "again") from err
 
 
-def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any], str | None]:
+def _prepare(home: Path, tick: int, limit: float | None, *, served: bool) -> tuple[dict[str, Any], str | None]:
     """Everything a rewind of HOME to TICK will do, decided, with nothing the home shows changed:
     the journal, and the note of a stale git lock removed."""
     commit = tick_commit(home, tick)
     state = state_at(home, commit, tick)
     repo = HomeRepo(home)
-    note = _refuse_damaged(home, repo)
+    note = _refuse_damaged(home, repo, served=served)
     now = read_state(home)
     last = now["tick"] if now else last_tick(home)
     head = _git(home, "rev-parse", "HEAD").decode().strip()
@@ -836,7 +837,7 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
     try:
         earlier = finish_unfinished(home)
         faults.point("rewind.start")
-        journal, stale = _prepare(home, tick, limit)
+        journal, stale = _prepare(home, tick, limit, served=locked)
         sha = _finish(home, journal)
         notes = [n for n in (earlier, stale) if n]
         return Done(home, tick, sha, str(journal["ref"]), time.perf_counter() - t0, notes)
@@ -985,7 +986,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
-        _refuse_damaged_memory(home, "fork")
+        _refuse_damaged_memory(home, "fork", served=locked)
         dest.parent.mkdir(parents=True, exist_ok=True)
         cleared = _clear_cut_short(dest)
         made = dest.parent / f"{_FORKING.format(dest.name)}{os.getpid()}"
