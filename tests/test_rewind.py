@@ -1287,4 +1287,8 @@ def test_a_transcripts_future_is_found_reading_its_end_where_a_whole_read_finds_
     nxt = min([at for t, no, at in stamps if t > cut and not no], default=last + 30)
     for ended in (None, last + late * (nxt - last)):
         whole = history._future_of_transcript(data, cut, ended)
+        parsed = [json.loads(row) for row in rows]  # the rule, read off the rows as written
+        first = next((i for i, row in enumerate(parsed) if (row["tick"] is not None and row["tick"] > cut) or
+                      (row["tick"] is None and ended is not None and row["ts"] > ended)), None)
+        assert whole == (None if first is None else len("".join(rows[:first]).encode()))
         assert history._transcript_future(path, cut, ended) == (None if whole is None else (whole, data[whole:]))

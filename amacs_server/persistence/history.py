@@ -280,11 +280,12 @@ def lock(home: Path) -> HomeLock:
     return lock
 
 
-def _check_out(home: Path, commit: str, state: dict[str, Any]) -> HomeRepo:
+def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
-    ever held: a skill or month made after the last commit).  Returns the home's repository
-    knowing the blob of each file left as COMMIT has it (its next commit hashes only the others)."""
+    ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
+    or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
+    the others)."""
     if faults.armed("rewind.read-tree-lock"):
         faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                  home / ".git" / "index.lock")
@@ -306,7 +307,8 @@ def _check_out(home: Path, commit: str, state: dict[str, Any]) -> HomeRepo:
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
             held.pop(rel)
-    repo = HomeRepo(home)
+    repo = repo or HomeRepo(home)
+    repo.forget_head()
     repo.assume(held.values())
     return repo
 
@@ -447,16 +449,17 @@ def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | 
     kept).  A line's first ``"tick":`` and ``"ts":`` are its own: a string value cannot hold a
     bare quote, and both come before ``data``."""
     at = 0
-    for line in data.splitlines(keepends=True):
-        found = _TICK_FIELD.search(line)
+    while at < len(data):  # each line searched where it lies, not copied: a line can be a whole request
+        end = data.find(b"\n", at) + 1 or len(data)
+        found = _TICK_FIELD.search(data, at, end)
         if found and found[1] != b"null":
             if int(found[1]) > tick:
                 return at
         elif ended is not None:
-            ts = _TS_FIELD.search(line)
+            ts = _TS_FIELD.search(data, at, end)
             if ts and float(ts[1]) > ended:
                 return at
-        at += len(line)
+        at = end
     return None
 
 
@@ -590,11 +593,11 @@ def _mktree(home: Path, blobs: dict[str, str]) -> str:
     return _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
 
 
-def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
+def _commit_beside(repo: HomeRepo, parent: str, files: dict[str, bytes], message: str) -> str:
     """A commit on PARENT of its tree with FILES (path -> bytes, in folders PARENT's tree does
     not have) added; its sha.  No index, ref or working file is touched."""
+    home = repo.home
     folders: dict[str, dict[str, str]] = {}
-    repo = HomeRepo(home)
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
         blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
@@ -681,9 +684,11 @@ def _refuse_damaged(home: Path, repo: HomeRepo, *, served: bool) -> str | None:
                            "again") from err
 
 
-def _prepare(home: Path, tick: int, limit: float | None, *, served: bool) -> tuple[dict[str, Any], str | None]:
+def _prepare(home: Path, tick: int, limit: float | None, *,
+             served: bool) -> tuple[dict[str, Any], dict[str, Any], HomeRepo, str | None]:
     """Everything a rewind of HOME to TICK will do, decided, with nothing the home shows changed:
-    the journal, and the note of a stale git lock removed."""
+    the journal, the tick state it returns to, the home's repository, and the note of a stale git
+    lock removed."""
     commit = tick_commit(home, tick)
     state = state_at(home, commit, tick)
     repo = HomeRepo(home)
@@ -704,7 +709,7 @@ def _prepare(home: Path, tick: int, limit: float | None, *, served: bool) -> tup
     cut = _futures(home, tick, state)
     results = _results_after(home, state.get("ended_at"))
     if cut or results:
-        kept = _commit_beside(home, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
+        kept = _commit_beside(repo, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
                               f"[TICK {last}][abandoned] the transcripts' and logs' lines after tick {tick}")
     left = 0
     if (home / "memory.db").exists():
@@ -724,7 +729,7 @@ def _prepare(home: Path, tick: int, limit: float | None, *, served: bool) -> tup
     atomic_write(path, json.dumps(journal))
     sync_paths([path])
     faults.point("rewind.journaled")
-    return journal, note
+    return journal, state, repo, note
 
 
 def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
@@ -759,9 +764,10 @@ def _final_message(j: dict[str, Any]) -> str:
             f"future is {j['ref']}")
 
 
-def _finish(home: Path, j: dict[str, Any]) -> str:
-    """Do (or do again: each step gives the same home) the rewind journal J describes; the sha
-    of its last commit.  The journal is removed at the end."""
+def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, repo: HomeRepo | None = None) -> str:
+    """Do (or do again: each step gives the same home) the rewind journal J describes (STATE: the
+    tick state of its commit, and REPO the home's repository, when there already); the sha of its
+    last commit.  The journal is removed at the end."""
     tick, commit, ref = int(j["tick"]), str(j["commit"]), str(j["ref"])
     head = _git(home, "rev-parse", "HEAD").decode().strip()
     subject = _git(home, "log", "-1", "--format=%s%x00%P", head).decode().strip().split("\0")
@@ -774,11 +780,12 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
             _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
         faults.point("rewind.head")
         try:
-            HomeRepo(home).clear_stale_lock()  # a git killed in the check-out below left its lock
+            (repo or HomeRepo(home)).clear_stale_lock()  # a git killed in the check-out below left its lock
         except CommitError as err:
             raise HistoryError(f"the rewind to tick {tick} is not finished: {str(err).partition('; the tick')[0]}; "
                                "run it again once that git is done") from err
-        repo = _check_out(home, commit, state_at(home, commit, tick))
+        state = state or state_at(home, commit, tick)
+        repo = _check_out(home, commit, state, repo)
         faults.point("rewind.checked-out")
         for rel, (at, end, digest) in j["cut"].items():
             _cut_out(home / rel, at, end, digest)
@@ -791,7 +798,7 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
             person_limit.write(home, float(j["limit"]))
         faults.point("rewind.spend")
         if (home / "memory.db").exists():
-            _memory_at(home / "memory.db", state_at(home, commit, tick), ref)
+            _memory_at(home / "memory.db", state, ref)
         faults.point("rewind.memory")
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
@@ -837,8 +844,8 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
     try:
         earlier = finish_unfinished(home)
         faults.point("rewind.start")
-        journal, stale = _prepare(home, tick, limit, served=locked)
-        sha = _finish(home, journal)
+        journal, state, repo, stale = _prepare(home, tick, limit, served=locked)
+        sha = _finish(home, journal, state, repo)
         notes = [n for n in (earlier, stale) if n]
         return Done(home, tick, sha, str(journal["ref"]), time.perf_counter() - t0, notes)
     finally:
