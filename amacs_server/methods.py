@@ -19,8 +19,8 @@ from .agents.kinds import PRIMARY
 from .arguments import Flag, Text, checked
 from .errors import AmacsError, Refused
 from .face import Face
-from .persistence.events import ControlRefused, ControlUnattributed
 from .persistence.transcript import Transcript
+from .records import ControlRefused, ControlUnattributed
 from .runtime import Runtime
 from .tools import registry
 from .tools.agents import Control, acting_as_its_eval

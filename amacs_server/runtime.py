@@ -27,11 +27,11 @@ from .loop.host import Settings, TurnHost
 from .memory.ltm import DatabaseCheck
 from .mind import Mind
 from .model_slot import ModelSlot
-from .persistence.events import ModelSwitch, Rewind
 from .persistence.history import fork as fork_home
 from .persistence.history import last_tick
 from .persistence.history import rewind as rewind_home
 from .persistence.transcript import Transcript
+from .records import ModelSwitch, Rewind
 from .scrub import Scrubber
 from .state.consciousness import ConsciousnessError
 from .tools.kit import ToolHost

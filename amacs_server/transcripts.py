@@ -3,7 +3,7 @@
 Every JSONL line has the same top-level columns (docs/ARCHITECTURE.md, Persistence and git), so
 DuckDB reads thousands of files directly; ``data`` is kept as JSON.  What a query names of a line
 (its kind, its data's fields) it names through the records that declare them
-(:mod:`~amacs_server.persistence.events`, :class:`Of`), here and in research's dataset.
+(:mod:`~amacs_server.records`, :class:`Of`), here and in research's dataset.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .persistence.events import Blocked, EvalResultRecord, ModelResponse, Record, json_path
+from .records import Blocked, EvalResultRecord, ModelResponse, Record, json_path
 
 if TYPE_CHECKING:
     import duckdb
@@ -30,7 +30,7 @@ class Of:
     """A kind of transcript event as a query names it, from the record that declares it: in an
     f-string, ``{Of(ModelResponse)}`` is ``'model_response'`` and ``{Of(ModelResponse).usage.input_tokens}``
     the JSON path ``$.usage.input_tokens`` of its line's data.  The first name after the kind must
-    be a field of the record (:func:`~amacs_server.persistence.events.json_path`), checked as the
+    be a field of the record (:func:`~amacs_server.records.json_path`), checked as the
     query is made: a field renamed in the records fails the readers' tests, not a report."""
 
     def __init__(self, record: type[Record], path: str = "") -> None:

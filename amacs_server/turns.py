@@ -23,9 +23,9 @@ from .errors import Refused, Stopping
 from .face import Face
 from .files import PersistenceError, deferred_sync
 from .mind import Mind
-from .persistence.events import Posted
 from .persistence.recovery import explain_os_error
 from .persistence.transcript import Transcript
+from .records import Posted
 
 log = logging.getLogger("amacs")
 

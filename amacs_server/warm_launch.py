@@ -31,17 +31,21 @@ is never served by it (a new one starts; the old one exits once its forks have).
 
 from __future__ import annotations
 
-import hmac
-import json
 import os
 import select
-import signal
-import socket
 import stat
 import struct
 import sys
 import time
 import zlib
+
+# The C modules under socket, signal and json: this process is on the path from Emacs's start to
+# the server's port, and those three import enum, re and collections (~25 ms of CPU of its ~45,
+# profiled on 2 cores at load 4; its wall time 120-270 ms from Emacs's call to its main).  The
+# early start's paths, off that path, import them as they need them.
+from _json import encode_basestring_ascii as _quote
+from _signal import SIG_DFL, SIGHUP, SIGINT, SIGQUIT, SIGTERM, signal
+from _socket import AF_UNIX, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET, socket
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(PACKAGE)
@@ -96,7 +100,7 @@ def stamp() -> str:
     return f"{zlib.crc32(key.encode()):08x}"
 
 
-def _read_int(sock: socket.socket) -> int | None:
+def _read_int(sock: socket) -> int | None:
     """The next 4-byte integer from SOCK, or None if it closed first."""
     data = b""
     while len(data) < 4:
@@ -139,14 +143,34 @@ def start_warm(directory: str, key: str) -> None:
         os._exit(0)
 
 
-def _send(sock: socket.socket, message: dict[str, object], fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    socket.send_fds(sock, [struct.pack("!I", len(data)) + data], fds or [])
+def _json(value: object) -> str:
+    """VALUE (str, int, bool, None, and lists and str-keyed dicts of them) in JSON, as ``json.dumps``
+    writes it (with its C string encoder), without importing json (re, enum)."""
+    if isinstance(value, str):
+        return str(_quote(value))
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(_json, value)) + "]"
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return "{" + ", ".join(f"{_quote(k)}: {_json(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"not sent as JSON: {type(value).__name__}")
 
 
-def _receive(sock: socket.socket, maxfds: int = 0) -> tuple[dict[str, object], list[int]]:
+def _send(sock: socket, message: dict[str, object], fds: list[int] | None = None) -> None:
+    data = _json(message).encode()
+    rights = [(SOL_SOCKET, SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    sock.sendmsg([struct.pack("!I", len(data)) + data], rights)
+
+
+def _receive(sock: socket, maxfds: int = 0) -> tuple[dict[str, object], list[int]]:
     """A message of :func:`_send` (at most 1 MiB) and the files sent with it."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, maxfds)
+    import json
+    import socket as sockets
+
+    data, fds, _flags, _addr = sockets.recv_fds(sock, 65536, maxfds)  # type: ignore[arg-type]
     if len(data) < 4 or struct.unpack("!I", data[:4])[0] > 1 << 20:
         raise OSError("bad message")
     (length,) = struct.unpack("!I", data[:4])
@@ -162,7 +186,7 @@ def _receive(sock: socket.socket, maxfds: int = 0) -> tuple[dict[str, object], l
     return message, fds
 
 
-def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[socket.socket, int] | None:
+def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[socket, int] | None:
     """Ask the warm server for a fork serving ARGV with ENV and standard files FDS: its socket and pid.
 
     None when none answered (one is then started for next time)."""
@@ -170,7 +194,7 @@ def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[soc
     if not private_dir(directory):
         return None
     key = stamp()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket(AF_UNIX, SOCK_STREAM)
     try:
         sock.connect(os.path.join(directory, f"{key}.sock"))
     except OSError:
@@ -199,10 +223,13 @@ def early(directory: str, argv: list[str]) -> int:
     fork's pid, its request, its socket to the warm server and the read ends of its standard
     output and error; others are closed unanswered.  Nobody took it within EARLY_WAIT seconds,
     or ./amacs is gone: the fork is stopped."""
+    import hmac
+    import socket as sockets
+
     token = os.environ.get("AMACS_EARLY_TOKEN", "")
     if len(token) < 32 or not private_dir(directory):
         return 2
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = sockets.socket(AF_UNIX, SOCK_STREAM)
     listener.bind(os.path.join(directory, EARLY_SOCKET))
     listener.listen(4)
     env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
@@ -222,7 +249,7 @@ def early(directory: str, argv: list[str]) -> int:
         conn, _ = listener.accept()
         with conn:
             try:
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                creds = conn.getsockopt(SOL_SOCKET, sockets.SO_PEERCRED, struct.calcsize("3i"))
                 shown, _fds = _receive(conn)
                 if struct.unpack("3i", creds)[1] != os.getuid() or not hmac.compare_digest(
                         str(shown.get("token", "")), token):
@@ -236,11 +263,11 @@ def early(directory: str, argv: list[str]) -> int:
             except (OSError, ValueError):
                 continue
     if asked is not None:  # the fork stops when its launcher's end closes, as for a killed launcher
-        os.kill(asked[1], signal.SIGTERM)
+        os.kill(asked[1], SIGTERM)
     return 1
 
 
-def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
+def _take_early(argv: list[str]) -> tuple[socket, int, int, int] | None:
     """The early fork ./amacs asked for ($AMACS_EARLY), if it was asked for as this launch of ARGV would be:
     its socket to the warm server, its pid, the read ends of its stdout and stderr.
 
@@ -250,7 +277,7 @@ def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
     if not directory:
         return None
     path = os.path.join(directory, EARLY_SOCKET)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket(AF_UNIX, SOCK_STREAM)
     deadline = time.monotonic() + EARLY_FIND
     while True:
         try:
@@ -261,23 +288,24 @@ def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
                 sock.close()
                 return None
             time.sleep(0.005)
-    with sock:
-        try:
-            _send(sock, {"token": os.environ.get("AMACS_TOKEN", "")})
-            answer, fds = _receive(sock, 3)
-        except (OSError, ValueError):
-            return None
+    try:
+        _send(sock, {"token": os.environ.get("AMACS_TOKEN", "")})
+        answer, fds = _receive(sock, 3)
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
     pid = answer.get("pid")
     if not isinstance(pid, int) or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         return None
-    warm = socket.socket(fileno=fds[0])
+    warm = socket(fileno=fds[0])
     env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
     if answer.get("env") == env and answer.get("argv") == argv and answer.get("cwd") == os.getcwd():
         return warm, pid, fds[1], fds[2]
     try:  # asked for otherwise: stopped, and its end waited for (it holds the home's lock)
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, SIGTERM)
         _read_int(warm)
     except OSError:
         pass
@@ -301,7 +329,7 @@ def _relay(source: int, target: int) -> bool:
     return bool(data)
 
 
-def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> int:
+def stand_in(sock: socket, pid: int, relayed: list[tuple[int, int]]) -> int:
     """Stand in for fork PID (its warm server's socket SOCK) until it exits: its status.
 
     Signals to this process are passed on to it; RELAYED pairs (read end, target fd) are copied
@@ -314,8 +342,8 @@ def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> i
         except ProcessLookupError:
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, forward)
+    for sig in (SIGTERM, SIGHUP, SIGINT, SIGQUIT):
+        signal(sig, forward)
     parent = os.getppid()
     open_ends = dict(relayed)
     while True:
@@ -335,7 +363,7 @@ def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> i
         return 1  # the warm server and the fork are both gone
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed: so is this process, as Emacs would have seen the server killed
-        signal.signal(-code, signal.SIG_DFL)
+        signal(-code, SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
@@ -355,11 +383,13 @@ def hand_over(argv: list[str]) -> int | None:
     return stand_in(asked[0], asked[1], [])
 
 
-def running(directory: str) -> list[int]:
-    """The pids of this user's warm servers in DIRECTORY: each names itself in its KEY.lock while it runs.
+def servers(directory: str) -> list[tuple[int, str]]:
+    """This user's warm servers in DIRECTORY, each as (pid, the checkout it serves).
 
-    Read, not locked: a lock taken to look would make a warm server starting that instant give up."""
-    pids = []
+    Each names itself in its KEY.lock while it runs, and the checkout is the folder its command
+    puts first on its path (:func:`start_warm`).  Read, not locked: a lock taken to look would make
+    a warm server starting that instant give up."""
+    found = []
     try:
         names = sorted(os.listdir(directory))
     except OSError:
@@ -371,28 +401,52 @@ def running(directory: str) -> list[int]:
             with open(os.path.join(directory, name)) as lock:
                 pid = int(lock.read().strip() or 0)
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if pid > 0 and b"amacs_server.warm" in cmdline.read():
-                    pids.append(pid)
+                command = cmdline.read().decode(errors="replace")
         except (OSError, ValueError):
             continue
-    return pids
+        if pid > 0 and "amacs_server.warm" in command:
+            found.append((pid, _checkout(command)))
+    return found
+
+
+def _checkout(command: str) -> str:
+    """The folder COMMAND (a warm server's, as :func:`start_warm` writes it) puts first on its path; "" if none."""
+    start = command.find(_PATH_CALL)
+    if start < 0:
+        return ""
+    rest = command[start + len(_PATH_CALL):]
+    quote = rest[:1]
+    end = rest.find(quote, 1)
+    return rest[1:end] if quote in ("'", '"') and end > 0 else ""
+
+
+_PATH_CALL = "sys.path.insert(0, "
+
+
+def running(directory: str) -> list[int]:
+    """The pids of this checkout's warm servers in DIRECTORY (others' serve other checkouts)."""
+    return [pid for pid, root in servers(directory) if root == ROOT]
 
 
 QUIT_NOTE = ("AMACS: your warm server (pid {pids}) keeps running after Emacs, so that\n"
              "the next ./amacs answers at once (about 100 MB; it exits after 8 idle hours).\n"
              "To stop it now: ./amacs --stop-warm (or kill {pids}).  To never start one:\n"
              "AMACS_WARM=0 ./amacs.  (Said once.)")
-TOLD = "told-at-quit"  # in the warm folder: the quit note was said to this user
+
+
+def told_mark(directory: str) -> str:
+    """The file in DIRECTORY whose presence says the quit note was said for this checkout."""
+    return os.path.join(directory, f"told-at-quit-{zlib.crc32(ROOT.encode()):08x}")
 
 
 def quit_note() -> str:
     """What ./amacs says once Emacs has quit: that a warm server stays, and how to stop it.
 
-    Said once (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR): "" when no warm
-    server runs or it was said before.  Marked said by :func:`said_at_quit`, once it was."""
+    Said once for each checkout (until the folder is cleared, at a reboot for $XDG_RUNTIME_DIR): ""
+    when no warm server of this checkout runs or it was said before.  Marked said by :func:`said_at_quit`, once it was."""
     directory = warm_dir()
     pids = running(directory)
-    if not pids or os.path.exists(os.path.join(directory, TOLD)) or not private_dir(directory):
+    if not pids or os.path.exists(told_mark(directory)) or not private_dir(directory):
         return ""
     return QUIT_NOTE.format(pids=" ".join(map(str, pids)))
 
@@ -407,7 +461,7 @@ def said_at_quit(note: str) -> None:
         print(note, flush=True)
     except OSError:
         return
-    with open(os.path.join(warm_dir(), TOLD), "w"):
+    with open(told_mark(warm_dir()), "w"):
         pass
 
 
@@ -418,31 +472,46 @@ START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./a
 def start_note(directory: str, pid: int) -> str:
     """What the first server warm server PID forks says in the shell at hello, when the quit note
     was never said (the terminal closed with Emacs, and ./amacs with it): that it stays, and how
-    to stop it.  "" once said, here or at a quit (TOLD in DIRECTORY)."""
+    to stop it.  "" once said for this checkout, here or at a quit (:func:`told_mark`)."""
     try:
-        with open(os.path.join(directory, TOLD), "x"):  # only the first to make it says it
+        with open(told_mark(directory), "x"):  # only the first to make it says it
             pass
     except OSError:
         return ""
     return START_NOTE.format(pid=pid)
 
 
-def stop_warm() -> list[int]:
-    """Stop this user's warm servers (the servers they forked go on); return their pids."""
-    stopped = []
-    for pid in running(warm_dir()):
+def stop_warm() -> tuple[list[int], list[tuple[int, str]]]:
+    """Stop this checkout's warm servers (the servers they forked go on).
+
+    Returns the pids stopped, and the warm servers left running for other checkouts."""
+    stopped, others = [], []
+    for pid, root in servers(warm_dir()):
+        if root != ROOT:
+            others.append((pid, root))
+            continue
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, SIGTERM)
             stopped.append(pid)
         except OSError:
             pass
-    return stopped
+    return stopped, others
+
+
+def stop_report(stopped: list[int], others: list[tuple[int, str]]) -> str:
+    """What ``./amacs --stop-warm`` says: what it stopped, and what it left to other checkouts."""
+    said = (f"AMACS: stopped the warm server of {ROOT} (pid {' '.join(map(str, stopped))})." if stopped
+            else f"AMACS: no warm server of {ROOT} was running.")
+    for pid, root in others:
+        said += (f"\nAMACS: left the warm server of another checkout, {root or 'unknown'} (pid {pid}): "
+                 f"its ./amacs --stop-warm stops it, or kill {pid}.")
+    return said
 
 
 def main(argv: list[str]) -> int:
     """A forked server if the warm server answers; else this process becomes ``python -m amacs_server``.
 
-    ``--quit-note`` prints :func:`quit_note`; ``--stop`` stops the warm servers (./amacs runs both)."""
+    ``--quit-note`` prints :func:`quit_note`; ``--stop`` stops this checkout's warm servers (./amacs runs both)."""
     if argv == ["--quit-note"]:
         note = quit_note()
         if note:
@@ -451,9 +520,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--early"] and len(argv) >= 2:
         return early(argv[1], argv[2:])
     if argv == ["--stop"]:
-        stopped = stop_warm()
-        print(f"AMACS: stopped the warm server (pid {' '.join(map(str, stopped))})." if stopped
-              else "AMACS: no warm server was running.")
+        print(stop_report(*stop_warm()))
         return 0
     status = hand_over(argv)
     if status is not None:

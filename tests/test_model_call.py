@@ -28,7 +28,7 @@ from amacs_server.inference.model_call import (
 )
 from amacs_server.inference.pricing import Usage
 from amacs_server.inference.retry import InferenceError, Retrying
-from amacs_server.persistence.events import KINDS
+from amacs_server.records import KINDS
 from amacs_server.state.consciousness import ApiSettings
 from tests.fake_anthropic import agent_json
 

@@ -178,7 +178,7 @@ def test_monologue_keeps_lines_across_restart(tmp_path):
 
 
 def test_transcript_lines_share_columns_and_hide_secrets(tmp_path):
-    from amacs_server.persistence.events import Eval, ModelRequest
+    from amacs_server.records import Eval, ModelRequest
 
     t = Transcript(tmp_path, "run-1", secrets=("sk-SECRET",))
     t.write(ModelRequest(request={"headers": "x-api-key: sk-SECRET"}), tick=1)

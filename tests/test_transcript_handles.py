@@ -14,7 +14,8 @@ import stat
 import pytest
 
 from amacs_server.persistence import transcript as transcript_module
-from amacs_server.persistence.events import (
+from amacs_server.persistence.transcript import AgentIdentity, Transcript
+from amacs_server.records import (
     AgentStart,
     Eval,
     ModelRequest,
@@ -23,7 +24,6 @@ from amacs_server.persistence.events import (
     Posted,
     Resumed,
 )
-from amacs_server.persistence.transcript import AgentIdentity, Transcript
 
 
 def descriptors_of(path):

@@ -7,8 +7,10 @@ and stops when the launcher is told to stop or is killed (as Emacs does).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import py_compile
 import signal
 import subprocess
 import sys
@@ -140,6 +142,59 @@ def test_a_killed_launcher_stops_its_fork(warm_env: dict[str, str]) -> None:
         log = home / "logs" / "server.log"
         raise AssertionError(f"the fork {server} did not stop; its threads wait in {stacks}; its log:\n"
                              + (log.read_text() if log.exists() else "(none)")) from None
+
+
+def test_the_launcher_imports_no_module_that_imports_re_or_enum(warm_env: dict[str, str]) -> None:
+    """Profiled (tmux, load 4-5): Emacs's call to start the server reached the launcher's first line
+    120-270 ms later, and its imports of json, socket, signal and hmac (re, enum, collections,
+    functools: ~25 ms of its ~45 ms of CPU) were on the path to the server's port; it uses the C
+    modules under them.  Seen in the launcher's own import times, on a launch the warm server forks."""
+    warm = warm_pid(warm_env)
+    proc = subprocess.Popen([sys.executable, "-S", "-X", "importtime", str(LAUNCHER)], env=warm_env, cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    assert parent_of(json.loads((home / "server.json").read_text())["pid"]) == warm  # a fork: the launcher stood in
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    imported = {line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert {"os", "_socket", "_json"} <= imported
+    assert not imported & {"re", "enum", "collections", "functools", "json", "socket", "signal", "hmac", "selectors"}
+
+
+def test_emacs_runs_the_launcher_from_its_bytecode(warm_env: dict[str, str]) -> None:
+    """Run by path, the launcher was compiled at every start (13-34 ms of CPU on 2 loaded cores,
+    between Emacs's start of the server and its port line): Emacs imports it, and its code comes
+    from the bytecode scripts/setup.sh writes.  Its path stays the command's last word."""
+    elisp = ("(progn (add-to-list 'package-directory-list \"/usr/share/emacs/site-lisp/elpa\") (package-initialize) "
+             "(require 'amacs-server) (let ((noninteractive nil)) "
+             "(princ (mapconcat #'identity (amacs--server-launch-command) \"\\n\"))))")
+    command = subprocess.run(["emacs", "-Q", "--batch", "-L", str(ROOT / "elisp"), "--eval", elisp], capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split("\n")
+    assert command[0] == str(ROOT / ".venv" / "bin" / "python") and command[-1] == str(LAUNCHER)
+    py_compile.compile(str(LAUNCHER), cfile=importlib.util.cache_from_source(str(LAUNCHER)), doraise=True)
+    warm = warm_pid(warm_env)
+    proc = subprocess.Popen([command[0], "-v", *command[1:]], env=warm_env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    assert parent_of(json.loads((home / "server.json").read_text())["pid"]) == warm
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert f"code object from '{importlib.util.cache_from_source(str(LAUNCHER))}'" in err
+
+
+def test_the_launchers_request_is_the_json_json_dumps_writes() -> None:
+    """Its own encoder (json is not imported): the fork reads the request with json.loads."""
+    message = {"argv": ["--home", "é\udcff\n\"\\"], "env": {**os.environ, "Z": "\u2028\x00"}, "cwd": "/tmp",
+               "pid": 5, "none": None, "flag": True}
+    assert warm_launch._json(message) == json.dumps(message)
+    with pytest.raises(TypeError):
+        warm_launch._json({"float": 1.5})
 
 
 def test_the_forks_status_is_the_launchers(warm_env: dict[str, str]) -> None:
@@ -308,11 +363,40 @@ def test_a_forks_first_reply_finds_its_org_converter_imported() -> None:
     assert out.split() == ["True"]
 
 
+def test_a_forks_runtime_build_imports_nothing(tmp_path: Path) -> None:
+    """Profiled: a fork's build imported hello (~12 ms at load 4) while Emacs's hello waited for
+    the build; every module the build needs is preloaded (a new home and a returning one)."""
+    code = f"""
+import gc, os, sys
+from pathlib import Path
+os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9", AMACS_TOKEN="t" * 64)
+from amacs_server.research.forkserver import preload
+preload(["anthropic"])
+from amacs_server import serve
+from amacs_server.config import load_config
+from amacs_server.scrub import Scrubber
+from amacs_server.transport.server import AmacsEPCServer
+for run in range(2):
+    os.environ["AMACS_HOME"] = {str(tmp_path / "home")!r}
+    config = load_config(dict(os.environ))
+    (config.home / "logs").mkdir(parents=True, exist_ok=True)
+    before = set(sys.modules)
+    server = AmacsEPCServer("t" * 64, headless=False, starting=True)
+    rt = serve.RuntimeBuilder(config, server, Scrubber({{}}), headless=True)._build()
+    print(sorted(set(sys.modules) - before))
+    rt.stop()
+    server.server_close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "[]"]
+
+
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""
     warm = warm_pid(warm_env)
-    told = Path(warm_env["AMACS_WARM_DIR"]) / warm_launch.TOLD
+    told = Path(warm_launch.told_mark(warm_env["AMACS_WARM_DIR"]))
     master, slave = os.openpty()
     os.close(master)  # the window closed
     try:
@@ -325,3 +409,49 @@ def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: 
                           capture_output=True, text=True, timeout=60, check=True).stdout
     assert f"your warm server (pid {warm}) keeps running" in said
     assert told.exists()
+
+
+def another_checkouts_warm_server(directory: Path, root: str) -> subprocess.Popen[bytes]:
+    """A process that looks, to the launcher, like the warm server of the checkout ROOT: its
+    command names amacs_server.warm after putting ROOT on its path, and a lock names its pid."""
+    code = f"import sys; sys.path.insert(0, {root!r}); import time; 'amacs_server.warm'; time.sleep(120)"
+    other = subprocess.Popen([sys.executable, "-c", code])
+    (directory / "0000other.lock").write_text(str(other.pid))
+    return other
+
+
+def test_stop_warm_stops_this_checkouts_warm_server_and_names_the_others(warm_env: dict[str, str]) -> None:
+    """A person with two checkouts who stops one's warm server must not lose the other's
+    unawares: it is left running and named, with how to stop it."""
+    warm = warm_pid(warm_env)
+    other = another_checkouts_warm_server(Path(warm_env["AMACS_WARM_DIR"]), "/elsewhere/amacs")
+    try:
+        said = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--stop"], env=warm_env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        wait_until(lambda: not alive(warm), timeout=30, what="this checkout's warm server to stop")
+        assert alive(other.pid)
+        assert f"stopped the warm server of {ROOT} (pid {warm})" in said, said
+        assert f"another checkout, /elsewhere/amacs (pid {other.pid})" in said, said
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_quit_note_is_due_once_for_each_checkout(warm_env: dict[str, str]) -> None:
+    """Said for one checkout, the note stays due for another, whose warm server is another
+    process; only this checkout's warm servers are named in it."""
+    warm = warm_pid(warm_env)
+    directory = Path(warm_env["AMACS_WARM_DIR"])
+    other = another_checkouts_warm_server(directory, "/elsewhere/amacs")
+    try:
+        (directory / "told-at-quit-0badc0de").write_text("")  # said for some other checkout
+        said = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=True).stdout
+        assert f"your warm server (pid {warm}) keeps running" in said, said
+        assert str(other.pid) not in said
+        again = subprocess.run([sys.executable, "-S", str(LAUNCHER), "--quit-note"], env=warm_env, cwd=ROOT,
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+        assert again == ""
+    finally:
+        other.kill()
+        other.wait()

@@ -29,7 +29,7 @@ from typing import Protocol
 from ..agents.kinds import Ending
 from ..inference.parse import AgentResponse
 from ..inference.retry import new_turn
-from ..persistence.events import Eval, EvalResultRecord, Record, Refused, ReplyBlocked
+from ..records import Eval, EvalResultRecord, Record, Refused, ReplyBlocked
 from ..state.consciousness import EvalResult
 
 

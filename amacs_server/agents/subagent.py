@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..context.assemble import notice_text, section
 from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
-from ..persistence.events import KINDS, BudgetStop, ModelRequest, Record, StepLimit
+from ..records import KINDS, BudgetStop, ModelRequest, Record, StepLimit
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..inference.pricing import dollars
 from ..memory.active import ActiveMemory, MemoryRefused
 from ..memory.memid import BRAIN
-from ..persistence.events import (
+from ..records import (
     AgentEnd,
     AgentStart,
     Blocked,

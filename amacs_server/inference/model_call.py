@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 MAX_COMPACTIONS = 3  # refusals as too long one call compacts for before it fails
-# The transcript events the call writes, by kind: each is a record of persistence/events.py, which
+# The transcript events the call writes, by kind: each is a record of records.py, which
 # sits above this layer; the agent writes ``KINDS[kind].of(data)`` (tests/test_model_call.py).
 CallEvent = Literal["model_request", "model_response", "model_error", "model_retry", "model_adapted",
                     "context_compacted", "parse_error"]

@@ -28,7 +28,9 @@ from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
 from ..inference.retry import InferenceError
 from ..persistence.chat_log import ChatEval
-from ..persistence.events import (
+from ..persistence.git_repo import commit_message
+from ..persistence.scratchpad import ScratchpadEntry
+from ..records import (
     KINDS,
     Eval,
     Interrupted,
@@ -39,8 +41,6 @@ from ..persistence.events import (
     TickEnd,
     TickStart,
 )
-from ..persistence.git_repo import commit_message
-from ..persistence.scratchpad import ScratchpadEntry
 from ..skills import SkillError, SkillLibrary
 from ..state.consciousness import ApiSettings, EvalResult
 from .host import TurnHost
@@ -504,11 +504,12 @@ def _commit(rt: TurnHost, message: str) -> None:
     """Write the tick state that makes the tick restorable (persistence.history) and queue the
     tick's commit of the files as they are now, at its end (in order; a failure is shown as a
     warning when it happens)."""
+    files = rt.mind.tick_files()
     try:
         with deferred_sync():
-            rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state())
+            rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state(), files)
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.mind.commits.submit(rt.mind.tracked_files(), message)
+    rt.mind.commits.submit(rt.mind.tracked_files(), message, known=files)
     rt.ledger.tell_ticked(rt.face)

@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import AmacsError
+from ..records import ModelResponse
 from ..state.consciousness import Consciousness
 from ..text.lisp import alist_loads
-from .events import ModelResponse
 from .git_repo import GitFailed, HomeRepo
 
 CONSCIOUSNESS = "consciousness.el"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .events import Line, Record, parse
+from ..records import Line, Record, parse
 
 if TYPE_CHECKING:
     from ..scrub import Scrubber

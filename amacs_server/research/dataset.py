@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..persistence.events import (
+from ..records import (
     AgentEnd,
     AgentStart,
     Blocked,

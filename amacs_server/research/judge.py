@@ -47,7 +47,7 @@ from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
 from ..inference.model_call import Caller
-from ..persistence.events import KINDS, AgentEnd, AgentStart
+from ..records import KINDS, AgentEnd, AgentStart
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..persistence.events import (
+from ..records import (
     BudgetStop,
     Line,
     ModelError,

@@ -39,7 +39,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..persistence.events import ModelRequest, ModelResponse, TickEnd, TickStart, scan
+from ..records import ModelRequest, ModelResponse, TickEnd, TickStart, scan
 from .outcome import verdict
 from .spec import Run, skill_folders
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..persistence.events import ToolCall
+from ..records import ToolCall
 from ..tools_mcp import calls
 from ..tools_mcp.hub import McpError
 from .agents import Evals, caller_of

@@ -37,8 +37,8 @@ from ..memory.items import DEFAULT_PAGE_CHARS, MAX_PAGE_CHARS, Kind, MemoryItem,
 from ..memory.ltm import LtmError
 from ..memory.memid import NAME, MemId, MemIdError
 from ..mind import Mind
-from ..persistence.events import MEMORY_CALLS
 from ..persistence.scratchpad import ScratchpadEntry
+from ..records import MEMORY_CALLS
 from ..state.consciousness import ConsciousnessError
 from .kit import Takes, ToolError, ToolHost, refusals
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..arguments import Options, Strings, Text, checked
 from ..mind import Mind
-from ..persistence.events import PersonAddBuffer
 from ..persistence.transcript import Transcript
+from ..records import PersonAddBuffer
 from ..skills import SkillError
 from ..threads import Thread, ThreadError
 from .kit import Takes, ToolError, refusals

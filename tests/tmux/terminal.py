@@ -142,6 +142,10 @@ class Terminal:
         """The rows scrolled above the screen (the terminal after Emacs quit), oldest first."""
         return self._tmux("capture-pane", "-p", "-S", "-200", "-E", "-1", "-t", "amacs")
 
+    def under_emacs(self) -> str:
+        """The terminal's own screen, kept under Emacs's while it runs: what shows again when Emacs quits."""
+        return self._tmux("capture-pane", "-p", "-a", "-t", "amacs")
+
     def screen_with_escapes(self) -> str:
         """The screen with its colour and attribute escape sequences."""
         return self._tmux("capture-pane", "-p", "-e", "-t", "amacs")

@@ -31,6 +31,8 @@ def test_amacs_local_opens_the_shell_on_the_local_model(terminal):
     term = terminal(width=160, height=40, args=("--local",), ANTHROPIC_API_KEY="")
     screen = term.wait_for("not for real work", timeout=60, what="the note on what the model is for")
     assert "No API key" not in screen, screen
+    # The set-up's line naming the model file is for scripts: it would show again when Emacs quits.
+    assert "model: " not in term.under_emacs(), term.under_emacs()
     assert term.elisp_string("(amacs-status :model)") == "smollm2"
     assert term.elisp_string("(amacs-status :backend)") == "openai"
     log = term.amacs_home / "logs" / "local-model.log"

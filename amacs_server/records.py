@@ -3,6 +3,9 @@
 :class:`~.transcript.Transcript` writes them and
 :func:`read` reads them back; the research readers name kinds and fields through them.
 
+Room card: imports nothing of the package, so every layer writes its events as these records (the
+one model call in ``inference/`` too) and every reader reads them through the same types.
+
 A record's fields are the keys of its line's ``data`` (docs/ARCHITECTURE.md, Persistence and git):
 a field may be written under another key (``key``: ``from`` is a Python keyword), left out when it
 is None (``omitted``: the field is sometimes not there at all), or spread into ``data`` (``spread``:
