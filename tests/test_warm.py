@@ -392,6 +392,33 @@ for run in range(2):
     assert out.split("\n")[:2] == ["[]", "[]"]
 
 
+def test_a_fork_publishes_its_methods_before_it_answers_hello(tmp_path: Path) -> None:
+    """Profiled (tmux, load 5): the methods were published by a thread started once hello was
+    answered, 0.4-7 ms later, and the submit Emacs sent at once waited for it.  A fork has their
+    module imported: they are published as the runtime is built, before hello's answer."""
+    code = f"""
+import os
+os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9", AMACS_TOKEN="t" * 64,
+                  AMACS_HOME={str(tmp_path / "home")!r})
+from amacs_server.research.forkserver import preload
+preload(["anthropic"])
+from amacs_server import serve
+from amacs_server.config import load_config
+from amacs_server.scrub import Scrubber
+from amacs_server.transport.server import AmacsEPCServer
+config = load_config(dict(os.environ))
+(config.home / "logs").mkdir(parents=True, exist_ok=True)
+server = AmacsEPCServer("t" * 64, headless=False, starting=True)
+rt = serve.RuntimeBuilder(config, server, Scrubber({{}}), headless=False)._build()
+print(server.published(), server.get_method("submit").__name__)
+rt.stop()
+server.server_close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split() == ["True", "submit"]
+
+
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""
