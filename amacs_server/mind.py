@@ -23,8 +23,9 @@ from .files import atomic_write
 from .memory.active import ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatEntry, ChatLog
-from .persistence.git_repo import CommitWorker, HomeRepo
+from .persistence.git_repo import CommitWorker, HomeRepo, Snapshot
 from .persistence.history import (
+    STATE_FILE,
     HistoryError,
     active_rows,
     file_sizes,
@@ -231,21 +232,28 @@ class Mind:
 
     # -- changing it ---------------------------------------------------------------
 
-    def tick_state(self, model: str, agents: dict[str, Any]) -> dict[str, object]:
+    def tick_state(self, model: str, agents: dict[str, Any], files: Snapshot | None = None) -> dict[str, object]:
         """What the request after this tick is built from, beyond the org files and LTM's rows
         (persistence.history), the primary's on MODEL and the live subagents' AGENTS: written at
-        each tick's end and committed with it."""
+        each tick's end and committed with it.  The logs' sizes are those FILES (the tick's
+        :meth:`tick_files`) holds, else those on disk."""
         self.ltm.commit()  # the rows it counts are in the database, not only in this connection's view
         # ended_at and logs: a rewind to this tick moves the transcripts' lines of no tick written
         # after it, and what every file of logs/ holds beyond its mark (persistence.history).
         return {"version": 1, "tick": self.consciousness.current_tick, "ended_at": time.time(), "model": model,
-                "files": file_sizes(self.home), "logs": log_marks(self.home), "ltm_max_id": ltm_watermark(self.ltm.db),
+                "files": file_sizes(self.home, files), "logs": log_marks(self.home), "ltm_max_id": ltm_watermark(self.ltm.db),
                 "active": active_rows(self.ltm.db), "memory": self.memory.order_state(),
                 "conversation": conversation_state(self.conversation), "agents": agents}
 
-    def save_tick_state(self, model: str, agents: dict[str, Any]) -> None:
+    def save_tick_state(self, model: str, agents: dict[str, Any], files: Snapshot | None = None) -> None:
         """Write :meth:`tick_state` (synced by the commit worker with the tick's other files)."""
-        write_state(self.home, self.tick_state(model, agents))
+        write_state(self.home, self.tick_state(model, agents, files))
+
+    def tick_files(self) -> Snapshot:
+        """The files a tick commits but the tick state, as they are now: the tick state records
+        the logs' sizes this snapshot holds, and the tick's commit holds these bytes (so the two
+        agree, and each file is looked at once a tick)."""
+        return self.repo.snapshots.take([p for p in self.tracked_files() if p != self.home / STATE_FILE])
 
     def sync_threads(self, *, save: bool = True) -> None:
         """Mirror the thread book into consciousness (active-thread, pending-threads)."""

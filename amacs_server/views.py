@@ -9,42 +9,23 @@ from __future__ import annotations
 import json
 from typing import Protocol
 
-from .agents.world import AgentWorld
 from .errors import Refused
 from .inference.pricing import dollars
 from .ledger import Ledger
+from .loop.host import RuntimeParts
 from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
 from .mind import Mind
-from .model_slot import ModelSlot
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.history import abandoned_futures, fork_origin
 from .persistence.transcript import Transcript
 from .records import ModelRequest, ModelResponse
 from .state.consciousness import Budget
-from .turns import Turns
 
 
-class ViewHost(Protocol):
-    """The parts the views read (the Runtime holds them: runtime.py checks it)."""
-
-    @property
-    def mind(self) -> Mind: ...
-
-    @property
-    def slot(self) -> ModelSlot: ...
-
-    @property
-    def ledger(self) -> Ledger: ...
-
-    @property
-    def turns(self) -> Turns: ...
-
-    @property
-    def world(self) -> AgentWorld: ...
-
-    @property
-    def transcript(self) -> Transcript: ...
+class ViewHost(RuntimeParts, Protocol):
+    """The parts the views read (the Runtime holds them: runtime.py checks it): those the turn
+    reads too, the run's id, and what start-up recovered from."""
 
     @property
     def run_id(self) -> str: ...

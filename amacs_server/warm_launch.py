@@ -31,17 +31,21 @@ is never served by it (a new one starts; the old one exits once its forks have).
 
 from __future__ import annotations
 
-import hmac
-import json
 import os
 import select
-import signal
-import socket
 import stat
 import struct
 import sys
 import time
 import zlib
+
+# The C modules under socket, signal and json: this process is on the path from Emacs's start to
+# the server's port, and those three import enum, re and collections (~25 ms of CPU of its ~45,
+# profiled on 2 cores at load 4; its wall time 120-270 ms from Emacs's call to its main).  The
+# early start's paths, off that path, import them as they need them.
+from _json import encode_basestring_ascii as _quote
+from _signal import SIG_DFL, SIGHUP, SIGINT, SIGQUIT, SIGTERM, signal
+from _socket import AF_UNIX, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET, socket
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(PACKAGE)
@@ -96,7 +100,7 @@ def stamp() -> str:
     return f"{zlib.crc32(key.encode()):08x}"
 
 
-def _read_int(sock: socket.socket) -> int | None:
+def _read_int(sock: socket) -> int | None:
     """The next 4-byte integer from SOCK, or None if it closed first."""
     data = b""
     while len(data) < 4:
@@ -139,14 +143,34 @@ def start_warm(directory: str, key: str) -> None:
         os._exit(0)
 
 
-def _send(sock: socket.socket, message: dict[str, object], fds: list[int] | None = None) -> None:
-    data = json.dumps(message).encode()
-    socket.send_fds(sock, [struct.pack("!I", len(data)) + data], fds or [])
+def _json(value: object) -> str:
+    """VALUE (str, int, bool, None, and lists and str-keyed dicts of them) in JSON, as ``json.dumps``
+    writes it (with its C string encoder), without importing json (re, enum)."""
+    if isinstance(value, str):
+        return str(_quote(value))
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(map(_json, value)) + "]"
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return "{" + ", ".join(f"{_quote(k)}: {_json(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"not sent as JSON: {type(value).__name__}")
 
 
-def _receive(sock: socket.socket, maxfds: int = 0) -> tuple[dict[str, object], list[int]]:
+def _send(sock: socket, message: dict[str, object], fds: list[int] | None = None) -> None:
+    data = _json(message).encode()
+    rights = [(SOL_SOCKET, SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))] if fds else []
+    sock.sendmsg([struct.pack("!I", len(data)) + data], rights)
+
+
+def _receive(sock: socket, maxfds: int = 0) -> tuple[dict[str, object], list[int]]:
     """A message of :func:`_send` (at most 1 MiB) and the files sent with it."""
-    data, fds, _flags, _addr = socket.recv_fds(sock, 65536, maxfds)
+    import json
+    import socket as sockets
+
+    data, fds, _flags, _addr = sockets.recv_fds(sock, 65536, maxfds)  # type: ignore[arg-type]
     if len(data) < 4 or struct.unpack("!I", data[:4])[0] > 1 << 20:
         raise OSError("bad message")
     (length,) = struct.unpack("!I", data[:4])
@@ -162,7 +186,7 @@ def _receive(sock: socket.socket, maxfds: int = 0) -> tuple[dict[str, object], l
     return message, fds
 
 
-def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[socket.socket, int] | None:
+def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[socket, int] | None:
     """Ask the warm server for a fork serving ARGV with ENV and standard files FDS: its socket and pid.
 
     None when none answered (one is then started for next time)."""
@@ -170,7 +194,7 @@ def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[soc
     if not private_dir(directory):
         return None
     key = stamp()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket(AF_UNIX, SOCK_STREAM)
     try:
         sock.connect(os.path.join(directory, f"{key}.sock"))
     except OSError:
@@ -199,10 +223,13 @@ def early(directory: str, argv: list[str]) -> int:
     fork's pid, its request, its socket to the warm server and the read ends of its standard
     output and error; others are closed unanswered.  Nobody took it within EARLY_WAIT seconds,
     or ./amacs is gone: the fork is stopped."""
+    import hmac
+    import socket as sockets
+
     token = os.environ.get("AMACS_EARLY_TOKEN", "")
     if len(token) < 32 or not private_dir(directory):
         return 2
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = sockets.socket(AF_UNIX, SOCK_STREAM)
     listener.bind(os.path.join(directory, EARLY_SOCKET))
     listener.listen(4)
     env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
@@ -222,7 +249,7 @@ def early(directory: str, argv: list[str]) -> int:
         conn, _ = listener.accept()
         with conn:
             try:
-                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                creds = conn.getsockopt(SOL_SOCKET, sockets.SO_PEERCRED, struct.calcsize("3i"))
                 shown, _fds = _receive(conn)
                 if struct.unpack("3i", creds)[1] != os.getuid() or not hmac.compare_digest(
                         str(shown.get("token", "")), token):
@@ -236,11 +263,11 @@ def early(directory: str, argv: list[str]) -> int:
             except (OSError, ValueError):
                 continue
     if asked is not None:  # the fork stops when its launcher's end closes, as for a killed launcher
-        os.kill(asked[1], signal.SIGTERM)
+        os.kill(asked[1], SIGTERM)
     return 1
 
 
-def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
+def _take_early(argv: list[str]) -> tuple[socket, int, int, int] | None:
     """The early fork ./amacs asked for ($AMACS_EARLY), if it was asked for as this launch of ARGV would be:
     its socket to the warm server, its pid, the read ends of its stdout and stderr.
 
@@ -250,7 +277,7 @@ def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
     if not directory:
         return None
     path = os.path.join(directory, EARLY_SOCKET)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = socket(AF_UNIX, SOCK_STREAM)
     deadline = time.monotonic() + EARLY_FIND
     while True:
         try:
@@ -261,23 +288,24 @@ def _take_early(argv: list[str]) -> tuple[socket.socket, int, int, int] | None:
                 sock.close()
                 return None
             time.sleep(0.005)
-    with sock:
-        try:
-            _send(sock, {"token": os.environ.get("AMACS_TOKEN", "")})
-            answer, fds = _receive(sock, 3)
-        except (OSError, ValueError):
-            return None
+    try:
+        _send(sock, {"token": os.environ.get("AMACS_TOKEN", "")})
+        answer, fds = _receive(sock, 3)
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.close()
     pid = answer.get("pid")
     if not isinstance(pid, int) or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         return None
-    warm = socket.socket(fileno=fds[0])
+    warm = socket(fileno=fds[0])
     env = {k: v for k, v in os.environ.items() if k not in EARLY_IGNORED}
     if answer.get("env") == env and answer.get("argv") == argv and answer.get("cwd") == os.getcwd():
         return warm, pid, fds[1], fds[2]
     try:  # asked for otherwise: stopped, and its end waited for (it holds the home's lock)
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, SIGTERM)
         _read_int(warm)
     except OSError:
         pass
@@ -301,7 +329,7 @@ def _relay(source: int, target: int) -> bool:
     return bool(data)
 
 
-def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> int:
+def stand_in(sock: socket, pid: int, relayed: list[tuple[int, int]]) -> int:
     """Stand in for fork PID (its warm server's socket SOCK) until it exits: its status.
 
     Signals to this process are passed on to it; RELAYED pairs (read end, target fd) are copied
@@ -314,8 +342,8 @@ def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> i
         except ProcessLookupError:
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
-        signal.signal(sig, forward)
+    for sig in (SIGTERM, SIGHUP, SIGINT, SIGQUIT):
+        signal(sig, forward)
     parent = os.getppid()
     open_ends = dict(relayed)
     while True:
@@ -335,7 +363,7 @@ def stand_in(sock: socket.socket, pid: int, relayed: list[tuple[int, int]]) -> i
         return 1  # the warm server and the fork are both gone
     code = os.waitstatus_to_exitcode(status)
     if code < 0:  # killed: so is this process, as Emacs would have seen the server killed
-        signal.signal(-code, signal.SIG_DFL)
+        signal(-code, SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 
@@ -463,7 +491,7 @@ def stop_warm() -> tuple[list[int], list[tuple[int, str]]]:
             others.append((pid, root))
             continue
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, SIGTERM)
             stopped.append(pid)
         except OSError:
             pass

@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tests.fake_anthropic as fa  # noqa: E402
-from bench.bench_transport import AMACS_PROBES, REPLY_TEXT, TimedFake  # noqa: E402
+from bench.bench_transport import AMACS_PROBES, LAST_WORD, REPLY_TEXT, TimedFake, written_at  # noqa: E402
 from bench.common import save, summary  # noqa: E402
 from bench.interactive import Recorder, amacs_terminal, load  # noqa: E402
 from tests.tmux.terminal import ROOT, Terminal  # noqa: E402
@@ -98,8 +98,15 @@ def show(term: Terminal, buffer_form: str) -> None:
     time.sleep(0.2)  # the switch redisplayed, Emacs idle again
 
 
-def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -> dict[str, list[float]]:
-    """Per-turn ms from Emacs's RECORDS and the fake's TIMINGS (one request per turn)."""
+# Where the last text each kind shows ends in the fake's reply: AMACS shows the reply's string (its
+# last word, then the JSON's close, which it never shows); gptel the whole text (its probe: "null}").
+SHOWN_END = {"amacs": REPLY_TEXT.index(LAST_WORD) + len(LAST_WORD), "gptel": len(REPLY_TEXT)}
+
+
+def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, Any]],
+               shown_end: int = len(REPLY_TEXT)) -> dict[str, list[float]]:
+    """Per-turn ms from Emacs's RECORDS and the fake's TIMINGS (one request per turn).
+    SHOWN_END: where the last text the kind shows ends in the reply (the last word's reference)."""
     out: dict[str, list[float]] = {"turn_overhead": [], "ret_to_request": [], "first_text_visible": [],
                                    "last_byte_to_last_word_visible": []}
     for record, timing in zip(records, timings, strict=True):
@@ -107,9 +114,11 @@ def phase_rows(records: list[dict[str, Any]], timings: list[dict[str, float]]) -
         out["ret_to_request"].append(1000 * (timing["start"] - record["t0"]))
         out["first_text_visible"].append(1000 * ((record["first"] or record["reply"]) - timing["first"]))
         # AMACS: the delta that showed the last word (the reply event renders it again, with org).
-        # From the write of the last text delta: the last word's bytes, for both kinds alike.
+        # From the write of the text delta that holds the last word each kind shows, for both alike:
+        # in 100 chunks AMACS's last word comes two deltas before gptel's ("null}"), and the fake
+        # may be descheduled between them.
         out["last_byte_to_last_word_visible"].append(
-            1000 * ((record.get("last") or record["reply"]) - timing.get("last", timing["end"])))
+            1000 * ((record.get("last") or record["reply"]) - written_at(timing, shown_end)))
     return out
 
 
@@ -172,7 +181,7 @@ def run(peers: Path, n_fast: int, n_slow: int, tmp: Path, warmup: int = WARMUP, 
                     if i >= warmup:
                         got[name][kind][0].append(record)
                         got[name][kind][1].append(timing)
-        samples = {name: {kind: phase_rows(*got[name][kind]) for kind in kinds} for name in phases}
+        samples = {name: {kind: phase_rows(*got[name][kind], SHOWN_END[kind]) for kind in kinds} for name in phases}
         pick = {"turn overhead, zero-latency model": ("zero-latency, 100 chunks", "turn_overhead"),
                 "turn overhead, 100 chunks at 20 ms": ("100 chunks at 20 ms", "turn_overhead"),
                 "first text -> visible, streaming": ("100 chunks at 20 ms", "first_text_visible"),

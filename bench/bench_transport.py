@@ -60,6 +60,7 @@ MODEL_PAUSE = 0.03
 WORDS = 400
 REPLY_TEXT = json.dumps({"reply": " ".join(f"word{i:03d}" for i in range(WORDS)), "mood": "calm",
                          "confidence": 0.9, "monologue": "answered", "eval": None})
+LAST_WORD = f"word{WORDS - 1:03d}"
 
 
 class TimedFake(fa.FakeAnthropic):
@@ -80,10 +81,20 @@ def _timed_send_stream(self: Any, body: dict[str, Any], reply: fa.Reply) -> None
     end = time.time()
     if isinstance(fake, TimedFake):
         # "last": the last text delta's write began; the stream's closing events follow it, and a
-        # quick reader may show the last word before the writer's "end" stamp.
+        # quick reader may show the last word before the writer's "end" stamp.  "chunks": each
+        # text delta's (write began, characters sent so far), for a reference chosen by what a
+        # reader shows (:func:`written_at`).
+        chunks = [list(c) for c in fake.chunk_log[before:]]
         fake.timings.append({"start": start, "first": fake.chunk_log[before][0],
-                             "last": fake.chunk_log[-1][0] if len(fake.chunk_log) > before else end,
-                             "end": end})
+                             "last": chunks[-1][0] if chunks else end, "end": end, "chunks": chunks})
+
+
+def written_at(timing: dict[str, Any], chars: int) -> float:
+    """When the fake began to write the text delta that brought the reply's first CHARS characters."""
+    for at, sent in timing.get("chunks") or ():
+        if sent >= chars:
+            return float(at)
+    return timing.get("last", timing["end"])
 
 
 fa._Handler._send_stream = _timed_send_stream  # type: ignore[method-assign]
@@ -105,6 +116,7 @@ AMACS_PROBES = """(progn
   (advice-add 'amacs-shell--on-reply :after
     (lambda (_e) (setq bench-reply (float-time)) (unless bench-last (setq bench-last bench-reply))))
   ;; The reply's last word on screen: the delta that brought it, or the reply (none streamed).
+  ;; Looked for in this reply's streamed text only: the one before ends with the same word.
   (defvar bench-last nil)
   (advice-add 'amacs-shell-return :before (lambda (&rest _) (setq bench-last nil)))
   (advice-add 'amacs-shell--on-reply-delta :after
@@ -112,13 +124,15 @@ AMACS_PROBES = """(progn
       (unless bench-last
         (with-current-buffer amacs-shell-buffer-name
           (when (save-excursion (goto-char amacs-shell--stream-end)
-                                (search-backward "LAST_WORD" (max (point-min) (- (point) 200)) t))
+                                (search-backward "LAST_WORD" (max amacs-shell--stream-start
+                                                                  (- (point) 200))
+                                                 t))
             (setq bench-last (float-time)))))))
   (advice-add 'amacs-shell--on-turn-done :after
     (lambda (_e) (bench-record "amacs" :t0 bench-t0 :first bench-first :reply bench-reply :done (float-time)
                                      :first_start bench-first-start :reply_start bench-reply-start
                                      :last bench-last)))
-  t)""".replace("LAST_WORD", f"word{WORDS - 1:03d}")
+  t)""".replace("LAST_WORD", LAST_WORD)
 
 PEER = """(progn
   ;; The peer's text is shown as gptel shows a reply: in a window of its own beside

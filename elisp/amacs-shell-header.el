@@ -203,6 +203,34 @@ Once everyone has answered, the primary wakes: it is thinking."
 
 ;;;; Header line
 
+(defconst amacs--local-log-tail 16384
+  "Bytes read from the end of the local model's log to see what it does.")
+
+(defun amacs-shell--local-model-reading (home)
+  "What the local model of HOME is reading before its first word, or nil.
+llama.cpp reads the whole prompt before it writes a word: minutes for a
+long one on a small machine, while the header would say only thinking.
+Its log, logs/local-model.log, names the prompt tokens left to read when
+a request shares a beginning with the one before; a server that has
+finished no prompt since it started is reading its first."
+  (let ((file (expand-file-name "logs/local-model.log" home)))
+    (when (file-readable-p file)
+      (with-temp-buffer
+        (let ((size (file-attribute-size (file-attributes file))))
+          (insert-file-contents-literally file nil (max 0 (- size amacs--local-log-tail)) size))
+        (let* ((last-read (save-excursion (goto-char (point-max))
+                                          (re-search-backward "prompt eval time" nil t)))
+               (started (save-excursion (goto-char (point-max))
+                                        (re-search-backward "Application startup complete" nil t)))
+               (left (save-excursion (goto-char (point-max))
+                                     (and (re-search-backward
+                                           "remaining \\([0-9]+\\) prompt tokens to eval" nil t)
+                                          (cons (point) (match-string 1))))))
+          (cond ((and left (or (not last-read) (> (car left) last-read)))
+                 (format "llama.cpp reads %s prompt tokens first" (cdr left)))
+                ((and started (or (not last-read) (< last-read started)))
+                 "llama.cpp reads the whole prompt first")))))))
+
 (defun amacs-shell-state-string ()
   "What the agent is doing, in a few words, for the header line."
   (let* ((turn (amacs-shell--turn))
@@ -219,7 +247,11 @@ Once everyone has answered, the primary wakes: it is thinking."
                   ('waiting (if (and (amacs-status) (not (amacs-status :key-ok)))
                                 "no API key: the note below says how to give one"
                               "waiting for you"))
-                  ('thinking (concat "thinking…" elapsed))
+                  ('thinking (concat "thinking…" elapsed
+                                     (and secs (>= secs 2) (equal (amacs-status :endpoint) "local")
+                                          (let ((reading (amacs-shell--local-model-reading
+                                                          (amacs-connection-home (amacs-current-connection)))))
+                                            (and reading (concat ", " reading))))))
                   ('streaming (concat "writing…" elapsed))
                   ('eval (if amacs-eval-asking
                              "asks you whether an eval may run (y or n)"

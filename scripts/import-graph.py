@@ -11,6 +11,10 @@ or a top-level module (``runtime``, ``methods``...).
     scripts/import-graph.py --cycles   only the cycles and upward imports (exit 1 when there is one)
     scripts/import-graph.py --cards    each module's room card (its docstring's first line: what it
                                        owns) and the units it calls
+    scripts/import-graph.py --layers   the graph as a text diagram: each layer's units, top first, with
+                                       the units each imports that no longer path already reaches
+                                       (``--bare``: without the totals and the units' sizes, as
+                                       docs/ARCHITECTURE.md shows it)
 
 LAYERS says which units sit above which; tests/test_import_graph.py asserts
 there is no cycle between units and no import up the layers.
@@ -305,7 +309,73 @@ def cards(root: Path = ROOT) -> list[tuple[str, str, list[str]]]:
     return [(m, card(paths[m]), sorted({unit(t) for t in edges[m]} - {unit(m)})) for m in sorted(paths)]
 
 
+def implied(pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The edges of PAIRS that a longer path between the same two nodes already makes (what a
+    transitive reduction leaves out)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in pairs:
+        graph.setdefault(a, set()).add(b)
+
+    def reaches(start: str, goal: str) -> bool:
+        todo, seen = [start], {start}
+        while todo:
+            node = todo.pop()
+            if node == goal:
+                return True
+            new = graph.get(node, set()) - seen
+            seen |= new
+            todo.extend(new)
+        return False
+
+    return {(a, b) for a, b in pairs if any(reaches(c, b) for c in graph[a] if c != b)}
+
+
+def layers_diagram(root: Path = ROOT, sizes: bool = True) -> list[str]:
+    """The import graph of the package at ROOT as text: the totals, the cycles, then each layer of
+    LAYERS from the top, each unit (with its modules and lines) and the units it imports (an import
+    up the layers marked ``^``, one a longer path already makes left out, as a count).  Not SIZES:
+    without the totals and the sizes, only what changes when the drawn graph does."""
+    edges = module_edges(root)
+    by_unit = unit_edges(edges)
+    pairs = set(by_unit)
+    up_imports = upward(edges)
+    up = {(unit(a), unit(b)) for a, b in up_imports}
+    found = unit_cycles(edges)
+    # A cycle's units are one node for the reduction (every edge inside a cycle is drawn).
+    node = {u: "+".join(component) for component, _ in found for u in component}
+    condensed = implied({(node.get(a, a), node.get(b, b)) for a, b in pairs if node.get(a, a) != node.get(b, b)})
+    drop = {(a, b) for a, b in pairs if (node.get(a, a), node.get(b, b)) in condensed} - up
+    counts: dict[str, list[int]] = {}
+    for path in root.rglob("*.py"):
+        size = counts.setdefault(unit(module_name(path, root)), [0, 0])
+        size[0] += 1
+        size[1] += len(path.read_text(encoding="utf-8").splitlines())
+    counts.pop(PACKAGE, None)
+    label = {u: f"{u} ({n}, {lines})" if sizes else u for u, (n, lines) in counts.items()}
+    out = [] if not sizes else [f"{len(edges)} modules, {len(counts)} units, {len(pairs)} imports between units "
+           f"({len(pairs - drop)} drawn, {len(drop)} made by a longer path); "
+           f"{len(found)} cycles, {len(up)} imports up the layers ({len(up_imports)} of modules)"]
+    out += ["cycle: " + " <-> ".join(component) for component, _ in found]
+    placed = list(reversed(LAYERS))
+    unplaced = sorted(set(counts) - {u for names in LAYERS for u in names})
+    if unplaced:
+        placed.append(tuple(unplaced))
+    width = max(map(len, label.values()))
+    for names in placed:
+        present = [n for n in names if n in counts]
+        if out and present:
+            out.append("")
+        for name in present:
+            calls = sorted(b for a, b in pairs - drop if a == name)
+            shown = ", ".join(("^" if (name, b) in up else "") + b for b in calls) or "-"
+            out.append(f"  {label[name]:<{width}}  -> {shown}")
+    return out
+
+
 def main(argv: list[str]) -> int:
+    if "--layers" in argv:  # the graph as a layered text diagram
+        print("\n".join(layers_diagram(sizes="--bare" not in argv)))
+        return 0
     if "--cards" in argv:  # every module's room card: what it owns; what it calls
         for module, owns, calls in cards():
             print(f"{module}: {owns}\n    calls: {', '.join(calls) or 'nothing of the package'}")

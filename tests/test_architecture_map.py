@@ -1,5 +1,5 @@
-"""docs/ARCHITECTURE.md is a true map: every code file it names exists, every elisp file is on it,
-and it leans on no document outside the repository."""
+"""docs/ARCHITECTURE.md is a true map: every code file and code name it names exists, every elisp
+file is on it, and it leans on no document outside the repository."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ MAP = ROOT / "docs" / "ARCHITECTURE.md"
 # What the map may name of the code: Python modules, the elisp files, documents (a home's files,
 # such as consciousness.el or agent-chat.org, are not the code's and are not checked).
 NAMED = re.compile(r"(?<![\w./-])([\w./-]*(?:\.py|amacs[\w-]*\.el|\.md))\b")
+# The names of code the map cites (a function, a class, a variable): elisp's ``amacs-...``, Python's
+# snake_case and CamelCase, a private ``_name``.  A plain word (``Turns``, ``Outbox``) is not checked.
+CODE_NAME = re.compile(r"(?<![\w/-])(amacs-[a-z][\w-]*[a-z]|_*[a-z]+(?:_[a-z0-9]+)+|_[a-z]+|_?[A-Z][a-z]+(?:[A-Z][a-z]*)+"
+                       r"|_[A-Z][a-z]+)(?![\w-])")
 OUTSIDE = re.compile(r"\bDESIGN\.md\b|\bSTYLE\.md\b|\bRFC\b|\bissue \d+|/work/|notes/sessions", re.IGNORECASE)
 
 
@@ -29,6 +33,17 @@ def missing(text: str, files: list[str]) -> list[str]:
     return sorted(n for n in named(text) if not any(f == n or f.endswith("/" + n) for f in files))
 
 
+def code_text() -> str:
+    files = [*(ROOT / "amacs_server").rglob("*.py"), *(ROOT / "elisp").glob("*.el"), *(ROOT / "scripts").iterdir()]
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files if p.is_file())
+
+
+def unknown_names(text: str, code: str) -> list[str]:
+    """The code names TEXT cites that CODE never spells."""
+    return sorted({n for n in (m.group(1) for m in CODE_NAME.finditer(text))
+                   if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", code)})
+
+
 def test_every_file_the_map_names_exists():
     assert missing(MAP.read_text(encoding="utf-8"), repo_files()) == []
 
@@ -43,6 +58,36 @@ def test_the_map_leans_on_nothing_outside_the_repository():
     assert [line for line in text.splitlines() if OUTSIDE.search(line)] == []
 
 
+def test_every_code_name_the_map_cites_exists():
+    """A function, class or variable the map names (its path of the person's input among them)
+    is one the code has: a rename leaves no stale name on the map."""
+    assert unknown_names(MAP.read_text(encoding="utf-8"), code_text()) == []
+
+
+# A global variable of the elisp files with a value (not buffer-local, not a forward declaration);
+# keymaps and hooks are code, not state.
+GLOBAL_VARIABLE = re.compile(r"^\(defvar (amacs[\w-]*[a-z])(?<!-map)(?<!-hook)(?<!-functions)\s+(?!\))", re.M)
+
+
+def global_variables(texts: list[str]) -> set[str]:
+    return {name for text in texts for name in GLOBAL_VARIABLE.findall(text)}
+
+
+def stays_global(text: str) -> set[str]:
+    """The variables the map's "What stays global" names."""
+    part = text.split("- **What stays global.**", 1)[1].split("\n- **", 1)[0]
+    return set(re.findall(r"`(amacs[\w-]*)`", part))
+
+
+def test_every_global_elisp_variable_is_placed_with_its_reason():
+    """A variable one for the whole Emacs holds state for every home at once: the map says why each
+    is (held for one call, one per Emacs on purpose), and a new one fails here until it does."""
+    found = global_variables([p.read_text(encoding="utf-8") for p in (ROOT / "elisp").glob("*.el")])
+    listed = stays_global(MAP.read_text(encoding="utf-8"))
+    assert sorted(found - listed) == [], "global variables the map's 'What stays global' does not place"
+    # (a name the list keeps after its variable is gone fails test_every_code_name_the_map_cites_exists)
+
+
 def test_the_checks_see_a_wrong_name():
     """The check itself: a module that moved, or an elisp file the map leaves out, is seen."""
     files = ["amacs_server/text/lisp.py", "elisp/amacs-shell.el", "docs/ARCHITECTURE.md"]
@@ -50,3 +95,12 @@ def test_the_checks_see_a_wrong_name():
     assert missing("goes through `text/lisp.py` (docs/ARCHITECTURE.md)", files) == []
     assert "amacs-hub.el" not in named("amacs-shell.el and amacs-hub")
     assert OUTSIDE.search("leans on a DESIGN.md that is not here")
+    code = "def _route_input(self): ...\nclass TickCall: ...\n(defun amacs-shell--on-reply (event))\n"
+    assert unknown_names("`Turns._route_input`, `TickCall`, amacs-shell--on-reply and Outbox", code) == []
+    assert unknown_names("`Turns._route_text`, `TickCalls`, amacs-shell--on-replies", code) == [
+        "TickCalls", "_route_text", "amacs-shell--on-replies"]
+    elisp = ("(defvar amacs--new-state nil\n  \"Doc.\")\n(defvar amacs-x-map (make-sparse-keymap))\n"
+             "(defvar amacs-done-hook nil)\n(defvar amacs--declared)\n(defvar-local amacs--mine nil)\n")
+    assert global_variables([elisp]) == {"amacs--new-state"}
+    assert stays_global("- **What stays global.** `amacs--a` and\n  `amacs--b`.\n- **Next.** `amacs--c`") == {
+        "amacs--a", "amacs--b"}

@@ -303,3 +303,34 @@ def test_git_processes_in_sees_a_git_working_in_the_home(tmp_path):
     with live_git_holding_index_lock(tmp_path) as git:
         assert git_repo.git_processes_in(tmp_path) == [git.pid]
         assert git_repo.git_processes_in(tmp_path / "elsewhere") == []
+
+
+def loose_blobs(home: Path) -> set[str]:
+    """The blobs stored as loose objects in HOME's repository."""
+    objects = home / ".git" / "objects"
+    found = {p.parent.name + p.name for p in objects.glob("??/*") if len(p.parent.name) == 2}
+    return {sha for sha in found if subprocess.run(["git", "-C", str(home), "cat-file", "-t", sha], capture_output=True,
+                                                   text=True).stdout.strip() == "blob"}
+
+
+def test_the_first_commit_after_a_start_writes_only_the_blobs_that_changed(tmp_path):
+    """Was: a server's first commit wrote every tracked file as a loose object again (hashed and
+    compressed: every closed month of the history, ~0.2-1 s at 20,000 ticks), though git held
+    each in a pack already."""
+    months = [tmp_path / "chat" / f"2026-{m:02d}.org" for m in range(1, 7)]
+    months[0].parent.mkdir()
+    for i, month in enumerate(months):
+        month.write_text(f"* Tick {i}\n" + "words " * 2000)
+    chat = tmp_path / "agent-chat.org"
+    chat.write_text("* Tick 7\n")
+    repo = HomeRepo(tmp_path)
+    repo.commit([chat, *months], "[TICK 7][no-thread][ok] seven")
+    subprocess.run(["git", "-C", str(tmp_path), "repack", "-a", "-d", "-q"], check=True)
+    assert loose_blobs(tmp_path) == set()
+    append_durably(chat, "* Tick 8\n")
+    again = HomeRepo(tmp_path)  # a new server
+    again.commit([chat, *months], "[TICK 8][no-thread][ok] eight")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD:agent-chat.org"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    assert loose_blobs(tmp_path) == {head}
+    assert subprocess.run(["git", "-C", str(tmp_path), "fsck", "--strict"], capture_output=True).returncode == 0

@@ -8,7 +8,9 @@ import asyncio
 import builtins
 import io
 import json
+import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 from amacs_server import views
 from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
-from amacs_server.persistence import monthly
+from amacs_server.persistence import history, monthly
 from amacs_server.persistence.chat_log import ChatEntry, ChatLog, unescape_org, unnest_reply
 from amacs_server.persistence.monologue import MonologueLog
 from amacs_server.runtime import Runtime
@@ -379,3 +381,48 @@ def test_a_database_closed_cleanly_is_not_read_page_by_page_at_start(tmp_path, m
     db.close()
     damage_middle(path)  # anything that writes to it after the close: checked page by page
     assert not sealed(path) and check_database(path)
+
+
+def test_a_tick_lists_the_months_only_when_they_change_and_looks_at_each_of_its_files_once(tmp_path, fake, clock,
+                                                                                           monkeypatch):
+    """A tick's file work does not grow with the closed months: their folders are listed again only
+    when they changed, and the loop thread stats each tracked file once a tick (the tick state's
+    log sizes are those of the snapshot its commit holds, not a second look)."""
+    home = tmp_path / "home"
+    _old_home(home, 1)
+    rt = _runtime(home, fake.url)
+    rt.start()
+    try:
+        _turns(rt, ["the first tick after the split"])
+        months = sorted(p.name for p in (home / "chat").iterdir())
+        assert len(months) == 12
+        monkeypatch.setattr(history, "RACY_NS", 0, raising=False)  # the months were just written: no wait for the clock
+        listed: list[str] = []
+        stats: dict[str, int] = {}
+        real_iterdir, real_stat = Path.iterdir, os.stat
+
+        def iterdir(self: Path) -> Iterator[Path]:
+            listed.append(self.name)
+            return real_iterdir(self)
+
+        def counting_stat(path, *args, **kwargs):  # noqa: ANN001, ANN202
+            if threading.current_thread().name != "amacs-git" and Path(path).parent.name == "chat":
+                stats[Path(path).name] = stats.get(Path(path).name, 0) + 1
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "iterdir", iterdir)
+        monkeypatch.setattr(os, "stat", counting_stat)
+        _turns(rt, ["one"])  # lists the folders once more (changed since the last listing)
+        listed.clear()
+        stats.clear()
+        _turns(rt, ["two", "three"])
+        monkeypatch.undo()
+        assert "chat" not in listed and "monologue" not in listed, listed
+        assert stats == dict.fromkeys(months, 2), stats
+        state = history.read_state(home)
+        assert state is not None and state["tick"] == rt.mind.consciousness.current_tick
+        committed = {name: int(_git(home, "cat-file", "-s", f"HEAD:{name}")) for name in state["files"]}
+        assert state["files"] == committed == history.file_sizes(home)
+        assert len([n for n in committed if n.startswith("chat/")]) == 12
+    finally:
+        rt.stop()

@@ -289,3 +289,38 @@ def test_restoring_the_scratchpad_from_one_read_keeps_what_a_lookup_per_note_kep
         return [(i.mem_id, i.content, i.tags) for i in memory.scratchpad], rows
 
     assert restored(tmp_path / "copy-bulk", False) == restored(tmp_path / "copy-each", True)
+
+
+def test_the_active_set_read_in_two_queries_is_what_a_get_of_each_row_gives(tmp_path, monkeypatch):
+    """Start-up reads every pinned and evicted item (a home of 20,000 ticks had 800 pinned):
+    two queries give what active_set and a get of each row's version gave, and the restore
+    of active memory uses them, not one get a row."""
+    from amacs_server.memory.active import ActiveMemory
+    from amacs_server.state.consciousness import Consciousness
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    for i in range(12):
+        item = note(f"n{i}", f"note {i}", tags=("t", f"x{i % 3}") if i % 2 else ())
+        ltm.put(item)
+        for v in range(i % 3):
+            item = item.next_version(f"note {i} v{v + 2}")
+            ltm.put(item)
+        status = "pinned" if i % 3 else "evicted"
+        ltm.set_active("primary", item.mem_id.base, status, None if i % 4 == 0 else 1 + (i % 2) * (i % 3))
+    ltm.set_active("other", "a:primary:n1", "pinned", 1)
+    expected = [(status, ltm.get(MemId.from_base(base, version))) for base, status, version in ltm.active_set("primary")]
+    assert ltm.active_items("primary") == expected and len(expected) == 12
+    assert ltm.active_items("other") == [("pinned", ltm.get(MemId.from_base("a:primary:n1", 1)))]
+    assert ltm.active_items("nobody") == []
+    gets: list[MemId] = []
+    real_get = ltm.get
+    monkeypatch.setattr(ltm, "get", lambda mem_id: (gets.append(mem_id), real_get(mem_id))[1])
+    memory = ActiveMemory(ltm, agent="a")
+    memory.restore(Consciousness(), chat=[], monologue=[])
+    assert list(memory.pinned) == [i.mem_id.base for s, i in expected if s == "pinned"]
+    assert [memory.pinned[i.mem_id.base] for s, i in expected if s == "pinned"] == [i for s, i in expected if s == "pinned"]
+    assert list(memory.evicted) == [i.mem_id.base for s, i in expected if s == "evicted"]
+    assert not [g for g in gets if g.name.startswith("n")], gets
+    ltm.set_active("primary", "a:primary:gone", "pinned", 3)
+    with pytest.raises(LtmError, match="no memory item"):
+        ltm.active_items("primary")

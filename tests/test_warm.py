@@ -142,6 +142,35 @@ def test_a_killed_launcher_stops_its_fork(warm_env: dict[str, str]) -> None:
                              + (log.read_text() if log.exists() else "(none)")) from None
 
 
+def test_the_launcher_imports_no_module_that_imports_re_or_enum(warm_env: dict[str, str]) -> None:
+    """Profiled (tmux, load 4-5): Emacs's call to start the server reached the launcher's first line
+    120-270 ms later, and its imports of json, socket, signal and hmac (re, enum, collections,
+    functools: ~25 ms of its ~45 ms of CPU) were on the path to the server's port; it uses the C
+    modules under them.  Seen in the launcher's own import times, on a launch the warm server forks."""
+    warm = warm_pid(warm_env)
+    proc = subprocess.Popen([sys.executable, "-S", "-X", "importtime", str(LAUNCHER)], env=warm_env, cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    assert parent_of(json.loads((home / "server.json").read_text())["pid"]) == warm  # a fork: the launcher stood in
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    imported = {line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
+    assert {"os", "_socket", "_json"} <= imported
+    assert not imported & {"re", "enum", "collections", "functools", "json", "socket", "signal", "hmac", "selectors"}
+
+
+def test_the_launchers_request_is_the_json_json_dumps_writes() -> None:
+    """Its own encoder (json is not imported): the fork reads the request with json.loads."""
+    message = {"argv": ["--home", "é\udcff\n\"\\"], "env": {**os.environ, "Z": "\u2028\x00"}, "cwd": "/tmp",
+               "pid": 5, "none": None, "flag": True}
+    assert warm_launch._json(message) == json.dumps(message)
+    with pytest.raises(TypeError):
+        warm_launch._json({"float": 1.5})
+
+
 def test_the_forks_status_is_the_launchers(warm_env: dict[str, str]) -> None:
     warm_pid(warm_env)
     proc = launch(warm_env, "--no-such-option")
@@ -306,6 +335,35 @@ def test_a_forks_first_reply_finds_its_org_converter_imported() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          check=True).stdout
     assert out.split() == ["True"]
+
+
+def test_a_forks_runtime_build_imports_nothing(tmp_path: Path) -> None:
+    """Profiled: a fork's build imported hello (~12 ms at load 4) while Emacs's hello waited for
+    the build; every module the build needs is preloaded (a new home and a returning one)."""
+    code = f"""
+import gc, os, sys
+from pathlib import Path
+os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9", AMACS_TOKEN="t" * 64)
+from amacs_server.research.forkserver import preload
+preload(["anthropic"])
+from amacs_server import serve
+from amacs_server.config import load_config
+from amacs_server.scrub import Scrubber
+from amacs_server.transport.server import AmacsEPCServer
+for run in range(2):
+    os.environ["AMACS_HOME"] = {str(tmp_path / "home")!r}
+    config = load_config(dict(os.environ))
+    (config.home / "logs").mkdir(parents=True, exist_ok=True)
+    before = set(sys.modules)
+    server = AmacsEPCServer("t" * 64, headless=False, starting=True)
+    rt = serve.RuntimeBuilder(config, server, Scrubber({{}}), headless=True)._build()
+    print(sorted(set(sys.modules) - before))
+    rt.stop()
+    server.server_close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "[]"]
 
 
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:

@@ -1,7 +1,9 @@
-"""What the primary's turn uses of the runtime that runs it, and the settings Emacs sends for it.
+"""What the primary's turn and the views use of the runtime's parts, and the settings Emacs sends.
 
-Declared here, below the runtime, so the turn names the parts it uses and not the Runtime:
-the Runtime holds them (``runtime.py`` checks it), a test's stand-in may be another."""
+Declared here, below the runtime, so the turn and the views name the parts they use and not the
+Runtime: the Runtime holds them (``runtime.py`` checks it), a test's stand-in may be another.
+Both read the mind, the model slot, the ledger, the turns and the World (:class:`RuntimeParts`);
+each host adds what only its room reads."""
 
 from __future__ import annotations
 
@@ -25,12 +27,9 @@ class Settings:
     eval_timeout: float = 30.0
 
 
-class TurnHost(Protocol):
-    """The parts the primary's turn uses: the mind it changes, the model it calls, the ledger it
-    charges, the turns (whether it was stopped), Emacs, the World, the transcript and the settings."""
-
-    @property
-    def settings(self) -> Settings: ...
+class RuntimeParts(Protocol):
+    """The parts the primary's turn and the views both read: the mind, the model in use, the
+    ledger, the turns and the World."""
 
     @property
     def mind(self) -> Mind: ...
@@ -45,10 +44,19 @@ class TurnHost(Protocol):
     def turns(self) -> Turns: ...
 
     @property
-    def face(self) -> Face: ...
+    def world(self) -> AgentWorld: ...
+
+
+class TurnHost(RuntimeParts, Protocol):
+    """The parts the primary's turn uses: those it shares with the views (the mind it changes, the
+    model it calls, the ledger it charges, the turns: whether it was stopped; the World), and
+    Emacs, the transcript and the settings."""
 
     @property
-    def world(self) -> AgentWorld: ...
+    def settings(self) -> Settings: ...
+
+    @property
+    def face(self) -> Face: ...
 
     @property
     def transcript(self) -> Transcript: ...

@@ -523,11 +523,12 @@ def _commit(rt: TurnHost, message: str) -> None:
     """Write the tick state that makes the tick restorable (persistence.history) and queue the
     tick's commit of the files as they are now, at its end (in order; a failure is shown as a
     warning when it happens)."""
+    files = rt.mind.tick_files()
     try:
         with deferred_sync():
-            rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state())
+            rt.mind.save_tick_state(rt.slot.model, rt.world.subagents_state(), files)
     except PersistenceError as err:
         rt.face.annotate(f"Could not save the tick state (this tick cannot be rewound to): {err.strerror}",
                          "error")
-    rt.mind.commits.submit(rt.mind.tracked_files(), message)
+    rt.mind.commits.submit(rt.mind.tracked_files(), message, known=files)
     rt.ledger.tell_ticked(rt.face)

@@ -792,12 +792,11 @@ class ActiveMemory:
                 item = self.ltm.get(MemId.from_base(base))
                 if item.content.get("status") != "completed":
                     self.threads[item.content["id"]] = item
-            for base, status, version in self.ltm.active_set(self.brain):
-                item = self.ltm.get(MemId.from_base(base, version))
+            for status, item in self.ltm.active_items(self.brain):
                 if status == "pinned":
-                    self.pinned[base] = item
+                    self.pinned[item.mem_id.base] = item
                 else:
-                    self.evicted[base] = handle_for(item)
+                    self.evicted[item.mem_id.base] = handle_for(item)
 
     # -- the tick state (persistence.history): what a restart or a rewind needs beyond LTM --
 
@@ -820,12 +819,11 @@ class ActiveMemory:
         pinned and evicted (LTM's active table, as the rewind left it), its exchange items (so
         the next one it receives is numbered as before), their order and pages."""
         memory = cls(ltm, agent, agent_id)
-        for base, status, version in ltm.active_set(agent_id):
-            item = ltm.get(MemId.from_base(base, version))
+        for status, item in ltm.active_items(agent_id):
             if status == "pinned":
-                memory.pinned[base] = item
+                memory.pinned[item.mem_id.base] = item
             else:
-                memory.evicted[base] = handle_for(item)
+                memory.evicted[item.mem_id.base] = handle_for(item)
         memory.chat = [ltm.get(MemId.parse(text)) for text in data.get("chat", [])]
         memory._chat_index = {tick_of(item): i for i, item in enumerate(memory.chat)}
         memory.apply_order_state(data)

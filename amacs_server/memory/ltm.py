@@ -495,6 +495,27 @@ class LongTermMemory:
         """(base, status, version) of every pinned or evicted item of BRAIN."""
         return list(self.db.execute("SELECT base, status, version FROM active WHERE brain=?", (brain,)))
 
+    def active_items(self, brain: str) -> list[tuple[str, MemoryItem]]:
+        """(status, item) of every pinned or evicted item of BRAIN: :meth:`active_set` with a
+        :meth:`get` of each row's version, in two queries, not two a row (a home's 800 pinned
+        notes were 1,600 reads at every start)."""
+        tags: dict[str, list[str]] = {}
+        for base, tag in self.db.execute("SELECT t.base, t.tag FROM active AS a JOIN tags AS t ON t.base = a.base "
+                                         "WHERE a.brain = ? ORDER BY t.base, t.tag", (brain,)):
+            tags.setdefault(base, []).append(tag)
+        out = []
+        for base, status, wanted, version, tier, kind, created, content in self.db.execute(
+                "SELECT a.base, a.status, a.version, i.version, i.tier, i.kind, i.created_at_ms, i.content "
+                "FROM active AS a LEFT JOIN items AS i ON i.base = a.base AND i.version = "
+                "coalesce(a.version, (SELECT max(version) FROM items WHERE base = a.base)) "
+                "WHERE a.brain = ? ORDER BY a.base", (brain,)):
+            if version is None:
+                out.append((status, self.get(MemId.from_base(base, wanted))))  # raises as get does
+            else:
+                out.append((status, MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind),
+                                               json.loads(content), created, tuple(tags.get(base, ())))))
+        return out
+
     def count(self) -> int:
         """How many versions are stored."""
         return int(self.db.execute("SELECT count(*) FROM items").fetchone()[0])

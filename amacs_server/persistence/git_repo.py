@@ -190,18 +190,28 @@ class Snapshotter:
     def __init__(self, home: Path) -> None:
         self.home = home
         self._seen: dict[str, _Seen] = {}
+        self._names: dict[Path, str] = {}  # each file's path in the home
         self._lock = threading.Lock()
 
-    def take(self, files: Iterable[Path]) -> Snapshot:
-        """The bytes of .gitignore and each of FILES that exists, now."""
+    def take(self, files: Iterable[Path], *, known: Snapshot | None = None) -> Snapshot:
+        """The bytes of .gitignore and each of FILES that exists, now; a file KNOWN (a snapshot
+        taken a moment before by this snapshotter, this one completes) holds is as it has it."""
         out: dict[str, Content] = {}
         paths = tuple(files)
         with self._lock:
             seen: dict[str, _Seen] = {}
             for path in (self.home / ".gitignore", *paths):
-                name = str(path.relative_to(self.home))
-                entry = self._read(path, self._seen.get(name))
-                if entry is not None and name not in out:
+                name = self._names.get(path)
+                if name is None:
+                    name = self._names[path] = str(path.relative_to(self.home))
+                if name in out:
+                    continue
+                last = self._seen.get(name)
+                if known is not None and last is not None and known.files.get(name) is last.content:
+                    entry: _Seen | None = last
+                else:
+                    entry = self._read(path, last)
+                if entry is not None:
                     seen[name] = entry
                     out[name] = entry.content
             self._seen = seen
@@ -486,7 +496,7 @@ class HomeRepo:
         self._indexed = None  # until the index is written
         lines: list[bytes] = []
         for name, content in snap.files.items():
-            entry = (content.mode, self._blob(name, content))
+            entry = (content.mode, self._blob(name, content, indexed.get(name)))
             if indexed.get(name) != entry:
                 lines.append(f"{entry[0]} {entry[1]}\t{name}\0".encode("utf-8", "surrogateescape"))
                 indexed[name] = entry
@@ -510,24 +520,27 @@ class HomeRepo:
                 out[name.decode("utf-8", "surrogateescape")] = (mode, blob)
         return out
 
-    def _blob(self, name: str, content: Content) -> str:
-        """CONTENT's blob id, the object written if it is new (as git would: a loose object)."""
+    def _blob(self, name: str, content: Content, indexed: tuple[str, str] | None = None) -> str:
+        """CONTENT's blob id, the object written if it is new (as git would: a loose object);
+        INDEXED is the index's entry for NAME (mode, blob): git has that blob already."""
         known = self._blobs.get(name)
         if known is not None and known[0] is content:
             return known[1]
-        sha = self.write_blob(content.data())
+        sha = self.write_blob(content.data(), have=indexed[1] if indexed else None)
         self._blobs[name] = (content, sha)
         return sha
 
-    def write_blob(self, data: bytes) -> str:
-        """DATA's blob id, the object written if it is new (as git would: a loose object)."""
+    def write_blob(self, data: bytes, *, have: str | None = None) -> str:
+        """DATA's blob id, the object written if it is new (as git would: a loose object).  A
+        blob whose id is HAVE (one the index or a tree names: in a pack, maybe) is not written
+        again: the first commit after a start does not compress the whole history anew."""
         self.prepare()  # the repository's hash
         header = b"blob %d\0" % len(data)
         digest = hashlib.new(self._algorithm, header)
         digest.update(data)
         sha = digest.hexdigest()
         path = self.home / ".git" / "objects" / sha[:2] / sha[2:]
-        if not path.exists():
+        if sha != have and not path.exists():
             packer = zlib.compressobj(1)  # git's core.looseCompression
             packed = packer.compress(header) + packer.compress(data) + packer.flush()
             tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
@@ -658,11 +671,11 @@ class CommitWorker:
         self.snapshot_ms: list[float] = []  # each snapshot's time, on the caller's thread
         self.pack_ms: list[float] = []
 
-    def submit(self, files: Iterable[Path], message: str) -> None:
+    def submit(self, files: Iterable[Path], message: str, *, known: Snapshot | None = None) -> None:
         """Commit FILES as they are now with MESSAGE, after every commit submitted before
-        (the files are read now; git runs later)."""
+        (the files are read now, but those KNOWN holds: :meth:`Snapshotter.take`; git runs later)."""
         t0 = time.perf_counter()
-        snap = self.repo.snapshots.take(files)
+        snap = self.repo.snapshots.take(files, known=known)
         self.snapshot_ms.append((time.perf_counter() - t0) * 1000)
         with self._cond:
             self._pending += 1

@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 import time
@@ -54,7 +55,7 @@ from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
-from .git_repo import CommitError, HomeRepo, ignored
+from .git_repo import RACY_NS, CommitError, HomeRepo, Snapshot, ignored
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
@@ -82,8 +83,40 @@ def log_files(home: Path) -> list[Path]:
     """The files of the append-only logs: the current months and the earlier ones."""
     found = [home / name for name in LOGS if (home / name).exists()]
     for folder in LOG_FOLDERS:
-        if (home / folder).is_dir():
-            found += sorted(p for p in (home / folder).iterdir() if p.suffix == ".org")
+        found += _months(home / folder)
+    return found
+
+
+def is_log(name: str) -> bool:
+    """Whether NAME (a path in the home) is one of :func:`log_files`'s files, by its name."""
+    folder, _, rest = name.partition("/")
+    return name in LOGS or (folder in LOG_FOLDERS and rest.endswith(".org") and "/" not in rest)
+
+
+_MONTHS: dict[Path, tuple[tuple[int, int, int], int, list[Path]]] = {}  # folder -> its stat, when listed, the list
+
+
+def _months(folder: Path) -> list[Path]:
+    """FOLDER's ``.org`` files, sorted ([] when it is no folder).  Listed again only when the
+    folder changed (a file added, removed or renamed changes its stat) or may have changed
+    unseen (a change within the clock's granularity of the last listing): a tick does not list
+    every month of the history again."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return []
+    if not stat.S_ISDIR(st.st_mode):
+        return []
+    key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _MONTHS.get(folder)
+    if cached is not None and cached[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS < cached[1]:
+        return cached[2]
+    now = time.time_ns()
+    try:
+        found = sorted(p for p in folder.iterdir() if p.suffix == ".org")
+    except OSError:
+        return []
+    _MONTHS[folder] = (key, now, found)
     return found
 
 
@@ -138,8 +171,11 @@ def fork_origin(home: Path) -> dict[str, Any] | None:
         return None
 
 
-def file_sizes(home: Path) -> dict[str, int]:
-    """Each append-only log file's size, by its path in the home."""
+def file_sizes(home: Path, snapshot: Snapshot | None = None) -> dict[str, int]:
+    """Each append-only log file's size, by its path in the home: as SNAPSHOT (of :func:`tracked`)
+    holds it, else as on disk now."""
+    if snapshot is not None:
+        return {name: content.size for name, content in snapshot.files.items() if is_log(name)}
     return {str(p.relative_to(home)): p.stat().st_size for p in log_files(home)}
 
 

@@ -41,8 +41,9 @@ MAX_REQUEST = 1 << 20
 PARENT_CHECK = 0.5  # seconds between looks whether the experiment that started it is still there
 # What a run's server imports before its port line and for its first turn (the rest is imported as used).
 # The reply's org converter (org_markup: ~20 regexes) is imported by a server's first reply, between
-# the model's last byte and the reply shown (3-15 ms, load 0-7); a fork finds it imported.
-SERVER_MODULES = ("amacs_server.serve", "amacs_server.methods", "amacs_server.runtime",
+# the model's last byte and the reply shown (3-15 ms, load 0-7); a fork finds it imported.  hello (its
+# dataclasses made: ~12 ms at load 4) is imported by the runtime's build, which hello's answer waits for.
+SERVER_MODULES = ("amacs_server.serve", "amacs_server.hello", "amacs_server.methods", "amacs_server.runtime",
                   "amacs_server.loop.primary", "amacs_server.transport.server",
                   "amacs_server.transport.emacs_face", "amacs_server.persistence.git_repo",
                   "amacs_server.text.org_markup")

@@ -533,6 +533,33 @@ It names the endpoint whenever the server says it is not the provider's own."
         (should (equal (amacs-shell-header-line 100) (nth 1 case)))
         (should (equal (amacs-shell-header-line (length (nth 2 case))) (nth 2 case)))))))
 
+(ert-deftest amacs-shell-test-a-local-models-header-says-it-reads-the-prompt ()
+  "A newcomer on ./amacs --local saw \"thinking… 376s\" for six minutes while llama.cpp
+read a long prompt, which its log knew.  The header says what the log says it does."
+  (amacs-shell-test--with-shell
+    (let* ((home (amacs-connection-home (amacs-current-connection)))
+           (log (expand-file-name "logs/local-model.log" home))
+           (started "INFO:     Application startup complete.\nINFO:     127.0.0.1:1 - \"GET /v1/models HTTP/1.1\" 200 OK\n")
+           (done "llama_perf_context_print: prompt eval time =  40764.57 ms /  1058 tokens\n"))
+      (make-directory (file-name-directory log) t)
+      (unwind-protect
+          (amacs-test-with-status '(:model "smollm2" :backend "openai" :endpoint "local" :key-ok t)
+            (amacs-shell--transition 'ready)
+            (amacs-shell--enter (amacs-shell--turn) 'thinking)
+            (setf (amacs-shell-turn-since (amacs-shell--turn)) (- (float-time) 61))
+            (dolist (case `((,started "thinking… 61s, llama.cpp reads the whole prompt first")
+                            (,(concat started done) "thinking… 61s")
+                            (,(concat started done "Llama.generate: 1708 prefix-match hit, remaining 2970 prompt tokens to eval\n")
+                             "thinking… 61s, llama.cpp reads 2970 prompt tokens first")
+                            (,(concat started "Llama.generate: 9 prefix-match hit, remaining 12 prompt tokens to eval\n" done)
+                             "thinking… 61s")))
+              (with-temp-file log (insert (car case)))
+              (should (string-prefix-p (cadr case) (amacs-shell-state-string))))
+            (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
+              (with-temp-file log (insert started))
+              (should (equal "thinking… 61s" (amacs-shell-state-string)))))
+        (delete-file log)))))
+
 (ert-deftest amacs-shell-test-a-forks-header-says-whose-fork-it-is-opened-alone-too ()
   "A fork opened alone (its own ./amacs, or M-x amacs-shell on its home) had a header
 with no home in it, the same as its parent's.  It names the fork's home and what it

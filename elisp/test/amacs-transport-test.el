@@ -4,7 +4,8 @@
 
 ;; The connection filter reads one-way event messages, in any split,
 ;; queues them in order for one drain, and passes other messages to
-;; epc.el's dispatcher; the drain merges deltas of one stream.
+;; epc.el's dispatcher; the drain hands each event to its handlers as
+;; it came (the server merges a stream's deltas, not Emacs).
 
 ;;; Code:
 
