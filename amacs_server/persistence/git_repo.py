@@ -204,6 +204,11 @@ class Snapshotter:
         self._stored: dict[str, _Seen] | None = None  # SEEN_FILE's entries, read at the first snapshot
         self._lock = threading.Lock()
 
+    def seen(self, name: str, entry: _Seen) -> None:
+        """Keep ENTRY as what the next snapshot knows of NAME (a path in the home)."""
+        with self._lock:
+            self._seen[name] = entry
+
     def take(self, files: Iterable[Path], *, known: Snapshot | None = None) -> Snapshot:
         """The bytes of .gitignore and each of FILES that exists, now; a file KNOWN (a snapshot
         taken a moment before by this snapshotter, this one completes) holds is as it has it."""
@@ -386,9 +391,10 @@ class HomeRepo:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
 
-    def _git_bytes(self, *args: str, data: bytes = b"") -> bytes:
-        """git ARGS's output, as bytes (paths as they are), with DATA on its standard input."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
+    def _git_bytes(self, *args: str, data: bytes = b"", env: dict[str, str] | None = None) -> bytes:
+        """git ARGS's output, as bytes (paths as they are), with DATA on its standard input (in ENV,
+        default the repository's)."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=env or self._env, input=data, capture_output=True,
                               check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
@@ -510,6 +516,35 @@ class HomeRepo:
             self._keep_seen(snap)
             return sha, note
 
+    def assume(self, entries: Iterable[tuple[str, str, str]]) -> None:
+        """Take each file of ENTRIES (its path in the home, mode, blob) to hold that blob as it is on
+        disk now, as if a snapshot had just read it; the caller knows it does (git wrote it, or
+        found it unchanged since).  The next snapshot reads such a file only once its inode, size,
+        mtime or ctime changed, and no commit hashes it again."""
+        with self._lock:
+            for name, mode, blob in entries:
+                try:
+                    st = (self.home / name).stat()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                content = Content((), st.st_size, mode, blob)
+                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                self.snapshots.seen(name, _Seen(key, max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS + 1, content))
+
+    def unchanged(self, index: Path | None = None) -> list[tuple[str, str, str]]:
+        """The files of the index (INDEX, default the home's) that git finds as it left them
+        (stat unchanged since it wrote or read them, the racy ones compared): path, mode, blob."""
+        env = None if index is None else {**self._env, "GIT_INDEX_FILE": str(index)}
+        changed = set(self._git_bytes("diff-files", "--name-only", "-z", env=env).split(b"\0"))
+        out = []
+        for record in self._git_bytes("ls-files", "-s", "-z", env=env).split(b"\0"):
+            info, _, name = record.partition(b"\t")
+            if record and name not in changed:
+                mode, blob, stage = info.decode().split()
+                if stage == "0":
+                    out.append((name.decode("utf-8", "surrogateescape"), mode, blob))
+        return out
+
     def _keep_seen(self, snap: Snapshot) -> None:
         """Write SEEN_FILE for SNAP, just committed (when it changed): each file's stat, when it
         was read and its blob, but those whose stat could hide a later change (RACY_NS)."""
@@ -533,8 +568,9 @@ class HomeRepo:
     def commit_aside(self, what: Iterable[Path], message: str, parent: str) -> str:
         """A commit of the files WHAT as they are now, on PARENT, and its sha; no ref moves and
         the home's index is not touched (the tree is built in an index of its own, removed after):
-        until a ref names it, the commit is an unreachable object, as if never made."""
-        snap = self.snapshots.take(what)
+        until a ref names it, the commit is an unreachable object, as if never made.  A file git
+        finds as the index has it (:meth:`unchanged`) is not read: what is hashed is what changed
+        since git last wrote or read it."""
         with self._lock:
             self.prepare()
             index = self.home / ".git" / "amacs-aside.index"
@@ -542,9 +578,11 @@ class HomeRepo:
             try:
                 real = self.home / ".git" / "index"
                 if real.exists():
-                    shutil.copyfile(real, index)
+                    shutil.copy2(real, index)  # its time too: git compares the racy files' bytes by it
+                    self.assume(self.unchanged(index))
                 else:
                     index.unlink(missing_ok=True)
+                snap = self.snapshots.take(what)
                 self._env = {**self._env, "GIT_INDEX_FILE": str(index)}
                 if not real.exists():
                     self._git("read-tree", parent)
