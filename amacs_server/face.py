@@ -60,7 +60,7 @@ class Face(Protocol):
 
     def agents(self, working: list[dict[str, Any]], spending: dict[str, Any]) -> None:
         """The subagents at work now (id, type, template, state, doing), for one line each, and
-        the SPENDING so far (:meth:`~amacs_server.runtime.Runtime.spending`): subagents spend
+        the SPENDING so far (:meth:`~amacs_server.ledger.Ledger.spending`): subagents spend
         between ticks."""
 
     def ticked(self, tick: int, usage: dict[str, Any]) -> None:

@@ -19,7 +19,8 @@ Kinds, rounds alternating (each round one sample of each, in turn):
 
 Each launch has a fresh ``$HOME``.  The same fake model (tests/fake_anthropic.py,
 zero latency, the 400-word reply of :mod:`bench.bench_transport` in 100 chunks) answers
-both.  Each sample's question is its own (``ask7q``) and so is the reply's last word
+both, without checking the requests against the SDK's types (a check as slow as the request is
+long, timed in this process).  Each sample's question is its own (``ask7q``) and so is the reply's last word
 (``word399x7``): a returning user's shell shows the last exchange again once the server
 has said hello, and the reply of the sample before, seen there, is not this one's.  ``--no-warm``: AMACS's servers are started as before the warm server
 (``AMACS_WARM=0``), every sample importing the model SDK.
@@ -149,6 +150,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-first-answer-"))
     subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=ROOT, check=True, capture_output=True)
     fake = TimedFake()
+    # Requests are not checked against the SDK's request type here (tests do that): the check is
+    # pydantic in this process, on the path of every answer and as slow as the request is long
+    # (profiled: the request's arrival to the stream's start 2-146 ms for a returning home's
+    # ~30-100 KB, 1-11 ms for a new home's, ~1 ms for gptel's, load 4-6).  It timed the fake.
+    fake.strict = False
     fake.respond_with(tagged_reply)
     fake.start()
     peers = compile_gptel(args.gptel, tmp / "peers") if "gptel" in kinds else None

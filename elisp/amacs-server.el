@@ -83,15 +83,25 @@ in the environment (or this to nil) to start every server afresh."
   :type 'boolean
   :group 'amacs)
 
+(defconst amacs--launcher-code
+  (concat "import sys; sys.path[0] = sys.argv[1].rpartition('/')[0]; "
+          "import warm_launch; sys.exit(warm_launch.main(sys.argv[2:]))")
+  "Python's `-c' code that runs the launcher named by its first argument.
+Imported as a module, its bytecode comes from `__pycache__' (written
+by scripts/setup.sh); run as a script, it was compiled at every start:
+13-34 ms of CPU on two loaded cores, between Emacs's start of the
+server and its port line.")
+
 (defun amacs--server-launch-command ()
   "Return the command to start a server with: `amacs-server-command'.
-Run through the warm server's launcher (amacs_server/warm_launch.py) when
-`amacs-warm-server' says so and the command is the checkout's Python."
+Run through the warm server's launcher (amacs_server/warm_launch.py,
+its path the command's last word) when `amacs-warm-server' says so and
+the command is the checkout's Python."
   (let ((launcher (expand-file-name "amacs_server/warm_launch.py" amacs--root)))
     (if (and amacs-warm-server (not noninteractive)
              (equal (cdr amacs-server-command) '("-m" "amacs_server"))
              (file-readable-p launcher))
-        (list (car amacs-server-command) "-S" launcher)
+        (list (car amacs-server-command) "-S" "-c" amacs--launcher-code launcher)
       amacs-server-command)))
 
 (defcustom amacs-api-key nil

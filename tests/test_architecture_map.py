@@ -3,6 +3,8 @@ file is on it, and it leans on no document outside the repository."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -104,3 +106,78 @@ def test_the_checks_see_a_wrong_name():
     assert global_variables([elisp]) == {"amacs--new-state"}
     assert stays_global("- **What stays global.** `amacs--a` and\n  `amacs--b`.\n- **Next.** `amacs--c`") == {
         "amacs--a", "amacs--b"}
+
+
+def _package_index(package: Path) -> tuple[set[str], dict[str, set[str]], set[str]]:
+    """PACKAGE's modules (dotted), each class's members (methods, class attributes, ``self.x``
+    set in its methods) and every name defined or assigned anywhere in it."""
+    modules: set[str] = set()
+    classes: dict[str, set[str]] = {}
+    names: set[str] = set()
+    for path in package.rglob("*.py"):
+        modules.add(".".join(path.relative_to(package.parent).with_suffix("").parts).removesuffix(".__init__"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+            if isinstance(node, ast.ClassDef):
+                members = classes.setdefault(node.name, set())
+                for sub in ast.walk(node):
+                    if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        members.add(sub.name)
+                    elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                        for t in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
+                            if isinstance(t, ast.Name) or isinstance(t, ast.Attribute) and \
+                                    isinstance(t.value, ast.Name) and t.value.id == "self":
+                                members.add(t.id if isinstance(t, ast.Name) else t.attr)
+    return modules, classes, names
+
+
+CROSS_REF = re.compile(r":(meth|class|func|data|attr|mod|exc):`~?\.?([\w.]+)`")
+
+
+def unresolved_refs(package: Path) -> list[str]:
+    """The cross-references (``:meth:`~x.Y.z```) of PACKAGE's sources that name nothing it has: a
+    module (by its dotted tail), a name, a class's member.  A reference into another package (its
+    head importable, not ours) is not checked."""
+    modules, classes, names = _package_index(package)
+    tails = {".".join(m.split(".")[i:]) for m in modules for i in range(len(m.split(".")))}
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        for role, ref in CROSS_REF.findall(path.read_text(encoding="utf-8")):
+            parts = ref.split(".")
+            k = next((k for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in tails), 0)
+            rest = parts[k:]
+            if role == "mod":
+                ok = not rest
+            elif k == 0 and len(parts) > 1 and parts[0] != package.name and importlib.util.find_spec(parts[0]):
+                ok = True  # another package's (concurrent.futures.Future)
+            elif k == 0 and parts[0] == package.name:
+                ok = False  # a module of ours that is not there
+            elif len(rest) >= 2:  # Class.member
+                ok = rest[-1] in classes.get(rest[-2], set())
+            else:
+                ok = not rest or rest[-1] in names
+            if not ok:
+                wrong.append(f"{path.relative_to(package.parent)}: {ref}")
+    return wrong
+
+
+def test_the_docstrings_cross_references_name_what_exists():
+    """A docstring's ``:meth:``/``:class:``/``:func:``/``:mod:`` reference is a small map: after the
+    Runtime's split, two still sent the reader to ``Runtime.spending`` (the Ledger's now)."""
+    assert unresolved_refs(ROOT / "amacs_server") == []
+
+
+def test_the_cross_reference_check_sees_a_member_gone(tmp_path):
+    package = tmp_path / "amacs_server"
+    package.mkdir()
+    (package / "ledger.py").write_text("class Ledger:\n    def spending(self): ...\n")
+    (package / "face.py").write_text('"""Sees :meth:`~amacs_server.runtime.Runtime.spending`, :mod:`.ledger`,\n'
+                                     ':meth:`~amacs_server.ledger.Ledger.spending`, :class:`concurrent.futures.Future`,\n'
+                                     ':meth:`Ledger.spent`, :func:`tally` and :mod:`.gone`."""\n')
+    assert unresolved_refs(package) == ["amacs_server/face.py: amacs_server.runtime.Runtime.spending",
+                                        "amacs_server/face.py: Ledger.spent", "amacs_server/face.py: tally",
+                                        "amacs_server/face.py: gone"]

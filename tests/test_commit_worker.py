@@ -334,3 +334,39 @@ def test_the_first_commit_after_a_start_writes_only_the_blobs_that_changed(tmp_p
                           text=True, check=True).stdout.strip()
     assert loose_blobs(tmp_path) == {head}
     assert subprocess.run(["git", "-C", str(tmp_path), "fsck", "--strict"], capture_output=True).returncode == 0
+
+
+def test_a_new_servers_first_snapshot_reads_only_the_files_changed_since_the_last_commit(tmp_path, monkeypatch):
+    """Was: a server's first snapshot read every tracked file (every closed month: 14 MB at
+    20,000 ticks, on the loop thread at the end of the person's first turn) and its commit hashed
+    each.  A file whose stat is as the last commit recorded it is its committed blob; one changed
+    since (grown, edited by hand in place keeping its size and its mtime) or whose blob git lost
+    is read."""
+    monkeypatch.setattr(git_repo, "RACY_NS", 0)  # the files were just written: no wait for the clock
+    months = [tmp_path / "chat" / f"2026-{m:02d}.org" for m in range(1, 7)]
+    months[0].parent.mkdir()
+    for i, month in enumerate(months):
+        month.write_text(f"* Tick {i}\n" + "words " * 2000)
+    chat = tmp_path / "agent-chat.org"
+    chat.write_text("* Tick 7\n")
+    files = [chat, *months]
+    HomeRepo(tmp_path).commit(files, "[TICK 7][no-thread][ok] seven")
+    append_durably(chat, "* Tick 8\n")
+    edited = months[2]
+    before = edited.stat()
+    edited.write_text(edited.read_text().replace("words", "WORDS", 1))  # by hand: same size, in place
+    os.utime(edited, ns=(before.st_atime_ns, before.st_mtime_ns))
+    lost = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", f"HEAD:chat/{months[4].name}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / ".git" / "objects" / lost[:2] / lost[2:]).unlink()
+    read: list[str] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: (read.append(self.name), real(self))[1])
+    HomeRepo(tmp_path).commit(files, "[TICK 8][no-thread][ok] eight")  # a new server
+    monkeypatch.undo()
+    assert sorted(read) == sorted(["agent-chat.org", edited.name, months[4].name])
+    for path in files:
+        name = str(path.relative_to(tmp_path))
+        assert subprocess.run(["git", "-C", str(tmp_path), "show", f"HEAD:{name}"], capture_output=True,
+                              check=True).stdout == path.read_bytes(), name
+    assert subprocess.run(["git", "-C", str(tmp_path), "fsck", "--strict"], capture_output=True).returncode == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -130,6 +131,39 @@ def test_the_maps_diagram_is_the_scripts():
     shown = shown.split("```", 1)[0]
     assert shown.splitlines() == g.layers_diagram(sizes=False), \
         "the map's import graph is not the code's: paste `scripts/import-graph.py --layers --bare` into it"
+
+
+def map_layers(text: str, after: str, known: set[str]) -> list[set[str]]:
+    """The layers the map's indented list after the words AFTER shows, top first: each line at the
+    list's indent opens a layer, a line indented deeper goes on with it; the names of KNOWN on a line,
+    up to the first other word, are its units."""
+    block = text.split(after, 1)[1].lstrip("\n").split("\n\n", 1)[0].splitlines()
+    indent = len(block[0]) - len(block[0].lstrip())
+    layers: list[set[str]] = []
+    for line in block:
+        units = set(itertools.takewhile(lambda word: word in known, line.split()))
+        if len(line) - len(line.lstrip()) == indent:
+            layers.append(units)
+        else:
+            layers[-1] |= units
+    return layers
+
+
+def test_the_maps_layer_lists_are_the_scripts():
+    """docs/ARCHITECTURE.md's two lists of layers (the packages', the elisp files') are LAYERS and
+    ELISP_LAYERS, top first: a unit moved in the script and not on the map fails here."""
+    g = graph()
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    units = {u for layer in g.LAYERS for u in layer}
+    assert map_layers(text, "`importlib.import_module` call names.", units) == [set(x) for x in reversed(g.LAYERS)]
+    files = {f for layer in g.ELISP_LAYERS for f in layer}
+    assert map_layers(text, "or a\nfile no layer places):", files) == [set(x) for x in reversed(g.ELISP_LAYERS)]
+
+
+def test_the_layer_lists_reader_sees_a_moved_unit():
+    listed = "Layers:\n\n    runtime    makes the parts\n    loop  turns    the turn\n      agents\n    errors\n\nmore"
+    known = {"runtime", "loop", "turns", "agents", "errors"}
+    assert map_layers(listed, "Layers:", known) == [{"runtime"}, {"loop", "turns", "agents"}, {"errors"}]
 
 
 def test_elisp_requires_keep_the_layers():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -786,6 +787,151 @@ def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_
         assert len(_git(fork, "log", "--format=%s").splitlines()) == 3
 
 
+def _pack_older(home: Path) -> list[Path]:
+    """HOME's objects in one pack, dated 10 s back (as if written that long before the next tick's
+    commit, without waiting for the clock to pass a second)."""
+    _git(home, "repack", "-a", "-d", "-q")
+    packs = sorted((home / ".git" / "objects" / "pack").glob("*.pack"))
+    for pack in packs:
+        os.utime(pack, (time.time() - 10, time.time() - 10))
+    return packs
+
+
+def _holds_abandoned(fork: Path, texts: tuple[str, ...]) -> list[str]:
+    return [text for text in texts if text.encode() in _fork_holds(fork)]
+
+
+def test_a_fork_keeps_whole_the_packs_written_before_its_tick_and_none_that_may_hold_a_future(tmp_path, fake):
+    """A pack written before the tick's commit holds only the tick's past: the fork links it as it
+    is (no copy of the history); what the tick reaches beyond it is packed anew, and nothing of a
+    later tick is there.  In a home a rewind left a future in (its ref, or its ref deleted by
+    hand), an older pack may hold that future: no pack is kept whole, the fork holds none of it."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    _git(home, "repack", "-a", "-d", "-q")  # written after tick 2's commit: it may hold what came after tick 1
+    assert _holds_abandoned(history.fork(home, 1, tmp_path / "at-one").home, ("answer to plain two",)) == []
+    [pack] = _pack_older(home)
+    run(home, fake, [("say", "the third"), ("say", "later words")])
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    kept = fork / ".git" / "objects" / "pack" / pack.name
+    assert kept.stat().st_ino == pack.stat().st_ino  # the home's pack, linked: not packed again
+    assert "answer to the third" in _fork_holds(fork).decode(errors="replace")
+    assert _holds_abandoned(fork, ("later words",)) == []
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+    assert history.rewind(home, 1).abandoned
+    _pack_older(home)  # the abandoned future's objects too, in a pack older than the next ticks
+    run(home, fake, [("say", "fresh two"), ("say", "fresh three")])
+    gone = ("answer to plain two", "answer to the third", "later words")
+    assert _holds_abandoned(history.fork(home, 3, tmp_path / "after-rewind").home, gone) == []
+    for ref in _git(home, "for-each-ref", "--format=%(refname)", history.ABANDONED).split():
+        _git(home, "update-ref", "-d", ref)  # the person deletes the abandoned future's ref
+    assert _holds_abandoned(history.fork(home, 3, tmp_path / "ref-deleted").home, gone) == []
+
+
+def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):
+    """Many rows after the tick, each with a word of its own, in an index of many pages: once
+    they are taken out of the copy, no page of the file (used or free) holds one of those words,
+    and the copy's index finds what a new one finds."""
+    from amacs_server.memory.ltm import LongTermMemory
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    rows = [(i, f"base{i}", f"word{i} " + " ".join(f"common{j}" for j in range(i % 40)) +
+             (f" laterword{i}zq" if i > 1500 else "")) for i in range(1, 3001)]
+    with ltm.transaction():
+        ltm.db.executemany("INSERT INTO items (id, base, version, tier, kind, created_at_ms, content, text) "
+                           "VALUES (?, ?, 1, 'ltm', 'note', 0, '{}', ?)", rows)
+        ltm.db.executemany("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", [(i, t) for i, _b, t in rows])
+    ltm.close()
+    assert b"laterword2999zq" in (tmp_path / "memory.db").read_bytes()
+    history._memory_up_to(tmp_path / "memory.db", tmp_path / "fork.db", {"ltm_max_id": 1500, "active": []})
+    held = (tmp_path / "fork.db").read_bytes()
+    assert not re.findall(rb"terword\d+zq", held)
+    db = sqlite3.connect(tmp_path / "fork.db")
+    try:
+        assert db.execute("SELECT count(*), max(id) FROM items").fetchone() == (1500, 1500)
+        query = "SELECT rowid FROM items_fts WHERE items_fts MATCH ? ORDER BY rank, rowid"
+        found = [db.execute(query, (w,)).fetchall() for w in ("common3", "word77", "laterword2000zq")]
+        db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
+        assert found == [db.execute(query, (w,)).fetchall() for w in ("common3", "word77", "laterword2000zq")]
+        assert found[1] == [(77,)] and found[2] == []
+    finally:
+        db.close()
+
+
+def test_a_rewind_or_fork_reads_only_what_changed_since_the_tick_or_was_not_sealed(tmp_path, fake, monkeypatch):
+    """What a rewind or fork reads grows with what was written after the tick, not with the home:
+    a memory.db sealed by a clean close is not checked page by page again (an unsealed one is);
+    a transcript not written since the tick ended is not searched for its future; the files the
+    check-out left as the tick's commit has them are not read to be committed again.  The
+    commits still hold the files as they are."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    old = home / "transcripts" / "older-session.jsonl"
+    old.write_text('{"tick": 1, "ts": 1.0, "kind": "tick_start"}\n')
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    run(home, fake, [("say", "later one")])
+    checked: list[Path] = []
+    searched: list[str] = []
+    read: list[str] = []
+    monkeypatch.setattr(history, "_quick_check", lambda path: checked.append(path) or "ok")
+    future = history._transcript_future
+    monkeypatch.setattr(history, "_transcript_future", lambda path, *a: searched.append(path.name) or future(path, *a))
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or real(self))
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    assert checked == [] and not {"consciousness.el", "scratchpad.org", history.STATE_FILE} & set(read), read
+    history.rewind(home, 3)
+    assert checked == [] and "older-session.jsonl" not in searched and searched
+    read.clear()
+    history.rewind(home, 2)  # after a check-out, git knows every file: the aside commit reads none of them
+    assert not {"consciousness.el", "scratchpad.org", history.STATE_FILE} & set(read), read
+    for where in (home, fork):
+        assert _git(where, "status", "--porcelain", "--untracked-files=no") == ""
+    rt = runtime(home, fake.url)  # the server rewinds and forks the memory.db it checked and opened
+    try:
+        asyncio.run_coroutine_threadsafe(rt.rewind(2), rt.loop).result(60)
+        rt.fork(None, tmp_path / "served-fork")
+    finally:
+        rt.stop()
+    assert checked == []
+    (home / "memory.db.clean").unlink()
+    history.rewind(home, 1)
+    assert checked == [home / "memory.db"]
+
+
+def _words_of(db: Path) -> bytes:
+    return db.read_bytes() + b"".join(p.read_bytes() for p in db.parent.glob("memory.db-*"))
+
+
+def test_a_forks_memory_holds_no_byte_of_a_later_row_nor_of_an_abandoned_one(tmp_path, fake):
+    """The fork's memory.db is the home's tables copied whole, less the rows after the tick: no byte
+    of those rows, nor of the home's abandoned futures (whose index entries the home only marked
+    deleted), is left anywhere in the file; the full-text index answers as one made anew."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("create", "keptnote"), ("say", "plain two")])
+    run(home, fake, [("create", "zebrafuturexyz"), ("say", "after all")])
+    run(home, fake, [("create", "quokkaabandonedqrs"), ("say", "more")])
+    history.rewind(home, 3)  # the quokka note's rows leave; its words stay in the home's index, marked
+    run(home, fake, [("say", "again")])
+    assert b"kkaabandonedqrs" in _words_of(home / "memory.db")
+    early = history.fork(home, 2, tmp_path / "early").home
+    late = history.fork(home, 4, tmp_path / "late").home
+    assert b"rafuturexyz" not in _words_of(early / "memory.db")
+    for fork in (early, late):
+        assert b"kkaabandonedqrs" not in _words_of(fork / "memory.db")
+        db = sqlite3.connect(fork / "memory.db")
+        try:
+            db.execute("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
+            query = "SELECT rowid, round(rank, 9) FROM items_fts WHERE items_fts MATCH ? ORDER BY rank, rowid"
+            words = ["keptnote", "zebrafuturexyz", "quokkaabandonedqrs", "answer", "hello", "about"]
+            found = [db.execute(query, (w,)).fetchall() for w in words]
+            db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
+            assert found == [db.execute(query, (w,)).fetchall() for w in words]
+            assert found[0] and not found[2] and bool(found[1]) == (fork == late)
+        finally:
+            db.close()
+
+
 def _subjects(home: Path) -> list[str]:
     return _git(home, "log", "--format=%s").splitlines()
 
@@ -1141,4 +1287,8 @@ def test_a_transcripts_future_is_found_reading_its_end_where_a_whole_read_finds_
     nxt = min([at for t, no, at in stamps if t > cut and not no], default=last + 30)
     for ended in (None, last + late * (nxt - last)):
         whole = history._future_of_transcript(data, cut, ended)
+        parsed = [json.loads(row) for row in rows]  # the rule, read off the rows as written
+        first = next((i for i, row in enumerate(parsed) if (row["tick"] is not None and row["tick"] > cut) or
+                      (row["tick"] is None and ended is not None and row["ts"] > ended)), None)
+        assert whole == (None if first is None else len("".join(rows[:first]).encode()))
         assert history._transcript_future(path, cut, ended) == (None if whole is None else (whole, data[whole:]))

@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -160,3 +161,57 @@ def test_git_runs_in_a_session_of_its_own_so_a_hangup_to_the_servers_group_spare
     ran = [line.split() for line in seen.read_text().splitlines()]
     assert ran and all(int(sid) != os.getsid(0) for sid, *_ in ran), ran
     assert git(home, "log", "--format=%s").decode().strip() == "[TICK 1][no-thread][ok] tick 1"
+
+
+def _git(home: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(home), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _blob_of(home: Path, name: str) -> str:
+    return subprocess.run(["git", "-C", str(home), "hash-object", name], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_a_file_assumed_to_hold_a_blob_is_not_read_until_it_changes(tmp_path):
+    """HomeRepo.assume: a file taken to hold a blob is committed with it, unread (here a blob it
+    does not hold, to see that); once the file changes (here grows: the bytes before are not
+    known), it is read and hashed whole."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "consciousness.el").write_text("(one)\n")
+    (home / "scratchpad.org").write_text("* a note\n")
+    repo = HomeRepo(home)
+    repo.commit(tracked(home), "first")
+    other = _blob_of(home, "scratchpad.org")
+    fresh = HomeRepo(home)
+    fresh.assume([("consciousness.el", "100644", other)])
+    fresh.commit(tracked(home), "second")
+    assert _git(home, "rev-parse", "HEAD:consciousness.el") == other  # taken as told: not read
+    with (home / "consciousness.el").open("a") as fh:
+        fh.write("(two)\n")
+    fresh.commit(tracked(home), "third")
+    assert _git(home, "rev-parse", "HEAD:consciousness.el") == _blob_of(home, "consciousness.el")
+
+
+def test_a_commit_aside_reads_only_the_files_git_finds_changed(tmp_path, monkeypatch):
+    """commit_aside hashes the files whose stat git finds changed since it wrote them (a rewind's
+    check-out wrote every one), not every tracked file; its tree is the files as they are."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "chat").mkdir()
+    for month in range(5):
+        (home / "chat" / f"2026-0{month + 1}-1.org").write_text(f"* month {month}\n" * 100)
+    (home / "agent-chat.org").write_text("* now\n")
+    repo = HomeRepo(home)
+    sha, _ = repo.commit(tracked(home), "first")
+    _git(home, "read-tree", "-u", "--reset", sha)  # as a rewind's check-out leaves the index: stat known
+    time.sleep(0.05)
+    with (home / "agent-chat.org").open("a") as fh:
+        fh.write("more\n")
+    read: list[str] = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.name) or real(self))
+    aside = HomeRepo(home).commit_aside(tracked(home), "aside", sha)
+    assert "agent-chat.org" in read and not [name for name in read if name.startswith("2026-")], read
+    for rel in ("agent-chat.org", "chat/2026-03-1.org"):
+        assert _git(home, "rev-parse", f"{aside}:{rel}") == _blob_of(home, rel)

@@ -166,3 +166,23 @@ def test_a_runs_turns_phases_and_cost_are_read_through_the_records(tmp_path):
     assert found["first_turn_at"] == lines[0]["ts"] and found["first_request_at"] == lines[1]["ts"]
     assert found["last_reply_at"] == lines[4]["ts"]
     assert transcript_totals(tmp_path) == (None, 0.75, 1)  # one call unpriced: no total in dollars
+
+
+# The modules that take a line's ``event`` or ``data`` out of its JSON by hand, and why.
+BY_HAND = {
+    "records.py": "the reader every other module reads through (parse, read, scan)",
+    "persistence/recovery.py": "spent_in_transcripts: the money a damaged home spent, from the cost of any "
+                               "model_response line; a whole record would pass over a line that lacks another "
+                               "field, and an under-count lets the person spend past their limit",
+    "inference/capabilities.py": "a model server's listing (its 'data'), not a transcript",
+}
+
+
+def test_no_module_takes_a_lines_kind_or_data_by_hand():
+    """Beyond research too: a module that reads transcript lines reads records (parse, scan), so a
+    kind or a field renamed in records.py is followed there (or fails mypy), not missed by a string."""
+    by_hand = re.compile(r"""get\(\s*["'](event|data)["']\s*\)|\[\s*["'](event|data)["']\s*\]""")
+    package = ROOT / "amacs_server"
+    found = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                   if by_hand.search(p.read_text(encoding="utf-8")))
+    assert [name for name in found if name not in BY_HAND] == []

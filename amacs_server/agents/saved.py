@@ -22,6 +22,7 @@ from ..memory.active import ActiveMemory, MemoryRefused
 from ..memory.memid import MemId
 from ..persistence.history import read_state
 from ..persistence.transcript import written_since
+from ..records import AgentStart, parse
 from .agent import Agent
 from .kinds import AgentState, AgentType, Ending
 from .talk import Event, EventType, TalkIds
@@ -93,11 +94,14 @@ def numbered_since(folder: Path, since: float) -> int:
     count.  0 when none was."""
     kinds = {t.value for t in AgentType}
     top = 0
-    for line in written_since(folder, since):
-        data = line.get("data")
-        if line.get("event") != "agent_start" or not isinstance(data, dict) or data.get("name") is not None:
+    for written in written_since(folder, since):
+        try:
+            line = parse(written)
+        except (ValueError, TypeError, KeyError, AttributeError):  # a kind this version does not know
             continue
-        kind, _, number = str(line.get("agent_id")).rpartition("-")
+        if not isinstance(line.event, AgentStart) or line.event.name is not None:
+            continue
+        kind, _, number = line.agent_id.rpartition("-")
         if kind in kinds and number.isdigit():
             top = max(top, int(number))
     return top

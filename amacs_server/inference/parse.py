@@ -96,8 +96,8 @@ def extract_json_text(text: str) -> str:
 
 @functools.cache
 def response_schema() -> dict[str, Any]:
-    """The response's JSON schema, generated from :class:`_Response` (the one declaration the
-    parser validates with), in the form structured outputs accept on every backend: every
+    """The response's JSON schema, generated from :class:`~.response_model.Response` (the one
+    declaration the parser validates with), in the form structured outputs accept on every backend: every
     field required (an optional one as nullable), no other fields, no ``$ref``, no titles or
     defaults.  A reply that follows it parses.
 

@@ -14,6 +14,7 @@ session of its own.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import queue
@@ -23,12 +24,12 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import faults
 from ..errors import AmacsError
-from ..files import sync_paths
+from ..files import atomic_write, deferred_sync, sync_paths
 
 log = logging.getLogger("amacs.git")
 
@@ -64,6 +65,11 @@ TRACKED_FOLDERS = ("chat", "monologue", "skills")
 # least this long before that read: a write within the file system's time granularity of a
 # read can leave the stat unchanged (git's "racily clean" entries).
 RACY_NS = 3_000_000_000
+# Each tracked file's stat when its bytes were read, and their blob, kept in .git for the next
+# server (rewritten after a commit when it changed): its first snapshot reads and hashes only
+# the files changed since, not every month of the history.  Only a file whose stat cannot hide
+# a change (RACY_NS) is kept.
+SEEN_FILE = "amacs-seen.json"
 # A file that only grew is kept as its earlier chunks and the new bytes (the snapshots of a
 # backlog share what they have in common); past this many chunks it is one chunk again.
 MAX_CHUNKS = 16
@@ -161,9 +167,12 @@ class Content:
     chunks: tuple[bytes, ...]
     size: int
     mode: str = "100644"
+    blob: str | None = None  # set for bytes not read (no chunks): git has them as this blob
 
     def data(self) -> bytes:
-        """The bytes."""
+        """The bytes (of a Content read from the file)."""
+        if self.blob is not None:
+            raise ValueError("the bytes of a file not read are its blob's")
         return self.chunks[0] if len(self.chunks) == 1 else b"".join(self.chunks)
 
 
@@ -174,6 +183,7 @@ class Snapshot:
 
     files: dict[str, Content]
     paths: tuple[Path, ...]
+    marks: dict[str, tuple[tuple[int, int, int, int], int]] = field(default_factory=dict)  # name -> stat, read at
 
 
 @dataclass(frozen=True)
@@ -191,14 +201,23 @@ class Snapshotter:
         self.home = home
         self._seen: dict[str, _Seen] = {}
         self._names: dict[Path, str] = {}  # each file's path in the home
+        self._stored: dict[str, _Seen] | None = None  # SEEN_FILE's entries, read at the first snapshot
         self._lock = threading.Lock()
+
+    def seen(self, name: str, entry: _Seen) -> None:
+        """Keep ENTRY as what the next snapshot knows of NAME (a path in the home)."""
+        with self._lock:
+            self._seen[name] = entry
 
     def take(self, files: Iterable[Path], *, known: Snapshot | None = None) -> Snapshot:
         """The bytes of .gitignore and each of FILES that exists, now; a file KNOWN (a snapshot
         taken a moment before by this snapshotter, this one completes) holds is as it has it."""
         out: dict[str, Content] = {}
+        marks: dict[str, tuple[tuple[int, int, int, int], int]] = {}
         paths = tuple(files)
         with self._lock:
+            if self._stored is None:
+                self._stored = self._load()
             seen: dict[str, _Seen] = {}
             for path in (self.home / ".gitignore", *paths):
                 name = self._names.get(path)
@@ -206,7 +225,7 @@ class Snapshotter:
                     name = self._names[path] = str(path.relative_to(self.home))
                 if name in out:
                     continue
-                last = self._seen.get(name)
+                last = self._seen.get(name) or self._stored.pop(name, None)
                 if known is not None and last is not None and known.files.get(name) is last.content:
                     entry: _Seen | None = last
                 else:
@@ -214,8 +233,31 @@ class Snapshotter:
                 if entry is not None:
                     seen[name] = entry
                     out[name] = entry.content
+                    marks[name] = (entry.key, entry.read_ns)
             self._seen = seen
-        return Snapshot(out, paths)
+        return Snapshot(out, paths, marks)
+
+    def _load(self) -> dict[str, _Seen]:
+        """SEEN_FILE's entries whose blob git has (one ``cat-file``); none when it cannot be read."""
+        try:
+            data = json.loads((self.home / ".git" / SEEN_FILE).read_text(encoding="utf-8"))
+            stored = {str(name): _Seen((int(ino), int(size), int(mtime), int(ctime)), int(read_ns),
+                                       Content((), int(size), str(mode), str(blob)))
+                      for name, (ino, size, mtime, ctime, read_ns, mode, blob) in data.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+        if not stored:
+            return {}
+        asked = "".join(f"{entry.content.blob}\n" for entry in stored.values())
+        env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+        try:
+            done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=self.home, input=asked.encode(), env=env,
+                                  capture_output=True, timeout=30, check=False, start_new_session=True)
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        held = set(done.stdout.decode(errors="replace").splitlines()) if done.returncode == 0 else set()
+        return {name: entry for name, entry in stored.items()
+                if f"{entry.content.blob} blob {entry.content.size}" in held}
 
     @staticmethod
     def _read(path: Path, last: _Seen | None) -> _Seen | None:
@@ -246,8 +288,8 @@ class Snapshotter:
 
 
 def _grew(data: bytes, old: Content) -> bool:
-    """Whether DATA starts with OLD's bytes."""
-    if len(data) < old.size:
+    """Whether DATA starts with OLD's bytes (read: a blob's are not at hand)."""
+    if len(data) < old.size or old.blob is not None:
         return False
     view, at = memoryview(data), 0
     for chunk in old.chunks:
@@ -275,6 +317,8 @@ class HomeRepo:
         self._indexed: dict[str, tuple[str, str]] | None = None  # the index as this object left it
         self._committed: set[str] = set()  # the files of the last snapshot committed
         self._blobs: dict[str, tuple[Content, str]] = {}  # each file's last content and its blob
+        self._kept: dict[str, list[object]] | None = None  # SEEN_FILE as this object last wrote it
+        self._trust_index = True  # a blob the index names is in git (until a write-tree says otherwise)
         self._algorithm = "sha1"
         self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
         for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
@@ -347,9 +391,10 @@ class HomeRepo:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
         return stdout.strip()
 
-    def _git_bytes(self, *args: str, data: bytes = b"") -> bytes:
-        """git ARGS's output, as bytes (paths as they are), with DATA on its standard input."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=self._env, input=data, capture_output=True,
+    def _git_bytes(self, *args: str, data: bytes = b"", env: dict[str, str] | None = None) -> bytes:
+        """git ARGS's output, as bytes (paths as they are), with DATA on its standard input (in ENV,
+        default the repository's)."""
+        done = subprocess.run(["git", *args], cwd=self.home, env=env or self._env, input=data, capture_output=True,
                               check=False, start_new_session=True)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
@@ -449,7 +494,15 @@ class HomeRepo:
                                              stdin=b".gitignore\n", env=self._env)
                 self._index(snap)
                 faults.point("commit.indexed")
-                tree = self._git("write-tree")
+                try:
+                    tree = self._git("write-tree")
+                except GitFailed:  # a blob the index names is gone (a damaged .git): written again
+                    if not self._trust_index:
+                        raise
+                    self._trust_index, self._indexed = False, None
+                    self._blobs.clear()
+                    self._index(snap)
+                    tree = self._git("write-tree")
                 faults.point("commit.tree")
                 try:
                     sha = self._commit_tree(tree, message, self._parent or self._head())
@@ -460,13 +513,64 @@ class HomeRepo:
                 self._indexed = None
                 raise CommitError(f"git commit failed: {err}; the tick is saved on disk") from err
             self._parent = sha
+            self._keep_seen(snap)
             return sha, note
+
+    def assume(self, entries: Iterable[tuple[str, str, str]]) -> None:
+        """Take each file of ENTRIES (its path in the home, mode, blob) to hold that blob as it is on
+        disk now, as if a snapshot had just read it; the caller knows it does (git wrote it, or
+        found it unchanged since).  The next snapshot reads such a file only once its inode, size,
+        mtime or ctime changed, and no commit hashes it again."""
+        with self._lock:
+            for name, mode, blob in entries:
+                try:
+                    st = (self.home / name).stat()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                content = Content((), st.st_size, mode, blob)
+                key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                self.snapshots.seen(name, _Seen(key, max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS + 1, content))
+
+    def unchanged(self, index: Path | None = None) -> list[tuple[str, str, str]]:
+        """The files of the index (INDEX, default the home's) that git finds as it left them
+        (stat unchanged since it wrote or read them, the racy ones compared): path, mode, blob."""
+        env = None if index is None else {**self._env, "GIT_INDEX_FILE": str(index)}
+        changed = set(self._git_bytes("diff-files", "--name-only", "-z", env=env).split(b"\0"))
+        out = []
+        for record in self._git_bytes("ls-files", "-s", "-z", env=env).split(b"\0"):
+            info, _, name = record.partition(b"\t")
+            if record and name not in changed:
+                mode, blob, stage = info.decode().split()
+                if stage == "0":
+                    out.append((name.decode("utf-8", "surrogateescape"), mode, blob))
+        return out
+
+    def _keep_seen(self, snap: Snapshot) -> None:
+        """Write SEEN_FILE for SNAP, just committed (when it changed): each file's stat, when it
+        was read and its blob, but those whose stat could hide a later change (RACY_NS)."""
+        kept: dict[str, list[object]] = {}
+        for name, content in snap.files.items():
+            mark = snap.marks.get(name)
+            known = self._blobs.get(name)
+            blob = content.blob or (known[1] if known is not None and known[0] is content else None)
+            if mark is None or blob is None or max(mark[0][2], mark[0][3]) + RACY_NS >= mark[1]:
+                continue
+            kept[name] = [*mark[0], mark[1], content.mode, blob]
+        if kept == self._kept:
+            return
+        try:
+            with deferred_sync():  # lost, it costs the next server one read of each file
+                atomic_write(self.home / ".git" / SEEN_FILE, json.dumps(kept, separators=(",", ":")))
+        except OSError as err:
+            log.warning("could not write %s: %s", SEEN_FILE, err)
+        self._kept = kept
 
     def commit_aside(self, what: Iterable[Path], message: str, parent: str) -> str:
         """A commit of the files WHAT as they are now, on PARENT, and its sha; no ref moves and
         the home's index is not touched (the tree is built in an index of its own, removed after):
-        until a ref names it, the commit is an unreachable object, as if never made."""
-        snap = self.snapshots.take(what)
+        until a ref names it, the commit is an unreachable object, as if never made.  A file git
+        finds as the index has it (:meth:`unchanged`) is not read: what is hashed is what changed
+        since git last wrote or read it."""
         with self._lock:
             self.prepare()
             index = self.home / ".git" / "amacs-aside.index"
@@ -474,9 +578,11 @@ class HomeRepo:
             try:
                 real = self.home / ".git" / "index"
                 if real.exists():
-                    shutil.copyfile(real, index)
+                    shutil.copy2(real, index)  # its time too: git compares the racy files' bytes by it
+                    self.assume(self.unchanged(index))
                 else:
                     index.unlink(missing_ok=True)
+                snap = self.snapshots.take(what)
                 self._env = {**self._env, "GIT_INDEX_FILE": str(index)}
                 if not real.exists():
                     self._git("read-tree", parent)
@@ -523,10 +629,12 @@ class HomeRepo:
     def _blob(self, name: str, content: Content, indexed: tuple[str, str] | None = None) -> str:
         """CONTENT's blob id, the object written if it is new (as git would: a loose object);
         INDEXED is the index's entry for NAME (mode, blob): git has that blob already."""
+        if content.blob is not None:
+            return content.blob
         known = self._blobs.get(name)
         if known is not None and known[0] is content:
             return known[1]
-        sha = self.write_blob(content.data(), have=indexed[1] if indexed else None)
+        sha = self.write_blob(content.data(), have=indexed[1] if indexed and self._trust_index else None)
         self._blobs[name] = (content, sha)
         return sha
 

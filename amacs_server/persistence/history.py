@@ -316,24 +316,37 @@ def lock(home: Path) -> HomeLock:
     return lock
 
 
-def _check_out(home: Path, commit: str, state: dict[str, Any]) -> None:
+def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
-    ever held: a skill or month made after the last commit)."""
+    ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
+    or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
+    the others)."""
     if faults.armed("rewind.read-tree-lock"):
         faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                  home / ".git" / "index.lock")
     _git(home, "read-tree", "-u", "--reset", commit)
-    held = set(_git(home, "ls-tree", "-r", "-z", "--name-only", commit).decode(errors="surrogateescape").split("\0"))
+    held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
+    for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
+        info, _, rel = record.partition("\t")
+        if record:
+            mode, _kind, blob = info.split()
+            held[rel] = (rel, mode, blob)
     sizes: dict[str, int] = state["files"]
     logs = set(log_files(home))
     for path in tracked(home):
         rel = str(path.relative_to(home))
         if rel not in held or (path in logs and rel not in sizes):
             path.unlink(missing_ok=True)  # a file (a month, a skill) begun after the tick
+            held.pop(rel, None)
         elif rel in sizes and path.stat().st_size > sizes[rel]:
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
+            held.pop(rel)
+    repo = repo or HomeRepo(home)
+    repo.forget_head()
+    repo.assume(held.values())
+    return repo
 
 
 def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
@@ -347,15 +360,15 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
     try:
         db, top = ltm.db, int(state["ltm_max_id"])
         with ltm.transaction():
-            later = db.execute("SELECT id, text FROM items WHERE id > ?", (top,)).fetchall()
+            later = db.execute("SELECT id, text, base FROM items WHERE id > ?", (top,)).fetchall()
             if later:
                 db.execute(ABANDONED_SCHEMA)
                 db.execute("INSERT INTO abandoned_items SELECT ?, id, base, version, tier, kind, created_at_ms, "
                            "content, text FROM items WHERE id > ?", (abandoned, top))
-            for rowid, text in later:
+            for rowid, text, _base in later:
                 db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
             db.execute("DELETE FROM items WHERE id > ?", (top,))
-            db.execute("DELETE FROM tags WHERE base NOT IN (SELECT base FROM items)")  # made with the first version
+            _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
         return len(later)
@@ -363,32 +376,54 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
         ltm.close()
 
 
-ITEM_COLUMNS = "id, base, version, tier, kind, created_at_ms, content, text"
+def _drop_tags_of_gone(db: sqlite3.Connection, bases: set[str]) -> None:
+    """Delete the tags of each of BASES no item version is left of (tags are made with an
+    item's first version)."""
+    db.executemany("DELETE FROM tags WHERE base = ? AND NOT EXISTS (SELECT 1 FROM items WHERE base = ?)",
+                   [(base, base) for base in sorted(bases)])
+
+
+# The full-text index's own tables (FTS5's): copied as they are, then the rows after the tick taken out.
+FTS_TABLES = ("items_fts_data", "items_fts_idx", "items_fts_docsize")
 
 
 def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
     """A new memory.db DEST holding SRC's memory as at the tick STATE is of: its item versions up
-    to the tick and their tags, the tick's active table, the full-text index made from them.
-    Nothing written after the tick is copied (no page or index segment of DEST ever held it),
-    and nothing of SRC's own (its abandoned futures).  SRC is read in one transaction: a
-    consistent copy, also while its home's server writes."""
+    to the tick and their tags, the tick's active table, and the full-text index of them; no
+    byte of anything written after the tick, nor of SRC's own (its abandoned futures).
+
+    Each table is copied whole, row by row in its order (SQLite's transfer of one table into an
+    empty one of the same schema: no index is searched, no text is split into words again, and
+    no page of SRC is copied with what its free space still holds); then the rows after the tick
+    are deleted, their entries taken out of the index, and the index merged into one segment,
+    which drops every entry of a row taken out (here, or by SRC's rewinds).  ``secure_delete``
+    zeroes every cell and page so freed.  The folder the fork is made in is removed if this
+    fails or is killed, so the file is written without a journal.  SRC is read in one
+    transaction: a consistent copy, also while its home's server writes."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
 
+    top = int(state["ltm_max_id"])
     ltm = LongTermMemory(dest)
     try:
         db = ltm.db
+        for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
+            db.execute(f"PRAGMA {pragma}")
         db.execute("ATTACH DATABASE ? AS home", (str(src),))
         with ltm.transaction():
-            db.execute(f"INSERT INTO items ({ITEM_COLUMNS}) SELECT {ITEM_COLUMNS} FROM home.items WHERE id <= ?",
-                       (int(state["ltm_max_id"]),))
-            db.execute("INSERT INTO tags (base, tag) SELECT base, tag FROM home.tags WHERE base IN "
-                       "(SELECT base FROM items)")
+            for table in ("items", "tags", *FTS_TABLES):
+                db.execute(f"DELETE FROM {table}")  # empty, as the transfer needs (the index's start rows)
+                db.execute(f"INSERT INTO {table} SELECT * FROM home.{table}")
         db.execute("DETACH DATABASE home")
         faults.point("fork.copied")
-        with ltm.transaction():
+        with ltm.transaction():  # a transaction of its own: the index is read as copied, not as cached
+            later = db.execute("SELECT id, text, base FROM items WHERE id > ?", (top,)).fetchall()
+            db.executemany("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)",
+                           [(rowid, text) for rowid, text, _base in later])
+            db.execute("DELETE FROM items WHERE id > ?", (top,))
+            _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
-            db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
+        db.execute("PRAGMA journal_mode=WAL")  # as every memory.db is opened
     finally:
         ltm.close()
 
@@ -404,6 +439,9 @@ SERVER_LOGS = ("logs/server.log.1", "logs/server.log")
 # to within this many seconds.
 STAMP_SLACK = 5.0
 LOGS_FOLDER = "logs"
+# A file's mtime is the kernel's coarse clock, behind time.time() by up to a clock tick: a file whose
+# mtime is this much before a time was not written after it.
+MTIME_SLACK = 1.0
 # The bytes just before a log file's recorded size whose digest the tick state keeps with it: a
 # file begun again since (rotated, removed, a fork's own) does not pass for the one recorded.
 MARK_TAIL = 64
@@ -447,16 +485,17 @@ def _future_of_transcript(data: bytes, tick: int, ended: float | None) -> int | 
     kept).  A line's first ``"tick":`` and ``"ts":`` are its own: a string value cannot hold a
     bare quote, and both come before ``data``."""
     at = 0
-    for line in data.splitlines(keepends=True):
-        found = _TICK_FIELD.search(line)
+    while at < len(data):  # each line searched where it lies, not copied: a line can be a whole request
+        end = data.find(b"\n", at) + 1 or len(data)
+        found = _TICK_FIELD.search(data, at, end)
         if found and found[1] != b"null":
             if int(found[1]) > tick:
                 return at
         elif ended is not None:
-            ts = _TS_FIELD.search(line)
+            ts = _TS_FIELD.search(data, at, end)
             if ts and float(ts[1]) > ended:
                 return at
-        at += len(line)
+        at = end
     return None
 
 
@@ -568,6 +607,8 @@ def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[in
     ended = state.get("ended_at")
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        if ended is not None and path.stat().st_mtime < float(ended) - MTIME_SLACK:
+            continue  # not written since the tick ended: a session's before it
         found = _transcript_future(path, tick, ended)
         if found is not None:
             out[f"transcripts/{path.name}"] = found
@@ -588,11 +629,11 @@ def _mktree(home: Path, blobs: dict[str, str]) -> str:
     return _git(home, "mktree", stdin="".join(entries).encode()).decode().strip()
 
 
-def _commit_beside(home: Path, parent: str, files: dict[str, bytes], message: str) -> str:
+def _commit_beside(repo: HomeRepo, parent: str, files: dict[str, bytes], message: str) -> str:
     """A commit on PARENT of its tree with FILES (path -> bytes, in folders PARENT's tree does
     not have) added; its sha.  No index, ref or working file is touched."""
+    home = repo.home
     folders: dict[str, dict[str, str]] = {}
-    repo = HomeRepo(home)
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
         blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
@@ -629,35 +670,48 @@ def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_i
 # rewind, or fork) from its journal; killed before the journal, it changed nothing.
 
 REWIND_JOURNAL = ".git/amacs-rewind.json"
+# Written in a home's git folder before a rewind makes its first object: from then on its packs may
+# hold an abandoned future's objects (a fork links none of them whole).
+REWOUND_MARK = ".git/amacs-rewound"
 
 
-def _refuse_damaged_memory(home: Path, doing: str) -> None:
-    """HistoryError, in one line, if HOME's memory.db is damaged (before anything is done)."""
-    db_path = home / "memory.db"
-    if not db_path.exists():
-        return
+def _quick_check(db_path: Path) -> str:
+    """``ok``, or what SQLite finds wrong in the database at DB_PATH (it reads every page)."""
     try:
         db = sqlite3.connect(db_path)
         try:
-            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+            return str(db.execute("PRAGMA quick_check").fetchone()[0])
         finally:
             db.close()
     except sqlite3.DatabaseError as err:
-        problem = str(err)
+        return str(err)
+
+
+def _refuse_damaged_memory(home: Path, doing: str, *, served: bool = False) -> None:
+    """HistoryError, in one line, if HOME's memory.db is damaged (before anything is done).  A
+    database sealed by a clean close and not written since is not read again (as at start:
+    ``ltm.check_database``): its pages were checked when it was opened, or it was sealed then;
+    nor one SERVED by the server asking (it opened it after that check, and alone wrote it since)."""
+    from ..memory.ltm import sealed  # noqa: PLC0415 - sqlite schema, only when a rewind or fork runs
+
+    db_path = home / "memory.db"
+    if served or not db_path.exists() or sealed(db_path):
+        return
+    problem = _quick_check(db_path)
     if problem != "ok":
         raise HistoryError(f"refused: {db_path} is damaged ({' '.join(str(problem).split())[:120]}); nothing "
                            "was changed. Start AMACS on this home once (it moves a damaged memory.db aside and "
                            f"rebuilds it), then {doing} again")
 
 
-def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
+def _refuse_damaged(home: Path, repo: HomeRepo, *, served: bool) -> str | None:
     """HistoryError, in one line, if HOME's tick state or memory.db is damaged or git is busy in
     it; checked before anything changes.  Returns the note of a stale git lock removed, or None."""
     state = home / STATE_FILE
     if state.exists() and read_state(home) is None:
         raise HistoryError(f"refused: {state} is damaged (it does not read as a tick state); nothing was "
                            f"changed. Restore it (git -C {home} checkout HEAD -- {STATE_FILE}), then rewind again")
-    _refuse_damaged_memory(home, "rewind")
+    _refuse_damaged_memory(home, "rewind", served=served)
     try:
         return repo.clear_stale_lock()
     except CommitError as err:
@@ -666,17 +720,22 @@ def _refuse_damaged(home: Path, repo: HomeRepo) -> str | None:
                            "again") from err
 
 
-def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any], str | None]:
+def _prepare(home: Path, tick: int, limit: float | None, *,
+             served: bool) -> tuple[dict[str, Any], dict[str, Any], HomeRepo, str | None]:
     """Everything a rewind of HOME to TICK will do, decided, with nothing the home shows changed:
-    the journal, and the note of a stale git lock removed."""
+    the journal, the tick state it returns to, the home's repository, and the note of a stale git
+    lock removed."""
     commit = tick_commit(home, tick)
     state = state_at(home, commit, tick)
     repo = HomeRepo(home)
-    note = _refuse_damaged(home, repo)
+    note = _refuse_damaged(home, repo, served=served)
     now = read_state(home)
     last = now["tick"] if now else last_tick(home)
     head = _git(home, "rev-parse", "HEAD").decode().strip()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
+    if not (home / REWOUND_MARK).exists():  # before the first object of the future it abandons
+        atomic_write(home / REWOUND_MARK, f"{stamp}\n")
+        sync_paths([home / REWOUND_MARK])
     try:
         kept = repo.commit_aside(tracked(home), f"[TICK {last}][abandoned] the home as it was before a rewind to "
                                                 f"tick {tick}", head)
@@ -686,7 +745,7 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     cut = _futures(home, tick, state)
     results = _results_after(home, state.get("ended_at"))
     if cut or results:
-        kept = _commit_beside(home, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
+        kept = _commit_beside(repo, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
                               f"[TICK {last}][abandoned] the transcripts' and logs' lines after tick {tick}")
     left = 0
     if (home / "memory.db").exists():
@@ -706,7 +765,7 @@ def _prepare(home: Path, tick: int, limit: float | None) -> tuple[dict[str, Any]
     atomic_write(path, json.dumps(journal))
     sync_paths([path])
     faults.point("rewind.journaled")
-    return journal, note
+    return journal, state, repo, note
 
 
 def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
@@ -741,9 +800,10 @@ def _final_message(j: dict[str, Any]) -> str:
             f"future is {j['ref']}")
 
 
-def _finish(home: Path, j: dict[str, Any]) -> str:
-    """Do (or do again: each step gives the same home) the rewind journal J describes; the sha
-    of its last commit.  The journal is removed at the end."""
+def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, repo: HomeRepo | None = None) -> str:
+    """Do (or do again: each step gives the same home) the rewind journal J describes (STATE: the
+    tick state of its commit, and REPO the home's repository, when there already); the sha of its
+    last commit.  The journal is removed at the end."""
     tick, commit, ref = int(j["tick"]), str(j["commit"]), str(j["ref"])
     head = _git(home, "rev-parse", "HEAD").decode().strip()
     subject = _git(home, "log", "-1", "--format=%s%x00%P", head).decode().strip().split("\0")
@@ -756,11 +816,12 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
             _git(home, "update-ref", "-m", f"rewind to tick {tick}", "HEAD", commit)
         faults.point("rewind.head")
         try:
-            HomeRepo(home).clear_stale_lock()  # a git killed in the check-out below left its lock
+            (repo or HomeRepo(home)).clear_stale_lock()  # a git killed in the check-out below left its lock
         except CommitError as err:
             raise HistoryError(f"the rewind to tick {tick} is not finished: {str(err).partition('; the tick')[0]}; "
                                "run it again once that git is done") from err
-        _check_out(home, commit, state_at(home, commit, tick))
+        state = state or state_at(home, commit, tick)
+        repo = _check_out(home, commit, state, repo)
         faults.point("rewind.checked-out")
         for rel, (at, end, digest) in j["cut"].items():
             _cut_out(home / rel, at, end, digest)
@@ -773,7 +834,7 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
             person_limit.write(home, float(j["limit"]))
         faults.point("rewind.spend")
         if (home / "memory.db").exists():
-            _memory_at(home / "memory.db", state_at(home, commit, tick), ref)
+            _memory_at(home / "memory.db", state, ref)
         faults.point("rewind.memory")
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
@@ -781,7 +842,7 @@ def _finish(home: Path, j: dict[str, Any]) -> str:
                 Rewind(to_tick=tick, from_tick=j["from_tick"], ref=ref, abandoned_versions=int(j["left"])),
                 run_id=str(j["run_id"]))
         faults.point("rewind.recorded")
-        sha, _ = HomeRepo(home).commit(tracked(home), _final_message(j))
+        sha, _ = repo.commit(tracked(home), _final_message(j))
         faults.point("rewind.committed")
     path = home / REWIND_JOURNAL
     path.unlink()
@@ -819,8 +880,8 @@ def rewind(home: Path, tick: int, *, locked: bool = False, limit: float | None =
     try:
         earlier = finish_unfinished(home)
         faults.point("rewind.start")
-        journal, stale = _prepare(home, tick, limit)
-        sha = _finish(home, journal)
+        journal, state, repo, stale = _prepare(home, tick, limit, served=locked)
+        sha = _finish(home, journal, state, repo)
         notes = [n for n in (earlier, stale) if n]
         return Done(home, tick, sha, str(journal["ref"]), time.perf_counter() - t0, notes)
     finally:
@@ -878,16 +939,37 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
+def _packs_before(home: Path, commit: str) -> set[str]:
+    """The names of HOME's packs that hold only objects of COMMIT's past: every one written before
+    COMMIT was made (a pack holds what existed when it was written; git only ever sets a pack's
+    time later), in a home no rewind ever left a future in (its objects are then all of one line
+    of ticks: a pack written before tick N's commit holds nothing of a later tick).  None in a
+    home a rewind was begun in (:data:`REWOUND_MARK`) or that has an abandoned future's ref."""
+    if (home / REWOUND_MARK).exists() or _git(home, "for-each-ref", "--count=1", "--format=%(refname)", ABANDONED):
+        return set()
+    made = int(_git(home, "log", "-1", "--format=%ct", commit).decode().strip())  # whole seconds, rounded down
+    clean = set()
+    for pack in (home / ".git" / "objects" / "pack").glob("pack-*.pack"):
+        try:
+            if pack.stat().st_mtime < made:
+                clean.add(pack.name)
+        except FileNotFoundError:
+            continue
+    return clean
+
+
 def _history_up_to(home: Path, commit: str, made: Path) -> None:
     """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
 
     HOME's object files are linked into MADE (git never changes one in place: a repack writes
-    new packs and deletes old ones, so a link is a copy), one pack of what COMMIT reaches is
-    made from them, reusing the packed data as it is (no object is compressed or hashed again:
-    a fetch hashes every version of every file), and the linked files are removed.  Made
-    while HOME's packer may roll packs up: a pack gone before it was linked is in a newer one,
-    listed again; if an object is still missing, the packing fails and the history is fetched."""
+    new packs and deletes old ones, so a link is a copy).  The packs that hold only COMMIT's past
+    (:func:`_packs_before`) stay, whole; one pack of what else COMMIT reaches is made from the
+    rest, reusing the packed data as it is (no object is compressed or hashed again: a fetch
+    hashes every version of every file), and the other linked files are removed.  Made while
+    HOME's packer may roll packs up: a pack gone before it was linked is in a newer one, listed
+    again; if an object is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
+    kept: set[str] = _packs_before(home, commit)
     for _ in range(3):
         missing = False
         for folder in sorted(source.iterdir()) if source.is_dir() else []:
@@ -904,15 +986,21 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
                         missing |= not _link(path, target / folder.name / path.name)
         if not missing:
             break
+    kept = {whole for whole in kept if (target / "pack" / whole).exists()}
+    for whole in kept:  # what these hold is not packed again
+        (target / "pack" / whole).with_suffix(".keep").touch()
+    name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "-q", str(target / "pack" / "pack"),
+        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", "-q", str(target / "pack" / "pack"),
                     stdin=f"{commit}\n".encode()).decode().strip()
     except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
         name = None
-    for path in target.iterdir():  # all but the new pack: HOME's objects, of any tick
+    stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
+    stays |= {f"{whole[:-len('.pack')]}{suffix}" for whole in kept if name is not None for suffix in (".pack", ".idx")}
+    for path in target.iterdir():  # all but the new pack and those kept: HOME's objects, of any tick
         if path.name == "pack":
             for packed in path.iterdir():
-                if name is None or not packed.name.startswith(f"pack-{name}."):
+                if packed.name not in stays:
                     packed.unlink()
         elif path.name != "info":
             shutil.rmtree(path)
@@ -941,7 +1029,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
         commit = tick_commit(home, tick)
         state = state_at(home, commit, tick)
-        _refuse_damaged_memory(home, "fork")
+        _refuse_damaged_memory(home, "fork", served=locked)
         dest.parent.mkdir(parents=True, exist_ok=True)
         cleared = _clear_cut_short(dest)
         made = dest.parent / f"{_FORKING.format(dest.name)}{os.getpid()}"
@@ -956,7 +1044,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
-            _check_out(made, commit, state)
+            repo = _check_out(made, commit, state)
             faults.point("fork.checked-out")
             limit = person_limit.current(home) if limit is None else limit
             if limit is not None:
@@ -972,7 +1060,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")
-            sha, _ = HomeRepo(made).commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+            sha, _ = repo.commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
             faults.point("fork.committed")
             (made / FORK_UNFINISHED).unlink()
             sync_paths([p for p in made.rglob("*") if p.is_file()])

@@ -115,20 +115,23 @@ class MonthlyLog:
 
     # -- reading ---------------------------------------------------------------
 
-    def spans(self, data: bytes, base: int = 0, *, from_start: bool = True) -> list[Span]:
-        """The entries in DATA (read from offset BASE of a file), each to the next one's start.
+    def _heads(self, data: bytes, base: int, from_start: bool) -> list[re.Match[bytes]]:
+        """The heads in DATA (read from offset BASE of a file); one at DATA's very start only if
+        it is the file's start or FROM_START says DATA begins at a line start."""
+        return [m for m in self.head.finditer(data) if m.start() or not base or from_start]
 
-        A match at DATA's very start counts only if it is the file's start or
-        FROM_START says DATA begins at a line start."""
+    def spans(self, data: bytes, base: int = 0, *, from_start: bool = True) -> list[Span]:
+        """The entries in DATA (read from offset BASE of a file), each to the next one's start
+        (see :meth:`_heads`).  Each Span is made once: a returning home's start read its logs'
+        tails with two made per entry, and counted entries by making them (~6 ms of its ~35 ms
+        build at load 4, 1,000 ticks)."""
+        heads = self._heads(data, base, from_start)
+        dated = self.head.groups >= 2
         out: list[Span] = []
-        for match in self.head.finditer(data):
-            if match.start() == 0 and base > 0 and not from_start:
-                continue
-            dated = match.group(2) if self.head.groups >= 2 else None
-            month = dated.decode("ascii") if dated else None
-            if out:
-                out[-1] = Span(out[-1].tick, out[-1].month, out[-1].start, base + match.start())
-            out.append(Span(int(match[1]), month, base + match.start(), base + len(data)))
+        for i, match in enumerate(heads):
+            month = match.group(2) if dated else None
+            end = heads[i + 1].start() if i + 1 < len(heads) else len(data)
+            out.append(Span(int(match[1]), month.decode("ascii") if month else None, base + match.start(), base + end))
         return out
 
     def _tail_of(self, path: Path, count: int, budget: int, chunk: int,
@@ -152,7 +155,7 @@ class MonthlyLog:
                 # Heads that begin in this piece (one at its very start is counted with the
                 # piece before it, once the byte before it is known).
                 window = piece + (pieces[-1][:HEAD_ROOM] if pieces else b"")
-                found += sum(1 for s in self.spans(window, start, from_start=start == 0) if s.start <= start + size)
+                found += sum(1 for m in self._heads(window, start, start == 0) if m.start() <= size)
                 pieces.append(piece)
                 if found >= count or ((found or not at_least_one) and end - start >= budget):
                     break

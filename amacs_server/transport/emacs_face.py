@@ -62,7 +62,7 @@ class EmacsGone(AmacsError, RuntimeError):
 
 # Every event the server sends Emacs, declared once with its fields (beside ``type``): the
 # shell's, the hub's and amacs-eval.el's handlers read only these (tests/test_emacs_events.py).
-# ``agents`` carries :meth:`Runtime.spending`'s fields, ``tick`` the tick's and those too.
+# ``agents`` carries :meth:`~amacs_server.ledger.Ledger.spending`'s fields, ``tick`` the tick's and those too.
 SPENDING = frozenset({"session", "spent", "budget_limit"})
 EVENTS: dict[str, frozenset[str]] = {
     "reply": frozenset({"text", "streamed"}),
