@@ -94,6 +94,14 @@ def read_org(text: str) -> list[ScratchpadEntry]:
 # (parsed), tags, a TODO keyword or a priority cookie in a heading (cut off).
 _CHUNK = re.compile(r"\*+ ")  # a line orgparse starts a node at
 _NOT_PLAIN = re.compile(r'^\s*#\+|^\*\*+ |\[\[|CLOCK:|-\s+State\s+"|[<\[]\d{4}-\d{2}-\d{2}')
+# The same over a whole text whose only line break is \n (its lines as str.splitlines cuts them,
+# their whitespace all but \n), one part at a time, each searched for only when a text it
+# needs is in it (a search of a 500 KB file costs ~10 ms, a look for a text ~0.5 ms).
+_NOT_PLAIN_PARTS = (
+    (("#+",), re.compile(r"^[^\S\n]*#\+", re.M)), (("**",), re.compile(r"^\*\*+ ", re.M)),
+    (("[[",), None), (("CLOCK:",), None), (("State",), re.compile(r'-[^\S\n]+State[^\S\n]+"')),
+    (("<", "["), re.compile(r"[<\[]\d{4}-\d{2}-\d{2}")))
+_OTHER_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # str.splitlines cuts at these too
 _STARS = re.compile(r"^(\*+)\s+(.*?)\s*$")  # orgparse's heading: what follows the stars, stripped
 _TAGS = re.compile(r"(.*?)\s*:([\w@:]+):\s*$")
 _PRIORITY = re.compile(r"^\s*\[#([A-Z0-9])\] ?(.*)$")
@@ -107,7 +115,11 @@ def read_plain(text: str) -> list[ScratchpadEntry] | None:
     starts = [i for i, line in enumerate(lines) if _CHUNK.match(line)]
     if any(line.strip() for line in lines[:starts[0] if starts else len(lines)]):
         return None  # text before the first heading: org settings, whatever orgparse makes of it
-    if any(_NOT_PLAIN.search(line) for line in lines):
+    if _OTHER_BREAKS.search(text) is None:
+        if any(any(part in text for part in parts) and (pattern is None or pattern.search(text))
+               for parts, pattern in _NOT_PLAIN_PARTS):
+            return None
+    elif any(_NOT_PLAIN.search(line) for line in lines):
         return None
     out = []
     for k, start in enumerate(starts):
