@@ -24,12 +24,14 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 from .config import LOCAL_ALIAS as ALIAS
 from .errors import AmacsError
-from .inference.backend import ModelResult
+from .inference.backend import Piece
 from .inference.openai_backend import OpenAIBackend
 from .inference.retry import InferenceError
 
@@ -205,11 +207,13 @@ class LocalBackend(OpenAIBackend):
         self.local = local
         self.streams_usage = False  # llama-cpp-python's server counts tokens only in answers not streamed
 
-    async def complete(self, *args: Any, **kwargs: Any) -> ModelResult:
-        """As :meth:`OpenAIBackend.complete`, once the local server answers (at once when it does)."""
+    async def answer(self, request: dict[str, Any], *, stream: bool = True) -> AsyncGenerator[Piece, None]:
+        """As :meth:`OpenAIBackend.answer`, once the local server answers (at once when it does)."""
         if not self.local.ready():
             try:
                 await asyncio.to_thread(self.local.wait_ready)
             except LocalModelError as err:
                 raise InferenceError(str(err)) from err
-        return await super().complete(*args, **kwargs)
+        async with aclosing(super().answer(request, stream=stream)) as pieces:
+            async for piece in pieces:
+                yield piece

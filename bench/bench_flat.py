@@ -180,6 +180,8 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
         history.rewind(copy, tick)
         out[row].append((time.perf_counter() - t0) * 1000)
 
+    history.fork(home, last - 1, tmp / "fork")  # not counted: the process's first fork imports what forks use
+    shutil.rmtree(tmp / "fork")
     for _ in range(n):
         fork("fork", last - rng.randint(1, RECENT))
     copy = tmp / "copy"

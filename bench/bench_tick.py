@@ -80,16 +80,17 @@ class NullFace:
 def time_model_calls(rt: Runtime) -> list[float]:
     """The list each of RT's model calls appends its milliseconds to, from now on."""
     model_ms: list[float] = []
-    original = rt.slot.backend.complete
+    original = rt.slot.backend.answer
 
-    async def timed_complete(request, on_text=None, **options):  # type: ignore[no-untyped-def]
+    async def timed_answer(request, **options):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
         try:
-            return await original(request, on_text, **options)
+            async for piece in original(request, **options):
+                yield piece
         finally:
             model_ms.append((time.perf_counter() - t0) * 1000)
 
-    rt.slot.backend.complete = timed_complete  # type: ignore[method-assign]
+    rt.slot.backend.answer = timed_answer  # type: ignore[method-assign]
     return model_ms
 
 def reply_400(_body: dict) -> Reply:

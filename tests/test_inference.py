@@ -8,7 +8,7 @@ from anthropic._data import DEPRECATED_MODELS
 from amacs_server.config import DEFAULT_MODEL, load_config
 from amacs_server.inference.anthropic_backend import build_request
 from amacs_server.inference.pricing import Usage, cost, price_for
-from amacs_server.inference.retry import Retrying, RetryPolicy, with_retries
+from amacs_server.inference.retry import Retrying, RetryPolicy, retried
 from amacs_server.state.consciousness import ApiSettings
 
 
@@ -67,16 +67,20 @@ def test_the_waits_between_retries_only_grow():
 
     said: list[Retrying] = []
 
-    async def failing() -> None:
+    async def failing():
         raise ConnectionError("gone")
+        yield  # an answer's pieces, none before it fails
+
+    async def retrying() -> None:
+        async for piece in retried(failing, fast, (ConnectionError,), (), lambda e: "connection failed", str):
+            said.append(piece)
 
     fast = RetryPolicy(attempts=5, base=0.02)
     for seed in range(20):
         random.seed(seed)
         said.clear()
         try:
-            asyncio.run(with_retries(failing, fast, (ConnectionError,), (), lambda e: "connection failed",
-                                     str, lambda r: said.append(r)))
+            asyncio.run(retrying())
         except Exception:  # noqa: BLE001 - the last attempt's failure
             pass
         seconds = [r.seconds for r in said]

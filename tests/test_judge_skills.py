@@ -128,20 +128,20 @@ def test_an_openai_compatible_judge_is_asked_for_its_answers_form_in_the_form_it
     judge = read_judge(find_judge(str(tmp_path)))
     asked: list[object] = []
 
-    class Result:
-        text, stop_reason, latency_ms, thinking, usage = '{"score": 3, "rationale": "ok"}', "stop", 1.0, "", Usage(10, 5)
-        request: dict[str, object] = {}
+    from amacs_server.inference.backend import ModelResult
+
+    result = ModelResult(text='{"score": 3, "rationale": "ok"}', usage=Usage(10, 5), latency_ms=1.0, stop_reason="stop")
 
     class Server:
         def __init__(self, takes: set[str | None]) -> None:
             self.takes = takes
 
-        async def complete(self, request, stream=True, **_options):
+        async def answer(self, request, stream=True):
             form = (request.get("extra_body") or {}).get("response_format")
             asked.append(form and form["type"])
             if (form and form["type"]) not in self.takes:
                 raise InferenceError("the endpoint refused the request as invalid", 422)
-            return Result()
+            yield result
 
         async def aclose(self):
             pass

@@ -2,6 +2,7 @@
 
 import subprocess
 
+from epc.handler import encode_message as epc_encode_message
 from hypothesis import given
 from hypothesis import strategies as st
 from sexpdata import Symbol, dumps, loads
@@ -11,6 +12,7 @@ from amacs_server.text.lisp import (
     alist_loads,
     camel,
     camel_keys,
+    encode_message,
     from_lisp,
     plist_to_dict,
     to_lisp,
@@ -77,3 +79,22 @@ def test_alist_is_readable_by_real_emacs(tmp_path):
         capture_output=True, text=True, check=True,
     )
     assert out.stdout == "🤔 ünï|low|nil"
+
+
+lisp_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text() | st.text().map(Symbol),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(alphabet="abc-_", min_size=1, max_size=3), inner, max_size=3),
+    max_leaves=12)
+
+
+@given(st.text(min_size=1), st.lists(lisp_values, max_size=4))
+def test_messages_are_printed_as_python_epc_prints_them(name, args):
+    assert encode_message(name, *args) == epc_encode_message(name, *args)
+
+
+def test_an_events_message_is_printed_as_python_epc_prints_it():
+    event = to_lisp({"type": "reply-delta", "text": 'a "quoted" \\ line\nand a tab\t\x0c\u2028 ünï',
+                     "last": True, "n": 3, "x": 0.25, "none": None, "list": [1, [], (2, "b")]})
+    assert encode_message("amacs-events", 0, [event]) == epc_encode_message("amacs-events", 0, [event])

@@ -1,17 +1,13 @@
 """The one model call on its own (inference/model_call.py), with a scripted backend object: what
-it tells its caller, in order, and that every transcript event it names is its record whole.
-
-The call sits below the transcript's records (inference/ may not import persistence/), so it
-names its events by kind with their data; each agent writes them as ``KINDS[kind].of(data)``.
-A key the record does not declare would be dropped there without a word: these tests make the
-call go through each of its events and check each one reads back as it was said.
+it yields to the agent that drives it, in order, and that every transcript event it yields is a
+record of amacs_server/records.py, written as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 
@@ -19,16 +15,23 @@ from amacs_server.inference.backend import ModelResult
 from amacs_server.inference.capabilities import CapabilityStore
 from amacs_server.inference.catalog import ModelCatalog
 from amacs_server.inference.model_call import (
-    AGENT_READER,
+    Answered,
     Ask,
-    Caller,
-    CallEvent,
     CallFailed,
+    Charge,
+    Compact,
+    Read,
+    Ready,
+    Rejected,
+    Reply,
+    Show,
+    Status,
     model_call,
+    read_as_agent,
 )
 from amacs_server.inference.pricing import Usage
 from amacs_server.inference.retry import InferenceError, Retrying
-from amacs_server.records import KINDS
+from amacs_server.records import KINDS, Record
 from amacs_server.state.consciousness import ApiSettings
 from tests.fake_anthropic import agent_json
 
@@ -38,59 +41,58 @@ NO_THINKING = "thinking.type: 'enabled' is not supported for this model"
 
 class Scripted:
     """A backend that answers each request with the next of STEPS: a text (the answer), an
-    exception (raised), or a Retrying (said through ON_STATUS, then the next step)."""
+    exception (raised), or a Retrying (yielded, then the next step)."""
 
     def __init__(self, *steps: Any) -> None:
         self.steps, self.sent = list(steps), []  # type: ignore[var-annotated]
 
-    async def complete(self, request: dict[str, Any], on_text: Any = None, *, stream: bool = True,
-                       on_status: Any = None, on_thinking: Any = None) -> ModelResult:
+    async def answer(self, request: dict[str, Any], *, stream: bool = True):  # type: ignore[no-untyped-def]
         self.sent.append(request)
         step = self.steps.pop(0)
         if isinstance(step, Retrying):
-            on_status(step)
+            yield step
             step = self.steps.pop(0)
         if isinstance(step, Exception):
             raise step
-        return ModelResult(text=step, usage=Usage(input_tokens=1200, output_tokens=40), latency_ms=3.0,
-                           stop_reason="end_turn", request=request)
+        yield ModelResult(text=step, usage=Usage(input_tokens=1200, output_tokens=40), latency_ms=3.0,
+                          stop_reason="end_turn", request=request)
 
 
-class Told(Caller):
-    """An agent whose messages are a list, that compacts COMPACTIONS times, and keeps what it is told."""
+class Told:
+    """An agent driving the call: its messages are a list, it compacts COMPACTIONS times, and it
+    keeps what it is told (the transcript's records, the lines it would show, ready, rejected)."""
 
     def __init__(self, compactions: int = 0) -> None:
         self.messages: list[dict[str, Any]] = [{"role": "user", "content": "hi " * 400}]
         self.compactions = compactions
         self.told: list[tuple[str, Any]] = []
 
-    def now(self) -> list[dict[str, Any]]:
-        return list(self.messages)
-
-    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
-        if retry is not None:
-            self.messages += [{"role": "assistant", "content": result.text}, {"role": "user", "content": retry}]
-
-    def compact(self, window: int | None) -> dict[str, Any] | None:
-        if not self.compactions:
-            return None
-        self.compactions -= 1
-        return {"squeeze": 1}
-
-    async def ready(self) -> None:
-        self.told.append(("ready", None))
-
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.told.append((event, data))
-
-    def status(self, line: str) -> None:
-        self.told.append(("status", line))
-
-    def rejected(self, attempt: int, error: Exception, cut: bool, again: bool) -> None:
-        self.told.append(("rejected", again))
-
-    def paid(self, usage: Usage) -> float | None:
-        return 0.01
+    async def made(self, ask: Ask[Any]) -> Reply[Any]:
+        async for step in model_call(ask):
+            match step:
+                case Reply():
+                    return step
+                case Ready():
+                    self.told.append(("ready", None))
+                case Show():
+                    step.messages = list(self.messages)
+                case Compact() if self.compactions:
+                    self.compactions -= 1
+                    step.squeeze = 1
+                case Answered() if step.retry is not None:
+                    self.messages += [{"role": "assistant", "content": step.result.text},
+                                      {"role": "user", "content": step.retry}]
+                case Read():
+                    read_as_agent(step)
+                case Charge():
+                    step.dollars = 0.01
+                case Record():
+                    self.told.append((step.kind, step))
+                case Status():
+                    self.told.append(("status", step.line))
+                case Rejected():
+                    self.told.append(("rejected", step.again))
+        raise AssertionError("no reply")
 
     def events(self) -> list[str]:
         return [what for what, _ in self.told]
@@ -99,14 +101,16 @@ class Told(Caller):
 def call(tmp_path: Path, backend: Scripted, told: Told, settings: ApiSettings | None = None) -> Any:
     catalog = ModelCatalog(CapabilityStore.open(tmp_path / "caps.json"))
     catalog.use("anthropic", None, "m", None)
-    ask = Ask(backend, catalog, "m", "You answer in JSON.", settings or ApiSettings(), AGENT_READER)
-    return asyncio.run(model_call(ask, told, told))
+    ask = Ask[Any](backend, catalog, "m", "You answer in JSON.", settings or ApiSettings())
+    return asyncio.run(told.made(ask))
 
 
 def read_back_whole(told: Told) -> None:
-    for event, data in told.told:
-        if event in KINDS:
-            assert KINDS[event].of(data).data() == data, f"{event}: a key its record does not declare"
+    """Every event the call yielded is a declared record, and reads back from its line as it was."""
+    for kind, record in told.told:
+        if kind in KINDS:
+            assert isinstance(record, KINDS[kind]), f"{kind}: not its declared record"
+            assert KINDS[kind].of(record.data()) == record, f"{kind}: does not read back as it was written"
 
 
 def test_a_refused_parameter_a_retry_and_an_answer_that_does_not_read_then_one_that_does(tmp_path):
@@ -134,7 +138,7 @@ def test_a_context_too_long_is_compacted_and_asked_again_then_fails_in_one_line(
     told = Told(compactions=0)
     with pytest.raises(CallFailed, match="too long for m's window"):
         call(tmp_path, Scripted(refused), told)
-    assert told.events()[-1] == "model_error" and told.told[-1][1]["detail"] == TOO_LONG
+    assert told.events()[-1] == "model_error" and told.told[-1][1].detail == TOO_LONG
     read_back_whole(told)
 
 
@@ -146,12 +150,14 @@ def test_a_failed_call_is_its_model_error(tmp_path):
     read_back_whole(told)
 
 
-def test_every_kind_the_call_names_is_a_declared_record():
-    assert sorted(set(get_args(CallEvent)) - set(KINDS)) == []
+def test_every_event_the_call_yields_is_a_record_it_constructs():
+    """The call writes no event as a kind and a dict: each is made by its record's class."""
+    import ast
 
+    from amacs_server.inference import model_call as module
 
-def test_the_check_sees_a_key_no_record_declares():
-    told = Told()
-    told.note("model_adapted", {"status": "said", "colour": "red"})
-    with pytest.raises(AssertionError, match="model_adapted"):
-        read_back_whole(told)
+    tree = ast.parse(Path(module.__file__).read_text())
+    yielded = {node.value.func.id for node in ast.walk(tree) if isinstance(node, ast.Yield)
+               and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)}
+    assert {cls.__name__ for cls in KINDS.values()} & yielded == {
+        "ModelRequest", "ModelResponse", "ModelError", "ModelRetry", "ModelAdapted", "ContextCompacted", "ParseError"}

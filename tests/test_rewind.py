@@ -804,8 +804,9 @@ def _holds_abandoned(fork: Path, texts: tuple[str, ...]) -> list[str]:
 def test_a_fork_keeps_whole_the_packs_written_before_its_tick_and_none_that_may_hold_a_future(tmp_path, fake):
     """A pack written before the tick's commit holds only the tick's past: the fork links it as it
     is (no copy of the history); what the tick reaches beyond it is packed anew, and nothing of a
-    later tick is there.  In a home a rewind left a future in (its ref, or its ref deleted by
-    hand), an older pack may hold that future: no pack is kept whole, the fork holds none of it."""
+    later tick is there.  In a home a rewind left a future in, a pack written after the tick it
+    went back to may hold that future (its ref there, or deleted by hand): it is not kept whole,
+    and the fork holds none of it; nor is any pack in a home rewound before that tick was noted."""
     home = tmp_path / "home"
     run(home, fake, [("say", "hello"), ("say", "plain two")])
     _git(home, "repack", "-a", "-d", "-q")  # written after tick 2's commit: it may hold what came after tick 1
@@ -819,13 +820,42 @@ def test_a_fork_keeps_whole_the_packs_written_before_its_tick_and_none_that_may_
     assert _holds_abandoned(fork, ("later words",)) == []
     _git(fork, "fsck", "--full", "--strict", "--no-dangling")
     assert history.rewind(home, 1).abandoned
-    _pack_older(home)  # the abandoned future's objects too, in a pack older than the next ticks
+    back_to = int(_git(home, "log", "-1", "--format=%ct", history.tick_commit(home, 1)))
+    _git(home, "repack", "-a", "-d", "-q")  # the abandoned future's objects with the rest, in one pack
+    [pack] = sorted((home / ".git" / "objects" / "pack").glob("*.pack"))
+    time.sleep(2)  # the next ticks' commits seconds after that pack
     run(home, fake, [("say", "fresh two"), ("say", "fresh three")])
     gone = ("answer to plain two", "answer to the third", "later words")
+    os.utime(pack, (back_to + 1, back_to + 1))  # written after tick 1's commit, before tick 3's
     assert _holds_abandoned(history.fork(home, 3, tmp_path / "after-rewind").home, gone) == []
+    mark = (home / history.REWOUND_MARK).read_text()
+    (home / history.REWOUND_MARK).unlink()  # a home rewound before marks were kept: its ref alone says so
+    os.utime(pack, (back_to - 5, back_to - 5))
+    assert _holds_abandoned(history.fork(home, 3, tmp_path / "no-mark").home, gone) == []
+    (home / history.REWOUND_MARK).write_text(mark)
+    os.utime(pack, (back_to + 1, back_to + 1))
     for ref in _git(home, "for-each-ref", "--format=%(refname)", history.ABANDONED).split():
-        _git(home, "update-ref", "-d", ref)  # the person deletes the abandoned future's ref
+        _git(home, "update-ref", "-d", ref)  # the person deletes the abandoned future's ref: the mark stays
     assert _holds_abandoned(history.fork(home, 3, tmp_path / "ref-deleted").home, gone) == []
+
+
+def test_a_fork_of_a_rewound_home_keeps_the_packs_written_before_the_tick_it_went_back_to(tmp_path, fake):
+    """Every object of an abandoned future was made after the commit of the tick the rewind went
+    back to: a pack written before it holds the past every line shares, and a fork links it."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    _git(home, "repack", "-a", "-d", "-q")
+    [pack] = sorted((home / ".git" / "objects" / "pack").glob("*.pack"))
+    time.sleep(1.1)  # tick 3's commit in a later second (commit times are whole seconds)
+    run(home, fake, [("say", "the third"), ("say", "abandoned words")])
+    history.rewind(home, 3)
+    _git(home, "repack", "-d", "-q")  # the abandoned future's objects, in a pack of their own
+    run(home, fake, [("say", "fresh four")])
+    fork = history.fork(home, 4, tmp_path / "fork").home
+    assert (fork / ".git" / "objects" / "pack" / pack.name).stat().st_ino == pack.stat().st_ino
+    assert _holds_abandoned(fork, ("abandoned words",)) == []
+    assert "answer to fresh four" in _fork_holds(fork).decode(errors="replace")
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
 
 
 def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):

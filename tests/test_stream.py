@@ -52,17 +52,10 @@ def test_the_reply_is_complete_once_its_string_closed_at_any_chunking():
         assert (streamer.raw, streamer.shown, streamer.complete) == ("", "", False)
 
 
-def test_the_caller_is_told_once_when_the_reply_is_complete():
-    """A chunk that only closes the reply's string still tells the caller (with no text), once."""
-    from amacs_server.inference.model_call import _Wire
+def test_the_agent_is_told_once_when_the_reply_is_complete():
+    """A chunk that only closes the reply's string still yields a Streamed step (with no text), once."""
+    from amacs_server.inference.model_call import Streamed, gained
 
-    told: list[tuple[str, bool]] = []
-
-    class Caller:
-        def streamed(self, gained: str, last: bool = False) -> None:
-            told.append((gained, last))
-
-    wire = _Wire(None, Caller(), ReplyStreamer())  # type: ignore[arg-type]
-    for chunk in ('{"reply": "Hel', 'lo', '", "mo', 'od": "ok"', ', "confidence": 1}'):
-        wire.text(chunk)
-    assert told == [("Hel", False), ("lo", False), ("", True)]
+    streamer = ReplyStreamer()
+    told = [gained(streamer, chunk) for chunk in ('{"reply": "Hel', 'lo', '", "mo', 'od": "ok"', ', "confidence": 1}')]
+    assert told == [Streamed("Hel"), Streamed("lo"), Streamed("", last=True), None, None]

@@ -480,18 +480,18 @@ def test_a_call_that_will_wait_for_the_pool_makes_its_request_after_the_sending_
     order: list[str] = []
     fake = FakeAnthropic(default=lambda _b: Reply(agent_json("r"), delay=0.01)).start()
     rt = _runtime(tmp_path, fake, AMACS_AGENT_POOL="1")
-    complete, build = rt.slot.backend.complete, subagent.build_request
+    answer, build = rt.slot.backend.answer, subagent.build_request
 
-    async def sending(request, *args, **kwargs):
+    def sending(request, **kwargs):
         order.append("sent")
         asyncio.get_running_loop().call_soon(order.append, "sending queued by the call")
-        return await complete(request, *args, **kwargs)
+        return answer(request, **kwargs)
 
     def building(*args, **kwargs):
         order.append("request made")
         return build(*args, **kwargs)
 
-    rt.slot.backend.complete = sending
+    rt.slot.backend.answer = sending
     subagent.build_request = building
 
     try:

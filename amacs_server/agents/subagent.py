@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..context.assemble import notice_text, section
-from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
+from ..inference.model_call import (
+    Answered,
+    Ask,
+    Charge,
+    Compact,
+    Read,
+    Ready,
+    Reply,
+    Show,
+    Working,
+    model_call,
+    read_as_agent,
+)
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
-from ..records import KINDS, BudgetStop, ModelRequest, Record, StepLimit
+from ..records import BudgetStop, ModelRequest, Record, StepLimit
 from ..skills import SkillError
 from .agent import Agent, AgentError, AgentStopped
 from .kinds import AgentState, AgentType
@@ -27,7 +40,6 @@ from .talk import EventType
 
 if TYPE_CHECKING:
     from ..face import Face
-    from ..inference.backend import ModelResult
     from ..inference.pricing import Usage
     from ..ledger import Ledger
     from ..mind import Mind
@@ -263,11 +275,10 @@ class SubagentBody:
         host, agent = self.host, self.agent
         slot = host.slot
         await host.tools_ready()  # its system prompt lists the MCP tools it may call
-        ask = Ask(slot.backend, slot.catalog, agent.model or slot.model, system_prompt(host, agent),
-                  host.mind.consciousness.api_settings, AGENT_READER, openai_room=slot.backend_name == "openai",
-                  pool=host.pool, answers=host.answers)  # nothing of its reply streams: one JSON answer costs less
-        call = StepCall(host, agent)
-        reply = await model_call(ask, call, call)
+        ask = Ask[AgentResponse](slot.backend, slot.catalog, agent.model or slot.model, system_prompt(host, agent),
+                                 host.mind.consciousness.api_settings, openai_room=slot.backend_name == "openai",
+                                 pool=host.pool, answers=host.answers)  # nothing of its reply streams: one JSON answer costs less
+        reply = await StepCall(host, agent).made(ask)
         # Paused while its model call was under way: the answer waits until it is resumed, so a
         # paused agent acts on nothing and delivers nothing.
         await _unless_stopped_while_paused(agent)
@@ -281,29 +292,58 @@ class SubagentBody:
                                        f"{reply.text[:FALLBACK_CHARS]}")
 
 
-class StepCall(Caller):
-    """A subagent's step as the one model call sees it: its messages (its own transcript, kept
-    with every answer and every prompt that asked again), its transcript events, the hub's
-    line of what it does, and the one budget its cost rolls up to.  The shell is the primary's:
-    a subagent's lines (a model adapted, a retry) are its transcript's only."""
+class StepCall:
+    """A subagent's step making the one model call: it drives the call and acts on each of its
+    steps here (its messages: its own transcript, kept with every answer and every prompt that
+    asked again; its transcript events; the hub's line of what it does; the one budget its cost
+    rolls up to).  The shell is the primary's: a subagent's lines (a model adapted, a retry) are
+    its transcript's only."""
 
     def __init__(self, host: SubagentHost, agent: Agent) -> None:
         self.host, self.agent = host, agent
 
-    # -- its messages --
+    async def made(self, ask: Ask[AgentResponse]) -> Reply[AgentResponse]:
+        """ASK's call made for this step, each of its steps acted on as it comes."""
+        host, agent = self.host, self.agent
+        async with aclosing(model_call(ask)) as steps:
+            async for step in steps:
+                match step:
+                    case Reply():
+                        return step
+                    case Ready():
+                        await self.ready()
+                    case Show():
+                        show_memory(agent)
+                        step.messages = api_messages(agent.shown_messages(), host.slot.backend_name == "openai")
+                    case Compact():
+                        step.squeeze = self.compact(step.window)
+                    case Answered():
+                        self.answered(step)
+                    case Read():
+                        read_as_agent(step)
+                    case Charge():
+                        step.dollars = host.ledger.charge(step.usage, agent.model)  # rolled up to the one budget
+                        agent.doing = ""
+                        host.counted(agent, step.usage, step.dollars or 0.0)
+                    case ModelRequest():
+                        host.mind.ltm.commit()  # what it was told is in long-term memory before the model reads it
+                        host.transcript.write(step, agent=agent.identity)
+                    case Record():
+                        host.transcript.write(step, agent=agent.identity)
+                    case Working():
+                        host.report_working(agent, f"thinking (step {agent.steps + 1})" if step.doing == "thinking"
+                                            else step.doing)
+        raise AssertionError("the model call ended without its reply")
 
-    def now(self) -> list[dict[str, Any]]:
-        show_memory(self.agent)
-        return api_messages(self.agent.shown_messages(), self.host.slot.backend_name == "openai")
-
-    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
+    def answered(self, step: Answered) -> None:
         # An answer cut at its length limit is kept as its start only, as the primary's.
-        self.agent.messages.append({"role": "assistant",
-                                    "content": cut_stand_in(result.text) if cut else result.assistant_content()})
-        if retry is not None:  # the harness's format correction, a notice item of its memory, as the primary's
-            self.agent.tell(notice_text(self.agent.memory, "retry", retry), as_item=False)
+        result = step.result
+        self.agent.messages.append({"role": "assistant", "content": cut_stand_in(result.text) if step.cut
+                                    else result.assistant_content()})
+        if step.retry is not None:  # the harness's format correction, a notice item of its memory, as the primary's
+            self.agent.tell(notice_text(self.agent.memory, "retry", step.retry), as_item=False)
 
-    def compact(self, window: int | None) -> dict[str, Any] | None:
+    def compact(self, window: int | None) -> int | None:
         """Leave out the older half of its messages after its task (from an answer on: user and
         assistant still alternate), said in a notice where they were."""
         messages = self.agent.messages
@@ -322,9 +362,7 @@ class StepCall(Caller):
         notice = {"role": "system", "content": text, "compacted": left_out, "times": times + 1,
                   "parts": [memory.notice("context-window", text) if memory is not None else text]}
         messages[1:] = [notice, *rest[cut:]]
-        return {"squeeze": times + 1}
-
-    # -- what it is told --
+        return times + 1
 
     async def ready(self) -> None:
         host, agent = self.host, self.agent
@@ -337,21 +375,3 @@ class StepCall(Caller):
             self.host.transcript.write(BudgetStop(message=stop), agent=agent.identity)
             raise AgentStopped("the budget limit is reached")
         await host.tools_ready()
-
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.host.transcript.write(KINDS[event].of(data), agent=self.agent.identity)
-
-    def sending(self, request: dict[str, Any]) -> None:
-        self.host.mind.ltm.commit()  # what it was told is in long-term memory before the model reads it
-        self.host.transcript.write(ModelRequest(request=request), agent=self.agent.identity)
-
-    def working(self, doing: str) -> None:
-        self.host.report_working(self.agent, f"thinking (step {self.agent.steps + 1})" if doing == "thinking"
-                                 else doing)
-
-    def paid(self, usage: Usage) -> float | None:
-        agent = self.agent
-        dollars = self.host.ledger.charge(usage, agent.model)  # rolled up to the one budget
-        agent.doing = ""
-        self.host.counted(agent, usage, dollars or 0.0)
-        return dollars

@@ -6,23 +6,24 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
 from ..scrub import Scrubber
 from ..text.clean import storable
 from . import sdk
-from .backend import ModelResult, TextSink
+from .backend import Completing, ModelResult, Piece, Text, Thought
 from .pricing import Usage
 from .request import build_request
 from .retry import (
     InvalidRequest,
     Retrying,
     RetryPolicy,
-    StatusSink,
+    retried,
     server_words,
     validation_refusal,
-    with_retries,
 )
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def _explain(err: Exception, base_url: str | None = None, scrub: Scrubber | None
     return f"the model call failed: {err}"
 
 
-class AnthropicBackend:
+class AnthropicBackend(Completing):
     """One async client, made on first use, over aiohttp.
 
     The SDK's own aiohttp transport (``DefaultAioHttpClient``, the ``anthropic[aiohttp]``
@@ -201,43 +202,46 @@ class AnthropicBackend:
         if client is not None and not client.is_closed():
             await client.close()
 
-    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
-                       stream: bool = True, on_status: StatusSink | None = None,
-                       on_thinking: TextSink | None = None) -> ModelResult:
-        """Run REQUEST; streamed (text deltas to ON_TEXT, thinking to ON_THINKING) unless STREAM is false.
+    async def answer(self, request: dict[str, Any], *, stream: bool = True) -> AsyncGenerator[Piece, None]:
+        """REQUEST's answer as it comes: streamed (its text and thinking as they stream) unless STREAM is false.
 
         429, 5xx (529 included), time-outs and lost connections are retried with
-        backoff and jitter, each retry announced through ON_STATUS in one line;
+        backoff and jitter, each retry yielded as its one line;
         401, 400 and the like fail at once with what to fix.
         """
         await sdk.anthropic.ready()  # the start-up import may still run: wait off the loop
         streaming = [stream]  # False once a stream was cut: the rest of this call is not streamed
 
-        async def attempt() -> ModelResult:
+        async def attempt() -> AsyncGenerator[Piece, None]:
             if streaming[0]:
                 try:
-                    return await self._refusing(request, on_text, True, on_thinking)
+                    async with aclosing(self._refusing(request, True)) as pieces:
+                        async for piece in pieces:
+                            yield piece
+                    return
                 except StreamBrokeOff as err:
                     streaming[0] = False
                     log.info("the stream was cut (%s): asking again without streaming", err.message)
-                    if on_status is not None:  # what was shown of the reply will not be it
-                        on_status(Retrying(f"Model API {_short(err)}; asking again without streaming", 0.0, 1,
-                                           self.retry.attempts))
-            elif not stream:
-                return await self._refusing(request, on_text, False, on_thinking)
-            result = await self._refusing(request, None, False, on_thinking)
-            if on_text is not None and result.text:
-                on_text(result.text)  # asked unstreamed after a cut stream: shown whole
-            return result
+                    # what was shown of the reply will not be it
+                    yield Retrying(f"Model API {_short(err)}; asking again without streaming", 0.0, 1,
+                                   self.retry.attempts)
+            async with aclosing(self._refusing(request, False)) as pieces:
+                async for piece in pieces:
+                    if stream and isinstance(piece, ModelResult) and piece.text:
+                        yield Text(piece.text)  # asked unstreamed after a cut stream: shown whole
+                    yield piece
 
-        return await with_retries(attempt, self.retry, _retryable(), (anthropic.APIError, StreamError, InvalidRequest),
-                                  _short, lambda err: _explain(err, self._base_url, self._scrub), on_status)
+        async with aclosing(retried(attempt, self.retry, _retryable(), (anthropic.APIError, StreamError, InvalidRequest),
+                                    _short, lambda err: _explain(err, self._base_url, self._scrub))) as pieces:
+            async for piece in pieces:
+                yield piece
 
-    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
-                        on_thinking: TextSink | None) -> ModelResult:
+    async def _refusing(self, request: dict[str, Any], stream: bool) -> AsyncGenerator[Piece, None]:
         """One call; a 500 whose words say the request did not validate raised as the refusal it is."""
         try:
-            return await self._once(request, on_text, stream, on_thinking)
+            async with aclosing(self._once(request, stream)) as pieces:
+                async for piece in pieces:
+                    yield piece
         except anthropic.InternalServerError as err:
             refusal = validation_refusal(err)
             if refusal is None:
@@ -257,57 +261,57 @@ class AnthropicBackend:
         data = json.loads(await raw.read())
         return data if isinstance(data, dict) else {}
 
-    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
-                    on_thinking: TextSink | None = None) -> ModelResult:
+    async def _once(self, request: dict[str, Any], stream: bool) -> AsyncGenerator[Piece, None]:
         started = time.perf_counter()
-        blocks: list[dict[str, Any]] = []
         if stream:
-            text, usage, stop_reason = await self._stream(request, on_text, on_thinking, blocks)
-        else:
-            # The message's JSON as it came, as the stream's events are read: the SDK's typed
-            # Message (pydantic) costs ~0.15 ms of the loop per call.  The request goes as its
-            # JSON bytes through the client's own ``post`` (its auth, headers, time-out and status
-            # errors, as ``create``'s): ``create`` copied the whole body and encoded the copy,
-            # ~0.3 of its ~1.4 ms of loop CPU per call (bench/bench_agents.py, 16 at once).
-            import httpx2
+            async with aclosing(self._stream(request, started)) as pieces:
+                async for piece in pieces:
+                    yield piece
+            return
+        # The message's JSON as it came, as the stream's events are read: the SDK's typed
+        # Message (pydantic) costs ~0.15 ms of the loop per call.  The request goes as its
+        # JSON bytes through the client's own ``post`` (its auth, headers, time-out and status
+        # errors, as ``create``'s): ``create`` copied the whole body and encoded the copy,
+        # ~0.3 of its ~1.4 ms of loop CPU per call (bench/bench_agents.py, 16 at once).
+        import httpx2
 
-            raw = await self._get_client().post("/v1/messages", cast_to=httpx2.Response, content=body(request))
-            message = json.loads(await raw.aread())
-            text = storable("".join(b.get("text", "") for b in message.get("content") or ()
-                                    if b.get("type") == "text"))
-            usage, stop_reason = _usage(message.get("usage") or {}), message.get("stop_reason")
-            blocks = [b for b in message.get("content") or () if b.get("type") in THINKING_BLOCKS]
-        return ModelResult(
-            text=text,
-            usage=usage,
-            latency_ms=(time.perf_counter() - started) * 1000,
-            stop_reason=stop_reason,
-            request=request,
-            thinking=storable("".join(b.get("thinking", "") for b in blocks)),
-            thinking_blocks=blocks,
-        )
+        raw = await self._get_client().post("/v1/messages", cast_to=httpx2.Response, content=body(request))
+        message = json.loads(await raw.aread())
+        text = storable("".join(b.get("text", "") for b in message.get("content") or ()
+                                if b.get("type") == "text"))
+        blocks = [b for b in message.get("content") or () if b.get("type") in THINKING_BLOCKS]
+        yield _result(request, started, text, _usage(message.get("usage") or {}), message.get("stop_reason"), blocks)
 
-    async def _stream(self, request: dict[str, Any], on_text: TextSink | None, on_thinking: TextSink | None,
-                      blocks: list[dict[str, Any]]) -> tuple[str, Usage, str | None]:
-        """The SDK's raw HTTP stream (``with_streaming_response``), its SSE read here.
+    async def _stream(self, request: dict[str, Any], started: float) -> AsyncGenerator[Piece, None]:
+        """The SDK's raw HTTP stream (as ``with_streaming_response`` has it), its SSE read here.
 
-        The SDK makes the request (auth, headers, time-out, the status errors);
+        The SDK's client posts the request's JSON bytes (auth, headers, time-out, the status errors);
         the events are read as JSON lines.  Its typed events cost ~60 us each
         (pydantic), which for 100 deltas left the reply ~4 ms behind the last
         byte; its ``messages.stream`` helper, which rebuilds the
         whole message on every event, ~10 times that.  An ``error`` event
         raises :class:`StreamError` (retried when the API is overloaded).  Thinking blocks
-        are kept whole in BLOCKS (their text and signature), their text passed to ON_THINKING.
+        are kept whole in the result (their text and signature), their text yielded as it comes.
         """
-        blocks.clear()  # a retried stream starts again
+        blocks: list[dict[str, Any]] = []
         parts: list[str] = []
         usage = Usage()
         stop_reason: str | None = None
         stopped = False
         broken: tuple[type[Exception], ...] = (OSError, anthropic.APIConnectionError, *_transport_errors())
-        call = self._get_client().messages.with_streaming_response.create(**request, stream=True)
-        async with call as response:
-            lines = response.iter_lines()
+        import httpx2
+        from anthropic._constants import RAW_RESPONSE_HEADER
+
+        # As the unstreamed call above: the request's JSON bytes through the client's own post,
+        # its body streamed as ``with_streaming_response`` has it (its header).  ``create`` walked
+        # the whole request against the SDK's parameter types and copied it before encoding it:
+        # for a returning home's first request (~75 KB) ~7 ms of the ~30 before its bytes left
+        # (load 10), between the person's RET and the request.
+        response = await self._get_client().post(
+            "/v1/messages", cast_to=httpx2.Response, content=body({**request, "stream": True}),
+            options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+        try:
+            lines = response.aiter_lines()
             while True:
                 try:
                     line = await anext(lines)
@@ -327,12 +331,10 @@ class AnthropicBackend:
                     if delta.get("type") == "text_delta":
                         piece = storable(delta["text"])  # a lone surrogate (from a \ud800 escape) cannot
                         parts.append(piece)              # be written or sent on: U+FFFD
-                        if on_text is not None:
-                            on_text(piece)
+                        yield Text(piece)
                     elif delta.get("type") == "thinking_delta" and blocks:
                         blocks[-1]["thinking"] += delta["thinking"]
-                        if on_thinking is not None:
-                            on_thinking(storable(delta["thinking"]))
+                        yield Thought(storable(delta["thinking"]))
                     elif delta.get("type") == "signature_delta" and blocks:
                         blocks[-1]["signature"] = blocks[-1].get("signature", "") + delta["signature"]
                 elif kind == "content_block_start":
@@ -351,11 +353,20 @@ class AnthropicBackend:
                     err_kind, message = str(error.get("type", "api_error")), str(error.get("message", ""))
                     raise (StreamOverloaded if err_kind in RETRYABLE_STREAM_ERRORS else StreamError)(
                         err_kind, message)
+        finally:
+            await response.aclose()
         if not stopped:
             raise _stream_cut(None)
         if not "".join(parts) and not blocks:
             raise StreamBrokeOff("empty", "the stream ended with no answer (no text, no thinking)")
-        return "".join(parts), usage, stop_reason
+        yield _result(request, started, "".join(parts), usage, stop_reason, blocks)
+
+
+def _result(request: dict[str, Any], started: float, text: str, usage: Usage, stop_reason: str | None,
+            blocks: list[dict[str, Any]]) -> ModelResult:
+    return ModelResult(text=text, usage=usage, latency_ms=(time.perf_counter() - started) * 1000,
+                       stop_reason=stop_reason, request=request,
+                       thinking=storable("".join(b.get("thinking", "") for b in blocks)), thinking_blocks=blocks)
 
 
 async def _close_at_the_end(client: anthropic.AsyncAnthropic) -> None:

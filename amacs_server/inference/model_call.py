@@ -3,14 +3,22 @@
     capabilities -> request -> adapting -> retries -> parse -> window learning
 
 Room card: owns a model call from the request's making to its parsed answer; calls only the
-backend, the catalog and the parser below it; every agent calls it, it calls no agent.
+backend, the catalog and the parser below it; every agent drives it, it calls no agent.
 
 An agent says what it asks as data (:class:`Ask`: its backend and catalog, its model, system
-prompt and settings, how its answer is read, whether it streams) with its :class:`Messages`
-(what the next request shows; they keep each answer and leave their oldest part to long-term
-memory when the model's window is too small) and hears what happens through one narrow
-:class:`Caller` (its transcript, the person's screen, its cost).  The call decides everything
-else itself, once for every agent, and returns one :class:`Reply`:
+prompt and settings, how often an answer that does not read is asked again, whether it streams)
+and drives the call: it reads
+what the call yields, each in its own frame, and the call goes on when it asks for the next.
+What the call yields says what happened or what it needs (:data:`Step`): the transcript's
+records to write (:mod:`~amacs_server.records`), the reply's text and thinking as they stream,
+a line for the person, a retry; :class:`Ready` before each model call (the agent waits, or stops
+the call by raising in its own frame), :class:`Show` (the agent sets the messages the request
+shows), :class:`Compact` (it leaves their oldest part to long-term memory), :class:`Answered`
+(it keeps the answer), :class:`Read` (it reads the answer, or says why it does not read and the
+prompt that asks again), :class:`Charge` (it charges the cost and says the dollars); and last the
+:class:`Reply`.  No function or object of the agent's is handed down to be called back: a
+tick's control goes down into the call and comes back up with each step.  The call decides
+everything else itself, once for every agent:
 
 - the request is built for what the model accepts, and a parameter the model refuses is
   dropped and the call made once more (:class:`~amacs_server.inference.catalog.Adapting`);
@@ -19,18 +27,31 @@ else itself, once for every agent, and returns one :class:`Reply`:
   sent; one the model refuses as too long is compacted and sent again, at most
   MAX_COMPACTIONS times; refused still, or with nothing left to leave out, the call fails
   in one plain line (:class:`CallFailed`), never with the server's raw 400;
-- an answer that does not read is asked again READER.retries times, with the reader's prompt;
+- an answer that does not read (the agent reads it) is asked again RETRIES times, with the agent's prompt;
 - what the answer showed of the window (a cut answer, the tokens counted) is learned.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import faults
 from ..errors import AmacsError
+from ..records import (
+    ContextCompacted,
+    ModelAdapted,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    ModelRetry,
+    ParseError,
+    Record,
+)
+from .backend import ModelResult, Text, Thought
 from .capabilities import TooLong, too_long
 from .catalog import Adapting, prepare, request_chars
 from .parse import (
@@ -42,127 +63,148 @@ from .parse import (
     parse_response,
 )
 from .request import UNKNOWN, RequestSpec, constrained
-from .retry import InferenceError
+from .retry import InferenceError, Retrying
 from .stream import ReplyStreamer
 
 if TYPE_CHECKING:
     from ..state.consciousness import ApiSettings
-    from .backend import ModelBackend, ModelResult
+    from .backend import ModelBackend
     from .catalog import ModelCatalog
     from .pricing import Usage
-    from .retry import Retrying
 
 T = TypeVar("T")
-T_co = TypeVar("T_co", covariant=True)
 MAX_COMPACTIONS = 3  # refusals as too long one call compacts for before it fails
-# The transcript events the call writes, by kind: each is a record of records.py, which
-# sits above this layer; the agent writes ``KINDS[kind].of(data)`` (tests/test_model_call.py).
-CallEvent = Literal["model_request", "model_response", "model_error", "model_retry", "model_adapted",
-                    "context_compacted", "parse_error"]
+@dataclass(frozen=True)
+class Ready:
+    """Before each model call of this call: the agent waits while it may not call, or stops the
+    call (it raises in its own frame: its budget is spent, it was cancelled)."""
 
 
-class Messages(Protocol):
-    """An agent's messages as the call reads and grows them."""
+@dataclass
+class Show:
+    """The call needs the messages the next request shows (without the system prompt): the
+    agent sets MESSAGES before it asks for the next step."""
 
-    def now(self) -> list[dict[str, Any]]:
-        """The messages the next request shows (without the system prompt)."""
-
-    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
-        """The model answered RESULT.  RETRY: it did not read, and RETRY is the prompt that asks
-        again (CUT: it stopped at its length limit); keep the answer and the prompt for the next
-        request as the agent keeps them.  None: the last answer of this call."""
-
-    def compact(self, window: int | None) -> dict[str, Any] | None:
-        """Leave the oldest part to long-term memory so the messages fit WINDOW tokens; what was
-        done, for the transcript (None: nothing more can be left out)."""
+    messages: list[dict[str, Any]] | None = None
 
 
-class Caller:
-    """The agent a call is made for, as the call tells it what happens.  Each method records or
-    shows what happened and decides nothing the call does next (``ready`` may stop it); each
-    does nothing here: an agent's own says what it does with it."""
+@dataclass
+class Compact:
+    """The messages do not fit WINDOW tokens: the agent leaves their oldest part to long-term
+    memory and sets SQUEEZE, how many times they have been squeezed, for the transcript (left
+    None: nothing more can be left out)."""
 
-    async def ready(self) -> None:
-        """Before each model call of this call: wait while the agent may not call, or raise to
-        stop it (its budget is spent, it was cancelled)."""
-
-    def note(self, event: CallEvent, data: dict[str, Any]) -> None:
-        """Write EVENT, its DATA, to the agent's transcript."""
-
-    def sending(self, request: dict[str, Any]) -> None:
-        """REQUEST is about to leave: its ``model_request`` event, with what the agent adds."""
-        self.note("model_request", {"request": request})
-
-    def working(self, doing: str) -> None:
-        """What the agent is doing now (waiting for the model pool, thinking), for the hub."""
-
-    def status(self, line: str) -> None:
-        """A line the person reads: the model adapted, a window learned, a compaction."""
-
-    def retrying(self, retry: Retrying) -> None:
-        """The backend retries the call after a failure worth retrying."""
-
-    def streamed(self, gained: str, last: bool = False) -> None:
-        """The reply (streamed) gained GAINED; LAST: it is complete (GAINED may be empty)."""
-
-    def thinking(self, delta: str) -> None:
-        """The model's thinking (streamed) gained DELTA."""
-
-    def abandon(self, why: str) -> None:
-        """The reply streamed so far will not be the reply (WHY)."""
-
-    def rejected(self, attempt: int, error: Exception, cut: bool, again: bool) -> None:
-        """Answer ATTEMPT did not read (ERROR; CUT: cut at its length limit); AGAIN: it is asked again."""
-
-    def paid(self, usage: Usage) -> float | None:
-        """The call used USAGE: charge it to the one budget; its dollars (None: unpriced)."""
-        return None
+    window: int | None
+    squeeze: int | None = None
 
 
-class Reader(Protocol[T_co]):
-    """How an answer is read: :meth:`read` its text, and the prompt that asks again after an
-    error (:meth:`again`), RETRIES times at most."""
+@dataclass(frozen=True)
+class Answered:
+    """The model answered RESULT.  RETRY: it did not read, and RETRY is the prompt that asks
+    again (CUT: it stopped at its length limit); the agent keeps the answer and the prompt for
+    the next request as it keeps them.  None: the last answer of this call."""
 
-    @property
-    def retries(self) -> int:
-        """How many times an answer that does not read is asked again."""
-
-    def read(self, text: str) -> T_co:
-        """TEXT read (raises ValueError when it does not read)."""
-
-    def again(self, error: Exception, cut: bool) -> str:
-        """The prompt that asks again after ERROR (CUT: the answer stopped at its length limit)."""
+    result: ModelResult
+    retry: str | None
+    cut: bool
 
 
-class AgentReader:
-    """An agent's answer: its JSON response, asked again as every agent is."""
+@dataclass
+class Charge:
+    """The call used USAGE: the agent charges it to the one budget and sets DOLLARS (left
+    None: unpriced)."""
 
-    retries = MAX_PARSE_RETRIES
-
-    def read(self, text: str) -> AgentResponse:
-        return parse_response(text)
-
-    def again(self, error: Exception, cut: bool) -> str:
-        return CUT_RETRY_PROMPT if cut else RETRY_PROMPT
+    usage: Usage
+    dollars: float | None = None
 
 
-AGENT_READER = AgentReader()
+@dataclass(frozen=True)
+class Status:
+    """A LINE the person reads: the model adapted, a window learned, a compaction."""
+
+    line: str
+
+
+@dataclass(frozen=True)
+class Working:
+    """What the agent is doing now (DOING: waiting for the model pool, thinking), for the hub."""
+
+    doing: str
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """The reply (streamed) gained GAINED; LAST: it is complete (GAINED may be empty)."""
+
+    gained: str
+    last: bool = False
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """The model's thinking (streamed) gained DELTA."""
+
+    delta: str
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """The reply streamed so far will not be the reply (WHY)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """Answer ATTEMPT did not read (ERROR; CUT: cut at its length limit); AGAIN: it is asked again."""
+
+    attempt: int
+    error: Exception
+    cut: bool
+    again: bool
+
+
+# What a call yields before its Reply: a Record is an event for the agent's transcript, written
+# as it is (a ModelRequest with what the agent adds); a Retrying, the backend retries the call.
+Step = (Ready | Show | Compact | Answered | Charge | Record | Status | Working | Retrying | Streamed | Thinking
+        | Abandon | Rejected)
+
+
+@dataclass
+class Read(Generic[T]):
+    """The model answered TEXT (CUT: it stopped at its length limit): the agent reads it and sets
+    VALUE, what it read; or, when it does not read, ERROR, why, and AGAIN, the prompt that asks again."""
+
+    text: str
+    cut: bool
+    value: T | None = None
+    error: ValueError | None = None
+    again: str = ""
+
+
+def read_as_agent(read: Read[AgentResponse]) -> None:
+    """READ as every agent's answer is read: its JSON response, asked again with the harness's prompt."""
+    try:
+        read.value = parse_response(read.text)
+    except ValueError as err:
+        read.error, read.again = err, CUT_RETRY_PROMPT if read.cut else RETRY_PROMPT
 
 
 @dataclass
 class Ask(Generic[T]):
-    """One model call as data: who answers (BACKEND, CATALOG: the session's model's
-    capabilities and window; None for a caller of its own, a judge), what is asked (MODEL,
-    SYSTEM, SETTINGS), how the answer is read (READER) and shown (STREAM, SHOW: the reply's
-    text as it comes), and the pool of calls it waits a slot of (POOL, with ANSWERS: the lane answers
-    go on through, :func:`answer_turn`)."""
+    """One model call as data, T what its answer is read as (the agent reads it, :class:`Read`):
+    who answers (BACKEND, CATALOG: the session's model's capabilities and window; None for a
+    caller of its own, a judge), what is asked (MODEL, SYSTEM, SETTINGS), how many times an
+    answer that does not read is asked again (RETRIES), how it is shown (STREAM, SHOW: the
+    reply's text as it comes), and the pool of calls it waits a slot of (POOL, with ANSWERS: the
+    lane answers go on through, :func:`answer_turn`)."""
 
     backend: ModelBackend
     catalog: ModelCatalog | None
     model: str
     system: str
     settings: ApiSettings
-    reader: Reader[T]
+    retries: int = MAX_PARSE_RETRIES
     stream: bool = False  # the answer streams (its thinking shown as it comes)
     show: bool = False  # and its reply's text is shown as it comes
     agent_reply: bool = True
@@ -174,7 +216,7 @@ class Ask(Generic[T]):
 
 @dataclass(frozen=True)
 class Reply(Generic[T]):
-    """What a call came to: VALUE, the answer read (None: never read after the reader's
+    """What a call came to: VALUE, the answer read (None: never read after the call's
     retries), TEXT, the model's last raw text, ATTEMPT (0: the first), RESULT, the last model
     result, and SHOWN, the reply's text streamed to the person."""
 
@@ -206,60 +248,88 @@ class WindowRefusal(AmacsError):
         self.request, self.refusal, self.detail = request, refusal, detail
 
 
-async def model_call(ask: Ask[T], messages: Messages, caller: Caller) -> Reply[T]:
-    """Make ASK's call with MESSAGES for CALLER: see the module's doc."""
+async def model_call(ask: Ask[T]) -> AsyncGenerator[Step | Read[T] | Reply[T], None]:
+    """Make ASK's call: see the module's doc.  Yields each :data:`Step` for the agent to act on,
+    and last its :class:`Reply`; raises :class:`CallFailed` or the backend's InferenceError."""
     catalog = ask.catalog
     same = catalog is not None and ask.model == catalog.model  # the catalog knows this model
-    fit(ask, messages, caller, "estimate")
+    async for step in _fit(ask, "estimate"):
+        yield step
     compactions = 0
     attempt = 0
     while True:
-        await caller.ready()
+        yield Ready()
+        show = Show()
+        yield show
         streamer = ReplyStreamer()
+        result: ModelResult | None = None
         try:
-            result = await _one(ask, messages.now(), caller, streamer, same)
+            async with aclosing(_one(ask, _messages(show), streamer, same)) as going:
+                async for made in going:
+                    if isinstance(made, ModelResult):
+                        result = made
+                    else:
+                        yield made
         except WindowRefusal as err:
             compactions += 1
-            _compact(ask, messages, caller, err, compactions)
+            async for step in _compact(ask, err, compactions):
+                yield step
             continue
+        if result is None:
+            raise AssertionError("a model call ended without its result")
         if same and catalog is not None:
-            _learn(catalog, result, caller)
-        try:
-            value = ask.reader.read(result.text)
-        except ValueError as err:
-            cut = result.stop_reason in CUT_REASONS
-            again = attempt < ask.reader.retries
+            for learned in _learn(catalog, result):
+                yield learned
+        read: Read[T] = Read(result.text, result.stop_reason in CUT_REASONS)
+        yield read
+        failed, cut = read.error, read.cut
+        if failed is not None:
+            again = attempt < ask.retries
             if streamer.shown:
-                caller.abandon("cut off at the length limit" if cut else "not valid JSON")
-            caller.note("parse_error", {"attempt": attempt, "error": f"cut off at the length limit: {err}"
-                                        if cut else str(err)})
-            caller.rejected(attempt, err, cut, again)
+                yield Abandon("cut off at the length limit" if cut else "not valid JSON")
+            yield ParseError(attempt=attempt, error=f"cut off at the length limit: {failed}" if cut else str(failed))
+            yield Rejected(attempt, failed, cut, again)
             if again:
-                messages.answered(result, ask.reader.again(err, cut), cut)
+                yield Answered(result, read.again, cut)
                 attempt += 1
                 continue
-            messages.answered(result, None, cut)
-            return Reply(None, result.text, attempt, result)
-        messages.answered(result, None, False)
-        return Reply(value, result.text, attempt, result, streamer.shown)
+            yield Answered(result, None, cut)
+            yield Reply(None, result.text, attempt, result)
+            return
+        if read.value is None:
+            raise TypeError("the agent did not read the answer (Read.value or Read.error)")
+        yield Answered(result, None, False)
+        yield Reply(read.value, result.text, attempt, result, streamer.shown)
+        return
 
 
-def fit(ask: Ask[Any], messages: Messages, caller: Caller, why: str) -> None:
-    """MESSAGES compacted until the request they make fits the model's window by the calibrated
-    estimate, with room for the answer (an OpenAI-compatible server's window holds it too)."""
+def _messages(show: Show) -> list[dict[str, Any]]:
+    if show.messages is None:
+        raise TypeError("the agent did not say what the request shows (Show.messages)")
+    return show.messages
+
+
+async def _fit(ask: Ask[Any], why: str) -> AsyncGenerator[Step, None]:
+    """The messages compacted until the request they make fits the model's window by the
+    calibrated estimate, with room for the answer (an OpenAI-compatible server's window holds it too)."""
     catalog = ask.catalog
     if catalog is None or ask.model != catalog.model or catalog.window is None:
         return
     window = catalog.window
     room = window - catalog.answer_tokens(ask.settings.max_tokens) if ask.openai_room else window
-    while catalog.estimate(len(ask.system) + request_chars({"messages": messages.now()})) > room:
-        done = messages.compact(window)
-        if done is None:
+    while True:
+        show = Show()
+        yield show
+        if catalog.estimate(len(ask.system) + request_chars({"messages": _messages(show)})) <= room:
             return
-        caller.note("context_compacted", {**done, "window": window, "why": why})
+        compact = Compact(window)
+        yield compact
+        if compact.squeeze is None:
+            return
+        yield ContextCompacted(squeeze=compact.squeeze, window=window, why=why)
 
 
-def _compact(ask: Ask[Any], messages: Messages, caller: Caller, err: WindowRefusal, compactions: int) -> None:
+async def _compact(ask: Ask[Any], err: WindowRefusal, compactions: int) -> AsyncGenerator[Step, None]:
     """The model refused ERR's request as too long: learn its window, compact, and fit again;
     past MAX_COMPACTIONS or with nothing left to leave out, the call fails in one plain line."""
     catalog = ask.catalog
@@ -269,128 +339,143 @@ def _compact(ask: Ask[Any], messages: Messages, caller: Caller, err: WindowRefus
             catalog.calibrate(request_chars(err.request), err.refusal.tokens)
         contradicted = catalog.learn_refusal(err.refusal, catalog.estimate(request_chars(err.request)))
         if contradicted:
-            caller.note("model_adapted", {"status": contradicted})
-            caller.status(contradicted)
+            yield ModelAdapted(status=contradicted)
+            yield Status(contradicted)
         window = catalog.window
     else:
         window = err.refusal.window
-    done = messages.compact(window) if compactions <= MAX_COMPACTIONS else None
-    if done is None:
-        _fail(caller, too_long_line(ask.model, window), err.detail)
-    caller.status(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
-                  "its oldest part is left to long-term memory and the model is asked again.")
-    caller.note("context_compacted", {**done, "window": window, "why": err.detail})
-    fit(ask, messages, caller, "estimate")
+    compact = Compact(window)
+    if compactions <= MAX_COMPACTIONS:
+        yield compact
+    if compact.squeeze is None:
+        line = too_long_line(ask.model, window)
+        yield ModelError(error=line, detail=err.detail if err.detail and err.detail != line else None)
+        raise CallFailed(line, None, err.detail or line)
+    yield Status(f"The context was too long for the model's window{f' ({window:,} tokens)' if window else ''}; "
+                 "its oldest part is left to long-term memory and the model is asked again.")
+    yield ContextCompacted(squeeze=compact.squeeze, window=window, why=err.detail)
+    async for step in _fit(ask, "estimate"):
+        yield step
 
 
-def _fail(caller: Caller, line: str, detail: str = "") -> NoReturn:
-    caller.note("model_error", {"error": line, **({"detail": detail} if detail and detail != line else {})})
-    raise CallFailed(line, None, detail or line)
-
-
-async def _one(ask: Ask[Any], shown: list[dict[str, Any]], caller: Caller, streamer: ReplyStreamer,
-               same: bool) -> ModelResult:
+async def _one(ask: Ask[Any], shown: list[dict[str, Any]], streamer: ReplyStreamer,
+               same: bool) -> AsyncGenerator[Step | ModelResult, None]:
     """One model call: the request built for what the model accepts (adapting to its
-    refusals), sent, its cost charged and recorded."""
+    refusals), sent, its cost charged and recorded; its result yielded last."""
     catalog = ask.catalog
     # The catalog knows the session's model; another one is sent what any model takes.
     spec = RequestSpec(ask.model, ask.system, shown, ask.settings, ask.agent_reply, ask.extra_body, any_model=not same)
-    wire = _Wire(ask, caller, streamer)
     chars = len(ask.system) + request_chars({"messages": shown})  # whether it may go before the capabilities
+    sent: dict[str, Any] = {}  # the last request sent
+    result: ModelResult | None = None
     try:
         if catalog is None:
-            result = await wire.send(spec.built(UNKNOWN))
+            steps = _sent(ask, spec.built(UNKNOWN), streamer)
+            pool = None
         else:
-            if ask.pool is not None and ask.pool.locked():
+            pool = ask.pool
+            if pool is not None and pool.locked():
                 # The request is made before the wait for a slot of the pool: from a slot's release to the
                 # next call's request on the wire, only that call's sending stands in the way.  A call that
                 # will wait makes it a turn of the loop later: the calls under way send their bodies first
                 # (aiohttp writes a body from a task of its own), not after 200 tasks started at once have
                 # each made a request (~0.28 ms each: the first answers came ~40 ms late).
                 await asyncio.sleep(0)
-            adapting = Adapting(catalog, spec, await prepare(catalog, spec, chars))
-            if ask.pool is None:
-                result = await _adapted(adapting, wire, caller)
-            else:
-                caller.working("waiting for the model pool")
-                async with ask.pool:
-                    caller.working("thinking")
-                    result = await _adapted(adapting, wire, caller)
+            steps = _adapted(ask, Adapting(catalog, spec, await prepare(catalog, spec, chars)), streamer)
+        if pool is not None:
+            yield Working("waiting for the model pool")
+            await pool.acquire()
+        try:
+            if pool is not None:
+                yield Working("thinking")
+            async with aclosing(steps) as going:
+                async for made in going:
+                    if isinstance(made, ModelRequest):
+                        sent = made.request
+                    if isinstance(made, ModelResult):
+                        result = made
+                    else:
+                        yield made
+        finally:
+            if pool is not None:
+                pool.release()
     except InferenceError as err:
         refusal = too_long(err.detail, err.status)
         if refusal is not None:
-            raise WindowRefusal(wire.sent or {}, refusal, err.detail) from err
-        caller.note("model_error", {"error": str(err)})
+            raise WindowRefusal(sent, refusal, err.detail) from err
+        yield ModelError(error=str(err))
         raise
+    if result is None:
+        raise AssertionError("a backend's answer ended without its result")
     faults.point("infer.response")
-    dollars = caller.paid(result.usage)
-    caller.note("model_response", {
-        "raw": result.text, "thinking": result.thinking, "constrained": constrained(result.request),
-        "stop_reason": result.stop_reason, "usage": result.usage.__dict__, "cost": dollars,
-        "latency_ms": result.latency_ms})
+    charge = Charge(result.usage)
+    yield charge
+    yield ModelResponse(raw=result.text, thinking=result.thinking, constrained=constrained(result.request),
+                        stop_reason=result.stop_reason, usage=result.usage.__dict__, cost=charge.dollars,
+                        latency_ms=result.latency_ms)
     if ask.answers is not None:
         await answer_turn(ask.answers)
-    return result
+    yield result
 
 
-async def _adapted(adapting: Adapting, wire: _Wire, caller: Caller) -> ModelResult:
-    """ADAPTING's request sent on WIRE, and made again while the model's refusals teach it."""
+async def _adapted(ask: Ask[Any], adapting: Adapting, streamer: ReplyStreamer) -> AsyncGenerator[Step | ModelResult, None]:
+    """ADAPTING's request sent, and made again while the model's refusals teach it."""
     while True:
         try:
-            return await wire.send(adapting.request)
+            async with aclosing(_sent(ask, adapting.request, streamer)) as steps:
+                async for step in steps:
+                    yield step
+            return
         except InferenceError as err:
             line = await adapting.refused(err)  # raises ERR when asking again will not help
             if line is not None:
-                caller.note("model_adapted", {"status": line})
-                caller.status(line)
+                yield ModelAdapted(status=line)
+                yield Status(line)
 
 
-class _Wire:
-    """A request of ASK's on its way to the backend and its answer back: the request is in the
-    transcript before it leaves; what streams is shown; a retry abandons what was shown."""
-
-    def __init__(self, ask: Ask[Any], caller: Caller, streamer: ReplyStreamer) -> None:
-        self.ask, self.caller, self.streamer = ask, caller, streamer
-        self.sent: dict[str, Any] | None = None  # the last request sent
-
-    async def send(self, request: dict[str, Any]) -> ModelResult:
-        self.sent = request
-        ask, caller = self.ask, self.caller
-        caller.sending(request)
-        if ask.stream:
-            return await ask.backend.complete(request, self.text if ask.show else None, on_status=self.retrying,
-                                              on_thinking=caller.thinking)
-        return await ask.backend.complete(request, stream=False, on_status=self.retrying)
-
-    def text(self, delta: str) -> None:
-        streamer = self.streamer
-        was_complete = streamer.complete
-        gained = streamer.feed(delta)
-        if gained:
-            if faults.ARMED is not None and len(streamer.shown) == len(gained):  # the first text shown
-                faults.point("infer.first-text")
-                faults.point_later("infer.mid-stream", 0.2)
-        if gained or (streamer.complete and not was_complete):
-            self.caller.streamed(gained, last=streamer.complete and not was_complete)
-
-    def retrying(self, retry: Retrying) -> None:
-        streamer = self.streamer
-        if streamer.shown:  # the stream restarts: what was shown will not be the reply
-            self.caller.abandon("the call is retried")
-        streamer.reset()
-        self.caller.note("model_retry", {"status": retry.text, "seconds": retry.seconds})
-        self.caller.retrying(retry)
+async def _sent(ask: Ask[Any], request: dict[str, Any], streamer: ReplyStreamer) -> AsyncGenerator[Step | ModelResult, None]:
+    """REQUEST on its way to ASK's backend and its answer back: the request is in the transcript
+    before it leaves; what streams is shown; a retry abandons what was shown."""
+    yield ModelRequest(request=request)
+    async with aclosing(ask.backend.answer(request, stream=ask.stream)) as pieces:
+        async for piece in pieces:
+            if isinstance(piece, Text):
+                if ask.show:
+                    streamed = gained(streamer, piece.piece)
+                    if streamed is not None:
+                        yield streamed
+            elif isinstance(piece, Thought):
+                if ask.stream:
+                    yield Thinking(piece.piece)
+            elif isinstance(piece, Retrying):
+                if streamer.shown:  # the stream restarts: what was shown will not be the reply
+                    yield Abandon("the call is retried")
+                streamer.reset()
+                yield ModelRetry(status=piece.text, seconds=piece.seconds)
+                yield piece
+            else:
+                yield piece
 
 
-def _learn(catalog: ModelCatalog, result: ModelResult, caller: Caller) -> None:
+def gained(streamer: ReplyStreamer, delta: str) -> Streamed | None:
+    """What the reply shown gained with the streamed text DELTA (None: nothing to show)."""
+    was_complete = streamer.complete
+    more = streamer.feed(delta)
+    if more and faults.ARMED is not None and len(streamer.shown) == len(more):  # the first text shown
+        faults.point("infer.first-text")
+        faults.point_later("infer.mid-stream", 0.2)
+    if more or (streamer.complete and not was_complete):
+        return Streamed(more, last=streamer.complete and not was_complete)
+    return None
+
+
+def _learn(catalog: ModelCatalog, result: ModelResult) -> list[Step]:
     """What RESULT showed of the window: a cut short of the tokens asked, the tokens counted."""
     learned = catalog.learn_from_cut(result)
-    if learned:
-        caller.note("model_adapted", {"status": learned})
-        caller.status(learned)
     usage = result.usage
     catalog.calibrate(request_chars(result.request), usage.input_tokens + usage.cache_read_tokens
                       + usage.cache_write_tokens)
+    return [ModelAdapted(status=learned), Status(learned)] if learned else []
 
 
 async def answer_turn(lane: asyncio.Lock) -> None:

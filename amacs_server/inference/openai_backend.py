@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AmacsError
 from ..scrub import Scrubber
 from ..text.clean import storable
 from . import sdk
-from .backend import ModelResult, TextSink
+from .backend import Completing, ModelResult, Piece, Text, Thought
 from .parse import with_lengths
 from .pricing import Usage
 from .retry import (
     InvalidRequest,
     RetryPolicy,
-    StatusSink,
+    retried,
     server_words,
     validation_refusal,
-    with_retries,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def _explain(err: Exception, base_url: str | None = None, scrub: Scrubber | None
     return f"the model call failed: {err}"
 
 
-class OpenAIBackend:
+class OpenAIBackend(Completing):
     """One async OpenAI client, made on first use."""
 
     def __init__(self, api_key: str | None, base_url: str | None, timeout: float,
@@ -145,17 +145,17 @@ class OpenAIBackend:
         if client is not None:
             await client.close()
 
-    async def complete(self, request: dict[str, Any], on_text: TextSink | None = None, *,
-                       stream: bool = True, on_status: StatusSink | None = None,
-                       on_thinking: TextSink | None = None) -> ModelResult:
-        """Run REQUEST against the chat endpoint; streamed unless STREAM is false.
+    async def answer(self, request: dict[str, Any], *, stream: bool = True) -> AsyncGenerator[Piece, None]:
+        """REQUEST's answer from the chat endpoint as it comes; streamed unless STREAM is false.
 
         Reasoning text (``reasoning_content``, as vLLM and llama.cpp stream it, or
-        ``reasoning``) is the thinking, passed to ON_THINKING as it comes."""
+        ``reasoning``) is the thinking, yielded as it comes."""
         await sdk.openai.ready()  # imported in a thread since the backend was made: wait off the loop
-        return await with_retries(lambda: self._refusing(request, on_text, stream, on_thinking), self.retry,
-                                  _retryable(), (openai.APIError, InvalidRequest), _short,
-                                  lambda err: _explain(err, self._base_url, self._scrub), on_status)
+        async with aclosing(retried(lambda: self._refusing(request, stream), self.retry, _retryable(),
+                                    (openai.APIError, InvalidRequest), _short,
+                                    lambda err: _explain(err, self._base_url, self._scrub))) as pieces:
+            async for piece in pieces:
+                yield piece
 
     async def capabilities(self, model: str) -> dict[str, Any] | None:
         """What the server says of its models: ``{"models": /v1/models, "props": llama.cpp's /props}``
@@ -176,10 +176,11 @@ class OpenAIBackend:
         return {"models": listing if isinstance(listing, dict) else None,
                 "props": props if isinstance(props, dict) else None}
 
-    async def _refusing(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
-                        on_thinking: TextSink | None) -> ModelResult:
+    async def _refusing(self, request: dict[str, Any], stream: bool) -> AsyncGenerator[Piece, None]:
         try:
-            return await self._once(request, on_text, stream, on_thinking)
+            async with aclosing(self._once(request, stream)) as pieces:
+                async for piece in pieces:
+                    yield piece
         except openai.InternalServerError as err:
             refusal = validation_refusal(err)
             if refusal is None:
@@ -192,7 +193,9 @@ class OpenAIBackend:
             # cuts a 200 stream when the prompt is past its window, and answers the same request
             # unstreamed with a 400 that names the window.  Not resent as it was.
             log.info("the stream was cut before its end: asking again without streaming")
-            return await self._once(request, on_text, False, on_thinking)
+            async with aclosing(self._once(request, False)) as pieces:
+                async for piece in pieces:
+                    yield piece
 
     async def _ask_streams_usage(self, model: str) -> bool:
         """Ask the server with a one-token streamed call whether its streams carry usage; a
@@ -209,8 +212,7 @@ class OpenAIBackend:
             log.info("could not ask whether %s counts tokens in a stream: %r", self._base_url, err)
             return True
 
-    async def _once(self, request: dict[str, Any], on_text: TextSink | None, stream: bool,
-                    on_thinking: TextSink | None = None) -> ModelResult:
+    async def _once(self, request: dict[str, Any], stream: bool) -> AsyncGenerator[Piece, None]:
         if stream and self.streams_usage is None:
             self.streams_usage = await self._ask_streams_usage(request["model"])
             if not self.streams_usage:
@@ -233,13 +235,11 @@ class OpenAIBackend:
                     delta = storable(choice.delta.content or "")  # as the Anthropic backend: a lone surrogate becomes U+FFFD
                     if delta:
                         parts.append(delta)
-                        if on_text is not None:
-                            on_text(delta)
+                        yield Text(delta)
                     thinking = storable(_reasoning(choice.delta))
                     if thinking:
                         thought.append(thinking)
-                        if on_thinking is not None:
-                            on_thinking(thinking)
+                        yield Thought(thinking)
                     finish = choice.finish_reason or finish
             if finish is None:
                 raise StreamCut("the stream ended before the answer did")
@@ -251,8 +251,8 @@ class OpenAIBackend:
             finish = reply.choices[0].finish_reason
             if reply.usage is not None:
                 usage = _usage(reply.usage)
-        return ModelResult(text=text, usage=usage, latency_ms=(time.perf_counter() - started) * 1000,
-                           stop_reason=finish, request=request, thinking="".join(thought))
+        yield ModelResult(text=text, usage=usage, latency_ms=(time.perf_counter() - started) * 1000,
+                          stop_reason=finish, request=request, thinking="".join(thought))
 
 
 def _reasoning(message: Any) -> str:

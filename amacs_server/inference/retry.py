@@ -7,7 +7,8 @@ import contextvars
 import logging
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,9 +28,6 @@ class Retrying:
     seconds: float  # until the next attempt
     attempt: int  # the next attempt's number, from 2
     attempts: int  # how many there are at most
-
-
-StatusSink = Callable[[Retrying], None]
 
 
 class InferenceError(AmacsError, RuntimeError):
@@ -156,19 +154,22 @@ def retry_after(err: Exception) -> float | None:
         return None
 
 
-async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
-                       retryable: tuple[type[Exception], ...], fatal: tuple[type[Exception], ...],
-                       short: Callable[[Exception], str], explain: Callable[[Exception], str],
-                       on_status: StatusSink | None) -> T:
-    """Run CALL; retry RETRYABLE failures, announcing each in one line; FATAL ones fail at once."""
+async def retried(attempt: Callable[[], AsyncGenerator[T, None]], policy: RetryPolicy,
+                  retryable: tuple[type[Exception], ...], fatal: tuple[type[Exception], ...],
+                  short: Callable[[Exception], str], explain: Callable[[Exception], str]) -> AsyncGenerator[T | Retrying, None]:
+    """What each ATTEMPT yields, as it comes; a RETRYABLE failure is retried with backoff, and each
+    retry yielded as a :class:`Retrying` (its one line) before the wait; FATAL ones fail at once."""
     wait = 0.0
-    for attempt in range(1, policy.attempts + 1):
+    for number in range(1, policy.attempts + 1):
         try:
-            return await call()
+            async with aclosing(attempt()) as items:
+                async for item in items:
+                    yield item
+            return
         except retryable as err:
-            if attempt == policy.attempts:
+            if number == policy.attempts:
                 raise _failure(err, explain) from err
-            wait = policy.delay(attempt, retry_after(err), wait)
+            wait = policy.delay(number, retry_after(err), wait)
             turn = _TURN.get()
             if turn is not None:
                 if turn.retries <= 0 or turn.seconds < wait:
@@ -177,12 +178,9 @@ async def with_retries(call: Callable[[], Awaitable[T]], policy: RetryPolicy,
                 turn.retries -= 1
                 turn.seconds -= wait
             log.info("model call failed (%s), retrying in %.1f s: %s", short(err), wait, server_words(err))
-            if on_status is not None:
-                when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
-                on_status(Retrying(f"Model API {short(err)}; retrying {when} "
-                                   f"(attempt {attempt + 1} of {policy.attempts})",
-                                   round(wait, 1), attempt + 1, policy.attempts))
+            when = f"in {wait:.1f} s" if wait >= 0.05 else "now"  # not "in 0.0 s"
+            yield Retrying(f"Model API {short(err)}; retrying {when} (attempt {number + 1} of {policy.attempts})",
+                           round(wait, 1), number + 1, policy.attempts)
             await asyncio.sleep(wait)
         except fatal as err:
             raise _failure(err, explain) from err
-    raise AssertionError("unreachable")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from contextlib import aclosing
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,31 @@ from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
 from ..inference.capabilities import Capabilities
 from ..inference.catalog import request_chars
-from ..inference.model_call import AGENT_READER, Ask, Caller, model_call
+from ..inference.model_call import (
+    Abandon,
+    Answered,
+    Ask,
+    Charge,
+    Compact,
+    Read,
+    Ready,
+    Rejected,
+    Reply,
+    Show,
+    Status,
+    Streamed,
+    Thinking,
+    model_call,
+    read_as_agent,
+)
 from ..inference.parse import MAX_PARSE_RETRIES, AgentResponse, cut_stand_in, fallback_response
 from ..inference.pricing import Tally
 from ..inference.request import build_request, constrained, ignored_settings
-from ..inference.retry import InferenceError
+from ..inference.retry import InferenceError, Retrying
 from ..persistence.chat_log import ChatEval
 from ..persistence.git_repo import commit_message
 from ..persistence.scratchpad import ScratchpadEntry
 from ..records import (
-    KINDS,
     Eval,
     Interrupted,
     ModelRequest,
@@ -48,9 +64,6 @@ from .host import TurnHost
 if TYPE_CHECKING:
     from ..agents.world import AgentWorld
     from ..face import Face
-    from ..inference.backend import ModelResult
-    from ..inference.pricing import Usage
-    from ..inference.retry import Retrying
     from ..mind import Mind
     from ..model_slot import ModelSlot
 
@@ -315,11 +328,10 @@ async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[Ag
         finish_unanswered(rt, tick, "budget limit reached")
         raise TurnAborted
     watched = bool(rt.world.compulsions_of(PRIMARY))  # a compulsion may hold the reply back: no streaming
-    ask = Ask(rt.slot.backend, rt.slot.catalog, rt.slot.model, system_prompt(rt.mind.skills, rt.world), rt.mind.consciousness.api_settings, AGENT_READER,
-              stream=True, show=not watched, openai_room=rt.slot.backend_name == "openai")
-    call = TickCall(rt, tick, context)
+    ask = Ask[AgentResponse](rt.slot.backend, rt.slot.catalog, rt.slot.model, system_prompt(rt.mind.skills, rt.world),
+                             rt.mind.consciousness.api_settings, stream=True, show=not watched, openai_room=rt.slot.backend_name == "openai")
     try:
-        reply = await model_call(ask, call, call)
+        reply = await TickCall(rt, tick, context).made(ask)
     except InferenceError as err:  # its model_error is in the transcript
         rt.face.annotate(f"Model call failed: {err}. Your input is saved; send again to retry.", "error")
         finish_unanswered(rt, tick, str(err))
@@ -333,37 +345,73 @@ async def infer_and_parse(rt: TurnHost, tick: int, context: Context) -> tuple[Ag
     return response, bool(reply.shown)
 
 
-class TickCall(Caller):
-    """A tick of the primary as the one model call sees it: its messages (the conversation's,
-    then this tick's answers that did not read and the prompts that asked again), its
-    transcript, the shell, the one budget."""
+class TickCall:
+    """A tick of the primary making the one model call: it drives the call and acts on each of
+    its steps here (its messages: the conversation's, then this tick's answers that did not read
+    and the prompts that asked again; its transcript; the shell; the one budget)."""
 
     def __init__(self, rt: TurnHost, tick: int, context: Context) -> None:
         self.rt, self.tick, self.context = rt, tick, context
         self.retries: list[dict[str, Any]] = []  # this tick's only: the conversation keeps the answer
 
-    # -- its messages --
+    async def made(self, ask: Ask[AgentResponse]) -> Reply[AgentResponse]:
+        """ASK's call made for this tick, each of its steps acted on as it comes."""
+        rt, face = self.rt, self.rt.face
+        async with aclosing(model_call(ask)) as steps:
+            async for step in steps:
+                match step:
+                    case Reply():
+                        return step
+                    case Ready():
+                        await self.ready()
+                    case Show():
+                        step.messages = [*self.context.messages, *self.retries]
+                    case Compact():
+                        step.squeeze = self.compact(step.window)
+                    case Answered():
+                        self.answered(step)
+                    case Read():
+                        read_as_agent(step)
+                    case Charge():
+                        step.dollars = rt.ledger.charge(step.usage)
+                        rt.world.counted(rt.world.primary, step.usage, step.dollars or 0.0)
+                    case ModelRequest():
+                        memory = rt.mind.memory
+                        rt.transcript.write(replace(step, read=memory.shown_ids, wrote=memory.take_written()),
+                                            tick=self.tick)
+                        faults.point("infer.request")
+                    case Record():
+                        rt.transcript.write(step, tick=self.tick)
+                    case Status():
+                        face.annotate(step.line, "status")
+                    case Retrying():
+                        face.retrying(step)
+                    case Streamed():
+                        face.reply_delta(step.gained, last=step.last)
+                    case Thinking():
+                        face.thinking_delta(step.delta)
+                    case Abandon():
+                        face.reply_abandon(step.why)
+                    case Rejected():
+                        self.rejected(step)
+        raise AssertionError("the model call ended without its reply")
 
-    def now(self) -> list[dict[str, Any]]:
-        return [*self.context.messages, *self.retries]
-
-    def answered(self, result: ModelResult, retry: str | None, cut: bool) -> None:
-        if retry is None:
+    def answered(self, step: Answered) -> None:
+        result = step.result
+        if step.retry is None:
             self.context.answered(result.text, result.assistant_content() if result.thinking_blocks else None)
             return
-        text = cut_stand_in(result.text) if cut else result.text
+        text = cut_stand_in(result.text) if step.cut else result.text
         self.retries += [{"role": "assistant", "content": text or "(empty)"},
-                         {"role": "user", "content": notice_text(self.rt.mind.memory, "retry", retry)}]
+                         {"role": "user", "content": notice_text(self.rt.mind.memory, "retry", step.retry)}]
 
-    def compact(self, window: int | None) -> dict[str, Any] | None:
+    def compact(self, window: int | None) -> int | None:
         conversation = self.context.conversation
         if self.context.made is None or conversation is None or not conversation.compact(window):
             return None
         self.context = reassemble(self.context, self.rt.mind.memory.notice) or self.context
         self.retries = []
-        return {"squeeze": conversation.squeeze}
-
-    # -- what it is told --
+        return conversation.squeeze
 
     async def ready(self) -> None:
         rt = self.rt
@@ -373,45 +421,16 @@ class TickCall(Caller):
             raise TurnAborted
         await rt.world.tools_ready()
 
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.rt.transcript.write(KINDS[event].of(data), tick=self.tick)
-
-    def sending(self, request: dict[str, Any]) -> None:
-        memory = self.rt.mind.memory
-        self.rt.transcript.write(ModelRequest(request=request, read=memory.shown_ids, wrote=memory.take_written()),
-                                 tick=self.tick)
-        faults.point("infer.request")
-
-    def status(self, line: str) -> None:
-        self.rt.face.annotate(line, "status")
-
-    def retrying(self, retry: Retrying) -> None:
-        self.rt.face.retrying(retry)
-
-    def streamed(self, gained: str, last: bool = False) -> None:
-        self.rt.face.reply_delta(gained, last=last)
-
-    def thinking(self, delta: str) -> None:
-        self.rt.face.thinking_delta(delta)
-
-    def abandon(self, why: str) -> None:
-        self.rt.face.reply_abandon(why)
-
-    def rejected(self, attempt: int, error: Exception, cut: bool, again: bool) -> None:
-        if not again:
+    def rejected(self, step: Rejected) -> None:
+        if not step.again:
             return
-        if cut:
+        attempt = step.attempt
+        if step.cut:
             self.rt.face.annotate(f"The model's answer was cut off at its length limit before its JSON ended; "
                                   f"asking again for a shorter one ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
         else:
-            self.rt.face.annotate(f"The model's response was not valid JSON ({error}); "
+            self.rt.face.annotate(f"The model's response was not valid JSON ({step.error}); "
                                   f"retrying ({attempt + 1}/{MAX_PARSE_RETRIES}).", "warning")
-
-    def paid(self, usage: Usage) -> float | None:
-        rt = self.rt
-        dollars = rt.ledger.charge(usage)
-        rt.world.counted(rt.world.primary, usage, dollars or 0.0)
-        return dollars
 
 
 def record(rt: TurnHost, tick: int, response: AgentResponse, result: EvalResult) -> None:

@@ -670,9 +670,28 @@ def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_i
 # rewind, or fork) from its journal; killed before the journal, it changed nothing.
 
 REWIND_JOURNAL = ".git/amacs-rewind.json"
-# Written in a home's git folder before a rewind makes its first object: from then on its packs may
-# hold an abandoned future's objects (a fork links none of them whole).
+# Written in a home's git folder before a rewind makes its first object: the time (whole seconds) of
+# the commit of the earliest tick a rewind of the home went back to.  Every object of a future a
+# rewind abandoned was made after it: a pack written before it holds none (:func:`_packs_before`).
 REWOUND_MARK = ".git/amacs-rewound"
+
+
+def _commit_time(home: Path, commit: str) -> int:
+    """COMMIT's time, in whole seconds (rounded down)."""
+    return int(_git(home, "log", "-1", "--format=%ct", commit).decode().strip())
+
+
+def _rewound_before(home: Path) -> int | None:
+    """:data:`REWOUND_MARK`'s time; None when no rewind was begun in HOME; 0 when one was but when
+    is not known (the mark is not readable, or the home was rewound before marks were kept: it has
+    an abandoned future's ref and no mark)."""
+    try:
+        return int((home / REWOUND_MARK).read_text().split()[0])
+    except FileNotFoundError:
+        found = _git(home, "for-each-ref", "--count=1", "--format=%(refname)", ABANDONED)
+        return 0 if found.strip() else None
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _quick_check(db_path: Path) -> str:
@@ -733,8 +752,9 @@ def _prepare(home: Path, tick: int, limit: float | None, *,
     last = now["tick"] if now else last_tick(home)
     head = _git(home, "rev-parse", "HEAD").decode().strip()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")[:-3]  # to the millisecond: the rewinds of one second sort in order
-    if not (home / REWOUND_MARK).exists():  # before the first object of the future it abandons
-        atomic_write(home / REWOUND_MARK, f"{stamp}\n")
+    back_to, before = _commit_time(home, commit), _rewound_before(home)
+    if before is None or back_to < before:  # before the first object of the future it abandons
+        atomic_write(home / REWOUND_MARK, f"{back_to}\n")
         sync_paths([home / REWOUND_MARK])
     try:
         kept = repo.commit_aside(tracked(home), f"[TICK {last}][abandoned] the home as it was before a rewind to "
@@ -942,12 +962,14 @@ def _link(src: Path, dest: Path) -> bool:
 def _packs_before(home: Path, commit: str) -> set[str]:
     """The names of HOME's packs that hold only objects of COMMIT's past: every one written before
     COMMIT was made (a pack holds what existed when it was written; git only ever sets a pack's
-    time later), in a home no rewind ever left a future in (its objects are then all of one line
-    of ticks: a pack written before tick N's commit holds nothing of a later tick).  None in a
-    home a rewind was begun in (:data:`REWOUND_MARK`) or that has an abandoned future's ref."""
-    if (home / REWOUND_MARK).exists() or _git(home, "for-each-ref", "--count=1", "--format=%(refname)", ABANDONED):
-        return set()
-    made = int(_git(home, "log", "-1", "--format=%ct", commit).decode().strip())  # whole seconds, rounded down
+    time later) and before the commit of the earliest tick a rewind went back to, if any
+    (:data:`REWOUND_MARK`): the objects made before it are of one line of ticks, the past every
+    later line shares; so a pack written before tick N's commit and that tick holds nothing of a
+    tick after N, nor of a future any rewind abandoned."""
+    made = _commit_time(home, commit)
+    rewound = _rewound_before(home)
+    if rewound is not None:
+        made = min(made, rewound)
     clean = set()
     for pack in (home / ".git" / "objects" / "pack").glob("pack-*.pack"):
         try:

@@ -37,19 +37,22 @@ import re
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
-from ..inference.model_call import Caller
-from ..records import KINDS, AgentEnd, AgentStart
+from ..records import AgentEnd, AgentStart, ModelRequest, Record
 from ..skills import SKILL_NAME, parse_frontmatter
 from .runs import Outcome
+
+if TYPE_CHECKING:
+    from ..inference.model_call import Ask, Reply
 
 SCORE = "score.json"
 TRANSCRIPT = "judge"  # judges/<judge>/judge.jsonl
@@ -209,7 +212,7 @@ def _backend(job: Job) -> Any:
 
 async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
-    from ..inference.model_call import Ask, model_call
+    from ..inference.model_call import Ask
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
     from ..state.consciousness import ApiSettings
@@ -223,8 +226,7 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]),
                      agent=me)
     backend = _backend(job)
-    call = JudgeCall(transcript, me, job)
-    reader = JudgeReader(judge)
+    call = JudgeCall(transcript, me, judge, job)
     # An OpenAI-compatible server is asked for the answer's form (FORMS, each while it refuses the one
     # before); the Messages API, for the rubric's words alone.
     forms = list(FORMS) if job.backend == "openai" else [None]
@@ -234,10 +236,10 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             form = answer_format(judge, forms[0])
             # A judge answers with its score, not an agent's reply: no reply schema; the session's
             # catalog is not its own (its model is the experiment's): sent what any model takes.
-            ask = Ask(backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS), reader,
-                      agent_reply=False, extra_body={"response_format": form} if form is not None else None)
+            ask = Ask[tuple[int, str]](backend, None, job.model, system_prompt(judge), ApiSettings(max_tokens=MAX_TOKENS),
+                                       RETRIES, agent_reply=False, extra_body={"response_format": form} if form is not None else None)
             try:
-                reply = await model_call(ask, call, call)
+                reply = await call.made(ask)
             except InferenceError as err:
                 if form is not None and err.status in (400, 422):  # the form refused (422: said with a 500)
                     forms.pop(0)
@@ -263,49 +265,47 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
             "error": error}
 
 
-class JudgeReader:
-    """A judge's answer: its score and rationale on its scale, asked again RETRIES times."""
+class JudgeCall:
+    """A judgement making the one model call: it drives the call and acts on each of its steps
+    here (its messages: the material, then each answer that did not read and the prompt that
+    asked again; its reading: a score on the judge's scale and its rationale; its transcript;
+    its cost)."""
 
-    retries = RETRIES
-
-    def __init__(self, judge: Judge) -> None:
-        self.judge = judge
-
-    def read(self, text: str) -> tuple[int, str]:
-        return read_answer(text, self.judge)
-
-    def again(self, error: Exception, cut: bool) -> str:
-        """What a judge is told after an answer that does not read."""
-        return (f"That answer cannot be read: {error}. Answer again with the one JSON object asked for, "
-                "and nothing else.")
-
-
-class JudgeCall(Caller):
-    """A judgement as the one model call sees it: its messages (the material, then each answer
-    that did not read and the prompt that asked again), its transcript, and its cost."""
-
-    def __init__(self, transcript: Any, me: Any, job: Job) -> None:
-        self.transcript, self.me, self.job = transcript, me, job
+    def __init__(self, transcript: Any, me: Any, judge: Judge, job: Job) -> None:
+        self.transcript, self.me, self.judge, self.job = transcript, me, judge, job
         self.messages: list[dict[str, Any]] = [{"role": "user", "content": job.material}]
         self.spent: float | None = 0.0
 
-    def now(self) -> list[dict[str, Any]]:
-        return self.messages
+    async def made(self, ask: Ask[tuple[int, str]]) -> Reply[tuple[int, str]]:
+        """ASK's call made for this judgement, each of its steps acted on as it comes; its Reply.
+        Its material is one message: nothing to leave out when it is too long."""
+        from ..inference.model_call import Answered, Charge, Read, Reply, Show, model_call
 
-    def answered(self, result: Any, retry: str | None, cut: bool) -> None:
-        if retry is not None:
-            self.messages += [{"role": "assistant", "content": result.text or "(empty)"},
-                              {"role": "user", "content": retry}]
-
-    def compact(self, window: int | None) -> dict[str, Any] | None:
-        return None  # its material is one message: nothing to leave out
-
-    def note(self, event: str, data: dict[str, Any]) -> None:
-        self.transcript.write(KINDS[event].of(data), agent=self.me)
-
-    def sending(self, request: dict[str, Any]) -> None:
-        super().sending(request)
-        faults.point("judge.asked")
+        async with aclosing(model_call(ask)) as steps:
+            async for step in steps:
+                match step:
+                    case Reply():
+                        return step
+                    case Show():
+                        step.messages = self.messages
+                    case Answered():
+                        if step.retry is not None:
+                            self.messages += [{"role": "assistant", "content": step.result.text or "(empty)"},
+                                              {"role": "user", "content": step.retry}]
+                    case Read():
+                        try:
+                            step.value = read_answer(step.text, self.judge)
+                        except ValueError as err:
+                            step.error, step.again = err, (f"That answer cannot be read: {err}. Answer again with "
+                                                           "the one JSON object asked for, and nothing else.")
+                    case Charge():
+                        step.dollars = self.paid(step.usage)
+                    case ModelRequest():
+                        self.transcript.write(step, agent=self.me)
+                        faults.point("judge.asked")
+                    case Record():
+                        self.transcript.write(step, agent=self.me)
+        raise AssertionError("the model call ended without its reply")
 
     def paid(self, usage: Any) -> float | None:
         from ..inference.pricing import Price, cost, is_local

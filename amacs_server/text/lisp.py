@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sexpdata import Symbol, dumps, loads
+from sexpdata import String, Symbol, dumps, loads
 
 from ..errors import AmacsError
 
@@ -120,6 +120,29 @@ def to_lisp(value: Any) -> LispValue:
     if isinstance(value, str | int | float | Symbol):
         return value
     raise LispFormatError(f"cannot send {type(value).__name__} to Emacs: {value!r}")
+
+
+def lisp_dumps(value: LispValue) -> str:
+    """VALUE (as :func:`to_lisp` gives it) printed as elisp, as ``sexpdata.dumps`` prints it.
+
+    Strings, symbols, whole and float numbers and lists are printed here; anything else by
+    sexpdata, whose generic dispatch costs ~60 us a message whatever its size (~8 here)."""
+    kind = type(value)
+    if kind is str or kind is String:
+        return '"' + String.quote(value) + '"'
+    if kind is Symbol:
+        return Symbol.quote(value)
+    if kind is list or kind is tuple:
+        return "(" + " ".join([lisp_dumps(v) for v in value]) + ")"
+    if kind is int or kind is float:
+        return str(value)
+    return dumps(value)
+
+
+def encode_message(name: str, *args: LispValue) -> bytes:
+    """One EPC message, ``(NAME ARGS...)``: its length in six hex digits, the form, a newline."""
+    data = lisp_dumps([Symbol(name), *args]).encode("utf-8")
+    return b"%06x" % (len(data) + 1) + data + b"\n"
 
 
 def alist_dumps(mapping: dict[str, Any], indent: int = 0) -> str:

@@ -71,7 +71,6 @@ from epc.handler import (  # noqa: E402 - after the lazy module above
     EPCCallManager,
     EPCClosed,
     EPCHandler,
-    encode_message,
     itermessage,
 )
 from epc.server import ThreadingEPCServer  # noqa: E402
@@ -80,7 +79,7 @@ from sexpdata import Symbol, loads  # noqa: E402
 from ..errors import AmacsError  # noqa: E402
 from ..scrub import Scrubber  # noqa: E402
 from ..text.clean import storable  # noqa: E402
-from ..text.lisp import from_lisp, list_from_lisp, to_lisp  # noqa: E402
+from ..text.lisp import encode_message, from_lisp, list_from_lisp, to_lisp  # noqa: E402
 
 log = logging.getLogger("amacs.transport")
 

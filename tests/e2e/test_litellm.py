@@ -37,7 +37,7 @@ import pytest
 from amacs_server.inference.anthropic_backend import AnthropicBackend
 from amacs_server.inference.capabilities import CapabilityStore, TooLong, too_long
 from amacs_server.inference.catalog import ModelCatalog
-from amacs_server.inference.model_call import Ask, Caller, model_call
+from amacs_server.inference.model_call import Ask, Read, Show, Status, model_call
 from amacs_server.inference.parse import parse_response
 from amacs_server.inference.request import build_request
 from amacs_server.inference.retry import InferenceError, RetryPolicy
@@ -207,7 +207,7 @@ def test_thinking_off_sends_no_reasoning_and_on_is_refused_by_litellm_then_dropp
         model = AnthropicBackend(KEY, proxy, 60, RetryPolicy(attempts=2, base=0.05))
         try:
             for _ in range(2):
-                await model_call(Ask(model, catalog, MODEL, SYSTEM, settings, Hi()), hi, hi)
+                await hi.made(Ask[str](model, catalog, MODEL, SYSTEM, settings, 0))
         finally:
             await model.aclose()
 
@@ -217,32 +217,21 @@ def test_thinking_off_sends_no_reasoning_and_on_is_refused_by_litellm_then_dropp
     assert all("reasoning_effort" not in body for body in chats(fake)) and len(chats(fake)) == 3
 
 
-class Hi(Caller):
-    """A call of HI through the one model call, as an agent makes it: the lines it would show the
-    person kept (SAID), its answer's text taken as it is."""
-
-    retries = 0
+class Hi:
+    """A call of HI through the one model call, driven as an agent drives it: the lines it would
+    show the person kept (SAID), its answer's text taken as it is."""
 
     def __init__(self) -> None:
         self.said: list[str] = []
 
-    def read(self, text: str) -> str:
-        return text
-
-    def again(self, error: Exception, cut: bool) -> str:
-        return ""
-
-    def now(self) -> list[dict[str, Any]]:
-        return HI
-
-    def answered(self, result: Any, retry: str | None, cut: bool) -> None:
-        pass
-
-    def compact(self, window: int | None) -> dict[str, Any] | None:
-        return None
-
-    def status(self, line: str) -> None:
-        self.said.append(line)
+    async def made(self, ask: Ask[str]) -> None:
+        async for step in model_call(ask):
+            if isinstance(step, Show):
+                step.messages = HI
+            elif isinstance(step, Read):
+                step.value = step.text
+            elif isinstance(step, Status):
+                self.said.append(step.line)
 
 
 @pytest.mark.parametrize("status", [429, 529])

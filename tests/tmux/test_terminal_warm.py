@@ -111,7 +111,7 @@ def test_the_first_quit_says_the_warm_server_stays_and_how_to_stop_it(
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AMACS_")}
     stopped = subprocess.run([str(ROOT / "amacs"), "--stop-warm"], capture_output=True, text=True, timeout=30,
                              env={**environment, "AMACS_WARM_DIR": str(warm_dir)}, check=True)
-    assert stopped.stdout == f"AMACS: stopped the warm server (pid {warm}).\n"
+    assert stopped.stdout == f"AMACS: stopped the warm server of {ROOT} (pid {warm}).\n"
     deadline = time.monotonic() + 10
     while "amacs_server.warm" in _cmdline(warm):
         assert time.monotonic() < deadline, "the warm server still runs"
