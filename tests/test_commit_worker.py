@@ -313,16 +313,22 @@ def loose_blobs(home: Path) -> set[str]:
                                                    text=True).stdout.strip() == "blob"}
 
 
+def closed_months(home: Path) -> tuple[Path, list[Path]]:
+    """HOME's chat log and six closed months of it (chat/), each 12 KB."""
+    months = [home / "chat" / f"2026-{m:02d}.org" for m in range(1, 7)]
+    months[0].parent.mkdir()
+    for i, month in enumerate(months):
+        month.write_text(f"* Tick {i}\n" + "words " * 2000)
+    chat = home / "agent-chat.org"
+    chat.write_text("* Tick 7\n")
+    return chat, months
+
+
 def test_the_first_commit_after_a_start_writes_only_the_blobs_that_changed(tmp_path):
     """Was: a server's first commit wrote every tracked file as a loose object again (hashed and
     compressed: every closed month of the history, ~0.2-1 s at 20,000 ticks), though git held
     each in a pack already."""
-    months = [tmp_path / "chat" / f"2026-{m:02d}.org" for m in range(1, 7)]
-    months[0].parent.mkdir()
-    for i, month in enumerate(months):
-        month.write_text(f"* Tick {i}\n" + "words " * 2000)
-    chat = tmp_path / "agent-chat.org"
-    chat.write_text("* Tick 7\n")
+    chat, months = closed_months(tmp_path)
     repo = HomeRepo(tmp_path)
     repo.commit([chat, *months], "[TICK 7][no-thread][ok] seven")
     subprocess.run(["git", "-C", str(tmp_path), "repack", "-a", "-d", "-q"], check=True)
@@ -343,12 +349,7 @@ def test_a_new_servers_first_snapshot_reads_only_the_files_changed_since_the_las
     since (grown, edited by hand in place keeping its size and its mtime) or whose blob git lost
     is read."""
     monkeypatch.setattr(git_repo, "RACY_NS", 0)  # the files were just written: no wait for the clock
-    months = [tmp_path / "chat" / f"2026-{m:02d}.org" for m in range(1, 7)]
-    months[0].parent.mkdir()
-    for i, month in enumerate(months):
-        month.write_text(f"* Tick {i}\n" + "words " * 2000)
-    chat = tmp_path / "agent-chat.org"
-    chat.write_text("* Tick 7\n")
+    chat, months = closed_months(tmp_path)
     files = [chat, *months]
     HomeRepo(tmp_path).commit(files, "[TICK 7][no-thread][ok] seven")
     append_durably(chat, "* Tick 8\n")
