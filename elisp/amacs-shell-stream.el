@@ -425,24 +425,32 @@ to complete (comint's completion listed files in a window of its own)."
         ((< (point) (marker-position amacs-shell--out)) (amacs-shell-next-eval 1))))
 
 (defun amacs-shell--eval-line-start (pos direction)
-  "Return the start of the eval line nearest POS in DIRECTION (1 or -1), or nil.
+  "Return the start of the ▸ line nearest POS in DIRECTION (1 or -1), or nil.
 An eval is one run of its own `amacs-eval' value, from its summary
-line to the newline after its hidden details; it starts with ▸ or ▾."
+line to the newline after its hidden details; it starts with ▸ or ▾.
+A turn's ▸ changed line (`amacs-changes') is one too: it is the line
+whose RET shows a diff and offers an undo, so TAB reaches it."
+  (let ((starts (delq nil (list (amacs-shell--run-start pos direction 'amacs-eval)
+                                (amacs-shell--run-start pos direction 'amacs-changes)))))
+    (and starts (apply (if (> direction 0) #'min #'max) starts))))
+
+(defun amacs-shell--run-start (pos direction prop)
+  "Return the start of the run of PROP's value nearest POS in DIRECTION, or nil."
   (let ((p pos) found)
     (while (and (not found) p)
       (let ((next (if (> direction 0)
-                      (next-single-property-change p 'amacs-eval nil (point-max))
-                    (previous-single-property-change p 'amacs-eval nil (point-min)))))
+                      (next-single-property-change p prop nil (point-max))
+                    (previous-single-property-change p prop nil (point-min)))))
         (setq p (and (/= next p) next))
-        (when (and p (get-text-property p 'amacs-eval)
-                   (not (eq (get-text-property p 'amacs-eval)
-                            (and (> p (point-min)) (get-text-property (1- p) 'amacs-eval))))
+        (when (and p (get-text-property p prop)
+                   (not (eq (get-text-property p prop)
+                            (and (> p (point-min)) (get-text-property (1- p) prop))))
                    (if (> direction 0) (> p pos) (< p pos)))
           (setq found p))))
     found))
 
 (defun amacs-shell-next-eval (n)
-  "Move to the Nth next eval line (previous when N < 0)."
+  "Move to the Nth next eval or changed line (previous when N < 0)."
   (interactive "p")
   (let ((pos (point)) (direction (if (< n 0) -1 1)))
     (dotimes (_ (abs n))
@@ -452,7 +460,7 @@ line to the newline after its hidden details; it starts with ▸ or ▾."
       (goto-char pos))))
 
 (defun amacs-shell-previous-eval (n)
-  "Move to the Nth previous eval line."
+  "Move to the Nth previous eval or changed line."
   (interactive "p")
   (amacs-shell-next-eval (- n)))
 

@@ -920,6 +920,15 @@ also from compiled code (`save-buffer'), and the deletes."
             (should (string-match-p (regexp-quote (format "▸ changed: %s (file, +1 line), %s (file deleted, −2 lines)"
                                                           (abbreviate-file-name kept) (abbreviate-file-name gone)))
                                     (amacs-shell-test--text)))
+            ;; S-TAB from the prompt stops on the ▸ changed line (a newcomer could not reach the one
+            ;; line whose RET offers an undo by TAB), then on the eval above it; TAB comes back.
+            (goto-char (point-max))
+            (amacs-shell-previous-eval 1)
+            (should (looking-at "▸ changed: "))
+            (amacs-shell-previous-eval 1)
+            (should (looking-at "▸ eval (progn"))
+            (amacs-shell-next-eval 1)
+            (should (looking-at "▸ changed: "))
             (dolist (primitive '(write-region delete-file))
               (advice-mapc (lambda (advice _) (should-not advice)) primitive)))
         (delete-directory dir t)))))
