@@ -106,8 +106,8 @@ EVALS: dict[str, tuple[str, str]] = {
     "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "error": ("(car 1)", "That eval failed, as it was meant to: its ▸ eval line above shows the error "
                          "(TAB on it shows it whole)."),
-    "loop": ("(while t)", "That eval never ended, and Emacs stopped it: its ▸ eval line above says so "
-                          "(TAB on it shows it whole)."),
+    "loop": ("(while t)", "That eval never ended and was stopped (by C-g or at the time limit): its ▸ eval "
+                          "line above says which (TAB on it shows it whole)."),
     "todo": (TODO, "Done: the file named on the ▸ changed line below has a new line. RET on the ▸ changed line below "
                    "shows the diff."),
     "note": (NOTE, "Done: the buffer notes has a new line. RET on the ▸ changed line below shows the diff "
@@ -205,8 +205,10 @@ def answer(body: dict[str, Any]) -> DemoReply:
         return DemoReply(agent_json(then))
     if after_eval:
         return DemoReply(agent_json("Done: that was the eval above (TAB on its line shows it)."))
+    said = last_human(body)
     return SCRIPT.get(human) or DemoReply(agent_json(
-        f"You said: {last_human(body)}. (I am the demo model: =help= lists what I can show.)"))
+        f"You said: {said}{'' if said.rstrip()[-1:] in ('.', '?', '!') else '.'} "
+        "(I am the demo model: =help= lists what I can show.)"))
 
 
 # The Messages API, as much of it as the AMACS server asks of the demo.

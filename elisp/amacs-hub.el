@@ -13,7 +13,7 @@
 ;; their buffers and skills, recent monologue, scratchpad headings, the
 ;; last eval result, recent commits and the futures rewinds abandoned, as
 ;; magit sections that fold with TAB.  RET acts on the section at point: on
-;; a thread it switches the agent to it, on a buffer it visits it, on a
+;; a thread it asks whether the agent is to work on it, on a buffer it visits it, on a
 ;; commit it shows its stat and patch, on an abandoned future its log (RET on
 ;; one of its commits shows that one's patch), on the chat log it opens it.  The hub is drawn from the server's state,
 ;; never computed in elisp, and redrawn after every tick while it is
@@ -430,9 +430,7 @@ A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
     (pcase (and section (oref section type))
-      ('amacs-thread
-       (amacs-call 'thread_switch (list value)
-                   (lambda (_) (message "AMACS: switched to thread %s" value) (amacs-hub-refresh))))
+      ('amacs-thread (amacs-hub--visit-thread section value))
       ('amacs-buffer
        (if (get-buffer value) (pop-to-buffer value) (find-file-other-window value)))
       ('amacs-commit (amacs-hub--show-commit value))
@@ -441,6 +439,19 @@ A thread, buffer, agent, commit, abandoned future, the chat log or the report."
       ('amacs-chat-log (amacs-open-chat-log))
       ('amacs-report (amacs-report-browse value))
       (_ (magit-section-toggle section)))))
+
+(defun amacs-hub--visit-thread (section thread)
+  "Ask whether the agent is to work on THREAD (SECTION's); else fold SECTION.
+RET shows, everywhere else in the hub; making a thread the active one
+changes what the agent works on, so it is asked first."
+  (let ((active (seq-find (lambda (th) (equal (plist-get th :status) "active"))
+                          (plist-get amacs-hub--state :threads))))
+    (if (and (not (equal (plist-get active :id) thread))
+             (y-or-n-p (format "Make the agent work on thread %s%s? " thread
+                               (if active (format " (it works on %s now)" (plist-get active :id)) ""))))
+        (amacs-call 'thread_switch (list thread)
+                    (lambda (_) (message "AMACS: switched to thread %s" thread) (amacs-hub-refresh)))
+      (magit-section-toggle section))))
 
 (defun amacs-hub--agent-at-point ()
   "Return the id of the subagent whose section is at point.
@@ -564,7 +575,10 @@ while paused it is not asked about the agent it watches."
 
 ;;;###autoload
 (defun amacs-open-chat-log ()
-  "Open agent-chat.org in `org-mode', folded to its ticks, at the newest."
+  "Open agent-chat.org in `org-mode', folded to its ticks, at the newest.
+It opens read-only: the agent writes it, and text typed into it by a
+person who took it for the shell would become the agent's conversation.
+\\[read-only-mode] makes it writable."
   (interactive)
   (let ((file (or (plist-get amacs-hub--state :chat-log)
                   (and (amacs-status :home)
@@ -572,6 +586,10 @@ while paused it is not asked about the agent it watches."
                   (expand-file-name "agent-chat.org" (amacs-connection-home (amacs-current-connection))))))
     (amacs-hub--show-beside-shell (find-file-noselect file))
     (unless (derived-mode-p 'org-mode) (org-mode))
+    (unless buffer-read-only
+      (read-only-mode 1)
+      (message "%s" (substitute-command-keys
+                     "agent-chat.org opens read-only: the agent writes it (\\[read-only-mode] to edit)")))
     (amacs-chat-log-fold)))
 
 (defun amacs-hub--shell-window-p (window)

@@ -66,7 +66,7 @@
       (let ((region (amacs-shell--stream-close)))
         (add-text-properties (car region) (cdr region)
                              '(font-lock-face amacs-shell-abandoned))))
-    (amacs-shell--output (format ";; (the text above was discarded: %s)" reason)
+    (amacs-shell--output (format ";; (the agent keeps none of the text above: %s)" reason)
                          'amacs-shell-annotation)))
 
 (defun amacs-shell--on-reply-abandon (event)

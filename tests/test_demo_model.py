@@ -137,3 +137,12 @@ def test_the_demo_says_a_refused_or_failed_eval_did_not_happen():
     asked = {"role": "user", "content": json.dumps({"human": "error"})}
     reply = json.loads(answer({"messages": [asked, eval_result_message(False, "wrong-type-argument")]}).text)
     assert reply["reply"].startswith("That eval failed, as it was meant to"), reply
+
+
+def test_the_demo_echoes_a_question_with_its_own_mark_not_another_full_stop():
+    """A newcomer read "You said: hello, can you summarise my org agenda?." """
+    def said(text: str) -> str:
+        body = {"messages": [{"role": "user", "content": json.dumps({"human": text})}]}
+        return str(json.loads(answer(body).text)["reply"])
+    assert said("can you summarise my agenda?").startswith("You said: can you summarise my agenda? (I am")
+    assert said("what is this").startswith("You said: what is this. (I am")

@@ -226,6 +226,9 @@ later, neither runs it again nor says the server stopped."
                               (1+ i) i (1+ i) (1+ i)))))
           (amacs-open-chat-log)
           (should (derived-mode-p 'org-mode))
+          ;; A newcomer typed into it, taking it for the shell: the agent's file opens read-only.
+          (should buffer-read-only)
+          (should-error (insert "loop") :type 'buffer-read-only)
           (goto-char (point-min))
           (search-forward "question 1")
           (should (org-invisible-p))          ; old bodies are folded

@@ -23,8 +23,15 @@ PROGRAM = r"""
 (amacs-e2e-send "set up")
 (e2e-after-render #'amacs-hub "the hub")
 (princ (format "HUB1<<%s>>\n" (e2e-hub-text)))
+(defvar e2e-asked nil)
 (e2e-at "  b [pending]")
-(e2e-after-render #'amacs-hub-visit "a refresh after switching")
+(cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt e2e-asked) nil)))
+  (amacs-hub-visit))
+(princ (format "DECLINED<<%s>>\n" (e2e-hub-text)))
+(e2e-at "  b [pending]")
+(cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (push prompt e2e-asked) t)))
+  (e2e-after-render #'amacs-hub-visit "a refresh after switching"))
+(princ (format "ASKED<<%S>>\n" (reverse e2e-asked)))
 (princ (format "HUB2<<%s>>\n" (e2e-hub-text)))
 (e2e-at "Recent commits") (forward-line 1) (amacs-hub-visit)
 (princ (format "COMMIT<<%s>>\n" (with-current-buffer "*amacs-commit*" (buffer-substring-no-properties (point-min) (point-max)))))
@@ -64,7 +71,11 @@ def test_hub_renders_sections_and_acts_on_keys(fake, home):
                      "Last eval result", 'tick 3 ok: (:thread "a"', "Recent commits", "[TICK 4][a][focused]",
                      "Chat log: "):
         assert expected in hub, expected
-    assert "  b [active] Second" in grab(run.stdout, "HUB2")  # RET on a thread switched the agent
+    # RET on a thread switches the agent's work only once the person says yes to it.
+    assert "  b [pending] Second" in grab(run.stdout, "DECLINED")
+    assert grab(run.stdout, "ASKED") == '("Make the agent work on thread b (it works on a now)? " ' \
+                                        '"Make the agent work on thread b (it works on a now)? ")'
+    assert "  b [active] Second" in grab(run.stdout, "HUB2")
     assert grab(run.stdout, "COMMIT").startswith("commit ") and "[TICK 4][a][focused]" in grab(run.stdout, "COMMIT")
     assert grab(run.stdout, "VISITED") == "*notes*"
     assert grab(run.stdout, "HIDDEN") == "t"

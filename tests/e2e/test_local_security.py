@@ -136,7 +136,7 @@ def test_restart_mid_turn_gives_the_prompt_back(fake, home):
     run = run_emacs(home, fake.url, RESTART_MID_STREAM).check()
     assert "AT-ONCE busy=nil" in run.stdout
     assert "AFTER busy=nil state=waiting" in run.stdout
-    assert "(the text above was discarded: the server stopped)" in run.shell
+    assert "(the agent keeps none of the text above: the server stopped)" in run.shell
     assert "AMACS server restarted: " in run.shell
     assert "Send a message to restart it" not in run.shell  # stopped on purpose: not reported as a crash
     assert run.shell.count("Back, and listening.") == 1

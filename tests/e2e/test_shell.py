@@ -58,7 +58,7 @@ def test_streamed_text_of_invalid_json_is_marked_then_the_retry_answers(fake, ho
         "(amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program).check()
     assert "FACE<<amacs-shell-abandoned>>" in run.stdout
-    assert "(the text above was discarded: not valid JSON)" in run.shell
+    assert "(the agent keeps none of the text above: not valid JSON)" in run.shell
     assert "retrying (1/2)" in run.shell and run.shell.count("The valid answer.") == 1
 
 
@@ -81,7 +81,7 @@ def test_overloaded_mid_stream_is_retried_and_the_broken_text_discarded(fake, ho
     assert len(fake.requests) == 2
     # The wait is jittered from a base the tests keep short: "retrying in 0.1 s" or "retrying now".
     assert re.search(r";; Model API overloaded \(mid-stream\); retrying (in [0-9.]+ s|now) \(attempt 2 of", run.shell)
-    assert "(the text above was discarded: the call is retried)" in run.shell
+    assert "(the agent keeps none of the text above: the call is retried)" in run.shell
     assert run.shell.count("The whole answer.") == 1
 
 
@@ -116,7 +116,7 @@ def test_interrupt_a_slow_stream_then_the_next_input_works(fake, home):
         "(amacs-e2e-send \"and now?\") (amacs-e2e-finish)")
     run = run_emacs(home, fake.url, program).check()
     assert "Interrupted. Your input is kept in agent-chat.org; the tick is recorded as interrupted." in run.shell
-    assert "(the text above was discarded: interrupted)" in run.shell
+    assert "(the agent keeps none of the text above: interrupted)" in run.shell
     assert "Next works." in run.shell
     assert len(fake.requests) == 2
     assert chat_lines(fake.user_texts()[1]) == [
