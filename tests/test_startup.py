@@ -214,5 +214,8 @@ def test_amacs_help_says_its_own_options_and_starts_nothing(tmp_path: Path) -> N
     assert out.stdout.startswith("Usage: ./amacs"), out.stdout
     for option in ("--demo", "--local", "--stop-warm"):
         assert option in out.stdout, option
+    # A newcomer looked in --help for where the agent's files go and how to keep no warm server.
+    for setting in ("AMACS_HOME", "AMACS_WARM=0", "ANTHROPIC_BASE_URL"):
+        assert setting in out.stdout, setting
     assert "emacs [OPTION-OR-FILENAME]" not in out.stdout
     assert not list(tmp_path.iterdir())  # no setup ran, nothing was made in HOME
