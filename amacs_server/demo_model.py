@@ -178,6 +178,10 @@ def answer(body: dict[str, Any]) -> DemoReply:
     human = last_human(body).strip().lower()
     after_eval = has_eval_result(body)
     if human == "task" and after_eval:
+        if '"error": "the task was' in _newest_user_text(body):  # a task's result is an error: cancelled, ...
+            return DemoReply(agent_json("Not both: a researcher did not answer (its ✗ line above says why); "
+                                        "a ✓ line is an answer. In the hub (C-c C-v), RET on a subagent's "
+                                        "line shows its transcript."))
         return DemoReply(agent_json("Done: both researchers answered (the ✓ lines above). In the hub "
                                     "(C-c C-v), RET on a subagent's line shows its transcript."))
     if human == "task":

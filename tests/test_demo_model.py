@@ -146,3 +146,23 @@ def test_the_demo_echoes_a_question_with_its_own_mark_not_another_full_stop():
         return str(json.loads(answer(body).text)["reply"])
     assert said("can you summarise my agenda?").startswith("You said: can you summarise my agenda? (I am")
     assert said("what is this").startswith("You said: what is this. (I am")
+
+
+def test_the_demo_does_not_say_both_researchers_answered_when_one_was_cancelled():
+    """A newcomer cancelled task-3 in the hub (k) and read "Done: both researchers answered" under
+    its ✗ line.  The wake-up's events, as a real session's request carried them."""
+    def event(talk: int, content: dict[str, str]) -> str:
+        return json.dumps({"mem_id": f"<EOT>amacs-instance-1:primary:event.{talk}:1<EOT>", "kind": "event",
+                           "content": {"type": "Agent", "source": f"task-{talk}", "talk_id": talk,
+                                       "content": content}})
+    done = {"handle": "task-4", "template": "researcher", "status": "done", "reply": "three sources"}
+    cancelled = {"handle": "task-3", "template": "researcher", "status": "cancelled",
+                 "error": "the task was cancelled"}
+
+    def reply(*events: str) -> str:
+        wake = "<events>\n" + "\n".join(events) + "\n</events>\n<last-eval-result>{}</last-eval-result>"
+        body = {"messages": [{"role": "user", "content": json.dumps({"human": "task"})},
+                             {"role": "user", "content": wake}]}
+        return str(json.loads(answer(body).text)["reply"])
+    assert reply(event(3, cancelled), event(4, done)).startswith("Not both: a researcher did not answer")
+    assert reply(event(3, done), event(4, done)).startswith("Done: both researchers answered")
