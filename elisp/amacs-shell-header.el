@@ -206,30 +206,47 @@ Once everyone has answered, the primary wakes: it is thinking."
 (defconst amacs--local-log-tail 16384
   "Bytes read from the end of the local model's log to see what it does.")
 
+(defvar-local amacs-shell--local-log-read nil
+  "The local model's log as last read for the header: (SIZE MTIME . WORDS).
+The header is drawn at every redisplay; the log is read again only
+once it has changed.")
+
 (defun amacs-shell--local-model-reading (home)
   "What the local model of HOME is reading before its first word, or nil.
+The log is read again only once its size or time changed
+\(`amacs-shell--local-log-read')."
+  (let* ((file (expand-file-name "logs/local-model.log" home))
+         (attributes (file-attributes file))
+         (size (and attributes (file-attribute-size attributes)))
+         (mtime (and attributes (file-attribute-modification-time attributes)))
+         (seen amacs-shell--local-log-read))
+    (when (and attributes (file-readable-p file))
+      (unless (and (equal (car seen) size) (equal (cadr seen) mtime))
+        (setq seen (cons size (cons mtime (amacs-shell--read-local-log file size)))
+              amacs-shell--local-log-read seen))
+      (cddr seen))))
+
+(defun amacs-shell--read-local-log (file size)
+  "Return llama.cpp's work before its first word, from log FILE of SIZE bytes.
 llama.cpp reads the whole prompt before it writes a word: minutes for a
 long one on a small machine, while the header would say only thinking.
 Its log, logs/local-model.log, names the prompt tokens left to read when
 a request shares a beginning with the one before; a server that has
 finished no prompt since it started is reading its first."
-  (let ((file (expand-file-name "logs/local-model.log" home)))
-    (when (file-readable-p file)
-      (with-temp-buffer
-        (let ((size (file-attribute-size (file-attributes file))))
-          (insert-file-contents-literally file nil (max 0 (- size amacs--local-log-tail)) size))
-        (let* ((last-read (save-excursion (goto-char (point-max))
-                                          (re-search-backward "prompt eval time" nil t)))
-               (started (save-excursion (goto-char (point-max))
-                                        (re-search-backward "Application startup complete" nil t)))
-               (left (save-excursion (goto-char (point-max))
-                                     (and (re-search-backward
-                                           "remaining \\([0-9]+\\) prompt tokens to eval" nil t)
-                                          (cons (point) (match-string 1))))))
-          (cond ((and left (or (not last-read) (> (car left) last-read)))
-                 (format "llama.cpp reads %s prompt tokens first" (cdr left)))
-                ((and started (or (not last-read) (< last-read started)))
-                 "llama.cpp reads the whole prompt first")))))))
+  (with-temp-buffer
+    (insert-file-contents-literally file nil (max 0 (- size amacs--local-log-tail)) size)
+    (let* ((last-read (save-excursion (goto-char (point-max))
+                                      (re-search-backward "prompt eval time" nil t)))
+           (started (save-excursion (goto-char (point-max))
+                                    (re-search-backward "Application startup complete" nil t)))
+           (left (save-excursion (goto-char (point-max))
+                                 (and (re-search-backward
+                                       "remaining \\([0-9]+\\) prompt tokens to eval" nil t)
+                                      (cons (point) (match-string 1))))))
+      (cond ((and left (or (not last-read) (> (car left) last-read)))
+             (format "llama.cpp reads %s prompt tokens first" (cdr left)))
+            ((and started (or (not last-read) (< last-read started)))
+             "llama.cpp reads the whole prompt first")))))
 
 (defun amacs-shell-state-string ()
   "What the agent is doing, in a few words, for the header line."
