@@ -1258,19 +1258,26 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     local model's log, and any other file of logs/, held the lines of the abandoned future, and
     the files of tool results kept after the tick stayed.  A rewind to tick 1 moves the lines of
     ticks 2 and 3 onto the abandoned ref, the whole of a file begun after tick 1 too, and the
-    later results; the lines the programs (still running) write after it stay."""
+    later results; the lines the programs (still running) write after it stay.  A file begun
+    after tick 1 is gone, but for one a running program of this process writes (the tool
+    server's, whose lines a thread copies; the local model's, whose descriptor the server keeps
+    while llama.cpp runs): emptied, it takes that program's next lines."""
+    from amacs_server.local_model import LocalModel
     from amacs_server.scrub import Scrubber
     from amacs_server.tools_mcp import logs as mcp_logs
 
     home = tmp_path / "home"
     (home / "logs").mkdir(parents=True)
-    model = _Program(home / "logs" / "local-model.log")
+    program = _Program(home / "logs" / "program.log")
     tool = mcp_logs.StderrLog(home / "logs" / "mcp-fake.log", Scrubber({}))
     mcp = home / "logs" / "mcp-fake.log"
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).with_name("fake_llama")))  # llama.cpp's stand-in
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    local = LocalModel(Path(sys.executable), tmp_path / "m.gguf", home / "logs" / "local-model.log")
     rt = runtime(home, fake.url)
     try:
         for tick in (1, 2, 3):
-            model.say(f"model line at tick {tick}")
+            program.say(f"program line at tick {tick}")
             if tick == 3:  # this line rotates the tool server's log: ticks 1-2 go to mcp-fake.log.1
                 monkeypatch.setattr(mcp_logs, "MAX_LOG", mcp.stat().st_size + 1)
             tool.say(f"tool line at tick {tick}")
@@ -1278,6 +1285,10 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
             monkeypatch.setattr(mcp_logs, "MAX_LOG", 1 << 20)
             if tick == 2:
                 (home / "logs" / "other.log").write_text("another program's line at tick 2\n")
+                (home / "logs" / "empty.log").touch()  # a program's log it never wrote a line in
+                local.start()  # the local model, started after tick 1
+                local.wait_ready(20)
+                _written(local.log_file, 'INFO: 127.0.0.1 - "GET /v1/models HTTP/1.1" 200 -')
             results = home / "transcripts" / "results"  # a tool's result too long for the agent, kept whole
             results.mkdir(parents=True, exist_ok=True)
             (results / f"r{tick}.txt").write_text(f"a long result at tick {tick}")
@@ -1285,25 +1296,31 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
         assert rt.mind.commits.flush(60)
     finally:
         rt.stop()
-    assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"
-    done = history.rewind(home, 1)
-    assert done.abandoned is not None
-    logs = {p.name: p.read_text() for p in (home / "logs").iterdir()}
-    assert logs == {"local-model.log": "model line at tick 1\n", "mcp-fake.log.1": "tool line at tick 1\n",
-                    "mcp-fake.log": "", "other.log": ""}, logs
-    moved = {name: _git(home, "show", f"{done.abandoned}:logs/{name}")
-             for name in ("local-model.log", "mcp-fake.log.1", "mcp-fake.log", "other.log")}
-    assert moved == {"local-model.log": "model line at tick 2\nmodel line at tick 3\n",
-                     "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
-                     "other.log": "another program's line at tick 2\n"}, moved
-    assert sorted(p.name for p in (home / "transcripts" / "results").iterdir()) == ["r1.txt"]
-    assert _git(home, "show", f"{done.abandoned}:transcripts/results/r3.txt") == "a long result at tick 3"
-    model.say("model line after the rewind")  # the programs write on, through the same descriptors
-    tool.say("tool line after the rewind")
-    _written(mcp, "tool line after the rewind")
-    model.stop()
-    tool.close()
-    assert (home / "logs" / "local-model.log").read_text() == "model line at tick 1\nmodel line after the rewind\n"
+    try:
+        assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"
+        asked = (home / "logs" / "local-model.log").read_text()
+        done = history.rewind(home, 1)
+        assert done.abandoned is not None
+        logs = {p.name: p.read_text() for p in (home / "logs").iterdir()}
+        assert logs == {"program.log": "program line at tick 1\n", "mcp-fake.log.1": "tool line at tick 1\n",
+                        "mcp-fake.log": "", "local-model.log": ""}, logs
+        moved = {name: _git(home, "show", f"{done.abandoned}:logs/{name}")
+                 for name in ("program.log", "mcp-fake.log.1", "mcp-fake.log", "other.log", "local-model.log")}
+        assert moved == {"program.log": "program line at tick 2\nprogram line at tick 3\n",
+                         "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
+                         "other.log": "another program's line at tick 2\n", "local-model.log": asked}, moved
+        assert sorted(p.name for p in (home / "transcripts" / "results").iterdir()) == ["r1.txt"]
+        assert _git(home, "show", f"{done.abandoned}:transcripts/results/r3.txt") == "a long result at tick 3"
+        program.say("program line after the rewind")  # the programs write on, through the same descriptors
+        tool.say("tool line after the rewind")
+        _written(mcp, "tool line after the rewind")
+        assert local.ready()
+        _written(local.log_file, 'INFO: 127.0.0.1 - "GET /v1/models HTTP/1.1" 200 -')
+    finally:
+        local.stop()
+        program.stop()
+        tool.close()
+    assert (home / "logs" / "program.log").read_text() == "program line at tick 1\nprogram line after the rewind\n"
     assert mcp.read_text() == "tool line after the rewind\n"
     fork = history.fork(home, 1, tmp_path / "fork").home  # a fork holds no log: its programs' start empty
     assert not (fork / "logs").exists()
