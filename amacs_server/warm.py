@@ -69,7 +69,8 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
         for other in others:
             os.close(other.detach())
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
-        note = start_note(directory, os.getppid())
+        asker = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        note = start_note(directory, os.getppid(), asker)
         status = become_server(conn, {"AMACS_WARM_NOTE": note} if note else None)
     except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback

@@ -58,6 +58,13 @@ PACK_EVERY = 25
 # roll-up at ~5,000 ticks took 26 s with every core).
 PACK_ARGS = ("-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2", "--window=4", "--depth=50")
 PACK_NICE = 10
+# Kept by the packer in a home's git folder: JSON, a list of [commit, [pack file names]], oldest
+# first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
+# never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
+# their place), so the statement stays true while those packs exist.  A fork walks the history
+# only down to such a commit.  The newest PACKED_KEEP are kept.
+PACKED_FILE = "amacs-packed"
+PACKED_KEEP = 32
 
 
 # The files of the mind a home tracks (persistence.history lists them on disk): these names,
@@ -723,8 +730,66 @@ class HomeRepo:
             self._indexed = None
 
     def pack(self) -> None:
-        """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits."""
+        """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits.
+        Then :data:`PACKED_FILE` says that the commit HEAD was at before the repack is packed whole:
+        its objects were all made then, and a repack leaves no object loose nor in a pack it removes."""
+        head, before = self._head(), pack_names(self.home)
         self._git(*PACK_ARGS, nice=PACK_NICE)
+        if head is None:
+            return
+        after = pack_names(self.home)
+        path = self.home / ".git" / PACKED_FILE
+        records = packed_records(self.home) if path.exists() else self._packed_before(before)
+        made, gone = after - before, before - after
+        kept = []
+        for sha, names in records:
+            if names & gone:  # rolled up: their objects are in the pack this repack made
+                names = (names - gone) | made
+            if names <= after:  # a pack removed by another (a person's gc): not known to hold them
+                kept.append((sha, names))
+        kept.append((head, after))
+        atomic_write(path, json.dumps([[sha, sorted(names)] for sha, names in kept[-PACKED_KEEP:]]))
+
+    def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
+        """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the
+        newest commit whose every object (and every older commit's) is in it or in an older pack,
+        checked against the packs' indexes.  A commit's objects are those of its parent, itself,
+        its tree and what it changed (git's raw diff, trees too); a merge's are not: [] then."""
+        folder = self.home / ".git" / "objects" / "pack"
+        dated = []
+        for name in packs:
+            try:
+                dated.append(((folder / name).stat().st_mtime, name))
+            except FileNotFoundError:
+                continue
+        try:
+            log_text = self._git("log", "--reverse", "-t", "--raw", "--no-abbrev", "--no-renames",
+                                 "--format=%x00%H %T %P", nice=PACK_NICE)
+        except GitFailed:
+            return []
+        made: list[tuple[str, list[bytes]]] = []  # each commit, oldest first, with the objects it made
+        for chunk in log_text.split("\0")[1:]:
+            head, *changes = chunk.strip().splitlines()
+            sha, tree, *parents = head.split()
+            if len(parents) > 1:
+                return []
+            new = [line.partition("\t")[0].split()[3] for line in changes if line.startswith(":")]
+            made.append((sha, [bytes.fromhex(x) for x in (sha, tree, *new) if x.strip("0")]))
+        held: set[bytes] = set()
+        older: set[str] = set()
+        found: list[tuple[str, set[str]]] = []
+        whole = 0  # made[:whole] are held whole
+        for _mtime, name in sorted(dated):
+            try:
+                held |= _indexed((folder / name).with_suffix(".idx"))
+            except (OSError, ValueError):
+                return found
+            older.add(name)
+            while whole < len(made) and all(obj in held for obj in made[whole][1]):
+                whole += 1
+            if whole and (not found or found[-1][0] != made[whole - 1][0]):
+                found.append((made[whole - 1][0], set(older)))
+        return found
 
     def file_versions(self, name: str, count: int) -> list[str]:
         """The shas of the last COUNT commits that changed NAME, newest first ([] without history)."""
@@ -747,6 +812,30 @@ class HomeRepo:
             return []
         out = self._git("log", f"--max-count={count}", "--format=%H %s")
         return [(line[:40], line[41:]) for line in out.splitlines()]
+
+
+def pack_names(home: Path) -> set[str]:
+    """The names of HOME's pack files (``pack-<sha>.pack``)."""
+    return {path.name for path in (home / ".git" / "objects" / "pack").glob("pack-*.pack")}
+
+
+def packed_records(home: Path) -> list[tuple[str, set[str]]]:
+    """:data:`PACKED_FILE`'s statements, oldest first ([] without it, or if it does not read)."""
+    try:
+        data = json.loads((home / ".git" / PACKED_FILE).read_text(encoding="utf-8"))
+        return [(str(sha), {str(name) for name in names}) for sha, names in data]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _indexed(idx: Path) -> set[bytes]:
+    """The object names a pack index (version 2, SHA-1) lists; ValueError for another kind."""
+    data = idx.read_bytes()
+    if data[:8] != b"\xfftOc\x00\x00\x00\x02":
+        raise ValueError(f"{idx} is not a version 2 pack index")
+    count = int.from_bytes(data[8 + 255 * 4:8 + 256 * 4], "big")
+    names = data[8 + 256 * 4:8 + 256 * 4 + 20 * count]
+    return {names[i:i + 20] for i in range(0, len(names), 20)}
 
 
 def _age(path: Path) -> float:
