@@ -1283,7 +1283,12 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
             (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-4…" (amacs-shell-header-line)))
-      (sleep-for 0.2)                   ; the wait's timeout: the agent wakes
+      ;; The wait's timeout: the agent wakes.  Waited for, not slept: `sleep-for' checks
+      ;; its end before the timers, so an Emacs paused past its end (a loaded machine; a
+      ;; SIGSTOP shows it each time) returned with the timer due and not run.
+      (let ((deadline (+ (float-time) 10)))
+        (while (and (amacs-shell-turn-wait-timer (amacs-shell--turn)) (< (float-time) deadline))
+          (sleep-for 0.02)))
       (should (string-match-p "thinking…" (amacs-shell-header-line))))))
 
 (ert-deftest amacs-shell-test-agent-calls-note-talks-and-the-wait ()
