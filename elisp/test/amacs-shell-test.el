@@ -1049,6 +1049,22 @@ there, and the replayed conversation showed only after M->."
       (kill-buffer notes)
       (kill-buffer todo))))
 
+(ert-deftest amacs-shell-test-a-fork-takes-the-changed-lines-of-its-turns ()
+  "A fork at tick 3 shows the ▸ changed lines of its parent's turns up to 3 with its exchanges, not later ones."
+  (let ((notes (generate-new-buffer "notes-ert")))
+    (unwind-protect
+        (amacs-shell-test--with-shell
+          (amacs-test-with-status '(:tick 0 :key-ok t) (amacs-shell--greet))
+          (amacs-shell-test--turn-changing notes "one\n" 2)
+          (amacs-shell-test--turn-changing notes "two\n" 4)
+          (let ((parent (amacs-current-connection))
+                (fork (amacs--make-connection :home "/tmp/amacs-ert-fork")))
+            (amacs-changes-fork parent fork 3)
+            (should (equal (mapcar #'car (amacs-changes-kept fork 3)) '(2)))
+            (should (equal (amacs-changes-seen-since fork) 0))
+            (should (string-prefix-p "▸ changed: notes-ert" (cdar (amacs-changes-kept fork 3))))))
+      (kill-buffer notes))))
+
 (ert-deftest amacs-shell-test-a-rewind-into-turns-before-this-emacs-says-they-show-no-changed-line ()
   "Turns of an earlier Emacs have no ▸ changed line to show: the replay says so, and why."
   (amacs-shell-test--with-shell
