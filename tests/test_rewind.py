@@ -33,6 +33,7 @@ from amacs_server.loop.primary import run_turn
 from amacs_server.memory.items import Kind
 from amacs_server.memory.memid import MemId
 from amacs_server.persistence import history, person_limit, rewound_spend
+from amacs_server.persistence.git_repo import PACKED_FILE, HomeRepo, pack_names, packed_records
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
@@ -856,6 +857,75 @@ def test_a_fork_of_a_rewound_home_keeps_the_packs_written_before_the_tick_it_wen
     assert _holds_abandoned(fork, ("abandoned words",)) == []
     assert "answer to fresh four" in _fork_holds(fork).decode(errors="replace")
     _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+
+
+def _packed_whole(home: Path, sha: str, names: set[str]) -> bool:
+    """Every object SHA reaches is in HOME's packs NAMES (as ``git show-index`` lists them)."""
+    held = set()
+    for name in names:
+        with (home / ".git" / "objects" / "pack" / name).with_suffix(".idx").open("rb") as idx:
+            listed = subprocess.run(["git", "show-index"], stdin=idx, capture_output=True, check=True).stdout
+        held |= {line.split()[1] for line in listed.decode().splitlines()}
+    reached = _git(home, "rev-list", "--objects", "--no-object-names", sha).split()
+    return bool(reached) and set(reached) <= held
+
+
+def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake):
+    """After each repack the packer notes the commit HEAD was at before it and the packs that
+    hold all that commit reaches; when a later repack rolls those packs up, the note names the new
+    pack instead, and stays true.  A home packed before notes were kept gets them for its packs."""
+    home = tmp_path / "home"
+    for word in ("one", "two", "three", "four"):
+        run(home, fake, [("say", word)])
+        head = _git(home, "rev-parse", "HEAD").strip()
+        repo = HomeRepo(home)
+        repo.pack()
+        assert packed_records(home)[-1] == (head, pack_names(home))
+    records = packed_records(home)
+    assert len(records) == 4
+    assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
+    assert len(pack_names(home)) < 4  # rolled up: the first notes name the packs that took theirs in
+    (home / ".git" / PACKED_FILE).unlink()  # packed before notes were kept
+    run(home, fake, [("say", "five")])
+    repo.pack()
+    records = packed_records(home)
+    assert len(records) >= 2 and records[-2][0] != records[-1][0]  # the older packs' commit, found
+    assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
+
+
+def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_keeps(tmp_path, fake,
+                                                                                      monkeypatch):
+    """The fork packs only what its tick reaches beyond the newest commit the packer noted as held
+    whole by packs it keeps: git walks no commit below it.  A note naming a pack the fork may not
+    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    packed_at = _git(home, "rev-parse", "HEAD").strip()
+    HomeRepo(home).pack()
+    time.sleep(1.1)  # the next ticks' commits in a later second than the pack
+    run(home, fake, [("say", "the third"), ("say", "later words")])
+    walked: list[bytes] = []
+    git = history._git
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+        if args[0] == "pack-objects":
+            walked.append(stdin or b"")
+        return git(where, *args, stdin=stdin)
+
+    monkeypatch.setattr(history, "_git", spy)
+    tick3 = history.tick_commit(home, 3)
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    assert walked == [f"{tick3}\n^{packed_at}\n".encode()]
+    assert "answer to the third" in _fork_holds(fork).decode(errors="replace")
+    assert _holds_abandoned(fork, ("later words",)) == []
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+    [(sha, names)] = packed_records(fork)
+    assert sha == tick3 and names == pack_names(fork) and _packed_whole(fork, sha, names)
+    walked.clear()
+    early = history.fork(home, 1, tmp_path / "early").home  # the pack was written after tick 1
+    assert walked == [f"{history.tick_commit(home, 1)}\n".encode()]
+    assert _holds_abandoned(early, ("answer to plain two", "the third")) == []
+    _git(early, "fsck", "--full", "--strict", "--no-dangling")
 
 
 def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):

@@ -56,7 +56,7 @@ from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
-from .git_repo import RACY_NS, CommitError, HomeRepo, Snapshot, ignored
+from .git_repo import PACKED_FILE, RACY_NS, CommitError, HomeRepo, Snapshot, ignored, packed_records
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
@@ -1097,10 +1097,14 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     kept = {whole for whole in kept if (target / "pack" / whole).exists()}
     for whole in kept:  # what these hold is not packed again
         (target / "pack" / whole).with_suffix(".keep").touch()
+    # The walk stops at the newest commit HOME's packer found packed whole in packs kept here: what
+    # it reaches is here already (and what COMMIT reaches beyond it is walked and packed).
+    whole_in_kept = [sha for sha, names in packed_records(home) if names and names <= kept]
+    revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
         name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", "-q", str(target / "pack" / "pack"),
-                    stdin=f"{commit}\n".encode()).decode().strip()
+                    stdin=revs.encode()).decode().strip()
     except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
         name = None
     stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
@@ -1114,6 +1118,9 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
             shutil.rmtree(path)
     if name is None:
         _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+    else:  # COMMIT is packed whole here: a fork of this fork walks no further down than it
+        atomic_write(made / ".git" / PACKED_FILE, json.dumps([[commit, sorted(packed for packed in stays
+                                                                              if packed.endswith(".pack"))]]))
 
 
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
