@@ -1073,7 +1073,9 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     new packs and deletes old ones, so a link is a copy).  The packs that hold only COMMIT's past
     (:func:`_packs_before`) stay, whole; one pack of what else COMMIT reaches is made from the
     rest, reusing the packed data as it is (no object is compressed or hashed again: a fetch
-    hashes every version of every file), and the other linked files are removed.  Made while
+    hashes every version of every file), and the other linked files are removed.  git walks the
+    history down to the newest commit HOME's packer noted as packed whole in packs kept here
+    (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since), not O(history).  Made while
     HOME's packer may roll packs up: a pack gone before it was linked is in a newer one, listed
     again; if an object is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
