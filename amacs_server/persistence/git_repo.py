@@ -8,7 +8,8 @@ tick order: the prompt returns without waiting for git.
 The first commit makes the repository and sets its configuration with git
 itself.  Blobs are written by the worker as loose objects (zlib, in this
 process); the index, tree, commit and ref by git plumbing commands, each in a
-session of its own.
+session of its own, started out of reach of the signals that stop the server
+(:func:`start_git`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -26,6 +28,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
@@ -84,6 +87,41 @@ MAX_CHUNKS = 16
 # the whole of both is in the transcript).
 EVAL_FORM_CHARS = 2000
 EVAL_RESULT_CHARS = 1000
+
+
+# The signals that stop the server (the hangup Emacs sends the server's process group when it
+# quits, a TERM, a Ctrl-C): blocked in the thread that starts a git, so the git starts with them
+# blocked.  A git runs in a session of its own, but from its fork until its setsid it is still in the
+# server's group: a hangup sent to the group then was delivered once subprocess unblocked the
+# signals, before git ran, and killed it ("git ls-files failed (-1)"), and the tick whose commit the
+# server stopped to make had none.  Blocked, the signal stays pending in git, which never unblocks
+# it, and goes with git's exit: a stop of the server never stops its git (SIGKILL does).  (A git
+# that is a shell script unblocks them, dash does: it would still get such a hangup.)
+STOP_SIGNALS = frozenset({signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
+
+
+def start_git(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(COMMAND, **OPTIONS)`` in a session of its own, with :data:`STOP_SIGNALS`
+    blocked (see there)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(command, start_new_session=True, **options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def run_git(command: list[str], cwd: Path, *, data: bytes = b"", env: dict[str, str] | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run(COMMAND, input=DATA, capture_output=True)`` in CWD, started by :func:`start_git`."""
+    with start_git(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE) as proc:
+        try:
+            stdout, stderr = proc.communicate(data, timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 class CommitError(AmacsError, RuntimeError):
@@ -151,8 +189,7 @@ def ignored(home: Path, paths: list[Path]) -> frozenset[Path]:
         return cached[1]
     names = "\0".join(str(p.relative_to(home)) for p in paths) + "\0"
     try:
-        run = subprocess.run(["git", "check-ignore", "--no-index", "-z", "--stdin"], cwd=home, input=names.encode(),
-                             capture_output=True, timeout=30, check=False, start_new_session=True)
+        run = run_git(["git", "check-ignore", "--no-index", "-z", "--stdin"], home, data=names.encode(), timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
     if run.returncode not in (0, 1):
@@ -258,8 +295,7 @@ class Snapshotter:
         asked = "".join(f"{entry.content.blob}\n" for entry in stored.values())
         env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
         try:
-            done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=self.home, input=asked.encode(), env=env,
-                                  capture_output=True, timeout=30, check=False, start_new_session=True)
+            done = run_git(["git", "cat-file", "--batch-check"], self.home, data=asked.encode(), env=env, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return {}
         held = set(done.stdout.decode(errors="replace").splitlines()) if done.returncode == 0 else set()
@@ -382,13 +418,12 @@ class HomeRepo:
         log.warning("the git repository in %s was half made (its set-up was cut short): moved to %s and "
                     "made again", self.home, aside)
 
-    # git runs in a session of its own: the hangup Emacs sends the server's group when it quits
-    # must not kill the commit of the tick the server stops to finish.
+    # git is out of reach of the signals that stop the server (start_git): the hangup Emacs sends
+    # the server's group when it quits must not kill the commit of the tick the server stops to finish.
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
-        with subprocess.Popen(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) as proc:
+        with start_git(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
             self._running.add(proc.pid)  # this server's own: no lock of theirs is stale (clear_stale_lock)
             try:
                 stdout, stderr = proc.communicate()
@@ -396,13 +431,12 @@ class HomeRepo:
                 self._running.discard(proc.pid)
         if proc.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
-        return stdout.strip()
+        return str(stdout).strip()
 
     def _git_bytes(self, *args: str, data: bytes = b"", env: dict[str, str] | None = None) -> bytes:
         """git ARGS's output, as bytes (paths as they are), with DATA on its standard input (in ENV,
         default the repository's)."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=env or self._env, input=data, capture_output=True,
-                              check=False, start_new_session=True)
+        done = run_git(["git", *args], self.home, data=data, env=env or self._env)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
                             f"{done.stderr.decode(errors='replace').strip()}")
@@ -703,7 +737,13 @@ class HomeRepo:
         self._git(*PACK_ARGS, nice=PACK_NICE)
         if head is None:
             return
-        after = pack_names(self.home)
+        try:
+            self._note_packed(head, before, pack_names(self.home))
+        except (GitFailed, OSError, ValueError, IndexError) as err:  # only a fork's walk is longer without it
+            log.warning("which commits the packs hold whole was not noted: %s", err)
+
+    def _note_packed(self, head: str, before: set[str], after: set[str]) -> None:
+        """:data:`PACKED_FILE` after a repack from the packs BEFORE to AFTER: HEAD is packed whole."""
         path = self.home / ".git" / PACKED_FILE
         records = packed_records(self.home) if path.exists() else self._packed_before(before)
         made, gone = after - before, before - after
@@ -728,11 +768,8 @@ class HomeRepo:
                 dated.append(((folder / name).stat().st_mtime, name))
             except FileNotFoundError:
                 continue
-        try:
-            log_text = self._git("log", "--reverse", "-t", "--raw", "--no-abbrev", "--no-renames",
-                                 "--format=%x00%H %T %P", nice=PACK_NICE)
-        except GitFailed:
-            return []
+        log_text = self._git("log", "--reverse", "--root", "-t", "--raw", "--no-abbrev", "--no-renames",
+                             "--format=%x00%H %T %P", nice=PACK_NICE)
         made: list[tuple[str, list[bytes]]] = []  # each commit, oldest first, with the objects it made
         for chunk in log_text.split("\0")[1:]:
             head, *changes = chunk.strip().splitlines()
@@ -748,7 +785,7 @@ class HomeRepo:
         for _mtime, name in sorted(dated):
             try:
                 held |= _indexed((folder / name).with_suffix(".idx"))
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # gone, or of a kind not read here: no older commit is known whole
                 return found
             older.add(name)
             while whole < len(made) and all(obj in held for obj in made[whole][1]):
