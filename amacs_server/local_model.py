@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .config import LOCAL_ALIAS as ALIAS
 from .errors import AmacsError
@@ -89,6 +89,9 @@ class LocalModel:
         self.starts = 0  # processes started, the first included
         self.failure: str | None = None  # why it was given up, once it was
         self._proc: subprocess.Popen[bytes] | None = None
+        # The log as the running process has it, kept open while it runs: a rewind leaves a log
+        # file this server holds open (persistence.history), and llama.cpp writes on into it.
+        self._log: BinaryIO | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -126,9 +129,16 @@ class LocalModel:
             if self._stopping.is_set():
                 return
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_file, "ab") as out:
+            out = open(self.log_file, "ab")  # noqa: SIM115 - closed when the process is replaced or stopped
+            try:
                 self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=out,
                                               stderr=subprocess.STDOUT)
+            except BaseException:
+                out.close()
+                raise
+            if self._log is not None:
+                self._log.close()
+            self._log = out
             self.starts += 1
             log.info("local model server started: pid %s, %s (start %d)", self._proc.pid, self.base_url,
                      self.starts)
@@ -192,6 +202,10 @@ class LocalModel:
                 proc.wait()
         if self._thread is not None:
             self._thread.join(grace)
+        with self._lock:
+            if self._log is not None:
+                self._log.close()
+                self._log = None
 
 
 class LocalBackend(OpenAIBackend):

@@ -20,7 +20,7 @@ from typing import Any
 from .config import Config
 from .context.assemble import Conversation, conversation_from_state, conversation_state
 from .files import atomic_write
-from .memory.active import ActiveMemory, ram_window
+from .memory.active import PAD_FILE, ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatEntry, ChatLog
 from .persistence.git_repo import CommitWorker, HomeRepo, Snapshot
@@ -44,7 +44,14 @@ from .persistence.recovery import (
     move_aside,
     stamp,
 )
-from .persistence.scratchpad import ScratchpadLog
+from .persistence.scratchpad import (
+    ScratchpadEntry,
+    ScratchpadLog,
+    index_of,
+    indexed,
+    read_org,
+    read_plain,
+)
 from .skills import SkillLibrary
 from .state.consciousness import Consciousness, EvalResult
 from .threads import Thread, ThreadBook
@@ -197,13 +204,31 @@ class Mind:
         return chat, keep
 
     def _restore_memory(self, chat: list[ChatEntry], keep: int) -> None:
-        """Fill active memory from consciousness, CHAT and the last KEEP ticks of the logs."""
+        """Fill active memory from consciousness, CHAT and the last KEEP ticks of the logs.
+
+        The scratchpad file is read whole only when memory.db is not known level with its bytes
+        (their digest is not the one it recorded): its headings are compared with their items
+        and the org file wins.  Otherwise only each heading's tick and thread are read, and
+        active memory reads from LTM the items the context shows."""
+        text = self.scratchpad.load()
+        digest = self.scratchpad.digest()
+        level = digest is not None and self.ltm.level(PAD_FILE) == digest
+        entries: list[ScratchpadEntry] = []
+        if not level:
+            plain = read_plain(text)
+            if plain is None or not indexed(text, plain):
+                self.scratchpad.distrust()  # a start must read it whole: memory.db records no digest
+            entries = plain if plain is not None else read_org(text)
+        self.memory.pad_digest = self.scratchpad.digest
         self.memory.restore(
             self.consciousness,
             chat=[(e.tick, e.human, e.agent) for e in chat],
             monologue=self.monologue.read_tail(keep),
-            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in self.scratchpad.read()],
+            scratchpad=[(e.tick, e.heading, e.thread, e.content) for e in entries],
+            pad_index=index_of(text) if level else None,
         )
+        if not level:
+            self.ltm.set_level(PAD_FILE, self.scratchpad.digest())
 
     def _last_eval_of_log(self) -> tuple[int, EvalResult] | None:
         """The newest eval agent-chat.org holds, with its tick: the hub's last eval after a

@@ -154,7 +154,7 @@ def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
         "monologue": [{"tick": tick_of(i), "text": i.content}
                       for i in rt.mind.memory.monologue[-count:]],
         "scratchpad": [{"tick": tick_of(i), "heading": i.content["heading"],
-                        "thread": i.content["thread"]} for i in rt.mind.memory.scratchpad[-count:]],
+                        "thread": i.content["thread"]} for i in rt.mind.memory.last_notes(count)],
         "last_eval": {"tick": rt.mind.last_eval[0], **rt.mind.last_eval[1].to_dict()} if rt.mind.last_eval else None,
         "commits": [{"sha": sha, "subject": subject}  # a running turn does not wait for git
                     for sha, subject in rt.mind.commits.recent(count, wait=0 if rt.turns.turn_running else 2.0)],

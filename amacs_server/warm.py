@@ -75,7 +75,8 @@ def _child(conn: socket.socket, listeners: list[socket.socket], closing: list[in
         for other in others:
             os.close(other.detach())
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
-        note = start_note(directory, os.getppid())
+        asker = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        note = start_note(directory, os.getppid(), asker, emacs=stdio is not None)
         status = become_server(conn, {"AMACS_WARM_NOTE": note} if note else None, stdio)
     except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback

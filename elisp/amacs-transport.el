@@ -447,10 +447,12 @@ So does one that changes the primary's own state."
 
 ;;;; The wire log
 
-(defcustom amacs-events-log-size 200
+(defcustom amacs-events-log-size 5000
   "How many messages of each connection the wire log keeps (`amacs-events').
 The newest this many messages between Emacs and its server, both ways,
-are kept in a ring; 0 keeps none."
+are kept in a ring; 0 keeps none.  A turn of the demo model is 25-60
+messages (a streamed reply is a message every few words), a turn of
+many steps hundreds: 5000 keep a session's start to read back."
   :type 'natnum
   :group 'amacs)
 
@@ -514,7 +516,7 @@ buffer grows as messages pass while it is open."
       (let ((inhibit-read-only t))
         (erase-buffer)
         (insert (format ";; The wire log of %s's connection: its newest %d messages \
-\(-> sent, <- read)\n"
+\(amacs-events-log-size), -> sent, <- read\n"
                         (amacs-connection-name connection) amacs-events-log-size))
         (dolist (entry (and ring (nreverse (ring-elements ring))))
           (insert (amacs--wire-line entry))))

@@ -53,6 +53,10 @@ here only without a shell: the shell says it when it greets the server."
         (notice (amacs-status :notice))
         (url (amacs-chosen :base-url)))
     (when url (setq backend (format "%s at %s" backend url)))
+    ;; The server talks to the demo model as to Claude, so its backend is "anthropic":
+    ;; named so, a newcomer read that they talked to Anthropic.
+    (when (equal (amacs-status :endpoint) "demo")
+      (setq model "the scripted demo model" backend "this machine (no key, nothing paid)"))
     (message nil)                       ; "restarting the server…" is done
     (amacs--say "%s"
                 (concat (if own

@@ -214,15 +214,19 @@ def test_the_scratchpad_window_walks_back_only_as_far_as_its_depths_need(memory)
     note ever written (each tick's cost would grow with the scratchpad)."""
 
     class Unread:
+        tick = 0
+
         @property
-        def content(self):
-            raise AssertionError("an older note than the window needs was read")
+        def thread(self):
+            raise AssertionError("an older note than the window needs was looked at")
+
+        item = thread
 
     c = Consciousness(global_scratchpad_depth=2, thread_scratchpad_depth=3)
     memory.add_scratchpad(1, "A1", "rust", "rust one")
     for tick in (2, 3):
         memory.add_scratchpad(tick, f"G{tick}", None, "global")
-    memory.scratchpad.insert(0, Unread())
+    memory.pad.insert(0, Unread())
     assert [i.content["heading"] for i in memory.scratchpad_window(c)] == ["G2", "G3"]
 
 

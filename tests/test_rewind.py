@@ -33,6 +33,7 @@ from amacs_server.loop.primary import run_turn
 from amacs_server.memory.items import Kind
 from amacs_server.memory.memid import MemId
 from amacs_server.persistence import history, person_limit, rewound_spend
+from amacs_server.persistence.git_repo import PACKED_FILE, HomeRepo, pack_names, packed_records
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
@@ -858,6 +859,75 @@ def test_a_fork_of_a_rewound_home_keeps_the_packs_written_before_the_tick_it_wen
     _git(fork, "fsck", "--full", "--strict", "--no-dangling")
 
 
+def _packed_whole(home: Path, sha: str, names: set[str]) -> bool:
+    """Every object SHA reaches is in HOME's packs NAMES (as ``git show-index`` lists them)."""
+    held = set()
+    for name in names:
+        with (home / ".git" / "objects" / "pack" / name).with_suffix(".idx").open("rb") as idx:
+            listed = subprocess.run(["git", "show-index"], stdin=idx, capture_output=True, check=True).stdout
+        held |= {line.split()[1] for line in listed.decode().splitlines()}
+    reached = _git(home, "rev-list", "--objects", "--no-object-names", sha).split()
+    return bool(reached) and set(reached) <= held
+
+
+def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake):
+    """After each repack the packer notes the commit HEAD was at before it and the packs that
+    hold all that commit reaches; when a later repack rolls those packs up, the note names the new
+    pack instead, and stays true.  A home packed before notes were kept gets them for its packs."""
+    home = tmp_path / "home"
+    for word in ("one", "two", "three", "four"):
+        run(home, fake, [("say", word)])
+        head = _git(home, "rev-parse", "HEAD").strip()
+        repo = HomeRepo(home)
+        repo.pack()
+        assert packed_records(home)[-1] == (head, pack_names(home))
+    records = packed_records(home)
+    assert len(records) == 4
+    assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
+    assert len(pack_names(home)) < 4  # rolled up: the first notes name the packs that took theirs in
+    (home / ".git" / PACKED_FILE).unlink()  # packed before notes were kept
+    run(home, fake, [("say", "five")])
+    repo.pack()
+    records = packed_records(home)
+    assert len(records) >= 2 and records[-2][0] != records[-1][0]  # the older packs' commit, found
+    assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
+
+
+def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_keeps(tmp_path, fake,
+                                                                                      monkeypatch):
+    """The fork packs only what its tick reaches beyond the newest commit the packer noted as held
+    whole by packs it keeps: git walks no commit below it.  A note naming a pack the fork may not
+    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    packed_at = _git(home, "rev-parse", "HEAD").strip()
+    HomeRepo(home).pack()
+    time.sleep(1.1)  # the next ticks' commits in a later second than the pack
+    run(home, fake, [("say", "the third"), ("say", "later words")])
+    walked: list[bytes] = []
+    git = history._git
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+        if args[0] == "pack-objects":
+            walked.append(stdin or b"")
+        return git(where, *args, stdin=stdin)
+
+    monkeypatch.setattr(history, "_git", spy)
+    tick3 = history.tick_commit(home, 3)
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    assert walked == [f"{tick3}\n^{packed_at}\n".encode()]
+    assert "answer to the third" in _fork_holds(fork).decode(errors="replace")
+    assert _holds_abandoned(fork, ("later words",)) == []
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+    [(sha, names)] = packed_records(fork)
+    assert sha == tick3 and names == pack_names(fork) and _packed_whole(fork, sha, names)
+    walked.clear()
+    early = history.fork(home, 1, tmp_path / "early").home  # the pack was written after tick 1
+    assert walked == [f"{history.tick_commit(home, 1)}\n".encode()]
+    assert _holds_abandoned(early, ("answer to plain two", "the third")) == []
+    _git(early, "fsck", "--full", "--strict", "--no-dangling")
+
+
 def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):
     """Many rows after the tick, each with a word of its own, in an index of many pages: once
     they are taken out of the copy, no page of the file (used or free) holds one of those words,
@@ -1188,19 +1258,26 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     local model's log, and any other file of logs/, held the lines of the abandoned future, and
     the files of tool results kept after the tick stayed.  A rewind to tick 1 moves the lines of
     ticks 2 and 3 onto the abandoned ref, the whole of a file begun after tick 1 too, and the
-    later results; the lines the programs (still running) write after it stay."""
+    later results; the lines the programs (still running) write after it stay.  A file begun
+    after tick 1 is gone, but for one a running program of this process writes (the tool
+    server's, whose lines a thread copies; the local model's, whose descriptor the server keeps
+    while llama.cpp runs): emptied, it takes that program's next lines."""
+    from amacs_server.local_model import LocalModel
     from amacs_server.scrub import Scrubber
     from amacs_server.tools_mcp import logs as mcp_logs
 
     home = tmp_path / "home"
     (home / "logs").mkdir(parents=True)
-    model = _Program(home / "logs" / "local-model.log")
+    program = _Program(home / "logs" / "program.log")
     tool = mcp_logs.StderrLog(home / "logs" / "mcp-fake.log", Scrubber({}))
     mcp = home / "logs" / "mcp-fake.log"
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).with_name("fake_llama")))  # llama.cpp's stand-in
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    local = LocalModel(Path(sys.executable), tmp_path / "m.gguf", home / "logs" / "local-model.log")
     rt = runtime(home, fake.url)
     try:
         for tick in (1, 2, 3):
-            model.say(f"model line at tick {tick}")
+            program.say(f"program line at tick {tick}")
             if tick == 3:  # this line rotates the tool server's log: ticks 1-2 go to mcp-fake.log.1
                 monkeypatch.setattr(mcp_logs, "MAX_LOG", mcp.stat().st_size + 1)
             tool.say(f"tool line at tick {tick}")
@@ -1208,6 +1285,10 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
             monkeypatch.setattr(mcp_logs, "MAX_LOG", 1 << 20)
             if tick == 2:
                 (home / "logs" / "other.log").write_text("another program's line at tick 2\n")
+                (home / "logs" / "empty.log").touch()  # a program's log it never wrote a line in
+                local.start()  # the local model, started after tick 1
+                local.wait_ready(20)
+                _written(local.log_file, 'INFO: 127.0.0.1 - "GET /v1/models HTTP/1.1" 200 -')
             results = home / "transcripts" / "results"  # a tool's result too long for the agent, kept whole
             results.mkdir(parents=True, exist_ok=True)
             (results / f"r{tick}.txt").write_text(f"a long result at tick {tick}")
@@ -1215,25 +1296,31 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
         assert rt.mind.commits.flush(60)
     finally:
         rt.stop()
-    assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"
-    done = history.rewind(home, 1)
-    assert done.abandoned is not None
-    logs = {p.name: p.read_text() for p in (home / "logs").iterdir()}
-    assert logs == {"local-model.log": "model line at tick 1\n", "mcp-fake.log.1": "tool line at tick 1\n",
-                    "mcp-fake.log": "", "other.log": ""}, logs
-    moved = {name: _git(home, "show", f"{done.abandoned}:logs/{name}")
-             for name in ("local-model.log", "mcp-fake.log.1", "mcp-fake.log", "other.log")}
-    assert moved == {"local-model.log": "model line at tick 2\nmodel line at tick 3\n",
-                     "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
-                     "other.log": "another program's line at tick 2\n"}, moved
-    assert sorted(p.name for p in (home / "transcripts" / "results").iterdir()) == ["r1.txt"]
-    assert _git(home, "show", f"{done.abandoned}:transcripts/results/r3.txt") == "a long result at tick 3"
-    model.say("model line after the rewind")  # the programs write on, through the same descriptors
-    tool.say("tool line after the rewind")
-    _written(mcp, "tool line after the rewind")
-    model.stop()
-    tool.close()
-    assert (home / "logs" / "local-model.log").read_text() == "model line at tick 1\nmodel line after the rewind\n"
+    try:
+        assert (home / "logs" / "mcp-fake.log.1").read_text() == "tool line at tick 1\ntool line at tick 2\n"
+        asked = (home / "logs" / "local-model.log").read_text()
+        done = history.rewind(home, 1)
+        assert done.abandoned is not None
+        logs = {p.name: p.read_text() for p in (home / "logs").iterdir()}
+        assert logs == {"program.log": "program line at tick 1\n", "mcp-fake.log.1": "tool line at tick 1\n",
+                        "mcp-fake.log": "", "local-model.log": ""}, logs
+        moved = {name: _git(home, "show", f"{done.abandoned}:logs/{name}")
+                 for name in ("program.log", "mcp-fake.log.1", "mcp-fake.log", "other.log", "local-model.log")}
+        assert moved == {"program.log": "program line at tick 2\nprogram line at tick 3\n",
+                         "mcp-fake.log.1": "tool line at tick 2\n", "mcp-fake.log": "tool line at tick 3\n",
+                         "other.log": "another program's line at tick 2\n", "local-model.log": asked}, moved
+        assert sorted(p.name for p in (home / "transcripts" / "results").iterdir()) == ["r1.txt"]
+        assert _git(home, "show", f"{done.abandoned}:transcripts/results/r3.txt") == "a long result at tick 3"
+        program.say("program line after the rewind")  # the programs write on, through the same descriptors
+        tool.say("tool line after the rewind")
+        _written(mcp, "tool line after the rewind")
+        assert local.ready()
+        _written(local.log_file, 'INFO: 127.0.0.1 - "GET /v1/models HTTP/1.1" 200 -')
+    finally:
+        local.stop()
+        program.stop()
+        tool.close()
+    assert (home / "logs" / "program.log").read_text() == "program line at tick 1\nprogram line after the rewind\n"
     assert mcp.read_text() == "tool line after the rewind\n"
     fork = history.fork(home, 1, tmp_path / "fork").home  # a fork holds no log: its programs' start empty
     assert not (fork / "logs").exists()

@@ -5,10 +5,14 @@ test recorded them by walking the home, and no file the home did not have then."
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -215,3 +219,54 @@ def test_a_commit_aside_reads_only_the_files_git_finds_changed(tmp_path, monkeyp
     assert "agent-chat.org" in read and not [name for name in read if name.startswith("2026-")], read
     for rel in ("agent-chat.org", "chat/2026-03-1.org"):
         assert _git(home, "rev-parse", f"{aside}:{rel}") == _blob_of(home, rel)
+
+
+# A process that commits tick after tick, a hangup only noted as a stopping server notes it.
+HANGUP_CHILD = """
+import json, signal, sys, time
+from pathlib import Path
+from amacs_server.persistence.git_repo import CommitError, HomeRepo
+signal.signal(signal.SIGHUP, lambda *_: None)
+home = Path(sys.argv[1])
+repo, made, failed = HomeRepo(home), 0, []
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end or made < 5:
+    tick = made + len(failed) + 1
+    (home / "agent-chat.org").write_text(f"* Tick {tick}\\n")
+    try:
+        repo.commit([home / "agent-chat.org"], f"[TICK {tick}][no-thread][ok] tick {tick}")
+        made += 1
+    except CommitError as err:
+        failed.append(str(err))
+print(json.dumps({"made": made, "failed": failed}), flush=True)
+"""
+
+
+def test_a_hangup_to_the_servers_group_while_git_starts_does_not_kill_that_git(tmp_path):
+    """Was: Emacs quit right after a reply and hung up on the server's process group while the
+    server started a git of the tick's commit: between its fork and its setsid the git was still
+    in that group, subprocess unblocked the hangup there before git ran, and it died ("git ls-files
+    failed (-1)": 276 of 388 commits failed under this test's hangups); the tick had no commit.
+    Here hangups come every 2 ms while commits are made: none fails."""
+    home = tmp_path / "home"
+    home.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", HANGUP_CHILD, str(home), "2"], start_new_session=True,
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        sent = 0
+        while child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGHUP)
+                sent += 1
+            time.sleep(0.002)
+        result = json.loads(child.stdout.read())
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert sent > 100, sent
+    assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed"
+    assert result["made"] >= 5

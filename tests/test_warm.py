@@ -641,3 +641,20 @@ def test_emacs_runs_the_launcher_when_the_warm_server_answers_nothing(warm_env: 
     assert ran.stdout.split() == ["served", "type=real", "children=1"], ran.stdout
     assert stale.wait(timeout=30) == 0
     assert "AMACS server stopped" not in ran.stderr and "did not start" not in ran.stderr, ran.stderr
+
+
+def test_the_start_note_of_an_emacs_that_asked_itself_goes_by_that_emacss_start(tmp_path: Path) -> None:
+    """Emacs asked with no launcher: the peer is that Emacs, not a launcher whose parent is Emacs.
+    An Emacs started after the warm server (from a shell older than it) is told; by its parent's
+    start it would not be."""
+    time.sleep(0.02)  # this process (the Emacs's parent here) started well before the "warm server"
+    warm = subprocess.Popen(["sleep", "30"])
+    time.sleep(0.05)
+    emacs = subprocess.Popen(["sleep", "30"])
+    try:
+        assert warm_launch.start_note(str(tmp_path), warm.pid, emacs.pid) == ""
+        assert warm_launch.start_note(str(tmp_path), warm.pid, emacs.pid, emacs=True).startswith(
+            f"Your warm server (pid {warm.pid}) stays")
+    finally:
+        warm.kill()
+        emacs.kill()

@@ -43,7 +43,8 @@ same identity may search and load any item; only its owner writes it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -185,6 +186,19 @@ def _same_entry(stored: Any, heading: str, thread: str | None, text: str) -> boo
             and (stored.get("heading") == heading or str(stored.get("heading", "")).endswith(heading)))
 
 
+@dataclass
+class PadEntry:
+    """A heading of the scratchpad file, as active memory holds it: its tick and thread, and its
+    item once read from long-term memory (a start reads only those the context shows)."""
+
+    tick: int
+    thread: str | None
+    item: MemoryItem | None = None
+
+
+PAD_FILE = "scratchpad.org"  # the file memory.db's level names (LongTermMemory.level)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the context of one tick shows, every entry an item."""
@@ -226,7 +240,9 @@ class ActiveMemory:
         self.chat: list[MemoryItem] = []  # latest version of each exchange, oldest first
         self._chat_index: dict[int, int] = {}  # tick -> position in self.chat
         self.monologue: list[MemoryItem] = []
-        self.scratchpad: list[MemoryItem] = []
+        self.pad: list[PadEntry] = []  # every heading of the scratchpad file, oldest first
+        # The digest of the scratchpad file as written (ScratchpadLog.digest): the primary's only.
+        self.pad_digest: Callable[[], str | None] | None = None
         self.threads: dict[str, MemoryItem] = {}  # open threads by id
         self.skills: list[MemoryItem] = []  # skills of the active thread, as last read
         self.buffers: list[MemoryItem] = []  # buffers of the active thread, as last read
@@ -379,25 +395,57 @@ class ActiveMemory:
         self._trim()
 
     def add_scratchpad(self, tick: int, heading: str, thread: str | None, content: str) -> None:
-        """A scratchpad heading written at TICK: global when THREAD is None."""
-        self.scratchpad.append(self._new(f"{SCRATCHPAD_PREFIX}{tick}", Tier.RAM, Kind.NOTE,
-                                         {"heading": heading, "thread": thread, "content": content}))
+        """A scratchpad heading written at TICK (to the file first): global when THREAD is None."""
+        with self._pad_write():
+            self.pad.append(PadEntry(tick, thread, self._new(
+                f"{SCRATCHPAD_PREFIX}{tick}", Tier.RAM, Kind.NOTE,
+                {"heading": heading, "thread": thread, "content": content})))
+
+    @contextmanager
+    def _pad_write(self) -> Iterator[None]:
+        """Around a scratchpad item written after its file: memory.db records the file's digest
+        after (it is level with the file), none if the write fails (the file may be ahead)."""
+        try:
+            yield
+        except BaseException:
+            if self.pad_digest is not None:
+                self.pad_digest = None
+                with suppress(Exception):  # if it stays, it names the file before this write
+                    self.ltm.set_level(PAD_FILE, None)
+            raise
+        if self.pad_digest is not None:
+            self.ltm.set_level(PAD_FILE, self.pad_digest())
+
+    @property
+    def scratchpad(self) -> list[MemoryItem]:
+        """Every scratchpad heading's item, oldest first (each read from long-term memory once)."""
+        return [self._pad_item(e) for e in self.pad]
+
+    def _pad_item(self, entry: PadEntry) -> MemoryItem:
+        if entry.item is None:
+            entry.item = self.ltm.get(self.mem_id(f"{SCRATCHPAD_PREFIX}{entry.tick}"))
+        return entry.item
+
+    def last_notes(self, count: int) -> list[MemoryItem]:
+        """The items of the last COUNT scratchpad headings, oldest first."""
+        return [self._pad_item(e) for e in self.pad[-count:]] if count > 0 else []
 
     def scratchpad_window(self, c: Consciousness) -> list[MemoryItem]:
-        """The last global notes and the last notes of the active thread, oldest first."""
-        global_notes: list[MemoryItem] = []
-        thread_notes: list[MemoryItem] = []
+        """The last global notes and the last notes of the active thread, oldest first (only
+        those are read from long-term memory)."""
+        global_notes: list[PadEntry] = []
+        thread_notes: list[PadEntry] = []
         thread_depth = c.thread_scratchpad_depth if c.active_thread is not None else 0  # none shown: none looked for
-        for item in reversed(self.scratchpad):
-            thread = item.content.get("thread") if isinstance(item.content, dict) else None
-            if thread is None and len(global_notes) < c.global_scratchpad_depth:
-                global_notes.append(item)
-            elif thread is not None and thread == c.active_thread and len(thread_notes) < c.thread_scratchpad_depth:
-                thread_notes.append(item)
+        for entry in reversed(self.pad):
             if len(global_notes) >= c.global_scratchpad_depth and len(thread_notes) >= thread_depth:
                 break
-        shown = sorted(global_notes + thread_notes, key=tick_of)
-        return [self._shown(i) for i in shown]
+            thread = entry.thread
+            if thread is None and len(global_notes) < c.global_scratchpad_depth:
+                global_notes.append(entry)
+            elif thread is not None and thread == c.active_thread and len(thread_notes) < c.thread_scratchpad_depth:
+                thread_notes.append(entry)
+        shown = sorted(global_notes + thread_notes, key=lambda e: e.tick)
+        return [self._shown(self._pad_item(e)) for e in shown]
 
     def put_thread(self, content: dict[str, Any]) -> MemoryItem:
         """A new version of a thread; completed threads leave active memory."""
@@ -516,7 +564,10 @@ class ActiveMemory:
         if mem_id.name in self.state:
             return self.state[mem_id.name]
         base = mem_id.base
-        for items in (self.chat, self.monologue, self.scratchpad, list(self.threads.values()), self.skills,
+        if mem_id.name.startswith(SCRATCHPAD_PREFIX):
+            entry = self._pad_entry(mem_id.name)
+            return None if entry is None else self._pad_item(entry)
+        for items in (self.chat, self.monologue, list(self.threads.values()), self.skills,
                       self.buffers, self.events):
             for item in reversed(items):
                 if item.mem_id.base == base:
@@ -574,7 +625,11 @@ class ActiveMemory:
         if mem_id.name.startswith(SCRATCHPAD_PREFIX):
             content = scratchpad_content(current.content, content)
             if write_scratchpad is not None:
-                write_scratchpad(tick_of(current), content)
+                with self._pad_write():
+                    write_scratchpad(tick_of(current), content)
+                    item = self._new(mem_id.name, current.tier, current.kind, content, current.tags)
+                    self._replace_active(item)
+                return item
         item = self._new(mem_id.name, current.tier, current.kind, content, current.tags)
         self._replace_active(item)
         return item
@@ -648,11 +703,27 @@ class ActiveMemory:
             self.evicted[base] = handle_for(item)
         if base in self.pinned or base in self.evicted:
             self.ltm.set_active(self.brain, base, "pinned" if base in self.pinned else "evicted", item.version)
-        for items in (self.chat, self.monologue, self.scratchpad):
+        if item.mem_id.name.startswith(SCRATCHPAD_PREFIX) and self.owns(item.mem_id):
+            entry = self._pad_entry(item.mem_id.name)
+            if entry is not None:
+                entry.item = item
+                entry.thread = item.content.get("thread") if isinstance(item.content, dict) else None
+            return
+        for items in (self.chat, self.monologue):
             for i in range(len(items) - 1, -1, -1):
                 if items[i].mem_id.base == base:
                     items[i] = item
                     return
+
+    def _pad_entry(self, name: str) -> PadEntry | None:
+        """The last scratchpad heading whose item is NAME (``scratchpad.TICK``), or None."""
+        tick = name[len(SCRATCHPAD_PREFIX):]
+        if not tick.isdigit():
+            return None
+        for entry in reversed(self.pad):
+            if entry.tick == int(tick):
+                return entry
+        return None
 
     # -- what the context shows ---------------------------------------------------------
 
@@ -744,11 +815,14 @@ class ActiveMemory:
 
     def restore(self, c: Consciousness, chat: Iterable[tuple[int, str | None, str | None]],
                 monologue: Iterable[tuple[int, str]],
-                scratchpad: Iterable[tuple[int, str, str | None, str]] = ()) -> None:
+                scratchpad: Iterable[tuple[int, str, str | None, str]] = (),
+                pad_index: list[tuple[int, str | None]] | None = None) -> None:
         """Rebuild from LTM and the org files, which win where the two disagree.
 
         A crash can leave the org files a step ahead of ``memory.db`` (they are
-        written first); this brings the database level with them.
+        written first); this brings the database level with them.  PAD_INDEX, the tick and
+        thread of each scratchpad heading, stands for SCRATCHPAD when memory.db is known level
+        with the file (:meth:`LongTermMemory.level`): no heading is compared or read.
         """
         with self.ltm.transaction():
             for name in (*STATE_TIERS, CLOCK, EVAL_RESULT):
@@ -778,16 +852,10 @@ class ActiveMemory:
                     self.add_monologue(tick, line)
                 else:
                     self.monologue.append(stored)
-            stored_notes = self.ltm.latest_with_prefix(self.prefix, SCRATCHPAD_PREFIX)  # one read, not one a note
-            written: set[str] = set()  # notes written here: read again (a tick may hold two)
-            for tick, heading, thread, text in scratchpad:
-                mem_id = self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}")
-                stored = self.ltm.find(mem_id) if mem_id.base in written else stored_notes.get(mem_id.base)
-                if stored is None or not _same_entry(stored.content, heading, thread, text):
-                    self.add_scratchpad(tick, heading, thread, text)  # the org file wins
-                    written.add(mem_id.base)
-                else:
-                    self.scratchpad.append(stored)
+            if pad_index is not None:
+                self.pad = [PadEntry(tick, thread) for tick, thread in pad_index]
+            else:
+                self._restore_pad(scratchpad)
             for base in sorted(self.ltm.bases_with_prefix(self.prefix, THREAD_PREFIX)):
                 item = self.ltm.get(MemId.from_base(base))
                 if item.content.get("status") != "completed":
@@ -797,6 +865,21 @@ class ActiveMemory:
                     self.pinned[item.mem_id.base] = item
                 else:
                     self.evicted[item.mem_id.base] = handle_for(item)
+
+    def _restore_pad(self, scratchpad: Iterable[tuple[int, str, str | None, str]]) -> None:
+        """The scratchpad's headings, each compared with its item in LTM: the org file wins."""
+        digest, self.pad_digest = self.pad_digest, None  # level with the file only once all is written
+        stored_notes = self.ltm.latest_with_prefix(self.prefix, SCRATCHPAD_PREFIX)  # one read, not one a note
+        written: set[str] = set()  # notes written here: read again (a tick may hold two)
+        for tick, heading, thread, text in scratchpad:
+            mem_id = self.mem_id(f"{SCRATCHPAD_PREFIX}{tick}")
+            stored = self.ltm.find(mem_id) if mem_id.base in written else stored_notes.get(mem_id.base)
+            if stored is None or not _same_entry(stored.content, heading, thread, text):
+                self.add_scratchpad(tick, heading, thread, text)  # the org file wins
+                written.add(mem_id.base)
+            else:
+                self.pad.append(PadEntry(tick, thread, stored))
+        self.pad_digest = digest
 
     # -- the tick state (persistence.history): what a restart or a rewind needs beyond LTM --
 

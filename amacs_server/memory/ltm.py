@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS active (
   version INTEGER,
   PRIMARY KEY (brain, base)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS level (
+  file TEXT PRIMARY KEY,
+  digest TEXT NOT NULL
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
   text, content='items', content_rowid='id', tokenize='unicode61 remove_diacritics 0');
 DROP TABLE IF EXISTS term_df;
@@ -396,6 +400,21 @@ class LongTermMemory:
         return {base: MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind), json.loads(content),
                                  created, tuple(tags.get(base, ())))
                 for base, version, tier, kind, created, content in rows}
+
+    def level(self, file: str) -> str | None:
+        """The digest of FILE's bytes (an org file of the home) when this database was last known
+        to hold every item of it as read from them (:meth:`set_level`), or None."""
+        row = self.db.execute("SELECT digest FROM level WHERE file=?", (file,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_level(self, file: str, digest: str | None) -> None:
+        """Record that this database holds every item of FILE as its bytes of DIGEST say (None:
+        that nothing is known)."""
+        with self.transaction():
+            if digest is None:
+                self.db.execute("DELETE FROM level WHERE file=?", (file,))
+            else:
+                self.db.execute("INSERT OR REPLACE INTO level (file, digest) VALUES (?, ?)", (file, digest))
 
     def tags_of(self, base: str) -> tuple[str, ...]:
         """The tags of BASE."""

@@ -8,7 +8,8 @@ tick order: the prompt returns without waiting for git.
 The first commit makes the repository and sets its configuration with git
 itself.  Blobs are written by the worker as loose objects (zlib, in this
 process); the index, tree, commit and ref by git plumbing commands, each in a
-session of its own.
+session of its own, started out of reach of the signals that stop the server
+(:func:`start_git`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import logging
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -26,6 +28,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
@@ -55,6 +58,13 @@ PACK_EVERY = 25
 # roll-up at ~5,000 ticks took 26 s with every core).
 PACK_ARGS = ("-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2", "--window=4", "--depth=50")
 PACK_NICE = 10
+# Kept by the packer in a home's git folder: JSON, a list of [commit, [pack file names]], oldest
+# first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
+# never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
+# their place), so the statement stays true while those packs exist.  A fork walks the history
+# only down to such a commit.  The newest PACKED_KEEP are kept.
+PACKED_FILE = "amacs-packed"
+PACKED_KEEP = 32
 
 
 # The files of the mind a home tracks (persistence.history lists them on disk): these names,
@@ -77,6 +87,41 @@ MAX_CHUNKS = 16
 # the whole of both is in the transcript).
 EVAL_FORM_CHARS = 2000
 EVAL_RESULT_CHARS = 1000
+
+
+# The signals that stop the server (the hangup Emacs sends the server's process group when it
+# quits, a TERM, a Ctrl-C): blocked in the thread that starts a git, so the git starts with them
+# blocked.  A git runs in a session of its own, but from its fork until its setsid it is still in the
+# server's group: a hangup sent to the group then was delivered once subprocess unblocked the
+# signals, before git ran, and killed it ("git ls-files failed (-1)"), and the tick whose commit the
+# server stopped to make had none.  Blocked, the signal stays pending in git, which never unblocks
+# it, and goes with git's exit: a stop of the server never stops its git (SIGKILL does).  (A git
+# that is a shell script unblocks them, dash does: it would still get such a hangup.)
+STOP_SIGNALS = frozenset({signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
+
+
+def start_git(command: list[str], **options: Any) -> subprocess.Popen[Any]:
+    """``subprocess.Popen(COMMAND, **OPTIONS)`` in a session of its own, with :data:`STOP_SIGNALS`
+    blocked (see there)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        return subprocess.Popen(command, start_new_session=True, **options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def run_git(command: list[str], cwd: Path, *, data: bytes = b"", env: dict[str, str] | None = None,
+            timeout: float | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``subprocess.run(COMMAND, input=DATA, capture_output=True)`` in CWD, started by :func:`start_git`."""
+    with start_git(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE) as proc:
+        try:
+            stdout, stderr = proc.communicate(data, timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 class CommitError(AmacsError, RuntimeError):
@@ -144,8 +189,7 @@ def ignored(home: Path, paths: list[Path]) -> frozenset[Path]:
         return cached[1]
     names = "\0".join(str(p.relative_to(home)) for p in paths) + "\0"
     try:
-        run = subprocess.run(["git", "check-ignore", "--no-index", "-z", "--stdin"], cwd=home, input=names.encode(),
-                             capture_output=True, timeout=30, check=False, start_new_session=True)
+        run = run_git(["git", "check-ignore", "--no-index", "-z", "--stdin"], home, data=names.encode(), timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
     if run.returncode not in (0, 1):
@@ -251,8 +295,7 @@ class Snapshotter:
         asked = "".join(f"{entry.content.blob}\n" for entry in stored.values())
         env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
         try:
-            done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=self.home, input=asked.encode(), env=env,
-                                  capture_output=True, timeout=30, check=False, start_new_session=True)
+            done = run_git(["git", "cat-file", "--batch-check"], self.home, data=asked.encode(), env=env, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return {}
         held = set(done.stdout.decode(errors="replace").splitlines()) if done.returncode == 0 else set()
@@ -375,13 +418,12 @@ class HomeRepo:
         log.warning("the git repository in %s was half made (its set-up was cut short): moved to %s and "
                     "made again", self.home, aside)
 
-    # git runs in a session of its own: the hangup Emacs sends the server's group when it quits
-    # must not kill the commit of the tick the server stops to finish.
+    # git is out of reach of the signals that stop the server (start_git): the hangup Emacs sends
+    # the server's group when it quits must not kill the commit of the tick the server stops to finish.
     def _git(self, *args: str, nice: int = 0) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
-        with subprocess.Popen(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True) as proc:
+        with start_git(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
             self._running.add(proc.pid)  # this server's own: no lock of theirs is stale (clear_stale_lock)
             try:
                 stdout, stderr = proc.communicate()
@@ -389,13 +431,12 @@ class HomeRepo:
                 self._running.discard(proc.pid)
         if proc.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({proc.returncode}): {stderr.strip()}")
-        return stdout.strip()
+        return str(stdout).strip()
 
     def _git_bytes(self, *args: str, data: bytes = b"", env: dict[str, str] | None = None) -> bytes:
         """git ARGS's output, as bytes (paths as they are), with DATA on its standard input (in ENV,
         default the repository's)."""
-        done = subprocess.run(["git", *args], cwd=self.home, env=env or self._env, input=data, capture_output=True,
-                              check=False, start_new_session=True)
+        done = run_git(["git", *args], self.home, data=data, env=env or self._env)
         if done.returncode != 0:
             raise GitFailed(f"git {args[0]} failed ({done.returncode}): "
                             f"{done.stderr.decode(errors='replace').strip()}")
@@ -689,8 +730,66 @@ class HomeRepo:
             self._indexed = None
 
     def pack(self) -> None:
-        """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits."""
+        """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits.
+        Then :data:`PACKED_FILE` says that the commit HEAD was at before the repack is packed whole:
+        its objects were all made then, and a repack leaves no object loose nor in a pack it removes."""
+        head, before = self._head(), pack_names(self.home)
         self._git(*PACK_ARGS, nice=PACK_NICE)
+        if head is None:
+            return
+        after = pack_names(self.home)
+        path = self.home / ".git" / PACKED_FILE
+        records = packed_records(self.home) if path.exists() else self._packed_before(before)
+        made, gone = after - before, before - after
+        kept = []
+        for sha, names in records:
+            if names & gone:  # rolled up: their objects are in the pack this repack made
+                names = (names - gone) | made
+            if names <= after:  # a pack removed by another (a person's gc): not known to hold them
+                kept.append((sha, names))
+        kept.append((head, after))
+        atomic_write(path, json.dumps([[sha, sorted(names)] for sha, names in kept[-PACKED_KEEP:]]))
+
+    def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
+        """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the
+        newest commit whose every object (and every older commit's) is in it or in an older pack,
+        checked against the packs' indexes.  A commit's objects are those of its parent, itself,
+        its tree and what it changed (git's raw diff, trees too); a merge's are not: [] then."""
+        folder = self.home / ".git" / "objects" / "pack"
+        dated = []
+        for name in packs:
+            try:
+                dated.append(((folder / name).stat().st_mtime, name))
+            except FileNotFoundError:
+                continue
+        try:
+            log_text = self._git("log", "--reverse", "-t", "--raw", "--no-abbrev", "--no-renames",
+                                 "--format=%x00%H %T %P", nice=PACK_NICE)
+        except GitFailed:
+            return []
+        made: list[tuple[str, list[bytes]]] = []  # each commit, oldest first, with the objects it made
+        for chunk in log_text.split("\0")[1:]:
+            head, *changes = chunk.strip().splitlines()
+            sha, tree, *parents = head.split()
+            if len(parents) > 1:
+                return []
+            new = [line.partition("\t")[0].split()[3] for line in changes if line.startswith(":")]
+            made.append((sha, [bytes.fromhex(x) for x in (sha, tree, *new) if x.strip("0")]))
+        held: set[bytes] = set()
+        older: set[str] = set()
+        found: list[tuple[str, set[str]]] = []
+        whole = 0  # made[:whole] are held whole
+        for _mtime, name in sorted(dated):
+            try:
+                held |= _indexed((folder / name).with_suffix(".idx"))
+            except (OSError, ValueError):
+                return found
+            older.add(name)
+            while whole < len(made) and all(obj in held for obj in made[whole][1]):
+                whole += 1
+            if whole and (not found or found[-1][0] != made[whole - 1][0]):
+                found.append((made[whole - 1][0], set(older)))
+        return found
 
     def file_versions(self, name: str, count: int) -> list[str]:
         """The shas of the last COUNT commits that changed NAME, newest first ([] without history)."""
@@ -713,6 +812,30 @@ class HomeRepo:
             return []
         out = self._git("log", f"--max-count={count}", "--format=%H %s")
         return [(line[:40], line[41:]) for line in out.splitlines()]
+
+
+def pack_names(home: Path) -> set[str]:
+    """The names of HOME's pack files (``pack-<sha>.pack``)."""
+    return {path.name for path in (home / ".git" / "objects" / "pack").glob("pack-*.pack")}
+
+
+def packed_records(home: Path) -> list[tuple[str, set[str]]]:
+    """:data:`PACKED_FILE`'s statements, oldest first ([] without it, or if it does not read)."""
+    try:
+        data = json.loads((home / ".git" / PACKED_FILE).read_text(encoding="utf-8"))
+        return [(str(sha), {str(name) for name in names}) for sha, names in data]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _indexed(idx: Path) -> set[bytes]:
+    """The object names a pack index (version 2, SHA-1) lists; ValueError for another kind."""
+    data = idx.read_bytes()
+    if data[:8] != b"\xfftOc\x00\x00\x00\x02":
+        raise ValueError(f"{idx} is not a version 2 pack index")
+    count = int.from_bytes(data[8 + 255 * 4:8 + 256 * 4], "big")
+    names = data[8 + 256 * 4:8 + 256 * 4 + 20 * count]
+    return {names[i:i + 20] for i in range(0, len(names), 20)}
 
 
 def _age(path: Path) -> float:

@@ -25,8 +25,8 @@ and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
 transcripts' lines of the later ticks (and the tool results kept since), and what
 each file of ``logs/`` holds beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
-the abandoned one, under ``transcripts/`` and ``logs/``), and a ``rewind`` event
-is written.
+the abandoned one, under ``transcripts/`` and ``logs/``; a log file begun after the tick is then
+removed, or emptied while a program of this process writes it), and a ``rewind`` event is written.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -55,7 +55,7 @@ from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
-from .git_repo import RACY_NS, CommitError, HomeRepo, Snapshot, ignored
+from .git_repo import PACKED_FILE, RACY_NS, CommitError, HomeRepo, Snapshot, ignored, packed_records
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
@@ -542,11 +542,12 @@ def _future_of_log(data: bytes, ended: float) -> int | None:
     return None
 
 
-def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = None) -> dict[str, tuple[int, bytes]]:
     """What each file of HOME's ``logs/`` holds written after the tick STATE records: the bytes
     beyond the file's mark in it (:func:`log_marks`); the whole of a file the tick did not know
-    as it is (begun since, or rotated: ``NAME.1`` is checked against NAME's mark too).  A tick
-    state without marks: the server log's lines stamped after the tick ended, and no other file."""
+    as it is (begun since, or rotated: ``NAME.1`` is checked against NAME's mark too), whose
+    path is added to BEGUN, empty or not.  A tick state without marks: the server log's lines
+    stamped after the tick ended, and no other file."""
     out: dict[str, tuple[int, bytes]] = {}
     marks = state.get("logs")
     if not isinstance(marks, dict):
@@ -570,7 +571,7 @@ def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, byte
         except (FileNotFoundError, IsADirectoryError):
             continue
         with fh:
-            at = 0
+            at, known = 0, False
             for name in dict.fromkeys((rel, rel.removesuffix(".1"))):
                 mark = marks.get(name)
                 if isinstance(mark, list) and len(mark) == 2:
@@ -578,10 +579,12 @@ def _log_futures(home: Path, state: dict[str, Any]) -> dict[str, tuple[int, byte
                     fh.seek(max(0, size - MARK_TAIL))
                     tail = fh.read(min(size, MARK_TAIL))
                     if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
-                        at = size
+                        at, known = size, True
                         break
             fh.seek(at)
             data = fh.read()
+        if not known and begun is not None:
+            begun.add(rel)
         if data:
             out[rel] = (at, data)
     return out
@@ -600,9 +603,10 @@ def _results_after(home: Path, ended: float | None) -> dict[str, bytes]:
             if p.is_file() and p.stat().st_mtime > ended}
 
 
-def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[int, bytes]]:
+def _futures(home: Path, tick: int, state: dict[str, Any], begun: set[str] | None = None) -> dict[str, tuple[int, bytes]]:
     """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
-    path in the home): where they start, and those lines."""
+    path in the home): where they start, and those lines.  The log files begun after TICK are
+    added to BEGUN."""
     out: dict[str, tuple[int, bytes]] = {}
     ended = state.get("ended_at")
     folder = home / "transcripts"
@@ -612,7 +616,7 @@ def _futures(home: Path, tick: int, state: dict[str, Any]) -> dict[str, tuple[in
         found = _transcript_future(path, tick, ended)
         if found is not None:
             out[f"transcripts/{path.name}"] = found
-    return out | _log_futures(home, state)
+    return out | _log_futures(home, state, begun)
 
 
 def _mktree(home: Path, blobs: dict[str, str]) -> str:
@@ -762,7 +766,8 @@ def _prepare(home: Path, tick: int, limit: float | None, *,
     except CommitError as err:
         raise HistoryError(f"refused: {err}; nothing was changed") from err
     faults.point("rewind.kept")
-    cut = _futures(home, tick, state)
+    begun: set[str] = set()
+    cut = _futures(home, tick, state, begun)
     results = _results_after(home, state.get("ended_at"))
     if cut or results:
         kept = _commit_beside(repo, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
@@ -778,6 +783,7 @@ def _prepare(home: Path, tick: int, limit: float | None, *,
                "ref": f"{ABANDONED}/{stamp}-tick-{last}-to-{tick}", "run_id": f"{stamp}-rewind",
                "cut": {rel: [at, at + len(data), hashlib.sha256(data).hexdigest()] for rel, (at, data) in cut.items()},
                "removed": {rel: hashlib.sha256(data).hexdigest() for rel, data in results.items()},
+               "begun": sorted(begun),
                "left": left,
                "spent": rewound_spend.total(home),
                "limit": person_limit.current(home) if limit is None else limit}
@@ -804,6 +810,48 @@ def _cut_out(path: Path, at: int, end: int, digest: str) -> None:
             fh.seek(at)
             fh.write(data[end - at:])
             fh.truncate(at + len(data) - (end - at))
+
+
+def _held_open(paths: list[Path]) -> set[Path]:
+    """Which of PATHS a descriptor of this process holds open: a program of this server still
+    writing it (the server's own stderr, the thread that copies a tool server's stderr, the
+    local model's log, kept open while llama.cpp runs).  All of them where this process's
+    descriptors cannot be listed."""
+    try:
+        fds = os.listdir("/dev/fd")
+    except OSError:
+        return set(paths)
+    held: set[tuple[int, int]] = set()
+    for fd in fds:
+        try:
+            st = os.fstat(int(fd))
+        except (OSError, ValueError):
+            continue  # the descriptor that listed the folder, closed since
+        held.add((st.st_dev, st.st_ino))
+    out = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in held:
+            out.add(path)
+    return out
+
+
+def _drop_begun(home: Path, begun: list[str]) -> None:
+    """Remove each log file of BEGUN (begun after the tick, its bytes moved onto the abandoned
+    ref) that is empty and that no program of this process writes: one written to since the
+    rewind looked, or held open, stays (a live writer's descriptor appends on).  Done again,
+    this changes nothing."""
+    paths = [home / rel for rel in begun]
+    held = _held_open(paths)
+    for path in paths:
+        try:
+            if path not in held and path.stat().st_size == 0:
+                path.unlink()
+        except FileNotFoundError:
+            continue
 
 
 def _remove_if(path: Path, digest: str) -> None:
@@ -845,9 +893,11 @@ def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, 
         faults.point("rewind.checked-out")
         for rel, (at, end, digest) in j["cut"].items():
             _cut_out(home / rel, at, end, digest)
+        faults.point("rewind.cut")
         for rel, digest in j.get("removed", {}).items():  # a tool result kept after the tick: on the ref
             _remove_if(home / rel, digest)
-        faults.point("rewind.cut")
+        _drop_begun(home, list(j.get("begun", [])))
+        faults.point("rewind.removed")
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, float(j["spent"]), rewound_spend.mind_spent(home))
         if j["limit"] is not None:
@@ -1011,10 +1061,14 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     kept = {whole for whole in kept if (target / "pack" / whole).exists()}
     for whole in kept:  # what these hold is not packed again
         (target / "pack" / whole).with_suffix(".keep").touch()
+    # The walk stops at the newest commit HOME's packer found packed whole in packs kept here: what
+    # it reaches is here already (and what COMMIT reaches beyond it is walked and packed).
+    whole_in_kept = [sha for sha, names in packed_records(home) if names and names <= kept]
+    revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
         name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", "-q", str(target / "pack" / "pack"),
-                    stdin=f"{commit}\n".encode()).decode().strip()
+                    stdin=revs.encode()).decode().strip()
     except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
         name = None
     stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
@@ -1028,6 +1082,9 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
             shutil.rmtree(path)
     if name is None:
         _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
+    else:  # COMMIT is packed whole here: a fork of this fork walks no further down than it
+        atomic_write(made / ".git" / PACKED_FILE, json.dumps([[commit, sorted(packed for packed in stays
+                                                                              if packed.endswith(".pack"))]]))
 
 
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:

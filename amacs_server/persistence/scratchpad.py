@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..files import append_durably, atomic_write
 from .chat_log import escape_org, unescape_org
@@ -22,11 +24,18 @@ class ScratchpadEntry:
 
 
 class ScratchpadLog:
-    """Appends headings to ``scratchpad.org`` and reads them back."""
+    """Appends headings to ``scratchpad.org`` and reads them back.
+
+    It keeps the digest of the bytes the file holds as far as this log knows (those it last
+    read, and what it wrote since), while every heading it wrote reads back as written, by
+    :func:`read_plain` and :func:`index_of` alike (:meth:`digest`); memory.db records it when
+    it is level with those bytes, so a start that finds the same bytes need not read the
+    headings (``Mind._restore_memory``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.bad_utf8: int | None = None  # offset of the first byte read that is not UTF-8, if any
+        self._sum: Any = None  # blake2b of the bytes known to be in the file; None: unknown
 
     @staticmethod
     def format(entry: ScratchpadEntry) -> str:
@@ -37,7 +46,12 @@ class ScratchpadLog:
 
     def append(self, entry: ScratchpadEntry) -> None:
         """One heading with :THREAD: and :TICK: properties, then the content."""
-        append_durably(self.path, self.format(entry))
+        text = self.format(entry)
+        append_durably(self.path, text)
+        if self._sum is not None and reads_back(entry, text):
+            self._sum.update(text.encode("utf-8"))
+        else:
+            self._sum = None
 
     def replace(self, entry: ScratchpadEntry) -> None:
         """Rewrite the heading of ENTRY's tick with ENTRY (the agent mutated it).
@@ -50,20 +64,76 @@ class ScratchpadLog:
             block = text[start:end]
             drawer = re.search(r"^:PROPERTIES:\n(.*?)^:END:", block, re.M | re.S)
             if drawer and re.search(rf"^:TICK:\s+{entry.tick}\s*$", drawer.group(1), re.M):
-                atomic_write(self.path, text[:start] + self.format(entry) + text[end:])
+                data = self.path.read_bytes() if self._sum is not None else b"\r"
+                # the rest of the file stays as this log knew it: no hand edit, no \r read as \n
+                known = b"\r" not in data and hashlib.blake2b(data).digest() == self._sum.digest()
+                new = text[:start] + self.format(entry) + text[end:]
+                atomic_write(self.path, new)
+                ok = known and reads_back(entry, self.format(entry))
+                self._sum = hashlib.blake2b(new.encode("utf-8")) if ok else None
                 return
         self.append(entry)
+
+    def digest(self) -> str | None:
+        """The digest of the bytes the file holds, as far as this log knows; None when it does not
+        know them, or a heading it wrote may read back otherwise (:meth:`distrust`)."""
+        return None if self._sum is None else str(self._sum.hexdigest())
+
+    def distrust(self) -> None:
+        """Know no digest (until the next :meth:`load`): the file's bytes are not all as read."""
+        self._sum = None
+
+    def load(self) -> str:
+        """The file's text (bytes that are not UTF-8 read as U+FFFD: :attr:`bad_utf8`); its digest
+        is known from here (:meth:`digest`)."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        self._sum = hashlib.blake2b(data)
+        if data and not data.endswith(b"\n"):
+            self._sum = None  # a heading appended would join the last line
+        text, bad = decode_utf8(data)
+        if bad is not None and self.bad_utf8 is None:
+            self.bad_utf8 = bad
+        return text
 
     def read(self) -> list[ScratchpadEntry]:
         """Every heading in the file, oldest first: as orgparse reads it (:func:`read_org`), by
         :func:`read_plain` when the file is as AMACS writes it."""
-        if not self.path.exists():
-            return []
-        text, bad = decode_utf8(self.path.read_bytes())
-        if bad is not None and self.bad_utf8 is None:
-            self.bad_utf8 = bad
-        entries = read_plain(text)
-        return entries if entries is not None else read_org(text)
+        return entries_of(self.load())
+
+
+def entries_of(text: str) -> list[ScratchpadEntry]:
+    """The headings of TEXT, by :func:`read_plain`, else as orgparse reads them."""
+    entries = read_plain(text)
+    return entries if entries is not None else read_org(text)
+
+
+# The headings as ScratchpadLog.format writes them: what index_of finds.
+_INDEXED = re.compile(r"^\* .*\n:PROPERTIES:\n:THREAD: (.*)\n:TICK: (\d+)\n:END:$", re.M)
+
+
+def index_of(text: str) -> list[tuple[int, str | None]]:
+    """The tick and thread of each heading of TEXT written as :meth:`ScratchpadLog.format`
+    writes it, oldest first, without reading the rest (~1 ms for 2,000 headings, against ~50
+    for :func:`read_plain`): what read_plain reads, for a text :func:`indexed` said so of."""
+    out = []
+    for match in _INDEXED.finditer(text):
+        thread = match.group(1).strip()
+        out.append((int(match.group(2)), None if thread == "null" else thread))
+    return out
+
+
+def indexed(text: str, entries: list[ScratchpadEntry]) -> bool:
+    """True when ENTRIES, what :func:`read_plain` read from TEXT, are what :func:`index_of` finds
+    there: each of another tick, each tick and thread as index_of reads them."""
+    ticks = [(e.tick, e.thread) for e in entries]
+    return len({t for t, _ in ticks}) == len(ticks) and index_of(text) == ticks
+
+
+def reads_back(entry: ScratchpadEntry, text: str) -> bool:
+    """True when TEXT, ENTRY as written, reads back as ENTRY (its heading's spaces and its
+    content's trailing spaces aside) by read_plain and by index_of."""
+    want = ScratchpadEntry(entry.tick, " ".join(entry.heading.split()), entry.thread, entry.content.rstrip())
+    return read_plain(text) == [want] and index_of(text) == [(entry.tick, entry.thread)]
 
 
 def _entry(tick: str, heading: str, thread: str, body: str) -> ScratchpadEntry | None:

@@ -600,7 +600,15 @@ connection is the one opened."
         (unwind-protect
             (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
           (delete-process (amacs-life-process (amacs-connection-life conn))))
-        (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it.")))))))
+        (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it.")))
+        ;; A newcomer's M-x amacs-demo said "demo on anthropic": the demo is named as such.
+        (setq said nil)
+        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "demo" :backend "anthropic" :endpoint "demo")
+              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
+        (unwind-protect
+            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
+          (delete-process (amacs-life-process (amacs-connection-life conn))))
+        (should (equal said '("AMACS server restarted: the scripted demo model on this machine (no key, nothing paid).")))))))
 
 (ert-deftest amacs-test-restart-mid-turn-asks-first ()
   "A newcomer's finding: M-x amacs-restart mid-turn stopped the turn without asking (C-x C-c asks)."

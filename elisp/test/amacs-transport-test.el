@@ -245,6 +245,26 @@ by order alone, wrong when calls overlap.  Each call's line and its return's nam
       (amacs--wire-log connection 'in "event t" '(:type "t"))
       (should-not (amacs-wire-log (amacs-connection-wire connection))))))
 
+;; A newcomer read back their demo session in M-x amacs-events and found its start gone: 200
+;; messages, when the demo's start and one `slow' reply were 58, a `note' 24 and `help' 40
+;; (counted in tmux).
+(ert-deftest amacs-transport-test-the-wire-log-keeps-a-session-and-says-how-much ()
+  "At the default size, twenty turns of 60 messages are all in the log, whose header says its size and setting."
+  (amacs-transport-test--with-connection conn
+    (cl-letf (((symbol-function 'pop-to-buffer) #'ignore))
+      (let ((amacs-events-log-size (default-value 'amacs-events-log-size)))
+        (dotimes (turn 20)
+          (amacs--wire-log connection 'out "call submit" (list (format "turn %d" turn)))
+          (dotimes (i 59) (amacs--wire-log connection 'in "event reply-delta" (list :type "reply-delta" :text (format "w%d " i)))))
+        (let ((buffer (amacs-events connection)))
+          (unwind-protect
+              (with-current-buffer buffer
+                (goto-char (point-min))
+                (should (looking-at-p (format ";; The wire log of .*: its newest %d messages (amacs-events-log-size)"
+                                              amacs-events-log-size)))
+                (should (search-forward "-> call submit (\"turn 0\")" nil t)))
+            (kill-buffer buffer)))))))
+
 ;; The rule that merges a stream's deltas, and drops those a streamed reply replaces, is the
 ;; server's (transport/server.py, Outbox; tests/test_transport.py): Emacs handles what comes.
 (ert-deftest amacs-transport-test-each-event-is-handled-as-it-came ()

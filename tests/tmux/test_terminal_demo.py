@@ -77,3 +77,18 @@ def test_eval_lines_keep_to_one_line_when_the_window_narrows(terminal):
         if "▸ eval" in row:  # Emacs ends a row that wraps with a backslash, in each half
             left, _, right = row.partition("|")
             assert not left.rstrip().endswith("\\") and not right.rstrip().endswith("\\"), screen
+
+
+def test_m_x_amacs_demo_names_the_demo_not_anthropic(terminal):
+    """A newcomer with no key typed M-x amacs-demo and read "AMACS server restarted: demo on
+    anthropic.": they were told they talked to Anthropic.  The line and the header name the demo."""
+    term = terminal(width=120, height=30, ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    term.wait_for("No API key", what="the no-key note")
+    term.press("M-x")
+    term.type("amacs-demo")
+    term.press("Enter")
+    screen = term.wait_for("AMACS server restarted:", timeout=60, what="the restart's line")
+    said = next(line for line in screen.splitlines() if "AMACS server restarted:" in line)
+    assert "restarted: the scripted demo model on this machine" in said, said
+    assert "anthropic" not in said.lower(), said
+    assert term.lines()[1].startswith(" demo model — "), screen

@@ -139,3 +139,40 @@ def test_a_person_who_closed_the_terminal_is_told_at_the_next_start(
     assert "warm server" not in second.wait_for("Pane is dead") + second.history()
     third = terminal(**env)
     assert "stays after Emacs quits" not in third.screen()
+
+
+def test_the_warm_server_note_is_never_said_in_a_forks_shell(
+        terminal: Callable[..., Terminal], fake: FakeAnthropic, warm_dir: Path, tmp_path: Path) -> None:
+    """A newcomer's first start ran afresh and left the warm server; the first server it forked was
+    their fork's, whose shell said "Your warm server ... stays after Emacs quits" in a window beside
+    the shell they worked in, and their quit said nothing.  The start that left it says it at its
+    quit; a fork's shell never says it."""
+    env = {"AMACS_WARM": "1", "AMACS_WARM_DIR": str(warm_dir), "AMACS_WARM_DELAY": "0"}
+    fake.script(Reply(agent_json("Noted.")))
+    first = terminal(**env)
+    warm = _warm_server(warm_dir)
+    first.type("note this")
+    first.press("Enter")
+    first.wait_for("Noted.", timeout=30)
+    first.wait_for_elisp("(not (amacs-shell-busy-p))", what="the end of the turn")
+    fork = tmp_path / "forked"
+    first.press("M-x")
+    first.type("amacs-fork")
+    first.press("Enter")
+    first.wait_for("Fork now, or from before you typed", what="the fork's prompt")
+    first.press("Enter")
+    first.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
+    first.press("C-a", "C-k")
+    first.type(str(fork))
+    first.press("Enter")
+    first.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=30, what="the fork's server")
+    server = json.loads((fork / "server.json").read_text())["pid"]
+    assert _parent(server) == warm  # the fork's server is the warm server's first fork
+    shell = f'(with-current-buffer (amacs-ui-shell (amacs-connection-ui (amacs-connection-for "{fork}"))) (buffer-string))'
+    # Greeted: the hello's notes are said right after the resumed exchanges (amacs-shell--greet).
+    first.wait_for_elisp(f'(string-match-p ";; Resumed:" {shell})', what="the fork's shell greeted")
+    assert "stays after Emacs quits" not in first.elisp_string(shell)
+    first.press("C-x C-c")
+    said = first.wait_for("Pane is dead", what="Emacs quit, and what ./amacs said after it")
+    said += first.history()
+    assert f"AMACS: your warm server (pid {warm}) keeps running after Emacs" in said, said

@@ -1,5 +1,6 @@
 """A stand-in for ``python -m llama_cpp.server`` (tests/test_local_model.py): real HTTP on the port
-it is given, ``/v1/models`` only; a model file named ``fail`` makes it exit 1 at once."""
+it is given, ``/v1/models`` only, each request a line on its stderr; a model file named ``fail``
+makes it exit 1 at once."""
 
 import argparse
 import http.server
@@ -26,8 +27,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        pass
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib name
+        # Each request is a line on stderr (the log the AMACS server gives it), as llama.cpp's says.
+        sys.stderr.write(f"INFO: {self.client_address[0]} - {format % args}\n")
+        sys.stderr.flush()
 
 
 http.server.HTTPServer((args.host, args.port), Handler).serve_forever()
