@@ -367,6 +367,13 @@ round begins only when asked."
       (delete-file count-file)
       (delete-directory amacs-home t)))))
 
+(defun amacs-transport-test--ask-and-wait (conn)
+  "Ask for CONN's server; wait (at most 10 s) until nothing waits for one."
+  (amacs-when-ready #'ignore)
+  (let ((deadline (+ (float-time) 10)))
+    (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
+      (accept-process-output nil 0.02))))
+
 (ert-deftest amacs-transport-test-a-silent-crash-says-its-stderr ()
   "A server that dies before its log opens is explained by the last line it wrote to stderr."
   (let* ((amacs-server-command (list "sh" "-c" "echo 'PermissionError: no' >&2; exit 1"))
@@ -376,10 +383,7 @@ round begins only when asked."
    (amacs-test-with-connection conn ()
     (unwind-protect
         (progn
-          (amacs-when-ready #'ignore)
-          (let ((deadline (+ (float-time) 10)))
-            (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
-              (accept-process-output nil 0.02)))
+          (amacs-transport-test--ask-and-wait conn)
           (should (seq-find (lambda (s) (string-match-p
                                          "did not start: exited abnormally with code 1: PermissionError: no" s))
                             said)))
@@ -495,11 +499,8 @@ here, which forks nothing, writes to stderr and exits 1."
       (amacs-test-with-connection conn ()
         (unwind-protect
             (progn
-              (amacs-when-ready #'ignore)
-              (should (eq (process-type (amacs-server-process conn)) 'network))
-              (let ((deadline (+ (float-time) 10)))
-                (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
-                  (accept-process-output nil 0.02)))
+              ;; The launcher's command here, "false", would say no PermissionError.
+              (amacs-transport-test--ask-and-wait conn)
               (should (seq-find (lambda (s) (string-match-p
                                              "did not start: exited abnormally with code 1: PermissionError: no" s))
                                 said)))
