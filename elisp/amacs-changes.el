@@ -208,14 +208,60 @@ buffer: what it wrote is listed as its file."
                                (amacs-changes--counts c)))
                      list ", ")))
 
-(defun amacs-changes--on-turn-done (_event)
-  "Show on one line what the turn's evaluations changed, if anything."
+(defun amacs-changes--on-turn-done (event)
+  "Show on one line what the turn's evaluations changed, if anything.
+The line is kept by the tick the turn ended at (EVENT's), to be shown
+again with its turn (`amacs-changes-kept')."
   (let ((changes (amacs-changes--collect (amacs-current-connection))))
     (when (and changes (amacs-shell--buffer))
-      (amacs-shell--output (propertize (amacs-changes-line changes)
-                                       'amacs-changes changes
-                                       'help-echo "RET: the diff, and undo a buffer's change")
-                           'amacs-shell-eval))))
+      (let ((line (propertize (amacs-changes-line changes)
+                              'amacs-changes changes
+                              'help-echo "RET: the diff, and undo a buffer's change")))
+        (when (natnump (plist-get event :tick))
+          (amacs-changes--keep (amacs-current-connection) (plist-get event :tick) line))
+        (amacs-shell--output line 'amacs-shell-eval)))))
+
+;;;; The lines shown again
+
+;; The chat log (what a rewind or a new shell shows again) holds what was said, not what an
+;; eval changed in this Emacs: that is known here only, for the turns this Emacs saw.
+
+(defconst amacs-changes--kept-turns 100
+  "The number of turns whose ▸ changed line a connection keeps, to show again.")
+
+(defun amacs-changes--keep (connection tick line)
+  "Keep LINE, the ▸ changed line of CONNECTION's turn that ended at TICK."
+  (let* ((ui (amacs-connection-ui connection))
+         (kept (or (amacs-ui-changed ui) (cons nil nil))))
+    (setcdr kept (seq-take (cons (cons tick line) (assq-delete-all tick (cdr kept)))
+                           amacs-changes--kept-turns))
+    (setf (amacs-ui-changed ui) kept)))
+
+(defun amacs-changes-kept (connection tick)
+  "Return the ▸ changed lines kept for CONNECTION up to TICK, oldest first.
+Each is (TICK . LINE), TICK the tick its turn ended at.  The lines of
+later ticks are forgotten: the mind is at TICK (a rewind went back),
+and a tick after it is another turn.  The turns that ended at TICK or
+before, when first asked, are older than this Emacs: they show no line,
+none being known (`amacs-changes-seen-since')."
+  (let* ((ui (amacs-connection-ui connection))
+         (kept (or (amacs-ui-changed ui) (cons tick nil))))
+    (setcar kept (min (or (car kept) tick) tick))
+    (setcdr kept (seq-filter (lambda (entry) (<= (car entry) tick)) (cdr kept)))
+    (setf (amacs-ui-changed ui) kept)
+    (reverse (cdr kept))))
+
+(defun amacs-changes-seen-since (connection)
+  "The first tick whose turn CONNECTION's shell saw in this Emacs, or nil.
+Set by `amacs-changes-kept', when a shell first shows the conversation."
+  (car (amacs-ui-changed (amacs-connection-ui connection))))
+
+(defun amacs-changes-fork (parent fork tick)
+  "Give FORK, a fork of PARENT at TICK, PARENT's ▸ changed lines up to TICK."
+  (setf (amacs-ui-changed (amacs-connection-ui fork))
+        (cons (min (or (amacs-changes-seen-since parent) tick) tick)
+              (seq-filter (lambda (entry) (<= (car entry) tick))
+                          (cdr (amacs-ui-changed (amacs-connection-ui parent)))))))
 
 (amacs-on-event "turn-done" #'amacs-changes--on-turn-done)
 

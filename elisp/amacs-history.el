@@ -24,6 +24,7 @@
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell" (&optional said))
 (declare-function amacs-shell-open "amacs-shell-start")
+(declare-function amacs-changes-fork "amacs-changes")
 (declare-function amacs-when-ready "amacs-server")
 (defvar amacs-shell--resumed)
 (defvar amacs--status)
@@ -257,6 +258,8 @@ a second shell opens on DEST beside this one."
          (line (plist-get done :line)))
     (setf (amacs-life-chosen (amacs-connection-life (amacs-connection-for (plist-get done :home))))
           (amacs-history--fork-choices parent done))
+    (when (and (fboundp 'amacs-changes-fork) (natnump (plist-get done :tick)))
+      (amacs-changes-fork parent (amacs-connection-for (plist-get done :home)) (plist-get done :tick)))
     (message "AMACS: %s" line)
     (if (fboundp 'amacs-shell-open)
         (progn

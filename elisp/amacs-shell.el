@@ -214,43 +214,67 @@ the log) and these facts are one notice, each line a `;;' line."
   "Show the last exchanges of agent-chat.org; greet a new person.
 A line above them says they are resumed, unless SAID: the caller has
 said what they are (a rewind, whose line ends \"The conversation up to
-there:\")."
+there:\").  The ▸ changed lines this Emacs showed are shown with their
+turns (`amacs-changes-kept'); a rewind's says why older turns have none."
   (let ((buffer (amacs-shell--buffer))
         (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
       (with-current-buffer buffer
         (setq amacs-shell--resumed t))     ; once per shell, even when there is nothing to show
-      (if (null (amacs-status :recent))
+      (let* ((connection (amacs-current-connection))
+             (changed (amacs-changes-kept connection (or (amacs-status :tick) 0)))
+             (since (amacs-changes-seen-since connection)))
+        (cond
+         ((null (amacs-status :recent))
           (amacs-shell--output
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
                     "\\[amacs-shell-interrupt] interrupts.\n"
                     ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."))
-           'amacs-shell-annotation)
-        (unless said
-          (amacs-shell--output
-           (substitute-command-keys
-            ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
            'amacs-shell-annotation))
-        (dolist (entry recent)
-          (when (plist-get entry :human)
-            (amacs-shell--output (amacs-shell--input-line
-                                  (concat amacs-shell-prompt (plist-get entry :human)))))
-          ;; The tasks that ended before the reply was said, then after it: where the live shell put them.
-          (dolist (task (append (plist-get entry :tasks) nil))
-            (when (plist-get task :before-reply) (amacs-shell--task-ended task)))
-          (when (plist-get entry :status)   ; no reply, and why: as the live shell said it
-            (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-annotation))
-          (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
-            (amacs-shell--editing
-              (amacs-shell--fresh-line t)
-              (amacs-shell--insert-output (amacs-shell--resumed-reply (string-trim (plist-get entry :agent))))
-              (amacs-shell--fresh-line t)))
-          (let ((done (plist-get entry :eval)))  ; said, then evaluated: as the live shell drew it
-            (when done
-              (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
-          (dolist (task (append (plist-get entry :tasks) nil))
-            (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))))))
+         (t
+          (unless said
+            (amacs-shell--output
+             (substitute-command-keys
+              ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
+             'amacs-shell-annotation))
+          (when (and said (seq-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since))) recent))
+            (amacs-shell--output
+             (format ";; (Turns up to tick %d were before this Emacs: what their evals changed is not known, \
+so they show no ▸ changed line.)" since)
+             'amacs-shell-annotation))
+          (amacs-shell--replay
+           recent (seq-drop-while (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))
+
+(defun amacs-shell--replay (recent changed)
+  "Show RECENT, exchanges of the chat log, as the live shell showed them.
+CHANGED are the ▸ changed lines of their turns, (TICK . LINE) oldest
+first, TICK the tick the turn ended at: each shows after its turn."
+  (let ((flush (lambda (before)
+                 (while (and changed (or (null before) (< (caar changed) before)))
+                   (amacs-shell--output (cdr (pop changed)) 'amacs-shell-eval)
+                   (amacs-shell--editing (amacs-shell--fresh-line t)))))) ; as the turn's end left it
+    (dolist (entry recent)
+      (funcall flush (plist-get entry :tick)) ; a later tick is a later turn's
+      (when (plist-get entry :human)
+        (amacs-shell--output (amacs-shell--input-line
+                              (concat amacs-shell-prompt (plist-get entry :human)))))
+      ;; The tasks that ended before the reply was said, then after it: where the live shell put them.
+      (dolist (task (append (plist-get entry :tasks) nil))
+        (when (plist-get task :before-reply) (amacs-shell--task-ended task)))
+      (when (plist-get entry :status)   ; no reply, and why: as the live shell said it
+        (amacs-shell--output (concat ";; (" (plist-get entry :status) ")") 'amacs-shell-annotation))
+      (unless (string-blank-p (or (plist-get entry :agent) "")) ; a tick that only evaluated
+        (amacs-shell--editing
+          (amacs-shell--fresh-line t)
+          (amacs-shell--insert-output (amacs-shell--resumed-reply (string-trim (plist-get entry :agent))))
+          (amacs-shell--fresh-line t)))
+      (let ((done (plist-get entry :eval)))  ; said, then evaluated: as the live shell drew it
+        (when done
+          (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
+      (dolist (task (append (plist-get entry :tasks) nil))
+        (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))
+    (funcall flush nil)))
 
 (defun amacs-shell--from-an-input (entries count)
   "The last COUNT of ENTRIES, and those before them back to one with an input.

@@ -100,8 +100,10 @@ SHELL and HUB are its shell and hub, or nil; EVENTS the buffer of its
 wire log while open (`amacs-events').  SHELL-BUSY is whether the
 shell's turn was busy, for a shell made again (its mode restarted);
 CHANGES the changes the turn's evals made, not yet listed
-\(amacs-changes.el)."
-  shell hub events shell-busy changes)
+\(amacs-changes.el); CHANGED the ▸ changed lines the shell showed, by
+the tick their turn ended at, to show again with their turns, and the
+first tick whose turn this Emacs saw (`amacs-changes-kept')."
+  shell hub events shell-busy changes changed)
 
 (cl-defstruct (amacs-connection (:constructor amacs--make-connection) (:copier nil))
   "This Emacs's connection to the AMACS server of one home.

@@ -852,7 +852,13 @@ class HomeRepo:
         self._git(*PACK_ARGS, nice=PACK_NICE)
         if head is None:
             return
-        after = pack_names(self.home)
+        try:
+            self._note_packed(head, before, pack_names(self.home))
+        except (GitFailed, OSError, ValueError, IndexError) as err:  # only a fork's walk is longer without it
+            log.warning("which commits the packs hold whole was not noted: %s", err)
+
+    def _note_packed(self, head: str, before: set[str], after: set[str]) -> None:
+        """:data:`PACKED_FILE` after a repack from the packs BEFORE to AFTER: HEAD is packed whole."""
         path = self.home / ".git" / PACKED_FILE
         records = packed_records(self.home) if path.exists() else self._packed_before(before)
         made, gone = after - before, before - after
@@ -877,11 +883,8 @@ class HomeRepo:
                 dated.append(((folder / name).stat().st_mtime, name))
             except FileNotFoundError:
                 continue
-        try:
-            log_text = self._git("log", "--reverse", "-t", "--raw", "--no-abbrev", "--no-renames",
-                                 "--format=%x00%H %T %P", nice=PACK_NICE)
-        except GitFailed:
-            return []
+        log_text = self._git("log", "--reverse", "--root", "-t", "--raw", "--no-abbrev", "--no-renames",
+                             "--format=%x00%H %T %P", nice=PACK_NICE)
         made: list[tuple[str, list[bytes]]] = []  # each commit, oldest first, with the objects it made
         for chunk in log_text.split("\0")[1:]:
             head, *changes = chunk.strip().splitlines()
@@ -897,7 +900,7 @@ class HomeRepo:
         for _mtime, name in sorted(dated):
             try:
                 held |= _indexed((folder / name).with_suffix(".idx"))
-            except (OSError, ValueError):
+            except (OSError, ValueError):  # gone, or of a kind not read here: no older commit is known whole
                 return found
             older.add(name)
             while whole < len(made) and all(obj in held for obj in made[whole][1]):

@@ -1007,6 +1007,80 @@ there, and the replayed conversation showed only after M->."
     (should (= (point) (point-max)))
     (should (= (window-point (selected-window)) (point-max)))))
 
+;; A newcomer rewound after `note' and `todo': the replayed replies said "RET on the ▸ changed
+;; line below" and no such line was replayed (the chat log holds what was said, not what an eval
+;; changed in Emacs).
+(defun amacs-shell-test--turn-changing (buffer text tick)
+  "A turn that ended at TICK and added TEXT to BUFFER, as an eval of the agent's would."
+  (push (cons buffer (with-current-buffer buffer (buffer-string)))
+        (car (amacs-changes--of (amacs-current-connection))))
+  (with-current-buffer buffer (goto-char (point-max)) (insert text))
+  (amacs-changes--on-turn-done (list :type "turn-done" :tick tick))
+  (amacs-shell--on-turn-done (list :type "turn-done" :tick tick)))
+
+(ert-deftest amacs-shell-test-a-rewind-replays-the-changed-lines-of-the-turns-it-keeps ()
+  "Each kept turn's ▸ changed line shows again after its reply, RET still on it; a later turn's does not."
+  (let ((notes (generate-new-buffer "notes-ert"))
+        (todo (generate-new-buffer "todo-ert")))
+    (unwind-protect
+        (amacs-shell-test--with-shell
+          (amacs-test-with-status '(:tick 0 :key-ok t) (amacs-shell--greet))
+          (amacs-shell-test--turn-changing notes "- a line\n" 2)
+          (amacs-shell-test--turn-changing todo "* TODO\n" 4)
+          (cl-letf (((symbol-function 'amacs--call-sync)
+                     (lambda (method _args)
+                       (pcase method
+                         ('rewind '(:line "rewound to tick 3"))
+                         ('status '(:tick 3 :key-ok t
+                                    :recent ((:tick 1 :human "note" :agent "Let me.")
+                                             (:tick 2 :agent "Done: RET on the ▸ changed line below.")
+                                             (:tick 3 :human "todo" :agent "Let me."))))))))
+            (amacs-rewind 3))
+          (let* ((text (amacs-shell-test--text))
+                 (replay (cadr (split-string text "The conversation up to there:\n"))))
+            (should (string-match-p (concat "\\`amacs> note\n\nLet me\.\n\nDone: RET on the ▸ changed line below\.\n\n"
+                                            "▸ changed: notes-ert (buffer, \\+1 line)\n\namacs> todo\n\nLet me\.\n")
+                                    replay))
+            (should-not (string-match-p "todo-ert" replay)) ; tick 4 is the abandoned future's
+            (should-not (string-match-p "before this Emacs" replay))
+            (goto-char (point-max))
+            (search-backward "▸ changed: notes-ert")
+            (should (equal (mapcar #'amacs-change-name (amacs-changes-at (point))) '("notes-ert")))))
+      (kill-buffer notes)
+      (kill-buffer todo))))
+
+(ert-deftest amacs-shell-test-a-fork-takes-the-changed-lines-of-its-turns ()
+  "A fork at tick 3 shows the ▸ changed lines of its parent's turns up to 3 with its exchanges, not later ones."
+  (let ((notes (generate-new-buffer "notes-ert")))
+    (unwind-protect
+        (amacs-shell-test--with-shell
+          (amacs-test-with-status '(:tick 0 :key-ok t) (amacs-shell--greet))
+          (amacs-shell-test--turn-changing notes "one\n" 2)
+          (amacs-shell-test--turn-changing notes "two\n" 4)
+          (let ((parent (amacs-current-connection))
+                (fork (amacs--make-connection :home "/tmp/amacs-ert-fork")))
+            (amacs-changes-fork parent fork 3)
+            (should (equal (mapcar #'car (amacs-changes-kept fork 3)) '(2)))
+            (should (equal (amacs-changes-seen-since fork) 0))
+            (should (string-prefix-p "▸ changed: notes-ert" (cdar (amacs-changes-kept fork 3))))))
+      (kill-buffer notes))))
+
+(ert-deftest amacs-shell-test-a-rewind-into-turns-before-this-emacs-says-they-show-no-changed-line ()
+  "Turns of an earlier Emacs have no ▸ changed line to show: the replay says so, and why."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:tick 6 :key-ok t :recent ((:tick 6 :human "six" :agent "6.")))
+      (amacs-shell--greet))
+    (should-not (string-match-p "before this Emacs" (amacs-shell-test--text))) ; a start says nothing of it
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (method _args)
+                 (pcase method
+                   ('rewind '(:line "rewound to tick 3"))
+                   ('status '(:tick 3 :key-ok t :recent ((:tick 3 :human "three" :agent "3."))))))))
+      (amacs-rewind 3))
+    (should (string-match-p "The conversation up to there:\n;; (Turns up to tick 3 were before this Emacs: \
+what their evals changed is not known, so they show no ▸ changed line\.)\namacs> three"
+                            (amacs-shell-test--text)))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
@@ -1225,7 +1299,12 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
             (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-4…" (amacs-shell-header-line)))
-      (sleep-for 0.2)                   ; the wait's timeout: the agent wakes
+      ;; The wait's timeout: the agent wakes.  Waited for, not slept: `sleep-for' checks
+      ;; its end before the timers, so an Emacs paused past its end (a loaded machine; a
+      ;; SIGSTOP shows it each time) returned with the timer due and not run.
+      (let ((deadline (+ (float-time) 10)))
+        (while (and (amacs-shell-turn-wait-timer (amacs-shell--turn)) (< (float-time) deadline))
+          (sleep-for 0.02)))
       (should (string-match-p "thinking…" (amacs-shell-header-line))))))
 
 (ert-deftest amacs-shell-test-agent-calls-note-talks-and-the-wait ()

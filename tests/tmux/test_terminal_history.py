@@ -46,7 +46,8 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     term.press("Enter")
     term.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=30, what="the fork's server")
     send(term, "note the fork")  # typed in the window the fork opened, beside the first
-    screen = term.screen()
+    # The turn's end is drawn at the next redisplay: the header read "writing…" just before it.
+    screen = term.wait_for(lambda s: "writing…" not in s, what="the headers redrawn after the turn")
     header = next(line for line in screen.splitlines() if "|" in line)  # the two windows' header row
     left, right = header.split("|", 1)
     assert str(term.amacs_home) in left and str(fork) in right, screen  # each header names its home
@@ -201,3 +202,45 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
                         '"commit"))', timeout=15, what="the commit's view")
     _size, _moved, patch = term.elisp(view.format("commit")).strip("()").split()
     assert patch == "t"  # its diff
+
+
+def test_rewind_replays_the_changed_lines_of_the_turns_it_keeps(terminal, tmp_path):
+    """A newcomer ran the demo's ``note`` and ``todo``, then rewound: the replayed replies said "RET
+    on the ▸ changed line below" and no ▸ changed line was replayed.  Each kept turn's line shows
+    again where the live turn drew it, RET on it still shows the diff; the abandoned turn's does not."""
+    term = terminal(160, 50, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    for word, changed in (("note", "▸ changed: notes (buffer, +1 line)"), ("todo", "(new file, +1 line)"),
+                          ("note", "▸ changed: notes (buffer, +1 line)")):
+        term.type(word)
+        term.press("Enter")
+        term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what=f"the end of the turn of {word!r}")
+        term.wait_for(changed, what=f"the changed line of {word!r}")
+    copy = tmp_path / "shell.txt"  # the shell's text, its newlines as they are
+
+    def shell_text() -> str:
+        term.elisp(f'(with-current-buffer (amacs-shell--buffer) (let ((coding-system-for-write (quote utf-8))) '
+                   f'(write-region nil nil "{copy}" nil (quote silent))))')
+        return copy.read_text()
+
+    live = shell_text()
+    first_two = live.split("amacs> note", 1)[1].rsplit("amacs> note", 1)[0]
+    assert first_two.count("▸ changed:") == 2, first_two
+    term.press("M-x")
+    term.type("amacs-rewind")
+    term.press("Enter")
+    term.wait_for("Go back to before you typed (default note):", what="the rewind's input prompt")
+    term.press("Enter")  # the newest input: the second note's turn is abandoned
+    term.wait_for("yes or no", what="the rewind's question")
+    term.type("yes")
+    term.press("Enter")
+    term.wait_for(lambda _s: "The conversation up to there:" in shell_text(), what="the rewind's replay")
+    replayed = shell_text().split("The conversation up to there:\n", 1)[1].rsplit("\namacs> ", 1)[0]
+    assert replayed.rstrip("\n") == "amacs> note" + first_two.rstrip("\n"), (first_two, replayed)
+    assert "before this Emacs" not in replayed
+    # RET on the replayed line offers the diff and the undo, as the live one did.
+    term.press("C-r")
+    term.type("changed: notes")
+    term.press("Enter")
+    term.press("Enter")
+    term.wait_for("Undo the agent's change to buffer notes", what="the diff and the offer to undo")
+    term.press("n")
