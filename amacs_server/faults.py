@@ -67,7 +67,7 @@ REWIND_POINTS = (
     "rewind.read-tree-lock",    # git read-tree holds .git/index.lock, checking the tick out (git killed too)
     "rewind.checked-out",       # the tracked files are the tick's
     "rewind.cut",               # the transcripts' and logs' later lines are cut (a log begun later is empty)
-    "rewind.removed",           # the tool results kept after the tick, and the logs begun after it, removed
+    "rewind.removed",           # the tool results kept after the tick and the logs begun after it removed; rotations undone
     "rewind.spend",             # rewound-spend and budget-limit written
     "rewind.memory",            # memory.db is the tick's (its later versions in abandoned_items)
     "rewind.recorded",          # the rewind is said in agent-chat.org and a transcript

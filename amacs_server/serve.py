@@ -134,6 +134,15 @@ def _start_failure(err: BaseException, home: Path) -> str:
             f"The traceback is in {home / 'logs' / 'server.log'}")
 
 
+def _made(path: str) -> bool:
+    """Make the empty file PATH; False when it was there already (or cannot be made)."""
+    try:
+        with open(path, "x"):
+            return True
+    except OSError:
+        return False
+
+
 def read_server_info(home: Path) -> dict[str, Any] | None:
     """The contents of ``server.json`` in HOME, or None when it is missing or unreadable."""
     try:
@@ -301,8 +310,11 @@ class RuntimeBuilder:
         face = EmacsFace(server)
         rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=self.scrub)
         face.eval_timeout = rt.settings.eval_timeout
-        warm_note = os.environ.pop("AMACS_WARM_NOTE", None)  # a fork of the warm server's (warm.py)
-        if warm_note:
+        # That a warm server stays (warm.py's fork, or the launch that started one: warm_launch.py),
+        # said once for the checkout: the first server to make the mark says it.
+        warm_note = os.environ.pop("AMACS_WARM_NOTE", None)
+        told = os.environ.pop("AMACS_WARM_TOLD", None)
+        if warm_note and (told is None or _made(told)):
             rt.startup_notes.append(warm_note)
         greet(server, rt, face)
         # The other methods (their module imports pydantic, ~100 ms) are published once hello is

@@ -200,6 +200,7 @@ def _ask_warm(argv: list[str], env: dict[str, str], fds: list[int]) -> tuple[soc
     except OSError:
         sock.close()
         start_warm(directory, key)
+        _first_start_note(directory)
         return None
     try:
         _send(sock, {"argv": argv, "env": env, "cwd": os.getcwd()}, fds)
@@ -463,6 +464,22 @@ def said_at_quit(note: str) -> None:
         return
     with open(told_mark(warm_dir()), "w"):
         pass
+
+
+FIRST_NOTE = ("This start left a warm server running for the next ones: it stays after Emacs quits, so that "
+              "./amacs answers at once (about 100 MB; it exits after 8 idle hours).  ./amacs --stop-warm stops "
+              "it.  (Said once.)")
+
+
+def _first_start_note(directory: str) -> None:
+    """Have the server this launch becomes say, at hello, that it left a warm server (FIRST_NOTE), when
+    this checkout's note was never said: in the shell of the person's first start, not after Emacs
+    (a window that closes with ./amacs shows nothing).  The server marks it said (:func:`told_mark`)
+    as it takes it: a launch that serves no Emacs (``--help``) leaves it due."""
+    mark = told_mark(directory)
+    if not os.path.exists(mark):
+        os.environ["AMACS_WARM_NOTE"] = FIRST_NOTE
+        os.environ["AMACS_WARM_TOLD"] = mark
 
 
 START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./amacs answers at once "

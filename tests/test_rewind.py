@@ -1379,6 +1379,59 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     assert not (fork / "logs").exists()
 
 
+LOG_OPS = st.lists(st.tuples(st.sampled_from(["append", "rotate", "begin"]), st.sampled_from(["a.log", "b.log"]),
+                             st.binary(min_size=1, max_size=80)), max_size=3)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ticks=st.lists(LOG_OPS, min_size=2, max_size=5), cut=st.integers(min_value=0, max_value=3))
+def test_property_a_rewind_leaves_each_log_as_its_tick_left_it(tmp_path_factory, fake, ticks, cut):
+    """Programs append to logs, rotate them (NAME to NAME.1, a new NAME) and begin others at random
+    ticks; a rewind to a random tick N (no program running) leaves in logs/ only files this test
+    recorded at N's end, each with its name and bytes then: all of them, but for what a program
+    threw away after N (a NAME.1 a rotation wrote over; NAME's bytes of before a second
+    rotation); and every byte it took from a file is on the abandoned ref, after what it kept."""
+    home = tmp_path_factory.mktemp("logs-prop") / "home"
+    logs = home / "logs"
+    logs.mkdir(parents=True)
+    recorded: list[dict[str, bytes]] = []
+    rotations: list[tuple[int, str]] = []
+    rt = runtime(home, fake.url)
+    try:
+        for number, ops in enumerate(ticks, 1):
+            for what, name, data in ops:
+                path = logs / (f"begun-{number}-{name}" if what == "begin" else name)
+                if what == "rotate" and path.exists():
+                    os.replace(path, path.with_name(name + ".1"))
+                    rotations.append((number, name))
+                with path.open("ab") as fh:
+                    fh.write(data)
+            do(rt, ("say", f"input {number}"))
+            recorded.append({p.name: p.read_bytes() for p in logs.iterdir()})
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    tick = 1 + cut % (len(ticks) - 1)
+    at_n = recorded[tick - 1]
+    whole = {p.name: p.read_bytes() for p in logs.iterdir()}
+    done = history.rewind(home, tick)
+    after = {p.name: p.read_bytes() for p in logs.iterdir()}
+    assert all(at_n.get(name) == data for name, data in after.items()), (tick, at_n, after)
+    for name, data in at_n.items():
+        base = name.removesuffix(".1")
+        rotated = sum(1 for number, rotated_name in rotations if number > tick and rotated_name == base)
+        if rotated == 0 or (rotated == 1 and name == base):
+            assert after.get(name) == data, (tick, name, at_n, after)
+    listed = subprocess.run(["git", "ls-tree", "--name-only", f"{done.abandoned}:logs"], cwd=home,
+                            capture_output=True, text=True).stdout.split()
+    for name, data in whole.items():
+        moved = subprocess.run(["git", "cat-file", "blob", f"{done.abandoned}:logs/{name}"], cwd=home,
+                               capture_output=True, check=True).stdout if name in listed else b""
+        assert data.endswith(moved), name
+        kept = data[:len(data) - len(moved)]
+        assert kept == b"" or kept in (after.get(name), after.get(name.removesuffix(".1"))), (name, kept, after)
+
+
 def test_a_rewind_refuses_a_damaged_home_in_one_line_before_changing_anything(tmp_path, fake, capsys):
     """Were: "file is not a database" after the files were rewound (memory.db); a bad ref name and
     a stray ``[TICK ?][abandoned]`` commit per try (tick-state.json); a traceback (a held

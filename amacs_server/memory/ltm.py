@@ -397,7 +397,7 @@ class LongTermMemory:
         rows = self.db.execute(
             "SELECT base, version, tier, kind, created_at_ms, content FROM items AS i WHERE base >= ? AND base < ? "
             "AND version = (SELECT max(version) FROM items WHERE base = i.base)", (low, high))
-        return {base: MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind), json.loads(content),
+        return {base: MemoryItem(MemId.stored(base, version), Tier(tier), Kind(kind), json.loads(content),
                                  created, tuple(tags.get(base, ())))
                 for base, version, tier, kind, created, content in rows}
 
@@ -531,7 +531,7 @@ class LongTermMemory:
             if version is None:
                 out.append((status, self.get(MemId.from_base(base, wanted))))  # raises as get does
             else:
-                out.append((status, MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind),
+                out.append((status, MemoryItem(MemId.stored(base, version), Tier(tier), Kind(kind),
                                                json.loads(content), created, tuple(tags.get(base, ())))))
         return out
 
@@ -581,6 +581,7 @@ class LongTermMemory:
                                 continue
                     for row in rows:
                         try:
+                            MemId.from_base(row[0], row[1])  # a damaged page may hold any text: checked
                             self.put(self._item(row))
                         except (LtmError, ValueError, TypeError, KeyError):
                             continue
@@ -606,5 +607,5 @@ class LongTermMemory:
 
     def _item(self, row: tuple[Any, ...]) -> MemoryItem:
         base, version, tier, kind, created, content = row
-        return MemoryItem(MemId.from_base(base, version), Tier(tier), Kind(kind), json.loads(content),
+        return MemoryItem(MemId.stored(base, version), Tier(tier), Kind(kind), json.loads(content),
                           created, self.tags_of(base))

@@ -123,6 +123,20 @@ class MemId:
         return MemId(self.agent, self.brain, self.name, version)
 
     @classmethod
+    def stored(cls, base: str, version: int) -> MemId:
+        """Rebuild from a base and version read back from memory.db, not checked again: each was
+        checked when its version was written (a MemId is checked when made; LongTermMemory.put
+        takes only MemIds).  ~1 us, against ~6 for :meth:`from_base` (a start reads 800 items
+        of a home of 20,000 ticks)."""
+        agent, brain, name = base.split(":")
+        mem_id = object.__new__(cls)
+        object.__setattr__(mem_id, "agent", agent)
+        object.__setattr__(mem_id, "brain", brain)
+        object.__setattr__(mem_id, "name", name)
+        object.__setattr__(mem_id, "version", version)
+        return mem_id
+
+    @classmethod
     def from_base(cls, base: str, version: int | None = None) -> MemId:
         """Rebuild from :attr:`base` and a version."""
         agent, brain, name = base.split(":")

@@ -26,7 +26,8 @@ and kept on a ref under :data:`ABANDONED` (printed, and written in
 transcripts' lines of the later ticks (and the tool results kept since), and what
 each file of ``logs/`` holds beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
 the abandoned one, under ``transcripts/`` and ``logs/``; a log file begun after the tick is then
-removed, or emptied while a program of this process writes it), and a ``rewind`` event is written.
+removed, or emptied while a program of this process writes it, and a rotation since is undone),
+and a ``rewind`` event is written.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -548,12 +549,14 @@ def _future_of_log(data: bytes, ended: float) -> int | None:
     return None
 
 
-def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = None) -> dict[str, tuple[int, bytes]]:
+def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = None,
+                 rotated: dict[str, str] | None = None) -> dict[str, tuple[int, bytes]]:
     """What each file of HOME's ``logs/`` holds written after the tick STATE records: the bytes
     beyond the file's mark in it (:func:`log_marks`); the whole of a file the tick did not know
     as it is (begun since, or rotated: ``NAME.1`` is checked against NAME's mark too), whose
-    path is added to BEGUN, empty or not.  A tick state without marks: the server log's lines
-    stamped after the tick ended, and no other file."""
+    path is added to BEGUN, empty or not.  ROTATED gets each ``NAME.1`` that was NAME at the
+    tick (NAME.1's path -> NAME's).  A tick state without marks: the server log's lines stamped
+    after the tick ended, and no other file."""
     out: dict[str, tuple[int, bytes]] = {}
     marks = state.get("logs")
     if not isinstance(marks, dict):
@@ -570,30 +573,49 @@ def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = Non
                 out[rel] = (at, data[at:])
         return out
     folder = home / LOGS_FOLDER
+    known: dict[str, tuple[Path, str | None]] = {}  # path in the home -> (file, the name whose mark it passes)
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
-        rel = f"{LOGS_FOLDER}/{path.name}"
-        try:
-            fh = path.open("rb")
-        except (FileNotFoundError, IsADirectoryError):
-            continue
-        with fh:
-            at, known = 0, False
-            for name in dict.fromkeys((rel, rel.removesuffix(".1"))):
-                mark = marks.get(name)
-                if isinstance(mark, list) and len(mark) == 2:
-                    size = int(mark[0])
-                    fh.seek(max(0, size - MARK_TAIL))
-                    tail = fh.read(min(size, MARK_TAIL))
-                    if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
-                        at, known = size, True
-                        break
-            fh.seek(at)
-            data = fh.read()
-        if not known and begun is not None:
+        if path.is_file():
+            rel = f"{LOGS_FOLDER}/{path.name}"
+            known[rel] = (path, _passes(path, marks, rel))
+    for rel, (_path, name) in list(known.items()):
+        if name is not None and name != rel:  # NAME.1 was NAME at the tick: the NAME there now was begun
+            if name in known:  # since, whatever bytes it begins with
+                known[name] = (known[name][0], None)
+            if rotated is not None:
+                rotated[rel] = name
+    for rel, (path, name) in known.items():
+        at = 0 if name is None else int(marks[name][0])
+        if name is None and begun is not None:
             begun.add(rel)
+        try:
+            with path.open("rb") as fh:
+                fh.seek(at)
+                data = fh.read()
+        except FileNotFoundError:
+            continue
         if data:
             out[rel] = (at, data)
     return out
+
+
+def _passes(path: Path, marks: dict[str, Any], rel: str) -> str | None:
+    """Which tick's mark the log file PATH (REL in the home) passes, its own or, for ``NAME.1``,
+    NAME's (a rotation since): it holds the bytes the mark's digest is of, at its size; None: neither."""
+    try:
+        fh = path.open("rb")
+    except FileNotFoundError:
+        return None
+    with fh:
+        for name in dict.fromkeys((rel, rel.removesuffix(".1"))):
+            mark = marks.get(name)
+            if isinstance(mark, list) and len(mark) == 2:
+                size = int(mark[0])
+                fh.seek(max(0, size - MARK_TAIL))
+                tail = fh.read(min(size, MARK_TAIL))
+                if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
+                    return name
+    return None
 
 
 RESULTS = "transcripts/results"  # tool results too long for the agent, each kept whole in a file
@@ -609,10 +631,11 @@ def _results_after(home: Path, ended: float | None) -> dict[str, bytes]:
             if p.is_file() and p.stat().st_mtime > ended}
 
 
-def _futures(home: Path, tick: int, state: dict[str, Any], begun: set[str] | None = None) -> dict[str, tuple[int, bytes]]:
+def _futures(home: Path, tick: int, state: dict[str, Any], begun: set[str] | None = None,
+             rotated: dict[str, str] | None = None) -> dict[str, tuple[int, bytes]]:
     """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
     path in the home): where they start, and those lines.  The log files begun after TICK are
-    added to BEGUN."""
+    added to BEGUN, those rotated since to ROTATED (:func:`_log_futures`)."""
     out: dict[str, tuple[int, bytes]] = {}
     ended = state.get("ended_at")
     folder = home / "transcripts"
@@ -622,7 +645,7 @@ def _futures(home: Path, tick: int, state: dict[str, Any], begun: set[str] | Non
         found = _transcript_future(path, tick, ended)
         if found is not None:
             out[f"transcripts/{path.name}"] = found
-    return out | _log_futures(home, state, begun)
+    return out | _log_futures(home, state, begun, rotated)
 
 
 def _mktree(home: Path, blobs: dict[str, str]) -> str:
@@ -773,7 +796,8 @@ def _prepare(home: Path, tick: int, limit: float | None, *,
         raise HistoryError(f"refused: {err}; nothing was changed") from err
     faults.point("rewind.kept")
     begun: set[str] = set()
-    cut = _futures(home, tick, state, begun)
+    rotated: dict[str, str] = {}
+    cut = _futures(home, tick, state, begun, rotated)
     results = _results_after(home, state.get("ended_at"))
     if cut or results:
         kept = _commit_beside(repo, kept, {**{rel: data for rel, (_at, data) in cut.items()}, **results},
@@ -790,6 +814,7 @@ def _prepare(home: Path, tick: int, limit: float | None, *,
                "cut": {rel: [at, at + len(data), hashlib.sha256(data).hexdigest()] for rel, (at, data) in cut.items()},
                "removed": {rel: hashlib.sha256(data).hexdigest() for rel, data in results.items()},
                "begun": sorted(begun),
+               "rotated": rotated,
                "left": left,
                "spent": rewound_spend.total(home),
                "limit": person_limit.current(home) if limit is None else limit}
@@ -860,6 +885,16 @@ def _drop_begun(home: Path, begun: list[str]) -> None:
             continue
 
 
+def _unrotate(home: Path, rotated: dict[str, str]) -> None:
+    """Give each log file rotated since the tick (``NAME.1`` -> NAME, in ROTATED, cut to what NAME
+    held at the tick) its name back, where NAME is gone (it was begun later and no program writes
+    it): the folder is then as at the tick, but for the ``NAME.1`` the rotation wrote over.  Done
+    again, this changes nothing."""
+    for rel, name in rotated.items():
+        if (home / rel).exists() and not (home / name).exists():
+            os.replace(home / rel, home / name)
+
+
 def _remove_if(path: Path, digest: str) -> None:
     """Remove PATH if it holds the bytes of DIGEST (done again, this changes nothing)."""
     try:
@@ -903,6 +938,7 @@ def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, 
         for rel, digest in j.get("removed", {}).items():  # a tool result kept after the tick: on the ref
             _remove_if(home / rel, digest)
         _drop_begun(home, list(j.get("begun", [])))
+        _unrotate(home, dict(j.get("rotated", {})))
         faults.point("rewind.removed")
         # The mind's budget is tick TICK's; the money paid stays counted, the person's limit stays.
         rewound_spend.keep(home, float(j["spent"]), rewound_spend.mind_spent(home))

@@ -1049,6 +1049,22 @@ there, and the replayed conversation showed only after M->."
       (kill-buffer notes)
       (kill-buffer todo))))
 
+(ert-deftest amacs-shell-test-a-fork-takes-the-changed-lines-of-its-turns ()
+  "A fork at tick 3 shows the ▸ changed lines of its parent's turns up to 3 with its exchanges, not later ones."
+  (let ((notes (generate-new-buffer "notes-ert")))
+    (unwind-protect
+        (amacs-shell-test--with-shell
+          (amacs-test-with-status '(:tick 0 :key-ok t) (amacs-shell--greet))
+          (amacs-shell-test--turn-changing notes "one\n" 2)
+          (amacs-shell-test--turn-changing notes "two\n" 4)
+          (let ((parent (amacs-current-connection))
+                (fork (amacs--make-connection :home "/tmp/amacs-ert-fork")))
+            (amacs-changes-fork parent fork 3)
+            (should (equal (mapcar #'car (amacs-changes-kept fork 3)) '(2)))
+            (should (equal (amacs-changes-seen-since fork) 0))
+            (should (string-prefix-p "▸ changed: notes-ert" (cdar (amacs-changes-kept fork 3))))))
+      (kill-buffer notes))))
+
 (ert-deftest amacs-shell-test-a-rewind-into-turns-before-this-emacs-says-they-show-no-changed-line ()
   "Turns of an earlier Emacs have no ▸ changed line to show: the replay says so, and why."
   (amacs-shell-test--with-shell
@@ -1283,7 +1299,12 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
             (amacs--eval-talks '((5 . "task-4") (4 . "task-3"))))
         (amacs-shell--eval-done '(:agent "primary") '(:success t :result "t")))
       (should (string-match-p "waiting for task-4…" (amacs-shell-header-line)))
-      (sleep-for 0.2)                   ; the wait's timeout: the agent wakes
+      ;; The wait's timeout: the agent wakes.  Waited for, not slept: `sleep-for' checks
+      ;; its end before the timers, so an Emacs paused past its end (a loaded machine; a
+      ;; SIGSTOP shows it each time) returned with the timer due and not run.
+      (let ((deadline (+ (float-time) 10)))
+        (while (and (amacs-shell-turn-wait-timer (amacs-shell--turn)) (< (float-time) deadline))
+          (sleep-for 0.02)))
       (should (string-match-p "thinking…" (amacs-shell-header-line))))))
 
 (ert-deftest amacs-shell-test-agent-calls-note-talks-and-the-wait ()

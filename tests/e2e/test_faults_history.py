@@ -171,10 +171,10 @@ def references(source: Path, fake: FakeAnthropic, root: Path) -> dict[str, Any]:
     done = cli("rewind", str(after), "--tick", str(CUT))
     assert done.returncode == 0, done.stderr
     # every log's lines after the cut are moved: the rotated tool log's tail, the files begun later
-    # (gone: no program writes them)
+    # (gone: no program writes them); the tool log has its name back
     assert {p.name: p.read_text() for p in (after / "logs").iterdir()} == {
         "server.log": "2020-01-01 00:00:00,000 amacs INFO long before\n",
-        "mcp-tool.log.1": "--- before tick 1 starting tool\n"}
+        "mcp-tool.log": "--- before tick 1 starting tool\n"}
     assert list((after / "transcripts" / "results").iterdir()) == []  # a result kept after the cut: on the ref
     done = cli("fork", str(home), "--tick", str(CUT), str(root / "fork"))
     assert done.returncode == 0, done.stderr
