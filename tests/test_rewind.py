@@ -1003,6 +1003,59 @@ def _words_of(db: Path) -> bytes:
     return db.read_bytes() + b"".join(p.read_bytes() for p in db.parent.glob("memory.db-*"))
 
 
+def _index_rows(db_path: Path) -> list[tuple[Any, ...]]:
+    db = sqlite3.connect(db_path)
+    try:
+        return db.execute("SELECT * FROM items_fts_data ORDER BY id").fetchall()
+    finally:
+        db.close()
+
+
+def _segments(db_path: Path) -> int:
+    """How many segments the full-text index of DB_PATH is in (FTS5: a page's id holds its segment's)."""
+    db = sqlite3.connect(db_path)
+    try:
+        return int(db.execute("SELECT count(DISTINCT id >> 37) FROM items_fts_data WHERE id >= 1 << 37").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_fork_of_the_last_tick_of_a_home_never_rewound_copies_its_index_as_it_is(tmp_path, fake):
+    """Nothing is taken out of the fork of the last tick of a home no rewind took rows out of: its
+    full-text index is the home's, not merged into one segment again (which reads and writes it
+    all), and answers as one made anew.  A fork with later rows to take out merges it, and so
+    does one of a home whose rewinds took rows out (its abandoned_items says so, mark and refs gone)."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("create", "keptnote"), ("say", "plain two")])
+    run(home, fake, [("create", "wombatlateqrs"), ("say", "after all")])
+    for i in range(8):
+        if _segments(home / "memory.db") > 1:
+            break
+        run(home, fake, [("say", f"more {i}")])  # a transaction each: the home's index in several segments
+    assert _segments(home / "memory.db") > 1
+    last = history.last_tick(home)
+    now = history.fork(home, last, tmp_path / "now").home
+    assert _index_rows(now / "memory.db") == _index_rows(home / "memory.db")
+    db = sqlite3.connect(now / "memory.db")
+    try:
+        query = "SELECT rowid, round(rank, 9) FROM items_fts WHERE items_fts MATCH ? ORDER BY rank, rowid"
+        words = ["keptnote", "wombatlateqrs", "answer", "hello", "about"]
+        found = [db.execute(query, (w,)).fetchall() for w in words]
+        db.execute("INSERT INTO items_fts (items_fts) VALUES ('rebuild')")
+        assert found == [db.execute(query, (w,)).fetchall() for w in words] and found[1]
+    finally:
+        db.close()
+    history.rewind(home, 2)  # the wombat note's rows leave: the home's index only marks them deleted
+    assert b"batlateqrs" in b"".join(row[1] for row in _index_rows(home / "memory.db"))
+    early = history.fork(home, 2, tmp_path / "early").home  # the last tick: no row after it
+    assert _segments(early / "memory.db") == 1 and b"batlateqrs" not in _words_of(early / "memory.db")
+    (home / history.REWOUND_MARK).unlink()  # a home rewound before marks were kept, its refs deleted by hand:
+    for ref in _git(home, "for-each-ref", "--format=%(refname)", history.ABANDONED).split():
+        _git(home, "update-ref", "-d", ref)  # its abandoned_items table still says rows were taken out
+    again = history.fork(home, 2, tmp_path / "again").home
+    assert b"batlateqrs" not in _words_of(again / "memory.db")
+
+
 def test_a_forks_memory_holds_no_byte_of_a_later_row_nor_of_an_abandoned_one(tmp_path, fake):
     """The fork's memory.db is the home's tables copied whole, less the rows after the tick: no byte
     of those rows, nor of the home's abandoned futures (whose index entries the home only marked
