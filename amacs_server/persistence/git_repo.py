@@ -39,9 +39,15 @@ log = logging.getLogger("amacs.git")
 # shell-history is Emacs's input ring (M-p) and shell-draft the input typed and not yet sent:
 # the person's, not the agent's mind; neither is committed.
 GITIGNORE = ("memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n.server.lock\n"
-             "rewound-spend\nshell-draft\nbudget-limit\n")
+             "rewound-spend\nshell-draft\nbudget-limit\n.uncommitted-tick\n")
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
-GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit")
+GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit",
+                   ".uncommitted-tick")
+# The newest commit asked for and not yet made, in the home (JSON): its message and each file's
+# digest, size and mode in its snapshot.  Written as the commit is asked for (at the tick's end),
+# removed once it is made: a server stopped or killed in between leaves it, and the next start
+# commits that tick from the files, if they still hold the bytes it ended with (:class:`Uncommitted`).
+UNCOMMITTED = ".uncommitted-tick"
 # Without /proc (so no way to see which processes use the repository), a lock this old is stale.
 STALE_LOCK_SECONDS = 10.0
 # How long a commit waits for a live git (the person's own, or one a killed server left running)
@@ -62,7 +68,8 @@ PACK_NICE = 10
 # first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
 # never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
 # their place), so the statement stays true while those packs exist.  A fork walks the history
-# only down to such a commit.  The newest PACKED_KEEP are kept.
+# only down to such a commit.  Of the commits said of the same packs only the newest is kept (it
+# says more), and of the rest the newest PACKED_KEEP.
 PACKED_FILE = "amacs-packed"
 PACKED_KEEP = 32
 
@@ -340,6 +347,115 @@ def _grew(data: bytes, old: Content) -> bool:
             return False
         at += len(chunk)
     return True
+
+
+class Digests:
+    """Each file's digest in a snapshot, its bytes hashed once: an unchanged file's digest is the
+    one it had, a file that grew hashes only its new bytes, and a file not read (its bytes are a
+    blob git has) is named by that blob (``git:SHA``); else ``sha256:HEX``."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Content, Any, str]] = {}  # name -> content, its hash's state, digest
+
+    def of(self, snap: Snapshot) -> dict[str, list[object]]:
+        """Each file of SNAP: [digest, size, mode]."""
+        out: dict[str, list[object]] = {}
+        last: dict[str, tuple[Content, Any, str]] = {}
+        for name, content in snap.files.items():
+            entry = self._digest(content, self._last.get(name))
+            last[name] = entry
+            out[name] = [entry[2], content.size, content.mode]
+        self._last = last
+        return out
+
+    @staticmethod
+    def _digest(content: Content, last: tuple[Content, Any, str] | None) -> tuple[Content, Any, str]:
+        if content.blob is not None:
+            return content, None, f"git:{content.blob}"
+        if last is not None and last[0] is content:
+            return last
+        state = None
+        if last is not None and last[1] is not None:
+            rest = _added(content, last[0])
+            if rest is not None:
+                state = last[1].copy()
+                for part in rest:
+                    state.update(part)
+        if state is None:
+            state = hashlib.sha256()
+            for chunk in content.chunks:
+                state.update(chunk)
+        return content, state, f"sha256:{state.hexdigest()}"
+
+
+def _added(new: Content, old: Content) -> list[bytes | memoryview] | None:
+    """The bytes NEW holds after OLD's, if NEW starts with OLD's bytes (both read); else None."""
+    if new.size < old.size or new.blob is not None or old.blob is not None:
+        return None
+    count = len(old.chunks)
+    if new.chunks[:count] == old.chunks:  # the chunks a grown file shares are the same objects
+        return list(new.chunks[count:])
+    data = memoryview(new.data())
+    return [data[old.size:]] if data[:old.size] == old.data() else None
+
+
+def _digest_matches(data: bytes, digest: str) -> bool:
+    """Whether DATA has DIGEST (as :class:`Digests` names it)."""
+    kind, _, value = digest.partition(":")
+    if kind == "sha256":
+        return hashlib.sha256(data).hexdigest() == value
+    if kind == "git":
+        blob = hashlib.new("sha1" if len(value) == 40 else "sha256", b"blob %d\0" % len(data))
+        blob.update(data)
+        return blob.hexdigest() == value
+    return False
+
+
+@dataclass(frozen=True)
+class Uncommitted:
+    """The commit a server asked for and never made (:data:`UNCOMMITTED`): its MESSAGE, and each
+    file's [digest, size, mode] as its snapshot held it (FILES)."""
+
+    message: str
+    files: dict[str, list[Any]]
+
+    @property
+    def tick(self) -> int | None:
+        """The tick the message names (``[TICK N]...``); None if it names none."""
+        head, _, _ = self.message.partition("]")
+        return int(head[6:]) if head.startswith("[TICK ") and head[6:].isdigit() else None
+
+    @classmethod
+    def read(cls, home: Path) -> Uncommitted | None:
+        """HOME's record, or None when it has none (or it does not read)."""
+        try:
+            data = json.loads((home / UNCOMMITTED).read_text(encoding="utf-8"))
+            message, files = str(data["message"]), dict(data["files"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return cls(message, files)
+
+    def snapshot(self, home: Path) -> tuple[Snapshot | None, list[str]]:
+        """The files of HOME as the snapshot held them, and []; or None and the files that no longer
+        hold those bytes.  A file that only grew since holds them: its first bytes are taken (a
+        tick's write-ahead was made after, say).  A file the snapshot lacked is not in it."""
+        files: dict[str, Content] = {}
+        changed = []
+        for name, (digest, size, mode) in sorted(self.files.items()):
+            try:
+                data = (home / name).read_bytes()
+            except OSError:
+                changed.append(name)
+                continue
+            if len(data) > size:
+                data = data[:size]
+            if len(data) != size or not _digest_matches(data, str(digest)):
+                changed.append(name)
+                continue
+            files[name] = Content((data,), size, str(mode))
+        if changed:
+            return None, changed
+        return Snapshot(files, tuple(home / name for name in files)), []
 
 
 class HomeRepo:
@@ -754,7 +870,11 @@ class HomeRepo:
             if names <= after:  # a pack removed by another (a person's gc): not known to hold them
                 kept.append((sha, names))
         kept.append((head, after))
-        atomic_write(path, json.dumps([[sha, sorted(names)] for sha, names in kept[-PACKED_KEEP:]]))
+        newest: dict[frozenset[str], str] = {}  # of notes naming the same packs the newest commit says all
+        for sha, names in kept:
+            newest.pop(frozenset(names), None)
+            newest[frozenset(names)] = sha
+        atomic_write(path, json.dumps([[sha, sorted(names)] for names, sha in list(newest.items())[-PACKED_KEEP:]]))
 
     def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
         """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the
@@ -887,14 +1007,18 @@ class CommitWorker:
     tick is durable once its commit is made.  If the worker falls behind (ticks
     faster than commits), each commit still holds its own tick's snapshot: one
     commit per tick, in order.  Failures and notes go to REPORT(text, kind)
-    (from the worker thread).
+    (from the worker thread).  With RECORD, the newest commit asked for and not
+    yet made is kept in the home (:data:`UNCOMMITTED`) until it is made.
     """
 
-    def __init__(self, repo: HomeRepo, report: Report | None = None) -> None:
+    def __init__(self, repo: HomeRepo, report: Report | None = None, *, record: bool = False) -> None:
         self.repo = repo
         self.report: Report = report or (lambda text, kind: log.warning("%s: %s", kind, text))
-        self._queue: queue.Queue[tuple[Snapshot, str] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Snapshot, str, int] | None] = queue.Queue()
         self._cond = threading.Condition()
+        self._record = repo.home / UNCOMMITTED if record else None
+        self._digests = Digests()
+        self._asked = 0  # commits asked for since the start; the newest's number
         self._pending = 0
         self._pending_subjects: list[str] = []  # oldest first
         self._since_pack = 0
@@ -902,7 +1026,7 @@ class CommitWorker:
         self._thread: threading.Thread | None = None
         self._packer: threading.Thread | None = None
         self.commit_ms: list[float] = []  # each commit's time, fsyncs included (for benchmarks)
-        self.snapshot_ms: list[float] = []  # each snapshot's time, on the caller's thread
+        self.snapshot_ms: list[float] = []  # each snapshot's time (and its record's), on the caller's thread
         self.pack_ms: list[float] = []
 
     def submit(self, files: Iterable[Path], message: str, *, known: Snapshot | None = None) -> None:
@@ -910,14 +1034,37 @@ class CommitWorker:
         (the files are read now, but those KNOWN holds: :meth:`Snapshotter.take`; git runs later)."""
         t0 = time.perf_counter()
         snap = self.repo.snapshots.take(files, known=known)
+        self._ask(snap, message, keep=True)
         self.snapshot_ms.append((time.perf_counter() - t0) * 1000)
+
+    def submit_snapshot(self, snap: Snapshot, message: str) -> None:
+        """Commit SNAP with MESSAGE, after every commit submitted before; the home's record of
+        the commit not yet made (:data:`UNCOMMITTED`) is the one SNAP was made from, if any."""
+        self._ask(snap, message, keep=False)
+
+    def _ask(self, snap: Snapshot, message: str, *, keep: bool) -> None:
         with self._cond:
+            self._asked += 1
+            if keep and self._record is not None:
+                self._keep_record(snap, message)
             self._pending += 1
             self._pending_subjects.append(message.partition("\n")[0])
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="amacs-git", daemon=True)
                 self._thread.start()
-        self._queue.put((snap, message))
+            self._queue.put((snap, message, self._asked))
+
+    def _keep_record(self, snap: Snapshot, message: str) -> None:
+        """Write :data:`UNCOMMITTED` for SNAP, to be committed with MESSAGE (not synced: the
+        tick's files are not either until their commit; a record lost with them names nothing)."""
+        assert self._record is not None
+        text = json.dumps({"message": message, "files": self._digests.of(snap)}, ensure_ascii=False,
+                          separators=(",", ":"))
+        try:
+            with deferred_sync():
+                atomic_write(self._record, text)
+        except OSError as err:  # the commit is made all the same; only a stop before it loses the tick's
+            log.warning("could not write %s: %s", self._record, err)
 
     @property
     def pending(self) -> int:
@@ -958,7 +1105,7 @@ class CommitWorker:
             item = self._queue.get()
             if item is None:
                 return
-            snap, message = item
+            snap, message, number = item
             t0 = time.perf_counter()
             try:
                 self._sync_changed(snap.paths)
@@ -970,6 +1117,7 @@ class CommitWorker:
                 log.exception("commit failed")
                 self.report(f"git commit failed: {err!r}; the tick is saved on disk", "warning")
             else:
+                self._made(number)
                 if note:
                     self.report(note, "info")
             finally:
@@ -983,6 +1131,15 @@ class CommitWorker:
                 self._since_pack = 0
                 self._packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
                 self._packer.start()
+
+    def _made(self, number: int) -> None:
+        """Commit NUMBER is made: the record goes if it was the newest asked for."""
+        with self._cond:
+            if self._record is not None and number == self._asked:
+                try:
+                    self._record.unlink(missing_ok=True)
+                except OSError as err:  # the next start finds the tick committed and removes it
+                    log.warning("could not remove %s: %s", self._record, err)
 
     def _sync_changed(self, files: Iterable[Path]) -> None:
         """fsync the files that changed since the last sync; their folder too if one was replaced."""

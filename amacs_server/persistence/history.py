@@ -388,7 +388,7 @@ def _drop_tags_of_gone(db: sqlite3.Connection, bases: set[str]) -> None:
 FTS_TABLES = ("items_fts_data", "items_fts_idx", "items_fts_docsize")
 
 
-def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
+def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool = True) -> None:
     """A new memory.db DEST holding SRC's memory as at the tick STATE is of: its item versions up
     to the tick and their tags, the tick's active table, and the full-text index of them; no
     byte of anything written after the tick, nor of SRC's own (its abandoned futures).
@@ -397,7 +397,10 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
     empty one of the same schema: no index is searched, no text is split into words again, and
     no page of SRC is copied with what its free space still holds); then the rows after the tick
     are deleted, their entries taken out of the index, and the index merged into one segment,
-    which drops every entry of a row taken out (here, or by SRC's rewinds).  ``secure_delete``
+    which drops every entry of a row taken out (here, or by SRC's rewinds).  The merge reads and
+    writes the whole index: it is left out when no row is taken out here and SRC's index never
+    had one taken out (FTS5 only marks a deletion): no rewind of its home (REWOUND false) and no
+    ``abandoned_items`` in SRC (each rewind that took rows out kept them there).  ``secure_delete``
     zeroes every cell and page so freed.  The folder the fork is made in is removed if this
     fails or is killed, so the file is written without a journal.  SRC is read in one
     transaction: a consistent copy, also while its home's server writes."""
@@ -414,6 +417,8 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
             for table in ("items", "tags", *FTS_TABLES):
                 db.execute(f"DELETE FROM {table}")  # empty, as the transfer needs (the index's start rows)
                 db.execute(f"INSERT INTO {table} SELECT * FROM home.{table}")
+            rewound = rewound or db.execute("SELECT 1 FROM home.sqlite_master WHERE type = 'table' AND "
+                                            "name = 'abandoned_items'").fetchone() is not None
         db.execute("DETACH DATABASE home")
         faults.point("fork.copied")
         with ltm.transaction():  # a transaction of its own: the index is read as copied, not as cached
@@ -423,7 +428,8 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any]) -> None:
             db.execute("DELETE FROM items WHERE id > ?", (top,))
             _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
-            db.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
+            if later or rewound:
+                db.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
         db.execute("PRAGMA journal_mode=WAL")  # as every memory.db is opened
     finally:
         ltm.close()
@@ -1171,7 +1177,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     shutil.copy2(home / name, made / name)
             faults.point("fork.settings")
             if (home / "memory.db").exists():
-                _memory_up_to(home / "memory.db", made / "memory.db", state)
+                _memory_up_to(home / "memory.db", made / "memory.db", state, rewound=_rewound_before(home) is not None)
                 faults.point("fork.memory")
             atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
