@@ -665,12 +665,20 @@ leaves its server running: \[amacs-shell] opens it again at once."
     t))
 
 (defun amacs-shell--stop-server-with-buffer ()
-  "Stop the server of the shell being killed, if the person said so."
+  "Stop the server of the shell being killed, if the person said so.
+Its hub and the hub's views of commits close with it: they showed a
+server that is gone.  A server left running keeps them."
   (let ((connection amacs--buffer-connection))
     (when (and (amacs-connection-p connection)
                (amacs-life-stop-with-shell (amacs-connection-life connection)))
       (setf (amacs-life-stop-with-shell (amacs-connection-life connection)) nil)
-      (amacs-stop-server connection))))
+      (amacs-stop-server connection)
+      (dolist (buffer (cons (amacs-ui-hub (amacs-connection-ui connection))
+                            (mapcar (lambda (view) (get-buffer (amacs-connection-buffer-name connection view)))
+                                    '("abandoned" "commit"))))
+        (when (buffer-live-p buffer)
+          (quit-windows-on buffer t)
+          (when (buffer-live-p buffer) (kill-buffer buffer)))))))
 
 (defun amacs-shell--forget-buffer ()
   "Forget the stream of the shell buffer being killed: its markers go with it.

@@ -1747,5 +1747,27 @@ a turn goes on says the agent is thinking."
             (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
             (kill-buffer buf)))))))
 
+;; Was: after C-x k on a fork's shell and "y" to stop its server, the fork's
+;; hub stayed open, showing a server that was gone.
+(ert-deftest amacs-shell-test-a-stopped-forks-hub-closes-with-its-shell ()
+  "The hub of a shell whose server the person stopped with it closes too;
+one whose server runs on stays."
+  (dolist (stop '(t nil))
+    (amacs-test-with-connection connection ()
+      (let ((hub (get-buffer-create "*amacs-hub: a fork*"))
+            (log (get-buffer-create (amacs-connection-buffer-name connection "abandoned")))
+            stopped)
+        (setf (amacs-ui-hub (amacs-connection-ui connection)) hub)
+        (setf (amacs-life-stop-with-shell (amacs-connection-life connection)) stop)
+        (unwind-protect
+            (cl-letf (((symbol-function 'amacs-stop-server) (lambda (c) (setq stopped c))))
+              (with-temp-buffer
+                (setq amacs--buffer-connection connection)
+                (amacs-shell--stop-server-with-buffer))
+              (should (eq stopped (and stop connection)))
+              (should (eq (buffer-live-p hub) (not stop)))
+              (should (eq (buffer-live-p log) (not stop))))
+          (dolist (buffer (list hub log)) (when (buffer-live-p buffer) (kill-buffer buffer))))))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
