@@ -215,7 +215,8 @@ the log) and these facts are one notice, each line a `;;' line."
 A line above them says they are resumed, unless SAID: the caller has
 said what they are (a rewind, whose line ends \"The conversation up to
 there:\").  The ▸ changed lines this Emacs showed are shown with their
-turns (`amacs-changes-kept'); a rewind's says why older turns have none."
+turns (`amacs-changes-kept'); a line says why older turns have none (a
+start's, when one of them evaluated)."
   (let ((buffer (amacs-shell--buffer))
         (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
@@ -238,7 +239,11 @@ turns (`amacs-changes-kept'); a rewind's says why older turns have none."
              (substitute-command-keys
               ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
              'amacs-shell-annotation))
-          (when (and said (seq-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since))) recent))
+          ;; A rewind's replay says it of any turn before this Emacs; a start's,
+          ;; of a turn that evaluated (one that did not changed nothing).
+          (when (seq-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since)
+                                           (or said (plist-get e :eval))))
+                          recent)
             (amacs-shell--output
              (format ";; (Turns up to tick %d were before this Emacs: what their evals changed is not known, \
 so they show no ▸ changed line.)" since)

@@ -1081,6 +1081,20 @@ there, and the replayed conversation showed only after M->."
 what their evals changed is not known, so they show no ▸ changed line\.)\namacs> three"
                             (amacs-shell-test--text)))))
 
+;; Was: after a restart the demo's replayed `todo' reply said "RET on the ▸ changed line
+;; below shows the diff" and no line followed, with no word why (a rewind said it).
+(ert-deftest amacs-shell-test-a-restart-says-its-replayed-evals-show-no-changed-line ()
+  "A start whose replayed turns evaluated says, in one line, why they show no ▸ changed line."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:tick 5 :key-ok t
+                              :recent ((:tick 4 :human "todo" :agent "Done: RET on the ▸ changed line below."
+                                        :eval (:form "(find-file \"todo.org\")" :result "t" :success t))
+                                       (:tick 5 :human "five" :agent "5.")))
+      (amacs-shell--greet))
+    (should (string-match-p "Resumed: .*\n;; (Turns up to tick 5 were before this Emacs: \
+what their evals changed is not known, so they show no ▸ changed line\\.)\namacs> todo"
+                            (amacs-shell-test--text)))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
