@@ -16,7 +16,7 @@
 
 (require 'amacs-transport)
 (require 'iso8601)
-(require 'seq)
+(require 'cl-lib)
 (require 'subr-x)
 
 (declare-function amacs-shell--output "amacs-shell")
@@ -85,9 +85,9 @@ input puts it there).  The newest of that text when several are."
                               (string-trim (buffer-substring-no-properties (process-mark process)
                                                                            (point-max)))))))))
     (and (stringp said) (not (string-empty-p said))
-         (car (seq-find (lambda (entry) (equal (amacs-history--label (nth 2 entry))
-                                               (amacs-history--label said)))
-                        entries)))))
+         (car (cl-find-if (lambda (entry) (equal (amacs-history--label (nth 2 entry))
+                                                 (amacs-history--label said)))
+                          entries)))))
 
 (defun amacs-history--complete (prompt labels default)
   "Read one of LABELS, newest first as given, with PROMPT and DEFAULT.
