@@ -15,8 +15,11 @@ pydantic models built, all frozen out of the collector's sight), and only then l
 Each fork becomes the server its launcher asked for, as the experiments' forks do: the launcher's
 standard files, environment, folder and arguments, a process group of its own, stopped when the
 launcher's end of the socket closes.  The warm server tells the launcher the fork's pid, then its
-wait status once it has ended.  It never builds a runtime, opens a home or starts a thread: each
-fork starts from a process that has only imported modules.
+wait status once it has ended.  Emacs itself asks on a second socket, :func:`emacs_socket`, with
+no launcher process (it cannot send files): the fork's stdout and stderr are pipes whose output
+the warm server passes on to Emacs in frames (:func:`_frame`), between the pid and the status.
+It never builds a runtime, opens a home or starts a thread: each fork starts from a process that
+has only imported modules.
 
 It exits, once no fork of it runs, after ``AMACS_WARM_IDLE`` seconds without a launch (default 8
 hours), or when the server's sources or the venv changed since it started (its KEY is stale).
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gc
+import hashlib
 import json
 import os
 import select
@@ -39,7 +43,7 @@ import time
 from typing import Any
 
 from .research.forkserver import become_server, preload
-from .warm_launch import stamp, start_note
+from .warm_launch import PACKAGE, stamp, start_note
 
 IDLE = 8 * 3600.0
 DELAY = 3.0
@@ -54,15 +58,17 @@ def _seconds(name: str, default: float) -> float:
         return default
 
 
-def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
-           others: list[socket.socket], directory: str) -> None:
+def _child(conn: socket.socket, listeners: list[socket.socket], closing: list[int],
+           others: list[socket.socket], directory: str, stdio: tuple[int, int, int] | None = None) -> None:
     """In the fork: become the server the launcher on CONN asked for; never returns.
 
-    CLOSING and OTHERS (the other launchers' connections) are the warm server's, closed here.
-    The server says :func:`.warm_launch.start_note` at hello, when it is due (DIRECTORY's)."""
+    LISTENERS, CLOSING and OTHERS (the other launchers' connections) are the warm server's,
+    closed here.  STDIO: the standard streams of a server Emacs asked for itself (it sends
+    none).  The server says :func:`.warm_launch.start_note` at hello, when it is due (DIRECTORY's)."""
     status = 1
     try:
-        listener.close()
+        for listener in listeners:
+            listener.close()
         signal.set_wakeup_fd(-1)
         for fd in closing:
             os.close(fd)
@@ -70,8 +76,8 @@ def _child(conn: socket.socket, listener: socket.socket, closing: list[int],
             os.close(other.detach())
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server sets its own
         asker = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
-        note = start_note(directory, os.getppid(), asker)
-        status = become_server(conn, {"AMACS_WARM_NOTE": note} if note else None)
+        note = start_note(directory, os.getppid(), asker, emacs=stdio is not None)
+        status = become_server(conn, {"AMACS_WARM_NOTE": note} if note else None, stdio)
     except BaseException:  # noqa: BLE001 - said on the launcher's stderr, then the status
         import traceback
 
@@ -179,8 +185,84 @@ def _same_user(conn: socket.socket) -> bool:
     return bool(uid == os.getuid())
 
 
+def emacs_socket(directory: str) -> str:
+    """The socket in DIRECTORY on which Emacs itself asks this checkout's warm server for a server.
+
+    Named by the Python and the package alone (Emacs names it so, `amacs--warm-socket`), not by
+    :func:`.warm_launch.stamp` (a walk of the sources Emacs would repeat at each start): the warm
+    server checks the stamp as it accepts, and a stale one answers nothing."""
+    mark = f"{sys.executable}|{PACKAGE}".encode(errors="surrogateescape")
+    return os.path.join(directory, f"emacs-{hashlib.sha1(mark).hexdigest()[:16]}.sock")
+
+
+def _frame(kind: bytes, data: bytes) -> bytes:
+    """One message to an Emacs that asked itself: KIND (``p`` pid, ``o`` stdout, ``e`` stderr,
+    ``s`` wait status), DATA's length (4 bytes, big-endian), DATA."""
+    return kind + struct.pack("!I", len(data)) + data
+
+
+def _listen(path: str) -> tuple[socket.socket, int]:
+    """A listener on the Unix socket PATH (mode 0600; a file there is a dead warm server's) and its inode."""
+    try:
+        os.unlink(path)  # the lock is ours: a socket there is a dead warm server's
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    bound = os.stat(path).st_ino  # at exit, the socket file is removed if it is still this one
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    return listener, bound
+
+
+class _Forks:
+    """The servers this warm server forked: each one's launcher connection and, for a server Emacs
+    asked for itself, the read ends of its stdout and stderr, passed on to Emacs as they come."""
+
+    def __init__(self) -> None:
+        self.conns: dict[int, socket.socket] = {}
+        self.relays: dict[int, tuple[int, bytes]] = {}  # read end -> (pid, kind)
+        self.framed: set[int] = set()  # the forks Emacs asked for itself: told in frames
+
+    def relay(self, fd: int) -> bool:
+        """Pass on what FD has to its Emacs; False once FD is closed (and forgotten)."""
+        pid, kind = self.relays[fd]
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            os.close(fd)
+            del self.relays[fd]
+            return False
+        try:
+            self.conns[pid].sendall(_frame(kind, data))
+        except OSError:
+            pass  # Emacs is gone: the fork sees its end closed and stops
+        return True
+
+    def ended(self, pid: int, status: int) -> None:
+        """Tell fork PID's launcher its wait STATUS, after what it wrote last."""
+        conn = self.conns.pop(pid, None)
+        for fd in [fd for fd, (owner, _kind) in self.relays.items() if owner == pid]:
+            while fd in self.relays and self.relay(fd):
+                pass
+        framed = pid in self.framed
+        self.framed.discard(pid)
+        if conn is None:
+            return
+        try:
+            conn.sendall(_frame(b"s", str(status).encode()) if framed else struct.pack("!i", status))
+        except OSError:
+            pass
+        conn.close()
+
+
 def serve(directory: str, key: str) -> int:
-    """Preload, then fork a server for each launch on DIRECTORY/KEY.sock until idle or stale."""
+    """Preload, then fork a server for each launch on DIRECTORY/KEY.sock, and for each Emacs that
+    asks itself on :func:`emacs_socket`, until idle or stale."""
     lock = os.open(os.path.join(directory, f"{key}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -197,16 +279,9 @@ def serve(directory: str, key: str) -> int:
     gc.freeze()
     if threading.active_count() != 1:  # an import started one: forks would lack it
         raise RuntimeError(f"threads running after the imports: {threading.enumerate()}")
-    path = os.path.join(directory, f"{key}.sock")
-    try:
-        os.unlink(path)  # the lock is ours: a socket there is a dead warm server's
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    bound = os.stat(path).st_ino  # at exit, the socket file is removed if it is still this one
-    os.chmod(path, 0o600)
-    listener.listen(64)
+    path, emacs_path = os.path.join(directory, f"{key}.sock"), emacs_socket(directory)
+    listener, bound = _listen(path)
+    emacs_listener, emacs_bound = _listen(emacs_path)  # a newer warm server of this checkout takes it over
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -215,11 +290,12 @@ def serve(directory: str, key: str) -> int:
     signal.signal(signal.SIGTERM, _stop)  # the socket file is removed on the way out
     print(f"warm server {os.getpid()} ready on {path} after {(time.perf_counter() - started) * 1000:.0f} ms "
           "of imports", flush=True)
-    children: dict[int, socket.socket] = {}
+    forks = _Forks()
     used = time.monotonic()
     try:
         while True:
-            ready = select.select([listener.fileno(), wake_r], [], [], min(CHECK, idle + 0.1))[0]
+            ready = select.select([listener.fileno(), emacs_listener.fileno(), wake_r, *forks.relays], [], [],
+                                  min(CHECK, idle + 0.1))[0]
             if wake_r in ready:
                 while True:
                     try:
@@ -227,58 +303,80 @@ def serve(directory: str, key: str) -> int:
                             break
                     except BlockingIOError:
                         break
-            _reap(children)
-            if listener.fileno() in ready:
-                conn, _ = listener.accept()
-                if not _same_user(conn):
+            _reap(forks)
+            for fd in ready:
+                if fd in forks.relays:
+                    forks.relay(fd)
+            for accepting in (listener, emacs_listener):
+                if accepting.fileno() not in ready:
+                    continue
+                conn, _ = accepting.accept()
+                # Emacs asks itself without the launcher's walk of the sources: a warm server whose
+                # sources changed answers nothing, and Emacs starts its launcher instead.
+                if not _same_user(conn) or (accepting is emacs_listener and stamp() != key):
                     conn.close()
                     continue
-                pid = os.fork()
-                if pid == 0:
-                    _child(conn, listener, [wake_r, wake_w, lock], list(children.values()), directory)
-                print(f"warm server {os.getpid()}: forked server {pid}", flush=True)
-                try:
-                    conn.sendall(struct.pack("!i", pid))
-                except OSError:
-                    pass  # the launcher is gone: the fork sees its end closed and stops
-                children[pid] = conn
+                _fork(conn, forks, [listener, emacs_listener], [wake_r, wake_w, lock], directory,
+                      relayed=accepting is emacs_listener)
                 used = time.monotonic()
-                continue
-            if not children and (time.monotonic() - used > idle or stamp() != key):
+            if not forks.conns and (time.monotonic() - used > idle or stamp() != key):
                 print(f"warm server {os.getpid()}: " + ("idle" if time.monotonic() - used > idle else
                                                         "the sources changed") + ", exiting", flush=True)
                 return 0
     finally:
-        try:
-            if os.stat(path).st_ino == bound:
-                os.unlink(path)
-        except OSError:
-            pass
-        listener.close()
+        for where, inode, sock in ((path, bound, listener), (emacs_path, emacs_bound, emacs_listener)):
+            try:
+                if os.stat(where).st_ino == inode:
+                    os.unlink(where)
+            except OSError:
+                pass
+            sock.close()
         os.ftruncate(lock, 0)  # names no process once this one is gone
+
+
+def _fork(conn: socket.socket, forks: _Forks, listeners: list[socket.socket], closing: list[int],
+          directory: str, relayed: bool) -> None:
+    """Fork the server the launcher on CONN asks for; tell it the pid.  RELAYED (Emacs asked itself,
+    and sends no files): the server's stdout and stderr are pipes whose output goes to Emacs in frames."""
+    stdio, ends = None, []
+    if relayed:
+        null = os.open(os.devnull, os.O_RDONLY)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        stdio, ends = (null, out_w, err_w), [out_r, err_r]
+    pid = os.fork()
+    if pid == 0:
+        _child(conn, listeners, closing + list(forks.relays) + ends, list(forks.conns.values()), directory, stdio)
+    print(f"warm server {os.getpid()}: forked server {pid}" + (" for Emacs" if relayed else ""), flush=True)
+    if stdio is not None:
+        for fd in stdio:
+            os.close(fd)
+        for fd, kind in zip(ends, (b"o", b"e"), strict=True):
+            os.set_blocking(fd, False)
+            forks.relays[fd] = (pid, kind)
+        forks.framed.add(pid)
+    try:
+        conn.sendall(_frame(b"p", str(pid).encode()) if relayed else struct.pack("!i", pid))
+    except OSError:
+        pass  # the launcher is gone: the fork sees its end closed and stops
+    forks.conns[pid] = conn
 
 
 def _stop(_signum: int, _frame: object) -> None:
     raise SystemExit(0)
 
 
-def _reap(children: dict[int, socket.socket]) -> None:
+def _reap(forks: _Forks) -> None:
     """Tell the launcher of each fork that has ended its wait status."""
-    while children:
+    while forks.conns:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        conn = children.pop(pid, None)
         print(f"warm server {os.getpid()}: server {pid} ended ({os.waitstatus_to_exitcode(status)})", flush=True)
-        if conn is not None:
-            try:
-                conn.sendall(struct.pack("!i", status))
-            except OSError:
-                pass
-            conn.close()
+        forks.ended(pid, status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -496,15 +496,16 @@ def _stat(pid: int) -> tuple[int, int] | None:
         return None
 
 
-def start_note(directory: str, pid: int, asker: int) -> str:
+def start_note(directory: str, pid: int, asker: int, emacs: bool = False) -> str:
     """What a server warm server PID forks for launcher ASKER says in the shell at hello, when the
     quit note was never said (the terminal closed with Emacs, and ./amacs with it): that it
     stays, and how to stop it.  "" once said for this checkout, here or at a quit
     (:func:`told_mark`), and "" when ASKER's Emacs (or ./amacs, for an early request) started
     before the warm server: that Emacs's session started it, and its quit says the note (a fork's
-    or a restart's server in it would say it in a shell of its own, and leave the quit silent)."""
+    or a restart's server in it would say it in a shell of its own, and leave the quit silent).
+    EMACS: ASKER is that Emacs itself (it asked with no launcher)."""
     asked, warm = _stat(asker), _stat(pid)
-    started = _stat(asked[0]) if asked is not None else None
+    started = asked if emacs else _stat(asked[0]) if asked is not None else None
     if started is None or warm is None or started[1] <= warm[1]:
         return ""
     try:

@@ -311,41 +311,194 @@ with TOKEN as its token."
 
 (defun amacs--start-server-process (&optional connection)
   "Start CONNECTION's server with a fresh token.
-It connects when the server prints its port.  The first start through
-the warm server's launcher takes the server ./amacs asked for, if any,
-with its token: see `amacs--take-early-start'."
+It connects when the server prints its port.  Through the warm
+server's launcher, Emacs asks the warm server itself first (see
+`amacs--ask-warm-server'); the launcher runs when that one does not
+answer, and for the first start when ./amacs asked for the server
+early: it takes that server, with its token (see
+`amacs--take-early-start')."
   (let* ((connection (or connection (amacs-current-connection)))
          (command (amacs--server-launch-command))
-         (early (and (string-suffix-p "warm_launch.py" (car (last command)))
-                     (amacs--take-early-start)))
+         (warm (string-suffix-p "warm_launch.py" (car (last command))))
+         (early (and warm (amacs--take-early-start)))
          (token (or (cdr early) (amacs--make-token)))
          (process-environment (append (and early (list (concat "AMACS_EARLY=" (car early))))
                                       (amacs--server-environment token connection)))
          (stderr (get-buffer-create (amacs--stderr-buffer-name connection))))
     (amacs--expect-hello connection token)
     (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
-    (condition-case err
-        (let ((proc (make-process :name "amacs-server"
-                                  :buffer (generate-new-buffer " *amacs-server*")
-                                  :command command
-                                  :connection-type 'pipe
-                                  :noquery t
-                                  :stderr stderr
-                                  :filter #'amacs--server-filter
-                                  :sentinel #'amacs--server-sentinel)))
-          (process-put proc 'amacs-connection connection)
-          (process-put proc 'amacs-stderr stderr)
-          (setf (amacs-life-process (amacs-connection-life connection)) proc))
-      (file-error
-       (amacs-with-connection connection
-         (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
-                     amacs-server-command (error-message-string err)))))
+    (setf (amacs-life-process (amacs-connection-life connection))
+          (or (and warm (not early)
+                   (amacs--ask-warm-server connection (car command) command stderr))
+              (amacs--start-process connection command stderr)))
     ;; The connection's library loads while the server imports its own (Python
     ;; takes ~10 times longer), not before the process starts nor after its port
     ;; line, and after the command that started it (a timer): the shell's prompt
     ;; is shown first (M-x amacs-shell -> prompt: 281 -> 129 ms, load ~10).
     ;; Connecting requires it again, and says so if it is missing.
     (run-at-time 0 nil (lambda () (require 'epc nil t)))))
+
+(defun amacs--start-process (connection command stderr)
+  "Start COMMAND as CONNECTION's server, its stderr into buffer STDERR.
+Return the process, or nil (said) when COMMAND cannot run."
+  (condition-case err
+      (let ((proc (make-process :name "amacs-server"
+                                :buffer (generate-new-buffer " *amacs-server*")
+                                :command command
+                                :connection-type 'pipe
+                                :noquery t
+                                :stderr stderr
+                                :filter #'amacs--server-filter
+                                :sentinel #'amacs--server-sentinel)))
+        (process-put proc 'amacs-connection connection)
+        (process-put proc 'amacs-stderr stderr)
+        proc)
+    (file-error
+     (amacs-with-connection connection
+       (amacs--say "Cannot start the AMACS server %S: %s. Install it with M-x amacs-install-server (or run ./amacs once in the checkout), or customize `amacs-server-command'."
+                   amacs-server-command (error-message-string err)))
+     nil)))
+
+;;;; A server forked by the warm server, asked for by Emacs itself
+
+(defun amacs--warm-directory ()
+  "The folder of this user's warm servers.
+As amacs_server/warm_launch.py names it."
+  (let ((chosen (getenv "AMACS_WARM_DIR")))
+    (if (and chosen (not (string-empty-p chosen)))
+        chosen
+      (expand-file-name (format "amacs-warm-%d" (user-uid))
+                        (let ((runtime (getenv "XDG_RUNTIME_DIR")))
+                          (if (and runtime (not (string-empty-p runtime))) runtime "/tmp"))))))
+
+(defun amacs--private-directory-p (dir)
+  "Non-nil when DIR is a folder (not a link) of this user's.
+And no one else may open it."
+  (let ((attributes (file-attributes dir 'integer)))
+    (and (eq (file-attribute-type attributes) t)
+         (eql (file-attribute-user-id attributes) (user-uid))
+         (string-match-p "\\`d...------\\'" (file-attribute-modes attributes)))))
+
+(defun amacs--warm-socket (python)
+  "The socket where the warm server of PYTHON forks servers for Emacs.
+The warm server of PYTHON and this checkout.  Nil when its folder
+is not private.  Named by PYTHON and the package's folder alone
+\(amacs_server/warm.py, `emacs_socket'): the warm server answers only
+while its sources are unchanged."
+  (let ((directory (amacs--warm-directory))
+        (mark (concat python "|" (directory-file-name (expand-file-name "amacs_server" amacs--root)))))
+    (and (amacs--private-directory-p directory)
+         (expand-file-name (format "emacs-%s.sock"
+                                   (substring (secure-hash 'sha1 (encode-coding-string mark 'utf-8)) 0 16))
+                           directory))))
+
+(defun amacs--warm-request ()
+  "Return the request for a server, started as `make-process' would start it.
+Its environment (`process-environment', the first entry of a name
+winning, as for a process), folder (`default-directory') and no
+arguments, in JSON after its length (4 bytes, big-endian)."
+  (let ((env (make-hash-table :test #'equal))
+        (cwd (directory-file-name (expand-file-name default-directory))))
+    (dolist (entry process-environment)
+      (let* ((at (string-search "=" entry))
+             (name (if at (substring entry 0 at) entry)))
+        (unless (gethash name env)
+          (puthash name (if at (substring entry (1+ at)) :unset) env))))
+    (maphash (lambda (name value) (when (eq value :unset) (remhash name env))) env)
+    (puthash "PWD" cwd env)             ; as Emacs sets it for the processes it starts
+    (let ((json (encode-coding-string
+                 (json-serialize (list :argv [] :env env :cwd cwd)) 'utf-8)))
+      (concat (unibyte-string (logand (ash (length json) -24) 255) (logand (ash (length json) -16) 255)
+                              (logand (ash (length json) -8) 255) (logand (length json) 255))
+              json))))
+
+(defun amacs--ask-warm-server (connection python command stderr)
+  "Ask the warm server of PYTHON for CONNECTION's server.
+Return the connection to the warm server, or nil.
+No Python process starts: the warm server forks the server and passes
+on what it writes, its pid and its end (`amacs--warm-filter').  When it
+answers nothing (none runs, or its sources changed), COMMAND (the
+launcher) starts the server, its stderr into buffer STDERR.  The
+server stops as Emacs closes this connection (`delete-process', or
+Emacs gone)."
+  (let ((socket (amacs--warm-socket python)))
+    (when (and socket (file-exists-p socket) (file-directory-p default-directory)
+               (not (file-remote-p default-directory)))
+      (let* ((buffer (generate-new-buffer " *amacs-server*"))
+             (proc (ignore-errors
+                     (make-network-process :name "amacs-server" :family 'local :service socket
+                                           :buffer buffer :coding 'binary :noquery t
+                                           :filter #'amacs--warm-filter
+                                           :sentinel #'amacs--warm-sentinel))))
+        (when proc
+          (process-put proc 'amacs-connection connection)
+          (process-put proc 'amacs-stderr stderr)
+          (process-put proc 'amacs-launcher (list command process-environment))
+          (unless (ignore-errors (process-send-string proc (amacs--warm-request)) t)
+            (process-put proc 'amacs-reported t) ; gone already: the launcher starts it
+            (delete-process proc)
+            (setq proc nil)))
+        (unless proc (kill-buffer buffer))
+        proc))))
+
+(defun amacs--read-frames (data)
+  "The warm server's messages in unibyte DATA.
+Return ((KIND . PAYLOAD) ...) . REST.
+Each is a byte KIND (?p its pid, ?o stdout, ?e stderr, ?s its wait
+status), PAYLOAD's length (4 bytes, big-endian), PAYLOAD; REST is the
+start of one not yet whole."
+  (let ((frames nil) (start 0))
+    (while (and (>= (- (length data) start) 5)
+                (let ((size (+ (ash (aref data (+ start 1)) 24) (ash (aref data (+ start 2)) 16)
+                               (ash (aref data (+ start 3)) 8) (aref data (+ start 4)))))
+                  (when (>= (- (length data) start 5) size)
+                    (push (cons (aref data start) (substring data (+ start 5) (+ start 5 size))) frames)
+                    (setq start (+ start 5 size))))))
+    (cons (nreverse frames) (substring data start))))
+
+(defun amacs--warm-filter (proc output)
+  "Take the warm server's messages about the server of PROC from OUTPUT."
+  (pcase-let ((`(,frames . ,rest) (amacs--read-frames (concat (process-get proc 'amacs-frames) output))))
+    (process-put proc 'amacs-frames rest)
+    (dolist (frame frames)
+      (pcase (car frame)
+        (?p (process-put proc 'amacs-pid (string-to-number (cdr frame))))
+        (?o (amacs--server-filter proc (decode-coding-string (cdr frame) 'utf-8)))
+        (?e (let ((stderr (process-get proc 'amacs-stderr)))
+              (when (buffer-live-p stderr)
+                (with-current-buffer stderr
+                  (goto-char (point-max))
+                  (insert (decode-coding-string (cdr frame) 'utf-8))))))
+        (?s (process-put proc 'amacs-wait-status (string-to-number (cdr frame))))))))
+
+(defun amacs--warm-sentinel (proc event)
+  "Report that the server of PROC ended, with EVENT.
+As `amacs--server-sentinel' does.
+When the warm server answered nothing (no pid), start the server with
+the launcher instead: it starts afresh, and a new warm server."
+  (unless (process-live-p proc)
+    (let ((connection (amacs--process-connection proc)))
+      (if (and (not (process-get proc 'amacs-pid)) (not (process-get proc 'amacs-reported))
+               (eq proc (amacs-life-process (amacs-connection-life connection))))
+          (pcase-let ((`(,command ,process-environment) (process-get proc 'amacs-launcher)))
+            (process-put proc 'amacs-reported t)
+            (when (buffer-live-p (process-buffer proc))
+              (kill-buffer (process-buffer proc)))
+            (setf (amacs-life-process (amacs-connection-life connection))
+                  (amacs--start-process connection command (process-get proc 'amacs-stderr))))
+        (amacs--server-sentinel proc (if (process-get proc 'amacs-pid) (amacs--end-words proc) event))))))
+
+(defun amacs--server-end (proc)
+  "How dead server PROC ended.
+Return (signal . NUMBER), (exit . CODE), or (STATUS . CODE).
+A server the warm server forked for Emacs ended as its wait status
+says; without one, the warm server went too (the launcher said 1)."
+  (if (eq (process-type proc) 'network)
+      (let ((status (process-get proc 'amacs-wait-status)))
+        (cond ((null status) '(exit . 1))
+              ((/= (logand status 127) 0) (cons 'signal (logand status 127)))
+              (t (cons 'exit (logand (ash status -8) 255)))))
+    (cons (process-status proc) (process-exit-status proc))))
 
 (defun amacs--process-connection (proc)
   "The connection server PROC serves; else the current one."
@@ -453,8 +606,8 @@ has read the last messages (both are ready when the server is killed)."
 Whoever notices the end first says it: the sentinel, or a new start
 before the sentinel has run; both name it alike (\"killed\", not
 \"signal\")."
-  (let ((code (process-exit-status proc)))
-    (pcase (process-status proc)
+  (pcase-let ((`(,status . ,code) (amacs--server-end proc)))
+    (pcase status
       ('signal (pcase code
                  (9 "killed") (15 "terminated") (2 "interrupt") (1 "hangup")
                  (_ (format "signal %d" code))))
@@ -501,7 +654,7 @@ in a row; then stop trying, drop what waits, run
     (amacs-with-connection connection
       (cond
        ((process-get proc 'amacs-accepted) (amacs-start-server connection))
-       ((eql (process-exit-status proc) amacs--exit-home-in-use)
+       ((eql (cdr (amacs--server-end proc)) amacs--exit-home-in-use)
         (amacs--stop-trying connection "Not trying again while that server serves the home."))
        ((< failures amacs-start-attempts)
         (let ((delay (* amacs--retry-base (expt 2 (1- failures)))))

@@ -882,9 +882,9 @@ def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake):
         repo.pack()
         assert packed_records(home)[-1] == (head, pack_names(home))
     records = packed_records(home)
-    assert len(records) == 4
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
     assert len(pack_names(home)) < 4  # rolled up: the first notes name the packs that took theirs in
+    assert len({frozenset(names) for _sha, names in records}) == len(records)  # the newest of the same packs
     (home / ".git" / PACKED_FILE).unlink()  # packed before notes were kept
     run(home, fake, [("say", "five")])
     repo.pack()
@@ -1009,6 +1009,46 @@ def _index_rows(db_path: Path) -> list[tuple[Any, ...]]:
         return db.execute("SELECT * FROM items_fts_data ORDER BY id").fetchall()
     finally:
         db.close()
+
+
+def test_a_forks_memory_holds_no_stale_copy_of_a_later_rows_key_the_homes_index_pages_kept(tmp_path):
+    """Why the fork copies rows, not the home's file: SQLite moving cells between index pages (a
+    row's base inserted amid others) leaves stale copies of keys in the pages' unused space, which
+    secure_delete does not zero.  The home's file holds such copies of later rows' bases; a copy
+    of it with those rows deleted (secure_delete on, the index merged) still does; the fork does not."""
+    import random
+    import shutil
+
+    from amacs_server.memory.ltm import LongTermMemory
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    ltm.db.execute("PRAGMA secure_delete=ON")
+    rng = random.Random(1)
+    bases = [f"b{rng.randrange(10**9):09d}" for _ in range(3000)]
+    for i in range(1, 6001):  # a transaction a row, as ticks write them
+        late = i > 4000 and i % 2
+        base = f"b{rng.randrange(10**9):09d}latebase{i}zq" if late else rng.choice(bases)
+        with ltm.transaction():
+            ltm.db.execute("INSERT INTO items (id, base, version, tier, kind, created_at_ms, content, text) "
+                           "VALUES (?, ?, ?, 'ltm', 'note', 0, '{}', ?)", (i, base, i, f"row{i}"))
+            ltm.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (i, f"row{i}"))
+    ltm.close()
+    home = (tmp_path / "memory.db").read_bytes()
+    assert len(re.findall(rb"tebase\d+zq", home)) > 2 * 1000  # each in its row, its index entry, and stale
+    shutil.copyfile(tmp_path / "memory.db", tmp_path / "copy.db")
+    copy = sqlite3.connect(tmp_path / "copy.db")
+    try:
+        copy.execute("PRAGMA secure_delete=ON")
+        copy.executemany("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)",
+                         copy.execute("SELECT id, text FROM items WHERE id > 4000").fetchall())
+        copy.execute("DELETE FROM items WHERE id > 4000")
+        copy.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
+        copy.commit()
+    finally:
+        copy.close()
+    assert re.findall(rb"tebase\d+zq", (tmp_path / "copy.db").read_bytes())
+    history._memory_up_to(tmp_path / "memory.db", tmp_path / "fork.db", {"ltm_max_id": 4000, "active": []})
+    assert not re.findall(rb"tebase\d+zq", (tmp_path / "fork.db").read_bytes())
 
 
 def _segments(db_path: Path) -> int:

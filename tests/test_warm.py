@@ -12,6 +12,8 @@ import json
 import os
 import py_compile
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -482,3 +484,183 @@ def test_the_quit_note_is_due_once_for_each_checkout(warm_env: dict[str, str]) -
     finally:
         other.kill()
         other.wait()
+
+
+def ask_as_emacs(env: dict[str, str], argv: list[str] | None = None) -> socket.socket:
+    """Ask the warm server for a server as Emacs does itself (amacs-server.el, `amacs--ask-warm-server'):
+    on its Emacs socket, the request without files."""
+    from amacs_server.warm import emacs_socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(emacs_socket(env["AMACS_WARM_DIR"]))
+    body = json.dumps({"argv": argv or [], "env": env, "cwd": str(ROOT)}).encode()
+    sock.sendall(struct.pack("!I", len(body)) + body)
+    return sock
+
+
+def frames(sock: socket.socket) -> Iterator[tuple[bytes, bytes]]:
+    """The warm server's messages to Emacs on SOCK, as they come: (kind, payload)."""
+    data = b""
+    while True:
+        while len(data) < 5 or len(data) < 5 + struct.unpack("!I", data[1:5])[0]:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:  # closed with the request unread: as Emacs sees it, the end
+                chunk = b""
+            if not chunk:
+                assert data == b"", data
+                return
+            data += chunk
+        size = struct.unpack("!I", data[1:5])[0]
+        yield data[:1], data[5:5 + size]
+        data = data[5 + size:]
+
+
+def test_emacs_asks_the_warm_server_itself_and_is_told_the_forks_pid_output_and_end(
+        warm_env: dict[str, str]) -> None:
+    """No launcher process: Emacs connects to the warm server's Emacs socket and sends no files; the
+    warm server tells it the fork's pid, passes on what the fork writes to stdout (its port), and
+    its wait status once it has ended (killed: signal 9, as Emacs would have seen the process)."""
+    warm = warm_pid(warm_env)
+    sock = ask_as_emacs(warm_env)
+    messages = frames(sock)
+    kind, pid = next(messages)
+    assert kind == b"p" and parent_of(int(pid)) == warm
+    kind, port = next(messages)
+    assert kind == b"o"
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    info = json.loads((home / "server.json").read_text())
+    assert (info["pid"], info["port"]) == (int(pid), int(port))
+    os.kill(int(pid), signal.SIGKILL)
+    rest = list(messages)
+    assert rest[-1][0] == b"s" and os.WIFSIGNALED(int(rest[-1][1])) and os.WTERMSIG(int(rest[-1][1])) == 9
+
+
+def test_a_server_emacs_asked_for_says_its_errors_and_status(warm_env: dict[str, str]) -> None:
+    warm_pid(warm_env)
+    said = list(frames(ask_as_emacs(warm_env, ["--no-such-option"])))
+    assert [kind for kind, _ in said][0] == b"p" and said[-1] == (b"s", str(2 << 8).encode())
+    assert "unrecognized arguments: --no-such-option" in b"".join(data for kind, data in said if kind == b"e").decode()
+
+
+def test_a_server_emacs_asked_for_stops_when_emacs_closes_its_end(warm_env: dict[str, str]) -> None:
+    """Emacs's delete-process, or Emacs gone: the fork stops as on SIGTERM (server.json removed)."""
+    warm_pid(warm_env)
+    sock = ask_as_emacs(warm_env)
+    messages = frames(sock)
+    next(messages)
+    next(messages)
+    home = Path(warm_env["AMACS_HOME"])
+    wait_until(lambda: (home / "server.json").exists(), what="server.json")
+    server = json.loads((home / "server.json").read_text())["pid"]
+    log_file = home / "logs" / "server.log"
+    wait_until(lambda: "serving on" in log_file.read_text(), what="the server to serve")
+    sock.close()
+    wait_until(lambda: not alive(server), timeout=30, what="the fork to stop")
+    assert not (home / "server.json").exists()
+    assert "stopping on signal SIGTERM" in (home / "logs" / "server.log").read_text()
+
+
+def test_a_warm_server_whose_sources_changed_answers_emacs_nothing(warm_env: dict[str, str]) -> None:
+    """Emacs names the socket without the sources' stamp: the warm server checks it, and a stale one
+    closes Emacs's connection unanswered (Emacs then runs the launcher) and exits."""
+    directory = warm_env["AMACS_WARM_DIR"]
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from amacs_server.warm import main; sys.exit(main())"
+    stale = subprocess.Popen([sys.executable, "-c", code, directory, "0badc0de"], env=warm_env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from amacs_server.warm import emacs_socket
+
+    wait_until(lambda: os.path.exists(emacs_socket(directory)), what="the stale warm server to listen")
+    assert list(frames(ask_as_emacs(warm_env))) == []
+    assert stale.wait(timeout=30) == 0
+    assert not Path(warm_env["AMACS_HOME"], "server.json").exists()
+
+
+def emacs_asking(env: dict[str, str], body: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run BODY in a batch Emacs whose server command is the warm launcher, as an interactive Emacs's is;
+    `wait' there waits (at most a minute) until its form is true."""
+    command = f"(list {json.dumps(sys.executable)} \"-S\" \"-c\" amacs--launcher-code {json.dumps(str(LAUNCHER))})"
+    program = f"""(progn
+  (add-to-list 'package-directory-list "/usr/share/emacs/site-lisp/elpa") (package-initialize)
+  (require 'amacs)
+  (defmacro wait (form)
+    `(let ((deadline (+ (float-time) 60)))
+       (while (and (not ,form) (< (float-time) deadline)) (accept-process-output nil 0.05))
+       (or ,form (error "Timed out: %S" ',form))))
+  (defun children () (split-string (with-temp-buffer (insert-file-contents
+    (format "/proc/%d/task/%d/children" (emacs-pid) (emacs-pid))) (buffer-string))))
+  (advice-add 'amacs--server-launch-command :override (lambda () {command}))
+  {body})"""
+    return subprocess.run(["emacs", "-Q", "--batch", "-L", str(ROOT / "elisp"), "--eval", program], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_emacs_is_served_by_a_fork_it_asked_for_itself_with_no_process_of_its_own(warm_env: dict[str, str]) -> None:
+    """The launcher's Python (~86 ms a start, 15-30 ms of CPU) was on the path from Emacs's start of
+    the server to its port: Emacs asks the warm server itself.  It has no child process while
+    served; a killed server is reported killed; one stopped exits 0 (finished); the next stops when Emacs exits."""
+    warm = warm_pid(warm_env)
+    ran = emacs_asking(warm_env, """
+  (amacs-start-server)
+  (wait (amacs-live-p))
+  (let ((proc (amacs-server-process)))
+    (princ (format "served type=%s parent=%s children=%S\\n" (process-type proc)
+                   (alist-get 'ppid (process-attributes (process-get proc 'amacs-pid))) (children)))
+    (signal-process (process-get proc 'amacs-pid) 'SIGKILL)
+    (wait (and (not (amacs-live-p)) (not (amacs-server-process)))))
+  (amacs-start-server)
+  (wait (amacs-live-p))
+  (let ((proc (amacs-server-process)))
+    (amacs-stop-server)
+    (princ (format "stopped live=%s end=%s\\n" (process-live-p proc) (car (split-string (amacs--end-words proc))))))
+  (amacs-start-server)
+  (wait (amacs-live-p))
+  (princ (format "again pid=%s\\n" (process-get (amacs-server-process) 'amacs-pid)))""")
+    assert ran.returncode == 0, ran.stderr
+    served, stopped, again = (line.split() for line in ran.stdout.splitlines())
+    assert stopped == ["stopped", "live=nil", "end=finished"], ran.stdout  # stopped as a process: exit 0
+    assert served[1:] == ["type=network", f"parent={warm}", "children=nil"], ran.stdout
+    assert "AMACS server stopped (killed)" in ran.stderr, ran.stderr
+    second = int(again[1].removeprefix("pid="))
+    wait_until(lambda: not alive(second), timeout=30, what="the server to stop once Emacs exited")
+    assert "stopping on signal SIGTERM" in (Path(warm_env["AMACS_HOME"]) / "logs" / "server.log").read_text()
+
+
+def test_emacs_runs_the_launcher_when_the_warm_server_answers_nothing(warm_env: dict[str, str]) -> None:
+    """A warm server whose sources changed closes Emacs's connection unanswered: Emacs starts the
+    launcher, which starts the server afresh (as with no warm server) and a new warm server."""
+    directory = warm_env["AMACS_WARM_DIR"]
+    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from amacs_server.warm import main; sys.exit(main())"
+    stale = subprocess.Popen([sys.executable, "-c", code, directory, "0badc0de"], env=warm_env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from amacs_server.warm import emacs_socket
+
+    wait_until(lambda: os.path.exists(emacs_socket(directory)), what="the stale warm server to listen")
+    ran = emacs_asking({**warm_env, "AMACS_WARM_DELAY": "600"}, """
+  (amacs-start-server)
+  (wait (amacs-live-p))
+  (let ((proc (amacs-server-process)))
+    (princ (format "served type=%s children=%d\\n" (process-type proc) (length (children)))))
+  (amacs-stop-server)""")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["served", "type=real", "children=1"], ran.stdout
+    assert stale.wait(timeout=30) == 0
+    assert "AMACS server stopped" not in ran.stderr and "did not start" not in ran.stderr, ran.stderr
+
+
+def test_the_start_note_of_an_emacs_that_asked_itself_goes_by_that_emacss_start(tmp_path: Path) -> None:
+    """Emacs asked with no launcher: the peer is that Emacs, not a launcher whose parent is Emacs.
+    An Emacs started after the warm server (from a shell older than it) is told; by its parent's
+    start it would not be."""
+    time.sleep(0.02)  # this process (the Emacs's parent here) started well before the "warm server"
+    warm = subprocess.Popen(["sleep", "30"])
+    time.sleep(0.05)
+    emacs = subprocess.Popen(["sleep", "30"])
+    try:
+        assert warm_launch.start_note(str(tmp_path), warm.pid, emacs.pid) == ""
+        assert warm_launch.start_note(str(tmp_path), warm.pid, emacs.pid, emacs=True).startswith(
+            f"Your warm server (pid {warm.pid}) stays")
+    finally:
+        warm.kill()
+        emacs.kill()

@@ -68,7 +68,8 @@ PACK_NICE = 10
 # first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
 # never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
 # their place), so the statement stays true while those packs exist.  A fork walks the history
-# only down to such a commit.  The newest PACKED_KEEP are kept.
+# only down to such a commit.  Of the commits said of the same packs only the newest is kept (it
+# says more), and of the rest the newest PACKED_KEEP.
 PACKED_FILE = "amacs-packed"
 PACKED_KEEP = 32
 
@@ -869,7 +870,11 @@ class HomeRepo:
             if names <= after:  # a pack removed by another (a person's gc): not known to hold them
                 kept.append((sha, names))
         kept.append((head, after))
-        atomic_write(path, json.dumps([[sha, sorted(names)] for sha, names in kept[-PACKED_KEEP:]]))
+        newest: dict[frozenset[str], str] = {}  # of notes naming the same packs the newest commit says all
+        for sha, names in kept:
+            newest.pop(frozenset(names), None)
+            newest[frozenset(names)] = sha
+        atomic_write(path, json.dumps([[sha, sorted(names)] for names, sha in list(newest.items())[-PACKED_KEEP:]]))
 
     def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
         """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the

@@ -374,6 +374,9 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
             _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+            # Known level with no org file now (LongTermMemory.level): a version the last start wrote
+            # to bring it level with a file may be gone, though the file restored is the same.
+            db.execute("DELETE FROM level")
         return len(later)
     finally:
         ltm.close()

@@ -121,16 +121,25 @@ def _watch_launcher(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="amacs-launcher-watch", daemon=True).start()
 
 
-def become_server(conn: socket.socket, extra_env: dict[str, str] | None = None) -> int:
+def become_server(conn: socket.socket, extra_env: dict[str, str] | None = None,
+                  stdio: tuple[int, int, int] | None = None) -> int:
     """In a fork: become the server the launcher on CONN asked for (its standard streams, its
     environment, with EXTRA_ENV, and folder, its argv) and run it; its exit status.  What went
-    wrong is said on the launcher's stderr."""
+    wrong is said on the launcher's stderr.
+
+    A launcher that sends no files (Emacs itself) gets STDIO as the server's standard streams."""
     status = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server waits for its own children (git)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.setpgid(0, 0)  # a group of its own, as Emacs gives its processes
         request, fds = _read_request(conn)
+        if stdio is not None:
+            if fds:
+                for fd in stdio:
+                    os.close(fd)
+            else:
+                fds = list(stdio)
         for target, fd in zip((0, 1, 2), fds, strict=False):
             os.dup2(fd, target)
             os.close(fd)

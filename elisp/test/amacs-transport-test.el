@@ -367,6 +367,13 @@ round begins only when asked."
       (delete-file count-file)
       (delete-directory amacs-home t)))))
 
+(defun amacs-transport-test--ask-and-wait (conn)
+  "Ask for CONN's server; wait (at most 10 s) until nothing waits for one."
+  (amacs-when-ready #'ignore)
+  (let ((deadline (+ (float-time) 10)))
+    (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
+      (accept-process-output nil 0.02))))
+
 (ert-deftest amacs-transport-test-a-silent-crash-says-its-stderr ()
   "A server that dies before its log opens is explained by the last line it wrote to stderr."
   (let* ((amacs-server-command (list "sh" "-c" "echo 'PermissionError: no' >&2; exit 1"))
@@ -376,10 +383,7 @@ round begins only when asked."
    (amacs-test-with-connection conn ()
     (unwind-protect
         (progn
-          (amacs-when-ready #'ignore)
-          (let ((deadline (+ (float-time) 10)))
-            (while (and (amacs-life-on-ready (amacs-connection-life conn)) (< (float-time) deadline))
-              (accept-process-output nil 0.02)))
+          (amacs-transport-test--ask-and-wait conn)
           (should (seq-find (lambda (s) (string-match-p
                                          "did not start: exited abnormally with code 1: PermissionError: no" s))
                             said)))
@@ -453,5 +457,73 @@ agent's eval result is the message alone."
     (should-not (getenv "AMACS_EARLY"))
     (should-not (getenv "AMACS_EARLY_TOKEN"))
     (should-not (amacs--take-early-start))))
+
+;;;; A server the warm server forked for Emacs itself
+
+(defun amacs-transport-test--warm-frame (kind text)
+  "The warm server's message KIND (a byte) with TEXT, as amacs_server/warm.py frames it."
+  (let ((size (length text)))
+    (concat (unibyte-string kind (logand (ash size -24) 255) (logand (ash size -16) 255)
+                            (logand (ash size -8) 255) (logand size 255))
+            text)))
+
+(ert-deftest amacs-transport-test-the-warm-servers-messages-in-any-split ()
+  "Its messages are read whole however the socket splits them, a part kept for the rest."
+  (let* ((frames (list (cons ?p "4242") (cons ?o "40123\n") (cons ?e (make-string 300 ?x)) (cons ?s "256")))
+         (data (apply #'concat (mapcar (lambda (f) (amacs-transport-test--warm-frame (car f) (cdr f))) frames))))
+    (dotimes (at (1+ (length data)))
+      (pcase-let* ((`(,first . ,rest) (amacs--read-frames (substring data 0 at)))
+                   (`(,second . ,left) (amacs--read-frames (concat rest (substring data at)))))
+        (should (equal (append first second) frames))
+        (should (equal left ""))))))
+
+(ert-deftest amacs-transport-test-a-fork-of-the-warm-server-ends-as-a-process-does ()
+  "What the fork wrote to stderr and its end (its wait status) are said as a server process's.
+Emacs asked the warm server itself (no process of its own): a fake one
+here, which forks nothing, writes to stderr and exits 1."
+  (let* ((socket (make-temp-name (expand-file-name "amacs-warm-test-" temporary-file-directory)))
+         (fake (make-network-process
+                :name "amacs-test-warm" :server t :family 'local :service socket :noquery t
+                :coding 'binary :filter #'ignore
+                :log (lambda (_server client _message)
+                       (process-send-string
+                        client (concat (amacs-transport-test--warm-frame ?p "4242")
+                                       (amacs-transport-test--warm-frame ?e "PermissionError: no\n")
+                                       (amacs-transport-test--warm-frame ?s (number-to-string (ash 1 8)))))
+                       (delete-process client))))
+         (amacs-start-attempts 1) (amacs--retry-base 0.05)
+         (amacs-disconnect-hook nil) (amacs-start-failed-hook nil) (said nil)
+         (amacs-transport-message-function (lambda (text) (push text said))))
+    (cl-letf (((symbol-function 'amacs--server-launch-command) (lambda () (list "false" "warm_launch.py")))
+              ((symbol-function 'amacs--warm-socket) (lambda (_python) socket)))
+      (amacs-test-with-connection conn ()
+        (unwind-protect
+            (progn
+              ;; The launcher's command here, "false", would say no PermissionError.
+              (amacs-transport-test--ask-and-wait conn)
+              (should (seq-find (lambda (s) (string-match-p
+                                             "did not start: exited abnormally with code 1: PermissionError: no" s))
+                                said)))
+          (delete-process fake)
+          (delete-file socket)
+          (delete-directory amacs-home t))))))
+
+(ert-deftest amacs-transport-test-a-fork-of-the-warm-server-is-named-by-its-wait-status ()
+  "Killed, exited, or no status at all (the warm server went too: 1, as the launcher said)."
+  (let* ((socket (make-temp-name (expand-file-name "amacs-warm-test-" temporary-file-directory)))
+         (proc (make-network-process :name "amacs-test-warm" :server t :family 'local :service socket
+                                     :noquery t)))
+    (unwind-protect
+        (progn
+          (process-put proc 'amacs-wait-status 9)
+          (should (equal (amacs--end-words proc) "killed"))
+          (process-put proc 'amacs-wait-status (ash 3 8))
+          (should (equal (amacs--end-words proc) "exited abnormally with code 3"))
+          (process-put proc 'amacs-wait-status 0)
+          (should (equal (amacs--end-words proc) "finished"))
+          (process-put proc 'amacs-wait-status nil)
+          (should (equal (amacs--end-words proc) "exited abnormally with code 1")))
+      (delete-process proc)
+      (delete-file socket))))
 
 ;;; amacs-transport-test.el ends here

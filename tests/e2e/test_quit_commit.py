@@ -19,6 +19,7 @@ import time
 import pytest
 
 from tests.e2e.harness import finish_emacs, start_emacs
+from tests.e2e.test_quit_mid_reply import _alive
 from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
@@ -27,18 +28,6 @@ pytestmark = pytest.mark.e2e
 # them, so the stand-in ignores them first, as git leaves them unheeded.
 SLOW_GIT = "#!/bin/sh\ntrap '' HUP TERM INT\nsleep 0.1\nexec {git} \"$@\"\n"
 TICKS = 3
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, its parent not yet told) is gone too
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _git(home, *args: str) -> str:

@@ -133,6 +133,12 @@ def test_a_warm_server_no_shell_named_is_named_at_the_next_start(
     second = terminal(**env)
     second.wait_for(f"Your warm server (pid {warm}) stays after Emacs quits", timeout=30)
     assert "./amacs --stop-warm stops it" in second.screen()
+    # Served by a fork Emacs asked the warm server for itself: no launcher process in between.
+    assert _parent(json.loads((second.amacs_home / "server.json").read_text())["pid"]) == warm
+    assert second._pane_pid is not None
+    emacs = _child(second._pane_pid, "emacs")
+    children = Path(f"/proc/{emacs}/task/{emacs}/children").read_text().split()
+    assert not [child for child in children if "python" in _cmdline(int(child))], children
     second.press("C-x C-c")  # quit: nothing more is said in the terminal either
     assert "warm server" not in second.wait_for("Pane is dead") + second.history()
     third = terminal(**env)
