@@ -1419,6 +1419,84 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     assert not (fork / "logs").exists()
 
 
+class _KilledAt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["appended", "rewritten-whole"])
+def test_a_rewind_moves_the_shells_later_inputs_and_draft_onto_the_abandoned_ref(tmp_path, fake, monkeypatch,
+                                                                                  rewritten):
+    """Were kept: a rewind to tick 1 (to before input 2) left in shell-history (M-p) the inputs of
+    the ticks it abandoned, and in shell-draft an unsent input saved after tick 1.  Now the history
+    holds the entries written through tick 1's end, the draft is gone, and both later parts are on
+    the abandoned ref; also when the history was rewritten whole since (Emacs's ring dropped its
+    oldest entry).  Killed after the cut, the rewind done again changes nothing."""
+    home = tmp_path / "home"
+    hist, draft = home / "shell-history", home / "shell-draft"
+
+    def entry(n: int) -> bytes:  # an input as Emacs writes it, longer than a mark's tail
+        return f"{'words ' * 12}of input {n}".encode() + b"\0\n"
+
+    rt = runtime(home, fake.url)
+    try:
+        hist.parent.mkdir(parents=True, exist_ok=True)
+        hist.write_bytes(entry(0))  # an input of an earlier session
+        for tick in (1, 2, 3):  # Emacs appends an input to the history as it sends it
+            with hist.open("ab") as fh:
+                fh.write(entry(tick))
+            if tick == 1:
+                draft.write_text("typed at tick 1, not sent")
+            if tick == 2:  # the person typed on after tick 1 ended
+                draft.write_text("typed after tick 1, not sent")
+            if tick == 3 and rewritten:  # the ring was full: its oldest entry left it, the file written whole
+                hist.write_bytes(entry(1) + entry(2) + entry(3))
+            do(rt, ("say", f"input {tick}"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    real_point = history.faults.point
+
+    def killed_after_the_cut(name: str) -> None:
+        real_point(name)
+        if name == "rewind.removed":
+            raise _KilledAt(name)
+
+    monkeypatch.setattr(history.faults, "point", killed_after_the_cut)
+    with pytest.raises(_KilledAt):
+        history.rewind(home, 1)
+    monkeypatch.setattr(history.faults, "point", real_point)
+    journal = json.loads((home / history.REWIND_JOURNAL).read_text())
+    first = (hist.read_bytes(), draft.exists())
+    assert history.finish_unfinished(home) is not None  # the cut and the removal done again
+    assert (hist.read_bytes(), draft.exists()) == first
+    # rewritten: tick 1's entries end where the mark's bytes are found; input 0 had left the ring
+    assert hist.read_bytes() == (entry(1) if rewritten else entry(0) + entry(1))
+    assert not draft.exists(), "the unsent input saved after tick 1 stays only on the ref"
+    ref = journal["ref"]
+    moved = subprocess.run(["git", "-C", str(home), "cat-file", "blob", f"{ref}:shell-history"],
+                           capture_output=True, check=True).stdout
+    assert moved == entry(2) + entry(3)
+    assert _git(home, "show", f"{ref}:shell-draft") == "typed after tick 1, not sent"
+
+
+def test_a_rewind_to_a_tick_before_the_history_began_moves_it_whole(tmp_path, fake):
+    """A history and a draft first written after the tick go whole onto the ref, and are gone."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "input 1"))
+        (home / "shell-history").write_bytes(b"input 2\0\n")
+        (home / "shell-draft").write_text("a draft")
+        do(rt, ("say", "input 2"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    done = history.rewind(home, 1)
+    assert not (home / "shell-history").exists() and not (home / "shell-draft").exists()
+    assert _git(home, "show", f"{done.abandoned}:shell-history") == "input 2\0\n"
+    assert _git(home, "show", f"{done.abandoned}:shell-draft") == "a draft"
+
+
 LOG_OPS = st.lists(st.tuples(st.sampled_from(["append", "rotate", "begin"]), st.sampled_from(["a.log", "b.log"]),
                              st.binary(min_size=1, max_size=80)), max_size=3)
 

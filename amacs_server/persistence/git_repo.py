@@ -33,6 +33,7 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, deferred_sync, sync_paths
+from ..memory.memid import DELIM
 
 log = logging.getLogger("amacs.git")
 
@@ -139,13 +140,20 @@ class GitFailed(AmacsError, RuntimeError):
     """A git command exited with an error (its stderr is the message)."""
 
 
+# What a mood's tag in a subject does not end or start with: the model's list punctuation ("focused,").
+_TAG_ENDS = " ,;:.!?-_/|"
+
+
 def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, eval_form: str | None = None,
                    eval_result: str | None = None, eval_error: str | None = None) -> str:
     """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
     form and its result or error, each cut at a length a log reads well at (the transcript
     has them whole): the history shows eval -> result -> reply, the reply in
-    agent-chat.org."""
-    subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
+    agent-chat.org.  The subject is for a person reading the log: a memory address in it reads
+    as the shell shows it, without its delimiters, and the mood's tag has no punctuation or
+    space at its ends (the transcript keeps what the model wrote)."""
+    tag = " ".join(mood.split()).strip(_TAG_ENDS) or " ".join(mood.split())
+    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {' '.join(monologue.replace(DELIM, '').split())}"
     if eval_form is None:
         return subject
     outcome = (f"error: {_cut(eval_error, EVAL_RESULT_CHARS)}" if eval_error is not None
