@@ -66,8 +66,9 @@ REWIND_POINTS = (
     "rewind.head",              # HEAD is the tick's commit; the files are not yet
     "rewind.read-tree-lock",    # git read-tree holds .git/index.lock, checking the tick out (git killed too)
     "rewind.checked-out",       # the tracked files are the tick's
-    "rewind.cut",               # the transcripts' and logs' later lines are cut (a log begun later is empty)
-    "rewind.removed",           # the tool results kept after the tick and the logs begun after it removed; rotations undone
+    "rewind.cut",               # the transcripts', logs' and shell history's later lines are cut (a file begun later is empty)
+    "rewind.removed",           # the tool results kept after the tick and the logs (and shell draft) begun after it removed;
+                                # rotations undone
     "rewind.spend",             # rewound-spend and budget-limit written
     "rewind.memory",            # memory.db is the tick's (its later versions in abandoned_items)
     "rewind.recorded",          # the rewind is said in agent-chat.org and a transcript

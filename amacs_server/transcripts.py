@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .records import Blocked, EvalResultRecord, ModelResponse, Record, json_path
+from .records import Blocked, EvalResultRecord, Fork, ModelResponse, Record, Rewind, json_path
 
 if TYPE_CHECKING:
     import duckdb
@@ -48,6 +48,15 @@ class Of:
 
 
 RESPONSE, RESULT, BLOCKED = Of(ModelResponse), Of(EvalResultRecord), Of(Blocked)
+REWIND, FORK = Of(Rewind), Of(Fork)
+
+
+def home_steps(events: str = "events") -> str:
+    """A query of the (run_id, session_id) of each file of EVENTS that only says a rewind or a fork
+    of the home: each writes one of its own (persistence.history), a step of the home's history,
+    not a session a server ran, and none of its agents; its ``steps`` is the kinds it says."""
+    return (f"SELECT run_id, session_id, list(DISTINCT event) AS steps FROM {events} GROUP BY ALL "
+            f"HAVING bool_and(event IN ({REWIND}, {FORK}))")
 
 
 def connect(folder: Path) -> duckdb.DuckDBPyConnection:
@@ -66,16 +75,24 @@ def connect(folder: Path) -> duckdb.DuckDBPyConnection:
 
 
 def summarize(folder: Path) -> dict[str, Any]:
-    """Agents per run, agents, tokens and cost per agent type, eval error rate, blocks by compulsions.
+    """Agents per run, agents, tokens and cost per agent type, eval error rate, blocks by compulsions,
+    and the rewinds and forks the transcripts say.
 
-    An agent is counted once per session it lived in (the same name in two runs is two agents)."""
+    A run is a session a server ran; an agent is counted once per session it lived in (the same
+    name in two runs is two agents).  A rewind's or a fork's own file is neither (:func:`home_steps`)."""
     con = connect(folder)
+    con.sql(f"CREATE TEMP TABLE steps AS {home_steps()}")
+    # The sessions servers ran: not the file of a rewind or fork (counted apart, as what it is).
+    con.sql("CREATE TEMP VIEW lived AS SELECT * FROM events ANTI JOIN steps USING (run_id, session_id)")
 
     def rows(sql: str) -> list[tuple[Any, ...]]:
         return con.sql(sql).fetchall()
 
     # An agent is its id within its session: every run has a "primary" and its own viewpoints.
-    agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM events GROUP BY run_id ORDER BY run_id")
+    agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM lived GROUP BY run_id ORDER BY run_id")
+    rewinds, forks = rows(f"""
+        SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
+               count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
     usage = rows(f"""
         SELECT agent_type, count(*),
                sum(CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT)
@@ -89,7 +106,7 @@ def summarize(folder: Path) -> dict[str, Any]:
         SELECT data->>'{BLOCKED.by}', data->>'{BLOCKED.template}', count(*) FROM events WHERE event = {BLOCKED}
         GROUP BY 1, 2 ORDER BY 1""")
     types = rows("""
-        SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM events
+        SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM lived
         GROUP BY agent_type ORDER BY agent_type""")
     return {
         "runs": len(agents),
@@ -103,6 +120,8 @@ def summarize(folder: Path) -> dict[str, Any]:
         "eval_errors": evals[1],
         "eval_error_rate": round(evals[1] / evals[0], 4) if evals[0] else 0.0,
         "blocks_by_compulsion": [{"by": by, "template": tmpl, "blocks": n} for by, tmpl, n in blocks],
+        "rewinds": rewinds,  # each left an abandoned future on a git ref
+        "forks": forks,  # the forks this home's history went through (it, or a home it was forked from)
     }
 
 

@@ -24,7 +24,6 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'seq)
 (require 'diff-mode)
 (require 'amacs-transport)
 (require 'amacs-eval)
@@ -233,8 +232,8 @@ again with its turn (`amacs-changes-kept')."
   "Keep LINE, the ▸ changed line of CONNECTION's turn that ended at TICK."
   (let* ((ui (amacs-connection-ui connection))
          (kept (or (amacs-ui-changed ui) (cons nil nil))))
-    (setcdr kept (seq-take (cons (cons tick line) (assq-delete-all tick (cdr kept)))
-                           amacs-changes--kept-turns))
+    (setcdr kept (let ((all (cons (cons tick line) (assq-delete-all tick (cdr kept)))))
+                   (butlast all (- (length all) amacs-changes--kept-turns))))
     (setf (amacs-ui-changed ui) kept)))
 
 (defun amacs-changes-kept (connection tick)
@@ -247,7 +246,7 @@ none being known (`amacs-changes-seen-since')."
   (let* ((ui (amacs-connection-ui connection))
          (kept (or (amacs-ui-changed ui) (cons tick nil))))
     (setcar kept (min (or (car kept) tick) tick))
-    (setcdr kept (seq-filter (lambda (entry) (<= (car entry) tick)) (cdr kept)))
+    (setcdr kept (cl-remove-if-not (lambda (entry) (<= (car entry) tick)) (cdr kept)))
     (setf (amacs-ui-changed ui) kept)
     (reverse (cdr kept))))
 
@@ -260,8 +259,8 @@ Set by `amacs-changes-kept', when a shell first shows the conversation."
   "Give FORK, a fork of PARENT at TICK, PARENT's ▸ changed lines up to TICK."
   (setf (amacs-ui-changed (amacs-connection-ui fork))
         (cons (min (or (amacs-changes-seen-since parent) tick) tick)
-              (seq-filter (lambda (entry) (<= (car entry) tick))
-                          (cdr (amacs-ui-changed (amacs-connection-ui parent)))))))
+              (cl-remove-if-not (lambda (entry) (<= (car entry) tick))
+                                (cdr (amacs-ui-changed (amacs-connection-ui parent)))))))
 
 (amacs-on-event "turn-done" #'amacs-changes--on-turn-done)
 

@@ -34,7 +34,7 @@
 ;;; Code:
 
 (require 'amacs-transport)
-(require 'seq)
+(require 'cl-lib)
 
 (defcustom amacs-eval-result-max-chars 20000
   "Longest printed eval result sent back to the agent; longer ones are cut."
@@ -369,8 +369,10 @@ eval read and wrote, if any, are in :files-read and :files-written
        (setq outcome (list :success nil :error (amacs-error-message err)))))
     (setq debug-on-next-call nil)
     (amacs--show-agent-buffers
-     (seq-uniq (append (seq-difference displayed (mapcar #'window-buffer (window-list)))
-                       (seq-difference (buffer-list) before))))
+     (let ((shown (mapcar #'window-buffer (window-list))))
+       (delete-dups (append (cl-remove-if (lambda (b) (memq b shown)) displayed)
+                            (cl-remove-if (lambda (b) (memq b before)) (buffer-list))
+                            nil))))
     (amacs--eval-with-files outcome amacs--eval-files)))
 
 (defcustom amacs-eval-confirm nil
@@ -445,9 +447,9 @@ Under `amacs-eval-confirm' `writes', while an agent's eval runs: asks
 once per eval and action, the eval's time limit waiting; a refusal
 signals an error in the eval, and nothing is done."
   (let* ((action (and amacs--eval-guarding amacs-current-eval (amacs--eval-guarded-action name args)))
-         (known (and action (seq-find (lambda (d) (and (equal (plist-get d :action) (car action))
-                                                          (equal (plist-get d :target) (cadr action))))
-                                      amacs--eval-decisions))))
+         (known (and action (cl-find-if (lambda (d) (and (equal (plist-get d :action) (car action))
+                                                         (equal (plist-get d :target) (cadr action))))
+                                        amacs--eval-decisions))))
     (unless (or (null action)
                 (if known (eq (plist-get known :allowed) t)
                   (amacs--eval-decide (car action) (cadr action) (amacs--eval-ask-now action))))

@@ -16,13 +16,17 @@
 
 (require 'amacs-transport)
 (require 'iso8601)
-(require 'seq)
+(require 'cl-lib)
 (require 'subr-x)
 
 (declare-function amacs-shell--output "amacs-shell")
 (declare-function amacs-shell--past-input "amacs-shell-output")
 (declare-function amacs-shell--buffer "amacs-shell")
 (declare-function amacs-shell--resume "amacs-shell" (&optional said))
+(declare-function amacs-shell--reread-history "amacs-shell-input")
+(declare-function amacs-shell--draft "amacs-shell-input")
+(declare-function amacs-shell--put-at-prompt "amacs-shell-input" (text))
+(declare-function amacs-shell--draft-rewound "amacs-shell-input")
 (declare-function amacs-shell-open "amacs-shell-start")
 (declare-function amacs-changes-fork "amacs-changes")
 (declare-function amacs-when-ready "amacs-server")
@@ -85,9 +89,9 @@ input puts it there).  The newest of that text when several are."
                               (string-trim (buffer-substring-no-properties (process-mark process)
                                                                            (point-max)))))))))
     (and (stringp said) (not (string-empty-p said))
-         (car (seq-find (lambda (entry) (equal (amacs-history--label (nth 2 entry))
-                                               (amacs-history--label said)))
-                        entries)))))
+         (car (cl-find-if (lambda (entry) (equal (amacs-history--label (nth 2 entry))
+                                                 (amacs-history--label said)))
+                          entries)))))
 
 (defun amacs-history--complete (prompt labels default)
   "Read one of LABELS, newest first as given, with PROMPT and DEFAULT.
@@ -173,9 +177,19 @@ interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr pick
           (when said
             (amacs-shell--output (format ";; Back to before you typed %s.  Buffers and files the agent changed in this Emacs stay as they are." (amacs-history--quoted said))
                                  'amacs-shell-status))
-          (amacs-shell--output (concat ";; " line ". The conversation up to there:") 'amacs-shell-status)
-          (setq amacs-shell--resumed nil)
-          (amacs-shell--resume t)
+          ;; The inputs typed after TICK left the history file (M-p) for the abandoned ref; what
+          ;; is at the prompt is the present and stays, or, at an empty one, the input gone back over.
+          (amacs-shell--reread-history)
+          (let ((back (and said (string-blank-p (amacs-shell--draft)) said)))
+            (amacs-shell--output
+             (concat ";; " line "; your inputs from there on are kept with it, no longer in \
+M-p (the hub lists it)" (and back (format ", and %s is back at the prompt to edit" (amacs-history--quoted back)))
+                     ". The conversation up to there:")
+             'amacs-shell-status)
+            (setq amacs-shell--resumed nil)
+            (amacs-shell--resume t)
+            (when back (amacs-shell--put-at-prompt back)))
+          (amacs-shell--draft-rewound)
           ;; The person asked for it: show the mind as it now is, however far up they had read.
           (goto-char (point-max))
           (dolist (window (get-buffer-window-list buffer nil t))

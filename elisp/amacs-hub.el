@@ -26,6 +26,7 @@
 (require 'org)
 (require 'amacs)                        ; reached by autoload: the whole client, not the link alone
 (require 'amacs-research)               ; the link to the last experiment report
+(require 'cl-lib)
 
 (defcustom amacs-hub-buffer-name "*amacs-hub*"
   "Name of the hub buffer."
@@ -444,8 +445,8 @@ A thread, buffer, agent, commit, abandoned future, the chat log or the report."
   "Ask whether the agent is to work on THREAD (SECTION's); else fold SECTION.
 RET shows, everywhere else in the hub; making a thread the active one
 changes what the agent works on, so it is asked first."
-  (let ((active (seq-find (lambda (th) (equal (plist-get th :status) "active"))
-                          (plist-get amacs-hub--state :threads))))
+  (let ((active (cl-find-if (lambda (th) (equal (plist-get th :status) "active"))
+                            (plist-get amacs-hub--state :threads))))
     (if (and (not (equal (plist-get active :id) thread))
              (y-or-n-p (format "Make the agent work on thread %s%s? " thread
                                (if active (format " (it works on %s now)" (plist-get active :id)) ""))))
@@ -464,13 +465,13 @@ Signal a `user-error' elsewhere."
 
 (defun amacs-hub--agent-state (agent)
   "Return the state of AGENT in the hub's last state, or nil."
-  (plist-get (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))
+  (plist-get (cl-find-if (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))
              :state))
 
 (defun amacs-hub--ended (agent)
   "Return the state of AGENT if it has ended in the hub's last state, else nil.
 The server says which agents have ended (`:ended'); the hub lists no states."
-  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
+  (let ((entry (cl-find-if (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
     (and (plist-get entry :ended) (plist-get entry :state))))
 
 (defun amacs-hub--say-ended (agent state)
@@ -484,7 +485,7 @@ The server says which agents have ended (`:ended'); the hub lists no states."
 
 (defun amacs-hub--compulsion (agent)
   "Return the agent a compulsion AGENT watches, or nil if AGENT is no compulsion."
-  (let ((entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
+  (let ((entry (cl-find-if (lambda (a) (equal (plist-get a :id) agent)) (plist-get amacs-hub--state :agents))))
     (and (equal (plist-get entry :type) "compulsion") (plist-get entry :parent))))
 
 (defun amacs-hub-cancel-agent (agent)
@@ -605,7 +606,7 @@ shell's window, a fork's chat log read as the parent's."
          (pop-to-buffer-same-window buffer))
         ((and (not (get-buffer-window buffer))
               (let ((others (remq (selected-window) (window-list nil 'no-minibuffer))))
-                (and others (seq-every-p #'amacs-hub--shell-window-p others))))
+                (and others (cl-every #'amacs-hub--shell-window-p others))))
          (pop-to-buffer buffer '(display-buffer-below-selected)))
         (t (pop-to-buffer buffer t))))
 

@@ -22,7 +22,7 @@
 ;;; Code:
 
 (require 'browse-url)
-(require 'seq)
+(require 'cl-lib)
 (require 'amacs-server)
 
 (defcustom amacs-runs-directory nil
@@ -57,9 +57,9 @@ report and the absolute RUNS-DIR."
   "Return the last report file that exists, or nil.
 The one in `amacs-report-last-directory', else in
 `amacs-runs-directory'."
-  (seq-some (lambda (dir)
-              (and dir (file-exists-p (amacs-report-file dir)) (amacs-report-file dir)))
-            (list amacs-report-last-directory amacs-runs-directory)))
+  (cl-some (lambda (dir)
+             (and dir (file-exists-p (amacs-report-file dir)) (amacs-report-file dir)))
+           (list amacs-report-last-directory amacs-runs-directory)))
 
 (defconst amacs-report--experiments-directory
   (let ((here (or load-file-name buffer-file-name)))
@@ -80,10 +80,10 @@ needs, on GNU/Linux, a display and a browser program it knows."
           ((not (eq fn 'browse-url-default-browser)) t)
           ((memq system-type '(windows-nt ms-dos cygwin darwin)) t)
           ((not (or (display-graphic-p) (getenv "DISPLAY") (getenv "WAYLAND_DISPLAY"))) nil)
-          (t (and (seq-some #'executable-find
-                            (list "xdg-open" browse-url-mozilla-program browse-url-firefox-program
-                                  browse-url-chromium-program browse-url-kde-program
-                                  browse-url-chrome-program))
+          (t (and (cl-some #'executable-find
+                           (list "xdg-open" browse-url-mozilla-program browse-url-firefox-program
+                                 browse-url-chromium-program browse-url-kde-program
+                                 browse-url-chrome-program))
                   t)))))
 
 (defun amacs-report-browse (file)

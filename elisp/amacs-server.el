@@ -336,7 +336,7 @@ early: it takes that server, with its token (see
     ;; line, and after the command that started it (a timer): the shell's prompt
     ;; is shown first (M-x amacs-shell -> prompt: 281 -> 129 ms, load ~10).
     ;; Connecting requires it again, and says so if it is missing.
-    (run-at-time 0 nil (lambda () (require 'epc nil t)))))
+    (run-at-time 0 nil (lambda () (amacs--require-epc t)))))
 
 (defun amacs--start-process (connection command stderr)
   "Start COMMAND as CONNECTION's server, its stderr into buffer STDERR.

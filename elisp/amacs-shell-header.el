@@ -18,7 +18,6 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'seq)
 (require 'amacs-transport)
 (require 'amacs-eval)
 (require 'amacs-shell-output)
@@ -78,7 +77,7 @@ to the current one."
 (defun amacs-shell--set-busy (turn busy)
   "Set TURN's BUSY; then `amacs-shell-busy' to whether any shell's turn is."
   (setf (amacs-shell-turn-busy turn) busy)
-  (setq amacs-shell-busy (and (seq-some #'amacs-shell-busy-p amacs--connections) t)))
+  (setq amacs-shell-busy (and (cl-some #'amacs-shell-busy-p amacs--connections) t)))
 
 (defun amacs-shell--transition (event &optional arg)
   "Move the shell's turn on EVENT (with ARG).
@@ -175,10 +174,11 @@ while the agent works."
 WAIT is `amacs--eval-wait' and TALKS `amacs--eval-talks' of the eval
 that registered it.  The header names those it waits for until each
 answers, the wait times out, or the agent does something else."
-  (let ((names (seq-difference
-                (seq-uniq (mapcar (lambda (id) (or (cdr (assq id talks)) (format "talk %s" id)))
-                                  (plist-get wait :talk-ids)))
-                (amacs-shell-turn-answered-early turn)))
+  (let ((names (let ((answered (amacs-shell-turn-answered-early turn)))
+                 (cl-remove-if (lambda (name) (member name answered))
+                               (delete-dups (mapcar (lambda (id) (or (cdr (assq id talks))
+                                                                     (format "talk %s" id)))
+                                                    (plist-get wait :talk-ids))))))
         (timeout (plist-get wait :timeout)))
     (setf (amacs-shell-turn-answered-early turn) nil)
     (amacs-shell--enter turn (if names 'sleeping 'thinking) names)
@@ -257,7 +257,7 @@ finished no prompt since it started is reading its first."
          (secs (and since (floor (- (float-time) since))))
          (elapsed (if (and secs (>= secs 1)) (format " %ds" secs) ""))
          (all (amacs-shell--get 'amacs-shell--agents))
-         (paused (seq-count (lambda (a) (equal (plist-get a :state) "paused")) all))
+         (paused (cl-count-if (lambda (a) (equal (plist-get a :state) "paused")) all))
          (agents (- (length all) paused))
          (doing (pcase (amacs-shell-turn-state turn)
                   ('starting "starting the server…")
@@ -295,7 +295,7 @@ finished no prompt since it started is reading its first."
 (defun amacs-shell--names (names)
   "NAMES (whom the agent waits for) in a few words: \"you\" is your reply."
   (let* ((words (mapcar (lambda (n) (if (equal n "you") "your reply" n)) names))
-         (shown (seq-take words 3)))
+         (shown (butlast words (- (length words) 3))))
     (concat (mapconcat #'identity shown ", ")
             (if (> (length words) 3) (format " and %d more" (- (length words) 3)) ""))))
 
@@ -343,15 +343,15 @@ the room."
            (width (or width
                       (let ((window (get-buffer-window (amacs-shell--buffer))))
                         (if window (window-total-width window) 80)))))
-      (seq-find (lambda (line) (<= (string-width line) width))
-                (list (concat home " " (or (car words) "AMACS") " — " state)
-                      (concat home " " (or (cdr words) "AMACS") " — " state)
-                      (concat home " " state)
-                      (concat middle " " (or (cdr words) "AMACS") " — " state)
-                      (concat middle " " state)
-                      (concat short " " (or (cdr words) "AMACS") " — " state)
-                      (concat short " " state))
-                (concat " " state)))))
+      (or (cl-find-if (lambda (line) (<= (string-width line) width))
+                      (list (concat home " " (or (car words) "AMACS") " — " state)
+                            (concat home " " (or (cdr words) "AMACS") " — " state)
+                            (concat home " " state)
+                            (concat middle " " (or (cdr words) "AMACS") " — " state)
+                            (concat middle " " state)
+                            (concat short " " (or (cdr words) "AMACS") " — " state)
+                            (concat short " " state)))
+          (concat " " state)))))
 
 (defun amacs-shell--connection ()
   "The connection of the shell buffer that is current, else the current connection.

@@ -126,6 +126,16 @@ ring is trimmed to it."
                            (> (car entries) (* 2 comint-input-ring-size))))
       (amacs-shell--rewrite-history))))
 
+(defun amacs-shell--reread-history ()
+  "Read the input ring (\\<amacs-shell-mode-map>\\[comint-previous-input]) again from the history file.
+A rewind took the inputs of the future it abandoned out of the file:
+they leave the ring too, whose older entries the file does not hold."
+  (when (derived-mode-p 'amacs-shell-mode)
+    (setq comint-input-ring (make-ring comint-input-ring-size)
+          comint-input-ring-index nil
+          amacs-shell--history-newest nil)
+    (amacs-shell--read-history)))
+
 ;;;; The unsent input (kept across sessions)
 
 (defcustom amacs-shell-draft-save-interval 2
@@ -241,6 +251,23 @@ exchanges are shown (`amacs-shell--restore-draft')."
     (setq amacs-shell--draft-timer (run-at-time amacs-shell-draft-save-interval amacs-shell-draft-save-interval
                                                 #'amacs-shell--save-drafts))))
 
+(defun amacs-shell--put-at-prompt (text)
+  "Put TEXT at the shell's empty prompt, point after it in every window."
+  (let ((inhibit-read-only t))
+    (delete-region (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt)))
+                   (point-max))
+    (goto-char (point-max))
+    (insert text)
+    (dolist (window (get-buffer-window-list (current-buffer) nil t))
+      (set-window-point window (point-max)))))
+
+(defun amacs-shell--draft-rewound ()
+  "Save the input at the prompt again, whatever the file held.
+A rewind moved an unsent input saved after its tick onto the abandoned
+ref; what is at the prompt now is the present, and is kept."
+  (setq amacs-shell--draft-saved "" amacs-shell--draft-tick nil)
+  (amacs-shell--save-draft))
+
 (defun amacs-shell--restore-draft ()
   "Put the unsent input of last time back at the prompt, and say so in one line.
 If something was typed at the prompt while the shell started, that
@@ -251,14 +278,8 @@ stays, and the input of last time goes to the kill ring instead."
       (with-current-buffer buffer
         (setq amacs-shell--draft-pending nil amacs-shell--draft-tick nil) ; saved as it now stands
         (if (string-blank-p (amacs-shell--draft))
-            (let ((inhibit-read-only t))
-              (delete-region (min (point-max) (+ amacs-shell--prompt-start (length amacs-shell-prompt)))
-                             (point-max))
-              (goto-char (point-max))
-              (insert draft)
-              (dolist (window (get-buffer-window-list buffer nil t))
-                (set-window-point window (point-max)))
-              (setq draft nil))
+            (progn (amacs-shell--put-at-prompt draft)
+                   (setq draft nil))
           (kill-new draft)))
       (amacs-shell--note
        (substitute-command-keys

@@ -31,7 +31,6 @@
 ;;; Code:
 
 (require 'cl-lib)
-(require 'seq)
 (require 'amacs-transport)
 
 ;;;; Settings and faces
@@ -332,7 +331,7 @@ count: eval lines, replies and notes are passed over."
   (amacs-shell--editing
     (let ((old (amacs-shell--footer-lines 'amacs-agent-line)))
       (when old (delete-region (car old) (cdr old))))
-    (let* ((shown (seq-take amacs-shell--agents amacs-shell-agent-lines))
+    (let* ((shown (butlast amacs-shell--agents (- (length amacs-shell--agents) amacs-shell-agent-lines)))
            (more (- (length amacs-shell--agents) (length shown)))
            (lines (concat
                    (mapconcat
@@ -357,7 +356,7 @@ count: eval lines, replies and notes are passed over."
 (defun amacs-shell--agent-doing (agent doing)
   "Show that AGENT is DOING something (nil: back to its reported state)."
   (let* ((agents (amacs-shell--get 'amacs-shell--agents))
-         (entry (seq-find (lambda (a) (equal (plist-get a :id) agent)) agents)))
+         (entry (cl-find-if (lambda (a) (equal (plist-get a :id) agent)) agents)))
     (when entry
       (amacs-shell--set 'amacs-shell--agents
                         (mapcar (lambda (a) (if (eq a entry) (plist-put (copy-sequence a) :doing doing) a))

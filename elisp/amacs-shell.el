@@ -36,7 +36,6 @@
 ;; start-up and this load (~40 ms) go on at once.
 (eval-when-compile (require 'comint))
 (autoload 'comint-mode "comint")
-(require 'seq)
 (require 'amacs-server)
 (require 'amacs-shell-start)             ; the commands that open a shell
 (require 'amacs-eval)
@@ -184,8 +183,8 @@ The transport's notice (`amacs-stopped': what happened, how to go on,
 the log) and these facts are one notice, each line a `;;' line."
   (let* ((turn (amacs-shell--turn))
          (replied (amacs-shell-turn-replied turn))
-         (saved (seq-filter #'cdr (amacs-shell-turn-taken turn)))
-         (unsaved (seq-remove #'cdr (amacs-shell-turn-taken turn)))
+         (saved (cl-remove-if-not #'cdr (amacs-shell-turn-taken turn)))
+         (unsaved (cl-remove-if #'cdr (amacs-shell-turn-taken turn)))
          (history (substitute-command-keys "\\<amacs-shell-mode-map>\\[comint-previous-input]"))
          (kept (delq nil
                      (list (cond ((and saved replied)
@@ -238,13 +237,13 @@ turns (`amacs-changes-kept'); a rewind's says why older turns have none."
              (substitute-command-keys
               ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
              'amacs-shell-annotation))
-          (when (and said (seq-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since))) recent))
+          (when (and said (cl-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since))) recent))
             (amacs-shell--output
              (format ";; (Turns up to tick %d were before this Emacs: what their evals changed is not known, \
 so they show no ▸ changed line.)" since)
              'amacs-shell-annotation))
           (amacs-shell--replay
-           recent (seq-drop-while (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))
+           recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))
 
 (defun amacs-shell--replay (recent changed)
   "Show RECENT, exchanges of the chat log, as the live shell showed them.

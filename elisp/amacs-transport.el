@@ -307,11 +307,36 @@ Opened with `make-network-process': `epc:connect' opens it with
     (set-process-sentinel process (lambda (p e) (epc:process-sentinel connection p e)))
     connection))
 
+(declare-function edmacro-parse-keys "edmacro" (string &optional need-vector))
+
+(defun amacs--plain-key (keys &optional end)
+  "Read KEYS as `read-kbd-macro' does, END as there.
+One ASCII character, or the return key by its two names, is read here;
+other KEYS, or a vector asked for by END, by edmacro, loaded then."
+  (cond ((and (not end) (member keys '("RET" "C-m"))) "\r")
+        ((and (not end) (= (length keys) 1) (< 32 (aref keys 0) 127)) keys)
+        (t (require 'edmacro)
+           (edmacro-parse-keys keys end))))
+
+(defun amacs--require-epc (&optional noerror)
+  "Load epc as `require' does (NOERROR as there), its plain keys read here.
+epc's keymaps and its table library's are made by `read-kbd-macro', whose
+edmacro loads kmacro too, before the first answer can be shown.  While epc
+loads, `read-kbd-macro' is `amacs--plain-key', unless edmacro is loaded
+then: loading it (for a key not plain) defines the real one, kept."
+  (cond ((featurep 'epc))
+        ((featurep 'edmacro) (require 'epc nil noerror))
+        (t (let ((real (symbol-function 'read-kbd-macro)))
+             (fset 'read-kbd-macro #'amacs--plain-key)
+             (unwind-protect (require 'epc nil noerror)
+               (when (eq (symbol-function 'read-kbd-macro) #'amacs--plain-key)
+                 (fset 'read-kbd-macro real)))))))
+
 (defun amacs--connect-port (connection server-proc port token &optional success)
   "Open CONNECTION to PORT on 127.0.0.1 and say hello with TOKEN.
 SERVER-PROC is the server process this Emacs started, or nil.
 SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
-  (require 'epc)
+  (amacs--require-epc)
   (amacs-with-connection connection
     (condition-case err
         (let* ((conn (amacs--epc-connect "127.0.0.1" port))

@@ -291,3 +291,15 @@ def test_any_reply_round_trips(tmp_path, reply):
     log.write_agent(1, "t", reply, with_heading=False)
     log.write_agent(2, "t", reply, with_heading=True)
     assert [(e.human, e.agent) for e in log.read()] == [("hi", reply), (None, reply)]
+
+
+def test_a_commit_subject_shows_a_memory_address_as_the_shell_does_and_a_bare_mood_tag():
+    """A small local model wrote a mood "focused," and a monologue that is an address: the subject
+    read ``[focused,] <EOT>amacs-instance-1:primary:monologue.7:1<EOT>``.  The delimiters go (a
+    lone one too), the tag loses its end punctuation; a mood that is only punctuation stays."""
+    assert commit_message(13, "demo-tour", "focused,", "<EOT>amacs-instance-1:primary:monologue.7:1<EOT>") == (
+        "[TICK 13][demo-tour][focused] amacs-instance-1:primary:monologue.7:1")
+    assert commit_message(2, None, " calm ;", "see <EOT>a:b:c:1<EOT>, then (<EOT>a:b:d") == (
+        "[TICK 2][no-thread][calm] see a:b:c:1, then (a:b:d")
+    assert commit_message(3, None, "?", "x", eval_form="(f \"<EOT>a:b:c<EOT>\")", eval_result="1").startswith(
+        "[TICK 3][no-thread][?] x\n\neval: (f \"<EOT>a:b:c<EOT>\")")  # the body's form is the code as run

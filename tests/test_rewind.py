@@ -883,9 +883,9 @@ def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake):
         repo.pack()
         assert packed_records(home)[-1] == (head, pack_names(home))
     records = packed_records(home)
-    assert len(records) == 4
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
     assert len(pack_names(home)) < 4  # rolled up: the first notes name the packs that took theirs in
+    assert len({frozenset(names) for _sha, names in records}) == len(records)  # the newest of the same packs
     (home / ".git" / PACKED_FILE).unlink()  # packed before notes were kept
     run(home, fake, [("say", "five")])
     repo.pack()
@@ -1010,6 +1010,46 @@ def _index_rows(db_path: Path) -> list[tuple[Any, ...]]:
         return db.execute("SELECT * FROM items_fts_data ORDER BY id").fetchall()
     finally:
         db.close()
+
+
+def test_a_forks_memory_holds_no_stale_copy_of_a_later_rows_key_the_homes_index_pages_kept(tmp_path):
+    """Why the fork copies rows, not the home's file: SQLite moving cells between index pages (a
+    row's base inserted amid others) leaves stale copies of keys in the pages' unused space, which
+    secure_delete does not zero.  The home's file holds such copies of later rows' bases; a copy
+    of it with those rows deleted (secure_delete on, the index merged) still does; the fork does not."""
+    import random
+    import shutil
+
+    from amacs_server.memory.ltm import LongTermMemory
+
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    ltm.db.execute("PRAGMA secure_delete=ON")
+    rng = random.Random(1)
+    bases = [f"b{rng.randrange(10**9):09d}" for _ in range(3000)]
+    for i in range(1, 6001):  # a transaction a row, as ticks write them
+        late = i > 4000 and i % 2
+        base = f"b{rng.randrange(10**9):09d}latebase{i}zq" if late else rng.choice(bases)
+        with ltm.transaction():
+            ltm.db.execute("INSERT INTO items (id, base, version, tier, kind, created_at_ms, content, text) "
+                           "VALUES (?, ?, ?, 'ltm', 'note', 0, '{}', ?)", (i, base, i, f"row{i}"))
+            ltm.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (i, f"row{i}"))
+    ltm.close()
+    home = (tmp_path / "memory.db").read_bytes()
+    assert len(re.findall(rb"tebase\d+zq", home)) > 2 * 1000  # each in its row, its index entry, and stale
+    shutil.copyfile(tmp_path / "memory.db", tmp_path / "copy.db")
+    copy = sqlite3.connect(tmp_path / "copy.db")
+    try:
+        copy.execute("PRAGMA secure_delete=ON")
+        copy.executemany("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)",
+                         copy.execute("SELECT id, text FROM items WHERE id > 4000").fetchall())
+        copy.execute("DELETE FROM items WHERE id > 4000")
+        copy.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
+        copy.commit()
+    finally:
+        copy.close()
+    assert re.findall(rb"tebase\d+zq", (tmp_path / "copy.db").read_bytes())
+    history._memory_up_to(tmp_path / "memory.db", tmp_path / "fork.db", {"ltm_max_id": 4000, "active": []})
+    assert not re.findall(rb"tebase\d+zq", (tmp_path / "fork.db").read_bytes())
 
 
 def _segments(db_path: Path) -> int:
@@ -1378,6 +1418,84 @@ def test_a_rewind_moves_every_logs_files_lines_written_after_the_tick(tmp_path, 
     assert mcp.read_text() == "tool line after the rewind\n"
     fork = history.fork(home, 1, tmp_path / "fork").home  # a fork holds no log: its programs' start empty
     assert not (fork / "logs").exists()
+
+
+class _KilledAt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["appended", "rewritten-whole"])
+def test_a_rewind_moves_the_shells_later_inputs_and_draft_onto_the_abandoned_ref(tmp_path, fake, monkeypatch,
+                                                                                  rewritten):
+    """Were kept: a rewind to tick 1 (to before input 2) left in shell-history (M-p) the inputs of
+    the ticks it abandoned, and in shell-draft an unsent input saved after tick 1.  Now the history
+    holds the entries written through tick 1's end, the draft is gone, and both later parts are on
+    the abandoned ref; also when the history was rewritten whole since (Emacs's ring dropped its
+    oldest entry).  Killed after the cut, the rewind done again changes nothing."""
+    home = tmp_path / "home"
+    hist, draft = home / "shell-history", home / "shell-draft"
+
+    def entry(n: int) -> bytes:  # an input as Emacs writes it, longer than a mark's tail
+        return f"{'words ' * 12}of input {n}".encode() + b"\0\n"
+
+    rt = runtime(home, fake.url)
+    try:
+        hist.parent.mkdir(parents=True, exist_ok=True)
+        hist.write_bytes(entry(0))  # an input of an earlier session
+        for tick in (1, 2, 3):  # Emacs appends an input to the history as it sends it
+            with hist.open("ab") as fh:
+                fh.write(entry(tick))
+            if tick == 1:
+                draft.write_text("typed at tick 1, not sent")
+            if tick == 2:  # the person typed on after tick 1 ended
+                draft.write_text("typed after tick 1, not sent")
+            if tick == 3 and rewritten:  # the ring was full: its oldest entry left it, the file written whole
+                hist.write_bytes(entry(1) + entry(2) + entry(3))
+            do(rt, ("say", f"input {tick}"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    real_point = history.faults.point
+
+    def killed_after_the_cut(name: str) -> None:
+        real_point(name)
+        if name == "rewind.removed":
+            raise _KilledAt(name)
+
+    monkeypatch.setattr(history.faults, "point", killed_after_the_cut)
+    with pytest.raises(_KilledAt):
+        history.rewind(home, 1)
+    monkeypatch.setattr(history.faults, "point", real_point)
+    journal = json.loads((home / history.REWIND_JOURNAL).read_text())
+    first = (hist.read_bytes(), draft.exists())
+    assert history.finish_unfinished(home) is not None  # the cut and the removal done again
+    assert (hist.read_bytes(), draft.exists()) == first
+    # rewritten: tick 1's entries end where the mark's bytes are found; input 0 had left the ring
+    assert hist.read_bytes() == (entry(1) if rewritten else entry(0) + entry(1))
+    assert not draft.exists(), "the unsent input saved after tick 1 stays only on the ref"
+    ref = journal["ref"]
+    moved = subprocess.run(["git", "-C", str(home), "cat-file", "blob", f"{ref}:shell-history"],
+                           capture_output=True, check=True).stdout
+    assert moved == entry(2) + entry(3)
+    assert _git(home, "show", f"{ref}:shell-draft") == "typed after tick 1, not sent"
+
+
+def test_a_rewind_to_a_tick_before_the_history_began_moves_it_whole(tmp_path, fake):
+    """A history and a draft first written after the tick go whole onto the ref, and are gone."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "input 1"))
+        (home / "shell-history").write_bytes(b"input 2\0\n")
+        (home / "shell-draft").write_text("a draft")
+        do(rt, ("say", "input 2"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    done = history.rewind(home, 1)
+    assert not (home / "shell-history").exists() and not (home / "shell-draft").exists()
+    assert _git(home, "show", f"{done.abandoned}:shell-history") == "input 2\0\n"
+    assert _git(home, "show", f"{done.abandoned}:shell-draft") == "a draft"
 
 
 LOG_OPS = st.lists(st.tuples(st.sampled_from(["append", "rotate", "begin"]), st.sampled_from(["a.log", "b.log"]),

@@ -7,9 +7,12 @@ import pytest
 
 import amacs_server.mind as mind_module
 from amacs_server.memory.active import PAD_FILE
+from amacs_server.persistence import history
 from amacs_server.persistence.scratchpad import ScratchpadEntry
 from amacs_server.tools import memory as tools
+from tests.fake_anthropic import FakeAnthropic
 from tests.test_memory import silent_runtime
+from tests.test_rewind import answer, do, run, runtime
 
 OLD = 150  # notes of a thread no longer active, older than every global note
 
@@ -160,3 +163,35 @@ def test_a_note_that_would_read_back_otherwise_makes_the_next_start_read_the_fil
         assert rt.mind.ltm.level(PAD_FILE) is None
     finally:
         rt.mind.ltm.close()
+
+
+@pytest.fixture
+def fake():
+    server = FakeAnthropic(default=answer).start()
+    yield server
+    server.stop()
+
+
+def test_a_rewind_leaves_memory_db_not_known_level_with_the_scratchpad(tmp_path, fake):
+    """A note edited by hand while a server ran reaches memory.db at the next start, as a version
+    written after the tick the edit was committed in; a rewind to that tick takes the version
+    out though the file it restores holds the edit (the same bytes as before the rewind): the
+    next start reads the file whole, and the edit wins again."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "note one")])
+    rt = runtime(home, fake.url)
+    try:
+        pad = home / "scratchpad.org"
+        pad.write_text(pad.read_text().replace("noted: note one", "edited by hand"))
+        do(rt, ("say", "hello"))  # tick 2's commit holds the edit; memory.db does not
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    _, tick = run(home, fake, [("say", "more")])  # this start writes the edit to memory.db
+    assert tick == 3
+    history.rewind(home, 2)
+    rt = runtime(home, fake.url)
+    try:
+        assert [i.content["content"] for i in rt.mind.memory.scratchpad] == ["edited by hand"]
+    finally:
+        rt.stop()

@@ -599,7 +599,7 @@ def emacs_asking(env: dict[str, str], body: str, timeout: float = 120) -> subpro
 def test_emacs_is_served_by_a_fork_it_asked_for_itself_with_no_process_of_its_own(warm_env: dict[str, str]) -> None:
     """The launcher's Python (~86 ms a start, 15-30 ms of CPU) was on the path from Emacs's start of
     the server to its port: Emacs asks the warm server itself.  It has no child process while
-    served; a killed server is reported killed; the server it asks for next stops when Emacs exits."""
+    served; a killed server is reported killed; one stopped exits 0 (finished); the next stops when Emacs exits."""
     warm = warm_pid(warm_env)
     ran = emacs_asking(warm_env, """
   (amacs-start-server)
@@ -611,9 +611,15 @@ def test_emacs_is_served_by_a_fork_it_asked_for_itself_with_no_process_of_its_ow
     (wait (and (not (amacs-live-p)) (not (amacs-server-process)))))
   (amacs-start-server)
   (wait (amacs-live-p))
+  (let ((proc (amacs-server-process)))
+    (amacs-stop-server)
+    (princ (format "stopped live=%s end=%s\\n" (process-live-p proc) (car (split-string (amacs--end-words proc))))))
+  (amacs-start-server)
+  (wait (amacs-live-p))
   (princ (format "again pid=%s\\n" (process-get (amacs-server-process) 'amacs-pid)))""")
     assert ran.returncode == 0, ran.stderr
-    served, again = (line.split() for line in ran.stdout.splitlines())
+    served, stopped, again = (line.split() for line in ran.stdout.splitlines())
+    assert stopped == ["stopped", "live=nil", "end=finished"], ran.stdout  # stopped as a process: exit 0
     assert served[1:] == ["type=network", f"parent={warm}", "children=nil"], ran.stdout
     assert "AMACS server stopped (killed)" in ran.stderr, ran.stderr
     second = int(again[1].removeprefix("pid="))

@@ -33,6 +33,7 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, deferred_sync, sync_paths
+from ..memory.memid import DELIM
 
 log = logging.getLogger("amacs.git")
 
@@ -68,7 +69,8 @@ PACK_NICE = 10
 # first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
 # never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
 # their place), so the statement stays true while those packs exist.  A fork walks the history
-# only down to such a commit.  The newest PACKED_KEEP are kept.
+# only down to such a commit.  Of the commits said of the same packs only the newest is kept (it
+# says more), and of the rest the newest PACKED_KEEP.
 PACKED_FILE = "amacs-packed"
 PACKED_KEEP = 32
 
@@ -138,13 +140,20 @@ class GitFailed(AmacsError, RuntimeError):
     """A git command exited with an error (its stderr is the message)."""
 
 
+# What a mood's tag in a subject does not end or start with: the model's list punctuation ("focused,").
+_TAG_ENDS = " ,;:.!?-_/|"
+
+
 def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, eval_form: str | None = None,
                    eval_result: str | None = None, eval_error: str | None = None) -> str:
     """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
     form and its result or error, each cut at a length a log reads well at (the transcript
     has them whole): the history shows eval -> result -> reply, the reply in
-    agent-chat.org."""
-    subject = f"[TICK {tick}][{thread or 'no-thread'}][{mood}] {' '.join(monologue.split())}"
+    agent-chat.org.  The subject is for a person reading the log: a memory address in it reads
+    as the shell shows it, without its delimiters, and the mood's tag has no punctuation or
+    space at its ends (the transcript keeps what the model wrote)."""
+    tag = " ".join(mood.split()).strip(_TAG_ENDS) or " ".join(mood.split())
+    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {' '.join(monologue.replace(DELIM, '').split())}"
     if eval_form is None:
         return subject
     outcome = (f"error: {_cut(eval_error, EVAL_RESULT_CHARS)}" if eval_error is not None
@@ -869,7 +878,11 @@ class HomeRepo:
             if names <= after:  # a pack removed by another (a person's gc): not known to hold them
                 kept.append((sha, names))
         kept.append((head, after))
-        atomic_write(path, json.dumps([[sha, sorted(names)] for sha, names in kept[-PACKED_KEEP:]]))
+        newest: dict[frozenset[str], str] = {}  # of notes naming the same packs the newest commit says all
+        for sha, names in kept:
+            newest.pop(frozenset(names), None)
+            newest[frozenset(names)] = sha
+        atomic_write(path, json.dumps([[sha, sorted(names)] for names, sha in list(newest.items())[-PACKED_KEEP:]]))
 
     def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
         """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the

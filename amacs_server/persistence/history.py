@@ -27,7 +27,9 @@ transcripts' lines of the later ticks (and the tool results kept since), and wha
 each file of ``logs/`` holds beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
 the abandoned one, under ``transcripts/`` and ``logs/``; a log file begun after the tick is then
 removed, or emptied while a program of this process writes it, and a rotation since is undone),
-and a ``rewind`` event is written.
+and a ``rewind`` event is written.  The person's shell files (:data:`PERSON_FILES`) are marked and
+cut the same way: the inputs the shell's history gained after the tick, and an unsent input saved
+since, go onto the ref (at their own paths), so M-p offers no input of the abandoned future.
 
 The mind's budget item is the tick's (its requests are the ones it made then), but the money
 paid since stays counted (:mod:`.rewound_spend`) and the limit the person set stays the one
@@ -382,6 +384,9 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
             _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+            # Known level with no org file now (LongTermMemory.level): a version the last start wrote
+            # to bring it level with a file may be gone, though the file restored is the same.
+            db.execute("DELETE FROM level")
         return len(later)
     finally:
         ltm.close()
@@ -462,6 +467,12 @@ MTIME_SLACK = 1.0
 # The bytes just before a log file's recorded size whose digest the tick state keeps with it: a
 # file begun again since (rotated, removed, a fork's own) does not pass for the one recorded.
 MARK_TAIL = 64
+# The person's files beside the logs, marked and cut as they are (gitignored, written by Emacs): the
+# shell's input history (M-p; an entry appended at each input, each ended by HISTORY_END, the whole
+# file rewritten once the ring drops its oldest) and the input typed and not yet sent.
+PERSON_FILES = ("shell-history", "shell-draft")
+HISTORY = "shell-history"
+HISTORY_END = b"\0\n"
 
 
 def _mark(fd: int) -> list[Any]:
@@ -470,25 +481,25 @@ def _mark(fd: int) -> list[Any]:
     return [size, hashlib.sha256(tail).hexdigest()[:16]]
 
 
-def log_marks(home: Path) -> dict[str, list[Any]]:
+def log_marks(home: Path) -> dict[str, list[Any] | None]:
     """Where each file of HOME's ``logs/`` stands now (every program's: the server's stderr, the
-    tool servers', the local model's, their rotations): its size and the digest of its bytes just
-    before it, by its path in the home.  Recorded in each tick's state: a rewind to the tick moves
-    what each file holds beyond its mark."""
-    marks: dict[str, list[Any]] = {}
+    tool servers', the local model's, their rotations), and each of :data:`PERSON_FILES`: its size
+    and the digest of its bytes just before it, by its path in the home (None: a person's file
+    absent now; a tick state older than these marks has no key for them, and its rewind leaves them).
+    Recorded in each tick's state: a rewind to the tick moves what each file holds beyond its mark."""
+    marks: dict[str, list[Any] | None] = dict.fromkeys(PERSON_FILES)
     try:
-        entries = list(os.scandir(home / LOGS_FOLDER))
+        entries = [(f"{LOGS_FOLDER}/{e.name}", e.path) for e in os.scandir(home / LOGS_FOLDER)
+                   if e.is_file(follow_symlinks=False)]  # a folder (a damaged git moved aside) is not a log
     except OSError:
-        return marks
-    for entry in entries:
-        if not entry.is_file(follow_symlinks=False):
-            continue  # a folder (a damaged git moved aside) is not a log
+        entries = []
+    for rel, path in [*entries, *((rel, str(home / rel)) for rel in PERSON_FILES)]:
         try:
-            fd = os.open(entry.path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except OSError:
             continue
         try:
-            marks[f"{LOGS_FOLDER}/{entry.name}"] = _mark(fd)
+            marks[rel] = _mark(fd)
         finally:
             os.close(fd)
     return marks
@@ -588,6 +599,9 @@ def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = Non
         if path.is_file():
             rel = f"{LOGS_FOLDER}/{path.name}"
             known[rel] = (path, _passes(path, marks, rel))
+    for rel in PERSON_FILES:
+        if rel in marks and (home / rel).is_file():  # a tick state that marked them
+            known[rel] = (home / rel, _passes(home / rel, marks, rel))
     for rel, (_path, name) in list(known.items()):
         if name is not None and name != rel:  # NAME.1 was NAME at the tick: the NAME there now was begun
             if name in known:  # since, whatever bytes it begins with
@@ -596,6 +610,9 @@ def _log_futures(home: Path, state: dict[str, Any], begun: set[str] | None = Non
                 rotated[rel] = name
     for rel, (path, name) in known.items():
         at = 0 if name is None else int(marks[name][0])
+        if name is None and rel == HISTORY and marks[rel] is not None:  # rewritten whole since: the entries kept
+            found = _history_end(path, marks[rel])
+            at, name = (0, None) if found is None else (found, rel)
         if name is None and begun is not None:
             begun.add(rel)
         try:
@@ -625,6 +642,23 @@ def _passes(path: Path, marks: dict[str, Any], rel: str) -> str | None:
                 tail = fh.read(min(size, MARK_TAIL))
                 if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
                     return name
+    return None
+
+
+def _history_end(path: Path, mark: list[Any]) -> int | None:
+    """Where the entries of the input history PATH that its MARK saw end, in a file rewritten whole
+    since (the ring dropped its oldest entries, so theirs is not the mark's size): the last end of
+    an entry, no further than that size, whose bytes before it the mark's digest is of; None: none."""
+    size, digest = int(mark[0]), str(mark[1])
+    if size == 0:
+        return 0
+    data = path.read_bytes()
+    end = data.rfind(HISTORY_END, 0, size)
+    while end >= 0:
+        at = end + len(HISTORY_END)
+        if at >= min(size, MARK_TAIL) and hashlib.sha256(data[at - min(size, MARK_TAIL):at]).hexdigest()[:16] == digest:
+            return at
+        end = data.rfind(HISTORY_END, 0, end)
     return None
 
 
@@ -677,14 +711,19 @@ def _commit_beside(repo: HomeRepo, parent: str, files: dict[str, bytes], message
     not have) added; its sha.  No index, ref or working file is touched."""
     home = repo.home
     folders: dict[str, dict[str, str]] = {}
+    loose: dict[str, str] = {}  # a file at the top (one of PERSON_FILES) -> its blob
     for rel, data in files.items():
         folder, _, name = rel.partition("/")
         blob = repo.write_blob(data)  # zlib at git's loose level, in this process: a future's lines are long
-        folders.setdefault(folder, {})[name] = blob
+        if name:
+            folders.setdefault(folder, {})[name] = blob
+        else:
+            loose[folder] = blob
     top = [line for line in _git(home, "ls-tree", parent).decode().splitlines()
-           if line.partition("\t")[2] not in folders]
+           if line.partition("\t")[2] not in folders and line.partition("\t")[2] not in loose]
     for folder, blobs in folders.items():
         top.append(f"040000 tree {_mktree(home, blobs)}\t{folder}")
+    top += [f"100644 blob {blob}\t{name}" for name, blob in loose.items()]
     root = _git(home, "mktree", stdin=("\n".join(top) + "\n").encode())
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
 

@@ -14,7 +14,7 @@ status, arm):
   startup_seconds (its Emacs's start to that signal), wall_seconds (started_at to ended_at),
   error, failed_turn, the phases emacs_started_at server_started_at first_turn_at first_request_at
   last_reply_at, cpus, order_seed and position: the run order's seed and its place in it), concurrency (the runs going at once over its time, itself included),
-  and the counts of its events, agents, model calls and evals.
+  and the counts of its events, sessions (a rewind's or a fork's own file is none), agents, model calls and evals.
 - ``events``: one row per transcript event: session_id, agent_id, parent_id, agent_type,
   template, seq, ts, tick, event, data (JSON).
 - ``model_calls``: one row per model call (``model_response``, or ``model_error``: ok
@@ -60,7 +60,7 @@ from ..records import (
     TickStart,
     ToolCall,
 )
-from ..transcripts import COLUMNS, Of
+from ..transcripts import COLUMNS, Of, home_steps
 
 if TYPE_CHECKING:
     import duckdb
@@ -214,10 +214,10 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
     key = "run_id, session_id, agent_id"
     con.execute(f"""
         CREATE OR REPLACE TABLE agents AS
-        WITH ids AS (
+        WITH ids AS (  -- a rewind's or a fork's own file is not a session: it has no agent
             SELECT {key}, any_value(parent_id) AS parent_id, any_value(agent_type) AS agent_type,
                    any_value(template) AS template, min(ts) AS first_ts, max(ts) AS last_ts, count(*) AS events
-            FROM events GROUP BY ALL),
+            FROM events ANTI JOIN ({home_steps()}) USING (run_id, session_id) GROUP BY ALL),
         st AS (
             SELECT {key}, min(ts) AS started_at, any_value(data->>'{START.name}') AS name,
                    any_value(CAST(data->'{START.depth}' AS INTEGER)) AS depth
@@ -252,9 +252,11 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         FROM ids LEFT JOIN st USING ({key}) LEFT JOIN en USING ({key}) LEFT JOIN mc USING ({key})
                  LEFT JOIN ev USING ({key}) LEFT JOIN se USING (run_id, session_id)
                  LEFT JOIN params p ON p.run_id = ids.run_id""")
-    con.execute("""
+    con.execute(f"""
         CREATE OR REPLACE TABLE runs AS
-        WITH n AS (SELECT run_id, count(*) AS events, count(DISTINCT session_id) AS sessions FROM events GROUP BY 1),
+        WITH s AS ({home_steps()}),  -- a rewind's or a fork's own file is not a session
+        n AS (SELECT run_id, count(*) AS events, count(DISTINCT session_id) FILTER (WHERE s.steps IS NULL) AS sessions
+              FROM events LEFT JOIN s USING (run_id, session_id) GROUP BY 1),
         a AS (SELECT run_id, count(*) AS agents, sum(model_calls)::BIGINT AS model_calls,
                      CASE WHEN sum(unpriced_calls) > 0 THEN NULL ELSE sum(cost) END AS model_cost,
                      sum(unpriced_calls)::BIGINT AS calls_unpriced,

@@ -1003,9 +1003,56 @@ there, and the replayed conversation showed only after M->."
                    ('rewind '(:line "rewound to tick 1"))
                    ('status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t))))))
       (amacs-rewind 1))
-    (should (string-match-p "rewound to tick 1\\. The conversation up to there:" (amacs-shell-test--text)))
+    (should (string-match-p "rewound to tick 1; your inputs from there on .*\\. The conversation up to there:"
+                            (amacs-shell-test--text)))
     (should (= (point) (point-max)))
     (should (= (window-point (selected-window)) (point-max)))))
+
+;; A rewind took the abandoned inputs out of shell-history, but M-p still offered them (the ring
+;; in memory), and it must never take the person's typing: the prompt's text is the present.
+(defun amacs-shell-test--rewind-cutting-history (keep)
+  "Call `amacs-rewind' back over the last input, the server leaving KEEP in shell-history."
+  (cl-letf (((symbol-function 'amacs--call-sync)
+             (lambda (method _args)
+               (pcase method
+                 ('rewind (with-temp-file comint-input-ring-file-name (insert keep))
+                          (delete-file amacs-shell--draft-file)
+                          '(:line "rewound to tick 1; the abandoned future is kept on git ref refs/amacs/abandoned/x"))
+                 ('status '(:recent ((:human "first" :agent "One.")) :key-ok t))))))
+    (amacs-rewind 1 "second")))
+
+(ert-deftest amacs-shell-test-a-rewind-keeps-the-typed-input-and-takes-the-abandoned-ones-out-of-m-p ()
+  "Typed and not sent, the input stays at the prompt (and is saved again as the draft); M-p offers
+the inputs before the tick, not the abandoned one; the rewind's line says where that went."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "first")
+    (amacs-shell-test--type-and-send "second")
+    (goto-char (point-max))
+    (insert "half typed")
+    (amacs-shell--save-draft)
+    (should (file-exists-p amacs-shell--draft-file))
+    (amacs-shell-test--rewind-cutting-history "first\0\n")
+    (should (equal (amacs-shell--draft) "half typed"))
+    (should (equal (ring-elements comint-input-ring) '("first")))
+    (amacs-shell--save-draft)
+    (let ((file amacs-shell--draft-file))
+      (should (string-suffix-p "half typed" (with-temp-buffer (insert-file-contents file) (buffer-string)))))
+    (should (string-match-p "your inputs from there on are kept with it, no longer in M-p (the hub lists it)\\. The conversation"
+                            (amacs-shell-test--text)))
+    (comint-previous-input 1)
+    (should (equal (amacs-shell--draft) "first"))))
+
+(ert-deftest amacs-shell-test-a-rewind-at-an-empty-prompt-puts-the-input-gone-back-over-there ()
+  "As Claude Code's rewind does: the input the person went back to before is at the prompt to edit."
+  (amacs-shell-test--with-shell
+    (amacs-shell-test--type-and-send "first")
+    (amacs-shell-test--type-and-send "second")
+    (amacs-shell-test--rewind-cutting-history "first\0\n")
+    (should (equal (amacs-shell--draft) "second"))
+    (should (= (point) (point-max)))
+    (should (string-match-p "and «second» is back at the prompt to edit\\. The conversation"
+                            (amacs-shell-test--text)))
+    (should (equal (ring-elements comint-input-ring) '("first")))))
 
 ;; A newcomer rewound after `note' and `todo': the replayed replies said "RET on the ▸ changed
 ;; line below" and no such line was replayed (the chat log holds what was said, not what an eval
@@ -1559,7 +1606,8 @@ A rewind's own line says what follows it; no second one."
                    ('rewind '(:line "rewound to tick 1"))
                    ('status '(:recent ((:human "q" :agent "A.")) :key-ok t))))))
       (amacs-rewind 1))
-    (should (string-suffix-p ";; rewound to tick 1. The conversation up to there:\namacs> q\n\nA.\n\namacs> "
+    (should (string-suffix-p (concat ";; rewound to tick 1; your inputs from there on are kept with it, no longer in M-p "
+                                     "(the hub lists it). The conversation up to there:\namacs> q\n\nA.\n\namacs> ")
                              (amacs-shell-test--text)))))
 
 (ert-deftest amacs-shell-test-resumed-exchanges-render-as-live-ones ()

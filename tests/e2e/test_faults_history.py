@@ -10,9 +10,9 @@ Then, as the person would go on:
 
 - a rewind: a server starts on the home (a :class:`Runtime`, the server's start-up path). Its
   home is exactly the home before the rewind or exactly the home a rewind never killed makes
-  (files, transcripts, every file of logs/, memory.db's rows, the history and the abandoned
-  future's ref), and it said so in one line when it finished a rewind; its next input is answered at
-  the tick that follows;
+  (files, transcripts, every file of logs/, the shell's input history and unsent input,
+  memory.db's rows, the history and the abandoned future's ref), and it said so in one line when
+  it finished a rewind; its next input is answered at the tick that follows;
 - a fork: the source home is as it was; DEST is absent or whole; forking again into DEST
   works (saying what it removed) and the fork is the one a fork never killed makes.
 
@@ -72,7 +72,11 @@ def source(tmp_path_factory: pytest.TempPathFactory, fake: FakeAnthropic) -> Pat
     (home / "logs" / "server.log").write_text("2020-01-01 00:00:00,000 amacs INFO long before\n")
     tool = home / "logs" / "mcp-tool.log"  # a tool server's stderr: rotated after the cut
     tool.write_text("--- before tick 1 starting tool\n")
+    (home / "shell-history").write_bytes(b"an input before tick 1\0\n")  # Emacs's, as it sends an input
     run(home, fake, FUTURE_SESSION[:2])
+    with (home / "shell-history").open("ab") as fh:
+        fh.write(b"an input after the cut\0\n")
+    (home / "shell-draft").write_text("typed after the cut, not sent")
     with tool.open("a") as log:
         log.write("a tool's line after tick 2\n")
     os.replace(tool, tool.with_name("mcp-tool.log.1"))
@@ -112,7 +116,7 @@ def state(home: Path, *, names: dict[str, str]) -> dict[str, Any]:
         return text
 
     files = {str(p.relative_to(home)): masked(p.read_bytes()) for p in history.tracked(home) if p.exists()}
-    for rel in ("rewound-spend", "budget-limit", *history.SETTINGS):
+    for rel in ("rewound-spend", "budget-limit", *history.SETTINGS, *history.PERSON_FILES):
         if (home / rel).exists():
             files[rel] = masked((home / rel).read_bytes())
     for folder in ("logs", "transcripts/results"):
@@ -176,6 +180,9 @@ def references(source: Path, fake: FakeAnthropic, root: Path) -> dict[str, Any]:
         "server.log": "2020-01-01 00:00:00,000 amacs INFO long before\n",
         "mcp-tool.log": "--- before tick 1 starting tool\n"}
     assert list((after / "transcripts" / "results").iterdir()) == []  # a result kept after the cut: on the ref
+    # the shell's input history and unsent input as at the cut: the later input and draft on the ref
+    assert (after / "shell-history").read_bytes() == b"an input before tick 1\0\n"
+    assert not (after / "shell-draft").exists()
     done = cli("fork", str(home), "--tick", str(CUT), str(root / "fork"))
     assert done.returncode == 0, done.stderr
     return {"before": turn(before, fake, {str(before): "HOME"})[1:],

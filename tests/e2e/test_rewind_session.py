@@ -109,8 +109,9 @@ def steps_elisp(steps: list[tuple[str, str]], home: Path) -> str:
 
 
 def rewind_elisp(before: str) -> str:
-    """M-x amacs-rewind with its prompts answered: to just before the input BEFORE, yes.
-    Prints the labels offered, how many, and the tick the rewind went to."""
+    """M-x amacs-rewind with its prompts answered: to just before the input BEFORE, yes; then the
+    prompt emptied for the steps that follow.  Prints the labels offered, how many, and the tick
+    the rewind went to."""
     return f"""
       (with-current-buffer amacs-shell-buffer-name
         (cl-letf (((symbol-function 'completing-read)
@@ -120,7 +121,8 @@ def rewind_elisp(before: str) -> str:
                      (seq-find (lambda (label) (equal {elisp_string(before)} label))
                                (all-completions "" table))))
                   ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
-          (princ (format "REWOUND-TO %d\\n" (plist-get (call-interactively #'amacs-rewind) :tick)))))"""
+          (princ (format "REWOUND-TO %d\\n" (plist-get (call-interactively #'amacs-rewind) :tick)))
+          (amacs-shell--put-at-prompt "")))"""
 
 
 def chosen_tick(stdout: str) -> int:

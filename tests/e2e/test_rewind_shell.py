@@ -45,11 +45,15 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
         (goto-char (point-min))
         (search-forward (concat amacs-shell-prompt "the second"))
         (backward-char 3)
+        (save-excursion (goto-char (point-max)) (insert "half typed"))  ; typed, not sent: the present
+        (amacs-shell--save-draft)
         (cl-letf (((symbol-function 'completing-read)
                    (lambda (_prompt _table &optional _pred _req _init _hist def &rest _)
                      (princ (format "DEFAULT %s\n" def)) def))
                   ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
-          (call-interactively #'amacs-rewind)))
+          (call-interactively #'amacs-rewind))
+        (princ (format "PROMPT %S\nRING %S\n" (amacs-shell--draft) (ring-elements comint-input-ring)))
+        (amacs-shell--put-at-prompt ""))
       (amacs-e2e-send "the second")
       (amacs-e2e-finish)"""
     run = run_emacs(home, fake.url, program).check()
@@ -58,6 +62,16 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert sent[4] == sent[1]  # after the rewind to tick 1, the second input is asked as it was
     assert "FORK SHELL" in run.stdout and "note the fork" in (fork / "agent-chat.org").read_text()
     assert "DEFAULT the second\n" in run.stdout, run.stdout
+    # The person's typing stays at the prompt; M-p offers the inputs up to tick 1 only, the
+    # abandoned ones are on the ref with the unsent input saved after tick 1.
+    assert 'PROMPT "half typed"\nRING ("note the first")\n' in run.stdout, run.stdout
+    ref = re.search(r"refs/amacs/abandoned/\S+?-tick-\d+-to-1", run.stdout + (home / "agent-chat.org").read_text())
+    assert ref, run.stdout
+    show = lambda rel: subprocess.run(["git", "-C", str(home), "show", f"{ref[0]}:{rel}"],  # noqa: E731
+                                      capture_output=True, text=True, check=True).stdout
+    assert show("shell-history") == "the second\0\nthe third\0\n"
+    assert show("shell-draft") == "half typed"
+    assert (home / "shell-history").read_text() == "note the first\0\nthe second\0\n"  # sent again after it
     assert "rewound" in run.shell and "refs/amacs/abandoned/" in run.shell, run.shell
     # The mind goes back; what evals did to Emacs's buffers and files does not, and the shell says so.
     assert "Back to before you typed «the second».  Buffers and files the agent changed" in run.shell, run.shell
@@ -106,7 +120,7 @@ def test_rewind_with_a_live_viewpoint_then_the_same_input_asks_the_same(fake, ho
                    (lambda (_prompt _table &optional _pred _req _init _hist def &rest _) def))
                   ((symbol-function 'yes-or-no-p) (lambda (&rest _) t)))
           (call-interactively #'amacs-rewind)))
-      (amacs-e2e-send "ask more")
+      (amacs-e2e-send "")  ; the prompt was empty: the rewind put "ask more" back there, RET sends it
       (amacs-e2e-finish)"""
     run = run_emacs(home, fake.url, program).check()
     sent = requests(fake)

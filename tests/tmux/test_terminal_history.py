@@ -8,6 +8,7 @@ before the rewind stays in the mode line."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -82,8 +83,18 @@ def test_fork_opens_a_second_shell_and_rewind_asks_the_same_again(terminal, fake
     assert float(term.elisp(usage)) == pytest.approx(spent)  # the abandoned future's money stays spent
     mode_line = next(line for line in term.screen().splitlines() if " budget $" in line)
     assert "/$7.00" in mode_line, mode_line  # and the limit the person set stays
+    # The input gone back over is at the prompt to edit (as Claude Code's rewind does); M-p no
+    # longer offers the abandoned ones.  RET sends it again.
+    at_prompt = (f'(amacs-with-connection (amacs-connection-for "{term.amacs_home}") (with-current-buffer '
+                 '(amacs-shell--buffer) (list (amacs-shell--draft) (ring-elements comint-input-ring))))')
+    shown = " ".join(term.elisp(at_prompt).split())
+    assert shown == '("the second" ("note the first"))', shown
     first = len(fake.requests)
-    send(term, "the second")
+    term.press("Enter")
+    deadline = time.monotonic() + 30
+    while len(fake.requests) == first and time.monotonic() < deadline:
+        time.sleep(0.1)
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", what="the end of the turn")
     sent = [json.loads(r) for r in requests(fake)]
     again = [json.loads(r) for r in requests(fake, first)]
     assert again and again[-1] == sent[1], "the second input after the rewind asks as it did"
@@ -174,7 +185,8 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
                   what="the line under the abandoned conversation, and the conversation replayed")
     above, _, below = term.elisp_string(shell).rpartition(divider)
     assert "third words" in above and "refs/amacs/abandoned/" in below, (above[-300:], below)
-    replayed = below.split("The conversation up to there:", 1)[1].rsplit("\namacs> ", 1)[0]
+    replayed, _, prompt = below.split("The conversation up to there:", 1)[1].rpartition("amacs> ")
+    assert prompt.strip() == "second words", prompt  # the input gone back over, at the prompt to edit
     assert replayed.split("amacs> ", 1)[1].startswith("first words") and "second words" not in replayed, replayed
 
     term.press("C-c C-v")

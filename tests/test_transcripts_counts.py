@@ -1,0 +1,64 @@
+"""What a reader of a home's transcripts counts (``amacs-server transcripts``, the research
+dataset) after a real rewind and a real fork: the file each writes of its own says a step of
+the home's history, not a session a server ran, and holds no agent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amacs_server.persistence import history
+from amacs_server.transcripts import summarize
+from tests.fake_anthropic import FakeAnthropic
+from tests.test_rewind import answer, run
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic(default=answer).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rewound(tmp_path: Path, fake: FakeAnthropic) -> tuple[Path, Path]:
+    """A home of two server sessions with a rewind between them, and a fork of it (not yet run)."""
+    home = tmp_path / "home"
+    _, last = run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "and then")])
+    assert last == 3
+    history.rewind(home, 1)
+    run(home, fake, [("say", "again")])
+    fork = history.fork(home, 2, tmp_path / "fork")
+    assert len(list((home / "transcripts").glob("*-rewind.jsonl"))) == 1  # the rewind wrote its own file
+    assert [p.stem.rpartition("-")[2] for p in (fork.home / "transcripts").glob("*.jsonl")] == ["fork"]
+    return home, fork.home
+
+
+def test_a_rewind_or_fork_is_no_run_and_no_agent_in_the_summary(rewound):
+    home, fork = rewound
+    summary = summarize(home / "transcripts")
+    assert (summary["runs"], summary["agents"], summary["agents_by_type"]) == (2, 2, {"primary": 2}), summary
+    assert all(not run.endswith("-rewind") for run in summary["agents_per_run"]), summary["agents_per_run"]
+    assert (summary["rewinds"], summary["forks"]) == (1, 0)
+    summary = summarize(fork / "transcripts")
+    # A fork starts with no transcript but its own: no server has run in it yet.
+    assert (summary["runs"], summary["agents"], summary["rewinds"], summary["forks"]) == (0, 0, 0, 1), summary
+
+
+def test_a_research_run_whose_home_was_rewound_counts_its_sessions_and_agents(rewound, tmp_path):
+    from amacs_server.research.dataset import load
+
+    home, _ = rewound
+    runs_dir = tmp_path / "runs"
+    shutil.copytree(home / "transcripts", runs_dir / "r1" / "home" / "transcripts")
+    (runs_dir / "r1" / "manifest.json").write_text(json.dumps({"run_id": "r1", "status": "ok"}))
+    con = load(runs_dir)
+    assert con.execute("SELECT sessions, agents FROM runs").fetchall() == [(2, 2)]
+    assert con.execute("SELECT count(*), count(*) FILTER (WHERE session_id LIKE '%-rewind') FROM agents"
+                       ).fetchone() == (2, 0)
+    # The record is whole: the rewind's line is an event as it was written.
+    assert con.execute("SELECT count(*) FROM events WHERE event = 'rewind'").fetchone()[0] >= 1
