@@ -13,6 +13,7 @@ import concurrent.futures
 import json
 import os
 import re
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -1633,3 +1634,63 @@ def test_a_transcripts_future_is_found_reading_its_end_where_a_whole_read_finds_
                       (row["tick"] is None and ended is not None and row["ts"] > ended)), None)
         assert whole == (None if first is None else len("".join(rows[:first]).encode()))
         assert history._transcript_future(path, cut, ended) == (None if whole is None else (whole, data[whole:]))
+
+
+# A process that rewinds a copy of a home and forks it, again and again, a hangup only noted as a
+# stopping server notes it.
+HANGUP_REWINDER = """
+import json, shutil, signal, sys, time
+from pathlib import Path
+from amacs_server.persistence import history
+signal.signal(signal.SIGHUP, lambda *_: None)
+home, work = Path(sys.argv[1]), Path(sys.argv[2])
+made, failed = 0, []
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    copy, fork = work / "copy", work / "fork"
+    try:
+        shutil.copytree(home, copy)
+        history.rewind(copy, 1)
+        history.fork(home, 2, fork)
+        made += 1
+    except Exception as err:
+        failed.append(repr(err))
+    for folder in work.iterdir():  # the copy, the fork, a fork cut short
+        shutil.rmtree(folder)
+print(json.dumps({"made": made, "failed": failed}), flush=True)
+"""
+
+
+def test_a_hangup_to_the_servers_group_during_a_rewind_or_fork_kills_none_of_its_gits(tmp_path, fake):
+    """Was: a rewind's and a fork's gits ran in the server's process group, so the hangup Emacs
+    sends that group when it quits killed the git at work ("git read-tree failed in ...: ") and cut
+    the rewind short (the next start finished it).  Here hangups come every 2 ms to the group of a
+    process that rewinds and forks: every rewind and fork is made."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "and then")])
+    work = tmp_path / "work"
+    work.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", HANGUP_REWINDER, str(home), str(work), "3"],
+                             start_new_session=True, stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parents[1])
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        sent = 0
+        while child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGHUP)
+                sent += 1
+            except ProcessLookupError:
+                pass
+            time.sleep(0.002)
+        result = json.loads(child.stdout.read())
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    assert sent > 100, sent
+    assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed: " \
+        f"{result['failed'][:3]}"
+    assert result["made"] >= 2

@@ -5,6 +5,7 @@ test recorded them by walking the home, and no file the home did not have then."
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -270,3 +271,62 @@ def test_a_hangup_to_the_servers_group_while_git_starts_does_not_kill_that_git(t
     assert sent > 100, sent
     assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed"
     assert result["made"] >= 5
+
+
+# Every place the server's code starts a process, but the one start of every git it runs
+# (git_repo.start_git, with the stop signals blocked): each with what a quit does to it.
+STARTS_OTHER_THAN_GIT = {
+    # Read-only: a pickaxe search can run a minute; once the server is gone no one wants its
+    # answer, so it stays in the server's group and the quit's hangup ends it.
+    "persistence/history_search.py:_git": "a search of the history, ended by a quit",
+    "faults.py:kill_holding_lock": "a fault point's git, which it kills itself",
+    "local_model.py:_spawn": "llama.cpp's server, this server's model: ends with it",
+    "tools_mcp/hub.py:_transport": "an MCP server (through guard.py): ends with the server",
+    "tools_mcp/guard.py:main": "guard.py, a program of its own: the MCP server it guards",
+    "warm.py:_fork": "the warm server's fork: a server itself",
+    "warm_launch.py:start_warm": "the launcher starting a warm server",
+    "warm_launch.py:main": "the launcher becoming the server",
+    "research/cluster.py:__init__": "the research harness, not the server",
+    "research/forkserver.py:serve": "the research harness, not the server",
+    "research/runs.py:package_dirs": "the research harness, not the server",
+    "research/runs.py:prepare": "the research harness, not the server",
+}
+PROCESS_STARTS = {("subprocess", name) for name in ("Popen", "run", "call", "check_call", "check_output",
+                                                     "getoutput", "getstatusoutput")} | {
+    ("os", name) for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "system", "popen", "execv",
+                              "execve", "execvp", "execvpe", "execl", "execle", "execlp", "execlpe", "spawnv",
+                              "spawnve", "spawnvp", "spawnvpe")} | {
+    ("asyncio", "create_subprocess_exec"), ("asyncio", "create_subprocess_shell")}
+
+
+def _process_starts(root: Path) -> dict[str, set[str]]:
+    """Each function of ROOT's modules ("path:name", the innermost) that starts a process, and how."""
+    found: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, rel: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = f"{rel}:{child.name}" if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else where
+            if isinstance(child, ast.Call):
+                called = child.func
+                if isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name) \
+                        and (called.value.id, called.attr) in PROCESS_STARTS:
+                    found.setdefault(inner, set()).add(f"{called.value.id}.{called.attr}")
+                elif isinstance(called, ast.Name) and called.id == "stdio_client":
+                    found.setdefault(inner, set()).add(called.id)
+            visit(child, rel, inner)
+
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        visit(ast.parse(path.read_text(encoding="utf-8")), rel, f"{rel}:")
+    return found
+
+
+def test_every_git_the_server_runs_starts_out_of_reach_of_the_stop_signals():
+    """Was: the rewind's and the fork's gits (persistence/history.py) were started with a plain
+    subprocess.run, in the server's group: a quit mid-rewind killed the git at work.  Every
+    process the server's code starts is git_repo.start_git's (every git that writes the home or
+    serves a commit) or one listed here with what a quit does to it."""
+    root = Path(__file__).resolve().parents[1] / "amacs_server"
+    found = _process_starts(root)
+    assert found.pop("persistence/git_repo.py:start_git") == {"subprocess.Popen"}
+    assert sorted(found) == sorted(STARTS_OTHER_THAN_GIT)

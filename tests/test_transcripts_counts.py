@@ -62,3 +62,21 @@ def test_a_research_run_whose_home_was_rewound_counts_its_sessions_and_agents(re
                        ).fetchone() == (2, 0)
     # The record is whole: the rewind's line is an event as it was written.
     assert con.execute("SELECT count(*) FROM events WHERE event = 'rewind'").fetchone()[0] >= 1
+
+
+def test_a_run_from_a_fork_is_one_session_and_its_timeline_names_its_agents_plainly(rewound, fake, tmp_path):
+    """A counterfactual arm's run starts from a fork: its home holds the fork's own file and the
+    one session its server ran."""
+    pytest.importorskip("plotly")
+    from amacs_server.research.dataset import load
+    from amacs_server.research.report import _timeline
+
+    _, fork = rewound
+    run(fork, fake, [("say", "from the fork")])
+    runs_dir = tmp_path / "runs"
+    shutil.copytree(fork / "transcripts", runs_dir / "r1" / "home" / "transcripts")
+    (runs_dir / "r1" / "manifest.json").write_text(json.dumps({"run_id": "r1", "status": "ok"}))
+    con = load(runs_dir)
+    assert con.execute("SELECT sessions, agents FROM runs").fetchall() == [(1, 1)]
+    labels = _timeline(con, "r1").layout.yaxis.ticktext
+    assert list(labels) == ["primary (open at end)"], labels

@@ -45,7 +45,6 @@ import re
 import shutil
 import sqlite3
 import stat
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -58,7 +57,16 @@ from ..errors import AmacsError
 from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
-from .git_repo import PACKED_FILE, RACY_NS, CommitError, HomeRepo, Snapshot, ignored, packed_records
+from .git_repo import (
+    PACKED_FILE,
+    RACY_NS,
+    CommitError,
+    HomeRepo,
+    Snapshot,
+    ignored,
+    packed_records,
+    run_git,
+)
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
@@ -254,8 +262,10 @@ class Done:
 
 
 def _git(home: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    """git ARGS in HOME, out of reach of the signals that stop the server (:func:`~.git_repo.start_git`):
+    a quit mid-rewind or mid-fork lets each git it started finish."""
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    done = subprocess.run(["git", *args], cwd=home, input=stdin, capture_output=True, env=env, check=False)
+    done = run_git(["git", *args], home, data=stdin or b"", env=env)
     if done.returncode != 0:
         raise HistoryError(f"git {args[0]} failed in {home}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout

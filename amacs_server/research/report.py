@@ -308,7 +308,7 @@ def _timeline(con: duckdb.DuckDBPyConnection, run: str) -> go.Figure:
     import plotly.graph_objects as go
 
     span = _rows(con, """
-        SELECT r.started_at, r.ended_at, min(e.ts), max(e.ts), count(DISTINCT e.session_id), r.first_turn_at
+        SELECT r.started_at, r.ended_at, min(e.ts), max(e.ts), r.sessions, r.first_turn_at
         FROM runs r LEFT JOIN events e USING (run_id) WHERE r.run_id = ? GROUP BY ALL""", run)
     started, ended, first_ts, last_ts, sessions, first_turn = span[0] if span else (None, None, None, None, 0, None)
     starts = [t for t in (started, first_ts) if t is not None]
