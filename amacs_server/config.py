@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .errors import AmacsError
@@ -67,6 +67,9 @@ class Config:
     prices: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     # AMACS_DEMO=1: the server serves the scripted demo model itself (demo_model.py) and talks to it.
     demo: bool = False
+    # The demo again, unasked: the home's last tick talked to it and nothing else is chosen now
+    # (demo_as_left); the greeting says so in one line instead of the demo's note.
+    demo_again: bool = False
     # An experiment run's turns (AMACS_DRIVER_TURNS, a JSON list): no person is there, and the
     # person's powers are the driver's alone, to type these (methods.person_power).
     driver_turns: tuple[str, ...] | None = None
@@ -91,20 +94,16 @@ class Config:
         """One line that says how to give the server a key or another endpoint.
 
         With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing.  Otherwise
-        the demo model comes first: it answers in a second, with nothing to install or pay."""
+        the demo model comes first (it answers in a second, with nothing to install or pay), in one
+        row of a 120-column terminal: the other ways (amacs-api-key, auth-source, a server of your
+        own) are docs/configuration.md's."""
         if self.backend == "anthropic" and self.base_url:
             return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
                     "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
                     "(backend openai); then M-x amacs-restart. Or try AMACS with a small model on this machine, "
                     "no key at all: M-x amacs-use-local-model (or ./amacs --local).")
-        return (
-            "No API key. To try AMACS now, with a scripted model and nothing to pay: M-x amacs-demo "
-            "(or ./amacs --demo). For real work set ANTHROPIC_API_KEY (or customize `amacs-api-key', or add "
-            "api.anthropic.com to auth-source), point ANTHROPIC_BASE_URL at another server, or use "
-            "a local model server with AMACS_BACKEND=openai and OPENAI_BASE_URL (or M-x amacs-set-model), "
-            "then M-x amacs-restart; or, with no key at all, try AMACS with a small model on this "
-            "machine: M-x amacs-use-local-model (or ./amacs --local)."
-        )
+        return ("No API key: try M-x amacs-demo, or set ANTHROPIC_API_KEY and M-x amacs-restart, "
+                "or M-x amacs-use-local-model.")
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:
@@ -147,6 +146,19 @@ def _prices_env(env: dict[str, str]) -> dict[str, tuple[float, float, float, flo
     except (ValueError, TypeError, AttributeError) as err:
         raise ConfigError(f"AMACS_PRICES={raw!r}: must be a JSON object of model -> [input, output, cache_write, "
                           f"cache_read] dollars per million tokens ({err})") from err
+
+
+def demo_as_left(config: Config, env: dict[str, str], last_model: object) -> Config:
+    """CONFIG on the demo model again when the home's last tick was on it (LAST_MODEL, its tick
+    state's) and ENV chooses nothing else: no key, no base URL, no backend but Anthropic's (the
+    demo's), no local model, no model but the demo (a fork of such a home is given those).  A key in the environment is the person's new choice: Claude, as asked."""
+    chose_other = (env.get("ANTHROPIC_BASE_URL") or env.get("OPENAI_BASE_URL")
+                   or (env.get("AMACS_BACKEND") or "anthropic").lower() != "anthropic"
+                   or env.get("AMACS_MODEL") not in (None, "", DEMO_MODEL))
+    if config.demo or config.local_model is not None or config.has_credentials or chose_other \
+            or last_model != DEMO_MODEL:
+        return config
+    return replace(config, demo=True, demo_again=True, backend="anthropic", model=DEMO_MODEL)
 
 
 def load_config(env: dict[str, str] | None = None) -> Config:

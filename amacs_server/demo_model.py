@@ -26,6 +26,9 @@ from .config import DEMO_MODEL
 DEMO_NOTE = ("Demo model: scripted answers served by the AMACS server on this machine, no key and nothing "
              "paid. Type help and press RET to see what it shows. For real work set an API key and "
              "M-x amacs-restart (docs/configuration.md).")
+# The demo chosen again at a start because the home's last tick was on it (config.demo_as_left).
+DEMO_AGAIN_NOTE = ("On the demo model again, as when this home last stopped (no API key): set ANTHROPIC_API_KEY "
+                   "and M-x amacs-restart for Claude, or M-x amacs-set-model.")
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from .config import ConfigError, load_config
+from .config import ConfigError, demo_as_left, load_config
 from .files import UMASK, secure_home
 
 if TYPE_CHECKING:
@@ -384,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     except (StartupError, OSError) as err:
         return _fail(_start_failure(err, config.home))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from .persistence.history import read_state
+
+    # A home last on the demo model, started again with nothing else chosen, is on it again.
+    config = demo_as_left(config, env, (read_state(config.home) or {}).get("model"))
     changed = secure_home(config.home)
     if changed:
         logging.info("made the AMACS home %s private: %d files or folders were open to other users",

@@ -13,8 +13,8 @@ import anthropic
 import pytest
 
 from amacs_server import views
-from amacs_server.config import DEMO_MODEL, ConfigError, load_config
-from amacs_server.demo_model import DEMO_NOTE, DemoModel, answer
+from amacs_server.config import DEMO_MODEL, ConfigError, demo_as_left, load_config
+from amacs_server.demo_model import DEMO_AGAIN_NOTE, DEMO_NOTE, DemoModel, answer
 from amacs_server.inference.pricing import Usage
 from amacs_server.runtime import Runtime
 from tests.test_memory import SilentFace
@@ -101,7 +101,8 @@ def test_the_demo_is_not_asked_what_it_accepts(tmp_path):
 
 def test_the_no_key_note_offers_the_demo_first(tmp_path):
     note = load_config({"AMACS_HOME": str(tmp_path / "h")}).missing_key_message()
-    assert note.startswith("No API key. To try AMACS now")
+    assert note.startswith("No API key: try M-x amacs-demo")
+    assert len(";; " + note) < 120, note  # one row of a 120-column terminal, as README says
     assert note.index("M-x amacs-demo") < note.index("ANTHROPIC_API_KEY") < note.index("amacs-use-local-model")
 
 
@@ -166,3 +167,27 @@ def test_the_demo_does_not_say_both_researchers_answered_when_one_was_cancelled(
         return str(json.loads(answer(body).text)["reply"])
     assert reply(event(3, cancelled), event(4, done)).startswith("Not both: a researcher did not answer")
     assert reply(event(3, done), event(4, done)).startswith("Done: both researchers answered")
+
+
+def test_a_home_last_on_the_demo_is_on_it_again_while_nothing_else_is_chosen(tmp_path):
+    """A newcomer's home talked to the demo; ./amacs again, still no key, reopened on Claude with
+    "No API key".  The home's last tick state says demo: with nothing else chosen, the demo again."""
+    env = {"AMACS_HOME": str(tmp_path / "h")}
+    again = demo_as_left(load_config(env), env, DEMO_MODEL)
+    assert again.demo and again.demo_again and again.model == DEMO_MODEL and again.has_credentials
+    rt = Runtime(again, SilentFace())
+    try:
+        notice = str(views.status(rt)["notice"])
+        assert DEMO_AGAIN_NOTE in notice and DEMO_NOTE not in notice and "No API key" not in notice, notice
+    finally:
+        rt.stop(grace=0)
+    # A fork of it is given the demo's backend and model by name: the same.
+    fork_env = {**env, "AMACS_BACKEND": "anthropic", "AMACS_MODEL": DEMO_MODEL}
+    assert demo_as_left(load_config(fork_env), fork_env, DEMO_MODEL).demo
+    # A key, a base URL, another model or backend is the person's newer choice; a last tick on Claude is no demo.
+    for other in ({"ANTHROPIC_API_KEY": "k"}, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:1"},
+                  {"AMACS_MODEL": "claude-opus-4-1"}, {"AMACS_BACKEND": "openai", "OPENAI_BASE_URL": "http://x"}):
+        chosen = {**env, **other}
+        assert not demo_as_left(load_config(chosen), chosen, DEMO_MODEL).demo, other
+    assert not demo_as_left(load_config(env), env, "claude-sonnet-5-5").demo
+    assert not demo_as_left(load_config(env), env, None).demo

@@ -92,3 +92,33 @@ def test_m_x_amacs_demo_names_the_demo_not_anthropic(terminal):
     assert "restarted: the scripted demo model on this machine" in said, said
     assert "anthropic" not in said.lower(), said
     assert term.lines()[1].startswith(" demo model — "), screen
+
+
+def test_a_home_left_on_the_demo_reopens_on_it_with_still_no_key(terminal):
+    """A newcomer talked to the demo, quit (C-x C-c) and ran ./amacs again, still with no key: the
+    home reopened on Claude, the no-key note printed again and RET answered "No API key".  It
+    reopens on the demo, says so in one line, and answers."""
+    nokey = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_BASE_URL": ""}
+    term = terminal(width=120, height=40, args=("--demo",), **nokey)
+    term.type("help")
+    term.press("Enter")
+    term.wait_for("▸ eval (condition-case nil (agent-create-thread", timeout=30, what="the tour's eval line")
+    term.wait_for_elisp("(not (amacs-shell-busy-p))", timeout=30, what="the end of the turn")
+    home = term.amacs_home
+    # The turn's tick state is on disk once its commit is made: quit after it, as the person did.
+    term.wait_for(lambda _s: (home / "tick-state.json").exists(), timeout=20, what="the tick's state")
+    term.press("C-x C-c")
+    term.wait_for(lambda _s: term._tmux("display", "-p", "-t", "amacs", "#{pane_dead}").strip() == "1",
+                  timeout=20, what="Emacs to exit")
+    assert not term.close()
+    term = terminal(width=120, height=40, AMACS_HOME=str(home), **nokey)
+    screen = term.wait_for("On the demo model again", timeout=30, what="the one line that says the demo is back")
+    assert term.lines()[1].startswith(" demo model — "), screen
+    assert "No API key" not in screen, screen
+    term.type("2+2")
+    term.press("Enter")
+    term.wait_for(lambda _s: term.elisp("(not (amacs-shell-busy-p))") == "t"
+                  and "No API key" not in term.screen().split("amacs> 2+2", 1)[-1],
+                  timeout=30, what="the demo's answer")
+    assert "No API key" not in term.screen(), term.screen()
+    assert "▸ eval" in term.screen().split("amacs> 2+2", 1)[1], term.screen()
