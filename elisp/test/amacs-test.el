@@ -77,7 +77,12 @@
 (ert-deftest amacs-test-stray-sigusr1-is-harmless ()
   "A SIGUSR1 that arrives after the eval ended does nothing."
   (amacs-test--signal-self-later 0.1)
-  (sleep-for 0.5)
+  ;; Waited for, not slept: a signal sent late (a loaded machine) would stop the eval below
+  ;; or the next test's.  Handled outside an eval, it is queued as an event: input pending.
+  (let ((deadline (+ (float-time) 10)))
+    (while (and (not (input-pending-p)) (< (float-time) deadline))
+      (sleep-for 0.02)))
+  (should (input-pending-p))
   (should (equal (plist-get (amacs--eval-form "(+ 1 1)") :result) "2")))
 
 ;;;; Transport helpers
