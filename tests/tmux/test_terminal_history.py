@@ -214,6 +214,22 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
                         '"commit"))', timeout=15, what="the commit's view")
     _size, _moved, patch = term.elisp(view.format("commit")).strip("()").split()
     assert patch == "t"  # its diff
+    # Point stays in the log, where n and p go from commit to commit (view-mode's n and p, search
+    # again, shadowed them: "No previous View-mode search"), so n then RET walks the commits.
+    here = ('(with-current-buffer (window-buffer (selected-window)) (format "%s|%s" (buffer-name) '
+            '(buffer-substring-no-properties (line-beginning-position) (line-end-position))))')
+    log = term.elisp_string(f'(amacs-connection-buffer-name (amacs-connection-for "{term.amacs_home}") "abandoned")')
+    buffer, line = term.elisp_string(here).split("|", 1)
+    assert buffer == log and "[TICK 3][no-thread]" in line, (buffer, line)
+    term.press("n")
+    term.wait_for(lambda _s: "[TICK 2]" in term.elisp_string(here), timeout=10, what="n: the next commit")
+    term.press("Enter")
+    commit = (f'(with-current-buffer (amacs-connection-buffer-name (amacs-connection-for "{term.amacs_home}") '
+              '"commit") (buffer-substring-no-properties (point-min) (line-end-position 6)))')
+    term.wait_for(lambda _s: "[TICK 2]" in term.elisp_string(commit), timeout=10, what="RET: that commit shown")
+    assert term.elisp_string(here).startswith(log + "|"), term.elisp_string(here)
+    term.press("p")
+    term.wait_for(lambda _s: "[TICK 3][no-thread]" in term.elisp_string(here), timeout=10, what="p: back")
 
 
 def test_rewind_replays_the_changed_lines_of_the_turns_it_keeps(terminal, tmp_path):
