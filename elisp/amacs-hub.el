@@ -374,7 +374,9 @@ The patch leaves out `amacs-hub--moved-paths', which the stat lists."
            (mapcar (lambda (d) (concat ":(exclude)" d)) amacs-hub--moved-paths))))
 
 (defun amacs-hub--show-commit (sha)
-  "Show commit SHA of the AMACS home in a buffer: its stat, then its patch."
+  "Show commit SHA of the AMACS home in the other window: its stat, then its patch.
+Point stays in the list RET was pressed in (the hub, an abandoned
+future's log), so \`n' then RET walks the commits, as in magit's log."
   (let ((home (plist-get amacs-hub--state :home))
         (buffer (get-buffer-create (amacs-connection-buffer-name (amacs-current-connection) "commit"))))
     (with-current-buffer buffer
@@ -384,7 +386,23 @@ The patch leaves out `amacs-hub--moved-paths', which the stat lists."
       (diff-mode)
       (goto-char (point-min))
       (view-mode 1))
-    (pop-to-buffer buffer)))
+    (display-buffer buffer '(nil (inhibit-same-window . t)))))
+
+(defvar amacs-hub-log-mode-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map special-mode-map)
+    (define-key map (kbd "n") #'forward-button)
+    (define-key map (kbd "p") #'backward-button)
+    (define-key map (kbd "RET") #'push-button)
+    map)
+  "Keymap of `amacs-hub-log-mode'.")
+
+(define-derived-mode amacs-hub-log-mode special-mode "AMACS-Log"
+  "A log of commits of an AMACS home, one button per commit.
+RET shows the commit at point in the other window; \`n' and \`p' go to
+the next and previous commit.
+
+\{amacs-hub-log-mode-map}")
 
 (defun amacs-hub--show-abandoned (future)
   "Show the log of FUTURE, which a rewind abandoned: each commit's stat.
@@ -416,12 +434,11 @@ commit's line shows that commit's patch, as the hub shows a commit."
                                           (amacs-with-connection connection
                                             (amacs-hub--show-commit (button-get button 'sha)))))
               (setq end (car head))))))
+      (amacs-hub-log-mode)
       (setq amacs--buffer-connection connection)
       (setq-local amacs-hub--state (list :home home))
       (goto-char (point-min))
-      (view-mode 1)
-      (local-set-key "n" #'forward-button)
-      (local-set-key "p" #'backward-button))
+      (forward-button 1 nil nil t))
     (pop-to-buffer buffer)))
 
 (defun amacs-hub-visit ()

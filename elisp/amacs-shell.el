@@ -214,7 +214,8 @@ the log) and these facts are one notice, each line a `;;' line."
 A line above them says they are resumed, unless SAID: the caller has
 said what they are (a rewind, whose line ends \"The conversation up to
 there:\").  The ▸ changed lines this Emacs showed are shown with their
-turns (`amacs-changes-kept'); a rewind's says why older turns have none."
+turns (`amacs-changes-kept'); a line says why older turns have none (a
+start's, when one of them evaluated)."
   (let ((buffer (amacs-shell--buffer))
         (recent (amacs-shell--from-an-input (amacs-status :recent) amacs-shell-resume-exchanges)))
     (when (and buffer (not (buffer-local-value 'amacs-shell--resumed buffer)))
@@ -237,7 +238,11 @@ turns (`amacs-changes-kept'); a rewind's says why older turns have none."
              (substitute-command-keys
               ";; Resumed: the last exchanges from agent-chat.org (\\<amacs-shell-mode-map>\\[amacs-open-chat-log] opens it all):")
              'amacs-shell-annotation))
-          (when (and said (cl-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since))) recent))
+          ;; A rewind's replay says it of any turn before this Emacs; a start's,
+          ;; of a turn that evaluated (one that did not changed nothing).
+          (when (cl-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since)
+                                          (or said (plist-get e :eval))))
+                         recent)
             (amacs-shell--output
              (format ";; (Turns up to tick %d were before this Emacs: what their evals changed is not known, \
 so they show no ▸ changed line.)" since)
@@ -664,12 +669,20 @@ leaves its server running: \[amacs-shell] opens it again at once."
     t))
 
 (defun amacs-shell--stop-server-with-buffer ()
-  "Stop the server of the shell being killed, if the person said so."
+  "Stop the server of the shell being killed, if the person said so.
+Its hub and the hub's views of commits close with it: they showed a
+server that is gone.  A server left running keeps them."
   (let ((connection amacs--buffer-connection))
     (when (and (amacs-connection-p connection)
                (amacs-life-stop-with-shell (amacs-connection-life connection)))
       (setf (amacs-life-stop-with-shell (amacs-connection-life connection)) nil)
-      (amacs-stop-server connection))))
+      (amacs-stop-server connection)
+      (dolist (buffer (cons (amacs-ui-hub (amacs-connection-ui connection))
+                            (mapcar (lambda (view) (get-buffer (amacs-connection-buffer-name connection view)))
+                                    '("abandoned" "commit"))))
+        (when (buffer-live-p buffer)
+          (quit-windows-on buffer t)
+          (when (buffer-live-p buffer) (kill-buffer buffer)))))))
 
 (defun amacs-shell--forget-buffer ()
   "Forget the stream of the shell buffer being killed: its markers go with it.

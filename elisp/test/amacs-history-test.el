@@ -267,5 +267,54 @@ the mind's files; the moved lines are listed in the stat, not drawn."
             (when buffer (kill-buffer buffer))))
         (delete-directory home t)))))
 
+;; Was: the log was in view-mode, whose n and p (search again) shadowed the
+;; buffer's own keys ("No previous View-mode search"), and RET on a commit
+;; moved point into the commit's buffer, so the next n went there.
+(ert-deftest amacs-history-test-n-then-ret-walks-an-abandoned-futures-commits ()
+  "In an abandoned future's log, n and p go to the next and previous commit
+and RET shows the commit in the other window, point staying in the log."
+  (amacs-test-with-connection connection ()
+    (let* ((home (directory-file-name amacs-home))
+           (process-environment (append '("GIT_AUTHOR_NAME=t" "GIT_AUTHOR_EMAIL=t@t" "GIT_COMMITTER_NAME=t"
+                                          "GIT_COMMITTER_EMAIL=t@t")
+                                        process-environment)))
+      (amacs-history-test--git home "init" "-q")
+      (dotimes (i 4)
+        (with-temp-file (expand-file-name "agent-chat.org" home) (insert (format "* Tick %d\n" (1+ i))))
+        (amacs-history-test--git home "add" "-A")
+        (amacs-history-test--git home "commit" "-qm" (format "[TICK %d][t] words %d" (1+ i) (1+ i))))
+      (amacs-history-test--git home "update-ref" "refs/amacs/abandoned/y" "HEAD")
+      (amacs-history-test--git home "reset" "-q" "--hard" "HEAD~3")
+      (unwind-protect
+          (save-window-excursion
+            (delete-other-windows)
+            (with-temp-buffer
+              (setq-local amacs-hub--state (list :home home))
+              (amacs-hub--show-abandoned (list :ref "refs/amacs/abandoned/y" :to-tick 1 :from-tick 4)))
+            (let ((log (set-buffer (window-buffer (selected-window))))
+                  (subject (lambda () (buffer-substring (line-beginning-position) (line-end-position)))))
+              (should (equal (buffer-name log) (amacs-connection-buffer-name connection "abandoned")))
+              (should (string-match-p "words 4\\'" (funcall subject)))
+              (call-interactively (key-binding "n"))
+              (should (string-match-p "words 3\\'" (funcall subject)))
+              (call-interactively (key-binding "n"))
+              (should (string-match-p "words 2\\'" (funcall subject)))
+              (call-interactively (key-binding "p"))
+              (should (string-match-p "words 3\\'" (funcall subject)))
+              (call-interactively (key-binding (kbd "RET")))
+              (should (eq (window-buffer (selected-window)) log))
+              (let ((commit (get-buffer (amacs-connection-buffer-name connection "commit"))))
+                (should (get-buffer-window commit))
+                (should (string-search "words 3" (with-current-buffer commit (buffer-string)))))
+              (call-interactively (key-binding "n"))
+              (call-interactively (key-binding (kbd "RET")))
+              (should (eq (window-buffer (selected-window)) log))
+              (should (string-search "words 2" (with-current-buffer (amacs-connection-buffer-name connection "commit")
+                                                  (buffer-string))))))
+        (dolist (name '("abandoned" "commit"))
+          (let ((buffer (get-buffer (amacs-connection-buffer-name connection name))))
+            (when buffer (kill-buffer buffer))))
+        (delete-directory home t)))))
+
 (provide 'amacs-history-test)
 ;;; amacs-history-test.el ends here

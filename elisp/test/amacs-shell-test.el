@@ -1128,6 +1128,20 @@ the inputs before the tick, not the abandoned one; the rewind's line says where 
 what their evals changed is not known, so they show no ▸ changed line\.)\namacs> three"
                             (amacs-shell-test--text)))))
 
+;; Was: after a restart the demo's replayed `todo' reply said "RET on the ▸ changed line
+;; below shows the diff" and no line followed, with no word why (a rewind said it).
+(ert-deftest amacs-shell-test-a-restart-says-its-replayed-evals-show-no-changed-line ()
+  "A start whose replayed turns evaluated says, in one line, why they show no ▸ changed line."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:tick 5 :key-ok t
+                              :recent ((:tick 4 :human "todo" :agent "Done: RET on the ▸ changed line below."
+                                        :eval (:form "(find-file \"todo.org\")" :result "t" :success t))
+                                       (:tick 5 :human "five" :agent "5.")))
+      (amacs-shell--greet))
+    (should (string-match-p "Resumed: .*\n;; (Turns up to tick 5 were before this Emacs: \
+what their evals changed is not known, so they show no ▸ changed line\\.)\namacs> todo"
+                            (amacs-shell-test--text)))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
@@ -1794,6 +1808,28 @@ a turn goes on says the agent is thinking."
           (when (buffer-live-p buf)
             (with-current-buffer buf (setq-local kill-buffer-query-functions nil))
             (kill-buffer buf)))))))
+
+;; Was: after C-x k on a fork's shell and "y" to stop its server, the fork's
+;; hub stayed open, showing a server that was gone.
+(ert-deftest amacs-shell-test-a-stopped-forks-hub-closes-with-its-shell ()
+  "The hub of a shell whose server the person stopped with it closes too;
+one whose server runs on stays."
+  (dolist (stop '(t nil))
+    (amacs-test-with-connection connection ()
+      (let ((hub (get-buffer-create "*amacs-hub: a fork*"))
+            (log (get-buffer-create (amacs-connection-buffer-name connection "abandoned")))
+            stopped)
+        (setf (amacs-ui-hub (amacs-connection-ui connection)) hub)
+        (setf (amacs-life-stop-with-shell (amacs-connection-life connection)) stop)
+        (unwind-protect
+            (cl-letf (((symbol-function 'amacs-stop-server) (lambda (c) (setq stopped c))))
+              (with-temp-buffer
+                (setq amacs--buffer-connection connection)
+                (amacs-shell--stop-server-with-buffer))
+              (should (eq stopped (and stop connection)))
+              (should (eq (buffer-live-p hub) (not stop)))
+              (should (eq (buffer-live-p log) (not stop))))
+          (dolist (buffer (list hub log)) (when (buffer-live-p buffer) (kill-buffer buffer))))))))
 
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
