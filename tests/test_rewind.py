@@ -40,6 +40,7 @@ from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
 from tests.fake_anthropic import FakeAnthropic, Reply
 from tests.test_memory import SilentFace
+from tests.test_tick_commits import hang_up_on
 
 # The clock: the clock items (the time and the system clock, whose versions count the seconds
 # that changed), every item's creation time, and the times written in the texts.
@@ -1237,7 +1238,6 @@ def test_a_fork_killed_while_made_leaves_no_dest_and_the_retry_clears_what_it_le
     whole: killed, there is no DEST; the folder it was made in is never served; the next fork
     into DEST removes it, in one line, and forks."""
     import os
-    import signal
     import sys
 
     from amacs_server.persistence.recovery import StartupError, check_home
@@ -1671,25 +1671,7 @@ def test_a_hangup_to_the_servers_group_during_a_rewind_or_fork_kills_none_of_its
     run(home, fake, [("say", "hello"), ("say", "note the plan"), ("say", "and then")])
     work = tmp_path / "work"
     work.mkdir()
-    child = subprocess.Popen([sys.executable, "-c", HANGUP_REWINDER, str(home), str(work), "3"],
-                             start_new_session=True, stdout=subprocess.PIPE, text=True,
-                             cwd=Path(__file__).resolve().parents[1])
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        sent = 0
-        while child.poll() is None:
-            try:
-                os.killpg(child.pid, signal.SIGHUP)
-                sent += 1
-            except ProcessLookupError:
-                pass
-            time.sleep(0.002)
-        result = json.loads(child.stdout.read())
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
+    sent, result = hang_up_on(HANGUP_REWINDER, str(home), str(work), "3")
     assert sent > 100, sent
     assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed: " \
         f"{result['failed'][:3]}"

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -244,15 +245,11 @@ print(json.dumps({"made": made, "failed": failed}), flush=True)
 """
 
 
-def test_a_hangup_to_the_servers_group_while_git_starts_does_not_kill_that_git(tmp_path):
-    """Was: Emacs quit right after a reply and hung up on the server's process group while the
-    server started a git of the tick's commit: between its fork and its setsid the git was still
-    in that group, subprocess unblocked the hangup there before git ran, and it died ("git ls-files
-    failed (-1)": 276 of 388 commits failed under this test's hangups); the tick had no commit.
-    Here hangups come every 2 ms while commits are made: none fails."""
-    home = tmp_path / "home"
-    home.mkdir()
-    child = subprocess.Popen([sys.executable, "-c", HANGUP_CHILD, str(home), "2"], start_new_session=True,
+def hang_up_on(script: str, *args: str) -> tuple[int, Any]:
+    """Run python SCRIPT with ARGS in a process group of its own and, from the "ready" line it
+    prints until it exits, send that group a hangup every 2 ms; the hangups sent, and the JSON
+    it printed last."""
+    child = subprocess.Popen([sys.executable, "-c", script, *args], start_new_session=True,
                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
         assert child.stdout is not None
@@ -263,11 +260,22 @@ def test_a_hangup_to_the_servers_group_while_git_starts_does_not_kill_that_git(t
                 os.killpg(child.pid, signal.SIGHUP)
                 sent += 1
             time.sleep(0.002)
-        result = json.loads(child.stdout.read())
+        return sent, json.loads(child.stdout.read())
     finally:
         if child.poll() is None:
             child.kill()
         child.wait()
+
+
+def test_a_hangup_to_the_servers_group_while_git_starts_does_not_kill_that_git(tmp_path):
+    """Was: Emacs quit right after a reply and hung up on the server's process group while the
+    server started a git of the tick's commit: between its fork and its setsid the git was still
+    in that group, subprocess unblocked the hangup there before git ran, and it died ("git ls-files
+    failed (-1)": 276 of 388 commits failed under this test's hangups); the tick had no commit.
+    Here hangups come every 2 ms while commits are made: none fails."""
+    home = tmp_path / "home"
+    home.mkdir()
+    sent, result = hang_up_on(HANGUP_CHILD, str(home), "2")
     assert sent > 100, sent
     assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed"
     assert result["made"] >= 5
