@@ -1,6 +1,6 @@
 """Killing a fork's shell buffer stops that fork's server, once the person says so (a newcomer's
-finding: it ran on, unseen, until Emacs exited); the shell of this Emacs's own home leaves its
-server running, and so does a fork's whose person says no."""
+finding: it ran on, unseen, until Emacs exited), and its hub closes with it; the shell of this
+Emacs's own home leaves its server running, and so does a fork's whose person says no."""
 
 from __future__ import annotations
 
@@ -32,11 +32,13 @@ def test_killing_a_forks_shell_stops_its_server_after_asking(fake, home, tmp_pat
       (let ((conn (amacs-connection-for {elisp_string(str(fork))})))
         (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
         (princ (format "PID {n} %s\\n" (process-id (amacs-life-process (amacs-connection-life conn)))))
-        (let ((asked nil))
+        (amacs-with-connection conn (amacs-hub))
+        (let ((asked nil) (hub (amacs-ui-hub (amacs-connection-ui conn))))
           (cl-letf (((symbol-function 'y-or-n-p) (lambda (prompt) (setq asked prompt) {says})))
             (kill-buffer (amacs-ui-shell (amacs-connection-ui conn))))
           (princ (format "ASKED {n} %S\\n" asked))
-          (princ (format "LIVE {n} %S\\n" (and (amacs-live-p conn) t)))))""" for n, (fork, says) in
+          (princ (format "LIVE {n} %S\\n" (and (amacs-live-p conn) t)))
+          (princ (format "HUB {n} %S\\n" (and (buffer-live-p hub) t)))))""" for n, (fork, says) in
         enumerate(zip(forks, ("t", "nil"), strict=True)))
     program = f"""
       (amacs-e2e-open)
@@ -56,6 +58,7 @@ def test_killing_a_forks_shell_stops_its_server_after_asking(fake, home, tmp_pat
     assert set(pids) == {"0", "1"}, out
     assert re.search(r'^ASKED 0 "Stop the AMACS server of \S*/fork-yes too \(y\)', out, re.M), out
     assert "LIVE 0 nil" in out and not alive(pids["0"]), out  # stopped before the buffer was gone
+    assert "HUB 0 nil" in out and "HUB 1 t" in out, out  # its hub closed with it; a running server's stays
     assert re.search(r'^ASKED 1 "Stop the AMACS server of \S*/fork-no too', out, re.M), out
     assert "LIVE 1 t" in out, out  # "no": it runs on, until the end of the program stops it
     assert "ASKED OWN nil" in out and "LIVE OWN t" in out, out  # this Emacs's own home: not asked
