@@ -593,27 +593,23 @@ connection is the one opened."
                 ((symbol-function 'amacs-live-p) #'ignore))
         (amacs-restart)
         (should (= (length (amacs-life-on-ready (amacs-connection-life conn))) 1))
-        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "claude-x" :backend "anthropic" :notice nil)
-              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
-        (unwind-protect
-            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
-          (delete-process (amacs-life-process (amacs-connection-life conn))))
-        (should (equal said '("AMACS server restarted: claude-x on anthropic.")))
-        (setq said nil)
-        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "claude-x" :backend "anthropic" :notice "No API key: set it.")
-              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
-        (unwind-protect
-            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
-          (delete-process (amacs-life-process (amacs-connection-life conn))))
-        (should (equal said '("AMACS server restarted: claude-x on anthropic. No API key: set it.")))
-        ;; A newcomer's M-x amacs-demo said "demo on anthropic": the demo is named as such.
-        (setq said nil)
-        (setf (amacs-wire-status (amacs-connection-wire conn)) '(:model "demo" :backend "anthropic" :endpoint "demo")
-              (amacs-life-process (amacs-connection-life conn)) (start-process "amacs-test-live" nil "sleep" "5"))
-        (unwind-protect
-            (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
-          (delete-process (amacs-life-process (amacs-connection-life conn))))
-        (should (equal said '("AMACS server restarted: the scripted demo model on this machine (no key, nothing paid).")))))))
+        (cl-flet ((ready-with (status)
+                    "The line said when the restarted server is ready with STATUS."
+                    (setq said nil)
+                    (setf (amacs-wire-status (amacs-connection-wire conn)) status
+                          (amacs-life-process (amacs-connection-life conn))
+                          (start-process "amacs-test-live" nil "sleep" "5"))
+                    (unwind-protect
+                        (funcall (car (amacs-life-on-ready (amacs-connection-life conn))))
+                      (delete-process (amacs-life-process (amacs-connection-life conn))))
+                    said))
+          (should (equal (ready-with '(:model "claude-x" :backend "anthropic" :notice nil))
+                         '("AMACS server restarted: claude-x on anthropic.")))
+          (should (equal (ready-with '(:model "claude-x" :backend "anthropic" :notice "No API key: set it."))
+                         '("AMACS server restarted: claude-x on anthropic. No API key: set it.")))
+          ;; A newcomer's M-x amacs-demo said "demo on anthropic": the demo is named as such.
+          (should (equal (ready-with '(:model "demo" :backend "anthropic" :endpoint "demo"))
+                         '("AMACS server restarted: the scripted demo model on this machine (no key, nothing paid)."))))))))
 
 (ert-deftest amacs-test-restart-mid-turn-asks-first ()
   "A newcomer's finding: M-x amacs-restart mid-turn stopped the turn without asking (C-x C-c asks)."

@@ -201,6 +201,21 @@ class Terminal:
 
         self.wait_for(at_empty_prompt, timeout=timeout, what="the cursor at an empty prompt")
 
+    def fork_now(self, folder: Path, timeout: float = 40) -> None:
+        """M-x amacs-fork as a person takes its defaults: now, into FOLDER; wait for the fork's server."""
+        self.press("M-x")
+        self.type("amacs-fork")
+        self.press("Enter")
+        self.wait_for("Fork now, or from before you typed (default now: the mind as it is):",
+                      what="the fork's prompt, now first")
+        self.press("Enter")
+        self.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
+        self.press("C-a", "C-k")
+        self.type(str(folder))
+        self.press("Enter")
+        self.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{folder}"))', timeout=timeout,
+                            what="the fork's server")
+
     def wait_for_elisp(self, form: str, timeout: float = 20, what: str | None = None) -> None:
         """Wait until FORM evaluates to non-nil in the Emacs (errors count as not yet)."""
         deadline = time.monotonic() + timeout

@@ -147,17 +147,7 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     for text in ("first words", "second words", "third words"):
         say(term, text)
     fork = tmp_path / "forked-now"
-    term.press("M-x")
-    term.type("amacs-fork")
-    term.press("Enter")
-    term.wait_for("Fork now, or from before you typed (default now: the mind as it is):",
-                  what="the fork's prompt, now first")
-    term.press("Enter")
-    term.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
-    term.press("C-a", "C-k")
-    term.type(str(fork))
-    term.press("Enter")
-    term.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=40, what="the fork's server")
+    term.fork_now(fork)
     say(term, "in the fork")  # typed in the fork's shell, beside the first: the demo model answers
     models = [term.elisp(f'(amacs-with-connection (amacs-connection-for "{home}") (amacs-status :model))')
               for home in (term.amacs_home, fork)]

@@ -160,16 +160,7 @@ def test_the_warm_server_note_is_never_said_in_a_forks_shell(
     first.wait_for("Noted.", timeout=30)
     first.wait_for_elisp("(not (amacs-shell-busy-p))", what="the end of the turn")
     fork = tmp_path / "forked"
-    first.press("M-x")
-    first.type("amacs-fork")
-    first.press("Enter")
-    first.wait_for("Fork now, or from before you typed", what="the fork's prompt")
-    first.press("Enter")
-    first.wait_for("New home for the fork of the mind as it is", what="the fork's folder prompt")
-    first.press("C-a", "C-k")
-    first.type(str(fork))
-    first.press("Enter")
-    first.wait_for_elisp(f'(amacs-live-p (amacs-connection-for "{fork}"))', timeout=30, what="the fork's server")
+    first.fork_now(fork)
     server = json.loads((fork / "server.json").read_text())["pid"]
     assert _parent(server) == warm  # the fork's server is the warm server's first fork
     shell = f'(with-current-buffer (amacs-ui-shell (amacs-connection-ui (amacs-connection-for "{fork}"))) (buffer-string))'
