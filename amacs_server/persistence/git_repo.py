@@ -108,6 +108,11 @@ EVAL_RESULT_CHARS = 1000
 STOP_SIGNALS = frozenset({signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
 
 
+def git_env() -> dict[str, str]:
+    """The server's environment for a git of the home's own: without what would point it elsewhere."""
+    return {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
+
+
 def start_git(command: list[str], **options: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(COMMAND, **OPTIONS)`` in a session of its own, with :data:`STOP_SIGNALS`
     blocked (see there)."""
@@ -308,9 +313,9 @@ class Snapshotter:
         if not stored:
             return {}
         asked = "".join(f"{entry.content.blob}\n" for entry in stored.values())
-        env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
         try:
-            done = run_git(["git", "cat-file", "--batch-check"], self.home, data=asked.encode(), env=env, timeout=30)
+            done = run_git(["git", "cat-file", "--batch-check"], self.home, data=asked.encode(), env=git_env(),
+                           timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             return {}
         held = set(done.stdout.decode(errors="replace").splitlines()) if done.returncode == 0 else set()
@@ -487,9 +492,7 @@ class HomeRepo:
         self._kept: dict[str, list[object]] | None = None  # SEEN_FILE as this object last wrote it
         self._trust_index = True  # a blob the index names is in git (until a write-tree says otherwise)
         self._algorithm = "sha1"
-        self._env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
-        for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-            self._env.pop(name, None)
+        self._env = {**git_env(), "GIT_TERMINAL_PROMPT": "0"}
 
     def prepare(self) -> None:
         """Make (or open) the repository and set what commits need; once, before the first commit."""

@@ -63,6 +63,7 @@ from .git_repo import (
     CommitError,
     HomeRepo,
     Snapshot,
+    git_env,
     ignored,
     packed_records,
     run_git,
@@ -264,8 +265,7 @@ class Done:
 def _git(home: Path, *args: str, stdin: bytes | None = None) -> bytes:
     """git ARGS in HOME, out of reach of the signals that stop the server (:func:`~.git_repo.start_git`):
     a quit mid-rewind or mid-fork lets each git it started finish."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    done = run_git(["git", *args], home, data=stdin or b"", env=env)
+    done = run_git(["git", *args], home, data=stdin or b"", env=git_env())
     if done.returncode != 0:
         raise HistoryError(f"git {args[0]} failed in {home}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout
@@ -475,10 +475,15 @@ HISTORY = "shell-history"
 HISTORY_END = b"\0\n"
 
 
+def _tail_digest(tail: bytes) -> str:
+    """What a mark keeps of the MARK_TAIL bytes before its size."""
+    return hashlib.sha256(tail).hexdigest()[:16]
+
+
 def _mark(fd: int) -> list[Any]:
     size = os.fstat(fd).st_size
     tail = os.pread(fd, min(size, MARK_TAIL), max(0, size - MARK_TAIL))
-    return [size, hashlib.sha256(tail).hexdigest()[:16]]
+    return [size, _tail_digest(tail)]
 
 
 def log_marks(home: Path) -> dict[str, list[Any] | None]:
@@ -640,7 +645,7 @@ def _passes(path: Path, marks: dict[str, Any], rel: str) -> str | None:
                 size = int(mark[0])
                 fh.seek(max(0, size - MARK_TAIL))
                 tail = fh.read(min(size, MARK_TAIL))
-                if len(tail) == min(size, MARK_TAIL) and hashlib.sha256(tail).hexdigest()[:16] == mark[1]:
+                if len(tail) == min(size, MARK_TAIL) and _tail_digest(tail) == mark[1]:
                     return name
     return None
 
@@ -656,7 +661,7 @@ def _history_end(path: Path, mark: list[Any]) -> int | None:
     end = data.rfind(HISTORY_END, 0, size)
     while end >= 0:
         at = end + len(HISTORY_END)
-        if at >= min(size, MARK_TAIL) and hashlib.sha256(data[at - min(size, MARK_TAIL):at]).hexdigest()[:16] == digest:
+        if at >= min(size, MARK_TAIL) and _tail_digest(data[at - min(size, MARK_TAIL):at]) == digest:
             return at
         end = data.rfind(HISTORY_END, 0, end)
     return None

@@ -12,13 +12,13 @@ and lines only.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AmacsError
+from .git_repo import git_env
 from .monologue import MonologueLog
 
 SOURCES = ("subject", "monologue", "diff")
@@ -67,8 +67,7 @@ def _match(line: str, needle: str) -> str | None:
 
 
 def _git(home: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-    done = subprocess.run(["git", *args], cwd=home, capture_output=True, env=env, check=False)
+    done = subprocess.run(["git", *args], cwd=home, capture_output=True, env=git_env(), check=False)
     if done.returncode != 0:
         raise HistorySearchError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout.decode("utf-8", errors="replace")
