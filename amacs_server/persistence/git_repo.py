@@ -412,15 +412,25 @@ def _added(new: Content, old: Content) -> list[bytes | memoryview] | None:
     return [data[old.size:]] if data[:old.size] == old.data() else None
 
 
+def _blob_header(data: bytes) -> bytes:
+    """What git puts before DATA in a blob, hashed and compressed with it."""
+    return b"blob %d\0" % len(data)
+
+
+def blob_id(data: bytes, algorithm: str) -> str:
+    """The id git gives DATA as a blob, in a repository hashing with ALGORITHM (sha1 or sha256)."""
+    digest = hashlib.new(algorithm, _blob_header(data))
+    digest.update(data)
+    return digest.hexdigest()
+
+
 def _digest_matches(data: bytes, digest: str) -> bool:
     """Whether DATA has DIGEST (as :class:`Digests` names it)."""
     kind, _, value = digest.partition(":")
     if kind == "sha256":
         return hashlib.sha256(data).hexdigest() == value
     if kind == "git":
-        blob = hashlib.new("sha1" if len(value) == 40 else "sha256", b"blob %d\0" % len(data))
-        blob.update(data)
-        return blob.hexdigest() == value
+        return blob_id(data, "sha1" if len(value) == 40 else "sha256") == value
     return False
 
 
@@ -811,14 +821,11 @@ class HomeRepo:
         blob whose id is HAVE (one the index or a tree names: in a pack, maybe) is not written
         again: the first commit after a start does not compress the whole history anew."""
         self.prepare()  # the repository's hash
-        header = b"blob %d\0" % len(data)
-        digest = hashlib.new(self._algorithm, header)
-        digest.update(data)
-        sha = digest.hexdigest()
+        sha = blob_id(data, self._algorithm)
         path = self.home / ".git" / "objects" / sha[:2] / sha[2:]
         if sha != have and not path.exists():
             packer = zlib.compressobj(1)  # git's core.looseCompression
-            packed = packer.compress(header) + packer.compress(data) + packer.flush()
+            packed = packer.compress(_blob_header(data)) + packer.compress(data) + packer.flush()
             tmp = path.parent / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
             for attempt in range(3):
                 path.parent.mkdir(exist_ok=True)
