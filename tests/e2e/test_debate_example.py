@@ -47,6 +47,11 @@ def check_debate(home: Path, templates: list[str], question: str) -> None:
         name = t.removeprefix(PREFIX)
         assert f"[{name}] {name.capitalize()} (" in replies[-1]
     assert question in replies[-1]
+    # A viewpoint names the others it heard, never the room's notices ("[system] ... joined the chat").
+    heard = re.findall(r"Having heard (.+?), I keep my view", replies[-1])
+    names = {t.removeprefix(PREFIX) for t in templates}
+    assert heard and all(set(re.findall(r"the ([a-z0-9_-]+)", h)) <= names for h in heard), replies[-1]
+    assert "system" not in " ".join(heard), heard
 
 
 @pytest.mark.parametrize("variant", ["two-views", "three-views"])
