@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,14 @@ SAID = ["hello", "note the plan\n* and a second line", LONG, "what now", "last w
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeAnthropic]:
-    server = FakeAnthropic(default=answer).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def home(tmp_path: Path, fake: FakeAnthropic) -> Path:
+def home(tmp_path: Path) -> Path:
     """A home of five turns, one input to each tick."""
-    home = tmp_path / "home"
-    _, last = run(home, fake, [("say", text) for text in SAID])
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        home = tmp_path / "home"
+        _, last = run(home, fake, [("say", text) for text in SAID])
+    finally:
+        fake.stop()
     assert last == len(SAID)
     return home
 
