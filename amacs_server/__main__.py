@@ -1,7 +1,7 @@
 """The ``amacs-server`` command line: which command runs.
 
 ``python -m amacs_server [--headless] [--home DIR]`` serves (:mod:`amacs_server.serve`);
-``amacs-server COMMAND ...`` runs one of the commands: rewind and fork (``persistence.history``),
+``amacs-server COMMAND ...`` runs one of the commands: rewind, fork and ticks (``persistence.history``),
 transcripts, and research's experiment, dataset, report, judge and export.
 """
 
@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable
 
 # The commands other than serving (``amacs-server COMMAND ...``) -> the module whose main runs it.
-COMMANDS = {"rewind": ".persistence.history", "fork": ".persistence.history", "transcripts": ".transcripts",
+COMMANDS = {"rewind": ".persistence.history", "fork": ".persistence.history", "ticks": ".persistence.history",
+            "transcripts": ".transcripts",
             **{name: f".research.{name}" for name in ("experiment", "dataset", "report", "judge", "export")}}
 # What pyproject's research and cluster extras bring; a command missing one says how to add it.
 RESEARCH_MODULES = frozenset({"duckdb", "pyarrow", "plotly", "rich", "ray"})
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(argv)
     gc.enable()  # disabled for the server's start (top of this file); these are not it
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as the server does
-    if argv[0] in ("rewind", "fork"):  # return a home to a tick, or copy it at one
+    if argv[0] in ("rewind", "fork", "ticks"):  # return a home to a tick, copy it at one, list them
         history: Callable[[list[str]], int] = importlib.import_module(COMMANDS[argv[0]], __package__).main
         return history(argv)
     try:  # research at scale: each command says in one line what it needs and lacks

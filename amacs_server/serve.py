@@ -358,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                "  amacs-server transcripts [DIR] summarize the transcripts in or below DIR\n"
                "history:\n"
                "  amacs-server rewind HOME --tick N       return HOME to the end of tick N\n"
-               "  amacs-server fork HOME --tick N DEST    a new home DEST: HOME at the end of tick N")
+               "  amacs-server fork HOME --tick N DEST    a new home DEST: HOME at the end of tick N\n"
+               "  amacs-server ticks HOME                 which tick was which input, newest first")
     parser.add_argument("--headless", action="store_true", help="serve any Emacs holding the token; stay up")
     parser.add_argument("--home", help="the AMACS home (default: $AMACS_HOME or ~/.agent)")
     args = parser.parse_args(argv)

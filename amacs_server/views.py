@@ -127,10 +127,9 @@ def past_inputs(chat_log: ChatLog, before: int | None = None, count: int = PAST_
     costs the same on a home of 20,000 ticks as on one of 1,000; a rewind cut the log back to
     the tick it went to: the abandoned future's inputs are not among them.  Flat lists: 5,000
     inputs encode for EPC in a seventh of the time a list of 5,000 tables takes."""
-    said = chat_log.inputs(count + 1, before)
-    page = said[:count]
+    page, more = chat_log.input_page(count, before)
     return {"ticks": [e.tick for e in page], "texts": [(e.human or "")[:INPUT_CHARS] for e in page],
-            "times": [e.timestamp for e in page], "more": len(said) > count}
+            "times": [e.timestamp for e in page], "more": more}
 
 
 def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:

@@ -341,6 +341,13 @@ class ChatLog:
                 return found[:count]
             asked *= 2
 
+    def input_page(self, count: int, before: int | None = None) -> tuple[list[ChatEntry], bool]:
+        """A page of :meth:`inputs`, newest first: the COUNT newest of those before tick BEFORE
+        (None: of all), and whether older ones are left (the next page: BEFORE the oldest of
+        these ticks).  What M-x amacs-rewind's picker offers and ``amacs-server ticks`` lists."""
+        said = self.inputs(count + 1, before)
+        return said[:count], len(said) > count
+
     def read_tail(self, count: int, chunk: int = 1 << 16, budget: int = TAIL_BYTES) -> list[ChatEntry]:
         """The last COUNT ticks, oldest first, of those that begin within BUDGET bytes of the
         log's end (the newest always): the files are read from their end only as far as

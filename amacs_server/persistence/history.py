@@ -67,6 +67,7 @@ from .git_repo import (
     ignored,
     packed_records,
     run_git,
+    settle_checkout,
 )
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
@@ -89,6 +90,11 @@ ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
 
 class HistoryError(AmacsError, RuntimeError):
     """A rewind or fork that cannot be made; the message is one line for the person."""
+
+
+class NoSuchTick(HistoryError):
+    """A tick the home cannot return to: it has none of that number, or one committed before
+    ticks were restorable."""
 
 
 def log_files(home: Path) -> list[Path]:
@@ -285,7 +291,7 @@ def tick_commit(home: Path, tick: int) -> str:
     for line in out.splitlines():
         if line[41:].startswith(prefix):
             return line[:40]
-    raise HistoryError(f"{home} has no tick {tick} in its history")
+    raise NoSuchTick(f"{home} has no tick {tick} in its history")
 
 
 def last_tick(home: Path) -> int:
@@ -304,7 +310,7 @@ def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
     try:
         data = json.loads(_git(home, "show", f"{commit}:{STATE_FILE}"))
     except HistoryError as err:
-        raise HistoryError(f"tick {tick} of {home} was committed before ticks were restorable "
+        raise NoSuchTick(f"tick {tick} of {home} was committed before ticks were restorable "
                            f"(it has no {STATE_FILE}); a later tick can be") from err
     if not isinstance(data, dict) or data.get("version") != STATE_VERSION or data.get("tick") != tick:
         raise HistoryError(f"tick {tick}'s {STATE_FILE} in {home} is not one this server reads")
@@ -329,16 +335,20 @@ def lock(home: Path) -> HomeLock:
     return lock
 
 
-def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None) -> HomeRepo:
+def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
+               alone: bool = False) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
     ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
     or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
-    the others)."""
+    the others).  ALONE: no one else writes in HOME meanwhile (a fork being made), so git is
+    told to trust the files it wrote by their stat (:func:`~.git_repo.settle_checkout`)."""
     if faults.armed("rewind.read-tree-lock"):
         faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                  home / ".git" / "index.lock")
     _git(home, "read-tree", "-u", "--reset", commit)
+    if alone:
+        settle_checkout(home)
     held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
     for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
         info, _, rel = record.partition("\t")
@@ -356,7 +366,12 @@ def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | 
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
             held.pop(rel)
-    repo = repo or HomeRepo(home)
+    if repo is None:
+        ignore = home / ".gitignore"
+        before = ignore.read_bytes() if ignore.exists() else None
+        repo = HomeRepo(home)  # adds to .gitignore the names it lacks: then it is no longer COMMIT's
+        if ignore.exists() and ignore.read_bytes() != before:
+            held.pop(".gitignore", None)
     repo.forget_head()
     repo.assume(held.values())
     return repo
@@ -1221,7 +1236,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
-            repo = _check_out(made, commit, state)
+            repo = _check_out(made, commit, state, alone=True)
             faults.point("fork.checked-out")
             limit = person_limit.current(home) if limit is None else limit
             if limit is not None:
@@ -1266,19 +1281,107 @@ def _tick(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a tick number or now") from None
 
 
+# ``amacs-server ticks``: how many inputs it lists unless told, and the width of an input's line
+# (the picker's, amacs-history--label-width).
+TICKS_PAGE = 20
+LABEL_WIDTH = 70
+
+
+def _label(text: str) -> str:
+    """TEXT, an input, on one line of :data:`LABEL_WIDTH` characters at most."""
+    said = " ".join(text.split())
+    return said if len(said) <= LABEL_WIDTH else said[:LABEL_WIDTH - 1] + "…"
+
+
+def _local(stamp: str) -> str:
+    """STAMP, an ISO 8601 time as the chat log writes it, in this machine's time to the second."""
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return stamp or "-"
+
+
+def _ticks(argv: list[str]) -> int:
+    """``amacs-server ticks HOME``: the inputs of HOME's history, newest first, each with its tick,
+    when it was typed and its first words; a page at a time, as M-x amacs-rewind offers them."""
+    import argparse  # noqa: PLC0415
+
+    from .chat_log import ChatLog  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog="amacs-server ticks", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The person's inputs in HOME's history, newest first (what M-x amacs-rewind offers):\n"
+                    "one line each, its tick, when it was typed (this machine's time) and its first words.\n"
+                    "TICK is the tick the input began (agent-chat.org's `* Tick N`, git's `[TICK N]`):\n"
+                    "`amacs-server rewind HOME --tick N-1` goes back to before it was typed (as the\n"
+                    "picker does), `--tick N` to the end of that tick. A rewind's abandoned inputs are\n"
+                    "not listed (they are on its git ref). Reads only the chat log's end, as far as the\n"
+                    "page takes; it changes nothing, and may run while a server serves HOME.")
+    parser.add_argument("home", help="the AMACS home")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("-n", type=int, default=TICKS_PAGE, metavar="N",
+                      help=f"list the N newest (default {TICKS_PAGE})")
+    size.add_argument("--all", action="store_true", help="list every input")
+    parser.add_argument("--before", type=int, metavar="TICK",
+                        help="only the inputs before tick TICK (the next page: the oldest tick listed)")
+    parser.add_argument("--json", action="store_true",
+                        help='one JSON object: {"inputs": [{"tick", "time" (ISO 8601, as the chat log '
+                             'has it), "input" (whole)}, ...] newest first, "more": older ones are left}')
+    args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error("-n wants a number above 0 (--all: every input)")
+    home = Path(args.home).expanduser()
+    if not (home / ".git").is_dir():
+        print(f"amacs-server ticks: {home} has no git history: is it an AMACS home?", file=sys.stderr)
+        return 1
+    try:
+        page, more = ChatLog(home / "agent-chat.org").input_page(sys.maxsize if args.all else args.n, args.before)
+    except OSError as err:
+        print(f"amacs-server ticks: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    if args.json:
+        out = json.dumps({"home": str(home.resolve()), "more": more,
+                          "inputs": [{"tick": e.tick, "time": e.timestamp, "input": e.human} for e in page]},
+                         ensure_ascii=False) + "\n"
+    else:
+        width = len(str(page[0].tick)) if page else 0
+        out = "".join(f"{e.tick:>{width}}  {_local(e.timestamp)}  {_label(e.human or '')}\n" for e in page)
+    try:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit is quiet
+        return 0
+    if (home / REWIND_JOURNAL).exists():
+        print(f"amacs-server ticks: a rewind of {home} was cut short: its next start (or rewind, or fork) "
+              "finishes it, and the inputs after the tick it went to leave the list", file=sys.stderr)
+    if not page:
+        where = f"before tick {args.before} " if args.before is not None else ""
+        print(f"amacs-server ticks: no input {where}in {home}", file=sys.stderr)
+    elif more and not args.json:
+        print(f"amacs-server ticks: older inputs: --before {page[-1].tick} (or -n N, --all)", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """``amacs-server rewind HOME --tick N`` and ``amacs-server fork HOME --tick N|now DEST``."""
+    """``amacs-server rewind HOME --tick N``, ``amacs-server fork HOME --tick N|now DEST`` and
+    ``amacs-server ticks HOME`` (which tick was which input)."""
     import argparse  # noqa: PLC0415
 
     command, rest = argv[0], argv[1:]
-    parser = argparse.ArgumentParser(prog=f"amacs-server {command}")
+    if command == "ticks":
+        return _ticks(rest)
+    listing = "which tick was which input: amacs-server ticks HOME (newest first; -n, --all, --json)"
+    parser = argparse.ArgumentParser(prog=f"amacs-server {command}", epilog=listing)
     parser.add_argument("home", help="the AMACS home")
     if command == "fork":
         parser.add_argument("--tick", type=_tick, required=True,
-                            help="the tick whose end to fork at, or now: the last one")
+                            help="the tick whose end to fork at, or now: the last one; N-1 forks from "
+                                 "before the input of tick N")
         parser.add_argument("dest", help="the new home")
     else:
-        parser.add_argument("--tick", type=int, required=True, help="the tick to return to (its end)")
+        parser.add_argument("--tick", type=int, required=True,
+                            help="the tick to return to (its end); N-1 goes back to before the input of tick N")
     args = parser.parse_args(rest)
     os.umask(0o077)
     try:
@@ -1287,6 +1390,10 @@ def main(argv: list[str]) -> int:
             done = fork(home, last_tick(home) if args.tick == "now" else args.tick, Path(args.dest))
         else:
             done = rewind(Path(args.home), args.tick)
+    except NoSuchTick as err:
+        print(f"amacs-server {command}: {' '.join(str(err).split())}; `amacs-server ticks {args.home}` "
+              "lists the inputs and their ticks", file=sys.stderr)
+        return 1
     except (HistoryError, OSError, sqlite3.Error) as err:
         print(f"amacs-server {command}: {' '.join(str(err).split())}", file=sys.stderr)
         return 1
@@ -1294,4 +1401,3 @@ def main(argv: list[str]) -> int:
         print(f"amacs-server {command}: {note}", file=sys.stderr)
     print(done.line())
     return 0
-

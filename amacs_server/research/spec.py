@@ -334,6 +334,9 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     try:
         history.state_at(home, history.tick_commit(home, tick), tick)
         history.lock(home).release()  # the runs fork it at once, unlocked: no server may write it meanwhile
+    except history.NoSuchTick as err:
+        raise SpecError(f"{path}: {key}: {err}; `amacs-server ticks {home}` lists its inputs and their "
+                        "ticks") from err
     except history.HistoryError as err:
         raise SpecError(f"{path}: {key}: {err}") from err
     return str(home), tick

@@ -89,7 +89,7 @@ def test_two_arms_forked_from_one_home_share_its_history(tmp_path):
 
 def test_a_spec_forking_from_a_tick_that_is_not_there_is_refused(tmp_path):
     _origin(tmp_path)
-    with pytest.raises(SpecError, match=r"experiment.from: .*no tick 9"):
+    with pytest.raises(SpecError, match=r"experiment.from: .*no tick 9 .*; `amacs-server ticks .*` lists"):
         load(_spec(tmp_path, "origin@9"), {"FAKE_URL": "http://127.0.0.1:1"})
     (tmp_path / "experiment.toml").unlink()
     for arm in ("terse", "chatty"):
