@@ -16,6 +16,7 @@ import logging
 import os
 import stat
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -41,26 +42,40 @@ def deferred_sync() -> Iterator[None]:
         _deferred.reset(token)
 
 
+# The fsyncs of one call run this many at a time: the file system commits them in one journal
+# transaction, where one after another each waited for its own (a 20,000-tick fork's ~120 files:
+# 170-206 ms at load 7, 24-56 ms at once).
+SYNC_THREADS = 16
+
+
+def _fsync(path: Path) -> bool:
+    """fsync PATH; False when it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _each(paths: list[Path]) -> list[bool]:
+    """:func:`_fsync` of each of PATHS, up to SYNC_THREADS at once; raises the first error."""
+    if len(paths) < 2:
+        return [_fsync(path) for path in paths]
+    with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
+        return list(pool.map(_fsync, paths))
+
+
 def sync_paths(paths: Iterable[Path], *, folders: bool = True) -> None:
-    """fsync each existing file of PATHS and (FOLDERS) the folders they are in, for renames."""
-    dirs: set[Path] = set()
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if folders:
-            dirs.add(path.parent)
-    for folder in dirs:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    """fsync each existing file of PATHS and (FOLDERS) the folders they are in, for renames;
+    every file is synced before any folder."""
+    paths = list(paths)
+    synced = _each(paths)
+    if folders:
+        _each(sorted({path.parent for path, done in zip(paths, synced, strict=True) if done}))
 
 
 class PersistenceError(AmacsError, OSError):

@@ -1153,6 +1153,60 @@ def test_a_fork_of_now_holds_the_last_tick_and_says_what_its_parent_runs_on(tmp_
     assert (done["backend"], done["model"], done["base_url"]) == ("anthropic", rt.slot.model, fake.url)
 
 
+def _index_mtimes(home: Path) -> dict[str, int]:
+    """Each entry of HOME's git index: its file's mtime as the index has it (whole seconds)."""
+    out, name = {}, ""
+    for line in _git(home, "ls-files", "--debug").splitlines():
+        if not line.startswith(" "):
+            name = line
+        elif line.strip().startswith("mtime:"):
+            out[name] = int(line.split()[1].partition(":")[0])
+    return out
+
+
+def _changed(home: Path) -> list[str]:
+    """HOME's git status, but for the settings no home commits (:data:`history.SETTINGS`)."""
+    return [line for line in _git(home, "status", "--porcelain").splitlines()
+            if line[3:] not in history.SETTINGS]
+
+
+def test_a_forks_git_trusts_the_files_it_checked_out_and_still_sees_a_later_change(tmp_path, fake):
+    """A fork's check-out wrote its files and git's index in one second: git held each file
+    *racily clean* (it may have changed unseen) and read and hashed every one again at each
+    later write of the index, twice in the fork's own commit (its 12 MB of chat months each
+    time, at 20,000 ticks).  Now each file's mtime is before the index's: git trusts its stat.
+    The fork's git status is clean, and a change made just after the fork, of the same size and
+    in the same second, is still seen."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    time.sleep(1.02 - time.time() % 1)  # at a second's start: the fork's files and index share that second
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    index_second = int((fork / ".git" / "index").stat().st_mtime)
+    mtimes = _index_mtimes(fork)
+    assert {"agent-chat.org", "tick-state.json", "consciousness.el"} <= set(mtimes)
+    assert {name: mtime for name, mtime in mtimes.items() if mtime >= index_second} == {}
+    assert _changed(fork) == []
+    scratch = fork / "consciousness.el"
+    data = scratch.read_bytes()
+    scratch.write_bytes(data[:-1] + (b"y" if data.endswith(b"x") else b"x"))
+    assert _changed(fork) == [" M consciousness.el"]
+
+
+def test_a_fork_of_a_tick_committed_with_an_older_gitignore_commits_the_one_it_has(tmp_path, fake):
+    """A home made before a name was added to the .gitignore gets it at its next start; a fork of
+    a tick committed before then got it too, but took the file as the tick's: its commit kept
+    the old one and its git status said ``M .gitignore`` from the start."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    ignore = home / ".gitignore"
+    ignore.write_text("".join(line + "\n" for line in ignore.read_text().splitlines() if line != ".uncommitted-tick"))
+    _git(home, "add", ".gitignore")
+    _git(home, "commit", "--quiet", "--amend", "--no-edit")  # tick 3, committed with the older file
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    assert ".uncommitted-tick" in _git(fork, "show", "HEAD:.gitignore").splitlines()
+    assert _changed(fork) == []
+
+
 def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, fake):
     """agent-history-search (the tool, as the method Emacs calls runs it): commit subjects,
     monologue lines and diffs, each with its tick, newest first; one tick's only with :tick."""

@@ -21,6 +21,8 @@ import os
 import queue
 import shutil
 import signal
+import stat
+import struct
 import subprocess
 import threading
 import time
@@ -977,6 +979,77 @@ def _indexed(idx: Path) -> set[bytes]:
     count = int.from_bytes(data[8 + 255 * 4:8 + 256 * 4], "big")
     names = data[8 + 256 * 4:8 + 256 * 4 + 20 * count]
     return {names[i:i + 20] for i in range(0, len(names), 20)}
+
+
+# An index entry's stat data (git's index format, versions 2 and 3): ctime and mtime (seconds,
+# nanoseconds), dev, ino, mode, uid, gid, size; the object name and the flags follow.
+_STAT = struct.Struct(">10I")
+
+
+def settle_checkout(home: Path) -> int:
+    """Let git trust, by their stat data, the files a checkout just wrote in HOME; how many.
+
+    git reads a file again (and hashes it) unless its stat is as the index has it and its mtime
+    is before the index's, in whole seconds: a file written in the index's second is *racily
+    clean*, and every later write of the index hashes it again (a fork's commit writes the index
+    twice: its 12 MB of chat months hashed twice at 20,000 ticks).  So each such file whose stat
+    is still the index's, as git wrote it, gets an mtime one second before the index's, and its
+    entry the new stat; the index is written again (under git's lock, then renamed).  Only for a
+    checkout into a folder no one else writes while this runs: a write after it sets a later
+    mtime, which git sees as a change.  An index of another kind than this reads (version 4, a
+    split index, no checksum) is left as it is: git then hashes those files, as before."""
+    index = home / ".git" / "index"
+    try:
+        data = bytearray(index.read_bytes())
+        second = int(index.stat().st_mtime)
+    except OSError:
+        return 0
+    width = next((len(h.digest()) for h in (hashlib.sha1(), hashlib.sha256())
+                  if len(data) > 12 + h.digest_size
+                  and hashlib.new(h.name, data[:-h.digest_size]).digest() == data[-h.digest_size:]), 0)
+    if not width or data[:4] != b"DIRC":
+        return 0
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3):
+        return 0
+    back = (second - 1) * 1_000_000_000
+    at, settled = 12, 0
+    for _ in range(count):
+        fields = list(_STAT.unpack_from(data, at))
+        flags = int.from_bytes(data[at + 40 + width:at + 42 + width], "big")
+        start = at + 42 + width + (2 if version == 3 and flags & 0x4000 else 0)
+        end = data.index(b"\0", start) if flags & 0xFFF == 0xFFF else start + (flags & 0xFFF)
+        path = home / data[start:end].decode("utf-8", "surrogateescape")
+        if fields[2] >= second and stat.S_ISREG(fields[6]):
+            try:
+                st = path.lstat()
+                if (st.st_ctime_ns // 10**9, st.st_mtime_ns // 10**9, st.st_ino & 0xFFFFFFFF, st.st_size) == (
+                        fields[0], fields[2], fields[5], fields[9]):
+                    os.utime(path, ns=(st.st_atime_ns, back), follow_symlinks=False)
+                    st = path.lstat()
+                    fields[0:4] = [st.st_ctime_ns // 10**9, st.st_ctime_ns % 10**9, st.st_mtime_ns // 10**9,
+                                   st.st_mtime_ns % 10**9]
+                    _STAT.pack_into(data, at, *fields)
+                    settled += 1
+            except OSError:
+                pass
+        at += ((end - at) + 8) & ~7
+    if not settled:
+        return 0
+    data[-width:] = hashlib.new("sha1" if width == 20 else "sha256", data[:-width]).digest()
+    lock = index.with_name("index.lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # a git of someone's holds the index: its files stay hashed as before
+        return 0
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(lock, index)
+    except BaseException:
+        lock.unlink(missing_ok=True)
+        raise
+    return settled
 
 
 def _age(path: Path) -> float:

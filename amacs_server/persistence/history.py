@@ -67,6 +67,7 @@ from .git_repo import (
     ignored,
     packed_records,
     run_git,
+    settle_checkout,
 )
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
@@ -334,16 +335,20 @@ def lock(home: Path) -> HomeLock:
     return lock
 
 
-def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None) -> HomeRepo:
+def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
+               alone: bool = False) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
     ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
     or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
-    the others)."""
+    the others).  ALONE: no one else writes in HOME meanwhile (a fork being made), so git is
+    told to trust the files it wrote by their stat (:func:`~.git_repo.settle_checkout`)."""
     if faults.armed("rewind.read-tree-lock"):
         faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                  home / ".git" / "index.lock")
     _git(home, "read-tree", "-u", "--reset", commit)
+    if alone:
+        settle_checkout(home)
     held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
     for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
         info, _, rel = record.partition("\t")
@@ -361,7 +366,12 @@ def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | 
             with path.open("r+b") as fh:
                 fh.truncate(sizes[rel])
             held.pop(rel)
-    repo = repo or HomeRepo(home)
+    if repo is None:
+        ignore = home / ".gitignore"
+        before = ignore.read_bytes() if ignore.exists() else None
+        repo = HomeRepo(home)  # adds to .gitignore the names it lacks: then it is no longer COMMIT's
+        if ignore.exists() and ignore.read_bytes() != before:
+            held.pop(".gitignore", None)
     repo.forget_head()
     repo.assume(held.values())
     return repo
@@ -1226,7 +1236,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
-            repo = _check_out(made, commit, state)
+            repo = _check_out(made, commit, state, alone=True)
             faults.point("fork.checked-out")
             limit = person_limit.current(home) if limit is None else limit
             if limit is not None:

@@ -9,7 +9,8 @@ Tables (every one but ``runs`` carries the run's parameters as columns: run_id (
 run's folder name), experiment, prompt, variant, model, backend, model_name, rep, seed,
 status, arm):
 
-- ``runs``: one row per run, its manifest (turns, cost, turns_done, started_at, ended_at,
+- ``runs``: one row per run, its manifest (endpoint: the host its model calls went to, e.g.
+  api.anthropic.com or 127.0.0.1:35029; turns, cost, turns_done, started_at, ended_at,
   seconds (from the run's start signal, its first turn reaching its server, to its last reply),
   startup_seconds (its Emacs's start to that signal), wall_seconds (started_at to ended_at),
   error, failed_turn, the phases emacs_started_at server_started_at first_turn_at first_request_at
@@ -75,7 +76,8 @@ SCORE_COLUMNS = {
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
-    "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
+    "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "endpoint": "VARCHAR", "rep": "BIGINT",
+    "seed": "BIGINT",
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
