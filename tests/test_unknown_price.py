@@ -303,4 +303,4 @@ def test_the_report_says_which_dollars_are_list_prices_of_another_servers_tokens
     assert {r[0] for r in con.execute("SELECT endpoint FROM runs").fetchall()} == {"127.0.0.1:35029"}
     page = build_report(con, tmp_path, [], None).render("t")
     assert "in all (all estimated at list prices: the model calls went to 127.0.0.1:35029, not Anthropic&#x27;s API" in page
-    assert "for the tokens 127.0.0.1:35029, not Anthropic&#x27;s API reported: an estimate, not a bill" in page
+    assert "list), estimated: the model calls went to 127.0.0.1:35029, not Anthropic&#x27;s API</td>" in page

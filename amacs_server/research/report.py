@@ -558,7 +558,7 @@ def price_sources(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> list[tuple[
             source = f"the spec's price: ${entry.price.input:g} in, ${entry.price.output:g} out per million tokens"
         elif unpriced == 0 and listed_price(name) is not None:
             where = list_priced_elsewhere(backend or "anthropic", name, host)
-            source = LISTED + (f", for the tokens {where} reported: an estimate, not a bill" if where else "")
+            source = LISTED + (f", estimated: the model calls went to {where}" if where else "")
         elif unpriced == 0 and (entry is None or is_local(entry.base_url)):
             source = "free: served on this machine" + (f" ({entry.base_url})" if entry and entry.base_url else "")
         else:
