@@ -65,7 +65,9 @@ def test_prices_given_at_start_reach_the_server(tmp_path):
         load_config({"AMACS_HOME": str(tmp_path), "AMACS_PRICES": '{"m": [1, 2]}'})
 
 
-def spec(folder: Path, budget: str, price: str = "", url: str = "https://models.example.org/v1") -> Path:
+def spec(folder: Path, budget: str, price: str = "", url: str | None = "https://models.example.org/v1",
+         backend: str = "openai", model: str = "gpt-oss-120b") -> Path:
+    """An experiment of one run of MODEL on BACKEND at URL (None: no base_url)."""
     path = folder / "experiment.toml"
     path.write_text(f"""
 [experiment]
@@ -78,9 +80,9 @@ turns = ["hello"]
 
 [[models]]
 name = "oss"
-backend = "openai"
-model = "gpt-oss-120b"
-base_url = "{url}"
+backend = "{backend}"
+model = "{model}"
+{f'base_url = "{url}"' if url else ""}
 {price}
 """)
     return path
@@ -264,21 +266,7 @@ def test_the_experiments_last_line_says_list_prices_of_another_servers_tokens_ar
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    path = tmp_path / "experiment.toml"
-    path.write_text(f"""
-[experiment]
-name = "priced"
-
-[[prompts]]
-name = "q"
-turns = ["hello"]
-
-[[models]]
-name = "sonnet"
-model = "claude-sonnet-4-5"
-{f'base_url = "{url}"' if url else ""}
-{price}
-""")
+    path = spec(tmp_path, "", price, url, backend="anthropic", model="claude-sonnet-4-5")
     (run,) = load_spec(path).runs
     assert experiment.cost_words([(0.4574, experiment.estimated_where(run))]) == line
 

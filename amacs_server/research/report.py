@@ -23,7 +23,7 @@ import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .dataset import load
+from .dataset import judging_cost, judging_words, load
 from .spec import planned_runs
 
 if TYPE_CHECKING:
@@ -578,6 +578,18 @@ def _prices(page: Page, sources: list[tuple[Any, ...]]) -> None:
                            [(*r[:5], r[6]) for r in sources]))
 
 
+def cost_words(con: duckdb.DuckDBPyConnection, runs_cost: float, sources: list[tuple[Any, ...]],
+               unpriced: int) -> str:
+    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST), and when
+    they were judged, the judging's beside them and the sum of both."""
+    said = estimated_words(sources) + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: "
+                                       "see Prices)" if unpriced else "")
+    judging = judging_words(con)
+    if not judging:
+        return f"${runs_cost:.4f} in all{said}"
+    return f"runs ${runs_cost:.4f}{said}, {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all"
+
+
 def estimated_words(sources: list[tuple[Any, ...]]) -> str:
     """What of the dollars of SOURCES (:func:`price_sources`) are list prices for another server's
     tokens, in words for the page's first lines (empty when none are)."""
@@ -681,9 +693,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     sources = price_sources(con, runs_dir)
     page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
               + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
-              + f"; ${sum(c or 0 for *_x, c in status):.4f} in all" + html.escape(estimated_words(sources))
-              + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: see Prices)" if unpriced else "")
-              + ".</p>")
+              + "; " + html.escape(cost_words(con, sum(c or 0 for *_x, c in status), sources, unpriced)) + ".</p>")
     page.html(_table(
         ["arm (prompt / variant / model)", "runs", "done", "failed", "mean cost $", "mean tokens", "evals",
          "eval errors", "blocks"],
