@@ -104,7 +104,7 @@ scripts/local-model.sh prints one on each new phase and every 30 s:
 (defun amacs-local--progress (start)
   "Return the echo area's line on the install begun at START."
   (let ((phase (amacs-local--phase)))
-    (format "AMACS: installing the local model… %s%s (see %s)"
+    (format "AMACS: installing the local model… %s%s; see %s"
             (amacs-local--elapsed start) (if phase (concat ", " phase) "") amacs-local--buffer)))
 
 (defun amacs-local--elapsed (start)

@@ -130,13 +130,13 @@ It said only the time taken and \"about 5-9 min\" while a build took 16."
         (let ((start (- (float-time) 130)))
           (with-current-buffer buffer (let ((inhibit-read-only t)) (erase-buffer)))
           (should (equal (amacs-local--progress start)
-                         "AMACS: installing the local model… 2:10 (see *amacs-local-model*)"))
+                         "AMACS: installing the local model… 2:10; see *amacs-local-model*"))
           (amacs-local--insert "   llama.cpp is compiled from source: about 6-11 min here\n")
           (amacs-local--insert "   … 0:40 configuring llama.cpp's build (cmake)\n")
           (amacs-local--insert "   … 2:10 compiling llama.cpp: step 15 of 79, about 9 min more at this pace (load 7.9)\n")
           (amacs-local--insert "   … 2:4")  ; a line still coming
           (should (string-match-p
-                   "\\`AMACS: installing the local model… 2:1[0-9], compiling llama.cpp: step 15 of 79, about 9 min more at this pace (load 7.9) (see \\*amacs-local-model\\*)\\'"
+                   "\\`AMACS: installing the local model… 2:1[0-9], compiling llama.cpp: step 15 of 79, about 9 min more at this pace (load 7.9); see \\*amacs-local-model\\*\\'"
                    (amacs-local--progress start))))
       (kill-buffer buffer))))
 
