@@ -265,7 +265,7 @@ def test_rewind_replays_the_changed_lines_of_the_turns_it_keeps(terminal, tmp_pa
     term.wait_for(lambda _s: "The conversation up to there:" in shell_text(), what="the rewind's replay")
     replayed = shell_text().split("The conversation up to there:\n", 1)[1].rsplit("\namacs> ", 1)[0]
     assert replayed.rstrip("\n") == "amacs> note" + first_two.rstrip("\n"), (first_two, replayed)
-    assert "before this Emacs" not in replayed
+    assert "earlier Emacs" not in replayed
     # RET on the replayed line offers the diff and the undo, as the live one did.
     term.press("C-r")
     term.type("changed: notes")
