@@ -202,3 +202,26 @@ def test_a_reference_the_spec_does_not_have_is_refused_in_one_line(tmp_path):
         raise AssertionError("the spec was taken")
     spec.write_text(GRID.format(reference='reference = "fake-small"'))
     assert load_spec(spec).spec.experiment.reference == "fake-small"
+
+
+def test_the_exports_hint_names_a_command_that_is_there(tmp_path, monkeypatch):
+    """The newcomer's case: ``view them: inspect view --log-dir ...`` after an export, but no
+    ``inspect`` is on the PATH of a checkout set up by ./amacs: copied, it said command not found."""
+    from amacs_server.research.export import view_hint
+
+    checkout, logs, nowhere = tmp_path / "checkout", Path("runs/inspect"), str(tmp_path / "empty-bin")
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "scripts" / "inspect.sh").write_text("#!/bin/sh\n")
+    monkeypatch.chdir(checkout)
+    assert view_hint(logs, checkout, nowhere) == ("to view them, install inspect-ai once (scripts/inspect.sh, a few "
+                                                  "minutes), then: .venv-inspect/bin/inspect view --log-dir runs/inspect")
+    venv = checkout / ".venv-inspect" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "inspect").write_text("#!/bin/sh\n")
+    (venv / "inspect").chmod(0o755)
+    assert view_hint(logs, checkout, nowhere) == "view them: .venv-inspect/bin/inspect view --log-dir runs/inspect"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the checkout: the path whole
+    assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
+    assert view_hint(logs, checkout, str(venv)) == "view them: inspect view --log-dir runs/inspect"  # on the PATH
+    assert view_hint(logs, tmp_path / "installed", nowhere).startswith("to view them: pip install inspect-ai")
