@@ -225,3 +225,47 @@ def test_the_exports_hint_names_a_command_that_is_there(tmp_path, monkeypatch):
     assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
     assert view_hint(logs, checkout, str(venv)) == "view them: inspect view --log-dir runs/inspect"  # on the PATH
     assert view_hint(logs, tmp_path / "installed", nowhere).startswith("to view them: pip install inspect-ai")
+
+
+def test_a_warm_up_the_first_runs_alone_paid_is_said(tmp_path):
+    """The newcomer's case: the first run of each slot took ~3 s, the other eight 0.15-0.66 s, against
+    a zero-latency fake (the fake's own first requests: it built its request checks then); both first
+    runs can fall on one arm. The report says so, with the numbers, and says nothing when the first
+    runs took as long as the rest."""
+    import duckdb
+
+    from amacs_server.research.report import first_runs_note
+
+    con = duckdb.connect(str(tmp_path / "d.duckdb"))
+    con.execute("CREATE TABLE runs (run_id VARCHAR, arm VARCHAR, status VARCHAR, position BIGINT, seconds DOUBLE, "
+                "started_at DOUBLE, ended_at DOUBLE)")
+    rows = [("r0", "a", 0, 3.3, 0.0, 5.3), ("r1", "a", 1, 2.6, 0.0, 5.5)]  # two at once, from the start
+    rows += [(f"r{n}", "ab"[n % 2], n, 0.4, 5.0 + n, 6.0 + n) for n in range(2, 10)]
+    con.executemany("INSERT INTO runs VALUES (?, ?, 'done', ?, ?, ?, ?)", rows)
+    assert first_runs_note(con) == (
+        "The 2 runs that went first (started before any run ended: a) took 2.95 s on average, the other 8 0.4 s: "
+        "a warm-up only they paid (of the model endpoint, e.g. a fake just started, or of the machine), inside "
+        "their durations and so in their arms' means.")
+    con.execute("UPDATE runs SET seconds = 0.5 WHERE position < 2")
+    assert first_runs_note(con) == ""
+
+
+def test_a_fresh_fake_has_built_its_request_checks_before_it_answers(tmp_path):
+    """Why the first runs were slow: a fake just started built the SDK's types into its request checks
+    on its first requests (3.4 s at load 8; after, a few ms). ``serve`` (what a person starts) warms
+    them first, so that no request of the shape the server sends builds one."""
+    import subprocess
+    import sys
+
+    probe = ("import json; from tests import fake_anthropic as fa; fa.warm_up(); n = len(fa._ADAPTERS); "
+             "body = {**fa.WARM_UP, 'system': [{'type': 'text', 'text': 'x' * 50}], 'stream': True, "
+             "'messages': fa.WARM_UP['messages'] + [{'role': 'assistant', 'content': 'b'}, "
+             "{'role': 'user', 'content': [{'type': 'text', 'text': 'c', 'cache_control': {'type': 'ephemeral'}}]}]}; "
+             "assert fa.sdk_refusal(body) is None; print(n, len(fa._ADAPTERS))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    built, after = out.stdout.split()
+    assert int(built) > 0 and built == after, out.stdout
+    source = (Path(__file__).resolve().parent / "fake_anthropic.py").read_text()
+    serve = source[source.index("def serve("):]
+    assert serve.index("warm_up()") < serve.index("print(fake.url")
