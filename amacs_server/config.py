@@ -94,16 +94,26 @@ class Config:
         """One line that says how to give the server a key or another endpoint.
 
         With ANTHROPIC_BASE_URL set the endpoint is chosen: only its key is missing.  Otherwise
-        the demo model comes first (it answers in a second, with nothing to install or pay), in one
-        row of a 120-column terminal: the other ways (amacs-api-key, auth-source, a server of your
-        own) are docs/configuration.md's."""
+        the demo model comes first (it answers in a second, with nothing to install or pay), then the
+        key, in one row of a 120-column terminal: the other ways (a local model, a server of your
+        own; amacs-api-key, auth-source) are docs/local-models.md's and docs/configuration.md's."""
         if self.backend == "anthropic" and self.base_url:
             return (f"No API key for {self.base_url} (ANTHROPIC_BASE_URL): set ANTHROPIC_API_KEY (or "
                     "customize `amacs-api-key'), or switch to a server that needs none with M-x amacs-set-model "
                     "(backend openai); then M-x amacs-restart. Or try AMACS with a small model on this machine, "
                     "no key at all: M-x amacs-use-local-model (or ./amacs --local).")
-        return ("No API key: try M-x amacs-demo, or set ANTHROPIC_API_KEY and M-x amacs-restart, "
-                "or M-x amacs-use-local-model.")
+        return ("No API key: try M-x amacs-demo, or set ANTHROPIC_API_KEY and M-x amacs-restart; "
+                "other models: docs/local-models.md.")
+
+    def no_key_answer(self) -> str:
+        """What an input sent with no key gets: what to do with it, not the note again.
+
+        The shell's welcome says to ask "what can you do?"; with no key that input re-printed the
+        no-key note under the same note.  The demo answers it (and the welcome's question) at once."""
+        if self.backend == "anthropic" and self.base_url:
+            return self.missing_key_message()
+        return ("No API key, so nothing answers yet: M-x amacs-demo answers this now (M-p brings it back), "
+                "or set ANTHROPIC_API_KEY.")
 
 
 def _float_env(env: dict[str, str], name: str, default: float) -> float:

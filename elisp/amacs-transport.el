@@ -292,12 +292,17 @@ before it says what of the turn is on disk."
       (amacs-with-connection connection
         (amacs--say "%s. %s" (car amacs-stopped) (cdr amacs-stopped))))))
 
+(defvar amacs--connections-opened 0
+  "How many connections this Emacs has opened: each one's name has its number.
+Not `epc:uid', which numbers the calls: the wire log shows those, and a
+connection's name taken from it left a gap there at every start.")
+
 (defun amacs--epc-connect (host port)
   "Return an EPC connection to HOST on PORT, like the one of `epc:connect'.
 Opened with `make-network-process': `epc:connect' opens it with
 `open-network-stream', whose library loads nsm, auth-source and eieio
 \(0.2-0.5 s of Lisp on a loaded machine) before the first hello goes."
-  (let* ((name (format "epc con %s" (epc:uid)))
+  (let* ((name (format "epc con %s" (cl-incf amacs--connections-opened)))
          (buffer (epc:make-procbuf (format "*%s*" name)))
          (process (make-network-process :name name :buffer buffer :host host :service port
                                         :coding 'binary :noquery t))
@@ -542,8 +547,11 @@ buffer grows as messages pass while it is open."
       (setq amacs--buffer-connection connection)
       (let ((inhibit-read-only t))
         (erase-buffer)
-        (insert (format ";; The wire log of %s's connection: its newest %d messages \
-\(amacs-events-log-size), -> sent, <- read\n"
+        (insert (format ";; The wire log of %s's server and this Emacs, since this Emacs connected \
+\(not an earlier Emacs's):
+;; its newest %d messages (amacs-events-log-size), -> sent, <- read, the server's restarts included.
+;; #N pairs a call with its return: this Emacs numbers its calls (->) across all its servers, \
+the server its own (<-).\n"
                         (amacs-connection-name connection) amacs-events-log-size))
         (dolist (entry (and ring (nreverse (ring-elements ring))))
           (insert (amacs--wire-line entry))))

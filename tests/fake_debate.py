@@ -11,7 +11,8 @@ many runs at once.  Who asks is read from the system prompt (a subagent's says
   (``(agent-wait-for (plist-get (agent-consider Q) :talk-id) :timeout 120)``); on a later turn, with
   the viewpoints already there, it only asks again;
 - a viewpoint: a short comment made from its template's ``Stance:`` line, its
-  name and the question, and how many comments it has heard (deterministic);
+  name and the question, and how many comments it has heard (deterministic),
+  naming the viewpoints that commented before it;
 - the primary, on the consider event: the final reply, quoting every comment.
 
 Usage is reported from the sizes of request and answer, so runs have a cost.
@@ -153,16 +154,20 @@ def viewpoint_reply(body: dict[str, Any], name: str, template: str) -> Reply:
     heard = [said(text_of(m["content"])) for m in body.get("messages", []) if m["role"] == "user"]
     joined = MESSAGE_BREAK.join(heard)
     asked = re.findall(r"^\[primary\] (.+)$", joined, re.M)
-    others = [line for line in re.findall(r"^\[([a-z0-9_-]+)\] ", joined, re.M) if line != "primary"]
+    short = name.removeprefix("viewpoint-")
+    # The others of the panel who commented: not the asker, not the room's own notices ("[system]
+    # proponent has joined the chat"), not itself.
+    others = sorted({speaker for speaker in re.findall(r"^\[([a-z0-9_-]+)\] ", joined, re.M)
+                     if speaker not in ("primary", "system", short)})
     question = asked[-1] if asked else "the question"
     digest = hashlib.sha256(f"{name}|{template}|{question}|{len(heard)}".encode()).digest()
     argument = _ARGUMENTS[digest[0] % len(_ARGUMENTS)]
-    short = name.removeprefix("viewpoint-")
     position = stance.group(1).strip().rstrip(".") if stance else template
     reply = (f"{short.capitalize()} ({position}): on \"{question}\", "
              f"{argument}.")
     if others:
-        reply += f" I have heard {', '.join(sorted(set(others)))} and keep my view."
+        heard_whom = " and ".join(", ".join(f"the {o}" for o in others).rsplit(", ", 1))
+        reply += f" Having heard {heard_whom}, I keep my view."
     return _reply(body, agent_json(reply, monologue=f"{short} commented"))
 
 

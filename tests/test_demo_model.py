@@ -103,7 +103,20 @@ def test_the_no_key_note_offers_the_demo_first(tmp_path):
     note = load_config({"AMACS_HOME": str(tmp_path / "h")}).missing_key_message()
     assert note.startswith("No API key: try M-x amacs-demo")
     assert len(";; " + note) < 120, note  # one row of a 120-column terminal, as README says
-    assert note.index("M-x amacs-demo") < note.index("ANTHROPIC_API_KEY") < note.index("amacs-use-local-model")
+    assert note.index("M-x amacs-demo") < note.index("ANTHROPIC_API_KEY") < note.index("docs/local-models.md")
+
+
+def test_an_input_with_no_key_is_told_what_to_do_with_it(tmp_path):
+    """The welcome says to ask "what can you do?"; with no key that re-printed the no-key note under
+    the same note (a newcomer's finding).  The input is told, in one row, that the demo answers it
+    at once and how to get it back; with ANTHROPIC_BASE_URL set, only the key is missing: that note."""
+    config = load_config({"AMACS_HOME": str(tmp_path / "h")})
+    answer = config.no_key_answer()
+    assert answer != config.missing_key_message()
+    assert "M-x amacs-demo answers this" in answer and "M-p" in answer and "ANTHROPIC_API_KEY" in answer
+    assert len(";; " + answer) < 120, answer
+    chosen = load_config({"AMACS_HOME": str(tmp_path / "h"), "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+    assert chosen.no_key_answer() == chosen.missing_key_message()
 
 
 def test_the_demo_and_the_local_model_are_not_both_chosen(tmp_path):

@@ -114,8 +114,10 @@ def test_config(tmp_path: Path) -> None:
         load_config(env)
     cfg = load_config({**env, "AMACS_LOCAL_PYTHON": "/py"})
     assert (cfg.backend, cfg.model, cfg.local_model, cfg.has_credentials) == ("openai", "smollm2", Path("/m.gguf"), True)
-    for env in ({}, {"ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}):  # the no-key note offers the local model
-        assert "amacs-use-local-model" in load_config({"AMACS_HOME": str(tmp_path), **env}).missing_key_message()
+    # The no-key note offers the local model: by its page, or (a server chosen, its key missing) by name.
+    assert "docs/local-models.md" in load_config({"AMACS_HOME": str(tmp_path)}).missing_key_message()
+    assert "amacs-use-local-model" in load_config({"AMACS_HOME": str(tmp_path),
+                                                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}).missing_key_message()
 
 
 def test_the_runtime_runs_the_local_model(tmp_path: Path, fake_llama: None) -> None:

@@ -65,7 +65,9 @@ def test_prices_given_at_start_reach_the_server(tmp_path):
         load_config({"AMACS_HOME": str(tmp_path), "AMACS_PRICES": '{"m": [1, 2]}'})
 
 
-def spec(folder: Path, budget: str, price: str = "", url: str = "https://models.example.org/v1") -> Path:
+def spec(folder: Path, budget: str, price: str = "", url: str | None = "https://models.example.org/v1",
+         backend: str = "openai", model: str = "gpt-oss-120b") -> Path:
+    """An experiment of one run of MODEL on BACKEND at URL (None: no base_url)."""
     path = folder / "experiment.toml"
     path.write_text(f"""
 [experiment]
@@ -78,9 +80,9 @@ turns = ["hello"]
 
 [[models]]
 name = "oss"
-backend = "openai"
-model = "gpt-oss-120b"
-base_url = "{url}"
+backend = "{backend}"
+model = "{model}"
+{f'base_url = "{url}"' if url else ""}
 {price}
 """)
     return path
@@ -229,3 +231,64 @@ def test_a_limit_given_at_start_on_a_model_with_no_price_is_said_not_kept(tmp_pa
         assert "budget limit" not in (views.status(rt)["notice"] or "")
     finally:
         rt.stop(grace=0)
+
+
+def test_the_endpoint_a_model_ran_at_says_whether_its_dollars_are_a_bill_or_an_estimate():
+    """List prices are the provider's bill only at the provider's own API: for the tokens a fake, a proxy
+    or a model of one's own under a listed name reported, they are an estimate, said with where it ran."""
+    from amacs_server.inference.pricing import endpoint_host, list_priced_elsewhere
+
+    assert endpoint_host("anthropic", None) == "api.anthropic.com"
+    assert endpoint_host("openai", None) == "api.openai.com"
+    assert endpoint_host("anthropic", "http://127.0.0.1:35029") == "127.0.0.1:35029"
+    assert endpoint_host("openai", "https://me:secret@gw.example.org/v1") == "gw.example.org"  # never the password
+    assert list_priced_elsewhere("anthropic", "claude-sonnet-4-5", "api.anthropic.com") is None  # the bill
+    assert (list_priced_elsewhere("anthropic", "claude-sonnet-4-5", "127.0.0.1:35029")
+            == "127.0.0.1:35029, not Anthropic's API")
+    assert list_priced_elsewhere("openai", "gpt-oss-120b", "127.0.0.1:9") is None  # unlisted: free here
+    mine = {"claude-sonnet-4-5": Price(1.0, 2.0, 1.0, 1.0)}
+    assert list_priced_elsewhere("anthropic", "claude-sonnet-4-5", "gw.example.org", mine) is None  # the person's
+    assert list_priced_elsewhere("anthropic", "claude-sonnet-4-5", None) is None  # not known where: not said
+
+
+@pytest.mark.parametrize("url, environ, price, line", [
+    ("http://127.0.0.1:35029", {}, "",
+     "$0.4574 estimated at list prices (the model calls went to 127.0.0.1:35029, not Anthropic's API)"),
+    ("", {"ANTHROPIC_BASE_URL": "http://127.0.0.1:35029"}, "",  # the base URL the runs inherit
+     "$0.4574 estimated at list prices (the model calls went to 127.0.0.1:35029, not Anthropic's API)"),
+    ("https://api.anthropic.com", {}, "", "$0.4574 spent"),
+    ("", {}, "", "$0.4574 spent"),
+    ("http://127.0.0.1:35029", {}, "price = {input = 3.0, output = 15.0}", "$0.4574 spent")])  # the person's
+def test_the_experiments_last_line_says_list_prices_of_another_servers_tokens_are_estimated(
+        tmp_path, monkeypatch, url, environ, price, line):
+    """The debate against the fake ended `$0.4574 spent`: list prices for the tokens the fake reported.
+    The line says when the dollars are an estimate, and where the model ran."""
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    path = spec(tmp_path, "", price, url, backend="anthropic", model="claude-sonnet-4-5")
+    (run,) = load_spec(path).runs
+    assert experiment.cost_words([(0.4574, experiment.estimated_where(run))]) == line
+
+
+def test_the_last_line_splits_a_bill_from_an_estimate_and_counts_the_unknown():
+    words = experiment.cost_words([(0.25, None), (0.5, "127.0.0.1:1, not Anthropic's API"), (None, None)])
+    assert words == ("$0.2500 spent and $0.5000 estimated at list prices (the model calls went to 127.0.0.1:1, "
+                     "not Anthropic's API) (and 1 run of a model with no price: cost unknown)")
+    assert experiment.cost_words([(0.0, None)]) == "$0.0000 spent"
+
+
+def test_the_report_says_which_dollars_are_list_prices_of_another_servers_tokens(tmp_path):
+    """Runs whose model ran at a fake (the manifest's endpoint): the page's first lines and its Prices
+    table say their dollars are estimated at list prices, and where the model ran; at the provider's
+    own API they are said as before."""
+    write_runs(tmp_path, 8, errors=False)
+    page = build_report(load(tmp_path), tmp_path, [], None).render("t")
+    assert "estimated at list prices" not in page and "<b>Prices.</b>" not in page  # old runs: no endpoint
+    for path in tmp_path.glob("*/manifest.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "endpoint": "127.0.0.1:35029"}))
+    con = load(tmp_path)
+    assert {r[0] for r in con.execute("SELECT endpoint FROM runs").fetchall()} == {"127.0.0.1:35029"}
+    page = build_report(con, tmp_path, [], None).render("t")
+    assert "in all (all estimated at list prices: the model calls went to 127.0.0.1:35029, not Anthropic&#x27;s API" in page
+    assert "list), estimated: the model calls went to 127.0.0.1:35029, not Anthropic&#x27;s API</td>" in page

@@ -67,6 +67,36 @@ def is_local(base_url: str | None) -> bool:
         return False
 
 
+# The providers' own APIs, by backend: the host their SDKs call when given no base URL, and whose it is.
+PROVIDERS: dict[str, tuple[str, str]] = {"anthropic": ("api.anthropic.com", "Anthropic"),
+                                         "openai": ("api.openai.com", "OpenAI")}
+
+
+def endpoint_host(backend: str, base_url: str | None) -> str:
+    """The host (and port) BACKEND's calls go to: BASE_URL's (never its user and password), else its
+    provider's own API's."""
+    netloc = urlsplit(base_url if "//" in base_url else f"//{base_url}").netloc if base_url else ""
+    return netloc.rpartition("@")[2] or PROVIDERS.get(backend, ("", ""))[0]
+
+
+def providers_own(host: str | None) -> bool:
+    """Whether HOST is a provider's own API: the one whose bill its list prices are."""
+    return host in {own for own, _name in PROVIDERS.values()}
+
+
+def list_priced_elsewhere(backend: str, model: str, host: str | None,
+                          table: dict[str, Price] | None = None) -> str | None:
+    """Where MODEL ran, in words (``127.0.0.1:35029, not Anthropic's API``), when its dollars are list
+    prices for the tokens a server other than its provider's API reported (a fake, a proxy, a model of
+    one's own under a listed name): an estimate, not that provider's bill.  None when they are the list
+    prices of the provider's own API, the person's price (TABLE's), free, unknown, or HOST is unknown."""
+    if host is None or providers_own(host) or listed_price(model) is None:
+        return None
+    if table and listed_price(model, table) is not listed_price(model):
+        return None  # the person's own price: theirs to mean what they bill
+    return f"{host}, not {PROVIDERS.get(backend, ('', backend))[1]}'s API"
+
+
 def listed_price(model: str, table: dict[str, Price] | None = None) -> Price | None:
     """The price of MODEL that someone said: TABLE's (the person's, by longest prefix), else an exact
     listed entry, the longest listed prefix, or an Anthropic model's family; None: nobody said."""

@@ -416,7 +416,7 @@ class TickCall:
     async def ready(self) -> None:
         rt = self.rt
         if not rt.slot.config.has_credentials:
-            rt.face.annotate(rt.slot.config.missing_key_message(), "error")
+            rt.face.annotate(rt.slot.config.no_key_answer(), "error")
             finish_unanswered(rt, self.tick, "no API key")
             raise TurnAborted
         await rt.world.tools_ready()

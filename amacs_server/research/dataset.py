@@ -9,7 +9,8 @@ Tables (every one but ``runs`` carries the run's parameters as columns: run_id (
 run's folder name), experiment, prompt, variant, model, backend, model_name, rep, seed,
 status, arm):
 
-- ``runs``: one row per run, its manifest (turns, cost, turns_done, started_at, ended_at,
+- ``runs``: one row per run, its manifest (endpoint: the host its model calls went to, e.g.
+  api.anthropic.com or 127.0.0.1:35029; turns, cost, turns_done, started_at, ended_at,
   seconds (from the run's start signal, its first turn reaching its server, to its last reply),
   startup_seconds (its Emacs's start to that signal), wall_seconds (started_at to ended_at),
   error, failed_turn, the phases emacs_started_at server_started_at first_turn_at first_request_at
@@ -75,7 +76,8 @@ SCORE_COLUMNS = {
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
-    "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "rep": "BIGINT", "seed": "BIGINT",
+    "model": "VARCHAR", "backend": "VARCHAR", "model_name": "VARCHAR", "endpoint": "VARCHAR", "rep": "BIGINT",
+    "seed": "BIGINT",
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
@@ -451,6 +453,27 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
     return row[0] if row else None
 
 
+def judging_cost(con: duckdb.DuckDBPyConnection) -> tuple[float, int, list[str], int]:
+    """What judging the runs cost, apart from the runs (a judgement's model call is in its
+    ``judges/<judge>/judge.jsonl``, never in the run's ``home/transcripts``, so the two never overlap):
+    the known dollars of every judgement (a failed one's call was paid too), how many judgements,
+    the judges, and how many judgements' cost is unknown (a model with no price)."""
+    row = con.execute("""SELECT coalesce(sum(cost), 0), count(*), count(*) FILTER (WHERE cost IS NULL)
+                         FROM scores""").fetchone()
+    judges = [r[0] for r in con.execute("SELECT DISTINCT judge FROM scores ORDER BY judge").fetchall()]
+    return (float(row[0]), int(row[1]), judges, int(row[2])) if row else (0.0, 0, [], 0)
+
+
+def judging_words(con: duckdb.DuckDBPyConnection) -> str:
+    """``judging $0.0445 (1 judge: viewpoints-used, 10 judgements)``, or empty when nothing was judged."""
+    dollars, n, judges, unknown = judging_cost(con)
+    if not n:
+        return ""
+    return (f"judging ${dollars:.4f} ({len(judges)} judge{'s' if len(judges) != 1 else ''}: {', '.join(judges)}, "
+            f"{n} judgement{'s' if n != 1 else ''}"
+            + (f"; {unknown} of a model with no price, their cost unknown" if unknown else "") + ")")
+
+
 def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float) -> str:
     """One screen: runs by status, rows per table, where the files are."""
     by_status = con.execute("SELECT status, count(*), sum(cost) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
@@ -461,6 +484,10 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
     lines += [f"  {arm:<48} {n:>5} runs  ${c or 0:.4f}" for arm, n, c in arms[:12]]
     if len(arms) > 12:
         lines.append(f"  ... and {len(arms) - 12} more")
+    judging = judging_words(con)
+    if judging:  # what the experiment cost: its runs and their judging, each said
+        runs_cost = sum(c or 0 for _s, _n, c in by_status)
+        lines.append(f"cost: runs ${runs_cost:.4f}, {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all")
     lines.append("rows per table:")
     lines += [f"  {t:<12} {n:>10,}" for t, n in counts(con).items()]
     lines.append(f"DuckDB:  {runs_dir / DB_NAME}   (in Python: duckdb.connect(path).sql('SELECT ...'))")

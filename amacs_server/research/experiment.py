@@ -55,7 +55,7 @@ from rich.progress import (
 from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
-from .runs import INTERRUPTED, Outcome, read_manifest
+from .runs import INTERRUPTED, Outcome, base_url_of, read_manifest
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -96,18 +96,49 @@ def order_seed(runs_dir: Path, given: int | None) -> int:
     return kept if isinstance(kept, int) and not isinstance(kept, bool) else secrets.randbelow(2**31)
 
 
-def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], float, int]:
-    """The runs still to do, the cost of the ones done before, and how many of those to do
-    have a manifest (they failed, or were interrupted, before: they run again)."""
-    todo, spent, again = [], 0.0, 0
+def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], dict[str, float | None], int]:
+    """The runs still to do, the cost of each one done before (None: unknown), and how many of
+    those to do have a manifest (they failed, or were interrupted, before: they run again)."""
+    todo, before, again = [], {}, 0
     for run in experiment.runs:
         manifest = read_manifest(runs_dir / run.run_id)
         if manifest and manifest.get("status") == "done":
-            spent += float(manifest.get("cost") or 0.0)  # unknown (null): only a run without a budget
+            cost = manifest.get("cost")  # unknown (null): only a run without a budget
+            before[run.run_id] = None if cost is None else float(cost)
         else:
             todo.append(run)
             again += manifest is not None
-    return todo, spent, again
+    return todo, before, again
+
+
+def estimated_where(run: Run) -> str | None:
+    """Where RUN's model ran when its dollars are list prices for what a server other than its
+    provider's API reported (:func:`list_priced_elsewhere`), else None."""
+    from ..config import DEFAULT_MODEL
+    from ..inference.pricing import Price, endpoint_host, list_priced_elsewhere
+
+    model = run.model_name or DEFAULT_MODEL
+    return list_priced_elsewhere(run.backend, model, endpoint_host(run.backend, base_url_of(run)),
+                                 {model: Price(*run.price)} if run.price else None)
+
+
+def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "runs") -> str:
+    """COSTS ((dollars, where) of each run; dollars None: unknown; where: :func:`estimated_where`'s
+    words) as the last line says them: ``$0.4574 spent``, or for list prices of what another server
+    than the provider's API reported, ``$0.4574 estimated at list prices (the model calls went
+    to 127.0.0.1:35029, not Anthropic's API)``; and how many of them cost what nobody knows."""
+    billed = sum(c or 0.0 for c, where in costs if where is None)
+    estimated = sum(c or 0.0 for c, where in costs if where is not None)
+    wheres = sorted({where for _c, where in costs if where is not None})
+    unknown = sum(c is None for c, _where in costs)
+    if wheres:
+        words = f"${estimated:.4f} estimated at list prices (the model calls went to {'; '.join(wheres)})"
+        if billed:
+            words = f"${billed:.4f} spent and {words}"
+    else:
+        words = f"${billed:.4f} spent"
+    return words + (f" (and {unknown} {noun if unknown > 1 else noun.removesuffix('s')} of a model with no price: "
+                    "cost unknown)" if unknown else "")
 
 
 def dollars(cost: float | None) -> str:
@@ -262,7 +293,8 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
-    todo, spent, again = _pending(experiment, runs_dir)
+    todo, before, again = _pending(experiment, runs_dir)
+    spent = sum(cost or 0.0 for cost in before.values())
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
           f"{len(todo)} to run" + (f" ({again} of them again: failed or interrupted before)" if again else "")
@@ -283,8 +315,11 @@ def main(argv: list[str]) -> int:
         return 130
     spent += sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
+    costs = {**before, **{o.run_id: o.cost for o in outcomes}}
+    where = {run.run_id: estimated_where(run) for run in experiment.runs}
     print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
-          f"{len(failed)} failed, ${spent:.4f} spent", flush=True)
+          f"{len(failed)} failed, {cost_words([(cost, where.get(run_id)) for run_id, cost in costs.items()])}",
+          flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:

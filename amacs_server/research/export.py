@@ -8,7 +8,7 @@ arms side by side with their scores and ``evals_df`` has a row per arm.  Within 
 
 - a sample per run: its id the prompt's name, its epoch the repetition + 1 (inspect's epochs are
   repetitions of one input), its input the person's turns, its ``metadata`` the run (run_id,
-  arm, variant, status, seconds, startup_seconds, cost, order_seed, position);
+  arm, variant, endpoint, status, seconds, startup_seconds, cost, order_seed, position);
 - the primary's turns as the sample's messages (the person's input, the agent's reply);
 - every agent's turns as model events inside a span per agent (the primary's and the
   subagents'), every eval and MCP tool call as a tool event in its agent's span;
@@ -158,8 +158,8 @@ def _sample(con: duckdb.DuckDBPyConnection, run: dict[str, Any], model: str) -> 
                    "choices": [{"message": last, "stop_reason": "stop"}] if last else []},
         "scores": scores,
         "metadata": {k: run.get(k) for k in (
-            "run_id", "experiment", "arm", "prompt", "variant", "model", "backend", "model_name", "rep", "status",
-            "error", "failed_turn", "turns_done", "seconds", "startup_seconds", "wall_seconds", "cost",
+            "run_id", "experiment", "arm", "prompt", "variant", "model", "backend", "model_name", "endpoint", "rep",
+            "status", "error", "failed_turn", "turns_done", "seconds", "startup_seconds", "wall_seconds", "cost",
             "unpriced_calls", "order_seed", "position", "agents", "model_calls", "evals", "eval_errors", "blocks")},
         "events": _events(con, run_id, model),
         "model_usage": _usage(model, calls),

@@ -384,6 +384,16 @@ def _models(runs_dir: Path) -> dict[str, ModelAt]:
             for name, m in models.items()}
 
 
+def estimated_where(job: Job) -> str | None:
+    """Where JOB's judge model ran when its dollars are list prices for what a server other than its
+    provider's API reported (:func:`list_priced_elsewhere`), else None."""
+    from ..inference.pricing import Price, endpoint_host, list_priced_elsewhere
+
+    url = job.base_url or os.environ.get("OPENAI_BASE_URL" if job.backend == "openai" else "ANTHROPIC_BASE_URL")
+    return list_priced_elsewhere(job.backend, job.model, endpoint_host(job.backend, url),
+                                 {job.model: Price(*job.price)} if job.price else None)
+
+
 def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[str], float]:
     """The done runs of RUNS_DIR still to judge, those not done (skipped), and the cost of earlier scores."""
     from .dataset import load
@@ -427,7 +437,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def main(argv: list[str]) -> int:
     """The ``judge`` command; see the module's docstring for the exit status."""
-    from .experiment import execute, summary
+    from .experiment import cost_words, execute, summary
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
                                      description="Score every done run of RUNS_DIR with a judge skill.")
@@ -453,7 +463,7 @@ def main(argv: list[str]) -> int:
         print("amacs-server judge: --parallel must be at least 1", file=sys.stderr)
         return 2
     try:
-        todo, skipped, spent = jobs(judge, runs_dir, args.model)
+        todo, skipped, before = jobs(judge, runs_dir, args.model)
     except JudgeError as err:
         print(f"amacs-server judge: {err}", file=sys.stderr)
         return 2
@@ -476,16 +486,19 @@ def main(argv: list[str]) -> int:
     console = Console(stderr=True)
     try:
         outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
-                                          spent, total, f"judge {judge.name}", console)
+                                          before, total, f"judge {judge.name}", console)
     except KeyboardInterrupt:
         print(f"judge {judge.name}: interrupted; run the same command again to resume.", flush=True)
         return 130
-    spent += sum(o.cost or 0.0 for o in outcomes)
-    unknown = sum(o.cost is None for o in outcomes)
+    where = {job.run_id: estimated_where(job) for job in todo}
+    # Earlier scores' dollars (a resumed judge): said as this judgement's when all of it went to one place.
+    places = set(where.values())
+    earlier: list[tuple[float | None, str | None]] = [(before, places.pop() if len(places) == 1 else None)]
+    spent = before + sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     print(f"judge {judge.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} judged, "
-          f"{len(failed)} failed, ${spent:.4f} spent"
-          + (f" (and {unknown} judgements of a model with no price: cost unknown)" if unknown else "")
+          f"{len(failed)} failed, "
+          + cost_words(earlier + [(o.cost, where.get(o.run_id)) for o in outcomes], "judgements")
           + f"; scores in {runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report",
           flush=True)
     for line in summary(outcomes):

@@ -23,7 +23,7 @@ import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .dataset import load
+from .dataset import judging_cost, judging_words, load
 from .spec import planned_runs
 
 if TYPE_CHECKING:
@@ -528,11 +528,15 @@ def _scores(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None
     page.html(_table(["judge", "arm", "runs judged", "mean score", "95% interval low", "95% interval high"], table))
 
 
-def _prices(page: Page, con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
-    """Where each model's dollars come from: listed, the spec's price, free (a server on this machine),
-    or unknown (then the page shows tokens, and says how to give a price)."""
+LISTED = "listed (AMACS's price list)"
+
+
+def price_sources(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> list[tuple[Any, ...]]:
+    """Where each model's dollars come from, per model and endpoint: (model, model name, endpoint, runs,
+    tokens, dollars, words, where), WHERE the words of :func:`list_priced_elsewhere` when its dollars are
+    list prices for what a server other than the provider's API reported (an estimate), else None."""
     from ..config import DEFAULT_MODEL
-    from ..inference.pricing import is_local, listed_price
+    from ..inference.pricing import endpoint_host, is_local, list_priced_elsewhere, listed_price
     from .spec import SpecError, models_of
 
     try:
@@ -540,25 +544,62 @@ def _prices(page: Page, con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
     except SpecError:
         entries = {}
     rows = []
-    for model, model_name, n, tokens, unpriced in _rows(con, """
-            SELECT model, any_value(model_name), count(*), sum(input_tokens + output_tokens)::BIGINT,
-                   sum(coalesce(unpriced_calls, 0))::BIGINT
-            FROM runs GROUP BY model ORDER BY model"""):
+    for model, model_name, backend, endpoint, n, tokens, unpriced, dollars in _rows(con, """
+            SELECT model, any_value(model_name), any_value(backend), endpoint, count(*),
+                   sum(input_tokens + output_tokens)::BIGINT, sum(coalesce(unpriced_calls, 0))::BIGINT,
+                   sum(coalesce(cost, model_cost))
+            FROM runs GROUP BY model, endpoint ORDER BY model, endpoint"""):
         entry = entries.get(model)
         name = model_name or (entry.model if entry else None) or DEFAULT_MODEL
+        # A run recorded before the manifest said its endpoint: the spec's, if it can still be read.
+        host = endpoint or (endpoint_host(backend or "anthropic", entry.base_url) if entry else None)
+        where = None
         if entry is not None and entry.price is not None:
             source = f"the spec's price: ${entry.price.input:g} in, ${entry.price.output:g} out per million tokens"
         elif unpriced == 0 and listed_price(name) is not None:
-            source = "listed (AMACS's price list)"
+            where = list_priced_elsewhere(backend or "anthropic", name, host)
+            source = LISTED + (f", estimated: the model calls went to {where}" if where else "")
         elif unpriced == 0 and (entry is None or is_local(entry.base_url)):
             source = "free: served on this machine" + (f" ({entry.base_url})" if entry and entry.base_url else "")
         else:
             source = ("unknown: no price listed or given, so its dollars are not counted (its tokens are); give "
                       "one as price = {input = ..., output = ...} in its [[models]] entry")
-        rows.append((model, name, n, tokens, source))
-    if any(r[4] != "listed (AMACS's price list)" for r in rows):
+        rows.append((model, name, host or "?", n, tokens, dollars, source, where))
+    return rows
+
+
+def _prices(page: Page, sources: list[tuple[Any, ...]]) -> None:
+    """Where each model's dollars come from (SOURCES, :func:`price_sources`): listed, listed but for
+    another server's tokens (an estimate), the spec's price, free (a server on this machine), or unknown
+    (then the page shows tokens, and says how to give a price)."""
+    if any(r[6] != LISTED for r in sources):
         page.html("<p><b>Prices.</b> Where each model's dollars come from:</p>"
-                  + _table(["model", "model name", "runs", "tokens (in + out)", "price"], rows))
+                  + _table(["model", "model name", "endpoint", "runs", "tokens (in + out)", "price"],
+                           [(*r[:5], r[6]) for r in sources]))
+
+
+def cost_words(con: duckdb.DuckDBPyConnection, runs_cost: float, sources: list[tuple[Any, ...]],
+               unpriced: int) -> str:
+    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST), and when
+    they were judged, the judging's beside them and the sum of both."""
+    said = estimated_words(sources) + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: "
+                                       "see Prices)" if unpriced else "")
+    judging = judging_words(con)
+    if not judging:
+        return f"${runs_cost:.4f} in all{said}"
+    return f"runs ${runs_cost:.4f}{said}, {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all"
+
+
+def estimated_words(sources: list[tuple[Any, ...]]) -> str:
+    """What of the dollars of SOURCES (:func:`price_sources`) are list prices for another server's
+    tokens, in words for the page's first lines (empty when none are)."""
+    wheres = sorted({r[7] for r in sources if r[7]})
+    if not wheres:
+        return ""
+    estimated = sum(r[5] or 0 for r in sources if r[7])
+    every = all(r[7] or not r[5] for r in sources)
+    return (f" ({'all' if every else f'${estimated:.4f} of it'} estimated at list prices: the model calls "
+            f"went to {'; '.join(wheres)}; see Prices)")
 
 
 COMPARED = (("seconds", "duration, first turn to last reply", " s"), ("coalesce(cost, model_cost)", "cost", " $"),
@@ -649,11 +690,10 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     status = _rows(con, "SELECT coalesce(status, '?'), count(*), sum(coalesce(cost, model_cost)) FROM runs GROUP BY 1 ORDER BY 1")
     status += [("not started", len(not_started), 0.0)] if not_started else []
     unpriced = _rows(con, "SELECT count(*) FROM runs WHERE cost IS NULL OR unpriced_calls > 0")[0][0]
+    sources = price_sources(con, runs_dir)
     page.html(f"<p>{sum(n for _s, n, _c in status)} runs in {html.escape(str(runs_dir))}: "
               + ", ".join(f"{n} {html.escape(s)}" for s, n, _c in status)
-              + f"; ${sum(c or 0 for *_x, c in status):.4f} in all"
-              + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: see Prices)" if unpriced else "")
-              + ".</p>")
+              + "; " + html.escape(cost_words(con, sum(c or 0 for *_x, c in status), sources, unpriced)) + ".</p>")
     page.html(_table(
         ["arm (prompt / variant / model)", "runs", "done", "failed", "mean cost $", "mean tokens", "evals",
          "eval errors", "blocks"],
@@ -663,7 +703,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT, bool_or(cost IS NULL OR unpriced_calls > 0)
             FROM runs GROUP BY arm ORDER BY arm""")]))
-    _prices(page, con, runs_dir)
+    _prices(page, sources)
     origins = _rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT NULL "
                          "GROUP BY arm ORDER BY arm")
     if origins:  # counterfactual arms (the spec's from): compared from the fork point on

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -39,6 +39,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
+from ..inference.pricing import endpoint_host
 from ..records import ModelRequest, ModelResponse, TickEnd, TickStart, scan
 from .outcome import verdict
 from .spec import Run, skill_folders
@@ -96,7 +97,8 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
     """The manifest of RUN: its parameters, then its OUTCOME (none yet while it runs)."""
     return {
         "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
-        "model": run.model, "backend": run.backend, "model_name": run.model_name, "rep": run.rep,
+        "model": run.model, "backend": run.backend, "model_name": run.model_name,
+        "endpoint": endpoint_host(run.backend, base_url_of(run)), "rep": run.rep,
         "seed": run.seed, "order_seed": run.order_seed, "position": run.position,
         "turns": list(run.turns), "status": status,
         "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
@@ -176,6 +178,13 @@ def phases(home: Path) -> dict[str, float | None]:
             last = found["last_reply_at"]
             found["last_reply_at"] = ts if last is None else max(last, ts)
     return found
+
+
+def base_url_of(run: Run, env: Mapping[str, str] | None = None) -> str | None:
+    """The base URL RUN's model calls go to: its spec's, else the one its Emacs inherits from ENV
+    (default: this process's); None: its provider's own API."""
+    var = "OPENAI_BASE_URL" if run.backend == "openai" else "ANTHROPIC_BASE_URL"
+    return run.base_url or (os.environ if env is None else env).get(var) or None
 
 
 def run_environment(run: Run, folder: Path, base: dict[str, str] | None = None) -> dict[str, str]:

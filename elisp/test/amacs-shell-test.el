@@ -571,23 +571,74 @@ read a long prompt, which its log knew.  The header says what the log says it do
 (ert-deftest amacs-shell-test-a-forks-header-says-whose-fork-it-is-opened-alone-too ()
   "A fork opened alone (its own ./amacs, or M-x amacs-shell on its home) had a header
 with no home in it, the same as its parent's.  It names the fork's home and what it
-is a fork of, and keeps them when the model's words go for room."
+is a fork of."
   (amacs-shell-test--with-shell
     (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t
                               :fork (:from "/tmp/parent-home" :tick 3))
       (amacs-shell--transition 'ready)
-      (let ((home (amacs-connection-name)))
-        (should (equal (amacs-shell-header-line 200)
-                       (format " %s (a fork of /tmp/parent-home at tick 3) — claude-x (anthropic) — waiting for you"
-                               home)))
-        (should (equal (amacs-shell-header-line (+ (length home) 60))
-                       (format " %s (a fork of /tmp/parent-home at tick 3) — waiting for you" home)))
-        (should (equal (amacs-shell-header-line (+ (length home) 55))  ; narrower: the parent's name
-                       (format " %s (a fork of parent-home at tick 3) — waiting for you" home)))
-        (should (equal (amacs-shell-header-line (+ (length home) 40))  ; narrower still: that it is a fork
-                       (format " %s (fork) — claude-x — waiting for you" home)))))
+      (should (equal (amacs-shell-header-line 200)
+                     (format " %s (a fork of /tmp/parent-home at tick 3) — claude-x (anthropic) — waiting for you"
+                             (amacs-connection-name)))))
     (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
       (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
+
+(ert-deftest amacs-shell-test-a-narrow-forks-header-keeps-its-model ()
+  "Side by side (60 columns) a fork's header read \" /tmp/x/home-fork-now (fork) — waiting
+for you\": the model went first, while the original's kept it, just when the person asks
+whether the fork runs on the same model.  Narrower, the words go by need: the backend,
+the paths (their folder names stay), what it is a fork of, that it is a fork, the model;
+what the agent does stays."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-connection-name) (lambda (&rest _) "/tmp/x/home-fork-now")))
+      (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo")
+                       (200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")
+                       (80 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo — waiting for you")
+                       (75 " /tmp/x/home-fork-now (a fork of home at tick 3) — demo — waiting for you")
+                       (70 " home-fork-now (a fork of home at tick 3) — demo — waiting for you")
+                       (60 " home-fork-now (fork) — demo — waiting for you")
+                       (40 " a fork — demo — waiting for you")
+                       (30 " demo — waiting for you")
+                       (20 " waiting for you"))
+                      ((:model "claude-sonnet-5-5" :backend "anthropic")
+                       (60 " home-fork-now (fork) — claude-sonnet-5-5 — waiting for you")
+                       (40 " claude-sonnet-5-5 — waiting for you")
+                       (30 " a fork — waiting for you"))))
+        (amacs-test-with-status (append (car case) '(:key-ok t :fork (:from "/tmp/x/home/" :tick 3)))
+          (amacs-shell--transition 'ready)
+          (dolist (width (cdr case))
+            (should (equal (list (car width) (amacs-shell-header-line (car width))) width))
+            (should (<= (string-width (cadr width)) (car width)))))))))
+
+(ert-deftest amacs-shell-test-a-header-beside-another-window-fits-left-of-the-divider ()
+  "A terminal gives the last column of a window with another to its right to the
+line between them: a header as wide as the window lost its last letter there."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:model "claude-sonnet-5-5" :backend "anthropic" :key-ok t)
+      (amacs-shell--transition 'ready)
+      (let ((whole " claude-sonnet-5-5 (anthropic) — waiting for you"))
+        (split-window-right)
+        (window-resize nil (- (string-width whole) (window-total-width)) t)
+        (unwind-protect
+            (progn
+              (should (= (window-total-width) (string-width whole)))
+              (should (equal (amacs-shell-header-line) " claude-sonnet-5-5 — waiting for you"))
+              (enlarge-window-horizontally 1)
+              (should (equal (amacs-shell-header-line) whole)))
+          (delete-other-windows))))))
+
+(ert-deftest amacs-shell-test-a-narrow-header-of-one-of-several-homes-keeps-the-model ()
+  "With two homes open side by side, each header names its home; narrower, the
+home's folder name stays before the model goes."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-connection-name) (lambda (&rest _) "/tmp/x/a-rather-long-home"))
+              ((symbol-function 'amacs-live-connections) (lambda (&rest _) '(one two))))
+      (amacs-test-with-status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t)
+        (amacs-shell--transition 'ready)
+        (dolist (width '((60 " /tmp/x/a-rather-long-home — demo model — waiting for you")
+                         (50 " a-rather-long-home — demo — waiting for you")
+                         (40 " demo — waiting for you")
+                         (20 " waiting for you")))
+          (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
 
 (ert-deftest amacs-shell-test-the-header-says-which-tick-of-the-step-limit-the-turn-is-on ()
   "A multi-tick turn showed no progress: the header counts its ticks until the turn ends."

@@ -202,7 +202,8 @@ is an EPC connection as `epc:connect' makes it."
         (unwind-protect
             (with-current-buffer buffer
               (should (derived-mode-p 'amacs-events-mode))
-              (let ((lines (cdr (split-string (buffer-string) "\n" t))))
+              (let ((lines (cl-remove-if (lambda (line) (string-prefix-p ";;" line)) ; the header's
+                                         (split-string (buffer-string) "\n" t))))
                 (should (= (length lines) 5))
                 (should (string-match-p "<- event turn-start (:type \"turn-start\")" (nth 0 lines)))
                 (should (string-match-p "<- event reply-delta .*:text \"hé\"" (nth 1 lines)))
@@ -260,10 +261,31 @@ by order alone, wrong when calls overlap.  Each call's line and its return's nam
           (unwind-protect
               (with-current-buffer buffer
                 (goto-char (point-min))
-                (should (looking-at-p (format ";; The wire log of .*: its newest %d messages (amacs-events-log-size)"
+                (should (looking-at-p (format ";; The wire log of .*'s server and this Emacs, since this Emacs connected \
+(not an earlier Emacs's):\n;; its newest %d messages (amacs-events-log-size)"
                                               amacs-events-log-size)))
                 (should (search-forward "-> call submit (\"turn 0\")" nil t)))
             (kill-buffer buffer)))))))
+
+;; A newcomer's wire log read hello #3, hello #5, submit #6 and they wondered what #1, #2
+;; and #4 hid: each connection's name had taken a number from the calls' counter.
+(ert-deftest amacs-transport-test-a-connection-takes-no-call-number ()
+  "Opening a connection leaves the calls' counter alone: the log's call numbers follow each other."
+  (amacs--require-epc)
+  (let* ((server (make-network-process :name "amacs-test-listener" :server t :host "127.0.0.1"
+                                       :service t :noquery t))
+         (port (process-contact server :service))
+         (before epc:uid)
+         (first (amacs--epc-connect "127.0.0.1" port))
+         (second (amacs--epc-connect "127.0.0.1" port)))
+    (unwind-protect
+        (progn
+          (should (= epc:uid before))
+          (should-not (equal (epc:connection-name first) (epc:connection-name second))))
+      (dolist (c (list first second))
+        (delete-process (epc:connection-process c))
+        (kill-buffer (epc:connection-buffer c)))
+      (delete-process server))))
 
 ;; The rule that merges a stream's deltas, and drops those a streamed reply replaces, is the
 ;; server's (transport/server.py, Outbox; tests/test_transport.py): Emacs handles what comes.

@@ -47,6 +47,11 @@ def check_debate(home: Path, templates: list[str], question: str) -> None:
         name = t.removeprefix(PREFIX)
         assert f"[{name}] {name.capitalize()} (" in replies[-1]
     assert question in replies[-1]
+    # A viewpoint names the others it heard, never the room's notices ("[system] ... joined the chat").
+    heard = re.findall(r"Having heard (.+?), I keep my view", replies[-1])
+    names = {t.removeprefix(PREFIX) for t in templates}
+    assert heard and all(set(re.findall(r"the ([a-z0-9_-]+)", h)) <= names for h in heard), replies[-1]
+    assert "system" not in " ".join(heard), heard
 
 
 @pytest.mark.parametrize("variant", ["two-views", "three-views"])
@@ -87,8 +92,14 @@ def test_the_shipped_experiment_runs_against_the_fake(tmp_path):
     finally:
         fake.stop()
     assert done.returncode == 0, done.stdout + done.stderr
+    # Its dollars are list prices for the tokens the fake reported: said so, and where the calls went.
+    where = fake.url.removeprefix("http://").rstrip("/")
+    last = next(line for line in done.stdout.splitlines() if line.startswith("debate: 4 of 4 done"))
+    assert re.fullmatch(rf"debate: 4 of 4 done, 0 failed, \$[0-9.]+ estimated at list prices \(the model calls "
+                        rf"went to {re.escape(where)}, not Anthropic's API\)", last), last
     question = "Should cities ban cars from their centres?"
     manifests = [json.loads(p.read_text()) for p in sorted(runs_dir.glob("*/manifest.json"))]
+    assert {m["endpoint"] for m in manifests} == {where}
     assert sorted(m["run_id"] for m in manifests) == sorted(
         f"cars.{v}.sonnet.r{rep}" for v in ("two-views", "three-views") for rep in (0, 1))
     for m in manifests:

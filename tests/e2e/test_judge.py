@@ -95,6 +95,9 @@ def test_judges_score_every_run_and_the_report_draws_them(runs, fake):
         proc = judge(fake, runs, name, "--parallel", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"judge {name}: {RUNS} of {RUNS} judged, 0 failed" in proc.stdout, proc.stdout
+        # list prices for the tokens the fake reported: an estimate, said so
+        where = fake.url.removeprefix("http://").rstrip("/")
+        assert f"estimated at list prices (the model calls went to {where}, not Anthropic's API)" in proc.stdout
         last = proc.stdout.strip().splitlines()[-1]  # names the folder the scores are in, not RUNS_DIR/<run>
         assert f"scores in {runs.resolve()}/*/judges/{name}/score.json" in last, last
     asked = [r["body"] for r in fake.requests]

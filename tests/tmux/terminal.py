@@ -113,6 +113,11 @@ class Terminal:
         shutil.rmtree(self._sockets, ignore_errors=True)
         return killed
 
+    def resize(self, width: int, height: int) -> None:
+        """Make the terminal WIDTH x HEIGHT, as a person resizes theirs: Emacs redraws at that size."""
+        self._tmux("resize-window", "-t", "amacs", "-x", str(width), "-y", str(height))
+        self.width, self.height = width, height
+
     # Typing
 
     def send_keys(self, *keys: str, literal: bool = False) -> None:

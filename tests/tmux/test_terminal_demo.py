@@ -94,6 +94,29 @@ def test_m_x_amacs_demo_names_the_demo_not_anthropic(terminal):
     assert term.lines()[1].startswith(" demo model — "), screen
 
 
+def test_a_question_asked_with_no_key_is_told_what_to_do_and_the_demo_answers_it(terminal):
+    """The welcome says to ask "what can you do?"; a newcomer with no key did, and got the no-key
+    note printed again under the same note.  The question is told in one row that the demo answers
+    it and M-p brings it back; doing just that, the demo answers it."""
+    term = terminal(width=120, height=30, ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    term.wait_for("No API key: try M-x amacs-demo", what="the no-key note")
+    term.type("what can you do?")
+    term.press("Enter")
+    screen = term.wait_for("nothing answers yet", what="the answer to a question with no key")
+    after = screen.split("amacs> what can you do?", 1)[1]
+    assert ";; No API key, so nothing answers yet: M-x amacs-demo answers this now (M-p brings it back)" in after, screen
+    assert screen.count("No API key: try") == 1, screen  # the note is not printed again
+    term.wait_idle()
+    term.press("M-x")
+    term.type("amacs-demo")
+    term.press("Enter")
+    term.wait_for(lambda _s: term.lines()[1].startswith(" demo model — "), timeout=60, what="the demo's header")
+    term.press("M-p")
+    term.wait_for(lambda _s: term.line_at_cursor().startswith("amacs> what can you do?"), what="the question back")
+    term.press("Enter")
+    term.wait_for("I am AMACS's demo model", timeout=30, what="the demo's answer")
+
+
 def test_a_home_left_on_the_demo_reopens_on_it_with_still_no_key(terminal):
     """A newcomer talked to the demo, quit (C-x C-c) and ran ./amacs again, still with no key: the
     home reopened on Claude, the no-key note printed again and RET answered "No API key".  It

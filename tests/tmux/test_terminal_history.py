@@ -152,6 +152,15 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     models = [term.elisp(f'(amacs-with-connection (amacs-connection-for "{home}") (amacs-status :model))')
               for home in (term.amacs_home, fork)]
     assert models == ['"demo"', '"demo"'], models  # the fork's server runs on its parent's model
+    # Side by side in a 120-column terminal the fork's header kept "(fork)" and its whole path but
+    # dropped the model, just when the person asks whether the fork runs on the same one.
+    term.resize(120, 50)
+    term.wait_for(lambda screen: screen.splitlines()[1][60:].rstrip().endswith("waiting for you"),
+                  what="the two headers (under the menu bar), side by side in 120 columns")
+    header = term.screen().splitlines()[1]
+    assert header[60:].rstrip() == f" {fork.name} (fork) — demo — waiting for you", header
+    assert header[:60].rstrip(" |").endswith(" demo — waiting for you"), header  # the first shell's
+    term.resize(200, 50)
     chat = (fork / "agent-chat.org").read_text()
     assert "third words" in chat and "in the fork" in chat  # now: the last tick, whole
     assert "in the fork" not in (term.amacs_home / "agent-chat.org").read_text()
