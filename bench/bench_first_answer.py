@@ -39,7 +39,8 @@ has said hello, and the reply of the sample before, seen there, is not this one'
 (``AMACS_WARM=0``), every sample importing the model SDK.
 
 Marks, ms after RET: ``prompt`` (the prompt is on screen), ``answer`` (the reply's last
-word is).  The request that asked the question, as the fake got it: its size in bytes (its
+word is), and their difference (what the question costs once the prompt shows, where a
+reopened chat's history is sent).  The request that asked the question, as the fake got it: its size in bytes (its
 ``content-length``) and its message count, per kind (median), so the rows' requests can be
 compared.  ``BENCH_SCREENS=FILE`` appends each screen read, with its time, to FILE.
 
@@ -279,15 +280,17 @@ def main() -> None:
                                      "reply_chars": len(REPLY_TEXT)}
         for kind, rows in samples.items():
             result[kind] = {mark: summary([r[mark] for r in rows]) for mark in ("prompt", "answer")}
+            result[kind]["after_prompt"] = summary([r["answer"] - r["prompt"] for r in rows])  # type: ignore[index]
             result[kind]["request"] = {key: statistics.median(r[key] for r in rows)  # type: ignore[index]
                                        for key in ("request_bytes", "request_messages")}
         save("first_answer" + ("_cold" if args.no_warm else ""), result)
         print("| from RET | " + " | ".join(kinds) + " |")
         print("|---" * (len(kinds) + 1) + "|")
-        for mark in ("prompt", "answer"):
+        for mark in ("prompt", "answer", "after_prompt"):
             cells = [f"{result[k][mark]['median_ms']:.0f} / {result[k][mark]['p90_ms']:.0f}"  # type: ignore[index]
                      for k in kinds]
-            print(f"| {mark} (median / p90 ms, n={args.n}) | " + " | ".join(cells) + " |")
+            label = "answer - prompt" if mark == "after_prompt" else mark
+            print(f"| {label} (median / p90 ms, n={args.n}) | " + " | ".join(cells) + " |")
         cells = [f"{result[k]['request']['request_bytes'] / 1000:.1f} KB, "  # type: ignore[index]
                  f"{result[k]['request']['request_messages']:.0f}" for k in kinds]  # type: ignore[index]
         print("| the first request (median size, messages) | " + " | ".join(cells) + " |")

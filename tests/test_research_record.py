@@ -56,3 +56,149 @@ def test_a_judgement_of_a_model_with_no_price_is_said_unknown(tmp_path):
     said = headline(build_report(load(tmp_path), tmp_path, [], None).render("t"))
     assert "judging $0.0100 (1 judge: viewpoints-used, 2 judgements; 1 of a model with no price, " \
            "their cost unknown)" in said, said
+
+
+SPEC = """
+[experiment]
+name = "record"
+repetitions = 2
+
+[[prompts]]
+name = "q"
+turns = ["hello"]
+
+[[variants]]
+name = "two-views"
+
+[[variants]]
+name = "three-views"
+
+[[models]]
+name = "fake"
+"""
+
+FAILED = {"status": "failed", "error": "model endpoint unreachable: http://127.0.0.1:9", "failed_turn": 1}
+
+
+def failed_before(tmp_path: Path) -> tuple[object, Path, Path]:
+    """A spec, its runs folder, and its first run's folder holding that run's earlier failure."""
+    from amacs_server.research.spec import load as load_spec
+
+    spec = tmp_path / "experiment.toml"
+    spec.write_text(SPEC)
+    experiment = load_spec(spec)
+    runs_dir = tmp_path / "runs"
+    folder = runs_dir / experiment.runs[0].run_id
+    (folder / "home" / "transcripts").mkdir(parents=True)
+    (folder / "emacs.log").write_text("the earlier attempt's log")
+    (folder / "manifest.json").write_text(json.dumps({"run_id": experiment.runs[0].run_id, **FAILED}))
+    return experiment, runs_dir, folder
+
+
+def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(tmp_path, monkeypatch):
+    """The newcomer's case: C-c while the next run was prepared ahead deleted its earlier ``failed``
+    manifest and wrote none; the report said ``not started`` and the resume's count was one short.
+    Its manifest stays until the run's start replaces it, whether the C-c comes while its Emacs
+    starts or once it is ready (then it is discarded)."""
+    from amacs_server.research import runs
+    from amacs_server.research.experiment import _pending
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    run = experiment.runs[0]
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.subprocess, "Popen", interrupted)  # C-c as its Emacs starts
+    try:
+        runs.prepare(run, runs_dir, gated=True)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the C-c was not raised")
+    assert json.loads((folder / "manifest.json").read_text())["error"] == FAILED["error"]
+    assert not (folder / "emacs.log").read_text()  # the rest is the new attempt's, started afresh
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    ready = runs.prepare(run, runs_dir, gated=True)
+    runs.discard(ready)  # prepared, never started (the executor's close on C-c)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    assert runs.read_manifest(folder)["status"] == "failed"
+    todo, _before, again = _pending(experiment, runs_dir)
+    assert len(todo) == 4 and again == 1  # "4 to run (1 of them again: failed or interrupted before)"
+    # a run never recorded leaves no folder behind when discarded
+    other = runs.prepare(experiment.runs[1], runs_dir, gated=True)
+    runs.discard(other)
+    assert not other.folder.exists()
+
+
+GRID = """
+[experiment]
+name = "debate"
+{reference}
+
+[[prompts]]
+name = "question"
+turns = ["q"]
+
+[[prompts]]
+name = "script"
+turns = ["q", "r"]
+
+[[variants]]
+name = "two-views"
+
+[[variants]]
+name = "three-views"
+
+[[models]]
+name = "fake"
+
+[[models]]
+name = "fake-small"
+"""
+
+
+def compared(page: str) -> tuple[str, list[str]]:
+    """The Arms compared section's words and the arms column of its table."""
+    section = page[page.index(">Arms compared<"):page.index(">Final replies<")]
+    return section, re.findall(r"<td>([^<]* vs [^<]*)</td>", section)
+
+
+def test_arms_are_compared_with_the_spec_s_first_arm_or_the_one_it_names_and_say_so(tmp_path):
+    """The newcomer's case: the report compared every arm with the alphabetically first
+    (three-views), though the spec lists two-views first and three-views is the treatment: the
+    signs of every difference were the other way round from what they read."""
+    write_runs(tmp_path, 16, errors=False)
+    (tmp_path / "experiment.toml").write_text(GRID.format(reference=""))
+    section, rows = compared(build_report(load(tmp_path), tmp_path, [], None).render("t"))
+    assert ("Each arm against question / two-views / fake, the reference (the first arm the spec lists (its first "
+            "prompt, variant and model); name another with reference = &quot;VARIANT&quot;") in section, section
+    assert rows and all(r.endswith(" vs question / two-views / fake") for r in rows)
+    assert "question / three-views / fake vs question / two-views / fake" in rows
+
+    (tmp_path / "experiment.toml").write_text(GRID.format(reference='reference = "three-views"'))
+    section, rows = compared(build_report(load(tmp_path), tmp_path, [], None).render("t"))
+    assert ("Each arm against question / three-views / fake, the reference (the spec&#x27;s reference = "
+            "&quot;three-views&quot;)") in section, section
+    assert rows and all(r.endswith(" vs question / three-views / fake") for r in rows)
+
+
+def test_a_reference_the_spec_does_not_have_is_refused_in_one_line(tmp_path):
+    from amacs_server.research.spec import SpecError
+    from amacs_server.research.spec import load as load_spec
+
+    spec = tmp_path / "experiment.toml"
+    spec.write_text(GRID.format(reference='reference = "four-views"'))
+    try:
+        load_spec(spec)
+    except SpecError as err:
+        assert "experiment.reference: no variant, model or prompt is named 'four-views' (variants: two-views, " \
+               "three-views; models: fake, fake-small; prompts: question, script)" in str(err), err
+    else:
+        raise AssertionError("the spec was taken")
+    spec.write_text(GRID.format(reference='reference = "fake-small"'))
+    assert load_spec(spec).spec.experiment.reference == "fake-small"

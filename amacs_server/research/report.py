@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .dataset import judging_cost, judging_words, load
-from .spec import planned_runs
+from .spec import arms_of, planned_runs
 
 if TYPE_CHECKING:
     import duckdb
@@ -644,14 +644,40 @@ def compare_arms(con: duckdb.DuckDBPyConnection, arms: list[str]) -> list[tuple[
     return out
 
 
-def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
-    """The section comparing each arm with the first: differences with their 95% intervals."""
+def report_arms(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> tuple[list[str], str | None, str]:
+    """The arms of the runs in the order the spec (RUNS_DIR's copy) lists them, the reference arm the
+    others are compared with, and why it is the reference, in words."""
+    recorded = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    if not recorded:
+        return [], None, ""
+    spec = arms_of(runs_dir / "experiment.toml")
+    if spec is None:
+        return recorded, recorded[0], (f"the first by name: the spec ({runs_dir / 'experiment.toml'}) could not "
+                                       "be read for its order or its reference")
+    listed, reference, named = spec
+    arms = [a for a in listed if a in recorded] + [a for a in recorded if a not in listed]
+    first = "the first arm the spec lists (its first prompt, variant and model)"
+    how = "; name another with reference = \"VARIANT\" (or a model's or prompt's name) in its [experiment]"
+    if named is None:
+        return arms, arms[0], first + how
+    if reference in recorded:
+        return arms, reference, f"the spec's reference = \"{named}\""
+    return arms, arms[0], f"{first}: the spec's reference = \"{named}\" has no runs here"
+
+
+def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str], reference: str | None,
+                   why: str) -> None:
+    """The section comparing each arm with the REFERENCE (WHY: in words): differences with their 95%
+    intervals."""
     from .compare import EXACT_UP_TO, MIN_N, RESAMPLES
 
-    rows = compare_arms(con, arms)
+    if reference is None:
+        return
+    rows = compare_arms(con, [reference, *(a for a in arms if a != reference)])
     if not rows:
         return
-    page.section("Arms compared", f"Each arm against {arms[0]}: the difference of the means over done runs, "
+    page.section("Arms compared", f"Each arm against {reference}, the reference ({why}): the difference of "
+                                  "the means over done runs (the arm's minus the reference's), "
                                   f"its 95% interval (a seeded bootstrap, {RESAMPLES} resamples, each arm "
                                   "resampled on its own) and a permutation test's p-value (exact up to "
                                   f"{EXACT_UP_TO} labellings). With fewer than {MIN_N} runs in an arm it says "
@@ -683,7 +709,7 @@ def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
 def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str], timeline: str | None) -> Page:
     """The page for the dataset in CON."""
     page = Page()
-    arms = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    arms, reference, why = report_arms(con, runs_dir)
     recorded = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
     not_started = [r for r in planned_runs(runs_dir / "experiment.toml") or [] if r not in recorded]
     _failures(page, con, not_started)
@@ -710,7 +736,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
         page.html(_table(["arm", "forked from (home@tick)"], origins))
-    _arms_compared(page, con, arms)
+    _arms_compared(page, con, arms, reference, why)
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "
                                   "dataset's turns table.")
