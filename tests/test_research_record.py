@@ -269,3 +269,23 @@ def test_a_fresh_fake_has_built_its_request_checks_before_it_answers(tmp_path):
     source = (Path(__file__).resolve().parent / "fake_anthropic.py").read_text()
     serve = source[source.index("def serve("):]
     assert serve.index("warm_up()") < serve.index("print(fake.url")
+
+
+def test_transcripts_say_which_run_folder_and_arm_each_session_ran_in(tmp_path):
+    """The newcomer's case: a transcript line's ``run_id`` is its server session, the manifest's and
+    the dataset's is the run's folder; ``amacs-server transcripts`` keyed agents by session only, so
+    no line could be told to an arm without a join. It now says, beside each session, its run folder
+    and arm (the stored field names unchanged)."""
+    from amacs_server.transcripts import summarize
+
+    made = write_runs(tmp_path, 3, errors=False)
+    summary = summarize(tmp_path)
+    assert summary["agents_per_run"] == {r.session_id: len(r.agents) for r in made}
+    assert summary["experiment_runs"] == {
+        r.session_id: {"run": r.run_id, "arm": " / ".join(r.run_id.split(".")[:3]), "agents": len(r.agents)}
+        for r in made}
+    import shutil
+
+    home = tmp_path / "elsewhere" / "home"  # a home of no experiment: no run folder around it
+    shutil.copytree(tmp_path / made[0].run_id / "home", home)
+    assert "experiment_runs" not in summarize(home)
