@@ -269,7 +269,16 @@ def main() -> None:
             for kind in kinds if i % 2 == 0 else kinds[::-1]:
                 if kind.startswith("gptel"):
                     assert peers is not None
-                    command = gptel_command(peers, fake.url, chat if kind == "gptel-returning" else None)
+                    # Each sample's Emacs is killed with the chat modified (the question typed) and
+                    # leaves an auto-save file, maybe after the next has started; visiting a file whose
+                    # auto-save data is newer waits a second (`after-find-file's sit-for).  An Emacs a
+                    # person quit leaves none: each sample visits its own copy of the chat.
+                    own = None
+                    if kind == "gptel-returning":
+                        own = tmp / f"chat-{i}" / chat.name
+                        own.parent.mkdir()
+                        shutil.copy(chat, own)
+                    command = gptel_command(peers, fake.url, own)
                     first = exchanges(args.ticks)[0][0] if kind == "gptel-returning" and not args.gptel_messages else None
                     samples[kind].append(one_sample(kind, command, env, tmp, None, fake, first))
                 else:
