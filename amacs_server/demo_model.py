@@ -24,11 +24,19 @@ from typing import Any
 from .config import DEMO_MODEL
 
 DEMO_NOTE = ("Demo model: scripted answers served by the AMACS server on this machine, no key and nothing "
-             "paid. Type help and press RET to see what it shows. For real work set an API key and "
-             "M-x amacs-restart (docs/configuration.md).")
-# The demo chosen again at a start because the home's last tick was on it (config.demo_as_left).
-DEMO_AGAIN_NOTE = ("On the demo model again, as when this home last stopped (no API key): set ANTHROPIC_API_KEY "
-                   "and M-x amacs-restart for Claude, or M-x amacs-set-model.")
+             "paid. Type help and press RET to see what it shows.")
+# How to leave the demo, told after DEMO_NOTE: a person who has a key is not told to set one.
+DEMO_LEAVE = "For real work set an API key (docs/configuration.md), then M-x amacs-set-model leaves the demo."
+DEMO_LEAVE_KEYED = "For real work M-x amacs-set-model leaves the demo: your API key is set."
+# The demo chosen again at a start because the home's last tick was on it (config.demo_as_left),
+# which it is only with no key set.
+DEMO_AGAIN_NOTE = ("On the demo model again, as when this home last stopped (no API key is set); to leave it, set "
+                   "ANTHROPIC_API_KEY and M-x amacs-restart for Claude, or M-x amacs-set-model.")
+
+
+def demo_note(keyed: bool) -> str:
+    """What the greeting says of the demo chosen at this start; KEYED: an API key is set."""
+    return f"{DEMO_NOTE} {DEMO_LEAVE_KEYED if keyed else DEMO_LEAVE}"
 
 
 @dataclass(frozen=True)

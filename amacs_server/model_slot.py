@@ -10,7 +10,7 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from .config import DEMO_MODEL, Config
-from .demo_model import DEMO_AGAIN_NOTE, DEMO_NOTE, DemoModel
+from .demo_model import DEMO_AGAIN_NOTE, DemoModel, demo_note
 from .errors import Refused
 from .inference import sdk
 from .inference.anthropic_backend import AnthropicBackend
@@ -63,7 +63,8 @@ class ModelSlot:
             demo = DemoModel().start()
         except OSError as err:
             raise StartupError(f"cannot start the demo model: {err}") from err
-        notes.append(DEMO_AGAIN_NOTE if self.config.demo_again else DEMO_NOTE)
+        keyed = bool(self.config.api_key or self.config.openai_api_key)
+        notes.append(DEMO_AGAIN_NOTE if self.config.demo_again else demo_note(keyed))
         return demo
 
     def _make_backend(self, name: str, base_url: str | None, model: str) -> AnthropicBackend | OpenAIBackend:

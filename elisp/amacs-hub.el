@@ -535,7 +535,7 @@ An agent that has ended is said to have ended before anything is asked."
   (amacs-call 'person_agent_talk (list agent text)
               (lambda (r) (message "AMACS: %s %s" agent
                                    (cond ((plist-get r :paused) "is paused; it will read it once resumed (z)")
-                                         ((plist-get r :queued) "is at work; it will read it")
+                                         ((plist-get r :queued) "is at work: it reads it once that work is done, then answers in the shell")
                                          (t "is answering"))))
               #'amacs-hub--control-failed))
 

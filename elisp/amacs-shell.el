@@ -361,7 +361,7 @@ rendered once org is loaded, a piece at each idle moment
       (with-current-buffer buffer (setq amacs-shell--greeted t))
       (amacs-shell--note (substitute-command-keys
                           "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
-@NAME text talks to one by the name shown there (@task-1 how far?).")))))
+@NAME text talks to one by the name shown there (@task-1 what did you find?).")))))
 
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
 
@@ -560,7 +560,12 @@ untouched.  The server refuses an agent that does not exist or has ended."
                                     (amacs-shell--note (format "%s is paused; it reads this once resumed (z in the hub)."
                                                                (plist-get r :to))))
                                    ((plist-get r :queued)
-                                    (amacs-shell--note (format "%s is at work; it answers when done." (plist-get r :to))))))
+                                    ;; It reads the person's text only once the work it is on is
+                                    ;; done: a question about that work is answered after it.
+                                    (let ((to (plist-get r :to)))
+                                      (amacs-shell--note
+                                       (format "%s is at work: it reads this once that work is done, then answers here as [%s]."
+                                               to to))))))
                  (lambda (err) (amacs-shell--note (concat "Not sent: " err)))))))
 
 (defun amacs-shell--input-sender (proc input)

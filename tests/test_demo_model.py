@@ -14,7 +14,14 @@ import pytest
 
 from amacs_server import views
 from amacs_server.config import DEMO_MODEL, ConfigError, demo_as_left, load_config
-from amacs_server.demo_model import DEMO_AGAIN_NOTE, DEMO_NOTE, DemoModel, answer
+from amacs_server.demo_model import (
+    DEMO_AGAIN_NOTE,
+    DEMO_LEAVE,
+    DEMO_LEAVE_KEYED,
+    DEMO_NOTE,
+    DemoModel,
+    answer,
+)
 from amacs_server.inference.pricing import Usage
 from amacs_server.runtime import Runtime
 from tests.test_memory import SilentFace
@@ -82,6 +89,19 @@ def test_amacs_demo_serves_the_demo_from_the_servers_start_to_its_stop(tmp_path)
     finally:
         rt.stop(grace=0)
     assert not port_open(url)
+
+
+def test_the_demo_tells_a_person_with_a_key_how_to_leave_it_not_to_set_one(tmp_path):
+    """A newcomer's finding: M-x amacs-demo in a shell started with ANTHROPIC_API_KEY set said "For
+    real work set an API key and M-x amacs-restart", and a restart stays on the demo chosen."""
+    for env, leave in (({}, DEMO_LEAVE), ({"ANTHROPIC_API_KEY": "k"}, DEMO_LEAVE_KEYED)):
+        rt = Runtime(load_config({"AMACS_HOME": str(tmp_path / "h"), "AMACS_DEMO": "1", **env}), SilentFace())
+        try:
+            notice = str(views.status(rt)["notice"])
+        finally:
+            rt.stop(grace=0)
+        assert DEMO_NOTE in notice and leave in notice and "amacs-restart" not in notice, notice
+        assert ("set an API key" in notice) == (not env), notice
 
 
 def test_the_demo_is_not_asked_what_it_accepts(tmp_path):

@@ -56,3 +56,216 @@ def test_a_judgement_of_a_model_with_no_price_is_said_unknown(tmp_path):
     said = headline(build_report(load(tmp_path), tmp_path, [], None).render("t"))
     assert "judging $0.0100 (1 judge: viewpoints-used, 2 judgements; 1 of a model with no price, " \
            "their cost unknown)" in said, said
+
+
+SPEC = """
+[experiment]
+name = "record"
+repetitions = 2
+
+[[prompts]]
+name = "q"
+turns = ["hello"]
+
+[[variants]]
+name = "two-views"
+
+[[variants]]
+name = "three-views"
+
+[[models]]
+name = "fake"
+"""
+
+FAILED = {"status": "failed", "error": "model endpoint unreachable: http://127.0.0.1:9", "failed_turn": 1}
+
+
+def failed_before(tmp_path: Path) -> tuple[object, Path, Path]:
+    """A spec, its runs folder, and its first run's folder holding that run's earlier failure."""
+    from amacs_server.research.spec import load as load_spec
+
+    spec = tmp_path / "experiment.toml"
+    spec.write_text(SPEC)
+    experiment = load_spec(spec)
+    runs_dir = tmp_path / "runs"
+    folder = runs_dir / experiment.runs[0].run_id
+    (folder / "home" / "transcripts").mkdir(parents=True)
+    (folder / "emacs.log").write_text("the earlier attempt's log")
+    (folder / "manifest.json").write_text(json.dumps({"run_id": experiment.runs[0].run_id, **FAILED}))
+    return experiment, runs_dir, folder
+
+
+def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(tmp_path, monkeypatch):
+    """The newcomer's case: C-c while the next run was prepared ahead deleted its earlier ``failed``
+    manifest and wrote none; the report said ``not started`` and the resume's count was one short.
+    Its manifest stays until the run's start replaces it, whether the C-c comes while its Emacs
+    starts or once it is ready (then it is discarded)."""
+    from amacs_server.research import runs
+    from amacs_server.research.experiment import _pending
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    run = experiment.runs[0]
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.subprocess, "Popen", interrupted)  # C-c as its Emacs starts
+    try:
+        runs.prepare(run, runs_dir, gated=True)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the C-c was not raised")
+    assert json.loads((folder / "manifest.json").read_text())["error"] == FAILED["error"]
+    assert not (folder / "emacs.log").read_text()  # the rest is the new attempt's, started afresh
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    ready = runs.prepare(run, runs_dir, gated=True)
+    runs.discard(ready)  # prepared, never started (the executor's close on C-c)
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    assert runs.read_manifest(folder)["status"] == "failed"
+    todo, _before, again = _pending(experiment, runs_dir)
+    assert len(todo) == 4 and again == 1  # "4 to run (1 of them again: failed or interrupted before)"
+    # a run never recorded leaves no folder behind when discarded
+    other = runs.prepare(experiment.runs[1], runs_dir, gated=True)
+    runs.discard(other)
+    assert not other.folder.exists()
+
+
+GRID = """
+[experiment]
+name = "debate"
+{reference}
+
+[[prompts]]
+name = "question"
+turns = ["q"]
+
+[[prompts]]
+name = "script"
+turns = ["q", "r"]
+
+[[variants]]
+name = "two-views"
+
+[[variants]]
+name = "three-views"
+
+[[models]]
+name = "fake"
+
+[[models]]
+name = "fake-small"
+"""
+
+
+def compared(page: str) -> tuple[str, list[str]]:
+    """The Arms compared section's words and the arms column of its table."""
+    section = page[page.index(">Arms compared<"):page.index(">Final replies<")]
+    return section, re.findall(r"<td>([^<]* vs [^<]*)</td>", section)
+
+
+def test_arms_are_compared_with_the_spec_s_first_arm_or_the_one_it_names_and_say_so(tmp_path):
+    """The newcomer's case: the report compared every arm with the alphabetically first
+    (three-views), though the spec lists two-views first and three-views is the treatment: the
+    signs of every difference were the other way round from what they read."""
+    write_runs(tmp_path, 16, errors=False)
+    (tmp_path / "experiment.toml").write_text(GRID.format(reference=""))
+    section, rows = compared(build_report(load(tmp_path), tmp_path, [], None).render("t"))
+    assert ("Each arm against question / two-views / fake, the reference (the first arm the spec lists (its first "
+            "prompt, variant and model); name another with reference = &quot;VARIANT&quot;") in section, section
+    assert rows and all(r.endswith(" vs question / two-views / fake") for r in rows)
+    assert "question / three-views / fake vs question / two-views / fake" in rows
+
+    (tmp_path / "experiment.toml").write_text(GRID.format(reference='reference = "three-views"'))
+    section, rows = compared(build_report(load(tmp_path), tmp_path, [], None).render("t"))
+    assert ("Each arm against question / three-views / fake, the reference (the spec&#x27;s reference = "
+            "&quot;three-views&quot;)") in section, section
+    assert rows and all(r.endswith(" vs question / three-views / fake") for r in rows)
+
+
+def test_a_reference_the_spec_does_not_have_is_refused_in_one_line(tmp_path):
+    from amacs_server.research.spec import SpecError
+    from amacs_server.research.spec import load as load_spec
+
+    spec = tmp_path / "experiment.toml"
+    spec.write_text(GRID.format(reference='reference = "four-views"'))
+    try:
+        load_spec(spec)
+    except SpecError as err:
+        assert "experiment.reference: no variant, model or prompt is named 'four-views' (variants: two-views, " \
+               "three-views; models: fake, fake-small; prompts: question, script)" in str(err), err
+    else:
+        raise AssertionError("the spec was taken")
+    spec.write_text(GRID.format(reference='reference = "fake-small"'))
+    assert load_spec(spec).spec.experiment.reference == "fake-small"
+
+
+def test_the_exports_hint_names_a_command_that_is_there(tmp_path, monkeypatch):
+    """The newcomer's case: ``view them: inspect view --log-dir ...`` after an export, but no
+    ``inspect`` is on the PATH of a checkout set up by ./amacs: copied, it said command not found."""
+    from amacs_server.research.export import view_hint
+
+    checkout, logs, nowhere = tmp_path / "checkout", Path("runs/inspect"), str(tmp_path / "empty-bin")
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "scripts" / "inspect.sh").write_text("#!/bin/sh\n")
+    monkeypatch.chdir(checkout)
+    assert view_hint(logs, checkout, nowhere) == ("to view them, install inspect-ai once (scripts/inspect.sh, a few "
+                                                  "minutes), then: .venv-inspect/bin/inspect view --log-dir runs/inspect")
+    venv = checkout / ".venv-inspect" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "inspect").write_text("#!/bin/sh\n")
+    (venv / "inspect").chmod(0o755)
+    assert view_hint(logs, checkout, nowhere) == "view them: .venv-inspect/bin/inspect view --log-dir runs/inspect"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the checkout: the path whole
+    assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
+    assert view_hint(logs, checkout, str(venv)) == "view them: inspect view --log-dir runs/inspect"  # on the PATH
+    assert view_hint(logs, tmp_path / "installed", nowhere).startswith("to view them: pip install inspect-ai")
+
+
+def test_a_warm_up_the_first_runs_alone_paid_is_said(tmp_path):
+    """The newcomer's case: the first run of each slot took ~3 s, the other eight 0.15-0.66 s, against
+    a zero-latency fake (the fake's own first requests: it built its request checks then); both first
+    runs can fall on one arm. The report says so, with the numbers, and says nothing when the first
+    runs took as long as the rest."""
+    import duckdb
+
+    from amacs_server.research.report import first_runs_note
+
+    con = duckdb.connect(str(tmp_path / "d.duckdb"))
+    con.execute("CREATE TABLE runs (run_id VARCHAR, arm VARCHAR, status VARCHAR, position BIGINT, seconds DOUBLE, "
+                "started_at DOUBLE, ended_at DOUBLE)")
+    rows = [("r0", "a", 0, 3.3, 0.0, 5.3), ("r1", "a", 1, 2.6, 0.0, 5.5)]  # two at once, from the start
+    rows += [(f"r{n}", "ab"[n % 2], n, 0.4, 5.0 + n, 6.0 + n) for n in range(2, 10)]
+    con.executemany("INSERT INTO runs VALUES (?, ?, 'done', ?, ?, ?, ?)", rows)
+    assert first_runs_note(con) == (
+        "The 2 runs that went first (started before any run ended: a) took 2.95 s on average, the other 8 0.4 s: "
+        "a warm-up only they paid (of the model endpoint, e.g. a fake just started, or of the machine), inside "
+        "their durations and so in their arms' means.")
+    con.execute("UPDATE runs SET seconds = 0.5 WHERE position < 2")
+    assert first_runs_note(con) == ""
+
+
+def test_a_fresh_fake_has_built_its_request_checks_before_it_answers(tmp_path):
+    """Why the first runs were slow: a fake just started built the SDK's types into its request checks
+    on its first requests (3.4 s at load 8; after, a few ms). ``serve`` (what a person starts) warms
+    them first, so that no request of the shape the server sends builds one."""
+    import subprocess
+    import sys
+
+    probe = ("import json; from tests import fake_anthropic as fa; fa.warm_up(); n = len(fa._ADAPTERS); "
+             "body = {**fa.WARM_UP, 'system': [{'type': 'text', 'text': 'x' * 50}], 'stream': True, "
+             "'messages': fa.WARM_UP['messages'] + [{'role': 'assistant', 'content': 'b'}, "
+             "{'role': 'user', 'content': [{'type': 'text', 'text': 'c', 'cache_control': {'type': 'ephemeral'}}]}]}; "
+             "assert fa.sdk_refusal(body) is None; print(n, len(fa._ADAPTERS))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    built, after = out.stdout.split()
+    assert int(built) > 0 and built == after, out.stdout
+    source = (Path(__file__).resolve().parent / "fake_anthropic.py").read_text()
+    serve = source[source.index("def serve("):]
+    assert serve.index("warm_up()") < serve.index("print(fake.url")

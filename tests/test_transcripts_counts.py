@@ -80,3 +80,18 @@ def test_a_run_from_a_fork_is_one_session_and_its_timeline_names_its_agents_plai
     assert con.execute("SELECT sessions, agents FROM runs").fetchall() == [(1, 1)]
     labels = _timeline(con, "r1").layout.yaxis.ticktext
     assert list(labels) == ["primary (open at end)"], labels
+
+
+def test_a_fork_rewound_to_before_its_fork_point_still_says_it_is_a_fork(rewound, fake):
+    """A rewind abandons ticks, not the steps of the home's history: the fork's record (and an
+    earlier rewind's) stays, and a session whose every line moved onto the abandoned ref leaves
+    no empty file behind to be taken for a run."""
+    _, fork = rewound
+    run(fork, fake, [("say", "in the fork"), ("say", "more in the fork")])
+    history.rewind(fork, 3)
+    history.rewind(fork, 1)  # before the fork point (2) and before the first rewind's tick (3)
+    files = sorted((fork / "transcripts").glob("*.jsonl"))
+    assert [p.name for p in files if p.stat().st_size == 0] == [], files
+    assert sorted(p.stem.rpartition("-")[2] for p in files) == ["fork", "rewind", "rewind"], files
+    summary = summarize(fork / "transcripts")
+    assert (summary["runs"], summary["rewinds"], summary["forks"]) == (0, 2, 1), summary

@@ -25,9 +25,10 @@ and kept on a ref under :data:`ABANDONED` (printed, and written in
 ``memory.db``'s ``abandoned_items`` table under that ref's name; the
 transcripts' lines of the later ticks (and the tool results kept since), and what
 each file of ``logs/`` holds beyond the tick's mark (:func:`log_marks`), move to that ref too (a commit on
-the abandoned one, under ``transcripts/`` and ``logs/``; a log file begun after the tick is then
+the abandoned one, under ``transcripts/`` and ``logs/``; a log file or transcript begun after the tick is then
 removed, or emptied while a program of this process writes it, and a rotation since is undone),
-and a ``rewind`` event is written.  The person's shell files (:data:`PERSON_FILES`) are marked and
+and a ``rewind`` event is written, in a file of its own that a later rewind keeps, as it keeps a
+fork's (:data:`HOME_STEPS`).  The person's shell files (:data:`PERSON_FILES`) are marked and
 cut the same way: the inputs the shell's history gained after the tick, and an unsent input saved
 since, go onto the ref (at their own paths), so M-p offers no input of the abandoned future.
 
@@ -698,17 +699,21 @@ def _results_after(home: Path, ended: float | None) -> dict[str, bytes]:
 def _futures(home: Path, tick: int, state: dict[str, Any], begun: set[str] | None = None,
              rotated: dict[str, str] | None = None) -> dict[str, tuple[int, bytes]]:
     """The lines of HOME's transcripts and logs written after TICK (its STATE), by file (its
-    path in the home): where they start, and those lines.  The log files begun after TICK are
-    added to BEGUN, those rotated since to ROTATED (:func:`_log_futures`)."""
+    path in the home): where they start, and those lines.  The log files and transcripts begun
+    after TICK are added to BEGUN, those rotated since to ROTATED (:func:`_log_futures`)."""
     out: dict[str, tuple[int, bytes]] = {}
     ended = state.get("ended_at")
     folder = home / "transcripts"
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         if ended is not None and path.stat().st_mtime < float(ended) - MTIME_SLACK:
             continue  # not written since the tick ended: a session's before it
+        if path.stem.endswith(HOME_STEPS):
+            continue  # a step of the home's history (:func:`_record`), none of any tick's future
         found = _transcript_future(path, tick, ended)
         if found is not None:
             out[f"transcripts/{path.name}"] = found
+            if found[0] == 0 and begun is not None:  # a session wholly after the tick: no run of the home now
+                begun.add(f"transcripts/{path.name}")
     return out | _log_futures(home, state, begun, rotated)
 
 
@@ -746,6 +751,11 @@ def _commit_beside(repo: HomeRepo, parent: str, files: dict[str, bytes], message
     top += [f"100644 blob {blob}\t{name}" for name, blob in loose.items()]
     root = _git(home, "mktree", stdin=("\n".join(top) + "\n").encode())
     return _git(home, "commit-tree", root.decode().strip(), "-p", parent, "-m", message).decode().strip()
+
+
+# The ends of the names of the files :func:`_record` writes: a rewind keeps them whatever tick it goes
+# back to (the home was forked, and rewound, whatever its mind is now).
+HOME_STEPS = (f"-{Rewind.kind}", f"-{Fork.kind}")
 
 
 def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_id: str | None = None) -> None:
@@ -940,7 +950,7 @@ def _held_open(paths: list[Path]) -> set[Path]:
 
 
 def _drop_begun(home: Path, begun: list[str]) -> None:
-    """Remove each log file of BEGUN (begun after the tick, its bytes moved onto the abandoned
+    """Remove each log file or transcript of BEGUN (begun after the tick, its bytes moved onto the abandoned
     ref) that is empty and that no program of this process writes: one written to since the
     rewind looked, or held open, stays (a live writer's descriptor appends on).  Done again,
     this changes nothing."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .dataset import judging_cost, judging_words, load
-from .spec import planned_runs
+from .spec import arms_of, planned_runs
 
 if TYPE_CHECKING:
     import duckdb
@@ -165,6 +165,29 @@ def parallelism(con: duckdb.DuckDBPyConnection) -> str:
         return "no run has both a start and an end"
     return (f"runs went up to {most} at once, {mean or 1:.1f} on average over a run"
             + (f", on {cpus} CPUs" if cpus else "") + ": durations include waiting for a shared CPU")
+
+
+WARM_UP = 2.0  # the first runs' mean duration this many times the others': said as a warm-up
+
+
+def first_runs_note(con: duckdb.DuckDBPyConnection) -> str:
+    """Words on the runs that went first (started before any run had ended) when they took much longer
+    than the rest (:data:`WARM_UP`): a warm-up they alone paid (the model endpoint's, e.g. a fake just
+    started, or the machine's), which falls on their arms; empty otherwise."""
+    rows = _rows(con, """SELECT run_id, arm, position, seconds, started_at < (SELECT min(ended_at) FROM runs)
+                         FROM runs WHERE status = 'done' AND seconds IS NOT NULL ORDER BY position, run_id""")
+    first = [r for r in rows if r[4]]
+    rest = [r[3] for r in rows if not r[4]]
+    if not first or not rest:
+        return ""
+    mean_first, mean_rest = sum(r[3] for r in first) / len(first), sum(rest) / len(rest)
+    if mean_first < WARM_UP * mean_rest:
+        return ""
+    arms = ", ".join(sorted({r[1] for r in first}))
+    return (f"The {len(first)} runs that went first (started before any run ended: {arms}) took {mean_first:.3g} s "
+            f"on average, the other {len(rest)} {mean_rest:.3g} s: a warm-up only they paid (of the model "
+            "endpoint, e.g. a fake just started, or of the machine), inside their durations and so in their "
+            "arms' means.")
 
 
 def _phase_bars(con: duckdb.DuckDBPyConnection, arms: list[str]) -> go.Figure:
@@ -644,19 +667,48 @@ def compare_arms(con: duckdb.DuckDBPyConnection, arms: list[str]) -> list[tuple[
     return out
 
 
-def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str]) -> None:
-    """The section comparing each arm with the first: differences with their 95% intervals."""
+def report_arms(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> tuple[list[str], str | None, str]:
+    """The arms of the runs in the order the spec (RUNS_DIR's copy) lists them, the reference arm the
+    others are compared with, and why it is the reference, in words."""
+    recorded = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    if not recorded:
+        return [], None, ""
+    spec = arms_of(runs_dir / "experiment.toml")
+    if spec is None:
+        return recorded, recorded[0], (f"the first by name: the spec ({runs_dir / 'experiment.toml'}) could not "
+                                       "be read for its order or its reference")
+    listed, reference, named = spec
+    arms = [a for a in listed if a in recorded] + [a for a in recorded if a not in listed]
+    first = "the first arm the spec lists (its first prompt, variant and model)"
+    how = "; name another with reference = \"VARIANT\" (or a model's or prompt's name) in its [experiment]"
+    if named is None:
+        return arms, arms[0], first + how
+    if reference in recorded:
+        return arms, reference, f"the spec's reference = \"{named}\""
+    return arms, arms[0], f"{first}: the spec's reference = \"{named}\" has no runs here"
+
+
+def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str], reference: str | None,
+                   why: str) -> None:
+    """The section comparing each arm with the REFERENCE (WHY: in words): differences with their 95%
+    intervals."""
     from .compare import EXACT_UP_TO, MIN_N, RESAMPLES
 
-    rows = compare_arms(con, arms)
+    if reference is None:
+        return
+    rows = compare_arms(con, [reference, *(a for a in arms if a != reference)])
     if not rows:
         return
-    page.section("Arms compared", f"Each arm against {arms[0]}: the difference of the means over done runs, "
+    page.section("Arms compared", f"Each arm against {reference}, the reference ({why}): the difference of "
+                                  "the means over done runs (the arm's minus the reference's), "
                                   f"its 95% interval (a seeded bootstrap, {RESAMPLES} resamples, each arm "
                                   "resampled on its own) and a permutation test's p-value (exact up to "
                                   f"{EXACT_UP_TO} labellings). With fewer than {MIN_N} runs in an arm it says "
-                                  "it cannot tell. Durations are from each run's first turn to its last reply: "
-                                  "process start-up is not counted, and runs went in a random order (see order).")
+                                  "it cannot tell. A run's duration (its seconds) is from its first turn "
+                                  "reaching its server to its last reply: the model's answers, the evals, the "
+                                  "subagents, and any wait for a CPU the runs shared; Emacs's and the server's "
+                                  "start-up are not counted (startup_seconds), and runs went in a random order "
+                                  "(see order). " + first_runs_note(con))
     page.html(_table(["measure", "arms", "n", "n (reference)", "mean", "mean (reference)",
                       "difference (95% interval)", "what it says"], rows))
     seeds = _rows(con, "SELECT DISTINCT order_seed FROM runs")
@@ -683,7 +735,7 @@ def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
 def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str], timeline: str | None) -> Page:
     """The page for the dataset in CON."""
     page = Page()
-    arms = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
+    arms, reference, why = report_arms(con, runs_dir)
     recorded = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
     not_started = [r for r in planned_runs(runs_dir / "experiment.toml") or [] if r not in recorded]
     _failures(page, con, not_started)
@@ -710,7 +762,7 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
         page.html(_table(["arm", "forked from (home@tick)"], origins))
-    _arms_compared(page, con, arms)
+    _arms_compared(page, con, arms, reference, why)
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "
                                   "dataset's turns table.")
@@ -726,6 +778,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.figure(_boxes(con, arms, "seconds", "Duration of each run, from its first turn to its last reply "
                        f"(process start-up not counted)<br><sup>{parallelism(con)}</sup>", "seconds",
                        hover="concurrency"))
+    warm = first_runs_note(con)
+    if warm:
+        page.html(f"<p class='note'>{html.escape(warm)}</p>")
     page.figure(_boxes(con, arms, "startup_seconds", "Start-up each run waited for, to its first turn (Emacs, "
                        "server, hello; a run prepared ahead counts only what was not ready when it was started)",
                        "seconds"))

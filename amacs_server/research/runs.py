@@ -396,12 +396,13 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     the runs going before it.  SERVER_COMMAND starts the run's server (default ``python -m
     amacs_server``; the local executor's is the fork server's launcher, :mod:`.forkserver`).
     TRACE: the run keeps the times of its steps in ``trace.txt`` (:func:`read_trace`).
-    No manifest is written here: a run prepared and never started is a run still to do."""
+    No manifest is written here: a run prepared and never started is a run still to do.  A run that
+    failed or was interrupted before starts again from nothing but its manifest, which stays until
+    the run's start replaces it (a C-c before then leaves the record of how it ended before)."""
     folder = runs_dir.resolve() / run.run_id
-    if folder.exists():
-        shutil.rmtree(folder)  # a failed or interrupted run starts again from nothing
+    _clear(folder)
     home = folder / "home"
-    folder.mkdir(mode=0o700, parents=True)  # the run's conversation and shell: its owner's only
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's conversation and shell: its owner's only
     home.mkdir()
     (folder / "emacs-home").mkdir()
     ready = Prepared(run, folder, gated=gated, trace=folder / TRACE if trace else None)
@@ -429,13 +430,29 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     return ready
 
 
+def _clear(folder: Path) -> None:
+    """Remove what FOLDER holds but its manifest (the record of the run's earlier end); FOLDER itself
+    too when it has none."""
+    if not (folder / MANIFEST).is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for entry in folder.iterdir():
+        if entry.name == MANIFEST:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 def discard(ready: Prepared) -> None:
-    """Stop a prepared run that will not start: its Emacs and server killed, its folder removed."""
+    """Stop a prepared run that will not start: its Emacs and server killed, its folder removed but
+    an earlier manifest (it is still to do, as it was before)."""
     if ready.proc is not None:
         _kill(ready.proc, ready.folder / "home")
         if ready.proc.stdin is not None:
             ready.proc.stdin.close()
-    shutil.rmtree(ready.folder, ignore_errors=True)
+    _clear(ready.folder)
 
 
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,

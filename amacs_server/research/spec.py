@@ -63,6 +63,9 @@ class ExperimentTable(_Strict):
     origin: str | None = Field(None, alias="from")
     order: Literal["random", "grid"] = "random"  # runs in a seeded random order, or the grid's
     seed: int | None = Field(None, ge=0)  # the order's seed (default: one drawn at the first start, kept)
+    # The arm the report compares the others with: a variant's, model's or prompt's name (the first arm,
+    # in the spec's order, that has it); default: the spec's first arm.
+    reference: str | None = None
 
     @field_validator("origin")
     @classmethod
@@ -256,6 +259,11 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         raise SpecError(f"{path}: {said}") from err
     for key, entries in (("prompts", spec.prompts), ("variants", spec.variants), ("models", spec.models)):
         _unique([e.name for e in entries], f"{path}: {key}")
+    if spec.experiment.reference is not None and reference_arm(spec) is None:
+        raise SpecError(f"{path}: experiment.reference: no variant, model or prompt is named "
+                        f"{spec.experiment.reference!r} (variants: {', '.join(v.name for v in spec.variants)}; "
+                        f"models: {', '.join(m.name for m in spec.models)}; "
+                        f"prompts: {', '.join(p.name for p in spec.prompts)})")
     cells = len(spec.prompts) * len(spec.variants) * len(spec.models) * spec.experiment.repetitions
     if cells > MAX_RUNS:
         raise SpecError(f"{path}: {cells} runs (prompts x variants x models x repetitions); at most {MAX_RUNS} "
@@ -307,6 +315,39 @@ def run_order(runs: list[Run], seed: int | None) -> list[Run]:
     if seed is not None:
         random.Random(seed).shuffle(order)
     return [replace(run, position=n, order_seed=seed) for n, run in enumerate(order)]
+
+
+def arm_name(prompt: str, variant: str, model: str) -> str:
+    """An arm as the dataset's ``arm`` column says it."""
+    return f"{prompt} / {variant} / {model}"
+
+
+def spec_arms(spec: Spec) -> list[str]:
+    """The arms of SPEC in the order it lists them (prompt, variant, model)."""
+    return [arm_name(p.name, v.name, m.name) for p in spec.prompts for v in spec.variants for m in spec.models]
+
+
+def reference_arm(spec: Spec) -> str | None:
+    """The arm SPEC's ``reference`` names (the first, in the spec's order, with that variant, model or
+    prompt, or that arm whole), None when it names none; without a reference, the spec's first arm."""
+    wanted = spec.experiment.reference
+    for p in spec.prompts:
+        for v in spec.variants:
+            for m in spec.models:
+                arm = arm_name(p.name, v.name, m.name)
+                if wanted is None or wanted in (v.name, m.name, p.name, arm):
+                    return arm
+    return None
+
+
+def arms_of(path: Path) -> tuple[list[str], str | None, str | None] | None:
+    """The arms of the spec at PATH in its order, its reference arm, and the reference as the spec
+    names it (None: not named, the first arm); None when the spec cannot be read."""
+    try:
+        spec = Spec.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValidationError):
+        return None
+    return spec_arms(spec), reference_arm(spec), spec.experiment.reference
 
 
 def planned_runs(path: Path) -> list[str] | None:

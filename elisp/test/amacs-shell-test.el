@@ -1882,5 +1882,18 @@ one whose server runs on stays."
               (should (eq (buffer-live-p log) (not stop))))
           (dolist (buffer (list hub log)) (when (buffer-live-p buffer) (kill-buffer buffer))))))))
 
+(ert-deftest amacs-shell-test-a-talk-to-a-busy-subagent-says-when-it-answers ()
+  "A newcomer's finding: the greeting taught @task-1 how far?, which a task at work
+reads only once its task is done; the answer came after the next reply, unannounced.
+The note says when it answers and under which name."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-call)
+               (lambda (_method _args callback &rest _)
+                 (funcall callback '(:to "task-1" :queued t :paused nil)))))
+      (amacs-shell--say-to-agent "task-1" "what did you find?" "@task-1 what did you find?"))
+    (should (string-match-p
+             ";; task-1 is at work: it reads this once that work is done, then answers here as \\[task-1\\]\\."
+             (amacs-shell-test--text)))))
+
 (provide 'amacs-shell-test)
 ;;; amacs-shell-test.el ends here
