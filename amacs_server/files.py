@@ -43,9 +43,10 @@ def deferred_sync() -> Iterator[None]:
 
 
 # The fsyncs of one call run this many at a time: the file system commits them in one journal
-# transaction, where one after another each waited for its own (a 20,000-tick fork's ~120 files:
-# 170-206 ms at load 7, 24-56 ms at once).
-SYNC_THREADS = 16
+# transaction, where one after another each waits for its own while other writers keep the
+# journal busy (a 20,000-tick fork's 54 months: 170-206 ms one by one at load 7, 24-56 ms at
+# once).  The threads cost ~5-8 ms of CPU per call of that size.
+SYNC_THREADS = 8
 
 
 def _fsync(path: Path) -> bool:

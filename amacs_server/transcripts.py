@@ -70,8 +70,25 @@ def connect(folder: Path) -> duckdb.DuckDBPyConnection:
     cols = ", ".join(f"'{k}': '{v}'" for k, v in COLUMNS.items())
     pattern = str(folder / "**" / "*.jsonl").replace("'", "''")  # the folder's own files too
     con.sql(f"CREATE VIEW events AS SELECT * FROM read_json('{pattern}', format='newline_delimited', "
-            f"columns={{{cols}}})")
+            f"columns={{{cols}}}, filename=true)")
     return con
+
+
+def experiment_run(transcript: Path) -> dict[str, str] | None:
+    """The experiment run whose home TRANSCRIPT is in (``RUNS_DIR/<run>/home/transcripts/*.jsonl``, beside
+    its ``manifest.json``): its folder (what a manifest and the dataset call ``run_id``) and its arm;
+    None for a transcript of any other home."""
+    if len(transcript.parents) < 3 or transcript.parent.name != "transcripts" or transcript.parents[1].name != "home":
+        return None
+    folder = transcript.parents[2]
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict):
+        return None
+    arm = " / ".join(str(manifest.get(k)) for k in ("prompt", "variant", "model"))
+    return {"run": folder.name, "arm": arm}
 
 
 def summarize(folder: Path) -> dict[str, Any]:
@@ -90,6 +107,10 @@ def summarize(folder: Path) -> dict[str, Any]:
 
     # An agent is its id within its session: every run has a "primary" and its own viewpoints.
     agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM lived GROUP BY run_id ORDER BY run_id")
+    # A transcript line's run_id is its server session; an experiment's run is the folder it is in.
+    where = {session: experiment_run(Path(file)) for session, file in
+             rows("SELECT run_id, any_value(filename) FROM lived GROUP BY run_id ORDER BY run_id")}
+    in_runs = {session: {**run, "agents": dict(agents)[session]} for session, run in where.items() if run}
     rewinds, forks = rows(f"""
         SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
                count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
@@ -110,7 +131,9 @@ def summarize(folder: Path) -> dict[str, Any]:
         GROUP BY agent_type ORDER BY agent_type""")
     return {
         "runs": len(agents),
-        "agents_per_run": {run: n for run, n in agents},
+        "agents_per_run": {run: n for run, n in agents},  # by server session (a transcript line's run_id)
+        # each session that ran in an experiment's run folder: that run (its folder) and its arm
+        **({"experiment_runs": in_runs} if in_runs else {}),
         "agents": sum(n for _t, n in types),
         "agents_by_type": {t: n for t, n in types},
         "model_calls_tokens_cost_by_type": {

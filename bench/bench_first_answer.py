@@ -27,8 +27,9 @@ Kinds, rounds alternating (each round one sample of each, in turn, each other ro
   window's top (:func:`gptel_command` says why).  gptel sends its whole history (each
   exchange a user and an assistant message; the bench asserts the count, and that the
   first message is the first exchange's input), or with ``--gptel-messages N`` its last N
-  exchanges, gptel's own setting saved in the chat (60: a request of the returning AMACS
-  home's size).
+  exchanges, gptel's own setting saved in the chat (150: a request of the size of the
+  returning AMACS home's median one).  ``--gptel-chat txt``: the chat in text-mode instead,
+  which reopens with its responses marked only for a short history (``--ticks 150``).
 
 Each launch has a fresh ``$HOME``.  The same fake model (tests/fake_anthropic.py,
 zero latency, the 400-word reply of :mod:`bench.bench_transport` in 100 chunks) answers
@@ -77,10 +78,11 @@ from tests import fake_anthropic as fa  # noqa: E402
 LAST_WORD = "word399"
 QUESTIONS = itertools.count()  # each sample's question names its number: ask0q, ask1q, ...
 KINDS = ("amacs-returning", "amacs-new", "gptel", "gptel-returning")
-# What shows that the prompt takes input.  A reopened chat (org-mode) has a "*** " heading for
-# each input: its prompt is the last one, empty, once gptel-mode's header line (the model's name) is drawn.
+# What shows that the prompt takes input.  A reopened chat has a prompt prefix ("*** " in org-mode,
+# "### " in text-mode) before each input: its prompt is the last one, empty, once gptel-mode's
+# header line (the model's name) is drawn.
 PROMPTS = {"amacs": re.compile(r"\namacs>"), "gptel": re.compile(r"\n###"),
-           "gptel-returning": re.compile(r"claude-fake(?s:.*)\n\*\*\* *\n")}
+           "gptel-returning": re.compile(r"claude-fake(?s:.*)\n(\*\*\*|###) *\n")}
 GPTEL_SETUP = """(dolist (d '("gptel" "compat" "transient/lisp")) (add-to-list 'load-path (expand-file-name d "{peers}")))
   (require 'gptel) (require 'gptel-anthropic)
   (setq gptel-backend (gptel-make-anthropic "Fake" :host "{host}" :protocol "http"
@@ -229,6 +231,8 @@ def main() -> None:
     parser.add_argument("--gptel", type=Path, default=default_gptel())
     parser.add_argument("--no-warm", action="store_true", help="AMACS_WARM=0: no warm server")
     parser.add_argument("--only", choices=KINDS, action="append")
+    parser.add_argument("--gptel-chat", choices=("org", "txt"), default="org",
+                        help="gptel-returning's chat in org-mode or text-mode (text: at most ~150 ticks)")
     parser.add_argument("--gptel-messages", type=int, help="gptel-returning's chat saved with gptel's "
                         "`gptel--num-messages-to-send' N: it sends its last N exchanges (2N+1 messages with the "
                         "question); by default all of them")
@@ -245,7 +249,7 @@ def main() -> None:
     fake.respond_with(tagged_reply)
     fake.start()
     peers = compile_gptel(args.gptel, tmp / "peers") if any(k.startswith("gptel") for k in kinds) else None
-    chat = tmp / "chat.org"  # text-mode cannot reopen a chat this long (save_gptel_chat)
+    chat = tmp / f"chat.{args.gptel_chat}"  # text-mode cannot reopen a long chat (save_gptel_chat)
     if "gptel-returning" in kinds:
         assert peers is not None
         save_gptel_chat(peers, args.ticks, chat, args.gptel_messages)
@@ -265,7 +269,16 @@ def main() -> None:
             for kind in kinds if i % 2 == 0 else kinds[::-1]:
                 if kind.startswith("gptel"):
                     assert peers is not None
-                    command = gptel_command(peers, fake.url, chat if kind == "gptel-returning" else None)
+                    # Each sample's Emacs is killed with the chat modified (the question typed) and
+                    # leaves an auto-save file, maybe after the next has started; visiting a file whose
+                    # auto-save data is newer waits a second (`after-find-file's sit-for).  An Emacs a
+                    # person quit leaves none: each sample visits its own copy of the chat.
+                    own = None
+                    if kind == "gptel-returning":
+                        own = tmp / f"chat-{i}" / chat.name
+                        own.parent.mkdir()
+                        shutil.copy(chat, own)
+                    command = gptel_command(peers, fake.url, own)
                     first = exchanges(args.ticks)[0][0] if kind == "gptel-returning" and not args.gptel_messages else None
                     samples[kind].append(one_sample(kind, command, env, tmp, None, fake, first))
                 else:
@@ -277,6 +290,7 @@ def main() -> None:
                 print(kind, {k: round(v) for k, v in samples[kind][-1].items()}, flush=True)
         result: dict[str, object] = {"load_before": load_before, "load_after": loadavg(), "cpus": os.cpu_count(),
                                      "ticks": args.ticks, "warm": not args.no_warm, "gptel_messages": args.gptel_messages,
+                                     "gptel_chat": args.gptel_chat,
                                      "reply_chars": len(REPLY_TEXT)}
         for kind, rows in samples.items():
             result[kind] = {mark: summary([r[mark] for r in rows]) for mark in ("prompt", "answer")}

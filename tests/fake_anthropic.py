@@ -719,8 +719,29 @@ def main(argv: list[str] | None = None) -> None:
     serve(lambda _body: Reply(delay=args.delay))
 
 
+# A request of the shape the server sends (a system block, cached content blocks, a reply schema).
+WARM_UP = {"model": "claude-sonnet-4-5", "max_tokens": 16,
+           "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+           "messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}},
+                                                     {"type": "text", "text": "r"}]},
+                        {"role": "assistant", "content": "a"},
+                        {"role": "user", "content": [{"type": "text", "text": "q"}]}],
+           "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}
+
+
+def warm_up() -> None:
+    """Build the request checks (:func:`sdk_refusal`: the SDK's types as pydantic adapters, ~1-3 s
+    of CPU) before the first request: otherwise the first requests a fresh fake answers wait for
+    them, and an experiment's first runs (or a judge's first judgements) took seconds where the rest
+    took a fraction of one: a difference of the fake's, not of the runs."""
+    for stream in (True, False):
+        sdk_refusal({**WARM_UP, "stream": stream})
+
+
 def serve(default: Callable[[dict[str, Any]], Reply]) -> None:
-    """Answer every request with DEFAULT until interrupted, the URL printed first (for a person)."""
+    """Answer every request with DEFAULT until interrupted, the URL printed first (for a person), once
+    the fake answers at once (:func:`warm_up`)."""
+    warm_up()
     fake = FakeAnthropic(default=default).start()
     print(fake.url, flush=True)
     try:

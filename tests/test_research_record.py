@@ -202,3 +202,90 @@ def test_a_reference_the_spec_does_not_have_is_refused_in_one_line(tmp_path):
         raise AssertionError("the spec was taken")
     spec.write_text(GRID.format(reference='reference = "fake-small"'))
     assert load_spec(spec).spec.experiment.reference == "fake-small"
+
+
+def test_the_exports_hint_names_a_command_that_is_there(tmp_path, monkeypatch):
+    """The newcomer's case: ``view them: inspect view --log-dir ...`` after an export, but no
+    ``inspect`` is on the PATH of a checkout set up by ./amacs: copied, it said command not found."""
+    from amacs_server.research.export import view_hint
+
+    checkout, logs, nowhere = tmp_path / "checkout", Path("runs/inspect"), str(tmp_path / "empty-bin")
+    (checkout / "scripts").mkdir(parents=True)
+    (checkout / "scripts" / "inspect.sh").write_text("#!/bin/sh\n")
+    monkeypatch.chdir(checkout)
+    assert view_hint(logs, checkout, nowhere) == ("to view them, install inspect-ai once (scripts/inspect.sh, a few "
+                                                  "minutes), then: .venv-inspect/bin/inspect view --log-dir runs/inspect")
+    venv = checkout / ".venv-inspect" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "inspect").write_text("#!/bin/sh\n")
+    (venv / "inspect").chmod(0o755)
+    assert view_hint(logs, checkout, nowhere) == "view them: .venv-inspect/bin/inspect view --log-dir runs/inspect"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the checkout: the path whole
+    assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
+    assert view_hint(logs, checkout, str(venv)) == "view them: inspect view --log-dir runs/inspect"  # on the PATH
+    assert view_hint(logs, tmp_path / "installed", nowhere).startswith("to view them: pip install inspect-ai")
+
+
+def test_a_warm_up_the_first_runs_alone_paid_is_said(tmp_path):
+    """The newcomer's case: the first run of each slot took ~3 s, the other eight 0.15-0.66 s, against
+    a zero-latency fake (the fake's own first requests: it built its request checks then); both first
+    runs can fall on one arm. The report says so, with the numbers, and says nothing when the first
+    runs took as long as the rest."""
+    import duckdb
+
+    from amacs_server.research.report import first_runs_note
+
+    con = duckdb.connect(str(tmp_path / "d.duckdb"))
+    con.execute("CREATE TABLE runs (run_id VARCHAR, arm VARCHAR, status VARCHAR, position BIGINT, seconds DOUBLE, "
+                "started_at DOUBLE, ended_at DOUBLE)")
+    rows = [("r0", "a", 0, 3.3, 0.0, 5.3), ("r1", "a", 1, 2.6, 0.0, 5.5)]  # two at once, from the start
+    rows += [(f"r{n}", "ab"[n % 2], n, 0.4, 5.0 + n, 6.0 + n) for n in range(2, 10)]
+    con.executemany("INSERT INTO runs VALUES (?, ?, 'done', ?, ?, ?, ?)", rows)
+    assert first_runs_note(con) == (
+        "The 2 runs that went first (started before any run ended: a) took 2.95 s on average, the other 8 0.4 s: "
+        "a warm-up only they paid (of the model endpoint, e.g. a fake just started, or of the machine), inside "
+        "their durations and so in their arms' means.")
+    con.execute("UPDATE runs SET seconds = 0.5 WHERE position < 2")
+    assert first_runs_note(con) == ""
+
+
+def test_a_fresh_fake_has_built_its_request_checks_before_it_answers(tmp_path):
+    """Why the first runs were slow: a fake just started built the SDK's types into its request checks
+    on its first requests (3.4 s at load 8; after, a few ms). ``serve`` (what a person starts) warms
+    them first, so that no request of the shape the server sends builds one."""
+    import subprocess
+    import sys
+
+    probe = ("import json; from tests import fake_anthropic as fa; fa.warm_up(); n = len(fa._ADAPTERS); "
+             "body = {**fa.WARM_UP, 'system': [{'type': 'text', 'text': 'x' * 50}], 'stream': True, "
+             "'messages': fa.WARM_UP['messages'] + [{'role': 'assistant', 'content': 'b'}, "
+             "{'role': 'user', 'content': [{'type': 'text', 'text': 'c', 'cache_control': {'type': 'ephemeral'}}]}]}; "
+             "assert fa.sdk_refusal(body) is None; print(n, len(fa._ADAPTERS))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    built, after = out.stdout.split()
+    assert int(built) > 0 and built == after, out.stdout
+    source = (Path(__file__).resolve().parent / "fake_anthropic.py").read_text()
+    serve = source[source.index("def serve("):]
+    assert serve.index("warm_up()") < serve.index("print(fake.url")
+
+
+def test_transcripts_say_which_run_folder_and_arm_each_session_ran_in(tmp_path):
+    """The newcomer's case: a transcript line's ``run_id`` is its server session, the manifest's and
+    the dataset's is the run's folder; ``amacs-server transcripts`` keyed agents by session only, so
+    no line could be told to an arm without a join. It now says, beside each session, its run folder
+    and arm (the stored field names unchanged)."""
+    from amacs_server.transcripts import summarize
+
+    made = write_runs(tmp_path, 3, errors=False)
+    summary = summarize(tmp_path)
+    assert summary["agents_per_run"] == {r.session_id: len(r.agents) for r in made}
+    assert summary["experiment_runs"] == {
+        r.session_id: {"run": r.run_id, "arm": " / ".join(r.run_id.split(".")[:3]), "agents": len(r.agents)}
+        for r in made}
+    import shutil
+
+    home = tmp_path / "elsewhere" / "home"  # a home of no experiment: no run folder around it
+    shutil.copytree(tmp_path / made[0].run_id / "home", home)
+    assert "experiment_runs" not in summarize(home)

@@ -845,13 +845,7 @@ class HomeRepo:
                 except FileNotFoundError:  # the packer's repack removed the folder, empty, meanwhile
                     if attempt == 2:
                         raise
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(packed)
-                os.replace(tmp, path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
+            _write_then_replace(fd, tmp, path, packed)
         return sha
 
     def _commit_tree(self, tree: str, message: str, parent: str | None) -> str:
@@ -989,6 +983,18 @@ def _indexed(idx: Path) -> set[bytes]:
     return {names[i:i + 20] for i in range(0, len(names), 20)}
 
 
+def _write_then_replace(fd: int, tmp: Path, path: Path, data: bytes | bytearray) -> None:
+    """DATA written to FD (the file TMP, just made), then TMP renamed over PATH; TMP removed if
+    either fails."""
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 # An index entry's stat data (git's index format, versions 2 and 3): ctime and mtime (seconds,
 # nanoseconds), dev, ino, mode, uid, gid, size; the object name and the flags follow.
 _STAT = struct.Struct(">10I")
@@ -1050,13 +1056,7 @@ def settle_checkout(home: Path) -> int:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:  # a git of someone's holds the index: its files stay hashed as before
         return 0
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(lock, index)
-    except BaseException:
-        lock.unlink(missing_ok=True)
-        raise
+    _write_then_replace(fd, lock, index, data)
     return settled
 
 

@@ -272,6 +272,36 @@ def export(runs_dir: Path, out: Path) -> list[Path]:
         con.close()
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout, when the server runs from one (./amacs)
+
+
+def _shown(path: Path) -> str:
+    """PATH as a person types it here: relative to the current folder when it is under it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def view_hint(log_dir: Path, checkout: Path = CHECKOUT, search: str | None = None) -> str:
+    """The command that shows the logs in LOG_DIR here: ``inspect`` when it is on the PATH (SEARCH, default
+    the environment's), else the checkout's ``.venv-inspect/bin/inspect`` (made by ``scripts/inspect.sh``,
+    which this says to run first when it has not been)."""
+    import shutil
+
+    on_path = shutil.which("inspect", path=search)
+    if on_path is not None:
+        return f"view them: inspect view --log-dir {log_dir}"
+    venv = checkout / ".venv-inspect" / "bin" / "inspect"
+    if venv.is_file():
+        return f"view them: {_shown(venv)} view --log-dir {log_dir}"
+    script = checkout / "scripts" / "inspect.sh"
+    if script.is_file():
+        return (f"to view them, install inspect-ai once ({_shown(script)}, a few minutes), then: "
+                f"{_shown(venv)} view --log-dir {log_dir}")
+    return f"to view them: pip install inspect-ai (in a venv of its own), then inspect view --log-dir {log_dir}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write RUNS_DIR's runs as inspect_ai eval logs into --inspect DIR."""
     parser = argparse.ArgumentParser(prog="amacs-server export",
@@ -286,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     written = export(args.runs_dir, args.inspect)
     samples = sum(len([n for n in zipfile.ZipFile(p).namelist() if n.startswith("samples/")]) for p in written)
     print(f"{len(written)} inspect logs ({samples} samples, one per run; one log per arm) in {args.inspect}; "
-          f"view them: inspect view --log-dir {args.inspect}")
+          + view_hint(args.inspect))
     return 0
 
 

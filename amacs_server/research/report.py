@@ -167,6 +167,29 @@ def parallelism(con: duckdb.DuckDBPyConnection) -> str:
             + (f", on {cpus} CPUs" if cpus else "") + ": durations include waiting for a shared CPU")
 
 
+WARM_UP = 2.0  # the first runs' mean duration this many times the others': said as a warm-up
+
+
+def first_runs_note(con: duckdb.DuckDBPyConnection) -> str:
+    """Words on the runs that went first (started before any run had ended) when they took much longer
+    than the rest (:data:`WARM_UP`): a warm-up they alone paid (the model endpoint's, e.g. a fake just
+    started, or the machine's), which falls on their arms; empty otherwise."""
+    rows = _rows(con, """SELECT run_id, arm, position, seconds, started_at < (SELECT min(ended_at) FROM runs)
+                         FROM runs WHERE status = 'done' AND seconds IS NOT NULL ORDER BY position, run_id""")
+    first = [r for r in rows if r[4]]
+    rest = [r[3] for r in rows if not r[4]]
+    if not first or not rest:
+        return ""
+    mean_first, mean_rest = sum(r[3] for r in first) / len(first), sum(rest) / len(rest)
+    if mean_first < WARM_UP * mean_rest:
+        return ""
+    arms = ", ".join(sorted({r[1] for r in first}))
+    return (f"The {len(first)} runs that went first (started before any run ended: {arms}) took {mean_first:.3g} s "
+            f"on average, the other {len(rest)} {mean_rest:.3g} s: a warm-up only they paid (of the model "
+            "endpoint, e.g. a fake just started, or of the machine), inside their durations and so in their "
+            "arms' means.")
+
+
 def _phase_bars(con: duckdb.DuckDBPyConnection, arms: list[str]) -> go.Figure:
     """Where a run's time went, per arm on one axis: the mean seconds between its phases (done runs)."""
     import plotly.graph_objects as go
@@ -681,8 +704,11 @@ def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str], 
                                   f"its 95% interval (a seeded bootstrap, {RESAMPLES} resamples, each arm "
                                   "resampled on its own) and a permutation test's p-value (exact up to "
                                   f"{EXACT_UP_TO} labellings). With fewer than {MIN_N} runs in an arm it says "
-                                  "it cannot tell. Durations are from each run's first turn to its last reply: "
-                                  "process start-up is not counted, and runs went in a random order (see order).")
+                                  "it cannot tell. A run's duration (its seconds) is from its first turn "
+                                  "reaching its server to its last reply: the model's answers, the evals, the "
+                                  "subagents, and any wait for a CPU the runs shared; Emacs's and the server's "
+                                  "start-up are not counted (startup_seconds), and runs went in a random order "
+                                  "(see order). " + first_runs_note(con))
     page.html(_table(["measure", "arms", "n", "n (reference)", "mean", "mean (reference)",
                       "difference (95% interval)", "what it says"], rows))
     seeds = _rows(con, "SELECT DISTINCT order_seed FROM runs")
@@ -752,6 +778,9 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.figure(_boxes(con, arms, "seconds", "Duration of each run, from its first turn to its last reply "
                        f"(process start-up not counted)<br><sup>{parallelism(con)}</sup>", "seconds",
                        hover="concurrency"))
+    warm = first_runs_note(con)
+    if warm:
+        page.html(f"<p class='note'>{html.escape(warm)}</p>")
     page.figure(_boxes(con, arms, "startup_seconds", "Start-up each run waited for, to its first turn (Emacs, "
                        "server, hello; a run prepared ahead counts only what was not ready when it was started)",
                        "seconds"))

@@ -207,3 +207,19 @@ def test_judge_killed_at_a_score_loses_no_other_and_judges_that_one_again(runs, 
     assert all(after[k] == s for k, s in before.items())  # a score written before the kill is kept as it was
     assert len(fake.requests) - asked_before == RUNS - nth + 1
     assert not list(runs.glob("*/judges/answer-quality/*.tmp"))
+
+
+def test_a_judgements_seconds_are_its_own_not_the_sdks_import(runs, fake):
+    """The newcomer's case: the first judgements (one per thread) said ``3.0 s`` where the rest said
+    ~0.01 s against a zero-latency fake: they had waited for the model SDK's import (and the fake for
+    its request checks). The SDK is imported before the first judgement starts; each judgement's
+    seconds (score.json's, the console's) are its model call and its transcript."""
+    from tests.fake_anthropic import warm_up
+
+    warm_up()  # the fake's own checks built, as `python -m tests.fake_debate` does before its URL
+    proc = judge(fake, runs, "viewpoints-used", "--parallel", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seconds = {run: s["seconds"] for run, s in scores(runs, "viewpoints-used").items()}
+    assert len(seconds) == RUNS and max(seconds.values()) < 0.5, seconds
+    said = {m[1]: float(m[2]) for m in re.finditer(r"done\s+(\S+)\s+\$\S+\s+([\d.]+) s", proc.stderr)}
+    assert said == {run: round(s, 1) for run, s in seconds.items()}, (said, proc.stderr)
