@@ -77,7 +77,8 @@ to the current one."
 (defun amacs-shell--set-busy (turn busy)
   "Set TURN's BUSY; then `amacs-shell-busy' to whether any shell's turn is."
   (setf (amacs-shell-turn-busy turn) busy)
-  (setq amacs-shell-busy (and (cl-some #'amacs-shell-busy-p amacs--connections) t)))
+  (setq amacs-shell-busy (cl-loop for connection in amacs--connections
+                                  thereis (and (amacs-shell-busy-p connection) t))))
 
 (defun amacs-shell--transition (event &optional arg)
   "Move the shell's turn on EVENT (with ARG).

@@ -240,9 +240,9 @@ start's, when one of them evaluated)."
              'amacs-shell-annotation))
           ;; A rewind's replay says it of any turn before this Emacs; a start's,
           ;; of a turn that evaluated (one that did not changed nothing).
-          (when (cl-some (lambda (e) (and (plist-get e :tick) (<= (plist-get e :tick) since)
-                                          (or said (plist-get e :eval))))
-                         recent)
+          (when (cl-loop for e in recent
+                         thereis (and (plist-get e :tick) (<= (plist-get e :tick) since)
+                                      (or said (plist-get e :eval))))
             (amacs-shell--output
              ;; What their evals changed is known only in the Emacs they ran in.
              (format ";; (Turns up to tick %d were in an earlier Emacs: no ▸ changed lines.)" since)

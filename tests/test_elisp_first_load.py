@@ -4,12 +4,15 @@ The client is byte-compiled as ``./amacs`` finds it (``.elc``), then loaded in t
 loads it, epc as the connection loads it.  ``seq`` (its generic functions compile their
 dispatchers at load, which loads the byte compiler) and edmacro with kmacro (loaded by
 ``read-kbd-macro``, which epc's and ctable's keymaps call) took 30-40 ms of a launch on two
-loaded cores before the first answer could be drawn.
+loaded cores before the first answer could be drawn.  The same holds for what the shell runs on
+the way to its first answer: a library a function autoloads then (``cl-some`` is cl-extra's, which
+requires seq and help-mode) is loaded while the person waits.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -22,12 +25,12 @@ KEYMAPS = "(prin1 (list ctbl:table-mode-map ctbl:column-header-keymap epc:contro
           "epc:controller-methods-keymap))"
 
 
-def emacs(program: str, *load_path: Path) -> str:
+def emacs(program: str, *load_path: Path, env: dict[str, str] | None = None) -> str:
     args = ["emacs", "-Q", "--batch"]
     for folder in load_path:
         args += ["-L", str(folder)]
     out = subprocess.run([*args, "--eval", f"(progn {ELPA} {program})"], capture_output=True, text=True,
-                         timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT)
+                         timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -64,3 +67,41 @@ def test_a_key_not_plain_is_read_by_edmacro_which_then_stays(compiled: Path) -> 
                 "(featurep 'edmacro) (amacs--plain-key \"C-x a\") (amacs--plain-key \"<f5>\" t) "
                 "(featurep 'edmacro)))", compiled)
     assert out == r'("q" "\15" "\15" nil "\30a" [f5] t)'
+
+
+# The shell's way to its first answer, each step as the connection runs it, with no server: the
+# shell opened, a question sent before the server said hello, the hello of a returning home (its
+# last exchange replayed, one that evaluated), then the events of the answer, every handler of each.
+FIRST_ANSWER = """
+(advice-add 'amacs-start-server :override #'ignore)
+(advice-add 'amacs-call :override #'ignore)
+(let ((connection (amacs-current-connection)) (seen nil))
+  (amacs-shell)
+  (with-current-buffer (amacs-shell--buffer)
+    (goto-char (point-max)) (insert "a question") (amacs-shell-return))
+  (push (cons 'sent (cl-remove-if-not #'featurep watched)) seen)
+  (amacs--hello-accepted connection '(:tick 3 :recent [(:tick 2 :human "earlier" :agent "an answer"
+                                                         :eval (:form "(+ 1 2)" :ok t :value "3"))]))
+  (push (cons 'hello (cl-remove-if-not #'featurep watched)) seen)
+  (amacs--queue-events connection '((:type "input-taken" :saved t) (:type "turn-start") (:type "step" :step 1 :limit 8)
+                                    (:type "reply-delta" :text "the answer")
+                                    (:type "reply" :text "the answer" :streamed t)
+                                    (:type "tick" :tick 4) (:type "turn-done" :tick 4)))
+  (amacs--drain-events connection)
+  (push (cons 'answered (cl-remove-if-not #'featurep watched)) seen)
+  (prin1 (reverse seen)) (terpri)
+  (prin1 (with-current-buffer (amacs-shell--buffer) (buffer-substring-no-properties (point-min) (point-max)))))
+"""
+
+
+def test_the_shell_loads_no_library_on_its_way_to_the_first_answer(compiled: Path, tmp_path: Path) -> None:
+    """From the shell's opening to its first answer drawn (a question sent at once, a returning home's
+    hello and replay, the answer's events), nothing loads seq, cl-extra or help-mode."""
+    program = (f"(defvar watched '(seq cl-extra help-mode bytecomp)) (setq amacs-home {json.dumps(str(tmp_path / 'home'))}) "
+               "(require 'amacs-shell-start) (require 'amacs) (amacs--require-epc) (require 'amacs-shell) "
+               f"{FIRST_ANSWER}")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))},
+           "HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-first-load"}
+    loaded, shown = emacs(program, compiled, env=env).split("\n", 1)
+    assert "an answer" in shown and "were in an earlier Emacs" in shown and "the answer" in shown, shown
+    assert loaded == "((sent) (hello) (answered))", loaded
