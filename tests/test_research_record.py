@@ -58,14 +58,18 @@ def test_a_judgement_of_a_model_with_no_price_is_said_unknown(tmp_path):
            "their cost unknown)" in said, said
 
 
-SPEC = """
+GRID = """
 [experiment]
-name = "record"
-repetitions = 2
+name = "debate"
+{reference}
 
 [[prompts]]
-name = "q"
-turns = ["hello"]
+name = "question"
+turns = ["q"]
+
+[[prompts]]
+name = "script"
+turns = ["q", "r"]
 
 [[variants]]
 name = "two-views"
@@ -75,7 +79,11 @@ name = "three-views"
 
 [[models]]
 name = "fake"
+
+[[models]]
+name = "fake-small"
 """
+
 
 FAILED = {"status": "failed", "error": "model endpoint unreachable: http://127.0.0.1:9", "failed_turn": 1}
 
@@ -85,7 +93,7 @@ def failed_before(tmp_path: Path) -> tuple[object, Path, Path]:
     from amacs_server.research.spec import load as load_spec
 
     spec = tmp_path / "experiment.toml"
-    spec.write_text(SPEC)
+    spec.write_text(GRID.format(reference=""))
     experiment = load_spec(spec)
     runs_dir = tmp_path / "runs"
     folder = runs_dir / experiment.runs[0].run_id
@@ -128,38 +136,11 @@ def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(t
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
     assert runs.read_manifest(folder)["status"] == "failed"
     todo, _before, again = _pending(experiment, runs_dir)
-    assert len(todo) == 4 and again == 1  # "4 to run (1 of them again: failed or interrupted before)"
+    assert len(todo) == 8 and again == 1  # "8 to run (1 of them again: failed or interrupted before)"
     # a run never recorded leaves no folder behind when discarded
     other = runs.prepare(experiment.runs[1], runs_dir, gated=True)
     runs.discard(other)
     assert not other.folder.exists()
-
-
-GRID = """
-[experiment]
-name = "debate"
-{reference}
-
-[[prompts]]
-name = "question"
-turns = ["q"]
-
-[[prompts]]
-name = "script"
-turns = ["q", "r"]
-
-[[variants]]
-name = "two-views"
-
-[[variants]]
-name = "three-views"
-
-[[models]]
-name = "fake"
-
-[[models]]
-name = "fake-small"
-"""
 
 
 def compared(page: str) -> tuple[str, list[str]]:
