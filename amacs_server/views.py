@@ -15,6 +15,7 @@ from .ledger import Ledger
 from .loop.host import RuntimeParts
 from .memory.active import ActiveMemory, tick_of
 from .memory.items import MemoryItem
+from .memory.memid import for_person
 from .mind import Mind
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.history import abandoned_futures, fork_origin
@@ -188,4 +189,4 @@ def agent_transcript(transcript: Transcript, agent_id: str) -> str:
             body = json.dumps(event.data(), ensure_ascii=False, default=str)
         lines.append(f"#{e.seq} {e.kind}" + (f" (tick {e.tick})" if e.tick else ""))
         lines.extend("  " + line for line in body.splitlines())
-    return "\n".join(lines) + "\n"
+    return for_person("\n".join(lines) + "\n")

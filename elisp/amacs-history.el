@@ -93,18 +93,29 @@ input puts it there).  The newest of that text when several are."
                                                  (amacs-history--label said)))
                           entries)))))
 
-(defun amacs-history--complete (prompt labels default)
+(defun amacs-history--plain-completion-p ()
+  "Whether the minibuffer completes as in Emacs -Q: no UI lists the choices."
+  (and (eq completing-read-function #'completing-read-default)
+       (not (cl-some (lambda (mode) (and (boundp mode) (symbol-value mode)))
+                     '(icomplete-mode fido-mode vertico-mode mct-mode selectrum-mode ivy-mode helm-mode)))))
+
+(defun amacs-history--complete (prompt labels default &optional which)
   "Read one of LABELS, newest first as given, with PROMPT and DEFAULT.
-The order is kept in every completion UI, and the *Completions* window a
-TAB showed is gone once one is chosen."
+WHICH, such as your last input, says which one the default is, after it
+in the prompt.  The order is kept in every completion UI; where none
+lists the choices, they are listed at once (not only after a TAB), and
+the *Completions* window that showed them is gone once one is chosen."
   (let ((shown (get-buffer-window "*Completions*" 0))
         (table (lambda (string pred action)
                  (if (eq action 'metadata)
                      '(metadata (display-sort-function . identity) (cycle-sort-function . identity))
                    (complete-with-action action labels string pred)))))
     (unwind-protect
-        (completing-read (format-prompt prompt (truncate-string-to-width default 40 nil nil "…"))
-                         table nil t nil nil default)
+        (minibuffer-with-setup-hook
+            (lambda () (when (amacs-history--plain-completion-p) (minibuffer-completion-help)))
+          (completing-read (format-prompt prompt (concat (truncate-string-to-width default 40 nil nil "…")
+                                                         (and which (concat ", " which))))
+                           table nil t nil nil default))
       (let ((window (get-buffer-window "*Completions*" 0)))
         (when (and window (not (eq window shown)))
           (quit-window nil window))))))
@@ -128,8 +139,12 @@ left; choosing it shows them."
                              (and (cdr page) (list amacs-history--older)))))
         (unless labels
           (user-error "No past input yet"))
-        (let ((label (amacs-history--complete
-                      prompt labels (or first (amacs-history--at-point entries) (car labels)))))
+        (let* ((at-point (and (not first) (amacs-history--at-point entries)))
+               (label (amacs-history--complete
+                       prompt labels (or first at-point (car labels))
+                       (cond (first nil)
+                             (at-point "the input at point")
+                             ((not before) "your last input")))))
           (cond ((equal label amacs-history--older) (setq before (nth 1 (car (last entries)))))
                 ((and first (equal label first)) (setq chosen first))
                 (t (setq chosen (assoc label entries)))))))

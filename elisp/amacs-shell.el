@@ -244,8 +244,8 @@ start's, when one of them evaluated)."
                                           (or said (plist-get e :eval))))
                          recent)
             (amacs-shell--output
-             (format ";; (Turns up to tick %d were before this Emacs: what their evals changed is not known, \
-so they show no ▸ changed line.)" since)
+             ;; What their evals changed is known only in the Emacs they ran in.
+             (format ";; (Turns up to tick %d were in an earlier Emacs: no ▸ changed lines.)" since)
              'amacs-shell-annotation))
           (amacs-shell--replay
            recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))

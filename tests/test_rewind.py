@@ -1532,6 +1532,9 @@ def test_a_rewind_moves_the_shells_later_inputs_and_draft_onto_the_abandoned_ref
                            capture_output=True, check=True).stdout
     assert moved == entry(2) + entry(3)
     assert _git(home, "show", f"{ref}:shell-draft") == "typed after tick 1, not sent"
+    # The abandoned future's log (the hub's) shows the inputs abandoned as text, not "Bin".
+    stat = _git(home, "log", "--stat", "--format=", f"HEAD..{ref}")
+    assert re.search(r"shell-history +\| +2 \+\+\n", stat) and "Bin" not in stat, stat
 
 
 def test_a_rewind_to_a_tick_before_the_history_began_moves_it_whole(tmp_path, fake):

@@ -186,3 +186,19 @@ def test_no_module_takes_a_lines_kind_or_data_by_hand():
     found = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
                    if by_hand.search(p.read_text(encoding="utf-8")))
     assert [name for name in found if name not in BY_HAND] == []
+
+
+def test_the_hubs_transcript_view_shows_memory_addresses_without_their_delimiters(tmp_path):
+    """A newcomer's finding: RET on a subagent in the hub showed "<EOT>…<EOT>" around every
+    address, which the shell and the commit subjects show without."""
+    from amacs_server.views import agent_transcript
+
+    transcript = Transcript(tmp_path, "run")
+    task = AgentIdentity("task-1", "primary", "task", "researcher")
+    try:
+        transcript.write(events.Posted(type="User", content="<EOT>amacs-instance-1:task-1:chat.1:1<EOT> and "
+                                                              "<EOT>amacs-instance-1:task-1:notes:2<EOT>"), agent=task)
+        shown = agent_transcript(transcript, "task-1")
+    finally:
+        transcript.close()
+    assert "<EOT>" not in shown and "amacs-instance-1:task-1:chat.1:1 and amacs-instance-1:task-1:notes:2" in shown, shown

@@ -20,6 +20,13 @@ from ..errors import AmacsError
 
 DELIM = "<EOT>"
 LATEST = "latest"
+_WRAPPED = re.compile(f"{DELIM}([^<\n]*?){DELIM}")
+
+
+def for_person(text: str) -> str:
+    """TEXT with each address written in it shown without its delimiters: the agent is given
+    them (and passes them back in its evals); the person reads ``AGENT:BRAIN:NAME:VERSION``."""
+    return _WRAPPED.sub(r"\1", text) if DELIM in text else text
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ log = logging.getLogger("amacs.git")
 # the person's, not the agent's mind; neither is committed.
 GITIGNORE = ("memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n.server.lock\n"
              "rewound-spend\nshell-draft\nbudget-limit\n.uncommitted-tick\n")
+# The home's own git attributes (.git/info/attributes, not a tracked file): the shell's input
+# history, which a rewind commits onto an abandoned future's ref, ends each entry with a NUL; git
+# would take it for binary and show no diff of the inputs abandoned.
+ATTRIBUTES = "shell-history diff\n"
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
 GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit",
                    ".uncommitted-tick")
@@ -522,6 +526,10 @@ class HomeRepo:
                     if self._config(key) is None:
                         self._git("config", "--local", key, value)
                 self._algorithm = (self._config("extensions.objectformat") or "sha1").lower()
+                attributes = self.home / ".git" / "info" / "attributes"
+                if not attributes.exists():
+                    attributes.parent.mkdir(exist_ok=True)
+                    attributes.write_text(ATTRIBUTES, encoding="utf-8")
             except (GitFailed, OSError, ValueError) as err:
                 raise CommitError(f"cannot set up the git repository in {self.home}: {err}; "
                                   "the tick is saved on disk") from err

@@ -58,7 +58,7 @@ prompt that says what the person will get: back to before they typed it."
     (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
     (should (equal labels '("input 4" "input 3" "input 2" "input 1")))
     (should (equal default "input 4"))
-    (should (equal prompt "Go back to before you typed (default input 4): "))))
+    (should (equal prompt "Go back to before you typed (default input 4, your last input): "))))
 
 (ert-deftest amacs-history-test-older-inputs-come-a-page-at-a-time ()
   "A page ends with the choice of older inputs; chosen, the next page is
@@ -108,11 +108,29 @@ asked for (before the oldest tick shown), and one of it can be picked."
     (backward-char 2)
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
       (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
-      (should (equal default "input 4")))
+      (should (equal default "input 4"))
+      (should (equal prompt "Go back to before you typed (default input 4, the input at point): ")))
     (amacs-shell-return)                ; the past input, at the prompt
     (should (= (point) (point-max)))
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
       (should (equal (amacs-history--read-input "go back") '(3 . "input 4"))))))
+
+(ert-deftest amacs-history-test-the-choices-are-listed-at-once ()
+  "A newcomer's finding: in Emacs -Q the picker showed no choice until TAB, and
+RET by reflex took the default.  Where no completion UI lists them, the
+choices are listed as the minibuffer opens; the input at point is named so."
+  (let (listed)
+    (cl-letf (((symbol-function 'amacs--call-sync) (lambda (&rest _) (amacs-history-test--inputs 4)))
+              ((symbol-function 'minibuffer-completion-help) (lambda (&rest _) (setq listed t)))
+              ((symbol-function 'completing-read)
+               (lambda (&rest _) (with-temp-buffer (run-hooks 'minibuffer-setup-hook)) "input 3")))
+      (let ((completing-read-function #'completing-read-default))
+        (amacs-history--read-input "go back"))
+      (should listed)
+      (setq listed nil)
+      (let ((completing-read-function (lambda (&rest _) nil)))  ; a UI of its own lists them
+        (amacs-history--read-input "go back"))
+      (should-not listed))))
 
 (ert-deftest amacs-history-test-no-completions-window-is-left ()
   "A *Completions* window shown while picking (TAB) is gone once one is chosen."

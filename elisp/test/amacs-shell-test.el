@@ -1140,7 +1140,7 @@ the inputs before the tick, not the abandoned one; the rewind's line says where 
                                             "▸ changed: notes-ert (buffer, \\+1 line)\n\namacs> todo\n\nLet me\.\n")
                                     replay))
             (should-not (string-match-p "todo-ert" replay)) ; tick 4 is the abandoned future's
-            (should-not (string-match-p "before this Emacs" replay))
+            (should-not (string-match-p "earlier Emacs" replay))
             (goto-char (point-max))
             (search-backward "▸ changed: notes-ert")
             (should (equal (mapcar #'amacs-change-name (amacs-changes-at (point))) '("notes-ert")))))
@@ -1168,15 +1168,15 @@ the inputs before the tick, not the abandoned one; the rewind's line says where 
   (amacs-shell-test--with-shell
     (amacs-test-with-status '(:tick 6 :key-ok t :recent ((:tick 6 :human "six" :agent "6.")))
       (amacs-shell--greet))
-    (should-not (string-match-p "before this Emacs" (amacs-shell-test--text))) ; a start says nothing of it
+    (should-not (string-match-p "earlier Emacs" (amacs-shell-test--text))) ; a start says nothing of it
     (cl-letf (((symbol-function 'amacs--call-sync)
                (lambda (method _args)
                  (pcase method
                    ('rewind '(:line "rewound to tick 3"))
                    ('status '(:tick 3 :key-ok t :recent ((:tick 3 :human "three" :agent "3."))))))))
       (amacs-rewind 3))
-    (should (string-match-p "The conversation up to there:\n;; (Turns up to tick 3 were before this Emacs: \
-what their evals changed is not known, so they show no ▸ changed line\.)\namacs> three"
+    (should (string-match-p "The conversation up to there:\n;; (Turns up to tick 3 were in an earlier Emacs: \
+no ▸ changed lines\.)\namacs> three"
                             (amacs-shell-test--text)))))
 
 ;; Was: after a restart the demo's replayed `todo' reply said "RET on the ▸ changed line
@@ -1189,8 +1189,8 @@ what their evals changed is not known, so they show no ▸ changed line\.)\namac
                                         :eval (:form "(find-file \"todo.org\")" :result "t" :success t))
                                        (:tick 5 :human "five" :agent "5.")))
       (amacs-shell--greet))
-    (should (string-match-p "Resumed: .*\n;; (Turns up to tick 5 were before this Emacs: \
-what their evals changed is not known, so they show no ▸ changed line\\.)\namacs> todo"
+    (should (string-match-p "Resumed: .*\n;; (Turns up to tick 5 were in an earlier Emacs: \
+no ▸ changed lines\\.)\namacs> todo"
                             (amacs-shell-test--text)))))
 
 ;;;; Rendering

@@ -57,15 +57,14 @@ def test_evals_are_in_the_chat_log_and_the_resumed_shell(fake, home):
     visible = between(run.stdout, "VISIBLE")
     assert visible == (
         ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all):\n"
-        f";; (Turns up to tick {entries[-1].tick} were before this Emacs: what their evals changed is not known, "
-        "so they show no ▸ changed line.)\n"
+        f";; (Turns up to tick {entries[-1].tick} were in an earlier Emacs: no ▸ changed lines.)\n"
         "amacs> eval\n\nLet me check in Emacs.\n\n▸ eval (+ 2 2) → 4\n\n"
         "Done: that was the eval above (TAB on its line shows it).\n\n"
         "amacs> again\n▸ eval (car 1) → error: Wrong type argument: listp, 1\n\n"
         "That one failed.\n\n"
         ";; C-c C-v shows the agent and its subagents; @NAME text talks to one by the name shown there (@task-1 what did you find?).\namacs> ")
     # As the live shell drew them: the same lines, its details hidden (TAB shows them).
-    assert visible.split("line.)\n", 1)[1].split("\n;; C-c C-v")[0] in live.shell.replace("(+ 2 2)\n⇒ 4\n", "").replace(
+    assert visible.split("lines.)\n", 1)[1].split("\n;; C-c C-v")[0] in live.shell.replace("(+ 2 2)\n⇒ 4\n", "").replace(
         "(car 1)\nerror: Wrong type argument: listp, 1\n", "")
     expanded = between(run.stdout, "EXPANDED")
     assert "▸ eval (+ 2 2) → 4\n\nDone" in expanded  # the other eval stays folded

@@ -113,14 +113,13 @@ def test_task_lines_are_replayed_after_rewind_and_resume(fake, home):
     live_part = seen.split("amacs> ", 1)[1].rsplit("\namacs> ", 1)[0]  # every exchange, from the first input
     resumed = between(run.stdout, "RESUMED")
     # Turns of the last Emacs evaluated: what that changed is not known here, and the start says so.
-    before = (f";; (Turns up to tick {entries[-1].tick} were before this Emacs: what their evals changed is not "
-              "known, so they show no ▸ changed line.)\n")
+    before = f";; (Turns up to tick {entries[-1].tick} were in an earlier Emacs: no ▸ changed lines.)\n"
     assert ";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all):\n" + before + "amacs> " \
         + live_part in resumed, (live_part, resumed)
     rewound = between(run.stdout, "REWOUND").split("The conversation up to there:\n", 1)[1]
     # This Emacs saw none of those turns end: what their evals changed is not known here (elisp knows it).
     said, _, rewound = rewound.partition("\n")
-    assert said.startswith(f";; (Turns up to tick {rewind_to} were before this Emacs:"), said
+    assert said.startswith(f";; (Turns up to tick {rewind_to} were in an earlier Emacs:"), said
     kept = live_part.split("\namacs> pair two", 1)[0]
     assert rewound.startswith("amacs> " + kept + "\n") and ";; Resumed" not in rewound, (kept, rewound)
     assert "task-4" not in rewound and "task-5" not in rewound
