@@ -270,3 +270,41 @@ def test_transcripts_say_which_run_folder_and_arm_each_session_ran_in(tmp_path):
     home = tmp_path / "elsewhere" / "home"  # a home of no experiment: no run folder around it
     shutil.copytree(tmp_path / made[0].run_id / "home", home)
     assert "experiment_runs" not in summarize(home)
+
+
+def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
+    """A run (or a judgement) that failed after paying for model calls and ran again: its manifest (its
+    score.json) was replaced by the new attempt's, and what the failed attempt cost was gone from
+    every total. Its ``earlier_cost`` carries it, and the first line counts it, said apart."""
+    from amacs_server.research import judge as judging
+    from amacs_server.research.runs import earlier_cost
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.fake_debate import debate_or_judge_reply
+
+    assert earlier_cost(None) == 0.0 and earlier_cost({"status": "done", "cost": 0.2}) == 0.0
+    assert earlier_cost({"status": "failed", "cost": 0.125, "earlier_cost": 0.25}) == 0.375
+    write_runs(tmp_path, 2, errors=False)
+    con = load(tmp_path)
+    runs_cost = con.execute("SELECT sum(cost) FROM runs").fetchone()[0]
+    con.close()
+    first = sorted(tmp_path.glob("*/manifest.json"))[0]
+    first.write_text(json.dumps({**json.loads(first.read_text()), "earlier_cost": 0.125}))
+    # a judgement that failed, paid, and is asked again
+    judged(tmp_path, "viewpoints-used", [0.003], status="failed")
+    fake = FakeAnthropic(default=debate_or_judge_reply).start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
+        run_id = first.parent.name
+        job = judging.Job(run_id=run_id, material="<final-reply>r</final-reply>", backend="anthropic",
+                          model="claude-sonnet-4-5", base_url=fake.url)
+        judging.judge_one(judging.read_judge(judging.find_judge("viewpoints-used")), job, tmp_path)
+    finally:
+        fake.stop()
+    score = json.loads((first.parent / "judges" / "viewpoints-used" / "score.json").read_text())
+    assert score["earlier_cost"] == 0.003 and score["cost"] > 0
+    con = load(tmp_path)
+    said = headline(build_report(con, tmp_path, [], None).render("t"))
+    total_runs, total_judging = runs_cost + 0.125, score["cost"] + 0.003
+    assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
+            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement), "
+            f"${total_runs + total_judging:.4f} in all.") in said, said
