@@ -6,11 +6,12 @@ all``, the runs' dollars alone; the judging's ``$0.0445`` was nowhere in the hea
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from amacs_server.research.dataset import judging_cost, load, summary_text
 from amacs_server.research.report import build_report
-from tests.research_fakes import write_runs
+from tests.research_fakes import write_run, write_runs
 
 
 def judged(runs_dir: Path, judge: str, costs: list[float | None], status: str = "done") -> None:
@@ -265,8 +266,6 @@ def test_transcripts_say_which_run_folder_and_arm_each_session_ran_in(tmp_path):
     assert summary["experiment_runs"] == {
         r.session_id: {"run": r.run_id, "arm": " / ".join(r.run_id.split(".")[:3]), "agents": len(r.agents)}
         for r in made}
-    import shutil
-
     home = tmp_path / "elsewhere" / "home"  # a home of no experiment: no run folder around it
     shutil.copytree(tmp_path / made[0].run_id / "home", home)
     assert "experiment_runs" not in summarize(home)
@@ -308,3 +307,26 @@ def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
     assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
             f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement), "
             f"${total_runs + total_judging:.4f} in all.") in said, said
+
+
+def test_a_run_the_killed_experiment_left_running_keeps_what_it_paid(tmp_path, monkeypatch):
+    """kill -9 of the experiment leaves a run's manifest ``running`` with cost 0; its transcripts have
+    what it paid. Before the run starts again from nothing, its record says so, with that cost, which
+    the new attempt then carries as ``earlier_cost``."""
+    from amacs_server.research import runs
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    shutil.rmtree(folder)
+    assert write_run(runs_dir, 0, errors=False).run_id == folder.name  # a debate's transcripts in its home
+    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "status": "running", "cost": 0.0}))
+    paid = runs.transcript_totals(folder / "home")[0]
+    assert paid and paid > 0
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    runs.prepare(experiment.runs[0], runs_dir, gated=True)
+    record = runs.read_manifest(folder)
+    assert record["status"] == "failed" and record["error"] == runs.KILLED and record["cost"] == round(paid, 6)
+    assert runs.earlier_cost(record) == round(paid, 6)

@@ -51,6 +51,7 @@ TRACE = "trace.txt"
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
+KILLED = "the experiment was killed while it ran; it ran again"
 RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
 WATCH_EVERY = 0.01  # seconds between looks for it
 
@@ -410,6 +411,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     failed or was interrupted before starts again from nothing but its manifest, which stays until
     the run's start replaces it (a C-c before then leaves the record of how it ended before)."""
     folder = runs_dir.resolve() / run.run_id
+    before = read_manifest(folder)
+    if before is not None and before.get("status") == "running":
+        # The experiment was killed while this run went: what it paid is in its transcripts, about to go.
+        cost, _seconds, unpriced = transcript_totals(folder / "home")
+        write_manifest(folder, {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
+                                "cost": None if cost is None else round(cost, 6)})
     _clear(folder)
     home = folder / "home"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's conversation and shell: its owner's only
