@@ -6,11 +6,12 @@ all``, the runs' dollars alone; the judging's ``$0.0445`` was nowhere in the hea
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from amacs_server.research.dataset import judging_cost, load, summary_text
 from amacs_server.research.report import build_report
-from tests.research_fakes import write_runs
+from tests.research_fakes import write_run, write_runs
 
 
 def judged(runs_dir: Path, judge: str, costs: list[float | None], status: str = "done") -> None:
@@ -58,14 +59,18 @@ def test_a_judgement_of_a_model_with_no_price_is_said_unknown(tmp_path):
            "their cost unknown)" in said, said
 
 
-SPEC = """
+GRID = """
 [experiment]
-name = "record"
-repetitions = 2
+name = "debate"
+{reference}
 
 [[prompts]]
-name = "q"
-turns = ["hello"]
+name = "question"
+turns = ["q"]
+
+[[prompts]]
+name = "script"
+turns = ["q", "r"]
 
 [[variants]]
 name = "two-views"
@@ -75,7 +80,11 @@ name = "three-views"
 
 [[models]]
 name = "fake"
+
+[[models]]
+name = "fake-small"
 """
+
 
 FAILED = {"status": "failed", "error": "model endpoint unreachable: http://127.0.0.1:9", "failed_turn": 1}
 
@@ -85,7 +94,7 @@ def failed_before(tmp_path: Path) -> tuple[object, Path, Path]:
     from amacs_server.research.spec import load as load_spec
 
     spec = tmp_path / "experiment.toml"
-    spec.write_text(SPEC)
+    spec.write_text(GRID.format(reference=""))
     experiment = load_spec(spec)
     runs_dir = tmp_path / "runs"
     folder = runs_dir / experiment.runs[0].run_id
@@ -128,38 +137,11 @@ def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(t
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
     assert runs.read_manifest(folder)["status"] == "failed"
     todo, _before, again = _pending(experiment, runs_dir)
-    assert len(todo) == 4 and again == 1  # "4 to run (1 of them again: failed or interrupted before)"
+    assert len(todo) == 8 and again == 1  # "8 to run (1 of them again: failed or interrupted before)"
     # a run never recorded leaves no folder behind when discarded
     other = runs.prepare(experiment.runs[1], runs_dir, gated=True)
     runs.discard(other)
     assert not other.folder.exists()
-
-
-GRID = """
-[experiment]
-name = "debate"
-{reference}
-
-[[prompts]]
-name = "question"
-turns = ["q"]
-
-[[prompts]]
-name = "script"
-turns = ["q", "r"]
-
-[[variants]]
-name = "two-views"
-
-[[variants]]
-name = "three-views"
-
-[[models]]
-name = "fake"
-
-[[models]]
-name = "fake-small"
-"""
 
 
 def compared(page: str) -> tuple[str, list[str]]:
@@ -284,8 +266,67 @@ def test_transcripts_say_which_run_folder_and_arm_each_session_ran_in(tmp_path):
     assert summary["experiment_runs"] == {
         r.session_id: {"run": r.run_id, "arm": " / ".join(r.run_id.split(".")[:3]), "agents": len(r.agents)}
         for r in made}
-    import shutil
-
     home = tmp_path / "elsewhere" / "home"  # a home of no experiment: no run folder around it
     shutil.copytree(tmp_path / made[0].run_id / "home", home)
     assert "experiment_runs" not in summarize(home)
+
+
+def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
+    """A run (or a judgement) that failed after paying for model calls and ran again: its manifest (its
+    score.json) was replaced by the new attempt's, and what the failed attempt cost was gone from
+    every total. Its ``earlier_cost`` carries it, and the first line counts it, said apart."""
+    from amacs_server.research import judge as judging
+    from amacs_server.research.runs import earlier_cost
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.fake_debate import debate_or_judge_reply
+
+    assert earlier_cost(None) == 0.0 and earlier_cost({"status": "done", "cost": 0.2}) == 0.0
+    assert earlier_cost({"status": "failed", "cost": 0.125, "earlier_cost": 0.25}) == 0.375
+    write_runs(tmp_path, 2, errors=False)
+    con = load(tmp_path)
+    runs_cost = con.execute("SELECT sum(cost) FROM runs").fetchone()[0]
+    con.close()
+    first = sorted(tmp_path.glob("*/manifest.json"))[0]
+    first.write_text(json.dumps({**json.loads(first.read_text()), "earlier_cost": 0.125}))
+    # a judgement that failed, paid, and is asked again
+    judged(tmp_path, "viewpoints-used", [0.003], status="failed")
+    fake = FakeAnthropic(default=debate_or_judge_reply).start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
+        run_id = first.parent.name
+        job = judging.Job(run_id=run_id, material="<final-reply>r</final-reply>", backend="anthropic",
+                          model="claude-sonnet-4-5", base_url=fake.url)
+        judging.judge_one(judging.read_judge(judging.find_judge("viewpoints-used")), job, tmp_path)
+    finally:
+        fake.stop()
+    score = json.loads((first.parent / "judges" / "viewpoints-used" / "score.json").read_text())
+    assert score["earlier_cost"] == 0.003 and score["cost"] > 0
+    con = load(tmp_path)
+    said = headline(build_report(con, tmp_path, [], None).render("t"))
+    total_runs, total_judging = runs_cost + 0.125, score["cost"] + 0.003
+    assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
+            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement), "
+            f"${total_runs + total_judging:.4f} in all.") in said, said
+
+
+def test_a_run_the_killed_experiment_left_running_keeps_what_it_paid(tmp_path, monkeypatch):
+    """kill -9 of the experiment leaves a run's manifest ``running`` with cost 0; its transcripts have
+    what it paid. Before the run starts again from nothing, its record says so, with that cost, which
+    the new attempt then carries as ``earlier_cost``."""
+    from amacs_server.research import runs
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    shutil.rmtree(folder)
+    assert write_run(runs_dir, 0, errors=False).run_id == folder.name  # a debate's transcripts in its home
+    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "status": "running", "cost": 0.0}))
+    paid = runs.transcript_totals(folder / "home")[0]
+    assert paid and paid > 0
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    runs.prepare(experiment.runs[0], runs_dir, gated=True)
+    record = runs.read_manifest(folder)
+    assert record["status"] == "failed" and record["error"] == runs.KILLED and record["cost"] == round(paid, 6)
+    assert runs.earlier_cost(record) == round(paid, 6)

@@ -72,7 +72,7 @@ TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns",
 SCORE_COLUMNS = {
     "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
     "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
-    "seconds": "DOUBLE"}
+    "seconds": "DOUBLE", "earlier_cost": "DOUBLE"}
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
@@ -83,7 +83,7 @@ MANIFEST_COLUMNS = {
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
     "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "unpriced_calls": "BIGINT",
     "first_turn_at": "DOUBLE", "startup_seconds": "DOUBLE", "wall_seconds": "DOUBLE", "order_seed": "BIGINT",
-    "position": "BIGINT",
+    "position": "BIGINT", "earlier_cost": "DOUBLE",
 }
 
 
@@ -407,7 +407,7 @@ def _scores(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         CREATE OR REPLACE TABLE scores AS
         SELECT s.run_id, {params}, s.judge, s.score, s.rationale, s.cost, s.model AS judge_model,
                s.status AS judged, s.error AS judge_error, s.scale_low, s.scale_high, s.input AS judge_input,
-               s.seconds
+               s.seconds, s.earlier_cost
         FROM ({source}) s LEFT JOIN params p USING (run_id)
         ORDER BY s.judge, s.run_id""")
 
@@ -456,10 +456,11 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str) -> Any:
 def judging_cost(con: duckdb.DuckDBPyConnection) -> tuple[float, int, list[str], int]:
     """What judging the runs cost, apart from the runs (a judgement's model call is in its
     ``judges/<judge>/judge.jsonl``, never in the run's ``home/transcripts``, so the two never overlap):
-    the known dollars of every judgement (a failed one's call was paid too), how many judgements,
+    the known dollars of every judgement (a failed one's call was paid too, and so were those of a
+    failed judgement asked again: its ``earlier_cost``), how many judgements,
     the judges, and how many judgements' cost is unknown (a model with no price)."""
-    row = con.execute("""SELECT coalesce(sum(cost), 0), count(*), count(*) FILTER (WHERE cost IS NULL)
-                         FROM scores""").fetchone()
+    row = con.execute("""SELECT coalesce(sum(cost), 0) + coalesce(sum(earlier_cost), 0), count(*),
+                                count(*) FILTER (WHERE cost IS NULL) FROM scores""").fetchone()
     judges = [r[0] for r in con.execute("SELECT DISTINCT judge FROM scores ORDER BY judge").fetchall()]
     return (float(row[0]), int(row[1]), judges, int(row[2])) if row else (0.0, 0, [], 0)
 
@@ -485,9 +486,12 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
     if len(arms) > 12:
         lines.append(f"  ... and {len(arms) - 12} more")
     judging = judging_words(con)
-    if judging:  # what the experiment cost: its runs and their judging, each said
-        runs_cost = sum(c or 0 for _s, _n, c in by_status)
-        lines.append(f"cost: runs ${runs_cost:.4f}, {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all")
+    earlier = float(_one(con, "SELECT coalesce(sum(earlier_cost), 0) FROM runs"))
+    if judging or earlier:  # what the experiment cost: its runs (their earlier attempts too) and their judging
+        runs_cost = sum(c or 0 for _s, _n, c in by_status) + earlier
+        again = f" (${earlier:.4f} of it by earlier attempts of runs that ran again)" if earlier else ""
+        lines.append(f"cost: runs ${runs_cost:.4f}{again}"
+                     + (f", {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all" if judging else " in all"))
     lines.append("rows per table:")
     lines += [f"  {t:<12} {n:>10,}" for t, n in counts(con).items()]
     lines.append(f"DuckDB:  {runs_dir / DB_NAME}   (in Python: duckdb.connect(path).sql('SELECT ...'))")

@@ -321,6 +321,8 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
     """Judge JOB into ``RUNS_DIR/<run>/judges/<judge>/`` (made afresh); its outcome (never raises for a
     judgement that goes wrong: that is a failed one)."""
     folder = runs_dir / job.run_id / "judges" / judge.name
+    before = _read_json(folder / SCORE)  # a failed judgement asked again: what it cost stays counted
+    earlier = round(float(before.get("cost") or 0.0) + float(before.get("earlier_cost") or 0.0), 8) if before else 0.0
     for old in (folder / SCORE, folder / f"{TRANSCRIPT}.jsonl"):
         old.unlink(missing_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
@@ -333,7 +335,7 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
                   "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
     ended = time.time()
     faults.point("judge.scored")
-    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3))
+    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3), earlier_cost=earlier)
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     faults.point("judge.written")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)

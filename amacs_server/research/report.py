@@ -603,10 +603,13 @@ def _prices(page: Page, sources: list[tuple[Any, ...]]) -> None:
 
 def cost_words(con: duckdb.DuckDBPyConnection, runs_cost: float, sources: list[tuple[Any, ...]],
                unpriced: int) -> str:
-    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST), and when
-    they were judged, the judging's beside them and the sum of both."""
+    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST, and their
+    earlier attempts', said apart), and when they were judged, the judging's beside them and the sum."""
     said = estimated_words(sources) + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: "
                                        "see Prices)" if unpriced else "")
+    earlier = float(_rows(con, "SELECT coalesce(sum(earlier_cost), 0) FROM runs")[0][0])
+    runs_cost += earlier  # a run that failed and ran again: its earlier attempts were paid too
+    said += f" (${earlier:.4f} of it by earlier attempts of runs that ran again)" if earlier else ""
     judging = judging_words(con)
     if not judging:
         return f"${runs_cost:.4f} in all{said}"

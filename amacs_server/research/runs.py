@@ -51,6 +51,7 @@ TRACE = "trace.txt"
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
+KILLED = "the experiment was killed while it ran; it ran again"
 RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
 WATCH_EVERY = 0.01  # seconds between looks for it
 
@@ -93,8 +94,18 @@ def write_manifest(folder: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, folder / MANIFEST)
 
 
-def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None = None) -> dict[str, Any]:
-    """The manifest of RUN: its parameters, then its OUTCOME (none yet while it runs)."""
+def earlier_cost(before: dict[str, Any] | None) -> float:
+    """What the earlier attempts of a run cost, from the manifest BEFORE its start replaced it (its
+    cost and the attempts' before it): a run that failed and runs again has cost that too."""
+    if not before or before.get("status") == "done":
+        return 0.0
+    return round(float(before.get("cost") or 0.0) + float(before.get("earlier_cost") or 0.0), 6)
+
+
+def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None = None,
+             earlier: float = 0.0) -> dict[str, Any]:
+    """The manifest of RUN: its parameters, then its OUTCOME (none yet while it runs); EARLIER, what its
+    earlier attempts cost (:func:`earlier_cost`), kept apart from this attempt's ``cost``."""
     return {
         "run_id": run.run_id, "experiment": run.experiment, "prompt": run.prompt, "variant": run.variant,
         "model": run.model, "backend": run.backend, "model_name": run.model_name,
@@ -102,7 +113,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "seed": run.seed, "order_seed": run.order_seed, "position": run.position,
         "turns": list(run.turns), "status": status,
         "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
-        "cost": outcome.cost if outcome else 0.0,
+        "cost": outcome.cost if outcome else 0.0, "earlier_cost": earlier,
         "unpriced_calls": outcome.unpriced_calls if outcome else 0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
         **durations(outcome), "error": outcome.error if outcome else None,
@@ -400,6 +411,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     failed or was interrupted before starts again from nothing but its manifest, which stays until
     the run's start replaces it (a C-c before then leaves the record of how it ended before)."""
     folder = runs_dir.resolve() / run.run_id
+    before = read_manifest(folder)
+    if before is not None and before.get("status") == "running":
+        # The experiment was killed while this run went: what it paid is in its transcripts, about to go.
+        cost, _seconds, unpriced = transcript_totals(folder / "home")
+        write_manifest(folder, {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
+                                "cost": None if cost is None else round(cost, 6)})
     _clear(folder)
     home = folder / "home"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's conversation and shell: its owner's only
@@ -477,7 +494,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
     ready.mark("start", started)
-    write_manifest(folder, manifest(run, "running", started))
+    earlier = earlier_cost(read_manifest(folder))  # the earlier attempt's record, kept until now
+    write_manifest(folder, manifest(run, "running", started, earlier=earlier))
     error: str | None = ready.error
     turns_done = 0
     failed_turn: int | None = None
@@ -536,6 +554,6 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,
                       phases={"emacs_started_at": ready.emacs_started, **phases(home)})
     faults.point("run.ended")
-    write_manifest(folder, manifest(run, outcome.status, started, outcome))
+    write_manifest(folder, manifest(run, outcome.status, started, outcome, earlier))
     ready.mark("recorded")
     return outcome
