@@ -136,7 +136,7 @@ def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(t
     runs.discard(ready)  # prepared, never started (the executor's close on C-c)
     assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
     assert runs.read_manifest(folder)["status"] == "failed"
-    todo, _before, again = _pending(experiment, runs_dir)
+    todo, _before, again, _earlier = _pending(experiment, runs_dir)
     assert len(todo) == 8 and again == 1  # "8 to run (1 of them again: failed or interrupted before)"
     # a run never recorded leaves no folder behind when discarded
     other = runs.prepare(experiment.runs[1], runs_dir, gated=True)
@@ -330,3 +330,20 @@ def test_a_run_the_killed_experiment_left_running_keeps_what_it_paid(tmp_path, m
     record = runs.read_manifest(folder)
     assert record["status"] == "failed" and record["error"] == runs.KILLED and record["cost"] == round(paid, 6)
     assert runs.earlier_cost(record) == round(paid, 6)
+
+
+def test_a_budget_counts_what_every_attempt_so_far_cost(tmp_path):
+    """A resumed experiment's budget starts from what was paid: the runs done, their failed attempts
+    before them, and the failed runs about to run again; it counted the runs done alone."""
+    from amacs_server.research.experiment import _pending
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, **FAILED, "cost": 0.02,
+                                                      "earlier_cost": 0.01}))
+    done = runs_dir / experiment.runs[1].run_id
+    done.mkdir(parents=True)
+    (done / "manifest.json").write_text(json.dumps({"run_id": done.name, "status": "done", "cost": 0.1,
+                                                    "earlier_cost": 0.05}))
+    todo, before, again, earlier = _pending(experiment, runs_dir)
+    assert before == {done.name: 0.1} and round(earlier, 8) == 0.08 and again == 1
+    assert [run.run_id for run in todo] == [run.run_id for run in experiment.runs if run.run_id != done.name]

@@ -13,10 +13,11 @@ Runs go at most N at once (default the spec's ``parallel``), on this machine
 or, with ``--ray``, as Ray tasks on a local Ray (no ADDRESS) or the cluster at
 ADDRESS (see :mod:`.cluster`); both through the same loop: a progress bar
 (done / running / failed, cost so far, ETA), a total budget (``--budget`` or
-the spec's ``budget``: no new run starts once the cost of finished runs has
+the spec's ``budget``: no new run starts once what the runs' attempts cost has
 reached it, and the command says so), and resume: a run whose manifest says
-``done`` is skipped (its cost still counts against the budget), a ``failed``
-or ``running`` one (an interrupted experiment) runs again from nothing.
+``done`` is skipped, a ``failed`` or ``running`` one (an interrupted
+experiment) runs again from nothing; what each earlier attempt cost still
+counts against the budget.
 
 A run is done only when every turn of its script got the agent's reply; else it
 failed, with the reason in words and the turn it stopped at (:mod:`.outcome`).
@@ -96,19 +97,25 @@ def order_seed(runs_dir: Path, given: int | None) -> int:
     return kept if isinstance(kept, int) and not isinstance(kept, bool) else secrets.randbelow(2**31)
 
 
-def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], dict[str, float | None], int]:
-    """The runs still to do, the cost of each one done before (None: unknown), and how many of
-    those to do have a manifest (they failed, or were interrupted, before: they run again)."""
-    todo, before, again = [], {}, 0
+def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], dict[str, float | None], int, float]:
+    """The runs still to do, the cost of each one done before (None: unknown), how many of those to
+    do have a manifest (they failed, or were interrupted, before: they run again), and what earlier
+    attempts cost: those of the runs to do again (their manifests' ``cost``) and the attempts before
+    any (``earlier_cost``), whose model calls were paid too."""
+    todo: list[Run] = []
+    before: dict[str, float | None] = {}
+    again, earlier = 0, 0.0
     for run in experiment.runs:
-        manifest = read_manifest(runs_dir / run.run_id)
-        if manifest and manifest.get("status") == "done":
+        manifest = read_manifest(runs_dir / run.run_id) or {}
+        earlier += float(manifest.get("earlier_cost") or 0.0)
+        if manifest.get("status") == "done":
             cost = manifest.get("cost")  # unknown (null): only a run without a budget
             before[run.run_id] = None if cost is None else float(cost)
         else:
             todo.append(run)
-            again += manifest is not None
-    return todo, before, again
+            again += bool(manifest)
+            earlier += float(manifest.get("cost") or 0.0)
+    return todo, before, again, earlier
 
 
 def estimated_where(run: Run) -> str | None:
@@ -293,8 +300,8 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
-    todo, before, again = _pending(experiment, runs_dir)
-    spent = sum(cost or 0.0 for cost in before.values())
+    todo, before, again, earlier = _pending(experiment, runs_dir)
+    spent = sum(cost or 0.0 for cost in before.values()) + earlier
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
           f"{len(todo)} to run" + (f" ({again} of them again: failed or interrupted before)" if again else "")
@@ -318,7 +325,8 @@ def main(argv: list[str]) -> int:
     costs = {**before, **{o.run_id: o.cost for o in outcomes}}
     where = {run.run_id: estimated_where(run) for run in experiment.runs}
     print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
-          f"{len(failed)} failed, {cost_words([(cost, where.get(run_id)) for run_id, cost in costs.items()])}",
+          f"{len(failed)} failed, {cost_words([(cost, where.get(run_id)) for run_id, cost in costs.items()])}"
+          + (f", and ${earlier:.4f} by earlier attempts of runs that ran again" if earlier else ""),
           flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
