@@ -28,7 +28,7 @@ from amacs_server.memory.ltm import LtmError
 from amacs_server.memory.memid import MemIdError
 from amacs_server.methods import NotYours
 from amacs_server.persistence.git_repo import CommitError, GitFailed
-from amacs_server.persistence.history import HistoryError
+from amacs_server.persistence.history import HistoryError, NoSuchTick
 from amacs_server.persistence.history_search import HistorySearchError
 from amacs_server.persistence.home_lock import HomeInUse
 from amacs_server.persistence.recovery import StartupError
@@ -59,7 +59,8 @@ EXPECTED = {  # each expected failure, with the builtin base its callers catch i
     StreamOverloaded: Exception, StreamBrokeOff: Exception, TurnAborted: Exception, MemoryRefused: ValueError, LtmError: ValueError,
     MemIdError: ValueError, PersistenceError: OSError, CommitError: RuntimeError, GitFailed: RuntimeError,
     StartupError: RuntimeError,
-    HomeInUse: RuntimeError, HistoryError: RuntimeError, SkillError: ValueError, ConsciousnessError: ValueError,
+    HomeInUse: RuntimeError, HistoryError: RuntimeError, NoSuchTick: RuntimeError, SkillError: ValueError,
+    ConsciousnessError: ValueError,
     ThreadError: ValueError,
     ToolError: ValueError, EmacsGone: RuntimeError, LispFormatError: ValueError, RemoteError: Exception,
     Unauthorized: Exception, StartFailed: Exception, Refused: ValueError, Stopping: RuntimeError, SpecError: ValueError,
