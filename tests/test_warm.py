@@ -624,7 +624,9 @@ def test_emacs_is_served_by_a_fork_it_asked_for_itself_with_no_process_of_its_ow
     assert "AMACS server stopped (killed)" in ran.stderr, ran.stderr
     second = int(again[1].removeprefix("pid="))
     wait_until(lambda: not alive(second), timeout=30, what="the server to stop once Emacs exited")
-    assert "stopping on signal SIGTERM" in (Path(warm_env["AMACS_HOME"]) / "logs" / "server.log").read_text()
+    # SIGTERM stops it, or comes while it already stops for its Emacs's closed connection: both a stop
+    said = (Path(warm_env["AMACS_HOME"]) / "logs" / "server.log").read_text()
+    assert "stopping on signal SIGTERM" in said or "signal SIGTERM while stopping" in said, said
 
 
 def test_emacs_runs_the_launcher_when_the_warm_server_answers_nothing(warm_env: dict[str, str]) -> None:
