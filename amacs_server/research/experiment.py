@@ -56,7 +56,7 @@ from rich.progress import (
 from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
-from .runs import INTERRUPTED, Outcome, base_url_of, read_manifest
+from .runs import INTERRUPTED, Outcome, base_url_of, earlier_cost, read_manifest
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -107,14 +107,14 @@ def _pending(experiment: Experiment, runs_dir: Path) -> tuple[list[Run], dict[st
     again, earlier = 0, 0.0
     for run in experiment.runs:
         manifest = read_manifest(runs_dir / run.run_id) or {}
-        earlier += float(manifest.get("earlier_cost") or 0.0)
         if manifest.get("status") == "done":
             cost = manifest.get("cost")  # unknown (null): only a run without a budget
             before[run.run_id] = None if cost is None else float(cost)
+            earlier += float(manifest.get("earlier_cost") or 0.0)
         else:
             todo.append(run)
             again += bool(manifest)
-            earlier += float(manifest.get("cost") or 0.0)
+            earlier += earlier_cost(manifest)  # its own cost and its attempts' before it
     return todo, before, again, earlier
 
 
