@@ -502,7 +502,7 @@ def _reading(db: sqlite3.Connection) -> Iterator[None]:
 
 def _copy_tags(db: sqlite3.Connection, top: int, since: int = 0) -> None:
     """Into DB's tags, those the attached home's memory.db had at the tick whose highest row id is
-    TOP (:data:`~..memory.ltm.TAGS_SINCE`) and not at SINCE's: given by a version up to TOP and
+    TOP (:data:`~amacs_server.memory.ltm.TAGS_SINCE`) and not at SINCE's: given by a version up to TOP and
     after SINCE, or of unknown origin and of a base with a version in DB after SINCE.  Only these
     rows are written: no key of a later tag enters the file (a key deleted from a page can stay
     in the page's unused space)."""
