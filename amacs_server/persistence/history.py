@@ -64,6 +64,7 @@ from .git_repo import (
     CommitError,
     HomeRepo,
     Snapshot,
+    copy_vouched,
     git_env,
     ignored,
     packed_records,
@@ -337,25 +338,35 @@ def lock(home: Path) -> HomeLock:
 
 
 def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
-               alone: bool = False) -> HomeRepo:
+               source: Path | None = None) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
     ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
     or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
-    the others).  ALONE: no one else writes in HOME meanwhile (a fork being made), so git is
-    told to trust the files it wrote by their stat (:func:`~.git_repo.settle_checkout`)."""
-    if faults.armed("rewind.read-tree-lock"):
-        faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
-                                 home / ".git" / "index.lock")
-    _git(home, "read-tree", "-u", "--reset", commit)
-    if alone:
-        settle_checkout(home)
+    the others).  SOURCE: the home a fork (HOME, where no one else writes meanwhile) is made of.
+    Its files the server's record says hold COMMIT's blob are copied from it
+    (:func:`~.git_repo.copy_vouched`: its past months, unchanged since they were archived), and
+    git writes only the rest, not inflating every month of the history; git is told to trust
+    them all by their stat (:func:`~.git_repo.settle_checkout`)."""
     held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
     for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
         info, _, rel = record.partition("\t")
         if record:
             mode, _kind, blob = info.split()
             held[rel] = (rel, mode, blob)
+    if source is not None:
+        _git(home, "read-tree", "--reset", commit)  # the index alone: no file written yet
+        copied = copy_vouched(source, home, {rel: (mode, blob) for rel, mode, blob in held.values()})
+        rest = [rel for rel in held if rel not in copied]
+        if rest:
+            _git(home, "checkout-index", "-u", "-z", "--stdin",
+                 stdin="".join(f"{rel}\0" for rel in rest).encode("utf-8", "surrogateescape"))
+        settle_checkout(home, copied)
+    else:
+        if faults.armed("rewind.read-tree-lock"):
+            faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
+                                     home / ".git" / "index.lock")
+        _git(home, "read-tree", "-u", "--reset", commit)
     sizes: dict[str, int] = state["files"]
     logs = set(log_files(home))
     for path in tracked(home):
@@ -1246,7 +1257,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
-            repo = _check_out(made, commit, state, alone=True)
+            repo = _check_out(made, commit, state, source=home)
             faults.point("fork.checked-out")
             limit = person_limit.current(home) if limit is None else limit
             if limit is not None:
