@@ -24,6 +24,7 @@ import signal
 import stat
 import struct
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -1036,6 +1037,19 @@ class HomeRepo:
         return [(line[:40], line[41:]) for line in out.splitlines()]
 
 
+def nice_this_thread(nice: int) -> None:
+    """Run the calling thread (only it, where the system allows: Linux) at niceness NICE or lower
+    priority, so the loop thread keeps the other core; nothing where it cannot be set."""
+    if not sys.platform.startswith("linux"):  # elsewhere the call would name a process
+        return
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        if now < nice:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):
+        pass
+
+
 def pack_names(home: Path) -> set[str]:
     """The names of HOME's pack files (``pack-<sha>.pack``)."""
     return {path.name for path in (home / ".git" / "objects" / "pack").glob("pack-*.pack")}
@@ -1199,8 +1213,10 @@ class CommitWorker:
     yet made is kept in the home (:data:`UNCOMMITTED`) until it is made.
     """
 
-    def __init__(self, repo: HomeRepo, report: Report | None = None, *, record: bool = False) -> None:
+    def __init__(self, repo: HomeRepo, report: Report | None = None, *, record: bool = False,
+                 chores: Iterable[Callable[[], object]] = ()) -> None:
         self.repo = repo
+        self.chores = list(chores)  # run after each repack, in its thread, at its priority
         self.report: Report = report or (lambda text, kind: log.warning("%s: %s", kind, text))
         self._queue: queue.Queue[tuple[Snapshot, str, int] | None] = queue.Queue()
         self._cond = threading.Condition()
@@ -1317,8 +1333,9 @@ class CommitWorker:
                     self._cond.notify_all()
             if self._since_pack >= PACK_EVERY and (self._packer is None or not self._packer.is_alive()):
                 self._since_pack = 0
-                self._packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
-                self._packer.start()
+                packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
+                packer.start()
+                self._packer = packer  # started: wait_packed may join it
 
     def _made(self, number: int) -> None:
         """Commit NUMBER is made: the record goes if it was the newest asked for."""
@@ -1353,3 +1370,10 @@ class CommitWorker:
         except (GitFailed, OSError) as err:
             log.warning("git repack failed: %s", err)
         self.pack_ms.append((time.perf_counter() - t0) * 1000)
+        if self.chores:
+            nice_this_thread(PACK_NICE)
+        for chore in self.chores:
+            try:
+                chore()
+            except Exception:  # the packer must outlive any one chore
+                log.exception("a chore of the packer failed")

@@ -439,7 +439,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def main(argv: list[str]) -> int:
     """The ``judge`` command; see the module's docstring for the exit status."""
-    from .experiment import cost_words, execute, summary
+    from .dataset import cost_words
+    from .experiment import execute, summary
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
                                      description="Score every done run of RUNS_DIR with a judge skill.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -216,7 +217,8 @@ def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path
     out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode == 130, out + err
-    assert "early: interrupted; run the same command again to resume." in out, out
+    assert re.search(r"early: interrupted: 0 of 12 done, 0 failed, 12 to run, \$0\.0000 .*; run the same command "
+                     r"again to resume\.", out), out
     forks = subprocess.run(["pgrep", "-f", "-s", str(proc.pid), "amacs_server.research.forkserver"],
                            capture_output=True, text=True, check=False)
     assert not forks.stdout.strip(), forks.stdout
@@ -247,10 +249,14 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted; run the same command again to resume" in out, out
     found = manifests(runs)
     stopped = {k: m for k, m in found.items() if m["status"] != "done"}
     assert stopped and len(found) < RUNS, found
+    # the line counts the runs as the last line does, with every attempt's dollars so far
+    done = RUNS - len(stopped) - (RUNS - len(found))
+    paid = sum(m["cost"] + m.get("earlier_cost", 0.0) for m in found.values())
+    assert re.search(rf"interrupt: interrupted: {done} of {RUNS} done, 0 failed, {len(stopped)} interrupted, "
+                     rf"{RUNS - done} to run, \${paid:.4f} .*; run the same command again to resume\.", out), out
     for manifest in stopped.values():
         assert manifest["status"] == "failed", manifest
         assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
