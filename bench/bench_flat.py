@@ -87,8 +87,10 @@ def as_served(home: Path) -> None:
     writes after its commits: a copy's files have stats of their own, so the record copied names
     none of them).  Written by the server's own code: a snapshot read once every file's change is
     RACY_NS old (as the server rereads a file then), the blobs its commit finds, the record it
-    keeps."""
+    keeps; and the memory snapshot its packer keeps for forks (made of the copy's own memory.db:
+    one made of the home it was copied from is not this file's)."""
     LongTermMemory(home / "memory.db").close()
+    history.keep_memory_snapshot(home)
     repo = HomeRepo(home)
     if not (home / ".git" / PACKED_FILE).exists():
         atomic_write(home / ".git" / PACKED_FILE, json.dumps(
