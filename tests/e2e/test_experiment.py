@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -235,7 +236,8 @@ def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path
     out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode == 130, out + err
-    assert "early: interrupted; run the same command again to resume." in out, out
+    assert re.search(r"early: interrupted: 0 of 12 done, 0 failed, 12 to run, \$0\.0000 .*; run the same command "
+                     r"again to resume\.", out), out
     forks = subprocess.run(["pgrep", "-f", "-s", str(proc.pid), "amacs_server.research.forkserver"],
                            capture_output=True, text=True, check=False)
     assert not forks.stdout.strip(), forks.stdout
@@ -266,10 +268,14 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted; run the same command again to resume" in out, out
     found = manifests(runs)
     stopped = {k: m for k, m in found.items() if m["status"] != "done"}
     assert stopped and len(found) < RUNS, found
+    # the line counts the runs as the last line does, with every attempt's dollars so far
+    done = RUNS - len(stopped) - (RUNS - len(found))
+    paid = sum(m["cost"] + m.get("earlier_cost", 0.0) for m in found.values())
+    assert re.search(rf"interrupt: interrupted: {done} of {RUNS} done, 0 failed, {len(stopped)} interrupted, "
+                     rf"{RUNS - done} to run, \${paid:.4f} .*; run the same command again to resume\.", out), out
     for manifest in stopped.values():
         assert manifest["status"] == "failed", manifest
         assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
@@ -573,10 +579,11 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "teardown: interrupted; run the same command again to resume." in out, out
     assert "C-c: 1 run whose every turn got its reply finish" in err, err
     assert "Traceback" not in err, err
     found = manifests(runs)
+    done_before = sum(m["status"] == "done" for m in found.values())
+    assert f"teardown: interrupted: {done_before} of {RUNS} done, 0 failed, 1 interrupted" in out, out
     manifest = found[pending]
     assert manifest["status"] == "done" and manifest["error"] is None, manifest
     assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
@@ -586,7 +593,6 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     for other in others.values():
         assert other["error"] == "interrupted (C-c); it runs again when you resume", other
     transcripts = {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")}
-    done_before = sum(m["status"] == "done" for m in found.values())
     deadline = time.time() + 30
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
