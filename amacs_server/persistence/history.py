@@ -621,7 +621,7 @@ def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | Non
     faults.point("snapshot.written")
     sync_paths([tmp])
     final = home / ".git" / SNAPSHOT_NAME.format(ino=ino, top=top)
-    check = sqlite3.connect(tmp)
+    check = sqlite3.connect(f"file:{tmp}?mode=rw", uri=True)  # never a new, empty one
     try:
         check.execute("ATTACH DATABASE ? AS home", (str(db_path),))
         with _SNAPSHOT_LOCK:
