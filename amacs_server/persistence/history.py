@@ -62,6 +62,7 @@ from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
 from .git_repo import (
+    DELTA_WINDOW,
     PACKED_FILE,
     RACY_NS,
     CommitError,
@@ -1404,7 +1405,7 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", "-q", str(target / "pack" / "pack"),
+        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
                     stdin=revs.encode()).decode().strip()
     except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
         name = None

@@ -59,6 +59,13 @@ def preload(backends: list[str]) -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as serve does, before any model is built
     for name in SERVER_MODULES:
         importlib.import_module(name)
+    from ..methods import prepare_models
+    from ..serve import parser
+
+    # Made here, not in each fork: the server's command line, and the validators of the methods'
+    # arguments (a person's first input is validated with one: 3-9 ms of a fork's CPU after RET).
+    parser()
+    prepare_models()
     from ..inference import sdk
 
     for backend in backends:
