@@ -918,6 +918,7 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
         if args[0] == "pack-objects":
             walked.append(stdin or b"")
+            assert "--window=4" in args  # the packer's narrow window: its deltas are found as well, cheaper
         return git(where, *args, stdin=stdin)
 
     monkeypatch.setattr(history, "_git", spy)

@@ -178,6 +178,16 @@ class _Counts(TextColumn):
         return Text(counts(fields["done"], fields["running"], fields["failed"], fields["cost"]))
 
 
+PIPED_WIDTH = 160  # columns of the progress bar's line when stderr is no terminal (a pipe, a log)
+
+
+def progress_console() -> Console:
+    """The console the progress bar and each run's line go to: stderr, as wide as its terminal; when it is
+    none (piped, a log file), :data:`PIPED_WIDTH` columns, not the 80 Rich assumes, which cut the bar's
+    last line (``$0.45 0:00:… ETA 0:00:…``)."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), _Counts(), TimeElapsedColumn(),
                     TextColumn("ETA"), TimeRemainingColumn(), console=console)
@@ -317,11 +327,11 @@ def main(argv: list[str]) -> int:
           flush=True)
     if not todo:
         return 0
-    console = Console(stderr=True)
     try:  # a C-c while the executor starts (its fork server imports the SDKs) is said the same way
         executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                               else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
-        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name,
+                                          progress_console())
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted: {record_words(experiment, runs_dir)}; run the same command "
               "again to resume.", flush=True)
