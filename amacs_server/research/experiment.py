@@ -29,7 +29,8 @@ Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
 line is wrong; 3 the budget was spent before every run started; 130
 interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
 the error "interrupted (C-c); it runs again when you resume", and resume runs
-them again).
+them again; a run whose every turn got its reply finishes its teardown, its
+server's last commit, and is recorded ``done``, unless C-c comes again).
 """
 
 from __future__ import annotations
@@ -262,6 +263,13 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                                            f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
                                            style="red" if outcome.status == "failed" else None)
                     stopped = stopped or same_failures(outcomes)
+        except KeyboardInterrupt:
+            finishing = getattr(executor, "finishing", lambda: 0)()
+            if finishing:
+                progress.console.print(f"C-c: {finishing} {'run' if finishing == 1 else 'runs'} whose every turn got "
+                                       "its reply finish their last commit and are recorded done (C-c again to stop "
+                                       "them: they would run again)", markup=False, highlight=False, soft_wrap=True)
+            raise
         finally:
             executor.close()
     return outcomes, queue, stopped
