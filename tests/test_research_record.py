@@ -195,15 +195,17 @@ def test_the_exports_hint_names_a_command_that_is_there(tmp_path, monkeypatch):
     (checkout / "scripts").mkdir(parents=True)
     (checkout / "scripts" / "inspect.sh").write_text("#!/bin/sh\n")
     monkeypatch.chdir(checkout)
-    assert view_hint(logs, checkout, nowhere) == ("to view them, install inspect-ai once (scripts/inspect.sh, a few "
-                                                  "minutes), then: .venv-inspect/bin/inspect view --log-dir runs/inspect")
     venv = checkout / ".venv-inspect" / "bin"
+    # whole paths (newcomer6): a command relative to the checkout works typed only there
+    assert view_hint(logs, checkout, nowhere) == (f"to view them, install inspect-ai once ({checkout}/scripts/"
+                                                  f"inspect.sh, a few minutes), then: {venv}/inspect view "
+                                                  "--log-dir runs/inspect")
     venv.mkdir(parents=True)
     (venv / "inspect").write_text("#!/bin/sh\n")
     (venv / "inspect").chmod(0o755)
-    assert view_hint(logs, checkout, nowhere) == "view them: .venv-inspect/bin/inspect view --log-dir runs/inspect"
+    assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
     (tmp_path / "elsewhere").mkdir()
-    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the checkout: the path whole
+    monkeypatch.chdir(tmp_path / "elsewhere")  # outside the checkout: the same
     assert view_hint(logs, checkout, nowhere) == f"view them: {venv}/inspect view --log-dir runs/inspect"
     assert view_hint(logs, checkout, str(venv)) == "view them: inspect view --log-dir runs/inspect"  # on the PATH
     assert view_hint(logs, tmp_path / "installed", nowhere).startswith("to view them: pip install inspect-ai")

@@ -136,3 +136,36 @@ def test_a_home_s_transcripts_have_no_judgements(ran):
     home = Path(next(runs_dir.glob("*/home")))
     summary = summarize(home)
     assert (summary["sessions"], summary["runs"], summary["judgements"]) == (1, 1, 0), summary
+
+
+class _OneAtATime:
+    """Jobs (:class:`~amacs_server.research.experiment.Jobs`) that end as soon as they start, each done at $0.45."""
+
+    def __init__(self) -> None:
+        self.going: list[str] = []
+
+    def submit(self, job) -> None:
+        self.going.append(job.run_id)
+
+    def finished(self, timeout: float):
+        from amacs_server.research.runs import Outcome
+
+        ended, self.going = self.going, []
+        return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
+                        ended_at=1.0) for r in ended]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_progress_bar_s_last_line_is_whole_when_piped(capsys):
+    """Piped, the bar's last line read ``... $0.45 0:00:… ETA 0:00:…``: cut to the 80 columns Rich
+    assumes without a terminal."""
+    from types import SimpleNamespace
+
+    from amacs_server.research.experiment import execute, progress_console
+
+    runs = [SimpleNamespace(run_id=f"cars.two-views.sonnet.r{n}") for n in range(10)]
+    execute(runs, _OneAtATime(), 2, None, 0.0, 10, "debate", progress_console())
+    bar = [line for line in capsys.readouterr().err.splitlines() if line.startswith("debate (10 runs)")][-1]
+    assert re.search(r"10 done · 0 running · 0 failed · \$4\.50 +\d+:\d\d:\d\d ETA +\d+:\d\d:\d\d$", bar.rstrip()), bar

@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import faults
 from ..errors import AmacsError
@@ -78,6 +78,9 @@ from .git_repo import (
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
+
+if TYPE_CHECKING:
+    from ..memory.ltm import LongTermMemory
 
 STATE_FILE = "tick-state.json"
 STATE_VERSION = 1
@@ -457,15 +460,11 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool
     zeroes every cell and page so freed.  The folder the fork is made in is removed if this
     fails or is killed, so the file is written without a journal.  SRC is read in one
     transaction: a consistent copy, also while its home's server writes."""
-    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
 
     top = int(state["ltm_max_id"])
-    ltm = LongTermMemory(dest)
+    ltm = _beside(dest, src)
     try:
         db = ltm.db
-        for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
-            db.execute(f"PRAGMA {pragma}")
-        db.execute("ATTACH DATABASE ? AS home", (str(src),))
         with _reading(db):
             for table in ("items", *FTS_TABLES):
                 db.execute(f"DELETE FROM {table}")  # empty, as the transfer needs (the index's start rows)
@@ -486,6 +485,18 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool
         db.execute(f"PRAGMA journal_mode={journal}")  # WAL: as every memory.db is opened
     finally:
         ltm.close()
+
+
+def _beside(dest: Path, src: Path) -> LongTermMemory:
+    """DEST's memory.db opened to be made as a fork's (no journal: a fork cut short is removed
+    whole; the bytes of a row taken out zeroed), the home's memory.db SRC attached as ``home``."""
+    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
+
+    ltm = LongTermMemory(dest)
+    for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
+        ltm.db.execute(f"PRAGMA {pragma}")
+    ltm.db.execute("ATTACH DATABASE ? AS home", (str(src),))
+    return ltm
 
 
 @contextmanager
@@ -622,7 +633,7 @@ def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | Non
     faults.point("snapshot.written")
     sync_paths([tmp])
     final = home / ".git" / SNAPSHOT_NAME.format(ino=ino, top=top)
-    check = sqlite3.connect(tmp)
+    check = sqlite3.connect(f"file:{tmp}?mode=rw", uri=True)  # never a new, empty one
     try:
         check.execute("ATTACH DATABASE ? AS home", (str(db_path),))
         with _SNAPSHOT_LOCK:
@@ -643,7 +654,6 @@ def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool
     tick STATE is of (copied as it is) and the item versions, tags and active table of the home's
     memory.db after it up to the tick.  False (and no DEST) when there is none such, or it is not
     of this memory.db as it is (another file, or its row S not the one it holds)."""
-    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
 
     top, src = int(state["ltm_max_id"]), home / "memory.db"
     ino = src.stat().st_ino
@@ -655,13 +665,10 @@ def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool
         shutil.copyfile(snapshot, dest)
     except FileNotFoundError:  # removed meanwhile (a new one made)
         return False
-    ltm = LongTermMemory(dest)
+    ltm = _beside(dest, src)
     fits = False
     try:
         db = ltm.db
-        for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
-            db.execute(f"PRAGMA {pragma}")
-        db.execute("ATTACH DATABASE ? AS home", (str(src),))
         with _reading(db):
             fits = _same_row(db, at)
             if fits:

@@ -29,7 +29,8 @@ Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
 line is wrong; 3 the budget was spent before every run started; 130
 interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
 the error "interrupted (C-c); it runs again when you resume", and resume runs
-them again).
+them again; a run whose every turn got its reply finishes its teardown, its
+server's last commit, and is recorded ``done``, unless C-c comes again).
 """
 
 from __future__ import annotations
@@ -178,6 +179,16 @@ class _Counts(TextColumn):
         return Text(counts(fields["done"], fields["running"], fields["failed"], fields["cost"]))
 
 
+PIPED_WIDTH = 160  # columns of the progress bar's line when stderr is no terminal (a pipe, a log)
+
+
+def progress_console() -> Console:
+    """The console the progress bar and each run's line go to: stderr, as wide as its terminal; when it is
+    none (piped, a log file), :data:`PIPED_WIDTH` columns, not the 80 Rich assumes, which cut the bar's
+    last line (``$0.45 0:00:… ETA 0:00:…``)."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
+
+
 def _progress(console: Console) -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), _Counts(), TimeElapsedColumn(),
                     TextColumn("ETA"), TimeRemainingColumn(), console=console)
@@ -252,6 +263,13 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                                            f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
                                            style="red" if outcome.status == "failed" else None)
                     stopped = stopped or same_failures(outcomes)
+        except KeyboardInterrupt:
+            finishing = getattr(executor, "finishing", lambda: 0)()
+            if finishing:
+                progress.console.print(f"C-c: {finishing} {'run' if finishing == 1 else 'runs'} whose every turn got "
+                                       "its reply finish their last commit and are recorded done (C-c again to stop "
+                                       "them: they would run again)", markup=False, highlight=False, soft_wrap=True)
+            raise
         finally:
             executor.close()
     return outcomes, queue, stopped
@@ -317,11 +335,11 @@ def main(argv: list[str]) -> int:
           flush=True)
     if not todo:
         return 0
-    console = Console(stderr=True)
     try:  # a C-c while the executor starts (its fork server imports the SDKs) is said the same way
         executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                               else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
-        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name,
+                                          progress_console())
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted: {record_words(experiment, runs_dir)}; run the same command "
               "again to resume.", flush=True)

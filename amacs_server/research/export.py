@@ -306,18 +306,11 @@ def export(runs_dir: Path, out: Path) -> list[Path]:
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout, when the server runs from one (./amacs)
 
 
-def _shown(path: Path) -> str:
-    """PATH as a person types it here: relative to the current folder when it is under it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def view_hint(log_dir: Path, checkout: Path = CHECKOUT, search: str | None = None) -> str:
     """The command that shows the logs in LOG_DIR here: ``inspect`` when it is on the PATH (SEARCH, default
     the environment's), else the checkout's ``.venv-inspect/bin/inspect`` (made by ``scripts/inspect.sh``,
-    which this says to run first when it has not been)."""
+    which this says to run first when it has not been), both named by their whole paths: the command
+    works typed in any folder, not only in the checkout."""
     import shutil
 
     on_path = shutil.which("inspect", path=search)
@@ -325,11 +318,11 @@ def view_hint(log_dir: Path, checkout: Path = CHECKOUT, search: str | None = Non
         return f"view them: inspect view --log-dir {log_dir}"
     venv = checkout / ".venv-inspect" / "bin" / "inspect"
     if venv.is_file():
-        return f"view them: {_shown(venv)} view --log-dir {log_dir}"
+        return f"view them: {venv} view --log-dir {log_dir}"
     script = checkout / "scripts" / "inspect.sh"
     if script.is_file():
-        return (f"to view them, install inspect-ai once ({_shown(script)}, a few minutes), then: "
-                f"{_shown(venv)} view --log-dir {log_dir}")
+        return (f"to view them, install inspect-ai once ({script}, a few minutes), then: "
+                f"{venv} view --log-dir {log_dir}")
     return f"to view them: pip install inspect-ai (in a venv of its own), then inspect view --log-dir {log_dir}"
 
 

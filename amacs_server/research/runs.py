@@ -324,9 +324,10 @@ def _copy_skills(run: Run, home: Path) -> None:
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None,
-          watch: Callable[[], bool] | None = None) -> int | None:
+          watch: Callable[[], bool] | None = None, finishing: Callable[[], bool] | None = None) -> int | None:
     """PROC's exit status, seen the moment it exits (a pidfd; Popen.wait sleeps up to 50 ms between
-    looks); None when TIMEOUT seconds pass or STOP is set first (looked at every 0.2 s).
+    looks); None when TIMEOUT seconds pass or STOP is set first (looked at every 0.2 s), unless
+    FINISHING says the run only finishes its teardown then (it is waited for; TIMEOUT still holds).
     WATCH is called every :data:`WATCH_EVERY` seconds meanwhile, until it returns True."""
     deadline = time.monotonic() + timeout
     try:
@@ -347,18 +348,25 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event |
                     return code
             except subprocess.TimeoutExpired:
                 pass
-            if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return None
+            if stop is not None and stop.is_set():
+                if watch is not None and watch():  # the session may have ended since the last look
+                    watch = None
+                if finishing is None or not finishing():
+                    return None
     finally:
         if exited is not None:
             os.close(exited)
 
 
 def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
-    """Whether the run was stopped by C-c: STOP set, or set just after Emacs died of the same C-c."""
-    if stop is None:
+    """Whether the run was stopped by C-c: STOP set, or set just after Emacs died of the same C-c.
+    An Emacs that exited 0 saw every turn end and its server exit 0 (its last commit made): a C-c
+    during that teardown, which the run was let finish, stopped nothing."""
+    if stop is None or code == 0:
         return False
-    return stop.is_set() or (code not in (0, None) and stop.wait(0.5))
+    return stop.is_set() or (code is not None and stop.wait(0.5))
 
 
 @dataclass
@@ -433,15 +441,18 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
         batch.write_text(json.dumps({
             "turns": list(run.turns), "max_steps": run.max_steps,
             "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
-            "result": str(folder / RESULT), "shell": str(folder / "shell.txt"),
+            "result": str(folder / RESULT), "shell": str(folder / "shell.txt"), "parent": os.getpid(),
             **({"go": True} if gated else {}),
             **({"trace": str(ready.trace)} if ready.trace else {})}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
             ready.emacs_started = time.time()
             ready.mark("spawn", ready.emacs_started)
+            # A process group of its own: a terminal's C-c (SIGINT to its foreground group) reaches the
+            # experiment, which stops the runs going, and not the Emacs of a run whose every turn got its
+            # reply, which is let stop its server (the last commit) and exit as it would have.
             ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                           stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT)
+                                          stderr=subprocess.STDOUT, process_group=0)
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
@@ -474,7 +485,8 @@ def discard(ready: Prepared) -> None:
 
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             server_command: list[str] | None = None, prepared: Prepared | None = None,
-            trace: bool = False, session_ended: Callable[[], None] | None = None) -> Outcome:
+            trace: bool = False, session_ended: Callable[[], None] | None = None,
+            hurry: threading.Event | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
 
     PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
@@ -488,8 +500,10 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     its home is complete.
 
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
-    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
-    Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again); but a run whose
+    every turn got its reply (its session over, its server making the last commit) is let
+    finish and is recorded as it ends, ``done`` with its home whole, unless HURRY is set too
+    (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -500,15 +514,21 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     turns_done = 0
     failed_turn: int | None = None
     proc = ready.proc
+    replied = threading.Event()  # the session is over and every turn got its reply: only the teardown is left
 
     def session_over() -> bool:
         """Whether Emacs has said the session is over; SESSION_ENDED called then if every turn was replied to."""
         if not (folder / RESULT).exists():
             return False
-        if session_ended is not None and verdict(home, len(run.turns), run.base_url).failed_turn is None:
+        if verdict(home, len(run.turns), run.base_url).failed_turn is None:
+            replied.set()
             ready.mark("ended")
-            session_ended()
+            if session_ended is not None:
+                session_ended()
         return True
+
+    def finishing() -> bool:
+        return replied.is_set() and not (hurry is not None and hurry.is_set())
 
     if proc is not None:
         try:
@@ -520,7 +540,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                     pass
                 ready.mark("go-sent")
             try:
-                code = _wait(proc, run.timeout, stop, session_over if session_ended is not None else None)
+                watch = session_over if session_ended is not None or stop is not None else None
+                code = _wait(proc, run.timeout, stop, watch, finishing)
             except BaseException:
                 _kill(proc, home)
                 raise
