@@ -109,8 +109,12 @@ _SIGNATURES: dict[tuple[Any, ...], _Signature] = {}
 
 
 def _signature(fn: Callable[..., Any], context: int, name: str | None) -> _Signature:
-    """The :class:`_Signature` of FN's definition: its code, defaults, CONTEXT and NAME."""
-    key = (fn.__code__, fn.__defaults__, context, name)
+    """The :class:`_Signature` of FN's definition: its code and defaults and those of the function it
+    wraps (one decorator's wrapper has one code for every tool it wraps: ``kit.refusals``), its
+    name, CONTEXT and NAME."""
+    inner = inspect.unwrap(fn)
+    key = (fn.__code__, fn.__defaults__, inner.__code__, inner.__defaults__, fn.__qualname__, fn.__name__,
+           context, name)
     try:
         found = _SIGNATURES.get(key)
     except TypeError:  # an unhashable default: a signature of its own
