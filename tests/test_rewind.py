@@ -1256,6 +1256,9 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
     assert all((fork / name).read_bytes() == _blob_bytes(home, tick2, name) for name in months)
     for name in _git(fork, "ls-tree", "-r", "--name-only", "HEAD").splitlines():
         assert (fork / name).read_bytes() == _blob_bytes(fork, "HEAD", name), name
+    # Each month's index entry has its file's stat: git hashes none of them again (before a git
+    # status, which would refresh the index and write it).
+    assert not set(_git(fork, "diff-files", "--name-only").split()) & set(months)
     assert _changed(fork) == [] and _git(fork, "diff", "--stat", "HEAD") == ""
     assert (home / "chat" / "2026-02.org").read_bytes() != months["chat/2026-02.org"]  # the home's, not the tick's
 
