@@ -85,7 +85,13 @@ FORK_POINTS = (
     "fork.committed",           # the fork's commit is made; still unfinished, not yet renamed to DEST
     "fork.renamed",             # DEST is the whole fork
 )
-HISTORY_POINTS = REWIND_POINTS + FORK_POINTS
+# Points of the making of a home's memory snapshot (its server's packer thread; history.keep_memory_snapshot):
+# tests/test_memory_snapshot.py kills each.
+SNAPSHOT_POINTS = (
+    "snapshot.written",         # the new snapshot is written under a name of its own, not yet synced nor renamed
+    "snapshot.kept",            # it is renamed into place; the older one not yet removed
+)
+HISTORY_POINTS = REWIND_POINTS + FORK_POINTS + SNAPSHOT_POINTS
 # Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.
 RESEARCH_POINTS = (
     "run.ended",                # an experiment's run ended (its Emacs exited); its manifest still says running

@@ -16,7 +16,7 @@ from sexpdata import Symbol
 
 from . import faults, views
 from .agents.kinds import PRIMARY
-from .arguments import Flag, Text, checked
+from .arguments import Flag, Text, build_models, checked
 from .errors import AmacsError, Refused
 from .face import Face
 from .persistence.transcript import Transcript
@@ -379,3 +379,23 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     server.call_context = lambda method: face.call_read(method, method in PERSON_POWERS)
     for name, fn in methods.items():
         server.register(name, fn)
+
+
+class _StandIn:
+    """What :func:`prepare_models` publishes to: a server that registers nothing, a runtime and a
+    face never called (publish only hands them to the methods it makes)."""
+
+    call_context: Callable[[str], object] | None = None
+    transcript = face = None
+
+    def register(self, _name: str, _fn: Callable[..., Any]) -> None:
+        """Registers nothing."""
+
+
+def prepare_models() -> None:
+    """Build the argument models of the methods :func:`publish` makes, with no runtime: publish run
+    against a stand-in (it only defines the methods), then every model built.  The warm server
+    does it before it forks (``research.forkserver.preload``): a fork's publish finds them built."""
+    stand_in: Any = _StandIn()
+    publish(stand_in, stand_in, stand_in)
+    build_models()

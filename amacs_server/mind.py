@@ -30,6 +30,7 @@ from .persistence.history import (
     active_rows,
     file_sizes,
     finish_unfinished,
+    keep_memory_snapshot,
     last_tick,
     log_marks,
     ltm_watermark,
@@ -78,7 +79,8 @@ class Mind:
         db_check = db_check or DatabaseCheck(self.home / "memory.db")
         self._finish_rewind()  # before the mind is read: a rewind a kill cut short is done first
         self.repo = HomeRepo(self.home)
-        self.commits = CommitWorker(self.repo, report, record=True)  # one commit per tick, off the loop
+        self.commits = CommitWorker(self.repo, report, record=True,  # one commit per tick, off the loop
+                                    chores=[lambda: keep_memory_snapshot(self.home)])
         self._commit_saved_tick()  # before anything writes the home's files
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
         chat, keep = self._read_logs()

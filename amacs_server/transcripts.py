@@ -92,11 +92,13 @@ def experiment_run(transcript: Path) -> dict[str, str] | None:
 
 
 def summarize(folder: Path) -> dict[str, Any]:
-    """Agents per run, agents, tokens and cost per agent type, eval error rate, blocks by compulsions,
-    and the rewinds and forks the transcripts say.
+    """Sessions (runs and judgements), agents per session, agents, tokens and cost per agent type,
+    eval error rate, blocks by compulsions, and the rewinds and forks the transcripts say.
 
-    A run is a session a server ran; an agent is counted once per session it lived in (the same
-    name in two runs is two agents).  A rewind's or a fork's own file is neither (:func:`home_steps`)."""
+    A run is a session a server ran; a judgement (``judges/<judge>/judge.jsonl`` of an experiment's
+    run) is a session too, counted apart; an agent is counted once per session it lived in (the
+    same name in two runs is two agents).  A rewind's or a fork's own file is neither
+    (:func:`home_steps`)."""
     con = connect(folder)
     con.sql(f"CREATE TEMP TABLE steps AS {home_steps()}")
     # The sessions servers ran: not the file of a rewind or fork (counted apart, as what it is).
@@ -108,9 +110,12 @@ def summarize(folder: Path) -> dict[str, Any]:
     # An agent is its id within its session: every run has a "primary" and its own viewpoints.
     agents = rows("SELECT run_id, count(DISTINCT (session_id, agent_id)) FROM lived GROUP BY run_id ORDER BY run_id")
     # A transcript line's run_id is its server session; an experiment's run is the folder it is in.
-    where = {session: experiment_run(Path(file)) for session, file in
+    files = {session: Path(file) for session, file in
              rows("SELECT run_id, any_value(filename) FROM lived GROUP BY run_id ORDER BY run_id")}
+    where = {session: experiment_run(file) for session, file in files.items()}
     in_runs = {session: {**run, "agents": dict(agents)[session]} for session, run in where.items() if run}
+    # A judgement (``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``) is a session of its own, not a run.
+    judgements = {session for session, file in files.items() if file.parent.parent.name == "judges"}
     rewinds, forks = rows(f"""
         SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
                count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
@@ -130,7 +135,9 @@ def summarize(folder: Path) -> dict[str, Any]:
         SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM lived
         GROUP BY agent_type ORDER BY agent_type""")
     return {
-        "runs": len(agents),
+        "sessions": len(agents),  # every session: the runs and the judgements of an experiment's runs
+        "runs": len(agents) - len(judgements),
+        "judgements": len(judgements),
         "agents_per_run": {run: n for run, n in agents},  # by server session (a transcript line's run_id)
         # each session that ran in an experiment's run folder: that run (its folder) and its arm
         **({"experiment_runs": in_runs} if in_runs else {}),

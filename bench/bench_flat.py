@@ -17,7 +17,8 @@ copies of its home:
   (:func:`same_context`); ``tick_overhead_grown_context`` is the same on the home as grown
   (its context grows with its pinned notes); both give the last request's size;
 - ``rewind`` and ``fork`` (``persistence.history``) to before one of the inputs the
-  rewind picker's first page shows, as a person does; ``rewind_random`` and
+  rewind picker's first page shows, as a person does (a fork of a copy of the home as a live
+  server leaves it, :func:`as_served`: the copy step's time not counted); ``rewind_random`` and
   ``fork_random`` to any tick (they copy or move aside as much history as lies
   before or after it);
 - ``picker``: ``M-x amacs-rewind`` until its prompt shows (the server's past inputs
@@ -50,9 +51,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from amacs_server.config import load_config  # noqa: E402
+from amacs_server.files import atomic_write  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
 from amacs_server.memory.ltm import LongTermMemory  # noqa: E402
 from amacs_server.persistence import history  # noqa: E402
+from amacs_server.persistence.git_repo import PACKED_FILE, RACY_NS, HomeRepo, pack_names  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
 from bench.bench_history import VOCABULARY  # noqa: E402
 from bench.bench_rewind import _memory, answer  # noqa: E402
@@ -74,6 +77,30 @@ def copy_home(home: Path, dest: Path) -> None:
             shutil.copy2(src, dst)
 
     shutil.copytree(home, dest, symlinks=True, copy_function=copy)
+
+
+def as_served(home: Path) -> None:
+    """HOME (a copy) as a live server leaves a home after a tick's commit, in what a fork of it
+    reads: memory.db sealed by its own close; the packer's note of the commit its packs hold whole
+    (PACKED_FILE, as the packer writes it at its next repack for packs made before it kept one);
+    the snapshotter's record of each tracked file's stat and blob (SEEN_FILE, which the server
+    writes after its commits: a copy's files have stats of their own, so the record copied names
+    none of them).  Written by the server's own code: a snapshot read once every file's change is
+    RACY_NS old (as the server rereads a file then), the blobs its commit finds, the record it
+    keeps; and the memory snapshot its packer keeps for forks (made of the copy's own memory.db:
+    one made of the home it was copied from is not this file's)."""
+    LongTermMemory(home / "memory.db").close()
+    history.keep_memory_snapshot(home)
+    repo = HomeRepo(home)
+    if not (home / ".git" / PACKED_FILE).exists():
+        atomic_write(home / ".git" / PACKED_FILE, json.dumps(
+            [[sha, sorted(names)] for sha, names in repo._packed_before(pack_names(home))]))
+    files = history.tracked(home)
+    newest = max(max(p.stat().st_mtime_ns, p.stat().st_ctime_ns) for p in [home / ".gitignore", *files])
+    time.sleep(max(0.0, (newest + RACY_NS - time.time_ns()) / 1e9 + 0.1))
+    snap = repo.snapshots.take(files)
+    repo._index(snap)  # each file's blob, as a commit finds them (the index has them: none is written)
+    repo._keep_seen(snap)
 
 
 def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
@@ -179,10 +206,13 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
     last = history.last_tick(home)
     rng = random.Random(3)
     out: dict[str, list[float]] = {"fork": [], "rewind": [], "fork_random": [], "rewind_random": []}
+    served = tmp / "served"  # what is forked: a copy as a live server leaves it
+    copy_home(home, served)
+    as_served(served)
 
     def fork(row: str, tick: int) -> None:
         t0 = time.perf_counter()
-        history.fork(home, tick, tmp / "fork")
+        history.fork(served, tick, tmp / "fork")
         out[row].append((time.perf_counter() - t0) * 1000)
         shutil.rmtree(tmp / "fork")
 
@@ -191,7 +221,7 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
         history.rewind(copy, tick)
         out[row].append((time.perf_counter() - t0) * 1000)
 
-    history.fork(home, last - 1, tmp / "fork")  # not counted: the process's first fork imports what forks use
+    history.fork(served, last - 1, tmp / "fork")  # not counted: the process's first fork imports what forks use
     shutil.rmtree(tmp / "fork")
     for _ in range(n):
         fork("fork", last - rng.randint(1, RECENT))
@@ -205,6 +235,7 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
         shutil.copytree(home, copy, symlinks=True)
         rewind("rewind_random", copy, rng.randint(1, last - 1))
         shutil.rmtree(copy)
+    shutil.rmtree(served)
     return {row: summary(ms) for row, ms in out.items() if ms}
 
 

@@ -33,6 +33,10 @@
 ;;                   first (the experiment is gone), exit 4 and write nothing
 ;;   trace           a file to append the run's marks to, one "NAME SECONDS"
 ;;                   line each (`float-time'), optional: where its time goes
+;;   parent          the process id of the experiment that started this
+;;                   Emacs, optional (default: its parent as it starts the
+;;                   run, which may already be init if the experiment died
+;;                   while this Emacs loaded)
 ;;
 ;; The AMACS home, the model endpoint, its key and the budget limit come
 ;; from the environment (AMACS_HOME, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY,
@@ -182,7 +186,8 @@ when every turn ended, 4 when a prepared run was never started, else 3."
     (setq amacs-batch--wait (or (gethash "wait" run) 600)
           amacs-batch--trace (gethash "trace" run)
           amacs-batch--turns-done 0
-          amacs-batch--parent (alist-get 'ppid (process-attributes (emacs-pid))))
+          amacs-batch--parent (or (gethash "parent" run)
+                                  (alist-get 'ppid (process-attributes (emacs-pid)))))
     (amacs-batch--mark "emacs-init" (float-time before-init-time))
     (amacs-batch--mark "loaded" loaded)
     ;; The experiment loads this file with garbage collection held off (64 MB);

@@ -123,3 +123,25 @@ def test_every_method_emacs_may_call_checks_its_arguments(tmp_path):
         rt.loop.call_soon_threadsafe(rt.loop.stop)
         loop.join(5)
         rt.mind.ltm.close()
+
+
+def test_tools_made_by_one_wrapper_keep_their_own_arguments():
+    """A signature is kept per definition (the warm server builds them before it forks); the tools
+    ``kit.refusals`` wraps share the wrapper's code, and were all given the first one's: every such
+    tool then said ``thread-create: THREAD-ID is required`` (the debate's agent-list-available-skills
+    among them)."""
+    from amacs_server.tools.kit import refusals
+
+    @checked()
+    @refusals(ValueError)
+    def first_tool(thread_id: str) -> str:
+        return thread_id
+
+    @checked()
+    @refusals(ValueError)
+    def second_tool() -> str:
+        return "second"
+
+    assert first_tool("t") == "t" and second_tool() == "second"
+    with pytest.raises(Refused, match="first-tool: THREAD-ID is required"):
+        first_tool()

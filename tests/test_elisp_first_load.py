@@ -47,14 +47,15 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_client_loads_neither_seq_nor_the_byte_compiler_nor_edmacro_before_its_first_answer(compiled: Path) -> None:
-    """Loading the client and epc as ./amacs does leaves seq, bytecomp, cconv, edmacro and kmacro unloaded;
+    """Loading the client and epc as ./amacs does leaves seq, bytecomp, cconv, edmacro, kmacro, diff-mode and
+    easy-mmode unloaded (diff-mode is loaded when a turn's changes are first shown);
     epc's keymaps are what a plain ``(require 'epc)`` makes; ``read-kbd-macro`` is edmacro's again after."""
     loaded = emacs("(require 'amacs-shell-start) (require 'amacs) (amacs--require-epc) (require 'amacs-shell) "
-                   "(prin1 (mapcar #'featurep '(seq bytecomp cconv edmacro kmacro epc))) (terpri) "
+                   "(prin1 (mapcar #'featurep '(seq bytecomp cconv edmacro kmacro diff-mode easy-mmode epc))) (terpri) "
                    "(prin1 (autoloadp (symbol-function 'read-kbd-macro))) (terpri) "
                    f"{KEYMAPS}", compiled)
     features, autoload, keymaps = loaded.split("\n", 2)
-    assert features == "(nil nil nil nil nil t)"
+    assert features == "(nil nil nil nil nil nil nil t)"
     assert autoload == "t"
     assert keymaps == emacs(f"(require 'epc) {KEYMAPS}")
 

@@ -33,8 +33,14 @@ from amacs_server.config import load_config
 from amacs_server.loop.primary import run_turn
 from amacs_server.memory.items import Kind
 from amacs_server.memory.memid import MemId
-from amacs_server.persistence import history, person_limit, rewound_spend
-from amacs_server.persistence.git_repo import PACKED_FILE, HomeRepo, pack_names, packed_records
+from amacs_server.persistence import git_repo, history, person_limit, rewound_spend
+from amacs_server.persistence.git_repo import (
+    PACKED_FILE,
+    HomeRepo,
+    pack_names,
+    packed_records,
+    read_seen,
+)
 from amacs_server.persistence.home_lock import HomeLock
 from amacs_server.runtime import Runtime
 from amacs_server.tools import work as work_tools
@@ -912,6 +918,7 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
         if args[0] == "pack-objects":
             walked.append(stdin or b"")
+            assert "--window=4" in args  # the packer's narrow window: its deltas are found as well, cheaper
         return git(where, *args, stdin=stdin)
 
     monkeypatch.setattr(history, "_git", spy)
@@ -1190,6 +1197,70 @@ def test_a_forks_git_trusts_the_files_it_checked_out_and_still_sees_a_later_chan
     data = scratch.read_bytes()
     scratch.write_bytes(data[:-1] + (b"y" if data.endswith(b"x") else b"x"))
     assert _changed(fork) == [" M consciousness.el"]
+
+
+def _blob_bytes(home: Path, commit: str, name: str) -> bytes:
+    return subprocess.run(["git", "-C", str(home), "cat-file", "blob", f"{commit}:{name}"], capture_output=True,
+                          check=True).stdout
+
+
+def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_the_rest(tmp_path, fake,
+                                                                                         monkeypatch):
+    """A fork's past months are copied from the home, not inflated from git (at 20,000 ticks, 60
+    blobs through their delta chains), when the server's record of the home's files (SEEN_FILE)
+    says they hold the tick's blob and their stat is still what it read, before and after the
+    copy.  Not copied, written by git: the current month, appended since the tick; a month
+    rewritten since with the same size, its mtime set back to the very nanosecond; a month written
+    to while it was being copied.  Every file of the fork is its commit's, byte for byte, and its
+    git finds nothing changed."""
+    monkeypatch.setattr(git_repo, "RACY_NS", 100_000_000)  # the record trusts a file 0.1 s after its write, not 3 s
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello")])
+    months = {name: b"".join(f"line {n} of {name}\n".encode() for n in range(300))
+              for name in (f"{folder}/2026-0{m}.org" for folder in ("chat", "monologue") for m in (1, 2, 3))}
+    for name, data in months.items():
+        (home / name).parent.mkdir(exist_ok=True)
+        (home / name).write_bytes(data)
+    time.sleep(0.2)
+    run(home, fake, [("say", "two")])  # its commit holds the months, and its record vouches for them
+    time.sleep(0.2)
+    run(home, fake, [("say", "three")])
+    assert {name: entry.key[1] for name, entry in read_seen(home).items() if name in months} == {
+        name: len(data) for name, data in months.items()}
+    rewritten = home / "chat" / "2026-02.org"
+    st = rewritten.stat()
+    rewritten.write_bytes(months["chat/2026-02.org"].replace(b"line 7 ", b"LINE 7 "))
+    os.utime(rewritten, ns=(st.st_atime_ns, st.st_mtime_ns))
+    raced = home / "monologue" / "2026-03.org"
+    copy = git_repo._copy_range
+
+    def racing(src: int, out: int, size: int) -> None:
+        copy(src, out, size)
+        if os.fstat(src).st_ino == raced.stat().st_ino:  # the server writes to it meanwhile
+            with raced.open("r+b") as fh:
+                fh.write(b"L")
+    monkeypatch.setattr(git_repo, "_copy_range", racing)
+    written: list[str] = []
+    git = history._git
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+        if args[0] in ("checkout-index", "read-tree"):
+            written.extend((stdin or b"").decode().split("\0")[:-1] if "--stdin" in args else ["*"] if "-u" in args else [])
+        return git(where, *args, stdin=stdin)
+
+    monkeypatch.setattr(history, "_git", spy)
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    tick2 = history.tick_commit(home, 2)
+    assert {"chat/2026-02.org", "monologue/2026-03.org", "agent-chat.org"} <= set(written)
+    assert not (set(months) - {"chat/2026-02.org", "monologue/2026-03.org"}) & set(written), written
+    assert all((fork / name).read_bytes() == _blob_bytes(home, tick2, name) for name in months)
+    for name in _git(fork, "ls-tree", "-r", "--name-only", "HEAD").splitlines():
+        assert (fork / name).read_bytes() == _blob_bytes(fork, "HEAD", name), name
+    # Each month's index entry has its file's stat: git hashes none of them again (before a git
+    # status, which would refresh the index and write it).
+    assert not set(_git(fork, "diff-files", "--name-only").split()) & set(months)
+    assert _changed(fork) == [] and _git(fork, "diff", "--stat", "HEAD") == ""
+    assert (home / "chat" / "2026-02.org").read_bytes() != months["chat/2026-02.org"]  # the home's, not the tick's
 
 
 def test_a_fork_of_a_tick_committed_with_an_older_gitignore_commits_the_one_it_has(tmp_path, fake):

@@ -110,6 +110,8 @@ def test_a_difference_with_a_known_answer():
     same = difference(a, [10 + e for e in reversed(noise)])
     assert same.low is not None and same.high is not None
     assert same.low < 0 < same.high and same.words().startswith("no difference shown")
+    fives = difference([5.0] * 5, [5.0] * 5)  # newcomer6: "+0 (+0 to +0) no difference shown ..."
+    assert fives.words() == "no difference: every run of both arms had the same value (5)"
     few = difference(a[:3], b[:2])
     assert not few.enough and few.low is None and "too few runs to tell (n = 3 and 2" in few.words()
     assert MIN_N == 5

@@ -274,7 +274,7 @@ def test_the_experiments_last_line_says_list_prices_of_another_servers_tokens_ar
 def test_the_last_line_splits_a_bill_from_an_estimate_and_counts_the_unknown():
     words = experiment.cost_words([(0.25, None), (0.5, "127.0.0.1:1, not Anthropic's API"), (None, None)])
     assert words == ("$0.2500 spent and $0.5000 estimated at list prices (the model calls went to 127.0.0.1:1, "
-                     "not Anthropic's API) (and 1 run of a model with no price: cost unknown)")
+                     "not Anthropic's API; and 1 run of a model with no price: cost unknown)")
     assert experiment.cost_words([(0.0, None)]) == "$0.0000 spent"
 
 

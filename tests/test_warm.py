@@ -421,6 +421,55 @@ server.server_close()
     assert out.split() == ["True", "submit"]
 
 
+def test_a_forks_first_input_and_command_line_find_what_the_warm_server_made(tmp_path: Path) -> None:
+    """Profiled (tmux, load 11): a fork's first submit made its argument model (pydantic's
+    create_model and its validator: 3-9 ms of CPU after the person's RET), its publish read every
+    method's signature again, and its main built the command line's parser (~3 ms before the
+    port line).  The warm server makes them once: in a fork's runtime (published as a fork's is),
+    the person's first input is taken with no model made and no signature read, and main parses
+    its arguments with the parser made before."""
+    code = f"""
+import argparse, inspect, os
+os.environ.update(ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL="http://127.0.0.1:9", AMACS_TOKEN="t" * 64,
+                  AMACS_HOME={str(tmp_path / "home")!r})
+from amacs_server.research.forkserver import preload
+preload(["anthropic"])
+from amacs_server import arguments, serve
+from amacs_server.config import load_config
+from amacs_server.scrub import Scrubber
+from amacs_server.transport.server import AmacsEPCServer
+def made_again(*_args, **_kwargs):
+    raise AssertionError("made in the fork")
+arguments.create_model = inspect.signature = made_again
+argparse.ArgumentParser.__init__ = made_again
+config = load_config(dict(os.environ))
+(config.home / "logs").mkdir(parents=True, exist_ok=True)
+server = AmacsEPCServer("t" * 64, headless=False, starting=True)
+rt = serve.RuntimeBuilder(config, server, Scrubber({{}}), headless=False)._build()
+taken = server.get_method("submit")("ask at once", {{"origin": "key"}})
+print(taken, serve.parser().parse_args([]).headless)
+rt.stop()
+server.server_close()
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["t", "False"]  # taken (t, as Emacs gets it); not headless
+
+
+def test_a_forks_first_message_from_emacs_is_read_with_regexes_compiled_before() -> None:
+    """sexpdata compiles its reader's regexes for each message it reads (re's cache keeps them): a
+    fork's first message from Emacs, its hello, compiled them again (1.7 ms of CPU more than the
+    second).  After the preload, reading one compiles nothing."""
+    code = ("import re, sys; from amacs_server.research.forkserver import preload; preload(['anthropic']); "
+            "from amacs_server.transport.server import unpack\n"
+            "def compiled(*_args, **_kwargs):\n    raise AssertionError('a regex compiled in the fork')\n"
+            "re._compiler.compile = compiled\n"
+            "print(unpack(b'(call 7 submit \"ask at once\" (:origin \"key\"))')[:2])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["('call',", "7)"]
+
+
 def test_the_quit_note_lost_with_a_closed_terminal_is_not_marked_said(warm_env: dict[str, str]) -> None:
     """A closed terminal window hangs up on Emacs and ./amacs; ./amacs's quit note then goes to a
     terminal that is gone (EIO) and must stay due, for the next start's shell to say it."""

@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE TABLE IF NOT EXISTS tags (
   base TEXT NOT NULL,
   tag TEXT NOT NULL,
+  since INTEGER,
   PRIMARY KEY (base, tag)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS active (
@@ -72,6 +73,11 @@ CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
   text, content='items', content_rowid='id', tokenize='unicode61 remove_diacritics 0');
 DROP TABLE IF EXISTS term_df;
 """
+# A tag's ``since``: the row id of the item version that first gave its base the tag (a base's
+# tags are every tag any of its versions had).  Memory as at a tick holds the tags whose
+# ``since`` is at most the tick's highest row id.  NULL: a tag kept before ``since`` was (a
+# database made earlier, or salvaged), taken to have come with the base's first version.
+TAGS_SINCE = "ALTER TABLE tags ADD COLUMN since INTEGER"
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)  # what FTS5's unicode61 calls a token
 # A word in more items than this is ranked at a cost that grows with its item
@@ -101,6 +107,11 @@ def damaged(err: sqlite3.DatabaseError) -> bool:
     code = getattr(err, "sqlite_errorcode", None)
     return (code is not None and code & 0xFF in _DAMAGED) or (
         code is None and ("malformed" in str(err) or "not a database" in str(err)))
+
+
+def has_column(db: sqlite3.Connection, table: str, column: str, schema: str = "main") -> bool:
+    """True when TABLE of DB's SCHEMA (an attached database's name) has COLUMN."""
+    return any(row[1] == column for row in db.execute(f"PRAGMA {schema}.table_info({table})"))
 
 
 def _seal_of(path: Path) -> Path:
@@ -269,6 +280,8 @@ class LongTermMemory:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")  # why: the module's docstring
         self.db.executescript(SCHEMA)
+        if not has_column(self.db, "tags", "since"):
+            self.db.execute(TAGS_SINCE)
         self._soon = False  # the open transaction is the one versions put soon wait in
 
     @contextmanager
@@ -345,7 +358,8 @@ class LongTermMemory:
             raise LtmError(f"{item.mem_id} already exists") from err
         self.db.execute("INSERT INTO items_fts (rowid, text) VALUES (?, ?)", (cur.lastrowid, item.text()))
         for tag in item.tags:
-            self.db.execute("INSERT OR IGNORE INTO tags (base, tag) VALUES (?, ?)", (item.mem_id.base, tag))
+            self.db.execute("INSERT OR IGNORE INTO tags (base, tag, since) VALUES (?, ?, ?)",
+                            (item.mem_id.base, tag, cur.lastrowid))
 
     def get(self, mem_id: MemId) -> MemoryItem:
         """The version MEM_ID names, or the latest when it names none."""

@@ -47,11 +47,14 @@ import shutil
 import sqlite3
 import stat
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import faults
 from ..errors import AmacsError
@@ -59,11 +62,13 @@ from ..files import atomic_write, sync_paths
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
 from .git_repo import (
+    DELTA_WINDOW,
     PACKED_FILE,
     RACY_NS,
     CommitError,
     HomeRepo,
     Snapshot,
+    copy_vouched,
     git_env,
     ignored,
     packed_records,
@@ -73,6 +78,9 @@ from .git_repo import (
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
+
+if TYPE_CHECKING:
+    from ..memory.ltm import LongTermMemory
 
 STATE_FILE = "tick-state.json"
 STATE_VERSION = 1
@@ -341,25 +349,35 @@ def lock(home: Path) -> HomeLock:
 
 
 def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
-               alone: bool = False) -> HomeRepo:
+               source: Path | None = None) -> HomeRepo:
     """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
     the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
     ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
     or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
-    the others).  ALONE: no one else writes in HOME meanwhile (a fork being made), so git is
-    told to trust the files it wrote by their stat (:func:`~.git_repo.settle_checkout`)."""
-    if faults.armed("rewind.read-tree-lock"):
-        faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
-                                 home / ".git" / "index.lock")
-    _git(home, "read-tree", "-u", "--reset", commit)
-    if alone:
-        settle_checkout(home)
+    the others).  SOURCE: the home a fork (HOME, where no one else writes meanwhile) is made of.
+    Its files the server's record says hold COMMIT's blob are copied from it
+    (:func:`~.git_repo.copy_vouched`: its past months, unchanged since they were archived), and
+    git writes only the rest, not inflating every month of the history; git is told to trust
+    them all by their stat (:func:`~.git_repo.settle_checkout`)."""
     held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
     for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
         info, _, rel = record.partition("\t")
         if record:
             mode, _kind, blob = info.split()
             held[rel] = (rel, mode, blob)
+    if source is not None:
+        _git(home, "read-tree", "--reset", commit)  # the index alone: no file written yet
+        copied = copy_vouched(source, home, {rel: (mode, blob) for rel, mode, blob in held.values()})
+        rest = [rel for rel in held if rel not in copied]
+        if rest:
+            _git(home, "checkout-index", "-u", "-z", "--stdin",
+                 stdin="".join(f"{rel}\0" for rel in rest).encode("utf-8", "surrogateescape"))
+        settle_checkout(home, copied)
+    else:
+        if faults.armed("rewind.read-tree-lock"):
+            faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
+                                     home / ".git" / "index.lock")
+        _git(home, "read-tree", "-u", "--reset", commit)
     sizes: dict[str, int] = state["files"]
     logs = set(log_files(home))
     for path in tracked(home):
@@ -389,9 +407,12 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
     Returns how many versions left."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a rewind runs
 
+    top = int(state["ltm_max_id"])
+    home = db_path.parent
+    _drop_snapshots(home, above=top)  # first: killed after the rows leave, no snapshot holds them
     ltm = LongTermMemory(db_path)
     try:
-        db, top = ltm.db, int(state["ltm_max_id"])
+        db = ltm.db
         with ltm.transaction():
             later = db.execute("SELECT id, text, base FROM items WHERE id > ?", (top,)).fetchall()
             if later:
@@ -401,20 +422,23 @@ def _memory_at(db_path: Path, state: dict[str, Any], abandoned: str) -> int:
             for rowid, text, _base in later:
                 db.execute("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)", (rowid, text))
             db.execute("DELETE FROM items WHERE id > ?", (top,))
+            db.execute("DELETE FROM tags WHERE since > ?", (top,))
             _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.execute("DELETE FROM active")
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
             # Known level with no org file now (LongTermMemory.level): a version the last start wrote
             # to bring it level with a file may be gone, though the file restored is the same.
             db.execute("DELETE FROM level")
-        return len(later)
     finally:
         ltm.close()
+    with _SNAPSHOT_LOCK:  # and after: one made meanwhile of rows that left is not kept
+        _drop_snapshots(home, above=top)
+    return len(later)
 
 
 def _drop_tags_of_gone(db: sqlite3.Connection, bases: set[str]) -> None:
-    """Delete the tags of each of BASES no item version is left of (tags are made with an
-    item's first version)."""
+    """Delete the tags of each of BASES no item version is left of (a tag whose ``since`` is
+    not known came with the base's first version)."""
     db.executemany("DELETE FROM tags WHERE base = ? AND NOT EXISTS (SELECT 1 FROM items WHERE base = ?)",
                    [(base, base) for base in sorted(bases)])
 
@@ -423,7 +447,8 @@ def _drop_tags_of_gone(db: sqlite3.Connection, bases: set[str]) -> None:
 FTS_TABLES = ("items_fts_data", "items_fts_idx", "items_fts_docsize")
 
 
-def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool = True) -> None:
+def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool = True,
+                  journal: str = "WAL") -> None:
     """A new memory.db DEST holding SRC's memory as at the tick STATE is of: its item versions up
     to the tick and their tags, the tick's active table, and the full-text index of them; no
     byte of anything written after the tick, nor of SRC's own (its abandoned futures).
@@ -439,19 +464,16 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool
     zeroes every cell and page so freed.  The folder the fork is made in is removed if this
     fails or is killed, so the file is written without a journal.  SRC is read in one
     transaction: a consistent copy, also while its home's server writes."""
-    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
 
     top = int(state["ltm_max_id"])
-    ltm = LongTermMemory(dest)
+    ltm = _beside(dest, src)
     try:
         db = ltm.db
-        for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
-            db.execute(f"PRAGMA {pragma}")
-        db.execute("ATTACH DATABASE ? AS home", (str(src),))
-        with ltm.transaction():
-            for table in ("items", "tags", *FTS_TABLES):
+        with _reading(db):
+            for table in ("items", *FTS_TABLES):
                 db.execute(f"DELETE FROM {table}")  # empty, as the transfer needs (the index's start rows)
                 db.execute(f"INSERT INTO {table} SELECT * FROM home.{table}")
+            _copy_tags(db, top)
             rewound = rewound or db.execute("SELECT 1 FROM home.sqlite_master WHERE type = 'table' AND "
                                             "name = 'abandoned_items'").fetchone() is not None
         db.execute("DETACH DATABASE home")
@@ -461,13 +483,213 @@ def _memory_up_to(src: Path, dest: Path, state: dict[str, Any], *, rewound: bool
             db.executemany("INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', ?, ?)",
                            [(rowid, text) for rowid, text, _base in later])
             db.execute("DELETE FROM items WHERE id > ?", (top,))
-            _drop_tags_of_gone(db, {base for _id, _text, base in later})
             db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
             if later or rewound:
                 db.execute("INSERT INTO items_fts (items_fts) VALUES ('optimize')")
-        db.execute("PRAGMA journal_mode=WAL")  # as every memory.db is opened
+        db.execute(f"PRAGMA journal_mode={journal}")  # WAL: as every memory.db is opened
     finally:
         ltm.close()
+
+
+def _beside(dest: Path, src: Path) -> LongTermMemory:
+    """DEST's memory.db opened to be made as a fork's (no journal: a fork cut short is removed
+    whole; the bytes of a row taken out zeroed), the home's memory.db SRC attached as ``home``."""
+    from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
+
+    ltm = LongTermMemory(dest)
+    for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
+        ltm.db.execute(f"PRAGMA {pragma}")
+    ltm.db.execute("ATTACH DATABASE ? AS home", (str(src),))
+    return ltm
+
+
+@contextmanager
+def _reading(db: sqlite3.Connection) -> Iterator[None]:
+    """A transaction that reads the attached home's memory.db as one snapshot without taking its
+    write lock (BEGIN IMMEDIATE takes every attached database's: its server's writes would wait)."""
+    db.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _copy_tags(db: sqlite3.Connection, top: int, since: int = 0) -> None:
+    """Into DB's tags, those the attached home's memory.db had at the tick whose highest row id is
+    TOP (:data:`~amacs_server.memory.ltm.TAGS_SINCE`) and not at SINCE's: given by a version up to TOP and
+    after SINCE, or of unknown origin and of a base with a version in DB after SINCE.  Only these
+    rows are written: no key of a later tag enters the file (a key deleted from a page can stay
+    in the page's unused space)."""
+    from ..memory.ltm import has_column  # noqa: PLC0415 - sqlite schema, only when a fork runs
+
+    if has_column(db, "tags", "since", "home"):
+        db.execute("INSERT OR IGNORE INTO tags (base, tag, since) SELECT base, tag, since FROM home.tags AS t "
+                   "WHERE (since > ? AND since <= ?) OR (since IS NULL AND EXISTS "
+                   "(SELECT 1 FROM main.items AS i WHERE i.base = t.base AND i.id > ? AND i.id <= ?))",
+                   (since, top, since, top))
+    else:  # a home's memory.db not opened since tags' origins are kept: every tag of a base at the tick
+        db.execute("INSERT OR IGNORE INTO tags (base, tag) SELECT base, tag FROM home.tags AS t WHERE EXISTS "
+                   "(SELECT 1 FROM main.items AS i WHERE i.base = t.base AND i.id > ? AND i.id <= ?)", (since, top))
+
+
+# -- the memory snapshot: a fork's memory.db made from a clean copy kept by the home's server --
+#
+# A fork at a tick whose highest item row id is TOP needs memory.db as it was then, with no byte
+# of anything later.  Made from the home's file (:func:`_memory_up_to`) that costs a copy of every
+# table and a merge of the whole index, growing with the home.  So the home's server keeps, in
+# its git folder (no file git tracks, nor one a fork copies), such a copy made at a row id S a
+# little behind its memory (:func:`keep_memory_snapshot`, off the person's path): a fork at a tick
+# with TOP >= S copies its bytes and adds the rows after S (new rows only: nothing to take out,
+# nothing to merge).  Its name says S and the inode of the memory.db it was made of; it is used
+# only while that file's row S is still the one it holds (an id can be given again once a rewind
+# took its row out).  A rewind to a tick before S removes it.
+SNAPSHOT_NAME = "amacs-memory-{ino}-{top}.db"
+_SNAPSHOT = re.compile(r"amacs-memory-(\d+)-(\d+)\.db")
+# Made this many item versions behind the memory (a fork of a recent tick, the picker's first
+# page, finds it at or before the tick), and again once the memory is SNAPSHOT_EVERY further on.
+SNAPSHOT_LAG = 2000
+SNAPSHOT_EVERY = 1000
+SNAPSHOT_NICE = 10
+# A snapshot made while this process rewinds is checked and renamed into place under this lock,
+# and a rewind removes those past its tick under it after its rows left.
+_SNAPSHOT_LOCK = threading.Lock()
+_ROW = "SELECT base, version, tier, kind, created_at_ms, content, text FROM {}items WHERE id = ?"
+
+
+def memory_snapshots(home: Path) -> list[tuple[int, int, Path]]:
+    """The memory snapshots kept in HOME's git folder: (inode, S, path) each, by S."""
+    found = []
+    for path in (home / ".git").glob("amacs-memory-*.db"):
+        name = _SNAPSHOT.fullmatch(path.name)
+        if name:
+            found.append((int(name[1]), int(name[2]), path))
+    return sorted(found, key=lambda f: f[1])
+
+
+def _drop_snapshots(home: Path, *, above: int = -1, but: Path | None = None) -> None:
+    """Remove HOME's memory snapshots made at a row id past ABOVE (all of them by default), but BUT;
+    and what a making of one cut short left."""
+    for _ino, top, path in memory_snapshots(home):
+        if top > above and path != but:
+            path.unlink(missing_ok=True)
+    if above < 0:
+        for path in (home / ".git").glob("amacs-memory.tmp-*"):
+            path.unlink(missing_ok=True)
+
+
+def _same_row(db: sqlite3.Connection, top: int) -> bool:
+    """True when DB's memory (main) holds exactly the rows up to TOP and its row TOP is the
+    attached home's."""
+    mine = db.execute(_ROW.format("main."), (top,)).fetchone()
+    return (mine is not None and mine == db.execute(_ROW.format("home."), (top,)).fetchone()
+            and db.execute("SELECT max(id) FROM main.items").fetchone()[0] == top)
+
+
+def _fits(snapshot: Path, db_path: Path, top: int) -> bool:
+    """True when SNAPSHOT holds the rows up to TOP and its row TOP is the one DB_PATH has."""
+    try:
+        db = sqlite3.connect(f"file:{snapshot}?mode=ro", uri=True)
+        try:
+            db.execute("ATTACH DATABASE ? AS home", (f"file:{db_path}?mode=ro",))
+            with _reading(db):
+                return _same_row(db, top)
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+
+
+def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | None = None) -> Path | None:
+    """Make HOME's memory snapshot anew when its memory.db is EVERY (:data:`SNAPSHOT_EVERY`) item
+    versions past the one kept (or none is): memory.db up to the row id LAG (:data:`SNAPSHOT_LAG`)
+    behind its newest, made as a fork's is,
+    written under a name of its own, synced, then renamed into place; the older one removed.
+    Returns the new snapshot, or None when none was due.  Reads the home's memory.db without
+    taking its write lock: its server writes on meanwhile.  Its server's packer thread calls this."""
+    lag = SNAPSHOT_LAG if lag is None else lag
+    every = SNAPSHOT_EVERY if every is None else every
+    db_path = home / "memory.db"
+    try:
+        ino = db_path.stat().st_ino
+    except FileNotFoundError:
+        return None
+    try:
+        src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        try:
+            newest = int(src.execute("SELECT coalesce(max(id), 0) FROM items").fetchone()[0])
+            row = src.execute("SELECT max(id) FROM items WHERE id <= ?", (newest - lag,)).fetchone()[0]
+        finally:
+            src.close()
+    except sqlite3.Error:  # no memory yet (or one its server's start moves aside)
+        return None
+    kept = [top for have, top, path in memory_snapshots(home) if have == ino and _fits(path, db_path, top)]
+    if row is None or (kept and int(row) - kept[-1] < every):
+        return None
+    top = int(row)
+    for path in (home / ".git").glob("amacs-memory.tmp-*"):  # what a making cut short left
+        path.unlink(missing_ok=True)
+    tmp = home / ".git" / f"amacs-memory.tmp-{os.getpid()}"
+    # Its index merged into one segment; one file (no WAL), which a reader leaves as it is.
+    _memory_up_to(db_path, tmp, {"ltm_max_id": top, "active": []}, journal="DELETE")
+    tmp.with_name(tmp.name + ".clean").unlink(missing_ok=True)
+    faults.point("snapshot.written")
+    sync_paths([tmp])
+    final = home / ".git" / SNAPSHOT_NAME.format(ino=ino, top=top)
+    check = sqlite3.connect(f"file:{tmp}?mode=rw", uri=True)  # never a new, empty one
+    try:
+        check.execute("ATTACH DATABASE ? AS home", (str(db_path),))
+        with _SNAPSHOT_LOCK:
+            if not _same_row(check, top):  # a rewind took row TOP out meanwhile
+                return None
+            os.replace(tmp, final)
+    finally:
+        check.close()
+        tmp.unlink(missing_ok=True)
+    sync_paths([final.parent])
+    faults.point("snapshot.kept")
+    _drop_snapshots(home, but=final)
+    return final
+
+
+def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool:
+    """DEST as :func:`_memory_up_to` makes it, from HOME's newest memory snapshot at or before the
+    tick STATE is of (copied as it is) and the item versions, tags and active table of the home's
+    memory.db after it up to the tick.  False (and no DEST) when there is none such, or it is not
+    of this memory.db as it is (another file, or its row S not the one it holds)."""
+
+    top, src = int(state["ltm_max_id"]), home / "memory.db"
+    ino = src.stat().st_ino
+    usable = [(at, path) for have, at, path in memory_snapshots(home) if have == ino and at <= top]
+    if not usable:
+        return False
+    at, snapshot = usable[-1]
+    try:
+        shutil.copyfile(snapshot, dest)
+    except FileNotFoundError:  # removed meanwhile (a new one made)
+        return False
+    ltm = _beside(dest, src)
+    fits = False
+    try:
+        db = ltm.db
+        with _reading(db):
+            fits = _same_row(db, at)
+            if fits:
+                db.execute("INSERT INTO items SELECT * FROM home.items WHERE id > ? AND id <= ?", (at, top))
+                db.execute("INSERT INTO items_fts (rowid, text) SELECT id, text FROM items WHERE id > ?", (at,))
+                _copy_tags(db, top, at)
+                db.executemany("INSERT INTO active (brain, base, status, version) VALUES (?,?,?,?)", state["active"])
+        db.execute("DETACH DATABASE home")
+        if fits:
+            faults.point("fork.copied")
+            db.execute("PRAGMA journal_mode=WAL")  # as every memory.db is opened
+    finally:
+        ltm.close()
+    if not fits:
+        for path in (dest, *(dest.with_name(dest.name + end) for end in ("-wal", "-shm", ".clean"))):
+            path.unlink(missing_ok=True)
+    return fits
 
 
 _TICK_FIELD = re.compile(rb'"tick": (\d+|null)')
@@ -1194,7 +1416,7 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", "-q", str(target / "pack" / "pack"),
+        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
                     stdin=revs.encode()).decode().strip()
     except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
         name = None
@@ -1250,7 +1472,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             _history_up_to(home, commit, made)
             _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
             faults.point("fork.fetched")
-            repo = _check_out(made, commit, state, alone=True)
+            repo = _check_out(made, commit, state, source=home)
             faults.point("fork.checked-out")
             limit = person_limit.current(home) if limit is None else limit
             if limit is not None:
@@ -1260,7 +1482,9 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     shutil.copy2(home / name, made / name)
             faults.point("fork.settings")
             if (home / "memory.db").exists():
-                _memory_up_to(home / "memory.db", made / "memory.db", state, rewound=_rewound_before(home) is not None)
+                if not _memory_from_snapshot(home, made / "memory.db", state):
+                    _memory_up_to(home / "memory.db", made / "memory.db", state,
+                                  rewound=_rewound_before(home) is not None)
                 faults.point("fork.memory")
             atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",

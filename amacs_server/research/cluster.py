@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -145,6 +145,7 @@ class LocalExecutor:
         self.sessions: set[str] = set()  # runs whose session is not over
         self.changed = threading.Event()  # set when a session is over or a run has ended
         self.stop = threading.Event()
+        self.hurry = threading.Event()  # a second C-c: runs finishing their teardown are stopped too
         self.prepared: dict[str, Prepared] = {}
         self.forks: ForkServer | None = None
         if fork:
@@ -173,13 +174,18 @@ class LocalExecutor:
             self.sessions.discard(run.run_id)
             self.changed.set()
 
-        future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace, ended)
+        future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace, ended,
+                                  self.hurry)
         self.going[future] = run
         future.add_done_callback(lambda _f: ended())
 
     def busy(self) -> int:
         """Runs whose session is not over (those whose server is stopping are not counted)."""
         return len(self.sessions)
+
+    def finishing(self) -> int:
+        """Runs whose every turn got its reply and whose server is stopping (a C-c lets them end)."""
+        return sum(not f.done() and run.run_id not in self.sessions for f, run in self.going.items())
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended, waiting at most TIMEOUT seconds for one to end, or for
@@ -197,9 +203,18 @@ class LocalExecutor:
         return out
 
     def close(self) -> None:
-        """Stop the runs still going (each ends ``failed``, interrupted) and wait for them to say so."""
+        """Stop the runs still going (each ends ``failed``, interrupted) and wait for them to say so;
+        a run finishing its teardown ends as it would have, unless a C-c comes meanwhile."""
         self.stop.set()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        # Waited for by their futures, not by joining the threads: a C-c that interrupts a thread's
+        # join (Python 3.11) marks that thread as ended while it still runs, and nothing waits for it.
+        try:
+            wait(self.going)
+        except KeyboardInterrupt:  # C-c again: those finishing are stopped too
+            self.hurry.set()
+            wait(self.going)
+        self.pool.shutdown(wait=True)
         for ready in self.prepared.values():  # prepared, never started: still to do
             discard(ready)
         self.prepared.clear()

@@ -43,6 +43,8 @@ class Difference:
             return (f"too few runs to tell (n = {self.n_reference} and {self.n_arm}; "
                     f"at least {MIN_N} per arm are needed for an interval)")
         assert self.low is not None and self.high is not None and self.p is not None
+        if self.low == self.high == self.difference == 0:  # the interval of one value: every run's
+            return f"no difference: every run of both arms had the same value ({self.mean_arm:.3g}{unit})"
         span = f"95% interval {self.low:+.3g} to {self.high:+.3g}{unit}, p = {self.p:.3g}"
         if self.low > 0 or self.high < 0:
             return f"{'higher' if self.difference > 0 else 'lower'} by {abs(self.difference):.3g}{unit} ({span})"

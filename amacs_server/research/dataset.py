@@ -22,6 +22,9 @@ status, arm):
   false): input/output/cache_read/cache_write tokens, cost (NULL: the model's price is
   unknown; every sum of dollars over such a call is NULL too, its tokens are kept), latency_ms, stop_reason, error,
   thinking_chars (the size of its thinking text; NULL in transcripts that do not keep it).
+- ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
+  (``<run-id>/attempts/<n>/transcripts``), as ``model_calls`` has them, with their ``attempt``:
+  their cost is the runs' earlier_cost; no other table holds them.
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
 - ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
@@ -42,6 +45,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,13 +66,16 @@ from ..records import (
     ToolCall,
 )
 from ..transcripts import COLUMNS, Of, home_steps
+from .runs import ATTEMPTS
+from .spec import arms_of
 
 if TYPE_CHECKING:
     import duckdb
 
 DB_NAME = "dataset.duckdb"
 OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
-TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls")
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls",
+          "earlier_calls")
 SCORE_COLUMNS = {
     "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
     "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
@@ -160,10 +167,7 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         FROM ({source}) t LEFT JOIN params p USING (run_id)
         WHERE t.event IS NOT NULL""")
     ident = "run_id, {params}, session_id, agent_id, parent_id, agent_type, template, seq, ts, tick"
-    con.execute(f"""
-        CREATE OR REPLACE TABLE model_calls AS
-        SELECT {ident.format(params=', '.join(PARAMS))},
-               event = {RESPONSE} AS ok,
+    calls = f"""event = {RESPONSE} AS ok,
                CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT) AS input_tokens,
                CAST(data->'{RESPONSE.usage.output_tokens}' AS BIGINT) AS output_tokens,
                CAST(data->'{RESPONSE.usage.cache_read_tokens}' AS BIGINT) AS cache_read_tokens,
@@ -172,8 +176,12 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                CAST(data->'{RESPONSE.latency_ms}' AS DOUBLE) AS latency_ms,
                data->>'{RESPONSE.stop_reason}' AS stop_reason,
                data->>'{ERROR.error}' AS error,
-               length(data->>'{RESPONSE.thinking}') AS thinking_chars
+               length(data->>'{RESPONSE.thinking}') AS thinking_chars"""
+    con.execute(f"""
+        CREATE OR REPLACE TABLE model_calls AS
+        SELECT {ident.format(params=', '.join(PARAMS))}, {calls}
         FROM events WHERE event IN ({RESPONSE}, {ERROR})""")
+    _earlier_calls(con, runs_dir, cols, ident, calls)
     e_ident = ", ".join(f"e.{c.strip()}" for c in ident.format(params=", ".join(PARAMS)).split(","))
     # An eval's result is its agent's next eval_result (ASOF), unless another eval came first.
     con.execute(f"""
@@ -292,6 +300,28 @@ _OBJECT = r"""CASE WHEN json_valid(raw) THEN raw::JSON
 # The text of a request message M: its content, a string or a list of text blocks.
 _TEXT = ("CASE WHEN json_type(m->'content') = 'VARCHAR' THEN m->>'content' "
          "ELSE array_to_string(list_transform(CAST(m->'content' AS JSON[]), lambda b: b->>'text'), '') END")
+
+
+def _earlier_calls(con: duckdb.DuckDBPyConnection, runs_dir: Path, cols: dict[str, str], ident: str,
+                   calls: str) -> None:
+    """The table ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
+    (``<run>/attempts/<n>/transcripts``), as ``model_calls`` has them and with their ``attempt``; their
+    cost is the runs' ``earlier_cost``.  No other table holds them: a run's figures are its last attempt's."""
+    where = runs_dir / "*" / ATTEMPTS / "*" / "transcripts" / "*.jsonl"
+    if any(runs_dir.glob(str(where.relative_to(runs_dir)))):
+        path = r"'([^/\\]+)[/\\]attempts[/\\](\d+)[/\\]transcripts[/\\][^/\\]+$'"
+        source = (f"SELECT regexp_extract(filename, {path}, 1) AS run_id, "
+                  f"CAST(regexp_extract(filename, {path}, 2) AS INTEGER) AS attempt, * EXCLUDE (filename) "
+                  f"FROM read_json({_quote(where)}, format='newline_delimited', columns={_struct(cols)}, "
+                  "filename=true, ignore_errors=true)")
+    else:
+        source = ("SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS attempt, "
+                  + ", ".join(f"NULL::{t} AS {c}" for c, t in cols.items()) + " WHERE false")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE earlier_calls AS
+        SELECT attempt, {ident.format(params=', '.join('p.' + p for p in PARAMS))}, {calls}
+        FROM ({source}) t LEFT JOIN params p USING (run_id)
+        WHERE event IN ({RESPONSE}, {ERROR})""")
 
 
 def _turns(con: duckdb.DuckDBPyConnection) -> None:
@@ -475,21 +505,71 @@ def judging_words(con: duckdb.DuckDBPyConnection) -> str:
             + (f"; {unknown} of a model with no price, their cost unknown" if unknown else "") + ")")
 
 
+def arms_in_order(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> list[str]:
+    """The arms of the runs in the order the spec (RUNS_DIR's copy) lists them (prompts, then variants,
+    then models: the reference arm first unless the spec names another), any it does not list after
+    them by name; every table of runs by arm keeps this order."""
+    recorded = [r[0] for r in con.execute("SELECT DISTINCT arm FROM runs ORDER BY arm").fetchall()]
+    spec = arms_of(runs_dir / "experiment.toml")
+    listed = spec[0] if spec is not None else []
+    return [a for a in listed if a in recorded] + [a for a in recorded if a not in listed]
+
+
+def earlier_words(earlier: float, noun: str = "runs") -> str:
+    """What EARLIER attempts cost, said as part of the total before it (never added on top):
+    ``$0.0322 of it by earlier attempts of runs that ran again``.  The experiment's last line, the
+    dataset's summary, the report and the inspect export all say it so."""
+    return f"${earlier:.4f} of it by earlier attempts of {noun} that ran again"
+
+
+def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "runs", earlier: float = 0.0) -> str:
+    """COSTS ((dollars, where) of each run, its earlier attempts' included; dollars None: unknown;
+    where: the words of :func:`~amacs_server.inference.pricing.list_priced_elsewhere`) as the
+    experiment's last line says them: ``$0.4574 spent``, or for list prices of what another server
+    than the provider's API reported, ``$0.4574 estimated at list prices (the model calls went to
+    127.0.0.1:35029, not Anthropic's API)``; then, in the same parenthesis, how many cost what nobody
+    knows, and how much of the total EARLIER attempts cost (:func:`earlier_words`)."""
+    billed = sum(c or 0.0 for c, where in costs if where is None)
+    estimated = sum(c or 0.0 for c, where in costs if where is not None)
+    wheres = sorted({where for _c, where in costs if where is not None})
+    unknown = sum(c is None for c, _where in costs)
+    notes = []
+    if wheres:
+        words = f"${estimated:.4f} estimated at list prices"
+        words = f"${billed:.4f} spent and {words}" if billed else words
+        notes.append(f"the model calls went to {'; '.join(wheres)}")
+    else:
+        words = f"${billed:.4f} spent"
+    if unknown:
+        notes.append(f"and {unknown} {noun if unknown > 1 else noun.removesuffix('s')} of a model with no price: "
+                     "cost unknown")
+    if earlier:
+        notes.append(earlier_words(earlier, noun))
+    return words + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float) -> str:
-    """One screen: runs by status, rows per table, where the files are."""
-    by_status = con.execute("SELECT status, count(*), sum(cost) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
-    arms = con.execute("SELECT arm, count(*), sum(cost) FROM runs GROUP BY 1 ORDER BY 1").fetchall()
-    lines = [f"{sum(n for _s, n, _c in by_status)} runs loaded from {runs_dir} in {seconds:.2f} s"]
-    lines += [f"  {status or '(none)':<10} {n:>6} runs  ${c or 0:.4f}" for status, n, c in by_status]
+    """One screen: runs by status and by arm (the spec's order), what they cost (earlier attempts
+    included, and said as part of it), rows per table, where the files are."""
+    def paid(total: float | None, earlier: float) -> str:
+        return f"${(total or 0) + earlier:.4f}" + (f" ({earlier_words(earlier)})" if earlier else "")
+
+    by_status = con.execute("""SELECT status, count(*), sum(cost), coalesce(sum(earlier_cost), 0) FROM runs
+                               GROUP BY 1 ORDER BY 1""").fetchall()
+    by_arm = {arm: (n, c, e) for arm, n, c, e in con.execute(
+        "SELECT arm, count(*), sum(cost), coalesce(sum(earlier_cost), 0) FROM runs GROUP BY 1").fetchall()}
+    arms = [(arm, *by_arm[arm]) for arm in arms_in_order(con, runs_dir)]
+    lines = [f"{sum(n for _s, n, _c, _e in by_status)} runs loaded from {runs_dir} in {seconds:.2f} s"]
+    lines += [f"  {status or '(none)':<10} {n:>6} runs  {paid(c, e)}" for status, n, c, e in by_status]
     lines.append(f"{len(arms)} arms (prompt / variant / model):")
-    lines += [f"  {arm:<48} {n:>5} runs  ${c or 0:.4f}" for arm, n, c in arms[:12]]
+    lines += [f"  {arm:<48} {n:>5} runs  {paid(c, e)}" for arm, n, c, e in arms[:12]]
     if len(arms) > 12:
         lines.append(f"  ... and {len(arms) - 12} more")
     judging = judging_words(con)
-    earlier = float(_one(con, "SELECT coalesce(sum(earlier_cost), 0) FROM runs"))
+    earlier = sum(e for _s, _n, _c, e in by_status)
     if judging or earlier:  # what the experiment cost: its runs (their earlier attempts too) and their judging
-        runs_cost = sum(c or 0 for _s, _n, c in by_status) + earlier
-        again = f" (${earlier:.4f} of it by earlier attempts of runs that ran again)" if earlier else ""
+        runs_cost = sum(c or 0 for _s, _n, c, _e in by_status) + earlier
+        again = f" ({earlier_words(earlier)})" if earlier else ""
         lines.append(f"cost: runs ${runs_cost:.4f}{again}"
                      + (f", {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all" if judging else " in all"))
     lines.append("rows per table:")

@@ -29,7 +29,8 @@ Exit status: 0 every run done; 1 some run failed; 2 the spec or the command
 line is wrong; 3 the budget was spent before every run started; 130
 interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
 the error "interrupted (C-c); it runs again when you resume", and resume runs
-them again).
+them again; a run whose every turn got its reply finishes its teardown, its
+server's last commit, and is recorded ``done``, unless C-c comes again).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from rich.progress import (
 from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
+from .dataset import cost_words
 from .runs import INTERRUPTED, Outcome, base_url_of, earlier_cost, read_manifest
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
@@ -129,23 +131,27 @@ def estimated_where(run: Run) -> str | None:
                                  {model: Price(*run.price)} if run.price else None)
 
 
-def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "runs") -> str:
-    """COSTS ((dollars, where) of each run; dollars None: unknown; where: :func:`estimated_where`'s
-    words) as the last line says them: ``$0.4574 spent``, or for list prices of what another server
-    than the provider's API reported, ``$0.4574 estimated at list prices (the model calls went
-    to 127.0.0.1:35029, not Anthropic's API)``; and how many of them cost what nobody knows."""
-    billed = sum(c or 0.0 for c, where in costs if where is None)
-    estimated = sum(c or 0.0 for c, where in costs if where is not None)
-    wheres = sorted({where for _c, where in costs if where is not None})
-    unknown = sum(c is None for c, _where in costs)
-    if wheres:
-        words = f"${estimated:.4f} estimated at list prices (the model calls went to {'; '.join(wheres)})"
-        if billed:
-            words = f"${billed:.4f} spent and {words}"
-    else:
-        words = f"${billed:.4f} spent"
-    return words + (f" (and {unknown} {noun if unknown > 1 else noun.removesuffix('s')} of a model with no price: "
-                    "cost unknown)" if unknown else "")
+def record_words(experiment: Experiment, runs_dir: Path) -> str:
+    """What RUNS_DIR's manifests say of EXPERIMENT's runs, as its last line says it (after a C-c too):
+    ``10 of 10 done, 0 failed, $0.4818 estimated at list prices (the model calls went to ...; $0.0322
+    of it by earlier attempts of runs that ran again)``; the runs a C-c stopped, and the runs still to
+    run (failed, stopped or not started), when there are any.  The dollars are every attempt's: each
+    manifest's ``cost`` and ``earlier_cost``, as the dataset and the report count them."""
+    done = failed = stopped = 0
+    costs: list[tuple[float | None, str | None]] = []
+    earlier = 0.0
+    for run in experiment.runs:
+        manifest = read_manifest(runs_dir / run.run_id) or {}
+        status, cost = manifest.get("status"), manifest.get("cost", 0.0)
+        before = float(manifest.get("earlier_cost") or 0.0)
+        done += status == "done"
+        stopped += status == "failed" and manifest.get("error") == INTERRUPTED
+        failed += status == "failed" and manifest.get("error") != INTERRUPTED
+        earlier += before
+        costs.append((None if cost is None else float(cost) + before, estimated_where(run)))
+    total = len(experiment.runs)
+    return (f"{done} of {total} done, {failed} failed" + (f", {stopped} interrupted" if stopped else "")
+            + (f", {total - done} to run" if done < total else "") + ", " + cost_words(costs, earlier=earlier))
 
 
 def dollars(cost: float | None) -> str:
@@ -171,6 +177,16 @@ class _Counts(TextColumn):
     def render(self, task: Task) -> Text:
         fields = task.fields
         return Text(counts(fields["done"], fields["running"], fields["failed"], fields["cost"]))
+
+
+PIPED_WIDTH = 160  # columns of the progress bar's line when stderr is no terminal (a pipe, a log)
+
+
+def progress_console() -> Console:
+    """The console the progress bar and each run's line go to: stderr, as wide as its terminal; when it is
+    none (piped, a log file), :data:`PIPED_WIDTH` columns, not the 80 Rich assumes, which cut the bar's
+    last line (``$0.45 0:00:… ETA 0:00:…``)."""
+    return Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 
 def _progress(console: Console) -> Progress:
@@ -247,6 +263,13 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                                            f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
                                            style="red" if outcome.status == "failed" else None)
                     stopped = stopped or same_failures(outcomes)
+        except KeyboardInterrupt:
+            finishing = getattr(executor, "finishing", lambda: 0)()
+            if finishing:
+                progress.console.print(f"C-c: {finishing} {'run' if finishing == 1 else 'runs'} whose every turn got "
+                                       "its reply finish their last commit and are recorded done (C-c again to stop "
+                                       "them: they would run again)", markup=False, highlight=False, soft_wrap=True)
+            raise
         finally:
             executor.close()
     return outcomes, queue, stopped
@@ -312,22 +335,18 @@ def main(argv: list[str]) -> int:
           flush=True)
     if not todo:
         return 0
-    console = Console(stderr=True)
     try:  # a C-c while the executor starts (its fork server imports the SDKs) is said the same way
         executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                               else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
-        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name, console)
+        outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name,
+                                          progress_console())
     except KeyboardInterrupt:
-        print(f"{experiment.name}: interrupted; run the same command again to resume.", flush=True)
+        print(f"{experiment.name}: interrupted: {record_words(experiment, runs_dir)}; run the same command "
+              "again to resume.", flush=True)
         return 130
     spent += sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
-    costs = {**before, **{o.run_id: o.cost for o in outcomes}}
-    where = {run.run_id: estimated_where(run) for run in experiment.runs}
-    print(f"{experiment.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} done, "
-          f"{len(failed)} failed, {cost_words([(cost, where.get(run_id)) for run_id, cost in costs.items()])}"
-          + (f", and ${earlier:.4f} by earlier attempts of runs that ran again" if earlier else ""),
-          flush=True)
+    print(f"{experiment.name}: {record_words(experiment, runs_dir)}", flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:

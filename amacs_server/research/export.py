@@ -8,13 +8,18 @@ arms side by side with their scores and ``evals_df`` has a row per arm.  Within 
 
 - a sample per run: its id the prompt's name, its epoch the repetition + 1 (inspect's epochs are
   repetitions of one input), its input the person's turns, its ``metadata`` the run (run_id,
-  arm, variant, endpoint, status, seconds, startup_seconds, cost, order_seed, position);
+  arm, variant, endpoint, status, seconds, startup_seconds, cost, earlier_cost: what the run's earlier
+  attempts paid, order_seed, position);
 - the primary's turns as the sample's messages (the person's input, the agent's reply);
 - every agent's turns as model events inside a span per agent (the primary's and the
   subagents'), every eval and MCP tool call as a tool event in its agent's span;
 - each judge's score as a score (its rationale the explanation);
 - tokens and dollars as the sample's and the log's model usage (``total_cost`` null when the
-  model's price is unknown);
+  model's price is unknown): the calls of each run's last attempt;
+- in the log's ``eval.metadata``, what the arm's runs cost, every attempt's (``cost``, of it
+  ``earlier_cost``), where their calls went (``endpoint``), where the dollars come from (``price``:
+  list prices for what another server reported are an estimate) and ``cost_words``, as the
+  experiment's last line and the report say it;
 - a failed run as an errored sample (its error the reason in words).
 
 Written from the dataset (:func:`~amacs_server.research.dataset.load`), with no inspect_ai
@@ -33,7 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .dataset import load
+from .dataset import cost_words, load
+from .report import price_sources
 
 if TYPE_CHECKING:
     import duckdb
@@ -160,7 +166,8 @@ def _sample(con: duckdb.DuckDBPyConnection, run: dict[str, Any], model: str) -> 
         "metadata": {k: run.get(k) for k in (
             "run_id", "experiment", "arm", "prompt", "variant", "model", "backend", "model_name", "endpoint", "rep",
             "status", "error", "failed_turn", "turns_done", "seconds", "startup_seconds", "wall_seconds", "cost",
-            "unpriced_calls", "order_seed", "position", "agents", "model_calls", "evals", "eval_errors", "blocks")},
+            "earlier_cost", "unpriced_calls", "order_seed", "position", "agents", "model_calls", "evals",
+            "eval_errors", "blocks")} | {"earlier_cost": float(run.get("earlier_cost") or 0.0)},
         "events": _events(con, run_id, model),
         "model_usage": _usage(model, calls),
         "started_at": _iso(run["first_turn_at"] or run["started_at"]),
@@ -199,6 +206,28 @@ def _summary(sample: dict[str, Any]) -> dict[str, Any]:
             **({"error": sample["error"]["message"]} if "error" in sample else {})}  # a summary's error is its words
 
 
+def _money(mine: list[dict[str, Any]], sources: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """What the runs MINE (rows of the runs table) cost, as the log's metadata says it: every attempt's
+    dollars (``cost``: the runs' own and their earlier attempts', None when a price is unknown), the
+    earlier attempts' part (``earlier_cost``), where the model calls went (``endpoint``), where the
+    dollars come from (``price``, in the words of the report's Prices table: list prices for what
+    another server reported are an estimate) and ``cost_words``, as the experiment's last line says
+    it.  A sample's ``model_usage`` is its last attempt's calls (the tokens they are for)."""
+    def source(run: dict[str, Any]) -> tuple[Any, ...] | None:
+        return next((r for r in sources if r[0] == run["model"] and r[2] == run["endpoint"]),
+                    None) or next((r for r in sources if r[0] == run["model"]), None)
+
+    earlier = round(sum(float(r["earlier_cost"] or 0) for r in mine), 6)
+    known = all(r["cost"] is not None for r in mine)
+    priced = [source(r) for r in mine]
+    words = cost_words([(None if r["cost"] is None else float(r["cost"]) + float(r["earlier_cost"] or 0),
+                         s[7] if s is not None else None) for r, s in zip(mine, priced, strict=True)], earlier=earlier)
+    return {"cost": round(sum(float(r["cost"]) + float(r["earlier_cost"] or 0) for r in mine), 6) if known else None,
+            "earlier_cost": earlier, "cost_words": words,
+            "endpoint": ", ".join(sorted({str(r["endpoint"]) for r in mine if r["endpoint"]})) or None,
+            "price": "; ".join(dict.fromkeys(s[6] for s in priced if s is not None)) or None}
+
+
 def write_log(log: dict[str, Any], path: Path) -> None:
     """Write LOG (a whole eval log, its samples included) at PATH in inspect's ``.eval`` format, whole or
     not at all: a zip of ``header.json`` (the log without its samples), ``samples/<id>_epoch_<n>.json``
@@ -225,6 +254,7 @@ def export(runs_dir: Path, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         runs = _rows(con, "SELECT * FROM runs ORDER BY arm, rep, run_id")
+        sources = price_sources(con, runs_dir)
         for arm in dict.fromkeys(r["arm"] for r in runs):
             mine = [r for r in runs if r["arm"] == arm]
             first = mine[0]
@@ -253,7 +283,8 @@ def export(runs_dir: Path, out: Path) -> list[Path]:
                     "model": model, "config": {"epochs": max(s["epoch"] for s in samples)},
                     "metadata": {"arm": arm, "prompt": first["prompt"], "variant": first["variant"],
                                  "amacs_model": first["model"], "runs_dir": str(runs_dir.resolve()),
-                                 "order_seed": first.get("order_seed"), "exported_by": "amacs-server export"},
+                                 "order_seed": first.get("order_seed"), "exported_by": "amacs-server export",
+                                 **_money(mine, sources)},
                 },
                 "plan": {"name": "amacs", "steps": [{"solver": "amacs-session", "params": {}}]},
                 "results": {"total_samples": len(samples),
@@ -275,18 +306,11 @@ def export(runs_dir: Path, out: Path) -> list[Path]:
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout, when the server runs from one (./amacs)
 
 
-def _shown(path: Path) -> str:
-    """PATH as a person types it here: relative to the current folder when it is under it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def view_hint(log_dir: Path, checkout: Path = CHECKOUT, search: str | None = None) -> str:
     """The command that shows the logs in LOG_DIR here: ``inspect`` when it is on the PATH (SEARCH, default
     the environment's), else the checkout's ``.venv-inspect/bin/inspect`` (made by ``scripts/inspect.sh``,
-    which this says to run first when it has not been)."""
+    which this says to run first when it has not been), both named by their whole paths: the command
+    works typed in any folder, not only in the checkout."""
     import shutil
 
     on_path = shutil.which("inspect", path=search)
@@ -294,11 +318,11 @@ def view_hint(log_dir: Path, checkout: Path = CHECKOUT, search: str | None = Non
         return f"view them: inspect view --log-dir {log_dir}"
     venv = checkout / ".venv-inspect" / "bin" / "inspect"
     if venv.is_file():
-        return f"view them: {_shown(venv)} view --log-dir {log_dir}"
+        return f"view them: {venv} view --log-dir {log_dir}"
     script = checkout / "scripts" / "inspect.sh"
     if script.is_file():
-        return (f"to view them, install inspect-ai once ({_shown(script)}, a few minutes), then: "
-                f"{_shown(venv)} view --log-dir {log_dir}")
+        return (f"to view them, install inspect-ai once ({script}, a few minutes), then: "
+                f"{venv} view --log-dir {log_dir}")
     return f"to view them: pip install inspect-ai (in a venv of its own), then inspect view --log-dir {log_dir}"
 
 

@@ -59,6 +59,19 @@ def preload(backends: list[str]) -> None:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")  # as serve does, before any model is built
     for name in SERVER_MODULES:
         importlib.import_module(name)
+    from ..methods import prepare_models
+    from ..serve import parser
+
+    # Made here, not in each fork: the server's command line, and the validators of the methods'
+    # arguments (a person's first input is validated with one: 3-9 ms of a fork's CPU after RET).
+    parser()
+    prepare_models()
+    from ..transport.server import unpack
+
+    # A message from Emacs read once: sexpdata compiles its reader's regexes for each message and
+    # a fork finds them in re's cache (its first message, hello, took 1.7 ms of CPU more than the
+    # second, measured in forks of a preloaded process).
+    unpack(b'(call 1 hello ((:steps . 1) "text"))')
     from ..inference import sdk
 
     for backend in backends:

@@ -42,8 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
@@ -439,7 +437,8 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 def main(argv: list[str]) -> int:
     """The ``judge`` command; see the module's docstring for the exit status."""
-    from .experiment import cost_words, execute, summary
+    from .dataset import cost_words
+    from .experiment import execute, progress_console, summary
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
                                      description="Score every done run of RUNS_DIR with a judge skill.")
@@ -485,7 +484,6 @@ def main(argv: list[str]) -> int:
           + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
     if not todo:
         return 0
-    console = Console(stderr=True)
     # The model SDKs imported before any judgement starts: a judgement's seconds are its own (its model
     # call), not the first ones' import of the SDK (~1.3 s of CPU, 5 s at load 8), which each waited for.
     from ..inference import sdk
@@ -494,7 +492,7 @@ def main(argv: list[str]) -> int:
         sdk.SDKS[backend].load()
     try:
         outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
-                                          before, total, f"judge {judge.name}", console)
+                                          before, total, f"judge {judge.name}", progress_console())
     except KeyboardInterrupt:
         print(f"judge {judge.name}: interrupted; run the same command again to resume.", flush=True)
         return 130

@@ -23,7 +23,7 @@ import webbrowser
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .dataset import judging_cost, judging_words, load
+from .dataset import arms_in_order, earlier_words, judging_cost, judging_words, load
 from .spec import arms_of, planned_runs
 
 if TYPE_CHECKING:
@@ -82,6 +82,12 @@ class Page:
                 f"<meta name='amacs-figures' content='{self.figures}'>"
                 f"<title>{html.escape(title)}</title><style>{style}</style></head><body>"
                 f"<h1>{html.escape(title)}</h1>{''.join(self.parts)}</body></html>\n")
+
+
+def _in_order(rows: list[tuple[Any, ...]], arms: list[str]) -> list[tuple[Any, ...]]:
+    """ROWS (each an arm's first) in the order of ARMS (the spec's), as every table of arms is;
+    rows of the same arm keep their order."""
+    return sorted(rows, key=lambda r: arms.index(r[0]) if r[0] in arms else len(arms))
 
 
 def _table(head: list[str], rows: list[tuple[Any, ...]]) -> str:
@@ -603,13 +609,18 @@ def _prices(page: Page, sources: list[tuple[Any, ...]]) -> None:
 
 def cost_words(con: duckdb.DuckDBPyConnection, runs_cost: float, sources: list[tuple[Any, ...]],
                unpriced: int) -> str:
-    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST, and their
-    earlier attempts', said apart), and when they were judged, the judging's beside them and the sum."""
-    said = estimated_words(sources) + (f" of the runs whose cost is known ({unpriced} runs' cost is unknown: "
-                                       "see Prices)" if unpriced else "")
+    """What the experiment cost, for the page's first line: the runs' dollars (RUNS_COST and their
+    earlier attempts', the total said first and the earlier attempts as part of it, in the one
+    parenthesis that says which are estimates), and when they were judged, the judging's beside them
+    and the sum."""
     earlier = float(_rows(con, "SELECT coalesce(sum(earlier_cost), 0) FROM runs")[0][0])
     runs_cost += earlier  # a run that failed and ran again: its earlier attempts were paid too
-    said += f" (${earlier:.4f} of it by earlier attempts of runs that ran again)" if earlier else ""
+    estimated = estimated_words(sources)
+    notes = [estimated] if estimated else []
+    notes += [f"{unpriced} runs' cost is unknown"] if unpriced else []
+    notes += [earlier_words(earlier)] if earlier else []
+    notes += ["see Prices"] if estimated or unpriced else []
+    said = (" of the runs whose cost is known" if unpriced else "") + (f" ({'; '.join(notes)})" if notes else "")
     judging = judging_words(con)
     if not judging:
         return f"${runs_cost:.4f} in all{said}"
@@ -624,8 +635,8 @@ def estimated_words(sources: list[tuple[Any, ...]]) -> str:
         return ""
     estimated = sum(r[5] or 0 for r in sources if r[7])
     every = all(r[7] or not r[5] for r in sources)
-    return (f" ({'all' if every else f'${estimated:.4f} of it'} estimated at list prices: the model calls "
-            f"went to {'; '.join(wheres)}; see Prices)")
+    return (f"{'all' if every else f'${estimated:.4f} of it'} estimated at list prices: the model calls "
+            f"went to {'; '.join(wheres)}")
 
 
 COMPARED = (("seconds", "duration, first turn to last reply", " s"), ("coalesce(cost, model_cost)", "cost", " $"),
@@ -673,15 +684,15 @@ def compare_arms(con: duckdb.DuckDBPyConnection, arms: list[str]) -> list[tuple[
 def report_arms(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> tuple[list[str], str | None, str]:
     """The arms of the runs in the order the spec (RUNS_DIR's copy) lists them, the reference arm the
     others are compared with, and why it is the reference, in words."""
-    recorded = [r[0] for r in _rows(con, "SELECT DISTINCT arm FROM runs ORDER BY arm")]
-    if not recorded:
+    arms = arms_in_order(con, runs_dir)
+    if not arms:
         return [], None, ""
     spec = arms_of(runs_dir / "experiment.toml")
     if spec is None:
-        return recorded, recorded[0], (f"the first by name: the spec ({runs_dir / 'experiment.toml'}) could not "
-                                       "be read for its order or its reference")
-    listed, reference, named = spec
-    arms = [a for a in listed if a in recorded] + [a for a in recorded if a not in listed]
+        return arms, arms[0], (f"the first by name: the spec ({runs_dir / 'experiment.toml'}) could not "
+                               "be read for its order or its reference")
+    _listed, reference, named = spec
+    recorded = set(arms)
     first = "the first arm the spec lists (its first prompt, variant and model)"
     how = "; name another with reference = \"VARIANT\" (or a model's or prompt's name) in its [experiment]"
     if named is None:
@@ -752,15 +763,15 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.html(_table(
         ["arm (prompt / variant / model)", "runs", "done", "failed", "mean cost $", "mean tokens", "evals",
          "eval errors", "blocks"],
-        [(*r[:4], "unknown (no price)" if r[4] is None and r[9] else r[4], *r[5:9]) for r in _rows(con, """
+        [(*r[:4], "unknown (no price)" if r[4] is None and r[9] else r[4], *r[5:9]) for r in _in_order(_rows(con, """
             SELECT arm, count(*), count(*) FILTER (WHERE status = 'done'), count(*) FILTER (WHERE status = 'failed'),
                    CASE WHEN bool_or(cost IS NULL OR unpriced_calls > 0) THEN NULL ELSE avg(coalesce(cost, model_cost)) END,
                    avg(input_tokens + output_tokens)::BIGINT, sum(evals)::BIGINT,
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT, bool_or(cost IS NULL OR unpriced_calls > 0)
-            FROM runs GROUP BY arm ORDER BY arm""")]))
+            FROM runs GROUP BY arm"""), arms)]))
     _prices(page, sources)
-    origins = _rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT NULL "
-                         "GROUP BY arm ORDER BY arm")
+    origins = _in_order(_rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT "
+                                   "NULL GROUP BY arm ORDER BY arm"), arms)
     if origins:  # counterfactual arms (the spec's from): compared from the fork point on
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
@@ -794,10 +805,10 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
     page.figure(blocks)
     page.section("MCP tools", "Tool calls per arm (the dataset's tool_calls table): calls, the runs that made "
                               "them, errors, calls a compulsion blocked, and the median seconds of a call.")
-    page.html(_table(["arm", "server/tool", "calls", "runs", "errors", "blocked", "median s"], _rows(con, """
+    page.html(_table(["arm", "server/tool", "calls", "runs", "errors", "blocked", "median s"], _in_order(_rows(con, """
         SELECT arm, server || '/' || tool, count(*), count(DISTINCT run_id),
                count(*) FILTER (WHERE NOT ok AND NOT blocked), count(*) FILTER (WHERE blocked), median(seconds)
-        FROM tool_calls GROUP BY 1, 2 ORDER BY 1, 2""") or [("no tool calls in these runs", "", "", "", "", "", "")]))
+        FROM tool_calls GROUP BY 1, 2 ORDER BY 1, 2"""), arms) or [("no tool calls in these runs", "", "", "", "", "", "")]))
     page.section("Agent trees", "Parent to child, left to right; hover for state, model calls and cost.")
     for run in runs:
         page.figure(_tree(con, run), height=420)

@@ -46,6 +46,7 @@ from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
 TRACE = "trace.txt"
+ATTEMPTS = "attempts"  # a run that ran again keeps each earlier attempt's record here (keep_attempt)
 # Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
 # ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
@@ -324,9 +325,10 @@ def _copy_skills(run: Run, home: Path) -> None:
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event | None,
-          watch: Callable[[], bool] | None = None) -> int | None:
+          watch: Callable[[], bool] | None = None, finishing: Callable[[], bool] | None = None) -> int | None:
     """PROC's exit status, seen the moment it exits (a pidfd; Popen.wait sleeps up to 50 ms between
-    looks); None when TIMEOUT seconds pass or STOP is set first (looked at every 0.2 s).
+    looks); None when TIMEOUT seconds pass or STOP is set first (looked at every 0.2 s), unless
+    FINISHING says the run only finishes its teardown then (it is waited for; TIMEOUT still holds).
     WATCH is called every :data:`WATCH_EVERY` seconds meanwhile, until it returns True."""
     deadline = time.monotonic() + timeout
     try:
@@ -347,18 +349,25 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, stop: threading.Event |
                     return code
             except subprocess.TimeoutExpired:
                 pass
-            if (stop is not None and stop.is_set()) or time.monotonic() >= deadline:
+            if time.monotonic() >= deadline:
                 return None
+            if stop is not None and stop.is_set():
+                if watch is not None and watch():  # the session may have ended since the last look
+                    watch = None
+                if finishing is None or not finishing():
+                    return None
     finally:
         if exited is not None:
             os.close(exited)
 
 
 def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
-    """Whether the run was stopped by C-c: STOP set, or set just after Emacs died of the same C-c."""
-    if stop is None:
+    """Whether the run was stopped by C-c: STOP set, or set just after Emacs died of the same C-c.
+    An Emacs that exited 0 saw every turn end and its server exit 0 (its last commit made): a C-c
+    during that teardown, which the run was let finish, stopped nothing."""
+    if stop is None or code == 0:
         return False
-    return stop.is_set() or (code not in (0, None) and stop.wait(0.5))
+    return stop.is_set() or (code is not None and stop.wait(0.5))
 
 
 @dataclass
@@ -409,14 +418,18 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     TRACE: the run keeps the times of its steps in ``trace.txt`` (:func:`read_trace`).
     No manifest is written here: a run prepared and never started is a run still to do.  A run that
     failed or was interrupted before starts again from nothing but its manifest, which stays until
-    the run's start replaces it (a C-c before then leaves the record of how it ended before)."""
+    the run's start replaces it (a C-c before then leaves the record of how it ended before), and
+    its earlier attempts, each kept in ``attempts/<n>/`` (:func:`keep_attempt`)."""
     folder = runs_dir.resolve() / run.run_id
     before = read_manifest(folder)
     if before is not None and before.get("status") == "running":
-        # The experiment was killed while this run went: what it paid is in its transcripts, about to go.
+        # The experiment was killed while this run went: what it paid is in its transcripts.
         cost, _seconds, unpriced = transcript_totals(folder / "home")
-        write_manifest(folder, {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                                "cost": None if cost is None else round(cost, 6)})
+        before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
+                  "cost": None if cost is None else round(cost, 6)}
+        write_manifest(folder, before)
+    if before is not None and before.get("status") != "done":
+        keep_attempt(folder, before)
     _clear(folder)
     home = folder / "home"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's conversation and shell: its owner's only
@@ -433,28 +446,50 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
         batch.write_text(json.dumps({
             "turns": list(run.turns), "max_steps": run.max_steps,
             "server_command": server_command or [sys.executable, "-m", "amacs_server"], "wait": run.timeout,
-            "result": str(folder / RESULT), "shell": str(folder / "shell.txt"),
+            "result": str(folder / RESULT), "shell": str(folder / "shell.txt"), "parent": os.getpid(),
             **({"go": True} if gated else {}),
             **({"trace": str(ready.trace)} if ready.trace else {})}), encoding="utf-8")
         with (folder / "emacs.log").open("wb") as log:
             ready.emacs_started = time.time()
             ready.mark("spawn", ready.emacs_started)
+            # A process group of its own: a terminal's C-c (SIGINT to its foreground group) reaches the
+            # experiment, which stops the runs going, and not the Emacs of a run whose every turn got its
+            # reply, which is let stop its server (the last commit) and exit as it would have.
             ready.proc = subprocess.Popen(emacs_command(batch), env=run_environment(run, folder), cwd=folder,
                                           stdin=subprocess.PIPE if gated else subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT)
+                                          stderr=subprocess.STDOUT, process_group=0)
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
 
 
+def keep_attempt(folder: Path, before: dict[str, Any]) -> None:
+    """Move the record of the earlier attempt of the run in FOLDER (its manifest BEFORE, its
+    transcripts, its Emacs's log and shell text) to ``attempts/<n>/`` (n from 1), before the run
+    starts again from nothing: what it paid for stays readable.  An attempt kept already (the run
+    was prepared again and never started) is not kept twice."""
+    root = folder / ATTEMPTS
+    kept = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
+    last = max(kept, default=0)
+    if last and (read_manifest(root / str(last)) or {}).get("started_at") == before.get("started_at"):
+        return
+    target = root / str(last + 1)
+    target.mkdir(parents=True)
+    write_manifest(target, before)
+    for source, name in ((folder / "home" / "transcripts", "transcripts"), (folder / "emacs.log", "emacs.log"),
+                         (folder / "shell.txt", "shell.txt")):
+        if source.exists():
+            os.replace(source, target / name)
+
+
 def _clear(folder: Path) -> None:
-    """Remove what FOLDER holds but its manifest (the record of the run's earlier end); FOLDER itself
-    too when it has none."""
+    """Remove what FOLDER holds but its manifest (the record of the run's earlier end) and its earlier
+    attempts; FOLDER itself too when it has no manifest."""
     if not (folder / MANIFEST).is_file():
         shutil.rmtree(folder, ignore_errors=True)
         return
     for entry in folder.iterdir():
-        if entry.name == MANIFEST:
+        if entry.name in (MANIFEST, ATTEMPTS):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -474,7 +509,8 @@ def discard(ready: Prepared) -> None:
 
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             server_command: list[str] | None = None, prepared: Prepared | None = None,
-            trace: bool = False, session_ended: Callable[[], None] | None = None) -> Outcome:
+            trace: bool = False, session_ended: Callable[[], None] | None = None,
+            hurry: threading.Event | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
 
     PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
@@ -488,8 +524,10 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     its home is complete.
 
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
-    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again).
-    Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    ``failed`` with the error :data:`INTERRUPTED` (resume runs it again); but a run whose
+    every turn got its reply (its session over, its server making the last commit) is let
+    finish and is recorded as it ends, ``done`` with its home whole, unless HURRY is set too
+    (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -500,15 +538,21 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     turns_done = 0
     failed_turn: int | None = None
     proc = ready.proc
+    replied = threading.Event()  # the session is over and every turn got its reply: only the teardown is left
 
     def session_over() -> bool:
         """Whether Emacs has said the session is over; SESSION_ENDED called then if every turn was replied to."""
         if not (folder / RESULT).exists():
             return False
-        if session_ended is not None and verdict(home, len(run.turns), run.base_url).failed_turn is None:
+        if verdict(home, len(run.turns), run.base_url).failed_turn is None:
+            replied.set()
             ready.mark("ended")
-            session_ended()
+            if session_ended is not None:
+                session_ended()
         return True
+
+    def finishing() -> bool:
+        return replied.is_set() and not (hurry is not None and hurry.is_set())
 
     if proc is not None:
         try:
@@ -520,7 +564,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                     pass
                 ready.mark("go-sent")
             try:
-                code = _wait(proc, run.timeout, stop, session_over if session_ended is not None else None)
+                watch = session_over if session_ended is not None or stop is not None else None
+                code = _wait(proc, run.timeout, stop, watch, finishing)
             except BaseException:
                 _kill(proc, home)
                 raise

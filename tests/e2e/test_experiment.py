@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -197,6 +198,25 @@ def test_experiment_resumes_after_kill(model, tmp_path):
     assert len(model.requests) - requests_before == (RUNS - len(before)) * TURNS
 
 
+def test_experiment_killed_as_its_first_emacs_loads_leaves_nothing_running(slow_model, tmp_path):
+    """SIGKILL to the command alone the moment its first run's Emacs exists (it still loads the elisp):
+    every Emacs it started sees it gone and stops with its server, none waits out its run's timeout
+    (an Emacs in a process group of its own, which a kill of the command's group does not reach)."""
+    spec, runs = write_spec(tmp_path, "orphans"), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env=environment(slow_model), cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not servers_of(runs):
+        time.sleep(0.01)
+    assert servers_of(runs), "no run started"
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not servers_of(runs)
+
+
 @pytest.mark.parametrize("group", [True, False], ids=["terminal-c-c", "sigint-to-the-command"])
 def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path, group):
     """C-c at once, while the experiment's fork server is still starting (it imports the SDKs):
@@ -216,7 +236,8 @@ def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path
     out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode == 130, out + err
-    assert "early: interrupted; run the same command again to resume." in out, out
+    assert re.search(r"early: interrupted: 0 of 12 done, 0 failed, 12 to run, \$0\.0000 .*; run the same command "
+                     r"again to resume\.", out), out
     forks = subprocess.run(["pgrep", "-f", "-s", str(proc.pid), "amacs_server.research.forkserver"],
                            capture_output=True, text=True, check=False)
     assert not forks.stdout.strip(), forks.stdout
@@ -247,10 +268,14 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
         proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted; run the same command again to resume" in out, out
     found = manifests(runs)
     stopped = {k: m for k, m in found.items() if m["status"] != "done"}
     assert stopped and len(found) < RUNS, found
+    # the line counts the runs as the last line does, with every attempt's dollars so far
+    done = RUNS - len(stopped) - (RUNS - len(found))
+    paid = sum(m["cost"] + m.get("earlier_cost", 0.0) for m in found.values())
+    assert re.search(rf"interrupt: interrupted: {done} of {RUNS} done, 0 failed, {len(stopped)} interrupted, "
+                     rf"{RUNS - done} to run, \${paid:.4f} .*; run the same command again to resume\.", out), out
     for manifest in stopped.values():
         assert manifest["status"] == "failed", manifest
         assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
@@ -262,6 +287,10 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     done = experiment(slow_model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_all_done(runs)
+    for run_id, manifest in stopped.items():  # each interrupted attempt's record kept aside
+        kept = json.loads((runs / run_id / "attempts" / "1" / "manifest.json").read_text())
+        assert kept["started_at"] == manifest["started_at"] and kept["error"] == manifest["error"], kept
+        assert (runs / run_id / "attempts" / "1" / "emacs.log").is_file(), run_id
 
 
 def test_progress_line_reads_plainly():
@@ -494,11 +523,18 @@ def slow_git(folder: Path, then: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
-@pytest.mark.parametrize("how", ["sigkill", "c-c"])
-def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path, how):
+def pending_commit(runs: Path) -> str | None:
+    """A run whose session is over (Emacs wrote its result) while its manifest says running: its
+    server makes its last commit; None while there is none, or the next run has not started."""
+    found = manifests(runs)
+    over = [k for k, m in found.items() if m["status"] == "running" and (runs / k / "batch-result.json").exists()]
+    return over[0] if over and len(found) >= 2 else None
+
+
+def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
     """At parallel 1 the next run starts once a run's turns are replied to, while its server still makes
-    the last commit (git slowed to 4 s here); the command killed (or C-c) then: that run is not done
-    (running, or failed as interrupted), and resume runs it again to done."""
+    the last commit (git slowed to 4 s here); the command killed then: that run is not done (running),
+    and resume runs it again to done."""
     spec, runs = write_spec(tmp_path, "pending", parallel=1), tmp_path / "runs"
     proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 4")},
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -507,24 +543,14 @@ def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path, how):
     deadline = time.time() + 120
     pending = None
     while time.time() < deadline and pending is None:
-        found = manifests(runs)
-        over = [k for k, m in found.items() if m["status"] == "running" and (runs / k / "batch-result.json").exists()]
-        if over and len(found) >= 2:  # a run's session is over, its commit pending, and the next one started
-            pending = over[0]
+        pending = pending_commit(runs)
         time.sleep(0.02)
     assert pending is not None, manifests(runs)
-    assert not (runs / pending / "home" / ".git" / "refs" / "heads").exists() or not list(
-        (runs / pending / "home" / ".git" / "refs" / "heads").iterdir()), "its commit was made already"
-    if how == "sigkill":
-        os.killpg(proc.pid, signal.SIGKILL)
-    else:
-        os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    assert not git_heads(runs / pending / "home"), "its commit was made already"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
     manifest = manifests(runs)[pending]
-    assert manifest["status"] == ("running" if how == "sigkill" else "failed"), manifest
-    if how == "c-c":
-        assert proc.returncode == 130, out + err
-        assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+    assert manifest["status"] == "running", manifest
     deadline = time.time() + 30  # a killed session's server finishes its slow commit and exits
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
@@ -534,6 +560,92 @@ def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path, how):
     assert done.returncode == 0, done.stdout + done.stderr
     after = assert_all_done(runs)
     assert after[pending]["started_at"] > manifest["started_at"], "it ran again"
+
+
+def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path):
+    """C-c, as a terminal sends it (SIGINT to the command's process group), while a run whose every turn
+    got its reply has its server make the last commit (git slowed to 3 s): the commit is made, the run
+    is recorded done (its home's git whole), and the resume neither runs it again nor touches its
+    transcripts; the run that was mid-turn is failed as interrupted and runs again."""
+    spec, runs = write_spec(tmp_path, "teardown", parallel=1), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 3")},
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    pending = None
+    while time.time() < deadline and pending is None:
+        pending = pending_commit(runs)
+        time.sleep(0.02)
+    assert pending is not None, manifests(runs)
+    home = runs / pending / "home"
+    assert not git_heads(home), "its commit was made already"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "C-c: 1 run whose every turn got its reply finish" in err, err
+    assert "Traceback" not in err, err
+    found = manifests(runs)
+    done_before = sum(m["status"] == "done" for m in found.values())
+    assert f"teardown: interrupted: {done_before} of {RUNS} done, 0 failed, 1 interrupted" in out, out
+    manifest = found[pending]
+    assert manifest["status"] == "done" and manifest["error"] is None, manifest
+    assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
+    assert git_heads(home) and not (home / ".uncommitted-tick").exists(), "its last commit was not made"
+    others = {k: m for k, m in found.items() if k != pending and m["status"] != "done"}
+    assert others, found  # the run started in its place was stopped
+    for other in others.values():
+        assert other["error"] == "interrupted (C-c); it runs again when you resume", other
+    transcripts = {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")}
+    deadline = time.time() + 30
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not servers_of(runs)
+
+    requests_before = len(model.requests)
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{done_before} done before, {RUNS - done_before} to run" in done.stdout, done.stdout
+    after = assert_all_done(runs)
+    assert after[pending]["started_at"] == manifest["started_at"], "it ran again"
+    assert {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")} == transcripts
+    assert len(model.requests) - requests_before == (RUNS - done_before) * TURNS
+
+
+def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
+    """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 20 s)
+    does not wait for it: the command ends at once, that run failed as interrupted (it runs again)."""
+    spec, runs = write_spec(tmp_path, "twice", parallel=1), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 60")},
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 120
+    pending = None
+    while time.time() < deadline and pending is None:
+        pending = pending_commit(runs)
+        time.sleep(0.02)
+    assert pending is not None, manifests(runs)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None, "it did not wait for the run's last commit"
+    os.killpg(proc.pid, signal.SIGINT)
+    started = time.time()
+    out, err = proc.communicate(timeout=60)
+    assert time.time() - started < 10, "it waited for the slow commit"
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    manifest = manifests(runs)[pending]
+    assert manifest["status"] == "failed", (manifest, out, err)
+    assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+
+
+def git_heads(home: Path) -> list[str]:
+    """The branches HOME's git has (none before its first commit)."""
+    heads = home / ".git" / "refs" / "heads"
+    packed = home / ".git" / "packed-refs"
+    return ([p.name for p in heads.iterdir()] if heads.is_dir() else []) + (
+        [line for line in packed.read_text().splitlines() if "refs/heads/" in line] if packed.is_file() else [])
 
 
 def test_server_killed_in_its_last_commit_fails_the_run(model, tmp_path):

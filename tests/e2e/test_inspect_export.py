@@ -31,6 +31,8 @@ INSPECT = ROOT / ".venv-inspect" / "bin"
 SPEC = ROOT / "experiments" / "debate" / "debate.toml"
 FAILED = "cars.two-views.sonnet.r1"
 REASON = "timed out after 300 s"
+AGAIN = "cars.three-views.sonnet.r0"  # a run that ran again: its earlier attempt paid EARLIER
+EARLIER = 0.0125
 
 
 def needs_inspect() -> None:
@@ -68,6 +70,8 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     manifest = runs / FAILED / "manifest.json"
     data = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**data, "status": "failed", "error": REASON, "failed_turn": 1}))
+    again = runs / AGAIN / "manifest.json"
+    again.write_text(json.dumps({**json.loads(again.read_text()), "earlier_cost": EARLIER}))
     out = tmp / "logs"
     said = amacs("export", str(runs), "--inspect", str(out)).stdout
     assert f"2 inspect logs (4 samples, one per run; one log per arm) in {out}" in said
@@ -127,6 +131,51 @@ def test_the_export_reads_back_in_inspect_ai_and_its_data_frames(exported):
             assert s["tools"].count("eval") == 2 and s["model_events"] == 1 + len(panel)  # turns, evals
             assert s["error"] == (REASON if s["run_id"] == FAILED else None)  # a failed run: an errored sample
         assert log["metrics"]["answer-quality"] > 0
+
+
+MONEY = r"""
+import json, sys
+from inspect_ai.analysis import evals_df, samples_df
+samples, evals = samples_df(sys.argv[1]), evals_df(sys.argv[1])
+print(json.dumps({"cost": float(samples["metadata_cost"].sum()),
+                  "earlier": float(samples["metadata_earlier_cost"].sum()),
+                  "by_run": dict(zip(samples["metadata_run_id"], samples["metadata_earlier_cost"])),
+                  "logs": [json.loads(m) if isinstance(m, str) else m for m in evals["metadata"]]}))
+"""
+
+
+def test_inspect_says_what_the_runs_cost_as_the_report_does(exported):
+    """The newcomer's case: after a run ran again, the report said runs $0.4818 ($0.0322 of it by
+    earlier attempts ...) while inspect's samples_df summed to $0.4496, with no earlier_cost anywhere,
+    and nothing in the logs said the dollars were list-price estimates of a fake's tokens. Read with
+    inspect's own data frames, the samples' cost and earlier_cost add up to the report's runs total,
+    and each log says what its arm cost in the experiment's words, where the calls went and where the
+    dollars come from."""
+    from amacs_server.research.dataset import load
+    from amacs_server.research.report import build_report
+
+    runs, out = exported
+    done = subprocess.run([str(INSPECT / "python"), "-c", MONEY, str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["by_run"][AGAIN] == EARLIER and said["earlier"] == pytest.approx(EARLIER)
+    con = load(runs)
+    page = build_report(con, runs, [], None).render("t")
+    con.close()
+    total = said["cost"] + said["earlier"]
+    first = re.search(r"<p>(\d+ runs in .*?)</p>", page)[1]
+    assert f"runs ${total:.4f} (all estimated at list prices: the model calls went to " in first, first
+    assert f"; ${EARLIER:.4f} of it by earlier attempts of runs that ran again; see Prices)" in first, first
+    logs = {m["arm"]: m for m in said["logs"]}
+    assert sum(m["cost"] for m in logs.values()) == pytest.approx(total)
+    assert sum(m["earlier_cost"] for m in logs.values()) == pytest.approx(EARLIER)
+    where = json.loads((runs / AGAIN / "manifest.json").read_text())["endpoint"]
+    mine = logs["cars / three-views / sonnet"]
+    assert mine["endpoint"] == where and f"estimated: the model calls went to {where}" in mine["price"]
+    assert mine["cost_words"] == (f"${mine['cost']:.4f} estimated at list prices (the model calls went to {where}, "
+                                  f"not Anthropic's API; ${EARLIER:.4f} of it by earlier attempts of runs that ran "
+                                  "again)")
 
 
 def _port() -> int:

@@ -1,0 +1,171 @@
+"""The research record says the same thing everywhere: the experiment's last line (after a C-c too),
+the dataset's summary, the report and the transcripts summary count the same runs, in the same order,
+and say the same dollars the same way.
+
+Found by a newcomer (newcomer6): after a run ran again the experiment ended "$0.4496 ..., and $0.0322
+by earlier attempts" (no total) while the report and the dataset said "runs $0.4818 ($0.0322 of it by
+earlier attempts)", and the dataset's own status and arm lines summed to $0.4496; a C-c said only
+"interrupted"; the report's first table and the dataset's summary listed the arms by name, the rest
+of the report in the spec's order; ``transcripts`` said "runs": 20 for 10 runs and their 10
+judgements."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from amacs_server.research.dataset import load, summary_text
+from amacs_server.research.report import build_report
+from amacs_server.research.runs import INTERRUPTED
+from amacs_server.research.spec import arms_of
+from amacs_server.research.spec import load as load_spec
+from tests.research_fakes import write_runs
+from tests.test_research_record import GRID, headline
+
+WHERE = "127.0.0.1:35029"
+EARLIER = 0.125
+AGAIN = "question.two-views.fake-small.r0"  # the run that ran again
+SAID = f"${EARLIER:.4f} of it by earlier attempts of runs that ran again"
+
+
+@pytest.fixture
+def ran(tmp_path, monkeypatch):
+    """An experiment's runs (the 8 arms of GRID, once each) against a fake at WHERE, one of which ran
+    again after an attempt that paid EARLIER; (the experiment, its runs folder, the total paid)."""
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://{WHERE}")
+    runs_dir = tmp_path / "runs"
+    write_runs(runs_dir, 8, errors=False)
+    (runs_dir / "experiment.toml").write_text(GRID.format(reference=""))
+    total = 0.0
+    for path in runs_dir.glob("*/manifest.json"):
+        manifest = json.loads(path.read_text())
+        manifest.update(endpoint=WHERE, status="done", error=None, failed_turn=None)
+        manifest["earlier_cost"] = EARLIER if path.parent.name == AGAIN else 0.0
+        total += manifest["cost"] + manifest["earlier_cost"]
+        path.write_text(json.dumps(manifest))
+    return load_spec(runs_dir / "experiment.toml"), runs_dir, total
+
+
+def test_the_runs_cost_is_said_as_one_total_and_of_it_the_earlier_attempts_everywhere(ran):
+    from amacs_server.research.experiment import record_words
+
+    experiment, runs_dir, total = ran
+    line = record_words(experiment, runs_dir)
+    assert line == (f"8 of 8 done, 0 failed, ${total:.4f} estimated at list prices (the model calls went to "
+                    f"{WHERE}, not Anthropic's API; {SAID})"), line
+    con = load(runs_dir)
+    text = summary_text(con, runs_dir, 0.1)
+    # every dollar line of the summary adds up to the same total
+    status = re.findall(r"^  done +8 runs  \$([0-9.]+)", text, re.M)
+    arms = [float(d) for d in re.findall(r"^  \S+ / \S+ / \S+ +1 runs  \$([0-9.]+)", text, re.M)]
+    assert status == [f"{total:.4f}"] and len(arms) == 8 and round(sum(arms), 4) == pytest.approx(total, abs=1e-3)
+    assert f"  {AGAIN.removesuffix('.r0').replace('.', ' / ')}" in text
+    assert f"cost: runs ${total:.4f} ({SAID}) in all" in text, text
+    first = headline(build_report(con, runs_dir, [], None).render("t"))
+    con.close()
+    # one parenthesis after the total: where the calls went, and the earlier attempts' part of it
+    assert first.endswith(f"${total:.4f} in all (all estimated at list prices: the model calls went to {WHERE}, "
+                          f"not Anthropic&#x27;s API; {SAID}; see Prices)."), first
+
+
+def test_the_interrupted_line_says_what_is_done_failed_and_to_run_and_what_it_cost(ran):
+    """After a C-c, the line counts the runs as the last line does: done, failed, the runs the C-c
+    stopped, those still to run, and every attempt's dollars so far."""
+    from amacs_server.research.experiment import record_words
+
+    experiment, runs_dir, _total = ran
+    folders = sorted(p.parent for p in runs_dir.glob("*/manifest.json"))
+    stopped, failed, gone = folders[0], folders[1], folders[2:4]
+    for folder, change in ((stopped, {"status": "failed", "error": INTERRUPTED, "cost": 0.03}),
+                           (failed, {"status": "failed", "error": "timed out after 300 s"})):
+        path = folder / "manifest.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    for folder in gone:  # never started
+        (folder / "manifest.json").unlink()
+    paid = sum(m["cost"] + m["earlier_cost"] for m in
+               (json.loads(p.read_text()) for p in runs_dir.glob("*/manifest.json")))
+    line = record_words(experiment, runs_dir)
+    assert line.startswith(f"4 of 8 done, 1 failed, 1 interrupted, 4 to run, ${paid:.4f} estimated at list "
+                           f"prices (the model calls went to {WHERE}"), line
+
+
+def test_every_table_of_arms_lists_them_in_the_spec_s_order(ran):
+    """docs/research.md: the report lists the arms in the order the spec lists them. Its first table
+    and the dataset's summary listed them by name (three-views before two-views)."""
+    _experiment, runs_dir, _total = ran
+    spec_order = arms_of(runs_dir / "experiment.toml")[0]
+    assert spec_order != sorted(spec_order)  # else this test could not tell
+    con = load(runs_dir)
+    text = summary_text(con, runs_dir, 0.1)
+    assert re.findall(r"^  (\S+ / \S+ / \S+) ", text, re.M) == spec_order, text
+    page = build_report(con, runs_dir, [], None).render("t")
+    con.close()
+    table = page[page.index("arm (prompt / variant / model)"):]
+    table = table[:table.index("</table>")]
+    assert re.findall(r"<tr><td>([^<]+ / [^<]+ / [^<]+)</td>", table) == spec_order, table
+
+
+def test_transcripts_count_runs_and_judgements_apart(ran, monkeypatch):
+    """``amacs-server transcripts RUNS_DIR`` said ``"runs": 20`` for 10 runs and their 10 judgements."""
+    from amacs_server.research import judge as judging
+    from amacs_server.transcripts import summarize
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.fake_debate import debate_or_judge_reply
+
+    _experiment, runs_dir, _total = ran
+    judge = judging.read_judge(judging.find_judge("viewpoints-used"))
+    fake = FakeAnthropic(default=debate_or_judge_reply).start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
+        for folder in sorted(runs_dir.glob("*/manifest.json"))[:3]:
+            job = judging.Job(run_id=folder.parent.name, material="<final-reply>r</final-reply>",
+                              backend="anthropic", model="claude-sonnet-4-5", base_url=fake.url)
+            judging.judge_one(judge, job, runs_dir)
+    finally:
+        fake.stop()
+    summary = summarize(runs_dir)
+    assert (summary["sessions"], summary["runs"], summary["judgements"]) == (11, 8, 3), summary
+    assert len(summary["experiment_runs"]) == 8  # each run's session, with its folder and arm
+
+
+def test_a_home_s_transcripts_have_no_judgements(ran):
+    from amacs_server.transcripts import summarize
+
+    _experiment, runs_dir, _total = ran
+    home = Path(next(runs_dir.glob("*/home")))
+    summary = summarize(home)
+    assert (summary["sessions"], summary["runs"], summary["judgements"]) == (1, 1, 0), summary
+
+
+class _OneAtATime:
+    """Jobs (:class:`~amacs_server.research.experiment.Jobs`) that end as soon as they start, each done at $0.45."""
+
+    def __init__(self) -> None:
+        self.going: list[str] = []
+
+    def submit(self, job) -> None:
+        self.going.append(job.run_id)
+
+    def finished(self, timeout: float):
+        from amacs_server.research.runs import Outcome
+
+        ended, self.going = self.going, []
+        return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
+                        ended_at=1.0) for r in ended]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_progress_bar_s_last_line_is_whole_when_piped(capsys):
+    """Piped, the bar's last line read ``... $0.45 0:00:… ETA 0:00:…``: cut to the 80 columns Rich
+    assumes without a terminal."""
+    from types import SimpleNamespace
+
+    from amacs_server.research.experiment import execute, progress_console
+
+    runs = [SimpleNamespace(run_id=f"cars.two-views.sonnet.r{n}") for n in range(10)]
+    execute(runs, _OneAtATime(), 2, None, 0.0, 10, "debate", progress_console())
+    bar = [line for line in capsys.readouterr().err.splitlines() if line.startswith("debate (10 runs)")][-1]
+    assert re.search(r"10 done · 0 running · 0 failed · \$4\.50 +\d+:\d\d:\d\d ETA +\d+:\d\d:\d\d$", bar.rstrip()), bar
