@@ -162,7 +162,8 @@ point is on in the shell is the default, else the newest."
   (let* ((entry (amacs-history--pick (format "%s%s to before you typed" (upcase (substring verb 0 1)) (substring verb 1))))
          (tick (1- (nth 1 entry))))
     (when (< tick 1)
-      (user-error "That is your first input: there is nothing before it to %s to" verb))
+      (user-error "That is your first input: before it the mind was new, as a new home's is \
+\(AMACS_HOME=NEW ./amacs starts one)"))
     (cons tick (nth 2 entry))))
 
 (defconst amacs-history--abandoned-divider
@@ -249,7 +250,8 @@ input it ends before (nil for now)."
         (cons "now" nil)
       (let ((tick (1- (nth 1 picked))))
         (when (< tick 1)
-          (user-error "That is your first input: there is nothing before it to fork"))
+          (user-error "That is your first input: before it the mind was new, as a new home's is \
+\(AMACS_HOME=NEW ./amacs starts one)"))
         (cons tick (nth 2 picked))))))
 
 (defun amacs-history--fork-choices (parent done)

@@ -1,7 +1,9 @@
 """A fake model that plays the debate example (experiments/debate/debate.toml).
 
 It answers each request from the request alone (no state), so one fake serves
-many runs at once.  Who asks is read from the system prompt (a subagent's says
+many runs at once.  The primary decides from what it did in the turn it plays
+(its answers since the person's message), not from what its home did before:
+a run may start from a fork of a home whose last eval left its result.  Who asks is read from the system prompt (a subagent's says
 ``You are viewpoint-NAME, a viewpoint (template T)``; the primary's does not):
 
 - the primary, on the person's message: lists its skills
@@ -27,6 +29,7 @@ Run so, it also answers as the judge of ``amacs-server judge`` (:func:`judge_rep
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -85,14 +88,41 @@ def _items(body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return parse_context(request_text(body))
 
 
-def _pending(items: dict[str, list[dict[str, Any]]]) -> str | None:
-    """The person's message of this turn: the last chat item with a human part (its agent part, ""
-    while the turn runs, is filled in by the first tick)."""
+def _pending_item(items: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The chat item of this turn: the last with a human part (its agent part, "" while the turn runs,
+    is filled in by the first tick)."""
     for item in reversed(items.get("chat", [])):
         content = item.get("content") or {}
         if isinstance(content, dict) and content.get("human") is not None:
-            return str(content["human"])
+            return item
     return None
+
+
+def _pending(items: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The person's message of this turn."""
+    item = _pending_item(items)
+    return None if item is None else str(item["content"]["human"])
+
+
+def _turn_steps(body: dict[str, Any], items: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The primary's answers in the turn it plays, oldest first: those after the tick that brought the
+    person's message.  What the home did before (a run started from a fork of it at a tick whose eval
+    left its result) is not this turn's doing."""
+    item = _pending_item(items)
+    if item is None:
+        return []
+    address = str(item["mem_id"]).replace("<EOT>", "").rpartition(":")[0] + ":"  # any version of it
+    messages = body.get("messages", [])
+    start = next((i for i, m in enumerate(messages) if m["role"] == "user" and address in text_of(m["content"])),
+                 len(messages))
+    steps = []
+    for message in messages[start:]:
+        if message["role"] == "assistant":
+            try:
+                steps.append(json.loads(text_of(message["content"])))
+            except ValueError:
+                steps.append({})
+    return steps
 
 
 def _events(items: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -119,15 +149,16 @@ def primary_reply(body: dict[str, Any]) -> Reply:
     """The primary's next step in the debate."""
     items = _items(body)
     question = question_of(_pending(items) or "")
+    steps = _turn_steps(body, items)
     considered = [e for e in _events(items) if e.get("source") == "consider"]
-    if considered:
+    if considered and any("(agent-consider " in str(step.get("eval")) for step in steps):
         content = considered[-1].get("content") or {}
         comments = content.get("comments") or []
         heard = " ".join(c.rstrip(".") + "." for c in comments) if comments else "No comments."
         text = (f"{FINAL_MARK} ({len(comments)} viewpoints) on \"{content.get('prompt', question)}\": {heard} "
                 "My answer: it depends on the trial, so start small and measure.")
         return _reply(body, agent_json(text, monologue="weighed the panel and answered", confidence=0.7))
-    result = _last_result(items)
+    result = _last_result(items) if steps and steps[-1].get("eval") else None
     if result is not None:
         printed = str(result.get("result") or "")
         if "waiting_for" in printed or ":waiting-for" in printed:  # the wait ended with no comments
@@ -189,8 +220,6 @@ def judge_reply(body: dict[str, Any]) -> Reply:
 
     answer-quality (it reads the final reply): 2 + the viewpoints quoted, at most 5; viewpoints-used (it
     reads every turn): 5 when the reply quotes every viewpoint that commented, else 1 + those it quotes."""
-    import json
-
     text = request_text(body)
     replies = re.findall(r'type="primary"[^>]*>.*?<reply>\n(.*?)\n</reply>', text, re.S)
     final = text.rpartition("<final-reply>")[2] if "<final-reply>" in text else (replies[-1] if replies else "")

@@ -42,7 +42,7 @@ def test_row_counts_match_the_generated_runs(generated, con):
         "runs": RUNS, "events": sum(r.events for r in runs), "model_calls": sum(r.model_calls for r in runs),
         "evals": sum(r.evals for r in runs), "blocks": sum(r.blocks for r in runs),
         "agents": sum(len(r.agents) for r in runs), "turns": sum(r.turns for r in runs),
-        "scores": 0, "tool_calls": 0}
+        "scores": 0, "tool_calls": 0, "earlier_calls": 0}
     per_run = {"events": "SELECT run_id, count(*) FROM events GROUP BY 1",
                "model_calls": "SELECT run_id, count(*) FROM model_calls GROUP BY 1",
                "evals": "SELECT run_id, count(*) FROM evals GROUP BY 1",

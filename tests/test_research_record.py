@@ -134,7 +134,10 @@ def test_a_c_c_while_a_run_is_prepared_keeps_the_record_of_its_earlier_failure(t
     monkeypatch.setattr(runs.subprocess, "Popen", refused)
     ready = runs.prepare(run, runs_dir, gated=True)
     runs.discard(ready)  # prepared, never started (the executor's close on C-c)
-    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["attempts", "manifest.json"]
+    # the earlier attempt kept aside once, though the run was prepared twice
+    assert sorted(p.name for p in (folder / "attempts").iterdir()) == ["1"]
+    assert (folder / "attempts" / "1" / "emacs.log").read_text() == "the earlier attempt's log"
     assert runs.read_manifest(folder)["status"] == "failed"
     todo, _before, again, _earlier = _pending(experiment, runs_dir)
     assert len(todo) == 8 and again == 1  # "8 to run (1 of them again: failed or interrupted before)"
@@ -349,3 +352,43 @@ def test_a_budget_counts_what_every_attempt_so_far_cost(tmp_path):
     todo, before, again, earlier = _pending(experiment, runs_dir)
     assert before == {done.name: 0.1} and round(earlier, 8) == 0.08 and again == 1
     assert [run.run_id for run in todo] == [run.run_id for run in experiment.runs if run.run_id != done.name]
+
+
+def test_an_earlier_attempt_s_record_is_kept_aside_and_the_dataset_tells_its_calls_apart(tmp_path, monkeypatch):
+    """A run that failed and runs again deleted its earlier attempt's transcripts: its dollars survived
+    as ``earlier_cost`` but its model calls and tokens were gone. Now its record (manifest, transcripts,
+    Emacs log) moves to ``attempts/1/`` as the run starts again, and the dataset has its calls in
+    ``earlier_calls`` (their cost is the earlier_cost); the run's own figures stay its last attempt's."""
+    from amacs_server.research import runs
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    shutil.rmtree(folder)
+    write_run(runs_dir, 0, errors=False)
+    paid = round(runs.transcript_totals(folder / "home")[0], 6)
+    words = {p.name: p.read_bytes() for p in (folder / "home" / "transcripts").glob("*.jsonl")}
+    (folder / "emacs.log").write_text("the earlier attempt's log")
+    (folder / "manifest.json").write_text(json.dumps({**json.loads((folder / "manifest.json").read_text()),
+                                                      **FAILED, "cost": paid}))
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    runs.prepare(experiment.runs[0], runs_dir, gated=True)
+    kept = folder / "attempts" / "1"
+    assert runs.read_manifest(kept)["status"] == "failed" and runs.read_manifest(kept)["cost"] == paid
+    assert {p.name: p.read_bytes() for p in (kept / "transcripts").glob("*.jsonl")} == words
+    assert (kept / "emacs.log").read_text() == "the earlier attempt's log"
+    assert not list((folder / "home" / "transcripts").glob("*.jsonl"))
+
+    # the run's second attempt, done, carrying the first's cost
+    write_run(runs_dir, 0, seed=1, errors=False)
+    now = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**now, "earlier_cost": paid}))
+    con = load(runs_dir)
+    earlier = con.sql("SELECT run_id, attempt, count(*), round(sum(cost), 6) FROM earlier_calls GROUP BY ALL").fetchall()
+    assert earlier == [(folder.name, 1, earlier[0][2], paid)] and earlier[0][2] > 0
+    mine = con.execute(f"SELECT round(sum(cost), 6) FROM model_calls WHERE run_id = '{folder.name}'").fetchone()[0]
+    assert mine == round(now["cost"], 6)
+    assert con.execute(f"SELECT round(cost, 6), round(earlier_cost, 6) FROM runs WHERE run_id = '{folder.name}'"
+                       ).fetchone() == (round(now["cost"], 6), paid)

@@ -98,6 +98,17 @@ def test_rewind_and_fork_say_how_to_list_the_ticks(home, tmp_path, capsys):
     assert "amacs-server ticks HOME" in capsys.readouterr().out
 
 
+def test_tick_0_says_where_the_mind_before_the_first_input_is(home, tmp_path, capsys):
+    """A newcomer asked for the home before its first input (``--tick 0``, the rule N-1 for N=1) and
+    read "has no tick 0": nothing is committed before tick 1, and a new home is that mind."""
+    for command in (["rewind", str(home)], ["fork", str(home), str(tmp_path / "f")]):
+        assert server_main([*command, "--tick", "0"]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no tick 0: its ticks start at 1, its first input's" in err, err
+        assert "as a new home's is (AMACS_HOME=NEW ./amacs starts one" in err and "without `from`" in err
+    assert not (tmp_path / "f").exists()
+
+
 def test_not_a_home_no_input_and_a_bad_count_in_one_line(tmp_path, capsys):
     code, out, err = ticks(capsys, str(tmp_path))
     assert code == 1 and out == "" and err.count("\n") == 1 and "is it an AMACS home?" in err

@@ -290,6 +290,10 @@ def tick_commit(home: Path, tick: int) -> str:
     """The newest commit of HEAD's line whose subject starts ``[TICK N]``."""
     if not (home / ".git").is_dir():
         raise HistoryError(f"{home} has no git history: is it an AMACS home?")
+    if tick == 0:  # nothing is committed before the first input: its tick, 1, is the first commit
+        raise NoSuchTick(f"{home} has no tick 0: its ticks start at 1, its first input's, and before that "
+                         "the mind was new, as a new home's is (AMACS_HOME=NEW ./amacs starts one; an "
+                         "experiment without `from` starts each run in a new home)")
     prefix = f"[TICK {tick}]"
     # Walked from HEAD only as far as the newest commit with a line that starts so: its subject,
     # most often (a recent tick is found in as many steps as it is back); else, every match.

@@ -22,6 +22,9 @@ status, arm):
   false): input/output/cache_read/cache_write tokens, cost (NULL: the model's price is
   unknown; every sum of dollars over such a call is NULL too, its tokens are kept), latency_ms, stop_reason, error,
   thinking_chars (the size of its thinking text; NULL in transcripts that do not keep it).
+- ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
+  (``<run-id>/attempts/<n>/transcripts``), as ``model_calls`` has them, with their ``attempt``:
+  their cost is the runs' earlier_cost; no other table holds them.
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
 - ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
@@ -63,6 +66,7 @@ from ..records import (
     ToolCall,
 )
 from ..transcripts import COLUMNS, Of, home_steps
+from .runs import ATTEMPTS
 from .spec import arms_of
 
 if TYPE_CHECKING:
@@ -70,7 +74,8 @@ if TYPE_CHECKING:
 
 DB_NAME = "dataset.duckdb"
 OPEN = "open at end"  # an agent's state without an agent_end: alive when its session ended
-TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls")
+TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns", "scores", "tool_calls",
+          "earlier_calls")
 SCORE_COLUMNS = {
     "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
     "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
@@ -162,10 +167,7 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         FROM ({source}) t LEFT JOIN params p USING (run_id)
         WHERE t.event IS NOT NULL""")
     ident = "run_id, {params}, session_id, agent_id, parent_id, agent_type, template, seq, ts, tick"
-    con.execute(f"""
-        CREATE OR REPLACE TABLE model_calls AS
-        SELECT {ident.format(params=', '.join(PARAMS))},
-               event = {RESPONSE} AS ok,
+    calls = f"""event = {RESPONSE} AS ok,
                CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT) AS input_tokens,
                CAST(data->'{RESPONSE.usage.output_tokens}' AS BIGINT) AS output_tokens,
                CAST(data->'{RESPONSE.usage.cache_read_tokens}' AS BIGINT) AS cache_read_tokens,
@@ -174,8 +176,12 @@ def build(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
                CAST(data->'{RESPONSE.latency_ms}' AS DOUBLE) AS latency_ms,
                data->>'{RESPONSE.stop_reason}' AS stop_reason,
                data->>'{ERROR.error}' AS error,
-               length(data->>'{RESPONSE.thinking}') AS thinking_chars
+               length(data->>'{RESPONSE.thinking}') AS thinking_chars"""
+    con.execute(f"""
+        CREATE OR REPLACE TABLE model_calls AS
+        SELECT {ident.format(params=', '.join(PARAMS))}, {calls}
         FROM events WHERE event IN ({RESPONSE}, {ERROR})""")
+    _earlier_calls(con, runs_dir, cols, ident, calls)
     e_ident = ", ".join(f"e.{c.strip()}" for c in ident.format(params=", ".join(PARAMS)).split(","))
     # An eval's result is its agent's next eval_result (ASOF), unless another eval came first.
     con.execute(f"""
@@ -294,6 +300,28 @@ _OBJECT = r"""CASE WHEN json_valid(raw) THEN raw::JSON
 # The text of a request message M: its content, a string or a list of text blocks.
 _TEXT = ("CASE WHEN json_type(m->'content') = 'VARCHAR' THEN m->>'content' "
          "ELSE array_to_string(list_transform(CAST(m->'content' AS JSON[]), lambda b: b->>'text'), '') END")
+
+
+def _earlier_calls(con: duckdb.DuckDBPyConnection, runs_dir: Path, cols: dict[str, str], ident: str,
+                   calls: str) -> None:
+    """The table ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
+    (``<run>/attempts/<n>/transcripts``), as ``model_calls`` has them and with their ``attempt``; their
+    cost is the runs' ``earlier_cost``.  No other table holds them: a run's figures are its last attempt's."""
+    where = runs_dir / "*" / ATTEMPTS / "*" / "transcripts" / "*.jsonl"
+    if any(runs_dir.glob(str(where.relative_to(runs_dir)))):
+        path = r"'([^/\\]+)[/\\]attempts[/\\](\d+)[/\\]transcripts[/\\][^/\\]+$'"
+        source = (f"SELECT regexp_extract(filename, {path}, 1) AS run_id, "
+                  f"CAST(regexp_extract(filename, {path}, 2) AS INTEGER) AS attempt, * EXCLUDE (filename) "
+                  f"FROM read_json({_quote(where)}, format='newline_delimited', columns={_struct(cols)}, "
+                  "filename=true, ignore_errors=true)")
+    else:
+        source = ("SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS attempt, "
+                  + ", ".join(f"NULL::{t} AS {c}" for c, t in cols.items()) + " WHERE false")
+    con.execute(f"""
+        CREATE OR REPLACE TABLE earlier_calls AS
+        SELECT attempt, {ident.format(params=', '.join('p.' + p for p in PARAMS))}, {calls}
+        FROM ({source}) t LEFT JOIN params p USING (run_id)
+        WHERE event IN ({RESPONSE}, {ERROR})""")
 
 
 def _turns(con: duckdb.DuckDBPyConnection) -> None:

@@ -46,6 +46,7 @@ from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
 TRACE = "trace.txt"
+ATTEMPTS = "attempts"  # a run that ran again keeps each earlier attempt's record here (keep_attempt)
 # Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
 # ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
@@ -417,14 +418,18 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     TRACE: the run keeps the times of its steps in ``trace.txt`` (:func:`read_trace`).
     No manifest is written here: a run prepared and never started is a run still to do.  A run that
     failed or was interrupted before starts again from nothing but its manifest, which stays until
-    the run's start replaces it (a C-c before then leaves the record of how it ended before)."""
+    the run's start replaces it (a C-c before then leaves the record of how it ended before), and
+    its earlier attempts, each kept in ``attempts/<n>/`` (:func:`keep_attempt`)."""
     folder = runs_dir.resolve() / run.run_id
     before = read_manifest(folder)
     if before is not None and before.get("status") == "running":
-        # The experiment was killed while this run went: what it paid is in its transcripts, about to go.
+        # The experiment was killed while this run went: what it paid is in its transcripts.
         cost, _seconds, unpriced = transcript_totals(folder / "home")
-        write_manifest(folder, {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                                "cost": None if cost is None else round(cost, 6)})
+        before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
+                  "cost": None if cost is None else round(cost, 6)}
+        write_manifest(folder, before)
+    if before is not None and before.get("status") != "done":
+        keep_attempt(folder, before)
     _clear(folder)
     home = folder / "home"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's conversation and shell: its owner's only
@@ -458,14 +463,33 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     return ready
 
 
+def keep_attempt(folder: Path, before: dict[str, Any]) -> None:
+    """Move the record of the earlier attempt of the run in FOLDER (its manifest BEFORE, its
+    transcripts, its Emacs's log and shell text) to ``attempts/<n>/`` (n from 1), before the run
+    starts again from nothing: what it paid for stays readable.  An attempt kept already (the run
+    was prepared again and never started) is not kept twice."""
+    root = folder / ATTEMPTS
+    kept = [int(p.name) for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
+    last = max(kept, default=0)
+    if last and (read_manifest(root / str(last)) or {}).get("started_at") == before.get("started_at"):
+        return
+    target = root / str(last + 1)
+    target.mkdir(parents=True)
+    write_manifest(target, before)
+    for source, name in ((folder / "home" / "transcripts", "transcripts"), (folder / "emacs.log", "emacs.log"),
+                         (folder / "shell.txt", "shell.txt")):
+        if source.exists():
+            os.replace(source, target / name)
+
+
 def _clear(folder: Path) -> None:
-    """Remove what FOLDER holds but its manifest (the record of the run's earlier end); FOLDER itself
-    too when it has none."""
+    """Remove what FOLDER holds but its manifest (the record of the run's earlier end) and its earlier
+    attempts; FOLDER itself too when it has no manifest."""
     if not (folder / MANIFEST).is_file():
         shutil.rmtree(folder, ignore_errors=True)
         return
     for entry in folder.iterdir():
-        if entry.name == MANIFEST:
+        if entry.name in (MANIFEST, ATTEMPTS):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)

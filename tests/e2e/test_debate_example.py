@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.agent_fakes import send, session, transcript_events, wait_text
 from tests.e2e.harness import ROOT, TEST_KEY, run_emacs
-from tests.fake_anthropic import FakeAnthropic
+from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 from tests.fake_debate import FINAL_MARK, PREFIX, debate_reply
 
 pytestmark = pytest.mark.e2e
@@ -173,3 +173,28 @@ def test_readme_experiment_commands_run_as_written():
     assert "experiments/debate/runs/debate/" in section
     line = next(c for c in commands if "import duckdb" in c)
     assert "read_json_auto('experiments/debate/runs/debate/*/manifest.json')" in line
+
+
+def test_a_home_that_evaluated_before_still_holds_its_debate(tmp_path):
+    """A newcomer's experiment started its runs from a home at a tick (``from = "HOME@2"``) whose last
+    eval had no part in the debate; the fake read that result as the answer to a listing of skills it had
+    not made yet, ended each run "I found no panel-* viewpoint skills", and every run still counted done.
+    The fake decides from what the primary did in the turn it plays: here it lists the skills first."""
+    spec = tomllib.loads(SPEC.read_text())
+    home = tmp_path / "agent"
+    templates = variant_templates(spec, "two-views")
+    for name, folder in templates.items():
+        shutil.copytree(folder, home / "skills" / name)
+    fake = FakeAnthropic(default=debate_reply).start()
+    try:
+        fake.script(Reply(agent_json(None, eval="(+ 1 2)")), Reply(agent_json("It is 3.")))
+        run_emacs(home, fake.url, session(send("what is 1+2?"), wait_text("It is 3."))).check()
+        fork = tmp_path / "fork"  # the home at tick 1: its eval done, its reply not yet made
+        subprocess.run([sys.executable, "-m", "amacs_server", "fork", str(home), "--tick", "1", str(fork)],
+                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        turn = spec["prompts"][0]["turns"][0]
+        run = run_emacs(fork, fake.url, session(send(turn), wait_text(FINAL_MARK))).check()
+    finally:
+        fake.stop()
+    assert "no panel-* viewpoint skills" not in run.shell
+    assert FINAL_MARK in run.shell

@@ -287,6 +287,10 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     done = experiment(slow_model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_all_done(runs)
+    for run_id, manifest in stopped.items():  # each interrupted attempt's record kept aside
+        kept = json.loads((runs / run_id / "attempts" / "1" / "manifest.json").read_text())
+        assert kept["started_at"] == manifest["started_at"] and kept["error"] == manifest["error"], kept
+        assert (runs / run_id / "attempts" / "1" / "emacs.log").is_file(), run_id
 
 
 def test_progress_line_reads_plainly():

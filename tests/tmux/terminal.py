@@ -57,6 +57,7 @@ class Terminal:
         self._emacs_socket = self._sockets / "emacs" / "server"
         self._env = self._environment(base_url, env or {})
         self._pane_pid: int | None = None
+        self._pane_started: str | None = None  # its start time: a pid used again is not it
 
     def _environment(self, base_url: str, extra: dict[str, str | None]) -> dict[str, str]:
         """The caller's environment without its AMACS/Anthropic/tmux settings, plus the test's
@@ -95,6 +96,7 @@ class Terminal:
         self._tmux("-f", str(conf), "new-session", "-d", "-s", "amacs", "-x", str(self.width),
                    "-y", str(self.height), "--", str(ROOT / "amacs"), *self.args, "--eval", server, cwd=ROOT)
         self._pane_pid = int(self._tmux("display", "-p", "-t", "amacs", "#{pane_pid}").strip())
+        self._pane_started = _start_time(self._pane_pid)
         self.wait_for(lambda screen: any(line.startswith(PROMPT.rstrip()) for line in screen.splitlines()),
                       timeout=timeout, what="the shell's first prompt")
         if connected:
@@ -197,6 +199,22 @@ class Terminal:
             if time.monotonic() > deadline:
                 raise TerminalTimeout(self._report(what or repr(expected), timeout, screen))
             time.sleep(0.05)
+
+    def wait_exited(self, timeout: float = 20) -> str:
+        """Wait until ``./amacs`` has exited and its terminal is closed; return the screen then.
+
+        Not tmux's "Pane is dead": tmux draws it once it has reaped the pane's process too, and
+        Debian's tmux (linked with libutempter) can miss that SIGCHLD for good: at the terminal's
+        end it runs utempter's helper under utempter's own SIGCHLD handler (tmux issues 311 and
+        4559), and ``./amacs`` stayed an unreaped zombie, its output all read, the test waiting
+        out its 20 s (1 quit in ~15 at load 8-12).  ``#{pane_dead}`` is the terminal's end: every
+        process that held it is done with it, so the screen holds all they wrote."""
+        def exited(_screen: str) -> bool:
+            return (self._pane_pid is not None and _start_time(self._pane_pid) != self._pane_started
+                    and self._tmux("display", "-p", "-t", "amacs", "#{pane_dead}").strip() == "1")
+
+        self.wait_for(exited, timeout=timeout, what="./amacs to exit")
+        return self.screen()
 
     def wait_idle(self, timeout: float = 20) -> None:
         """Wait until the cursor sits at an empty prompt: its row reads exactly ``amacs> ``."""

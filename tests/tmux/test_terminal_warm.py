@@ -104,11 +104,11 @@ def test_the_first_start_says_in_its_shell_that_the_warm_server_stays_and_how_to
     screen = first.wait_for("This start left a warm server running", timeout=30, what="the note in the first shell")
     assert "./amacs --stop-warm stops it" in screen.replace("\n;; ", " "), screen
     first.press("C-x C-c")
-    assert "warm server" not in first.wait_for("Pane is dead") + first.history()
+    assert "warm server" not in first.wait_exited() + first.history()
     again = terminal(**env)  # said once
     assert "warm server" not in again.screen()
     again.press("C-x C-c")
-    assert "warm server" not in again.wait_for("Pane is dead") + again.history()
+    assert "warm server" not in again.wait_exited() + again.history()
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AMACS_")}
     stopped = subprocess.run([str(ROOT / "amacs"), "--stop-warm"], capture_output=True, text=True, timeout=30,
@@ -140,7 +140,7 @@ def test_a_warm_server_no_shell_named_is_named_at_the_next_start(
     children = Path(f"/proc/{emacs}/task/{emacs}/children").read_text().split()
     assert not [child for child in children if "python" in _cmdline(int(child))], children
     second.press("C-x C-c")  # quit: nothing more is said in the terminal either
-    assert "warm server" not in second.wait_for("Pane is dead") + second.history()
+    assert "warm server" not in second.wait_exited() + second.history()
     third = terminal(**env)
     assert "stays after Emacs quits" not in third.screen()
 
@@ -168,4 +168,4 @@ def test_the_warm_server_note_is_never_said_in_a_forks_shell(
     first.wait_for_elisp(f'(string-match-p ";; Resumed:" {shell})', what="the fork's shell greeted")
     assert "warm server" not in first.elisp_string(shell)
     first.press("C-x C-c")
-    assert "warm server" not in first.wait_for("Pane is dead") + first.history()
+    assert "warm server" not in first.wait_exited() + first.history()
