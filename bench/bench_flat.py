@@ -20,7 +20,9 @@ copies of its home:
   rewind picker's first page shows, as a person does (a fork of a copy of the home as a live
   server leaves it, :func:`as_served`: the copy step's time not counted); ``rewind_random`` and
   ``fork_random`` to any tick (they copy or move aside as much history as lies
-  before or after it);
+  before or after it); each also as ``<row>_cpu``, the CPU the bench process and its git used
+  (on these shared machines a row's wall time swings with other processes' disk writes, which
+  its fsyncs wait behind);
 - ``picker``: ``M-x amacs-rewind`` until its prompt shows (the server's past inputs
   and the labels), and ``hub``: ``M-x amacs-hub`` until its first draw is done, both
   in one batch Emacs on the home (the hub's first draw loads magit-section: its
@@ -40,6 +42,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -206,20 +209,23 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
     last = history.last_tick(home)
     rng = random.Random(3)
     out: dict[str, list[float]] = {"fork": [], "rewind": [], "fork_random": [], "rewind_random": []}
+    cpu: dict[str, list[float]] = {}  # the same rows in CPU (this process and its git): what disk waits do not sway
     served = tmp / "served"  # what is forked: a copy as a live server leaves it
     copy_home(home, served)
     as_served(served)
 
     def fork(row: str, tick: int) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_ms()
         history.fork(served, tick, tmp / "fork")
         out[row].append((time.perf_counter() - t0) * 1000)
+        cpu.setdefault(f"{row}_cpu", []).append(cpu_ms() - c0)
         shutil.rmtree(tmp / "fork")
 
     def rewind(row: str, copy: Path, tick: int) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_ms()
         history.rewind(copy, tick)
         out[row].append((time.perf_counter() - t0) * 1000)
+        cpu.setdefault(f"{row}_cpu", []).append(cpu_ms() - c0)
 
     history.fork(served, last - 1, tmp / "fork")  # not counted: the process's first fork imports what forks use
     shutil.rmtree(tmp / "fork")
@@ -236,7 +242,13 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
         rewind("rewind_random", copy, rng.randint(1, last - 1))
         shutil.rmtree(copy)
     shutil.rmtree(served)
-    return {row: summary(ms) for row, ms in out.items() if ms}
+    return {row: summary(ms) for row, ms in {**out, **cpu}.items() if ms}
+
+
+def cpu_ms() -> float:
+    """The CPU this process and its waited-for children (git) have used, in ms."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime) * 1000
 
 
 def picker_and_hub(home: Path, n: int) -> dict[str, dict[str, float]]:
