@@ -1094,6 +1094,13 @@ def test_a_fork_of_the_last_tick_of_a_home_never_rewound_copies_its_index_as_it_
         assert found == [db.execute(query, (w,)).fetchall() for w in words] and found[1]
     finally:
         db.close()
+    db = sqlite3.connect(home / "memory.db")
+    try:  # the home's index not merged by the rewind's deletions, however many segments the turns left
+        db.execute("INSERT INTO items_fts (items_fts, rank) VALUES ('automerge', 0)")
+        db.execute("INSERT INTO items_fts (items_fts, rank) VALUES ('crisismerge', 64)")
+        db.commit()
+    finally:
+        db.close()
     history.rewind(home, 2)  # the wombat note's rows leave: the home's index only marks them deleted
     assert b"batlateqrs" in b"".join(row[1] for row in _index_rows(home / "memory.db"))
     early = history.fork(home, 2, tmp_path / "early").home  # the last tick: no row after it
