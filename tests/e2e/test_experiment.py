@@ -612,6 +612,41 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     assert len(model.requests) - requests_before == (RUNS - done_before) * TURNS
 
 
+def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(tmp_path):
+    """C-c (SIGINT to the command's group) once a run's transcripts hold the reply to its every turn, but
+    before its Emacs has seen the turn end (here the turn goes on: the reply came with an eval whose next
+    step takes 3 s; the newcomer's window was the ~100 ms between the reply and the session's end):
+    the run is let end and is done, not failed and run again from nothing, paid twice."""
+    answered: list[str] = []
+
+    def answer(body: dict) -> Reply:
+        answered.append("x")
+        return Reply(agent_json("fine", eval="(+ 1 1)")) if len(answered) == 1 else Reply(agent_json(None), delay=3.0)
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec, runs = write_spec(tmp_path, "answered", parallel=1), tmp_path / "runs"
+        spec.write_text(spec.read_text().replace("repetitions = 3", "repetitions = 1"))
+        proc = subprocess.Popen(command(spec, runs), env=environment(fake), cwd=ROOT, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.time() + 120
+        while time.time() < deadline and len(answered) < 2:
+            time.sleep(0.02)
+        assert len(answered) >= 2, "the run's second step never asked"
+        (going,) = [k for k, m in manifests(runs).items() if m["status"] == "running"]
+        assert not (runs / going / "batch-result.json").exists(), "its session is over already"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out + err
+        assert "Traceback" not in err, err
+        manifest = manifests(runs)[going]
+        assert manifest["status"] == "done" and manifest["turns_done"] == 1, manifest
+        assert git_heads(runs / going / "home") and not (runs / going / "home" / ".uncommitted-tick").exists()
+    finally:
+        fake.stop()
+
+
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
     """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 20 s)
     does not wait for it: the command ends at once, that run failed as interrupted (it runs again)."""
