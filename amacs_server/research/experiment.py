@@ -276,9 +276,12 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
         except KeyboardInterrupt:
             finishing = getattr(executor, "finishing", lambda: 0)()
             if finishing:
-                progress.console.print(f"C-c: {finishing} {'run' if finishing == 1 else 'runs'} whose every turn got "
-                                       "its reply finish their last commit and are recorded done (C-c again to stop "
-                                       "them: they would run again)", markup=False, highlight=False, soft_wrap=True)
+                one = finishing == 1
+                progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
+                                       f"{'ends' if one else 'end'} first (the last commit) and "
+                                       f"{'is' if one else 'are'} recorded done (C-c again to stop "
+                                       f"{'it: it' if one else 'them: they'} would run again)",
+                                       markup=False, highlight=False, soft_wrap=True)
             raise
         finally:
             executor.close()
