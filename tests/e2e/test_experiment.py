@@ -531,12 +531,13 @@ def pending_commit(runs: Path) -> str | None:
     return over[0] if over and len(found) >= 2 else None
 
 
-def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
-    """At parallel 1 the next run starts once a run's turns are replied to, while its server still makes
-    the last commit (git slowed to 4 s here); the command killed then: that run is not done (running),
-    and resume runs it again to done."""
-    spec, runs = write_spec(tmp_path, "pending", parallel=1), tmp_path / "runs"
-    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 4")},
+def start_until_a_commit_is_pending(model: FakeAnthropic, tmp_path: Path, name: str,
+                                    git: str) -> tuple[Path, Path, subprocess.Popen[str], str]:
+    """Start a 12-run experiment NAME at parallel 1, as a terminal starts a command, its git's
+    update-ref running GIT first (slow_git), and wait for a run whose last commit is pending: the spec,
+    the runs folder, the command's process and that run."""
+    spec, runs = write_spec(tmp_path, name, parallel=1), tmp_path / "runs"
+    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, git)},
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -546,6 +547,14 @@ def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
         pending = pending_commit(runs)
         time.sleep(0.02)
     assert pending is not None, manifests(runs)
+    return spec, runs, proc, pending
+
+
+def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
+    """At parallel 1 the next run starts once a run's turns are replied to, while its server still makes
+    the last commit (git slowed to 4 s here); the command killed then: that run is not done (running),
+    and resume runs it again to done."""
+    spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "pending", "sleep 4")
     assert not git_heads(runs / pending / "home"), "its commit was made already"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
@@ -567,17 +576,7 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     got its reply has its server make the last commit (git slowed to 3 s): the commit is made, the run
     is recorded done (its home's git whole), and the resume neither runs it again nor touches its
     transcripts; the run that was mid-turn is failed as interrupted and runs again."""
-    spec, runs = write_spec(tmp_path, "teardown", parallel=1), tmp_path / "runs"
-    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 3")},
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 120
-    pending = None
-    while time.time() < deadline and pending is None:
-        pending = pending_commit(runs)
-        time.sleep(0.02)
-    assert pending is not None, manifests(runs)
+    spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "teardown", "sleep 3")
     home = runs / pending / "home"
     assert not git_heads(home), "its commit was made already"
     os.killpg(proc.pid, signal.SIGINT)
@@ -650,17 +649,7 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
     """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 20 s)
     does not wait for it: the command ends at once, that run failed as interrupted (it runs again)."""
-    spec, runs = write_spec(tmp_path, "twice", parallel=1), tmp_path / "runs"
-    proc = subprocess.Popen(command(spec, runs), env={**environment(model), **slow_git(tmp_path, "sleep 60")},
-                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.time() + 120
-    pending = None
-    while time.time() < deadline and pending is None:
-        pending = pending_commit(runs)
-        time.sleep(0.02)
-    assert pending is not None, manifests(runs)
+    spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "twice", "sleep 60")
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(1.0)
     assert proc.poll() is None, "it did not wait for the run's last commit"
