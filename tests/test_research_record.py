@@ -392,3 +392,45 @@ def test_an_earlier_attempt_s_record_is_kept_aside_and_the_dataset_tells_its_cal
     assert mine == round(now["cost"], 6)
     assert con.execute(f"SELECT round(cost, 6), round(earlier_cost, 6) FROM runs WHERE run_id = '{folder.name}'"
                        ).fetchone() == (round(now["cost"], 6), paid)
+
+
+def test_a_run_s_console_line_says_which_seconds_it_shows(tmp_path):
+    """The console's ``done RUN $COST 1.9 s`` showed the run's wall_seconds (start-up and stop too), which
+    a newcomer compared with the report's duration (its seconds, 0.114) and found 5-15x apart. The line
+    says both, named: the duration as the report has it, and the wall time; a judgement keeps its seconds."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from amacs_server.research.experiment import execute
+    from amacs_server.research.runs import Outcome, durations
+
+    run = Outcome(run_id="cars.two-views.sonnet.r2", status="done", cost=0.0415, seconds=1.909, turns_done=1,
+                  started_at=100.0, ended_at=101.909,
+                  phases={"emacs_started_at": 100.0, "first_turn_at": 101.475, "last_reply_at": 101.589})
+    judgement = Outcome(run_id="cars.two-views.sonnet.r2", status="done", cost=0.005, seconds=0.012, turns_done=1,
+                        started_at=0.0, ended_at=0.012)
+    assert durations(run)["seconds"] == 0.114
+
+    class Done:
+        def __init__(self, outcome: Outcome) -> None:
+            self.outcome, self.going = outcome, 0
+
+        def submit(self, _job) -> None:
+            self.going += 1
+
+        def finished(self, _timeout: float) -> list[Outcome]:
+            out, self.going = [self.outcome] * self.going, 0
+            return out
+
+        def close(self) -> None:
+            pass
+
+    lines = []
+    for outcome in (run, judgement):
+        screen = StringIO()
+        execute([outcome], Done(outcome), 1, None, 0.0, 1, "debate",
+                Console(file=screen, width=200, force_terminal=False, color_system=None))
+        lines.append(next(line for line in screen.getvalue().splitlines() if line.startswith("done")))
+    assert lines[0].endswith("$0.0415  0.1 s duration, 1.9 s wall"), lines[0]
+    assert lines[1].endswith("$0.0050  0.0 s"), lines[1]

@@ -1613,6 +1613,9 @@ def test_a_rewind_moves_the_shells_later_inputs_and_draft_onto_the_abandoned_ref
     # The abandoned future's log (the hub's) shows the inputs abandoned as text, not "Bin".
     stat = _git(home, "log", "--stat", "--format=", f"HEAD..{ref}")
     assert re.search(r"shell-history +\| +2 \+\+\n", stat) and "Bin" not in stat, stat
+    # Its patch shows each input on a line of its own, without the NUL (^@) that ends it in the file.
+    patch = _git(home, "log", "-p", "--format=", f"HEAD..{ref}", "--", "shell-history")
+    assert "\0" not in patch and f"\n+{'words ' * 12}of input 3\n" in patch, patch
 
 
 def test_a_rewind_to_a_tick_before_the_history_began_moves_it_whole(tmp_path, fake):
@@ -1811,3 +1814,24 @@ def test_a_hangup_to_the_servers_group_during_a_rewind_or_fork_kills_none_of_its
     assert result["failed"] == [], f"{len(result['failed'])} of {result['made'] + len(result['failed'])} failed: " \
         f"{result['failed'][:3]}"
     assert result["made"] >= 2
+
+
+def test_a_home_made_before_the_inputs_diff_driver_gets_it_at_its_next_start(tmp_path, fake):
+    """Homes made earlier mark shell-history "diff" alone, whose patches showed a NUL (^@) ending each
+    input: their next server names the driver that leaves it out, and sets it in the home's config."""
+    from amacs_server.persistence.git_repo import ATTRIBUTES
+
+    home = tmp_path / "home"
+    for step in ("first", "again"):
+        rt = runtime(home, fake.url)
+        try:
+            do(rt, ("say", f"input at the {step} start"))
+            assert rt.mind.commits.flush(60)
+        finally:
+            rt.stop()
+        if step == "first":
+            (home / ".git" / "info" / "attributes").write_text("shell-history diff\n")
+            subprocess.run(["git", "-C", str(home), "config", "--local", "--remove-section", "diff.amacs-inputs"],
+                           check=True)
+    assert (home / ".git" / "info" / "attributes").read_text() == ATTRIBUTES
+    assert _git(home, "config", "--local", "diff.amacs-inputs.textconv").strip() == "tr -d '\\000' <"

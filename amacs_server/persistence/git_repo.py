@@ -46,8 +46,12 @@ GITIGNORE = ("memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\n
              "rewound-spend\nshell-draft\nbudget-limit\n.uncommitted-tick\n")
 # The home's own git attributes (.git/info/attributes, not a tracked file): the shell's input
 # history, which a rewind commits onto an abandoned future's ref, ends each entry with a NUL; git
-# would take it for binary and show no diff of the inputs abandoned.
-ATTRIBUTES = "shell-history diff\n"
+# would take it for binary and show no diff of the inputs abandoned.  Its diff driver (the home's
+# git config) shows each entry on a line of its own (git runs the command by the shell, the file's
+# name after it) without the NUL (^@) that ends it: Emacs writes each as INPUT, NUL, newline.
+ATTRIBUTES = "shell-history diff=amacs-inputs\n"
+ATTRIBUTES_BEFORE = ("shell-history diff\n",)  # written by earlier versions: made anew
+INPUTS_DIFF = (("diff.amacs-inputs.textconv", "tr -d '\\000' <"), ("diff.amacs-inputs.binary", "false"))
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
 GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit",
                    ".uncommitted-tick")
@@ -605,7 +609,9 @@ class HomeRepo:
                         self._git("config", "--local", key, value)
                 self._algorithm = (self._config("extensions.objectformat") or "sha1").lower()
                 attributes = self.home / ".git" / "info" / "attributes"
-                if not attributes.exists():
+                if not attributes.exists() or attributes.read_text(encoding="utf-8") in ATTRIBUTES_BEFORE:
+                    for key, value in INPUTS_DIFF:  # before the file that names them: done again if cut short
+                        self._git("config", "--local", key, value)
                     attributes.parent.mkdir(exist_ok=True)
                     attributes.write_text(ATTRIBUTES, encoding="utf-8")
             except (GitFailed, OSError, ValueError) as err:

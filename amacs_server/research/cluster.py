@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .forkserver import launcher
+from .outcome import verdict
 from .runs import (
     INTERRUPTED,
     Outcome,
@@ -95,9 +96,11 @@ class ForkServer:
         self.folder = Path(tempfile.mkdtemp(prefix=f"amacs-fork-{os.getpid()}-"))
         self.socket = self.folder / "fork.sock"
         with (self.folder / "forkserver.log").open("wb") as log:
+            # A process group of its own: a terminal's C-c reaches the experiment, which lets the runs
+            # whose turns were all replied to end (their servers are its forks) before it kills this.
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "amacs_server.research.forkserver", str(self.socket), *backends],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, process_group=0)
         assert self.proc.stdout is not None
         try:
             line = self.proc.stdout.readline()
@@ -184,8 +187,10 @@ class LocalExecutor:
         return len(self.sessions)
 
     def finishing(self) -> int:
-        """Runs whose every turn got its reply and whose server is stopping (a C-c lets them end)."""
-        return sum(not f.done() and run.run_id not in self.sessions for f, run in self.going.items())
+        """Runs going whose every turn has its reply in the transcripts (a C-c lets them end)."""
+        return sum(not f.done() and (run.run_id not in self.sessions or verdict(
+            self.runs_dir / run.run_id / "home", len(run.turns), run.base_url).failed_turn is None)
+            for f, run in self.going.items())
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended, waiting at most TIMEOUT seconds for one to end, or for

@@ -58,7 +58,7 @@ from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
-from .runs import INTERRUPTED, Outcome, base_url_of, earlier_cost, read_manifest
+from .runs import INTERRUPTED, Outcome, base_url_of, durations, earlier_cost, read_manifest
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -194,6 +194,16 @@ def _progress(console: Console) -> Progress:
                     TextColumn("ETA"), TimeRemainingColumn(), console=console)
 
 
+def took(outcome: Outcome) -> str:
+    """OUTCOME's time as its console line says it: a run's duration, its ``seconds`` (from its first
+    turn to its last reply: the report's duration), and its ``wall_seconds`` (start-up and stop too);
+    a judgement's ``seconds``."""
+    if "first_turn_at" not in outcome.phases:  # a judgement, or a run that never got going
+        return f"{outcome.seconds:.1f} s"
+    seconds = durations(outcome)["seconds"]
+    return (f"{seconds:.1f} s duration, " if seconds is not None else "") + f"{outcome.seconds:.1f} s wall"
+
+
 def failure(outcome: Outcome) -> str:
     """OUTCOME's reason with the turn it stopped at: ``turn 1: model endpoint unreachable: URL``."""
     turn = f"turn {outcome.failed_turn}: " if outcome.failed_turn else ""
@@ -260,15 +270,18 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
                     why = f"  {failure(outcome)}" if outcome.error else ""
                     progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
-                                           f"{outcome.seconds:.1f} s{why}", markup=False, highlight=False, soft_wrap=True,
+                                           f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
                                            style="red" if outcome.status == "failed" else None)
                     stopped = stopped or same_failures(outcomes)
         except KeyboardInterrupt:
             finishing = getattr(executor, "finishing", lambda: 0)()
             if finishing:
-                progress.console.print(f"C-c: {finishing} {'run' if finishing == 1 else 'runs'} whose every turn got "
-                                       "its reply finish their last commit and are recorded done (C-c again to stop "
-                                       "them: they would run again)", markup=False, highlight=False, soft_wrap=True)
+                one = finishing == 1
+                progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
+                                       f"{'ends' if one else 'end'} first (the last commit) and "
+                                       f"{'is' if one else 'are'} recorded done (C-c again to stop "
+                                       f"{'it: it' if one else 'them: they'} would run again)",
+                                       markup=False, highlight=False, soft_wrap=True)
             raise
         finally:
             executor.close()

@@ -436,7 +436,19 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def main(argv: list[str]) -> int:
-    """The ``judge`` command; see the module's docstring for the exit status."""
+    """The ``judge`` command; see the module's docstring for the exit status.  A C-c anywhere in it
+    (while the SDK loads, as it prints) ends it with one line and 130, as one mid-judging does."""
+    named: list[str] = []
+    try:
+        return _main(argv, named)
+    except KeyboardInterrupt:
+        print(f"judge{''.join(' ' + n for n in named[-1:])}: interrupted; run the same command again to resume.",
+              flush=True)
+        return 130
+
+
+def _main(argv: list[str], named: list[str]) -> int:
+    """:func:`main`, appending the judge's name to NAMED once it is known."""
     from .dataset import cost_words
     from .experiment import execute, progress_console, summary
 
@@ -455,6 +467,7 @@ def main(argv: list[str]) -> int:
     except (JudgeError, OSError) as err:
         print(f"amacs-server judge: {err}", file=sys.stderr)
         return 2
+    named.append(judge.name)
     runs_dir = args.runs_dir.resolve()
     if not any(runs_dir.glob("*/manifest.json")):
         print(f"amacs-server judge: no runs (*/manifest.json) in {runs_dir}", file=sys.stderr)
@@ -490,12 +503,8 @@ def main(argv: list[str]) -> int:
 
     for backend in sorted({job.backend for job in todo}):
         sdk.SDKS[backend].load()
-    try:
-        outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
-                                          before, total, f"judge {judge.name}", progress_console())
-    except KeyboardInterrupt:
-        print(f"judge {judge.name}: interrupted; run the same command again to resume.", flush=True)
-        return 130
+    outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
+                                      before, total, f"judge {judge.name}", progress_console())
     where = {job.run_id: estimated_where(job) for job in todo}
     # Earlier scores' dollars (a resumed judge): said as this judgement's when all of it went to one place.
     places = set(where.values())

@@ -525,9 +525,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
 
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
     ``failed`` with the error :data:`INTERRUPTED` (resume runs it again); but a run whose
-    every turn got its reply (its session over, its server making the last commit) is let
-    finish and is recorded as it ends, ``done`` with its home whole, unless HURRY is set too
-    (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    every turn has its reply in the transcripts by then (Emacs about to see the last turn
+    end, or its server making the last commit) is let finish and is recorded as it ends,
+    ``done`` with its home whole, unless HURRY is set too (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -551,8 +551,15 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 session_ended()
         return True
 
+    answered: list[bool] = []  # at the C-c: every turn had its reply in the transcripts (looked at once)
+
     def finishing() -> bool:
-        return replied.is_set() and not (hurry is not None and hurry.is_set())
+        """Whether the run, STOP set, is let go on: every turn got its reply, only its end is left."""
+        if hurry is not None and hurry.is_set():
+            return False
+        if not answered:
+            answered.append(replied.is_set() or verdict(home, len(run.turns), run.base_url).failed_turn is None)
+        return answered[0]
 
     if proc is not None:
         try:

@@ -223,3 +223,21 @@ def test_a_judgements_seconds_are_its_own_not_the_sdks_import(runs, fake):
     assert len(seconds) == RUNS and max(seconds.values()) < 0.5, seconds
     said = {m[1]: float(m[2]) for m in re.finditer(r"done\s+(\S+)\s+\$\S+\s+([\d.]+) s", proc.stderr)}
     assert said == {run: round(s, 1) for run, s in seconds.items()}, (said, proc.stderr)
+
+
+def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
+    """C-c (SIGINT to the command's process group, as a terminal sends it) the moment the judge has said
+    what it will judge, while it imports the model SDK (~1.3 s): the experiment's one line and exit 130,
+    not a 25-line traceback; nothing judged."""
+    proc = subprocess.Popen(command(runs, "viewpoints-used"), env=environment(fake), cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # said just before the SDK is loaded
+    assert "to judge" in first, first
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, first + out + err
+    assert "judge viewpoints-used: interrupted; run the same command again to resume." in out, out
+    assert not scores(runs, "viewpoints-used")
