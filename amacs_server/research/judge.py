@@ -213,10 +213,13 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     from ..inference.model_call import Ask
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
+    from ..scrub import Scrubber
     from ..state.consciousness import ApiSettings
 
-    keys = tuple(v for k, v in os.environ.items() if k.endswith("_API_KEY") and v)
-    transcript = Transcript(folder, TRANSCRIPT, secrets=keys)
+    # The keys taken out as the server takes them out of its transcripts (a value too short to be a
+    # secret, the docs' ANTHROPIC_API_KEY=fake, is an ordinary word there).
+    transcript = Transcript(folder, TRANSCRIPT, scrub=Scrubber({k: v for k, v in os.environ.items()
+                                                                if k.endswith("_API_KEY")}))
     # Its session is its own (the run and the judge), not one shared by every judge.jsonl: a reader of
     # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
     transcript.run_id = f"{job.run_id}.judge-{judge.name}"

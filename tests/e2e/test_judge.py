@@ -241,3 +241,21 @@ def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
     assert proc.returncode == 130, first + out + err
     assert "judge viewpoints-used: interrupted; run the same command again to resume." in out, out
     assert not scores(runs, "viewpoints-used")
+
+
+def test_a_short_key_does_not_blank_out_the_words_of_the_judges_record(runs, fake):
+    """The newcomer's case: with the docs' ``ANTHROPIC_API_KEY=fake`` and a model named ``fake``, the
+    judge's transcript wrote every "fake" as ``[REDACTED]``: its session ids no longer named their
+    runs, and the judged text lost the word.  The judge scrubs as the server does (a value shorter
+    than a secret can be is an ordinary word); a key long enough is still taken out."""
+    env = {**environment(fake), "ANTHROPIC_API_KEY": "cars"}  # a word of every run's id (cars.two-views...)
+    proc = subprocess.run(command(runs, "viewpoints-used"), env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    logs = sorted(runs.glob("*/judges/viewpoints-used/judge.jsonl"))
+    assert len(logs) == RUNS
+    for log in logs:
+        text = log.read_text()
+        assert "REDACTED" not in text and "redacted" not in text, text[:400]
+        sessions = {json.loads(line)["session_id"] for line in text.splitlines()}
+        assert sessions == {f"{log.parts[-4]}.judge-viewpoints-used"}
