@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from .records import Blocked, EvalResultRecord, Fork, ModelResponse, Record, Rewind, json_path
 
+# Where an experiment's run keeps the record of each earlier attempt (``<run>/attempts/<n>/``) when
+# it runs again (``research.runs.keep_attempt``).
+ATTEMPTS = "attempts"
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -74,21 +78,26 @@ def connect(folder: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def experiment_run(transcript: Path) -> dict[str, str] | None:
+def experiment_run(transcript: Path) -> dict[str, Any] | None:
     """The experiment run whose home TRANSCRIPT is in (``RUNS_DIR/<run>/home/transcripts/*.jsonl``, beside
     its ``manifest.json``): its folder (what a manifest and the dataset call ``run_id``) and its arm;
-    None for a transcript of any other home."""
-    if len(transcript.parents) < 3 or transcript.parent.name != "transcripts" or transcript.parents[1].name != "home":
+    for one of its earlier attempts (``RUNS_DIR/<run>/attempts/<n>/transcripts/*.jsonl``, beside
+    that attempt's manifest) the attempt's number too; None for a transcript of any other home."""
+    if len(transcript.parents) < 4 or transcript.parent.name != "transcripts":
         return None
-    folder = transcript.parents[2]
+    attempt = transcript.parents[1].name.isdigit() and transcript.parents[2].name == ATTEMPTS
+    if not attempt and transcript.parents[1].name != "home":
+        return None
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        manifest = json.loads((transcript.parents[1 if attempt else 2] / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(manifest, dict):
         return None
     arm = " / ".join(str(manifest.get(k)) for k in ("prompt", "variant", "model"))
-    return {"run": folder.name, "arm": arm}
+    if attempt:
+        return {"run": transcript.parents[3].name, "arm": arm, "attempt": int(transcript.parents[1].name)}
+    return {"run": transcript.parents[2].name, "arm": arm}
 
 
 def summarize(folder: Path) -> dict[str, Any]:
@@ -116,6 +125,8 @@ def summarize(folder: Path) -> dict[str, Any]:
     in_runs = {session: {**run, "agents": dict(agents)[session]} for session, run in where.items() if run}
     # A judgement (``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``) is a session of its own, not a run.
     judgements = {session for session, file in files.items() if file.parent.parent.name == "judges"}
+    # An earlier attempt of a run that ran again (kept in ``<run>/attempts/<n>/``): a session, not a run.
+    earlier = {session for session, run in in_runs.items() if "attempt" in run}
     rewinds, forks = rows(f"""
         SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
                count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
@@ -135,8 +146,9 @@ def summarize(folder: Path) -> dict[str, Any]:
         SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM lived
         GROUP BY agent_type ORDER BY agent_type""")
     return {
-        "sessions": len(agents),  # every session: the runs and the judgements of an experiment's runs
-        "runs": len(agents) - len(judgements),
+        "sessions": len(agents),  # every session: the runs, their earlier attempts and their judgements
+        "runs": len(agents) - len(judgements) - len(earlier),
+        "earlier_attempts": len(earlier),
         "judgements": len(judgements),
         "agents_per_run": {run: n for run, n in agents},  # by server session (a transcript line's run_id)
         # each session that ran in an experiment's run folder: that run (its folder) and its arm

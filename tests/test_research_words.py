@@ -169,3 +169,24 @@ def test_the_progress_bar_s_last_line_is_whole_when_piped(capsys):
     execute(runs, _OneAtATime(), 2, None, 0.0, 10, "debate", progress_console())
     bar = [line for line in capsys.readouterr().err.splitlines() if line.startswith("debate (10 runs)")][-1]
     assert re.search(r"10 done · 0 running · 0 failed · \$4\.50 +\d+:\d\d:\d\d ETA +\d+:\d\d:\d\d$", bar.rstrip()), bar
+
+
+def test_transcripts_count_an_earlier_attempt_apart_and_map_it_to_its_run(ran):
+    """``transcripts RUNS_DIR`` counted the session of a run's earlier attempt (kept in
+    ``<run>/attempts/<n>/`` when the run ran again) as one more run, and mapped it to no run."""
+    from amacs_server.research.runs import keep_attempt, read_manifest
+    from amacs_server.transcripts import summarize
+
+    _experiment, runs_dir, _total = ran
+    folder = runs_dir / AGAIN
+    [before] = (folder / "home" / "transcripts").glob("*.jsonl")
+    session = json.loads(before.read_text().splitlines()[0])["session_id"]
+    keep_attempt(folder, {**read_manifest(folder), "status": "failed"})  # its record moves aside, as a rerun's
+    again = folder / "home" / "transcripts" / "again.jsonl"  # the attempt that counted: a session of its own
+    again.parent.mkdir()
+    again.write_text((folder / "attempts" / "1" / "transcripts" / before.name).read_text().replace(session, "the-rerun"))
+    summary = summarize(runs_dir)
+    assert (summary["sessions"], summary["runs"], summary["earlier_attempts"], summary["judgements"]) == (9, 8, 1, 0)
+    rerun = summary["experiment_runs"]["the-rerun"]
+    assert rerun["run"] == AGAIN and "attempt" not in rerun
+    assert summary["experiment_runs"][session] == {**rerun, "attempt": 1}

@@ -65,8 +65,7 @@ from ..records import (
     TickStart,
     ToolCall,
 )
-from ..transcripts import COLUMNS, Of, home_steps
-from .runs import ATTEMPTS
+from ..transcripts import ATTEMPTS, COLUMNS, Of, home_steps
 from .spec import arms_of
 
 if TYPE_CHECKING:

@@ -41,12 +41,12 @@ from .. import faults
 from ..errors import AmacsError
 from ..inference.pricing import endpoint_host
 from ..records import ModelRequest, ModelResponse, TickEnd, TickStart, scan
+from ..transcripts import ATTEMPTS
 from .outcome import verdict
 from .spec import Run, skill_folders
 
 MANIFEST = "manifest.json"
 TRACE = "trace.txt"
-ATTEMPTS = "attempts"  # a run that ran again keeps each earlier attempt's record here (keep_attempt)
 # Where Emacs finds epc and magit-section: Debian's elpa-* packages, or the person's
 # ~/.emacs.d/elpa (named outright: a run's Emacs has its own HOME).
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
