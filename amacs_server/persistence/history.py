@@ -575,8 +575,13 @@ def _drop_snapshots(home: Path, *, above: int = -1, but: Path | None = None) -> 
         if top > above and path != but:
             path.unlink(missing_ok=True)
     if above < 0:
-        for path in (home / ".git").glob("amacs-memory.tmp-*"):
-            path.unlink(missing_ok=True)
+        _drop_unfinished(home)
+
+
+def _drop_unfinished(home: Path) -> None:
+    """Remove what a making of HOME's memory snapshot cut short left."""
+    for path in (home / ".git").glob("amacs-memory.tmp-*"):
+        path.unlink(missing_ok=True)
 
 
 def _same_row(db: sqlite3.Connection, top: int) -> bool:
@@ -628,8 +633,7 @@ def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | Non
     if row is None or (kept and int(row) - kept[-1] < every):
         return None
     top = int(row)
-    for path in (home / ".git").glob("amacs-memory.tmp-*"):  # what a making cut short left
-        path.unlink(missing_ok=True)
+    _drop_unfinished(home)
     tmp = home / ".git" / f"amacs-memory.tmp-{os.getpid()}"
     # Its index merged into one segment; one file (no WAL), which a reader leaves as it is.
     _memory_up_to(db_path, tmp, {"ltm_max_id": top, "active": []}, journal="DELETE")
