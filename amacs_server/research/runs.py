@@ -424,9 +424,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     before = read_manifest(folder)
     if before is not None and before.get("status") == "running":
         # The experiment was killed while this run went: what it paid is in its transcripts.
+        # So are the turns it got replies to.
         cost, _seconds, unpriced = transcript_totals(folder / "home")
+        judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
         before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                  "cost": None if cost is None else round(cost, 6)}
+                  "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
+                  "failed_turn": judged.failed_turn}
         write_manifest(folder, before)
     if before is not None and before.get("status") != "done":
         keep_attempt(folder, before)
