@@ -81,7 +81,7 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert "the third" not in chat and "refs/amacs/abandoned/" in chat
     log = subprocess.run(["git", "-C", str(fork), "log", "--format=%s"], capture_output=True, text=True,
                          check=True).stdout
-    assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] thought about note the fork",
+    assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] «note the fork» — thought about note the fork",
                                     f"[TICK 1][fork] forked from {home} at tick 1"], log
     assert "the second" not in (fork / "agent-chat.org").read_text()
 
