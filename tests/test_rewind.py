@@ -919,15 +919,21 @@ def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake, monke
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
 
 
+@pytest.mark.parametrize("older_form", [False, True])
 def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_keeps(tmp_path, fake,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, older_form):
     """The fork packs only what its tick reaches beyond the newest commit the packer noted as held
     whole by packs it keeps: git walks no commit below it.  A note naming a pack the fork may not
-    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick."""
+    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick.
+    So with the notes of an older packer (a list, no pack's time: the pack files' times are
+    used); the next repack keeps them."""
     home = tmp_path / "home"
     run(home, fake, [("say", "hello"), ("say", "plain two")])
     packed_at = _git(home, "rev-parse", "HEAD").strip()
     HomeRepo(home).pack()
+    if older_form:
+        (home / ".git" / PACKED_FILE).write_text(json.dumps([[sha, sorted(names)] for sha, names in packed_records(home)]))
+        assert pack_times(home) == {} and packed_records(home)
     time.sleep(1.1)  # the next ticks' commits in a later second than the pack
     run(home, fake, [("say", "the third"), ("say", "later words")])
     walked: list[bytes] = []
@@ -953,6 +959,9 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     assert walked == [f"{history.tick_commit(home, 1)}\n".encode()]
     assert _holds_abandoned(early, ("answer to plain two", "the third")) == []
     _git(early, "fsck", "--full", "--strict", "--no-dangling")
+    monkeypatch.undo()
+    HomeRepo(home).pack()
+    assert packed_records(home)[0] == (packed_at, pack_names(fork) & pack_names(home))
 
 
 def test_a_fork_keeps_a_roll_up_only_if_every_pack_it_took_in_predates_the_tick_and_it_took_in_nothing_else(
