@@ -1409,7 +1409,7 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
         assert {h["tick"] for h in one} == {2} and {"subject", "diff"} <= {h["in"] for h in one}
         assert any(h.get("file") == "agent-chat.org" and h["line"] == "+note the plan" for h in one)
         assert history_search(rt.mind, "plan", {"only": ["subject"], "limit": 1}) == [
-            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] thought about note the plan again"}]
+            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] «note the plan again» — thought about note the plan again"}]
         assert history_search(rt.mind, "nowhere at all") == []
         with pytest.raises(Exception, match="only"):
             history_search(rt.mind, "plan", {"only": ["chat"]})

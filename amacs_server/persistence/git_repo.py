@@ -36,7 +36,7 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, deferred_sync, sync_paths
-from ..memory.memid import DELIM
+from ..memory.memid import DELIM, for_person
 
 log = logging.getLogger("amacs.git")
 
@@ -181,22 +181,41 @@ class GitFailed(AmacsError, RuntimeError):
 _TAG_ENDS = " ,;:.!?-_/|"
 
 
-def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, eval_form: str | None = None,
-                   eval_result: str | None = None, eval_error: str | None = None) -> str:
-    """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
-    form and its result or error, each cut at a length a log reads well at (the transcript
-    has them whole): the history shows eval -> result -> reply, the reply in
-    agent-chat.org.  The subject is for a person reading the log: a memory address in it reads
-    as the shell shows it, without its delimiters, and the mood's tag has no punctuation or
-    space at its ends (the transcript keeps what the model wrote)."""
+# An input, a form or a reply named in a tick's subject: its first this many characters, on one line.
+SUBJECT_PART_CHARS = 60
+
+
+def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, said: str | None = None,
+                   reply: str | None = None, eval_form: str | None = None, eval_result: str | None = None,
+                   eval_error: str | None = None) -> str:
+    """``[TICK 42][thread-id][mood] WHAT — monologue`` on one line; after an eval, a body with
+    its form and its result or error, each cut at a length a log reads well at (the transcript
+    has them whole): the history shows eval -> result -> reply, the reply in agent-chat.org.
+
+    WHAT makes ``git log --oneline`` the story: the input that began the tick (SAID, as
+    ``«its first words»``), else what the tick did (``eval FORM``, else ``reply: REPLY``), each
+    cut to :data:`SUBJECT_PART_CHARS`.  The subject is for a person reading the log: a memory
+    address in it reads as the shell shows it, without its delimiters, and the mood's tag has
+    no punctuation or space at its ends (the transcript keeps what the model wrote); so do
+    the body's result and error, while its form is the code as it ran."""
     tag = " ".join(mood.split()).strip(_TAG_ENDS) or " ".join(mood.split())
-    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {' '.join(monologue.replace(DELIM, '').split())}"
+    what = (f"«{_one_line(said)}»" if said is not None else f"eval {_one_line(eval_form)}" if eval_form is not None
+            else f"reply: {_one_line(reply)}" if reply else "")
+    thought = _one_line(monologue, None)
+    story = f"{what} — {thought}" if what and thought else what or thought
+    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {story}"
     if eval_form is None:
         return subject
-    outcome = (f"error: {_cut(eval_error, EVAL_RESULT_CHARS)}" if eval_error is not None
-               else f"result: {_cut(eval_result or '(none)', EVAL_RESULT_CHARS)}")
+    outcome = (f"error: {_cut(for_person(eval_error), EVAL_RESULT_CHARS)}" if eval_error is not None
+               else f"result: {_cut(for_person(eval_result or '(none)'), EVAL_RESULT_CHARS)}")
     body = f"eval: {_cut(eval_form, EVAL_FORM_CHARS)}\n{outcome}"
     return f"{subject}\n\n" + body.replace("\0", "\ufffd")  # a NUL cannot be in git's arguments
+
+
+def _one_line(text: str, limit: int | None = SUBJECT_PART_CHARS) -> str:
+    """TEXT on one line without memory addresses' delimiters, cut to LIMIT characters (None: whole)."""
+    line = " ".join(text.replace(DELIM, "").replace("\0", "\ufffd").split())
+    return line if limit is None or len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _cut(text: str, limit: int) -> str:
