@@ -128,6 +128,7 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
                 asyncio.run_coroutine_threadsafe(_memory(rt, f"note-{tick}", tick), rt.loop).result(30)
             if tick in wanted:
                 rt.mind.commits.flush(600)
+                rt.mind.commits.wait_packed(600)  # its prune-packed removes the loose folders the copy walks
                 shutil.rmtree(wanted[tick], ignore_errors=True)
                 shutil.copytree(work, wanted[tick], symlinks=True,
                                 ignore=shutil.ignore_patterns("server.json", "*.lock", "lock"))
