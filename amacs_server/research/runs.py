@@ -536,7 +536,7 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Ou
     (Emacs saw every turn end and wrote :data:`RESULT` without an error) and its transcripts hold
     every turn's reply, so what was left was its server's last commit and exit.  Its home is made
     whole as its server's next start would make it (the tick it asked to commit and did not is
-    committed from the bytes the tick ended with: :func:`~..persistence.history.late_commit`);
+    committed from the bytes the tick ended with: :func:`~amacs_server.persistence.history.late_commit`);
     its cost is what its transcripts paid.  None, for the run to run again, in any other case, and
     when the home cannot be made whole (a file changed since, a server still holds it after WAIT
     seconds).  Its ``ended_at`` is when its session was over (its result's time)."""
