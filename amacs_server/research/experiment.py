@@ -254,9 +254,17 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
     # A run whose session is over while its server stops counts no more against PARALLEL (the
     # executor's busy()), unless a budget must see its cost before the next run starts.
     busy = getattr(executor, "busy", None) if budget is None else None
+    closed = False
     with _progress(console) as progress:
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
+
+        def said(outcome: Outcome) -> None:
+            why = f"  {failure(outcome)}" if outcome.error else ""
+            progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
+                                   f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
+                                   style="red" if outcome.status == "failed" else None)
+
         try:
             while queue or running:
                 while (queue and (running if busy is None else busy()) < parallel
@@ -276,23 +284,27 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     failed = sum(o.status == "failed" for o in outcomes)
                     done = total - len(todo) + len(outcomes) - failed
                     progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
-                    why = f"  {failure(outcome)}" if outcome.error else ""
-                    progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
-                                           f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
-                                           style="red" if outcome.status == "failed" else None)
+                    said(outcome)
                     stopped = stopped or same_failures(outcomes)
         except KeyboardInterrupt:
-            finishing = getattr(executor, "finishing", lambda: 0)()
-            if finishing:
-                one = finishing == 1
-                progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
-                                       f"{'ends' if one else 'end'} first (the last commit) and "
-                                       f"{'is' if one else 'are'} recorded done (C-c again to stop "
-                                       f"{'it' if one else 'them'} now)",
-                                       markup=False, highlight=False, soft_wrap=True)
+            finishing = getattr(executor, "finishing", None)
+            if finishing is not None:  # this machine's runs: each says how it ended, as it ends
+                letting = finishing()
+                if letting:
+                    one = letting == 1
+                    progress.console.print(f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its "
+                                           f"reply {'ends' if one else 'end'} first (the last commit) and "
+                                           f"{'is' if one else 'are'} recorded done (C-c again to stop "
+                                           f"{'it' if one else 'them'} now)",
+                                           markup=False, highlight=False, soft_wrap=True)
+                closed = True
+                executor.close()
+                for outcome in executor.finished(0):
+                    said(outcome)
             raise
         finally:
-            executor.close()
+            if not closed:
+                executor.close()
     return outcomes, queue, stopped
 
 

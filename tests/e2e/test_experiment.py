@@ -609,6 +609,7 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     assert f"teardown: interrupted: {done_before} of {RUNS} done, 0 failed" in out, out
     manifest = found[pending]
     assert manifest["status"] == "done" and manifest["error"] is None, manifest
+    assert re.search(rf"^done +{re.escape(pending)}  \$0\.\d+  ", err, re.M), err  # its line, as any run's
     assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
     assert git_heads(home) and not (home / ".uncommitted-tick").exists(), "its last commit was not made"
     # the run started in its place: stopped mid-turn, unless it too had every turn replied to by then
@@ -661,6 +662,7 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
         assert "Traceback" not in err, err
         manifest = manifests(runs)[going]
         assert manifest["status"] == "done" and manifest["turns_done"] == 1, manifest
+        assert re.search(rf"^done +{re.escape(going)}  ", err, re.M), err
         assert git_heads(runs / going / "home") and not (runs / going / "home" / ".uncommitted-tick").exists()
     finally:
         fake.stop()
