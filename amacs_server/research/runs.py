@@ -299,6 +299,49 @@ def _kill(proc: subprocess.Popen[bytes], home: Path) -> None:
             pass
 
 
+def _hold(proc: subprocess.Popen[bytes], home: Path) -> list[int]:
+    """Stop (SIGSTOP) PROC's process group (the run's Emacs) and its server's, and wait until every
+    thread of each is stopped (half a second at most): nothing of the run writes while it is looked
+    at.  The groups stopped, for :func:`_release` (or :func:`_kill`, whose SIGKILL ends them stopped)."""
+    pids = [proc.pid]
+    try:
+        pids.append(int(json.loads((home / "server.json").read_text())["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    groups: list[int] = []
+    for pid in pids:
+        try:
+            group = os.getpgid(pid)
+            if group != os.getpgrp() and group not in groups:
+                os.killpg(group, signal.SIGSTOP)
+                groups.append(group)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline and not all(_stopped(pid) for pid in pids):
+        time.sleep(0.002)
+    return groups
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of PID is stopped (or PID is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+                   for task in tasks)
+    except (OSError, IndexError):
+        return True
+
+
+def _release(groups: list[int]) -> None:
+    """Let the process GROUPS :func:`_hold` stopped go on."""
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def kill_strays(runs_dir: Path) -> None:
     """Kill what this process started in a run's folder under RUNS_DIR and still runs (an Emacs whose
     start a C-c cut short before it was recorded), with its children's process groups."""
@@ -619,7 +662,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
     ``failed`` with the error :data:`INTERRUPTED` (resume runs it again); but a run whose
     every turn has its reply in the transcripts by then (Emacs about to see the last turn
-    end, or its server making the last commit) is let finish and is recorded as it ends,
+    end, or its server making the last commit; looked at with the run held still, so that
+    no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
     ``done`` with its home whole, unless HURRY is set too (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
@@ -645,14 +689,31 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         return True
 
     answered: list[bool] = []  # at the C-c: every turn had its reply in the transcripts (looked at once)
+    killed: list[bool] = []
+
+    def kill() -> None:
+        """Kill the run's Emacs and server, once (a pid is not looked up again after its process is reaped)."""
+        if proc is not None and not killed:
+            killed.append(True)
+            _kill(proc, home)
 
     def finishing() -> bool:
         """Whether the run, STOP set, is let go on: every turn got its reply, only its end is left."""
         if hurry is not None and hurry.is_set():
             return False
-        if not answered:
-            answered.append(replied.is_set() or verdict(home, len(run.turns), run.base_url).failed_turn is None)
-        return answered[0]
+        if not answered and replied.is_set():
+            answered.append(True)  # the session is over: only its teardown is left
+        elif not answered and proc is not None:
+            # Held still while looked at: a reply written between the look and the kill would be paid
+            # for, recorded, and thrown away with the run (and paid again when it runs again).
+            held = _hold(proc, home)
+            try:
+                answered.append(verdict(home, len(run.turns), run.base_url).failed_turn is None)
+            finally:
+                if not answered or not answered[0]:
+                    kill()  # as it was held: nothing written after the look
+                _release(held)  # let go on (the killed ones die of their SIGKILL)
+        return bool(answered) and answered[0]
 
     if proc is not None:
         try:
@@ -667,11 +728,11 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 watch = session_over if session_ended is not None or stop is not None else None
                 code = _wait(proc, run.timeout, stop, watch, finishing)
             except BaseException:
-                _kill(proc, home)
+                kill()
                 raise
             ready.mark("emacs-exited")
             if code != 0:
-                _kill(proc, home)  # also the server of an Emacs that died of a C-c
+                kill()  # also the server of an Emacs that died of a C-c
             if _interrupted(code, stop):
                 error = INTERRUPTED
             elif code is None:

@@ -282,6 +282,8 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     for manifest in stopped.values():
         assert manifest["status"] == "failed", manifest
         assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+        # its record says it was cut: a turn without its reply (one answered whole is let finish, done)
+        assert manifest["turns_done"] < len(manifest["turns"]), manifest
     deadline = time.time() + 20
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
