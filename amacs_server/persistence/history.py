@@ -71,6 +71,7 @@ from .git_repo import (
     copy_vouched,
     git_env,
     ignored,
+    pack_times,
     packed_records,
     run_git,
     settle_checkout,
@@ -1014,7 +1015,7 @@ def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_i
 REWIND_JOURNAL = ".git/amacs-rewind.json"
 # Written in a home's git folder before a rewind makes its first object: the time (whole seconds) of
 # the commit of the earliest tick a rewind of the home went back to.  Every object of a future a
-# rewind abandoned was made after it: a pack written before it holds none (:func:`_packs_before`).
+# rewind abandoned was made after it: a pack whose newest object was made before it holds none (:func:`_packs_before`).
 REWOUND_MARK = ".git/amacs-rewound"
 
 
@@ -1360,24 +1361,27 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
-def _packs_before(home: Path, commit: str) -> set[str]:
-    """The names of HOME's packs that hold only objects of COMMIT's past: every one written before
-    COMMIT was made (a pack holds what existed when it was written; git only ever sets a pack's
-    time later) and before the commit of the earliest tick a rewind went back to, if any
-    (:data:`REWOUND_MARK`): the objects made before it are of one line of ticks, the past every
-    later line shares; so a pack written before tick N's commit and that tick holds nothing of a
-    tick after N, nor of a future any rewind abandoned."""
+def _packs_before(home: Path, commit: str) -> dict[str, float]:
+    """HOME's packs that hold only objects of COMMIT's past, each with the time its newest object
+    was made: every one whose newest object was made before COMMIT was (as HOME's packer noted it,
+    :func:`~.git_repo.pack_times`; else the pack file's time: a pack holds what existed when it was
+    written, and git only ever sets a pack's time later) and before the commit of the earliest
+    tick a rewind went back to, if any (:data:`REWOUND_MARK`): the objects made before it are of
+    one line of ticks, the past every later line shares; so such a pack holds nothing of a tick
+    after COMMIT's, nor of a future any rewind abandoned."""
     made = _commit_time(home, commit)
     rewound = _rewound_before(home)
     if rewound is not None:
         made = min(made, rewound)
-    clean = set()
+    noted = pack_times(home)
+    clean = {}
     for pack in (home / ".git" / "objects" / "pack").glob("pack-*.pack"):
         try:
-            if pack.stat().st_mtime < made:
-                clean.add(pack.name)
+            newest = noted.get(pack.name) or pack.stat().st_mtime
         except FileNotFoundError:
             continue
+        if newest < made:
+            clean[pack.name] = newest
     return clean
 
 
@@ -1394,7 +1398,8 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     HOME's packer may roll packs up: a pack gone before it was linked is in a newer one, listed
     again; if an object is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
-    kept: set[str] = _packs_before(home, commit)
+    dated = _packs_before(home, commit)
+    kept = set(dated)
     for _ in range(3):
         missing = False
         for folder in sorted(source.iterdir()) if source.is_dir() else []:
@@ -1436,8 +1441,9 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     if name is None:
         _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
     else:  # COMMIT is packed whole here: a fork of this fork walks no further down than it
-        atomic_write(made / ".git" / PACKED_FILE, json.dumps([[commit, sorted(packed for packed in stays
-                                                                              if packed.endswith(".pack"))]]))
+        atomic_write(made / ".git" / PACKED_FILE, json.dumps({
+            "packed": [[commit, sorted(packed for packed in stays if packed.endswith(".pack"))]],
+            "newest": {whole: dated[whole] for whole in sorted(kept)}}))
 
 
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:

@@ -1353,6 +1353,26 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
       (amacs-shell--read-history)
       (should (equal (ring-ref comint-input-ring 0) "line one\nline two")))))
 
+(ert-deftest amacs-shell-test-an-input-sent-again-is-in-the-history-file-each-time ()
+  "A newcomer sent an input again with M-p RET: the ring keeps a repeat once,
+so M-p does not show it twice, but the history file, the record of what
+was typed that a rewind moves onto the abandoned future, lacked it."
+  (amacs-shell-test--with-shell
+    (setq-local comint-input-ring-file-name
+                (expand-file-name "shell-history" (make-temp-file "amacs-history" t)))
+    (amacs-shell-test--type-and-send "What is the capital of France?")
+    (goto-char (point-max))
+    (comint-previous-input 1)
+    (comint-send-input)
+    (amacs-shell-test--type-and-send "help")
+    (amacs-shell--save-history-safely)  ; a save with nothing sent (C-x C-c) adds nothing
+    (should (equal (ring-elements comint-input-ring) '("help" "What is the capital of France?")))
+    (should (equal (let ((file comint-input-ring-file-name)) ; buffer-local: not the temp buffer's
+                     (with-temp-buffer (insert-file-contents file) (buffer-string)))
+                   "What is the capital of France?\0\nWhat is the capital of France?\0\nhelp\0\n"))
+    (amacs-shell--reread-history)       ; as after a rewind: M-p has the repeat once
+    (should (equal (ring-elements comint-input-ring) '("help" "What is the capital of France?")))))
+
 (ert-deftest amacs-shell-test-cost-fits-80-columns-and-shows-the-enforced-budget ()
   "Issue 9: the mode line shows this session's cost and the budget the agent enforces."
   (let ((amacs-shell-usage '(:session (:cost 0.16) :this-tick (:cost 0.008)
