@@ -58,7 +58,15 @@ from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
-from .runs import INTERRUPTED, Outcome, base_url_of, durations, earlier_cost, read_manifest
+from .runs import (
+    INTERRUPTED,
+    Outcome,
+    base_url_of,
+    durations,
+    earlier_cost,
+    finish_teardown,
+    read_manifest,
+)
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -280,7 +288,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
                                        f"{'ends' if one else 'end'} first (the last commit) and "
                                        f"{'is' if one else 'are'} recorded done (C-c again to stop "
-                                       f"{'it: it' if one else 'them: they'} would run again)",
+                                       f"{'it' if one else 'them'} now)",
                                        markup=False, highlight=False, soft_wrap=True)
             raise
         finally:
@@ -336,6 +344,11 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
+    for run in experiment.runs:  # stopped in their teardown: recorded done, not run (and paid) again
+        finished = finish_teardown(run, runs_dir)
+        if finished is not None:
+            print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
+                  f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
     todo, before, again, earlier = _pending(experiment, runs_dir)
     spent = sum(cost or 0.0 for cost in before.values()) + earlier
     total = len(experiment.runs)
