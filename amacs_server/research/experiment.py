@@ -58,7 +58,15 @@ from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
-from .runs import INTERRUPTED, Outcome, base_url_of, durations, earlier_cost, read_manifest
+from .runs import (
+    INTERRUPTED,
+    Outcome,
+    base_url_of,
+    durations,
+    earlier_cost,
+    moved_origin,
+    read_manifest,
+)
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -337,6 +345,9 @@ def main(argv: list[str]) -> int:
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
     todo, before, again, earlier = _pending(experiment, runs_dir)
+    if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
+        print(f"amacs-server experiment: {moved}", file=sys.stderr)
+        return 2
     spent = sum(cost or 0.0 for cost in before.values()) + earlier
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "
