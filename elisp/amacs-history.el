@@ -73,16 +73,25 @@ An input typed again is labelled with when it was typed."
          (times (append (plist-get listed :times) nil))
          (seen (make-hash-table :test #'equal))
          (alike (make-hash-table :test #'equal)) ; text -> how many of the page have it
+         (minutes (make-hash-table :test #'equal)) ; label -> the minutes its copies were typed in
          entries)
+    (cl-mapc (lambda (text time)
+               (when (stringp text)
+                 (push (amacs-history--when time) (gethash (amacs-history--label text) minutes))))
+             texts times)
     (dolist (tick (append (plist-get listed :ticks) nil))
       (let ((text (pop texts))
             (time (pop times)))
         (when (and (stringp text) (integerp tick))
           (let* ((base (amacs-history--label text))
                  (label base)
+                 (typed (gethash label minutes))
                  (n 1))
             (when (gethash label seen)
-              (setq base (format "%s  (typed %s)" base (amacs-history--when time))
+              ;; Two copies typed in one minute: the minute alone does not tell them apart.
+              (setq base (format "%s  (typed %s)" base (amacs-history--when
+                                                        time (/= (length typed)
+                                                                 (length (delete-dups (copy-sequence typed))))))
                     label base))
             (while (gethash label seen)
               (setq n (1+ n)

@@ -87,10 +87,11 @@ ROLL_ARGS = _PACK_OBJECTS
 PACK_NICE = 10
 # The packer rolls packs up geometrically (each at least twice the objects of all smaller ones
 # together, as git's --geometric=2), but never its PACK_RECENT newest ones (by when their newest
-# object was made): a roll-up holds only objects older than the last PACK_RECENT repacks
-# (~200 ticks), so a fork to a tick within them keeps every pack made before the tick, and its
-# walk is the ticks since the last repack before it.
-PACK_RECENT = 8
+# object was made): a roll-up holds only objects older than the last PACK_RECENT repacks, so a
+# fork to a tick within them keeps every pack made before the tick, and its walk is the ticks
+# since the last repack before it.  250 ticks: the rewind picker's first page (200 inputs), the
+# ticks not yet packed, and a few ticks that were not inputs.
+PACK_RECENT = 10
 PACK_FACTOR = 2
 # Kept by the packer in a home's git folder, JSON: {"packed": [[commit, [pack file names]], ...],
 # "newest": {pack file name: time}}.  Each of "packed", oldest first, says that every object

@@ -65,9 +65,11 @@ from .git_repo import (
     DELTA_WINDOW,
     PACKED_FILE,
     RACY_NS,
+    UNCOMMITTED,
     CommitError,
     HomeRepo,
     Snapshot,
+    Uncommitted,
     copy_vouched,
     git_env,
     ignored,
@@ -346,6 +348,41 @@ def last_tick(home: Path) -> int:
     if not subject.startswith("[TICK "):
         raise HistoryError(f"{home} has no tick in its history yet")
     return int(subject[6:subject.index("]")])
+
+
+def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
+    """The commit of the tick whose commit the last server of HOME asked for and never made (it
+    stopped, or was killed, first: :data:`~.git_repo.UNCOMMITTED`): the snapshot of the bytes the
+    tick ended with and the message, which says it was made late.  A note for the person (str) when
+    a file no longer holds them: the tick has no commit of its own (the next tick's commit holds its
+    files).  None when there is nothing to commit: no record, or a record of a tick committed since,
+    or of a mind a rewind has moved (the tick state is another tick's).  The record is removed but
+    when a commit is returned (the commit worker removes it once the commit is made)."""
+    saved = Uncommitted.read(home)
+    if saved is None:
+        return None
+    tick, state = saved.tick, read_state(home)
+    try:
+        committed = last_tick(home)
+    except HistoryError:  # no history yet
+        committed = 0
+    if tick is None or state is None or state.get("tick") != tick or committed >= tick:
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+        return None
+    snap, changed = saved.snapshot(home)
+    if snap is None:
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+        return (f"Tick {tick} ended, but the server stopped before its commit was made, and files "
+                f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
+                "home's history; the next tick's commit holds its files.")
+    late = ("Committed at the next start: the server that ran this tick stopped before it made this "
+            "commit.  The files are the bytes the tick ended with, checked against the digests "
+            "recorded at its end.")
+    if committed == tick - 2:
+        late += f"  Tick {tick - 1} has no commit of its own: its changes are in this one."
+    elif committed < tick - 2:
+        late += f"  Ticks {committed + 1} to {tick - 1} have no commit of their own: their changes are in this one."
+    return snap, f"{saved.message}\n\n{late}"
 
 
 def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:

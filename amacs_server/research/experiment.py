@@ -64,6 +64,7 @@ from .runs import (
     base_url_of,
     durations,
     earlier_cost,
+    finish_teardown,
     moved_origin,
     read_manifest,
 )
@@ -288,7 +289,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
                                        f"{'ends' if one else 'end'} first (the last commit) and "
                                        f"{'is' if one else 'are'} recorded done (C-c again to stop "
-                                       f"{'it: it' if one else 'them: they'} would run again)",
+                                       f"{'it' if one else 'them'} now)",
                                        markup=False, highlight=False, soft_wrap=True)
             raise
         finally:
@@ -344,6 +345,11 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
+    for run in experiment.runs:  # stopped in their teardown: recorded done, not run (and paid) again
+        finished = finish_teardown(run, runs_dir)
+        if finished is not None:
+            print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
+                  f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
     todo, before, again, earlier = _pending(experiment, runs_dir)
     if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
         print(f"amacs-server experiment: {moved}", file=sys.stderr)

@@ -40,6 +40,8 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..inference.pricing import endpoint_host
+from ..persistence.git_repo import UNCOMMITTED, CommitWorker, HomeRepo
+from ..persistence.home_lock import STOPPING_WAIT, HomeInUse, HomeLock
 from ..records import ModelRequest, ModelResponse, TickEnd, TickStart, scan
 from ..transcripts import ATTEMPTS
 from .outcome import verdict
@@ -424,9 +426,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     before = read_manifest(folder)
     if before is not None and before.get("status") == "running":
         # The experiment was killed while this run went: what it paid is in its transcripts.
+        # So are the turns it got replies to.
         cost, _seconds, unpriced = transcript_totals(folder / "home")
+        judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
         before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                  "cost": None if cost is None else round(cost, 6)}
+                  "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
+                  "failed_turn": judged.failed_turn}
         write_manifest(folder, before)
     if before is not None and before.get("status") != "done":
         keep_attempt(folder, before)
@@ -526,6 +531,94 @@ def _clear(folder: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
+
+
+# In the manifest of a run recorded done when the experiment resumed (:func:`finish_teardown`): how.
+ON_RESUME = "recorded_on_resume"
+COMMITTED_ON_RESUME = "stopped in its teardown: every turn had its reply; its last commit was made on resume"
+WHOLE_ON_RESUME = "stopped in its teardown: every turn had its reply; its server had made its last commit"
+
+
+def _final_tick(home: Path) -> int | None:
+    """The tick of the primary's last ``tick_end`` in HOME's transcripts; None when it has none."""
+    ticks = [line.tick for line in scan(sorted((home / "transcripts").glob("*.jsonl")), TickEnd)
+             if line.agent_type == "primary" and isinstance(line.tick, int)]
+    return max(ticks, default=None)
+
+
+def _lock_home(home: Path, wait: float) -> HomeLock | None:
+    """HOME's server lock, taken once no server holds it (waited for up to WAIT seconds: a killed
+    experiment's server may still be making its last commit); None if one still does then."""
+    lock = HomeLock(home, headless=True)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            lock.acquire(stopping_wait=0)
+            return lock
+        except HomeInUse:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+
+def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Outcome | None:
+    """Record RUN done, without running it again, when only its teardown was cut short: its manifest
+    says ``running`` (the experiment was killed) or interrupted (C-c), but its session was over
+    (Emacs saw every turn end and wrote :data:`RESULT` without an error) and its transcripts hold
+    every turn's reply, so what was left was its server's last commit and exit.  Its home is made
+    whole as its server's next start would make it (the tick it asked to commit and did not is
+    committed from the bytes the tick ended with: :func:`~amacs_server.persistence.history.late_commit`);
+    its cost is what its transcripts paid.  None, for the run to run again, in any other case, and
+    when the home cannot be made whole (a file changed since, a server still holds it after WAIT
+    seconds).  Its ``ended_at`` is when its session was over (its result's time)."""
+    from ..persistence import history  # noqa: PLC0415 - only for a run whose teardown was cut short
+
+    folder = runs_dir.resolve() / run.run_id
+    home = folder / "home"
+    before = read_manifest(folder)
+    if before is None or not (before.get("status") == "running"
+                              or (before.get("status") == "failed" and before.get("error") == INTERRUPTED)):
+        return None
+    try:
+        said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
+        session_ended = (folder / RESULT).stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    if not isinstance(said, dict) or said.get("error") is not None or said.get("turns_done") != len(run.turns):
+        return None
+    judged = verdict(home, len(run.turns), run.base_url)
+    final = _final_tick(home)
+    if judged.failed_turn is not None or final is None:
+        return None
+    lock = _lock_home(home, wait)
+    if lock is None:
+        return None
+    try:
+        late = history.late_commit(home)
+        if isinstance(late, str):
+            return None
+        if late is not None:
+            commits = CommitWorker(HomeRepo(home), record=True)
+            commits.submit_snapshot(*late)
+            commits.stop()
+        try:
+            whole = history.last_tick(home) >= final and not (home / UNCOMMITTED).exists()
+        except history.HistoryError:
+            whole = False
+    finally:
+        lock.release()
+    if not whole:
+        return None
+    cost, _, unpriced = transcript_totals(home)
+    started = float(before["started_at"])
+    ended = max(session_ended, started)
+    outcome = Outcome(run_id=run.run_id, status="done", cost=None if cost is None else round(cost, 6),
+                      unpriced_calls=unpriced, seconds=round(ended - started, 3), turns_done=judged.replied,
+                      started_at=started, ended_at=ended,
+                      phases={"emacs_started_at": before.get("emacs_started_at"), **phases(home)})
+    write_manifest(folder, {**manifest(run, "done", started, outcome, float(before.get("earlier_cost") or 0.0)),
+                            ON_RESUME: COMMITTED_ON_RESUME if late is not None else WHOLE_ON_RESUME})
+    return outcome
 
 
 def discard(ready: Prepared) -> None:

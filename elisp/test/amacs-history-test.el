@@ -83,7 +83,7 @@ asked for (before the oldest tick shown), and one of it can be picked."
                                              "2026-11-27T13:00:00Z"]))))
     (let ((labels (mapcar #'car (car (amacs-history--page)))))
       (should (equal (car labels) "yes"))
-      (should (string-match-p "\\`yes  (typed Nov 27 [0-9][0-9]:00)\\'" (nth 1 labels)))
+      (should (string-match-p "\\`yes  (typed Nov 27 [0-9][0-9]:00:00)\\'" (nth 1 labels))) ; one minute: its second
       (should (equal (nth 2 labels) (concat (nth 1 labels) " #2"))))))
 
 (ert-deftest amacs-history-test-rewind-says-what-the-person-will-see ()
@@ -110,7 +110,10 @@ which of how many alike; words typed once are asked about as before."
               ((symbol-function 'yes-or-no-p) (lambda (q) (setq question q) nil)))
       (should (equal (amacs-history--read-input "go back")
                      (list 1 "yes" (amacs-history--which "2026-11-27T13:00:12Z" 2 2))))
-      (should-error (call-interactively #'amacs-rewind) :type 'user-error))
+      (should-error (call-interactively #'amacs-rewind) :type 'user-error)
+      ;; The picker's label of the older copy, typed in the newer one's minute, has its second.
+      (should (string-match-p "\\`yes  (typed Nov 27 [0-9]+:00:12)\\'"
+                              (nth 2 (mapcar #'car (car (amacs-history--page)))))))
     (should (string-match-p "Go back to before you typed «yes» (the one typed Nov 27 [0-9]+:00:12, \
 the oldest of 2)\\? \\'" question))
     (should (equal (amacs-history--which "2026-11-27T13:00:45Z" 2 3)
