@@ -46,7 +46,7 @@ def fake(monkeypatch):
 
 
 def test_a_judgement_asked_again_keeps_its_earlier_attempt_and_says_what_it_cost_as_runs_do(tmp_path, fake,
-                                                                                        capsys):
+                                                                                        capsys, monkeypatch):
     """The newcomer's case: a judge whose answers never parsed (every judgement failed, twice here), run
     again with one that scores.  Its score.json kept ``earlier_cost``, but the earlier attempt's transcript
     was overwritten, the last line counted only that command's dollars, and neither it nor the
@@ -61,8 +61,13 @@ def test_a_judgement_asked_again_keeps_its_earlier_attempt_and_says_what_it_cost
     assert all(c > 0 for c in paid.values())
     second = capsys.readouterr().out
     assert f"judge answer-quality: 0 of 2 judged, 2 failed, 2 to judge, ${sum(paid.values()):.4f}" in second, second
-    fake.respond_with(lambda _body: Reply(text=json.dumps({"score": 4, "rationale": "fine"})))
-    assert judge.main([str(tmp_path), "answer-quality", "--parallel", "1"]) == 0
+    # asked again of another endpoint (one that scores): each attempt's dollars said where they went
+    scorer = FakeAnthropic(default=lambda _body: Reply(text=json.dumps({"score": 4, "rationale": "fine"}))).start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", scorer.url)
+        assert judge.main([str(tmp_path), "answer-quality", "--parallel", "1"]) == 0
+    finally:
+        scorer.stop()
     out = capsys.readouterr().out
     earlier = sum(paid.values())
     assert "0 judged before, 2 to judge (2 of them again: failed or interrupted before)" in out, out
@@ -70,6 +75,8 @@ def test_a_judgement_asked_again_keeps_its_earlier_attempt_and_says_what_it_cost
     now = sum(json.loads((tmp_path / r / "judges" / "answer-quality" / "score.json").read_text())["cost"]
               for r in runs)
     assert f"${now + earlier:.4f} estimated at list prices" in last, last  # every attempt's dollars
+    hosts = sorted(url.removeprefix("http://") for url in (fake.url, scorer.url))
+    assert f"(the model calls went to {hosts[0]}, not Anthropic's API; {hosts[1]}, not Anthropic's API;" in last
     assert f"${earlier:.4f} of it by earlier attempts of judgements that ran again" in last, last
     for run in runs:  # each earlier attempt kept as a run's is: its score and its transcript
         folder = tmp_path / run / "judges" / "answer-quality"
