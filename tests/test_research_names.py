@@ -177,3 +177,18 @@ def test_a_fork_s_origin_names_its_commit_which_a_rewind_cannot_make_another_min
     con = load_dataset(runs_dir)
     assert con.execute("SELECT origin, origin_commit FROM runs").fetchall() == [(f"{home}@2", commit)]
     con.close()
+
+
+def test_a_c_c_while_a_judgement_is_asked_again_still_counts_its_earlier_attempts(tmp_path):
+    """Found using it: C-c while two failed judgements were asked again said $0.0036 where $0.0072 had
+    been paid: their earlier attempts were kept aside and their new scores not yet written."""
+    write_runs(tmp_path, 2, errors=False)
+    first, second = sorted(p.parent.name for p in tmp_path.glob("*/manifest.json"))
+    kept = tmp_path / first / "judges" / "answer-quality" / "attempts" / "1"
+    kept.mkdir(parents=True)
+    (kept / "score.json").write_text(json.dumps({"status": "failed", "cost": 0.002, "earlier_cost": 0.0,
+                                                 "estimated_where": None}))
+    said = judge.record_words(judge.read_judge(judge.find_judge("answer-quality")), tmp_path, 2,
+                              {first: None, second: None}, going=1)
+    assert said == ("0 of 2 judged, 0 failed, 1 still being judged (each ends first and is kept), 2 to judge, "
+                    "$0.0020 spent ($0.0020 of it by earlier attempts of judgements that ran again)"), said

@@ -539,7 +539,9 @@ def record_words(judge: Judge, runs_dir: Path, total: int, where: dict[str, str 
     scored = {path.parts[-4]: path for path in runs_dir.glob(f"*/judges/{judge.name}/{SCORE}")}
     for run_id in sorted(set(scored) | set(where)):  # those judged, and those to judge (nothing paid yet)
         score = (_read_json(scored[run_id]) or {}) if run_id in scored else {"cost": 0.0}
-        before = float(score.get("earlier_cost") or 0.0)
+        # one being judged again has no score yet: its earlier attempts are kept aside already
+        before = (float(score.get("earlier_cost") or 0.0) if run_id in scored
+                  else earlier_cost(runs_dir / run_id / "judges" / judge.name))
         judged += score.get("status") == "done"
         failed += score.get("status") == "failed"
         earlier += before
