@@ -1440,14 +1440,15 @@ def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):
     home = tmp_path / "home"
     run(home, fake, FUTURE_SESSION[:2])
     fork = history.fork(home, 1, tmp_path / "fork").home
-    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1})):
+    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1,
+                                              "commit": history.tick_commit(home, 1)})):
         rt = runtime(where, fake.url)
         try:
             assert views.status(rt)["fork"] == want
         finally:
             rt.stop()
     again = history.fork(fork, 1, tmp_path / "again").home
-    assert history.fork_origin(again) == {"from": str(fork), "tick": 1}
+    assert history.fork_origin(again) == {"from": str(fork), "tick": 1, "commit": history.tick_commit(fork, 1)}
 
 
 def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):

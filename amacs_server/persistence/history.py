@@ -93,7 +93,8 @@ LOGS = ("agent-chat.org", "monologue.org")
 LOG_FOLDERS = ("chat", "monologue")
 # What a fork copies beside the mind: the home's settings, not in git.
 SETTINGS = ("mcp.json", "model-capabilities.json")
-# In a fork: the home and tick it was forked from (its own git's; a fork of it has its own).
+# In a fork: the home, tick and commit it was forked from (its own git's; a fork of it has its own).
+# The commit makes it one mind: a tick's number is used again once a rewind goes back before it.
 FORK_ORIGIN = ".git/amacs-fork.json"
 ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
   ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
@@ -193,10 +194,13 @@ def read_state(home: Path) -> dict[str, Any] | None:
 
 
 def fork_origin(home: Path) -> dict[str, Any] | None:
-    """The home and tick HOME was forked from (``from``, ``tick``); None when it is no fork."""
+    """The home, tick and commit HOME was forked from (``from``, ``tick``, ``commit``: None for a fork
+    an AMACS before it was recorded made); None when it is no fork."""
     try:
         data = json.loads((home / FORK_ORIGIN).read_text(encoding="utf-8"))
-        return {"from": str(data["from"]), "tick": int(data["tick"])}
+        commit = data.get("commit")
+        return {"from": str(data["from"]), "tick": int(data["tick"]),
+                "commit": commit if isinstance(commit, str) else None}
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -308,6 +312,31 @@ def tick_commit(home: Path, tick: int) -> str:
         if line[41:].startswith(prefix):
             return line[:40]
     raise NoSuchTick(f"{home} has no tick {tick} in its history")
+
+
+def names_commit(home: Path, text: str) -> bool:
+    """Whether TEXT names a commit of HOME's repository (an id, or a prefix of one)."""
+    return (home / ".git").is_dir() and run_git(
+        ["git", "rev-parse", "--verify", "--quiet", f"{text}^{{commit}}"], home, env=git_env()).returncode == 0
+
+
+def origin_commit(home: Path, commit: str) -> tuple[str, int]:
+    """The commit COMMIT (an id, or a prefix of one, as ``git log`` prints it) names in HOME, and its
+    tick: one of the ticks of HOME's history as it stands (HEAD's line), else NoSuchTick saying why."""
+    if not (home / ".git").is_dir():
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
+    found = run_git(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], home, env=git_env())
+    sha = found.stdout.decode(errors="replace").strip()
+    if found.returncode != 0 or not sha:
+        raise NoSuchTick(f"{home} has no commit {commit}")
+    if run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode != 0:
+        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands (it may be on the abandoned "
+                         "future of a rewind): a run starts from a tick of its history")
+    subject = _git(home, "log", "-1", "--format=%s", sha).decode(errors="replace")
+    tick = re.match(r"\[TICK (\d+)\]", subject)
+    if tick is None:
+        raise NoSuchTick(f"commit {commit} of {home} is no tick's ({subject.strip()!r})")
+    return sha, int(tick[1])
 
 
 def last_tick(home: Path) -> int:
@@ -1483,9 +1512,11 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
             "newest": {whole: dated[whole] for whole in sorted(kept)}}))
 
 
-def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
+def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None,
+         commit: str | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
-    with the budget limit LIMIT (default: the one HOME has now).  Crash-safe: the fork is made in
+    with the budget limit LIMIT (default: the one HOME has now).  COMMIT, when given, is the commit
+    of tick TICK to fork (:func:`origin_commit` checked it), not the newest of that tick on HOME's line.  Crash-safe: the fork is made in
     a folder beside DEST and renamed to DEST once whole, so a kill leaves no DEST (and HOME as it
     was); the next fork into DEST removes what it left.
 
@@ -1502,7 +1533,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     held = None if locked else lock(home)
     try:
         earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
-        commit = tick_commit(home, tick)
+        commit = tick_commit(home, tick) if commit is None else commit
         state = state_at(home, commit, tick)
         _refuse_damaged_memory(home, "fork", served=locked)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -1533,11 +1564,12 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     _memory_up_to(home / "memory.db", made / "memory.db", state,
                                   rewound=_rewound_before(home) is not None)
                 faults.point("fork.memory")
-            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
+            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick, "commit": commit}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")
-            sha, _ = repo.commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+            sha, _ = repo.commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}\n\n"
+                                                f"Its commit there: {commit}")
             faults.point("fork.committed")
             (made / FORK_UNFINISHED).unlink()
             sync_paths([p for p in made.rglob("*") if p.is_file()])

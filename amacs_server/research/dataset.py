@@ -88,7 +88,8 @@ MANIFEST_COLUMNS = {
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
-    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "unpriced_calls": "BIGINT",
+    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "origin_commit": "VARCHAR",
+    "unpriced_calls": "BIGINT",
     "first_turn_at": "DOUBLE", "startup_seconds": "DOUBLE", "wall_seconds": "DOUBLE", "order_seed": "BIGINT",
     "position": "BIGINT", "earlier_cost": "DOUBLE",
 }

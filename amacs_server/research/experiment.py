@@ -65,6 +65,7 @@ from .runs import (
     durations,
     earlier_cost,
     finish_teardown,
+    moved_origin,
     read_manifest,
 )
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
@@ -362,6 +363,9 @@ def main(argv: list[str]) -> int:
             print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
                   f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
     todo, before, again, earlier = _pending(experiment, runs_dir)
+    if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
+        print(f"amacs-server experiment: {moved}", file=sys.stderr)
+        return 2
     spent = sum(cost or 0.0 for cost in before.values()) + earlier
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "

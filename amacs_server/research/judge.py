@@ -16,7 +16,8 @@ or ``--model`` names another; a reply that is not the JSON asked for is asked
 again, twice at most.  Its transcript, as any agent's, is
 ``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``; its result,
 ``.../score.json`` (``score``, ``rationale``, ``cost``, ``status`` done or
-failed, ``error``), which the dataset loads as the ``scores`` table and the
+failed, ``error``; ``estimated_where``: where its model ran when its dollars are
+list prices for another server's tokens), which the dataset loads as the ``scores`` table and the
 report draws per arm with bootstrap 95% intervals.
 
 Runs are judged N at once (default the spec's ``parallel``) through the
@@ -349,7 +350,9 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
                   "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
     ended = time.time()
     faults.point("judge.scored")
-    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3), earlier_cost=earlier)
+    # where its model ran, when its dollars are an estimate: said so by the last lines of later commands too
+    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3), earlier_cost=earlier,
+                  estimated_where=estimated_where(job))
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     faults.point("judge.written")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
@@ -530,15 +533,26 @@ def record_words(judge: Judge, runs_dir: Path, total: int, where: dict[str, str 
     judged = failed = 0
     costs: list[tuple[float | None, str | None]] = []
     earlier = 0.0
+    def place(score: dict[str, Any], run_id: str) -> str | None:  # a score an older AMACS wrote has none
+        return score["estimated_where"] if "estimated_where" in score else where.get(run_id, anywhere)
+
     scored = {path.parts[-4]: path for path in runs_dir.glob(f"*/judges/{judge.name}/{SCORE}")}
     for run_id in sorted(set(scored) | set(where)):  # those judged, and those to judge (nothing paid yet)
         score = (_read_json(scored[run_id]) or {}) if run_id in scored else {"cost": 0.0}
-        before = float(score.get("earlier_cost") or 0.0)
+        # one being judged again has no score yet: its earlier attempts are kept aside already
+        before = (float(score.get("earlier_cost") or 0.0) if run_id in scored
+                  else earlier_cost(runs_dir / run_id / "judges" / judge.name))
         judged += score.get("status") == "done"
         failed += score.get("status") == "failed"
         earlier += before
         cost = score.get("cost")
-        costs.append((None if cost is None else float(cost) + before, where.get(run_id, anywhere)))
+        costs.append((None if cost is None else float(cost), place(score, run_id)))
+        kept = [_read_json(p) or {} for p in runs_dir.glob(f"{run_id}/judges/{judge.name}/{ATTEMPTS}/*/{SCORE}")]
+        paid = [float(k["cost"]) for k in kept if k.get("cost") is not None]
+        if kept and len(paid) == len(kept) and abs(sum(paid) - before) < 1e-6:
+            costs += [(float(k["cost"]), place(k, run_id)) for k in kept]  # each where it went
+        elif before:
+            costs.append((before, place(score, run_id)))
     return (f"{judged} of {total} judged, {failed} failed"
             + (f", {going} still being judged (each ends first and is kept)" if going else "")
             + (f", {total - judged} to judge" if judged < total else "") + ", "

@@ -783,12 +783,14 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT, bool_or(cost IS NULL OR unpriced_calls > 0)
             FROM runs GROUP BY arm"""), arms)]))
     _prices(page, sources)
-    origins = _in_order(_rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT "
-                                   "NULL GROUP BY arm ORDER BY arm"), arms)
+    # the tick's commit beside it (a rewind uses a tick's number again): none in a run an older AMACS made
+    origins = _in_order(_rows(con, """
+        SELECT arm, string_agg(DISTINCT origin || coalesce(' (commit ' || left(origin_commit, 12) || ')', ''), ', ')
+        FROM runs WHERE origin IS NOT NULL GROUP BY arm ORDER BY arm"""), arms)
     if origins:  # counterfactual arms (the spec's from): compared from the fork point on
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
-        page.html(_table(["arm", "forked from (home@tick)"], origins))
+        page.html(_table(["arm", "forked from (home@tick, and its commit)"], origins))
     _arms_compared(page, con, arms, reference, why)
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "

@@ -115,7 +115,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "endpoint": endpoint_host(run.backend, base_url_of(run)), "rep": run.rep,
         "seed": run.seed, "order_seed": run.order_seed, "position": run.position,
         "turns": list(run.turns), "status": status,
-        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
+        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None, "origin_commit": run.origin_commit,
         "cost": outcome.cost if outcome else 0.0, "earlier_cost": earlier,
         "unpriced_calls": outcome.unpriced_calls if outcome else 0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
@@ -488,7 +488,10 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
         if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
             from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
 
-            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True)  # the spec checked no server serves it
+            # the tick's commit as the spec was read: a rewind of the home since then is refused, not
+            # forked at another mind of the same tick number
+            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True,  # the spec checked no server serves it
+                         commit=_still_there(Path(run.origin[0]), run.origin_commit))
         _copy_skills(run, home)
         batch = folder / "batch.json"
         batch.write_text(json.dumps({
@@ -509,6 +512,34 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
+
+
+def moved_origin(runs: list[Run], runs_dir: Path) -> str | None:
+    """What is wrong when a run of RUNS forks a home at another commit than the runs done before in
+    RUNS_DIR started from (their manifests' ``origin_commit``): the home was rewound and went on
+    since, and the same tick number is another mind; None when nothing is."""
+    for run in runs:
+        if run.origin is None or run.origin_commit is None:
+            continue
+        before = read_manifest(runs_dir / run.run_id) or {}
+        was = before.get("origin_commit")
+        if before.get("status") == "done" and isinstance(was, str) and was != run.origin_commit:
+            home, tick = run.origin
+            return (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
+                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. To go on "
+                    f"from the mind the runs done started from, write from = \"{home}@{was[:12]}\" (if it is "
+                    "still in its history); to start from the new one, a new --runs-dir")
+    return None
+
+
+def _still_there(home: Path, commit: str | None) -> str | None:
+    """COMMIT, when it is still of HOME's history as it stands; else AmacsError saying so."""
+    if commit is None:
+        return None
+    from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+    history.origin_commit(home, commit)
+    return commit
 
 
 def keep_attempt(folder: Path, before: dict[str, Any]) -> None:

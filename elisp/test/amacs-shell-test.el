@@ -582,6 +582,20 @@ is a fork of."
     (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
       (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
 
+(ert-deftest amacs-shell-test-a-forks-header-names-the-commit-it-was-forked-from ()
+  "A rewind of the parent uses its tick numbers again: \"a fork of HOME at tick 3\"
+could name another mind later.  Wide enough, the header names the tick's commit
+too; narrower, the commit goes first."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-connection-name) (lambda (&rest _) "/tmp/x/home-fork-now")))
+      (amacs-test-with-status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t
+                                :fork (:from "/tmp/x/home/" :tick 3
+                                       :commit "e8a1cf1d2c3b4a5968778695a4b3c2d1e0f1a2b3"))
+        (amacs-shell--transition 'ready)
+        (dolist (width '((200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
+                         (80 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo — waiting for you")))
+          (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
+
 (ert-deftest amacs-shell-test-a-narrow-forks-header-keeps-its-model ()
   "Side by side (60 columns) a fork's header read \" /tmp/x/home-fork-now (fork) — waiting
 for you\": the model went first, while the original's kept it, just when the person asks
