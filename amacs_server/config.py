@@ -109,10 +109,11 @@ class Config:
         """What an input sent with no key gets: what to do with it, not the note again.
 
         The shell's welcome says to ask "what can you do?"; with no key that input re-printed the
-        no-key note under the same note.  The demo answers it (and the welcome's question) at once."""
+        no-key note under the same note.  The demo model does not answer it by itself: the person
+        sends it again (M-p RET) once the demo runs, so the line says both steps."""
         if self.backend == "anthropic" and self.base_url:
             return self.missing_key_message()
-        return ("No API key, so nothing answers yet: M-x amacs-demo answers this now (M-p brings it back), "
+        return ("No API key, no answer: M-x amacs-demo starts a demo model, then M-p RET sends this again; "
                 "or set ANTHROPIC_API_KEY.")
 
 

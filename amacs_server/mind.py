@@ -23,7 +23,7 @@ from .files import atomic_write
 from .memory.active import PAD_FILE, ActiveMemory, ram_window
 from .memory.ltm import DatabaseCheck, LongTermMemory, damaged
 from .persistence.chat_log import ChatEntry, ChatLog
-from .persistence.git_repo import UNCOMMITTED, CommitWorker, HomeRepo, Snapshot, Uncommitted
+from .persistence.git_repo import CommitWorker, HomeRepo, Snapshot
 from .persistence.history import (
     STATE_FILE,
     HistoryError,
@@ -31,7 +31,7 @@ from .persistence.history import (
     file_sizes,
     finish_unfinished,
     keep_memory_snapshot,
-    last_tick,
+    late_commit,
     log_marks,
     ltm_watermark,
     read_state,
@@ -129,38 +129,13 @@ class Mind:
 
     def _commit_saved_tick(self) -> None:
         """Commit the tick whose commit the last server asked for and never made (it stopped, or
-        was killed, first: :data:`~.persistence.git_repo.UNCOMMITTED`), from the bytes the tick
-        ended with; the commit says it was made late.  If a file no longer holds them, the tick has
-        no commit of its own (said at hello; the next tick's commit holds its files).  A record of
-        a tick committed since, or of a mind a rewind has moved (the tick state is another
-        tick's), is removed."""
-        saved = Uncommitted.read(self.home)
-        if saved is None:
-            return
-        tick, state = saved.tick, read_state(self.home)
-        try:
-            committed = last_tick(self.home)
-        except HistoryError:  # no history yet
-            committed = 0
-        if tick is None or state is None or state.get("tick") != tick or committed >= tick:
-            (self.home / UNCOMMITTED).unlink(missing_ok=True)
-            return
-        snap, changed = saved.snapshot(self.home)
-        if snap is None:
-            self._say(f"Tick {tick} ended, but the server stopped before its commit was made, and files "
-                      f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
-                      "home's history; the next tick's commit holds its files.")
-            (self.home / UNCOMMITTED).unlink(missing_ok=True)
-            return
-        late = ("Committed at the next start: the server that ran this tick stopped before it made this "
-                "commit.  The files are the bytes the tick ended with, checked against the digests "
-                "recorded at its end.")
-        if committed == tick - 2:
-            late += f"  Tick {tick - 1} has no commit of its own: its changes are in this one."
-        elif committed < tick - 2:
-            late += f"  Ticks {committed + 1} to {tick - 1} have no commit of their own: their changes are in this one."
-        log.info("committing tick %s, which the last server did not commit before it stopped", tick)
-        self.commits.submit_snapshot(snap, f"{saved.message}\n\n{late}")
+        was killed, first: :func:`~.persistence.history.late_commit`); what could not be is said at hello."""
+        late = late_commit(self.home)
+        if isinstance(late, str):
+            self._say(late)
+        elif late is not None:
+            log.info("committing the tick the last server did not commit before it stopped")
+            self.commits.submit_snapshot(*late)
 
     def _load_consciousness(self) -> Consciousness:
         """consciousness.el; a damaged one is moved aside and restored from git, never reset

@@ -125,8 +125,11 @@ def summarize(folder: Path) -> dict[str, Any]:
     in_runs = {session: {**run, "agents": dict(agents)[session]} for session, run in where.items() if run}
     # A judgement (``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``) is a session of its own, not a run.
     judgements = {session for session, file in files.items() if file.parent.parent.name == "judges"}
-    # An earlier attempt of a run that ran again (kept in ``<run>/attempts/<n>/``): a session, not a run.
-    earlier = {session for session, run in in_runs.items() if "attempt" in run}
+    # An earlier attempt of a run that ran again (kept in ``<run>/attempts/<n>/``), or of a judgement
+    # asked again (``<run>/judges/<judge>/attempts/<n>/judge.jsonl``): a session, not a run.
+    earlier = {session for session, run in in_runs.items() if "attempt" in run} | {
+        session for session, file in files.items()
+        if len(file.parents) > 3 and file.parents[1].name == ATTEMPTS and file.parents[3].name == "judges"}
     rewinds, forks = rows(f"""
         SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
                count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
@@ -146,7 +149,7 @@ def summarize(folder: Path) -> dict[str, Any]:
         SELECT agent_type, count(DISTINCT (run_id, session_id, agent_id)) FROM lived
         GROUP BY agent_type ORDER BY agent_type""")
     return {
-        "sessions": len(agents),  # every session: the runs, their earlier attempts and their judgements
+        "sessions": len(agents),  # every session: the runs, their judgements, and earlier attempts of either
         "runs": len(agents) - len(judgements) - len(earlier),
         "earlier_attempts": len(earlier),
         "judgements": len(judgements),

@@ -127,10 +127,18 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
             if tick % 25 == 0:
                 asyncio.run_coroutine_threadsafe(_memory(rt, f"note-{tick}", tick), rt.loop).result(30)
             if tick in wanted:
-                rt.mind.commits.flush(600)
-                shutil.rmtree(wanted[tick], ignore_errors=True)
-                shutil.copytree(work, wanted[tick], symlinks=True,
-                                ignore=shutil.ignore_patterns("server.json", "*.lock", "lock"))
+                for attempt in range(3):  # a copy the packer's prune-packed raced (it removes the loose folders): again
+                    rt.mind.commits.flush(600)
+                    time.sleep(1)  # the commit worker starts the packer after it counts its commit made
+                    rt.mind.commits.wait_packed(600)
+                    shutil.rmtree(wanted[tick], ignore_errors=True)
+                    try:
+                        shutil.copytree(work, wanted[tick], symlinks=True,
+                                        ignore=shutil.ignore_patterns("server.json", "*.lock", "lock"))
+                        break
+                    except shutil.Error:
+                        if attempt == 2:
+                            raise
                 print(f"  {tick} ticks in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         rt.stop(grace=30)

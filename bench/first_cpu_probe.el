@@ -30,6 +30,7 @@
   (lambda (&rest _) (first-cpu-probe name)))
 (advice-add 'amacs-start-server :before (first-cpu-probe--before "start-server"))
 (advice-add 'amacs--ask-warm-server :after (first-cpu-probe--after "asked warm"))
+(advice-add 'amacs-ask-warm-first :after (first-cpu-probe--after "asked warm first"))
 (advice-add 'amacs-shell :after (first-cpu-probe--after "shell done"))
 (advice-add 'amacs-shell-return :before (first-cpu-probe--before "RET"))
 (advice-add 'amacs-shell-return :after (first-cpu-probe--after "RET done"))

@@ -44,39 +44,67 @@
     (truncate-string-to-width (replace-regexp-in-string "\n" " " text)
                               amacs-history--label-width nil nil "…")))
 
-(defun amacs-history--when (timestamp)
-  "Return TIMESTAMP, ISO 8601 as in the chat log, as Nov 27 14:02."
-  (or (ignore-errors (format-time-string "%b %-d %H:%M" (encode-time (iso8601-parse timestamp))))
+(defun amacs-history--when (timestamp &optional seconds)
+  "Return TIMESTAMP, ISO 8601 as in the chat log, as Nov 27 14:02.
+SECONDS: with them, as Nov 27 14:02:05."
+  (or (ignore-errors (format-time-string (if seconds "%b %-d %H:%M:%S" "%b %-d %H:%M")
+                                         (encode-time (iso8601-parse timestamp))))
       (format "%s" timestamp)))
+
+(defun amacs-history--which (time rank count)
+  "Which of COUNT inputs of the same words one is: typed at TIME, RANK newest.
+RANK 1 is the newest.  Said in the question and the shell's line: the
+picker's two labels alone did not tell a newcomer which one they got."
+  (format "the one typed %s, the %s of %d" (amacs-history--when time t)
+          (cond ((= rank 1) "newest") ((= rank count) "oldest")
+                (t (format "%d%s newest" rank (pcase rank (2 "nd") (3 "rd") (_ "th")))))
+          count))
 
 (defun amacs-history--page (&optional before)
   "A page of the home's past inputs, newest first, as (ENTRIES . MORE).
-Each entry is (LABEL TICK TEXT): the picker's label, the input's tick
-and its text.  BEFORE: only those before that tick.  MORE: older ones
-are left.  The server reads them from the chat log's end, its earlier
-months as far as the page takes.  An input typed again is labelled
-with when it was typed."
+Each entry is (LABEL TICK TEXT WHICH): the picker's label, the input's
+tick, its text, and, for words typed more than once in the page, which
+of them it is (`amacs-history--which'; else nil).  BEFORE: only those
+before that tick.  MORE: older ones are left.  The server reads them
+from the chat log's end, its earlier months as far as the page takes.
+An input typed again is labelled with when it was typed."
   (let* ((listed (amacs--call-sync 'past_inputs (and before (list before))))
          (texts (append (plist-get listed :texts) nil))
          (times (append (plist-get listed :times) nil))
          (seen (make-hash-table :test #'equal))
+         (alike (make-hash-table :test #'equal)) ; text -> how many of the page have it
+         (minutes (make-hash-table :test #'equal)) ; label -> the minutes its copies were typed in
          entries)
+    (cl-mapc (lambda (text time)
+               (when (stringp text)
+                 (push (amacs-history--when time) (gethash (amacs-history--label text) minutes))))
+             texts times)
     (dolist (tick (append (plist-get listed :ticks) nil))
       (let ((text (pop texts))
             (time (pop times)))
         (when (and (stringp text) (integerp tick))
           (let* ((base (amacs-history--label text))
                  (label base)
+                 (typed (gethash label minutes))
                  (n 1))
             (when (gethash label seen)
-              (setq base (format "%s  (typed %s)" base (amacs-history--when time))
+              ;; Two copies typed in one minute: the minute alone does not tell them apart.
+              (setq base (format "%s  (typed %s)" base (amacs-history--when
+                                                        time (/= (length typed)
+                                                                 (length (delete-dups (copy-sequence typed))))))
                     label base))
             (while (gethash label seen)
               (setq n (1+ n)
                     label (format "%s #%d" base n)))
             (puthash label t seen)
-            (push (list label tick text) entries)))))
-    (cons (nreverse entries) (plist-get listed :more))))
+            (puthash text (1+ (gethash text alike 0)) alike)
+            (push (list label tick text (gethash text alike) time) entries)))))
+    (cons (mapcar (lambda (entry)       ; (LABEL TICK TEXT RANK TIME) -> (LABEL TICK TEXT WHICH)
+                    (let ((count (gethash (nth 2 entry) alike)))
+                      (list (nth 0 entry) (nth 1 entry) (nth 2 entry)
+                            (and (> count 1) (amacs-history--which (nth 4 entry) (nth 3 entry) count)))))
+                  (nreverse entries))
+          (plist-get listed :more))))
 
 (defun amacs-history--at-point (entries)
   "The label in ENTRIES of the past input point is on in the shell, or nil.
@@ -125,7 +153,7 @@ the *Completions* window that showed them is gone once one is chosen."
 
 (defun amacs-history--pick (prompt &optional first)
   "Read one of the home's past inputs with PROMPT, a page at a time.
-Return its entry (LABEL TICK TEXT) (`amacs-history--page'), or FIRST
+Return its entry (LABEL TICK TEXT WHICH) (`amacs-history--page'), or FIRST
 when FIRST, a label offered before the inputs and the default, is
 chosen.  Else the default is the input point is on in the shell, or the
 newest.  A page ends with `amacs-history--older' when older inputs are
@@ -150,39 +178,44 @@ left; choosing it shows them."
                 (t (setq chosen (assoc label entries)))))))
     chosen))
 
-(defun amacs-history--quoted (text)
-  "TEXT, a past input, quoted for a line or a question: «its first words»."
-  (concat "«" (truncate-string-to-width (amacs-history--label text) 40 nil nil "…") "»"))
+(defun amacs-history--quoted (text &optional which)
+  "TEXT, a past input, quoted for a line or a question: «its first words».
+WHICH, when the same words were typed more than once, follows in
+parentheses (`amacs-history--page')."
+  (concat "«" (truncate-string-to-width (amacs-history--label text) 40 nil nil "…") "»"
+          (and which (format " (%s)" which))))
 
 (defun amacs-history--read-input (verb)
-  "Ask which past input to VERB back to before; return (TICK . TEXT).
-TICK is the tick that ends just before that input, TEXT the input.
-The newest inputs are offered first, older ones on asking.  The input
-point is on in the shell is the default, else the newest."
+  "Ask which past input to VERB back to before; return (TICK TEXT WHICH).
+TICK is the tick that ends just before that input, TEXT the input, WHICH
+says which one it is when the same words were typed more than once (else
+nil).  The newest inputs are offered first, older ones on asking.  The
+input point is on in the shell is the default, else the newest."
   (let* ((entry (amacs-history--pick (format "%s%s to before you typed" (upcase (substring verb 0 1)) (substring verb 1))))
          (tick (1- (nth 1 entry))))
     (when (< tick 1)
       (user-error "That is your first input: before it the mind was new, as a new home's is \
 \(AMACS_HOME=NEW ./amacs starts one)"))
-    (cons tick (nth 2 entry))))
+    (list tick (nth 2 entry) (nth 3 entry))))
 
 (defconst amacs-history--abandoned-divider
   ";; ──────── above: the abandoned future ────────"
   "The line a rewind draws under the shell's conversation it abandoned.")
 
 ;;;###autoload
-(defun amacs-rewind (tick &optional said)
+(defun amacs-rewind (tick &optional said which)
   "Return the agent's mind to the end of TICK: just before the input after it.
 Interactively, pick one of your past inputs and confirm: the mind goes
-back to before you typed it (SAID, named in the shell).  A turn at work
-is interrupted first.  The abandoned future stays on a git ref, named
-in the shell and in agent-chat.org."
+back to before you typed it (SAID, named in the shell; WHICH says which
+one when the same words were typed more than once).  A turn at work is
+interrupted first.  The abandoned future stays on a git ref, named in
+the shell and in agent-chat.org."
   (interactive
    (let ((picked (amacs-history--read-input "go back")))
      (unless (yes-or-no-p (format "What came after it is kept aside (on a git ref), and a turn at work is \
-interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr picked))))
+interrupted.  Go back to before you typed %s? " (amacs-history--quoted (nth 1 picked) (nth 2 picked))))
        (user-error "Not rewound"))
-     (list (car picked) (cdr picked))))
+     picked))
   (let* ((done (amacs--call-sync 'rewind (list tick)))
          (line (plist-get done :line)))
     (setf (amacs-wire-status (amacs-connection-wire (amacs-current-connection))) (amacs--call-sync 'status nil))
@@ -191,7 +224,7 @@ interrupted.  Go back to before you typed %s? " (amacs-history--quoted (cdr pick
         (with-current-buffer buffer
           (amacs-shell--output amacs-history--abandoned-divider 'amacs-shell-status)
           (when said
-            (amacs-shell--output (format ";; Back to before you typed %s.  Buffers and files the agent changed in this Emacs stay as they are." (amacs-history--quoted said))
+            (amacs-shell--output (format ";; Back to before you typed %s.  Buffers and files the agent changed in this Emacs stay as they are." (amacs-history--quoted said which))
                                  'amacs-shell-status))
           ;; The inputs typed after TICK left the history file (M-p) for the abandoned ref; what
           ;; is at the prompt is the present and stays, or, at an empty one, the input gone back over.
@@ -210,7 +243,7 @@ M-p (the hub lists it)" (and back (format ", and %s is back at the prompt to edi
           (goto-char (point-max))
           (dolist (window (get-buffer-window-list buffer nil t))
             (set-window-point window (point-max))))))
-    (message "AMACS: %s" (if said (format "back to before you typed %s" (amacs-history--quoted said)) line))
+    (message "AMACS: %s" (if said (format "back to before you typed %s" (amacs-history--quoted said which)) line))
     done))
 
 (defcustom amacs-fork-directory nil
@@ -243,16 +276,17 @@ connection's home: agent-fork-tick-3 (or agent-fork-now) for ~/.agent."
 
 (defun amacs-history--read-fork-tick ()
   "Ask where to fork: now (the default), or before one of the past inputs.
-Return (TICK . TEXT): the tick that ends there, or \"now\", and the
-input it ends before (nil for now)."
+Return (TICK TEXT WHICH): the tick that ends there, or \"now\", the
+input it ends before (nil for now) and which one it is when the same
+words were typed more than once (`amacs-history--read-input')."
   (let ((picked (amacs-history--pick "Fork now, or from before you typed" amacs-history--now)))
     (if (equal picked amacs-history--now)
-        (cons "now" nil)
+        (list "now" nil nil)
       (let ((tick (1- (nth 1 picked))))
         (when (< tick 1)
           (user-error "That is your first input: before it the mind was new, as a new home's is \
 \(AMACS_HOME=NEW ./amacs starts one)"))
-        (cons tick (nth 2 picked))))))
+        (list tick (nth 2 picked) (nth 3 picked))))))
 
 (defun amacs-history--fork-choices (parent done)
   "The choices for the server of the fork DONE (the server's answer) of PARENT.
@@ -278,9 +312,9 @@ a second shell opens on DEST beside this one."
   (interactive
    (let* ((picked (amacs-history--read-fork-tick))
           (tick (car picked)))
-     (list tick (read-directory-name (if (cdr picked)
+     (list tick (read-directory-name (if (nth 1 picked)
                                          (format "New home for the fork from before you typed %s: "
-                                                 (amacs-history--quoted (cdr picked)))
+                                                 (amacs-history--quoted (nth 1 picked) (nth 2 picked)))
                                        "New home for the fork of the mind as it is: ")
                                      (amacs-history--fork-directory) nil nil
                                      (amacs-history--fork-name tick)))))

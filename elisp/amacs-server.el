@@ -35,6 +35,7 @@
 
 (require 'cl-lib)
 (require 'amacs-install)          ; first: M-x amacs-install-server works without epc
+(require 'amacs-warm)
 (require 'amacs-settings)
 (require 'amacs-transport)
 (eval-when-compile (require 'epc))
@@ -44,12 +45,6 @@
 (declare-function auth-source-pick-first-password "auth-source" (&rest spec))
 
 ;;;; Where the server is and how it starts
-
-(defconst amacs--root
-  (file-name-directory
-   (directory-file-name
-    (file-name-directory (or load-file-name buffer-file-name default-directory))))
-  "The AMACS source tree: the folder above elisp/.")
 
 (defun amacs--default-server-command ()
   "Return the default command to start the server.
@@ -138,16 +133,6 @@ not sent.")
 
 ;;;; Secrets
 
-(defun amacs--make-token ()
-  "Return a fresh 256-bit secret as hex, read from /dev/urandom."
-  (with-temp-buffer
-    (unless (and (file-readable-p "/dev/urandom")
-                 (eq 0 (call-process "od" nil t nil "-An" "-v" "-tx1" "-N32" "/dev/urandom")))
-      (error "Cannot read /dev/urandom to make the server's token"))
-    (let ((hex (replace-regexp-in-string "[^0-9a-f]" "" (buffer-string))))
-      (unless (= (length hex) 64) (error "Short read from /dev/urandom"))
-      hex)))
-
 (defun amacs--api-key ()
   "Return the API key to give the server, or nil."
   (cond ((functionp amacs-api-key) (funcall amacs-api-key))
@@ -195,14 +180,11 @@ CONNECTION defaults to the current one; its choices are `amacs-chosen'."
   "Return `process-environment' for CONNECTION's server, which must present TOKEN.
 The server serves CONNECTION's home (default: the current connection's)."
   (let* ((connection (or connection (amacs-current-connection)))
-         (key (amacs--api-key))
-         (env (append (amacs--chosen-environment connection)
-                      (cons (concat "AMACS_TOKEN=" token) process-environment))))
+         (key (amacs--api-key)))
     (setq amacs--secrets (cl-remove-duplicates (append (delq nil (list token key)) amacs--secrets)
                                                :test #'equal :from-end t))
-    (when key (push (concat "ANTHROPIC_API_KEY=" key) env))
-    (push (concat "AMACS_HOME=" (amacs-connection-home connection)) env)
-    env))
+    (amacs--environment-with token (amacs-connection-home connection) key
+                             (amacs--chosen-environment connection))))
 
 (defun amacs--read-server-info (&optional connection)
   "Return server.json in CONNECTION's home as an alist, or nil if there is none."
@@ -316,21 +298,28 @@ server's launcher, Emacs asks the warm server itself first (see
 `amacs--ask-warm-server'); the launcher runs when that one does not
 answer, and for the first start when ./amacs asked for the server
 early: it takes that server, with its token (see
-`amacs--take-early-start')."
+`amacs--take-early-start').  A server ./amacs asked for before the
+client loaded (`amacs-ask-warm-first') is taken when it was asked for
+as this one would be, with its token; otherwise it is stopped first."
   (let* ((connection (or connection (amacs-current-connection)))
          (command (amacs--server-launch-command))
          (warm (string-suffix-p "warm_launch.py" (car (last command))))
          (early (and warm (amacs--take-early-start)))
-         (token (or (cdr early) (amacs--make-token)))
+         (first (plist-get amacs--asked-first :token))
+         (token (or (cdr early) first (amacs--make-token)))
          (process-environment (append (and early (list (concat "AMACS_EARLY=" (car early))))
                                       (amacs--server-environment token connection)))
+         (asked (amacs--take-asked-first (and warm (not early) (car command))))
          (stderr (get-buffer-create (amacs--stderr-buffer-name connection))))
-    (amacs--expect-hello connection token)
-    (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
-    (setf (amacs-life-process (amacs-connection-life connection))
-          (or (and warm (not early)
-                   (amacs--ask-warm-server connection (car command) command stderr))
-              (amacs--start-process connection command stderr)))
+    (if (and first (not asked))
+        (amacs--start-server-process connection) ; asked for otherwise: its token is not this server's
+      (amacs--expect-hello connection token)
+      (with-current-buffer stderr (erase-buffer)) ; what this server writes before its log opens
+      (setf (amacs-life-process (amacs-connection-life connection))
+            (or (and asked (amacs--serve-from-warm (plist-get asked :process) connection command stderr))
+                (and warm (not early)
+                     (amacs--ask-warm-server connection (car command) command stderr))
+                (amacs--start-process connection command stderr))))
     ;; The connection's library loads while the server imports its own (Python
     ;; takes ~10 times longer), not before the process starts nor after its port
     ;; line, and after the command that started it (a timer): the shell's prompt
@@ -361,57 +350,6 @@ Return the process, or nil (said) when COMMAND cannot run."
 
 ;;;; A server forked by the warm server, asked for by Emacs itself
 
-(defun amacs--warm-directory ()
-  "The folder of this user's warm servers.
-As amacs_server/warm_launch.py names it."
-  (let ((chosen (getenv "AMACS_WARM_DIR")))
-    (if (and chosen (not (string-empty-p chosen)))
-        chosen
-      (expand-file-name (format "amacs-warm-%d" (user-uid))
-                        (let ((runtime (getenv "XDG_RUNTIME_DIR")))
-                          (if (and runtime (not (string-empty-p runtime))) runtime "/tmp"))))))
-
-(defun amacs--private-directory-p (dir)
-  "Non-nil when DIR is a folder (not a link) of this user's.
-And no one else may open it."
-  (let ((attributes (file-attributes dir 'integer)))
-    (and (eq (file-attribute-type attributes) t)
-         (eql (file-attribute-user-id attributes) (user-uid))
-         (string-match-p "\\`d...------\\'" (file-attribute-modes attributes)))))
-
-(defun amacs--warm-socket (python)
-  "The socket where the warm server of PYTHON forks servers for Emacs.
-The warm server of PYTHON and this checkout.  Nil when its folder
-is not private.  Named by PYTHON and the package's folder alone
-\(amacs_server/warm.py, `emacs_socket'): the warm server answers only
-while its sources are unchanged."
-  (let ((directory (amacs--warm-directory))
-        (mark (concat python "|" (directory-file-name (expand-file-name "amacs_server" amacs--root)))))
-    (and (amacs--private-directory-p directory)
-         (expand-file-name (format "emacs-%s.sock"
-                                   (substring (secure-hash 'sha1 (encode-coding-string mark 'utf-8)) 0 16))
-                           directory))))
-
-(defun amacs--warm-request ()
-  "Return the request for a server, started as `make-process' would start it.
-Its environment (`process-environment', the first entry of a name
-winning, as for a process), folder (`default-directory') and no
-arguments, in JSON after its length (4 bytes, big-endian)."
-  (let ((env (make-hash-table :test #'equal))
-        (cwd (directory-file-name (expand-file-name default-directory))))
-    (dolist (entry process-environment)
-      (let* ((at (string-search "=" entry))
-             (name (if at (substring entry 0 at) entry)))
-        (unless (gethash name env)
-          (puthash name (if at (substring entry (1+ at)) :unset) env))))
-    (maphash (lambda (name value) (when (eq value :unset) (remhash name env))) env)
-    (puthash "PWD" cwd env)             ; as Emacs sets it for the processes it starts
-    (let ((json (encode-coding-string
-                 (json-serialize (list :argv [] :env env :cwd cwd)) 'utf-8)))
-      (concat (unibyte-string (logand (ash (length json) -24) 255) (logand (ash (length json) -16) 255)
-                              (logand (ash (length json) -8) 255) (logand (length json) 255))
-              json))))
-
 (defun amacs--ask-warm-server (connection python command stderr)
   "Ask the warm server of PYTHON for CONNECTION's server.
 Return the connection to the warm server, or nil.
@@ -424,22 +362,53 @@ Emacs gone)."
   (let ((socket (amacs--warm-socket python)))
     (when (and socket (file-exists-p socket) (file-directory-p default-directory)
                (not (file-remote-p default-directory)))
-      (let* ((buffer (generate-new-buffer " *amacs-server*"))
-             (proc (ignore-errors
-                     (make-network-process :name "amacs-server" :family 'local :service socket
-                                           :buffer buffer :coding 'binary :noquery t
-                                           :filter #'amacs--warm-filter
-                                           :sentinel #'amacs--warm-sentinel))))
-        (when proc
-          (process-put proc 'amacs-connection connection)
-          (process-put proc 'amacs-stderr stderr)
-          (process-put proc 'amacs-launcher (list command process-environment))
-          (unless (ignore-errors (process-send-string proc (amacs--warm-request)) t)
-            (process-put proc 'amacs-reported t) ; gone already: the launcher starts it
-            (delete-process proc)
-            (setq proc nil)))
-        (unless proc (kill-buffer buffer))
-        proc))))
+      (let ((proc (amacs--open-warm socket (amacs--warm-request))))
+        (and proc (amacs--serve-from-warm proc connection command stderr))))))
+
+(defun amacs--serve-from-warm (proc connection command stderr)
+  "Make PROC, a connection to the warm server, CONNECTION's server; return PROC.
+What it answers is read from now on (`amacs--warm-filter'); when it
+answers nothing, COMMAND starts the server, its stderr into buffer
+STDERR (`amacs--warm-sentinel')."
+  (process-put proc 'amacs-connection connection)
+  (process-put proc 'amacs-stderr stderr)
+  (process-put proc 'amacs-launcher (list command process-environment))
+  (set-process-filter proc #'amacs--warm-filter)
+  (set-process-sentinel proc #'amacs--warm-sentinel)
+  (continue-process proc)
+  proc)
+
+(defun amacs--take-asked-first (python)
+  "Take the server `amacs-ask-warm-first' asked for; return its plist, or nil.
+Returned when it was asked for as CONNECTION's server would be now (the
+warm server of PYTHON, the same request with its token, which
+`process-environment' here must hold); otherwise, or with no PYTHON,
+stopped, its end waited for (it holds its home's lock), and nil."
+  (let ((first amacs--asked-first))
+    (setq amacs--asked-first nil)
+    (when first
+      (let ((proc (plist-get first :process)))
+        (if (and python (process-live-p proc)
+                 (equal (plist-get first :socket) (amacs--warm-socket python))
+                 (equal (plist-get first :request) (amacs--warm-request)))
+            first
+          (amacs--stop-asked-first proc)
+          nil)))))
+
+(defun amacs--stop-asked-first (proc)
+  "Stop the server asked for on PROC, which nobody took, and wait for its end.
+It stops once its end of the connection is closed for writing; the warm
+server then closes the connection.  At most `amacs-stop-grace' + 4 s."
+  (let ((deadline (+ (float-time) amacs-stop-grace 4)))
+    (set-process-filter proc #'ignore)
+    (set-process-sentinel proc #'ignore)
+    (ignore-errors (process-send-eof proc))
+    (continue-process proc)
+    (while (and (process-live-p proc) (< (float-time) deadline))
+      (accept-process-output proc 0.05))
+    (let ((buffer (process-buffer proc)))
+      (delete-process proc)
+      (when (buffer-live-p buffer) (kill-buffer buffer)))))
 
 (defun amacs--read-frames (data)
   "The warm server's messages in unibyte DATA.

@@ -343,20 +343,28 @@ still says which model it runs on."
 (defun amacs-shell--header-homes ()
   "Which home the header names, from the longest words to none: a list.
 The home is named when Emacs talks to several, and always on a fork
-\(opened alone too, its header says whose mind it holds).  Shorter, the
-paths become folder names, then a fork's origin becomes \"(fork)\", then
-\"a fork\" stands alone; the last is the empty string."
+\(opened alone too, its header says whose mind it holds: the home, the
+tick and, first, the tick's commit, as a rewind of that home uses the
+tick's number again).  Shorter, the commit goes, the paths become folder
+names, then a fork's origin becomes \"(fork)\", then \"a fork\" stands
+alone; the last is the empty string."
   (let* ((fork (amacs-status :fork))
          (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
          (folder (and name (file-name-nondirectory (directory-file-name name))))
          (from (and fork (directory-file-name (plist-get fork :from))))
-         (tick (and fork (plist-get fork :tick))))
+         (tick (and fork (plist-get fork :tick)))
+         (commit (and fork (stringp (plist-get fork :commit)) (plist-get fork :commit))))
     (append
-     (cond (fork (list (format " %s (a fork of %s at tick %s) —" name (abbreviate-file-name from) tick)
-                       (format " %s (a fork of %s at tick %s) —" name (file-name-nondirectory from) tick)
-                       (format " %s (a fork of %s at tick %s) —" folder (file-name-nondirectory from) tick)
-                       (format " %s (fork) —" folder)
-                       " a fork —"))
+     (cond (fork (delq nil
+                       (list (and commit
+                                  (format " %s (a fork of %s at tick %s, commit %s) —" name
+                                          (abbreviate-file-name from) tick
+                                          (substring commit 0 (min 7 (length commit)))))
+                             (format " %s (a fork of %s at tick %s) —" name (abbreviate-file-name from) tick)
+                             (format " %s (a fork of %s at tick %s) —" name (file-name-nondirectory from) tick)
+                             (format " %s (a fork of %s at tick %s) —" folder (file-name-nondirectory from) tick)
+                             (format " %s (fork) —" folder)
+                             " a fork —")))
            (name (list (concat " " name " —") (concat " " folder " —"))))
      (list ""))))
 

@@ -40,12 +40,13 @@
 (defvar-local amacs-shell--history-error nil
   "Non-nil once saving the history failed and was said; nil after a save works.")
 
-(defun amacs-shell--save-history-safely ()
+(defun amacs-shell--save-history-safely (&optional sent)
   "Save the history; if its file cannot be written, say so once and go on.
-A read-only or full AMACS home must not stop an input from being sent:
-the inputs stay in this Emacs's ring."
+SENT: the input just sent (`amacs-shell--save-history').  A read-only or
+full AMACS home must not stop an input from being sent: the inputs stay
+in this Emacs's ring."
   (condition-case err
-      (progn (amacs-shell--save-history)
+      (progn (amacs-shell--save-history sent)
              (setq amacs-shell--history-error nil))
     (error
      (unless amacs-shell--history-error
@@ -68,11 +69,15 @@ the inputs stay in this Emacs's ring."
 (defvar-local amacs-shell--history-newest nil
   "The newest input already in the history file (an entry of the ring, by `eq').")
 
-(defun amacs-shell--save-history ()
+(defun amacs-shell--save-history (&optional sent)
   "Append the inputs entered since the last save to the history file.
 Each entry is followed by `amacs-shell--history-separator', as
 `comint-write-input-ring' writes them, so RET costs one short append
-however long the history; `amacs-shell--read-history' trims the file."
+however long the history; `amacs-shell--read-history' trims the file.
+The file is the record of every input, SENT (the input just sent) too
+when it repeats the newest: the ring (\[comint-previous-input]) keeps a
+repeat once (`comint-input-ignoredups'), but a rewind moves the file's
+inputs after the tick it goes to onto the abandoned future, each of them."
   (when (and (derived-mode-p 'amacs-shell-mode) comint-input-ring-file-name
              (ring-p comint-input-ring))
     (let* ((ring comint-input-ring) (len (ring-length ring)) (i 0) new)
@@ -82,6 +87,10 @@ however long the history; `amacs-shell--read-history' trims the file."
             (aset (cddr ring) (ring-index i (car ring) (ring-length ring) (ring-size ring)) clean))
           (push clean new))             ; ends oldest first
         (setq i (1+ i)))
+      (when (and (not new) (stringp sent) (> len 0)
+                 (eq (ring-ref ring 0) amacs-shell--history-newest)
+                 (equal (amacs--scrub (string-trim sent)) (string-trim (ring-ref ring 0))))
+        (setq new (list (ring-ref ring 0)))) ; the ring ignored it: a repeat of the newest
       (when new
         (with-file-modes #o700          ; private, as the server keeps the home: 0700, files 0600
           (make-directory (file-name-directory comint-input-ring-file-name) t)
@@ -119,12 +128,27 @@ ring is trimmed to it."
           (progn (setq-default comint-input-ring-size comint-input-ring-size)
                  (comint-read-input-ring t))
         (setq-default comint-input-ring-size default)))
+    (amacs-shell--drop-repeats)
     (setq amacs-shell--history-newest (and (ring-p comint-input-ring)
                                            (> (ring-length comint-input-ring) 0)
                                            (ring-ref comint-input-ring 0)))
     (when (and entries (or (and (= (car entries) 0) (> (cdr entries) 0))
                            (> (car entries) (* 2 comint-input-ring-size))))
       (amacs-shell--rewrite-history))))
+
+(defun amacs-shell--drop-repeats ()
+  "Keep one of each run of the same input in the ring, as typing does.
+The file holds every input sent, a repeat too (`amacs-shell--save-history');
+`comint-read-input-ring' checks a repeat only against the newest entry,
+so \[comint-previous-input] would show each other repeat twice."
+  (when (and comint-input-ignoredups (ring-p comint-input-ring))
+    (let ((kept nil) (size (ring-size comint-input-ring)))
+      (dolist (entry (ring-elements comint-input-ring)) ; newest first
+        (unless (equal entry (car kept))
+          (push entry kept)))               ; ends oldest first
+      (when (< (length kept) (ring-length comint-input-ring))
+        (setq comint-input-ring (make-ring size))
+        (dolist (entry kept) (ring-insert comint-input-ring entry))))))
 
 (defun amacs-shell--reread-history ()
   "Read the input ring (\\<amacs-shell-mode-map>\\[comint-previous-input]) again from the history file.

@@ -574,7 +574,7 @@ An input @NAME TEXT goes to the subagent NAME (a viewpoint's name, or
 an id such as task-1 or compulsion-2); any other to the primary."
   (let ((text (string-trim (substring-no-properties input))))
     (if (string-match amacs-shell--address-regexp text)
-        (progn (amacs-shell--save-history-safely)
+        (progn (amacs-shell--save-history-safely text)
                (amacs-shell--say-to-agent (match-string 1 text) (match-string 2 text)
                                           (buffer-substring-no-properties amacs-shell--prompt-start (point-max))))
       (amacs-shell--send-to-primary proc input))
@@ -583,7 +583,7 @@ an id such as task-1 or compulsion-2); any other to the primary."
 (defun amacs-shell--send-to-primary (_proc input)
   "Send INPUT to the agent; return at once.  The history is saved each time.
 The line sent waits in the footer as queued until the agent takes it."
-  (amacs-shell--save-history-safely)
+  (amacs-shell--save-history-safely input)
   (let* ((text (string-trim (substring-no-properties input)))
          (line (buffer-substring-no-properties amacs-shell--prompt-start (point-max)))
          (id nil))

@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 ELISP = ROOT.parent / "elisp"
 # The elisp files' layers, lowest first: a file's ``require``s name only files of lower layers.
 ELISP_LAYERS = (
-    ("amacs-settings", "amacs-install", "amacs-render"),  # the defcustoms; finding the server; org text
+    ("amacs-settings", "amacs-install", "amacs-render", "amacs-warm"),  # the defcustoms; finding the server;
+    # org text; asking the warm server
     ("amacs-transport",),  # a home's connection: the wire (EPC), its state, the events it carries
     ("amacs-server", "amacs-eval", "amacs-buffers", "amacs-history", "amacs-shell-output"),  # the process; evals; buffers; history; the shell's output
     ("amacs-agent", "amacs-local", "amacs-research", "amacs-changes", "amacs-shell-header",

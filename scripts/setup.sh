@@ -3,27 +3,17 @@
 # magit-section, git, Python's venv; then .venv with the package (and,
 # with --test, its test extras, tmux and package-lint).  Safe to run again: it skips what is there.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+case $0 in */*) cd "${0%/*}/..";; *) cd ..;; esac
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 
-# Already set up, the common case at every ./amacs: nothing below was built before what it
-# is built from changed.  Said by modification times alone, with one find and no Python or
-# Emacs started (the full check below took ~220 ms of blank terminal at every start).  The
-# stamp is written when a full run has ended well; whatever an input changes (pyproject.toml,
-# a source file, a package installed in or removed from .venv or the Debian elpa folder) is
-# newer than it, and the full run follows.
-ready=".venv/.amacs-ready${extras:+-test}"
-if [ -f "$ready" ] && [ -x .venv/bin/python ] && [ -f .elc/.stamp ] \
-   && command -v emacs >/dev/null 2>&1 && command -v git >/dev/null 2>&1; then
-  changed=$(find pyproject.toml .venv/lib/python3*/site-packages /usr/share/emacs/site-lisp/elpa -maxdepth 0 \
-                 -newer "$ready" -print -quit 2>/dev/null || echo error)
-  if [ -z "$changed" ]; then
-    changed=$(find elisp amacs_server \( -name '*.el' -o -name '*.py' \) -newer "$ready" -print -quit 2>/dev/null \
-                || echo error)
-  fi
-  [ -z "$changed" ] && exit 0
-fi
+# Already set up, the common case at every ./amacs (which asks first, without this script):
+# nothing below was built before what it is built from changed.  Said by modification times
+# alone, with no Python or Emacs started (the full check below took ~220 ms of blank terminal
+# at every start): scripts/ready.sh.
+. scripts/ready.sh
+amacs_ready "$extras" && exit 0
+ready=".venv/.amacs-ready${extras:+-test}"  # written when this run has ended well
 
 need_apt=()
 command -v emacs >/dev/null 2>&1 || need_apt+=(emacs-nox)

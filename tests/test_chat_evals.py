@@ -55,6 +55,27 @@ def test_an_error_a_tick_without_reply_and_escaped_lines(tmp_path):
     assert [(n.level, n.heading) for n in root.children[0][1:]] == [(2, "Agent"), (2, "Eval (error)")]
 
 
+def test_an_eval_s_result_shows_a_memory_address_as_the_shell_does(tmp_path):
+    """The demo's thread eval left ``:mem-id "<EOT>amacs-instance-1:primary:thread.demo-tour:1<EOT>"``
+    in agent-chat.org, while the shell's eval line read ``:mem-id "amacs-instance-1:…``: the
+    result and the error are the person's to read; the form is the code as it ran."""
+    path = tmp_path / "agent-chat.org"
+    log = ChatLog(path)
+    form = '(agent-memory-load "<EOT>amacs-instance-1:primary:notes:1<EOT>")'
+    log.write_human(1, T, "help")
+    log.write_eval(1, ChatEval.of(form, True, '(:thread "demo-tour" :mem-id '
+                                  '"<EOT>amacs-instance-1:primary:thread.demo-tour:1<EOT>")', None))
+    log.write_agent(2, T, "", with_heading=True)
+    log.write_eval(2, ChatEval.of(form, False, None, "no item <EOT>amacs-instance-1:primary:x:3<EOT>"))
+    text = path.read_text()
+    assert ':mem-id "amacs-instance-1:primary:thread.demo-tour:1")\n' in text
+    assert "\nno item amacs-instance-1:primary:x:3\n" in text
+    assert text.count("<EOT>") == 4 and text.count(form) == 2, text
+    first, second = ChatLog(path).read()
+    assert first.eval is not None and second.eval is not None
+    assert "<EOT>" not in (first.eval.result or "") + (second.eval.error or "")
+
+
 def test_long_form_and_result_are_cut_saying_so(tmp_path):
     done = ChatEval.of("(list " + "x " * 3000 + ")", True, "y" * 5000, None)
     assert len(done.form) < EVAL_CHARS + 100 and "more characters cut" in done.form.splitlines()[-1]

@@ -265,7 +265,8 @@ def test_an_eval_turn_and_the_prompt_do_not_wait_for_git(tmp_path):
         fake.stop()
     del rt
     gc.collect()  # the stopped loop's pending task is finalized here, not inside a later compile()
-    assert subjects(home) == ["[TICK 2][no-thread][focused] answered", "[TICK 1][no-thread][focused] adding"]
+    assert subjects(home) == ["[TICK 2][no-thread][focused] reply: 4 — answered",
+                              "[TICK 1][no-thread][focused] «what is 2+2?» — adding"]
 
 
 def test_recent_lists_pending_commits_without_waiting(tmp_path):

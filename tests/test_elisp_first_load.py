@@ -106,3 +106,26 @@ def test_the_shell_loads_no_library_on_its_way_to_the_first_answer(compiled: Pat
     loaded, shown = emacs(program, compiled, env=env).split("\n", 1)
     assert "an answer" in shown and "were in an earlier Emacs" in shown and "the answer" in shown, shown
     assert loaded == "((sent) (hello) (answered))", loaded
+
+
+def test_amacs_asks_the_warm_server_before_the_client_loads(tmp_path: Path) -> None:
+    """./amacs asks the warm server for the home's server first thing (elisp/amacs-warm.el): when the
+    request goes out, neither cl-lib nor any other file of the client is loaded (their ~15-26 ms of
+    Lisp delayed the server's hello behind the prompt under load)."""
+    script = (ROOT / "amacs").read_text()
+    assert script.index("(amacs-ask-warm-first)") < script.index("(require 'amacs-shell-start)")
+    warm = tmp_path / "warm"
+    warm.mkdir(mode=0o700)
+    program = ("(require 'amacs-warm) "  # what it sends with is replaced (an advice would load cl-lib)
+               "(fset 'amacs--open-warm (lambda (&rest _) "
+               "(prin1 (mapcar #'featurep '(cl-lib amacs-settings amacs-transport amacs-server epc))) nil)) "
+               "(write-region \"\" nil (amacs--warm-socket (expand-file-name \".venv/bin/python\" amacs--root))) "
+               "(let ((noninteractive nil)) (amacs-ask-warm-first))")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AMACS_", "ANTHROPIC_", "OPENAI_"))},
+           "HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-first-load", "AMACS_WARM_DIR": str(warm),
+           "AMACS_HOME": str(tmp_path / "home")}
+    args = ["emacs", "-Q", "--batch", "-L", str(ROOT / "elisp"), "--eval", f"(progn {program})"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "(nil nil nil nil nil)", out.stdout

@@ -114,7 +114,7 @@ def test_commit_message_body_holds_the_eval_form_and_its_result_cut(tmp_path):
     """Issue 13: after an eval, the body has its form and result (or error), cut at a readable
     length and with no NUL (git's arguments cannot hold one); the subject stays one line."""
     assert commit_message(3, None, "ok", "sum", eval_form="(+ 2\n   2)", eval_result="4") == (
-        "[TICK 3][no-thread][ok] sum\n\neval: (+ 2\n   2)\nresult: 4")
+        "[TICK 3][no-thread][ok] eval (+ 2 2) — sum\n\neval: (+ 2\n   2)\nresult: 4")
     assert commit_message(3, None, "ok", "x", eval_form="(car 1)", eval_error="Wrong type argument").endswith(
         "\n\neval: (car 1)\nerror: Wrong type argument")
     long = commit_message(3, None, "ok", "x", eval_form="(f \0" + "y" * 3000 + ")", eval_result="z" * 1500)
@@ -123,7 +123,7 @@ def test_commit_message_body_holds_the_eval_form_and_its_result_cut(tmp_path):
     repo = HomeRepo(tmp_path)
     (tmp_path / "a.org").write_text("a")
     repo.commit([tmp_path / "a.org"], long)
-    assert repo.log() == ["[TICK 3][no-thread][ok] x"]
+    assert repo.log() == ["[TICK 3][no-thread][ok] eval (f \ufffd" + "y" * 55 + "… — x"]
 
 
 def test_commit_per_tick_and_stale_lock(tmp_path):
@@ -302,4 +302,33 @@ def test_a_commit_subject_shows_a_memory_address_as_the_shell_does_and_a_bare_mo
     assert commit_message(2, None, " calm ;", "see <EOT>a:b:c:1<EOT>, then (<EOT>a:b:d") == (
         "[TICK 2][no-thread][calm] see a:b:c:1, then (a:b:d")
     assert commit_message(3, None, "?", "x", eval_form="(f \"<EOT>a:b:c<EOT>\")", eval_result="1").startswith(
-        "[TICK 3][no-thread][?] x\n\neval: (f \"<EOT>a:b:c<EOT>\")")  # the body's form is the code as run
+        "[TICK 3][no-thread][?] eval (f \"a:b:c\") — x\n\neval: (f \"<EOT>a:b:c<EOT>\")")  # the body's form is the code as run
+
+
+def test_a_commit_body_shows_the_result_s_memory_address_as_the_shell_does():
+    """The demo's thread eval returned ``(:thread "demo-tour" :mem-id "<EOT>amacs-instance-1:...<EOT>")``:
+    the body's result and error read as the shell's eval line does, without the delimiters."""
+    result = '(:thread "demo-tour" :mem-id "<EOT>amacs-instance-1:primary:thread.demo-tour:1<EOT>")'
+    assert commit_message(3, "demo-tour", "ok", "x", eval_form="(agent-create-thread \"demo-tour\")",
+                          eval_result=result).endswith(
+        '\nresult: (:thread "demo-tour" :mem-id "amacs-instance-1:primary:thread.demo-tour:1")')
+    assert commit_message(3, None, "ok", "x", eval_form="(f)", eval_error="no <EOT>a:b:c:2<EOT>").endswith(
+        "\nerror: no a:b:c:2")
+
+
+def test_a_tick_subject_says_the_input_that_began_it_else_what_it_did():
+    """``git log --oneline`` of a demo home read ``[TICK 3][no-thread][focused] thinking`` for every
+    tick: which input began a tick, or what it did, was only in agent-chat.org.  The subject names
+    the input (its first words, one line), else the eval, else the reply; then the monologue."""
+    assert commit_message(1, None, "curious", "(no response: no API key)", said="What is the capital of France?") == (
+        "[TICK 1][no-thread][curious] «What is the capital of France?» — (no response: no API key)")
+    assert commit_message(3, None, "focused", "thinking", said="help", eval_form="(agent-create-thread)",
+                          eval_result="t").startswith("[TICK 3][no-thread][focused] «help» — thinking\n\neval:")
+    assert commit_message(6, "demo-tour", "focused", "step 2", eval_form='(format "demo step 2 of 3")',
+                          eval_result='"demo step 2 of 3"').partition("\n")[0] == (
+        '[TICK 6][demo-tour][focused] eval (format "demo step 2 of 3") — step 2')
+    assert commit_message(8, "demo-tour", "focused", "thinking", reply="Done in 4 ticks: one per eval.") == (
+        "[TICK 8][demo-tour][focused] reply: Done in 4 ticks: one per eval. — thinking")
+    long = commit_message(9, None, "ok", "", said="line one\nline two " + "x" * 100, reply="not named")
+    assert long == "[TICK 9][no-thread][ok] «line one line two " + "x" * 41 + "…»"
+    assert commit_message(10, None, "ok", "thinking") == "[TICK 10][no-thread][ok] thinking"  # said nothing, did nothing

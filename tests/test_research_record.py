@@ -310,7 +310,8 @@ def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
     said = headline(build_report(con, tmp_path, [], None).render("t"))
     total_runs, total_judging = runs_cost + 0.125, score["cost"] + 0.003
     assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
-            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement), "
+            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement; $0.0030 of it by earlier "
+            "attempts of judgements that ran again), "
             f"${total_runs + total_judging:.4f} in all.") in said, said
 
 
@@ -323,7 +324,8 @@ def test_a_run_the_killed_experiment_left_running_keeps_what_it_paid(tmp_path, m
     experiment, runs_dir, folder = failed_before(tmp_path)
     shutil.rmtree(folder)
     assert write_run(runs_dir, 0, errors=False).run_id == folder.name  # a debate's transcripts in its home
-    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "status": "running", "cost": 0.0}))
+    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "status": "running", "cost": 0.0,
+                                                      "turns_done": 0, "failed_turn": None}))
     paid = runs.transcript_totals(folder / "home")[0]
     assert paid and paid > 0
 
@@ -335,6 +337,11 @@ def test_a_run_the_killed_experiment_left_running_keeps_what_it_paid(tmp_path, m
     record = runs.read_manifest(folder)
     assert record["status"] == "failed" and record["error"] == runs.KILLED and record["cost"] == round(paid, 6)
     assert runs.earlier_cost(record) == round(paid, 6)
+    # and the turns its transcripts show replied to (the newcomer's: turns_done 0 beside a finished turn)
+    turns = len(experiment.runs[0].turns)
+    assert record["turns_done"] == turns >= 1 and record["failed_turn"] is None, record
+    kept = runs.read_manifest(folder / "attempts" / "1")
+    assert kept is not None and kept["turns_done"] == turns, kept
 
 
 def test_a_budget_counts_what_every_attempt_so_far_cost(tmp_path):

@@ -38,6 +38,7 @@ from amacs_server.persistence.git_repo import (
     PACKED_FILE,
     HomeRepo,
     pack_names,
+    pack_times,
     packed_records,
     read_seen,
 )
@@ -867,49 +868,72 @@ def test_a_fork_of_a_rewound_home_keeps_the_packs_written_before_the_tick_it_wen
     _git(fork, "fsck", "--full", "--strict", "--no-dangling")
 
 
+def _in_pack(home: Path, name: str) -> set[str]:
+    """The objects HOME's pack NAME holds (as ``git show-index`` lists them)."""
+    with (home / ".git" / "objects" / "pack" / name).with_suffix(".idx").open("rb") as idx:
+        listed = subprocess.run(["git", "show-index"], stdin=idx, capture_output=True, check=True).stdout
+    return {line.split()[1] for line in listed.decode().splitlines()}
+
+
 def _packed_whole(home: Path, sha: str, names: set[str]) -> bool:
-    """Every object SHA reaches is in HOME's packs NAMES (as ``git show-index`` lists them)."""
-    held = set()
-    for name in names:
-        with (home / ".git" / "objects" / "pack" / name).with_suffix(".idx").open("rb") as idx:
-            listed = subprocess.run(["git", "show-index"], stdin=idx, capture_output=True, check=True).stdout
-        held |= {line.split()[1] for line in listed.decode().splitlines()}
+    """Every object SHA reaches is in HOME's packs NAMES."""
+    held = set().union(*(_in_pack(home, name) for name in names))
     reached = _git(home, "rev-list", "--objects", "--no-object-names", sha).split()
     return bool(reached) and set(reached) <= held
 
 
-def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake):
+def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake, monkeypatch):
     """After each repack the packer notes the commit HEAD was at before it and the packs that
     hold all that commit reaches; when a later repack rolls those packs up, the note names the new
-    pack instead, and stays true.  A home packed before notes were kept gets them for its packs."""
+    pack instead, and stays true.  The loose objects go to a pack of their own, noted as made when
+    it was written; a roll-up takes in only older packs, never the newest PACK_RECENT, and is noted
+    as made when the newest of those was, not when it was written.  A home packed before notes
+    were kept gets them for its packs."""
+    monkeypatch.setattr(git_repo, "PACK_RECENT", 1)
     home = tmp_path / "home"
-    for word in ("one", "two", "three", "four"):
+    folder = home / ".git" / "objects" / "pack"
+    rolled = []
+    for word in ("one", "two", "three", "four", "five"):
         run(home, fake, [("say", word)])
         head = _git(home, "rev-parse", "HEAD").strip()
         repo = HomeRepo(home)
+        before, times = pack_names(home), pack_times(home)
         repo.pack()
-        assert packed_records(home)[-1] == (head, pack_names(home))
+        after, newest = pack_names(home), pack_times(home)
+        [loose] = [name for name in after - before if head in _in_pack(home, name)]
+        assert newest[loose] == (folder / loose).stat().st_mtime and set(newest) == after
+        for made in after - before - {loose}:  # a roll-up, of older packs only
+            assert not _in_pack(home, made) & _in_pack(home, loose)
+            assert newest[made] == max(times[name] for name in before - after) < (folder / made).stat().st_mtime
+            rolled.append(made)
+        assert packed_records(home)[-1] == (head, after)
     records = packed_records(home)
+    assert rolled and len(pack_names(home)) < 5  # the first notes name the packs that took theirs in
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
-    assert len(pack_names(home)) < 4  # rolled up: the first notes name the packs that took theirs in
     assert len({frozenset(names) for _sha, names in records}) == len(records)  # the newest of the same packs
     (home / ".git" / PACKED_FILE).unlink()  # packed before notes were kept
-    run(home, fake, [("say", "five")])
+    run(home, fake, [("say", "six")])
     repo.pack()
     records = packed_records(home)
     assert len(records) >= 2 and records[-2][0] != records[-1][0]  # the older packs' commit, found
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
 
 
+@pytest.mark.parametrize("older_form", [False, True])
 def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_keeps(tmp_path, fake,
-                                                                                      monkeypatch):
+                                                                                      monkeypatch, older_form):
     """The fork packs only what its tick reaches beyond the newest commit the packer noted as held
     whole by packs it keeps: git walks no commit below it.  A note naming a pack the fork may not
-    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick."""
+    keep (written after its tick) is not used.  The fork is whole (fsck) and notes its own tick.
+    So with the notes of an older packer (a list, no pack's time: the pack files' times are
+    used); the next repack keeps them."""
     home = tmp_path / "home"
     run(home, fake, [("say", "hello"), ("say", "plain two")])
     packed_at = _git(home, "rev-parse", "HEAD").strip()
     HomeRepo(home).pack()
+    if older_form:
+        (home / ".git" / PACKED_FILE).write_text(json.dumps([[sha, sorted(names)] for sha, names in packed_records(home)]))
+        assert pack_times(home) == {} and packed_records(home)
     time.sleep(1.1)  # the next ticks' commits in a later second than the pack
     run(home, fake, [("say", "the third"), ("say", "later words")])
     walked: list[bytes] = []
@@ -935,6 +959,87 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     assert walked == [f"{history.tick_commit(home, 1)}\n".encode()]
     assert _holds_abandoned(early, ("answer to plain two", "the third")) == []
     _git(early, "fsck", "--full", "--strict", "--no-dangling")
+    monkeypatch.undo()
+    HomeRepo(home).pack()
+    assert packed_records(home)[0] == (packed_at, pack_names(fork) & pack_names(home))
+
+
+def test_a_fork_keeps_a_roll_up_only_if_every_pack_it_took_in_predates_the_tick_and_it_took_in_nothing_else(
+        tmp_path, fake, monkeypatch):
+    """A roll-up is noted as made when the newest pack it took in was (not when it was written), so a
+    fork to a tick after that keeps it whole: it holds nothing newer.  A fork to a tick between two
+    of the packs it took in does not keep it (the later pack holds a later tick).  Objects written
+    while the packer rolls up (a commit beside it) are not taken in (git's --geometric takes every
+    loose object): they stay loose for its next pack, so the fork that keeps the roll-up holds none."""
+    monkeypatch.setattr(git_repo, "PACK_RECENT", 1)
+    monkeypatch.setattr(git_repo, "roll_up", lambda counts: set(counts))  # every pack but the newest rolls up
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello")])
+    HomeRepo(home).pack()
+    time.sleep(1.1)  # tick 2's commit a second after the first pack
+    run(home, fake, [("say", "plain two"), ("say", "later words")])
+    HomeRepo(home).pack()
+    time.sleep(1.1)
+    run(home, fake, [("say", "the fourth")])
+    repo, git = HomeRepo(home), HomeRepo._git
+    beside = b"words of a later tick, written while the packer rolls up"
+
+    def commit_beside(self: HomeRepo, *args: str, **options: Any) -> str:
+        if "--stdin-packs" in args and "--unpacked" not in args:
+            repo.write_blob(beside)
+        return git(self, *args, **options)
+
+    before = pack_names(home)
+    monkeypatch.setattr(HomeRepo, "_git", commit_beside)
+    repo.pack()
+    monkeypatch.undo()
+    [rolled] = [name for name in pack_names(home) - before if (home / ".git" / "objects" / "pack" / name).stat().st_mtime
+                > pack_times(home)[name]]
+    at_four = history.fork(home, 4, tmp_path / "at-four").home
+    kept = at_four / ".git" / "objects" / "pack" / rolled
+    assert kept.stat().st_ino == (home / ".git" / "objects" / "pack" / rolled).stat().st_ino  # linked whole
+    assert beside in _fork_holds(home) and beside not in _fork_holds(at_four)
+    at_two = history.fork(home, 2, tmp_path / "at-two").home
+    assert _holds_abandoned(at_two, ("later words", "the fourth")) == []
+    assert not (at_two / ".git" / "objects" / "pack" / rolled).exists()
+    assert "answer to plain two" in _fork_holds(at_two).decode(errors="replace")
+    for fork in (at_four, at_two):
+        _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+
+
+def test_a_fork_to_a_recent_tick_walks_only_the_ticks_since_the_packers_last_repack_before_it(tmp_path, fake,
+                                                                                                 monkeypatch):
+    """The packer keeps its newest packs out of its roll-ups, so a fork to a tick of its last
+    PACK_RECENT repacks keeps every pack made before the tick, and walks only the ticks since the
+    last repack before it (and the repack's lag), not back to a roll-up made after the tick."""
+    monkeypatch.setattr(git_repo, "PACK_EVERY", 5)
+    home = tmp_path / "home"
+    ticks = 160
+    rt = runtime(home, fake.url)
+    try:
+        for i in range(ticks):
+            do(rt, ("say", f"words {i}"))
+            assert rt.mind.commits.flush(60)
+            if i % 10 == 9:
+                time.sleep(0.5)  # a person's ticks are seconds apart: a repack is a second before the ticks after it
+        rt.mind.commits.wait_packed(60)
+    finally:
+        rt.stop()
+    walked: list[bytes] = []
+    git = history._git
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+        if args[0] == "pack-objects":
+            walked.append(stdin or b"")
+        return git(where, *args, stdin=stdin)
+
+    monkeypatch.setattr(history, "_git", spy)
+    for back in (5, 15, 25):
+        walked.clear()
+        history.fork(home, ticks - back, tmp_path / f"fork-{back}")
+        [revs] = walked
+        count = int(_git(home, "rev-list", "--count", *revs.decode().split()).strip())
+        assert count <= 3 * git_repo.PACK_EVERY, (back, count)
 
 
 def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):
@@ -1304,7 +1409,7 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
         assert {h["tick"] for h in one} == {2} and {"subject", "diff"} <= {h["in"] for h in one}
         assert any(h.get("file") == "agent-chat.org" and h["line"] == "+note the plan" for h in one)
         assert history_search(rt.mind, "plan", {"only": ["subject"], "limit": 1}) == [
-            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] thought about note the plan again"}]
+            {"tick": 4, "in": "subject", "line": "[TICK 4][no-thread][calm] «note the plan again» — thought about note the plan again"}]
         assert history_search(rt.mind, "nowhere at all") == []
         with pytest.raises(Exception, match="only"):
             history_search(rt.mind, "plan", {"only": ["chat"]})
@@ -1335,14 +1440,15 @@ def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):
     home = tmp_path / "home"
     run(home, fake, FUTURE_SESSION[:2])
     fork = history.fork(home, 1, tmp_path / "fork").home
-    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1})):
+    for where, want in ((home, None), (fork, {"from": str(home.resolve()), "tick": 1,
+                                              "commit": history.tick_commit(home, 1)})):
         rt = runtime(where, fake.url)
         try:
             assert views.status(rt)["fork"] == want
         finally:
             rt.stop()
     again = history.fork(fork, 1, tmp_path / "again").home
-    assert history.fork_origin(again) == {"from": str(fork), "tick": 1}
+    assert history.fork_origin(again) == {"from": str(fork), "tick": 1, "commit": history.tick_commit(fork, 1)}
 
 
 def test_a_fork_inside_its_home_is_refused_in_one_line(tmp_path, fake, capsys):

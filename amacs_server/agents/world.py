@@ -394,8 +394,9 @@ class AgentWorld(Registry):
         """The person says TEXT to AGENT_ID (a viewpoint, by id or name, a compulsion or a task),
         from the hub or with @NAME in the shell.
 
-        Its answer is shown in the shell, labelled with its id; an agent at work gets
-        TEXT as a message event and answers, if it wants, with agent-talk-user."""
+        Its answer is shown in the shell, labelled with its id.  An agent at work reads TEXT only
+        once that work is done (a run of its loop of its own, after the one that holds its lock),
+        and the reply says so (``queued``); a paused one once resumed."""
         if agent_id not in self.agents and f"viewpoint-{agent_id}" in self.agents:
             agent_id = f"viewpoint-{agent_id}"  # @skeptic in the shell: a viewpoint by its name
         if agent_id not in self.agents:

@@ -202,7 +202,7 @@ class PrimaryBody:
         persist(rt.mind, rt.face, tick, response, human_written=self.human_written(), reply_written=self.reply_written,
                 evaluated=result if self.evaluated else None)
         faults.point("persist.done")
-        commit(rt, tick, response)
+        commit(rt, tick, response, said=self.human if self.human_written() else None)
         faults.point("commit.queued")
 
     async def after_eval(self) -> bool:
@@ -498,6 +498,7 @@ def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
     and in agent-chat.org."""
     unanswered = rt.mind.memory.pending_tick == tick
+    said = rt.mind.memory.said_at(tick)
     with rt.mind.ltm.transaction():
         if unanswered:
             rt.mind.memory.finish_chat(tick, None, status=f"no reply: {reason}")
@@ -509,13 +510,16 @@ def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
             rt.mind.save_consciousness()
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
-    _commit(rt, commit_message(tick, rt.mind.consciousness.active_thread, rt.mind.consciousness.mood, f"(no response: {reason})"))
+    _commit(rt, commit_message(tick, rt.mind.consciousness.active_thread, rt.mind.consciousness.mood,
+                               f"(no response: {reason})", said=said))
 
 
-def commit(rt: TurnHost, tick: int, response: AgentResponse) -> None:
-    """Commit: one git commit for the tick, made by the commit worker (the tick does not wait)."""
+def commit(rt: TurnHost, tick: int, response: AgentResponse, *, said: str | None = None) -> None:
+    """Commit: one git commit for the tick, made by the commit worker (the tick does not wait).
+    SAID: the person's input that began the tick (its subject names it)."""
     c, done = rt.mind.consciousness, rt.mind.consciousness.last_eval_result
-    _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, eval_form=response.eval,
+    _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, said=said,
+                               reply=response.reply, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 

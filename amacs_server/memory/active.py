@@ -376,6 +376,12 @@ class ActiveMemory:
             content["status"] = status
         self._put_chat(tick, content)
 
+    def said_at(self, tick: int) -> str | None:
+        """The person's input that began TICK, if RAM holds it (None: a tick without one)."""
+        index = self._chat_index.get(tick)
+        human = self.chat[index].content.get("human") if index is not None else None
+        return human if isinstance(human, str) else None
+
     def receive(self, text: str, *, soon: bool = False) -> MemoryItem:
         """A message a subagent received (from its caller, another agent, the person, its own
         eval's result), as the next exchange item of its brain: a record it may evict and load.

@@ -5,7 +5,9 @@ Each tick is a ``* Tick N`` heading with a ``:TIMESTAMP:`` property, then
 ``** Agent`` (the reply) and, when the tick evaluated something, ``** Eval``
 (``** Eval (error)`` when it failed): the form as an ``emacs-lisp`` src
 block and its result or error as an example block under ``#+RESULTS:``, each
-cut at :data:`EVAL_CHARS` (the transcript has them whole).  The eval is its
+cut at :data:`EVAL_CHARS` (the transcript has them whole).  The result and the
+error are for the person: a memory address in them reads as the shell shows it,
+without its ``<EOT>`` delimiters; the form is the code as it ran.  The eval is its
 own part, not under ``** Agent``: the reply read back is only the reply.
 A tick that ended without a reply (interrupted, no key, the budget) says
 why in ``** No reply``; one with neither was cut off (the server stopped).
@@ -32,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..memory.memid import for_person
 from .monthly import ROTATE_BYTES, TAIL_BYTES, MonthlyLog
 
 # The form and the result (or error) of a tick's eval are cut at this many characters in
@@ -50,8 +53,9 @@ class ChatEval:
 
     @classmethod
     def of(cls, form: str, success: bool, result: str | None, error: str | None) -> ChatEval:
-        """The eval of FORM, each text cut at :data:`EVAL_CHARS` (saying so)."""
-        return cls(_cut(form, ";; ") or form, success, _cut(result, ""), _cut(error, ""))
+        """The eval of FORM, each text cut at :data:`EVAL_CHARS` (saying so); RESULT and ERROR
+        with each memory address as the person reads it (:func:`for_person`)."""
+        return cls(_cut(form, ";; ") or form, success, _cut(_shown(result), ""), _cut(_shown(error), ""))
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict (the shell reads it as the live eval's event and result)."""
@@ -66,6 +70,10 @@ def shorten(text: str, limit: int, note: str) -> str:
     cut = text.rfind("\n", 0, limit)
     cut = cut if cut > limit // 2 else limit
     return f"{text[:cut]}\n" + note.format(more=f"{len(text) - cut:,}")
+
+
+def _shown(text: str | None) -> str | None:
+    return None if text is None else for_person(text)
 
 
 def _cut(text: str | None, comment: str) -> str | None:

@@ -36,7 +36,7 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..files import atomic_write, deferred_sync, sync_paths
-from ..memory.memid import DELIM
+from ..memory.memid import DELIM, for_person
 
 log = logging.getLogger("amacs.git")
 
@@ -78,14 +78,32 @@ PACK_EVERY = 25
 # window: those whose delta base came after the tick are deltified again, 60 ms less CPU at 20,000
 # ticks than git's 10, the pack 4 % bigger.)
 DELTA_WINDOW = "--window=4"
-PACK_ARGS = ("-c", "pack.threads=1", "repack", "-d", "-q", "--geometric=2", DELTA_WINDOW, "--depth=50")
+_PACK_OBJECTS = ("-c", "pack.threads=1", "pack-objects", "--stdin-packs", "--delta-base-offset", "--non-empty", "-q",
+                 DELTA_WINDOW, "--depth=50")
+# The loose objects, every one (as git's geometric repack takes them), into a pack of their own.
+PACK_ARGS = (*_PACK_OBJECTS, "--unpacked")
+# The packs named on its input, whole (no loose object: the pack holds nothing newer than they do).
+ROLL_ARGS = _PACK_OBJECTS
 PACK_NICE = 10
-# Kept by the packer in a home's git folder: JSON, a list of [commit, [pack file names]], oldest
-# first, each saying that every object COMMIT reaches sits in the packs named.  A pack's objects
-# never change (a repack that rolls packs up writes a new one holding theirs; the list names it in
-# their place), so the statement stays true while those packs exist.  A fork walks the history
-# only down to such a commit.  Of the commits said of the same packs only the newest is kept (it
-# says more), and of the rest the newest PACKED_KEEP.
+# The packer rolls packs up geometrically (each at least twice the objects of all smaller ones
+# together, as git's --geometric=2), but never its PACK_RECENT newest ones (by when their newest
+# object was made): a roll-up holds only objects older than the last PACK_RECENT repacks, so a
+# fork to a tick within them keeps every pack made before the tick, and its walk is the ticks
+# since the last repack before it.  250 ticks: the rewind picker's first page (200 inputs), the
+# ticks not yet packed, and a few ticks that were not inputs.
+PACK_RECENT = 10
+PACK_FACTOR = 2
+# Kept by the packer in a home's git folder, JSON: {"packed": [[commit, [pack file names]], ...],
+# "newest": {pack file name: time}}.  Each of "packed", oldest first, says that every object
+# COMMIT reaches sits in the packs named.  A pack's objects never change (a repack that rolls
+# packs up writes a new one holding theirs; the list names it in their place), so the statement
+# stays true while those packs exist.  A fork walks the history only down to such a commit.  Of
+# the commits said of the same packs only the newest is kept (it says more), and of the rest the
+# newest PACKED_KEEP.  "newest" says, of each pack the packer made, that every object in it was
+# made before that time (in seconds): a pack of loose objects, when it was written; a roll-up,
+# the newest of the packs it took in (not when it was written).  A pack it does not name: the
+# pack file's time (git sets it later, never earlier).  Homes packed before "newest" was kept hold
+# the list of "packed" alone.
 PACKED_FILE = "amacs-packed"
 PACKED_KEEP = 32
 
@@ -164,22 +182,41 @@ class GitFailed(AmacsError, RuntimeError):
 _TAG_ENDS = " ,;:.!?-_/|"
 
 
-def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, eval_form: str | None = None,
-                   eval_result: str | None = None, eval_error: str | None = None) -> str:
-    """``[TICK 42][thread-id][mood] monologue`` on one line; after an eval, a body with its
-    form and its result or error, each cut at a length a log reads well at (the transcript
-    has them whole): the history shows eval -> result -> reply, the reply in
-    agent-chat.org.  The subject is for a person reading the log: a memory address in it reads
-    as the shell shows it, without its delimiters, and the mood's tag has no punctuation or
-    space at its ends (the transcript keeps what the model wrote)."""
+# An input, a form or a reply named in a tick's subject: its first this many characters, on one line.
+SUBJECT_PART_CHARS = 60
+
+
+def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, said: str | None = None,
+                   reply: str | None = None, eval_form: str | None = None, eval_result: str | None = None,
+                   eval_error: str | None = None) -> str:
+    """``[TICK 42][thread-id][mood] WHAT — monologue`` on one line; after an eval, a body with
+    its form and its result or error, each cut at a length a log reads well at (the transcript
+    has them whole): the history shows eval -> result -> reply, the reply in agent-chat.org.
+
+    WHAT makes ``git log --oneline`` the story: the input that began the tick (SAID, as
+    ``«its first words»``), else what the tick did (``eval FORM``, else ``reply: REPLY``), each
+    cut to :data:`SUBJECT_PART_CHARS`.  The subject is for a person reading the log: a memory
+    address in it reads as the shell shows it, without its delimiters, and the mood's tag has
+    no punctuation or space at its ends (the transcript keeps what the model wrote); so do
+    the body's result and error, while its form is the code as it ran."""
     tag = " ".join(mood.split()).strip(_TAG_ENDS) or " ".join(mood.split())
-    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {' '.join(monologue.replace(DELIM, '').split())}"
+    what = (f"«{_one_line(said)}»" if said is not None else f"eval {_one_line(eval_form)}" if eval_form is not None
+            else f"reply: {_one_line(reply)}" if reply else "")
+    thought = _one_line(monologue, None)
+    story = f"{what} — {thought}" if what and thought else what or thought
+    subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {story}"
     if eval_form is None:
         return subject
-    outcome = (f"error: {_cut(eval_error, EVAL_RESULT_CHARS)}" if eval_error is not None
-               else f"result: {_cut(eval_result or '(none)', EVAL_RESULT_CHARS)}")
+    outcome = (f"error: {_cut(for_person(eval_error), EVAL_RESULT_CHARS)}" if eval_error is not None
+               else f"result: {_cut(for_person(eval_result or '(none)'), EVAL_RESULT_CHARS)}")
     body = f"eval: {_cut(eval_form, EVAL_FORM_CHARS)}\n{outcome}"
     return f"{subject}\n\n" + body.replace("\0", "\ufffd")  # a NUL cannot be in git's arguments
+
+
+def _one_line(text: str, limit: int | None = SUBJECT_PART_CHARS) -> str:
+    """TEXT on one line without memory addresses' delimiters, cut to LIMIT characters (None: whole)."""
+    line = " ".join(text.replace(DELIM, "").replace("\0", "\ufffd").split())
+    return line if limit is None or len(line) <= limit else line[:limit - 1] + "…"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -651,13 +688,13 @@ class HomeRepo:
 
     # git is out of reach of the signals that stop the server (start_git): the hangup Emacs sends
     # the server's group when it quits must not kill the commit of the tick the server stops to finish.
-    def _git(self, *args: str, nice: int = 0) -> str:
+    def _git(self, *args: str, nice: int = 0, data: str | None = None) -> str:
         command = ["nice", "-n", str(nice), "git", *args] if nice and shutil.which("nice") else ["git", *args]
-        with start_git(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL,
+        with start_git(command, cwd=self.home, env=self._env, stdin=subprocess.DEVNULL if data is None else subprocess.PIPE,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
             self._running.add(proc.pid)  # this server's own: no lock of theirs is stale (clear_stale_lock)
             try:
-                stdout, stderr = proc.communicate()
+                stdout, stderr = proc.communicate(data)
             finally:
                 self._running.discard(proc.pid)
         if proc.returncode != 0:
@@ -952,35 +989,70 @@ class HomeRepo:
             self._indexed = None
 
     def pack(self) -> None:
-        """Pack loose objects (geometric: small packs roll up, big ones stay).  Runs beside commits.
-        Then :data:`PACKED_FILE` says that the commit HEAD was at before the repack is packed whole:
-        its objects were all made then, and a repack leaves no object loose nor in a pack it removes."""
+        """Pack the loose objects into a pack of their own, then roll up geometrically the packs
+        older than the PACK_RECENT newest (:func:`roll_up`).  Runs beside commits.  Then
+        :data:`PACKED_FILE` says that the commit HEAD was at before the repack is packed whole (its
+        objects were all made then, and a repack leaves no object loose nor in a pack it removes),
+        and when each pack's newest object was made.  The packs rolled up are removed after that."""
         head, before = self._head(), pack_names(self.home)
-        self._git(*PACK_ARGS, nice=PACK_NICE)
-        if head is None:
-            return
+        kept = self.home / ".git" / PACKED_FILE
+        records = packed_records(self.home) if kept.exists() else self._packed_before(before)
+        newest = pack_times(self.home)
+        folder = self.home / ".git" / "objects" / "pack"
+        self._git(*PACK_ARGS, str(folder / "pack"), nice=PACK_NICE)
+        self._git("prune-packed", "-q", nice=PACK_NICE)
+        for name in pack_names(self.home) - before:  # the loose objects' pack: none was made after it
+            newest[name] = (folder / name).stat().st_mtime
+        gone, made = self._roll_up(newest)
         try:
-            self._note_packed(head, before, pack_names(self.home))
+            if head is not None:
+                self._note_packed(head, records, newest, gone, made)
         except (GitFailed, OSError, ValueError, IndexError) as err:  # only a fork's walk is longer without it
             log.warning("which commits the packs hold whole was not noted: %s", err)
+        for name in gone:  # the index first: a pack no index names is not read
+            for suffix in (".idx", ".pack", ".rev"):
+                (folder / name).with_suffix(suffix).unlink(missing_ok=True)
 
-    def _note_packed(self, head: str, before: set[str], after: set[str]) -> None:
-        """:data:`PACKED_FILE` after a repack from the packs BEFORE to AFTER: HEAD is packed whole."""
-        path = self.home / ".git" / PACKED_FILE
-        records = packed_records(self.home) if path.exists() else self._packed_before(before)
-        made, gone = after - before, before - after
+    def _roll_up(self, newest: dict[str, float]) -> tuple[set[str], str | None]:
+        """Roll up (:func:`roll_up`) the packs not among the PACK_RECENT newest: the packs taken in and the
+        pack made of them (noted in NEWEST: the newest of theirs), or nothing."""
+        folder = self.home / ".git" / "objects" / "pack"
+        dated = {}
+        for name in pack_names(self.home):
+            if (folder / name).with_suffix(".keep").exists():  # a person's: git leaves it as it is
+                continue
+            try:
+                dated[name] = (newest.get(name) or (folder / name).stat().st_mtime, _count((folder / name).with_suffix(".idx")))
+            except (OSError, ValueError):
+                continue
+        old = sorted(dated, key=lambda name: dated[name][0])[:max(0, len(dated) - PACK_RECENT)]
+        rolled = roll_up({name: dated[name][1] for name in old})
+        if len(rolled) < 2:
+            return set(), None
+        listed = "".join(f"{name}\n" for name in sorted(rolled))
+        name = f"pack-{self._git(*ROLL_ARGS, str(folder / 'pack'), nice=PACK_NICE, data=listed)}.pack"
+        newest[name] = max(dated[n][0] for n in rolled)
+        return rolled - {name}, name  # (one of them, if it held all the others' objects: it stays)
+
+    def _note_packed(self, head: str, records: list[tuple[str, set[str]]], newest: dict[str, float],
+                     gone: set[str], made: str | None) -> None:
+        """:data:`PACKED_FILE` after a repack that made a pack MADE of the packs GONE (those still
+        there): HEAD is packed whole; NEWEST, each pack's newest object."""
+        after = (pack_names(self.home) - gone) | ({made} if made else set())
         kept = []
         for sha, names in records:
-            if names & gone:  # rolled up: their objects are in the pack this repack made
-                names = (names - gone) | made
+            if made and names & gone:  # rolled up: their objects are in the pack this repack made
+                names = (names - gone) | {made}
             if names <= after:  # a pack removed by another (a person's gc): not known to hold them
                 kept.append((sha, names))
         kept.append((head, after))
-        newest: dict[frozenset[str], str] = {}  # of notes naming the same packs the newest commit says all
+        last: dict[frozenset[str], str] = {}  # of notes naming the same packs the newest commit says all
         for sha, names in kept:
-            newest.pop(frozenset(names), None)
-            newest[frozenset(names)] = sha
-        atomic_write(path, json.dumps([[sha, sorted(names)] for names, sha in list(newest.items())[-PACKED_KEEP:]]))
+            last.pop(frozenset(names), None)
+            last[frozenset(names)] = sha
+        atomic_write(self.home / ".git" / PACKED_FILE, json.dumps({
+            "packed": [[sha, sorted(names)] for names, sha in list(last.items())[-PACKED_KEEP:]],
+            "newest": {name: newest[name] for name in sorted(after) if name in newest}}))
 
     def _packed_before(self, packs: set[str]) -> list[tuple[str, set[str]]]:
         """What :data:`PACKED_FILE` would say of PACKS, packed before it was kept: for each, the
@@ -1061,13 +1133,58 @@ def pack_names(home: Path) -> set[str]:
     return {path.name for path in (home / ".git" / "objects" / "pack").glob("pack-*.pack")}
 
 
+def _packed_file(home: Path) -> Any:
+    try:
+        return json.loads((home / ".git" / PACKED_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def packed_records(home: Path) -> list[tuple[str, set[str]]]:
     """:data:`PACKED_FILE`'s statements, oldest first ([] without it, or if it does not read)."""
+    data = _packed_file(home)
     try:
-        data = json.loads((home / ".git" / PACKED_FILE).read_text(encoding="utf-8"))
-        return [(str(sha), {str(name) for name in names}) for sha, names in data]
-    except (OSError, ValueError, TypeError):
+        listed = data["packed"] if isinstance(data, dict) else data
+        return [(str(sha), {str(name) for name in names}) for sha, names in listed]
+    except (KeyError, ValueError, TypeError):
         return []
+
+
+def pack_times(home: Path) -> dict[str, float]:
+    """:data:`PACKED_FILE`'s time of each pack's newest object, of the packs it names ({} for a
+    file of the older form, or none)."""
+    data = _packed_file(home)
+    try:
+        return {str(name): float(made) for name, made in data["newest"].items()} if isinstance(data, dict) else {}
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def roll_up(counts: dict[str, int], factor: int = PACK_FACTOR) -> set[str]:
+    """Of packs with COUNTS objects, those to roll into one so that the rest and it form a
+    geometric progression (each pack FACTOR times the objects of all smaller ones, at least): the
+    smallest up to the largest that breaks it, then as many of the next as the new pack would
+    outweigh (git repack's --geometric)."""
+    order = sorted(counts, key=lambda name: (counts[name], name))
+    split = 0
+    for i in range(len(order) - 1, 0, -1):
+        if counts[order[i]] < factor * counts[order[i - 1]]:
+            split = i + 1
+            break
+    total = sum(counts[name] for name in order[:split])
+    while split < len(order) and counts[order[split]] < factor * total:
+        total += counts[order[split]]
+        split += 1
+    return set(order[:split])
+
+
+def _count(idx: Path) -> int:
+    """How many objects a pack index (version 2) lists; ValueError for another kind."""
+    with idx.open("rb") as file:
+        head = file.read(8 + 256 * 4)
+    if head[:8] != b"\xfftOc\x00\x00\x00\x02" or len(head) < 8 + 256 * 4:
+        raise ValueError(f"{idx} is not a version 2 pack index")
+    return int.from_bytes(head[8 + 255 * 4:], "big")
 
 
 def _indexed(idx: Path) -> set[bytes]:

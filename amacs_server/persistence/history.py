@@ -65,12 +65,15 @@ from .git_repo import (
     DELTA_WINDOW,
     PACKED_FILE,
     RACY_NS,
+    UNCOMMITTED,
     CommitError,
     HomeRepo,
     Snapshot,
+    Uncommitted,
     copy_vouched,
     git_env,
     ignored,
+    pack_times,
     packed_records,
     run_git,
     settle_checkout,
@@ -90,7 +93,8 @@ LOGS = ("agent-chat.org", "monologue.org")
 LOG_FOLDERS = ("chat", "monologue")
 # What a fork copies beside the mind: the home's settings, not in git.
 SETTINGS = ("mcp.json", "model-capabilities.json")
-# In a fork: the home and tick it was forked from (its own git's; a fork of it has its own).
+# In a fork: the home, tick and commit it was forked from (its own git's; a fork of it has its own).
+# The commit makes it one mind: a tick's number is used again once a rewind goes back before it.
 FORK_ORIGIN = ".git/amacs-fork.json"
 ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
   ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
@@ -190,10 +194,13 @@ def read_state(home: Path) -> dict[str, Any] | None:
 
 
 def fork_origin(home: Path) -> dict[str, Any] | None:
-    """The home and tick HOME was forked from (``from``, ``tick``); None when it is no fork."""
+    """The home, tick and commit HOME was forked from (``from``, ``tick``, ``commit``: None for a fork
+    an AMACS before it was recorded made); None when it is no fork."""
     try:
         data = json.loads((home / FORK_ORIGIN).read_text(encoding="utf-8"))
-        return {"from": str(data["from"]), "tick": int(data["tick"])}
+        commit = data.get("commit")
+        return {"from": str(data["from"]), "tick": int(data["tick"]),
+                "commit": commit if isinstance(commit, str) else None}
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -307,6 +314,31 @@ def tick_commit(home: Path, tick: int) -> str:
     raise NoSuchTick(f"{home} has no tick {tick} in its history")
 
 
+def names_commit(home: Path, text: str) -> bool:
+    """Whether TEXT names a commit of HOME's repository (an id, or a prefix of one)."""
+    return (home / ".git").is_dir() and run_git(
+        ["git", "rev-parse", "--verify", "--quiet", f"{text}^{{commit}}"], home, env=git_env()).returncode == 0
+
+
+def origin_commit(home: Path, commit: str) -> tuple[str, int]:
+    """The commit COMMIT (an id, or a prefix of one, as ``git log`` prints it) names in HOME, and its
+    tick: one of the ticks of HOME's history as it stands (HEAD's line), else NoSuchTick saying why."""
+    if not (home / ".git").is_dir():
+        raise HistoryError(f"{home} has no git history: is it an AMACS home?")
+    found = run_git(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], home, env=git_env())
+    sha = found.stdout.decode(errors="replace").strip()
+    if found.returncode != 0 or not sha:
+        raise NoSuchTick(f"{home} has no commit {commit}")
+    if run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode != 0:
+        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands (it may be on the abandoned "
+                         "future of a rewind): a run starts from a tick of its history")
+    subject = _git(home, "log", "-1", "--format=%s", sha).decode(errors="replace")
+    tick = re.match(r"\[TICK (\d+)\]", subject)
+    if tick is None:
+        raise NoSuchTick(f"commit {commit} of {home} is no tick's ({subject.strip()!r})")
+    return sha, int(tick[1])
+
+
 def last_tick(home: Path) -> int:
     """The tick of the newest ``[TICK N]`` commit of HEAD's line: the mind as it is now."""
     if not (home / ".git").is_dir():
@@ -316,6 +348,41 @@ def last_tick(home: Path) -> int:
     if not subject.startswith("[TICK "):
         raise HistoryError(f"{home} has no tick in its history yet")
     return int(subject[6:subject.index("]")])
+
+
+def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
+    """The commit of the tick whose commit the last server of HOME asked for and never made (it
+    stopped, or was killed, first: :data:`~.git_repo.UNCOMMITTED`): the snapshot of the bytes the
+    tick ended with and the message, which says it was made late.  A note for the person (str) when
+    a file no longer holds them: the tick has no commit of its own (the next tick's commit holds its
+    files).  None when there is nothing to commit: no record, or a record of a tick committed since,
+    or of a mind a rewind has moved (the tick state is another tick's).  The record is removed but
+    when a commit is returned (the commit worker removes it once the commit is made)."""
+    saved = Uncommitted.read(home)
+    if saved is None:
+        return None
+    tick, state = saved.tick, read_state(home)
+    try:
+        committed = last_tick(home)
+    except HistoryError:  # no history yet
+        committed = 0
+    if tick is None or state is None or state.get("tick") != tick or committed >= tick:
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+        return None
+    snap, changed = saved.snapshot(home)
+    if snap is None:
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+        return (f"Tick {tick} ended, but the server stopped before its commit was made, and files "
+                f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
+                "home's history; the next tick's commit holds its files.")
+    late = ("Committed at the next start: the server that ran this tick stopped before it made this "
+            "commit.  The files are the bytes the tick ended with, checked against the digests "
+            "recorded at its end.")
+    if committed == tick - 2:
+        late += f"  Tick {tick - 1} has no commit of its own: its changes are in this one."
+    elif committed < tick - 2:
+        late += f"  Ticks {committed + 1} to {tick - 1} have no commit of their own: their changes are in this one."
+    return snap, f"{saved.message}\n\n{late}"
 
 
 def state_at(home: Path, commit: str, tick: int) -> dict[str, Any]:
@@ -1014,7 +1081,7 @@ def _record(home: Path, tick: int, heading: str, text: str, event: Record, run_i
 REWIND_JOURNAL = ".git/amacs-rewind.json"
 # Written in a home's git folder before a rewind makes its first object: the time (whole seconds) of
 # the commit of the earliest tick a rewind of the home went back to.  Every object of a future a
-# rewind abandoned was made after it: a pack written before it holds none (:func:`_packs_before`).
+# rewind abandoned was made after it: a pack whose newest object was made before it holds none (:func:`_packs_before`).
 REWOUND_MARK = ".git/amacs-rewound"
 
 
@@ -1360,24 +1427,27 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
-def _packs_before(home: Path, commit: str) -> set[str]:
-    """The names of HOME's packs that hold only objects of COMMIT's past: every one written before
-    COMMIT was made (a pack holds what existed when it was written; git only ever sets a pack's
-    time later) and before the commit of the earliest tick a rewind went back to, if any
-    (:data:`REWOUND_MARK`): the objects made before it are of one line of ticks, the past every
-    later line shares; so a pack written before tick N's commit and that tick holds nothing of a
-    tick after N, nor of a future any rewind abandoned."""
+def _packs_before(home: Path, commit: str) -> dict[str, float]:
+    """HOME's packs that hold only objects of COMMIT's past, each with the time its newest object
+    was made: every one whose newest object was made before COMMIT was (as HOME's packer noted it,
+    :func:`~.git_repo.pack_times`; else the pack file's time: a pack holds what existed when it was
+    written, and git only ever sets a pack's time later) and before the commit of the earliest
+    tick a rewind went back to, if any (:data:`REWOUND_MARK`): the objects made before it are of
+    one line of ticks, the past every later line shares; so such a pack holds nothing of a tick
+    after COMMIT's, nor of a future any rewind abandoned."""
     made = _commit_time(home, commit)
     rewound = _rewound_before(home)
     if rewound is not None:
         made = min(made, rewound)
-    clean = set()
+    noted = pack_times(home)
+    clean = {}
     for pack in (home / ".git" / "objects" / "pack").glob("pack-*.pack"):
         try:
-            if pack.stat().st_mtime < made:
-                clean.add(pack.name)
+            newest = noted.get(pack.name) or pack.stat().st_mtime
         except FileNotFoundError:
             continue
+        if newest < made:
+            clean[pack.name] = newest
     return clean
 
 
@@ -1394,7 +1464,8 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     HOME's packer may roll packs up: a pack gone before it was linked is in a newer one, listed
     again; if an object is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
-    kept: set[str] = _packs_before(home, commit)
+    dated = _packs_before(home, commit)
+    kept = set(dated)
     for _ in range(3):
         missing = False
         for folder in sorted(source.iterdir()) if source.is_dir() else []:
@@ -1436,13 +1507,16 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     if name is None:
         _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
     else:  # COMMIT is packed whole here: a fork of this fork walks no further down than it
-        atomic_write(made / ".git" / PACKED_FILE, json.dumps([[commit, sorted(packed for packed in stays
-                                                                              if packed.endswith(".pack"))]]))
+        atomic_write(made / ".git" / PACKED_FILE, json.dumps({
+            "packed": [[commit, sorted(packed for packed in stays if packed.endswith(".pack"))]],
+            "newest": {whole: dated[whole] for whole in sorted(kept)}}))
 
 
-def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None) -> Done:
+def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None,
+         commit: str | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
-    with the budget limit LIMIT (default: the one HOME has now).  Crash-safe: the fork is made in
+    with the budget limit LIMIT (default: the one HOME has now).  COMMIT, when given, is the commit
+    of tick TICK to fork (:func:`origin_commit` checked it), not the newest of that tick on HOME's line.  Crash-safe: the fork is made in
     a folder beside DEST and renamed to DEST once whole, so a kill leaves no DEST (and HOME as it
     was); the next fork into DEST removes what it left.
 
@@ -1459,7 +1533,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
     held = None if locked else lock(home)
     try:
         earlier = finish_unfinished(home)  # HOME's mind as a rewind cut short meant it
-        commit = tick_commit(home, tick)
+        commit = tick_commit(home, tick) if commit is None else commit
         state = state_at(home, commit, tick)
         _refuse_damaged_memory(home, "fork", served=locked)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -1490,11 +1564,12 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
                     _memory_up_to(home / "memory.db", made / "memory.db", state,
                                   rewound=_rewound_before(home) is not None)
                 faults.point("fork.memory")
-            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick}))
+            atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick, "commit": commit}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
             faults.point("fork.recorded")
-            sha, _ = repo.commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}")
+            sha, _ = repo.commit(tracked(made), f"[TICK {tick}][fork] forked from {home} at tick {tick}\n\n"
+                                                f"Its commit there: {commit}")
             faults.point("fork.committed")
             (made / FORK_UNFINISHED).unlink()
             sync_paths([p for p in made.rglob("*") if p.is_file()])

@@ -150,6 +150,7 @@ class LocalExecutor:
         self.stop = threading.Event()
         self.hurry = threading.Event()  # a second C-c: runs finishing their teardown are stopped too
         self.prepared: dict[str, Prepared] = {}
+        self.handed: dict[Future[Outcome], Prepared] = {}  # each submitted run's prepared Emacs
         self.forks: ForkServer | None = None
         if fork:
             try:
@@ -180,6 +181,8 @@ class LocalExecutor:
         future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace, ended,
                                   self.hurry)
         self.going[future] = run
+        if ready is not None:
+            self.handed[future] = ready
         future.add_done_callback(lambda _f: ended())
 
     def busy(self) -> int:
@@ -203,6 +206,7 @@ class LocalExecutor:
         out = []
         for future in done:
             run = self.going.pop(future)
+            self.handed.pop(future, None)
             err = future.exception()
             out.append(_failed(run, err) if err else future.result())
         return out
@@ -212,6 +216,15 @@ class LocalExecutor:
         a run finishing its teardown ends as it would have, unless a C-c comes meanwhile."""
         self.stop.set()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        # A run submitted while every worker was busy, cancelled by that shutdown, never started: it is
+        # still to do, and its prepared Emacs is discarded below.  Its future is cancelled but never
+        # "notified" (no worker took it up), and concurrent.futures.wait never counts such a future
+        # done: waited for, it hung the command (seen as test_c_c_twice's rare hang).
+        for future in [f for f in self.going if f.cancelled()]:
+            run = self.going.pop(future)
+            ready = self.handed.pop(future, None)
+            if ready is not None:
+                self.prepared[run.run_id] = ready
         # Waited for by their futures, not by joining the threads: a C-c that interrupts a thread's
         # join (Python 3.11) marks that thread as ended while it still runs, and nothing waits for it.
         try:

@@ -23,8 +23,9 @@ status, arm):
   unknown; every sum of dollars over such a call is NULL too, its tokens are kept), latency_ms, stop_reason, error,
   thinking_chars (the size of its thinking text; NULL in transcripts that do not keep it).
 - ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
-  (``<run-id>/attempts/<n>/transcripts``), as ``model_calls`` has them, with their ``attempt``:
-  their cost is the runs' earlier_cost; no other table holds them.
+  (``<run-id>/attempts/<n>/transcripts``) and of judgements asked again (``judge``: its judge; NULL
+  for a run's), as ``model_calls`` has them, with their ``attempt``: their cost is the runs' and the
+  scores' earlier_cost; no other table holds them.
 - ``evals``: one row per ``eval``: the form, and from its ``eval_result`` ok, error,
   result, seconds, and whether a compulsion blocked it.
 - ``blocks``: one row per compulsion block (``blocked``): blocked_by (the compulsion), by_template, action, form, reason.
@@ -87,7 +88,8 @@ MANIFEST_COLUMNS = {
     "turns": "VARCHAR[]", "status": "VARCHAR", "cost": "DOUBLE", "turns_done": "BIGINT",
     "started_at": "DOUBLE", "ended_at": "DOUBLE", "seconds": "DOUBLE", "error": "VARCHAR", "failed_turn": "BIGINT",
     "emacs_started_at": "DOUBLE", "server_started_at": "DOUBLE", "first_request_at": "DOUBLE",
-    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "unpriced_calls": "BIGINT",
+    "last_reply_at": "DOUBLE", "cpus": "BIGINT", "origin": "VARCHAR", "origin_commit": "VARCHAR",
+    "unpriced_calls": "BIGINT",
     "first_turn_at": "DOUBLE", "startup_seconds": "DOUBLE", "wall_seconds": "DOUBLE", "order_seed": "BIGINT",
     "position": "BIGINT", "earlier_cost": "DOUBLE",
 }
@@ -304,21 +306,32 @@ _TEXT = ("CASE WHEN json_type(m->'content') = 'VARCHAR' THEN m->>'content' "
 def _earlier_calls(con: duckdb.DuckDBPyConnection, runs_dir: Path, cols: dict[str, str], ident: str,
                    calls: str) -> None:
     """The table ``earlier_calls``: the model calls of the earlier attempts of runs that ran again
-    (``<run>/attempts/<n>/transcripts``), as ``model_calls`` has them and with their ``attempt``; their
-    cost is the runs' ``earlier_cost``.  No other table holds them: a run's figures are its last attempt's."""
-    where = runs_dir / "*" / ATTEMPTS / "*" / "transcripts" / "*.jsonl"
-    if any(runs_dir.glob(str(where.relative_to(runs_dir)))):
-        path = r"'([^/\\]+)[/\\]attempts[/\\](\d+)[/\\]transcripts[/\\][^/\\]+$'"
-        source = (f"SELECT regexp_extract(filename, {path}, 1) AS run_id, "
-                  f"CAST(regexp_extract(filename, {path}, 2) AS INTEGER) AS attempt, * EXCLUDE (filename) "
-                  f"FROM read_json({_quote(where)}, format='newline_delimited', columns={_struct(cols)}, "
-                  "filename=true, ignore_errors=true)")
-    else:
-        source = ("SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS attempt, "
-                  + ", ".join(f"NULL::{t} AS {c}" for c, t in cols.items()) + " WHERE false")
+    (``<run>/attempts/<n>/transcripts``) and of judgements asked again
+    (``<run>/judges/<judge>/attempts/<n>/judge.jsonl``), as ``model_calls`` has them and with their
+    ``attempt`` and ``judge`` (NULL: the run's own); their cost is the runs' ``earlier_cost`` and the
+    scores'.  No other table holds them: a run's figures are its last attempt's."""
+    sources = []
+    # A run's (<run>/attempts/<n>/transcripts/*.jsonl) and a judgement's (<run>/judges/<judge>/attempts/<n>/
+    # judge.jsonl): the folder names the run, the judge (NULL: the run's own calls) and the attempt.
+    for where, path, judge in (
+            (runs_dir / "*" / ATTEMPTS / "*" / "transcripts" / "*.jsonl",
+             r"'([^/\\]+)[/\\]attempts[/\\](\d+)[/\\]transcripts[/\\][^/\\]+$'", None),
+            (runs_dir / "*" / "judges" / "*" / ATTEMPTS / "*" / "judge.jsonl",
+             r"'([^/\\]+)[/\\]judges[/\\][^/\\]+[/\\]attempts[/\\](\d+)[/\\][^/\\]+$'",
+             r"'[/\\]judges[/\\]([^/\\]+)[/\\]attempts[/\\]\d+[/\\][^/\\]+$'")):
+        if any(runs_dir.glob(str(where.relative_to(runs_dir)))):
+            sources.append(
+                f"SELECT regexp_extract(filename, {path}, 1) AS run_id, "
+                f"CAST(regexp_extract(filename, {path}, 2) AS INTEGER) AS attempt, "
+                + (f"regexp_extract(filename, {judge}, 1)" if judge else "NULL::VARCHAR") + " AS judge, "
+                f"* EXCLUDE (filename) FROM read_json({_quote(where)}, format='newline_delimited', "
+                f"columns={_struct(cols)}, filename=true, ignore_errors=true)")
+    source = " UNION ALL BY NAME ".join(f"({s})" for s in sources) or (
+        "SELECT NULL::VARCHAR AS run_id, NULL::INTEGER AS attempt, NULL::VARCHAR AS judge, "
+        + ", ".join(f"NULL::{t} AS {c}" for c, t in cols.items()) + " WHERE false")
     con.execute(f"""
         CREATE OR REPLACE TABLE earlier_calls AS
-        SELECT attempt, {ident.format(params=', '.join('p.' + p for p in PARAMS))}, {calls}
+        SELECT attempt, judge, {ident.format(params=', '.join('p.' + p for p in PARAMS))}, {calls}
         FROM ({source}) t LEFT JOIN params p USING (run_id)
         WHERE event IN ({RESPONSE}, {ERROR})""")
 
@@ -495,13 +508,17 @@ def judging_cost(con: duckdb.DuckDBPyConnection) -> tuple[float, int, list[str],
 
 
 def judging_words(con: duckdb.DuckDBPyConnection) -> str:
-    """``judging $0.0445 (1 judge: viewpoints-used, 10 judgements)``, or empty when nothing was judged."""
+    """``judging $0.0445 (1 judge: viewpoints-used, 10 judgements)``, and what earlier attempts of
+    judgements asked again cost as part of it, as the runs' (:func:`earlier_words`); empty when nothing
+    was judged."""
     dollars, n, judges, unknown = judging_cost(con)
     if not n:
         return ""
+    earlier = float(_one(con, "SELECT coalesce(sum(earlier_cost), 0) FROM scores") or 0.0)
     return (f"judging ${dollars:.4f} ({len(judges)} judge{'s' if len(judges) != 1 else ''}: {', '.join(judges)}, "
             f"{n} judgement{'s' if n != 1 else ''}"
-            + (f"; {unknown} of a model with no price, their cost unknown" if unknown else "") + ")")
+            + (f"; {unknown} of a model with no price, their cost unknown" if unknown else "")
+            + (f"; {earlier_words(earlier, 'judgements')}" if earlier else "") + ")")
 
 
 def arms_in_order(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> list[str]:

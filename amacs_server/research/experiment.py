@@ -58,7 +58,16 @@ from rich.text import Text
 
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
-from .runs import INTERRUPTED, Outcome, base_url_of, durations, earlier_cost, read_manifest
+from .runs import (
+    INTERRUPTED,
+    Outcome,
+    base_url_of,
+    durations,
+    earlier_cost,
+    finish_teardown,
+    moved_origin,
+    read_manifest,
+)
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
 POLL = 0.5  # seconds between redraws while runs go
@@ -246,9 +255,17 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
     # A run whose session is over while its server stops counts no more against PARALLEL (the
     # executor's busy()), unless a budget must see its cost before the next run starts.
     busy = getattr(executor, "busy", None) if budget is None else None
+    closed = False
     with _progress(console) as progress:
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
+
+        def said(outcome: Outcome) -> None:
+            why = f"  {failure(outcome)}" if outcome.error else ""
+            progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
+                                   f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
+                                   style="red" if outcome.status == "failed" else None)
+
         try:
             while queue or running:
                 while (queue and (running if busy is None else busy()) < parallel
@@ -268,23 +285,27 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     failed = sum(o.status == "failed" for o in outcomes)
                     done = total - len(todo) + len(outcomes) - failed
                     progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
-                    why = f"  {failure(outcome)}" if outcome.error else ""
-                    progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
-                                           f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
-                                           style="red" if outcome.status == "failed" else None)
+                    said(outcome)
                     stopped = stopped or same_failures(outcomes)
         except KeyboardInterrupt:
-            finishing = getattr(executor, "finishing", lambda: 0)()
-            if finishing:
-                one = finishing == 1
-                progress.console.print(f"C-c: {finishing} {'run' if one else 'runs'} whose every turn got its reply "
-                                       f"{'ends' if one else 'end'} first (the last commit) and "
-                                       f"{'is' if one else 'are'} recorded done (C-c again to stop "
-                                       f"{'it: it' if one else 'them: they'} would run again)",
-                                       markup=False, highlight=False, soft_wrap=True)
+            finishing = getattr(executor, "finishing", None)
+            if finishing is not None:  # this machine's runs: each says how it ended, as it ends
+                letting = finishing()
+                if letting:
+                    one = letting == 1
+                    progress.console.print(f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its "
+                                           f"reply {'ends' if one else 'end'} first (the last commit) and "
+                                           f"{'is' if one else 'are'} recorded done (C-c again to stop "
+                                           f"{'it' if one else 'them'} now)",
+                                           markup=False, highlight=False, soft_wrap=True)
+                closed = True
+                executor.close()
+                for outcome in executor.finished(0):
+                    said(outcome)
             raise
         finally:
-            executor.close()
+            if not closed:
+                executor.close()
     return outcomes, queue, stopped
 
 
@@ -336,7 +357,15 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
+    for run in experiment.runs:  # stopped in their teardown: recorded done, not run (and paid) again
+        finished = finish_teardown(run, runs_dir)
+        if finished is not None:
+            print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
+                  f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
     todo, before, again, earlier = _pending(experiment, runs_dir)
+    if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
+        print(f"amacs-server experiment: {moved}", file=sys.stderr)
+        return 2
     spent = sum(cost or 0.0 for cost in before.values()) + earlier
     total = len(experiment.runs)
     print(f"{experiment.name}: {total} runs in {runs_dir}; {total - len(todo)} done before, "

@@ -151,8 +151,10 @@ def _sample(con: duckdb.DuckDBPyConnection, run: dict[str, Any], model: str) -> 
     last = next((m for m in reversed(messages) if m["role"] == "assistant"), None)
     scores = {s["judge"]: {"value": s["score"], "explanation": s["rationale"] or "",
                            "metadata": {"judge_model": s["judge_model"], "cost": s["cost"],
+                                        "earlier_cost": float(s["earlier_cost"] or 0.0),
                                         "scale": [s["scale_low"], s["scale_high"]]}}
-              for s in _rows(con, """SELECT judge, score, rationale, judge_model, cost, scale_low, scale_high
+              for s in _rows(con, """SELECT judge, score, rationale, judge_model, cost, earlier_cost, scale_low,
+                                            scale_high
                                      FROM scores WHERE run_id = ? AND judged = 'done' AND score IS NOT NULL""", run_id)}
     calls = _rows(con, """SELECT ok, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost
                           FROM model_calls WHERE run_id = ?""", run_id)

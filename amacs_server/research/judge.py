@@ -16,13 +16,18 @@ or ``--model`` names another; a reply that is not the JSON asked for is asked
 again, twice at most.  Its transcript, as any agent's, is
 ``RUNS_DIR/<run>/judges/<judge>/judge.jsonl``; its result,
 ``.../score.json`` (``score``, ``rationale``, ``cost``, ``status`` done or
-failed, ``error``), which the dataset loads as the ``scores`` table and the
+failed, ``error``; ``estimated_where``: where its model ran when its dollars are
+list prices for another server's tokens), which the dataset loads as the ``scores`` table and the
 report draws per arm with bootstrap 95% intervals.
 
 Runs are judged N at once (default the spec's ``parallel``) through the
 experiment's loop: the same progress bar and total budget (no judge call starts
 once the judged runs have cost ``--budget``), and resume: a run already scored
-by this judge is skipped, its cost counted.  Exit status as the experiment's:
+by this judge is skipped, its cost counted; a judgement that failed (or was cut
+short) is asked again, its earlier attempt kept in ``.../attempts/<n>/`` (its
+score.json and judge.jsonl, as a run's are) and what it cost counted as the new
+score's ``earlier_cost``, said apart as the experiment says its runs' earlier
+attempts (:func:`record_words`).  Exit status as the experiment's:
 0 every run judged; 1 some judgement failed; 2 a wrong judge or command line;
 3 the budget was spent first; 130 interrupted.
 """
@@ -36,6 +41,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -45,8 +51,9 @@ from typing import TYPE_CHECKING, Any
 from .. import faults
 from ..config import builtin_skills_dir
 from ..errors import AmacsError
-from ..records import AgentEnd, AgentStart, ModelRequest, Record
+from ..records import AgentEnd, AgentStart, ModelRequest, ModelResponse, Record, scan
 from ..skills import SKILL_NAME, parse_frontmatter
+from ..transcripts import ATTEMPTS
 from .runs import Outcome
 
 if TYPE_CHECKING:
@@ -208,8 +215,15 @@ def _backend(job: Job) -> Any:
                             TIMEOUT)
 
 
-async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
-    """Ask the judge about JOB, writing its transcript in FOLDER; its score.json's contents."""
+def session_of(run_id: str, judge: str, attempt: int = 1) -> str:
+    """The session id of the judgement of RUN_ID by JUDGE (its ATTEMPTth, from 1): ``<run>.judge-<judge>``,
+    and ``.attempt-N`` after it for a judgement asked again."""
+    return f"{run_id}.judge-{judge}" + (f".attempt-{attempt}" if attempt > 1 else "")
+
+
+async def _ask(judge: Judge, job: Job, folder: Path, attempt: int = 1) -> dict[str, Any]:
+    """Ask the judge about JOB (its ATTEMPTth time), writing its transcript in FOLDER; its score.json's
+    contents."""
     from ..inference.model_call import Ask
     from ..inference.retry import InferenceError
     from ..persistence.transcript import AgentIdentity, Transcript
@@ -220,9 +234,10 @@ async def _ask(judge: Judge, job: Job, folder: Path) -> dict[str, Any]:
     # secret, the docs' ANTHROPIC_API_KEY=fake, is an ordinary word there).
     transcript = Transcript(folder, TRANSCRIPT, scrub=Scrubber({k: v for k, v in os.environ.items()
                                                                 if k.endswith("_API_KEY")}))
-    # Its session is its own (the run and the judge), not one shared by every judge.jsonl: a reader of
-    # many transcripts (amacs-server transcripts) counts each judgement as an agent of its own.
-    transcript.run_id = f"{job.run_id}.judge-{judge.name}"
+    # Its session is its own (the run, the judge and the attempt), not one shared by every judge.jsonl:
+    # a reader of many transcripts (amacs-server transcripts) counts each judgement, and each earlier
+    # attempt of one kept in attempts/<n>/, as a session of its own.
+    transcript.run_id = session_of(job.run_id, judge.name, attempt)
     me = AgentIdentity(agent_id=f"judge-{judge.name}", parent_id=None, agent_type="judge", template=judge.name)
     transcript.write(AgentStart(run=job.run_id, model=job.model, input=judge.input, scale=[judge.low, judge.high]),
                      agent=me)
@@ -322,21 +337,22 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
     """Judge JOB into ``RUNS_DIR/<run>/judges/<judge>/`` (made afresh); its outcome (never raises for a
     judgement that goes wrong: that is a failed one)."""
     folder = runs_dir / job.run_id / "judges" / judge.name
-    before = _read_json(folder / SCORE)  # a failed judgement asked again: what it cost stays counted
-    earlier = round(float(before.get("cost") or 0.0) + float(before.get("earlier_cost") or 0.0), 8) if before else 0.0
-    for old in (folder / SCORE, folder / f"{TRANSCRIPT}.jsonl"):
-        old.unlink(missing_ok=True)
+    attempt = keep_attempt(folder)  # a judgement asked again: its earlier attempt kept, its cost counted
+    earlier = earlier_cost(folder)
+    (folder / SCORE).unlink(missing_ok=True)
     folder.mkdir(parents=True, exist_ok=True)
     started = time.time()
     try:
-        result = asyncio.run(_ask(judge, job, folder))
+        result = asyncio.run(_ask(judge, job, folder, attempt))
     except Exception as err:  # noqa: BLE001 - a judgement that broke is a failed one, said so
         result = {"run_id": job.run_id, "judge": judge.name, "model": job.model, "scale_low": judge.low,
                   "scale_high": judge.high, "input": judge.input, "status": "failed", "score": None,
                   "rationale": "", "cost": 0.0, "error": f"{type(err).__name__}: {err}"}
     ended = time.time()
     faults.point("judge.scored")
-    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3), earlier_cost=earlier)
+    # where its model ran, when its dollars are an estimate: said so by the last lines of later commands too
+    result.update(started_at=started, ended_at=ended, seconds=round(ended - started, 3), earlier_cost=earlier,
+                  estimated_where=estimated_where(job))
     (folder / (SCORE + ".tmp")).write_text(json.dumps(result, indent=1, ensure_ascii=False), encoding="utf-8")
     faults.point("judge.written")
     os.replace(folder / (SCORE + ".tmp"), folder / SCORE)
@@ -344,6 +360,49 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
                    cost=None if result["cost"] is None else float(result["cost"]),
                    seconds=result["seconds"], turns_done=int(result["status"] == "done"), started_at=started,
                    ended_at=ended, error=result["error"])
+
+
+def keep_attempt(folder: Path) -> int:
+    """Move the record of the earlier attempt of the judgement in FOLDER (its ``score.json`` and its
+    transcript) to ``attempts/<n>/`` (n from 1), as a run's are kept when it runs again: what it paid
+    for stays readable.  One killed before its score was written (a transcript and no score) gets the
+    score.json of a failed judgement with what its transcript says it paid.  The number of the
+    attempt about to be made (1: the first)."""
+    root = folder / ATTEMPTS
+    kept = max((int(p.name) for p in root.iterdir() if p.name.isdigit()), default=0) if root.is_dir() else 0
+    transcript = folder / f"{TRANSCRIPT}.jsonl"
+    before = _read_json(folder / SCORE)
+    if before is None and not transcript.exists():
+        return kept + 1
+    if before is None:
+        before = {"status": "failed", "cost": _paid(transcript), "earlier_cost": earlier_cost(folder),
+                  "error": "the judge was killed while it judged; it was asked again"}
+    target = root / str(kept + 1)
+    target.mkdir(parents=True)
+    (target / SCORE).write_text(json.dumps(before, indent=1, ensure_ascii=False), encoding="utf-8")
+    if transcript.exists():
+        os.replace(transcript, target / transcript.name)
+    return kept + 2
+
+
+def earlier_cost(folder: Path) -> float:
+    """What the earlier attempts of the judgement in FOLDER cost: the last one kept in ``attempts/<n>/``,
+    its ``cost`` and its own ``earlier_cost`` (the attempts before it)."""
+    root = folder / ATTEMPTS
+    kept = max((int(p.name) for p in root.iterdir() if p.name.isdigit()), default=0) if root.is_dir() else 0
+    last = _read_json(root / str(kept) / SCORE) if kept else None
+    return round(float((last or {}).get("cost") or 0.0) + float((last or {}).get("earlier_cost") or 0.0), 8)
+
+
+def _paid(transcript: Path) -> float | None:
+    """The dollars of the model calls a judge's TRANSCRIPT records (None: some call's price is unknown)."""
+    paid = 0.0
+    for line in scan([transcript], ModelResponse):
+        if isinstance(line.event, ModelResponse):
+            if line.event.cost is None:
+                return None
+            paid += float(line.event.cost)
+    return round(paid, 8)
 
 
 class JudgeExecutor:
@@ -364,6 +423,10 @@ class JudgeExecutor:
             return []
         done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
         return [future.result() for future in done if self.going.pop(future, None) is not None]
+
+    def still_going(self) -> int:
+        """How many judgements started have not ended."""
+        return sum(not future.done() for future in self.going)
 
     def close(self) -> None:
         """Start nothing more; the calls going end on their own (a score not written is asked again)."""
@@ -398,7 +461,9 @@ def estimated_where(job: Job) -> str | None:
 
 
 def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[str], float]:
-    """The done runs of RUNS_DIR still to judge, those not done (skipped), and the cost of earlier scores."""
+    """The done runs of RUNS_DIR still to judge, those not done (skipped), and what this judge's
+    judgements cost before: every attempt's (the scores', the earlier attempts' kept with them, and a
+    failed one's to be asked again), as an experiment's resume counts its runs'."""
     from .dataset import load
 
     con = load(runs_dir)
@@ -417,9 +482,10 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
         if status != "done":
             skipped.append(run_id)
             continue
-        earlier = _read_json(runs_dir / run_id / "judges" / judge.name / SCORE)
+        folder = runs_dir / run_id / "judges" / judge.name
+        earlier = _read_json(folder / SCORE)
+        spent += float((earlier or {}).get("cost") or 0.0) + earlier_cost(folder)
         if earlier and earlier.get("status") == "done":
-            spent += float(earlier.get("cost") or 0.0)
             continue
         models = _models(runs_dir) if models is None else models
         backend_of, base_url, spec_model, price = models.get(model_key, (backend or "anthropic", None, None, None))
@@ -442,17 +508,60 @@ def main(argv: list[str]) -> int:
     """The ``judge`` command; see the module's docstring for the exit status.  A C-c anywhere in it
     (while the SDK loads, as it prints) ends it with one line and 130, as one mid-judging does."""
     named: list[str] = []
+    record: list[Callable[[], str]] = []
     try:
-        return _main(argv, named)
+        return _main(argv, named, record)
     except KeyboardInterrupt:
-        print(f"judge{''.join(' ' + n for n in named[-1:])}: interrupted; run the same command again to resume.",
+        print(f"judge{''.join(' ' + n for n in named[-1:])}: interrupted"
+              + "".join(f": {words()}" for words in record[-1:]) + "; run the same command again to resume.",
               flush=True)
         return 130
 
 
-def _main(argv: list[str], named: list[str]) -> int:
-    """:func:`main`, appending the judge's name to NAMED once it is known."""
+def record_words(judge: Judge, runs_dir: Path, total: int, where: dict[str, str | None],
+                 going: int = 0) -> str:
+    """What the score files of JUDGE in RUNS_DIR say, as its last line says it (after a C-c too), as an
+    experiment's says its runs: ``3 of 10 judged, 1 failed, 7 to judge, $0.0123 estimated at list
+    prices (...; $0.0036 of it by earlier attempts of judgements that ran again)``.  TOTAL: the runs
+    done, to judge; WHERE: each judged run's :func:`estimated_where` (the one place of them all for
+    a run judged before this command); GOING: judgements still going (a C-c lets each end and keeps
+    it).  The dollars are every attempt's: each score's ``cost`` and ``earlier_cost``."""
     from .dataset import cost_words
+
+    places = set(where.values())
+    anywhere = places.pop() if len(places) == 1 else None
+    judged = failed = 0
+    costs: list[tuple[float | None, str | None]] = []
+    earlier = 0.0
+    def place(score: dict[str, Any], run_id: str) -> str | None:  # a score an older AMACS wrote has none
+        return score["estimated_where"] if "estimated_where" in score else where.get(run_id, anywhere)
+
+    scored = {path.parts[-4]: path for path in runs_dir.glob(f"*/judges/{judge.name}/{SCORE}")}
+    for run_id in sorted(set(scored) | set(where)):  # those judged, and those to judge (nothing paid yet)
+        score = (_read_json(scored[run_id]) or {}) if run_id in scored else {"cost": 0.0}
+        # one being judged again has no score yet: its earlier attempts are kept aside already
+        before = (float(score.get("earlier_cost") or 0.0) if run_id in scored
+                  else earlier_cost(runs_dir / run_id / "judges" / judge.name))
+        judged += score.get("status") == "done"
+        failed += score.get("status") == "failed"
+        earlier += before
+        cost = score.get("cost")
+        costs.append((None if cost is None else float(cost), place(score, run_id)))
+        kept = [_read_json(p) or {} for p in runs_dir.glob(f"{run_id}/judges/{judge.name}/{ATTEMPTS}/*/{SCORE}")]
+        paid = [float(k["cost"]) for k in kept if k.get("cost") is not None]
+        if kept and len(paid) == len(kept) and abs(sum(paid) - before) < 1e-6:
+            costs += [(float(k["cost"]), place(k, run_id)) for k in kept]  # each where it went
+        elif before:
+            costs.append((before, place(score, run_id)))
+    return (f"{judged} of {total} judged, {failed} failed"
+            + (f", {going} still being judged (each ends first and is kept)" if going else "")
+            + (f", {total - judged} to judge" if judged < total else "") + ", "
+            + cost_words(costs, "judgements", earlier=earlier))
+
+
+def _main(argv: list[str], named: list[str], record: list[Callable[[], str]]) -> int:
+    """:func:`main`, appending the judge's name to NAMED once it is known, and to RECORD the words of
+    what is judged once the runs to judge are."""
     from .experiment import execute, progress_console, summary
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
@@ -495,8 +604,15 @@ def _main(argv: list[str], named: list[str]) -> int:
                   "experiment's [[models]] price, or drop --budget to judge with the cost unknown", file=sys.stderr)
             return 2
     total = len(todo) + sum(1 for _ in _scored(runs_dir, judge))
+    again = sum(any((runs_dir / job.run_id / "judges" / judge.name / name).exists()
+                    for name in (SCORE, f"{TRANSCRIPT}.jsonl")) for job in todo)
+    where = {job.run_id: estimated_where(job) for job in todo}
+    executor = JudgeExecutor(judge, runs_dir, parallel)
+    # From the first line on, a C-c is said with what is judged (a C-c the moment it is read, too).
+    record.append(lambda: record_words(judge, runs_dir, total, where, executor.still_going()))
     print(f"judge {judge.name} (scale {judge.low}-{judge.high}, reads {judge.input}) over {runs_dir}: "
-          f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge, {parallel} at once"
+          f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge"
+          + (f" ({again} of them again: failed or interrupted before)" if again else "") + f", {parallel} at once"
           + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
     if not todo:
         return 0
@@ -506,19 +622,12 @@ def _main(argv: list[str], named: list[str]) -> int:
 
     for backend in sorted({job.backend for job in todo}):
         sdk.SDKS[backend].load()
-    outcomes, left, stopped = execute(todo, JudgeExecutor(judge, runs_dir, parallel), parallel, args.budget,
-                                      before, total, f"judge {judge.name}", progress_console())
-    where = {job.run_id: estimated_where(job) for job in todo}
-    # Earlier scores' dollars (a resumed judge): said as this judgement's when all of it went to one place.
-    places = set(where.values())
-    earlier: list[tuple[float | None, str | None]] = [(before, places.pop() if len(places) == 1 else None)]
+    outcomes, left, stopped = execute(todo, executor, parallel, args.budget, before, total, f"judge {judge.name}",
+                                      progress_console())
     spent = before + sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
-    print(f"judge {judge.name}: {total - len(todo) + len(outcomes) - len(failed)} of {total} judged, "
-          f"{len(failed)} failed, "
-          + cost_words(earlier + [(o.cost, where.get(o.run_id)) for o in outcomes], "judgements")
-          + f"; scores in {runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report",
-          flush=True)
+    print(f"judge {judge.name}: {record_words(judge, runs_dir, total, where)}; scores in "
+          f"{runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report", flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:

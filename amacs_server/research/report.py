@@ -16,6 +16,7 @@ network) with
 from __future__ import annotations
 
 import argparse
+import difflib
 import html
 import sys
 import time
@@ -732,13 +733,25 @@ def _arms_compared(page: Page, con: duckdb.DuckDBPyConnection, arms: list[str], 
               + ".</p>")
 
 
+def no_such_runs(con: duckdb.DuckDBPyConnection, runs_dir: Path, named: list[str]) -> str | None:
+    """What is wrong with the run names NAMED on the command line, or None: those none of the runs
+    of RUNS_DIR (in CON) is named, and the names it has nearest each, else its first few."""
+    have = sorted(r[0] for r in _rows(con, "SELECT run_id FROM runs"))
+    missing = list(dict.fromkeys(n for n in named if n not in have))
+    if not missing:
+        return None
+    near = list(dict.fromkeys(n for m in missing for n in difflib.get_close_matches(m, have, n=2, cutoff=0.6)))
+    shown = near or have[:3]
+    return (f"no such run{'s' if len(missing) > 1 else ''}: {', '.join(missing)}; "
+            + (f"did you mean {' or '.join(shown)}? " if near else "")
+            + f"a run is named as its folder in {runs_dir} ({len(have)} run{'s' if len(have) != 1 else ''}"
+            + ("" if near else f": {', '.join(shown)}{', ...' if len(have) > len(shown) else ''}") + ")")
+
+
 def choose_runs(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
-    """WANTED if given (each must exist); else the run with the most agents, the dearest, the first."""
-    have = {r[0] for r in _rows(con, "SELECT run_id FROM runs")}
+    """WANTED if given (:func:`no_such_runs` checked them); else the run with the most agents, the
+    dearest, the first."""
     if wanted:
-        missing = [r for r in wanted if r not in have]
-        if missing:
-            raise SystemExit(f"no such run(s): {', '.join(missing)}")
         return wanted
     picks = [r[0] for sql in ("SELECT run_id FROM runs ORDER BY agents DESC, run_id LIMIT 1",
                               "SELECT run_id FROM runs ORDER BY coalesce(cost, model_cost) DESC, run_id LIMIT 1",
@@ -770,12 +783,14 @@ def build_report(con: duckdb.DuckDBPyConnection, runs_dir: Path, runs: list[str]
                    sum(eval_errors)::BIGINT, sum(blocks)::BIGINT, bool_or(cost IS NULL OR unpriced_calls > 0)
             FROM runs GROUP BY arm"""), arms)]))
     _prices(page, sources)
-    origins = _in_order(_rows(con, "SELECT arm, string_agg(DISTINCT origin, ', ') FROM runs WHERE origin IS NOT "
-                                   "NULL GROUP BY arm ORDER BY arm"), arms)
+    # the tick's commit beside it (a rewind uses a tick's number again): none in a run an older AMACS made
+    origins = _in_order(_rows(con, """
+        SELECT arm, string_agg(DISTINCT origin || coalesce(' (commit ' || left(origin_commit, 12) || ')', ''), ', ')
+        FROM runs WHERE origin IS NOT NULL GROUP BY arm ORDER BY arm"""), arms)
     if origins:  # counterfactual arms (the spec's from): compared from the fork point on
         page.html("<p>Each run of these arms started from a fork of a home at a tick, so the arms share that "
                   "history: what this page counts (cost, tokens, turns, replies) is from the fork point on.</p>")
-        page.html(_table(["arm", "forked from (home@tick)"], origins))
+        page.html(_table(["arm", "forked from (home@tick, and its commit)"], origins))
     _arms_compared(page, con, arms, reference, why)
     page.section("Final replies", f"The primary agent's last reply in up to {SAMPLE} runs of each arm (done "
                                   "runs first); click one for its full text. Every turn of every agent is in the "
@@ -834,9 +849,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     con = load(args.runs_dir)
-    runs = choose_runs(con, [r for r in args.runs.split(",") if r.strip()])
-    if args.timeline and args.timeline not in runs:
-        choose_runs(con, [args.timeline])  # exists, or exits
+    wanted = [r for r in args.runs.split(",") if r.strip()]
+    wrong = no_such_runs(con, args.runs_dir, wanted + ([args.timeline] if args.timeline else []))
+    if wrong is not None:
+        con.close()
+        print(f"amacs-server report: {wrong}", file=sys.stderr)
+        return 2
+    runs = choose_runs(con, wanted)
     timeline = args.timeline or (runs[0] if runs else None)
     name = con.execute("SELECT any_value(experiment) FROM runs").fetchone()
     page = build_report(con, args.runs_dir, runs, timeline)

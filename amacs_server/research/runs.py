@@ -40,6 +40,8 @@ from typing import Any
 from .. import faults
 from ..errors import AmacsError
 from ..inference.pricing import endpoint_host
+from ..persistence.git_repo import UNCOMMITTED, CommitWorker, HomeRepo
+from ..persistence.home_lock import STOPPING_WAIT, HomeInUse, HomeLock
 from ..records import ModelRequest, ModelResponse, TickEnd, TickStart, scan
 from ..transcripts import ATTEMPTS
 from .outcome import verdict
@@ -113,7 +115,7 @@ def manifest(run: Run, status: str, started_at: float, outcome: Outcome | None =
         "endpoint": endpoint_host(run.backend, base_url_of(run)), "rep": run.rep,
         "seed": run.seed, "order_seed": run.order_seed, "position": run.position,
         "turns": list(run.turns), "status": status,
-        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None,
+        "origin": f"{run.origin[0]}@{run.origin[1]}" if run.origin else None, "origin_commit": run.origin_commit,
         "cost": outcome.cost if outcome else 0.0, "earlier_cost": earlier,
         "unpriced_calls": outcome.unpriced_calls if outcome else 0, "turns_done": outcome.turns_done if outcome else 0,
         "started_at": started_at, "ended_at": outcome.ended_at if outcome else None,
@@ -297,6 +299,49 @@ def _kill(proc: subprocess.Popen[bytes], home: Path) -> None:
             pass
 
 
+def _hold(proc: subprocess.Popen[bytes], home: Path) -> list[int]:
+    """Stop (SIGSTOP) PROC's process group (the run's Emacs) and its server's, and wait until every
+    thread of each is stopped (half a second at most): nothing of the run writes while it is looked
+    at.  The groups stopped, for :func:`_release` (or :func:`_kill`, whose SIGKILL ends them stopped)."""
+    pids = [proc.pid]
+    try:
+        pids.append(int(json.loads((home / "server.json").read_text())["pid"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    groups: list[int] = []
+    for pid in pids:
+        try:
+            group = os.getpgid(pid)
+            if group != os.getpgrp() and group not in groups:
+                os.killpg(group, signal.SIGSTOP)
+                groups.append(group)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline and not all(_stopped(pid) for pid in pids):
+        time.sleep(0.002)
+    return groups
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of PID is stopped (or PID is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+                   for task in tasks)
+    except (OSError, IndexError):
+        return True
+
+
+def _release(groups: list[int]) -> None:
+    """Let the process GROUPS :func:`_hold` stopped go on."""
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def kill_strays(runs_dir: Path) -> None:
     """Kill what this process started in a run's folder under RUNS_DIR and still runs (an Emacs whose
     start a C-c cut short before it was recorded), with its children's process groups."""
@@ -424,9 +469,12 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     before = read_manifest(folder)
     if before is not None and before.get("status") == "running":
         # The experiment was killed while this run went: what it paid is in its transcripts.
+        # So are the turns it got replies to.
         cost, _seconds, unpriced = transcript_totals(folder / "home")
+        judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
         before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                  "cost": None if cost is None else round(cost, 6)}
+                  "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
+                  "failed_turn": judged.failed_turn}
         write_manifest(folder, before)
     if before is not None and before.get("status") != "done":
         keep_attempt(folder, before)
@@ -440,7 +488,10 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
         if run.origin is not None:  # a counterfactual arm: the run starts from a fork of the home at the tick
             from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
 
-            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True)  # the spec checked no server serves it
+            # the tick's commit as the spec was read: a rewind of the home since then is refused, not
+            # forked at another mind of the same tick number
+            history.fork(Path(run.origin[0]), run.origin[1], home, locked=True,  # the spec checked no server serves it
+                         commit=_still_there(Path(run.origin[0]), run.origin_commit))
         _copy_skills(run, home)
         batch = folder / "batch.json"
         batch.write_text(json.dumps({
@@ -461,6 +512,34 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     except (OSError, AmacsError) as err:  # AmacsError: the fork of the home it starts from could not be made
         ready.error = f"could not run: {err}"
     return ready
+
+
+def moved_origin(runs: list[Run], runs_dir: Path) -> str | None:
+    """What is wrong when a run of RUNS forks a home at another commit than the runs done before in
+    RUNS_DIR started from (their manifests' ``origin_commit``): the home was rewound and went on
+    since, and the same tick number is another mind; None when nothing is."""
+    for run in runs:
+        if run.origin is None or run.origin_commit is None:
+            continue
+        before = read_manifest(runs_dir / run.run_id) or {}
+        was = before.get("origin_commit")
+        if before.get("status") == "done" and isinstance(was, str) and was != run.origin_commit:
+            home, tick = run.origin
+            return (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
+                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. To go on "
+                    f"from the mind the runs done started from, write from = \"{home}@{was[:12]}\" (if it is "
+                    "still in its history); to start from the new one, a new --runs-dir")
+    return None
+
+
+def _still_there(home: Path, commit: str | None) -> str | None:
+    """COMMIT, when it is still of HOME's history as it stands; else AmacsError saying so."""
+    if commit is None:
+        return None
+    from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+    history.origin_commit(home, commit)
+    return commit
 
 
 def keep_attempt(folder: Path, before: dict[str, Any]) -> None:
@@ -497,6 +576,94 @@ def _clear(folder: Path) -> None:
             entry.unlink(missing_ok=True)
 
 
+# In the manifest of a run recorded done when the experiment resumed (:func:`finish_teardown`): how.
+ON_RESUME = "recorded_on_resume"
+COMMITTED_ON_RESUME = "stopped in its teardown: every turn had its reply; its last commit was made on resume"
+WHOLE_ON_RESUME = "stopped in its teardown: every turn had its reply; its server had made its last commit"
+
+
+def _final_tick(home: Path) -> int | None:
+    """The tick of the primary's last ``tick_end`` in HOME's transcripts; None when it has none."""
+    ticks = [line.tick for line in scan(sorted((home / "transcripts").glob("*.jsonl")), TickEnd)
+             if line.agent_type == "primary" and isinstance(line.tick, int)]
+    return max(ticks, default=None)
+
+
+def _lock_home(home: Path, wait: float) -> HomeLock | None:
+    """HOME's server lock, taken once no server holds it (waited for up to WAIT seconds: a killed
+    experiment's server may still be making its last commit); None if one still does then."""
+    lock = HomeLock(home, headless=True)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            lock.acquire(stopping_wait=0)
+            return lock
+        except HomeInUse:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+
+def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Outcome | None:
+    """Record RUN done, without running it again, when only its teardown was cut short: its manifest
+    says ``running`` (the experiment was killed) or interrupted (C-c), but its session was over
+    (Emacs saw every turn end and wrote :data:`RESULT` without an error) and its transcripts hold
+    every turn's reply, so what was left was its server's last commit and exit.  Its home is made
+    whole as its server's next start would make it (the tick it asked to commit and did not is
+    committed from the bytes the tick ended with: :func:`~amacs_server.persistence.history.late_commit`);
+    its cost is what its transcripts paid.  None, for the run to run again, in any other case, and
+    when the home cannot be made whole (a file changed since, a server still holds it after WAIT
+    seconds).  Its ``ended_at`` is when its session was over (its result's time)."""
+    from ..persistence import history  # noqa: PLC0415 - only for a run whose teardown was cut short
+
+    folder = runs_dir.resolve() / run.run_id
+    home = folder / "home"
+    before = read_manifest(folder)
+    if before is None or not (before.get("status") == "running"
+                              or (before.get("status") == "failed" and before.get("error") == INTERRUPTED)):
+        return None
+    try:
+        said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
+        session_ended = (folder / RESULT).stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    if not isinstance(said, dict) or said.get("error") is not None or said.get("turns_done") != len(run.turns):
+        return None
+    judged = verdict(home, len(run.turns), run.base_url)
+    final = _final_tick(home)
+    if judged.failed_turn is not None or final is None:
+        return None
+    lock = _lock_home(home, wait)
+    if lock is None:
+        return None
+    try:
+        late = history.late_commit(home)
+        if isinstance(late, str):
+            return None
+        if late is not None:
+            commits = CommitWorker(HomeRepo(home), record=True)
+            commits.submit_snapshot(*late)
+            commits.stop()
+        try:
+            whole = history.last_tick(home) >= final and not (home / UNCOMMITTED).exists()
+        except history.HistoryError:
+            whole = False
+    finally:
+        lock.release()
+    if not whole:
+        return None
+    cost, _, unpriced = transcript_totals(home)
+    started = float(before["started_at"])
+    ended = max(session_ended, started)
+    outcome = Outcome(run_id=run.run_id, status="done", cost=None if cost is None else round(cost, 6),
+                      unpriced_calls=unpriced, seconds=round(ended - started, 3), turns_done=judged.replied,
+                      started_at=started, ended_at=ended,
+                      phases={"emacs_started_at": before.get("emacs_started_at"), **phases(home)})
+    write_manifest(folder, {**manifest(run, "done", started, outcome, float(before.get("earlier_cost") or 0.0)),
+                            ON_RESUME: COMMITTED_ON_RESUME if late is not None else WHOLE_ON_RESUME})
+    return outcome
+
+
 def discard(ready: Prepared) -> None:
     """Stop a prepared run that will not start: its Emacs and server killed, its folder removed but
     an earlier manifest (it is still to do, as it was before)."""
@@ -526,7 +693,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     STOP, when set (C-c), ends the run: Emacs and its server killed, the manifest
     ``failed`` with the error :data:`INTERRUPTED` (resume runs it again); but a run whose
     every turn has its reply in the transcripts by then (Emacs about to see the last turn
-    end, or its server making the last commit) is let finish and is recorded as it ends,
+    end, or its server making the last commit; looked at with the run held still, so that
+    no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
     ``done`` with its home whole, unless HURRY is set too (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
@@ -552,14 +720,31 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         return True
 
     answered: list[bool] = []  # at the C-c: every turn had its reply in the transcripts (looked at once)
+    killed: list[bool] = []
+
+    def kill() -> None:
+        """Kill the run's Emacs and server, once (a pid is not looked up again after its process is reaped)."""
+        if proc is not None and not killed:
+            killed.append(True)
+            _kill(proc, home)
 
     def finishing() -> bool:
         """Whether the run, STOP set, is let go on: every turn got its reply, only its end is left."""
         if hurry is not None and hurry.is_set():
             return False
-        if not answered:
-            answered.append(replied.is_set() or verdict(home, len(run.turns), run.base_url).failed_turn is None)
-        return answered[0]
+        if not answered and replied.is_set():
+            answered.append(True)  # the session is over: only its teardown is left
+        elif not answered and proc is not None:
+            # Held still while looked at: a reply written between the look and the kill would be paid
+            # for, recorded, and thrown away with the run (and paid again when it runs again).
+            held = _hold(proc, home)
+            try:
+                answered.append(verdict(home, len(run.turns), run.base_url).failed_turn is None)
+            finally:
+                if not answered or not answered[0]:
+                    kill()  # as it was held: nothing written after the look
+                _release(held)  # let go on (the killed ones die of their SIGKILL)
+        return bool(answered) and answered[0]
 
     if proc is not None:
         try:
@@ -574,11 +759,11 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 watch = session_over if session_ended is not None or stop is not None else None
                 code = _wait(proc, run.timeout, stop, watch, finishing)
             except BaseException:
-                _kill(proc, home)
+                kill()
                 raise
             ready.mark("emacs-exited")
             if code != 0:
-                _kill(proc, home)  # also the server of an Emacs that died of a C-c
+                kill()  # also the server of an Emacs that died of a C-c
             if _interrupted(code, stop):
                 error = INTERRUPTED
             elif code is None:

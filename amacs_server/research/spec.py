@@ -39,12 +39,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-ORIGIN = re.compile(r"^(?P<path>.+)@(?P<tick>[0-9]+)$")
+# PATH@TICK, or PATH@COMMIT (a commit id of the home's history, as git log prints it: at least
+# COMMIT_DIGITS of it; digits alone are a tick, unless that many or more of them name a commit).
+COMMIT_DIGITS = 7
+ORIGIN = re.compile(r"^(?P<path>.+)@(?:(?P<tick>[0-9]+)|(?P<commit>[0-9a-f]{7,40}))$")
 
 
 def _origin(value: str | None) -> str | None:
     if value is not None and not ORIGIN.match(value):
-        raise ValueError(f"must be PATH@TICK (an AMACS home and a tick of it), got {value!r}")
+        raise ValueError(f"must be PATH@TICK (an AMACS home and a tick of it) or PATH@COMMIT (a commit of its "
+                         f"history, as git log prints it), got {value!r}")
     return value
 
 
@@ -155,6 +159,7 @@ class Run:
     run_budget: float | None
     timeout: float
     origin: tuple[str, int] | None = None  # the home (absolute) and the tick the run is forked from
+    origin_commit: str | None = None  # that tick's commit: the one mind the home's tick named when the spec was read
     price: tuple[float, float, float, float] | None = None  # the spec's price of the model, if it gives one
     position: int | None = None  # where it goes in the experiment's run order (0 first)
     order_seed: int | None = None  # the seed of that order (None: the grid's order)
@@ -287,6 +292,8 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
     origins = {v.name: _check_home(path, f"variants[{n}].from" if v.origin else "experiment.from",
                                    v.origin or spec.experiment.origin, base)
                for n, v in enumerate(spec.variants)}
+    ticks = {name: (origin[0], origin[1]) if origin else None for name, origin in origins.items()}
+    commits = {name: origin[2] if origin else None for name, origin in origins.items()}
     urls = {m.name: _expand(m.base_url, f"{path}: models[{n}].base_url", env) if m.base_url else None
             for n, m in enumerate(spec.models)}
     table = spec.experiment
@@ -294,7 +301,8 @@ def load(path: Path, env: dict[str, str] | None = None) -> Experiment:
         Run(run_id=_run_id(p, v, m, rep), experiment=table.name, prompt=p.name, variant=v.name,
             model=m.name, backend=m.backend, model_name=m.model, base_url=urls[m.name], rep=rep,
             turns=tuple(p.turns), skills=skills[v.name], max_steps=table.max_steps,
-            run_budget=table.run_budget, timeout=table.timeout, origin=origins[v.name],
+            run_budget=table.run_budget, timeout=table.timeout,
+            origin=ticks[v.name], origin_commit=commits[v.name],
             price=m.price.numbers() if m.price else None)
         for p in spec.prompts for v in spec.variants for m in spec.models for rep in range(table.repetitions)
     ]
@@ -361,26 +369,67 @@ def planned_runs(path: Path) -> list[str] | None:
             for rep in range(spec.experiment.repetitions)]
 
 
-def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int] | None:
-    """ORIGIN (``PATH@TICK``, PATH relative to the spec's folder BASE) as (home, tick), checked:
-    the home has that tick, restorable (a tick state in its commit)."""
+def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int, str] | None:
+    """ORIGIN (``PATH@TICK`` or ``PATH@COMMIT``, PATH relative to the spec's folder BASE) as (home,
+    tick, commit), checked: the home has that tick (or commit: of a tick of its history as it
+    stands), restorable (a tick state in its commit), and it ends a turn (:func:`turn_around`)."""
     if origin is None:
         return None
     match = ORIGIN.match(origin)
     assert match is not None  # the model checked it
     home = (base / os.path.expanduser(match["path"])).resolve()
-    tick = int(match["tick"])
     from ..persistence import history  # noqa: PLC0415 - git and memory.db, only for a spec that forks
 
     try:
-        history.state_at(home, history.tick_commit(home, tick), tick)
+        given = match["tick"] or match["commit"]
+        # Digits alone are a tick, but 7 or more that name a commit are its id: git log prints such ids too.
+        if match["tick"] is not None and not (len(given) >= COMMIT_DIGITS and history.names_commit(home, given)):
+            tick = int(given)
+            commit = history.tick_commit(home, tick)
+        else:
+            commit, tick = history.origin_commit(home, given)
+        history.state_at(home, commit, tick)
+        inside = turn_around(home, tick)
         history.lock(home).release()  # the runs fork it at once, unlocked: no server may write it meanwhile
     except history.NoSuchTick as err:
         raise SpecError(f"{path}: {key}: {err}; `amacs-server ticks {home}` lists its inputs and their "
                         "ticks") from err
     except history.HistoryError as err:
         raise SpecError(f"{path}: {key}: {err}") from err
-    return str(home), tick
+    if inside is not None:
+        first, last, said = inside
+        raise SpecError(
+            f"{path}: {key}: tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): a run "
+            f"forked there would start from a mind that has not replied to it; `@{last}` starts after that "
+            "turn's reply, " + (f"`@{first - 1}` before its input" if first > 1 else
+                                "and before its input the mind was new (a spec without `from`)")
+            + f"; `amacs-server ticks {home}` lists the inputs and the tick each began")
+    return str(home), tick, commit
+
+
+def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
+    """The turn of HOME that TICK is inside of, as (its first tick, its last, its input's first words);
+    None when TICK ends a turn: the next tick began with an input, or it is the home's last.  A turn
+    is the ticks from one that began with the person's input to the next such (as the dataset's
+    ``turns``): a fork inside one holds a mind that has not yet answered it."""
+    from ..persistence import history  # noqa: PLC0415
+    from ..persistence.chat_log import ChatLog  # noqa: PLC0415
+
+    log = ChatLog(home / "agent-chat.org")
+    started, _ = log.input_page(1, tick + 1)  # the newest input at or before TICK
+    upto, _ = log.input_page(1, tick + 2)
+    if not started or (upto and upto[0].tick == tick + 1) or tick >= history.last_tick(home):
+        return None
+    following, before = None, None  # the oldest input after TICK: TICK's turn ends the tick before it
+    while True:  # pages newest first, back to TICK
+        page, more = log.input_page(200, before)
+        following = min((entry.tick for entry in page if entry.tick > tick), default=following)
+        if not more or not page or page[-1].tick <= tick:
+            break
+        before = page[-1].tick
+    said = " ".join((started[0].human or "").split())
+    return (started[0].tick, following - 1 if following is not None else history.last_tick(home),
+            said if len(said) <= 60 else said[:60] + "…")
 
 
 def unpriced(runs: list[Run]) -> list[Run]:

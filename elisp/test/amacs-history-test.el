@@ -55,7 +55,7 @@ as `prompt', `labels' and `default'; the pages the server was asked for
 by their words: no tick numbers; the newest the default, named in a
 prompt that says what the person will get: back to before they typed it."
   (amacs-history-test--picking 4 (lambda (_p _labels def) def)
-    (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
+    (should (equal (amacs-history--read-input "go back") '(3 "input 4" nil)))
     (should (equal labels '("input 4" "input 3" "input 2" "input 1")))
     (should (equal default "input 4"))
     (should (equal prompt "Go back to before you typed (default input 4, your last input): "))))
@@ -67,7 +67,7 @@ asked for (before the oldest tick shown), and one of it can be picked."
     (amacs-history-test--picking 12 (lambda (_p labels _def)
                                       (setq step (1+ step))
                                       (if (= step 1) (car (last labels)) (nth 1 labels)))
-      (should (equal (amacs-history--read-input "fork") '(5 . "input 6")))
+      (should (equal (amacs-history--read-input "fork") '(5 "input 6" nil)))
       (should (equal (reverse asked) '(nil 8)))
       (should (equal labels (list "input 7" "input 6" "input 5" "input 4" "input 3"
                                   amacs-history--older)))))
@@ -83,7 +83,7 @@ asked for (before the oldest tick shown), and one of it can be picked."
                                              "2026-11-27T13:00:00Z"]))))
     (let ((labels (mapcar #'car (car (amacs-history--page)))))
       (should (equal (car labels) "yes"))
-      (should (string-match-p "\\`yes  (typed Nov 27 [0-9][0-9]:00)\\'" (nth 1 labels)))
+      (should (string-match-p "\\`yes  (typed Nov 27 [0-9][0-9]:00:00)\\'" (nth 1 labels))) ; one minute: its second
       (should (equal (nth 2 labels) (concat (nth 1 labels) " #2"))))))
 
 (ert-deftest amacs-history-test-rewind-says-what-the-person-will-see ()
@@ -94,6 +94,32 @@ asked for (before the oldest tick shown), and one of it can be picked."
         (should-error (call-interactively #'amacs-rewind) :type 'user-error)))
     (should (string-suffix-p "Go back to before you typed «input 3»? " question))
     (should-not (string-match-p "tick" question))))
+
+(ert-deftest amacs-history-test-rewind-says-which-of-the-same-words-it-goes-before ()
+  "A newcomer typed the same question twice in one minute: the picker showed it
+twice, and the question \"Go back to before you typed «…»?\" did not say which.
+The question and the shell's line say when it was typed, to the second, and
+which of how many alike; words typed once are asked about as before."
+  (let (question)
+    (cl-letf (((symbol-function 'amacs--call-sync)
+               (lambda (&rest _) (list :ticks [9 4 2] :texts ["note" "yes" "yes"]
+                                       :times ["2026-11-27T14:02:09Z" "2026-11-27T13:00:45Z"
+                                               "2026-11-27T13:00:12Z"])))
+              ((symbol-function 'completing-read)
+               (lambda (_p table &rest _) (nth 2 (all-completions "" table))))
+              ((symbol-function 'yes-or-no-p) (lambda (q) (setq question q) nil)))
+      (should (equal (amacs-history--read-input "go back")
+                     (list 1 "yes" (amacs-history--which "2026-11-27T13:00:12Z" 2 2))))
+      (should-error (call-interactively #'amacs-rewind) :type 'user-error)
+      ;; The picker's label of the older copy, typed in the newer one's minute, has its second.
+      (should (string-match-p "\\`yes  (typed Nov 27 [0-9]+:00:12)\\'"
+                              (nth 2 (mapcar #'car (car (amacs-history--page)))))))
+    (should (string-match-p "Go back to before you typed «yes» (the one typed Nov 27 [0-9]+:00:12, \
+the oldest of 2)\\? \\'" question))
+    (should (equal (amacs-history--which "2026-11-27T13:00:45Z" 2 3)
+                   (format "the one typed %s, the 2nd newest of 3"
+                           (amacs-history--when "2026-11-27T13:00:45Z" t))))
+    (should (string-match-p ":45\\'" (amacs-history--when "2026-11-27T13:00:45Z" t)))))
 
 (ert-deftest amacs-history-test-the-input-point-is-on-is-the-default ()
   "In the shell, the past input point is on is the default; after RET on it
@@ -107,13 +133,13 @@ asked for (before the oldest tick shown), and one of it can be picked."
     (search-forward "input 4")
     (backward-char 2)
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
-      (should (equal (amacs-history--read-input "go back") '(3 . "input 4")))
+      (should (equal (amacs-history--read-input "go back") '(3 "input 4" nil)))
       (should (equal default "input 4"))
       (should (equal prompt "Go back to before you typed (default input 4, the input at point): ")))
     (amacs-shell-return)                ; the past input, at the prompt
     (should (= (point) (point-max)))
     (amacs-history-test--picking 5 (lambda (_p _labels def) def)
-      (should (equal (amacs-history--read-input "go back") '(3 . "input 4"))))))
+      (should (equal (amacs-history--read-input "go back") '(3 "input 4" nil))))))
 
 (ert-deftest amacs-history-test-the-choices-are-listed-at-once ()
   "A newcomer's finding: in Emacs -Q the picker showed no choice until TAB, and
@@ -141,7 +167,7 @@ choices are listed as the minibuffer opens; the input at point is named so."
                (lambda (&rest _)
                  (display-buffer (get-buffer-create "*Completions*") '(display-buffer-pop-up-window))
                  "input 3")))
-      (should (equal (amacs-history--read-input "go back") '(2 . "input 3")))
+      (should (equal (amacs-history--read-input "go back") '(2 "input 3" nil)))
       (should-not (get-buffer-window "*Completions*" 0))
       (should (one-window-p)))))
 
@@ -165,7 +191,7 @@ choices are listed as the minibuffer opens; the input at point is named so."
          (asked nil))
     (unwind-protect
         (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection))
-                  ((symbol-function 'amacs-history--read-fork-tick) (lambda (&rest _) '(4 . "input 5")))
+                  ((symbol-function 'amacs-history--read-fork-tick) (lambda (&rest _) '(4 "input 5" nil)))
                   ((symbol-function 'read-directory-name)
                    (lambda (_prompt dir _default _mustmatch initial)
                      (setq asked (list dir initial))
@@ -181,11 +207,11 @@ choices are listed as the minibuffer opens; the input at point is named so."
   "`amacs-fork' offers the mind as it is now first, as the default; a past
 input after it forks at the tick before that input."
   (amacs-history-test--picking 3 (lambda (_p _labels def) def)
-    (should (equal (amacs-history--read-fork-tick) '("now")))
+    (should (equal (amacs-history--read-fork-tick) '("now" nil nil)))
     (should (equal labels (cons amacs-history--now '("input 3" "input 2" "input 1"))))
     (should (equal default amacs-history--now)))
   (amacs-history-test--picking 3 (lambda (_p labels _def) (nth 1 labels))
-    (should (equal (amacs-history--read-fork-tick) '(2 . "input 3"))))
+    (should (equal (amacs-history--read-fork-tick) '(2 "input 3" nil))))
   (let ((connection (amacs--make-connection :home "/tmp/somewhere/.agent")))
     (cl-letf (((symbol-function 'amacs-current-connection) (lambda () connection)))
       (should (equal (amacs-history--fork-name "now") "agent-fork-now")))))

@@ -582,6 +582,20 @@ is a fork of."
     (amacs-test-with-status '(:model "claude-x" :backend "anthropic" :key-ok t)
       (should (equal (amacs-shell-header-line 200) " claude-x (anthropic) — waiting for you")))))
 
+(ert-deftest amacs-shell-test-a-forks-header-names-the-commit-it-was-forked-from ()
+  "A rewind of the parent uses its tick numbers again: \"a fork of HOME at tick 3\"
+could name another mind later.  Wide enough, the header names the tick's commit
+too; narrower, the commit goes first."
+  (amacs-shell-test--with-shell
+    (cl-letf (((symbol-function 'amacs-connection-name) (lambda (&rest _) "/tmp/x/home-fork-now")))
+      (amacs-test-with-status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t
+                                :fork (:from "/tmp/x/home/" :tick 3
+                                       :commit "e8a1cf1d2c3b4a5968778695a4b3c2d1e0f1a2b3"))
+        (amacs-shell--transition 'ready)
+        (dolist (width '((200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
+                         (80 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo — waiting for you")))
+          (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
+
 (ert-deftest amacs-shell-test-a-narrow-forks-header-keeps-its-model ()
   "Side by side (60 columns) a fork's header read \" /tmp/x/home-fork-now (fork) — waiting
 for you\": the model went first, while the original's kept it, just when the person asks
@@ -1352,6 +1366,26 @@ the window shows `;;' on its wrapped part too (display only: the text is unchang
       (setq-local comint-input-ring-file-name file)
       (amacs-shell--read-history)
       (should (equal (ring-ref comint-input-ring 0) "line one\nline two")))))
+
+(ert-deftest amacs-shell-test-an-input-sent-again-is-in-the-history-file-each-time ()
+  "A newcomer sent an input again with M-p RET: the ring keeps a repeat once,
+so M-p does not show it twice, but the history file, the record of what
+was typed that a rewind moves onto the abandoned future, lacked it."
+  (amacs-shell-test--with-shell
+    (setq-local comint-input-ring-file-name
+                (expand-file-name "shell-history" (make-temp-file "amacs-history" t)))
+    (amacs-shell-test--type-and-send "What is the capital of France?")
+    (goto-char (point-max))
+    (comint-previous-input 1)
+    (comint-send-input)
+    (amacs-shell-test--type-and-send "help")
+    (amacs-shell--save-history-safely)  ; a save with nothing sent (C-x C-c) adds nothing
+    (should (equal (ring-elements comint-input-ring) '("help" "What is the capital of France?")))
+    (should (equal (let ((file comint-input-ring-file-name)) ; buffer-local: not the temp buffer's
+                     (with-temp-buffer (insert-file-contents file) (buffer-string)))
+                   "What is the capital of France?\0\nWhat is the capital of France?\0\nhelp\0\n"))
+    (amacs-shell--reread-history)       ; as after a rewind: M-p has the repeat once
+    (should (equal (ring-elements comint-input-ring) '("help" "What is the capital of France?")))))
 
 (ert-deftest amacs-shell-test-cost-fits-80-columns-and-shows-the-enforced-budget ()
   "Issue 9: the mode line shows this session's cost and the budget the agent enforces."

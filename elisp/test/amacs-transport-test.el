@@ -548,4 +548,99 @@ here, which forks nothing, writes to stderr and exits 1."
       (delete-process proc)
       (delete-file socket))))
 
+;;;; The server asked for before the client loaded (amacs-warm.el)
+
+(defun amacs-transport-test--fake-warm (socket note)
+  "A fake warm server on SOCKET: for each request read whole, a fork's pid.
+It calls NOTE with (asked N REQUEST) for the Nth request and (ended N)
+when that Emacs closed its end for writing (the fork stops then); it
+forks nothing."
+  (let ((count 0))
+    (make-network-process
+     :name "amacs-test-warm" :server t :family 'local :service socket :noquery t :coding 'binary
+     :filter (lambda (client data)
+               (let ((got (concat (process-get client 'got) data)))
+                 (process-put client 'got got)
+                 (when (and (>= (length got) 4) (not (process-get client 'number))
+                            (>= (length got) (+ 4 (logior (ash (aref got 0) 24) (ash (aref got 1) 16)
+                                                          (ash (aref got 2) 8) (aref got 3)))))
+                   (process-put client 'number (setq count (1+ count)))
+                   (funcall note (list 'asked count (substring got 4)))
+                   (process-send-string client (amacs-transport-test--warm-frame
+                                                ?p (number-to-string (+ 4000 count)))))))
+     :sentinel (lambda (client _event)
+                 (unless (process-live-p client)
+                   (funcall note (list 'ended (process-get client 'number))))))))
+
+(defmacro amacs-transport-test--asking-first (events &rest body)
+  "Run BODY in a fresh connection with a fake warm server, whose EVENTS are a list.
+As an interactive Emacs whose ./amacs would ask first: a key in the
+environment, no early start, the warm server's launcher the command."
+  (declare (indent 1))
+  `(let* ((socket (make-temp-name (expand-file-name "amacs-warm-test-" temporary-file-directory)))
+          (,events nil)
+          (fake (amacs-transport-test--fake-warm socket (lambda (event) (push event ,events))))
+          (amacs--asked-first nil)
+          (amacs-disconnect-hook nil) (amacs-start-failed-hook nil)
+          (amacs-transport-message-function #'ignore)
+          (process-environment (append (list "ANTHROPIC_API_KEY=sk-ant-test" "AMACS_EARLY" "AMACS_WARM")
+                                       process-environment)))
+     (cl-letf (((symbol-function 'amacs--server-launch-command) (lambda () (list "false" "warm_launch.py")))
+               ((symbol-function 'amacs--warm-socket) (lambda (_python) socket))
+               ((symbol-function 'file-executable-p) (lambda (_file) t)))
+       (amacs-test-with-connection conn ()
+         (unwind-protect
+             (progn ,@body)
+           (let ((proc (amacs-server-process conn)))
+             (when (processp proc)
+               (set-process-sentinel proc #'ignore)
+               (delete-process proc)))
+           (delete-process fake)
+           (delete-file socket)
+           (delete-directory amacs-home t))))))
+
+(defun amacs-transport-test--wait-for (predicate)
+  "Wait (at most 10 s) until PREDICATE returns non-nil; return that."
+  (let ((deadline (+ (float-time) 10)) (value nil))
+    (while (and (not (setq value (funcall predicate))) (< (float-time) deadline))
+      (accept-process-output nil 0.02))
+    value))
+
+(ert-deftest amacs-transport-test-the-server-asked-for-first-is-the-one-the-start-takes ()
+  "./amacs asks the warm server before the client loads; the shell's start takes that server.
+One request, carrying the token Emacs then expects at hello, and what the
+warm server answers on it is read as that server's (its pid)."
+  (amacs-transport-test--asking-first events
+    (should (let ((noninteractive nil)) (amacs-ask-warm-first)))
+    (should (amacs-transport-test--wait-for (lambda () events)))
+    (let ((first amacs--asked-first))
+      (amacs-start-server)
+      (should (eq (amacs-server-process) (plist-get first :process)))
+      (should (equal (amacs-life-token (amacs-connection-life (amacs-current-connection)))
+                     (plist-get first :token)))
+      (should (amacs-transport-test--wait-for (lambda () (process-get (amacs-server-process) 'amacs-pid))))
+      (should (equal (process-get (amacs-server-process) 'amacs-pid) 4001))
+      (should-not amacs--asked-first)
+      (pcase-let ((`((asked 1 ,request)) events))
+        (should (string-search (concat "\"AMACS_TOKEN\":\"" (plist-get first :token) "\"") request))
+        (should (string-search (concat "\"AMACS_HOME\":\"" (directory-file-name amacs-home) "\"") request))))))
+
+(ert-deftest amacs-transport-test-a-server-asked-for-first-otherwise-is-stopped-before-another ()
+  "Asked for with another environment than the start's: not taken.
+Its end is closed and waited for (it holds the home's lock) before the
+start asks for its own server, with a token of its own."
+  (amacs-transport-test--asking-first events
+    (should (let ((noninteractive nil)) (amacs-ask-warm-first)))
+    (let ((first amacs--asked-first)
+          (process-environment (cons "AMACS_MODEL=claude-other" process-environment)))
+      (amacs-start-server)
+      (should (amacs-transport-test--wait-for (lambda () (= (length events) 3))))
+      (should (equal (mapcar (lambda (e) (list (car e) (cadr e))) (reverse events))
+                     '((asked 1) (ended 1) (asked 2))))
+      (should-not (process-live-p (plist-get first :process)))
+      (should-not (equal (amacs-life-token (amacs-connection-life (amacs-current-connection)))
+                         (plist-get first :token)))
+      (should (amacs-transport-test--wait-for (lambda () (process-get (amacs-server-process) 'amacs-pid))))
+      (should (equal (process-get (amacs-server-process) 'amacs-pid) 4002)))))
+
 ;;; amacs-transport-test.el ends here

@@ -63,8 +63,8 @@ def test_two_plus_two_end_to_end(fake, home):
     assert re.search(r"\* Tick 1\n:PROPERTIES:\n:TIMESTAMP: \S+Z\n:END:\n\n\*\* Human\nwhat is 2\+2\?\n", chat)
     assert re.search(r"\* Tick 2\n:PROPERTIES:\n:TIMESTAMP: \S+Z\n:END:\n\n\*\* Agent\n2 \+ 2 is 4\.\n", chat)
     assert git_log(home) == [
-        "[TICK 2][no-thread][satisfied] Answered: 4",
-        "[TICK 1][no-thread][🤔] Computing 2+2 in elisp",
+        "[TICK 2][no-thread][satisfied] reply: 2 + 2 is 4. — Answered: 4",
+        "[TICK 1][no-thread][🤔] «what is 2+2?» — Computing 2+2 in elisp",
     ]
     consciousness = (home / "consciousness.el").read_text()
     assert "(current-tick . 2)" in consciousness and '(mood . "satisfied")' in consciousness
@@ -111,7 +111,7 @@ def test_invalid_json_three_times_gives_fallback(fake, home):
     assert "still not valid JSON after 2 retries" in run.shell and "nope 3" in run.shell
     assert "Back to normal." in run.shell
     log = git_log(home)
-    assert log[1].startswith("[TICK 1][no-thread][uncertain] [unparsed response] nope 3")
+    assert log[1].startswith("[TICK 1][no-thread][uncertain] «hello» — [unparsed response] nope 3")
     assert chat_lines(fake.user_texts()[3]) == ["Human: hello", "Agent: ", "Human: again"]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from amacs_server.persistence.history import tick_commit
 from amacs_server.research.spec import SpecError, load
 from tests.e2e.test_experiment import experiment, manifests
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
@@ -58,6 +59,7 @@ def test_two_arms_forked_from_one_home_share_its_history(tmp_path):
         for run_id, manifest in found.items():
             assert manifest["status"] == "done", manifest
             assert manifest["origin"] == f"{origin.resolve()}@2", manifest
+            assert manifest["origin_commit"] == tick_commit(origin.resolve(), 2), manifest  # the one mind
             chat = (runs / run_id / "home" / "agent-chat.org").read_text()
             assert "origin question two" in chat and "origin question three" not in chat
             assert "what comes next?" in chat
@@ -84,7 +86,7 @@ def test_two_arms_forked_from_one_home_share_its_history(tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     page = report.read_text()
-    assert "forked from (home@tick)" in page and f"{origin.resolve()}@2" in page
+    assert "forked from (home@tick, and its commit)" in page and f"{origin.resolve()}@2 (commit " in page
 
 
 def test_a_spec_forking_from_a_tick_that_is_not_there_is_refused(tmp_path):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from amacs_server.research.runs import transcript_totals
 from tests.e2e.harness import ROOT, TEST_KEY
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
 
@@ -188,14 +189,16 @@ def test_experiment_resumes_after_kill(model, tmp_path):
 
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{len(before)} done before, {RUNS - len(before)} to run" in done.stdout
+    # runs the kill caught in their teardown (their session over) are recorded done, not run again
+    finished = len(re.findall(r"was stopped in its teardown", done.stdout))
+    assert f"{len(before) + finished} done before, {RUNS - len(before) - finished} to run" in done.stdout
     assert "of them again: failed or interrupted before" in done.stdout  # the runs the kill stopped
     after = assert_all_done(runs)
     for run_id, manifest in before.items():
         assert after[run_id]["started_at"] == manifest["started_at"], run_id
         assert sorted(p.name for p in (runs / run_id / "home" / "transcripts").glob("*")) == transcripts[run_id]
     # The fake saw requests only from the runs that had not finished.
-    assert len(model.requests) - requests_before == (RUNS - len(before)) * TURNS
+    assert len(model.requests) - requests_before == (RUNS - len(before) - finished) * TURNS
 
 
 def test_experiment_killed_as_its_first_emacs_loads_leaves_nothing_running(slow_model, tmp_path):
@@ -279,6 +282,8 @@ def test_experiment_interrupted_says_so(slow_model, tmp_path, group):
     for manifest in stopped.values():
         assert manifest["status"] == "failed", manifest
         assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+        # its record says it was cut: a turn without its reply (one answered whole is let finish, done)
+        assert manifest["turns_done"] < len(manifest["turns"]), manifest
     deadline = time.time() + 20
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
@@ -531,6 +536,13 @@ def pending_commit(runs: Path) -> str | None:
     return over[0] if over and len(found) >= 2 else None
 
 
+def to_run(out: str) -> int:
+    """How many runs the command's first line says it runs (``N done before, M to run``)."""
+    found = re.search(r"(\d+) done before, (\d+) to run", out)
+    assert found, out
+    return int(found.group(2))
+
+
 def start_until_a_commit_is_pending(model: FakeAnthropic, tmp_path: Path, name: str,
                                     git: str) -> tuple[Path, Path, subprocess.Popen[str], str]:
     """Start a 12-run experiment NAME at parallel 1, as a terminal starts a command, its git's
@@ -550,10 +562,11 @@ def start_until_a_commit_is_pending(model: FakeAnthropic, tmp_path: Path, name: 
     return spec, runs, proc, pending
 
 
-def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
+def test_experiment_killed_in_a_run_s_last_commit_records_it_done_on_resume_not_again(model, tmp_path):
     """At parallel 1 the next run starts once a run's turns are replied to, while its server still makes
-    the last commit (git slowed to 4 s here); the command killed then: that run is not done (running),
-    and resume runs it again to done."""
+    the last commit (git slowed to 4 s here); the command killed then: that run is not done (running).
+    Its server finishes the commit; the resume records it done without running it (or paying) again,
+    and says so."""
     spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "pending", "sleep 4")
     assert not git_heads(runs / pending / "home"), "its commit was made already"
     os.killpg(proc.pid, signal.SIGKILL)
@@ -564,11 +577,20 @@ def test_run_is_not_done_while_its_last_commit_is_pending(model, tmp_path):
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
     assert not servers_of(runs)
+    paid = transcript_totals(runs / pending / "home")[0]
+    transcripts = {p.name: p.read_bytes() for p in (runs / pending / "home" / "transcripts").glob("*.jsonl")}
 
+    requests_before = len(model.requests)
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{pending} was stopped in its teardown, every turn replied to: recorded done" in done.stdout, done.stdout
     after = assert_all_done(runs)
-    assert after[pending]["started_at"] > manifest["started_at"], "it ran again"
+    assert after[pending]["started_at"] == manifest["started_at"], "it ran again"
+    assert paid and after[pending]["cost"] == round(paid, 6) and after[pending]["earlier_cost"] == 0, after[pending]
+    assert after[pending]["recorded_on_resume"].endswith("its server had made its last commit"), after[pending]
+    assert not (runs / pending / "attempts").exists()
+    assert {p.name: p.read_bytes() for p in (runs / pending / "home" / "transcripts").glob("*.jsonl")} == transcripts
+    assert len(model.requests) - requests_before == to_run(done.stdout) * TURNS
 
 
 def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path):
@@ -589,6 +611,7 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     assert f"teardown: interrupted: {done_before} of {RUNS} done, 0 failed" in out, out
     manifest = found[pending]
     assert manifest["status"] == "done" and manifest["error"] is None, manifest
+    assert re.search(rf"^done +{re.escape(pending)}  \$0\.\d+  ", err, re.M), err  # its line, as any run's
     assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
     assert git_heads(home) and not (home / ".uncommitted-tick").exists(), "its last commit was not made"
     # the run started in its place: stopped mid-turn, unless it too had every turn replied to by then
@@ -641,6 +664,7 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
         assert "Traceback" not in err, err
         manifest = manifests(runs)[going]
         assert manifest["status"] == "done" and manifest["turns_done"] == 1, manifest
+        assert re.search(rf"^done +{re.escape(going)}  ", err, re.M), err
         assert git_heads(runs / going / "home") and not (runs / going / "home" / ".uncommitted-tick").exists()
     finally:
         fake.stop()
@@ -662,6 +686,19 @@ def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
     manifest = manifests(runs)[pending]
     assert manifest["status"] == "failed", (manifest, out, err)
     assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+    home = runs / pending / "home"
+    assert not git_heads(home) and (home / ".uncommitted-tick").exists(), "its last commit was made"
+    # Its session was over, every turn replied to: the resume makes the commit its server did not
+    # make, from the bytes its last tick ended with, and records it done; it is not paid for twice.
+    requests_before = len(model.requests)
+    done = experiment(model, spec, runs)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{pending} was stopped in its teardown, every turn replied to: recorded done" in done.stdout, done.stdout
+    after = assert_all_done(runs)[pending]
+    assert after["started_at"] == manifest["started_at"] and after["cost"] == manifest["cost"], after
+    assert after["recorded_on_resume"].endswith("its last commit was made on resume"), after
+    assert git_heads(home) and not (home / ".uncommitted-tick").exists()
+    assert len(model.requests) - requests_before == to_run(done.stdout) * TURNS
 
 
 def git_heads(home: Path) -> list[str]:
@@ -687,9 +724,10 @@ def test_server_killed_in_its_last_commit_fails_the_run(model, tmp_path):
         assert "its last tick may not be committed" in manifest["error"], manifest
 
 
-def test_experiment_killed_as_a_run_ends_runs_that_one_again_and_counts_each_once(model, tmp_path):
+def test_experiment_killed_as_a_run_ends_records_that_one_on_resume_and_counts_each_once(model, tmp_path):
     """SIGKILL the command when its second run has ended but is not yet recorded (run.ended@2): the
-    next command counts the first done, runs the second again and the rest, each once."""
+    next command counts the first done, records the second done (its session ended, its home whole)
+    and runs the rest, each once."""
     spec, runs = write_spec(tmp_path, "ended", parallel=1), tmp_path / "runs"
     killed = subprocess.run(command(spec, runs, "--parallel", "1"),
                             env={**environment(model), "AMACS_FAULT_POINT": "run.ended@2"}, cwd=ROOT,
@@ -697,9 +735,19 @@ def test_experiment_killed_as_a_run_ends_runs_that_one_again_and_counts_each_onc
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
     before = {k: m for k, m in manifests(runs).items() if m["status"] == "done"}
     assert len(before) == 1, manifests(runs)
+    deadline = time.time() + 30  # the sessions going see the command gone and end
+    while servers_of(runs) and time.time() < deadline:
+        time.sleep(0.2)
+    # the second run (and any other whose session was over then) ended whole, unrecorded
+    whole = [k for k, m in manifests(runs).items() if m["status"] == "running" and git_heads(runs / k / "home")
+             and (runs / k / "batch-result.json").exists()]
+    assert whole, manifests(runs)
     requests_before = len(model.requests)
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"1 done before, {RUNS - 1} to run" in done.stdout, done.stdout
+    # each recorded done, not run again
+    finished = re.findall(r"(\S+) was stopped in its teardown", done.stdout)
+    assert sorted(finished) == sorted(whole), done.stdout
+    assert f"{1 + len(finished)} done before, {RUNS - 1 - len(finished)} to run" in done.stdout, done.stdout
     assert_all_done(runs)
-    assert len(model.requests) - requests_before == (RUNS - 1) * TURNS
+    assert len(model.requests) - requests_before == (RUNS - 1 - len(finished)) * TURNS

@@ -33,18 +33,22 @@ def test_git_log_p_shows_each_eval_form_its_result_and_the_reply(fake, home):
                               "(amacs-e2e-finish)").check()
 
     history = git(home, "log", "-p", "--reverse")
-    form_at = history.index("    [TICK 1][no-thread][focused] Counting in elisp\n    \n"
+    form_at = history.index("    [TICK 1][no-thread][focused] «what is 2+2?» — Counting in elisp\n    \n"
                             f"    eval: {FORM.replace(chr(10), chr(10) + '    ')}\n    result: 4\n")
-    error_at = history.index("    [TICK 2][no-thread][focused] Trying car\n    \n"
+    error_at = history.index("    [TICK 2][no-thread][focused] eval (car 1) — Trying car\n    \n"
                              "    eval: (car 1)\n    error: Wrong type argument: listp, 1\n")
-    assert form_at < error_at < history.index("    [TICK 4][no-thread][focused] Answered\n")
+    assert form_at < error_at < history.index("    [TICK 4][no-thread][focused] reply: It is 4. — Answered\n")
     assert "\n+It is 4.\n" in history  # the reply, in agent-chat.org
     # A long result is cut in the message (the transcript has it whole).
     assert '    result: "' + "x" * 999 + "… [2,002 more characters]\n" in history
-    # The subjects stay one line each; a tick without an eval has no body.
+    # The subjects stay one line each and read as the story: the input that began a tick, else
+    # what it did (its eval, its reply), then the monologue; a tick without an eval has no body.
     assert git(home, "log", "--format=%s").splitlines() == [
-        "[TICK 4][no-thread][focused] Answered", "[TICK 3][no-thread][focused] A long one",
-        "[TICK 2][no-thread][focused] Trying car", "[TICK 1][no-thread][focused] Counting in elisp"]
+        "[TICK 4][no-thread][focused] reply: It is 4. — Answered",
+        "[TICK 3][no-thread][focused] eval (make-string 3000 ?x) — A long one",
+        "[TICK 2][no-thread][focused] eval (car 1) — Trying car",
+        "[TICK 1][no-thread][focused] «what is 2+2?» — Counting in elisp"]
     assert git(home, "log", "-1", "--format=%b").strip() == ""
     assert git(home, "log", "-1", "--skip=1", "--format=%B").startswith(
-        "[TICK 3][no-thread][focused] A long one\n\neval: (make-string 3000 ?x)\nresult: \"xxx")
+        "[TICK 3][no-thread][focused] eval (make-string 3000 ?x) — A long one\n\neval: (make-string 3000 ?x)\n"
+        "result: \"xxx")

@@ -207,6 +207,12 @@ def test_judge_killed_at_a_score_loses_no_other_and_judges_that_one_again(runs, 
     assert all(after[k] == s for k, s in before.items())  # a score written before the kill is kept as it was
     assert len(fake.requests) - asked_before == RUNS - nth + 1
     assert not list(runs.glob("*/judges/answer-quality/*.tmp"))
+    # the judgement cut short is kept as an earlier attempt, with what its transcript says it paid
+    (path,) = runs.glob("*/judges/answer-quality/attempts/1/score.json")
+    kept = json.loads(path.read_text())
+    assert kept["status"] == "failed" and "killed" in kept["error"] and path.parts[-6] not in before, kept
+    assert (kept["cost"] > 0) == (not point.startswith("judge.asked")), kept  # asked: the model never was
+    assert after[path.parts[-6]]["earlier_cost"] == kept["cost"]
 
 
 def test_a_judgements_seconds_are_its_own_not_the_sdks_import(runs, fake):
@@ -228,7 +234,8 @@ def test_a_judgements_seconds_are_its_own_not_the_sdks_import(runs, fake):
 def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
     """C-c (SIGINT to the command's process group, as a terminal sends it) the moment the judge has said
     what it will judge, while it imports the model SDK (~1.3 s): the experiment's one line and exit 130,
-    not a 25-line traceback; nothing judged."""
+    not a 25-line traceback; nothing judged, and the line says so with the counts and dollars the
+    experiment's interrupted line has (it said only "interrupted")."""
     proc = subprocess.Popen(command(runs, "viewpoints-used"), env=environment(fake), cwd=ROOT,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -239,7 +246,11 @@ def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
     out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode == 130, first + out + err
-    assert "judge viewpoints-used: interrupted; run the same command again to resume." in out, out
+    # what is judged and what it cost, as an experiment's interrupted line says its runs
+    where = fake.url.removeprefix("http://").rstrip("/")
+    assert (f"judge viewpoints-used: interrupted: 0 of {RUNS} judged, 0 failed, {RUNS} to judge, $0.0000 estimated "
+            f"at list prices (the model calls went to {where}, not Anthropic's API); run the same command again "
+            "to resume.") in out, out
     assert not scores(runs, "viewpoints-used")
 
 

@@ -81,9 +81,37 @@ def test_rewind_from_the_shell_then_the_same_input_asks_the_same(fake, home, tmp
     assert "the third" not in chat and "refs/amacs/abandoned/" in chat
     log = subprocess.run(["git", "-C", str(fork), "log", "--format=%s"], capture_output=True, text=True,
                          check=True).stdout
-    assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] thought about note the fork",
+    assert log.splitlines()[:2] == ["[TICK 2][no-thread][calm] «note the fork» — thought about note the fork",
                                     f"[TICK 1][fork] forked from {home} at tick 1"], log
     assert "the second" not in (fork / "agent-chat.org").read_text()
+
+
+def test_an_input_sent_again_with_m_p_goes_onto_the_abandoned_future_too(fake, home):
+    """A newcomer sent an input again with M-p RET, then rewound to before it: the abandoned
+    shell-history lacked it (the ring ignores a repeat, and the file was written from the ring),
+    though docs/shell.md says every later input moves there.  M-p still offers it once."""
+    fake.respond_with(answer)
+    program = """
+      (amacs-e2e-open)
+      (amacs-e2e-send "the capital?")
+      (with-current-buffer amacs-shell-buffer-name
+        (goto-char (point-max))
+        (comint-previous-input 1))
+      (amacs-e2e-send "")
+      (amacs-e2e-send "help")
+      (with-current-buffer amacs-shell-buffer-name
+        (princ (format "RING AFTER %S\n" (ring-elements comint-input-ring)))
+        (amacs-rewind 1 "the capital?"))
+      (amacs-e2e-finish)"""
+    run = run_emacs(home, fake.url, program).check()
+    assert len(requests(fake)) == 3, run.shell
+    assert 'RING AFTER ("help" "the capital?")\n' in run.stdout, run.stdout
+    ref = re.search(r"refs/amacs/abandoned/\S+?-tick-3-to-1", (home / "agent-chat.org").read_text())
+    assert ref, run.shell
+    show = subprocess.run(["git", "-C", str(home), "show", f"{ref[0]}:shell-history"],
+                          capture_output=True, text=True, check=True).stdout
+    assert show == "the capital?\0\nhelp\0\n", show
+    assert (home / "shell-history").read_text() == "the capital?\0\n"
 
 
 def test_rewind_with_a_live_viewpoint_then_the_same_input_asks_the_same(fake, home):

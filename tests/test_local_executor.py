@@ -1,0 +1,52 @@
+"""The local executor's stop (research.cluster.LocalExecutor.close) with a run queued behind busy workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from amacs_server.research import cluster
+from amacs_server.research.runs import Outcome, Prepared
+
+
+@dataclass(frozen=True)
+class _Run:
+    run_id: str
+
+
+def test_a_c_c_while_a_run_waits_for_a_worker_stops_and_leaves_that_run_to_do(tmp_path, monkeypatch):
+    """C-c while a run submitted waits for a worker (every worker busy: runs going, runs making their
+    last commit): the stop ends, the runs going end as interrupted, and the waiting run, which never
+    started, is still to do: no outcome, its prepared Emacs discarded.  Its future, cancelled by the
+    pool's shutdown and never taken up by a worker, is one concurrent.futures.wait never counts done:
+    waited for, it hung the command (2 of 11 runs of test_c_c_twice_stops_a_run_in_its_last_commit_too
+    with the lead's first hold; the second C-c of the race harness here)."""
+    started: list[str] = []
+
+    def run_one(run, runs_dir, stop, *_rest) -> Outcome:
+        started.append(run.run_id)
+        stop.wait(30)
+        return Outcome(run_id=run.run_id, status="failed", cost=0.0, seconds=0.0, turns_done=0, started_at=0.0,
+                       ended_at=0.0, error="interrupted")
+
+    discarded: list[str] = []
+    monkeypatch.setattr(cluster, "run_one", run_one)
+    monkeypatch.setattr(cluster, "discard", lambda ready: discarded.append(ready.run.run_id))
+    monkeypatch.setattr(cluster, "kill_strays", lambda runs_dir: None)
+    executor = cluster.LocalExecutor(tmp_path, parallel=1, fork=False)  # two workers
+    runs = [_Run(f"p.v.m.r{n}") for n in range(3)]
+    executor.prepared[runs[2].run_id] = Prepared(runs[2], Path(tmp_path / runs[2].run_id))  # type: ignore[arg-type]
+    for run in runs:
+        executor.submit(run)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started == ["p.v.m.r0", "p.v.m.r1"]
+    stopping = threading.Thread(target=executor.close, daemon=True)
+    stopping.start()
+    stopping.join(10)
+    assert not stopping.is_alive(), "the stop waits for a run that never started"
+    assert discarded == ["p.v.m.r2"]
+    assert sorted(o.run_id for o in executor.finished(0)) == ["p.v.m.r0", "p.v.m.r1"]
