@@ -612,6 +612,8 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     manifest = found[pending]
     assert manifest["status"] == "done" and manifest["error"] is None, manifest
     assert re.search(rf"^done +{re.escape(pending)}  \$0\.\d+  ", err, re.M), err  # its line, as any run's
+    bar = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("teardown (12 runs)")][-1]
+    assert f"{done_before} done · 0 running · 0 failed" in bar, bar  # as the last line counts them
     assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
     assert git_heads(home) and not (home / ".uncommitted-tick").exists(), "its last commit was not made"
     # the run started in its place: stopped mid-turn, unless it too had every turn replied to by then
