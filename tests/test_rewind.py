@@ -807,6 +807,28 @@ def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_
         assert len(_git(fork, "log", "--format=%s").splitlines()) == 3
 
 
+def test_a_fork_of_a_home_whose_path_holds_a_colon_or_a_quote_reads_its_objects_all_the_same(tmp_path, fake,
+                                                                                             monkeypatch):
+    """The fork's pack-objects reads the home's objects through git's alternates, a list of folders
+    separated by colons: a home whose path holds one (or starts the entry with a quote) is named
+    quoted, so the fork is packed from it and not fetched."""
+    home = tmp_path / 'odd:"name' / "home"
+    run(tmp_path / "home", fake, [("say", "hello"), ("say", "plain two")])
+    home.parent.mkdir()
+    (tmp_path / "home").rename(home)
+    git, ran = history._git, []
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        ran.append(args[0])
+        return git(where, *args, stdin=stdin, env=env)
+
+    monkeypatch.setattr(history, "_git", spy)
+    fork = history.fork(home, 1, tmp_path / "fork").home
+    assert "pack-objects" in ran and "fetch" not in ran
+    assert _holds_abandoned(fork, ("answer to plain two",)) == []
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+
+
 def _pack_older(home: Path) -> list[Path]:
     """HOME's objects in one pack, dated 10 s back (as if written that long before the next tick's
     commit, without waiting for the clock to pass a second)."""

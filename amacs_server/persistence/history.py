@@ -1450,6 +1450,15 @@ def _packs_before(home: Path, commit: str) -> dict[str, float]:
     return clean
 
 
+def _alternate(folder: Path) -> str:
+    """FOLDER as GIT_ALTERNATE_OBJECT_DIRECTORIES names one folder: C-quoted if it holds the list's
+    separator or starts with a quote (git reads an entry that starts with one so)."""
+    text = str(folder)
+    if os.pathsep not in text and not text.startswith('"'):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def _history_up_to(home: Path, commit: str, made: Path) -> None:
     """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
 
@@ -1482,7 +1491,7 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     name: str | None
     try:
         name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
-                    stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(source)}).decode().strip()
+                    stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
     except HistoryError:  # an object is not found: fetch the history instead
         name = None
     stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
