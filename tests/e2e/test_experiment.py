@@ -673,8 +673,9 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
 
 
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
-    """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 20 s)
-    does not wait for it: the command ends at once, that run failed as interrupted (it runs again)."""
+    """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 60 s)
+    does not wait for it: the command ends at once, that run failed as interrupted; the resume makes
+    that commit and records it done, without running it again."""
     spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "twice", "sleep 60")
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(1.0)
