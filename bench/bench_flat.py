@@ -129,7 +129,6 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
             if tick in wanted:
                 for attempt in range(3):  # a copy the packer's prune-packed raced (it removes the loose folders): again
                     rt.mind.commits.flush(600)
-                    time.sleep(1)  # the commit worker starts the packer after it counts its commit made
                     rt.mind.commits.wait_packed(600)
                     shutil.rmtree(wanted[tick], ignore_errors=True)
                     try:
