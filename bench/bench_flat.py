@@ -5,7 +5,8 @@ zero-latency fake, each tick committed by the commit worker, as
 :mod:`bench.bench_rewind` makes its home: a 20-word input, a 60-word reply, a
 scratchpad note every 10th tick, a memory note every 25th): one home grown to the
 largest size, copied (once the commit worker caught up) as it passes each smaller
-one.  ``--homes DIR`` keeps them there and reuses them.  Then, for each size, on
+one.  ``--homes DIR`` keeps them there and reuses them; ``--context same`` grows them
+with the same context on every home (:func:`grow`).  Then, for each size, on
 copies of its home:
 
 - ``ready``: ``M-x amacs-shell`` in a fresh interactive ``emacs -nw`` to the server's
@@ -56,6 +57,8 @@ sys.path.insert(0, str(ROOT))
 from amacs_server.config import load_config  # noqa: E402
 from amacs_server.files import atomic_write  # noqa: E402
 from amacs_server.loop.primary import run_turn  # noqa: E402
+from amacs_server.memory.active import ActiveMemory  # noqa: E402
+from amacs_server.memory.items import Kind  # noqa: E402
 from amacs_server.memory.ltm import LongTermMemory  # noqa: E402
 from amacs_server.persistence import history  # noqa: E402
 from amacs_server.persistence.git_repo import PACKED_FILE, RACY_NS, HomeRepo, pack_names  # noqa: E402
@@ -106,9 +109,19 @@ def as_served(home: Path) -> None:
     repo._keep_seen(snap)
 
 
-def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
+NOTE_EVERY = 25  # the workload makes a memory note every 25th tick (bench_rewind's)
+
+
+def grow(homes: Path, sizes: list[int], context: str = "grown") -> dict[int, Path]:
     """The home of each of SIZES ticks in HOMES: made by real turns, one home grown to the largest
-    and copied at each size (homes already there are kept)."""
+    and copied at each size (homes already there are kept).
+
+    CONTEXT "same": the workload keeps pinned only as many of its newest notes as the smallest
+    home has, the older ones back in LTM alone (:func:`unpin_older`), so every home shows the
+    same context and its tick states keep the same size: the fork and rewind rows then read the
+    cost of the history, not of a context that grows with the workload's notes (what
+    :func:`same_context` does for the tick row, which cannot be done after the growth for a
+    fork: its cost lies in the tick states committed).  The notes still go to memory.db."""
     wanted = {size: homes / f"home-{size}" for size in sizes}
     if all((home / "tick-state.json").exists() for home in wanted.values()):
         return wanted
@@ -124,12 +137,14 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
         for tick in range(1, max(sizes) + 1):
             asyncio.run_coroutine_threadsafe(run_turn(rt, " ".join(rng.choice(VOCABULARY) for _ in range(20))),
                                              rt.loop).result(60)
-            if tick % 25 == 0:
+            if tick % NOTE_EVERY == 0:
                 asyncio.run_coroutine_threadsafe(_memory(rt, f"note-{tick}", tick), rt.loop).result(30)
+                if context == "same":
+                    asyncio.run_coroutine_threadsafe(_unpin_older(rt.mind.memory, min(sizes) // NOTE_EVERY),
+                                                     rt.loop).result(30)
             if tick in wanted:
                 for attempt in range(3):  # a copy the packer's prune-packed raced (it removes the loose folders): again
                     rt.mind.commits.flush(600)
-                    time.sleep(1)  # the commit worker starts the packer after it counts its commit made
                     rt.mind.commits.wait_packed(600)
                     shutil.rmtree(wanted[tick], ignore_errors=True)
                     try:
@@ -145,6 +160,22 @@ def grow(homes: Path, sizes: list[int]) -> dict[int, Path]:
         fake.stop()
     shutil.rmtree(work, ignore_errors=True)
     return wanted
+
+
+def unpin_older(memory: ActiveMemory, keep: int) -> None:
+    """MEMORY with only its KEEP newest pinned notes still pinned, the rest back in LTM alone
+    (neither pinned nor evicted, found by search), in active memory and LTM's active table alike,
+    as :func:`same_context` leaves a copy.  No tool of the agent's does this: an evicted note
+    leaves its handle in the context."""
+    notes = [base for base, item in memory.pinned.items() if item.kind is Kind.NOTE]  # oldest first
+    for base in notes[:max(0, len(notes) - keep)]:
+        memory.pinned.pop(base)
+        memory.pages.pop(base, None)
+        memory.ltm.set_active(memory.brain, base, None)
+
+
+async def _unpin_older(memory: ActiveMemory, keep: int) -> None:
+    unpin_older(memory, keep)  # on the server's loop, between turns, as a tool call runs
 
 
 def same_context(home: Path, pinned: int | None) -> None:
@@ -297,6 +328,9 @@ def main() -> None:
     parser.add_argument("--n-random", type=int, default=2, help="rewinds and forks to random ticks, per size")
     parser.add_argument("--rounds", type=int, default=4, help="tick rows: servers per size, sizes interleaved")
     parser.add_argument("--homes", type=Path, help="make (or reuse) the homes in this folder")
+    parser.add_argument("--context", choices=["grown", "same"], default="grown",
+                        help="homes made with the workload's context growing with its notes, or the same "
+                        "on every home (see grow)")
     parser.add_argument("--tick-one", nargs=2, metavar=("HOME", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--only", action="append",
                         choices=["ready", "tick", "history", "picker"], help="rows to measure (default: all)")
@@ -310,7 +344,7 @@ def main() -> None:
     homes_dir = args.homes or tmp / "homes"
     homes_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    homes = grow(homes_dir, sizes)
+    homes = grow(homes_dir, sizes, args.context)
     result: dict[str, object] = {"sizes": sizes, "n": args.n, "homes": "real turns (bench_rewind's)",
                                  "grow_s": round(time.perf_counter() - t0), "load_before": loadavg(),
                                  "cpus": os.cpu_count()}

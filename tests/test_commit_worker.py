@@ -120,6 +120,31 @@ def test_loose_objects_are_packed(tmp_path):
                           text=True).stdout.strip() == "0"
 
 
+def test_a_flush_then_wait_packed_waits_for_the_repack_the_last_commit_started(tmp_path, monkeypatch):
+    """The worker starts its packer before the commit it follows counts as made: a caller that
+    flushes, then waits for the packer (bench_flat copying a home) finds it, even when the thread
+    is slow to start (seen: the copy raced the repack's prune-packed, ENOENT on .git/objects/25)."""
+    start = threading.Thread.start
+
+    def slow(thread: threading.Thread) -> None:
+        if thread.name == "amacs-git-pack":
+            time.sleep(0.3)  # a loaded machine
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow)
+    worker = CommitWorker(HomeRepo(tmp_path))
+    f = tmp_path / "agent-chat.org"
+    for i in range(PACK_EVERY):
+        append_durably(f, f"tick {i}\n")
+        worker.submit([f], f"[TICK {i}][no-thread][ok] m")
+    assert worker.flush(30)
+    worker.wait_packed(30)
+    assert worker.pack_ms
+    count = subprocess.run(["git", "-C", str(tmp_path), "count-objects"], capture_output=True, text=True).stdout
+    assert count.startswith("0 objects")
+    assert worker.stop(30)
+
+
 def test_deferred_writes_skip_fsync_and_the_input_does_not(tmp_path, monkeypatch):
     synced: list[int] = []
     real = os.fsync

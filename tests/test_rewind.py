@@ -778,16 +778,26 @@ def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_
                                                                                           monkeypatch):
     """The home's objects in one pack, the future's beside the tick's (as its packer rolls ticks
     up): the fork made from links to that pack still holds no object of the future, and is
-    whole once the home is gone (a copy, not a window).  So is the fork made when the home's
-    objects cannot be linked (its packer moved them meanwhile): the history is fetched."""
+    whole once the home is gone (a copy, not a window: the home's objects were read through git's
+    alternates for one command only).  So is the fork made when packing fails (an object the
+    home's packer moved is not found): the history is fetched."""
     home = tmp_path / "home"
     run(home, fake, FUTURE_SESSION)
     _git(home, "repack", "-a", "-d", "-q")
     assert list((home / ".git" / "objects" / "pack").glob("*.pack"))
     assert [text for text in FUTURE if text.encode() not in _fork_holds(home)] == ["a skill written later"]
     linked = history.fork(home, 2, tmp_path / "linked").home
-    monkeypatch.setattr(history, "_link", lambda src, dest: False)
+    git = history._git
+
+    def moved(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        if args[0] == "pack-objects":
+            raise history.HistoryError("fatal: unable to read an object")
+        return git(where, *args, stdin=stdin, env=env)
+
+    monkeypatch.setattr(history, "_git", moved)
     fetched = history.fork(home, 2, tmp_path / "fetched").home
+    monkeypatch.undo()
+    assert not (linked / ".git" / "objects" / "info" / "alternates").exists()
     tick2 = history.tick_commit(home, 2)
     subprocess.run(["rm", "-r", str(home)], check=True)
     for fork in (linked, fetched):
@@ -795,6 +805,28 @@ def test_a_fork_of_a_packed_home_holds_nothing_after_its_tick_and_needs_nothing_
         _git(fork, "fsck", "--full", "--strict", "--no-dangling")
         assert _git(fork, "rev-parse", "HEAD~1").strip() == tick2
         assert len(_git(fork, "log", "--format=%s").splitlines()) == 3
+
+
+def test_a_fork_of_a_home_whose_path_holds_a_colon_or_a_quote_reads_its_objects_all_the_same(tmp_path, fake,
+                                                                                             monkeypatch):
+    """The fork's pack-objects reads the home's objects through git's alternates, a list of folders
+    separated by colons: a home whose path holds one (or starts the entry with a quote) is named
+    quoted, so the fork is packed from it and not fetched."""
+    home = tmp_path / 'odd:"name' / "home"
+    run(tmp_path / "home", fake, [("say", "hello"), ("say", "plain two")])
+    home.parent.mkdir()
+    (tmp_path / "home").rename(home)
+    git, ran = history._git, []
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        ran.append(args[0])
+        return git(where, *args, stdin=stdin, env=env)
+
+    monkeypatch.setattr(history, "_git", spy)
+    fork = history.fork(home, 1, tmp_path / "fork").home
+    assert "pack-objects" in ran and "fetch" not in ran
+    assert _holds_abandoned(fork, ("answer to plain two",)) == []
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
 
 
 def _pack_older(home: Path) -> list[Path]:
@@ -939,11 +971,11 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     walked: list[bytes] = []
     git = history._git
 
-    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
         if args[0] == "pack-objects":
             walked.append(stdin or b"")
             assert "--window=4" in args  # the packer's narrow window: its deltas are found as well, cheaper
-        return git(where, *args, stdin=stdin)
+        return git(where, *args, stdin=stdin, env=env)
 
     monkeypatch.setattr(history, "_git", spy)
     tick3 = history.tick_commit(home, 3)
@@ -1028,10 +1060,10 @@ def test_a_fork_to_a_recent_tick_walks_only_the_ticks_since_the_packers_last_rep
     walked: list[bytes] = []
     git = history._git
 
-    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
         if args[0] == "pack-objects":
             walked.append(stdin or b"")
-        return git(where, *args, stdin=stdin)
+        return git(where, *args, stdin=stdin, env=env)
 
     monkeypatch.setattr(history, "_git", spy)
     for back in (5, 15, 25):
@@ -1355,10 +1387,10 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
     written: list[str] = []
     git = history._git
 
-    def spy(where: Path, *args: str, stdin: bytes | None = None) -> bytes:
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
         if args[0] in ("checkout-index", "read-tree"):
             written.extend((stdin or b"").decode().split("\0")[:-1] if "--stdin" in args else ["*"] if "-u" in args else [])
-        return git(where, *args, stdin=stdin)
+        return git(where, *args, stdin=stdin, env=env)
 
     monkeypatch.setattr(history, "_git", spy)
     fork = history.fork(home, 2, tmp_path / "fork").home

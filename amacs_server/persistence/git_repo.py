@@ -1450,15 +1450,17 @@ class CommitWorker:
             finally:
                 self.commit_ms.append((time.perf_counter() - t0) * 1000)
                 self._since_pack += 1
-                with self._cond:
-                    self._pending -= 1
-                    self._pending_subjects.pop(0)
-                    self._cond.notify_all()
-            if self._since_pack >= PACK_EVERY and (self._packer is None or not self._packer.is_alive()):
-                self._since_pack = 0
-                packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
-                packer.start()
-                self._packer = packer  # started: wait_packed may join it
+                try:
+                    if self._since_pack >= PACK_EVERY and (self._packer is None or not self._packer.is_alive()):
+                        self._since_pack = 0
+                        packer = threading.Thread(target=self._pack, name="amacs-git-pack", daemon=True)
+                        packer.start()
+                        self._packer = packer  # before the commit counts as made: a flush, then wait_packed, joins it
+                finally:
+                    with self._cond:
+                        self._pending -= 1
+                        self._pending_subjects.pop(0)
+                        self._cond.notify_all()
 
     def _made(self, number: int) -> None:
         """Commit NUMBER is made: the record goes if it was the newest asked for."""

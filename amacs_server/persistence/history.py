@@ -284,10 +284,10 @@ class Done:
         return f"forked {self.home} at tick {self.tick}"
 
 
-def _git(home: Path, *args: str, stdin: bytes | None = None) -> bytes:
-    """git ARGS in HOME, out of reach of the signals that stop the server (:func:`~.git_repo.start_git`):
-    a quit mid-rewind or mid-fork lets each git it started finish."""
-    done = run_git(["git", *args], home, data=stdin or b"", env=git_env())
+def _git(home: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+    """git ARGS in HOME (with ENV added), out of reach of the signals that stop the server
+    (:func:`~.git_repo.start_git`): a quit mid-rewind or mid-fork lets each git it started finish."""
+    done = run_git(["git", *args], home, data=stdin or b"", env={**git_env(), **(env or {})})
     if done.returncode != 0:
         raise HistoryError(f"git {args[0]} failed in {home}: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout
@@ -1408,7 +1408,6 @@ def _clear_cut_short(dest: Path) -> str | None:
     return f"removed {', '.join(removed)} beside {dest}: a fork into it that was cut short (its process was killed)"
 
 
-_LOOSE = re.compile(r"[0-9a-f]{38}(?:[0-9a-f]{24})?")
 
 
 def _link(src: Path, dest: Path) -> bool:
@@ -1451,38 +1450,38 @@ def _packs_before(home: Path, commit: str) -> dict[str, float]:
     return clean
 
 
+def _alternate(folder: Path) -> str:
+    """FOLDER as GIT_ALTERNATE_OBJECT_DIRECTORIES names one folder: C-quoted if it holds the list's
+    separator or starts with a quote (git reads an entry that starts with one so)."""
+    text = str(folder)
+    if os.pathsep not in text and not text.startswith('"'):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
 def _history_up_to(home: Path, commit: str, made: Path) -> None:
     """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
 
-    HOME's object files are linked into MADE (git never changes one in place: a repack writes
-    new packs and deletes old ones, so a link is a copy).  The packs that hold only COMMIT's past
-    (:func:`_packs_before`) stay, whole; one pack of what else COMMIT reaches is made from the
-    rest, reusing the packed data as it is (no object is compressed or hashed again: a fetch
-    hashes every version of every file), and the other linked files are removed.  git walks the
-    history down to the newest commit HOME's packer noted as packed whole in packs kept here
-    (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since), not O(history).  Made while
-    HOME's packer may roll packs up: a pack gone before it was linked is in a newer one, listed
-    again; if an object is still missing, the packing fails and the history is fetched."""
+    The packs that hold only COMMIT's past (:func:`_packs_before`) are linked into MADE, whole (git
+    never changes a pack in place: a repack writes new packs and deletes old ones, so a link is a
+    copy).  One pack of what else COMMIT reaches is made beside them, read from HOME's objects (git's
+    alternates, for that one command: MADE keeps no reference to HOME), reusing the packed data as
+    it is (no object is compressed or hashed again: a fetch hashes every version of every file).
+    git walks the history down to the newest commit HOME's packer noted as packed whole in packs
+    kept here (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since), not O(history).  Made
+    while HOME's packer may roll packs up and prune the objects it packed: git finds an object
+    moved meanwhile in the pack that took it in; if one is still missing, the packing fails and the
+    history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
     dated = _packs_before(home, commit)
-    kept = set(dated)
-    for _ in range(3):
-        missing = False
-        for folder in sorted(source.iterdir()) if source.is_dir() else []:
-            if folder.name == "pack":
-                for index in folder.glob("pack-*.idx"):
-                    pack = index.with_suffix(".pack")
-                    if not (_link(pack, target / "pack" / pack.name) and _link(index, target / "pack" / index.name)):
-                        (target / "pack" / pack.name).unlink(missing_ok=True)
-                        missing = True
-            elif len(folder.name) == 2 and folder.is_dir():
-                for path in folder.iterdir():
-                    if _LOOSE.fullmatch(path.name):
-                        (target / folder.name).mkdir(exist_ok=True)
-                        missing |= not _link(path, target / folder.name / path.name)
-        if not missing:
-            break
-    kept = {whole for whole in kept if (target / "pack" / whole).exists()}
+    kept = set()
+    for whole in dated:  # linked only if whole here (a pack the packer removed meanwhile is not kept)
+        pack, index = source / "pack" / whole, (source / "pack" / whole).with_suffix(".idx")
+        if _link(pack, target / "pack" / pack.name) and _link(index, target / "pack" / index.name):
+            kept.add(whole)
+        else:
+            for gone in (pack, index):
+                (target / "pack" / gone.name).unlink(missing_ok=True)
     for whole in kept:  # what these hold is not packed again
         (target / "pack" / whole).with_suffix(".keep").touch()
     # The walk stops at the newest commit HOME's packer found packed whole in packs kept here: what
@@ -1492,12 +1491,12 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     name: str | None
     try:
         name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
-                    stdin=revs.encode()).decode().strip()
-    except HistoryError:  # an object HOME's packer moved is not there: fetch the history instead
+                    stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
+    except HistoryError:  # an object is not found: fetch the history instead
         name = None
     stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
     stays |= {f"{whole[:-len('.pack')]}{suffix}" for whole in kept if name is not None for suffix in (".pack", ".idx")}
-    for path in target.iterdir():  # all but the new pack and those kept: HOME's objects, of any tick
+    for path in target.iterdir():  # all but the new pack and those kept (their .keep files too)
         if path.name == "pack":
             for packed in path.iterdir():
                 if packed.name not in stays:

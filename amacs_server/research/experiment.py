@@ -260,7 +260,16 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
 
-        def said(outcome: Outcome) -> None:
+        def ended(outcome: Outcome) -> None:
+            """Count OUTCOME on the bar and print its line."""
+            nonlocal running, spent
+            running -= 1
+            spent += outcome.cost or 0.0
+            outcomes.append(outcome)
+            # as the last line counts them: a run a C-c stopped is neither done nor failed
+            failed = sum(o.status == "failed" and o.error != INTERRUPTED for o in outcomes)
+            done = total - len(todo) + sum(o.status == "done" for o in outcomes)
+            progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
             why = f"  {failure(outcome)}" if outcome.error else ""
             progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
                                    f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
@@ -279,13 +288,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     ahead(queue)  # the executor prepares as many of the first as it keeps ready
                 progress.update(bar, running=running)
                 for outcome in executor.finished(POLL):
-                    running -= 1
-                    spent += outcome.cost or 0.0
-                    outcomes.append(outcome)
-                    failed = sum(o.status == "failed" for o in outcomes)
-                    done = total - len(todo) + len(outcomes) - failed
-                    progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
-                    said(outcome)
+                    ended(outcome)
                     stopped = stopped or same_failures(outcomes)
         except KeyboardInterrupt:
             finishing = getattr(executor, "finishing", None)
@@ -301,7 +304,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 closed = True
                 executor.close()
                 for outcome in executor.finished(0):
-                    said(outcome)
+                    ended(outcome)
             raise
         finally:
             if not closed:

@@ -612,6 +612,8 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     manifest = found[pending]
     assert manifest["status"] == "done" and manifest["error"] is None, manifest
     assert re.search(rf"^done +{re.escape(pending)}  \$0\.\d+  ", err, re.M), err  # its line, as any run's
+    bar = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("teardown (12 runs)")][-1]
+    assert f"{done_before} done · 0 running · 0 failed" in bar, bar  # as the last line counts them
     assert manifest["turns_done"] == TURNS and manifest["cost"] > 0, manifest
     assert git_heads(home) and not (home / ".uncommitted-tick").exists(), "its last commit was not made"
     # the run started in its place: stopped mid-turn, unless it too had every turn replied to by then
@@ -671,8 +673,9 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
 
 
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
-    """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 20 s)
-    does not wait for it: the command ends at once, that run failed as interrupted (it runs again)."""
+    """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 60 s)
+    does not wait for it: the command ends at once, that run failed as interrupted; the resume makes
+    that commit and records it done, without running it again."""
     spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "twice", "sleep 60")
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(1.0)
