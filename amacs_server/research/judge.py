@@ -639,7 +639,9 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
           f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge"
           + (f" ({again} of them again: failed or interrupted before)" if again else "") + f", {parallel} at once"
           + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
-    if not todo:
+    if not todo:  # what is judged and what it cost, as when it last ended
+        if total:
+            print(_last_line(judge, runs_dir, total, where), flush=True)
         return 0
     # The model SDKs imported before any judgement starts: a judgement's seconds are its own (its model
     # call), not the first ones' import of the SDK (~1.3 s of CPU, 5 s at load 8), which each waited for.
@@ -651,8 +653,7 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
                                       progress_console())
     spent = before + sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
-    print(f"judge {judge.name}: {record_words(judge, runs_dir, total, where)}; scores in "
-          f"{runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report", flush=True)
+    print(_last_line(judge, runs_dir, total, where), flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:
@@ -662,6 +663,12 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
         print(f"Budget spent: ${spent:.4f} of ${args.budget or 0:.4f}; {len(left)} runs not judged "
               "(re-run with a larger --budget to judge them).", flush=True)
     return 1 if failed else 3 if left else 0
+
+
+def _last_line(judge: Judge, runs_dir: Path, total: int, where: dict[str, str | None]) -> str:
+    """The judge's last line: what its score files say (:func:`record_words`), and where they are."""
+    return (f"judge {judge.name}: {record_words(judge, runs_dir, total, where)}; scores in "
+            f"{runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report")
 
 
 def _scored(runs_dir: Path, judge: Judge) -> list[Path]:

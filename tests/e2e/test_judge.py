@@ -170,6 +170,13 @@ def test_judge_resumes_after_kill(runs, fake):
     for run, score in before.items():
         assert after[run]["started_at"] == score["started_at"], run
     assert len(fake.requests) - asked_before == RUNS - len(before)
+    # again with nothing left: what is judged and what it cost, the last line it ended with (it said none)
+    last = next(line for line in done.stdout.splitlines() if line.startswith("judge answer-quality: "))
+    again = judge(fake, runs, "answer-quality")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{RUNS} judged before, 0 to judge" in again.stdout, again.stdout
+    assert again.stdout.splitlines()[-1] == last, (again.stdout, last)
+    assert last.startswith(f"judge answer-quality: {RUNS} of {RUNS} judged, 0 failed, $"), last
 
 
 def test_judge_stops_at_its_budget(runs, fake):
