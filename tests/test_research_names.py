@@ -190,5 +190,5 @@ def test_a_c_c_while_a_judgement_is_asked_again_still_counts_its_earlier_attempt
                                                  "estimated_where": None}))
     said = judge.record_words(judge.read_judge(judge.find_judge("answer-quality")), tmp_path, 2,
                               {first: None, second: None}, going=1)
-    assert said == ("0 of 2 judged, 0 failed, 1 still being judged (each ends first and is kept), 2 to judge, "
+    assert said == ("0 of 2 judged, 0 failed, 1 stopped while being judged (asked again when you resume), 2 to judge, "
                     "$0.0020 spent ($0.0020 of it by earlier attempts of judgements that ran again)"), said
