@@ -70,6 +70,7 @@ from .runs import (
     finish_teardown,
     moved_origin,
     read_manifest,
+    record_killed,
 )
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
@@ -395,6 +396,8 @@ def main(argv: list[str]) -> int:
         elif resumed is not None:
             print(f"{experiment.name}: {run.run_id} had every turn replied to, but {resumed.words}: "
                   "it runs again", flush=True)
+        if resumed is None or resumed.outcome is None:
+            record_killed(run, runs_dir)  # what it paid counts as paid before, on the bar too
     todo, before, again, earlier = _pending(experiment, runs_dir)
     if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
         print(f"amacs-server experiment: {moved}", file=sys.stderr)
