@@ -372,7 +372,7 @@ def planned_runs(path: Path) -> list[str] | None:
 def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int, str] | None:
     """ORIGIN (``PATH@TICK`` or ``PATH@COMMIT``, PATH relative to the spec's folder BASE) as (home,
     tick, commit), checked: the home has that tick (or commit: of a tick of its history as it
-    stands), restorable (a tick state in its commit), and it ends a turn (:func:`turn_around`)."""
+    stands), restorable (a tick state in its commit), and it ends a turn (:func:`~..persistence.history.mid_turn`)."""
     if origin is None:
         return None
     match = ORIGIN.match(origin)
@@ -389,7 +389,8 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
         else:
             commit, tick = history.origin_commit(home, given)
         history.state_at(home, commit, tick)
-        inside = turn_around(home, tick)
+        inside = history.mid_turn(home, tick, "a run forked there would start", lambda n: f"`@{n}`",
+                                  "a spec without `from`")
         history.lock(home).release()  # the runs fork it at once, unlocked: no server may write it meanwhile
     except history.NoSuchTick as err:
         raise SpecError(f"{path}: {key}: {err}; `amacs-server ticks {home}` lists its inputs and their "
@@ -397,39 +398,8 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     except history.HistoryError as err:
         raise SpecError(f"{path}: {key}: {err}") from err
     if inside is not None:
-        first, last, said = inside
-        raise SpecError(
-            f"{path}: {key}: tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): a run "
-            f"forked there would start from a mind that has not replied to it; `@{last}` starts after that "
-            "turn's reply, " + (f"`@{first - 1}` before its input" if first > 1 else
-                                "and before its input the mind was new (a spec without `from`)")
-            + f"; `amacs-server ticks {home}` lists the inputs and the tick each began")
+        raise SpecError(f"{path}: {key}: {inside}; `amacs-server ticks {home}` lists the inputs and the tick each began")
     return str(home), tick, commit
-
-
-def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
-    """The turn of HOME that TICK is inside of, as (its first tick, its last, its input's first words);
-    None when TICK ends a turn: the next tick began with an input, or it is the home's last.  A turn
-    is the ticks from one that began with the person's input to the next such (as the dataset's
-    ``turns``): a fork inside one holds a mind that has not yet answered it."""
-    from ..persistence import history  # noqa: PLC0415
-    from ..persistence.chat_log import ChatLog  # noqa: PLC0415
-
-    log = ChatLog(home / "agent-chat.org")
-    started, _ = log.input_page(1, tick + 1)  # the newest input at or before TICK
-    upto, _ = log.input_page(1, tick + 2)
-    if not started or (upto and upto[0].tick == tick + 1) or tick >= history.last_tick(home):
-        return None
-    following, before = None, None  # the oldest input after TICK: TICK's turn ends the tick before it
-    while True:  # pages newest first, back to TICK
-        page, more = log.input_page(200, before)
-        following = min((entry.tick for entry in page if entry.tick > tick), default=following)
-        if not more or not page or page[-1].tick <= tick:
-            break
-        before = page[-1].tick
-    said = " ".join((started[0].human or "").split())
-    return (started[0].tick, following - 1 if following is not None else history.last_tick(home),
-            said if len(said) <= 60 else said[:60] + "…")
 
 
 def unpriced(runs: list[Run]) -> list[Run]:
