@@ -114,6 +114,43 @@ def _home_of_a_two_tick_turn(tmp_path: Path) -> Path:
         fake.stop()
 
 
+
+def test_fork_and_rewind_refuse_a_tick_inside_a_turn_as_from_does(tmp_path, capsys):
+    """The newcomer's case: ``amacs-server fork HOME --tick N DEST`` at the tick an input began (its
+    turn not yet replied to) made a fork whose mind answered that turn, not the next input (and a
+    ``from`` on the fork side-stepped from's refusal); ``rewind`` too.  Refused with from's words;
+    a turn's end and ``now`` still fork, and rewind to a turn's end."""
+    home = _home_of_a_two_tick_turn(tmp_path).resolve()
+    head = history.tick_commit(home, 3)
+    for command in (["fork", str(home), "--tick", "1", str(tmp_path / "mid")], ["rewind", str(home), "--tick", "1"]):
+        assert history.main(command) == 1
+        said = capsys.readouterr().err
+        assert (f"amacs-server {command[0]}: refused: tick 1 of {home} is inside the turn of «first question» "
+                "(ticks 1-2): ") in said, said
+        assert ("from a mind that has not replied to it; `--tick 2` starts after that turn's reply, and before "
+                "its input the mind was new (a new home); `amacs-server ticks ") in said, said
+    assert not (tmp_path / "mid").exists() and history.tick_commit(home, 3) == head
+    assert history.main(["fork", str(home), "--tick", "now", str(tmp_path / "now")]) == 0
+    assert history.main(["fork", str(home), "--tick", "2", str(tmp_path / "two")]) == 0
+    assert history.fork_origin(tmp_path / "two")["tick"] == 2
+    assert history.main(["rewind", str(home), "--tick", "2"]) == 0
+    assert history.last_tick(home) == 2
+
+
+def test_from_on_a_served_home_is_refused_and_the_docs_say_so(tmp_path):
+    """The newcomer kept the shell open on the home they studied and learnt from the refusal alone
+    that ``from``'s home must not be served: research.md's ``from`` paragraph never said so."""
+    _home_of_a_two_tick_turn(tmp_path)
+    held = history.lock((tmp_path / "origin").resolve())  # as its server holds it
+    try:
+        with pytest.raises(SpecError, match=r"refused: an AMACS server \(pid \d+\) serves "):
+            load(_spec(tmp_path, "origin@2"))
+    finally:
+        held.release()
+    said = " ".join((Path(__file__).parents[1] / "docs" / "research.md").read_text().split())
+    assert ("The home must not be served when the experiment starts or resumes: quit the Emacs whose shell is "
+            "open on it first") in said
+
 def _spec(tmp_path: Path, origin: str) -> Path:
     spec = tmp_path / "experiment.toml"
     spec.write_text(f'[experiment]\nname = "fromtick"\nfrom = "{origin}"\n\n[[prompts]]\nname = "next"\n'
