@@ -372,7 +372,7 @@ def planned_runs(path: Path) -> list[str] | None:
 def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int, str] | None:
     """ORIGIN (``PATH@TICK`` or ``PATH@COMMIT``, PATH relative to the spec's folder BASE) as (home,
     tick, commit), checked: the home has that tick (or commit: of a tick of its history as it
-    stands), restorable (a tick state in its commit), and it ends a turn (:func:`~..persistence.history.mid_turn`)."""
+    stands), restorable (a tick state in its commit), and it ends a turn (:func:`~amacs_server.persistence.history.mid_turn`)."""
     if origin is None:
         return None
     match = ORIGIN.match(origin)
