@@ -386,11 +386,15 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
-    for run in experiment.runs:  # stopped in their teardown: recorded done, not run (and paid) again
-        finished = finish_teardown(run, runs_dir)
-        if finished is not None:
-            print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
-                  f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
+    for run in experiment.runs:  # stopped once finished: recorded done, not run (and paid) again
+        resumed = finish_teardown(run, runs_dir)
+        if resumed is not None and resumed.outcome is not None:
+            print(f"{experiment.name}: {run.run_id} was {resumed.words}, every turn replied to: "
+                  f"recorded done ({_cost(resumed.outcome.cost)}), its home whole; it does not run again",
+                  flush=True)
+        elif resumed is not None:
+            print(f"{experiment.name}: {run.run_id} had every turn replied to, but {resumed.words}: "
+                  "it runs again", flush=True)
     todo, before, again, earlier = _pending(experiment, runs_dir)
     if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
         print(f"amacs-server experiment: {moved}", file=sys.stderr)

@@ -754,3 +754,98 @@ def test_experiment_killed_as_a_run_ends_records_that_one_on_resume_and_counts_e
     assert f"{1 + len(finished)} done before, {RUNS - 1 - len(finished)} to run" in done.stdout, done.stdout
     assert_all_done(runs)
     assert len(model.requests) - requests_before == (RUNS - 1 - len(finished)) * TURNS
+
+
+
+def emacs_of(folder: Path) -> int | None:
+    """The pid of the batch Emacs running in the run folder FOLDER (its cwd), if one is."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip().startswith("emacs") and Path(os.readlink(proc / "cwd")) == folder:
+                return int(proc.name)
+        except OSError:
+            pass
+    return None
+
+
+def primary_tick_ends(home: Path) -> int:
+    """How many ticks of the primary HOME's transcripts say ended."""
+    return sum(1 for path in (home / "transcripts").glob("*.jsonl") for line in path.read_text().splitlines()
+               if '"event": "tick_end"' in line and '"agent_type": "primary"' in line)
+
+
+@pytest.mark.parametrize("git", ["", "sleep 60"], ids=["committed", "commit-pending"])
+def test_experiment_killed_after_a_run_s_last_reply_records_it_done_on_resume_not_again(tmp_path, git):
+    """The command killed (kill -9), and the run's Emacs and server with it (as a second C-c kills
+    them), once the run's last reply is in its transcripts (its turn over) but before its Emacs saw
+    that turn end (newcomer8 #15, #39: held here, stopped the moment the model answered), so it wrote
+    no batch-result.json; its server had made the tick's commit, or was still making it (git slowed
+    to 60 s).  Every turn had its reply and the last turn had ended: what the session's end adds is
+    the shell's text and that commit, so the resume makes the commit, records the run done, its home
+    whole, and neither runs it again nor pays for it again."""
+    runs = tmp_path / "runs"
+    held: list[tuple[str, int]] = []
+
+    def answer(body: dict) -> Reply:
+        if not held:  # the first run's only turn (parallel 1: the next is only prepared)
+            (going,) = [k for k, m in manifests(runs).items() if m["status"] == "running"]
+            emacs = emacs_of(runs / going)
+            assert emacs is not None
+            os.killpg(emacs, signal.SIGSTOP)  # its own process group: the turn's end is not seen
+            held.append((going, emacs))
+        return Reply(agent_json("fine"))
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec = write_spec(tmp_path, "last-reply", parallel=1)
+        slow = slow_git(tmp_path, git) if git else {}
+        proc = subprocess.Popen(command(spec, runs), env={**environment(fake), **slow}, cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not held:
+            time.sleep(0.02)
+        assert held, "no run asked the model"
+        killed, emacs = held[0]
+        home = runs / killed / "home"
+        while time.time() < deadline and not (primary_tick_ends(home) and (
+                (home / ".uncommitted-tick").exists() if git else git_heads(home))):
+            time.sleep(0.02)
+        assert primary_tick_ends(home) == 1, "its reply's tick never ended"
+        server = json.loads((home / "server.json").read_text())["pid"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        for group in (emacs, os.getpgid(server)):
+            os.killpg(group, signal.SIGKILL)
+            os.killpg(group, signal.SIGCONT)
+        deadline = time.time() + 30  # the run prepared ahead sees the command gone and ends
+        while servers_of(runs) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not servers_of(runs)
+        manifest = manifests(runs)[killed]
+        assert manifest["status"] == "running", manifest
+        assert not (runs / killed / "batch-result.json").exists(), "its Emacs saw its session end"
+        assert bool(git_heads(home)) is not bool(git), "its commit"
+        paid = transcript_totals(home)[0]
+        assert paid, "its last call was not recorded"
+        transcripts = {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")}
+
+        requests_before = len(fake.requests)
+        done = experiment(fake, spec, runs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (f"{killed} was stopped after its last reply, before its session's end, every turn replied to: "
+                "recorded done") in done.stdout, done.stdout
+        after = assert_all_done(runs)[killed]
+        assert after["started_at"] == manifest["started_at"], "it ran again"
+        assert after["cost"] == round(paid, 6) and after["earlier_cost"] == 0, after
+        assert after["recorded_on_resume"].startswith("stopped after its last reply, before its session's end"), after
+        assert after["recorded_on_resume"].endswith(
+            "its last commit was made on resume (no shell.txt: its Emacs was stopped before it wrote the shell's text)"
+            if git else "its server had made its last commit (no shell.txt: its Emacs was stopped before it wrote "
+            "the shell's text)"), after
+        assert not (runs / killed / "attempts").exists()
+        assert {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")} == transcripts
+        assert len(fake.requests) - requests_before == to_run(done.stdout) * TURNS
+        assert git_heads(home) and not (home / ".uncommitted-tick").exists()
+    finally:
+        fake.stop()
