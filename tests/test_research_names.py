@@ -151,6 +151,21 @@ def test_from_on_a_served_home_is_refused_and_the_docs_say_so(tmp_path):
     assert ("The home must not be served when the experiment starts or resumes: quit the Emacs whose shell is "
             "open on it first") in said
 
+
+def test_from_says_what_a_short_id_and_now_are(tmp_path):
+    """The newcomer's ``@55adeb`` (6 characters) and ``@now`` (which ``fork --tick now`` takes) got the
+    bare "must be PATH@TICK or PATH@COMMIT".  A short id hears how long an id must be; ``@now`` is
+    refused (a resume reads the spec again, when the home may have gone on) with the tick it is now."""
+    home = _home_of_a_two_tick_turn(tmp_path).resolve()
+    commit = history.tick_commit(home, 3)
+    with pytest.raises(SpecError, match=r"a commit is named by 7 characters or more of its id\), got 'origin@"):
+        load(_spec(tmp_path, f"origin@{commit[:6]}"))
+    with pytest.raises(SpecError) as now:
+        load(_spec(tmp_path, "origin@now"))
+    assert (f"experiment.from: `@now` is not taken here: a resume reads the spec again, and by then {home} may have "
+            f"gone on, its runs started from another mind; its last tick now is 3: write `@3` (or its commit, "
+            f"`@{commit[:12]}`)") in str(now.value), now.value
+
 def _spec(tmp_path: Path, origin: str) -> Path:
     spec = tmp_path / "experiment.toml"
     spec.write_text(f'[experiment]\nname = "fromtick"\nfrom = "{origin}"\n\n[[prompts]]\nname = "next"\n'
@@ -204,12 +219,20 @@ def test_a_fork_s_origin_names_its_commit_which_a_rewind_cannot_make_another_min
         fake.stop()
     now = history.tick_commit(home, 2)
     assert now != commit
-    with pytest.raises(SpecError, match=rf"commit {commit[:9]} is not in {home}'s history as it stands"):
+    ref = history.abandoned_futures(home)[0]["ref"]
+    with pytest.raises(SpecError, match=rf"commit {commit[:9]} is not in {home}'s history as it stands") as left:
         load(_spec(tmp_path, f"origin@{commit[:9]}"))
+    assert f"(a rewind left it on the abandoned future kept on git ref {ref}): " in str(left.value), left.value
     (again,) = load(_spec(tmp_path, "origin@2")).runs
     said = moved_origin([again], runs_dir)
     assert said is not None and said.startswith(
         f"{home}@2 is commit {now[:12]} now, but run {run_.run_id} was forked from commit {commit[:12]}: "), said
+    # the newcomer followed its advice, from = HOME@<that commit>, into the refusal above: it says where it is
+    assert "write from" not in said, said
+    assert (f"The mind the runs done started from is no longer in its history (the rewind left it on the abandoned "
+            f"future kept on git ref {ref}, a fork cannot start from: ") in said, said
+    assert said.endswith("so the runs left cannot start from it: to start from the new one, a new --runs-dir (the "
+                         "runs done here stay readable: dataset, report)"), said
     assert (runs_dir / run_.run_id / "manifest.json").exists()
     con = load_dataset(runs_dir)
     assert con.execute("SELECT origin, origin_commit FROM runs").fetchall() == [(f"{home}@2", commit)]

@@ -329,14 +329,29 @@ def origin_commit(home: Path, commit: str) -> tuple[str, int]:
     sha = found.stdout.decode(errors="replace").strip()
     if found.returncode != 0 or not sha:
         raise NoSuchTick(f"{home} has no commit {commit}")
-    if run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode != 0:
-        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands (it may be on the abandoned "
-                         "future of a rewind): a run starts from a tick of its history")
+    if not on_line(home, sha):
+        ref = abandoned_with(home, sha)
+        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands"
+                         + (f" (a rewind left it on the abandoned future kept on git ref {ref})" if ref else "")
+                         + ": a run starts from a tick of its history")
     subject = _git(home, "log", "-1", "--format=%s", sha).decode(errors="replace")
     tick = re.match(r"\[TICK (\d+)\]", subject)
     if tick is None:
         raise NoSuchTick(f"commit {commit} of {home} is no tick's ({subject.strip()!r})")
     return sha, int(tick[1])
+
+
+def on_line(home: Path, sha: str) -> bool:
+    """Whether commit SHA is of HOME's history as it stands (HEAD's line)."""
+    return run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode == 0
+
+
+def abandoned_with(home: Path, sha: str) -> str | None:
+    """The newest ref of an abandoned future of HOME that holds commit SHA (a rewind left it there), or None."""
+    found = run_git(["git", "for-each-ref", "--sort=-refname", "--format=%(refname)", "--contains", sha, ABANDONED],
+                    home, env=git_env())
+    refs = found.stdout.decode(errors="replace").split() if found.returncode == 0 else []
+    return refs[0] if refs else None
 
 
 def last_tick(home: Path) -> int:

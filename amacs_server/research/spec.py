@@ -42,13 +42,16 @@ class _Strict(BaseModel):
 # PATH@TICK, or PATH@COMMIT (a commit id of the home's history, as git log prints it: at least
 # COMMIT_DIGITS of it; digits alone are a tick, unless that many or more of them name a commit).
 COMMIT_DIGITS = 7
-ORIGIN = re.compile(r"^(?P<path>.+)@(?:(?P<tick>[0-9]+)|(?P<commit>[0-9a-f]{7,40}))$")
+# ``now`` is read only to be refused with the tick it is (a resume reads the spec again).
+ORIGIN = re.compile(r"^(?P<path>.+)@(?:(?P<tick>[0-9]+)|(?P<commit>[0-9a-f]{7,40})|(?P<now>now))$")
 
 
 def _origin(value: str | None) -> str | None:
     if value is not None and not ORIGIN.match(value):
-        raise ValueError(f"must be PATH@TICK (an AMACS home and a tick of it) or PATH@COMMIT (a commit of its "
-                         f"history, as git log prints it), got {value!r}")
+        short = re.match(r"^.+@([0-9a-f]{1,6})$", value)
+        raise ValueError("must be PATH@TICK (an AMACS home and a tick of it) or PATH@COMMIT (a commit of its "
+                         "history, as git log prints it" + ("; a commit is named by 7 characters or more of its id"
+                                                             if short else "") + f"), got {value!r}")
     return value
 
 
@@ -381,6 +384,11 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     from ..persistence import history  # noqa: PLC0415 - git and memory.db, only for a spec that forks
 
     try:
+        if match["now"] is not None:
+            last = history.last_tick(home)
+            raise SpecError(f"{path}: {key}: `@now` is not taken here: a resume reads the spec again, and by then "
+                            f"{home} may have gone on, its runs started from another mind; its last tick now is "
+                            f"{last}: write `@{last}` (or its commit, `@{history.tick_commit(home, last)[:12]}`)")
         given = match["tick"] or match["commit"]
         # Digits alone are a tick, but 7 or more that name a commit are its id: git log prints such ids too.
         if match["tick"] is not None and not (len(given) >= COMMIT_DIGITS and history.names_commit(home, given)):
