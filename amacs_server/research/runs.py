@@ -535,10 +535,19 @@ def moved_origin(runs: list[Run], runs_dir: Path) -> str | None:
         was = before.get("origin_commit")
         if before.get("status") == "done" and isinstance(was, str) and was != run.origin_commit:
             home, tick = run.origin
-            return (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
-                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. To go on "
-                    f"from the mind the runs done started from, write from = \"{home}@{was[:12]}\" (if it is "
-                    "still in its history); to start from the new one, a new --runs-dir")
+            from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+            said = (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
+                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. ")
+            if history.on_line(Path(home), was):
+                return (said + f"To go on from the mind the runs done started from, write from = \"{home}@{was[:12]}\"; "
+                        "to start from the new one, a new --runs-dir")
+            ref = history.abandoned_with(Path(home), was)
+            return (said + "The mind the runs done started from is no longer in its history"
+                    + (f" (the rewind left it on the abandoned future kept on git ref {ref}, a fork "
+                       "cannot start from: a fork starts from a tick of the home's history as it stands)" if ref else "")
+                    + ", so the runs left cannot start from it: to start from the new one, a new --runs-dir "
+                    "(the runs done here stay readable: dataset, report)")
     return None
 
 
