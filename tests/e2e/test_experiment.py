@@ -849,6 +849,8 @@ def test_experiment_killed_after_a_run_s_last_reply_records_it_done_on_resume_no
         assert {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")} == transcripts
         assert len(fake.requests) - requests_before == to_run(done.stdout) * TURNS
         assert git_heads(home) and not (home / ".uncommitted-tick").exists()
+        status = subprocess.run(["git", "-C", str(home), "status", "--short"], capture_output=True, text=True)
+        assert status.returncode == 0 and status.stdout == "", status  # its home whole, as git says it
     finally:
         fake.stop()
 
