@@ -114,6 +114,58 @@ def _home_of_a_two_tick_turn(tmp_path: Path) -> Path:
         fake.stop()
 
 
+
+def test_fork_and_rewind_refuse_a_tick_inside_a_turn_as_from_does(tmp_path, capsys):
+    """The newcomer's case: ``amacs-server fork HOME --tick N DEST`` at the tick an input began (its
+    turn not yet replied to) made a fork whose mind answered that turn, not the next input (and a
+    ``from`` on the fork side-stepped from's refusal); ``rewind`` too.  Refused with from's words;
+    a turn's end and ``now`` still fork, and rewind to a turn's end."""
+    home = _home_of_a_two_tick_turn(tmp_path).resolve()
+    head = history.tick_commit(home, 3)
+    for command in (["fork", str(home), "--tick", "1", str(tmp_path / "mid")], ["rewind", str(home), "--tick", "1"]):
+        assert history.main(command) == 1
+        said = capsys.readouterr().err
+        assert (f"amacs-server {command[0]}: refused: tick 1 of {home} is inside the turn of «first question» "
+                "(ticks 1-2): ") in said, said
+        assert ("from a mind that has not replied to it; `--tick 2` starts after that turn's reply, and before "
+                "its input the mind was new (a new home); `amacs-server ticks ") in said, said
+    assert not (tmp_path / "mid").exists() and history.tick_commit(home, 3) == head
+    assert history.main(["fork", str(home), "--tick", "now", str(tmp_path / "now")]) == 0
+    assert history.main(["fork", str(home), "--tick", "2", str(tmp_path / "two")]) == 0
+    assert history.fork_origin(tmp_path / "two")["tick"] == 2
+    assert history.main(["rewind", str(home), "--tick", "2"]) == 0
+    assert history.last_tick(home) == 2
+
+
+def test_from_on_a_served_home_is_refused_and_the_docs_say_so(tmp_path):
+    """The newcomer kept the shell open on the home they studied and learnt from the refusal alone
+    that ``from``'s home must not be served: research.md's ``from`` paragraph never said so."""
+    _home_of_a_two_tick_turn(tmp_path)
+    held = history.lock((tmp_path / "origin").resolve())  # as its server holds it
+    try:
+        with pytest.raises(SpecError, match=r"refused: an AMACS server \(pid \d+\) serves "):
+            load(_spec(tmp_path, "origin@2"))
+    finally:
+        held.release()
+    said = " ".join((Path(__file__).parents[1] / "docs" / "research.md").read_text().split())
+    assert ("The home must not be served when the experiment starts or resumes: quit the Emacs whose shell is "
+            "open on it first") in said
+
+
+def test_from_says_what_a_short_id_and_now_are(tmp_path):
+    """The newcomer's ``@55adeb`` (6 characters) and ``@now`` (which ``fork --tick now`` takes) got the
+    bare "must be PATH@TICK or PATH@COMMIT".  A short id hears how long an id must be; ``@now`` is
+    refused (a resume reads the spec again, when the home may have gone on) with the tick it is now."""
+    home = _home_of_a_two_tick_turn(tmp_path).resolve()
+    commit = history.tick_commit(home, 3)
+    with pytest.raises(SpecError, match=r"a commit is named by 7 characters or more of its id\), got 'origin@"):
+        load(_spec(tmp_path, f"origin@{commit[:6]}"))
+    with pytest.raises(SpecError) as now:
+        load(_spec(tmp_path, "origin@now"))
+    assert (f"experiment.from: `@now` is not taken here: a resume reads the spec again, and by then {home} may have "
+            f"gone on, its runs started from another mind; its last tick now is 3: write `@3` (or its commit, "
+            f"`@{commit[:12]}`)") in str(now.value), now.value
+
 def _spec(tmp_path: Path, origin: str) -> Path:
     spec = tmp_path / "experiment.toml"
     spec.write_text(f'[experiment]\nname = "fromtick"\nfrom = "{origin}"\n\n[[prompts]]\nname = "next"\n'
@@ -167,12 +219,20 @@ def test_a_fork_s_origin_names_its_commit_which_a_rewind_cannot_make_another_min
         fake.stop()
     now = history.tick_commit(home, 2)
     assert now != commit
-    with pytest.raises(SpecError, match=rf"commit {commit[:9]} is not in {home}'s history as it stands"):
+    ref = history.abandoned_futures(home)[0]["ref"]
+    with pytest.raises(SpecError, match=rf"commit {commit[:9]} is not in {home}'s history as it stands") as left:
         load(_spec(tmp_path, f"origin@{commit[:9]}"))
+    assert f"(a rewind left it on the abandoned future kept on git ref {ref}): " in str(left.value), left.value
     (again,) = load(_spec(tmp_path, "origin@2")).runs
     said = moved_origin([again], runs_dir)
     assert said is not None and said.startswith(
         f"{home}@2 is commit {now[:12]} now, but run {run_.run_id} was forked from commit {commit[:12]}: "), said
+    # the newcomer followed its advice, from = HOME@<that commit>, into the refusal above: it says where it is
+    assert "write from" not in said, said
+    assert (f"The mind the runs done started from is no longer in its history (the rewind left it on the abandoned "
+            f"future kept on git ref {ref}, a fork cannot start from: ") in said, said
+    assert said.endswith("so the runs left cannot start from it: to start from the new one, a new --runs-dir (the "
+                         "runs done here stay readable: dataset, report)"), said
     assert (runs_dir / run_.run_id / "manifest.json").exists()
     con = load_dataset(runs_dir)
     assert con.execute("SELECT origin, origin_commit FROM runs").fetchall() == [(f"{home}@2", commit)]
@@ -190,5 +250,5 @@ def test_a_c_c_while_a_judgement_is_asked_again_still_counts_its_earlier_attempt
                                                  "estimated_where": None}))
     said = judge.record_words(judge.read_judge(judge.find_judge("answer-quality")), tmp_path, 2,
                               {first: None, second: None}, going=1)
-    assert said == ("0 of 2 judged, 0 failed, 1 still being judged (each ends first and is kept), 2 to judge, "
+    assert said == ("0 of 2 judged, 0 failed, 1 stopped while being judged (asked again when you resume), 2 to judge, "
                     "$0.0020 spent ($0.0020 of it by earlier attempts of judgements that ran again)"), said

@@ -441,3 +441,31 @@ def test_a_run_s_console_line_says_which_seconds_it_shows(tmp_path):
         lines.append(next(line for line in screen.getvalue().splitlines() if line.startswith("done")))
     assert lines[0].endswith("$0.0415  0.1 s duration, 1.9 s wall"), lines[0]
     assert lines[1].endswith("$0.0050  0.0 s"), lines[1]
+
+
+def test_a_run_killed_after_its_last_reply_that_runs_again_says_why(tmp_path, monkeypatch):
+    """A run whose transcripts hold every turn's reply, left ``running`` by a killed experiment, but
+    whose home has no commit of its last tick and no record of one asked for (killed between the reply
+    and its server asking for the tick's commit: which bytes the tick ended with is not known): the
+    resume does not call it done; it runs again, and its attempt's record says exactly why."""
+    from amacs_server.research import runs
+
+    experiment, runs_dir, folder = failed_before(tmp_path)
+    shutil.rmtree(folder)
+    write_run(runs_dir, 0, errors=False)  # every turn replied to; its home has no git
+    (folder / "manifest.json").write_text(json.dumps({"run_id": folder.name, "status": "running", "cost": 0.0,
+                                                      "started_at": 1.0, "turns_done": 0, "failed_turn": None}))
+    resumed = runs.finish_teardown(experiment.runs[0], runs_dir, wait=0)
+    assert resumed is not None and resumed.outcome is None, resumed
+    assert re.fullmatch(r"it was stopped before its server asked for tick \d+'s commit, so its home is not "
+                        "known whole", resumed.words), resumed
+
+    def refused(*_a, **_k):
+        raise OSError("no emacs")
+
+    monkeypatch.setattr(runs.subprocess, "Popen", refused)
+    runs.prepare(experiment.runs[0], runs_dir, gated=True)
+    kept = runs.read_manifest(folder / "attempts" / "1")
+    assert kept is not None and kept["status"] == "failed" and kept[runs.RERUN] == resumed.words, kept
+    assert kept["error"] == (f"the experiment was killed after its every turn had its reply, but {resumed.words}; "
+                             "it ran again"), kept

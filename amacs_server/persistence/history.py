@@ -49,7 +49,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -329,14 +329,29 @@ def origin_commit(home: Path, commit: str) -> tuple[str, int]:
     sha = found.stdout.decode(errors="replace").strip()
     if found.returncode != 0 or not sha:
         raise NoSuchTick(f"{home} has no commit {commit}")
-    if run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode != 0:
-        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands (it may be on the abandoned "
-                         "future of a rewind): a run starts from a tick of its history")
+    if not on_line(home, sha):
+        ref = abandoned_with(home, sha)
+        raise NoSuchTick(f"commit {commit} is not in {home}'s history as it stands"
+                         + (f" (a rewind left it on the abandoned future kept on git ref {ref})" if ref else "")
+                         + ": a run starts from a tick of its history")
     subject = _git(home, "log", "-1", "--format=%s", sha).decode(errors="replace")
     tick = re.match(r"\[TICK (\d+)\]", subject)
     if tick is None:
         raise NoSuchTick(f"commit {commit} of {home} is no tick's ({subject.strip()!r})")
     return sha, int(tick[1])
+
+
+def on_line(home: Path, sha: str) -> bool:
+    """Whether commit SHA is of HOME's history as it stands (HEAD's line)."""
+    return run_git(["git", "merge-base", "--is-ancestor", sha, "HEAD"], home, env=git_env()).returncode == 0
+
+
+def abandoned_with(home: Path, sha: str) -> str | None:
+    """The newest ref of an abandoned future of HOME that holds commit SHA (a rewind left it there), or None."""
+    found = run_git(["git", "for-each-ref", "--sort=-refname", "--format=%(refname)", "--contains", sha, ABANDONED],
+                    home, env=git_env())
+    refs = found.stdout.decode(errors="replace").split() if found.returncode == 0 else []
+    return refs[0] if refs else None
 
 
 def last_tick(home: Path) -> int:
@@ -348,6 +363,46 @@ def last_tick(home: Path) -> int:
     if not subject.startswith("[TICK "):
         raise HistoryError(f"{home} has no tick in its history yet")
     return int(subject[6:subject.index("]")])
+
+
+def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
+    """The turn of HOME that TICK is inside of, as (its first tick, its last, its input's first words);
+    None when TICK ends a turn: the next tick began with an input, or it is the home's last.  A turn
+    is the ticks from one that began with the person's input to the next such (as the dataset's
+    ``turns``): a fork inside one holds a mind that has not yet answered it."""
+    from .chat_log import ChatLog  # noqa: PLC0415
+
+    log = ChatLog(home / "agent-chat.org")
+    started, _ = log.input_page(1, tick + 1)  # the newest input at or before TICK
+    upto, _ = log.input_page(1, tick + 2)
+    if not started or (upto and upto[0].tick == tick + 1) or tick >= last_tick(home):
+        return None
+    following, before = None, None  # the oldest input after TICK: TICK's turn ends the tick before it
+    while True:  # pages newest first, back to TICK
+        page, more = log.input_page(200, before)
+        following = min((entry.tick for entry in page if entry.tick > tick), default=following)
+        if not more or not page or page[-1].tick <= tick:
+            break
+        before = page[-1].tick
+    said = " ".join((started[0].human or "").split())
+    return (started[0].tick, following - 1 if following is not None else last_tick(home),
+            said if len(said) <= 60 else said[:60] + "…")
+
+
+def mid_turn(home: Path, tick: int, there: str, written: Callable[[int], str], new: str) -> str | None:
+    """Why TICK of HOME is no mind to start from, when it is inside a turn (:func:`turn_around`): one
+    there holds an input it has not replied to, and answers it, not the next input (the shell's
+    pickers offer only a turn's ends).  THERE: what would start there (``a fork there would
+    start``); WRITTEN: a tick as the command takes it; NEW: what starts from a new mind.  None:
+    TICK ends a turn."""
+    inside = turn_around(home, tick)
+    if inside is None:
+        return None
+    first, last, said = inside
+    return (f"tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): {there} from a mind "
+            f"that has not replied to it; {written(last)} starts after that turn's reply, "
+            + (f"{written(first - 1)} before its input" if first > 1 else
+               f"and before its input the mind was new ({new})"))
 
 
 def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
@@ -1700,12 +1755,16 @@ def main(argv: list[str]) -> int:
                             help="the tick to return to (its end); N-1 goes back to before the input of tick N")
     args = parser.parse_args(rest)
     os.umask(0o077)
+    home = Path(args.home).expanduser().resolve()
     try:
-        if command == "fork":
-            home = Path(args.home).expanduser().resolve()
-            done = fork(home, last_tick(home) if args.tick == "now" else args.tick, Path(args.dest))
-        else:
-            done = rewind(Path(args.home), args.tick)
+        tick = last_tick(home) if args.tick == "now" else args.tick
+        inside = mid_turn(home, tick, "a fork there would start" if command == "fork" else
+                          "rewound there, it would go on", lambda n: f"`--tick {n}`", "a new home")
+        if inside is not None:
+            print(f"amacs-server {command}: refused: {inside}; `amacs-server ticks {args.home}` lists the inputs "
+                  "and the tick each began", file=sys.stderr)
+            return 1
+        done = fork(home, tick, Path(args.dest)) if command == "fork" else rewind(home, tick)
     except NoSuchTick as err:
         print(f"amacs-server {command}: {' '.join(str(err).split())}; `amacs-server ticks {args.home}` "
               "lists the inputs and their ticks", file=sys.stderr)

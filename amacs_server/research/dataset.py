@@ -564,6 +564,25 @@ def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "ru
     return words + (f" ({'; '.join(notes)})" if notes else "")
 
 
+def _runs_cost_words(con: duckdb.DuckDBPyConnection, runs_dir: Path, earlier: float) -> str:
+    """What the runs cost (EARLIER: their earlier attempts') as the experiment's last line, the report
+    and the inspect export say it: estimated at list prices where another server than the provider's
+    API reported the tokens (the report's Prices table)."""
+    from .report import price_sources  # noqa: PLC0415 - the report reads the dataset
+
+    sources = price_sources(con, runs_dir)
+
+    def where(model: str, endpoint: str | None) -> str | None:
+        row = (next((r for r in sources if r[0] == model and r[2] == endpoint), None)
+               or next((r for r in sources if r[0] == model), None))
+        return None if row is None else row[7]
+
+    runs = con.execute("SELECT model, endpoint, cost, coalesce(earlier_cost, 0) FROM runs").fetchall()
+    words = cost_words([(None if c is None else float(c) + float(e), where(m, ep)) for m, ep, c, e in runs],
+                       earlier=earlier)
+    return words if "estimated" in words else words.replace(" spent", "", 1)  # billed: the report's "runs $X"
+
+
 def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float) -> str:
     """One screen: runs by status and by arm (the spec's order), what they cost (earlier attempts
     included, and said as part of it), rows per table, where the files are."""
@@ -583,10 +602,10 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
         lines.append(f"  ... and {len(arms) - 12} more")
     judging = judging_words(con)
     earlier = sum(e for _s, _n, _c, e in by_status)
-    if judging or earlier:  # what the experiment cost: its runs (their earlier attempts too) and their judging
-        runs_cost = sum(c or 0 for _s, _n, c, _e in by_status) + earlier
-        again = f" ({earlier_words(earlier)})" if earlier else ""
-        lines.append(f"cost: runs ${runs_cost:.4f}{again}"
+    runs_words = _runs_cost_words(con, runs_dir, earlier)
+    if judging or earlier or "estimated" in runs_words:  # what the experiment cost: its runs (their earlier
+        runs_cost = sum(c or 0 for _s, _n, c, _e in by_status) + earlier  # attempts too) and their judging
+        lines.append(f"cost: runs {runs_words}"
                      + (f", {judging}, ${runs_cost + judging_cost(con)[0]:.4f} in all" if judging else " in all"))
     lines.append("rows per table:")
     lines += [f"  {t:<12} {n:>10,}" for t, n in counts(con).items()]

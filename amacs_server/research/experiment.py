@@ -39,8 +39,11 @@ import argparse
 import json
 import secrets
 import shutil
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +70,7 @@ from .runs import (
     finish_teardown,
     moved_origin,
     read_manifest,
+    record_killed,
 )
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
@@ -228,6 +232,32 @@ def same_failures(outcomes: list[Outcome]) -> str | None:
     return last[0].error if len(reasons) == 1 else None
 
 
+@contextmanager
+def whole() -> Iterator[None]:
+    """A C-c during the block is raised after it, not in it: a line printed whole and once (rich
+    writes its buffer, then empties it: a C-c between the two printed the line again with the next),
+    an outcome taken from the executor and counted, not dropped between the two."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def _letting_words(letting: int) -> str:
+    """What a C-c says of the LETTING runs it lets finish (:meth:`LocalExecutor.finishing`)."""
+    one = letting == 1
+    return (f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its reply {'ends' if one else 'end'} "
+            f"first (the last commit) and {'is' if one else 'are'} recorded done (C-c again to stop "
+            f"{'it' if one else 'them'} now)")
+
+
 class Jobs(Protocol):
     """What :func:`execute` drives: runs (:class:`~.cluster.Executor`) or judgements, one by one."""
 
@@ -271,9 +301,10 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
             done = total - len(todo) + sum(o.status == "done" for o in outcomes)
             progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
             why = f"  {failure(outcome)}" if outcome.error else ""
-            progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
-                                   f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
-                                   style="red" if outcome.status == "failed" else None)
+            with whole():
+                progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
+                                       f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
+                                       style="red" if outcome.status == "failed" else None)
 
         try:
             while queue or running:
@@ -292,15 +323,11 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     stopped = stopped or same_failures(outcomes)
         except KeyboardInterrupt:
             finishing = getattr(executor, "finishing", None)
-            if finishing is not None:  # this machine's runs: each says how it ended, as it ends
+            if finishing is not None:  # this machine's jobs: each says how it ended, as it ends
                 letting = finishing()
                 if letting:
-                    one = letting == 1
-                    progress.console.print(f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its "
-                                           f"reply {'ends' if one else 'end'} first (the last commit) and "
-                                           f"{'is' if one else 'are'} recorded done (C-c again to stop "
-                                           f"{'it' if one else 'them'} now)",
-                                           markup=False, highlight=False, soft_wrap=True)
+                    words = getattr(executor, "letting_words", _letting_words)
+                    progress.console.print(words(letting), markup=False, highlight=False, soft_wrap=True)
                 closed = True
                 executor.close()
                 for outcome in executor.finished(0):
@@ -360,11 +387,17 @@ def main(argv: list[str]) -> int:
         return 2
     (runs_dir / ORDER).write_text(json.dumps({"order": how, "seed": seed}) + "\n", encoding="utf-8")
     experiment = replace(experiment, runs=run_order(experiment.runs, seed))
-    for run in experiment.runs:  # stopped in their teardown: recorded done, not run (and paid) again
-        finished = finish_teardown(run, runs_dir)
-        if finished is not None:
-            print(f"{experiment.name}: {run.run_id} was stopped in its teardown, every turn replied to: "
-                  f"recorded done ({_cost(finished.cost)}), its home whole; it does not run again", flush=True)
+    for run in experiment.runs:  # stopped once finished: recorded done, not run (and paid) again
+        resumed = finish_teardown(run, runs_dir)
+        if resumed is not None and resumed.outcome is not None:
+            print(f"{experiment.name}: {run.run_id} was {resumed.words}, every turn replied to: "
+                  f"recorded done ({_cost(resumed.outcome.cost)}), its home whole; it does not run again",
+                  flush=True)
+        elif resumed is not None:
+            print(f"{experiment.name}: {run.run_id} had every turn replied to, but {resumed.words}: "
+                  "it runs again", flush=True)
+        if resumed is None or resumed.outcome is None:
+            record_killed(run, runs_dir)  # what it paid counts as paid before, on the bar too
     todo, before, again, earlier = _pending(experiment, runs_dir)
     if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
         print(f"amacs-server experiment: {moved}", file=sys.stderr)

@@ -419,18 +419,37 @@ class JudgeExecutor:
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the judgements that ended."""
+        from .experiment import whole
+
         if not self.going:
             return []
         done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
-        return [future.result() for future in done if self.going.pop(future, None) is not None]
+        with whole():  # each taken from GOING is handed on (a C-c here dropped its done line)
+            return [future.result() for future in done if self.going.pop(future, None) is not None]
 
     def still_going(self) -> int:
         """How many judgements started have not ended."""
         return sum(not future.done() for future in self.going)
 
+    def finishing(self) -> int:
+        """Judgements going, which a C-c lets end (each writes its score)."""
+        return self.still_going()
+
+    @staticmethod
+    def letting_words(letting: int) -> str:
+        """What a C-c says of the LETTING judgements it lets end."""
+        one = letting == 1
+        return (f"C-c: {letting} {'judgement' if one else 'judgements'} being judged {'ends' if one else 'end'} "
+                f"first and {'is' if one else 'are'} kept (C-c again to stop {'it' if one else 'them'} now: "
+                f"{'it is' if one else 'they are'} asked again when you resume)")
+
     def close(self) -> None:
-        """Start nothing more; the calls going end on their own (a score not written is asked again)."""
+        """Start nothing more, and wait for the judgements going to end (each writes its score); a
+        C-c meanwhile is raised (the command then ends without them: each is asked again)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for future in [f for f in self.going if f.cancelled()]:  # never started: still to judge
+            self.going.pop(future)
+        wait(list(self.going))
 
 
 ModelAt = tuple[str, str | None, str | None, tuple[float, float, float, float] | None]
@@ -509,12 +528,16 @@ def main(argv: list[str]) -> int:
     (while the SDK loads, as it prints) ends it with one line and 130, as one mid-judging does."""
     named: list[str] = []
     record: list[Callable[[], str]] = []
+    going: list[JudgeExecutor] = []
     try:
-        return _main(argv, named, record)
+        return _main(argv, named, record, going)
     except KeyboardInterrupt:
         print(f"judge{''.join(' ' + n for n in named[-1:])}: interrupted"
               + "".join(f": {words()}" for words in record[-1:]) + "; run the same command again to resume.",
               flush=True)
+        if going and going[-1].still_going():  # C-c twice: their threads cannot be stopped but by the exit
+            sys.stderr.flush()
+            os._exit(130)
         return 130
 
 
@@ -524,8 +547,8 @@ def record_words(judge: Judge, runs_dir: Path, total: int, where: dict[str, str 
     experiment's says its runs: ``3 of 10 judged, 1 failed, 7 to judge, $0.0123 estimated at list
     prices (...; $0.0036 of it by earlier attempts of judgements that ran again)``.  TOTAL: the runs
     done, to judge; WHERE: each judged run's :func:`estimated_where` (the one place of them all for
-    a run judged before this command); GOING: judgements still going (a C-c lets each end and keeps
-    it).  The dollars are every attempt's: each score's ``cost`` and ``earlier_cost``."""
+    a run judged before this command); GOING: judgements a second C-c stopped while they were going
+    (the first lets each end and write its score before this is said).  The dollars are every attempt's: each score's ``cost`` and ``earlier_cost``."""
     from .dataset import cost_words
 
     places = set(where.values())
@@ -554,14 +577,15 @@ def record_words(judge: Judge, runs_dir: Path, total: int, where: dict[str, str 
         elif before:
             costs.append((before, place(score, run_id)))
     return (f"{judged} of {total} judged, {failed} failed"
-            + (f", {going} still being judged (each ends first and is kept)" if going else "")
+            + (f", {going} stopped while being judged (asked again when you resume)" if going else "")
             + (f", {total - judged} to judge" if judged < total else "") + ", "
             + cost_words(costs, "judgements", earlier=earlier))
 
 
-def _main(argv: list[str], named: list[str], record: list[Callable[[], str]]) -> int:
-    """:func:`main`, appending the judge's name to NAMED once it is known, and to RECORD the words of
-    what is judged once the runs to judge are."""
+def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
+          going: list[JudgeExecutor]) -> int:
+    """:func:`main`, appending the judge's name to NAMED once it is known, to RECORD the words of
+    what is judged once the runs to judge are, and its executor to GOING."""
     from .experiment import execute, progress_console, summary
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
@@ -608,13 +632,16 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]]) ->
                     for name in (SCORE, f"{TRANSCRIPT}.jsonl")) for job in todo)
     where = {job.run_id: estimated_where(job) for job in todo}
     executor = JudgeExecutor(judge, runs_dir, parallel)
+    going.append(executor)
     # From the first line on, a C-c is said with what is judged (a C-c the moment it is read, too).
     record.append(lambda: record_words(judge, runs_dir, total, where, executor.still_going()))
     print(f"judge {judge.name} (scale {judge.low}-{judge.high}, reads {judge.input}) over {runs_dir}: "
           f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge"
           + (f" ({again} of them again: failed or interrupted before)" if again else "") + f", {parallel} at once"
           + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
-    if not todo:
+    if not todo:  # what is judged and what it cost, as when it last ended
+        if total:
+            print(_last_line(judge, runs_dir, total, where), flush=True)
         return 0
     # The model SDKs imported before any judgement starts: a judgement's seconds are its own (its model
     # call), not the first ones' import of the SDK (~1.3 s of CPU, 5 s at load 8), which each waited for.
@@ -626,8 +653,7 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]]) ->
                                       progress_console())
     spent = before + sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
-    print(f"judge {judge.name}: {record_words(judge, runs_dir, total, where)}; scores in "
-          f"{runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report", flush=True)
+    print(_last_line(judge, runs_dir, total, where), flush=True)
     for line in summary(outcomes):
         print(line, flush=True)
     if stopped is not None and left:
@@ -637,6 +663,12 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]]) ->
         print(f"Budget spent: ${spent:.4f} of ${args.budget or 0:.4f}; {len(left)} runs not judged "
               "(re-run with a larger --budget to judge them).", flush=True)
     return 1 if failed else 3 if left else 0
+
+
+def _last_line(judge: Judge, runs_dir: Path, total: int, where: dict[str, str | None]) -> str:
+    """The judge's last line: what its score files say (:func:`record_words`), and where they are."""
+    return (f"judge {judge.name}: {record_words(judge, runs_dir, total, where)}; scores in "
+            f"{runs_dir}/*/judges/{judge.name}/{SCORE}, the dataset's scores table and the report")
 
 
 def _scored(runs_dir: Path, judge: Judge) -> list[Path]:

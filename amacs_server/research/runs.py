@@ -415,6 +415,25 @@ def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
     return stop.is_set() or (code is not None and stop.wait(0.5))
 
 
+def record_killed(run: Run, runs_dir: Path) -> dict[str, Any] | None:
+    """The manifest of RUN in RUNS_DIR (None: it has none); one a killed experiment left ``running``
+    is first recorded ``failed`` as its transcripts tell it: what it paid and the turns it got
+    replies to (so that what a resume counts as paid before, its progress bar's dollars too, has it)."""
+    folder = runs_dir.resolve() / run.run_id
+    before = read_manifest(folder)
+    if before is None or before.get("status") != "running":
+        return before
+    cost, _seconds, unpriced = transcript_totals(folder / "home")
+    judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
+    why = before.get(RERUN)
+    error = KILLED if why is None else f"the experiment was killed after its every turn had its reply, but {why}; it ran again"
+    before = {**before, "status": "failed", "error": error, "unpriced_calls": unpriced,
+              "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
+              "failed_turn": judged.failed_turn}
+    write_manifest(folder, before)
+    return before
+
+
 @dataclass
 class Prepared:
     """A run whose folder is made and whose Emacs is started (:func:`prepare`)."""
@@ -466,16 +485,7 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     the run's start replaces it (a C-c before then leaves the record of how it ended before), and
     its earlier attempts, each kept in ``attempts/<n>/`` (:func:`keep_attempt`)."""
     folder = runs_dir.resolve() / run.run_id
-    before = read_manifest(folder)
-    if before is not None and before.get("status") == "running":
-        # The experiment was killed while this run went: what it paid is in its transcripts.
-        # So are the turns it got replies to.
-        cost, _seconds, unpriced = transcript_totals(folder / "home")
-        judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
-        before = {**before, "status": "failed", "error": KILLED, "unpriced_calls": unpriced,
-                  "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
-                  "failed_turn": judged.failed_turn}
-        write_manifest(folder, before)
+    before = record_killed(run, runs_dir)
     if before is not None and before.get("status") != "done":
         keep_attempt(folder, before)
     _clear(folder)
@@ -525,10 +535,19 @@ def moved_origin(runs: list[Run], runs_dir: Path) -> str | None:
         was = before.get("origin_commit")
         if before.get("status") == "done" and isinstance(was, str) and was != run.origin_commit:
             home, tick = run.origin
-            return (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
-                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. To go on "
-                    f"from the mind the runs done started from, write from = \"{home}@{was[:12]}\" (if it is "
-                    "still in its history); to start from the new one, a new --runs-dir")
+            from ..persistence import history  # noqa: PLC0415 - only for a spec that forks
+
+            said = (f"{home}@{tick} is commit {run.origin_commit[:12]} now, but run {run.run_id} was forked from "
+                    f"commit {was[:12]}: {home} was rewound since and tick {tick} is another mind. ")
+            if history.on_line(Path(home), was):
+                return (said + f"To go on from the mind the runs done started from, write from = \"{home}@{was[:12]}\"; "
+                        "to start from the new one, a new --runs-dir")
+            ref = history.abandoned_with(Path(home), was)
+            return (said + "The mind the runs done started from is no longer in its history"
+                    + (f" (the rewind left it on the abandoned future kept on git ref {ref}, a fork "
+                       "cannot start from: a fork starts from a tick of the home's history as it stands)" if ref else "")
+                    + ", so the runs left cannot start from it: to start from the new one, a new --runs-dir "
+                    "(the runs done here stay readable: dataset, report)")
     return None
 
 
@@ -578,15 +597,44 @@ def _clear(folder: Path) -> None:
 
 # In the manifest of a run recorded done when the experiment resumed (:func:`finish_teardown`): how.
 ON_RESUME = "recorded_on_resume"
-COMMITTED_ON_RESUME = "stopped in its teardown: every turn had its reply; its last commit was made on resume"
-WHOLE_ON_RESUME = "stopped in its teardown: every turn had its reply; its server had made its last commit"
+IN_TEARDOWN = "stopped in its teardown: every turn had its reply"
+BEFORE_END = "stopped after its last reply, before its session's end: every turn had its reply and the last turn had ended"
+COMMITTED = "its last commit was made on resume"
+WHOLE = "its server had made its last commit"
+NO_SHELL = "no shell.txt: its Emacs was stopped before it wrote the shell's text"
+# In the manifest of a run every turn of which had its reply, yet run again on resume: why.
+RERUN = "rerun_because"
 
 
-def _final_tick(home: Path) -> int | None:
-    """The tick of the primary's last ``tick_end`` in HOME's transcripts; None when it has none."""
-    ticks = [line.tick for line in scan(sorted((home / "transcripts").glob("*.jsonl")), TickEnd)
-             if line.agent_type == "primary" and isinstance(line.tick, int)]
-    return max(ticks, default=None)
+@dataclass(frozen=True)
+class Resumed:
+    """What the resume made of a run stopped after every turn of it had its reply
+    (:func:`finish_teardown`): recorded done (OUTCOME), or run again (OUTCOME None); WORDS say how
+    it was stopped, or why it runs again."""
+
+    outcome: Outcome | None
+    words: str
+
+
+def _last_turn_over(home: Path, max_steps: int) -> tuple[int | None, bool]:
+    """The tick of the primary's last ``tick_end`` in HOME's transcripts (None: it has none), and whether
+    the last turn had ended there: that tick's response has no eval (a response without one ends the
+    turn: the agent waits for the person), or the turn had used its MAX_STEPS ticks; a tick begun and
+    not ended, or an eval whose next tick was still to come, is a turn going on."""
+    final: int | None = None
+    over = False
+    ticks = 0
+    for line in scan(sorted((home / "transcripts").glob("*.jsonl")), TickStart, TickEnd):
+        if line.agent_type != "primary":
+            continue
+        event = line.event
+        if isinstance(event, TickStart):
+            ticks = 1 if event.human is not None else ticks + 1
+            over = False
+        elif isinstance(event, TickEnd) and isinstance(line.tick, int):
+            final = line.tick
+            over = not (event.response or {}).get("eval") or ticks >= max_steps
+    return final, over
 
 
 def _lock_home(home: Path, wait: float) -> HomeLock | None:
@@ -604,17 +652,25 @@ def _lock_home(home: Path, wait: float) -> HomeLock | None:
             time.sleep(0.2)
 
 
-def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Outcome | None:
-    """Record RUN done, without running it again, when only its teardown was cut short: its manifest
-    says ``running`` (the experiment was killed) or interrupted (C-c), but its session was over
-    (Emacs saw every turn end and wrote :data:`RESULT` without an error) and its transcripts hold
-    every turn's reply, so what was left was its server's last commit and exit.  Its home is made
-    whole as its server's next start would make it (the tick it asked to commit and did not is
-    committed from the bytes the tick ended with: :func:`~amacs_server.persistence.history.late_commit`);
-    its cost is what its transcripts paid.  None, for the run to run again, in any other case, and
-    when the home cannot be made whole (a file changed since, a server still holds it after WAIT
-    seconds).  Its ``ended_at`` is when its session was over (its result's time)."""
-    from ..persistence import history  # noqa: PLC0415 - only for a run whose teardown was cut short
+def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Resumed | None:
+    """Record RUN done, without running it again, when it was stopped after it finished: its manifest
+    says ``running`` (the experiment was killed) or interrupted (C-c), but its transcripts hold every
+    turn's reply and the last turn had ended (:func:`_last_turn_over`).  What is left of a session
+    then (Emacs seeing the turn end, writing :data:`RESULT` and ``shell.txt``, its server's stop) adds
+    nothing to the run's record but the shell's text and the last tick's commit; a subagent still at
+    work would be stopped by the session's end too, not waited for.  So the home is made whole as its
+    server's next start would make it (the tick it asked to commit and did not is committed from the
+    bytes the tick ended with: :func:`~amacs_server.persistence.history.late_commit`), and the run is
+    done with the cost its transcripts paid; its ``ended_at`` is when its session was over (its
+    result's time) or, without a result, its last reply.
+
+    None when its manifest says neither, or some turn has no reply: it runs again.  A Resumed without
+    an outcome, saying why, for a run every turn of which had its reply that runs again all the same:
+    the last turn was still going on, its server never asked for the last tick's commit (killed between
+    the reply and the commit: the tick's files are not known whole), a file changed since, a server
+    still holds the home after WAIT seconds, or Emacs said the session failed; the manifest keeps why
+    (:data:`RERUN`), and so does the attempt's record."""
+    from ..persistence import history  # noqa: PLC0415 - only for a run stopped after its last reply
 
     folder = runs_dir.resolve() / run.run_id
     home = folder / "home"
@@ -622,24 +678,33 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Ou
     if before is None or not (before.get("status") == "running"
                               or (before.get("status") == "failed" and before.get("error") == INTERRUPTED)):
         return None
+    judged = verdict(home, len(run.turns), run.base_url)
+    if judged.failed_turn is not None:
+        return None
+
+    def rerun(why: str) -> Resumed:
+        write_manifest(folder, {**before, RERUN: why})
+        return Resumed(None, why)
+
+    said: Any = None
+    session_ended: float | None = None
     try:
         said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
         session_ended = (folder / RESULT).stat().st_mtime
     except (OSError, ValueError):
-        return None
-    if not isinstance(said, dict) or said.get("error") is not None or said.get("turns_done") != len(run.turns):
-        return None
-    judged = verdict(home, len(run.turns), run.base_url)
-    final = _final_tick(home)
-    if judged.failed_turn is not None or final is None:
-        return None
+        pass
+    if session_ended is not None and (not isinstance(said, dict) or said.get("error") is not None):
+        return rerun(f"its Emacs said the session failed: {said.get('error') if isinstance(said, dict) else said}")
+    final, over = _last_turn_over(home, run.max_steps)
+    if final is None or not over:
+        return rerun("its last turn was still going on (the reply's eval asked for another step)")
     lock = _lock_home(home, wait)
     if lock is None:
-        return None
+        return rerun(f"a server still held its home after {wait:g} s")
     try:
         late = history.late_commit(home)
         if isinstance(late, str):
-            return None
+            return rerun(f"its last tick cannot be committed: {late}")
         if late is not None:
             commits = CommitWorker(HomeRepo(home), record=True)
             commits.submit_snapshot(*late)
@@ -651,17 +716,23 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Ou
     finally:
         lock.release()
     if not whole:
-        return None
+        return rerun(f"it was stopped before its server asked for tick {final}'s commit, so its home "
+                     "is not known whole")
     cost, _, unpriced = transcript_totals(home)
     started = float(before["started_at"])
-    ended = max(session_ended, started)
+    found = phases(home)
+    ended = max(session_ended or found.get("last_reply_at") or started, started)
     outcome = Outcome(run_id=run.run_id, status="done", cost=None if cost is None else round(cost, 6),
                       unpriced_calls=unpriced, seconds=round(ended - started, 3), turns_done=judged.replied,
                       started_at=started, ended_at=ended,
-                      phases={"emacs_started_at": before.get("emacs_started_at"), **phases(home)})
+                      phases={"emacs_started_at": before.get("emacs_started_at"), **found})
+    how = f"{IN_TEARDOWN if session_ended is not None else BEFORE_END}; {COMMITTED if late is not None else WHOLE}"
+    if not (folder / "shell.txt").exists():
+        how += f" ({NO_SHELL})"
     write_manifest(folder, {**manifest(run, "done", started, outcome, float(before.get("earlier_cost") or 0.0)),
-                            ON_RESUME: COMMITTED_ON_RESUME if late is not None else WHOLE_ON_RESUME})
-    return outcome
+                            ON_RESUME: how})
+    return Resumed(outcome, "stopped in its teardown" if session_ended is not None
+                   else "stopped after its last reply, before its session's end")
 
 
 def discard(ready: Prepared) -> None:

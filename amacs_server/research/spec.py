@@ -42,13 +42,16 @@ class _Strict(BaseModel):
 # PATH@TICK, or PATH@COMMIT (a commit id of the home's history, as git log prints it: at least
 # COMMIT_DIGITS of it; digits alone are a tick, unless that many or more of them name a commit).
 COMMIT_DIGITS = 7
-ORIGIN = re.compile(r"^(?P<path>.+)@(?:(?P<tick>[0-9]+)|(?P<commit>[0-9a-f]{7,40}))$")
+# ``now`` is read only to be refused with the tick it is (a resume reads the spec again).
+ORIGIN = re.compile(r"^(?P<path>.+)@(?:(?P<tick>[0-9]+)|(?P<commit>[0-9a-f]{7,40})|(?P<now>now))$")
 
 
 def _origin(value: str | None) -> str | None:
     if value is not None and not ORIGIN.match(value):
-        raise ValueError(f"must be PATH@TICK (an AMACS home and a tick of it) or PATH@COMMIT (a commit of its "
-                         f"history, as git log prints it), got {value!r}")
+        short = re.match(r"^.+@([0-9a-f]{1,6})$", value)
+        raise ValueError("must be PATH@TICK (an AMACS home and a tick of it) or PATH@COMMIT (a commit of its "
+                         "history, as git log prints it" + ("; a commit is named by 7 characters or more of its id"
+                                                             if short else "") + f"), got {value!r}")
     return value
 
 
@@ -372,7 +375,7 @@ def planned_runs(path: Path) -> list[str] | None:
 def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[str, int, str] | None:
     """ORIGIN (``PATH@TICK`` or ``PATH@COMMIT``, PATH relative to the spec's folder BASE) as (home,
     tick, commit), checked: the home has that tick (or commit: of a tick of its history as it
-    stands), restorable (a tick state in its commit), and it ends a turn (:func:`turn_around`)."""
+    stands), restorable (a tick state in its commit), and it ends a turn (:func:`~amacs_server.persistence.history.mid_turn`)."""
     if origin is None:
         return None
     match = ORIGIN.match(origin)
@@ -381,6 +384,11 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     from ..persistence import history  # noqa: PLC0415 - git and memory.db, only for a spec that forks
 
     try:
+        if match["now"] is not None:
+            last = history.last_tick(home)
+            raise SpecError(f"{path}: {key}: `@now` is not taken here: a resume reads the spec again, and by then "
+                            f"{home} may have gone on, its runs started from another mind; its last tick now is "
+                            f"{last}: write `@{last}` (or its commit, `@{history.tick_commit(home, last)[:12]}`)")
         given = match["tick"] or match["commit"]
         # Digits alone are a tick, but 7 or more that name a commit are its id: git log prints such ids too.
         if match["tick"] is not None and not (len(given) >= COMMIT_DIGITS and history.names_commit(home, given)):
@@ -389,7 +397,8 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
         else:
             commit, tick = history.origin_commit(home, given)
         history.state_at(home, commit, tick)
-        inside = turn_around(home, tick)
+        inside = history.mid_turn(home, tick, "a run forked there would start", lambda n: f"`@{n}`",
+                                  "a spec without `from`")
         history.lock(home).release()  # the runs fork it at once, unlocked: no server may write it meanwhile
     except history.NoSuchTick as err:
         raise SpecError(f"{path}: {key}: {err}; `amacs-server ticks {home}` lists its inputs and their "
@@ -397,39 +406,8 @@ def _check_home(path: Path, key: str, origin: str | None, base: Path) -> tuple[s
     except history.HistoryError as err:
         raise SpecError(f"{path}: {key}: {err}") from err
     if inside is not None:
-        first, last, said = inside
-        raise SpecError(
-            f"{path}: {key}: tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): a run "
-            f"forked there would start from a mind that has not replied to it; `@{last}` starts after that "
-            "turn's reply, " + (f"`@{first - 1}` before its input" if first > 1 else
-                                "and before its input the mind was new (a spec without `from`)")
-            + f"; `amacs-server ticks {home}` lists the inputs and the tick each began")
+        raise SpecError(f"{path}: {key}: {inside}; `amacs-server ticks {home}` lists the inputs and the tick each began")
     return str(home), tick, commit
-
-
-def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
-    """The turn of HOME that TICK is inside of, as (its first tick, its last, its input's first words);
-    None when TICK ends a turn: the next tick began with an input, or it is the home's last.  A turn
-    is the ticks from one that began with the person's input to the next such (as the dataset's
-    ``turns``): a fork inside one holds a mind that has not yet answered it."""
-    from ..persistence import history  # noqa: PLC0415
-    from ..persistence.chat_log import ChatLog  # noqa: PLC0415
-
-    log = ChatLog(home / "agent-chat.org")
-    started, _ = log.input_page(1, tick + 1)  # the newest input at or before TICK
-    upto, _ = log.input_page(1, tick + 2)
-    if not started or (upto and upto[0].tick == tick + 1) or tick >= history.last_tick(home):
-        return None
-    following, before = None, None  # the oldest input after TICK: TICK's turn ends the tick before it
-    while True:  # pages newest first, back to TICK
-        page, more = log.input_page(200, before)
-        following = min((entry.tick for entry in page if entry.tick > tick), default=following)
-        if not more or not page or page[-1].tick <= tick:
-            break
-        before = page[-1].tick
-    said = " ".join((started[0].human or "").split())
-    return (started[0].tick, following - 1 if following is not None else history.last_tick(home),
-            said if len(said) <= 60 else said[:60] + "…")
 
 
 def unpriced(runs: list[Run]) -> list[Run]:

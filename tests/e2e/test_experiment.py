@@ -186,13 +186,15 @@ def test_experiment_resumes_after_kill(model, tmp_path):
     assert not servers_of(runs)
     requests_before = len(model.requests)
     transcripts = {k: sorted(p.name for p in (runs / k / "home" / "transcripts").glob("*")) for k in before}
+    stopped = sum(m["status"] == "running" for m in manifests(runs).values())
 
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
-    # runs the kill caught in their teardown (their session over) are recorded done, not run again
-    finished = len(re.findall(r"was stopped in its teardown", done.stdout))
+    # runs the kill caught once finished (every turn replied to) are recorded done, not run again
+    finished = len(re.findall(r"was stopped (in its teardown|after its last reply)", done.stdout))
     assert f"{len(before) + finished} done before, {RUNS - len(before) - finished} to run" in done.stdout
-    assert "of them again: failed or interrupted before" in done.stdout  # the runs the kill stopped
+    if stopped > finished:  # the runs the kill stopped before they finished
+        assert f"({stopped - finished} of them again: failed or interrupted before)" in done.stdout, done.stdout
     after = assert_all_done(runs)
     for run_id, manifest in before.items():
         assert after[run_id]["started_at"] == manifest["started_at"], run_id
@@ -741,16 +743,159 @@ def test_experiment_killed_as_a_run_ends_records_that_one_on_resume_and_counts_e
     deadline = time.time() + 30  # the sessions going see the command gone and end
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
-    # the second run (and any other whose session was over then) ended whole, unrecorded
-    whole = [k for k, m in manifests(runs).items() if m["status"] == "running" and git_heads(runs / k / "home")
-             and (runs / k / "batch-result.json").exists()]
+    # the second run (and any other whose only turn had ended then: its session over, or its reply's
+    # tick ended, its commit made or asked for) ended whole, unrecorded
+    whole = [k for k, m in manifests(runs).items() if m["status"] == "running" and primary_tick_ends(runs / k / "home")]
     assert whole, manifests(runs)
     requests_before = len(model.requests)
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     # each recorded done, not run again
-    finished = re.findall(r"(\S+) was stopped in its teardown", done.stdout)
+    finished = re.findall(r"(\S+) was stopped (?:in its teardown|after its last reply)", done.stdout)
     assert sorted(finished) == sorted(whole), done.stdout
     assert f"{1 + len(finished)} done before, {RUNS - 1 - len(finished)} to run" in done.stdout, done.stdout
     assert_all_done(runs)
     assert len(model.requests) - requests_before == (RUNS - 1 - len(finished)) * TURNS
+
+
+
+def emacs_of(folder: Path) -> int | None:
+    """The pid of the batch Emacs running in the run folder FOLDER (its cwd), if one is."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "comm").read_text().strip().startswith("emacs") and Path(os.readlink(proc / "cwd")) == folder:
+                return int(proc.name)
+        except OSError:
+            pass
+    return None
+
+
+def primary_tick_ends(home: Path) -> int:
+    """How many ticks of the primary HOME's transcripts say ended."""
+    return sum(1 for path in (home / "transcripts").glob("*.jsonl") for line in path.read_text().splitlines()
+               if '"event": "tick_end"' in line and '"agent_type": "primary"' in line)
+
+
+@pytest.mark.parametrize("git", ["", "sleep 60"], ids=["committed", "commit-pending"])
+def test_experiment_killed_after_a_run_s_last_reply_records_it_done_on_resume_not_again(tmp_path, git):
+    """The command killed (kill -9), and the run's Emacs and server with it (as a second C-c kills
+    them), once the run's last reply is in its transcripts (its turn over) but before its Emacs saw
+    that turn end (newcomer8 #15, #39: held here, stopped the moment the model answered), so it wrote
+    no batch-result.json; its server had made the tick's commit, or was still making it (git slowed
+    to 60 s).  Every turn had its reply and the last turn had ended: what the session's end adds is
+    the shell's text and that commit, so the resume makes the commit, records the run done, its home
+    whole, and neither runs it again nor pays for it again."""
+    runs = tmp_path / "runs"
+    held: list[tuple[str, int]] = []
+
+    def answer(body: dict) -> Reply:
+        if not held:  # the first run's only turn (parallel 1: the next is only prepared)
+            (going,) = [k for k, m in manifests(runs).items() if m["status"] == "running"]
+            emacs = emacs_of(runs / going)
+            assert emacs is not None
+            os.killpg(emacs, signal.SIGSTOP)  # its own process group: the turn's end is not seen
+            held.append((going, emacs))
+        return Reply(agent_json("fine"))
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec = write_spec(tmp_path, "last-reply", parallel=1)
+        slow = slow_git(tmp_path, git) if git else {}
+        proc = subprocess.Popen(command(spec, runs), env={**environment(fake), **slow}, cwd=ROOT,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and not held:
+            time.sleep(0.02)
+        assert held, "no run asked the model"
+        killed, emacs = held[0]
+        home = runs / killed / "home"
+        while time.time() < deadline and not (primary_tick_ends(home) and (
+                (home / ".uncommitted-tick").exists() if git else git_heads(home))):
+            time.sleep(0.02)
+        assert primary_tick_ends(home) == 1, "its reply's tick never ended"
+        server = json.loads((home / "server.json").read_text())["pid"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        for group in (emacs, os.getpgid(server)):
+            os.killpg(group, signal.SIGKILL)
+            os.killpg(group, signal.SIGCONT)
+        deadline = time.time() + 30  # the run prepared ahead sees the command gone and ends
+        while servers_of(runs) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not servers_of(runs)
+        manifest = manifests(runs)[killed]
+        assert manifest["status"] == "running", manifest
+        assert not (runs / killed / "batch-result.json").exists(), "its Emacs saw its session end"
+        assert bool(git_heads(home)) is not bool(git), "its commit"
+        paid = transcript_totals(home)[0]
+        assert paid, "its last call was not recorded"
+        transcripts = {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")}
+
+        requests_before = len(fake.requests)
+        done = experiment(fake, spec, runs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (f"{killed} was stopped after its last reply, before its session's end, every turn replied to: "
+                "recorded done") in done.stdout, done.stdout
+        after = assert_all_done(runs)[killed]
+        assert after["started_at"] == manifest["started_at"], "it ran again"
+        assert after["cost"] == round(paid, 6) and after["earlier_cost"] == 0, after
+        assert after["recorded_on_resume"].startswith("stopped after its last reply, before its session's end"), after
+        assert after["recorded_on_resume"].endswith(
+            "its last commit was made on resume (no shell.txt: its Emacs was stopped before it wrote the shell's text)"
+            if git else "its server had made its last commit (no shell.txt: its Emacs was stopped before it wrote "
+            "the shell's text)"), after
+        assert not (runs / killed / "attempts").exists()
+        assert {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")} == transcripts
+        assert len(fake.requests) - requests_before == to_run(done.stdout) * TURNS
+        assert git_heads(home) and not (home / ".uncommitted-tick").exists()
+        status = subprocess.run(["git", "-C", str(home), "status", "--short"], capture_output=True, text=True)
+        assert status.returncode == 0 and status.stdout == "", status  # its home whole, as git says it
+    finally:
+        fake.stop()
+
+
+def bar_and_last_line(done: subprocess.CompletedProcess[str], name: str) -> tuple[str, str]:
+    """The dollars of the progress bar's last state and of the command's last line."""
+    bar = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.startswith(f"{name} (")][-1]
+    said = re.search(r"^\S+: \d+ of \d+ done, .*?(\$[\d.]+)", done.stdout, re.M)
+    found = re.search(r" · (\$[\d.]+)", bar)
+    assert said and found, (bar, done.stdout)
+    return found.group(1), said.group(1)
+
+
+def test_the_bar_s_dollars_after_a_kill_count_the_killed_attempts_as_the_last_line_does(tmp_path):
+    """kill -9 of the command while a run that has paid for a model call goes on (newcomer8 #14): on
+    resume the progress bar's dollars are the last line's, what the killed attempt paid included
+    (the bar said $0.45 beside a last line's $0.4997)."""
+    answered: list[str] = []
+    command_pid: list[int] = []
+
+    def answer(body: dict) -> Reply:
+        answered.append("x")
+        if len(answered) == 1:  # paid for; the turn goes on
+            return Reply(agent_json("fine", eval="(+ 1 1)"))
+        if len(answered) == 2:
+            os.killpg(command_pid[0], signal.SIGKILL)
+            time.sleep(1.0)
+        return Reply(agent_json("fine"))
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec, runs = write_spec(tmp_path, "bar", parallel=1), tmp_path / "runs"
+        spec.write_text(spec.read_text().replace("repetitions = 3", "repetitions = 1"))
+        proc = subprocess.Popen(command(spec, runs), env=environment(fake), cwd=ROOT, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        command_pid.append(proc.pid)
+        proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.returncode
+        deadline = time.time() + 30
+        while servers_of(runs) and time.time() < deadline:
+            time.sleep(0.2)
+        done = experiment(fake, spec, runs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "of it by earlier attempts of runs that ran again" in done.stdout, done.stdout
+        bar, last = bar_and_last_line(done, "bar")
+        assert bar == last, (bar, last)
+    finally:
+        fake.stop()

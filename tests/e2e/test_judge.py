@@ -170,6 +170,13 @@ def test_judge_resumes_after_kill(runs, fake):
     for run, score in before.items():
         assert after[run]["started_at"] == score["started_at"], run
     assert len(fake.requests) - asked_before == RUNS - len(before)
+    # again with nothing left: what is judged and what it cost, the last line it ended with (it said none)
+    last = next(line for line in done.stdout.splitlines() if line.startswith("judge answer-quality: "))
+    again = judge(fake, runs, "answer-quality")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{RUNS} judged before, 0 to judge" in again.stdout, again.stdout
+    assert again.stdout.splitlines()[-1] == last, (again.stdout, last)
+    assert last.startswith(f"judge answer-quality: {RUNS} of {RUNS} judged, 0 failed, $"), last
 
 
 def test_judge_stops_at_its_budget(runs, fake):
@@ -270,3 +277,41 @@ def test_a_short_key_does_not_blank_out_the_words_of_the_judges_record(runs, fak
         assert "REDACTED" not in text and "redacted" not in text, text[:400]
         sessions = {json.loads(line)["session_id"] for line in text.splitlines()}
         assert sessions == {f"{log.parts[-4]}.judge-viewpoints-used"}
+
+
+def test_c_c_at_the_first_done_line_lets_the_judgements_going_end_and_counts_them(runs):
+    """The newcomer's case: C-c the moment the first ``done`` line showed, two judgements at once.  The
+    last line said ``2 of 10 judged, ... 2 still being judged (each ends first and is kept), 8 to
+    judge, $0.0105`` while the disk then had 4 scores and $0.0211: it was built before the judgements
+    it let end had ended.  Now it is built after they end, from the score files, as the experiment's
+    is after the runs it lets finish; each judgement has its ``done`` line, once."""
+    slow = FakeAnthropic(default=lambda body: replace(debate_or_judge_reply(body), delay=1.5)).start()
+    try:
+        proc = subprocess.Popen(command(runs, "viewpoints-used", "--parallel", "2"), env=environment(slow),
+                                cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert proc.stderr is not None
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if line.startswith("done "):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        slow.stop()
+    err = "".join(seen) + err
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err, err
+    written = scores(runs, "viewpoints-used")
+    judged = [run for run, score in written.items() if score["status"] == "done"]
+    assert len(judged) >= 2, (written, out, err)  # the first, and one at least let end after the C-c
+    said = sorted(re.findall(r"(?m)^done\s+(\S+)", err))
+    assert said == sorted(judged), err  # each once
+    assert "being judged end" in err or "being judged ends" in err, err
+    cost = sum(score["cost"] for score in written.values())
+    left = f", {RUNS - len(judged)} to judge" if len(judged) < RUNS else ""
+    assert f"judge viewpoints-used: interrupted: {len(judged)} of {RUNS} judged, 0 failed{left}, ${cost:.4f} " in out, \
+        (out, err)
+    assert "still being judged" not in out
