@@ -432,6 +432,7 @@ def main(argv: list[str]) -> int:
               f"{len(left)} runs not started. Fix the cause and run the same command again to resume.",
               flush=True)
     elif left:
-        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f}; {len(left)} runs not started "
+        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f} (checked against finished runs: none starts once "
+              f"they have cost it; the runs going then end, and count too); {len(left)} runs not started "
               "(re-run with a larger --budget to run them).", flush=True)
     return 1 if failed else 3 if left else 0
