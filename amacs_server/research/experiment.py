@@ -332,6 +332,10 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 executor.close()
                 for outcome in executor.finished(0):
                     ended(outcome)
+                # Nothing goes now: a run the stop cancelled before it started has no outcome (it is
+                # still to do, as the last line counts it).
+                running = 0
+                progress.update(bar, running=0)
             raise
         finally:
             if not closed:
