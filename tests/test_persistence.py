@@ -332,3 +332,20 @@ def test_a_tick_subject_says_the_input_that_began_it_else_what_it_did():
     long = commit_message(9, None, "ok", "", said="line one\nline two " + "x" * 100, reply="not named")
     assert long == "[TICK 9][no-thread][ok] «line one line two " + "x" * 41 + "…»"
     assert commit_message(10, None, "ok", "thinking") == "[TICK 10][no-thread][ok] thinking"  # said nothing, did nothing
+
+
+@pytest.mark.parametrize("old_home", [False, True])
+def test_the_model_capabilities_cache_is_not_in_git_status(tmp_path, old_home):
+    """model-capabilities.json, the server's cache of what each model can do, is no part of the mind
+    (no tick commits it): git ignores it, in a new home and in one whose .gitignore predates it, so
+    that `git status` of a whole home (an experiment's run) says nothing."""
+    if old_home:
+        (tmp_path / ".gitignore").write_text("memory.db*\ntranscripts/\nshell-history\n")
+    repo = HomeRepo(tmp_path)
+    f = tmp_path / "agent-chat.org"
+    f.write_text("a")
+    repo.commit([f], "[TICK 1][no-thread][ok] one")
+    (tmp_path / "model-capabilities.json").write_text("{}")
+    status = subprocess.run(["git", "status", "--porcelain", "--", "model-capabilities.json"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", status

@@ -41,9 +41,10 @@ from ..memory.memid import DELIM, for_person
 log = logging.getLogger("amacs.git")
 
 # shell-history is Emacs's input ring (M-p) and shell-draft the input typed and not yet sent:
-# the person's, not the agent's mind; neither is committed.
+# the person's, not the agent's mind; neither is committed.  model-capabilities.json is the server's
+# cache of what each model can do (a setting a fork copies, history.SETTINGS): not the mind either.
 GITIGNORE = ("memory.db*\ntranscripts/\nlogs/\nserver.json\nserver.pid\n.*.tmp\nshell-history\n.server.lock\n"
-             "rewound-spend\nshell-draft\nbudget-limit\n.uncommitted-tick\n")
+             "rewound-spend\nshell-draft\nbudget-limit\n.uncommitted-tick\nmodel-capabilities.json\n")
 # The home's own git attributes (.git/info/attributes, not a tracked file): the shell's input
 # history, which a rewind commits onto an abandoned future's ref, ends each entry with a NUL; git
 # would take it for binary and show no diff of the inputs abandoned.  Its diff driver (the home's
@@ -54,7 +55,7 @@ ATTRIBUTES_BEFORE = ("shell-history diff\n",)  # written by earlier versions: ma
 INPUTS_DIFF = (("diff.amacs-inputs.textconv", "tr -d '\\000' <"), ("diff.amacs-inputs.binary", "false"))
 # Lines added to GITIGNORE after homes were made with it: appended to an existing home's file.
 GITIGNORE_ADDED = ("shell-history", ".server.lock", "rewound-spend", "shell-draft", "budget-limit",
-                   ".uncommitted-tick")
+                   ".uncommitted-tick", "model-capabilities.json")
 # The newest commit asked for and not yet made, in the home (JSON): its message and each file's
 # digest, size and mode in its snapshot.  Written as the commit is asked for (at the tick's end),
 # removed once it is made: a server stopped or killed in between leaves it, and the next start

@@ -70,6 +70,7 @@ from .runs import (
     finish_teardown,
     moved_origin,
     read_manifest,
+    record_killed,
 )
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
@@ -338,6 +339,10 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                     ended(outcome)
                 for outcome in getattr(executor, "handed", []):  # those a C-c took between handed and said
                     ended(outcome)
+                # Nothing goes now: a run the stop cancelled before it started has no outcome (it is
+                # still to do, as the last line counts it).
+                running = 0
+                progress.update(bar, running=0)
             raise
         finally:
             if not closed:
@@ -402,6 +407,8 @@ def main(argv: list[str]) -> int:
         elif resumed is not None:
             print(f"{experiment.name}: {run.run_id} had every turn replied to, but {resumed.words}: "
                   "it runs again", flush=True)
+        if resumed is None or resumed.outcome is None:
+            record_killed(run, runs_dir)  # what it paid counts as paid before, on the bar too
     todo, before, again, earlier = _pending(experiment, runs_dir)
     if todo and (moved := moved_origin(experiment.runs, runs_dir)) is not None:  # the mind the done runs forked
         print(f"amacs-server experiment: {moved}", file=sys.stderr)
@@ -436,6 +443,7 @@ def main(argv: list[str]) -> int:
               f"{len(left)} runs not started. Fix the cause and run the same command again to resume.",
               flush=True)
     elif left:
-        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f}; {len(left)} runs not started "
+        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f} (checked against finished runs: none starts once "
+              f"they have cost it; the runs going then end, and count too); {len(left)} runs not started "
               "(re-run with a larger --budget to run them).", flush=True)
     return 1 if failed else 3 if left else 0

@@ -415,6 +415,25 @@ def _interrupted(code: int | None, stop: threading.Event | None) -> bool:
     return stop.is_set() or (code is not None and stop.wait(0.5))
 
 
+def record_killed(run: Run, runs_dir: Path) -> dict[str, Any] | None:
+    """The manifest of RUN in RUNS_DIR (None: it has none); one a killed experiment left ``running``
+    is first recorded ``failed`` as its transcripts tell it: what it paid and the turns it got
+    replies to (so that what a resume counts as paid before, its progress bar's dollars too, has it)."""
+    folder = runs_dir.resolve() / run.run_id
+    before = read_manifest(folder)
+    if before is None or before.get("status") != "running":
+        return before
+    cost, _seconds, unpriced = transcript_totals(folder / "home")
+    judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
+    why = before.get(RERUN)
+    error = KILLED if why is None else f"the experiment was killed after its every turn had its reply, but {why}; it ran again"
+    before = {**before, "status": "failed", "error": error, "unpriced_calls": unpriced,
+              "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
+              "failed_turn": judged.failed_turn}
+    write_manifest(folder, before)
+    return before
+
+
 @dataclass
 class Prepared:
     """A run whose folder is made and whose Emacs is started (:func:`prepare`)."""
@@ -466,18 +485,7 @@ def prepare(run: Run, runs_dir: Path, server_command: list[str] | None = None, g
     the run's start replaces it (a C-c before then leaves the record of how it ended before), and
     its earlier attempts, each kept in ``attempts/<n>/`` (:func:`keep_attempt`)."""
     folder = runs_dir.resolve() / run.run_id
-    before = read_manifest(folder)
-    if before is not None and before.get("status") == "running":
-        # The experiment was killed while this run went: what it paid is in its transcripts.
-        # So are the turns it got replies to.
-        cost, _seconds, unpriced = transcript_totals(folder / "home")
-        judged = verdict(folder / "home", len(run.turns), run.base_url, killed=KILLED)
-        why = before.get(RERUN)
-        error = KILLED if why is None else f"the experiment was killed after its every turn had its reply, but {why}; it ran again"
-        before = {**before, "status": "failed", "error": error, "unpriced_calls": unpriced,
-                  "cost": None if cost is None else round(cost, 6), "turns_done": judged.replied,
-                  "failed_turn": judged.failed_turn}
-        write_manifest(folder, before)
+    before = record_killed(run, runs_dir)
     if before is not None and before.get("status") != "done":
         keep_attempt(folder, before)
     _clear(folder)

@@ -186,13 +186,15 @@ def test_experiment_resumes_after_kill(model, tmp_path):
     assert not servers_of(runs)
     requests_before = len(model.requests)
     transcripts = {k: sorted(p.name for p in (runs / k / "home" / "transcripts").glob("*")) for k in before}
+    stopped = sum(m["status"] == "running" for m in manifests(runs).values())
 
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
-    # runs the kill caught in their teardown (their session over) are recorded done, not run again
-    finished = len(re.findall(r"was stopped in its teardown", done.stdout))
+    # runs the kill caught once finished (every turn replied to) are recorded done, not run again
+    finished = len(re.findall(r"was stopped (in its teardown|after its last reply)", done.stdout))
     assert f"{len(before) + finished} done before, {RUNS - len(before) - finished} to run" in done.stdout
-    assert "of them again: failed or interrupted before" in done.stdout  # the runs the kill stopped
+    if stopped > finished:  # the runs the kill stopped before they finished
+        assert f"({stopped - finished} of them again: failed or interrupted before)" in done.stdout, done.stdout
     after = assert_all_done(runs)
     for run_id, manifest in before.items():
         assert after[run_id]["started_at"] == manifest["started_at"], run_id
@@ -348,6 +350,9 @@ def test_experiment_respects_total_budget(model, tmp_path):
     stopped = experiment(model, spec, runs, "--budget", "0.0027")  # 0.0006 a run: 5 finish, at most 6 start
     assert stopped.returncode == 3, stopped.stdout + stopped.stderr
     assert "Budget spent" in stopped.stdout and "not started" in stopped.stdout, stopped.stdout
+    # what it was checked against, since the runs in flight overshoot it (newcomer8 #30)
+    assert "(checked against finished runs: none starts once they have cost it; the runs going then end, " \
+        "and count too)" in stopped.stdout, stopped.stdout
     first = manifests(runs)
     assert 5 <= len(first) <= 6 and all(m["status"] == "done" for m in first.values()), first
     assert sum(m["cost"] for m in first.values()) >= 0.0027
@@ -741,15 +746,15 @@ def test_experiment_killed_as_a_run_ends_records_that_one_on_resume_and_counts_e
     deadline = time.time() + 30  # the sessions going see the command gone and end
     while servers_of(runs) and time.time() < deadline:
         time.sleep(0.2)
-    # the second run (and any other whose session was over then) ended whole, unrecorded
-    whole = [k for k, m in manifests(runs).items() if m["status"] == "running" and git_heads(runs / k / "home")
-             and (runs / k / "batch-result.json").exists()]
+    # the second run (and any other whose only turn had ended then: its session over, or its reply's
+    # tick ended, its commit made or asked for) ended whole, unrecorded
+    whole = [k for k, m in manifests(runs).items() if m["status"] == "running" and primary_tick_ends(runs / k / "home")]
     assert whole, manifests(runs)
     requests_before = len(model.requests)
     done = experiment(model, spec, runs)
     assert done.returncode == 0, done.stdout + done.stderr
     # each recorded done, not run again
-    finished = re.findall(r"(\S+) was stopped in its teardown", done.stdout)
+    finished = re.findall(r"(\S+) was stopped (?:in its teardown|after its last reply)", done.stdout)
     assert sorted(finished) == sorted(whole), done.stdout
     assert f"{1 + len(finished)} done before, {RUNS - 1 - len(finished)} to run" in done.stdout, done.stdout
     assert_all_done(runs)
@@ -847,5 +852,53 @@ def test_experiment_killed_after_a_run_s_last_reply_records_it_done_on_resume_no
         assert {p.name: p.read_bytes() for p in (home / "transcripts").glob("*.jsonl")} == transcripts
         assert len(fake.requests) - requests_before == to_run(done.stdout) * TURNS
         assert git_heads(home) and not (home / ".uncommitted-tick").exists()
+        status = subprocess.run(["git", "-C", str(home), "status", "--short"], capture_output=True, text=True)
+        assert status.returncode == 0 and status.stdout == "", status  # its home whole, as git says it
+    finally:
+        fake.stop()
+
+
+def bar_and_last_line(done: subprocess.CompletedProcess[str], name: str) -> tuple[str, str]:
+    """The dollars of the progress bar's last state and of the command's last line."""
+    bar = [line for line in done.stderr.replace("\r", "\n").splitlines() if line.startswith(f"{name} (")][-1]
+    said = re.search(r"^\S+: \d+ of \d+ done, .*?(\$[\d.]+)", done.stdout, re.M)
+    found = re.search(r" · (\$[\d.]+)", bar)
+    assert said and found, (bar, done.stdout)
+    return found.group(1), said.group(1)
+
+
+def test_the_bar_s_dollars_after_a_kill_count_the_killed_attempts_as_the_last_line_does(tmp_path):
+    """kill -9 of the command while a run that has paid for a model call goes on (newcomer8 #14): on
+    resume the progress bar's dollars are the last line's, what the killed attempt paid included
+    (the bar said $0.45 beside a last line's $0.4997)."""
+    answered: list[str] = []
+    command_pid: list[int] = []
+
+    def answer(body: dict) -> Reply:
+        answered.append("x")
+        if len(answered) == 1:  # paid for; the turn goes on
+            return Reply(agent_json("fine", eval="(+ 1 1)"))
+        if len(answered) == 2:
+            os.killpg(command_pid[0], signal.SIGKILL)
+            time.sleep(1.0)
+        return Reply(agent_json("fine"))
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        spec, runs = write_spec(tmp_path, "bar", parallel=1), tmp_path / "runs"
+        spec.write_text(spec.read_text().replace("repetitions = 3", "repetitions = 1"))
+        proc = subprocess.Popen(command(spec, runs), env=environment(fake), cwd=ROOT, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        command_pid.append(proc.pid)
+        proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.returncode
+        deadline = time.time() + 30
+        while servers_of(runs) and time.time() < deadline:
+            time.sleep(0.2)
+        done = experiment(fake, spec, runs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "of it by earlier attempts of runs that ran again" in done.stdout, done.stdout
+        bar, last = bar_and_last_line(done, "bar")
+        assert bar == last, (bar, last)
     finally:
         fake.stop()
