@@ -192,3 +192,45 @@ def test_transcripts_count_an_earlier_attempt_apart_and_map_it_to_its_run(ran):
     rerun = summary["experiment_runs"]["the-rerun"]
     assert rerun["run"] == AGAIN and "attempt" not in rerun
     assert summary["experiment_runs"][session] == {**rerun, "attempt": 1}
+
+
+class _StoppedBeforeTheyStart:
+    """Jobs (local runs) of which the first ends done; the second, submitted while every worker was
+    busy, is cancelled by the C-c's stop before it started, so it never has an outcome."""
+
+    def __init__(self) -> None:
+        self.going: list[str] = []
+        self.looks = 0
+
+    def submit(self, job) -> None:
+        self.going.append(job.run_id)
+
+    def finished(self, timeout: float):
+        from amacs_server.research.runs import Outcome
+
+        self.looks += 1
+        if self.looks == 2:
+            raise KeyboardInterrupt
+        ended, self.going = self.going[:1] if self.looks == 1 else [], self.going[1:] if self.looks == 1 else []
+        return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
+                        ended_at=1.0) for r in ended]
+
+    def finishing(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.going = []  # stopped before it started: still to do, no outcome
+
+
+def test_after_a_c_c_the_bar_counts_no_run_running(capsys):
+    """At a C-c a run submitted but not started (cancelled by the stop: still to do) has no outcome;
+    the bar still counted it running afterwards (newcomer8 #24: ``1 done · 2 running`` at --parallel 1)."""
+    from types import SimpleNamespace
+
+    from amacs_server.research.experiment import execute, progress_console
+
+    runs = [SimpleNamespace(run_id=f"cars.two-views.sonnet.r{n}") for n in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        execute(runs, _StoppedBeforeTheyStart(), 2, None, 0.0, 3, "debate", progress_console())
+    bar = [line for line in capsys.readouterr().err.splitlines() if line.startswith("debate (3 runs)")][-1]
+    assert "1 done · 0 running · 0 failed · $0.45" in bar, bar

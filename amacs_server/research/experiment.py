@@ -290,21 +290,26 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
         bar = progress.add_task(f"{name} ({total} runs)", total=total, completed=total - len(todo),
                                 done=total - len(todo), running=0, failed=0, cost=spent)
 
+        said: set[str] = set()
+
         def ended(outcome: Outcome) -> None:
-            """Count OUTCOME on the bar and print its line."""
+            """Count OUTCOME on the bar and print its line, once, whole (a C-c comes after it)."""
             nonlocal running, spent
-            running -= 1
-            spent += outcome.cost or 0.0
-            outcomes.append(outcome)
-            # as the last line counts them: a run a C-c stopped is neither done nor failed
-            failed = sum(o.status == "failed" and o.error != INTERRUPTED for o in outcomes)
-            done = total - len(todo) + sum(o.status == "done" for o in outcomes)
-            progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
-            why = f"  {failure(outcome)}" if outcome.error else ""
+            if outcome.run_id in said:
+                return
             with whole():
+                running -= 1
+                spent += outcome.cost or 0.0
+                outcomes.append(outcome)
+                # as the last line counts them: a run a C-c stopped is neither done nor failed
+                failed = sum(o.status == "failed" and o.error != INTERRUPTED for o in outcomes)
+                done = total - len(todo) + sum(o.status == "done" for o in outcomes)
+                progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
+                why = f"  {failure(outcome)}" if outcome.error else ""
                 progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
                                        f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
                                        style="red" if outcome.status == "failed" else None)
+                said.add(outcome.run_id)
 
         try:
             while queue or running:
@@ -332,6 +337,12 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 executor.close()
                 for outcome in executor.finished(0):
                     ended(outcome)
+                for outcome in getattr(executor, "handed", []):  # those a C-c took between handed and said
+                    ended(outcome)
+                # Nothing goes now: a run the stop cancelled before it started has no outcome (it is
+                # still to do, as the last line counts it).
+                running = 0
+                progress.update(bar, running=0)
             raise
         finally:
             if not closed:
@@ -432,6 +443,7 @@ def main(argv: list[str]) -> int:
               f"{len(left)} runs not started. Fix the cause and run the same command again to resume.",
               flush=True)
     elif left:
-        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f}; {len(left)} runs not started "
+        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f} (checked against finished runs: none starts once "
+              f"they have cost it; the runs going then end, and count too); {len(left)} runs not started "
               "(re-run with a larger --budget to run them).", flush=True)
     return 1 if failed else 3 if left else 0

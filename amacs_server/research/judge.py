@@ -412,20 +412,28 @@ class JudgeExecutor:
         self.judge, self.runs_dir = judge, runs_dir
         self.pool = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="amacs-judge")
         self.going: dict[Future[Outcome], Job] = {}
+        self.handed: list[Outcome] = []
 
     def submit(self, job: Job) -> None:
-        """Start judging JOB."""
-        self.going[self.pool.submit(judge_one, self.judge, job, self.runs_dir)] = job
-
-    def finished(self, timeout: float) -> list[Outcome]:
-        """Outcomes of the judgements that ended."""
+        """Start judging JOB (a C-c comes after it is in GOING: one started and not known there ran on
+        after the command's last line, and wrote a score that line did not count)."""
         from .experiment import whole
 
+        with whole():
+            self.going[self.pool.submit(judge_one, self.judge, job, self.runs_dir)] = job
+
+    def finished(self, timeout: float) -> list[Outcome]:
+        """Outcomes of the judgements that ended.  Each is in HANDED before it leaves GOING: one a C-c
+        cut off on its way (its done line never printed) is said from there."""
         if not self.going:
             return []
         done, _ = wait(list(self.going), timeout=timeout, return_when=FIRST_COMPLETED)
-        with whole():  # each taken from GOING is handed on (a C-c here dropped its done line)
-            return [future.result() for future in done if self.going.pop(future, None) is not None]
+        start = len(self.handed)
+        for future in done:
+            if future in self.going:
+                self.handed.append(future.result())
+                self.going.pop(future, None)
+        return self.handed[start:]
 
     def still_going(self) -> int:
         """How many judgements started have not ended."""

@@ -350,6 +350,9 @@ def test_experiment_respects_total_budget(model, tmp_path):
     stopped = experiment(model, spec, runs, "--budget", "0.0027")  # 0.0006 a run: 5 finish, at most 6 start
     assert stopped.returncode == 3, stopped.stdout + stopped.stderr
     assert "Budget spent" in stopped.stdout and "not started" in stopped.stdout, stopped.stdout
+    # what it was checked against, since the runs in flight overshoot it (newcomer8 #30)
+    assert "(checked against finished runs: none starts once they have cost it; the runs going then end, " \
+        "and count too)" in stopped.stdout, stopped.stdout
     first = manifests(runs)
     assert 5 <= len(first) <= 6 and all(m["status"] == "done" for m in first.values()), first
     assert sum(m["cost"] for m in first.values()) >= 0.0027

@@ -289,19 +289,17 @@ def test_c_c_at_the_first_done_line_lets_the_judgements_going_end_and_counts_the
     try:
         proc = subprocess.Popen(command(runs, "viewpoints-used", "--parallel", "2"), env=environment(slow),
                                 cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert proc.stderr is not None
-        seen = []
-        for line in proc.stderr:
-            seen.append(line)
-            if line.startswith("done "):
-                os.killpg(proc.pid, signal.SIGINT)
-                break
-        out, err = proc.communicate(timeout=120)
+        seen = b""  # read unbuffered: what a buffered reader read ahead, communicate() would not see
+        deadline = time.time() + 120
+        while not re.search(rb"(?m)^done ", seen) and time.time() < deadline:
+            seen += os.read(proc.stderr.fileno(), 65536) or b""
+        os.killpg(proc.pid, signal.SIGINT)
+        out_bytes, err_bytes = proc.communicate(timeout=120)
     finally:
         slow.stop()
-    err = "".join(seen) + err
+    out, err = out_bytes.decode(), (seen + err_bytes).decode()
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err, err
     written = scores(runs, "viewpoints-used")
