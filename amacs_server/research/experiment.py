@@ -62,7 +62,7 @@ from rich.text import Text
 from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
 from .runs import (
-    INTERRUPTED,
+    STOPPED,
     Outcome,
     base_url_of,
     durations,
@@ -158,8 +158,8 @@ def record_words(experiment: Experiment, runs_dir: Path) -> str:
         status, cost = manifest.get("status"), manifest.get("cost", 0.0)
         before = float(manifest.get("earlier_cost") or 0.0)
         done += status == "done"
-        stopped += status == "failed" and manifest.get("error") == INTERRUPTED
-        failed += status == "failed" and manifest.get("error") != INTERRUPTED
+        stopped += status == "failed" and manifest.get("error") in STOPPED
+        failed += status == "failed" and manifest.get("error") not in STOPPED
         earlier += before
         costs.append((None if cost is None else float(cost) + before, estimated_where(run)))
     total = len(experiment.runs)
@@ -226,7 +226,7 @@ def failure(outcome: Outcome) -> str:
 def same_failures(outcomes: list[Outcome]) -> str | None:
     """The reason the last :data:`SAME_FAILURES` of OUTCOMES all failed for, if they did (C-c aside)."""
     last = outcomes[-SAME_FAILURES:]
-    if len(last) < SAME_FAILURES or any(o.status != "failed" or o.error == INTERRUPTED for o in last):
+    if len(last) < SAME_FAILURES or any(o.status != "failed" or o.error in STOPPED for o in last):
         return None
     reasons = {o.error for o in last}
     return last[0].error if len(reasons) == 1 else None
@@ -302,7 +302,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 spent += outcome.cost or 0.0
                 outcomes.append(outcome)
                 # as the last line counts them: a run a C-c stopped is neither done nor failed
-                failed = sum(o.status == "failed" and o.error != INTERRUPTED for o in outcomes)
+                failed = sum(o.status == "failed" and o.error not in STOPPED for o in outcomes)
                 done = total - len(todo) + sum(o.status == "done" for o in outcomes)
                 progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
                 why = f"  {failure(outcome)}" if outcome.error else ""

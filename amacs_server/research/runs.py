@@ -54,6 +54,12 @@ TRACE = "trace.txt"
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
+# A run a second C-c stopped after its every turn had its reply (its last commit, or Emacs's end, left):
+# the resume records it done when its home can be made whole (finish_teardown), else runs it again.
+INTERRUPTED_REPLIED = ("interrupted (C-c) after its every turn got its reply; the resume records it done, "
+                       "its home made whole, or runs it again if that cannot be done")
+# The errors of a run C-c stopped: counted as interrupted, not failed.
+STOPPED = (INTERRUPTED, INTERRUPTED_REPLIED)
 KILLED = "the experiment was killed while it ran; it ran again"
 RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
 WATCH_EVERY = 0.01  # seconds between looks for it
@@ -676,7 +682,7 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Re
     home = folder / "home"
     before = read_manifest(folder)
     if before is None or not (before.get("status") == "running"
-                              or (before.get("status") == "failed" and before.get("error") == INTERRUPTED)):
+                              or (before.get("status") == "failed" and before.get("error") in STOPPED)):
         return None
     judged = verdict(home, len(run.turns), run.base_url)
     if judged.failed_turn is not None:
@@ -766,7 +772,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     every turn has its reply in the transcripts by then (Emacs about to see the last turn
     end, or its server making the last commit; looked at with the run held still, so that
     no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
-    ``done`` with its home whole, unless HURRY is set too (a second C-c).  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    ``done`` with its home whole, unless HURRY is set too (a second C-c): then its error is :data:`INTERRUPTED_REPLIED`.  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -836,7 +842,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             if code != 0:
                 kill()  # also the server of an Emacs that died of a C-c
             if _interrupted(code, stop):
-                error = INTERRUPTED
+                error = INTERRUPTED_REPLIED if answered and answered[0] else INTERRUPTED
             elif code is None:
                 code, error = -1, f"timed out after {run.timeout:g} s"
             said_error: str | None = None
@@ -850,7 +856,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                          else f"Emacs exited {code}" + (f" ({said_error})" if said_error else ""))
             judged = verdict(home, len(run.turns), run.base_url, killed=error, shell=folder / "shell.txt")
             turns_done, failed_turn = judged.replied, judged.failed_turn
-            error = error if error == INTERRUPTED else judged.reason
+            error = error if error in STOPPED else judged.reason
             ready.mark("judged")
         except OSError as err:
             error = f"could not run: {err}"

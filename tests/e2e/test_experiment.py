@@ -693,7 +693,11 @@ def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path):
     assert "Traceback" not in err, err
     manifest = manifests(runs)[pending]
     assert manifest["status"] == "failed", (manifest, out, err)
-    assert manifest["error"] == "interrupted (C-c); it runs again when you resume", manifest
+    # its record and its console line say what the resume does with it: it is not run again
+    assert manifest["error"] == ("interrupted (C-c) after its every turn got its reply; the resume records it "
+                                 "done, its home made whole, or runs it again if that cannot be done"), manifest
+    assert re.search(rf"^failed +{re.escape(pending)} .*after its every turn got its reply; the resume records it done",
+                     err, re.M), err
     home = runs / pending / "home"
     assert not git_heads(home) and (home / ".uncommitted-tick").exists(), "its last commit was made"
     # Its session was over, every turn replied to: the resume makes the commit its server did not
