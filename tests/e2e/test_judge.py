@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -285,7 +286,10 @@ def test_c_c_at_the_first_done_line_lets_the_judgements_going_end_and_counts_the
     judge, $0.0105`` while the disk then had 4 scores and $0.0211: it was built before the judgements
     it let end had ended.  Now it is built after they end, from the score files, as the experiment's
     is after the runs it lets finish; each judgement has its ``done`` line, once."""
-    slow = FakeAnthropic(default=lambda body: replace(debate_or_judge_reply(body), delay=1.5)).start()
+    # Each call 1-2.5 s: two judgements started together seldom end together, so one is mostly still
+    # going at the first done line (when both have ended, no line need say any is let end).
+    pace = random.Random(7)
+    slow = FakeAnthropic(default=lambda body: replace(debate_or_judge_reply(body), delay=pace.uniform(1.0, 2.5))).start()
     try:
         proc = subprocess.Popen(command(runs, "viewpoints-used", "--parallel", "2"), env=environment(slow),
                                 cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -296,6 +300,7 @@ def test_c_c_at_the_first_done_line_lets_the_judgements_going_end_and_counts_the
         while not re.search(rb"(?m)^done ", seen) and time.time() < deadline:
             seen += os.read(proc.stderr.fileno(), 65536) or b""
         os.killpg(proc.pid, signal.SIGINT)
+        before = len(re.findall(rb"(?m)^done ", seen))  # done lines said before the C-c
         out_bytes, err_bytes = proc.communicate(timeout=120)
     finally:
         slow.stop()
@@ -304,10 +309,11 @@ def test_c_c_at_the_first_done_line_lets_the_judgements_going_end_and_counts_the
     assert "Traceback" not in err, err
     written = scores(runs, "viewpoints-used")
     judged = [run for run, score in written.items() if score["status"] == "done"]
-    assert len(judged) >= 2, (written, out, err)  # the first, and one at least let end after the C-c
+    assert len(judged) >= 2, (written, out, err)  # the first, and the one going at the C-c (or ended by then)
     said = sorted(re.findall(r"(?m)^done\s+(\S+)", err))
     assert said == sorted(judged), err  # each once
-    assert "being judged end" in err or "being judged ends" in err, err
+    if len(judged) > before:  # some were let end after the C-c: the C-c's note said so
+        assert "being judged end" in err or "being judged ends" in err, err
     cost = sum(score["cost"] for score in written.values())
     left = f", {RUNS - len(judged)} to judge" if len(judged) < RUNS else ""
     assert f"judge viewpoints-used: interrupted: {len(judged)} of {RUNS} judged, 0 failed{left}, ${cost:.4f} " in out, \
