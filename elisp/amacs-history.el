@@ -54,7 +54,7 @@ SECONDS: with them, as Nov 27 14:02:05."
 (defun amacs-history--which (time rank count)
   "Which of COUNT inputs of the same words one is: typed at TIME, RANK newest.
 RANK 1 is the newest.  Said in the question and the shell's line: the
-picker's two labels alone did not tell a newcomer which one they got."
+picker's two labels alone do not say which one was picked."
   (format "the one typed %s, the %s of %d" (amacs-history--when time t)
           (cond ((= rank 1) "newest") ((= rank count) "oldest")
                 (t (format "%d%s newest" rank (pcase rank (2 "nd") (3 "rd") (_ "th")))))
