@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from amacs_server.persistence import history
 from tests.e2e.agent_fakes import send, session, transcript_events, wait_text
 from tests.e2e.harness import ROOT, TEST_KEY, run_emacs
 from tests.fake_anthropic import FakeAnthropic, Reply, agent_json
@@ -189,9 +190,11 @@ def test_a_home_that_evaluated_before_still_holds_its_debate(tmp_path):
     try:
         fake.script(Reply(agent_json(None, eval="(+ 1 2)")), Reply(agent_json("It is 3.")))
         run_emacs(home, fake.url, session(send("what is 1+2?"), wait_text("It is 3."))).check()
-        fork = tmp_path / "fork"  # the home at tick 1: its eval done, its reply not yet made
-        subprocess.run([sys.executable, "-m", "amacs_server", "fork", str(home), "--tick", "1", str(fork)],
-                       cwd=ROOT, check=True, capture_output=True, timeout=60)
+        # The home at tick 1: its eval done, its reply not yet made.  `amacs-server fork` and `from` refuse a
+        # tick inside a turn; a home whose last tick is an eval is still made, e.g. by a turn cut short
+        # after it, so the fork is made here by the function they call.
+        fork = tmp_path / "fork"
+        history.fork(home, 1, fork)
         turn = spec["prompts"][0]["turns"][0]
         run = run_emacs(fork, fake.url, session(send(turn), wait_text(FINAL_MARK))).check()
     finally:
