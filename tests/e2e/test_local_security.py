@@ -112,7 +112,7 @@ def test_an_open_home_is_made_private_at_start(fake, home):
     assert open_to_others(outside_git) == {}
     assert "made the AMACS home" in (home / "logs" / "server.log").read_text()
     assert (home / ".gitignore").read_text() == old_ignore + ("shell-history\n.server.lock\nrewound-spend\nshell-draft\n"
-                                                             "budget-limit\n.uncommitted-tick\n")
+                                                             "budget-limit\n.uncommitted-tick\nmodel-capabilities.json\n")
     status = git(home, "status", "--porcelain")
     assert "shell-history" not in status and ".server.lock" not in status
 
