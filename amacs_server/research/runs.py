@@ -285,13 +285,20 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _server_pid(home: Path) -> int | None:
+    """The pid of HOME's server, as its ``server.json`` says (None without one that reads)."""
+    try:
+        return int(json.loads((home / "server.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _kill(proc: subprocess.Popen[bytes], home: Path) -> None:
     """Kill PROC (the Emacs) and the process groups of its children (Emacs makes each its own: the server)."""
     pids = set(_children(proc.pid))
-    try:
-        pids.add(int(json.loads((home / "server.json").read_text())["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    server = _server_pid(home)
+    if server is not None:
+        pids.add(server)
     proc.kill()
     proc.wait()
     for pid in pids:
@@ -310,10 +317,9 @@ def _hold(proc: subprocess.Popen[bytes], home: Path) -> list[int]:
     thread of each is stopped (half a second at most): nothing of the run writes while it is looked
     at.  The groups stopped, for :func:`_release` (or :func:`_kill`, whose SIGKILL ends them stopped)."""
     pids = [proc.pid]
-    try:
-        pids.append(int(json.loads((home / "server.json").read_text())["pid"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    server = _server_pid(home)
+    if server is not None:
+        pids.append(server)
     groups: list[int] = []
     for pid in pids:
         try:
