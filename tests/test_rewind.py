@@ -1321,6 +1321,43 @@ def _changed(home: Path) -> list[str]:
             if line[3:] not in history.SETTINGS]
 
 
+def test_a_forks_memory_is_made_while_git_checks_out_its_tick_and_its_error_is_the_forks(tmp_path, fake,
+                                                                                         monkeypatch):
+    """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced) is
+    made in a thread of its own beside the git work (the walk, the check-out), not after it: here
+    the check-out waits until the memory has begun, which a fork making them one after the other
+    never reaches.  The fork is whole all the same; an error of the memory's making is the fork's,
+    and leaves nothing beside DEST."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    memory_began = threading.Event()
+    real_check_out, real_memory = history._check_out, history._memory_from_snapshot
+
+    def check_out(*args: Any, **kw: Any) -> Any:
+        assert memory_began.wait(10), "the fork's memory was not begun before its check-out"
+        return real_check_out(*args, **kw)
+
+    def memory(*args: Any, **kw: Any) -> bool:
+        memory_began.set()
+        return real_memory(*args, **kw)
+
+    monkeypatch.setattr(history, "_check_out", check_out)
+    monkeypatch.setattr(history, "_memory_from_snapshot", memory)
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    with sqlite3.connect(fork / "memory.db") as db:
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM items").fetchone()[0] > 0
+    assert _changed(fork) == []
+
+    def broken(*args: Any, **kw: Any) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(history, "_memory_from_snapshot", broken)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        history.fork(home, 2, tmp_path / "fork2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fork", "home"]
+
+
 def test_a_forks_git_trusts_the_files_it_checked_out_and_still_sees_a_later_change(tmp_path, fake):
     """A fork's check-out wrote its files and git's index in one second: git held each file
     *racily clean* (it may have changed unseen) and read and hashed every one again at each

@@ -1566,6 +1566,40 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
             "newest": {whole: dated[whole] for whole in sorted(kept)}}))
 
 
+def _fork_memory(home: Path, dest: Path, state: dict[str, Any]) -> None:
+    """DEST, a fork's memory.db: HOME's memory as at the tick STATE is of (none when HOME has none)."""
+    if (home / "memory.db").exists():
+        if not _memory_from_snapshot(home, dest, state):
+            _memory_up_to(home / "memory.db", dest, state, rewound=_rewound_before(home) is not None)
+        faults.point("fork.memory")
+
+
+class _Beside:
+    """WORK run in a thread of its own from now on; :meth:`result` waits for it and raises what it raised."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._work = work
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="amacs-fork-memory", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._work()
+        except BaseException as err:  # noqa: BLE001 - raised again by join, in the caller's thread
+            self._error = err
+
+    def wait(self) -> None:
+        """Wait for the work to end."""
+        self._thread.join()
+
+    def result(self) -> None:
+        """Wait for the work to end; raise its error, if any."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None,
          commit: str | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
@@ -1598,26 +1632,29 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             # Until the fork is whole: no server starts on the folder it is made in.
             (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
             faults.point("fork.made")
-            # A repository of its own holding the history up to the tick only: no later object, ref
-            # or reflog entry of HOME (a clone would share them all).
-            _git(made, "init", "--quiet")
-            _history_up_to(home, commit, made)
-            _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
-            faults.point("fork.fetched")
-            repo = _check_out(made, commit, state, source=home)
-            faults.point("fork.checked-out")
-            limit = person_limit.current(home) if limit is None else limit
-            if limit is not None:
-                person_limit.write(made, limit)
-            for name in SETTINGS:
-                if (home / name).exists():
-                    shutil.copy2(home / name, made / name)
-            faults.point("fork.settings")
-            if (home / "memory.db").exists():
-                if not _memory_from_snapshot(home, made / "memory.db", state):
-                    _memory_up_to(home / "memory.db", made / "memory.db", state,
-                                  rewound=_rewound_before(home) is not None)
-                faults.point("fork.memory")
+            # memory.db is made beside the git work, in a thread: copying and syncing its bytes
+            # waits mostly on the kernel (the copy, the disk), git's commands on their processes.
+            memory = _Beside(lambda: _fork_memory(home, made / "memory.db", state))
+            try:
+                # A repository of its own holding the history up to the tick only: no later object, ref
+                # or reflog entry of HOME (a clone would share them all).
+                _git(made, "init", "--quiet")
+                _history_up_to(home, commit, made)
+                _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
+                faults.point("fork.fetched")
+                repo = _check_out(made, commit, state, source=home)
+                faults.point("fork.checked-out")
+                limit = person_limit.current(home) if limit is None else limit
+                if limit is not None:
+                    person_limit.write(made, limit)
+                for name in SETTINGS:
+                    if (home / name).exists():
+                        shutil.copy2(home / name, made / name)
+                faults.point("fork.settings")
+            except BaseException:
+                memory.wait()  # nothing writes in MADE once it is removed
+                raise
+            memory.result()  # memory.db whole (or its error raised) before the fork records itself
             atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick, "commit": commit}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))
