@@ -1321,28 +1321,34 @@ def _changed(home: Path) -> list[str]:
             if line[3:] not in history.SETTINGS]
 
 
-def test_a_forks_memory_is_made_while_git_checks_out_its_tick_and_its_error_is_the_forks(tmp_path, fake,
-                                                                                         monkeypatch):
-    """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced) is
-    made in a thread of its own beside the git work (the walk, the check-out), not after it: here
-    the check-out waits until the memory has begun, which a fork making them one after the other
-    never reaches.  The fork is whole all the same; an error of the memory's making is the fork's,
-    and leaves nothing beside DEST."""
+def test_a_forks_memory_and_vouched_files_are_made_while_git_fetches_its_history_and_their_errors_are_the_forks(
+        tmp_path, fake, monkeypatch):
+    """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced)
+    and the files the home's server vouches for (its past months, 9 MB) are copied in threads of
+    their own beside git's walk of the history, not after it: here the walk waits until both have
+    begun, which a fork making them one after the other never reaches.  The fork is whole all the
+    same; an error of the memory's making is the fork's, and leaves nothing beside DEST."""
     home = tmp_path / "home"
     run(home, fake, FUTURE_SESSION[:3])
-    memory_began = threading.Event()
-    real_check_out, real_memory = history._check_out, history._memory_from_snapshot
+    memory_began, copy_began = threading.Event(), threading.Event()
+    real_walk, real_memory, real_copy = history._history_up_to, history._memory_from_snapshot, history.copy_vouched
 
-    def check_out(*args: Any, **kw: Any) -> Any:
-        assert memory_began.wait(10), "the fork's memory was not begun before its check-out"
-        return real_check_out(*args, **kw)
+    def walk(*args: Any, **kw: Any) -> Any:
+        assert memory_began.wait(10), "the fork's memory was not begun before its walk"
+        assert copy_began.wait(10), "the fork's vouched files were not begun before its walk"
+        return real_walk(*args, **kw)
 
     def memory(*args: Any, **kw: Any) -> bool:
         memory_began.set()
         return real_memory(*args, **kw)
 
-    monkeypatch.setattr(history, "_check_out", check_out)
+    def copy(*args: Any, **kw: Any) -> Any:
+        copy_began.set()
+        return real_copy(*args, **kw)
+
+    monkeypatch.setattr(history, "_history_up_to", walk)
     monkeypatch.setattr(history, "_memory_from_snapshot", memory)
+    monkeypatch.setattr(history, "copy_vouched", copy)
     fork = history.fork(home, 2, tmp_path / "fork").home
     with sqlite3.connect(fork / "memory.db") as db:
         assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
