@@ -1343,6 +1343,23 @@ def _remove_if(path: Path, digest: str) -> None:
         return
 
 
+def _futures_before(home: Path, tick: int, commit: str, ref: str) -> str:
+    """The words that name the futures earlier rewinds to TICK of the mind COMMIT holds left, but
+    REF: their notes, in the chat log after the tick's end, are cut from it by this rewind.  (A
+    future of a rewind to a later tick is named by the note of the future it is in.)  COMMIT may
+    be an earlier rewind's to the tick: the tick's own commit is the first before it."""
+    subjects = _git(home, "log", "--first-parent", "--format=%H %s", commit).decode(errors="replace").splitlines()
+    own = next((line.split(" ", 1)[0] for line in subjects
+                if not line.split(" ", 1)[-1].startswith(f"[TICK {tick}][rewind]")), commit)
+    out = _git(home, "for-each-ref", "--sort=refname", f"--contains={own}", "--format=%(refname)", ABANDONED)
+    earlier = [name for name in out.decode(errors="replace").split()
+               if name != ref and (to := _ABANDONED_NAME.search(name)) and int(to[2]) == tick]
+    if not earlier:
+        return ""
+    return (f" Earlier rewinds left futures after this tick too: {'they are' if len(earlier) > 1 else 'it is'} "
+            f"kept on git ref{'s' if len(earlier) > 1 else ''} {', '.join(earlier)}.")
+
+
 def _final_message(j: dict[str, Any]) -> str:
     return (f"[TICK {j['tick']}][rewind] back to tick {j['tick']} from tick {j['from_tick']}; the abandoned "
             f"future is {j['ref']}")
@@ -1389,7 +1406,7 @@ def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, 
         faults.point("rewind.memory")
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
-                f"({j['left']} memory item versions of it in memory.db's abandoned_items).",
+                f"({j['left']} memory item versions of it in memory.db's abandoned_items).{_futures_before(home, tick, commit, ref)}",
                 Rewind(to_tick=tick, from_tick=j["from_tick"], ref=ref, abandoned_versions=int(j["left"])),
                 run_id=str(j["run_id"]))
         faults.point("rewind.recorded")
