@@ -1449,7 +1449,9 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
         rt.stop()
 
 
-def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_path, fake):
+def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_inputs(tmp_path, fake):
+    """Each future with its first input, its last and how many: a newcomer's future that held
+    `note` and `eval` was labelled by `note` alone."""
     home = tmp_path / "home"
     run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "note the plan\non two lines")])
     first = history.rewind(home, 1)
@@ -1460,8 +1462,9 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
         futures = on_loop(rt, lambda: views.hub_state(rt))["abandoned"]
     finally:
         rt.stop()
-    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
-        (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
+    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"], f["last_input"], f["inputs"])
+            for f in futures] == [(second.abandoned, 2, 1, "again", "again", 1),
+                                  (first.abandoned, 3, 1, "plain two", "note the plan on two lines", 2)]
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
 
 

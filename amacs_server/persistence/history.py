@@ -216,13 +216,13 @@ def file_sizes(home: Path, snapshot: Snapshot | None = None) -> dict[str, int]:
 # -- abandoned futures --------------------------------------------------------------------
 
 _ABANDONED_NAME = re.compile(r"-tick-([^-/]+)-to-(\d+)$")
-_FIRST_INPUTS: dict[tuple[Path, str], str | None] = {}  # (home, commit) -> its first abandoned input
+_FUTURE_INPUTS: dict[tuple[Path, str, int], list[str]] = {}  # (home, commit, to_tick) -> its inputs
 
 
 def abandoned_futures(home: Path) -> list[dict[str, Any]]:
     """The futures the rewinds of HOME left, newest first: each one's ref, commit, the tick it
-    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's first input
-    of it (None if it had none)."""
+    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's inputs of it:
+    the first and the last (None if it had none) and how many (``inputs``)."""
     if not (home / ".git").is_dir():
         return []
     out = _git(home, "for-each-ref", "--sort=-refname", "--format=%(refname) %(objectname)", ABANDONED)
@@ -233,17 +233,30 @@ def abandoned_futures(home: Path) -> list[dict[str, Any]]:
         if name is None:
             continue
         to_tick = int(name[2])
-        if (home, sha) not in _FIRST_INPUTS:
-            _FIRST_INPUTS[home, sha] = _input_of(home, sha, to_tick + 1)
+        if (home, sha, to_tick) not in _FUTURE_INPUTS:
+            _FUTURE_INPUTS[home, sha, to_tick] = _inputs_after(home, sha, to_tick)
+        inputs = _FUTURE_INPUTS[home, sha, to_tick]
         found.append({"ref": ref, "commit": sha, "from_tick": int(name[1]) if name[1].isdigit() else None,
-                      "to_tick": to_tick, "first_input": _FIRST_INPUTS[home, sha]})
+                      "to_tick": to_tick, "first_input": inputs[0] if inputs else None,
+                      "last_input": inputs[-1] if inputs else None, "inputs": len(inputs)})
     return found
 
 
-def _input_of(home: Path, commit: str, tick: int) -> str | None:
-    """The person's input of tick TICK in COMMIT's chat log (its current month or, rotated, the
-    months before), or None."""
-    head = re.compile(rf"^\* Tick {tick}\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+def _inputs_after(home: Path, commit: str, tick: int) -> list[str]:
+    """The person's inputs of the ticks after TICK in COMMIT's chat log (its current month and,
+    rotated, the months before), oldest first, each on one line and cut at 200 characters."""
+    head = re.compile(r"^\* Tick (\d+)\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+    said: dict[int, str] = {}
+    for text in _chat_texts(home, commit):
+        for match in head.finditer(text):
+            if int(match[1]) > tick:
+                line = " ".join(match[2].split())
+                said.setdefault(int(match[1]), line if len(line) <= 200 else line[:200] + "…")
+    return [said[n] for n in sorted(said)]
+
+
+def _chat_texts(home: Path, commit: str) -> Iterator[str]:
+    """The text of each month of COMMIT's chat log, the current month first."""
     names = ["agent-chat.org"]
     try:
         listed = _git(home, "ls-tree", "--name-only", f"{commit}:chat").decode(errors="replace").split()
@@ -252,14 +265,9 @@ def _input_of(home: Path, commit: str, tick: int) -> str | None:
         pass
     for name in names:
         try:
-            text = _git(home, "show", f"{commit}:{name}").decode(errors="replace")
+            yield _git(home, "show", f"{commit}:{name}").decode(errors="replace")
         except HistoryError:
             continue
-        match = head.search(text)
-        if match:
-            said = " ".join(match[1].split())
-            return said if len(said) <= 200 else said[:200] + "…"
-    return None
 
 
 # -- rewind and fork ---------------------------------------------------------------------
