@@ -397,18 +397,22 @@ def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
             said if len(said) <= 60 else said[:60] + "…")
 
 
-def mid_turn(home: Path, tick: int, there: str, written: Callable[[int], str], new: str) -> str | None:
+def mid_turn(home: Path, tick: int, there: str, written: Callable[[int], str], new: str,
+             *, now: str | None = None) -> str | None:
     """Why TICK of HOME is no mind to start from, when it is inside a turn (:func:`turn_around`): one
     there holds an input it has not replied to, and answers it, not the next input (the shell's
     pickers offer only a turn's ends).  THERE: what would start there (``a fork there would
-    start``); WRITTEN: a tick as the command takes it; NEW: what starts from a new mind.  None:
-    TICK ends a turn."""
+    start``); WRITTEN: a tick as the command takes it; NEW: what starts from a new mind; NOW: what
+    the turn's end is, said instead of what starts there, when it is the home's last tick (a
+    rewind there changes nothing).  None: TICK ends a turn."""
     inside = turn_around(home, tick)
     if inside is None:
         return None
     first, last, said = inside
+    after = (f"{written(last)} starts after that turn's reply" if now is None or last != last_tick(home)
+             else f"the turn ends at tick {last}, the home's last ({now})")
     return (f"tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): {there} from a mind "
-            f"that has not replied to it; {written(last)} starts after that turn's reply, "
+            f"that has not replied to it; {after}, "
             + (f"{written(first - 1)} before its input" if first > 1 else
                f"and before its input the mind was new ({new})"))
 
@@ -1784,7 +1788,8 @@ def main(argv: list[str]) -> int:
     try:
         tick = last_tick(home) if args.tick == "now" else args.tick
         inside = mid_turn(home, tick, "a fork there would start" if command == "fork" else
-                          "rewound there, it would go on", lambda n: f"`--tick {n}`", "a new home")
+                          "rewound there, it would go on", lambda n: f"`--tick {n}`", "a new home",
+                          now=None if command == "fork" else "the mind is there now: a rewind there changes nothing")
         if inside is not None:
             print(f"amacs-server {command}: refused: {inside}; `amacs-server ticks {args.home}` lists the inputs "
                   "and the tick each began", file=sys.stderr)
