@@ -425,6 +425,14 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     files).  None when there is nothing to commit: no record, or a record of a tick committed since,
     or of a mind a rewind has moved (the tick state is another tick's).  The record is removed but
     when a commit is returned (the commit worker removes it once the commit is made)."""
+    late = late_look(home)
+    if not isinstance(late, tuple):
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+    return late
+
+
+def late_look(home: Path) -> tuple[Snapshot, str] | str | None:
+    """What :func:`late_commit` would commit (or say) for HOME, changing nothing."""
     saved = Uncommitted.read(home)
     if saved is None:
         return None
@@ -434,11 +442,9 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     except HistoryError:  # no history yet
         committed = 0
     if tick is None or state is None or state.get("tick") != tick or committed >= tick:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return None
     snap, changed = saved.snapshot(home)
     if snap is None:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return (f"Tick {tick} ended, but the server stopped before its commit was made, and files "
                 f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
                 "home's history; the next tick's commit holds its files.")
