@@ -51,7 +51,7 @@ class DemoReply:
 
 
 def agent_json(reply: str | None = None, *, eval: str | None = None, mood: str = "focused",  # noqa: A002
-               confidence: float = 0.8, monologue: str = "thinking") -> str:
+               confidence: float = 0.8, monologue: str) -> str:
     """A valid agent response as JSON text."""
     return json.dumps({"eval": eval, "reply": reply, "mood": mood, "confidence": confidence,
                        "monologue": monologue}, ensure_ascii=False)
@@ -96,12 +96,21 @@ Here is **bold** text, `inline code` and a list:
 
 # Words answered with text alone.
 SCRIPT: dict[str, DemoReply] = {
-    "long": DemoReply(agent_json(LONG), chunks=60, chunk_delay=0.01),
+    "long": DemoReply(agent_json(LONG, monologue="a long reply, to scroll"), chunks=60, chunk_delay=0.01),
     "slow": DemoReply(agent_json("This reply is slow, so you can interrupt it with C-c C-c: "
-                                 + " ".join(f"word{i}" for i in range(60)) + "."), chunks=60, chunk_delay=0.1),
-    "markdown": DemoReply(agent_json(MARKDOWN), chunks=20, chunk_delay=0.02),
+                                 + " ".join(f"word{i}" for i in range(60)) + ".",
+                                 monologue="a slow reply, to interrupt"), chunks=60, chunk_delay=0.1),
+    "markdown": DemoReply(agent_json(MARKDOWN, monologue="a reply in Markdown"), chunks=20, chunk_delay=0.02),
 }
-HELP_WORDS = ("help", "hi", "hello", "tour", "what can you do", "what can you do?")  # the shell's first line suggests it
+HELP_WORDS = ("help", "hi", "hello", "hey", "tour", "what can you do")  # the shell's first line suggests the last
+
+
+def words(text: str) -> str:
+    """TEXT as the demo matches it: lower case, one space between words, no punctuation at its
+    end (``Note.``, ``What can you do?``).  An input that asks what it can do (``hello, what can
+    you do?``: the greeting's suggestion in the form a person types it) is ``what can you do``."""
+    said = " ".join(text.lower().split()).rstrip(" .!?")
+    return "what can you do" if re.search(r"\bwhat (?:else )?can you do\b", said) else said
 
 TOUR_THREAD = ('(condition-case nil (agent-create-thread "demo-tour" :concern "trying AMACS") '
                '(error "the thread demo-tour is open already"))')
@@ -114,7 +123,7 @@ TODO = ('(with-current-buffer (find-file-noselect (make-temp-file "amacs-demo-to
 EVALS: dict[str, tuple[str, str]] = {
     "eval": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "2+2": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
-    "what is 2+2?": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
+    "what is 2+2": ("(+ 2 2)", "Done: that was the eval above (TAB on its line shows it)."),
     "error": ("(car 1)", "That eval failed, as it was meant to: its ▸ eval line above shows the error "
                          "(TAB on it shows it whole)."),
     "loop": ("(while t)", "That eval never ended and was stopped (by C-g or at the time limit): its ▸ eval "
@@ -185,45 +194,54 @@ def answer(body: dict[str, Any]) -> DemoReply:
     system = body.get("system") or ""
     system_text = system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
     if re.search(r"You are \S+, a task", system_text):  # a subagent: slow, so its line is seen
-        return DemoReply(agent_json("The researcher found three sources."), chunks=1, delay=3.0)
-    human = last_human(body).strip().lower()
+        return DemoReply(agent_json("The researcher found three sources.", monologue="answer my task"),
+                         chunks=1, delay=3.0)
+    human = words(last_human(body))
     after_eval = has_eval_result(body)
     if human == "task" and after_eval:
         if '"error": "the task was' in _newest_user_text(body):  # a task's result is an error: cancelled, ...
             return DemoReply(agent_json("Not both: a researcher did not answer (its ✗ line above says why); "
                                         "a ✓ line is an answer. In the hub (C-c C-v), RET on a subagent's "
-                                        "line shows its transcript."))
+                                        "line shows its transcript.", monologue="a researcher failed: say so"))
         return DemoReply(agent_json("Done: both researchers answered (the ✓ lines above). In the hub "
-                                    "(C-c C-v), RET on a subagent's line shows its transcript."))
+                                    "(C-c C-v), RET on a subagent's line shows its transcript.",
+                                    monologue="both researchers answered"))
     if human == "task":
         return DemoReply(agent_json("I'll ask two researchers.", eval=(
             '(agent-wait-for (list (plist-get (agent-task "researcher" "Find sources on A") :talk-id) '
-            '(plist-get (agent-task "researcher" "Find sources on B") :talk-id)))')), chunks=6, chunk_delay=0.02)
+            '(plist-get (agent-task "researcher" "Find sources on B") :talk-id)))'),
+            monologue="two researchers at once, then wait for both"), chunks=6, chunk_delay=0.02)
     if human == "steps":
         step = _step_done(body) + 1 if after_eval else 1
         if step <= STEPS:
             return DemoReply(agent_json(None, eval=f'(format "demo step {step} of {STEPS}")',
                                         monologue=f"step {step}"), chunks=4, delay=1.0)
-        return DemoReply(agent_json(f"Done in {STEPS + 1} ticks: one per eval, and this reply."))
+        return DemoReply(agent_json(f"Done in {STEPS + 1} ticks: one per eval, and this reply.",
+                                    monologue=f"all {STEPS} steps done: say so"))
     if human in HELP_WORDS:
         if after_eval:
-            return DemoReply(agent_json("The hub (C-c C-v) shows the thread, and everything else I hold."))
-        return DemoReply(agent_json(HELP, eval=TOUR_THREAD), chunks=20, chunk_delay=0.03)
+            return DemoReply(agent_json("The hub (C-c C-v) shows the thread, and everything else I hold.",
+                                        monologue="the tour's thread is open: point to the hub"))
+        return DemoReply(agent_json(HELP, eval=TOUR_THREAD, monologue="list what I show; open a thread for the tour"),
+                         chunks=20, chunk_delay=0.03)
     failed = eval_failure(body) if after_eval else None
     if human in EVALS:
         form, then = EVALS[human]
         if not after_eval:
-            return DemoReply(agent_json("Let me do that in Emacs.", eval=form), chunks=8, chunk_delay=0.02)
+            return DemoReply(agent_json("Let me do that in Emacs.", eval=form, monologue=f"do {human} in Emacs"),
+                             chunks=8, chunk_delay=0.02)
         if failed is not None and human not in FAILING:
             return DemoReply(agent_json(f"That did not happen: {failed}. Nothing was changed "
-                                        "(TAB on the ▸ eval line above shows the form)."))
-        return DemoReply(agent_json(then))
+                                        "(TAB on the ▸ eval line above shows the form).",
+                                        monologue="the eval failed: say nothing changed"))
+        return DemoReply(agent_json(then, monologue="the eval's result is back: say what it did"))
     if after_eval:
-        return DemoReply(agent_json("Done: that was the eval above (TAB on its line shows it)."))
+        return DemoReply(agent_json("Done: that was the eval above (TAB on its line shows it).",
+                                    monologue="the eval's result is back: say what it did"))
     said = last_human(body)
     return SCRIPT.get(human) or DemoReply(agent_json(
         f"You said: {said}{'' if said.rstrip()[-1:] in ('.', '?', '!') else '.'} "
-        "(I am the demo model: =help= lists what I can show.)"))
+        "(I am the demo model: =help= lists what I can show.)", monologue="not a word I know: echo it, point to help"))
 
 
 # The Messages API, as much of it as the AMACS server asks of the demo.

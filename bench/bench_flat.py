@@ -64,7 +64,7 @@ from amacs_server.persistence import history  # noqa: E402
 from amacs_server.persistence.git_repo import PACKED_FILE, RACY_NS, HomeRepo, pack_names  # noqa: E402
 from amacs_server.runtime import Runtime  # noqa: E402
 from bench.bench_history import VOCABULARY  # noqa: E402
-from bench.bench_rewind import _memory, answer  # noqa: E402
+from bench.bench_rewind import _memory, answer, answered_turn, grown_config  # noqa: E402
 from bench.bench_startup import loadavg  # noqa: E402
 from bench.bench_startup import one_sample as start_sample  # noqa: E402
 from bench.bench_tick import NullFace, reply_400, time_model_calls  # noqa: E402
@@ -128,15 +128,13 @@ def grow(homes: Path, sizes: list[int], context: str = "grown") -> dict[int, Pat
     work = homes / "growing"
     shutil.rmtree(work, ignore_errors=True)
     fake = FakeAnthropic(default=answer).start()
-    rt = Runtime(load_config({"AMACS_HOME": str(work), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
-                 NullFace(), turn=run_turn)  # type: ignore[arg-type]
+    rt = Runtime(load_config(grown_config(work, fake.url)), NullFace(), turn=run_turn)  # type: ignore[arg-type]
     rt.start()
     rng = random.Random(5)
     t0 = time.perf_counter()
     try:
         for tick in range(1, max(sizes) + 1):
-            asyncio.run_coroutine_threadsafe(run_turn(rt, " ".join(rng.choice(VOCABULARY) for _ in range(20))),
-                                             rt.loop).result(60)
+            answered_turn(rt, fake, " ".join(rng.choice(VOCABULARY) for _ in range(20)))
             if tick % NOTE_EVERY == 0:
                 asyncio.run_coroutine_threadsafe(_memory(rt, f"note-{tick}", tick), rt.loop).result(30)
                 if context == "same":
@@ -206,8 +204,7 @@ def tick_overhead(home: Path, n: int) -> tuple[list[float], int]:
     """N turns on HOME (a copy): each turn's time less its model call, in ms; and the size of
     the last request's messages (characters of their JSON)."""
     fake = FakeAnthropic(default=reply_400).start()
-    rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
-                 NullFace())  # type: ignore[arg-type]
+    rt = Runtime(load_config(grown_config(home, fake.url)), NullFace())  # type: ignore[arg-type]
     rt.start()
     model_ms = time_model_calls(rt)
     overhead = []
@@ -218,6 +215,8 @@ def tick_overhead(home: Path, n: int) -> tuple[list[float], int]:
             t0 = time.perf_counter()
             asyncio.run_coroutine_threadsafe(run_turn(rt, f"question {i}"), rt.loop).result(60)
             total = (time.perf_counter() - t0) * 1000
+            if len(model_ms) == before:  # refused (the budget, an error): a turn's overhead with no turn in it
+                raise RuntimeError(f"turn {i} on {home} made no model call: see its agent-chat.org")
             if i >= 2:
                 overhead.append(total - sum(model_ms[before:]))
     finally:
@@ -231,7 +230,9 @@ def tick_overhead_alone(home: Path, n: int) -> tuple[list[float], int]:
     other homes before was slower by their leftovers (the 20,000-tick home, run after the smaller
     ones, 58-70 ms a tick against 10-12 ms in a fresh process, the same context)."""
     done = subprocess.run([sys.executable, __file__, "--tick-one", str(home), str(n)], capture_output=True,
-                          text=True, check=True)
+                          text=True)
+    if done.returncode:
+        raise RuntimeError(f"the tick row on {home} failed:\n{done.stderr[-2000:]}")
     samples, chars = json.loads(done.stdout.strip().splitlines()[-1])
     return samples, chars
 

@@ -52,18 +52,37 @@ def answer(body: dict) -> Reply:
     return Reply(json.dumps(data))
 
 
+# A home grown by thousands of turns spends more than the default budget ($5, ~8,000 of these turns):
+# its person raised the limit, or every later tick would be a "budget limit reached" with no reply.
+GROWN_BUDGET = "1000000"
+
+
+def grown_config(home: Path, url: str) -> dict[str, str]:
+    """The environment a home is grown (or a turn timed) in: the fake model at URL, the limit raised."""
+    return {"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": url,
+            "AMACS_BUDGET_LIMIT": GROWN_BUDGET}
+
+
+def answered_turn(rt: Runtime, fake: FakeAnthropic, text: str) -> None:
+    """A turn for TEXT that asked the model: one that did not (the budget reached, an error) is no
+    tick of the workload, and the home grown of it would be lighter than the one it stands for."""
+    asked = len(fake.requests)
+    asyncio.run_coroutine_threadsafe(run_turn(rt, text), rt.loop).result(60)
+    if len(fake.requests) == asked:
+        tick = rt.mind.consciousness.current_tick
+        raise RuntimeError(f"tick {tick} of the workload made no model call: see {rt.config.home}/agent-chat.org")
+
+
 def build(home: Path, ticks: int) -> float:
     """T turns on HOME; returns the seconds they took."""
     fake = FakeAnthropic(default=answer).start()
-    rt = Runtime(load_config({"AMACS_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": fake.url}),
-                 SilentFace(), turn=run_turn)
+    rt = Runtime(load_config(grown_config(home, fake.url)), SilentFace(), turn=run_turn)
     rt.start()
     rng = random.Random(5)
     t0 = time.perf_counter()
     try:
         for tick in range(1, ticks + 1):
-            asyncio.run_coroutine_threadsafe(run_turn(rt, " ".join(rng.choice(VOCABULARY) for _ in range(20))),
-                                             rt.loop).result(60)
+            answered_turn(rt, fake, " ".join(rng.choice(VOCABULARY) for _ in range(20)))
             if tick % 25 == 0:
                 name = f"note-{tick}"
                 done = asyncio.run_coroutine_threadsafe(_memory(rt, name, tick), rt.loop)

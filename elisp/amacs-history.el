@@ -67,7 +67,7 @@ tick, its text, and, for words typed more than once in the page, which
 of them it is (`amacs-history--which'; else nil).  BEFORE: only those
 before that tick.  MORE: older ones are left.  The server reads them
 from the chat log's end, its earlier months as far as the page takes.
-An input typed again is labelled with when it was typed."
+Each copy of an input typed more than once is labelled with when it was typed."
   (let* ((listed (amacs--call-sync 'past_inputs (and before (list before))))
          (texts (append (plist-get listed :texts) nil))
          (times (append (plist-get listed :times) nil))
@@ -87,11 +87,12 @@ An input typed again is labelled with when it was typed."
                  (label base)
                  (typed (gethash label minutes))
                  (n 1))
-            (when (gethash label seen)
-              ;; Two copies typed in one minute: the minute alone does not tell them apart.
-              (setq base (format "%s  (typed %s)" base (amacs-history--when
-                                                        time (/= (length typed)
-                                                                 (length (delete-dups (copy-sequence typed))))))
+            (when (cdr typed)
+              ;; Every copy says when, the newest too; one typed in the minute of another
+              ;; says its second: the minute alone does not tell them apart.
+              (setq base (format "%s  (typed %s)" base
+                                 (amacs-history--when
+                                  time (< 1 (cl-count (amacs-history--when time) typed :test #'equal))))
                     label base))
             (while (gethash label seen)
               (setq n (1+ n)

@@ -204,8 +204,21 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
         (amacs-hub--line "  %s %s" (substring (plist-get commit :sha) 0 7) (plist-get commit :subject))))
     (insert "\n")))
 
+(defun amacs-hub--future-inputs (future)
+  "Return FUTURE's inputs, in the words of its line in the hub.
+One input is its words; two, both (\"note, eval\"); more, the first and
+the last and how many (\"note … eval (5 inputs)\"), each cut to fit."
+  (let ((first (plist-get future :first-input))
+        (last (plist-get future :last-input))
+        (count (or (plist-get future :inputs) (if (plist-get future :first-input) 1 0))))
+    (cl-flet ((cut (text width) (truncate-string-to-width text width nil nil "…")))
+      (cond ((or (null first) (= count 0)) "(no input)")
+            ((or (= count 1) (null last)) (cut first 50))
+            ((= count 2) (format "%s, %s" (cut first 24) (cut last 24)))
+            (t (format "%s … %s (%d inputs)" (cut first 20) (cut last 20) count))))))
+
 (defun amacs-hub--insert-abandoned (state)
-  "Insert the futures STATE's rewinds abandoned: ticks, first input, ref."
+  "Insert the futures STATE's rewinds abandoned: ticks, inputs, ref."
   (let ((futures (plist-get state :abandoned)))
     (when futures
       (magit-insert-section (amacs-abandoned-futures)
@@ -214,8 +227,7 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
           (magit-insert-section (amacs-abandoned future)
             (amacs-hub--line "  ticks %s-%s: %s  %s" (1+ (plist-get future :to-tick))
                              (plist-get future :from-tick)
-                             (truncate-string-to-width (or (plist-get future :first-input) "(no input)")
-                                                       50 nil nil "…")
+                             (amacs-hub--future-inputs future)
                              (plist-get future :ref))))))))
 
 (defun amacs-hub--place (pos window)

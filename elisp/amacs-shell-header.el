@@ -303,15 +303,16 @@ finished no prompt since it started is reading its first."
 (defun amacs-shell--model-words ()
   "Return the model and its endpoint, for the header: (LONG . SHORT), or nil.
 LONG names the backend too, and the endpoint whenever it is not the
-provider's own: the demo model is \"demo\", the local one \"local:
-MODEL\", another server \"MODEL (BACKEND @ HOST)\".  SHORT is the
-model and that endpoint alone."
+provider's own: the demo model is \"demo model\", the local one
+\"local: MODEL\", another server \"MODEL (BACKEND @ HOST)\".  SHORT is
+the model and that endpoint alone; the demo's is its LONG words too, so
+that a fork's header, which gets shorter words, and its source's agree."
   (let ((model (amacs-status :model))
         (backend (amacs-status :backend))
         (endpoint (amacs-status :endpoint)))
     (when model
       (pcase endpoint
-        ("demo" (cons "demo model" "demo"))
+        ("demo" (cons "demo model" "demo model"))
         ("local" (let ((words (concat "local: " model))) (cons words words)))
         ('nil (cons (format "%s (%s)" model backend) model))
         (host (cons (format "%s (%s @ %s)" model backend host) (format "%s @ %s" model host)))))))

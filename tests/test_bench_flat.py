@@ -27,3 +27,37 @@ def test_unpin_older_keeps_the_newest_notes_pinned_and_the_rest_in_ltm_alone(tmp
     unpin_older(memory, 2)
     assert list(memory.pinned) == [summary.mem_id.base, *kept]
     ltm.close()
+
+
+def test_a_grown_home_raises_the_budget_and_a_turn_that_asked_no_model_stops_the_growth(tmp_path) -> None:
+    """A home grown past the default budget ($5, ~8,000 of the workload's turns) went on with ticks
+    that had no reply ("budget limit reached"): its 20,000-tick home was lighter than the one it
+    stood for.  The growth raises the limit, and a turn that made no model call stops it."""
+    import pytest
+
+    from amacs_server.config import load_config
+    from amacs_server.loop.primary import run_turn
+    from amacs_server.runtime import Runtime
+    from bench.bench_rewind import answer, answered_turn, grown_config
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.test_memory import SilentFace
+
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        for limit, answered in (("0", False), (None, True)):
+            env = grown_config(tmp_path / f"home-{limit}", fake.url)
+            if limit is not None:
+                env["AMACS_BUDGET_LIMIT"] = limit  # a home at its budget, as the default one is at ~8,000 ticks
+            rt = Runtime(load_config(env), SilentFace(), turn=run_turn)
+            rt.start()
+            try:
+                rt.mind.consciousness.budget.cost_so_far = 6.0  # more than the default $5 spent
+                if answered:
+                    answered_turn(rt, fake, "a question")
+                else:
+                    with pytest.raises(RuntimeError, match="made no model call"):
+                        answered_turn(rt, fake, "a question")
+            finally:
+                rt.stop(grace=30)
+    finally:
+        fake.stop()

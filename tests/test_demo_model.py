@@ -227,3 +227,32 @@ def test_a_home_last_on_the_demo_is_on_it_again_while_nothing_else_is_chosen(tmp
         assert not demo_as_left(load_config(chosen), chosen, DEMO_MODEL).demo, other
     assert not demo_as_left(load_config(env), env, "claude-sonnet-5-5").demo
     assert not demo_as_left(load_config(env), env, None).demo
+
+
+def reply_to(said: str) -> dict[str, object]:
+    """The demo's first answer (as the agent's JSON) to SAID typed at the prompt."""
+    reply: dict[str, object] = json.loads(answer({"messages": [{"role": "user",
+                                                                 "content": json.dumps({"human": said})}]}).text)
+    return reply
+
+
+def test_the_demo_answers_what_the_greeting_suggests_as_a_person_types_it():
+    """The greeting says to ask "what can you do?"; a newcomer typed "hello, what can you do?" and
+    the demo only echoed it.  Case, a greeting before it and the end's punctuation do not matter,
+    for it and for the words help lists."""
+    tour = reply_to("help")
+    for said in ("what can you do?", "What can you do", "hello, what can you do?", "Hi! What can you do?",
+                 "Help.", "  hello  "):
+        assert reply_to(said) == tour, said
+    assert reply_to("Note.")["eval"] == reply_to("note")["eval"] is not None
+    assert reply_to("What is 2+2?")["eval"] == "(+ 2 2)"
+    assert str(reply_to("what is the capital of France?")["reply"]).startswith("You said: what is the capital")
+
+
+def test_the_demo_s_monologue_says_what_it_is_doing():
+    """Every commit of the demo's ticks ended "— thinking" (its monologue): a newcomer could not tell
+    what the word named.  Each answer's monologue now says what that tick does."""
+    thoughts = {said: str(reply_to(said)["monologue"]) for said in ("help", "note", "slow", "steps", "task", "hmm")}
+    assert "thinking" not in thoughts.values() and "" not in thoughts.values(), thoughts
+    assert len(set(thoughts.values())) == len(thoughts), thoughts
+    assert thoughts["note"] == "do note in Emacs"

@@ -137,6 +137,21 @@ def test_fork_and_rewind_refuse_a_tick_inside_a_turn_as_from_does(tmp_path, caps
     assert history.last_tick(home) == 2
 
 
+def test_a_rewind_inside_the_last_turn_is_not_told_to_go_to_where_the_mind_is(tmp_path, capsys):
+    """`amacs-server rewind --tick 1` inside the home's last turn (ticks 1-2) advised "`--tick 2`
+    starts after that turn's reply": the mind is at tick 2, and a rewind there changes nothing.
+    The refusal says so and gives the tick before the input; a fork there is still offered."""
+    home = _home_of_a_two_tick_turn(tmp_path).resolve()
+    history.rewind(home, 2)  # the turn of «first question», ticks 1-2, is now the home's last
+    assert history.main(["rewind", str(home), "--tick", "1"]) == 1
+    said = capsys.readouterr().err
+    assert ("from a mind that has not replied to it; the turn ends at tick 2, the home's last (the mind is there "
+            "now: a rewind there changes nothing), and before its input the mind was new (a new home)") in said, said
+    assert "`--tick 2`" not in said, said
+    assert history.main(["fork", str(home), "--tick", "1", str(tmp_path / "mid")]) == 1
+    assert "`--tick 2` starts after that turn's reply" in capsys.readouterr().err
+
+
 def test_from_on_a_served_home_is_refused_and_the_docs_say_so(tmp_path):
     """The newcomer kept the shell open on the home they studied and learnt from the refusal alone
     that ``from``'s home must not be served: research.md's ``from`` paragraph never said so."""

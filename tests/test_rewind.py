@@ -1492,7 +1492,9 @@ def test_the_agent_searches_its_history_for_when_it_touched_something(tmp_path, 
         rt.stop()
 
 
-def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_path, fake):
+def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_inputs(tmp_path, fake):
+    """Each future with its first input, its last and how many: a newcomer's future that held
+    `note` and `eval` was labelled by `note` alone."""
     home = tmp_path / "home"
     run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "note the plan\non two lines")])
     first = history.rewind(home, 1)
@@ -1503,9 +1505,35 @@ def test_the_hub_lists_the_futures_rewinds_abandoned_with_their_first_input(tmp_
         futures = on_loop(rt, lambda: views.hub_state(rt))["abandoned"]
     finally:
         rt.stop()
-    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"]) for f in futures] == [
-        (second.abandoned, 2, 1, "again"), (first.abandoned, 3, 1, "plain two")]
+    assert [(f["ref"], f["from_tick"], f["to_tick"], f["first_input"], f["last_input"], f["inputs"])
+            for f in futures] == [(second.abandoned, 2, 1, "again", "again", 1),
+                                  (first.abandoned, 3, 1, "plain two", "note the plan on two lines", 2)]
     assert futures[1]["commit"] == _git(home, "rev-parse", first.abandoned).strip()
+
+
+def test_a_second_rewind_to_a_tick_names_the_future_the_first_left_there(tmp_path, fake):
+    """Two rewinds to one tick: the first's `** Rewound` note went onto the second's future with
+    the rest of the chat log after that tick, so agent-chat.org named only the newest future.
+    The newest note names the earlier futures kept after its tick; one left before it, not."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "three")])
+    first = history.rewind(home, 2)
+    run(home, fake, [("say", "again")])
+    second = history.rewind(home, 2)
+    chat = (home / "agent-chat.org").read_text()
+    notes = chat.split("** Rewound\n")[1:]
+    assert len(notes) == 1 and second.abandoned in notes[0], chat
+    assert f"Earlier rewinds left futures after this tick too: it is kept on git ref {first.abandoned}." in notes[0]
+    # The two futures are after tick 1: they go onto the future a rewind to it leaves, the note
+    # that names them too, and the next rewind to tick 1 names that future alone.
+    third = history.rewind(home, 1)
+    chat = (home / "agent-chat.org").read_text()
+    assert third.abandoned in chat and "Earlier rewinds" not in chat, chat
+    assert f"kept on git ref {first.abandoned}." in _git(home, "show", f"{third.abandoned}:agent-chat.org")
+    run(home, fake, [("say", "once more")])
+    fourth = history.rewind(home, 1)
+    note = (home / "agent-chat.org").read_text().split("** Rewound\n")[-1]
+    assert fourth.abandoned in note and f"it is kept on git ref {third.abandoned}." in note, note
 
 
 def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):

@@ -217,13 +217,13 @@ def file_sizes(home: Path, snapshot: Snapshot | None = None) -> dict[str, int]:
 # -- abandoned futures --------------------------------------------------------------------
 
 _ABANDONED_NAME = re.compile(r"-tick-([^-/]+)-to-(\d+)$")
-_FIRST_INPUTS: dict[tuple[Path, str], str | None] = {}  # (home, commit) -> its first abandoned input
+_FUTURE_INPUTS: dict[tuple[Path, str, int], list[str]] = {}  # (home, commit, to_tick) -> its inputs
 
 
 def abandoned_futures(home: Path) -> list[dict[str, Any]]:
     """The futures the rewinds of HOME left, newest first: each one's ref, commit, the tick it
-    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's first input
-    of it (None if it had none)."""
+    was at (``from_tick``) and the one rewound to (``to_tick``), and the person's inputs of it:
+    the first and the last (None if it had none) and how many (``inputs``)."""
     if not (home / ".git").is_dir():
         return []
     out = _git(home, "for-each-ref", "--sort=-refname", "--format=%(refname) %(objectname)", ABANDONED)
@@ -234,17 +234,30 @@ def abandoned_futures(home: Path) -> list[dict[str, Any]]:
         if name is None:
             continue
         to_tick = int(name[2])
-        if (home, sha) not in _FIRST_INPUTS:
-            _FIRST_INPUTS[home, sha] = _input_of(home, sha, to_tick + 1)
+        if (home, sha, to_tick) not in _FUTURE_INPUTS:
+            _FUTURE_INPUTS[home, sha, to_tick] = _inputs_after(home, sha, to_tick)
+        inputs = _FUTURE_INPUTS[home, sha, to_tick]
         found.append({"ref": ref, "commit": sha, "from_tick": int(name[1]) if name[1].isdigit() else None,
-                      "to_tick": to_tick, "first_input": _FIRST_INPUTS[home, sha]})
+                      "to_tick": to_tick, "first_input": inputs[0] if inputs else None,
+                      "last_input": inputs[-1] if inputs else None, "inputs": len(inputs)})
     return found
 
 
-def _input_of(home: Path, commit: str, tick: int) -> str | None:
-    """The person's input of tick TICK in COMMIT's chat log (its current month or, rotated, the
-    months before), or None."""
-    head = re.compile(rf"^\* Tick {tick}\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+def _inputs_after(home: Path, commit: str, tick: int) -> list[str]:
+    """The person's inputs of the ticks after TICK in COMMIT's chat log (its current month and,
+    rotated, the months before), oldest first, each on one line and cut at 200 characters."""
+    head = re.compile(r"^\* Tick (\d+)\n(?:[^*\n][^\n]*\n|\n)*?\*\* Human\n(.*?)\n(?:\n|\*)", re.M | re.S)
+    said: dict[int, str] = {}
+    for text in _chat_texts(home, commit):
+        for match in head.finditer(text):
+            if int(match[1]) > tick:
+                line = " ".join(match[2].split())
+                said.setdefault(int(match[1]), line if len(line) <= 200 else line[:200] + "…")
+    return [said[n] for n in sorted(said)]
+
+
+def _chat_texts(home: Path, commit: str) -> Iterator[str]:
+    """The text of each month of COMMIT's chat log, the current month first."""
     names = ["agent-chat.org"]
     try:
         listed = _git(home, "ls-tree", "--name-only", f"{commit}:chat").decode(errors="replace").split()
@@ -253,14 +266,9 @@ def _input_of(home: Path, commit: str, tick: int) -> str | None:
         pass
     for name in names:
         try:
-            text = _git(home, "show", f"{commit}:{name}").decode(errors="replace")
+            yield _git(home, "show", f"{commit}:{name}").decode(errors="replace")
         except HistoryError:
             continue
-        match = head.search(text)
-        if match:
-            said = " ".join(match[1].split())
-            return said if len(said) <= 200 else said[:200] + "…"
-    return None
 
 
 # -- rewind and fork ---------------------------------------------------------------------
@@ -390,18 +398,22 @@ def turn_around(home: Path, tick: int) -> tuple[int, int, str] | None:
             said if len(said) <= 60 else said[:60] + "…")
 
 
-def mid_turn(home: Path, tick: int, there: str, written: Callable[[int], str], new: str) -> str | None:
+def mid_turn(home: Path, tick: int, there: str, written: Callable[[int], str], new: str,
+             *, now: str | None = None) -> str | None:
     """Why TICK of HOME is no mind to start from, when it is inside a turn (:func:`turn_around`): one
     there holds an input it has not replied to, and answers it, not the next input (the shell's
     pickers offer only a turn's ends).  THERE: what would start there (``a fork there would
-    start``); WRITTEN: a tick as the command takes it; NEW: what starts from a new mind.  None:
-    TICK ends a turn."""
+    start``); WRITTEN: a tick as the command takes it; NEW: what starts from a new mind; NOW: what
+    the turn's end is, said instead of what starts there, when it is the home's last tick (a
+    rewind there changes nothing).  None: TICK ends a turn."""
     inside = turn_around(home, tick)
     if inside is None:
         return None
     first, last, said = inside
+    after = (f"{written(last)} starts after that turn's reply" if now is None or last != last_tick(home)
+             else f"the turn ends at tick {last}, the home's last ({now})")
     return (f"tick {tick} of {home} is inside the turn of «{said}» (ticks {first}-{last}): {there} from a mind "
-            f"that has not replied to it; {written(last)} starts after that turn's reply, "
+            f"that has not replied to it; {after}, "
             + (f"{written(first - 1)} before its input" if first > 1 else
                f"and before its input the mind was new ({new})"))
 
@@ -414,6 +426,14 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     files).  None when there is nothing to commit: no record, or a record of a tick committed since,
     or of a mind a rewind has moved (the tick state is another tick's).  The record is removed but
     when a commit is returned (the commit worker removes it once the commit is made)."""
+    late = late_look(home)
+    if not isinstance(late, tuple):
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+    return late
+
+
+def late_look(home: Path) -> tuple[Snapshot, str] | str | None:
+    """What :func:`late_commit` would commit (or say) for HOME, changing nothing."""
     saved = Uncommitted.read(home)
     if saved is None:
         return None
@@ -423,11 +443,9 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     except HistoryError:  # no history yet
         committed = 0
     if tick is None or state is None or state.get("tick") != tick or committed >= tick:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return None
     snap, changed = saved.snapshot(home)
     if snap is None:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return (f"Tick {tick} ended, but the server stopped before its commit was made, and files "
                 f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
                 "home's history; the next tick's commit holds its files.")
@@ -1382,6 +1400,23 @@ def _remove_if(path: Path, digest: str) -> None:
         return
 
 
+def _futures_before(home: Path, tick: int, commit: str, ref: str) -> str:
+    """The words that name the futures earlier rewinds to TICK of the mind COMMIT holds left, but
+    REF: their notes, in the chat log after the tick's end, are cut from it by this rewind.  (A
+    future of a rewind to a later tick is named by the note of the future it is in.)  COMMIT may
+    be an earlier rewind's to the tick: the tick's own commit is the first before it."""
+    subjects = _git(home, "log", "--first-parent", "--format=%H %s", commit).decode(errors="replace").splitlines()
+    own = next((line.split(" ", 1)[0] for line in subjects
+                if not line.split(" ", 1)[-1].startswith(f"[TICK {tick}][rewind]")), commit)
+    out = _git(home, "for-each-ref", "--sort=refname", f"--contains={own}", "--format=%(refname)", ABANDONED)
+    earlier = [name for name in out.decode(errors="replace").split()
+               if name != ref and (to := _ABANDONED_NAME.search(name)) and int(to[2]) == tick]
+    if not earlier:
+        return ""
+    return (f" Earlier rewinds left futures after this tick too: {'they are' if len(earlier) > 1 else 'it is'} "
+            f"kept on git ref{'s' if len(earlier) > 1 else ''} {', '.join(earlier)}.")
+
+
 def _final_message(j: dict[str, Any]) -> str:
     return (f"[TICK {j['tick']}][rewind] back to tick {j['tick']} from tick {j['from_tick']}; the abandoned "
             f"future is {j['ref']}")
@@ -1428,7 +1463,7 @@ def _finish(home: Path, j: dict[str, Any], state: dict[str, Any] | None = None, 
         faults.point("rewind.memory")
         _record(home, tick, "Rewound",
                 f"Rewound to this tick from tick {j['from_tick']}. The abandoned future is kept on git ref {ref} "
-                f"({j['left']} memory item versions of it in memory.db's abandoned_items).",
+                f"({j['left']} memory item versions of it in memory.db's abandoned_items).{_futures_before(home, tick, commit, ref)}",
                 Rewind(to_tick=tick, from_tick=j["from_tick"], ref=ref, abandoned_versions=int(j["left"])),
                 run_id=str(j["run_id"]))
         faults.point("rewind.recorded")
@@ -1822,7 +1857,8 @@ def main(argv: list[str]) -> int:
     try:
         tick = last_tick(home) if args.tick == "now" else args.tick
         inside = mid_turn(home, tick, "a fork there would start" if command == "fork" else
-                          "rewound there, it would go on", lambda n: f"`--tick {n}`", "a new home")
+                          "rewound there, it would go on", lambda n: f"`--tick {n}`", "a new home",
+                          now=None if command == "fork" else "the mind is there now: a rewind there changes nothing")
         if inside is not None:
             print(f"amacs-server {command}: refused: {inside}; `amacs-server ticks {args.home}` lists the inputs "
                   "and the tick each began", file=sys.stderr)

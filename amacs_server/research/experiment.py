@@ -13,8 +13,10 @@ Runs go at most N at once (default the spec's ``parallel``), on this machine
 or, with ``--ray``, as Ray tasks on a local Ray (no ADDRESS) or the cluster at
 ADDRESS (see :mod:`.cluster`); both through the same loop: a progress bar
 (done / running / failed, cost so far, ETA), a total budget (``--budget`` or
-the spec's ``budget``: no new run starts once what the runs' attempts cost has
-reached it, and the command says so), and resume: a run whose manifest says
+the spec's ``budget``, a ceiling as far as one can be: a run starts only if
+what the runs' attempts cost, the runs going and its own, each at the most a
+run has cost, fit it, one at a time until one has ended; the command says what
+was spent, and how far over and why if a run cost more than that), and resume: a run whose manifest says
 ``done`` is skipped, a ``failed`` or ``running`` one (an interrupted
 experiment) runs again from nothing; what each earlier attempt cost still
 counts against the budget.
@@ -271,10 +273,51 @@ class Jobs(Protocol):
         """Stop: start nothing more."""
 
 
+# Dollars a sum of costs may pass the budget by and still be within it (float sums: 0.0018 + 0.0006).
+CENT_DUST = 1e-9
+
+
+def expected_cost(costs: Sequence[float | None]) -> float | None:
+    """What a job about to start is expected to cost: the most one of COSTS (the jobs ended) cost;
+    None when none ended yet (or none has a known cost)."""
+    known = [cost for cost in costs if cost is not None]
+    return max(known) if known else None
+
+
+def fits(budget: float | None, spent: float, running: int, expected: float | None) -> bool:
+    """Whether one more job may start under BUDGET (None: no budget): what is SPENT, the RUNNING jobs
+    and its own, each of those at the EXPECTED cost (:func:`expected_cost`), fit it.  With no job
+    ended yet, nothing tells what one costs: one goes at a time until the first ends."""
+    if budget is None:
+        return True
+    if spent >= budget:
+        return False
+    if expected is None:
+        return running == 0
+    return spent + (running + 1) * expected <= budget + CENT_DUST
+
+
+def budget_words(spent: float, budget: float, left: int, noun: str, not_started: str, again: str) -> str:
+    """The last line about the budget: what was spent of it, how it was kept (:func:`fits`), how far
+    over it went, if over, and why; the LEFT jobs not started (NOUN: ``run``, ``judgement``)."""
+    over = spent - budget
+    kept = (f"a {noun} starts only if what is spent, the {noun}s going and its own, each at the most a "
+            f"{noun} had cost, fit it; the first goes alone")
+    words = f"Budget spent: ${spent:.4f} of ${budget:.4f}"
+    if over > CENT_DUST:
+        words += (f", over by ${over:.4f}: a {noun} can cost more than the most one had cost before it "
+                  f"started, and none is stopped halfway (paid for, and thrown away); {kept}")
+    else:
+        words += f" ({kept})"
+    return words + (f"; {left} {not_started} ({again})." if left else ".")
+
+
 def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | None, spent: float,
-            total: int, name: str, console: Console) -> tuple[list[Outcome], list[Any], str | None]:
-    """Run TODO through EXECUTOR, PARALLEL at once, while SPENT (and what finishes) is under BUDGET
-    and runs do not keep failing for one reason.
+            total: int, name: str, console: Console,
+            known: Sequence[float | None] = ()) -> tuple[list[Outcome], list[Any], str | None]:
+    """Run TODO through EXECUTOR, PARALLEL at once, while one more fits BUDGET (:func:`fits`: SPENT
+    and what finishes, the jobs going and the next, at the most a job cost: those ended, and KNOWN,
+    the costs of jobs done before) and runs do not keep failing for one reason.
 
     Returns the outcomes, the runs never started, and the reason that stopped them early (None: the
     budget, or nothing, stopped them)."""
@@ -313,8 +356,8 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
 
         try:
             while queue or running:
-                while (queue and (running if busy is None else busy()) < parallel
-                       and (budget is None or spent < budget) and stopped is None):
+                while (queue and (running if busy is None else busy()) < parallel and stopped is None
+                       and fits(budget, spent, running, expected_cost([*known, *(o.cost for o in outcomes)]))):
                     executor.submit(queue.pop(0))
                     running += 1
                 if not running:
@@ -428,7 +471,7 @@ def main(argv: list[str]) -> int:
         executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                               else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))
         outcomes, left, stopped = execute(todo, executor, parallel, budget, spent, total, experiment.name,
-                                          progress_console())
+                                          progress_console(), list(before.values()))
     except KeyboardInterrupt:
         print(f"{experiment.name}: interrupted: {record_words(experiment, runs_dir)}; run the same command "
               "again to resume.", flush=True)
@@ -442,8 +485,7 @@ def main(argv: list[str]) -> int:
         print(f"Stopped early: the last {SAME_FAILURES} runs failed the same way ({stopped}); "
               f"{len(left)} runs not started. Fix the cause and run the same command again to resume.",
               flush=True)
-    elif left:
-        print(f"Budget spent: ${spent:.4f} of ${budget or 0:.4f} (checked against finished runs: none starts once "
-              f"they have cost it; the runs going then end, and count too); {len(left)} runs not started "
-              "(re-run with a larger --budget to run them).", flush=True)
+    elif budget is not None and (left or spent > budget + CENT_DUST):
+        print(budget_words(spent, budget, len(left), "run", "runs not started",
+                           "re-run with a larger --budget to run them"), flush=True)
     return 1 if failed else 3 if left else 0

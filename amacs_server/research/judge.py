@@ -21,8 +21,9 @@ list prices for another server's tokens), which the dataset loads as the ``score
 report draws per arm with bootstrap 95% intervals.
 
 Runs are judged N at once (default the spec's ``parallel``) through the
-experiment's loop: the same progress bar and total budget (no judge call starts
-once the judged runs have cost ``--budget``), and resume: a run already scored
+experiment's loop: the same progress bar and total budget (a judgement starts
+only if what is spent, the judgements going and its own, each at the most one has
+cost, fit ``--budget``; one at a time until one has ended), and resume: a run already scored
 by this judge is skipped, its cost counted; a judgement that failed (or was cut
 short) is asked again, its earlier attempt kept in ``.../attempts/<n>/`` (its
 score.json and judge.jsonl, as a run's are) and what it cost counted as the new
@@ -594,7 +595,13 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
           going: list[JudgeExecutor]) -> int:
     """:func:`main`, appending the judge's name to NAMED once it is known, to RECORD the words of
     what is judged once the runs to judge are, and its executor to GOING."""
-    from .experiment import execute, progress_console, summary
+    from .experiment import (
+        CENT_DUST,
+        budget_words,
+        execute,
+        progress_console,
+        summary,
+    )
 
     parser = argparse.ArgumentParser(prog="amacs-server judge",
                                      description="Score every done run of RUNS_DIR with a judge skill.")
@@ -657,8 +664,9 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
 
     for backend in sorted({job.backend for job in todo}):
         sdk.SDKS[backend].load()
+    known = [_cost_of(path) for path in _scored(runs_dir, judge)]  # what a judgement costs, before one ends
     outcomes, left, stopped = execute(todo, executor, parallel, args.budget, before, total, f"judge {judge.name}",
-                                      progress_console())
+                                      progress_console(), known)
     spent = before + sum(o.cost or 0.0 for o in outcomes)
     failed = [o for o in outcomes if o.status == "failed"]
     print(_last_line(judge, runs_dir, total, where), flush=True)
@@ -667,9 +675,9 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
     if stopped is not None and left:
         print(f"Stopped early: the last judgements failed the same way ({stopped}); {len(left)} runs not judged. "
               "Fix the cause and run the same command again to resume.", flush=True)
-    elif left:
-        print(f"Budget spent: ${spent:.4f} of ${args.budget or 0:.4f}; {len(left)} runs not judged "
-              "(re-run with a larger --budget to judge them).", flush=True)
+    elif args.budget is not None and (left or spent > args.budget + CENT_DUST):
+        print(budget_words(spent, args.budget, len(left), "judgement", "runs not judged",
+                           "re-run with a larger --budget to judge them"), flush=True)
     return 1 if failed else 3 if left else 0
 
 
@@ -683,6 +691,12 @@ def _scored(runs_dir: Path, judge: Judge) -> list[Path]:
     """The score files of runs this judge scored before (done)."""
     return [p for p in runs_dir.glob(f"*/judges/{judge.name}/{SCORE}")
             if (_read_json(p) or {}).get("status") == "done"]
+
+
+def _cost_of(score: Path) -> float | None:
+    """The cost a score file says its judgement had (None: it says none)."""
+    cost = (_read_json(score) or {}).get("cost")
+    return float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
 
 
 def _spec_parallel(runs_dir: Path) -> int:

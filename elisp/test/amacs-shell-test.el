@@ -519,10 +519,12 @@ not speak of one; no refused input, and the prompt is left alone."
 
 (ert-deftest amacs-shell-test-the-header-names-an-endpoint-that-is-not-the-providers ()
   "The header said claude-sonnet-5-5 (anthropic) while the agent talked to the demo on 127.0.0.1.
-It names the endpoint whenever the server says it is not the provider's own."
+It names the endpoint whenever the server says it is not the provider's own.
+The demo's short words are its long ones: a fork's header, which gets the
+short words, said `demo' where its source's said `demo model'."
   (amacs-shell-test--with-shell
     (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo") " demo model — waiting for you"
-                     " demo — waiting for you")
+                     " demo model — waiting for you")
                     ((:model "smollm2" :backend "openai" :endpoint "local") " local: smollm2 — waiting for you"
                      " local: smollm2 — waiting for you")
                     ((:model "qwen" :backend "openai" :endpoint "gpu.example.org:8000")
@@ -593,7 +595,7 @@ too; narrower, the commit goes first."
                                        :commit "e8a1cf1d2c3b4a5968778695a4b3c2d1e0f1a2b3"))
         (amacs-shell--transition 'ready)
         (dolist (width '((200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
-                         (80 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo — waiting for you")))
+                         (86 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")))
           (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
 
 (ert-deftest amacs-shell-test-a-narrow-forks-header-keeps-its-model ()
@@ -606,12 +608,12 @@ what the agent does stays."
     (cl-letf (((symbol-function 'amacs-connection-name) (lambda (&rest _) "/tmp/x/home-fork-now")))
       (dolist (case '(((:model "demo" :backend "anthropic" :endpoint "demo")
                        (200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")
-                       (80 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo — waiting for you")
-                       (75 " /tmp/x/home-fork-now (a fork of home at tick 3) — demo — waiting for you")
-                       (70 " home-fork-now (a fork of home at tick 3) — demo — waiting for you")
-                       (60 " home-fork-now (fork) — demo — waiting for you")
-                       (40 " a fork — demo — waiting for you")
-                       (30 " demo — waiting for you")
+                       (86 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")
+                       (81 " /tmp/x/home-fork-now (a fork of home at tick 3) — demo model — waiting for you")
+                       (76 " home-fork-now (a fork of home at tick 3) — demo model — waiting for you")
+                       (60 " home-fork-now (fork) — demo model — waiting for you")
+                       (40 " a fork — demo model — waiting for you")
+                       (30 " demo model — waiting for you")
                        (20 " waiting for you"))
                       ((:model "claude-sonnet-5-5" :backend "anthropic")
                        (60 " home-fork-now (fork) — claude-sonnet-5-5 — waiting for you")
@@ -649,8 +651,8 @@ home's folder name stays before the model goes."
       (amacs-test-with-status '(:model "demo" :backend "anthropic" :endpoint "demo" :key-ok t)
         (amacs-shell--transition 'ready)
         (dolist (width '((60 " /tmp/x/a-rather-long-home — demo model — waiting for you")
-                         (50 " a-rather-long-home — demo — waiting for you")
-                         (40 " demo — waiting for you")
+                         (50 " a-rather-long-home — demo model — waiting for you")
+                         (40 " demo model — waiting for you")
                          (20 " waiting for you")))
           (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
 

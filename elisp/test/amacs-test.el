@@ -218,6 +218,18 @@ later, neither runs it again nor says the server stopped."
       (let ((kill-buffer-query-functions nil)) (kill-buffer buf))
       (delete-directory amacs-home t))))
 
+(ert-deftest amacs-test-the-hub-labels-an-abandoned-future-by-its-inputs ()
+  "A future that held `note' and `eval' was labelled `ticks 3-6: note' in the hub:
+its line names its first input and its last, and how many when more."
+  (should (equal (amacs-hub--future-inputs '(:first-input "note" :last-input "note" :inputs 1)) "note"))
+  (should (equal (amacs-hub--future-inputs '(:first-input "note" :last-input "eval" :inputs 2)) "note, eval"))
+  (should (equal (amacs-hub--future-inputs '(:first-input "note" :last-input "eval" :inputs 5))
+                 "note … eval (5 inputs)"))
+  (should (equal (amacs-hub--future-inputs '(:first-input nil :last-input nil :inputs 0)) "(no input)"))
+  (should (<= (string-width (amacs-hub--future-inputs
+                             (list :first-input (make-string 80 ?a) :last-input (make-string 80 ?b) :inputs 9)))
+              60)))
+
 (ert-deftest amacs-test-chat-log-opens-folded-at-the-newest-tick ()
   "Issue 4: agent-chat.org opens in org-mode, ticks folded, the newest open."
   (let* ((home (make-temp-file "amacs-home" t))

@@ -33,6 +33,7 @@ FAILED = "cars.two-views.sonnet.r1"
 REASON = "timed out after 300 s"
 AGAIN = "cars.three-views.sonnet.r0"  # a run that ran again: its earlier attempt paid EARLIER
 EARLIER = 0.0125
+JUDGED_EARLIER = 0.0042  # what AGAIN's judgement's earlier attempt (asked again) paid
 
 
 def needs_inspect() -> None:
@@ -72,6 +73,8 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     manifest.write_text(json.dumps({**data, "status": "failed", "error": REASON, "failed_turn": 1}))
     again = runs / AGAIN / "manifest.json"
     again.write_text(json.dumps({**json.loads(again.read_text()), "earlier_cost": EARLIER}))
+    score = runs / AGAIN / "judges" / "answer-quality" / "score.json"
+    score.write_text(json.dumps({**json.loads(score.read_text()), "earlier_cost": JUDGED_EARLIER}))
     out = tmp / "logs"
     said = amacs("export", str(runs), "--inspect", str(out)).stdout
     assert f"2 inspect logs (4 samples, one per run; one log per arm) in {out}" in said
@@ -94,7 +97,8 @@ for info in list_eval_logs(out):
         usage = next(iter(s.model_usage.values()))
         samples.append({"run_id": s.metadata["run_id"], "id": s.id, "epoch": s.epoch,
                         "roles": [m.role for m in s.messages], "reply": s.messages[-1].text,
-                        "scores": {k: v.value for k, v in s.scores.items()}, "spans": spans, "tools": tools,
+                        "scores": {k: v.value for k, v in s.scores.items()},
+                        "score_meta": {k: v.metadata for k, v in s.scores.items()}, "spans": spans, "tools": tools,
                         "model_events": len(models), "input_tokens": usage.input_tokens,
                         "total_cost": usage.total_cost, "error": s.error.message if s.error else None})
     logs[log.eval.task] = {"model": log.eval.model, "status": log.status, "samples": samples,
@@ -123,8 +127,11 @@ def test_the_export_reads_back_in_inspect_ai_and_its_data_frames(exported):
         for s in log["samples"]:
             m = con_runs[s["run_id"]]
             assert s["roles"] == ["user", "assistant"] and "After hearing the panel" in s["reply"]
-            assert s["scores"]["answer-quality"] == json.loads(
-                (runs / s["run_id"] / "judges" / "answer-quality" / "score.json").read_text())["score"]
+            judged = json.loads((runs / s["run_id"] / "judges" / "answer-quality" / "score.json").read_text())
+            assert s["scores"]["answer-quality"] == judged["score"]
+            meta = s["score_meta"]["answer-quality"]  # what the judgement cost, its earlier attempts' part apart
+            assert meta["cost"] == pytest.approx(judged["cost"]) and meta["judge_model"] == judged["model"]
+            assert meta["earlier_cost"] == (JUDGED_EARLIER if s["run_id"] == AGAIN else 0.0)
             assert s["total_cost"] == pytest.approx(m["cost"]) and s["input_tokens"] > 0  # usage, dollars
             names = [n.split(" ")[0] for n in s["spans"]]  # a span per agent, in the order they started
             assert names[0] == "primary" and sorted(names[1:]) == [f"viewpoint-{p}" for p in sorted(panel)]

@@ -193,6 +193,26 @@ def test_judge_stops_at_its_budget(runs, fake):
     assert len(scores(runs, "answer-quality")) == RUNS and len(fake.requests) == RUNS
 
 
+def test_judge_s_budget_counts_the_judgements_going(runs, fake):
+    """The judgements going count against the budget at the most one cost, the first alone (newcomer8 #41:
+    `--budget 0.01` spent $0.0158): at parallel 2 a budget below one judgement's cost judges one, and says
+    how far over and why; then a budget of 3.5 of them judges 2 more, not 3, within it."""
+    stopped = judge(fake, runs, "answer-quality", "--parallel", "2", "--budget", "0.0001")
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    first = scores(runs, "answer-quality")
+    assert len(first) == 1 and len(fake.requests) == 1, stopped.stdout
+    one = next(iter(first.values()))["cost"]
+    assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f}: a judgement can cost more than "
+            "the most one had cost before it started") in stopped.stdout, stopped.stdout
+    budget = round(3.5 * one, 6)
+    more = judge(fake, runs, "answer-quality", "--parallel", "2", "--budget", str(budget))
+    assert more.returncode == 3, more.stdout + more.stderr
+    judged = scores(runs, "answer-quality")
+    spent = sum(s["cost"] for s in judged.values())
+    assert len(judged) == 3 and spent <= budget, (more.stdout, spent, budget)
+    assert f"Budget spent: ${spent:.4f} of ${budget:.4f} (a judgement starts only if" in more.stdout, more.stdout
+
+
 @pytest.mark.parametrize("point", [f"{p}@{n}" for p in ("judge.asked", "judge.scored", "judge.written")
                                    for n in range(1, RUNS + 1)])
 def test_judge_killed_at_a_score_loses_no_other_and_judges_that_one_again(runs, fake, point):

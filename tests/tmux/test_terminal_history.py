@@ -161,8 +161,8 @@ def test_a_fork_of_now_runs_on_the_parents_model_and_the_hub_opens_a_rewinds_fut
     term.wait_for(lambda screen: screen.splitlines()[1][60:].rstrip().endswith("waiting for you"),
                   what="the two headers (under the menu bar), side by side in 120 columns")
     header = term.screen().splitlines()[1]
-    assert header[60:].rstrip() == f" {fork.name} (fork) — demo — waiting for you", header
-    assert header[:60].rstrip(" |").endswith(" demo — waiting for you"), header  # the first shell's
+    assert header[60:].rstrip() == f" {fork.name} (fork) — demo model — waiting for you", header
+    assert header[:60].rstrip(" |").endswith(" demo model — waiting for you"), header  # the first shell's
     term.resize(200, 50)
     chat = (fork / "agent-chat.org").read_text()
     assert "third words" in chat and "in the fork" in chat  # now: the last tick, whole
