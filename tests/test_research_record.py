@@ -310,7 +310,9 @@ def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
     said = headline(build_report(con, tmp_path, [], None).render("t"))
     total_runs, total_judging = runs_cost + 0.125, score["cost"] + 0.003
     assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
-            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement; $0.0030 of it by earlier "
+            f"judging ${total_judging:.4f} estimated at list prices (the model calls went to "
+            f"{fake.url.removeprefix('http://').rstrip('/')}, not Anthropic&#x27;s API; "
+            "1 judge: viewpoints-used, 1 judgement; $0.0030 of it by earlier "
             "attempts of judgements that ran again), "
             f"${total_runs + total_judging:.4f} in all.") in said, said
 
