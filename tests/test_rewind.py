@@ -1321,6 +1321,49 @@ def _changed(home: Path) -> list[str]:
             if line[3:] not in history.SETTINGS]
 
 
+def test_a_forks_memory_and_vouched_files_are_made_while_git_fetches_its_history_and_their_errors_are_the_forks(
+        tmp_path, fake, monkeypatch):
+    """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced)
+    and the files the home's server vouches for (its past months, 9 MB) are copied in threads of
+    their own beside git's walk of the history, not after it: here the walk waits until both have
+    begun, which a fork making them one after the other never reaches.  The fork is whole all the
+    same; an error of the memory's making is the fork's, and leaves nothing beside DEST."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    memory_began, copy_began = threading.Event(), threading.Event()
+    real_walk, real_memory, real_copy = history._history_up_to, history._memory_from_snapshot, history.copy_vouched
+
+    def walk(*args: Any, **kw: Any) -> Any:
+        assert memory_began.wait(10), "the fork's memory was not begun before its walk"
+        assert copy_began.wait(10), "the fork's vouched files were not begun before its walk"
+        return real_walk(*args, **kw)
+
+    def memory(*args: Any, **kw: Any) -> bool:
+        memory_began.set()
+        return real_memory(*args, **kw)
+
+    def copy(*args: Any, **kw: Any) -> Any:
+        copy_began.set()
+        return real_copy(*args, **kw)
+
+    monkeypatch.setattr(history, "_history_up_to", walk)
+    monkeypatch.setattr(history, "_memory_from_snapshot", memory)
+    monkeypatch.setattr(history, "copy_vouched", copy)
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    with sqlite3.connect(fork / "memory.db") as db:
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM items").fetchone()[0] > 0
+    assert _changed(fork) == []
+
+    def broken(*args: Any, **kw: Any) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(history, "_memory_from_snapshot", broken)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        history.fork(home, 2, tmp_path / "fork2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fork", "home"]
+
+
 def test_a_forks_git_trusts_the_files_it_checked_out_and_still_sees_a_later_change(tmp_path, fake):
     """A fork's check-out wrote its files and git's index in one second: git held each file
     *racily clean* (it may have changed unseen) and read and hashed every one again at each
