@@ -471,3 +471,28 @@ def test_a_run_killed_after_its_last_reply_that_runs_again_says_why(tmp_path, mo
     assert kept is not None and kept["status"] == "failed" and kept[runs.RERUN] == resumed.words, kept
     assert kept["error"] == (f"the experiment was killed after its every turn had its reply, but {resumed.words}; "
                              "it ran again"), kept
+
+
+def test_a_turn_that_used_its_max_steps_is_over_though_its_last_response_asked_for_a_step(tmp_path):
+    """The primary's step limit leaves no record of its own: a turn whose every tick's response asked
+    for another step (an eval) is over when it has had the spec's max_steps ticks, and going on with one
+    fewer (the resume runs that run again rather than record it done)."""
+    from amacs_server.research.runs import _last_turn_over
+
+    def transcript(steps: int) -> Path:
+        home = tmp_path / f"home{steps}"
+        (home / "transcripts").mkdir(parents=True)
+        lines, seq = [], 0
+        for tick in range(1, steps + 1):
+            for event, data in (
+                    ("tick_start", {"human": "hi" if tick == 1 else None, "consciousness": {}, "wrote": []}),
+                    ("tick_end", {"response": {"reply": "on it", "eval": "(+ 1 1)"}, "eval_result": {}, "wrote": []})):
+                seq += 1
+                lines.append(json.dumps({"run_id": "s", "session_id": "s", "agent_id": "p", "parent_id": None,
+                                         "agent_type": "primary", "template": None, "seq": seq, "ts": float(seq),
+                                         "tick": tick, "event": event, "data": data}))
+        (home / "transcripts" / "s.jsonl").write_text("\n".join(lines) + "\n")
+        return home
+
+    assert _last_turn_over(transcript(3), max_steps=3) == (3, True)
+    assert _last_turn_over(transcript(2), max_steps=3) == (2, False)

@@ -283,7 +283,7 @@ def test_no_answer_from_the_endpoint_is_said_so_not_estimated_at_list_prices():
     was "estimated at list prices (the model calls went to 127.0.0.1:9 ...)" - no call went anywhere."""
     dead = "127.0.0.1:9, not Anthropic's API"
     assert experiment.cost_words([(0.0, dead)] * 4) == (
-        "$0.0000: no model call got an answer (they were sent to 127.0.0.1:9, not Anthropic's API)")
+        "$0.0000: no model call got an answer (the model is at 127.0.0.1:9, not Anthropic's API)")
     # one answered call is an estimate again; an unknown cost is not known to be nothing
     assert experiment.cost_words([(0.0, dead), (0.01, dead)]).startswith("$0.0100 estimated at list prices")
     assert "no model call got an answer" not in experiment.cost_words([(0.0, dead), (None, dead)])

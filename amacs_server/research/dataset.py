@@ -520,7 +520,7 @@ def judging_words(con: duckdb.DuckDBPyConnection) -> str:
     wheres = sorted({w for _c, w in rows if w})
     listed = sum(c or 0.0 for c, w in rows if w)
     if wheres and unanswered(rows) and all(w for _c, w in rows):
-        said, where = ": no model call got an answer", f"they were sent to {'; '.join(wheres)}; "
+        said, where = ": no model call got an answer", f"the model is at {'; '.join(wheres)}; "
     elif wheres and all(w or not c for c, w in rows):
         said, where = " estimated at list prices", f"the model calls went to {'; '.join(wheres)}; "
     elif wheres:
@@ -572,7 +572,7 @@ def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "ru
     notes = []
     if wheres and not billed and unanswered(costs):
         words = f"${estimated:.4f}: no model call got an answer"
-        notes.append(f"they were sent to {'; '.join(wheres)}")
+        notes.append(f"the model is at {'; '.join(wheres)}")
     elif wheres:
         words = f"${estimated:.4f} estimated at list prices"
         words = f"${billed:.4f} spent and {words}" if billed else words

@@ -30,7 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -82,6 +83,30 @@ class Outcome:
     failed_turn: int | None = None  # the first turn of the script without the agent's reply
     phases: dict[str, float | None] = field(default_factory=dict)  # PHASES: when each happened
     unpriced_calls: int = 0  # model calls whose price is unknown (their tokens are in the dataset)
+
+
+@contextmanager
+def whole() -> Iterator[None]:
+    """A C-c during the block is raised after it, not in it: a line printed whole and once (rich
+    writes its buffer, then empties it: a C-c between the two printed the line again with the next),
+    an outcome taken from the executor and counted, not dropped between the two.  Inside another
+    block, the outer one holds the C-c until it ends."""
+    if threading.current_thread() is not threading.main_thread() or _HOLDING:
+        yield
+        return
+    pressed: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    _HOLDING.append(True)
+    try:
+        yield
+    finally:
+        _HOLDING.pop()
+        signal.signal(signal.SIGINT, before)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+_HOLDING: list[bool] = []  # a whole() block is going (main thread only)
 
 
 def elisp_dir() -> Path:

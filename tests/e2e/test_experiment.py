@@ -241,8 +241,8 @@ def test_experiment_interrupted_while_it_starts_says_so_too(slow_model, tmp_path
     out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode == 130, out + err
-    assert re.search(r"early: interrupted: 0 of 12 done, 0 failed, 12 to run, \$0\.0000 .*; run the same command "
-                     r"again to resume\.", out), out
+    assert re.search(r"early: interrupted: 0 of 12 done, 0 failed, 12 to run, \$0\.0000: no model call got an "
+                     r"answer .*; run the same command again to resume\.", out), out
     forks = subprocess.run(["pgrep", "-f", "-s", str(proc.pid), "amacs_server.research.forkserver"],
                            capture_output=True, text=True, check=False)
     assert not forks.stdout.strip(), forks.stdout

@@ -276,8 +276,8 @@ def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
     assert proc.returncode == 130, first + out + err
     # what is judged and what it cost, as an experiment's interrupted line says its runs
     where = fake.url.removeprefix("http://").rstrip("/")
-    assert (f"judge viewpoints-used: interrupted: 0 of {RUNS} judged, 0 failed, {RUNS} to judge, $0.0000 estimated "
-            f"at list prices (the model calls went to {where}, not Anthropic's API); run the same command again "
+    assert (f"judge viewpoints-used: interrupted: 0 of {RUNS} judged, 0 failed, {RUNS} to judge, $0.0000: no model "
+            f"call got an answer (the model is at {where}, not Anthropic's API); run the same command again "
             "to resume.") in out, out
     assert not scores(runs, "viewpoints-used")
 
