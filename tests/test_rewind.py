@@ -1326,8 +1326,10 @@ def test_a_forks_memory_and_vouched_files_are_made_while_git_fetches_its_history
     """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced)
     and the files the home's server vouches for (its past months, 9 MB) are copied in threads of
     their own beside git's walk of the history, not after it: here the walk waits until both have
-    begun, which a fork making them one after the other never reaches.  The fork is whole all the
-    same; an error of the memory's making is the fork's, and leaves nothing beside DEST."""
+    begun, which a fork making them one after the other never reaches.  The walk's pack-objects
+    runs on one thread (beside those copies, git's threads for so small a pack cost more CPU).
+    The fork is whole all the same; an error of the memory's making is the fork's, and leaves
+    nothing beside DEST."""
     home = tmp_path / "home"
     run(home, fake, FUTURE_SESSION[:3])
     memory_began, copy_began = threading.Event(), threading.Event()
@@ -1346,14 +1348,24 @@ def test_a_forks_memory_and_vouched_files_are_made_while_git_fetches_its_history
         copy_began.set()
         return real_copy(*args, **kw)
 
+    packed: list[tuple[str, ...]] = []
+    real_git = history._git
+
+    def spy(where: Path, *args: str, **kw: Any) -> bytes:
+        if args[0] == "pack-objects":
+            packed.append(args)
+        return real_git(where, *args, **kw)
+
     monkeypatch.setattr(history, "_history_up_to", walk)
     monkeypatch.setattr(history, "_memory_from_snapshot", memory)
     monkeypatch.setattr(history, "copy_vouched", copy)
+    monkeypatch.setattr(history, "_git", spy)
     fork = history.fork(home, 2, tmp_path / "fork").home
     with sqlite3.connect(fork / "memory.db") as db:
         assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
         assert db.execute("SELECT count(*) FROM items").fetchone()[0] > 0
     assert _changed(fork) == []
+    assert [args for args in packed if "--threads=1" not in args] == [] and packed
 
     def broken(*args: Any, **kw: Any) -> bool:
         raise sqlite3.OperationalError("disk I/O error")

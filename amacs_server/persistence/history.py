@@ -1638,7 +1638,8 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
+        # One thread: the memory's copy runs beside it, and git's threads for so small a pack cost more CPU.
+        name = _git(made, "pack-objects", "--threads=1", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
                     stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
     except HistoryError:  # an object is not found: fetch the history instead
         name = None
