@@ -91,7 +91,7 @@ def test_within_the_budget_the_line_says_how_it_was_kept():
     line = budget_words(0.08, 0.10, 8, "judgement", "runs not judged", "re-run with a larger --budget "
                         "to judge them")
     assert line == ("Budget spent: $0.0800 of $0.1000 (a judgement starts only if what is spent, the judgements "
-                    "going and its own, each at the most a judgement had cost, fit it; the first goes alone); "
+                    "going and its own, each at the most a judgement had cost, fit it; until one has ended, one goes at a time); "
                     "8 runs not judged (re-run with a larger --budget to judge them).")
 
 
