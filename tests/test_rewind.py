@@ -1536,6 +1536,31 @@ def test_a_second_rewind_to_a_tick_names_the_future_the_first_left_there(tmp_pat
     assert fourth.abandoned in note and f"it is kept on git ref {third.abandoned}." in note, note
 
 
+def test_a_rewinds_note_reads_the_newest_commits_of_the_line_a_page_at_a_time(tmp_path, fake, monkeypatch):
+    """A rewind's note looks for the tick's own commit below the rewinds to it: it read the whole
+    line of commits (20,000 at 20,000 ticks: 0.2 s a rewind).  Now a page at a time, and a page
+    of one commit still finds it below a rewind commit."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "three")])
+    first = history.rewind(home, 2)
+    run(home, fake, [("say", "again")])
+    monkeypatch.setattr(history, "LOG_PAGE", 1, raising=False)
+    pages: list[int] = []
+    real_git = history._git
+
+    def spy(where: Path, *args: str, **kw: Any) -> bytes:
+        out = real_git(where, *args, **kw)
+        if args[:2] == ("log", "--first-parent"):
+            pages.append(len(out.splitlines()))
+        return out
+
+    monkeypatch.setattr(history, "_git", spy)
+    second = history.rewind(home, 2)
+    note = (home / "agent-chat.org").read_text().split("** Rewound\n")[-1]
+    assert second.abandoned in note and f"it is kept on git ref {first.abandoned}." in note, note
+    assert pages and max(pages) == 1, pages
+
+
 def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):
     """A fork opened alone showed no home in its shell's header: the status at hello names the
     home and tick it was forked from (None for a home that is no fork), and a fork of the fork
