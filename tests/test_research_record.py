@@ -496,3 +496,38 @@ def test_a_turn_that_used_its_max_steps_is_over_though_its_last_response_asked_f
 
     assert _last_turn_over(transcript(3), max_steps=3) == (3, True)
     assert _last_turn_over(transcript(2), max_steps=3) == (2, False)
+
+
+def test_a_run_stopped_after_its_commit_was_made_but_not_its_record_s_removal_is_said_done_on_resume(tmp_path):
+    """Found by hand (C-c twice at a debate run's final reply): its server was killed after the last
+    tick's commit was made and before the commit's record (.uncommitted-tick) was removed. The resume
+    removes such a record and records the run done, but the second C-c's line said "it runs again":
+    the look at what the resume will do counted the stale record as a commit not made."""
+    from types import SimpleNamespace
+
+    from amacs_server.persistence.git_repo import UNCOMMITTED
+    from amacs_server.research.runs import done_on_resume
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.test_rewind import answer, do, runtime
+
+    folder = tmp_path / "run"
+    home = folder / "home"
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        rt = runtime(home, fake.url)
+        try:
+            do(rt, ("say", "first"))
+            assert rt.mind.commits.flush(60)
+            files = rt.mind.commits._digests.of(rt.mind.repo.snapshots.take(rt.mind.tracked_files()))
+        finally:
+            rt.stop()
+    finally:
+        fake.stop()
+    run = SimpleNamespace(turns=("first",), base_url=None, max_steps=10)
+    assert done_on_resume(run, folder)  # type: ignore[arg-type]
+    record = json.dumps({"message": "[TICK 1][no-thread][calm] thought about first", "files": files})
+    (home / UNCOMMITTED).write_text(record)  # the commit made, its record not yet removed
+    assert done_on_resume(run, folder)  # type: ignore[arg-type]
+    assert (home / UNCOMMITTED).read_text() == record, "the look changed the home"
+    assert not done_on_resume(SimpleNamespace(turns=("first", "second"), base_url=None, max_steps=10),  # type: ignore[arg-type]
+                              folder)  # a turn without its reply: it runs again

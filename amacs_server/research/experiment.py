@@ -282,11 +282,11 @@ def budget_words(spent: float, budget: float, left: int, noun: str, not_started:
     over it went, if over, and why; the LEFT jobs not started (NOUN: ``run``, ``judgement``)."""
     over = spent - budget
     kept = (f"a {noun} starts only if what is spent, the {noun}s going and its own, each at the most a "
-            f"{noun} had cost, fit it; the first goes alone")
+            f"{noun} had cost, fit it; until one has ended, one goes at a time")
     words = f"Budget spent: ${spent:.4f} of ${budget:.4f}"
     if over > CENT_DUST:
-        words += (f", over by ${over:.4f}: a {noun} can cost more than the most one had cost before it "
-                  f"started, and none is stopped halfway (paid for, and thrown away); {kept}")
+        words += (f", over by ${over:.4f} ({kept}; but a {noun} can cost more than the most one had cost before "
+                  "it started, and none is stopped halfway: it would be paid for and thrown away)")
     else:
         words += f" ({kept})"
     return words + (f"; {left} {not_started} ({again})." if left else ".")

@@ -724,10 +724,11 @@ def done_on_resume(run: Run, folder: Path) -> bool:
     if not isinstance(found, tuple):
         return False
     home = folder / "home"
-    if isinstance(history.late_look(home), tuple):
-        return True
-    try:
-        return history.last_tick(home) >= found[1] and not (home / UNCOMMITTED).exists()
+    late = history.late_look(home)
+    if late is not None:  # the commit it asked for is made on resume, or cannot be
+        return isinstance(late, tuple)
+    try:  # a record of a tick committed since is removed on resume (the commit made, its record not)
+        return history.last_tick(home) >= found[1]
     except history.HistoryError:
         return False
 

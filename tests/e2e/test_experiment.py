@@ -356,7 +356,7 @@ def test_experiment_respects_total_budget(model, tmp_path):
     spent = sum(m["cost"] for m in first.values())
     assert spent <= 0.0027, spent
     assert (f"Budget spent: ${spent:.4f} of $0.0027 (a run starts only if what is spent, the runs going and "
-            "its own, each at the most a run had cost, fit it; the first goes alone); "
+            "its own, each at the most a run had cost, fit it; until one has ended, one goes at a time); "
             f"{RUNS - 4} runs not started") in stopped.stdout, stopped.stdout
 
     done = experiment(model, spec, runs, "--budget", "1")

@@ -202,8 +202,9 @@ def test_judge_s_budget_counts_the_judgements_going(runs, fake):
     first = scores(runs, "answer-quality")
     assert len(first) == 1 and len(fake.requests) == 1, stopped.stdout
     one = next(iter(first.values()))["cost"]
-    assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f}: a judgement can cost more than "
-            "the most one had cost before it started") in stopped.stdout, stopped.stdout
+    assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f} (a judgement starts only if"
+            in stopped.stdout), stopped.stdout
+    assert "but a judgement can cost more than the most one had cost before it started" in stopped.stdout
     budget = round(3.5 * one, 6)
     more = judge(fake, runs, "answer-quality", "--parallel", "2", "--budget", str(budget))
     assert more.returncode == 3, more.stdout + more.stderr
