@@ -1424,8 +1424,9 @@ def _futures_before(home: Path, tick: int, commit: str, ref: str) -> str:
                if name != ref and (to := _ABANDONED_NAME.search(name)) and int(to[2]) == tick]
     if not earlier:
         return ""
-    return (f" Earlier rewinds left futures after this tick too: {'they are' if len(earlier) > 1 else 'it is'} "
-            f"kept on git ref{'s' if len(earlier) > 1 else ''} {', '.join(earlier)}.")
+    if len(earlier) == 1:
+        return f" An earlier rewind left a future after this tick too: it is kept on git ref {earlier[0]}."
+    return f" Earlier rewinds left futures after this tick too: they are kept on git refs {', '.join(earlier)}."
 
 
 def _final_message(j: dict[str, Any]) -> str:
