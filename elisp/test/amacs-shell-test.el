@@ -595,6 +595,9 @@ too; narrower, the commit goes first."
                                        :commit "e8a1cf1d2c3b4a5968778695a4b3c2d1e0f1a2b3"))
         (amacs-shell--transition 'ready)
         (dolist (width '((200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
+                         ;; A longer path than the terminal's width allows: the fork's own
+                         ;; folder stays with the commit, as docs/shell.md shows it.
+                         (95 " home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
                          (86 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")))
           (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
 
