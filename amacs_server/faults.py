@@ -77,7 +77,7 @@ REWIND_POINTS = (
 FORK_POINTS = (
     "fork.made",                # the folder the fork is made in exists, marked unfinished
     "fork.fetched",             # it has the history up to the tick
-    "fork.checked-out",         # and the tick's files; memory.db not yet copied
+    "fork.checked-out",         # and the tick's files (memory.db is made meanwhile, in a thread)
     "fork.settings",            # the budget limit and settings copied
     "fork.copied",              # memory.db's item versions up to the tick copied
     "fork.memory",              # memory.db cut to the tick and vacuumed

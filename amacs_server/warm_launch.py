@@ -429,10 +429,14 @@ def running(directory: str) -> list[int]:
     return [pid for pid, root in servers(directory) if root == ROOT]
 
 
+# When it exits, in the notes below: after IDLE (warm.py) without a start, or once the checkout's code
+# changed (a git pull, a pip install: its stamp, :func:`stamp`), when the next ./amacs starts another.
+EXITS = "it exits after 8 idle hours, or when a git pull or pip install changes its code"
 QUIT_NOTE = ("AMACS: your warm server (pid {pids}) keeps running after Emacs, so that\n"
-             "the next ./amacs answers at once (about 100 MB; it exits after 8 idle hours).\n"
-             "To stop it now: ./amacs --stop-warm (or kill {pids}).  To never start one:\n"
-             "AMACS_WARM=0 ./amacs.  (Said once.)")
+             "the next ./amacs answers at once (about 100 MB; it exits after 8 idle hours,\n"
+             "or when a git pull or pip install changes its code).  To stop it now:\n"
+             "./amacs --stop-warm (or kill {pids}).\n"
+             "To never start one: AMACS_WARM=0 ./amacs.  (Said once.)")
 
 
 def told_mark(directory: str) -> str:
@@ -467,8 +471,7 @@ def said_at_quit(note: str) -> None:
 
 
 FIRST_NOTE = ("This start left a warm server running for the next ones: it stays after Emacs quits, so that "
-              "./amacs answers at once (about 100 MB; it exits after 8 idle hours).  ./amacs --stop-warm stops "
-              "it.  (Said once.)")
+              f"./amacs answers at once (about 100 MB; {EXITS}).  ./amacs --stop-warm stops it.  (Said once.)")
 
 
 def _first_start_note(directory: str) -> None:
@@ -483,7 +486,7 @@ def _first_start_note(directory: str) -> None:
 
 
 START_NOTE = ("Your warm server (pid {pid}) stays after Emacs quits, so that ./amacs answers at once "
-              "(about 100 MB; it exits after 8 idle hours).  ./amacs --stop-warm stops it.  (Said once.)")
+              f"(about 100 MB; {EXITS}).  ./amacs --stop-warm stops it.  (Said once.)")
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

@@ -46,7 +46,7 @@ modules='"amacs_server", "epc", "anthropic", "aiohttp", "openai", "git", "orgpar
 check="import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ($modules)))"
 if ! .venv/bin/python -c "$check" >/dev/null 2>&1 || [ pyproject.toml -nt "$stamp" ]; then
   echo "== installing amacs-server${extras} into .venv (a minute or two the first time)"
-  .venv/bin/pip install -q --disable-pip-version-check -e ".${extras}"
+  scripts/pip-install.sh .venv -e ".${extras}"
   touch "$stamp"
 fi
 

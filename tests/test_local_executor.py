@@ -50,3 +50,58 @@ def test_a_c_c_while_a_run_waits_for_a_worker_stops_and_leaves_that_run_to_do(tm
     assert not stopping.is_alive(), "the stop waits for a run that never started"
     assert discarded == ["p.v.m.r2"]
     assert sorted(o.run_id for o in executor.finished(0)) == ["p.v.m.r0", "p.v.m.r1"]
+
+
+def test_a_c_c_while_a_run_is_being_started_leaves_it_known_going(tmp_path, monkeypatch):
+    """A C-c the moment the pool has taken a run, before the executor had it among the runs going
+    (rj8, cc8: LocalExecutor.submit's window): that run went on untracked, its end never said, and the
+    stop did not wait for it.  Now the C-c comes once the run is known going: the stop ends it
+    (interrupted) and it has its outcome, as every run started does."""
+    import signal
+
+    def run_one(run, runs_dir, stop, *_rest) -> Outcome:
+        stop.wait(30)
+        return Outcome(run_id=run.run_id, status="failed", cost=0.0, seconds=0.0, turns_done=0, started_at=0.0,
+                       ended_at=0.0, error="interrupted")
+
+    monkeypatch.setattr(cluster, "run_one", run_one)
+    monkeypatch.setattr(cluster, "kill_strays", lambda runs_dir: None)
+    executor = cluster.LocalExecutor(tmp_path, parallel=1, fork=False)
+    taken = executor.pool.submit
+
+    def submit_then_c_c(*args, **kwargs):
+        future = taken(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # the person's C-c, between the pool taking the run and the rest
+        return future
+
+    monkeypatch.setattr(executor.pool, "submit", submit_then_c_c)
+    run = _Run("p.v.m.r0")
+    interrupted = False
+    try:
+        executor.submit(run)  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        interrupted = True
+    assert interrupted, "the C-c was lost"
+    assert list(executor.going.values()) == [run], "a run started and not known going"
+    executor.close()
+    assert [o.run_id for o in executor.finished(0)] == ["p.v.m.r0"]
+
+
+def test_a_c_c_held_by_two_blocks_comes_after_the_outer():
+    """The experiment's loop holds a C-c over a run's submit and its count; the executor's submit holds
+    it too: the inner block must not raise it in the middle of the outer (the run then started, not
+    counted going)."""
+    import signal
+
+    from amacs_server.research.runs import whole
+
+    done: list[str] = []
+    try:
+        with whole():
+            with whole():
+                signal.raise_signal(signal.SIGINT)
+                done.append("inner")
+            done.append("outer")
+    except KeyboardInterrupt:
+        done.append("raised")
+    assert done == ["inner", "outer", "raised"]

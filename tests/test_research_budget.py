@@ -81,8 +81,9 @@ def test_a_run_dearer_than_expected_passes_the_budget_by_its_difference_and_the_
     assert round(spent, 4) == 0.13 and len(left) == 1
     line = budget_words(spent, 0.10, len(left), "run", "runs not started",
                         "re-run with a larger --budget to run them")
-    assert line.startswith("Budget spent: $0.1300 of $0.1000, over by $0.0300: a run can cost more than the "
-                           "most one had cost before it started, and none is stopped halfway"), line
+    assert line.startswith("Budget spent: $0.1300 of $0.1000, over by $0.0300 (a run starts only if"), line
+    assert "; but a run can cost more than the most one had cost before it started, and none is stopped " \
+        "halfway: it would be paid for and thrown away); 1 runs not started" in line, line
     assert line.endswith("; 1 runs not started (re-run with a larger --budget to run them)."), line
 
 
@@ -90,7 +91,7 @@ def test_within_the_budget_the_line_says_how_it_was_kept():
     line = budget_words(0.08, 0.10, 8, "judgement", "runs not judged", "re-run with a larger --budget "
                         "to judge them")
     assert line == ("Budget spent: $0.0800 of $0.1000 (a judgement starts only if what is spent, the judgements "
-                    "going and its own, each at the most a judgement had cost, fit it; the first goes alone); "
+                    "going and its own, each at the most a judgement had cost, fit it; until one has ended, one goes at a time); "
                     "8 runs not judged (re-run with a larger --budget to judge them).")
 
 

@@ -310,7 +310,9 @@ def test_what_earlier_attempts_cost_stays_counted(tmp_path, monkeypatch):
     said = headline(build_report(con, tmp_path, [], None).render("t"))
     total_runs, total_judging = runs_cost + 0.125, score["cost"] + 0.003
     assert (f"runs ${total_runs:.4f} ($0.1250 of it by earlier attempts of runs that ran again), "
-            f"judging ${total_judging:.4f} (1 judge: viewpoints-used, 1 judgement; $0.0030 of it by earlier "
+            f"judging ${total_judging:.4f} estimated at list prices (the model calls went to "
+            f"{fake.url.removeprefix('http://').rstrip('/')}, not Anthropic&#x27;s API; "
+            "1 judge: viewpoints-used, 1 judgement; $0.0030 of it by earlier "
             "attempts of judgements that ran again), "
             f"${total_runs + total_judging:.4f} in all.") in said, said
 
@@ -469,3 +471,63 @@ def test_a_run_killed_after_its_last_reply_that_runs_again_says_why(tmp_path, mo
     assert kept is not None and kept["status"] == "failed" and kept[runs.RERUN] == resumed.words, kept
     assert kept["error"] == (f"the experiment was killed after its every turn had its reply, but {resumed.words}; "
                              "it ran again"), kept
+
+
+def test_a_turn_that_used_its_max_steps_is_over_though_its_last_response_asked_for_a_step(tmp_path):
+    """The primary's step limit leaves no record of its own: a turn whose every tick's response asked
+    for another step (an eval) is over when it has had the spec's max_steps ticks, and going on with one
+    fewer (the resume runs that run again rather than record it done)."""
+    from amacs_server.research.runs import _last_turn_over
+
+    def transcript(steps: int) -> Path:
+        home = tmp_path / f"home{steps}"
+        (home / "transcripts").mkdir(parents=True)
+        lines, seq = [], 0
+        for tick in range(1, steps + 1):
+            for event, data in (
+                    ("tick_start", {"human": "hi" if tick == 1 else None, "consciousness": {}, "wrote": []}),
+                    ("tick_end", {"response": {"reply": "on it", "eval": "(+ 1 1)"}, "eval_result": {}, "wrote": []})):
+                seq += 1
+                lines.append(json.dumps({"run_id": "s", "session_id": "s", "agent_id": "p", "parent_id": None,
+                                         "agent_type": "primary", "template": None, "seq": seq, "ts": float(seq),
+                                         "tick": tick, "event": event, "data": data}))
+        (home / "transcripts" / "s.jsonl").write_text("\n".join(lines) + "\n")
+        return home
+
+    assert _last_turn_over(transcript(3), max_steps=3) == (3, True)
+    assert _last_turn_over(transcript(2), max_steps=3) == (2, False)
+
+
+def test_a_run_stopped_after_its_commit_was_made_but_not_its_record_s_removal_is_said_done_on_resume(tmp_path):
+    """Found by hand (C-c twice at a debate run's final reply): its server was killed after the last
+    tick's commit was made and before the commit's record (.uncommitted-tick) was removed. The resume
+    removes such a record and records the run done, but the second C-c's line said "it runs again":
+    the look at what the resume will do counted the stale record as a commit not made."""
+    from types import SimpleNamespace
+
+    from amacs_server.persistence.git_repo import UNCOMMITTED
+    from amacs_server.research.runs import done_on_resume
+    from tests.fake_anthropic import FakeAnthropic
+    from tests.test_rewind import answer, do, runtime
+
+    folder = tmp_path / "run"
+    home = folder / "home"
+    fake = FakeAnthropic(default=answer).start()
+    try:
+        rt = runtime(home, fake.url)
+        try:
+            do(rt, ("say", "first"))
+            assert rt.mind.commits.flush(60)
+            files = rt.mind.commits._digests.of(rt.mind.repo.snapshots.take(rt.mind.tracked_files()))
+        finally:
+            rt.stop()
+    finally:
+        fake.stop()
+    run = SimpleNamespace(turns=("first",), base_url=None, max_steps=10)
+    assert done_on_resume(run, folder)  # type: ignore[arg-type]
+    record = json.dumps({"message": "[TICK 1][no-thread][calm] thought about first", "files": files})
+    (home / UNCOMMITTED).write_text(record)  # the commit made, its record not yet removed
+    assert done_on_resume(run, folder)  # type: ignore[arg-type]
+    assert (home / UNCOMMITTED).read_text() == record, "the look changed the home"
+    assert not done_on_resume(SimpleNamespace(turns=("first", "second"), base_url=None, max_steps=10),  # type: ignore[arg-type]
+                              folder)  # a turn without its reply: it runs again

@@ -234,3 +234,23 @@ def test_after_a_c_c_the_bar_counts_no_run_running(capsys):
         execute(runs, _StoppedBeforeTheyStart(), 2, None, 0.0, 3, "debate", progress_console())
     bar = [line for line in capsys.readouterr().err.splitlines() if line.startswith("debate (3 runs)")][-1]
     assert "1 done · 0 running · 0 failed · $0.45" in bar, bar
+
+
+def test_judging_dollars_at_list_prices_of_another_server_s_tokens_say_so(ran):
+    """The judging's dollars, list prices for what a fake reported, said "judging $0.0434 (1 judge: ...)"
+    where the runs' beside them said "estimated at list prices" (rj8); each score.json keeps where its
+    model ran (``estimated_where``), and the dataset's scores table too."""
+    from tests.test_research_record import judged
+
+    _experiment, runs_dir, _total = ran
+    judged(runs_dir, "viewpoints-used", [0.01, 0.02])
+    elsewhere = f"{WHERE}, not Anthropic's API"
+    for path in runs_dir.glob("*/judges/*/score.json"):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "estimated_where": elsewhere}))
+    con = load(runs_dir)
+    assert {w for (w,) in con.execute("SELECT estimated_where FROM scores").fetchall()} == {elsewhere}
+    text = summary_text(con, runs_dir, 0.1)
+    assert (f"judging $0.0300 estimated at list prices (the model calls went to {elsewhere}; 1 judge: "
+            "viewpoints-used, 2 judgements)") in text, text
+    page = build_report(con, runs_dir, [], None).render("t")
+    assert "judging $0.0300 estimated at list prices (the model calls went to" in page, page

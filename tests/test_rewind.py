@@ -1321,6 +1321,61 @@ def _changed(home: Path) -> list[str]:
             if line[3:] not in history.SETTINGS]
 
 
+def test_a_forks_memory_and_vouched_files_are_made_while_git_fetches_its_history_and_their_errors_are_the_forks(
+        tmp_path, fake, monkeypatch):
+    """A fork's memory.db (at 20,000 ticks a 43 MB copy of the home's memory snapshot, then synced)
+    and the files the home's server vouches for (its past months, 9 MB) are copied in threads of
+    their own beside git's walk of the history, not after it: here the walk waits until both have
+    begun, which a fork making them one after the other never reaches.  The walk's pack-objects
+    runs on one thread (beside those copies, git's threads for so small a pack cost more CPU).
+    The fork is whole all the same; an error of the memory's making is the fork's, and leaves
+    nothing beside DEST."""
+    home = tmp_path / "home"
+    run(home, fake, FUTURE_SESSION[:3])
+    memory_began, copy_began = threading.Event(), threading.Event()
+    real_walk, real_memory, real_copy = history._history_up_to, history._memory_from_snapshot, history.copy_vouched
+
+    def walk(*args: Any, **kw: Any) -> Any:
+        assert memory_began.wait(10), "the fork's memory was not begun before its walk"
+        assert copy_began.wait(10), "the fork's vouched files were not begun before its walk"
+        return real_walk(*args, **kw)
+
+    def memory(*args: Any, **kw: Any) -> bool:
+        memory_began.set()
+        return real_memory(*args, **kw)
+
+    def copy(*args: Any, **kw: Any) -> Any:
+        copy_began.set()
+        return real_copy(*args, **kw)
+
+    packed: list[tuple[str, ...]] = []
+    real_git = history._git
+
+    def spy(where: Path, *args: str, **kw: Any) -> bytes:
+        if args[0] == "pack-objects":
+            packed.append(args)
+        return real_git(where, *args, **kw)
+
+    monkeypatch.setattr(history, "_history_up_to", walk)
+    monkeypatch.setattr(history, "_memory_from_snapshot", memory)
+    monkeypatch.setattr(history, "copy_vouched", copy)
+    monkeypatch.setattr(history, "_git", spy)
+    fork = history.fork(home, 2, tmp_path / "fork").home
+    with sqlite3.connect(fork / "memory.db") as db:
+        assert db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+        assert db.execute("SELECT count(*) FROM items").fetchone()[0] > 0
+    assert _changed(fork) == []
+    assert [args for args in packed if "--threads=1" not in args] == [] and packed
+
+    def broken(*args: Any, **kw: Any) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(history, "_memory_from_snapshot", broken)
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        history.fork(home, 2, tmp_path / "fork2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fork", "home"]
+
+
 def test_a_forks_git_trusts_the_files_it_checked_out_and_still_sees_a_later_change(tmp_path, fake):
     """A fork's check-out wrote its files and git's index in one second: git held each file
     *racily clean* (it may have changed unseen) and read and hashed every one again at each
@@ -1480,17 +1535,42 @@ def test_a_second_rewind_to_a_tick_names_the_future_the_first_left_there(tmp_pat
     chat = (home / "agent-chat.org").read_text()
     notes = chat.split("** Rewound\n")[1:]
     assert len(notes) == 1 and second.abandoned in notes[0], chat
-    assert f"Earlier rewinds left futures after this tick too: it is kept on git ref {first.abandoned}." in notes[0]
+    assert f"An earlier rewind left a future after this tick too: it is kept on git ref {first.abandoned}." in notes[0]
     # The two futures are after tick 1: they go onto the future a rewind to it leaves, the note
     # that names them too, and the next rewind to tick 1 names that future alone.
     third = history.rewind(home, 1)
     chat = (home / "agent-chat.org").read_text()
-    assert third.abandoned in chat and "Earlier rewinds" not in chat, chat
+    assert third.abandoned in chat and "earlier rewind" not in chat.lower(), chat
     assert f"kept on git ref {first.abandoned}." in _git(home, "show", f"{third.abandoned}:agent-chat.org")
     run(home, fake, [("say", "once more")])
     fourth = history.rewind(home, 1)
     note = (home / "agent-chat.org").read_text().split("** Rewound\n")[-1]
     assert fourth.abandoned in note and f"it is kept on git ref {third.abandoned}." in note, note
+
+
+def test_a_rewinds_note_reads_the_newest_commits_of_the_line_a_page_at_a_time(tmp_path, fake, monkeypatch):
+    """A rewind's note looks for the tick's own commit below the rewinds to it: it read the whole
+    line of commits (20,000 at 20,000 ticks: 0.2 s a rewind).  Now a page at a time, and a page
+    of one commit still finds it below a rewind commit."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "three")])
+    first = history.rewind(home, 2)
+    run(home, fake, [("say", "again")])
+    monkeypatch.setattr(history, "LOG_PAGE", 1, raising=False)
+    pages: list[int] = []
+    real_git = history._git
+
+    def spy(where: Path, *args: str, **kw: Any) -> bytes:
+        out = real_git(where, *args, **kw)
+        if args[:2] == ("log", "--first-parent"):
+            pages.append(len(out.splitlines()))
+        return out
+
+    monkeypatch.setattr(history, "_git", spy)
+    second = history.rewind(home, 2)
+    note = (home / "agent-chat.org").read_text().split("** Rewound\n")[-1]
+    assert second.abandoned in note and f"it is kept on git ref {first.abandoned}." in note, note
+    assert pages and max(pages) == 1, pages
 
 
 def test_a_fork_says_what_it_is_a_fork_of_at_hello(tmp_path, fake):

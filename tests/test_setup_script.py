@@ -15,6 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("anthropic", "openai", "aiohttp", "git", "orgparse")
 
@@ -73,3 +75,27 @@ def test_amacs_on_a_set_up_checkout_runs_no_program_before_emacs(tmp_path):
     launch = subprocess.run([str(ROOT / "amacs")], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
     assert launch.returncode == 0 and launch.stderr == "", launch.stderr
     assert "(require 'amacs-shell-start)" in ran.read_text(encoding="utf-8")
+
+
+def test_the_install_prints_no_deprecation_of_a_package_without_pyproject_and_shows_errors(tmp_path):
+    """The first ``./amacs`` printed pip's three lines ``DEPRECATION: epc is being installed using the
+    legacy 'setup.py install' method …`` (Debian 12's python3, pip 23.0.1) and they stayed on the
+    terminal after Emacs quit.  scripts/pip-install.sh, setup.sh's pip, builds epc as a wheel; an
+    install that fails still says why."""
+    python = Path("/usr/bin/python3")
+    if not python.exists():
+        pytest.skip("no /usr/bin/python3: the pip that says it is Debian 12's")
+    venv = tmp_path / "venv"
+    subprocess.run([str(python), "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "--version"], capture_output=True, text=True, check=True)
+    if tuple(int(n) for n in pip.stdout.split()[1].split(".")[:2]) >= (23, 1):
+        pytest.skip(f"{pip.stdout.strip()}: a pip from 23.1 on never installs by setup.py install")
+    env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}  # a wheel built before would hide it
+    done = subprocess.run([str(ROOT / "scripts" / "pip-install.sh"), str(venv), "epc"], capture_output=True,
+                          text=True, timeout=600, env=env)
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "is ignored: it is neither" not in line]
+    assert done.returncode == 0 and not [line for line in said if "DEPRECATION" in line], said
+    subprocess.run([str(venv / "bin" / "python"), "-c", "import epc, sexpdata"], check=True, timeout=60)
+    failed = subprocess.run([str(ROOT / "scripts" / "pip-install.sh"), str(venv), str(tmp_path / "no-such-project")],
+                            capture_output=True, text=True, timeout=600, env=env)
+    assert failed.returncode != 0 and "ERROR" in failed.stderr, failed.stderr

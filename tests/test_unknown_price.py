@@ -278,6 +278,18 @@ def test_the_last_line_splits_a_bill_from_an_estimate_and_counts_the_unknown():
     assert experiment.cost_words([(0.0, None)]) == "$0.0000 spent"
 
 
+def test_no_answer_from_the_endpoint_is_said_so_not_estimated_at_list_prices():
+    """A dead endpoint (newcomer8 #38): every run failed at its first call, $0.0000, which the line said
+    was "estimated at list prices (the model calls went to 127.0.0.1:9 ...)" - no call went anywhere."""
+    dead = "127.0.0.1:9, not Anthropic's API"
+    assert experiment.cost_words([(0.0, dead)] * 4) == (
+        "$0.0000: no model call got an answer (the model is at 127.0.0.1:9, not Anthropic's API)")
+    # one answered call is an estimate again; an unknown cost is not known to be nothing
+    assert experiment.cost_words([(0.0, dead), (0.01, dead)]).startswith("$0.0100 estimated at list prices")
+    assert "no model call got an answer" not in experiment.cost_words([(0.0, dead), (None, dead)])
+    assert experiment.cost_words([(0.0, dead)], earlier=0.0) == experiment.cost_words([(0.0, dead)])
+
+
 def test_the_report_says_which_dollars_are_list_prices_of_another_servers_tokens(tmp_path):
     """Runs whose model ran at a fake (the manifest's endpoint): the page's first lines and its Prices
     table say their dollars are estimated at list prices, and where the model ran; at the provider's

@@ -515,6 +515,17 @@ def test_stop_warm_stops_this_checkouts_warm_server_and_names_the_others(warm_en
         other.wait()
 
 
+def test_the_notes_say_a_change_of_the_code_ends_the_warm_server() -> None:
+    """A newcomer was told at the first start that the warm server stays for 8 idle hours, pulled
+    and reinstalled, and found it gone: a warm server exits once its sources or the venv changed
+    (its stamp is stale: a warm server whose sources changed answers nothing, tested above), by
+    design.  Each note that tells of it says so; the quit note's lines fit 80 columns."""
+    for note in (warm_launch.QUIT_NOTE, warm_launch.FIRST_NOTE, warm_launch.START_NOTE):
+        flat = " ".join(note.split())
+        assert "8 idle hours, or when a git pull or pip install changes its code" in flat, note
+    assert max(len(line) for line in warm_launch.QUIT_NOTE.format(pids="4194304").splitlines()) <= 80
+
+
 def test_the_quit_note_is_due_once_for_each_checkout(warm_env: dict[str, str]) -> None:
     """Said for one checkout, the note stays due for another, whose warm server is another
     process; only this checkout's warm servers are named in it."""

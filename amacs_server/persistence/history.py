@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .. import faults
 from ..errors import AmacsError
@@ -93,6 +93,7 @@ LOGS = ("agent-chat.org", "monologue.org")
 LOG_FOLDERS = ("chat", "monologue")
 # What a fork copies beside the mind: the home's settings, not in git.
 SETTINGS = ("mcp.json", "model-capabilities.json")
+T = TypeVar("T")
 # In a fork: the home, tick and commit it was forked from (its own git's; a fork of it has its own).
 # The commit makes it one mind: a tick's number is used again once a rewind goes back before it.
 FORK_ORIGIN = ".git/amacs-fork.json"
@@ -425,6 +426,14 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     files).  None when there is nothing to commit: no record, or a record of a tick committed since,
     or of a mind a rewind has moved (the tick state is another tick's).  The record is removed but
     when a commit is returned (the commit worker removes it once the commit is made)."""
+    late = late_look(home)
+    if not isinstance(late, tuple):
+        (home / UNCOMMITTED).unlink(missing_ok=True)
+    return late
+
+
+def late_look(home: Path) -> tuple[Snapshot, str] | str | None:
+    """What :func:`late_commit` would commit (or say) for HOME, changing nothing."""
     saved = Uncommitted.read(home)
     if saved is None:
         return None
@@ -434,11 +443,9 @@ def late_commit(home: Path) -> tuple[Snapshot, str] | str | None:
     except HistoryError:  # no history yet
         committed = 0
     if tick is None or state is None or state.get("tick") != tick or committed >= tick:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return None
     snap, changed = saved.snapshot(home)
     if snap is None:
-        (home / UNCOMMITTED).unlink(missing_ok=True)
         return (f"Tick {tick} ended, but the server stopped before its commit was made, and files "
                 f"changed since ({', '.join(changed)}): tick {tick} has no commit of its own in the "
                 "home's history; the next tick's commit holds its files.")
@@ -482,32 +489,78 @@ def lock(home: Path) -> HomeLock:
     return lock
 
 
-def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
-               source: Path | None = None) -> HomeRepo:
-    """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
-    the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
-    ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
-    or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
-    the others).  SOURCE: the home a fork (HOME, where no one else writes meanwhile) is made of.
-    Its files the server's record says hold COMMIT's blob are copied from it
-    (:func:`~.git_repo.copy_vouched`: its past months, unchanged since they were archived), and
-    git writes only the rest, not inflating every month of the history; git is told to trust
-    them all by their stat (:func:`~.git_repo.settle_checkout`)."""
-    held: dict[str, tuple[str, str, str]] = {}  # path -> (path, mode, blob): the files git wrote or found so
+class _Beside(Generic[T]):
+    """WORK run in a thread of its own from now on; :meth:`result` waits for it and returns what it
+    returned, or raises what it raised."""
+
+    def __init__(self, work: Callable[[], T], name: str) -> None:
+        self._work = work
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"amacs-fork-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as err:  # noqa: BLE001 - raised again by result, in the caller's thread
+            self._error = err
+
+    def wait(self) -> None:
+        """Wait for the work to end."""
+        self._thread.join()
+
+    def result(self) -> T:
+        """Wait for the work to end; its value, or its error raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast("T", self._value)
+
+
+def _tree(home: Path, commit: str) -> dict[str, tuple[str, str, str]]:
+    """COMMIT's files in HOME's repository: path -> (path, mode, blob)."""
+    held: dict[str, tuple[str, str, str]] = {}
     for record in _git(home, "ls-tree", "-r", "-z", commit).decode(errors="surrogateescape").split("\0"):
         info, _, rel = record.partition("\t")
         if record:
             mode, _kind, blob = info.split()
             held[rel] = (rel, mode, blob)
-    if source is not None:
-        _git(home, "read-tree", "--reset", commit)  # the index alone: no file written yet
-        copied = copy_vouched(source, home, {rel: (mode, blob) for rel, mode, blob in held.values()})
+    return held
+
+
+Vouched = tuple[dict[str, tuple[str, str, str]], dict[str, tuple[int, int, int, int]]]
+
+
+def _copy_vouched(source: Path, commit: str, dest: Path) -> Vouched:
+    """COMMIT's files (:func:`_tree`, read in SOURCE's repository), and those of them copied from
+    the home SOURCE into the folder DEST (:func:`~.git_repo.copy_vouched`, its stat of each)."""
+    held = _tree(source, commit)
+    return held, copy_vouched(source, dest, {rel: (mode, blob) for rel, mode, blob in held.values()})
+
+
+def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | None = None, *,
+               vouched: _Beside[Vouched] | None = None) -> HomeRepo:
+    """The home's tracked files as the tick left them: COMMIT's tree, the logs cut to the sizes
+    the tick state recorded, and a tracked file COMMIT lacks removed (also one no commit or index
+    ever held: a skill or month made after the last commit).  Returns the home's repository (REPO,
+    or a new one) knowing the blob of each file left as COMMIT has it (its next commit hashes only
+    the others).  VOUCHED, for a fork (HOME, where no one else writes meanwhile): the copying
+    (:func:`_copy_vouched`) into HOME of the files of the home it is made of that the server's
+    record says hold COMMIT's blob (its past months, unchanged since they were archived), begun
+    while git fetched the history; git writes only the rest, not inflating every month of the
+    history; git is told to trust them all by their stat (:func:`~.git_repo.settle_checkout`)."""
+    if vouched is not None:
+        _git(home, "read-tree", "--reset", commit)  # the index alone: no file written by git yet
+        held, copied = vouched.result()  # path -> (path, mode, blob): the files git wrote or found so
+        held = dict(held)
         rest = [rel for rel in held if rel not in copied]
         if rest:
             _git(home, "checkout-index", "-u", "-z", "--stdin",
                  stdin="".join(f"{rel}\0" for rel in rest).encode("utf-8", "surrogateescape"))
         settle_checkout(home, copied)
     else:
+        held = _tree(home, commit)
         if faults.armed("rewind.read-tree-lock"):
             faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                      home / ".git" / "index.lock")
@@ -1347,21 +1400,33 @@ def _remove_if(path: Path, digest: str) -> None:
         return
 
 
+# Commits read at once where the newest few of a line are looked for (a whole line of 20,000 ticks: 0.2 s).
+LOG_PAGE = 16
+
+
 def _futures_before(home: Path, tick: int, commit: str, ref: str) -> str:
     """The words that name the futures earlier rewinds to TICK of the mind COMMIT holds left, but
     REF: their notes, in the chat log after the tick's end, are cut from it by this rewind.  (A
     future of a rewind to a later tick is named by the note of the future it is in.)  COMMIT may
     be an earlier rewind's to the tick: the tick's own commit is the first before it."""
-    subjects = _git(home, "log", "--first-parent", "--format=%H %s", commit).decode(errors="replace").splitlines()
-    own = next((line.split(" ", 1)[0] for line in subjects
-                if not line.split(" ", 1)[-1].startswith(f"[TICK {tick}][rewind]")), commit)
+    own, skip = commit, 0
+    while True:  # the newest commits, a page at a time: not the whole line of a long history
+        subjects = _git(home, "log", "--first-parent", f"--skip={skip}", f"--max-count={LOG_PAGE}", "--format=%H %s",
+                        commit).decode(errors="replace").splitlines()
+        found = next((line.split(" ", 1)[0] for line in subjects
+                      if not line.split(" ", 1)[-1].startswith(f"[TICK {tick}][rewind]")), None)
+        if found is not None or len(subjects) < LOG_PAGE:
+            own = found or commit
+            break
+        skip += LOG_PAGE
     out = _git(home, "for-each-ref", "--sort=refname", f"--contains={own}", "--format=%(refname)", ABANDONED)
     earlier = [name for name in out.decode(errors="replace").split()
                if name != ref and (to := _ABANDONED_NAME.search(name)) and int(to[2]) == tick]
     if not earlier:
         return ""
-    return (f" Earlier rewinds left futures after this tick too: {'they are' if len(earlier) > 1 else 'it is'} "
-            f"kept on git ref{'s' if len(earlier) > 1 else ''} {', '.join(earlier)}.")
+    if len(earlier) == 1:
+        return f" An earlier rewind left a future after this tick too: it is kept on git ref {earlier[0]}."
+    return f" Earlier rewinds left futures after this tick too: they are kept on git refs {', '.join(earlier)}."
 
 
 def _final_message(j: dict[str, Any]) -> str:
@@ -1574,7 +1639,8 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
+        # One thread: the memory's copy runs beside it, and git's threads for so small a pack cost more CPU.
+        name = _git(made, "pack-objects", "--threads=1", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
                     stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
     except HistoryError:  # an object is not found: fetch the history instead
         name = None
@@ -1593,6 +1659,16 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
         atomic_write(made / ".git" / PACKED_FILE, json.dumps({
             "packed": [[commit, sorted(packed for packed in stays if packed.endswith(".pack"))]],
             "newest": {whole: dated[whole] for whole in sorted(kept)}}))
+
+
+def _fork_memory(home: Path, dest: Path, state: dict[str, Any]) -> None:
+    """DEST, a fork's memory.db: HOME's memory as at the tick STATE is of (none when HOME has none)."""
+    if (home / "memory.db").exists():
+        if not _memory_from_snapshot(home, dest, state):
+            _memory_up_to(home / "memory.db", dest, state, rewound=_rewound_before(home) is not None)
+        faults.point("fork.memory")
+
+
 
 
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None,
@@ -1627,26 +1703,32 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             # Until the fork is whole: no server starts on the folder it is made in.
             (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
             faults.point("fork.made")
-            # A repository of its own holding the history up to the tick only: no later object, ref
-            # or reflog entry of HOME (a clone would share them all).
+            # memory.db is made beside the git work, in a thread: copying and syncing its bytes
+            # waits mostly on the kernel (the copy, the disk), git's commands on their processes.
+            # and so are the tick's files the home's server vouches for (its past months).
             _git(made, "init", "--quiet")
-            _history_up_to(home, commit, made)
-            _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
-            faults.point("fork.fetched")
-            repo = _check_out(made, commit, state, source=home)
-            faults.point("fork.checked-out")
-            limit = person_limit.current(home) if limit is None else limit
-            if limit is not None:
-                person_limit.write(made, limit)
-            for name in SETTINGS:
-                if (home / name).exists():
-                    shutil.copy2(home / name, made / name)
-            faults.point("fork.settings")
-            if (home / "memory.db").exists():
-                if not _memory_from_snapshot(home, made / "memory.db", state):
-                    _memory_up_to(home / "memory.db", made / "memory.db", state,
-                                  rewound=_rewound_before(home) is not None)
-                faults.point("fork.memory")
+            memory = _Beside(lambda: _fork_memory(home, made / "memory.db", state), "memory")
+            vouched = _Beside(lambda: _copy_vouched(home, commit, made), "files")
+            try:
+                # A repository of its own holding the history up to the tick only: no later object, ref
+                # or reflog entry of HOME (a clone would share them all).
+                _history_up_to(home, commit, made)
+                _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
+                faults.point("fork.fetched")
+                repo = _check_out(made, commit, state, vouched=vouched)
+                faults.point("fork.checked-out")
+                limit = person_limit.current(home) if limit is None else limit
+                if limit is not None:
+                    person_limit.write(made, limit)
+                for name in SETTINGS:
+                    if (home / name).exists():
+                        shutil.copy2(home / name, made / name)
+                faults.point("fork.settings")
+            except BaseException:
+                memory.wait()  # nothing writes in MADE once it is removed
+                vouched.wait()
+                raise
+            memory.result()  # memory.db whole (or its error raised) before the fork records itself
             atomic_write(made / FORK_ORIGIN, json.dumps({"from": str(home), "tick": tick, "commit": commit}))
             _record(made, tick, "Forked", f"Forked from {home} at this tick.",
                     Fork(from_home=str(home), at_tick=tick, from_commit=commit))

@@ -39,6 +39,7 @@ from .runs import (
     prepare,
     read_manifest,
     run_one,
+    whole,
     write_manifest,
 )
 from .spec import Run
@@ -170,20 +171,23 @@ class LocalExecutor:
                                                     trace=self.trace)
 
     def submit(self, run: Run) -> None:
-        """Start RUN in a thread (its prepared Emacs, if it has one)."""
-        ready = self.prepared.pop(run.run_id, None)
-        self.sessions.add(run.run_id)
+        """Start RUN in a thread (its prepared Emacs, if it has one).  A C-c comes after RUN is in
+        GOING: one started and not known there ran on untracked, its end never said, or one taken from
+        the prepared and not yet started was neither discarded nor run."""
 
         def ended() -> None:
             self.sessions.discard(run.run_id)
             self.changed.set()
 
-        future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace, ended,
-                                  self.hurry)
-        self.going[future] = run
-        if ready is not None:
-            self.handed[future] = ready
-        future.add_done_callback(lambda _f: ended())
+        with whole():
+            ready = self.prepared.pop(run.run_id, None)
+            self.sessions.add(run.run_id)
+            future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace,
+                                      ended, self.hurry)
+            self.going[future] = run
+            if ready is not None:
+                self.handed[future] = ready
+            future.add_done_callback(lambda _f: ended())
 
     def busy(self) -> int:
         """Runs whose session is not over (those whose server is stopping are not counted)."""

@@ -79,7 +79,7 @@ TABLES = ("runs", "events", "model_calls", "evals", "blocks", "agents", "turns",
 SCORE_COLUMNS = {
     "judge": "VARCHAR", "score": "DOUBLE", "rationale": "VARCHAR", "cost": "DOUBLE", "model": "VARCHAR",
     "status": "VARCHAR", "error": "VARCHAR", "scale_low": "BIGINT", "scale_high": "BIGINT", "input": "VARCHAR",
-    "seconds": "DOUBLE", "earlier_cost": "DOUBLE"}
+    "seconds": "DOUBLE", "earlier_cost": "DOUBLE", "estimated_where": "VARCHAR"}
 
 MANIFEST_COLUMNS = {
     "run_id": "VARCHAR", "experiment": "VARCHAR", "prompt": "VARCHAR", "variant": "VARCHAR",
@@ -449,7 +449,7 @@ def _scores(con: duckdb.DuckDBPyConnection, runs_dir: Path) -> None:
         CREATE OR REPLACE TABLE scores AS
         SELECT s.run_id, {params}, s.judge, s.score, s.rationale, s.cost, s.model AS judge_model,
                s.status AS judged, s.error AS judge_error, s.scale_low, s.scale_high, s.input AS judge_input,
-               s.seconds, s.earlier_cost
+               s.seconds, s.earlier_cost, s.estimated_where
         FROM ({source}) s LEFT JOIN params p USING (run_id)
         ORDER BY s.judge, s.run_id""")
 
@@ -515,8 +515,20 @@ def judging_words(con: duckdb.DuckDBPyConnection) -> str:
     if not n:
         return ""
     earlier = float(_one(con, "SELECT coalesce(sum(earlier_cost), 0) FROM scores") or 0.0)
-    return (f"judging ${dollars:.4f} ({len(judges)} judge{'s' if len(judges) != 1 else ''}: {', '.join(judges)}, "
-            f"{n} judgement{'s' if n != 1 else ''}"
+    rows = [(None if c is None else float(c) + float(e), w) for c, e, w in con.execute(
+        "SELECT cost, coalesce(earlier_cost, 0), estimated_where FROM scores").fetchall()]
+    wheres = sorted({w for _c, w in rows if w})
+    listed = sum(c or 0.0 for c, w in rows if w)
+    if wheres and unanswered(rows) and all(w for _c, w in rows):
+        said, where = ": no model call got an answer", f"the model is at {'; '.join(wheres)}; "
+    elif wheres and all(w or not c for c, w in rows):
+        said, where = " estimated at list prices", f"the model calls went to {'; '.join(wheres)}; "
+    elif wheres:
+        said, where = "", f"${listed:.4f} of it estimated at list prices: the model calls went to {'; '.join(wheres)}; "
+    else:
+        said, where = "", ""
+    return (f"judging ${dollars:.4f}{said} ({where}{len(judges)} judge{'s' if len(judges) != 1 else ''}: "
+            f"{', '.join(judges)}, {n} judgement{'s' if n != 1 else ''}"
             + (f"; {unknown} of a model with no price, their cost unknown" if unknown else "")
             + (f"; {earlier_words(earlier, 'judgements')}" if earlier else "") + ")")
 
@@ -538,6 +550,14 @@ def earlier_words(earlier: float, noun: str = "runs") -> str:
     return f"${earlier:.4f} of it by earlier attempts of {noun} that ran again"
 
 
+def unanswered(costs: Sequence[tuple[float | None, str | None]]) -> bool:
+    """Whether COSTS ((dollars, where), as :func:`cost_words` takes them) say no model call got an
+    answer: each estimated at list prices is known and nothing (an answer reports its tokens, and a
+    list price is never nothing: a dead endpoint's runs are $0.0000)."""
+    listed = [c for c, where in costs if where is not None]
+    return bool(listed) and all(c is not None and c == 0 for c in listed)
+
+
 def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "runs", earlier: float = 0.0) -> str:
     """COSTS ((dollars, where) of each run, its earlier attempts' included; dollars None: unknown;
     where: the words of :func:`~amacs_server.inference.pricing.list_priced_elsewhere`) as the
@@ -550,7 +570,10 @@ def cost_words(costs: Sequence[tuple[float | None, str | None]], noun: str = "ru
     wheres = sorted({where for _c, where in costs if where is not None})
     unknown = sum(c is None for c, _where in costs)
     notes = []
-    if wheres:
+    if wheres and not billed and unanswered(costs):
+        words = f"${estimated:.4f}: no model call got an answer"
+        notes.append(f"the model is at {'; '.join(wheres)}")
+    elif wheres:
         words = f"${estimated:.4f} estimated at list prices"
         words = f"${billed:.4f} spent and {words}" if billed else words
         notes.append(f"the model calls went to {'; '.join(wheres)}")

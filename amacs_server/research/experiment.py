@@ -41,11 +41,8 @@ import argparse
 import json
 import secrets
 import shutil
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,6 +70,7 @@ from .runs import (
     moved_origin,
     read_manifest,
     record_killed,
+    whole,
 )
 from .spec import Experiment, Run, SpecError, load, run_order, unpriced
 
@@ -234,24 +232,6 @@ def same_failures(outcomes: list[Outcome]) -> str | None:
     return last[0].error if len(reasons) == 1 else None
 
 
-@contextmanager
-def whole() -> Iterator[None]:
-    """A C-c during the block is raised after it, not in it: a line printed whole and once (rich
-    writes its buffer, then empties it: a C-c between the two printed the line again with the next),
-    an outcome taken from the executor and counted, not dropped between the two."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed: list[int] = []
-    before = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-    if pressed:
-        raise KeyboardInterrupt
-
-
 def _letting_words(letting: int) -> str:
     """What a C-c says of the LETTING runs it lets finish (:meth:`LocalExecutor.finishing`)."""
     one = letting == 1
@@ -302,11 +282,11 @@ def budget_words(spent: float, budget: float, left: int, noun: str, not_started:
     over it went, if over, and why; the LEFT jobs not started (NOUN: ``run``, ``judgement``)."""
     over = spent - budget
     kept = (f"a {noun} starts only if what is spent, the {noun}s going and its own, each at the most a "
-            f"{noun} had cost, fit it; the first goes alone")
+            f"{noun} had cost, fit it; until one has ended, one goes at a time")
     words = f"Budget spent: ${spent:.4f} of ${budget:.4f}"
     if over > CENT_DUST:
-        words += (f", over by ${over:.4f}: a {noun} can cost more than the most one had cost before it "
-                  f"started, and none is stopped halfway (paid for, and thrown away); {kept}")
+        words += (f", over by ${over:.4f} ({kept}; but a {noun} can cost more than the most one had cost before "
+                  "it started, and none is stopped halfway: it would be paid for and thrown away)")
     else:
         words += f" ({kept})"
     return words + (f"; {left} {not_started} ({again})." if left else ".")
@@ -358,8 +338,9 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
             while queue or running:
                 while (queue and (running if busy is None else busy()) < parallel and stopped is None
                        and fits(budget, spent, running, expected_cost([*known, *(o.cost for o in outcomes)]))):
-                    executor.submit(queue.pop(0))
-                    running += 1
+                    with whole():  # a C-c after: a run submitted is counted going
+                        executor.submit(queue.pop(0))
+                        running += 1
                 if not running:
                     break  # the budget is spent, or runs keep failing, and nothing is going
                 ahead = getattr(executor, "prepare", None)  # the next runs' start-up overlaps these

@@ -418,7 +418,7 @@ class JudgeExecutor:
     def submit(self, job: Job) -> None:
         """Start judging JOB (a C-c comes after it is in GOING: one started and not known there ran on
         after the command's last line, and wrote a score that line did not count)."""
-        from .experiment import whole
+        from .runs import whole
 
         with whole():
             self.going[self.pool.submit(judge_one, self.judge, job, self.runs_dir)] = job

@@ -636,6 +636,8 @@ def estimated_words(sources: list[tuple[Any, ...]]) -> str:
         return ""
     estimated = sum(r[5] or 0 for r in sources if r[7])
     every = all(r[7] or not r[5] for r in sources)
+    if all(r[7] and r[5] == 0 for r in sources):  # an answer reports tokens, at a list price never nothing
+        return f"no model call got an answer: the model is at {'; '.join(wheres)}"
     return (f"{'all' if every else f'${estimated:.4f} of it'} estimated at list prices: the model calls "
             f"went to {'; '.join(wheres)}")
 

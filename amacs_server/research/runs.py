@@ -30,7 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -54,12 +55,14 @@ TRACE = "trace.txt"
 ELPA_DIRS = ("/usr/share/emacs/site-lisp/elpa", "~/.emacs.d/elpa")
 EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
-# A run a second C-c stopped after its every turn had its reply (its last commit, or Emacs's end, left):
-# the resume records it done when its home can be made whole (finish_teardown), else runs it again.
-INTERRUPTED_REPLIED = ("interrupted (C-c) after its every turn got its reply; the resume records it done, "
-                       "its home made whole, or runs it again if that cannot be done")
+# A run a second C-c stopped after its last reply whose home the resume can make whole (its last commit,
+# or Emacs's end, was left: done_on_resume): the resume records it done (finish_teardown), not run again.
+INTERRUPTED_REPLIED = "stopped after its last reply (C-c twice): recorded done when you resume"
 # The errors of a run C-c stopped: counted as interrupted, not failed.
-STOPPED = (INTERRUPTED, INTERRUPTED_REPLIED)
+STOPPED = (INTERRUPTED, INTERRUPTED_REPLIED,
+           # the words of INTERRUPTED_REPLIED in a runs folder an earlier version stopped
+           "interrupted (C-c) after its every turn got its reply; the resume records it done, its home made "
+           "whole, or runs it again if that cannot be done")
 KILLED = "the experiment was killed while it ran; it ran again"
 RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
 WATCH_EVERY = 0.01  # seconds between looks for it
@@ -80,6 +83,30 @@ class Outcome:
     failed_turn: int | None = None  # the first turn of the script without the agent's reply
     phases: dict[str, float | None] = field(default_factory=dict)  # PHASES: when each happened
     unpriced_calls: int = 0  # model calls whose price is unknown (their tokens are in the dataset)
+
+
+@contextmanager
+def whole() -> Iterator[None]:
+    """A C-c during the block is raised after it, not in it: a line printed whole and once (rich
+    writes its buffer, then empties it: a C-c between the two printed the line again with the next),
+    an outcome taken from the executor and counted, not dropped between the two.  Inside another
+    block, the outer one holds the C-c until it ends."""
+    if threading.current_thread() is not threading.main_thread() or _HOLDING:
+        yield
+        return
+    pressed: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+    _HOLDING.append(True)
+    try:
+        yield
+    finally:
+        _HOLDING.pop()
+        signal.signal(signal.SIGINT, before)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+_HOLDING: list[bool] = []  # a whole() block is going (main thread only)
 
 
 def elisp_dir() -> Path:
@@ -664,6 +691,48 @@ def _lock_home(home: Path, wait: float) -> HomeLock | None:
             time.sleep(0.2)
 
 
+def _finished(run: Run, folder: Path) -> tuple[int, int, float | None] | str | None:
+    """What the record of RUN in FOLDER, stopped, says of its end, changing nothing: None when some
+    turn has no reply; why it runs again all the same when the session did not end as a finished one
+    does (Emacs said it failed, or the last turn was still going on); else the turns replied to, the
+    primary's last tick, and when Emacs said the session was over (None: it had not)."""
+    home = folder / "home"
+    judged = verdict(home, len(run.turns), run.base_url)
+    if judged.failed_turn is not None:
+        return None
+    said: Any = None
+    session_ended: float | None = None
+    try:
+        said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
+        session_ended = (folder / RESULT).stat().st_mtime
+    except (OSError, ValueError):
+        pass
+    if session_ended is not None and (not isinstance(said, dict) or said.get("error") is not None):
+        return f"its Emacs said the session failed: {said.get('error') if isinstance(said, dict) else said}"
+    final, over = _last_turn_over(home, run.max_steps)
+    if final is None or not over:
+        return "its last turn was still going on (the reply's eval asked for another step)"
+    return judged.replied, final, session_ended
+
+
+def done_on_resume(run: Run, folder: Path) -> bool:
+    """Whether the resume will record RUN, in FOLDER, stopped with its Emacs and server gone, done
+    (:func:`finish_teardown`), from what it leaves; nothing is changed."""
+    from ..persistence import history  # noqa: PLC0415 - only for a run stopped after its last reply
+
+    found = _finished(run, folder)
+    if not isinstance(found, tuple):
+        return False
+    home = folder / "home"
+    late = history.late_look(home)
+    if late is not None:  # the commit it asked for is made on resume, or cannot be
+        return isinstance(late, tuple)
+    try:  # a record of a tick committed since is removed on resume (the commit made, its record not)
+        return history.last_tick(home) >= found[1]
+    except history.HistoryError:
+        return False
+
+
 def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Resumed | None:
     """Record RUN done, without running it again, when it was stopped after it finished: its manifest
     says ``running`` (the experiment was killed) or interrupted (C-c), but its transcripts hold every
@@ -690,26 +759,17 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Re
     if before is None or not (before.get("status") == "running"
                               or (before.get("status") == "failed" and before.get("error") in STOPPED)):
         return None
-    judged = verdict(home, len(run.turns), run.base_url)
-    if judged.failed_turn is not None:
+    finished = _finished(run, folder)
+    if finished is None:
         return None
 
     def rerun(why: str) -> Resumed:
         write_manifest(folder, {**before, RERUN: why})
         return Resumed(None, why)
 
-    said: Any = None
-    session_ended: float | None = None
-    try:
-        said = json.loads((folder / RESULT).read_text(encoding="utf-8"))
-        session_ended = (folder / RESULT).stat().st_mtime
-    except (OSError, ValueError):
-        pass
-    if session_ended is not None and (not isinstance(said, dict) or said.get("error") is not None):
-        return rerun(f"its Emacs said the session failed: {said.get('error') if isinstance(said, dict) else said}")
-    final, over = _last_turn_over(home, run.max_steps)
-    if final is None or not over:
-        return rerun("its last turn was still going on (the reply's eval asked for another step)")
+    if isinstance(finished, str):
+        return rerun(finished)
+    replied, final, session_ended = finished
     lock = _lock_home(home, wait)
     if lock is None:
         return rerun(f"a server still held its home after {wait:g} s")
@@ -735,7 +795,7 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Re
     found = phases(home)
     ended = max(session_ended or found.get("last_reply_at") or started, started)
     outcome = Outcome(run_id=run.run_id, status="done", cost=None if cost is None else round(cost, 6),
-                      unpriced_calls=unpriced, seconds=round(ended - started, 3), turns_done=judged.replied,
+                      unpriced_calls=unpriced, seconds=round(ended - started, 3), turns_done=replied,
                       started_at=started, ended_at=ended,
                       phases={"emacs_started_at": before.get("emacs_started_at"), **found})
     how = f"{IN_TEARDOWN if session_ended is not None else BEFORE_END}; {COMMITTED if late is not None else WHOLE}"
@@ -778,7 +838,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     every turn has its reply in the transcripts by then (Emacs about to see the last turn
     end, or its server making the last commit; looked at with the run held still, so that
     no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
-    ``done`` with its home whole, unless HURRY is set too (a second C-c): then its error is :data:`INTERRUPTED_REPLIED`.  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    ``done`` with its home whole, unless HURRY is set too (a second C-c): then its error is
+    :data:`INTERRUPTED_REPLIED` when the resume will record it done (:func:`done_on_resume`), else
+    :data:`INTERRUPTED`.  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -848,7 +910,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             if code != 0:
                 kill()  # also the server of an Emacs that died of a C-c
             if _interrupted(code, stop):
-                error = INTERRUPTED_REPLIED if answered and answered[0] else INTERRUPTED
+                # Said as the resume will take it, from what the killed run left (a second C-c may
+                # come before the run looked at its replies, or after).
+                error = INTERRUPTED_REPLIED if done_on_resume(run, folder) else INTERRUPTED
             elif code is None:
                 code, error = -1, f"timed out after {run.timeout:g} s"
             said_error: str | None = None

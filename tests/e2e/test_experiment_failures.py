@@ -93,6 +93,8 @@ def test_dead_endpoint_fails_every_run_and_stops_early(tmp_path):
     assert (f"Stopped early: the last 3 runs failed the same way ({reason}); 3 runs not started. "
             "Fix the cause and run the same command again to resume.") in proc.stdout, proc.stdout
     assert "Budget spent" not in proc.stdout
+    # no call got an answer: not "$0.0000 estimated at list prices (the model calls went to ...)" (newcomer8 #38)
+    assert ", $0.0000: no model call got an answer (the model is at 127.0.0.1:9" in proc.stdout, proc.stdout
     failure_section_rendered(runs, reason, 3, of=6)
 
 

@@ -202,8 +202,9 @@ def test_judge_s_budget_counts_the_judgements_going(runs, fake):
     first = scores(runs, "answer-quality")
     assert len(first) == 1 and len(fake.requests) == 1, stopped.stdout
     one = next(iter(first.values()))["cost"]
-    assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f}: a judgement can cost more than "
-            "the most one had cost before it started") in stopped.stdout, stopped.stdout
+    assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f} (a judgement starts only if"
+            in stopped.stdout), stopped.stdout
+    assert "but a judgement can cost more than the most one had cost before it started" in stopped.stdout
     budget = round(3.5 * one, 6)
     more = judge(fake, runs, "answer-quality", "--parallel", "2", "--budget", str(budget))
     assert more.returncode == 3, more.stdout + more.stderr
@@ -276,8 +277,8 @@ def test_c_c_while_the_judge_loads_the_sdk_says_so_in_one_line(runs, fake):
     assert proc.returncode == 130, first + out + err
     # what is judged and what it cost, as an experiment's interrupted line says its runs
     where = fake.url.removeprefix("http://").rstrip("/")
-    assert (f"judge viewpoints-used: interrupted: 0 of {RUNS} judged, 0 failed, {RUNS} to judge, $0.0000 estimated "
-            f"at list prices (the model calls went to {where}, not Anthropic's API); run the same command again "
+    assert (f"judge viewpoints-used: interrupted: 0 of {RUNS} judged, 0 failed, {RUNS} to judge, $0.0000: no model "
+            f"call got an answer (the model is at {where}, not Anthropic's API); run the same command again "
             "to resume.") in out, out
     assert not scores(runs, "viewpoints-used")
 

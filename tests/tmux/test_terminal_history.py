@@ -8,6 +8,7 @@ before the rewind stays in the mode line."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -121,7 +122,9 @@ def test_rewind_shows_the_task_lines_the_live_shell_showed(terminal, fake):
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Go back to before you typed (default task, your last input):", what="the rewind's input prompt")
+    # Typed twice: each copy says when it was typed, the newest (the default) too.
+    term.wait_for(lambda screen: re.search(r"Go back to before you typed \(default task  \(typed [^)]+\), "
+                                           r"your last input\):", screen), what="the rewind's input prompt")
     term.press("Enter")  # the newest input: the rewind ends at tick 2, after the first tasks' reply
     term.wait_for("yes or no", what="the rewind's question")
     term.type("yes")
@@ -258,7 +261,9 @@ def test_rewind_replays_the_changed_lines_of_the_turns_it_keeps(terminal, tmp_pa
     term.press("M-x")
     term.type("amacs-rewind")
     term.press("Enter")
-    term.wait_for("Go back to before you typed (default note, your last input):", what="the rewind's input prompt")
+    # Typed twice: each copy says when it was typed, the newest (the default) too.
+    term.wait_for(lambda screen: re.search(r"Go back to before you typed \(default note  \(typed [^)]+\), "
+                                           r"your last input\):", screen), what="the rewind's input prompt")
     term.press("Enter")  # the newest input: the second note's turn is abandoned
     term.wait_for("yes or no", what="the rewind's question")
     term.type("yes")
