@@ -28,7 +28,7 @@ from .memory.ltm import DatabaseCheck
 from .mind import Mind
 from .model_slot import ModelSlot
 from .persistence.history import fork as fork_home
-from .persistence.history import last_tick
+from .persistence.history import last_tick, untold_rewind
 from .persistence.history import rewind as rewind_home
 from .persistence.transcript import Transcript
 from .records import ModelSwitch, Rewind
@@ -88,6 +88,9 @@ class Runtime:
         core_tools = mcp_patterns(self.mind.skills.get("core").tools)
         if core_tools is not None:  # the person's core skill may narrow the primary's tools
             self.world.primary.tools = core_tools
+        rewound = untold_rewind(home)  # a rewind made while no server ran, said at hello
+        if rewound is not None:
+            self.startup_notes.append(rewound)
         # The subagents of the last tick state, made again: said at hello, or with the rewind's line.
         self.subagents_note = restore_subagents(self.world, self.mind.home, self.mind.consciousness.current_tick)
         if self.subagents_note:

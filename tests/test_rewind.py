@@ -2081,3 +2081,28 @@ def test_a_home_made_before_the_inputs_diff_driver_gets_it_at_its_next_start(tmp
                            check=True)
     assert (home / ".git" / "info" / "attributes").read_text() == ATTRIBUTES
     assert _git(home, "config", "--local", "diff.amacs-inputs.textconv").strip() == "tr -d '\\000' <"
+
+
+def test_a_rewind_made_from_a_script_is_said_once_at_the_next_start(tmp_path, fake):
+    """A newcomer's finding: after `amacs-server rewind HOME --tick N` with no Emacs running,
+    the next shell resumed at the older tick and the newest inputs just vanished, unexplained.
+    The next server's start says it once (its hello's notice); the start after that, not.  A
+    rewind the server makes itself is said in the shell as it is made, not again."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "three")])
+    assert server_main(["rewind", str(home), "--tick", "1"]) == 0
+    ref = history.abandoned_futures(home)[0]["ref"]
+    rt = runtime(home, fake.url)
+    try:
+        notes = [n for n in rt.startup_notes if "rewound" in n]
+        assert len(notes) == 1 and notes[0].startswith("This home was rewound to tick 1 from tick 3 on "), notes
+        assert notes[0].endswith(f"(amacs-server rewind): the inputs after it are kept with the abandoned future, "
+                                 f"on git ref {ref}."), notes
+        assert asyncio.run_coroutine_threadsafe(rt.rewind(1), rt.loop).result(60)["ref"]
+    finally:
+        rt.stop()
+    rt = runtime(home, fake.url)
+    try:
+        assert not [n for n in rt.startup_notes if "rewound" in n], rt.startup_notes
+    finally:
+        rt.stop()

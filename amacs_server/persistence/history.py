@@ -97,6 +97,9 @@ T = TypeVar("T")
 # In a fork: the home, tick and commit it was forked from (its own git's; a fork of it has its own).
 # The commit makes it one mind: a tick's number is used again once a rewind goes back before it.
 FORK_ORIGIN = ".git/amacs-fork.json"
+# A rewind made with no server running (``amacs-server rewind``): the next server's start says it
+# once (:func:`untold_rewind`), as a shell says its own rewinds when they are made.
+UNTOLD_REWIND = ".git/amacs-rewound.json"
 ABANDONED_SCHEMA = """CREATE TABLE IF NOT EXISTS abandoned_items (
   ref TEXT NOT NULL, id INTEGER NOT NULL, base TEXT NOT NULL, version INTEGER NOT NULL, tier TEXT NOT NULL,
   kind TEXT NOT NULL, created_at_ms INTEGER NOT NULL, content TEXT NOT NULL, text TEXT NOT NULL)"""
@@ -202,6 +205,23 @@ def fork_origin(home: Path) -> dict[str, Any] | None:
         commit = data.get("commit")
         return {"from": str(data["from"]), "tick": int(data["tick"]),
                 "commit": commit if isinstance(commit, str) else None}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def untold_rewind(home: Path) -> str | None:
+    """The line that says the rewind ``amacs-server rewind`` made of HOME while no server ran, once:
+    the record of it is removed as it is read.  None when there is none (or it is unreadable)."""
+    path = home / UNTOLD_REWIND
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+        at = datetime.fromtimestamp(float(data["at"])).strftime("%b %d %H:%M")
+        tick, ref = int(data["tick"]), str(data["ref"])
+        name = _ABANDONED_NAME.search(ref)
+        since = f" from tick {name[1]}" if name else ""
+        return (f"This home was rewound to tick {tick}{since} on {at} (amacs-server rewind): the inputs after "
+                f"it are kept with the abandoned future, on git ref {ref}.")
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -1876,7 +1896,11 @@ def main(argv: list[str]) -> int:
             print(f"amacs-server {command}: refused: {inside}; `amacs-server ticks {args.home}` lists the inputs "
                   "and the tick each began", file=sys.stderr)
             return 1
-        done = fork(home, tick, Path(args.dest)) if command == "fork" else rewind(home, tick)
+        if command == "fork":
+            done = fork(home, tick, Path(args.dest))
+        else:
+            done = rewind(home, tick)
+            atomic_write(home / UNTOLD_REWIND, json.dumps({"tick": tick, "ref": done.abandoned, "at": time.time()}))
     except NoSuchTick as err:
         print(f"amacs-server {command}: {' '.join(str(err).split())}; `amacs-server ticks {args.home}` "
               "lists the inputs and their ticks", file=sys.stderr)
