@@ -130,9 +130,10 @@ def summarize(folder: Path) -> dict[str, Any]:
     earlier = {session for session, run in in_runs.items() if "attempt" in run} | {
         session for session, file in files.items()
         if len(file.parents) > 3 and file.parents[1].name == ATTEMPTS and file.parents[3].name == "judges"}
-    rewinds, forks = rows(f"""
-        SELECT count(*) FILTER (WHERE list_contains(steps, {REWIND})),
-               count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps""")[0]
+    # A rewind is its ref: one a served home makes says so in its own file and again in the
+    # server's session (a session begun after the tick keeps that line alone).
+    rewinds = rows(f"SELECT count(DISTINCT data->>'{REWIND.ref}') FROM events WHERE event = {REWIND}")[0][0]
+    forks = rows(f"SELECT count(*) FILTER (WHERE list_contains(steps, {FORK})) FROM steps")[0][0]
     usage = rows(f"""
         SELECT agent_type, count(*),
                sum(CAST(data->'{RESPONSE.usage.input_tokens}' AS BIGINT)

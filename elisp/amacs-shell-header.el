@@ -346,21 +346,25 @@ still says which model it runs on."
 The home is named when Emacs talks to several, and always on a fork
 \(opened alone too, its header says whose mind it holds: the home, the
 tick and, first, the tick's commit, as a rewind of that home uses the
-tick's number again).  Shorter, the commit goes, the paths become folder
-names, then a fork's origin becomes \"(fork)\", then \"a fork\" stands
-alone; the last is the empty string."
+tick's number again).  Shorter, the fork's own path becomes its folder
+name, then the commit goes, the origin's path becomes a folder name, then
+a fork's origin becomes \"(fork)\", then \"a fork\" stands alone; the
+last is the empty string."
   (let* ((fork (amacs-status :fork))
          (name (and (or fork (cdr (amacs-live-connections))) (amacs-connection-name)))
          (folder (and name (file-name-nondirectory (directory-file-name name))))
          (from (and fork (directory-file-name (plist-get fork :from))))
          (tick (and fork (plist-get fork :tick)))
-         (commit (and fork (stringp (plist-get fork :commit)) (plist-get fork :commit))))
+         (commit (and fork (stringp (plist-get fork :commit)) (plist-get fork :commit)))
+         (short (and commit (substring commit 0 (min 7 (length commit))))))
     (append
      (cond (fork (delq nil
                        (list (and commit
                                   (format " %s (a fork of %s at tick %s, commit %s) —" name
-                                          (abbreviate-file-name from) tick
-                                          (substring commit 0 (min 7 (length commit)))))
+                                          (abbreviate-file-name from) tick short))
+                             (and commit
+                                  (format " %s (a fork of %s at tick %s, commit %s) —" folder
+                                          (abbreviate-file-name from) tick short))
                              (format " %s (a fork of %s at tick %s) —" name (abbreviate-file-name from) tick)
                              (format " %s (a fork of %s at tick %s) —" name (file-name-nondirectory from) tick)
                              (format " %s (a fork of %s at tick %s) —" folder (file-name-nondirectory from) tick)

@@ -95,3 +95,27 @@ def test_a_fork_rewound_to_before_its_fork_point_still_says_it_is_a_fork(rewound
     assert sorted(p.stem.rpartition("-")[2] for p in files) == ["fork", "rewind", "rewind"], files
     summary = summarize(fork / "transcripts")
     assert (summary["runs"], summary["rewinds"], summary["forks"]) == (0, 2, 1), summary
+
+
+def test_a_rewind_the_server_made_is_counted_once(tmp_path, fake):
+    """A rewind a served home makes writes its own file and a `rewind` line in the server's
+    session; a session begun after the tick keeps no other line (they went onto the abandoned
+    ref), so that line was taken for a second step: two rewinds counted three."""
+    import asyncio
+
+    from tests.test_rewind import do, runtime
+
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "two"), ("say", "three")])
+    rt = runtime(home, fake.url)  # a session begun at tick 3
+    try:
+        do(rt, ("say", "four"))
+        assert rt.mind.commits.flush(60)
+        done = asyncio.run_coroutine_threadsafe(rt.rewind(3), rt.loop).result(60)
+        assert str(done["ref"]).startswith("refs/amacs/abandoned/")
+    finally:
+        rt.stop()
+    assert summarize(home / "transcripts")["rewinds"] == 1
+    run(home, fake, [("say", "again")])
+    history.rewind(home, 2)  # and one from the command line
+    assert summarize(home / "transcripts")["rewinds"] == 2

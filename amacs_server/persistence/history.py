@@ -1424,8 +1424,9 @@ def _futures_before(home: Path, tick: int, commit: str, ref: str) -> str:
                if name != ref and (to := _ABANDONED_NAME.search(name)) and int(to[2]) == tick]
     if not earlier:
         return ""
-    return (f" Earlier rewinds left futures after this tick too: {'they are' if len(earlier) > 1 else 'it is'} "
-            f"kept on git ref{'s' if len(earlier) > 1 else ''} {', '.join(earlier)}.")
+    if len(earlier) == 1:
+        return f" An earlier rewind left a future after this tick too: it is kept on git ref {earlier[0]}."
+    return f" Earlier rewinds left futures after this tick too: they are kept on git refs {', '.join(earlier)}."
 
 
 def _final_message(j: dict[str, Any]) -> str:
@@ -1638,7 +1639,8 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
     name: str | None
     try:
-        name = _git(made, "pack-objects", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
+        # One thread: the memory's copy runs beside it, and git's threads for so small a pack cost more CPU.
+        name = _git(made, "pack-objects", "--threads=1", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
                     stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
     except HistoryError:  # an object is not found: fetch the history instead
         name = None

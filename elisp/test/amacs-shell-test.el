@@ -595,6 +595,9 @@ too; narrower, the commit goes first."
                                        :commit "e8a1cf1d2c3b4a5968778695a4b3c2d1e0f1a2b3"))
         (amacs-shell--transition 'ready)
         (dolist (width '((200 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
+                         ;; A longer path than the terminal's width allows: the fork's own
+                         ;; folder stays with the commit, as docs/shell.md shows it.
+                         (95 " home-fork-now (a fork of /tmp/x/home at tick 3, commit e8a1cf1) — demo model — waiting for you")
                          (86 " /tmp/x/home-fork-now (a fork of /tmp/x/home at tick 3) — demo model — waiting for you")))
           (should (equal (list (car width) (amacs-shell-header-line (car width))) width)))))))
 
@@ -1304,7 +1307,7 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
 (ert-deftest amacs-shell-test-a-fresh-home-is-greeted-in-two-lines ()
   "Issue 9: a home with no history greets with the keys and how to ask for help."
   (amacs-shell-test--with-shell
-    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic")
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok t)
       (amacs-shell--greet))
     (let ((lines (split-string (amacs-shell-test--text) "\n")))
       (should (= (length lines) 3))          ; two lines of greeting, then the prompt
@@ -1312,6 +1315,16 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
       (should (string-match-p "C-c C-c interrupts" (nth 0 lines)))
       (should (string-match-p "what can you do\\?" (nth 1 lines)))
       (should (equal (nth 2 lines) "amacs> ")))))
+
+(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo ()
+  "A newcomer's finding: with no key the greeting invited \"what can you do?\"
+three lines above the one saying no question is answered without a key."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil)
+      (amacs-shell--greet))
+    (let ((lines (split-string (amacs-shell-test--text) "\n")))
+      (should (string-match-p "M-x amacs-demo shows what it can do" (nth 1 lines)))
+      (should-not (string-match-p "what can you do" (amacs-shell-test--text))))))
 
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
