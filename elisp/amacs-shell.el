@@ -230,7 +230,10 @@ start's, when one of them evaluated)."
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
                     "\\[amacs-shell-interrupt] interrupts.\n"
-                    ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."))
+                    ;; With no key no question is answered: the demo shows what it does.
+                    (if (amacs-status :key-ok)
+                        ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."
+                      ";; M-x amacs-demo shows what it can do with no key, or \\[describe-mode] for every key.")))
            'amacs-shell-annotation))
          (t
           (unless said
@@ -361,7 +364,7 @@ rendered once org is loaded, a piece at each idle moment
       (with-current-buffer buffer (setq amacs-shell--greeted t))
       (amacs-shell--note (substitute-command-keys
                           "\\<amacs-shell-mode-map>\\[amacs-hub] shows the agent and its subagents; \
-@NAME text talks to one by the name shown there (@task-1 what did you find?).")))))
+@NAME text talks to one by the name shown there or in the footer while it works.")))))
 
 (add-hook 'amacs-ready-hook #'amacs-shell--greet)
 

@@ -1307,7 +1307,7 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
 (ert-deftest amacs-shell-test-a-fresh-home-is-greeted-in-two-lines ()
   "Issue 9: a home with no history greets with the keys and how to ask for help."
   (amacs-shell-test--with-shell
-    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic")
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok t)
       (amacs-shell--greet))
     (let ((lines (split-string (amacs-shell-test--text) "\n")))
       (should (= (length lines) 3))          ; two lines of greeting, then the prompt
@@ -1315,6 +1315,16 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
       (should (string-match-p "C-c C-c interrupts" (nth 0 lines)))
       (should (string-match-p "what can you do\\?" (nth 1 lines)))
       (should (equal (nth 2 lines) "amacs> ")))))
+
+(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo ()
+  "A newcomer's finding: with no key the greeting invited \"what can you do?\"
+three lines above the one saying no question is answered without a key."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil)
+      (amacs-shell--greet))
+    (let ((lines (split-string (amacs-shell-test--text) "\n")))
+      (should (string-match-p "M-x amacs-demo shows what it can do" (nth 1 lines)))
+      (should-not (string-match-p "what can you do" (amacs-shell-test--text))))))
 
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."

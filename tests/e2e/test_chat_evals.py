@@ -62,7 +62,7 @@ def test_evals_are_in_the_chat_log_and_the_resumed_shell(fake, home):
         "Done: that was the eval above (TAB on its line shows it).\n\n"
         "amacs> again\n▸ eval (car 1) → error: Wrong type argument: listp, 1\n\n"
         "That one failed.\n\n"
-        ";; C-c C-v shows the agent and its subagents; @NAME text talks to one by the name shown there (@task-1 what did you find?).\namacs> ")
+        ";; C-c C-v shows the agent and its subagents; @NAME text talks to one by the name shown there or in the footer while it works.\namacs> ")
     # As the live shell drew them: the same lines, its details hidden (TAB shows them).
     assert visible.split("lines.)\n", 1)[1].split("\n;; C-c C-v")[0] in live.shell.replace("(+ 2 2)\n⇒ 4\n", "").replace(
         "(car 1)\nerror: Wrong type argument: listp, 1\n", "")

@@ -233,7 +233,7 @@ def test_a_new_shell_shows_the_recent_exchanges(fake, home):
     run = run_emacs(home, fake.url, "(amacs-e2e-open) (accept-process-output nil 0.3) (amacs-e2e-finish)").check()
     assert run.shell == (";; Resumed: the last exchanges from agent-chat.org (C-c C-l opens it all):\n"
                          "amacs> question one\n\nAnswer one.\n\namacs> question two\n\nAnswer two.\n\n"
-                         ";; C-c C-v shows the agent and its subagents; @NAME text talks to one by the name shown there (@task-1 what did you find?).\n"
+                         ";; C-c C-v shows the agent and its subagents; @NAME text talks to one by the name shown there or in the footer while it works.\n"
                          "amacs> ")
     assert len(fake.requests) == 2  # resuming calls no model
 
