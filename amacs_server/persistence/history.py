@@ -77,6 +77,7 @@ from .git_repo import (
     packed_records,
     run_git,
     settle_checkout,
+    vouched_in_index,
 )
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
@@ -584,6 +585,7 @@ def _check_out(home: Path, commit: str, state: dict[str, Any], repo: HomeRepo | 
         if faults.armed("rewind.read-tree-lock"):
             faults.kill_holding_lock("rewind.read-tree-lock", ["git", "read-tree", "-u", "--reset", commit], home,
                                      home / ".git" / "index.lock")
+        settle_checkout(home, vouched_in_index(home))  # git writes only the files COMMIT has otherwise
         _git(home, "read-tree", "-u", "--reset", commit)
     sizes: dict[str, int] = state["files"]
     logs = set(log_files(home))

@@ -57,12 +57,13 @@ EMACS = "emacs"
 INTERRUPTED = "interrupted (C-c); it runs again when you resume"
 # A run a second C-c stopped after its last reply whose home the resume can make whole (its last commit,
 # or Emacs's end, was left: done_on_resume): the resume records it done (finish_teardown), not run again.
-INTERRUPTED_REPLIED = "stopped after its last reply (C-c twice): recorded done when you resume"
+INTERRUPTED_REPLIED = "stopped after its last reply (C-c): recorded done when you resume"
 # The errors of a run C-c stopped: counted as interrupted, not failed.
 STOPPED = (INTERRUPTED, INTERRUPTED_REPLIED,
-           # the words of INTERRUPTED_REPLIED in a runs folder an earlier version stopped
+           # the words of INTERRUPTED_REPLIED in a runs folder earlier versions stopped
            "interrupted (C-c) after its every turn got its reply; the resume records it done, its home made "
-           "whole, or runs it again if that cannot be done")
+           "whole, or runs it again if that cannot be done",
+           "stopped after its last reply (C-c twice): recorded done when you resume")
 KILLED = "the experiment was killed while it ran; it ran again"
 RESULT = "batch-result.json"  # Emacs writes it once the session is over, before it stops the server
 WATCH_EVERY = 0.01  # seconds between looks for it

@@ -699,8 +699,8 @@ def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path, gap):
     manifest = manifests(runs)[pending]
     assert manifest["status"] == "failed", (manifest, out, err)
     # its record and its console line say what the resume does with it: it is not run again
-    assert manifest["error"] == "stopped after its last reply (C-c twice): recorded done when you resume", manifest
-    assert re.search(rf"^failed +{re.escape(pending)} .*  stopped after its last reply \(C-c twice\): recorded done "
+    assert manifest["error"] == "stopped after its last reply (C-c): recorded done when you resume", manifest
+    assert re.search(rf"^failed +{re.escape(pending)} .*  stopped after its last reply \(C-c\): recorded done "
                      "when you resume$", err, re.M), err
     home = runs / pending / "home"
     assert not git_heads(home) and (home / ".uncommitted-tick").exists(), "its last commit was made"
