@@ -252,7 +252,7 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
     @checked()
     def interrupt() -> bool:
         """Cancel the running turn; True if there was one."""
-        return _on_loop(rt.turns, rt.turns.interrupt)
+        return _on_loop(rt.turns, lambda: rt.turns.interrupt(queued=True))
 
     @checked()
     def rewind(tick: PositiveInt) -> dict[str, Any]:

@@ -52,6 +52,10 @@ class Turns:
         self._turn_running = False
         self._turn_task: asyncio.Task[None] | None = None
         self.halted: str | None = None  # why the running turn was stopped (None: it was not)
+        # The person's inputs in the inbox, not yet begun; a C-c C-c among them stops the next one
+        # as soon as it begins (why, kept here), as it stops a turn at work.
+        self._inputs_queued = 0
+        self._interrupt_next: str | None = None
         self._wake_queued = False
         # Stopped by the person (C-c C-c) or by Emacs going: events wake no turn until the person's
         # next input (the subagents' "interrupted" events would start a model call nobody asked for).
@@ -119,6 +123,8 @@ class Turns:
         assert self._inbox is not None
         while True:
             text = await self._inbox.get()
+            if text is not None:
+                self._inputs_queued -= 1
             if text is None:
                 self._wake_queued = False
                 if self._hushed or not self.world.bus.pending(PRIMARY):
@@ -131,6 +137,9 @@ class Turns:
                                    "error")
                 continue
             self._turn_task = self.loop.create_task(self.turn(text))
+            if text is not None and self._interrupt_next is not None:  # after the turn's first step: stopped as at work
+                self.loop.call_soon(self.interrupt, self._interrupt_next)
+                self._interrupt_next = None
             try:
                 # Only the turn's own cancel is caught below: a cancel of this worker (the
                 # runtime's stop) ends it; swallowed, it left stop waiting out its whole grace.
@@ -165,11 +174,16 @@ class Turns:
 
     # -- what stops, wakes and feeds a turn ------------------------------------------
 
-    def interrupt(self, reason: str = "interrupted by the person") -> bool:
+    def interrupt(self, reason: str = "interrupted by the person", *, queued: bool = False) -> bool:
         """Cancel the running turn (its model call and its chain of evals) and every subagent
-        at work, each recorded as interrupted in its transcript (loop thread)."""
+        at work, each recorded as interrupted in its transcript (loop thread).  QUEUED (the
+        person's C-c C-c): with no turn at work, the input sent and not yet begun is stopped as
+        it begins (typed while the server started, it reaches the inbox just before the C-c C-c)."""
         stopped = self.world.cancel_all(reason)
         running = self._turn_task is not None and not self._turn_task.done()
+        if queued and not running and self._inputs_queued > 0:
+            self._interrupt_next = reason
+            return True
         if stopped or running:
             self._hushed = True  # what the stopped agents post waits for the person's next input
         if self._turn_task is None or not running:
@@ -209,12 +223,14 @@ class Turns:
         assert self._inbox is not None
         self._hushed = False  # the person speaks: events may wake the primary again
         if self.user_reply is None:
+            self._inputs_queued += 1
             self._inbox.put_nowait(text)
             return
         agent_id, talk_id = self.user_reply
         self.user_reply = None
         asker = self.world.agents.get(agent_id)
         if agent_id != PRIMARY and (asker is None or asker.state not in ("idle", "running")):
+            self._inputs_queued += 1
             self._inbox.put_nowait(text)  # whoever asked is gone: the input is a new turn, not lost
             return
         self.world.bus.post(agent_id, Event(EventType.USER, "user", text, talk_id), reserved=True)
