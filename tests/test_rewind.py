@@ -1403,6 +1403,31 @@ def _blob_bytes(home: Path, commit: str, name: str) -> bytes:
                           check=True).stdout
 
 
+def _vouched_months(home: Path, fake: Any, link_to: Path | None = None) -> dict[str, bytes]:
+    """HOME served three sessions with six past months (name -> bytes) its third commit holds and
+    its server's record vouches for (RACY_NS made 0.1 s by the caller), then chat/2026-02.org
+    rewritten with the same size and mtime.  LINK_TO: a second name there for each month."""
+    run(home, fake, [("say", "hello")])
+    months = {name: b"".join(f"line {n} of {name}\n".encode() for n in range(300))
+              for name in (f"{folder}/2026-0{m}.org" for folder in ("chat", "monologue") for m in (1, 2, 3))}
+    for name, data in months.items():
+        (home / name).parent.mkdir(exist_ok=True)
+        (home / name).write_bytes(data)
+        if link_to is not None:
+            os.link(home / name, link_to / name.replace("/", "-"))
+    time.sleep(0.2)
+    run(home, fake, [("say", "two")])  # its commit holds the months, and its record vouches for them
+    time.sleep(0.2)
+    run(home, fake, [("say", "three")])
+    assert {name: entry.key[1] for name, entry in read_seen(home).items() if name in months} == {
+        name: len(data) for name, data in months.items()}
+    rewritten = home / "chat" / "2026-02.org"
+    st = rewritten.stat()
+    rewritten.write_bytes(months["chat/2026-02.org"].replace(b"line 7 ", b"LINE 7 "))
+    os.utime(rewritten, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return months
+
+
 def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_the_rest(tmp_path, fake,
                                                                                          monkeypatch):
     """A fork's past months are copied from the home, not inflated from git (at 20,000 ticks, 60
@@ -1414,22 +1439,7 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
     git finds nothing changed."""
     monkeypatch.setattr(git_repo, "RACY_NS", 100_000_000)  # the record trusts a file 0.1 s after its write, not 3 s
     home = tmp_path / "home"
-    run(home, fake, [("say", "hello")])
-    months = {name: b"".join(f"line {n} of {name}\n".encode() for n in range(300))
-              for name in (f"{folder}/2026-0{m}.org" for folder in ("chat", "monologue") for m in (1, 2, 3))}
-    for name, data in months.items():
-        (home / name).parent.mkdir(exist_ok=True)
-        (home / name).write_bytes(data)
-    time.sleep(0.2)
-    run(home, fake, [("say", "two")])  # its commit holds the months, and its record vouches for them
-    time.sleep(0.2)
-    run(home, fake, [("say", "three")])
-    assert {name: entry.key[1] for name, entry in read_seen(home).items() if name in months} == {
-        name: len(data) for name, data in months.items()}
-    rewritten = home / "chat" / "2026-02.org"
-    st = rewritten.stat()
-    rewritten.write_bytes(months["chat/2026-02.org"].replace(b"line 7 ", b"LINE 7 "))
-    os.utime(rewritten, ns=(st.st_atime_ns, st.st_mtime_ns))
+    months = _vouched_months(home, fake)
     raced = home / "monologue" / "2026-03.org"
     copy = git_repo._copy_range
 
@@ -1471,23 +1481,9 @@ def test_a_rewind_writes_again_only_the_files_the_tick_has_otherwise(tmp_path, f
     vouch for."""
     monkeypatch.setattr(git_repo, "RACY_NS", 100_000_000)  # the record trusts a file 0.1 s after its write, not 3 s
     home = tmp_path / "home"
-    run(home, fake, [("say", "hello")])
-    months = {name: b"".join(f"line {n} of {name}\n".encode() for n in range(300))
-              for name in (f"{folder}/2026-0{m}.org" for folder in ("chat", "monologue") for m in (1, 2, 3))}
-    for name, data in months.items():
-        (home / name).parent.mkdir(exist_ok=True)
-        (home / name).write_bytes(data)
-        # A second name for each file: one git writes again is a new file (a new inode, which the
-        # kept one cannot share), one it leaves is this one.
-        os.link(home / name, tmp_path / name.replace("/", "-"))
-    time.sleep(0.2)
-    run(home, fake, [("say", "two")])  # its commit holds the months, and its record vouches for them
-    time.sleep(0.2)
-    run(home, fake, [("say", "three")])
-    rewritten = home / "chat" / "2026-02.org"
-    st = rewritten.stat()
-    rewritten.write_bytes(months["chat/2026-02.org"].replace(b"line 7 ", b"LINE 7 "))
-    os.utime(rewritten, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # A second name for each month: one git writes again is a new file (a new inode, which the
+    # kept one cannot share), one it leaves is this one.
+    months = _vouched_months(home, fake, link_to=tmp_path)
     history.rewind(home, 2)
     kept = {name for name in months
             if (home / name).stat().st_ino == (tmp_path / name.replace("/", "-")).stat().st_ino}
