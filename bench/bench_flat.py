@@ -358,6 +358,7 @@ def main() -> None:
         if "picker" in rows:
             copy = tmp / "picker-home"
             copy_home(homes[size], copy)
+            as_served(copy)  # as its server left it: the first draw does not wait on a fresh copy's re-reads
             per[size].update(picker_and_hub(copy, args.n))
             shutil.rmtree(copy)
     for size in sizes:
