@@ -82,8 +82,9 @@ def test_a_run_dearer_than_expected_passes_the_budget_by_its_difference_and_the_
     line = budget_words(spent, 0.10, len(left), "run", "runs not started",
                         "re-run with a larger --budget to run them")
     assert line.startswith("Budget spent: $0.1300 of $0.1000, over by $0.0300 (a run starts only if"), line
-    assert "; but a run can cost more than the most one had cost before it started, and none is stopped " \
-        "halfway: it would be paid for and thrown away); 1 runs not started" in line, line
+    assert "; but a run can cost more than was expected of it (the most one had cost before it started; the " \
+        "first run goes before any cost is known), and none is stopped halfway: it would be paid for and thrown " \
+        "away); 1 runs not started" in line, line
     assert line.endswith("; 1 runs not started (re-run with a larger --budget to run them)."), line
 
 

@@ -285,8 +285,9 @@ def budget_words(spent: float, budget: float, left: int, noun: str, not_started:
             f"{noun} had cost, fit it; until one has ended, one goes at a time")
     words = f"Budget spent: ${spent:.4f} of ${budget:.4f}"
     if over > CENT_DUST:
-        words += (f", over by ${over:.4f} ({kept}; but a {noun} can cost more than the most one had cost before "
-                  "it started, and none is stopped halfway: it would be paid for and thrown away)")
+        words += (f", over by ${over:.4f} ({kept}; but a {noun} can cost more than was expected of it (the most "
+                  f"one had cost before it started; the first {noun} goes before any cost is known), and none is "
+                  "stopped halfway: it would be paid for and thrown away)")
     else:
         words += f" ({kept})"
     return words + (f"; {left} {not_started} ({again})." if left else ".")

@@ -204,7 +204,8 @@ def test_judge_s_budget_counts_the_judgements_going(runs, fake):
     one = next(iter(first.values()))["cost"]
     assert (f"Budget spent: ${one:.4f} of $0.0001, over by ${one - 0.0001:.4f} (a judgement starts only if"
             in stopped.stdout), stopped.stdout
-    assert "but a judgement can cost more than the most one had cost before it started" in stopped.stdout
+    assert ("but a judgement can cost more than was expected of it (the most one had cost before it started; "
+            "the first judgement goes before any cost is known)" in stopped.stdout), stopped.stdout
     budget = round(3.5 * one, 6)
     more = judge(fake, runs, "answer-quality", "--parallel", "2", "--budget", str(budget))
     assert more.returncode == 3, more.stdout + more.stderr
