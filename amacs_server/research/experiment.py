@@ -330,7 +330,8 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 done = total - len(todo) + sum(o.status == "done" for o in outcomes)
                 progress.update(bar, advance=1, running=running, done=done, failed=failed, cost=spent)
                 why = f"  {failure(outcome)}" if outcome.error else ""
-                progress.console.print(f"{outcome.status:6} {outcome.run_id}  {_cost(outcome.cost)}  "
+                gave = f"{outcome.gave}  " if outcome.gave else ""
+                progress.console.print(f"{outcome.status:6} {outcome.run_id}  {gave}{_cost(outcome.cost)}  "
                                        f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
                                        style="red" if outcome.status == "failed" else None)
                 said.add(outcome.run_id)

@@ -360,7 +360,8 @@ def judge_one(judge: Judge, job: Job, runs_dir: Path) -> Outcome:
     return Outcome(run_id=job.run_id, status=result["status"],
                    cost=None if result["cost"] is None else float(result["cost"]),
                    seconds=result["seconds"], turns_done=int(result["status"] == "done"), started_at=started,
-                   ended_at=ended, error=result["error"])
+                   ended_at=ended, error=result["error"],
+                   gave="" if result["score"] is None else f"score {result['score']} ({judge.low}-{judge.high})")
 
 
 def keep_attempt(folder: Path) -> int:

@@ -84,6 +84,7 @@ class Outcome:
     failed_turn: int | None = None  # the first turn of the script without the agent's reply
     phases: dict[str, float | None] = field(default_factory=dict)  # PHASES: when each happened
     unpriced_calls: int = 0  # model calls whose price is unknown (their tokens are in the dataset)
+    gave: str = ""  # what the job gave, on its console line (a judgement's score)
 
 
 @contextmanager

@@ -96,6 +96,11 @@ def test_judges_score_every_run_and_the_report_draws_them(runs, fake):
         proc = judge(fake, runs, name, "--parallel", "2")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"judge {name}: {RUNS} of {RUNS} judged, 0 failed" in proc.stdout, proc.stdout
+        done = [line for line in proc.stderr.splitlines() if line.startswith("done ")]  # the console's lines
+        for line in done:  # each says its score as it comes in
+            views = 3 if "three-views" in line else 2
+            assert f"  score {min(5, 2 + views) if name == 'answer-quality' else 5} (1-5)  $" in line, line
+        assert len(done) == RUNS, proc.stderr
         # list prices for the tokens the fake reported: an estimate, said so
         where = fake.url.removeprefix("http://").rstrip("/")
         assert f"estimated at list prices (the model calls went to {where}, not Anthropic's API)" in proc.stdout
@@ -257,7 +262,7 @@ def test_a_judgements_seconds_are_its_own_not_the_sdks_import(runs, fake):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seconds = {run: s["seconds"] for run, s in scores(runs, "viewpoints-used").items()}
     assert len(seconds) == RUNS and max(seconds.values()) < 0.5, seconds
-    said = {m[1]: float(m[2]) for m in re.finditer(r"done\s+(\S+)\s+\$\S+\s+([\d.]+) s", proc.stderr)}
+    said = {m[1]: float(m[2]) for m in re.finditer(r"done\s+(\S+)\s+score \S+ \(\S+\)\s+\$\S+\s+([\d.]+) s", proc.stderr)}
     assert said == {run: round(s, 1) for run, s in seconds.items()}, (said, proc.stderr)
 
 
