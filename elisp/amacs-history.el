@@ -309,7 +309,7 @@ TICK is a tick number, or \"now\": the last tick.  Interactively, pick
 now (the default) or one of your past inputs (the fork ends just before
 it), and a new folder.  The fork's server runs on the model, backend and
 base URL this home's runs on.  With a shell per home (`amacs-shell-open'),
-a second shell opens on DEST beside this one."
+a second shell opens on DEST beside this home's shell."
   (interactive
    (let* ((picked (amacs-history--read-fork-tick))
           (tick (car picked)))
@@ -328,8 +328,10 @@ a second shell opens on DEST beside this one."
       (amacs-changes-fork parent (amacs-connection-for (plist-get done :home)) (plist-get done :tick)))
     (message "AMACS: %s" line)
     (if (fboundp 'amacs-shell-open)
-        (progn
-          (select-window (split-window-right))
+        (let* ((shell (amacs-ui-shell (amacs-connection-ui parent)))
+               (beside (or (and (buffer-live-p shell) (get-buffer-window shell)) (selected-window))))
+          ;; Beside this home's shell, wherever the command was called from (agent-chat.org, the hub).
+          (select-window (split-window beside nil 'right))
           (with-current-buffer (amacs-shell-open (plist-get done :home))
             ;; Once two homes are live every shell's header names its home: redraw them all
             ;; (the first shell's window shows nothing new that would redraw its header).

@@ -62,3 +62,31 @@ def test_killing_a_forks_shell_stops_its_server_after_asking(fake, home, tmp_pat
     assert re.search(r'^ASKED 1 "Stop the AMACS server of \S*/fork-no too', out, re.M), out
     assert "LIVE 1 t" in out, out  # "no": it runs on, until the end of the program stops it
     assert "ASKED OWN nil" in out and "LIVE OWN t" in out, out  # this Emacs's own home: not asked
+
+
+def test_a_fork_opens_beside_its_homes_shell_wherever_it_was_asked_from(fake, home, tmp_path):
+    """M-x amacs-fork from a window that is not the shell's (agent-chat.org, beside the shell) split that
+    window: the fork's shell opened beside whatever was current, not beside the shell it was forked from."""
+    fake.respond_with(answer)
+    fork = tmp_path / "fork"
+    program = f"""
+      (amacs-e2e-open)
+      (amacs-e2e-send "note the first")
+      (delete-other-windows)
+      (switch-to-buffer amacs-shell-buffer-name)
+      (let ((other (split-window nil nil 'below)))
+        (set-window-buffer other (get-buffer-create "other"))
+        (select-window other))
+      (amacs-fork 1 {elisp_string(str(fork))})
+      (let* ((conn (amacs-connection-for {elisp_string(str(fork))}))
+             (mine (get-buffer-window amacs-shell-buffer-name))
+             (its (get-buffer-window (amacs-ui-shell (amacs-connection-ui conn)))))
+        (amacs-e2e-wait (lambda () (amacs-live-p conn)) "the fork's server")
+        (princ (format "BESIDE %S\\n" (and mine its (eq (window-parent mine) (window-parent its))
+                                           (eq (window-next-sibling mine) its))))
+        (princ (format "OTHER %S\\n" (and (get-buffer-window "other") t)))
+        (amacs-stop-server conn))
+      (amacs-stop-server)
+      (kill-emacs 0)"""
+    out = run_emacs(home, fake.url, program).check().stdout
+    assert "BESIDE t" in out and "OTHER t" in out, out
