@@ -236,6 +236,52 @@ def test_after_a_c_c_the_bar_counts_no_run_running(capsys):
     assert "1 done · 0 running · 0 failed · $0.45" in bar, bar
 
 
+class _EndedBeforeTheCc:
+    """Jobs of which the first had ended when the C-c came (not yet said) and the second, every turn
+    replied to, is let end by it."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+        self.looks = 0
+
+    def submit(self, job) -> None:
+        if job.run_id.endswith("r0"):  # it ends at once; r1 goes on
+            self.ended.append(job.run_id)
+
+    def finished(self, timeout: float):
+        from amacs_server.research.runs import Outcome
+
+        self.looks += 1
+        if self.looks == 1:
+            raise KeyboardInterrupt
+        ended, self.ended = self.ended, []
+        return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
+                        ended_at=1.0) for r in ended]
+
+    def finishing(self) -> int:
+        return 1
+
+    def close(self) -> None:
+        self.ended.append("cars.two-views.sonnet.r1")  # the one the C-c let end
+
+
+def test_a_c_c_says_the_runs_that_had_ended_before_the_ones_it_lets_end(capsys):
+    """One C-c said "1 run whose every turn got its reply ends first", then two done lines came
+    (newcomer9 #24): one run had ended before the C-c, unsaid.  It is said first, then the C-c's line
+    and the run it let end."""
+    from types import SimpleNamespace
+
+    from amacs_server.research.experiment import execute, progress_console
+
+    runs = [SimpleNamespace(run_id=f"cars.two-views.sonnet.r{n}") for n in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        execute(runs, _EndedBeforeTheCc(), 2, None, 0.0, 2, "debate", progress_console())
+    err = capsys.readouterr().err.splitlines()
+    said = [n for n, line in enumerate(err) if line.startswith(("done ", "C-c: "))]
+    assert [err[n].split()[:2] for n in said] == [["done", "cars.two-views.sonnet.r0"], ["C-c:", "1"],
+                                                 ["done", "cars.two-views.sonnet.r1"]], err
+
+
 def test_judging_dollars_at_list_prices_of_another_server_s_tokens_say_so(ran):
     """The judging's dollars, list prices for what a fake reported, said "judging $0.0434 (1 judge: ...)"
     where the runs' beside them said "estimated at list prices" (rj8); each score.json keeps where its

@@ -355,6 +355,8 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
         except KeyboardInterrupt:
             finishing = getattr(executor, "finishing", None)
             if finishing is not None:  # this machine's jobs: each says how it ended, as it ends
+                for outcome in executor.finished(0):  # those that had ended: said before what the C-c lets end
+                    ended(outcome)
                 letting = finishing()
                 if letting:
                     words = getattr(executor, "letting_words", _letting_words)
