@@ -416,6 +416,17 @@ def _unchanged_since(st: os.stat_result, seen: _Seen) -> bool:
             and max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS < seen.read_ns)
 
 
+def _index_entries(listed: bytes) -> dict[str, tuple[str, str]]:
+    """The entries ``git ls-files -s -z`` LISTED: path -> (mode, blob)."""
+    out: dict[str, tuple[str, str]] = {}
+    for record in listed.split(b"\0"):
+        if record:
+            info, _, name = record.partition(b"\t")
+            mode, blob, _stage = info.decode().split()
+            out[name.decode("utf-8", "surrogateescape")] = (mode, blob)
+    return out
+
+
 def vouched_in_index(home: Path) -> dict[str, tuple[int, int, int, int]]:
     """The files of HOME that hold the blob of their index entry by the server's own record
     (:data:`SEEN_FILE`, as its next snapshot trusts it: :func:`_unchanged_since`): path -> their
@@ -429,13 +440,9 @@ def vouched_in_index(home: Path) -> dict[str, tuple[int, int, int, int]]:
     if done.returncode:
         return {}
     out: dict[str, tuple[int, int, int, int]] = {}
-    for record in done.stdout.split(b"\0"):
-        info, _, raw = record.partition(b"\t")
-        name = raw.decode("utf-8", "surrogateescape")
+    for name, indexed in _index_entries(done.stdout).items():
         entry = seen.get(name)
-        fields = info.split()
-        if entry is None or len(fields) != 3 or (fields[0].decode(), fields[1].decode()) != (
-                entry.content.mode, entry.content.blob):
+        if entry is None or indexed != (entry.content.mode, entry.content.blob):
             continue
         try:
             st = (home / name).lstat()
@@ -958,13 +965,7 @@ class HomeRepo:
 
     def _ls_files(self) -> dict[str, tuple[str, str]]:
         """The index's entries: path -> (mode, blob)."""
-        out: dict[str, tuple[str, str]] = {}
-        for record in self._git_bytes("ls-files", "-s", "-z").split(b"\0"):
-            if record:
-                info, _, name = record.partition(b"\t")
-                mode, blob, _stage = info.decode().split()
-                out[name.decode("utf-8", "surrogateescape")] = (mode, blob)
-        return out
+        return _index_entries(self._git_bytes("ls-files", "-s", "-z"))
 
     def _blob(self, name: str, content: Content, indexed: tuple[str, str] | None = None) -> str:
         """CONTENT's blob id, the object written if it is new (as git would: a loose object);

@@ -1691,8 +1691,6 @@ def _fork_memory(home: Path, dest: Path, state: dict[str, Any]) -> None:
         faults.point("fork.memory")
 
 
-
-
 def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: float | None = None,
          commit: str | None = None) -> Done:
     """A new AMACS home DEST holding HOME's mind just after tick TICK (its history up to there),
