@@ -299,16 +299,17 @@ not with a later step of that turn."
 
 (defun amacs-shell--shown-reply (text &optional after)
   "Return reply TEXT, then AFTER (a string or nil), as the shell is to show them.
-With org loaded it is rendered at once.  Without, it is plain for now
-and marked `amacs-unrendered': loading org takes ~1 s, which the person
-would wait for before seeing the shell or its first answer, so it is
-rendered once org is loaded, a piece at each idle moment
+With org loaded it is rendered at once.  Without, it is drawn by
+`amacs-render-quick' for now (org's look, by a few regexps) and marked
+`amacs-unrendered': loading org takes ~1 s, which the person would wait
+for before seeing the shell or its first answer, so it is rendered by
+org once org is loaded, a piece at each idle moment
 \(`amacs-render-after-preload')."
   (if (amacs-render-ready-p)
       (concat (amacs-render-org text) after)
     (let ((connection (amacs-current-connection)))
       (amacs-render-after-preload (lambda () (amacs-shell--render-resumed connection))))
-    (propertize (concat text after) 'amacs-unrendered text)))
+    (propertize (concat (amacs-render-quick text) after) 'amacs-unrendered text)))
 
 (defun amacs-shell--render-resumed (connection)
   "Render CONNECTION's replies shown plain, in place, as live ones are."

@@ -1264,6 +1264,108 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
       (amacs-shell-copy-reply)
       (should (equal (current-kill 0) "It is *bold*.")))))
 
+;; Before org is loaded a reply is drawn by regexps (`amacs-render-quick'); org's drawing follows.
+(defconst amacs-shell-test--org-look
+  '((org-level-1 . font-lock-function-name-face) (org-level-2 . font-lock-variable-name-face)
+    (org-level-3 . font-lock-keyword-face) (org-verbatim . shadow) (org-code . shadow)
+    (org-link . link) (org-list-dt . bold) (org-checkbox . bold)
+    (org-block-begin-line . font-lock-comment-face) (org-block-end-line . font-lock-comment-face)
+    (org-meta-line . font-lock-comment-face) (org-table . amacs-render-table))
+  "Org's faces and the faces they come to (by inheritance, in Emacs 28's org).")
+
+(defun amacs-shell-test--look (text)
+  "TEXT as it looks: each visible character with its faces, org's as they come to.
+A source block's code, fontified by its language in org, is `shadow' alone."
+  (let (look)
+    (dotimes (i (length text))
+      (unless (get-text-property i 'invisible text)
+        (let* ((face (get-text-property i 'font-lock-face text))
+               (faces (cond ((null face) nil)
+                            ((and (consp face) (eq (car face) :inherit)) (ensure-list (cadr face)))
+                            ((and (consp face) (not (keywordp (car face)))) face)
+                            (t (list face)))))
+          (push (cons (aref text i)
+                      (if (memq 'org-block faces)
+                          '(shadow)
+                        (mapcar (lambda (f) (or (cdr (assq f amacs-shell-test--org-look)) f)) faces)))
+                look))))
+    (nreverse look)))
+
+(defconst amacs-shell-test--replies
+  '("I am AMACS's demo model. Type one of these words and press RET:
+
+- =eval=: I evaluate elisp in your Emacs; the ▸ eval line shows it (TAB on it: the form and its result)
+- =long=, =markdown=, =error=, =loop=: a long reply, Markdown shown as org (C-g stops it)
+
+Then M-x amacs-rewind takes me back."
+    "** A heading in Markdown
+
+Here is *bold* text, ~inline code~ and a list:
+
+- first item
+- second item
+
+#+begin_src emacs-lisp
+(defun demo-square (x)
+  \"Return X squared.\"
+  (* x x))
+#+end_src
+
+| name | value |
+|------+-------|
+| a    | 1     |"
+    "* Top /it/ heading
+Some =verb= and ~code~, *bold*, /ital/, _under_, +strike+ here, *over
+two lines* too.
+A link [[https://example.org][the site]] and [[file:foo.org]] and https://gnu.org/x.
+- term :: description
+- [ ] box and [X] not one
+1. numbered *b*
+# a comment
+#+begin_quote
+quoted *q*
+#+end_quote
+#+begin_example
+ex *no*
+#+end_example
+snake_case and 2*3*4 and a*b* c, =a= b =c= and *not
+*** a heading* ends it.")
+  "Replies as the agent writes them: the demo's, Markdown made org, org's markup.")
+
+(ert-deftest amacs-shell-test-a-reply-before-org-looks-as-org-will-draw-it ()
+  "Seen on a loaded machine: the first reply showed =eval= and *bold* raw for seconds,
+until org, loaded a piece at each idle moment, drew it again.  Drawn by
+regexps meanwhile, a reply shows the same characters with the faces org's
+come to: only source blocks' code changes when org draws it."
+  (require 'org)
+  (dolist (hide '(t nil))
+    (let ((amacs-render-hide-emphasis-markers hide))
+      (dolist (text amacs-shell-test--replies)
+        (should (equal (amacs-shell-test--look (amacs-render-quick text))
+                       (amacs-shell-test--look (amacs-render-org text))))))))
+
+(ert-deftest amacs-shell-test-the-first-reply-reads-as-org-before-org-is-loaded ()
+  "The first answer, drawn before org is loaded, hides org's markers already."
+  (amacs-shell-test--with-shell
+    (let ((amacs--render-preload-queue nil)
+          (amacs--render-preload-timer nil))
+      (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
+                ((symbol-function 'require)
+                 (lambda (f &rest _) (when (eq f 'org) (error "Org loaded before the reply was shown"))))
+                ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
+        (amacs-shell--on-reply '(:text "- =eval=: it evaluates *elisp*, see [[https://gnu.org][GNU]].")))
+      (with-current-buffer amacs-shell-buffer-name
+        (goto-char (point-min))
+        (search-forward "- =eval=")
+        (should (get-text-property (match-beginning 0) 'amacs-unrendered)) ; org draws it later
+        (let ((visible nil))
+          (dotimes (i (- (line-end-position) (line-beginning-position)))
+            (let ((pos (+ (line-beginning-position) i)))
+              (unless (invisible-p pos) (push (char-after pos) visible))))
+          (should (equal (concat (nreverse visible)) "- eval: it evaluates elisp, see GNU."))))
+      (should (equal (amacs-shell-test--face-at "eval=:") '(shadow)))
+      (should (equal (amacs-shell-test--face-at "elisp*,") '(bold))))))
+
 ;;;; Context from your own Emacs
 
 (ert-deftest amacs-shell-test-send-region-quotes-code-with-its-language ()
