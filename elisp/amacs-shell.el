@@ -251,12 +251,16 @@ start's, when one of them evaluated)."
              (format ";; (Turns up to tick %d were in an earlier Emacs: no ▸ changed lines.)" since)
              'amacs-shell-annotation))
           (amacs-shell--replay
-           recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))
+           recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed)
+           since)))))))
 
-(defun amacs-shell--replay (recent changed)
+(defun amacs-shell--replay (recent changed &optional since)
   "Show RECENT, exchanges of the chat log, as the live shell showed them.
 CHANGED are the ▸ changed lines of their turns, (TICK . LINE) oldest
-first, TICK the tick the turn ended at: each shows after its turn."
+first, TICK the tick the turn ended at: each shows after its turn.
+Turns up to tick SINCE ran in an earlier Emacs: a reply of theirs that
+points at its ▸ changed line is followed, where that line was, by a
+note saying why it is not there."
   (let ((flush (lambda (before)
                  (while (and changed (or (null before) (< (caar changed) before)))
                    (amacs-shell--output (cdr (pop changed)) 'amacs-shell-eval)
@@ -280,7 +284,12 @@ first, TICK the tick the turn ended at: each shows after its turn."
         (when done
           (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
       (dolist (task (append (plist-get entry :tasks) nil))
-        (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))
+        (unless (plist-get task :before-reply) (amacs-shell--task-ended task)))
+      (when (and since (plist-get entry :tick) (<= (plist-get entry :tick) since)
+                 (string-match-p "▸ changed" (or (plist-get entry :agent) "")))
+        (amacs-shell--output
+         ";; (No ▸ changed line here: what this turn changed was known only to the Emacs it ran in.)"
+         'amacs-shell-annotation)))
     (funcall flush nil)))
 
 (defun amacs-shell--from-an-input (entries count)

@@ -1212,6 +1212,26 @@ no ▸ changed lines\.)\namacs> three"
 no ▸ changed lines\\.)\namacs> todo"
                             (amacs-shell-test--text)))))
 
+;; Was: with that line said once above, the replayed reply still said "RET on the ▸ changed
+;; line below" where no line followed it.
+(ert-deftest amacs-shell-test-a-replayed-reply-pointing-at-its-changed-line-says-where-it-went ()
+  "Where a replayed reply's ▸ changed line was, a note says why it is not there."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:tick 6 :key-ok t
+                              :recent ((:tick 4 :human "todo" :agent "Done: RET on the ▸ changed line below."
+                                        :eval (:form "(find-file \"todo.org\")" :result "t" :success t))
+                                       (:tick 5 :human "eval" :agent "4."
+                                        :eval (:form "(+ 2 2)" :result "4" :success t))
+                                       (:tick 6 :human "six" :agent "6.")))
+      (amacs-shell--greet))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "RET on the ▸ changed line below\\.\n\n?▸ eval (find-file[^\0]*?⇒ t\n\
+;; (No ▸ changed line here: what this turn changed was known only to the Emacs it ran in\\.)\n\n?amacs> eval"
+                              text))
+      ;; Only where a reply points at it.
+      (should (= 1 (cl-count-if (lambda (line) (string-prefix-p ";; (No ▸ changed" line))
+                                (split-string text "\n")))))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
