@@ -1578,6 +1578,22 @@ def test_a_second_rewind_to_a_tick_names_the_future_the_first_left_there(tmp_pat
     assert fourth.abandoned in note and f"it is kept on git ref {third.abandoned}." in note, note
 
 
+def test_a_third_rewind_to_a_tick_names_the_two_futures_before_it_in_the_plural(tmp_path, fake):
+    """A newcomer read "Earlier rewinds left futures after this tick too: it is kept on git ref X"
+    (plural, then "it"): one earlier future is said in the singular, two or more in the plural."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two"), ("say", "three")])
+    first = history.rewind(home, 2)
+    run(home, fake, [("say", "again")])
+    second = history.rewind(home, 2)
+    run(home, fake, [("say", "and again")])
+    third = history.rewind(home, 2)
+    note = (home / "agent-chat.org").read_text().split("** Rewound\n")[-1]
+    assert third.abandoned in note, note
+    assert ("Earlier rewinds left futures after this tick too: they are kept on git refs "
+            f"{first.abandoned}, {second.abandoned}.") in " ".join(note.split()), note
+
+
 def test_a_rewinds_note_reads_the_newest_commits_of_the_line_a_page_at_a_time(tmp_path, fake, monkeypatch):
     """A rewind's note looks for the tick's own commit below the rewinds to it: it read the whole
     line of commits (20,000 at 20,000 ticks: 0.2 s a rewind).  Now a page at a time, and a page
