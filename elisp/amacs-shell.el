@@ -230,10 +230,11 @@ start's, when one of them evaluated)."
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
                     "\\[amacs-shell-interrupt] interrupts.\n"
-                    ;; With no key no question is answered: the demo shows what it does.
+                    ;; With no key no question is answered: the server's note, said next,
+                    ;; says what to do instead (the demo, a key, another endpoint).
                     (if (amacs-status :key-ok)
                         ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."
-                      ";; M-x amacs-demo shows what it can do with no key, or \\[describe-mode] for every key.")))
+                      ";; \\[describe-mode] lists every key.")))
            'amacs-shell-annotation))
          (t
           (unless said

@@ -1438,15 +1438,21 @@ come to: only source blocks' code changes when org draws it."
       (should (string-match-p "what can you do\\?" (nth 1 lines)))
       (should (equal (nth 2 lines) "amacs> ")))))
 
-(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo ()
+(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo-once ()
   "A newcomer's finding: with no key the greeting invited \"what can you do?\"
-three lines above the one saying no question is answered without a key."
+three lines above the one saying no question is answered without a key.
+Then it named the demo on the line above the server's note, which names it too."
   (amacs-shell-test--with-shell
-    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil)
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil
+                              :notice "No API key: try M-x amacs-demo, or set ANTHROPIC_API_KEY and \
+M-x amacs-restart; other models: docs/local-models.md.")
       (amacs-shell--greet))
-    (let ((lines (split-string (amacs-shell-test--text) "\n")))
-      (should (string-match-p "M-x amacs-demo shows what it can do" (nth 1 lines)))
-      (should-not (string-match-p "what can you do" (amacs-shell-test--text))))))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "\\`;; Type to the agent.*\n;; C-h m lists every key\\.\n;; No API key: try M-x amacs-demo"
+                              text))
+      (should (= 1 (cl-count-if (lambda (line) (string-search "amacs-demo" line))
+                                (split-string text "\n"))))
+      (should-not (string-match-p "what can you do" text)))))
 
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
