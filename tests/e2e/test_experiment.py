@@ -682,10 +682,10 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
 @pytest.mark.parametrize("gap", [1.0, 0.03])
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path, gap):
     """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 60 s)
-    does not wait for it: the command ends at once, that run failed as interrupted, its line saying
-    what the resume will do (newcomer8 #52: 30 ms after the first, before the run looked at its
-    replies, it said "it runs again when you resume"); the resume makes that commit and records it
-    done, without running it again."""
+    does not wait for it: the command ends at once, that run ``stopped`` (not failed: every turn got
+    its reply), its line saying what the resume will do (newcomer8 #52: 30 ms after the first, before
+    the run looked at its replies, it said "it runs again when you resume"); the resume makes that
+    commit and records it done, without running it again."""
     spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "twice", "sleep 60")
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(gap)
@@ -697,11 +697,12 @@ def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path, gap):
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err, err
     manifest = manifests(runs)[pending]
-    assert manifest["status"] == "failed", (manifest, out, err)
-    # its record and its console line say what the resume does with it: it is not run again
+    # not a failure: its record, its console line and the last line say what the resume does with it
+    assert manifest["status"] == "stopped", (manifest, out, err)
     assert manifest["error"] == "stopped after its last reply (C-c): recorded done when you resume", manifest
-    assert re.search(rf"^failed +{re.escape(pending)} .*  stopped after its last reply \(C-c\): recorded done "
+    assert re.search(rf"^stopped {re.escape(pending)} .*  stopped after its last reply \(C-c\): recorded done "
                      "when you resume$", err, re.M), err
+    assert re.search(r", \d stopped after (its|their) last reply \(recorded done when you resume\)", out), out
     home = runs / pending / "home"
     assert not git_heads(home) and (home / ".uncommitted-tick").exists(), "its last commit was made"
     # Its session was over, every turn replied to: the resume makes the commit its server did not
