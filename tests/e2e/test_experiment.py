@@ -611,7 +611,9 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert re.search(r"C-c: \d runs? whose every turn got its reply ends? first \(the last commit\) and (is|are) recorded done", err), err
+    said = re.search(r"C-c: \d runs? whose every turn got its reply ends? first \(the last commit\) and (is|are) "
+                     r"recorded done \(C-c again to stop (it|them) now\): (.*)$", err, re.M)
+    assert said and pending in said[3].split(", "), err  # the runs it lets end, named
     assert "Traceback" not in err, err
     found = manifests(runs)
     done_before = sum(m["status"] == "done" for m in found.values())
