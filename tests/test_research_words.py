@@ -215,8 +215,8 @@ class _StoppedBeforeTheyStart:
         return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
                         ended_at=1.0) for r in ended]
 
-    def finishing(self) -> int:
-        return 0
+    def finishing(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         self.going = []  # stopped before it started: still to do, no outcome
@@ -258,8 +258,8 @@ class _EndedBeforeTheCc:
         return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
                         ended_at=1.0) for r in ended]
 
-    def finishing(self) -> int:
-        return 1
+    def finishing(self) -> list[str]:
+        return ["cars.two-views.sonnet.r1"]
 
     def close(self) -> None:
         self.ended.append("cars.two-views.sonnet.r1")  # the one the C-c let end
@@ -280,6 +280,7 @@ def test_a_c_c_says_the_runs_that_had_ended_before_the_ones_it_lets_end(capsys):
     said = [n for n, line in enumerate(err) if line.startswith(("done ", "C-c: "))]
     assert [err[n].split()[:2] for n in said] == [["done", "cars.two-views.sonnet.r0"], ["C-c:", "1"],
                                                  ["done", "cars.two-views.sonnet.r1"]], err
+    assert err[said[1]].endswith("(C-c again to stop it now): cars.two-views.sonnet.r1"), err  # the run it names
 
 
 def test_judging_dollars_at_list_prices_of_another_server_s_tokens_say_so(ran):

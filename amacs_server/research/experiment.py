@@ -239,12 +239,12 @@ def same_failures(outcomes: list[Outcome]) -> str | None:
     return last[0].error if len(reasons) == 1 else None
 
 
-def _letting_words(letting: int) -> str:
-    """What a C-c says of the LETTING runs it lets finish (:meth:`LocalExecutor.finishing`)."""
-    one = letting == 1
-    return (f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its reply {'ends' if one else 'end'} "
-            f"first (the last commit) and {'is' if one else 'are'} recorded done (C-c again to stop "
-            f"{'it' if one else 'them'} now)")
+def _letting_words(letting: list[str]) -> str:
+    """What a C-c says of the runs LETTING (their ids) it lets finish (:meth:`LocalExecutor.finishing`)."""
+    one = len(letting) == 1
+    return (f"C-c: {len(letting)} {'run' if one else 'runs'} whose every turn got its reply "
+            f"{'ends' if one else 'end'} first (the last commit) and {'is' if one else 'are'} recorded done "
+            f"(C-c again to stop {'it' if one else 'them'} now): {', '.join(letting)}")
 
 
 class Jobs(Protocol):

@@ -441,17 +441,17 @@ class JudgeExecutor:
         """How many judgements started have not ended."""
         return sum(not future.done() for future in self.going)
 
-    def finishing(self) -> int:
-        """Judgements going, which a C-c lets end (each writes its score)."""
-        return self.still_going()
+    def finishing(self) -> list[str]:
+        """The runs of the judgements going, which a C-c lets end (each writes its score)."""
+        return [job.run_id for future, job in self.going.items() if not future.done()]
 
     @staticmethod
-    def letting_words(letting: int) -> str:
-        """What a C-c says of the LETTING judgements it lets end."""
-        one = letting == 1
-        return (f"C-c: {letting} {'judgement' if one else 'judgements'} being judged {'ends' if one else 'end'} "
+    def letting_words(letting: list[str]) -> str:
+        """What a C-c says of the judgements of the runs LETTING, which it lets end."""
+        one = len(letting) == 1
+        return (f"C-c: {len(letting)} {'judgement' if one else 'judgements'} being judged {'ends' if one else 'end'} "
                 f"first and {'is' if one else 'are'} kept (C-c again to stop {'it' if one else 'them'} now: "
-                f"{'it is' if one else 'they are'} asked again when you resume)")
+                f"{'it is' if one else 'they are'} asked again when you resume): {', '.join(letting)}")
 
     def close(self) -> None:
         """Start nothing more, and wait for the judgements going to end (each writes its score); a

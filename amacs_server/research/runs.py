@@ -829,7 +829,7 @@ def discard(ready: Prepared) -> None:
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             server_command: list[str] | None = None, prepared: Prepared | None = None,
             trace: bool = False, session_ended: Callable[[], None] | None = None,
-            hurry: threading.Event | None = None) -> Outcome:
+            hurry: threading.Event | None = None, decided: Callable[[bool], None] | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
 
     PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
@@ -849,7 +849,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
     ``done`` with its home whole, unless HURRY is set too (a second C-c): then its error is
     :data:`INTERRUPTED_REPLIED`, its status :data:`STOPPED_REPLIED`, when the resume will record it
-    done (:func:`done_on_resume`), else :data:`INTERRUPTED`.  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    done (:func:`done_on_resume`), else :data:`INTERRUPTED`.  DECIDED is called once, with whether
+    the run is let finish, when it has looked at its replies after STOP was set.  Never raises for a
+    run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -874,6 +876,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         return True
 
     answered: list[bool] = []  # at the C-c: every turn had its reply in the transcripts (looked at once)
+    told: list[bool] = []  # DECIDED was called
     killed: list[bool] = []
 
     def kill() -> None:
@@ -898,6 +901,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 if not answered or not answered[0]:
                     kill()  # as it was held: nothing written after the look
                 _release(held)  # let go on (the killed ones die of their SIGKILL)
+        if answered and decided is not None and not told:
+            told.append(True)
+            decided(answered[0])
         return bool(answered) and answered[0]
 
     if proc is not None:
