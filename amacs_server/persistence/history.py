@@ -1736,12 +1736,13 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             (made / FORK_UNFINISHED).write_text(f"a fork of {home} at tick {tick}, being made\n")
             faults.point("fork.made")
             # memory.db is made beside the git work, in a thread: copying and syncing its bytes
-            # waits mostly on the kernel (the copy, the disk), git's commands on their processes.
-            # and so are the tick's files the home's server vouches for (its past months).
-            _git(made, "init", "--quiet")
+            # waits mostly on the kernel (the copy, the disk), git's commands on their processes;
+            # and so are the tick's files the home's server vouches for (its past months).  Both
+            # start first: neither needs the fork's repository.
             memory = _Beside(lambda: _fork_memory(home, made / "memory.db", state), "memory")
             vouched = _Beside(lambda: _copy_vouched(home, commit, made), "files")
             try:
+                _git(made, "init", "--quiet")
                 # A repository of its own holding the history up to the tick only: no later object, ref
                 # or reflog entry of HOME (a clone would share them all).
                 _history_up_to(home, commit, made)
