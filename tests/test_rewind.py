@@ -1119,42 +1119,6 @@ def test_a_fork_links_the_loose_objects_its_tick_reaches_and_a_fork_of_it_finds_
         assert "answer to the third" in _fork_holds(each).decode(errors="replace")
 
 
-def test_a_fork_keeps_the_packs_written_in_its_commits_second_before_its_tick_ended(tmp_path, fake):
-    """Commit times are whole seconds; ticks that come faster (a script's, a quick model's) have
-    packs written in the second of a tick's commit.  The tick state's end time says which of them
-    hold only the tick's past: those written before it (the fork keeps them whole); one written
-    after it, or within the file clock's coarseness of it, may hold a later tick and is not kept."""
-    home = tmp_path / "home"
-    rt = runtime(home, fake.url)
-    try:
-        do(rt, ("say", "hello"))
-        assert rt.mind.commits.flush(60)
-        for _ in range(20):  # a tick that ends at least 0.2 s into the second its commit is made in
-            while not 0.25 < time.time() % 1 < 0.6:
-                time.sleep(0.01)
-            do(rt, ("say", "the tick"))
-            assert rt.mind.commits.flush(60)
-            tick = rt.mind.consciousness.current_tick
-            ended = history.read_state(home)["ended_at"]
-            if ended - history._commit_time(home, history.tick_commit(home, tick)) >= 0.2:
-                break
-        else:
-            raise AssertionError("no tick ended 0.2 s into its commit's second")
-    finally:
-        rt.stop()
-    HomeRepo(home).pack()  # the tick's past, every object of it
-    [pack] = pack_names(home)
-    run(home, fake, [("say", "later words")])
-    noted = json.loads((home / ".git" / PACKED_FILE).read_text())
-    for newest, kept in ((ended - 0.15, True), (ended - 0.01, False)):
-        noted["newest"] = {pack: newest}  # written in the commit's second, before the tick ended (or not by the margin)
-        (home / ".git" / PACKED_FILE).write_text(json.dumps(noted))
-        fork = history.fork(home, tick, tmp_path / f"fork-{kept}").home
-        assert (fork / ".git" / "objects" / "pack" / pack).exists() == kept
-        _whole(fork)
-        assert _holds_abandoned(fork, ("later words",)) == []
-
-
 def test_a_fork_packs_the_loose_objects_the_packer_packed_and_pruned_while_it_linked_them(tmp_path, fake,
                                                                                           monkeypatch):
     """The home's packer packs the loose objects and prunes them between the fork's walk and its

@@ -1597,15 +1597,10 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
-# A file's time is the kernel's coarse clock, up to a tick (1-10 ms) behind the time a process
-# reads: a pack written just after a tick ended can be dated before that end by this much, at most.
-COARSE_CLOCK = 0.05
-
-
-def _packs_before(home: Path, made: float) -> dict[str, float]:
-    """HOME's packs that hold only objects of the past of a commit made at MADE or later (in
+def _packs_before(home: Path, made: int) -> dict[str, float]:
+    """HOME's packs that hold only objects of the past of a commit made at MADE (its time, in whole
     seconds), each with the time its newest object was made: every one whose newest object was made
-    before MADE (as HOME's packer noted it, :func:`~.git_repo.pack_times`; else the
+    before that commit was (as HOME's packer noted it, :func:`~.git_repo.pack_times`; else the
     pack file's time: a pack holds what existed when it was written, and git only ever sets a
     pack's time later) and before the commit of the earliest
     tick a rewind went back to, if any (:data:`REWOUND_MARK`): the objects made before it are of
@@ -1668,14 +1663,12 @@ def _link_loose(source: Path, target: Path, listed: bytes) -> tuple[list[bytes],
     return rest, folders
 
 
-def _history_up_to(home: Path, commit: str, made: Path, ended: float | None = None) -> None:
-    """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.  ENDED
-    is when COMMIT's tick ended (its tick state's time): COMMIT was made after it.
+def _history_up_to(home: Path, commit: str, made: Path) -> None:
+    """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
 
-    The packs that hold only COMMIT's past (:func:`_packs_before`: made before COMMIT's time in
-    whole seconds, or before ENDED, which tells apart the packs of a second whose ticks came faster)
-    are linked into MADE, whole (git never changes a pack in place: a repack writes new packs and
-    deletes old ones, so a link is a copy).  git walks the history from COMMIT down to the newest commit HOME's packer noted as
+    The packs that hold only COMMIT's past (:func:`_packs_before`) are linked into MADE, whole (git
+    never changes a pack in place: a repack writes new packs and deletes old ones, so a link is a
+    copy).  git walks the history from COMMIT down to the newest commit HOME's packer noted as
     packed whole in packs kept here (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since),
     not O(history).  What the walk reaches that is loose in HOME (the ticks since its packer's last
     repack) is linked too, each object (:func:`_link_loose`), when HOME has a loose object older
@@ -1687,7 +1680,7 @@ def _history_up_to(home: Path, commit: str, made: Path, ended: float | None = No
     in; if one is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
     when = _commit_time(home, commit)
-    dated = _packs_before(home, max(when, ended - COARSE_CLOCK) if isinstance(ended, float) else when)
+    dated = _packs_before(home, when)
     kept = set()
     for whole in dated:  # linked only if whole here (a pack the packer removed meanwhile is not kept)
         pack, index = source / "pack" / whole, (source / "pack" / whole).with_suffix(".idx")
@@ -1787,7 +1780,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
             try:
                 # A repository of its own holding the history up to the tick only: no later object, ref
                 # or reflog entry of HOME (a clone would share them all).
-                _history_up_to(home, commit, made, state.get("ended_at"))
+                _history_up_to(home, commit, made)
                 _git(made, "update-ref", "-m", f"fork of {home} at tick {tick}", "HEAD", commit)
                 faults.point("fork.fetched")
                 repo = _check_out(made, commit, state, vouched=vouched)
