@@ -105,3 +105,37 @@ def test_a_c_c_held_by_two_blocks_comes_after_the_outer():
     except KeyboardInterrupt:
         done.append("raised")
     assert done == ["inner", "outer", "raised"]
+
+
+@dataclass(frozen=True)
+class _Turns:
+    run_id: str
+    turns: tuple[str, ...] = ("hello",)
+    base_url: str | None = None
+
+
+def test_a_c_c_names_the_runs_it_lets_end_as_they_decide_not_as_the_transcripts_stood(tmp_path, monkeypatch):
+    """One C-c said "1 run whose every turn got its reply ends first", then two runs ended done
+    (newcomer9 #24): the count was taken from the transcripts at the C-c, and a run whose last reply
+    came in the moment before it looked (within 10 ms of the stop) was let end too, uncounted.  The
+    count is now of the runs' own decisions, waited for, and the runs are named."""
+    def run_one(run, runs_dir, stop, _command, _ready, _trace, _ended, _hurry, decided) -> Outcome:
+        stop.wait(30)
+        time.sleep(0.1)  # its look comes after the C-c: its last reply came in between, or not
+        let = run.run_id.endswith("r0")
+        decided(let)
+        time.sleep(0.3 if let else 0.0)  # the last commit, or killed
+        return Outcome(run_id=run.run_id, status="done" if let else "failed", cost=0.0, seconds=0.0,
+                       turns_done=1, started_at=0.0, ended_at=0.0, error=None if let else "interrupted")
+
+    monkeypatch.setattr(cluster, "run_one", run_one)
+    monkeypatch.setattr(cluster, "kill_strays", lambda runs_dir: None)
+    executor = cluster.LocalExecutor(tmp_path, parallel=2, fork=False)
+    runs = [_Turns(f"p.v.m.r{n}") for n in range(2)]
+    for run in runs:
+        executor.submit(run)  # type: ignore[arg-type]
+    time.sleep(0.1)
+    assert executor.finishing() == ["p.v.m.r0"]  # no transcripts: at the C-c neither had its reply
+    executor.close()
+    assert sorted((o.run_id, o.status) for o in executor.finished(0)) == [("p.v.m.r0", "done"),
+                                                                       ("p.v.m.r1", "failed")]

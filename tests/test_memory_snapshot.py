@@ -244,3 +244,84 @@ def test_the_server_makes_the_snapshot_in_the_background_and_a_fork_from_it_hold
     other = history.fork(home, 2, tmp_path / "other").home
     assert used == [True, False]
     assert _memory(fork / "memory.db") == _memory(other / "memory.db")
+
+
+def _index_whole(db_path: Path) -> None:
+    """FTS5's own check of DB_PATH's index against its content (each row's text as it reads):
+    raises if one row's entries are not its text's words."""
+    db = sqlite3.connect(db_path)
+    try:
+        db.execute("INSERT INTO items_fts (items_fts, rank) VALUES ('integrity-check', 1)")
+    finally:
+        db.close()
+
+
+STRANGE = ['a "quoted" word\nand a second line\twith a tab, a back\\slash and ünïcode ✓', ""]
+
+
+def test_a_version_keeps_no_second_copy_of_its_content_as_its_text(tmp_path):
+    """A version's searchable text is its content's own: the row keeps it once (its content),
+    and the index, the snippets and the view of each row's text read it as MemoryItem.text()."""
+    ltm = LongTermMemory(tmp_path / "memory.db")
+    items = [_item("s", 1, STRANGE[0]), _item("e", 1, STRANGE[1]),
+             MemoryItem(MemId("amacs", "primary", "d", 1), Tier.RAM, Kind.NOTE, {"text": "dictword here", "n": 2})]
+    for item in items:
+        ltm.put(item)
+    try:
+        assert ltm.db.execute("SELECT count(*) FROM items WHERE text <> ''").fetchone()[0] == 0
+        assert ltm.db.execute("SELECT text FROM items_text ORDER BY id").fetchall() == [(i.text(),) for i in items]
+        assert [h.mem_id.base for h in ltm.search("ünïcode")] == ["amacs:primary:s"]
+        assert ltm.search("second")[0].snippet.startswith('a "quoted" word\nand a [second] line\twith')
+        assert [h.mem_id.base for h in ltm.search("dictword")] == ["amacs:primary:d"]
+    finally:
+        ltm.close()
+    _index_whole(tmp_path / "memory.db")
+
+
+def test_a_memory_made_before_keeps_its_copies_and_its_snapshot_and_forks_drop_them(tmp_path):
+    """A memory.db whose index reads ``items.text`` (made before the view) goes on writing each
+    version's text; the snapshot made of it keeps no copy of a content's own text (a text that
+    is not its content's stays), is smaller, and a fork from it reads as the fork made from the
+    home's file: the same rows' texts, the same search answers, an index whole against them."""
+    home = tmp_path / "home"
+    (home / ".git").mkdir(parents=True)
+    db_path = home / "memory.db"
+    old = sqlite3.connect(db_path)
+    old.executescript(LongTermMemory.__init__.__globals__["SCHEMA"].replace(
+        "content='items_text'", "content='items'"))
+    old.execute("INSERT INTO items (id, base, version, tier, kind, created_at_ms, content, text) VALUES "
+                "(1, 'amacs:primary:own', 1, 'ram', 'note', 0, '\"the stored\"', 'a text of its own ownword')")
+    old.execute("INSERT INTO items_fts (rowid, text) VALUES (1, 'a text of its own ownword')")
+    old.commit()
+    old.close()
+    ltm = LongTermMemory(db_path)
+    with ltm.transaction():
+        for i in range(2, 1001):
+            ltm.put(_item(f"n{i}", 1, f"word{i} " + STRANGE[0] + " filler" * 40))
+    assert ltm.db.execute("SELECT count(*) FROM items WHERE text = ''").fetchone()[0] == 0  # its index reads them
+    ltm.close()
+    _index_whole(db_path)
+    made = history.keep_memory_snapshot(home, lag=100, every=100)
+    assert made is not None
+    snap = sqlite3.connect(made)
+    try:
+        assert snap.execute("SELECT id FROM items WHERE text <> ''").fetchall() == [(1,)]
+    finally:
+        snap.close()
+    _index_whole(made)
+    assert made.stat().st_size < 0.75 * db_path.stat().st_size
+    state = _state(950, active=[])
+    assert history._memory_from_snapshot(home, tmp_path / "snap.db", state)
+    history._memory_up_to(db_path, tmp_path / "whole.db", state)
+    read = []
+    for path in (tmp_path / "snap.db", tmp_path / "whole.db"):
+        _index_whole(path)
+        fork = LongTermMemory(path)
+        try:
+            read.append((fork.db.execute("SELECT id, text FROM items_text ORDER BY id").fetchall(),
+                         [h.mem_id.base for h in fork.search("ownword")],
+                         [h.mem_id.base for h in fork.search("word900", limit=3)]))
+        finally:
+            fork.close()
+    assert read[0] == read[1]
+    assert read[0][1] == ["amacs:primary:own"] and read[0][2] == ["amacs:primary:n900"]

@@ -162,10 +162,17 @@ def items(n: int) -> list[MemoryItem]:
 
 
 def damage_middle(path: Path) -> None:
-    size = path.stat().st_size
+    """Overwrite the middle one of the pages that hold the items' rows."""
+    db = sqlite3.connect(path)
+    try:
+        pages = [n for (n,) in db.execute("SELECT pageno FROM dbstat WHERE name = 'items' AND pagetype = 'leaf' "
+                                          "ORDER BY pageno")]
+        size = db.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        db.close()
     with path.open("r+b") as fh:
-        fh.seek((size // 4096 // 2) * 4096)
-        fh.write(b"\xde\xad\xbe\xef" * 1024)
+        fh.seek((pages[len(pages) // 2] - 1) * size)
+        fh.write(b"\xde\xad\xbe\xef" * (size // 4))
 
 
 def test_integrity_check_finds_damage_anywhere_and_only_damage(tmp_path):

@@ -215,8 +215,8 @@ class _StoppedBeforeTheyStart:
         return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
                         ended_at=1.0) for r in ended]
 
-    def finishing(self) -> int:
-        return 0
+    def finishing(self) -> list[str]:
+        return []
 
     def close(self) -> None:
         self.going = []  # stopped before it started: still to do, no outcome
@@ -258,8 +258,8 @@ class _EndedBeforeTheCc:
         return [Outcome(run_id=r, status="done", cost=0.45, seconds=1.0, turns_done=1, started_at=0.0,
                         ended_at=1.0) for r in ended]
 
-    def finishing(self) -> int:
-        return 1
+    def finishing(self) -> list[str]:
+        return ["cars.two-views.sonnet.r1"]
 
     def close(self) -> None:
         self.ended.append("cars.two-views.sonnet.r1")  # the one the C-c let end
@@ -280,6 +280,7 @@ def test_a_c_c_says_the_runs_that_had_ended_before_the_ones_it_lets_end(capsys):
     said = [n for n, line in enumerate(err) if line.startswith(("done ", "C-c: "))]
     assert [err[n].split()[:2] for n in said] == [["done", "cars.two-views.sonnet.r0"], ["C-c:", "1"],
                                                  ["done", "cars.two-views.sonnet.r1"]], err
+    assert err[said[1]].endswith("(C-c again to stop it now): cars.two-views.sonnet.r1"), err  # the run it names
 
 
 def test_judging_dollars_at_list_prices_of_another_server_s_tokens_say_so(ran):
@@ -300,3 +301,49 @@ def test_judging_dollars_at_list_prices_of_another_server_s_tokens_say_so(ran):
             "viewpoints-used, 2 judgements)") in text, text
     page = build_report(con, runs_dir, [], None).render("t")
     assert "judging $0.0300 estimated at list prices (the model calls went to" in page, page
+
+
+def test_a_run_stopped_after_its_last_reply_is_said_stopped_not_failed_everywhere(ran, tmp_path, capsys):
+    """A second C-c stopped a run after its every turn got its reply: the resume records it done, not run
+    again.  Until then its manifest said ``failed``, and the dataset, the report (in red, "1 of 8 runs
+    failed") and the inspect export (an errored sample) showed a failure that was not one.  Its status is
+    ``stopped`` and each says what it is; the judge says why it is not judged yet."""
+    import zipfile
+
+    from amacs_server.research import judge
+    from amacs_server.research.experiment import record_words
+    from amacs_server.research.export import export
+    from amacs_server.research.runs import INTERRUPTED_REPLIED, STOPPED_WORDS
+    from tests.test_research_record import judged
+
+    experiment, runs_dir, total = ran
+    folders = sorted(p.parent for p in runs_dir.glob("*/manifest.json"))
+    path = folders[-1] / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "status": "stopped", "error": INTERRUPTED_REPLIED}))
+    line = record_words(experiment, runs_dir)
+    assert line.startswith("7 of 8 done, 0 failed, 1 stopped after its last reply (recorded done when you resume), "
+                           f"1 to run, ${total:.4f}"), line
+    con = load(runs_dir)
+    text = summary_text(con, runs_dir, 0.1)
+    assert re.search(rf"^  stopped +1 runs  \$[0-9.]+  \({re.escape(STOPPED_WORDS)}\)$", text, re.M), text
+    page = build_report(con, runs_dir, [], None).render("t")
+    con.close()
+    assert "runs failed" not in page and "class='failures'" not in page, page[:2000]
+    assert f"1 run stopped ({STOPPED_WORDS}): {folders[-1].name}." in page.replace("&#x27;", "'")
+    assert "8 runs in " in headline(page) and "1 stopped" in headline(page), headline(page)
+    export(runs_dir, tmp_path / "inspect")
+    samples = {}
+    for log in (tmp_path / "inspect").glob("*.eval"):
+        with zipfile.ZipFile(log) as z:
+            for name in z.namelist():
+                if name.startswith("samples/"):
+                    sample = json.loads(z.read(name))
+                    samples[sample["metadata"]["run_id"]] = sample
+    assert len(samples) == 8 and not any("error" in s for s in samples.values()), samples.keys()
+    assert samples[folders[-1].name]["metadata"]["status"] == "stopped"
+    judged(runs_dir, "viewpoints-used", [0.001] * 7)  # every done run judged: nothing to ask a model
+    capsys.readouterr()
+    assert judge.main([str(runs_dir), "viewpoints-used"]) == 0
+    out = capsys.readouterr().out
+    assert ("; 1 runs not done are not judged (1 of them stopped after its last reply: resume the experiment to "
+            "record them done, then judge again)") in out, out

@@ -764,7 +764,7 @@ def test_a_fork_or_rewind_holds_nothing_written_after_its_tick(tmp_path, fake):
     assert all(text in _git(home, "grep", "-h", text, done.abandoned) for text in FUTURE[:1] + FUTURE[3:5])
     db = sqlite3.connect(home / "memory.db")
     try:
-        assert db.execute("SELECT count(*) FROM items WHERE text LIKE '%about memo%'").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM items_text WHERE text LIKE '%about memo%'").fetchone()[0] == 0
         assert db.execute("SELECT count(*) FROM abandoned_items WHERE text LIKE '%about memo%'").fetchone()[0] == 1
         assert db.execute("SELECT count(*) FROM tags WHERE base NOT IN (SELECT base FROM items)").fetchone()[0] == 0
     finally:

@@ -458,7 +458,7 @@ def test_what_a_task_is_told_is_in_long_term_memory_before_the_model_reads_it(tm
         asked = re.search(r"question number \d+", body["messages"][0]["content"])[0]
         db = sqlite3.connect(tmp_path / "h" / "memory.db")  # committed rows only
         try:
-            seen[asked] = db.execute("SELECT 1 FROM items WHERE text LIKE ?", (f"%{asked}%",)).fetchone() is not None
+            seen[asked] = db.execute("SELECT 1 FROM items_text WHERE text LIKE ?", (f"%{asked}%",)).fetchone() is not None
         finally:
             db.close()
         return Reply(agent_json("r"), delay=0.01)

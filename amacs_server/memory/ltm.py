@@ -40,6 +40,15 @@ from .memid import MemId
 
 log = logging.getLogger("amacs.memory")
 
+# A version's searchable text is its content's own (MemoryItem.text(): a JSON string's value, else
+# the JSON as stored), so ``items.text`` holds '' for it, not a second copy of the content (~40 % of
+# the table).  A database made before the full-text index read the view ``items_text`` keeps the
+# copy in every row and goes on writing it (its index reads ``items.text``: OWN_TEXT_INDEX).
+# CONTENT_TEXT is that text, TEXT_OF a row's text either way; the index is given, and takes out, exactly that.
+CONTENT_TEXT = "CASE WHEN json_type(content) = 'text' THEN json_extract(content, '$') ELSE content END"
+TEXT_OF = f"CASE WHEN text <> '' THEN text ELSE {CONTENT_TEXT} END"
+# The index's content: a view that gives each row's text as TEXT_OF reads it.
+OWN_TEXT_INDEX = "content='items_text'"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
   id INTEGER PRIMARY KEY,
@@ -69,10 +78,11 @@ CREATE TABLE IF NOT EXISTS level (
   file TEXT PRIMARY KEY,
   digest TEXT NOT NULL
 ) WITHOUT ROWID;
+CREATE VIEW IF NOT EXISTS items_text AS SELECT id, {text_of} AS text FROM items;
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
-  text, content='items', content_rowid='id', tokenize='unicode61 remove_diacritics 0');
+  text, {own_text_index}, content_rowid='id', tokenize='unicode61 remove_diacritics 0');
 DROP TABLE IF EXISTS term_df;
-"""
+""".replace("{text_of}", TEXT_OF).replace("{own_text_index}", OWN_TEXT_INDEX)
 # A tag's ``since``: the row id of the item version that first gave its base the tag (a base's
 # tags are every tag any of its versions had).  Memory as at a tick holds the tags whose
 # ``since`` is at most the tick's highest row id.  NULL: a tag kept before ``since`` was (a
@@ -112,6 +122,13 @@ def damaged(err: sqlite3.DatabaseError) -> bool:
 def has_column(db: sqlite3.Connection, table: str, column: str, schema: str = "main") -> bool:
     """True when TABLE of DB's SCHEMA (an attached database's name) has COLUMN."""
     return any(row[1] == column for row in db.execute(f"PRAGMA {schema}.table_info({table})"))
+
+
+def own_text_index(db: sqlite3.Connection, schema: str = "main") -> bool:
+    """True when DB's full-text index (of its SCHEMA) reads each row's text from the view
+    (its rows keep no copy of their content's text: TEXT_OF)."""
+    row = db.execute(f"SELECT sql FROM {schema}.sqlite_master WHERE name = 'items_fts'").fetchone()  # noqa: S608 - a schema's name
+    return row is not None and OWN_TEXT_INDEX in row[0]
 
 
 def _seal_of(path: Path) -> Path:
@@ -282,6 +299,7 @@ class LongTermMemory:
         self.db.executescript(SCHEMA)
         if not has_column(self.db, "tags", "since"):
             self.db.execute(TAGS_SINCE)
+        self.own_text = own_text_index(self.db)
         self._soon = False  # the open transaction is the one versions put soon wait in
 
     @contextmanager
@@ -352,7 +370,7 @@ class LongTermMemory:
                 "INSERT INTO items (base, version, tier, kind, created_at_ms, content, text) "
                 "VALUES (?,?,?,?,?,?,?)",
                 (item.mem_id.base, item.version, item.tier.value, item.kind.value, item.created_at_ms,
-                 json.dumps(item.content, ensure_ascii=False), item.text()),
+                 json.dumps(item.content, ensure_ascii=False), "" if self.own_text else item.text()),
             )
         except sqlite3.IntegrityError as err:
             raise LtmError(f"{item.mem_id} already exists") from err
@@ -507,7 +525,7 @@ class LongTermMemory:
             if base in seen or not keep(base):
                 continue
             seen.add(base)
-            text = self.db.execute("SELECT text FROM items WHERE id=?", (rowid,)).fetchone()[0]
+            text = self.db.execute(f"SELECT {TEXT_OF} FROM items WHERE id=?", (rowid,)).fetchone()[0]
             hits.append(SearchHit(MemId.from_base(base, version), kind, score, snippet(text, words)))
         return hits
 

@@ -123,6 +123,11 @@ class ForkServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+# Seconds a C-c waits for each run going to look at its replies (it does within ~10 ms of the stop, or
+# within 0.2 s once its session is over), before it says which it lets end.
+DECIDING = 2.0
+
+
 class LocalExecutor:
     """Each run in a thread of this process (the session itself is Emacs and the server).
 
@@ -150,6 +155,7 @@ class LocalExecutor:
         self.changed = threading.Event()  # set when a session is over or a run has ended
         self.stop = threading.Event()
         self.hurry = threading.Event()  # a second C-c: runs finishing their teardown are stopped too
+        self.decided: dict[str, bool] = {}  # after the stop: whether each run that looked is let finish
         self.prepared: dict[str, Prepared] = {}
         self.handed: dict[Future[Outcome], Prepared] = {}  # each submitted run's prepared Emacs
         self.forks: ForkServer | None = None
@@ -179,11 +185,15 @@ class LocalExecutor:
             self.sessions.discard(run.run_id)
             self.changed.set()
 
+        def decided(let: bool) -> None:
+            self.decided[run.run_id] = let
+            self.changed.set()
+
         with whole():
             ready = self.prepared.pop(run.run_id, None)
             self.sessions.add(run.run_id)
             future = self.pool.submit(run_one, run, self.runs_dir, self.stop, self._command(), ready, self.trace,
-                                      ended, self.hurry)
+                                      ended, self.hurry, decided)
             self.going[future] = run
             if ready is not None:
                 self.handed[future] = ready
@@ -193,11 +203,38 @@ class LocalExecutor:
         """Runs whose session is not over (those whose server is stopping are not counted)."""
         return len(self.sessions)
 
-    def finishing(self) -> int:
-        """Runs going whose every turn has its reply in the transcripts (a C-c lets them end)."""
-        return sum(not f.done() and (run.run_id not in self.sessions or verdict(
-            self.runs_dir / run.run_id / "home", len(run.turns), run.base_url).failed_turn is None)
-            for f, run in self.going.items())
+    def finishing(self) -> list[str]:
+        """Stop the runs going (a C-c) and wait, up to :data:`DECIDING` seconds, until each has looked at
+        its replies (:func:`run_one`); the ids of those let end, every turn replied to, each recorded
+        done as it ends.  Counted as they decide, not as the transcripts stood at the C-c: a reply
+        written between the two (the run looks within 10 ms) lets that run end too.  A C-c meanwhile
+        stops them all (none is let end)."""
+        going = [(f, run) for f, run in self.going.items() if not f.done()]
+        self.stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)  # a run not started never decides: still to do
+        deadline = time.monotonic() + DECIDING
+        try:
+            while (time.monotonic() < deadline and any(
+                    not f.done() and run.run_id in self.sessions and run.run_id not in self.decided
+                    for f, run in going)):
+                self.changed.wait(0.02)
+                self.changed.clear()
+        except KeyboardInterrupt:
+            self.hurry.set()
+            return []
+
+        def lets(future: Future[Outcome], run: Run) -> bool:
+            if run.run_id in self.decided:
+                return self.decided[run.run_id]
+            if future.cancelled():
+                return False
+            if future.done():  # it ended before it looked: as it would have, or not
+                return future.exception() is None and future.result().status == "done"
+            if run.run_id not in self.sessions:  # its session is over: only its teardown is left
+                return True
+            return verdict(self.runs_dir / run.run_id / "home", len(run.turns), run.base_url).failed_turn is None
+
+        return [run.run_id for f, run in going if lets(f, run)]
 
     def finished(self, timeout: float) -> list[Outcome]:
         """Outcomes of the threads that ended, waiting at most TIMEOUT seconds for one to end, or for

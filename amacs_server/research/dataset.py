@@ -618,7 +618,10 @@ def summary_text(con: duckdb.DuckDBPyConnection, runs_dir: Path, seconds: float)
         "SELECT arm, count(*), sum(cost), coalesce(sum(earlier_cost), 0) FROM runs GROUP BY 1").fetchall()}
     arms = [(arm, *by_arm[arm]) for arm in arms_in_order(con, runs_dir)]
     lines = [f"{sum(n for _s, n, _c, _e in by_status)} runs loaded from {runs_dir} in {seconds:.2f} s"]
-    lines += [f"  {status or '(none)':<10} {n:>6} runs  {paid(c, e)}" for status, n, c, e in by_status]
+    from .runs import STOPPED_REPLIED, STOPPED_WORDS
+
+    lines += [f"  {status or '(none)':<10} {n:>6} runs  {paid(c, e)}"
+              + (f"  ({STOPPED_WORDS})" if status == STOPPED_REPLIED else "") for status, n, c, e in by_status]
     lines.append(f"{len(arms)} arms (prompt / variant / model):")
     lines += [f"  {arm:<48} {n:>5} runs  {paid(c, e)}" for arm, n, c, e in arms[:12]]
     if len(arms) > 12:

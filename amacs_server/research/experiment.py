@@ -32,7 +32,9 @@ line is wrong; 3 the budget was spent before every run started; 130
 interrupted (C-c: the runs going are stopped, their manifests ``failed`` with
 the error "interrupted (C-c); it runs again when you resume", and resume runs
 them again; a run whose every turn got its reply finishes its teardown, its
-server's last commit, and is recorded ``done``, unless C-c comes again).
+server's last commit, and is recorded ``done``, unless C-c comes again: then it
+is ``stopped``, error "stopped after its last reply (C-c): recorded done when
+you resume", and the resume records it done without running it again).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from .cluster import Executor, LocalExecutor, RayExecutor
 from .dataset import cost_words
 from .runs import (
     STOPPED,
+    STOPPED_REPLIED,
     Outcome,
     base_url_of,
     durations,
@@ -148,9 +151,10 @@ def record_words(experiment: Experiment, runs_dir: Path) -> str:
     """What RUNS_DIR's manifests say of EXPERIMENT's runs, as its last line says it (after a C-c too):
     ``10 of 10 done, 0 failed, $0.4818 estimated at list prices (the model calls went to ...; $0.0322
     of it by earlier attempts of runs that ran again)``; the runs a C-c stopped, and the runs still to
-    run (failed, stopped or not started), when there are any.  The dollars are every attempt's: each
+    run (failed, stopped or not started), when there are any; those a second C-c stopped after their
+    every turn got its reply (status ``stopped``) apart: the resume records them done.  The dollars are every attempt's: each
     manifest's ``cost`` and ``earlier_cost``, as the dataset and the report count them."""
-    done = failed = stopped = 0
+    done = failed = stopped = replied = 0
     costs: list[tuple[float | None, str | None]] = []
     earlier = 0.0
     for run in experiment.runs:
@@ -159,11 +163,14 @@ def record_words(experiment: Experiment, runs_dir: Path) -> str:
         before = float(manifest.get("earlier_cost") or 0.0)
         done += status == "done"
         stopped += status == "failed" and manifest.get("error") in STOPPED
+        replied += status == STOPPED_REPLIED
         failed += status == "failed" and manifest.get("error") not in STOPPED
         earlier += before
         costs.append((None if cost is None else float(cost) + before, estimated_where(run)))
     total = len(experiment.runs)
     return (f"{done} of {total} done, {failed} failed" + (f", {stopped} interrupted" if stopped else "")
+            + (f", {replied} stopped after {'its' if replied == 1 else 'their'} last reply (recorded done when "
+               "you resume)" if replied else "")
             + (f", {total - done} to run" if done < total else "") + ", " + cost_words(costs, earlier=earlier))
 
 
@@ -232,12 +239,12 @@ def same_failures(outcomes: list[Outcome]) -> str | None:
     return last[0].error if len(reasons) == 1 else None
 
 
-def _letting_words(letting: int) -> str:
-    """What a C-c says of the LETTING runs it lets finish (:meth:`LocalExecutor.finishing`)."""
-    one = letting == 1
-    return (f"C-c: {letting} {'run' if one else 'runs'} whose every turn got its reply {'ends' if one else 'end'} "
-            f"first (the last commit) and {'is' if one else 'are'} recorded done (C-c again to stop "
-            f"{'it' if one else 'them'} now)")
+def _letting_words(letting: list[str]) -> str:
+    """What a C-c says of the runs LETTING (their ids) it lets finish (:meth:`LocalExecutor.finishing`)."""
+    one = len(letting) == 1
+    return (f"C-c: {len(letting)} {'run' if one else 'runs'} whose every turn got its reply "
+            f"{'ends' if one else 'end'} first (the last commit) and {'is' if one else 'are'} recorded done "
+            f"(C-c again to stop {'it' if one else 'them'} now): {', '.join(letting)}")
 
 
 class Jobs(Protocol):
@@ -333,7 +340,7 @@ def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | 
                 gave = f"{outcome.gave}  " if outcome.gave else ""
                 progress.console.print(f"{outcome.status:6} {outcome.run_id}  {gave}{_cost(outcome.cost)}  "
                                        f"{took(outcome)}{why}", markup=False, highlight=False, soft_wrap=True,
-                                       style="red" if outcome.status == "failed" else None)
+                                       style={"failed": "red", STOPPED_REPLIED: "yellow"}.get(outcome.status))
                 said.add(outcome.run_id)
 
         try:

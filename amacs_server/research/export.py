@@ -20,7 +20,9 @@ arms side by side with their scores and ``evals_df`` has a row per arm.  Within 
   ``earlier_cost``), where their calls went (``endpoint``), where the dollars come from (``price``:
   list prices for what another server reported are an estimate) and ``cost_words``, as the
   experiment's last line and the report say it;
-- a failed run as an errored sample (its error the reason in words).
+- a failed run as an errored sample (its error the reason in words); a run a C-c stopped after its
+  every turn got its reply (status ``stopped``: the experiment's resume records it done) is whole,
+  no error, its ``metadata`` saying so.
 
 Written from the dataset (:func:`~amacs_server.research.dataset.load`), with no inspect_ai
 import: the format is read back by inspect_ai's own reader in the tests.
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from .dataset import cost_words, load
 from .report import price_sources
+from .runs import STOPPED_REPLIED
 
 if TYPE_CHECKING:
     import duckdb
@@ -177,7 +180,7 @@ def _sample(con: duckdb.DuckDBPyConnection, run: dict[str, Any], model: str) -> 
         "total_time": run["wall_seconds"], "working_time": run["seconds"],
         "uuid": _id(run_id),
     }
-    if run["status"] != "done":
+    if run["status"] not in ("done", STOPPED_REPLIED):  # a run stopped after its every turn's reply is whole
         reason = run["error"] or f"the run is {run['status']}"
         sample["error"] = {"message": reason, "traceback": reason, "traceback_ansi": reason}
     return sample

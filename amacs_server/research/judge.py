@@ -55,7 +55,7 @@ from ..errors import AmacsError
 from ..records import AgentEnd, AgentStart, ModelRequest, ModelResponse, Record, scan
 from ..skills import SKILL_NAME, parse_frontmatter
 from ..transcripts import ATTEMPTS
-from .runs import Outcome
+from .runs import STOPPED_REPLIED, Outcome
 
 if TYPE_CHECKING:
     from ..inference.model_call import Ask, Reply
@@ -441,17 +441,17 @@ class JudgeExecutor:
         """How many judgements started have not ended."""
         return sum(not future.done() for future in self.going)
 
-    def finishing(self) -> int:
-        """Judgements going, which a C-c lets end (each writes its score)."""
-        return self.still_going()
+    def finishing(self) -> list[str]:
+        """The runs of the judgements going, which a C-c lets end (each writes its score)."""
+        return [job.run_id for future, job in self.going.items() if not future.done()]
 
     @staticmethod
-    def letting_words(letting: int) -> str:
-        """What a C-c says of the LETTING judgements it lets end."""
-        one = letting == 1
-        return (f"C-c: {letting} {'judgement' if one else 'judgements'} being judged {'ends' if one else 'end'} "
+    def letting_words(letting: list[str]) -> str:
+        """What a C-c says of the judgements of the runs LETTING, which it lets end."""
+        one = len(letting) == 1
+        return (f"C-c: {len(letting)} {'judgement' if one else 'judgements'} being judged {'ends' if one else 'end'} "
                 f"first and {'is' if one else 'are'} kept (C-c again to stop {'it' if one else 'them'} now: "
-                f"{'it is' if one else 'they are'} asked again when you resume)")
+                f"{'it is' if one else 'they are'} asked again when you resume): {', '.join(letting)}")
 
     def close(self) -> None:
         """Start nothing more, and wait for the judgements going to end (each writes its score); a
@@ -489,9 +489,9 @@ def estimated_where(job: Job) -> str | None:
                                  {job.model: Price(*job.price)} if job.price else None)
 
 
-def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[str], float]:
-    """The done runs of RUNS_DIR still to judge, those not done (skipped), and what this judge's
-    judgements cost before: every attempt's (the scores', the earlier attempts' kept with them, and a
+def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], list[tuple[str, str]], float]:
+    """The done runs of RUNS_DIR still to judge, those not done (skipped: their ids and statuses), and
+    what this judge's judgements cost before: every attempt's (the scores', the earlier attempts' kept with them, and a
     failed one's to be asked again), as an experiment's resume counts its runs'."""
     from .dataset import load
 
@@ -509,7 +509,7 @@ def jobs(judge: Judge, runs_dir: Path, model: str | None) -> tuple[list[Job], li
     todo, skipped, spent = [], [], 0.0
     for run_id, status, model_key, backend, model_name in runs:
         if status != "done":
-            skipped.append(run_id)
+            skipped.append((run_id, status))
             continue
         folder = runs_dir / run_id / "judges" / judge.name
         earlier = _read_json(folder / SCORE)
@@ -654,7 +654,10 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
     print(f"judge {judge.name} (scale {judge.low}-{judge.high}, reads {judge.input}) over {runs_dir}: "
           f"{total} runs done; {total - len(todo)} judged before, {len(todo)} to judge"
           + (f" ({again} of them again: failed or interrupted before)" if again else "") + f", {parallel} at once"
-          + (f"; {len(skipped)} runs not done are not judged" if skipped else ""), flush=True)
+          + (f"; {len(skipped)} runs not done are not judged" if skipped else "")
+          + (f" ({replied} of them stopped after {'its' if replied == 1 else 'their'} last reply: resume the "
+             "experiment to record them done, then judge again)" if (replied := sum(
+                 status == STOPPED_REPLIED for _run, status in skipped)) else ""), flush=True)
     if not todo:  # what is judged and what it cost, as when it last ended
         if total:
             print(_last_line(judge, runs_dir, total, where), flush=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .dataset import arms_in_order, earlier_words, judging_cost, judging_words, load
+from .runs import STOPPED_REPLIED, STOPPED_WORDS
 from .spec import arms_of, planned_runs
 
 if TYPE_CHECKING:
@@ -226,13 +227,16 @@ def _phase_bars(con: duckdb.DuckDBPyConnection, arms: list[str]) -> go.Figure:
 
 def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: str, unit: str,
            hover: str | None = None) -> go.Figure:
-    """A box per arm over its done runs, every run a point; failed runs red crosses beside it (hover: why).
+    """A box per arm over its done runs, every run a point; the others (failed, or stopped after their
+    last reply) red crosses beside it (hover: why).
     HOVER: ``concurrency`` to say, for each run, how many runs went at once over its time."""
     import plotly.graph_objects as go
 
-    rows = _rows(con, f"""SELECT arm, run_id, {value}, status = 'done', coalesce(error, status),
+    rows = _rows(con, f"""SELECT arm, run_id, {value}, status = 'done',
+                                 CASE WHEN status = ? THEN status || ' (' || ? || ')'
+                                      ELSE 'failed: ' || coalesce(error, status) END,
                                  {'concurrency' if hover == 'concurrency' else 'NULL'}
-                          FROM runs ORDER BY arm, rep, run_id""")
+                          FROM runs ORDER BY arm, rep, run_id""", STOPPED_REPLIED, STOPPED_WORDS)
     fig = go.Figure()
 
     def label(run: str, at_once: float | None) -> str:
@@ -246,7 +250,7 @@ def _boxes(con: duckdb.DuckDBPyConnection, arms: list[str], value: str, title: s
     failed = [(a, label(run, c), v, why) for a, run, v, done, why, c in rows if not done and v is not None]
     if failed:
         fig.add_trace(go.Scatter(name="failed run", mode="markers", x=[f[0] for f in failed],
-                                 y=[f[2] for f in failed], text=[f"{f[1]} failed: {f[3]}" for f in failed],
+                                 y=[f[2] for f in failed], text=[f"{f[1]} {f[3]}" for f in failed],
                                  marker={"symbol": "x", "size": 9, "color": "#d62728"},
                                  hovertemplate="%{text}: %{y}<extra></extra>"))
     fig.update_layout(title=title, yaxis_title=unit, showlegend=False, xaxis={"type": "category"})
@@ -435,11 +439,16 @@ NOT_STARTED = "not started: the experiment stopped before them (run the same com
 
 def _failures(page: Page, con: duckdb.DuckDBPyConnection, not_started: list[str]) -> None:
     """First on the page, in red: the runs that failed, one row per reason (how many, at which turns, which),
-    and the runs of the spec NOT_STARTED (the experiment stopped before them, or is still going)."""
+    and the runs of the spec NOT_STARTED (the experiment stopped before them, or is still going); the runs
+    stopped after their last reply (:data:`~.runs.STOPPED_REPLIED`) in a note of their own."""
     rows = _rows(con, """
         SELECT coalesce(error, 'still ' || status || ': no reason recorded'), count(*), string_agg(DISTINCT failed_turn::VARCHAR, ', '),
                string_agg(run_id, ', ' ORDER BY run_id)
-        FROM runs WHERE status <> 'done' GROUP BY 1 ORDER BY 2 DESC, 1""")
+        FROM runs WHERE status NOT IN ('done', ?) GROUP BY 1 ORDER BY 2 DESC, 1""", STOPPED_REPLIED)
+    stopped = [r for (r,) in _rows(con, "SELECT run_id FROM runs WHERE status = ? ORDER BY run_id", STOPPED_REPLIED)]
+    if stopped:  # not failures: the resume records them done, not run again
+        page.html(f"<p class='note'>{len(stopped)} {'run' if len(stopped) == 1 else 'runs'} {STOPPED_REPLIED} "
+                  f"({html.escape(STOPPED_WORDS)}): {html.escape(_cut_ids(', '.join(stopped)))}.</p>")
     if not rows and not not_started:
         return
     total = _rows(con, "SELECT count(*) FROM runs")[0][0] + len(not_started)

@@ -8,7 +8,9 @@ person would: the shell starts the server (``sys.executable -m amacs_server``)
 with ``AMACS_HOME=<run>/home``, each turn is typed and waited for, then Emacs
 stops the server and exits.  The manifest then says ``done`` when every turn got
 the agent's reply (read from the transcripts: :mod:`.outcome`), else ``failed``
-with the reason in words and ``failed_turn``, with the cost and the seconds.
+with the reason in words and ``failed_turn``, with the cost and the seconds; ``stopped``
+when a C-c stopped it after its every turn got its reply, until the experiment's
+resume records it done.
 
 The cost of a run is read from its transcripts: the sum of ``data.cost`` of
 every ``model_response`` event in ``home/transcripts/*.jsonl`` (every agent's
@@ -58,6 +60,9 @@ INTERRUPTED = "interrupted (C-c); it runs again when you resume"
 # A run a second C-c stopped after its last reply whose home the resume can make whole (its last commit,
 # or Emacs's end, was left: done_on_resume): the resume records it done (finish_teardown), not run again.
 INTERRUPTED_REPLIED = "stopped after its last reply (C-c): recorded done when you resume"
+# The status of such a run until the resume records it done: not a failure, every turn replied to.
+STOPPED_REPLIED = "stopped"
+STOPPED_WORDS = "every turn replied to, its end cut short by a C-c: recorded done when the experiment resumes"
 # The errors of a run C-c stopped: counted as interrupted, not failed.
 STOPPED = (INTERRUPTED, INTERRUPTED_REPLIED,
            # the words of INTERRUPTED_REPLIED in a runs folder earlier versions stopped
@@ -71,7 +76,9 @@ WATCH_EVERY = 0.01  # seconds between looks for it
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a run ended: ``status`` is ``done`` or ``failed`` (then ``error`` says why)."""
+    """How a run ended: ``status`` is ``done``, ``failed`` (then ``error`` says why), or
+    :data:`STOPPED_REPLIED` (a C-c stopped it after its every turn got its reply: ``error``
+    :data:`INTERRUPTED_REPLIED`)."""
 
     run_id: str
     status: str
@@ -174,7 +181,7 @@ def durations(outcome: Outcome | None) -> dict[str, float | None]:
     if outcome is None:
         return {"seconds": None, "startup_seconds": None, "wall_seconds": None}
     first, last, spawned = (outcome.phases.get(k) for k in ("first_turn_at", "last_reply_at", "emacs_started_at"))
-    end = last if last is not None and outcome.status == "done" else outcome.ended_at
+    end = last if last is not None and outcome.status in ("done", STOPPED_REPLIED) else outcome.ended_at
     return {"seconds": None if first is None else round(max(0.0, end - first), 3),
             "startup_seconds": None if first is None or spawned is None
             else round(max(0.0, first - max(spawned, outcome.started_at)), 3),
@@ -758,7 +765,7 @@ def finish_teardown(run: Run, runs_dir: Path, wait: float = STOPPING_WAIT) -> Re
     folder = runs_dir.resolve() / run.run_id
     home = folder / "home"
     before = read_manifest(folder)
-    if before is None or not (before.get("status") == "running"
+    if before is None or not (before.get("status") in ("running", STOPPED_REPLIED)
                               or (before.get("status") == "failed" and before.get("error") in STOPPED)):
         return None
     finished = _finished(run, folder)
@@ -822,7 +829,7 @@ def discard(ready: Prepared) -> None:
 def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             server_command: list[str] | None = None, prepared: Prepared | None = None,
             trace: bool = False, session_ended: Callable[[], None] | None = None,
-            hurry: threading.Event | None = None) -> Outcome:
+            hurry: threading.Event | None = None, decided: Callable[[bool], None] | None = None) -> Outcome:
     """Run RUN headless into ``RUNS_DIR/<run-id>/`` and return how it ended.
 
     PREPARED is the run made ready by :func:`prepare` (gated: it starts now); without it
@@ -841,8 +848,10 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
     end, or its server making the last commit; looked at with the run held still, so that
     no reply is written between the look and the kill: :func:`_hold`) is let finish and is recorded as it ends,
     ``done`` with its home whole, unless HURRY is set too (a second C-c): then its error is
-    :data:`INTERRUPTED_REPLIED` when the resume will record it done (:func:`done_on_resume`), else
-    :data:`INTERRUPTED`.  Never raises for a run that goes wrong: that is a ``failed`` outcome (and manifest)."""
+    :data:`INTERRUPTED_REPLIED`, its status :data:`STOPPED_REPLIED`, when the resume will record it
+    done (:func:`done_on_resume`), else :data:`INTERRUPTED`.  DECIDED is called once, with whether
+    the run is let finish, when it has looked at its replies after STOP was set.  Never raises for a
+    run that goes wrong: that is a ``failed`` outcome (and manifest)."""
     started = time.time()
     ready = prepared or prepare(run, runs_dir, server_command, trace=trace)
     folder, home = ready.folder, ready.folder / "home"
@@ -867,6 +876,7 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
         return True
 
     answered: list[bool] = []  # at the C-c: every turn had its reply in the transcripts (looked at once)
+    told: list[bool] = []  # DECIDED was called
     killed: list[bool] = []
 
     def kill() -> None:
@@ -891,6 +901,9 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
                 if not answered or not answered[0]:
                     kill()  # as it was held: nothing written after the look
                 _release(held)  # let go on (the killed ones die of their SIGKILL)
+        if answered and decided is not None and not told:
+            told.append(True)
+            decided(answered[0])
         return bool(answered) and answered[0]
 
     if proc is not None:
@@ -934,7 +947,8 @@ def run_one(run: Run, runs_dir: Path, stop: threading.Event | None = None,
             error = f"could not run: {err}"
     ended = time.time()
     cost, _, unpriced = transcript_totals(home)
-    outcome = Outcome(run_id=run.run_id, status="failed" if error else "done",
+    outcome = Outcome(run_id=run.run_id,
+                      status=STOPPED_REPLIED if error == INTERRUPTED_REPLIED else "failed" if error else "done",
                       cost=None if cost is None else round(cost, 6), unpriced_calls=unpriced,
                       seconds=round(ended - started, 3), turns_done=turns_done, started_at=started,
                       ended_at=ended, error=error, failed_turn=failed_turn if error else None,

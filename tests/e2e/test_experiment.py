@@ -409,6 +409,24 @@ def test_experiment_on_local_ray(model, tmp_path):
     assert len(model.requests) == RUNS * TURNS
 
 
+def test_experiment_on_local_ray_keeps_its_budget(model, tmp_path):
+    """The budget is the same ceiling on Ray (its executor has neither prepared runs nor a C-c's
+    finishing, which the rule does not use): at 0.0006 a run, the first alone, then two at once while
+    the spent, those going and the next fit, so 4 runs of $0.0027, as on this machine's threads."""
+    pytest.importorskip("ray")
+    spec, runs = write_spec(tmp_path, "ray-budget", parallel=2), tmp_path / "runs"
+    proc = experiment(model, spec, runs, "--ray", "--budget", "0.0027")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "on Ray (local)" in proc.stdout
+    found = manifests(runs)
+    assert len(found) == 4 and all(m["status"] == "done" for m in found.values()), found
+    spent = sum(m["cost"] for m in found.values())
+    assert spent <= 0.0027 and f"Budget spent: ${spent:.4f} of $0.0027 (" in proc.stdout, proc.stdout
+    first = min(found.values(), key=lambda m: m["started_at"])
+    assert all(m["started_at"] >= first["ended_at"] for m in found.values() if m is not first), found  # alone
+    assert len(model.requests) == 4 * TURNS
+
+
 def test_run_that_hangs_is_killed_and_failed(tmp_path):
     """A run past its timeout: Emacs and its server killed, the manifest failed, 'timed out after N s'."""
     import threading
@@ -611,7 +629,9 @@ def test_c_c_while_a_run_makes_its_last_commit_lets_it_end_done(model, tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert re.search(r"C-c: \d runs? whose every turn got its reply ends? first \(the last commit\) and (is|are) recorded done", err), err
+    said = re.search(r"C-c: \d runs? whose every turn got its reply ends? first \(the last commit\) and (is|are) "
+                     r"recorded done \(C-c again to stop (it|them) now\): (.*)$", err, re.M)
+    assert said and pending in said[3].split(", "), err  # the runs it lets end, named
     assert "Traceback" not in err, err
     found = manifests(runs)
     done_before = sum(m["status"] == "done" for m in found.values())
@@ -682,10 +702,10 @@ def test_c_c_after_a_run_s_last_reply_before_its_session_ends_lets_it_end_done(t
 @pytest.mark.parametrize("gap", [1.0, 0.03])
 def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path, gap):
     """A second C-c while a run whose turns were all replied to makes its last commit (git slowed to 60 s)
-    does not wait for it: the command ends at once, that run failed as interrupted, its line saying
-    what the resume will do (newcomer8 #52: 30 ms after the first, before the run looked at its
-    replies, it said "it runs again when you resume"); the resume makes that commit and records it
-    done, without running it again."""
+    does not wait for it: the command ends at once, that run ``stopped`` (not failed: every turn got
+    its reply), its line saying what the resume will do (newcomer8 #52: 30 ms after the first, before
+    the run looked at its replies, it said "it runs again when you resume"); the resume makes that
+    commit and records it done, without running it again."""
     spec, runs, proc, pending = start_until_a_commit_is_pending(model, tmp_path, "twice", "sleep 60")
     os.killpg(proc.pid, signal.SIGINT)
     time.sleep(gap)
@@ -697,11 +717,12 @@ def test_c_c_twice_stops_a_run_in_its_last_commit_too(model, tmp_path, gap):
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err, err
     manifest = manifests(runs)[pending]
-    assert manifest["status"] == "failed", (manifest, out, err)
-    # its record and its console line say what the resume does with it: it is not run again
+    # not a failure: its record, its console line and the last line say what the resume does with it
+    assert manifest["status"] == "stopped", (manifest, out, err)
     assert manifest["error"] == "stopped after its last reply (C-c): recorded done when you resume", manifest
-    assert re.search(rf"^failed +{re.escape(pending)} .*  stopped after its last reply \(C-c\): recorded done "
+    assert re.search(rf"^stopped {re.escape(pending)} .*  stopped after its last reply \(C-c\): recorded done "
                      "when you resume$", err, re.M), err
+    assert re.search(r", \d stopped after (its|their) last reply \(recorded done when you resume\)", out), out
     home = runs / pending / "home"
     assert not git_heads(home) and (home / ".uncommitted-tick").exists(), "its last commit was made"
     # Its session was over, every turn replied to: the resume makes the commit its server did not

@@ -130,7 +130,7 @@ def state(home: Path, *, names: dict[str, str]) -> dict[str, Any]:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         tables = {t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         memory = {
-            "items": [row for row in db.execute("SELECT id, base, version, text FROM items ORDER BY id")
+            "items": [row for row in db.execute("SELECT id, base, version, content FROM items ORDER BY id")
                       if not row[1].endswith(CLOCK)],
             "active": db.execute("SELECT * FROM active ORDER BY 1, 2").fetchall(),
             "tags": db.execute("SELECT * FROM tags ORDER BY 1, 2").fetchall(),
