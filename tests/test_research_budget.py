@@ -102,3 +102,23 @@ def test_fits():
     assert not fits(0.1, 0.1, 0, 0.0)  # spent: nothing starts, even a free one
     assert fits(0.0024, 0.0018, 0, 0.0006)  # a float sum a hair over is within it
     assert not fits(0.0027, 0.0018, 1, 0.0006)
+
+
+def test_the_first_run_s_bound_is_said_when_it_is_above_the_budget_left():
+    """newcomer9 #22: a --budget below one run: the first run went alone, passed it 4 times, and only
+    the last line said why.  Said before it starts when its run_budget (or nothing) bounds it above the
+    budget left; not when its run_budget is within it, nor once a run's cost is known."""
+    from types import SimpleNamespace
+
+    from amacs_server.research.experiment import first_alone_words
+
+    capped, unbounded = SimpleNamespace(run_budget=0.4), SimpleNamespace(run_budget=None)
+    assert first_alone_words([capped], 0.01, 0.0, []) == (
+        "no run's cost is known yet, so the first goes alone, and only the spec's run_budget ($0.4000 a run) "
+        "bounds what it spends: more than the $0.0100 left of the budget, which it can pass (C-c stops it)")
+    assert "nothing but its time limit bounds what it spends (the spec has no run_budget): more than the " \
+        "$0.0500 left" in first_alone_words([unbounded], 0.1, 0.05, [None])
+    assert first_alone_words([capped], 1.0, 0.0, []) is None  # its run_budget fits the budget
+    assert first_alone_words([capped], 0.01, 0.0, [0.04]) is None  # a run's cost is known: fits() bounds
+    assert first_alone_words([capped], None, 0.0, []) is None
+    assert first_alone_words([capped], 0.01, 0.01, []) is None  # spent: nothing starts

@@ -346,4 +346,4 @@ def test_a_run_stopped_after_its_last_reply_is_said_stopped_not_failed_everywher
     assert judge.main([str(runs_dir), "viewpoints-used"]) == 0
     out = capsys.readouterr().out
     assert ("; 1 runs not done are not judged (1 of them stopped after its last reply: resume the experiment to "
-            "record them done, then judge again)") in out, out
+            "record it done, then judge again)") in out, out

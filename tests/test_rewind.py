@@ -951,6 +951,21 @@ def test_the_packer_says_which_commit_its_packs_hold_whole(tmp_path, fake, monke
     assert all(names <= pack_names(home) and _packed_whole(home, sha, names) for sha, names in records)
 
 
+def _walk_spy(walked: list[bytes]) -> Callable[..., bytes]:
+    """history._git, noting in WALKED the revisions each fork's walk of the history was given (git
+    rev-list's, or pack-objects' own walk)."""
+    git = history._git
+
+    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        if args[0] == "rev-list" and "--objects" in args or args[0] == "pack-objects" and "--revs" in args:
+            walked.append(stdin or b"")
+        if args[0] == "pack-objects":
+            assert "--window=4" in args  # the packer's narrow window: its deltas are found as well, cheaper
+        return git(where, *args, stdin=stdin, env=env)
+
+    return spy
+
+
 @pytest.mark.parametrize("older_form", [False, True])
 def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_keeps(tmp_path, fake,
                                                                                       monkeypatch, older_form):
@@ -969,23 +984,15 @@ def test_a_fork_walks_the_history_down_to_a_commit_packed_whole_in_the_packs_it_
     time.sleep(1.1)  # the next ticks' commits in a later second than the pack
     run(home, fake, [("say", "the third"), ("say", "later words")])
     walked: list[bytes] = []
-    git = history._git
-
-    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-        if args[0] == "pack-objects":
-            walked.append(stdin or b"")
-            assert "--window=4" in args  # the packer's narrow window: its deltas are found as well, cheaper
-        return git(where, *args, stdin=stdin, env=env)
-
-    monkeypatch.setattr(history, "_git", spy)
+    monkeypatch.setattr(history, "_git", _walk_spy(walked))
     tick3 = history.tick_commit(home, 3)
     fork = history.fork(home, 3, tmp_path / "fork").home
     assert walked == [f"{tick3}\n^{packed_at}\n".encode()]
     assert "answer to the third" in _fork_holds(fork).decode(errors="replace")
     assert _holds_abandoned(fork, ("later words",)) == []
     _git(fork, "fsck", "--full", "--strict", "--no-dangling")
-    [(sha, names)] = packed_records(fork)
-    assert sha == tick3 and names == pack_names(fork) and _packed_whole(fork, sha, names)
+    [(sha, names)] = packed_records(fork)  # tick 3's objects were linked loose: not packed whole
+    assert sha == packed_at and names <= pack_names(fork) and _packed_whole(fork, sha, names)
     walked.clear()
     early = history.fork(home, 1, tmp_path / "early").home  # the pack was written after tick 1
     assert walked == [f"{history.tick_commit(home, 1)}\n".encode()]
@@ -1058,20 +1065,86 @@ def test_a_fork_to_a_recent_tick_walks_only_the_ticks_since_the_packers_last_rep
     finally:
         rt.stop()
     walked: list[bytes] = []
-    git = history._git
-
-    def spy(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-        if args[0] == "pack-objects":
-            walked.append(stdin or b"")
-        return git(where, *args, stdin=stdin, env=env)
-
-    monkeypatch.setattr(history, "_git", spy)
+    monkeypatch.setattr(history, "_git", _walk_spy(walked))
     for back in (5, 15, 25):
         walked.clear()
         history.fork(home, ticks - back, tmp_path / f"fork-{back}")
         [revs] = walked
         count = int(_git(home, "rev-list", "--count", *revs.decode().split()).strip())
         assert count <= 3 * git_repo.PACK_EVERY, (back, count)
+
+
+def _loose(home: Path) -> dict[str, int]:
+    """HOME's loose objects, each with its inode."""
+    objects = home / ".git" / "objects"
+    return {path.parent.name + path.name: path.stat().st_ino for path in objects.glob("??/*")}
+
+
+def _whole(fork: Path) -> None:
+    """FORK holds every object its commits reach (each read), and its packer's notes are true."""
+    _git(fork, "fsck", "--full", "--strict", "--no-dangling")
+    reached = _git(fork, "rev-list", "--objects", "--no-object-names", "--all").split()
+    subprocess.run(["git", "-C", str(fork), "cat-file", "--batch-check"], input="\n".join(reached).encode(),
+                   capture_output=True, check=True)
+    assert all(names <= pack_names(fork) and _packed_whole(fork, sha, names) for sha, names in packed_records(fork))
+
+
+def test_a_fork_links_the_loose_objects_its_tick_reaches_and_a_fork_of_it_finds_them(tmp_path, fake):
+    """The ticks since the packer's last repack are loose objects in the home: a fork to one of
+    them hard-links those its tick reaches (not compressed again) and none of a later tick's.  It
+    notes as packed whole only what its packs hold whole (the home's packed commit, not its tick):
+    a fork of it walks down past its loose objects and links them in turn, and so does a fork of
+    that fork; each holds every object, and nothing of the home's later tick."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    packed_at = _git(home, "rev-parse", "HEAD").strip()
+    HomeRepo(home).pack()
+    time.sleep(1.1)  # the next ticks' commits in a later second than the pack
+    run(home, fake, [("say", "the third"), ("say", "later words")])
+    tick3, loose = history.tick_commit(home, 3), _loose(home)
+    assert tick3 in loose
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    linked = {sha for sha, ino in _loose(fork).items() if loose.get(sha) == ino}
+    reached = set(_git(home, "rev-list", "--objects", "--no-object-names", tick3, f"^{packed_at}").split())
+    assert linked == reached & set(loose) and tick3 in linked  # every one the tick reaches, and no other
+    assert packed_records(fork) == [(packed_at, packed_records(home)[-1][1])]
+    forks = [fork]
+    for n in (2, 3):
+        forks.append(history.fork(forks[-1], 3, tmp_path / f"fork{n}").home)
+        assert tick3 in _loose(forks[-1])
+    subprocess.run(["rm", "-r", str(home)], check=True)
+    for each in forks:
+        _whole(each)
+        assert _holds_abandoned(each, ("later words",)) == []
+        assert "answer to the third" in _fork_holds(each).decode(errors="replace")
+
+
+def test_a_fork_packs_the_loose_objects_the_packer_packed_and_pruned_while_it_linked_them(tmp_path, fake,
+                                                                                          monkeypatch):
+    """The home's packer packs the loose objects and prunes them between the fork's walk and its
+    links: each link finds its object gone, and the fork packs it from the packer's new pack (which
+    holds the later tick's objects too: none of those is taken)."""
+    home = tmp_path / "home"
+    run(home, fake, [("say", "hello"), ("say", "plain two")])
+    HomeRepo(home).pack()
+    time.sleep(1.1)
+    run(home, fake, [("say", "the third"), ("say", "later words")])
+    git = history._git
+
+    def packer_beside(where: Path, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
+        out = git(where, *args, stdin=stdin, env=env)
+        if args[0] == "rev-list" and "--objects" in args:
+            HomeRepo(home).pack()
+            assert _loose(home) == {}
+        return out
+
+    monkeypatch.setattr(history, "_git", packer_beside)
+    fork = history.fork(home, 3, tmp_path / "fork").home
+    monkeypatch.undo()
+    subprocess.run(["rm", "-r", str(home)], check=True)
+    _whole(fork)
+    assert _holds_abandoned(fork, ("later words",)) == []
+    assert "answer to the third" in _fork_holds(fork).decode(errors="replace")
 
 
 def test_a_forks_memory_copied_whole_keeps_no_byte_of_the_rows_it_takes_out(tmp_path):

@@ -1609,15 +1609,15 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
-def _packs_before(home: Path, commit: str) -> dict[str, float]:
-    """HOME's packs that hold only objects of COMMIT's past, each with the time its newest object
-    was made: every one whose newest object was made before COMMIT was (as HOME's packer noted it,
-    :func:`~.git_repo.pack_times`; else the pack file's time: a pack holds what existed when it was
-    written, and git only ever sets a pack's time later) and before the commit of the earliest
+def _packs_before(home: Path, made: int) -> dict[str, float]:
+    """HOME's packs that hold only objects of the past of a commit made at MADE (its time, in whole
+    seconds), each with the time its newest object was made: every one whose newest object was made
+    before that commit was (as HOME's packer noted it, :func:`~.git_repo.pack_times`; else the
+    pack file's time: a pack holds what existed when it was written, and git only ever sets a
+    pack's time later) and before the commit of the earliest
     tick a rewind went back to, if any (:data:`REWOUND_MARK`): the objects made before it are of
     one line of ticks, the past every later line shares; so such a pack holds nothing of a tick
-    after COMMIT's, nor of a future any rewind abandoned."""
-    made = _commit_time(home, commit)
+    after that commit's, nor of a future any rewind abandoned."""
     rewound = _rewound_before(home)
     if rewound is not None:
         made = min(made, rewound)
@@ -1642,21 +1642,57 @@ def _alternate(folder: Path) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _loose_before(objects: Path, before: int) -> bool:
+    """Whether the object folder OBJECTS holds a loose object written before BEFORE (in seconds): a
+    commit made before then may reach it (one made then reaches none written after)."""
+    for folder in os.scandir(objects):
+        if len(folder.name) != 2 or not folder.is_dir():
+            continue
+        for entry in os.scandir(folder.path):
+            try:
+                if len(entry.name) == 38 and entry.stat().st_mtime < before:
+                    return True
+            except FileNotFoundError:  # packed and pruned meanwhile
+                continue
+    return False
+
+
+def _link_loose(source: Path, target: Path, listed: bytes) -> tuple[list[bytes], set[str]]:
+    """Of the objects LISTED (``git rev-list --objects`` lines), those loose in the object folder
+    SOURCE hard-linked into TARGET (a loose object is named by its hash and never written again, so
+    a link is a copy): the lines of the others, and the folders linked into.  An object the packer
+    packed and pruned meanwhile (its link finds it gone) is among the others: it is in a pack now."""
+    rest, folders = [], set()
+    for line in listed.splitlines(keepends=True):
+        sha = line[:40].decode()
+        src = source / sha[:2] / sha[2:]
+        if src.exists():
+            (target / sha[:2]).mkdir(exist_ok=True)
+            if _link(src, target / sha[:2] / sha[2:]):
+                folders.add(sha[:2])
+                continue
+        rest.append(line)
+    return rest, folders
+
+
 def _history_up_to(home: Path, commit: str, made: Path) -> None:
     """The git objects of HOME's history up to COMMIT, and no other, in MADE's repository.
 
     The packs that hold only COMMIT's past (:func:`_packs_before`) are linked into MADE, whole (git
     never changes a pack in place: a repack writes new packs and deletes old ones, so a link is a
-    copy).  One pack of what else COMMIT reaches is made beside them, read from HOME's objects (git's
+    copy).  git walks the history from COMMIT down to the newest commit HOME's packer noted as
+    packed whole in packs kept here (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since),
+    not O(history).  What the walk reaches that is loose in HOME (the ticks since its packer's last
+    repack) is linked too, each object (:func:`_link_loose`), when HOME has a loose object older
+    than COMMIT; the rest is made into one pack beside them, read from HOME's objects (git's
     alternates, for that one command: MADE keeps no reference to HOME), reusing the packed data as
-    it is (no object is compressed or hashed again: a fetch hashes every version of every file).
-    git walks the history down to the newest commit HOME's packer noted as packed whole in packs
-    kept here (:data:`~.git_repo.PACKED_FILE`), not further: O(ticks since), not O(history).  Made
-    while HOME's packer may roll packs up and prune the objects it packed: git finds an object
-    moved meanwhile in the pack that took it in; if one is still missing, the packing fails and the
-    history is fetched."""
+    it is (no object is compressed or hashed again: a fetch hashes every version of every file;
+    a loose object packed would be compressed again).  Made while HOME's packer may roll packs up
+    and prune the objects it packed: git finds an object moved meanwhile in the pack that took it
+    in; if one is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
-    dated = _packs_before(home, commit)
+    when = _commit_time(home, commit)
+    dated = _packs_before(home, when)
     kept = set()
     for whole in dated:  # linked only if whole here (a pack the packer removed meanwhile is not kept)
         pack, index = source / "pack" / whole, (source / "pack" / whole).with_suffix(".idx")
@@ -1669,30 +1705,42 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
         (target / "pack" / whole).with_suffix(".keep").touch()
     # The walk stops at the newest commit HOME's packer found packed whole in packs kept here: what
     # it reaches is here already (and what COMMIT reaches beyond it is walked and packed).
-    whole_in_kept = [sha for sha, names in packed_records(home) if names and names <= kept]
-    revs = f"{commit}\n" + (f"^{whole_in_kept[-1]}\n" if whole_in_kept else "")
+    whole_in_kept = [(sha, names) for sha, names in packed_records(home) if names and names <= kept]
+    revs = f"{commit}\n" + (f"^{whole_in_kept[-1][0]}\n" if whole_in_kept else "")
+    alternates = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}
+    # One thread: the memory's copy runs beside it, and git's threads for so small a pack cost more CPU.
+    packing = ("pack-objects", "--threads=1", "--honor-pack-keep", "--non-empty", DELTA_WINDOW, "-q",
+               str(target / "pack" / "pack"))
     name: str | None
+    linked: set[str] = set()
     try:
-        # One thread: the memory's copy runs beside it, and git's threads for so small a pack cost more CPU.
-        name = _git(made, "pack-objects", "--threads=1", "--revs", "--honor-pack-keep", DELTA_WINDOW, "-q", str(target / "pack" / "pack"),
-                    stdin=revs.encode(), env={"GIT_ALTERNATE_OBJECT_DIRECTORIES": _alternate(source)}).decode().strip()
+        if _loose_before(source, when + 1):
+            rest, linked = _link_loose(source, target, _git(home, "rev-list", "--objects", "--stdin",
+                                                            stdin=revs.encode()))
+            name = _git(made, *packing, stdin=b"".join(rest), env=alternates).decode().strip()
+        else:
+            name = _git(made, *packing, "--revs", stdin=revs.encode(), env=alternates).decode().strip()
     except HistoryError:  # an object is not found: fetch the history instead
-        name = None
-    stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name is not None else set()
+        name, linked = None, set()
+    stays = {f"pack-{name}.pack", f"pack-{name}.idx"} if name else set()
     stays |= {f"{whole[:-len('.pack')]}{suffix}" for whole in kept if name is not None for suffix in (".pack", ".idx")}
-    for path in target.iterdir():  # all but the new pack and those kept (their .keep files too)
+    for path in target.iterdir():  # all but the new pack, those kept (not their .keep files) and the links
         if path.name == "pack":
             for packed in path.iterdir():
                 if packed.name not in stays:
                     packed.unlink()
-        elif path.name != "info":
+        elif path.name != "info" and path.name not in linked:
             shutil.rmtree(path)
     if name is None:
         _git(made, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", str(home), commit)
-    else:  # COMMIT is packed whole here: a fork of this fork walks no further down than it
-        atomic_write(made / ".git" / PACKED_FILE, json.dumps({
-            "packed": [[commit, sorted(packed for packed in stays if packed.endswith(".pack"))]],
-            "newest": {whole: dated[whole] for whole in sorted(kept)}}))
+        return
+    # What a fork of this fork may take as held whole by its packs: COMMIT when it is packed whole
+    # here; when objects of it were linked loose, only what was packed whole in the packs kept
+    # (a fork of this fork walks no further down than what this says, so it must not say more).
+    held = ([[commit, sorted(pack for pack in stays if pack.endswith(".pack"))]] if not linked
+            else [[whole_in_kept[-1][0], sorted(whole_in_kept[-1][1])]] if whole_in_kept else [])
+    atomic_write(made / ".git" / PACKED_FILE, json.dumps({
+        "packed": held, "newest": {whole: dated[whole] for whole in sorted(kept)}}))
 
 
 def _fork_memory(home: Path, dest: Path, state: dict[str, Any]) -> None:

@@ -300,6 +300,24 @@ def budget_words(spent: float, budget: float, left: int, noun: str, not_started:
     return words + (f"; {left} {not_started} ({again})." if left else ".")
 
 
+def first_alone_words(todo: Sequence[Run], budget: float | None, spent: float,
+                      known: Sequence[float | None]) -> str | None:
+    """What is said before the first of TODO starts when nothing but its own limit bounds what it spends
+    and that limit is above what is left of BUDGET: no run's cost is KNOWN, so it goes alone
+    (:func:`fits`), and its ``run_budget`` (its server's limit) is larger, or there is none.  None
+    otherwise.  Its limit is not lowered to the budget left: a model call is not stopped halfway, so
+    such a run would still pass it by a call, and fail, paid for and thrown away."""
+    if budget is None or not todo or expected_cost(known) is not None or spent >= budget:
+        return None
+    left, limit = budget - spent, todo[0].run_budget
+    if limit is not None and limit <= left + CENT_DUST:
+        return None
+    bound = ("nothing but its time limit bounds what it spends (the spec has no run_budget)" if limit is None
+             else f"only the spec's run_budget (${limit:.4f} a run) bounds what it spends")
+    return (f"no run's cost is known yet, so the first goes alone, and {bound}: more than the ${left:.4f} "
+            "left of the budget, which it can pass (C-c stops it)")
+
+
 def execute(todo: Sequence[Any], executor: Jobs, parallel: int, budget: float | None, spent: float,
             total: int, name: str, console: Console,
             known: Sequence[float | None] = ()) -> tuple[list[Outcome], list[Any], str | None]:
@@ -459,6 +477,8 @@ def main(argv: list[str]) -> int:
           flush=True)
     if not todo:
         return 0
+    if (first := first_alone_words(todo, budget, spent, list(before.values()))) is not None:
+        print(f"{experiment.name}: {first}", flush=True)
     try:  # a C-c while the executor starts (its fork server imports the SDKs) is said the same way
         executor: Executor = (RayExecutor(runs_dir, parallel, args.ray or None) if args.ray is not None
                               else LocalExecutor(runs_dir, parallel, sorted({run.backend for run in todo})))

@@ -656,7 +656,7 @@ def _main(argv: list[str], named: list[str], record: list[Callable[[], str]],
           + (f" ({again} of them again: failed or interrupted before)" if again else "") + f", {parallel} at once"
           + (f"; {len(skipped)} runs not done are not judged" if skipped else "")
           + (f" ({replied} of them stopped after {'its' if replied == 1 else 'their'} last reply: resume the "
-             "experiment to record them done, then judge again)" if (replied := sum(
+             f"experiment to record {'it' if replied == 1 else 'them'} done, then judge again)" if (replied := sum(
                  status == STOPPED_REPLIED for _run, status in skipped)) else ""), flush=True)
     if not todo:  # what is judged and what it cost, as when it last ended
         if total:

@@ -351,6 +351,10 @@ def test_experiment_respects_total_budget(model, tmp_path):
     # most a run cost, so it stops at 4 ($0.0024), not 6 as when only finished runs counted (newcomer8 #30)
     stopped = experiment(model, spec, runs, "--budget", "0.0027")
     assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    # said before it starts: the budget bounds the first run only as far as its run_budget does
+    assert ("budget: no run's cost is known yet, so the first goes alone, and only the spec's run_budget "
+            "($0.5000 a run) bounds what it spends: more than the $0.0027 left of the budget, which it can pass "
+            "(C-c stops it)\n") in stopped.stdout, stopped.stdout
     first = manifests(runs)
     assert len(first) == 4 and all(m["status"] == "done" for m in first.values()), first
     spent = sum(m["cost"] for m in first.values())
@@ -361,6 +365,7 @@ def test_experiment_respects_total_budget(model, tmp_path):
 
     done = experiment(model, spec, runs, "--budget", "1")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "no run's cost is known yet" not in done.stdout, done.stdout  # the done runs' costs are
     after = assert_all_done(runs)
     assert all(after[k]["started_at"] == m["started_at"] for k, m in first.items())
     assert len(model.requests) == RUNS * TURNS
