@@ -257,12 +257,12 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, evals, ho
     run = run_emacs(home, fake.url, session(send("go"), SHOW_HUB), timeout=180).check()
     shown = shown_hub(run.stdout)
     assert "MCP servers (1)\n  time           stdio  down        4 calls  get_current_time convert_time\n" \
-        "    last error: the connection closed: Connection closed" in shown, shown
+        "    last error: its connection closed" in shown, shown
     first, _k, died, again, _k2, died2, down, hub, pids = evals.results()
     assert first["success"], first
-    assert "MCP server time died during the call to get_current_time" in died["error"], died
+    assert "MCP server time has stopped (its connection closed at the call to get_current_time)" in died["error"]
     assert again["success"], again
-    assert "MCP server time died during the call" in died2["error"], died2
+    assert "MCP server time stopped again" in died2["error"] and "so it stays down" in died2["error"], died2
     assert down["error"].startswith("MCP server time is down ("), down
     assert "it was started again once and is down again" in down["error"]
     assert ':name "time"' in hub["result"] and ':state "down"' in hub["result"] and ":restarts 1" in hub["result"]
