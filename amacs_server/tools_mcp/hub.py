@@ -20,7 +20,8 @@ Rules the hub keeps:
   with an error that says so and why.  Any write of mcp.json (a save, even
   unchanged, or ``touch``) tries every down server again, as does editing its entry.
 - A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
-  the person's shell.
+  the person's shell.  One that does not start (missing, failing, slow) is one
+  line in the shell (``on_problem``), once until mcp.json is written again.
 - A tool no client can take (``vetting.py``) is left out of its server's listing, said once in
   the log and shown in the hub; the server's other tools are kept.
 - :meth:`McpHub.stop` stops every server (each process and its children).
@@ -76,6 +77,8 @@ class Connection:
     left_out: dict[str, str] = field(default_factory=dict)  # a tool of its listing no client can take -> why
     last_error: str | None = None
     restarts: int = 0  # automatic restarts after a death (at most one)
+    told: bool = False  # the person was told in the shell that it did not start (once per entry or write)
+    told_slow: bool = False  # ... that the first listing went on without it
     calls: int = 0
     client: Any = None  # mcp.Client while ready
     ready: asyncio.Event | None = None  # set once a start ended (ready or not)
@@ -326,6 +329,7 @@ class McpHub:
                 if listed_before != ([t.name for t in tools], [t.input_schema for t in tools]):
                     self._save_listing()
                 conn.ready.set()
+                conn.told = False  # a later failure to start is news again
                 log.info("MCP server %s ready: %d tools", spec.name, len(tools))
                 await conn.stop.wait()
         except asyncio.CancelledError:
@@ -333,6 +337,11 @@ class McpHub:
         except BaseException as err:  # noqa: BLE001 - the server's failure is said, the hub goes on
             conn.last_error = _describe(err)
             log.warning("MCP server %s: %s", spec.name, self.scrub(conn.last_error))
+            if conn.client is None and not conn.told and conn.state != "stopped":  # it never was up
+                conn.told = True
+                self.on_problem(self.scrub(f"MCP server {spec.name} did not start ({conn.last_error}); the agent "
+                                           f"has none of its tools: {RETRY} (logs/mcp-{spec.name}.log has "
+                                           "its output)"))
         finally:
             conn.client = None
             if conn.state not in ("stopped", "down"):
@@ -385,6 +394,11 @@ class McpHub:
         for conn, result in zip(conns, results, strict=True):
             if isinstance(result, BaseException):
                 conn.last_error = conn.last_error or str(result)
+            if conn.state == "starting" and not conn.told_slow:
+                conn.told_slow = True
+                self.on_problem(f"MCP server {conn.spec.name} has not started within {timeout:.0f} s; the agent "
+                                f"goes on without its tools until it has (logs/mcp-{conn.spec.name}.log has "
+                                "its output)")
 
     async def _call(self, conn: Connection, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
         await self._up(conn, START_TIMEOUT)
@@ -448,6 +462,11 @@ class McpHub:
 
         future.add_done_callback(listed)
         return future
+
+    def waits_for(self) -> list[str]:
+        """The servers a pending listing (:meth:`ready_future`) waits for: those starting."""
+        return [name for name, c in list(self.connections.items())
+                if c.state == "starting" or (c.state == "idle" and not c.tools)]
 
     def tools(self) -> list[tuple[str, Any]]:
         """(server, tool) of every server that listed its tools, in the file's order."""

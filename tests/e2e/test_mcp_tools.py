@@ -433,3 +433,27 @@ def test_a_streamable_http_server_with_headers_from_the_environment(fake, evals,
     assert "tok-secret-0123456789" not in everything
     [status] = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"][:1]
     assert status["server"] == "remote" and status["error"] is None
+
+
+def test_a_turn_waiting_on_a_tool_server_says_so_and_one_that_does_not_start_is_one_shell_line(fake, home):
+    """The header names the server the model call waits on to start (not only `thinking…'); a
+    server that cannot start is one line in the shell at its first use, not one per turn."""
+    write_config(home, {"slow": {"command": "sh", "args": ["-c", f"sleep 3; exec {time_server()['command']}"]},
+                        "missing": {"command": "/nonexistent/mcp-server-nothing"}})
+    fake.respond_with(lambda body: say("ok"))
+    shell = "(get-buffer amacs-shell-buffer-name)"
+    header = f"(with-current-buffer {shell} (amacs-shell-state-string))"
+    program = session(
+        '(amacs-e2e-send-no-wait "first")',
+        f'(amacs-e2e-wait (lambda () (string-match-p "starting tool server" {header})) "the header to say it")',
+        f'(princ (format "HEADER<<%s>>\\n" {header}))',
+        '(amacs-e2e-wait (lambda () (not amacs-shell-busy)) "the first turn")',
+        send("second"))
+    run = run_emacs(home, fake.url, program, timeout=180).check()
+    header_seen = re.search(r"HEADER<<(.*?)>>", run.stdout)
+    assert header_seen and re.match(r"starting tool servers? .*slow.*…", header_seen.group(1)), run.stdout
+    lines = [line for line in run.shell.splitlines() if "MCP server missing" in line]
+    assert lines == [";; MCP server missing did not start (command not found: /nonexistent/mcp-server-nothing); "
+                     "the agent has none of its tools: fix it, then save mcp.json (any write, even `touch "
+                     "mcp.json`) to start it again (logs/mcp-missing.log has its output)"], run.shell
+    assert "MCP server slow" not in run.shell, run.shell  # it started within the listing's wait
