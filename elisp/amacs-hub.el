@@ -572,7 +572,9 @@ while paused it is not asked about the agent it watches."
 
 ;;;###autoload
 (defun amacs-hub ()
-  "Open the AMACS hub of the current connection (its shell's home)."
+  "Open the AMACS hub of the current connection (its shell's home).
+It is selected, its keys work at once; called from another window, the
+echo area says so and that \\<amacs-hub-mode-map>\\[quit-window] goes back."
   (interactive)
   (let* ((connection (amacs-current-connection))
          (buffer (or (amacs-hub--buffer)
@@ -590,7 +592,12 @@ while paused it is not asked about the agent it watches."
           (magit-insert-section (amacs-hub)
             (magit-insert-heading "AMACS hub: waiting for the server..."))
           (set-buffer-modified-p nil))))
-    (pop-to-buffer buffer)
+    (let ((from (selected-window)))
+      (pop-to-buffer buffer)
+      ;; A newcomer, not told, pressed C-x o to reach the hub and left it.
+      (unless (eq (selected-window) from)
+        (message "%s" (substitute-command-keys
+                       "AMACS: the cursor is in the hub; \\<amacs-hub-mode-map>\\[quit-window] goes back (\\[describe-mode]: its keys)"))))
     (amacs-hub-refresh)
     buffer))
 

@@ -115,6 +115,11 @@ What the shell acts on comes as an event with fields of its own."
     (amacs-shell--transition 'retry (and (numberp seconds) (>= seconds 0.05) seconds))
     (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
 
+(defun amacs-shell--on-preparing (event)
+  "The model call waits on EVENT's :text (words for the header; empty: no longer)."
+  (let ((text (plist-get event :text)))
+    (amacs-shell--transition 'preparing (and (stringp text) (> (length text) 0) text))))
+
 (defun amacs-shell--on-agent-ended (event)
   "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
 The primary waiting for it has its result."
@@ -150,6 +155,8 @@ The live event and a resumed exchange's task are drawn by this one function."
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 
 (amacs-on-event "retry" #'amacs-shell--on-retry)
+
+(amacs-on-event "preparing" #'amacs-shell--on-preparing)
 
 (amacs-on-event "agent-ended" #'amacs-shell--on-agent-ended)
 
@@ -230,10 +237,11 @@ start's, when one of them evaluated)."
            (substitute-command-keys
             (concat ";; Type to the agent and press RET (\\<amacs-shell-mode-map>\\[amacs-shell-newline] for a new line).  "
                     "\\[amacs-shell-interrupt] interrupts.\n"
-                    ;; With no key no question is answered: the demo shows what it does.
+                    ;; With no key no question is answered: the server's note, said next,
+                    ;; says what to do instead (the demo, a key, another endpoint).
                     (if (amacs-status :key-ok)
                         ";; Ask it \"what can you do?\", or \\[describe-mode] for every key."
-                      ";; M-x amacs-demo shows what it can do with no key, or \\[describe-mode] for every key.")))
+                      ";; \\[describe-mode] lists every key.")))
            'amacs-shell-annotation))
          (t
           (unless said
@@ -251,12 +259,16 @@ start's, when one of them evaluated)."
              (format ";; (Turns up to tick %d were in an earlier Emacs: no ▸ changed lines.)" since)
              'amacs-shell-annotation))
           (amacs-shell--replay
-           recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed))))))))
+           recent (cl-member-if-not (lambda (c) (< (car c) (or (plist-get (car recent) :tick) 0))) changed)
+           since)))))))
 
-(defun amacs-shell--replay (recent changed)
+(defun amacs-shell--replay (recent changed &optional since)
   "Show RECENT, exchanges of the chat log, as the live shell showed them.
 CHANGED are the ▸ changed lines of their turns, (TICK . LINE) oldest
-first, TICK the tick the turn ended at: each shows after its turn."
+first, TICK the tick the turn ended at: each shows after its turn.
+Turns up to tick SINCE ran in an earlier Emacs: a reply of theirs that
+points at its ▸ changed line is followed, where that line was, by a
+note saying why it is not there."
   (let ((flush (lambda (before)
                  (while (and changed (or (null before) (< (caar changed) before)))
                    (amacs-shell--output (cdr (pop changed)) 'amacs-shell-eval)
@@ -280,7 +292,12 @@ first, TICK the tick the turn ended at: each shows after its turn."
         (when done
           (amacs-shell--eval-finish (amacs-shell--eval-line (plist-get done :form)) done)))
       (dolist (task (append (plist-get entry :tasks) nil))
-        (unless (plist-get task :before-reply) (amacs-shell--task-ended task))))
+        (unless (plist-get task :before-reply) (amacs-shell--task-ended task)))
+      (when (and since (plist-get entry :tick) (<= (plist-get entry :tick) since)
+                 (string-match-p "▸ changed" (or (plist-get entry :agent) "")))
+        (amacs-shell--output
+         ";; (No ▸ changed line here: what this turn changed was known only to the Emacs it ran in.)"
+         'amacs-shell-annotation)))
     (funcall flush nil)))
 
 (defun amacs-shell--from-an-input (entries count)
@@ -299,16 +316,17 @@ not with a later step of that turn."
 
 (defun amacs-shell--shown-reply (text &optional after)
   "Return reply TEXT, then AFTER (a string or nil), as the shell is to show them.
-With org loaded it is rendered at once.  Without, it is plain for now
-and marked `amacs-unrendered': loading org takes ~1 s, which the person
-would wait for before seeing the shell or its first answer, so it is
-rendered once org is loaded, a piece at each idle moment
+With org loaded it is rendered at once.  Without, it is drawn by
+`amacs-render-quick' for now (org's look, by a few regexps) and marked
+`amacs-unrendered': loading org takes ~1 s, which the person would wait
+for before seeing the shell or its first answer, so it is rendered by
+org once org is loaded, a piece at each idle moment
 \(`amacs-render-after-preload')."
   (if (amacs-render-ready-p)
       (concat (amacs-render-org text) after)
     (let ((connection (amacs-current-connection)))
       (amacs-render-after-preload (lambda () (amacs-shell--render-resumed connection))))
-    (propertize (concat text after) 'amacs-unrendered text)))
+    (propertize (concat (amacs-render-quick text) after) 'amacs-unrendered text)))
 
 (defun amacs-shell--render-resumed (connection)
   "Render CONNECTION's replies shown plain, in place, as live ones are."

@@ -1212,6 +1212,26 @@ no ▸ changed lines\.)\namacs> three"
 no ▸ changed lines\\.)\namacs> todo"
                             (amacs-shell-test--text)))))
 
+;; Was: with that line said once above, the replayed reply still said "RET on the ▸ changed
+;; line below" where no line followed it.
+(ert-deftest amacs-shell-test-a-replayed-reply-pointing-at-its-changed-line-says-where-it-went ()
+  "Where a replayed reply's ▸ changed line was, a note says why it is not there."
+  (amacs-shell-test--with-shell
+    (amacs-test-with-status '(:tick 6 :key-ok t
+                              :recent ((:tick 4 :human "todo" :agent "Done: RET on the ▸ changed line below."
+                                        :eval (:form "(find-file \"todo.org\")" :result "t" :success t))
+                                       (:tick 5 :human "eval" :agent "4."
+                                        :eval (:form "(+ 2 2)" :result "4" :success t))
+                                       (:tick 6 :human "six" :agent "6.")))
+      (amacs-shell--greet))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "RET on the ▸ changed line below\\.\n\n?▸ eval (find-file[^\0]*?⇒ t\n\
+;; (No ▸ changed line here: what this turn changed was known only to the Emacs it ran in\\.)\n\n?amacs> eval"
+                              text))
+      ;; Only where a reply points at it.
+      (should (= 1 (cl-count-if (lambda (line) (string-prefix-p ";; (No ▸ changed" line))
+                                (split-string text "\n")))))))
+
 ;;;; Rendering
 
 (ert-deftest amacs-shell-test-replies-render-with-org-font-lock ()
@@ -1263,6 +1283,108 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
       (should (string-match-p "It is \\*bold\\*\\.\n\n?amacs> \\'" (amacs-shell-test--text)))
       (amacs-shell-copy-reply)
       (should (equal (current-kill 0) "It is *bold*.")))))
+
+;; Before org is loaded a reply is drawn by regexps (`amacs-render-quick'); org's drawing follows.
+(defconst amacs-shell-test--org-look
+  '((org-level-1 . font-lock-function-name-face) (org-level-2 . font-lock-variable-name-face)
+    (org-level-3 . font-lock-keyword-face) (org-verbatim . shadow) (org-code . shadow)
+    (org-link . link) (org-list-dt . bold) (org-checkbox . bold)
+    (org-block-begin-line . font-lock-comment-face) (org-block-end-line . font-lock-comment-face)
+    (org-meta-line . font-lock-comment-face) (org-table . amacs-render-table))
+  "Org's faces and the faces they come to (by inheritance, in Emacs 28's org).")
+
+(defun amacs-shell-test--look (text)
+  "TEXT as it looks: each visible character with its faces, org's as they come to.
+A source block's code, fontified by its language in org, is `shadow' alone."
+  (let (look)
+    (dotimes (i (length text))
+      (unless (get-text-property i 'invisible text)
+        (let* ((face (get-text-property i 'font-lock-face text))
+               (faces (cond ((null face) nil)
+                            ((and (consp face) (eq (car face) :inherit)) (ensure-list (cadr face)))
+                            ((and (consp face) (not (keywordp (car face)))) face)
+                            (t (list face)))))
+          (push (cons (aref text i)
+                      (if (memq 'org-block faces)
+                          '(shadow)
+                        (mapcar (lambda (f) (or (cdr (assq f amacs-shell-test--org-look)) f)) faces)))
+                look))))
+    (nreverse look)))
+
+(defconst amacs-shell-test--replies
+  '("I am AMACS's demo model. Type one of these words and press RET:
+
+- =eval=: I evaluate elisp in your Emacs; the ▸ eval line shows it (TAB on it: the form and its result)
+- =long=, =markdown=, =error=, =loop=: a long reply, Markdown shown as org (C-g stops it)
+
+Then M-x amacs-rewind takes me back."
+    "** A heading in Markdown
+
+Here is *bold* text, ~inline code~ and a list:
+
+- first item
+- second item
+
+#+begin_src emacs-lisp
+(defun demo-square (x)
+  \"Return X squared.\"
+  (* x x))
+#+end_src
+
+| name | value |
+|------+-------|
+| a    | 1     |"
+    "* Top /it/ heading
+Some =verb= and ~code~, *bold*, /ital/, _under_, +strike+ here, *over
+two lines* too.
+A link [[https://example.org][the site]] and [[file:foo.org]] and https://gnu.org/x.
+- term :: description
+- [ ] box and [X] not one
+1. numbered *b*
+# a comment
+#+begin_quote
+quoted *q*
+#+end_quote
+#+begin_example
+ex *no*
+#+end_example
+snake_case and 2*3*4 and a*b* c, =a= b =c= and *not
+*** a heading* ends it.")
+  "Replies as the agent writes them: the demo's, Markdown made org, org's markup.")
+
+(ert-deftest amacs-shell-test-a-reply-before-org-looks-as-org-will-draw-it ()
+  "Seen on a loaded machine: the first reply showed =eval= and *bold* raw for seconds,
+until org, loaded a piece at each idle moment, drew it again.  Drawn by
+regexps meanwhile, a reply shows the same characters with the faces org's
+come to: only source blocks' code changes when org draws it."
+  (require 'org)
+  (dolist (hide '(t nil))
+    (let ((amacs-render-hide-emphasis-markers hide))
+      (dolist (text amacs-shell-test--replies)
+        (should (equal (amacs-shell-test--look (amacs-render-quick text))
+                       (amacs-shell-test--look (amacs-render-org text))))))))
+
+(ert-deftest amacs-shell-test-the-first-reply-reads-as-org-before-org-is-loaded ()
+  "The first answer, drawn before org is loaded, hides org's markers already."
+  (amacs-shell-test--with-shell
+    (let ((amacs--render-preload-queue nil)
+          (amacs--render-preload-timer nil))
+      (cl-letf (((symbol-function 'featurep) (lambda (f &rest _) (not (eq f 'org))))
+                ((symbol-function 'require)
+                 (lambda (f &rest _) (when (eq f 'org) (error "Org loaded before the reply was shown"))))
+                ((symbol-function 'run-with-idle-timer) (lambda (&rest _) nil)))
+        (amacs-shell--on-reply '(:text "- =eval=: it evaluates *elisp*, see [[https://gnu.org][GNU]].")))
+      (with-current-buffer amacs-shell-buffer-name
+        (goto-char (point-min))
+        (search-forward "- =eval=")
+        (should (get-text-property (match-beginning 0) 'amacs-unrendered)) ; org draws it later
+        (let ((visible nil))
+          (dotimes (i (- (line-end-position) (line-beginning-position)))
+            (let ((pos (+ (line-beginning-position) i)))
+              (unless (invisible-p pos) (push (char-after pos) visible))))
+          (should (equal (concat (nreverse visible)) "- eval: it evaluates elisp, see GNU."))))
+      (should (equal (amacs-shell-test--face-at "eval=:") '(shadow)))
+      (should (equal (amacs-shell-test--face-at "elisp*,") '(bold))))))
 
 ;;;; Context from your own Emacs
 
@@ -1316,15 +1438,21 @@ Before org is preloaded a reply is shown plain at once, and rendered in place on
       (should (string-match-p "what can you do\\?" (nth 1 lines)))
       (should (equal (nth 2 lines) "amacs> ")))))
 
-(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo ()
+(ert-deftest amacs-shell-test-a-fresh-home-with-no-key-is-shown-the-demo-once ()
   "A newcomer's finding: with no key the greeting invited \"what can you do?\"
-three lines above the one saying no question is answered without a key."
+three lines above the one saying no question is answered without a key.
+Then it named the demo on the line above the server's note, which names it too."
   (amacs-shell-test--with-shell
-    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil)
+    (amacs-test-with-status '(:recent nil :model "claude-x" :backend "anthropic" :key-ok nil
+                              :notice "No API key: try M-x amacs-demo, or set ANTHROPIC_API_KEY and \
+M-x amacs-restart; other models: docs/local-models.md.")
       (amacs-shell--greet))
-    (let ((lines (split-string (amacs-shell-test--text) "\n")))
-      (should (string-match-p "M-x amacs-demo shows what it can do" (nth 1 lines)))
-      (should-not (string-match-p "what can you do" (amacs-shell-test--text))))))
+    (let ((text (amacs-shell-test--text)))
+      (should (string-match-p "\\`;; Type to the agent.*\n;; C-h m lists every key\\.\n;; No API key: try M-x amacs-demo"
+                              text))
+      (should (= 1 (cl-count-if (lambda (line) (string-search "amacs-demo" line))
+                                (split-string text "\n"))))
+      (should-not (string-match-p "what can you do" text)))))
 
 (ert-deftest amacs-shell-test-header-line-says-what-the-agent-does ()
   "Issue 9: model and backend, then thinking / writing / eval / retrying / agents."
@@ -1345,6 +1473,11 @@ three lines above the one saying no question is answered without a key."
       (should (string-match-p ";; Model API overloaded (529); retrying in 4.0 s" (amacs-shell-test--text)))
       (amacs-shell--on-retry '(:text "Model API overloaded (529); retrying now" :seconds 0.0 :attempt 3 :attempts 5))
       (should (string-match-p "retrying now" (amacs-shell-header-line)))
+      ;; A model call that waits on a tool server to start says so, then thinks again.
+      (amacs-shell--on-preparing '(:text "starting tool server slowstart…"))
+      (should (string-match-p "— starting tool server slowstart…" (amacs-shell-header-line)))
+      (amacs-shell--on-preparing '(:text ""))
+      (should (string-match-p "thinking…" (amacs-shell-header-line)))
       (amacs-shell--on-agents '(:agents ((:id "task-1") (:id "task-2"))))
       (should (string-match-p "· 2 agents working" (amacs-shell-header-line)))
       (amacs-shell--on-turn-done nil)

@@ -902,6 +902,26 @@ same agent's line; the hub is not modified; k or z on an ended agent says so at 
                 (should-not asked)))))
       (kill-buffer buffer))))
 
+(ert-deftest amacs-test-the-hub-says-it-has-the-cursor ()
+  "A newcomer opened the hub (C-c C-v), then pressed C-x o to reach it: the cursor was in
+it already, and went back to the shell.  Opening it from another window says where it is."
+  (let ((buffer (get-buffer-create amacs-hub-buffer-name)) (said nil))
+    (unwind-protect
+        (cl-letf (((symbol-function 'amacs-hub-refresh) #'ignore)
+                  ((symbol-function 'message) (lambda (&rest args) (setq said (apply #'format args)))))
+          (save-window-excursion
+            (delete-other-windows)
+            (switch-to-buffer "*scratch*")    ; the shell, as far as the hub can tell
+            (let ((from (selected-window)))
+              (amacs-hub)
+              (should (eq (window-buffer (selected-window)) buffer))
+              (should-not (eq (selected-window) from))
+              (should (equal said "AMACS: the cursor is in the hub; q goes back (h: its keys)"))
+              (setq said nil)
+              (amacs-hub)                      ; from the hub itself: nothing to say
+              (should-not said))))
+      (kill-buffer buffer))))
+
 (ert-deftest amacs-test-hub-last-eval-shows-memory-addresses-without-eot-marks ()
   "The hub's last eval result showed `<EOT>...<EOT>' as the shell did."
   (let ((buffer (get-buffer-create amacs-hub-buffer-name)))
