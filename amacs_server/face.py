@@ -35,6 +35,9 @@ class Face(Protocol):
     def retrying(self, retry: Retrying) -> None:
         """The model call failed and is retried (the header counts down RETRY.seconds)."""
 
+    def preparing(self, text: str) -> None:
+        """The turn waits on TEXT before its model call (the header says so); "": it no longer does."""
+
     def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> bool:
         """Subagent AGENT_ID ended in STATE (OK: it answered); TEXT says so to people.
 

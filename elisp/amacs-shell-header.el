@@ -31,9 +31,10 @@ Only `amacs-shell--transition' sets it, as it moves a shell's turn.")
 
 (cl-defstruct (amacs-shell-turn (:constructor amacs-shell--new-turn) (:copier nil))
   "What a shell knows of the agent's turn; `amacs-shell--transition' alone changes it.
-STATE is what the agent is doing: starting, waiting, thinking,
-streaming, eval, sleeping, retrying or stopped.  DETAIL says more:
-whom it sleeps on (sleeping), the seconds before the next attempt
+STATE is what the agent is doing: starting, waiting, preparing,
+thinking, streaming, eval, sleeping, retrying or stopped.  DETAIL says
+more: what the turn waits on before its model call (preparing), whom
+it sleeps on (sleeping), the seconds before the next attempt
 \(retrying; nil: now).  SINCE is when STATE began, a float time.
 EVAL-AGENT is the agent whose eval Emacs runs, or nil: while it runs
 Emacs does nothing else, so the header says so.  ANSWERED-EARLY are
@@ -97,6 +98,8 @@ leads to:
               while sleeping on it, one fewer, and none left is thinking
   woke        the sleep's timeout: thinking
   retry       the model call is retried in ARG seconds (nil: now)
+  preparing   the model call waits on ARG (words: a tool server to
+              start): preparing; nil, the wait ended: thinking
   step        the turn's next tick began, ARG being (STEP . LIMIT)
   taken       the agent took an input, ARG being (LINE . SAVED)
   replied     a reply was shown
@@ -126,6 +129,8 @@ leads to:
       ('answered (amacs-shell--answered turn arg))
       ('woke (when (eq (amacs-shell-turn-state turn) 'sleeping) (amacs-shell--enter turn 'thinking)))
       ('retry (amacs-shell--enter turn 'retrying arg))
+      ('preparing (cond (arg (amacs-shell--enter turn 'preparing arg))
+                        ((eq (amacs-shell-turn-state turn) 'preparing) (amacs-shell--enter turn 'thinking))))
       ('step (setf (amacs-shell-turn-step turn) (car arg) (amacs-shell-turn-limit turn) (cdr arg))
              (amacs-shell--update-header))
       ('taken (push arg (amacs-shell-turn-taken turn)))
@@ -270,6 +275,7 @@ finished no prompt since it started is reading its first."
                                           (let ((reading (amacs-shell--local-model-reading
                                                           (amacs-connection-home (amacs-current-connection)))))
                                             (and reading (concat ", " reading))))))
+                  ('preparing (concat detail elapsed))
                   ('streaming (concat "writing…" elapsed))
                   ('eval (if amacs-eval-asking
                              "asks you whether an eval may run (y or n)"
@@ -283,7 +289,7 @@ finished no prompt since it started is reading its first."
       (setq doing (format "%s is running an eval… %s" eval-agent (amacs-shell--stops-it))))
     (concat doing
             (let ((step (amacs-shell-turn-step turn)))
-              (if (and step (memq (amacs-shell-turn-state turn) '(thinking streaming eval sleeping retrying)))
+              (if (and step (memq (amacs-shell-turn-state turn) '(preparing thinking streaming eval sleeping retrying)))
                   (format " · tick %d of %d" step (amacs-shell-turn-limit turn))
                 ""))
             (if (> agents 0) (format " · %d agent%s working" agents (if (= agents 1) "" "s")) "")

@@ -115,6 +115,11 @@ What the shell acts on comes as an event with fields of its own."
     (amacs-shell--transition 'retry (and (numberp seconds) (>= seconds 0.05) seconds))
     (amacs-shell--output (concat ";; " (plist-get event :text)) 'amacs-shell-status)))
 
+(defun amacs-shell--on-preparing (event)
+  "The model call waits on EVENT's :text (words for the header; empty: no longer)."
+  (let ((text (plist-get event :text)))
+    (amacs-shell--transition 'preparing (and (stringp text) (> (length text) 0) text))))
+
 (defun amacs-shell--on-agent-ended (event)
   "Subagent :id of EVENT ended: ✓ when it answered (:ok), ✗ when not.
 The primary waiting for it has its result."
@@ -150,6 +155,8 @@ The live event and a resumed exchange's task are drawn by this one function."
 (amacs-on-event "annotation" #'amacs-shell--on-annotation)
 
 (amacs-on-event "retry" #'amacs-shell--on-retry)
+
+(amacs-on-event "preparing" #'amacs-shell--on-preparing)
 
 (amacs-on-event "agent-ended" #'amacs-shell--on-agent-ended)
 

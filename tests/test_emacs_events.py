@@ -73,6 +73,7 @@ def test_the_face_sends_only_declared_fields(tmp_path):
         face.reply_abandon("why")
         face.annotate("n", "warning")
         face.retrying(Retrying(text="overloaded", seconds=2.0, attempt=1, attempts=3))
+        face.preparing("starting tool server slow…")
         face.agent_ended("task-1", "done", True, "done")
         face.turn_started()
         face.step_started(1, 8)

@@ -1509,7 +1509,8 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
     copy.  Not copied, written by git: the current month, appended since the tick; a month
     rewritten since with the same size, its mtime set back to the very nanosecond; a month written
     to while it was being copied.  Every file of the fork is its commit's, byte for byte, and its
-    git finds nothing changed."""
+    git finds nothing changed.  Each copy's writeback is begun as it is made (the fork's final
+    sync, which waits for all, then finds them mostly written)."""
     monkeypatch.setattr(git_repo, "RACY_NS", 100_000_000)  # the record trusts a file 0.1 s after its write, not 3 s
     home = tmp_path / "home"
     months = _vouched_months(home, fake)
@@ -1531,9 +1532,20 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
         return git(where, *args, stdin=stdin, env=env)
 
     monkeypatch.setattr(history, "_git", spy)
+    advise, begun = os.posix_fadvise, []
+
+    def advised(fd: int, offset: int, length: int, advice: int) -> None:
+        if advice == os.POSIX_FADV_DONTNEED and (offset, length) == (0, 0):
+            begun.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advised)
     fork = history.fork(home, 2, tmp_path / "fork").home
+    monkeypatch.setattr(os, "posix_fadvise", advise)
     tick2 = history.tick_commit(home, 2)
     assert {"chat/2026-02.org", "monologue/2026-03.org", "agent-chat.org"} <= set(written)
+    copied = {Path(name).name for name in set(months) - {"chat/2026-02.org", "monologue/2026-03.org"}}
+    assert copied <= set(begun)  # each copy's writeback begun as it was made, beside the walk, not at the final sync
     assert not (set(months) - {"chat/2026-02.org", "monologue/2026-03.org"}) & set(written), written
     assert all((fork / name).read_bytes() == _blob_bytes(home, tick2, name) for name in months)
     for name in _git(fork, "ls-tree", "-r", "--name-only", "HEAD").splitlines():

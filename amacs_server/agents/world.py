@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -67,6 +67,7 @@ DEFAULT_ACTIONS = {
     AgentType.VIEWPOINT: frozenset({"eval", "task", "talk"}),
     AgentType.COMPULSION: frozenset({"eval", "task", "talk", "quit"}),
 }
+SAY_WAIT = 0.5  # seconds a model call waits on the tool servers before the header says so
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
 
 
@@ -175,15 +176,27 @@ class AgentWorld(Registry):
                                                         if self.may_use_tool(agent_id, f"{s}/{t.name}")),
                                                        mcp_calls.ALL_TOOLS)))
 
-    async def tools_ready(self) -> None:
+    async def tools_ready(self, waiting: Callable[[str], None] | None = None) -> None:
         """Before a model call: the MCP servers not yet tried are started and list their tools
-        (bounded wait), and an edited mcp.json is read again, so the listing is current."""
+        (bounded wait), and an edited mcp.json is read again, so the listing is current.
+        WAITING is told what the call waits on, if it waits a while ("": no longer)."""
         future = self.tools.ready_future() if self.tools is not None else None
-        if future is not None:
-            try:
-                await asyncio.wrap_future(future)
-            except Exception as err:  # noqa: BLE001 - a server that did not start is said in the hub
-                log.warning("listing the MCP tools: %r", err)
+        if future is None:
+            return
+        said: list[str] = []
+        try:
+            waited = asyncio.wrap_future(future)
+            while not (await asyncio.wait({waited}, timeout=SAY_WAIT))[0]:
+                names = self.tools.waits_for() if waiting is not None and self.tools else []
+                if waiting is not None and names and names != said:  # as each server comes up or fails
+                    waiting(f"starting tool server{'s' if len(names) > 1 else ''} {', '.join(names)}…")
+                    said = names
+            await waited
+        except Exception as err:  # noqa: BLE001 - a server that did not start is said in the shell and the hub
+            log.warning("listing the MCP tools: %r", err)
+        finally:
+            if said and waiting is not None:
+                waiting("")
 
     def _template(self, template: str, kind: AgentType) -> Skill:
         try:

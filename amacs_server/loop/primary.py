@@ -320,7 +320,7 @@ async def observe(rt: TurnHost, tick: int | None = None) -> Context:
     c = rt.mind.consciousness
     depths = (c.chat_context_depth, c.monologue_context_depth, c.global_scratchpad_depth, c.thread_scratchpad_depth)
     if rt.slot.config.has_credentials:  # the tools listing as the call will send it, for the fit below
-        await rt.world.tools_ready()
+        await rt.world.tools_ready(rt.face.preparing)
     model = rt.mind.memory.notice("model", model_note(rt.slot, c.api_settings, rt.slot.catalog.caps))
     context = assemble(snap, rt.mind.conversation, c.active_thread, depths, model, rt.mind.memory.notice)
     chars = len(system_prompt(rt.mind.skills, rt.world)) + request_chars({"messages": context.messages}) if rt.slot.catalog.asking else 0
@@ -449,7 +449,7 @@ class TickCall:
             rt.face.annotate(rt.slot.config.no_key_answer(), "error")
             finish_unanswered(rt, self.tick, "no API key")
             raise TurnAborted
-        await rt.world.tools_ready()
+        await rt.world.tools_ready(rt.face.preparing)
 
     def rejected(self, step: Rejected) -> None:
         if not step.again:

@@ -17,9 +17,11 @@ Rules the hub keeps:
   its listing from an earlier session with the same entry; then at its first
   tool call.  ``eager``: with the AMACS server.  Each listing is saved there.
 - A server that dies is started again once; while it is down its tools fail
-  with an error that says so and why.  Editing its entry tries again.
+  with an error that says so and why.  Any write of mcp.json (a save, even
+  unchanged, or ``touch``) tries every down server again, as does editing its entry.
 - A server's stderr goes to ``logs/mcp-NAME.log`` in the AMACS home, never to
-  the person's shell.
+  the person's shell.  One that does not start (missing, failing, slow) is one
+  line in the shell (``on_problem``), once until mcp.json is written again.
 - A tool no client can take (``vetting.py``) is left out of its server's listing, said once in
   the log and shown in the hub; the server's other tools are kept.
 - :meth:`McpHub.stop` stops every server (each process and its children).
@@ -58,6 +60,7 @@ T = TypeVar("T")
 START_TIMEOUT = 30.0  # seconds a server has to start and list its tools
 LISTING_WAIT = 15.0  # seconds the first model call waits for the servers' listings, at most
 STOP_TIMEOUT = 5.0  # seconds for every server to stop, then they are killed
+RETRY = "fix it, then save mcp.json (any write, even `touch mcp.json`) to start it again"
 
 
 class McpError(AmacsError, RuntimeError):
@@ -74,6 +77,8 @@ class Connection:
     left_out: dict[str, str] = field(default_factory=dict)  # a tool of its listing no client can take -> why
     last_error: str | None = None
     restarts: int = 0  # automatic restarts after a death (at most one)
+    told: bool = False  # the person was told in the shell that it did not start (once per entry or write)
+    told_slow: bool = False  # ... that the first listing went on without it
     calls: int = 0
     client: Any = None  # mcp.Client while ready
     ready: asyncio.Event | None = None  # set once a start ended (ready or not)
@@ -112,7 +117,7 @@ class McpHub:
         self.config = McpConfig({})
         self.problems: tuple[str, ...] = ()
         self.connections: dict[str, Connection] = {}
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -126,7 +131,7 @@ class McpHub:
         """Read ``mcp.json`` again if it changed since; True if the servers changed."""
         try:
             st = os.stat(self.path)
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+            stamp: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             stamp = None
         with self._lock:
@@ -150,6 +155,14 @@ class McpHub:
                 self.on_problem(line)
             old, self.config = self.config, config
             changed = [n for n in old.servers if config.servers.get(n) != old.servers[n]]
+            # A write of the file is the person's word to try again: a down server starts afresh
+            # (its one automatic restart given back), whatever the write changed.
+            revived = [n for n, c in self.connections.items()
+                       if c.state == "down" and n not in changed and n in config.servers]
+            for name in revived:
+                log.warning("MCP server %s was down (%s); mcp.json was saved, so it is tried again at its next use",
+                            name, self.scrub(self.connections[name].last_error or "it stopped"))
+            changed += revived
             gone = [self.connections.pop(n) for n in changed if n in self.connections]
             cached = self._cached_listings()
             for name, spec in config.servers.items():
@@ -316,6 +329,7 @@ class McpHub:
                 if listed_before != ([t.name for t in tools], [t.input_schema for t in tools]):
                     self._save_listing()
                 conn.ready.set()
+                conn.told = False  # a later failure to start is news again
                 log.info("MCP server %s ready: %d tools", spec.name, len(tools))
                 await conn.stop.wait()
         except asyncio.CancelledError:
@@ -323,6 +337,11 @@ class McpHub:
         except BaseException as err:  # noqa: BLE001 - the server's failure is said, the hub goes on
             conn.last_error = _describe(err)
             log.warning("MCP server %s: %s", spec.name, self.scrub(conn.last_error))
+            if conn.client is None and not conn.told and conn.state != "stopped":  # it never was up
+                conn.told = True
+                self.on_problem(self.scrub(f"MCP server {spec.name} did not start ({conn.last_error}); the agent "
+                                           f"has none of its tools: {RETRY} (logs/mcp-{spec.name}.log has "
+                                           "its output)"))
         finally:
             conn.client = None
             if conn.state not in ("stopped", "down"):
@@ -352,9 +371,8 @@ class McpHub:
                 raise McpError(f"MCP server {conn.spec.name} did not start within {timeout:.0f} s; "
                                f"logs/mcp-{conn.spec.name}.log in the AMACS home has its output") from None
         if conn.state != "ready":
-            again = ("it was started again once and is down again; fix it, then save mcp.json to try again"
-                     if conn.restarts else "save mcp.json to try again")
-            raise McpError(f"MCP server {conn.spec.name} is down ({conn.last_error or 'it stopped'}); {again}")
+            again = "it was started again once and is down again; " if conn.restarts else ""
+            raise McpError(f"MCP server {conn.spec.name} is down ({conn.last_error or 'it stopped'}); {again}{RETRY}")
         return conn
 
     async def _stop_one(self, conn: Connection, state: str = "stopped") -> None:
@@ -376,6 +394,11 @@ class McpHub:
         for conn, result in zip(conns, results, strict=True):
             if isinstance(result, BaseException):
                 conn.last_error = conn.last_error or str(result)
+            if conn.state == "starting" and not conn.told_slow:
+                conn.told_slow = True
+                self.on_problem(f"MCP server {conn.spec.name} has not started within {timeout:.0f} s; the agent "
+                                f"goes on without its tools until it has (logs/mcp-{conn.spec.name}.log has "
+                                "its output)")
 
     async def _call(self, conn: Connection, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
         await self._up(conn, START_TIMEOUT)
@@ -398,10 +421,16 @@ class McpHub:
             if code == CONNECTION_CLOSED or (conn.runner is not None and conn.runner.done()):
                 # The server died under the call: its connection is closed for good; the next call
                 # starts it again, once.
-                conn.last_error = f"the connection closed: {_describe(err)}"
+                why = _describe(err)
+                conn.last_error = ("its connection closed" if why.lower().rstrip(".") == "connection closed"
+                                   else f"its connection closed: {why}")
                 await self._stop_one(conn, state="down")
-                raise McpError(f"MCP server {conn.spec.name} died during the call to {tool} ({conn.last_error}); "
-                               "it is started again once at the next call") from None
+                # Whether it died before the call or during it, the call cannot tell: it says neither.
+                if conn.restarts:
+                    raise McpError(f"MCP server {conn.spec.name} stopped again ({conn.last_error} at the call to "
+                                   f"{tool}); it was started again once already, so it stays down; {RETRY}") from None
+                raise McpError(f"MCP server {conn.spec.name} has stopped ({conn.last_error} at the call to {tool}); "
+                               "it is started again at the next call, once") from None
             raise McpError(f"{conn.spec.name}/{tool} failed: {_describe(err)}") from None
 
     # -- what the World asks (any thread but the hub's) ---------------------------------
@@ -433,6 +462,11 @@ class McpHub:
 
         future.add_done_callback(listed)
         return future
+
+    def waits_for(self) -> list[str]:
+        """The servers a pending listing (:meth:`ready_future`) waits for: those starting."""
+        return [name for name, c in list(self.connections.items())
+                if c.state == "starting" or (c.state == "idle" and not c.tools)]
 
     def tools(self) -> list[tuple[str, Any]]:
         """(server, tool) of every server that listed its tools, in the file's order."""

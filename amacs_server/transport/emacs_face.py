@@ -71,6 +71,7 @@ EVENTS: dict[str, frozenset[str]] = {
     "reply-abandon": frozenset({"reason"}),
     "annotation": frozenset({"text", "kind"}),
     "retry": frozenset({"text", "seconds", "attempt", "attempts"}),
+    "preparing": frozenset({"text"}),
     "agent-ended": frozenset({"id", "state", "ok", "text"}),
     "turn-start": frozenset(),
     "step": frozenset({"step", "limit"}),
@@ -144,6 +145,10 @@ class EmacsFace:
         """The model call is retried in RETRY.seconds (0: now)."""
         self._send(type="retry", text=retry.text, seconds=retry.seconds, attempt=retry.attempt,
                    attempts=retry.attempts)
+
+    def preparing(self, text: str) -> None:
+        """The header says what the turn waits on before its model call ("": the wait ended)."""
+        self._send(type="preparing", text=text)
 
     def agent_ended(self, agent_id: str, state: str, ok: bool, text: str) -> bool:
         """A subagent ended: its id, its end state, whether it answered, and the line for people.

@@ -257,12 +257,12 @@ def test_a_server_killed_mid_session_is_restarted_once_then_down(fake, evals, ho
     run = run_emacs(home, fake.url, session(send("go"), SHOW_HUB), timeout=180).check()
     shown = shown_hub(run.stdout)
     assert "MCP servers (1)\n  time           stdio  down        4 calls  get_current_time convert_time\n" \
-        "    last error: the connection closed: Connection closed" in shown, shown
+        "    last error: its connection closed" in shown, shown
     first, _k, died, again, _k2, died2, down, hub, pids = evals.results()
     assert first["success"], first
-    assert "MCP server time died during the call to get_current_time" in died["error"], died
+    assert "MCP server time has stopped (its connection closed at the call to get_current_time)" in died["error"]
     assert again["success"], again
-    assert "MCP server time died during the call" in died2["error"], died2
+    assert "MCP server time stopped again" in died2["error"] and "so it stays down" in died2["error"], died2
     assert down["error"].startswith("MCP server time is down ("), down
     assert "it was started again once and is down again" in down["error"]
     assert ':name "time"' in hub["result"] and ':state "down"' in hub["result"] and ":restarts 1" in hub["result"]
@@ -433,3 +433,27 @@ def test_a_streamable_http_server_with_headers_from_the_environment(fake, evals,
     assert "tok-secret-0123456789" not in everything
     [status] = [e["data"] for e in transcript_events(home, "primary") if e["event"] == "tool_call"][:1]
     assert status["server"] == "remote" and status["error"] is None
+
+
+def test_a_turn_waiting_on_a_tool_server_says_so_and_one_that_does_not_start_is_one_shell_line(fake, home):
+    """The header names the server the model call waits on to start (not only `thinking…'); a
+    server that cannot start is one line in the shell at its first use, not one per turn."""
+    write_config(home, {"slow": {"command": "sh", "args": ["-c", f"sleep 3; exec {time_server()['command']}"]},
+                        "missing": {"command": "/nonexistent/mcp-server-nothing"}})
+    fake.respond_with(lambda body: say("ok"))
+    shell = "(get-buffer amacs-shell-buffer-name)"
+    header = f"(with-current-buffer {shell} (amacs-shell-state-string))"
+    program = session(
+        '(amacs-e2e-send-no-wait "first")',
+        f'(amacs-e2e-wait (lambda () (string-match-p "starting tool server" {header})) "the header to say it")',
+        f'(princ (format "HEADER<<%s>>\\n" {header}))',
+        '(amacs-e2e-wait (lambda () (not amacs-shell-busy)) "the first turn")',
+        send("second"))
+    run = run_emacs(home, fake.url, program, timeout=180).check()
+    header_seen = re.search(r"HEADER<<(.*?)>>", run.stdout)
+    assert header_seen and re.match(r"starting tool servers? .*slow.*…", header_seen.group(1)), run.stdout
+    lines = [line for line in run.shell.splitlines() if "MCP server missing" in line]
+    assert lines == [";; MCP server missing did not start (command not found: /nonexistent/mcp-server-nothing); "
+                     "the agent has none of its tools: fix it, then save mcp.json (any write, even `touch "
+                     "mcp.json`) to start it again (logs/mcp-missing.log has its output)"], run.shell
+    assert "MCP server slow" not in run.shell, run.shell  # it started within the listing's wait
