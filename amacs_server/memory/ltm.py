@@ -292,14 +292,19 @@ class DatabaseCheck:
 class LongTermMemory:
     """The SQLite store.  Used from one thread (the runtime's loop)."""
 
-    def __init__(self, path: Path, *, common_df: int = COMMON_DF, common_pool: int = COMMON_POOL) -> None:
+    def __init__(self, path: Path, *, common_df: int = COMMON_DF, common_pool: int = COMMON_POOL,
+                 unsynced: bool = False) -> None:
+        """UNSYNCED: a file being made, synced whole by its maker once made (a fork's, a memory
+        snapshot's): nothing is synced here, not even its switch to WAL (a file just copied would
+        wait there for all its bytes to be written)."""
         self.path = path
         self.common_df = common_df
         self.common_pool = common_pool
         _seal_of(path).unlink(missing_ok=True)  # open: a crash from now on leaves it unsealed
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # NORMAL: why in the module's docstring.
+        self.db.execute(f"PRAGMA synchronous={'OFF' if unsynced else 'NORMAL'}")
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # why: the module's docstring
         self.db.executescript(SCHEMA)
         if not has_column(self.db, "tags", "since"):
             self.db.execute(TAGS_SINCE)

@@ -36,7 +36,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..files import atomic_write, deferred_sync, sync_paths
+from ..files import atomic_write, copy_range, deferred_sync, sync_paths, write_back_soon
 from ..memory.memid import DELIM, for_person
 
 log = logging.getLogger("amacs.git")
@@ -501,8 +501,8 @@ def copy_vouched(home: Path, dest: Path, wanted: dict[str, tuple[str, str]]) -> 
             target.parent.mkdir(parents=True, exist_ok=True)
             out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if mode == "100755" else 0o666)
             try:
-                _copy_range(src, out, entry.content.size)
-                _write_back_soon(out)
+                copy_range(src, out, entry.content.size)
+                write_back_soon(out)
                 good = _unchanged_since(os.fstat(src), entry) and os.fstat(out).st_size == entry.content.size
                 st = os.fstat(out)
             finally:
@@ -516,38 +516,6 @@ def copy_vouched(home: Path, dest: Path, wanted: dict[str, tuple[str, str]]) -> 
         finally:
             os.close(src)
     return copied
-
-
-def _write_back_soon(fd: int) -> None:
-    """Start writing the file FD's new bytes to disk, without waiting (Linux: the advice that its
-    pages will not be needed starts their writeback): a fork copies its past months in a thread
-    beside git's walk, so by its final sync, which waits for every file, they are mostly written,
-    not all begun then."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:  # only the sync is longer
-            pass
-
-
-def _copy_range(src: int, out: int, size: int) -> None:
-    """SIZE bytes of the file SRC to OUT, in the kernel (copy_file_range; sendfile where it cannot)."""
-    done = 0
-    try:
-        while done < size:
-            step = os.copy_file_range(src, out, size - done, done, done)
-            if step == 0:
-                return
-            done += step
-    except OSError:  # another file system, or a kernel without it
-        if done:
-            raise
-        while done < size:
-            step = os.sendfile(out, src, done, size - done)
-            if step == 0:
-                return
-            done += step
 
 
 def _grew(data: bytes, old: Content) -> bool:
