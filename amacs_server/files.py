@@ -180,3 +180,34 @@ def secure_home(home: Path) -> int:
         if root == home:
             dirs[:] = [d for d in dirs if d != ".git"]
     return changed
+
+
+def write_back_soon(fd: int) -> None:
+    """Start writing the file FD's new bytes to disk, without waiting (Linux: the advice that its
+    pages will not be needed starts their writeback): a file copied now and synced later (a fork's
+    months and memory.db, copied beside git's walk) is then mostly written by its sync."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        try:
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:  # only the sync is longer
+            pass
+
+
+def copy_range(src: int, out: int, size: int) -> None:
+    """SIZE bytes of the file SRC to OUT, in the kernel (copy_file_range; sendfile where it cannot)."""
+    done = 0
+    try:
+        while done < size:
+            step = os.copy_file_range(src, out, size - done, done, done)
+            if step == 0:
+                return
+            done += step
+    except OSError:  # another file system, or a kernel without it
+        if done:
+            raise
+        while done < size:
+            step = os.sendfile(out, src, done, size - done)
+            if step == 0:
+                return
+            done += step

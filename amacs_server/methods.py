@@ -313,9 +313,10 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt.turns, lambda: rt.world.person_control(action, agent_id, confirmed))
 
     @checked()
-    def person_agent_talk(agent_id: str, text: Text) -> dict[str, Any]:
-        """The person (the hub) says TEXT to a subagent; its answer is shown in the shell."""
-        return _on_loop(rt.turns, lambda: rt.world.person_talk(agent_id, text))
+    def person_agent_talk(agent_id: str, text: Text, from_hub: Flag = False) -> dict[str, Any]:
+        """The person says TEXT to a subagent (FROM_HUB: the shell shows it, as @NAME typed
+        there); its answer is shown in the shell."""
+        return _on_loop(rt.turns, lambda: rt.world.person_talk(agent_id, text, from_hub))
 
     @checked()
     def ping(value: object) -> object:

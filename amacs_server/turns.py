@@ -275,6 +275,17 @@ class Turns:
         except PersistenceError as err:
             self.face.annotate(f"Could not save the end of {agent_id} in agent-chat.org: {err.strerror}", "error")
 
+    def talk_shown(self, line: str) -> None:
+        """A line of the agents' talk the shell showed (LINE names who said it): agent-chat.org
+        keeps it under the tick last begun, as a reply the person saw is kept."""
+        if self._closing:
+            return
+        try:
+            with deferred_sync():
+                self.mind.chat_log.write_talk(line)
+        except PersistenceError as err:
+            self.face.annotate(f"Could not save a line of the agents' talk in agent-chat.org: {err.strerror}", "error")
+
     # -- other threads -----------------------------------------------------------------
 
     def report(self, text: str, kind: str) -> None:

@@ -79,6 +79,8 @@ may be left out: (agent-memory-load ID :offset 8000)."
 
 (defun agent-memory-search (query &rest options)
   "Search long-term memory for QUERY; return ranked hits with snippets.
+One hit per item: its newest version that matches, and :latest N when
+the item has a newer version that does not.
 OPTIONS: :limit (default 10), :tags, :mode (\"keyword\")."
   (amacs--agent-call 'memory_search query options))
 

@@ -544,7 +544,7 @@ An agent that has ended is said to have ended before anything is asked."
                       (ended (amacs-hub--ended agent)))
                  (when ended (user-error "AMACS: %s has already ended (%s)" agent ended))
                  (list agent (read-string (format "Say to %s: " agent)))))
-  (amacs-call 'person_agent_talk (list agent text)
+  (amacs-call 'person_agent_talk (list agent text t) ; t: the shell shows what was said
               (lambda (r) (message "AMACS: %s %s" agent
                                    (cond ((plist-get r :paused) "is paused; it will read it once resumed (z)")
                                          ((plist-get r :queued) "is at work: it reads it once that work is done, then answers in the shell")

@@ -164,3 +164,25 @@ def test_tasks_that_ended_go_under_the_tick_before_or_after_its_reply(tmp_path):
                                                                      before_reply=False)
     finally:
         again.mind.ltm.close()
+
+
+def test_what_began_a_tick_what_was_blocked_and_the_agents_talk_are_parts_of_it(tmp_path):
+    """agent-chat.org had an empty ``** Agent`` for a reply a compulsion held back, nothing of what
+    began a tick no input began, and none of the viewpoints' lines the shell showed: each is a part
+    of its tick now (``** Event``, ``** Blocked``, ``** Talk``), read back as written; a person's
+    input held back is answered (not cut off by a stopped server)."""
+    log = ChatLog(tmp_path / "agent-chat.org")
+    log.write_human(1, T, "eval")
+    log.write_blocked(1, T, "A reply was held back: blocked by compulsion compulsion-3 (spawn-limiter): no",
+                      with_heading=False)
+    log.write_talk("viewpoint-pro (debater) said: [pro] yes\n* a heading")
+    log.write_event(2, T, "viewpoints pro and con commented")
+    log.write_agent(2, T, "Both spoke.", with_heading=False)
+    log.write_blocked(3, T, "A reply was held back: by them", with_heading=True)
+    first, second, third = ChatLog(tmp_path / "agent-chat.org").read()
+    assert (first.human, first.agent, first.blocked) == (
+        "eval", None, ["A reply was held back: blocked by compulsion compulsion-3 (spawn-limiter): no"])
+    assert first.talk == ["viewpoint-pro (debater) said: [pro] yes\n* a heading"] and not first.interrupted
+    assert (second.event, second.human, second.agent) == ("viewpoints pro and con commented", None, "Both spoke.")
+    assert (third.tick, third.blocked, third.agent) == (3, ["A reply was held back: by them"], None)
+    assert "** Agent\n\n" not in (tmp_path / "agent-chat.org").read_text()

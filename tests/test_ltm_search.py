@@ -110,14 +110,29 @@ def test_bm25_ranks_frequency_and_brevity_and_scores_are_positive(tmp_path):
     assert isinstance(hits[0].to_dict()["score"], float)
 
 
-def test_one_hit_per_item_its_best_matching_version(tmp_path):
+def test_one_hit_per_item_its_newest_matching_version_and_a_newer_one_is_named(tmp_path):
+    """A hit is the item's newest version that matches, ranked by its best version's score: an
+    agent acting on a hit must not get the old note because its shorter text scored higher
+    (bm25 prefers it).  A newer version that does not match is named (:latest)."""
     ltm = LongTermMemory(tmp_path / "memory.db")
     first = note("plan", "heron nest by the lake")
     ltm.put(first)
     ltm.put(first.next_version("eagle"))
     ltm.put(note("other", "a heron"))
-    assert [(h.mem_id.name, h.mem_id.version) for h in ltm.search("heron nest")] == [("plan", 1), ("other", 1)]
-    assert [(h.mem_id.name, h.mem_id.version) for h in ltm.search("eagle")] == [("plan", 2)]
+    seen = [(h.mem_id.name, h.mem_id.version, h.latest) for h in ltm.search("heron nest")]
+    assert seen == [("plan", 1, 2), ("other", 1, None)]
+    assert ltm.search("heron nest")[0].to_dict()["latest"] == 2 and "latest" not in ltm.search("eagle")[0].to_dict()
+    assert [(h.mem_id.name, h.mem_id.version, h.latest) for h in ltm.search("eagle")] == [("plan", 2, None)]
+    groceries = note("groceries", "buy oat milk and rye bread")
+    ltm.put(groceries)
+    second = groceries.next_version("buy oat milk, rye bread and coffee")
+    ltm.put(second)
+    best_alone = ltm.db.execute("SELECT rowid FROM items_fts WHERE items_fts MATCH 'milk' ORDER BY bm25(items_fts)")
+    assert best_alone.fetchone()[0] < best_alone.fetchone()[0]  # bm25 alone prefers version 1
+    [milk] = ltm.search("milk")
+    assert (milk.mem_id.version, milk.latest, milk.snippet) == (2, None, "buy oat [milk], rye bread and coffee")
+    ltm.put(second.next_version("buy tea"))
+    assert [(h.mem_id.version, h.latest) for h in ltm.search("bread")] == [(2, 3)]
 
 
 def test_filters_page_past_ranked_rows_they_drop(tmp_path):

@@ -334,6 +334,26 @@ def test_a_tick_subject_says_the_input_that_began_it_else_what_it_did():
     assert commit_message(10, None, "ok", "thinking") == "[TICK 10][no-thread][ok] thinking"  # said nothing, did nothing
 
 
+def test_a_tick_subject_says_what_a_compulsion_blocked_and_what_events_began_it():
+    """A demo home's ``git log`` read ``[TICK 6][demo-tour][focused] the eval failed: say nothing
+    changed`` seven times while a compulsion held every reply back, and ``[TICK 42] eval
+    (agent-wait-for …`` for a tick viewpoints' comments began: only the transcript said a
+    compulsion blocked it, or what woke the agent.  The subject says both, naming who."""
+    why = "blocked by compulsion compulsion-3 (spawn-limiter): You said: . (I am the demo model)"
+    assert commit_message(6, "demo-tour", "focused", "the eval failed", blocked=("reply", why)) == (
+        "[TICK 6][demo-tour][focused] reply blocked by compulsion-3 (spawn-limiter): You said: . (I am the "
+        "demo model) — the eval failed")
+    assert commit_message(5, None, "ok", "go", said="eval", blocked=("reply", why)).startswith(
+        "[TICK 5][no-thread][ok] «eval» reply blocked by compulsion-3 (spawn-limiter): You said")
+    assert commit_message(7, None, "ok", "t", eval_form="(+ 2 2)", eval_error=why, blocked=("eval", why)).partition(
+        "\n")[0] == "[TICK 7][no-thread][ok] eval (+ 2 2) blocked by compulsion-3 (spawn-limiter): You said: . (I am the demo model) — t"
+    assert commit_message(42, None, "ok", "ask two", began="viewpoints pro and con commented",
+                          eval_form="(agent-wait-for 1)", eval_result="t").partition("\n")[0] == (
+        "[TICK 42][no-thread][ok] on viewpoints pro and con commented: eval (agent-wait-for 1) — ask two")
+    assert commit_message(43, None, "ok", "(no response: interrupted by the person)", began="task-7 (researcher) done"
+                          ) == "[TICK 43][no-thread][ok] on task-7 (researcher) done — (no response: interrupted by the person)"
+
+
 @pytest.mark.parametrize("old_home", [False, True])
 def test_the_model_capabilities_cache_is_not_in_git_status(tmp_path, old_home):
     """model-capabilities.json, the server's cache of what each model can do, is no part of the mind

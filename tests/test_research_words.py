@@ -11,6 +11,7 @@ judgements."""
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -347,3 +348,8 @@ def test_a_run_stopped_after_its_last_reply_is_said_stopped_not_failed_everywher
     out = capsys.readouterr().out
     assert ("; 1 runs not done are not judged (1 of them stopped after its last reply: resume the experiment to "
             "record it done, then judge again)") in out, out
+    shutil.rmtree(folders[0])  # a run not started, and none failed: the red heading says only that
+    con = load(runs_dir)
+    page = build_report(con, runs_dir, [], None).render("t")
+    con.close()
+    assert "<h2 id='failures'>1 of 8 runs not started</h2>" in page, page[:3000]

@@ -1561,14 +1561,14 @@ def test_a_fork_copies_the_months_the_servers_record_vouches_for_and_git_writes_
     home = tmp_path / "home"
     months = _vouched_months(home, fake)
     raced = home / "monologue" / "2026-03.org"
-    copy = git_repo._copy_range
+    copy = git_repo.copy_range
 
     def racing(src: int, out: int, size: int) -> None:
         copy(src, out, size)
         if os.fstat(src).st_ino == raced.stat().st_ino:  # the server writes to it meanwhile
             with raced.open("r+b") as fh:
                 fh.write(b"L")
-    monkeypatch.setattr(git_repo, "_copy_range", racing)
+    monkeypatch.setattr(git_repo, "copy_range", racing)
     written: list[str] = []
     git = history._git
 

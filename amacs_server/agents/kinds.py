@@ -47,3 +47,13 @@ class Ending(StrEnum):
     DONE = "done"  # its default action: for a subagent, its last reply is its answer
     QUIT = "quit"  # a compulsion quit during it
     STEP_LIMIT = "step-limit"  # it ran out of steps
+
+
+def blocked_reason(compulsion: str, template: str, words: str) -> str:
+    """What an agent is told of an action the compulsion (its id and TEMPLATE) blocked with WORDS."""
+    return f"blocked by compulsion {compulsion} ({template}): {words}"
+
+
+def is_blocked(error: str | None) -> bool:
+    """Whether an action's ERROR is a compulsion's block (:func:`blocked_reason`)."""
+    return error is not None and error.startswith("blocked by compulsion ")

@@ -141,3 +141,31 @@ class Wait:
 
     talk_ids: frozenset[int]
     timeout: float
+
+
+def began_by(events: list[Event]) -> str | None:
+    """What EVENTS are, in a line for the person (what began a tick no input of theirs began),
+    each naming who: ``viewpoints pro and con commented``, ``task-1 (researcher) done``;
+    None when there are none."""
+    said: list[str] = []
+    for event in events:
+        content = event.content if isinstance(event.content, dict) else {}
+        if event.type is EventType.TIME:
+            line = "a wait timed out"
+        elif event.type is EventType.USER:
+            line = "the person answered"
+        elif event.type is EventType.HOOK:
+            line = "the log took a line" if event.source == "log" else f"a note from {event.source}"
+        elif event.source == "consider":
+            names = [str(c)[1:].partition("]")[0] for c in content.get("comments", ()) if str(c).startswith("[")]
+            named = " and ".join(filter(None, (", ".join(names[:-1]), names[-1]))) if names else ""
+            line = f"viewpoint{'s' if len(names) > 1 else ''} {named} commented" if names else "a consider ended"
+        elif "handle" in content:
+            line = f"{content['handle']} ({content.get('template')}) {content.get('status')}"
+        elif "message" in content:
+            line = f"a message from {event.source}"
+        else:
+            line = f"{event.source} answered"
+        if line not in said:
+            said.append(line)
+    return ", ".join(said) or None

@@ -41,7 +41,7 @@ from ..skills import Skill, SkillError
 from ..tools_mcp import calls as mcp_calls
 from .agent import Agent, AgentError, AgentStopped
 from .files_seen import FilesSeen
-from .kinds import PRIMARY, AgentState, AgentType
+from .kinds import PRIMARY, AgentState, AgentType, blocked_reason
 from .post import Post
 from .registry import Registry
 from .saved import agent_from_state, agent_state
@@ -73,13 +73,16 @@ REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the pe
 
 class WorldHost(Protocol):
     """What the World asks of whoever runs the primary's turns (the runtime's Turns): to wake
-    the primary, to send the person's next input to an agent, to show a task's end."""
+    the primary, to send the person's next input to an agent, to show a task's end, to keep a
+    line of the agents' talk the shell showed."""
 
     def wake(self) -> None: ...
 
     def expect_user_reply(self, agent_id: str, talk_id: int) -> None: ...
 
     def task_ended(self, agent_id: str, state: str, ok: bool, text: str) -> None: ...
+
+    def talk_shown(self, line: str) -> None: ...
 
 
 @dataclass
@@ -403,9 +406,10 @@ class AgentWorld(Registry):
             return {"cancelled": self.cancel(agent.id, f"cancelled by {by}") or [agent.id]}
         raise AgentError(f"unknown control {action!r}: pause, resume or cancel")
 
-    def person_talk(self, agent_id: str, text: str) -> dict[str, Any]:
+    def person_talk(self, agent_id: str, text: str, from_hub: bool = False) -> dict[str, Any]:
         """The person says TEXT to AGENT_ID (a viewpoint, by id or name, a compulsion or a task),
-        from the hub or with @NAME in the shell.
+        from the hub (FROM_HUB: the shell shows it, as it shows @NAME typed there) or with @NAME
+        in the shell.  agent-chat.org keeps what was said and the answer, each naming who.
 
         Its answer is shown in the shell, labelled with its id.  An agent at work reads TEXT only
         once that work is done (a run of its loop of its own, after the one that holds its lock),
@@ -422,6 +426,9 @@ class AgentWorld(Registry):
             raise AgentError("say something")
         self.transcript.write(Posted(type="User", source="person", content=text),
                                  agent=agent.identity)
+        if from_hub:
+            self.face.annotate(f"You said to {agent.id} (from the hub): {text}", "agent")
+        self.turns.talk_shown(f"the person to {agent.id}: {text}")
         busy = agent.lock.locked()  # it answers once its current response is done
         self._spawn(self._run_person_talk(agent, text), agent.id)
         # A paused agent reads it only once resumed: the person is told so, not that it is at work.
@@ -439,6 +446,7 @@ class AgentWorld(Registry):
                                   "is in its transcript.", "error")
             return
         self.face.reply(f"[{agent.id}] {answer or '(no answer)'}")
+        self.turns.talk_shown(f"{agent.id} ({agent.template}) to the person: {answer or '(no answer)'}")
 
     def counted(self, agent: Agent, usage: Usage, dollars: float) -> None:
         """One model call of AGENT: its steps, tokens and cost (every agent's, the primary's too)."""
@@ -562,6 +570,7 @@ class AgentWorld(Registry):
             line = f"[{agent.name}] {comment}"
             comments.append(line)
             self.face.annotate(f"{agent.id} ({agent.template}) said: {' '.join(line.split())}", "agent")
+            self.turns.talk_shown(f"{agent.id} ({agent.template}) said: {line}")
             for other in panel:
                 if other is not agent and other.state is not AgentState.DISCARDED:
                     other.tell(line)
@@ -667,6 +676,7 @@ class AgentWorld(Registry):
         talk_id = self.post.talk(caller, eval_id)
         label = "" if caller == PRIMARY else f"[{caller}] "
         self.face.reply(f"{label}{text}")
+        self.turns.talk_shown(f"{caller} to the person: {text}")
         self.turns.expect_user_reply(caller, talk_id)
         return {"talk_id": talk_id, "to": "user"}
 
@@ -761,6 +771,6 @@ class AgentWorld(Registry):
                 self.blocks += 1
                 self.transcript.write(Blocked(by=comp.id, template=comp.template, action=kind, form=form, reason=reason),
                                          agent=self.identity(agent_id))
-                return f"blocked by compulsion {comp.id} ({comp.template}): {reason}"
+                return blocked_reason(comp.id, comp.template, reason)
         return None
 

@@ -16,8 +16,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import faults
-from ..agents.kinds import PRIMARY, AgentState
+from ..agents.kinds import PRIMARY, AgentState, is_blocked
 from ..agents.loop import run_agent
+from ..agents.talk import began_by
 from ..context.assemble import Context, assemble, notice_text, reassemble
 from ..errors import AmacsError
 from ..files import PersistenceError, deferred_sync
@@ -126,6 +127,9 @@ class PrimaryBody:
         self.human_saved = False  # the person's input is in agent-chat.org (the write-ahead)
         self.reply_written = False  # this tick's reply is in agent-chat.org (written when said)
         self.evaluated = False  # this tick's eval was run, or refused or blocked (not a held reply's)
+        self.headed = False  # this tick's ``* Tick`` heading is in agent-chat.org
+        self.began: str | None = None  # the events that began this tick, when no input of the person's did
+        self.blocked: tuple[str, str] | None = None  # the action a compulsion blocked this tick, and why
 
     def halted(self) -> bool:
         return bool(self.rt.turns.halted)
@@ -133,7 +137,11 @@ class PrimaryBody:
     def begin_step(self, step: int) -> None:
         self.step = step
         self.reply_written = self.evaluated = self.waiting = False
-        self.tick = begin(self.rt, self.human if step == 0 else None)
+        self.blocked = None
+        human = self.human if step == 0 else None
+        self.began = None if human is not None else began_by(self.rt.world.bus.peek(PRIMARY))
+        self.tick = begin(self.rt, human, self.began)
+        self.headed = human is not None or self.began is not None
         self.rt.face.step_started(step + 1, self.max_steps)
         self.human_saved = self.human_saved or (step == 0 and self.human is not None)
 
@@ -164,8 +172,8 @@ class PrimaryBody:
     async def say(self, response: AgentResponse) -> None:
         # Written before it is shown: a reply the person saw is in agent-chat.org even if the
         # tick dies afterwards, in its eval say; persist does not write it again.
-        write_reply(self.rt.mind, self.rt.face, self.tick, response.reply or "", human_written=self.human_written())
-        self.reply_written = True
+        write_reply(self.rt.mind, self.rt.face, self.tick, response.reply or "", human_written=self.headed)
+        self.reply_written = self.headed = True
         faults.point("say.written")
         self.rt.face.reply(response.reply or "", streamed=self.streamed)
         faults.point("say.shown")
@@ -191,18 +199,33 @@ class PrimaryBody:
             self.evaluated = True
         if isinstance(event, ReplyBlocked):  # the person does not see it; the agent hears why, and its turn goes on
             self.rt.face.annotate(f"A reply was held back: {event.reason}", "agent")
+            self.blocked = ("reply", event.reason)
+            try:  # in the reply's place: the tick's record says what was blocked, and by whom
+                with deferred_sync():
+                    self.rt.mind.chat_log.write_blocked(self.tick, self.rt.mind.consciousness.current_time,
+                                                        f"A reply was held back: {event.reason}",
+                                                        with_heading=not self.headed)
+                self.headed = True
+            except PersistenceError as err:
+                self.rt.face.annotate(f"Could not save the block of tick {self.tick}: {err.strerror}", "error")
 
     def record(self, response: AgentResponse, result: EvalResult) -> None:
         rt, tick = self.rt, self.tick
         rt.mind.consciousness.last_eval_result = result
         if response.eval is not None:
             rt.mind.last_eval = (tick, result)  # the hub's last eval, blocked or refused ones too
+        if response.eval is not None and self.blocked is None and is_blocked(result.error):
+            self.blocked = ("eval", result.error or "")
         record(rt, tick, response, result)
         faults.point("record.done")
-        persist(rt.mind, rt.face, tick, response, human_written=self.human_written(), reply_written=self.reply_written,
+        persist(rt.mind, rt.face, tick, response, human_written=self.headed,
+                reply_written=self.reply_written or self.blocked is not None and self.blocked[0] == "reply",
                 evaluated=result if self.evaluated else None)
+        self.headed = True
         faults.point("persist.done")
-        commit(rt, tick, response, said=self.human if self.human_written() else None)
+        held = self.blocked is not None and self.blocked[0] == "reply"  # then its eval was not run either
+        commit(rt, tick, replace(response, eval=None) if held else response,
+               said=self.human if self.human_written() else None, began=self.began, blocked=self.blocked)
         faults.point("commit.queued")
 
     async def after_eval(self) -> bool:
@@ -229,7 +252,7 @@ class PrimaryBody:
             else EvalResult(False, error=f"interrupted ({reason}) while it waited for its subagents' replies")
             if self.waiting else EvalResult.skipped_result())
         # Why, as the shell said it: C-c C-c is the person's; a restart stops the server.
-        finish_unanswered(rt, tick, rt.turns.halted or "interrupted by the person")
+        finish_unanswered(rt, tick, rt.turns.halted or "interrupted by the person", began=self.began)
 
     def out_of_steps(self) -> None:
         self.rt.face.annotate(
@@ -239,8 +262,9 @@ class PrimaryBody:
         )
 
 
-def begin(rt: TurnHost, human: str | None) -> int:
-    """Event: stamp the new tick; write the human's input to disk before anything else."""
+def begin(rt: TurnHost, human: str | None, began: str | None = None) -> int:
+    """Event: stamp the new tick; write the human's input to disk before anything else (or,
+    for a tick the events BEGAN, its heading and what began it)."""
     c = rt.mind.consciousness
     tick = c.current_tick + 1
     c.begin_tick(tick)
@@ -257,6 +281,12 @@ def begin(rt: TurnHost, human: str | None) -> int:
         # Only now is the input taken, and the shell may say it is saved: it is on disk.
         rt.face.input_taken()
         faults.point_soon("write-ahead.confirmed")
+    elif began is not None:
+        try:
+            with deferred_sync():
+                rt.mind.chat_log.write_event(tick, c.current_time, began)
+        except PersistenceError as err:
+            rt.face.annotate(f"Could not save what began tick {tick}: {err.strerror}", "error")
     with rt.mind.ltm.transaction():
         rt.mind.memory.sync_state(c, budget=True)  # the one point the budget item is versioned
         if human is not None:
@@ -494,9 +524,9 @@ def persist(mind: Mind, face: Face, tick: int, response: AgentResponse, *, human
         mind.memory.sync_state(mind.consciousness)
 
 
-def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
+def finish_unanswered(rt: TurnHost, tick: int, reason: str, *, began: str | None = None) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
-    and in agent-chat.org."""
+    and in agent-chat.org (BEGAN: the events that began it, when no input did)."""
     unanswered = rt.mind.memory.pending_tick == tick
     said = rt.mind.memory.said_at(tick)
     with rt.mind.ltm.transaction():
@@ -511,15 +541,17 @@ def finish_unanswered(rt: TurnHost, tick: int, reason: str) -> None:
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
     _commit(rt, commit_message(tick, rt.mind.consciousness.active_thread, rt.mind.consciousness.mood,
-                               f"(no response: {reason})", said=said))
+                               f"(no response: {reason})", said=said, began=began))
 
 
-def commit(rt: TurnHost, tick: int, response: AgentResponse, *, said: str | None = None) -> None:
+def commit(rt: TurnHost, tick: int, response: AgentResponse, *, said: str | None = None, began: str | None = None,
+           blocked: tuple[str, str] | None = None) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait).
-    SAID: the person's input that began the tick (its subject names it)."""
+    SAID: the person's input that began the tick, else BEGAN: the events that did; BLOCKED: the
+    action a compulsion blocked and why (its subject names each)."""
     c, done = rt.mind.consciousness, rt.mind.consciousness.last_eval_result
     _commit(rt, commit_message(tick, c.active_thread, response.mood, response.monologue, said=said,
-                               reply=response.reply, eval_form=response.eval,
+                               began=began, blocked=blocked, reply=response.reply, eval_form=response.eval,
                                eval_result=done.result if done else None, eval_error=done.error if done else None))
 
 

@@ -192,11 +192,15 @@ class SearchHit:
     kind: str
     score: float
     snippet: str
+    latest: int | None = None  # the item's newest version, when it is newer than the hit (and does not match)
 
     def to_dict(self) -> dict[str, object]:
-        """JSON/plist-ready."""
-        return {"mem_id": self.mem_id.format(), "kind": self.kind, "score": float(f"{self.score:.4g}"),
-                "snippet": self.snippet}
+        """JSON/plist-ready (``latest`` only when the item has a newer version than the hit)."""
+        found: dict[str, object] = {"mem_id": self.mem_id.format(), "kind": self.kind,
+                                    "score": float(f"{self.score:.4g}"), "snippet": self.snippet}
+        if self.latest is not None:
+            found["latest"] = self.latest
+        return found
 
 
 def query_words(query: str) -> list[str]:
@@ -288,14 +292,19 @@ class DatabaseCheck:
 class LongTermMemory:
     """The SQLite store.  Used from one thread (the runtime's loop)."""
 
-    def __init__(self, path: Path, *, common_df: int = COMMON_DF, common_pool: int = COMMON_POOL) -> None:
+    def __init__(self, path: Path, *, common_df: int = COMMON_DF, common_pool: int = COMMON_POOL,
+                 unsynced: bool = False) -> None:
+        """UNSYNCED: a file being made, synced whole by its maker once made (a fork's, a memory
+        snapshot's): nothing is synced here, not even its switch to WAL (a file just copied would
+        wait there for all its bytes to be written)."""
         self.path = path
         self.common_df = common_df
         self.common_pool = common_pool
         _seal_of(path).unlink(missing_ok=True)  # open: a crash from now on leaves it unsealed
         self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # NORMAL: why in the module's docstring.
+        self.db.execute(f"PRAGMA synchronous={'OFF' if unsynced else 'NORMAL'}")
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")  # why: the module's docstring
         self.db.executescript(SCHEMA)
         if not has_column(self.db, "tags", "since"):
             self.db.execute(TAGS_SINCE)
@@ -454,7 +463,9 @@ class LongTermMemory:
 
     def search(self, query: str, *, limit: int = 10, tags: tuple[str, ...] = (), mode: str = "keyword",
                agent_brain: str | None = None) -> list[SearchHit]:
-        """Ranked hits, best first, one per item (its best-matching version)."""
+        """Ranked hits, best first, one per item: its newest version that matches, ranked by the
+        best score of any of its versions (an old version's shorter text must not hide the
+        newer one the item has); ``latest`` names a newer version that does not match."""
         if mode == "vector":
             raise LtmError("vector search has no index configured yet; use mode keyword")
         if mode != "keyword":
@@ -486,7 +497,7 @@ class LongTermMemory:
             ranked = self.db.execute(
                 "SELECT rowid, bm25(items_fts) FROM items_fts WHERE items_fts MATCH ? AND rowid >= ? "
                 "ORDER BY bm25(items_fts), rowid DESC LIMIT ? OFFSET ?", (match, since, page, offset)).fetchall()
-            hits = self._hits([(r, -score) for r, score in ranked], ranked_words, limit, keep, hits)
+            hits = self._hits([(r, -score) for r, score in ranked], ranked_words, limit, keep, hits, match)
             if len(ranked) < page:
                 break
             offset += page
@@ -513,8 +524,10 @@ class LongTermMemory:
         return keep
 
     def _hits(self, scored: list[tuple[int, float]], words: list[str], limit: int,
-              keep: Callable[[str], bool], already: list[SearchHit] | None = None) -> list[SearchHit]:
-        """One hit per kept item, best first; snippets computed for the hits only."""
+              keep: Callable[[str], bool], already: list[SearchHit] | None = None,
+              match: str | None = None) -> list[SearchHit]:
+        """One hit per kept item, best first, its newest version that MATCH finds; snippets
+        computed for the hits only."""
         hits = list(already or [])
         seen = {h.mem_id.base for h in hits}
         for rowid, score in scored:
@@ -525,8 +538,18 @@ class LongTermMemory:
             if base in seen or not keep(base):
                 continue
             seen.add(base)
+            latest: int | None = None
+            for newer, newer_version, newer_kind in self.db.execute(  # newest first: few versions an item
+                    "SELECT id, version, kind FROM items WHERE base=? AND version>? ORDER BY version DESC",
+                    (base, version)).fetchall():
+                latest = latest or newer_version
+                if match is not None and self.db.execute(
+                        "SELECT 1 FROM items_fts WHERE items_fts MATCH ? AND rowid=?", (match, newer)).fetchone():
+                    rowid, version, kind = newer, newer_version, newer_kind
+                    break
             text = self.db.execute(f"SELECT {TEXT_OF} FROM items WHERE id=?", (rowid,)).fetchone()[0]
-            hits.append(SearchHit(MemId.from_base(base, version), kind, score, snippet(text, words)))
+            hits.append(SearchHit(MemId.from_base(base, version), kind, score, snippet(text, words),
+                                  latest if latest is not None and latest > version else None))
         return hits
 
     # -- the active set, so a restart restores what the brain had pinned or evicted --

@@ -14,7 +14,14 @@ why in ``** No reply``; one with neither was cut off (the server stopped).
 A subagent task that ended adds ``** Task ended``, the line the shell showed
 (``✓ task-1 (researcher) done: …``, ``✗`` when it did not answer), under the
 tick last begun, where it fell among that tick's parts: a resumed shell shows
-it where the live one did.
+it where the live one did.  What else the shell showed of the agents adds
+``** Talk``, under the tick last begun too, each line saying who said it: a
+viewpoint's comment, a subagent's answer to the person (``[viewpoint-pro] …``)
+and what the person said to it (``person to viewpoint-pro: …``).  A tick no
+input of the person's began says what began it in ``** Event`` (``task-1
+(researcher) done``); an action a compulsion blocked says so, and by whom, in
+``** Blocked`` (a held reply in place of ``** Agent``; a blocked eval's error
+says it too).
 
 The human's text is plain: lines that would start an org heading are escaped
 with a leading comma, as org does in source blocks.  The reply is org:
@@ -114,11 +121,14 @@ class ChatEntry:
     eval: ChatEval | None = None
     no_reply: str | None = None  # why the tick ended without a reply, when it said so
     tasks: list[ChatTaskEnded] = field(default_factory=list)  # the tasks that ended, in order
+    event: str | None = None  # what began a tick no input of the person's began
+    blocked: list[str] = field(default_factory=list)  # the actions compulsions blocked, each why and by whom
+    talk: list[str] = field(default_factory=list)  # the agents' lines the shell showed, each naming who said it
 
     @property
     def interrupted(self) -> bool:
         """A human message that never got its agent part nor a reason why (the server stopped)."""
-        return self.human is not None and self.agent is None and self.no_reply is None
+        return self.human is not None and self.agent is None and self.no_reply is None and not self.blocked
 
 
 def escape_org(text: str) -> str:
@@ -217,7 +227,7 @@ _TICK_HEAD = re.compile(rb"^\* Tick (\d+)[ \t]*(?:\n|\Z)(?::PROPERTIES:[ \t]*\n:
                         re.MULTILINE)
 _TICK = re.compile(r"\A\* Tick (\d+)[ \t]*$\n?(?::PROPERTIES:[ \t]*\n(.*?)^:END:[ \t]*$)?", re.MULTILINE | re.DOTALL)
 _TIMESTAMP = re.compile(r"^:TIMESTAMP:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-_PART = re.compile(r"^\*\* (Human|Agent|Eval|No reply|Task ended|Rewound|Forked)( \(error\))?[ \t]*$",
+_PART = re.compile(r"^\*\* (Human|Event|Agent|Blocked|Eval|No reply|Task ended|Talk|Rewound|Forked)( \(error\))?[ \t]*$",
                    re.MULTILINE)
 # A task's line: its mark, ✓ when it answered, ✗ when not, then what the shell said.
 _TASK_MARKS = {True: "✓", False: "✗"}
@@ -286,6 +296,26 @@ class ChatLog:
             new_entry=timestamp,
         )
         self._last_tick = (tick, False)
+
+    def _heading(self, tick: int, timestamp: str) -> str:
+        return f"* Tick {tick}\n:PROPERTIES:\n:TIMESTAMP: {timestamp}\n:END:\n\n"
+
+    def write_event(self, tick: int, timestamp: str, began: str) -> None:
+        """The heading of a tick no input of the person's began, and what began it (BEGAN)."""
+        self.log.append(f"{self._heading(tick, timestamp)}** Event\n{escape_org(began)}\n\n", new_entry=timestamp)
+        self._last_tick = (tick, False)
+
+    def write_blocked(self, tick: int, timestamp: str, why: str, *, with_heading: bool) -> None:
+        """Append that a compulsion blocked an action of the tick (WHY: what, by whom, its words);
+        a tick with no heading yet gets it here."""
+        head = self._heading(tick, timestamp) if with_heading else ""
+        self.log.append(f"{head}** Blocked\n{escape_org(why)}\n\n", new_entry=timestamp if with_heading else None)
+        self._last_tick = (tick, True)
+
+    def write_talk(self, line: str) -> None:
+        """Append a line the shell showed of the agents (LINE names who said it), under the tick
+        last begun."""
+        self.log.append(f"** Talk\n{escape_org(line)}\n\n")
 
     def write_agent(self, tick: int, timestamp: str, reply: str, *, with_heading: bool) -> None:
         """Append the agent's part; a tick with no human input gets its heading here."""
@@ -400,6 +430,12 @@ def parse_tick(text: str) -> ChatEntry | None:
             entry.eval = parse_eval(body, failed=part[2] is not None)
         elif part[1] in ("Rewound", "Forked"):
             continue  # a rewind's or fork's record (persistence.history), not part of the exchange
+        elif part[1] == "Event":
+            entry.event = unescape_org(body.strip("\n"))
+        elif part[1] == "Blocked":
+            entry.blocked.append(unescape_org(body.strip("\n")))
+        elif part[1] == "Talk":
+            entry.talk.append(unescape_org(body.strip("\n")))
         elif part[1] == "No reply":
             entry.no_reply = unescape_org(body.strip("\n"))
         elif part[1] == "Task ended":

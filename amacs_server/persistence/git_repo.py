@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import queue
+import re
 import shutil
 import signal
 import stat
@@ -35,7 +36,7 @@ from typing import Any
 
 from .. import faults
 from ..errors import AmacsError
-from ..files import atomic_write, deferred_sync, sync_paths
+from ..files import atomic_write, copy_range, deferred_sync, sync_paths, write_back_soon
 from ..memory.memid import DELIM, for_person
 
 log = logging.getLogger("amacs.git")
@@ -189,20 +190,30 @@ SUBJECT_PART_CHARS = 60
 
 def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, said: str | None = None,
                    reply: str | None = None, eval_form: str | None = None, eval_result: str | None = None,
-                   eval_error: str | None = None) -> str:
+                   eval_error: str | None = None, began: str | None = None,
+                   blocked: tuple[str, str] | None = None) -> str:
     """``[TICK 42][thread-id][mood] WHAT — monologue`` on one line; after an eval, a body with
     its form and its result or error, each cut at a length a log reads well at (the transcript
     has them whole): the history shows eval -> result -> reply, the reply in agent-chat.org.
 
     WHAT makes ``git log --oneline`` the story: the input that began the tick (SAID, as
-    ``«its first words»``), else what the tick did (``eval FORM``, else ``reply: REPLY``), each
-    cut to :data:`SUBJECT_PART_CHARS`.  The subject is for a person reading the log: a memory
+    ``«its first words»``), else the events that began it (BEGAN, as ``on EVENTS:``) and what
+    the tick did (``eval FORM``, else ``reply: REPLY``), each cut to :data:`SUBJECT_PART_CHARS`;
+    an action a compulsion blocked (BLOCKED: the action, ``reply`` or ``eval``, and the reason
+    the agent was given) is named with who blocked it and their words
+    (``reply blocked by compulsion-3 (spawn-limiter): …``), after the input that began the tick.  The subject is for a person reading the log: a memory
     address in it reads as the shell shows it, without its delimiters, and the mood's tag has
     no punctuation or space at its ends (the transcript keeps what the model wrote); so do
     the body's result and error, while its form is the code as it ran."""
     tag = " ".join(mood.split()).strip(_TAG_ENDS) or " ".join(mood.split())
-    what = (f"«{_one_line(said)}»" if said is not None else f"eval {_one_line(eval_form)}" if eval_form is not None
-            else f"reply: {_one_line(reply)}" if reply else "")
+    evaled = f"eval {_one_line(eval_form)}" if eval_form is not None else ""
+    did = evaled or (f"reply: {_one_line(reply)}" if reply else "")
+    if blocked is not None:
+        action, why = blocked
+        did = (f"{evaled} {_blocked_part(why)}" if action == "eval" and evaled
+               else f"{action} {_blocked_part(why)}")
+    what = (" ".join(p for p in (f"«{_one_line(said)}»", did if blocked else "") if p) if said is not None
+            else f"on {_one_line(began)}" + (f": {did}" if did else "") if began else did)
     thought = _one_line(monologue, None)
     story = f"{what} — {thought}" if what and thought else what or thought
     subject = f"[TICK {tick}][{thread or 'no-thread'}][{tag}] {story}"
@@ -212,6 +223,18 @@ def commit_message(tick: int, thread: str | None, mood: str, monologue: str, *, 
                else f"result: {_cut(for_person(eval_result or '(none)'), EVAL_RESULT_CHARS)}")
     body = f"eval: {_cut(eval_form, EVAL_FORM_CHARS)}\n{outcome}"
     return f"{subject}\n\n" + body.replace("\0", "\ufffd")  # a NUL cannot be in git's arguments
+
+
+# The reason a compulsion's block gives the agent (agents/world.py), read back for a subject.
+_BLOCKED = re.compile(r"\Ablocked by compulsion (\S+) \(([^)]*)\): (.*)\Z", re.DOTALL)
+
+
+def _blocked_part(reason: str) -> str:
+    """``blocked by ID (TEMPLATE): WORDS`` of a block's REASON, WORDS cut to a subject's part."""
+    parts = _BLOCKED.match(reason.strip())
+    if parts is None:
+        return f"blocked: {_one_line(reason)}"
+    return f"blocked by {parts[1]} ({parts[2]}): {_one_line(parts[3])}"
 
 
 def _one_line(text: str, limit: int | None = SUBJECT_PART_CHARS) -> str:
@@ -478,8 +501,8 @@ def copy_vouched(home: Path, dest: Path, wanted: dict[str, tuple[str, str]]) -> 
             target.parent.mkdir(parents=True, exist_ok=True)
             out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if mode == "100755" else 0o666)
             try:
-                _copy_range(src, out, entry.content.size)
-                _write_back_soon(out)
+                copy_range(src, out, entry.content.size)
+                write_back_soon(out)
                 good = _unchanged_since(os.fstat(src), entry) and os.fstat(out).st_size == entry.content.size
                 st = os.fstat(out)
             finally:
@@ -493,38 +516,6 @@ def copy_vouched(home: Path, dest: Path, wanted: dict[str, tuple[str, str]]) -> 
         finally:
             os.close(src)
     return copied
-
-
-def _write_back_soon(fd: int) -> None:
-    """Start writing the file FD's new bytes to disk, without waiting (Linux: the advice that its
-    pages will not be needed starts their writeback): a fork copies its past months in a thread
-    beside git's walk, so by its final sync, which waits for every file, they are mostly written,
-    not all begun then."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is not None:
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:  # only the sync is longer
-            pass
-
-
-def _copy_range(src: int, out: int, size: int) -> None:
-    """SIZE bytes of the file SRC to OUT, in the kernel (copy_file_range; sendfile where it cannot)."""
-    done = 0
-    try:
-        while done < size:
-            step = os.copy_file_range(src, out, size - done, done, done)
-            if step == 0:
-                return
-            done += step
-    except OSError:  # another file system, or a kernel without it
-        if done:
-            raise
-        while done < size:
-            step = os.sendfile(out, src, done, size - done)
-            if step == 0:
-                return
-            done += step
 
 
 def _grew(data: bytes, old: Content) -> bool:

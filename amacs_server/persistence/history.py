@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from .. import faults
 from ..errors import AmacsError
-from ..files import atomic_write, sync_paths
+from ..files import atomic_write, copy_range, sync_paths, write_back_soon
 from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
 from .git_repo import (
@@ -712,8 +712,8 @@ def _beside(dest: Path, src: Path) -> LongTermMemory:
     whole; the bytes of a row taken out zeroed), the home's memory.db SRC attached as ``home``."""
     from ..memory.ltm import LongTermMemory  # noqa: PLC0415 - sqlite schema, only when a fork runs
 
-    ltm = LongTermMemory(dest)
-    for pragma in ("secure_delete=ON", "journal_mode=OFF", "synchronous=OFF"):
+    ltm = LongTermMemory(dest, unsynced=True)
+    for pragma in ("secure_delete=ON", "journal_mode=OFF"):
         ltm.db.execute(f"PRAGMA {pragma}")
     ltm.db.execute("ATTACH DATABASE ? AS home", (str(src),))
     return ltm
@@ -876,6 +876,21 @@ def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | Non
     return final
 
 
+def _copy_soon_written(src: Path, dest: Path) -> None:
+    """DEST (made or emptied) with SRC's bytes, their writeback begun (the fork syncs every file once
+    made: by then they are mostly on disk)."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            copy_range(fd, out, os.fstat(fd).st_size)
+            write_back_soon(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
 def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool:
     """DEST as :func:`_memory_up_to` makes it, from HOME's newest memory snapshot at or before the
     tick STATE is of (copied as it is) and the item versions, tags and active table of the home's
@@ -891,7 +906,7 @@ def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool
         return False
     at, snapshot = usable[-1]
     try:
-        shutil.copyfile(snapshot, dest)
+        _copy_soon_written(snapshot, dest)
     except FileNotFoundError:  # removed meanwhile (a new one made)
         return False
     ltm = _beside(dest, src)

@@ -454,8 +454,9 @@ def _failures(page: Page, con: duckdb.DuckDBPyConnection, not_started: list[str]
     total = _rows(con, "SELECT count(*) FROM runs")[0][0] + len(not_started)
     failed = sum(r[1] for r in rows)
     unstarted = [(NOT_STARTED, len(not_started), "", _cut_ids(", ".join(not_started)))] if not_started else []
-    page.html(f"<div class='failures'><h2 id='failures'>{failed} of {total} runs failed"
-              + (f", {len(not_started)} not started" if not_started else "") + "</h2>"
+    heading = (f"{failed} of {total} runs failed" + (f", {len(not_started)} not started" if not_started else "")
+               if failed else f"{len(not_started)} of {total} runs not started")
+    page.html(f"<div class='failures'><h2 id='failures'>{heading}</h2>"
               "<p>A run is done only when every turn of its script got the agent's reply. "
               "These did not (their data below is what they left):</p>"
               + _table(["reason", "runs", "stopped at turn", "runs (ids)"],

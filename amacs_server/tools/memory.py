@@ -188,7 +188,8 @@ def load(_mind: Mind, memory: ActiveMemory, mem_id: MemIdArg, opts: LoadOptions 
 def search(_mind: Mind, memory: ActiveMemory, query: Text,
            opts: SearchOptions | None = None) -> list[dict[str, Any]] | dict[str, Any]:
     """Ranked keyword search over every version in long-term memory, of every brain of this
-    agent (options :limit :tags :mode).  :mode "vector" has no index here: it falls back to
+    agent (options :limit :tags :mode): one hit per item, its newest matching version (with
+    :latest N when a newer one does not match).  :mode "vector" has no index here: it falls back to
     keyword search and says so (a plist with :fallback and :hits)."""
     o = opts or SearchOptions()
     mode = "keyword" if o.mode == "vector" else o.mode

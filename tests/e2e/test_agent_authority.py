@@ -9,6 +9,7 @@ the requests the fake received.
 
 import pytest
 
+from amacs_server.persistence.chat_log import ChatLog
 from tests.context_items import chat_lines, eval_result, newest_message, request_text, said
 from tests.e2e.agent_fakes import (
     pause,
@@ -207,3 +208,9 @@ def test_the_person_talks_to_a_viewpoint_and_a_compulsion_from_the_shell(fake, h
     person = [(e["agent_id"], e["data"]["content"]) for e in transcript_events(home)
               if e["event"] == "event" and e["data"].get("source") == "person"]
     assert person == [("viewpoint-skeptic", "why?"), ("compulsion-1", "what do you watch?")]
+    # What the shell showed is in agent-chat.org, each line naming who said it.
+    talk = [line for e in ChatLog(home / "agent-chat.org").read() for line in e.talk]
+    assert talk == ["the person to viewpoint-skeptic: why?",
+                    "viewpoint-skeptic (debater) to the person: Because the tests are red.",
+                    "the person to compulsion-1: what do you watch?",
+                    "compulsion-1 (spawn-limiter) to the person: How many tasks the primary spawns."]

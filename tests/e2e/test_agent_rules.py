@@ -5,12 +5,14 @@ asserts on the requests the fake received: who called the model, and what it saw
 """
 
 import re
+import subprocess
 import threading
 import time
 
 import pytest
 
 from amacs_server.inference.parse import MAX_PARSE_RETRIES, RETRY_PROMPT
+from amacs_server.persistence.chat_log import ChatLog
 from tests.context_items import said
 from tests.e2e.agent_fakes import (
     calls_by,
@@ -145,6 +147,17 @@ def test_a_compulsion_holds_the_primarys_reply_until_a_condition_holds(fake, hom
     assert "A reply was held back: blocked by compulsion" in run.shell
     chat = (home / "agent-chat.org").read_text()
     assert "Ship on Friday!" not in chat and "Having considered the viewpoints: ship on Monday." in chat
+    # The held reply's tick says it was blocked and by whom, in agent-chat.org (no empty
+    # ``** Agent``) and in its commit's subject, as the transcript's reply_blocked does.
+    held = [e for e in ChatLog(home / "agent-chat.org").read() if e.blocked]
+    assert [e.blocked for e in held] == [["A reply was held back: blocked by compulsion compulsion-1 (spawn-limiter): "
+                                          "Consider the viewpoints before you answer."]]
+    assert held[0].agent is None
+    subjects = subprocess.run(["git", "-C", str(home), "log", "--format=%s"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+    subject = [s for s in subjects if s.startswith(f"[TICK {held[0].tick}]")]
+    assert len(subject) == 1 and ("] reply blocked by compulsion-1 (spawn-limiter): Consider the viewpoints "
+                                  "before you answer. — ") in subject[0], subject
 
 
 def test_a_task_out_of_steps_says_so_in_its_result(fake, home, scripted):
@@ -338,6 +351,12 @@ def test_the_person_talks_to_a_viewpoint_from_the_hub(fake, home, scripted):
                    "(call-interactively (key-binding (kbd \"t\")))))",
                    wait_text("[viewpoint-skeptic] Not until the tests pass."))
     assert "[viewpoint-skeptic] Not until the tests pass." in run.shell
+    # What the person said from the hub shows in the shell, as @skeptic typed there does, and
+    # both lines are in agent-chat.org, each naming who said it.
+    assert "You said to viewpoint-skeptic (from the hub): is it safe?" in run.shell
+    assert [line for e in ChatLog(home / "agent-chat.org").read() for line in e.talk] == [
+        "the person to viewpoint-skeptic: is it safe?",
+        "viewpoint-skeptic (debater) to the person: Not until the tests pass."]
 
 
 def test_a_task_paused_during_its_model_call_delivers_nothing_until_resumed(fake, home):

@@ -8,6 +8,7 @@ import threading
 import pytest
 import sexpdata
 
+from amacs_server.persistence.chat_log import ChatLog
 from tests.context_items import chat_lines, eval_result, newest_message, request_text
 from tests.e2e.agent_fakes import (
     calls_by,
@@ -97,6 +98,21 @@ def test_debate_three_viewpoints_two_rounds(fake, home, scripted):
                  "[primary] And on Monday?", "[optimist] optimist round 2"):
         assert line in seen, line
     assert "[skeptic] skeptic round 1" not in seen  # its own comments are its assistant turns, not shared back
+    # The record says who said what, and what began the ticks no input began: the comments the
+    # shell showed are in agent-chat.org under the tick they came in, and the tick the comments
+    # woke says so there and in its commit's subject.
+    entries = ChatLog(home / "agent-chat.org").read()
+    talk = [line for e in entries for line in e.talk]
+    assert talk[:3] == ["viewpoint-optimist (debater) said: [optimist] optimist round 1",
+                        "viewpoint-skeptic (debater) said: [skeptic] skeptic round 1",
+                        "viewpoint-pragmatist (debater) said: [pragmatist] pragmatist round 1"]
+    woken = [e for e in entries if e.event is not None]
+    assert {e.event for e in woken} == {"viewpoints optimist, skeptic and pragmatist commented"}
+    assert woken[-1].agent and woken[-1].agent.startswith("Debate over:")
+    subjects = subprocess.run(["git", "-C", str(home), "log", "--format=%s"], capture_output=True, text=True,
+                              check=True).stdout.splitlines()
+    assert any(s.startswith(f"[TICK {woken[-1].tick}]") and
+               "on viewpoints optimist, skeptic and pragmatist commented: reply: Debate over:" in s for s in subjects)
 
 
 def test_compulsion_blocks_the_fourth_task_and_only_it_can_quit(fake, home, scripted):
