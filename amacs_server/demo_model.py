@@ -67,8 +67,16 @@ no key and nothing paid. Type one of these words and press RET:
 - =task=: I start two subagents; a line each shows while they work
 - =slow=: a long answer: press C-c C-c while it streams to interrupt it
 - =steps=: a turn of three evals and a reply, four ticks; the header counts them
+- =spawn=: a turn of four evals, each starting a researcher
 - =long=, =markdown=, =error=, =loop=: a long reply, Markdown shown as org, a failing eval, \
 an eval that never ends (C-g stops it)
+
+Viewpoints and compulsions are agents you add with M-: (eval-expression). \
+=M-: (agent-viewpoint "skeptic" "debater")= adds a viewpoint: =@skeptic why?= asks it, \
+=M-: (agent-consider "Is Emacs an OS?")= asks every viewpoint, and their answers wake me. \
+=M-: (agent-compulsion "spawn-limiter")= watches my actions: then =spawn=, and it blocks \
+the fourth researcher. My compulsions block only what a script can tell (spawn-limiter's \
+rule) and are silent otherwise: judging by a skill's words needs a real model.
 
 Then M-x amacs-rewind takes me back to before any of your inputs, and M-x amacs-fork \
 copies me into a new home beside this one. Now I open a thread for this tour: the \
@@ -136,6 +144,10 @@ EVALS: dict[str, tuple[str, str]] = {
                '(error "the thread demo-notes is open already"))',
                "Done: the hub (C-c C-v) lists the thread under Threads."),
 }
+SPAWNS = 4  # the researchers "spawn" starts, one an eval: spawn-limiter blocks the fourth
+SPAWN_LIMIT = 3  # spawn-limiter's rule: subagents a turn may start
+_SPAWN = re.compile(r"\(agent-(?:task|viewpoint|compulsion)\b")
+_SUBAGENT = re.compile(r"You are (\S+), a (task|viewpoint|compulsion) \(template (\S+)\)")
 FAILING = {"error", "loop"}  # the words whose eval fails on purpose: their reply says so already
 STEPS = 3  # the ticks of the turn that "steps" starts
 
@@ -189,13 +201,92 @@ def _step_done(body: dict[str, Any]) -> int:
     return int(found[-1]) if found and has_eval_result(body) else 0
 
 
+def _user_texts(body: dict[str, Any]) -> list[str]:
+    texts = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
+        if message.get("role") == "user" and isinstance(content, str):
+            texts.append(content)
+    return texts
+
+
+def compulsion_answer(template: str, body: dict[str, Any]) -> DemoReply:
+    """A compulsion's answer: "" (nothing to say, nothing blocked) unless what it watches breaks
+    its rule as a script can tell: spawn-limiter counts the subagents started since the person
+    last spoke and blocks the fourth.  Any other rule is words only a real model can judge."""
+    reason = ""
+    if template == "spawn-limiter":
+        started, newest = 0, ""
+        for part in re.split(r"(?=\[before (?:model call|action)\])", "\n".join(_user_texts(body))):
+            if part.startswith("[before model call]") and "The person said" in part:
+                started = 0
+            elif part.startswith("[before action]"):
+                newest = part
+                started += len(_SPAWN.findall(part.split("\n\n", 1)[0]))
+        if started > SPAWN_LIMIT and _SPAWN.search(newest.split("\n\n", 1)[0]):
+            reason = (f"{SPAWN_LIMIT} subagents already started in this turn; use their results before "
+                      "starting more.")
+    return DemoReply(agent_json(reason, monologue="a rule broken: block it" if reason else "nothing to block"),
+                     chunks=1)
+
+
+def viewpoint_answer(name: str, body: dict[str, Any]) -> DemoReply:
+    """A viewpoint's answer to the question it was asked (the newest ``[WHO] text`` line to it)."""
+    newest = _newest_user_text(body)
+    texts = [newest]  # what it was told, as plain text or as an item's JSON string
+    for quoted in re.findall(r'"((?:[^"\\]|\\.)*)"', newest):
+        try:
+            texts.append(json.loads(f'"{quoted}"'))
+        except ValueError:
+            continue
+    asked = [found for text in texts for found in re.findall(r"^\[(?!system\])[^\]]+\] (.+)$", text, re.M)]
+    question = asked[0].strip() if asked else "the question"
+    side = {"pro": "Yes", "optimist": "Yes", "con": "No", "skeptic": "I doubt it"}.get(name.lower(), "It depends")
+    return DemoReply(agent_json(
+        f"{side}, on \u201c{question}\u201d: as the {name} side I would argue it in two or three sentences. "
+        "(The demo model scripts this answer; a real model argues it.)", monologue=f"answer as {name}"),
+        chunks=4, delay=1.0)
+
+
+def events_answer(body: dict[str, Any]) -> DemoReply | None:
+    """The primary woken by its viewpoints' comments (agent-consider), with no new input: it
+    answers them, not the person's last word again."""
+    newest = _newest_user_text(body)
+    if "<events>" not in newest or '"human":' in newest:
+        return None
+    section = newest.split("<events>", 1)[1].split("</events>", 1)[0]
+    comments: list[str] = []
+    for line in section.splitlines():
+        try:
+            event = json.loads(line).get("content", {})
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(event, dict) and event.get("source") == "consider":
+            comments += [str(c) for c in (event.get("content") or {}).get("comments", [])]
+    if not comments:
+        return None
+    return DemoReply(agent_json(f"The viewpoints answered ({len(comments)}; their lines above). A real model "
+                                "would weigh them; the demo only shows the debate.",
+                                monologue="viewpoints answered: say so"))
+
+
 def answer(body: dict[str, Any]) -> DemoReply:
     """The scripted answer to the request BODY."""
     system = body.get("system") or ""
     system_text = system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)
-    if re.search(r"You are \S+, a task", system_text):  # a subagent: slow, so its line is seen
+    subagent = _SUBAGENT.search(system_text)
+    if subagent and subagent.group(2) == "compulsion":
+        return compulsion_answer(subagent.group(3), body)
+    if subagent and subagent.group(2) == "viewpoint":
+        return viewpoint_answer(subagent.group(1).removeprefix("viewpoint-"), body)
+    if subagent:  # a task: slow, so its line is seen
         return DemoReply(agent_json("The researcher found three sources.", monologue="answer my task"),
                          chunks=1, delay=3.0)
+    woken = events_answer(body)
+    if woken is not None:
+        return woken
     human = words(last_human(body))
     after_eval = has_eval_result(body)
     if human == "task" and after_eval:
@@ -218,6 +309,20 @@ def answer(body: dict[str, Any]) -> DemoReply:
                                         monologue=f"step {step}"), chunks=4, delay=1.0)
         return DemoReply(agent_json(f"Done in {STEPS + 1} ticks: one per eval, and this reply.",
                                     monologue=f"all {STEPS} steps done: say so"))
+    if human == "spawn":
+        failed = eval_failure(body) if after_eval else None
+        if failed is not None:
+            return DemoReply(agent_json(f"That ▸ eval did not run: {failed}. A compulsion held it back; "
+                                        "the researchers started before it are at work.",
+                                        monologue="a spawn was blocked: say so"))
+        found = re.findall(r"demo spawn (\d+) of", _newest_user_text(body)) if after_eval else []
+        step = int(found[-1]) + 1 if found else 1 if not after_eval else SPAWNS + 1
+        if step <= SPAWNS:
+            return DemoReply(agent_json(None, eval=(f'(progn (agent-task "researcher" "Find source {step}") '
+                                                    f'"demo spawn {step} of {SPAWNS}")'),
+                                        monologue=f"start researcher {step}"), chunks=4)
+        return DemoReply(agent_json(f"Done: {SPAWNS} researchers started, one an eval (the hub shows them).",
+                                    monologue="all researchers started: say so"))
     if human in HELP_WORDS:
         if after_eval:
             return DemoReply(agent_json("The hub (C-c C-v) shows the thread, and everything else I hold.",

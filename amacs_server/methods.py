@@ -303,6 +303,17 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt.turns, lambda: views.agent_transcript(rt.transcript, agent_id))
 
     @checked()
+    def memory_item(mem_id: Text, version: PositiveInt | None = None) -> dict[str, Any]:
+        """One version of a memory item, for the person to read (MEM_ID with or without its
+        <EOT>s; VERSION, or the one it names, or the latest); the agent's memory is not changed."""
+        return _on_loop(rt.turns, lambda: views.memory_item(rt.mind.ltm, mem_id, version))
+
+    @checked()
+    def memory_find(query: Text) -> list[dict[str, Any]]:
+        """The person's search of long-term memory (M-x amacs-memory-search)."""
+        return _on_loop(rt.turns, lambda: views.memory_search(rt.mind.ltm, rt.mind.memory.agent, query))
+
+    @checked()
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
         return _on_loop(rt.turns, rt.mind.consciousness.to_elisp)
@@ -365,6 +376,8 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "set_model": set_model,
         "hub_state": hub_state,
         "agent_transcript": agent_transcript,
+        "memory_item": memory_item,
+        "memory_find": memory_find,
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,

@@ -77,6 +77,27 @@ def test_amacs_on_a_set_up_checkout_runs_no_program_before_emacs(tmp_path):
     assert "(require 'amacs-shell-start)" in ran.read_text(encoding="utf-8")
 
 
+def test_a_killed_emacs_is_said_in_one_line_not_with_its_command(tmp_path):
+    """A newcomer killed Emacs (kill -9) and bash printed ``./amacs: line 106: … Killed emacs -nw -Q …
+    --eval "(let …"``: the whole command, a page of elisp.  The launcher says it in one line, with
+    the status Emacs ended with, and what Emacs itself writes to stderr still reaches the terminal."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for program in ("bash", "git"):
+        found = subprocess.run(["bash", "-c", f"command -v {program}"], capture_output=True, text=True, check=True)
+        (bin_dir / program).symlink_to(found.stdout.strip())
+    (bin_dir / "emacs").write_text('#!/bin/bash\necho "emacs: its own warning" >&2\nkill -9 $$\n', encoding="utf-8")
+    (bin_dir / "emacs").chmod(0o755)
+    env = {**os.environ, "PATH": str(bin_dir), "AMACS_WARM": "0"}
+    if subprocess.run([str(ROOT / "scripts" / "setup.sh")], cwd=tmp_path, capture_output=True, env=env,
+                      timeout=60).returncode != 0:
+        pytest.skip("the checkout is not set up (scripts/setup.sh)")
+    launch = subprocess.run([str(ROOT / "amacs"), "--demo"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert launch.returncode == 137
+    assert launch.stderr == "emacs: its own warning\namacs: Emacs was stopped by signal 9 (KILL)\n", launch.stderr
+
+
 def test_the_install_prints_no_deprecation_of_a_package_without_pyproject_and_shows_errors(tmp_path):
     """The first ``./amacs`` printed pip's three lines ``DEPRECATION: epc is being installed using the
     legacy 'setup.py install' method …`` (Debian 12's python3, pip 23.0.1) and they stayed on the

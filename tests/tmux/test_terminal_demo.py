@@ -147,3 +147,15 @@ def test_a_home_left_on_the_demo_reopens_on_it_with_still_no_key(terminal):
                   timeout=30, what="the demo's answer")
     assert "No API key" not in term.screen(), term.screen()
     assert "▸ eval" in term.screen().split("amacs> 2+2", 1)[1], term.screen()
+
+
+def test_a_mistyped_m_colon_says_its_error_and_opens_no_backtrace(terminal):
+    """A newcomer's first failing M-: in ./amacs opened *Backtrace* and a recursive edit
+    (eval-expression binds debug-on-error to t in a stock Emacs).  The error is one line."""
+    term = terminal(width=120, height=30, args=("--demo",), ANTHROPIC_API_KEY="", ANTHROPIC_BASE_URL="")
+    term.press("M-:")
+    term.type("(car 1)")
+    term.press("Enter")
+    term.wait_for("Wrong type argument: listp, 1", what="the error in the echo area")
+    assert term.elisp("(get-buffer \"*Backtrace*\")") == "nil"
+    assert term.elisp("(recursion-depth)") == "0"
