@@ -15,7 +15,7 @@ from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
 
 from . import faults, views
-from .agents.kinds import PRIMARY
+from .agents.kinds import PERSON_KEY, PRIMARY
 from .arguments import Flag, Text, build_models, checked
 from .errors import AmacsError, Refused
 from .face import Face
@@ -187,7 +187,14 @@ def by_no_eval(transcript: Transcript, face: Face, name: str, method: Callable[.
                              f"Emacs did, from {via}: perhaps a timer or hook an agent's eval left).", "warning")
             raise NotYours(f"refused: {name} is an agent function and no agent's eval called it (from {via}); "
                            "it acts only inside the eval of the agent it acts for, or from a key of the person's")
-        return method(*args)
+        if in_an_eval or eval_running() is not None or origin.get("origin") != "key":
+            return method(*args)
+        # A key of the person's (M-:): it acts with the primary's rights, and the record names the person.
+        token = PERSON_KEY.set(str(origin.get("command") or "a key"))
+        try:
+            return method(*args)
+        finally:
+            PERSON_KEY.reset(token)
 
     gated.__name__, gated.__doc__ = method.__name__, method.__doc__
     return gated
