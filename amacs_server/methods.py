@@ -15,7 +15,7 @@ from pydantic import NonNegativeFloat, PositiveInt
 from sexpdata import Symbol
 
 from . import faults, views
-from .agents.kinds import PRIMARY
+from .agents.kinds import PERSON_KEY, PRIMARY
 from .arguments import Flag, Text, build_models, checked
 from .errors import AmacsError, Refused
 from .face import Face
@@ -187,7 +187,14 @@ def by_no_eval(transcript: Transcript, face: Face, name: str, method: Callable[.
                              f"Emacs did, from {via}: perhaps a timer or hook an agent's eval left).", "warning")
             raise NotYours(f"refused: {name} is an agent function and no agent's eval called it (from {via}); "
                            "it acts only inside the eval of the agent it acts for, or from a key of the person's")
-        return method(*args)
+        if in_an_eval or eval_running() is not None or origin.get("origin") != "key":
+            return method(*args)
+        # A key of the person's (M-:): it acts with the primary's rights, and the record names the person.
+        token = PERSON_KEY.set(str(origin.get("command") or "a key"))
+        try:
+            return method(*args)
+        finally:
+            PERSON_KEY.reset(token)
 
     gated.__name__, gated.__doc__ = method.__name__, method.__doc__
     return gated
@@ -296,6 +303,17 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         return _on_loop(rt.turns, lambda: views.agent_transcript(rt.transcript, agent_id))
 
     @checked()
+    def memory_item(mem_id: Text, version: PositiveInt | None = None) -> dict[str, Any]:
+        """One version of a memory item, for the person to read (MEM_ID with or without its
+        <EOT>s; VERSION, or the one it names, or the latest); the agent's memory is not changed."""
+        return _on_loop(rt.turns, lambda: views.memory_item(rt.mind.ltm, mem_id, version))
+
+    @checked()
+    def memory_find(query: Text) -> list[dict[str, Any]]:
+        """The person's search of long-term memory (M-x amacs-memory-search)."""
+        return _on_loop(rt.turns, lambda: views.memory_search(rt.mind.ltm, rt.mind.memory.agent, query))
+
+    @checked()
     def consciousness() -> str:
         """The consciousness alist, as text Emacs can `read'."""
         return _on_loop(rt.turns, rt.mind.consciousness.to_elisp)
@@ -358,6 +376,8 @@ def publish(server: AmacsEPCServer, rt: Runtime, face: EmacsFace) -> None:
         "set_model": set_model,
         "hub_state": hub_state,
         "agent_transcript": agent_transcript,
+        "memory_item": memory_item,
+        "memory_find": memory_find,
         "consciousness": consciousness,
         "set_consciousness": set_consciousness,
         "ping": ping,

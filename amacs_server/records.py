@@ -87,8 +87,8 @@ class Record:
 
 @dataclass(frozen=True)
 class AgentStart(Record):
-    """A subagent (or a judge) began: its allowed actions, tools, depth and name (a judge's: its run,
-    model, input and scale)."""
+    """A subagent (or a judge) began: its allowed actions, tools, depth and name, and who started
+    it when not its parent (a judge's: its run, model, input and scale)."""
 
     kind: ClassVar[str] = "agent_start"
 
@@ -96,6 +96,7 @@ class AgentStart(Record):
     tools: list[str] | None = omitted()
     depth: int | None = omitted()
     name: str | None = omitted()
+    started_by: str | None = omitted()  # the person, when a key of theirs started it (not its parent's eval)
     run: str | None = omitted()
     model: str | None = omitted()
     input: str | None = omitted()

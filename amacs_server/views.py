@@ -14,8 +14,9 @@ from .inference.pricing import dollars
 from .ledger import Ledger
 from .loop.host import RuntimeParts
 from .memory.active import ActiveMemory, tick_of
-from .memory.items import MemoryItem
-from .memory.memid import for_person
+from .memory.items import MemoryItem, long_text
+from .memory.ltm import LongTermMemory
+from .memory.memid import MemId, for_person
 from .mind import Mind
 from .persistence.chat_log import ChatLog, shorten
 from .persistence.history import abandoned_futures, fork_origin
@@ -164,7 +165,44 @@ def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
         "agents": rt.world.everyone(),
         "mcp": rt.world.tools.status() if rt.world.tools is not None else [],
         "mcp_problems": list(rt.world.tools.problems) if rt.world.tools is not None else [],
+        "memory": memory_summary(rt.mind),
     }
+
+
+PREVIEW_CHARS = 80  # of an item's text, on its hub line
+
+
+def _preview(item: MemoryItem) -> str:
+    return " ".join(long_text(item)[1].split())[:PREVIEW_CHARS]
+
+
+def memory_summary(mind: Mind) -> dict[str, object]:
+    """The hub's Memory section: the primary's pinned items (name, kind, version, the start of
+    its text) and how many versions long-term memory holds (one count over its smallest index:
+    2 ms at 106,000 versions, a home of 20,000 ticks)."""
+    pinned = [{"mem_id": for_person(item.mem_id.format()), "name": item.mem_id.name, "kind": item.kind.value,
+               "version": item.version, "preview": _preview(item)}
+              for item in mind.memory.pinned.values()]
+    return {"pinned": pinned, "versions": mind.ltm.count()}
+
+
+def memory_item(ltm: LongTermMemory, given: str, version: int | None = None) -> dict[str, object]:
+    """One version of an item as the person reads it (the one GIVEN names, with its <EOT>s or
+    without, VERSION, or the latest), with how many versions it has.  Read only: the agent's
+    memory is not changed."""
+    mem_id = MemId.given(given)
+    item = ltm.get(mem_id if version is None else mem_id.at(version))
+    return {"mem_id": for_person(item.mem_id.format()), "name": item.mem_id.name, "kind": item.kind.value,
+            "version": item.version, "latest": ltm.latest_version(item.mem_id.base), "tier": item.tier.value,
+            "tags": list(ltm.tags_of(item.mem_id.base)), "created_at_ms": item.created_at_ms,
+            "text": for_person(long_text(item)[1])}
+
+
+def memory_search(ltm: LongTermMemory, agent_brain: str, query: str, limit: int = 30) -> list[dict[str, object]]:
+    """The person's search of long-term memory: the agent's search (one hit per item, its newest
+    version that matches, :latest when a newer one does not), each address as the person reads it."""
+    return [{**hit, "mem_id": for_person(str(hit["mem_id"])), "snippet": for_person(str(hit["snippet"]))}
+            for hit in (h.to_dict() for h in ltm.search(query, limit=limit, agent_brain=agent_brain))]
 
 def agent_transcript(transcript: Transcript, agent_id: str) -> str:
     """AGENT_ID's transcript of this session as readable text, for the hub."""

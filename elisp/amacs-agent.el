@@ -26,6 +26,7 @@
 
 (require 'amacs-transport)
 (require 'amacs-eval)
+(require 'amacs-shell-output)           ; memory addresses as the person reads them
 
 (defun agent-consciousness ()
   "Return the agent's consciousness alist."
@@ -146,10 +147,21 @@ Only the eval's id goes with them: the server knows which agent that
 eval runs for.  Outside any eval, where Emacs saw the call come from
 \(`amacs--call-origin') goes in its place: a key of the person's acts
 for the primary, a timer or hook an eval left is refused.  A talk the
-call started is noted in `amacs--eval-talks', with who answers it."
+call started is noted in `amacs--eval-talks', with who answers it.
+The person's call (outside any eval) is answered with each memory
+address as the person reads it, without its <EOT>s; the agent's keeps
+them, to pass back.  Either form is taken as an argument."
   (let ((value (amacs--call-sync method (cons (or amacs-current-eval (amacs--call-origin)) args))))
     (amacs--note-talk value)
-    value))
+    (if amacs-current-eval value (amacs--for-person-value value))))
+
+(defun amacs--for-person-value (value)
+  "Return VALUE with the memory addresses in its strings without <EOT>s.
+Each string is as `amacs-shell--for-person' gives it to the person."
+  (cond ((stringp value) (amacs-shell--for-person value))
+        ((consp value) (cons (amacs--for-person-value (car value)) (amacs--for-person-value (cdr value))))
+        ((vectorp value) (vconcat (mapcar #'amacs--for-person-value value)))
+        (t value)))
 
 (defun amacs--note-talk (value)
   "Note in `amacs--eval-talks' the talk VALUE names, if any, and who answers it.

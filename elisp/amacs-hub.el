@@ -158,6 +158,22 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
               (amacs-hub--line "    left out: %s" tool))))
         (insert "\n")))))
 
+(defun amacs-hub--insert-memory (state)
+  "Insert the Memory section of STATE: the primary's pinned items, and a count.
+The count is of the versions long-term memory holds.  RET on an item
+shows it."
+  (let* ((memory (plist-get state :memory))
+         (pinned (plist-get memory :pinned)))
+    (magit-insert-section (amacs-memory)
+      (magit-insert-heading
+        (format "Memory: %d pinned, %d versions in long-term memory (M-x amacs-memory-search)"
+                (length pinned) (or (plist-get memory :versions) 0)))
+      (dolist (item pinned)
+        (magit-insert-section (amacs-memory-item (plist-get item :mem-id))
+          (amacs-hub--line "  %-20s %-8s v%-3d %s" (plist-get item :name) (plist-get item :kind)
+                           (plist-get item :version) (plist-get item :preview))))
+      (insert "\n"))))
+
 (defun amacs-hub--show-transcript (agent)
   "Show the transcript of AGENT in a buffer of its own."
   (let ((name (amacs-connection-buffer-name (amacs-current-connection) (format "transcript %s" agent))))
@@ -291,6 +307,7 @@ left unmodified."
               (amacs-hub--insert-threads state)
               (amacs-hub--insert-agents state)
               (amacs-hub--insert-mcp state)
+              (amacs-hub--insert-memory state)
               (amacs-hub--insert-list 'amacs-monologue "Recent monologue" (plist-get state :monologue)
                                       (lambda (m) (format "[%s] %s" (plist-get m :tick) (plist-get m :text))))
               (amacs-hub--insert-list 'amacs-scratchpad "Scratchpad" (plist-get state :scratchpad)
@@ -455,7 +472,8 @@ commit's line shows that commit's patch, as the hub shows a commit."
 
 (defun amacs-hub-visit ()
   "Act on the section at point.
-A thread, buffer, agent, commit, abandoned future, the chat log or the report."
+A thread, buffer, agent, memory item, commit, abandoned future, the chat
+log or the report."
   (interactive)
   (let* ((section (magit-current-section))
          (value (and section (oref section value))))
@@ -466,6 +484,7 @@ A thread, buffer, agent, commit, abandoned future, the chat log or the report."
       ('amacs-commit (amacs-hub--show-commit value))
       ('amacs-abandoned (amacs-hub--show-abandoned value))
       ('amacs-agent (amacs-hub--show-transcript value))
+      ('amacs-memory-item (amacs-memory-show value))
       ('amacs-chat-log (amacs-open-chat-log))
       ('amacs-report (amacs-report-browse value))
       (_ (magit-section-toggle section)))))
@@ -599,6 +618,140 @@ echo area says so and that \\<amacs-hub-mode-map>\\[quit-window] goes back."
         (message "%s" (substitute-command-keys
                        "AMACS: the cursor is in the hub; \\<amacs-hub-mode-map>\\[quit-window] goes back (\\[describe-mode]: its keys)"))))
     (amacs-hub-refresh)
+    buffer))
+
+;;;; The agent's memory, as the person reads it
+
+(defvar amacs-memory-mode-map
+  (let ((map (make-sparse-keymap)))
+    (set-keymap-parent map special-mode-map)
+    (define-key map (kbd "n") #'amacs-memory-next-version)
+    (define-key map (kbd "p") #'amacs-memory-previous-version)
+    (define-key map (kbd "v") #'amacs-memory-version)
+    (define-key map (kbd "s") #'amacs-memory-search)
+    map)
+  "Keymap of `amacs-memory-mode'.")
+
+(define-derived-mode amacs-memory-mode special-mode "AMACS-Memory"
+  "One version of an item of the agent's memory, read only.
+\\<amacs-memory-mode-map>\\[amacs-memory-next-version] and \\[amacs-memory-previous-version] \
+show the next and previous version, \\[amacs-memory-version] asks for one,
+\\[amacs-memory-search] searches the memory.
+
+\\{amacs-memory-mode-map}")
+
+(defvar-local amacs-memory--shown nil
+  "The item this buffer shows, as the server described it (a plist).")
+
+(defun amacs-memory--call (method &rest args)
+  "Call METHOD with ARGS on the server and return its answer.
+The server's refusal is a `user-error' saying it."
+  (condition-case err
+      (amacs--call-sync method args)
+    (amacs-remote-error (user-error "AMACS: %s" (amacs-error-message err)))))
+
+;;;###autoload
+(defun amacs-memory-show (mem-id &optional version)
+  "Show the item MEM-ID of the agent's memory, at VERSION.
+Without VERSION, the version MEM-ID names, or the latest.
+MEM-ID is its address, AGENT:BRAIN:NAME[:VERSION], as the hub and a
+search show it (the <EOT>s the agent sees may be typed or not).
+Showing it changes nothing in the agent's memory."
+  (interactive (list (read-string "Memory item (AGENT:BRAIN:NAME[:VERSION]): ")))
+  (let* ((connection (amacs-current-connection))
+         (item (amacs-with-connection connection (amacs-memory--call 'memory_item mem-id version)))
+         (buffer (get-buffer-create (amacs-connection-buffer-name connection "memory"))))
+    (with-current-buffer buffer
+      (unless (derived-mode-p 'amacs-memory-mode) (amacs-memory-mode))
+      (setq amacs--buffer-connection connection)
+      (setq amacs-memory--shown item)
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (format "%s  version %d of %d  (%s%s)\n" (plist-get item :name) (plist-get item :version)
+                        (plist-get item :latest) (plist-get item :kind)
+                        (let ((tags (plist-get item :tags)))
+                          (if tags (concat ", tags: " (mapconcat #'identity tags " ")) "")))
+                (propertize (format "%s  written %s\n" (plist-get item :mem-id)
+                                    (format-time-string "%Y-%m-%d %H:%M:%S"
+                                                        (/ (plist-get item :created-at-ms) 1000.0)))
+                            'font-lock-face 'shadow)
+                (propertize (substitute-command-keys
+                             "\\<amacs-memory-mode-map>\\[amacs-memory-previous-version] \\[amacs-memory-next-version]: \
+other versions, \\[amacs-memory-version]: a version, \\[amacs-memory-search]: search\n\n")
+                            'font-lock-face 'shadow)
+                (plist-get item :text) "\n"))
+      (goto-char (point-min)))
+    (amacs-hub--show-beside-shell buffer)
+    buffer))
+
+(defun amacs-memory--base ()
+  "Return the address of the item shown here, without its version."
+  (unless amacs-memory--shown (user-error "No memory item here"))
+  (let ((mem-id (plist-get amacs-memory--shown :mem-id)))
+    (replace-regexp-in-string ":[0-9]+\\'" "" mem-id)))
+
+(defun amacs-memory-version (version)
+  "Show VERSION of the item shown here."
+  (interactive (list (read-number (format "Version (1-%d): " (plist-get amacs-memory--shown :latest))
+                                  (plist-get amacs-memory--shown :version))))
+  (let ((latest (plist-get amacs-memory--shown :latest)))
+    (unless (and (integerp version) (<= 1 version latest))
+      (user-error "%s has versions 1 to %d" (plist-get amacs-memory--shown :name) latest))
+    (amacs-memory-show (amacs-memory--base) version)))
+
+(defun amacs-memory-next-version ()
+  "Show the next version of the item shown here."
+  (interactive)
+  (let ((version (plist-get amacs-memory--shown :version)))
+    (if (>= version (plist-get amacs-memory--shown :latest))
+        (message "AMACS: version %d is the latest" version)
+      (amacs-memory-show (amacs-memory--base) (1+ version)))))
+
+(defun amacs-memory-previous-version ()
+  "Show the previous version of the item shown here."
+  (interactive)
+  (let ((version (plist-get amacs-memory--shown :version)))
+    (if (<= version 1)
+        (message "AMACS: version 1 is the first")
+      (amacs-memory-show (amacs-memory--base) (1- version)))))
+
+(define-derived-mode amacs-memory-search-mode special-mode "AMACS-Memory-Search"
+  "Hits of a search of the agent's memory: RET on one shows that version.
+
+\\{amacs-memory-search-mode-map}")
+
+(let ((map amacs-memory-search-mode-map))
+  (define-key map (kbd "n") #'forward-button)
+  (define-key map (kbd "p") #'backward-button)
+  (define-key map (kbd "s") #'amacs-memory-search))
+
+;;;###autoload
+(defun amacs-memory-search (query)
+  "Search the agent's long-term memory for QUERY; list the hits in a buffer.
+One hit per item: its newest version that matches (and the latest
+version, when a newer one does not match).  RET on a hit shows that
+version.  Searching changes nothing in the agent's memory."
+  (interactive (list (read-string "Search the agent's memory: ")))
+  (let* ((connection (amacs-current-connection))
+         (hits (amacs-with-connection connection (amacs-memory--call 'memory_find query)))
+         (buffer (get-buffer-create (amacs-connection-buffer-name connection "memory-search"))))
+    (with-current-buffer buffer
+      (amacs-memory-search-mode)
+      (setq amacs--buffer-connection connection)
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (insert (format "%d hit%s for %S in the agent's memory; RET shows one, n and p move.\n\n"
+                        (length hits) (if (= (length hits) 1) "" "s") query))
+        (dolist (hit hits)
+          (let ((start (point)) (mem-id (plist-get hit :mem-id)))
+            (insert (format "%s  (%s%s)\n    %s\n" mem-id (plist-get hit :kind)
+                            (if (plist-get hit :latest) (format ", the latest is version %d" (plist-get hit :latest)) "")
+                            (replace-regexp-in-string "[ \t\n]+" " " (plist-get hit :snippet))))
+            (make-text-button start (1- (point)) 'help-echo "RET: show this version"
+                              'action (lambda (_) (amacs-with-connection connection (amacs-memory-show mem-id)))))))
+      (goto-char (point-min))
+      (when hits (forward-button 1)))
+    (amacs-hub--show-beside-shell buffer)
     buffer))
 
 ;;;; The chat log in org-mode

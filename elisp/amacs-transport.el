@@ -363,9 +363,11 @@ SUCCESS, if non-nil, is the line said once the server accepts this Emacs."
                               '(:token "(not shown)"))
             (deferred:nextc it
               (lambda (status)
+                (amacs--hello-accepted connection status)
+                ;; After what the ready hooks show (the shell's last exchanges and notes),
+                ;; so that the line is on the first screen, not above it.
                 (amacs-with-connection connection
-                  (when success (amacs--say "%s" success)))
-                (amacs--hello-accepted connection status)))
+                  (when success (amacs--say "%s" success)))))
             (deferred:error it
               (lambda (e)
                 (amacs-with-connection connection

@@ -57,6 +57,26 @@ def test_invalid_strings_give_a_precise_error(text, reason):
     assert not is_valid(text)
 
 
+@given(agents, brains, names, versions)
+def test_a_memid_given_without_its_delimiters_is_the_same(agent, brain, name, version):
+    """A person reads an address without its <EOT>s (the agent is shown them) and may type it so."""
+    mem_id = MemId(agent, brain, name, version)
+    assert MemId.given(mem_id.format()) == mem_id
+    assert MemId.given(mem_id.format().removeprefix("<EOT>").removesuffix("<EOT>")) == mem_id
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [("groceries", "MemId 'groceries' needs AGENT:BRAIN:NAME"),
+     ("<EOT>a:primary:x", "must start and end with <EOT>"),
+     ("a:primary:Note", "MemId 'a:primary:Note': the name 'Note' must start with")],
+)
+def test_a_memid_given_wrongly_is_refused_in_the_words_it_was_given(text, reason):
+    with pytest.raises(MemIdError) as err:
+        MemId.given(text)
+    assert reason in str(err.value)
+
+
 @given(st.text(max_size=40))
 def test_arbitrary_text_parses_or_raises_memid_error(text):
     try:

@@ -99,6 +99,9 @@ def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
                     "tier": "ram", "kind": "note"}
     changed = tools.memory_mutate(rt, made["mem_id"], "milk, eggs")
     assert (changed["version"], changed["previous_version"]) == (2, 1)
+    # As a person types it, read without its <EOT>s: the same item (a newcomer's was refused).
+    typed = tools.memory_load(rt, "amacs-instance-1:primary:groceries:2")
+    assert (typed["mem_id"], typed["content"]) == ("<EOT>amacs-instance-1:primary:groceries:2<EOT>", "milk, eggs")
     evicted = tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:groceries<EOT>")
     assert evicted["evicted"] and evicted["handle"]["preview"] == "milk, eggs"
     assert "amacs-instance-1:primary:groceries" not in rt.mind.memory.pinned
@@ -121,7 +124,8 @@ def test_tools_create_mutate_evict_load_echo_memid_and_version(rt):
         (lambda rt: tools.memory_create(rt, 3, "x"), "memory-create: NAME must be a string, got 3"),
         (lambda rt: tools.memory_load(rt, "<EOT>amacs-instance-1:primary:mood<EOT>", {"version": True}),
          ":version must be an integer, got True"),
-        (lambda rt: tools.memory_mutate(rt, "groceries", "x"), "must start and end with <EOT>"),
+        (lambda rt: tools.memory_mutate(rt, "groceries", "x"), "MemId 'groceries' needs AGENT:BRAIN:NAME"),
+        (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:groceries", "x"), "must start and end with <EOT>"),
         (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:nothing<EOT>", "x"), "no memory item"),
         (lambda rt: tools.memory_mutate(rt, "<EOT>amacs-instance-1:primary:current_tick<EOT>", 9), "is ROM"),
         (lambda rt: tools.memory_evict(rt, "<EOT>amacs-instance-1:primary:budget<EOT>"), "is ROM"),

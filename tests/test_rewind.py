@@ -1119,6 +1119,52 @@ def test_a_fork_links_the_loose_objects_its_tick_reaches_and_a_fork_of_it_finds_
         assert "answer to the third" in _fork_holds(each).decode(errors="replace")
 
 
+def test_a_fork_keeps_a_pack_written_in_its_commits_second_before_the_commit_was_made(tmp_path, fake):
+    """Commit times are whole seconds; a home whose commits come faster than one a second has packs
+    written in the second of a tick's commit.  While that commit is a loose object, its file's time
+    says which of them were written before it was made: those hold only its past, and the fork keeps
+    them whole; one dated at or after it may hold a later tick, and is not kept; nor is any when the
+    file's time is not of its commit's second (the home was copied)."""
+    home = tmp_path / "home"
+    rt = runtime(home, fake.url)
+    try:
+        do(rt, ("say", "hello"))
+        assert rt.mind.commits.flush(60)
+        for _ in range(20):  # a pack, then the tick's commit, in one second
+            while not 0.05 < time.time() % 1 < 0.4:
+                time.sleep(0.01)
+            before = pack_names(home)
+            rt.mind.repo.pack()
+            do(rt, ("say", "the tick"))
+            assert rt.mind.commits.flush(60)
+            tick = rt.mind.consciousness.current_tick
+            commit = history.tick_commit(home, tick)
+            [pack] = pack_names(home) - before
+            if int(pack_times(home)[pack]) == history._commit_time(home, commit):
+                break
+        else:
+            raise AssertionError("no pack and commit in one second")
+        do(rt, ("say", "later words"))
+        assert rt.mind.commits.flush(60)
+    finally:
+        rt.stop()
+    loose = home / ".git" / "objects" / commit[:2] / commit[2:]
+    written = loose.stat().st_mtime
+    assert pack_times(home)[pack] < written
+    noted = json.loads((home / ".git" / PACKED_FILE).read_text())
+    made = noted["newest"][pack]
+    for case, newest, mtime in (("kept", made, written), ("dated-then", written, written),
+                                ("copied", made, written + 5)):
+        noted["newest"][pack] = newest
+        (home / ".git" / PACKED_FILE).write_text(json.dumps(noted))
+        os.utime(loose, (mtime, mtime))
+        fork = history.fork(home, tick, tmp_path / case).home
+        assert (fork / ".git" / "objects" / "pack" / pack).exists() == (case == "kept"), case
+        _whole(fork)
+        assert _holds_abandoned(fork, ("later words",)) == []
+        assert "answer to the tick" in _fork_holds(fork).decode(errors="replace")
+
+
 def test_a_fork_packs_the_loose_objects_the_packer_packed_and_pruned_while_it_linked_them(tmp_path, fake,
                                                                                           monkeypatch):
     """The home's packer packs the loose objects and prunes them between the fork's walk and its

@@ -7,6 +7,7 @@ before, and a string compares equal to its member.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from enum import StrEnum
 
 PRIMARY = "primary"  # the primary's agent id: the agent the person talks to in the shell
@@ -57,3 +58,17 @@ def blocked_reason(compulsion: str, template: str, words: str) -> str:
 def is_blocked(error: str | None) -> bool:
     """Whether an action's ERROR is a compulsion's block (:func:`blocked_reason`)."""
     return error is not None and error.startswith("blocked by compulsion ")
+
+
+# The command of the person's key (``eval-expression`` for M-:) that made the agent-function call
+# now handled, outside any agent's eval; None in an agent's eval or in no call.  Such a call acts
+# with the primary's rights, but the record names the person (:func:`acting`).  Set by the
+# server's method gate (methods.by_no_eval) for the one call; a task the call starts runs without it.
+PERSON_KEY: ContextVar[str | None] = ContextVar("amacs_person_key", default=None)
+
+
+def acting(caller: str) -> str:
+    """Who the record names for CALLER's act: the person and their key's command when a key of
+    theirs made the call the primary's rights act on (M-: of agent-cancel), else CALLER."""
+    command = PERSON_KEY.get()
+    return f"the person ({command})" if caller == PRIMARY and command else caller

@@ -14,6 +14,7 @@ queue sizes) fails at once with :class:`Overloaded`; model calls share a pool.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from ..skills import Skill, SkillError
 from ..tools_mcp import calls as mcp_calls
 from .agent import Agent, AgentError, AgentStopped
 from .files_seen import FilesSeen
-from .kinds import PRIMARY, AgentState, AgentType, blocked_reason
+from .kinds import PERSON_KEY, PRIMARY, AgentState, AgentType, acting, blocked_reason
 from .post import Post
 from .registry import Registry
 from .saved import agent_from_state, agent_state
@@ -69,6 +70,12 @@ DEFAULT_ACTIONS = {
 }
 SAY_WAIT = 0.5  # seconds a model call waits on the tool servers before the header says so
 REPORT_INTERVAL = 0.2  # seconds between reports of the agents at work to the person's shell
+
+
+def _speaker(caller: str) -> str:
+    """How an agent told something by CALLER names who said it: ``person`` when a key of the
+    person's made the call (their M-:), as their @NAME does, else CALLER."""
+    return "person" if acting(caller) != caller else caller
 
 
 class WorldHost(Protocol):
@@ -144,8 +151,11 @@ class AgentWorld(Registry):
         self.transcript.write(Posted(**event.to_dict()), agent=self.identity(to))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], *agent_ids: str) -> asyncio.Task[Any]:
-        """Run CORO as a task that drives AGENT_IDS (cancelled with any of them)."""
-        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        """Run CORO as a task that drives AGENT_IDS (cancelled with any of them); not as the
+        person's call that started it, if one did (its agents act as themselves)."""
+        context = contextvars.copy_context()
+        context.run(PERSON_KEY.set, None)
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro, context=context)
         for agent_id in agent_ids:
             self._running.setdefault(agent_id, set()).add(task)
         def forget(done: asyncio.Task[Any]) -> None:
@@ -257,7 +267,9 @@ class AgentWorld(Registry):
             raise AgentError(f"{agent.id} was not started: {err}") from err
         self._register(agent)
         self.post.open(agent.id, agent.talk_ids)
-        self.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name),
+        starter = acting(asked_by or caller)
+        self.transcript.write(AgentStart(allowed=sorted(actions), tools=list(grant), depth=depth, name=name,
+                                         started_by=starter if starter != (asked_by or caller) else None),
                                  agent=agent.identity)
         return agent
 
@@ -378,12 +390,18 @@ class AgentWorld(Registry):
         agent = self._subagent(agent_id)
         if caller != PRIMARY and caller not in self._ancestors(agent.id):
             raise AgentError(f"{caller} may control only its own subagents, not {agent.id}")
+        who = acting(caller)
         if agent.type is AgentType.COMPULSION:
-            self.transcript.write(ControlRefused(by=caller, action=action), agent=agent.identity)
+            self.transcript.write(ControlRefused(by=who, action=action), agent=agent.identity)
+            if who != caller:  # the person's M-: of agent-cancel: an agent function, with the primary's rights
+                raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent}: it obeys no "
+                                 f"agent, and agent-{action} acts with {caller}'s rights, even from your "
+                                 f"{PERSON_KEY.get()}. Only it ends itself (agent-quit); you can pause or cancel it "
+                                 "from the hub (C-c C-v, then z or k).")
             raise AgentError(f"{agent.id} ({agent.template}) is a compulsion watching {agent.parent}: it obeys no "
                              f"agent, so {caller} may not {action} it. Only it ends itself (agent-quit); the person "
                              "can pause or cancel it from the hub.")
-        return self._apply(action, agent, caller)
+        return self._apply(action, agent, who)
 
     def person_control(self, action: str, agent_id: str, confirmed: bool = False) -> dict[str, Any]:
         """The person, from the hub, pauses, resumes or cancels AGENT_ID and, for cancel, its subtree.
@@ -549,12 +567,13 @@ class AgentWorld(Registry):
         panel = self._panel(caller, prompt, "agent-consider needs a non-empty PROMPT", "consider with")
         self.post.reserve(caller)
         talk_id = self.post.talk(caller, eval_id)
-        self._spawn(self._run_consider(caller, panel, prompt, talk_id), *(a.id for a in panel))
+        self._spawn(self._run_consider(caller, panel, prompt, talk_id, _speaker(caller)), *(a.id for a in panel))
         return {"talk_id": talk_id, "viewpoints": [a.name for a in panel]}
 
-    async def _run_consider(self, caller: str, panel: list[Agent], prompt: str, talk_id: int) -> None:
+    async def _run_consider(self, caller: str, panel: list[Agent], prompt: str, talk_id: int,
+                            asker: str) -> None:
         for agent in panel:
-            agent.tell(f"[{caller}] {prompt}")
+            agent.tell(f"[{asker}] {prompt}")
         comments: list[str] = []
         for agent in panel:
             if agent.state in (AgentState.DISCARDED, AgentState.CANCELLED):
@@ -633,7 +652,7 @@ class AgentWorld(Registry):
             return self._message(caller, eval_id, agent.id, text)
         self.post.reserve(caller)
         talk_id = self.post.talk(caller, eval_id)
-        self._spawn(self._run_talk(caller, agent, text, talk_id), agent.id)
+        self._spawn(self._run_talk(caller, agent, text, talk_id, _speaker(caller)), agent.id)
         return {"talk_id": talk_id, "to": agent.id}
 
     def _message(self, caller: str, eval_id: int | None, to: str, text: str) -> dict[str, Any]:
@@ -652,9 +671,9 @@ class AgentWorld(Registry):
             raise AgentError(f"{caller} has no subagent named {brain!r}")
         return self.talk_agent(caller, eval_id, mine[0].id, text)
 
-    async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int) -> None:
+    async def _run_talk(self, caller: str, agent: Agent, text: str, talk_id: int, speaker: str) -> None:
         try:
-            reply: dict[str, Any] = {"reply": await self.respond(agent, f"[{caller}] {text}")}
+            reply: dict[str, Any] = {"reply": await self.respond(agent, f"[{speaker}] {text}")}
         except asyncio.CancelledError:
             self.post.deliver_result(caller, AgentEvent(EventType.AGENT, agent.id, {"error": "interrupted"}, talk_id),
                                  wake=False)
@@ -698,8 +717,8 @@ class AgentWorld(Registry):
                 raise AgentError(f"{caller} has no viewpoint named {to!r}; its viewpoints: "
                                  f"{', '.join(str(a.name) for a in self.viewpoints_of(caller))}")
         for agent in panel:
-            agent.tell(f"[{caller}] {text}")
-            self.transcript.write(Notified(sender=caller, text=text, to=to or "all"),
+            agent.tell(f"[{_speaker(caller)}] {text}")
+            self.transcript.write(Notified(sender=acting(caller), text=text, to=to or "all"),
                                      agent=agent.identity)
         return {"notified": [a.name for a in panel]}
 

@@ -113,6 +113,17 @@ class MemId:
                 raise MemIdError(f"MemId {text!r}: version must be a positive integer or 'latest', got {raw!r}")
         return cls(parts[0], parts[1], parts[2], version)
 
+    @classmethod
+    def given(cls, text: str) -> MemId:
+        """Parse TEXT as a caller gives it: with its delimiters (as the agent is shown it) or
+        without (as the person is: ``amacs-instance-1:primary:notes:2``)."""
+        if not isinstance(text, str) or DELIM in text:
+            return cls.parse(text)
+        try:
+            return cls.parse(f"{DELIM}{text}{DELIM}")
+        except MemIdError as err:  # said of the text given, not of its wrapped form
+            raise MemIdError(str(err).replace(repr(f"{DELIM}{text}{DELIM}"), repr(text))) from None
+
     def format(self) -> str:
         """The canonical string; with no version, the latest alias (no version field)."""
         tail = f":{self.version}" if self.version is not None else ""

@@ -1624,9 +1624,21 @@ def _link(src: Path, dest: Path) -> bool:
     return True
 
 
-def _packs_before(home: Path, made: int) -> dict[str, float]:
-    """HOME's packs that hold only objects of the past of a commit made at MADE (its time, in whole
-    seconds), each with the time its newest object was made: every one whose newest object was made
+def _made_at(objects: Path, commit: str, when: int) -> float:
+    """When COMMIT was made: WHEN (its time, in whole seconds), or within that second its file's
+    time while it is a loose object in the object folder OBJECTS (written once, as it was made, by
+    the file clock that dates packs too: a pack dated before it was written before COMMIT was made).
+    A file time outside COMMIT's second is not its making's (a copy of the home): not used."""
+    try:
+        written = (objects / commit[:2] / commit[2:]).stat().st_mtime
+    except FileNotFoundError:  # packed
+        return when
+    return written if when <= written < when + 1 else when
+
+
+def _packs_before(home: Path, made: float) -> dict[str, float]:
+    """HOME's packs that hold only objects of the past of a commit made at MADE (:func:`_made_at`),
+    each with the time its newest object was made: every one whose newest object was made
     before that commit was (as HOME's packer noted it, :func:`~.git_repo.pack_times`; else the
     pack file's time: a pack holds what existed when it was written, and git only ever sets a
     pack's time later) and before the commit of the earliest
@@ -1707,7 +1719,7 @@ def _history_up_to(home: Path, commit: str, made: Path) -> None:
     in; if one is still missing, the packing fails and the history is fetched."""
     source, target = home / ".git" / "objects", made / ".git" / "objects"
     when = _commit_time(home, commit)
-    dated = _packs_before(home, when)
+    dated = _packs_before(home, _made_at(source, commit, when))
     kept = set()
     for whole in dated:  # linked only if whole here (a pack the packer removed meanwhile is not kept)
         pack, index = source / "pack" / whole, (source / "pack" / whole).with_suffix(".idx")

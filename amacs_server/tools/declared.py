@@ -81,6 +81,8 @@ a part at a time: the answer has :total-chars and, for a part,
 may be left out: (agent-memory-load ID :offset 8000)."""),
     Tool("agent-memory-search", "memory_search", "query &rest options", "memory", SearchOptions,
          """Search long-term memory for QUERY; return ranked hits with snippets.
+One hit per item: its newest version that matches, and :latest N when
+the item has a newer version that does not.
 OPTIONS: :limit (default 10), :tags, :mode ("keyword")."""),
     Tool("agent-history-search", "history_search", "query &rest options", "memory", HistoryOptions,
          """Search your history for QUERY; return the lines holding it, newest first.

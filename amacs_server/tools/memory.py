@@ -64,8 +64,8 @@ def memory_of(mind: Mind, world: AgentWorld, agent_id: str) -> ActiveMemory:
 
 def _mem_id(value: object) -> MemId:
     if not isinstance(value, str):
-        raise ValueError(f"must be a MemId string (<EOT>brain:agent:name<EOT>), got {value!r}")
-    return MemId.parse(value)  # a MemIdError is a ValueError: its message is the refusal
+        raise ValueError(f"must be a MemId string (AGENT:BRAIN:NAME, in <EOT>s or not), got {value!r}")
+    return MemId.given(value)  # a MemIdError is a ValueError: its message is the refusal
 
 
 def _content(value: object) -> object:

@@ -12,6 +12,7 @@ import pytest
 from amacs_server.persistence.chat_log import ChatLog
 from tests.context_items import chat_lines, eval_result, newest_message, request_text, said
 from tests.e2e.agent_fakes import (
+    calls_by,
     pause,
     run_elisp,
     say,
@@ -21,7 +22,7 @@ from tests.e2e.agent_fakes import (
     wait_text,
 )
 from tests.e2e.harness import run_emacs
-from tests.fake_anthropic import agent_json
+from tests.fake_anthropic import Reply, agent_json
 
 pytestmark = pytest.mark.e2e
 
@@ -214,3 +215,58 @@ def test_the_person_talks_to_a_viewpoint_and_a_compulsion_from_the_shell(fake, h
                     "viewpoint-skeptic (debater) to the person: Because the tests are red.",
                     "the person to compulsion-1: what do you watch?",
                     "compulsion-1 (spawn-limiter) to the person: How many tasks the primary spawns."]
+
+
+def m_x(form):
+    """Elisp that runs FORM as the person's M-: does (eval-expression, a command of theirs), the
+    error it signals printed as ERR<<...>>."""
+    return ("(condition-case err (cl-letf (((symbol-function 'read--expression) (lambda (&rest _) '"
+            f"{form}))) (command-execute 'eval-expression)) "
+            '(error (princ (format "ERR<<%s>>\\n" (error-message-string err)))))')
+
+
+def test_what_the_person_does_with_m_colon_is_recorded_as_the_persons(fake, home):
+    """A newcomer's M-: of agent-viewpoint, agent-compulsion and agent-cancel was recorded as the
+    primary's (``parent_id: "primary"`` and nothing more) and refused as ``primary may not cancel
+    it``, though the wire log knew a key of theirs made each call.  Such a call still acts with the
+    primary's rights, but the transcript and the words name the person; the agent's own evals stay
+    the primary's."""
+
+    def answer(body):
+        me, kind, _ = who(body)
+        if kind == "compulsion":
+            return say("")
+        if me == "task-2":  # numbered after compulsion-1
+            return Reply(agent_json("late"), delay=5)
+        if me.startswith("viewpoint-"):
+            return say(f"{me} comments")
+        ctx = request_text(body)
+        if "own-made" not in ctx:
+            return run_elisp('(agent-viewpoint "con" "debater")', monologue="own-made")
+        return say("ok", monologue="ok")
+
+    fake.respond_with(answer)
+    run = run_emacs(home, fake.url, session(
+        send("hello"), wait_text("ok"),
+        m_x('(agent-viewpoint "pro" "debater")'),
+        m_x('(agent-compulsion "spawn-limiter")'),
+        m_x('(agent-cancel "compulsion-1")'),
+        m_x('(agent-task "researcher" "dig slowly")'),
+        pause(0.5),
+        m_x('(agent-cancel "task-2")'),
+        m_x('(agent-consider "Is Emacs an operating system?")'),
+        wait_text("viewpoint-con (debater) said"))).check()
+    starts = {e["agent_id"]: e for e in transcript_events(home) if e["event"] == "agent_start"}
+    by = {agent: (start["parent_id"], start["data"].get("started_by")) for agent, start in starts.items()}
+    person = "the person (eval-expression)"
+    assert by == {"viewpoint-con": ("primary", None), "viewpoint-pro": ("primary", person),
+                  "compulsion-1": ("primary", person), "task-2": ("primary", person)}, by
+    refused = [e["data"] for e in transcript_events(home, "compulsion-1") if e["event"] == "control_refused"]
+    assert refused == [{"by": person, "action": "cancel"}]
+    assert ("compulsion-1 (spawn-limiter) is a compulsion watching primary: it obeys no agent, and agent-cancel "
+            "acts with primary's rights, even from your eval-expression. Only it ends itself (agent-quit); you can "
+            "pause or cancel it from the hub (C-c C-v, then z or k).") in run.stdout
+    cancelled = [e["data"] for e in transcript_events(home, "task-2") if e["event"] in ("cancelled", "interrupted")]
+    assert {"reason": f"cancelled by {person}"} in cancelled, cancelled
+    asked = "\n".join(m for body in calls_by(fake, "viewpoint-pro") for _role, m in messages_of(body))
+    assert "[person] Is Emacs an operating system?" in asked and "[primary] Is Emacs an operating system?" not in asked

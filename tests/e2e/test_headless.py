@@ -66,7 +66,11 @@ def test_shell_joins_a_live_headless_server(fake, home):
         fake.script(Reply(agent_json("Hello from the headless server.")))
         program = f"(amacs-e2e-open) (amacs-e2e-send {elisp_string('hi')}) {REPORT} (amacs-e2e-finish)"
         run = run_emacs(home, fake.url, program).check()
-        assert f"Connected to the headless AMACS server on port {port} (pid {server.pid})." in run.shell
+        connected = f"Connected to the headless AMACS server on port {port} (pid {server.pid})."
+        assert connected in run.shell
+        # Said after what the shell shows first (the greeting, a home's last exchanges), not above
+        # it: a newcomer found it above the first screen and thought it missing.
+        assert run.shell.index("Type to the agent") < run.shell.index(connected) < run.shell.index("amacs> hi"), run.shell
         assert "Hello from the headless server." in run.shell
         assert "OWN-SERVER=nil" in run.stdout
         assert len(serving_lines(home)) == 1  # only the headless server ever served this home
