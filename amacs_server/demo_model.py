@@ -152,8 +152,8 @@ FAILING = {"error", "loop"}  # the words whose eval fails on purpose: their repl
 STEPS = 3  # the ticks of the turn that "steps" starts
 
 
-def last_human(body: dict[str, Any]) -> str:
-    """The person's newest input in a request body (the chat section's pending item)."""
+def _user_texts(body: dict[str, Any]) -> list[str]:
+    """The text of every user message of a request BODY, in order."""
     texts = []
     for message in body.get("messages", []):
         content = message.get("content")
@@ -161,7 +161,12 @@ def last_human(body: dict[str, Any]) -> str:
             content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
         if message.get("role") == "user" and isinstance(content, str):
             texts.append(content)
-    found = re.findall(r'"human": ("(?:[^"\\]|\\.)*")', "\n".join(texts))
+    return texts
+
+
+def last_human(body: dict[str, Any]) -> str:
+    """The person's newest input in a request body (the chat section's pending item)."""
+    found = re.findall(r'"human": ("(?:[^"\\]|\\.)*")', "\n".join(_user_texts(body)))
     return str(json.loads(found[-1])) if found else ""
 
 
@@ -199,17 +204,6 @@ def _step_done(body: dict[str, Any]) -> int:
     """The step of a "steps" turn whose eval result the newest message carries (0: none)."""
     found = re.findall(r"demo step (\d+) of", _newest_user_text(body))
     return int(found[-1]) if found and has_eval_result(body) else 0
-
-
-def _user_texts(body: dict[str, Any]) -> list[str]:
-    texts = []
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
-        if message.get("role") == "user" and isinstance(content, str):
-            texts.append(content)
-    return texts
 
 
 def compulsion_answer(template: str, body: dict[str, Any]) -> DemoReply:
