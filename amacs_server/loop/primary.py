@@ -252,7 +252,8 @@ class PrimaryBody:
             else EvalResult(False, error=f"interrupted ({reason}) while it waited for its subagents' replies")
             if self.waiting else EvalResult.skipped_result())
         # Why, as the shell said it: C-c C-c is the person's; a restart stops the server.
-        finish_unanswered(rt, tick, rt.turns.halted or "interrupted by the person", began=self.began)
+        finish_unanswered(rt, tick, rt.turns.halted or "interrupted by the person", began=self.began,
+                          waited=self.waiting)
 
     def out_of_steps(self) -> None:
         self.rt.face.annotate(
@@ -524,9 +525,13 @@ def persist(mind: Mind, face: Face, tick: int, response: AgentResponse, *, human
         mind.memory.sync_state(mind.consciousness)
 
 
-def finish_unanswered(rt: TurnHost, tick: int, reason: str, *, began: str | None = None) -> None:
+def finish_unanswered(rt: TurnHost, tick: int, reason: str, *, began: str | None = None, waited: bool = False) -> None:
     """A tick that ended without a response: the input stays, marked with REASON in memory
-    and in agent-chat.org (BEGAN: the events that began it, when no input did)."""
+    and in agent-chat.org (BEGAN: the events that began it, when no input did).
+
+    WAITED: the tick had responded and was committed, and what ended was the wait on its
+    subagents after its eval (agent-wait-for): the state it leaves is a second commit of the
+    same tick, whose subject says it is that wait's end, not a tick without a response."""
     unanswered = rt.mind.memory.pending_tick == tick
     said = rt.mind.memory.said_at(tick)
     with rt.mind.ltm.transaction():
@@ -541,7 +546,8 @@ def finish_unanswered(rt: TurnHost, tick: int, reason: str, *, began: str | None
     except PersistenceError as err:
         rt.face.annotate(f"Could not save state: {err.strerror}", "error")
     _commit(rt, commit_message(tick, rt.mind.consciousness.active_thread, rt.mind.consciousness.mood,
-                               f"(no response: {reason})", said=said, began=began))
+                               f"(its wait for its subagents ended: {reason})" if waited
+                               else f"(no response: {reason})", said=said, began=began))
 
 
 def commit(rt: TurnHost, tick: int, response: AgentResponse, *, said: str | None = None, began: str | None = None,

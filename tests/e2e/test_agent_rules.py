@@ -84,6 +84,14 @@ def test_interrupt_stops_a_running_task(fake, home):
     assert "interrupted" in events
     assert [e["data"]["state"] for e in transcript_events(home, "task-1") if e["event"] == "agent_end"] == [
         "interrupted"]
+    # The tick responded (its eval started the task and waited) and was committed; what the
+    # interrupt ended was its wait.  Its second commit says so, not that the tick had no response
+    # (a newcomer read two [TICK 50] commits, the second "(no response: interrupted by the person)").
+    subjects = subprocess.run(["git", "-C", str(home), "log", "--reverse", "--format=%s"], capture_output=True,
+                              text=True, check=True).stdout.splitlines()
+    assert [s.partition("] «")[2] for s in subjects if s.startswith("[TICK 1]")] == [
+        "start a slow task» — thinking",
+        "start a slow task» — (its wait for its subagents ended: interrupted by the person)"], subjects
 
 
 def _held(hold):

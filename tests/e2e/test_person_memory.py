@@ -24,6 +24,7 @@ PROGRAM = r"""
 (add-hook 'amacs-hub-rendered-hook (lambda () (setq e2e-renders (1+ e2e-renders))))
 (defun e2e-render () (let ((n e2e-renders)) (amacs-hub) (amacs-e2e-wait (lambda () (> e2e-renders n)) "the hub")))
 (amacs-e2e-open)
+(e2e-out "AUTOLOADED" (list (featurep 'amacs-hub) (commandp 'amacs-memory-search) (commandp 'amacs-memory-show)))
 (e2e-out "CREATED" (prin1-to-string (agent-memory-create "groceries" "buy oat milk and rye bread" :tags "home")))
 (e2e-out "MUTATED" (prin1-to-string (agent-memory-mutate "amacs-instance-1:primary:groceries"
                                                          "buy oat milk, rye bread and coffee")))
@@ -58,6 +59,7 @@ def test_a_person_reads_types_and_searches_the_agents_memory_without_its_sentine
     fake.script(Reply(agent_json("Oat milk, rye bread and coffee.")))
     run = run_emacs(home, fake.url, PROGRAM).check()
     out = run.stdout
+    assert grab(out, "AUTOLOADED") == "(nil t t)"  # M-x finds them before the hub is loaded
     assert grab(out, "CREATED") == '(:mem-id "amacs-instance-1:primary:groceries:1" :version 1 :tier "ram" :kind "note")'
     assert grab(out, "MUTATED") == ('(:mem-id "amacs-instance-1:primary:groceries:2" :version 2 :tier "ram" '
                                     ':kind "note" :previous-version 1)')
