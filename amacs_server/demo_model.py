@@ -152,8 +152,8 @@ FAILING = {"error", "loop"}  # the words whose eval fails on purpose: their repl
 STEPS = 3  # the ticks of the turn that "steps" starts
 
 
-def last_human(body: dict[str, Any]) -> str:
-    """The person's newest input in a request body (the chat section's pending item)."""
+def _user_texts(body: dict[str, Any]) -> list[str]:
+    """The text of every user message of a request BODY, in order."""
     texts = []
     for message in body.get("messages", []):
         content = message.get("content")
@@ -161,7 +161,12 @@ def last_human(body: dict[str, Any]) -> str:
             content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
         if message.get("role") == "user" and isinstance(content, str):
             texts.append(content)
-    found = re.findall(r'"human": ("(?:[^"\\]|\\.)*")', "\n".join(texts))
+    return texts
+
+
+def last_human(body: dict[str, Any]) -> str:
+    """The person's newest input in a request body (the chat section's pending item)."""
+    found = re.findall(r'"human": ("(?:[^"\\]|\\.)*")', "\n".join(_user_texts(body)))
     return str(json.loads(found[-1])) if found else ""
 
 
@@ -199,17 +204,6 @@ def _step_done(body: dict[str, Any]) -> int:
     """The step of a "steps" turn whose eval result the newest message carries (0: none)."""
     found = re.findall(r"demo step (\d+) of", _newest_user_text(body))
     return int(found[-1]) if found and has_eval_result(body) else 0
-
-
-def _user_texts(body: dict[str, Any]) -> list[str]:
-    texts = []
-    for message in body.get("messages", []):
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "\n".join(b.get("text", "") for b in content if isinstance(b, dict))
-        if message.get("role") == "user" and isinstance(content, str):
-            texts.append(content)
-    return texts
 
 
 def compulsion_answer(template: str, body: dict[str, Any]) -> DemoReply:
@@ -251,25 +245,34 @@ def viewpoint_answer(name: str, body: dict[str, Any]) -> DemoReply:
 
 
 def events_answer(body: dict[str, Any]) -> DemoReply | None:
-    """The primary woken by its viewpoints' comments (agent-consider), with no new input: it
-    answers them, not the person's last word again."""
+    """The primary woken by events with no new input (its viewpoints' comments on agent-consider,
+    subagents that ended while it did not wait for them): it answers them, not the person's last
+    word again.  A `task' turn's own wake-up (it waits for its researchers) is the script's."""
     newest = _newest_user_text(body)
     if "<events>" not in newest or '"human":' in newest:
         return None
     section = newest.split("<events>", 1)[1].split("</events>", 1)[0]
     comments: list[str] = []
+    ended: list[str] = []
     for line in section.splitlines():
         try:
             event = json.loads(line).get("content", {})
         except (ValueError, AttributeError):
             continue
-        if isinstance(event, dict) and event.get("source") == "consider":
+        if not isinstance(event, dict):
+            continue
+        if event.get("source") == "consider":
             comments += [str(c) for c in (event.get("content") or {}).get("comments", [])]
-    if not comments:
-        return None
-    return DemoReply(agent_json(f"The viewpoints answered ({len(comments)}; their lines above). A real model "
-                                "would weigh them; the demo only shows the debate.",
-                                monologue="viewpoints answered: say so"))
+        elif str(event.get("source", "")).startswith("task-"):
+            ended.append(str(event["source"]))
+    if comments:
+        return DemoReply(agent_json(f"The viewpoints answered ({len(comments)}; their lines above). A real model "
+                                    "would weigh them; the demo only shows the debate.",
+                                    monologue="viewpoints answered: say so"))
+    if ended and words(last_human(body)) != "task":
+        return DemoReply(agent_json(f"{', '.join(ended)} ended (the lines above say how).",
+                                    monologue="subagents ended: say so"))
+    return None
 
 
 def answer(body: dict[str, Any]) -> DemoReply:
@@ -312,7 +315,7 @@ def answer(body: dict[str, Any]) -> DemoReply:
     if human == "spawn":
         failed = eval_failure(body) if after_eval else None
         if failed is not None:
-            return DemoReply(agent_json(f"That ▸ eval did not run: {failed}. A compulsion held it back; "
+            return DemoReply(agent_json(f"That ▸ eval did not run: {failed.rstrip('.')}. A compulsion held it back; "
                                         "the researchers started before it are at work.",
                                         monologue="a spawn was blocked: say so"))
         found = re.findall(r"demo spawn (\d+) of", _newest_user_text(body)) if after_eval else []

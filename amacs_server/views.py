@@ -165,7 +165,7 @@ def hub_state(rt: ViewHost, count: int = 10) -> dict[str, object]:
         "agents": rt.world.everyone(),
         "mcp": rt.world.tools.status() if rt.world.tools is not None else [],
         "mcp_problems": list(rt.world.tools.problems) if rt.world.tools is not None else [],
-        "memory": memory_summary(rt.mind),
+        "memory": memory_summary(rt.mind, count),
     }
 
 
@@ -176,14 +176,17 @@ def _preview(item: MemoryItem) -> str:
     return " ".join(long_text(item)[1].split())[:PREVIEW_CHARS]
 
 
-def memory_summary(mind: Mind) -> dict[str, object]:
-    """The hub's Memory section: the primary's pinned items (name, kind, version, the start of
-    its text) and how many versions long-term memory holds (one count over its smallest index:
-    2 ms at 106,000 versions, a home of 20,000 ticks)."""
+def memory_summary(mind: Mind, count: int) -> dict[str, object]:
+    """The hub's Memory section: the COUNT newest of the primary's pinned items (name, kind,
+    version, the start of its text), how many it pins, and how many versions long-term memory
+    holds (one count over its smallest index: 2 ms at 106,000 versions, a home of 20,000 ticks).
+    A home may pin hundreds (800 at 20,000 ticks of bench_flat's workload, whose hub then took
+    1.5 s a draw): the others are found by search."""
+    items = list(mind.memory.pinned.values())
     pinned = [{"mem_id": for_person(item.mem_id.format()), "name": item.mem_id.name, "kind": item.kind.value,
                "version": item.version, "preview": _preview(item)}
-              for item in mind.memory.pinned.values()]
-    return {"pinned": pinned, "versions": mind.ltm.count()}
+              for item in reversed(items[-count:])]
+    return {"pinned": pinned, "pinned_count": len(items), "versions": mind.ltm.count()}
 
 
 def memory_item(ltm: LongTermMemory, given: str, version: int | None = None) -> dict[str, object]:

@@ -163,15 +163,18 @@ Nothing when AMACS_HOME/mcp.json names no server and has no problem."
 The count is of the versions long-term memory holds.  RET on an item
 shows it."
   (let* ((memory (plist-get state :memory))
-         (pinned (plist-get memory :pinned)))
+         (pinned (plist-get memory :pinned))
+         (all (or (plist-get memory :pinned-count) (length pinned))))
     (magit-insert-section (amacs-memory)
       (magit-insert-heading
         (format "Memory: %d pinned, %d versions in long-term memory (M-x amacs-memory-search)"
-                (length pinned) (or (plist-get memory :versions) 0)))
+                all (or (plist-get memory :versions) 0)))
       (dolist (item pinned)
         (magit-insert-section (amacs-memory-item (plist-get item :mem-id))
           (amacs-hub--line "  %-20s %-8s v%-3d %s" (plist-get item :name) (plist-get item :kind)
                            (plist-get item :version) (plist-get item :preview))))
+      (when (> all (length pinned))
+        (amacs-hub--line "  (the %d newest shown; M-x amacs-memory-search finds the others)" (length pinned)))
       (insert "\n"))))
 
 (defun amacs-hub--show-transcript (agent)
@@ -194,7 +197,7 @@ shows it."
   (magit-insert-section ((eval type))
     (magit-insert-heading title)
     (if items
-        (dolist (item items) (amacs-hub--line "  %s" (funcall describe item)))
+        (dolist (item items) (amacs-hub--line "  %s" (amacs-shell--for-person (funcall describe item))))
       (amacs-hub--line "  (none)"))
     (insert "\n")))
 

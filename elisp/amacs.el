@@ -37,6 +37,8 @@
 ;; a session that never opens it keeps a smaller heap (and shorter GCs).
 (autoload 'amacs-hub "amacs-hub" "Open the AMACS hub." t)
 (autoload 'amacs-open-chat-log "amacs-hub" "Open agent-chat.org in `org-mode'." t)
+(autoload 'amacs-memory-search "amacs-hub" "Search the agent's long-term memory." t)
+(autoload 'amacs-memory-show "amacs-hub" "Show an item of the agent's memory." t)
 (autoload 'amacs-report "amacs-research" "Write and open the report of an experiment's runs." t)
 (autoload 'amacs-rewind "amacs-history" "Return the agent's mind to just before a past input." t)
 (autoload 'amacs-fork "amacs-history" "Make a new AMACS home holding the mind at a past input." t)

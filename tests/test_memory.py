@@ -10,6 +10,7 @@ from amacs_server.memory.memid import MemId
 from amacs_server.runtime import Runtime
 from amacs_server.state.consciousness import EvalResult
 from amacs_server.tools import memory as tools
+from amacs_server.views import memory_summary
 
 
 class SilentFace:
@@ -357,3 +358,15 @@ def test_an_address_read_back_from_memory_db_is_not_checked_again_but_a_salvaged
     new = LongTermMemory(tmp_path / "new.db")
     assert new.salvage_from(tmp_path / "memory.db") == 3  # the row no MemId can name is left
     new.close()
+
+
+def test_the_hubs_memory_section_lists_the_newest_pinned_items_and_counts_them_all(rt):
+    """A home may pin hundreds of notes (800 at 20,000 ticks of bench_flat's workload, whose hub then
+    took 1.5 s a draw): the hub lists the newest few and counts the rest."""
+    for n in range(12):
+        tools.memory_create(rt, f"note-{n}", f"text {n}\n  of note {n}")
+    summary = memory_summary(rt.mind, 10)
+    assert summary["pinned_count"] == 12 and summary["versions"] == rt.mind.ltm.count()
+    assert [p["name"] for p in summary["pinned"]] == [f"note-{n}" for n in range(11, 1, -1)]
+    assert summary["pinned"][0] == {"mem_id": "amacs-instance-1:primary:note-11:1", "name": "note-11", "kind": "note",
+                                    "version": 1, "preview": "text 11 of note 11"}

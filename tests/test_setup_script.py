@@ -95,7 +95,7 @@ def test_a_killed_emacs_is_said_in_one_line_not_with_its_command(tmp_path):
     launch = subprocess.run([str(ROOT / "amacs"), "--demo"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=60, env=env, stdin=subprocess.DEVNULL)
     assert launch.returncode == 137
-    assert launch.stderr == "emacs: its own warning\namacs: Emacs was stopped by signal 9 (KILL)\n", launch.stderr
+    assert launch.stderr == "emacs: its own warning\n\namacs: Emacs was stopped by signal 9 (KILL)\n", launch.stderr
 
 
 def test_the_install_prints_no_deprecation_of_a_package_without_pyproject_and_shows_errors(tmp_path):

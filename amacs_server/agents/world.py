@@ -756,6 +756,8 @@ class AgentWorld(Registry):
 
     async def before_model_call(self, agent_id: str, last: str) -> None:
         """Each compulsion sees the last result; a non-empty reply is injected (a Hook event)."""
+        if agent_id == PRIMARY:  # the compulsions' calls list the tools: the header says what they wait on
+            await self.tools_ready(self.face.preparing)
         for comp in self.compulsions_of(agent_id):
             try:
                 note = await self.respond(comp, f"[before model call] The last result was:\n{last}")

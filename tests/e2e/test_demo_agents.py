@@ -20,6 +20,8 @@ def test_on_the_demo_a_compulsion_blocks_only_its_rule_viewpoints_answer_and_the
         '(agent-compulsion "spawn-limiter")',
         send("eval"),
         send("spawn"),
+        wait_text("ended (the lines above say how)."),
+        '(amacs-e2e-wait (lambda () (not amacs-shell-busy)) "the woken turns to end")',
         '(agent-viewpoint "skeptic" "debater")',
         send("task"),
         send("@skeptic why is the sky blue?"),
@@ -32,7 +34,9 @@ def test_on_the_demo_a_compulsion_blocks_only_its_rule_viewpoints_answer_and_the
     spawned = shell.split("amacs> spawn", 1)[1].split("amacs> task", 1)[0]
     assert spawned.count("▸ eval") == 4, spawned
     assert ("That ▸ eval did not run: blocked by compulsion compulsion-1 (spawn-limiter): 3 subagents already "
-            "started in this turn") in spawned, spawned
+            "started in this turn; use their results before starting more. A compulsion") in spawned, spawned
+    # The researchers' ends wake the primary: it says so, not the answer to `spawn' again.
+    assert spawned.count("That ▸ eval did not run") == 1 and " ended (the lines above say how)." in spawned, spawned
     assert "I'll ask two researchers." in shell and "Done: both researchers answered" in shell, shell
     asked = shell.split("amacs> @skeptic why is the sky blue?", 1)[1]
     assert "[viewpoint-skeptic] I doubt it, on \u201cwhy is the sky blue?\u201d" in asked, asked

@@ -28,7 +28,7 @@ DEBIAN_ELPA = "/usr/share/emacs/site-lisp/elpa"
 # Every command README.md and docs/ name as M-x amacs-..., and the hub and the chat log.
 COMMANDS = ["amacs-shell", "amacs-connect", "amacs-restart", "amacs-set-model", "amacs-set-budget",
             "amacs-add-buffer", "amacs-send-region", "amacs-hub", "amacs-open-chat-log", "amacs-install-server",
-            "amacs-demo"]
+            "amacs-demo", "amacs-memory-search", "amacs-memory-show"]
 
 
 def package_setup(user_dir: Path) -> str:

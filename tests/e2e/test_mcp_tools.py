@@ -435,15 +435,18 @@ def test_a_streamable_http_server_with_headers_from_the_environment(fake, evals,
     assert status["server"] == "remote" and status["error"] is None
 
 
-def test_a_turn_waiting_on_a_tool_server_says_so_and_one_that_does_not_start_is_one_shell_line(fake, home):
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "watched"])
+def test_a_turn_waiting_on_a_tool_server_says_so_and_one_that_does_not_start_is_one_shell_line(fake, home, watched):
     """The header names the server the model call waits on to start (not only `thinking…'); a
-    server that cannot start is one line in the shell at its first use, not one per turn."""
+    server that cannot start is one line in the shell at its first use, not one per turn.
+    WATCHED: a compulsion's call, before the primary's, lists the tools (it waited unsaid)."""
     write_config(home, {"slow": {"command": "sh", "args": ["-c", f"sleep 3; exec {time_server()['command']}"]},
                         "missing": {"command": "/nonexistent/mcp-server-nothing"}})
-    fake.respond_with(lambda body: say("ok"))
+    fake.respond_with(lambda body: say("" if who(body)[1] == "compulsion" else "ok"))
     shell = "(get-buffer amacs-shell-buffer-name)"
     header = f"(with-current-buffer {shell} (amacs-shell-state-string))"
     program = session(
+        '(agent-compulsion "spawn-limiter")' if watched else "",
         '(amacs-e2e-send-no-wait "first")',
         f'(amacs-e2e-wait (lambda () (string-match-p "starting tool server" {header})) "the header to say it")',
         f'(princ (format "HEADER<<%s>>\\n" {header}))',
