@@ -150,8 +150,12 @@ for the primary, a timer or hook an eval left is refused.  A talk the
 call started is noted in `amacs--eval-talks', with who answers it.
 The person's call (outside any eval) is answered with each memory
 address as the person reads it, without its <EOT>s; the agent's keeps
-them, to pass back.  Either form is taken as an argument."
-  (let ((value (amacs--call-sync method (cons (or amacs-current-eval (amacs--call-origin)) args))))
+them, to pass back.  Either form is taken as an argument; a refusal
+the person gets says the addresses it names as the person reads them."
+  (let ((value (condition-case err
+                   (amacs--call-sync method (cons (or amacs-current-eval (amacs--call-origin)) args))
+                 (amacs-remote-error
+                  (signal (car err) (if amacs-current-eval (cdr err) (amacs--for-person-value (cdr err))))))))
     (amacs--note-talk value)
     (if amacs-current-eval value (amacs--for-person-value value))))
 

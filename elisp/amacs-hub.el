@@ -197,7 +197,7 @@ shows it."
   (magit-insert-section ((eval type))
     (magit-insert-heading title)
     (if items
-        (dolist (item items) (amacs-hub--line "  %s" (funcall describe item)))
+        (dolist (item items) (amacs-hub--line "  %s" (amacs-shell--for-person (funcall describe item))))
       (amacs-hub--line "  (none)"))
     (insert "\n")))
 

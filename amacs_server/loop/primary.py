@@ -550,6 +550,34 @@ def finish_unanswered(rt: TurnHost, tick: int, reason: str, *, began: str | None
                                else f"(no response: {reason})", said=said, began=began))
 
 
+# Why a tick the server stopped in (killed, or its machine) has no response: said at the next start.
+SERVER_STOPPED = "the server stopped before the agent replied"
+
+
+def finish_cut_off(rt: TurnHost) -> int | None:
+    """At start: the tick the last server stopped in before it answered (agent-chat.org's last
+    tick holds the person's input and nothing after it) is finished as a tick with no response,
+    saying why: ``** No reply`` in agent-chat.org and its commit
+    ``«INPUT» — (no response: the server stopped before the agent replied)``.  Returns that tick,
+    or None when the last tick was not cut off."""
+    tail = rt.mind.chat_log.read_tail(1)
+    c = rt.mind.consciousness
+    if not tail or not tail[-1].interrupted or tail[-1].tick != c.current_tick:
+        return None
+    tick = tail[-1].tick
+    try:
+        with deferred_sync():
+            rt.mind.chat_log.write_no_reply(SERVER_STOPPED)
+            rt.mind.save_consciousness()
+    except PersistenceError as err:
+        rt.face.annotate(f"Could not save that tick {tick} got no reply: {err.strerror}", "error")
+    with rt.mind.ltm.transaction():  # its exchange in memory is marked already (memory.active.INTERRUPTED)
+        rt.mind.memory.sync_state(c)
+    _commit(rt, commit_message(tick, c.active_thread, c.mood, f"(no response: {SERVER_STOPPED})",
+                               said=tail[-1].human))
+    return tick
+
+
 def commit(rt: TurnHost, tick: int, response: AgentResponse, *, said: str | None = None, began: str | None = None,
            blocked: tuple[str, str] | None = None) -> None:
     """Commit: one git commit for the tick, made by the commit worker (the tick does not wait).

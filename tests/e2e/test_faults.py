@@ -392,3 +392,32 @@ def test_kill_in_a_chain(case: tuple[str, int], chains: dict[str, Chain]) -> Non
     final = tick_of(ticks, FINAL)
     assert final is not None and f"** Agent\n{AFTER}" in ticks[final], after
     sound(home)
+
+
+def test_a_tick_the_server_was_killed_in_says_so_at_the_next_start(tmp_path: Path) -> None:
+    """kill -9 of the server while the model thought: the shell said the input is saved in
+    agent-chat.org, and it was, but the tick stayed an input with nothing after it and no commit
+    (the next tick's commit carried it), though a tick with no response says why.  The next start
+    finishes it as one: ``** No reply`` and its own commit saying the server stopped."""
+    fake = FakeAnthropic(lambda body: Reply(agent_json(AFTER))).start()
+    try:
+        home = tmp_path / "agent"
+        run = run_emacs(home, fake.url, f"""
+(setq amacs-e2e-timeout 60)
+(amacs-e2e-open)
+(amacs-e2e-send-no-wait "{FIRST}")
+(amacs-e2e-wait-disconnect)
+(setenv "AMACS_FAULT_POINT" nil)
+(amacs-e2e-send "{SECOND}")
+(amacs-e2e-finish)""", timeout=90, AMACS_FAULT_POINT="write-ahead.confirmed")
+    finally:
+        fake.stop()
+    run.check()
+    assert "before the agent replied; your input is saved in agent-chat.org" in run.shell, run.shell
+    ticks = chat_ticks(home)
+    assert ticks[1].endswith(f"** Human\n{FIRST}\n\n** No reply\nthe server stopped before the agent replied\n\n")
+    assert f"** Human\n{SECOND}\n\n** Agent\n{AFTER}" in ticks[2]
+    subjects = git(home, "log", "--reverse", "--format=%s").stdout.splitlines()
+    assert [s.partition("] «")[2] for s in subjects] == [
+        f"{FIRST}» — (no response: the server stopped before the agent replied)", f"{SECOND}» — thinking"], subjects
+    sound(home)

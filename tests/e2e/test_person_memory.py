@@ -28,6 +28,8 @@ PROGRAM = r"""
 (e2e-out "CREATED" (prin1-to-string (agent-memory-create "groceries" "buy oat milk and rye bread" :tags "home")))
 (e2e-out "MUTATED" (prin1-to-string (agent-memory-mutate "amacs-instance-1:primary:groceries"
                                                          "buy oat milk, rye bread and coffee")))
+(e2e-out "MISSING" (condition-case err (agent-memory-load "amacs-instance-1:primary:groceries:7")
+                     (error (error-message-string err))))
 (e2e-out "SEARCHED" (prin1-to-string (agent-memory-search "coffee")))
 (e2e-render)
 (e2e-out "HUB" (e2e-text "*amacs-hub*"))
@@ -45,6 +47,9 @@ PROGRAM = r"""
 (e2e-out "TYPED" (e2e-text "*amacs-memory*"))
 (e2e-out "REFUSED" (condition-case err (amacs-memory-show "groceries") (user-error (cadr err))))
 (amacs-e2e-send "what is on the list?")
+(e2e-render)
+(e2e-out "MONOLOGUE" (with-current-buffer "*amacs-hub*" (goto-char (point-min)) (search-forward "Recent monologue\n")
+                       (buffer-substring-no-properties (point) (line-end-position))))
 (amacs-e2e-finish)
 """
 
@@ -56,15 +61,18 @@ def grab(out, tag):
 
 
 def test_a_person_reads_types_and_searches_the_agents_memory_without_its_sentinels(fake, home):
-    fake.script(Reply(agent_json("Oat milk, rye bread and coffee.")))
+    fake.script(Reply(agent_json("Oat milk, rye bread and coffee.",
+                                 monologue="read <EOT>amacs-instance-1:primary:groceries:2<EOT>")))
     run = run_emacs(home, fake.url, PROGRAM).check()
     out = run.stdout
     assert grab(out, "AUTOLOADED") == "(nil t t)"  # M-x finds them before the hub is loaded
     assert grab(out, "CREATED") == '(:mem-id "amacs-instance-1:primary:groceries:1" :version 1 :tier "ram" :kind "note")'
     assert grab(out, "MUTATED") == ('(:mem-id "amacs-instance-1:primary:groceries:2" :version 2 :tier "ram" '
                                     ':kind "note" :previous-version 1)')
+    assert '"amacs-instance-1:primary:groceries:7 does not exist; versions 1..2 do"' in grab(out, "MISSING")
     assert '(:mem-id "amacs-instance-1:primary:groceries:2"' in grab(out, "SEARCHED")
     assert "<EOT>" not in out
+    assert grab(out, "MONOLOGUE") == "  [1] read amacs-instance-1:primary:groceries:2"  # the agent's words, as the person reads them
 
     hub = grab(out, "HUB")
     assert re.search(r"Memory: 1 pinned, \d+ versions in long-term memory \(M-x amacs-memory-search\)", hub), hub
