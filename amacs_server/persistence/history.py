@@ -913,8 +913,8 @@ def keep_ready_copy(home: Path) -> Path | None:
         return None
     tmp = home / ".git" / f"amacs-memory.tmp-ready-{os.getpid()}-{threading.get_ident()}"
     try:
-        try:
-            _copy_soon_written(snapshot, tmp)
+        try:  # its pages left in the page cache (no write_back_soon): the fork that takes it reads some
+            _copy_soon_written(snapshot, tmp, cached=True)
         except FileNotFoundError:  # removed meanwhile (a new one made, or a rewind)
             return None
         faults.point("ready.written")
@@ -953,15 +953,17 @@ def _ready_again(home: Path) -> None:
     threading.Thread(target=make, name="amacs-ready-copy", daemon=True).start()
 
 
-def _copy_soon_written(src: Path, dest: Path) -> None:
+def _copy_soon_written(src: Path, dest: Path, *, cached: bool = False) -> None:
     """DEST (made or emptied) with SRC's bytes, their writeback begun (the fork syncs every file once
-    made: by then they are mostly on disk)."""
+    made: by then they are mostly on disk), unless CACHED: left to the caller's sync, its pages kept
+    in the page cache."""
     fd = os.open(src, os.O_RDONLY)
     try:
         out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             copy_range(fd, out, os.fstat(fd).st_size)
-            write_back_soon(out)
+            if not cached:
+                write_back_soon(out)
         finally:
             os.close(out)
     finally:
