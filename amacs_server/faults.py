@@ -90,6 +90,7 @@ FORK_POINTS = (
 SNAPSHOT_POINTS = (
     "snapshot.written",         # the new snapshot is written under a name of its own, not yet synced nor renamed
     "snapshot.kept",            # it is renamed into place; the older one not yet removed
+    "ready.written",            # the snapshot's ready copy is written under a name of its own, not yet synced nor renamed
 )
 HISTORY_POINTS = REWIND_POINTS + FORK_POINTS + SNAPSHOT_POINTS
 # Points of ``amacs-server judge`` and ``experiment``: tests/e2e/test_judge.py and test_experiment.py kill them.

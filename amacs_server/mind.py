@@ -31,6 +31,7 @@ from .persistence.history import (
     file_sizes,
     finish_unfinished,
     keep_memory_snapshot,
+    keep_ready_copy,
     late_commit,
     log_marks,
     ltm_watermark,
@@ -80,7 +81,8 @@ class Mind:
         self._finish_rewind()  # before the mind is read: a rewind a kill cut short is done first
         self.repo = HomeRepo(self.home)
         self.commits = CommitWorker(self.repo, report, record=True,  # one commit per tick, off the loop
-                                    chores=[lambda: keep_memory_snapshot(self.home)])
+                                    chores=[lambda: keep_memory_snapshot(self.home),
+                                            lambda: keep_ready_copy(self.home)])
         self._commit_saved_tick()  # before anything writes the home's files
         self.last_eval: tuple[int, EvalResult] | None = None  # the last eval that ran, for the hub
         chat, keep = self._read_logs()

@@ -22,7 +22,10 @@ copies of its home:
   for the first 3 s (RACY_NS), 29 ms a tick, as only a fork's (or a copy's) first seconds do;
 - ``rewind`` and ``fork`` (``persistence.history``) to before one of the inputs the
   rewind picker's first page shows, as a person does (a fork of a copy of the home as a live
-  server leaves it, :func:`as_served`: the copy step's time not counted); ``rewind_random`` and
+  server leaves it, :func:`as_served`: the copy step's time not counted; a person's forks are
+  seconds apart, so what the home's server makes again after a fork is made first, untimed:
+  :func:`settle_forks`); ``fork_burst`` the same forks back to back, as an experiment's
+  runs are forked (the memory snapshot copied by all but the first); ``rewind_random`` and
   ``fork_random`` to any tick (they copy or move aside as much history as lies
   before or after it); each also as ``<row>_cpu``, the CPU the bench process and its git used
   (on these shared machines a row's wall time swings with other processes' disk writes, which
@@ -51,6 +54,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -97,9 +101,10 @@ def as_served(home: Path) -> None:
     none of them).  Written by the server's own code: a snapshot read once every file's change is
     RACY_NS old (as the server rereads a file then), the blobs its commit finds, the record it
     keeps; and the memory snapshot its packer keeps for forks (made of the copy's own memory.db:
-    one made of the home it was copied from is not this file's)."""
+    one made of the home it was copied from is not this file's), with its ready copy."""
     LongTermMemory(home / "memory.db").close()
     history.keep_memory_snapshot(home)
+    history.keep_ready_copy(home)
     repo = HomeRepo(home)
     if not (home / ".git" / PACKED_FILE).exists():
         atomic_write(home / ".git" / PACKED_FILE, json.dumps(
@@ -251,13 +256,15 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
     with the history they copy (a fork) or move aside (a rewind), by design."""
     last = history.last_tick(home)
     rng = random.Random(3)
-    out: dict[str, list[float]] = {"fork": [], "rewind": [], "fork_random": [], "rewind_random": []}
+    out: dict[str, list[float]] = {"fork": [], "fork_burst": [], "rewind": [], "fork_random": [], "rewind_random": []}
     cpu: dict[str, list[float]] = {}  # the same rows in CPU (this process and its git): what disk waits do not sway
     served = tmp / "served"  # what is forked: a copy as a live server leaves it
     copy_home(home, served)
     as_served(served)
 
     def fork(row: str, tick: int) -> None:
+        if row != "fork_burst":  # a person's forks are seconds apart: the home's server has made
+            settle_forks(served)  # again what the last one took (untimed); a burst's come at once
         t0, c0 = time.perf_counter(), cpu_ms()
         history.fork(served, tick, tmp / "fork")
         out[row].append((time.perf_counter() - t0) * 1000)
@@ -274,6 +281,8 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
     shutil.rmtree(tmp / "fork")
     for _ in range(n):
         fork("fork", last - rng.randint(1, RECENT))
+    for _ in range(n):
+        fork("fork_burst", last - rng.randint(1, RECENT))
     copy = tmp / "copy"
     shutil.copytree(home, copy, symlinks=True)  # whole (a rewind cuts transcripts in place: none linked)
     as_served(copy)  # as its server left it: a fresh copy's files are unknown to the record, and read whole again
@@ -287,6 +296,15 @@ def rewind_and_fork(home: Path, tmp: Path, n: int, n_random: int) -> dict[str, d
         shutil.rmtree(copy)
     shutil.rmtree(served)
     return {row: summary(ms) for row, ms in {**out, **cpu}.items() if ms}
+
+
+def settle_forks(home: Path) -> None:
+    """What HOME's server makes again after a fork (the ready copy of its memory snapshot, in a
+    thread the fork starts) made, as it is seconds after a fork."""
+    for thread in threading.enumerate():
+        if thread.name == "amacs-ready-copy":
+            thread.join()
+    history.keep_ready_copy(home)
 
 
 def cpu_ms() -> float:

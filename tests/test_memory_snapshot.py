@@ -325,3 +325,46 @@ def test_a_memory_made_before_keeps_its_copies_and_its_snapshot_and_forks_drop_t
             fork.close()
     assert read[0] == read[1]
     assert read[0][1] == ["amacs:primary:own"] and read[0][2] == ["amacs:primary:n900"]
+
+
+def test_a_fork_takes_the_snapshots_ready_copy_and_one_is_made_again(tmp_path):
+    """The ready copy of the snapshot (made off the person's path) becomes the fork's memory.db by a
+    rename: the fork writes none of the snapshot's bytes, its memory is the one copying makes, the
+    snapshot stays; a second fork before a new copy is made copies the snapshot; the copy is made
+    again after a fork; a rewind before the snapshot's row removes it with the snapshot."""
+    home = _home(tmp_path, 1200, later=300)
+    made = history.keep_memory_snapshot(home, lag=300, every=100)
+    assert made is not None
+    ready = history.keep_ready_copy(home)
+    assert ready is not None and ready.name == made.name.replace("amacs-memory-", "amacs-memory-ready-")
+    assert ready.read_bytes() == made.read_bytes() and history.keep_ready_copy(home) is None  # there already
+    inode = ready.stat().st_ino
+    assert history._memory_from_snapshot(home, tmp_path / "a.db", _state(1000))
+    assert (tmp_path / "a.db").stat().st_ino == inode and not ready.exists() and made.exists()
+    assert history._memory_from_snapshot(home, tmp_path / "b.db", _state(1000))  # none ready: copied
+    assert (tmp_path / "b.db").stat().st_ino != inode
+    history._memory_up_to(home / "memory.db", tmp_path / "c.db", _state(1000))
+    assert _memory(tmp_path / "a.db") == _memory(tmp_path / "b.db") == _memory(tmp_path / "c.db")
+    again = history.keep_ready_copy(home)
+    assert again is not None and again.read_bytes() == made.read_bytes()
+    history._memory_at(home / "memory.db", _state(800), "refs/amacs/abandoned/x")
+    assert history.memory_snapshots(home) == [] and history.ready_copies(home) == []
+
+
+def test_a_ready_copy_killed_while_made_is_never_taken(tmp_path):
+    """Killed before its rename, the making of the ready copy leaves a file under a name no fork
+    takes, and the next making of a snapshot removes it."""
+    home = _home(tmp_path, 1200, later=300)
+    made = history.keep_memory_snapshot(home, lag=300, every=100)
+    assert made is not None
+    code = "import sys; from pathlib import Path; from amacs_server.persistence import history; " \
+           "history.keep_ready_copy(Path(sys.argv[1]))"
+    done = subprocess.run([sys.executable, "-c", code, str(home)], env={**os.environ, "AMACS_FAULT_POINT": "ready.written"},
+                          capture_output=True, cwd=ROOT, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert history.ready_copies(home) == [] and list((home / ".git").glob("amacs-memory.tmp-ready-*"))
+    assert history._memory_from_snapshot(home, tmp_path / "a.db", _state(1000))
+    history._memory_up_to(home / "memory.db", tmp_path / "c.db", _state(1000))
+    assert _memory(tmp_path / "a.db") == _memory(tmp_path / "c.db")
+    history._drop_snapshots(home)
+    assert list((home / ".git").glob("amacs-memory*")) == []

@@ -58,6 +58,7 @@ class Agent:
     resumed: asyncio.Event = field(default_factory=asyncio.Event)  # cleared while paused
     memory: ActiveMemory | None = None  # its own RAM, made at its first memory call (tools/memory.py)
     memory_shown: dict[str, str] = field(default_factory=dict)  # base -> the item as its requests last showed it
+    asked: int | None = None  # while a model call is out: how many of its messages that call shows
 
     def __post_init__(self) -> None:
         # A type or state given as its string (a test, a caller outside the World) becomes its member
@@ -83,7 +84,10 @@ class Agent:
         of the loop, with the others of the turn (:meth:`LongTermMemory.put`)."""
         part: str | MemoryItem = (self.memory.receive(text, soon=soon) if as_item and self.memory is not None
                                   else text)
-        if self.messages and self.messages[-1]["role"] == "user":
+        # Joined to the last message unless a model call out now shows it: then it is a message
+        # of its own, which the answer is put before (:meth:`answered`).
+        if self.messages and self.messages[-1]["role"] == "user" and (self.asked is None
+                                                                       or len(self.messages) > self.asked):
             last = self.messages[-1]
             last.setdefault("parts", [last["content"]]).append(part)
             last["content"] += "\n\n" + text
@@ -110,6 +114,13 @@ class Agent:
             out.append({"role": m["role"], "content": "\n\n".join(
                 p if isinstance(p, str) else memory.shown(p).render() for p in parts)})
         return out
+
+    def answered(self, message: dict[str, Any]) -> None:
+        """Keep the model's answer MESSAGE after the messages its call showed, before any told
+        while it was out."""
+        at = len(self.messages) if self.asked is None else min(self.asked, len(self.messages))
+        self.messages.insert(at, message)
+        self.asked = None
 
     def notice(self, text: str) -> None:
         """Add TEXT to this agent's transcript in the system role: who joined or left its panel,

@@ -314,6 +314,7 @@ class StepCall:
                         await self.ready()
                     case Show():
                         show_memory(agent)
+                        agent.asked = len(agent.messages)
                         step.messages = api_messages(agent.shown_messages(), host.slot.backend_name == "openai")
                     case Compact():
                         step.squeeze = self.compact(step.window)
@@ -338,8 +339,8 @@ class StepCall:
     def answered(self, step: Answered) -> None:
         # An answer cut at its length limit is kept as its start only, as the primary's.
         result = step.result
-        self.agent.messages.append({"role": "assistant", "content": cut_stand_in(result.text) if step.cut
-                                    else result.assistant_content()})
+        self.agent.answered({"role": "assistant", "content": cut_stand_in(result.text) if step.cut
+                             else result.assistant_content()})
         if step.retry is not None:  # the harness's format correction, a notice item of its memory, as the primary's
             self.agent.tell(notice_text(self.agent.memory, "retry", step.retry), as_item=False)
 

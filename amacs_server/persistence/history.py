@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -63,6 +64,7 @@ from ..records import Fork, Record, Rewind
 from . import person_limit, rewound_spend
 from .git_repo import (
     DELTA_WINDOW,
+    PACK_NICE,
     PACKED_FILE,
     RACY_NS,
     UNCOMMITTED,
@@ -73,6 +75,7 @@ from .git_repo import (
     copy_vouched,
     git_env,
     ignored,
+    nice_this_thread,
     pack_times,
     packed_records,
     run_git,
@@ -82,6 +85,8 @@ from .git_repo import (
 from .home_lock import LOCK_FILE, HomeInUse, HomeLock
 from .recovery import FORK_UNFINISHED
 from .transcript import Transcript
+
+log = logging.getLogger("amacs.history")
 
 if TYPE_CHECKING:
     from ..memory.ltm import LongTermMemory
@@ -763,6 +768,10 @@ def _copy_tags(db: sqlite3.Connection, top: int, since: int = 0) -> None:
 # took its row out).  A rewind to a tick before S removes it.
 SNAPSHOT_NAME = "amacs-memory-{ino}-{top}.db"
 _SNAPSHOT = re.compile(r"amacs-memory-(\d+)-(\d+)\.db")
+# A fork's memory.db made ahead: a synced copy of the snapshot of the same name, which the next fork
+# takes as its own file (a rename: no byte copied or written on the fork's path); made again after.
+READY_NAME = "amacs-memory-ready-{ino}-{top}.db"
+_READY = re.compile(r"amacs-memory-ready-(\d+)-(\d+)\.db")
 # Made this many item versions behind the memory (a fork of a recent tick, the picker's first
 # page, finds it at or before the tick), and again once the memory is SNAPSHOT_EVERY further on.
 SNAPSHOT_LAG = 2000
@@ -785,11 +794,25 @@ def memory_snapshots(home: Path) -> list[tuple[int, int, Path]]:
     return sorted(found, key=lambda f: f[1])
 
 
+def ready_copies(home: Path) -> list[tuple[int, int, Path]]:
+    """The ready copies of memory snapshots in HOME's git folder (:func:`keep_ready_copy`): (inode,
+    S, path) each, as their snapshots are named."""
+    found = []
+    for path in (home / ".git").glob("amacs-memory-ready-*.db"):
+        name = _READY.fullmatch(path.name)
+        if name:
+            found.append((int(name[1]), int(name[2]), path))
+    return sorted(found, key=lambda f: f[1])
+
+
 def _drop_snapshots(home: Path, *, above: int = -1, but: Path | None = None) -> None:
-    """Remove HOME's memory snapshots made at a row id past ABOVE (all of them by default), but BUT;
-    and what a making of one cut short left."""
+    """Remove HOME's memory snapshots made at a row id past ABOVE (all of them by default), but BUT,
+    and their ready copies (all but BUT's); and what a making of one cut short left."""
     for _ino, top, path in memory_snapshots(home):
         if top > above and path != but:
+            path.unlink(missing_ok=True)
+    for ino, top, path in ready_copies(home):
+        if top > above and (but is None or but.name != SNAPSHOT_NAME.format(ino=ino, top=top)):
             path.unlink(missing_ok=True)
     if above < 0:
         _drop_unfinished(home)
@@ -876,6 +899,60 @@ def keep_memory_snapshot(home: Path, *, lag: int | None = None, every: int | Non
     return final
 
 
+def keep_ready_copy(home: Path) -> Path | None:
+    """Make the ready copy of HOME's newest memory snapshot (:data:`READY_NAME`) unless it is there:
+    its bytes copied under a name of its own, synced, then renamed into place, the older ones
+    removed.  Returns the copy made, or None.  Off the person's path: its server's packer thread,
+    and a thread a fork that took the copy starts."""
+    snapshots = memory_snapshots(home)
+    if not snapshots:
+        return None
+    ino, top, snapshot = snapshots[-1]
+    final = home / ".git" / READY_NAME.format(ino=ino, top=top)
+    if final.exists():
+        return None
+    tmp = home / ".git" / f"amacs-memory.tmp-ready-{os.getpid()}-{threading.get_ident()}"
+    try:
+        try:
+            _copy_soon_written(snapshot, tmp)
+        except FileNotFoundError:  # removed meanwhile (a new one made, or a rewind)
+            return None
+        faults.point("ready.written")
+        sync_paths([tmp], folders=False)
+        with _SNAPSHOT_LOCK:  # a rewind removes snapshots and their copies under it
+            if not snapshot.exists():
+                return None
+            os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    sync_paths([final.parent])
+    for _ino, _top, path in ready_copies(home):
+        if path != final:
+            path.unlink(missing_ok=True)
+    return final
+
+
+def _take_ready(home: Path, ino: int, top: int, dest: Path) -> bool:
+    """DEST as the ready copy of HOME's snapshot (INO, TOP), moved there; False when there is none
+    (taken by another fork, not made yet) or DEST is on another file system."""
+    try:
+        os.rename(home / ".git" / READY_NAME.format(ino=ino, top=top), dest)
+    except OSError:  # gone, or EXDEV: the snapshot is copied instead
+        return False
+    return True
+
+
+def _ready_again(home: Path) -> None:
+    """The ready copy a fork took made again, in a thread of its own at the packer's priority."""
+    def make() -> None:
+        nice_this_thread(PACK_NICE)
+        try:
+            keep_ready_copy(home)
+        except Exception:  # noqa: BLE001 - the next fork copies the snapshot instead
+            log.warning("could not make the memory snapshot's ready copy again", exc_info=True)
+    threading.Thread(target=make, name="amacs-ready-copy", daemon=True).start()
+
+
 def _copy_soon_written(src: Path, dest: Path) -> None:
     """DEST (made or emptied) with SRC's bytes, their writeback begun (the fork syncs every file once
     made: by then they are mostly on disk)."""
@@ -905,10 +982,12 @@ def _memory_from_snapshot(home: Path, dest: Path, state: dict[str, Any]) -> bool
     if not usable:
         return False
     at, snapshot = usable[-1]
-    try:
-        _copy_soon_written(snapshot, dest)
-    except FileNotFoundError:  # removed meanwhile (a new one made)
-        return False
+    took = _take_ready(home, ino, at, dest)
+    if not took:
+        try:
+            _copy_soon_written(snapshot, dest)
+        except FileNotFoundError:  # removed meanwhile (a new one made)
+            return False
     ltm = _beside(dest, src)
     fits = False
     try:
@@ -1852,6 +1931,7 @@ def fork(home: Path, tick: int, dest: Path, *, locked: bool = False, limit: floa
         os.rename(made, dest)  # whole, at once (over DEST when it is an empty folder)
         sync_paths([dest])
         faults.point("fork.renamed")
+        _ready_again(home)  # for the next fork, if this one took the ready copy
         notes = [n for n in (earlier, cleared) if n]
         return Done(dest, tick, sha, None, time.perf_counter() - t0, notes)
     finally:
