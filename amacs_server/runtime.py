@@ -24,7 +24,6 @@ from .errors import Refused
 from .face import Face
 from .ledger import Ledger
 from .loop.host import Settings, TurnHost
-from .loop.primary import finish_cut_off
 from .memory.ltm import DatabaseCheck
 from .mind import Mind
 from .model_slot import ModelSlot
@@ -96,7 +95,6 @@ class Runtime:
         self.subagents_note = restore_subagents(self.world, self.mind.home, self.mind.consciousness.current_tick)
         if self.subagents_note:
             self.startup_notes.append(self.subagents_note)
-        finish_cut_off(self)  # the tick the last server stopped in says so, and is committed
         for line in [*tools.check(), *unrecorded_results(home / "transcripts" / "results")]:
             # a bad mcp.json, before any server is needed; a tool's result a kill left unrecorded
             log.warning("%s", line)

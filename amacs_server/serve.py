@@ -304,12 +304,13 @@ class RuntimeBuilder:
 
         sdk.hold()  # the SDK import (1-2 s) waits for hello: it would hold the GIL while hello is answered
         from .hello import greet
-        from .loop.primary import run_turn
+        from .loop.primary import finish_cut_off, run_turn
         from .runtime import Runtime
         from .transport.emacs_face import EmacsFace
 
         face = EmacsFace(server)
         rt = Runtime(config, face, turn=run_turn, db_check=db_check, scrub=self.scrub)
+        finish_cut_off(rt)  # the tick the last server stopped in says so, and is committed
         face.eval_timeout = rt.settings.eval_timeout
         # That a warm server stays (warm.py's fork, or the launch that started one: warm_launch.py),
         # said once for the checkout: the first server to make the mark says it.
