@@ -14,6 +14,7 @@ from amacs_server.arguments import Flag, Options, Strings, Text, checked, prepar
 from amacs_server.errors import Refused
 from amacs_server.text.lisp import from_lisp
 from amacs_server.tools import agents as agent_tools
+from amacs_server.tools import registry
 from tests.test_memory import silent_runtime
 
 
@@ -116,7 +117,9 @@ def test_every_method_emacs_may_call_checks_its_arguments(tmp_path):
         assert len(server.methods) > 30
         program = {"origin": "program"}  # a batch Emacs's own program: an agent function in no eval may act
         for name, fn in server.methods.items():
-            first = [program] if name in agent_tools.TOOLS or name.startswith("memory_") else []
+            # An agent function's origin comes first, in its eval id's place; the person's own
+            # methods (the hub's memory_item, memory_find) take none.
+            first = [program] if name in registry.AS_ITS_EVAL else []
             with pytest.raises(Refused, match=r" takes .*; got 9 argument\(s\)"):
                 fn(*first, *[0] * 9, *([program] if name in methods.PRIMARYS_OWN else []))
     finally:
