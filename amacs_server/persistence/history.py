@@ -784,25 +784,25 @@ _SNAPSHOT_LOCK = threading.Lock()
 _ROW = "SELECT base, version, tier, kind, created_at_ms, content, {text_of} FROM {schema}items WHERE id = ?"
 
 
-def memory_snapshots(home: Path) -> list[tuple[int, int, Path]]:
-    """The memory snapshots kept in HOME's git folder: (inode, S, path) each, by S."""
+def _named(home: Path, pattern: re.Pattern[str]) -> list[tuple[int, int, Path]]:
+    """The files of HOME's git folder whose names PATTERN matches whole: (inode, S, path) each, by S."""
     found = []
     for path in (home / ".git").glob("amacs-memory-*.db"):
-        name = _SNAPSHOT.fullmatch(path.name)
+        name = pattern.fullmatch(path.name)
         if name:
             found.append((int(name[1]), int(name[2]), path))
     return sorted(found, key=lambda f: f[1])
+
+
+def memory_snapshots(home: Path) -> list[tuple[int, int, Path]]:
+    """The memory snapshots kept in HOME's git folder: (inode, S, path) each, by S."""
+    return _named(home, _SNAPSHOT)
 
 
 def ready_copies(home: Path) -> list[tuple[int, int, Path]]:
     """The ready copies of memory snapshots in HOME's git folder (:func:`keep_ready_copy`): (inode,
     S, path) each, as their snapshots are named."""
-    found = []
-    for path in (home / ".git").glob("amacs-memory-ready-*.db"):
-        name = _READY.fullmatch(path.name)
-        if name:
-            found.append((int(name[1]), int(name[2]), path))
-    return sorted(found, key=lambda f: f[1])
+    return _named(home, _READY)
 
 
 def _drop_snapshots(home: Path, *, above: int = -1, but: Path | None = None) -> None:
