@@ -196,7 +196,8 @@ the log) and these facts are one notice, each line a `;;' line."
          (kept (delq nil
                      (list (cond ((and saved replied)
                                   " before the agent's turn ended; your input and the reply shown are saved in agent-chat.org")
-                                 (saved " before the agent replied; your input is saved in agent-chat.org"))
+                                 (saved (format " before the agent replied; your input is saved in agent-chat.org, not answered (%s brings it back)"
+                                                history)))
                            (and unsaved
                                 (format "%s your input%s went to the agent that asked, not to agent-chat.org: %s brings %s back"
                                         (if saved "; and" ";") (if (cdr unsaved) "s" "")

@@ -214,7 +214,7 @@ server's hello does not say it again."
     (amacs-shell--on-input-taken '(:type "input-taken" :saved t))
     (amacs-shell--on-disconnect)
     (should (string-match-p
-             "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org\\. Send again"
+             "amacs> q1\n;; The server stopped before the agent replied; your input is saved in agent-chat.org, not answered (M-p brings it back)\\. Send again"
              (amacs-shell-test--text)))
     (amacs-test-with-status '(:interrupted t :recent ((:human "q1")))
       (amacs-shell--greet))
@@ -280,7 +280,8 @@ what is on disk and how to go on, then `;; Log: PATH'."
       (let ((text (amacs-shell-test--text)))
         (should (string-match-p
                  (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; your input is saved "
-                         "in agent-chat\\.org\\. Send a message to restart it, or M-x amacs-restart\\.\n"
+                         "in agent-chat\\.org, not answered (M-p brings it back)\\. Send a message to restart it, "
+                         "or M-x amacs-restart\\.\n"
                          ";; Log: /home/x/logs/server\\.log\n")
                  text))
         (should (= 1 (how-many "stopped" (point-min) (point-max))))))))
@@ -303,7 +304,7 @@ what is on disk and how to go on, then `;; Log: PATH'."
         (should-not (memq timer timer-list)))
       (should (string-match-p
                (concat "amacs> q1\n;; AMACS server stopped (killed) before the agent replied; "
-                       "your input is saved in agent-chat\\.org\\. Send a message to restart it\\.")
+                       "your input is saved in agent-chat\\.org, not answered (M-p brings it back)\\. Send a message to restart it\\.")
                (amacs-shell-test--text))))))
 
 ;; A newcomer's tmux findings: C-c C-d (comint's EOF) ended the shell for

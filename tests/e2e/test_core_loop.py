@@ -168,7 +168,7 @@ def test_kill_server_mid_tick_keeps_input_and_restart_continues(fake, home):
     assert "AMACS server stopped" in run.shell
     assert "Here I am again." in run.shell
     # Said when the server stopped (it had confirmed the write-ahead), not again at the next hello.
-    assert ("AMACS server stopped (killed) before the agent replied; your input is saved in agent-chat.org."
+    assert ("AMACS server stopped (killed) before the agent replied; your input is saved in agent-chat.org, not answered"
             in run.shell), run.shell
     assert run.shell.count("AMACS server stopped") == 1, run.shell  # one notice, not two
     assert "Your last message got no reply" not in run.shell

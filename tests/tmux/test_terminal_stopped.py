@@ -38,7 +38,8 @@ def test_a_killed_server_is_one_notice_with_its_log_on_a_comment_line(terminal, 
         notice = [row for row in rows if row.startswith(";;") and "stopped" in row]  # not the header
         assert len(notice) == 1, screen
         assert notice[0].startswith(";; AMACS server stopped (killed) before the agent replied; your input is saved "
-                                    "in agent-chat.org. Send a message to restart it, or M-x amacs-restart."), screen
+                                    "in agent-chat.org, not answered (M-p brings it back). Send a message to restart it, "
+                                    "or M-x amacs-restart."), screen
         assert f";; Log: {log}" in rows, screen
         assert not any(row.startswith("/") for row in rows), screen
         send(term, "are you back?")
