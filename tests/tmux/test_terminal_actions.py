@@ -83,14 +83,16 @@ def test_a_markdown_reply_shows_as_org_with_code_in_its_languages_faces(terminal
     send(term, "show me code")
     term.wait_for("it is short")
     wait_turn_over(term)
-    # The first reply after a start is shown before org is loaded, plain, then rendered in place
-    # once org is (a file at each idle moment): org's emphasis markers hidden, the text keeps them.
-    screen = term.wait_for("Use this function", timeout=60, what="the reply rendered once org is loaded")
+    # The first reply after a start is drawn before org is loaded with org's look (its code in one
+    # face), then again in place once org is (a file at each idle moment), its code in its
+    # language's faces: org's emphasis markers hidden, the text keeps them.
+    screen = term.wait_for("Use this function", timeout=60, what="the reply drawn")
     assert "```" not in screen and "**this**" not in screen and "## " not in screen
     assert "#+begin_src emacs-lisp" in screen and "#+end_src" in screen
     assert "** Squaring" in screen and "- it is pure" in screen
-    # The code is in emacs-lisp-mode's faces, the heading in org's.
-    assert "font-lock-keyword-face" in face_at(term, "*amacs-shell*", "defun demo-square")
+    # The code is in emacs-lisp-mode's faces once org has drawn it, the heading in org's.
+    term.wait_for(lambda _s: "font-lock-keyword-face" in face_at(term, "*amacs-shell*", "defun demo-square"),
+                  timeout=60, what="the reply drawn again by org, its code in emacs-lisp's faces")
     assert "font-lock-doc-face" in face_at(term, "*amacs-shell*", "Return X squared")
     assert "org-level-2" in face_at(term, "*amacs-shell*", "** Squaring")
     assert "bold" in face_at(term, "*amacs-shell*", "this* function")
