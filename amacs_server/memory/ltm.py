@@ -124,10 +124,10 @@ def has_column(db: sqlite3.Connection, table: str, column: str, schema: str = "m
     return any(row[1] == column for row in db.execute(f"PRAGMA {schema}.table_info({table})"))
 
 
-def own_text_index(db: sqlite3.Connection, schema: str = "main") -> bool:
-    """True when DB's full-text index (of its SCHEMA) reads each row's text from the view
-    (its rows keep no copy of their content's text: TEXT_OF)."""
-    row = db.execute(f"SELECT sql FROM {schema}.sqlite_master WHERE name = 'items_fts'").fetchone()  # noqa: S608 - a schema's name
+def own_text_index(db: sqlite3.Connection) -> bool:
+    """True when DB's full-text index reads each row's text from the view (its rows keep no
+    copy of their content's text: TEXT_OF)."""
+    row = db.execute("SELECT sql FROM sqlite_master WHERE name = 'items_fts'").fetchone()
     return row is not None and OWN_TEXT_INDEX in row[0]
 
 
